@@ -1,0 +1,7 @@
+"""The error a user can cause: one clear line, never a traceback (bugs stay tracebacks)."""
+
+
+class TrainperfError(Exception):
+    """A problem with the user's input or environment; the CLI prints it on one line and exits 2."""
+
+    exit_code = 2

@@ -1,0 +1,83 @@
+"""Accelerator and interconnect catalog: a data file (catalog.yaml, with sources) and its loader."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+import yaml
+
+from trainperf.errors import TrainperfError
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """One accelerator's catalog entry. Units are in the field names; peaks are dense."""
+
+    name: str
+    vendor: str
+    bf16_tflops: float
+    fp16_tflops: float
+    fp8_tflops: float | None
+    fp32_tflops: float | None
+    hbm_gb: float
+    hbm_tbps: float
+    scaleup_gbps: float
+    scaleup_domain: int
+    gpus_per_node: int
+    scaleout_gbps: float
+    tdp_w: float
+    usd_per_hour: float
+    sources: str
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def hbm_bytes(self) -> float:
+        """HBM capacity in bytes."""
+        return self.hbm_gb * 1e9
+
+    def peak_flops(self, precision: str = "bf16") -> float:
+        """Return the dense peak for ``precision`` in FLOP/s (fp8 falls back to bf16 where absent)."""
+        table = {"bf16": self.bf16_tflops, "fp16": self.fp16_tflops, "fp8": self.fp8_tflops,
+                 "fp32": self.fp32_tflops}
+        if precision not in table:
+            raise TrainperfError(f"unknown precision {precision!r} (bf16, fp16, fp8, fp32)")
+        value = table[precision] if table[precision] is not None else self.bf16_tflops
+        return float(value) * 1e12
+
+
+def _key(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+@lru_cache(maxsize=1)
+def catalog() -> dict[str, Accelerator]:
+    """Return the catalog as {name: Accelerator}, read from the packaged catalog.yaml."""
+    text = resources.files("trainperf.hardware").joinpath("catalog.yaml").read_text()
+    out = {}
+    for row in yaml.safe_load(text)["accelerators"]:
+        row = dict(row)
+        row["aliases"] = tuple(row.get("aliases", ()))
+        out[row["name"]] = Accelerator(**row)
+    return out
+
+
+def get_accelerator(name: str) -> Accelerator:
+    """Return the catalog entry for a name or alias; raise TrainperfError listing known names."""
+    key = _key(name)
+    cat = catalog()
+    if key in cat:
+        return cat[key]
+    for acc in cat.values():
+        if key in acc.aliases:
+            return acc
+    # loose match for names as written in papers: "H100-SXM 80GB (DGX H100)", "A100-SXM4-80GB (Selene)"
+    squashed = key.split("(")[0].strip("-")
+    for cand in (squashed, squashed.replace("-80gb", ""), squashed.replace("-sxm", "").replace("-80gb", "")):
+        if cand in cat:
+            return cat[cand]
+        for acc in cat.values():
+            if cand in acc.aliases:
+                return acc
+    raise TrainperfError(f"unknown GPU {name!r} (known: {', '.join(cat)})")

@@ -1,0 +1,516 @@
+"""The one vocabulary of trainperf: ModelSpec, Cluster, Layout, and the FLOP count.
+
+Every verb imports these; nothing re-derives them. The FLOP convention, stated once:
+
+* A multiply-add is 2 FLOPs. Training = forward + backward = 3x the forward FLOPs.
+* Model FLOPs (MFU) count every matmul of the model, including the attention score and
+  value products and the LM head. Embedding lookups, norms, activations and softmax are
+  not counted (they are memory-bound and negligible in FLOPs).
+* Causal convention: attention under a causal mask only computes the lower triangle, so
+  the score and value products cost ``2 * seq * d_attn`` FLOPs per token per layer in the
+  forward pass (half the non-causal ``4 * seq * d_attn``). ``causal=False`` gives the
+  Megatron/PaLM non-causal count for comparison with papers that use it.
+* Hardware FLOPs (HFU) add the FLOPs recomputed by activation checkpointing; they are
+  reported separately and never mixed into MFU.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from trainperf.errors import TrainperfError
+
+if TYPE_CHECKING:
+    from trainperf.hardware import Accelerator
+
+
+# --------------------------------------------------------------------------- model
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer, as far as performance is concerned."""
+
+    name: str
+    n_layers: int
+    hidden: int
+    n_heads: int
+    n_kv_heads: int
+    ffn_hidden: int
+    vocab: int
+    seq_len: int
+    gated_mlp: bool = True  # SwiGLU-style: three ffn matrices instead of two
+    tied_embeddings: bool = False
+    head_dim: int = 0  # 0: hidden // n_heads
+    norm: str = "rmsnorm"  # "rmsnorm" (1 vector/norm) or "layernorm" (weight + bias)
+    linear_bias: bool = False  # GPT-2/3 style biases on every linear layer
+    learned_pos_emb: bool = False  # GPT-style learned position table (seq_len x hidden)
+
+    def __post_init__(self) -> None:
+        for f in ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hidden", "vocab", "seq_len"):
+            if int(getattr(self, f)) <= 0:
+                raise TrainperfError(f"model {self.name!r}: {f} must be a positive integer")
+        if self.head_dim == 0:
+            if self.hidden % self.n_heads:
+                raise TrainperfError(
+                    f"model {self.name!r}: hidden {self.hidden} is not divisible by n_heads {self.n_heads}"
+                )
+            object.__setattr__(self, "head_dim", self.hidden // self.n_heads)
+        if self.n_heads % self.n_kv_heads:
+            raise TrainperfError(
+                f"model {self.name!r}: n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}"
+            )
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the query projection (n_heads * head_dim)."""
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of each of the key and value projections (n_kv_heads * head_dim)."""
+        return self.n_kv_heads * self.head_dim
+
+    @property
+    def n_ffn_mats(self) -> int:
+        """Number of hidden x ffn_hidden matrices in the MLP (3 gated, 2 plain)."""
+        return 3 if self.gated_mlp else 2
+
+    def with_seq_len(self, seq_len: int) -> "ModelSpec":
+        """Return a copy with another sequence length."""
+        return replace(self, seq_len=int(seq_len))
+
+    def to_dict(self) -> dict:
+        """Return the spec as a plain JSON-able dict (our own config format)."""
+        return asdict(self)
+
+
+def layer_matmul_params(m: ModelSpec) -> int:
+    """Return the matmul weights of one transformer layer (count, no biases or norms)."""
+    attn = m.hidden * m.q_dim + 2 * m.hidden * m.kv_dim + m.q_dim * m.hidden
+    mlp = m.n_ffn_mats * m.hidden * m.ffn_hidden
+    return attn + mlp
+
+
+def layer_params(m: ModelSpec) -> int:
+    """Return all parameters of one transformer layer (count): matmuls, biases, two norms."""
+    per_norm = 2 * m.hidden if m.norm == "layernorm" else m.hidden
+    biases = 0
+    if m.linear_bias:
+        biases = m.q_dim + 2 * m.kv_dim + m.hidden + (m.n_ffn_mats - 1) * m.ffn_hidden + m.hidden
+    return layer_matmul_params(m) + biases + 2 * per_norm
+
+
+def embedding_params(m: ModelSpec) -> int:
+    """Return the input embedding (and learned position table) parameters (count)."""
+    return m.vocab * m.hidden + (m.seq_len * m.hidden if m.learned_pos_emb else 0)
+
+
+def lm_head_params(m: ModelSpec) -> int:
+    """Return the output projection's own parameters (count; 0 when tied to the embedding)."""
+    return 0 if m.tied_embeddings else m.vocab * m.hidden
+
+
+def param_count(m: ModelSpec) -> int:
+    """Return the total parameter count of the model (count)."""
+    final_norm = 2 * m.hidden if m.norm == "layernorm" else m.hidden
+    return m.n_layers * layer_params(m) + embedding_params(m) + lm_head_params(m) + final_norm
+
+
+def attention_fwd_flops_per_token(m: ModelSpec, seq_len: int | None = None, causal: bool = True) -> float:
+    """Return forward FLOPs per token of one layer's score (QK^T) and value (PV) products."""
+    s = m.seq_len if seq_len is None else seq_len
+    full = 4.0 * s * m.q_dim  # 2*s*d for QK^T plus 2*s*d for PV, per token
+    return full / 2.0 if causal else full
+
+
+def layer_fwd_flops_per_token(m: ModelSpec, seq_len: int | None = None, causal: bool = True) -> float:
+    """Return forward FLOPs per token of one transformer layer (FLOPs)."""
+    return 2.0 * layer_matmul_params(m) + attention_fwd_flops_per_token(m, seq_len, causal)
+
+
+def lm_head_fwd_flops_per_token(m: ModelSpec) -> float:
+    """Return forward FLOPs per token of the output projection (FLOPs)."""
+    return 2.0 * m.vocab * m.hidden
+
+
+def model_flops_per_token(m: ModelSpec, seq_len: int | None = None, causal: bool = True) -> float:
+    """Return training (forward + backward) model FLOPs per token, the MFU numerator (FLOPs)."""
+    fwd = m.n_layers * layer_fwd_flops_per_token(m, seq_len, causal) + lm_head_fwd_flops_per_token(m)
+    return 3.0 * fwd
+
+
+def recompute_flops_per_token(
+    m: ModelSpec, recompute: str, seq_len: int | None = None, causal: bool = True
+) -> float:
+    """Return the extra forward FLOPs per token that activation recompute adds (FLOPs).
+
+    ``full`` re-runs every layer's forward; ``selective`` (Korthikanti et al.) re-runs only
+    the attention core (score and value products); ``none`` adds nothing.
+    """
+    if recompute == "full":
+        return m.n_layers * layer_fwd_flops_per_token(m, seq_len, causal)
+    if recompute == "selective":
+        return m.n_layers * attention_fwd_flops_per_token(m, seq_len, causal)
+    if recompute == "none":
+        return 0.0
+    raise TrainperfError(f"recompute must be none, selective or full, not {recompute!r}")
+
+
+def hardware_flops_per_token(
+    m: ModelSpec, recompute: str, seq_len: int | None = None, causal: bool = True
+) -> float:
+    """Return training FLOPs per token including recompute, the HFU numerator (FLOPs)."""
+    return model_flops_per_token(m, seq_len, causal) + recompute_flops_per_token(m, recompute, seq_len, causal)
+
+
+def training_flops(m: ModelSpec, tokens: float, causal: bool = True) -> float:
+    """Return the model FLOPs to train on ``tokens`` tokens (FLOPs)."""
+    return model_flops_per_token(m, causal=causal) * float(tokens)
+
+
+def mfu(tokens_per_s_per_gpu: float, m: ModelSpec, peak_flops_per_gpu: float, causal: bool = True) -> float:
+    """Return model FLOPs utilisation (fraction of ``peak_flops_per_gpu``, FLOP/s)."""
+    return tokens_per_s_per_gpu * model_flops_per_token(m, causal=causal) / peak_flops_per_gpu
+
+
+# ---------------------------------------------------------------- model presets
+
+
+def _gpt(name: str, layers: int, hidden: int, heads: int, vocab: int = 51200, seq: int = 2048) -> ModelSpec:
+    return ModelSpec(
+        name=name, n_layers=layers, hidden=hidden, n_heads=heads, n_kv_heads=heads,
+        ffn_hidden=4 * hidden, vocab=vocab, seq_len=seq, gated_mlp=False, tied_embeddings=True,
+        norm="layernorm", linear_bias=True, learned_pos_emb=True,
+    )
+
+
+def _llama(name: str, layers: int, hidden: int, heads: int, kv: int, ffn: int, vocab: int, seq: int,
+           tied: bool = False) -> ModelSpec:
+    return ModelSpec(name=name, n_layers=layers, hidden=hidden, n_heads=heads, n_kv_heads=kv,
+                     ffn_hidden=ffn, vocab=vocab, seq_len=seq, tied_embeddings=tied)
+
+
+MODEL_PRESETS: dict[str, ModelSpec] = {
+    m.name: m
+    for m in [
+        # Brown et al. 2020 (GPT-3), Table 2.1; vocab 50257 (Megatron pads it to 51200).
+        _gpt("gpt3-175b", 96, 12288, 96, vocab=50257),
+        # Narayanan et al. SC21, Table 1 (vocab 51200, seq 2048, ffn 4h).
+        _gpt("gpt-1.7b", 24, 2304, 24),
+        _gpt("gpt-3.6b", 30, 3072, 32),
+        _gpt("gpt-7.5b", 36, 4096, 32),
+        _gpt("gpt-18.4b", 40, 6144, 48),
+        _gpt("gpt-39.1b", 48, 8192, 64),
+        _gpt("gpt-76.1b", 60, 10240, 80),
+        _gpt("gpt-145.6b", 80, 12288, 96),
+        _gpt("gpt-310.1b", 96, 16384, 128),
+        _gpt("gpt-529.6b", 105, 20480, 128),
+        _gpt("gpt-1t", 128, 25600, 160),
+        # Llama 2 (Touvron et al. 2023) and Llama 3 / 3.1 / 3.2 (Meta model cards, config.json).
+        _llama("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096),
+        _llama("llama2-13b", 40, 5120, 40, 40, 13824, 32000, 4096),
+        _llama("llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096),
+        _llama("llama3-1b", 16, 2048, 32, 8, 8192, 128256, 8192, tied=True),
+        _llama("llama3-3b", 28, 3072, 24, 8, 8192, 128256, 8192, tied=True),
+        _llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192),
+        _llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
+        _llama("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192),
+        # Small Llama-style models for CPU tests and single-GPU benchmarks (ours).
+        _llama("tiny", 4, 128, 4, 2, 352, 256, 128, tied=True),
+        _llama("small", 8, 512, 8, 4, 1408, 4096, 512),
+    ]
+}
+
+_MODEL_ALIASES = {
+    "gpt3": "gpt3-175b", "gpt-3": "gpt3-175b", "gpt3-175b": "gpt3-175b",
+    "llama3.1-8b": "llama3-8b", "llama3.1-70b": "llama3-70b", "llama3.1-405b": "llama3-405b",
+    "llama3.2-1b": "llama3-1b", "llama3.2-3b": "llama3-3b", "gpt-1008b": "gpt-1t", "llama-1b": "llama3-1b",
+    "llama-3b": "llama3-3b", "llama-8b": "llama3-8b",
+}
+
+_OWN_KEYS = ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hidden", "vocab", "seq_len")
+_HF_KEYS = {
+    "n_layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "hidden": ("hidden_size", "n_embd", "d_model"),
+    "n_heads": ("num_attention_heads", "n_head"),
+    "ffn_hidden": ("intermediate_size", "n_inner", "ffn_dim"),
+    "vocab": ("vocab_size",),
+    "seq_len": ("max_position_embeddings", "n_positions", "max_seq_len"),
+}
+
+
+def _norm_name(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def model_from_dict(d: dict, name: str = "custom", source: str = "config") -> ModelSpec:
+    """Return a ModelSpec from our JSON keys or a Hugging Face ``config.json`` dict.
+
+    Raises TrainperfError naming ``source`` and the first missing field.
+    """
+    if all(k in d for k in ("n_layers", "hidden")):  # our own format
+        missing = [k for k in _OWN_KEYS if k not in d and k != "n_kv_heads"]
+        if missing:
+            raise TrainperfError(f"{source}: missing field {missing[0]!r} (needs {', '.join(_OWN_KEYS)})")
+        kw = {k: int(d[k]) for k in _OWN_KEYS if k in d}
+        kw.setdefault("n_kv_heads", kw["n_heads"])
+        for opt in ("gated_mlp", "tied_embeddings", "linear_bias", "learned_pos_emb"):
+            if opt in d:
+                kw[opt] = bool(d[opt])
+        for opt in ("head_dim",):
+            if opt in d:
+                kw[opt] = int(d[opt])
+        if "norm" in d:
+            kw["norm"] = str(d["norm"])
+        return ModelSpec(name=str(d.get("name", name)), **kw)
+    # Hugging Face config.json
+    kw = {}
+    for ours, theirs in _HF_KEYS.items():
+        for key in theirs:
+            if key in d and d[key] is not None:
+                kw[ours] = int(d[key])
+                break
+        else:
+            if ours == "ffn_hidden" and "hidden" in kw:
+                kw[ours] = 4 * kw["hidden"]  # GPT-2 style configs leave n_inner null: 4h
+                continue
+            raise TrainperfError(f"{source}: missing field {theirs[0]!r} (a Hugging Face config.json needs it)")
+    kw["n_kv_heads"] = int(d.get("num_key_value_heads") or kw["n_heads"])
+    model_type = str(d.get("model_type", ""))
+    act = str(d.get("hidden_act", d.get("activation_function", "silu")))
+    gated = model_type in {"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "olmo", "olmo2"} \
+        or act in {"silu", "swiglu", "geglu"}
+    if model_type in {"gpt2", "gpt_neox", "opt", "bloom", "falcon"}:
+        gated = False
+    hd = d.get("head_dim")
+    return ModelSpec(
+        name=str(d.get("_name_or_path") or name), gated_mlp=gated,
+        tied_embeddings=bool(d.get("tie_word_embeddings", model_type == "gpt2")),
+        head_dim=int(hd) if hd else 0,
+        norm="layernorm" if model_type in {"gpt2", "gpt_neox", "opt", "bloom", "falcon"} else "rmsnorm",
+        linear_bias=bool(d.get("attention_bias", model_type in {"gpt2", "opt", "bloom"})),
+        learned_pos_emb=model_type in {"gpt2", "opt"},
+        **kw,
+    )
+
+
+def load_model(name_or_path: str | Path, seq_len: int | None = None) -> ModelSpec:
+    """Return a ModelSpec from a preset name or a JSON file (ours or Hugging Face's).
+
+    Raises TrainperfError with the list of presets for an unknown name, or naming the file
+    and what is wrong with it.
+    """
+    key = _norm_name(str(name_or_path))
+    key = _MODEL_ALIASES.get(key, key)
+    if key in MODEL_PRESETS:
+        spec = MODEL_PRESETS[key]
+    else:
+        path = Path(name_or_path)
+        if path.is_dir() and (path / "config.json").is_file():
+            path = path / "config.json"
+        if not path.is_file():
+            raise TrainperfError(
+                f"unknown model {str(name_or_path)!r}: not a preset and not a file "
+                f"(presets: {', '.join(MODEL_PRESETS)})"
+            )
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise TrainperfError(f"{path}: not a readable JSON model config ({e})") from None
+        if not isinstance(data, dict):
+            raise TrainperfError(f"{path}: a model config must be a JSON object")
+        try:
+            spec = model_from_dict(data, name=path.stem if path.name != "config.json" else path.parent.name,
+                                   source=str(path))
+        except (TypeError, ValueError) as e:
+            raise TrainperfError(f"{path}: bad value in model config ({e})") from None
+    return spec.with_seq_len(seq_len) if seq_len else spec
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A fixed hardware budget: n_gpus accelerators, gpus_per_node per node, and the links.
+
+    Link bandwidths are per GPU, one direction, in GB/s (1e9 bytes/s). ``scaleup_domain`` is
+    how many GPUs share the fast scale-up fabric (NVLink/xGMI/ICI); groups that fit inside it
+    use ``scaleup_gbps``, groups that span it use ``scaleout_gbps`` (the NIC).
+    """
+
+    accelerator: "Accelerator"
+    n_gpus: int
+    gpus_per_node: int
+    scaleup_gbps: float
+    scaleout_gbps: float
+    scaleup_domain: int
+    usd_per_gpu_hour: float
+
+    def __post_init__(self) -> None:
+        if self.n_gpus <= 0 or self.gpus_per_node <= 0:
+            raise TrainperfError("gpus and gpus-per-node must be positive")
+        if self.n_gpus > self.gpus_per_node and self.n_gpus % self.gpus_per_node:
+            raise TrainperfError(
+                f"{self.n_gpus} GPUs is not a whole number of {self.gpus_per_node}-GPU nodes"
+            )
+
+    @property
+    def n_nodes(self) -> int:
+        """Number of nodes (at least 1)."""
+        return max(1, self.n_gpus // self.gpus_per_node)
+
+
+def make_cluster(gpu: str, n_gpus: int, gpus_per_node: int | None = None,
+                 scaleup_gbps: float | None = None, scaleout_gbps: float | None = None,
+                 usd_per_gpu_hour: float | None = None) -> Cluster:
+    """Return a Cluster of ``n_gpus`` catalog accelerators, catalog links unless overridden."""
+    from trainperf.hardware import get_accelerator
+
+    acc = get_accelerator(gpu)
+    gpn = min(int(gpus_per_node or acc.gpus_per_node), int(n_gpus))
+    # A scale-up fabric larger than a node (NVL72, a TPU pod) keeps its size; one that lives
+    # inside a node (NVLink in an HGX board) cannot be larger than the node the user names.
+    domain = acc.scaleup_domain if acc.scaleup_domain > acc.gpus_per_node else min(acc.scaleup_domain, gpn)
+    return Cluster(
+        accelerator=acc, n_gpus=int(n_gpus), gpus_per_node=gpn,
+        scaleup_gbps=float(scaleup_gbps if scaleup_gbps is not None else acc.scaleup_gbps),
+        scaleout_gbps=float(scaleout_gbps if scaleout_gbps is not None else acc.scaleout_gbps),
+        scaleup_domain=int(domain),
+        usd_per_gpu_hour=float(usd_per_gpu_hour if usd_per_gpu_hour is not None else acc.usd_per_hour),
+    )
+
+
+# --------------------------------------------------------------------------- layout
+
+RECOMPUTE_MODES = ("none", "selective", "full")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one training job is laid out on its GPUs; the planner, trainer and diagnoser share it.
+
+    ``dp`` is the data-parallel degree (0: fill the remaining GPUs). ``zero`` is the ZeRO
+    stage: 0 plain DDP, 1 optimizer states sharded (Megatron's distributed optimizer),
+    2 + gradients, 3 + weights (= FSDP full shard). ``grad_accum`` 0 means derived from the
+    global batch: global_batch / (dp * mbs).
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 0
+    cp: int = 1
+    vpp: int = 1
+    sp: bool = False
+    zero: int = 1
+    recompute: str = "none"
+    mbs: int = 1
+    grad_accum: int = 0
+    precision: str = "bf16"
+
+    def __post_init__(self) -> None:
+        for f in ("tp", "pp", "cp", "vpp", "mbs"):
+            if int(getattr(self, f)) < 1:
+                raise TrainperfError(f"layout: {f} must be >= 1, got {getattr(self, f)}")
+        if self.dp < 0 or self.grad_accum < 0:
+            raise TrainperfError("layout: dp and grad_accum must be >= 0")
+        if self.zero not in (0, 1, 2, 3):
+            raise TrainperfError(f"layout: zero must be 0, 1, 2 or 3, got {self.zero}")
+        if self.recompute not in RECOMPUTE_MODES:
+            raise TrainperfError(f"layout: recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {self.recompute!r}")
+        if self.precision not in PRECISIONS:
+            raise TrainperfError(f"layout: precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.vpp > 1 and self.pp == 1:
+            raise TrainperfError("layout: vpp > 1 needs pp > 1 (interleaving splits pipeline stages)")
+
+    @property
+    def model_parallel(self) -> int:
+        """GPUs holding one model replica (tp * pp * cp)."""
+        return self.tp * self.pp * self.cp
+
+    @property
+    def fsdp(self) -> bool:
+        """True when weights are sharded over data parallel (ZeRO-3 / FSDP)."""
+        return self.zero == 3
+
+    def world_size(self) -> int:
+        """Return tp * pp * cp * dp (GPUs); dp must be resolved (non-zero)."""
+        return self.model_parallel * self.dp
+
+    def resolve(self, n_gpus: int, global_batch: int | None = None) -> "Layout":
+        """Return a copy with dp and grad_accum filled in for ``n_gpus`` GPUs and the batch.
+
+        Raises TrainperfError naming the factor that does not divide.
+        """
+        mp = self.model_parallel
+        if n_gpus % mp:
+            raise TrainperfError(
+                f"layout: tp*pp*cp = {self.tp}*{self.pp}*{self.cp} = {mp} does not divide {n_gpus} GPUs"
+            )
+        dp = self.dp or n_gpus // mp
+        if mp * dp != n_gpus:
+            raise TrainperfError(f"layout: tp*pp*cp*dp = {mp}*{dp} = {mp * dp} is not the {n_gpus} GPUs")
+        ga = self.grad_accum
+        if global_batch is not None:
+            if global_batch % (dp * self.mbs):
+                raise TrainperfError(
+                    f"layout: global batch {global_batch} is not divisible by dp*mbs = {dp}*{self.mbs}"
+                )
+            ga = global_batch // (dp * self.mbs)
+        return replace(self, dp=dp, grad_accum=max(ga, 1))
+
+    def to_string(self) -> str:
+        """Return the canonical layout string (the form `--layout` and `trainperf train` accept)."""
+        parts = [f"tp={self.tp}", f"pp={self.pp}", f"dp={self.dp}", f"cp={self.cp}", f"vpp={self.vpp}",
+                 f"sp={int(self.sp)}", f"recompute={self.recompute}", f"zero={self.zero}",
+                 f"mbs={self.mbs}"]
+        if self.grad_accum:
+            parts.append(f"ga={self.grad_accum}")
+        parts.append(f"precision={self.precision}")
+        return ",".join(parts)
+
+    def to_dict(self) -> dict:
+        """Return the layout as a plain dict."""
+        return asdict(self)
+
+
+_LAYOUT_KEYS = {f.name for f in fields(Layout)}
+_LAYOUT_ALIASES = {"ga": "grad_accum", "micro_batch": "mbs", "fsdp": "zero", "sequence_parallel": "sp"}
+_TRUE = {"1", "true", "yes", "y", "on"}
+_FALSE = {"0", "false", "no", "n", "off"}
+
+
+def parse_layout(text: str, **defaults) -> Layout:
+    """Return a Layout from ``"tp=8,pp=16,cp=1,vpp=1,mbs=1,sp=1,recompute=selective,zero=1"``.
+
+    Keys left out take ``defaults`` or the Layout defaults; ``fsdp=1`` means ``zero=3``.
+    Raises TrainperfError naming the bad key or value.
+    """
+    kw: dict = dict(defaults)
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        if "=" not in item:
+            raise TrainperfError(f"layout: {item!r} is not key=value")
+        k, v = (s.strip().lower() for s in item.split("=", 1))
+        k = _LAYOUT_ALIASES.get(k, k)
+        if k not in _LAYOUT_KEYS:
+            raise TrainperfError(f"layout: unknown key {k!r} (keys: tp, pp, dp, cp, vpp, sp, recompute, zero, mbs, ga, precision)")
+        try:
+            if item.split("=", 1)[0].strip().lower() == "fsdp":
+                kw["zero"] = 3 if v in _TRUE else kw.get("zero", 1)
+            elif k == "sp":
+                if v not in _TRUE | _FALSE:
+                    raise ValueError(v)
+                kw[k] = v in _TRUE
+            elif k in ("recompute", "precision"):
+                kw[k] = v
+            else:
+                kw[k] = int(v)
+        except ValueError:
+            raise TrainperfError(f"layout: bad value {v!r} for {k}") from None
+    return Layout(**kw)

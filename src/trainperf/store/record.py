@@ -1,0 +1,135 @@
+"""The one run-record schema: what a training run or benchmark leaves behind.
+
+A record is run-level metadata (where, what software, which config) plus per-step samples
+and per-kernel benchmark results. Writers: trainperf.monitor (training runs) and
+trainperf.bench (kernel benchmarks). Readers: `trainperf runs`, `fleet`, `gate`.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import os
+import platform
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class StepSample:
+    """One optimizer step of a training run. Times in seconds, memory in bytes."""
+
+    step: int
+    step_time_s: float
+    tokens_per_s: float | None = None
+    mfu: float | None = None
+    loss: float | None = None
+    data_wait_s: float | None = None
+    mem_peak_bytes: float | None = None
+
+
+@dataclass
+class KernelResult:
+    """One (kernel, implementation, shape, pass) benchmark measurement."""
+
+    kernel: str
+    impl: str  # "trainperf", "eager", "compile", "liger"
+    shape: str  # e.g. "4096x8192"
+    dtype: str
+    passname: str  # "fwd" or "fwd+bwd"
+    median_ms: float
+    gbps: float | None = None
+    tflops: float | None = None
+    pct_roofline: float | None = None
+    peak_mem_bytes: float | None = None
+
+
+@dataclass
+class RunRecord:
+    """Run-level metadata, summary metrics, samples and kernel results of one run."""
+
+    run_id: str
+    job: str
+    kind: str = "train"  # "train", "bench", "import"
+    started_at: float = field(default_factory=time.time)  # unix seconds
+    host: str = ""
+    gpu_model: str = ""
+    driver: str = ""
+    cuda: str = ""
+    nccl: str = ""
+    torch: str = ""
+    git_sha: str = ""
+    user: str = ""
+    world_size: int = 1
+    model: str = ""
+    layout: str = ""
+    config: dict = field(default_factory=dict)
+    # summary metrics (None where not measured)
+    step_time_s: float | None = None
+    tokens_per_s: float | None = None
+    mfu: float | None = None
+    mem_peak_bytes: float | None = None
+    goodput: float | None = None
+    samples: list[StepSample] = field(default_factory=list)
+    kernels: list[KernelResult] = field(default_factory=list)
+
+    @property
+    def config_hash(self) -> str:
+        """Return a short stable hash of the config dict and layout (hex)."""
+        blob = json.dumps({"config": self.config, "layout": self.layout, "model": self.model}, sort_keys=True,
+                          default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict:
+        """Return the record as plain JSON-able data."""
+        d = asdict(self)
+        d["config_hash"] = self.config_hash
+        return d
+
+
+def new_run_id() -> str:
+    """Return a fresh unique run id (time-sortable hex)."""
+    return f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+
+
+def _git_sha() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() if out.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def collect_environment() -> dict:
+    """Return host, GPU model, driver, CUDA, NCCL, torch versions and git sha as strings."""
+    env = {"host": socket.gethostname(), "git_sha": _git_sha(), "gpu_model": platform.processor() or "cpu",
+           "driver": "", "cuda": "", "nccl": "", "torch": "", "user": ""}
+    try:
+        env["user"] = getpass.getuser()
+    except (KeyError, OSError):
+        pass
+    try:
+        import torch
+
+        env["torch"] = torch.__version__
+        env["cuda"] = torch.version.cuda or ""
+        if torch.cuda.is_available():
+            env["gpu_model"] = torch.cuda.get_device_name(0)
+            try:
+                env["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+            except Exception:  # noqa: BLE001 - NCCL absent on some builds
+                pass
+            try:
+                out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                     capture_output=True, text=True, timeout=10)
+                env["driver"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 else ""
+            except (OSError, subprocess.SubprocessError, IndexError):
+                pass
+    except ImportError:
+        pass
+    env["host"] = os.environ.get("TRAINPERF_HOST", env["host"])
+    return env

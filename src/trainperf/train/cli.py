@@ -1,0 +1,7 @@
+"""Commands of the `train` verb (registered on the main app by trainperf.cli)."""
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this verb's commands to app."""
