@@ -1,7 +1,39 @@
 """Commands of the `diagnose` verb (registered on the main app by trainperf.cli)."""
 
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
 import typer
 
 
 def register(app: typer.Typer) -> None:
     """Add this verb's commands to app."""
+
+    @app.command("diagnose")
+    def diagnose_cmd(
+        path: Path = typer.Argument(..., help="Kineto trace (.json/.json.gz) or a folder with one file per rank."),
+        rank: Optional[int] = typer.Option(None, "--rank", help="Show only this rank."),
+        steps: Optional[str] = typer.Option(None, "--steps", help="Profiler steps A:B (inclusive) to analyse."),
+        json_out: Optional[Path] = typer.Option(None, "--json", help="Write the full result as JSON here."),
+        top: int = typer.Option(5, "--top", help="Number of findings to show."),
+        html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
+    ) -> None:
+        """Find the bottleneck in profiler traces: per-rank breakdown, findings with evidence and gain."""
+        import json
+
+        from rich.console import Console
+
+        from trainperf.atomic import atomic_write_text
+        from trainperf.diagnose.api import diagnose
+        from trainperf.diagnose.render import print_summary
+
+        result = diagnose(path, rank=rank, steps=steps, top=max(top, 1), progress=True)
+        print_summary(result, Console(), top)
+        if json_out:
+            atomic_write_text(json_out, json.dumps(result.to_json(), indent=1))
+        if html:
+            from trainperf.report.diagnose import write_report
+
+            write_report(result, html)

@@ -1,7 +1,252 @@
-"""Commands of the `fleet` verb (registered on the main app by trainperf.cli)."""
+"""Commands of the `fleet` verb (`trainperf fleet changes|localize`) and `trainperf gate`."""
+
+from __future__ import annotations
 
 import typer
+
+from trainperf.store.cli import STORE_HELP, dumps, store_warnings
+
+fleet_app = typer.Typer(help="Fleet regressions: change points in run metrics and the attributes that explain them.",
+                        no_args_is_help=True)
+
+RUN_ATTRS = ["host", "gpu_model", "driver", "cuda", "nccl", "torch", "layout", "job", "world_size", "git_sha"]
+
+
+def parse_fraction(text: str, name: str) -> float:
+    """Return '2%' or '0.02' as 0.02; raise TrainperfError for anything else."""
+    from trainperf.errors import TrainperfError
+
+    s = text.strip()
+    try:
+        v = float(s[:-1]) / 100 if s.endswith("%") else float(s)
+    except ValueError:
+        raise TrainperfError(f"{name}: {text!r} is not a fraction like 2% or 0.02") from None
+    if not 0 <= v < 10:
+        raise TrainperfError(f"{name}: {text!r} must be between 0 and 1000%")
+    return v
+
+
+def _csv_column(path: str, column: str):
+    import numpy as np
+
+    from trainperf.errors import TrainperfError
+    from trainperf.fleet.localize import read_csv_columns
+
+    cols = read_csv_columns(path)
+    if column not in cols:
+        raise TrainperfError(f"{path}: no column {column!r} (columns: {', '.join(cols)})")
+    raw = cols[column]
+    try:
+        return np.asarray(raw, dtype=float)
+    except (TypeError, ValueError):
+        for i, v in enumerate(raw):
+            try:
+                float(v) if v is not None else None
+            except (TypeError, ValueError):
+                raise TrainperfError(f"{path}: column {column!r} row {i + 1}: not a number: {str(v)[:40]!r}") from None
+        raise
+
+
+def _store_series(store, job, metric):
+    import numpy as np
+
+    from trainperf.errors import TrainperfError
+    from trainperf.fleet.gate import STORE_METRICS
+    from trainperf.store import query
+
+    col = STORE_METRICS.get(metric, metric)
+    if col not in ("step_time_s", "tokens_per_s", "mfu", "mem_peak_bytes", "goodput"):
+        raise TrainperfError(f"metric {metric!r}: use step_time, tokens_per_s, mfu, mem_peak_bytes or goodput")
+    where, params = ("", None) if job is None else (" WHERE job = ?", [job])
+    t = query(f"SELECT run_id, {col} AS v FROM runs{where} ORDER BY started_at, run_id", store, params)
+    if t.num_rows == 0:
+        raise TrainperfError("store: no runs" + (f" of job {job!r}" if job else ""))
+    ids = t.column("run_id").to_pylist()
+    vals = np.array([np.nan if v is None else v for v in t.column("v").to_pylist()], dtype=float)
+    if np.isnan(vals).all():
+        raise TrainperfError(f"store: no run has a value of metric {metric!r}")
+    return ids, vals
+
+
+@fleet_app.command("changes")
+def changes(csv: str = typer.Option(None, "--csv", help="CSV file with the series (else: runs in the store)."),
+            column: str = typer.Option(None, "--column", help="Column of the CSV holding the series."),
+            store: str = typer.Option(None, "--store", help=STORE_HELP),
+            job: str = typer.Option(None, "--job", help="Store: only runs of this job."),
+            metric: str = typer.Option("step_time", "--metric", help="Store: run metric (step_time, tokens_per_s, mfu, ...)."),
+            min_size: int = typer.Option(5, "--min-size", help="Fewest points per segment."),
+            alpha: float = typer.Option(0.01, "--alpha", help="Significance level of the rank test."),
+            min_rel_change: str = typer.Option("0", "--min-rel-change", help="Smallest relative shift, e.g. 2%."),
+            min_effect: float = typer.Option(1.0, "--min-effect", help="Smallest shift in units of point-to-point noise."),
+            as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Find change points (0-based indices where a new segment starts) with magnitudes and confidence."""
+    from trainperf.errors import TrainperfError
+    from trainperf.fleet.changepoints import detect_changes
+
+    if csv is not None:
+        if not column:
+            raise TrainperfError("--csv needs --column NAME")
+        ids, values = None, _csv_column(csv, column)
+    else:
+        with store_warnings():
+            ids, values = _store_series(store, job, metric)
+    res = detect_changes(values, min_size=min_size, alpha=alpha,
+                         min_rel_change=parse_fraction(min_rel_change, "--min-rel-change"), min_effect=min_effect)
+    out = res.to_dict()
+    if ids is not None:
+        out["run_ids"] = [ids[c] for c in res.change_points]
+    if as_json:
+        typer.echo(dumps(out))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    con.print(f"{len(res.changes)} change point(s) in {res.n} points ({res.test})")
+    if res.changes:
+        t = Table("index", "kind", "before", "after", "change", "95% CI", "p-value")
+        for c in res.changes:
+            rel = (f"{c.rel_change:+.2%}", f"[{c.rel_ci[0]:+.2%}, {c.rel_ci[1]:+.2%}]") if c.rel_change == c.rel_change \
+                else (f"{c.shift:+.4g}", f"[{c.shift_ci[0]:+.4g}, {c.shift_ci[1]:+.4g}]")
+            t.add_row(str(c.index) + (f" ({ids[c.index]})" if ids else ""), c.kind, f"{c.before:.4g}", f"{c.after:.4g}",
+                      *rel, f"{c.p_value:.2g}")
+        con.print(t)
+
+
+def _split_window(text: str, name: str) -> tuple[str, str]:
+    from trainperf.errors import TrainperfError
+
+    if ":" not in text:
+        raise TrainperfError(f"{name}: {text!r} is not a window START:END")
+    a, b = text.split(":", 1)
+    return a, b
+
+
+def _store_rows(store, job, metric, at):
+    import numpy as np
+
+    from trainperf.errors import TrainperfError
+    from trainperf.fleet.gate import STORE_METRICS
+    from trainperf.store import query
+
+    col = STORE_METRICS.get(metric, metric)
+    where, params = ("", None) if job is None else (" WHERE job = ?", [job])
+    attrs = ", ".join(RUN_ATTRS)
+    t = query(f"SELECT started_at, {attrs}, {col} AS v FROM runs{where}", store, params)
+    if t.num_rows == 0:
+        raise TrainperfError("store: no runs" + (f" of job {job!r}" if job else ""))
+    try:
+        at_s = float(at)
+    except ValueError:
+        from datetime import datetime, timezone
+
+        try:
+            dt = datetime.fromisoformat(at)
+        except ValueError:
+            raise TrainperfError(f"--at {at!r}: give unix seconds or an ISO date/time") from None
+        at_s = (dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)).timestamp()
+    d = t.to_pydict()
+    keep = [i for i, v in enumerate(d["v"]) if v is not None]
+    cols = {a: np.array([str(d[a][i]) for i in keep]) for a in RUN_ATTRS}
+    cols["period"] = np.array([1.0 if d["started_at"][i] >= at_s else 0.0 for i in keep])
+    cols["value"] = np.array([d["v"][i] for i in keep], dtype=float)
+    return cols
+
+
+@fleet_app.command("localize")
+def localize_cmd(csv: str = typer.Option(None, "--csv", help="CSV: one row per leaf and time (else: runs in the store)."),
+                 time_col: str = typer.Option(None, "--time-col", help="CSV column holding the time."),
+                 measure: str = typer.Option(None, "--measure", help="CSV column of the measure (numerator)."),
+                 per: str = typer.Option(None, "--per", help="Denominator column: the measure becomes MEASURE/PER."),
+                 at: str = typer.Option(None, "--at", help="The changed time; earlier rows are the history."),
+                 before: str = typer.Option(None, "--before", help="History window START:END (instead of --at)."),
+                 after: str = typer.Option(None, "--after", help="Changed window START:END (instead of --at)."),
+                 history: int = typer.Option(4, "--history", help="With --at: the last N times before it (0 = all)."),
+                 attrs: str = typer.Option(None, "--attrs", help="Comma-separated attribute columns (default: all others)."),
+                 store: str = typer.Option(None, "--store", help=STORE_HELP),
+                 job: str = typer.Option(None, "--job", help="Store: only runs of this job."),
+                 metric: str = typer.Option("step_time", "--metric", help="Store: run metric."),
+                 as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Find the attribute combinations that explain a change, with before/after and share of the change."""
+    from trainperf.errors import TrainperfError
+    from trainperf.fleet.localize import localize_rows, read_csv_columns
+
+    attr_list = [a.strip() for a in attrs.split(",")] if attrs else None
+    if csv is not None:
+        if not time_col or not measure:
+            raise TrainperfError("--csv needs --time-col and --measure")
+        cols = read_csv_columns(csv)
+        kw = {}
+        if at is not None:
+            kw = {"at": at, "history": history or None}
+        elif before and after:
+            kw = {"before": _split_window(before, "--before"), "after": _split_window(after, "--after")}
+        else:
+            raise TrainperfError("give --at TIME, or --before START:END and --after START:END")
+        try:
+            res = localize_rows(cols, time_col, measure, per=per, attrs=attr_list, **kw)
+        except TrainperfError as e:
+            raise TrainperfError(f"{csv}: {e}") from None
+    else:
+        if at is None:
+            raise TrainperfError("store: give --at TIME (runs before it are the history, from it on the change)")
+        with store_warnings():
+            cols = _store_rows(store, job, metric, at)
+        use = attr_list or [a for a in RUN_ATTRS if len(set(cols[a])) > 1] or RUN_ATTRS[:1]
+        res = localize_rows(cols, "period", "value", at=1.0, history=None, attrs=use)
+    out = res.to_dict()
+    if as_json:
+        typer.echo(dumps(out))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    con.print(f"total before {res.total_before:.6g}, after {res.total_after:.6g}; "
+              f"the causes explain {res.explained:.0%} of the leaf-level deviation")
+    if not res.causes:
+        con.print("no attribute combination explains the change")
+        return
+    t = Table("root cause", "before", "after", "share of change", "leaves")
+    for c in res.causes:
+        t.add_row(" & ".join(f"{k}={v}" for k, v in c.attrs.items()), f"{c.before:.4g}", f"{c.after:.4g}",
+                  f"{c.share:.0%}", str(c.n_leaves))
+    con.print(t)
+
+
+def gate(baseline: str = typer.Option(..., "--baseline", help="Run id, folder or file (one number per line)."),
+         candidate: str = typer.Option(..., "--candidate", help="Run id, folder or file (one number per line)."),
+         metric: str = typer.Option("step_time", "--metric", help="Metric (lower is better unless a throughput/MFU)."),
+         min_effect: str = typer.Option("2%", "--min-effect", help="Smallest change that counts, e.g. 2%."),
+         alpha: float = typer.Option(0.005, "--alpha", help="Significance level of the Mann-Whitney U test."),
+         store: str = typer.Option(None, "--store", help=STORE_HELP),
+         as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """CI gate: regression / improvement / no change / inconclusive. Exit 0 pass, 1 regression, 2 usage error."""
+    from trainperf.errors import TrainperfError
+    from trainperf.fleet.gate import compare, load_samples
+
+    if not 0 < alpha < 1:
+        raise TrainperfError(f"--alpha {alpha}: must be between 0 and 1")
+    eff = parse_fraction(min_effect, "--min-effect")
+    with store_warnings():
+        a = load_samples(baseline, metric, store)
+        b = load_samples(candidate, metric, store)
+    res = compare(a, b, metric=metric, min_effect=eff, alpha=alpha)
+    if as_json:
+        typer.echo(dumps(res.to_dict()))
+    else:
+        from rich.console import Console
+
+        color = {"regression": "red", "improvement": "green", "no change": "blue"}.get(res.verdict, "yellow")
+        Console().print(
+            f"[bold {color}]{res.verdict}[/]: {res.metric} {res.baseline_median:.4g} -> {res.candidate_median:.4g} "
+            f"(n = {res.n_baseline} vs {res.n_candidate}); effect {res.effect:+.2%} "
+            f"[95% CI {res.effect_ci[0]:+.2%}, {res.effect_ci[1]:+.2%}]; {res.test} p = {res.p_value:.2g}; "
+            f"{res.reason}", highlight=False, soft_wrap=True)
+    raise typer.Exit(res.exit_code)
 
 
 def register(app: typer.Typer) -> None:
     """Add this verb's commands to app."""
+    app.add_typer(fleet_app, name="fleet")
+    app.command("gate")(gate)

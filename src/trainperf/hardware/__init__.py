@@ -31,11 +31,20 @@ class Accelerator:
     usd_per_hour: float
     sources: str
     aliases: tuple[str, ...] = ()
+    # Achieved fraction of the dense bf16 peak in training runs: large GEMMs and flash
+    # attention forward. Fitted on published runs for A100 and H100; other accelerators are
+    # estimates by generation (see catalog.yaml); `trainperf calibrate` measures them.
+    gemm_eff: float = 0.70
+    attn_eff: float = 0.45
 
     @property
     def hbm_bytes(self) -> float:
-        """HBM capacity in bytes."""
-        return self.hbm_gb * 1e9
+        """HBM capacity in bytes.
+
+        Vendors' HBM "GB" are binary: an "80 GB" H100 shows 81,559 MiB in nvidia-smi, a
+        "192 GB" MI300X 196,608 MiB, so capacity is ``hbm_gb * 2**30``.
+        """
+        return self.hbm_gb * 2**30
 
     def peak_flops(self, precision: str = "bf16") -> float:
         """Return the dense peak for ``precision`` in FLOP/s (fp8 falls back to bf16 where absent)."""

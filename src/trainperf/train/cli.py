@@ -1,7 +1,110 @@
 """Commands of the `train` verb (registered on the main app by trainperf.cli)."""
 
+from __future__ import annotations
+
+from typing import List, Optional
+
 import typer
 
 
 def register(app: typer.Typer) -> None:
     """Add this verb's commands to app."""
+
+    @app.command("train")
+    def train_cmd(
+        model: str = typer.Option("tiny", help="Model preset (tiny, small, llama3-1b, ...) or a JSON config file."),
+        steps: int = typer.Option(50, help="Optimizer steps to reach (a resumed run continues up to it)."),
+        nproc: int = typer.Option(1, help="Processes on this machine; > 1 starts torchrun (gloo on CPU, NCCL on GPU)."),
+        layout: str = typer.Option("", help='Layout string as `trainperf plan` prints it, e.g. "tp=2,zero=3,mbs=2".'),
+        seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Sequence length (default: the model's)."),
+        compile: bool = typer.Option(False, "--compile", help="torch.compile every transformer block."),
+        compile_backend: str = typer.Option("inductor", help="torch.compile backend (aot_eager compiles fast)."),
+        kernels: bool = typer.Option(False, "--kernels", help="Swap in trainperf's fused Triton kernels."),
+        ckpt_every: int = typer.Option(0, help="Save a checkpoint every N steps (0: never)."),
+        ckpt_keep: int = typer.Option(3, help="Complete checkpoints to keep."),
+        sync_ckpt: bool = typer.Option(False, "--sync-ckpt", help="Save checkpoints synchronously (default: async)."),
+        resume: bool = typer.Option(True, "--resume/--no-resume",
+                                    help="Continue from the newest complete checkpoint in --out (default on)."),
+        profile_steps: Optional[str] = typer.Option(None, help="Trace steps A:B (Python slice) into OUT/traces/."),
+        out: str = typer.Option("train_out", help="Run folder (metrics.jsonl, traces/, checkpoints/, report.html)."),
+        text: Optional[List[str]] = typer.Option(None, help="Text files or folders to train on (default: shipped sample)."),
+        synthetic: bool = typer.Option(False, "--synthetic", help="Random tokens instead of text (no I/O)."),
+        lr: float = typer.Option(3e-3, help="Peak learning rate (linear warm-up, cosine decay)."),
+        warmup_steps: int = typer.Option(5, help="Warm-up steps."),
+        num_workers: int = typer.Option(0, help="DataLoader worker processes."),
+        device: str = typer.Option("auto", help="auto, cpu or cuda."),
+        gpu: Optional[str] = typer.Option(None, help="Catalog name of the GPU for peak FLOP/s (default: detected)."),
+        peak_tflops: Optional[float] = typer.Option(None, help="Peak TFLOP/s of one device (overrides the catalog)."),
+        max_restarts: int = typer.Option(0, help="torchrun restarts after a failure (each resumes from a checkpoint)."),
+        seed: int = typer.Option(0, help="Seed of the weights and the data order."),
+        job: str = typer.Option("train", help="Job name in the run record."),
+        store: Optional[str] = typer.Option(None, help="Run-record store (default: $TRAINPERF_STORE or ./.trainperf)."),
+    ) -> None:
+        """Train the reference Llama-style model and measure it: tokens/s, MFU, memory, goodput."""
+        from rich.console import Console
+
+        from trainperf.errors import TrainperfError
+        from trainperf.train.trainer import TrainConfig
+
+        if nproc < 1:
+            raise TrainperfError(f"--nproc {nproc}: must be >= 1")
+        cfg = TrainConfig(model=model, seq_len=seq_len, steps=steps, layout=layout, lr=lr, warmup_steps=warmup_steps,
+                          compile=compile, compile_backend=compile_backend, kernels=kernels, ckpt_every=ckpt_every,
+                          ckpt_keep=ckpt_keep, ckpt_async=not sync_ckpt, resume=resume, profile_steps=profile_steps,
+                          out=out, text=list(text) if text else None, synthetic=synthetic, num_workers=num_workers,
+                          device=device, gpu=gpu, peak_tflops=peak_tflops, seed=seed, job=job, store=store)
+        console = Console()
+        if nproc > 1:
+            from trainperf.train.launch import launch
+
+            rc = launch(cfg, nproc, max_restarts)
+            if rc != 0:
+                raise TrainperfError(f"torchrun exited with code {rc} (see the ranks' errors above); "
+                                     f"rerun the same command to resume from {out}/checkpoints")
+            import json
+            from pathlib import Path
+
+            result = json.loads((Path(out) / "summary.json").read_text())
+        else:
+            from trainperf.train.trainer import train
+
+            result = train(cfg)
+        print_summary(console, result)
+
+
+def print_summary(console, result: dict) -> None:
+    """Print a run summary: throughput, MFU, memory, goodput split, predicted vs measured."""
+    from rich.table import Table
+
+    gp = result.get("goodput", {})
+    t = Table(title=f"{result['model']} · {result['world_size']} x {result['device']} · {result['strategy']}",
+              show_header=True)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+
+    def pct(x):
+        return f"{x * 100:.1f}%" if x is not None else "-"
+
+    t.add_row("layout", result["layout"])
+    t.add_row("median step time", f"{result['step_time_s'] * 1e3:.1f} ms" if result.get("step_time_s") else "-")
+    t.add_row("tokens/s (all ranks)", f"{result['tokens_per_s']:,.0f}" if result.get("tokens_per_s") else "-")
+    t.add_row("MFU / HFU", f"{pct(result.get('mfu'))} / {pct(result.get('hfu'))}")
+    t.add_row("peak memory / rank", f"{(result.get('mem_peak_bytes') or 0) / 2**30:.2f} GiB")
+    t.add_row("final loss", f"{result['final_loss']:.4f}" if result.get("final_loss") is not None else "-")
+    t.add_row("goodput", pct(gp.get("goodput")))
+    for k in ("startup_s", "data_wait_s", "checkpoint_s", "restart_s", "lost_work_s", "other_s"):
+        t.add_row(f"  badput: {k[:-2].replace('_', ' ')}", f"{gp.get(k, 0.0):.2f} s")
+    pred = result.get("predicted") or {}
+    if "predicted" in pred:
+        p, m = pred["predicted"], pred["measured"]
+        t.add_row("step time predicted / measured", f"{p['step_time_s'] * 1e3:.1f} / {m['step_time_s'] * 1e3:.1f} ms")
+        t.add_row("memory predicted / measured",
+                  f"{p['mem_peak_bytes'] / 2**30:.2f} / {(m['mem_peak_bytes'] or 0) / 2**30:.2f} GiB")
+    console.print(t)
+    if pred.get("note"):
+        console.print(f"[dim]{pred['note']}[/]")
+    if result.get("resumed_from"):
+        console.print(f"resumed from {result['resumed_from']}")
+    console.print(f"run folder: {result['run_dir']} (metrics.jsonl, report.html, traces/, checkpoints/)")
+    if result.get("record_note"):
+        console.print(f"[dim]{result['record_note']}[/]")

@@ -1,0 +1,106 @@
+"""Benchmark the run store: write throughput and DuckDB queries over 10 million step rows.
+
+Builds a Parquet store of ``--runs`` runs x ``--steps`` steps through trainperf.store.write_run
+(one file per run, hive-partitioned by date and job), then times whole ``trainperf.store.query``
+calls (listing the files, opening DuckDB, creating the views, running the SQL), median of
+``--repeat``. Side by side: the same SQL on one flat Parquet file of the same step rows
+(no nesting, no per-run files): the floor our layout pays against.
+
+    .venv/bin/python benchmarks/bench_store.py [--runs 1000] [--steps 10000] [--dir /tmp/tp_bench_store]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+QUERIES = {
+    "count": "SELECT count(*) FROM steps",
+    "median by job, host": "SELECT job, host, median(step_time_s), avg(tokens_per_s) FROM steps GROUP BY job, host",
+    "p90 per run after warm-up": "SELECT run_id, quantile_cont(step_time_s, 0.9) FROM steps WHERE step >= 100 GROUP BY run_id",
+    "runs list": "SELECT run_id, job, started_at, step_time_s FROM runs ORDER BY started_at DESC LIMIT 50",
+}
+
+
+def build(root: Path, runs: int, steps: int) -> float:
+    from rich.progress import track
+
+    from trainperf.store import RunRecord, StepSample, write_run
+
+    rng = np.random.default_rng(0)
+    t0 = time.perf_counter()
+    write_s = 0.0
+    for i in track(range(runs), description=f"writing {runs} runs x {steps} steps"):
+        st = 1.0 + 0.01 * rng.standard_normal(steps)
+        rec = RunRecord(run_id=f"bench-{i:05d}", job=f"job{i % 8}", host=f"node{i % 64:02d}", nccl="2.21.5",
+                        torch="2.5.1", layout="tp=2,pp=1,zero=3", started_at=1.7e9 + 3600 * i,
+                        step_time_s=float(np.median(st)),
+                        samples=[StepSample(step=k, step_time_s=float(v), tokens_per_s=float(8192 / v))
+                                 for k, v in enumerate(st)])
+        t1 = time.perf_counter()
+        write_run(rec, str(root))
+        write_s += time.perf_counter() - t1
+    print(f"built in {time.perf_counter() - t0:.1f} s; write_run total {write_s:.1f} s "
+          f"({1000 * write_s / runs:.1f} ms per run of {steps} steps)")
+    return write_s
+
+
+def flat_copy(root: Path, flat: Path) -> None:
+    import duckdb
+
+    from trainperf.store.parquet import connect
+
+    con = connect(root)
+    con.execute(f"COPY (SELECT * FROM steps) TO '{flat}' (FORMAT parquet, COMPRESSION zstd)")
+    con.close()
+    del duckdb
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=1000)
+    ap.add_argument("--steps", type=int, default=10000)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--dir", default="/tmp/tp_bench_store")
+    ap.add_argument("--keep", action="store_true", help="reuse an existing store in --dir")
+    args = ap.parse_args()
+    import duckdb
+
+    from trainperf.store import query
+    from trainperf.store.parquet import store_size_bytes
+
+    root = Path(args.dir)
+    if not (args.keep and (root / "runs").is_dir()):
+        shutil.rmtree(root, ignore_errors=True)
+        build(root, args.runs, args.steps)
+    flat = root.parent / (root.name + "_flat.parquet")
+    if not flat.exists():
+        flat_copy(root, flat)
+    n = query("SELECT count(*) AS n FROM steps", str(root)).column("n")[0].as_py()
+    print(f"store {root}: {n:,} step rows, {store_size_bytes(root) / 2**20:.0f} MiB in run files; "
+          f"flat copy {flat.stat().st_size / 2**20:.0f} MiB")
+    print(f"{'query':<28} {'store s (median)':>17} {'flat s (median)':>16} {'ratio':>6}")
+    for name, sql in QUERIES.items():
+        ts, tf = [], []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            query(sql, str(root))
+            ts.append(time.perf_counter() - t0)
+            if "FROM steps" in sql:
+                t0 = time.perf_counter()
+                con = duckdb.connect()
+                con.execute(f"CREATE VIEW steps AS SELECT * FROM read_parquet('{flat}')")
+                con.sql(sql).to_arrow_table()
+                con.close()
+                tf.append(time.perf_counter() - t0)
+        ms, mf = statistics.median(ts), (statistics.median(tf) if tf else float("nan"))
+        print(f"{name:<28} {ms:>17.3f} {mf:>16.3f} {ms / mf if tf else float('nan'):>6.2f}")
+
+
+if __name__ == "__main__":
+    main()

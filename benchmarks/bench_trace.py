@@ -1,0 +1,101 @@
+"""Trace loading cost, trainperf vs HTA 0.5.0, measured side by side in fresh processes.
+
+Cases: df_index_resolver (54 MB of JSON, the largest real trace) and an 8-rank set made by
+relabelling a real rank (negative_queue_length_values_check, 26 MB) as ranks 0-7 in /tmp.
+For each tool and case: CPU seconds (process + children), wall seconds, peak RSS and the RSS after
+imports, median of --repeat runs. Memory ratio = (peak RSS - RSS after imports) / JSON bytes of
+one rank (the parse worker's own cost, as HTA's "100 MB plus 5x the JSON per worker").
+
+    .venv/bin/python benchmarks/bench_trace.py [--repeat 3] [--hta-python /tmp/hta-venv/bin/python]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "../shared/data/traces/hta"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_hta import run_hta  # noqa: E402
+
+OURS = r'''
+import json, resource, sys, time
+import numpy, trainperf.trace
+from trainperf.trace import load_trace
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+c0 = time.process_time(); w0 = time.perf_counter()
+tables = load_trace(sys.argv[1])
+ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"cpu_s": time.process_time() - c0 + ch.ru_utime + ch.ru_stime, "wall_s": time.perf_counter() - w0,
+                  "peak_rss_mb": max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, ch.ru_maxrss) / 1024,
+                  "base_rss_mb": base, "events": sum(len(t) for t in tables.values())}))
+'''
+
+
+def run_ours(path: Path) -> dict:
+    r = subprocess.run([sys.executable, "-c", OURS, str(path)], capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        raise SystemExit(r.stderr)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def make_8_ranks(src: Path, dst: Path) -> Path:
+    """Copy one real rank 8 times, rewriting distributedInfo.rank to 0..7."""
+    dst.mkdir(parents=True, exist_ok=True)
+    raw = gzip.decompress(src.read_bytes())
+    for r in range(8):
+        out = dst / f"rank{r}.json.gz"
+        if not out.exists():
+            relabelled = re.sub(rb'("distributedInfo"\s*:\s*\{[^}]*"rank"\s*:\s*)\d+', rb"\g<1>%d" % r, raw, count=1)
+            out.write_bytes(gzip.compress(relabelled, compresslevel=1))
+    return dst
+
+
+def json_mb(path: Path) -> tuple[float, float]:
+    """(total, largest file) uncompressed JSON size in MB."""
+    files = [path] if path.is_file() else sorted(path.glob("*.gz"))
+    sizes = [len(gzip.decompress(f.read_bytes())) / 1e6 for f in files]
+    return sum(sizes), max(sizes)
+
+
+def median_of(runs: list[dict]) -> dict:
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0] if isinstance(runs[0][k], (int, float))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--hta-python", default="/tmp/hta-venv/bin/python")
+    args = ap.parse_args()
+    single = DATA / "df_index_resolver"
+    eight = make_8_ranks(DATA / "negative_queue_length_values_check/rank0.json.gz",
+                         Path(tempfile.gettempdir()) / "trainperf-bench-8rank")
+    print("| case | JSON MB (total / per rank) | tool | CPU s | wall s | peak RSS MB | RSS after imports MB | "
+          "(peak-imports)/JSON per rank |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, path in (("df_index_resolver, 1 rank", single), ("8 ranks x negative_queue rank 0", eight)):
+        total, per = json_mb(path)
+        res = {}
+        for tool in ("trainperf", "HTA 0.5.0"):
+            runs = [run_ours(path) if tool == "trainperf" else run_hta(path, args.hta_python, mode="load")["load"]
+                    for _ in range(args.repeat)]
+            m = median_of(runs)
+            res[tool] = m
+            ratio = (m["peak_rss_mb"] - m["base_rss_mb"]) / per
+            print(f"| {name} | {total:.1f} / {per:.1f} | {tool} | {m['cpu_s']:.2f} | {m['wall_s']:.2f} | "
+                  f"{m['peak_rss_mb']:.0f} | {m['base_rss_mb']:.0f} | {ratio:.2f}x |", flush=True)
+        o, h = res["trainperf"], res["HTA 0.5.0"]
+        print(f"| {name} | | ratio HTA/trainperf | {h['cpu_s'] / o['cpu_s']:.1f}x | {h['wall_s'] / o['wall_s']:.1f}x | "
+              f"{h['peak_rss_mb'] / o['peak_rss_mb']:.1f}x | | |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

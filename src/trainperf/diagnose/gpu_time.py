@@ -1,0 +1,175 @@
+"""Where a rank's device time goes: temporal breakdown, idle split, comm/compute overlap, categories.
+
+Definitions follow HTA 0.5.0 so that the numbers agree with it (benchmarks/compare_hta.py):
+- window = first device event start .. last device event end in the analysis window;
+- idle = window - union of all device intervals; compute = union of compute kernels (not
+  communication, memcpy, memset or syncs); non-compute = the rest of the busy time;
+- overlap = |union(comm) ∩ union(compute)| / |union(comm)|;
+- idle split, per stream then summed: the gap before a kernel is host wait when its launch
+  started after the previous kernel on the stream ended, kernel wait when shorter than 30 µs,
+  else other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trainperf.diagnose.window import Window, intersection_length, merge_intervals
+from trainperf.trace.annotate import correlated_host_row
+from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMMUNICATION, GPU_SYNC, KERNEL, MEMCPY,
+                                    MEMSET, EventTable)
+
+KERNEL_WAIT_US = 30.0  # HTA's consecutive_kernel_delay default
+
+
+def _pct(part: float, whole: float) -> float:
+    return 100.0 * part / whole if whole > 0 else 0.0
+
+
+@dataclass
+class TemporalBreakdown:
+    """Window time split into idle, compute and non-compute (µs and % of the window)."""
+
+    window_us: float
+    idle_us: float
+    compute_us: float
+    non_compute_us: float
+
+    @property
+    def idle_pct(self) -> float:
+        return _pct(self.idle_us, self.window_us)
+
+    @property
+    def compute_pct(self) -> float:
+        return _pct(self.compute_us, self.window_us)
+
+    @property
+    def non_compute_pct(self) -> float:
+        return _pct(self.non_compute_us, self.window_us)
+
+
+def compute_mask(t: EventTable, rows: np.ndarray) -> np.ndarray:
+    """Which device rows are computation (not communication, memcpy/memset or a sync)."""
+    cat = t.category[rows]
+    return (t.kind[rows] == KERNEL) & ~np.isin(cat, (COMMUNICATION, CAT_MEMCPY, CAT_MEMSET)) & \
+        ~np.isin(t.name[rows], t.ids_matching(lambda s: "Sync" in s or "Memcpy" in s or s.startswith("Memset")))
+
+
+def temporal_breakdown(t: EventTable, w: Window) -> TemporalBreakdown:
+    """Idle / compute / non-compute time of the window (µs)."""
+    rows = w.device
+    if rows.size == 0:
+        return TemporalBreakdown(0.0, 0.0, 0.0, 0.0)
+    busy = merge_intervals(w.ts_us[rows], w.end_us[rows])
+    window = float(busy[1][-1] - busy[0][0])
+    busy_us = float((busy[1] - busy[0]).sum())
+    comp_rows = rows[compute_mask(t, rows)]
+    comp = merge_intervals(w.ts_us[comp_rows], w.end_us[comp_rows])
+    compute = float((comp[1] - comp[0]).sum())
+    idle = window - busy_us
+    return TemporalBreakdown(window, idle, compute, window - compute - idle)
+
+
+@dataclass
+class Overlap:
+    """Communication time and the share of it hidden under computation."""
+
+    comm_us: float
+    overlapped_us: float
+
+    @property
+    def overlap_pct(self) -> float:
+        return _pct(self.overlapped_us, self.comm_us)
+
+    @property
+    def exposed_us(self) -> float:
+        return self.comm_us - self.overlapped_us
+
+
+def comm_comp_overlap(t: EventTable, w: Window) -> Overlap:
+    """Union of communication kernels, and how much of it overlaps the union of compute kernels (µs)."""
+    rows = w.device
+    comm_rows = rows[(t.category[rows] == COMMUNICATION) & (t.kind[rows] == KERNEL)]
+    comp_rows = rows[compute_mask(t, rows)]
+    comm = merge_intervals(w.ts_us[comm_rows], w.end_us[comm_rows])
+    comp = merge_intervals(w.ts_us[comp_rows], w.end_us[comp_rows])
+    comm_us = float((comm[1] - comm[0]).sum())
+    return Overlap(comm_us, intersection_length(comm, comp))
+
+
+@dataclass
+class IdleSplit:
+    """Idle time between device events on each stream, by cause (µs), summed over streams."""
+
+    host_wait_us: float
+    kernel_wait_us: float
+    other_us: float
+    by_stream: dict[int, tuple[float, float, float]] = field(default_factory=dict)
+
+    @property
+    def total_us(self) -> float:
+        return self.host_wait_us + self.kernel_wait_us + self.other_us
+
+    def pct(self) -> tuple[float, float, float]:
+        """(host wait, kernel wait, other) in % of the total idle time."""
+        tot = self.total_us
+        return _pct(self.host_wait_us, tot), _pct(self.kernel_wait_us, tot), _pct(self.other_us, tot)
+
+
+def idle_split(t: EventTable, w: Window, kernel_wait_us: float = KERNEL_WAIT_US) -> IdleSplit:
+    """Classify each gap between consecutive device events of a stream (µs)."""
+    rows = w.device[np.isin(t.kind[w.device], (KERNEL, MEMCPY, MEMSET))]
+    link = correlated_host_row(t)
+    launch = link[rows]
+    launch_ts = np.where(launch >= 0, w.ts_us[np.clip(launch, 0, None)], -np.inf)
+    totals = np.zeros(3)
+    by_stream: dict[int, tuple[float, float, float]] = {}
+    streams = t.stream[rows]
+    for s in np.unique(streams):
+        sel = np.flatnonzero(streams == s)
+        o = sel[np.argsort(w.ts_us[rows[sel]], kind="stable")]
+        ts, end, lts = w.ts_us[rows[o]], w.end_us[rows[o]], launch_ts[o]
+        if ts.size < 2:
+            by_stream[int(s)] = (0.0, 0.0, 0.0)
+            continue
+        gap = ts[1:] - end[:-1]
+        host = lts[1:] > end[:-1]
+        kern = ~host & (gap < kernel_wait_us)
+        other = ~host & ~kern
+        v = (float(gap[host].sum()), float(gap[kern].sum()), float(gap[other].sum()))
+        by_stream[int(s)] = v
+        totals += v
+    return IdleSplit(*map(float, totals), by_stream=by_stream)
+
+
+@dataclass
+class CategoryTime:
+    """Device time of one kernel category in the window."""
+
+    category: str
+    time_us: float
+    count: int
+    pct_of_busy: float
+    top_kernels: list[tuple[str, float, int]]  # (name, µs, count)
+
+
+def kernel_breakdown(t: EventTable, w: Window, top: int = 3) -> list[CategoryTime]:
+    """Device time per kernel category (sum of durations, µs), largest first, with top kernels."""
+    rows = w.device[t.kind[w.device] != GPU_SYNC]
+    dur = w.end_us[rows] - w.ts_us[rows]
+    total = float(dur.sum())
+    out = []
+    for c in np.unique(t.category[rows]):
+        if c < 0:
+            continue
+        sel = t.category[rows] == c
+        names, inv = np.unique(t.name[rows][sel], return_inverse=True)
+        per = np.bincount(inv, weights=dur[sel])
+        cnt = np.bincount(inv)
+        o = np.argsort(-per)[:top]
+        out.append(CategoryTime(CATEGORY_NAMES[c], float(dur[sel].sum()), int(sel.sum()),
+                                _pct(float(dur[sel].sum()), total),
+                                [(t.names[int(names[i])], float(per[i]), int(cnt[i])) for i in o]))
+    return sorted(out, key=lambda c: -c.time_us)

@@ -1,0 +1,72 @@
+"""Host side of a step: data-loader waits, host syncs, optimizer phase, checkpoint saves."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainperf.diagnose.window import Window
+from trainperf.trace.events import CPU_OP, PYTHON, RUNTIME, USER_ANNOTATION, EventTable
+
+DATALOADER_RE = re.compile(r"enumerate\(DataLoader\)|DataLoader.*__next__|_next_data|dataloader", re.I)
+SYNC_RUNTIME_RE = re.compile(r"^(cuda|hip)(StreamSynchronize|DeviceSynchronize|EventSynchronize|Memcpy|MemcpyDtoH|"
+                             r"ThreadSynchronize|StreamQuery)(_v\d+)?$|^cuCtxSynchronize|^cuStreamSynchronize")
+SYNC_OP_RE = re.compile(r"^aten::(item|_local_scalar_dense|nonzero|cpu|masked_select|unique|repeat_interleave)$")
+OPTIMIZER_RE = re.compile(r"^Optimizer\.(step|zero_grad)|optimizer.*step|^Optimizer#", re.I)
+CHECKPOINT_RE = re.compile(r"checkpoint|torch\.save|dcp\.|save_state_dict|async_save|torch/serialization", re.I)
+
+
+def _spans(t: EventTable, w: Window, pattern: re.Pattern, kinds) -> np.ndarray:
+    ids = t.ids_matching(pattern.search)
+    return np.flatnonzero(w.keep & np.isin(t.name, ids) & np.isin(t.kind, kinds))
+
+
+def _union_us(w: Window, rows: np.ndarray) -> float:
+    from trainperf.diagnose.window import merge_intervals
+
+    s, e = merge_intervals(w.ts_us[rows], w.end_us[rows])
+    return float((e - s).sum())
+
+
+@dataclass
+class HostSpans:
+    """Named host spans of one kind: union time (µs), count and the longest ones (name, start µs, dur µs)."""
+
+    time_us: float
+    count: int
+    longest: list[tuple[str, float, float]]
+
+
+def _host_spans(t: EventTable, w: Window, pattern: re.Pattern, kinds) -> HostSpans:
+    rows = _spans(t, w, pattern, kinds)
+    dur = w.end_us[rows] - w.ts_us[rows]
+    o = np.argsort(-dur)[:5]
+    return HostSpans(_union_us(w, rows), int(rows.size),
+                     [(t.names[int(t.name[rows[i]])], float(w.ts_us[rows[i]]), float(dur[i])) for i in o])
+
+
+def dataloader_spans(t: EventTable, w: Window) -> HostSpans:
+    """Time the training loop spent fetching batches (DataLoader spans, µs)."""
+    return _host_spans(t, w, DATALOADER_RE, (USER_ANNOTATION, CPU_OP, PYTHON))
+
+
+def host_syncs(t: EventTable, w: Window) -> HostSpans:
+    """Host calls that block until the device catches up (stream/device/event synchronize, sync copies)."""
+    return _host_spans(t, w, SYNC_RUNTIME_RE, (RUNTIME,))
+
+
+def sync_ops(t: EventTable, w: Window) -> HostSpans:
+    """PyTorch ops that force a device-to-host sync (aten::item, .cpu(), nonzero, ...)."""
+    return _host_spans(t, w, SYNC_OP_RE, (CPU_OP,))
+
+
+def optimizer_spans(t: EventTable, w: Window) -> HostSpans:
+    """Host time inside optimizer step / zero_grad spans (µs)."""
+    return _host_spans(t, w, OPTIMIZER_RE, (USER_ANNOTATION, CPU_OP, PYTHON))
+
+
+def checkpoint_spans(t: EventTable, w: Window) -> HostSpans:
+    """Host time inside checkpoint-saving spans (µs)."""
+    return _host_spans(t, w, CHECKPOINT_RE, (USER_ANNOTATION, CPU_OP, PYTHON))

@@ -1,0 +1,106 @@
+"""Kernel launches: launch delay, small kernels, queue length and launch-bound stretches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainperf.diagnose.window import Window
+from trainperf.trace.annotate import correlated_host_row
+from trainperf.trace.events import KERNEL, MEMCPY, MEMSET, EventTable
+
+SMALL_KERNEL_US = 10.0
+LAUNCH_BOUND_MIN_KERNELS = 20
+
+
+def launched_rows(t: EventTable, w: Window) -> tuple[np.ndarray, np.ndarray]:
+    """(device rows, their launch rows) for window kernels/memcpys/memsets that have a host launch."""
+    rows = w.device[np.isin(t.kind[w.device], (KERNEL, MEMCPY, MEMSET))]
+    link = correlated_host_row(t)[rows]
+    ok = link >= 0
+    return rows[ok], link[ok]
+
+
+@dataclass
+class LaunchStats:
+    """Launch delay (kernel start - launch call start, µs) and small-kernel share."""
+
+    n_kernels: int
+    delay_median_us: float
+    delay_p95_us: float
+    delay_max_us: float
+    small_kernel_count_pct: float   # kernels shorter than SMALL_KERNEL_US, % of kernels
+    small_kernel_time_pct: float    # their time, % of kernel time
+    launch_overhead_us: float       # median duration of the launch call itself
+
+
+def launch_stats(t: EventTable, w: Window) -> LaunchStats:
+    """Launch delays and small-kernel share over the window."""
+    rows, link = launched_rows(t, w)
+    krows = w.device[t.kind[w.device] == KERNEL]
+    kdur = w.end_us[krows] - w.ts_us[krows]
+    small = kdur < SMALL_KERNEL_US
+    if rows.size == 0:
+        d = np.zeros(1)
+        over = 0.0
+    else:
+        d = w.ts_us[rows] - w.ts_us[link]
+        over = float(np.median(w.end_us[link] - w.ts_us[link]))
+    tot = float(kdur.sum())
+    return LaunchStats(int(krows.size), float(np.median(d)), float(np.percentile(d, 95)), float(d.max()),
+                       100.0 * small.mean() if krows.size else 0.0,
+                       100.0 * float(kdur[small].sum()) / tot if tot > 0 else 0.0, over)
+
+
+@dataclass
+class QueueLength:
+    """Kernels launched but not finished, sampled at each launch (per stream, mean and max)."""
+
+    by_stream: dict[int, tuple[float, int]]
+
+
+def queue_length(t: EventTable, w: Window) -> QueueLength:
+    """Outstanding (launched, not yet finished) device events on each stream, at each launch."""
+    rows, link = launched_rows(t, w)
+    out: dict[int, tuple[float, int]] = {}
+    for s in np.unique(t.stream[rows]):
+        sel = t.stream[rows] == s
+        launch = np.sort(w.ts_us[link[sel]])
+        end = np.sort(w.end_us[rows[sel]])
+        q = np.arange(1, launch.size + 1) - np.searchsorted(end, launch, side="right")
+        q = np.maximum(q, 0)  # clock skew between host and device can make it negative
+        out[int(s)] = (float(q.mean()), int(q.max()))
+    return QueueLength(out)
+
+
+@dataclass
+class LaunchBoundStretch:
+    """A run of consecutive kernels on one stream each launched after the previous one ended."""
+
+    stream: int
+    start_us: float
+    end_us: float
+    n_kernels: int
+    idle_us: float
+
+
+def launch_bound_stretches(t: EventTable, w: Window, min_kernels: int = LAUNCH_BOUND_MIN_KERNELS
+                           ) -> list[LaunchBoundStretch]:
+    """Stretches where the device waited on the host for >= min_kernels consecutive kernels."""
+    rows, link = launched_rows(t, w)
+    out = []
+    for s in np.unique(t.stream[rows]):
+        sel = np.flatnonzero(t.stream[rows] == s)
+        o = sel[np.argsort(w.ts_us[rows[sel]], kind="stable")]
+        ts, end, lts = w.ts_us[rows[o]], w.end_us[rows[o]], w.ts_us[link[o]]
+        if ts.size < 2:
+            continue
+        host_wait = np.r_[False, lts[1:] > end[:-1]]
+        gaps = np.r_[0.0, ts[1:] - end[:-1]]
+        edges = np.diff(np.r_[0, host_wait.astype(np.int8), 0])
+        for a, b in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)):
+            if b - a >= min_kernels:
+                out.append(LaunchBoundStretch(int(s), float(ts[a - 1] if a > 0 else ts[a]), float(end[b - 1]),
+                                              int(b - a), float(gaps[a:b].sum())))
+    return sorted(out, key=lambda x: -x.idle_us)

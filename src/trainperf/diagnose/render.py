@@ -1,0 +1,46 @@
+"""Terminal summary of a Diagnosis (rich tables)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from trainperf.diagnose.api import Diagnosis
+
+_SEV_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
+
+
+def print_summary(d: Diagnosis, console: Console, top: int = 5) -> None:
+    """Per-rank table, then the top findings with evidence, gain and recommendation."""
+    t = Table(title=f"trainperf diagnose: {d.path}", title_justify="left")
+    for col in ("rank", "window ms", "idle %", "compute %", "non-comp %", "overlap %", "idle host/kern/other %",
+                "top critical path"):
+        t.add_column(col, justify="right" if col != "top critical path" else "left")
+    for r in d.ranks:
+        cp = ", ".join(f"{k} {v:.0f}%" for k, v in list(r.critical_path_pct.items())[:2])
+        if r.gpu_analyses != "ok":
+            t.add_row(str(r.rank), f"{r.window_us / 1e3:.1f}", "-", "-", "-", "-", "-", r.gpu_analyses)
+            continue
+        t.add_row(str(r.rank), f"{r.window_us / 1e3:.1f}", f"{r.idle_pct:.1f}", f"{r.compute_pct:.1f}",
+                  f"{r.non_compute_pct:.1f}", f"{r.overlap_pct:.1f}",
+                  f"{r.idle_host_pct:.0f}/{r.idle_kernel_pct:.0f}/{r.idle_other_pct:.0f}", cp)
+    console.print(t)
+    for n in d.notes:
+        console.print(f"[yellow]note:[/] {n}", highlight=False)
+    if d.cross_rank:
+        x = d.cross_rank
+        console.print(f"cross-rank: {x['n_collectives_matched']} collectives matched; straggler rank "
+                      f"{x['straggler_rank']} caused {x['straggler_caused_wait_us'] / 1e3:.1f} ms of waiting; "
+                      f"compute imbalance {x['compute_imbalance_pct']:.1f}%", highlight=False)
+    if not d.findings:
+        console.print("[green]no findings: nothing in this trace is worth fixing[/]")
+    for i, f in enumerate(d.findings[:top], 1):
+        style = _SEV_STYLE[f.severity]
+        console.print(f"\n[{style}]{i}. {f.kind}[/] ({f.severity}) ranks {f.ranks}  "
+                      f"gain ≈ {f.gain_pct:.1f}% of step time" + (f" [{f.what_if}]" if f.what_if else ""),
+                      highlight=False)
+        metrics = ", ".join(f"{k} {v['value']:g} {v['unit']}" for k, v in f.evidence.get("metrics", {}).items())
+        console.print(f"   evidence: {metrics}", highlight=False)
+        for e in f.evidence.get("events", [])[:3]:
+            console.print(f"     - {e['name'][:90]} @ {e['start_us']:.0f} µs, {e['dur_us']:.0f} µs", highlight=False)
+        console.print(f"   fix: {f.recommendation}", highlight=False)

@@ -1,0 +1,203 @@
+"""The CI gate: is the candidate's metric worse than the baseline's, by how much, how sure?
+
+Test: two-sided Mann-Whitney U (rank test: outliers and heavy tails cannot fake or hide a
+change; asv uses the same test). Effect: the Hodges-Lehmann estimate of the ratio
+candidate/baseline - 1 (median of pairwise log ratios, exponentiated) with its distribution-free
+confidence interval (Mann-Whitney inversion). Verdict:
+
+- regression / improvement: p < alpha and the effect, in the bad / good direction, is at
+  least ``min_effect`` (a statistically real 0.1% change does not block a pull request);
+- no change: otherwise, when the confidence interval rules out a change of ``min_effect``
+  (or when the test had the samples to reach alpha and did not);
+- inconclusive: too few samples (the smallest attainable p-value is not below alpha, or
+  fewer than 3 a side), or the interval still allows a change of ``min_effect``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from trainperf.errors import TrainperfError
+
+# metrics where a larger value is better; every other metric is a time or a cost (lower is better)
+HIGHER_IS_BETTER = {"tokens_per_s", "mfu", "goodput", "gbps", "tflops", "pct_roofline", "throughput"}
+
+
+@dataclass
+class GateResult:
+    """The gate's verdict with its evidence."""
+
+    verdict: str  # "regression", "improvement", "no change", "inconclusive"
+    metric: str
+    n_baseline: int
+    n_candidate: int
+    baseline_median: float
+    candidate_median: float
+    effect: float  # candidate / baseline - 1 (Hodges-Lehmann), e.g. 0.03 = 3% larger
+    effect_ci: tuple[float, float]  # confidence interval of the effect (level 1 - ci_alpha)
+    p_value: float
+    test: str
+    alpha: float
+    min_effect: float
+    higher_is_better: bool
+    reason: str
+
+    @property
+    def exit_code(self) -> int:
+        """Return 1 for a regression, else 0."""
+        return 1 if self.verdict == "regression" else 0
+
+    def to_dict(self) -> dict:
+        """Return JSON-able data."""
+        d = asdict(self)
+        d["effect_ci"] = list(self.effect_ci)
+        return d
+
+
+def _min_p(n1: int, n2: int) -> float:
+    """Smallest two-sided Mann-Whitney p-value attainable with these sample sizes."""
+    return 2.0 / math.comb(n1 + n2, n1)
+
+
+def hodges_lehmann_ratio(base: np.ndarray, cand: np.ndarray, ci_alpha: float = 0.05) -> tuple[float, float, float]:
+    """Return (effect, lo, hi): the Hodges-Lehmann ratio cand/base - 1 and its interval."""
+    if (base > 0).all() and (cand > 0).all():
+        d = np.sort((np.log(cand)[:, None] - np.log(base)[None, :]).ravel())
+        tr = np.expm1
+    else:  # non-positive values: an additive shift relative to the baseline median
+        scale = abs(float(np.median(base))) or 1.0
+        d = np.sort((cand[:, None] - base[None, :]).ravel()) / scale
+        tr = lambda v: v  # noqa: E731
+    from scipy.stats import norm
+
+    n1, n2 = len(base), len(cand)
+    z = norm.ppf(1 - ci_alpha / 2)
+    k = int(max(math.floor(n1 * n2 / 2 - z * math.sqrt(n1 * n2 * (n1 + n2 + 1) / 12)), 0))
+    return float(tr(np.median(d))), float(tr(d[k])), float(tr(d[len(d) - 1 - k]))
+
+
+def compare(baseline, candidate, metric: str = "step_time", min_effect: float = 0.02, alpha: float = 0.005,
+            ci_alpha: float = 0.05) -> GateResult:
+    """Return the gate verdict for candidate vs baseline samples of ``metric``.
+
+    ``min_effect``: smallest relative change that counts (0.02 = 2%); ``alpha``: significance
+    level of the Mann-Whitney U test; ``ci_alpha``: 0.05 = 95% interval.
+    """
+    from scipy.stats import mannwhitneyu
+
+    a = _samples(baseline, "baseline")
+    b = _samples(candidate, "candidate")
+    higher_better = metric.removesuffix("_s") in HIGHER_IS_BETTER or metric in HIGHER_IS_BETTER
+    common = dict(metric=metric, n_baseline=len(a), n_candidate=len(b), test="Mann-Whitney U, two-sided",
+                  alpha=alpha, min_effect=min_effect, higher_is_better=higher_better)
+    med_a = float(np.median(a)) if len(a) else float("nan")
+    med_b = float(np.median(b)) if len(b) else float("nan")
+    if len(a) < 3 or len(b) < 3 or _min_p(len(a), len(b)) >= alpha:
+        return GateResult(verdict="inconclusive", baseline_median=med_a, candidate_median=med_b, effect=float("nan"),
+                          effect_ci=(float("nan"), float("nan")), p_value=float("nan"),
+                          reason=f"too few samples ({len(a)} vs {len(b)}) for p < {alpha}", **common)
+    p = float(mannwhitneyu(b, a, alternative="two-sided").pvalue)
+    eff, lo, hi = hodges_lehmann_ratio(a, b, ci_alpha)
+    worse = eff < 0 if higher_better else eff > 0
+    if p < alpha and abs(eff) >= min_effect:
+        verdict = "regression" if worse else "improvement"
+        reason = f"{'worse' if worse else 'better'} by {abs(eff):.2%} (p = {p:.2g} < {alpha})"
+    elif hi < min_effect and lo > -min_effect:
+        verdict, reason = "no change", f"the {1 - ci_alpha:.0%} interval excludes a ±{min_effect:.1%} change"
+    elif p >= alpha and (hi - lo) < 2 * min_effect:
+        verdict, reason = "no change", f"not significant (p = {p:.2g}) and the interval is narrower than ±{min_effect:.1%}"
+    elif p < alpha:
+        verdict, reason = "no change", f"significant but {abs(eff):.2%} is below the {min_effect:.1%} threshold"
+    else:
+        verdict = "inconclusive"
+        reason = f"not significant (p = {p:.2g}) but the interval [{lo:+.2%}, {hi:+.2%}] allows a ±{min_effect:.1%} change"
+    return GateResult(verdict=verdict, baseline_median=med_a, candidate_median=med_b, effect=eff, effect_ci=(lo, hi),
+                      p_value=p, reason=reason, **common)
+
+
+def _samples(values, label: str) -> np.ndarray:
+    try:
+        x = np.asarray(values, dtype=float).ravel()
+    except (TypeError, ValueError):
+        raise TrainperfError(f"{label}: samples are not all numbers") from None
+    x = x[~np.isnan(x)]
+    if x.size == 0:
+        raise TrainperfError(f"{label}: no samples (empty series)")
+    if np.isinf(x).any():
+        raise TrainperfError(f"{label}: contains infinite values")
+    return x
+
+
+def read_sample_file(path: str | Path) -> np.ndarray:
+    """Return the numbers of a file with one number per line (blank lines and # comments skipped)."""
+    path = Path(path)
+    out = []
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise TrainperfError(f"{path}: cannot read ({e.__class__.__name__})") from None
+    for i, line in enumerate(text.splitlines(), 1):
+        s = line.split("#", 1)[0].strip()
+        if not s:
+            continue
+        try:
+            out.append(float(s.rstrip(",")))
+        except ValueError:
+            raise TrainperfError(f"{path}:{i}: not a number: {s[:40]!r}") from None
+    if not out:
+        raise TrainperfError(f"{path}: no samples (empty file)")
+    return np.array(out)
+
+
+STORE_METRICS = {"step_time": "step_time_s", "step_time_s": "step_time_s", "tokens_per_s": "tokens_per_s",
+                 "mfu": "mfu", "goodput": "goodput", "mem_peak_bytes": "mem_peak_bytes", "loss": "loss",
+                 "data_wait_s": "data_wait_s"}
+
+
+def run_samples(run, metric: str) -> np.ndarray:
+    """Return the per-step samples of ``metric`` from a RunRecord (else its summary value)."""
+    col = STORE_METRICS.get(metric, metric)
+    vals = [getattr(s, col, None) for s in run.samples]
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        v = getattr(run, col, None)
+        vals = [v] if v is not None else []
+    if not vals:
+        raise TrainperfError(f"run {run.run_id}: no values of metric {metric!r}")
+    return np.array(vals, dtype=float)
+
+
+def load_samples(spec: str, metric: str = "step_time", store: str | None = None) -> np.ndarray:
+    """Return the samples named by ``spec``: a file (one number per line), a folder, or a run id.
+
+    A folder that is a trainperf store gives the metric of every run in it (one value per run,
+    the run's median over its steps); another folder gives the numbers of all its files.
+    A run id is looked up in ``store`` and gives the run's per-step samples.
+    """
+    p = Path(spec)
+    if p.is_file():
+        return read_sample_file(p)
+    if p.is_dir():
+        if (p / "runs").is_dir():
+            from trainperf.store import read_runs
+
+            runs = read_runs(str(p))
+            if not runs:
+                raise TrainperfError(f"{p}: store holds no runs")
+            return np.array([float(np.median(run_samples(r, metric))) for r in runs])
+        files = sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
+        if not files:
+            raise TrainperfError(f"{p}: folder holds no sample files")
+        return np.concatenate([read_sample_file(f) for f in files])
+    from trainperf.store import get_run
+    from trainperf.store.api import resolve_store
+
+    try:
+        run = get_run(spec, store)
+    except TrainperfError as e:
+        raise TrainperfError(f"{spec!r} is not a file, folder or run id in store {resolve_store(store)} ({e})") from None
+    return run_samples(run, metric)

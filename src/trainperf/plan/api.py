@@ -1,0 +1,117 @@
+"""The Python API behind `trainperf plan`: one request, one function per mode."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainperf.errors import TrainperfError
+from trainperf.plan.compare import HardwareOption, compare_hardware, train_cost
+from trainperf.plan.efficiency import Efficiency, Software, load_calibration
+from trainperf.plan.estimate import Estimate, estimate
+from trainperf.plan.search import SearchResult, default_global_batch, search
+from trainperf.specs import MODEL_PRESETS, Cluster, ModelSpec, load_model, make_cluster, param_count, parse_layout
+
+DEFAULT_TOKENS = 1e12
+
+
+@dataclass
+class PlanRequest:
+    """What the user asked for (GPU counts, sequences, tokens, $ per GPU-hour)."""
+
+    model: str
+    gpu: str = "h100"
+    n_gpus: int = 8
+    gpus_per_node: int | None = None
+    seq: int | None = None
+    global_batch: int | None = None
+    tokens: float | None = None
+    top: int = 10
+    objective: str = "time"
+    calibration: Path | None = None
+    usd_per_hour: float | None = None
+    precision: str = "bf16"
+
+
+def _efficiency(req: PlanRequest) -> Efficiency:
+    return load_calibration(req.calibration) if req.calibration else Efficiency()
+
+
+def eff_source(req: PlanRequest) -> str:
+    """Return where the efficiency constants come from (catalog defaults or a calibration file)."""
+    return _efficiency(req).source
+
+
+def _setup(req: PlanRequest) -> tuple[ModelSpec, Cluster]:
+    m = load_model(req.model, req.seq)
+    cluster = make_cluster(req.gpu, req.n_gpus, req.gpus_per_node, usd_per_gpu_hour=req.usd_per_hour)
+    return m, cluster
+
+
+def run_search(req: PlanRequest) -> SearchResult:
+    """Return the ranked layouts for the request."""
+    m, cluster = _setup(req)
+    return search(m, cluster, req.global_batch, req.objective, req.top, req.precision, _efficiency(req), Software())
+
+
+def run_layout(req: PlanRequest, layout_text: str) -> tuple[Estimate, dict]:
+    """Return (Estimate of one layout, extras: tokens, hours, USD, kWh when --tokens was given)."""
+    m, cluster = _setup(req)
+    lay = parse_layout(layout_text, precision=req.precision)
+    gb = req.global_batch
+    if gb is None and lay.grad_accum == 0:
+        gb = default_global_batch(m.seq_len)
+    est = estimate(m, cluster, lay, gb, _efficiency(req), Software())
+    extra: dict = {"model": m.name, "gpu": cluster.accelerator.name, "n_gpus": cluster.n_gpus,
+                   "global_batch": est.layout.dp * est.layout.mbs * est.layout.grad_accum}
+    if req.tokens:
+        sw = Software()
+        hours, usd, kwh, per_m = train_cost(est, cluster.n_gpus, req.tokens, cluster.usd_per_gpu_hour,
+                                            cluster.accelerator.tdp_w, sw.pue)
+        extra.update(tokens=req.tokens, train_hours=hours, usd=usd, kwh=kwh, usd_per_million_tokens=per_m, pue=sw.pue)
+    return est, extra
+
+
+def run_compare(req: PlanRequest, gpus: list[str]) -> tuple[list[HardwareOption], float]:
+    """Return (one option per accelerator, cheapest per token first; tokens used)."""
+    if not gpus:
+        raise TrainperfError("--compare-hardware needs at least one accelerator name (see --list-gpus)")
+    m = load_model(req.model, req.seq)
+    tokens = req.tokens or DEFAULT_TOKENS
+    opts = compare_hardware(m, gpus, req.n_gpus, tokens, req.global_batch, req.gpus_per_node, req.usd_per_hour,
+                            req.objective, req.precision, _efficiency(req), Software())
+    return opts, tokens
+
+
+def search_json(res: SearchResult, req: PlanRequest) -> dict:
+    """Return the JSON object of a search: the request, the space covered and the ranked layouts."""
+    layouts = []
+    for e, used in zip(res.best, res.extra.get("n_gpus_used", [])):
+        d = e.to_dict()
+        d["n_gpus"] = used
+        if req.tokens:
+            hours, usd, kwh, per_m = train_cost(e, used, req.tokens, res.usd_per_gpu_hour,
+                                                res.cluster.accelerator.tdp_w, Software().pue)
+            d.update(train_hours=hours, usd=usd, kwh=kwh, usd_per_million_tokens=per_m)
+        layouts.append(d)
+    out = {"model": res.model.name, "gpu": res.cluster.accelerator.name, "n_gpus": res.cluster.n_gpus,
+           "seq_len": res.model.seq_len, "global_batch": res.global_batch, "objective": res.objective,
+           "n_candidates": res.n_candidates, "n_fit": res.n_fit, "search_time_s": res.elapsed_s,
+           "efficiency_source": eff_source(req), "layouts": layouts}
+    out.update({k: layouts[0][k] for k in ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gib_per_gpu",
+                                            "fits", "breakdown", "layout")})
+    return out
+
+
+def catalog_listing(gpus: bool, models: bool) -> dict:
+    """Return {'gpus': [...], 'models': [...]} describing the catalog and presets."""
+    from dataclasses import asdict
+
+    from trainperf.hardware import catalog
+
+    out: dict = {}
+    if gpus:
+        out["gpus"] = [dict(asdict(a), aliases=list(a.aliases)) for a in catalog().values()]
+    if models:
+        out["models"] = [dict(m.to_dict(), params=param_count(m)) for m in MODEL_PRESETS.values()]
+    return out

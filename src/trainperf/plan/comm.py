@@ -1,0 +1,101 @@
+"""Collective and point-to-point time by the alpha-beta model, on the link a group crosses.
+
+Rank order is Megatron's: tp innermost, then cp, then dp, then pp. A group whose members
+are ``stride`` ranks apart and which has ``size`` members stays inside one scale-up domain
+(NVLink/xGMI/ICI) when ``stride * size <= domain``; otherwise its ring crosses the network.
+Across the network NCCL runs one ring per NIC, so a group with ``k`` members per domain
+gets ``min(scale-up, k * NIC)`` bus bandwidth (hierarchical rings).
+
+Ring collectives over ``n`` members moving ``B`` bytes per member (NCCL's bus-bandwidth
+convention):
+
+* all-reduce: ``2 (n-1)/n * B / busbw``
+* reduce-scatter, all-gather: ``(n-1)/n * B / busbw``
+
+plus a latency term ``alpha * steps``; NCCL switches to trees when latency-bound, so steps
+is ``2 * ceil(log2 n)`` for all-reduce and ``ceil(log2 n)`` for the others.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trainperf.plan.efficiency import Efficiency
+from trainperf.specs import Cluster
+
+
+def group_link(cluster: Cluster, eff: Efficiency, stride, size):
+    """Return (bus bandwidth in bytes/s, alpha in s) of a group of ``size`` ranks ``stride`` apart.
+
+    Inside the scale-up domain: NVLink-class bandwidth. Spanning it: ``k`` members per
+    domain share ``k`` NICs, capped by the scale-up fabric.
+    """
+    stride = np.asarray(stride, dtype=float)
+    size = np.asarray(size, dtype=float)
+    domain = float(cluster.scaleup_domain)
+    up = cluster.scaleup_gbps * 1e9 * eff.scaleup_bus_eff
+    if eff.measured_bus_gbps > 0:
+        up = eff.measured_bus_gbps * 1e9
+    nic = cluster.scaleout_gbps * 1e9 * eff.scaleout_bus_eff
+    inside = stride * size <= domain
+    per_domain = np.clip(np.floor(domain / stride), 1.0, None)
+    across = np.minimum(up, per_domain * nic)
+    bw = np.where(inside, up, across)
+    alpha = np.where(inside, eff.alpha_scaleup_s, eff.alpha_scaleout_s)
+    return bw, alpha
+
+
+def p2p_link(cluster: Cluster, eff: Efficiency, stride):
+    """Return (bandwidth bytes/s, alpha s) between two ranks ``stride`` apart (one NIC if apart)."""
+    stride = np.asarray(stride, dtype=float)
+    up = cluster.scaleup_gbps * 1e9 * eff.scaleup_bus_eff
+    if eff.measured_bus_gbps > 0:
+        up = eff.measured_bus_gbps * 1e9
+    nic = cluster.scaleout_gbps * 1e9 * eff.scaleout_bus_eff
+    # neighbours are in one domain when the domain holds two consecutive blocks of `stride`
+    same = 2 * stride <= cluster.scaleup_domain
+    return np.where(same, up, nic), np.where(same, eff.alpha_scaleup_s, eff.alpha_scaleout_s)
+
+
+def ring_p2p_link(cluster: Cluster, eff: Efficiency, stride, size):
+    """Return (bandwidth bytes/s, alpha s) of a ring of point-to-point sends (ring attention).
+
+    Every rank sends to its neighbour at once; a ring that leaves the scale-up domain has one
+    hop per domain on a single NIC, and that hop paces every step.
+    """
+    stride = np.asarray(stride, dtype=float)
+    size = np.asarray(size, dtype=float)
+    up = cluster.scaleup_gbps * 1e9 * eff.scaleup_bus_eff
+    if eff.measured_bus_gbps > 0:
+        up = eff.measured_bus_gbps * 1e9
+    nic = cluster.scaleout_gbps * 1e9 * eff.scaleout_bus_eff
+    inside = stride * size <= cluster.scaleup_domain
+    return np.where(inside, up, nic), np.where(inside, eff.alpha_scaleup_s, eff.alpha_scaleout_s)
+
+
+def _log2_steps(n):
+    return np.ceil(np.log2(np.maximum(n, 1.0)))
+
+
+def all_reduce_s(nbytes, n, busbw, alpha):
+    """Return seconds of a ring all-reduce of ``nbytes`` per rank over ``n`` ranks (0 when n = 1)."""
+    n = np.asarray(n, dtype=float)
+    t = 2.0 * (n - 1.0) / n * nbytes / busbw + alpha * 2.0 * _log2_steps(n)
+    return np.where(n > 1, t, 0.0)
+
+
+def reduce_scatter_s(nbytes, n, busbw, alpha):
+    """Return seconds of a ring reduce-scatter of ``nbytes`` (full, unsharded size) over ``n`` ranks."""
+    n = np.asarray(n, dtype=float)
+    t = (n - 1.0) / n * nbytes / busbw + alpha * _log2_steps(n)
+    return np.where(n > 1, t, 0.0)
+
+
+def all_gather_s(nbytes, n, busbw, alpha):
+    """Return seconds of a ring all-gather producing ``nbytes`` (full size) on each of ``n`` ranks."""
+    return reduce_scatter_s(nbytes, n, busbw, alpha)
+
+
+def p2p_s(nbytes, bw, alpha):
+    """Return seconds to send ``nbytes`` point to point."""
+    return alpha + nbytes / bw

@@ -1,0 +1,126 @@
+"""Compute time of one transformer layer on one GPU: GEMMs, attention core, elementwise kernels.
+
+Every function takes NumPy arrays (one element per candidate layout) or plain numbers and
+returns seconds, so the scalar estimate and the vectorised search share one formula.
+
+* GEMMs: ``2*M*N*K`` FLOPs at ``peak * gemm_eff_max * sat(M) sat(N) sat(K)`` (small and
+  tp-split dimensions run below peak), but never faster than their HBM traffic allows.
+  fp8 speeds up GEMMs only, by ``fp8_gemm_speedup`` (never by more than the peak ratio).
+* Attention core: flash attention at ``attn_eff`` of peak, causal (half the score matrix),
+  backward costs ``attn_bwd_flops_ratio`` x the forward; without flash, batched GEMMs over
+  the full score matrix plus the softmax/dropout traffic of that matrix in HBM.
+* Elementwise (norms, residual adds, activation, rotary, fp8 casts): bytes / HBM bandwidth.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trainperf.plan.efficiency import Efficiency
+from trainperf.specs import ModelSpec
+
+
+def gemm_rate_flops(peak_flops: float, eff: Efficiency, m, n, k):
+    """Return the achieved FLOP/s of an (m x k) @ (k x n) GEMM (FLOP/s, array-friendly)."""
+    d0 = eff.gemm_dim_half
+    sat = (m / (m + d0)) * (n / (n + d0)) * (k / (k + d0))
+    top = eff.measured_gemm_tflops * 1e12 if eff.measured_gemm_tflops > 0 else peak_flops * eff.gemm_eff_max
+    return top * sat
+
+
+def hbm_rate_bytes(hbm_tbps: float, eff: Efficiency) -> float:
+    """Return the achieved HBM bandwidth for streaming kernels (bytes/s)."""
+    if eff.measured_hbm_tbps > 0:
+        return eff.measured_hbm_tbps * 1e12
+    return hbm_tbps * 1e12 * eff.hbm_eff
+
+
+def gemm_time_s(m, n, k, peak_flops: float, hbm_bps: float, eff: Efficiency, speedup=1.0,
+                bytes_per_el: float = 2.0):
+    """Return seconds for one GEMM: max(compute at shape efficiency / speedup, HBM traffic)."""
+    t_flops = 2.0 * m * n * k / (gemm_rate_flops(peak_flops, eff, m, n, k) * speedup)
+    t_bytes = bytes_per_el * (m * k + k * n + m * n) / hbm_bps
+    return np.maximum(t_flops, t_bytes)
+
+
+def fp8_speedup(acc_peak_bf16: float, acc_peak_fp8: float, eff: Efficiency) -> float:
+    """Return the GEMM speed-up of fp8 over bf16 on this accelerator (ratio, >= 1)."""
+    return float(max(1.0, min(eff.fp8_gemm_speedup, acc_peak_fp8 / acc_peak_bf16)))
+
+
+def layer_gemm_fwd_s(m: ModelSpec, tokens, tp, peak_flops: float, hbm_bps: float, eff: Efficiency,
+                     speedup=1.0):
+    """Return forward seconds of one layer's four GEMM groups on one TP rank.
+
+    ``tokens`` is the micro batch's tokens on this GPU (mbs * seq / cp). Backward is two
+    GEMMs of the same three dimensions per forward GEMM, hence 2x this.
+    """
+    up = m.ffn_hidden * (2 if m.gated_mlp else 1)
+    t = gemm_time_s(tokens, (m.q_dim + 2 * m.kv_dim) / tp, m.hidden, peak_flops, hbm_bps, eff, speedup)
+    t = t + gemm_time_s(tokens, m.hidden, m.q_dim / tp, peak_flops, hbm_bps, eff, speedup)
+    t = t + gemm_time_s(tokens, up / tp, m.hidden, peak_flops, hbm_bps, eff, speedup)
+    t = t + gemm_time_s(tokens, m.hidden, m.ffn_hidden / tp, peak_flops, hbm_bps, eff, speedup)
+    return t
+
+
+def attention_fwd_s(m: ModelSpec, mbs, seq: int, tp, cp, peak_flops: float, hbm_bps: float,
+                    eff: Efficiency, flash: bool = True):
+    """Return forward seconds of one layer's attention core (QK^T, softmax, PV) on one GPU.
+
+    Causal with flash attention: each of the cp ranks computes 1/cp of the lower triangle
+    (load-balanced context parallelism). Without flash: full score matrix as batched GEMMs
+    plus ~9 bytes of HBM traffic per score element (fused scale-mask-softmax, dropout, re-read).
+    """
+    heads_local = m.n_heads / tp
+    s_local = seq / cp
+    if flash:
+        flops = 2.0 * mbs * s_local * seq * heads_local * m.head_dim  # causal: half of 4*s*s*d
+        # head_dim 128 is flash attention's best tile; 64 runs ~17% slower (hd / (hd + 32)).
+        head_factor = (m.head_dim / (m.head_dim + 32.0)) / (128.0 / 160.0)
+        rate = peak_flops * eff.attn_eff * head_factor * (s_local / (s_local + eff.gemm_dim_half))
+        if eff.measured_gemm_tflops > 0:
+            rate = rate * eff.measured_gemm_tflops * 1e12 / (peak_flops * eff.gemm_eff_max)
+        return flops / rate
+    n_mats = mbs * heads_local
+    t = n_mats * 2 * gemm_time_s(s_local, seq, m.head_dim, peak_flops, hbm_bps, eff)
+    t = t + 9.0 * mbs * heads_local * s_local * seq / hbm_bps
+    return t
+
+
+def attention_bwd_over_fwd(eff: Efficiency, flash: bool = True) -> float:
+    """Return backward/forward time ratio of the attention core.
+
+    Flash: 2.5x the FLOPs (it recomputes P) at ``attn_bwd_rate_ratio`` of the forward rate.
+    """
+    return eff.attn_bwd_flops_ratio / eff.attn_bwd_rate_ratio if flash else 2.0
+
+
+def layer_elementwise_fwd_s(m: ModelSpec, tokens, tp, sp, hbm_bps: float, fp8=False, dropout: bool = False):
+    """Return forward seconds of one layer's memory-bound kernels on one TP rank.
+
+    Bytes per token (bf16): two norms (read+write h each), two residual adds (2 reads + 1
+    write of h), dropout masks and applications (GPT), rotary on q and k, the MLP activation
+    (gated: read 2f write f; plain: read f write f). Hidden-width work is split over tp only
+    with sequence parallelism; head/ffn-width work always is. fp8 adds a cast (read 2 B,
+    write 1 B) of every GEMM input.
+    """
+    h_elems = 10.0 + (6.0 if dropout else 0.0)
+    f_elems = 3.0 if m.gated_mlp else 2.0
+    rope = 0.0 if m.learned_pos_emb else 2.0 * (m.q_dim + m.kv_dim)
+    per_token = 2.0 * (h_elems * m.hidden / np.where(sp, tp, 1) + (f_elems * m.ffn_hidden + rope) / tp)
+    cast = np.where(fp8, 3.0 * (2 * m.hidden + (m.q_dim + m.ffn_hidden) / tp), 0.0)
+    return tokens * (per_token + cast) / hbm_bps
+
+
+def lm_head_fwd_bwd_s(m: ModelSpec, tokens, tp, peak_flops: float, hbm_bps: float, eff: Efficiency):
+    """Return forward+backward seconds of the output projection and cross-entropy on one TP rank.
+
+    GEMM (tokens x hidden) @ (hidden x vocab/tp) three times (fwd, dgrad, wgrad), plus
+    ~24 bytes per logit for the cross-entropy passes (bf16 logits up-cast to fp32, max,
+    exp-sum, softmax gradient written back in bf16); the input embedding
+    lookup and its gradient are ~6 bytes per hidden element.
+    """
+    gemm = 3.0 * gemm_time_s(tokens, m.vocab / tp, m.hidden, peak_flops, hbm_bps, eff)
+    ce = 24.0 * tokens * m.vocab / tp / hbm_bps
+    emb = 6.0 * tokens * m.hidden / hbm_bps
+    return gemm + ce + emb

@@ -1,0 +1,120 @@
+"""The few constants the time model needs, each with its physical meaning.
+
+Two kinds, kept apart on purpose:
+
+* ``Efficiency``: how close the hardware gets to its catalog peaks (GEMM, attention, HBM,
+  links). These are what ``trainperf calibrate`` measures; ``--calibration FILE`` replaces
+  them (and the peaks) with the measured values.
+* ``Software``: what the training framework overlaps or fuses (Megatron/NeMo switches such
+  as ``tp_comm_overlap``, ``overlap_grad_reduce``, ``overlap_p2p_comm``, flash attention).
+  They are facts about the job, not fitted numbers; the defaults are today's Megatron-Core /
+  NeMo / torchtitan defaults.
+
+The fitted constants were fitted once on the published runs (benchmarks/validate_planner.py,
+results in docs/benchmarks/plan.md); there are no per-row factors anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+from trainperf.errors import TrainperfError
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Achievable fractions of the catalog peaks and link latencies (dimensionless unless named).
+
+    GEMM time is ``flops / (peak * gemm_eff_max * sat(M) * sat(N) * sat(K))`` with
+    ``sat(x) = x / (x + gemm_dim_half)``: a large square GEMM runs at ``gemm_eff_max`` of the
+    dense peak, and a dimension of ``gemm_dim_half`` elements halves the rate (tile
+    quantisation, too few waves, skinny tp-split shapes), bounded below by the HBM roofline.
+    """
+
+    gemm_eff_max: float = 0.0           # large bf16 GEMM in a training run / dense peak; 0: the
+                                        # accelerator's catalog `gemm_eff` (fitted per generation)
+    gemm_dim_half: float = 96.0         # elements; dimension at which sat() = 1/2 (fitted)
+    attn_eff: float = 0.0               # flash attention fwd FLOP/s / dense peak; 0: catalog `attn_eff`
+    attn_bwd_flops_ratio: float = 2.5   # flash backward FLOPs / forward (5 matmuls vs 2; physics)
+    attn_bwd_rate_ratio: float = 0.75   # flash backward FLOP/s / forward FLOP/s (FA2/FA3 papers' plots)
+    fp8_gemm_speedup: float = 1.70      # fp8 GEMM rate / bf16 GEMM rate incl. scaling (fitted; 2x on paper)
+    hbm_eff: float = 0.70               # achieved / catalog HBM bandwidth for elementwise kernels
+    scaleup_bus_eff: float = 0.80       # NCCL bus bandwidth / NVLink per-direction bandwidth
+    scaleout_bus_eff: float = 0.80      # NCCL bus bandwidth / NIC bandwidth
+    alpha_scaleup_s: float = 8e-6       # latency per collective step inside the scale-up domain (s)
+    alpha_scaleout_s: float = 20e-6     # latency per collective step across the network (s)
+    # measured absolute rates from `trainperf calibrate` (0: use catalog peak x efficiency)
+    measured_gemm_tflops: float = 0.0
+    measured_hbm_tbps: float = 0.0
+    measured_bus_gbps: float = 0.0
+    source: str = "defaults (fitted on published runs)"
+
+
+@dataclass(frozen=True)
+class Software:
+    """Framework features that decide what overlaps (booleans / fractions, not fitted per run).
+
+    ``tp_overlap`` is the share of tensor-parallel collective time hidden behind GEMMs when
+    the framework pipelines them (TransformerEngine userbuffers, needs sequence parallel);
+    ``dp_overlap`` hides gradient reduce-scatter behind the last micro batch's backward and
+    the parameter all-gather behind the first forward (Megatron distributed optimizer,
+    FSDP prefetch); ``p2p_overlap`` hides pipeline sends behind compute.
+    """
+
+    flash_attention: bool = True
+    tp_comm_overlap: bool = True
+    tp_overlap: float = 0.60            # fraction of TP comm hidden when tp_comm_overlap and sp (fitted)
+    dp_overlap: bool = True
+    p2p_overlap: bool = True
+    grad_reduce_bytes: int = 2          # bf16 gradient buffers/reduction (Megatron-Core DDP and FSDP2 default)
+    dropout: bool | None = None         # None: GPT-style models (linear biases) use dropout
+    pue: float = 1.2                    # data-centre power usage effectiveness for kWh
+
+
+def resolve(eff: Efficiency, acc) -> Efficiency:
+    """Return ``eff`` with the accelerator's catalog efficiencies filled in where it has 0."""
+    kw = {}
+    if eff.gemm_eff_max <= 0:
+        kw["gemm_eff_max"] = acc.gemm_eff
+    if eff.attn_eff <= 0:
+        kw["attn_eff"] = acc.attn_eff
+    return replace(eff, **kw) if kw else eff
+
+
+def load_calibration(path: str | Path) -> Efficiency:
+    """Return an Efficiency built from a `trainperf calibrate` JSON profile.
+
+    Raises TrainperfError naming the file and what is wrong with it.
+    """
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise TrainperfError(f"{p}: calibration file not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TrainperfError(f"{p}: not a readable calibration profile ({e})") from None
+    if not isinstance(data, dict) or "efficiency" not in data or not isinstance(data["efficiency"], dict):
+        raise TrainperfError(f"{p}: not a calibration profile (no 'efficiency' object; make one with `trainperf calibrate`)")
+    known = {f.name for f in fields(Efficiency)}
+    kw = {}
+    for k, v in data["efficiency"].items():
+        if k not in known:
+            continue
+        if k == "source":
+            kw[k] = str(v)
+            continue
+        try:
+            kw[k] = float(v)
+        except (TypeError, ValueError):
+            raise TrainperfError(f"{p}: efficiency.{k} must be a number, got {v!r}") from None
+        if kw[k] < 0:
+            raise TrainperfError(f"{p}: efficiency.{k} must be >= 0, got {v!r}")
+    kw.setdefault("source", f"calibration {p.name} ({data.get('device', 'unknown device')})")
+    return replace(Efficiency(), **kw)
+
+
+def efficiency_dict(eff: Efficiency) -> dict:
+    """Return the efficiency constants as a JSON-able dict."""
+    return asdict(eff)

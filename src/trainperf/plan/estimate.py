@@ -1,0 +1,229 @@
+"""Step time, memory and MFU of layouts: one formula for one layout and for a million.
+
+``estimate_arrays`` takes the layout fields as NumPy arrays (one element per candidate)
+and returns every breakdown term as an array; ``estimate`` wraps it for one ``Layout``
+and returns an ``Estimate``. The breakdown terms (seconds per step, they add up to the step
+time) are:
+
+compute        forward + backward of the transformer layers (GEMMs, attention, elementwise)
+recompute      activation recomputation (selective: attention core; full: whole forward)
+tp_comm        tensor-parallel collectives not hidden behind GEMMs
+cp_comm        context-parallel KV exchange not hidden behind attention
+pp_bubble      pipeline fill and drain, (p-1)/v micro-batch times of one stage
+pp_p2p         pipeline sends on the critical path
+dp_comm        data-parallel / FSDP collectives not hidden behind backward / forward
+embedding_lm_head   input embedding, output projection and cross-entropy (last stage)
+optimizer      Adam step over this GPU's shard of the parameters (memory-bound)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trainperf.errors import TrainperfError
+from trainperf.plan import comm, compute, memory, pipeline
+from trainperf.plan.efficiency import Efficiency, Software, resolve
+from trainperf.specs import Cluster, Layout, ModelSpec, hardware_flops_per_token, model_flops_per_token
+
+TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "pp_bubble", "pp_p2p", "dp_comm",
+         "embedding_lm_head", "optimizer")
+OVERHEADS = TERMS[1:]
+RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
+RECOMPUTE_NAME = {v: k for k, v in RECOMPUTE_CODE.items()}
+OPTIMIZER_BYTES_PER_PARAM = 34.0  # fused Adam: grad 4 + master/m/v read+write 24 + bf16 write 2 + norm 4
+
+
+@dataclass
+class Estimate:
+    """The planner's prediction for one layout (seconds, bytes, fractions)."""
+
+    layout: Layout
+    step_time_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float
+    hfu: float
+    memory_bytes_per_gpu: float
+    hbm_bytes: float
+    breakdown: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def fits(self) -> bool:
+        """True when the predicted peak memory (with allocator margin) fits in HBM."""
+        return self.memory_bytes_per_gpu <= self.hbm_bytes
+
+    @property
+    def memory_gib_per_gpu(self) -> float:
+        """Peak memory per GPU including allocator margin (GiB)."""
+        return self.memory_bytes_per_gpu / 2**30
+
+    @property
+    def dominant_overhead(self) -> str:
+        """Name of the largest breakdown term other than compute."""
+        return max(OVERHEADS, key=lambda k: self.breakdown.get(k, 0.0))
+
+    def to_dict(self) -> dict:
+        """Return the JSON form: step_time_s, tokens_per_s_per_gpu, mfu, memory, fits, breakdown, layout."""
+        return {
+            "step_time_s": self.step_time_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "memory_gib_per_gpu": self.memory_gib_per_gpu,
+            "hbm_gib_per_gpu": self.hbm_bytes / 2**30,
+            "fits": self.fits,
+            "dominant_overhead": self.dominant_overhead,
+            "breakdown": dict(self.breakdown),
+            "layout": self.layout.to_string(),
+            "layout_fields": self.layout.to_dict(),
+        }
+
+
+def estimate_arrays(m: ModelSpec, cluster: Cluster, tp, pp, dp, cp, vpp, sp, zero, recompute_code, mbs,
+                    n_micro, fp8=False, eff: Efficiency | None = None, sw: Software | None = None) -> dict:
+    """Return {term: seconds array, 'step_time_s', 'memory_bytes', ...} for arrays of layouts.
+
+    Every layout argument is an array (or a scalar) of the same length; ``n_micro`` is the
+    gradient-accumulation count (micro batches per step per pipeline).
+    """
+    acc = cluster.accelerator
+    eff = resolve(eff or Efficiency(), acc)
+    sw = sw or Software()
+    f = lambda x: np.asarray(x, dtype=float)  # noqa: E731
+    tp, pp, dp, cp, vpp, mbs, n_micro = map(f, (tp, pp, dp, cp, vpp, mbs, n_micro))
+    sp = np.asarray(sp, dtype=bool) & (tp > 1)
+    zero = np.asarray(zero)
+    rc = np.asarray(recompute_code)
+    fp8 = np.asarray(fp8, dtype=bool)
+    dropout = m.linear_bias if sw.dropout is None else sw.dropout
+    seq = m.seq_len
+
+    peak = acc.peak_flops("bf16")
+    hbm = compute.hbm_rate_bytes(acc.hbm_tbps, eff)
+    speed = np.where(fp8, compute.fp8_speedup(peak, acc.peak_flops("fp8"), eff), 1.0)
+    tokens = mbs * seq / cp
+
+    # ---- one layer, one micro batch, one GPU
+    t_gemm = compute.layer_gemm_fwd_s(m, tokens, tp, peak, hbm, eff, speed)
+    t_attn = compute.attention_fwd_s(m, mbs, seq, tp, cp, peak, hbm, eff, sw.flash_attention)
+    t_elem = compute.layer_elementwise_fwd_s(m, tokens, tp, sp, hbm, fp8, dropout)
+    bwd_ratio = compute.attention_bwd_over_fwd(eff, sw.flash_attention)
+    layer_fwd = t_gemm + t_attn + t_elem
+    layer_bwd = 2.0 * t_gemm + bwd_ratio * t_attn + 2.0 * t_elem
+    layer_recompute = np.where(rc == 2, layer_fwd, np.where(rc == 1, t_attn, 0.0))
+
+    # tensor parallel: 2 all-reduces (or all-gather + reduce-scatter pairs) forward, 2 backward
+    tp_bw, tp_alpha = comm.group_link(cluster, eff, 1.0, tp)
+    ar = comm.all_reduce_s(tokens * m.hidden * 2.0, tp, tp_bw, tp_alpha)
+    tp_raw = ar * (4.0 + np.where(rc == 2, 2.0, 0.0))
+    hidden_share = np.where(sp & sw.tp_comm_overlap, sw.tp_overlap, 0.0)
+    layer_tp = tp_raw * (1.0 - hidden_share)
+
+    # context parallel: ring exchange of K and V (forward), K, V, dK, dV (backward), behind attention
+    cp_bw, cp_alpha = comm.ring_p2p_link(cluster, eff, tp, cp)
+    kv_bytes = 2.0 * tokens * m.kv_dim / tp * 2.0
+    cp_fwd = np.where(cp > 1, (cp - 1.0) * comm.p2p_s(kv_bytes, cp_bw, cp_alpha), 0.0)
+    cp_exp_f = np.maximum(0.0, cp_fwd - t_attn)
+    cp_exp_b = np.maximum(0.0, 2.0 * cp_fwd - bwd_ratio * t_attn)
+    layer_cp = cp_exp_f * np.where(rc == 2, 2.0, 1.0) + cp_exp_b
+
+    # ---- stages
+    stage_layers = memory.layers_per_stage(m, pp, vpp)
+    head = compute.lm_head_fwd_bwd_s(m, tokens, tp, peak, hbm, eff)
+    per_layer = layer_fwd + layer_bwd + layer_recompute + layer_tp + layer_cp
+    t_mb_avg = m.n_layers / pp * per_layer + head / pp
+
+    out = {
+        "compute": n_micro * stage_layers * (layer_fwd + layer_bwd),
+        "recompute": n_micro * stage_layers * layer_recompute,
+        "tp_comm": n_micro * stage_layers * layer_tp,
+        "cp_comm": n_micro * stage_layers * layer_cp,
+        "embedding_lm_head": n_micro * head,
+        "pp_bubble": pipeline.bubble_s(pp, vpp, t_mb_avg),
+    }
+    p2p_bw, p2p_alpha = comm.p2p_link(cluster, eff, tp * cp * dp)
+    t_send = comm.p2p_s(tokens * m.hidden * 2.0 / tp, p2p_bw, p2p_alpha)
+    out["pp_p2p"] = pipeline.p2p_exposed_s(pp, n_micro, vpp, t_send, sw.p2p_overlap)
+
+    # ---- data parallel (gradients are reduced over dp x cp: cp ranks hold the same weights)
+    p_first, p_last = memory.stage_params(m, tp, pp, vpp)
+    params = np.maximum(p_first, p_last)
+    n_dp = dp * cp
+    dp_bw, dp_alpha = comm.group_link(cluster, eff, tp, n_dp)
+    gb = float(sw.grad_reduce_bytes)
+    ar_g = comm.all_reduce_s(params * gb, n_dp, dp_bw, dp_alpha)
+    rs_g = comm.reduce_scatter_s(params * gb, n_dp, dp_bw, dp_alpha)
+    ag_w = comm.all_gather_s(params * 2.0, n_dp, dp_bw, dp_alpha)
+    bwd_window = stage_layers * (layer_bwd + layer_recompute)
+    fwd_window = stage_layers * layer_fwd
+    tail = 1.0 / np.maximum(stage_layers, 1.0)  # the last layer's bucket cannot overlap
+    grad_sync = np.where(zero == 0, ar_g, rs_g)
+    param_sync = np.where(zero == 0, 0.0, ag_w)
+    # ZeRO-2 keeps only a gradient shard, so it must reduce-scatter after every micro batch
+    grad_rounds = np.where(zero == 2, n_micro, 1.0)
+    if sw.dp_overlap:
+        dp_12 = grad_rounds * np.maximum(grad_sync - bwd_window, grad_sync * tail) \
+            + np.maximum(param_sync - fwd_window, param_sync * tail)
+    else:
+        dp_12 = grad_rounds * grad_sync + param_sync
+    fsdp_mb = 2.0 * ag_w + rs_g  # gather for forward, again for backward, reduce-scatter grads
+    t_mb_compute = stage_layers * (layer_fwd + layer_bwd + layer_recompute)
+    if sw.dp_overlap:
+        dp_3 = n_micro * np.maximum(0.0, fsdp_mb - t_mb_compute) + fsdp_mb * tail
+    else:
+        dp_3 = n_micro * fsdp_mb
+    out["dp_comm"] = np.where(zero >= 3, dp_3, dp_12)
+
+    local_params = params / np.where(zero >= 1, n_dp, 1.0)
+    out["optimizer"] = local_params * OPTIMIZER_BYTES_PER_PARAM / hbm
+
+    step = sum(out[k] for k in TERMS)
+    global_tokens = dp * mbs * n_micro * seq
+    n_gpus = tp * pp * cp * dp
+    tps = global_tokens / step / n_gpus
+    peak_prec = np.where(fp8, acc.peak_flops("fp8"), peak)
+    out["step_time_s"] = step
+    out["tokens_per_s_per_gpu"] = tps
+    out["mfu"] = tps * model_flops_per_token(m) / peak_prec
+    hw = np.array([hardware_flops_per_token(m, RECOMPUTE_NAME[c]) for c in range(3)])
+    out["hfu"] = tps * hw[rc] / peak_prec
+    out["memory_bytes"] = memory.memory_bytes(m, seq, tp, pp, dp, cp, vpp, sp, zero, rc, mbs, n_micro,
+                                              sw.flash_attention, dropout, gb)
+    return out
+
+
+def check_layout(m: ModelSpec, cluster: Cluster, layout: Layout, global_batch: int | None) -> Layout:
+    """Return the layout resolved for the cluster and batch; raise TrainperfError naming the bad factor."""
+    lay = layout.resolve(cluster.n_gpus, global_batch)
+    if m.n_heads % lay.tp:
+        raise TrainperfError(f"layout: tp={lay.tp} does not divide the model's {m.n_heads} attention heads")
+    if m.n_kv_heads % lay.tp and lay.tp % m.n_kv_heads:
+        raise TrainperfError(f"layout: tp={lay.tp} and the model's {m.n_kv_heads} kv heads: neither divides the other")
+    if m.ffn_hidden % lay.tp:
+        raise TrainperfError(f"layout: tp={lay.tp} does not divide ffn_hidden {m.ffn_hidden}")
+    if lay.pp * lay.vpp > m.n_layers:
+        raise TrainperfError(f"layout: pp*vpp = {lay.pp}*{lay.vpp} exceeds the model's {m.n_layers} layers")
+    if lay.cp > 1 and m.seq_len % (2 * lay.cp):
+        raise TrainperfError(f"layout: cp={lay.cp} needs the sequence length {m.seq_len} divisible by 2*cp")
+    if lay.vpp > 1 and lay.grad_accum % lay.pp:
+        raise TrainperfError(
+            f"layout: interleaving (vpp={lay.vpp}) needs micro batches per step ({lay.grad_accum}) divisible by pp={lay.pp}")
+    return lay
+
+
+def estimate(m: ModelSpec, cluster: Cluster, layout: Layout, global_batch: int | None = None,
+             eff: Efficiency | None = None, sw: Software | None = None) -> Estimate:
+    """Return the Estimate of one layout (step time in s, memory in bytes, breakdown in s).
+
+    ``global_batch`` (sequences) sets gradient accumulation; without it the layout's
+    ``grad_accum`` (default 1) is used. Raises TrainperfError for an impossible layout.
+    """
+    lay = check_layout(m, cluster, layout, global_batch)
+    r = estimate_arrays(m, cluster, lay.tp, lay.pp, lay.dp, lay.cp, lay.vpp, lay.sp, lay.zero,
+                        RECOMPUTE_CODE[lay.recompute], lay.mbs, lay.grad_accum, lay.precision == "fp8", eff, sw)
+    return Estimate(
+        layout=lay, step_time_s=float(r["step_time_s"]), tokens_per_s_per_gpu=float(r["tokens_per_s_per_gpu"]),
+        mfu=float(r["mfu"]), hfu=float(r["hfu"]), memory_bytes_per_gpu=float(r["memory_bytes"]),
+        hbm_bytes=cluster.accelerator.hbm_bytes, breakdown={k: float(r[k]) for k in TERMS},
+    )

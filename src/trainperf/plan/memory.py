@@ -1,0 +1,127 @@
+"""Memory per GPU: model states by ZeRO stage, activations (Korthikanti et al.), allocator margin.
+
+All functions accept NumPy arrays (one element per layout) or numbers and return bytes.
+
+Model states per parameter (mixed precision with Adam): bf16 weights 2 B, gradients
+``grad_bytes`` (bf16 grad buffers in Megatron-Core DDP / FSDP2: 2 B; 4 with fp32 reduction),
+optimizer 12 B (fp32 master weights,
+Adam m and v). ZeRO-1 (Megatron distributed optimizer) shards the optimizer over dp,
+ZeRO-2 also the gradients, ZeRO-3 / FSDP also the weights (all over the dp x cp ranks that
+hold the same weights) (plus two unsharded layers of
+prefetch buffer).
+
+Activations per layer and token, generalising Korthikanti et al. 2022 ("Reducing Activation
+Recomputation in Large Transformer Models", eq. 1-5: ``sbh(34 + 5as/h)`` without parallelism,
+``sbh(10 + 24/t + 5as/(ht))`` with tensor parallelism, ``sbh(34/t)`` with sequence
+parallelism and selective recompute, ``2sbh`` per layer input with full recompute) to GQA
+and gated MLPs:
+
+* hidden-width tensors split over tp only with sequence parallelism: two norm inputs
+  (2h + 2h), QKV and MLP inputs (2h + 2h), and with dropout two masks (h + h);
+* always tp-split: Q, K, V (2q + 2kv + 2kv), attention output (2q), MLP: plain 2f + 2f
+  (activation in and out), gated 2f + 2f + 2f (gate, up, product);
+* score matrix, unless flash attention or selective recompute drop it: 5 a s / t
+  (softmax 2, dropout mask 1, dropout output 2 bytes per score);
+* full recompute keeps only each layer's input (2h, split over tp with sp) plus one layer's
+  full activations during its backward.
+
+Pipeline: the first stage of 1F1B holds ``min(m, p)`` micro batches, interleaving multiplies
+that by ``1 + (p-1)/(p v)`` (Korthikanti eq. 6); the last stage adds the fp32 logits
+(4 s b V / t). Context parallelism divides tokens by cp.
+
+Allocator margin: CUDA context, NCCL and cuBLAS workspaces take ``RESERVED_BYTES`` and the
+caching allocator's fragmentation ``FRAGMENTATION`` of the rest; a layout fits when the total
+with margin is within the HBM capacity.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trainperf.specs import ModelSpec, embedding_params, layer_params, lm_head_params
+
+RESERVED_BYTES = 2.0 * 2**30   # CUDA context + NCCL buffers + cuBLAS/TE workspaces (bytes)
+FRAGMENTATION = 0.08           # caching-allocator fragmentation, fraction of allocated bytes
+WEIGHT_BYTES = 2.0             # bf16 weights
+OPTIMIZER_BYTES = 12.0         # fp32 master + Adam m + v
+
+
+def activation_bytes_per_token_layer(m: ModelSpec, tp, sp, recompute_code, flash=True, dropout=False,
+                                     seq: int | None = None):
+    """Return activation bytes stored per token per layer on one GPU (bytes).
+
+    ``recompute_code``: 0 none, 1 selective, 2 full (stored layer input only).
+    """
+    s = m.seq_len if seq is None else seq
+    tp = np.asarray(tp, dtype=float)
+    rep = (8.0 + (2.0 if dropout else 0.0)) * m.hidden / np.where(sp, tp, 1.0)
+    mlp = (6.0 if m.gated_mlp else 4.0) * m.ffn_hidden
+    split = (4.0 * m.q_dim + 4.0 * m.kv_dim + mlp) / tp
+    if flash:
+        scores = 4.0 * m.n_heads / tp  # fp32 logsumexp per head
+    else:
+        scores = 5.0 * m.n_heads * s / tp
+    rc = np.asarray(recompute_code)
+    scores = np.where(rc == 1, 0.0, scores)
+    full = 2.0 * m.hidden / np.where(sp, tp, 1.0)
+    return np.where(rc == 2, full, rep + split + scores)
+
+
+def layers_per_stage(m: ModelSpec, pp, vpp):
+    """Return the layers on the busiest pipeline stage (count; uneven splits round up)."""
+    pp = np.asarray(pp, dtype=float)
+    vpp = np.asarray(vpp, dtype=float)
+    return np.ceil(m.n_layers / (pp * vpp)) * vpp
+
+
+def stage_params(m: ModelSpec, tp, pp, vpp):
+    """Return (params on the first stage, params on the last stage) per GPU (count)."""
+    tp = np.asarray(tp, dtype=float)
+    layers = layers_per_stage(m, pp, vpp) * layer_params(m) / tp
+    emb = embedding_params(m) / tp
+    head = (lm_head_params(m) if not m.tied_embeddings else m.vocab * m.hidden) / tp
+    single = np.asarray(pp) == 1
+    first = np.where(single, m.n_layers * layer_params(m) / tp + emb + lm_head_params(m) / tp, layers + emb)
+    last = np.where(single, first, layers + head)
+    return first, last
+
+
+def model_state_bytes(params, dp, zero, grad_bytes: float = 2.0):
+    """Return bytes of weights + gradients + optimizer states for ``params`` on one GPU."""
+    dp = np.asarray(dp, dtype=float)
+    zero = np.asarray(zero)
+    w = WEIGHT_BYTES * params / np.where(zero >= 3, dp, 1.0)
+    g = grad_bytes * params / np.where(zero >= 2, dp, 1.0)
+    o = OPTIMIZER_BYTES * params / np.where(zero >= 1, dp, 1.0)
+    return w + g + o
+
+
+def memory_bytes(m: ModelSpec, seq: int, tp, pp, dp, cp, vpp, sp, zero, recompute_code, mbs, n_micro,
+                 flash=True, dropout=False, grad_bytes: float = 2.0):
+    """Return the peak memory per GPU including the allocator margin (bytes).
+
+    The peak is the larger of the first pipeline stage (most micro batches in flight) and
+    the last (LM head weights and fp32 logits).
+    """
+    tp = np.asarray(tp, dtype=float)
+    pp = np.asarray(pp, dtype=float)
+    vpp = np.asarray(vpp, dtype=float)
+    tokens = mbs * seq / np.asarray(cp, dtype=float)
+    per_layer = tokens * activation_bytes_per_token_layer(m, tp, sp, recompute_code, flash, dropout, seq)
+    stage_layers = layers_per_stage(m, pp, vpp)
+    n_micro = np.asarray(n_micro, dtype=float)
+    inflight_first = np.minimum(n_micro, pp) * np.where(vpp > 1, 1.0 + (pp - 1.0) / (pp * vpp), 1.0)
+    inflight_last = np.where(vpp > 1, np.minimum(n_micro * vpp, (vpp - 1.0) * pp + 1.0) / vpp, 1.0)
+    # with full recompute one layer's whole activation set is rebuilt during its backward
+    working = np.where(np.asarray(recompute_code) == 2,
+                       tokens * activation_bytes_per_token_layer(m, tp, sp, 0, flash, dropout, seq), 0.0)
+    act_first = stage_layers * per_layer * inflight_first + working
+    logits = 4.0 * tokens * m.vocab / tp
+    act_last = np.where(pp == 1, act_first, stage_layers * per_layer * inflight_last + working) + logits
+    p_first, p_last = stage_params(m, tp, pp, vpp)
+    fsdp_buffer = np.where(np.asarray(zero) >= 3, 2.0 * WEIGHT_BYTES * layer_params(m) / tp, 0.0)
+    shard = np.asarray(dp, dtype=float) * np.asarray(cp, dtype=float)  # cp ranks hold the same weights
+    first = model_state_bytes(p_first, shard, zero, grad_bytes) + act_first + fsdp_buffer
+    last = model_state_bytes(p_last, shard, zero, grad_bytes) + act_last + fsdp_buffer
+    peak = np.maximum(first, last)
+    return peak * (1.0 + FRAGMENTATION) + RESERVED_BYTES

@@ -1,0 +1,111 @@
+"""How plan results look: rich tables for the terminal, JSON objects, a self-contained HTML report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.table import Table
+
+from trainperf.plan.compare import HardwareOption
+from trainperf.plan.estimate import TERMS, Estimate
+from trainperf.plan.search import SearchResult
+
+
+def short_layout(est: Estimate) -> str:
+    """Return a compact layout label: tp/pp/dp/cp, vpp, sp, zero, recompute, mbs."""
+    lay = est.layout
+    parts = [f"tp{lay.tp} pp{lay.pp} dp{lay.dp}"]
+    if lay.cp > 1:
+        parts.append(f"cp{lay.cp}")
+    if lay.vpp > 1:
+        parts.append(f"vpp{lay.vpp}")
+    if lay.sp:
+        parts.append("sp")
+    parts.append(f"zero{lay.zero}" if lay.zero < 3 else "fsdp")
+    if lay.recompute != "none":
+        parts.append(f"rc={lay.recompute}")
+    parts.append(f"mbs{lay.mbs} ga{lay.grad_accum}")
+    return " ".join(parts)
+
+
+def overhead_label(est: Estimate) -> str:
+    """Return 'name NN%' for the dominant non-compute term as a share of the step."""
+    k = est.dominant_overhead
+    return f"{k} {est.breakdown[k] / est.step_time_s:.0%}"
+
+
+def search_table(res: SearchResult) -> Table:
+    """Return a rich table of the ranked layouts."""
+    title = (f"{res.model.name} on {res.cluster.n_gpus} x {res.cluster.accelerator.name}, seq {res.model.seq_len}, "
+             f"global batch {res.global_batch} ({res.global_batch * res.model.seq_len / 1e6:.2f} M tokens)")
+    t = Table(title=title, title_justify="left")
+    for col, just in (("#", "right"), ("layout", "left"), ("step s", "right"), ("tok/s/GPU", "right"),
+                      ("MFU", "right"), ("mem GiB", "right"), ("dominant overhead", "left")):
+        t.add_column(col, justify=just)
+    used = res.extra.get("n_gpus_used", [])
+    for i, e in enumerate(res.best, 1):
+        label = short_layout(e)
+        if used and used[i - 1] != res.cluster.n_gpus:
+            label += f" ({used[i - 1]} GPUs)"
+        t.add_row(str(i), label, f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}", f"{e.mfu:.1%}",
+                  f"{e.memory_gib_per_gpu:.1f}", overhead_label(e))
+    return t
+
+
+def breakdown_table(est: Estimate) -> Table:
+    """Return a rich table of one layout's step-time breakdown (seconds and share)."""
+    t = Table(title=f"breakdown of {est.layout.to_string()}", title_justify="left")
+    t.add_column("term")
+    t.add_column("seconds", justify="right")
+    t.add_column("share", justify="right")
+    for k in TERMS:
+        v = est.breakdown[k]
+        t.add_row(k, f"{v:.4f}", f"{v / est.step_time_s:.1%}")
+    t.add_row("[bold]step[/]", f"[bold]{est.step_time_s:.4f}[/]", "100%")
+    return t
+
+
+def compare_table(options: list[HardwareOption], tokens: float) -> Table:
+    """Return a rich table comparing accelerators (time, $, kWh, $ per million tokens)."""
+    t = Table(title=f"training {tokens:.3g} tokens (kWh = TDP x GPUs x hours x PUE {options[0].pue if options else 1.2})",
+              title_justify="left")
+    for col in ("gpu", "GPUs", "best layout", "tok/s/GPU", "MFU", "days", "$ (M)", "MWh", "$/M tok"):
+        t.add_column(col, justify="left" if col in ("gpu", "best layout") else "right")
+    for o in options:
+        if o.best is None:
+            t.add_row(o.gpu, str(o.n_gpus), f"[red]{o.problem}[/]", "", "", "", "", "", "")
+            continue
+        t.add_row(o.gpu, str(o.n_gpus), short_layout(o.best), f"{o.best.tokens_per_s_per_gpu:,.0f}", f"{o.best.mfu:.1%}",
+                  f"{o.train_hours / 24:,.1f}", f"{o.usd / 1e6:,.2f}", f"{o.kwh / 1e3:,.1f}",
+                  f"{o.usd_per_million_tokens:.3f}")
+    return t
+
+
+def html_report(path: str | Path, res: SearchResult | None = None, est: Estimate | None = None,
+                options: list[HardwareOption] | None = None, tokens: float = 0.0) -> Path:
+    """Write a self-contained HTML report of a search, one layout or a hardware comparison; return the path."""
+    from trainperf.report.html import Report, bar_chart, paragraph, stacked_bar_chart, table
+
+    rep = Report("trainperf plan", "analytical step-time and memory model; figures are predictions")
+    if res is not None:
+        rows = [[i, short_layout(e), f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}", f"{e.mfu:.1%}",
+                 f"{e.memory_gib_per_gpu:.1f}", overhead_label(e)] for i, e in enumerate(res.best, 1)]
+        rep.add(f"{res.model.name} on {res.cluster.n_gpus} x {res.cluster.accelerator.name}",
+                paragraph(f"{res.n_candidates:,} valid layouts evaluated in {res.elapsed_s * 1e3:.0f} ms, "
+                          f"{res.n_fit:,} fit in memory."),
+                table(rows, ["#", "layout", "step s", "tok/s/GPU", "MFU", "mem GiB", "dominant overhead"]),
+                stacked_bar_chart([f"#{i}" for i in range(1, len(res.best) + 1)],
+                                  {k: [e.breakdown[k] for e in res.best] for k in TERMS}, unit="s"))
+    if est is not None:
+        rep.add(f"breakdown of {est.layout.to_string()}",
+                bar_chart(list(TERMS), [est.breakdown[k] for k in TERMS], unit="s"),
+                table([[k, f"{est.breakdown[k]:.4f}", f"{est.breakdown[k] / est.step_time_s:.1%}"] for k in TERMS],
+                      ["term", "seconds", "share"]))
+    if options:
+        ok = [o for o in options if o.best is not None]
+        rep.add(f"hardware comparison for {tokens:.3g} tokens",
+                table([[o.gpu, o.n_gpus, short_layout(o.best), f"{o.train_hours / 24:,.1f}", f"{o.usd:,.0f}",
+                        f"{o.kwh:,.0f}", f"{o.usd_per_million_tokens:.3f}"] for o in ok],
+                      ["gpu", "GPUs", "best layout", "days", "USD", "kWh", "USD per M tokens"]),
+                bar_chart([o.gpu for o in ok], [o.usd_per_million_tokens for o in ok], unit="$/Mtok"))
+    return rep.write(path)

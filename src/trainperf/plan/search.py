@@ -1,0 +1,204 @@
+"""Exhaustive layout search: enumerate every valid layout, evaluate all of them at once (NumPy).
+
+The space: tp (powers of two dividing the heads, kv heads and ffn, within the scale-up
+domain), cp (powers of two, sequence divisible by 2 cp), pp (divisors of the GPU count up to
+the layer count), vpp (interleaving: the busiest stage's layers divisible by it, micro
+batches a multiple of pp; uneven stages as Llama 3 405B's 126 layers on 16 stages), sequence parallel on/off, ZeRO 0-3 (2 and 3 only without pipeline
+parallelism, as Megatron and DeepSpeed require), recompute none/selective/full, micro batch
+1-16 (powers of two dividing the per-replica batch). dp fills the remaining GPUs and must
+divide the global batch. Every candidate is evaluated by ``estimate_arrays`` in one call;
+those whose memory does not fit are dropped.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trainperf.errors import TrainperfError
+from trainperf.plan.efficiency import Efficiency, Software
+from trainperf.plan.estimate import RECOMPUTE_NAME, TERMS, Estimate, estimate_arrays
+from trainperf.specs import Cluster, Layout, ModelSpec, make_cluster
+
+MAX_MBS = 16
+MAX_VPP = 16
+
+
+@dataclass
+class SearchResult:
+    """Ranked layouts of one search and what the search covered."""
+
+    model: ModelSpec
+    cluster: Cluster
+    global_batch: int
+    objective: str
+    best: list[Estimate]
+    n_candidates: int
+    n_fit: int
+    min_memory_gib: float
+    elapsed_s: float
+    usd_per_gpu_hour: float
+    extra: dict = field(default_factory=dict)
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    out, v = [], 1
+    while v <= limit:
+        out.append(v)
+        v *= 2
+    return out
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def default_global_batch(seq_len: int, tokens: int = 4 * 2**20) -> int:
+    """Return a power-of-two global batch (sequences) of about ``tokens`` tokens (4 Mi by default)."""
+    return max(1, 2 ** int(round(np.log2(max(tokens / seq_len, 1)))))
+
+
+def enumerate_layouts(m: ModelSpec, cluster: Cluster, global_batch: int) -> dict[str, np.ndarray]:
+    """Return the valid layouts as a dict of equal-length integer arrays (tp, pp, dp, cp, vpp, ...)."""
+    n = cluster.n_gpus
+    tp_limit = min(64, max(cluster.scaleup_domain, 1), n)
+    tps = [t for t in _powers_of_two(tp_limit)
+           if m.n_heads % t == 0 and (m.n_kv_heads % t == 0 or t % m.n_kv_heads == 0) and m.ffn_hidden % t == 0]
+    cps = [c for c in _powers_of_two(min(64, n)) if c == 1 or m.seq_len % (2 * c) == 0]
+    mbs_all = np.array(_powers_of_two(MAX_MBS))
+    parts: list[np.ndarray] = []
+    for tp in tps:
+        for cp in cps:
+            if n % (tp * cp):
+                continue
+            for pp in _divisors(n // (tp * cp)):
+                if pp > m.n_layers:
+                    break
+                dp = n // (tp * cp * pp)
+                if global_batch % dp:
+                    continue
+                per_replica = global_batch // dp
+                mbs = mbs_all[(per_replica % mbs_all) == 0]
+                if mbs.size == 0:
+                    continue
+                ga = per_replica // mbs
+                stage = -(-m.n_layers // pp)
+                vpps = [1] if pp == 1 else [v for v in range(1, MAX_VPP + 1) if stage % v == 0 and pp * v <= m.n_layers]
+                sps = [0, 1] if tp > 1 else [0]
+                zeros = ([0] if dp * cp == 1 else [0, 1]) if pp > 1 else ([0] if dp * cp == 1 else [0, 1, 2, 3])
+                grid = np.array(np.meshgrid(np.arange(mbs.size), vpps, sps, zeros, [0, 1, 2], indexing="ij")).reshape(5, -1)
+                mi, vpp, sp, zero, rc = grid
+                ok = (vpp == 1) | (ga[mi] % pp == 0)
+                k = int(ok.sum())
+                if k == 0:
+                    continue
+                block = np.empty((11, k), dtype=np.int64)
+                block[0], block[1], block[2], block[3] = tp, pp, dp, cp
+                block[4], block[5], block[6], block[7] = vpp[ok], sp[ok], zero[ok], rc[ok]
+                block[8], block[9] = mbs[mi[ok]], ga[mi[ok]]
+                block[10] = 0
+                parts.append(block)
+    names = ("tp", "pp", "dp", "cp", "vpp", "sp", "zero", "rc", "mbs", "ga", "fp8")
+    if not parts:
+        return {k: np.empty(0, dtype=np.int64) for k in names}
+    allv = np.concatenate(parts, axis=1)
+    return dict(zip(names, allv))
+
+
+def _impossible_reason(m: ModelSpec, cluster: Cluster, global_batch: int) -> str:
+    n = cluster.n_gpus
+    if global_batch <= 0:
+        return f"global batch must be positive, got {global_batch}"
+    dps = [n // mp for mp in _divisors(n)]
+    if not any(global_batch % d == 0 for d in dps):
+        return f"global batch {global_batch} shares no data-parallel factor with {n} GPUs"
+    return (f"no layout of {m.name} ({m.n_heads} heads, {m.n_kv_heads} kv heads, {m.n_layers} layers) "
+            f"divides {n} GPUs with global batch {global_batch}: try a global batch that is a multiple of "
+            f"{n // min(n, cluster.scaleup_domain)}")
+
+
+def _estimate_at(arrays: dict, out: dict, i: int, m: ModelSpec, cluster: Cluster, precision: str) -> Estimate:
+    lay = Layout(tp=int(arrays["tp"][i]), pp=int(arrays["pp"][i]), dp=int(arrays["dp"][i]), cp=int(arrays["cp"][i]),
+                 vpp=int(arrays["vpp"][i]), sp=bool(arrays["sp"][i]), zero=int(arrays["zero"][i]),
+                 recompute=RECOMPUTE_NAME[int(arrays["rc"][i])], mbs=int(arrays["mbs"][i]),
+                 grad_accum=int(arrays["ga"][i]), precision=precision)
+    return Estimate(layout=lay, step_time_s=float(out["step_time_s"][i]),
+                    tokens_per_s_per_gpu=float(out["tokens_per_s_per_gpu"][i]), mfu=float(out["mfu"][i]),
+                    hfu=float(out["hfu"][i]), memory_bytes_per_gpu=float(out["memory_bytes"][i]),
+                    hbm_bytes=cluster.accelerator.hbm_bytes, breakdown={k: float(out[k][i]) for k in TERMS})
+
+
+def evaluate_all(m: ModelSpec, cluster: Cluster, global_batch: int, precision: str = "bf16",
+                 eff: Efficiency | None = None, sw: Software | None = None) -> tuple[dict, dict]:
+    """Return (layout arrays, estimate arrays) for every valid layout (no memory filter)."""
+    arrays = enumerate_layouts(m, cluster, global_batch)
+    arrays["fp8"] = np.full(arrays["tp"].shape, precision == "fp8")
+    if arrays["tp"].size == 0:
+        return arrays, {}
+    out = estimate_arrays(m, cluster, arrays["tp"], arrays["pp"], arrays["dp"], arrays["cp"], arrays["vpp"],
+                          arrays["sp"].astype(bool), arrays["zero"], arrays["rc"], arrays["mbs"], arrays["ga"],
+                          arrays["fp8"], eff, sw)
+    return arrays, out
+
+
+def search(m: ModelSpec, cluster: Cluster, global_batch: int | None = None, objective: str = "time",
+           top: int = 10, precision: str = "bf16", eff: Efficiency | None = None,
+           sw: Software | None = None) -> SearchResult:
+    """Return the ``top`` fitting layouts ranked by step time (or by $ per token for ``cost``).
+
+    ``cost`` also tries 1/2, 1/4 and 1/8 of the GPUs (whole nodes): fewer GPUs with less
+    communication can be cheaper per token though slower. Raises TrainperfError when no
+    layout is valid (naming the factor) or none fits (smallest memory vs the GPU's).
+    """
+    if objective not in ("time", "cost"):
+        raise TrainperfError(f"objective must be time or cost, not {objective!r}")
+    t0 = time.perf_counter()
+    gb = int(global_batch or default_global_batch(m.seq_len))
+    sizes = [cluster.n_gpus]
+    if objective == "cost":
+        for div in (2, 4, 8):
+            k = cluster.n_gpus // div
+            if cluster.n_gpus % div == 0 and k >= 1 and (k % cluster.gpus_per_node == 0 or k < cluster.gpus_per_node):
+                sizes.append(k)
+    ranked: list[tuple[float, Estimate, int]] = []
+    total = fit = 0
+    min_mem = float("inf")
+    for n in sizes:
+        cl = cluster if n == cluster.n_gpus else make_cluster(
+            cluster.accelerator.name, n, min(cluster.gpus_per_node, n), cluster.scaleup_gbps, cluster.scaleout_gbps,
+            cluster.usd_per_gpu_hour)
+        arrays, out = evaluate_all(m, cl, gb, precision, eff, sw)
+        if not out:
+            continue
+        total += arrays["tp"].size
+        mem = out["memory_bytes"]
+        min_mem = min(min_mem, float(mem.min()))
+        ok = np.flatnonzero(mem <= cl.accelerator.hbm_bytes)
+        fit += ok.size
+        if ok.size == 0:
+            continue
+        step = out["step_time_s"][ok]
+        key = step if objective == "time" else step * n / (gb * m.seq_len)  # cost: GPU-seconds per token
+        order = ok[np.lexsort((mem[ok], key))[: max(top, 1)]]  # ties: less memory first
+        for i in order:
+            est = _estimate_at(arrays, out, int(i), m, cl, precision)
+            k = est.step_time_s if objective == "time" else est.step_time_s * n / (gb * m.seq_len)
+            ranked.append((k, est, n))
+    elapsed = time.perf_counter() - t0
+    if total == 0:
+        raise TrainperfError(_impossible_reason(m, cluster, gb))
+    if fit == 0:
+        raise TrainperfError(
+            f"no layout of {m.name} fits on {cluster.accelerator.name}: the smallest needs "
+            f"{min_mem / 2**30:.1f} GiB per GPU (with allocator margin), the GPU has "
+            f"{cluster.accelerator.hbm_bytes / 2**30:.1f} GiB; use more GPUs or a shorter sequence")
+    ranked.sort(key=lambda r: (r[0], r[1].memory_bytes_per_gpu))
+    best = [r[1] for r in ranked[:top]]
+    res = SearchResult(model=m, cluster=cluster, global_batch=gb, objective=objective, best=best,
+                       n_candidates=total, n_fit=fit, min_memory_gib=min_mem / 2**30, elapsed_s=elapsed,
+                       usd_per_gpu_hour=cluster.usd_per_gpu_hour)
+    res.extra["n_gpus_used"] = [r[2] for r in ranked[:top]]
+    return res

@@ -1,0 +1,55 @@
+"""HTML report of `trainperf diagnose`: per-rank breakdown, critical path, findings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainperf.report.html import Report, bar_chart, esc, paragraph, stacked_bar_chart, table
+
+
+def write_report(d, path: str | Path) -> Path:
+    """Write a self-contained HTML report of a Diagnosis to path; return the path."""
+    rep = Report("trainperf diagnose", f"{d.path} — {len(d.ranks)} rank(s)")
+    gpu = [r for r in d.ranks if r.gpu_analyses == "ok"]
+    rows = [[r.rank, f"{r.window_us / 1e3:.1f}", f"{r.idle_pct:.2f}", f"{r.compute_pct:.2f}",
+             f"{r.non_compute_pct:.2f}", f"{r.overlap_pct:.2f}",
+             f"{r.idle_host_pct:.1f} / {r.idle_kernel_pct:.1f} / {r.idle_other_pct:.1f}", r.gpu_analyses]
+            for r in d.ranks]
+    rep.add("Per rank", table(rows, ["rank", "window ms", "idle %", "compute %", "non-compute %",
+                                     "comm/comp overlap %", "idle host / kernel / other %", "GPU analyses"]),
+            *[paragraph(n, "note") for n in d.notes])
+    if gpu:
+        labels = [f"rank {r.rank}" for r in gpu]
+        rep.add("Where the window goes (ms)", stacked_bar_chart(labels, {
+            "compute": [r.compute_pct * r.window_us / 1e5 for r in gpu],
+            "non-compute (comm, memcpy)": [r.non_compute_pct * r.window_us / 1e5 for r in gpu],
+            "idle": [r.idle_pct * r.window_us / 1e5 for r in gpu]}, "ms"))
+        cats = sorted({c for r in gpu for c in r.kernel_categories_pct})
+        rep.add("Kernel time by category (% of device time)", stacked_bar_chart(
+            labels, {c: [r.kernel_categories_pct.get(c, 0.0) for r in gpu] for c in cats}, "%"))
+        buckets = sorted({b for r in gpu for b in r.critical_path_pct})
+        rep.add("Critical path (% of the window)", stacked_bar_chart(
+            labels, {b: [r.critical_path_pct.get(b, 0.0) for r in gpu] for b in buckets}, "%"),
+            paragraph("Walked back from the last event through host calls, launches, streams, syncs and "
+                      "cross-rank waits; 'cpu' is host work between runtime calls.", "note"))
+    if d.cross_rank:
+        x = d.cross_rank
+        ranks = sorted(x["caused_by_rank_us"], key=int)
+        rep.add("Across ranks", paragraph(
+            f"{x['n_collectives_matched']} collectives matched by sequence; straggler rank {x['straggler_rank']}; "
+            f"compute imbalance {x['compute_imbalance_pct']:.1f}%."),
+            bar_chart([f"rank {r}" for r in ranks], [x["caused_by_rank_us"][r] / 1e3 for r in ranks], "ms of others' wait"))
+    if d.findings:
+        rep.add("Findings, ranked by estimated gain", bar_chart([f.kind for f in d.findings],
+                                                               [f.gain_pct for f in d.findings], "% step time"))
+        for i, f in enumerate(d.findings, 1):
+            m = f.evidence.get("metrics", {})
+            ev = f.evidence.get("events", [])
+            rep.add(f"{i}. {f.kind} ({f.severity}, gain ≈ {f.gain_pct:.1f}%)",
+                    f"<p class='sev-{esc(f.severity)}'>ranks {esc(f.ranks)}; what-if: {esc(f.what_if)}</p>",
+                    table([[k, v["value"], v["unit"]] for k, v in m.items()], ["evidence", "value", "unit"]),
+                    table([[e["name"][:100], e["start_us"], e["dur_us"]] for e in ev], ["event", "start µs", "dur µs"])
+                    if ev else "", paragraph("Fix: " + f.recommendation))
+    else:
+        rep.add("Findings", paragraph("No findings: nothing in this trace is worth fixing."))
+    return rep.write(path)

@@ -1,0 +1,126 @@
+"""Load a trace: one Kineto file or a folder of per-rank files, ranks parsed in parallel processes."""
+
+from __future__ import annotations
+
+import os
+import re
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from trainperf.errors import TrainperfError
+from trainperf.trace.events import EventTable
+from trainperf.trace.kineto import read_kineto
+
+RANK_IN_NAME_RE = re.compile(r"rank[-_ ]?(\d+)", re.I)
+TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
+
+
+def trace_files(path: str | Path) -> list[Path]:
+    """The trace files at path: the file itself, or the .json/.json.gz files of a folder (sorted)."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if not path.exists():
+        raise TrainperfError(f"{path}: no such file or folder")
+    files = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+    if not files:
+        raise TrainperfError(f"{path}: no .json or .json.gz trace files in this folder")
+    return files
+
+
+def rank_from_name(path: Path) -> int | None:
+    """Rank number written in a file name ("rank3", "rank-3", "rank_3"), else None."""
+    m = RANK_IN_NAME_RE.search(path.name)
+    return int(m.group(1)) if m else None
+
+
+def _read_one(path: Path) -> EventTable:
+    return read_kineto(path)
+
+
+def load_trace(path: str | Path, ranks: list[int] | None = None, workers: int | None = None,
+               progress: bool = False) -> dict[int, EventTable]:
+    """Read every rank's trace at path; return {rank: EventTable} sorted by rank.
+
+    Rank comes from distributedInfo.rank, else from the file name, else (a single file) 0; a folder
+    whose files carry no rank, duplicate ranks or ranks from two different jobs is an error.
+    """
+    files = trace_files(path)
+    tables = _read_all(files, workers, progress)
+    by_rank: dict[int, EventTable] = {}
+    world_sizes = {}
+    for f, t in zip(files, tables):
+        if t.rank < 0:
+            r = rank_from_name(f)
+            if r is None:
+                if len(files) > 1:
+                    raise TrainperfError(
+                        f"{f}: cannot tell its rank (no distributedInfo.rank in the trace, no 'rank<N>' in the "
+                        f"file name); rename it e.g. rank{len(by_rank)}.json.gz")
+                r = 0
+            t.rank = r
+        if t.rank in by_rank:
+            raise TrainperfError(f"{f}: duplicate rank {t.rank} (also in {by_rank[t.rank].source}); "
+                                 "keep one file per rank")
+        dist = t.metadata.get("distributedInfo")
+        if isinstance(dist, dict) and "world_size" in dist:
+            world_sizes[str(f)] = dist.get("world_size")
+        by_rank[t.rank] = t
+    if len(set(map(str, world_sizes.values()))) > 1:
+        detail = ", ".join(f"{Path(k).name}: {v}" for k, v in world_sizes.items())
+        raise TrainperfError(f"{path}: the folder mixes traces of different jobs (world sizes differ: {detail})")
+    _check_same_job(path, by_rank)
+    if ranks is not None:
+        missing = [r for r in ranks if r not in by_rank]
+        if missing:
+            raise TrainperfError(f"{path}: rank(s) {missing} not found; ranks present: {sorted(by_rank)}")
+        by_rank = {r: by_rank[r] for r in ranks}
+    return dict(sorted(by_rank.items()))
+
+
+def _check_same_job(path, by_rank: dict[int, EventTable]) -> None:
+    """Ranks of one job were profiled over the same wall-clock stretch: disjoint spans mean two jobs."""
+    spans = [(t.ts_ns.min(), t.ts_ns.max(), t) for t in by_rank.values() if len(t)]
+    if len(spans) < 2:
+        return
+    for a in spans:
+        for b in spans:
+            gap_ns = max(a[0], b[0]) - min(a[1], b[1])
+            longest = max(a[1] - a[0], b[1] - b[0], 1)
+            if gap_ns > 10 * longest and gap_ns > 60e9:
+                raise TrainperfError(
+                    f"{path}: the folder mixes traces of different jobs ({Path(a[2].source).name} and "
+                    f"{Path(b[2].source).name} were recorded {gap_ns / 1e9:.0f} s apart)")
+
+
+def _read_all(files: list[Path], workers: int | None, progress: bool) -> list[EventTable]:
+    workers = min(len(files), workers or os.cpu_count() or 1)
+    bar = None
+    if progress:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        bar = Progress(TextColumn("loading traces"), BarColumn(), TextColumn("{task.completed}/{task.total} ranks"),
+                       TimeElapsedColumn(), transient=True)
+    tables: list[EventTable | None] = [None] * len(files)
+    if bar:
+        bar.start()
+        task = bar.add_task("load", total=len(files))
+    try:
+        if workers <= 1:
+            for i, f in enumerate(files):
+                tables[i] = _read_one(f)
+                if bar:
+                    bar.advance(task)
+        else:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                futures = {pool.submit(_read_one, f): i for i, f in enumerate(files)}
+                from concurrent.futures import as_completed
+
+                for fut in as_completed(futures):
+                    tables[futures[fut]] = fut.result()
+                    if bar:
+                        bar.advance(task)
+    finally:
+        if bar:
+            bar.stop()
+    return tables  # type: ignore[return-value]

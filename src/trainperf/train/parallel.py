@@ -1,0 +1,212 @@
+"""Apply a Layout to the model, in torchtitan's order: TP, activation checkpointing, compile, FSDP/DDP.
+
+Supported by the reference trainer: tp (DTensor, Megatron column/row split of attention and
+MLP), dp with zero=0 (DDP), zero=1/2 (FSDP2 without resharding after forward: gradients and
+optimizer states sharded, a superset of ZeRO-1) and zero=3 (FSDP2 full shard),
+recompute none/selective (attention core)/full (whole block). pp, cp and sequence parallel
+are planner vocabulary that this trainer does not run; they raise a clear error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from trainperf.errors import TrainperfError
+from trainperf.specs import Layout, ModelSpec
+from trainperf.train.model import Transformer
+
+
+@dataclass
+class ParallelDims:
+    """The resolved layout of this job and this process's place in it."""
+
+    layout: Layout
+    world_size: int
+    rank: int
+    mesh: object | None  # DeviceMesh with dims ("dp", "tp"), None for one process
+
+    @property
+    def dp(self) -> int:
+        return self.layout.dp
+
+    @property
+    def tp(self) -> int:
+        return self.layout.tp
+
+    @property
+    def dp_rank(self) -> int:
+        """This process's index along data parallel."""
+        return self.mesh["dp"].get_local_rank() if self.mesh is not None else 0
+
+    @property
+    def strategy(self) -> str:
+        """The data-parallel wrapper this layout uses: none, ddp, fsdp-no-reshard or fsdp."""
+        if self.dp == 1:
+            return "none"
+        if self.layout.zero == 0:
+            return "ddp"
+        return "fsdp" if self.layout.zero == 3 else "fsdp-no-reshard"
+
+
+def check_layout(layout: Layout, spec: ModelSpec, world_size: int) -> Layout:
+    """Return ``layout`` resolved for ``world_size`` processes; raise TrainperfError for what cannot run."""
+    for name in ("pp", "cp", "vpp"):
+        if getattr(layout, name) != 1:
+            raise TrainperfError(f"layout: {name}={getattr(layout, name)} is not run by the reference trainer "
+                                 "(it runs dp, tp, zero, recompute, mbs, ga, precision)")
+    if layout.sp:
+        raise TrainperfError("layout: sp=1 (sequence parallel) is not run by the reference trainer; use sp=0")
+    layout = layout.resolve(world_size)
+    if layout.tp > 1:
+        for what, n in (("n_heads", spec.n_heads), ("n_kv_heads", spec.n_kv_heads), ("ffn_hidden", spec.ffn_hidden)):
+            if n % layout.tp:
+                raise TrainperfError(f"layout: tp={layout.tp} does not divide {what}={n} of model {spec.name!r}")
+        if layout.dp > 1 and layout.zero == 0:
+            raise TrainperfError("layout: tp>1 with dp>1 needs zero>=1 (FSDP over dp); DDP over DTensor is not supported")
+    if layout.precision == "fp8":
+        raise TrainperfError("layout: precision=fp8 is not run by the reference trainer (bf16, fp16 or fp32)")
+    return layout
+
+
+def build_mesh(layout: Layout, device_type: str):
+    """Return the ("dp", "tp") DeviceMesh of the initialised process group, or None for one process."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(device_type, (layout.dp, layout.tp), mesh_dim_names=("dp", "tp"))
+
+
+def _replace_blocks(model: Transformer, fn) -> None:
+    for name, blk in list(model.layers.items()):
+        model.layers[name] = fn(blk)
+
+
+def apply_tp(model: Transformer, tp_mesh) -> None:
+    """Shard attention and MLP Megatron-style: q/k/v and w1/w3 by columns, wo and w2 by rows."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    plan = {
+        "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(), "attention.wv": ColwiseParallel(),
+        "attention.wo": RowwiseParallel(),
+        "feed_forward.w1": ColwiseParallel(), "feed_forward.w3": ColwiseParallel(),
+        "feed_forward.w2": RowwiseParallel(),
+    }
+    for blk in model.layers.values():
+        parallelize_module(blk, tp_mesh, plan)
+
+
+def apply_ac(model: Transformer, recompute: str) -> None:
+    """Activation checkpointing: ``full`` wraps every block, ``selective`` the attention core only."""
+    if recompute == "selective":
+        for blk in model.layers.values():
+            blk.attention.recompute_core = True
+    elif recompute == "full":
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+        _replace_blocks(model, lambda blk: checkpoint_wrapper(blk, preserve_rng_state=False))
+
+
+def apply_compile(model: Transformer, backend: str) -> None:
+    """torch.compile every block separately (fast compile, the graph reused across layers)."""
+    _replace_blocks(model, lambda blk: torch.compile(blk, backend=backend, fullgraph=True))
+
+
+def _fsdp_api():
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    except ImportError:  # torch < 2.6
+        from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
+    return fully_shard, MixedPrecisionPolicy
+
+
+def apply_fsdp(model: Transformer, dp_mesh, reshard_after_forward: bool, param_dtype: torch.dtype | None) -> None:
+    """FSDP2 ``fully_shard`` per block, then the root (embedding, final norm, head)."""
+    fully_shard, MixedPrecisionPolicy = _fsdp_api()
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    for blk in model.layers.values():
+        fully_shard(blk, mesh=dp_mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
+    fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
+
+
+def parallelize(model: Transformer, dims: ParallelDims, device: torch.device, compile_backend: str | None) -> nn.Module:
+    """Return the model with TP, AC, compile and FSDP/DDP applied in that order (torchtitan's)."""
+    layout = dims.layout
+    if dims.tp > 1:
+        apply_tp(model, dims.mesh["tp"])
+    apply_ac(model, layout.recompute)
+    if compile_backend:
+        apply_compile(model, compile_backend)
+    strategy = dims.strategy
+    if strategy.startswith("fsdp"):
+        param_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(layout.precision)
+        apply_fsdp(model, dims.mesh["dp"], reshard_after_forward=strategy == "fsdp", param_dtype=param_dtype)
+        return model
+    if strategy == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        ids = [device.index] if device.type == "cuda" else None
+        return DDP(model, device_ids=ids, process_group=dims.mesh["dp"].get_group())
+    return model
+
+
+def autocast_dtype(dims: ParallelDims) -> torch.dtype | None:
+    """Return the autocast dtype (bf16/fp16) when mixed precision is not already done by FSDP."""
+    if dims.strategy.startswith("fsdp"):
+        return None
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dims.layout.precision)
+
+
+def no_grad_sync(model: nn.Module, enabled: bool):
+    """Return a context that skips the gradient all-reduce (gradient accumulation micro-steps)."""
+    from contextlib import contextmanager, nullcontext
+
+    if not enabled:
+        return nullcontext()
+    if hasattr(model, "no_sync"):  # DDP
+        return model.no_sync()
+    if hasattr(model, "set_requires_gradient_sync"):  # FSDP2
+
+        @contextmanager
+        def _fsdp():
+            model.set_requires_gradient_sync(False)
+            try:
+                yield
+            finally:
+                model.set_requires_gradient_sync(True)
+
+        return _fsdp()
+    return nullcontext()
+
+
+def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
+    """Clip gradients to a global L2 norm ``max_norm``; return the norm before clipping.
+
+    Gradients may be plain tensors and DTensors on different meshes (TP shards beside
+    replicated norms and embeddings): the norm is taken per group and combined.
+    """
+    groups: dict[object, list[nn.Parameter]] = {}
+    for p in params:
+        if p.grad is None:
+            continue
+        g = p.grad
+        key = (id(g.device_mesh), tuple(g.placements)) if hasattr(g, "device_mesh") else "local"
+        groups.setdefault(key, []).append(p)
+    norms = []
+    for group in groups.values():
+        n = torch.nn.utils.get_total_norm([p.grad for p in group], 2.0)
+        if hasattr(n, "full_tensor"):
+            n = n.full_tensor()
+        norms.append(n.float())
+    if not norms:
+        return torch.zeros(())
+    total = torch.linalg.vector_norm(torch.stack(norms))
+    if max_norm > 0:
+        for group in groups.values():
+            torch.nn.utils.clip_grads_with_norm_(group, max_norm, total)
+    return total

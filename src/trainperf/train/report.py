@@ -1,0 +1,50 @@
+"""The run's HTML report: loss and step-time curves, goodput split, predicted vs measured."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from trainperf.report.html import Report, bar_chart, line_chart, paragraph, table
+
+
+def write_report(run_dir: str | Path, result: dict) -> Path:
+    """Write ``run_dir/report.html`` from metrics.jsonl and the run summary; return its path."""
+    run_dir = Path(run_dir)
+    steps = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines() if (run_dir / "metrics.jsonl").is_file() else []:
+        try:
+            steps.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    latest = {}
+    for s in steps:  # after a resume, the last attempt's record of each step counts
+        latest[s["step"]] = s
+    kept = [latest[k] for k in sorted(latest)]
+    xs = [s["step"] for s in kept]
+    gp = result.get("goodput", {})
+    rep = Report(f"trainperf train: {result.get('model')} on {result.get('world_size')} x {result.get('device')}",
+                 f"layout {result.get('layout')} ({result.get('strategy')})")
+    mfu = result.get("mfu")
+    rep.add("Summary", table([
+        ["median step time (s)", result.get("step_time_s")],
+        ["tokens/s (all ranks)", result.get("tokens_per_s")],
+        ["MFU", mfu], ["HFU", result.get("hfu")],
+        ["peak memory per rank (GiB)", (result.get("mem_peak_bytes") or 0) / 2**30],
+        ["goodput", gp.get("goodput")], ["final loss", result.get("final_loss")],
+    ], ["metric", "value"]), paragraph(f"peak FLOP/s: {result.get('peak_flops'):.3g} ({result.get('peak_source')})"))
+    if kept:
+        rep.add("Loss", line_chart({"loss": [s["loss"] for s in kept]}, xs=xs))
+        rep.add("Step time", line_chart({"step time": [s["step_time_s"] for s in kept],
+                                         "data wait": [s["data_wait_s"] for s in kept]}, xs=xs, unit="s"))
+    parts = ["productive_s", "startup_s", "data_wait_s", "checkpoint_s", "restart_s", "lost_work_s", "other_s"]
+    rep.add("Goodput: where the wall time went", bar_chart([p[:-2] for p in parts], [gp.get(p, 0.0) for p in parts],
+                                                           unit="s"))
+    pred = result.get("predicted") or {}
+    if "predicted" in pred:
+        rows = [[k, pred["measured"].get(k), pred["predicted"].get(k), pred["measured_over_predicted"].get(k)]
+                for k in pred["predicted"]]
+        rep.add("Predicted (trainperf plan) vs measured", table(rows, ["metric", "measured", "predicted", "ratio"]))
+    elif pred.get("note"):
+        rep.add("Predicted vs measured", paragraph(pred["note"], "note"))
+    return rep.write(run_dir / "report.html")

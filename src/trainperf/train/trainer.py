@@ -1,0 +1,350 @@
+"""The reference training loop: one function, ``train(cfg)``, for one process or a torchrun job.
+
+It orchestrates components that each do one thing (torchtitan style): the model
+(train.model), the data (train.data), the layout (train.parallel), the checkpoints
+(train.checkpoint) and the measurements (trainperf.monitor). Under torchrun every rank
+runs ``train``; rank 0 writes the run folder's shared files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from trainperf.atomic import atomic_write_text
+from trainperf.errors import TrainperfError
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run needs; JSON-able (torchrun workers read it from the run folder)."""
+
+    model: str = "tiny"
+    seq_len: int | None = None
+    steps: int = 50
+    layout: str = ""  # a `trainperf plan` layout string; keys left out take the defaults
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 5
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    seed: int = 0
+    compile: bool = False
+    compile_backend: str = "inductor"
+    kernels: bool = False
+    ckpt_every: int = 0
+    ckpt_keep: int = 3
+    ckpt_async: bool = True
+    resume: bool = True  # auto-resume from the newest complete checkpoint in the run folder
+    profile_steps: str | None = None
+    out: str = "train_out"
+    text: list[str] | None = None
+    synthetic: bool = False
+    num_workers: int = 0
+    device: str = "auto"  # auto, cpu, cuda
+    gpu: str | None = None  # catalog name for the peak FLOP/s (default: detected)
+    peak_tflops: float | None = None  # overrides the catalog / CPU measurement
+    job: str = "train"
+    store: str | None = None
+    record: bool = True
+    log_every: int = 0  # 0: about ten lines per run
+    progress: bool = True
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        """Return the config as JSON."""
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> "TrainConfig":
+        """Return the config from ``to_json`` output."""
+        return cls(**json.loads(text))
+
+
+# ------------------------------------------------------------------------ helpers
+
+
+def _init_distributed(device_type: str):
+    """Initialise the process group when launched by torchrun; return (rank, world, local_rank)."""
+    import torch
+    import torch.distributed as dist
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 1, 0
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device_type == "cuda":
+        torch.cuda.set_device(local_rank)
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
+    return dist.get_rank(), dist.get_world_size(), local_rank
+
+
+def _device_type(requested: str) -> str:
+    import torch
+
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise TrainperfError("--device cuda: no CUDA device is available here")
+    if requested not in ("cpu", "cuda"):
+        raise TrainperfError(f"--device {requested!r}: expected auto, cpu or cuda")
+    return requested
+
+
+def measure_cpu_gemm_flops(n: int = 512, repeats: int = 5) -> float:
+    """Return the best fp32 GEMM rate of this process on an n x n x n matmul (FLOP/s).
+
+    The CPU has no catalog peak; MFU on CPU is relative to this measured rate.
+    """
+    import torch
+
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    return 2.0 * n**3 / best
+
+
+def device_peak_flops(cfg: TrainConfig, device_type: str, precision: str) -> tuple[float, str, str | None]:
+    """Return (peak FLOP/s of one device for ``precision``, where the figure comes from, catalog name)."""
+    if device_type == "cpu":
+        if cfg.peak_tflops:
+            return cfg.peak_tflops * 1e12, "--peak-tflops", None
+        return measure_cpu_gemm_flops(), "measured fp32 GEMM rate (CPU has no catalog peak)", None
+    import torch
+
+    from trainperf.hardware import get_accelerator
+
+    names = [cfg.gpu] if cfg.gpu else []
+    dev = torch.cuda.get_device_name()
+    words = dev.lower().replace("nvidia", "").split()
+    names += [dev, " ".join(words), *[f"{w}-sxm" for w in words], *words]
+    for name in names:
+        try:
+            acc = get_accelerator(name)
+        except TrainperfError:
+            continue
+        if cfg.peak_tflops:
+            return cfg.peak_tflops * 1e12, "--peak-tflops", acc.name
+        return acc.peak_flops(precision), f"catalog {acc.name} ({precision})", acc.name
+    if cfg.peak_tflops:
+        return cfg.peak_tflops * 1e12, "--peak-tflops", None
+    raise TrainperfError(f"GPU {dev!r} is not in the hardware catalog: pass --gpu NAME or --peak-tflops")
+
+
+def _lr_lambda(cfg: TrainConfig):
+    import math
+
+    def f(i: int) -> float:  # i = optimizer steps taken so far; linear warm-up, then cosine
+        if i < cfg.warmup_steps:
+            return (i + 1) / (cfg.warmup_steps + 1)
+        frac = min((i - cfg.warmup_steps) / max(cfg.steps - cfg.warmup_steps, 1), 1.0)
+        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac))
+
+    return f
+
+
+def _apply_kernels(model) -> None:
+    try:
+        from trainperf.kernels import apply
+    except ImportError as e:
+        raise TrainperfError(f"--kernels: trainperf.kernels.apply is not available ({e})") from None
+    apply(model)
+
+
+# -------------------------------------------------------------------------- train
+
+
+def train(cfg: TrainConfig) -> dict:
+    """Train ``cfg.model`` for ``cfg.steps`` optimizer steps; return the run summary (rank 0's view).
+
+    Writes into ``cfg.out``: metrics.jsonl (one object per step), events.jsonl, run.json
+    (config and metadata), summary.json, report.html, traces/, checkpoints/, run_record.json.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from trainperf.monitor import Monitor, StepProfiler, parse_steps
+    from trainperf.monitor.metadata import process_start_time, run_metadata
+    from trainperf.monitor.record import build_run_record, save_run_record
+    from trainperf.specs import load_model, param_count, parse_layout
+    from trainperf.train import data as data_mod
+    from trainperf.train import parallel
+    from trainperf.train.checkpoint import Checkpointer
+    from trainperf.train.predict import predict_step
+    from trainperf.train.model import build_model
+
+    t_process = process_start_time()
+    device_type = _device_type(cfg.device)
+    rank, world, local_rank = _init_distributed(device_type)
+    device = torch.device("cuda", local_rank) if device_type == "cuda" else torch.device("cpu")
+    try:
+        spec = load_model(cfg.model, seq_len=cfg.seq_len)
+        default_precision = "bf16" if device_type == "cuda" else "fp32"
+        layout = parse_layout(cfg.layout or "", precision=default_precision, zero=0)
+        layout = parallel.check_layout(layout, spec, world)
+        profile = parse_steps(cfg.profile_steps)
+        if cfg.steps < 1:
+            raise TrainperfError(f"--steps {cfg.steps}: must be >= 1")
+        mesh = parallel.build_mesh(layout, device_type)
+        dims = parallel.ParallelDims(layout, world, rank, mesh)
+        out = Path(cfg.out)
+        if rank == 0:
+            out.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(cfg.seed)
+
+        # Model: built on meta, materialised and initialised identically on every rank, then
+        # laid out (TP, AC, compile, FSDP/DDP). Kernels are patched in before compile.
+        model = build_model(spec, device=device, seed=cfg.seed)
+        if cfg.kernels:
+            _apply_kernels(model)
+        model = parallel.parallelize(model, dims, device, cfg.compile_backend if cfg.compile else None)
+        params = [p for p in model.parameters() if p.requires_grad]
+        # Foreach/fused AdamW cannot mix DTensor (TP shards) and plain tensors in one group.
+        groups = [{"params": [p for p in params if hasattr(p, "device_mesh")]},
+                  {"params": [p for p in params if not hasattr(p, "device_mesh")]}]
+        optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay,
+                                      eps=1e-8, **({"fused": True} if device_type == "cuda" else {"foreach": True}))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(cfg))
+
+        fingerprint = {
+            "model": {k: v for k, v in spec.to_dict().items() if k != "name"},
+            "layout": {k: getattr(layout, k) for k in ("tp", "pp", "cp", "dp", "zero", "mbs", "grad_accum")},
+        }
+        ckpt = Checkpointer(out, fingerprint, keep=cfg.ckpt_keep, async_save=cfg.ckpt_async, device=device)
+        start_step, data_position = 0, 0
+        resumed_from = None
+        if cfg.resume and (latest := ckpt.latest()) is not None:
+            train_state = ckpt.load(latest, model, optimizer,
+                                    {"lr_scheduler": scheduler.state_dict(), "data_position": 0})
+            scheduler.load_state_dict(train_state["lr_scheduler"])
+            start_step, data_position = int(train_state["step"]), int(train_state["data_position"])
+            resumed_from = str(latest)
+
+        dataset = data_mod.make_dataset(data_mod.DataConfig(cfg.text, cfg.synthetic, cfg.seed, cfg.num_workers),
+                                        spec.vocab, spec.seq_len)
+        loader = data_mod.make_loader(dataset, data_mod.DataConfig(cfg.text, cfg.synthetic, cfg.seed, cfg.num_workers),
+                                      dims.dp_rank, layout.dp, layout.mbs, data_position,
+                                      pin_memory=device_type == "cuda")
+        batches = data_mod.DevicePrefetcher(loader, device)
+
+        peak, peak_source, accel = device_peak_flops(cfg, device_type, layout.precision)
+        metadata = run_metadata(world, layout.to_string(), device_type)
+        ga = layout.grad_accum
+        tokens_per_step = layout.dp * layout.mbs * ga * spec.seq_len
+        mon = Monitor(out, model=spec, peak_flops=peak, world_size=world, rank=rank, recompute=layout.recompute,
+                      device_type=device_type, skip_first=min(2, max(cfg.steps - start_step - 1, 0)),
+                      start_time=t_process)
+        if resumed_from:
+            mon.note(resumed_from=resumed_from, step=start_step)
+        if rank == 0:
+            atomic_write_text(out / "run.json", json.dumps({
+                "config": asdict(cfg), "model": spec.to_dict(), "params": param_count(spec),
+                "layout": layout.to_string(), "strategy": dims.strategy, "world_size": world,
+                "tokens_per_step": tokens_per_step, "peak_flops": peak, "peak_source": peak_source,
+                "metadata": metadata, "resumed_from": resumed_from,
+            }, indent=1, default=str))
+
+        autocast = parallel.autocast_dtype(dims)
+        n_steps = cfg.steps - start_step
+        log_every = cfg.log_every or max(1, cfg.steps // 10)
+        progress = _Progress(cfg, rank, start_step) if rank == 0 else None
+        profiler = StepProfiler(out, profile, rank, next_step=start_step + 1, device_type=device_type)
+        with profiler:
+            for step in range(start_step + 1, cfg.steps + 1):
+                with mon.step(step, tokens=tokens_per_step) as st:
+                    loss_sum = torch.zeros((), device=device)
+                    for micro in range(ga):
+                        x, y = next(batches)
+                        st.add_data_wait(batches.wait_s)
+                        with parallel.no_grad_sync(model, micro < ga - 1):
+                            with st.phase("forward"), torch.autocast(device_type, dtype=autocast or torch.float32,
+                                                                     enabled=autocast is not None):
+                                loss = model(x, y) / ga
+                            with st.phase("backward"):
+                                loss.backward()
+                        loss_sum += loss.detach()
+                    with st.phase("optimizer"):
+                        grad_norm = parallel.clip_grad_norm(params, cfg.grad_clip)
+                        optimizer.step()
+                        optimizer.zero_grad(set_to_none=True)
+                        scheduler.step()
+                    data_position += layout.mbs * ga
+                    if world > 1:
+                        dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM)
+                        loss_sum /= world
+                    st.loss = loss_sum
+                    st.extra = {"lr": scheduler.get_last_lr()[0], "grad_norm": float(grad_norm)}
+                profiler.step()
+                ckpt.poll()
+                if cfg.ckpt_every and (step % cfg.ckpt_every == 0 or step == cfg.steps):
+                    with mon.checkpoint(step):
+                        ckpt.save(step, model, optimizer,
+                                  {"lr_scheduler": scheduler.state_dict(), "data_position": data_position})
+                if progress is not None:
+                    progress.update(mon.records[-1], log=(step % log_every == 0 or step == cfg.steps))
+        with mon.checkpoint(cfg.steps):
+            ckpt.wait()
+        if progress is not None:
+            progress.close()
+        summary = mon.summary()
+        mon.close()
+        result = {"run_dir": str(out), "model": spec.name, "layout": layout.to_string(), "strategy": dims.strategy,
+                  "world_size": world, "device": device_type, "steps_run": n_steps, "resumed_from": resumed_from,
+                  "peak_flops": peak, "peak_source": peak_source, **summary.to_dict()}
+        result["predicted"] = predict_step(spec, layout, world, accel, summary)
+        if rank == 0:
+            if cfg.record and n_steps > 0:
+                record = build_run_record(mon, summary, metadata, job=cfg.job, model=spec.name,
+                                          layout=layout.to_string(),
+                                          config={"steps": cfg.steps, "compile": cfg.compile, "kernels": cfg.kernels,
+                                                  "seq_len": spec.seq_len, "device": device_type,
+                                                  "strategy": dims.strategy, "resumed_from": resumed_from})
+                result["record_store"], result["record_note"] = save_run_record(record, out, cfg.store)
+            atomic_write_text(out / "summary.json", json.dumps(result, indent=1, default=str))
+            from trainperf.train.report import write_report
+
+            write_report(out, result)
+        return result
+    finally:
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class _Progress:
+    """Rank 0's live view: a rich progress bar with loss, tokens/s and MFU."""
+
+    def __init__(self, cfg: TrainConfig, rank: int, start_step: int):
+        self.enabled = cfg.progress
+        self.bar = None
+        if not self.enabled:
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.console = Console(stderr=True)
+        self.bar = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                            TextColumn("{task.description}"), console=self.console, transient=True)
+        self.task = self.bar.add_task("", total=cfg.steps, completed=start_step)
+        self.bar.start()
+
+    def update(self, rec: dict, log: bool) -> None:
+        if not self.enabled:
+            return
+        mfu = f"{rec['mfu'] * 100:.1f}%" if rec.get("mfu") is not None else "-"
+        text = (f"step {rec['step']:>5}  loss {rec['loss']:.4f}  {rec['step_time_s'] * 1e3:8.1f} ms  "
+                f"{rec['tokens_per_s']:>10.0f} tok/s  MFU {mfu}")
+        self.bar.update(self.task, completed=rec["step"], description=f"loss {rec['loss']:.3f}")
+        if log:
+            self.bar.console.print(text, highlight=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()

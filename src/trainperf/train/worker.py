@@ -1,0 +1,23 @@
+"""The torchrun entry point: ``python -m trainperf.train.worker CONFIG.json`` on every rank."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str]) -> int:
+    """Run ``train`` with the TrainConfig stored in ``argv[0]``; return the exit code."""
+    from trainperf.errors import TrainperfError
+    from trainperf.train.trainer import TrainConfig, train
+
+    try:
+        train(TrainConfig.from_json(Path(argv[0]).read_text()))
+    except TrainperfError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # the guard DCP's process-based async save needs
+    sys.exit(main(sys.argv[1:]))

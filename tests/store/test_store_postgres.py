@@ -1,0 +1,68 @@
+"""Run store on a real PostgreSQL server: the same records as the Parquet store, parameterised.
+
+The server is started by .ci/services.sh at postgresql://trainperf:trainperf@127.0.0.1:5432/trainperf
+(override with TRAINPERF_TEST_PG). Without a server the tests skip, except under CI=true where
+they fail: CI must exercise the fleet backend.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from trainperf.errors import TrainperfError
+from trainperf.store import KernelResult, RunRecord, StepSample, get_run, query, read_runs, write_run
+
+DSN = os.environ.get("TRAINPERF_TEST_PG", "postgresql://trainperf:trainperf@127.0.0.1:5432/trainperf")
+
+
+@pytest.fixture(scope="module")
+def pg():
+    import psycopg
+
+    try:
+        con = psycopg.connect(DSN, connect_timeout=3)
+    except psycopg.OperationalError as e:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true but PostgreSQL at {DSN} is unreachable: {e}")
+        pytest.skip(f"no PostgreSQL at {DSN} (run .ci/services.sh to start one)")
+    # a private schema per test session keeps runs isolated; search_path via the URL options
+    schema = f"t_{uuid.uuid4().hex[:10]}"
+    con.autocommit = True
+    con.execute(f'CREATE SCHEMA "{schema}"')
+    url = f"{DSN}?options=-csearch_path%3D{schema}"
+    yield url
+    con.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    con.close()
+
+
+def _record(i, job="llama-8b"):
+    return RunRecord(run_id=f"pg-{i}-{uuid.uuid4().hex[:6]}", job=job, host=f"node{i}", nccl="2.21.5",
+                     layout="tp=2,zero=3", config={"i": i}, started_at=1.79e9 + i, step_time_s=1.0 + i,
+                     samples=[StepSample(step=s, step_time_s=1.0 + s) for s in range(4)],
+                     kernels=[KernelResult("softmax", "eager", "8x8", "fp32", "fwd", 0.5)])
+
+
+def test_same_records_as_parquet(pg, tmp_path):
+    recs = [_record(i) for i in range(3)] + [_record(9, job="o'brien; DROP TABLE runs; --")]
+    for r in recs:
+        write_run(r, pg)
+        write_run(r, str(tmp_path))
+    assert read_runs(pg) == read_runs(str(tmp_path)) == recs
+    assert get_run(recs[-1].run_id, pg) == recs[-1]  # the hostile job name went in as a parameter
+    assert read_runs(pg, job="o'brien; DROP TABLE runs; --") == [recs[-1]]
+    sql = "SELECT job, count(*) AS n, sum(step_time_s) AS s FROM steps GROUP BY job ORDER BY job"
+    assert query(sql, pg).to_pylist() == query(sql, str(tmp_path)).to_pylist()
+    assert query("SELECT run_id FROM runs WHERE host = ?", pg, ["node1"]).to_pylist() == [{"run_id": recs[1].run_id}]
+
+
+def test_duplicate_and_unreachable(pg):
+    r = _record(5)
+    write_run(r, pg)
+    with pytest.raises(TrainperfError, match="already exists"):
+        write_run(r, pg)
+    assert len(read_runs(pg, run_ids=[r.run_id])) == 1  # the failed write left nothing half-written
+    with pytest.raises(TrainperfError, match="unreachable"):
+        write_run(_record(6), "postgresql://trainperf:x@127.0.0.1:1/none")

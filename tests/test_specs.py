@@ -1,0 +1,88 @@
+"""specs: parameter counts, FLOPs per token, model loading (references named per test)."""
+
+import json
+
+import pytest
+
+from trainperf.errors import TrainperfError
+from trainperf.specs import (ModelSpec, load_model, model_flops_per_token, param_count, parse_layout,
+                             recompute_flops_per_token, training_flops)
+
+
+@pytest.mark.parametrize("name,expected", [
+    # Meta's model cards / Hugging Face safetensors totals: 8.03B, 70.6B, 405.9B
+    ("llama3-8b", 8.03e9), ("llama3-70b", 70.6e9), ("llama3-405b", 405.9e9),
+])
+def test_llama3_param_counts_match_published(name, expected):
+    assert param_count(load_model(name)) == pytest.approx(expected, rel=0.001)
+
+
+def test_llama3_8b_exact_param_count():
+    # Hugging Face meta-llama/Meta-Llama-3-8B: 8,030,261,248 parameters (safetensors index total_size / 2)
+    assert param_count(load_model("llama3-8b")) == 8_030_261_248
+
+
+def test_gpt3_training_compute():
+    # Brown et al. 2020 / Kaplan 6ND: 175B params x 300B tokens ~ 3.14e23 FLOPs
+    m = load_model("gpt3-175b")
+    assert 6 * param_count(m) * 300e9 == pytest.approx(3.14e23, rel=0.01)
+    # our count adds causal attention and the LM head: within 2% of 6ND
+    assert training_flops(m, 300e9) == pytest.approx(3.14e23, rel=0.02)
+
+
+def _hand_model():
+    return ModelSpec(name="hand", n_layers=2, hidden=8, n_heads=2, n_kv_heads=1, ffn_hidden=16, vocab=10, seq_len=4)
+
+
+def test_small_case_by_hand():
+    m = _hand_model()  # head_dim 4, q 8, kv 4
+    # per layer: q 8*8 + k,v 2*8*4 + o 8*8 + 3 gated mlp mats 3*8*16 = 576 matmul weights, + 2 rmsnorm x 8
+    # total: 2*(576+16) + embedding 10*8 + lm head 10*8 + final norm 8 = 1352
+    assert param_count(m) == 1352
+    # forward per token per layer: 2*576 + causal attention 2*s*q = 2*4*8 = 64 -> 1216; x2 layers + head 2*10*8
+    # = 2592; training = 3x = 7776 (non-causal attention: 2*(1152+128)+160 = 2720 -> 8160)
+    assert model_flops_per_token(m) == 7776
+    assert model_flops_per_token(m, causal=False) == 8160
+    assert recompute_flops_per_token(m, "full") == 2432
+    assert recompute_flops_per_token(m, "selective") == 128
+    assert recompute_flops_per_token(m, "none") == 0
+
+
+def test_hf_config_json(tmp_path):
+    # Hugging Face meta-llama/Meta-Llama-3-8B config.json keys
+    cfg = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+           "max_position_embeddings": 8192, "hidden_act": "silu", "tie_word_embeddings": False}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    m = load_model(p)
+    assert param_count(m) == 8_030_261_248
+    assert load_model(tmp_path, seq_len=4096).seq_len == 4096  # a directory holding config.json
+
+
+def test_own_json_and_missing_field(tmp_path):
+    p = tmp_path / "m.json"
+    p.write_text(json.dumps({"n_layers": 2, "hidden": 8, "n_heads": 2, "n_kv_heads": 1, "ffn_hidden": 16,
+                             "vocab": 10, "seq_len": 4}))
+    assert param_count(load_model(p)) == 1352
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"n_layers": 2, "hidden": 8, "n_heads": 2, "ffn_hidden": 16, "seq_len": 4}))
+    with pytest.raises(TrainperfError, match="missing field 'vocab'"):
+        load_model(bad)
+    hf = tmp_path / "hf.json"
+    hf.write_text(json.dumps({"model_type": "llama", "hidden_size": 8}))
+    with pytest.raises(TrainperfError, match="missing field 'num_hidden_layers'"):
+        load_model(hf)
+
+
+def test_unknown_model_lists_presets():
+    with pytest.raises(TrainperfError, match="llama3-70b"):
+        load_model("no-such-model")
+
+
+def test_parse_layout_defaults_and_errors():
+    lay = parse_layout("tp=8,pp=16,cp=1,vpp=1,mbs=1,sp=1,recompute=selective,zero=1")
+    assert (lay.tp, lay.pp, lay.sp, lay.recompute, lay.zero) == (8, 16, True, "selective", 1)
+    assert parse_layout("fsdp=1").zero == 3
+    with pytest.raises(TrainperfError, match="does not divide"):
+        parse_layout("tp=3").resolve(8)

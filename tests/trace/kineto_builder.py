@@ -1,0 +1,50 @@
+"""Build small Kineto traces by hand for tests (the format PyTorch's profiler writes)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+
+class TraceBuilder:
+    """Accumulate events; times in µs. `launch` adds a cudaLaunchKernel + its kernel, linked by correlation."""
+
+    def __init__(self, rank: int | None = 0, world_size: int = 1, ns: bool = False):
+        self.events: list[dict] = []
+        self.rank = rank
+        self.world_size = world_size
+        self.ns = ns
+        self._corr = 1000
+
+    def _t(self, v: float):
+        return round(v, 3) if self.ns else v
+
+    def cpu(self, name: str, ts: float, dur: float, cat: str = "cpu_op", tid: int = 1, **args) -> "TraceBuilder":
+        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 10, "tid": tid, "ts": self._t(ts),
+                            "dur": self._t(dur), "args": args})
+        return self
+
+    def step(self, n: int, ts: float, dur: float) -> "TraceBuilder":
+        return self.cpu(f"ProfilerStep#{n}", ts, dur, cat="user_annotation")
+
+    def launch(self, name: str, launch_ts: float, start: float, dur: float, stream: int = 7,
+               cat: str = "kernel", launch_dur: float = 4.0, runtime: str = "cudaLaunchKernel", **args) -> int:
+        self._corr += 1
+        c = self._corr
+        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": runtime, "pid": 10, "tid": 1,
+                            "ts": self._t(launch_ts), "dur": self._t(launch_dur), "args": {"correlation": c}})
+        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": self._t(start),
+                            "dur": self._t(dur), "args": {"correlation": c, "stream": stream, "device": 0, **args}})
+        return c
+
+    def doc(self) -> dict:
+        d = {"schemaVersion": 1, "traceEvents": self.events}
+        if self.rank is not None:
+            d["distributedInfo"] = {"backend": "nccl", "rank": self.rank, "world_size": self.world_size}
+        return d
+
+    def write(self, path: Path, gz: bool = True) -> Path:
+        data = json.dumps(self.doc(), indent=1).encode()
+        path.write_bytes(gzip.compress(data) if gz else data)
+        return path

@@ -1,0 +1,187 @@
+"""Loader tests: formats, ranks, schema variants, bad input, and a torch.profiler CPU trace.
+
+References: the events counted/summed by an independent `json.load` of the same file, and
+hand-written expectations.
+"""
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kineto_builder import TraceBuilder
+from trainperf.errors import TrainperfError
+from trainperf.trace import kineto, load_trace, read_kineto
+from trainperf.trace.events import (ATTENTION, COMMUNICATION, CPU_OP, ELEMENTWISE, GEMM, KERNEL, MEMCPY, OPTIMIZER,
+                                    REDUCTION, RUNTIME)
+from trainperf.trace.categories import collective_type, kernel_category
+
+DATA = Path(__file__).resolve().parents[2] / "../shared/data/traces/hta"
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data/traces/hta not present")
+
+
+def _small(tmp_path, **kw) -> Path:
+    b = TraceBuilder(**kw)
+    b.step(1, 0, 500).step(2, 500, 500)
+    b.cpu("aten::mm", 10, 30)
+    b.launch("ampere_sgemm_128x64_tn", 12, 20, 100)
+    b.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 40, 130, 50, stream=20)
+    b.launch("Memcpy HtoD (Pageable -> Device)", 60, 200, 10, cat="gpu_memcpy", runtime="cudaMemcpyAsync", bytes=4096)
+    b.launch("void at::native::vectorized_elementwise_kernel<4>", 520, 530, 10)
+    return b.write(tmp_path / "t.json.gz")
+
+
+def test_columns_match_json_reference(tmp_path, monkeypatch):
+    p = _small(tmp_path)
+    ref = [e for e in json.loads(gzip.decompress(p.read_bytes()))["traceEvents"] if e["ph"] == "X"]
+    for chunk in (1 << 20, 64, 7):  # tiny chunks force many cuts inside events and strings
+        monkeypatch.setattr(kineto, "CHUNK_BYTES", chunk)
+        t = read_kineto(p)
+        assert len(t) == len(ref)
+        assert t.dur_ns.sum() == sum(int(e["dur"] * 1000) for e in ref)
+        assert sorted(t.names[i] for i in t.name) == sorted(e["name"] for e in ref)
+    assert t.rank == 0
+    k = t.kind
+    assert (k == KERNEL).sum() == 3 and (k == MEMCPY).sum() == 1 and (k == RUNTIME).sum() == 4 and (k == CPU_OP).sum() == 1
+    m = np.flatnonzero(k == MEMCPY)[0]
+    assert t.nbytes[m] == 4096 and t.stream[m] == 7
+    # steps: host events by enclosing ProfilerStep, kernels by their launch (launched at 520 -> step 2)
+    gemm = np.flatnonzero(t.category == GEMM)[0]
+    ew = np.flatnonzero(t.category == ELEMENTWISE)[0]
+    assert t.step[gemm] == 1 and t.step[ew] == 2
+    assert t.category[np.flatnonzero(k == CPU_OP)[0]] == -1
+
+
+def test_one_line_json_and_array_format(tmp_path):
+    b = TraceBuilder()
+    b.launch("k", 0, 5, 10)
+    (tmp_path / "a.json").write_text(json.dumps(b.doc()))  # minified
+    assert len(read_kineto(tmp_path / "a.json")) == 2
+    (tmp_path / "b.json").write_text(json.dumps(b.events))  # Chrome JSON array format
+    assert len(read_kineto(tmp_path / "b.json")) == 2
+
+
+def test_ns_timestamps_and_2021_schema(tmp_path):
+    b = TraceBuilder(ns=True)
+    b.launch("k", 1.25, 5.5, 10.125)
+    t = read_kineto(b.write(tmp_path / "ns.json.gz"))
+    assert t.ts_was_float and sorted(t.dur_ns) == [4000, 10125]
+    old = {"traceEvents": [
+        {"ph": "X", "cat": "Operator", "name": "aten::add", "pid": 1, "tid": 1, "ts": 0, "dur": 5},
+        {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1, "dur": 2,
+         "args": {"correlation": 7}},
+        {"ph": "X", "cat": "Kernel", "name": "add_kernel", "pid": 0, "tid": 7, "ts": 4, "dur": 3,
+         "args": {"correlation": 7, "stream": 7}}]}
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    t = read_kineto(tmp_path / "old.json")
+    assert list(t.kind) == [CPU_OP, RUNTIME, KERNEL]
+
+
+def test_large_ids_missing_fields_negative_durations(tmp_path):
+    ev = [{"ph": "X", "cat": "kernel", "name": "k", "ts": 10, "dur": -3, "args": {"correlation": 2 ** 62, "stream": "7"}},
+          {"ph": "X", "cat": "kernel", "name": "k2", "ts": 10},  # no dur: dropped (as HTA)
+          {"ph": "X", "name": "nocat", "ts": 1, "dur": 1},  # no cat: dropped
+          {"ph": "X", "cat": "kernel", "ts": 5, "dur": 0, "args": {"correlation": 2 ** 70}},  # id beyond int64
+          {"ph": "i", "name": "instant", "ts": 3}, 5, "junk"]
+    (tmp_path / "x.json").write_text(json.dumps({"traceEvents": ev}))
+    t = read_kineto(tmp_path / "x.json")
+    assert len(t) == 2 and t.n_skipped == 4
+    assert sorted(t.correlation) == [-1, 2 ** 62] and sorted(t.dur_ns) == [-3000, 0] and 7 in t.stream
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "empty file"),
+    (b"   \n ", "empty file"),
+    (b'{"traceEvents": [{"ph": "X", "cat": "kernel"', "invalid JSON"),
+    (b"not json at all", "not JSON"),
+    (b'{"traceEvents": [{"ph": "X"}, ]}', "invalid JSON"),
+])
+def test_bad_input_is_one_clear_line(tmp_path, content, message):
+    p = tmp_path / "bad.json"
+    p.write_bytes(content)
+    with pytest.raises(TrainperfError, match=message) as e:
+        read_kineto(p)
+    assert "\n" not in str(e.value) and str(p) in str(e.value)
+
+
+def test_truncated_gzip(tmp_path):
+    p = _small(tmp_path)
+    data = p.read_bytes()
+    (tmp_path / "trunc.json.gz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(TrainperfError, match="truncated or corrupt gzip"):
+        read_kineto(tmp_path / "trunc.json.gz")
+
+
+def test_folder_ranks_duplicates_and_mixed_jobs(tmp_path):
+    d = tmp_path / "job"
+    d.mkdir()
+    TraceBuilder(rank=None).write(d / "worker_rank3.json.gz")
+    TraceBuilder(rank=1, world_size=4).write(d / "a.json.gz")
+    tables = load_trace(d)
+    assert sorted(tables) == [1, 3]  # rank 3 from the file name
+    TraceBuilder(rank=1, world_size=4).write(d / "b.json.gz")
+    with pytest.raises(TrainperfError, match="duplicate rank 1"):
+        load_trace(d)
+    (d / "b.json.gz").unlink()
+    TraceBuilder(rank=2, world_size=8).write(d / "c.json.gz")
+    with pytest.raises(TrainperfError, match="different jobs"):
+        load_trace(d)
+    (d / "c.json.gz").unlink()
+    TraceBuilder(rank=None).write(d / "noname.json.gz")
+    with pytest.raises(TrainperfError, match="cannot tell its rank"):
+        load_trace(d)
+
+
+def test_kernel_categories_old_and_new_nccl_names():
+    # reference: NCCL kernel naming across versions (2.4-2.7 ncclAllReduceRingLLKernel_*, <2.19 ncclKernel_*,
+    # >=2.19 ncclDevKernel_*), RCCL's rcclGenericKernel; cuBLAS/CUTLASS/Triton/ATen kernel names
+    cases = {
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL": (COMMUNICATION, "all_reduce"),
+        "ncclKernel_AllGather_RING_LL_Sum_int8_t": (COMMUNICATION, "all_gather"),
+        "ncclAllReduceRingLLKernel_sum_f32": (COMMUNICATION, "all_reduce"),
+        "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL": (COMMUNICATION, "reduce_scatter"),
+        "ncclDevKernel_SendRecv": (COMMUNICATION, "send_recv"),
+        "rcclGenericKernel<1, false>": (COMMUNICATION, "unknown"),
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64": (GEMM, None),
+        "Cijk_Ailk_Bljk_HHS_BH_MT128x128x32": (GEMM, None),
+        "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>": (ATTENTION, None),
+        "fmha_cutlassF_f16_aligned_64x64_rf_sm80": (ATTENTION, None),
+        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>": (ELEMENTWISE, None),
+        "triton_poi_fused_add_mul_0": (ELEMENTWISE, None),
+        "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>": (REDUCTION, None),
+        "triton_red_fused_sum_1": (REDUCTION, None),
+        "multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float>>": (OPTIMIZER, None),
+    }
+    for name, (cat, coll) in cases.items():
+        assert kernel_category(name, KERNEL) == cat, name
+        if coll:
+            assert collective_type(name) == coll, name
+
+
+def test_torch_profiler_cpu_trace_loads(tmp_path):
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    model = torch.nn.Linear(16, 16)
+    p = tmp_path / "cpu_trace.json"
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for i in range(2):
+            with record_function(f"ProfilerStep#{i}"):  # what the trainer's prof.step() schedule writes
+                model(torch.randn(4, 16)).sum().backward()
+    prof.export_chrome_trace(str(p))
+    t = read_kineto(p)
+    names = {t.names[i] for i in t.name}
+    assert "aten::linear" in names or "aten::addmm" in names
+    assert not t.has_gpu and (t.step >= 0).any()
+
+
+@needs_data
+def test_real_traces_load_with_ranks():
+    tables = load_trace(DATA / "trace_filter")
+    assert sorted(tables) == [0, 1]
+    t = load_trace(DATA / "large_integer_trace")
+    assert list(t) == [70]
+    ns = load_trace(DATA / "ns_resolution_trace")[0]
+    assert ns.ts_was_float and ns.has_gpu
