@@ -1,18 +1,20 @@
 """Overhead of trainperf.monitor on a real training step, measured two ways in one run.
 
-1. A/B: the tiny model's training step (forward, backward, AdamW) timed in interleaved blocks
-   with and without the monitor (step context, data/phase blocks, loss read, one metrics
+1. A/B: the tiny model's training step (forward, backward, AdamW) timed in pairs (one bare
+   step and one monitored step per round, in random order: machine noise hits both arms
+   alike) with and without the monitor (step context, data/phase blocks, loss read, one metrics
    line written to disk per step); medians of each arm and their ratio.
 2. Direct: the monitor's own cost per step (an empty monitored step minus an empty bare
    loop iteration), as a fraction of the median bare step time. On a shared machine the A/B
    ratio carries the machine's noise; the direct figure isolates the monitor.
 
-    python benchmarks/bench_monitor.py [--rounds 8 --block 25]
+    python benchmarks/bench_monitor.py [--rounds 200 --block 1]
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
 import tempfile
@@ -22,8 +24,8 @@ import time
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="tiny")
-    ap.add_argument("--rounds", type=int, default=8)
-    ap.add_argument("--block", type=int, default=25, help="steps per arm per round")
+    ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--block", type=int, default=1, help="steps per arm per round")
     args = ap.parse_args(argv)
 
     import torch
@@ -68,8 +70,11 @@ def main(argv: list[str] | None = None) -> int:
             bare_step()
             monitored_step()
         bare, monitored = [], []
+        order = random.Random(0)
         for _ in range(args.rounds):
-            for arm, fn in ((bare, bare_step), (monitored, monitored_step)):
+            arms = [(bare, bare_step), (monitored, monitored_step)]
+            order.shuffle(arms)  # no arm always runs first (caches, allocator, page cache)
+            for arm, fn in arms:
                 for _ in range(args.block):
                     t = time.perf_counter()
                     fn()
@@ -99,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
 
     mb, mm = statistics.median(bare), statistics.median(monitored)
     print(f"model {spec.name}, {len(bare)} steps per arm in {args.rounds} interleaved rounds")
-    print(f"A/B   median step: bare {mb * 1e3:.3f} ms, monitored {mm * 1e3:.3f} ms, ratio {mm / mb:.4f}")
+    pair = statistics.median(m / b for b, m in zip(bare, monitored)) if args.block == 1 else float("nan")
+    print(f"A/B   median step: bare {mb * 1e3:.3f} ms, monitored {mm * 1e3:.3f} ms, ratio {mm / mb:.4f}; "
+          f"median of paired ratios {pair:.4f}")
     print(f"direct monitor cost per step: {own * 1e6:.1f} us = {own / mb * 100:.3f}% of the bare step")
     return 0
 

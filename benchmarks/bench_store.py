@@ -21,6 +21,7 @@ import numpy as np
 
 QUERIES = {
     "count": "SELECT count(*) FROM steps",
+    "mean by job, host": "SELECT job, host, avg(step_time_s), avg(tokens_per_s) FROM steps GROUP BY job, host",
     "median by job, host": "SELECT job, host, median(step_time_s), avg(tokens_per_s) FROM steps GROUP BY job, host",
     "p90 per run after warm-up": "SELECT run_id, quantile_cont(step_time_s, 0.9) FROM steps WHERE step >= 100 GROUP BY run_id",
     "runs list": "SELECT run_id, job, started_at, step_time_s FROM runs ORDER BY started_at DESC LIMIT 50",
@@ -51,14 +52,11 @@ def build(root: Path, runs: int, steps: int) -> float:
 
 
 def flat_copy(root: Path, flat: Path) -> None:
-    import duckdb
-
     from trainperf.store.parquet import connect
 
     con = connect(root)
     con.execute(f"COPY (SELECT * FROM steps) TO '{flat}' (FORMAT parquet, COMPRESSION zstd)")
     con.close()
-    del duckdb
 
 
 def main() -> None:

@@ -31,13 +31,15 @@ warnings.filterwarnings("ignore")
 logging.disable(logging.CRITICAL)
 from hta.trace_analysis import TraceAnalysis
 path, mode = sys.argv[1], sys.argv[2]
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def hwm_mb():  # this process's peak RSS (VmHWM); ru_maxrss would carry the parent's peak across exec
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024
+base = hwm_mb()
 c0 = time.process_time(); w0 = time.perf_counter()
 ta = TraceAnalysis(trace_dir=path)
 load = {"cpu_s": time.process_time() - c0 + resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
         + resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime, "wall_s": time.perf_counter() - w0,
-        "peak_rss_mb": max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                           resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024, "base_rss_mb": base}
+        "peak_rss_mb": max(hwm_mb(), resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024), "base_rss_mb": base,
+        "main_peak_rss_mb": hwm_mb(), "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
 out = {"load": load, "ranks": {}}
 if mode == "analyse":
     tb = ta.get_temporal_breakdown(visualize=False)

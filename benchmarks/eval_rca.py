@@ -37,7 +37,7 @@ def main() -> None:
     ap.add_argument("--history", type=int, default=4)
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
-    from trainperf.fleet.localize import expected_values, localize, localize_rows, read_csv_columns
+    from trainperf.fleet.localize import localize_rows, read_csv_columns
 
     data = Path(args.data)
     incidents = yaml.safe_load((data / "anomaly.yaml").read_text())

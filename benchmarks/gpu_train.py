@@ -4,9 +4,11 @@ MFU and memory.
     python benchmarks/gpu_train.py --out $OUT/train            # H200: llama3-1b, seq 8192, mbs 2
     python benchmarks/gpu_train.py --device cpu --tiny --out /tmp/smoke   # CPU smoke (seconds)
 
-Writes ``<out>/gpu_train.json`` (the figures and the exact config) beside the run folder
-``<out>/run/`` (metrics.jsonl, summary.json, report.html). Finishes in ~2-4 minutes on an
-H200 (one inductor compile of the block graph, reused by every layer, then 30 steps).
+Writes one file, ``<out>/gpu_train.json`` (the figures, the per-step records and the exact
+config: the device machine returns only a few files); the full run folder (metrics.jsonl,
+summary.json, report.html) goes to ``--run-dir`` (default: a temp folder). Expected to
+finish in ~2-3 minutes on an H200 (one inductor compile of the block graph, reused by every
+layer, then 30 steps).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True, help="folder for gpu_train.json and the run folder")
+    ap.add_argument("--out", required=True, help="folder for gpu_train.json")
+    ap.add_argument("--run-dir", default=None, help="run folder (default: a new temp folder)")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--tiny", action="store_true", help="tiny model, 6 steps, aot_eager compile (CPU smoke)")
     ap.add_argument("--model", default="llama3-1b")
@@ -34,8 +37,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from trainperf.train.trainer import TrainConfig, train
 
+    import tempfile
+
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    run_dir = Path(args.run_dir) if args.run_dir else Path(tempfile.mkdtemp(prefix="trainperf_gpu_train_"))
     if args.tiny:
         model, seq, mbs, steps, backend = "tiny", None, 2, 6, "aot_eager"
     else:
@@ -43,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = TrainConfig(model=model, seq_len=seq, steps=steps, layout=f"mbs={mbs},recompute={args.recompute}"
                       + (",precision=bf16" if args.device == "cuda" else ""),
                       compile=not args.no_compile, compile_backend=backend, kernels=args.kernels,
-                      out=str(out / "run"), synthetic=True, num_workers=2 if args.device == "cuda" else 0,
+                      out=str(run_dir), synthetic=True, num_workers=2 if args.device == "cuda" else 0,
                       device=args.device, resume=False, warmup_steps=2, lr=3e-4, record=False, progress=False,
                       log_every=5)
     t0 = time.time()
@@ -57,10 +63,13 @@ def main(argv: list[str] | None = None) -> int:
         "mem_peak_gib": (result["mem_peak_bytes"] or 0) / 2**30, "final_loss": result["final_loss"],
         "peak_flops": result["peak_flops"], "peak_source": result["peak_source"],
         "goodput": result["goodput"]["goodput"], "startup_s": result["goodput"]["startup_s"],
-        "wall_s": wall, "predicted": result.get("predicted"),
+        "wall_s": wall, "predicted": result.get("predicted"), "run_dir": str(run_dir),
+        "per_step": [{k: r.get(k) for k in ("step", "loss", "step_time_s", "tokens_per_s", "mfu", "mem_peak_bytes",
+                                            "forward_s", "backward_s", "optimizer_s", "data_wait_s")}
+                     for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())],
     }
     (out / "gpu_train.json").write_text(json.dumps(figures, indent=1, default=str))
-    print(json.dumps(figures, indent=1, default=str))
+    print(json.dumps({k: v for k, v in figures.items() if k != "per_step"}, indent=1, default=str))
     return 0
 
 

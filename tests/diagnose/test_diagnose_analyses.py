@@ -92,6 +92,10 @@ def test_replay_reproduces_trace_and_what_if_gains_by_hand(tmp_path):
     # the sync then waits less: first burst 1005..1155, sync ends 1155, data 1000 us after the 5 us gap
     # -> next launches shift 150 us earlier -> end = 2465 - 150 = 2315 -> gain 300
     assert base.makespan_us - replay(g, Change("speedup", 0, 2.0)).makespan_us == pytest.approx(300)
+    # removing the sync: the host goes on after the call's own cost (4 us, the median runtime call) at 1034;
+    # the 1005 us of host work before the next launch -> launch 2039, kernel ready 2044 (5 us launch
+    # latency, the 5th percentile seen), three 100-us kernels -> end 2344 instead of 2615: gain 271
+    assert base.makespan_us - replay(g, Change("remove_syncs")).makespan_us == pytest.approx(271)
     cp = critical_path(g, base)
     assert sum(cp.values()) == pytest.approx(base.makespan_us)
     assert cp["dataloader"] == pytest.approx(1000) and cp["sync_wait"] > 0
@@ -113,3 +117,42 @@ def test_straggler_by_hand(tmp_path):
     assert len(xr.collectives) == 2
     assert xr.wait_by_rank_us == {0: 190, 1: 0}
     assert xr.straggler == (1, 190)
+
+
+def test_critical_path_crosses_ranks_through_collective_waits(tmp_path):
+    # same job as above: rank 0's step ends with all-reduce #1, where it waited 40 us for rank 1;
+    # the critical path of rank 0 therefore contains 40 us of "wait_for_rank_1"
+    from trainperf.diagnose.api import diagnose
+
+    d = tmp_path / "job"
+    d.mkdir()
+    for rank, (a0, a1) in enumerate(((100, 1000), (250, 1040))):
+        b = TraceBuilder(rank=rank, world_size=2)
+        b.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL", a0 - 5, a0, 300 - a0, stream=20)
+        b.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL", a1 - 5, a1, 1100 - a1, stream=20)
+        b.write(d / f"rank{rank}.json.gz")
+    res = diagnose(d)
+    r0 = res.ranks[0]
+    span_us = 1100 - 95  # first launch call .. last kernel end
+    assert r0.critical_path_pct["wait_for_rank_1"] == pytest.approx(100 * 40 / span_us)
+    assert res.cross_rank["straggler_rank"] == 1
+
+
+def test_collectives_matched_within_process_groups(tmp_path):
+    # 4 ranks, two data-parallel groups {0,1} (PG "1") and {2,3} (PG "2"); in PG "2" rank 3 arrives
+    # 300 us late, in PG "1" both arrive together: only rank 2 waits (300 us), caused by rank 3
+    d = tmp_path / "job"
+    d.mkdir()
+    for rank in range(4):
+        b = TraceBuilder(rank=rank, world_size=4)
+        pg = "1" if rank < 2 else "2"
+        arrive = 400 if rank == 3 else 100
+        b.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL", arrive - 5, arrive, 500 - arrive, stream=20,
+                 **{"Process Group Name": pg, "Collective name": "allreduce"})
+        b.write(d / f"rank{rank}.json.gz")
+    tables = load_trace(d)
+    ws = {r: analysis_window(t) for r, t in tables.items()}
+    xr = cross_rank(tables, ws, {}, {})
+    assert sorted(c.kind for c in xr.collectives) == ["1/all_reduce", "2/all_reduce"]
+    assert xr.wait_by_rank_us == {0: 0, 1: 0, 2: 300, 3: 0}
+    assert xr.straggler == (3, 300)

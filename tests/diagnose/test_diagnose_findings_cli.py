@@ -116,3 +116,18 @@ def test_parity_with_hta(folder):
                r.idle_other_pct)
         for g, e in zip(got, ref[1:]):
             assert g == pytest.approx(e, abs=0.5)
+
+
+def test_exposed_comm_gain_by_hand(tmp_path):
+    # GEMM A [0,100) on stream 7; all-reduce [100,300) on stream 20 waits for A; GEMM B (launched at 0)
+    # starts only at 300, right after the all-reduce: compute waits for communication.
+    # Replay with the all-reduce not blocking compute: B runs [100,200), the all-reduce still ends at 300,
+    # so the span (first launch call at -10 .. last end) shrinks from 410 to 310 us: gain 100 us = 24.4 %.
+    b = TraceBuilder()
+    b.launch("ampere_sgemm_128x64_tn", -10, 0, 100)
+    b.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL", -5, 100, 200, stream=20)
+    b.launch("ampere_sgemm_128x64_tn", 0, 300, 100)
+    d = diagnose(b.write(tmp_path / "c.json.gz"))
+    f = next(f for f in d.findings if f.kind == "exposed_comm")
+    assert f.gain_us == pytest.approx(100) and f.gain_pct == pytest.approx(100 * 100 / 410, abs=0.01)
+    assert f.severity == "high" and d.ranks[0].overlap_pct == 0

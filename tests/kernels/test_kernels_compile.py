@@ -64,3 +64,20 @@ def test_opcheck_registrations():
     for op, args in cases:
         torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor",
                                                      "test_aot_dispatch_dynamic"))
+
+
+def test_cpu_runs_even_when_triton_was_imported_first():
+    # Reference: PyTorch's RMSNorm formula. Triton decorates its library functions when
+    # triton.language is imported; trainperf.kernels must cope when that happened before it.
+    import os
+    import subprocess
+    import sys
+
+    if torch.cuda.is_available():
+        return
+    code = ("import triton.language, torch, trainperf.kernels as K; x = torch.randn(3, 8); "
+            "r = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6); "
+            "assert torch.allclose(K.rms_norm(x, torch.ones(8)), r, atol=1e-6); print('ok')")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]

@@ -106,7 +106,8 @@ def test_fused_linear_cross_entropy_bf16_and_no_grad_path():
 
 
 def test_chunk_size_bounds_the_logits_buffer():
-    # About as many logits per chunk as hidden-state elements (Liger's rule), at least 256 rows.
-    assert flce_module.chunk_rows(8192, 4096, 128256) == 256
+    # About 4x as many logits per chunk as hidden-state elements, at least 1024 rows (or all rows).
+    assert flce_module.chunk_rows(8192, 4096, 128256) == 1024
     assert flce_module.chunk_rows(100, 4096, 128256) == 100
-    assert flce_module.chunk_rows(65536, 8192, 32000) == 16384
+    assert flce_module.chunk_rows(65536, 8192, 32000) == 65536
+    assert flce_module.chunk_rows(65536, 2048, 256000) == 2048

@@ -108,3 +108,23 @@ def test_softmax_large_logits_and_looped_path(monkeypatch):
     check_fp32_against_fp64(K.softmax, lambda x: torch.softmax(x, -1), [torch.randn(9, 300, generator=g) * 5])
     check_bf16_no_worse_than_eager(K.softmax, R.softmax, [torch.randn(9, 300, generator=g) * 5])
     assert math.isclose(float(K.softmax(torch.zeros(1, 300)).sum()), 1.0, rel_tol=1e-6)
+
+
+def test_fp16_outputs_for_every_kernel():
+    # fp16 inputs give fp16 outputs within fp16 rounding of the fp32 PyTorch reference (rtol 2e-3, atol 2e-3).
+    g = torch.Generator().manual_seed(14)
+    x, w = torch.randn(12, 80, generator=g), torch.randn(80, generator=g)
+    cos, sin = _tables(4, 8)
+    q = torch.randn(3, 4, 2, 8, generator=g)
+    t = torch.randint(0, 80, (12,), generator=g)
+    cases = [
+        (lambda x, w: K.rms_norm(x, w), lambda x, w: R.rms_norm(x, w, 1e-6), [x, w]),
+        (lambda x, w: K.layer_norm(x, w, w), lambda x, w: R.layer_norm(x, w, w), [x, w]),
+        (K.swiglu, R.swiglu, [x, x.flip(0)]), (K.geglu, R.geglu, [x, x.flip(0)]), (K.softmax, R.softmax, [x]),
+        (lambda q: K.rope(q, q, cos, sin)[0], lambda q: R.rope(q, q, cos, sin)[0], [q]),
+        (lambda x: K.cross_entropy(x, t, reduction="none"), lambda x: R.cross_entropy(x, t, reduction="none"), [x]),
+    ]
+    for ours, ref, ins in cases:
+        out = ours(*[i.half() for i in ins])
+        assert out.dtype == torch.float16
+        torch.testing.assert_close(out.float(), ref(*[i.half().float() for i in ins]), atol=2e-3, rtol=2e-3)

@@ -70,16 +70,29 @@ def test_files_attempts_and_goodput(tmp_path):
 
 
 def test_profiler_writes_chosen_steps(tmp_path):
-    prof = StepProfiler(tmp_path, (3, 5), rank=0, next_step=1)
     a = torch.randn(64, 64)
-    with prof:
-        for _ in range(1, 7):
-            a @ a
-            prof.step()
-    path = tmp_path / "traces" / "rank0.step3-5.json"
-    trace = json.loads(path.read_text())
-    names = {e.get("name", "") for e in trace["traceEvents"]}
-    assert "aten::mm" in names
-    assert len({n for n in names if n.startswith("ProfilerStep#")}) == 2  # steps 3 and 4
+    for next_step in (1, 3, 2):  # a fresh run, a run resumed right at the window, one step before it
+        prof = StepProfiler(tmp_path / str(next_step), (3, 5), rank=0, next_step=next_step)
+        with prof:
+            for _ in range(next_step, 8):
+                a @ a
+                prof.step()
+        trace = json.loads((tmp_path / str(next_step) / "traces" / "rank0.step3-5.json").read_text())
+        names = {e.get("name", "") for e in trace["traceEvents"]}
+        assert "aten::mm" in names
+        # A:B is inclusive and the trace's step spans carry the optimizer step numbers
+        assert {n for n in names if n.startswith("ProfilerStep#")} == {"ProfilerStep#3", "ProfilerStep#4",
+                                                                       "ProfilerStep#5"}
     # a window already in the past (resumed at step 10) traces nothing
     assert StepProfiler(tmp_path, (3, 5), rank=0, next_step=10).prof is None
+
+
+def test_a_line_cut_by_a_crash_does_not_swallow_the_next_record(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "attempt": 0, "loss": 2.0, "step_time_s": 0.1, '
+                                            '"data_wait_s": 0, "t_end": 1.0}\n{"step": 2, "lo')
+    mon = Monitor(tmp_path, start_time=time.time())
+    with mon.step(2) as st:
+        st.loss = 1.5
+    mon.close()
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(lines[-1])["loss"] == 1.5 and lines[1] == '{"step": 2, "lo'

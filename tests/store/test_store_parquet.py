@@ -121,7 +121,7 @@ def test_failed_write_leaves_nothing_half_written(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr(pq, "write_table", boom)
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", boom)
     with pytest.raises(OSError):
         write_run(_record(2), str(tmp_path))
     files = [p for p in (tmp_path / "runs").rglob("*") if p.is_file()]

@@ -97,6 +97,8 @@ def test_large_ids_missing_fields_negative_durations(tmp_path):
     (b'{"traceEvents": [{"ph": "X", "cat": "kernel"', "invalid JSON"),
     (b"not json at all", "not JSON"),
     (b'{"traceEvents": [{"ph": "X"}, ]}', "invalid JSON"),
+    (b'[[-1, 1, 37888, 7], [-1, 1, 512, 7]]', "no complete"),  # a memory timeline, not a trace
+    (b'{"traceEvents": []}', "no complete"),
 ])
 def test_bad_input_is_one_clear_line(tmp_path, content, message):
     p = tmp_path / "bad.json"
@@ -114,22 +116,26 @@ def test_truncated_gzip(tmp_path):
         read_kineto(tmp_path / "trunc.json.gz")
 
 
+def _tb(**kw) -> TraceBuilder:
+    return TraceBuilder(**kw).cpu("aten::add", 0, 5)
+
+
 def test_folder_ranks_duplicates_and_mixed_jobs(tmp_path):
     d = tmp_path / "job"
     d.mkdir()
-    TraceBuilder(rank=None).write(d / "worker_rank3.json.gz")
-    TraceBuilder(rank=1, world_size=4).write(d / "a.json.gz")
+    _tb(rank=None).write(d / "worker_rank3.json.gz")
+    _tb(rank=1, world_size=4).write(d / "a.json.gz")
     tables = load_trace(d)
     assert sorted(tables) == [1, 3]  # rank 3 from the file name
-    TraceBuilder(rank=1, world_size=4).write(d / "b.json.gz")
+    _tb(rank=1, world_size=4).write(d / "b.json.gz")
     with pytest.raises(TrainperfError, match="duplicate rank 1"):
         load_trace(d)
     (d / "b.json.gz").unlink()
-    TraceBuilder(rank=2, world_size=8).write(d / "c.json.gz")
+    _tb(rank=2, world_size=8).write(d / "c.json.gz")
     with pytest.raises(TrainperfError, match="different jobs"):
         load_trace(d)
     (d / "c.json.gz").unlink()
-    TraceBuilder(rank=None).write(d / "noname.json.gz")
+    _tb(rank=None).write(d / "noname.json.gz")
     with pytest.raises(TrainperfError, match="cannot tell its rank"):
         load_trace(d)
 
@@ -153,6 +159,14 @@ def test_kernel_categories_old_and_new_nccl_names():
         "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>": (REDUCTION, None),
         "triton_red_fused_sum_1": (REDUCTION, None),
         "multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float>>": (OPTIMIZER, None),
+        # the kernel's own name decides, not namespaces or template arguments ("fbgemm_gpu", "{lambda")
+        "void at::native::vectorized_elementwise_kernel<4, fbgemm_gpu::_float_to_hfp8(float)>(int)": (ELEMENTWISE, None),
+        "void at::native::vectorized_elementwise_kernel<4, at::native::launch_clamp_scalar::{lambda(float)#1}>(int)":
+            (ELEMENTWISE, None),
+        "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x64_32x6_nt_align4>(Params)": (GEMM, None),
+        "void split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_cta_per_row<float>": (ELEMENTWISE, None),
+        "cudnn_infer_volta_scudnn_128x64_relu_medium_nn_v1": (GEMM, None),
+        "void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernel<float, float>(long)": (REDUCTION, None),
     }
     for name, (cat, coll) in cases.items():
         assert kernel_category(name, KERNEL) == cat, name
@@ -185,3 +199,18 @@ def test_real_traces_load_with_ranks():
     assert list(t) == [70]
     ns = load_trace(DATA / "ns_resolution_trace")[0]
     assert ns.ts_was_float and ns.has_gpu
+
+
+def test_stdlib_json_fallback_reads_the_same(tmp_path, monkeypatch):
+    # without orjson (e.g. a machine with no package registry) the loader uses the json module
+    p = _small(tmp_path)
+    ref = read_kineto(p)
+    monkeypatch.setattr(kineto, "_loads", json.loads)
+    monkeypatch.setattr(kineto, "_DecodeError", (ValueError,))
+    monkeypatch.setattr(kineto, "CHUNK_BYTES", 50)
+    t = read_kineto(p)
+    assert len(t) == len(ref) and (t.ts_ns == ref.ts_ns).all() and (t.name == ref.name).all()
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b'{"traceEvents": [{"ph": "X",')
+    with pytest.raises(TrainperfError, match="invalid JSON"):
+        read_kineto(bad)

@@ -47,3 +47,19 @@ def test_bad_text_path_is_named(tmp_path):
     empty.write_text("")
     with pytest.raises(TrainperfError, match="empty"):
         read_byte_tokens([empty])
+
+
+def test_worker_processes_give_the_same_batches_from_a_position():
+    from trainperf.train.data import DataConfig, make_dataset, make_loader
+
+    def first_batches(workers, position):
+        cfg = DataConfig(num_workers=workers, prefetch_factor=2)
+        it = iter(make_loader(make_dataset(cfg, 256, 32), cfg, dp_rank=1, dp=2, mbs=2, position=position,
+                              pin_memory=False))
+        return [next(it) for _ in range(3)]
+
+    ref = first_batches(0, 0)
+    for (x0, y0), (x1, y1) in zip(ref, first_batches(2, 0)):
+        assert torch.equal(x0, x1) and torch.equal(y0, y1)
+    resumed = first_batches(0, 2)  # position = samples consumed: 2 = one micro-batch of 2
+    assert torch.equal(resumed[0][0], ref[1][0])

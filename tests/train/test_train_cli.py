@@ -35,6 +35,7 @@ def test_train_command_runs_and_summarises(app, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("args, message", [
     (["--layout", "pp=2"], "pp=2"),
+    (["--layout", "sp=1"], "sp=1 (sequence parallel) needs tp > 1"),
     (["--layout", "tp=two"], "bad value 'two' for tp"),
     (["--text", "/nonexistent/corpus.txt"], "/nonexistent/corpus.txt"),
     (["--profile-steps", "12:10"], "--profile-steps"),

@@ -52,6 +52,10 @@ def test_run_folder_contents(demo_run):
     # tokens/s and MFU from the run's own figures (hand formula: tokens / s; tokens * FLOPs / peak)
     assert rec["tokens"] == 128 and rec["tokens_per_s"] == pytest.approx(128 / rec["step_time_s"])
     assert rec["mfu"] == pytest.approx(rec["tokens_per_s"] * 5_013_504 / result["peak_flops"])
+    # LR: linear warm-up over 5 steps to 3e-3, then cosine to 10% over the remaining 25 (hand formula)
+    lrs = [json.loads(x)["lr"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert lrs[0] == pytest.approx(3e-3 / 6) and lrs[5] == pytest.approx(3e-3)
+    assert lrs[29] == pytest.approx(3e-3 * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 24 / 25))))
     assert (out / "traces" / "rank0.step10-12.json").is_file()
     assert [s for s, _ in complete_checkpoints(out / "checkpoints")] == [10, 20, 30]
     assert (out / "report.html").read_text().startswith("<!doctype html") or "svg" in (out / "report.html").read_text()

@@ -1,4 +1,4 @@
-"""2-process torchrun (gloo) runs of the tiny model: DDP, FSDP2, TP parity with one process, and
+"""2-process torchrun (gloo) runs of the tiny model: DDP, FSDP2, TP, TP+SP parity with one process, and
 a rank killed with SIGKILL mid-run, relaunched, resuming bit-for-bit."""
 
 import json
@@ -48,7 +48,8 @@ def runs(tmp_path_factory):
     train(_cfg(tmp / "single_mbs1", layout="mbs=1"))
     for name, kw in {"fsdp": dict(layout="zero=3", ckpt_every=3),
                      "ddp": dict(layout="zero=0"),
-                     "tp": dict(layout="tp=2")}.items():
+                     "tp": dict(layout="tp=2"),
+                     "tp_sp": dict(layout="tp=2,sp=1,recompute=selective", ckpt_every=6)}.items():
         assert launch(_cfg(tmp / name, **kw), 2, env=env) == 0, name
     out = {p.name: p for p in tmp.iterdir()}
     out["tmp"] = tmp
@@ -64,6 +65,16 @@ def test_fsdp_matches_single_process(runs):
     assert summary["tokens_per_s"] > 0 and summary["mem_peak_bytes"] > 0
 
 
+def test_two_rank_checkpoint_refused_by_one_process(runs, tmp_path):
+    import shutil
+
+    from trainperf.errors import TrainperfError
+
+    shutil.copytree(runs["fsdp"] / "checkpoints", tmp_path / "checkpoints")
+    with pytest.raises(TrainperfError, match="another layout: dp=2"):
+        train(_cfg(tmp_path, layout="zero=3", steps=STEPS + 1))
+
+
 def test_ddp_matches_single_process(runs):
     assert _losses(runs["ddp"]) == pytest.approx(_losses(runs["single_mbs2"]), rel=2e-4)
 
@@ -71,6 +82,9 @@ def test_ddp_matches_single_process(runs):
 def test_tensor_parallel_matches_single_process(runs):
     assert _losses(runs["tp"]) == pytest.approx(_losses(runs["single_mbs1"]), rel=2e-4)
     assert json.loads((runs["tp"] / "run.json").read_text())["layout"].startswith("tp=2,pp=1,dp=1")
+    # sequence parallel (with selective recompute) shards the residual stream, not the math
+    assert _losses(runs["tp_sp"]) == pytest.approx(_losses(runs["single_mbs1"]), rel=2e-4)
+    assert (runs["tp_sp"] / "checkpoints" / "step-00000012" / "trainperf.json").is_file()
 
 
 def _rank_pid(parent: int, rank: int) -> int | None:

@@ -98,8 +98,11 @@ def _liger_impl(kernel: str, extra: dict) -> Callable | None:
     if kernel == "rope":  # Liger takes (batch, heads, seq, dim) and cos (1, seq, dim)
         cos, sin = extra["cos"][None], extra["sin"][None]
         return lambda q, k: tuple(t.transpose(1, 2) for t in fn(q.transpose(1, 2), k.transpose(1, 2), cos, sin))
-    if kernel == "cross_entropy":  # Liger overwrites its input with the gradient: give it a copy
-        return lambda logits: _first(fn(logits.clone(), extra["target"], ignore_index=-100))
+    if kernel == "cross_entropy":
+        # Liger overwrites its input logits with the gradient. No defensive copy here (it would
+        # add two passes to Liger's time): the harness runs Liger last on each case's inputs and
+        # takes its forward error from the first call, before the logits change.
+        return lambda logits: _first(fn(logits, extra["target"], ignore_index=-100))
     if kernel == "fused_linear_cross_entropy":
         return lambda h, w: _first(fn(h, w, extra["target"], ignore_index=-100))
     return None

@@ -74,6 +74,8 @@ def kernels_cmd(
         typer.echo(json.dumps(data, indent=1))
         return
     out = Console()
+    if not out.is_terminal:  # piped into a log: do not squeeze the table to 80 columns
+        out = Console(width=200)
     tbl = Table(title=f"{result.device_name} {result.dtype}: copy bandwidth {result.copy_gbps:.0f} GB/s")
     for h in HEADER:
         tbl.add_column(h, justify="left" if h in ("kernel", "shape", "pass", "impl") else "right")

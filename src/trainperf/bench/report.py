@@ -18,7 +18,7 @@ def table_rows(result: BenchResult) -> list[list[str]]:
         mem = None if r.peak_mem_bytes is None else r.peak_mem_bytes / 2**20
         rows.append([r.kernel, r.shape, r.passname, r.impl, _fmt(r.median_ms, ".3f"), _fmt(r.gbps, ".0f"),
                      _fmt(r.tflops, ".1f"), _fmt(r.pct_copy_bw, ".0f"), _fmt(r.pct_catalog_peak, ".0f"),
-                     _fmt(mem, ".0f"), _fmt(r.speedup_vs_eager, ".2f"), _fmt(r.max_abs_err, ".1e")])
+                     _fmt(mem, ".0f"), _fmt(r.speedup_vs_eager, ".2f"), _fmt(r.max_rel_err, ".1e")])
     return rows
 
 

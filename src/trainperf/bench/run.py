@@ -6,7 +6,6 @@ run_bench() returns plain results; to_record() turns them into the one run-recor
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -38,7 +37,7 @@ class Row:
     pct_copy_bw: float | None  # % of the measured device-to-device copy bandwidth
     pct_catalog_peak: float | None  # % of the catalog HBM peak (memory-bound) or FLOP peak (FLCE)
     peak_mem_bytes: float | None
-    max_abs_err: float | None  # forward output vs eager
+    max_rel_err: float | None  # forward output vs eager: max |out - eager| / max |eager|
     speedup_vs_eager: float | None = None
 
 
@@ -96,14 +95,23 @@ def _fwd_bwd_fn(fn: Callable, case: Case, grads: list[torch.Tensor]) -> Callable
 def _max_err(out, ref) -> float:
     outs = out if isinstance(out, tuple) else (out,)
     refs = ref if isinstance(ref, tuple) else (ref,)
-    return max(float((a.detach().float() - b.detach().float()).abs().max()) if a.numel() else 0.0 for a, b in zip(outs, refs))
+    errs = []
+    for a, b in zip(outs, refs):
+        a, b = a.detach().float(), b.detach().float()
+        errs.append(float((a - b).abs().max() / b.abs().max().clamp(min=1e-30)) if a.numel() else 0.0)
+    return max(errs)
 
 
 def run_bench(device: str = "cuda", kernels: list[str] | None = None, shapes: list[tuple[int, ...]] | None = None,
               dtype: str = "bf16", impls: tuple[str, ...] = ("trainperf", "eager", "compile", "liger"),
               passes: tuple[str, ...] = ("fwd", "fwd+bwd"), measure_memory: bool = True,
-              progress: Callable[[str], None] | None = None) -> BenchResult:
-    """Return the benchmark of kernels x shapes x impls x passes on device (times in ms, rates in GB/s, TFLOP/s)."""
+              progress: Callable[[str], None] | None = None,
+              cases: list[tuple[str, tuple[int, ...]]] | None = None, copy_gbps: float | None = None) -> BenchResult:
+    """Return the benchmark of kernels x shapes x impls x passes on device (times in ms, rates in GB/s, TFLOP/s).
+
+    cases: explicit (kernel, shape) pairs instead of kernels x shapes; copy_gbps: a copy
+    bandwidth measured earlier (else measured now).
+    """
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise TrainperfError("--device cuda: no CUDA device is visible (use --device cpu for the smoke run)")
@@ -115,21 +123,31 @@ def run_bench(device: str = "cuda", kernels: list[str] | None = None, shapes: li
             raise TrainperfError(f"unknown kernel {k!r} (known: {', '.join(KERNELS)})")
     device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     acc = _catalog_entry(device_name) if dev.type == "cuda" else None
-    result = BenchResult(device=dev.type, device_name=device_name, dtype=dtype, copy_gbps=copy_bandwidth_gbps(dev),
+    result = BenchResult(device=dev.type, device_name=device_name, dtype=dtype,
+                         copy_gbps=copy_gbps or copy_bandwidth_gbps(dev),
                          catalog_hbm_gbps=acc.hbm_tbps * 1e3 if acc else None,
                          catalog_peak_tflops=acc.peak_flops(dtype) / 1e12 if acc else None)
     if dev.type == "cpu":
         result.notes.append(CPU_WARNING)
-    for kernel in kernels:
-        for shape in shapes_for(kernel, dev.type, shapes):
-            case = build_case(kernel, shape, DTYPES[dtype], dev, impls)
-            result.notes += [f"{kernel}: {n}" for n in case.notes]
-            _bench_case(case, result, passes, measure_memory, progress)
-            del case
-            if dev.type == "cuda":
-                torch.cuda.empty_cache()
+    todo = cases or [(k, s) for k in kernels for s in shapes_for(k, dev.type, shapes)]
+    for kernel, shape in todo:
+        case = build_case(kernel, tuple(shape), DTYPES[dtype], dev, impls)
+        result.notes += [f"{kernel}: {n}" for n in case.notes]
+        _bench_case(case, result, passes, measure_memory, progress)
+        del case
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
     result.notes = list(dict.fromkeys(result.notes))
+    fill_speedups(result.rows)
     return result
+
+
+def fill_speedups(rows: list[Row]) -> None:
+    """Set each row's speedup_vs_eager = eager time / its time for the same kernel, shape, dtype and pass."""
+    eager = {(r.kernel, r.shape, r.dtype, r.passname): r.median_ms for r in rows if r.impl == "eager"}
+    for r in rows:
+        ref = eager.get((r.kernel, r.shape, r.dtype, r.passname))
+        r.speedup_vs_eager = ref / r.median_ms if ref and r.median_ms > 0 else None
 
 
 def _bench_case(case: Case, result: BenchResult, passes, measure_memory: bool, progress) -> None:
@@ -139,8 +157,8 @@ def _bench_case(case: Case, result: BenchResult, passes, measure_memory: bool, p
         ref_out = case.impls["eager"](*case.inputs) if "eager" in case.impls else None
     grads = [torch.randn_like(t) for t in (ref_out if isinstance(ref_out, tuple) else (ref_out,))] \
         if ref_out is not None else None
-    eager_ms: dict[str, float] = {}
-    for impl, fn in case.impls.items():
+    # Liger last: its cross-entropy overwrites the shared input logits (see cases._liger_impl).
+    for impl, fn in sorted(case.impls.items(), key=lambda kv: kv[0] == "liger"):
         try:
             with torch.no_grad():
                 out = fn(*case.inputs)
@@ -174,12 +192,7 @@ def _bench_case(case: Case, result: BenchResult, passes, measure_memory: bool, p
             row = Row(case.kernel, impl, case.shape_str, result.dtype, passname, ms, gb, tf,
                       100 * gb / result.copy_gbps if result.copy_gbps and not flop_bound else None,
                       pct_peak, mem, err)
-            if impl == "eager":
-                eager_ms[passname] = ms
             result.rows.append(row)
-    for row in result.rows:
-        if row.kernel == case.kernel and row.shape == case.shape_str and row.passname in eager_ms:
-            row.speedup_vs_eager = eager_ms[row.passname] / row.median_ms if row.median_ms > 0 else math.nan
 
 
 def to_record(result: BenchResult, job: str = "bench-kernels") -> RunRecord:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from trainperf.diagnose import findings as F
-from trainperf.diagnose.crossrank import CrossRank, cross_rank
+from trainperf.diagnose.crossrank import CrossRank, comm_waits, cross_rank
 from trainperf.diagnose.gpu_time import (comm_comp_overlap, idle_split, kernel_breakdown, temporal_breakdown)
 from trainperf.diagnose.host import checkpoint_spans, dataloader_spans, host_syncs, optimizer_spans, sync_ops
 from trainperf.diagnose.launch import launch_bound_stretches, launch_stats, queue_length
@@ -16,7 +16,7 @@ from trainperf.diagnose.replay import Change, build_graph, critical_path, replay
 from trainperf.diagnose.steps import memcpy_bandwidth, step_times
 from trainperf.diagnose.window import Window, analysis_window
 from trainperf.errors import TrainperfError
-from trainperf.trace.events import CATEGORY_NAMES, ELEMENTWISE, OPTIMIZER, REDUCTION, EventTable
+from trainperf.trace.events import ELEMENTWISE, OPTIMIZER, REDUCTION, EventTable
 from trainperf.trace.load import load_trace
 
 
@@ -39,6 +39,7 @@ class RankSummary:
     n_events: int = 0
     steps: list[int] = field(default_factory=list)
     step_time_median_us: float = 0.0
+    step_times: list = field(default_factory=list)  # [{step, host_us, device_busy_us}] per ProfilerStep
     kernel_categories_pct: dict = field(default_factory=dict)
     launch_delay_median_us: float = 0.0
     launch_delay_p95_us: float = 0.0
@@ -114,24 +115,29 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     summaries: dict[int, RankSummary] = {}
     found: list[F.Finding] = []
     gpu_ranks = [r for r, t in tables.items() if windows[r].device.size]
-    compute = {}
-    busy = {}
+    xr = None
+    if len(gpu_ranks) >= 2:
+        # compute/busy per rank are filled in after the per-rank pass; the matching needs only kernels
+        xr = cross_rank({r: tables[r] for r in gpu_ranks}, {r: windows[r] for r in gpu_ranks}, {}, {})
+        notes += xr.notes
+    straggler_gain: dict[int, float] = {}
     for r, t in tables.items():
-        s, fs = _rank_analyses(t, windows[r])
+        waits = comm_waits(xr, r) if xr is not None and r in gpu_ranks else None
+        s, fs, sg = _rank_analyses(t, windows[r], waits)
         summaries[r] = s
         found += fs
-        compute[r] = s.compute_pct * s.window_us / 100
-        busy[r] = (100 - s.idle_pct) * s.window_us / 100
-        if not len(t):
-            notes.append(f"rank {r} ({t.source}): no complete events; is this a Kineto trace?")
+        straggler_gain[r] = sg
+        if windows[r].note:
+            notes.append(f"rank {r}: {windows[r].note}")
     if not gpu_ranks:
         notes.append("no kernel/memcpy/memset events in the trace: GPU analyses (breakdown, idle, overlap, "
                      "launches, critical path) are skipped; host-side analyses only")
-    xr = cross_rank({r: tables[r] for r in gpu_ranks}, {r: windows[r] for r in gpu_ranks},
-                    {r: compute[r] for r in gpu_ranks}, {r: busy[r] for r in gpu_ranks}) if gpu_ranks else None
-    if xr is not None and len(gpu_ranks) >= 2:
-        found += _straggler_findings(tables, windows, xr, summaries)
-    notes += xr.notes if xr is not None and len(gpu_ranks) >= 2 else []
+    if xr is not None:
+        for r in gpu_ranks:
+            s = summaries[r]
+            xr.compute_by_rank_us[r] = s.compute_pct * s.window_us / 100
+            xr.busy_by_rank_us[r] = (100 - s.idle_pct) * s.window_us / 100
+        found += _straggler_findings(xr, summaries, straggler_gain, windows)
     merged = F.merge_across_ranks(found)
     if rank is not None:
         if rank not in summaries:
@@ -139,7 +145,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
         summaries = {rank: summaries[rank]}
         merged = [f for f in merged if rank in f.ranks]
     xr_json = {}
-    if xr is not None and len(gpu_ranks) >= 2:
+    if xr is not None:
         st = xr.straggler
         xr_json = {"n_collectives_matched": len(xr.collectives), "wait_by_rank_us": xr.wait_by_rank_us,
                    "caused_by_rank_us": xr.caused_by_rank_us, "straggler_rank": st[0] if st else None,
@@ -152,8 +158,10 @@ def _pct(a: float, b: float) -> float:
     return 100.0 * a / b if b > 0 else 0.0
 
 
-def _rank_analyses(t: EventTable, w: Window) -> tuple[RankSummary, list[F.Finding]]:
-    """Every single-rank analysis and the findings it supports."""
+def _rank_analyses(t: EventTable, w: Window, waits: dict | None = None
+                   ) -> tuple[RankSummary, list[F.Finding], float]:
+    """Every single-rank analysis, the findings it supports, and the gain (%) of not waiting for
+    other ranks inside collectives (waits: crossrank.comm_waits of this rank)."""
     steps = sorted(int(s) for s in np.unique(t.step[w.keep]) if s >= 0) if len(t) else []
     st = [s for s in step_times(t, w) if s.step in steps and s.step not in w.steps_excluded]
     host_window = (float(w.end_us[w.keep].max() - w.ts_us[w.keep].min()) if w.keep.any() else 0.0)
@@ -166,7 +174,9 @@ def _rank_analyses(t: EventTable, w: Window) -> tuple[RankSummary, list[F.Findin
         s = RankSummary(t.rank, t.source, host_window, 0, 0, 0, 0, 0, 0, 0, n_events=len(t), steps=steps,
                         gpu_analyses="skipped: no kernel, memcpy or memset events in this rank's trace",
                         dataloader_pct=_pct(dl.time_us, host_window), optimizer_pct=_pct(opt.time_us, host_window),
-                        step_time_median_us=float(np.median([x.host_us for x in st])) if st else 0.0)
+                        step_time_median_us=float(np.median([x.host_us for x in st])) if st else 0.0,
+                        step_times=[{"step": x.step, "host_us": x.host_us, "device_busy_us": x.device_busy_us}
+                                    for x in st])
         found.append(F.make("gpu_analyses_skipped", [t.rank], steps, {"device_events": (0, "count")},
                             severity="low"))
         if dl.time_us > 0.05 * host_window > 0:
@@ -175,7 +185,7 @@ def _rank_analyses(t: EventTable, w: Window) -> tuple[RankSummary, list[F.Findin
                                  "dataloader_share": (_pct(dl.time_us, host_window), "%")},
                                 dl.longest, gain_pct=_pct(dl.time_us, host_window), gain_us=dl.time_us,
                                 what_if="remove_data_wait (host only: upper bound)"))
-        return s, found
+        return s, _relative_times(found, w), 0.0
 
     tb = temporal_breakdown(t, w)
     ov = comm_comp_overlap(t, w)
@@ -186,7 +196,7 @@ def _rank_analyses(t: EventTable, w: Window) -> tuple[RankSummary, list[F.Findin
     ql = queue_length(t, w)
     lbs = launch_bound_stretches(t, w)
     syncs = host_syncs(t, w)
-    g = build_graph(t, w)
+    g = build_graph(t, w, waits)
     base = replay(g)
     span = base.makespan_us
     cp = critical_path(g, base)
@@ -199,6 +209,7 @@ def _rank_analyses(t: EventTable, w: Window) -> tuple[RankSummary, list[F.Findin
         t.rank, t.source, tb.window_us, tb.idle_pct, tb.compute_pct, tb.non_compute_pct, ov.overlap_pct, hp, kp, op,
         comm_us=ov.comm_us, exposed_comm_us=ov.exposed_us, n_events=len(t), steps=steps,
         step_time_median_us=float(np.median([x.host_us for x in st])) if st else 0.0,
+        step_times=[{"step": x.step, "host_us": x.host_us, "device_busy_us": x.device_busy_us} for x in st],
         kernel_categories_pct={c.category: c.pct_of_busy for c in cats},
         launch_delay_median_us=ls.delay_median_us, launch_delay_p95_us=ls.delay_p95_us,
         small_kernel_count_pct=ls.small_kernel_count_pct,
@@ -254,12 +265,13 @@ def _rank_analyses(t: EventTable, w: Window) -> tuple[RankSummary, list[F.Findin
     if mem_share > 25:
         g1, u1 = gain(Change("speedup", ELEMENTWISE, 2.0))
         g2, u2 = gain(Change("speedup", REDUCTION, 2.0))
-        top = [(n, 0.0, d) for c in cats if c.category in ("elementwise", "reduction_norm") for n, d, _ in c.top_kernels]
+        top = [(f"[{k} launches] {n}", t0, d) for c in cats if c.category in ("elementwise", "reduction_norm")
+               for n, d, k, t0 in c.top_kernels]
         found.append(F.make("memory_bound_unfused", r, steps, {"elementwise_and_reduction": (mem_share, "% of busy")},
                             top[:4], g1 + g2, u1 + u2, "elementwise and reduction kernels 2x faster (fused)"))
     if share.get("optimizer", 0.0) > 10:
         gp, gu = gain(Change("speedup", OPTIMIZER, 3.0))
-        top = [(n, 0.0, d) for c in cats if c.category == "optimizer" for n, d, _ in c.top_kernels]
+        top = [(f"[{k} launches] {n}", t0, d) for c in cats if c.category == "optimizer" for n, d, k, t0 in c.top_kernels]
         found.append(F.make("optimizer_slow", r, steps, {"optimizer_kernels": (share["optimizer"], "% of busy"),
                                                          "optimizer_host_spans": (_pct(opt.time_us, span), "%")},
                             top, gp, gu, "optimizer kernels 3x faster (fused/foreach)"))
@@ -267,36 +279,36 @@ def _rank_analyses(t: EventTable, w: Window) -> tuple[RankSummary, list[F.Findin
         found.append(F.make("idle_gpu", r, steps, {"gpu_idle": (tb.idle_pct, "%"), "host_wait": (hp, "% of idle"),
                                                    "kernel_wait": (kp, "% of idle"), "other": (op, "% of idle")},
                             severity="medium"))
-    return s, found
+    straggler_gain = gain(Change("remove_straggler_wait"))[0] if waits else 0.0
+    return s, _relative_times(found, w), straggler_gain
 
 
-def _straggler_findings(tables, windows, xr: CrossRank, summaries) -> list[F.Finding]:
+def _relative_times(found: list[F.Finding], w: Window) -> list[F.Finding]:
+    """Evidence event starts as µs from the rank's first event (as Perfetto shows the trace)."""
+    origin = float(w.ts_us.min()) if w.ts_us.size else 0.0
+    for f in found:
+        for e in f.evidence.get("events", []):
+            e["start_us"] = round(e["start_us"] - origin, 1)
+    return found
+
+
+def _straggler_findings(xr: CrossRank, summaries, straggler_gain: dict[int, float], windows) -> list[F.Finding]:
+    """A straggler finding when one rank makes the others wait >= 2 % of the window each."""
     st = xr.straggler
     if st is None:
         return []
     srank, caused = st
     window = max(s.window_us for s in summaries.values())
-    if caused < 0.02 * window * max(len(tables) - 1, 1):
+    others = max(len(xr.wait_by_rank_us) - 1, 1)
+    if caused < 0.02 * window * others:
         return []
-    gains = []
-    for r, t in tables.items():
-        waits = {}
-        for c in xr.collectives:
-            pass
-        rows_by_kind = {}
-        from trainperf.diagnose.crossrank import collective_rows
-
-        rows_by_kind = collective_rows(t, windows[r])
-        for c in xr.collectives:
-            waits[int(rows_by_kind[c.kind][c.seq])] = c.wait_us[r]
-        g = build_graph(t, windows[r], waits)
-        base = replay(g).makespan_us
-        gains.append(_pct(base - replay(g, Change("remove_straggler_wait")).makespan_us, base))
-    worst = sorted(((c.wait_us, c) for c in xr.collectives if c.last_rank == srank),
-                   key=lambda x: -sum(x[0].values()))[:3]
-    events = [(f"{c.kind} #{c.seq} (rank {srank} arrived last)", c.start_us[srank], sum(w.values()))
-              for w, c in worst]
+    worst = sorted((c for c in xr.collectives if c.last_rank == srank), key=lambda c: -sum(c.wait_us.values()))[:3]
+    w = windows[srank]
+    origin = float(w.ts_us.min())
+    events = [(f"{c.kind} #{c.seq} (rank {srank} arrived last)", float(w.ts_us[c.rows[srank]]) - origin,
+               sum(c.wait_us.values())) for c in worst]
     return [F.make("straggler", [srank], [], {"caused_wait": (caused, "us"),
-                                              "caused_wait_per_other_rank": (caused / max(len(tables) - 1, 1), "us"),
+                                              "caused_wait_per_other_rank": (caused / others, "us"),
                                               "compute_imbalance": (xr.imbalance_pct, "%")},
-                   events, max(gains) if gains else 0.0, 0.0, "remove the wait for the slowest rank")]
+                   events, max(straggler_gain.values(), default=0.0), 0.0,
+                   f"no rank waits for rank {srank} inside collectives")]

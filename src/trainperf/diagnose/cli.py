@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
         rank: Optional[int] = typer.Option(None, "--rank", help="Show only this rank."),
         steps: Optional[str] = typer.Option(None, "--steps", help="Profiler steps A:B (inclusive) to analyse."),
         json_out: Optional[Path] = typer.Option(None, "--json", help="Write the full result as JSON here."),
-        top: int = typer.Option(5, "--top", help="Number of findings to show."),
+        top: int = typer.Option(5, "--top", help="Number of findings to print (--json and --html keep all)."),
         html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
     ) -> None:
         """Find the bottleneck in profiler traces: per-rank breakdown, findings with evidence and gain."""
@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
         from trainperf.diagnose.api import diagnose
         from trainperf.diagnose.render import print_summary
 
-        result = diagnose(path, rank=rank, steps=steps, top=max(top, 1), progress=True)
+        result = diagnose(path, rank=rank, steps=steps, top=10_000, progress=True)  # --top limits the print only
         print_summary(result, Console(), top)
         if json_out:
             atomic_write_text(json_out, json.dumps(result.to_json(), indent=1))

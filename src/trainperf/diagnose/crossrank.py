@@ -1,8 +1,9 @@
 """Across ranks: collectives matched by sequence, stragglers and load imbalance.
 
 Collectives are matched by their order of issue: the k-th communication kernel of a given
-collective type on one stream position of every rank is the same collective (NCCL requires
-every rank to issue collectives in the same order). A collective kernel starts when its rank
+collective type in a given process group (the kernel's "Process Group Name" argument when the
+trace has it) is the same collective on every rank of that group (NCCL requires the ranks of a
+communicator to issue its collectives in the same order). A collective kernel starts when its rank
 arrives and finishes after the last rank arrives, so each rank's wait inside it is
 latest arrival - own arrival (capped at the kernel's duration), and the last rank to arrive
 is the one the others waited for. Rank clocks are aligned first on the matched collectives' end
@@ -21,14 +22,16 @@ from trainperf.trace.events import COMMUNICATION, KERNEL, EventTable
 
 
 def collective_rows(t: EventTable, w: Window) -> dict[str, np.ndarray]:
-    """Window communication kernels of a rank grouped by collective type, in issue order (rows)."""
+    """Window communication kernels of a rank grouped by process group and collective type
+    ("pg/all_reduce", or "all_reduce" when the trace names no process group), in issue order (rows)."""
     rows = w.device[(t.category[w.device] == COMMUNICATION) & (t.kind[w.device] == KERNEL)]
     rows = rows[np.argsort(w.ts_us[rows], kind="stable")]
     groups: dict[str, list[int]] = {}
     for r in rows:
         c = int(t.collective[r])
-        name = t.names[c] if c >= 0 else t.names[int(t.name[r])]
-        groups.setdefault(collective_type(name), []).append(int(r))
+        kind = collective_type(t.names[c] if c >= 0 else t.names[int(t.name[r])])
+        pg = int(t.process_group[r])
+        groups.setdefault(f"{t.names[pg]}/{kind}" if pg >= 0 else kind, []).append(int(r))
     return {k: np.array(v, dtype=np.int64) for k, v in groups.items()}
 
 
@@ -41,6 +44,7 @@ class MatchedCollective:
     start_us: dict[int, float]
     wait_us: dict[int, float]
     last_rank: int
+    rows: dict[int, int] = field(default_factory=dict)  # trace row of this collective's kernel on each rank
 
 
 @dataclass
@@ -87,6 +91,12 @@ def _clock_offsets(tables, windows, groups, ranks) -> dict[int, float]:
     return off
 
 
+def comm_waits(xr: "CrossRank", rank: int) -> dict[int, tuple[float, int]]:
+    """For one rank: trace row of each matched collective kernel -> (µs waited inside it, rank waited for)."""
+    return {c.rows[rank]: (c.wait_us[rank], c.last_rank) for c in xr.collectives
+            if rank in c.rows and c.wait_us.get(rank, 0.0) > 0}
+
+
 def cross_rank(tables: dict[int, EventTable], windows: dict[int, Window], compute_us: dict[int, float],
                busy_us: dict[int, float]) -> CrossRank:
     """Match collectives across ranks and measure stragglers (µs); needs >= 2 ranks for waits."""
@@ -101,23 +111,28 @@ def cross_rank(tables: dict[int, EventTable], windows: dict[int, Window], comput
     if len(ranks) >= 2:
         kinds = set().union(*[set(g) for g in groups.values()])
         for kind in sorted(kinds):
-            counts = {r: len(groups[r].get(kind, ())) for r in ranks}
+            # only the ranks that issue this (process group, collective) take part in it
+            members = [r for r in ranks if kind in groups[r]]
+            if len(members) < 2:
+                continue
+            counts = {r: len(groups[r][kind]) for r in members}
             if len(set(counts.values())) > 1:
                 unmatched[kind] = counts
             for k in range(min(counts.values())):
                 starts = {}
                 durs = {}
-                for r in ranks:
+                for r in members:
                     row = groups[r][kind][k]
                     w = windows[r]
                     starts[r] = float(w.ts_us[row] - t0[r])
                     durs[r] = float(w.end_us[row] - w.ts_us[row])
                 last = max(starts, key=starts.get)
-                waits = {r: min(max(0.0, starts[last] - starts[r]), durs[r]) for r in ranks}
-                for r in ranks:
+                waits = {r: min(max(0.0, starts[last] - starts[r]), durs[r]) for r in members}
+                for r in members:
                     wait[r] += waits[r]
                 caused[last] += sum(waits.values())
-                matched.append(MatchedCollective(kind, k, starts, waits, last))
+                matched.append(MatchedCollective(kind, k, starts, waits, last,
+                                                 {r: int(groups[r][kind][k]) for r in members}))
         if unmatched:
             notes.append("collective counts differ across ranks for " + ", ".join(sorted(unmatched))
                          + ": matched by order up to the smallest count")

@@ -49,7 +49,8 @@ class Finding:
     severity: str
     ranks: list[int]
     steps: list[int]
-    evidence: dict = field(default_factory=dict)  # metrics (value, unit) and events (name, start_us, dur_us)
+    evidence: dict = field(default_factory=dict)  # metrics (value, unit); events (name, start_us from the
+    #                                               rank's first event, dur_us)
     gain_pct: float = 0.0                           # estimated step-time reduction, % of the window
     gain_us: float = 0.0
     what_if: str = ""

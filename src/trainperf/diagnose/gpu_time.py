@@ -152,7 +152,7 @@ class CategoryTime:
     time_us: float
     count: int
     pct_of_busy: float
-    top_kernels: list[tuple[str, float, int]]  # (name, µs, count)
+    top_kernels: list[tuple[str, float, int, float]]  # (name, total µs, count, first start µs)
 
 
 def kernel_breakdown(t: EventTable, w: Window, top: int = 3) -> list[CategoryTime]:
@@ -171,5 +171,6 @@ def kernel_breakdown(t: EventTable, w: Window, top: int = 3) -> list[CategoryTim
         o = np.argsort(-per)[:top]
         out.append(CategoryTime(CATEGORY_NAMES[c], float(dur[sel].sum()), int(sel.sum()),
                                 _pct(float(dur[sel].sum()), total),
-                                [(t.names[int(names[i])], float(per[i]), int(cnt[i])) for i in o]))
+                                [(t.names[int(names[i])], float(per[i]), int(cnt[i]),
+                                  float(w.ts_us[rows][sel][inv == i].min())) for i in o]))
     return sorted(out, key=lambda c: -c.time_us)

@@ -70,6 +70,7 @@ class Graph:
     lag: np.ndarray             # unexplained delay kept fixed (µs)
     category: np.ndarray
     comm_wait: np.ndarray       # cross-rank wait inside a communication kernel (µs)
+    comm_wait_rank: np.ndarray  # the rank that wait was for (-1 none)
     order: np.ndarray           # processing order (observed start)
     names: list = field(default_factory=list)
 
@@ -91,8 +92,10 @@ def _covered(starts: np.ndarray, ends: np.ndarray, spans: tuple[np.ndarray, np.n
     return np.maximum(covered_upto(ends) - covered_upto(starts), 0.0)
 
 
-def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, float] | None = None) -> Graph:
-    """Dependency graph of the window (see the module docstring); comm_wait_us: row -> cross-rank wait."""
+def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, int]] | None = None) -> Graph:
+    """Dependency graph of the window (see the module docstring).
+
+    comm_wait_us: trace row of a collective kernel -> (µs it waited for another rank, that rank)."""
     host_rows = np.flatnonzero(w.keep & (t.kind == RUNTIME))
     dev_rows = w.device[np.isin(t.kind[w.device], (KERNEL, MEMCPY, MEMSET))]
     rows = np.r_[host_rows, dev_rows]
@@ -130,7 +133,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, float] | None 
             launch[i] = node_of_row.get(lr, -1)
     stream_prev = np.full(n, -1)
     dev_idx = np.arange(n_h, n)
-    streams = t.stream[dev_rows]
+    streams = t.pid[dev_rows] * 1_000_003 + t.stream[dev_rows]  # (device, stream): ids repeat across GPUs
     for s in np.unique(streams):
         idx = dev_idx[streams == s]
         idx = idx[np.argsort(start[idx], kind="stable")]
@@ -194,16 +197,18 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, float] | None 
                 sync_on[i] = k
                 sync_base[i] = min(dur[i], typical)
     cw = np.zeros(n)
+    cw_rank = np.full(n, -1)
     if comm_wait_us:
-        for r, v in comm_wait_us.items():
+        for r, (v, other) in comm_wait_us.items():
             i = node_of_row.get(int(r))
             if i is not None:
                 cw[i] = min(v, dur[i])
+                cw_rank[i] = other
     cat = np.full(n, -1, dtype=np.int64)
     cat[n_h:] = t.category[dev_rows]
     order = np.lexsort((~is_host, start))  # host calls first at equal times
     return Graph(rows, is_host, start, dur, host_prev, host_gap, gap_dl, gap_ck, is_sync, sync_on, sync_base, launch, lat,
-                 stream_prev, dep, lag, cat, cw, order, names=t.names)
+                 stream_prev, dep, lag, cat, cw, cw_rank, order, names=t.names)
 
 
 @dataclass
@@ -282,8 +287,8 @@ def critical_path(g: Graph, r: Replay) -> dict[str, float]:
     """Time on the critical path (walked back from the last end) by kind of work, µs.
 
     Buckets: cpu (host work between calls), dataloader, runtime (launch/API calls), sync_wait,
-    launch_latency, kernel:<category>, comm_wait (waiting for other ranks inside collectives),
-    stream_wait / lag (waits on other streams or unexplained)."""
+    launch_latency, kernel:<category>, wait_for_rank_<r> (inside a collective, waiting for rank r),
+    lag (start delays the trace shows but no dependency explains)."""
     out: dict[str, float] = {}
 
     def add(k, v):
@@ -304,7 +309,6 @@ def critical_path(g: Graph, r: Replay) -> dict[str, float]:
                 add("sync_wait", r.end[i] - max(r.start[i], r.start[g.sync_on[i]]))
                 t_cursor = max(r.start[i], r.start[g.sync_on[i]])
                 i = int(g.sync_on[i])  # follow the device work the host waited for
-                add_dev_only = True
             else:
                 add("runtime", own)
                 p = int(r.binding[i])
@@ -318,7 +322,7 @@ def critical_path(g: Graph, r: Replay) -> dict[str, float]:
             e = min(r.end[i], t_cursor)
             dur = e - r.start[i]
             cw = min(g.comm_wait[i], dur)
-            add("comm_wait", cw)
+            add(f"wait_for_rank_{g.comm_wait_rank[i]}", cw)
             c = int(g.category[i])
             add("kernel:" + (CATEGORY_NAMES[c] if c >= 0 else "other"), dur - cw)
             b = int(r.binding[i])
@@ -330,15 +334,12 @@ def critical_path(g: Graph, r: Replay) -> dict[str, float]:
                 t_cursor = r.start[b]
                 # continue from the launch call: its start was set by the host chain
                 p = int(r.binding[b])
-                add("runtime", 0.0)
                 if p >= 0:
                     dl = min(g.gap_dataloader[b], r.start[b] - r.end[p])
                     add("dataloader", dl)
                     add("cpu", r.start[b] - r.end[p] - dl)
                 i = p
-            else:
-                if b != g.stream_prev[i]:
-                    add("stream_wait", 0.0)
+            else:  # stream order or a cross-stream wait: continue on the predecessor
                 t_cursor = r.start[i] - g.lag[i]
                 i = b
     return out

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import numpy as np
 
 from trainperf.diagnose.window import Window
 from trainperf.trace.annotate import step_spans

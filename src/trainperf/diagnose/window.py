@@ -27,6 +27,7 @@ class Window:
     ts_us: np.ndarray       # start of each row (µs, HTA rounding applied)
     end_us: np.ndarray      # end of each row (µs)
     steps_excluded: list[int]
+    note: str = ""
 
     @property
     def start_us(self) -> float:
@@ -80,8 +81,11 @@ def analysis_window(t: EventTable, include_last_step: bool = False) -> Window:
             keep = ~on_dev
     else:
         keep = np.ones(len(t), dtype=bool)
+    note = "" if len(step_ids) >= 2 or include_last_step else (
+        "fewer than two ProfilerStep annotations: the whole trace is analysed (profile with a "
+        "torch.profiler schedule and call prof.step() each iteration for per-step results)")
     device = np.flatnonzero(keep & (t.stream != -1) & np.isin(t.kind, DEVICE_BUSY_KINDS))
-    return Window(keep=keep, device=device, ts_us=ts_us, end_us=end_us, steps_excluded=excluded)
+    return Window(keep=keep, device=device, ts_us=ts_us, end_us=end_us, steps_excluded=excluded, note=note)
 
 
 def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

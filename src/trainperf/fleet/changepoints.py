@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from trainperf.errors import TrainperfError
+from trainperf.fleet.jumps import find_jumps
 
 _Z975 = 1.959963984540054
 
@@ -85,28 +86,90 @@ def _lag1(e: np.ndarray) -> float:
     return float(min(max((e[1:] @ e[:-1]) / den, 0.0), 0.98))
 
 
-def _pettitt(y: np.ndarray, min_size: int) -> tuple[int, float] | None:
-    """Return (split, p-value) of the best single split of y, or None when y is too short."""
+def _within_drift(y: np.ndarray, k: int, alpha: float, cap: int = 200) -> float:
+    """Return the drift (units per point) common to both sides of split k, or 0 when not significant.
+
+    Slope: Theil-Sen, pooled over pairs on the same side of the split (pairs never straddle it,
+    so a step at k does not bias it). Significance: Mann-Kendall's S over the same pairs,
+    variance n(n-1)(2n+5)/18 per side inflated by (1+rho)/(1-rho) (rho: lag-1 autocorrelation
+    of the detrended ranks), two-sided at level ``alpha``.
+    """
+    slopes, s_sum, var_s = [], 0.0, 0.0
+    for lo, hi in ((0, k), (k, len(y))):
+        if hi - lo < 3:
+            continue
+        idx = np.unique(np.linspace(lo, hi - 1, min(cap, hi - lo)).round().astype(int))
+        i, j = np.triu_indices(len(idx), 1)
+        dy = y[idx[j]] - y[idx[i]]
+        slopes.append(dy / (idx[j] - idx[i]))
+        s_sum += float(np.sign(dy).sum())
+        n = len(idx)
+        var_s += n * (n - 1) * (2 * n + 5) / 18
+    if not slopes or var_s == 0:
+        return 0.0
+    b = float(np.median(np.concatenate(slopes)))
+    r = _ranks(y - b * np.arange(len(y)))
+    rho = _lag1(np.concatenate([r[:k] - r[:k].mean(), r[k:] - r[k:].mean()]))
+    z = abs(s_sum) / math.sqrt(var_s * (1 + rho) / (1 - rho))
+    return b if math.erfc(z / math.sqrt(2)) < alpha else 0.0
+
+
+def _rank_p(r: np.ndarray, k: int, extra: float = 1.0) -> float:
+    """Pettitt p-value of a split after k points of the ranks r, inflated for lag-1 autocorrelation.
+
+    ``extra`` multiplies the variance further (the loss of information when a drift is fitted).
+    """
+    m = len(r)
+    big_k = abs(2 * r[:k].sum() - k * (m + 1))
+    if big_k == 0:
+        return 1.0
+    rho = _lag1(np.concatenate([r[:k] - r[:k].mean(), r[k:] - r[k:].mean()]))
+    return min(1.0, 2.0 * math.exp(-6.0 * big_k**2 / ((m**3 + m**2) * extra * (1 + rho) / (1 - rho))))
+
+
+def _vif(k: int, m: int) -> float:
+    """Variance inflation of a step after k of m points when a linear drift is fitted with it.
+
+    1 / (1 - corr^2) with corr^2 = 3 q (1 - q), q = k/m: the correlation of the step indicator
+    with time (4 for a mid-series step, near 1 at the ends).
+    """
+    q = k / m
+    return 1.0 / max(1.0 - 3.0 * q * (1.0 - q), 0.25)
+
+
+def _split_p(y: np.ndarray, k: int, alpha: float) -> float:
+    """Return the p-value of a level step after k points of y, allowing a common linear drift."""
+    b = _within_drift(y, k, alpha)
+    if b == 0.0:
+        return _rank_p(_ranks(y), k)
+    return _rank_p(_ranks(y - b * np.arange(len(y))), k, _vif(k, len(y)))
+
+
+def _pettitt(y: np.ndarray, min_size: int, alpha: float = 0.01) -> tuple[int, float] | None:
+    """Return (split, p-value) of the best single level step in y, or None when y is too short.
+
+    The split maximises Pettitt's U_t. If the two sides share a significant drift (pooled
+    Theil-Sen slope, Mann-Kendall test), the drift is removed, the split re-located on the
+    residual and its variance inflated for the fitted drift, so a slow drift is not cut into a
+    staircase while a step on top of a drift is still found.
+    """
     m = len(y)
     if m < 2 * min_size:
         return None
-    r = _ranks(y)
-    t = np.arange(1, m)
-    u = 2 * np.cumsum(r)[:-1] - t * (m + 1)  # Pettitt's U_t for a split after t points
     lo, hi = min_size - 1, m - min_size  # split index t means segments [0, t) and [t, m)
-    seg = np.abs(u[lo:hi])
-    if seg.size == 0:
+    if hi <= lo:
         return None
-    k = int(np.argmax(seg)) + lo
-    split = k + 1
-    big_k = float(abs(u[k]))
-    if big_k == 0:
-        return split, 1.0
-    e = np.concatenate([r[:split] - r[:split].mean(), r[split:] - r[split:].mean()])
-    rho = _lag1(e)
-    inflate = (1 + rho) / (1 - rho)
-    p = 2.0 * math.exp(-6.0 * big_k**2 / ((m**3 + m**2) * inflate))
-    return split, min(p, 1.0)
+    t = np.arange(1, m)
+    r = _ranks(y)
+    u = 2 * np.cumsum(r)[:-1] - t * (m + 1)  # Pettitt's U_t for a split after t points
+    split = int(np.argmax(np.abs(u[lo:hi]))) + lo + 1
+    b = _within_drift(y, split, alpha)
+    if b == 0.0:
+        return split, _rank_p(r, split)
+    r = _ranks(y - b * np.arange(m))
+    u = (2 * np.cumsum(r)[:-1] - t * (m + 1)) / np.sqrt([_vif(k, m) for k in t])
+    split = int(np.argmax(np.abs(u[lo:hi]))) + lo + 1
+    return split, _rank_p(r, split, _vif(split, m))
 
 
 def _subsample(a: np.ndarray, cap: int) -> np.ndarray:
@@ -126,10 +189,16 @@ def _hodges_lehmann(before: np.ndarray, after: np.ndarray, inflate: float = 1.0,
     return float(np.median(d)), float(d[c]), float(d[min(len(d) - 1, len(d) - 1 - c)])
 
 
-def _describe(y: np.ndarray, a: int, s: int, b: int, p: float) -> Change:
-    before, after = y[a:s], y[s:b]
-    r = _ranks(y[a:b])
+def _describe(y: np.ndarray, a: int, s: int, b: int, p: float, drift: float = 0.0) -> Change:
+    """Describe the change at s between segments [a, s) and [s, b), ``drift`` (per point) removed.
+
+    With a drift, before/after are the two sides' levels at the change point (each side's
+    median after removing the drift measured from s), so the shift is the step, not the drift.
+    """
+    yy = y[a:b] - drift * (np.arange(a, b) - s)
     k = s - a
+    before, after = yy[:k], yy[k:]
+    r = _ranks(yy)
     rho = _lag1(np.concatenate([r[:k] - r[:k].mean(), r[k:] - r[k:].mean()]))
     shift, lo, hi = _hodges_lehmann(before, after, (1 + rho) / (1 - rho))
     med_b, med_a = float(np.median(before)), float(np.median(after))
@@ -160,7 +229,7 @@ def _segment(y: np.ndarray, a: int, b: int, min_size: int, alpha: float, min_rel
     stack = [(a, b)]
     while stack:
         lo, hi = stack.pop()
-        best = _pettitt(y[lo:hi], min_size)
+        best = _pettitt(y[lo:hi], min_size, alpha)
         if best is None:
             continue
         s, p = best
@@ -180,12 +249,7 @@ def _prune(y: np.ndarray, cps: list[int], a: int, b: int, min_size: int, alpha: 
         scored = []
         for i, s in enumerate(cps):
             lo, hi = bounds[i], bounds[i + 2]
-            yy = y[lo:hi]
-            r = _ranks(yy)
-            m, k = len(yy), s - lo
-            big_k = abs(2 * r[:k].sum() - k * (m + 1))
-            rho = _lag1(np.concatenate([r[:k] - r[:k].mean(), r[k:] - r[k:].mean()]))
-            p = min(1.0, 2.0 * math.exp(-6.0 * big_k**2 / ((m**3 + m**2) * (1 + rho) / (1 - rho))))
+            p = _split_p(y[lo:hi], s - lo, alpha)
             ok = p < alpha and _big_enough(y, lo, s, hi, min_rel_change, min_effect, sigma)
             scored.append((p if ok else 2.0, s, p))
         worst = max(scored, default=None)
@@ -238,18 +302,28 @@ def detect_changes(values, min_size: int = 5, alpha: float = 0.01, min_rel_chang
     if min_size < 1:
         raise TrainperfError("min_size must be >= 1")
     s0 = int(np.searchsorted(keep, start))
-    found = [(s, p, "level") for s, p in _level_changes(y, s0, min_size, alpha, min_rel_change, min_effect)]
+    found = [(s, p, "level", None) for s, p in _level_changes(y, s0, min_size, alpha, min_rel_change, min_effect)]
+    sigma = noise_sigma(y[s0:])
+    for j, p, drift in find_jumps(y[s0:], min_size, alpha):
+        j += s0
+        if all(abs(j - s) >= min_size for s, *_ in found):
+            ch = _describe(y, max(s0, j - 2 * min_size), j, min(len(y), j + 2 * min_size), p, drift)
+            if abs(ch.shift) >= min_effect * sigma and (min_rel_change <= 0 or abs(ch.rel_change) >= min_rel_change):
+                found.append((j, p, "level", ch))
     if trend and len(y) - s0 > 2 * min_size + 1:
         dy = np.diff(y)
         for j, p in _level_changes(dy, s0, min_size, alpha, 0.0, min_effect):
-            if all(abs(j - s) >= min_size for s, _, _ in found):
-                found.append((j, p, "trend"))
-    found.sort()
-    bounds = [s0] + [s for s, _, _ in found] + [len(y)]
+            if all(abs(j - s) >= min_size for s, *_ in found):
+                found.append((j, p, "trend", None))
+    found.sort(key=lambda f: f[0])
+    bounds = [s0] + [f[0] for f in found] + [len(y)]
     changes = []
-    for i, (s, p, kind) in enumerate(found):
+    for i, (s, p, kind, ch) in enumerate(found):
         a, b = bounds[i], bounds[i + 2]
-        ch = _describe(y, a, s, b, p) if kind == "level" else _describe(np.diff(y), a, s, b - 1, p)
+        if ch is None and kind == "level":
+            ch = _describe(y, a, s, b, p, _within_drift(y[a:b], s - a, alpha))
+        elif ch is None:
+            ch = _describe(np.diff(y), a, s, b - 1, p)
         ch.index, ch.kind = int(keep[s]), kind
         changes.append(ch)
     return ChangeResult(n=len(y_all), changes=changes)

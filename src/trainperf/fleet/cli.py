@@ -47,7 +47,15 @@ def _csv_column(path: str, column: str):
         raise
 
 
-def _store_series(store, job, metric):
+def _metric_sql(col: str) -> str:
+    """SQL for a run's value of ``col``: its summary, else the median of its steps (DuckDB and PostgreSQL)."""
+    if col in ("step_time_s", "tokens_per_s", "mfu", "mem_peak_bytes"):
+        return (f"COALESCE(r.{col}, (SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY s.{col}) "
+                f"FROM steps s WHERE s.run_id = r.run_id))")
+    return f"r.{col}"
+
+
+def _store_series(store, job, host, metric):
     import numpy as np
 
     from trainperf.errors import TrainperfError
@@ -57,10 +65,12 @@ def _store_series(store, job, metric):
     col = STORE_METRICS.get(metric, metric)
     if col not in ("step_time_s", "tokens_per_s", "mfu", "mem_peak_bytes", "goodput"):
         raise TrainperfError(f"metric {metric!r}: use step_time, tokens_per_s, mfu, mem_peak_bytes or goodput")
-    where, params = ("", None) if job is None else (" WHERE job = ?", [job])
-    t = query(f"SELECT run_id, {col} AS v FROM runs{where} ORDER BY started_at, run_id", store, params)
+    conds = [(c, v) for c, v in (("job", job), ("host", host)) if v is not None]
+    where = (" WHERE " + " AND ".join(f"r.{c} = ?" for c, _ in conds)) if conds else ""
+    t = query(f"SELECT r.run_id, {_metric_sql(col)} AS v FROM runs r{where} ORDER BY r.started_at, r.run_id", store,
+              [v for _, v in conds] or None)
     if t.num_rows == 0:
-        raise TrainperfError("store: no runs" + (f" of job {job!r}" if job else ""))
+        raise TrainperfError("store: no runs" + "".join(f" with {c} {v!r}" for c, v in conds))
     ids = t.column("run_id").to_pylist()
     vals = np.array([np.nan if v is None else v for v in t.column("v").to_pylist()], dtype=float)
     if np.isnan(vals).all():
@@ -73,11 +83,13 @@ def changes(csv: str = typer.Option(None, "--csv", help="CSV file with the serie
             column: str = typer.Option(None, "--column", help="Column of the CSV holding the series."),
             store: str = typer.Option(None, "--store", help=STORE_HELP),
             job: str = typer.Option(None, "--job", help="Store: only runs of this job."),
+            host: str = typer.Option(None, "--host", help="Store: only runs on this host."),
             metric: str = typer.Option("step_time", "--metric", help="Store: run metric (step_time, tokens_per_s, mfu, ...)."),
             min_size: int = typer.Option(5, "--min-size", help="Fewest points per segment."),
             alpha: float = typer.Option(0.01, "--alpha", help="Significance level of the rank test."),
             min_rel_change: str = typer.Option("0", "--min-rel-change", help="Smallest relative shift, e.g. 2%."),
             min_effect: float = typer.Option(1.0, "--min-effect", help="Smallest shift in units of point-to-point noise."),
+            html: str = typer.Option(None, "--html", help="Also write a self-contained HTML report here."),
             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Find change points (0-based indices where a new segment starts) with magnitudes and confidence."""
     from trainperf.errors import TrainperfError
@@ -89,12 +101,17 @@ def changes(csv: str = typer.Option(None, "--csv", help="CSV file with the serie
         ids, values = None, _csv_column(csv, column)
     else:
         with store_warnings():
-            ids, values = _store_series(store, job, metric)
+            ids, values = _store_series(store, job, host, metric)
     res = detect_changes(values, min_size=min_size, alpha=alpha,
                          min_rel_change=parse_fraction(min_rel_change, "--min-rel-change"), min_effect=min_effect)
     out = res.to_dict()
     if ids is not None:
         out["run_ids"] = [ids[c] for c in res.change_points]
+    if html:
+        from trainperf.report.fleet import changes_report
+
+        changes_report(values, res, html, title=f"Change points: {column or metric}", label=column or metric,
+                       run_ids=ids)
     if as_json:
         typer.echo(dumps(out))
         return
@@ -130,9 +147,11 @@ def _store_rows(store, job, metric, at):
     from trainperf.store import query
 
     col = STORE_METRICS.get(metric, metric)
-    where, params = ("", None) if job is None else (" WHERE job = ?", [job])
-    attrs = ", ".join(RUN_ATTRS)
-    t = query(f"SELECT started_at, {attrs}, {col} AS v FROM runs{where}", store, params)
+    if col not in ("step_time_s", "tokens_per_s", "mfu", "mem_peak_bytes", "goodput"):
+        raise TrainperfError(f"metric {metric!r}: use step_time, tokens_per_s, mfu, mem_peak_bytes or goodput")
+    where, params = ("", None) if job is None else (" WHERE r.job = ?", [job])
+    attrs = ", ".join(f"r.{a}" for a in RUN_ATTRS)
+    t = query(f"SELECT r.started_at, {attrs}, {_metric_sql(col)} AS v FROM runs r{where}", store, params)
     if t.num_rows == 0:
         raise TrainperfError("store: no runs" + (f" of job {job!r}" if job else ""))
     try:
@@ -238,11 +257,12 @@ def gate(baseline: str = typer.Option(..., "--baseline", help="Run id, folder or
         from rich.console import Console
 
         color = {"regression": "red", "improvement": "green", "no change": "blue"}.get(res.verdict, "yellow")
-        Console().print(
-            f"[bold {color}]{res.verdict}[/]: {res.metric} {res.baseline_median:.4g} -> {res.candidate_median:.4g} "
-            f"(n = {res.n_baseline} vs {res.n_candidate}); effect {res.effect:+.2%} "
-            f"[95% CI {res.effect_ci[0]:+.2%}, {res.effect_ci[1]:+.2%}]; {res.test} p = {res.p_value:.2g}; "
-            f"{res.reason}", highlight=False, soft_wrap=True)
+        line = (f"[bold {color}]{res.verdict}[/]: {res.metric} {res.baseline_median:.4g} -> {res.candidate_median:.4g} "
+                f"(n = {res.n_baseline} vs {res.n_candidate}); ")
+        if res.effect == res.effect:  # not NaN: the test ran
+            line += (f"effect {res.effect:+.2%} [95% CI {res.effect_ci[0]:+.2%}, {res.effect_ci[1]:+.2%}]; "
+                     f"{res.test} p = {res.p_value:.2g}; ")
+        Console().print(line + res.reason, highlight=False, soft_wrap=True)
     raise typer.Exit(res.exit_code)
 
 

@@ -28,6 +28,7 @@ class Applied:
     counts: dict[str, int] = field(default_factory=dict)
 
     def add(self, kind: str) -> None:
+        """Count one replacement of kind."""
         self.counts[kind] = self.counts.get(kind, 0) + 1
 
     def total(self) -> int:

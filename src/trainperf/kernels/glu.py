@@ -17,7 +17,6 @@ import triton.language as tl
 from trainperf.kernels._runtime import INTERPRETED, INTERPRETER_BLOCK_ELEMS, as_rows, next_pow2
 
 SILU, GELU_TANH = 0, 1
-_SQRT_2_OVER_PI = 0.7978845608028654
 
 
 @triton.jit

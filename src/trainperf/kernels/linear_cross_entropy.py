@@ -24,9 +24,14 @@ from trainperf.kernels.cross_entropy import ce_backward_into, ce_forward_rows, r
 
 
 def chunk_rows(n_rows: int, hidden: int, vocab: int) -> int:
-    """Return rows per chunk: about as many logits per chunk as hidden-state elements, at least 256 rows."""
-    rows = triton.next_power_of_2(max(1, triton.cdiv(n_rows, triton.cdiv(vocab, hidden))))
-    return max(1, min(n_rows, max(rows, 256)))
+    """Return rows per chunk: about 4x as many logits per chunk as hidden-state elements, at least 1024 rows.
+
+    Bigger chunks mean fewer read-modify-write passes over the (vocab, hidden) weight gradient
+    (one per chunk) and larger GEMMs; at 8192 x 4096 x 128256 this gives 1024-row chunks (263 MB
+    of bf16 logits, against ~16 GB of (rows, vocab) tensors in the eager path).
+    """
+    rows = triton.next_power_of_2(max(1, triton.cdiv(n_rows, triton.cdiv(vocab, 4 * hidden))))
+    return max(1, min(n_rows, max(rows, 1024)))
 
 
 def _flce_pass(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, opts: tuple[int, float, float],

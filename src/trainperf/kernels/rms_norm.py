@@ -5,7 +5,8 @@ Backward reads x, dy once and writes dx once; the weight gradient is reduced wit
 each program owns a contiguous run of rows and keeps its partial sum of dy * x_hat in
 registers, writing one fp32 row per program, which a final torch sum folds (the QuACK/Apex
 scheme; Liger does the same but with one program per SM-sized block of rows).
-Rows stay in registers (one pass) up to 32K columns forward, 16K backward; wider rows loop over chunks.
+Rows stay in registers (one pass) up to 16K columns forward, 8K backward; wider rows loop over
+chunks (a second read of the row, mostly from L2).
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def rms_norm_fwd(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[tor
     n_rows, n_cols = x2.shape
     y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     rstd = torch.empty(n_rows, dtype=torch.float32, device=x.device)
-    block_m, block_n, one_pass = row_tile(n_rows, n_cols)
+    block_m, block_n, one_pass = row_tile(n_rows, n_cols, live=3)
     grid = (triton.cdiv(n_rows, block_m),)
     _rms_norm_fwd_kernel[grid](x2, weight.contiguous(), y, rstd, n_rows, n_cols, x2.stride(0), y.stride(0), eps,
                                BLOCK_M=block_m, BLOCK_N=block_n, ONE_PASS=one_pass,
@@ -143,7 +144,7 @@ def rms_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     x2, dy2 = as_rows(x), as_rows(dy)
     n_rows, n_cols = x2.shape
     dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-    block_m, block_n, one_pass = row_tile(n_rows, n_cols, live=4)
+    block_m, block_n, one_pass = row_tile(n_rows, n_cols, live=8)
     n_tiles = triton.cdiv(n_rows, block_m)
     n_programs = n_persistent_programs(x.device, n_tiles)
     tiles_per_program = triton.cdiv(n_tiles, n_programs)
@@ -153,7 +154,7 @@ def rms_norm_bwd(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     _rms_norm_bwd_kernel[(n_programs,)](x2, weight.contiguous(), dy2, rstd.reshape(-1), dx, dw_partial, n_rows, n_cols,
                                         x2.stride(0), dy2.stride(0), dx.stride(0), tiles_per_program,
                                         BLOCK_M=block_m, BLOCK_N=block_n, ONE_PASS=one_pass,
-                                        num_warps=num_warps_for(block_m * block_n))
+                                        num_warps=num_warps_for(block_m * block_n, live=4))
     return dx.view(x.shape), dw_partial.sum(0).to(weight.dtype)
 
 

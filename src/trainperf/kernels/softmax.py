@@ -87,7 +87,7 @@ def softmax_fwd(x: torch.Tensor) -> torch.Tensor:
     x2 = as_rows(x)
     n_rows, n_cols = x2.shape
     y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-    bm, bn, one_pass = row_tile(n_rows, n_cols)
+    bm, bn, one_pass = row_tile(n_rows, n_cols, live=3)
     _softmax_fwd_kernel[(triton.cdiv(n_rows, bm),)](x2, y, n_rows, n_cols, x2.stride(0), y.stride(0),
                                                     BLOCK_M=bm, BLOCK_N=bn, ONE_PASS=one_pass,
                                                     num_warps=num_warps_for(bm * bn))
@@ -105,7 +105,7 @@ def softmax_bwd(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     d2, y2 = as_rows(dy), as_rows(y)
     n_rows, n_cols = y2.shape
     dx = torch.empty((n_rows, n_cols), dtype=y.dtype, device=y.device)
-    bm, bn, one_pass = row_tile(n_rows, n_cols)
+    bm, bn, one_pass = row_tile(n_rows, n_cols, live=4)
     _softmax_bwd_kernel[(triton.cdiv(n_rows, bm),)](d2, y2, dx, n_rows, n_cols, d2.stride(0), y2.stride(0),
                                                     dx.stride(0), BLOCK_M=bm, BLOCK_N=bn, ONE_PASS=one_pass,
                                                     num_warps=num_warps_for(bm * bn))

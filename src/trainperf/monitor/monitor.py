@@ -59,6 +59,18 @@ def _read_jsonl(path: Path) -> list[dict]:
     return out
 
 
+def _open_append(path: Path):
+    """Open a JSONL file for appending; a last line cut by a crash is ended first, so the
+    next record starts on a line of its own."""
+    f = open(path, "a+b")
+    if f.tell() > 0:
+        f.seek(-1, 2)
+        if f.read(1) != b"\n":
+            f.write(b"\n")
+    f.close()
+    return open(path, "a")
+
+
 class StepTimer:
     """One step being measured: ``data()`` and ``phase(name)`` blocks, ``loss``, ``extra``."""
 
@@ -190,8 +202,8 @@ class Monitor:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             prior = [e for e in _read_jsonl(self.out_dir / "events.jsonl") if e.get("kind") == "attempt_start"]
             self.attempt = 1 + max((int(e["attempt"]) for e in prior), default=-1)
-            self._metrics = open(self.out_dir / "metrics.jsonl", "a")
-            self._events = open(self.out_dir / "events.jsonl", "a")
+            self._metrics = _open_append(self.out_dir / "metrics.jsonl")
+            self._events = _open_append(self.out_dir / "events.jsonl")
             self._event({"kind": "attempt_start", "attempt": self.attempt, "t": self.t_start, "t_monitor": time.time()})
 
     # -- recording ----------------------------------------------------------------

@@ -1,13 +1,16 @@
 """Kineto traces of chosen steps for every rank: ``<out>/traces/rank{R}.step{A}-{B}.json``.
 
-Steps are numbered from 1 like the training loop's optimizer steps; ``A:B`` is a Python
-slice, so ``10:12`` traces steps 10 and 11, after one warm-up step (9) whose events are
-dropped, as torch.profiler's schedule recommends.
+Steps are numbered from 1 like the training loop's optimizer steps and ``A:B`` is
+inclusive (as in ``trainperf diagnose --steps``): ``10:12`` traces steps 10, 11 and 12,
+after one warm-up step (9) whose events are dropped, as torch.profiler's schedule
+recommends. The trace's ``ProfilerStep#N`` spans carry the optimizer step number N, also
+after a resume.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -15,28 +18,28 @@ from trainperf.errors import TrainperfError
 
 
 def parse_steps(text: str | None) -> tuple[int, int] | None:
-    """Return (first, end) from ``"A:B"`` (steps A..B-1), or None for an empty value."""
+    """Return (first, last) from ``"A:B"`` (steps A..B inclusive), or None for an empty value."""
     if not text:
         return None
     try:
         a, b = (int(x) for x in str(text).split(":"))
     except ValueError:
-        raise TrainperfError(f"--profile-steps {text!r}: expected A:B, e.g. 10:12 (steps 10 and 11)") from None
-    if a < 1 or b <= a:
-        raise TrainperfError(f"--profile-steps {text!r}: need 1 <= A < B")
+        raise TrainperfError(f"--profile-steps {text!r}: expected A:B, e.g. 10:12 (steps 10 to 12)") from None
+    if a < 1 or b < a:
+        raise TrainperfError(f"--profile-steps {text!r}: need 1 <= A <= B")
     return a, b
 
 
-def trace_path(out_dir: str | Path, rank: int, first: int, end: int) -> Path:
-    """Return the trace file of ``rank`` for steps ``first:end`` under ``out_dir/traces``."""
-    return Path(out_dir) / "traces" / f"rank{rank}.step{first}-{end}.json"
+def trace_path(out_dir: str | Path, rank: int, first: int, last: int) -> Path:
+    """Return the trace file of ``rank`` for steps ``first..last`` under ``out_dir/traces``."""
+    return Path(out_dir) / "traces" / f"rank{rank}.step{first}-{last}.json"
 
 
 class StepProfiler:
     """torch.profiler driven by a schedule; call ``step()`` once after every optimizer step.
 
     ``next_step`` is the number of the first step this process will run (after a resume it
-    is not 1). A window already in the past, or None, profiles nothing.
+    is not 1). A window that starts in the past, or None, profiles nothing.
     """
 
     def __init__(self, out_dir: str | Path, steps: tuple[int, int] | None, rank: int, next_step: int = 1,
@@ -48,20 +51,25 @@ class StepProfiler:
             return
         import torch.profiler as tp
 
-        first, end = steps
-        self.path = trace_path(out_dir, rank, first, end)
-        offset = first - next_step  # profiler steps (0-based) before the first traced step
-        warmup = 1 if offset >= 1 else 0
+        first, last = steps
+        self.path = trace_path(out_dir, rank, first, last)
+        warmup = 1 if first - 1 >= next_step else 0
         activities = [tp.ProfilerActivity.CPU]
         if device_type == "cuda":
             activities.append(tp.ProfilerActivity.CUDA)
-        self.prof = tp.profile(
-            activities=activities,
-            schedule=tp.schedule(wait=offset - warmup, warmup=warmup, active=end - first, repeat=1),
-            on_trace_ready=self._write,
-            record_shapes=True,
-            with_stack=False,
-        )
+        # The schedule is written in optimizer-step numbers: step first-1 warms up,
+        # steps first..last are recorded, then the trace is written once.
+        with warnings.catch_warnings():  # no warm-up step exists when a resume lands on the window
+            warnings.simplefilter("ignore", UserWarning)
+            sched = tp.schedule(skip_first=first - warmup, wait=0, warmup=warmup, active=last - first + 1, repeat=1)
+        self.prof = tp.profile(activities=activities, schedule=sched, on_trace_ready=self._write,
+                               record_shapes=True, with_stack=False)
+        # Number the profiler's steps like the optimizer steps (it counts from 0), so that the
+        # trace's ProfilerStep#N is step N: the same state profile.__init__ sets up for step 0.
+        self.prof.step_num = next_step
+        self.prof.current_action = sched(next_step)
+        if hasattr(self.prof, "_prev_schedule_action"):
+            self.prof._prev_schedule_action = self.prof.current_action
         self._ctx = self.prof
 
     def _write(self, prof) -> None:

@@ -49,8 +49,6 @@ def query(sql: str, store: str | None = None, params: list | None = None):
     kernel result (step and kernel rows carry run context: job, host, versions, config hash).
     ``params``: values for ``?`` placeholders in ``sql`` (never format values into SQL text).
     """
-    import duckdb
-
     where = resolve_store(store)
     if is_postgres(where):
         from trainperf.store import postgres

@@ -52,8 +52,19 @@ def _print_table(table, title: str | None = None, limit: int = 200) -> None:
     t = Table(title=title)
     for name in table.column_names:
         t.add_column(name)
+    import datetime as dt
+
+    def fmt(v):
+        if v is None:
+            return ""
+        if isinstance(v, float):
+            return f"{v:.6g}"
+        if isinstance(v, dt.datetime):
+            return v.strftime("%Y-%m-%d %H:%M:%S")
+        return str(v)
+
     for row in table.slice(0, limit).to_pylist():
-        t.add_row(*["" if v is None else (f"{v:.6g}" if isinstance(v, float) else str(v)) for v in row.values()])
+        t.add_row(*[fmt(v) for v in row.values()])
     Console().print(t)
     if table.num_rows > limit:
         Console().print(f"... {table.num_rows - limit} more rows (use --json)")
@@ -68,7 +79,8 @@ def list_runs(store: str = typer.Option(None, "--store", help=STORE_HELP),
     from trainperf.store import query
 
     cols = ("run_id, job, to_timestamp(started_at) AS started, kind, host, gpu_model, nccl, torch, layout, "
-            "step_time_s, tokens_per_s, mfu, n_samples")
+            "step_time_s, tokens_per_s, mfu, n_samples") if as_json else \
+        "run_id, job, to_timestamp(started_at) AS started, host, nccl, step_time_s, n_samples"
     where, params = ("", None) if job is None else (" WHERE job = ?", [job])
     with store_warnings():
         sql = f"SELECT {cols} FROM runs{where} ORDER BY started_at DESC LIMIT {int(limit)}"

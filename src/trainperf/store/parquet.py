@@ -154,8 +154,14 @@ def write_run_parquet(rec: RunRecord, root: Path) -> str:
     runs = check_store_dir(root, create=True)
     path = runs / f"date={run_date(rec)}" / f"job={partition_value(rec.job)}" / f"{rec.run_id}.parquet"
     table = record_table(rec)
+    ns, nk = len(rec.samples), len(rec.kernels)
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd")
+        # one row group per record kind: its min/max statistics let a reader of the runs view
+        # skip the step rows without reading them
+        with pq.ParquetWriter(tmp, table.schema, compression="zstd") as w:
+            for start, length in ((0, 1), (1, ns), (1 + ns, nk)):
+                if length:
+                    w.write_table(table.slice(start, length))
     return str(path)
 
 
@@ -181,12 +187,9 @@ def readable_files(files: list[Path]) -> list[Path]:
 
 
 def _empty_views(con) -> None:
-    import duckdb
-
-    del duckdb
-    schema = arrow_schema()
     import pyarrow as pa
 
+    schema = arrow_schema()
     empty = pa.table({f.name: pa.array([], f.type) for f in schema})
     con.register("raw_runs_empty", empty)
     con.execute("CREATE VIEW raw_runs AS SELECT *, NULL::VARCHAR AS job, NULL::VARCHAR AS date FROM raw_runs_empty")

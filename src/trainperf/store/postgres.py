@@ -43,7 +43,10 @@ def redact(url: str) -> str:
 
 
 def _connect(url: str):
-    import psycopg
+    try:
+        import psycopg
+    except ImportError:
+        raise TrainperfError("a postgresql:// store needs psycopg: pip install 'psycopg[binary]'") from None
 
     try:
         return psycopg.connect(url, connect_timeout=5)
@@ -62,6 +65,7 @@ def _ensure_schema(con) -> None:
 
 def write_run_pg(rec: RunRecord, url: str) -> None:
     """Insert one run (run row, step rows, kernel rows) in one transaction."""
+    con = _connect(url)
     import psycopg
 
     row = record_row(rec)
@@ -69,7 +73,6 @@ def write_run_pg(rec: RunRecord, url: str) -> None:
     row["samples"] = [{k: getattr(s, k) for k in _STEP_FIELDS} for s in rec.samples]
     row["kernels"] = [{k: getattr(k_, k) for k in _KERNEL_FIELDS} for k_ in rec.kernels]
     row["n_samples"], row["n_kernels"] = len(rec.samples), len(rec.kernels)
-    con = _connect(url)
     try:
         with con.transaction():
             _ensure_schema(con)
@@ -99,10 +102,10 @@ def query_pg(sql: str, url: str, params: list | None = None):
 
     ``params``: values for ``?`` placeholders (sent as query parameters, never formatted in).
     """
+    con = _connect(url)
     import psycopg
     import pyarrow as pa
 
-    con = _connect(url)
     try:
         with con.transaction():
             _ensure_schema(con)

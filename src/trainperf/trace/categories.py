@@ -25,41 +25,59 @@ _COLLECTIVES = (
     ("send", "send_recv"), ("recv", "send_recv"), ("reduce", "reduce"),
 )
 ATTENTION_RE = re.compile(r"flash|fmha|attention|attn|_mha|mha_|xformers|sdpa|paged_att|decode_att", re.I)
-GEMM_RE = re.compile(r"gemm|cutlass|cublas|matmul|xmma|wgmma|nvjet|^Cijk_|hipblaslt|_mm_|addmm|bmm|triton_tem_"
-                     r"|convolution|conv[123]d|_conv_|convolve|implicit_?gemm|winograd|dgrad|wgrad|fprop|s884|s1688"
-                     r"|h884|h1688|sm\d\d_xmma", re.I)
-OPTIMIZER_RE = re.compile(r"multi_tensor_apply|adam|sgd|lamb|lion|adagrad|rmsprop|optimizer|fused_.*_step", re.I)
-REDUCTION_RE = re.compile(r"reduce|norm|bn_fw|bn_bw|batchnorm|softmax|welford|triton_red_|triton_per_|cross_entropy|nll_loss|argmax|"
-                          r"argmin|topk|sort|scan|cumsum|_sum_|sum_kernel|mean|max_kernel|min_kernel|logsumexp",
-                          re.I)
-ELEMENTWISE_RE = re.compile(r"elementwise|nchw|nhwc|vectorized|unrolled|triton_poi_|pointwise|copy|cat_|catarray|index|fill|"
+GEMM_RE = re.compile(r"(?<!fb)gemm|cutlass|cublas|matmul|xmma|wgmma|nvjet|^Cijk_|hipblaslt|_mm_|addmm|bmm|triton_tem_"
+                     r"|convolution|conv[123]d|_conv_|convolve|implicit_?gemm|winograd|(?<![a-z])(dgrad|wgrad|fprop)|s884|s1688"
+                     r"|h884|h1688|sm\d\d_xmma|scudnn|hcudnn|cudnn_(infer|train)|fft", re.I)
+OPTIMIZER_RE = re.compile(r"multi_tensor_apply|adam|sgd|lamb(?!da)|(?<![a-z])lion|adagrad|rmsprop|optimizer"
+                          r"|fused_.*_step", re.I)  # not "lambda" (in most ATen kernel names)
+REDUCTION_RE = re.compile(r"reduce|norm(?!al)|gammabeta|moments|pool|bn_fw|bn_bw|batchnorm|softmax|welford|triton_red_|triton_per_"
+                          r"|cross_entropy|nll_loss|argmax|argmin|topk|sort|scan|cumsum|_sum_|sum_kernel|mean"
+                          r"|max_kernel|min_kernel|logsumexp", re.I)
+ELEMENTWISE_RE = re.compile(r"elementwise|nchw|nhwc|quantize|dequant|fp8|vectorized|unrolled|triton_poi_|pointwise|copy|cat_|catarray"
+                            r"|index|fill|"
                             r"where|gather|scatter|dropout|gelu|relu|silu|swiglu|rope|rotary|embedding|"
                             r"transpose|permute|cast|convert|add|mul|div|sub|exp|sigmoid|tanh|clamp|masked|"
                             r"bias|activation|triton_", re.I)
 
 
+# embedding lookups/updates (incl. FBGEMM TBE backward that also applies the optimizer) are memory-bound
+# gathers/scatters: elementwise, before the optimizer rule would take "..._adagrad_..."
+EMBEDDING_RE = re.compile(r"embedding", re.I)
+_RULES = ((ATTENTION_RE, ATTENTION), (GEMM_RE, GEMM), (EMBEDDING_RE, ELEMENTWISE), (OPTIMIZER_RE, OPTIMIZER),
+          (REDUCTION_RE, REDUCTION), (ELEMENTWISE_RE, ELEMENTWISE))
+
+
+def base_name(name: str) -> str:
+    """The kernel's own function name: no "void", namespaces, template arguments or parameters
+    ("void at::native::vectorized_elementwise_kernel<4, fbgemm_gpu::...>(...)" -> "vectorized_elementwise_kernel")."""
+    s = name.replace("(anonymous namespace)::", "")
+    if s.startswith("void "):
+        s = s[5:]
+    cuts = [i for i in (s.find("<"), s.find("(")) if i > 0]
+    if cuts:
+        s = s[:min(cuts)]
+    return s.rsplit("::", 1)[-1]
+
+
 def kernel_category(name: str, kind: int) -> int:
-    """Category id (trainperf.trace.events.*) of a device event from its name and kind."""
+    """Category id (trainperf.trace.events.*) of a device event from its name and kind.
+
+    The rules look at the kernel's own name first, then (for names such as cutlass::Kernel<...gemm...>
+    whose meaning is in the template arguments) at the full name."""
     if kind == MEMCPY:
         return CAT_MEMCPY
     if kind == MEMSET:
         return CAT_MEMSET
-    if COMM_RE.search(name):
+    if COMM_RE.search(name) or COMM_RE.search(base_name(name)):
         return COMMUNICATION
     if name.startswith(("Memcpy", "dma")):  # "dma*": MTIA data movement (HTA counts it as memory)
         return CAT_MEMCPY
     if name.startswith("Memset"):
         return CAT_MEMSET
-    if ATTENTION_RE.search(name):
-        return ATTENTION
-    if GEMM_RE.search(name):
-        return GEMM
-    if OPTIMIZER_RE.search(name):
-        return OPTIMIZER
-    if REDUCTION_RE.search(name):
-        return REDUCTION
-    if ELEMENTWISE_RE.search(name):
-        return ELEMENTWISE
+    for target in (base_name(name), name):
+        for regex, category in _RULES:
+            if regex.search(target):
+                return category
     return CAT_OTHER
 
 

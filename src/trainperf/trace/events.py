@@ -44,7 +44,8 @@ class EventTable:
     Columns (NumPy arrays of equal length): kind int8, cat/name int32 (ids into `names`),
     pid/tid int64, stream int64 (-1 on the host), ts_ns/dur_ns int64 (ns), correlation int64
     (-1 if none), external_id int64, nbytes int64 (memcpy/memset bytes, -1 if unknown),
-    collective int32 (id of the "Collective name" arg, -1), category int8 (kernel category,
+    collective int32 (id of the "Collective name" arg, -1), process_group int32 (id of the
+    "Process Group Name" arg of NCCL kernels, -1), category int8 (kernel category,
     -1 on the host), step int32 (ProfilerStep number, -1 outside any step).
     """
 
@@ -63,6 +64,7 @@ class EventTable:
     external_id: np.ndarray
     nbytes: np.ndarray
     collective: np.ndarray
+    process_group: np.ndarray
     category: np.ndarray = field(default=None)  # type: ignore[assignment]
     step: np.ndarray = field(default=None)  # type: ignore[assignment]
     metadata: dict = field(default_factory=dict)
@@ -117,4 +119,4 @@ class EventTable:
 
 
 COLUMNS = ("kind", "cat", "name", "pid", "tid", "stream", "ts_ns", "dur_ns", "correlation",
-           "external_id", "nbytes", "collective", "category", "step")
+           "external_id", "nbytes", "collective", "process_group", "category", "step")

@@ -197,7 +197,7 @@ def read_kineto(path: str | Path, rank: int | None = None) -> EventTable:
         raise TrainperfError(f"{path}: empty file (0 bytes); re-export the trace")
     names: list[str] = []
     name_ids: dict = {}
-    kind_a, cat_a, name_a, coll_a = array("b"), array("i"), array("i"), array("i")
+    kind_a, cat_a, name_a, coll_a, pg_a = array("b"), array("i"), array("i"), array("i"), array("i")
     pid_a, tid_a, stream_a = array("q"), array("q"), array("q")
     ts_a, dur_a, corr_a, ext_a, bytes_a = array("q"), array("q"), array("q"), array("q"), array("q")
     header: dict = {}
@@ -275,12 +275,15 @@ def read_kineto(path: str | Path, rank: int | None = None) -> EventTable:
                 bytes_a.append(-1 if b is None else _to_int(b))
                 cn = a.get("Collective name")
                 coll_a.append(-1 if cn is None else intern(cn))
+                pg = a.get("Process Group Name")
+                pg_a.append(-1 if pg is None else intern(pg))
             else:
                 corr_a.append(-1)
                 stream_a.append(-1)
                 ext_a.append(-1)
                 bytes_a.append(-1)
                 coll_a.append(-1)
+                pg_a.append(-1)
             kind_a.append(cat_kind.get(cat, OTHER) if cat.__class__ is str else OTHER)
             cat_a.append(intern(cat))
             name_a.append(intern(ev.get("name", "")))
@@ -289,8 +292,12 @@ def read_kineto(path: str | Path, rank: int | None = None) -> EventTable:
             t = ev.get("tid", -1)
             tid_a.append(t if t.__class__ is int and -_INT64_MAX < t < _INT64_MAX else _to_int(t))
 
-    def col(a, dtype):
-        return np.frombuffer(a, dtype=dtype).copy() if len(a) else np.zeros(0, dtype=dtype)
+    if not len(ts_a):
+        raise TrainperfError(f"{path}: no complete ('ph': 'X') events among {skipped} entries; "
+                             "is this a Kineto trace (torch.profiler export_chrome_trace)?")
+
+    def col(a, dtype):  # a view on the array's buffer; the sort below makes the only copy
+        return np.frombuffer(a, dtype=dtype) if len(a) else np.zeros(0, dtype=dtype)
 
     ts_ns = col(ts_a, np.int64)
     order = np.argsort(ts_ns, kind="stable")
@@ -298,8 +305,9 @@ def read_kineto(path: str | Path, rank: int | None = None) -> EventTable:
                 pid=col(pid_a, np.int64), tid=col(tid_a, np.int64), stream=col(stream_a, np.int64),
                 ts_ns=ts_ns, dur_ns=col(dur_a, np.int64), correlation=col(corr_a, np.int64),
                 external_id=col(ext_a, np.int64), nbytes=col(bytes_a, np.int64),
-                collective=col(coll_a, np.int32))
+                collective=col(coll_a, np.int32), process_group=col(pg_a, np.int32))
     cols = {k: v[order] for k, v in cols.items()}
+    del kind_a, cat_a, name_a, coll_a, pg_a, pid_a, tid_a, stream_a, ts_a, dur_a, corr_a, ext_a, bytes_a
     dist = header.get("distributedInfo")
     if rank is None:
         rank = -1

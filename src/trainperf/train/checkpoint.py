@@ -154,6 +154,11 @@ class Checkpointer:
         return DefaultStager(StagingOptions(use_pinned_memory=cuda, use_shared_memory=False,
                                             use_async_staging=False, use_non_blocking_copy=cuda))
 
+    @property
+    def in_flight(self) -> bool:
+        """True while an async save is being written."""
+        return self._pending is not None
+
     def poll(self) -> None:
         """Commit the save in flight if it has finished (cheap; call every step)."""
         if self._pending is not None and self._pending[2].done():

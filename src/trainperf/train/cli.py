@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
         sync_ckpt: bool = typer.Option(False, "--sync-ckpt", help="Save checkpoints synchronously (default: async)."),
         resume: bool = typer.Option(True, "--resume/--no-resume",
                                     help="Continue from the newest complete checkpoint in --out (default on)."),
-        profile_steps: Optional[str] = typer.Option(None, help="Trace steps A:B (Python slice) into OUT/traces/."),
+        profile_steps: Optional[str] = typer.Option(None, help="Trace steps A to B (inclusive) of every rank into OUT/traces/."),
         out: str = typer.Option("train_out", help="Run folder (metrics.jsonl, traces/, checkpoints/, report.html)."),
         text: Optional[List[str]] = typer.Option(None, help="Text files or folders to train on (default: shipped sample)."),
         synthetic: bool = typer.Option(False, "--synthetic", help="Random tokens instead of text (no I/O)."),
@@ -55,9 +55,11 @@ def register(app: typer.Typer) -> None:
                           device=device, gpu=gpu, peak_tflops=peak_tflops, seed=seed, job=job, store=store)
         console = Console()
         if nproc > 1:
-            from trainperf.train.launch import launch
+            from trainperf.train.launch import last_error, launch
 
             rc = launch(cfg, nproc, max_restarts)
+            if rc != 0 and (msg := last_error(cfg)):
+                raise TrainperfError(msg)
             if rc != 0:
                 raise TrainperfError(f"torchrun exited with code {rc} (see the ranks' errors above); "
                                      f"rerun the same command to resume from {out}/checkpoints")
@@ -80,7 +82,7 @@ def print_summary(console, result: dict) -> None:
     t = Table(title=f"{result['model']} · {result['world_size']} x {result['device']} · {result['strategy']}",
               show_header=True)
     t.add_column("metric")
-    t.add_column("value", justify="right")
+    t.add_column("value", justify="right", overflow="fold")
 
     def pct(x):
         return f"{x * 100:.1f}%" if x is not None else "-"

@@ -3,8 +3,9 @@
 Supported by the reference trainer: tp (DTensor, Megatron column/row split of attention and
 MLP), dp with zero=0 (DDP), zero=1/2 (FSDP2 without resharding after forward: gradients and
 optimizer states sharded, a superset of ZeRO-1) and zero=3 (FSDP2 full shard),
-recompute none/selective (attention core)/full (whole block). pp, cp and sequence parallel
-are planner vocabulary that this trainer does not run; they raise a clear error.
+recompute none/selective (attention core)/full (whole block), sequence parallel with tp.
+pp, cp and fp8 are planner vocabulary that this trainer does not run; they raise a clear
+error.
 """
 
 from __future__ import annotations
@@ -57,8 +58,10 @@ def check_layout(layout: Layout, spec: ModelSpec, world_size: int) -> Layout:
         if getattr(layout, name) != 1:
             raise TrainperfError(f"layout: {name}={getattr(layout, name)} is not run by the reference trainer "
                                  "(it runs dp, tp, zero, recompute, mbs, ga, precision)")
-    if layout.sp:
-        raise TrainperfError("layout: sp=1 (sequence parallel) is not run by the reference trainer; use sp=0")
+    if layout.sp and layout.tp == 1:
+        raise TrainperfError("layout: sp=1 (sequence parallel) needs tp > 1")
+    if layout.sp and spec.seq_len % layout.tp:
+        raise TrainperfError(f"layout: sp=1 needs seq_len {spec.seq_len} divisible by tp={layout.tp}")
     layout = layout.resolve(world_size)
     if layout.tp > 1:
         for what, n in (("n_heads", spec.n_heads), ("n_kv_heads", spec.n_kv_heads), ("ffn_hidden", spec.ffn_hidden)):
@@ -66,8 +69,8 @@ def check_layout(layout: Layout, spec: ModelSpec, world_size: int) -> Layout:
                 raise TrainperfError(f"layout: tp={layout.tp} does not divide {what}={n} of model {spec.name!r}")
         if layout.dp > 1 and layout.zero == 0:
             raise TrainperfError("layout: tp>1 with dp>1 needs zero>=1 (FSDP over dp); DDP over DTensor is not supported")
-    if layout.precision == "fp8":
-        raise TrainperfError("layout: precision=fp8 is not run by the reference trainer (bf16, fp16 or fp32)")
+    if layout.precision in ("fp8", "fp16"):
+        raise TrainperfError(f"layout: precision={layout.precision} is not run by the reference trainer (bf16 or fp32)")
     return layout
 
 
@@ -87,18 +90,50 @@ def _replace_blocks(model: Transformer, fn) -> None:
         model.layers[name] = fn(blk)
 
 
-def apply_tp(model: Transformer, tp_mesh) -> None:
-    """Shard attention and MLP Megatron-style: q/k/v and w1/w3 by columns, wo and w2 by rows."""
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+def apply_tp(model: Transformer, tp_mesh, sequence_parallel: bool = False) -> None:
+    """Shard attention and MLP Megatron-style: q/k/v and w1/w3 by columns, wo and w2 by rows.
 
+    With ``sequence_parallel`` (Korthikanti et al.) the residual stream between the blocks
+    and the norms are sharded along the sequence: each block all-gathers its input before
+    the column-parallel projections and reduce-scatters after the row-parallel ones. The
+    embedding and the LM head stay replicated (the tied presets share one weight).
+    """
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
+
+    if not sequence_parallel:
+        plan = {
+            "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(), "attention.wv": ColwiseParallel(),
+            "attention.wo": RowwiseParallel(),
+            "feed_forward.w1": ColwiseParallel(), "feed_forward.w3": ColwiseParallel(),
+            "feed_forward.w2": RowwiseParallel(),
+        }
+        for blk in model.layers.values():
+            parallelize_module(blk, tp_mesh, plan)
+        return
+    seq = Shard(1)
     plan = {
+        "attention_norm": SequenceParallel(),
+        "attention": PrepareModuleInput(input_layouts=(seq, None, None), desired_input_layouts=(Replicate(), None, None)),
         "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(), "attention.wv": ColwiseParallel(),
-        "attention.wo": RowwiseParallel(),
+        "attention.wo": RowwiseParallel(output_layouts=seq),
+        "ffn_norm": SequenceParallel(),
+        "feed_forward": PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(Replicate(),)),
         "feed_forward.w1": ColwiseParallel(), "feed_forward.w3": ColwiseParallel(),
-        "feed_forward.w2": RowwiseParallel(),
+        "feed_forward.w2": RowwiseParallel(output_layouts=seq),
     }
     for blk in model.layers.values():
         parallelize_module(blk, tp_mesh, plan)
+    first = next(iter(model.layers))
+    parallelize_module(model, tp_mesh, {
+        # the embedding output (replicated) enters the first block as this rank's sequence shard
+        f"layers.{first}": PrepareModuleInput(input_layouts=(Replicate(), None, None),
+                                              desired_input_layouts=(seq, None, None), use_local_output=True),
+        "norm": SequenceParallel(),
+        "output": PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(Replicate(),),
+                                     use_local_output=True),
+    })
 
 
 def apply_ac(model: Transformer, recompute: str) -> None:
@@ -138,7 +173,7 @@ def parallelize(model: Transformer, dims: ParallelDims, device: torch.device, co
     """Return the model with TP, AC, compile and FSDP/DDP applied in that order (torchtitan's)."""
     layout = dims.layout
     if dims.tp > 1:
-        apply_tp(model, dims.mesh["tp"])
+        apply_tp(model, dims.mesh["tp"], sequence_parallel=layout.sp)
     apply_ac(model, layout.recompute)
     if compile_backend:
         apply_compile(model, compile_backend)

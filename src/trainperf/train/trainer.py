@@ -210,8 +210,9 @@ def train(cfg: TrainConfig) -> dict:
         # Foreach/fused AdamW cannot mix DTensor (TP shards) and plain tensors in one group.
         groups = [{"params": [p for p in params if hasattr(p, "device_mesh")]},
                   {"params": [p for p in params if not hasattr(p, "device_mesh")]}]
-        optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay,
-                                      eps=1e-8, **({"fused": True} if device_type == "cuda" else {"foreach": True}))
+        impl = {"fused": True} if device_type == "cuda" else {"foreach": True}
+        optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=(0.9, 0.95),
+                                      weight_decay=cfg.weight_decay, eps=1e-8, **impl)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(cfg))
 
         fingerprint = {
@@ -228,10 +229,9 @@ def train(cfg: TrainConfig) -> dict:
             start_step, data_position = int(train_state["step"]), int(train_state["data_position"])
             resumed_from = str(latest)
 
-        dataset = data_mod.make_dataset(data_mod.DataConfig(cfg.text, cfg.synthetic, cfg.seed, cfg.num_workers),
-                                        spec.vocab, spec.seq_len)
-        loader = data_mod.make_loader(dataset, data_mod.DataConfig(cfg.text, cfg.synthetic, cfg.seed, cfg.num_workers),
-                                      dims.dp_rank, layout.dp, layout.mbs, data_position,
+        data_cfg = data_mod.DataConfig(cfg.text, cfg.synthetic, cfg.seed, cfg.num_workers)
+        dataset = data_mod.make_dataset(data_cfg, spec.vocab, spec.seq_len)
+        loader = data_mod.make_loader(dataset, data_cfg, dims.dp_rank, layout.dp, layout.mbs, data_position,
                                       pin_memory=device_type == "cuda")
         batches = data_mod.DevicePrefetcher(loader, device)
 
@@ -273,6 +273,7 @@ def train(cfg: TrainConfig) -> dict:
                         loss_sum += loss.detach()
                     with st.phase("optimizer"):
                         grad_norm = parallel.clip_grad_norm(params, cfg.grad_clip)
+                        lr = optimizer.param_groups[0]["lr"]  # the rate this step used
                         optimizer.step()
                         optimizer.zero_grad(set_to_none=True)
                         scheduler.step()
@@ -281,7 +282,7 @@ def train(cfg: TrainConfig) -> dict:
                         dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM)
                         loss_sum /= world
                     st.loss = loss_sum
-                    st.extra = {"lr": scheduler.get_last_lr()[0], "grad_norm": float(grad_norm)}
+                    st.extra = {"lr": lr, "grad_norm": float(grad_norm)}
                 profiler.step()
                 ckpt.poll()
                 if cfg.ckpt_every and (step % cfg.ckpt_every == 0 or step == cfg.steps):
@@ -290,8 +291,9 @@ def train(cfg: TrainConfig) -> dict:
                                   {"lr_scheduler": scheduler.state_dict(), "data_position": data_position})
                 if progress is not None:
                     progress.update(mon.records[-1], log=(step % log_every == 0 or step == cfg.steps))
-        with mon.checkpoint(cfg.steps):
-            ckpt.wait()
+        if ckpt.in_flight:
+            with mon.checkpoint(cfg.steps):  # the loop waits for the last async save to commit
+                ckpt.wait()
         if progress is not None:
             progress.close()
         summary = mon.summary()

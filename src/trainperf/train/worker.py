@@ -11,12 +11,22 @@ def main(argv: list[str]) -> int:
     from trainperf.errors import TrainperfError
     from trainperf.train.trainer import TrainConfig, train
 
+    import os
+
+    cfg = TrainConfig.from_json(Path(argv[0]).read_text())
     try:
-        train(TrainConfig.from_json(Path(argv[0]).read_text()))
+        train(cfg)
     except TrainperfError as e:
         print(f"error: {e}", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":  # the launcher reports it as one line
+            from trainperf.atomic import atomic_write_text
+
+            atomic_write_text(Path(cfg.out) / ERROR_FILE, str(e))
         return 2
     return 0
+
+
+ERROR_FILE = "last_error.txt"
 
 
 if __name__ == "__main__":  # the guard DCP's process-based async save needs

@@ -1,0 +1,41 @@
+"""HTML report of change points: the series, its segment medians, the changes and their evidence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from trainperf.report.html import Report, line_chart, paragraph, table
+
+
+def changes_report(values, result, path: str | Path, title: str = "Change points", label: str = "value",
+                   run_ids: list[str] | None = None) -> Path:
+    """Write a self-contained HTML report of ``result`` (a ChangeResult) over ``values``; return the path."""
+    y = np.asarray(values, dtype=float)
+    bounds = [0] + result.change_points + [len(y)]
+    level = np.full(len(y), np.nan)
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        seg = y[a:b]
+        if np.isfinite(seg).any():
+            level[a:b] = np.nanmedian(seg)
+    # line_chart draws lines through numbers only: carry the last value over missing points
+    shown = y.copy()
+    for i in range(len(shown)):
+        if not np.isfinite(shown[i]):
+            shown[i] = shown[i - 1] if i else np.nanmedian(y)
+    chart = line_chart({label: shown.tolist(), "segment median": level.tolist()}, markers=result.change_points)
+    rows = []
+    for c in result.changes:
+        rel = f"{c.rel_change:+.2%} [{c.rel_ci[0]:+.2%}, {c.rel_ci[1]:+.2%}]" if c.rel_change == c.rel_change else "-"
+        rows.append([c.index if not run_ids else f"{c.index} ({run_ids[c.index]})", c.kind, f"{c.before:.5g}",
+                     f"{c.after:.5g}", f"{c.shift:+.4g} [{c.shift_ci[0]:+.4g}, {c.shift_ci[1]:+.4g}]", rel,
+                     f"{c.p_value:.2g}"])
+    rep = Report(title, f"{len(result.changes)} change point(s) in {result.n} points")
+    rep.add("Series", chart, paragraph(
+        "Vertical lines mark the first point of each new segment. Level changes shift the median; trend changes "
+        "shift the slope (their magnitude is per point)."))
+    rep.add("Changes", table(rows, ["index", "kind", "before (median)", "after (median)", "shift [95% CI]",
+                                    "relative [95% CI]", "p-value"]) if rows else paragraph("No change point."),
+            paragraph(f"Test: {result.test}. Shift: Hodges-Lehmann estimate with its Mann-Whitney interval."))
+    return rep.write(path)
