@@ -1,9 +1,46 @@
 #!/usr/bin/env bash
-# `make demo`: run trainperf end to end on embedded defaults (no input needed).
+# `make demo`: run trainperf end to end on embedded defaults (no input needed), every verb:
+# plan a layout, train the tiny reference model with the monitor and the profiler, diagnose the
+# traces it wrote, benchmark the fused kernels, then watch the runs in the store and gate a change.
 set -euo pipefail
 VENV=${1:-.venv}
 TP="$VENV/bin/trainperf"
 OUT=demo_out
-mkdir -p "$OUT"
-echo "== plan: llama3-70b on 1024 H100s, 8-GPU nodes, seq 8192, global batch 1024"
+rm -rf "$OUT"; mkdir -p "$OUT"
+export TRAINPERF_STORE="$OUT/store"
+EX=src/trainperf/fleet/examples
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "plan: llama3-70b on 1024 H100s, seq 8192, global batch 1024 (top 5 layouts)"
 "$TP" plan --model llama3-70b --gpu h100 --gpus 1024 --seq 8192 --global-batch 1024 --top 5
+step "plan: the same job on four accelerators, cost to train 15T tokens"
+"$TP" plan --model llama3-70b --gpus 1024 --seq 8192 --global-batch 1024 --compare-hardware h100,h200,b200,mi300x --tokens 15T
+
+step "train: tiny Llama on the shipped public-domain text, 30 steps, profiler on steps 10-12"
+"$TP" train --model tiny --steps 30 --profile-steps 10:12 --out "$OUT/train"
+
+step "diagnose: the traces the training run just wrote"
+"$TP" diagnose "$OUT/train/traces" --html "$OUT/diagnose_train.html" --json "$OUT/diagnose_train.json"
+step "diagnose: a real 2-rank GPU job (HTA test data), when ../shared/data is present"
+if [ -d ../shared/data/traces/hta/trace_filter ]; then
+  "$TP" diagnose ../shared/data/traces/hta/trace_filter --top 5 --html "$OUT/diagnose_gpu.html" --json "$OUT/diagnose_gpu.json"
+else
+  echo "(skipped: ../shared/data/traces/hta not found)"
+fi
+
+step "bench: fused Triton kernels vs eager on tiny CPU shapes (interpreter: proves the path, not speed)"
+"$TP" bench kernels --device cpu --kernels rms_norm,swiglu,cross_entropy --html "$OUT/bench_kernels.html"
+
+step "runs: what the store holds now"
+"$TP" runs list
+
+step "fleet: change points in a step-time series"
+"$TP" fleet changes --csv "$EX/step_times.csv" --column step_time_s --html "$OUT/changes.html"
+step "fleet: which hosts / versions / configs explain the regression"
+"$TP" fleet localize --csv "$EX/fleet_runs.csv" --time-col period --measure step_time_s --at 30
+step "gate: a candidate against its baseline (exit 1 = regression)"
+"$TP" gate --baseline "$EX/baseline_step_times.txt" --candidate "$EX/candidate_step_times.txt" \
+  || echo "gate exit $? (1 = regression, as expected for this example)"
+
+step "done: reports in $OUT/ (open the .html files in a browser)"
+ls "$OUT"

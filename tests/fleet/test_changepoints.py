@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from trainperf.errors import TrainperfError
-from trainperf.fleet.changepoints import ChangeDetector, _hodges_lehmann, _pettitt, detect_changes
+from trainperf.fleet.changepoints import ChangeDetector, _hodges_lehmann, _pettitt, _vif, detect_changes
+from trainperf.fleet.jumps import find_jumps, local_drift, trend_share
+from trainperf.fleet.synth import synthetic_fleet
 
 
 def test_pettitt_statistic_matches_the_sign_double_sum():
@@ -68,8 +70,11 @@ def test_min_size_min_rel_change_and_trend():
     y[197:] += 0.05  # only 3 points after: shorter than min_size 5
     assert detect_changes(y).change_points == []
     t = np.arange(200)
+    # a ramp that starts at 120 is a change of slope, not a staircase of level steps
     ramp = 1.0 + 0.001 * rng.standard_normal(200) + np.where(t >= 120, 0.002 * (t - 120), 0)
-    assert [(c.index, c.kind) for c in detect_changes(ramp).changes] == [(120, "level")]
+    res = detect_changes(ramp)
+    assert [c.kind for c in res.changes] == ["trend"] and abs(res.changes[0].index - 120) <= 3
+    assert res.changes[0].shift == pytest.approx(0.002, rel=0.1)  # injected slope change per point
     # a steady climb that steepens: no level change (persistent), one slope change
     climb = 0.01 * t + np.where(t >= 100, 0.02 * (t - 100), 0) + 0.001 * rng.standard_normal(200)
     res = detect_changes(climb)
@@ -95,6 +100,71 @@ def test_incremental_matches_batch():
     # reported change points are final, so one found on a partial segment may sit a point early
     assert detect_changes(x).change_points == [150, 350]
     assert len(found) == 2 and abs(found[0] - 150) <= 2 and abs(found[1] - 350) <= 2
+
+
+def test_slow_drift_is_not_a_staircase_but_a_step_on_it_is_found():
+    # 10% linear drift over 500 points in heavy-tailed 1% noise: no level change (the original
+    # detector cut every such series into 4-5 steps); the same drift with a +5% step at 250: one
+    # change there, its magnitude measured with the drift removed (injected 0.05 inside the CI)
+    rng = np.random.default_rng(9)
+    t = np.arange(500)
+    alarms = sum(bool(detect_changes(1 + 2e-4 * t + 0.01 * rng.standard_t(3, 500)).changes) for _ in range(20))
+    assert alarms <= 1
+    x = 1 + 2e-4 * t + 0.01 * rng.standard_t(3, 500)
+    x[250:] += 0.05
+    res = detect_changes(x)
+    assert len(res.changes) == 1 and abs(res.changes[0].index - 250) <= 3
+    c = res.changes[0]
+    assert c.shift_ci[0] < 0.05 < c.shift_ci[1]
+
+
+def test_vif_of_a_step_against_a_fitted_drift():
+    # OLS reference: var(step) with a fitted line / without = 1 / (1 - corr^2(step indicator, t))
+    m = 400
+    t = np.arange(m)
+    for k in (40, 200, 330):
+        step = (t >= k).astype(float)
+        corr2 = np.corrcoef(step, t)[0, 1] ** 2
+        assert _vif(k, m) == pytest.approx(1 / (1 - corr2), rel=0.02)
+
+
+def test_local_drift_and_trend_share_hand_worked():
+    # two lines of slope 1 with a jump of 100 between them: every local drift is exactly 1
+    y = np.r_[np.arange(20.0), 100 + np.arange(20.0, 40.0)]
+    assert np.allclose(local_drift(y, 3), 1.0)
+    assert trend_share(np.arange(50.0)) == pytest.approx(1.0)
+    assert trend_share(np.random.default_rng(10).standard_normal(500)) < 0.2
+
+
+def test_jump_on_a_trend_is_found_and_a_jumpy_stationary_process_is_not():
+    rng = np.random.default_rng(11)
+    t = np.arange(300)
+    # a growing series (slope 1 per point, noise 0.5) that drops by 15 at 120 and keeps growing:
+    # the level test cannot see it (the drift dominates), the jump test does
+    x = t + 0.5 * rng.standard_normal(300)
+    x[120:] -= 15
+    jumps = find_jumps(x)
+    assert [j for j, _, _ in jumps] == [120] and jumps[0][1] < 1e-6
+    res = detect_changes(x)
+    assert res.change_points == [120]
+    assert res.changes[0].shift_ci[0] < -15 < res.changes[0].shift_ci[1]
+    # a sawtooth (creep then reset every 40 points) and a stationary level that jumps every
+    # ~8 points: jumps are the process itself, not changes
+    saw = 1 + 0.002 * (t % 40) + 0.0005 * rng.standard_normal(300)
+    steps = np.repeat(rng.normal(0, 1, 40), 8)[:300] + 0.01 * rng.standard_normal(300)
+    assert find_jumps(saw) == [] and find_jumps(steps) == []
+    assert detect_changes(saw).change_points == [] and detect_changes(steps).change_points == []
+
+
+def test_synthetic_fleet_host_series():
+    # trainperf's own synthetic fleet: the bad host slows 4% from period 20 (cv 1%); a healthy
+    # host on the old NCCL sees nothing; no host's series raises a false alarm before its cause
+    fleet = synthetic_fleet(n_periods=80, causes=("bad_host",), bad_host_slowdown=0.04, seed=3)
+    bad = detect_changes(fleet.series(host="node03"))
+    assert len(bad.changes) == 1 and abs(bad.changes[0].index - 20) <= 2
+    assert bad.changes[0].rel_ci[0] < 0.04 < bad.changes[0].rel_ci[1]
+    for h in ("node01", "node02", "node05", "node06"):
+        assert detect_changes(fleet.series(host=h)).change_points == []
 
 
 @pytest.mark.parametrize("bad, msg", [([], "empty"), (["a", 1], "not all numbers"), ([np.nan, np.nan], "all missing"),

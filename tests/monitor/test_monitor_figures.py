@@ -96,3 +96,11 @@ def test_a_line_cut_by_a_crash_does_not_swallow_the_next_record(tmp_path):
     mon.close()
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert json.loads(lines[-1])["loss"] == 1.5 and lines[1] == '{"step": 2, "lo'
+
+
+def test_any_model_with_its_own_flop_count():
+    mon = Monitor(None, flops_per_token=6 * 1e6, peak_flops=2e12)  # 6N for a 1 M-parameter model
+    with mon.step(1, tokens=1000):
+        time.sleep(0.01)
+    r = mon.records[0]
+    assert r["mfu"] == pytest.approx(1000 / r["step_time_s"] * 6e6 / 2e12) and r["hfu"] == r["mfu"]

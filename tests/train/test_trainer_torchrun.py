@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from trainperf.specs import Layout
 from trainperf.train.launch import launch, torchrun_command
 from trainperf.train.trainer import TrainConfig, train
 
@@ -49,7 +50,10 @@ def runs(tmp_path_factory):
     for name, kw in {"fsdp": dict(layout="zero=3", ckpt_every=3),
                      "ddp": dict(layout="zero=0"),
                      "tp": dict(layout="tp=2"),
-                     "tp_sp": dict(layout="tp=2,sp=1,recompute=selective", ckpt_every=6)}.items():
+                     "tp_sp": dict(layout="tp=2,sp=1,recompute=selective", ckpt_every=6),
+                     # the canonical string `trainperf plan` prints (Layout.to_string): ZeRO-2, bf16
+                     "planned": dict(layout=Layout(tp=1, pp=1, dp=2, zero=2, mbs=1, grad_accum=1,
+                                                   precision="bf16").to_string())}.items():
         assert launch(_cfg(tmp / name, **kw), 2, env=env) == 0, name
     out = {p.name: p for p in tmp.iterdir()}
     out["tmp"] = tmp
@@ -73,6 +77,14 @@ def test_two_rank_checkpoint_refused_by_one_process(runs, tmp_path):
     shutil.copytree(runs["fsdp"] / "checkpoints", tmp_path / "checkpoints")
     with pytest.raises(TrainperfError, match="another layout: dp=2"):
         train(_cfg(tmp_path, layout="zero=3", steps=STEPS + 1))
+
+
+def test_a_planner_layout_string_runs_fsdp_in_bf16(runs):
+    run = json.loads((runs["planned"] / "run.json").read_text())
+    assert run["layout"] == "tp=1,pp=1,dp=2,cp=1,vpp=1,sp=0,recompute=none,zero=2,mbs=1,ga=1,precision=bf16"
+    assert run["strategy"] == "fsdp-no-reshard"
+    # bf16 parameters and activations (FSDP mixed precision), fp32 gradients: bf16 tolerance
+    assert _losses(runs["planned"]) == pytest.approx(_losses(runs["single_mbs2"]), rel=3e-2)
 
 
 def test_ddp_matches_single_process(runs):

@@ -1,19 +1,27 @@
 """Change points in a series of run metrics (step time, tokens/s, MFU, ...).
 
-Method: binary segmentation with a rank test, so heavy tails and outliers cannot create or hide
-a change. In each segment the split is the maximum of Pettitt's rank CUSUM
-(U_t = 2 * sum of the first t ranks - t(m+1)); its significance is Pettitt's (1979) p-value
-p = 2 exp(-6 K^2 / (m^3 + m^2)), with the variance inflated by (1+rho)/(1-rho) where rho is the
-lag-1 autocorrelation of the ranks around the split segments (a drifting or persistent series is
-not a string of change points). A change is kept when p < alpha, both sides hold at least
-``min_size`` points and the shift is at least ``min_rel_change`` of the level before it. A last
-pass re-tests every change between its neighbours and drops those no longer significant.
-Magnitude: Hodges-Lehmann shift (median of pairwise after-before differences) with its
-distribution-free confidence interval (Mann-Whitney inversion, same autocorrelation inflation).
+Three tests, one significance level ``alpha``:
 
-Incremental: ``ChangeDetector.update(new_values)`` re-examines only the open last segment.
-Hand-written because no maintained library pairs a robust rank test with per-change intervals;
-ruptures (a dependency) is the side-by-side baseline in benchmarks/eval_cpd.py.
+- Level steps: binary segmentation with a rank test, so heavy tails and outliers cannot create
+  or hide a change. In each segment the split is the maximum of Pettitt's rank CUSUM
+  (U_t = 2 * sum of the first t ranks - t(m+1)); its significance is Pettitt's (1979) p-value
+  p = 2 exp(-6 K^2 / (m^3 + m^2)), with the variance inflated by (1+rho)/(1-rho), rho the lag-1
+  autocorrelation of the ranks around the split (a persistent series is not a string of change
+  points). If both sides share a significant drift (Theil-Sen slope pooled within the sides,
+  Mann-Kendall test), the drift is removed first and the variance further inflated by the
+  information the fitted drift takes (1 / (1 - 3q(1-q)), q the split's position), so a slow
+  drift is not cut into a staircase while a step on a drift is still found. A change is kept
+  when p < alpha, both sides hold ``min_size`` points and the shift is large enough; a last pass
+  re-tests every change between its neighbours.
+- Sudden persistent jumps (``trainperf.fleet.jumps``): on a series dominated by a drift, a step
+  far larger than the local steps that the series then holds.
+- Trend changes: the level test on first differences (a change of slope).
+
+Magnitude: Hodges-Lehmann shift (median of pairwise after-before differences, drift removed)
+with its distribution-free confidence interval (Mann-Whitney inversion, same autocorrelation
+inflation). Incremental: ``ChangeDetector.update(new_values)`` re-examines only the open last
+segment. Hand-written because no maintained library pairs a robust rank test with per-change
+intervals; ruptures (a dependency) is the side-by-side baseline in benchmarks/eval_cpd.py.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from trainperf.errors import TrainperfError
-from trainperf.fleet.jumps import find_jumps
+from trainperf.fleet.jumps import MIN_TREND_SHARE, find_jumps
 
 _Z975 = 1.959963984540054
 
@@ -40,7 +48,7 @@ class Change:
     shift_ci: tuple[float, float]  # confidence interval of the shift (level ``1 - alpha_ci``)
     rel_change: float  # shift / |before| (0.03 = +3%); nan when before is 0
     rel_ci: tuple[float, float]
-    p_value: float  # Pettitt rank test, autocorrelation-adjusted
+    p_value: float  # of the test that found it: Pettitt (autocorrelation-adjusted) or the jump test
     kind: str = "level"  # "level": the level shifts; "trend": the slope shifts (shift is per point)
 
     def to_dict(self) -> dict:
@@ -56,7 +64,8 @@ class ChangeResult:
 
     n: int
     changes: list[Change] = field(default_factory=list)
-    test: str = "Pettitt rank CUSUM, p-value adjusted for lag-1 autocorrelation"
+    test: str = ("Pettitt rank CUSUM (drift-adjusted), p-value adjusted for lag-1 autocorrelation; "
+                 "sudden persistent jumps on drifting series (Bonferroni-corrected robust z)")
 
     @property
     def change_points(self) -> list[int]:
@@ -127,14 +136,15 @@ def _rank_p(r: np.ndarray, k: int, extra: float = 1.0) -> float:
     return min(1.0, 2.0 * math.exp(-6.0 * big_k**2 / ((m**3 + m**2) * extra * (1 + rho) / (1 - rho))))
 
 
-def _vif(k: int, m: int) -> float:
+def _vif(k: int | np.ndarray, m: int) -> float | np.ndarray:
     """Variance inflation of a step after k of m points when a linear drift is fitted with it.
 
     1 / (1 - corr^2) with corr^2 = 3 q (1 - q), q = k/m: the correlation of the step indicator
     with time (4 for a mid-series step, near 1 at the ends).
     """
-    q = k / m
-    return 1.0 / max(1.0 - 3.0 * q * (1.0 - q), 0.25)
+    q = np.asarray(k) / m
+    v = 1.0 / np.maximum(1.0 - 3.0 * q * (1.0 - q), 0.25)
+    return float(v) if v.ndim == 0 else v
 
 
 def _split_p(y: np.ndarray, k: int, alpha: float) -> float:
@@ -167,7 +177,9 @@ def _pettitt(y: np.ndarray, min_size: int, alpha: float = 0.01) -> tuple[int, fl
     if b == 0.0:
         return split, _rank_p(r, split)
     r = _ranks(y - b * np.arange(m))
-    u = (2 * np.cumsum(r)[:-1] - t * (m + 1)) / np.sqrt([_vif(k, m) for k in t])
+    # re-locate on the residual; U_t weighted by 1/sqrt(VIF) so that every split is judged on the
+    # variance it will be tested with
+    u = (2 * np.cumsum(r)[:-1] - t * (m + 1)) / np.sqrt(_vif(t, m))
     split = int(np.argmax(np.abs(u[lo:hi]))) + lo + 1
     return split, _rank_p(r, split, _vif(split, m))
 
@@ -284,14 +296,17 @@ def _level_changes(y: np.ndarray, start: int, min_size: int, alpha: float, min_r
 
 
 def detect_changes(values, min_size: int = 5, alpha: float = 0.01, min_rel_change: float = 0.0,
-                   min_effect: float = 1.0, trend: bool = True, start: int = 0) -> ChangeResult:
+                   min_effect: float = 1.0, trend: bool = True, start: int = 0,
+                   min_trend_share: float = MIN_TREND_SHARE) -> ChangeResult:
     """Return the change points of ``values`` (NaN = missing, skipped) with their evidence.
 
-    ``min_size``: fewest points per segment; ``alpha``: significance level of the rank test;
+    ``min_size``: fewest points per segment; ``alpha``: significance level of every test;
     ``min_rel_change``: smallest |after - before| / |before| to report (0.02 = 2%);
     ``min_effect``: smallest shift in units of the point-to-point noise (robust sigma);
     ``trend``: also report changes of slope (a level shift of the first differences), kind "trend".
     ``start``: search only from this index on (the incremental detector's open segment).
+    ``min_trend_share``: the jump test runs when a straight line explains at least this share of
+    the robust variance (0.5; above 1 turns it off).
     Indices are 0-based positions in ``values``, missing values included.
     """
     y_all = _clean(values)
@@ -304,10 +319,12 @@ def detect_changes(values, min_size: int = 5, alpha: float = 0.01, min_rel_chang
     s0 = int(np.searchsorted(keep, start))
     found = [(s, p, "level", None) for s, p in _level_changes(y, s0, min_size, alpha, min_rel_change, min_effect)]
     sigma = noise_sigma(y[s0:])
-    for j, p, drift in find_jumps(y[s0:], min_size, alpha):
+    for j, p, drift in find_jumps(y[s0:], min_size, alpha, min_trend_share):
         j += s0
         if all(abs(j - s) >= min_size for s, *_ in found):
-            ch = _describe(y, max(s0, j - 2 * min_size), j, min(len(y), j + 2 * min_size), p, drift)
+            lo = max([s0, j - 2 * min_size] + [f[0] for f in found if f[0] < j])  # local windows, not
+            hi = min([len(y), j + 2 * min_size] + [f[0] for f in found if f[0] > j])  # past other changes
+            ch = _describe(y, lo, j, hi, p, drift)
             if abs(ch.shift) >= min_effect * sigma and (min_rel_change <= 0 or abs(ch.rel_change) >= min_rel_change):
                 found.append((j, p, "level", ch))
     if trend and len(y) - s0 > 2 * min_size + 1:

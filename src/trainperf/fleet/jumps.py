@@ -1,27 +1,33 @@
-"""Sudden persistent jumps: level shifts of a series whose own drift hides them from a rank test.
+"""Sudden persistent jumps: level shifts that a drift hides from the rank test on levels.
 
-On a trending or curving series (a thermal drift, a warm-up curve, a growing workload) a
-level shift is not visible as a difference of segment levels (the drift dominates), but it is
-visible as one point-to-point step far larger than the steps around it. The test:
+On a trending series (a growing workload, a slow thermal drift, a warm-up curve) a level shift
+is not visible as a difference of segment levels, because the drift dominates both segments;
+it is visible as one step far larger than the steps around it, after which the series goes on
+from the new level. The test, at one significance level ``alpha`` Bonferroni-corrected over the
+n - 1 steps (two-sided normal tails on robust z-scores):
 
-- sudden: the step y[t] - y[t-1], minus the local drift (median of the ``w`` steps on each
-  side), is compared with the robust noise of such steps (1.4826 x MAD over the series); it is
-  significant when its two-sided normal tail probability, Bonferroni-corrected over the n - 1
-  steps, is below ``alpha`` (the p-value reported is that corrected probability);
-- persistent: the median of the ``w`` points after t minus the median of the ``w`` points
-  before (both corrected for the local drift) has the step's sign and at least half its size,
-  so a single outlier or a spike of fewer than w/2 points is not a jump;
-- rare: a change point is a rare event. When at least one step in ``w`` is a significant jump,
-  the segments between them would be shorter than ``w`` points on average: the series is a
-  jump process (a sawtooth, a balance that moves in steps, periodic stalls), not a few level
-  shifts, and the test reports nothing (the rank test on levels still runs).
+- sudden: the step y[t] - y[t-1] minus the local drift (Theil-Sen slope of the 2w points on
+  each side, pairs not straddling the step) is significant against the robust spread
+  (1.4826 x MAD) of all such steps;
+- persistent: the level of the w points after t minus that of the w points before (medians,
+  local drift removed) is significant against the robust spread of that statistic over the
+  series, has the step's sign and at least half its size, so an outlier, a spike shorter than
+  w/2 points or autocorrelated wander is not a jump;
+- only where a drift dominates: a straight line (Theil-Sen) must explain at least half of the
+  series' robust variance (``MIN_TREND_SHARE``). A stationary series, however jumpy (a sawtooth,
+  a balance that moves in steps, periodic stalls, heavy-tailed noise), is left to the rank test
+  on levels, which sees that its level does not change;
+- rare: if sudden steps come at least every w steps, the series is a jump process, not a few
+  level shifts, and nothing is reported.
 
-Hand-written: the test is a few lines of NumPy; no maintained library offers it.
+The p-value reported is the larger of the two corrected tail probabilities. Hand-written: a few
+lines of NumPy; no maintained library offers this test.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -37,6 +43,35 @@ def _normal_isf(p: float) -> float:
     return float(norm.isf(p))
 
 
+def _pair_slopes(y: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return (before, after), each (n - 1, pairs): for each step y[s+1] - y[s], the slopes of all
+    pairs within the 2w points before it (y[s-2w+1..s]) and within the 2w points after it
+    (y[s+1..s+2w]); NaN where a window runs past the ends."""
+    n, h = len(y), 2 * w
+    pad = np.concatenate([np.full(h, np.nan), y, np.full(h, np.nan)])
+    win = sliding_window_view(pad, h)  # win[q] = pad[q : q + h]
+    i, j = np.triu_indices(h, 1)
+    steps = np.arange(n - 1)  # step between y[s] and y[s+1]
+    before = (win[steps + 1][:, j] - win[steps + 1][:, i]) / (j - i)
+    after = (win[steps + h + 1][:, j] - win[steps + h + 1][:, i]) / (j - i)
+    return before, after
+
+
+def _nanmedian_rows(a: np.ndarray) -> np.ndarray:
+    with warnings.catch_warnings():  # a window of one point at the very ends has no slope: NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmedian(a, axis=1)
+
+
+def side_slopes(y: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return (before, after): for each step y[s+1] - y[s], the Theil-Sen slopes (units per point)
+    of the 2w points before it and of the 2w points after it, shorter at the ends (NaN at the
+    very ends). Pairs never straddle the step, so a jump does not bias the slopes around it.
+    """
+    before, after = _pair_slopes(y, w)
+    return _nanmedian_rows(before), _nanmedian_rows(after)
+
+
 def local_drift(y: np.ndarray, w: int) -> np.ndarray:
     """Return, for each step y[i+1] - y[i], the local drift around it (units per point).
 
@@ -44,21 +79,11 @@ def local_drift(y: np.ndarray, w: int) -> np.ndarray:
     2w points after it (pairs never straddle the step, so a jump does not bias its own drift);
     near the ends the windows are cut short. Returns an array of n - 1 slopes.
     """
-    n, h = len(y), 2 * w
-    pad = np.concatenate([np.full(h, np.nan), y, np.full(h, np.nan)])
-    win = sliding_window_view(pad, h)  # win[q] = pad[q : q + h]
-    i, j = np.triu_indices(h, 1)
-    slopes = (win[:, j] - win[:, i]) / (j - i)  # pairwise slopes within each window
-    steps = np.arange(n - 1)  # step between y[s] and y[s+1]
-    before = slopes[steps + 1]  # window y[s-h+1 .. s]
-    after = slopes[steps + h + 1]  # window y[s+1 .. s+h]
-    return np.nanmedian(np.concatenate([before, after], axis=1), axis=1)
+    before, after = _pair_slopes(y, w)
+    return _nanmedian_rows(np.concatenate([before, after], axis=1))
 
 
-HELD_Z = None
-
-
-MIN_TREND_SHARE = 0.5
+MIN_TREND_SHARE = 0.5  # the jump test runs when a straight line explains >= half the robust variance
 
 
 def _mad(v: np.ndarray) -> float:
@@ -79,38 +104,50 @@ def trend_share(y: np.ndarray, cap: int = 300) -> float:
     return 1.0 - (_mad(y - b * np.arange(n)) / spread) ** 2 if spread > 0 else 0.0
 
 
-def find_jumps(y: np.ndarray, w: int = 5, alpha: float = 0.01) -> list[tuple[int, float, float]]:
+def find_jumps(y: np.ndarray, w: int = 5, alpha: float = 0.01, min_trend_share: float = MIN_TREND_SHARE
+               ) -> list[tuple[int, float, float]]:
     """Return [(index, p_value, drift)] of sudden persistent jumps in y (no missing values).
 
-    ``index``: first point of the new level (0-based); ``p_value``: Bonferroni-corrected normal
-    tail probability of the step; ``drift``: the local drift (units per point) around it, used
-    to describe the jump. Empty when y is shorter than 2w + 1 or is a jump process.
+    ``index``: first point of the new level (0-based); ``p_value``: the larger of the
+    Bonferroni-corrected tail probabilities of the step and of the held level; ``drift``: the
+    local drift (units per point) around it, used to describe the jump. Empty when y is shorter
+    than 2w + 1, is not dominated by a drift, or is a jump process.
     """
     n = len(y)
-    if n < 2 * w + 1 or trend_share(y) < MIN_TREND_SHARE:
+    if n < 2 * w + 1 or trend_share(y) < min_trend_share:
         return []
     dy = np.diff(y)
-    drift = local_drift(y, w)
-    e = dy - drift
-    scale = 1.4826 * float(np.median(np.abs(e - np.median(e))))
+    before, after = _pair_slopes(y, w)
+    drift = _nanmedian_rows(np.concatenate([before, after], axis=1))
+    b_before, b_after = _nanmedian_rows(before), _nanmedian_rows(after)
+    b_before = np.where(np.isnan(b_before), drift, b_before)
+    b_after = np.where(np.isnan(b_after), drift, b_after)
+    # the step's excess over the slope on either side, whichever explains it better (so a
+    # change of slope, a kink, is not a sudden step)
+    e = dy - np.where(np.abs(dy - b_before) <= np.abs(dy - b_after), b_before, b_after)
+    scale = 1.4826 * _mad(e)
     if not scale > 0:
         return []
     z = np.abs(e) / scale
-    # held[k]: level of the w points after step k minus that of the w points before, drift removed
-    offs = np.arange(-w, w)
+    # held[k]: the level of the w points after step k minus that of the w points before, the
+    # pooled local drift removed (steadier than each side's own slope)
+    offs = np.arange(-w, w) + 0.5  # distance of each point from the step, in points
     held = np.full(n - 1, np.nan)
     ks = np.arange(w - 1, n - w)  # steps with w points on each side
     if len(ks) == 0:
         return []
-    seg = sliding_window_view(y, 2 * w)[ks - w + 1] - drift[ks, None] * offs
+    seg = sliding_window_view(y, 2 * w)[ks - w + 1]
+    seg = seg - drift[ks, None] * offs
     held[ks] = np.median(seg[:, w:], axis=1) - np.median(seg[:, :w], axis=1)
     h = held[ks]
-    held_scale = 1.4826 * float(np.median(np.abs(h - np.median(h))))
+    held_scale = 1.4826 * _mad(h)
+    if not held_scale > 0:
+        return []
     z_crit = _normal_isf(alpha / (2 * (n - 1)))
     sudden = z > z_crit
     if int(sudden.sum()) * w >= n - 1:  # sudden steps at least every w steps: a jump process, not changes
         return []
-    significant = np.flatnonzero(sudden & (np.abs(np.nan_to_num(held)) > (HELD_Z or z_crit) * held_scale))
+    significant = np.flatnonzero(sudden & (np.abs(np.nan_to_num(held)) > z_crit * held_scale))
     found: list[tuple[int, float, float]] = []
     for k in significant[np.argsort(-z[significant])]:
         t = int(k) + 1  # the jump is between t-1 and t
@@ -118,6 +155,7 @@ def find_jumps(y: np.ndarray, w: int = 5, alpha: float = 0.01) -> list[tuple[int
             continue
         if np.sign(held[k]) != np.sign(e[k]) or abs(held[k]) < 0.5 * abs(e[k]):
             continue  # an outlier or a short spike, not a new level
-        p = min(1.0, 2 * (n - 1) * _normal_sf(float(z[k])))
+        z_min = min(float(z[k]), abs(float(held[k])) / held_scale)
+        p = min(1.0, 2 * (n - 1) * _normal_sf(z_min))
         found.append((t, p, float(drift[k])))
     return sorted(found)

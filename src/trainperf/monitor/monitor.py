@@ -174,21 +174,22 @@ class Monitor:
     ``tokens`` given to ``step()`` are the global tokens of the step (all data-parallel
     ranks); MFU = tokens/s / world_size * model FLOPs per token / ``peak_flops`` (FLOP/s
     of one device), with the planner's FLOP count (``trainperf.specs``). HFU adds the
-    recompute FLOPs of ``recompute``. ``out_dir`` None keeps everything in memory.
+    recompute FLOPs of ``recompute``. A model that is no ModelSpec passes its training
+    ``flops_per_token`` instead (then HFU = MFU). ``out_dir`` None keeps everything in memory.
     ``skip_first`` steps (compile, warm-up) are left out of the medians.
     """
 
     def __init__(self, out_dir: str | Path | None = None, *, model: ModelSpec | None = None,
                  seq_len: int | None = None, peak_flops: float | None = None, world_size: int = 1, rank: int = 0,
                  recompute: str = "none", device_type: str = "cpu", skip_first: int = 1,
-                 start_time: float | None = None, echo=None):
+                 start_time: float | None = None, echo=None, flops_per_token: float | None = None):
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.rank, self.world_size = rank, world_size
         self.device_type = device_type
         self.peak_flops = peak_flops
         self.skip_first = skip_first
         self.echo = echo  # callable(dict) for live display, rank 0 only
-        self.flops_per_token = self.hw_flops_per_token = None
+        self.flops_per_token = self.hw_flops_per_token = flops_per_token
         if model is not None:
             self.flops_per_token = model_flops_per_token(model, seq_len)
             self.hw_flops_per_token = hardware_flops_per_token(model, recompute, seq_len)

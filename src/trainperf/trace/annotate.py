@@ -46,12 +46,10 @@ def annotate(t: EventTable) -> None:
     device = np.isin(t.kind, DEVICE_KINDS + (GPU_SYNC, GPU_ANNOTATION))
     cat = np.full(len(t), -1, dtype=np.int8)
     if device.any():
-        pairs = np.unique(np.stack([t.name[device].astype(np.int64), t.kind[device].astype(np.int64)]), axis=1)
-        lut = {(int(n), int(k)): kernel_category(t.names[int(n)], int(k)) for n, k in pairs.T}
-        key = t.name[device].astype(np.int64) * 16 + t.kind[device]
+        key = t.name[device].astype(np.int64) * 16 + t.kind[device]  # (name, kind) pairs; kinds < 16
         ukey, inv = np.unique(key, return_inverse=True)
-        vals = np.array([lut[(int(u) // 16, int(u) % 16)] for u in ukey], dtype=np.int8)
-        cat[device] = vals[inv]
+        vals = np.array([kernel_category(t.names[int(u) // 16], int(u) % 16) for u in ukey], dtype=np.int8)
+        cat[device] = vals[inv.reshape(-1)]
     t.category = cat
     steps, starts, ends = step_spans(t)
     step = np.full(len(t), -1, dtype=np.int32)

@@ -1,10 +1,12 @@
 """Streaming reader of one Kineto (PyTorch profiler) JSON trace into an EventTable.
 
 Why hand-written: ``json.load`` of a whole trace holds every event as a Python dict at once
-(~5x the JSON size, HTA's cost). Here the file is decompressed in 1 MiB chunks, cut at event
-boundaries, and each batch of events is parsed (orjson when installed, else json) and
-folded into typed ``array`` columns before the next chunk is read, so peak memory stays near
-one chunk of dicts plus the 8-byte columns.
+(~5x the JSON size, HTA's cost). Here the file is decompressed in 1 MiB chunks (isal's igzip
+when installed, 2-4x faster than zlib), cut at event boundaries, and each batch is decoded
+straight into typed structs by msgspec (`typed_events`, the fast path) or, when msgspec is absent
+or a batch does not fit its strict schema, parsed into dicts by orjson/json (`chunk`, the
+generic path). Either way the batch becomes integer columns before the next chunk is read, so
+peak memory stays near one chunk of events plus the 8-byte columns.
 
 A cut is only accepted when the batch ``[` + piece + `]`` parses: a boundary that falls inside a
 nested object or a string cannot parse, so any formatting (pretty-printed or one line) works.
@@ -15,13 +17,26 @@ from __future__ import annotations
 import gzip
 import re
 import zlib
-from array import array
 from pathlib import Path
 
 import numpy as np
 
 from trainperf.errors import TrainperfError
+from trainperf.trace.annotate import annotate
+from trainperf.trace.chunk import INT_COLUMNS, Chunk, chunk_from_dicts, to_int
 from trainperf.trace.events import CAT_TO_KIND, OTHER, EventTable
+
+try:  # msgspec: typed decoding, several times faster than orjson + a Python loop; optional
+    from trainperf.trace.typed_events import decode_chunk as _typed_decode
+except ImportError:  # pragma: no cover - exercised where msgspec is absent (tests monkeypatch it)
+    _typed_decode = None
+
+try:  # isal: igzip inflates 2-4x faster than zlib; optional
+    from isal import igzip as _gzip_module
+    from isal.isal_zlib import error as _IsalError
+except ImportError:  # pragma: no cover - exercised where isal is absent (tests monkeypatch it)
+    _gzip_module = gzip
+    _IsalError = zlib.error
 
 try:  # orjson parses ~3x faster than json; optional
     import orjson
@@ -36,20 +51,20 @@ except ImportError:  # pragma: no cover - exercised where orjson is absent
 
 CHUNK_BYTES = 1 << 20  # 1 MiB: measured best peak memory at equal CPU (docs/benchmarks/diagnose.md)
 _CUT_RE = re.compile(rb"\}\s*,\s*\{")
+_SEP_BEFORE_RE = re.compile(rb"\}\s*,\s*\Z")
 _EVENTS_KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
-_INT64_MAX = (1 << 63) - 1
 
 
 def _open(path: Path):
     with open(path, "rb") as f:
         magic = f.read(2)
-    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+    return _gzip_module.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
 
 
 def _read(stream, path: Path, n: int) -> bytes:
     try:
         return stream.read(n)
-    except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as e:
+    except (EOFError, gzip.BadGzipFile, zlib.error, _IsalError, OSError) as e:
         raise TrainperfError(f"{path}: truncated or corrupt gzip file ({e or type(e).__name__})") from None
 
 
@@ -58,8 +73,38 @@ def _invalid(path: Path, err: Exception) -> TrainperfError:
     return TrainperfError(f"{path}: invalid JSON ({msg}); is the trace complete?")
 
 
-def iter_event_batches(path: Path):
-    """Yield ("header", dict) once, then lists of raw event objects, then ("trailer", dict).
+def _decode_events(data: bytes) -> Chunk:
+    """The events of a JSON array as a Chunk; raises one of _DecodeError when data is not valid JSON."""
+    if _typed_decode is not None:
+        chunk = _typed_decode(data)
+        if chunk is not None:
+            return chunk
+    events = _loads(data)
+    return chunk_from_dicts(events if isinstance(events, list) else [])
+
+
+def _decode_tail(tail: bytes) -> tuple[Chunk, dict]:
+    """The last events and the keys after the array, from b'{"traceEvents":[' + the rest of the file."""
+    if _typed_decode is not None:
+        import msgspec  # present: the typed path imported it
+
+        try:
+            parts = msgspec.json.decode(tail, type=dict[str, msgspec.Raw])
+        except msgspec.DecodeError:
+            parts = None
+        if parts is not None:
+            try:
+                chunk = _decode_events(bytes(parts.pop("traceEvents")))
+                return chunk, {k: _loads(bytes(v)) for k, v in parts.items()}
+            except _DecodeError:
+                pass  # the generic parser below says what is wrong
+    doc = _loads(tail)
+    ev = doc.get("traceEvents") if isinstance(doc, dict) else None
+    return chunk_from_dicts(ev if isinstance(ev, list) else []), {k: v for k, v in doc.items() if k != "traceEvents"}
+
+
+def iter_event_chunks(path: Path):
+    """Yield ("header", dict) once, then Chunks of events in file order, then ("trailer", dict).
 
     Raises TrainperfError for an empty file, a corrupt gzip or invalid JSON.
     """
@@ -106,7 +151,7 @@ def iter_event_batches(path: Path):
                     raise TrainperfError(f"{path}: not a Kineto trace (top-level JSON is not an object)")
                 yield "header", {k: v for k, v in doc.items() if k != "traceEvents"}
                 ev = doc.get("traceEvents")
-                yield ev if isinstance(ev, list) else []
+                yield chunk_from_dicts(ev if isinstance(ev, list) else [])
                 return
             yield "header", header
             buf = buf[m.end():]
@@ -119,21 +164,17 @@ def iter_event_batches(path: Path):
             if not more:
                 break
             buf += more
-            batch, buf = _cut_batch(buf)
-            if batch is not None:
-                yield batch
+            chunk, buf = _cut_batch(buf)
+            if chunk is not None:
+                yield chunk
         # the tail: last events, the end of the array and (object format) the trailing keys
         try:
             if array_format:
-                tail = _loads(b"[" + buf)
-                if not isinstance(tail, list):
-                    raise ValueError("not a list")
-                yield tail
+                yield _decode_events(b"[" + buf)
             else:
-                doc = _loads(b'{"traceEvents":[' + buf)
-                ev = doc.get("traceEvents") if isinstance(doc, dict) else None
-                yield ev if isinstance(ev, list) else []
-                yield "trailer", {k: v for k, v in doc.items() if k != "traceEvents"}
+                chunk, trailer = _decode_tail(b'{"traceEvents":[' + buf)
+                yield chunk
+                yield "trailer", trailer
         except _DecodeError as e:
             raise _invalid(path, e) from None
     finally:
@@ -150,38 +191,117 @@ def _read_all(stream, path: Path) -> bytes:
 
 
 def _cut_batch(buf: bytes):
-    """Split buf at the last event boundary that parses: (events list or None, remaining bytes)."""
+    """Split buf at the last event boundary that parses: (Chunk or None, remaining bytes)."""
     end = len(buf)
     for _ in range(4):
+        cut = _last_boundary(buf, end)
+        if cut is None:
+            return None, buf
+        close, open_ = cut
+        try:
+            chunk = _decode_events(b"".join((b"[", memoryview(buf)[:close + 1], b"]")))
+        except _DecodeError:
+            end = close
+            continue
+        return chunk, buf[open_:]
+    return None, buf
+
+
+def _last_boundary(buf: bytes, end: int) -> tuple[int, int] | None:
+    """(index of the '}', index of the '{') of the last '}' ws ',' ws '{' that ends before end.
+
+    Looks back from each '{' (a few per event) instead of running the regex over the whole
+    chunk, which cost ~0.4 ms per MiB; the regex scan remains for unusually long whitespace.
+    """
+    pos = end
+    for _ in range(64):
+        j = buf.rfind(b"{", 0, pos)
+        if j <= 0:
+            return None
+        m = _SEP_BEFORE_RE.search(buf, max(0, j - 64), j)
+        if m is not None:
+            return m.start(), j
+        pos = j
+    while end > 0:  # fallback: scan back 64 KiB at a time
         start = max(0, end - (1 << 16))
         last = None
         for m in _CUT_RE.finditer(buf, start, end):
             last = m
-        if last is None:
-            if start == 0:
-                return None, buf
-            end = start
-            continue
-        try:
-            batch = _loads(b"[" + buf[:last.start() + 1] + b"]")
-        except _DecodeError:
-            end = last.start()
-            continue
-        return batch, buf[last.end() - 1:]
-    return None, buf
+        if last is not None:
+            return last.start(), last.end() - 1
+        end = start
+    return None
 
 
-def _to_int(v, default: int = -1) -> int:
-    """An int from an int, integral float or numeric string; default otherwise."""
-    if v.__class__ is int:
-        return v if -_INT64_MAX <= v <= _INT64_MAX else default
-    try:
-        f = float(v)
-        if f != f or abs(f) > 9.2e18:
-            return default
-        return int(f)
-    except (TypeError, ValueError, OverflowError):
-        return default
+class ColumnBuilder:
+    """Accumulates Chunks: interns their strings (in one order, whatever parser made the chunk)."""
+
+    def __init__(self):
+        self.names: list[str] = []
+        self.name_ids: dict[str, int] = {}
+        self.parts: dict[str, list[np.ndarray]] = {c: [] for c in INT_COLUMNS + _STRING_COLUMNS}
+        self.thread_names: dict = {}
+        self.ts_float = False
+        self.skipped = 0
+        self.rows = 0
+
+    def intern(self, values: list) -> np.ndarray:
+        """int32 ids of the strings in values (None -> -1), adding new strings to self.names."""
+        n = len(values)
+        if values.count(None) == n:
+            return np.full(n, -1, dtype=np.int32)
+        ids = list(map(self.name_ids.get, values))
+        if None in ids:
+            name_ids, names = self.name_ids, self.names
+            for i, j in enumerate(ids):
+                if j is None:
+                    s = values[i]
+                    if s is None:
+                        ids[i] = -1
+                        continue
+                    j = name_ids.get(s)
+                    if j is None:
+                        j = name_ids[s] = len(names)
+                        names.append(s)
+                    ids[i] = j
+        return np.fromiter(ids, dtype=np.int32, count=n)
+
+    def add(self, chunk: Chunk) -> None:
+        """Append one chunk's rows."""
+        self.ts_float |= chunk.ts_float
+        self.skipped += chunk.skipped
+        self.thread_names.update(chunk.thread_names)
+        if not len(chunk):
+            return
+        self.rows += len(chunk)
+        for j, c in enumerate(INT_COLUMNS):
+            self.parts[c].append(chunk.ints[:, j].copy())  # contiguous, and frees the chunk's 2-D block
+        self.parts["cat"].append(self.intern(chunk.cats))
+        self.parts["name"].append(self.intern(chunk.names))
+        self.parts["collective"].append(self.intern(chunk.colls))
+        self.parts["process_group"].append(self.intern(chunk.pgs))
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The EventTable columns, sorted by start time (stable: file order among equal starts)."""
+        ts = np.concatenate(self.parts.pop("ts_ns"))
+        order = np.argsort(ts, kind="stable")
+        cols = {"ts_ns": ts[order]}
+        del ts
+        # ids in sorted-string order: the same table whatever the chunk size or parser
+        by_text = sorted(range(len(self.names)), key=self.names.__getitem__)
+        new_id = np.empty(len(by_text) + 1, dtype=np.int32)
+        new_id[np.array(by_text, dtype=np.int64)] = np.arange(len(by_text), dtype=np.int32)
+        new_id[-1] = -1  # id -1 (absent) stays -1
+        self.names[:] = [self.names[i] for i in by_text]
+        for c in list(self.parts):
+            col = np.concatenate(self.parts.pop(c))[order]
+            cols[c] = new_id[col] if c in _STRING_COLUMNS else col
+        kind_of = np.array([CAT_TO_KIND.get(s, OTHER) for s in self.names] or [OTHER], dtype=np.int8)
+        cols["kind"] = kind_of[cols["cat"]]
+        return cols
+
+
+_STRING_COLUMNS = ("cat", "name", "collective", "process_group")
 
 
 def read_kineto(path: str | Path, rank: int | None = None) -> EventTable:
@@ -195,130 +315,28 @@ def read_kineto(path: str | Path, rank: int | None = None) -> EventTable:
         raise TrainperfError(f"{path}: no such file")
     if path.stat().st_size == 0:
         raise TrainperfError(f"{path}: empty file (0 bytes); re-export the trace")
-    names: list[str] = []
-    name_ids: dict = {}
-    kind_a, cat_a, name_a, coll_a, pg_a = array("b"), array("i"), array("i"), array("i"), array("i")
-    pid_a, tid_a, stream_a = array("q"), array("q"), array("q")
-    ts_a, dur_a, corr_a, ext_a, bytes_a = array("q"), array("q"), array("q"), array("q"), array("q")
     header: dict = {}
-    thread_names: dict = {}
-    ts_float = False
-    skipped = 0
-    cat_kind = CAT_TO_KIND
-
-    def intern(s) -> int:
-        i = name_ids.get(s)
-        if i is None:
-            if s.__class__ is not str:
-                s2 = str(s)
-                i = name_ids.get(s2)
-                if i is not None:
-                    return i
-                i = name_ids[s2] = len(names)
-                names.append(s2)
-                return i
-            i = name_ids[s] = len(names)
-            names.append(s)
-        return i
-
-    for batch in iter_event_batches(path):
-        if batch.__class__ is tuple:
-            if isinstance(batch[1], dict):
-                header.update(batch[1])
+    builder = ColumnBuilder()
+    for item in iter_event_chunks(path):
+        if item.__class__ is tuple:
+            if isinstance(item[1], dict):
+                header.update(item[1])
             continue
-        for ev in batch:
-            if ev.__class__ is not dict:
-                skipped += 1
-                continue
-            ph = ev.get("ph")
-            if ph != "X":
-                if ph == "M" and ev.get("name") == "thread_name":
-                    a = ev.get("args")
-                    if a.__class__ is dict:
-                        thread_names[(_to_int(ev.get("pid")), _to_int(ev.get("tid")))] = str(a.get("name", ""))
-                continue
-            ts = ev.get("ts")
-            dur = ev.get("dur")
-            cat = ev.get("cat")
-            if ts is None or dur is None or cat is None:  # as HTA: events without dur or cat are dropped
-                skipped += 1
-                continue
-            try:
-                if ts.__class__ is int:
-                    tsn = ts * 1000
-                else:
-                    ts_float = True  # HTA rounds float (ns-resolution) traces: ceil start, floor end
-                    tsf = float(ts)
-                    whole = int(tsf)  # split so the ns stay exact: tsf * 1000 would round to 256 ns at epoch µs
-                    tsn = whole * 1000 + round((tsf - whole) * 1000)
-                if dur.__class__ is int:
-                    durn = dur * 1000
-                else:
-                    durn = round(float(dur) * 1000)
-                ts_a.append(tsn)
-            except (TypeError, ValueError, OverflowError):
-                skipped += 1
-                continue
-            try:
-                dur_a.append(durn)
-            except OverflowError:
-                dur_a.append(0)
-            a = ev.get("args")
-            if a.__class__ is dict:
-                c = a.get("correlation", -1)
-                corr_a.append(c if c.__class__ is int and -_INT64_MAX < c < _INT64_MAX else _to_int(c))
-                s = a.get("stream", -1)
-                stream_a.append(s if s.__class__ is int and -_INT64_MAX < s < _INT64_MAX else _to_int(s))
-                x = a.get("External id", -1)
-                ext_a.append(x if x.__class__ is int and -_INT64_MAX < x < _INT64_MAX else _to_int(x))
-                b = a.get("bytes")
-                bytes_a.append(-1 if b is None else _to_int(b))
-                cn = a.get("Collective name")
-                coll_a.append(-1 if cn is None else intern(cn))
-                pg = a.get("Process Group Name")
-                pg_a.append(-1 if pg is None else intern(pg))
-            else:
-                corr_a.append(-1)
-                stream_a.append(-1)
-                ext_a.append(-1)
-                bytes_a.append(-1)
-                coll_a.append(-1)
-                pg_a.append(-1)
-            kind_a.append(cat_kind.get(cat, OTHER) if cat.__class__ is str else OTHER)
-            cat_a.append(intern(cat))
-            name_a.append(intern(ev.get("name", "")))
-            p = ev.get("pid", -1)
-            pid_a.append(p if p.__class__ is int and -_INT64_MAX < p < _INT64_MAX else _to_int(p))
-            t = ev.get("tid", -1)
-            tid_a.append(t if t.__class__ is int and -_INT64_MAX < t < _INT64_MAX else _to_int(t))
-
-    if not len(ts_a):
-        raise TrainperfError(f"{path}: no complete ('ph': 'X') events among {skipped} entries; "
+        builder.add(item)
+    if not builder.rows:
+        raise TrainperfError(f"{path}: no complete ('ph': 'X') events among {builder.skipped} entries; "
                              "is this a Kineto trace (torch.profiler export_chrome_trace)?")
-
-    def col(a, dtype):  # a view on the array's buffer; the sort below makes the only copy
-        return np.frombuffer(a, dtype=dtype) if len(a) else np.zeros(0, dtype=dtype)
-
-    ts_ns = col(ts_a, np.int64)
-    order = np.argsort(ts_ns, kind="stable")
-    cols = dict(kind=col(kind_a, np.int8), cat=col(cat_a, np.int32), name=col(name_a, np.int32),
-                pid=col(pid_a, np.int64), tid=col(tid_a, np.int64), stream=col(stream_a, np.int64),
-                ts_ns=ts_ns, dur_ns=col(dur_a, np.int64), correlation=col(corr_a, np.int64),
-                external_id=col(ext_a, np.int64), nbytes=col(bytes_a, np.int64),
-                collective=col(coll_a, np.int32), process_group=col(pg_a, np.int32))
-    cols = {k: v[order] for k, v in cols.items()}
-    del kind_a, cat_a, name_a, coll_a, pg_a, pid_a, tid_a, stream_a, ts_a, dur_a, corr_a, ext_a, bytes_a
+    cols = builder.columns()
     dist = header.get("distributedInfo")
     if rank is None:
         rank = -1
         if isinstance(dist, dict):
-            r = _to_int(dist.get("rank"), -1)
+            r = to_int(dist.get("rank"), -1)
             rank = r if r >= 0 else -1
     meta = {k: v for k, v in header.items() if k in ("schemaVersion", "distributedInfo", "deviceProperties",
                                                      "baseTimeNanoseconds", "displayTimeUnit", "traceName")}
-    from trainperf.trace.annotate import annotate  # categories and steps, vectorized
-
-    table = EventTable(rank=rank, source=str(path), names=names, metadata=meta, thread_names=thread_names,
-                       ts_was_float=ts_float, n_skipped=skipped, **cols)
+    table = EventTable(rank=rank, source=str(path), names=builder.names, metadata=meta,
+                       thread_names=builder.thread_names, ts_was_float=builder.ts_float,
+                       n_skipped=builder.skipped, **cols)
     annotate(table)
     return table

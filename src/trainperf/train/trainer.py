@@ -77,6 +77,9 @@ def _init_distributed(device_type: str):
         return 0, 1, 0
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if device_type == "cuda":
+        if local_rank >= torch.cuda.device_count():
+            raise TrainperfError(f"--nproc: local rank {local_rank} has no GPU (this machine has "
+                                 f"{torch.cuda.device_count()}); use at most one process per GPU")
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
@@ -95,10 +98,12 @@ def _device_type(requested: str) -> str:
     return requested
 
 
-def measure_cpu_gemm_flops(n: int = 512, repeats: int = 5) -> float:
+def measure_cpu_gemm_flops(n: int = 1024, repeats: int = 12) -> float:
     """Return the best fp32 GEMM rate of this process on an n x n x n matmul (FLOP/s).
 
-    The CPU has no catalog peak; MFU on CPU is relative to this measured rate.
+    The CPU has no catalog peak; MFU on CPU is relative to this measured rate. Best of many
+    repeats of a large square GEMM, so that a busy moment at start-up does not understate
+    the peak (a small or single timing let the tiny model read MFU > 100%).
     """
     import torch
 

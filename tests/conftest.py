@@ -1,4 +1,4 @@
-"""Kernel tests run the Triton interpreter when no CUDA device is present.
+"""Kernel and bench tests run the Triton interpreter when no CUDA device is present.
 
 TRITON_INTERPRET must be set before triton is imported (Triton reads it when a kernel is
 decorated); trainperf.kernels also sets it on import, this makes the tests independent of

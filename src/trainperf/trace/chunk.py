@@ -1,0 +1,128 @@
+"""One batch of trace events as columns, before interning, and the generic (dict) way to build it.
+
+A `Chunk` is what every parser (typed msgspec structs, or plain dicts from orjson/json) turns a
+batch of raw events into: the eight integer columns already in their final units (ns) and the
+string columns still as Python strings, so that interning and `kind` are done once, identically,
+whatever parser produced the batch (`kineto.ColumnBuilder`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+INT64_MAX = (1 << 63) - 1
+INT_COLUMNS = ("ts_ns", "dur_ns", "pid", "tid", "correlation", "stream", "external_id", "nbytes")
+
+
+@dataclass
+class Chunk:
+    """Complete ("ph": "X") events of one batch, in file order.
+
+    ints: (n, 8) int64 array, columns INT_COLUMNS (ts/dur in ns, -1 where an id is absent);
+    cats, names: list of str; colls, pgs: list of str or None ("Collective name", "Process Group
+    Name" args); ts_float: some ts was a JSON float; skipped: entries dropped (not objects, or "X"
+    without ts/dur/cat or with unusable times); thread_names: {(pid, tid): name} of "M" events.
+    """
+
+    ints: np.ndarray
+    cats: list
+    names: list
+    colls: list
+    pgs: list
+    ts_float: bool = False
+    skipped: int = 0
+    thread_names: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.cats)
+
+
+def to_int(v, default: int = -1) -> int:
+    """An int from an int, integral float or numeric string; default otherwise."""
+    if v.__class__ is int:
+        return v if -INT64_MAX <= v <= INT64_MAX else default
+    try:
+        f = float(v)
+        if f != f or abs(f) > 9.2e18:
+            return default
+        return int(f)
+    except (TypeError, ValueError, OverflowError):
+        return default
+
+
+def _id(v) -> int:
+    return v if v.__class__ is int and -INT64_MAX < v < INT64_MAX else to_int(v)
+
+
+def _text(v) -> str:
+    return v if v.__class__ is str else str(v)
+
+
+def add_thread_name(out: dict, name, pid, tid, args) -> None:
+    """Record a "M" (metadata) event's thread name in out, as Chrome's thread_name convention."""
+    if name == "thread_name" and args.__class__ is dict:
+        out[(to_int(pid), to_int(tid))] = str(args.get("name", ""))
+
+
+def chunk_from_dicts(events: list) -> Chunk:
+    """The generic path: a Chunk from events parsed into dicts (any JSON value is tolerated).
+
+    Events without ts, dur or cat are dropped as HTA does; float (ns-resolution) times are split
+    into whole µs and fraction so the ns stay exact (tsf * 1000 would round to 256 ns at epoch µs).
+    """
+    flat: list = []
+    cats, names, colls, pgs = [], [], [], []
+    thread_names: dict = {}
+    ts_float = False
+    skipped = 0
+    for ev in events:
+        if ev.__class__ is not dict:
+            skipped += 1
+            continue
+        ph = ev.get("ph")
+        if ph != "X":
+            if ph == "M":
+                add_thread_name(thread_names, ev.get("name"), ev.get("pid"), ev.get("tid"), ev.get("args"))
+            continue
+        ts = ev.get("ts")
+        dur = ev.get("dur")
+        cat = ev.get("cat")
+        if ts is None or dur is None or cat is None:  # as HTA: events without dur or cat are dropped
+            skipped += 1
+            continue
+        try:
+            if ts.__class__ is int:
+                tsn = ts * 1000
+            else:
+                ts_float = True  # HTA rounds float (ns-resolution) traces: ceil start, floor end
+                tsf = float(ts)
+                whole = int(tsf)
+                tsn = whole * 1000 + round((tsf - whole) * 1000)
+            durn = dur * 1000 if dur.__class__ is int else round(float(dur) * 1000)
+        except (TypeError, ValueError, OverflowError):
+            skipped += 1
+            continue
+        if not -INT64_MAX - 1 <= tsn <= INT64_MAX:
+            skipped += 1
+            continue
+        if not -INT64_MAX - 1 <= durn <= INT64_MAX:
+            durn = 0
+        a = ev.get("args")
+        if a.__class__ is dict:
+            b = a.get("bytes")
+            flat.extend((tsn, durn, _id(ev.get("pid", -1)), _id(ev.get("tid", -1)), _id(a.get("correlation", -1)),
+                         _id(a.get("stream", -1)), _id(a.get("External id", -1)), -1 if b is None else to_int(b)))
+            cn = a.get("Collective name")
+            pg = a.get("Process Group Name")
+            colls.append(None if cn is None else _text(cn))
+            pgs.append(None if pg is None else _text(pg))
+        else:
+            flat.extend((tsn, durn, _id(ev.get("pid", -1)), _id(ev.get("tid", -1)), -1, -1, -1, -1))
+            colls.append(None)
+            pgs.append(None)
+        cats.append(_text(cat))
+        names.append(_text(ev.get("name", "")))
+    ints = np.array(flat, dtype=np.int64).reshape(-1, len(INT_COLUMNS))
+    return Chunk(ints, cats, names, colls, pgs, ts_float, skipped, thread_names)

@@ -1,0 +1,176 @@
+"""The fast path: decode a batch of Kineto events with msgspec straight into typed structs.
+
+Why: building a Python dict for every event (orjson, json) and then reading it in a Python loop
+is most of the loading cost. `msgspec.json.Decoder(list[...])` skips, in C, every key we do not
+need (grid, block, occupancy, ...), makes one small struct per complete event and an empty one for
+flow/instant/counter events (tagged on "ph"), and checks the types on the way. The schema is
+strict (ts/dur int, ids int, names str): a batch that does not fit it exactly (a null, a string
+id, a ts beyond int64, an unknown phase) gets `None` here and is re-read by the generic dict path,
+so both paths give identical columns. Measured in docs/benchmarks/diagnose.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
+import msgspec
+import numpy as np
+
+from trainperf.trace.chunk import INT64_MAX, INT_COLUMNS, Chunk, add_thread_name, to_int
+
+_TS_LIMIT = (1 << 63) // 1000 - 1  # |ts| or |dur| in µs whose ns still fit in int64
+_EXACT_FLOAT = float(1 << 53)  # ints below this convert to float64 exactly
+_INT64_MIN = -(1 << 63)
+
+
+class Args(msgspec.Struct, frozen=True, gc=False):
+    """The args we keep (others are skipped unparsed)."""
+
+    correlation: int = -1
+    stream: int = -1
+    external_id: int = msgspec.field(default=-1, name="External id")
+    bytes: int = -1
+    collective: Optional[str] = msgspec.field(default=None, name="Collective name")
+    process_group: Optional[str] = msgspec.field(default=None, name="Process Group Name")
+
+
+NO_ARGS = Args()
+
+
+class LenientArgs(msgspec.Struct, frozen=True, gc=False):
+    """Args of the lenient schema: a stream may be a string ("0x0" in ROCm traces)."""
+
+    correlation: int = -1
+    stream: Union[int, str] = -1
+    external_id: int = msgspec.field(default=-1, name="External id")
+    bytes: int = -1
+    collective: Optional[str] = msgspec.field(default=None, name="Collective name")
+    process_group: Optional[str] = msgspec.field(default=None, name="Process Group Name")
+
+
+NO_LENIENT_ARGS = LenientArgs()
+
+
+class IntEvent(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+    """A complete event with integer µs times (the common schema)."""
+
+    cat: Optional[str] = None
+    name: str = ""
+    pid: int = -1
+    tid: int = -1
+    ts: Optional[int] = None
+    dur: Optional[int] = None
+    args: Args = NO_ARGS
+
+
+class LenientEvent(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+    """A complete event whose times may be floats (ns-resolution traces) and whose pid/tid may be
+    strings (the "Spans" / "PyTorch Profiler" span Kineto writes at the end of a trace)."""
+
+    cat: Optional[str] = None
+    name: str = ""
+    pid: Union[int, str] = -1
+    tid: Union[int, str] = -1
+    ts: Union[int, float, None] = None
+    dur: Union[int, float, None] = None
+    args: LenientArgs = NO_LENIENT_ARGS
+
+
+class Metadata(msgspec.Struct, tag_field="ph", tag="M", gc=False):
+    """A metadata event (thread and process names); fields of any type, checked like the dict path."""
+
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    args: Any = None
+
+
+# every other phase of the Chrome trace event format: decoded to an empty struct (content skipped)
+_OTHER_PHASES = tuple("BEIiCbneSTpFstfPONDRcVv()")
+_SKIPPED = tuple(msgspec.defstruct(f"Phase{i}", [], tag_field="ph", tag=p, gc=False) for i, p in enumerate(_OTHER_PHASES))
+_INT_DECODER = msgspec.json.Decoder(list[Union[(IntEvent, Metadata) + _SKIPPED]])  # type: ignore[misc]
+_LENIENT_DECODER = msgspec.json.Decoder(list[Union[(LenientEvent, Metadata) + _SKIPPED]])  # type: ignore[misc]
+
+
+def decode_chunk(data: bytes) -> Chunk | None:
+    """A Chunk from a JSON array of events, or None when the batch does not fit the strict schema
+    (including when it is not valid JSON: the caller's generic parser then says what is wrong)."""
+    try:
+        events = _INT_DECODER.decode(data)
+        cls = IntEvent
+    except msgspec.DecodeError:
+        try:
+            events = _LENIENT_DECODER.decode(data)
+            cls = LenientEvent
+        except msgspec.DecodeError:
+            return None
+    xs = [e for e in events if e.__class__ is cls]
+    thread_names: dict = {}
+    if len(xs) != len(events):
+        for e in [e for e in events if e.__class__ is Metadata]:
+            add_thread_name(thread_names, e.name, e.pid, e.tid, e.args)
+    n = len(xs)
+    cats = [e.cat for e in xs]
+    if None in cats:  # as HTA, such events are dropped: the dict path counts them
+        return None
+    flat: list = []
+    extend = flat.extend
+    for e in xs:
+        a = e.args
+        extend((e.ts, e.dur, e.pid, e.tid, a.correlation, a.stream, a.external_id, a.bytes))
+    ts_float = False
+    if cls is IntEvent:
+        try:
+            ints = np.fromiter(flat, dtype=np.int64, count=len(flat)).reshape(n, len(INT_COLUMNS))
+        except (TypeError, OverflowError):  # a missing time, or an int beyond int64
+            return None
+        times = ints[:, :2]
+        if ((times < -_TS_LIMIT) | (times > _TS_LIMIT)).any():
+            return None
+        times *= 1000
+    else:  # np.fromiter would truncate floats silently: the times take the vectorized float path
+        got = _lenient_ints(flat, n)
+        if got is None:
+            return None
+        ints, ts_float = got
+    if n and (ints[:, 2:] == _INT64_MIN).any():  # the dict path maps -2^63 to "absent"
+        return None
+    return Chunk(ints, cats, [e.name for e in xs], [e.args.collective for e in xs],
+                 [e.args.process_group for e in xs], ts_float, 0, thread_names)
+
+
+def _lenient_ints(flat: list, n: int) -> tuple[np.ndarray, bool] | None:
+    """(columns, some ts was a float) when ts/dur may be JSON floats and pid/tid/stream strings:
+    the dict path's arithmetic, vectorized for the times (trunc, then round half to even of the
+    fraction, as Python's int() and round()), and its own conversion for string ids."""
+    width = len(INT_COLUMNS)
+    out = np.empty((n, width), dtype=np.int64)
+    try:
+        for j in range(2, width):
+            col = flat[j::width]
+            if j in (2, 3, 5):  # pid, tid, stream: ints or strings
+                col = [v if v.__class__ is int and -INT64_MAX < v < INT64_MAX else to_int(v) for v in col]
+            out[:, j] = np.fromiter(col, dtype=np.int64, count=n)
+    except (TypeError, OverflowError):  # an id beyond int64
+        return None
+    ts = np.array(flat[0::width])
+    dur = np.array(flat[1::width])
+    ts_float = n > 0 and ts.dtype == np.float64
+    for j, v in enumerate((ts, dur)):
+        if n == 0:
+            break
+        if v.dtype == np.int64:
+            if ((v < -_TS_LIMIT) | (v > _TS_LIMIT)).any():
+                return None
+            out[:, j] = v * 1000
+        elif v.dtype == np.float64:  # ints among them convert exactly below 2^53 (dur: 2^53 ns)
+            if not np.isfinite(v).all() or (np.abs(v) >= (_EXACT_FLOAT if j == 0 else _EXACT_FLOAT / 1000)).any():
+                return None
+            if j == 0:
+                whole = np.trunc(v)
+                out[:, 0] = whole.astype(np.int64) * 1000 + np.round((v - whole) * 1000).astype(np.int64)
+            else:
+                out[:, 1] = np.round(v * 1000).astype(np.int64)
+        else:  # None (a missing time) or an int beyond int64: the dict path decides
+            return None
+    return out, ts_float
