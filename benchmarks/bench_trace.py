@@ -6,7 +6,10 @@ For each tool and case: CPU seconds (process + children), wall seconds, peak RSS
 imports, median of --repeat runs. Memory ratio = (peak RSS - RSS after imports) / JSON bytes of
 one rank (the parse worker's own cost, as HTA's "100 MB plus 5x the JSON per worker").
 
-    .venv/bin/python benchmarks/bench_trace.py [--repeat 3] [--hta-python /tmp/hta-venv/bin/python]
+    .venv/bin/python benchmarks/bench_trace.py [--repeat 3] [--options] [--hta-python /tmp/hta-venv/bin/python]
+
+--options first compares the loader's own options (isal or zlib inflater, msgspec typed structs or
+orjson/json dicts) on df_index_resolver, interleaved run by run.
 """
 
 from __future__ import annotations
@@ -27,9 +30,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_hta import run_hta  # noqa: E402
 
 OURS = r'''
-import json, resource, sys, time
+import gzip, json, resource, sys, time, zlib
 import numpy, trainperf.trace
-from trainperf.trace import load_trace
+from trainperf.trace import kineto, load_trace
+opts = sys.argv[2].split(",") if len(sys.argv) > 2 and sys.argv[2] else []
+if "zlib" in opts:  # the stdlib inflater instead of isal's igzip
+    kineto._gzip_module, kineto._IsalError = gzip, zlib.error
+if "dicts" in opts:  # the generic path: events parsed into dicts, then a Python loop
+    kineto._typed_decode = None
+if "json" in opts:  # the stdlib json module instead of orjson (no optional dependency at all)
+    kineto._loads, kineto._DecodeError = json.loads, (ValueError,)
 def hwm_mb():  # this process's peak RSS (VmHWM); ru_maxrss would carry the parent's peak across exec
     return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024
 base = hwm_mb()
@@ -43,8 +53,14 @@ print(json.dumps({"cpu_s": time.process_time() - c0 + ch.ru_utime + ch.ru_stime,
 '''
 
 
-def run_ours(path: Path) -> dict:
-    r = subprocess.run([sys.executable, "-c", OURS, str(path)], capture_output=True, text=True, timeout=900)
+# loader options measured side by side (--options): inflater x parser
+OPTIONS = {"isal + msgspec typed structs (default)": "", "zlib + msgspec typed structs": "zlib",
+           "isal + orjson dicts": "dicts", "zlib + orjson dicts (the previous parsing)": "zlib,dicts",
+           "zlib + json dicts (no optional dependency)": "zlib,dicts,json"}
+
+
+def run_ours(path: Path, options: str = "") -> dict:
+    r = subprocess.run([sys.executable, "-c", OURS, str(path), options], capture_output=True, text=True, timeout=900)
     if r.returncode != 0:
         raise SystemExit(r.stderr)
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -77,8 +93,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--hta-python", default="/tmp/hta-venv/bin/python")
+    ap.add_argument("--options", action="store_true",
+                    help="also compare the loader's inflater/parser options on df_index_resolver")
     args = ap.parse_args()
     single = DATA / "df_index_resolver"
+    if args.options:
+        compare_options(single, args.repeat)
     eight = make_8_ranks(DATA / "negative_queue_length_values_check/rank0.json.gz",
                          Path(tempfile.gettempdir()) / "trainperf-bench-8rank")
     print("| case | JSON MB (total / per rank) | tool | CPU s | wall s | peak RSS MB main / parse worker | "
@@ -102,6 +122,24 @@ def main() -> None:
         print(f"| {name} | | HTA / trainperf | {h['cpu_s'] / o['cpu_s']:.1f}x | {h['wall_s'] / o['wall_s']:.1f}x | "
               f"{h['peak_rss_mb'] / o['peak_rss_mb']:.1f}x (overall peak) | | {h['ratio'] / o['ratio']:.1f}x |",
               flush=True)
+
+def compare_options(path: Path, repeat: int) -> None:
+    """Median CPU and peak memory of each loader option on one trace, interleaved run by run."""
+    _, per = json_mb(path)
+    runs: dict[str, list] = {name: [] for name in OPTIONS}
+    for _ in range(repeat):  # interleaved so that machine load hits every option alike
+        for name, opts in OPTIONS.items():
+            runs[name].append(run_ours(path, opts))
+    base = statistics.median(r["cpu_s"] for r in runs[next(iter(OPTIONS))])
+    print(f"| loader option ({path.name}, {per:.1f} MB JSON) | CPU s (median of {repeat}) | vs default | "
+          "parse cost (peak - imports) / JSON |")
+    print("|---|---|---|---|")
+    for name, rs in runs.items():
+        m = median_of(rs)
+        print(f"| {name} | {m['cpu_s']:.3f} | {m['cpu_s'] / base:.2f}x | "
+              f"{(m['main_peak_rss_mb'] - m['base_rss_mb']) / per:.2f}x |", flush=True)
+    print()
+
 
 if __name__ == "__main__":
     main()

@@ -62,7 +62,7 @@ def test_typed_path_is_used_and_matches_dicts(tmp_path, monkeypatch):
     p = b.write(tmp_path / "t.json.gz")
     calls = []
     real = kineto._typed_decode
-    monkeypatch.setattr(kineto, "_typed_decode", lambda data: calls.append(real(data)) or calls[-1])
+    monkeypatch.setattr(kineto, "_typed_decode", lambda data, loads: calls.append(real(data, loads)) or calls[-1])
     fast, slow = _read_both(p, monkeypatch, chunk=4096)
     assert calls and all(c is not None for c in calls)  # every batch took the typed path
     _assert_same(fast, slow)
@@ -118,8 +118,16 @@ _num = st.one_of(st.integers(-(1 << 64), 1 << 64), st.integers(-(1 << 63), (1 <<
                  st.floats(-1e6, 1e6).map(lambda v: round(v, 3)), st.just(-(1 << 63)))
 _any = st.one_of(_num, st.none(), st.booleans(), st.text(max_size=4), st.sampled_from(["0x0", "12", "Spans"]),
                  st.lists(st.integers(), max_size=2))
-_time = st.one_of(st.integers(0, 1 << 52), st.floats(0, 1e13).map(lambda v: round(v, 3)), st.integers(-5, 5))
-_id = st.one_of(st.integers(0, 1 << 40), st.integers(0, 1 << 40), st.sampled_from(["Spans", "0x0", "17"]))
+_int_times = st.one_of(st.integers(0, 1 << 52), st.integers(-5, 5),  # and µs whose ns overflow int64:
+                       st.sampled_from([1 << 62, -(1 << 62), 9223372036854776, 9223372036854775]))
+_time = st.one_of(_int_times, _int_times, _int_times, st.floats(0, 1e13).map(lambda v: round(v, 3)))
+_big = st.one_of(st.integers(0, 1 << 40), st.integers(0, 1 << 40), st.integers(0, 1 << 40),
+                st.sampled_from([-(1 << 63), (1 << 63) - 1, 1 << 63, 1 << 64]))  # int64 edges, beyond int64
+_id = st.one_of(_big, st.sampled_from(["Spans", "0x0", "17"]))
+
+
+def _without(event: dict, key: str) -> dict:
+    return {k: v for k, v in event.items() if k != key}
 
 
 def _event(dirty: bool):
@@ -127,16 +135,23 @@ def _event(dirty: bool):
     def f(s):
         return st.one_of(s, s, s, _any) if dirty else s
     args = st.fixed_dictionaries({}, optional={
-        "correlation": f(st.integers(0, 1 << 40)), "stream": f(_id), "External id": f(st.integers(0, 1 << 40)),
+        "correlation": f(_big), "stream": f(_id), "External id": f(_big),
         "bytes": f(st.integers(0, 1 << 30)), "Collective name": f(st.sampled_from(["allreduce", "allgather"])),
         "Process Group Name": f(st.sampled_from(["0", "1"])), "grid": st.just([1, 2, 3]), "name": _any})
-    return st.fixed_dictionaries({"ph": f(st.sampled_from(["X", "X", "X", "M", "i", "f", "s"]))}, optional={
-        "cat": f(st.sampled_from(["kernel", "cpu_op", "cuda_runtime", "gpu_memcpy", "Trace"])),
-        "name": f(st.sampled_from(["thread_name", "aten::mm", "ncclDevKernel_AllReduce_Sum_f32_RING_LL"])),
-        "pid": f(_id), "tid": f(_id), "ts": f(_time), "dur": f(_time), "args": f(args)})
+    required = {"ph": f(st.sampled_from(["X", "X", "X", "M", "i", "f", "s"])), "ts": f(_time)}
+    optional = {"name": f(st.sampled_from(["thread_name", "aten::mm", "ncclDevKernel_AllReduce_Sum_f32_RING_LL"])),
+                "pid": f(_id), "tid": f(_id), "args": f(args)}
+    if dirty:
+        optional.update(cat=f(st.sampled_from(["kernel", "Trace"])), dur=f(_time))
+    else:  # as profilers write them: every complete event has a category and a duration
+        required.update(cat=st.sampled_from(["kernel", "cpu_op", "cuda_runtime", "gpu_memcpy", "Trace"]), dur=_time)
+    return st.fixed_dictionaries(required, optional=optional)
 
 
 _events = st.one_of(st.lists(_event(False), min_size=1, max_size=30),
+                    st.lists(_event(False).flatmap(lambda e: st.sampled_from([e, _without(e, "cat"),
+                                                                               _without(e, "dur")])),
+                             min_size=1, max_size=30),  # well typed, some without cat or dur (dropped, as HTA)
                     st.lists(st.one_of(_event(False), _event(True), _any), min_size=1, max_size=30))
 
 
@@ -164,3 +179,41 @@ def test_typed_and_dict_paths_agree_on_any_field_types(events, chunk, tmp_path_f
         assert fast == slow
     else:
         _assert_same(fast, slow)
+
+
+_WITHOUT = r"""
+import json, sys
+for m in sys.argv[2].split(","):
+    sys.modules[m] = None  # makes `import m` raise ImportError, as if the package were not installed
+from trainperf.trace import kineto, read_kineto
+t = read_kineto(sys.argv[1])
+print(json.dumps({"typed": kineto._typed_decode is not None, "inflater": kineto._gzip_module.__name__,
+                  "loads": kineto._loads.__module__, "names": t.names, "name": t.name.tolist(),
+                  "ts": t.ts_ns.tolist(), "dur": t.dur_ns.tolist(), "stream": t.stream.tolist(),
+                  "nbytes": t.nbytes.tolist(), "step": t.step.tolist(), "category": t.category.tolist()}))
+"""
+
+
+@pytest.mark.parametrize("blocked", ["msgspec", "isal", "msgspec,isal,orjson"])
+def test_loader_without_optional_packages_reads_the_same(tmp_path, blocked):
+    # each optional package really absent (import fails in a fresh interpreter): same table, other parser
+    import subprocess
+    import sys
+
+    b = TraceBuilder(ns=True)
+    b.step(1, 0, 500)
+    b.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 10.5, 20.25, 30.125, stream=9)
+    b.launch("Memcpy HtoD (Pageable -> Device)", 60, 200, 10, cat="gpu_memcpy", runtime="cudaMemcpyAsync", bytes=4096)
+    p = b.write(tmp_path / "t.json.gz")
+    runs = {}
+    for mods in ("no_such_package", blocked):
+        r = subprocess.run([sys.executable, "-c", _WITHOUT, str(p), mods], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        runs[mods] = json.loads(r.stdout)
+    full, without = runs["no_such_package"], runs[blocked]
+    assert full["typed"] and full["inflater"] == "isal.igzip" and full["loads"] == "orjson"
+    assert without["typed"] is ("msgspec" not in blocked)
+    assert (without["inflater"] == "gzip") is ("isal" in blocked)
+    assert (without["loads"] == "json") is ("orjson" in blocked)
+    for k in ("names", "name", "ts", "dur", "stream", "nbytes", "step", "category"):
+        assert full[k] == without[k], k

@@ -76,7 +76,7 @@ def _invalid(path: Path, err: Exception) -> TrainperfError:
 def _decode_events(data: bytes) -> Chunk:
     """The events of a JSON array as a Chunk; raises one of _DecodeError when data is not valid JSON."""
     if _typed_decode is not None:
-        chunk = _typed_decode(data)
+        chunk = _typed_decode(data, _loads)
         if chunk is not None:
             return chunk
     events = _loads(data)

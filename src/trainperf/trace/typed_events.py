@@ -4,14 +4,17 @@ Why: building a Python dict for every event (orjson, json) and then reading it i
 is most of the loading cost. `msgspec.json.Decoder(list[...])` skips, in C, every key we do not
 need (grid, block, occupancy, ...), makes one small struct per complete event and an empty one for
 flow/instant/counter events (tagged on "ph"), and checks the types on the way. The schema is
-strict (ts/dur int, ids int, names str): a batch that does not fit it exactly (a null, a string
-id, a ts beyond int64, an unknown phase) gets `None` here and is re-read by the generic dict path,
-so both paths give identical columns. Measured in docs/benchmarks/diagnose.md.
+strict (ts/dur int, ids int, names str); a batch that does not fit it is decoded again with a
+lenient one (float ns times, string pid/tid/stream as Kineto writes for its "Spans" event and ROCm
+for streams), and one that fits neither (a null, an id beyond int64, an unknown phase) gets `None`
+here and is re-read by the generic dict path (`chunk.chunk_from_dicts`). Every conversion repeats
+the dict path's rules exactly, so both give identical columns (tests/trace/test_trace_parsers.py
+checks it on random field types). Measured in docs/benchmarks/diagnose.md.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
 import msgspec
 import numpy as np
@@ -76,25 +79,31 @@ class LenientEvent(msgspec.Struct, tag_field="ph", tag="X", gc=False):
     args: LenientArgs = NO_LENIENT_ARGS
 
 
-class Metadata(msgspec.Struct, tag_field="ph", tag="M", gc=False):
-    """A metadata event (thread and process names); fields of any type, checked like the dict path."""
+_NULL = msgspec.Raw(b"null")
 
-    name: Any = None
-    pid: Any = None
-    tid: Any = None
-    args: Any = None
+
+class Metadata(msgspec.Struct, tag_field="ph", tag="M", gc=False):
+    """A metadata event (thread and process names): fields kept as raw JSON, parsed by the generic
+    parser so that odd values (e.g. integers beyond 64 bits) read exactly as on the dict path."""
+
+    name: msgspec.Raw = _NULL
+    pid: msgspec.Raw = _NULL
+    tid: msgspec.Raw = _NULL
+    args: msgspec.Raw = _NULL
 
 
 # every other phase of the Chrome trace event format: decoded to an empty struct (content skipped)
 _OTHER_PHASES = tuple("BEIiCbneSTpFstfPONDRcVv()")
-_SKIPPED = tuple(msgspec.defstruct(f"Phase{i}", [], tag_field="ph", tag=p, gc=False) for i, p in enumerate(_OTHER_PHASES))
+_SKIPPED = tuple(msgspec.defstruct(f"Phase{i}", [], tag_field="ph", tag=p, gc=False)
+                 for i, p in enumerate(_OTHER_PHASES))
 _INT_DECODER = msgspec.json.Decoder(list[Union[(IntEvent, Metadata) + _SKIPPED]])  # type: ignore[misc]
 _LENIENT_DECODER = msgspec.json.Decoder(list[Union[(LenientEvent, Metadata) + _SKIPPED]])  # type: ignore[misc]
 
 
-def decode_chunk(data: bytes) -> Chunk | None:
+def decode_chunk(data: bytes, loads) -> Chunk | None:
     """A Chunk from a JSON array of events, or None when the batch does not fit the strict schema
-    (including when it is not valid JSON: the caller's generic parser then says what is wrong)."""
+    (including when it is not valid JSON: the caller's generic parser then says what is wrong).
+    `loads` is that generic parser (orjson.loads or json.loads), used for metadata events."""
     try:
         events = _INT_DECODER.decode(data)
         cls = IntEvent
@@ -108,10 +117,33 @@ def decode_chunk(data: bytes) -> Chunk | None:
     thread_names: dict = {}
     if len(xs) != len(events):
         for e in [e for e in events if e.__class__ is Metadata]:
-            add_thread_name(thread_names, e.name, e.pid, e.tid, e.args)
+            try:
+                if loads(bytes(e.name)) == "thread_name":
+                    add_thread_name(thread_names, "thread_name", loads(bytes(e.pid)), loads(bytes(e.tid)),
+                                    loads(bytes(e.args)))
+            except ValueError:  # the generic parser rejects a value msgspec let through: it decides
+                return None
+    got = _columns(xs, cls)
+    skipped = 0
+    if got is None:  # maybe events without ts, dur or cat: drop them as the dict path (and HTA) does
+        complete = [e for e in xs if e.cat is not None and e.ts is not None and e.dur is not None]
+        if len(complete) == len(xs):
+            return None
+        skipped, xs = len(xs) - len(complete), complete
+        got = _columns(xs, cls)
+        if got is None:
+            return None
+    ints, cats, ts_float = got
+    return Chunk(ints, cats, [e.name for e in xs], [e.args.collective for e in xs],
+                 [e.args.process_group for e in xs], ts_float, skipped, thread_names)
+
+
+def _columns(xs: list, cls) -> tuple[np.ndarray, list, bool] | None:
+    """(int columns, cats, some ts was a float) of complete events, or None when a value needs the
+    dict path's judgement (a missing ts/dur/cat, a time or id beyond int64, -2^63)."""
     n = len(xs)
     cats = [e.cat for e in xs]
-    if None in cats:  # as HTA, such events are dropped: the dict path counts them
+    if None in cats:
         return None
     flat: list = []
     extend = flat.extend
@@ -135,8 +167,7 @@ def decode_chunk(data: bytes) -> Chunk | None:
         ints, ts_float = got
     if n and (ints[:, 2:] == _INT64_MIN).any():  # the dict path maps -2^63 to "absent"
         return None
-    return Chunk(ints, cats, [e.name for e in xs], [e.args.collective for e in xs],
-                 [e.args.process_group for e in xs], ts_float, 0, thread_names)
+    return ints, cats, ts_float
 
 
 def _lenient_ints(flat: list, n: int) -> tuple[np.ndarray, bool] | None:
