@@ -1,31 +1,94 @@
-"""Overhead of trainperf.monitor on a real training step, measured two ways in one run.
+"""Overhead of trainperf.monitor on a real training step: an interleaved A/B with confidence intervals.
 
-1. A/B: the tiny model's training step (forward, backward, AdamW) timed in pairs (one bare
-   step and one monitored step per round, in random order: machine noise hits both arms
-   alike) with and without the monitor (step context, data/phase blocks, loss read, one metrics
-   line written to disk per step); medians of each arm and their ratio.
-2. Direct: the monitor's own cost per step (an empty monitored step minus an empty bare
-   loop iteration), as a fraction of the median bare step time. On a shared machine the A/B
-   ratio carries the machine's noise; the direct figure isolates the monitor.
+Arms, all on one model and optimizer in one process, each running the same training step
+(forward, backward, AdamW, ``loss.item()``):
 
-    python benchmarks/bench_monitor.py [--rounds 200 --block 1]
+* ``bare``: the loop without the monitor;
+* ``monitor``: the same loop inside ``mon.step()`` with a ``data()`` block, three
+  ``phase()`` blocks and the loss handed to the monitor, writing metrics.jsonl to disk;
+* ``baseline`` (with ``--baseline-rev REV``): the same with the monitor package as committed
+  at git revision REV (read with ``git show``, imported from a temporary folder), so an
+  optimisation is measured before/after in one run, on the same machine state.
+
+Each round runs every arm for ``--block`` consecutive steps, in a random order (a machine
+hiccup or a warm cache hits the arms alike; the block keeps each arm's after-effects, such
+as cache pollution, mostly inside its own block). Per arm and round, the block's mean step
+time; overhead = arm / bare - 1 over rounds, two estimators with 95% bootstrap confidence
+intervals (resampling rounds):
+
+* ``paired median``: the median over rounds of the per-round ratio (robust to noise spikes);
+* ``total``: total time of the arm / total time of bare (every cost amortised, including the
+  monitor's batched writes; sensitive to noise spikes from other jobs on a shared machine).
+
+``--breakdown`` then times the monitor's own calls inside the real loop (perf_counter at
+the block boundaries, cold caches included): what the monitor costs per step with no A/B
+noise, as a fraction of the bare step.
+
+    python benchmarks/bench_monitor.py [--rounds 300 --block 8 --baseline-rev HEAD --breakdown]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_baseline_monitor(rev: str):
+    """Return the Monitor class of trainperf.monitor as committed at git revision ``rev``."""
+    tmp = Path(tempfile.mkdtemp(prefix="monitor_baseline_"))
+    pkg = tmp / "tp_monitor_baseline"
+    pkg.mkdir()
+    for name in ("monitor.py", "memory.py", "goodput.py", "metadata.py"):
+        src = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:src/trainperf/monitor/{name}"],
+                             capture_output=True, text=True, check=True).stdout
+        (pkg / name).write_text(src.replace("trainperf.monitor.", "tp_monitor_baseline."))
+    (pkg / "__init__.py").write_text("")
+    sys.path.insert(0, str(tmp))
+    return importlib.import_module("tp_monitor_baseline.monitor").Monitor
+
+
+def bootstrap_ci(rounds: list[tuple[float, float]], stat, n_boot: int, seed: int = 0) -> tuple[float, float]:
+    """Return the 2.5 and 97.5 percentiles of ``stat`` over rounds resampled with replacement."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    arr = np.asarray(rounds)
+    idx = rng.integers(0, len(arr), size=(n_boot, len(arr)))
+    vals = np.array([stat(arr[i]) for i in idx])
+    return float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))
+
+
+def paired_median(a) -> float:
+    """Median over rounds of arm / bare - 1; ``a`` rows are (bare, arm) block means."""
+    import numpy as np
+
+    return float(np.median(a[:, 1] / a[:, 0]) - 1.0)
+
+
+def total_ratio(a) -> float:
+    """Total arm time / total bare time - 1; ``a`` rows are (bare, arm) block means."""
+    return float(a[:, 1].sum() / a[:, 0].sum() - 1.0)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="tiny")
-    ap.add_argument("--rounds", type=int, default=200)
-    ap.add_argument("--block", type=int, default=1, help="steps per arm per round")
+    ap.add_argument("--batch", type=int, default=1, help="sequences per step")
+    ap.add_argument("--rounds", type=int, default=300)
+    ap.add_argument("--block", type=int, default=8, help="consecutive steps per arm per round")
+    ap.add_argument("--baseline-rev", default=None, help="also measure the monitor as committed at this git rev")
+    ap.add_argument("--breakdown", action="store_true", help="time the monitor's own calls inside the loop")
+    ap.add_argument("--boot", type=int, default=2000, help="bootstrap resamples")
     args = ap.parse_args(argv)
 
     import torch
@@ -38,77 +101,165 @@ def main(argv: list[str] | None = None) -> int:
     spec = load_model(args.model)
     model = build_model(spec)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
-    x = torch.randint(0, spec.vocab, (1, spec.seq_len))
-    y = torch.randint(0, spec.vocab, (1, spec.seq_len))
+    x = torch.randint(0, spec.vocab, (args.batch, spec.seq_len))
+    y = torch.randint(0, spec.vocab, (args.batch, spec.seq_len))
+    tokens = args.batch * spec.seq_len
+    batches = [(x, y)]
 
     def bare_step():
-        loss = model(x, y)
+        xb, yb = batches[0]
+        loss = model(xb, yb)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return loss.item()
+        loss.item()
 
-    with tempfile.TemporaryDirectory() as tmp:
-        mon = Monitor(tmp, model=spec, peak_flops=1e12, start_time=time.time())
-        step_no = [0]
+    def make_monitored(mon):
+        n = [0]
 
         def monitored_step():
-            step_no[0] += 1
-            with mon.step(step_no[0], tokens=spec.seq_len) as st:
+            n[0] += 1
+            with mon.step(n[0], tokens=tokens) as st:
                 with st.data():
-                    pass
+                    xb, yb = batches[0]
                 with st.phase("forward"):
-                    loss = model(x, y)
+                    loss = model(xb, yb)
                 with st.phase("backward"):
                     loss.backward()
                 with st.phase("optimizer"):
                     opt.step()
                     opt.zero_grad(set_to_none=True)
-                st.loss = loss
+                st.loss = loss  # read (.item()) by the monitor at the end of the step
 
-        for _ in range(5):  # warm-up both paths
-            bare_step()
-            monitored_step()
-        bare, monitored = [], []
+        return monitored_step
+
+    load0 = os.getloadavg()
+    t_begin = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    with tempfile.TemporaryDirectory() as tmp:
+        monitors = {"monitor": Monitor(Path(tmp) / "new", model=spec, peak_flops=1e12, start_time=time.time())}
+        if args.baseline_rev:
+            Baseline = load_baseline_monitor(args.baseline_rev)
+            monitors["baseline"] = Baseline(Path(tmp) / "old", model=spec, peak_flops=1e12, start_time=time.time())
+        arms = {"bare": bare_step, **{k: make_monitored(m) for k, m in monitors.items()}}
+        for _ in range(10):  # warm-up every path
+            for fn in arms.values():
+                fn()
+        times: dict[str, list[list[float]]] = {k: [] for k in arms}
         order = random.Random(0)
+        pc = time.perf_counter
         for _ in range(args.rounds):
-            arms = [(bare, bare_step), (monitored, monitored_step)]
-            order.shuffle(arms)  # no arm always runs first (caches, allocator, page cache)
-            for arm, fn in arms:
+            names = list(arms)
+            order.shuffle(names)
+            for name in names:
+                fn, block = arms[name], []
                 for _ in range(args.block):
-                    t = time.perf_counter()
+                    t = pc()
                     fn()
-                    arm.append(time.perf_counter() - t)
+                    block.append(pc() - t)
+                times[name].append(block)
 
-        # direct cost of the monitor: empty monitored steps vs an empty loop
-        n = 2000
-        t = time.perf_counter()
-        for _ in range(n):
-            pass
-        empty_loop = (time.perf_counter() - t) / n
-        t = time.perf_counter()
-        for i in range(n):
-            step_no[0] += 1
-            with mon.step(step_no[0], tokens=spec.seq_len) as st:
-                with st.data():
-                    pass
-                with st.phase("forward"):
-                    pass
-                with st.phase("backward"):
-                    pass
-                with st.phase("optimizer"):
-                    pass
-                st.loss = 1.0
-        own = (time.perf_counter() - t) / n - empty_loop
-        mon.close()
+        breakdowns = {}
+        if args.breakdown:  # each monitor in turn, in blocks, so that both see the same machine
+            n_bd = max(args.rounds, 200)
+            for _ in range(4):
+                for name, mon in monitors.items():
+                    part = measure_breakdown(mon, model, opt, batches, tokens, n=n_bd // 4)
+                    for k, v in part.items():
+                        breakdowns.setdefault(name, {}).setdefault(k, []).extend(v)
+        lines_written = {k: sum(1 for _ in open(Path(tmp) / d / "metrics.jsonl"))
+                         for k, d in (("monitor", "new"), ("baseline", "old")) if k in monitors}
+        for m in monitors.values():
+            m.close()
+    load1 = os.getloadavg()
 
-    mb, mm = statistics.median(bare), statistics.median(monitored)
-    print(f"model {spec.name}, {len(bare)} steps per arm in {args.rounds} interleaved rounds")
-    pair = statistics.median(m / b for b, m in zip(bare, monitored)) if args.block == 1 else float("nan")
-    print(f"A/B   median step: bare {mb * 1e3:.3f} ms, monitored {mm * 1e3:.3f} ms, ratio {mm / mb:.4f}; "
-          f"median of paired ratios {pair:.4f}")
-    print(f"direct monitor cost per step: {own * 1e6:.1f} us = {own / mb * 100:.3f}% of the bare step")
+    bare_all = [t for b in times["bare"] for t in b]
+    mb = statistics.median(bare_all)
+    print(f"{t_begin}; model {spec.name}, {tokens} tokens/step; {args.rounds} rounds x {args.block} steps per arm; "
+          f"load {load0[0]:.2f} -> {load1[0]:.2f}")
+    print(f"{'arm':9s} {'median step':>12s} {'mean step':>10s}   overhead: paired median [95% CI]      "
+          f"total [95% CI]             per-round ratio IQR")
+    for name in arms:
+        flat = [t for b in times[name] for t in b]
+        row = f"{name:9s} {statistics.median(flat) * 1e3:9.3f} ms {statistics.fmean(flat) * 1e3:7.3f} ms"
+        if name != "bare":
+            pairs = [(statistics.fmean(b0), statistics.fmean(b1)) for b0, b1 in zip(times["bare"], times[name])]
+            import numpy as np
+
+            arr = np.asarray(pairs)
+            pm, (pl, ph) = paired_median(arr), bootstrap_ci(pairs, paired_median, args.boot)
+            tr, (tl, th) = total_ratio(arr), bootstrap_ci(pairs, total_ratio, args.boot)
+            q1, q3 = np.percentile(arr[:, 1] / arr[:, 0] - 1, [25, 75])
+            row += (f"   {pm * 100:+6.2f}% [{pl * 100:+.2f}, {ph * 100:+.2f}]   {tr * 100:+6.2f}% "
+                    f"[{tl * 100:+.2f}, {th * 100:+.2f}]   [{q1 * 100:+.2f}, {q3 * 100:+.2f}]%")
+        print(row)
+    for k, n in lines_written.items():
+        print(f"{k}: {n} metrics lines written")
+    for name, breakdown in breakdowns.items():
+        print(f"{name}: its own calls inside the loop (us per step; median / mean):")
+        for k, v in breakdown.items():
+            print(f"  {k:38s} {statistics.median(v) * 1e6:7.1f} / {statistics.fmean(v) * 1e6:7.1f}")
+        total = [sum(vals) for vals in zip(*breakdown.values())]
+        print(f"  {'total':38s} {statistics.median(total) * 1e6:7.1f} / {statistics.fmean(total) * 1e6:7.1f}"
+              f"  = {statistics.fmean(total) / mb * 100:.2f}% of the bare step (mean)")
     return 0
+
+
+def measure_breakdown(mon, model, opt, batches, tokens, n: int) -> dict[str, list[float]]:
+    """Time each monitor call of ``n`` real training steps (seconds per step, by call).
+
+    perf_counter is read just outside and just inside every ``with`` of the monitor: the
+    difference is the monitor's enter (or exit) work, in place, right after real compute.
+    """
+    pc = time.perf_counter
+    out: dict[str, list[float]] = {k: [] for k in ("step enter (reset peak)", "step exit (sync, peak, record, flush)",
+                                                   "data + 3 phase blocks")}
+    step0 = len(mon.records) + 1
+    for i in range(n):
+        t0 = pc()
+        with mon.step(step0 + i, tokens=tokens) as st:
+            t1 = pc()
+            blocks = 0.0
+            a = pc()
+            with st.data():
+                b = pc()
+                xb, yb = batches[0]
+                c = pc()
+            d = pc()
+            blocks += (b - a) + (d - c)
+            a = pc()
+            with st.phase("forward"):
+                b = pc()
+                loss = model(xb, yb)
+                c = pc()
+            d = pc()
+            blocks += (b - a) + (d - c)
+            a = pc()
+            with st.phase("backward"):
+                b = pc()
+                loss.backward()
+                c = pc()
+            d = pc()
+            blocks += (b - a) + (d - c)
+            a = pc()
+            with st.phase("optimizer"):
+                b = pc()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                c = pc()
+            d = pc()
+            blocks += (b - a) + (d - c)
+            st.loss = loss
+            t2 = pc()
+        t3 = pc()
+        # The exit includes loss.item(), which the bare loop pays as well: subtract a second
+        # (warm, so cheaper) read of it; the figure errs on the monitor's side.
+        t = pc()
+        loss.item()
+        item = pc() - t
+        out["step enter (reset peak)"].append(t1 - t0)
+        out["step exit (sync, peak, record, flush)"].append(max(t3 - t2 - item, 0.0))
+        out["data + 3 phase blocks"].append(blocks)
+    return out
 
 
 if __name__ == "__main__":

@@ -17,31 +17,45 @@ Usable from any training loop::
         if step % 100 == 0:
             with mon.checkpoint():
                 save(...)
-    summary = mon.finish()                        # goodput, run record
+    summary = mon.summary()                       # medians, goodput split
+    mon.close()
 
 Rank 0 appends one JSON object per step to ``<out>/metrics.jsonl`` and the job's events
 (attempt starts, checkpoints) to ``<out>/events.jsonl``, so a relaunched job in the same
 folder is accounted for as one job (goodput counts the restart and the lost work).
 
-Cost: on CPU a few ``perf_counter`` calls, one /proc read and one line written per step;
-on CUDA, events around phases and one synchronisation at the end of the step (needed to
-time the step at all). ``benchmarks/bench_monitor.py`` measures it.
+Cost (``benchmarks/bench_monitor.py --breakdown``; docs/benchmarks.md): per step two
+``perf_counter`` reads per block, on CPU two system calls (reset the peak RSS, read it back:
+see ``memory``), one dict; ~60 us a step right after CPU compute, where the first version
+(a @contextmanager per block, /proc/self/status read and one json.dumps + write + flush per
+step) spent ~150 us. Metrics lines are written in batches, flushed every
+``flush_every_steps`` steps or ``flush_every_s`` seconds (checked at each step's end), before
+every checkpoint, by ``summary()``/``flush()``/``close()`` and at interpreter exit. A process
+killed by SIGKILL (or by a SIGTERM it does not handle) therefore loses only the lines of the
+steps that ended within ``flush_every_s`` of the last flush (fewer than
+``flush_every_steps``), never a step at or before its last checkpoint. On CUDA, events around
+phases and one synchronisation at the end of the step (needed to time the step at all).
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import time
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 from trainperf.monitor.goodput import Goodput, compute_goodput
-from trainperf.monitor.memory import peak_bytes, reset_peak
+from trainperf.monitor.memory import peak_reader, peak_resetter
 from trainperf.monitor.metadata import process_start_time
 from trainperf.specs import ModelSpec, hardware_flops_per_token, model_flops_per_token
+
+_perf_counter = time.perf_counter
+_wall_time = time.time
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -71,6 +85,90 @@ def _open_append(path: Path):
     return open(path, "a")
 
 
+def _plain(o):
+    """JSON fallback for values a loop may put in ``extra``: tensors and NumPy scalars become
+    numbers, anything else its ``str`` (a metrics line must never stop training)."""
+    if hasattr(o, "item"):
+        try:
+            return o.item()
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    return str(o)
+
+
+_encode = json.JSONEncoder(default=_plain).encode  # json.dumps' format, with the fallback above
+
+# Monitors with lines not yet on disk; flushed at interpreter exit (a normal exit loses nothing).
+_open_monitors: "weakref.WeakSet[Monitor]" = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_open_monitors() -> None:
+    for mon in list(_open_monitors):
+        try:
+            mon.flush()
+        except Exception:  # noqa: BLE001 - at exit, one broken file must not hide the others
+            pass
+
+
+# The blocks below are small classes rather than @contextmanager generators: right after
+# training compute (cold caches) a generator-based block costs ~11 us to enter and leave,
+# these ~5 us (data + 3 phases: 45 -> 20 us a step, benchmarks/bench_monitor.py --breakdown).
+class _DataBlock:
+    """``with st.data():`` adds the block's wall time to the step's data wait."""
+
+    __slots__ = ("_timer", "_t")
+
+    def __init__(self, timer: "StepTimer"):
+        self._timer = timer
+
+    def __enter__(self) -> None:
+        self._t = _perf_counter()
+
+    def __exit__(self, *exc) -> bool:
+        self._timer.data_wait_s += _perf_counter() - self._t
+        return False
+
+
+class _CpuPhase:
+    """``with st.phase(name):`` on the host clock; repeats of one name add up."""
+
+    __slots__ = ("_phases", "_name", "_t")
+
+    def __init__(self, phases: dict, name: str):
+        self._phases, self._name = phases, name
+
+    def __enter__(self) -> None:
+        self._t = _perf_counter()
+
+    def __exit__(self, *exc) -> bool:
+        dt = _perf_counter() - self._t
+        phases = self._phases
+        phases[self._name] = phases.get(self._name, 0.0) + dt
+        return False
+
+
+class _CudaPhase:
+    """``with st.phase(name):`` timed by CUDA events on the current stream (read after the step's sync)."""
+
+    __slots__ = ("_events", "_name", "_start", "_end")
+
+    def __init__(self, events: list, name: str):
+        import torch
+
+        self._events, self._name = events, name
+        self._start = torch.cuda.Event(enable_timing=True)
+        self._end = torch.cuda.Event(enable_timing=True)
+
+    def __enter__(self) -> None:
+        self._start.record()
+
+    def __exit__(self, *exc) -> bool:
+        self._end.record()
+        self._events.append((self._name, self._start, self._end))
+        return False
+
+
 class StepTimer:
     """One step being measured: ``data()`` and ``phase(name)`` blocks, ``loss``, ``extra``."""
 
@@ -85,54 +183,41 @@ class StepTimer:
         self._events: list[tuple[str, object, object]] = []
 
     def __enter__(self) -> "StepTimer":
-        reset_peak(self.mon.device_type)
-        self.t0 = time.perf_counter()
+        self.mon._reset_peak()
+        self.t0 = _perf_counter()
         return self
 
-    @contextmanager
-    def data(self) -> Iterator[None]:
-        """Time the block as data wait (the loop is blocked on its next batch)."""
-        t = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.data_wait_s += time.perf_counter() - t
+    def data(self) -> _DataBlock:
+        """Return a context manager timing its block as data wait (the loop is blocked on its next batch)."""
+        return _DataBlock(self)
 
     def add_data_wait(self, seconds: float) -> None:
         """Add data wait measured elsewhere (e.g. by a prefetcher), in seconds."""
         self.data_wait_s += float(seconds)
 
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        """Time the block as phase ``name`` (CUDA events on GPU, wall time on CPU); repeats add up."""
-        if self.mon.device_type == "cuda":
-            import torch
-
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            try:
-                yield
-            finally:
-                end.record()
-                self._events.append((name, start, end))
-        else:
-            t = time.perf_counter()
-            try:
-                yield
-            finally:
-                self._cpu_phases[name] = self._cpu_phases.get(name, 0.0) + time.perf_counter() - t
+    def phase(self, name: str):
+        """Return a context manager timing its block as phase ``name`` (CUDA events on GPU, wall
+        time on CPU; seconds); repeats of one name add up."""
+        if self.mon._cuda:
+            return _CudaPhase(self._events, name)
+        return _CpuPhase(self._cpu_phases, name)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             return
-        phases = dict(self._cpu_phases)
-        if self.mon.device_type == "cuda":
+        phases = self._cpu_phases
+        if self._events:
             import torch
 
             torch.cuda.synchronize()
+            phases = dict(phases)
             for name, start, end in self._events:
                 phases[name] = phases.get(name, 0.0) + start.elapsed_time(end) / 1e3
-        step_time = time.perf_counter() - self.t0
+        elif self.mon._cuda:
+            import torch
+
+            torch.cuda.synchronize()
+        step_time = _perf_counter() - self.t0
         self.mon._record(self, step_time, phases)
 
 
@@ -176,16 +261,22 @@ class Monitor:
     of one device), with the planner's FLOP count (``trainperf.specs``). HFU adds the
     recompute FLOPs of ``recompute``. A model that is no ModelSpec passes its training
     ``flops_per_token`` instead (then HFU = MFU). ``out_dir`` None keeps everything in memory.
-    ``skip_first`` steps (compile, warm-up) are left out of the medians.
+    ``skip_first`` steps (compile, warm-up) are left out of the medians. Metrics lines reach
+    the disk at least every ``flush_every_steps`` steps and every ``flush_every_s`` seconds
+    (see the module doc for what a killed process can lose).
     """
 
     def __init__(self, out_dir: str | Path | None = None, *, model: ModelSpec | None = None,
                  seq_len: int | None = None, peak_flops: float | None = None, world_size: int = 1, rank: int = 0,
                  recompute: str = "none", device_type: str = "cpu", skip_first: int = 1,
-                 start_time: float | None = None, echo=None, flops_per_token: float | None = None):
+                 start_time: float | None = None, echo=None, flops_per_token: float | None = None,
+                 flush_every_steps: int = 100, flush_every_s: float = 1.0):
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.rank, self.world_size = rank, world_size
         self.device_type = device_type
+        self._cuda = device_type == "cuda"
+        self._reset_peak = peak_resetter(device_type)
+        self._peak_bytes = peak_reader(device_type)
         self.peak_flops = peak_flops
         self.skip_first = skip_first
         self.echo = echo  # callable(dict) for live display, rank 0 only
@@ -196,9 +287,14 @@ class Monitor:
         self.records: list[dict] = []
         self.checkpoint_events: list[dict] = []
         self.phase_names: set[str] = set()  # "forward_s", ... as recorded
+        self._phase_keys: dict[str, str] = {}  # "forward" -> "forward_s"
         self.t_start = start_time if start_time is not None else process_start_time()
         self.writes = self.out_dir is not None and rank == 0
         self.attempt = 0
+        self.flush_every_steps = max(int(flush_every_steps), 1)
+        self.flush_every_s = float(flush_every_s)
+        self._n_written = 0  # records[:_n_written] are in metrics.jsonl
+        self._t_flushed = _wall_time()
         if self.writes:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             prior = [e for e in _read_jsonl(self.out_dir / "events.jsonl") if e.get("kind") == "attempt_start"]
@@ -206,12 +302,13 @@ class Monitor:
             self._metrics = _open_append(self.out_dir / "metrics.jsonl")
             self._events = _open_append(self.out_dir / "events.jsonl")
             self._event({"kind": "attempt_start", "attempt": self.attempt, "t": self.t_start, "t_monitor": time.time()})
+            _open_monitors.add(self)
 
     # -- recording ----------------------------------------------------------------
 
     def _event(self, ev: dict) -> None:
-        if self.writes:
-            self._events.write(json.dumps(ev) + "\n")
+        if self.writes:  # events are rare: written and flushed at once
+            self._events.write(_encode(ev) + "\n")
             self._events.flush()
 
     def note(self, **fields) -> None:
@@ -225,6 +322,7 @@ class Monitor:
         return StepTimer(self, int(step), int(tokens))
 
     def _record(self, st: StepTimer, step_time: float, phases: dict) -> None:
+        mem = self._peak_bytes()  # first: the /proc read is the step's end of the peak window
         loss = st.loss
         if loss is not None and hasattr(loss, "item"):
             loss = loss.item()
@@ -234,23 +332,49 @@ class Monitor:
             per_device = tps / self.world_size
             mfu = per_device * self.flops_per_token / self.peak_flops
             hfu = per_device * self.hw_flops_per_token / self.peak_flops
-        self.phase_names.update(f"{k}_s" for k in phases)
         rec = {
             "step": st.step, "attempt": self.attempt, "loss": loss, "step_time_s": step_time,
             "data_wait_s": st.data_wait_s, "tokens": st.tokens, "tokens_per_s": tps, "mfu": mfu, "hfu": hfu,
-            "mem_peak_bytes": peak_bytes(self.device_type),
-            **{f"{k}_s": v for k, v in phases.items()}, **st.extra, "t_end": time.time(),
+            "mem_peak_bytes": mem,
         }
+        if phases:
+            keys = self._phase_keys
+            for name, seconds in phases.items():
+                key = keys.get(name)
+                if key is None:
+                    key = keys[name] = f"{name}_s"
+                    self.phase_names.add(key)
+                rec[key] = seconds
+        if st.extra:
+            rec.update(st.extra)
+        rec["t_end"] = t_end = _wall_time()
         self.records.append(rec)
-        if self.writes:
-            self._metrics.write(json.dumps(rec) + "\n")
-            self._metrics.flush()
+        if self.writes and (len(self.records) - self._n_written >= self.flush_every_steps
+                            or t_end - self._t_flushed >= self.flush_every_s):
+            self.flush()
         if self.echo is not None and self.rank == 0:
             self.echo(rec)
 
+    def flush(self) -> None:
+        """Write the metrics lines not yet on disk and flush them to the OS (rank 0; no-op elsewhere)."""
+        if not self.writes or self._metrics.closed:
+            return
+        pending = self.records[self._n_written:]
+        if pending:
+            # One write for the batch: serialising records back to back runs with warm caches,
+            # ~4x cheaper per record than one json.dumps right after each training step.
+            self._metrics.write("".join([_encode(r) + "\n" for r in pending]))
+            self._metrics.flush()
+            self._n_written += len(pending)
+        self._t_flushed = _wall_time()
+
     @contextmanager
     def checkpoint(self, step: int | None = None) -> Iterator[None]:
-        """Time the block as checkpoint badput (the loop's blocking part of a save)."""
+        """Time the block as checkpoint badput (the loop's blocking part of a save).
+
+        The metrics of every step so far are flushed first (not timed), so a checkpoint on
+        disk never covers a step whose metrics line a crash could still lose."""
+        self.flush()
         t = time.perf_counter()
         try:
             yield
@@ -268,6 +392,7 @@ class Monitor:
         measured = self.records[self.skip_first:] or self.records
         phase_keys = sorted(self.phase_names)
         if self.writes:
+            self.flush()
             steps = _read_jsonl(self.out_dir / "metrics.jsonl")
             events = _read_jsonl(self.out_dir / "events.jsonl")
         else:
@@ -288,8 +413,10 @@ class Monitor:
         )
 
     def close(self) -> None:
-        """Close the files (idempotent)."""
+        """Flush and close the files (idempotent)."""
         if self.writes:
+            self.flush()
             for f in (self._metrics, self._events):
                 if not f.closed:
                     f.close()
+            _open_monitors.discard(self)

@@ -46,12 +46,14 @@ class StepProfiler:
                  device_type: str = "cpu"):
         self.prof = None
         self.path: Path | None = None
+        self._last = 0
         if steps is None or steps[0] < next_step:
             self._ctx = nullcontext()
             return
         import torch.profiler as tp
 
         first, last = steps
+        self._last = last
         self.path = trace_path(out_dir, rank, first, last)
         warmup = 1 if first - 1 >= next_step else 0
         activities = [tp.ProfilerActivity.CPU]
@@ -86,6 +88,9 @@ class StepProfiler:
         self._ctx.__exit__(*exc)
 
     def step(self) -> None:
-        """Advance the schedule by one optimizer step."""
-        if self.prof is not None:
-            self.prof.step()
+        """Advance the schedule by one optimizer step (nothing once the window's trace is written)."""
+        prof = self.prof
+        if prof is not None and prof.step_num <= self._last:
+            # After the window torch's step() would still cost ~10 us a step (schedule, step
+            # counter, a ProfilerStep record_function) for the rest of the run: skip it.
+            prof.step()

@@ -11,7 +11,7 @@ Two kinds, kept apart on purpose:
   NeMo / torchtitan defaults.
 
 The fitted constants were fitted once on the published runs (benchmarks/validate_planner.py,
-results in docs/benchmarks/plan.md); there are no per-row factors anywhere.
+results in docs/benchmarks.md); there are no per-row factors anywhere.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ so a reader that enables hive partitioning sees them as ordinary columns. A run 
 table: one row per run (``record = 'run'``), one per step sample (``'step'``) and one per kernel
 result (``'kernel'``). Every row carries the run's context (run id, host, versions, config hash:
 run-length encoded, nearly free), so slicing steps by host or version needs no join, and a
-query reads only the columns it names (10 million step rows: see docs/benchmarks/fleet.md).
+query reads only the columns it names (10 million step rows: see docs/benchmarks.md).
 ``step_time_s``, ``tokens_per_s``, ``mfu`` and ``mem_peak_bytes`` hold the run's summary on its
 run row and the step's value on a step row. A writer never touches another writer's file, and
 each file appears whole (temp name, then rename): safe for any number of concurrent writers.
@@ -135,7 +135,9 @@ def check_store_dir(root: Path, create: bool) -> Path:
         raise TrainperfError(f"store {root}: is a file, not a store folder")
     if runs.is_dir():
         return runs
-    if create and (not root.exists() or not any(root.iterdir())):
+    # Another writer may create runs/ between the check above and this one: a folder holding
+    # nothing but runs/ is still an empty store (concurrent first writes must all succeed).
+    if create and (not root.exists() or all(p.name == "runs" for p in root.iterdir())):
         runs.mkdir(parents=True, exist_ok=True)
         return runs
     if not root.exists():

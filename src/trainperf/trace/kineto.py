@@ -49,7 +49,7 @@ except ImportError:  # pragma: no cover - exercised where orjson is absent
     _loads = json.loads
     _DecodeError = (ValueError,)
 
-CHUNK_BYTES = 1 << 20  # 1 MiB: measured best peak memory at equal CPU (docs/benchmarks/diagnose.md)
+CHUNK_BYTES = 1 << 20  # 1 MiB: measured best peak memory at equal CPU (docs/benchmarks.md)
 _CUT_RE = re.compile(rb"\}\s*,\s*\{")
 _SEP_BEFORE_RE = re.compile(rb"\}\s*,\s*\Z")
 _EVENTS_KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[')

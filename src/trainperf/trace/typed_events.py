@@ -9,7 +9,7 @@ lenient one (float ns times, string pid/tid/stream as Kineto writes for its "Spa
 for streams), and one that fits neither (a null, an id beyond int64, an unknown phase) gets `None`
 here and is re-read by the generic dict path (`chunk.chunk_from_dicts`). Every conversion repeats
 the dict path's rules exactly, so both give identical columns (tests/trace/test_trace_parsers.py
-checks it on random field types). Measured in docs/benchmarks/diagnose.md.
+checks it on random field types). Measured in docs/benchmarks.md.
 """
 
 from __future__ import annotations
