@@ -24,3 +24,15 @@ def test_failed_write_keeps_old_content(tmp_path):
             raise RuntimeError("crash mid-write")
     assert target.read_text() == "precious"
     assert os.listdir(tmp_path) == ["out.txt"]
+
+
+def test_new_files_get_umask_mode_and_replacements_keep_theirs(tmp_path):
+    # reference: the mode a plain open() gives a new file under the current umask
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    target = tmp_path / "atomic.txt"
+    atomic_write_text(target, "x")
+    assert target.stat().st_mode & 0o777 == plain.stat().st_mode & 0o777
+    target.chmod(0o640)
+    atomic_write_text(target, "y")
+    assert target.stat().st_mode & 0o777 == 0o640

@@ -130,7 +130,9 @@ def test_cpu_peak_matches_the_kernels_vmhwm_per_step():
             del x
         got, ref = memory.peak_bytes("cpu"), _vmhwm_bytes()
         assert abs(got - ref) <= _counter_slack_bytes(), (mib, got, ref)
-        assert got >= base + 0.9 * mib * 2**20
+        # the resident set at a reset may sit a little below the first one (pages freed since),
+        # so the new peak is compared with the allocation on top of base, less the counter slack
+        assert got >= base + 0.9 * mib * 2**20 - _counter_slack_bytes(), (mib, got, base)
 
 
 _FLOOR_CHILD = r"""
