@@ -22,15 +22,14 @@ import triton
 import triton.language as tl
 
 from trainperf.errors import TrainperfError
+from trainperf.kernels._rowwise import load_tile, online_softmax_step, row_block, store_tile
 from trainperf.kernels._runtime import INTERPRETED, INTERPRETER_BLOCK_ELEMS, next_pow2
 
 
 @triton.jit
 def _ce_fwd_kernel(LOGITS, TARGET, LOSS, LSE, n_rows, n_cols, stride_l, ignore_index, label_smoothing, z_loss,
                    BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, SMOOTHING: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    rows64 = rows.to(tl.int64)
+    rows, row_mask, rows64 = row_block(tl.program_id(0), n_rows, BLOCK_M)
     cols = tl.arange(0, BLOCK_V)
     target = tl.load(TARGET + rows, mask=row_mask, other=0).to(tl.int64)
     m = tl.full([BLOCK_M], -float("inf"), tl.float32)
@@ -39,11 +38,8 @@ def _ce_fwd_kernel(LOGITS, TARGET, LOSS, LSE, n_rows, n_cols, stride_l, ignore_i
     for start in range(0, n_cols, BLOCK_V):
         c = start + cols
         mask = row_mask[:, None] & (c < n_cols)[None, :]
-        x = tl.load(LOGITS + rows64[:, None] * stride_l + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
-        m_new = tl.maximum(m, tl.max(x, axis=1))
-        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
-        d = d * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe[:, None]), axis=1)
-        m = m_new
+        x = load_tile(LOGITS, rows64, stride_l, c, mask, -float("inf"))
+        m, d = online_softmax_step(m, d, x)
         if SMOOTHING:
             sum_x += tl.sum(tl.where(mask, x, 0.0), axis=1)
     m = tl.where(m == -float("inf"), 0.0, m)
@@ -66,9 +62,7 @@ def _ce_bwd_kernel(LOGITS, TARGET, LSE, ROW_SCALE, DLOGITS, n_rows, n_cols, stri
                    label_smoothing, z_loss, BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr):
     # DLOGITS may alias LOGITS (fused linear cross-entropy owns its logits chunk): every element
     # is read and then written by the same program.
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    rows64 = rows.to(tl.int64)
+    rows, row_mask, rows64 = row_block(tl.program_id(0), n_rows, BLOCK_M)
     cols = tl.arange(0, BLOCK_V)
     target = tl.load(TARGET + rows, mask=row_mask, other=0).to(tl.int64)
     lse = tl.load(LSE + rows, mask=row_mask, other=0.0)
@@ -80,10 +74,10 @@ def _ce_bwd_kernel(LOGITS, TARGET, LSE, ROW_SCALE, DLOGITS, n_rows, n_cols, stri
     for start in range(0, n_cols, BLOCK_V):
         c = start + cols
         mask = row_mask[:, None] & (c < n_cols)[None, :]
-        x = tl.load(LOGITS + rows64[:, None] * stride_l + c[None, :], mask=mask, other=0.0).to(tl.float32)
+        x = load_tile(LOGITS, rows64, stride_l, c, mask, 0.0)
         g = tl.exp(x - lse[:, None]) * p_scale[:, None] - uniform[:, None]
         g -= tl.where(c[None, :] == target[:, None], (1.0 - eps) * scale[:, None], 0.0)
-        tl.store(DLOGITS + rows64[:, None] * stride_d + c[None, :], g.to(DLOGITS.dtype.element_ty), mask=mask)
+        store_tile(DLOGITS, rows64, stride_d, c, g, mask)
 
 
 def _tiles(n_rows: int, n_cols: int) -> tuple[int, int, int]:
@@ -96,17 +90,33 @@ def _tiles(n_rows: int, n_cols: int) -> tuple[int, int, int]:
     return block_m, block_v, 8 if block_m * block_v >= 8192 else 4
 
 
+def check_options(op: str, reduction: str, label_smoothing: float) -> None:
+    """Raise TrainperfError (naming `op`) unless reduction is none/mean/sum and label_smoothing is in [0, 1]."""
+    if reduction not in ("none", "mean", "sum"):
+        raise TrainperfError(f"{op}: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise TrainperfError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing}")
+
+
+def check_targets(op: str, target: torch.Tensor, n_rows: int, vocab: int, ignore_index: int) -> None:
+    """Raise TrainperfError (naming `op`) unless target is (n_rows,) and, on CPU, each is ignore_index or in [0, vocab).
+
+    On CUDA a bad target gives a NaN loss row instead (checking would cost a device sync).
+    """
+    if target.shape != (n_rows,):
+        raise TrainperfError(f"{op}: target shape {tuple(target.shape)} != ({n_rows},)")
+    if target.device.type == "cpu" and target.numel():
+        bad = (target != ignore_index) & ((target < 0) | (target >= vocab))
+        if bool(bad.any()):
+            raise TrainperfError(f"{op}: target {int(target[bad][0])} is outside [0, {vocab})")
+
+
 def _check(logits: torch.Tensor, target: torch.Tensor, ignore_index: int) -> None:
     if logits.dim() != 2:
         raise TrainperfError(f"cross_entropy: logits must be (rows, vocab), got shape {tuple(logits.shape)}")
-    if target.shape != logits.shape[:1]:
-        raise TrainperfError(f"cross_entropy: target shape {tuple(target.shape)} != ({logits.shape[0]},)")
     if target.dtype.is_floating_point:
         raise TrainperfError("cross_entropy: target must hold class indices (an integer tensor)")
-    if target.device.type == "cpu" and target.numel():
-        bad = (target != ignore_index) & ((target < 0) | (target >= logits.shape[1]))
-        if bool(bad.any()):
-            raise TrainperfError(f"cross_entropy: target {int(target[bad][0])} is outside [0, {logits.shape[1]})")
+    check_targets("cross_entropy", target, logits.shape[0], logits.shape[1], ignore_index)
 
 
 def ce_forward_rows(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, label_smoothing: float,
@@ -204,22 +214,23 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
     label_smoothing as in torch.nn.functional.cross_entropy; z_loss adds z_loss * logsumexp**2 per row
     (PaLM). The caller's logits are never modified. Differentiable and torch.compile-traceable.
     """
-    if not 0.0 <= label_smoothing <= 1.0:
-        raise TrainperfError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
-    if reduction not in ("none", "mean", "sum"):
-        raise TrainperfError(f"cross_entropy: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+    check_options("cross_entropy", reduction, label_smoothing)
     loss_rows, _lse = cross_entropy_fwd(logits, target, int(ignore_index), float(label_smoothing), float(z_loss))
     return reduce_rows(loss_rows, target, ignore_index, reduction).to(logits.dtype)
 
 
-class CrossEntropyLoss(torch.nn.Module):
-    """nn.Module form of cross_entropy (same arguments)."""
+class LossOptions(torch.nn.Module):
+    """Base of the cross-entropy loss modules: holds ignore_index, reduction, label_smoothing, z_loss."""
 
     def __init__(self, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
                  z_loss: float = 0.0):
         super().__init__()
         self.ignore_index, self.reduction = ignore_index, reduction
         self.label_smoothing, self.z_loss = label_smoothing, z_loss
+
+
+class CrossEntropyLoss(LossOptions):
+    """nn.Module form of cross_entropy (same arguments)."""
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """Return the loss (see cross_entropy)."""

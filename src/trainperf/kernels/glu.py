@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from trainperf.kernels._rowwise import load_tile, row_block, store_tile
 from trainperf.kernels._runtime import INTERPRETED, INTERPRETER_BLOCK_ELEMS, as_rows, next_pow2
 
 SILU, GELU_TANH = 0, 1
@@ -26,31 +27,33 @@ def _tanh(z):
 
 
 @triton.jit
+def _tile(n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Return (rows as int64, cols, mask) of this program's (BLOCK_M, BLOCK_N) tile on the 2-D grid."""
+    _rows, row_mask, rows64 = row_block(tl.program_id(0), n_rows, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    return rows64, cols, row_mask[:, None] & (cols < n_cols)[None, :]
+
+
+@triton.jit
 def _glu_fwd_kernel(G, U, Y, n_rows, n_cols, stride_g, stride_u, stride_y,
                     ACT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
-    rows64 = rows.to(tl.int64)[:, None]
-    g = tl.load(G + rows64 * stride_g + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    u = tl.load(U + rows64 * stride_u + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    rows64, cols, mask = _tile(n_rows, n_cols, BLOCK_M, BLOCK_N)
+    g = load_tile(G, rows64, stride_g, cols, mask, 0.0)
+    u = load_tile(U, rows64, stride_u, cols, mask, 0.0)
     if ACT == 0:
         act = g / (1.0 + tl.exp(-g))
     else:
         act = 0.5 * g * (1.0 + _tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)))
-    tl.store(Y + rows64 * stride_y + cols[None, :], (act * u).to(Y.dtype.element_ty), mask=mask)
+    store_tile(Y, rows64, stride_y, cols, act * u, mask)
 
 
 @triton.jit
 def _glu_bwd_kernel(DY, G, U, DG, DU, n_rows, n_cols, stride_dy, stride_g, stride_u, stride_dg, stride_du,
                     ACT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
-    rows64 = rows.to(tl.int64)[:, None]
-    dy = tl.load(DY + rows64 * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    g = tl.load(G + rows64 * stride_g + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    u = tl.load(U + rows64 * stride_u + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    rows64, cols, mask = _tile(n_rows, n_cols, BLOCK_M, BLOCK_N)
+    dy = load_tile(DY, rows64, stride_dy, cols, mask, 0.0)
+    g = load_tile(G, rows64, stride_g, cols, mask, 0.0)
+    u = load_tile(U, rows64, stride_u, cols, mask, 0.0)
     if ACT == 0:
         s = 1.0 / (1.0 + tl.exp(-g))
         act = g * s
@@ -60,8 +63,8 @@ def _glu_bwd_kernel(DY, G, U, DG, DU, n_rows, n_cols, stride_dy, stride_g, strid
         t = _tanh(inner)
         act = 0.5 * g * (1.0 + t)
         dact = 0.5 * (1.0 + t) + 0.5 * g * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * g * g)
-    tl.store(DG + rows64 * stride_dg + cols[None, :], (dy * u * dact).to(DG.dtype.element_ty), mask=mask)
-    tl.store(DU + rows64 * stride_du + cols[None, :], (dy * act).to(DU.dtype.element_ty), mask=mask)
+    store_tile(DG, rows64, stride_dg, cols, dy * u * dact, mask)
+    store_tile(DU, rows64, stride_du, cols, dy * act, mask)
 
 
 def _tiles(n_rows: int, n_cols: int) -> tuple[int, int]:

@@ -20,7 +20,8 @@ import torch
 import triton
 
 from trainperf.errors import TrainperfError
-from trainperf.kernels.cross_entropy import ce_backward_into, ce_forward_rows, reduce_rows
+from trainperf.kernels.cross_entropy import (LossOptions, ce_backward_into, ce_forward_rows, check_options,
+                                             check_targets, reduce_rows)
 
 
 def chunk_rows(n_rows: int, hidden: int, vocab: int) -> int:
@@ -70,15 +71,9 @@ def _check(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, ign
     if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
         raise TrainperfError(f"fused_linear_cross_entropy: hidden {tuple(hidden.shape)} and weight "
                              f"{tuple(weight.shape)} must be (rows, hidden) and (vocab, hidden)")
-    if target.shape != hidden.shape[:1]:
-        raise TrainperfError(f"fused_linear_cross_entropy: target shape {tuple(target.shape)} != ({hidden.shape[0]},)")
     if hidden.dtype != weight.dtype:
         raise TrainperfError(f"fused_linear_cross_entropy: hidden dtype {hidden.dtype} != weight dtype {weight.dtype}")
-    if target.device.type == "cpu" and target.numel():  # on CUDA a bad target gives a NaN loss (no sync)
-        bad = (target != ignore_index) & ((target < 0) | (target >= weight.shape[0]))
-        if bool(bad.any()):
-            raise TrainperfError(f"fused_linear_cross_entropy: target {int(target[bad][0])} is outside "
-                                 f"[0, {weight.shape[0]})")
+    check_targets("fused_linear_cross_entropy", target, hidden.shape[0], weight.shape[0], ignore_index)
 
 
 @torch.library.custom_op("trainperf::flce_fwd_with_grads", mutates_args=())
@@ -167,32 +162,20 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
     hidden: (rows, hidden) or (..., hidden); weight: (vocab, hidden), same dtype; target: class indices.
     Loss in hidden's dtype; options as in trainperf.kernels.cross_entropy.
     """
-    if reduction not in ("none", "mean", "sum"):
-        raise TrainperfError(f"fused_linear_cross_entropy: reduction must be 'none', 'mean' or 'sum', "
-                             f"got {reduction!r}")
-    if not 0.0 <= label_smoothing <= 1.0:
-        raise TrainperfError(f"fused_linear_cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
+    check_options("fused_linear_cross_entropy", reduction, label_smoothing)
     hidden = hidden.reshape(-1, hidden.shape[-1])
     target = target.reshape(-1)
     opts = (int(ignore_index), float(label_smoothing), float(z_loss))
     needs_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
     if reduction == "none" or not needs_grad:  # no gradients wanted now: losses only, no gradient buffers
         loss_rows, _ = flce_fwd_rows(hidden, weight, target, *opts)
-        if reduction != "none":
-            return reduce_rows(loss_rows, target, ignore_index, reduction).to(hidden.dtype)
-        return reduce_rows(loss_rows, target, ignore_index, "none").to(hidden.dtype)
+        return reduce_rows(loss_rows, target, ignore_index, reduction).to(hidden.dtype)
     loss, _, _ = flce_fwd_with_grads(hidden, weight, target, *opts, reduction == "mean")
     return loss.to(hidden.dtype)
 
 
-class FusedLinearCrossEntropyLoss(torch.nn.Module):
+class FusedLinearCrossEntropyLoss(LossOptions):
     """Module form: forward(hidden, weight, target) -> loss (see fused_linear_cross_entropy)."""
-
-    def __init__(self, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
-                 z_loss: float = 0.0):
-        super().__init__()
-        self.ignore_index, self.reduction = ignore_index, reduction
-        self.label_smoothing, self.z_loss = label_smoothing, z_loss
 
     def forward(self, hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """Return the loss."""

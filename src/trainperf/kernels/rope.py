@@ -96,9 +96,12 @@ def rope_fwd(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
     return _rotate(q, cos, sin, False), _rotate(k, cos, sin, False)
 
 
-@rope_fwd.register_fake
-def _(q, k, cos, sin):
-    return q.new_empty(q.shape), k.new_empty(k.shape)
+def _empty_like_pair(a, b, cos, sin):
+    # fake (meta) implementation of both ops: outputs shaped and typed like the two inputs
+    return a.new_empty(a.shape), b.new_empty(b.shape)
+
+
+rope_fwd.register_fake(_empty_like_pair)
 
 
 @torch.library.custom_op("trainperf::rope_bwd", mutates_args=())
@@ -108,9 +111,7 @@ def rope_bwd(dq: torch.Tensor, dk: torch.Tensor, cos: torch.Tensor,
     return _rotate(dq, cos, sin, True), _rotate(dk, cos, sin, True)
 
 
-@rope_bwd.register_fake
-def _(dq, dk, cos, sin):
-    return dq.new_empty(dq.shape), dk.new_empty(dk.shape)
+rope_bwd.register_fake(_empty_like_pair)
 
 
 def _setup_context(ctx, inputs, output):

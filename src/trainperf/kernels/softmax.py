@@ -11,56 +11,48 @@ import torch
 import triton
 import triton.language as tl
 
+from trainperf.kernels._rowwise import load_tile, online_softmax_step, row_block, store_tile
 from trainperf.kernels._runtime import as_rows, num_warps_for, row_tile
 
 
 @triton.jit
 def _softmax_fwd_kernel(X, Y, n_rows, n_cols, stride_x, stride_y,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ONE_PASS: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    rows64 = rows.to(tl.int64)
+    rows, row_mask, rows64 = row_block(tl.program_id(0), n_rows, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     if ONE_PASS:
         mask = row_mask[:, None] & (cols < n_cols)[None, :]
-        x = tl.load(X + rows64[:, None] * stride_x + cols[None, :], mask=mask, other=-float("inf")).to(tl.float32)
+        x = load_tile(X, rows64, stride_x, cols, mask, -float("inf"))
         m = tl.max(x, axis=1)
         m = tl.where(row_mask, m, 0.0)
         e = tl.exp(x - m[:, None])
-        y = e / tl.sum(e, axis=1)[:, None]
-        tl.store(Y + rows64[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+        store_tile(Y, rows64, stride_y, cols, e / tl.sum(e, axis=1)[:, None], mask)
     else:
         m = tl.full([BLOCK_M], -float("inf"), tl.float32)
         d = tl.zeros([BLOCK_M], dtype=tl.float32)
         for start in range(0, n_cols, BLOCK_N):
             c = start + cols
             mask = row_mask[:, None] & (c < n_cols)[None, :]
-            x = tl.load(X + rows64[:, None] * stride_x + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
-            m_new = tl.maximum(m, tl.max(x, axis=1))
-            m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
-            d = d * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe[:, None]), axis=1)
-            m = m_new
+            m, d = online_softmax_step(m, d, load_tile(X, rows64, stride_x, c, mask, -float("inf")))
         m = tl.where(m == -float("inf"), 0.0, m)
         for start in range(0, n_cols, BLOCK_N):
             c = start + cols
             mask = row_mask[:, None] & (c < n_cols)[None, :]
-            x = tl.load(X + rows64[:, None] * stride_x + c[None, :], mask=mask, other=-float("inf")).to(tl.float32)
-            y = tl.exp(x - m[:, None]) / d[:, None]
-            tl.store(Y + rows64[:, None] * stride_y + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
+            x = load_tile(X, rows64, stride_x, c, mask, -float("inf"))
+            store_tile(Y, rows64, stride_y, c, tl.exp(x - m[:, None]) / d[:, None], mask)
 
 
 @triton.jit
 def _softmax_bwd_kernel(DY, Y, DX, n_rows, n_cols, stride_dy, stride_y, stride_dx,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ONE_PASS: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    rows64 = rows.to(tl.int64)
+    rows, row_mask, rows64 = row_block(tl.program_id(0), n_rows, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     if ONE_PASS:
         mask = row_mask[:, None] & (cols < n_cols)[None, :]
-        dy = tl.load(DY + rows64[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        y = tl.load(Y + rows64[:, None] * stride_y + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = load_tile(DY, rows64, stride_dy, cols, mask, 0.0)
+        y = load_tile(Y, rows64, stride_y, cols, mask, 0.0)
         dot = tl.sum(dy * y, axis=1)
+        # stored inline, not by store_tile: with the address computed first ptxas needs 101 registers, not 110
         tl.store(DX + rows64[:, None] * stride_dx + cols[None, :], (y * (dy - dot[:, None])).to(DX.dtype.element_ty),
                  mask=mask)
     else:
@@ -68,17 +60,14 @@ def _softmax_bwd_kernel(DY, Y, DX, n_rows, n_cols, stride_dy, stride_y, stride_d
         for start in range(0, n_cols, BLOCK_N):
             c = start + cols
             mask = row_mask[:, None] & (c < n_cols)[None, :]
-            dy = tl.load(DY + rows64[:, None] * stride_dy + c[None, :], mask=mask, other=0.0).to(tl.float32)
-            y = tl.load(Y + rows64[:, None] * stride_y + c[None, :], mask=mask, other=0.0).to(tl.float32)
-            acc += dy * y
+            acc += load_tile(DY, rows64, stride_dy, c, mask, 0.0) * load_tile(Y, rows64, stride_y, c, mask, 0.0)
         dot = tl.sum(acc, axis=1)
         for start in range(0, n_cols, BLOCK_N):
             c = start + cols
             mask = row_mask[:, None] & (c < n_cols)[None, :]
-            dy = tl.load(DY + rows64[:, None] * stride_dy + c[None, :], mask=mask, other=0.0).to(tl.float32)
-            y = tl.load(Y + rows64[:, None] * stride_y + c[None, :], mask=mask, other=0.0).to(tl.float32)
-            tl.store(DX + rows64[:, None] * stride_dx + c[None, :], (y * (dy - dot[:, None])).to(DX.dtype.element_ty),
-                     mask=mask)
+            dy = load_tile(DY, rows64, stride_dy, c, mask, 0.0)
+            y = load_tile(Y, rows64, stride_y, c, mask, 0.0)
+            store_tile(DX, rows64, stride_dx, c, y * (dy - dot[:, None]), mask)
 
 
 @torch.library.custom_op("trainperf::softmax_fwd", mutates_args=())
