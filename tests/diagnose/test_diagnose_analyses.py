@@ -101,9 +101,12 @@ def test_replay_reproduces_trace_and_what_if_gains_by_hand(tmp_path):
     assert cp["dataloader"] == pytest.approx(1000) and cp["sync_wait"] > 0
 
 
-def test_straggler_by_hand(tmp_path):
-    # all-reduce #0: rank 0 arrives at 100, rank 1 at 250, both end at 300 -> rank 0 waits 150, caused by rank 1;
-    # all-reduce #1: rank 0 at 1000, rank 1 at 1040, both end at 1100 -> rank 0 waits 40 more
+def _two_rank_allreduce_job(tmp_path):
+    """Write a 2-rank job with two all-reduces; return its folder.
+
+    all-reduce #0: rank 0 arrives at 100, rank 1 at 250, both end at 300;
+    all-reduce #1: rank 0 at 1000, rank 1 at 1040, both end at 1100 (times in us).
+    """
     d = tmp_path / "job"
     d.mkdir()
     for rank, (a0, a1) in enumerate(((100, 1000), (250, 1040))):
@@ -111,6 +114,13 @@ def test_straggler_by_hand(tmp_path):
         b.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL", a0 - 5, a0, 300 - a0, stream=20)
         b.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL", a1 - 5, a1, 1100 - a1, stream=20)
         b.write(d / f"rank{rank}.json.gz")
+    return d
+
+
+def test_straggler_by_hand(tmp_path):
+    # all-reduce #0: rank 0 arrives at 100, rank 1 at 250, both end at 300 -> rank 0 waits 150, caused by rank 1;
+    # all-reduce #1: rank 0 at 1000, rank 1 at 1040, both end at 1100 -> rank 0 waits 40 more
+    d = _two_rank_allreduce_job(tmp_path)
     tables = load_trace(d)
     ws = {r: analysis_window(t) for r, t in tables.items()}
     xr = cross_rank(tables, ws, {0: 1.0, 1: 1.0}, {0: 1.0, 1: 1.0})
@@ -124,13 +134,7 @@ def test_critical_path_crosses_ranks_through_collective_waits(tmp_path):
     # the critical path of rank 0 therefore contains 40 us of "wait_for_rank_1"
     from trainperf.diagnose.api import diagnose
 
-    d = tmp_path / "job"
-    d.mkdir()
-    for rank, (a0, a1) in enumerate(((100, 1000), (250, 1040))):
-        b = TraceBuilder(rank=rank, world_size=2)
-        b.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL", a0 - 5, a0, 300 - a0, stream=20)
-        b.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL", a1 - 5, a1, 1100 - a1, stream=20)
-        b.write(d / f"rank{rank}.json.gz")
+    d = _two_rank_allreduce_job(tmp_path)
     res = diagnose(d)
     r0 = res.ranks[0]
     span_us = 1100 - 95  # first launch call .. last kernel end

@@ -9,20 +9,13 @@ import pytest
 from trainperf.errors import TrainperfError
 from trainperf.train.checkpoint import Checkpointer, complete_checkpoints
 from trainperf.train.trainer import TrainConfig, train
+from metrics_reader import losses_by_step
 
 
 def _cfg(out, **kw):
     base = dict(model="tiny", steps=12, out=str(out), progress=False, record=False, peak_tflops=1.0)
     base.update(kw)
     return TrainConfig(**base)
-
-
-def _losses(run_dir):
-    latest = {}
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        latest[r["step"]] = r["loss"]
-    return [latest[k] for k in sorted(latest)]
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +29,7 @@ def demo_run(tmp_path_factory):
 
 def test_loss_falls_on_the_shipped_text(demo_run):
     out, _, result = demo_run
-    losses = _losses(out)
+    losses = losses_by_step(out)
     assert len(losses) == 30
     assert losses[0] == pytest.approx(math.log(256), rel=0.05)  # uniform guess over 256 byte tokens
     assert sum(losses[-5:]) / 5 < math.log(256) - 2.0  # learned: well below the uniform guess
@@ -79,7 +72,7 @@ def test_exact_resume_and_half_written_checkpoints(demo_run, tmp_path):
     (run / "checkpoints" / "step-00000025").mkdir()
     result = train(_cfg(run, steps=30, ckpt_every=10, peak_tflops=None))
     assert result["resumed_from"].endswith("step-00000010")
-    assert _losses(run) == _losses(out)[10:]  # bit-identical to the uninterrupted run
+    assert losses_by_step(run) == losses_by_step(out)[10:]  # bit-identical to the uninterrupted run
     assert not (run / "checkpoints" / ".step-00000020.tmp").exists()
 
 
@@ -106,7 +99,7 @@ def test_recompute_is_bitwise_and_grad_accum_matches_micro_batch(tmp_path):
 
 def _losses_of(out, **kw):
     train(_cfg(out, steps=4, **kw))
-    return _losses(out)
+    return losses_by_step(out)
 
 
 def test_compile_per_block_matches_eager(tmp_path):

@@ -13,6 +13,7 @@ import pytest
 from trainperf.specs import Layout
 from trainperf.train.launch import launch, torchrun_command
 from trainperf.train.trainer import TrainConfig, train
+from metrics_reader import losses_by_step
 
 pytestmark = pytest.mark.distributed
 
@@ -29,14 +30,6 @@ def _cfg(out, **kw):
 def _env(tmp):
     env = dict(os.environ, OMP_NUM_THREADS="1", TRAINPERF_STORE=str(tmp / "store"))
     return env
-
-
-def _losses(run_dir: Path) -> list[float]:
-    latest = {}
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        latest[r["step"]] = r["loss"]
-    return [latest[k] for k in sorted(latest)]
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +54,7 @@ def runs(tmp_path_factory):
 
 
 def test_fsdp_matches_single_process(runs):
-    ref, got = _losses(runs["single_mbs2"]), _losses(runs["fsdp"])
+    ref, got = losses_by_step(runs["single_mbs2"]), losses_by_step(runs["fsdp"])
     assert len(got) == STEPS
     assert got == pytest.approx(ref, rel=2e-4)  # same samples; reduction order differs
     summary = json.loads((runs["fsdp"] / "summary.json").read_text())
@@ -84,18 +77,18 @@ def test_a_planner_layout_string_runs_fsdp_in_bf16(runs):
     assert run["layout"] == "tp=1,pp=1,dp=2,cp=1,vpp=1,sp=0,recompute=none,zero=2,mbs=1,ga=1,precision=bf16"
     assert run["strategy"] == "fsdp-no-reshard"
     # bf16 parameters and activations (FSDP mixed precision), fp32 gradients: bf16 tolerance
-    assert _losses(runs["planned"]) == pytest.approx(_losses(runs["single_mbs2"]), rel=3e-2)
+    assert losses_by_step(runs["planned"]) == pytest.approx(losses_by_step(runs["single_mbs2"]), rel=3e-2)
 
 
 def test_ddp_matches_single_process(runs):
-    assert _losses(runs["ddp"]) == pytest.approx(_losses(runs["single_mbs2"]), rel=2e-4)
+    assert losses_by_step(runs["ddp"]) == pytest.approx(losses_by_step(runs["single_mbs2"]), rel=2e-4)
 
 
 def test_tensor_parallel_matches_single_process(runs):
-    assert _losses(runs["tp"]) == pytest.approx(_losses(runs["single_mbs1"]), rel=2e-4)
+    assert losses_by_step(runs["tp"]) == pytest.approx(losses_by_step(runs["single_mbs1"]), rel=2e-4)
     assert json.loads((runs["tp"] / "run.json").read_text())["layout"].startswith("tp=2,pp=1,dp=1")
     # sequence parallel (with selective recompute) shards the residual stream, not the math
-    assert _losses(runs["tp_sp"]) == pytest.approx(_losses(runs["single_mbs1"]), rel=2e-4)
+    assert losses_by_step(runs["tp_sp"]) == pytest.approx(losses_by_step(runs["single_mbs1"]), rel=2e-4)
     assert (runs["tp_sp"] / "checkpoints" / "step-00000012" / "trainperf.json").is_file()
 
 
@@ -146,11 +139,11 @@ def test_sigkilled_rank_relaunch_resumes_bit_identical(runs):
             proc.kill()
     assert killed_after is not None, "the run ended before a rank could be killed"
     assert rc != 0
-    assert len(_losses(run)) < STEPS  # the job really died mid-run
+    assert len(losses_by_step(run)) < STEPS  # the job really died mid-run
     assert launch(cfg, 2, env=_env(tmp)) == 0  # relaunch: auto-resume from the newest complete checkpoint
     summary = json.loads((run / "summary.json").read_text())
     assert summary["resumed_from"] is not None
-    assert _losses(run) == _losses(runs["fsdp"])  # bit-identical to the uninterrupted run
+    assert losses_by_step(run) == losses_by_step(runs["fsdp"])  # bit-identical to the uninterrupted run
     gp = summary["goodput"]
     assert gp["attempts"] == 2 and gp["restart_s"] > 0 and gp["startup_s"] > 0
     parts = sum(gp[k] for k in ("productive_s", "startup_s", "data_wait_s", "checkpoint_s", "restart_s",
