@@ -20,4 +20,7 @@ if ! "$VPY" -c "import torch" >/dev/null 2>&1; then
     || "$VPY" -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
 fi
 "$VPY" -m pip install -q -e ".[test,bench]"
+# Liger Kernel is the comparison point of the kernel tests and benchmarks; its pinned deps
+# would replace torch, so it goes in without them (best effort: its tests skip when absent).
+"$VPY" -m pip install -q --no-deps "liger-kernel==0.8.5" >/dev/null 2>&1 || echo "setup: liger-kernel not installed (its comparisons will be skipped)"
 echo "setup: $("$VPY" -c 'import torch, trainperf; print("torch", torch.__version__, "| trainperf", trainperf.__version__)')"

@@ -3,6 +3,7 @@ when, and what a killed process loses), the CPU peak memory read through getrusa
 the kernel's own VmHWM, and the metrics.jsonl fields."""
 
 import json
+import mmap
 import os
 import signal
 import subprocess
@@ -74,17 +75,22 @@ for step in range(1, 6):
             pass
 if sys.argv[2] == "kill":
     os.kill(os.getpid(), signal.SIGKILL)
+if sys.argv[2] == "term":
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)  # not reached: the monitor's handler flushes, then the process dies of SIGTERM
 sys.exit(0)  # a normal exit without mon.close()
 """
 
 
-@pytest.mark.parametrize("how, steps_on_disk", [("exit", [1, 2, 3, 4, 5]), ("kill", [1, 2, 3])])
+@pytest.mark.parametrize("how, steps_on_disk", [("exit", [1, 2, 3, 4, 5]), ("kill", [1, 2, 3]),
+                                                 ("term", [1, 2, 3, 4, 5])])
 def test_what_a_process_exit_or_sigkill_leaves_on_disk(tmp_path, how, steps_on_disk):
     env = {**os.environ, "PYTHONPATH": REPO_SRC}
     rc = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path), how], env=env, timeout=60).returncode
-    assert rc == (-signal.SIGKILL if how == "kill" else 0)
-    # normal exit: the at-exit hook writes everything; SIGKILL: the steps since the last flush
-    # (here the checkpoint after step 3) are lost, none at or before the checkpoint
+    assert rc == {"exit": 0, "kill": -signal.SIGKILL, "term": -signal.SIGTERM}[how]
+    # normal exit: the at-exit hook writes everything; SIGTERM (what torchrun sends surviving
+    # ranks): the handler flushes everything, then the process still dies of SIGTERM; SIGKILL:
+    # the steps since the last flush (here the checkpoint after step 3) are lost, none before
     assert [r["step"] for r in _lines(tmp_path / "metrics.jsonl")] == steps_on_disk
 
 
@@ -126,8 +132,11 @@ def test_cpu_peak_matches_the_kernels_vmhwm_per_step():
     for mib in (0, 48, 8, 96, 0, 24):
         memory.reset_peak("cpu")
         if mib:
-            x = torch.ones(mib * 2**20 // 4)  # touched, so resident
-            del x
+            # fresh anonymous pages, touched, so resident: a heap allocation could reuse pages a
+            # warm process already holds and leave the peak where it was
+            buf = mmap.mmap(-1, mib * 2**20)
+            buf.write(b"x" * (mib * 2**20))
+            buf.close()
         got, ref = memory.peak_bytes("cpu"), _vmhwm_bytes()
         assert abs(got - ref) <= _counter_slack_bytes(), (mib, got, ref)
         # the resident set at a reset may sit a little below the first one (pages freed since),

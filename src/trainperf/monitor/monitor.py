@@ -42,6 +42,9 @@ from __future__ import annotations
 import atexit
 import json
 import math
+import os
+import signal
+import threading
 import time
 import weakref
 from contextlib import contextmanager
@@ -109,6 +112,21 @@ def _flush_open_monitors() -> None:
             mon.flush()
         except Exception:  # noqa: BLE001 - at exit, one broken file must not hide the others
             pass
+
+
+def _flush_then_terminate(signum, frame) -> None:  # noqa: ARG001 - signal handler signature
+    _flush_open_monitors()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)  # die of the same signal, as if no handler had run
+
+
+def _flush_on_sigterm() -> None:
+    """Flush open monitors when SIGTERM arrives (torchrun sends it to the surviving ranks when
+    one dies), then terminate as before. Installed only from the main thread and only over the
+    default disposition: a handler the user set is left alone."""
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _flush_then_terminate)
 
 
 # The blocks below are small classes rather than @contextmanager generators: right after
@@ -303,6 +321,7 @@ class Monitor:
             self._events = _open_append(self.out_dir / "events.jsonl")
             self._event({"kind": "attempt_start", "attempt": self.attempt, "t": self.t_start, "t_monitor": time.time()})
             _open_monitors.add(self)
+            _flush_on_sigterm()
 
     # -- recording ----------------------------------------------------------------
 
