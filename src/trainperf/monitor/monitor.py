@@ -30,8 +30,8 @@ see ``memory``), one dict; ~60 us a step right after CPU compute, where the firs
 (a @contextmanager per block, /proc/self/status read and one json.dumps + write + flush per
 step) spent ~150 us. Metrics lines are written in batches, flushed every
 ``flush_every_steps`` steps or ``flush_every_s`` seconds (checked at each step's end), before
-every checkpoint, by ``summary()``/``flush()``/``close()`` and at interpreter exit. A process
-killed by SIGKILL (or by a SIGTERM it does not handle) therefore loses only the lines of the
+every checkpoint, by ``summary()``/``flush()``/``close()``, at interpreter exit and on SIGTERM
+(unless the program has its own handler). A process killed by SIGKILL therefore loses only the lines of the
 steps that ended within ``flush_every_s`` of the last flush (fewer than
 ``flush_every_steps``), never a step at or before its last checkpoint. On CUDA, events around
 phases and one synchronisation at the end of the step (needed to time the step at all).
