@@ -102,25 +102,35 @@ def read_runs(store: str | None = None, job: str | None = None, run_ids: list[st
         return postgres.read_runs_pg(where, job=job, run_ids=run_ids, since=since)
     from trainperf.store.parquet import connect, read_records
 
-    conds, params = [], []
-    if job is not None:
-        conds.append("job = ?")
-        params.append(job)
-    if run_ids is not None:
-        conds.append("list_contains(?, run_id)")
-        params.append(list(run_ids))
-    if since is not None:
-        conds.append("started_at >= ?")
-        params.append(float(since))
+    cond, params = run_filter(job, run_ids, since, mark="?", member="list_contains(?, run_id)")
 
     def run(validate: bool):
         con = connect(Path(where), validate=validate)
         try:
-            return read_records(con, (" WHERE " + " AND ".join(conds)) if conds else "", params)
+            return read_records(con, cond, params)
         finally:
             con.close()
 
     return _with_retry(run)
+
+
+def run_filter(job: str | None, run_ids: list[str] | None, since: float | None, mark: str,
+               member: str) -> tuple[str, list]:
+    """Return (``" WHERE ..."`` or ``""``, its parameters) for read_runs' filters on the runs table.
+
+    ``mark``: the backend's placeholder; ``member``: its SQL testing ``run_id`` against a list parameter.
+    """
+    conds, params = [], []
+    if job is not None:
+        conds.append(f"job = {mark}")
+        params.append(job)
+    if run_ids is not None:
+        conds.append(member)
+        params.append(list(run_ids))
+    if since is not None:
+        conds.append(f"started_at >= {mark}")
+        params.append(float(since))
+    return (" WHERE " + " AND ".join(conds)) if conds else "", params
 
 
 def get_run(run_id: str, store: str | None = None) -> RunRecord:

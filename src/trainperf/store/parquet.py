@@ -261,13 +261,23 @@ def read_records(con, where: str = "", params: list | None = None) -> list[RunRe
     if not runs:
         return []
     ids = [r["run_id"] for r in runs]
-    samples: dict = {i: [] for i in ids}
-    kernels: dict = {i: [] for i in ids}
     sc = ", ".join(_STEP_FIELDS)
-    for r in con.execute(f"SELECT run_id, {sc} FROM steps WHERE list_contains(?, run_id)", [ids]).fetchall():
-        samples[r[0]].append(dict(zip(_STEP_FIELDS, r[1:])))
+    step_rows = con.execute(f"SELECT run_id, {sc} FROM steps WHERE list_contains(?, run_id)", [ids]).fetchall()
     kc = ", ".join(_KERNEL_FIELDS)
-    for r in con.execute(f"SELECT run_id, {kc} FROM kernels WHERE list_contains(?, run_id)", [ids]).fetchall():
+    kernel_rows = con.execute(f"SELECT run_id, {kc} FROM kernels WHERE list_contains(?, run_id)", [ids]).fetchall()
+    return records_from_rows(runs, step_rows, kernel_rows)
+
+
+def records_from_rows(runs: list[dict], step_rows, kernel_rows) -> list[RunRecord]:
+    """Return the RunRecords of ``runs`` (run rows as dicts), in their order, samples in step order.
+
+    ``step_rows``: tuples (run_id, *step fields); ``kernel_rows``: tuples (run_id, *kernel fields).
+    """
+    samples: dict = {r["run_id"]: [] for r in runs}
+    kernels: dict = {r["run_id"]: [] for r in runs}
+    for r in step_rows:
+        samples[r[0]].append(dict(zip(_STEP_FIELDS, r[1:])))
+    for r in kernel_rows:
         kernels[r[0]].append(dict(zip(_KERNEL_FIELDS, r[1:])))
     out = []
     for r in runs:

@@ -129,43 +129,27 @@ def query_pg(sql: str, url: str, params: list | None = None):
 def read_runs_pg(url: str, job: str | None = None, run_ids: list[str] | None = None,
                  since: float | None = None) -> list[RunRecord]:
     """Return the run records matching the filters from PostgreSQL, oldest first."""
-    from trainperf.store.parquet import row_to_record
+    from trainperf.store.api import run_filter
+    from trainperf.store.parquet import records_from_rows
 
     con = _connect(url)
     try:
         with con.transaction():
             _ensure_schema(con)
-        conds, params = [], []
-        if job is not None:
-            conds.append("job = %s")
-            params.append(job)
-        if run_ids is not None:
-            conds.append("run_id = ANY(%s)")
-            params.append(list(run_ids))
-        if since is not None:
-            conds.append("started_at >= %s")
-            params.append(float(since))
-        where = (" WHERE " + " AND ".join(conds)) if conds else ""
+        where, params = run_filter(job, run_ids, since, mark="%s", member="run_id = ANY(%s)")
         with con.cursor() as cur:
             cur.execute("SELECT * FROM runs" + where + " ORDER BY started_at, run_id", params)
             cols = [d.name for d in cur.description]
             runs = [dict(zip(cols, r)) for r in cur.fetchall()]
+            if not runs:
+                return []
             ids = [r["run_id"] for r in runs]
-            samples: dict[str, list] = {i: [] for i in ids}
-            kernels: dict[str, list] = {i: [] for i in ids}
-            if ids:
-                scols = ", ".join(f'"{c}"' for c in _STEP_FIELDS)
-                cur.execute(f"SELECT run_id, {scols} FROM steps WHERE run_id = ANY(%s) ORDER BY run_id, step", [ids])
-                for r in cur.fetchall():
-                    samples[r[0]].append(dict(zip(_STEP_FIELDS, r[1:])))
-                kcols = ", ".join(f'"{c}"' for c in _KERNEL_FIELDS)
-                cur.execute(f"SELECT run_id, {kcols} FROM kernels WHERE run_id = ANY(%s)", [ids])
-                for r in cur.fetchall():
-                    kernels[r[0]].append(dict(zip(_KERNEL_FIELDS, r[1:])))
-        out = []
-        for r in runs:
-            r["samples"], r["kernels"] = samples[r["run_id"]], kernels[r["run_id"]]
-            out.append(row_to_record(r))
-        return out
+            scols = ", ".join(f'"{c}"' for c in _STEP_FIELDS)
+            cur.execute(f"SELECT run_id, {scols} FROM steps WHERE run_id = ANY(%s) ORDER BY run_id, step", [ids])
+            step_rows = cur.fetchall()
+            kcols = ", ".join(f'"{c}"' for c in _KERNEL_FIELDS)
+            cur.execute(f"SELECT run_id, {kcols} FROM kernels WHERE run_id = ANY(%s)", [ids])
+            kernel_rows = cur.fetchall()
+        return records_from_rows(runs, step_rows, kernel_rows)
     finally:
         con.close()
