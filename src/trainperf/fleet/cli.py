@@ -55,16 +55,24 @@ def _metric_sql(col: str) -> str:
     return f"r.{col}"
 
 
-def _store_series(store, job, host, metric):
-    import numpy as np
-
+def _run_metric_column(metric: str) -> str:
+    """Return the runs column holding ``metric``; raise TrainperfError for one runs do not carry."""
     from trainperf.errors import TrainperfError
     from trainperf.fleet.gate import STORE_METRICS
-    from trainperf.store import query
 
     col = STORE_METRICS.get(metric, metric)
     if col not in ("step_time_s", "tokens_per_s", "mfu", "mem_peak_bytes", "goodput"):
         raise TrainperfError(f"metric {metric!r}: use step_time, tokens_per_s, mfu, mem_peak_bytes or goodput")
+    return col
+
+
+def _store_series(store, job, host, metric):
+    import numpy as np
+
+    from trainperf.errors import TrainperfError
+    from trainperf.store import query
+
+    col = _run_metric_column(metric)
     conds = [(c, v) for c, v in (("job", job), ("host", host)) if v is not None]
     where = (" WHERE " + " AND ".join(f"r.{c} = ?" for c, _ in conds)) if conds else ""
     t = query(f"SELECT r.run_id, {_metric_sql(col)} AS v FROM runs r{where} ORDER BY r.started_at, r.run_id", store,
@@ -143,12 +151,9 @@ def _store_rows(store, job, metric, at):
     import numpy as np
 
     from trainperf.errors import TrainperfError
-    from trainperf.fleet.gate import STORE_METRICS
     from trainperf.store import query
 
-    col = STORE_METRICS.get(metric, metric)
-    if col not in ("step_time_s", "tokens_per_s", "mfu", "mem_peak_bytes", "goodput"):
-        raise TrainperfError(f"metric {metric!r}: use step_time, tokens_per_s, mfu, mem_peak_bytes or goodput")
+    col = _run_metric_column(metric)
     where, params = ("", None) if job is None else (" WHERE r.job = ?", [job])
     attrs = ", ".join(f"r.{a}" for a in RUN_ATTRS)
     t = query(f"SELECT r.started_at, {attrs}, {_metric_sql(col)} AS v FROM runs r{where}", store, params)
