@@ -194,11 +194,20 @@ def _hodges_lehmann(before: np.ndarray, after: np.ndarray, inflate: float = 1.0,
                     ) -> tuple[float, float, float]:
     """Return (shift, lo, hi): Hodges-Lehmann after-before and its 95% Mann-Whitney interval."""
     b, a = _subsample(before, cap), _subsample(after, cap)
-    d = np.sort((a[:, None] - b[None, :]).ravel())
-    n1, n2 = len(b), len(a)
-    c = n1 * n2 / 2 - _Z975 * math.sqrt(n1 * n2 * (n1 + n2 + 1) / 12 * inflate)
+    return hodges_lehmann_interval(a[:, None] - b[None, :], len(b), len(a), inflate=inflate)
+
+
+def hodges_lehmann_interval(diffs: np.ndarray, n1: int, n2: int, z: float = _Z975, inflate: float = 1.0
+                            ) -> tuple[float, float, float]:
+    """Return (median, lo, hi) of the n1 x n2 pairwise differences ``diffs`` (any shape, same units).
+
+    The median is the Hodges-Lehmann estimate; lo/hi its distribution-free interval by Mann-Whitney
+    inversion at the two-sided normal quantile ``z`` (1.96: 95%), the U variance multiplied by ``inflate``.
+    """
+    d = np.sort(np.ravel(diffs))
+    c = n1 * n2 / 2 - z * math.sqrt(n1 * n2 * (n1 + n2 + 1) / 12 * inflate)
     c = int(max(math.floor(c), 0))
-    return float(np.median(d)), float(d[c]), float(d[min(len(d) - 1, len(d) - 1 - c)])
+    return float(np.median(d)), float(d[c]), float(d[len(d) - 1 - c])
 
 
 def _describe(y: np.ndarray, a: int, s: int, b: int, p: float, drift: float = 0.0) -> Change:

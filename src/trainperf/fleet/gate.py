@@ -66,18 +66,18 @@ def _min_p(n1: int, n2: int) -> float:
 def hodges_lehmann_ratio(base: np.ndarray, cand: np.ndarray, ci_alpha: float = 0.05) -> tuple[float, float, float]:
     """Return (effect, lo, hi): the Hodges-Lehmann ratio cand/base - 1 and its interval."""
     if (base > 0).all() and (cand > 0).all():
-        d = np.sort((np.log(cand)[:, None] - np.log(base)[None, :]).ravel())
+        d = np.log(cand)[:, None] - np.log(base)[None, :]
         tr = np.expm1
     else:  # non-positive values: an additive shift relative to the baseline median
         scale = abs(float(np.median(base))) or 1.0
-        d = np.sort((cand[:, None] - base[None, :]).ravel()) / scale
+        d = (cand[:, None] - base[None, :]) / scale
         tr = lambda v: v  # noqa: E731
     from scipy.stats import norm
 
-    n1, n2 = len(base), len(cand)
-    z = norm.ppf(1 - ci_alpha / 2)
-    k = int(max(math.floor(n1 * n2 / 2 - z * math.sqrt(n1 * n2 * (n1 + n2 + 1) / 12)), 0))
-    return float(tr(np.median(d))), float(tr(d[k])), float(tr(d[len(d) - 1 - k]))
+    from trainperf.fleet.changepoints import hodges_lehmann_interval
+
+    med, lo, hi = hodges_lehmann_interval(d, len(base), len(cand), z=norm.ppf(1 - ci_alpha / 2))
+    return float(tr(med)), float(tr(lo)), float(tr(hi))
 
 
 def compare(baseline, candidate, metric: str = "step_time", min_effect: float = 0.02, alpha: float = 0.005,
