@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainperf.diagnose.window import Window, intersection_length, merge_intervals
+from trainperf.diagnose.window import Window, intersection_length, merge_intervals, union_us
 from trainperf.trace.annotate import correlated_host_row
 from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMMUNICATION, GPU_SYNC, KERNEL, MEMCPY,
                                     MEMSET, EventTable)
@@ -62,13 +62,9 @@ def temporal_breakdown(t: EventTable, w: Window) -> TemporalBreakdown:
     rows = w.device
     if rows.size == 0:
         return TemporalBreakdown(0.0, 0.0, 0.0, 0.0)
-    busy = merge_intervals(w.ts_us[rows], w.end_us[rows])
-    window = float(busy[1][-1] - busy[0][0])
-    busy_us = float((busy[1] - busy[0]).sum())
-    comp_rows = rows[compute_mask(t, rows)]
-    comp = merge_intervals(w.ts_us[comp_rows], w.end_us[comp_rows])
-    compute = float((comp[1] - comp[0]).sum())
-    idle = window - busy_us
+    window = w.stop_us - w.start_us
+    compute = union_us(w, rows[compute_mask(t, rows)])
+    idle = window - union_us(w, rows)
     return TemporalBreakdown(window, idle, compute, window - compute - idle)
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainperf.diagnose.window import Window
+from trainperf.diagnose.window import Window, union_us
 from trainperf.trace.events import CPU_OP, PYTHON, RUNTIME, USER_ANNOTATION, EventTable
 
 DATALOADER_RE = re.compile(r"enumerate\(DataLoader\)|DataLoader.*__next__|_next_data|dataloader", re.I)
@@ -18,16 +18,10 @@ OPTIMIZER_RE = re.compile(r"^Optimizer\.(step|zero_grad)|optimizer.*step|^Optimi
 CHECKPOINT_RE = re.compile(r"checkpoint|torch\.save|dcp\.|save_state_dict|async_save|torch/serialization", re.I)
 
 
-def _spans(t: EventTable, w: Window, pattern: re.Pattern, kinds) -> np.ndarray:
+def span_rows(t: EventTable, w: Window, pattern: re.Pattern, kinds) -> np.ndarray:
+    """Rows in the window of the given kinds whose name matches pattern (search)."""
     ids = t.ids_matching(pattern.search)
     return np.flatnonzero(w.keep & np.isin(t.name, ids) & np.isin(t.kind, kinds))
-
-
-def _union_us(w: Window, rows: np.ndarray) -> float:
-    from trainperf.diagnose.window import merge_intervals
-
-    s, e = merge_intervals(w.ts_us[rows], w.end_us[rows])
-    return float((e - s).sum())
 
 
 @dataclass
@@ -40,10 +34,10 @@ class HostSpans:
 
 
 def _host_spans(t: EventTable, w: Window, pattern: re.Pattern, kinds) -> HostSpans:
-    rows = _spans(t, w, pattern, kinds)
+    rows = span_rows(t, w, pattern, kinds)
     dur = w.end_us[rows] - w.ts_us[rows]
     o = np.argsort(-dur)[:5]
-    return HostSpans(_union_us(w, rows), int(rows.size),
+    return HostSpans(union_us(w, rows), int(rows.size),
                      [(t.names[int(t.name[rows[i]])], float(w.ts_us[rows[i]]), float(dur[i])) for i in o])
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainperf.diagnose.host import CHECKPOINT_RE, DATALOADER_RE, SYNC_RUNTIME_RE
+from trainperf.diagnose.host import CHECKPOINT_RE, DATALOADER_RE, SYNC_RUNTIME_RE, span_rows
 from trainperf.diagnose.window import Window, merge_intervals
 from trainperf.trace.annotate import correlated_host_row
 from trainperf.trace.events import (CATEGORY_NAMES, COMMUNICATION, CPU_OP, KERNEL, MEMCPY, MEMSET, PYTHON, RUNTIME,
@@ -119,9 +119,8 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     has_prev = host_prev >= 0
     gap_dl, gap_ck = np.zeros(n), np.zeros(n)
     for pattern, out in ((DATALOADER_RE, gap_dl), (CHECKPOINT_RE, gap_ck)):
-        ids = t.ids_matching(pattern.search)
-        span_rows = np.flatnonzero(w.keep & np.isin(t.name, ids) & np.isin(t.kind, (USER_ANNOTATION, CPU_OP, PYTHON)))
-        spans = merge_intervals(w.ts_us[span_rows], w.end_us[span_rows])
+        rows_p = span_rows(t, w, pattern, (USER_ANNOTATION, CPU_OP, PYTHON))
+        spans = merge_intervals(w.ts_us[rows_p], w.end_us[rows_p])
         out[has_prev] = _covered(end[host_prev[has_prev]], start[has_prev], spans)
 
     # device: launch links, stream order
@@ -295,6 +294,15 @@ def critical_path(g: Graph, r: Replay) -> dict[str, float]:
         if v > 0:
             out[k] = out.get(k, 0.0) + float(v)
 
+    def before_host_call(j: int) -> int:
+        # the host time between call j and its binding predecessor: data loading, the rest CPU work
+        p = int(r.binding[j])
+        if p >= 0:
+            dl = min(g.gap_dataloader[j], r.start[j] - r.end[p])
+            add("dataloader", dl)
+            add("cpu", r.start[j] - r.end[p] - dl)
+        return p
+
     if r.end.size == 0:
         return out
     i = int(np.argmax(r.end))
@@ -311,12 +319,7 @@ def critical_path(g: Graph, r: Replay) -> dict[str, float]:
                 i = int(g.sync_on[i])  # follow the device work the host waited for
             else:
                 add("runtime", own)
-                p = int(r.binding[i])
-                if p >= 0:
-                    dl = min(g.gap_dataloader[i], r.start[i] - r.end[p])
-                    add("dataloader", dl)
-                    add("cpu", r.start[i] - r.end[p] - dl)
-                i = p
+                i = before_host_call(i)
                 continue
         if not g.is_host[i]:
             e = min(r.end[i], t_cursor)
@@ -333,12 +336,7 @@ def critical_path(g: Graph, r: Replay) -> dict[str, float]:
                 add("launch_latency", r.start[i] - g.lag[i] - r.start[b])
                 t_cursor = r.start[b]
                 # continue from the launch call: its start was set by the host chain
-                p = int(r.binding[b])
-                if p >= 0:
-                    dl = min(g.gap_dataloader[b], r.start[b] - r.end[p])
-                    add("dataloader", dl)
-                    add("cpu", r.start[b] - r.end[p] - dl)
-                i = p
+                i = before_host_call(b)
             else:  # stream order or a cross-stream wait: continue on the predecessor
                 t_cursor = r.start[i] - g.lag[i]
                 i = b

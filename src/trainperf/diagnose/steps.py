@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 
-from trainperf.diagnose.window import Window
+from trainperf.diagnose.window import Window, union_us
 from trainperf.trace.annotate import step_spans
 from trainperf.trace.events import MEMCPY, EventTable
 
@@ -23,14 +23,11 @@ class StepTime:
 
 def step_times(t: EventTable, w: Window) -> list[StepTime]:
     """Every ProfilerStep of the rank with its host duration and device busy time (µs)."""
-    from trainperf.diagnose.window import merge_intervals
-
     steps, starts, ends = step_spans(t)
     out = []
     for s, a, b in zip(steps, starts, ends):
         rows = w.device[t.step[w.device] == s] if w.device.size else w.device
-        ms, me = merge_intervals(w.ts_us[rows], w.end_us[rows])
-        out.append(StepTime(int(s), a / 1000.0, (b - a) / 1000.0, float((me - ms).sum())))
+        out.append(StepTime(int(s), a / 1000.0, (b - a) / 1000.0, union_us(w, rows)))
     return out
 
 

@@ -103,6 +103,12 @@ def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.
     return s[first], cm[last]
 
 
+def union_us(w: Window, rows: np.ndarray) -> float:
+    """Length of the union of the given rows' intervals (µs): time covered by at least one of them."""
+    s, e = merge_intervals(w.ts_us[rows], w.end_us[rows])
+    return float((e - s).sum())
+
+
 def intersection_length(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> float:
     """Total length of the intersection of two merged interval sets (same unit as the inputs)."""
     (s1, e1), (s2, e2) = a, b
