@@ -98,8 +98,12 @@ def _decode_tail(tail: bytes) -> tuple[Chunk, dict]:
                 return chunk, {k: _loads(bytes(v)) for k, v in parts.items()}
             except _DecodeError:
                 pass  # the generic parser below says what is wrong
-    doc = _loads(tail)
-    ev = doc.get("traceEvents") if isinstance(doc, dict) else None
+    return _split_doc(_loads(tail))
+
+
+def _split_doc(doc: dict) -> tuple[Chunk, dict]:
+    """A whole parsed trace object: its events as a Chunk, and its other keys."""
+    ev = doc.get("traceEvents")
     return chunk_from_dicts(ev if isinstance(ev, list) else []), {k: v for k, v in doc.items() if k != "traceEvents"}
 
 
@@ -127,31 +131,22 @@ def iter_event_chunks(path: Path):
                     break
                 buf += more
                 m = _EVENTS_KEY_RE.search(buf)
-            if m is None:  # no traceEvents key at all: parse the whole (small) object
+            header = None
+            if m is not None:
                 try:
-                    doc = _loads(buf)
+                    header = _loads(buf[:m.start()].rstrip().rstrip(b",") + b"}")
+                except _DecodeError:
+                    pass
+            if not isinstance(header, dict):  # no traceEvents array, or one inside another value: parse it all
+                try:
+                    doc = _loads(buf + _read_all(stream, path))  # m is None: buf already holds the whole file
                 except _DecodeError as e:
                     raise _invalid(path, e) from None
                 if not isinstance(doc, dict):
                     raise TrainperfError(f"{path}: not a Kineto trace (top-level JSON is not an object)")
-                yield "header", {k: v for k, v in doc.items() if k != "traceEvents"}
-                return
-            head = buf[:m.start()].rstrip().rstrip(b",") + b"}"
-            try:
-                header = _loads(head)
-            except _DecodeError:
-                header = None
-            if not isinstance(header, dict):  # "traceEvents" inside another value: whole-file fallback
-                rest = buf + _read_all(stream, path)
-                try:
-                    doc = _loads(rest)
-                except _DecodeError as e:
-                    raise _invalid(path, e) from None
-                if not isinstance(doc, dict):
-                    raise TrainperfError(f"{path}: not a Kineto trace (top-level JSON is not an object)")
-                yield "header", {k: v for k, v in doc.items() if k != "traceEvents"}
-                ev = doc.get("traceEvents")
-                yield chunk_from_dicts(ev if isinstance(ev, list) else [])
+                chunk, header = _split_doc(doc)
+                yield "header", header
+                yield chunk
                 return
             yield "header", header
             buf = buf[m.end():]
