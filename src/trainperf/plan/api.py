@@ -37,11 +37,6 @@ def _efficiency(req: PlanRequest) -> Efficiency:
     return load_calibration(req.calibration) if req.calibration else Efficiency()
 
 
-def eff_source(req: PlanRequest) -> str:
-    """Return where the efficiency constants come from (catalog defaults or a calibration file)."""
-    return _efficiency(req).source
-
-
 def _setup(req: PlanRequest) -> tuple[ModelSpec, Cluster]:
     m = load_model(req.model, req.seq)
     cluster = make_cluster(req.gpu, req.n_gpus, req.gpus_per_node, usd_per_gpu_hour=req.usd_per_hour)
@@ -97,7 +92,7 @@ def search_json(res: SearchResult, req: PlanRequest) -> dict:
     out = {"model": res.model.name, "gpu": res.cluster.accelerator.name, "n_gpus": res.cluster.n_gpus,
            "seq_len": res.model.seq_len, "global_batch": res.global_batch, "objective": res.objective,
            "n_candidates": res.n_candidates, "n_fit": res.n_fit, "search_time_s": res.elapsed_s,
-           "efficiency_source": eff_source(req), "layouts": layouts}
+           "efficiency_source": res.efficiency_source, "layouts": layouts}
     out.update({k: layouts[0][k] for k in ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gib_per_gpu",
                                             "fits", "breakdown", "layout")})
     return out

@@ -104,7 +104,7 @@ def plan(
     else:
         console.print(render.search_table(res))
         console.print(f"{res.n_candidates:,} valid layouts evaluated in {res.elapsed_s * 1e3:.0f} ms, {res.n_fit:,} fit "
-                      f"in {res.cluster.accelerator.hbm_bytes / 2**30:.0f} GiB; efficiency: {api.eff_source(req)}")
+                      f"in {res.cluster.accelerator.hbm_bytes / 2**30:.0f} GiB; efficiency: {res.efficiency_source}")
     if html:
         render.html_report(html, res=res)
 

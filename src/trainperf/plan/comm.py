@@ -24,6 +24,12 @@ from trainperf.plan.efficiency import Efficiency
 from trainperf.specs import Cluster
 
 
+def _link_rates(cluster: Cluster, eff: Efficiency) -> tuple[float, float]:
+    """Return (scale-up bus bandwidth, one NIC's bus bandwidth) in bytes/s; a calibrated bus rate wins."""
+    up = eff.measured_bus_gbps * 1e9 if eff.measured_bus_gbps > 0 else cluster.scaleup_gbps * 1e9 * eff.scaleup_bus_eff
+    return up, cluster.scaleout_gbps * 1e9 * eff.scaleout_bus_eff
+
+
 def group_link(cluster: Cluster, eff: Efficiency, stride, size):
     """Return (bus bandwidth in bytes/s, alpha in s) of a group of ``size`` ranks ``stride`` apart.
 
@@ -33,10 +39,7 @@ def group_link(cluster: Cluster, eff: Efficiency, stride, size):
     stride = np.asarray(stride, dtype=float)
     size = np.asarray(size, dtype=float)
     domain = float(cluster.scaleup_domain)
-    up = cluster.scaleup_gbps * 1e9 * eff.scaleup_bus_eff
-    if eff.measured_bus_gbps > 0:
-        up = eff.measured_bus_gbps * 1e9
-    nic = cluster.scaleout_gbps * 1e9 * eff.scaleout_bus_eff
+    up, nic = _link_rates(cluster, eff)
     inside = stride * size <= domain
     per_domain = np.clip(np.floor(domain / stride), 1.0, None)
     across = np.minimum(up, per_domain * nic)
@@ -48,10 +51,7 @@ def group_link(cluster: Cluster, eff: Efficiency, stride, size):
 def p2p_link(cluster: Cluster, eff: Efficiency, stride):
     """Return (bandwidth bytes/s, alpha s) between two ranks ``stride`` apart (one NIC if apart)."""
     stride = np.asarray(stride, dtype=float)
-    up = cluster.scaleup_gbps * 1e9 * eff.scaleup_bus_eff
-    if eff.measured_bus_gbps > 0:
-        up = eff.measured_bus_gbps * 1e9
-    nic = cluster.scaleout_gbps * 1e9 * eff.scaleout_bus_eff
+    up, nic = _link_rates(cluster, eff)
     # neighbours are in one domain when the domain holds two consecutive blocks of `stride`
     same = 2 * stride <= cluster.scaleup_domain
     return np.where(same, up, nic), np.where(same, eff.alpha_scaleup_s, eff.alpha_scaleout_s)
@@ -65,10 +65,7 @@ def ring_p2p_link(cluster: Cluster, eff: Efficiency, stride, size):
     """
     stride = np.asarray(stride, dtype=float)
     size = np.asarray(size, dtype=float)
-    up = cluster.scaleup_gbps * 1e9 * eff.scaleup_bus_eff
-    if eff.measured_bus_gbps > 0:
-        up = eff.measured_bus_gbps * 1e9
-    nic = cluster.scaleout_gbps * 1e9 * eff.scaleout_bus_eff
+    up, nic = _link_rates(cluster, eff)
     inside = stride * size <= cluster.scaleup_domain
     return np.where(inside, up, nic), np.where(inside, eff.alpha_scaleup_s, eff.alpha_scaleout_s)
 

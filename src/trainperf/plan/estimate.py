@@ -222,8 +222,14 @@ def estimate(m: ModelSpec, cluster: Cluster, layout: Layout, global_batch: int |
     lay = check_layout(m, cluster, layout, global_batch)
     r = estimate_arrays(m, cluster, lay.tp, lay.pp, lay.dp, lay.cp, lay.vpp, lay.sp, lay.zero,
                         RECOMPUTE_CODE[lay.recompute], lay.mbs, lay.grad_accum, lay.precision == "fp8", eff, sw)
-    return Estimate(
-        layout=lay, step_time_s=float(r["step_time_s"]), tokens_per_s_per_gpu=float(r["tokens_per_s_per_gpu"]),
-        mfu=float(r["mfu"]), hfu=float(r["hfu"]), memory_bytes_per_gpu=float(r["memory_bytes"]),
-        hbm_bytes=cluster.accelerator.hbm_bytes, breakdown={k: float(r[k]) for k in TERMS},
-    )
+    return estimate_at(r, (), lay, cluster.accelerator.hbm_bytes)
+
+
+def estimate_at(out: dict, i, layout: Layout, hbm_bytes: float) -> Estimate:
+    """Return the Estimate of element ``i`` of an ``estimate_arrays`` result (``i=()`` for scalar layouts)."""
+    def value(k: str) -> float:
+        return float(np.asarray(out[k])[i])
+
+    return Estimate(layout=layout, step_time_s=value("step_time_s"), tokens_per_s_per_gpu=value("tokens_per_s_per_gpu"),
+                    mfu=value("mfu"), hfu=value("hfu"), memory_bytes_per_gpu=value("memory_bytes"),
+                    hbm_bytes=hbm_bytes, breakdown={k: value(k) for k in TERMS})

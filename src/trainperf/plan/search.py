@@ -19,7 +19,7 @@ import numpy as np
 
 from trainperf.errors import TrainperfError
 from trainperf.plan.efficiency import Efficiency, Software
-from trainperf.plan.estimate import RECOMPUTE_NAME, TERMS, Estimate, estimate_arrays
+from trainperf.plan.estimate import RECOMPUTE_NAME, Estimate, estimate_arrays, estimate_at
 from trainperf.specs import Cluster, Layout, ModelSpec, make_cluster
 
 MAX_MBS = 16
@@ -40,6 +40,7 @@ class SearchResult:
     min_memory_gib: float
     elapsed_s: float
     usd_per_gpu_hour: float
+    efficiency_source: str = ""  # where the efficiency constants came from (Efficiency.source)
     extra: dict = field(default_factory=dict)
 
 
@@ -120,15 +121,12 @@ def _impossible_reason(m: ModelSpec, cluster: Cluster, global_batch: int) -> str
             f"{n // min(n, cluster.scaleup_domain)}")
 
 
-def _estimate_at(arrays: dict, out: dict, i: int, m: ModelSpec, cluster: Cluster, precision: str) -> Estimate:
+def _estimate_at(arrays: dict, out: dict, i: int, cluster: Cluster, precision: str) -> Estimate:
     lay = Layout(tp=int(arrays["tp"][i]), pp=int(arrays["pp"][i]), dp=int(arrays["dp"][i]), cp=int(arrays["cp"][i]),
                  vpp=int(arrays["vpp"][i]), sp=bool(arrays["sp"][i]), zero=int(arrays["zero"][i]),
                  recompute=RECOMPUTE_NAME[int(arrays["rc"][i])], mbs=int(arrays["mbs"][i]),
                  grad_accum=int(arrays["ga"][i]), precision=precision)
-    return Estimate(layout=lay, step_time_s=float(out["step_time_s"][i]),
-                    tokens_per_s_per_gpu=float(out["tokens_per_s_per_gpu"][i]), mfu=float(out["mfu"][i]),
-                    hfu=float(out["hfu"][i]), memory_bytes_per_gpu=float(out["memory_bytes"][i]),
-                    hbm_bytes=cluster.accelerator.hbm_bytes, breakdown={k: float(out[k][i]) for k in TERMS})
+    return estimate_at(out, i, lay, cluster.accelerator.hbm_bytes)
 
 
 def evaluate_all(m: ModelSpec, cluster: Cluster, global_batch: int, precision: str = "bf16",
@@ -182,11 +180,9 @@ def search(m: ModelSpec, cluster: Cluster, global_batch: int | None = None, obje
             continue
         step = out["step_time_s"][ok]
         key = step if objective == "time" else step * n / (gb * m.seq_len)  # cost: GPU-seconds per token
-        order = ok[np.lexsort((mem[ok], key))[: max(top, 1)]]  # ties: less memory first
-        for i in order:
-            est = _estimate_at(arrays, out, int(i), m, cl, precision)
-            k = est.step_time_s if objective == "time" else est.step_time_s * n / (gb * m.seq_len)
-            ranked.append((k, est, n))
+        picked = np.lexsort((mem[ok], key))[: max(top, 1)]  # ties: less memory first
+        for j in picked:
+            ranked.append((float(key[j]), _estimate_at(arrays, out, int(ok[j]), cl, precision), n))
     elapsed = time.perf_counter() - t0
     if total == 0:
         raise TrainperfError(_impossible_reason(m, cluster, gb))
@@ -199,6 +195,6 @@ def search(m: ModelSpec, cluster: Cluster, global_batch: int | None = None, obje
     best = [r[1] for r in ranked[:top]]
     res = SearchResult(model=m, cluster=cluster, global_batch=gb, objective=objective, best=best,
                        n_candidates=total, n_fit=fit, min_memory_gib=min_mem / 2**30, elapsed_s=elapsed,
-                       usd_per_gpu_hour=cluster.usd_per_gpu_hour)
+                       usd_per_gpu_hour=cluster.usd_per_gpu_hour, efficiency_source=(eff or Efficiency()).source)
     res.extra["n_gpus_used"] = [r[2] for r in ranked[:top]]
     return res
