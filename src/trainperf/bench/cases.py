@@ -85,8 +85,6 @@ def _liger_impl(kernel: str, extra: dict) -> Callable | None:
     if lf is None:
         return None
     fn = getattr(lf, "liger_" + kernel, None)
-    if kernel == "softmax" and fn is None:
-        return None
     if fn is None:
         return None
     if kernel == "rms_norm":
@@ -113,6 +111,7 @@ def build_case(kernel: str, shape: tuple[int, ...], dtype: torch.dtype, device: 
     """Return the Case for kernel at shape (inputs on device, requires_grad set) with the requested impls."""
     import trainperf.kernels as K
     from trainperf.kernels import reference as R
+    from trainperf.train.model import rope_tables
 
     if kernel not in SHAPE_RANK:
         raise TrainperfError(f"unknown kernel {kernel!r} (known: {', '.join(KERNELS)})")
@@ -144,10 +143,8 @@ def build_case(kernel: str, shape: tuple[int, ...], dtype: torch.dtype, device: 
     elif kernel == "rope":
         batch, seq, heads, dim = shape
         kv = max(1, heads // 4)
-        pos = torch.arange(seq, dtype=torch.float32)[:, None]
-        inv = 1.0 / (10000.0 ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
-        ang = torch.cat([pos * inv, pos * inv], dim=-1)
-        extra["cos"], extra["sin"] = ang.cos().to(device), ang.sin().to(device)
+        cos, sin = rope_tables(seq, dim, theta=10000.0)  # built on the CPU: the same tables on every device
+        extra["cos"], extra["sin"] = cos.to(device), sin.to(device)
         inputs = [rand(batch, seq, heads, dim), rand(batch, seq, kv, dim)]
         work = {p: roofline.rope_work(batch, seq, heads, kv, dim, elem, p) for p in ("fwd", "fwd+bwd")}
         ours = lambda q, k: K.rope(q, k, extra["cos"], extra["sin"])  # noqa: E731

@@ -150,6 +150,11 @@ def fill_speedups(rows: list[Row]) -> None:
         r.speedup_vs_eager = ref / r.median_ms if ref and r.median_ms > 0 else None
 
 
+def _failed(e: Exception) -> str:
+    """Return the note text for a failed implementation: exception type and its first line (160 chars)."""
+    return f"failed ({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})"
+
+
 def _bench_case(case: Case, result: BenchResult, passes, measure_memory: bool, progress) -> None:
     dev = case.inputs[0].device
     flop_bound = case.kernel == "fused_linear_cross_entropy"
@@ -165,8 +170,7 @@ def _bench_case(case: Case, result: BenchResult, passes, measure_memory: bool, p
             err = _max_err(out, ref_out) if ref_out is not None else None
             del out
         except Exception as e:  # noqa: BLE001 - a failing comparison impl becomes a note, not a crash
-            result.notes.append(f"{case.kernel} {case.shape_str} {impl}: failed ({type(e).__name__}: "
-                                f"{str(e).splitlines()[0][:160] if str(e) else ''})")
+            result.notes.append(f"{case.kernel} {case.shape_str} {impl}: {_failed(e)}")
             continue
         if grads is None:
             with torch.no_grad():
@@ -180,8 +184,7 @@ def _bench_case(case: Case, result: BenchResult, passes, measure_memory: bool, p
                 ms = median_ms(run, dev)
                 mem = peak_memory_bytes(run, dev) if measure_memory else None
             except Exception as e:  # noqa: BLE001
-                result.notes.append(f"{case.kernel} {case.shape_str} {impl} {passname}: failed "
-                                    f"({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})")
+                result.notes.append(f"{case.kernel} {case.shape_str} {impl} {passname}: {_failed(e)}")
                 continue
             work = case.work[passname]
             gb, tf = roofline.gbps(work, ms), roofline.tflops(work, ms)
