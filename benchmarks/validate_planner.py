@@ -33,6 +33,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from trainperf.atomic import atomic_write_text
 from trainperf.errors import TrainperfError
 from trainperf.plan.efficiency import Efficiency, Software
 from trainperf.plan.estimate import estimate
@@ -113,14 +114,15 @@ def validate(csv_path: Path, eff: Efficiency | None = None) -> list[dict]:
                 out.append(rec)
                 continue
             gb = _int(r["global_batch_size"], 0)
-            est = estimate(m, cluster, lay, gb, eff, row_software(r))
+            sw = row_software(r)
+            est = estimate(m, cluster, lay, gb, eff, sw)
             rc_txt = r["recompute"].strip().lower()
             if rc_txt in ("", "not stated"):
                 # unknown recompute: the least recompute whose memory fits, as the job had to
                 for rc in ("selective", "full"):
                     if est.fits:
                         break
-                    est = estimate(m, cluster, replace(lay, recompute=rc), gb, eff, row_software(r))
+                    est = estimate(m, cluster, replace(lay, recompute=rc), gb, eff, sw)
         except TrainperfError as e:
             rec["skipped"] = str(e)
             out.append(rec)
@@ -190,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"baseline 'model FLOPs / peak at one MFU' (MFU {mfu0:.3f}, the rows' median, i.e. fitted): median |error| "
           f"{s['baseline_median_abs_rel_error']:.1%}, max {s['baseline_max_abs_rel_error']:.1%}")
     if args.json:
-        args.json.write_text(json.dumps({"summary": s, "rows": recs}, indent=1))
+        atomic_write_text(args.json, json.dumps({"summary": s, "rows": recs}, indent=1))
     return 0
 
 
