@@ -53,10 +53,8 @@ def _fd(path: str, flags: int) -> int | None:
 
 
 def _reset_cpu() -> None:
-    fd = _fds.get("/proc/self/clear_refs")
-    if fd is None:
-        fd = _fd("/proc/self/clear_refs", os.O_WRONLY)
-    if fd is not None and fd >= 0:
+    fd = _fd("/proc/self/clear_refs", os.O_WRONLY)
+    if fd is not None:
         try:
             os.write(fd, b"5")
         except OSError:
@@ -75,10 +73,8 @@ def _peak_cpu() -> int:
 
 def _peak_cpu_status() -> int:
     """Return VmHWM (bytes) from /proc/self/status; where /proc is absent, the lifetime ``ru_maxrss``."""
-    fd = _fds.get("/proc/self/status")
-    if fd is None:
-        fd = _fd("/proc/self/status", os.O_RDONLY)
-    if fd is not None and fd >= 0:
+    fd = _fd("/proc/self/status", os.O_RDONLY)
+    if fd is not None:
         try:
             text = os.pread(fd, 8192, 0)
             i = text.index(b"VmHWM:")
