@@ -204,6 +204,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _time_block(work, open_block, *args):
+    """Run ``work()`` inside ``with open_block(*args):``; return (seconds of the block's own
+    creation, enter and exit, read just outside and just inside the ``with``; work's result)."""
+    pc = time.perf_counter
+    a = pc()
+    with open_block(*args):
+        b = pc()
+        result = work()
+        c = pc()
+    d = pc()
+    return (b - a) + (d - c), result
+
+
 def measure_breakdown(mon, model, opt, batches, tokens, n: int) -> dict[str, list[float]]:
     """Time each monitor call of ``n`` real training steps (seconds per step, by call).
 
@@ -218,36 +231,11 @@ def measure_breakdown(mon, model, opt, batches, tokens, n: int) -> dict[str, lis
         t0 = pc()
         with mon.step(step0 + i, tokens=tokens) as st:
             t1 = pc()
-            blocks = 0.0
-            a = pc()
-            with st.data():
-                b = pc()
-                xb, yb = batches[0]
-                c = pc()
-            d = pc()
-            blocks += (b - a) + (d - c)
-            a = pc()
-            with st.phase("forward"):
-                b = pc()
-                loss = model(xb, yb)
-                c = pc()
-            d = pc()
-            blocks += (b - a) + (d - c)
-            a = pc()
-            with st.phase("backward"):
-                b = pc()
-                loss.backward()
-                c = pc()
-            d = pc()
-            blocks += (b - a) + (d - c)
-            a = pc()
-            with st.phase("optimizer"):
-                b = pc()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                c = pc()
-            d = pc()
-            blocks += (b - a) + (d - c)
+            t_data, (xb, yb) = _time_block(lambda: batches[0], st.data)
+            t_fwd, loss = _time_block(lambda: model(xb, yb), st.phase, "forward")
+            t_bwd, _ = _time_block(loss.backward, st.phase, "backward")
+            t_opt, _ = _time_block(lambda: (opt.step(), opt.zero_grad(set_to_none=True)), st.phase, "optimizer")
+            blocks = t_data + t_fwd + t_bwd + t_opt
             st.loss = loss
             t2 = pc()
         t3 = pc()
