@@ -61,7 +61,8 @@ _perf_counter = time.perf_counter
 _wall_time = time.time
 
 
-def _read_jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path) -> list[dict]:
+    """Return the JSON objects of a JSONL file (none if it is absent), skipping lines a crash cut."""
     if not path.is_file():
         return []
     out = []
@@ -315,7 +316,7 @@ class Monitor:
         self._t_flushed = _wall_time()
         if self.writes:
             self.out_dir.mkdir(parents=True, exist_ok=True)
-            prior = [e for e in _read_jsonl(self.out_dir / "events.jsonl") if e.get("kind") == "attempt_start"]
+            prior = [e for e in read_jsonl(self.out_dir / "events.jsonl") if e.get("kind") == "attempt_start"]
             self.attempt = 1 + max((int(e["attempt"]) for e in prior), default=-1)
             self._metrics = _open_append(self.out_dir / "metrics.jsonl")
             self._events = _open_append(self.out_dir / "events.jsonl")
@@ -412,8 +413,8 @@ class Monitor:
         phase_keys = sorted(self.phase_names)
         if self.writes:
             self.flush()
-            steps = _read_jsonl(self.out_dir / "metrics.jsonl")
-            events = _read_jsonl(self.out_dir / "events.jsonl")
+            steps = read_jsonl(self.out_dir / "metrics.jsonl")
+            events = read_jsonl(self.out_dir / "events.jsonl")
         else:
             steps = self.records
             events = [{"kind": "attempt_start", "attempt": self.attempt, "t": self.t_start}, *self.checkpoint_events]

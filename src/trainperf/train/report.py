@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from trainperf.monitor.monitor import read_jsonl
 from trainperf.report.html import Report, bar_chart, line_chart, paragraph, table
 
 
 def write_report(run_dir: str | Path, result: dict) -> Path:
     """Write ``run_dir/report.html`` from metrics.jsonl and the run summary; return its path."""
     run_dir = Path(run_dir)
-    steps = []
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines() if (run_dir / "metrics.jsonl").is_file() else []:
-        try:
-            steps.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
     latest = {}
-    for s in steps:  # after a resume, the last attempt's record of each step counts
+    for s in read_jsonl(run_dir / "metrics.jsonl"):  # after a resume, the last attempt's record of each step counts
         latest[s["step"]] = s
     kept = [latest[k] for k in sorted(latest)]
     xs = [s["step"] for s in kept]
