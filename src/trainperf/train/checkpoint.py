@@ -115,6 +115,14 @@ class Checkpointer:
         msd, osd = get_state_dict(model, optimizer)
         return {"model": msd, "optim": osd, "train": train_state, f"rng_rank{self.rank}": rng_state(self.device)}
 
+    def _dcp_kw(self, checkpoint_dir: Path) -> dict:
+        """Return DCP's save/load arguments for ``checkpoint_dir`` (``no_dist`` in a single process)."""
+        kw = {"checkpoint_id": str(checkpoint_dir), "process_group": self.pg}
+        if not _is_dist():
+            kw["no_dist"] = True
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+        return kw
+
     # -- save -----------------------------------------------------------------------
 
     def save(self, step: int, model, optimizer, train_state: dict) -> None:
@@ -124,10 +132,7 @@ class Checkpointer:
         self.wait()  # one save in flight at a time
         tmp = self.root / f".step-{step:08d}.tmp"
         state = self._state(model, optimizer, {**train_state, "step": int(step)})
-        kw = {"checkpoint_id": str(tmp), "process_group": self.pg}
-        if not _is_dist():
-            kw["no_dist"] = True
-            warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+        kw = self._dcp_kw(tmp)
         if self.async_save:
             fut = dcp.async_save(state, **kw, **self._stager_kw())
             fut = getattr(fut, "upload_completion", fut)  # AsyncSaveResponse on newer torch
@@ -203,10 +208,7 @@ class Checkpointer:
         manifest = json.loads((path / MANIFEST).read_text())
         check_fingerprint(manifest, self.fingerprint, path)
         state = self._state(model, optimizer, {**train_state, "step": 0})
-        kw = {"checkpoint_id": str(path), "process_group": self.pg}
-        if not _is_dist():
-            kw["no_dist"] = True
-            warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+        kw = self._dcp_kw(path)
         try:
             dcp.load(state, **kw)
         except Exception as e:  # noqa: BLE001 - DCP raises CheckpointException with per-rank details
