@@ -9,11 +9,11 @@ after a resume.
 
 from __future__ import annotations
 
-import os
 import warnings
 from contextlib import nullcontext
 from pathlib import Path
 
+from trainperf.atomic import atomic_path
 from trainperf.errors import TrainperfError
 
 
@@ -75,10 +75,8 @@ class StepProfiler:
         self._ctx = self.prof
 
     def _write(self, prof) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        prof.export_chrome_trace(str(tmp))
-        os.replace(tmp, self.path)  # readers never see a half-written trace
+        with atomic_path(self.path) as tmp:  # readers never see a half-written trace
+            prof.export_chrome_trace(str(tmp))
 
     def __enter__(self) -> "StepProfiler":
         self._ctx.__enter__()
