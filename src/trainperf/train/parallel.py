@@ -169,6 +169,11 @@ def apply_fsdp(model: Transformer, dp_mesh, reshard_after_forward: bool, param_d
     fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
 
 
+def _low_precision_dtype(precision: str) -> torch.dtype | None:
+    """Return the compute dtype of a mixed-precision ``precision`` (bf16, fp16); None for fp32."""
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+
+
 def parallelize(model: Transformer, dims: ParallelDims, device: torch.device, compile_backend: str | None) -> nn.Module:
     """Return the model with TP, AC, compile and FSDP/DDP applied in that order (torchtitan's)."""
     layout = dims.layout
@@ -179,8 +184,8 @@ def parallelize(model: Transformer, dims: ParallelDims, device: torch.device, co
         apply_compile(model, compile_backend)
     strategy = dims.strategy
     if strategy.startswith("fsdp"):
-        param_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(layout.precision)
-        apply_fsdp(model, dims.mesh["dp"], reshard_after_forward=strategy == "fsdp", param_dtype=param_dtype)
+        apply_fsdp(model, dims.mesh["dp"], reshard_after_forward=strategy == "fsdp",
+                   param_dtype=_low_precision_dtype(layout.precision))
         return model
     if strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -194,7 +199,7 @@ def autocast_dtype(dims: ParallelDims) -> torch.dtype | None:
     """Return the autocast dtype (bf16/fp16) when mixed precision is not already done by FSDP."""
     if dims.strategy.startswith("fsdp"):
         return None
-    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dims.layout.precision)
+    return _low_precision_dtype(dims.layout.precision)
 
 
 def no_grad_sync(model: nn.Module, enabled: bool):
