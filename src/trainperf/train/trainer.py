@@ -131,17 +131,18 @@ def device_peak_flops(cfg: TrainConfig, device_type: str, precision: str) -> tup
     dev = torch.cuda.get_device_name()
     words = dev.lower().replace("nvidia", "").split()
     names += [dev, " ".join(words), *[f"{w}-sxm" for w in words], *words]
+    acc = None
     for name in names:
         try:
             acc = get_accelerator(name)
+            break
         except TrainperfError:
             continue
-        if cfg.peak_tflops:
-            return cfg.peak_tflops * 1e12, "--peak-tflops", acc.name
-        return acc.peak_flops(precision), f"catalog {acc.name} ({precision})", acc.name
-    if cfg.peak_tflops:
-        return cfg.peak_tflops * 1e12, "--peak-tflops", None
-    raise TrainperfError(f"GPU {dev!r} is not in the hardware catalog: pass --gpu NAME or --peak-tflops")
+    if cfg.peak_tflops:  # the catalog name is still wanted, for the planner's prediction
+        return cfg.peak_tflops * 1e12, "--peak-tflops", acc.name if acc else None
+    if acc is None:
+        raise TrainperfError(f"GPU {dev!r} is not in the hardware catalog: pass --gpu NAME or --peak-tflops")
+    return acc.peak_flops(precision), f"catalog {acc.name} ({precision})", acc.name
 
 
 def _lr_lambda(cfg: TrainConfig):
