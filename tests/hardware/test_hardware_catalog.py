@@ -33,3 +33,15 @@ def test_aliases_and_paper_names():
 def test_unknown_gpu_lists_names():
     with pytest.raises(TrainperfError, match="known: .*h100-sxm"):
         get_accelerator("v100x")
+
+
+def test_device_names_as_drivers_report_them():
+    # reference: torch.cuda.get_device_name() strings seen on these parts
+    from trainperf.hardware import accelerator_for_device
+
+    assert accelerator_for_device("NVIDIA H100 80GB HBM3").name == "h100-sxm"
+    assert accelerator_for_device("NVIDIA H100 PCIe").name == "h100-pcie"
+    assert accelerator_for_device("NVIDIA H200").name == "h200"
+    assert accelerator_for_device("NVIDIA A100-SXM4-40GB").name == "a100-40gb"
+    assert accelerator_for_device("AMD Instinct MI300X").name == "mi300x"
+    assert accelerator_for_device("Tesla V100-SXM2-16GB") is None

@@ -90,3 +90,18 @@ def get_accelerator(name: str) -> Accelerator:
             if cand in acc.aliases:
                 return acc
     raise TrainperfError(f"unknown GPU {name!r} (known: {', '.join(cat)})")
+
+
+def accelerator_for_device(device_name: str) -> Accelerator | None:
+    """Return the catalog entry for a device name as the driver reports it, or None.
+
+    Tries the name as given ("NVIDIA H100 PCIe"), without the vendor word ("h100 pcie"), each
+    word as an SXM part ("h100-sxm"), then each word alone ("h100").
+    """
+    words = device_name.lower().replace("nvidia", "").split()
+    for cand in (device_name, " ".join(words), *[f"{w}-sxm" for w in words], *words):
+        try:
+            return get_accelerator(cand)
+        except TrainperfError:
+            continue
+    return None

@@ -125,19 +125,16 @@ def device_peak_flops(cfg: TrainConfig, device_type: str, precision: str) -> tup
         return measure_cpu_gemm_flops(), "measured fp32 GEMM rate (CPU has no catalog peak)", None
     import torch
 
-    from trainperf.hardware import get_accelerator
+    from trainperf.hardware import accelerator_for_device, get_accelerator
 
-    names = [cfg.gpu] if cfg.gpu else []
     dev = torch.cuda.get_device_name()
-    words = dev.lower().replace("nvidia", "").split()
-    names += [dev, " ".join(words), *[f"{w}-sxm" for w in words], *words]
     acc = None
-    for name in names:
+    if cfg.gpu:
         try:
-            acc = get_accelerator(name)
-            break
+            acc = get_accelerator(cfg.gpu)
         except TrainperfError:
-            continue
+            pass  # an unknown --gpu falls back to the detected device, as before
+    acc = acc or accelerator_for_device(dev)
     if cfg.peak_tflops:  # the catalog name is still wanted, for the planner's prediction
         return cfg.peak_tflops * 1e12, "--peak-tflops", acc.name if acc else None
     if acc is None:
