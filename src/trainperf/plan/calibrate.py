@@ -17,6 +17,7 @@ The profile is a JSON file: ``{"device", "created", "efficiency": {...}, "gemm":
 from __future__ import annotations
 
 import json
+import math
 import platform
 import time
 from pathlib import Path
@@ -40,13 +41,17 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _time_s(fn, device: str, min_time_s: float) -> float:
-    """Return the median seconds of ``fn`` over repeats totalling at least ``min_time_s``."""
+def _time_s(fn, device: str, min_time_s: float, repeats: int | None = None) -> float:
+    """Return the median seconds of ``fn`` over repeats totalling at least ``min_time_s``.
+
+    ``repeats`` fixes the number of timed calls instead (collectives: every rank must make the
+    same number of calls, so the count cannot depend on each rank's own clock).
+    """
     fn()
     _sync(device)
     times = []
     t_total = 0.0
-    while t_total < min_time_s or len(times) < 3:
+    while (len(times) < repeats) if repeats else (t_total < min_time_s or len(times) < 3):
         t0 = time.perf_counter()
         fn()
         _sync(device)
@@ -116,7 +121,18 @@ def measure_allreduce_busbw_gbps(device: str, n_bytes: int, min_time_s: float) -
     def op():
         dist.all_reduce(x)
 
-    s = _time_s(op, device, min_time_s)
+    # One timed call, its slowest time agreed by all ranks, fixes the repeat count for all of
+    # them: a per-rank "until min_time_s" loop let one rank make a call more than the other,
+    # which then hung or aborted at exit.
+    op()
+    _sync(device)
+    t0 = time.perf_counter()
+    op()
+    _sync(device)
+    one = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
+    dist.all_reduce(one, op=dist.ReduceOp.MAX)
+    repeats = int(min(200, max(3, math.ceil(min_time_s / max(float(one.item()), 1e-9)))))
+    s = _time_s(op, device, min_time_s, repeats=repeats)
     return 2.0 * (n - 1) / n * x.numel() * x.element_size() / s / 1e9
 
 
@@ -139,6 +155,14 @@ def init_distributed_from_env(device: str) -> str:
         return f"cuda:{local}"
     dist.init_process_group("gloo")
     return device
+
+
+def leave_distributed() -> None:
+    """Destroy the process group that init_distributed_from_env joined (a no-op outside torchrun)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def is_rank_zero() -> bool:

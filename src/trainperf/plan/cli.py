@@ -147,12 +147,14 @@ def calibrate_cmd(
     """
     from rich.console import Console
 
-    from trainperf.plan.calibrate import calibrate, is_rank_zero, save_profile
+    from trainperf.plan.calibrate import calibrate, is_rank_zero, leave_distributed, save_profile
 
     console = Console()
     with console.status(f"measuring on {device} ..."):
         prof = calibrate(device, quick)
-    if not is_rank_zero():
+    writes = is_rank_zero()
+    leave_distributed()  # a process group left open at exit can abort the interpreter (SIGABRT)
+    if not writes:
         return
     path = save_profile(prof, out)
     e = prof["efficiency"]
