@@ -36,3 +36,18 @@ def test_new_files_get_umask_mode_and_replacements_keep_theirs(tmp_path):
     target.chmod(0o640)
     atomic_write_text(target, "y")
     assert target.stat().st_mode & 0o777 == 0o640
+
+
+def test_unusable_target_is_a_user_error_and_writes_nothing(tmp_path):
+    """A directory, or a path under a regular file, cannot be written: one TrainperfError naming it."""
+    from trainperf.errors import TrainperfError
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("keep me")
+    for target, reason, named in ((tmp_path, "is a directory", tmp_path),
+                                  (a_file / "out.html", "is a file, not a folder", a_file)):
+        with pytest.raises(TrainperfError, match=reason) as err:
+            atomic_write_text(target, "x")
+        assert str(named) in str(err.value) and "\n" not in str(err.value)
+    assert a_file.read_text() == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]

@@ -22,3 +22,26 @@ def test_user_error_is_one_line_exit_2():
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "unknown model" in lines[0] and "llama3-8b" in lines[0]
     assert "Traceback" not in r.stderr
+
+
+def test_unusable_output_path_is_one_line_exit_2(tmp_path):
+    """plan --html into a directory or under a regular file: one line, exit 2, no traceback."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    for target in (tmp_path, a_file / "plan.html"):
+        r = _run("plan", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--top", "1",
+                 "--html", str(target))
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.returncode == 2 and len(lines) == 1, r.stderr
+        assert str(target if target.is_dir() else a_file) in lines[0], r.stderr
+        assert "Traceback" not in r.stderr
+
+
+def test_train_out_under_a_file_fails_before_training(tmp_path):
+    """train --out below a regular file: one line naming it, exit 2, nothing trained."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    r = _run("train", "--model", "tiny", "--steps", "2", "--out", str(a_file / "run"))
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and str(a_file) in lines[0], r.stderr
+    assert a_file.read_text() == ""

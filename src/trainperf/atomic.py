@@ -8,6 +8,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from trainperf.errors import TrainperfError
+
 
 def _read_umask() -> int:
     # os.umask can only be read by setting it, which races with other threads creating files:
@@ -27,12 +29,36 @@ def _target_mode(path: Path) -> int:
         return 0o666 & ~_UMASK
 
 
+def ensure_dir(path: str | Path) -> Path:
+    """Create the folder ``path`` (and its parents) if needed; return it.
+
+    An unusable path (a file on the way, a read-only parent) is a user error: one
+    TrainperfError naming it, raised before any work starts.
+    """
+    path = Path(path)
+    blocking_file = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    if blocking_file is not None:
+        raise TrainperfError(f"{path}: cannot write here ({blocking_file} is a file, not a folder)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise TrainperfError(f"{path}: cannot create this folder ({e.strerror or e})") from None
+    return path
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temp path beside ``path``; on success it is renamed onto ``path``, else removed."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if path.is_dir():
+        raise TrainperfError(f"{path}: is a directory, expected a file path to write")
+    ensure_dir(path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        # Checked before any content is written: the user's path is unusable (a parent is a
+        # file, the folder is read-only, ...), which is an input error, not a bug.
+        raise TrainperfError(f"{path}: cannot write here ({e.strerror or e})") from None
     os.close(fd)
     # mkstemp creates 0600; give the file the mode a plain open() would (or the old file's), so
     # a team's shared store or report folder stays readable by the team.

@@ -46,8 +46,11 @@ def register(app: typer.Typer) -> None:
         from trainperf.errors import TrainperfError
         from trainperf.train.trainer import TrainConfig
 
+        from trainperf.atomic import ensure_dir
+
         if nproc < 1:
             raise TrainperfError(f"--nproc {nproc}: must be >= 1")
+        ensure_dir(out)  # an unusable --out fails here, in one line, before any work or launch
         cfg = TrainConfig(model=model, seq_len=seq_len, steps=steps, layout=layout, lr=lr, warmup_steps=warmup_steps,
                           compile=compile, compile_backend=compile_backend, kernels=kernels, ckpt_every=ckpt_every,
                           ckpt_keep=ckpt_keep, ckpt_async=not sync_ckpt, resume=resume, profile_steps=profile_steps,
