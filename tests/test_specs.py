@@ -86,3 +86,20 @@ def test_parse_layout_defaults_and_errors():
     assert parse_layout("fsdp=1").zero == 3
     with pytest.raises(TrainperfError, match="does not divide"):
         parse_layout("tp=3").resolve(8)
+
+
+@pytest.mark.parametrize("extra,expect", [
+    # mistralai/Mixtral-8x7B-v0.1 config.json: 8 local experts, 2 per token
+    ({"model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2}, "8 experts, top-2"),
+    # deepseek-ai/DeepSeek-V3 config.json: 256 routed experts, 8 per token
+    ({"model_type": "deepseek_v3", "n_routed_experts": 256, "num_experts_per_tok": 8}, "256 experts, top-8"),
+])
+def test_moe_config_is_refused_not_planned_dense(tmp_path, extra, expect):
+    """A MoE config.json read as dense would be 7.24 B instead of Mixtral's 46.7 B: refuse it, one line."""
+    cfg = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+           "intermediate_size": 14336, "vocab_size": 32000, "max_position_embeddings": 32768, **extra}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    with pytest.raises(TrainperfError, match="mixture-of-experts") as err:
+        load_model(p)
+    assert expect in str(err.value) and str(p) in str(err.value) and "\n" not in str(err.value)

@@ -248,6 +248,27 @@ def _norm_name(name: str) -> str:
     return name.strip().lower().replace("_", "-").replace(" ", "-")
 
 
+# Expert-count keys of the Hugging Face MoE configs: Mixtral (num_local_experts), Qwen-MoE and
+# OLMoE (num_experts), DeepSeek-V2/V3 (n_routed_experts), DBRX-style (moe_num_experts).
+_HF_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+_HF_TOP_K_KEYS = ("num_experts_per_tok", "moe_top_k", "top_k")
+
+
+def _refuse_mixture_of_experts(d: dict, source: str) -> None:
+    """Raise TrainperfError if ``d`` describes a mixture-of-experts model (more than one expert).
+
+    The planner models dense transformers only: read as dense, Mixtral-8x7B would be 7.24 B
+    parameters instead of 46.7 B, so its memory and step time would be silently wrong.
+    """
+    experts = next((int(d[k]) for k in _HF_EXPERT_KEYS if isinstance(d.get(k), int)), 0)
+    if experts > 1:
+        top_k = next((int(d[k]) for k in _HF_TOP_K_KEYS if isinstance(d.get(k), int)), None)
+        routing = f", top-{top_k} routing" if top_k else ""
+        raise TrainperfError(
+            f"{source}: a mixture-of-experts model ({experts} experts{routing}); trainperf plans dense "
+            "models only so far, and planning it as dense would understate its parameters and memory")
+
+
 def model_from_dict(d: dict, name: str = "custom", source: str = "config") -> ModelSpec:
     """Return a ModelSpec from our JSON keys or a Hugging Face ``config.json`` dict.
 
@@ -269,6 +290,7 @@ def model_from_dict(d: dict, name: str = "custom", source: str = "config") -> Mo
             kw["norm"] = str(d["norm"])
         return ModelSpec(name=str(d.get("name", name)), **kw)
     # Hugging Face config.json
+    _refuse_mixture_of_experts(d, source)
     kw = {}
     for ours, theirs in _HF_KEYS.items():
         for key in theirs:
