@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from trainperf.cli import app
 
 
@@ -45,3 +47,23 @@ def test_train_out_under_a_file_fails_before_training(tmp_path):
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1 and str(a_file) in lines[0], r.stderr
     assert a_file.read_text() == ""
+
+
+@pytest.mark.parametrize("args,option", [
+    (("plan", "--usd-per-hour", "-1"), "--usd-per-hour"),
+    (("plan", "--seq", "0"), "--seq"),
+    (("plan", "--global-batch", "0"), "--global-batch"),
+    (("plan", "--gpus-per-node", "0"), "--gpus-per-node"),
+    (("diagnose", "x", "--top", "-1"), "--top"),
+    (("fleet", "changes", "--csv", "x.csv", "--alpha", "2"), "--alpha"),
+    (("fleet", "localize", "--csv", "x.csv", "--history", "-2"), "--history"),
+    (("train", "--lr", "-1"), "--lr"),
+    (("train", "--peak-tflops", "-3"), "--peak-tflops"),
+    (("plan", "--no-such-option"), "--no-such-option"),
+])
+def test_out_of_range_and_unknown_options_are_one_line_exit_2(args, option):
+    """Values outside an option's range are refused before any work: one line naming the option."""
+    r = _run(*args)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and option in lines[0], r.stderr
+    assert "Traceback" not in r.stderr

@@ -11,6 +11,11 @@ import sys
 import typer
 from rich.console import Console
 
+try:  # typer >= 0.20 vendors click as typer._click; older typer depends on click itself
+    from typer._click.exceptions import UsageError
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click.exceptions import UsageError
+
 from trainperf.errors import TrainperfError
 
 app = typer.Typer(
@@ -40,12 +45,28 @@ _register_verbs()
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; a TrainperfError becomes one line on stderr and exit code 2."""
+    """Run the CLI; a TrainperfError or a usage error becomes one line on stderr and exit code 2."""
     try:
-        app(args=argv, prog_name="trainperf")
+        # standalone_mode=False hands click's usage errors (bad value, out of range, unknown
+        # option) to us, so they print as one line like every other user error.
+        rc = app(args=argv, prog_name="trainperf", standalone_mode=False)
     except TrainperfError as e:
-        Console(stderr=True).print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        _print_error(str(e))
         sys.exit(e.exit_code)
+    except UsageError as e:
+        if not e.format_message():  # no arguments at all: click's no_args_is_help shows the help
+            e.show()
+            sys.exit(e.exit_code)
+        command = e.ctx.command_path if e.ctx is not None else "trainperf"
+        _print_error(f"{command}: {e.format_message()} (see {command} --help)")
+        sys.exit(2)
+    except typer.Abort:
+        sys.exit(130)
+    sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def _print_error(message: str) -> None:
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
         rank: Optional[int] = typer.Option(None, "--rank", help="Show only this rank."),
         steps: Optional[str] = typer.Option(None, "--steps", help="Profiler steps A:B (inclusive) to analyse."),
         json_out: Optional[Path] = typer.Option(None, "--json", help="Write the full result as JSON here."),
-        top: int = typer.Option(5, "--top", help="Number of findings to print (--json and --html keep all)."),
+        top: int = typer.Option(5, "--top", min=1, help="Number of findings to print (--json and --html keep all)."),
         html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
     ) -> None:
         """Find the bottleneck in profiler traces: per-rank breakdown, findings with evidence and gain."""
