@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from trainperf.errors import TrainperfError
-from trainperf.fleet.changepoints import ChangeDetector, _hodges_lehmann, _pettitt, _vif, detect_changes
+from trainperf.fleet.changepoints import (ChangeDetector, ChangeOptions, _best_split, _hodges_lehmann, _vif,
+                                         detect_changes, split_p_value)
 from trainperf.fleet.jumps import find_jumps, local_drift, trend_share
 from trainperf.fleet.synth import synthetic_fleet
 
@@ -21,7 +22,8 @@ def test_pettitt_statistic_matches_the_sign_double_sum():
     u = [sum(np.sign(x[i] - x[j]) for i in range(t) for j in range(t, n)) for t in range(1, n)]
     k_ref = max(abs(v) for v in u)
     t_ref = int(np.argmax(np.abs(u))) + 1
-    split, p = _pettitt(x, 1)
+    split = _best_split(x, 1, 0.01)
+    p = split_p_value(x, split, ChangeOptions(min_size=1))
     assert split == t_ref
     # with no autocorrelation the adjustment is >= 1, so p is at least Pettitt's own p-value
     assert p >= 2 * math.exp(-6 * k_ref**2 / (n**3 + n**2)) - 1e-12
@@ -172,3 +174,17 @@ def test_synthetic_fleet_host_series():
 def test_bad_series(bad, msg):
     with pytest.raises(TrainperfError, match=msg):
         detect_changes(bad)
+
+
+def test_options_validate_and_the_reported_p_value_is_the_one_decided_with():
+    with pytest.raises(TrainperfError, match="min_size 0 must be >= 1; alpha 2 must be between 0 and 1"):
+        ChangeOptions(min_size=0, alpha=2)
+    rng = np.random.default_rng(12)
+    x = 1.0 + 0.01 * rng.standard_normal(120)
+    x[60:] += 0.02
+    res = detect_changes(x, ChangeOptions(alpha=0.01))
+    (c,) = res.changes
+    # one function computes the p-value: the reported one is split_p_value on the change's segment
+    assert c.p_value == split_p_value(x, c.index, ChangeOptions()) and c.p_value < 0.01
+    # a change whose p-value is above alpha is not reported
+    assert detect_changes(x, alpha=c.p_value * 0.999).change_points == []

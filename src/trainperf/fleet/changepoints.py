@@ -17,6 +17,9 @@ Three tests, one significance level ``alpha``:
   far larger than the local steps that the series then holds.
 - Trend changes: the level test on first differences (a change of slope).
 
+Settings are one ``ChangeOptions``; ``split_p_value`` is the one place a level change's p-value
+is computed, so the p-value a user sees is the one the detector decided with.
+
 Magnitude: Hodges-Lehmann shift (median of pairwise after-before differences, drift removed)
 with its distribution-free confidence interval (Mann-Whitney inversion, same autocorrelation
 inflation). Incremental: ``ChangeDetector.update(new_values)`` re-examines only the open last
@@ -27,7 +30,7 @@ intervals; ruptures (a dependency) is the side-by-side baseline in benchmarks/ev
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -35,6 +38,34 @@ from trainperf.errors import TrainperfError
 from trainperf.fleet.jumps import MIN_TREND_SHARE, find_jumps
 
 _Z975 = 1.959963984540054
+
+
+@dataclass(kw_only=True, frozen=True, slots=True)
+class ChangeOptions:
+    """Settings of the change-point detector (defaults chosen by cross-validation, docs/benchmarks.md).
+
+    ``min_size``: fewest points per segment (and the jump test's window); ``alpha``: significance
+    level of every test; ``min_rel_change``: smallest |after - before| / |before| to report (0.02 =
+    2%); ``min_effect``: smallest shift in units of the point-to-point noise (robust sigma);
+    ``trend``: also report changes of slope (kind "trend"); ``min_trend_share``: the jump test runs
+    when a straight line explains at least this share of the robust variance (above 1: off).
+    """
+
+    min_size: int = 5
+    alpha: float = 0.01
+    min_rel_change: float = 0.0
+    min_effect: float = 1.0
+    trend: bool = True
+    min_trend_share: float = MIN_TREND_SHARE
+
+    def __post_init__(self):
+        problems = [msg for bad, msg in (
+            (self.min_size < 1, f"min_size {self.min_size} must be >= 1"),
+            (not 0 < self.alpha < 1, f"alpha {self.alpha} must be between 0 and 1"),
+            (self.min_rel_change < 0, f"min_rel_change {self.min_rel_change} must be >= 0"),
+            (self.min_effect < 0, f"min_effect {self.min_effect} must be >= 0")) if bad]
+        if problems:
+            raise TrainperfError("change options: " + "; ".join(problems))
 
 
 @dataclass
@@ -147,27 +178,30 @@ def _vif(k: int | np.ndarray, m: int) -> float | np.ndarray:
     return float(v) if v.ndim == 0 else v
 
 
-def _split_p(y: np.ndarray, k: int, alpha: float) -> float:
-    """Return the p-value of a level step after k points of y, allowing a common linear drift."""
-    b = _within_drift(y, k, alpha)
+def split_p_value(y: np.ndarray, k: int, opts: "ChangeOptions") -> float:
+    """Return the p-value of a level step after k points of y, allowing a common linear drift.
+
+    The one p-value of a level change: the split search, the pruning pass and the reported
+    ``Change.p_value`` all call this function (Pettitt's approximation on the ranks, variance
+    inflated for lag-1 autocorrelation and, when a drift is fitted, for the drift).
+    """
+    b = _within_drift(y, k, opts.alpha)
     if b == 0.0:
         return _rank_p(_ranks(y), k)
     return _rank_p(_ranks(y - b * np.arange(len(y))), k, _vif(k, len(y)))
 
 
-def _pettitt(y: np.ndarray, min_size: int, alpha: float = 0.01) -> tuple[int, float] | None:
-    """Return (split, p-value) of the best single level step in y, or None when y is too short.
+def _best_split(y: np.ndarray, min_size: int, alpha: float) -> int | None:
+    """Return the split (points before it) of the best single level step in y, or None when too short.
 
     The split maximises Pettitt's U_t. If the two sides share a significant drift (pooled
-    Theil-Sen slope, Mann-Kendall test), the drift is removed, the split re-located on the
-    residual and its variance inflated for the fitted drift, so a slow drift is not cut into a
-    staircase while a step on top of a drift is still found.
+    Theil-Sen slope, Mann-Kendall test), the drift is removed and the split re-located on the
+    residual, each candidate weighted by the variance it will be tested with, so a slow drift is
+    not cut into a staircase while a step on top of a drift is still found.
     """
     m = len(y)
-    if m < 2 * min_size:
-        return None
     lo, hi = min_size - 1, m - min_size  # split index t means segments [0, t) and [t, m)
-    if hi <= lo:
+    if m < 2 * min_size or hi <= lo:
         return None
     t = np.arange(1, m)
     r = _ranks(y)
@@ -175,13 +209,10 @@ def _pettitt(y: np.ndarray, min_size: int, alpha: float = 0.01) -> tuple[int, fl
     split = int(np.argmax(np.abs(u[lo:hi]))) + lo + 1
     b = _within_drift(y, split, alpha)
     if b == 0.0:
-        return split, _rank_p(r, split)
+        return split
     r = _ranks(y - b * np.arange(m))
-    # re-locate on the residual; U_t weighted by 1/sqrt(VIF) so that every split is judged on the
-    # variance it will be tested with
     u = (2 * np.cumsum(r)[:-1] - t * (m + 1)) / np.sqrt(_vif(t, m))
-    split = int(np.argmax(np.abs(u[lo:hi]))) + lo + 1
-    return split, _rank_p(r, split, _vif(split, m))
+    return int(np.argmax(np.abs(u[lo:hi]))) + lo + 1
 
 
 def _subsample(a: np.ndarray, cap: int) -> np.ndarray:
@@ -237,41 +268,46 @@ def noise_sigma(y: np.ndarray) -> float:
     return float(np.median(np.abs(d - np.median(d))) / 0.6744897501960817 / math.sqrt(2))
 
 
-def _big_enough(y: np.ndarray, a: int, s: int, b: int, min_rel_change: float, min_effect: float = 0.0,
-                sigma: float = 0.0) -> bool:
+def _big_enough(y: np.ndarray, a: int, s: int, b: int, opts: ChangeOptions, sigma: float,
+                min_rel_change: float | None = None) -> bool:
+    """True when the step at s between [a, s) and [s, b) is at least ``min_effect`` x sigma and
+    ``min_rel_change`` of the level before (medians)."""
+    rel = opts.min_rel_change if min_rel_change is None else min_rel_change
     med_b, med_a = float(np.median(y[a:s])), float(np.median(y[s:b]))
-    if abs(med_a - med_b) < min_effect * sigma:
+    if abs(med_a - med_b) < opts.min_effect * sigma:
         return False
-    return min_rel_change <= 0 or abs(med_a - med_b) >= min_rel_change * max(abs(med_b), 1e-300)
+    return rel <= 0 or abs(med_a - med_b) >= rel * max(abs(med_b), 1e-300)
 
 
-def _segment(y: np.ndarray, a: int, b: int, min_size: int, alpha: float, min_rel_change: float,
-             min_effect: float, sigma: float, out: list[int]) -> None:
-    stack = [(a, b)]
+def _segment(y: np.ndarray, a: int, b: int, opts: ChangeOptions, sigma: float, min_rel_change: float) -> list[int]:
+    """Binary segmentation of y[a:b]: split where the rank test is significant and the step big enough."""
+    out, stack = [], [(a, b)]
     while stack:
         lo, hi = stack.pop()
-        best = _pettitt(y[lo:hi], min_size, alpha)
-        if best is None:
+        k = _best_split(y[lo:hi], opts.min_size, opts.alpha)
+        if k is None:
             continue
-        s, p = best
-        s += lo
-        if p < alpha and _big_enough(y, lo, s, hi, min_rel_change, min_effect, sigma):
+        s = lo + k
+        if split_p_value(y[lo:hi], k, opts) < opts.alpha and _big_enough(y, lo, s, hi, opts, sigma, min_rel_change):
             out.append(s)
-            stack.append((lo, s))
-            stack.append((s, hi))
+            stack += [(lo, s), (s, hi)]
+    return out
 
 
-def _prune(y: np.ndarray, cps: list[int], a: int, b: int, min_size: int, alpha: float,
-           min_rel_change: float, min_effect: float, sigma: float) -> list[tuple[int, float]]:
-    """Re-test each change between its neighbours until every remaining one is significant."""
+def _prune(y: np.ndarray, cps: list[int], a: int, b: int, opts: ChangeOptions, sigma: float,
+           min_rel_change: float) -> list[tuple[int, float]]:
+    """Re-test each change between its neighbours until every remaining one is significant.
+
+    Returns [(index, p-value)], the p-value being the one the change was kept with.
+    """
     cps = sorted(cps)
     while True:
         bounds = [a] + cps + [b]
         scored = []
         for i, s in enumerate(cps):
             lo, hi = bounds[i], bounds[i + 2]
-            p = _split_p(y[lo:hi], s - lo, alpha)
-            ok = p < alpha and _big_enough(y, lo, s, hi, min_rel_change, min_effect, sigma)
+            p = split_p_value(y[lo:hi], s - lo, opts)
+            ok = p < opts.alpha and _big_enough(y, lo, s, hi, opts, sigma, min_rel_change)
             scored.append((p if ok else 2.0, s, p))
         worst = max(scored, default=None)
         if worst is None or worst[0] <= 1.0:
@@ -293,64 +329,66 @@ def _clean(values) -> np.ndarray:
     return y
 
 
-def _level_changes(y: np.ndarray, start: int, min_size: int, alpha: float, min_rel_change: float,
-                   min_effect: float) -> list[tuple[int, float]]:
+def _level_changes(y: np.ndarray, start: int, opts: ChangeOptions, min_rel_change: float | None = None
+                   ) -> list[tuple[int, float]]:
     """Return [(index, p-value)] of level changes of y found at or after ``start``."""
+    rel = opts.min_rel_change if min_rel_change is None else min_rel_change
     sigma = noise_sigma(y[start:])
-    cps: list[int] = []
-    _segment(y, start, len(y), min_size, alpha, min_rel_change, min_effect, sigma, cps)
-    if not cps:
-        return []
-    return _prune(y, cps, start, len(y), min_size, alpha, min_rel_change, min_effect, sigma)
+    cps = _segment(y, start, len(y), opts, sigma, rel)
+    return _prune(y, cps, start, len(y), opts, sigma, rel) if cps else []
 
 
-def detect_changes(values, min_size: int = 5, alpha: float = 0.01, min_rel_change: float = 0.0,
-                   min_effect: float = 1.0, trend: bool = True, start: int = 0,
-                   min_trend_share: float = MIN_TREND_SHARE) -> ChangeResult:
+@dataclass
+class _Found:
+    """A change found by one of the three tests, before it is described."""
+
+    index: int  # position among the non-missing values
+    p_value: float
+    kind: str  # "level" or "trend"
+    change: Change | None = None  # already described (jumps: described on local windows)
+
+
+def detect_changes(values, options: ChangeOptions | None = None, *, start: int = 0, **fields) -> ChangeResult:
     """Return the change points of ``values`` (NaN = missing, skipped) with their evidence.
 
-    ``min_size``: fewest points per segment; ``alpha``: significance level of every test;
-    ``min_rel_change``: smallest |after - before| / |before| to report (0.02 = 2%);
-    ``min_effect``: smallest shift in units of the point-to-point noise (robust sigma);
-    ``trend``: also report changes of slope (a level shift of the first differences), kind "trend".
-    ``start``: search only from this index on (the incremental detector's open segment).
-    ``min_trend_share``: the jump test runs when a straight line explains at least this share of
-    the robust variance (0.5; above 1 turns it off).
-    Indices are 0-based positions in ``values``, missing values included.
+    ``options``: a ChangeOptions (defaults when None); keyword ``fields`` override its fields
+    (``detect_changes(x, alpha=0.001)``). ``start``: search only from this index on (the
+    incremental detector's open segment). Indices are 0-based positions in ``values``, missing
+    values included.
     """
+    opts = replace(options or ChangeOptions(), **fields)
     y_all = _clean(values)
     keep = np.flatnonzero(~np.isnan(y_all))
     y = y_all[keep]
     if len(y) == 0:
         raise TrainperfError("series: no numeric values (all missing)")
-    if min_size < 1:
-        raise TrainperfError("min_size must be >= 1")
     s0 = int(np.searchsorted(keep, start))
-    found = [(s, p, "level", None) for s, p in _level_changes(y, s0, min_size, alpha, min_rel_change, min_effect)]
+    w = opts.min_size
+    found = [_Found(s, p, "level") for s, p in _level_changes(y, s0, opts)]
     sigma = noise_sigma(y[s0:])
-    for j, p, drift in find_jumps(y[s0:], min_size, alpha, min_trend_share):
+    for j, p, drift in find_jumps(y[s0:], w, opts.alpha, opts.min_trend_share):
         j += s0
-        if all(abs(j - s) >= min_size for s, *_ in found):
-            lo = max([s0, j - 2 * min_size] + [f[0] for f in found if f[0] < j])  # local windows, not
-            hi = min([len(y), j + 2 * min_size] + [f[0] for f in found if f[0] > j])  # past other changes
+        if all(abs(j - f.index) >= w for f in found):
+            lo = max([s0, j - 2 * w] + [f.index for f in found if f.index < j])  # local windows, not
+            hi = min([len(y), j + 2 * w] + [f.index for f in found if f.index > j])  # past other changes
             ch = _describe(y, lo, j, hi, p, drift)
-            if abs(ch.shift) >= min_effect * sigma and (min_rel_change <= 0 or abs(ch.rel_change) >= min_rel_change):
-                found.append((j, p, "level", ch))
-    if trend and len(y) - s0 > 2 * min_size + 1:
-        dy = np.diff(y)
-        for j, p in _level_changes(dy, s0, min_size, alpha, 0.0, min_effect):
-            if all(abs(j - s) >= min_size for s, *_ in found):
-                found.append((j, p, "trend", None))
-    found.sort(key=lambda f: f[0])
-    bounds = [s0] + [f[0] for f in found] + [len(y)]
+            rel_ok = opts.min_rel_change <= 0 or abs(ch.rel_change) >= opts.min_rel_change
+            if abs(ch.shift) >= opts.min_effect * sigma and rel_ok:
+                found.append(_Found(j, p, "level", ch))
+    if opts.trend and len(y) - s0 > 2 * w + 1:
+        for j, p in _level_changes(np.diff(y), s0, opts, min_rel_change=0.0):
+            if all(abs(j - f.index) >= w for f in found):
+                found.append(_Found(j, p, "trend"))
+    found.sort(key=lambda f: f.index)
+    bounds = [s0] + [f.index for f in found] + [len(y)]
     changes = []
-    for i, (s, p, kind, ch) in enumerate(found):
-        a, b = bounds[i], bounds[i + 2]
-        if ch is None and kind == "level":
-            ch = _describe(y, a, s, b, p, _within_drift(y[a:b], s - a, alpha))
+    for i, f in enumerate(found):
+        a, b, ch = bounds[i], bounds[i + 2], f.change
+        if ch is None and f.kind == "level":
+            ch = _describe(y, a, f.index, b, f.p_value, _within_drift(y[a:b], f.index - a, opts.alpha))
         elif ch is None:
-            ch = _describe(np.diff(y), a, s, b - 1, p)
-        ch.index, ch.kind = int(keep[s]), kind
+            ch = _describe(np.diff(y), a, f.index, b - 1, f.p_value)
+        ch.index, ch.kind = int(keep[f.index]), f.kind
         changes.append(ch)
     return ChangeResult(n=len(y_all), changes=changes)
 
@@ -362,8 +400,8 @@ class ChangeDetector:
     the cost of an update grows with the open segment, not with the whole history.
     """
 
-    def __init__(self, **params):
-        self.params = params  # keyword arguments of detect_changes
+    def __init__(self, options: ChangeOptions | None = None, **fields):
+        self.options = replace(options or ChangeOptions(), **fields)
         self.values: list[float] = []
         self.changes: list[Change] = []
 
@@ -372,7 +410,7 @@ class ChangeDetector:
         new = _clean(new_values) if len(new_values) else np.array([])
         self.values.extend(new.tolist())
         start = self.changes[-1].index if self.changes else 0
-        res = detect_changes(self.values, start=start, **self.params)
+        res = detect_changes(self.values, self.options, start=start)
         fresh = [c for c in res.changes if c.index > start or not self.changes]
         self.changes.extend(fresh)
         return fresh

@@ -101,7 +101,7 @@ def changes(csv: str = typer.Option(None, "--csv", help="CSV file with the serie
             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Find change points (0-based indices where a new segment starts) with magnitudes and confidence."""
     from trainperf.errors import TrainperfError
-    from trainperf.fleet.changepoints import detect_changes
+    from trainperf.fleet.changepoints import ChangeOptions, detect_changes
 
     if csv is not None:
         if not column:
@@ -110,8 +110,9 @@ def changes(csv: str = typer.Option(None, "--csv", help="CSV file with the serie
     else:
         with store_warnings():
             ids, values = _store_series(store, job, host, metric)
-    res = detect_changes(values, min_size=min_size, alpha=alpha,
-                         min_rel_change=parse_fraction(min_rel_change, "--min-rel-change"), min_effect=min_effect)
+    opts = ChangeOptions(min_size=min_size, alpha=alpha, min_effect=min_effect,
+                         min_rel_change=parse_fraction(min_rel_change, "--min-rel-change"))
+    res = detect_changes(values, opts)
     out = res.to_dict()
     if ids is not None:
         out["run_ids"] = [ids[c] for c in res.change_points]
