@@ -67,3 +67,32 @@ def test_out_of_range_and_unknown_options_are_one_line_exit_2(args, option):
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1 and option in lines[0], r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_version_prints_the_package_version():
+    import trainperf
+
+    r = _run("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"trainperf {trainperf.__version__}", (r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("args,option", [
+    (("plan", "--usd-per-hour", "inf"), "--usd-per-hour"),
+    (("plan", "--usd-per-hour", "1e400"), "--usd-per-hour"),  # parses as float infinity
+    (("train", "--peak-tflops", "inf"), "--peak-tflops"),
+    (("plan", "--gpus", str(2**64)), "--gpus"),  # beyond int64: would overflow numpy / torch later
+])
+def test_non_finite_and_beyond_int64_numbers_are_refused(args, option):
+    r = _run(*args)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and option in lines[0], r.stderr
+
+
+def test_help_shows_value_types_but_no_bool_for_flags():
+    """Flags take no value, so help shows none; numbers show their type and range."""
+    r = _run("plan", "--help")
+    assert r.returncode == 0
+    rows = {ln.split()[1]: ln for ln in r.stdout.splitlines() if ln.startswith("│ --")}
+    assert "<bool>" not in r.stdout
+    assert "<int> [x>=1]" in rows["--gpus"] and "<float> [x>=0.0]" in rows["--usd-per-hour"]
+    assert "<str>" in rows["--model"] and "<path>" in rows["--html"]

@@ -6,17 +6,23 @@ print). User errors (TrainperfError) print one line and exit 2; bugs stay traceb
 
 from __future__ import annotations
 
+import math
 import sys
 
 import typer
 from rich.console import Console
 
 try:  # typer >= 0.20 vendors click as typer._click; older typer depends on click itself
-    from typer._click.exceptions import UsageError
+    from typer._click.exceptions import BadParameter, UsageError
 except ImportError:  # pragma: no cover - depends on the installed typer
-    from click.exceptions import UsageError
+    from click.exceptions import BadParameter, UsageError
 
+from trainperf import __version__
 from trainperf.errors import TrainperfError
+
+# Every number ends up in numpy / torch as a float64 or an int64: a value outside them (NaN,
+# infinity, 2**64) is refused at the command line rather than failing deep inside a verb.
+INT64_MAX = 2**63 - 1
 
 app = typer.Typer(
     name="trainperf",
@@ -41,7 +47,69 @@ def _register_verbs() -> None:
         module.register(app)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"trainperf {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Plan, measure, diagnose, speed up and guard large-model training performance."""
+
+
 _register_verbs()
+
+
+def _finite(value):
+    """Return ``value`` (a parsed option value) or raise BadParameter for NaN, infinity or beyond int64."""
+    for v in value if isinstance(value, (list, tuple)) else (value,):
+        if isinstance(v, float) and not math.isfinite(v):
+            raise BadParameter(f"{v} is not a finite number")
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) > INT64_MAX:
+            raise BadParameter(f"{v} is out of range (at most {INT64_MAX:,} in magnitude)")
+    return value
+
+
+def _with_finite_check(callback):
+    def checked(ctx, param, value):
+        value = _finite(value)
+        return callback(ctx, param, value) if callback is not None else value
+    return checked
+
+
+def _tidy(command) -> None:
+    """Apply the entry point's rules to every parameter of ``command`` and its sub-commands.
+
+    Numbers must be finite and fit in int64; in help, a flag shows no value type (typer >= 0.20
+    prints `<bool>`) and a ranged number shows `<int> [x>=1]` rather than `<int range> [x>=1]`.
+    """
+    for sub in getattr(command, "commands", {}).values():
+        _tidy(sub)
+    get_help_option = command.get_help_option
+
+    def help_option(ctx):
+        opt = get_help_option(ctx)
+        if opt is not None:
+            opt.metavar = ""
+        return opt
+
+    command.get_help_option = help_option
+    for p in command.params:
+        p.callback = _with_finite_check(p.callback)
+        desc = getattr(p, "type_descriptor", None)  # typer >= 0.20 only
+        if getattr(p, "is_flag", False) and p.metavar is None:
+            p.metavar = ""
+        elif desc is not None and desc.is_ranged and p.metavar is None:
+            p.metavar = f"<{p.bare_type()}>"
+
+
+def click_command():
+    """Return the click command of the whole CLI, with the entry point's rules applied."""
+    cmd = typer.main.get_command(app)
+    _tidy(cmd)
+    return cmd
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -49,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         # standalone_mode=False hands click's usage errors (bad value, out of range, unknown
         # option) to us, so they print as one line like every other user error.
-        rc = app(args=argv, prog_name="trainperf", standalone_mode=False)
+        rc = click_command()(args=argv, prog_name="trainperf", standalone_mode=False)
     except TrainperfError as e:
         _print_error(str(e))
         sys.exit(e.exit_code)
