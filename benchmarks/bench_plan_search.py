@@ -18,9 +18,9 @@ import time
 
 import numpy as np
 
-from trainperf.plan.estimate import RECOMPUTE_NAME, estimate
+from trainperf.plan.estimate import estimate
 from trainperf.plan.search import evaluate_all, search
-from trainperf.specs import Layout, load_model, make_cluster
+from trainperf.specs import load_model, make_cluster
 
 
 def main(argv=None) -> int:
@@ -38,15 +38,12 @@ def main(argv=None) -> int:
         res = search(m, c, gb, top=10)
         times.append(time.perf_counter() - t0)
     arrays, _ = evaluate_all(m, c, gb)
-    n = arrays["tp"].size
+    n = len(arrays)
     rng = np.random.default_rng(0)
     idx = rng.choice(n, size=min(args.sample, n), replace=False)
     t0 = time.perf_counter()
     for i in idx:
-        lay = Layout(tp=int(arrays["tp"][i]), pp=int(arrays["pp"][i]), dp=int(arrays["dp"][i]), cp=int(arrays["cp"][i]),
-                     vpp=int(arrays["vpp"][i]), sp=bool(arrays["sp"][i]), zero=int(arrays["zero"][i]),
-                     recompute=RECOMPUTE_NAME[int(arrays["rc"][i])], mbs=int(arrays["mbs"][i]))
-        estimate(m, c, lay, gb)
+        estimate(m, c, arrays.at(int(i)), gb)
     per_scalar = (time.perf_counter() - t0) / len(idx)
     med = statistics.median(times)
     print(f"llama3-405b, 16384 x h100, seq 8192, global batch {gb}: {n:,} valid layouts, {res.n_fit:,} fit")

@@ -35,7 +35,8 @@ from pathlib import Path
 
 from trainperf.atomic import atomic_write_text
 from trainperf.errors import TrainperfError
-from trainperf.plan.efficiency import Efficiency, Software
+from trainperf.plan.efficiency import Efficiency
+from trainperf.plan.stacks import Software, get_stack
 from trainperf.plan.estimate import estimate
 from trainperf.specs import Layout, ModelSpec, make_cluster, model_flops_per_token
 
@@ -83,8 +84,8 @@ def row_software(r: dict) -> Software:
     """Return the framework features of the row's source (2021-22 Megatron on A100 vs today's)."""
     src = r["source"].lower()
     if "narayanan" in src or "korthikanti" in src:
-        return Software(flash_attention=False, tp_comm_overlap=False, dp_overlap=False, p2p_overlap=False)
-    return Software()
+        return get_stack("megatron-2021")
+    return get_stack("megatron-core")
 
 
 def measured(r: dict, m: ModelSpec) -> tuple[str, float] | None:

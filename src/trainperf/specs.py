@@ -536,3 +536,103 @@ def parse_layout(text: str, **defaults) -> Layout:
         except ValueError:
             raise TrainperfError(f"layout: bad value {v!r} for {k}") from None
     return Layout(**kw)
+
+
+# ------------------------------------------------------------ layouts as arrays, validity
+
+RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
+RECOMPUTE_NAME = {v: k for k, v in RECOMPUTE_CODE.items()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayoutArrays:
+    """Many layouts at once: one NumPy array per ``Layout`` field, all the same length.
+
+    ``recompute`` holds ``RECOMPUTE_CODE`` integers and ``precision`` is replaced by the
+    boolean ``fp8`` (the only precision the time model distinguishes); everything else
+    carries Layout's own names, so the planner's formulas read like the dataclass.
+    """
+
+    tp: object
+    pp: object
+    dp: object
+    cp: object
+    vpp: object
+    sp: object
+    zero: object
+    recompute: object
+    mbs: object
+    grad_accum: object
+    fp8: object
+
+    @classmethod
+    def of(cls, layout: Layout) -> "LayoutArrays":
+        """Return the one-element (scalar) arrays of a resolved ``layout``."""
+        import numpy as np
+
+        return cls(tp=np.asarray(layout.tp), pp=np.asarray(layout.pp), dp=np.asarray(layout.dp),
+                   cp=np.asarray(layout.cp), vpp=np.asarray(layout.vpp), sp=np.asarray(layout.sp),
+                   zero=np.asarray(layout.zero), recompute=np.asarray(RECOMPUTE_CODE[layout.recompute]),
+                   mbs=np.asarray(layout.mbs), grad_accum=np.asarray(layout.grad_accum),
+                   fp8=np.asarray(layout.precision == "fp8"))
+
+    def at(self, i: int, precision: str = "bf16") -> Layout:
+        """Return element ``i`` as a Layout (``precision`` names the non-fp8 precision)."""
+        def v(name):
+            return getattr(self, name).reshape(-1)[i] if getattr(self, name).ndim else getattr(self, name)
+
+        return Layout(tp=int(v("tp")), pp=int(v("pp")), dp=int(v("dp")), cp=int(v("cp")), vpp=int(v("vpp")),
+                      sp=bool(v("sp")), zero=int(v("zero")), recompute=RECOMPUTE_NAME[int(v("recompute"))],
+                      mbs=int(v("mbs")), grad_accum=int(v("grad_accum")),
+                      precision="fp8" if bool(v("fp8")) else precision)
+
+    def __len__(self) -> int:
+        return int(getattr(self.tp, "size", 1))
+
+
+def layout_problems(spec: ModelSpec, layout: Layout, n_gpus: int, *, for_trainer: bool = False) -> list[str]:
+    """Return every reason ``layout`` cannot run ``spec`` on ``n_gpus`` GPUs (empty: it can).
+
+    The one validity rule set of the planner, the search and the trainer. The planner allows
+    tp > kv heads (Megatron replicates KV heads); the reference trainer (``for_trainer``)
+    shards heads with DTensor, so tp must divide every head count, and it runs only dp, tp,
+    zero, recompute, mbs, grad_accum and bf16/fp32.
+    """
+    out: list[str] = []
+    mp = layout.model_parallel
+    if n_gpus % mp:
+        out.append(f"tp*pp*cp = {layout.tp}*{layout.pp}*{layout.cp} = {mp} does not divide {n_gpus} GPUs")
+    elif layout.dp and mp * layout.dp != n_gpus:
+        out.append(f"tp*pp*cp*dp = {mp}*{layout.dp} = {mp * layout.dp} is not the {n_gpus} GPUs")
+    tp = layout.tp
+    if spec.n_heads % tp:
+        out.append(f"tp={tp} does not divide the model's {spec.n_heads} attention heads")
+    if for_trainer:
+        if spec.n_kv_heads % tp:
+            out.append(f"tp={tp} does not divide the model's {spec.n_kv_heads} kv heads")
+    elif spec.n_kv_heads % tp and tp % spec.n_kv_heads:
+        out.append(f"tp={tp} and the model's {spec.n_kv_heads} kv heads: neither divides the other")
+    if spec.ffn_hidden % tp:
+        out.append(f"tp={tp} does not divide ffn_hidden {spec.ffn_hidden}")
+    if layout.pp * layout.vpp > spec.n_layers:
+        out.append(f"pp*vpp = {layout.pp}*{layout.vpp} exceeds the model's {spec.n_layers} layers")
+    if layout.cp > 1 and spec.seq_len % (2 * layout.cp):
+        out.append(f"cp={layout.cp} needs the sequence length {spec.seq_len} divisible by 2*cp")
+    if layout.vpp > 1 and layout.grad_accum and layout.grad_accum % layout.pp:
+        out.append(f"interleaving (vpp={layout.vpp}) needs micro batches per step ({layout.grad_accum}) "
+                   f"divisible by pp={layout.pp}")
+    if for_trainer:
+        for name in ("pp", "cp", "vpp"):
+            if getattr(layout, name) != 1:
+                out.append(f"{name}={getattr(layout, name)} is not run by the reference trainer "
+                           "(it runs dp, tp, zero, recompute, mbs, ga, precision)")
+        if layout.sp and tp == 1:
+            out.append("sp=1 (sequence parallel) needs tp > 1")
+        if layout.sp and spec.seq_len % tp:
+            out.append(f"sp=1 needs seq_len {spec.seq_len} divisible by tp={tp}")
+        dp = layout.dp or (n_gpus // mp if n_gpus % mp == 0 else 1)
+        if tp > 1 and dp > 1 and layout.zero == 0:
+            out.append("tp>1 with dp>1 needs zero>=1 (FSDP over dp); DDP over DTensor is not supported")
+        if layout.precision in ("fp8", "fp16"):
+            out.append(f"precision={layout.precision} is not run by the reference trainer (bf16 or fp32)")
+    return out

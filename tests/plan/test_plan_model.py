@@ -5,7 +5,7 @@ import pytest
 from trainperf.plan import comm, compute, memory, pipeline
 from trainperf.plan.efficiency import Efficiency, Software
 from trainperf.plan.estimate import TERMS, estimate
-from trainperf.specs import Layout, ModelSpec, load_model, make_cluster, mfu
+from trainperf.specs import Layout, LayoutArrays, ModelSpec, load_model, make_cluster, mfu
 
 # GPT-3 175B shape as in Korthikanti et al. 2022, Table 3: a=96, h=12288, s=2048, t=8
 GPT = ModelSpec(name="gpt175", n_layers=96, hidden=12288, n_heads=96, n_kv_heads=96, ffn_hidden=4 * 12288,
@@ -35,10 +35,12 @@ def test_korthikanti_pipeline_first_stage():
     # interleaving multiplies by (1 + (p-1)/(p v)). Compare memory_bytes minus states by difference.
     tp, pp, vpp, m = 8, 8, 3, 64
     per_layer = _act(tp, True, 1)
-    args = dict(seq=S, tp=tp, pp=pp, dp=1, cp=1, sp=True, zero=0, recompute_code=1, mbs=1, n_micro=m,
-                flash=False, dropout=True)
-    total_v1 = memory.memory_bytes(GPT, vpp=1, **args)
-    total_v3 = memory.memory_bytes(GPT, vpp=3, **args)
+    def lay(vpp):
+        return LayoutArrays.of(Layout(tp=tp, pp=pp, dp=1, cp=1, vpp=vpp, sp=True, zero=0, recompute="selective",
+                                      mbs=1, grad_accum=m))
+
+    total_v1 = memory.memory_bytes(GPT, lay(1), flash=False, dropout=True)
+    total_v3 = memory.memory_bytes(GPT, lay(3), flash=False, dropout=True)
     expect_diff = GPT.n_layers * per_layer * ((pp - 1) / (pp * vpp))
     assert (total_v3 - total_v1) / (1 + memory.FRAGMENTATION) == pytest.approx(expect_diff, rel=1e-9)
 
@@ -123,7 +125,7 @@ def test_overlap_switches_matter():
     c = make_cluster("h100", 64)
     lay = Layout(tp=8, pp=2, sp=True, zero=1)
     on = estimate(m, c, lay, 64)
-    off = estimate(m, c, lay, 64, sw=Software(tp_comm_overlap=False, dp_overlap=False))
+    off = estimate(m, c, lay, 64, sw=Software(tp_overlap=0.0, dp_overlap=False))
     assert off.breakdown["tp_comm"] > on.breakdown["tp_comm"]
     assert off.breakdown["dp_comm"] >= on.breakdown["dp_comm"]
     assert off.step_time_s > on.step_time_s

@@ -31,12 +31,13 @@ def test_vectorised_equals_scalar():
     c = make_cluster("h100", 32)
     arrays, out = evaluate_all(m, c, 64)
     rng = np.random.default_rng(0)
-    idx = rng.choice(arrays["tp"].size, size=min(60, arrays["tp"].size), replace=False)
+    idx = rng.choice(len(arrays), size=min(60, len(arrays)), replace=False)
     for i in idx:
-        lay = Layout(tp=int(arrays["tp"][i]), pp=int(arrays["pp"][i]), dp=int(arrays["dp"][i]),
-                     cp=int(arrays["cp"][i]), vpp=int(arrays["vpp"][i]), sp=bool(arrays["sp"][i]),
-                     zero=int(arrays["zero"][i]), recompute=RECOMPUTE_NAME[int(arrays["rc"][i])],
-                     mbs=int(arrays["mbs"][i]))
+        lay = Layout(tp=int(arrays.tp[i]), pp=int(arrays.pp[i]), dp=int(arrays.dp[i]),
+                     cp=int(arrays.cp[i]), vpp=int(arrays.vpp[i]), sp=bool(arrays.sp[i]),
+                     zero=int(arrays.zero[i]), recompute=RECOMPUTE_NAME[int(arrays.recompute[i])],
+                     mbs=int(arrays.mbs[i]))
+        assert arrays.at(int(i)).resolve(32, 64) == lay.resolve(32, 64)
         est = estimate(m, c, lay, 64)
         assert est.step_time_s == pytest.approx(out["step_time_s"][i], rel=1e-12)
         assert est.memory_bytes_per_gpu == pytest.approx(out["memory_bytes"][i], rel=1e-12)
@@ -48,10 +49,10 @@ def test_search_covers_the_space():
     m = load_model("tiny")  # 4 heads, 2 kv heads, 4 layers, seq 128
     c = make_cluster("h100", 8)
     arrays, _ = evaluate_all(m, c, 32)
-    combos = {(int(t), int(p), int(cp)) for t, p, cp in zip(arrays["tp"], arrays["pp"], arrays["cp"])}
+    combos = {(int(t), int(p), int(cp)) for t, p, cp in zip(arrays.tp, arrays.pp, arrays.cp)}
     assert (1, 1, 1) in combos and (4, 2, 1) in combos and (2, 4, 1) in combos and (1, 1, 8) in combos
     assert all(4 % t == 0 and p <= 4 for t, p, _ in combos)
-    assert set(np.unique(arrays["rc"])) == {0, 1, 2} and set(np.unique(arrays["zero"])) == {0, 1, 2, 3}
+    assert set(np.unique(arrays.recompute)) == {0, 1, 2} and set(np.unique(arrays.zero)) == {0, 1, 2, 3}
 
 
 def test_no_fit_reports_smallest_memory():

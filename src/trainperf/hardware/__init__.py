@@ -36,6 +36,9 @@ class Accelerator:
     # estimates by generation (see catalog.yaml); `trainperf calibrate` measures them.
     gemm_eff: float = 0.70
     attn_eff: float = 0.45
+    # FlashAttention-2 forward (PyTorch SDPA's flash backend) as a fraction of the dense bf16
+    # peak; 0: same as attn_eff (FA2 is the best kernel on Ampere and CDNA).
+    fa2_eff: float = 0.0
 
     @property
     def hbm_bytes(self) -> float:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from trainperf.errors import TrainperfError
 from trainperf.plan.compare import HardwareOption, compare_hardware, train_cost
-from trainperf.plan.efficiency import Efficiency, Software, load_calibration
+from trainperf.plan.efficiency import Efficiency, load_calibration
+from trainperf.plan.stacks import DEFAULT_STACK, Software, get_stack
 from trainperf.plan.estimate import Estimate, estimate
 from trainperf.plan.search import SearchResult, default_global_batch, search
 from trainperf.specs import MODEL_PRESETS, Cluster, ModelSpec, load_model, make_cluster, param_count, parse_layout
@@ -31,6 +32,11 @@ class PlanRequest:
     calibration: Path | None = None
     usd_per_hour: float | None = None
     precision: str = "bf16"
+    stack: str = DEFAULT_STACK
+
+
+def _software(req: PlanRequest) -> Software:
+    return get_stack(req.stack)
 
 
 def _efficiency(req: PlanRequest) -> Efficiency:
@@ -46,7 +52,8 @@ def _setup(req: PlanRequest) -> tuple[ModelSpec, Cluster]:
 def run_search(req: PlanRequest) -> SearchResult:
     """Return the ranked layouts for the request."""
     m, cluster = _setup(req)
-    return search(m, cluster, req.global_batch, req.objective, req.top, req.precision, _efficiency(req), Software())
+    return search(m, cluster, req.global_batch, req.objective, req.top, req.precision, _efficiency(req),
+                  _software(req))
 
 
 def run_layout(req: PlanRequest, layout_text: str) -> tuple[Estimate, dict]:
@@ -56,11 +63,11 @@ def run_layout(req: PlanRequest, layout_text: str) -> tuple[Estimate, dict]:
     gb = req.global_batch
     if gb is None and lay.grad_accum == 0:
         gb = default_global_batch(m.seq_len)
-    est = estimate(m, cluster, lay, gb, _efficiency(req), Software())
+    sw = _software(req)
+    est = estimate(m, cluster, lay, gb, _efficiency(req), sw)
     extra: dict = {"model": m.name, "gpu": cluster.accelerator.name, "n_gpus": cluster.n_gpus,
                    "global_batch": est.layout.dp * est.layout.mbs * est.layout.grad_accum}
     if req.tokens:
-        sw = Software()
         hours, usd, kwh, per_m = train_cost(est, cluster.n_gpus, req.tokens, cluster.usd_per_gpu_hour,
                                             cluster.accelerator.tdp_w, sw.pue)
         extra.update(tokens=req.tokens, train_hours=hours, usd=usd, kwh=kwh, usd_per_million_tokens=per_m, pue=sw.pue)
@@ -74,7 +81,7 @@ def run_compare(req: PlanRequest, gpus: list[str]) -> tuple[list[HardwareOption]
     m = load_model(req.model, req.seq)
     tokens = req.tokens or DEFAULT_TOKENS
     opts = compare_hardware(m, gpus, req.n_gpus, tokens, req.global_batch, req.gpus_per_node, req.usd_per_hour,
-                            req.objective, req.precision, _efficiency(req), Software())
+                            req.objective, req.precision, _efficiency(req), _software(req))
     return opts, tokens
 
 
@@ -92,14 +99,14 @@ def search_json(res: SearchResult, req: PlanRequest) -> dict:
     out = {"model": res.model.name, "gpu": res.cluster.accelerator.name, "n_gpus": res.cluster.n_gpus,
            "seq_len": res.model.seq_len, "global_batch": res.global_batch, "objective": res.objective,
            "n_candidates": res.n_candidates, "n_fit": res.n_fit, "search_time_s": res.elapsed_s,
-           "efficiency_source": res.efficiency_source, "layouts": layouts}
+           "efficiency_source": res.efficiency_source, "stack": res.stack, "layouts": layouts}
     out.update({k: layouts[0][k] for k in ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gib_per_gpu",
                                             "fits", "breakdown", "layout")})
     return out
 
 
-def catalog_listing(gpus: bool, models: bool) -> dict:
-    """Return {'gpus': [...], 'models': [...]} describing the catalog and presets."""
+def catalog_listing(gpus: bool, models: bool, stacks: bool = False) -> dict:
+    """Return {'gpus': [...], 'models': [...], 'stacks': [...]} describing the catalog, presets and stacks."""
     from dataclasses import asdict
 
     from trainperf.hardware import catalog
@@ -109,4 +116,8 @@ def catalog_listing(gpus: bool, models: bool) -> dict:
         out["gpus"] = [dict(asdict(a), aliases=list(a.aliases)) for a in catalog().values()]
     if models:
         out["models"] = [dict(m.to_dict(), params=param_count(m)) for m in MODEL_PRESETS.values()]
+    if stacks:
+        from trainperf.plan.stacks import STACKS
+
+        out["stacks"] = [s.to_dict() for s in STACKS.values()]
     return out

@@ -44,6 +44,9 @@ def plan(
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="Profile from `trainperf calibrate`."),
     usd_per_hour: Optional[float] = typer.Option(None, "--usd-per-hour", min=0.0, help="Override $ per GPU-hour."),
     precision: str = typer.Option("bf16", "--precision", help="bf16 or fp8 (GEMMs) for the search."),
+    stack: str = typer.Option("megatron-core", "--stack", help="Software stack: megatron-core, megatron-2021, "
+                              "deepspeed, pytorch-fsdp, pytorch-fsdp-compile, jax (see --list-stacks)."),
+    list_stacks: bool = typer.Option(False, "--list-stacks", help="Print the software stacks and their features."),
     html: Optional[Path] = typer.Option(None, "--html", help="Also write a self-contained HTML report here."),
 ) -> None:
     """Rank parallel layouts of a model on a GPU budget by predicted step time, memory and cost."""
@@ -52,8 +55,8 @@ def plan(
     from trainperf.plan import api, render
 
     console = Console(width=max(Console().width, 132))
-    if list_gpus or list_models:
-        data = api.catalog_listing(list_gpus, list_models)
+    if list_gpus or list_models or list_stacks:
+        data = api.catalog_listing(list_gpus, list_models, list_stacks)
         if as_json:
             print(json.dumps(data, indent=1))
         else:
@@ -69,9 +72,13 @@ def plan(
     if top < 1 or gpus < 1:
         raise TrainperfError("--top and --gpus must be >= 1")
     n_tokens = _number(tokens, "--tokens")
+    from trainperf.plan.stacks import get_stack
+
+    get_stack(stack)  # an unknown stack is a one-line error before any work
     req = api.PlanRequest(model=model, gpu=gpu, n_gpus=gpus, gpus_per_node=gpus_per_node, seq=seq,
                           global_batch=global_batch, tokens=n_tokens, top=top, objective=objective,
-                          calibration=calibration, usd_per_hour=usd_per_hour, precision=precision)
+                          calibration=calibration, usd_per_hour=usd_per_hour, precision=precision,
+                          stack=stack)
     if compare:
         names = [g.strip() for g in compare.split(",") if g.strip()]
         options, tok = api.run_compare(req, names)
@@ -91,7 +98,7 @@ def plan(
             fits = "fits" if est.fits else "[red]does NOT fit[/]"
             console.print(f"step {est.step_time_s:.3f} s, {est.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, MFU {est.mfu:.1%} "
                           f"(HFU {est.hfu:.1%}), memory {est.memory_gib_per_gpu:.1f} of {est.hbm_bytes / 2**30:.1f} GiB: "
-                          f"{fits}; dominant overhead {render.overhead_label(est)}")
+                          f"{fits}; dominant overhead {render.overhead_label(est)}; stack {est.stack}")
             if "train_hours" in extra:
                 console.print(f"{extra['tokens']:.3g} tokens: {extra['train_hours'] / 24:,.1f} days, "
                               f"${extra['usd']:,.0f}, {extra['kwh']:,.0f} kWh")
@@ -104,7 +111,8 @@ def plan(
     else:
         console.print(render.search_table(res))
         console.print(f"{res.n_candidates:,} valid layouts evaluated in {res.elapsed_s * 1e3:.0f} ms, {res.n_fit:,} fit "
-                      f"in {res.cluster.accelerator.hbm_bytes / 2**30:.0f} GiB; efficiency: {res.efficiency_source}")
+                      f"in {res.cluster.accelerator.hbm_bytes / 2**30:.0f} GiB; stack: {res.stack} (--stack); "
+                      f"efficiency: {res.efficiency_source}")
     if html:
         render.html_report(html, res=res)
 
@@ -131,6 +139,15 @@ def render_listing(data: dict):
         for m in data["models"]:
             t.add_row(m["name"], f"{m['params'] / 1e9:.2f}B", str(m["n_layers"]), str(m["hidden"]),
                       f"{m['n_heads']}/{m['n_kv_heads']}", str(m["ffn_hidden"]), str(m["vocab"]), str(m["seq_len"]))
+        out.append(t)
+    if "stacks" in data:
+        t = Table(title="software stacks (--stack)", title_justify="left")
+        for c in ("name", "attention", "norm/rope/act B", "kernels/layer", "TP overlap", "DP overlap", "description"):
+            t.add_column(c)
+        for s in data["stacks"]:
+            t.add_row(s["name"], s["attention"], f"{s['norm_bytes']:g}/{s['rope_bytes']:g}/{s['act_bytes']:g}",
+                      f"{s['kernels_per_layer']:g}", f"{s['tp_overlap']:.0%}", "yes" if s["dp_overlap"] else "no",
+                      s["description"])
         out.append(t)
     return out
 

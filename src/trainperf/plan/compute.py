@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from trainperf.plan.efficiency import Efficiency
+from trainperf.plan.stacks import Software
 from trainperf.specs import ModelSpec
 
 
@@ -95,32 +96,36 @@ def attention_bwd_over_fwd(eff: Efficiency, flash: bool = True) -> float:
     return eff.attn_bwd_flops_ratio / eff.attn_bwd_rate_ratio if flash else 2.0
 
 
-def layer_elementwise_fwd_s(m: ModelSpec, tokens, tp, sp, hbm_bps: float, fp8=False, dropout: bool = False):
+def layer_elementwise_fwd_s(m: ModelSpec, tokens, tp, sp, hbm_bps: float, fp8=False, dropout: bool = False,
+                            sw: Software | None = None):
     """Return forward seconds of one layer's memory-bound kernels on one TP rank.
 
-    Bytes per token (bf16): two norms (read+write h each), two residual adds (2 reads + 1
-    write of h), dropout masks and applications (GPT), rotary on q and k, the MLP activation
-    (gated: read 2f write f; plain: read f write f). Hidden-width work is split over tp only
-    with sequence parallelism; head/ffn-width work always is. fp8 adds a cast (read 2 B,
-    write 1 B) of every GEMM input.
+    Bytes per token, from the stack's per-element byte counts (plan/stacks.py): two norms
+    (``norm_bytes`` per hidden element each), two residual adds (read 2, write 1: 6 B),
+    dropout masks and applications (GPT: 12 B), rotary on q and k (``rope_bytes``), the MLP
+    activation (gated: ``act_bytes`` per ffn element; plain GELU read + write: 4 B).
+    Hidden-width work is split over tp only with sequence parallelism; head/ffn-width work
+    always is. fp8 adds a cast (read 2 B, write 1 B) of every GEMM input.
     """
-    h_elems = 10.0 + (6.0 if dropout else 0.0)
-    f_elems = 3.0 if m.gated_mlp else 2.0
-    rope = 0.0 if m.learned_pos_emb else 2.0 * (m.q_dim + m.kv_dim)
-    per_token = 2.0 * (h_elems * m.hidden / np.where(sp, tp, 1) + (f_elems * m.ffn_hidden + rope) / tp)
+    sw = sw or Software()
+    h_bytes = 2.0 * sw.norm_bytes + 12.0 + (12.0 if dropout else 0.0)
+    f_bytes = sw.act_bytes if m.gated_mlp else 4.0
+    rope = 0.0 if m.learned_pos_emb else sw.rope_bytes * (m.q_dim + m.kv_dim)
+    per_token = h_bytes * m.hidden / np.where(sp, tp, 1) + (f_bytes * m.ffn_hidden + rope) / tp
     cast = np.where(fp8, 3.0 * (2 * m.hidden + (m.q_dim + m.ffn_hidden) / tp), 0.0)
     return tokens * (per_token + cast) / hbm_bps
 
 
-def lm_head_fwd_bwd_s(m: ModelSpec, tokens, tp, peak_flops: float, hbm_bps: float, eff: Efficiency):
+def lm_head_fwd_bwd_s(m: ModelSpec, tokens, tp, peak_flops: float, hbm_bps: float, eff: Efficiency,
+                      ce_bytes_per_logit: float = 24.0):
     """Return forward+backward seconds of the output projection and cross-entropy on one TP rank.
 
     GEMM (tokens x hidden) @ (hidden x vocab/tp) three times (fwd, dgrad, wgrad), plus
-    ~24 bytes per logit for the cross-entropy passes (bf16 logits up-cast to fp32, max,
-    exp-sum, softmax gradient written back in bf16); the input embedding
+    ``ce_bytes_per_logit`` for the cross-entropy passes (fused: ~24 B, bf16 logits up-cast
+    to fp32, max, exp-sum, softmax gradient written back in bf16); the input embedding
     lookup and its gradient are ~6 bytes per hidden element.
     """
     gemm = 3.0 * gemm_time_s(tokens, m.vocab / tp, m.hidden, peak_flops, hbm_bps, eff)
-    ce = 24.0 * tokens * m.vocab / tp / hbm_bps
+    ce = ce_bytes_per_logit * tokens * m.vocab / tp / hbm_bps
     emb = 6.0 * tokens * m.hidden / hbm_bps
     return gemm + ce + emb

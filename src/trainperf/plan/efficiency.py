@@ -5,10 +5,8 @@ Two kinds, kept apart on purpose:
 * ``Efficiency``: how close the hardware gets to its catalog peaks (GEMM, attention, HBM,
   links). These are what ``trainperf calibrate`` measures; ``--calibration FILE`` replaces
   them (and the peaks) with the measured values.
-* ``Software``: what the training framework overlaps or fuses (Megatron/NeMo switches such
-  as ``tp_comm_overlap``, ``overlap_grad_reduce``, ``overlap_p2p_comm``, flash attention).
-  They are facts about the job, not fitted numbers; the defaults are today's Megatron-Core /
-  NeMo / torchtitan defaults.
+* ``Software`` (plan/stacks.py): what the training framework fuses, overlaps and launches
+  (``--stack``). They are facts about the job, priced with the hardware's rates.
 
 The fitted constants were fitted once on the published runs (benchmarks/validate_planner.py,
 results in docs/benchmarks.md); there are no per-row factors anywhere.
@@ -21,6 +19,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from trainperf.errors import TrainperfError
+from trainperf.plan.stacks import Software  # noqa: F401  (re-exported: the stack half of the constants)
 
 
 @dataclass(frozen=True)
@@ -45,6 +44,7 @@ class Efficiency:
     scaleout_bus_eff: float = 0.80      # NCCL bus bandwidth / NIC bandwidth
     alpha_scaleup_s: float = 8e-6       # latency per collective step inside the scale-up domain (s)
     alpha_scaleout_s: float = 20e-6     # latency per collective step across the network (s)
+    kernel_gap_s: float = 1e-6          # GPU idle between two queued kernels (launch latency, s)
     # measured absolute rates from `trainperf calibrate` (0: use catalog peak x efficiency)
     measured_gemm_tflops: float = 0.0
     measured_hbm_tbps: float = 0.0
@@ -52,34 +52,20 @@ class Efficiency:
     source: str = "defaults (fitted on published runs)"
 
 
-@dataclass(frozen=True)
-class Software:
-    """Framework features that decide what overlaps (booleans / fractions, not fitted per run).
+def resolve(eff: Efficiency, acc, attention: str = "best") -> Efficiency:
+    """Return ``eff`` with the accelerator's catalog efficiencies filled in where it has 0.
 
-    ``tp_overlap`` is the share of tensor-parallel collective time hidden behind GEMMs when
-    the framework pipelines them (TransformerEngine userbuffers, needs sequence parallel);
-    ``dp_overlap`` hides gradient reduce-scatter behind the last micro batch's backward and
-    the parameter all-gather behind the first forward (Megatron distributed optimizer,
-    FSDP prefetch); ``p2p_overlap`` hides pipeline sends behind compute.
+    ``attention`` is the stack's kernel: ``fa2`` runs at the catalog's ``fa2_eff`` (never
+    faster than the best kernel), the others at ``attn_eff``.
     """
-
-    flash_attention: bool = True
-    tp_comm_overlap: bool = True
-    tp_overlap: float = 0.60            # fraction of TP comm hidden when tp_comm_overlap and sp (fitted)
-    dp_overlap: bool = True
-    p2p_overlap: bool = True
-    grad_reduce_bytes: int = 2          # bf16 gradient buffers/reduction (Megatron-Core DDP and FSDP2 default)
-    dropout: bool | None = None         # None: GPT-style models (linear biases) use dropout
-    pue: float = 1.2                    # data-centre power usage effectiveness for kWh
-
-
-def resolve(eff: Efficiency, acc) -> Efficiency:
-    """Return ``eff`` with the accelerator's catalog efficiencies filled in where it has 0."""
     kw = {}
     if eff.gemm_eff_max <= 0:
         kw["gemm_eff_max"] = acc.gemm_eff
-    if eff.attn_eff <= 0:
-        kw["attn_eff"] = acc.attn_eff
+    attn = eff.attn_eff if eff.attn_eff > 0 else acc.attn_eff
+    if attention == "fa2":
+        attn = min(attn, acc.fa2_eff or attn)
+    if attn != eff.attn_eff:
+        kw["attn_eff"] = attn
     return replace(eff, **kw) if kw else eff
 
 

@@ -14,6 +14,7 @@ pp_p2p         pipeline sends on the critical path
 dp_comm        data-parallel / FSDP collectives not hidden behind backward / forward
 embedding_lm_head   input embedding, output projection and cross-entropy (last stage)
 optimizer      Adam step over this GPU's shard of the parameters (memory-bound)
+host_overhead  kernel launch gaps and host-bound issue time (the stack's kernels per layer)
 """
 
 from __future__ import annotations
@@ -24,15 +25,14 @@ import numpy as np
 
 from trainperf.errors import TrainperfError
 from trainperf.plan import comm, compute, memory, pipeline
-from trainperf.plan.efficiency import Efficiency, Software, resolve
-from trainperf.specs import Cluster, Layout, ModelSpec, hardware_flops_per_token, model_flops_per_token
+from trainperf.plan.efficiency import Efficiency, resolve
+from trainperf.plan.stacks import Software
+from trainperf.specs import (RECOMPUTE_CODE, RECOMPUTE_NAME, Cluster, Layout, LayoutArrays, ModelSpec,  # noqa: F401
+                             hardware_flops_per_token, layout_problems, model_flops_per_token)
 
 TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "pp_bubble", "pp_p2p", "dp_comm",
-         "embedding_lm_head", "optimizer")
+         "embedding_lm_head", "optimizer", "host_overhead")
 OVERHEADS = TERMS[1:]
-RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
-RECOMPUTE_NAME = {v: k for k, v in RECOMPUTE_CODE.items()}
-OPTIMIZER_BYTES_PER_PARAM = 34.0  # fused Adam: grad 4 + master/m/v read+write 24 + bf16 write 2 + norm 4
 
 
 @dataclass
@@ -47,6 +47,7 @@ class Estimate:
     memory_bytes_per_gpu: float
     hbm_bytes: float
     breakdown: dict[str, float] = field(default_factory=dict)
+    stack: str = "megatron-core"  # the software stack the prediction assumes (plan/stacks.py)
 
     @property
     def fits(self) -> bool:
@@ -77,25 +78,26 @@ class Estimate:
             "breakdown": dict(self.breakdown),
             "layout": self.layout.to_string(),
             "layout_fields": self.layout.to_dict(),
+            "stack": self.stack,
         }
 
 
-def estimate_arrays(m: ModelSpec, cluster: Cluster, tp, pp, dp, cp, vpp, sp, zero, recompute_code, mbs,
-                    n_micro, fp8=False, eff: Efficiency | None = None, sw: Software | None = None) -> dict:
+def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Efficiency | None = None,
+                    sw: Software | None = None) -> dict:
     """Return {term: seconds array, 'step_time_s', 'memory_bytes', ...} for arrays of layouts.
 
-    Every layout argument is an array (or a scalar) of the same length; ``n_micro`` is the
-    gradient-accumulation count (micro batches per step per pipeline).
+    ``lay`` holds one array per Layout field (all resolved: dp and grad_accum non-zero);
+    ``grad_accum`` is the number of micro batches per step per pipeline.
     """
     acc = cluster.accelerator
-    eff = resolve(eff or Efficiency(), acc)
     sw = sw or Software()
+    eff = resolve(eff or Efficiency(), acc, sw.attention)
     f = lambda x: np.asarray(x, dtype=float)  # noqa: E731
-    tp, pp, dp, cp, vpp, mbs, n_micro = map(f, (tp, pp, dp, cp, vpp, mbs, n_micro))
-    sp = np.asarray(sp, dtype=bool) & (tp > 1)
-    zero = np.asarray(zero)
-    rc = np.asarray(recompute_code)
-    fp8 = np.asarray(fp8, dtype=bool)
+    tp, pp, dp, cp, vpp, mbs, n_micro = map(f, (lay.tp, lay.pp, lay.dp, lay.cp, lay.vpp, lay.mbs, lay.grad_accum))
+    sp = np.asarray(lay.sp, dtype=bool) & (tp > 1)
+    zero = np.asarray(lay.zero)
+    rc = np.asarray(lay.recompute)
+    fp8 = np.asarray(lay.fp8, dtype=bool)
     dropout = m.linear_bias if sw.dropout is None else sw.dropout
     seq = m.seq_len
 
@@ -107,17 +109,24 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, tp, pp, dp, cp, vpp, sp, zer
     # ---- one layer, one micro batch, one GPU
     t_gemm = compute.layer_gemm_fwd_s(m, tokens, tp, peak, hbm, eff, speed)
     t_attn = compute.attention_fwd_s(m, mbs, seq, tp, cp, peak, hbm, eff, sw.flash_attention)
-    t_elem = compute.layer_elementwise_fwd_s(m, tokens, tp, sp, hbm, fp8, dropout)
+    t_elem = compute.layer_elementwise_fwd_s(m, tokens, tp, sp, hbm, fp8, dropout, sw)
     bwd_ratio = compute.attention_bwd_over_fwd(eff, sw.flash_attention)
     layer_fwd = t_gemm + t_attn + t_elem
     layer_bwd = 2.0 * t_gemm + bwd_ratio * t_attn + 2.0 * t_elem
     layer_recompute = np.where(rc == 2, layer_fwd, np.where(rc == 1, t_attn, 0.0))
+    # host: kernels per layer forward (backward 2x, full recompute another forward); a GPU gap
+    # per kernel, plus whatever issuing them takes beyond the GPU work they launch
+    k_fwd = sw.kernels_per_layer
+    k_rec = np.where(rc == 2, k_fwd, np.where(rc == 1, 1.0, 0.0))
+    layer_host = (3.0 * k_fwd + k_rec) * eff.kernel_gap_s \
+        + np.maximum(0.0, k_fwd * sw.host_s_per_kernel - layer_fwd) \
+        + np.maximum(0.0, (2.0 * k_fwd + k_rec) * sw.host_s_per_kernel - layer_bwd - layer_recompute)
 
     # tensor parallel: 2 all-reduces (or all-gather + reduce-scatter pairs) forward, 2 backward
     tp_bw, tp_alpha = comm.group_link(cluster, eff, 1.0, tp)
     ar = comm.all_reduce_s(tokens * m.hidden * 2.0, tp, tp_bw, tp_alpha)
     tp_raw = ar * (4.0 + np.where(rc == 2, 2.0, 0.0))
-    hidden_share = np.where(sp & sw.tp_comm_overlap, sw.tp_overlap, 0.0)
+    hidden_share = np.where(sp, sw.tp_overlap, 0.0)
     layer_tp = tp_raw * (1.0 - hidden_share)
 
     # context parallel: ring exchange of K and V (forward), K, V, dK, dV (backward), behind attention
@@ -130,8 +139,8 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, tp, pp, dp, cp, vpp, sp, zer
 
     # ---- stages
     stage_layers = memory.layers_per_stage(m, pp, vpp)
-    head = compute.lm_head_fwd_bwd_s(m, tokens, tp, peak, hbm, eff)
-    per_layer = layer_fwd + layer_bwd + layer_recompute + layer_tp + layer_cp
+    head = compute.lm_head_fwd_bwd_s(m, tokens, tp, peak, hbm, eff, sw.ce_bytes_per_logit)
+    per_layer = layer_fwd + layer_bwd + layer_recompute + layer_tp + layer_cp + layer_host
     t_mb_avg = m.n_layers / pp * per_layer + head / pp
 
     out = {
@@ -139,6 +148,7 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, tp, pp, dp, cp, vpp, sp, zer
         "recompute": n_micro * stage_layers * layer_recompute,
         "tp_comm": n_micro * stage_layers * layer_tp,
         "cp_comm": n_micro * stage_layers * layer_cp,
+        "host_overhead": n_micro * stage_layers * layer_host,
         "embedding_lm_head": n_micro * head,
         "pp_bubble": pipeline.bubble_s(pp, vpp, t_mb_avg),
     }
@@ -176,7 +186,7 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, tp, pp, dp, cp, vpp, sp, zer
     out["dp_comm"] = np.where(zero >= 3, dp_3, dp_12)
 
     local_params = params / np.where(zero >= 1, n_dp, 1.0)
-    out["optimizer"] = local_params * OPTIMIZER_BYTES_PER_PARAM / hbm
+    out["optimizer"] = local_params * sw.optimizer_bytes_per_param / hbm
 
     step = sum(out[k] for k in TERMS)
     global_tokens = dp * mbs * n_micro * seq
@@ -188,28 +198,19 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, tp, pp, dp, cp, vpp, sp, zer
     out["mfu"] = tps * model_flops_per_token(m) / peak_prec
     hw = np.array([hardware_flops_per_token(m, RECOMPUTE_NAME[c]) for c in range(3)])
     out["hfu"] = tps * hw[rc] / peak_prec
-    out["memory_bytes"] = memory.memory_bytes(m, seq, tp, pp, dp, cp, vpp, sp, zero, rc, mbs, n_micro,
-                                              sw.flash_attention, dropout, gb)
+    out["memory_bytes"] = memory.memory_bytes(m, lay, sw.flash_attention, dropout, gb)
     return out
 
 
 def check_layout(m: ModelSpec, cluster: Cluster, layout: Layout, global_batch: int | None) -> Layout:
-    """Return the layout resolved for the cluster and batch; raise TrainperfError naming the bad factor."""
-    lay = layout.resolve(cluster.n_gpus, global_batch)
-    if m.n_heads % lay.tp:
-        raise TrainperfError(f"layout: tp={lay.tp} does not divide the model's {m.n_heads} attention heads")
-    if m.n_kv_heads % lay.tp and lay.tp % m.n_kv_heads:
-        raise TrainperfError(f"layout: tp={lay.tp} and the model's {m.n_kv_heads} kv heads: neither divides the other")
-    if m.ffn_hidden % lay.tp:
-        raise TrainperfError(f"layout: tp={lay.tp} does not divide ffn_hidden {m.ffn_hidden}")
-    if lay.pp * lay.vpp > m.n_layers:
-        raise TrainperfError(f"layout: pp*vpp = {lay.pp}*{lay.vpp} exceeds the model's {m.n_layers} layers")
-    if lay.cp > 1 and m.seq_len % (2 * lay.cp):
-        raise TrainperfError(f"layout: cp={lay.cp} needs the sequence length {m.seq_len} divisible by 2*cp")
-    if lay.vpp > 1 and lay.grad_accum % lay.pp:
-        raise TrainperfError(
-            f"layout: interleaving (vpp={lay.vpp}) needs micro batches per step ({lay.grad_accum}) divisible by pp={lay.pp}")
-    return lay
+    """Return the layout resolved for the cluster and batch; raise TrainperfError naming every bad factor."""
+    problems = layout_problems(m, layout, cluster.n_gpus)
+    if not problems:
+        layout = layout.resolve(cluster.n_gpus, global_batch)
+        problems = layout_problems(m, layout, cluster.n_gpus)
+    if problems:
+        raise TrainperfError("layout: " + "; ".join(problems))
+    return layout
 
 
 def estimate(m: ModelSpec, cluster: Cluster, layout: Layout, global_batch: int | None = None,
@@ -220,16 +221,16 @@ def estimate(m: ModelSpec, cluster: Cluster, layout: Layout, global_batch: int |
     ``grad_accum`` (default 1) is used. Raises TrainperfError for an impossible layout.
     """
     lay = check_layout(m, cluster, layout, global_batch)
-    r = estimate_arrays(m, cluster, lay.tp, lay.pp, lay.dp, lay.cp, lay.vpp, lay.sp, lay.zero,
-                        RECOMPUTE_CODE[lay.recompute], lay.mbs, lay.grad_accum, lay.precision == "fp8", eff, sw)
-    return estimate_at(r, (), lay, cluster.accelerator.hbm_bytes)
+    sw = sw or Software()
+    r = estimate_arrays(m, cluster, LayoutArrays.of(lay), eff, sw)
+    return estimate_at(r, (), lay, cluster.accelerator.hbm_bytes, sw.name)
 
 
-def estimate_at(out: dict, i, layout: Layout, hbm_bytes: float) -> Estimate:
+def estimate_at(out: dict, i, layout: Layout, hbm_bytes: float, stack: str = "megatron-core") -> Estimate:
     """Return the Estimate of element ``i`` of an ``estimate_arrays`` result (``i=()`` for scalar layouts)."""
     def value(k: str) -> float:
         return float(np.asarray(out[k])[i])
 
     return Estimate(layout=layout, step_time_s=value("step_time_s"), tokens_per_s_per_gpu=value("tokens_per_s_per_gpu"),
                     mfu=value("mfu"), hfu=value("hfu"), memory_bytes_per_gpu=value("memory_bytes"),
-                    hbm_bytes=hbm_bytes, breakdown={k: value(k) for k in TERMS})
+                    hbm_bytes=hbm_bytes, breakdown={k: value(k) for k in TERMS}, stack=stack)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainperf.specs import ModelSpec, embedding_params, layer_params, lm_head_params
+from trainperf.specs import LayoutArrays, ModelSpec, embedding_params, layer_params, lm_head_params
 
 RESERVED_BYTES = 2.0 * 2**30   # CUDA context + NCCL buffers + cuBLAS/TE workspaces (bytes)
 FRAGMENTATION = 0.08           # caching-allocator fragmentation, fraction of allocated bytes
@@ -96,31 +96,31 @@ def model_state_bytes(params, dp, zero, grad_bytes: float = 2.0):
     return w + g + o
 
 
-def memory_bytes(m: ModelSpec, seq: int, tp, pp, dp, cp, vpp, sp, zero, recompute_code, mbs, n_micro,
-                 flash=True, dropout=False, grad_bytes: float = 2.0):
-    """Return the peak memory per GPU including the allocator margin (bytes).
+def memory_bytes(m: ModelSpec, lay: LayoutArrays, flash=True, dropout=False, grad_bytes: float = 2.0):
+    """Return the peak memory per GPU including the allocator margin (bytes) of arrays of layouts.
 
     The peak is the larger of the first pipeline stage (most micro batches in flight) and
     the last (LM head weights and fp32 logits).
     """
-    tp = np.asarray(tp, dtype=float)
-    pp = np.asarray(pp, dtype=float)
-    vpp = np.asarray(vpp, dtype=float)
-    tokens = mbs * seq / np.asarray(cp, dtype=float)
-    per_layer = tokens * activation_bytes_per_token_layer(m, tp, sp, recompute_code, flash, dropout, seq)
+    seq = m.seq_len
+    tp = np.asarray(lay.tp, dtype=float)
+    pp = np.asarray(lay.pp, dtype=float)
+    vpp = np.asarray(lay.vpp, dtype=float)
+    sp, zero, rc = np.asarray(lay.sp, dtype=bool), np.asarray(lay.zero), np.asarray(lay.recompute)
+    tokens = np.asarray(lay.mbs, dtype=float) * seq / np.asarray(lay.cp, dtype=float)
+    per_layer = tokens * activation_bytes_per_token_layer(m, tp, sp, rc, flash, dropout, seq)
     stage_layers = layers_per_stage(m, pp, vpp)
-    n_micro = np.asarray(n_micro, dtype=float)
+    n_micro = np.asarray(lay.grad_accum, dtype=float)
     inflight_first = np.minimum(n_micro, pp) * np.where(vpp > 1, 1.0 + (pp - 1.0) / (pp * vpp), 1.0)
     inflight_last = np.where(vpp > 1, np.minimum(n_micro * vpp, (vpp - 1.0) * pp + 1.0) / vpp, 1.0)
     # with full recompute one layer's whole activation set is rebuilt during its backward
-    working = np.where(np.asarray(recompute_code) == 2,
-                       tokens * activation_bytes_per_token_layer(m, tp, sp, 0, flash, dropout, seq), 0.0)
+    working = np.where(rc == 2, tokens * activation_bytes_per_token_layer(m, tp, sp, 0, flash, dropout, seq), 0.0)
     act_first = stage_layers * per_layer * inflight_first + working
     logits = 4.0 * tokens * m.vocab / tp
     act_last = np.where(pp == 1, act_first, stage_layers * per_layer * inflight_last + working) + logits
     p_first, p_last = stage_params(m, tp, pp, vpp)
-    fsdp_buffer = np.where(np.asarray(zero) >= 3, 2.0 * WEIGHT_BYTES * layer_params(m) / tp, 0.0)
-    shard = np.asarray(dp, dtype=float) * np.asarray(cp, dtype=float)  # cp ranks hold the same weights
+    fsdp_buffer = np.where(zero >= 3, 2.0 * WEIGHT_BYTES * layer_params(m) / tp, 0.0)
+    shard = np.asarray(lay.dp, dtype=float) * np.asarray(lay.cp, dtype=float)  # cp ranks hold the same weights
     first = model_state_bytes(p_first, shard, zero, grad_bytes) + act_first + fsdp_buffer
     last = model_state_bytes(p_last, shard, zero, grad_bytes) + act_last + fsdp_buffer
     peak = np.maximum(first, last)

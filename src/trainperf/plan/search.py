@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainperf.errors import TrainperfError
-from trainperf.plan.efficiency import Efficiency, Software
-from trainperf.plan.estimate import RECOMPUTE_NAME, Estimate, estimate_arrays, estimate_at
-from trainperf.specs import Cluster, Layout, ModelSpec, make_cluster
+from trainperf.plan.efficiency import Efficiency
+from trainperf.plan.estimate import Estimate, estimate_arrays, estimate_at
+from trainperf.plan.stacks import Software
+from trainperf.specs import Cluster, LayoutArrays, ModelSpec, make_cluster
 
 MAX_MBS = 16
 MAX_VPP = 16
@@ -41,6 +42,7 @@ class SearchResult:
     elapsed_s: float
     usd_per_gpu_hour: float
     efficiency_source: str = ""  # where the efficiency constants came from (Efficiency.source)
+    stack: str = "megatron-core"  # the software stack assumed (plan/stacks.py)
     extra: dict = field(default_factory=dict)
 
 
@@ -62,8 +64,8 @@ def default_global_batch(seq_len: int, tokens: int = 4 * 2**20) -> int:
     return max(1, 2 ** int(round(np.log2(max(tokens / seq_len, 1)))))
 
 
-def enumerate_layouts(m: ModelSpec, cluster: Cluster, global_batch: int) -> dict[str, np.ndarray]:
-    """Return the valid layouts as a dict of equal-length integer arrays (tp, pp, dp, cp, vpp, ...)."""
+def enumerate_layouts(m: ModelSpec, cluster: Cluster, global_batch: int, precision: str = "bf16") -> LayoutArrays:
+    """Return the valid layouts as equal-length integer arrays with Layout's field names."""
     n = cluster.n_gpus
     tp_limit = min(64, max(cluster.scaleup_domain, 1), n)
     tps = [t for t in _powers_of_two(tp_limit)
@@ -100,13 +102,13 @@ def enumerate_layouts(m: ModelSpec, cluster: Cluster, global_batch: int) -> dict
                 block[0], block[1], block[2], block[3] = tp, pp, dp, cp
                 block[4], block[5], block[6], block[7] = vpp[ok], sp[ok], zero[ok], rc[ok]
                 block[8], block[9] = mbs[mi[ok]], ga[mi[ok]]
-                block[10] = 0
+                block[10] = precision == "fp8"
                 parts.append(block)
-    names = ("tp", "pp", "dp", "cp", "vpp", "sp", "zero", "rc", "mbs", "ga", "fp8")
-    if not parts:
-        return {k: np.empty(0, dtype=np.int64) for k in names}
-    allv = np.concatenate(parts, axis=1)
-    return dict(zip(names, allv))
+    names = ("tp", "pp", "dp", "cp", "vpp", "sp", "zero", "recompute", "mbs", "grad_accum", "fp8")
+    allv = np.concatenate(parts, axis=1) if parts else np.empty((11, 0), dtype=np.int64)
+    cols = dict(zip(names, allv))
+    cols["sp"], cols["fp8"] = cols["sp"].astype(bool), cols["fp8"].astype(bool)
+    return LayoutArrays(**cols)
 
 
 def _impossible_reason(m: ModelSpec, cluster: Cluster, global_batch: int) -> str:
@@ -121,25 +123,13 @@ def _impossible_reason(m: ModelSpec, cluster: Cluster, global_batch: int) -> str
             f"{n // min(n, cluster.scaleup_domain)}")
 
 
-def _estimate_at(arrays: dict, out: dict, i: int, cluster: Cluster, precision: str) -> Estimate:
-    lay = Layout(tp=int(arrays["tp"][i]), pp=int(arrays["pp"][i]), dp=int(arrays["dp"][i]), cp=int(arrays["cp"][i]),
-                 vpp=int(arrays["vpp"][i]), sp=bool(arrays["sp"][i]), zero=int(arrays["zero"][i]),
-                 recompute=RECOMPUTE_NAME[int(arrays["rc"][i])], mbs=int(arrays["mbs"][i]),
-                 grad_accum=int(arrays["ga"][i]), precision=precision)
-    return estimate_at(out, i, lay, cluster.accelerator.hbm_bytes)
-
-
 def evaluate_all(m: ModelSpec, cluster: Cluster, global_batch: int, precision: str = "bf16",
-                 eff: Efficiency | None = None, sw: Software | None = None) -> tuple[dict, dict]:
+                 eff: Efficiency | None = None, sw: Software | None = None) -> tuple[LayoutArrays, dict]:
     """Return (layout arrays, estimate arrays) for every valid layout (no memory filter)."""
-    arrays = enumerate_layouts(m, cluster, global_batch)
-    arrays["fp8"] = np.full(arrays["tp"].shape, precision == "fp8")
-    if arrays["tp"].size == 0:
+    arrays = enumerate_layouts(m, cluster, global_batch, precision)
+    if len(arrays) == 0:
         return arrays, {}
-    out = estimate_arrays(m, cluster, arrays["tp"], arrays["pp"], arrays["dp"], arrays["cp"], arrays["vpp"],
-                          arrays["sp"].astype(bool), arrays["zero"], arrays["rc"], arrays["mbs"], arrays["ga"],
-                          arrays["fp8"], eff, sw)
-    return arrays, out
+    return arrays, estimate_arrays(m, cluster, arrays, eff, sw)
 
 
 def search(m: ModelSpec, cluster: Cluster, global_batch: int | None = None, objective: str = "time",
@@ -171,7 +161,7 @@ def search(m: ModelSpec, cluster: Cluster, global_batch: int | None = None, obje
         arrays, out = evaluate_all(m, cl, gb, precision, eff, sw)
         if not out:
             continue
-        total += arrays["tp"].size
+        total += len(arrays)
         mem = out["memory_bytes"]
         min_mem = min(min_mem, float(mem.min()))
         ok = np.flatnonzero(mem <= cl.accelerator.hbm_bytes)
@@ -182,7 +172,9 @@ def search(m: ModelSpec, cluster: Cluster, global_batch: int | None = None, obje
         key = step if objective == "time" else step * n / (gb * m.seq_len)  # cost: GPU-seconds per token
         picked = np.lexsort((mem[ok], key))[: max(top, 1)]  # ties: less memory first
         for j in picked:
-            ranked.append((float(key[j]), _estimate_at(arrays, out, int(ok[j]), cl, precision), n))
+            i = int(ok[j])
+            est = estimate_at(out, i, arrays.at(i, precision), cl.accelerator.hbm_bytes, (sw or Software()).name)
+            ranked.append((float(key[j]), est, n))
     elapsed = time.perf_counter() - t0
     if total == 0:
         raise TrainperfError(_impossible_reason(m, cluster, gb))
@@ -195,6 +187,7 @@ def search(m: ModelSpec, cluster: Cluster, global_batch: int | None = None, obje
     best = [r[1] for r in ranked[:top]]
     res = SearchResult(model=m, cluster=cluster, global_batch=gb, objective=objective, best=best,
                        n_candidates=total, n_fit=fit, min_memory_gib=min_mem / 2**30, elapsed_s=elapsed,
-                       usd_per_gpu_hour=cluster.usd_per_gpu_hour, efficiency_source=(eff or Efficiency()).source)
+                       usd_per_gpu_hour=cluster.usd_per_gpu_hour, efficiency_source=(eff or Efficiency()).source,
+                       stack=(sw or Software()).name)
     res.extra["n_gpus_used"] = [r[2] for r in ranked[:top]]
     return res

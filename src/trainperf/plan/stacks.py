@@ -1,0 +1,123 @@
+"""Software stacks: what a training framework fuses, overlaps and launches, as physical features.
+
+A stack is not a fudge factor: each field is a quantity the time model prices with the
+hardware's own rates (bytes at HBM bandwidth, FLOPs at the attention kernel's rate, kernel
+launches on the host, collectives on the links).
+
+* Elementwise bytes: bytes read + written per element of the tensor, forward (backward is
+  priced at 2x). Fused kernels (TransformerEngine, apex, XLA, Inductor) read the bf16 input
+  once and write the output once; eager PyTorch runs one kernel per operator and up-casts
+  to fp32. Counted operator by operator (sources in each stack's comment):
+
+  - RMSNorm eager (``torch.nn.RMSNorm`` composite / HF ``LlamaRMSNorm``): to fp32 (r2 w4),
+    pow (r4 w4), mean (r4), x*rsqrt (r4 w4), type_as (r4 w2), *weight (r2 w2) = 36 B;
+    fused: r2 w2 = 4 B.
+  - RoPE eager (torchtitan complex form): .float() (r2 w4), complex multiply (r4 w4),
+    type_as (r4 w2) = 20 B per q/k element; fused: 4 B.
+  - SwiGLU eager ``silu(w1 x) * w3 x``: silu (r2 w2) + mul (r4 w2) = 10 B per ffn element;
+    fused: read gate and up, write once = 6 B.
+  - Cross-entropy per logit: fused vocab-parallel (Megatron) 24 B; eager ``.float()`` +
+    log_softmax + its backward + cast back ~36 B.
+
+* Attention kernel: ``best`` (cuDNN / FlashAttention-3 on Hopper, FA2 on Ampere: the
+  catalog's ``attn_eff``), ``fa2`` (FlashAttention-2, what PyTorch SDPA dispatches to: the
+  catalog's ``fa2_eff``, lower on Hopper/Blackwell where FA2 cannot use wgmma/TMA), ``math``
+  (no flash: the score matrix is materialised in HBM, as in 2021-22 Megatron-LM).
+* Host: kernels launched per layer forward (backward 2x) and the CPU time to issue one;
+  when issuing takes longer than the GPU work the difference is exposed.
+* Overlap: share of tensor-parallel collectives hidden behind GEMMs (TE userbuffers with
+  sequence parallel), whether data-parallel / FSDP collectives overlap backward and forward,
+  whether pipeline sends overlap compute.
+* Optimizer: bytes moved per local parameter by the Adam step; gradient reduction width.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from trainperf.errors import TrainperfError
+
+ATTENTION_KERNELS = ("best", "fa2", "math")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Software:
+    """One software stack's physical features (bytes, counts, seconds, fractions)."""
+
+    name: str = "megatron-core"
+    attention: str = "best"             # best | fa2 | math (see module docstring)
+    norm_bytes: float = 4.0             # bytes per hidden element per norm, forward
+    rope_bytes: float = 4.0             # bytes per q/k element, forward
+    act_bytes: float = 6.0              # bytes per ffn element of a gated MLP, forward (plain GELU: 4)
+    ce_bytes_per_logit: float = 24.0    # cross-entropy forward + backward, per logit
+    kernels_per_layer: float = 20.0     # kernels launched per layer, forward (backward: 2x)
+    host_s_per_kernel: float = 5e-6     # CPU seconds to issue one kernel
+    tp_overlap: float = 0.60            # share of TP collective time hidden (needs sequence parallel)
+    dp_overlap: bool = True             # DP/FSDP collectives overlap backward / forward
+    p2p_overlap: bool = True            # pipeline sends overlap compute
+    optimizer_bytes_per_param: float = 34.0  # Adam step, bytes per local parameter
+    grad_reduce_bytes: int = 2          # bytes per gradient element on the wire
+    dropout: bool | None = None         # None: GPT-style models (linear biases) use dropout
+    pue: float = 1.2                    # data-centre power usage effectiveness for kWh
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.attention not in ATTENTION_KERNELS:
+            raise TrainperfError(f"stack {self.name!r}: attention must be one of {', '.join(ATTENTION_KERNELS)}")
+        if not 0.0 <= self.tp_overlap <= 1.0:
+            raise TrainperfError(f"stack {self.name!r}: tp_overlap must be within 0..1")
+
+    @property
+    def flash_attention(self) -> bool:
+        """True when the attention kernel never materialises the score matrix."""
+        return self.attention != "math"
+
+    def to_dict(self) -> dict:
+        """Return the stack's features as a plain dict."""
+        return asdict(self)
+
+
+_EAGER = dict(norm_bytes=36.0, rope_bytes=20.0, act_bytes=10.0, ce_bytes_per_logit=36.0)
+
+STACKS: dict[str, Software] = {s.name: s for s in [
+    Software(
+        name="megatron-core", description="Megatron-Core / NeMo with TransformerEngine: fused kernels, "
+        "cuDNN flash attention, TP comm overlap, overlapped grad reduce / param gather and p2p"),
+    Software(
+        name="megatron-2021", attention="math", tp_overlap=0.0, dp_overlap=False, p2p_overlap=False,
+        kernels_per_layer=25.0, description="Megatron-LM 2021-22 (SC21, Korthikanti et al.): apex fused "
+        "layer norm and bias-GELU, no flash attention, no communication overlap"),
+    Software(
+        name="deepspeed", attention="math", tp_overlap=0.0, p2p_overlap=False, kernels_per_layer=30.0,
+        host_s_per_kernel=8e-6, description="Megatron-DeepSpeed / DeepSpeed ZeRO 1-3 and its pipeline "
+        "engine: fused norms, no flash attention (2021-23 recipes), ZeRO overlap_comm, blocking p2p"),
+    Software(
+        name="pytorch-fsdp", attention="fa2", tp_overlap=0.0, p2p_overlap=False, kernels_per_layer=40.0,
+        host_s_per_kernel=8e-6, optimizer_bytes_per_param=32.0, grad_reduce_bytes=4, **_EAGER,
+        description="eager PyTorch with FSDP/FSDP2 (torchtitan eager, HF + accelerate): unfused norms, "
+        "RoPE and SwiGLU, SDPA FlashAttention-2, fp32 gradient reduction, fused AdamW"),
+    Software(
+        name="pytorch-fsdp-compile", attention="fa2", tp_overlap=0.0, p2p_overlap=False,
+        kernels_per_layer=14.0, host_s_per_kernel=4e-6, optimizer_bytes_per_param=32.0, grad_reduce_bytes=4,
+        ce_bytes_per_logit=36.0, description="PyTorch FSDP2 with torch.compile per block (torchtitan "
+        "style): Inductor-fused elementwise, SDPA FlashAttention-2, eager loss, fp32 gradient reduction"),
+    Software(
+        name="jax", tp_overlap=0.0, p2p_overlap=False, kernels_per_layer=14.0, host_s_per_kernel=0.0,
+        optimizer_bytes_per_param=32.0, grad_reduce_bytes=4, description="JAX/XLA (MaxText): XLA-fused "
+        "elementwise, cuDNN/Pallas flash attention, one compiled step (no per-kernel host cost), "
+        "async collectives overlapped by XLA, fp32 weights and gradients"),
+]}
+DEFAULT_STACK = "megatron-core"
+
+
+def get_stack(name: str | None = None) -> Software:
+    """Return the named stack (default ``megatron-core``); raise TrainperfError listing the known names."""
+    key = (name or DEFAULT_STACK).strip().lower().replace("_", "-")
+    if key not in STACKS:
+        raise TrainperfError(f"unknown stack {name!r} (known: {', '.join(STACKS)})")
+    return STACKS[key]
+
+
+def with_features(sw: Software, **kw) -> Software:
+    """Return ``sw`` with some features replaced (validation uses it to state a source's switches)."""
+    return replace(sw, **kw)
