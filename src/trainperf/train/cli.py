@@ -39,6 +39,18 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, help="Seed of the weights and the data order."),
         job: str = typer.Option("train", help="Job name in the run record."),
         store: Optional[str] = typer.Option(None, help="Run-record store (default: $TRAINPERF_STORE or ./.trainperf)."),
+        fault: Optional[List[str]] = typer.Option(
+            None, "--fault", metavar="KIND[=VALUE]",
+            help="Inject a known problem (repeatable), for judging diagnoses: "
+                 "slow-data=MS (the dataset sleeps MS ms per micro-batch); "
+                 "item-sync (loss.item() after every micro-step's forward: a host sync); "
+                 "slow-rank=R:MS[:sleep] (rank R does MS ms of extra matrix products, or sleeps, each step); "
+                 "sync-ckpt=N (a synchronous checkpoint every N steps); "
+                 "tiny-batch[=M] (micro batch M, default 1, grad accumulation raised to keep the global batch)."),
+        fault_steps: Optional[str] = typer.Option(
+            None, "--fault-steps", metavar="A:B",
+            help="Apply the faults in steps A..B only (the steps before A are the clean twin; tiny-batch holds "
+                 "for the whole run)."),
     ) -> None:
         """Train the reference Llama-style model and measure it: tokens/s, MFU, memory, goodput."""
         from rich.console import Console
@@ -51,11 +63,15 @@ def register(app: typer.Typer) -> None:
         if nproc < 1:
             raise TrainperfError(f"--nproc {nproc}: must be >= 1")
         ensure_dir(out)  # an unusable --out fails here, in one line, before any work or launch
+        from trainperf.train.faults import parse_faults
+
+        parse_faults(fault, fault_steps)  # a bad --fault fails here, before any launch
         cfg = TrainConfig(model=model, seq_len=seq_len, steps=steps, layout=layout, lr=lr, warmup_steps=warmup_steps,
                           compile=compile, compile_backend=compile_backend, kernels=kernels, ckpt_every=ckpt_every,
                           ckpt_keep=ckpt_keep, ckpt_async=not sync_ckpt, resume=resume, profile_steps=profile_steps,
                           out=out, text=list(text) if text else None, synthetic=synthetic, num_workers=num_workers,
-                          device=device, gpu=gpu, peak_tflops=peak_tflops, seed=seed, job=job, store=store)
+                          device=device, gpu=gpu, peak_tflops=peak_tflops, seed=seed, job=job, store=store,
+                          faults=list(fault) if fault else None, fault_steps=fault_steps)
         console = Console()
         if nproc > 1:
             from trainperf.train.launch import last_error, launch

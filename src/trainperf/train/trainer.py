@@ -52,6 +52,8 @@ class TrainConfig:
     record: bool = True
     log_every: int = 0  # 0: about ten lines per run
     progress: bool = True
+    faults: list[str] | None = None  # --fault values (train.faults), e.g. ["slow-data=30", "item-sync"]
+    fault_steps: str | None = None  # "A:B": the faults hold in steps A..B only
     extra: dict = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -181,6 +183,7 @@ def train(cfg: TrainConfig) -> dict:
     from trainperf.train import data as data_mod
     from trainperf.train import parallel
     from trainperf.train.checkpoint import Checkpointer
+    from trainperf.train.faults import ExtraWork, SlowSamples, fault_layout, parse_faults
     from trainperf.train.predict import predict_step
     from trainperf.train.model import build_model
 
@@ -193,6 +196,8 @@ def train(cfg: TrainConfig) -> dict:
         default_precision = "bf16" if device_type == "cuda" else "fp32"
         layout = parse_layout(cfg.layout or "", precision=default_precision, zero=0)
         layout = parallel.check_layout(layout, spec, world)
+        faults = parse_faults(cfg.faults, cfg.fault_steps)
+        layout = fault_layout(layout, faults, world)
         profile = parse_steps(cfg.profile_steps)
         if cfg.steps < 1:
             raise TrainperfError(f"--steps {cfg.steps}: must be >= 1")
@@ -222,7 +227,8 @@ def train(cfg: TrainConfig) -> dict:
             "model": {k: v for k, v in spec.to_dict().items() if k != "name"},
             "layout": {k: getattr(layout, k) for k in ("tp", "pp", "cp", "dp", "zero", "mbs", "grad_accum")},
         }
-        ckpt = Checkpointer(out, fingerprint, keep=cfg.ckpt_keep, async_save=cfg.ckpt_async, device=device)
+        ckpt = Checkpointer(out, fingerprint, keep=cfg.ckpt_keep,
+                            async_save=cfg.ckpt_async and not faults.sync_ckpt_every, device=device)
         start_step, data_position = 0, 0
         resumed_from = None
         if cfg.resume and (latest := ckpt.latest()) is not None:
@@ -234,6 +240,8 @@ def train(cfg: TrainConfig) -> dict:
 
         data_cfg = data_mod.DataConfig(cfg.text, cfg.synthetic, cfg.seed, cfg.num_workers)
         dataset = data_mod.make_dataset(data_cfg, spec.vocab, spec.seq_len)
+        if faults.slow_data_ms:
+            dataset = SlowSamples(dataset, faults, dp=layout.dp, mbs=layout.mbs, grad_accum=layout.grad_accum)
         loader = data_mod.make_loader(dataset, data_cfg, dims.dp_rank, layout.dp, layout.mbs, data_position,
                                       pin_memory=device_type == "cuda")
         batches = data_mod.DevicePrefetcher(loader, device)
@@ -256,12 +264,14 @@ def train(cfg: TrainConfig) -> dict:
             }, indent=1, default=str))
 
         autocast = parallel.autocast_dtype(dims)
+        extra_work = ExtraWork(faults, rank, device)
         n_steps = cfg.steps - start_step
         log_every = cfg.log_every or max(1, cfg.steps // 10)
         progress = _Progress(cfg, rank, start_step) if rank == 0 else None
         profiler = StepProfiler(out, profile, rank, next_step=start_step + 1, device_type=device_type)
         with profiler:
             for step in range(start_step + 1, cfg.steps + 1):
+                faulty = faults.active(step)
                 with mon.step(step, tokens=tokens_per_step) as st:
                     loss_sum = torch.zeros((), device=device)
                     for micro in range(ga):
@@ -270,7 +280,11 @@ def train(cfg: TrainConfig) -> dict:
                         with parallel.no_grad_sync(model, micro < ga - 1):
                             with st.phase("forward"), torch.autocast(device_type, dtype=autocast or torch.float32,
                                                                      enabled=autocast is not None):
+                                if micro == 0:
+                                    extra_work(step)  # --fault slow-rank
                                 loss = model(x, y) / ga
+                                if faulty and faults.item_sync:
+                                    loss.item()  # --fault item-sync: the host waits for the loss
                             with st.phase("backward"):
                                 loss.backward()
                         loss_sum += loss.detach()
@@ -285,10 +299,11 @@ def train(cfg: TrainConfig) -> dict:
                         dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM)
                         loss_sum /= world
                     st.loss = loss_sum
-                    st.extra = {"lr": lr, "grad_norm": float(grad_norm)}
+                    st.extra = {"lr": lr, "grad_norm": float(grad_norm), **({"fault": 1} if faulty else {})}
                 profiler.step()
                 ckpt.poll()
-                if cfg.ckpt_every and (step % cfg.ckpt_every == 0 or step == cfg.steps):
+                if (cfg.ckpt_every and (step % cfg.ckpt_every == 0 or step == cfg.steps)) or \
+                        (faulty and faults.sync_ckpt_every and step % faults.sync_ckpt_every == 0):
                     with mon.checkpoint(step):
                         ckpt.save(step, model, optimizer,
                                   {"lr_scheduler": scheduler.state_dict(), "data_position": data_position})
@@ -310,6 +325,7 @@ def train(cfg: TrainConfig) -> dict:
                 record = build_run_record(mon, summary, metadata, job=cfg.job, model=spec.name,
                                           layout=layout.to_string(),
                                           config={"steps": cfg.steps, "compile": cfg.compile, "kernels": cfg.kernels,
+                                                  "faults": cfg.faults, "fault_steps": cfg.fault_steps,
                                                   "seq_len": spec.seq_len, "device": device_type,
                                                   "strategy": dims.strategy, "resumed_from": resumed_from})
                 result["record_store"], result["record_note"] = save_run_record(record, out, cfg.store)

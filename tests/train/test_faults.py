@@ -1,0 +1,129 @@
+"""`trainperf train --fault`: each injected problem really happens, at the size asked, in the steps asked.
+
+References: the injected sizes themselves (sleep and busy time in ms), the profiler's own
+``aten::item`` records, the checkpoint manifest's commit time against the next step's start,
+and a clean run of the same global batch (tiny-batch)."""
+
+import json
+import os
+import statistics
+
+import pytest
+
+from trainperf.errors import TrainperfError
+from trainperf.train.checkpoint import complete_checkpoints
+from trainperf.train.faults import Faults, parse_faults
+from trainperf.train.trainer import TrainConfig, train
+from metrics_reader import losses_by_step
+
+SLOW_DATA_MS, SLOW_RANK_MS = 40.0, 60.0
+
+
+def _cfg(out, **kw):
+    base = dict(model="tiny", out=str(out), progress=False, record=False, peak_tflops=1.0)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def _metrics(out) -> list[dict]:
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_parse_faults_and_one_line_errors():
+    f = parse_faults(["slow-data=30", "item-sync", "slow-rank=1:50:sleep", "sync-ckpt=4", "tiny-batch=2"], "6:10")
+    assert f == Faults(slow_data_ms=30.0, item_sync=True, slow_rank=1, slow_rank_ms=50.0, slow_rank_sleep=True,
+                       sync_ckpt_every=4, tiny_mbs=2, first_step=6, last_step=10)
+    assert [f.active(s) for s in (5, 6, 10, 11)] == [False, True, True, False]
+    assert parse_faults(["tiny-batch"]).tiny_mbs == 1 and not parse_faults(["slow-rank=0:5"]).slow_rank_sleep
+    assert not parse_faults(None).any and not parse_faults(None).active(3)
+    for bad, msg in ((["slow-data=x"], "not a number"), (["slow-rank=1"], "expected R:MS"), (["sync-ckpt=0"], ">= 1"),
+                     (["warp-drive"], "unknown fault"), (["item-sync=3"], "no value")):
+        with pytest.raises(TrainperfError, match=msg):
+            parse_faults(bad)
+    with pytest.raises(TrainperfError, match="--fault-steps"):
+        parse_faults(["item-sync"], "9:3")
+
+
+@pytest.fixture(scope="module")
+def faulty_run(tmp_path_factory):
+    """Steps 1-5 clean, 6-10 with slow data, a host sync per micro-step, rank 0 computing 60 ms
+    more a step, and a synchronous checkpoint every 3 steps; steps 5 and 6 traced."""
+    out = tmp_path_factory.mktemp("faulty")
+    train(_cfg(out, steps=10, layout="mbs=2", profile_steps="5:6", fault_steps="6:10",
+               faults=[f"slow-data={SLOW_DATA_MS:g}", "item-sync", f"slow-rank=0:{SLOW_RANK_MS:g}", "sync-ckpt=3"]))
+    return out
+
+
+def _split(recs, key):
+    clean = [r[key] for r in recs if 2 <= r["step"] <= 5]
+    faulty = [r[key] for r in recs if r["step"] >= 6]
+    return statistics.median(clean), statistics.median(faulty)
+
+
+def test_faults_hold_only_in_their_steps(faulty_run):
+    recs = _metrics(faulty_run)
+    assert [r.get("fault", 0) for r in recs] == [0] * 5 + [1] * 5
+    run = json.loads((faulty_run / "run.json").read_text())
+    assert run["config"]["fault_steps"] == "6:10" and "item-sync" in run["config"]["faults"]
+
+
+def test_slow_data_grows_the_measured_data_wait_by_the_sleep(faulty_run):
+    clean, faulty = _split(_metrics(faulty_run), "data_wait_s")
+    assert SLOW_DATA_MS / 1e3 * 0.95 <= faulty - clean <= SLOW_DATA_MS / 1e3 + 0.03  # one sleep per micro-batch
+
+
+def test_slow_rank_grows_its_forward_by_the_extra_compute(faulty_run):
+    clean, faulty = _split(_metrics(faulty_run), "forward_s")
+    assert SLOW_RANK_MS / 1e3 * 0.95 <= faulty - clean <= SLOW_RANK_MS / 1e3 + 0.05 + clean
+
+
+def test_item_sync_adds_one_item_call_per_micro_step(faulty_run):
+    trace = json.loads((faulty_run / "traces" / "rank0.step5-6.json").read_text())
+    events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    steps = {int(e["name"].split("#")[1]): (e["ts"], e["ts"] + e["dur"]) for e in events
+             if e["name"].startswith("ProfilerStep#")}
+
+    def items(step):
+        lo, hi = steps[step]
+        return sum(1 for e in events if e["name"] == "aten::item" and lo <= e["ts"] < hi)
+
+    assert items(6) - items(5) == 1  # mbs=2, ga=1: one micro-step a step
+
+
+def test_sync_ckpt_saves_in_the_fault_steps_and_blocks_the_loop(faulty_run):
+    events = [json.loads(x) for x in (faulty_run / "events.jsonl").read_text().splitlines()]
+    ckpts = [e for e in events if e["kind"] == "checkpoint"]
+    assert [e["step"] for e in ckpts] == [6, 9] and all(e["blocking_s"] > 0 for e in ckpts)
+    assert [s for s, _ in complete_checkpoints(faulty_run / "checkpoints")] == [6, 9]
+    # synchronous: step 6's checkpoint is committed before step 7 starts
+    step7 = next(r for r in _metrics(faulty_run) if r["step"] == 7)
+    manifest = faulty_run / "checkpoints" / "step-00000006" / "trainperf.json"
+    assert os.stat(manifest).st_mtime <= step7["t_end"] - step7["step_time_s"]
+
+
+def test_tiny_batch_keeps_the_samples_with_more_micro_steps(tmp_path):
+    train(_cfg(tmp_path / "clean", steps=3, layout="mbs=4"))
+    train(_cfg(tmp_path / "tiny", steps=3, layout="mbs=4", faults=["tiny-batch"]))
+    run = json.loads((tmp_path / "tiny" / "run.json").read_text())
+    assert ",mbs=1,ga=4," in run["layout"] and run["tokens_per_step"] == 4 * 128
+    assert losses_by_step(tmp_path / "tiny") == pytest.approx(losses_by_step(tmp_path / "clean"), rel=1e-4)
+    with pytest.raises(TrainperfError, match="tiny-batch=1: needs"):
+        train(_cfg(tmp_path / "bad", steps=1, faults=["tiny-batch"]))  # mbs=1 has nothing smaller
+    with pytest.raises(TrainperfError, match="ranks 0..0"):
+        train(_cfg(tmp_path / "bad", steps=1, faults=["slow-rank=1:10"]))
+
+
+@pytest.mark.distributed
+def test_slow_rank_one_makes_rank_zero_wait(tmp_path):
+    """2 ranks (DDP, gloo): rank 1 sleeps 150 ms a step in steps 5-8; rank 0, which does no extra
+    work, waits for it in the gradient all-reduce, so its step time grows by about the sleep."""
+    from trainperf.train.launch import launch
+
+    ms = 150.0
+    cfg = _cfg(tmp_path / "run", steps=8, layout="zero=0", fault_steps="5:8", faults=[f"slow-rank=1:{ms:g}:sleep"])
+    assert launch(cfg, 2, env=dict(os.environ, OMP_NUM_THREADS="1", TRAINPERF_STORE=str(tmp_path / "s"))) == 0
+    recs = _metrics(tmp_path / "run")
+    clean = statistics.median(r["step_time_s"] for r in recs if 2 <= r["step"] <= 4)
+    faulty = statistics.median(r["step_time_s"] for r in recs if r["step"] >= 5)
+    # bounds wide enough for 2 busy shared cores: rank 1's own compute also varies step to step
+    assert ms / 1e3 * 0.8 <= faulty - clean <= ms / 1e3 + 0.05 + 2 * clean, (clean, faulty)
