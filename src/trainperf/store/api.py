@@ -1,16 +1,34 @@
-"""The store's API: write_run, read_runs, get_run, query, over Parquet (default) or PostgreSQL.
+"""The store's API: one ``Store`` (write / read / query) over Parquet (default) or PostgreSQL.
 
 The store location is the ``store`` argument, else env ``TRAINPERF_STORE``, else ``.trainperf``
-in the current folder. A ``postgresql://`` URL selects the PostgreSQL backend.
+in the current folder. A ``postgresql://`` URL selects the PostgreSQL backend. Both backends
+take their columns from trainperf.store.schema (derived from the record dataclasses), so a
+record reads back the same from either; the functions below are the short forms callers use.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from typing import Protocol
 
 from trainperf.errors import TrainperfError
 from trainperf.store.record import RunRecord
+from trainperf.store.schema import RunFilter
+
+
+class Store(Protocol):
+    """What every backend offers. ``location``: where it is, safe to print (no password)."""
+
+    location: str
+
+    def write(self, record: RunRecord) -> str:
+        """Write one run record; return where it went."""
+
+    def read(self, filt: RunFilter = RunFilter()) -> list[RunRecord]:
+        """Return the records matching ``filt``, oldest first."""
+
+    def query(self, sql: str, params: list | None = None):
+        """Run ``sql`` over runs, steps, kernels; return a pyarrow.Table."""
 
 
 def resolve_store(store: str | os.PathLike | None = None) -> str:
@@ -23,6 +41,18 @@ def is_postgres(store: str) -> bool:
     return store.startswith(("postgresql://", "postgres://"))
 
 
+def open_store(store: str | os.PathLike | None = None) -> Store:
+    """Return the backend for ``store`` (resolved as resolve_store does): PostgresStore or ParquetStore."""
+    where = resolve_store(store)
+    if is_postgres(where):
+        from trainperf.store.postgres import PostgresStore
+
+        return PostgresStore(where)
+    from trainperf.store.parquet import ParquetStore
+
+    return ParquetStore(where)
+
+
 def write_run(record: RunRecord, store: str | None = None) -> str:
     """Write one run record; return where it went (a Parquet file path, or ``<url>#<run_id>``).
 
@@ -31,15 +61,7 @@ def write_run(record: RunRecord, store: str | None = None) -> str:
     """
     if not isinstance(record, RunRecord):
         raise TypeError(f"write_run expects a RunRecord, got {type(record).__name__}")
-    where = resolve_store(store)
-    if is_postgres(where):
-        from trainperf.store import postgres
-
-        postgres.write_run_pg(record, where)
-        return f"{postgres.redact(where)}#{record.run_id}"
-    from trainperf.store.parquet import write_run_parquet
-
-    return write_run_parquet(record, Path(where))
+    return open_store(store).write(record)
 
 
 def query(sql: str, store: str | None = None, params: list | None = None):
@@ -49,93 +71,23 @@ def query(sql: str, store: str | None = None, params: list | None = None):
     kernel result (step and kernel rows carry run context: job, host, versions, config hash).
     ``params``: values for ``?`` placeholders in ``sql`` (never format values into SQL text).
     """
-    where = resolve_store(store)
-    if is_postgres(where):
-        from trainperf.store import postgres
-
-        return postgres.query_pg(sql, where, params)
-    from trainperf.store.parquet import connect
-
-    def run(validate: bool):
-        con = connect(Path(where), validate=validate)
-        try:
-            rel = con.sql(sql, params=params) if params else con.sql(sql)
-            if rel is None:  # a statement that returns no rows
-                import pyarrow as pa
-
-                return pa.table({})
-            return rel.to_arrow_table()
-        finally:
-            con.close()
-
-    return _with_retry(run)
-
-
-def _with_retry(run):
-    """Call run(validate=False); on a DuckDB error, once more with every file checked first.
-
-    Files are opened lazily, so a corrupt one only shows when a query reaches it; the retry skips
-    it with a warning naming it. A second failure is the query's own fault: one line.
-    """
-    import duckdb
-
-    try:
-        return run(False)
-    except duckdb.Error:
-        pass
-    try:
-        return run(True)
-    except duckdb.Error as e:
-        raise TrainperfError(f"query failed: {str(e).splitlines()[0]}") from None
+    return open_store(store).query(sql, params)
 
 
 def read_runs(store: str | None = None, job: str | None = None, run_ids: list[str] | None = None,
-              since: float | None = None) -> list[RunRecord]:
+              since: float | None = None, host: str | None = None) -> list[RunRecord]:
     """Return the run records (with samples and kernels) matching the filters, oldest first.
 
-    ``job``: exact job name; ``run_ids``: keep only these; ``since``: unix seconds, started at or after.
+    ``job``: exact job name; ``run_ids``: keep only these; ``since``: unix seconds, started at or
+    after; ``host``: exact host name.
     """
-    where = resolve_store(store)
-    if is_postgres(where):
-        from trainperf.store import postgres
-
-        return postgres.read_runs_pg(where, job=job, run_ids=run_ids, since=since)
-    from trainperf.store.parquet import connect, read_records
-
-    cond, params = run_filter(job, run_ids, since, mark="?", member="list_contains(?, run_id)")
-
-    def run(validate: bool):
-        con = connect(Path(where), validate=validate)
-        try:
-            return read_records(con, cond, params)
-        finally:
-            con.close()
-
-    return _with_retry(run)
-
-
-def run_filter(job: str | None, run_ids: list[str] | None, since: float | None, mark: str,
-               member: str) -> tuple[str, list]:
-    """Return (``" WHERE ..."`` or ``""``, its parameters) for read_runs' filters on the runs table.
-
-    ``mark``: the backend's placeholder; ``member``: its SQL testing ``run_id`` against a list parameter.
-    """
-    conds, params = [], []
-    if job is not None:
-        conds.append(f"job = {mark}")
-        params.append(job)
-    if run_ids is not None:
-        conds.append(member)
-        params.append(list(run_ids))
-    if since is not None:
-        conds.append(f"started_at >= {mark}")
-        params.append(float(since))
-    return (" WHERE " + " AND ".join(conds)) if conds else "", params
+    filt = RunFilter(job=job, run_ids=None if run_ids is None else tuple(run_ids), since=since, host=host)
+    return open_store(store).read(filt)
 
 
 def get_run(run_id: str, store: str | None = None) -> RunRecord:
     """Return the run ``run_id``; raise TrainperfError when the store has no such run."""
     runs = read_runs(store, run_ids=[run_id])
     if not runs:
-        raise TrainperfError(f"store {resolve_store(store)}: no run with id {run_id!r}")
+        raise TrainperfError(f"store {open_store(store).location}: no run with id {run_id!r}")
     return runs[0]

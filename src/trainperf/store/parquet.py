@@ -17,75 +17,35 @@ each file appears whole (temp name, then rename): safe for any number of concurr
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import time
 import warnings
 from pathlib import Path
 from urllib.parse import quote
 
 from trainperf.atomic import atomic_path
 from trainperf.errors import TrainperfError
-from trainperf.store.record import KernelResult, RunRecord, StepSample
+from trainperf.store.record import RunRecord
+from trainperf.store.schema import (CONTEXT, COUNT_COLUMNS, KERNEL_FIELDS, RUN_COLUMNS, STEP_FIELDS, RunFilter,
+                                    column_kind, kernel_values, records_from_rows, run_date, run_row, step_values)
 
 
 class CorruptRunFileWarning(UserWarning):
     """A run file in the store could not be read; it was skipped."""
 
 
-# run-level columns, in file order (partition columns job and date excluded)
-RUN_COLUMNS = ["run_id", "kind", "started_at", "host", "gpu_model", "driver", "cuda", "nccl", "torch", "git_sha",
-               "user", "world_size", "model", "layout", "config_json", "config_hash", "tp", "pp", "dp", "cp",
-               "zero", "recompute", "mbs", "precision", "step_time_s", "tokens_per_s", "mfu", "mem_peak_bytes",
-               "goodput"]
-_SUMMARY = ["step_time_s", "tokens_per_s", "mfu", "mem_peak_bytes", "goodput"]
-_STEP_FIELDS = ["step", "step_time_s", "tokens_per_s", "mfu", "loss", "data_wait_s", "mem_peak_bytes"]
-_KERNEL_FIELDS = ["kernel", "impl", "shape", "dtype", "passname", "median_ms", "gbps", "tflops", "pct_roofline",
-                  "peak_mem_bytes"]
-# run-level columns repeated on every step / kernel row (no join needed to slice by them)
-_CONTEXT = ["run_id", "job", "date", "kind", "started_at", "host", "gpu_model", "driver", "cuda", "nccl", "torch",
-            "git_sha", "world_size", "model", "layout", "config_hash"]
-_FILE_CONTEXT = [c for c in _CONTEXT if c not in ("job", "date")]
-_INT = {"world_size", "tp", "pp", "dp", "cp", "zero", "mbs", "step", "n_samples", "n_kernels"}
-_STR = {"record", "run_id", "kind", "host", "gpu_model", "driver", "cuda", "nccl", "torch", "git_sha", "user",
-        "model", "layout", "config_json", "config_hash", "recompute", "precision", "kernel", "impl", "shape", "dtype",
-        "passname"}
-FILE_COLUMNS = (["record"] + RUN_COLUMNS + ["n_samples", "n_kernels"]
-                + [c for c in _STEP_FIELDS if c not in RUN_COLUMNS] + _KERNEL_FIELDS)
+# context columns stored in the file (job and date live in the folder names)
+_FILE_CONTEXT = [c for c in CONTEXT if c not in ("job", "date")]
+FILE_COLUMNS = (["record", *RUN_COLUMNS, *COUNT_COLUMNS] + [c for c in STEP_FIELDS if c not in RUN_COLUMNS]
+                + list(KERNEL_FIELDS))
 
 
 def arrow_schema():
     """Return the pyarrow schema of a run file (one row per run, step sample and kernel result)."""
     import pyarrow as pa
 
-    def typ(c):
-        return pa.string() if c in _STR else pa.int64() if c in _INT else pa.float64()
-
-    return pa.schema([(c, typ(c)) for c in FILE_COLUMNS])
-
-
-def _layout_fields(layout: str) -> dict:
-    """Return tp/pp/dp/cp/zero/recompute/mbs/precision parsed from a layout string (None if unparsable)."""
-    keys = ("tp", "pp", "dp", "cp", "zero", "recompute", "mbs", "precision")
-    if not layout:
-        return dict.fromkeys(keys)
-    from trainperf.specs import parse_layout
-
-    try:
-        lay = parse_layout(layout)
-    except (TrainperfError, ValueError):
-        return dict.fromkeys(keys)
-    return {k: getattr(lay, k) for k in keys}
-
-
-def record_row(rec: RunRecord) -> dict:
-    """Return the run-level values of ``rec`` (the run row; partition columns excluded)."""
-    row = {c: getattr(rec, c) for c in RUN_COLUMNS if hasattr(RunRecord, c) or c in rec.__dict__}
-    row["config_json"] = json.dumps(rec.config, sort_keys=True, default=str)
-    row["config_hash"] = rec.config_hash
-    row.update(_layout_fields(rec.layout))
-    return row
+    types = {"str": pa.string(), "int": pa.int64(), "float": pa.float64()}
+    return pa.schema([(c, types[column_kind(c)]) for c in FILE_COLUMNS])
 
 
 def record_table(rec: RunRecord):
@@ -93,9 +53,11 @@ def record_table(rec: RunRecord):
     import pyarrow as pa
 
     schema = arrow_schema()
-    run = record_row(rec)
+    run = run_row(rec)
     ns, nk = len(rec.samples), len(rec.kernels)
     n = 1 + ns + nk
+    steps = [dict(zip(STEP_FIELDS, step_values(s))) for s in rec.samples]
+    kerns = [dict(zip(KERNEL_FIELDS, kernel_values(k))) for k in rec.kernels]
     cols = {}
     for c in FILE_COLUMNS:
         t = schema.field(c).type
@@ -103,13 +65,9 @@ def record_table(rec: RunRecord):
             cols[c] = pa.array(["run"] + ["step"] * ns + ["kernel"] * nk, t)
         elif c in _FILE_CONTEXT:
             cols[c] = pa.repeat(pa.scalar(run[c], t), n)
-        elif c in ("n_samples", "n_kernels"):
-            cols[c] = pa.array([ns if c == "n_samples" else nk] + [None] * (n - 1), t)
-        elif c in _STEP_FIELDS or c in _KERNEL_FIELDS:
+        elif c in STEP_FIELDS or c in KERNEL_FIELDS:
             head = [run.get(c)] if c in RUN_COLUMNS else [None]
-            steps = [getattr(s, c) for s in rec.samples] if c in _STEP_FIELDS else [None] * ns
-            kern = [getattr(k, c) for k in rec.kernels] if c in _KERNEL_FIELDS else [None] * nk
-            cols[c] = pa.array(head + steps + kern, t)
+            cols[c] = pa.array(head + [s.get(c) for s in steps] + [k.get(c) for k in kerns], t)
         else:  # run-only column
             cols[c] = pa.array([run[c]] + [None] * (n - 1), t)
     return pa.table(cols, schema=schema)
@@ -118,11 +76,6 @@ def record_table(rec: RunRecord):
 def partition_value(text: str) -> str:
     """Return ``text`` escaped for a hive partition folder name (Hive's %XX escaping)."""
     return quote(text or "_", safe="-_.+@,")
-
-
-def run_date(rec: RunRecord) -> str:
-    """Return the UTC date (YYYY-MM-DD) a run started: its date partition."""
-    return time.strftime("%Y-%m-%d", time.gmtime(rec.started_at))
 
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9._\-]+$")
@@ -225,32 +178,14 @@ def connect(root: Path, validate: bool = False):
         rel.create_view("raw_runs")
     # job and date come from the folder names; the job folder is %XX-escaped
     ctx = ", ".join(f"url_decode(job::VARCHAR) AS job" if c == "job" else "date::VARCHAR AS date" if c == "date"
-                    else c for c in _CONTEXT)
-    run_cols = ", ".join(["url_decode(job::VARCHAR) AS job", "date::VARCHAR AS date"]
-                         + [c for c in RUN_COLUMNS] + ["n_samples", "n_kernels"])
+                    else c for c in CONTEXT)
+    run_cols = ", ".join(["url_decode(job::VARCHAR) AS job", "date::VARCHAR AS date", *RUN_COLUMNS, *COUNT_COLUMNS])
     con.execute(f"CREATE VIEW runs AS SELECT {run_cols} FROM raw_runs WHERE record = 'run'")
-    step_cols = ", ".join([ctx] + [c for c in _STEP_FIELDS])
+    step_cols = ", ".join([ctx, *STEP_FIELDS])
     con.execute(f"CREATE VIEW steps AS SELECT {step_cols} FROM raw_runs WHERE record = 'step'")
-    kern_cols = ", ".join([ctx] + _KERNEL_FIELDS)
+    kern_cols = ", ".join([ctx, *KERNEL_FIELDS])
     con.execute(f"CREATE VIEW kernels AS SELECT {kern_cols} FROM raw_runs WHERE record = 'kernel'")
     return con
-
-
-_OPTIONAL = {"step_time_s", "tokens_per_s", "mfu", "mem_peak_bytes", "goodput"}
-
-
-def row_to_record(row: dict) -> RunRecord:
-    """Return the RunRecord for one run row (with ``samples`` and ``kernels`` lists of dicts)."""
-    names = ("run_id", "job", "kind", "started_at", "host", "gpu_model", "driver", "cuda", "nccl", "torch", "git_sha",
-             "user", "world_size", "model", "layout", "step_time_s", "tokens_per_s", "mfu", "mem_peak_bytes", "goodput")
-    kw = {k: row.get(k) for k in names}
-    kw = {k: ("" if v is None and k not in _OPTIONAL | {"started_at", "world_size"} else v) for k, v in kw.items()}
-    kw["world_size"] = kw["world_size"] or 1
-    kw["started_at"] = kw["started_at"] or 0.0
-    kw["config"] = json.loads(row.get("config_json") or "{}")
-    kw["samples"] = [StepSample(**{k: s[k] for k in _STEP_FIELDS}) for s in row.get("samples") or []]
-    kw["kernels"] = [KernelResult(**{k: r[k] for k in _KERNEL_FIELDS}) for r in row.get("kernels") or []]
-    return RunRecord(**kw)
 
 
 def read_records(con, where: str = "", params: list | None = None) -> list[RunRecord]:
@@ -261,32 +196,70 @@ def read_records(con, where: str = "", params: list | None = None) -> list[RunRe
     if not runs:
         return []
     ids = [r["run_id"] for r in runs]
-    sc = ", ".join(_STEP_FIELDS)
+    sc = ", ".join(STEP_FIELDS)
     step_rows = con.execute(f"SELECT run_id, {sc} FROM steps WHERE list_contains(?, run_id)", [ids]).fetchall()
-    kc = ", ".join(_KERNEL_FIELDS)
+    kc = ", ".join(KERNEL_FIELDS)
     kernel_rows = con.execute(f"SELECT run_id, {kc} FROM kernels WHERE list_contains(?, run_id)", [ids]).fetchall()
     return records_from_rows(runs, step_rows, kernel_rows)
-
-
-def records_from_rows(runs: list[dict], step_rows, kernel_rows) -> list[RunRecord]:
-    """Return the RunRecords of ``runs`` (run rows as dicts), in their order, samples in step order.
-
-    ``step_rows``: tuples (run_id, *step fields); ``kernel_rows``: tuples (run_id, *kernel fields).
-    """
-    samples: dict = {r["run_id"]: [] for r in runs}
-    kernels: dict = {r["run_id"]: [] for r in runs}
-    for r in step_rows:
-        samples[r[0]].append(dict(zip(_STEP_FIELDS, r[1:])))
-    for r in kernel_rows:
-        kernels[r[0]].append(dict(zip(_KERNEL_FIELDS, r[1:])))
-    out = []
-    for r in runs:
-        r["samples"] = sorted(samples[r["run_id"]], key=lambda s: s["step"])
-        r["kernels"] = kernels[r["run_id"]]
-        out.append(row_to_record(r))
-    return out
 
 
 def store_size_bytes(root: Path) -> int:
     """Return the total bytes of run files in the store."""
     return sum(os.path.getsize(p) for p in run_files(root))
+
+
+def _with_retry(run):
+    """Call run(validate=False); on a DuckDB error, once more with every file checked first.
+
+    Files are opened lazily, so a corrupt one only shows when a query reaches it; the retry skips
+    it with a warning naming it. A second failure is the query's own fault: one line.
+    """
+    import duckdb
+
+    try:
+        return run(False)
+    except duckdb.Error:
+        pass
+    try:
+        return run(True)
+    except duckdb.Error as e:
+        raise TrainperfError(f"query failed: {str(e).splitlines()[0]}") from None
+
+
+class ParquetStore:
+    """The embedded store: one Parquet file per run under ``root``, read with DuckDB (see module doc)."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+        self.location = str(root)
+
+    def write(self, record: RunRecord) -> str:
+        """Write one run file atomically; return its path."""
+        return write_run_parquet(record, self.root)
+
+    def _with_connection(self, fn):
+        def run(validate: bool):
+            con = connect(self.root, validate=validate)
+            try:
+                return fn(con)
+            finally:
+                con.close()
+
+        return _with_retry(run)
+
+    def read(self, filt: RunFilter = RunFilter()) -> list[RunRecord]:
+        """Return the records matching ``filt`` (with samples and kernels), oldest first."""
+        where, params = filt.where(mark="?", member="list_contains(?, run_id)")
+        return self._with_connection(lambda con: read_records(con, where, params))
+
+    def query(self, sql: str, params: list | None = None):
+        """Run ``sql`` (``?`` placeholders) over the views runs, steps, kernels; return a pyarrow.Table."""
+        def run(con):
+            rel = con.sql(sql, params=params) if params else con.sql(sql)
+            if rel is None:  # a statement that returns no rows
+                import pyarrow as pa
+
+                return pa.table({})
+            return rel.to_arrow_table()
+
+        return self._with_connection(run)

@@ -10,29 +10,22 @@ from __future__ import annotations
 import re
 
 from trainperf.errors import TrainperfError
-from trainperf.store.parquet import _CONTEXT, _KERNEL_FIELDS, _STEP_FIELDS, RUN_COLUMNS, record_row, run_date
 from trainperf.store.record import RunRecord
+from trainperf.store.schema import (CONTEXT, COUNT_COLUMNS, KERNEL_FIELDS, RUN_COLUMNS, STEP_FIELDS, RunFilter,
+                                    column_kind, kernel_values, records_from_rows, run_row, step_values)
 
-_RUN_TYPES = {"started_at": "DOUBLE PRECISION", "world_size": "BIGINT", "tp": "BIGINT", "pp": "BIGINT",
-              "dp": "BIGINT", "cp": "BIGINT", "zero": "BIGINT", "mbs": "BIGINT", "step_time_s": "DOUBLE PRECISION",
-              "tokens_per_s": "DOUBLE PRECISION", "mfu": "DOUBLE PRECISION", "mem_peak_bytes": "DOUBLE PRECISION",
-              "goodput": "DOUBLE PRECISION", "n_samples": "BIGINT", "n_kernels": "BIGINT"}
-PG_RUN_COLUMNS = ["run_id", "job", "date"] + RUN_COLUMNS[1:] + ["n_samples", "n_kernels"]
-_CTX_COLUMNS = [c for c in _CONTEXT]
+_SQL_TYPES = {"str": "TEXT", "int": "BIGINT", "float": "DOUBLE PRECISION"}
+PG_RUN_COLUMNS = ("run_id", "job", "date", *RUN_COLUMNS[1:], *COUNT_COLUMNS)
 
 
-def _coltype(c: str) -> str:
-    return _RUN_TYPES.get(c, "TEXT")
+def _columns(names, key: str | None = None) -> str:
+    return ", ".join(f'"{c}" {_SQL_TYPES[column_kind(c)]}' + (" PRIMARY KEY" if c == key else "") for c in names)
 
 
 def _ddl() -> list[str]:
-    runs = ", ".join(f'"{c}" {_coltype(c)}' + (" PRIMARY KEY" if c == "run_id" else "") for c in PG_RUN_COLUMNS)
-    ctx = ", ".join(f'"{c}" {_coltype(c)}' for c in _CTX_COLUMNS)
-    steps = ", ".join(['"step" BIGINT'] + [f'"{c}" DOUBLE PRECISION' for c in _STEP_FIELDS[1:]])
-    kern = ", ".join([f'"{c}" TEXT' for c in _KERNEL_FIELDS[:5]] + [f'"{c}" DOUBLE PRECISION' for c in _KERNEL_FIELDS[5:]])
-    return [f"CREATE TABLE IF NOT EXISTS runs ({runs})",
-            f"CREATE TABLE IF NOT EXISTS steps ({ctx}, {steps})",
-            f"CREATE TABLE IF NOT EXISTS kernels ({ctx}, {kern})",
+    return [f"CREATE TABLE IF NOT EXISTS runs ({_columns(PG_RUN_COLUMNS, key='run_id')})",
+            f"CREATE TABLE IF NOT EXISTS steps ({_columns(CONTEXT + STEP_FIELDS)})",
+            f"CREATE TABLE IF NOT EXISTS kernels ({_columns(CONTEXT + KERNEL_FIELDS)})",
             "CREATE INDEX IF NOT EXISTS steps_run_id ON steps (run_id)",
             "CREATE INDEX IF NOT EXISTS kernels_run_id ON kernels (run_id)"]
 
@@ -68,11 +61,8 @@ def write_run_pg(rec: RunRecord, url: str) -> None:
     con = _connect(url)
     import psycopg
 
-    row = record_row(rec)
-    row["job"], row["date"] = rec.job, run_date(rec)
-    row["samples"] = [{k: getattr(s, k) for k in _STEP_FIELDS} for s in rec.samples]
-    row["kernels"] = [{k: getattr(k_, k) for k in _KERNEL_FIELDS} for k_ in rec.kernels]
-    row["n_samples"], row["n_kernels"] = len(rec.samples), len(rec.kernels)
+    row = run_row(rec)
+    ctx = [row[c] for c in CONTEXT]
     try:
         with con.transaction():
             _ensure_schema(con)
@@ -80,17 +70,13 @@ def write_run_pg(rec: RunRecord, url: str) -> None:
                 cols = ", ".join(f'"{c}"' for c in PG_RUN_COLUMNS)
                 marks = ", ".join(["%s"] * len(PG_RUN_COLUMNS))
                 cur.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", [row[c] for c in PG_RUN_COLUMNS])
-                ctx = [row[c] for c in _CTX_COLUMNS]
-                if row["samples"]:
-                    scols = ", ".join(f'"{c}"' for c in _CTX_COLUMNS + _STEP_FIELDS)
-                    with cur.copy(f"COPY steps ({scols}) FROM STDIN") as cp:
-                        for s in row["samples"]:
-                            cp.write_row(ctx + [s[k] for k in _STEP_FIELDS])
-                if row["kernels"]:
-                    kcols = ", ".join(f'"{c}"' for c in _CTX_COLUMNS + _KERNEL_FIELDS)
-                    with cur.copy(f"COPY kernels ({kcols}) FROM STDIN") as cp:
-                        for k in row["kernels"]:
-                            cp.write_row(ctx + [k[f] for f in _KERNEL_FIELDS])
+                for table, names, items, values in (("steps", STEP_FIELDS, rec.samples, step_values),
+                                                    ("kernels", KERNEL_FIELDS, rec.kernels, kernel_values)):
+                    if items:
+                        cols = ", ".join(f'"{c}"' for c in CONTEXT + names)
+                        with cur.copy(f"COPY {table} ({cols}) FROM STDIN") as cp:
+                            for item in items:
+                                cp.write_row(ctx + values(item))
     except psycopg.errors.UniqueViolation:
         raise TrainperfError(f"store {redact(url)}: a run with id {rec.run_id!r} already exists") from None
     finally:
@@ -126,17 +112,13 @@ def query_pg(sql: str, url: str, params: list | None = None):
         con.close()
 
 
-def read_runs_pg(url: str, job: str | None = None, run_ids: list[str] | None = None,
-                 since: float | None = None) -> list[RunRecord]:
-    """Return the run records matching the filters from PostgreSQL, oldest first."""
-    from trainperf.store.api import run_filter
-    from trainperf.store.parquet import records_from_rows
-
+def read_runs_pg(url: str, filt: RunFilter = RunFilter()) -> list[RunRecord]:
+    """Return the run records matching ``filt`` from PostgreSQL, oldest first."""
     con = _connect(url)
     try:
         with con.transaction():
             _ensure_schema(con)
-        where, params = run_filter(job, run_ids, since, mark="%s", member="run_id = ANY(%s)")
+        where, params = filt.where(mark="%s", member="run_id = ANY(%s)")
         with con.cursor() as cur:
             cur.execute("SELECT * FROM runs" + where + " ORDER BY started_at, run_id", params)
             cols = [d.name for d in cur.description]
@@ -144,12 +126,33 @@ def read_runs_pg(url: str, job: str | None = None, run_ids: list[str] | None = N
             if not runs:
                 return []
             ids = [r["run_id"] for r in runs]
-            scols = ", ".join(f'"{c}"' for c in _STEP_FIELDS)
+            scols = ", ".join(f'"{c}"' for c in STEP_FIELDS)
             cur.execute(f"SELECT run_id, {scols} FROM steps WHERE run_id = ANY(%s) ORDER BY run_id, step", [ids])
             step_rows = cur.fetchall()
-            kcols = ", ".join(f'"{c}"' for c in _KERNEL_FIELDS)
+            kcols = ", ".join(f'"{c}"' for c in KERNEL_FIELDS)
             cur.execute(f"SELECT run_id, {kcols} FROM kernels WHERE run_id = ANY(%s)", [ids])
             kernel_rows = cur.fetchall()
         return records_from_rows(runs, step_rows, kernel_rows)
     finally:
         con.close()
+
+
+class PostgresStore:
+    """The fleet store: the same records in PostgreSQL tables runs, steps, kernels (see module doc)."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.location = redact(url)
+
+    def write(self, record: RunRecord) -> str:
+        """Insert one run in one transaction; return ``<url without password>#<run_id>``."""
+        write_run_pg(record, self.url)
+        return f"{self.location}#{record.run_id}"
+
+    def read(self, filt: RunFilter = RunFilter()) -> list[RunRecord]:
+        """Return the records matching ``filt`` (with samples and kernels), oldest first."""
+        return read_runs_pg(self.url, filt)
+
+    def query(self, sql: str, params: list | None = None):
+        """Run ``sql`` (``?`` placeholders) over the tables runs, steps, kernels; return a pyarrow.Table."""
+        return query_pg(sql, self.url, params)
