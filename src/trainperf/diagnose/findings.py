@@ -1,8 +1,12 @@
 """Findings: typed records naming a bottleneck, its evidence, the what-if gain and a fix.
 
-Severity follows the estimated gain of fixing it (replay of the step graph with the fix applied):
-high >= 10 % of step time, medium >= 3 %, low otherwise. A healthy trace therefore has no high
-finding: nothing in it can be fixed for a large gain.
+Gains are marginal (`rank_by_marginal_gain`): the fixes are applied one after the other, largest
+gain alone first, and each finding is credited with what its fix adds to the fixes before it
+(replay of the step graph with all of them applied). Causes that overlap (the GPU idles *because*
+the host is in the DataLoader) are therefore counted once, and the gains add up to the "fix all"
+gain. Severity follows that marginal gain, capped by the finding's own evidence (the share of the
+step its evidence shows, `evidence_pct`): high >= 10 % of step time, medium >= 3 %, low otherwise.
+A healthy trace therefore has no high finding: nothing in it can be fixed for a large gain.
 """
 
 from __future__ import annotations
@@ -38,6 +42,15 @@ RECOMMENDATIONS = {
                         "(torch.distributed.checkpoint.async_save) or less often.",
     "gpu_analyses_skipped": "Profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] to record "
                             "GPU kernels.",
+    "allocator_stall": "Device memory is allocated and freed through the driver (cudaMalloc/cudaFree, "
+                       "hipMalloc/hipFree) inside the step, and cudaFree/hipFree synchronise the device: keep "
+                       "the caching allocator on (unset PYTORCH_NO_CUDA_MEMORY_CACHING / "
+                       "PYTORCH_NO_HIP_MEMORY_CACHING), set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, "
+                       "avoid torch.cuda.empty_cache() in the loop, and use fewer distinct tensor shapes "
+                       "(pad or bucket sequence lengths).",
+    "pageable_copy": "Copies between the device and pageable (unpinned) host memory block the host: pin the "
+                     "host buffers (DataLoader(pin_memory=True) or tensor.pin_memory()), copy with "
+                     ".to(device, non_blocking=True), and prefetch the next batch on a side stream.",
 }
 
 
@@ -51,14 +64,22 @@ class Finding:
     steps: list[int]
     evidence: dict = field(default_factory=dict)  # metrics (value, unit); events (name, start_us from the
     #                                               rank's first event, dur_us)
-    gain_pct: float = 0.0                           # estimated step-time reduction, % of the window
+    gain_pct: float = 0.0                           # marginal step-time reduction, % of the window
     gain_us: float = 0.0
     what_if: str = ""
     recommendation: str = ""
+    gain_alone_pct: float = 0.0                     # the same fix applied on its own, % of the window
+    fix_order: int = 0                              # position in the order of fixes (1 = first), 0 none
+    evidence_pct: float | None = None               # share of the step the evidence itself shows, %
+    confidence: str = "high"                        # high / medium / low: how far the evidence can be trusted
+    notes: list = field(default_factory=list)       # why the confidence is lowered
+    changes: tuple = ()                             # what-if changes (replay.Change) of the fix; not in JSON
 
     def to_json(self) -> dict:
         """A plain JSON-able dict."""
-        return asdict(self)
+        d = asdict(self)
+        d.pop("changes")
+        return d
 
 
 def severity_of(gain_pct: float) -> str:
@@ -67,12 +88,67 @@ def severity_of(gain_pct: float) -> str:
 
 
 def make(kind: str, ranks, steps, metrics: dict, events=(), gain_pct: float = 0.0, gain_us: float = 0.0,
-         what_if: str = "", severity: str | None = None) -> Finding:
-    """A Finding with severity from its gain and the standard recommendation of its kind."""
+         what_if: str = "", severity: str | None = None, changes: tuple = (),
+         evidence_pct: float | None = None) -> Finding:
+    """A Finding with severity from its gain and the standard recommendation of its kind.
+
+    metrics: name -> (value, unit); events: (name, start µs, dur µs); changes: the replay changes
+    of its fix (the gain is then filled in by rank_by_marginal_gain)."""
     ev = {"metrics": {k: {"value": round(float(v[0]), 3), "unit": v[1]} for k, v in metrics.items()},
           "events": [{"name": n, "start_us": round(float(s), 1), "dur_us": round(float(d), 1)} for n, s, d in events]}
     return Finding(kind, severity or severity_of(gain_pct), sorted(int(r) for r in ranks), [int(s) for s in steps],
-                   ev, round(float(gain_pct), 2), round(float(gain_us), 1), what_if, RECOMMENDATIONS[kind])
+                   ev, round(float(gain_pct), 2), round(float(gain_us), 1), what_if, RECOMMENDATIONS[kind],
+                   gain_alone_pct=round(float(gain_pct), 2),
+                   evidence_pct=None if evidence_pct is None else round(float(evidence_pct), 2), changes=changes)
+
+
+_SEVERITY_LEVEL = {"low": 0, "medium": 1, "high": 2}
+
+
+def capped_severity(gain_pct: float, evidence_pct: float | None) -> str:
+    """Severity of a gain, no higher than the severity its own evidence share would have."""
+    sev = severity_of(gain_pct)
+    if evidence_pct is None:
+        return sev
+    cap = severity_of(evidence_pct)
+    return sev if _SEVERITY_LEVEL[sev] <= _SEVERITY_LEVEL[cap] else cap
+
+
+@dataclass(kw_only=True)
+class FixPlan:
+    """The order of fixes of one rank and the gain of applying them all (% of the window, µs)."""
+
+    order: list[str]
+    fix_all_gain_pct: float
+    fix_all_gain_us: float
+
+
+def rank_by_marginal_gain(found: list[Finding], gain) -> tuple[list[Finding], FixPlan]:
+    """Give each finding with what-if changes its marginal gain and rank the findings by it.
+
+    gain(changes) -> (% , µs) replays the changes together. Order of fixes: largest gain alone
+    first; each finding's gain_pct is what its fix adds to the fixes before it, so the gains add
+    up to the fix-all gain. Findings without changes (no what-if) keep their gain and come last."""
+    fixable = [f for f in found if f.changes]
+    for f in fixable:
+        f.gain_alone_pct, _ = (round(v, 2) for v in gain(f.changes))
+    fixable.sort(key=lambda f: -f.gain_alone_pct)
+    applied: tuple = ()
+    before = (0.0, 0.0)
+    for k, f in enumerate(fixable, 1):
+        applied = applied + tuple(f.changes)
+        now = gain(applied)
+        f.gain_pct, f.gain_us = round(now[0] - before[0], 2), round(now[1] - before[1], 1)
+        f.fix_order = k
+        f.severity = capped_severity(f.gain_pct, f.evidence_pct)
+        before = now
+    rest = [f for f in found if not f.changes]
+    for f in rest:
+        if f.evidence_pct is not None:
+            f.severity = capped_severity(f.gain_pct, f.evidence_pct) if f.gain_pct else f.severity
+    ranked = sorted(fixable, key=lambda f: -f.gain_pct) + rest
+    return ranked, FixPlan(order=[f.kind for f in fixable], fix_all_gain_pct=round(before[0], 2),
+                           fix_all_gain_us=round(before[1], 1))
 
 
 def merge_across_ranks(findings: list[Finding]) -> list[Finding]:
@@ -84,8 +160,7 @@ def merge_across_ranks(findings: list[Finding]) -> list[Finding]:
         if f.kind not in best or f.gain_pct > best[f.kind].gain_pct:
             best[f.kind] = f
     out = []
-    sev_rank = {"high": 0, "medium": 1, "low": 2}
     for k, f in best.items():
         f.ranks = sorted(ranks[k])
         out.append(f)
-    return sorted(out, key=lambda f: (-f.gain_pct, sev_rank[f.severity]))
+    return sorted(out, key=lambda f: (-f.gain_pct, -_SEVERITY_LEVEL[f.severity]))

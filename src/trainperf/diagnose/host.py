@@ -11,9 +11,23 @@ from trainperf.diagnose.window import Window, union_us
 from trainperf.trace.events import CPU_OP, PYTHON, RUNTIME, USER_ANNOTATION, EventTable
 
 DATALOADER_RE = re.compile(r"enumerate\(DataLoader\)|DataLoader.*__next__|_next_data|dataloader", re.I)
+# CUDA and HIP runtime calls that return only when the device has caught up
 SYNC_RUNTIME_RE = re.compile(r"^(cuda|hip)(StreamSynchronize|DeviceSynchronize|EventSynchronize|Memcpy|MemcpyDtoH|"
-                             r"ThreadSynchronize|StreamQuery)(_v\d+)?$|^cuCtxSynchronize|^cuStreamSynchronize")
-SYNC_OP_RE = re.compile(r"^aten::(item|_local_scalar_dense|nonzero|cpu|masked_select|unique|repeat_interleave)$")
+                             r"MemcpyHtoD|MemcpyWithStream|ThreadSynchronize|StreamQuery|Memcpy2D|MemcpyFromSymbol)"
+                             r"(_v\d+|_ptds)?$|^cuCtxSynchronize|^cuStreamSynchronize|^cuEventSynchronize")
+# runtime calls that start a copy (blocking or not: the trace shows whether the call waited for it)
+MEMCPY_RUNTIME_RE = re.compile(r"^(cuda|hip)Memcpy|^cuMemcpy")
+# allocations and frees that reach the driver (the caching allocator avoids them); cudaFree also syncs
+ALLOCATOR_RUNTIME_RE = re.compile(r"^(cuda|hip)(Malloc|Free)(Async|Host|Managed|Pitch|3D|Array)?(_v\d+)?$"
+                                  r"|^(cuda|hip)(HostAlloc|HostFree|HostMalloc|HostRegister|HostUnregister)"
+                                  r"|^(cu|hip)Mem(Alloc|Free|Create|Map|Unmap|Release|SetAccess|AddressReserve"
+                                  r"|AddressFree|HostAlloc|HostRegister)")
+# the caching allocator's own host spans (freeing cached blocks, retries after an out-of-memory)
+ALLOCATOR_SPAN_RE = re.compile(r"CachingAllocator|empty_?cache|release_cached_blocks|garbage_collect"
+                               r"|malloc_retries|cudaMalloc|hipMalloc", re.I)
+SYNC_OP_RE = re.compile(r"^aten::(item|_local_scalar_dense|nonzero|cpu|masked_select|unique|_unique2?|unique_dim"
+                        r"|unique_consecutive|repeat_interleave|tolist|is_nonzero|equal|allclose|nonzero_static"
+                        r"|_assert_async)$")
 OPTIMIZER_RE = re.compile(r"^Optimizer\.(step|zero_grad)|optimizer.*step|^Optimizer#", re.I)
 CHECKPOINT_RE = re.compile(r"checkpoint|torch\.save|dcp\.|save_state_dict|async_save|torch/serialization", re.I)
 
@@ -49,6 +63,11 @@ def dataloader_spans(t: EventTable, w: Window) -> HostSpans:
 def host_syncs(t: EventTable, w: Window) -> HostSpans:
     """Host calls that block until the device catches up (stream/device/event synchronize, sync copies)."""
     return _host_spans(t, w, SYNC_RUNTIME_RE, (RUNTIME,))
+
+
+def allocator_calls(t: EventTable, w: Window) -> HostSpans:
+    """Allocator calls that reach the driver (cudaMalloc/cudaFree/hipMalloc/hipFree, ...), µs."""
+    return _host_spans(t, w, ALLOCATOR_RUNTIME_RE, (RUNTIME,))
 
 
 def sync_ops(t: EventTable, w: Window) -> HostSpans:

@@ -33,6 +33,7 @@ class LaunchStats:
     small_kernel_count_pct: float   # kernels shorter than SMALL_KERNEL_US, % of kernels
     small_kernel_time_pct: float    # their time, % of kernel time
     launch_overhead_us: float       # median duration of the launch call itself
+    small_kernel_host_wait_us: float = 0.0  # device idle right before small kernels, waiting for their launch
 
 
 def launch_stats(t: EventTable, w: Window) -> LaunchStats:
@@ -50,7 +51,23 @@ def launch_stats(t: EventTable, w: Window) -> LaunchStats:
     tot = float(kdur.sum())
     return LaunchStats(int(krows.size), float(np.median(d)), float(np.percentile(d, 95)), float(d.max()),
                        100.0 * small.mean() if krows.size else 0.0,
-                       100.0 * float(kdur[small].sum()) / tot if tot > 0 else 0.0, over)
+                       100.0 * float(kdur[small].sum()) / tot if tot > 0 else 0.0, over,
+                       _small_kernel_host_wait(t, w, rows, link))
+
+
+def _small_kernel_host_wait(t: EventTable, w: Window, rows: np.ndarray, link: np.ndarray) -> float:
+    """Idle device time (µs) before small kernels whose launch call started after the stream went idle."""
+    total = 0.0
+    for s in np.unique(t.stream[rows]):
+        sel = np.flatnonzero(t.stream[rows] == s)
+        o = sel[np.argsort(w.ts_us[rows[sel]], kind="stable")]
+        ts, end, lts = w.ts_us[rows[o]], w.end_us[rows[o]], w.ts_us[link[o]]
+        if ts.size < 2:
+            continue
+        small = (t.kind[rows[o]][1:] == KERNEL) & (end[1:] - ts[1:] < SMALL_KERNEL_US)
+        waited = lts[1:] > end[:-1]
+        total += float(np.maximum(ts[1:] - end[:-1], 0.0)[small & waited].sum())
+    return total
 
 
 @dataclass

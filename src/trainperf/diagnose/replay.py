@@ -4,7 +4,8 @@ Nodes are host runtime calls (kernel launches, copies, syncs) per thread and dev
 stream. Edges, all read from the trace:
 - host order: a call starts after the previous call on its thread ended plus the CPU work seen
   between them (that gap shrinks when a change removes data-loader time inside it);
-- host sync: a synchronize call (or sync copy) ends when the device work it waited for ends;
+- host sync: a synchronize call ends when the device work it waited for ends; a copy call that
+  returned only after its copy ended (a synchronous or pageable copy) ends when that copy ends;
 - launch: a device event starts no earlier than its launch call + the typical launch latency;
 - stream order: after the previous event on its stream;
 - cross-stream wait: a device event that started late, right after an event on another stream
@@ -17,11 +18,14 @@ Replaying in observed time order is a topological order (every edge points forwa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainperf.diagnose.host import CHECKPOINT_RE, DATALOADER_RE, SYNC_RUNTIME_RE, span_rows
+from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, DATALOADER_RE,
+                                     MEMCPY_RUNTIME_RE, SYNC_RUNTIME_RE, span_rows)
+from trainperf.diagnose.launch import SMALL_KERNEL_US
 from trainperf.diagnose.window import Window, merge_intervals
 from trainperf.trace.annotate import correlated_host_row
 from trainperf.trace.events import (CATEGORY_NAMES, COMMUNICATION, CPU_OP, KERNEL, MEMCPY, MEMSET, PYTHON, RUNTIME,
@@ -29,23 +33,38 @@ from trainperf.trace.events import (CATEGORY_NAMES, COMMUNICATION, CPU_OP, KERNE
 
 TOL_US = 5.0
 
+# how a host call blocks (Graph.block_class)
+NOT_BLOCKING, BLOCK_SYNC, BLOCK_PAGEABLE = 0, 1, 2
 
-@dataclass
+CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_syncs", "unblock_pageable_copies",
+                "remove_allocator", "overlap_comm", "remove_straggler_wait", "speedup", "host_speedup",
+                "graph_small_kernels")
+
+
+@dataclass(frozen=True)
 class Change:
-    """One what-if change. kind: none | remove_data_wait | remove_checkpoint_wait | remove_syncs | overlap_comm |
-    remove_straggler_wait | speedup (category sped up `factor` times) | host_speedup (CPU work
-    between runtime calls `factor` times faster)."""
+    """One what-if change. kind: none | remove_data_wait | remove_checkpoint_wait | remove_syncs (sync calls
+    return at once) | unblock_pageable_copies (host-to-device copies stop blocking the host: pinned memory,
+    non_blocking) | remove_allocator (allocator calls and spans cost nothing: caching allocator) |
+    overlap_comm (nothing waits for a collective: fully overlapped) | remove_straggler_wait |
+    speedup (category sped up `factor` times) | host_speedup (CPU work between runtime calls `factor`
+    times faster) | graph_small_kernels (launching a kernel shorter than SMALL_KERNEL_US costs the
+    host nothing: CUDA graphs / fusion). Several changes replay together (`replay(g, [a, b])`)."""
 
     kind: str = "none"
     category: int = -1
     factor: float = 1.0
+
+    def __post_init__(self):
+        if self.kind not in CHANGE_KINDS:
+            raise ValueError(f"unknown what-if change {self.kind!r}")
 
     def label(self) -> str:
         if self.kind == "speedup":
             return f"{CATEGORY_NAMES[self.category]} kernels {self.factor:g}x faster"
         if self.kind == "host_speedup":
             return f"host work between launches {self.factor:g}x faster"
-        return self.kind
+        return self.kind.replace("_", " ")
 
 
 @dataclass
@@ -60,12 +79,18 @@ class Graph:
     host_gap: np.ndarray        # CPU time between host_prev's end and this start (µs)
     gap_dataloader: np.ndarray  # part of host_gap inside data-loader spans (µs)
     gap_checkpoint: np.ndarray  # part of host_gap inside checkpoint-saving spans (µs)
-    is_sync: np.ndarray
+    gap_allocator: np.ndarray   # part of host_gap inside allocator spans (µs)
+    is_sync: np.ndarray         # the call blocked until device work ended (block_class != 0)
+    block_class: np.ndarray     # NOT_BLOCKING, BLOCK_SYNC or BLOCK_PAGEABLE
     sync_on: np.ndarray         # device node a sync waited for, or -1
+    sync_on_nc: np.ndarray      # the same, ignoring communication (for overlap_comm), or -1
     sync_base: np.ndarray       # the sync call's own cost without waiting (µs)
+    is_alloc: np.ndarray        # host node is an allocator call (cudaMalloc, hipFree, ...)
+    small_launch: np.ndarray    # host node launched a kernel shorter than SMALL_KERNEL_US
     launch: np.ndarray          # launch node of a device node, or -1
     lat: np.ndarray             # launch latency used (µs)
     stream_prev: np.ndarray     # previous device node on the same stream, or -1
+    stream_prev_nc: np.ndarray  # previous non-communication device node on the same stream, or -1
     dep: np.ndarray             # inferred cross-stream predecessor, or -1
     lag: np.ndarray             # unexplained delay kept fixed (µs)
     category: np.ndarray
@@ -92,6 +117,17 @@ def _covered(starts: np.ndarray, ends: np.ndarray, spans: tuple[np.ndarray, np.n
     return np.maximum(covered_upto(ends) - covered_upto(starts), 0.0)
 
 
+def _prefix_latest(order_nodes: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each position j of order_nodes, the node with the latest end among positions 0..j."""
+    out = np.zeros(order_nodes.size, dtype=np.int64)
+    best = 0
+    for j in range(order_nodes.size):
+        if ends[order_nodes[j]] > ends[order_nodes[best]]:
+            best = j
+        out[j] = order_nodes[best]
+    return out
+
+
 def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, int]] | None = None) -> Graph:
     """Dependency graph of the window (see the module docstring).
 
@@ -106,6 +142,9 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     dur = np.maximum(w.end_us[rows] - w.ts_us[rows], 0.0)
     end = start + dur
     node_of_row = {int(r): i for i, r in enumerate(rows)}
+    cat = np.full(n, -1, dtype=np.int64)
+    cat[n_h:] = t.category[dev_rows]
+    comm = cat == COMMUNICATION
 
     # host chains per thread
     host_prev = np.full(n, -1)
@@ -117,11 +156,14 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
         host_prev[idx[1:]] = idx[:-1]
         host_gap[idx[1:]] = np.maximum(start[idx[1:]] - end[idx[:-1]], 0.0)
     has_prev = host_prev >= 0
-    gap_dl, gap_ck = np.zeros(n), np.zeros(n)
-    for pattern, out in ((DATALOADER_RE, gap_dl), (CHECKPOINT_RE, gap_ck)):
+    gap_dl, gap_ck, gap_al = np.zeros(n), np.zeros(n), np.zeros(n)
+    for pattern, out in ((DATALOADER_RE, gap_dl), (CHECKPOINT_RE, gap_ck), (ALLOCATOR_SPAN_RE, gap_al)):
         rows_p = span_rows(t, w, pattern, (USER_ANNOTATION, CPU_OP, PYTHON))
         spans = merge_intervals(w.ts_us[rows_p], w.end_us[rows_p])
         out[has_prev] = _covered(end[host_prev[has_prev]], start[has_prev], spans)
+    # a gap counted as data loading is not also counted as checkpoint or allocator time
+    gap_ck = np.minimum(gap_ck, host_gap - gap_dl)
+    gap_al = np.minimum(gap_al, host_gap - gap_dl - gap_ck)
 
     # device: launch links, stream order
     link = correlated_host_row(t)
@@ -131,12 +173,18 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
         if lr >= 0:
             launch[i] = node_of_row.get(lr, -1)
     stream_prev = np.full(n, -1)
+    stream_prev_nc = np.full(n, -1)
     dev_idx = np.arange(n_h, n)
     streams = t.pid[dev_rows] * 1_000_003 + t.stream[dev_rows]  # (device, stream): ids repeat across GPUs
     for s in np.unique(streams):
         idx = dev_idx[streams == s]
         idx = idx[np.argsort(start[idx], kind="stable")]
         stream_prev[idx[1:]] = idx[:-1]
+        last_nc = -1
+        for i in idx:
+            stream_prev_nc[i] = last_nc
+            if not comm[i]:
+                last_nc = i
     has_launch = launch >= 0
     obs_lat = np.where(has_launch, start - start[np.clip(launch, 0, None)], np.nan)
     lat_min = float(np.nanpercentile(obs_lat[has_launch], 5)) if has_launch.any() else 0.0
@@ -169,32 +217,55 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
                 c = d_ends[k]
         lag[i] = max(start[i] - c, 0.0)
 
-    # host syncs: wait for the latest-ending device work launched before them
-    sync_ids = t.ids_matching(SYNC_RUNTIME_RE.search)
-    is_sync = np.zeros(n, bool)
-    is_sync[:n_h] = np.isin(t.name[host_rows], sync_ids)
+    # blocking host calls: synchronize calls wait for the latest-ending device work launched before them;
+    # a copy call that returned only after its copy ended waited for that copy
+    host_names = t.name[host_rows]
+    block = np.zeros(n, dtype=np.int8)
     sync_on = np.full(n, -1)
+    sync_on_nc = np.full(n, -1)
     sync_base = dur.copy()
+    typical = float(np.median(dur[:n_h])) if n_h else 0.0
+    is_sync_api = np.zeros(n, bool)
+    is_sync_api[:n_h] = np.isin(host_names, t.ids_matching(SYNC_RUNTIME_RE.search))
+    is_copy_call = np.zeros(n, bool)
+    is_copy_call[:n_h] = np.isin(host_names, t.ids_matching(MEMCPY_RUNTIME_RE.search))
+    for i in dev_idx[(t.kind[dev_rows] == MEMCPY) & has_launch[n_h:]]:
+        L = launch[i]
+        if is_copy_call[L] and end[L] >= end[i] - TOL_US and dur[L] > typical + TOL_US:
+            sync_on[L] = i
+            sync_on_nc[L] = i
+            sync_base[L] = min(dur[L], typical)
+            cname = t.names[int(t.name[rows[i]])]
+            pageable_htod = "Pageable -> Device" in cname or ("HtoD" in cname and "Pinned" not in cname)
+            block[L] = BLOCK_PAGEABLE if pageable_htod else BLOCK_SYNC
     launched = dev_idx[launch[dev_idx] >= 0]
     if launched.size:
         lo = launched[np.argsort(start[launch[launched]], kind="stable")]
         l_starts = start[launch[lo]]
-        ends_lo = end[lo]
-        prefix_arg = np.zeros(lo.size, dtype=np.int64)
-        best = 0
-        for j in range(lo.size):
-            if ends_lo[j] > ends_lo[best]:
-                best = j
-            prefix_arg[j] = best
-        typical = float(np.median(dur[:n_h])) if n_h else 0.0
-        for i in np.flatnonzero(is_sync):
+        latest = _prefix_latest(lo, end)
+        lo_nc = lo[~comm[lo]]
+        latest_nc = _prefix_latest(lo_nc, end) if lo_nc.size else lo_nc
+        l_starts_nc = start[launch[lo_nc]]
+        for i in np.flatnonzero(is_sync_api & (block == NOT_BLOCKING)):
             j = int(np.searchsorted(l_starts, start[i], side="left")) - 1
             if j < 0:
                 continue
-            k = lo[prefix_arg[j]]
+            k = latest[j]
             if start[i] <= end[k] <= end[i] + TOL_US:
                 sync_on[i] = k
                 sync_base[i] = min(dur[i], typical)
+                block[i] = BLOCK_SYNC
+                jn = int(np.searchsorted(l_starts_nc, start[i], side="left")) - 1
+                sync_on_nc[i] = latest_nc[jn] if jn >= 0 else -1
+    is_sync = block != NOT_BLOCKING
+
+    # allocator calls, and launches of small kernels
+    is_alloc = np.zeros(n, bool)
+    is_alloc[:n_h] = np.isin(host_names, t.ids_matching(ALLOCATOR_RUNTIME_RE.search))
+    small_launch = np.zeros(n, bool)
+    small_dev = dev_idx[(t.kind[dev_rows] == KERNEL) & (dur[n_h:] < SMALL_KERNEL_US) & has_launch[n_h:]]
+    small_launch[launch[small_dev]] = True
+
     cw = np.zeros(n)
     cw_rank = np.full(n, -1)
     if comm_wait_us:
@@ -203,11 +274,13 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
             if i is not None:
                 cw[i] = min(v, dur[i])
                 cw_rank[i] = other
-    cat = np.full(n, -1, dtype=np.int64)
-    cat[n_h:] = t.category[dev_rows]
     order = np.lexsort((~is_host, start))  # host calls first at equal times
-    return Graph(rows, is_host, start, dur, host_prev, host_gap, gap_dl, gap_ck, is_sync, sync_on, sync_base, launch, lat,
-                 stream_prev, dep, lag, cat, cw, cw_rank, order, names=t.names)
+    return Graph(rows=rows, is_host=is_host, start=start, dur=dur, host_prev=host_prev, host_gap=host_gap,
+                 gap_dataloader=gap_dl, gap_checkpoint=gap_ck, gap_allocator=gap_al, is_sync=is_sync,
+                 block_class=block, sync_on=sync_on, sync_on_nc=sync_on_nc, sync_base=sync_base, is_alloc=is_alloc,
+                 small_launch=small_launch, launch=launch, lat=lat, stream_prev=stream_prev,
+                 stream_prev_nc=stream_prev_nc, dep=dep, lag=lag, category=cat, comm_wait=cw, comm_wait_rank=cw_rank,
+                 order=order, names=t.names)
 
 
 @dataclass
@@ -223,32 +296,56 @@ class Replay:
         return float(self.end.max() - self.start.min()) if self.end.size else 0.0
 
 
-def replay(g: Graph, change: Change = Change()) -> Replay:
-    """Replay the graph with one change applied; return the new timing."""
+def _as_changes(change: Change | Sequence[Change]) -> tuple[Change, ...]:
+    return (change,) if isinstance(change, Change) else tuple(change)
+
+
+def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
+    """Replay the graph with one change, or several together, applied; return the new timing."""
+    changes = _as_changes(change)
+    kinds = {c.kind for c in changes}
     n = g.start.size
     S = g.start.copy()
     E = g.start + g.dur
     bind = np.full(n, -1)
     dur = g.dur.copy()
     dev = ~g.is_host
-    if change.kind == "speedup":
-        sel = dev & (g.category == change.category)
-        dur[sel] = dur[sel] / change.factor
-    if change.kind == "remove_straggler_wait":
+    for c in changes:
+        if c.kind == "speedup":
+            sel = dev & (g.category == c.category)
+            dur[sel] = dur[sel] / c.factor
+    if "remove_straggler_wait" in kinds:
         dur = dur - g.comm_wait
-    gap = g.host_gap - (g.gap_dataloader if change.kind == "remove_data_wait" else 0.0)
-    if change.kind == "remove_checkpoint_wait":
-        gap = gap - g.gap_checkpoint
-    if change.kind == "host_speedup":
-        gap = gap / change.factor
+    # the host gap before a call: data loading + checkpointing + allocator spans + other CPU work
+    cpu = g.host_gap - g.gap_dataloader - g.gap_checkpoint - g.gap_allocator
+    for c in changes:
+        if c.kind == "host_speedup":
+            cpu = cpu / c.factor
+    if "graph_small_kernels" in kinds:
+        cpu = np.where(g.small_launch, 0.0, cpu)
+        dur[g.small_launch] = 0.0
+    gap = cpu + (0.0 if "remove_data_wait" in kinds else g.gap_dataloader) + \
+        (0.0 if "remove_checkpoint_wait" in kinds else g.gap_checkpoint) + \
+        (0.0 if "remove_allocator" in kinds else g.gap_allocator)
+    if "remove_allocator" in kinds:
+        dur[g.is_alloc] = 0.0
+    unblocked = np.zeros(n, bool)
+    if "remove_syncs" in kinds:
+        unblocked |= g.block_class == BLOCK_SYNC
+    if "unblock_pageable_copies" in kinds:
+        unblocked |= g.block_class == BLOCK_PAGEABLE
+    overlap = "overlap_comm" in kinds
     comm = g.category == COMMUNICATION
+    stream_prev = np.where(~comm, g.stream_prev_nc, g.stream_prev) if overlap else g.stream_prev
+    sync_on = g.sync_on_nc if overlap else g.sync_on
     pending = np.zeros(n, bool)  # syncs whose end waits for device work not yet replayed
 
     def finish_sync(i: int) -> None:
         # a sync ends when the device work it waited for ends; by the time anything needs its end
         # (the next call on its thread, observed after the sync ended) that work has been replayed
-        k = g.sync_on[i]
-        E[i] = S[i] + g.sync_base[i] if change.kind == "remove_syncs" else max(S[i] + g.sync_base[i], E[k])
+        k = sync_on[i]
+        base = min(g.sync_base[i], dur[i])
+        E[i] = S[i] + base if unblocked[i] or k < 0 else max(S[i] + base, E[k])
         pending[i] = False
 
     for i in g.order:
@@ -260,18 +357,18 @@ def replay(g: Graph, change: Change = Change()) -> Replay:
                 S[i] = E[p] + gap[i]
                 bind[i] = p
             E[i] = S[i] + dur[i]
-            if g.is_sync[i] and g.sync_on[i] >= 0:
+            if g.is_sync[i]:
                 pending[i] = True
         else:
             c, b = -np.inf, -1
             L = g.launch[i]
             if L >= 0:
                 c, b = S[L] + g.lat[i], L
-            p = g.stream_prev[i]
+            p = stream_prev[i]
             if p >= 0 and E[p] > c:
                 c, b = E[p], p
             d = g.dep[i]
-            if d >= 0 and not (change.kind == "overlap_comm" and comm[d]) and E[d] > c:
+            if d >= 0 and not (overlap and comm[d]) and E[d] > c:
                 c, b = E[d], d
             if c > -np.inf:
                 S[i] = c + g.lag[i]
@@ -285,9 +382,10 @@ def replay(g: Graph, change: Change = Change()) -> Replay:
 def critical_path(g: Graph, r: Replay) -> dict[str, float]:
     """Time on the critical path (walked back from the last end) by kind of work, µs.
 
-    Buckets: cpu (host work between calls), dataloader, runtime (launch/API calls), sync_wait,
-    launch_latency, kernel:<category>, wait_for_rank_<r> (inside a collective, waiting for rank r),
-    lag (start delays the trace shows but no dependency explains)."""
+    Buckets: cpu (host work between calls), dataloader, checkpoint, allocator (allocator calls and
+    spans), runtime (other launch/API calls), sync_wait (host blocked in a sync), pageable_copy (host
+    blocked in a host-to-device copy), launch_latency, kernel:<category>, wait_for_rank_<r> (inside
+    a collective, waiting for rank r), lag (start delays the trace shows but no dependency explains)."""
     out: dict[str, float] = {}
 
     def add(k, v):
@@ -298,9 +396,13 @@ def critical_path(g: Graph, r: Replay) -> dict[str, float]:
         # the host time between call j and its binding predecessor: data loading, the rest CPU work
         p = int(r.binding[j])
         if p >= 0:
-            dl = min(g.gap_dataloader[j], r.start[j] - r.end[p])
-            add("dataloader", dl)
-            add("cpu", r.start[j] - r.end[p] - dl)
+            left = r.start[j] - r.end[p]
+            for bucket, part in (("dataloader", g.gap_dataloader[j]), ("checkpoint", g.gap_checkpoint[j]),
+                                 ("allocator", g.gap_allocator[j])):
+                v = min(part, left)
+                add(bucket, v)
+                left -= v
+            add("cpu", left)
         return p
 
     if r.end.size == 0:
@@ -314,11 +416,12 @@ def critical_path(g: Graph, r: Replay) -> dict[str, float]:
             own = r.end[i] - r.start[i]
             if g.is_sync[i] and g.sync_on[i] >= 0 and r.end[g.sync_on[i]] >= r.end[i] - 1e-9 and \
                     r.end[g.sync_on[i]] > r.start[i] + g.sync_base[i]:
-                add("sync_wait", r.end[i] - max(r.start[i], r.start[g.sync_on[i]]))
+                add("pageable_copy" if g.block_class[i] == BLOCK_PAGEABLE else "sync_wait",
+                    r.end[i] - max(r.start[i], r.start[g.sync_on[i]]))
                 t_cursor = max(r.start[i], r.start[g.sync_on[i]])
                 i = int(g.sync_on[i])  # follow the device work the host waited for
             else:
-                add("runtime", own)
+                add("allocator" if g.is_alloc[i] else "runtime", own)
                 i = before_host_call(i)
                 continue
         if not g.is_host[i]:

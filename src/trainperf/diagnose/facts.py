@@ -1,0 +1,120 @@
+"""Every single-rank analysis, run once, in one object the finding rules read (`collect_facts`).
+
+The rules (rules.py) never compute an analysis themselves: they read a RankFacts and ask it for
+the what-if gain of a set of changes (replayed once per distinct set and cached).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trainperf.diagnose.gpu_time import (CategoryTime, IdleSplit, Overlap, TemporalBreakdown, comm_comp_overlap,
+                                         idle_split, kernel_breakdown, temporal_breakdown)
+from trainperf.diagnose.host import (HostSpans, allocator_calls, checkpoint_spans, dataloader_spans, host_syncs,
+                                     optimizer_spans, sync_ops)
+from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLength, launch_bound_stretches,
+                                       launch_stats, queue_length)
+from trainperf.diagnose.replay import Change, Graph, build_graph, critical_path, replay
+from trainperf.diagnose.steps import StepTime, step_times
+from trainperf.diagnose.window import Window
+from trainperf.trace.events import EventTable
+
+
+@dataclass(kw_only=True)
+class StragglerFacts:
+    """The cross-rank straggler, decided once for the job (crossrank.py): who, and the wait it caused."""
+
+    rank: int
+    caused_us: float
+    caused_per_other_us: float
+    imbalance_pct: float
+    events: list  # (name, start µs from the straggler's first event, dur µs)
+
+
+@dataclass(kw_only=True)
+class RankFacts:
+    """One rank's analyses (times µs). GPU fields are None when the rank has no device events."""
+
+    table: EventTable
+    window: Window
+    steps: list[int]
+    step_times: list[StepTime]
+    host_window_us: float
+    dataloader: HostSpans
+    optimizer: HostSpans
+    checkpoint: HostSpans
+    sync_calls: HostSpans
+    sync_ops: HostSpans
+    allocator: HostSpans
+    waits: dict | None = None
+    straggler: StragglerFacts | None = None
+    breakdown: TemporalBreakdown | None = None
+    overlap: Overlap | None = None
+    idle: IdleSplit | None = None
+    categories: list[CategoryTime] = field(default_factory=list)
+    launch: LaunchStats | None = None
+    queue: QueueLength | None = None
+    stretches: list[LaunchBoundStretch] = field(default_factory=list)
+    graph: Graph | None = None
+    span_us: float = 0.0          # replayed makespan of the window (= observed)
+    critical_path: dict = field(default_factory=dict)
+    _gains: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def rank(self) -> int:
+        return self.table.rank
+
+    @property
+    def origin_us(self) -> float:
+        """The rank's first event (µs): evidence times are reported from it."""
+        return float(self.window.ts_us.min()) if self.window.ts_us.size else 0.0
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.graph is not None
+
+    def pct(self, us: float) -> float:
+        """µs as % of the replayed span (of the host window without GPU)."""
+        whole = self.span_us if self.has_gpu else self.host_window_us
+        return 100.0 * us / whole if whole > 0 else 0.0
+
+    def category_share(self, name: str) -> float:
+        """% of device busy time in one kernel category."""
+        return next((c.pct_of_busy for c in self.categories if c.category == name), 0.0)
+
+    def gain(self, changes: tuple[Change, ...]) -> tuple[float, float]:
+        """(% of the span, µs) saved by replaying the window with these changes together."""
+        if not self.has_gpu or not changes:
+            return 0.0, 0.0
+        key = tuple(sorted(changes, key=repr))
+        if key not in self._gains:
+            d = self.span_us - replay(self.graph, key).makespan_us
+            self._gains[key] = (self.pct(d), d)
+        return self._gains[key]
+
+
+def collect_facts(t: EventTable, w: Window, waits: dict | None = None) -> RankFacts:
+    """Run every analysis of one rank once. waits: crossrank.comm_waits of this rank, or None."""
+    steps = sorted(int(s) for s in np.unique(t.step[w.keep]) if s >= 0) if len(t) else []
+    st = [s for s in step_times(t, w) if s.step in steps and s.step not in w.steps_excluded]
+    host_window = float(w.end_us[w.keep].max() - w.ts_us[w.keep].min()) if w.keep.any() else 0.0
+    f = RankFacts(table=t, window=w, steps=steps, step_times=st, host_window_us=host_window,
+                  dataloader=dataloader_spans(t, w), optimizer=optimizer_spans(t, w),
+                  checkpoint=checkpoint_spans(t, w), sync_calls=host_syncs(t, w), sync_ops=sync_ops(t, w),
+                  allocator=allocator_calls(t, w), waits=waits)
+    if not w.device.size:
+        return f
+    f.breakdown = temporal_breakdown(t, w)
+    f.overlap = comm_comp_overlap(t, w)
+    f.idle = idle_split(t, w)
+    f.categories = kernel_breakdown(t, w)
+    f.launch = launch_stats(t, w)
+    f.queue = queue_length(t, w)
+    f.stretches = launch_bound_stretches(t, w)
+    f.graph = build_graph(t, w, waits)
+    base = replay(f.graph)
+    f.span_us = base.makespan_us
+    f.critical_path = critical_path(f.graph, base)
+    return f

@@ -1,0 +1,276 @@
+"""The finding rules: one function per kind, each reading one rank's RankFacts, thresholds beside it.
+
+A rule decides whether its problem is present from the evidence and names the what-if changes of
+its fix; it never computes a gain itself. `findings.rank_by_marginal_gain` replays the changes and
+credits each finding with its marginal gain. Thresholds are shares of the rank's replayed span
+(% of step time) unless named otherwise; they are provisional until `trainperf evaluate` scores
+them on the labeled corpus.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trainperf.diagnose import findings as F
+from trainperf.diagnose.facts import RankFacts
+from trainperf.diagnose.replay import Change
+from trainperf.trace.events import ELEMENTWISE, OPTIMIZER, REDUCTION
+
+Finding = F.Finding
+
+
+def _make(f: RankFacts, kind: str, metrics: dict, events=(), changes: tuple = (), what_if: str = "",
+          evidence_pct: float | None = None, ranks=None, severity: str | None = None, gain_pct: float = 0.0,
+          gain_us: float = 0.0) -> Finding:
+    return F.make(kind, ranks if ranks is not None else [f.rank], f.steps, metrics, events, gain_pct, gain_us,
+                  what_if, severity=severity, changes=changes, evidence_pct=evidence_pct)
+
+
+# --- host waits -------------------------------------------------------------------------------
+
+DATALOADER_MIN_PCT = 1.0  # DataLoader spans, % of the span
+
+
+def data_loader_stall(f: RankFacts) -> Finding | None:
+    """The training loop waits for batches (DataLoader spans on the host)."""
+    dl = f.dataloader
+    share = f.pct(dl.time_us)
+    if share <= DATALOADER_MIN_PCT:
+        return None
+    metrics = {"dataloader_time": (dl.time_us, "us"), "dataloader_share": (share, "%")}
+    if not f.has_gpu:  # no replay: the host time itself is the upper bound
+        return _make(f, kind="data_loader_stall", metrics=metrics, events=dl.longest, gain_pct=share,
+                     gain_us=dl.time_us, what_if="remove_data_wait (host only: upper bound)", evidence_pct=share)
+    return _make(f, "data_loader_stall", metrics, dl.longest, (Change("remove_data_wait"),),
+                 "remove the data-loader wait", evidence_pct=share)
+
+
+CHECKPOINT_MIN_PCT = 1.0
+
+
+def checkpoint_stall(f: RankFacts) -> Finding | None:
+    """Checkpoint saving blocks the training loop."""
+    ck = f.checkpoint
+    share = f.pct(ck.time_us)
+    if not f.has_gpu or share <= CHECKPOINT_MIN_PCT:
+        return None
+    return _make(f, "checkpoint_stall", {"checkpoint_time": (ck.time_us, "us"), "checkpoint_share": (share, "%")},
+                 ck.longest, (Change("remove_checkpoint_wait"),), "remove the checkpoint wait", evidence_pct=share)
+
+
+HOST_SYNC_MIN_PCT = 1.0  # time blocked in syncs, or sync wait on the critical path
+
+
+def host_sync(f: RankFacts) -> Finding | None:
+    """The host blocks until the device drains (synchronize calls, blocking device-to-host copies)."""
+    if not f.has_gpu:
+        return None
+    g = f.graph
+    blocked = g.block_class == 1
+    n_calls = int(blocked.sum())
+    time_us = float((g.dur[blocked] - g.sync_base[blocked]).sum())
+    wait_cp = f.critical_path.get("sync_wait", 0.0)
+    if not n_calls or max(f.pct(time_us), f.pct(wait_cp)) <= HOST_SYNC_MIN_PCT:
+        return None
+    return _make(f, "host_sync", {"sync_calls": (n_calls, "count"), "sync_blocking_time": (time_us, "us"),
+                                  "sync_wait_on_critical_path": (wait_cp, "us"),
+                                  "sync_ops": (f.sync_ops.count, "count")},
+                 f.sync_calls.longest[:3] + f.sync_ops.longest[:2], (Change("remove_syncs"),), "remove host syncs",
+                 evidence_pct=f.pct(max(time_us, wait_cp)))
+
+
+PAGEABLE_MIN_PCT = 1.0  # host blocked in host-to-device copies, % of the span
+
+
+def pageable_copy(f: RankFacts) -> Finding | None:
+    """Host-to-device copies from pageable memory block the host until the copy is done."""
+    if not f.has_gpu:
+        return None
+    g = f.graph
+    blocked = g.block_class == 2
+    time_us = float((g.dur[blocked] - g.sync_base[blocked]).sum())
+    if not blocked.any() or f.pct(time_us) <= PAGEABLE_MIN_PCT:
+        return None
+    dev = g.sync_on[blocked]
+    copy_us = float(g.dur[dev].sum())
+    events = sorted(((g.names[int(f.table.name[g.rows[i]])], g.start[i], g.dur[i]) for i in np.flatnonzero(blocked)),
+                    key=lambda e: -e[2])[:3]
+    return _make(f, "pageable_copy", {"blocking_copies": (int(blocked.sum()), "count"),
+                                      "host_blocked": (time_us, "us"), "copy_time": (copy_us, "us"),
+                                      "on_critical_path": (f.critical_path.get("pageable_copy", 0.0), "us")},
+                 events, (Change("unblock_pageable_copies"),), "host-to-device copies stop blocking the host",
+                 evidence_pct=f.pct(time_us))
+
+
+ALLOCATOR_MIN_PCT = 1.0  # allocator calls and spans, % of the span
+
+
+def allocator_stall(f: RankFacts) -> Finding | None:
+    """Allocations and frees reach the driver (cudaMalloc/cudaFree, hipMalloc/hipFree) inside the step."""
+    if not f.has_gpu:
+        return None
+    g = f.graph
+    time_us = float(g.dur[g.is_alloc].sum() + g.gap_allocator.sum())
+    if f.pct(time_us) <= ALLOCATOR_MIN_PCT:
+        return None
+    return _make(f, "allocator_stall", {"allocator_calls": (int(g.is_alloc.sum()), "count"),
+                                        "allocator_time": (time_us, "us"),
+                                        "on_critical_path": (f.critical_path.get("allocator", 0.0), "us")},
+                 f.allocator.longest[:3], (Change("remove_allocator"),), "allocator calls cost nothing (cached)",
+                 evidence_pct=f.pct(time_us))
+
+
+# --- communication ----------------------------------------------------------------------------
+
+EXPOSED_COMM_MIN_PCT = 3.0  # communication not under compute, % of the device window
+
+
+def exposed_comm(f: RankFacts) -> Finding | None:
+    """Collectives that no computation hides."""
+    if not f.has_gpu:
+        return None
+    ov, tb = f.overlap, f.breakdown
+    share = 100.0 * ov.exposed_us / tb.window_us if tb.window_us > 0 else 0.0
+    if ov.comm_us <= 0 or share <= EXPOSED_COMM_MIN_PCT:
+        return None
+    return _make(f, "exposed_comm", {"comm_time": (ov.comm_us, "us"), "exposed_comm": (ov.exposed_us, "us"),
+                                     "overlap": (ov.overlap_pct, "%")},
+                 (), (Change("overlap_comm"),), "overlap exposed collectives with compute", evidence_pct=share)
+
+
+STRAGGLER_MIN_WAIT_PCT = 2.0  # wait the straggler causes each other rank, % of the window (crossrank decides)
+
+
+def straggler(f: RankFacts) -> Finding | None:
+    """Another rank arrives late at collectives and this rank waits for it (decided across ranks)."""
+    s = f.straggler
+    if s is None or not f.waits:
+        return None
+    return _make(f, "straggler", {"caused_wait": (s.caused_us, "us"),
+                                  "caused_wait_per_other_rank": (s.caused_per_other_us, "us"),
+                                  "compute_imbalance": (s.imbalance_pct, "%")},
+                 # the events are on the straggler's timeline, from its first event: shift them so that
+                 # api._relative_times (which subtracts this rank's first event) leaves them as they are
+                 [(n, t0 + f.origin_us, d) for n, t0, d in s.events], (Change("remove_straggler_wait"),),
+                 f"no rank waits for rank {s.rank} inside collectives",
+                 evidence_pct=f.pct(s.caused_per_other_us), ranks=[s.rank])
+
+
+# --- host speed -------------------------------------------------------------------------------
+
+LAUNCH_BOUND_IDLE_PCT = 15.0       # GPU idle, % of the device window
+LAUNCH_BOUND_HOST_WAIT_SHARE = 0.5  # share of the idle time spent waiting for a launch
+LAUNCH_BOUND_HOST_CP_SHARE = 0.3   # host work (cpu + runtime calls) on the critical path, share of the span
+HOST_SPEEDUP = 2.0
+
+
+def launch_bound(f: RankFacts) -> Finding | None:
+    """The GPU waits for the host to launch work, and host work between launches is on the critical path."""
+    if not f.has_gpu:
+        return None
+    idle, tb, ls = f.idle, f.breakdown, f.launch
+    hp, _, _ = idle.pct()
+    host_cp = f.critical_path.get("cpu", 0.0) + f.critical_path.get("runtime", 0.0)
+    if not (idle.host_wait_us > LAUNCH_BOUND_HOST_WAIT_SHARE * max(idle.total_us, 1e-9)
+            and tb.idle_pct > LAUNCH_BOUND_IDLE_PCT and host_cp > LAUNCH_BOUND_HOST_CP_SHARE * f.span_us):
+        return None
+    return _make(f, "launch_bound", {
+        "gpu_idle": (tb.idle_pct, "%"), "idle_waiting_on_host": (hp, "%"),
+        "host_on_critical_path": (f.pct(host_cp), "%"), "launch_bound_stretches": (len(f.stretches), "count"),
+        "launch_delay_median": (ls.delay_median_us, "us")},
+        [("launch-bound stretch (stream %d, %d kernels)" % (x.stream, x.n_kernels), x.start_us, x.end_us - x.start_us)
+         for x in f.stretches[:3]], (Change("host_speedup", factor=HOST_SPEEDUP),),
+        f"host work between launches {HOST_SPEEDUP:g}x faster", evidence_pct=f.pct(host_cp))
+
+
+SMALL_KERNEL_COUNT_PCT = 50.0  # kernels shorter than launch.SMALL_KERNEL_US, % of kernels
+
+
+def small_kernels(f: RankFacts) -> Finding | None:
+    """Most kernels are tiny, so launching them costs more than running them."""
+    if not f.has_gpu:
+        return None
+    ls = f.launch
+    if ls.small_kernel_count_pct <= SMALL_KERNEL_COUNT_PCT or ls.small_kernel_host_wait_us <= 0:
+        return None
+    return _make(f, "small_kernels", {"small_kernels": (ls.small_kernel_count_pct, "% of kernels"),
+                                      "their_time": (ls.small_kernel_time_pct, "% of kernel time"),
+                                      "gpu_idle_before_them": (ls.small_kernel_host_wait_us, "us"),
+                                      "threshold": (10.0, "us")},
+                 (), (Change("graph_small_kernels"),), "launching small kernels costs the host nothing (CUDA graphs)",
+                 evidence_pct=f.pct(ls.small_kernel_host_wait_us))
+
+
+# --- kernels ----------------------------------------------------------------------------------
+
+MEMORY_BOUND_BUSY_PCT = 25.0  # elementwise + reduction kernels, % of device busy time
+FUSION_SPEEDUP = 2.0
+
+
+def memory_bound_unfused(f: RankFacts) -> Finding | None:
+    """Elementwise and reduction kernels (memory-bound, fusable) take a large share of the GPU."""
+    if not f.has_gpu:
+        return None
+    share = f.category_share("elementwise") + f.category_share("reduction_norm")
+    if share <= MEMORY_BOUND_BUSY_PCT:
+        return None
+    top = [(f"[{k} launches] {n}", t0, d) for c in f.categories if c.category in ("elementwise", "reduction_norm")
+           for n, d, k, t0 in c.top_kernels]
+    busy_pct = 100.0 - f.breakdown.idle_pct
+    return _make(f, "memory_bound_unfused", {"elementwise_and_reduction": (share, "% of busy")}, top[:4],
+                 (Change("speedup", ELEMENTWISE, FUSION_SPEEDUP), Change("speedup", REDUCTION, FUSION_SPEEDUP)),
+                 f"elementwise and reduction kernels {FUSION_SPEEDUP:g}x faster (fused)",
+                 evidence_pct=share * busy_pct / 100.0)
+
+
+OPTIMIZER_BUSY_PCT = 10.0  # optimizer kernels, % of device busy time
+OPTIMIZER_SPEEDUP = 3.0
+
+
+def optimizer_slow(f: RankFacts) -> Finding | None:
+    """The optimizer step's kernels take a large share of the GPU (unfused, per-parameter)."""
+    if not f.has_gpu:
+        return None
+    share = f.category_share("optimizer")
+    if share <= OPTIMIZER_BUSY_PCT:
+        return None
+    top = [(f"[{k} launches] {n}", t0, d) for c in f.categories if c.category == "optimizer" for n, d, k, t0 in c.top_kernels]
+    busy_pct = 100.0 - f.breakdown.idle_pct
+    return _make(f, "optimizer_slow", {"optimizer_kernels": (share, "% of busy"),
+                                       "optimizer_host_spans": (f.pct(f.optimizer.time_us), "%")},
+                 top, (Change("speedup", OPTIMIZER, OPTIMIZER_SPEEDUP),),
+                 f"optimizer kernels {OPTIMIZER_SPEEDUP:g}x faster (fused/foreach)", evidence_pct=share * busy_pct / 100)
+
+
+# --- what is left -----------------------------------------------------------------------------
+
+IDLE_GPU_PCT = 30.0
+_IDLE_EXPLAINED_BY = ("launch_bound", "data_loader_stall", "host_sync", "allocator_stall", "pageable_copy",
+                      "checkpoint_stall")
+
+
+def idle_gpu(f: RankFacts, found: list[Finding]) -> Finding | None:
+    """The GPU idles for a large share of the window and no other rule explains why."""
+    if not f.has_gpu or f.breakdown.idle_pct <= IDLE_GPU_PCT or any(x.kind in _IDLE_EXPLAINED_BY for x in found):
+        return None
+    hp, kp, op = f.idle.pct()
+    return _make(f, "idle_gpu", {"gpu_idle": (f.breakdown.idle_pct, "%"), "host_wait": (hp, "% of idle"),
+                                 "kernel_wait": (kp, "% of idle"), "other": (op, "% of idle")}, severity="medium")
+
+
+def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
+    """The rank has no device events: only host-side rules ran."""
+    if f.has_gpu:
+        return None
+    return _make(f, "gpu_analyses_skipped", {"device_events": (0, "count")}, severity="low")
+
+
+RULES = (data_loader_stall, checkpoint_stall, host_sync, pageable_copy, allocator_stall, exposed_comm, straggler,
+         launch_bound, small_kernels, memory_bound_unfused, optimizer_slow, gpu_analyses_skipped)
+
+
+def run_rules(f: RankFacts) -> list[Finding]:
+    """Every rule on one rank's facts (idle_gpu last: it names idle time no other finding explains)."""
+    found = [x for x in (rule(f) for rule in RULES) if x is not None]
+    rest = idle_gpu(f, found)
+    return found + ([rest] if rest else [])

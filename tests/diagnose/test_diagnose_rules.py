@@ -1,0 +1,70 @@
+"""Finding rules (diagnose/rules.py) and marginal gains (findings.rank_by_marginal_gain), worked by hand."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from kineto_builder import TraceBuilder  # noqa: E402
+
+from trainperf.diagnose import findings as F  # noqa: E402
+from trainperf.diagnose import rules  # noqa: E402
+from trainperf.diagnose.api import diagnose  # noqa: E402
+from trainperf.diagnose.facts import collect_facts  # noqa: E402
+from trainperf.diagnose.replay import Change  # noqa: E402
+from trainperf.diagnose.window import analysis_window  # noqa: E402
+from trainperf.trace import read_kineto  # noqa: E402
+
+
+def _finding(kind, *changes, evidence_pct=None):
+    return F.make(kind, [0], [], {}, changes=tuple(changes), evidence_pct=evidence_pct)
+
+
+def test_marginal_gains_by_hand():
+    # two fixes whose gains overlap: A alone 30 %, B alone 20 %, both together 40 %.
+    # order: A first (larger alone); A's marginal = 30, B's = 40 - 30 = 10; fix all = 40
+    a, b = Change("remove_data_wait"), Change("host_speedup", factor=2.0)
+    table = {(): 0.0, (a,): 30.0, (b,): 20.0, (a, b): 40.0}
+
+    def gain(changes):
+        return table[tuple(sorted(set(changes), key=lambda c: (c != a)))], 0.0
+
+    fa, fb = _finding("data_loader_stall", a), _finding("launch_bound", b, evidence_pct=5.0)
+    ranked, plan = F.rank_by_marginal_gain([fb, fa], gain)
+    assert [f.kind for f in ranked] == ["data_loader_stall", "launch_bound"] == plan.order
+    assert (fa.gain_pct, fa.gain_alone_pct, fa.fix_order) == (30.0, 30.0, 1)
+    assert (fb.gain_pct, fb.gain_alone_pct, fb.fix_order) == (10.0, 20.0, 2)
+    assert plan.fix_all_gain_pct == 40.0
+    # B's own evidence shows 5 % of the step: its 10 % marginal gain cannot make it high
+    assert fa.severity == "high" and fb.severity == "medium"
+
+
+def test_every_rule_is_a_function_of_the_facts(tmp_path):
+    # one healthy step: no rule fires, and each rule is callable on the facts alone
+    b = TraceBuilder()
+    for i in range(5):
+        b.launch("ampere_sgemm_128x64_tn", 5 * i, 100 + 100 * i, 100)
+    t = read_kineto(b.write(tmp_path / "t.json.gz"))
+    f = collect_facts(t, analysis_window(t))
+    assert all(r(f) is None for r in rules.RULES)
+    assert rules.run_rules(f) == []
+
+
+def test_data_loader_and_host_gains_are_not_counted_twice(tmp_path):
+    # each 2000-us step: 1500 us DataLoader then 5 launches 100 us apart (CPU-bound launches of 50-us kernels);
+    # alone, host 2x faster saves the CPU gaps only (not the data wait): the marginal gains add to fix-all
+    b = TraceBuilder()
+    t0 = 0.0
+    for s in range(4):
+        b.step(s, t0, 2000)
+        b.cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t0, 1500, cat="user_annotation")
+        for i in range(5):
+            b.launch("ampere_sgemm_128x64_tn", t0 + 1500 + 100 * i, t0 + 1505 + 100 * i, 50)
+        t0 += 2000
+    d = diagnose(b.write(tmp_path / "s.json.gz"))
+    by = {f.kind: f for f in d.findings}
+    assert d.findings[0].kind == "data_loader_stall"
+    assert sum(f.gain_pct for f in d.findings if f.fix_order) == pytest.approx(d.fix_all_gain_pct, abs=0.05)
+    assert d.fix_order[0] == "data_loader_stall"
+    assert all(f.gain_pct <= by["data_loader_stall"].gain_pct for f in d.findings)
