@@ -373,6 +373,8 @@ class Cluster:
     scaleout_gbps: float
     scaleup_domain: int
     usd_per_gpu_hour: float
+    power_cap_w: float | None = None  # board power limit (W); below TDP it lowers the sustained clock
+    fabric: str = "ib"                # scale-out fabric: ib or roce (priced alike: Gangidi et al. SIGCOMM'24)
 
     def __post_init__(self) -> None:
         if self.n_gpus <= 0 or self.gpus_per_node <= 0:
@@ -387,15 +389,39 @@ class Cluster:
         """Number of nodes (at least 1)."""
         return max(1, self.n_gpus // self.gpus_per_node)
 
+    @property
+    def clock_scale(self) -> float:
+        """Sustained tensor-core clock under ``power_cap_w`` as a fraction of the rated clock."""
+        from trainperf.hardware import clock_scale
+
+        return clock_scale(self.accelerator, self.power_cap_w)
+
 
 def make_cluster(gpu: str, n_gpus: int, gpus_per_node: int | None = None,
                  scaleup_gbps: float | None = None, scaleout_gbps: float | None = None,
-                 usd_per_gpu_hour: float | None = None) -> Cluster:
-    """Return a Cluster of ``n_gpus`` catalog accelerators, catalog links unless overridden."""
-    from trainperf.hardware import get_accelerator
+                 usd_per_gpu_hour: float | None = None, *, power_cap_w: float | None = None,
+                 nic_gbit_per_gpu: float | None = None, fabric: str | None = None) -> Cluster:
+    """Return a Cluster of ``n_gpus`` accelerators, catalog links unless overridden.
 
-    acc = get_accelerator(gpu)
-    gpn = min(int(gpus_per_node or acc.gpus_per_node), int(n_gpus))
+    ``gpu`` is a catalog name or a free-text description ("H100-SXM 80GB HBM3, 700W, RoCE
+    400Gbps"); what the description states (power limit, NIC Gb/s per GPU, fabric, GPUs per
+    node) applies unless the matching argument is given. ``scaleout_gbps`` is GB/s,
+    ``nic_gbit_per_gpu`` Gb/s (as NICs are sold); the first wins when both are given.
+    """
+    from trainperf.hardware import FABRICS, parse_gpu_description
+
+    desc = parse_gpu_description(gpu)
+    acc = desc.accelerator
+    fabric = (fabric or desc.fabric or "ib").lower()
+    if fabric not in FABRICS:
+        raise TrainperfError(f"fabric must be one of {', '.join(FABRICS)}, not {fabric!r}")
+    power = power_cap_w if power_cap_w is not None else desc.power_cap_w
+    if power is not None and power <= 0:
+        raise TrainperfError(f"power cap must be positive watts, got {power}")
+    nic = nic_gbit_per_gpu if nic_gbit_per_gpu is not None else desc.nic_gbit_per_gpu
+    if scaleout_gbps is None and nic is not None:
+        scaleout_gbps = float(nic) / 8.0
+    gpn = min(int(gpus_per_node or desc.gpus_per_node or acc.gpus_per_node), int(n_gpus))
     # A scale-up fabric larger than a node (NVL72, a TPU pod) keeps its size; one that lives
     # inside a node (NVLink in an HGX board) cannot be larger than the node the user names.
     domain = acc.scaleup_domain if acc.scaleup_domain > acc.gpus_per_node else min(acc.scaleup_domain, gpn)
@@ -405,6 +431,7 @@ def make_cluster(gpu: str, n_gpus: int, gpus_per_node: int | None = None,
         scaleout_gbps=float(scaleout_gbps if scaleout_gbps is not None else acc.scaleout_gbps),
         scaleup_domain=int(domain),
         usd_per_gpu_hour=float(usd_per_gpu_hour if usd_per_gpu_hour is not None else acc.usd_per_hour),
+        power_cap_w=float(power) if power is not None else None, fabric=fabric,
     )
 
 

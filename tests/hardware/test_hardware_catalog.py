@@ -8,8 +8,8 @@ from trainperf.hardware import catalog, get_accelerator
 
 def test_required_accelerators_present():
     names = set(catalog())
-    for need in ("a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "gb200", "mi300x", "mi325x",
-                 "tpu-v5p", "gaudi3"):
+    for need in ("a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h100-nvl", "h100-96gb", "h800", "h20", "h200",
+                 "b200", "b300", "gb200", "gb300", "mi250x", "mi300x", "mi325x", "mi355x", "l40s", "tpu-v5p", "gaudi3"):
         assert need in names
 
 
@@ -45,3 +45,60 @@ def test_device_names_as_drivers_report_them():
     assert accelerator_for_device("NVIDIA A100-SXM4-40GB").name == "a100-40gb"
     assert accelerator_for_device("AMD Instinct MI300X").name == "mi300x"
     assert accelerator_for_device("Tesla V100-SXM2-16GB") is None
+
+
+def test_published_variant_figures():
+    # datasheets: H100 NVL 1671 sparse bf16 = 835.5 dense, 94 GB, 3.9 TB/s; H20 148 bf16, 96 GB, 4.0 TB/s;
+    # H800 = H100 SXM compute with NVLink 400 GB/s bidirectional; L40S 362 dense bf16, 48 GB, 864 GB/s
+    assert get_accelerator("h100-nvl").peak_flops() == pytest.approx(835.5e12)
+    assert get_accelerator("h100-nvl").hbm_gb == 94 and get_accelerator("h100-nvl").hbm_tbps == 3.9
+    h20 = get_accelerator("h20")
+    assert h20.peak_flops() == pytest.approx(148e12) and h20.hbm_gb == 96 and h20.hbm_tbps == 4.0
+    h800, h100 = get_accelerator("h800"), get_accelerator("h100")
+    assert h800.peak_flops() == h100.peak_flops() and h800.scaleup_gbps == 200 == h100.scaleup_gbps * 400 / 900
+    assert get_accelerator("l40s").hbm_tbps == 0.864 and get_accelerator("mi355x").hbm_gb == 288
+
+
+@pytest.mark.parametrize("text,name,watts,gbit,fabric", [
+    ("H100-SXM 80GB HBM3, 700W (Grand Teton), RoCE 400Gbps", "h100-sxm", 700.0, 400.0, "roce"),
+    ("H100 96GB HBM2e, 500W power limit", "h100-96gb", 500.0, None, None),
+    ("NVIDIA Ampere (A100)", "a100-80gb", None, None, None),
+    ("A100 40GB", "a100-40gb", None, None, None),
+    ("H100 NVL 94GB", "h100-nvl", None, None, None),
+    ("GB300 NVL72", "gb300", None, None, None),
+    ("H800, InfiniBand NDR 400 Gb/s, 8 GPUs per node", "h800", None, 400.0, "ib"),
+    ("AMD Instinct MI250X", "mi250x", None, None, None),
+])
+def test_free_text_descriptions(text, name, watts, gbit, fabric):
+    from trainperf.hardware import parse_gpu_description
+
+    d = parse_gpu_description(text)
+    assert (d.accelerator.name, d.power_cap_w, d.nic_gbit_per_gpu, d.fabric) == (name, watts, gbit, fabric)
+
+
+def test_unknown_description_one_line_with_names():
+    from trainperf.hardware import parse_gpu_description
+
+    with pytest.raises(TrainperfError) as e:
+        parse_gpu_description("Tesla V100 32GB, 300W")
+    msg = str(e.value)
+    assert "\n" not in msg and "known: " in msg and "h100-sxm" in msg and "mi355x" in msg
+
+
+def test_power_cap_lowers_the_clock_by_the_cube_root():
+    from trainperf.hardware import clock_scale
+    from trainperf.plan.estimate import estimate
+    from trainperf.specs import Layout, load_model, make_cluster
+
+    h100 = get_accelerator("h100")
+    assert clock_scale(h100, None) == 1.0 and clock_scale(h100, 800) == 1.0
+    assert clock_scale(h100, 500) == pytest.approx((500 / 700) ** (1 / 3))  # P ~ f^3
+    full = make_cluster("h100", 8)
+    capped = make_cluster("H100 SXM, 500W", 8)
+    assert capped.power_cap_w == 500 and capped.clock_scale < 1
+    m, lay = load_model("llama3-8b"), Layout(zero=1)
+    a, b = estimate(m, full, lay, 32), estimate(m, capped, lay, 32)
+    assert b.breakdown["compute"] > a.breakdown["compute"] and b.breakdown["optimizer"] == a.breakdown["optimizer"]
+    # a NIC rate in the description (Gb/s) becomes the scale-out GB/s per GPU
+    assert make_cluster("H100-SXM 80GB, RoCE 200Gbps", 16).scaleout_gbps == 25.0
+    assert make_cluster("h100", 16, nic_gbit_per_gpu=100).scaleout_gbps == 12.5

@@ -39,6 +39,7 @@ class Accelerator:
     # FlashAttention-2 forward (PyTorch SDPA's flash backend) as a fraction of the dense bf16
     # peak; 0: same as attn_eff (FA2 is the best kernel on Ampere and CDNA).
     fa2_eff: float = 0.0
+    family: str = ""  # part name that free-text descriptions are matched on ("h100")
 
     @property
     def hbm_bytes(self) -> float:
@@ -93,6 +94,91 @@ def get_accelerator(name: str) -> Accelerator:
             if cand in acc.aliases:
                 return acc
     raise TrainperfError(f"unknown GPU {name!r} (known: {', '.join(cat)})")
+
+
+FABRICS = ("ib", "roce")
+_FABRIC_WORDS = {"roce": "roce", "rocev2": "roce", "ethernet": "roce", "infiniband": "ib", "ib": "ib", "ndr": "ib",
+                 "hdr": "ib", "xdr": "ib"}
+_VARIANTS = ("pcie", "nvl", "sxm")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuDescription:
+    """What a free-text cluster description states: the part and what differs between clusters.
+
+    ``power_cap_w`` in watts, ``nic_gbit_per_gpu`` in Gb/s (as NICs are sold), ``fabric``
+    ib or roce; None where the text does not say.
+    """
+
+    accelerator: Accelerator
+    power_cap_w: float | None = None
+    nic_gbit_per_gpu: float | None = None
+    fabric: str | None = None
+    gpus_per_node: int | None = None
+
+
+def _family_entry(text: str, cat: dict[str, Accelerator]) -> Accelerator | None:
+    """Return the catalog entry a description names by family, variant word and memory size."""
+    import re
+
+    low = text.lower()
+    found = [f for f in {a.family for a in cat.values() if a.family}
+             if re.search(rf"(?<![a-z0-9]){re.escape(f)}(?![0-9])", low)]
+    if not found:
+        return None
+    fam = max(found, key=len)
+    cands = [a for a in cat.values() if a.family == fam]
+    variant = next((v for v in _VARIANTS if re.search(rf"(?<![a-z]){v}", low)), None)
+    if variant:
+        narrowed = [a for a in cands if any(variant in n for n in (a.name, *a.aliases))]
+        cands = narrowed or cands
+    mem = re.search(r"(\d+)\s*gb(?![a-z/])", low)
+    if mem:
+        gb = float(mem.group(1))
+        best = min(abs(a.hbm_gb - gb) for a in cands)
+        if best <= 2.0:  # "94GB" H100 NVL, "96GB" H100: the nearest size within 2 GB
+            cands = [a for a in cands if abs(a.hbm_gb - gb) == best]
+    return next((a for a in cands if fam in a.aliases or a.name == fam), cands[0])
+
+
+def parse_gpu_description(text: str) -> GpuDescription:
+    """Return the accelerator and options a description states, e.g.
+    ``"H100-SXM 80GB HBM3, 700W (Grand Teton), RoCE 400Gbps"`` or ``"NVIDIA Ampere (A100)"``.
+
+    A catalog name or alias is taken as is; otherwise the part is found by family (h100,
+    a100, mi300x, ...), narrowed by a variant word (SXM, PCIe, NVL) and the memory size. Also
+    read: a power limit (``500W``), a NIC rate per GPU (``400Gbps``, ``400 Gb/s``), the fabric
+    (RoCE/Ethernet, InfiniBand/NDR/HDR) and ``N GPUs per node``. Raises TrainperfError (one
+    line, with the known names) when no catalog part is named.
+    """
+    import re
+
+    cat = catalog()
+    try:
+        acc = get_accelerator(text)
+    except TrainperfError:
+        acc = _family_entry(text, cat)
+        if acc is None:
+            raise TrainperfError(f"unknown GPU {text!r} (known: {', '.join(cat)})") from None
+    low = text.lower()
+    watts = re.search(r"(\d{2,4}(?:\.\d+)?)\s*w(?![a-z])", low)
+    nic = re.search(r"(\d+(?:\.\d+)?)\s*g(?:bps|b/s|bit/s|bit)(?![a-z])", low)
+    fabric = next((_FABRIC_WORDS[w] for w in re.findall(r"[a-z0-9]+", low) if w in _FABRIC_WORDS), None)
+    gpn = re.search(r"(\d+)\s*(?:x\s*)?gpus?\s*(?:per|/)\s*node", low)
+    return GpuDescription(accelerator=acc, power_cap_w=float(watts.group(1)) if watts else None,
+                          nic_gbit_per_gpu=float(nic.group(1)) if nic else None, fabric=fabric,
+                          gpus_per_node=int(gpn.group(1)) if gpn else None)
+
+
+def clock_scale(acc: Accelerator, power_cap_w: float | None) -> float:
+    """Return the sustained tensor-core clock under a power cap as a fraction of the rated one.
+
+    Dynamic power goes as f V^2 and V roughly with f in the DVFS range, so P ~ f^3 and
+    f/f_max = (cap / TDP)^(1/3), never above 1 (a cap at or above TDP changes nothing).
+    """
+    if not power_cap_w or power_cap_w >= acc.tdp_w:
+        return 1.0
+    return float((power_cap_w / acc.tdp_w) ** (1.0 / 3.0))
 
 
 def accelerator_for_device(device_name: str) -> Accelerator | None:

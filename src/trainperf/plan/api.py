@@ -33,6 +33,9 @@ class PlanRequest:
     usd_per_hour: float | None = None
     precision: str = "bf16"
     stack: str = DEFAULT_STACK
+    power_cap_w: float | None = None      # board power limit (W)
+    nic_gbit_per_gpu: float | None = None  # scale-out NIC Gb/s per GPU
+    fabric: str | None = None              # ib or roce
 
 
 def _software(req: PlanRequest) -> Software:
@@ -45,7 +48,8 @@ def _efficiency(req: PlanRequest) -> Efficiency:
 
 def _setup(req: PlanRequest) -> tuple[ModelSpec, Cluster]:
     m = load_model(req.model, req.seq)
-    cluster = make_cluster(req.gpu, req.n_gpus, req.gpus_per_node, usd_per_gpu_hour=req.usd_per_hour)
+    cluster = make_cluster(req.gpu, req.n_gpus, req.gpus_per_node, usd_per_gpu_hour=req.usd_per_hour,
+                           power_cap_w=req.power_cap_w, nic_gbit_per_gpu=req.nic_gbit_per_gpu, fabric=req.fabric)
     return m, cluster
 
 
@@ -66,6 +70,7 @@ def run_layout(req: PlanRequest, layout_text: str) -> tuple[Estimate, dict]:
     sw = _software(req)
     est = estimate(m, cluster, lay, gb, _efficiency(req), sw)
     extra: dict = {"model": m.name, "gpu": cluster.accelerator.name, "n_gpus": cluster.n_gpus,
+                   "cluster": cluster_json(cluster),
                    "global_batch": est.layout.dp * est.layout.mbs * est.layout.grad_accum}
     if req.tokens:
         hours, usd, kwh, per_m = train_cost(est, cluster.n_gpus, req.tokens, cluster.usd_per_gpu_hour,
@@ -85,6 +90,13 @@ def run_compare(req: PlanRequest, gpus: list[str]) -> tuple[list[HardwareOption]
     return opts, tokens
 
 
+def cluster_json(cluster: Cluster) -> dict:
+    """Return what differs between two clusters of one GPU: node size, links, power cap, clock, fabric."""
+    return {"gpus_per_node": cluster.gpus_per_node, "scaleup_gbps": cluster.scaleup_gbps,
+            "scaleup_domain": cluster.scaleup_domain, "scaleout_gbps": cluster.scaleout_gbps,
+            "fabric": cluster.fabric, "power_cap_w": cluster.power_cap_w, "clock_scale": cluster.clock_scale}
+
+
 def search_json(res: SearchResult, req: PlanRequest) -> dict:
     """Return the JSON object of a search: the request, the space covered and the ranked layouts."""
     layouts = []
@@ -99,7 +111,8 @@ def search_json(res: SearchResult, req: PlanRequest) -> dict:
     out = {"model": res.model.name, "gpu": res.cluster.accelerator.name, "n_gpus": res.cluster.n_gpus,
            "seq_len": res.model.seq_len, "global_batch": res.global_batch, "objective": res.objective,
            "n_candidates": res.n_candidates, "n_fit": res.n_fit, "search_time_s": res.elapsed_s,
-           "efficiency_source": res.efficiency_source, "stack": res.stack, "layouts": layouts}
+           "efficiency_source": res.efficiency_source, "stack": res.stack, "cluster": cluster_json(res.cluster),
+           "layouts": layouts}
     out.update({k: layouts[0][k] for k in ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gib_per_gpu",
                                             "fits", "breakdown", "layout")})
     return out

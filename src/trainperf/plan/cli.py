@@ -28,7 +28,8 @@ def _number(text: str | None, what: str) -> float | None:
 
 def plan(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Preset name or a JSON config (ours or Hugging Face)."),
-    gpu: str = typer.Option("h100", "--gpu", help="Accelerator from the catalog (see --list-gpus)."),
+    gpu: str = typer.Option("h100", "--gpu", help="Accelerator from the catalog (see --list-gpus) or a description "
+                            "such as 'H100-SXM 80GB HBM3, 700W, RoCE 400Gbps'."),
     gpus: int = typer.Option(8, "--gpus", min=1, help="Number of GPUs."),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", min=1, help="GPUs per node (catalog default)."),
     seq: Optional[int] = typer.Option(None, "--seq", min=1, help="Sequence length (model default)."),
@@ -47,6 +48,10 @@ def plan(
     stack: str = typer.Option("megatron-core", "--stack", help="Software stack: megatron-core, megatron-2021, "
                               "deepspeed, pytorch-fsdp, pytorch-fsdp-compile, jax (see --list-stacks)."),
     list_stacks: bool = typer.Option(False, "--list-stacks", help="Print the software stacks and their features."),
+    power_cap_w: Optional[float] = typer.Option(None, "--power-cap-w", min=1.0,
+                                                help="GPU power limit in W (lowers the sustained clock)."),
+    nic_gbit: Optional[float] = typer.Option(None, "--nic-gbit", min=0.1, help="Scale-out NIC Gb/s per GPU (e.g. 400)."),
+    fabric: Optional[str] = typer.Option(None, "--fabric", help="Scale-out fabric: ib or roce."),
     html: Optional[Path] = typer.Option(None, "--html", help="Also write a self-contained HTML report here."),
 ) -> None:
     """Rank parallel layouts of a model on a GPU budget by predicted step time, memory and cost."""
@@ -78,7 +83,7 @@ def plan(
     req = api.PlanRequest(model=model, gpu=gpu, n_gpus=gpus, gpus_per_node=gpus_per_node, seq=seq,
                           global_batch=global_batch, tokens=n_tokens, top=top, objective=objective,
                           calibration=calibration, usd_per_hour=usd_per_hour, precision=precision,
-                          stack=stack)
+                          stack=stack, power_cap_w=power_cap_w, nic_gbit_per_gpu=nic_gbit, fabric=fabric)
     if compare:
         names = [g.strip() for g in compare.split(",") if g.strip()]
         options, tok = api.run_compare(req, names)

@@ -101,9 +101,10 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Effi
     dropout = m.linear_bias if sw.dropout is None else sw.dropout
     seq = m.seq_len
 
-    peak = acc.peak_flops("bf16")
+    peak_nominal = acc.peak_flops("bf16")
+    peak = peak_nominal * cluster.clock_scale  # a power cap lowers the sustained clock, not HBM
     hbm = compute.hbm_rate_bytes(acc.hbm_tbps, eff)
-    speed = np.where(fp8, compute.fp8_speedup(peak, acc.peak_flops("fp8"), eff), 1.0)
+    speed = np.where(fp8, compute.fp8_speedup(peak_nominal, acc.peak_flops("fp8"), eff), 1.0)
     tokens = mbs * seq / cp
 
     # ---- one layer, one micro batch, one GPU
@@ -192,7 +193,7 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Effi
     global_tokens = dp * mbs * n_micro * seq
     n_gpus = tp * pp * cp * dp
     tps = global_tokens / step / n_gpus
-    peak_prec = np.where(fp8, acc.peak_flops("fp8"), peak)
+    peak_prec = np.where(fp8, acc.peak_flops("fp8"), peak_nominal)  # MFU: against the rated peak
     out["step_time_s"] = step
     out["tokens_per_s_per_gpu"] = tps
     out["mfu"] = tps * model_flops_per_token(m) / peak_prec

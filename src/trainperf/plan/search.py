@@ -157,7 +157,7 @@ def search(m: ModelSpec, cluster: Cluster, global_batch: int | None = None, obje
     for n in sizes:
         cl = cluster if n == cluster.n_gpus else make_cluster(
             cluster.accelerator.name, n, min(cluster.gpus_per_node, n), cluster.scaleup_gbps, cluster.scaleout_gbps,
-            cluster.usd_per_gpu_hour)
+            cluster.usd_per_gpu_hour, power_cap_w=cluster.power_cap_w, fabric=cluster.fabric)
         arrays, out = evaluate_all(m, cl, gb, precision, eff, sw)
         if not out:
             continue
