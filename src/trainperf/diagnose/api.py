@@ -11,7 +11,7 @@ import numpy as np
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.crossrank import CrossRank, comm_waits, cross_rank
 from trainperf.diagnose.facts import RankFacts, StragglerFacts, collect_facts
-from trainperf.diagnose.steps import memcpy_bandwidth
+from trainperf.diagnose.steps import gpu_step_periods_us, memcpy_bandwidth
 from trainperf.diagnose.rules import STRAGGLER_MIN_WAIT_PCT, run_rules
 from trainperf.diagnose.window import analysis_window
 from trainperf.errors import TrainperfError
@@ -51,6 +51,8 @@ class RankSummary:
     critical_path_pct: dict = field(default_factory=dict)
     gpu_analyses: str = "ok"
     allocator_pct: float = 0.0
+    gpu_step_time_median_us: float = 0.0            # step period on the GPU timeline (steps.gpu_step_periods_us)
+    gpu_lag_median_us: float = 0.0                  # GPU work of a step starts this long after its host span
     fix_order: list = field(default_factory=list)   # kinds, in the order their marginal gains were priced
     fix_all_gain_pct: float = 0.0                   # every fix of this rank applied together, % of the window
 
@@ -175,11 +177,17 @@ def _summary(f: RankFacts, plan: F.FixPlan) -> RankSummary:
     """The per-rank figures of the JSON output, read from the rank's facts."""
     t = f.table
     st = f.step_times
+    periods = gpu_step_periods_us(st)
+    lags = [x.gpu_lag_us for x in st if x.gpu_lag_us == x.gpu_lag_us]
     common = dict(n_events=len(t), steps=f.steps,
                   step_time_median_us=float(np.median([x.host_us for x in st])) if st else 0.0,
-                  step_times=[{"step": x.step, "host_us": x.host_us, "device_busy_us": x.device_busy_us}
+                  step_times=[{"step": x.step, "host_us": x.host_us, "device_busy_us": x.device_busy_us,
+                               "gpu_lag_us": x.gpu_lag_us if x.gpu_lag_us == x.gpu_lag_us else None,
+                               "gpu_span_us": x.gpu_end_us - x.gpu_start_us if x.gpu_lag_us == x.gpu_lag_us else None}
                               for x in st],
-                  fix_order=plan.order, fix_all_gain_pct=plan.fix_all_gain_pct)
+                  fix_order=plan.order, fix_all_gain_pct=plan.fix_all_gain_pct,
+                  gpu_step_time_median_us=float(np.median(periods)) if periods else 0.0,
+                  gpu_lag_median_us=float(np.nanmedian(lags)) if lags else 0.0)
     if not f.has_gpu:
         hw = f.host_window_us
         return RankSummary(t.rank, t.source, hw, 0, 0, 0, 0, 0, 0, 0,

@@ -34,13 +34,20 @@ def print_summary(d: Diagnosis, console: Console, top: int = 5) -> None:
                       f"compute imbalance {x['compute_imbalance_pct']:.1f}%", highlight=False)
     if not d.findings:
         console.print("[green]no findings: nothing in this trace is worth fixing[/]")
+    elif d.fix_order:
+        console.print(f"fix all: ≈ {d.fix_all_gain_pct:.1f}% of step time; gains below are marginal, fixes applied "
+                      f"in the order {' > '.join(d.fix_order)}", highlight=False)
     for i, f in enumerate(d.findings[:top], 1):
         style = _SEV_STYLE[f.severity]
-        console.print(f"\n[{style}]{i}. {f.kind}[/] ({f.severity}) ranks {f.ranks}  "
-                      f"gain ≈ {f.gain_pct:.1f}% of step time" + (f" [{f.what_if}]" if f.what_if else ""),
+        alone = f" (alone {f.gain_alone_pct:.1f}%)" if f.fix_order and f.gain_alone_pct != f.gain_pct else ""
+        conf = f", confidence {f.confidence}" if f.confidence != "high" else ""
+        console.print(f"\n[{style}]{i}. {f.kind}[/] ({f.severity}{conf}) ranks {f.ranks}  "
+                      f"gain ≈ {f.gain_pct:.1f}% of step time{alone}" + (f" [{f.what_if}]" if f.what_if else ""),
                       highlight=False)
         metrics = ", ".join(f"{k} {v['value']:g} {v['unit']}" for k, v in f.evidence.get("metrics", {}).items())
         console.print(f"   evidence: {metrics}", highlight=False)
         for e in f.evidence.get("events", [])[:3]:
             console.print(f"     - {e['name'][:90]} @ {e['start_us']:.0f} µs, {e['dur_us']:.0f} µs", highlight=False)
+        for n in f.notes:
+            console.print(f"   [yellow]note:[/] {n}", highlight=False)
         console.print(f"   fix: {f.recommendation}", highlight=False)

@@ -44,9 +44,10 @@ CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_sy
 @dataclass(frozen=True)
 class Change:
     """One what-if change. kind: none | remove_data_wait | remove_checkpoint_wait | remove_syncs (sync calls
-    return at once) | unblock_pageable_copies (host-to-device copies stop blocking the host: pinned memory,
-    non_blocking) | remove_allocator (allocator calls and spans cost nothing: caching allocator) |
-    overlap_comm (nothing waits for a collective: fully overlapped) | remove_straggler_wait |
+    return at once) | unblock_pageable_copies (host-to-device copies stop blocking the host and the work
+    after them stops queueing behind them: pinned memory, non_blocking, prefetched on a side stream) |
+    remove_allocator (allocator calls and spans cost nothing: caching allocator) |
+    overlap_comm (computation and host syncs stop waiting for collectives: fully overlapped) | remove_straggler_wait |
     speedup (category sped up `factor` times) | host_speedup (CPU work between runtime calls `factor`
     times faster) | graph_small_kernels (launching a kernel shorter than SMALL_KERNEL_US costs the
     host nothing: CUDA graphs / fusion). Several changes replay together (`replay(g, [a, b])`)."""
@@ -85,12 +86,15 @@ class Graph:
     sync_on: np.ndarray         # device node a sync waited for, or -1
     sync_on_nc: np.ndarray      # the same, ignoring communication (for overlap_comm), or -1
     sync_base: np.ndarray       # the sync call's own cost without waiting (µs)
+    sync_tail: np.ndarray       # how long the call went on after the work it waited for ended (µs)
     is_alloc: np.ndarray        # host node is an allocator call (cudaMalloc, hipFree, ...)
     small_launch: np.ndarray    # host node launched a kernel shorter than SMALL_KERNEL_US
     launch: np.ndarray          # launch node of a device node, or -1
     lat: np.ndarray             # launch latency used (µs)
     stream_prev: np.ndarray     # previous device node on the same stream, or -1
     stream_prev_nc: np.ndarray  # previous non-communication device node on the same stream, or -1
+    stream_prev_np: np.ndarray  # previous device node on the same stream that is not a pageable copy, or -1
+    pageable_copy: np.ndarray   # device node is a copy its host call blocked on (BLOCK_PAGEABLE)
     dep: np.ndarray             # inferred cross-stream predecessor, or -1
     lag: np.ndarray             # unexplained delay kept fixed (µs)
     category: np.ndarray
@@ -125,6 +129,18 @@ def _prefix_latest(order_nodes: np.ndarray, ends: np.ndarray) -> np.ndarray:
         if ends[order_nodes[j]] > ends[order_nodes[best]]:
             best = j
         out[j] = order_nodes[best]
+    return out
+
+
+def _stream_prev_skipping(by_stream: list[np.ndarray], skip: np.ndarray, n: int) -> np.ndarray:
+    """Previous node on the same stream that is not in skip (-1 none); by_stream: nodes of each stream in order."""
+    out = np.full(n, -1)
+    for idx in by_stream:
+        last = -1
+        for i in idx:
+            out[i] = last
+            if not skip[i]:
+                last = i
     return out
 
 
@@ -173,18 +189,15 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
         if lr >= 0:
             launch[i] = node_of_row.get(lr, -1)
     stream_prev = np.full(n, -1)
-    stream_prev_nc = np.full(n, -1)
     dev_idx = np.arange(n_h, n)
     streams = t.pid[dev_rows] * 1_000_003 + t.stream[dev_rows]  # (device, stream): ids repeat across GPUs
+    by_stream = []
     for s in np.unique(streams):
         idx = dev_idx[streams == s]
         idx = idx[np.argsort(start[idx], kind="stable")]
         stream_prev[idx[1:]] = idx[:-1]
-        last_nc = -1
-        for i in idx:
-            stream_prev_nc[i] = last_nc
-            if not comm[i]:
-                last_nc = i
+        by_stream.append(idx)
+    stream_prev_nc = _stream_prev_skipping(by_stream, comm, n)
     has_launch = launch >= 0
     obs_lat = np.where(has_launch, start - start[np.clip(launch, 0, None)], np.nan)
     lat_min = float(np.nanpercentile(obs_lat[has_launch], 5)) if has_launch.any() else 0.0
@@ -258,6 +271,11 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
                 jn = int(np.searchsorted(l_starts_nc, start[i], side="left")) - 1
                 sync_on_nc[i] = latest_nc[jn] if jn >= 0 else -1
     is_sync = block != NOT_BLOCKING
+    sync_tail = np.zeros(n)
+    sync_tail[is_sync] = np.maximum(end[is_sync] - end[sync_on[is_sync]], 0.0)
+    pageable_copies = np.zeros(n, bool)
+    pageable_copies[sync_on[block == BLOCK_PAGEABLE]] = True
+    stream_prev_np = _stream_prev_skipping(by_stream, pageable_copies, n)
 
     # allocator calls, and launches of small kernels
     is_alloc = np.zeros(n, bool)
@@ -277,9 +295,9 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     order = np.lexsort((~is_host, start))  # host calls first at equal times
     return Graph(rows=rows, is_host=is_host, start=start, dur=dur, host_prev=host_prev, host_gap=host_gap,
                  gap_dataloader=gap_dl, gap_checkpoint=gap_ck, gap_allocator=gap_al, is_sync=is_sync,
-                 block_class=block, sync_on=sync_on, sync_on_nc=sync_on_nc, sync_base=sync_base, is_alloc=is_alloc,
+                 block_class=block, sync_on=sync_on, sync_on_nc=sync_on_nc, sync_base=sync_base, sync_tail=sync_tail, is_alloc=is_alloc,
                  small_launch=small_launch, launch=launch, lat=lat, stream_prev=stream_prev,
-                 stream_prev_nc=stream_prev_nc, dep=dep, lag=lag, category=cat, comm_wait=cw, comm_wait_rank=cw_rank,
+                 stream_prev_nc=stream_prev_nc, stream_prev_np=stream_prev_np, pageable_copy=pageable_copies, dep=dep, lag=lag, category=cat, comm_wait=cw, comm_wait_rank=cw_rank,
                  order=order, names=t.names)
 
 
@@ -337,6 +355,10 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     overlap = "overlap_comm" in kinds
     comm = g.category == COMMUNICATION
     stream_prev = np.where(~comm, g.stream_prev_nc, g.stream_prev) if overlap else g.stream_prev
+    if "unblock_pageable_copies" in kinds:
+        # the copy is prefetched on a side stream from pinned memory: the work after it no longer queues behind it
+        after_copy = (stream_prev >= 0) & g.pageable_copy[np.clip(stream_prev, 0, None)]
+        stream_prev = np.where(after_copy, g.stream_prev_np, stream_prev)
     sync_on = g.sync_on_nc if overlap else g.sync_on
     pending = np.zeros(n, bool)  # syncs whose end waits for device work not yet replayed
 
@@ -345,7 +367,7 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
         # (the next call on its thread, observed after the sync ended) that work has been replayed
         k = sync_on[i]
         base = min(g.sync_base[i], dur[i])
-        E[i] = S[i] + base if unblocked[i] or k < 0 else max(S[i] + base, E[k])
+        E[i] = S[i] + base if unblocked[i] or k < 0 else max(S[i] + base, E[k] + g.sync_tail[i])
         pending[i] = False
 
     for i in g.order:
@@ -414,8 +436,9 @@ def critical_path(g: Graph, r: Replay) -> dict[str, float]:
         seen += 1
         if g.is_host[i]:
             own = r.end[i] - r.start[i]
-            if g.is_sync[i] and g.sync_on[i] >= 0 and r.end[g.sync_on[i]] >= r.end[i] - 1e-9 and \
-                    r.end[g.sync_on[i]] > r.start[i] + g.sync_base[i]:
+            k = g.sync_on[i]
+            if g.is_sync[i] and k >= 0 and r.end[k] + g.sync_tail[i] >= r.end[i] - 1e-9 and \
+                    r.end[k] + g.sync_tail[i] > r.start[i] + g.sync_base[i]:
                 add("pageable_copy" if g.block_class[i] == BLOCK_PAGEABLE else "sync_wait",
                     r.end[i] - max(r.start[i], r.start[g.sync_on[i]]))
                 t_cursor = max(r.start[i], r.start[g.sync_on[i]])

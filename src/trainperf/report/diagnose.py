@@ -40,13 +40,18 @@ def write_report(d, path: str | Path) -> Path:
             f"compute imbalance {x['compute_imbalance_pct']:.1f}%."),
             bar_chart([f"rank {r}" for r in ranks], [x["caused_by_rank_us"][r] / 1e3 for r in ranks], "ms of others' wait"))
     if d.findings:
-        rep.add("Findings, ranked by estimated gain", bar_chart([f.kind for f in d.findings],
-                                                               [f.gain_pct for f in d.findings], "% step time"))
+        rep.add("Findings, ranked by marginal gain", bar_chart([f.kind for f in d.findings],
+                                                              [f.gain_pct for f in d.findings], "% step time"),
+                paragraph(f"Fix all: ≈ {d.fix_all_gain_pct:.1f}% of step time. Each gain is what its fix adds to "
+                          f"the fixes before it, in the order {' > '.join(d.fix_order) or '-'}.", "note"))
         for i, f in enumerate(d.findings, 1):
             m = f.evidence.get("metrics", {})
             ev = f.evidence.get("events", [])
-            rep.add(f"{i}. {f.kind} ({f.severity}, gain ≈ {f.gain_pct:.1f}%)",
-                    f"<p class='sev-{esc(f.severity)}'>ranks {esc(f.ranks)}; what-if: {esc(f.what_if)}</p>",
+            conf = "" if f.confidence == "high" else f", confidence {f.confidence}"
+            rep.add(f"{i}. {f.kind} ({f.severity}{conf}, gain ≈ {f.gain_pct:.1f}%)",
+                    f"<p class='sev-{esc(f.severity)}'>ranks {esc(f.ranks)}; what-if: {esc(f.what_if)}; "
+                    f"alone {f.gain_alone_pct:.1f}%, fix #{f.fix_order or '-'}</p>",
+                    *[paragraph("Note: " + n, "note") for n in f.notes],
                     table([[k, v["value"], v["unit"]] for k, v in m.items()], ["evidence", "value", "unit"]),
                     table([[e["name"][:100], e["start_us"], e["dur_us"]] for e in ev], ["event", "start µs", "dur µs"])
                     if ev else "", paragraph("Fix: " + f.recommendation))

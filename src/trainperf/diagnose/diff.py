@@ -1,0 +1,404 @@
+"""Trace diff: what changed between a baseline and a candidate run, per training step.
+
+Each side's step is decomposed by a sweep over its wall clock. Every instant of a step
+(ProfilerStep#N span, last step dropped as HTA drops it) goes to exactly one bucket, by tier:
+1. compute, by kernel class (gemm, attention, elementwise, ...): time when a compute kernel runs,
+   split evenly among the classes running at that instant;
+2. communication: collectives running with no compute under them (exposed);
+3. memcpy by direction and memory kind ("memcpy DtoH (Device -> Pageable)"), then memset;
+4. GPU idle, by cause: the next device event was already launched (``idle: other``: a stream or
+   cross-rank dependency), else what the host is doing: DataLoader, allocator calls, a sync (inside
+   one, or the queue it drained right before), else ``idle: host`` (launch-bound).
+So the buckets of a step add up to its time exactly, and the buckets' per-step deltas add up to
+the step-time delta. ``explained_pct`` is the share of that delta that lands in named buckets
+(everything but ``idle: other``, whose cause the trace does not show).
+Per-name figures (kernels, operators) are summed over the events launched in the kept steps and
+averaged per step and per rank.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, DATALOADER_RE, SYNC_OP_RE,
+                                     SYNC_RUNTIME_RE)
+from trainperf.errors import TrainperfError
+from trainperf.trace.annotate import correlated_host_row, step_spans
+from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMMUNICATION, CPU_OP, DEVICE_KINDS,
+                                    PYTHON, RUNTIME, USER_ANNOTATION, EventTable)
+from trainperf.trace.load import load_trace
+
+# A sync call returns once the device has drained; host and device clocks differ by a few µs, so a
+# sync that ends up to this long before the device goes idle still counts as the idle's cause.
+SYNC_SLACK_US = 10.0
+IDLE_OTHER = "idle: other"
+COMM = "communication"
+MEMSET = "memset"
+HOST_KINDS = {CPU_OP: "operator", USER_ANNOTATION: "annotation", RUNTIME: "runtime", PYTHON: "python"}
+
+
+@dataclass(kw_only=True, slots=True)
+class NameStat:
+    """One kernel or operator name on one side: time and count per step (µs, per rank)."""
+
+    category: str
+    time_us: float
+    count: float
+
+
+@dataclass(kw_only=True)
+class StepProfile:
+    """One side of a diff: per-step times and their decomposition (µs, averaged over ranks)."""
+
+    source: str
+    ranks: list[int]
+    steps: list[int]
+    step_times_us: np.ndarray                 # per kept step, mean over ranks of the ProfilerStep span
+    breakdown_us: dict[str, float]            # bucket -> mean µs per step; sums to step_times_us.mean()
+    kernels: dict[str, NameStat]              # device events (kernels, memcpy, memset) by name
+    operators: dict[str, NameStat]            # host events (cpu_op, annotations, runtime calls) by name
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def mean_us(self) -> float:
+        """Mean step time (µs)."""
+        return float(self.step_times_us.mean())
+
+    @property
+    def median_us(self) -> float:
+        """Median step time (µs)."""
+        return float(np.median(self.step_times_us))
+
+
+def median_interval(x: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """Distribution-free interval of the median (order statistics of a Binomial(n, 1/2)); (min, max)
+    when n is too small for the level."""
+    from scipy.stats import binom
+
+    s = np.sort(np.asarray(x, dtype=float))
+    n = s.size
+    if n == 0:
+        return float("nan"), float("nan")
+    k = int(binom.ppf((1 - level) / 2, n, 0.5))  # P(B < k) <= (1-level)/2
+    while k > 0 and binom.cdf(k - 1, n, 0.5) > (1 - level) / 2:
+        k -= 1
+    if k <= 0:
+        return float(s[0]), float(s[-1])
+    return float(s[k - 1]), float(s[n - k])
+
+
+def _covered(mids: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Which points lie inside the union of [start, end) intervals."""
+    if start.size == 0:
+        return np.zeros(mids.size, dtype=bool)
+    o = np.argsort(start, kind="stable")
+    s, e = start[o], np.maximum.accumulate(end[o])
+    i = np.searchsorted(s, mids, side="right") - 1
+    ok = i >= 0
+    ok[ok] = mids[ok] < e[i[ok]]
+    return ok
+
+
+def _last_end_before(points: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """For each point, the latest end among intervals that started before it (-inf if none)."""
+    if start.size == 0:
+        return np.full(points.size, -np.inf)
+    o = np.argsort(start, kind="stable")
+    s, e = start[o], np.maximum.accumulate(end[o])
+    i = np.searchsorted(s, points, side="right") - 1
+    return np.where(i >= 0, e[np.clip(i, 0, None)], -np.inf)
+
+
+def device_label(t: EventTable, row: int) -> str:
+    """Decomposition bucket of one device event: its kernel class, communication, memcpy kind, memset."""
+    c = int(t.category[row])
+    if c == COMMUNICATION:
+        return COMM
+    if c == CAT_MEMSET:
+        return MEMSET
+    if c == CAT_MEMCPY:
+        name = t.names[int(t.name[row])]
+        return "memcpy " + (name[len("Memcpy "):] if name.startswith("Memcpy ") else "other")
+    return "compute: " + CATEGORY_NAMES[c if c >= 0 else len(CATEGORY_NAMES) - 1]
+
+
+def _host_rows(t: EventTable, patterns_kinds) -> np.ndarray:
+    rows = []
+    for pattern, kinds in patterns_kinds:
+        ids = t.ids_matching(pattern.search)
+        rows.append(np.flatnonzero(np.isin(t.name, ids) & np.isin(t.kind, kinds)))
+    return np.unique(np.concatenate(rows)) if rows else np.zeros(0, dtype=np.int64)
+
+
+def _kept_steps(t: EventTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(step numbers, start µs, end µs) of the steps a diff uses: all ProfilerSteps but the last
+    (cut short by the profiler stopping), or the whole trace as one step -1 without them."""
+    steps, a, b = step_spans(t)
+    if steps.size >= 2:
+        steps, a, b = steps[:-1], a[:-1], b[:-1]
+    if steps.size == 0:
+        return np.array([-1]), np.array([t.ts_ns.min() / 1e3]), np.array([t.end_ns.max() / 1e3])
+    return steps, a / 1e3, b / 1e3
+
+
+def rank_breakdown(t: EventTable) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """(step numbers, step time µs, {bucket: µs per step}) of one rank; buckets sum to the step time."""
+    steps, s0, s1 = _kept_steps(t)
+    dev = np.flatnonzero(t.on_device)
+    ts, end = t.ts_ns / 1e3, t.end_ns / 1e3
+    labels = np.array([device_label(t, int(r)) for r in dev], dtype=object) if dev.size else np.zeros(0, object)
+    link = correlated_host_row(t)
+    launch = np.where(link[dev] >= 0, ts[np.clip(link[dev], 0, None)], -np.inf) if dev.size else np.zeros(0)
+    dl = _host_rows(t, [(DATALOADER_RE, (USER_ANNOTATION, CPU_OP, PYTHON))])
+    alloc = _host_rows(t, [(ALLOCATOR_RUNTIME_RE, (RUNTIME,)), (ALLOCATOR_SPAN_RE, (USER_ANNOTATION, CPU_OP, PYTHON,
+                                                                                   RUNTIME))])
+    sync = _host_rows(t, [(SYNC_RUNTIME_RE, (RUNTIME,)), (SYNC_OP_RE, (CPU_OP,))])
+    lo, hi = s0.min(), s1.max()
+    cuts = np.concatenate([s0, s1, ts[dev], end[dev], launch[np.isfinite(launch)], ts[dl], end[dl], ts[alloc],
+                           end[alloc], ts[sync], end[sync], end[sync] + SYNC_SLACK_US])
+    cuts = np.unique(np.clip(cuts, lo, hi))
+    mids, dt = (cuts[:-1] + cuts[1:]) / 2, np.diff(cuts)
+    k = np.searchsorted(s0, mids, side="right") - 1
+    in_step = (k >= 0) & (mids < s1[np.clip(k, 0, None)])
+    mids, dt, k = mids[in_step], dt[in_step], k[in_step]
+
+    share: dict[str, np.ndarray] = {}
+    free = np.ones(mids.size, dtype=bool)  # no bucket of a higher tier holds the instant yet
+    tiers = ([l for l in sorted(set(labels)) if l.startswith("compute: ")], [COMM],
+             [l for l in sorted(set(labels)) if l.startswith("memcpy ")], [MEMSET])
+    for tier in tiers:
+        active = {l: _covered(mids, ts[dev][labels == l], end[dev][labels == l]) & free for l in tier}
+        n = sum(a.astype(np.int32) for a in active.values()) if active else np.zeros(mids.size, np.int32)
+        for l, a in active.items():
+            share[l] = np.where(a, dt / np.maximum(n, 1), 0.0)
+        free &= n == 0
+    # idle instants: by what the next device event and the host were doing
+    o = np.argsort(ts[dev], kind="stable")
+    dev_start, dev_launch = ts[dev][o], launch[o]
+    j = np.searchsorted(dev_start, mids, side="left")
+    queued = np.zeros(mids.size, dtype=bool)
+    has_next = j < dev_start.size
+    queued[has_next] = dev_launch[j[has_next]] <= mids[has_next]
+    gap_start = _last_end_before(mids, ts[dev], end[dev])
+    after_sync = _last_end_before(mids, ts[sync], end[sync]) >= gap_start - SYNC_SLACK_US
+    causes = (("idle: other", queued), ("idle: dataloader", _covered(mids, ts[dl], end[dl])),
+              ("idle: allocator", _covered(mids, ts[alloc], end[alloc])),
+              ("idle: sync", _covered(mids, ts[sync], end[sync]) | (after_sync & np.isfinite(gap_start))),
+              ("idle: host", np.ones(mids.size, dtype=bool)))
+    for label, mask in causes:
+        take = free & mask
+        share[label] = np.where(take, dt, 0.0)
+        free &= ~take
+    per_step = {l: np.bincount(k, weights=v, minlength=steps.size) for l, v in share.items()}
+    return steps, s1 - s0, per_step
+
+
+def name_stats(t: EventTable, steps: np.ndarray) -> tuple[dict[str, NameStat], dict[str, NameStat]]:
+    """(device names, host names) -> time (µs) and count summed over the given steps (all rows when
+    steps is [-1]: a trace without ProfilerSteps). ProfilerStep spans themselves are left out."""
+    sel = np.isin(t.step, steps) if steps[0] >= 0 else np.ones(len(t), dtype=bool)
+    dur = t.dur_ns / 1e3
+    dev = sel & t.on_device
+    kernels = _by_name(t, np.flatnonzero(dev), dur, lambda r: device_label(t, r))
+    host = sel & np.isin(t.kind, list(HOST_KINDS)) & ~np.isin(t.name, t.ids_matching(lambda s: s.startswith(
+        "ProfilerStep")))
+    ops = _by_name(t, np.flatnonzero(host), dur, lambda r: HOST_KINDS[int(t.kind[r])])
+    return kernels, ops
+
+
+def _by_name(t: EventTable, rows: np.ndarray, dur: np.ndarray, category) -> dict[str, NameStat]:
+    if rows.size == 0:
+        return {}
+    ids, first, inv = np.unique(t.name[rows], return_index=True, return_inverse=True)
+    time = np.bincount(inv.reshape(-1), weights=dur[rows])
+    count = np.bincount(inv.reshape(-1))
+    return {t.names[int(i)]: NameStat(category=category(int(rows[f])), time_us=float(a), count=float(c))
+            for i, f, a, c in zip(ids, first, time, count)}
+
+
+def step_profile(tables: dict[int, EventTable], source: str = "") -> StepProfile:
+    """Decompose the steps of every rank and average them: the steps all ranks share (each rank's
+    own when they share none), figures per step and per rank."""
+    if not tables:
+        raise TrainperfError(f"{source}: no ranks to compare")
+    per_rank = {r: rank_breakdown(t) for r, t in tables.items()}
+    common = set.intersection(*[set(map(int, v[0])) for v in per_rank.values()])
+    notes = []
+    if not any(t.has_gpu for t in tables.values()):
+        notes.append(f"{source}: no kernel, memcpy or memset events: every step instant counts as GPU idle")
+    if per_rank and all(int(v[0][0]) == -1 for v in per_rank.values()):
+        notes.append(f"{source}: no ProfilerStep annotations: the whole trace is one step")
+    times, buckets = [], {}
+    kernels: dict[str, NameStat] = {}
+    ops: dict[str, NameStat] = {}
+    kept: set[int] = set()
+    for r, (steps, span, parts) in per_rank.items():
+        keep = np.isin(steps, sorted(common)) if common else np.ones(steps.size, dtype=bool)
+        kept |= set(map(int, steps[keep]))
+        times.append(span[keep])
+        for l, v in parts.items():
+            buckets.setdefault(l, []).append(v[keep])
+        ks, os_ = name_stats(tables[r], steps[keep])
+        for acc, got in ((kernels, ks), (ops, os_)):
+            for n, s in got.items():
+                a = acc.setdefault(n, NameStat(category=s.category, time_us=0.0, count=0.0))
+                a.time_us += s.time_us
+                a.count += s.count
+    n_rank_steps = sum(x.size for x in times)
+    if common:
+        step_times = np.mean(np.stack(times), axis=0)
+    else:
+        step_times = np.concatenate(times)
+        notes.append(f"{source}: the ranks share no ProfilerStep number: steps pooled over ranks")
+    breakdown = {l: float(np.concatenate(v).sum() / n_rank_steps) for l, v in buckets.items()}
+    for acc in (kernels, ops):
+        for s in acc.values():
+            s.time_us /= n_rank_steps
+            s.count /= n_rank_steps
+    return StepProfile(source=source, ranks=sorted(tables), steps=sorted(kept), step_times_us=step_times,
+                       breakdown_us=breakdown, kernels=kernels, operators=ops, notes=notes)
+
+
+@dataclass(kw_only=True, slots=True)
+class Contribution:
+    """One kernel or operator name: time and count per step on each side (µs, per rank)."""
+
+    name: str
+    category: str
+    baseline_us: float
+    candidate_us: float
+    count_baseline_per_step: float
+    count_candidate_per_step: float
+
+    @property
+    def delta_us_per_step(self) -> float:
+        return self.candidate_us - self.baseline_us
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "category": self.category, "delta_us_per_step": round(self.delta_us_per_step, 3),
+                "baseline_us_per_step": round(self.baseline_us, 3), "candidate_us_per_step": round(self.candidate_us, 3),
+                "count_baseline_per_step": round(self.count_baseline_per_step, 3),
+                "count_candidate_per_step": round(self.count_candidate_per_step, 3)}
+
+
+@dataclass(kw_only=True)
+class TraceDiff:
+    """The result of `trainperf diff`: both sides, the step-time change and what it is made of."""
+
+    baseline: StepProfile
+    candidate: StepProfile
+    delta_median_us: float                         # Hodges-Lehmann shift of the per-step times
+    delta_interval_us: tuple[float, float]         # its 95% Mann-Whitney interval
+    decomposition: list[tuple[str, float, float]]  # (bucket, baseline µs/step, candidate µs/step)
+    kernels: list[Contribution]                    # device names, by |delta| descending
+    operators: list[Contribution]                  # host names, by |delta| descending
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def delta_mean_us(self) -> float:
+        """Change of the mean step time (µs): what the decomposition adds up to."""
+        return self.candidate.mean_us - self.baseline.mean_us
+
+    @property
+    def step_time_delta_pct(self) -> float:
+        """Change of the median step time, % of the baseline's."""
+        b = self.baseline.median_us
+        return 100.0 * (self.candidate.median_us - b) / b if b > 0 else float("nan")
+
+    @property
+    def explained_pct(self) -> float:
+        """Share of the mean step-time change that lands in named buckets (all but idle: other), %."""
+        d = self.delta_mean_us
+        if d == 0:
+            return 100.0
+        other = next((c - b for n, b, c in self.decomposition if n == IDLE_OTHER), 0.0)
+        return 100.0 * (d - other) / d
+
+    @property
+    def new(self) -> list[Contribution]:
+        """Names seen only in the candidate."""
+        return [c for c in self.kernels + self.operators if c.count_baseline_per_step == 0]
+
+    @property
+    def gone(self) -> list[Contribution]:
+        """Names seen only in the baseline."""
+        return [c for c in self.kernels + self.operators if c.count_candidate_per_step == 0]
+
+    def headline(self) -> str:
+        """One line: the change and the bucket and names that carry most of it."""
+        d = self.delta_mean_us
+        pct = self.step_time_delta_pct
+        verb = "slower" if d > 0 else "faster"
+        if not self.decomposition or d == 0:
+            return f"step time unchanged ({pct:+.1f}%)"
+        n, b, c = max(self.decomposition, key=lambda x: (x[2] - x[1]) * math.copysign(1, d))
+        same_way = [k for k in self.kernels if k.delta_us_per_step * d > 0]
+        top = f"; top kernel {_short(same_way[0].name)} {same_way[0].delta_us_per_step:+.0f} µs/step" if same_way else ""
+        return (f"candidate {abs(pct):.1f}% {verb} per step ({self.baseline.median_us:.0f} -> "
+                f"{self.candidate.median_us:.0f} µs); largest change: {n} {c - b:+.0f} µs/step{top}")
+
+    def to_json(self, top: int = 30) -> dict:
+        """The documented JSON object (times µs per step, per rank)."""
+        def side(p: StepProfile) -> dict:
+            lo, hi = median_interval(p.step_times_us)
+            return {"source": p.source, "ranks": p.ranks, "steps": p.steps, "step_time_us": round(p.median_us, 3),
+                    "step_time_interval_us": [round(lo, 3), round(hi, 3)], "step_time_mean_us": round(p.mean_us, 3),
+                    "step_times_us": [round(float(x), 3) for x in p.step_times_us],
+                    "breakdown_us": {k: round(v, 3) for k, v in sorted(p.breakdown_us.items())}}
+        contribs = sorted(self.kernels + self.operators, key=lambda c: -abs(c.delta_us_per_step))
+        return {"baseline": side(self.baseline), "candidate": side(self.candidate),
+                "step_time_delta_us": round(self.candidate.median_us - self.baseline.median_us, 3),
+                "step_time_delta_pct": round(self.step_time_delta_pct, 3),
+                "step_time_delta_hl_us": round(self.delta_median_us, 3),
+                "step_time_delta_interval_us": [round(v, 3) for v in self.delta_interval_us],
+                "step_time_mean_delta_us": round(self.delta_mean_us, 3),
+                "explained_pct": round(self.explained_pct, 3), "headline": self.headline(),
+                "decomposition": [{"category": n, "baseline_us": round(b, 3), "candidate_us": round(c, 3),
+                                   "delta_us": round(c - b, 3)} for n, b, c in self.decomposition],
+                "contributions": [c.to_json() for c in contribs[:top]],
+                "new": [c.to_json() for c in self.new], "gone": [c.to_json() for c in self.gone],
+                "notes": self.notes}
+
+
+def _short(name: str, n: int = 60) -> str:
+    return name if len(name) <= n else name[:n - 1] + "…"
+
+
+def _contributions(a: dict[str, NameStat], b: dict[str, NameStat]) -> list[Contribution]:
+    zero = NameStat(category="", time_us=0.0, count=0.0)
+    out = []
+    for n in set(a) | set(b):
+        x, y = a.get(n, zero), b.get(n, zero)
+        out.append(Contribution(name=n, category=y.category or x.category, baseline_us=x.time_us,
+                                candidate_us=y.time_us, count_baseline_per_step=x.count,
+                                count_candidate_per_step=y.count))
+    return sorted(out, key=lambda c: (-abs(c.delta_us_per_step), c.name))
+
+
+def diff_profiles(baseline: StepProfile, candidate: StepProfile) -> TraceDiff:
+    """Compare two step profiles: step-time shift with its interval, buckets, names."""
+    from trainperf.fleet.changepoints import hodges_lehmann_interval
+
+    a, b = baseline.step_times_us, candidate.step_times_us
+    shift, lo, hi = hodges_lehmann_interval(b[:, None] - a[None, :], a.size, b.size)
+    names = sorted(set(baseline.breakdown_us) | set(candidate.breakdown_us))
+    dec = [(n, baseline.breakdown_us.get(n, 0.0), candidate.breakdown_us.get(n, 0.0)) for n in names]
+    dec = [x for x in dec if x[1] or x[2]]
+    dec.sort(key=lambda x: -abs(x[2] - x[1]))
+    notes = baseline.notes + candidate.notes
+    if min(a.size, b.size) < 3:
+        notes.append(f"few steps ({a.size} baseline, {b.size} candidate): the intervals are wide or min-max")
+    return TraceDiff(baseline=baseline, candidate=candidate, delta_median_us=shift, delta_interval_us=(lo, hi),
+                     decomposition=dec, kernels=_contributions(baseline.kernels, candidate.kernels),
+                     operators=_contributions(baseline.operators, candidate.operators), notes=notes)
+
+
+def diff(baseline: str | Path, candidate: str | Path, progress: bool = False) -> TraceDiff:
+    """Load two traces (a Kineto file or a folder of ranks each) and diff them."""
+    a = step_profile(load_trace(baseline, progress=progress), str(baseline))
+    b = step_profile(load_trace(candidate, progress=progress), str(candidate))
+    return diff_profiles(a, b)
