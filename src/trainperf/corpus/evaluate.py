@@ -1,0 +1,177 @@
+"""Score `diagnose` on a labeled corpus: per-kind precision/recall/F1, top-1, healthy false findings,
+what-if error.
+
+A case folder holds `labels.json` ({kind, ranks, true_gain_pct, severity}) and `traces/` (one
+Kineto file per rank). A finding counts as a prediction of its kind when its severity is at least
+`min_severity`. Precision of kind K = cases labeled K where K was predicted / cases where K was
+predicted (healthy cases included); recall = the same over cases labeled K. Top-1: the first
+(highest-ranked) finding of a non-healthy case names its labeled kind. What-if error: |predicted
+gain_pct - true_gain_pct| in percentage points, over cases whose labeled kind was predicted.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainperf.corpus.build import KIND_LABELS
+from trainperf.errors import TrainperfError
+
+SEVERITIES = ("low", "medium", "high")
+LABEL_KEYS = ("kind", "ranks", "true_gain_pct", "severity")
+
+
+@dataclass(kw_only=True)
+class CaseResult:
+    """One case: its labels and diagnose's findings [{kind, severity, ranks, gain_pct}], ranked."""
+
+    name: str
+    kind: str
+    ranks: list[int]
+    true_gain_pct: float
+    severity: str
+    findings: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def read_labels(case: Path) -> dict:
+    """labels.json of a case folder, checked; a one-line TrainperfError naming the file otherwise."""
+    path = case / "labels.json"
+    if not path.is_file():
+        raise TrainperfError(f"{case}: missing labels.json")
+    try:
+        labels = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise TrainperfError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(labels, dict):
+        raise TrainperfError(f"{path}: expected a JSON object with {', '.join(LABEL_KEYS)}")
+    missing = [k for k in LABEL_KEYS if k not in labels]
+    if missing:
+        raise TrainperfError(f"{path}: missing key(s) {', '.join(missing)}")
+    if labels["kind"] not in KIND_LABELS:
+        raise TrainperfError(f"{path}: unknown kind {labels['kind']!r}; known: {', '.join(KIND_LABELS)}")
+    if not isinstance(labels["true_gain_pct"], (int, float)) or not isinstance(labels["ranks"], list):
+        raise TrainperfError(f"{path}: true_gain_pct must be a number and ranks a list")
+    return labels
+
+
+def case_folders(corpus: str | Path) -> list[Path]:
+    """The case folders of a corpus (sub-folders with labels.json or traces/), sorted by name."""
+    corpus = Path(corpus)
+    if not corpus.is_dir():
+        raise TrainperfError(f"{corpus}: not a folder (expected a corpus built by `make corpus`)")
+    cases = sorted(p for p in corpus.iterdir() if p.is_dir() and ((p / "labels.json").exists() or (p / "traces").is_dir()))
+    if not cases:
+        raise TrainperfError(f"{corpus}: no case folders (each needs labels.json and traces/)")
+    return cases
+
+
+def _at_least(severity: str, floor: str) -> bool:
+    return SEVERITIES.index(severity) >= SEVERITIES.index(floor) if severity in SEVERITIES else False
+
+
+def score(results: list[CaseResult], min_severity: str = "low") -> dict:
+    """The evaluation JSON: {kinds: {K: {precision, recall, f1, n, tp, fp, fn}}, top1_accuracy,
+    healthy_false_findings: {high, medium, low}, whatif_median_abs_error_pct, ...}; precision
+    is null for a kind never predicted."""
+    if min_severity not in SEVERITIES:
+        raise TrainperfError(f"min severity {min_severity!r}: expected one of {', '.join(SEVERITIES)}")
+    predicted = [{f["kind"] for f in r.findings if _at_least(f["severity"], min_severity)} for r in results]
+    labeled = sorted({r.kind for r in results} - {"healthy"})
+    kinds = {}
+    for k in labeled:
+        tp = sum(1 for r, p in zip(results, predicted) if r.kind == k and k in p)
+        fp = sum(1 for r, p in zip(results, predicted) if r.kind != k and k in p)
+        n = sum(1 for r in results if r.kind == k)
+        prec = tp / (tp + fp) if tp + fp else None
+        rec = tp / n
+        f1 = 2 * prec * rec / (prec + rec) if prec and rec else 0.0
+        kinds[k] = {"precision": _r(prec), "recall": _r(rec), "f1": _r(f1), "n": n, "tp": tp, "fp": fp, "fn": n - tp}
+    sick = [(r, p) for r, p in zip(results, predicted) if r.kind != "healthy"]
+    top = [r for r, _ in sick if _first(r, min_severity) == r.kind]
+    healthy = [r for r in results if r.kind == "healthy"]
+    false = {s: sum(1 for r in healthy for f in r.findings if f["severity"] == s) for s in ("high", "medium", "low")}
+    errs, rel = [], []
+    for r, p in sick:
+        if r.kind in p:
+            g = next(f["gain_pct"] for f in r.findings if f["kind"] == r.kind)
+            errs.append(abs(float(g) - r.true_gain_pct))
+            if r.true_gain_pct > 0:
+                rel.append(errs[-1] / r.true_gain_pct * 100)
+    other: dict[str, int] = {}
+    for r, p in zip(results, predicted):
+        for k in p - set(labeled):
+            other[k] = other.get(k, 0) + 1
+    by_sev = {}
+    for s in SEVERITIES:
+        sel = [(r, p) for r, p in sick if r.severity == s]
+        by_sev[s] = {"n": len(sel), "recall": _r(sum(1 for r, p in sel if r.kind in p) / len(sel)) if sel else None}
+    return {
+        "kinds": kinds,
+        "top1_accuracy": _r(len(top) / len(sick)) if sick else None,
+        "healthy_false_findings": false,
+        "whatif_median_abs_error_pct": _r(statistics.median(errs)) if errs else None,
+        "whatif_max_abs_error_pct": _r(max(errs)) if errs else None,
+        "whatif_median_rel_error_pct": _r(statistics.median(rel)) if rel else None,
+        "whatif_n": len(errs),
+        "n_cases": len(results), "n_healthy": len(healthy), "min_severity": min_severity,
+        "recall_by_true_severity": by_sev,
+        "other_predicted_kinds": dict(sorted(other.items())),
+        "top1_misses": _misses(sick, min_severity),
+    }
+
+
+def _first(r: CaseResult, floor: str) -> str | None:
+    return next((f["kind"] for f in r.findings if _at_least(f["severity"], floor)), None)
+
+
+def _misses(sick, floor: str) -> dict:
+    """labeled kind -> {top finding's kind (or 'none'): count} over cases whose top-1 was wrong."""
+    out: dict = {}
+    for r, _ in sick:
+        got = _first(r, floor) or "none"
+        if got != r.kind:
+            out.setdefault(r.kind, {})
+            out[r.kind][got] = out[r.kind].get(got, 0) + 1
+    return out
+
+
+def _r(x):
+    return None if x is None else round(float(x), 4)
+
+
+def run_cases(corpus: str | Path, progress: bool = True) -> list[CaseResult]:
+    """Diagnose every case of the corpus (labels checked first, all of them); return the results."""
+    from trainperf.diagnose.api import diagnose
+
+    cases = case_folders(corpus)
+    labels = {c: read_labels(c) for c in cases}
+    for c in cases:
+        if not (c / "traces").is_dir():
+            raise TrainperfError(f"{c}: missing traces/ folder")
+    results = []
+    bar = _progress(progress)
+    with bar:
+        task = bar.add_task("diagnosing", total=len(cases))
+        for c in cases:
+            bar.update(task, description=f"diagnosing {c.name}")
+            t = time.perf_counter()
+            found = diagnose(c / "traces", top=10_000).to_json()["findings"]
+            lab = labels[c]
+            results.append(CaseResult(name=c.name, kind=lab["kind"], ranks=list(lab["ranks"]),
+                                      true_gain_pct=float(lab["true_gain_pct"]), severity=str(lab["severity"]),
+                                      findings=[{k: f.get(k) for k in ("kind", "severity", "ranks", "gain_pct")}
+                                                for f in found],
+                                      seconds=time.perf_counter() - t))
+            bar.advance(task)
+    return results
+
+
+def _progress(enabled: bool):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    disable=not enabled, transient=True)

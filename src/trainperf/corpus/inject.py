@@ -1,0 +1,230 @@
+"""One function per problem kind: insert it into a base trace at a given size.
+
+Each `inject_<kind>(ranks, size, rng)` takes the untouched traces ({rank: Kineto JSON object}),
+a size (its unit in the docstring) and a seeded random generator (names and places vary with
+it), and returns the modified traces and the ranks it touched. The names of the inserted spans
+are the ones PyTorch, the CUDA runtime and common training code write into real traces.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainperf.corpus import kineto as K
+from trainperf.corpus.surgery import HostWork, insert_host_work, insert_pauses
+from trainperf.errors import TrainperfError
+
+DATALOADER_NAMES = ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+                    "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__")
+CHECKPOINT_SPANS = ((("checkpoint", "user_annotation"),),
+                    (("save_checkpoint", "user_annotation"),),
+                    (("torch/distributed/checkpoint/state_dict_saver.py(146): save", "python_function"),),
+                    (("torch/serialization.py(628): save", "python_function"),))
+SYNC_SPANS = ((("aten::item", "cpu_op"), ("aten::_local_scalar_dense", "cpu_op"), ("cudaMemcpyAsync", "cuda_runtime")),
+              (("aten::cpu", "cpu_op"), ("aten::_to_copy", "cpu_op"), ("aten::copy_", "cpu_op"),
+               ("cudaMemcpyAsync", "cuda_runtime")),
+              (("aten::nonzero", "cpu_op"), ("cudaMemcpyAsync", "cuda_runtime")))
+MALLOC_SPANS = (("aten::empty_strided", "cpu_op"), ("cudaMalloc", "cuda_runtime"))
+PAGEABLE_SPANS = (("aten::to", "cpu_op"), ("aten::_to_copy", "cpu_op"), ("aten::copy_", "cpu_op"),
+                  ("cudaMemcpyAsync", "cuda_runtime"))
+TINY_KERNEL = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<float>, "
+               "at::detail::Array<char*, 2> >(int, at::native::CUDAFunctorOnSelf_add<float>, "
+               "at::detail::Array<char*, 2>)")
+ALLOC_CALLS_PER_STEP = 8
+TINY_KERNEL_US = 2.0          # a few-thousand-element add on a current GPU
+SYNC_HOST_US = 12.0           # host cost of .item() besides the wait (dispatch + 4-byte copy call)
+PAGEABLE_GBPS = 6.0           # host-to-device copy rate from pageable memory (staged through a pinned buffer)
+COLLECTIVE_MARKERS = ("nccl", "rccl", "allreduce", "all_reduce", "allgather", "reducescatter", "sendrecv", "alltoall")
+
+
+@dataclass(frozen=True)
+class Rank:
+    """Facts of one rank's trace that the injections need."""
+
+    main: tuple           # (pid, tid) of the thread with the ProfilerSteps
+    stream: tuple         # (pid, tid) of the busiest device stream
+    latency_us: float     # shortest launch-to-start latency seen
+    steps: list           # kineto.Step
+    launch_us: float      # median host time of a kernel launch call on the main thread
+
+
+def rank_facts(doc: dict) -> Rank:
+    """The Rank facts of a Kineto object; a one-line error when it has no steps or no device ops."""
+    ev = doc["traceEvents"]
+    st = K.steps(ev)
+    stream = K.main_stream(ev)
+    if not st or stream is None:
+        raise TrainperfError("base trace needs ProfilerStep#N spans and device ops")
+    gpu_pid = next(e.get("pid") for e in ev if K.is_gpu_op(e) and e.get("tid") == stream)
+    main = (st[0].pid, st[0].tid)
+    launches = [float(e["dur"]) for e in ev if K.is_runtime(e) and (e.get("pid"), e.get("tid")) == main
+                and str(e.get("name", "")).startswith(("cudaLaunchKernel", "hipLaunchKernel"))]
+    return Rank(main, (gpu_pid, stream), K.min_launch_latency_us(ev), st,
+                float(np.median(launches)) if launches else 5.0)
+
+
+def _launch_points(doc: dict, r: Rank, per_step: int, rng: random.Random) -> list[float]:
+    """per_step host instants per step: starts of kernel launches on the main thread, evenly spread."""
+    ev = doc["traceEvents"]
+    starts = np.sort(np.array([float(e["ts"]) for e in ev if K.is_runtime(e) and (e.get("pid"), e.get("tid")) == r.main
+                               and str(e.get("name", "")).startswith(("cudaLaunchKernel", "hipLaunchKernel"))]))
+    out = []
+    for s in r.steps:
+        inside = starts[(starts > s.ts) & (starts < s.end)]
+        if not inside.size:
+            continue
+        offset = rng.random()
+        pos = ((np.arange(per_step) + offset) * inside.size / per_step).astype(int)
+        out += [float(x) for x in inside[np.clip(pos, 0, inside.size - 1)]]
+    return out
+
+
+def _host(ranks: dict, work_of) -> tuple[dict, list[int]]:
+    """Apply insert_host_work on every rank with the work list work_of(doc, Rank) gives."""
+    out = {}
+    for rank, doc in ranks.items():
+        r = rank_facts(doc)
+        out[rank] = insert_host_work(doc, work_of(doc, r), main=r.main, stream=r.stream, latency_us=r.latency_us)
+    return out, sorted(ranks)
+
+
+def inject_data_loader_stall(ranks: dict, size: float, rng: random.Random):
+    """size: µs of DataLoader fetch on the host at the start of every step."""
+    name = rng.choice(DATALOADER_NAMES)
+    return _host(ranks, lambda doc, r: [HostWork(at_us=s.ts + 0.5, host_us=size, spans=((name, "user_annotation"),))
+                                        for s in r.steps])
+
+
+def inject_checkpoint_stall(ranks: dict, size: float, rng: random.Random):
+    """size: µs of synchronous checkpoint save (after the device drained) at the end of the middle step."""
+    spans = rng.choice(CHECKPOINT_SPANS)
+
+    def work(doc, r):
+        s = r.steps[len(r.steps) // 2]
+        return [HostWork(at_us=s.end - 0.5, host_us=size, spans=spans, drains=True)]
+    return _host(ranks, work)
+
+
+def inject_host_sync(ranks: dict, size: float, rng: random.Random):
+    """size: blocking device-to-host reads (.item(), .cpu(), nonzero) per step, spread over the launches."""
+    spans = rng.choice(SYNC_SPANS)
+    per_step = max(int(round(size)), 1)
+    return _host(ranks, lambda doc, r: [
+        HostWork(at_us=t, host_us=SYNC_HOST_US, spans=spans, drains=True,
+                 gpu_op=("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 2.0), gpu_args={"bytes": 4})
+        for t in _launch_points(doc, r, per_step, rng)])
+
+
+def inject_allocator_stall(ranks: dict, size: float, rng: random.Random):
+    """size: µs of each of ALLOC_CALLS_PER_STEP cudaMalloc calls per step (the allocator growing its
+    pool on the critical path: many distinct shapes, fragmentation or the cache switched off)."""
+    return _host(ranks, lambda doc, r: [HostWork(at_us=t, host_us=size, spans=MALLOC_SPANS)
+                                        for t in _launch_points(doc, r, ALLOC_CALLS_PER_STEP, rng)])
+
+
+def inject_pageable_copy(ranks: dict, size: float, rng: random.Random):
+    """size: µs of one host-to-device copy from pageable memory at the start of every step (the host
+    waits for the stream, then for the copy)."""
+    gbytes = size * 1e-6 * PAGEABLE_GBPS
+    return _host(ranks, lambda doc, r: [
+        HostWork(at_us=s.ts + 0.5, host_us=5.0, spans=PAGEABLE_SPANS, drains=True,
+                 gpu_op=("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", size),
+                 gpu_args={"bytes": int(gbytes * 1e9), "memory bandwidth (GB/s)": PAGEABLE_GBPS})
+        for s in r.steps])
+
+
+def inject_small_kernels(ranks: dict, size: float, rng: random.Random):
+    """size: extra tiny elementwise kernels per step (each a launch on the host and ~2 µs on the device)."""
+    per_step = max(int(round(size)), 1)
+    return _host(ranks, lambda doc, r: [
+        HostWork(at_us=t, host_us=r.launch_us + 4.0, spans=(("aten::add_", "cpu_op"), ("cudaLaunchKernel", "cuda_runtime")),
+                 gpu_op=(TINY_KERNEL, "kernel", TINY_KERNEL_US),
+                 gpu_args={"grid": [4, 1, 1], "block": [128, 1, 1]})
+        for t in _launch_points(doc, r, per_step, rng)])
+
+
+def _is_collective(e: dict) -> bool:
+    name = str(e.get("name", "")).lower()
+    return K.is_gpu_op(e) and e.get("cat") in ("kernel", "Kernel") and any(m in name for m in COLLECTIVE_MARKERS)
+
+
+def _collectives(doc: dict) -> list[tuple[int, dict]]:
+    return sorted(((i, e) for i, e in enumerate(doc["traceEvents"]) if _is_collective(e)), key=lambda x: float(x[1]["ts"]))
+
+
+def inject_straggler(ranks: dict, size: float, rng: random.Random, slow: int | None = None):
+    """size: how much slower the slow rank's compute kernels run (0.3 = 30 % longer each); the other
+    ranks wait inside the collectives (matched by order) for as long as it arrives later."""
+    if len(ranks) < 2:
+        raise TrainperfError("a straggler needs a base with at least 2 ranks")
+    slow = rng.choice(sorted(ranks)) if slow is None else slow
+    doc = ranks[slow]
+    r = rank_facts(doc)
+    t0, t1 = r.steps[0].ts, r.steps[-1].end
+    stretch = [(float(e["ts"]) + float(e["dur"]) / 2, size * float(e["dur"])) for e in doc["traceEvents"]
+               if K.is_gpu_op(e) and e.get("cat") in ("kernel", "Kernel") and not _is_collective(e)
+               and t0 <= float(e["ts"]) <= t1]
+    out = {slow: insert_pauses(doc, stretch)}
+    t = np.array(sorted(p[0] for p in stretch))
+    cum = np.concatenate([[0.0], np.cumsum([d for _, d in sorted(stretch)])])
+    late = [float(cum[np.searchsorted(t, float(e["ts"]), side="right")]) for _, e in _collectives(doc)]
+    for rank, other in ranks.items():
+        if rank == slow:
+            continue
+        waits, done = [], 0.0
+        for (_, e), d in zip(_collectives(other), late):
+            extra = max(d - done, 0.0)
+            if extra > 0:
+                waits.append((float(e["ts"]) + float(e["dur"]) / 2, extra))
+                done += extra
+        out[rank] = insert_pauses(other, waits)
+    return out, [slow]
+
+
+def inject_exposed_comm(ranks: dict, size: float, rng: random.Random):
+    """size: share (0..1] of the collectives that overlap compute which are serialised (the compute
+    stream waits for them: they start when the compute kernel running at their start ends)."""
+    out = {}
+    for rank, doc in ranks.items():
+        r = rank_facts(doc)
+        ev = doc["traceEvents"]
+        comp = sorted((float(e["ts"]), K.end(e)) for e in ev if K.is_gpu_op(e) and (e.get("pid"), e.get("tid")) == r.stream
+                      and not _is_collective(e))
+        cs, ce = np.array([c[0] for c in comp]), np.array([c[1] for c in comp])
+        cands = []
+        for i, e in _collectives(doc):
+            if (e.get("pid"), e.get("tid")) == r.stream:
+                continue
+            ts, te = float(e["ts"]), K.end(e)
+            j = np.searchsorted(cs, ts, side="right") - 1
+            at = max(ts, float(ce[j])) if j >= 0 and ce[j] > ts else ts
+            overlap = float(np.clip(np.minimum(ce, te) - np.maximum(cs, ts), 0, None).sum())
+            same = [float(x["ts"]) for x in ev if K.is_gpu_op(x) and (x.get("pid"), x.get("tid")) == (e.get("pid"), e.get("tid"))]
+            if overlap > 0.2 * float(e["dur"]) and not any(ts < x < at for x in same):
+                cands.append((i, at, float(e["dur"])))
+        n = int(np.ceil(size * len(cands)))
+        chosen = sorted(rng.sample(cands, n), key=lambda c: c[1]) if cands else []
+        pauses, moved, total = [], {}, 0.0
+        for i, at, dur in chosen:
+            if pauses and at <= pauses[-1][0]:
+                continue
+            moved[i] = at + total
+            pauses.append((at, dur))
+            total += dur
+        out[rank] = insert_pauses(doc, pauses, moved)
+    return out, sorted(ranks)
+
+
+INJECTORS = {
+    "data_loader_stall": inject_data_loader_stall,
+    "checkpoint_stall": inject_checkpoint_stall,
+    "host_sync": inject_host_sync,
+    "allocator_stall": inject_allocator_stall,
+    "pageable_copy": inject_pageable_copy,
+    "small_kernels": inject_small_kernels,
+    "straggler": inject_straggler,
+    "exposed_comm": inject_exposed_comm,
+}

@@ -1,0 +1,145 @@
+"""Raw Kineto JSON for trace surgery: read/write, tell host from device events, steps, step time.
+
+Deliberately independent of trainperf.trace and trainperf.diagnose (plain json/gzip and the
+Kineto field names): the labeled corpus built on it judges diagnose, so it must not share its
+analyses. Times are µs, as in the Kineto file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from trainperf.atomic import atomic_path
+from trainperf.errors import TrainperfError
+
+GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "Kernel", "Memcpy", "Memset"})
+GPU_OP_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"})
+STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+# Host calls that block until the device has finished earlier work (CUDA runtime semantics:
+# stream/device/event synchronize; copies to or from pageable host memory are synchronous).
+SYNC_CALL_RE = re.compile(r"^(cuda|hip)(StreamSynchronize|DeviceSynchronize|EventSynchronize|ThreadSynchronize)")
+COPY_CALL_RE = re.compile(r"^(cuda|hip)Memcpy")
+COLLECTIVE_RE = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|send_?recv|all_?to_?all", re.I)
+
+
+def read_events(path: str | Path) -> dict:
+    """The whole Kineto JSON object of a .json or .json.gz file."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt") as f:
+            doc = json.load(f)
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise TrainperfError(f"{path}: not a readable Kineto JSON trace ({e})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise TrainperfError(f"{path}: no 'traceEvents' list: not a Kineto trace")
+    return doc
+
+
+def write_events(path: str | Path, doc: dict) -> Path:
+    """Write a Kineto JSON object as .json.gz (atomically); return the path."""
+    data = json.dumps(doc, separators=(",", ":")).encode()
+    with atomic_path(path) as tmp:
+        with gzip.open(tmp, "wb", compresslevel=5) as f:
+            f.write(data)
+    return Path(path)
+
+
+def is_gpu(e: dict) -> bool:
+    """A device-side event (kernel, copy, set, GPU annotation)."""
+    return e.get("cat") in GPU_CATS
+
+
+def is_gpu_op(e: dict) -> bool:
+    """A device operation that occupies a stream (kernel, copy, set)."""
+    return e.get("ph") == "X" and e.get("cat") in GPU_OP_CATS
+
+
+def is_runtime(e: dict) -> bool:
+    """A host-side runtime/driver call (cudaLaunchKernel, cudaMemcpyAsync, ...)."""
+    return e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver", "cuda_sync")
+
+
+def correlation(e: dict):
+    """The launch<->device correlation id of a runtime call or device op, or None."""
+    return (e.get("args") or {}).get("correlation")
+
+
+def end(e: dict) -> float:
+    """End time (µs) of a complete event."""
+    return float(e["ts"]) + float(e.get("dur", 0.0))
+
+
+@dataclass(frozen=True)
+class Step:
+    """One ProfilerStep span on the host (µs)."""
+
+    number: int
+    ts: float
+    end: float
+    pid: object
+    tid: object
+
+
+def steps(events: list[dict]) -> list[Step]:
+    """ProfilerStep#N spans of the thread that has most of them, in time order."""
+    found = [e for e in events if e.get("ph") == "X" and STEP_RE.match(str(e.get("name", ""))) and not is_gpu(e)]
+    if not found:
+        return []
+    by_thread: dict = {}
+    for e in found:
+        by_thread.setdefault((e.get("pid"), e.get("tid")), []).append(e)
+    main = max(by_thread.values(), key=len)
+    return sorted((Step(int(STEP_RE.match(e["name"]).group(1)), float(e["ts"]), end(e), e.get("pid"), e.get("tid"))
+                   for e in main), key=lambda s: s.ts)
+
+
+def launch_times(events: list[dict]) -> dict:
+    """correlation id -> host start (µs) of the runtime call that launched it."""
+    return {correlation(e): float(e["ts"]) for e in events if is_runtime(e) and correlation(e) is not None}
+
+
+def step_time_us(events: list[dict]) -> float:
+    """Mean time per profiled step (µs): from the first ProfilerStep's start to the later of the
+    last ProfilerStep's end and the end of the last device op launched inside the steps, over
+    the number of steps. The device tail counts because the next step cannot use the GPU before."""
+    st = steps(events)
+    if not st:
+        raise TrainperfError("trace has no ProfilerStep#N spans: cannot measure a step time")
+    t0, t1 = st[0].ts, st[-1].end
+    launch = launch_times(events)
+    tail = t1
+    for e in events:
+        if is_gpu_op(e):
+            lt = launch.get(correlation(e), float(e["ts"]))
+            if t0 <= lt <= t1:
+                tail = max(tail, end(e))
+    return (tail - t0) / len(st)
+
+
+LAUNCH_LATENCY_CAP_US = 10.0  # 5th percentile on host-bound traces: 4-5 µs (trace_filter ranks 0/1)
+
+
+def min_launch_latency_us(events: list[dict]) -> float:
+    """Launch-to-start latency of an op that finds the device idle (µs): the 5th percentile over
+    launched ops, capped at LAUNCH_LATENCY_CAP_US because in a trace whose host runs far ahead
+    (a deep queue on every launch) even the 5th percentile is queueing, not latency."""
+    launch = launch_times(events)
+    lat = [float(e["ts"]) - launch[c] for e in events if is_gpu_op(e) and (c := correlation(e)) in launch]
+    lat = [x for x in lat if x >= 0]
+    return min(float(np.percentile(lat, 5)), LAUNCH_LATENCY_CAP_US) if lat else LAUNCH_LATENCY_CAP_US
+
+
+def main_stream(events: list[dict]):
+    """The stream with the most device-op time outside collectives (where the model's compute runs)."""
+    busy: dict = {}
+    for e in events:
+        if is_gpu_op(e) and not COLLECTIVE_RE.search(str(e.get("name", ""))):
+            busy[e.get("tid")] = busy.get(e.get("tid"), 0.0) + float(e.get("dur", 0.0))
+    return max(busy, key=busy.get) if busy else None

@@ -1,0 +1,32 @@
+"""Terminal view of an evaluation (the scores dict of corpus.evaluate.score)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _f(x, pct: bool = False) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.1f}" if pct else f"{x:.2f}"
+
+
+def print_scores(s: dict, console: Console) -> None:
+    """Per-kind table, then top-1, healthy false findings and what-if error lines."""
+    t = Table(title=f"diagnose on the corpus ({s['n_cases']} cases, {s['n_healthy']} healthy; "
+                    f"findings >= {s['min_severity']})")
+    for c in ("kind", "precision", "recall", "F1", "n", "TP", "FP", "FN"):
+        t.add_column(c, justify="left" if c == "kind" else "right")
+    for k, v in s["kinds"].items():
+        t.add_row(k, _f(v["precision"]), _f(v["recall"]), _f(v["f1"]), str(v["n"]), str(v["tp"]), str(v["fp"]),
+                  str(v["fn"]))
+    console.print(t)
+    console.print(f"top-1 accuracy: {_f(s['top1_accuracy'])}")
+    h = s["healthy_false_findings"]
+    console.print(f"false findings on healthy cases: high {h['high']}, medium {h['medium']}, low {h['low']}")
+    console.print(f"what-if |predicted - true gain| (pp, over {s['whatif_n']} detected cases): median "
+                  f"{_f(s['whatif_median_abs_error_pct'], True)}, max {_f(s['whatif_max_abs_error_pct'], True)}")
+    if s["other_predicted_kinds"]:
+        console.print("kinds found that no case is labeled with (cases): "
+                      + ", ".join(f"{k} {n}" for k, n in s["other_predicted_kinds"].items()))

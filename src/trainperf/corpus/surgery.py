@@ -1,0 +1,282 @@
+"""Trace surgery: insert a known problem of a known size into a real Kineto trace.
+
+Two operations, both on the raw event list (independent of trainperf.diagnose):
+
+- `insert_host_work` — the host spends extra time at given host instants (a DataLoader fetch, a
+  blocking sync, a cudaMalloc, a pageable copy, tiny-kernel launches). Every later host event is
+  shifted; each device op is re-timed by a small stream model: it starts at the latest of its
+  original start, its (shifted) launch plus its own launch latency, and the end of the op before
+  it on the same stream. A host call that waited for the device in the original trace (a stream/
+  device/event synchronize, a copy to or from pageable memory) waits for the re-timed device op
+  it waited for, so GPU slack can absorb host delay as it does on a real machine.
+- `insert_pauses` — the whole rank (host and device) stops for a while at given instants, and
+  whatever spans an instant is stretched: a kernel made slower, a collective that waits, a
+  collective moved onto the compute path.
+
+Times are µs in the trace's own clock; "orig" means the untouched trace.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trainperf.corpus import kineto as K
+
+
+# A launch or copy call blocks when the device's launch queue is full and returns as soon as an
+# earlier op completes. In ns_resolution_trace (CPU ~90 ms ahead of the GPU) 99.7 % of the 701
+# runtime calls longer than 100 µs return within 20 µs of a device op's end; in nccl_parser_config
+# (host-bound) the one such call does not (2.6 ms after): it is host work.
+BLOCKED_CALL_MIN_US = 100.0
+BLOCKED_RETURN_US = 20.0
+
+
+@dataclass(kw_only=True, frozen=True)
+class HostWork:
+    """Extra host work inserted at host time `at_us` (orig clock) on the main thread.
+
+    spans: (name, cat) outermost first, all covering the inserted host time. If `drains`, the host
+    first waits until the device has finished every op launched before (a sync), and then blocks
+    until its own `gpu_op` has finished (a synchronous copy). `host_us` is host time on top.
+    gpu_op: (name, cat, dur_us) issued on the main stream, or None.
+    """
+
+    at_us: float
+    host_us: float
+    spans: tuple[tuple[str, str], ...]
+    drains: bool = False
+    gpu_op: tuple[str, str, float] | None = None
+    gpu_args: dict = field(default_factory=dict)
+
+
+@dataclass
+class _Ops:
+    """Device ops of the trace in launch order, as arrays."""
+
+    idx: np.ndarray      # index into the event list
+    start: np.ndarray    # orig start, µs
+    dur: np.ndarray
+    launch: np.ndarray   # orig host launch time, µs (own start when the launch is not in the trace)
+    stream: list
+
+
+def _device_ops(events: list[dict]) -> _Ops:
+    launch = K.launch_times(events)
+    rows = [(i, float(e["ts"]), float(e.get("dur", 0.0)), launch.get(K.correlation(e), float(e["ts"])),
+             (e.get("pid"), e.get("tid"))) for i, e in enumerate(events) if K.is_gpu_op(e)]
+    rows.sort(key=lambda r: (r[3], r[1]))
+    return _Ops(np.array([r[0] for r in rows], dtype=np.int64), np.array([r[1] for r in rows]),
+                np.array([r[2] for r in rows]), np.array([r[3] for r in rows]), [r[4] for r in rows])
+
+
+def _waits(events: list[dict], ops: _Ops) -> list[tuple[float, int, int]]:
+    """Host calls that waited for the device: (orig end, event index, position in ops of the awaited op)."""
+    by_corr = {K.correlation(events[i]): k for k, i in enumerate(ops.idx)}
+    ends = ops.start + ops.dur
+    out = []
+    for i, e in enumerate(events):
+        if not K.is_runtime(e):
+            continue
+        name, ts, te = str(e.get("name", "")), float(e["ts"]), K.end(e)
+        if K.COPY_CALL_RE.match(name):
+            k = by_corr.get(K.correlation(e))
+            if k is None or "Pageable" not in str(events[ops.idx[k]].get("name", "")):
+                continue  # an async copy between device and pinned memory does not block the host
+        elif K.SYNC_CALL_RE.match(name) or te - ts > BLOCKED_CALL_MIN_US:
+            cand = np.nonzero((ops.launch < ts) & (ends <= te + 1.0))[0]
+            if not cand.size:
+                continue
+            k = int(cand[np.argmax(ends[cand])])
+            if not K.SYNC_CALL_RE.match(name) and te - ends[k] > BLOCKED_RETURN_US:
+                continue  # a long call that did not return with a device op: host work, not a wait
+        else:
+            continue
+        if ts < ends[k] <= te + 1.0:  # it really waited for that op (ended with it)
+            out.append((te, i, k))
+    return out
+
+
+def _previous_on_stream(ops: _Ops) -> np.ndarray:
+    """Position (in launch order) of the op that precedes each op on its stream in start order; -1 if none."""
+    prev = np.full(len(ops.idx), -1, dtype=np.int64)
+    by_stream: dict = {}
+    for k, st in enumerate(ops.stream):
+        by_stream.setdefault(st, []).append(k)
+    for ks in by_stream.values():
+        ks.sort(key=lambda k: ops.start[k])
+        prev[ks[1:]] = ks[:-1]
+    return prev
+
+
+class _Shift:
+    """Piecewise-constant host shift: shift(t) = value of the last breakpoint at or before t."""
+
+    def __init__(self, points: list[tuple[float, float]]):
+        points = sorted(points)
+        self.t = np.array([p[0] for p in points]) if points else np.zeros(0)
+        self.v = np.concatenate([[0.0], [p[1] for p in points]]) if points else np.zeros(1)
+
+    def at_start(self, t: float) -> float:
+        return float(self.v[np.searchsorted(self.t, t, side="right")])
+
+    def at_end(self, t: float) -> float:
+        return float(self.v[np.searchsorted(self.t, t, side="left")])
+
+
+def insert_host_work(doc: dict, work: list[HostWork], *, main: tuple, stream: tuple, latency_us: float) -> dict:
+    """A copy of the trace with `work` inserted on host thread `main` (pid, tid), device ops
+    on `stream` (pid, tid); `latency_us`: the device's shortest launch-to-start latency."""
+    events = doc["traceEvents"]
+    ops = _device_ops(events)
+    waits = _waits(events, ops)
+    # the merged timeline: inserted work first at a tie, then launches, then the ends of waits
+    items = [(w.at_us, 0, n) for n, w in enumerate(work)] + [(float(t), 1, k) for k, t in enumerate(ops.launch)]
+    items += [(te, 2, n) for n, (te, _, _) in enumerate(waits)]
+    items.sort(key=lambda x: (x[0], x[1]))
+    new_start = ops.start.copy()
+    prev = _previous_on_stream(ops)
+    done = np.zeros(len(ops.idx), dtype=bool)
+    stream_end: dict = {}  # end of the latest inserted op per stream
+    busy_end: dict = {}    # end of the latest re-timed op per stream
+    drain = -np.inf
+    shift = 0.0
+    points: list[tuple[float, float]] = []
+    wait_end: dict[int, float] = {}
+    added: list[tuple[HostWork, float, float, float | None]] = []  # work, host start, host dur, op start
+    for t, kind, n in items:
+        if kind == 1:
+            own = min(max(ops.start[n] - ops.launch[n], 0.0), latency_us)
+            p = prev[n]
+            s = max(ops.start[n], ops.launch[n] + shift + own if shift else -np.inf,
+                    new_start[p] + ops.dur[p] if p >= 0 and done[p] else -np.inf,
+                    stream_end.get(ops.stream[n], -np.inf))
+            new_start[n] = s
+            done[n] = True
+            drain = max(drain, s + ops.dur[n])
+            busy_end[ops.stream[n]] = max(busy_end.get(ops.stream[n], -np.inf), s + ops.dur[n])
+        elif kind == 0:
+            w = work[n]
+            host0 = w.at_us + shift
+            busy_until = max(host0, drain) if w.drains else host0
+            op0 = None
+            if w.gpu_op is not None:
+                op0 = max(host0 + latency_us, stream_end.get(stream, -np.inf), busy_until,
+                          busy_end.get(stream, -np.inf))
+                stream_end[stream] = op0 + w.gpu_op[2]
+                drain = max(drain, stream_end[stream])
+                if w.drains:
+                    busy_until = stream_end[stream]
+            dur = busy_until - host0 + w.host_us
+            added.append((w, host0, dur, op0))
+            shift += dur
+            points.append((w.at_us, shift))
+        else:
+            te, i, k = waits[n]
+            e = events[i]
+            ts = float(e["ts"])
+            ok = ops.start[k] + ops.dur[k]
+            new_end = max(ts + shift + min(te - ts, 2.0), new_start[k] + ops.dur[k] + max(te - ok, 0.0))
+            wait_end[i] = new_end
+            shift = new_end - te
+            points.append((te, shift))
+    return _apply(doc, _Shift(points), ops, new_start, wait_end, added, main, stream)
+
+
+def insert_pauses(doc: dict, pauses: list[tuple[float, float]], moved: dict[int, float] | None = None) -> dict:
+    """A copy of the trace where everything (host and device) stops for dur µs at each (at, dur);
+    an event that spans an instant is stretched by its dur. moved: event index -> new start (µs),
+    placed there instead (its duration kept)."""
+    moved = moved or {}
+    t = np.array(sorted(p[0] for p in pauses))
+    cum = np.concatenate([[0.0], np.cumsum([d for _, d in sorted(pauses)])])
+    out = copy.copy(doc)
+    new_events = []
+    starts = {}
+    for i, e in enumerate(doc["traceEvents"]):
+        if "ts" not in e or e.get("ph") == "M":
+            new_events.append(e)
+            continue
+        e = dict(e)
+        ts = float(e["ts"])
+        if i in moved:
+            e["ts"] = moved[i]
+        else:
+            e["ts"] = ts + cum[np.searchsorted(t, ts, side="right")]
+            if "dur" in e:
+                te = ts + float(e["dur"])
+                e["dur"] = te + cum[np.searchsorted(t, te, side="left")] - e["ts"]
+        if K.is_gpu_op(e):
+            starts[K.correlation(e)] = e["ts"]
+        new_events.append(e)
+    for e in new_events:
+        if e.get("ph") == "f" and e.get("cat") == "ac2g" and e.get("id") in starts:
+            e["ts"] = starts[e["id"]]
+    out["traceEvents"] = new_events
+    return out
+
+
+def _apply(doc: dict, sh: _Shift, ops: _Ops, new_start: np.ndarray, wait_end: dict[int, float],
+           added: list, main: tuple, stream: tuple) -> dict:
+    events = doc["traceEvents"]
+    op_start = {int(i): float(s) for i, s in zip(ops.idx, new_start)}
+    # device annotations follow the ops they cover: the delta of the first op starting inside them
+    order = np.argsort(ops.start)
+    o_start, o_delta = ops.start[order], (new_start - ops.start)[order]
+    corr_start: dict = {}
+    new_events = []
+    for i, e in enumerate(events):
+        if "ts" not in e or e.get("ph") == "M":
+            new_events.append(e)
+            continue
+        e = dict(e)
+        ts = float(e["ts"])
+        if i in op_start:
+            e["ts"] = op_start[i]
+            corr_start[K.correlation(e)] = e["ts"]
+        elif K.is_gpu(e):
+            j = min(np.searchsorted(o_start, ts), len(o_start) - 1)
+            e["ts"] = ts + (float(o_delta[j]) if len(o_start) else 0.0)
+        else:
+            e["ts"] = ts + sh.at_start(ts)
+            if "dur" in e:
+                te = ts + float(e["dur"])
+                e["dur"] = (wait_end[i] if i in wait_end else te + sh.at_end(te)) - e["ts"]
+        new_events.append(e)
+    for e in new_events:
+        if e.get("ph") == "f" and e.get("cat") == "ac2g" and e.get("id") in corr_start:
+            e["ts"] = corr_start[e["id"]]
+    new_events += _added_events(events, added, main, stream)
+    out = copy.copy(doc)
+    out["traceEvents"] = new_events
+    return out
+
+
+def _added_events(events: list[dict], added: list, main: tuple, stream: tuple) -> list[dict]:
+    """Host spans, device op and launch flow of each inserted piece of work."""
+    corr = 1 + max((int(c) for e in events if isinstance(c := K.correlation(e), int)), default=0)
+    template = next((e.get("args", {}) for e in events if K.is_gpu_op(e) and (e.get("pid"), e.get("tid")) == stream),
+                    {})
+    out = []
+    for w, host0, dur, op0 in added:
+        for name, cat in w.spans:
+            ev = {"ph": "X", "cat": cat, "name": name, "pid": main[0], "tid": main[1], "ts": host0, "dur": dur,
+                  "args": {"External id": corr}}
+            if cat == "cuda_runtime" and op0 is not None:
+                ev["args"]["correlation"] = corr
+                ev["dur"] = dur if w.drains else max(dur - 1.0, 0.5)
+            out.append(ev)
+        if op0 is not None:
+            name, cat, op_dur = w.gpu_op
+            args = {k: template[k] for k in ("device", "context", "stream") if k in template}
+            args.update({"correlation": corr, "External id": corr, **w.gpu_args})
+            out.append({"ph": "X", "cat": cat, "name": name, "pid": stream[0], "tid": stream[1], "ts": op0,
+                        "dur": op_dur, "args": args})
+            out.append({"ph": "s", "id": corr, "pid": main[0], "tid": main[1], "ts": host0, "cat": "ac2g",
+                        "name": "ac2g"})
+            out.append({"ph": "f", "id": corr, "pid": stream[0], "tid": stream[1], "ts": op0, "cat": "ac2g",
+                        "name": "ac2g", "bp": "e"})
+        corr += 1
+    return out

@@ -1,0 +1,117 @@
+"""Trace surgery against hand-worked timelines (µs) on small synthetic Kineto traces."""
+
+import random
+
+import pytest
+
+from trainperf.corpus import kineto as K
+from trainperf.corpus.inject import inject_straggler
+from trainperf.corpus.surgery import HostWork, insert_host_work, insert_pauses
+
+HOST, GPU = (1, 1), (0, 7)
+
+
+def _x(name, cat, pid_tid, ts, dur, corr=None):
+    e = {"ph": "X", "cat": cat, "name": name, "pid": pid_tid[0], "tid": pid_tid[1], "ts": ts, "dur": dur, "args": {}}
+    if corr is not None:
+        e["args"] = {"correlation": corr, "stream": pid_tid[1]}
+    return e
+
+
+def three_steps():
+    """3 steps of 100 µs; each launches (at +10, 5 µs) one 50 µs kernel that starts at +15."""
+    ev = []
+    for k in range(3):
+        t = 100.0 * k
+        ev += [_x(f"ProfilerStep#{k + 1}", "user_annotation", HOST, t, 100.0),
+               _x("aten::mm", "cpu_op", HOST, t + 8, 12.0),
+               _x("cudaLaunchKernel", "cuda_runtime", HOST, t + 10, 5.0, corr=k + 1),
+               _x("gemm", "kernel", GPU, t + 15, 50.0, corr=k + 1)]
+    ev.append({"ph": "f", "id": 2, "pid": 0, "tid": 7, "ts": 115.0, "cat": "ac2g", "name": "ac2g", "bp": "e"})
+    return {"traceEvents": ev}
+
+
+def _by_name(doc, name):
+    return [e for e in doc["traceEvents"] if e.get("name") == name]
+
+
+def test_dataloader_10us_before_each_of_3_steps_lengthens_by_30_and_shifts_later_events():
+    doc = three_steps()
+    work = [HostWork(at_us=100.0 * k + 0.5, host_us=10.0, spans=(("enumerate(DataLoader)", "user_annotation"),))
+            for k in range(3)]
+    out = insert_host_work(doc, work, main=HOST, stream=GPU, latency_us=5.0)
+    steps = _by_name(out, "ProfilerStep#1") + _by_name(out, "ProfilerStep#2") + _by_name(out, "ProfilerStep#3")
+    # hand-worked: step k starts at 110 k and lasts 110 (its own fetch inside it)
+    assert [(e["ts"], e["dur"]) for e in steps] == [(0.0, 110.0), (110.0, 110.0), (220.0, 110.0)]
+    assert [e["ts"] for e in _by_name(out, "cudaLaunchKernel")] == [20.0, 130.0, 240.0]
+    # launch-bound kernels keep their 5 µs launch latency: they move with their launch
+    assert [e["ts"] for e in _by_name(out, "gemm")] == [25.0, 135.0, 245.0]
+    assert [(e["ts"], e["dur"]) for e in _by_name(out, "enumerate(DataLoader)")] == [(0.5, 10.0), (110.5, 10.0),
+                                                                                     (220.5, 10.0)]
+    assert [e["ts"] for e in out["traceEvents"] if e.get("ph") == "f"] == [135.0]  # flow follows its kernel
+    assert K.step_time_us(doc["traceEvents"]) == 100.0
+    assert K.step_time_us(out["traceEvents"]) == 110.0  # 30 µs over 3 steps
+
+
+def test_gpu_slack_absorbs_host_delay_at_a_sync():
+    # one step: kernel [15, 95] launched at 10; the host syncs at 60 and returns at 96 (kernel end + 1)
+    ev = [_x("ProfilerStep#1", "user_annotation", HOST, 0.0, 100.0),
+          _x("cudaLaunchKernel", "cuda_runtime", HOST, 10.0, 5.0, corr=1),
+          _x("gemm", "kernel", GPU, 15.0, 80.0, corr=1),
+          _x("cudaStreamSynchronize", "cuda_runtime", HOST, 60.0, 36.0),
+          _x("aten::add", "cpu_op", HOST, 97.0, 2.0)]
+    out = insert_host_work({"traceEvents": ev}, [HostWork(at_us=50.0, host_us=10.0, spans=(("x", "cpu_op"),))],
+                           main=HOST, stream=GPU, latency_us=5.0)
+    sync = _by_name(out, "cudaStreamSynchronize")[0]
+    assert (sync["ts"], sync["ts"] + sync["dur"]) == (70.0, 96.0)  # waits 10 µs less, returns as before
+    assert _by_name(out, "aten::add")[0]["ts"] == 97.0
+    assert _by_name(out, "ProfilerStep#1")[0]["dur"] == 100.0
+
+
+def test_a_blocking_read_waits_for_the_queue_then_its_copy():
+    ev = [_x("ProfilerStep#1", "user_annotation", HOST, 0.0, 200.0),
+          _x("cudaLaunchKernel", "cuda_runtime", HOST, 10.0, 5.0, corr=1),
+          _x("gemm", "kernel", GPU, 15.0, 80.0, corr=1),
+          _x("aten::add", "cpu_op", HOST, 40.0, 2.0)]
+    w = HostWork(at_us=30.0, host_us=12.0, spans=(("aten::item", "cpu_op"), ("cudaMemcpyAsync", "cuda_runtime")),
+                 drains=True, gpu_op=("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 2.0))
+    out = insert_host_work({"traceEvents": ev}, [w], main=HOST, stream=GPU, latency_us=5.0)
+    item = _by_name(out, "aten::item")[0]
+    copy = _by_name(out, "Memcpy DtoH (Device -> Pageable)")[0]
+    # hand-worked: the copy queues behind gemm (ends 95) -> [95, 97]; the host is blocked 30..97, +12
+    assert (copy["ts"], copy["dur"]) == (95.0, 2.0)
+    assert (item["ts"], item["dur"]) == (30.0, 79.0)
+    assert _by_name(out, "aten::add")[0]["ts"] == 40.0 + 79.0
+    rt = _by_name(out, "cudaMemcpyAsync")[0]
+    assert rt["args"]["correlation"] == copy["args"]["correlation"]
+
+
+def test_pause_stretches_what_spans_it_and_shifts_the_rest():
+    ev = [_x("k1", "kernel", GPU, 15.0, 50.0, corr=1), _x("k2", "kernel", GPU, 70.0, 10.0, corr=2),
+          _x("cpu", "cpu_op", HOST, 30.0, 5.0)]
+    out = insert_pauses({"traceEvents": ev}, [(40.0, 25.0)])
+    assert [(e["ts"], e["dur"]) for e in out["traceEvents"]] == [(15.0, 75.0), (95.0, 10.0), (30.0, 5.0)]
+
+
+def test_straggler_makes_the_other_rank_wait_inside_the_collective():
+    def rank(r):
+        return {"distributedInfo": {"rank": r}, "traceEvents": [
+            _x("ProfilerStep#1", "user_annotation", HOST, 0.0, 100.0),
+            _x("cudaLaunchKernel", "cuda_runtime", HOST, 5.0, 2.0, corr=1),
+            _x("gemm", "kernel", GPU, 10.0, 40.0, corr=1),
+            _x("cudaLaunchKernel", "cuda_runtime", HOST, 8.0, 2.0, corr=2),
+            _x("ncclKernel_AllReduce_RING_LL_Sum_float", "kernel", (0, 20), 60.0, 20.0, corr=2)]}
+    out, touched = inject_straggler({0: rank(0), 1: rank(1)}, 0.5, random.Random(0), slow=0)
+    assert touched == [0]
+    g0 = _by_name(out[0], "gemm")[0]
+    n0 = _by_name(out[0], "ncclKernel_AllReduce_RING_LL_Sum_float")[0]
+    n1 = _by_name(out[1], "ncclKernel_AllReduce_RING_LL_Sum_float")[0]
+    assert (g0["ts"], g0["dur"]) == (10.0, 60.0)        # 40 µs * 1.5
+    assert (n0["ts"], n0["dur"]) == (80.0, 20.0)        # arrives 20 µs late
+    assert (n1["ts"], n1["dur"]) == (60.0, 40.0)        # waits those 20 µs inside the kernel
+    assert n0["ts"] + n0["dur"] == n1["ts"] + n1["dur"]
+
+
+def test_step_time_needs_profiler_steps():
+    with pytest.raises(Exception, match="ProfilerStep"):
+        K.step_time_us([_x("k", "kernel", GPU, 0.0, 1.0)])
