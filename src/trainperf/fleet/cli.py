@@ -1,4 +1,4 @@
-"""Commands of the `fleet` verb (`trainperf fleet changes|localize`) and `trainperf gate`."""
+"""Commands of the `fleet` verb (`trainperf fleet changes|localize|tree`) and `trainperf gate`."""
 
 from __future__ import annotations
 
@@ -270,6 +270,11 @@ def gate(baseline: str = typer.Option(..., "--baseline", help="Run id, folder or
                      f"{res.test} p = {res.p_value:.2g}; ")
         Console().print(line + res.reason, highlight=False, soft_wrap=True)
     raise typer.Exit(res.exit_code)
+
+
+from trainperf.fleet.tree_cli import tree_cmd  # noqa: E402 - the `fleet tree` command lives in its own module
+
+fleet_app.command("tree")(tree_cmd)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,157 @@
+"""`fleet tree`: a store of runs with faults of known size; each fault lands on its factor.
+
+References are worked by hand from the fleet's parameters (fleet/tree_synth.py's defaults,
+restated below): 8 runs (4 hosts x 2 jobs) of 8 GPUs, 1000 steps of 2.97 s compute at 40% MFU
+plus 0.03 s data wait, 300 s start-up, 10 checkpoints of 6 s, 120 s evaluation. GPU-hours =
+seconds x 8 / 3600 = seconds / 450. The only number not worked by hand is the planner's MFU for
+the layout, which "below plan" is defined against: it is read from trainperf.plan.api.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from trainperf.cli import app
+from trainperf.errors import TrainperfError
+from trainperf.fleet.tree import build_tree, fleet_tree, parse_since, superseded
+from trainperf.fleet.tree_explain import explain, explain_largest
+from trainperf.fleet.tree_synth import TreeFleet
+from trainperf.hardware import get_accelerator
+from trainperf.plan.api import PlanRequest, run_layout
+from trainperf.store import RunRecord, StepSample, write_run
+
+H = 450.0  # seconds per GPU-hour on 8 GPUs
+NO_FAULTS = dict(slow_host={}, checkpoint_stall={}, data_stall={}, restart={})
+
+
+@pytest.fixture(scope="module")
+def trees():
+    return build_tree(TreeFleet(**NO_FAULTS).records()), build_tree(TreeFleet().records())
+
+
+@pytest.fixture(scope="module")
+def planned_mfu():
+    fleet = TreeFleet()
+    est, _ = run_layout(PlanRequest(model=fleet.model, gpu="h100", n_gpus=8, seq=8192), fleet.layout)
+    return est.mfu
+
+
+def gh(tree, key):
+    return tree.node(key).gpu_h
+
+
+def test_each_fault_lands_on_its_factor_with_its_size(trees):
+    healthy, faulty = trees
+    # hand-worked size of each fault in GPU-hours
+    slow = 2 * 1000 * (2.97 * 0.40 / 0.30 - 2.97) / H  # 2 runs on the slow host, 0.99 s more compute a step
+    expected = {"checkpoint": 600 / H, "data_wait": 200 * 3.0 / H, "restart": 180 / H, "startup": 300 / H,
+                "lost_work": 50 * 3.0 / H, "below_plan": slow}
+    expected["productive"] = slow
+    expected["running"] = slow + expected["checkpoint"] + expected["data_wait"]
+    expected["allocated"] = expected["running"] + 180 / H + 300 / H + 150 / H
+    for n in healthy.root.walk():
+        assert gh(faulty, n.key) - n.gpu_h == pytest.approx(expected.get(n.key, 0.0), abs=1e-9), n.key
+
+
+def test_absolute_factors_by_hand(trees, planned_mfu):
+    _, t = trees
+    assert gh(t, "checkpoint") == pytest.approx((8 * 10 * 6 + 600) / H)
+    assert gh(t, "data_wait") == pytest.approx((8 * 1000 * 0.03 + 200 * 3) / H)
+    assert gh(t, "startup") == pytest.approx((8 * 300 + 300) / H)
+    assert gh(t, "eval_other") == pytest.approx(8 * 120 / H)
+    productive = (6 * 1000 * 2.97 + 2 * 1000 * 3.96) / H
+    assert gh(t, "productive") == pytest.approx(productive)
+    # every run does the same work: 1000 x 2.97 s at 40% of peak
+    effective = 8 * 1000 * 2.97 * 0.40 / H
+    assert gh(t, "effective") == pytest.approx(effective)
+    assert gh(t, "layout_overhead") == pytest.approx(effective / planned_mfu - effective)
+    assert gh(t, "below_plan") == pytest.approx(productive - effective / planned_mfu)
+    assert sum(c.gpu_h for c in t.node("layout_overhead").children) == pytest.approx(gh(t, "layout_overhead"))
+    assert t.effective_fraction == pytest.approx(effective / gh(t, "allocated"))
+    # children add up to their parent everywhere
+    for n in t.root.walk():
+        if n.children:
+            assert sum(c.gpu_h for c in n.children) == pytest.approx(n.gpu_h), n.key
+
+
+def test_dollars_at_catalog_price_or_given_price(trees):
+    _, t = trees
+    price = get_accelerator("h100").usd_per_hour
+    assert t.node("checkpoint").usd == pytest.approx(gh(t, "checkpoint") * price)
+    t2 = build_tree(TreeFleet().records(), usd_per_gpu_hour=2.0)
+    assert t2.root.usd == pytest.approx(2.0 * gh(t2, "allocated"))
+
+
+def test_explain_names_where_each_fault_sits(trees):
+    _, t = trees
+    where = {k: explain(t, k) for k in ("below_plan", "checkpoint", "data_wait", "restart")}
+    assert [s.attrs for s in where["below_plan"].segments] == [{"host": "gpu-node-3"}]
+    assert where["checkpoint"].segments[0].run_ids == ["tree-02-gpu-node-1-llama-pretrain"]
+    assert where["data_wait"].segments[0].run_ids == ["tree-05-gpu-node-2-llama-anneal"]
+    assert where["restart"].segments[0].run_ids == ["tree-01-gpu-node-0-llama-anneal"]
+    assert "gpu-node-3" in where["below_plan"].verdict
+    # the largest loss (the kernels' share of the layout overhead) is a property of every run
+    first, second = explain_largest(t)
+    assert first.factor == t.largest_loss().key and not first.segments and "spread" in first.verdict
+    assert second.factor == "below_plan"
+
+
+def test_runs_without_goodput_plan_or_price(tmp_path):
+    # an imported run: no goodput split, GPU not in the catalog, no MFU on one of them
+    recs = [RunRecord(run_id=f"imp{i}", job="imported", gpu_model="cpu", world_size=2, kind="import",
+                      samples=[StepSample(step=s, step_time_s=1.0, data_wait_s=0.25, mfu=0.3 if i else None)
+                               for s in range(1, 5)]) for i in range(2)]
+    t = build_tree(recs)
+    # allocated = step time only: 4 s x 2 GPUs per run
+    assert gh(t, "allocated") == pytest.approx(2 * 4 * 2 / 3600)
+    assert gh(t, "data_wait") == pytest.approx(2 * 1.0 * 2 / 3600)
+    # run 1: MFU over productive time = 0.3 x 4 / 3 = 0.4; run 0: not measured
+    assert gh(t, "effective") == pytest.approx(3 * 2 * 0.4 / 3600)
+    assert gh(t, "unplanned") == pytest.approx(3 * 2 * 0.6 / 3600)
+    assert gh(t, "mfu_unknown") == pytest.approx(3 * 2 / 3600)
+    assert t.root.usd is None and any("catalog price" in n for n in t.notes)
+
+
+def test_a_later_attempt_supersedes_the_earlier_record():
+    recs = TreeFleet(**NO_FAULTS).records()[:1] * 2
+    first, second = (RunRecord(**{**r.__dict__}) for r in recs)
+    second.run_id, second.started_at = "later", first.started_at + 10
+    second.config = json.loads(json.dumps(first.config))
+    second.config["summary"]["goodput"]["attempts"] = 2
+    assert superseded([second, first]) == {first.run_id}
+    assert [a.run_id for a in build_tree([first, second]).accounts] == ["later"]
+
+
+def test_parse_since():
+    assert parse_since("7d", now=1e6) == 1e6 - 7 * 86400
+    assert parse_since("1700000000", now=0) == 1.7e9
+    assert parse_since("2026-01-02", now=0) == 1767312000.0
+    with pytest.raises(TrainperfError, match="--since"):
+        parse_since("yesterday", now=0)
+
+
+def test_cli_over_a_store(tmp_path):
+    small = TreeFleet(n_steps=100, data_stall={"host": "gpu-node-2", "job": "llama-anneal", "steps": 50,
+                                               "extra_s": 3.0})
+    for r in small.records():
+        write_run(r, str(tmp_path))
+    run = CliRunner().invoke
+    res = run(app, ["fleet", "tree", "--store", str(tmp_path), "--json", "--explain", "--html",
+                    str(tmp_path / "t.html")])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["allocated_gpu_h"] == pytest.approx(gh(build_tree(small.records()), "allocated"))
+    # 100 steps: the 600 s checkpoint stall outweighs the slow host's 2 x 99 s
+    assert [e["factor"] for e in out["explain"]][1] == "checkpoint"
+    page = (tmp_path / "t.html").read_text()
+    assert "<svg" in page and "<script" not in page and "tree-02-gpu-node-1-llama-pretrain" in page
+    res = run(app, ["fleet", "tree", "--store", str(tmp_path), "--host", "gpu-node-1", "--version", "a1b2c3",
+                    "--factor", "checkpoint"])
+    assert res.exit_code == 0 and "checkpoint stalls" in res.output and "tree-02-gpu-node-1-llama-pretrain" in res.output
+    assert fleet_tree(str(tmp_path), job="llama-anneal").root.gpu_h == pytest.approx(
+        sum(a.parts["allocated"] for a in build_tree(small.records()).accounts if a.attrs["job"] == "llama-anneal"))
+    with pytest.raises(TrainperfError, match="no training runs"):
+        fleet_tree(str(tmp_path), version="9.9")
