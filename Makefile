@@ -5,7 +5,7 @@ VENV    := .venv
 VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test venv clean
+.PHONY: demo test venv clean corpus
 
 venv: $(STAMP)
 
@@ -18,6 +18,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VPY) -m pytest -q tests
+
+# Labeled diagnosis corpus (issue 9) from the HTA test traces in ../shared/data: corpus/ (git-ignored);
+# score diagnose on it with `trainperf evaluate corpus`.
+corpus: $(STAMP)
+	$(VPY) benchmarks/build_corpus.py corpus
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info demo_out
