@@ -1,0 +1,210 @@
+"""`trainperf diff`: step decomposition worked out by hand, and pairs built from real traces by
+editing them here (a kernel inserted, a host stall injected) with the expected change known."""
+
+import copy
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from kineto_builder import TraceBuilder  # noqa: E402
+
+from trainperf.diagnose.diff import diff, median_interval, rank_breakdown  # noqa: E402
+from trainperf.trace import read_kineto  # noqa: E402
+
+HTA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces" / "hta"
+
+
+def _hand_trace(gemm_us: float = 30.0) -> TraceBuilder:
+    """Two kept steps (the third, last one, is dropped). Times in µs; see the test for the buckets."""
+    b = TraceBuilder()
+    b.step(1, 0, 100)
+    b.step(2, 100, 100)
+    b.step(3, 200, 10)
+    b.launch("ampere_sgemm_128x64_tn", 5, 10, gemm_us)
+    b.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 6, 30, 30, stream=20)
+    b.launch("Memcpy DtoH (Device -> Pageable)", 65, 70, 5, cat="gpu_memcpy", runtime="cudaMemcpyAsync")
+    b.cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 100, 30, cat="user_annotation")
+    b.launch("void at::native::vectorized_elementwise_kernel<4>", 135, 140, 10)
+    b.cpu("cudaStreamSynchronize", 136, 16, cat="cuda_runtime")
+    b.launch("ampere_sgemm_64x64_nn", 170, 180, 10)
+    b.launch("ampere_sgemm_64x64_nn", 201, 202, 3)
+    return b
+
+
+def test_step_buckets_by_hand(tmp_path):
+    # step 1 [0,100): gemm [10,40) 30; allreduce [30,60) exposed after the gemm: [40,60) 20; memcpy DtoH 5;
+    #   idle [0,5) host (next kernel launched at 5), [5,10) other (launched, not started), [60,65) host,
+    #   [65,70) other, [75,100) host (next device event launched at 135) -> host 35, other 10. Sum 100.
+    # step 2 [100,200): [100,130) DataLoader 30; [130,135) host 5; [135,140) other 5; elementwise 10;
+    #   [150,152) inside cudaStreamSynchronize, [152,170) the queue it drained -> sync 20; [170,180) other
+    #   10; gemm 10; [190,200) host 10 (the sync ended 40 µs before this gap) -> host 15, other 15. Sum 100.
+    t = read_kineto(_hand_trace().write(tmp_path / "t.json.gz"))
+    steps, span, parts = rank_breakdown(t)
+    assert list(steps) == [1, 2] and list(span) == [100, 100]
+    want = {"compute: gemm": [30, 10], "communication": [20, 0], "memcpy DtoH (Device -> Pageable)": [5, 0],
+            "idle: host": [35, 15], "idle: other": [10, 15], "idle: dataloader": [0, 30], "idle: sync": [0, 20],
+            "compute: elementwise": [0, 10]}
+    got = {k: list(np.round(v, 6)) for k, v in parts.items() if v.any()}
+    assert got == want
+
+
+def test_diff_by_hand(tmp_path):
+    # candidate: the step-1 gemm takes 50 µs instead of 30, everything else equal. Step 1 [0,100):
+    # gemm [10,60) 50, allreduce [30,60) now hidden under it -> comm 0; the other buckets do not move.
+    # Mean step time does not change (host spans are fixed), so the gemm's +20 µs is paid by the
+    # allreduce's -20 µs: per step (mean of 2 steps) gemm +10, communication -10.
+    a = _hand_trace().write(tmp_path / "a.json.gz")
+    b = _hand_trace(gemm_us=50.0).write(tmp_path / "b.json.gz")
+    d = diff(a, b)
+    dec = {n: c - x for n, x, c in d.decomposition}
+    assert dec["compute: gemm"] == pytest.approx(10) and dec["communication"] == pytest.approx(-10)
+    assert d.delta_mean_us == 0
+    k = {c.name: c for c in d.kernels}["ampere_sgemm_128x64_tn"]
+    assert (k.baseline_us, k.candidate_us, k.count_baseline_per_step) == (15, 25, 0.5)
+    j = d.to_json()
+    assert j["explained_pct"] == 100 and j["new"] == [] and j["gone"] == []
+    assert {"name", "category", "delta_us_per_step", "count_baseline_per_step",
+            "count_candidate_per_step"} <= set(j["contributions"][0])
+
+
+def test_median_interval_order_statistics():
+    # n = 20: the 95% interval of the median is (x_(6), x_(15)) (binomial table, e.g. Conover 1999 Table A3)
+    x = np.arange(1, 21, dtype=float)
+    assert median_interval(x) == (6.0, 15.0)
+    assert median_interval(np.array([3.0, 1.0, 2.0])) == (1.0, 3.0)  # too few for 95%: min-max
+
+
+# ---- pairs built from real traces ---------------------------------------------------------------
+
+def _load(path: Path) -> dict:
+    return json.loads(gzip.open(path).read())
+
+
+def _write(doc: dict, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return path
+
+
+def _is_device(e: dict) -> bool:
+    return e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
+
+
+def _steps(doc: dict) -> list[dict]:
+    return sorted((e for e in doc["traceEvents"] if e.get("ph") == "X" and str(e.get("name", "")).startswith(
+        "ProfilerStep#")), key=lambda e: e["ts"])
+
+
+def _shift_after(doc: dict, p: float, d: float, device_from: dict | None = None) -> None:
+    """Stall at time p for d µs: host events from p on move by d, host spans across p grow by d.
+    Device events move by d when device_from says so (by id) or, without it, when they start >= p."""
+    for e in doc["traceEvents"]:
+        if e.get("ph") != "X" or "ts" not in e:
+            continue
+        if _is_device(e):
+            move = device_from[id(e)] if device_from is not None else e["ts"] >= p
+            if move:
+                e["ts"] += d
+        elif e["ts"] >= p:
+            e["ts"] += d
+        elif e["ts"] + e.get("dur", 0) > p:
+            e["dur"] += d
+
+
+def _insert_gemm(doc: dict, d: float, name: str) -> int:
+    """In every kept step, a new GEMM kernel of d µs at the start of the step's first GEMM kernel that
+    runs alone on the device: everything from there on moves by d. Returns how many were inserted."""
+    ev = [e for e in doc["traceEvents"] if e.get("ph") == "X" and "ts" in e]
+    dev = sorted((e for e in ev if _is_device(e)), key=lambda e: e["ts"])
+    steps = _steps(doc)[:-1]
+    corr = 10**9
+    done = 0
+    for s in steps:
+        for k in dev:
+            if not (s["ts"] <= k["ts"] < s["ts"] + s["dur"] and "gemm" in k["name"].lower()):
+                continue
+            p = k["ts"]
+            if any(o is not k and o["ts"] < p < o["ts"] + o["dur"] for o in dev):
+                continue  # another device event runs across p: not alone
+            _shift_after(doc, p, d)
+            corr += 1
+            launch = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                      "ts": p - 2, "dur": 1, "args": {"correlation": corr}}
+            doc["traceEvents"] += [launch, {"ph": "X", "cat": "kernel", "name": name, "pid": k["pid"],
+                                            "tid": k["tid"], "ts": p, "dur": d,
+                                            "args": {"correlation": corr, "stream": k["args"]["stream"],
+                                                     "device": k["args"].get("device", 0)}}]
+            done += 1
+            break
+    return done
+
+
+def _inject_stall(doc: dict, d: float, name: str) -> int:
+    """In every kept step, a DataLoader span of d µs before its first operator: the host stalls there. Device
+    work launched before the stall keeps its time, work launched after it moves by d (via correlation)."""
+    ev = [e for e in doc["traceEvents"] if e.get("ph") == "X" and "ts" in e]
+    launch_ts = {e["args"]["correlation"]: e["ts"] for e in ev if not _is_device(e)
+                 and "correlation" in e.get("args", {}) and e.get("cat") in ("cuda_runtime", "cuda_driver")}
+    host = sorted((e for e in ev if not _is_device(e) and e.get("cat") == "cpu_op"), key=lambda e: e["ts"])
+    n = 0
+    for s in _steps(doc)[:-1]:
+        p = next(e["ts"] for e in host if e["ts"] > s["ts"])  # the step's first operator: no call is cut
+        moves = {id(e): launch_ts.get(e.get("args", {}).get("correlation"), e["ts"]) >= p for e in ev if _is_device(e)}
+        _shift_after(doc, p, d, moves)
+        doc["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": name, "pid": s["pid"],
+                                   "tid": s["tid"], "ts": p, "dur": d, "args": {}})
+        n += 1
+    return n
+
+
+def _need(folder: str) -> Path:
+    p = HTA / folder
+    if not p.exists():
+        pytest.skip(f"{p} absent (../shared/data not mounted)")
+    return p
+
+
+def test_pair_inserted_gemm_two_ranks(tmp_path):
+    # trace_filter: 2 ranks of an A100 job. Candidate: a 5 ms GEMM kernel inserted in the kept step of
+    # each rank, at a moment the device runs only that step's first GEMM: both ranks' steps grow 5 ms.
+    src = _need("trace_filter")
+    d_us = 5000.0
+    for f in sorted(src.glob("*.json.gz")):
+        doc = _load(f)
+        _write(doc, tmp_path / "base" / f.name)
+        assert _insert_gemm(doc, d_us, "sm80_xmma_gemm_injected_kernel") == 1
+        _write(doc, tmp_path / "cand" / f.name)
+    d = diff(tmp_path / "base", tmp_path / "cand")
+    assert d.delta_mean_us == pytest.approx(d_us, abs=1e-6)
+    dec = {n: c - b for n, b, c in d.decomposition}
+    assert dec["compute: gemm"] == pytest.approx(d_us, rel=0.02)
+    assert d.explained_pct >= 90
+    new = [c.name for c in d.new]
+    assert new == ["sm80_xmma_gemm_injected_kernel"]
+    k = d.kernels[0]
+    assert k.name == new[0] and k.count_candidate_per_step == 1 and k.delta_us_per_step == pytest.approx(d_us)
+    assert "compute: gemm" in d.headline() and "injected" in d.headline()
+
+
+def test_pair_host_stall(tmp_path):
+    # rank 0 of 2, A100, 3 profiler steps (2 kept): a 20 ms DataLoader stall at the start of each kept
+    # step. Step time +20 ms; the device drains what was queued, then idles on the DataLoader.
+    src = _need("nccl_parser_config") / "nccl_data.json.gz"
+    doc = _load(src)
+    base = _write(copy.deepcopy(doc), tmp_path / "base.json.gz")
+    assert _inject_stall(doc, 20000.0, "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__") == 2
+    cand = _write(doc, tmp_path / "cand.json.gz")
+    d = diff(base, cand)
+    assert d.delta_mean_us == pytest.approx(20000.0, abs=1e-6)
+    assert d.delta_median_us == pytest.approx(20000.0, abs=1e-6)
+    dec = {n: c - b for n, b, c in d.decomposition}
+    assert d.decomposition[0][0] == "idle: dataloader" and dec["idle: dataloader"] > 0.9 * 20000
+    assert d.explained_pct >= 90
+    assert [c.name for c in d.new] == ["enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"]
+    assert "idle: dataloader" in d.headline()
+    assert d.to_json()["step_time_delta_pct"] == pytest.approx(100 * 20000 / d.baseline.median_us, rel=1e-3)
