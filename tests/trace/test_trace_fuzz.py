@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kineto_builder import TraceBuilder
-from trainperf.diagnose.api import _rank_analyses
+from trainperf.diagnose.api import analyse_rank
+from trainperf.diagnose.facts import collect_facts
 from trainperf.diagnose.window import analysis_window
 from trainperf.errors import TrainperfError
 from trainperf.trace import kineto, read_kineto
@@ -71,4 +72,4 @@ def test_mutated_traces_never_crash(muts, gz, chunk):
         return
     finally:
         kineto.CHUNK_BYTES = old
-    _rank_analyses(t, analysis_window(t))  # whatever loaded must also analyse (returns summary, findings, gain)
+    analyse_rank(collect_facts(t, analysis_window(t)))  # whatever loaded must also analyse

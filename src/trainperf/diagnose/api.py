@@ -147,9 +147,8 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     found: list[F.Finding] = []
     plans: dict[int, F.FixPlan] = {}
     for r, f in facts.items():
-        ranked, plans[r] = F.rank_by_marginal_gain(run_rules(f), f.gain)
-        summaries[r] = _summary(f, plans[r])
-        found += _relative_times(ranked, f)
+        summaries[r], ranked, plans[r] = analyse_rank(f)
+        found += ranked
     merged = F.merge_across_ranks(found)
     if rank is not None:
         if rank not in summaries:
@@ -167,6 +166,13 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     best = max(plans.values(), key=lambda p: p.fix_all_gain_pct, default=None)
     return Diagnosis(str(path), list(summaries.values()), merged[:top], xr_json, notes,
                      fix_all_gain_pct=best.fix_all_gain_pct if best else 0.0, fix_order=best.order if best else [])
+
+
+def analyse_rank(f: RankFacts) -> tuple[RankSummary, list[F.Finding], F.FixPlan]:
+    """One rank's summary, its findings ranked by marginal gain (evidence times from its first event),
+    and its order of fixes."""
+    ranked, plan = F.rank_by_marginal_gain(run_rules(f), f.gain)
+    return _summary(f, plan), _relative_times(ranked, f), plan
 
 
 def _pct(a: float, b: float) -> float:

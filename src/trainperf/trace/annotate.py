@@ -1,4 +1,14 @@
-"""Derived columns of an EventTable: kernel category and profiler step (vectorized)."""
+"""Derived columns of an EventTable: kernel category and profiler step (vectorized).
+
+Communication is recognised three ways, not by one name: the kernel's name (NCCL/RCCL and other
+communication libraries, trace.categories.COMM_RE); the record function around its launch on the
+host or around the kernel on its stream (record_param_comms, c10d::*, nccl:*, COMM_OP_RE); and its
+stream: the other kernels of a stream whose kernels are nearly all communication (a library's
+helper kernels on its own communication stream) are communication too. A collective's host record
+function and stream also hold real computation (the copies that flatten buckets, FP8 quantisation
+before an all-to-all: HTA counts them as compute): those two rules only take kernels whose name says
+nothing else (category "other"); a GPU annotation wraps the collective's kernels alone.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +16,12 @@ import re
 
 import numpy as np
 
-from trainperf.trace.categories import kernel_category
-from trainperf.trace.events import CPU_OP, DEVICE_KINDS, GPU_ANNOTATION, GPU_SYNC, USER_ANNOTATION, EventTable
+from trainperf.trace.categories import COMM_OP_RE, kernel_category
+from trainperf.trace.events import (CAT_OTHER, COMMUNICATION, CPU_OP, DEVICE_KINDS, GPU_ANNOTATION, GPU_SYNC, KERNEL,
+                                    USER_ANNOTATION, EventTable)
+
+COMM_STREAM_SHARE = 0.9  # a stream whose kernels are at least this share communication is a communication stream
+COMM_STREAM_MIN_KERNELS = 2
 
 STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 
@@ -51,6 +65,8 @@ def annotate(t: EventTable) -> None:
         vals = np.array([kernel_category(t.names[int(u) // 16], int(u) % 16) for u in ukey], dtype=np.int8)
         cat[device] = vals[inv.reshape(-1)]
     t.category = cat
+    if device.any():
+        _communication_by_context(t)
     steps, starts, ends = step_spans(t)
     step = np.full(len(t), -1, dtype=np.int32)
     if steps.size:
@@ -65,3 +81,68 @@ def annotate(t: EventTable) -> None:
         dev_rows = np.flatnonzero(device & (link >= 0))
         step[dev_rows] = step[link[dev_rows]]
     t.step = step
+
+
+def _inside(spans_key: np.ndarray, spans_start: np.ndarray, spans_end: np.ndarray, key: np.ndarray,
+            ts: np.ndarray) -> np.ndarray:
+    """For each (key, ts): the row index (into the spans) of a span with that key containing ts, else -1.
+
+    Among nested spans the one that started last is returned (the innermost)."""
+    out = np.full(key.size, -1, dtype=np.int64)
+    for k in np.unique(spans_key):
+        sel = np.flatnonzero(spans_key == k)
+        sel = sel[np.argsort(spans_start[sel], kind="stable")]
+        s0, e0 = spans_start[sel], spans_end[sel]
+        run_max = np.maximum.accumulate(e0)
+        q = np.flatnonzero(key == k)
+        if q.size == 0:
+            continue
+        pos = np.searchsorted(s0, ts[q], side="right") - 1
+        covered = (pos >= 0) & (run_max[np.clip(pos, 0, None)] >= ts[q])
+        for j, p in zip(q[covered], pos[covered]):
+            while p >= 0 and e0[p] < ts[j]:  # an earlier, enclosing span (nesting is shallow)
+                p -= 1
+            out[j] = sel[p] if p >= 0 else -1
+    return out
+
+
+def _communication_by_context(t: EventTable) -> None:
+    """Mark as communication the kernels launched inside a collective's record function, run inside a
+    collective's GPU annotation, or run on a communication stream (module docstring); a kernel whose
+    collective is unnamed takes the collective named by its record function."""
+    kern = np.flatnonzero((t.kind == KERNEL) & (t.stream >= 0))
+    if kern.size == 0:
+        return
+    op_ids = t.ids_matching(COMM_OP_RE.search)
+    comm = t.category[kern] == COMMUNICATION
+    unknown = t.category[kern] == CAT_OTHER  # names that say nothing about what the kernel does
+    if op_ids.size:
+        host_ops = np.flatnonzero(np.isin(t.name, op_ids) & np.isin(t.kind, (CPU_OP, USER_ANNOTATION)))
+        link = correlated_host_row(t)[kern]
+        launched = link >= 0
+        if host_ops.size and launched.any():
+            key = t.pid * 1_000_003 + t.tid
+            lrows = link[launched]
+            hit = _inside(key[host_ops], t.ts_ns[host_ops], t.ts_ns[host_ops] + t.dur_ns[host_ops], key[lrows],
+                          t.ts_ns[lrows])
+            got = (hit >= 0) & unknown[launched]
+            idx = np.flatnonzero(launched)[got]
+            comm[idx] = True
+            span_coll = t.collective[host_ops[hit[got]]]
+            span_name = t.name[host_ops[hit[got]]]
+            rows = kern[idx]
+            unnamed = t.collective[rows] < 0
+            t.collective[rows[unnamed]] = np.where(span_coll[unnamed] >= 0, span_coll[unnamed], span_name[unnamed])
+        gpu_ops = np.flatnonzero(np.isin(t.name, op_ids) & (t.kind == GPU_ANNOTATION))
+        if gpu_ops.size:
+            key = t.pid * 1_000_003 + t.tid  # device events: tid is the stream
+            hit = _inside(key[gpu_ops], t.ts_ns[gpu_ops], t.ts_ns[gpu_ops] + t.dur_ns[gpu_ops], key[kern],
+                          t.ts_ns[kern])
+            comm |= hit >= 0
+    stream_key = t.pid[kern] * 1_000_003 + t.stream[kern]
+    for k in np.unique(stream_key[comm]):
+        on = stream_key == k
+        n_comm = int((comm & on).sum())
+        if n_comm >= COMM_STREAM_MIN_KERNELS and n_comm >= COMM_STREAM_SHARE * int(on.sum()):
+            comm |= on & unknown
+    t.category[kern[comm]] = COMMUNICATION

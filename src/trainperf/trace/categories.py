@@ -14,8 +14,17 @@ from trainperf.trace.events import (ATTENTION, CAT_MEMCPY, CAT_MEMSET, CAT_OTHER
 
 # ncclKernel_AllReduce_RING_LL_Sum_float, ncclDevKernel_AllReduce_Sum_f32_RING_LL (NCCL >= 2.19),
 # ncclAllReduceRingLLKernel_sum_f32 (NCCL 2.4-2.7), rcclGenericKernel / ncclDevKernel_Generic (RCCL)
+# plus communication libraries other than NCCL: DeepEP expert-parallel dispatch/combine (deep_ep::, dpsk::ep::),
+# MSCCL++, NVSHMEM, Transformer Engine userbuffers, vLLM/SGLang custom all-reduce, and kernels named after
+# their collective (all2all, all_to_all, allgather, reduce_scatter) by custom libraries
 COMM_RE = re.compile(r"^_*(nccl|rccl|ncclx?Dev|ncclDev)|^void\s+(nccl|rccl)|msccl|^c10d::|all_?reduce_kernel"
-                     r"|cross_device_reduce|one_shot_all_reduce|two_shot_all_reduce", re.I)
+                     r"|cross_device_reduce|one_shot_all_reduce|two_shot_all_reduce|custom_?all_?reduce"
+                     r"|deep_?ep::|dpsk::ep|mscclpp|nvshmemi?_|userbuffers|(?<![a-z])all2all|(?<![a-z])all_?to_?all"
+                     r"|(?<![a-z])all_?gather(?!_?(into|base))|(?<![a-z])reduce_?scatter", re.I)
+# host record functions (cpu_op / user_annotation) and GPU annotations that wrap a collective's launches
+COMM_OP_RE = re.compile(r"^record_param_comms$|^c10d::|^nccl:|^rccl:|ProcessGroupNCCL|^gloo:|deep_?ep|dpsk::ep"
+                        r"|^(all_?reduce|all_?gather\w*|reduce_?scatter\w*|all_?to_?all\w*|all2all\w*|broadcast"
+                        r"|send|recv|barrier)$", re.I)
 _COLLECTIVES = (
     ("reducescatter", "reduce_scatter"), ("reduce_scatter", "reduce_scatter"),
     ("allreduce", "all_reduce"), ("all_reduce", "all_reduce"),
