@@ -208,3 +208,21 @@ def test_pair_host_stall(tmp_path):
     assert [c.name for c in d.new] == ["enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"]
     assert "idle: dataloader" in d.headline()
     assert d.to_json()["step_time_delta_pct"] == pytest.approx(100 * 20000 / d.baseline.median_us, rel=1e-3)
+
+
+def test_cli_diff_json_and_html(tmp_path):
+    from typer.testing import CliRunner
+
+    from trainperf.cli import app
+
+    a = _hand_trace().write(tmp_path / "a.json.gz")
+    b = _hand_trace(gemm_us=50.0).write(tmp_path / "b.json.gz")
+    r = CliRunner().invoke(app, ["diff", str(a), str(b), "--json", str(tmp_path / "d.json"),
+                                 "--html", str(tmp_path / "d.html")])
+    assert r.exit_code == 0, r.output
+    assert "where the change went" in r.output
+    j = json.loads((tmp_path / "d.json").read_text())
+    assert j["baseline"]["step_time_us"] == 100 and j["candidate"]["step_time_us"] == 100
+    assert "compute: gemm" in (tmp_path / "d.html").read_text()
+    r = CliRunner().invoke(app, ["diff", str(a), str(tmp_path / "missing")])
+    assert "no such file or folder" in str(r.exception)  # main() prints it on one line, exit code 2

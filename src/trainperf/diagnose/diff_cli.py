@@ -1,0 +1,75 @@
+"""The `diff` verb: compare a baseline and a candidate trace (registered on the main app by trainperf.cli)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `diff` command to app."""
+
+    @app.command("diff")
+    def diff_cmd(
+        baseline: Path = typer.Argument(..., help="Baseline: a Kineto trace or a folder with one file per rank."),
+        candidate: Path = typer.Argument(..., help="Candidate: a Kineto trace or a folder with one file per rank."),
+        json_out: Optional[Path] = typer.Option(None, "--json", help="Write the full result as JSON here."),
+        html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
+        top: int = typer.Option(10, "--top", min=1, help="Kernels and operators to print (--json keeps 30)."),
+    ) -> None:
+        """What changed between two runs: step time, its decomposition, the kernels and operators that moved."""
+        import json
+
+        from rich.console import Console
+
+        from trainperf.atomic import atomic_write_text, ensure_dir
+        from trainperf.diagnose.diff import diff
+
+        for out in (json_out, html):
+            if out is not None:
+                ensure_dir(Path(out).parent)  # an unusable output path fails now, not after the work
+        result = diff(baseline, candidate, progress=True)
+        print_diff(result, Console(), top)
+        if json_out:
+            atomic_write_text(json_out, json.dumps(result.to_json(), indent=1))
+        if html:
+            from trainperf.report.diff import write_report
+
+            write_report(result, html)
+
+
+def print_diff(d, console, top: int = 10) -> None:
+    """Terminal summary of a diagnose.diff.TraceDiff: step times, buckets, the names that moved most."""
+    from rich.table import Table
+
+    j = d.to_json(top=top)
+    console.print(f"[bold]{j['headline']}[/]", highlight=False)
+    for side in ("baseline", "candidate"):
+        s = j[side]
+        lo, hi = s["step_time_interval_us"]
+        console.print(f"{side:9s} {s['step_time_us'] / 1e3:10.2f} ms/step (95% interval {lo / 1e3:.2f}-{hi / 1e3:.2f}; "
+                      f"{len(s['step_times_us'])} steps, {len(s['ranks'])} rank(s))  {s['source']}", highlight=False)
+    lo, hi = j["step_time_delta_interval_us"]
+    console.print(f"change    {j['step_time_delta_pct']:+.2f}% (shift {j['step_time_delta_hl_us'] / 1e3:+.2f} ms, "
+                  f"95% interval {lo / 1e3:+.2f} to {hi / 1e3:+.2f}); decomposition explains "
+                  f"{j['explained_pct']:.1f}% of the mean's change", highlight=False)
+    t = Table(title="where the change went (µs per step, per rank)", title_justify="left")
+    for c in ("bucket", "baseline", "candidate", "delta"):
+        t.add_column(c, justify="left" if c == "bucket" else "right")
+    for x in j["decomposition"][:top]:
+        t.add_row(x["category"], f"{x['baseline_us']:.0f}", f"{x['candidate_us']:.0f}", f"{x['delta_us']:+.0f}")
+    console.print(t)
+    t = Table(title="kernels and operators that moved most", title_justify="left")
+    for c in ("name", "category", "delta µs/step", "count/step base", "count/step cand"):
+        t.add_column(c, justify="left" if c in ("name", "category") else "right")
+    for c in j["contributions"]:
+        tag = " [green](new)[/]" if c["count_baseline_per_step"] == 0 else (
+            " [red](gone)[/]" if c["count_candidate_per_step"] == 0 else "")
+        t.add_row(c["name"][:70] + tag, c["category"], f"{c['delta_us_per_step']:+.1f}",
+                  f"{c['count_baseline_per_step']:.2f}", f"{c['count_candidate_per_step']:.2f}")
+    console.print(t)
+    console.print(f"{len(j['new'])} names new, {len(j['gone'])} gone (all in --json / --html)", highlight=False)
+    for n in j["notes"]:
+        console.print(f"[yellow]note:[/] {n}", highlight=False)
