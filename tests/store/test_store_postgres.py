@@ -57,6 +57,8 @@ def test_same_records_as_parquet(pg, tmp_path):
     assert query(sql, pg).to_pylist() == query(sql, str(tmp_path)).to_pylist()
     assert query("SELECT run_id FROM runs WHERE host = ?", pg, ["node1"]).to_pylist() == [{"run_id": recs[1].run_id}]
     assert read_runs(pg, host="node2", since=1.79e9 + 2) == read_runs(str(tmp_path), host="node2") == [recs[2]]
+    bare = read_runs(pg, host="node2", samples=False)
+    assert bare == read_runs(str(tmp_path), host="node2", samples=False) and bare[0].samples == bare[0].kernels == []
 
 
 def test_duplicate_and_unreachable(pg):

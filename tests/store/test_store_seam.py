@@ -61,6 +61,8 @@ def test_read_filters(tmp_path):
     assert [r.run_id for r in st.read(RunFilter(job="a", host="h0"))] == ["r0", "r2"]
     assert [r.run_id for r in read_runs(str(tmp_path), since=103.0)] == ["r3", "r4"]
     assert st.read(RunFilter(run_ids=("r4",)))[0].samples[0].data_wait_s == 0.25
+    bare = st.read(RunFilter(run_ids=("r4",)), samples=False)[0]
+    assert bare.samples == [] and bare.host == "h0" and bare.started_at == 104.0
     assert st.query("SELECT count(*) AS n FROM steps WHERE host = ?", ["h1"]).to_pylist() == [{"n": 2}]
 
 

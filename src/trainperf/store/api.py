@@ -24,8 +24,8 @@ class Store(Protocol):
     def write(self, record: RunRecord) -> str:
         """Write one run record; return where it went."""
 
-    def read(self, filt: RunFilter = RunFilter()) -> list[RunRecord]:
-        """Return the records matching ``filt``, oldest first."""
+    def read(self, filt: RunFilter = RunFilter(), *, samples: bool = True) -> list[RunRecord]:
+        """Return the records matching ``filt``, oldest first (``samples`` False: without samples and kernels)."""
 
     def query(self, sql: str, params: list | None = None):
         """Run ``sql`` over runs, steps, kernels; return a pyarrow.Table."""
@@ -75,14 +75,14 @@ def query(sql: str, store: str | None = None, params: list | None = None):
 
 
 def read_runs(store: str | None = None, job: str | None = None, run_ids: list[str] | None = None,
-              since: float | None = None, host: str | None = None) -> list[RunRecord]:
+              since: float | None = None, host: str | None = None, samples: bool = True) -> list[RunRecord]:
     """Return the run records (with samples and kernels) matching the filters, oldest first.
 
     ``job``: exact job name; ``run_ids``: keep only these; ``since``: unix seconds, started at or
-    after; ``host``: exact host name.
+    after; ``host``: exact host name; ``samples`` False: run-level fields only (fast on long runs).
     """
     filt = RunFilter(job=job, run_ids=None if run_ids is None else tuple(run_ids), since=since, host=host)
-    return open_store(store).read(filt)
+    return open_store(store).read(filt, samples=samples)
 
 
 def get_run(run_id: str, store: str | None = None) -> RunRecord:

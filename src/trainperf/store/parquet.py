@@ -161,6 +161,7 @@ def connect(root: Path, validate: bool = False):
     import duckdb
 
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")  # DuckDB draws one on stdout for queries over ~2 s
     files = run_files(root)
     if validate:
         files = readable_files(files)
@@ -188,13 +189,16 @@ def connect(root: Path, validate: bool = False):
     return con
 
 
-def read_records(con, where: str = "", params: list | None = None) -> list[RunRecord]:
-    """Return the RunRecords of the runs view matching ``where`` (SQL with ? placeholders), oldest first."""
+def read_records(con, where: str = "", params: list | None = None, samples: bool = True) -> list[RunRecord]:
+    """Return the RunRecords of the runs view matching ``where`` (SQL with ? placeholders), oldest first.
+
+    ``samples`` False: run rows only (records without samples and kernels; much faster on long runs).
+    """
     cur = con.execute(f"SELECT * FROM runs{where} ORDER BY started_at, run_id", params or [])
     cols = [d[0] for d in cur.description]
     runs = [dict(zip(cols, r)) for r in cur.fetchall()]
-    if not runs:
-        return []
+    if not runs or not samples:
+        return records_from_rows(runs, [], [])
     ids = [r["run_id"] for r in runs]
     sc = ", ".join(STEP_FIELDS)
     step_rows = con.execute(f"SELECT run_id, {sc} FROM steps WHERE list_contains(?, run_id)", [ids]).fetchall()
@@ -247,10 +251,10 @@ class ParquetStore:
 
         return _with_retry(run)
 
-    def read(self, filt: RunFilter = RunFilter()) -> list[RunRecord]:
-        """Return the records matching ``filt`` (with samples and kernels), oldest first."""
+    def read(self, filt: RunFilter = RunFilter(), *, samples: bool = True) -> list[RunRecord]:
+        """Return the records matching ``filt``, oldest first (with samples and kernels unless ``samples`` False)."""
         where, params = filt.where(mark="?", member="list_contains(?, run_id)")
-        return self._with_connection(lambda con: read_records(con, where, params))
+        return self._with_connection(lambda con: read_records(con, where, params, samples))
 
     def query(self, sql: str, params: list | None = None):
         """Run ``sql`` (``?`` placeholders) over the views runs, steps, kernels; return a pyarrow.Table."""

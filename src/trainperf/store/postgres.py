@@ -112,8 +112,8 @@ def query_pg(sql: str, url: str, params: list | None = None):
         con.close()
 
 
-def read_runs_pg(url: str, filt: RunFilter = RunFilter()) -> list[RunRecord]:
-    """Return the run records matching ``filt`` from PostgreSQL, oldest first."""
+def read_runs_pg(url: str, filt: RunFilter = RunFilter(), samples: bool = True) -> list[RunRecord]:
+    """Return the run records matching ``filt`` from PostgreSQL, oldest first (``samples`` False: run rows only)."""
     con = _connect(url)
     try:
         with con.transaction():
@@ -123,8 +123,8 @@ def read_runs_pg(url: str, filt: RunFilter = RunFilter()) -> list[RunRecord]:
             cur.execute("SELECT * FROM runs" + where + " ORDER BY started_at, run_id", params)
             cols = [d.name for d in cur.description]
             runs = [dict(zip(cols, r)) for r in cur.fetchall()]
-            if not runs:
-                return []
+            if not runs or not samples:
+                return records_from_rows(runs, [], [])
             ids = [r["run_id"] for r in runs]
             scols = ", ".join(f'"{c}"' for c in STEP_FIELDS)
             cur.execute(f"SELECT run_id, {scols} FROM steps WHERE run_id = ANY(%s) ORDER BY run_id, step", [ids])
@@ -149,9 +149,9 @@ class PostgresStore:
         write_run_pg(record, self.url)
         return f"{self.location}#{record.run_id}"
 
-    def read(self, filt: RunFilter = RunFilter()) -> list[RunRecord]:
-        """Return the records matching ``filt`` (with samples and kernels), oldest first."""
-        return read_runs_pg(self.url, filt)
+    def read(self, filt: RunFilter = RunFilter(), *, samples: bool = True) -> list[RunRecord]:
+        """Return the records matching ``filt``, oldest first (with samples and kernels unless ``samples`` False)."""
+        return read_runs_pg(self.url, filt, samples)
 
     def query(self, sql: str, params: list | None = None):
         """Run ``sql`` (``?`` placeholders) over the tables runs, steps, kernels; return a pyarrow.Table."""
