@@ -1,26 +1,38 @@
-"""Predict every published run in ../shared/data/published_runs/runs.csv at its published layout.
+"""Predict published training runs at their published layouts; fit the constants; judge them out of source.
 
-Prints per-row predicted vs measured step time (or tokens/s per GPU where only a TFLOP/s
-figure was published) and the median / max relative error. Usage:
+Usage:
 
-    .venv/bin/python benchmarks/validate_planner.py [--csv PATH] [--json OUT]
+    .venv/bin/python benchmarks/validate_planner.py                 # shipped constants, every row
+    .venv/bin/python benchmarks/validate_planner.py --loso          # + leave-one-source-out and in-sample fits
+    .venv/bin/python benchmarks/validate_planner.py --csv FILE ...  # other row files (same columns)
+
+Rows come from ../shared/data/published_runs/runs.csv and benchmarks/data/planner_dev_runs.csv
+(the dev rows this repository adds; each names its source and how every figure was derived).
 
 How a row becomes a planner input (no per-row factors, only what the source states):
 
 * Model: the row's shape; empty kv heads = heads (MHA), empty ffn = 4h, empty vocab = 51200.
-  "llama" models use a gated (SwiGLU) MLP, GPT and Nemotron-4 do not (squared ReLU); GPT
-  models have linear biases (and dropout), tied embeddings and learned positions.
+  ``arch`` (dev file) or the name picks the block: "llama" = RMSNorm, gated (SwiGLU) MLP,
+  rotary, untied; "gpt" = LayerNorm, 4h GELU MLP, linear biases (and dropout), tied
+  embeddings, learned positions. Nemotron-4 is neither (LayerNorm, squared-ReLU 2-matrix MLP).
+  ``head_dim`` where the source sets it apart from hidden / heads (MaxText).
 * Layout: empty cp/vpp/mbs = 1; empty sequence_parallel = on when tp > 1 (NeMo/Megatron-Core
   default); recompute "none" = none, "not stated"/empty = the least recompute (none,
-  selective, full) whose predicted memory fits, since the job ran; dp_sharding "distributed optimizer" =
-  zero 1, "none (DDP/DP=1)" = zero 0, "FSDP" = zero 3 with tp = pp = 1.
-* Software: rows from Narayanan et al. 2021 and Korthikanti et al. 2022 ran 2021-22
-  Megatron-LM on A100: no flash attention, no TP/DP/P2P overlap. All H100 rows (Megatron-Core,
-  NeMo, DGX Cloud recipes, MaxText) ran with flash attention and communication overlap
-  (the sources state tp_comm_overlap / overlap_grad_reduce / overlap_p2p_comm).
-* Target: the published step time when there is one; otherwise tokens/s per GPU from the
-  published TFLOP/s per GPU divided by the source's own FLOP count per token (Megatron-Core
-  and NeMo count attention non-causally: ``model_flops_per_token(causal=False)``).
+  selective, full) whose predicted memory fits, since the job ran; dp_sharding "distributed
+  optimizer" = zero 1, "none (DDP...)" = zero 0, "FSDP" = zero 3 (with the row's tp, if any).
+* Software stack: the dev file's ``stack`` column; otherwise 2021-22 Megatron-LM rows
+  (Narayanan et al., Korthikanti et al.) are ``megatron-2021``, MaxText rows ``jax``, the
+  rest ``megatron-core`` (their sources state TE, flash attention and overlap switches).
+* Target: the published step time when there is one; else tokens/s per GPU; else the
+  published TFLOP/s per GPU divided by the source's own FLOP count per token (Megatron-Core,
+  NeMo and MaxText count attention non-causally: ``model_flops_per_token(causal=False)``).
+
+Constants and how they are judged (``--loso``): the planner has a few fitted constants, each
+with a physical meaning (``CONSTANTS``). ``fit`` chooses them by coordinate descent on a set
+of rows (objective: mean |log error| + 0.5 x the worst row's). Leave-one-source-out fits them
+on every source but one and predicts the held-out source; a constant whose accelerator
+generation has no row in the training sources keeps its catalog value. The constant-MFU
+baseline (model FLOPs / peak x one MFU, the training rows' median) is judged the same way.
 """
 
 from __future__ import annotations
@@ -28,39 +40,48 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
+import re
 import statistics
 import sys
-from dataclasses import replace
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from trainperf.atomic import atomic_write_text
 from trainperf.errors import TrainperfError
 from trainperf.plan.efficiency import Efficiency
+from trainperf.plan.estimate import Estimate, estimate
 from trainperf.plan.stacks import Software, get_stack
-from trainperf.plan.estimate import estimate
-from trainperf.specs import Layout, ModelSpec, make_cluster, model_flops_per_token
+from trainperf.specs import Cluster, Layout, ModelSpec, make_cluster, model_flops_per_token
 
-DEFAULT_CSV = Path(__file__).resolve().parents[1] / "../shared/data/published_runs/runs.csv"
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CSVS = (ROOT / "../shared/data/published_runs/runs.csv", ROOT / "benchmarks/data/planner_dev_runs.csv")
 
 
-def _int(v: str, default: int) -> int:
+def _int(v: str | None, default: int) -> int:
     v = (v or "").strip()
     return int(float(v)) if v else default
+
+
+# ------------------------------------------------------------------------------- rows
 
 
 def row_model(r: dict) -> ModelSpec:
     """Return the ModelSpec a published row describes."""
     name = r["model_name"]
     low = name.lower()
-    gpt = low.startswith("gpt") or "mt-nlg" in low
+    arch = (r.get("arch") or "").strip().lower() or ("gpt" if low.startswith("gpt") or "mt-nlg" in low
+                                                     else "llama" if "llama" in low else "nemotron")
+    gpt = arch == "gpt"
     h = _int(r["hidden"], 0)
     heads = _int(r["n_heads"], 0)
     return ModelSpec(
         name=name, n_layers=_int(r["n_layers"], 0), hidden=h, n_heads=heads,
         n_kv_heads=_int(r["n_kv_heads"], heads), ffn_hidden=_int(r["ffn_hidden"], 4 * h),
-        vocab=_int(r["vocab"], 51200), seq_len=_int(r["seq_len"], 0), gated_mlp="llama" in low,
-        tied_embeddings=gpt, norm="layernorm" if not "llama" in low else "rmsnorm",
-        linear_bias=gpt, learned_pos_emb=gpt,
+        vocab=_int(r["vocab"], 51200), seq_len=_int(r["seq_len"], 0), gated_mlp=arch == "llama",
+        tied_embeddings=gpt, norm="rmsnorm" if arch == "llama" else "layernorm",
+        linear_bias=gpt, learned_pos_emb=gpt, head_dim=_int(r.get("head_dim"), 0),
     )
 
 
@@ -68,23 +89,27 @@ def row_layout(r: dict) -> Layout:
     """Return the Layout a published row states (defaults as in the module docstring)."""
     shard = r["dp_sharding"].lower()
     fsdp = shard.startswith("fsdp")
-    tp = 1 if fsdp else _int(r["tp"], 1)
+    tp = _int(r["tp"], 1)
     pp = 1 if fsdp else _int(r["pp"], 1)
     sp_txt = r["sequence_parallel"].strip().lower()
     sp = (sp_txt == "y") if sp_txt else tp > 1
     rc_txt = r["recompute"].strip().lower()
     rc = "full" if rc_txt.startswith("full") else "selective" if rc_txt.startswith("selective") else "none"
     zero = 3 if fsdp else 0 if shard.startswith("none") else 1
-    return Layout(tp=tp, pp=pp, dp=0, cp=_int(r["cp"], 1), vpp=_int(r["vpp"], 1), sp=sp, zero=zero,
+    return Layout(tp=tp, pp=pp, dp=0, cp=_int(r["cp"], 1), vpp=_int(r["vpp"], 1), sp=sp and tp > 1, zero=zero,
                   recompute=rc, mbs=_int(r["micro_batch"], 1),
                   precision="fp8" if r["precision"].strip().lower().startswith("fp8") else "bf16")
 
 
 def row_software(r: dict) -> Software:
-    """Return the framework features of the row's source (2021-22 Megatron on A100 vs today's)."""
+    """Return the software stack of the row (its ``stack`` column, else by source)."""
+    if (r.get("stack") or "").strip():
+        return get_stack(r["stack"])
     src = r["source"].lower()
     if "narayanan" in src or "korthikanti" in src:
         return get_stack("megatron-2021")
+    if "maxtext" in src or "maxtext" in r["model_name"].lower():
+        return get_stack("jax")
     return get_stack("megatron-core")
 
 
@@ -99,101 +124,271 @@ def measured(r: dict, m: ModelSpec) -> tuple[str, float] | None:
     return None
 
 
-def validate(csv_path: Path, eff: Efficiency | None = None) -> list[dict]:
-    """Return one dict per row: prediction, measurement, relative error or the reason it was skipped."""
-    rows = list(csv.DictReader(csv_path.open()))
-    out = []
-    for i, r in enumerate(rows):
-        rec = {"row": i, "model": r["model_name"], "gpu": r["gpu_type"].split(" (")[0], "n_gpus": int(r["n_gpus"])}
-        try:
-            m = row_model(r)
-            cluster = make_cluster(r["gpu_type"], int(r["n_gpus"]), _int(r["gpus_per_node"], 8))
-            lay = row_layout(r)
-            target = measured(r, m)
-            if target is None:
-                rec["skipped"] = "no measured step time, tokens/s or TFLOP/s"
-                out.append(rec)
+def source_key(source: str) -> str:
+    """Return the publication a row comes from: its repository ('owner/name') or the paper's authors.
+
+    Leave-one-source-out holds out whole publications: every recipe of one repository (all
+    of NVIDIA/dgxc-benchmarking, all of NVIDIA/NeMo's pages) goes together.
+    """
+    repo = re.search(r"\b([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)\b", source)
+    if repo and not re.match(r"\d", repo.group(1)):
+        return repo.group(1)
+    return re.split(r"[;(]", source)[0].strip()
+
+
+# ------------------------------------------------------------------------------ cases
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    """One published row turned into planner input and its measured target."""
+
+    index: int
+    file: str
+    source: str
+    model: ModelSpec
+    cluster: Cluster
+    layout: Layout
+    global_batch: int
+    stack: Software
+    kind: str            # step_time_s or tokens_per_s_per_gpu
+    value: float
+    generation: str      # accelerator generation (which fitted GEMM efficiency applies)
+
+
+def generation(cluster: Cluster) -> str:
+    """Return the accelerator generation a GEMM-efficiency constant is shared by."""
+    fam = cluster.accelerator.family
+    for gen, fams in (("ampere", ("a100",)), ("hopper", ("h100", "h200", "h800", "h20")),
+                      ("blackwell", ("b200", "gb200", "b300", "gb300")), ("tpu", ("v5p", "v5e")),
+                      ("cdna", ("mi250x", "mi300x", "mi325x", "mi355x"))):
+        if fam in fams:
+            return gen
+    return fam or cluster.accelerator.name
+
+
+def load_cases(paths) -> tuple[list[Case], list[dict]]:
+    """Return (cases, skipped rows with their reason) from the row files."""
+    cases, skipped = [], []
+    for path in paths:
+        for i, r in enumerate(csv.DictReader(Path(path).open())):
+            where = {"file": Path(path).name, "row": i, "model": r["model_name"], "source": source_key(r["source"])}
+            try:
+                m = row_model(r)
+                target = measured(r, m)
+                if target is None:
+                    skipped.append(dict(where, skipped="no measured step time, tokens/s or TFLOP/s"))
+                    continue
+                cluster = make_cluster(r["gpu_type"], int(r["n_gpus"]), _int(r["gpus_per_node"], 8))
+                lay, sw, gb = row_layout(r), row_software(r), _int(r["global_batch_size"], 0)
+                est = estimate(m, cluster, lay, gb, None, sw)
+                if r["recompute"].strip().lower() in ("", "not stated"):
+                    # unknown recompute: the least recompute whose memory fits, as the job had to
+                    for rc in ("selective", "full"):
+                        if est.fits:
+                            break
+                        est = estimate(m, cluster, replace(lay, recompute=rc), gb, None, sw)
+                    lay = replace(lay, recompute=est.layout.recompute)
+            except TrainperfError as e:
+                skipped.append(dict(where, skipped=str(e)))
                 continue
-            gb = _int(r["global_batch_size"], 0)
-            sw = row_software(r)
-            est = estimate(m, cluster, lay, gb, eff, sw)
-            rc_txt = r["recompute"].strip().lower()
-            if rc_txt in ("", "not stated"):
-                # unknown recompute: the least recompute whose memory fits, as the job had to
-                for rc in ("selective", "full"):
-                    if est.fits:
-                        break
-                    est = estimate(m, cluster, replace(lay, recompute=rc), gb, eff, sw)
-        except TrainperfError as e:
-            rec["skipped"] = str(e)
-            out.append(rec)
-            continue
-        kind, value = target
-        pred = est.step_time_s if kind == "step_time_s" else est.tokens_per_s_per_gpu
-        # baseline (llm-analysis / spreadsheet style): model FLOPs / peak at one constant MFU
-        peak = cluster.accelerator.peak_flops(est.layout.precision)
-        flops_tps = peak / model_flops_per_token(m)  # tokens/s/GPU at MFU = 1
-        rec["measured_mfu"] = (value if kind != "step_time_s" else
-                               gb * m.seq_len / value / cluster.n_gpus) / flops_tps
-        rec["flops_tps_at_mfu1"] = flops_tps
-        rec.update(layout=est.layout.to_string(), kind=kind, measured=value, predicted=pred,
-                   rel_error=pred / value - 1.0, mfu=est.mfu, memory_gib=est.memory_gib_per_gpu, fits=est.fits,
-                   dominant=est.dominant_overhead, breakdown=est.breakdown)
-        out.append(rec)
+            cases.append(Case(index=len(cases), file=Path(path).name, source=where["source"], model=m, cluster=cluster,
+                              layout=lay, global_batch=gb, stack=sw, kind=target[0], value=target[1],
+                              generation=generation(cluster)))
+    return cases, skipped
+
+
+# -------------------------------------------------------------------------- constants
+
+GENERATIONS = ("ampere", "hopper", "blackwell", "tpu", "cdna")
+GEMM_GRID = [round(0.55 + 0.03 * k, 2) for k in range(14)]  # 0.55 .. 0.94
+CONSTANTS: dict[str, tuple[list[float], str]] = {
+    **{f"gemm_eff:{g}": (GEMM_GRID, f"large bf16 GEMM rate / dense peak on {g} accelerators") for g in GENERATIONS},
+    "attn_eff:hopper": ([0.25, 0.30, 0.35, 0.40, 0.45, 0.50, 0.55, 0.60], "best flash-attention forward / dense peak on Hopper"),
+    "gemm_dim_half": ([32.0, 64.0, 96.0, 128.0, 192.0, 256.0], "GEMM dimension at which the rate halves"),
+    "fp8_gemm_speedup": ([1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9], "fp8 / bf16 GEMM rate including scaling"),
+    "tp_overlap": ([0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0], "share of TP comm hidden (stacks that overlap TP)"),
+}
+
+
+def shipped_params() -> dict:
+    """Return the constants as shipped (catalog and Efficiency defaults): the starting point of a fit."""
+    from trainperf.hardware import get_accelerator
+
+    return {"gemm_eff:ampere": get_accelerator("a100").gemm_eff, "gemm_eff:hopper": get_accelerator("h100").gemm_eff,
+            "gemm_eff:blackwell": get_accelerator("b200").gemm_eff, "gemm_eff:tpu": get_accelerator("tpu-v5p").gemm_eff,
+            "gemm_eff:cdna": get_accelerator("mi300x").gemm_eff, "attn_eff:hopper": get_accelerator("h100").attn_eff,
+            "gemm_dim_half": Efficiency().gemm_dim_half, "fp8_gemm_speedup": Efficiency().fp8_gemm_speedup,
+            "tp_overlap": get_stack("megatron-core").tp_overlap}
+
+
+def predict(case: Case, params: dict) -> Estimate:
+    """Return the planner's estimate of ``case`` with the constants ``params``."""
+    eff = Efficiency(gemm_eff_max=params[f"gemm_eff:{case.generation}"] if f"gemm_eff:{case.generation}" in params else 0.0,
+                     attn_eff=params["attn_eff:hopper"] if case.generation == "hopper" else 0.0,
+                     gemm_dim_half=params["gemm_dim_half"], fp8_gemm_speedup=params["fp8_gemm_speedup"])
+    sw = replace(case.stack, tp_overlap=params["tp_overlap"]) if case.stack.tp_overlap > 0 else case.stack
+    return estimate(case.model, case.cluster, case.layout, case.global_batch, eff, sw)
+
+
+def rel_error(case: Case, est: Estimate) -> float:
+    """Return predicted / measured - 1 in the row's own measure."""
+    pred = est.step_time_s if case.kind == "step_time_s" else est.tokens_per_s_per_gpu
+    return pred / case.value - 1.0
+
+
+def objective(cases: list[Case], params: dict) -> float:
+    """Return mean |log(1 + error)| + 0.5 x the worst row's (no row is sacrificed for the median)."""
+    logs = [abs(math.log1p(rel_error(c, predict(c, params)))) for c in cases]
+    return statistics.mean(logs) + 0.5 * max(logs)
+
+
+def fit(cases: list[Case], start: dict | None = None, sweeps: int = 2) -> dict:
+    """Return the constants fitted on ``cases`` by coordinate descent over ``CONSTANTS``' grids.
+
+    A generation's GEMM efficiency (or Hopper's attention efficiency) with no case of that
+    generation keeps its starting (catalog) value; so does tp_overlap without a stack that
+    overlaps TP.
+    """
+    params = dict(start or shipped_params())
+    gens = {c.generation for c in cases}
+    free = [k for k in CONSTANTS if not (k.startswith("gemm_eff:") and k.split(":")[1] not in gens)
+            and not (k == "attn_eff:hopper" and "hopper" not in gens)
+            and not (k == "tp_overlap" and not any(c.stack.tp_overlap > 0 and c.layout.sp for c in cases))
+            and not (k == "fp8_gemm_speedup" and not any(c.layout.precision == "fp8" for c in cases))]
+    best = objective(cases, params)
+    for _ in range(sweeps):
+        for k in free:
+            for v in CONSTANTS[k][0]:
+                trial = dict(params, **{k: v})
+                s = objective(cases, trial)
+                if s < best - 1e-9:
+                    best, params = s, trial
+    return params
+
+
+# --------------------------------------------------------------------------- baseline
+
+
+def mfu_of(case: Case) -> float:
+    """Return the row's measured model-FLOPs utilisation (causal count, dense peak of its precision)."""
+    peak = case.cluster.accelerator.peak_flops(case.layout.precision)
+    tps = case.value if case.kind != "step_time_s" else \
+        case.global_batch * case.model.seq_len / case.value / case.cluster.n_gpus
+    return tps * model_flops_per_token(case.model) / peak
+
+
+def baseline_error(case: Case, mfu0: float) -> float:
+    """Return the constant-MFU prediction's error on ``case`` (predicted / measured - 1)."""
+    ratio = mfu0 / mfu_of(case)  # predicted tokens/s over measured tokens/s
+    return 1.0 / ratio - 1.0 if case.kind == "step_time_s" else ratio - 1.0
+
+
+# ---------------------------------------------------------------------------- reports
+
+
+def summarize(errs: list[float]) -> dict:
+    """Return median / max |error| and the counts within 10% and 25%."""
+    a = [abs(e) for e in errs]
+    if not a:
+        return {"n": 0}
+    return {"n": len(a), "median": statistics.median(a), "max": max(a), "within_10pct": sum(e <= 0.10 for e in a),
+            "within_25pct": sum(e <= 0.25 for e in a)}
+
+
+def run_loso(cases: list[Case]) -> dict:
+    """Return per-case held-out errors (planner and constant-MFU baseline) and each fold's constants."""
+    out: dict = {"planner": {}, "baseline": {}, "folds": {}}
+    for src in sorted({c.source for c in cases}):
+        train = [c for c in cases if c.source != src]
+        test = [c for c in cases if c.source == src]
+        params = fit(train)
+        mfu0 = statistics.median(mfu_of(c) for c in train)
+        out["folds"][src] = {"constants": params, "baseline_mfu": mfu0, "n_test": len(test)}
+        for c in test:
+            out["planner"][c.index] = rel_error(c, predict(c, params))
+            out["baseline"][c.index] = baseline_error(c, mfu0)
     return out
 
 
-def add_constant_mfu_baseline(recs: list[dict]) -> float:
-    """Add 'baseline_error' to each row: prediction at one MFU for all rows (their median).
-
-    This is the best any constant-MFU estimate (FLOPs / peak x MFU, no bubble, no
-    communication) can do on this file; returns that MFU.
-    """
-    rows = [r for r in recs if "rel_error" in r]
-    mfu0 = statistics.median(r["measured_mfu"] for r in rows)
-    for r in rows:
-        tps = mfu0 * r["flops_tps_at_mfu1"]
-        meas_tps = r["measured_mfu"] * r["flops_tps_at_mfu1"]
-        r["baseline_error"] = (meas_tps / tps - 1.0) if r["kind"] == "step_time_s" else (tps / meas_tps - 1.0)
-    return mfu0
-
-
-def summary(recs: list[dict]) -> dict:
-    """Return median and max absolute relative error over the predicted rows (and the baseline's)."""
-    errs = [abs(r["rel_error"]) for r in recs if "rel_error" in r]
-    base = [abs(r["baseline_error"]) for r in recs if "baseline_error" in r]
-    return {"baseline_median_abs_rel_error": statistics.median(base) if base else None,
-            "baseline_max_abs_rel_error": max(base) if base else None,"rows": len(recs), "predicted": len(errs), "median_abs_rel_error": statistics.median(errs),
-            "max_abs_rel_error": max(errs), "within_10pct": sum(e <= 0.10 for e in errs),
-            "within_25pct": sum(e <= 0.25 for e in errs)}
+def _fmt(s: dict) -> str:
+    return "n/a" if not s.get("n") else (f"median {s['median']:.1%}, max {s['max']:.1%} (n={s['n']}, "
+                                          f"{s['within_10pct']} within 10%, {s['within_25pct']} within 25%)")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--csv", type=Path, default=DEFAULT_CSV)
+    ap.add_argument("--csv", type=Path, action="append", default=None, help="row file(s); default: runs.csv + dev rows")
+    ap.add_argument("--loso", action="store_true", help="also fit in-sample and leave-one-source-out")
     ap.add_argument("--json", type=Path, default=None, help="write per-row results here")
     args = ap.parse_args(argv)
-    if not args.csv.is_file():
-        print(f"error: {args.csv}: not found", file=sys.stderr)
-        return 2
-    recs = validate(args.csv)
-    mfu0 = add_constant_mfu_baseline(recs)
-    print(f"{'row':>3} {'model':30} {'gpu':14} {'gpus':>5} {'what':5} {'measured':>10} {'predicted':>10} {'err':>7} "
-          f"{'base':>7}  dominant overhead")
-    for r in recs:
-        if "skipped" in r:
-            print(f"{r['row']:>3} {r['model'][:30]:30} {r['gpu'][:14]:14} {r['n_gpus']:>5} skipped: {r['skipped']}")
-            continue
+    paths = args.csv or list(DEFAULT_CSVS)
+    for p in paths:
+        if not Path(p).is_file():
+            print(f"error: {p}: not found", file=sys.stderr)
+            return 2
+    t0 = time.perf_counter()
+    cases, skipped = load_cases(paths)
+    shipped = shipped_params()
+    rows = []
+    for c in cases:
+        est = predict(c, shipped)
+        rows.append({"file": c.file, "source": c.source, "model": c.model.name, "gpu": c.cluster.accelerator.name,
+                     "n_gpus": c.cluster.n_gpus, "stack": c.stack.name, "layout": est.layout.to_string(),
+                     "kind": c.kind, "measured": c.value,
+                     "predicted": est.step_time_s if c.kind == "step_time_s" else est.tokens_per_s_per_gpu,
+                     "error": rel_error(c, est), "fits": est.fits, "memory_gib": est.memory_gib_per_gpu,
+                     "dominant": est.dominant_overhead, "measured_mfu": mfu_of(c)})
+    mfu_all = statistics.median(r["measured_mfu"] for r in rows)
+    for c, r in zip(cases, rows):
+        r["baseline_error_in_sample"] = baseline_error(c, mfu_all)
+    report: dict = {"files": [str(p) for p in paths], "skipped": skipped, "rows": rows}
+    print(f"{'#':>3} {'source':26} {'model':28} {'gpu':9} {'gpus':>5} {'stack':20} {'what':5} {'measured':>9} "
+          f"{'predicted':>9} {'err':>7}" + ("  loso    base-loso" if args.loso else ""))
+    if args.loso:
+        fitted = fit(cases)
+        loso = run_loso(cases)
+        report.update(in_sample_constants=fitted, loso_folds=loso["folds"])
+        for c, r in zip(cases, rows):
+            r["error_in_sample_fit"] = rel_error(c, predict(c, fitted))
+            r["error_loso"] = loso["planner"][c.index]
+            r["baseline_error_loso"] = loso["baseline"][c.index]
+    for i, r in enumerate(rows):
         what = "step" if r["kind"] == "step_time_s" else "tok/s"
-        print(f"{r['row']:>3} {r['model'][:30]:30} {r['gpu'][:14]:14} {r['n_gpus']:>5} {what:5} {r['measured']:>10.4g} "
-              f"{r['predicted']:>10.4g} {r['rel_error']:>+7.1%} {r['baseline_error']:>+7.1%}  {r['dominant']}{'' if r['fits'] else ' (OOM predicted)'}")
-    s = summary(recs)
-    print(f"\n{s['predicted']}/{s['rows']} rows predicted; median |error| {s['median_abs_rel_error']:.1%}, "
-          f"max {s['max_abs_rel_error']:.1%}; within 10%: {s['within_10pct']}, within 25%: {s['within_25pct']}")
-    print(f"baseline 'model FLOPs / peak at one MFU' (MFU {mfu0:.3f}, the rows' median, i.e. fitted): median |error| "
-          f"{s['baseline_median_abs_rel_error']:.1%}, max {s['baseline_max_abs_rel_error']:.1%}")
+        line = (f"{i:>3} {r['source'][:26]:26} {r['model'][:28]:28} {r['gpu'][:9]:9} {r['n_gpus']:>5} {r['stack'][:20]:20} "
+                f"{what:5} {r['measured']:>9.4g} {r['predicted']:>9.4g} {r['error']:>+7.1%}")
+        if args.loso:
+            line += f" {r['error_loso']:>+7.1%} {r['baseline_error_loso']:>+7.1%}"
+        print(line + ("" if r["fits"] else "  (OOM predicted)"))
+    for s in skipped:
+        print(f"skipped {s['file']} row {s['row']} ({s['model']}): {s['skipped']}")
+    summary = {"shipped": summarize([r["error"] for r in rows]),
+               "constant_mfu_in_sample": summarize([r["baseline_error_in_sample"] for r in rows])}
+    print(f"\n{len(rows)} rows predicted, {len(skipped)} skipped; {len({c.source for c in cases})} sources")
+    print(f"shipped constants:            {_fmt(summary['shipped'])}")
+    print(f"constant MFU {mfu_all:.3f} (in-sample): {_fmt(summary['constant_mfu_in_sample'])}")
+    if args.loso:
+        summary.update(in_sample_fit=summarize([r["error_in_sample_fit"] for r in rows]),
+                       loso=summarize([r["error_loso"] for r in rows]),
+                       constant_mfu_loso=summarize([r["baseline_error_loso"] for r in rows]))
+        print(f"in-sample fit (all rows):     {_fmt(summary['in_sample_fit'])}")
+        print(f"leave-one-source-out:         {_fmt(summary['loso'])}")
+        print(f"constant MFU, LOSO:           {_fmt(summary['constant_mfu_loso'])}")
+        by_stack: dict = {}
+        for r in rows:
+            by_stack.setdefault(r["stack"], []).append(r)
+        summary["per_stack"] = {}
+        for st, rs in sorted(by_stack.items()):
+            summary["per_stack"][st] = {"loso": summarize([r["error_loso"] for r in rs]),
+                                        "in_sample_fit": summarize([r["error_in_sample_fit"] for r in rs]),
+                                        "constant_mfu_loso": summarize([r["baseline_error_loso"] for r in rs])}
+            print(f"  {st:22} LOSO {_fmt(summary['per_stack'][st]['loso'])}; constant MFU LOSO "
+                  f"{_fmt(summary['per_stack'][st]['constant_mfu_loso'])}")
+        print("in-sample constants: " + ", ".join(f"{k}={v:g}" for k, v in fitted.items()))
+    print(f"({time.perf_counter() - t0:.1f} s)")
+    report["summary"] = summary
     if args.json:
-        atomic_write_text(args.json, json.dumps({"summary": s, "rows": recs}, indent=1))
+        atomic_write_text(args.json, json.dumps(report, indent=1, default=str))
     return 0
 
 
