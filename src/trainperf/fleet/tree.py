@@ -66,6 +66,23 @@ _TERM_LEAF = {"compute": "kernels", "embedding_lm_head": "kernels", "tp_comm": "
               "host_overhead": "optimizer_host"}
 GOODPUT_KEYS = ("total_s", "productive_s", "startup_s", "data_wait_s", "checkpoint_s", "restart_s", "lost_work_s",
                 "other_s")
+# Per-run sums over the steps table, the only place they are computed (a store's steps view, or
+# the samples of records in memory registered as a steps table): step time, data wait, and for the
+# steps with an MFU the model-FLOP time at peak (mfu x step time) and their productive time.
+STEP_SUMS_SQL = """SELECT run_id, SUM(step_time_s) AS step_s, SUM(COALESCE(data_wait_s, 0)) AS wait_s,
+  SUM(CASE WHEN mfu IS NOT NULL THEN mfu * step_time_s ELSE 0 END) AS flops_s,
+  SUM(CASE WHEN mfu IS NOT NULL THEN step_time_s - COALESCE(data_wait_s, 0) ELSE 0 END) AS mfu_busy_s
+  FROM steps{where} GROUP BY run_id"""
+
+
+@dataclass(kw_only=True, frozen=True)
+class StepSums:
+    """One run's sums over its step samples (seconds; see STEP_SUMS_SQL)."""
+
+    step_s: float = 0.0
+    wait_s: float = 0.0
+    flops_s: float = 0.0
+    mfu_busy_s: float = 0.0
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -169,7 +186,7 @@ def matches_version(rec: RunRecord, version: str) -> bool:
                         or v in (rec.torch, rec.cuda, rec.nccl, rec.driver, run_version(rec)))
 
 
-def goodput_split(rec: RunRecord) -> tuple[dict, str | None]:
+def goodput_split(rec: RunRecord, sums: StepSums) -> tuple[dict, str | None]:
     """Return (the run's wall-time split in seconds, keyed as GOODPUT_KEYS; a note or None).
 
     From the monitor's goodput in ``config["summary"]["goodput"]``; a record without it (an
@@ -182,28 +199,43 @@ def goodput_split(rec: RunRecord) -> tuple[dict, str | None]:
         if bad:
             raise TrainperfError(f"run {rec.run_id}: negative {bad[0]} in its goodput split")
         return split, None
-    step = sum(float(s.step_time_s) for s in rec.samples)
-    wait = sum(float(s.data_wait_s or 0.0) for s in rec.samples)
     split = dict.fromkeys(GOODPUT_KEYS, 0.0)
-    split.update(total_s=step, productive_s=step - wait, data_wait_s=wait)
+    split.update(total_s=sums.step_s, productive_s=sums.step_s - sums.wait_s, data_wait_s=sums.wait_s)
     return split, "no goodput split in the record: allocated = its step time only"
 
 
-def achieved_mfu(rec: RunRecord) -> float | None:
+def achieved_mfu(rec: RunRecord, sums: StepSums) -> float | None:
     """Return MFU over productive step time: sum(mfu x step time) / sum(step time - data wait).
 
     A step's MFU is its model FLOPs over (step time x peak), data wait included; weighting by
-    step time gives the FLOPs, dividing by the productive time removes the wait. Falls back to
-    the record's summary MFU (data wait not removed) when no sample carries MFU.
+    step time gives the FLOP time at peak, dividing by the productive time removes the wait.
+    Falls back to the record's summary MFU (data wait not removed) when no sample carries MFU.
     """
-    flops_time = busy = 0.0
-    for s in rec.samples:
-        if s.mfu is not None and s.step_time_s:
-            flops_time += float(s.mfu) * float(s.step_time_s)
-            busy += float(s.step_time_s) - float(s.data_wait_s or 0.0)
-    if busy > 0:
-        return flops_time / busy
+    if sums.mfu_busy_s > 0:
+        return sums.flops_s / sums.mfu_busy_s
     return float(rec.mfu) if rec.mfu is not None else None
+
+
+def step_sums(records: list[RunRecord]) -> dict[str, StepSums]:
+    """Return STEP_SUMS_SQL over the samples of records held in memory: run id -> StepSums."""
+    import duckdb
+    import pyarrow as pa
+
+    rows = [(r.run_id, s.step_time_s, s.data_wait_s, s.mfu) for r in records for s in r.samples]
+    steps = pa.table({"run_id": pa.array([x[0] for x in rows], pa.string()),
+                      **{c: pa.array([x[i + 1] for x in rows], pa.float64())
+                         for i, c in enumerate(("step_time_s", "data_wait_s", "mfu"))}})
+    con = duckdb.connect()
+    try:
+        con.register("steps", steps)
+        return _sums(con.execute(STEP_SUMS_SQL.format(where="")).fetchall())
+    finally:
+        con.close()
+
+
+def _sums(rows) -> dict[str, StepSums]:
+    return {r[0]: StepSums(step_s=r[1] or 0.0, wait_s=r[2] or 0.0, flops_s=r[3] or 0.0, mfu_busy_s=r[4] or 0.0)
+            for r in rows}
 
 
 @lru_cache(maxsize=256)
@@ -227,17 +259,22 @@ def _plan(model: str, gpu: str, n_gpus: int, layout: str, seq: int | None, globa
     return Plan(mfu=float(est.mfu), shares=shares)
 
 
+@lru_cache(maxsize=64)
+def _accelerator(gpu_model: str):
+    from trainperf.hardware import accelerator_for_device
+
+    return accelerator_for_device(gpu_model) if gpu_model else None
+
+
 def planned(rec: RunRecord) -> Plan | None:
     """Return trainperf.plan's prediction for the run's model, layout, GPU type and count, or None.
 
     None when the model is no preset name, the GPU is not in the catalog or the layout does not
     fit the GPU count. ``config`` may carry ``seq_len`` and ``global_batch``.
     """
-    from trainperf.hardware import accelerator_for_device
-
     if not rec.model or not rec.layout or "/" in rec.model or rec.model.endswith(".json"):
         return None
-    acc = accelerator_for_device(rec.gpu_model) if rec.gpu_model else None
+    acc = _accelerator(rec.gpu_model)
     if acc is None:
         return None
     cfg = rec.config or {}
@@ -248,16 +285,14 @@ def planned(rec: RunRecord) -> Plan | None:
 
 def catalog_price(rec: RunRecord) -> float | None:
     """Return the catalog's USD per GPU-hour for the run's GPU type, or None when it is not listed."""
-    from trainperf.hardware import accelerator_for_device
-
-    acc = accelerator_for_device(rec.gpu_model) if rec.gpu_model else None
+    acc = _accelerator(rec.gpu_model)
     return float(acc.usd_per_hour) if acc is not None and acc.usd_per_hour else None
 
 
 # --------------------------------------------------------------------------- one run, then the tree
 
 
-def account_run(rec: RunRecord, plan: Plan | None, usd_per_gpu_hour: float | None) -> RunAccount:
+def account_run(rec: RunRecord, sums: StepSums, plan: Plan | None, usd_per_gpu_hour: float | None) -> RunAccount:
     """Return the run's GPU-hours per tree node: the one place every number of the tree is computed.
 
     GPU-hours = seconds x world_size / 3600. With achieved MFU ``a`` and planned MFU ``p``, the
@@ -268,7 +303,7 @@ def account_run(rec: RunRecord, plan: Plan | None, usd_per_gpu_hour: float | Non
     overhead. Without a plan, productive x (1 - a) is "unplanned"; without a measured MFU, all
     productive time is "MFU not measured".
     """
-    split, note = goodput_split(rec)
+    split, note = goodput_split(rec, sums)
     gpus = int(rec.world_size or 1)
     h = gpus / 3600.0
     p = {"allocated": split["total_s"] * h, "startup": split["startup_s"] * h, "restart": split["restart_s"] * h,
@@ -276,7 +311,7 @@ def account_run(rec: RunRecord, plan: Plan | None, usd_per_gpu_hour: float | Non
          "checkpoint": split["checkpoint_s"] * h, "eval_other": split["other_s"] * h,
          "productive": split["productive_s"] * h}
     p["running"] = p["allocated"] - p["startup"] - p["restart"] - p["lost_work"]
-    a = achieved_mfu(rec)
+    a = achieved_mfu(rec, sums)
     if a is None:
         p["mfu_unknown"] = p["productive"]
     else:
@@ -318,15 +353,20 @@ def superseded(records: list[RunRecord]) -> set[str]:
     return out
 
 
-def build_tree(records: list[RunRecord], usd_per_gpu_hour: float | None = None) -> MetricTree:
+def build_tree(records: list[RunRecord], usd_per_gpu_hour: float | None = None,
+               sums: dict[str, StepSums] | None = None) -> MetricTree:
     """Return the metric tree over ``records`` (training runs; benchmark records are skipped).
 
     ``usd_per_gpu_hour`` prices every run; default: each run's GPU at its catalog price.
+    ``sums``: run id -> StepSums from the store (default: computed from the records' samples).
     """
     runs = [r for r in records if r.kind != "bench"]
     gone = superseded(runs)
-    accounts = [account_run(r, planned(r), usd_per_gpu_hour if usd_per_gpu_hour is not None else catalog_price(r))
-                for r in runs if r.run_id not in gone]
+    runs = [r for r in runs if r.run_id not in gone]
+    if sums is None:
+        sums = step_sums(runs)
+    accounts = [account_run(r, sums.get(r.run_id, StepSums()), planned(r),
+                            usd_per_gpu_hour if usd_per_gpu_hour is not None else catalog_price(r)) for r in runs]
     notes = []
     if gone:
         notes.append(f"{len(gone)} earlier-attempt record(s) left out: a later attempt's goodput covers them")
@@ -380,15 +420,22 @@ def fleet_tree(store: str | None = None, *, since: float | None = None, job: str
 
     Raises TrainperfError when no training run matches.
     """
-    from trainperf.store import read_runs
+    from trainperf.store import RunFilter, open_store
 
     if usd_per_gpu_hour is not None and not usd_per_gpu_hour > 0:
         raise TrainperfError(f"--usd-per-hour must be positive, got {usd_per_gpu_hour}")
-    records = read_runs(store, job=job, since=since, host=host)
+    st = open_store(store)
+    filt = RunFilter(job=job, since=since, host=host)
+    records = st.read(filt, samples=False)  # the steps are summed in the store, not read
     if version is not None:
         records = [r for r in records if matches_version(r, version)]
     if not any(r.kind != "bench" for r in records):
         what = ", ".join(f"{k} {v!r}" for k, v in (("job", job), ("host", host), ("version", version)) if v)
         raise TrainperfError("store: no training runs" + (f" matching {what}" if what else "")
                              + (" since the given time" if since is not None else ""))
-    return build_tree(records, usd_per_gpu_hour)
+    where, params = filt.where(mark="?", member="")
+    where = f" WHERE run_id IN (SELECT run_id FROM runs{where})" if where else ""
+    table = st.query(STEP_SUMS_SQL.format(where=where), params or None)
+    sums = _sums(zip(*(table.column(c).to_pylist() for c in ("run_id", "step_s", "wait_s", "flops_s",
+                                                               "mfu_busy_s"))))
+    return build_tree(records, usd_per_gpu_hour, sums)
