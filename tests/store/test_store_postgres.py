@@ -69,3 +69,22 @@ def test_duplicate_and_unreachable(pg):
     assert len(read_runs(pg, run_ids=[r.run_id])) == 1  # the failed write left nothing half-written
     with pytest.raises(TrainperfError, match="unreachable"):
         write_run(_record(6), "postgresql://trainperf:x@127.0.0.1:1/none")
+
+
+def test_fleet_tree_is_the_same_over_either_backend(pg, tmp_path):
+    # the tree sums steps in SQL through Store.query: the same statement must mean the same in both
+    from trainperf.fleet.tree import fleet_tree
+    from trainperf.fleet.tree_synth import TreeFleet
+
+    for r in TreeFleet(n_steps=20, data_stall={}, jobs=("tree-a", "tree-b")).records():
+        write_run(r, pg)
+        write_run(r, str(tmp_path))
+    def rounded(x):  # sums may add in another order: equal to 12 significant digits
+        if isinstance(x, float):
+            return float(f"{x:.12g}")
+        if isinstance(x, dict):
+            return {k: rounded(v) for k, v in x.items()}
+        return [rounded(v) for v in x] if isinstance(x, list) else x
+
+    a, b = (rounded(fleet_tree(s, job="tree-a").to_dict()) for s in (pg, str(tmp_path)))
+    assert a["allocated_gpu_h"] > 0 and a == b
