@@ -18,8 +18,13 @@ def test_prediction_is_the_planners_estimate():
     estimate = pytest.importorskip("trainperf.plan.estimate").estimate
     spec = load_model("llama3-1b", seq_len=8192)
     layout = parse_layout("mbs=2,recompute=none,zero=0,precision=bf16").resolve(1)
-    ref = estimate(spec, make_cluster("h200", 1), layout)  # the planner's own answer
+    from trainperf.plan.stacks import get_stack
+
+    # the planner's own answer for this trainer's software stack (trainperf plan --stack pytorch-fsdp)
+    ref = estimate(spec, make_cluster("h200", 1), layout, sw=get_stack("pytorch-fsdp"))
     got = predict_step(spec, layout, 1, "h200", _summary(0.5, 60e9))
+    assert got["predicted"]["step_time_s"] != pytest.approx(
+        estimate(spec, make_cluster("h200", 1), layout).step_time_s)  # not the default (megatron-core) stack
     assert got["predicted"]["step_time_s"] == pytest.approx(ref.step_time_s)
     assert got["predicted"]["mem_peak_bytes"] == pytest.approx(ref.memory_bytes_per_gpu)
     assert got["measured_over_predicted"]["step_time_s"] == pytest.approx(0.5 / ref.step_time_s)

@@ -188,8 +188,35 @@ class _CudaPhase:
         return False
 
 
+class _Aside:
+    """``with st.aside(name):`` work done during the step that is not part of it (an evaluation):
+    its wall time is recorded as ``<name>_s`` and left out of the step time. On CUDA the
+    device is drained on entry and exit, so the step's own work is not counted as the aside's."""
+
+    __slots__ = ("_timer", "_name", "_t")
+
+    def __init__(self, timer: "StepTimer", name: str):
+        self._timer, self._name = timer, name
+
+    def __enter__(self) -> None:
+        if self._timer.mon._cuda:
+            import torch
+
+            torch.cuda.synchronize()
+        self._t = _perf_counter()
+
+    def __exit__(self, *exc) -> bool:
+        if self._timer.mon._cuda:
+            import torch
+
+            torch.cuda.synchronize()
+        aside = self._timer._aside
+        aside[self._name] = aside.get(self._name, 0.0) + _perf_counter() - self._t
+        return False
+
+
 class StepTimer:
-    """One step being measured: ``data()`` and ``phase(name)`` blocks, ``loss``, ``extra``."""
+    """One step being measured: ``data()``, ``phase(name)`` and ``aside(name)`` blocks, ``loss``, ``extra``."""
 
     def __init__(self, mon: "Monitor", step: int, tokens: int):
         self.mon = mon
@@ -200,6 +227,7 @@ class StepTimer:
         self.data_wait_s = 0.0
         self._cpu_phases: dict[str, float] = {}
         self._events: list[tuple[str, object, object]] = []
+        self._aside: dict[str, float] = {}
 
     def __enter__(self) -> "StepTimer":
         self.mon._reset_peak()
@@ -221,6 +249,11 @@ class StepTimer:
             return _CudaPhase(self._events, name)
         return _CpuPhase(self._cpu_phases, name)
 
+    def aside(self, name: str) -> _Aside:
+        """Return a context manager for work inside the step that is not the step's (e.g. an
+        evaluation): its seconds go to ``<name>_s`` in the record, not into ``step_time_s``."""
+        return _Aside(self, name)
+
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             return
@@ -237,6 +270,9 @@ class StepTimer:
 
             torch.cuda.synchronize()
         step_time = _perf_counter() - self.t0
+        if self._aside:
+            step_time -= sum(self._aside.values())
+            self.extra = {**self.extra, **{f"{k}_s": v for k, v in self._aside.items()}}
         self.mon._record(self, step_time, phases)
 
 

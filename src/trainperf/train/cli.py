@@ -37,6 +37,11 @@ def register(app: typer.Typer) -> None:
         peak_tflops: Optional[float] = typer.Option(None, min=0.0, help="Peak TFLOP/s of one device (overrides the catalog)."),
         max_restarts: int = typer.Option(0, help="torchrun restarts after a failure (each resumes from a checkpoint)."),
         seed: int = typer.Option(0, help="Seed of the weights and the data order."),
+        eval_every: int = typer.Option(0, "--eval-every", min=0,
+                                       help="Held-out loss every N steps and at the last step (0: never); "
+                                            "recorded as eval_loss in metrics.jsonl and the run record."),
+        eval_batches: int = typer.Option(4, "--eval-batches", min=1,
+                                         help="Micro-batches per rank of the fixed held-out split per evaluation."),
         job: str = typer.Option("train", help="Job name in the run record."),
         store: Optional[str] = typer.Option(None, help="Run-record store (default: $TRAINPERF_STORE or ./.trainperf)."),
         fault: Optional[List[str]] = typer.Option(
@@ -46,7 +51,9 @@ def register(app: typer.Typer) -> None:
                  "item-sync (loss.item() after every micro-step's forward: a host sync); "
                  "slow-rank=R:MS[:sleep] (rank R does MS ms of extra matrix products, or sleeps, each step); "
                  "sync-ckpt=N (a synchronous checkpoint every N steps); "
-                 "tiny-batch[=M] (micro batch M, default 1, grad accumulation raised to keep the global batch)."),
+                 "tiny-batch[=M] (micro batch M, default 1, grad accumulation raised to keep the global batch); "
+                 "numerics bugs for `trainperf compare`: norm-eps=EPS (every RMSNorm uses EPS), "
+                 "no-ga-scale (micro-step losses not divided by grad accumulation before backward)."),
         fault_steps: Optional[str] = typer.Option(
             None, "--fault-steps", metavar="A:B",
             help="Apply the faults in steps A..B only (the steps before A are the clean twin; tiny-batch holds "
@@ -71,7 +78,8 @@ def register(app: typer.Typer) -> None:
                           ckpt_keep=ckpt_keep, ckpt_async=not sync_ckpt, resume=resume, profile_steps=profile_steps,
                           out=out, text=list(text) if text else None, synthetic=synthetic, num_workers=num_workers,
                           device=device, gpu=gpu, peak_tflops=peak_tflops, seed=seed, job=job, store=store,
-                          faults=list(fault) if fault else None, fault_steps=fault_steps)
+                          faults=list(fault) if fault else None, fault_steps=fault_steps,
+                          eval_every=eval_every, eval_batches=eval_batches)
         console = Console()
         if nproc > 1:
             from trainperf.train.launch import last_error, launch
@@ -112,6 +120,8 @@ def print_summary(console, result: dict) -> None:
     t.add_row("MFU / HFU", f"{pct(result.get('mfu'))} / {pct(result.get('hfu'))}")
     t.add_row("peak memory / rank", f"{(result.get('mem_peak_bytes') or 0) / 2**30:.2f} GiB")
     t.add_row("final loss", f"{result['final_loss']:.4f}" if result.get("final_loss") is not None else "-")
+    if result.get("final_eval_loss") is not None:
+        t.add_row("final held-out loss", f"{result['final_eval_loss']:.4f}")
     t.add_row("goodput", pct(gp.get("goodput")))
     for k in ("startup_s", "data_wait_s", "checkpoint_s", "restart_s", "lost_work_s", "other_s"):
         t.add_row(f"  badput: {k[:-2].replace('_', ' ')}", f"{gp.get(k, 0.0):.2f} s")

@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from trainperf.errors import TrainperfError
 
 SHIPPED_TEXT = "kjv_genesis.txt"
+HOLDOUT_FRACTION = 0.05  # the last 5% of a text's windows: the held-out split, never trained on
 
 
 def shipped_text_path() -> Path:
@@ -54,15 +55,21 @@ def read_byte_tokens(paths: list[Path]) -> np.ndarray:
 
 
 class TextWindows(Dataset):
-    """Sample g = one (input, target) window of ``seq_len`` byte tokens; windows reshuffled per epoch."""
+    """Sample g = one (input, target) window of ``seq_len`` byte tokens; windows reshuffled per epoch.
+
+    The last ``HOLDOUT_FRACTION`` of the windows (at least one, when there are two or more) are
+    the held-out split: never trained on, read in order by ``eval_sample``.
+    """
 
     def __init__(self, tokens: np.ndarray, seq_len: int, seed: int = 0, source: str = "text"):
         self.tokens = torch.from_numpy(tokens.astype(np.int64))
         self.seq_len = seq_len
         self.seed = seed
-        self.n_windows = (len(tokens) - 1) // seq_len
-        if self.n_windows < 1:
+        n_total = (len(tokens) - 1) // seq_len
+        if n_total < 1:
             raise TrainperfError(f"{source}: {len(tokens)} tokens is shorter than one window of seq_len+1 = {seq_len + 1}")
+        self.n_eval = max(1, round(HOLDOUT_FRACTION * n_total)) if n_total >= 2 else 0
+        self.n_windows = n_total - self.n_eval
         self._perm_epoch = -1
         self._perm: np.ndarray | None = None
 
@@ -74,9 +81,24 @@ class TextWindows(Dataset):
         if epoch != self._perm_epoch:
             self._perm = np.random.default_rng((self.seed, epoch)).permutation(self.n_windows)
             self._perm_epoch = epoch
-        start = int(self._perm[j]) * self.seq_len
+        return self._window(int(self._perm[j]))
+
+    def _window(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        start = i * self.seq_len
         w = self.tokens[start:start + self.seq_len + 1]
         return w[:-1], w[1:]
+
+    def eval_sample(self, j: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return held-out window ``j`` (modulo the held-out count; the training windows when there is none)."""
+        if self.n_eval == 0:
+            return self._window(j % self.n_windows)
+        return self._window(self.n_windows + j % self.n_eval)
+
+    def fingerprint(self) -> str:
+        """Return the sha256 of the token stream (the data's identity for comparing runs)."""
+        import hashlib
+
+        return hashlib.sha256(self.tokens.numpy().astype(np.uint8).tobytes()).hexdigest()
 
 
 class SyntheticTokens(Dataset):
@@ -92,6 +114,16 @@ class SyntheticTokens(Dataset):
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + int(g))
         w = torch.randint(0, self.vocab, (self.seq_len + 1,), generator=gen)
         return w[:-1], w[1:]
+
+    def eval_sample(self, j: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return held-out sample ``j``: from a generator stream no training sample uses (negative seeds)."""
+        gen = torch.Generator().manual_seed(2**62 - 1 - (self.seed * 1_000_003 + int(j)))
+        w = torch.randint(0, self.vocab, (self.seq_len + 1,), generator=gen)
+        return w[:-1], w[1:]
+
+    def fingerprint(self) -> str:
+        """Return the data's identity for comparing runs."""
+        return f"synthetic-uniform-v{self.vocab}"
 
 
 class RankSampler(Sampler[int]):
@@ -136,6 +168,18 @@ def make_loader(dataset: Dataset, cfg: DataConfig, dp_rank: int, dp: int, mbs: i
         kw = {"prefetch_factor": cfg.prefetch_factor, "persistent_workers": False}
     return DataLoader(dataset, batch_size=mbs, sampler=RankSampler(dp_rank, dp, mbs, position),
                       num_workers=cfg.num_workers, pin_memory=pin_memory, drop_last=True, **kw)
+
+
+def eval_batches(dataset: Dataset, dp_rank: int, dp: int, mbs: int, n_batches: int,
+                 device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Return the fixed held-out micro-batches of one data-parallel rank: ``n_batches`` of ``mbs``
+    samples, rank ``d`` taking held-out samples ``(b * dp + d) * mbs ...`` (the same every evaluation)."""
+    out = []
+    for b in range(n_batches):
+        first = (b * dp + dp_rank) * mbs
+        xs, ys = zip(*(dataset.eval_sample(first + i) for i in range(mbs)))
+        out.append((torch.stack(xs).to(device), torch.stack(ys).to(device)))
+    return out
 
 
 class DevicePrefetcher:

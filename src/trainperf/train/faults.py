@@ -14,9 +14,16 @@ Each fault is a real cause of lost time, put where it happens in real jobs, so t
 - ``tiny-batch[=M]``: micro batch M (default 1) with gradient accumulation raised so that
   the global batch, the samples and (up to summation order) the losses stay the same.
 
+Two numerics faults are the broken changes ``trainperf compare`` must catch (they cost no
+time, they change the training):
+
+- ``norm-eps=EPS``: every RMSNorm uses epsilon EPS (a wrong constant in a rewritten kernel).
+- ``no-ga-scale``: the micro-step losses are not divided by grad_accum before backward
+  (gradients grad_accum times too large; the logged loss stays the true mean).
+
 ``--fault-steps A:B`` limits the faults to steps A..B (inclusive), so one run holds its own
 clean twin (steps before A) measured on the same machine at the same time; ``tiny-batch``
-changes the layout and so holds for the whole run. Metrics lines of faulty steps carry
+changes the layout and so holds for the whole run, as do the numerics faults. Metrics lines of faulty steps carry
 ``"fault": 1``.
 """
 
@@ -27,7 +34,7 @@ from dataclasses import dataclass
 
 from trainperf.errors import TrainperfError
 
-FAULT_KINDS = ("slow-data", "item-sync", "slow-rank", "sync-ckpt", "tiny-batch")
+FAULT_KINDS = ("slow-data", "item-sync", "slow-rank", "sync-ckpt", "tiny-batch", "norm-eps", "no-ga-scale")
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -41,6 +48,8 @@ class Faults:
     slow_rank_sleep: bool = False  # False: extra compute
     sync_ckpt_every: int = 0
     tiny_mbs: int = 0  # 0: off
+    norm_eps: float | None = None
+    no_ga_scale: bool = False
     first_step: int = 1
     last_step: int | None = None  # None: to the end
 
@@ -48,7 +57,7 @@ class Faults:
     def any(self) -> bool:
         """True when at least one fault is switched on."""
         return bool(self.slow_data_ms or self.item_sync or self.slow_rank is not None or self.sync_ckpt_every
-                    or self.tiny_mbs)
+                    or self.tiny_mbs or self.norm_eps is not None or self.no_ga_scale)
 
     def active(self, step: int) -> bool:
         """True when the step-windowed faults hold at optimizer step ``step`` (from 1)."""
@@ -73,10 +82,12 @@ def parse_faults(specs: list[str] | None, steps: str | None = None) -> Faults:
         kind, _, value = str(spec).strip().partition("=")
         if kind == "slow-data":
             kw["slow_data_ms"] = _number(kind, value, "milliseconds")
-        elif kind == "item-sync":
+        elif kind in ("item-sync", "no-ga-scale"):
             if value:
-                raise TrainperfError(f"--fault item-sync takes no value (got {value!r})")
-            kw["item_sync"] = True
+                raise TrainperfError(f"--fault {kind} takes no value (got {value!r})")
+            kw[kind.replace("-", "_")] = True
+        elif kind == "norm-eps":
+            kw["norm_eps"] = _number(kind, value, "epsilon")
         elif kind == "slow-rank":
             parts = value.split(":")
             if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("sleep", "compute")):
@@ -114,6 +125,17 @@ def fault_layout(layout, faults: Faults, world_size: int):
     from dataclasses import replace
 
     return replace(layout, mbs=m, grad_accum=layout.grad_accum * (layout.mbs // m))
+
+
+def patch_model(model, faults: Faults) -> None:
+    """Apply the numerics faults that live in the model (``norm-eps``) to ``model`` in place."""
+    if faults.norm_eps is None:
+        return
+    from trainperf.train.model import RMSNorm
+
+    for m in model.modules():
+        if isinstance(m, RMSNorm):
+            m.eps = faults.norm_eps
 
 
 class SlowSamples:

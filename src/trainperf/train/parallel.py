@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from trainperf.errors import TrainperfError
-from trainperf.specs import Layout, ModelSpec
+from trainperf.specs import Layout, ModelSpec, layout_problems
 from trainperf.train.model import Transformer
 
 
@@ -53,25 +53,12 @@ class ParallelDims:
 
 
 def check_layout(layout: Layout, spec: ModelSpec, world_size: int) -> Layout:
-    """Return ``layout`` resolved for ``world_size`` processes; raise TrainperfError for what cannot run."""
-    for name in ("pp", "cp", "vpp"):
-        if getattr(layout, name) != 1:
-            raise TrainperfError(f"layout: {name}={getattr(layout, name)} is not run by the reference trainer "
-                                 "(it runs dp, tp, zero, recompute, mbs, ga, precision)")
-    if layout.sp and layout.tp == 1:
-        raise TrainperfError("layout: sp=1 (sequence parallel) needs tp > 1")
-    if layout.sp and spec.seq_len % layout.tp:
-        raise TrainperfError(f"layout: sp=1 needs seq_len {spec.seq_len} divisible by tp={layout.tp}")
-    layout = layout.resolve(world_size)
-    if layout.tp > 1:
-        for what, n in (("n_heads", spec.n_heads), ("n_kv_heads", spec.n_kv_heads), ("ffn_hidden", spec.ffn_hidden)):
-            if n % layout.tp:
-                raise TrainperfError(f"layout: tp={layout.tp} does not divide {what}={n} of model {spec.name!r}")
-        if layout.dp > 1 and layout.zero == 0:
-            raise TrainperfError("layout: tp>1 with dp>1 needs zero>=1 (FSDP over dp); DDP over DTensor is not supported")
-    if layout.precision in ("fp8", "fp16"):
-        raise TrainperfError(f"layout: precision={layout.precision} is not run by the reference trainer (bf16 or fp32)")
-    return layout
+    """Return ``layout`` resolved for ``world_size`` processes; raise TrainperfError naming every
+    reason it cannot run here (``specs.layout_problems``, the trainer's rules)."""
+    problems = layout_problems(spec, layout, world_size, for_trainer=True)
+    if problems:
+        raise TrainperfError("layout: " + "; ".join(problems))
+    return layout.resolve(world_size)
 
 
 def build_mesh(layout: Layout, device_type: str):

@@ -52,6 +52,8 @@ class TrainConfig:
     record: bool = True
     log_every: int = 0  # 0: about ten lines per run
     progress: bool = True
+    eval_every: int = 0  # held-out loss every N steps (0: never)
+    eval_batches: int = 4  # micro-batches of the held-out split per evaluation
     faults: list[str] | None = None  # --fault values (train.faults), e.g. ["slow-data=30", "item-sync"]
     fault_steps: str | None = None  # "A:B": the faults hold in steps A..B only
     extra: dict = field(default_factory=dict)
@@ -167,173 +169,318 @@ def _apply_kernels(model) -> None:
 # -------------------------------------------------------------------------- train
 
 
-def train(cfg: TrainConfig) -> dict:
-    """Train ``cfg.model`` for ``cfg.steps`` optimizer steps; return the run summary (rank 0's view).
+@dataclass(kw_only=True)
+class TrainRun:
+    """A set-up training job on this process: what ``train_step``, ``evaluate`` and ``finish`` use."""
 
-    Writes into ``cfg.out``: metrics.jsonl (one object per step), events.jsonl, run.json
-    (config and metadata), summary.json, report.html, traces/, checkpoints/, run_record.json.
-    """
+    cfg: TrainConfig
+    spec: object  # ModelSpec
+    layout: object  # Layout, resolved for the world size
+    dims: object  # parallel.ParallelDims
+    rank: int
+    world: int
+    device: object  # torch.device
+    device_type: str
+    out: Path
+    model: object
+    params: list
+    optimizer: object
+    scheduler: object
+    ckpt: object  # Checkpointer
+    batches: object  # DevicePrefetcher
+    held_out: list  # the fixed held-out micro-batches of this rank ([] without --eval-every)
+    mon: object  # Monitor
+    profiler: object  # StepProfiler
+    progress: object  # _Progress on rank 0, else None
+    faults: object  # train.faults.Faults
+    extra_work: object  # train.faults.ExtraWork
+    autocast: object  # torch dtype or None
+    start_step: int
+    data_position: int
+    resumed_from: str | None
+    tokens_per_step: int
+    peak: float
+    peak_source: str
+    accel: str | None
+    metadata: dict
+    comparable: dict  # what `trainperf compare` needs to decide comparability
+
+
+def setup(cfg: TrainConfig) -> TrainRun:
+    """Build everything a run needs (process group, model, optimizer, data, checkpoints, monitor)
+    and write ``run.json``; resume from the newest complete checkpoint in ``cfg.out``."""
     import torch
-    import torch.distributed as dist
 
     from trainperf.monitor import Monitor, StepProfiler, parse_steps
     from trainperf.monitor.metadata import process_start_time, run_metadata
-    from trainperf.monitor.record import build_run_record, save_run_record
     from trainperf.specs import load_model, param_count, parse_layout
     from trainperf.train import data as data_mod
     from trainperf.train import parallel
     from trainperf.train.checkpoint import Checkpointer
-    from trainperf.train.faults import ExtraWork, SlowSamples, fault_layout, parse_faults
-    from trainperf.train.predict import predict_step
+    from trainperf.train.faults import ExtraWork, SlowSamples, fault_layout, parse_faults, patch_model
     from trainperf.train.model import build_model
 
     t_process = process_start_time()
     device_type = _device_type(cfg.device)
     rank, world, local_rank = _init_distributed(device_type)
     device = torch.device("cuda", local_rank) if device_type == "cuda" else torch.device("cpu")
-    try:
-        spec = load_model(cfg.model, seq_len=cfg.seq_len)
-        default_precision = "bf16" if device_type == "cuda" else "fp32"
-        layout = parse_layout(cfg.layout or "", precision=default_precision, zero=0)
-        layout = parallel.check_layout(layout, spec, world)
-        faults = parse_faults(cfg.faults, cfg.fault_steps)
-        layout = fault_layout(layout, faults, world)
-        profile = parse_steps(cfg.profile_steps)
-        if cfg.steps < 1:
-            raise TrainperfError(f"--steps {cfg.steps}: must be >= 1")
-        mesh = parallel.build_mesh(layout, device_type)
-        dims = parallel.ParallelDims(layout, world, rank, mesh)
-        out = Path(cfg.out)
-        if rank == 0:
-            out.mkdir(parents=True, exist_ok=True)
-        torch.manual_seed(cfg.seed)
+    spec = load_model(cfg.model, seq_len=cfg.seq_len)
+    default_precision = "bf16" if device_type == "cuda" else "fp32"
+    layout = parse_layout(cfg.layout or "", precision=default_precision, zero=0)
+    layout = parallel.check_layout(layout, spec, world)
+    faults = parse_faults(cfg.faults, cfg.fault_steps)
+    layout = fault_layout(layout, faults, world)
+    profile = parse_steps(cfg.profile_steps)
+    if cfg.steps < 1:
+        raise TrainperfError(f"--steps {cfg.steps}: must be >= 1")
+    if cfg.eval_every < 0 or cfg.eval_batches < 1:
+        raise TrainperfError(f"--eval-every {cfg.eval_every} / --eval-batches {cfg.eval_batches}: need >= 0 / >= 1")
+    mesh = parallel.build_mesh(layout, device_type)
+    dims = parallel.ParallelDims(layout, world, rank, mesh)
+    out = Path(cfg.out)
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.seed)
 
-        # Model: built on meta, materialised and initialised identically on every rank, then
-        # laid out (TP, AC, compile, FSDP/DDP). Kernels are patched in before compile.
-        model = build_model(spec, device=device, seed=cfg.seed)
-        if cfg.kernels:
-            _apply_kernels(model)
-        model = parallel.parallelize(model, dims, device, cfg.compile_backend if cfg.compile else None)
-        params = [p for p in model.parameters() if p.requires_grad]
-        # Foreach/fused AdamW cannot mix DTensor (TP shards) and plain tensors in one group.
-        groups = [{"params": [p for p in params if hasattr(p, "device_mesh")]},
-                  {"params": [p for p in params if not hasattr(p, "device_mesh")]}]
-        impl = {"fused": True} if device_type == "cuda" else {"foreach": True}
-        optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=(0.9, 0.95),
-                                      weight_decay=cfg.weight_decay, eps=1e-8, **impl)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(cfg))
+    # Model: built on meta, materialised and initialised identically on every rank, then
+    # laid out (TP, AC, compile, FSDP/DDP). Kernels are patched in before compile.
+    model = build_model(spec, device=device, seed=cfg.seed)
+    patch_model(model, faults)
+    if cfg.kernels:
+        _apply_kernels(model)
+    model = parallel.parallelize(model, dims, device, cfg.compile_backend if cfg.compile else None)
+    params = [p for p in model.parameters() if p.requires_grad]
+    # Foreach/fused AdamW cannot mix DTensor (TP shards) and plain tensors in one group.
+    groups = [{"params": [p for p in params if hasattr(p, "device_mesh")]},
+              {"params": [p for p in params if not hasattr(p, "device_mesh")]}]
+    impl = {"fused": True} if device_type == "cuda" else {"foreach": True}
+    optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=(0.9, 0.95),
+                                  weight_decay=cfg.weight_decay, eps=1e-8, **impl)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(cfg))
 
-        fingerprint = {
-            "model": {k: v for k, v in spec.to_dict().items() if k != "name"},
-            "layout": {k: getattr(layout, k) for k in ("tp", "pp", "cp", "dp", "zero", "mbs", "grad_accum")},
-        }
-        ckpt = Checkpointer(out, fingerprint, keep=cfg.ckpt_keep,
-                            async_save=cfg.ckpt_async and not faults.sync_ckpt_every, device=device)
-        start_step, data_position = 0, 0
-        resumed_from = None
-        if cfg.resume and (latest := ckpt.latest()) is not None:
-            train_state = ckpt.load(latest, model, optimizer,
-                                    {"lr_scheduler": scheduler.state_dict(), "data_position": 0})
-            scheduler.load_state_dict(train_state["lr_scheduler"])
-            start_step, data_position = int(train_state["step"]), int(train_state["data_position"])
-            resumed_from = str(latest)
+    fingerprint = {
+        "model": {k: v for k, v in spec.to_dict().items() if k != "name"},
+        "layout": {k: getattr(layout, k) for k in ("tp", "pp", "cp", "dp", "zero", "mbs", "grad_accum")},
+    }
+    ckpt = Checkpointer(out, fingerprint, keep=cfg.ckpt_keep,
+                        async_save=cfg.ckpt_async and not faults.sync_ckpt_every, device=device)
+    start_step, data_position = 0, 0
+    resumed_from = None
+    if cfg.resume and (latest := ckpt.latest()) is not None:
+        train_state = ckpt.load(latest, model, optimizer,
+                                {"lr_scheduler": scheduler.state_dict(), "data_position": 0})
+        scheduler.load_state_dict(train_state["lr_scheduler"])
+        start_step, data_position = int(train_state["step"]), int(train_state["data_position"])
+        resumed_from = str(latest)
 
-        data_cfg = data_mod.DataConfig(cfg.text, cfg.synthetic, cfg.seed, cfg.num_workers)
-        dataset = data_mod.make_dataset(data_cfg, spec.vocab, spec.seq_len)
-        if faults.slow_data_ms:
-            dataset = SlowSamples(dataset, faults, dp=layout.dp, mbs=layout.mbs, grad_accum=layout.grad_accum)
-        loader = data_mod.make_loader(dataset, data_cfg, dims.dp_rank, layout.dp, layout.mbs, data_position,
-                                      pin_memory=device_type == "cuda")
-        batches = data_mod.DevicePrefetcher(loader, device)
+    data_cfg = data_mod.DataConfig(cfg.text, cfg.synthetic, cfg.seed, cfg.num_workers)
+    dataset = data_mod.make_dataset(data_cfg, spec.vocab, spec.seq_len)
+    held_out = (data_mod.eval_batches(dataset, dims.dp_rank, layout.dp, layout.mbs, cfg.eval_batches, device)
+                if cfg.eval_every else [])
+    comparable = comparability(cfg, spec, layout, dataset, device_type)
+    if faults.slow_data_ms:
+        dataset = SlowSamples(dataset, faults, dp=layout.dp, mbs=layout.mbs, grad_accum=layout.grad_accum)
+    loader = data_mod.make_loader(dataset, data_cfg, dims.dp_rank, layout.dp, layout.mbs, data_position,
+                                  pin_memory=device_type == "cuda")
+    batches = data_mod.DevicePrefetcher(loader, device)
 
-        peak, peak_source, accel = device_peak_flops(cfg, device_type, layout.precision)
-        metadata = run_metadata(world, layout.to_string(), device_type)
-        ga = layout.grad_accum
-        tokens_per_step = layout.dp * layout.mbs * ga * spec.seq_len
-        mon = Monitor(out, model=spec, peak_flops=peak, world_size=world, rank=rank, recompute=layout.recompute,
-                      device_type=device_type, skip_first=min(2, max(cfg.steps - start_step - 1, 0)),
-                      start_time=t_process)
-        if resumed_from:
-            mon.note(resumed_from=resumed_from, step=start_step)
-        if rank == 0:
-            atomic_write_text(out / "run.json", json.dumps({
-                "config": asdict(cfg), "model": spec.to_dict(), "params": param_count(spec),
-                "layout": layout.to_string(), "strategy": dims.strategy, "world_size": world,
-                "tokens_per_step": tokens_per_step, "peak_flops": peak, "peak_source": peak_source,
-                "metadata": metadata, "resumed_from": resumed_from,
-            }, indent=1, default=str))
+    peak, peak_source, accel = device_peak_flops(cfg, device_type, layout.precision)
+    metadata = run_metadata(world, layout.to_string(), device_type)
+    tokens_per_step = layout.dp * layout.mbs * layout.grad_accum * spec.seq_len
+    mon = Monitor(out, model=spec, peak_flops=peak, world_size=world, rank=rank, recompute=layout.recompute,
+                  device_type=device_type, skip_first=min(2, max(cfg.steps - start_step - 1, 0)),
+                  start_time=t_process)
+    if resumed_from:
+        mon.note(resumed_from=resumed_from, step=start_step)
+    if rank == 0:
+        atomic_write_text(out / "run.json", json.dumps({
+            "config": asdict(cfg), "model": spec.to_dict(), "params": param_count(spec),
+            "layout": layout.to_string(), "strategy": dims.strategy, "world_size": world,
+            "tokens_per_step": tokens_per_step, "peak_flops": peak, "peak_source": peak_source,
+            "metadata": metadata, "resumed_from": resumed_from, "comparable": comparable,
+        }, indent=1, default=str))
+    return TrainRun(cfg=cfg, spec=spec, layout=layout, dims=dims, rank=rank, world=world, device=device,
+                    device_type=device_type, out=out, model=model, params=params, optimizer=optimizer,
+                    scheduler=scheduler, ckpt=ckpt, batches=batches, held_out=held_out, mon=mon,
+                    profiler=StepProfiler(out, profile, rank, next_step=start_step + 1, device_type=device_type),
+                    progress=_Progress(cfg, rank, start_step) if rank == 0 else None, faults=faults,
+                    extra_work=ExtraWork(faults, rank, device), autocast=parallel.autocast_dtype(dims),
+                    start_step=start_step, data_position=data_position, resumed_from=resumed_from,
+                    tokens_per_step=tokens_per_step, peak=peak, peak_source=peak_source, accel=accel,
+                    metadata=metadata, comparable=comparable)
 
-        autocast = parallel.autocast_dtype(dims)
-        extra_work = ExtraWork(faults, rank, device)
-        n_steps = cfg.steps - start_step
+
+def comparability(cfg: TrainConfig, spec, layout, dataset, device_type: str) -> dict:
+    """Return what decides whether two runs train the same model on the same data (``trainperf
+    compare``): model, data identity, seed, samples per step; and what may legitimately differ
+    between an A and a B (precision, kernels, compile, stack, layout, learning rate, versions)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    def ver(pkg: str) -> str | None:
+        try:
+            return version(pkg)
+        except PackageNotFoundError:
+            return None
+
+    return {
+        "model": {k: v for k, v in spec.to_dict().items() if k != "name"},
+        "data": dataset.fingerprint(), "seed": cfg.seed, "seq_len": spec.seq_len,
+        "samples_per_step": layout.dp * layout.mbs * layout.grad_accum,
+        "precision": layout.precision, "kernels": cfg.kernels, "compile": cfg.compile_backend if cfg.compile else None,
+        "stack": trainer_stack(cfg), "layout": layout.to_string(), "lr": cfg.lr, "steps": cfg.steps,
+        "eval_batches": cfg.eval_batches if cfg.eval_every else 0, "faults": cfg.faults or [],
+        "device": device_type, "versions": {"torch": torch.__version__, "triton": ver("triton"),
+                                            "trainperf": ver("trainperf")},
+    }
+
+
+def trainer_stack(cfg: TrainConfig) -> str:
+    """Return the planner's software stack (``trainperf plan --stack``) this trainer's run is."""
+    return "pytorch-fsdp-compile" if cfg.compile else "pytorch-fsdp"
+
+
+def forward_backward(run: TrainRun, x, y, micro: int, step: int, st) -> "object":
+    """Run one micro-step (forward, backward) and return its loss, already divided by grad_accum."""
+    import torch
+
+    from trainperf.train import parallel
+
+    ga, faults = run.layout.grad_accum, run.faults
+    with parallel.no_grad_sync(run.model, micro < ga - 1):
+        with st.phase("forward"), torch.autocast(run.device_type, dtype=run.autocast or torch.float32,
+                                                 enabled=run.autocast is not None):
+            if micro == 0:
+                run.extra_work(step)  # --fault slow-rank
+            loss = run.model(x, y) / ga
+            if faults.item_sync and faults.active(step):
+                loss.item()  # --fault item-sync: the host waits for the loss
+        with st.phase("backward"):
+            (loss * ga if faults.no_ga_scale else loss).backward()  # --fault no-ga-scale: the bug
+    return loss
+
+
+def train_step(run: TrainRun, step: int) -> dict:
+    """Run optimizer step ``step`` (grad_accum micro-steps, clipping, AdamW, schedule) under the
+    monitor, evaluating when ``--eval-every`` says so; return the step's metrics record."""
+    import torch
+    import torch.distributed as dist
+
+    from trainperf.train import parallel
+
+    cfg, ga = run.cfg, run.layout.grad_accum
+    with run.mon.step(step, tokens=run.tokens_per_step) as st:
+        loss_sum = torch.zeros((), device=run.device)
+        for micro in range(ga):
+            x, y = next(run.batches)
+            st.add_data_wait(run.batches.wait_s)
+            loss_sum += forward_backward(run, x, y, micro, step, st).detach()
+        with st.phase("optimizer"):
+            grad_norm = parallel.clip_grad_norm(run.params, cfg.grad_clip)
+            lr = run.optimizer.param_groups[0]["lr"]  # the rate this step used
+            run.optimizer.step()
+            run.optimizer.zero_grad(set_to_none=True)
+            run.scheduler.step()
+        run.data_position += run.layout.mbs * ga
+        if run.world > 1:
+            dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM)
+            loss_sum /= run.world
+        st.loss = loss_sum
+        st.extra = {"lr": lr, "grad_norm": float(grad_norm), **({"fault": 1} if run.faults.active(step) else {})}
+        if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
+            with st.aside("eval"):
+                st.extra["eval_loss"] = evaluate(run)
+    return run.mon.records[-1]
+
+
+def evaluate(run: TrainRun) -> float:
+    """Return the mean loss over the fixed held-out batches (all ranks), without training on them."""
+    import torch
+    import torch.distributed as dist
+
+    total = torch.zeros((), device=run.device)
+    with torch.no_grad(), torch.autocast(run.device_type, dtype=run.autocast or torch.float32,
+                                         enabled=run.autocast is not None):
+        for x, y in run.held_out:
+            total += run.model(x, y).float()
+    total /= len(run.held_out)
+    if run.world > 1:
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        total /= run.world
+    return float(total)
+
+
+def after_step(run: TrainRun, step: int, record: dict) -> None:
+    """The work between steps: profiler schedule, checkpoints (async or --fault sync-ckpt), progress."""
+    cfg, faults = run.cfg, run.faults
+    run.profiler.step()
+    run.ckpt.poll()
+    if (cfg.ckpt_every and (step % cfg.ckpt_every == 0 or step == cfg.steps)) or \
+            (faults.sync_ckpt_every and faults.active(step) and step % faults.sync_ckpt_every == 0):
+        with run.mon.checkpoint(step):
+            run.ckpt.save(step, run.model, run.optimizer,
+                          {"lr_scheduler": run.scheduler.state_dict(), "data_position": run.data_position})
+    if run.progress is not None:
         log_every = cfg.log_every or max(1, cfg.steps // 10)
-        progress = _Progress(cfg, rank, start_step) if rank == 0 else None
-        profiler = StepProfiler(out, profile, rank, next_step=start_step + 1, device_type=device_type)
-        with profiler:
-            for step in range(start_step + 1, cfg.steps + 1):
-                faulty = faults.active(step)
-                with mon.step(step, tokens=tokens_per_step) as st:
-                    loss_sum = torch.zeros((), device=device)
-                    for micro in range(ga):
-                        x, y = next(batches)
-                        st.add_data_wait(batches.wait_s)
-                        with parallel.no_grad_sync(model, micro < ga - 1):
-                            with st.phase("forward"), torch.autocast(device_type, dtype=autocast or torch.float32,
-                                                                     enabled=autocast is not None):
-                                if micro == 0:
-                                    extra_work(step)  # --fault slow-rank
-                                loss = model(x, y) / ga
-                                if faulty and faults.item_sync:
-                                    loss.item()  # --fault item-sync: the host waits for the loss
-                            with st.phase("backward"):
-                                loss.backward()
-                        loss_sum += loss.detach()
-                    with st.phase("optimizer"):
-                        grad_norm = parallel.clip_grad_norm(params, cfg.grad_clip)
-                        lr = optimizer.param_groups[0]["lr"]  # the rate this step used
-                        optimizer.step()
-                        optimizer.zero_grad(set_to_none=True)
-                        scheduler.step()
-                    data_position += layout.mbs * ga
-                    if world > 1:
-                        dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM)
-                        loss_sum /= world
-                    st.loss = loss_sum
-                    st.extra = {"lr": lr, "grad_norm": float(grad_norm), **({"fault": 1} if faulty else {})}
-                profiler.step()
-                ckpt.poll()
-                if (cfg.ckpt_every and (step % cfg.ckpt_every == 0 or step == cfg.steps)) or \
-                        (faulty and faults.sync_ckpt_every and step % faults.sync_ckpt_every == 0):
-                    with mon.checkpoint(step):
-                        ckpt.save(step, model, optimizer,
-                                  {"lr_scheduler": scheduler.state_dict(), "data_position": data_position})
-                if progress is not None:
-                    progress.update(mon.records[-1], log=(step % log_every == 0 or step == cfg.steps))
-        if ckpt.in_flight:
-            with mon.checkpoint(cfg.steps):  # the loop waits for the last async save to commit
-                ckpt.wait()
-        if progress is not None:
-            progress.close()
-        summary = mon.summary()
-        mon.close()
-        result = {"run_dir": str(out), "model": spec.name, "layout": layout.to_string(), "strategy": dims.strategy,
-                  "world_size": world, "device": device_type, "steps_run": n_steps, "resumed_from": resumed_from,
-                  "peak_flops": peak, "peak_source": peak_source, **summary.to_dict()}
-        result["predicted"] = predict_step(spec, layout, world, accel, summary)
-        if rank == 0:
-            if cfg.record and n_steps > 0:
-                record = build_run_record(mon, summary, metadata, job=cfg.job, model=spec.name,
-                                          layout=layout.to_string(),
-                                          config={"steps": cfg.steps, "compile": cfg.compile, "kernels": cfg.kernels,
-                                                  "faults": cfg.faults, "fault_steps": cfg.fault_steps,
-                                                  "seq_len": spec.seq_len, "device": device_type,
-                                                  "strategy": dims.strategy, "resumed_from": resumed_from})
-                result["record_store"], result["record_note"] = save_run_record(record, out, cfg.store)
-            atomic_write_text(out / "summary.json", json.dumps(result, indent=1, default=str))
-            from trainperf.train.report import write_report
+        run.progress.update(record, log=(step % log_every == 0 or step == cfg.steps))
 
-            write_report(out, result)
-        return result
+
+def finish(run: TrainRun) -> dict:
+    """Drain the last checkpoint, summarise, record (store + run_record.json), write summary.json
+    and report.html (rank 0); return the run summary."""
+    from trainperf.monitor.record import build_run_record, save_run_record
+    from trainperf.train.predict import predict_step
+
+    cfg, mon = run.cfg, run.mon
+    if run.ckpt.in_flight:
+        with mon.checkpoint(cfg.steps):  # the loop waits for the last async save to commit
+            run.ckpt.wait()
+    if run.progress is not None:
+        run.progress.close()
+    summary = mon.summary()
+    mon.close()
+    n_steps = cfg.steps - run.start_step
+    evals = [r["eval_loss"] for r in mon.records if r.get("eval_loss") is not None]
+    result = {"run_dir": str(run.out), "model": run.spec.name, "layout": run.layout.to_string(),
+              "strategy": run.dims.strategy, "world_size": run.world, "device": run.device_type, "steps_run": n_steps,
+              "resumed_from": run.resumed_from, "peak_flops": run.peak, "peak_source": run.peak_source,
+              **summary.to_dict(), "final_eval_loss": evals[-1] if evals else None}
+    result["predicted"] = predict_step(run.spec, run.layout, run.world, run.accel, summary, stack=trainer_stack(cfg))
+    if run.rank == 0:
+        if cfg.record and n_steps > 0:
+            record = build_run_record(mon, summary, run.metadata, job=cfg.job, model=run.spec.name,
+                                      layout=run.layout.to_string(),
+                                      config={"steps": cfg.steps, "compile": cfg.compile, "kernels": cfg.kernels,
+                                              "faults": cfg.faults, "fault_steps": cfg.fault_steps,
+                                              "seq_len": run.spec.seq_len, "device": run.device_type,
+                                              "strategy": run.dims.strategy, "resumed_from": run.resumed_from,
+                                              "comparable": run.comparable, "final_eval_loss": result["final_eval_loss"],
+                                              "eval": [[r["step"], r["eval_loss"]] for r in mon.records
+                                                       if r.get("eval_loss") is not None]})
+            result["record_store"], result["record_note"] = save_run_record(record, run.out, cfg.store)
+        atomic_write_text(run.out / "summary.json", json.dumps(result, indent=1, default=str))
+        from trainperf.train.report import write_report
+
+        write_report(run.out, result)
+    return result
+
+
+def train(cfg: TrainConfig) -> dict:
+    """Train ``cfg.model`` for ``cfg.steps`` optimizer steps; return the run summary (rank 0's view).
+
+    ``setup``, then ``train_step`` and ``after_step`` per step, then ``finish``. Writes into
+    ``cfg.out``: metrics.jsonl (one object per step), events.jsonl, run.json (config, metadata,
+    comparability), summary.json, report.html, traces/, checkpoints/, run_record.json.
+    """
+    import torch.distributed as dist
+
+    try:
+        run = setup(cfg)
+        with run.profiler:
+            for step in range(run.start_step + 1, cfg.steps + 1):
+                after_step(run, step, train_step(run, step))
+        return finish(run)
     finally:
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
