@@ -13,12 +13,12 @@ import numpy as np
 from trainperf.diagnose.gpu_time import (CategoryTime, IdleSplit, Overlap, TemporalBreakdown, comm_comp_overlap,
                                          idle_split, kernel_breakdown, temporal_breakdown)
 from trainperf.diagnose.host import (HostSpans, allocator_calls, checkpoint_spans, dataloader_spans, host_syncs,
-                                     optimizer_spans, sync_ops)
+                                     optimizer_spans, sync_op_counts, sync_ops)
 from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLength, launch_bound_stretches,
                                        launch_stats, queue_length)
-from trainperf.diagnose.replay import Change, Graph, build_graph, critical_path, replay
+from trainperf.diagnose.replay import BLOCK_SYNC, Change, Graph, build_graph, critical_path, replay
 from trainperf.diagnose.steps import StepTime, step_times
-from trainperf.diagnose.window import Window
+from trainperf.diagnose.window import Window, merge_intervals
 from trainperf.trace.events import EventTable
 
 
@@ -31,6 +31,22 @@ class StragglerFacts:
     caused_per_other_us: float
     imbalance_pct: float
     events: list  # (name, start µs from the straggler's first event, dur µs)
+
+
+@dataclass(kw_only=True)
+class SyncSite:
+    """The blocking host syncs made from one call site, and what they cost (µs)."""
+
+    site: str
+    count: int
+    blocking_us: float       # CPU time blocked in them (beyond the call's own cost)
+    gpu_idle_after_us: float  # the device idled from each sync's end until its next work started
+    gain_us: float           # replayed gain of removing only these syncs
+    gain_pct: float
+    site_id: int = -1        # index into Graph.site_names
+
+
+SYNC_SITES_PRICED = 5  # call sites priced one by one (by blocking time), one replay each
 
 
 @dataclass(kw_only=True)
@@ -60,6 +76,8 @@ class RankFacts:
     graph: Graph | None = None
     span_us: float = 0.0          # replayed makespan of the window (= observed)
     critical_path: dict = field(default_factory=dict)
+    sync_sites: list[SyncSite] = field(default_factory=list)
+    sync_op_counts: dict = field(default_factory=dict)  # op name -> (count, CPU µs): aten::item, nonzero, ...
     _gains: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -117,4 +135,30 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None) -> RankFa
     base = replay(f.graph)
     f.span_us = base.makespan_us
     f.critical_path = critical_path(f.graph, base)
+    f.sync_op_counts = sync_op_counts(t, w)
+    f.sync_sites = _sync_sites(f)
     return f
+
+
+def _sync_sites(f: RankFacts) -> list[SyncSite]:
+    """Blocking syncs grouped by call site; the SYNC_SITES_PRICED sites blocking longest, each priced by replay."""
+    g, w = f.graph, f.window
+    sync = np.flatnonzero(g.block_class == BLOCK_SYNC)
+    if not sync.size:
+        return []
+    starts, ends = merge_intervals(w.ts_us[w.device], w.end_us[w.device])
+    e = g.start[sync] + g.dur[sync]
+    k = np.searchsorted(starts, e, side="right")  # first busy interval starting after the sync ended
+    inside = (k > 0) & (ends[np.clip(k - 1, 0, None)] > e)
+    idle_after = np.where(~inside & (k < starts.size), starts[np.clip(k, 0, starts.size - 1)] - e, 0.0)
+    blocking = g.dur[sync] - g.sync_base[sync]
+    out = []
+    for site in np.unique(g.sync_site[sync]):
+        sel = g.sync_site[sync] == site
+        out.append(SyncSite(site=g.site_names[int(site)], count=int(sel.sum()), blocking_us=float(blocking[sel].sum()),
+                            gpu_idle_after_us=float(idle_after[sel].sum()), gain_us=0.0, gain_pct=0.0,
+                            site_id=int(site)))
+    out.sort(key=lambda x: -x.blocking_us)
+    for x in out[:SYNC_SITES_PRICED]:
+        x.gain_pct, x.gain_us = f.gain((Change("remove_syncs", site=x.site_id),))
+    return out

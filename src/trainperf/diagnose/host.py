@@ -8,7 +8,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainperf.diagnose.window import Window, union_us
+from trainperf.trace.annotate import enclosing_span
 from trainperf.trace.events import CPU_OP, PYTHON, RUNTIME, USER_ANNOTATION, EventTable
+
+# Python frames of the framework itself: a call site is the innermost frame of the user's code
+_LIBRARY_FRAME_RE = re.compile(r"torch/|site-packages|dist-packages|<built-in|^built-in|nn\.Module:|<frozen|"
+                               r"^\s*<module>|threading\.py")
 
 DATALOADER_RE = re.compile(r"enumerate\(DataLoader\)|DataLoader.*__next__|_next_data|dataloader", re.I)
 # CUDA and HIP runtime calls that return only when the device has caught up
@@ -83,3 +88,57 @@ def optimizer_spans(t: EventTable, w: Window) -> HostSpans:
 def checkpoint_spans(t: EventTable, w: Window) -> HostSpans:
     """Host time inside checkpoint-saving spans (µs)."""
     return _host_spans(t, w, CHECKPOINT_RE, (USER_ANNOTATION, CPU_OP, PYTHON))
+
+
+def _outermost(t: EventTable, rows: np.ndarray) -> np.ndarray:
+    """The spans among rows that no other of them (same pid/tid) encloses."""
+    key = t.pid[rows] * 1_000_003 + t.tid[rows]
+    o = np.lexsort((-t.dur_ns[rows], t.ts_ns[rows], key))
+    r, k = rows[o], key[o]
+    end = t.ts_ns[r] + t.dur_ns[r]
+    top = np.ones(r.size, bool)
+    last_key, run_end = None, -1
+    for i in range(r.size):
+        if k[i] != last_key:
+            last_key, run_end = k[i], -1
+        if t.ts_ns[r[i]] < run_end:
+            top[i] = False
+        run_end = max(run_end, end[i])
+    return r[top]
+
+
+def call_sites(t: EventTable, rows: np.ndarray) -> list[str]:
+    """Where each host row (a runtime call) was made: the innermost Python frame of user code when the
+    trace has Python stacks (with_stack=True), then the outermost and innermost ATen op around it
+    ("train.py(88): step > aten::item > aten::_local_scalar_dense"), else the call's own name."""
+    key = t.pid * 1_000_003 + t.tid
+    ts = t.ts_ns[rows]
+    parts: list[list[str]] = [[] for _ in range(rows.size)]
+    py = np.flatnonzero(t.kind == PYTHON)
+    if py.size:
+        user = np.isin(t.name[py], t.ids_matching(lambda s: not _LIBRARY_FRAME_RE.search(s)))
+        py = py[user]
+    ops = np.flatnonzero(t.kind == CPU_OP)
+    for spans in (py, _outermost(t, ops) if ops.size else ops, ops):
+        if not spans.size:
+            continue
+        hit = enclosing_span(key[spans], t.ts_ns[spans], t.ts_ns[spans] + t.dur_ns[spans], key[rows], ts)
+        for j in np.flatnonzero(hit >= 0):
+            name = t.names[int(t.name[spans[hit[j]]])]
+            if name not in parts[j]:
+                parts[j].append(name)
+    return [" > ".join(p) if p else t.names[int(t.name[r])] for p, r in zip(parts, rows)]
+
+
+def sync_op_counts(t: EventTable, w: Window) -> dict[str, tuple[int, float]]:
+    """Ops that force a device-to-host sync, by name: (count, CPU time µs) of the outermost ones."""
+    rows = span_rows(t, w, SYNC_OP_RE, (CPU_OP,))
+    if not rows.size:
+        return {}
+    rows = _outermost(t, rows)
+    out: dict[str, tuple[int, float]] = {}
+    for r in rows:
+        n = t.names[int(t.name[r])]
+        c, d = out.get(n, (0, 0.0))
+        out[n] = (c + 1, d + float(w.end_us[r] - w.ts_us[r]))
+    return out

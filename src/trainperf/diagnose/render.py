@@ -46,6 +46,10 @@ def print_summary(d: Diagnosis, console: Console, top: int = 5) -> None:
                       highlight=False)
         metrics = ", ".join(f"{k} {v['value']:g} {v['unit']}" for k, v in f.evidence.get("metrics", {}).items())
         console.print(f"   evidence: {metrics}", highlight=False)
+        for c in f.evidence.get("call_sites", [])[:3]:
+            console.print(f"     - call site {c['site'][:80]}: {c['count']} calls, blocked {c['blocking_us'] / 1e3:.1f} ms, "
+                          f"GPU idle after {c['gpu_idle_after_us'] / 1e3:.1f} ms, gain {c['gain_pct']:.1f}%",
+                          highlight=False)
         for e in f.evidence.get("events", [])[:3]:
             console.print(f"     - {e['name'][:90]} @ {e['start_us']:.0f} µs, {e['dur_us']:.0f} µs", highlight=False)
         for n in f.notes:

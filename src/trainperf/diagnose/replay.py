@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, DATALOADER_RE,
-                                     MEMCPY_RUNTIME_RE, SYNC_RUNTIME_RE, span_rows)
+                                     MEMCPY_RUNTIME_RE, SYNC_RUNTIME_RE, call_sites, span_rows)
 from trainperf.diagnose.launch import SMALL_KERNEL_US
 from trainperf.diagnose.window import Window, merge_intervals
 from trainperf.trace.annotate import correlated_host_row
@@ -55,6 +55,7 @@ class Change:
     kind: str = "none"
     category: int = -1
     factor: float = 1.0
+    site: int = -1  # remove_syncs: only the syncs of this call site (Graph.site_names index); -1 all
 
     def __post_init__(self):
         if self.kind not in CHANGE_KINDS:
@@ -87,6 +88,8 @@ class Graph:
     sync_on_nc: np.ndarray      # the same, ignoring communication (for overlap_comm), or -1
     sync_base: np.ndarray       # the sync call's own cost without waiting (µs)
     sync_tail: np.ndarray       # how long the call went on after the work it waited for ended (µs)
+    sync_site: np.ndarray       # call site of a blocking call (index into site_names), -1 others
+    site_names: list            # call sites (host.call_sites) of the blocking calls
     is_alloc: np.ndarray        # host node is an allocator call (cudaMalloc, hipFree, ...)
     small_launch: np.ndarray    # host node launched a kernel shorter than SMALL_KERNEL_US
     launch: np.ndarray          # launch node of a device node, or -1
@@ -273,6 +276,11 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     is_sync = block != NOT_BLOCKING
     sync_tail = np.zeros(n)
     sync_tail[is_sync] = np.maximum(end[is_sync] - end[sync_on[is_sync]], 0.0)
+    sync_site = np.full(n, -1)
+    blocking = np.flatnonzero(is_sync)
+    sites = call_sites(t, rows[blocking])
+    site_names = sorted(set(sites))
+    sync_site[blocking] = [site_names.index(x) for x in sites]
     pageable_copies = np.zeros(n, bool)
     pageable_copies[sync_on[block == BLOCK_PAGEABLE]] = True
     stream_prev_np = _stream_prev_skipping(by_stream, pageable_copies, n)
@@ -295,7 +303,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     order = np.lexsort((~is_host, start))  # host calls first at equal times
     return Graph(rows=rows, is_host=is_host, start=start, dur=dur, host_prev=host_prev, host_gap=host_gap,
                  gap_dataloader=gap_dl, gap_checkpoint=gap_ck, gap_allocator=gap_al, is_sync=is_sync,
-                 block_class=block, sync_on=sync_on, sync_on_nc=sync_on_nc, sync_base=sync_base, sync_tail=sync_tail, is_alloc=is_alloc,
+                 block_class=block, sync_on=sync_on, sync_on_nc=sync_on_nc, sync_base=sync_base, sync_tail=sync_tail, sync_site=sync_site, site_names=site_names, is_alloc=is_alloc,
                  small_launch=small_launch, launch=launch, lat=lat, stream_prev=stream_prev,
                  stream_prev_nc=stream_prev_nc, stream_prev_np=stream_prev_np, pageable_copy=pageable_copies, dep=dep, lag=lag, category=cat, comm_wait=cw, comm_wait_rank=cw_rank,
                  order=order, names=t.names)
@@ -348,8 +356,9 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     if "remove_allocator" in kinds:
         dur[g.is_alloc] = 0.0
     unblocked = np.zeros(n, bool)
-    if "remove_syncs" in kinds:
-        unblocked |= g.block_class == BLOCK_SYNC
+    for c in changes:
+        if c.kind == "remove_syncs":
+            unblocked |= (g.block_class == BLOCK_SYNC) & ((g.sync_site == c.site) if c.site >= 0 else True)
     if "unblock_pageable_copies" in kinds:
         unblocked |= g.block_class == BLOCK_PAGEABLE
     overlap = "overlap_comm" in kinds

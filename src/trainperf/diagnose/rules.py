@@ -58,11 +58,12 @@ def checkpoint_stall(f: RankFacts) -> Finding | None:
                  ck.longest, (Change("remove_checkpoint_wait"),), "remove the checkpoint wait", evidence_pct=share)
 
 
-HOST_SYNC_MIN_PCT = 1.0  # time blocked in syncs, or sync wait on the critical path
+HOST_SYNC_MIN_PCT = 1.0  # time blocked in syncs, or sync wait on the critical path, % of the span
 
 
 def host_sync(f: RankFacts) -> Finding | None:
-    """The host blocks until the device drains (synchronize calls, blocking device-to-host copies)."""
+    """The host blocks until the device drains: synchronize calls, blocking device-to-host copies (aten::item,
+    .cpu(), .tolist(), nonzero, ...). Evidence per call site; priced by the GPU idle they cause (replay)."""
     if not f.has_gpu:
         return None
     g = f.graph
@@ -72,11 +73,18 @@ def host_sync(f: RankFacts) -> Finding | None:
     wait_cp = f.critical_path.get("sync_wait", 0.0)
     if not n_calls or max(f.pct(time_us), f.pct(wait_cp)) <= HOST_SYNC_MIN_PCT:
         return None
-    return _make(f, "host_sync", {"sync_calls": (n_calls, "count"), "sync_blocking_time": (time_us, "us"),
-                                  "sync_wait_on_critical_path": (wait_cp, "us"),
-                                  "sync_ops": (f.sync_ops.count, "count")},
-                 f.sync_calls.longest[:3] + f.sync_ops.longest[:2], (Change("remove_syncs"),), "remove host syncs",
-                 evidence_pct=f.pct(max(time_us, wait_cp)))
+    metrics = {"sync_calls": (n_calls, "count"), "sync_blocking_time": (time_us, "us"),
+               "gpu_idle_after_syncs": (sum(x.gpu_idle_after_us for x in f.sync_sites), "us"),
+               "sync_wait_on_critical_path": (wait_cp, "us"), "sync_ops": (f.sync_ops.count, "count")}
+    for name, (count, cpu_us) in sorted(f.sync_op_counts.items(), key=lambda kv: -kv[1][1])[:4]:
+        metrics[f"{name} calls"] = (count, "count")
+        metrics[f"{name} cpu_time"] = (cpu_us, "us")
+    x = _make(f, "host_sync", metrics, f.sync_calls.longest[:3] + f.sync_ops.longest[:2], (Change("remove_syncs"),),
+              "remove host syncs", evidence_pct=f.pct(max(time_us, wait_cp)))
+    x.evidence["call_sites"] = [{"site": s.site, "count": s.count, "blocking_us": round(s.blocking_us, 1),
+                                 "gpu_idle_after_us": round(s.gpu_idle_after_us, 1), "gain_us": round(s.gain_us, 1),
+                                 "gain_pct": round(s.gain_pct, 2)} for s in f.sync_sites[:5]]
+    return x
 
 
 PAGEABLE_MIN_PCT = 1.0  # host blocked in host-to-device copies, % of the span

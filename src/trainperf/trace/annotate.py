@@ -83,11 +83,10 @@ def annotate(t: EventTable) -> None:
     t.step = step
 
 
-def _inside(spans_key: np.ndarray, spans_start: np.ndarray, spans_end: np.ndarray, key: np.ndarray,
+def enclosing_span(spans_key: np.ndarray, spans_start: np.ndarray, spans_end: np.ndarray, key: np.ndarray,
             ts: np.ndarray) -> np.ndarray:
-    """For each (key, ts): the row index (into the spans) of a span with that key containing ts, else -1.
-
-    Among nested spans the one that started last is returned (the innermost)."""
+    """For each query (key, ts): the index into the spans of a span with that key (e.g. pid/tid) that
+    contains ts (ns), else -1. Among nested spans the one that started last is returned (the innermost)."""
     out = np.full(key.size, -1, dtype=np.int64)
     for k in np.unique(spans_key):
         sel = np.flatnonzero(spans_key == k)
@@ -123,7 +122,7 @@ def _communication_by_context(t: EventTable) -> None:
         if host_ops.size and launched.any():
             key = t.pid * 1_000_003 + t.tid
             lrows = link[launched]
-            hit = _inside(key[host_ops], t.ts_ns[host_ops], t.ts_ns[host_ops] + t.dur_ns[host_ops], key[lrows],
+            hit = enclosing_span(key[host_ops], t.ts_ns[host_ops], t.ts_ns[host_ops] + t.dur_ns[host_ops], key[lrows],
                           t.ts_ns[lrows])
             got = (hit >= 0) & unknown[launched]
             idx = np.flatnonzero(launched)[got]
@@ -136,7 +135,7 @@ def _communication_by_context(t: EventTable) -> None:
         gpu_ops = np.flatnonzero(np.isin(t.name, op_ids) & (t.kind == GPU_ANNOTATION))
         if gpu_ops.size:
             key = t.pid * 1_000_003 + t.tid  # device events: tid is the stream
-            hit = _inside(key[gpu_ops], t.ts_ns[gpu_ops], t.ts_ns[gpu_ops] + t.dur_ns[gpu_ops], key[kern],
+            hit = enclosing_span(key[gpu_ops], t.ts_ns[gpu_ops], t.ts_ns[gpu_ops] + t.dur_ns[gpu_ops], key[kern],
                           t.ts_ns[kern])
             comm |= hit >= 0
     stream_key = t.pid[kern] * 1_000_003 + t.stream[kern]

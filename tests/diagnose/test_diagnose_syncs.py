@@ -1,0 +1,52 @@
+"""Host syncs: blocking time per call site, priced by the GPU idle they cause (replay), worked by hand."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from kineto_builder import TraceBuilder  # noqa: E402
+
+from trainperf.diagnose.api import diagnose  # noqa: E402
+
+
+def _item_trace(path: Path) -> Path:
+    # each 1400-us step T: five 200-us kernels launched at T+0..T+20 run back to back T+10..T+1010;
+    # aten::item [T+30, T+1025) > aten::_local_scalar_dense > cudaMemcpyAsync [T+32, T+1020) waits for its
+    # "Device -> Pageable" copy [T+1010, T+1012), i.e. for the queue to drain; then three 100-us kernels
+    # launched at T+1030.. run T+1040..T+1340. Two steps: span 0 .. 2740 us.
+    b = TraceBuilder()
+    for s in range(2):
+        T = 1400.0 * s
+        for i in range(5):
+            b.launch("ampere_sgemm_128x64_tn", T + 5 * i, T + 10 + 200 * i, 200)
+        b.cpu("aten::item", T + 30, 995)
+        b.cpu("aten::_local_scalar_dense", T + 31, 993)
+        b.launch("Memcpy DtoH (Device -> Pageable)", T + 32, T + 1010, 2, cat="gpu_memcpy", launch_dur=988,
+                 runtime="cudaMemcpyAsync")
+        for i in range(3):
+            b.launch("vectorized_elementwise_kernel", T + 1030 + 5 * i, T + 1040 + 100 * i, 100)
+    return b.write(path)
+
+
+def test_item_sync_priced_by_the_idle_it_causes(tmp_path):
+    # without the sync the call returns after the typical 4 us, the host runs ahead and the kernels run back
+    # to back: step 0 ends at 1312 (the copy at 1010..1012, then 3 x 100), step 1 follows at once and ends at
+    # 1312 + 1000 + 2 + 300 = 2614; the trace ends at 2740 -> gain 126 us = the GPU idle the syncs caused
+    # (28 us after each drain plus the 70 us the host's late launches of step 1 left idle).
+    d = diagnose(_item_trace(tmp_path / "i.json.gz"))
+    f = next(x for x in d.findings if x.kind == "host_sync")
+    assert f.gain_us == pytest.approx(126) and f.gain_pct == pytest.approx(100 * 126 / 2740, abs=0.01)
+    m = f.evidence["metrics"]
+    assert m["sync_calls"]["value"] == 2
+    assert m["sync_blocking_time"]["value"] == pytest.approx(2 * (988 - 4))
+    assert m["aten::item calls"]["value"] == 2 and m["aten::item cpu_time"]["value"] == pytest.approx(2 * 995)
+    # the device idles from each sync's end (T+1020) to the next kernel (T+1040)
+    assert m["gpu_idle_after_syncs"]["value"] == pytest.approx(40)
+    (site,) = f.evidence["call_sites"]
+    assert site["site"] == "aten::item > aten::_local_scalar_dense" and site["count"] == 2
+    assert site["gain_us"] == pytest.approx(126)
+    # 72 % of the step blocked, but only 4.6 % to gain: the gain, not the count, sets the severity
+    assert f.severity == "medium"
+    assert not any(x.kind == "pageable_copy" for x in d.findings)
