@@ -44,8 +44,10 @@ def _register_verbs() -> None:
     from trainperf.fleet import cli as fleet_cli
     from trainperf.corpus import cli as corpus_cli
     from trainperf.diagnose import diff_cli
+    from trainperf.compare import cli as compare_cli
 
-    for module in (plan_cli, diagnose_cli, train_cli, bench_cli, store_cli, fleet_cli, corpus_cli, diff_cli):
+    for module in (plan_cli, diagnose_cli, train_cli, bench_cli, store_cli, fleet_cli, corpus_cli, diff_cli,
+                   compare_cli):
         module.register(app)
 
 

@@ -1,0 +1,55 @@
+"""The `compare` verb (registered on the main app by trainperf.cli)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this verb's command to app."""
+
+    @app.command("compare")
+    def compare_cmd(
+        a: str = typer.Argument(..., metavar="A", help="Baseline: run folder or store run id; repeats separated by commas."),
+        b: str = typer.Argument(..., metavar="B", help="Candidate: run folder or store run id; repeats separated by commas."),
+        json_out: Optional[str] = typer.Option(None, "--json", help="Write the full result as JSON to FILE."),
+        html_out: Optional[str] = typer.Option(None, "--html", help="Write the HTML page (loss curves with the band) to FILE."),
+        target_loss: Optional[float] = typer.Option(None, "--target-loss",
+                                                    help="Loss for time-to-target (default: the worse end point of A and B)."),
+        reference: Optional[str] = typer.Option(None, "--reference",
+                                                help="A run in higher precision: |reference - A| is the numerics band."),
+        min_effect: float = typer.Option(0.01, "--min-effect", min=0.0,
+                                         help="Smallest throughput change called faster/slower (0.01 = 1%)."),
+        store: Optional[str] = typer.Option(None, "--store", help="Run store for run ids (default: $TRAINPERF_STORE or ./.trainperf)."),
+    ) -> None:
+        """Is B faster than A (with a 95% interval), and is it still the same training (loss inside the noise band)?"""
+        import json
+
+        from rich.console import Console
+        from rich.table import Table
+
+        from trainperf.atomic import atomic_write_text
+        from trainperf.compare.api import compare_runs
+        from trainperf.compare.report import numerics_rows, perf_rows, write_html
+        from trainperf.compare.runs import load_side
+
+        a_runs, b_runs = load_side(a, store), load_side(b, store)
+        res = compare_runs(a_runs, b_runs, store=store, target_loss=target_loss, reference=reference,
+                           min_effect=min_effect)
+        con = Console()
+        con.print(f"[bold]{res.headline}[/]", highlight=False, soft_wrap=True)
+        for title, header, rows in (("performance", ["metric", "A", "B", "change [95% interval]"], perf_rows(res)),
+                                    ("numerics", ["", "A", "B"], numerics_rows(res))):
+            t = Table(title=title, title_justify="left")
+            for h in header:
+                t.add_column(h, justify="left" if h in ("metric", "") else "right")
+            for row in rows:
+                t.add_row(*map(str, row))
+            con.print(t)
+        con.print(f"[dim]numerics: {res.numerics.reason}[/]", highlight=False, soft_wrap=True)
+        if json_out:
+            atomic_write_text(json_out, json.dumps(res.to_dict(), indent=1, default=str))
+        if html_out:
+            write_html(res, html_out, a_runs, b_runs)

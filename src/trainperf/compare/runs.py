@@ -1,0 +1,135 @@
+"""One side of a comparison: the runs of A or of B, read from run folders or the run store.
+
+A run folder is what ``trainperf train`` (or ``trainperf.monitor`` in any loop) leaves:
+``metrics.jsonl`` (the last attempt's record of each step counts), ``events.jsonl`` (the job's
+start), ``run.json`` (with ``comparable``: what decides whether two runs train the same thing)
+and ``summary.json``. A store run id gives its record's per-step samples (no grad norm) and
+the ``comparable`` and ``eval`` entries of its config.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from trainperf.errors import TrainperfError
+
+
+@dataclass(kw_only=True)
+class RunData:
+    """One run's per-step series (arrays aligned on ``step``) and its run-level facts."""
+
+    name: str  # folder or run id, as given
+    step: np.ndarray  # optimizer step numbers, ascending
+    step_time_s: np.ndarray
+    loss: np.ndarray  # NaN where not recorded
+    grad_norm: np.ndarray  # NaN where not recorded
+    tokens_per_s: np.ndarray
+    mfu: np.ndarray
+    mem_peak_bytes: np.ndarray
+    t_end: np.ndarray  # unix seconds at each step's end (reconstructed from step times for store runs)
+    t_start: float  # unix seconds: the job's first process start
+    world_size: int = 1
+    goodput: float | None = None
+    eval_step: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    eval_loss: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    comparable: dict | None = None
+
+
+def _col(recs: list[dict], key: str) -> np.ndarray:
+    return np.array([np.nan if r.get(key) is None else float(r[key]) for r in recs], dtype=float)
+
+
+def _from_folder(path: Path) -> RunData:
+    from trainperf.monitor.monitor import read_jsonl
+
+    latest: dict[int, dict] = {}
+    for r in read_jsonl(path / "metrics.jsonl"):  # a resumed step: the latest attempt's record counts
+        if "step" in r and "step_time_s" in r:
+            latest[int(r["step"])] = r
+    if not latest:
+        raise TrainperfError(f"{path}: no step records in metrics.jsonl (is this a trainperf run folder?)")
+    recs = [latest[k] for k in sorted(latest)]
+    run = _json(path / "run.json")
+    summary = _json(path / "summary.json")
+    starts = [float(e["t"]) for e in read_jsonl(path / "events.jsonl") if e.get("kind") == "attempt_start"]
+    t_end = _col(recs, "t_end")
+    t_start = min(starts) if starts else float(t_end[0] - recs[0]["step_time_s"])
+    evals = [r for r in recs if r.get("eval_loss") is not None]
+    return RunData(name=str(path), step=np.array(sorted(latest), dtype=float), step_time_s=_col(recs, "step_time_s"),
+                   loss=_col(recs, "loss"), grad_norm=_col(recs, "grad_norm"), tokens_per_s=_col(recs, "tokens_per_s"),
+                   mfu=_col(recs, "mfu"), mem_peak_bytes=_col(recs, "mem_peak_bytes"), t_end=t_end, t_start=t_start,
+                   world_size=int(run.get("world_size") or summary.get("world_size") or 1),
+                   goodput=(summary.get("goodput") or {}).get("goodput"),
+                   eval_step=np.array([r["step"] for r in evals], dtype=float),
+                   eval_loss=np.array([r["eval_loss"] for r in evals], dtype=float),
+                   comparable=run.get("comparable"))
+
+
+def _json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise TrainperfError(f"{path}: cannot read ({type(e).__name__})") from None
+
+
+def _from_store(run_id: str, store: str | None) -> RunData:
+    from trainperf.store import get_run
+
+    try:
+        rec = get_run(run_id, store)
+    except TrainperfError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a store that cannot answer is the user's one line
+        raise TrainperfError(f"{run_id}: not a run folder, and the store cannot give that run ({e})") from None
+    samples = sorted(rec.samples, key=lambda s: s.step)
+    if not samples:
+        raise TrainperfError(f"run {run_id}: the record has no per-step samples")
+
+    def col(key):
+        return np.array([np.nan if getattr(s, key) is None else float(getattr(s, key)) for s in samples])
+
+    st = col("step_time_s")
+    ev = rec.config.get("eval") or []
+    return RunData(name=run_id, step=np.array([s.step for s in samples], dtype=float), step_time_s=st,
+                   loss=col("loss"), grad_norm=np.full(len(samples), np.nan), tokens_per_s=col("tokens_per_s"),
+                   mfu=col("mfu"), mem_peak_bytes=col("mem_peak_bytes"),
+                   t_end=rec.started_at + np.cumsum(np.nan_to_num(st)), t_start=float(rec.started_at),
+                   world_size=int(rec.world_size or 1), goodput=rec.goodput,
+                   eval_step=np.array([e[0] for e in ev], dtype=float), eval_loss=np.array([e[1] for e in ev], dtype=float),
+                   comparable=rec.config.get("comparable"))
+
+
+def load_run(spec: str, store: str | None = None) -> RunData:
+    """Return the run named by ``spec``: a run folder, else a run id in ``store``."""
+    p = Path(spec)
+    if p.is_dir():
+        return _from_folder(p)
+    if p.exists():
+        raise TrainperfError(f"{spec}: not a run folder (expected a folder with metrics.jsonl, or a run id)")
+    return _from_store(spec, store)
+
+
+def load_side(spec: str, store: str | None = None) -> list[RunData]:
+    """Return the runs of one side: ``spec`` is one run or several (repeats) separated by commas."""
+    names = [s.strip() for s in str(spec).split(",") if s.strip()]
+    if not names:
+        raise TrainperfError(f"{spec!r}: no run named")
+    return [load_run(n, store) for n in names]
+
+
+def finite(x: np.ndarray) -> np.ndarray:
+    """Return the finite values of ``x``."""
+    x = np.asarray(x, dtype=float)
+    return x[np.isfinite(x)]
+
+
+def nan_or(x: float | None) -> float:
+    """Return ``x`` as a float, NaN for None."""
+    return float("nan") if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
