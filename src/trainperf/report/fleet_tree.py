@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainperf.fleet.tree import LOSSES
+from trainperf.fleet.tree import LABELS, LOSSES
 from trainperf.report.html import PALETTE, Report, esc, paragraph, table
 
 _LOSS, _GAIN, _TOTAL = "#e15759", "#59a14f", PALETTE[0]
@@ -49,11 +49,11 @@ def waterfall_chart(tree, width: int = 1000, height: int = 340) -> str:
     level = total
     for n in leaves:
         top, level = level, level - n.gpu_h
-        bars.append((n.label, min(top, level), max(top, level), _LOSS if n.gpu_h >= 0 else _GAIN))
+        bars.append((n.label.split(" (")[0], min(top, level), max(top, level), _LOSS if n.gpu_h >= 0 else _GAIN))
     eff = tree.node("effective").gpu_h if any(n.key == "effective" for n in tree.root.walk()) else 0.0
     bars.append(("effective", 0.0, eff, _GAIN))
     hi = max(total, max(b[2] for b in bars), 1e-12)
-    left, top_pad, bottom = 60, 20, 130
+    left, top_pad, bottom = 60, 20, 105
     ph = height - top_pad - bottom
     step = (width - left - 10) / len(bars)
     bw = step * 0.7
@@ -76,7 +76,7 @@ def waterfall_chart(tree, width: int = 1000, height: int = 340) -> str:
                        f"stroke='#bbb' stroke-dasharray='2,2'/>")
         tx, ty = x + bw / 2, y(0) + 12
         out.append(f"<text x='{tx:.1f}' y='{ty:.1f}' text-anchor='end' transform='rotate(-40 {tx:.1f} {ty:.1f})'>"
-                   f"{esc(label[:38])}</text>")
+                   f"{esc(label[:28])}</text>")
     out.append("</svg>")
     return "".join(out)
 
@@ -107,7 +107,7 @@ def tree_report(tree, path: str | Path, explanations=(), title: str = "Fleet met
     run_rows = [[a.run_id, a.attrs["job"], a.attrs["host"], f"{a.parts['allocated']:.4g}",
                  "" if a.achieved_mfu is None else f"{a.achieved_mfu:.1%}",
                  "" if a.planned_mfu is None else f"{a.planned_mfu:.1%}",
-                 max((k for k in a.parts if k in LOSSES), key=lambda k: a.parts[k], default="")]
+                 LABELS.get(max((k for k in a.parts if k in LOSSES), key=lambda k: a.parts[k], default=""), "")]
                 for a in tree.accounts]
     rep.add("Runs", table(run_rows, ["run", "job", "host", "allocated GPU-h", "achieved MFU", "planned MFU",
                                      "largest loss"]))
