@@ -23,7 +23,7 @@ from trainperf.errors import TrainperfError
 HIGH_PCT = 10.0       # severity bands of the true gain (% of step time), as diagnose's findings use
 MEDIUM_PCT = 3.0
 TARGET_PCT = {"low": 1.8, "medium": 6.0, "high": 20.0}
-SEARCH_STEPS = 5      # secant steps on the injection size to reach the target gain
+SEARCH_STEPS = 8      # bracketing steps on the injection size to reach the target gain
 COUNT_KINDS = ("host_sync", "small_kernels")  # sizes that are counts per step
 KIND_LABELS = tuple(INJECTORS) + ("healthy",)
 
@@ -80,11 +80,13 @@ def _inject(kind: str, ranks: dict, size: float, seed: int, slow: int | None):
 def sized_case(kind: str, ranks: dict, target_pct: float, seed: int, slow: int | None = None):
     """Inject `kind` with the size whose measured gain is closest to target_pct.
 
+    The gain is monotone in the size but not linear (device slack absorbs host delay up to a
+    point), so the search brackets the target and then interpolates inside the bracket.
     Returns (modified ranks, touched ranks, size, step time before, after) in µs."""
     t0 = step_time(ranks)
     want = t0 * target_pct / (100 - target_pct)
     size = _start_size(kind, t0, want, ranks)
-    best = None
+    best, lo, hi = None, None, None  # lo/hi: (size, gain) below / above the target
     for _ in range(SEARCH_STEPS):
         if kind in COUNT_KINDS:
             size = max(1.0, float(round(size)))
@@ -97,10 +99,22 @@ def sized_case(kind: str, ranks: dict, target_pct: float, seed: int, slow: int |
             best = (out, touched, size, t1, gain)
         if abs(gain - target_pct) <= 0.15 * target_pct:
             break
-        added = t1 - t0
-        size = size * (want / added if added > 1e-6 else 8.0)
-        if kind == "exposed_comm" and best[2] >= 1.0 and gain < target_pct:
-            break
+        if gain < target_pct:
+            lo = (size, gain) if lo is None or size > lo[0] else lo
+        else:
+            hi = (size, gain) if hi is None or size < hi[0] else hi
+        if lo and hi:
+            f = (target_pct - lo[1]) / (hi[1] - lo[1])
+            size = lo[0] + min(max(f, 0.1), 0.9) * (hi[0] - lo[0])
+        elif lo:
+            if kind == "exposed_comm" and lo[0] >= 1.0:
+                break  # every overlapped collective serialised already
+            added = t1 - t0
+            size = size * min(max(want / added if added > 1e-6 else 8.0, 1.5), 8.0)
+        else:
+            size = size * min(max(want / (t1 - t0), 0.125), 0.67)
+        if kind in COUNT_KINDS and (round(size) == (lo or (0,))[0] or round(size) == (hi or (0,))[0]):
+            break  # no count left between the bracket's ends
     out, touched, size, t1, _ = best
     return out, touched, size, t0, t1
 

@@ -1,0 +1,40 @@
+"""End to end: `trainperf evaluate` on the committed corpus subset; the builder is deterministic."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainperf.cli import main
+from trainperf.corpus.build import build_corpus, default_bases
+
+DATA = Path(__file__).parent / "data"
+HTA = Path(__file__).resolve().parents[2] / "../shared/data/traces/hta"
+
+
+def test_evaluate_on_the_committed_subset(tmp_path, capsys):
+    out = tmp_path / "scores.json"
+    with pytest.raises(SystemExit) as e:
+        main(["evaluate", str(DATA), "--json", str(out)])
+    assert e.value.code == 0
+    s = json.loads(out.read_text())
+    assert set(s["kinds"]) == {"data_loader_stall", "pageable_copy", "straggler"}
+    assert [s["kinds"][k]["n"] for k in ("data_loader_stall", "pageable_copy", "straggler")] == [1, 1, 1]
+    for v in s["kinds"].values():
+        assert set(v) >= {"precision", "recall", "f1", "n"}
+        assert all(x is None or 0 <= x <= 1 for x in (v["precision"], v["recall"], v["f1"]))
+    assert set(s["healthy_false_findings"]) == {"high", "medium", "low"}
+    assert 0 <= s["top1_accuracy"] <= 1 and s["n_cases"] == 4 and s["n_healthy"] == 1
+    assert len(s["cases"]) == 4
+    # a DataLoader fetch holding 20 % of every step, named as PyTorch names it, must be found
+    assert s["kinds"]["data_loader_stall"]["recall"] == 1.0
+    assert "top-1 accuracy" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not HTA.is_dir(), reason="../shared/data/traces/hta not present")
+def test_builder_reproduces_a_committed_case(tmp_path):
+    base = [b for b in default_bases(HTA) if b.name == "trace_filter"]
+    build_corpus(tmp_path, base, kinds=("data_loader_stall",), severities=("high",), log=lambda s: None)
+    name = "data_loader_stall-high-trace_filter"
+    assert json.loads((tmp_path / name / "labels.json").read_text()) == \
+        json.loads((DATA / name / "labels.json").read_text())

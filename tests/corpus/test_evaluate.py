@@ -1,0 +1,75 @@
+"""The scorer against a hand-computed confusion table; one-line errors on bad corpus input."""
+
+import json
+
+import pytest
+
+from trainperf.cli import main
+from trainperf.corpus.evaluate import CaseResult, read_labels, score
+
+
+def _f(kind, severity, gain):
+    return {"kind": kind, "severity": severity, "ranks": [0], "gain_pct": gain}
+
+
+CASES = [
+    CaseResult(name="A", kind="data_loader_stall", ranks=[0], true_gain_pct=18.0, severity="high",
+               findings=[_f("data_loader_stall", "high", 20.0), _f("launch_bound", "medium", 5.0)]),
+    CaseResult(name="B", kind="data_loader_stall", ranks=[0], true_gain_pct=6.0, severity="medium",
+               findings=[_f("launch_bound", "high", 12.0)]),
+    CaseResult(name="C", kind="host_sync", ranks=[0], true_gain_pct=6.0, severity="medium",
+               findings=[_f("host_sync", "medium", 4.0), _f("data_loader_stall", "low", 1.0)]),
+    CaseResult(name="D", kind="healthy", ranks=[], true_gain_pct=0.0, severity="none",
+               findings=[_f("launch_bound", "high", 11.0), _f("host_sync", "low", 0.5)]),
+    CaseResult(name="E", kind="healthy", ranks=[], true_gain_pct=0.0, severity="none", findings=[]),
+]
+
+
+def test_confusion_table_by_hand_all_severities():
+    s = score(CASES, "low")
+    # data_loader_stall: TP A; FP C (its low finding); FN B -> P 1/2, R 1/2, F1 1/2
+    assert s["kinds"]["data_loader_stall"] == {"precision": 0.5, "recall": 0.5, "f1": 0.5, "n": 2, "tp": 1, "fp": 1,
+                                               "fn": 1}
+    # host_sync: TP C; FP D (healthy, low) -> P 1/2, R 1, F1 2/3
+    assert s["kinds"]["host_sync"] == {"precision": 0.5, "recall": 1.0, "f1": 0.6667, "n": 1, "tp": 1, "fp": 1,
+                                       "fn": 0}
+    assert s["top1_accuracy"] == pytest.approx(2 / 3, abs=1e-4)   # A and C right, B wrong
+    assert s["healthy_false_findings"] == {"high": 1, "medium": 0, "low": 1}
+    assert s["whatif_median_abs_error_pct"] == 2.0               # |20-18|, |4-6|
+    assert s["whatif_max_abs_error_pct"] == 2.0
+    assert s["other_predicted_kinds"] == {"launch_bound": 3}      # A, B, D
+    assert s["top1_misses"] == {"data_loader_stall": {"launch_bound": 1}}
+
+
+def test_confusion_table_by_hand_medium_and_up():
+    s = score(CASES, "medium")
+    assert s["kinds"]["data_loader_stall"]["precision"] == 1.0 and s["kinds"]["data_loader_stall"]["recall"] == 0.5
+    assert s["kinds"]["host_sync"]["precision"] == 1.0 and s["kinds"]["host_sync"]["recall"] == 1.0
+    assert s["healthy_false_findings"] == {"high": 1, "medium": 0, "low": 1}  # counted at every severity
+
+
+def _case(tmp_path, name, labels):
+    d = tmp_path / "corpus" / name
+    (d / "traces").mkdir(parents=True)
+    if labels is not None:
+        (d / "labels.json").write_text(labels if isinstance(labels, str) else json.dumps(labels))
+    return d
+
+
+@pytest.mark.parametrize("labels, message", [
+    (None, "missing labels.json"),
+    ("{not json", "not valid JSON"),
+    ({"kind": "gpu_on_fire", "ranks": [0], "true_gain_pct": 5, "severity": "high"}, "unknown kind 'gpu_on_fire'"),
+    ({"kind": "host_sync", "ranks": [0]}, "missing key(s) true_gain_pct, severity"),
+])
+def test_bad_corpus_input_is_one_line(tmp_path, capsys, labels, message):
+    _case(tmp_path, "x", labels)
+    with pytest.raises(SystemExit) as e:
+        main(["evaluate", str(tmp_path / "corpus")])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and message in err and len(err.splitlines()) == 1
+
+
+def test_read_labels_accepts_a_good_file(tmp_path):
+    d = _case(tmp_path, "ok", {"kind": "healthy", "ranks": [], "true_gain_pct": 0.0, "severity": "none"})
+    assert read_labels(d)["kind"] == "healthy"
