@@ -50,4 +50,4 @@ def tree_cmd(store: str = typer.Option(None, "--store", help=STORE_HELP),
 
     from trainperf.report.fleet_tree import terminal_tree
 
-    Console().print(terminal_tree(tree, expl), highlight=False)
+    Console().print(terminal_tree(tree, expl), highlight=False, soft_wrap=True)  # one line per explanation
