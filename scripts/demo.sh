@@ -44,3 +44,12 @@ step "gate: a candidate against its baseline (exit 1 = regression)"
 
 step "done: reports in $OUT/ (open the .html files in a browser)"
 ls "$OUT"
+
+# ---- fleet tree (issue 12): a store of 8 runs with faults of known size; each lands on its factor ----
+step "fleet tree: where 8 runs' GPU-hours went (a slow host, a checkpoint stall, a data-loader stall, a restart)"
+"$VENV/bin/python" -c "import sys; from trainperf.fleet.tree_synth import TreeFleet; from trainperf.store import write_run
+for r in TreeFleet().records(): write_run(r, sys.argv[1])" "$OUT/tree_store"
+"$TP" fleet tree --store "$OUT/tree_store" --explain --html "$OUT/fleet_tree.html"
+step "fleet tree: where the checkpoint stalls and the data wait sit"
+"$TP" fleet tree --store "$OUT/tree_store" --factor checkpoint | tail -n 1
+"$TP" fleet tree --store "$OUT/tree_store" --factor data_wait | tail -n 1
