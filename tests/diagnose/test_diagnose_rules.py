@@ -68,3 +68,39 @@ def test_data_loader_and_host_gains_are_not_counted_twice(tmp_path):
     assert sum(f.gain_pct for f in d.findings if f.fix_order) == pytest.approx(d.fix_all_gain_pct, abs=0.05)
     assert d.fix_order[0] == "data_loader_stall"
     assert all(f.gain_pct <= by["data_loader_stall"].gain_pct for f in d.findings)
+
+
+def _dataloader_bound_with_small_kernels(path):
+    # each 2000-us step: DataLoader 840 us (42 %), then 22 launches 10 us apart: 10 tiny 1-us kernels, a 400-us
+    # GEMM, 10 tiny, a GEMM (tiny: 91 % of kernels, 20 / 820 = 2.4 % of kernel time), then 940 us of other host work
+    b = TraceBuilder()
+    for s in range(4):
+        T = 2000.0 * s
+        b.step(s, T, 2000)
+        b.cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", T, 840, cat="user_annotation")
+        t = T + 840
+        for i in range(22):
+            big = i in (10, 21)
+            b.launch("ampere_sgemm_128x64_tn" if big else "vectorized_elementwise_kernel", t, 0, 400 if big else 1)
+            t += 10
+    # kernels run in order on one stream as soon as launched (5 us latency) and the stream is free
+    free = 0.0
+    for e in b.events:
+        if e["cat"] == "kernel":
+            launch = next(x for x in b.events if x["cat"] == "cuda_runtime" and
+                          x["args"]["correlation"] == e["args"]["correlation"])
+            e["ts"] = max(launch["ts"] + 5, free)
+            free = e["ts"] + e["dur"]
+    return b.write(path)
+
+
+def test_severity_follows_own_evidence_small_kernels(tmp_path):
+    d = diagnose(_dataloader_bound_with_small_kernels(tmp_path / "dl.json.gz"))
+    by = {f.kind: f for f in d.findings}
+    assert d.findings[0].kind == "data_loader_stall" and d.fix_order[0] == "data_loader_stall"
+    # removing the DataLoader wait: steps 1 and 2 start 840 us earlier each (step 3 is outside the window, step
+    # 0's wait comes before its first launch)
+    assert by["data_loader_stall"].gain_us == pytest.approx(2 * 840)
+    # the tiny kernels wait for their launches, but what launching them costs the host is small: not high
+    assert by["small_kernels"].severity != "high"
+    assert sum(f.gain_pct for f in d.findings if f.fix_order) == pytest.approx(d.fix_all_gain_pct, abs=0.05)

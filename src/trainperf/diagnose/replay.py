@@ -50,7 +50,7 @@ class Change:
     overlap_comm (computation and host syncs stop waiting for collectives: fully overlapped) | remove_straggler_wait |
     speedup (category sped up `factor` times) | host_speedup (CPU work between runtime calls `factor`
     times faster) | graph_small_kernels (launching a kernel shorter than SMALL_KERNEL_US costs the
-    host nothing: CUDA graphs / fusion). Several changes replay together (`replay(g, [a, b])`)."""
+    host neither the call nor the usual dispatch time before it: CUDA graphs / fusion). Several changes replay together (`replay(g, [a, b])`)."""
 
     kind: str = "none"
     category: int = -1
@@ -92,6 +92,7 @@ class Graph:
     site_names: list            # call sites (host.call_sites) of the blocking calls
     is_alloc: np.ndarray        # host node is an allocator call (cudaMalloc, hipFree, ...)
     small_launch: np.ndarray    # host node launched a kernel shorter than SMALL_KERNEL_US
+    dispatch_us: float          # typical CPU time between consecutive runtime calls (median gap, µs)
     launch: np.ndarray          # launch node of a device node, or -1
     lat: np.ndarray             # launch latency used (µs)
     stream_prev: np.ndarray     # previous device node on the same stream, or -1
@@ -291,6 +292,8 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     small_launch = np.zeros(n, bool)
     small_dev = dev_idx[(t.kind[dev_rows] == KERNEL) & (dur[n_h:] < SMALL_KERNEL_US) & has_launch[n_h:]]
     small_launch[launch[small_dev]] = True
+    cpu_gap = (host_gap - gap_dl - gap_ck - gap_al)[has_prev]
+    dispatch = float(np.median(cpu_gap)) if cpu_gap.size else 0.0
 
     cw = np.zeros(n)
     cw_rank = np.full(n, -1)
@@ -304,7 +307,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     return Graph(rows=rows, is_host=is_host, start=start, dur=dur, host_prev=host_prev, host_gap=host_gap,
                  gap_dataloader=gap_dl, gap_checkpoint=gap_ck, gap_allocator=gap_al, is_sync=is_sync,
                  block_class=block, sync_on=sync_on, sync_on_nc=sync_on_nc, sync_base=sync_base, sync_tail=sync_tail, sync_site=sync_site, site_names=site_names, is_alloc=is_alloc,
-                 small_launch=small_launch, launch=launch, lat=lat, stream_prev=stream_prev,
+                 small_launch=small_launch, dispatch_us=dispatch, launch=launch, lat=lat, stream_prev=stream_prev,
                  stream_prev_nc=stream_prev_nc, stream_prev_np=stream_prev_np, pageable_copy=pageable_copies, dep=dep, lag=lag, category=cat, comm_wait=cw, comm_wait_rank=cw_rank,
                  order=order, names=t.names)
 
@@ -348,7 +351,8 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
         if c.kind == "host_speedup":
             cpu = cpu / c.factor
     if "graph_small_kernels" in kinds:
-        cpu = np.where(g.small_launch, 0.0, cpu)
+        # a graphed launch costs neither the call nor the op's usual dispatch before it (other host work stays)
+        cpu = cpu - np.where(g.small_launch, np.minimum(cpu, g.dispatch_us), 0.0)
         dur[g.small_launch] = 0.0
     gap = cpu + (0.0 if "remove_data_wait" in kinds else g.gap_dataloader) + \
         (0.0 if "remove_checkpoint_wait" in kinds else g.gap_checkpoint) + \

@@ -198,15 +198,20 @@ def small_kernels(f: RankFacts) -> Finding | None:
     """Most kernels are tiny, so launching them costs more than running them."""
     if not f.has_gpu:
         return None
-    ls = f.launch
+    ls, g = f.launch, f.graph
     if ls.small_kernel_count_pct <= SMALL_KERNEL_COUNT_PCT or ls.small_kernel_host_wait_us <= 0:
         return None
+    # what launching them costs the host: the calls and the usual op dispatch before each (Graph.dispatch_us)
+    cpu = g.host_gap - g.gap_dataloader - g.gap_checkpoint - g.gap_allocator
+    launch_cost = float((np.minimum(cpu, g.dispatch_us) + g.dur)[g.small_launch].sum())
+    evidence_us = min(launch_cost, ls.small_kernel_host_wait_us)
     return _make(f, "small_kernels", {"small_kernels": (ls.small_kernel_count_pct, "% of kernels"),
                                       "their_time": (ls.small_kernel_time_pct, "% of kernel time"),
                                       "gpu_idle_before_them": (ls.small_kernel_host_wait_us, "us"),
+                                      "host_cost_of_their_launches": (launch_cost, "us"),
                                       "threshold": (10.0, "us")},
                  (), (Change("graph_small_kernels"),), "launching small kernels costs the host nothing (CUDA graphs)",
-                 evidence_pct=f.pct(ls.small_kernel_host_wait_us))
+                 evidence_pct=f.pct(evidence_us))
 
 
 # --- kernels ----------------------------------------------------------------------------------
