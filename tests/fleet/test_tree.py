@@ -125,6 +125,19 @@ def test_a_later_attempt_supersedes_the_earlier_record():
     assert [a.run_id for a in build_tree([first, second]).accounts] == ["later"]
 
 
+def test_synthetic_runs_carry_the_monitors_goodput_fields():
+    # the tree reads config["summary"]["goodput"] as trainperf.monitor writes it: same keys
+    from trainperf.monitor.goodput import compute_goodput
+
+    gp = TreeFleet(n_steps=3).records()[0].config["summary"]["goodput"]
+    assert set(gp) == set(compute_goodput([], []).to_dict())
+
+
+def test_one_run_has_nothing_to_segment():
+    t = build_tree(TreeFleet(n_steps=3).records()[:1])
+    assert "nothing to segment" in explain(t).verdict
+
+
 def test_parse_since():
     assert parse_since("7d", now=1e6) == 1e6 - 7 * 86400
     assert parse_since("1700000000", now=0) == 1.7e9

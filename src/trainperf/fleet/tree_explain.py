@@ -59,11 +59,14 @@ class Explanation:
     excess_gpu_h: float  # sum over runs of max(loss - typical rate x allocated, 0)
     explained: float  # fraction of the leaf-level deviation the causes explain (localize)
     confident: bool = False  # localize's own verdict on its answer
+    n_runs: int = 0
     segments: list[Segment] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
         """Return one sentence naming where the loss sits (or that it is spread out)."""
+        if self.n_runs < 2:
+            return f"{self.label}: {self.n_runs} run, nothing to segment"
         if not self.segments:
             return (f"{self.label}: spread across runs, no place holds it (typical {self.typical_rate:.1%} of "
                     f"allocated GPU-hours; {self.excess_gpu_h:.3g} GPU-h above that)")
@@ -76,7 +79,8 @@ class Explanation:
     def to_dict(self) -> dict:
         """Return JSON-able data."""
         return {"factor": self.factor, "label": self.label, "gpu_h": self.gpu_h, "typical_rate": self.typical_rate,
-                "excess_gpu_h": self.excess_gpu_h, "explained": self.explained, "confident": self.confident, "verdict": self.verdict,
+                "excess_gpu_h": self.excess_gpu_h, "n_runs": self.n_runs, "explained": self.explained,
+                "confident": self.confident, "verdict": self.verdict,
                 "segments": [s.to_dict() for s in self.segments]}
 
 
@@ -96,8 +100,8 @@ def explain(tree: MetricTree, factor: str | None = None) -> Explanation:
     expected = alloc * typical
     above = np.maximum(loss, expected)  # only the excess over the typical rate is a cause
     out = Explanation(factor=key, label=LABELS[key], gpu_h=node.gpu_h, typical_rate=typical,
-                      excess_gpu_h=float((above - expected).sum()), explained=0.0)
-    if out.excess_gpu_h <= MIN_EXCESS_SHARE * abs(node.gpu_h):
+                      excess_gpu_h=float((above - expected).sum()), explained=0.0, n_runs=len(accts))
+    if len(accts) < 2 or out.excess_gpu_h <= MIN_EXCESS_SHARE * abs(node.gpu_h):
         return out
     leaves = {k: np.array([a.attrs[k] for a in accts]) for k in ATTRS}
     # in GPU-seconds: localize's noise model is Poisson-like (variance ~ the expectation), so
