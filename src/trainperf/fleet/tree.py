@@ -27,10 +27,11 @@ computes every number of one run; the tree is sums of those accounts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 
 from trainperf.errors import TrainperfError
+from trainperf.monitor.goodput import Goodput
 from trainperf.store.record import RunRecord
 
 # (key, label, kind, parent): the tree's shape, in display order. kind: "stage" (a total that
@@ -51,7 +52,7 @@ NODES: tuple[tuple[str, str, str, str | None], ...] = (
     ("communication", "communication", "loss", "layout_overhead"),
     ("bubble", "pipeline bubble", "loss", "layout_overhead"),
     ("recompute", "recompute", "loss", "layout_overhead"),
-    ("optimizer_host", "optimizer and host", "loss", "layout_overhead"),
+    ("optimizer_host", "optimizer, host and other", "loss", "layout_overhead"),
     ("unplanned", "below 100% MFU (no plan for the run)", "loss", "productive"),
     ("mfu_unknown", "MFU not measured", "unsplit", "productive"),
     ("effective", "effective (model FLOPs at peak)", "result", "productive"),
@@ -63,9 +64,9 @@ LOSSES = tuple(k for k, _, kind, _ in NODES if kind == "loss")
 _TERM_LEAF = {"compute": "kernels", "embedding_lm_head": "kernels", "tp_comm": "communication",
               "cp_comm": "communication", "dp_comm": "communication", "pp_p2p": "communication",
               "pp_bubble": "bubble", "recompute": "recompute", "optimizer": "optimizer_host",
-              "host_overhead": "optimizer_host"}
-GOODPUT_KEYS = ("total_s", "productive_s", "startup_s", "data_wait_s", "checkpoint_s", "restart_s", "lost_work_s",
-                "other_s")
+              "host_overhead": "optimizer_host"}  # a term not listed here counts as optimizer_host
+# the monitor's goodput split, as stored in a training run's config["summary"]["goodput"]
+GOODPUT_KEYS = tuple(f.name for f in fields(Goodput) if f.name.endswith("_s"))
 # Per-run sums over the steps table, the only place they are computed (a store's steps view, or
 # the samples of records in memory registered as a steps table): step time, data wait, and for the
 # steps with an MFU the model-FLOP time at peak (mfu x step time) and their productive time.
