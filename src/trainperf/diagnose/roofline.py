@@ -1,0 +1,458 @@
+"""Per-operator roofline from the shapes the profiler recorded (``record_shapes=True``).
+
+For each operator that launched device work, its FLOPs and minimum bytes come from its "Input
+Dims" / "Input type" (and "Concrete Inputs" for causal masks) args, its time from the kernels that
+carry its "External id". Against the accelerator's peaks (catalog): achieved TFLOP/s and TB/s,
+arithmetic intensity, the bound (compute when FLOPs/peak > bytes/bandwidth) and the time lost to
+the roofline (measured - max(FLOPs/peak, bytes/bandwidth)). Grouped by operator and shape.
+
+Counting conventions (stated, so a reader can check a row by hand):
+- GEMMs: 2·m·n·k per product (PyTorch's torch.utils.flop_counter; bias adds not counted); bytes:
+  each operand read once, the output written once.
+- attention: forward 4·b·h·s_q·s_k·d (QKᵀ and PV), backward twice that (torch.utils.flop_counter's
+  convention, no recompute); halved when causal (the kernels skip the masked half). Bytes: q, k, v
+  read and the output written (forward); q, k, v, out, dout read and dq, dk, dv written (backward).
+- elementwise: 1 FLOP per output element; norms, softmax and reductions: 5 per input element (the
+  bound of these is bytes: their intensity is far under any ridge point). Bytes: every tensor
+  input read once, the output written once (in place: the first input written back).
+Only operators that own kernels count (an aten::linear whose aten::addmm launched the GEMM is
+counted once, as addmm), so the rows add up to the device time of the operators covered.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from trainperf.errors import TrainperfError
+from trainperf.trace.annotate import correlated_host_row
+from trainperf.trace.events import CPU_OP, DEVICE_KINDS, MEMCPY, EventTable
+
+DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "long": 8, "int": 4,
+               "short": 2, "signed char": 1, "unsigned char": 1, "bool": 1, "c10::Float8_e4m3fn": 1,
+               "c10::Float8_e5m2": 1, "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1,
+               "c10::Float8_e8m0fnu": 1, "c10::complex<float>": 8, "c10::complex<double>": 16}
+PRECISION = {"c10::BFloat16": "bf16", "c10::Half": "fp16", "float": "fp32", "c10::Float8_e4m3fn": "fp8",
+             "c10::Float8_e5m2": "fp8", "c10::Float8_e4m3fnuz": "fp8", "c10::Float8_e5m2fnuz": "fp8"}
+NORM_FLOPS_PER_ELEMENT = 5
+# copies to or from the host or another device run at the link's speed, not HBM's: left out
+HOST_LINK_COPIES = ("HtoD", "DtoH", "HtoH", "PtoP")
+
+# attention operators: (index of query, index of key, layout of q/k, index of is_causal or of
+# custom_mask_type (efficient attention: 1 and 2 are causal), backward?) - indices from the ATen schemas
+ATTENTION = {
+    "aten::_flash_attention_forward": (0, 1, "bshd", 8, False),
+    "aten::_scaled_dot_product_flash_attention": (0, 1, "bhsd", 4, False),
+    "aten::_scaled_dot_product_efficient_attention": (0, 1, "bhsd", 6, False),
+    "aten::_efficient_attention_forward": (0, 1, "bshd", 9, False),
+    "aten::_scaled_dot_product_cudnn_attention": (0, 1, "bhsd", 6, False),
+    "aten::_scaled_dot_product_flash_attention_for_cpu": (0, 1, "bhsd", 4, False),
+    "aten::_flash_attention_backward": (1, 2, "bshd", 11, True),
+    "aten::_scaled_dot_product_flash_attention_backward": (1, 2, "bhsd", 11, True),
+    "aten::_scaled_dot_product_efficient_attention_backward": (1, 2, "bhsd", 11, True),
+    "aten::_efficient_attention_backward": (1, 2, "bshd", 14, True),
+    "aten::_scaled_dot_product_cudnn_attention_backward": (1, 2, "bhsd", 14, True),
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": (1, 2, "bhsd", 7, True),
+}
+# elementwise ops by number of tensor operands; a tensor beyond them is an out= argument (written, not read)
+_UNARY = {"relu", "gelu", "silu", "sigmoid", "tanh", "exp", "neg", "clamp", "clamp_min", "clamp_max", "rsqrt", "sqrt",
+          "abs", "log", "sin", "cos", "reciprocal", "square", "leaky_relu", "hardtanh"}
+_BINARY = {"add", "sub", "mul", "div", "rsub", "gelu_backward", "silu_backward", "sigmoid_backward", "tanh_backward",
+           "threshold_backward", "pow", "masked_fill", "maximum", "minimum"}
+_TERNARY = {"where", "addcmul", "addcdiv", "lerp"}
+ELEMENTWISE = {**{n: 1 for n in _UNARY}, **{n: 2 for n in _BINARY}, **{n: 3 for n in _TERNARY}}
+MOVES = {"copy_", "fill_", "zero_"}  # memory only, no FLOPs
+NORMS = {"native_layer_norm", "native_layer_norm_backward", "_fused_rms_norm", "native_batch_norm",
+         "_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "native_dropout",
+         "native_dropout_backward", "sum", "mean", "amax", "norm", "_fused_rms_norm_backward"}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OpCost:
+    """FLOPs and minimum bytes of one operator call, the kind of operator and its precision."""
+
+    kind: str        # gemm, attention, elementwise, norm
+    flops: float
+    bytes: float
+    precision: str   # bf16, fp16, fp32, fp8 (the peak to compare with); "" when unknown
+
+
+def _numel(dims) -> int:
+    return int(math.prod(dims)) if isinstance(dims, list) and all(isinstance(d, int) for d in dims) else 0
+
+
+def _tensors(dims: list, types: list) -> list[tuple[list, int, str]]:
+    """(shape, bytes per element, dtype) of every plain tensor argument (not scalars, lists or absent ones)."""
+    out = []
+    for d, t in zip(dims, types):
+        if t in DTYPE_BYTES and isinstance(d, list) and all(isinstance(x, int) for x in d):
+            out.append((d, DTYPE_BYTES[t], t))
+    return out
+
+
+def _broadcast(shapes: list[list]) -> list:
+    nd = max((len(s) for s in shapes), default=0)
+    out = [1] * nd
+    for s in shapes:
+        for i, d in enumerate(s, nd - len(s)):
+            out[i] = max(out[i], d)
+    return out
+
+
+def _gemm(name: str, dims: list, types: list) -> OpCost | None:
+    ts = _tensors(dims, types)
+    if name in ("aten::addmm", "aten::baddbmm"):  # (bias, a, b)
+        if len(ts) < 3:
+            return None
+        bias, (a, s, dt), (b, sb, _) = ts[0], ts[1], ts[2]
+        extra = _numel(bias[0]) * bias[1]
+    elif name == "aten::linear":  # (x, weight [n, k], bias)
+        if len(ts) < 2:
+            return None
+        (a, s, dt), (w, sb, _) = ts[:2]
+        b = [w[1], w[0]] if len(w) == 2 else w
+        extra = sum(_numel(d) * e for d, e, _ in ts[2:])
+    else:  # mm, bmm, matmul, _scaled_mm (a, b, scales, bias)
+        if len(ts) < 2:
+            return None
+        (a, s, dt), (b, sb, _) = ts[:2]
+        extra = sum(_numel(d) * e for d, e, _ in ts[2:])
+    if not a or not b:
+        return None
+    a2 = a if len(a) >= 2 else [1] + a
+    b2 = b if len(b) >= 2 else b + [1]
+    m, k, n = a2[-2], a2[-1], b2[-1]
+    if b2[-2] != k:
+        return None
+    batch = math.prod(_broadcast([a2[:-2], b2[:-2]]))
+    prec = PRECISION.get(dt, "")
+    out_e = 2 if prec == "fp8" else s  # fp8 GEMMs write bf16/fp16
+    nbytes = _numel(a) * s + _numel(b) * sb + batch * m * n * out_e + extra
+    return OpCost(kind="gemm", flops=2.0 * batch * m * n * k, bytes=float(nbytes), precision=prec)
+
+
+def _flag(concrete: list, i: int) -> bool:
+    v = concrete[i] if concrete and i < len(concrete) else ""
+    return v in ("True", "1", "2")  # is_causal=True, or custom_mask_type 1/2 (causal top-left/bottom-right)
+
+
+def _attention(name: str, dims: list, types: list, concrete: list) -> OpCost | None:
+    qi, ki, layout, ci, backward = ATTENTION[name]
+    if max(qi, ki) >= len(dims) or types[qi] not in DTYPE_BYTES:
+        return None
+    q, k = dims[qi], dims[ki]
+    if len(q) != 4 or len(k) != 4:
+        return None
+    s_k = k[1] if layout == "bshd" else k[2]
+    flops = 4.0 * _numel(q) * s_k * (2 if backward else 1) * (0.5 if _flag(concrete, ci) else 1)
+    e = DTYPE_BYTES[types[qi]]
+    nq, nk = _numel(q), _numel(k)
+    nbytes = e * ((4 * nq + 4 * nk) if backward else (2 * nq + 2 * nk))
+    return OpCost(kind="attention", flops=flops, bytes=float(nbytes), precision=PRECISION.get(types[qi], ""))
+
+
+def _memory_op(base: str, dims: list, types: list) -> OpCost | None:
+    ts = _tensors(dims, types)
+    if not ts:
+        return None
+    reads = sum(_numel(d) * e for d, e, _ in ts)
+    first, e0, _ = ts[0]
+    prec = PRECISION.get(types[0], "")
+    if base in MOVES:
+        if base == "copy_":
+            return OpCost(kind="elementwise", flops=0.0, bytes=float(reads), precision=prec)
+        return OpCost(kind="elementwise", flops=0.0, bytes=float(_numel(first) * e0), precision=prec)
+    inplace = base.endswith("_")
+    op = base.rstrip("_")
+    if op in ELEMENTWISE:
+        operands, outs = ts[:ELEMENTWISE[op]], ts[ELEMENTWISE[op]:]
+        reads = sum(_numel(d) * e for d, e, _ in operands)
+        if inplace:
+            out, out_e = _numel(first), e0
+        elif outs:  # an out= tensor
+            out, out_e = _numel(outs[0][0]), outs[0][1]
+        else:
+            out = _numel(_broadcast([d for d, _, _ in operands]))
+            out_e = max((e for d, e, _ in operands if d), default=e0)  # 0-dim wrapped scalars aside
+        return OpCost(kind="elementwise", flops=float(out), bytes=float(reads + out * out_e), precision=prec)
+    if op in NORMS:
+        n = _numel(first)
+        if op in ("sum", "mean", "amax", "norm"):
+            write = 0  # the reduced output is small next to the input
+        elif op == "native_layer_norm_backward":
+            write = n * e0 + sum(_numel(d) * e for d, e, _ in ts[4:6])  # grad input, grad weight and bias
+        elif op == "native_dropout":
+            write = n * e0 + n  # output and a bool mask
+        else:
+            write = n * e0
+        return OpCost(kind="norm", flops=float(NORM_FLOPS_PER_ELEMENT * n), bytes=float(reads + write),
+                      precision=prec)
+    return None
+
+
+def op_cost(name: str, dims: list, types: list, concrete: list | None = None) -> OpCost | None:
+    """FLOPs and minimum bytes of one call of operator `name` from its recorded input dims and types
+    (and concrete scalar inputs); None for operators this roofline does not model."""
+    if not isinstance(dims, list) or not isinstance(types, list) or len(dims) != len(types):
+        return None
+    if name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+                "aten::_scaled_mm"):
+        return _gemm(name, dims, types)
+    if name in ATTENTION:
+        return _attention(name, dims, types, concrete or [])
+    if name.startswith("aten::"):
+        return _memory_op(name[len("aten::"):], dims, types)
+    return None
+
+
+# ---- reading the shapes ---------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class OpShape:
+    """The recorded inputs of one operator call."""
+
+    name: str
+    dims: list
+    types: list
+    concrete: list
+
+
+def op_shapes(path: str | Path) -> dict[int, list[OpShape]]:
+    """External id -> recorded inputs of the cpu_ops that have "Input Dims" in a Kineto trace (a list:
+    some traces reuse ids; the caller tells them apart by name)."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+        data = gzip.open(path, "rb").read() if gz else path.read_bytes()
+    except (OSError, EOFError) as e:
+        raise TrainperfError(f"{path}: cannot read ({e})") from None
+    events = _decode(data, path)
+    out: dict[int, list[OpShape]] = {}
+    for name, args in events:
+        ext = args.get("External id")
+        dims = args.get("Input Dims")
+        if isinstance(ext, int) and isinstance(dims, list):
+            out.setdefault(ext, []).append(OpShape(name, dims, args.get("Input type") or [],
+                                                   args.get("Concrete Inputs") or []))
+    return out
+
+
+try:  # msgspec decodes only the fields read here and skips the rest in C; optional
+    import msgspec
+
+    class _Ev(msgspec.Struct, gc=False):
+        cat: object = None
+        name: object = None
+        args: object = None
+
+    class _Doc(msgspec.Struct, gc=False):
+        traceEvents: list[_Ev] = []
+
+except ImportError:  # pragma: no cover - msgspec is optional
+    msgspec = None
+
+
+def _decode(data: bytes, path: Path) -> list[tuple[str, dict]]:
+    """(name, args) of the cpu_op events of a whole trace file's bytes."""
+    if msgspec is not None:
+        try:
+            evs = msgspec.json.decode(data, type=_Doc).traceEvents
+            return [(e.name, e.args) for e in evs if e.cat in ("cpu_op", "Operator") and isinstance(e.args, dict)]
+        except msgspec.DecodeError:
+            pass  # the generic parser below says what is wrong, or reads the odd trace
+    import json
+
+    try:
+        doc = json.loads(data)
+    except ValueError as e:
+        raise TrainperfError(f"{path}: invalid JSON ({e})") from None
+    evs = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
+    return [(e.get("name"), e.get("args")) for e in evs if isinstance(e, dict)
+            and e.get("cat") in ("cpu_op", "Operator") and isinstance(e.get("args"), dict)]
+
+
+# ---- the roofline ---------------------------------------------------------------------------------
+
+@dataclass(kw_only=True, slots=True)
+class RooflineRow:
+    """One operator and input shape: calls, device time and where it sits on the roofline."""
+
+    op: str
+    shapes: str                  # "[4096, 4096] x [4096, 4096] bf16"
+    kind: str
+    count: int
+    time_us: float               # device time of all calls (µs)
+    flops: float                 # per call
+    bytes: float                 # per call (minimum)
+    precision: str
+    peak_tflops: float | None    # at this precision; None without a known accelerator
+    peak_tbps: float | None
+
+    @property
+    def achieved_tflops(self) -> float:
+        return self.flops * self.count / (self.time_us * 1e6) if self.time_us > 0 else 0.0
+
+    @property
+    def achieved_tbps(self) -> float:
+        return self.bytes * self.count / (self.time_us * 1e6) if self.time_us > 0 else 0.0
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity (FLOP per byte)."""
+        return self.flops / self.bytes if self.bytes > 0 else math.inf
+
+    def _roofs_us(self) -> tuple[float, float] | None:
+        """(compute, memory) time of one call at the peaks (µs). Without a FLOP peak for the dtype
+        (integers, fp64), elementwise and norm ops keep the bandwidth roof alone: their intensity is
+        far under any ridge point, so bytes / bandwidth is their bound either way."""
+        if not self.peak_tbps:
+            return None
+        if not self.peak_tflops:
+            return (0.0, self.bytes / (self.peak_tbps * 1e6)) if self.kind in ("elementwise", "norm") else None
+        return self.flops / (self.peak_tflops * 1e6), self.bytes / (self.peak_tbps * 1e6)
+
+    @property
+    def min_time_us(self) -> float | None:
+        """Time of all calls at the roofline: max(FLOPs / peak, bytes / bandwidth) (µs)."""
+        roofs = self._roofs_us()
+        return self.count * max(roofs) if roofs is not None else None
+
+    @property
+    def bound(self) -> str:
+        """"compute" or "memory": which roof is lower at this intensity ("" without peaks)."""
+        roofs = self._roofs_us()
+        if roofs is None:
+            return ""
+        return "compute" if roofs[0] > roofs[1] else "memory"
+
+    @property
+    def roofline_pct(self) -> float | None:
+        """Time at the roofline as % of the measured time (100 = on the roof)."""
+        m = self.min_time_us
+        return 100.0 * m / self.time_us if m is not None and self.time_us > 0 else None
+
+    @property
+    def lost_us(self) -> float:
+        """Measured time minus time at the roofline (µs, all calls)."""
+        m = self.min_time_us
+        return self.time_us - m if m is not None else 0.0
+
+    def to_json(self) -> dict:
+        r = lambda v: round(v, 4) if isinstance(v, float) and math.isfinite(v) else v  # noqa: E731
+        return {"op": self.op, "shapes": self.shapes, "kind": self.kind, "count": self.count,
+                "time_us": r(self.time_us), "flops": self.flops, "bytes": self.bytes, "precision": self.precision,
+                "achieved_tflops": r(self.achieved_tflops), "achieved_tbps": r(self.achieved_tbps),
+                "intensity_flop_per_byte": r(self.intensity), "bound": self.bound,
+                "roofline_pct": r(self.roofline_pct), "lost_us": r(self.lost_us),
+                "peak_tflops": self.peak_tflops, "peak_tbps": self.peak_tbps}
+
+
+def shape_key(s: OpShape) -> str:
+    """Readable shapes of the tensor inputs: "[4096, 4096] x [4096, 4096] bf16"."""
+    ts = [str(d) for d, t in zip(s.dims, s.types) if t in DTYPE_BYTES and isinstance(d, list)]
+    prec = next((PRECISION.get(t, t) for t in s.types if t in DTYPE_BYTES), "")
+    return " x ".join(ts) + (f" {prec}" if prec else "")
+
+
+def device_accelerator(t: EventTable):
+    """The catalog entry of the trace's device (deviceProperties[0].name), or None."""
+    from trainperf.hardware import accelerator_for_device
+
+    props = t.metadata.get("deviceProperties")
+    if isinstance(props, list) and props and isinstance(props[0], dict) and props[0].get("name"):
+        return accelerator_for_device(str(props[0]["name"]))
+    return None
+
+
+def launching_op(t: EventTable) -> np.ndarray:
+    """For every row, the innermost cpu_op on the launching thread that encloses the launch of this
+    device event (kernel, memcpy, memset), else -1. Via the correlation id, not the "External id"
+    arg, whose meaning on device events differs between Kineto versions."""
+    out = np.full(len(t), -1, dtype=np.int64)
+    link = correlated_host_row(t)
+    dev = np.flatnonzero(np.isin(t.kind, DEVICE_KINDS) & (link >= 0))
+    if dev.size == 0:
+        return out
+    ops = np.flatnonzero(t.kind == CPU_OP)
+    launches = np.unique(link[dev])
+    op_of_launch = {}
+    end = t.ts_ns + t.dur_ns
+    items = np.concatenate([ops, launches])
+    is_op = np.r_[np.ones(ops.size, bool), np.zeros(launches.size, bool)]
+    # per thread, in time order; at equal starts the longer (outer) op first, launches after ops
+    order = np.lexsort((~is_op, -t.dur_ns[items], t.ts_ns[items], t.tid[items], t.pid[items]))
+    stack: list[int] = []
+    thread = None
+    for i in order:
+        r = int(items[i])
+        th = (int(t.pid[r]), int(t.tid[r]))
+        if th != thread:
+            stack, thread = [], th
+        while stack and end[stack[-1]] <= t.ts_ns[r] and not (end[stack[-1]] == t.ts_ns[r] == t.ts_ns[stack[-1]]):
+            stack.pop()
+        if is_op[i]:
+            stack.append(r)
+        elif stack:
+            op_of_launch[r] = stack[-1]
+    if op_of_launch:
+        keys = np.fromiter(op_of_launch.keys(), dtype=np.int64)
+        vals = np.fromiter(op_of_launch.values(), dtype=np.int64)
+        lut = np.full(len(t), -1, dtype=np.int64)
+        lut[keys] = vals
+        out[dev] = lut[link[dev]]
+    return out
+
+
+def _shape_of(t: EventTable, row: int, shapes: dict[int, list[OpShape]]) -> OpShape | None:
+    name = t.names[int(t.name[row])]
+    cands = [s for s in shapes.get(int(t.external_id[row]), ()) if s.name == name]
+    return cands[0] if len(cands) == 1 else None  # ambiguous (an id reused by two calls of one op): skip
+
+
+def roofline(t: EventTable, shapes: dict[int, list[OpShape]], accelerator=None) -> list[RooflineRow]:
+    """Roofline rows of one rank, sorted by time lost to the roofline (then by time), from its event
+    table and op_shapes of the same file. accelerator: a hardware.Accelerator (default: the trace's)."""
+    acc = accelerator if accelerator is not None else device_accelerator(t)
+    op = launching_op(t)
+    host_link = t.ids_matching(lambda n: any(k in n for k in HOST_LINK_COPIES))
+    dev = np.flatnonzero((op >= 0) & ~((t.kind == MEMCPY) & np.isin(t.name, host_link)))
+    if dev.size == 0:
+        return []
+    op_rows, inv = np.unique(op[dev], return_inverse=True)
+    time_by_op = np.bincount(inv.reshape(-1), weights=t.dur_ns[dev] / 1e3)
+    groups: dict[tuple[str, str], RooflineRow] = {}
+    for r, us in zip(op_rows, time_by_op):
+        s = _shape_of(t, int(r), shapes)
+        if s is None:
+            continue
+        c = op_cost(s.name, s.dims, s.types, s.concrete)
+        if c is None:
+            continue
+        key = (s.name, shape_key(s))
+        row = groups.get(key)
+        if row is None:
+            peak = None
+            if acc is not None and c.precision in ("bf16", "fp16", "fp8") or (
+                    acc is not None and c.precision == "fp32" and acc.fp32_tflops is not None):
+                peak = acc.peak_flops(c.precision) / 1e12  # (no fp32 figure: peak_flops would give bf16's)
+            row = groups[key] = RooflineRow(op=s.name, shapes=key[1], kind=c.kind, count=0, time_us=0.0,
+                                            flops=c.flops, bytes=c.bytes, precision=c.precision, peak_tflops=peak,
+                                            peak_tbps=acc.hbm_tbps if acc is not None else None)
+        row.count += 1
+        row.time_us += float(us)
+    return sorted(groups.values(), key=lambda r: (-r.lost_us, -r.time_us))
+
+
+def roofline_for_trace(path: str | Path, accelerator: str | None = None) -> dict[int, list[RooflineRow]]:
+    """{rank: roofline rows} for a Kineto file or a folder of ranks. accelerator: a catalog name
+    (default: each trace's deviceProperties)."""
+    from trainperf.hardware import get_accelerator
+    from trainperf.trace.load import load_trace
+
+    acc = get_accelerator(accelerator) if accelerator else None
+    return {r: roofline(t, op_shapes(t.source), acc) for r, t in load_trace(path).items()}

@@ -1,0 +1,185 @@
+"""Per-operator roofline: FLOPs against PyTorch's own flop counter, the args of a real profiler
+trace, rows worked out by hand, and a real A100 trace."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from kineto_builder import TraceBuilder  # noqa: E402
+
+from trainperf.diagnose.roofline import ATTENTION, op_cost, op_shapes, roofline, roofline_for_trace  # noqa: E402
+from trainperf.trace import read_kineto  # noqa: E402
+
+HTA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces" / "hta"
+BF = "c10::BFloat16"
+
+
+def _torch_flops(fn) -> int:
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as fc:
+        fn(torch)
+    return fc.get_total_flops()
+
+
+def _meta(torch, *shape):
+    return torch.empty(*shape, device="meta", dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("name,dims,fn", [
+    ("aten::mm", [[64, 128], [128, 32]], lambda T: T.mm(_meta(T, 64, 128), _meta(T, 128, 32))),
+    ("aten::addmm", [[32], [64, 128], [128, 32]], lambda T: T.addmm(_meta(T, 32), _meta(T, 64, 128), _meta(T, 128, 32))),
+    ("aten::bmm", [[3, 64, 128], [3, 128, 32]], lambda T: T.bmm(_meta(T, 3, 64, 128), _meta(T, 3, 128, 32))),
+    ("aten::baddbmm", [[3, 64, 32], [3, 64, 128], [3, 128, 32]],
+     lambda T: T.baddbmm(_meta(T, 3, 64, 32), _meta(T, 3, 64, 128), _meta(T, 3, 128, 32))),
+    ("aten::matmul", [[5, 64, 128], [128, 32]], lambda T: T.matmul(_meta(T, 5, 64, 128), _meta(T, 128, 32))),
+    ("aten::linear", [[5, 64, 128], [32, 128], [32]],
+     lambda T: T.nn.functional.linear(_meta(T, 5, 64, 128), _meta(T, 32, 128), _meta(T, 32))),
+    ("aten::_scaled_dot_product_flash_attention", [[2, 4, 64, 32], [2, 4, 128, 32], [2, 4, 128, 32]],
+     lambda T: T.ops.aten._scaled_dot_product_flash_attention(_meta(T, 2, 4, 64, 32), _meta(T, 2, 4, 128, 32),
+                                                              _meta(T, 2, 4, 128, 32))),
+    ("aten::_scaled_dot_product_efficient_attention", [[2, 4, 64, 32], [2, 4, 128, 32], [2, 4, 128, 32], []],
+     lambda T: T.ops.aten._scaled_dot_product_efficient_attention(_meta(T, 2, 4, 64, 32), _meta(T, 2, 4, 128, 32),
+                                                                  _meta(T, 2, 4, 128, 32), None, True)),
+])
+def test_flops_match_torch_flop_counter(name, dims, fn):
+    # reference: torch.utils.flop_counter.FlopCounterMode on meta tensors (no causal mask)
+    types = [BF if d else "" for d in dims]
+    assert op_cost(name, dims, types).flops == _torch_flops(fn)
+
+
+def test_attention_backward_causal_and_layouts_by_hand():
+    # forward 4*b*h*sq*sk*d, backward twice that, causal half; _flash_attention_* take (b, s, h, d)
+    b, h, s, d = 2, 8, 256, 64
+    fwd = 4 * b * h * s * s * d
+    bhsd, bshd = [b, h, s, d], [b, s, h, d]
+    c = [""] * 8
+    assert op_cost("aten::_scaled_dot_product_flash_attention", [bhsd] * 3, [BF] * 3, c).flops == fwd
+    causal = ["", "", "", "0.", "True", "False", ""]
+    assert op_cost("aten::_scaled_dot_product_flash_attention", [bhsd] * 3, [BF] * 3, causal).flops == fwd / 2
+    assert op_cost("aten::_flash_attention_forward", [bshd] * 3, [BF] * 3).flops == fwd
+    grad = op_cost("aten::_flash_attention_backward", [bshd] * 5, [BF] * 5)
+    assert grad.flops == 2 * fwd and grad.bytes == 2 * (4 * b * s * h * d + 4 * b * s * h * d)
+    gqa = op_cost("aten::_scaled_dot_product_flash_attention", [bhsd, [b, 2, s, d], [b, 2, s, d]], [BF] * 3)
+    assert gqa.flops == fwd and gqa.bytes == 2 * (2 * b * h * s * d + 2 * b * 2 * s * d)  # k, v read once
+
+
+def test_causal_argument_positions_follow_the_aten_schemas():
+    # reference: the operator schemas of the installed PyTorch (is_causal / custom_mask_type positions)
+    import torch
+
+    for name, (qi, ki, _, ci, _) in ATTENTION.items():
+        op = getattr(torch.ops.aten, name.split("::")[1]).default
+        args = [a.name for a in op._schema.arguments]
+        assert args[ci] in ("is_causal", "custom_mask_type"), name
+        assert args[qi] == "query" and args[ki] == "key", name
+
+
+def test_memory_ops_by_hand():
+    # add of two bf16 [4096, 4096]: read 2 x 32 MiB, write 32 MiB; 1 FLOP per element
+    n = 4096 * 4096
+    c = op_cost("aten::add", [[4096, 4096], [4096, 4096], []], [BF, BF, "Scalar"])
+    assert (c.kind, c.flops, c.bytes, c.precision) == ("elementwise", n, 3 * 2 * n, "bf16")
+    # in place with a broadcast bias row: read x and the row, write x
+    c = op_cost("aten::add_", [[4096, 4096], [4096]], ["float", "float"])
+    assert c.bytes == 4 * (n + 4096 + n)
+    # a wrapped Python scalar (0-dim long tensor) counts one element
+    assert op_cost("aten::mul", [[64, 128], []], ["float", "long int"]).bytes == 4 * 64 * 128 * 2 + 8
+    # layer norm over rows of 1024: read x, weight, bias; write y
+    c = op_cost("aten::native_layer_norm", [[8, 1024], [], [1024], [1024], []], [BF, "ScalarList", BF, BF, "Scalar"])
+    assert (c.kind, c.bytes, c.flops) == ("norm", 2 * (8 * 1024 * 2 + 2 * 1024), 5 * 8 * 1024)
+    assert op_cost("aten::copy_", [[10, 10], [10, 10], []], [BF, "float", "Scalar"]).bytes == 100 * (2 + 4)
+    assert op_cost("aten::view", [[10, 10], []], [BF, ""]) is None
+
+
+def test_real_cpu_profile_args(tmp_path):
+    # a real torch.profiler trace (record_shapes=True): the args as PyTorch writes them
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    q, k, v = (torch.randn(1, 2, 16, 8, requires_grad=True) for _ in range(3))
+    a, w, bias = torch.randn(6, 10), torch.randn(4, 10), torch.randn(4)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as p:
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+        torch.nn.functional.linear(a, w, bias)
+        torch.bmm(torch.randn(3, 6, 10), torch.randn(3, 10, 5))
+    p.export_chrome_trace(str(tmp_path / "t.json"))
+    got = {}
+    for shapes in op_shapes(tmp_path / "t.json").values():
+        for s in shapes:
+            c = op_cost(s.name, s.dims, s.types, s.concrete)
+            if c is not None and c.kind in ("gemm", "attention"):
+                got.setdefault(s.name, c.flops)
+    fwd = 4 * 1 * 2 * 16 * 16 * 8 / 2  # causal
+    assert got["aten::_scaled_dot_product_flash_attention_for_cpu"] == fwd
+    assert got["aten::_scaled_dot_product_flash_attention_for_cpu_backward"] == 2 * fwd
+    assert got["aten::addmm"] == 2 * 6 * 10 * 4 and got["aten::linear"] == 2 * 6 * 10 * 4
+    assert got["aten::bmm"] == 2 * 3 * 6 * 10 * 5
+
+
+def _gpu_trace(tmp_path, device="NVIDIA H100 80GB HBM3") -> Path:
+    b = TraceBuilder()
+    b.cpu("aten::linear", 0, 30, **{"External id": 4, "Input Dims": [[4096, 4096], [4096, 4096], []],
+                                     "Input type": [BF, BF, ""]})
+    b.cpu("aten::mm", 1, 20, **{"External id": 5, "Input Dims": [[4096, 4096], [4096, 4096]],
+                                 "Input type": [BF, BF]})
+    b.launch("sm90_xmma_gemm_bf16bf16_bf16f32", 2, 10, 200)
+    b.cpu("aten::add", 40, 10, **{"External id": 6, "Input Dims": [[4096, 4096], [4096, 4096], []],
+                                   "Input type": [BF, BF, "Scalar"]})
+    b.launch("vectorized_elementwise_kernel", 41, 300, 40)
+    doc = b.doc()
+    doc["deviceProperties"] = [{"id": 0, "name": device}]
+    (tmp_path / "g.json").write_text(json.dumps(doc))
+    return tmp_path / "g.json"
+
+
+def test_roofline_rows_by_hand(tmp_path):
+    # H100 SXM (catalog): 989.4 dense bf16 TFLOP/s, 3.35 TB/s.
+    # mm 4096^3: 2*4096^3 = 137.44 GFLOP in 200 µs -> 687.19 TFLOP/s; roof 137.44e9/989.4e12 = 138.91 µs;
+    #   bytes 3 * 2 * 4096^2 = 100.66 MB -> 30.05 µs < 138.91: compute bound, 69.46 % of roof, 61.09 µs lost.
+    #   The kernel is launched inside aten::mm (innermost), not counted again for aten::linear.
+    # add: 100.66 MB in 40 µs -> 2.517 TB/s; roof 30.05 µs: memory bound, 75.1 %, 9.95 µs lost.
+    p = _gpu_trace(tmp_path)
+    rows = roofline(read_kineto(p), op_shapes(p))
+    assert [r.op for r in rows] == ["aten::mm", "aten::add"]
+    mm, add = rows
+    assert mm.achieved_tflops == pytest.approx(687.19, abs=0.01) and mm.bound == "compute"
+    assert mm.min_time_us == pytest.approx(138.91, abs=0.01) and mm.lost_us == pytest.approx(61.09, abs=0.01)
+    assert mm.roofline_pct == pytest.approx(69.46, abs=0.01) and mm.intensity == pytest.approx(4096 / 3)
+    assert add.achieved_tbps == pytest.approx(2.517, abs=0.001) and add.bound == "memory"
+    assert add.min_time_us == pytest.approx(30.05, abs=0.01) and add.roofline_pct == pytest.approx(75.12, abs=0.01)
+    assert mm.to_json()["shapes"] == "[4096, 4096] x [4096, 4096] bf16"
+
+
+def test_unknown_device_gives_achieved_rates_without_a_bound(tmp_path):
+    p = _gpu_trace(tmp_path, device="Some Future GPU")
+    rows = roofline_for_trace(p)[0]
+    assert rows[0].achieved_tflops > 0 and rows[0].bound == "" and rows[0].roofline_pct is None
+    rows = roofline_for_trace(p, accelerator="h200")[0]  # the user names it
+    assert rows[0].peak_tbps == 4.8 and rows[0].bound == "compute"
+
+
+def test_real_a100_trace():
+    # rank 0 of a 16-GPU A100 job (HTA's test data), fp32 model: the GEMMs run under the 19.5 TFLOP/s
+    # fp32 peak, device copies near HBM bandwidth, the many tiny elementwise kernels far under it.
+    f = HTA / "negative_queue_length_values_check" / "rank0.json.gz"
+    if not f.exists():
+        pytest.skip(f"{f} absent (../shared/data not mounted)")
+    rows = roofline_for_trace(f)[0]
+    assert rows and all(r.peak_tbps == 2.039 for r in rows)
+    gemm = [r for r in rows if r.kind == "gemm"]
+    assert gemm and all(r.precision == "fp32" and r.bound == "compute" and 0 < r.roofline_pct <= 100 for r in gemm)
+    assert all(r.bound == "memory" for r in rows if r.kind == "elementwise")
+    assert all(r.roofline_pct <= 100 for r in rows)
+    assert [r.lost_us for r in rows] == sorted((r.lost_us for r in rows), reverse=True)
+
+
+def test_out_argument_is_written_not_read():
+    # torch.mul(a, b, out=c) records c as a third input: read a and b, write c (4 bytes each, fp32)
+    n = 512 * 2862
+    c = op_cost("aten::mul", [[512, 2862], [], [512, 2862]], ["float", "float", "float"])
+    assert c.bytes == 4 * (n + 1 + n) and c.flops == n
