@@ -5,8 +5,8 @@ import json
 import pytest
 
 from trainperf.errors import TrainperfError
-from trainperf.specs import (ModelSpec, load_model, model_flops_per_token, param_count, parse_layout,
-                             recompute_flops_per_token, training_flops)
+from trainperf.specs import (ModelSpec, active_param_count, attention_params, load_model, model_flops_per_token,
+                             model_from_dict, param_count, parse_layout, recompute_flops_per_token, training_flops)
 
 
 @pytest.mark.parametrize("name,expected", [
@@ -88,18 +88,55 @@ def test_parse_layout_defaults_and_errors():
         parse_layout("tp=3").resolve(8)
 
 
-@pytest.mark.parametrize("extra,expect", [
-    # mistralai/Mixtral-8x7B-v0.1 config.json: 8 local experts, 2 per token
-    ({"model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2}, "8 experts, top-2"),
-    # deepseek-ai/DeepSeek-V3 config.json: 256 routed experts, 8 per token
-    ({"model_type": "deepseek_v3", "n_routed_experts": 256, "num_experts_per_tok": 8}, "256 experts, top-8"),
+# Hugging Face config.json fields of four MoE families (values as published on the Hub)
+MIXTRAL = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+           "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2,
+           "vocab_size": 32000, "max_position_embeddings": 32768, "tie_word_embeddings": False}
+DEEPSEEK_V3 = {"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432,
+               "moe_intermediate_size": 2048, "num_attention_heads": 128, "num_key_value_heads": 128,
+               "num_hidden_layers": 61, "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
+               "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+               "qk_nope_head_dim": 128, "v_head_dim": 128, "vocab_size": 129280, "max_position_embeddings": 163840,
+               "tie_word_embeddings": False}
+QWEN_MOE = {"model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632, "moe_intermediate_size": 1408,
+            "shared_expert_intermediate_size": 5632, "num_attention_heads": 16, "num_key_value_heads": 16,
+            "num_hidden_layers": 24, "num_experts": 60, "num_experts_per_tok": 4, "vocab_size": 151936,
+            "max_position_embeddings": 8192, "tie_word_embeddings": False, "mlp_only_layers": []}
+OLMOE = {"model_type": "olmoe", "hidden_size": 2048, "intermediate_size": 1024, "num_attention_heads": 16,
+         "num_key_value_heads": 16, "num_hidden_layers": 16, "num_experts": 64, "num_experts_per_tok": 8,
+         "vocab_size": 50304, "max_position_embeddings": 4096, "tie_word_embeddings": False}
+
+
+@pytest.mark.parametrize("cfg,total,active", [
+    (MIXTRAL, 46.7e9, 12.9e9),        # Mistral AI: 46.7B total, 12.9B active per token
+    (DEEPSEEK_V3, 671e9, 37e9),       # DeepSeek-V3 report: 671B total, 37B activated (MTP module excluded)
+    (QWEN_MOE, 14.3e9, 2.7e9),        # Qwen1.5-MoE-A2.7B model card: 14.3B total, 2.7B activated
+    (OLMOE, 6.9e9, 1.3e9),            # OLMoE-1B-7B paper: 6.9B total, 1.3B active
 ])
-def test_moe_config_is_refused_not_planned_dense(tmp_path, extra, expect):
-    """A MoE config.json read as dense would be 7.24 B instead of Mixtral's 46.7 B: refuse it, one line."""
-    cfg = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
-           "intermediate_size": 14336, "vocab_size": 32000, "max_position_embeddings": 32768, **extra}
+def test_moe_configs_count_total_and_active_params(tmp_path, cfg, total, active):
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
-    with pytest.raises(TrainperfError, match="mixture-of-experts") as err:
+    m = load_model(p)
+    assert m.is_moe and param_count(m) == pytest.approx(total, rel=0.015)
+    assert active_param_count(m) == pytest.approx(active, rel=0.03)
+    # FLOPs follow the active parameters: 6 x active matmul weights (+ attention at 4K), not 6 x total
+    assert 6 * active_param_count(m) * 0.9 < model_flops_per_token(m.with_seq_len(4096)) < 6 * active_param_count(m) * 1.3
+
+
+def test_deepseek_v3_reads_mla_and_dense_layers():
+    m = model_from_dict(DEEPSEEK_V3, "dsv3")
+    assert (m.n_experts, m.top_k, m.moe_ffn_hidden, m.shared_ffn_hidden, m.n_dense_layers) == (256, 8, 2048, 2048, 3)
+    assert m.mla and (m.q_lora_rank, m.kv_lora_rank, m.qk_rope_dim, m.head_dim, m.v_head_dim) == (1536, 512, 64, 192, 128)
+    # hand count of one layer's MLA projections: q 7168*1536 + 1536*128*192, kv 7168*576 + 512*128*256,
+    # out 128*128*7168
+    assert attention_params(m) == 7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256 + 128 * 128 * 7168
+
+
+def test_moe_without_top_k_is_one_line_error(tmp_path):
+    cfg = dict(MIXTRAL)
+    del cfg["num_experts_per_tok"]
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    with pytest.raises(TrainperfError, match="8 experts.*num_experts_per_tok") as err:
         load_model(p)
-    assert expect in str(err.value) and str(p) in str(err.value) and "\n" not in str(err.value)
+    assert str(p) in str(err.value) and "\n" not in str(err.value)

@@ -49,6 +49,20 @@ class ModelSpec:
     norm: str = "rmsnorm"  # "rmsnorm" (1 vector/norm) or "layernorm" (weight + bias)
     linear_bias: bool = False  # GPT-2/3 style biases on every linear layer
     learned_pos_emb: bool = False  # GPT-style learned position table (seq_len x hidden)
+    # Mixture of experts (0 experts: dense). Each MoE layer routes every token to top_k of
+    # n_experts experts of width moe_ffn_hidden, plus always-on shared experts of total width
+    # shared_ffn_hidden; the first n_dense_layers layers keep a dense MLP of width ffn_hidden.
+    n_experts: int = 0
+    top_k: int = 0
+    moe_ffn_hidden: int = 0
+    shared_ffn_hidden: int = 0
+    n_dense_layers: int = 0
+    # Multi-head latent attention (DeepSeek-V2/V3; kv_lora_rank 0: ordinary attention). Q and K
+    # heads are qk_nope_dim + qk_rope_dim wide (head_dim), V heads v_head_dim.
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_dim: int = 0
+    v_head_dim: int = 0
 
     def __post_init__(self) -> None:
         for f in ("n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hidden", "vocab", "seq_len"):
@@ -64,6 +78,14 @@ class ModelSpec:
             raise TrainperfError(
                 f"model {self.name!r}: n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}"
             )
+        if self.n_experts:
+            if self.n_experts < 2 or not 1 <= self.top_k <= self.n_experts or self.moe_ffn_hidden <= 0:
+                raise TrainperfError(f"model {self.name!r}: a mixture of experts needs n_experts >= 2, "
+                                     f"1 <= top_k <= n_experts and moe_ffn_hidden > 0")
+            if not 0 <= self.n_dense_layers < self.n_layers:
+                raise TrainperfError(f"model {self.name!r}: n_dense_layers must be below n_layers")
+        if self.kv_lora_rank and not self.v_head_dim:
+            object.__setattr__(self, "v_head_dim", self.head_dim)
 
     @property
     def q_dim(self) -> int:
@@ -80,6 +102,26 @@ class ModelSpec:
         """Number of hidden x ffn_hidden matrices in the MLP (3 gated, 2 plain)."""
         return 3 if self.gated_mlp else 2
 
+    @property
+    def is_moe(self) -> bool:
+        """True for a mixture-of-experts model."""
+        return self.n_experts > 1
+
+    @property
+    def n_moe_layers(self) -> int:
+        """Layers with a routed MLP (0 for a dense model)."""
+        return self.n_layers - self.n_dense_layers if self.is_moe else 0
+
+    @property
+    def mla(self) -> bool:
+        """True when attention is multi-head latent attention (compressed KV)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def v_dim(self) -> int:
+        """Width of the attention output before the output projection (n_heads * v head dim)."""
+        return self.n_heads * (self.v_head_dim or self.head_dim)
+
     def with_seq_len(self, seq_len: int) -> "ModelSpec":
         """Return a copy with another sequence length."""
         return replace(self, seq_len=int(seq_len))
@@ -89,20 +131,87 @@ class ModelSpec:
         return asdict(self)
 
 
-def layer_matmul_params(m: ModelSpec) -> int:
-    """Return the matmul weights of one transformer layer (count, no biases or norms)."""
-    attn = m.hidden * m.q_dim + 2 * m.hidden * m.kv_dim + m.q_dim * m.hidden
-    mlp = m.n_ffn_mats * m.hidden * m.ffn_hidden
-    return attn + mlp
+def attention_gemms(m: ModelSpec) -> list[tuple[int, int, str]]:
+    """Return the attention projections of one layer as (out width N, in width K, tp split).
+
+    The split says which dimension tensor parallelism divides: "n" (column parallel), "k"
+    (row parallel) or "" (replicated, as MLA's down-projections are in Megatron-Core).
+    """
+    h = m.hidden
+    if not m.mla:
+        return [(m.q_dim + 2 * m.kv_dim, h, "n"), (h, m.q_dim, "k")]
+    q = ([(m.q_lora_rank, h, ""), (m.q_dim, m.q_lora_rank, "n")] if m.q_lora_rank else [(m.q_dim, h, "n")])
+    nope = m.head_dim - m.qk_rope_dim
+    kv = [(m.kv_lora_rank + m.qk_rope_dim, h, ""), (m.n_heads * (nope + m.v_head_dim), m.kv_lora_rank, "n")]
+    return q + kv + [(h, m.v_dim, "k")]
 
 
-def layer_params(m: ModelSpec) -> int:
-    """Return all parameters of one transformer layer (count): matmuls, biases, two norms."""
+def attention_params(m: ModelSpec) -> int:
+    """Return one layer's attention projection weights (count)."""
+    return sum(n * k for n, k, _ in attention_gemms(m))
+
+
+def mlp_params(m: ModelSpec, width: int) -> int:
+    """Return the weights of one MLP of ``width`` (count; 3 matrices gated, 2 plain)."""
+    return m.n_ffn_mats * m.hidden * width
+
+
+def moe_layer_mlp_params(m: ModelSpec) -> tuple[int, int]:
+    """Return (all, active per token) MLP weights of one MoE layer: router, experts, shared experts."""
+    router = m.hidden * m.n_experts
+    shared = mlp_params(m, m.shared_ffn_hidden) if m.shared_ffn_hidden else 0
+    expert = mlp_params(m, m.moe_ffn_hidden)
+    return router + m.n_experts * expert + shared, router + m.top_k * expert + shared
+
+
+def active_ffn_width(m: ModelSpec) -> float:
+    """Return the MLP width one token activates in the average layer (elements).
+
+    Dense layers: ffn_hidden; MoE layers: top_k routed experts plus the shared experts.
+    """
+    if not m.is_moe:
+        return float(m.ffn_hidden)
+    moe = m.top_k * m.moe_ffn_hidden + m.shared_ffn_hidden
+    return (m.n_dense_layers * m.ffn_hidden + m.n_moe_layers * moe) / m.n_layers
+
+
+def layer_matmul_params(m: ModelSpec) -> float:
+    """Return the matmul weights of the average transformer layer (count, no biases or norms).
+
+    For a mixture of experts this counts every expert (the memory side); the FLOP side uses
+    ``active_layer_matmul_params``.
+    """
+    dense = attention_params(m) + mlp_params(m, m.ffn_hidden)
+    if not m.is_moe:
+        return dense
+    moe = attention_params(m) + moe_layer_mlp_params(m)[0]
+    return (m.n_dense_layers * dense + m.n_moe_layers * moe) / m.n_layers
+
+
+def expert_params_per_layer(m: ModelSpec) -> float:
+    """Return the routed-expert weights of the average layer (count; what expert parallelism shards)."""
+    if not m.is_moe:
+        return 0.0
+    return m.n_moe_layers * m.n_experts * mlp_params(m, m.moe_ffn_hidden) / m.n_layers
+
+
+def active_layer_matmul_params(m: ModelSpec) -> float:
+    """Return the matmul weights one token passes through in the average layer (count)."""
+    if not m.is_moe:
+        return layer_matmul_params(m)
+    dense = attention_params(m) + mlp_params(m, m.ffn_hidden)
+    moe = attention_params(m) + moe_layer_mlp_params(m)[1]
+    return (m.n_dense_layers * dense + m.n_moe_layers * moe) / m.n_layers
+
+
+def layer_params(m: ModelSpec) -> float:
+    """Return all parameters of the average transformer layer (count): matmuls, biases, two norms."""
     per_norm = 2 * m.hidden if m.norm == "layernorm" else m.hidden
     biases = 0
     if m.linear_bias:
         biases = m.q_dim + 2 * m.kv_dim + m.hidden + (m.n_ffn_mats - 1) * m.ffn_hidden + m.hidden
-    return layer_matmul_params(m) + biases + 2 * per_norm
+    latent_norms = (m.q_lora_rank + m.kv_lora_rank) if m.mla else 0
+    return layer_matmul_params(m) + biases + 2 * per_norm + latent_norms
 
 
 def embedding_params(m: ModelSpec) -> int:
@@ -116,21 +225,26 @@ def lm_head_params(m: ModelSpec) -> int:
 
 
 def param_count(m: ModelSpec) -> int:
-    """Return the total parameter count of the model (count)."""
+    """Return the total parameter count of the model (count; every expert of a MoE)."""
     final_norm = 2 * m.hidden if m.norm == "layernorm" else m.hidden
-    return m.n_layers * layer_params(m) + embedding_params(m) + lm_head_params(m) + final_norm
+    return round(m.n_layers * layer_params(m) + embedding_params(m) + lm_head_params(m) + final_norm)
+
+
+def active_param_count(m: ModelSpec) -> int:
+    """Return the parameters one token passes through (count; = param_count for a dense model)."""
+    return param_count(m) - round(m.n_layers * (layer_matmul_params(m) - active_layer_matmul_params(m)))
 
 
 def attention_fwd_flops_per_token(m: ModelSpec, seq_len: int | None = None, causal: bool = True) -> float:
     """Return forward FLOPs per token of one layer's score (QK^T) and value (PV) products."""
     s = m.seq_len if seq_len is None else seq_len
-    full = 4.0 * s * m.q_dim  # 2*s*d for QK^T plus 2*s*d for PV, per token
+    full = 2.0 * s * (m.q_dim + m.v_dim)  # 2*s*d_qk for QK^T plus 2*s*d_v for PV, per token
     return full / 2.0 if causal else full
 
 
 def layer_fwd_flops_per_token(m: ModelSpec, seq_len: int | None = None, causal: bool = True) -> float:
-    """Return forward FLOPs per token of one transformer layer (FLOPs)."""
-    return 2.0 * layer_matmul_params(m) + attention_fwd_flops_per_token(m, seq_len, causal)
+    """Return forward FLOPs per token of the average transformer layer (FLOPs; active experts only)."""
+    return 2.0 * active_layer_matmul_params(m) + attention_fwd_flops_per_token(m, seq_len, causal)
 
 
 def lm_head_fwd_flops_per_token(m: ModelSpec) -> float:
@@ -252,21 +366,43 @@ def _norm_name(name: str) -> str:
 # OLMoE (num_experts), DeepSeek-V2/V3 (n_routed_experts), DBRX-style (moe_num_experts).
 _HF_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 _HF_TOP_K_KEYS = ("num_experts_per_tok", "moe_top_k", "top_k")
+_INT_KEYS = ("n_experts", "top_k", "moe_ffn_hidden", "shared_ffn_hidden", "n_dense_layers", "q_lora_rank",
+             "kv_lora_rank", "qk_rope_dim", "v_head_dim")
 
 
-def _refuse_mixture_of_experts(d: dict, source: str) -> None:
-    """Raise TrainperfError if ``d`` describes a mixture-of-experts model (more than one expert).
+def _first_int(d: dict, keys) -> int:
+    return next((int(d[k]) for k in keys if isinstance(d.get(k), int) and not isinstance(d.get(k), bool)), 0)
 
-    The planner models dense transformers only: read as dense, Mixtral-8x7B would be 7.24 B
-    parameters instead of 46.7 B, so its memory and step time would be silently wrong.
+
+def _hf_moe_fields(d: dict, ffn_hidden: int, source: str) -> dict:
+    """Return the ModelSpec MoE and MLA fields a Hugging Face config states (empty for dense, MHA).
+
+    Mixtral: ``num_local_experts``, ``num_experts_per_tok``, experts as wide as
+    ``intermediate_size``. Qwen2/3-MoE: ``num_experts``, ``moe_intermediate_size``,
+    ``shared_expert_intermediate_size`` (one shared expert), ``mlp_only_layers``.
+    DeepSeek-V2/V3: ``n_routed_experts``, ``moe_intermediate_size``, ``n_shared_experts``
+    (each as wide as a routed one), ``first_k_dense_replace`` dense layers, and MLA
+    (``q_lora_rank``, ``kv_lora_rank``, ``qk_rope_head_dim``, ``qk_nope_head_dim``, ``v_head_dim``).
+    OLMoE: ``num_experts`` of ``intermediate_size``.
     """
-    experts = next((int(d[k]) for k in _HF_EXPERT_KEYS if isinstance(d.get(k), int)), 0)
+    out: dict = {}
+    experts = _first_int(d, _HF_EXPERT_KEYS)
     if experts > 1:
-        top_k = next((int(d[k]) for k in _HF_TOP_K_KEYS if isinstance(d.get(k), int)), None)
-        routing = f", top-{top_k} routing" if top_k else ""
-        raise TrainperfError(
-            f"{source}: a mixture-of-experts model ({experts} experts{routing}); trainperf plans dense "
-            "models only so far, and planning it as dense would understate its parameters and memory")
+        top_k = _first_int(d, _HF_TOP_K_KEYS)
+        if not top_k:
+            raise TrainperfError(f"{source}: a mixture of experts ({experts} experts) without num_experts_per_tok")
+        width = _first_int(d, ("moe_intermediate_size",)) or ffn_hidden
+        shared = _first_int(d, ("shared_expert_intermediate_size",)) or _first_int(d, ("n_shared_experts",)) * width
+        dense = _first_int(d, ("first_k_dense_replace",))
+        if not dense and isinstance(d.get("mlp_only_layers"), list):
+            dense = len(d["mlp_only_layers"])  # Qwen-MoE: dense layers listed (placement not modelled)
+        out.update(n_experts=experts, top_k=top_k, moe_ffn_hidden=width, shared_ffn_hidden=shared,
+                   n_dense_layers=dense)
+    if _first_int(d, ("kv_lora_rank",)):
+        nope, rope = _first_int(d, ("qk_nope_head_dim",)), _first_int(d, ("qk_rope_head_dim",))
+        out.update(q_lora_rank=_first_int(d, ("q_lora_rank",)), kv_lora_rank=int(d["kv_lora_rank"]),
+                   qk_rope_dim=rope, v_head_dim=_first_int(d, ("v_head_dim",)) or nope, head_dim=nope + rope)
+    return out
 
 
 def model_from_dict(d: dict, name: str = "custom", source: str = "config") -> ModelSpec:
@@ -283,14 +419,13 @@ def model_from_dict(d: dict, name: str = "custom", source: str = "config") -> Mo
         for opt in ("gated_mlp", "tied_embeddings", "linear_bias", "learned_pos_emb"):
             if opt in d:
                 kw[opt] = bool(d[opt])
-        for opt in ("head_dim",):
+        for opt in ("head_dim", *_INT_KEYS):
             if opt in d:
                 kw[opt] = int(d[opt])
         if "norm" in d:
             kw["norm"] = str(d["norm"])
         return ModelSpec(name=str(d.get("name", name)), **kw)
     # Hugging Face config.json
-    _refuse_mixture_of_experts(d, source)
     kw = {}
     for ours, theirs in _HF_KEYS.items():
         for key in theirs:
@@ -309,11 +444,14 @@ def model_from_dict(d: dict, name: str = "custom", source: str = "config") -> Mo
         or act in {"silu", "swiglu", "geglu"}
     if model_type in {"gpt2", "gpt_neox", "opt", "bloom", "falcon"}:
         gated = False
-    hd = d.get("head_dim")
+    if model_type.startswith("deepseek") or model_type in {"qwen2_moe", "qwen3_moe", "olmoe"}:
+        gated = True
+    moe = _hf_moe_fields(d, kw["ffn_hidden"], source)
+    hd = moe.pop("head_dim", None) or d.get("head_dim")
     return ModelSpec(
         name=str(d.get("_name_or_path") or name), gated_mlp=gated,
         tied_embeddings=bool(d.get("tie_word_embeddings", model_type == "gpt2")),
-        head_dim=int(hd) if hd else 0,
+        head_dim=int(hd) if hd else 0, **moe,
         norm="layernorm" if model_type in {"gpt2", "gpt_neox", "opt", "bloom", "falcon"} else "rmsnorm",
         linear_bias=bool(d.get("attention_bias", model_type in {"gpt2", "opt", "bloom"})),
         learned_pos_emb=model_type in {"gpt2", "opt"},
@@ -462,9 +600,13 @@ class Layout:
     mbs: int = 1
     grad_accum: int = 0
     precision: str = "bf16"
+    ep: int = 1        # expert parallel: each MoE layer's experts split over ep ranks of the data-parallel group
+    etp: int = 0       # expert tensor parallel: each expert split over etp ranks (0: same as tp)
 
     def __post_init__(self) -> None:
-        for f in ("tp", "pp", "cp", "vpp", "mbs"):
+        if self.etp < 0:
+            raise TrainperfError(f"layout: etp must be >= 0 (0: same as tp), got {self.etp}")
+        for f in ("tp", "pp", "cp", "vpp", "mbs", "ep"):
             if int(getattr(self, f)) < 1:
                 raise TrainperfError(f"layout: {f} must be >= 1, got {getattr(self, f)}")
         if self.dp < 0 or self.grad_accum < 0:
@@ -487,6 +629,11 @@ class Layout:
     def fsdp(self) -> bool:
         """True when weights are sharded over data parallel (ZeRO-3 / FSDP)."""
         return self.zero == 3
+
+    @property
+    def expert_tp(self) -> int:
+        """Tensor parallel degree inside each expert (etp, or tp when etp is 0)."""
+        return self.etp or self.tp
 
     def world_size(self) -> int:
         """Return tp * pp * cp * dp (GPUs); dp must be resolved (non-zero)."""
@@ -522,6 +669,8 @@ class Layout:
         if self.grad_accum:
             parts.append(f"ga={self.grad_accum}")
         parts.append(f"precision={self.precision}")
+        if self.ep > 1 or self.etp:
+            parts.append(f"ep={self.ep}" + (f",etp={self.etp}" if self.etp else ""))
         return ",".join(parts)
 
     def to_dict(self) -> dict:
@@ -548,7 +697,8 @@ def parse_layout(text: str, **defaults) -> Layout:
         k, v = (s.strip().lower() for s in item.split("=", 1))
         k = _LAYOUT_ALIASES.get(k, k)
         if k not in _LAYOUT_KEYS:
-            raise TrainperfError(f"layout: unknown key {k!r} (keys: tp, pp, dp, cp, vpp, sp, recompute, zero, mbs, ga, precision)")
+            raise TrainperfError(f"layout: unknown key {k!r} (keys: tp, pp, dp, cp, vpp, sp, recompute, zero, mbs, ga, "
+                                 "precision, ep, etp)")
         try:
             if item.split("=", 1)[0].strip().lower() == "fsdp":
                 kw["zero"] = 3 if v in _TRUE else kw.get("zero", 1)
@@ -591,6 +741,8 @@ class LayoutArrays:
     mbs: object
     grad_accum: object
     fp8: object
+    ep: object = 1
+    etp: object = 0    # resolved: the expert tensor parallel degree (never 0)
 
     @classmethod
     def of(cls, layout: Layout) -> "LayoutArrays":
@@ -601,17 +753,23 @@ class LayoutArrays:
                    cp=np.asarray(layout.cp), vpp=np.asarray(layout.vpp), sp=np.asarray(layout.sp),
                    zero=np.asarray(layout.zero), recompute=np.asarray(RECOMPUTE_CODE[layout.recompute]),
                    mbs=np.asarray(layout.mbs), grad_accum=np.asarray(layout.grad_accum),
-                   fp8=np.asarray(layout.precision == "fp8"))
+                   fp8=np.asarray(layout.precision == "fp8"), ep=np.asarray(layout.ep),
+                   etp=np.asarray(layout.expert_tp))
 
     def at(self, i: int, precision: str = "bf16") -> Layout:
         """Return element ``i`` as a Layout (``precision`` names the non-fp8 precision)."""
-        def v(name):
-            return getattr(self, name).reshape(-1)[i] if getattr(self, name).ndim else getattr(self, name)
+        import numpy as np
 
-        return Layout(tp=int(v("tp")), pp=int(v("pp")), dp=int(v("dp")), cp=int(v("cp")), vpp=int(v("vpp")),
+        def v(name):
+            a = np.asarray(getattr(self, name))
+            return a.reshape(-1)[i] if a.ndim else a
+
+        tp, etp = int(v("tp")), int(v("etp"))
+        return Layout(tp=tp, pp=int(v("pp")), dp=int(v("dp")), cp=int(v("cp")), vpp=int(v("vpp")),
                       sp=bool(v("sp")), zero=int(v("zero")), recompute=RECOMPUTE_NAME[int(v("recompute"))],
                       mbs=int(v("mbs")), grad_accum=int(v("grad_accum")),
-                      precision="fp8" if bool(v("fp8")) else precision)
+                      precision="fp8" if bool(v("fp8")) else precision, ep=int(v("ep")),
+                      etp=0 if etp in (0, tp) else etp)
 
     def __len__(self) -> int:
         return int(getattr(self.tp, "size", 1))
@@ -648,7 +806,22 @@ def layout_problems(spec: ModelSpec, layout: Layout, n_gpus: int, *, for_trainer
     if layout.vpp > 1 and layout.grad_accum and layout.grad_accum % layout.pp:
         out.append(f"interleaving (vpp={layout.vpp}) needs micro batches per step ({layout.grad_accum}) "
                    f"divisible by pp={layout.pp}")
+    if layout.ep > 1 or layout.etp:
+        if not spec.is_moe:
+            out.append(f"ep={layout.ep}/etp={layout.etp} needs a mixture-of-experts model; {spec.name} is dense")
+        else:
+            etp = layout.expert_tp
+            if spec.n_experts % layout.ep:
+                out.append(f"ep={layout.ep} does not divide the model's {spec.n_experts} experts")
+            if spec.moe_ffn_hidden % etp:
+                out.append(f"etp={etp} does not divide the expert width {spec.moe_ffn_hidden}")
+            dp = layout.dp or (n_gpus // mp if n_gpus % mp == 0 else 0)
+            if dp and (layout.tp * layout.cp * dp) % (etp * layout.ep):
+                out.append(f"etp*ep = {etp}*{layout.ep} does not divide tp*cp*dp = "
+                           f"{layout.tp}*{layout.cp}*{dp} (the ranks that hold one copy of the experts)")
     if for_trainer:
+        if layout.ep > 1 or layout.etp:
+            out.append("ep/etp (expert parallelism) is not run by the reference trainer")
         for name in ("pp", "cp", "vpp"):
             if getattr(layout, name) != 1:
                 out.append(f"{name}={getattr(layout, name)} is not run by the reference trainer "

@@ -96,3 +96,24 @@ def all_gather_s(nbytes, n, busbw, alpha):
 def p2p_s(nbytes, bw, alpha):
     """Return seconds to send ``nbytes`` point to point."""
     return alpha + nbytes / bw
+
+
+def all_to_all_s(cluster: Cluster, eff: Efficiency, nbytes, stride, size):
+    """Return seconds of an all-to-all where each of ``size`` ranks (``stride`` apart) sends ``nbytes`` in all.
+
+    A rank keeps 1/size of its bytes; of the rest, the peers inside its scale-up domain
+    (``domain / stride`` members of the group) are reached over NVLink-class links and the
+    others through this GPU's NIC; both run at once, so the slower side paces the exchange.
+    Latency: one ``alpha`` per peer the NIC or the fabric must serve (NCCL's all-to-all is
+    point-to-point sends to every peer).
+    """
+    stride = np.asarray(stride, dtype=float)
+    size = np.asarray(size, dtype=float)
+    up, nic = _link_rates(cluster, eff)
+    local = np.clip(np.floor(cluster.scaleup_domain / stride), 1.0, None)
+    local = np.minimum(local, size)
+    inside = nbytes * (local - 1.0) / size / up
+    across = nbytes * (size - local) / size / nic
+    alpha = np.where(size > local, eff.alpha_scaleout_s, eff.alpha_scaleup_s)
+    t = np.maximum(inside, across) + alpha * np.log2(np.maximum(size, 2.0))
+    return np.where(size > 1, t, 0.0)

@@ -18,7 +18,7 @@ import numpy as np
 
 from trainperf.plan.efficiency import Efficiency
 from trainperf.plan.stacks import Software
-from trainperf.specs import ModelSpec
+from trainperf.specs import ModelSpec, active_ffn_width, attention_gemms
 
 
 def gemm_rate_flops(peak_flops: float, eff: Efficiency, m, n, k):
@@ -49,19 +49,57 @@ def fp8_speedup(acc_peak_bf16: float, acc_peak_fp8: float, eff: Efficiency) -> f
     return float(max(1.0, min(eff.fp8_gemm_speedup, acc_peak_fp8 / acc_peak_bf16)))
 
 
+def attention_gemm_fwd_s(m: ModelSpec, tokens, tp, peak_flops: float, hbm_bps: float, eff: Efficiency, speedup=1.0):
+    """Return forward seconds of one layer's attention projections on one TP rank (specs.attention_gemms)."""
+    t = 0.0
+    for n, k, split in attention_gemms(m):
+        t = t + gemm_time_s(tokens, n / tp if split == "n" else n, k / tp if split == "k" else k, peak_flops,
+                            hbm_bps, eff, speedup)
+    return t
+
+
+def dense_mlp_fwd_s(m: ModelSpec, width: int, tokens, tp, peak_flops: float, hbm_bps: float, eff: Efficiency,
+                    speedup=1.0):
+    """Return forward seconds of one MLP of ``width`` on one TP rank (up/gate column-, down row-parallel)."""
+    up = width * (2 if m.gated_mlp else 1)
+    t = gemm_time_s(tokens, up / tp, m.hidden, peak_flops, hbm_bps, eff, speedup)
+    return t + gemm_time_s(tokens, m.hidden, width / tp, peak_flops, hbm_bps, eff, speedup)
+
+
+def moe_mlp_fwd_s(m: ModelSpec, tokens, tp, ep, etp, peak_flops: float, hbm_bps: float, eff: Efficiency,
+                  speedup=1.0):
+    """Return forward seconds of one MoE layer's MLP on one GPU: router, routed experts, shared experts.
+
+    The ``tokens`` of a micro batch on this GPU enter expert compute as ``tokens * etp / tp``
+    (sequence-parallel shards gathered over the expert-TP group); each is sent to ``top_k``
+    experts, so each of the ``n_experts / ep`` local experts sees ``tokens_e * top_k * ep /
+    n_experts`` rows on average, at ``1/etp`` of its width. The busiest rank paces the layer:
+    routed-expert time is scaled by ``eff.moe_imbalance`` (max / mean tokens per rank).
+    """
+    tokens_e = tokens * etp / tp
+    rows = tokens_e * m.top_k * ep / m.n_experts
+    local = m.n_experts / ep
+    routed = local * dense_mlp_fwd_s(m, m.moe_ffn_hidden, rows, etp, peak_flops, hbm_bps, eff, speedup)
+    router = gemm_time_s(tokens / tp, m.n_experts, m.hidden, peak_flops, hbm_bps, eff)
+    shared = dense_mlp_fwd_s(m, m.shared_ffn_hidden, tokens, tp, peak_flops, hbm_bps, eff, speedup) \
+        if m.shared_ffn_hidden else 0.0
+    return eff.moe_imbalance * routed + router + shared
+
+
 def layer_gemm_fwd_s(m: ModelSpec, tokens, tp, peak_flops: float, hbm_bps: float, eff: Efficiency,
-                     speedup=1.0):
-    """Return forward seconds of one layer's four GEMM groups on one TP rank.
+                     speedup=1.0, ep=1, etp=None):
+    """Return forward seconds of the average layer's GEMMs on one GPU (attention projections + MLP).
 
     ``tokens`` is the micro batch's tokens on this GPU (mbs * seq / cp). Backward is two
-    GEMMs of the same three dimensions per forward GEMM, hence 2x this.
+    GEMMs of the same three dimensions per forward GEMM, hence 2x this. A mixture of experts
+    averages its dense first layers and its MoE layers.
     """
-    up = m.ffn_hidden * (2 if m.gated_mlp else 1)
-    t = gemm_time_s(tokens, (m.q_dim + 2 * m.kv_dim) / tp, m.hidden, peak_flops, hbm_bps, eff, speedup)
-    t = t + gemm_time_s(tokens, m.hidden, m.q_dim / tp, peak_flops, hbm_bps, eff, speedup)
-    t = t + gemm_time_s(tokens, up / tp, m.hidden, peak_flops, hbm_bps, eff, speedup)
-    t = t + gemm_time_s(tokens, m.hidden, m.ffn_hidden / tp, peak_flops, hbm_bps, eff, speedup)
-    return t
+    t = attention_gemm_fwd_s(m, tokens, tp, peak_flops, hbm_bps, eff, speedup)
+    dense = dense_mlp_fwd_s(m, m.ffn_hidden, tokens, tp, peak_flops, hbm_bps, eff, speedup)
+    if not m.is_moe:
+        return t + dense
+    moe = moe_mlp_fwd_s(m, tokens, tp, ep, tp if etp is None else etp, peak_flops, hbm_bps, eff, speedup)
+    return t + (m.n_dense_layers * dense + m.n_moe_layers * moe) / m.n_layers
 
 
 def attention_fwd_s(m: ModelSpec, mbs, seq: int, tp, cp, peak_flops: float, hbm_bps: float,
@@ -75,7 +113,8 @@ def attention_fwd_s(m: ModelSpec, mbs, seq: int, tp, cp, peak_flops: float, hbm_
     heads_local = m.n_heads / tp
     s_local = seq / cp
     if flash:
-        flops = 2.0 * mbs * s_local * seq * heads_local * m.head_dim  # causal: half of 4*s*s*d
+        # causal: half of 2*s*s*(d_qk + d_v) per head
+        flops = mbs * s_local * seq * heads_local * (m.head_dim + (m.v_head_dim or m.head_dim))
         # head_dim 128 is flash attention's best tile; 64 runs ~17% slower (hd / (hd + 32)).
         head_factor = (m.head_dim / (m.head_dim + 32.0)) / (128.0 / 160.0)
         rate = peak_flops * eff.attn_eff * head_factor * (s_local / (s_local + eff.gemm_dim_half))
@@ -111,7 +150,7 @@ def layer_elementwise_fwd_s(m: ModelSpec, tokens, tp, sp, hbm_bps: float, fp8=Fa
     h_bytes = 2.0 * sw.norm_bytes + 12.0 + (12.0 if dropout else 0.0)
     f_bytes = sw.act_bytes if m.gated_mlp else 4.0
     rope = 0.0 if m.learned_pos_emb else sw.rope_bytes * (m.q_dim + m.kv_dim)
-    per_token = h_bytes * m.hidden / np.where(sp, tp, 1) + (f_bytes * m.ffn_hidden + rope) / tp
+    per_token = h_bytes * m.hidden / np.where(sp, tp, 1) + (f_bytes * active_ffn_width(m) + rope) / tp
     cast = np.where(fp8, 3.0 * (2 * m.hidden + (m.q_dim + m.ffn_hidden) / tp), 0.0)
     return tokens * (per_token + cast) / hbm_bps
 

@@ -45,6 +45,9 @@ class Efficiency:
     alpha_scaleup_s: float = 8e-6       # latency per collective step inside the scale-up domain (s)
     alpha_scaleout_s: float = 20e-6     # latency per collective step across the network (s)
     kernel_gap_s: float = 1e-6          # GPU idle between two queued kernels (launch latency, s)
+    comm_sm_share: float = 0.0          # compute lost while a hidden collective runs (NCCL SMs + HBM), share
+    moe_imbalance: float = 1.15         # stated: max / mean routed tokens per expert rank in a micro batch
+                                        # (balanced routing, aux loss or bias; paces expert GEMMs and all-to-all)
     # measured absolute rates from `trainperf calibrate` (0: use catalog peak x efficiency)
     measured_gemm_tflops: float = 0.0
     measured_hbm_tbps: float = 0.0

@@ -9,12 +9,16 @@ compute        forward + backward of the transformer layers (GEMMs, attention, e
 recompute      activation recomputation (selective: attention core; full: whole forward)
 tp_comm        tensor-parallel collectives not hidden behind GEMMs
 cp_comm        context-parallel KV exchange not hidden behind attention
+ep_comm        expert-parallel all-to-all (token dispatch and combine) of MoE layers, on the
+               link the EP group crosses, paced by the busiest rank (``moe_imbalance``)
 pp_bubble      pipeline fill and drain, (p-1)/v micro-batch times of one stage
 pp_p2p         pipeline sends on the critical path
 dp_comm        data-parallel / FSDP collectives not hidden behind backward / forward
 embedding_lm_head   input embedding, output projection and cross-entropy (last stage)
 optimizer      Adam step over this GPU's shard of the parameters (memory-bound)
 host_overhead  kernel launch gaps and host-bound issue time (the stack's kernels per layer)
+comm_contention  compute slowed by collectives it hides: NCCL's channels take SMs and HBM
+               bandwidth while they run (``comm_sm_share`` of the hidden communication time)
 """
 
 from __future__ import annotations
@@ -30,8 +34,8 @@ from trainperf.plan.stacks import Software
 from trainperf.specs import (RECOMPUTE_CODE, RECOMPUTE_NAME, Cluster, Layout, LayoutArrays, ModelSpec,  # noqa: F401
                              hardware_flops_per_token, layout_problems, model_flops_per_token)
 
-TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "pp_bubble", "pp_p2p", "dp_comm",
-         "embedding_lm_head", "optimizer", "host_overhead")
+TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_bubble", "pp_p2p", "dp_comm",
+         "embedding_lm_head", "optimizer", "host_overhead", "comm_contention")
 OVERHEADS = TERMS[1:]
 
 
@@ -94,6 +98,7 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Effi
     eff = resolve(eff or Efficiency(), acc, sw.attention)
     f = lambda x: np.asarray(x, dtype=float)  # noqa: E731
     tp, pp, dp, cp, vpp, mbs, n_micro = map(f, (lay.tp, lay.pp, lay.dp, lay.cp, lay.vpp, lay.mbs, lay.grad_accum))
+    ep, etp = f(lay.ep), f(lay.etp)
     sp = np.asarray(lay.sp, dtype=bool) & (tp > 1)
     zero = np.asarray(lay.zero)
     rc = np.asarray(lay.recompute)
@@ -108,7 +113,7 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Effi
     tokens = mbs * seq / cp
 
     # ---- one layer, one micro batch, one GPU
-    t_gemm = compute.layer_gemm_fwd_s(m, tokens, tp, peak, hbm, eff, speed)
+    t_gemm = compute.layer_gemm_fwd_s(m, tokens, tp, peak, hbm, eff, speed, ep, etp)
     t_attn = compute.attention_fwd_s(m, mbs, seq, tp, cp, peak, hbm, eff, sw.flash_attention)
     t_elem = compute.layer_elementwise_fwd_s(m, tokens, tp, sp, hbm, fp8, dropout, sw)
     bwd_ratio = compute.attention_bwd_over_fwd(eff, sw.flash_attention)
@@ -129,6 +134,7 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Effi
     tp_raw = ar * (4.0 + np.where(rc == 2, 2.0, 0.0))
     hidden_share = np.where(sp, sw.tp_overlap, 0.0)
     layer_tp = tp_raw * (1.0 - hidden_share)
+    layer_tp_hidden = tp_raw * hidden_share
 
     # context parallel: ring exchange of K and V (forward), K, V, dK, dV (backward), behind attention
     cp_bw, cp_alpha = comm.ring_p2p_link(cluster, eff, tp, cp)
@@ -137,11 +143,20 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Effi
     cp_exp_f = np.maximum(0.0, cp_fwd - t_attn)
     cp_exp_b = np.maximum(0.0, 2.0 * cp_fwd - bwd_ratio * t_attn)
     layer_cp = cp_exp_f * np.where(rc == 2, 2.0, 1.0) + cp_exp_b
+    layer_cp_hidden = cp_fwd * np.where(rc == 2, 2.0, 1.0) + 2.0 * cp_fwd - layer_cp
+
+    # expert parallel: dispatch and combine all-to-alls, forward and backward (again with full
+    # recompute), of top_k hidden-wide copies per token; the busiest rank (imbalance) paces them
+    layer_ep = 0.0
+    if m.is_moe:
+        a2a_bytes = tokens * etp / tp * m.top_k * m.hidden * 2.0 * eff.moe_imbalance
+        a2a = comm.all_to_all_s(cluster, eff, a2a_bytes, tp * cp, ep)
+        layer_ep = a2a * (4.0 + np.where(rc == 2, 2.0, 0.0)) * m.n_moe_layers / m.n_layers * (1.0 - sw.ep_overlap)
 
     # ---- stages
     stage_layers = memory.layers_per_stage(m, pp, vpp)
     head = compute.lm_head_fwd_bwd_s(m, tokens, tp, peak, hbm, eff, sw.ce_bytes_per_logit)
-    per_layer = layer_fwd + layer_bwd + layer_recompute + layer_tp + layer_cp + layer_host
+    per_layer = layer_fwd + layer_bwd + layer_recompute + layer_tp + layer_cp + layer_host + layer_ep
     t_mb_avg = m.n_layers / pp * per_layer + head / pp
 
     out = {
@@ -150,6 +165,7 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Effi
         "tp_comm": n_micro * stage_layers * layer_tp,
         "cp_comm": n_micro * stage_layers * layer_cp,
         "host_overhead": n_micro * stage_layers * layer_host,
+        "ep_comm": n_micro * stage_layers * layer_ep,
         "embedding_lm_head": n_micro * head,
         "pp_bubble": pipeline.bubble_s(pp, vpp, t_mb_avg),
     }
@@ -160,12 +176,19 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Effi
     # ---- data parallel (gradients are reduced over dp x cp: cp ranks hold the same weights)
     p_first, p_last = memory.stage_params(m, tp, pp, vpp)
     params = np.maximum(p_first, p_last)
+    p_expert = memory.stage_expert_params(m, pp, vpp, ep, etp)
     n_dp = dp * cp
+    n_edp = memory.expert_dp(lay)
     dp_bw, dp_alpha = comm.group_link(cluster, eff, tp, n_dp)
+    edp_bw, edp_alpha = comm.group_link(cluster, eff, ep * etp, n_edp)
     gb = float(sw.grad_reduce_bytes)
-    ar_g = comm.all_reduce_s(params * gb, n_dp, dp_bw, dp_alpha)
-    rs_g = comm.reduce_scatter_s(params * gb, n_dp, dp_bw, dp_alpha)
-    ag_w = comm.all_gather_s(params * 2.0, n_dp, dp_bw, dp_alpha)
+
+    def sync(kind, nbytes_dense, nbytes_expert):
+        return kind(nbytes_dense, n_dp, dp_bw, dp_alpha) + kind(nbytes_expert, n_edp, edp_bw, edp_alpha)
+
+    ar_g = sync(comm.all_reduce_s, params * gb, p_expert * gb)
+    rs_g = sync(comm.reduce_scatter_s, params * gb, p_expert * gb)
+    ag_w = sync(comm.all_gather_s, params * 2.0, p_expert * 2.0)
     bwd_window = stage_layers * (layer_bwd + layer_recompute)
     fwd_window = stage_layers * layer_fwd
     tail = 1.0 / np.maximum(stage_layers, 1.0)  # the last layer's bucket cannot overlap
@@ -185,8 +208,11 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Effi
     else:
         dp_3 = n_micro * fsdp_mb
     out["dp_comm"] = np.where(zero >= 3, dp_3, dp_12)
+    dp_total = np.where(zero >= 3, n_micro * fsdp_mb, grad_rounds * grad_sync + param_sync)
+    hidden = n_micro * stage_layers * (layer_tp_hidden + layer_cp_hidden) + (dp_total - out["dp_comm"])
+    out["comm_contention"] = eff.comm_sm_share * hidden
 
-    local_params = params / np.where(zero >= 1, n_dp, 1.0)
+    local_params = params / np.where(zero >= 1, n_dp, 1.0) + p_expert / np.where(zero >= 1, n_edp, 1.0)
     out["optimizer"] = local_params * sw.optimizer_bytes_per_param / hbm
 
     step = sum(out[k] for k in TERMS)

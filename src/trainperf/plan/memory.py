@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainperf.specs import LayoutArrays, ModelSpec, embedding_params, layer_params, lm_head_params
+from trainperf.specs import (LayoutArrays, ModelSpec, active_ffn_width, embedding_params, expert_params_per_layer,
+                             layer_params, lm_head_params)
 
 RESERVED_BYTES = 2.0 * 2**30   # CUDA context + NCCL buffers + cuBLAS/TE workspaces (bytes)
 FRAGMENTATION = 0.08           # caching-allocator fragmentation, fraction of allocated bytes
@@ -55,7 +56,9 @@ def activation_bytes_per_token_layer(m: ModelSpec, tp, sp, recompute_code, flash
     s = m.seq_len if seq is None else seq
     tp = np.asarray(tp, dtype=float)
     rep = (8.0 + (2.0 if dropout else 0.0)) * m.hidden / np.where(sp, tp, 1.0)
-    mlp = (6.0 if m.gated_mlp else 4.0) * m.ffn_hidden
+    mlp = (6.0 if m.gated_mlp else 4.0) * active_ffn_width(m)
+    if m.is_moe:  # routed tokens are permuted in and combined out: two hidden-wide copies per expert choice
+        mlp = mlp + 4.0 * m.hidden * m.top_k * m.n_moe_layers / m.n_layers
     split = (4.0 * m.q_dim + 4.0 * m.kv_dim + mlp) / tp
     if flash:
         scores = 4.0 * m.n_heads / tp  # fp32 logsumexp per head
@@ -74,16 +77,33 @@ def layers_per_stage(m: ModelSpec, pp, vpp):
     return np.ceil(m.n_layers / (pp * vpp)) * vpp
 
 
+def stage_expert_params(m: ModelSpec, pp, vpp, ep, etp):
+    """Return the routed-expert weights on the busiest stage per GPU (count; sharded over ep x etp)."""
+    ep = np.asarray(ep, dtype=float)
+    etp = np.asarray(etp, dtype=float)
+    return layers_per_stage(m, pp, vpp) * expert_params_per_layer(m) / (ep * etp)
+
+
 def stage_params(m: ModelSpec, tp, pp, vpp):
-    """Return (params on the first stage, params on the last stage) per GPU (count)."""
+    """Return (params on the first stage, params on the last stage) per GPU (count), routed experts excluded.
+
+    The routed experts are sharded over ep x etp instead of tp: ``stage_expert_params``.
+    """
     tp = np.asarray(tp, dtype=float)
-    layers = layers_per_stage(m, pp, vpp) * layer_params(m) / tp
+    per_layer = layer_params(m) - expert_params_per_layer(m)
+    layers = layers_per_stage(m, pp, vpp) * per_layer / tp
     emb = embedding_params(m) / tp
     head = (lm_head_params(m) if not m.tied_embeddings else m.vocab * m.hidden) / tp
     single = np.asarray(pp) == 1
-    first = np.where(single, m.n_layers * layer_params(m) / tp + emb + lm_head_params(m) / tp, layers + emb)
+    first = np.where(single, m.n_layers * per_layer / tp + emb + lm_head_params(m) / tp, layers + emb)
     last = np.where(single, first, layers + head)
     return first, last
+
+
+def expert_dp(lay: LayoutArrays):
+    """Return the expert data-parallel degree: ranks holding the same expert shard (tp*cp*dp / (ep*etp))."""
+    f = lambda x: np.asarray(x, dtype=float)  # noqa: E731
+    return np.maximum(f(lay.tp) * f(lay.cp) * f(lay.dp) / (f(lay.ep) * f(lay.etp)), 1.0)
 
 
 def model_state_bytes(params, dp, zero, grad_bytes: float = 2.0):
@@ -119,9 +139,14 @@ def memory_bytes(m: ModelSpec, lay: LayoutArrays, flash=True, dropout=False, gra
     logits = 4.0 * tokens * m.vocab / tp
     act_last = np.where(pp == 1, act_first, stage_layers * per_layer * inflight_last + working) + logits
     p_first, p_last = stage_params(m, tp, pp, vpp)
-    fsdp_buffer = np.where(zero >= 3, 2.0 * WEIGHT_BYTES * layer_params(m) / tp, 0.0)
+    p_expert = stage_expert_params(m, pp, vpp, lay.ep, lay.etp)
+    per_layer_gpu = (layer_params(m) - expert_params_per_layer(m)) / tp \
+        + expert_params_per_layer(m) / (np.asarray(lay.ep, dtype=float) * np.asarray(lay.etp, dtype=float))
+    fsdp_buffer = np.where(zero >= 3, 2.0 * WEIGHT_BYTES * per_layer_gpu, 0.0)
     shard = np.asarray(lay.dp, dtype=float) * np.asarray(lay.cp, dtype=float)  # cp ranks hold the same weights
-    first = model_state_bytes(p_first, shard, zero, grad_bytes) + act_first + fsdp_buffer
-    last = model_state_bytes(p_last, shard, zero, grad_bytes) + act_last + fsdp_buffer
+    expert_shard = expert_dp(lay)
+    experts = model_state_bytes(p_expert, expert_shard, zero, grad_bytes)
+    first = model_state_bytes(p_first, shard, zero, grad_bytes) + experts + act_first + fsdp_buffer
+    last = model_state_bytes(p_last, shard, zero, grad_bytes) + experts + act_last + fsdp_buffer
     peak = np.maximum(first, last)
     return peak * (1.0 + FRAGMENTATION) + RESERVED_BYTES

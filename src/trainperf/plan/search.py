@@ -1,7 +1,8 @@
 """Exhaustive layout search: enumerate every valid layout, evaluate all of them at once (NumPy).
 
 The space: tp (powers of two dividing the heads, kv heads and ffn, within the scale-up
-domain), cp (powers of two, sequence divisible by 2 cp), pp (divisors of the GPU count up to
+domain), ep for mixture-of-experts models (powers of two dividing the experts and dp x cp;
+expert tensor parallel = tp), cp (powers of two, sequence divisible by 2 cp), pp (divisors of the GPU count up to
 the layer count), vpp (interleaving: the busiest stage's layers divisible by it, micro
 batches a multiple of pp; uneven stages as Llama 3 405B's 126 layers on 16 stages), sequence parallel on/off, ZeRO 0-3 (2 and 3 only without pipeline
 parallelism, as Megatron and DeepSpeed require), recompute none/selective/full, micro batch
@@ -92,20 +93,25 @@ def enumerate_layouts(m: ModelSpec, cluster: Cluster, global_batch: int, precisi
                 vpps = [1] if pp == 1 else [v for v in range(1, MAX_VPP + 1) if stage % v == 0 and pp * v <= m.n_layers]
                 sps = [0, 1] if tp > 1 else [0]
                 zeros = ([0] if dp * cp == 1 else [0, 1]) if pp > 1 else ([0] if dp * cp == 1 else [0, 1, 2, 3])
-                grid = np.array(np.meshgrid(np.arange(mbs.size), vpps, sps, zeros, [0, 1, 2], indexing="ij")).reshape(5, -1)
-                mi, vpp, sp, zero, rc = grid
+                # expert parallel: powers of two dividing the experts and the data-parallel ranks (etp = tp)
+                eps = [e for e in _powers_of_two(min(m.n_experts, dp * cp)) if m.n_experts % e == 0
+                       and (dp * cp) % e == 0] if m.is_moe else [1]
+                grid = np.array(np.meshgrid(np.arange(mbs.size), vpps, sps, zeros, [0, 1, 2], eps,
+                                            indexing="ij")).reshape(6, -1)
+                mi, vpp, sp, zero, rc, ep = grid
                 ok = (vpp == 1) | (ga[mi] % pp == 0)
                 k = int(ok.sum())
                 if k == 0:
                     continue
-                block = np.empty((11, k), dtype=np.int64)
+                block = np.empty((13, k), dtype=np.int64)
                 block[0], block[1], block[2], block[3] = tp, pp, dp, cp
                 block[4], block[5], block[6], block[7] = vpp[ok], sp[ok], zero[ok], rc[ok]
                 block[8], block[9] = mbs[mi[ok]], ga[mi[ok]]
                 block[10] = precision == "fp8"
+                block[11], block[12] = ep[ok], tp
                 parts.append(block)
-    names = ("tp", "pp", "dp", "cp", "vpp", "sp", "zero", "recompute", "mbs", "grad_accum", "fp8")
-    allv = np.concatenate(parts, axis=1) if parts else np.empty((11, 0), dtype=np.int64)
+    names = ("tp", "pp", "dp", "cp", "vpp", "sp", "zero", "recompute", "mbs", "grad_accum", "fp8", "ep", "etp")
+    allv = np.concatenate(parts, axis=1) if parts else np.empty((13, 0), dtype=np.int64)
     cols = dict(zip(names, allv))
     cols["sp"], cols["fp8"] = cols["sp"].astype(bool), cols["fp8"].astype(bool)
     return LayoutArrays(**cols)

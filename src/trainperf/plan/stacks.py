@@ -55,6 +55,7 @@ class Software:
     tp_overlap: float = 0.60            # share of TP collective time hidden (needs sequence parallel)
     dp_overlap: bool = True             # DP/FSDP collectives overlap backward / forward
     p2p_overlap: bool = True            # pipeline sends overlap compute
+    ep_overlap: float = 0.0             # share of MoE all-to-all hidden behind compute (DualPipe-style: ~1)
     optimizer_bytes_per_param: float = 34.0  # Adam step, bytes per local parameter
     grad_reduce_bytes: int = 2          # bytes per gradient element on the wire
     dropout: bool | None = None         # None: GPT-style models (linear biases) use dropout
