@@ -10,8 +10,8 @@ noisy batch is not a divergence) is held against a noise band:
 
 - from repeats with different seeds (two or more A runs): ``BAND_Z`` x the seed-to-seed
   standard deviation of A's loss at that step (running median over ``SMOOTH`` steps);
-- without repeats: ``BAND_Z`` x the batch-to-batch noise of A's loss around its own running
-  median (robust scale over a window of ``NOISE_WINDOW`` steps), a stand-in for the seed band;
+- without repeats: ``BAND_Z`` x the batch-to-batch noise of A's loss (robust scale of its
+  second differences over ``NOISE_WINDOW`` steps), a stand-in for the seed band;
 - from a reference run in higher precision (``reference``): the |reference - A| difference,
   times ``BAND_Z``, when the reference is given.
 
@@ -104,17 +104,20 @@ def running_median(x: np.ndarray, w: int = SMOOTH) -> np.ndarray:
 
 
 def batch_noise(x: np.ndarray, window: int = NOISE_WINDOW) -> np.ndarray:
-    """Return, per point, the robust standard deviation of ``x`` around its running median over
-    ``window`` points: the batch-to-batch noise of a loss curve (units of ``x``)."""
+    """Return, per point, the batch-to-batch noise (standard deviation, units of ``x``) of a loss
+    curve over ``window`` points: the robust scale of second differences / sqrt(6), which a
+    locally straight trend (a falling loss) does not inflate."""
     from trainperf.fleet.changepoints import robust_scale
 
-    resid = np.asarray(x, dtype=float) - running_median(x, SMOOTH)
+    x = np.asarray(x, dtype=float)
+    d2 = np.full(len(x), np.nan)
+    d2[1:-1] = x[2:] - 2 * x[1:-1] + x[:-2]
     h = window // 2
-    out = np.full(len(resid), np.nan)
-    for i in range(len(resid)):
-        seg = finite(resid[max(0, i - h): i + h + 1])
+    out = np.full(len(x), np.nan)
+    for i in range(len(x)):
+        seg = finite(d2[max(0, i - h): i + h + 1])
         if len(seg) >= 3:
-            out[i] = robust_scale(seg)
+            out[i] = robust_scale(seg) / np.sqrt(6.0)
     fill = np.nanmedian(out) if np.isfinite(out).any() else 0.0
     return np.where(np.isfinite(out), out, fill)
 
@@ -191,15 +194,27 @@ def eval_loss(runs: list[RunData]) -> tuple[float, float | None, float | None] |
     return _mean_ci(np.array(last)) if last else None
 
 
+def trailing_median(x: np.ndarray, w: int = SMOOTH) -> np.ndarray:
+    """Return the median of each point and the ``w - 1`` before it (NaN ignored): what was known at that step."""
+    x = np.asarray(x, dtype=float)
+    out = np.full(len(x), np.nan)
+    for i in range(len(x)):
+        seg = finite(x[max(0, i - w + 1): i + 1])
+        if len(seg):
+            out[i] = np.median(seg)
+    return out
+
+
 def _smoothed_quality(r: RunData, use_eval: bool) -> tuple[np.ndarray, np.ndarray]:
     if use_eval:
         return r.eval_step, r.eval_loss
-    return r.step, running_median(r.loss)
+    return r.step, trailing_median(r.loss)
 
 
 def time_to_target(r: RunData, target: float, use_eval: bool) -> dict | None:
     """Return {"step", "wall_s", "gpu_hours"}: when run ``r`` first reaches loss <= ``target``
-    (held-out loss if ``use_eval``, else the running median of the training loss); None if never.
+    (held-out loss if ``use_eval``, else the median of the training loss over the last ``SMOOTH``
+    steps, what was known at that step); None if never.
     Wall time counts from the job's first process start; GPU-hours = wall x world size."""
     steps, q = _smoothed_quality(r, use_eval)
     hit = np.flatnonzero(np.nan_to_num(q, nan=np.inf) <= target)
@@ -267,7 +282,7 @@ def compare_numerics(a_runs: list[RunData], b_runs: list[RunData], *, target: fl
     res.target_loss = float(target)
     res.time_to_target = {"A": _median_time(a_runs, target, use_eval),
                           "B": _median_time([b for _, b in pairs], target, use_eval),
-                          "quality": "held-out loss" if use_eval else "training loss (running median)"}
+                          "quality": "held-out loss" if use_eval else f"training loss (median of the last {SMOOTH} steps)"}
     diverged = [d for d in divs if d.step is not None]
     if diverged:
         first = min(diverged, key=lambda d: d.step)

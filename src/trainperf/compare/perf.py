@@ -8,7 +8,8 @@ Interval of the throughput ratio B/A:
 
 - one run a side: Hodges-Lehmann estimate of the shift of log tokens/s (median of pairwise
   differences) with its Mann-Whitney interval, the variance inflated by (1 + rho)/(1 - rho),
-  rho the larger lag-1 autocorrelation of the two series' noise (``noise_autocorr``):
+  rho the lag-1 autocorrelation of the ranks pooled over both series (``lag1_ranks``), and the
+  normal quantile replaced by Student's t at the effective sample size (rho is estimated):
   successive steps are not independent samples;
 - repeats (two or more runs on a side): each run's steady median is one sample; a pooled
   two-sample t interval on their logs. Run-to-run differences (another node, another moment
@@ -33,6 +34,7 @@ LEVEL = 0.95
 # configuration on this 2-core shared machine differ by up to ~1% between runs (A/A study,
 # docs/benchmarks.md "Trainer and compare"), which within-run intervals cannot see.
 MIN_EFFECT = 0.01
+WARMUP_SIGMAS = 5.0  # a leading step this many noise sigmas above the steady level is warm-up
 
 
 @dataclass(kw_only=True)
@@ -77,6 +79,8 @@ def steady_slice(step_time_s: np.ndarray) -> slice:
     points of log step time, never the first step (index slice)."""
     from trainperf.fleet.changepoints import detect_changes
 
+    from trainperf.fleet.changepoints import noise_sigma
+
     y = np.log(np.where(np.asarray(step_time_s) > 0, step_time_s, np.nan))
     n = len(y)
     if n < 12 or np.isfinite(y).sum() < 12:
@@ -84,6 +88,11 @@ def steady_slice(step_time_s: np.ndarray) -> slice:
     cps = detect_changes(y, min_size=max(4, n // 20), trend=False).change_points
     bounds = [1] + [c for c in cps if c > 1] + [n]
     a, b = max(zip(bounds, bounds[1:]), key=lambda ab: ab[1] - ab[0])
+    # A warm-up shorter than the change-point test's segments: leading steps far above the level.
+    seg = finite(y[a:b])
+    level, sigma = float(np.median(seg)), noise_sigma(seg)
+    while a < b - 2 and np.isfinite(y[a]) and y[a] - level > WARMUP_SIGMAS * max(sigma, 1e-3):
+        a += 1
     return slice(a, b)
 
 
@@ -105,18 +114,45 @@ def _pooled_t(a: np.ndarray, b: np.ndarray, level: float) -> tuple[float, float,
     return d, d - q * se, d + q * se
 
 
-def log_shift(a_runs: list[list[float]] | list[np.ndarray], b_runs, level: float = LEVEL) -> tuple[float, float, float, str]:
-    """Return (shift, lo, hi, method) of log values of B against A (one array of steady samples per run)."""
-    from scipy.stats import norm
+def lag1_ranks(series: list[np.ndarray]) -> float:
+    """Return the lag-1 autocorrelation of the ranks of each series around their mean, pooled over
+    the series (ranks: a slow outlier step cannot fake or hide persistence), corrected for its
+    small-sample bias (-(1 + 4 rho) / n, Kendall 1954) and clipped to [0, 0.95]."""
+    from scipy.stats import rankdata
 
-    from trainperf.fleet.changepoints import hodges_lehmann_interval, noise_autocorr
+    num = den = 0.0
+    n = []
+    for y in series:
+        if len(y) < 4:
+            continue
+        r = rankdata(y)
+        r = r - r.mean()
+        num += float(r[1:] @ r[:-1])
+        den += float(r @ r)
+        n.append(len(y))
+    if den <= 0:
+        return 0.0
+    rho = num / den
+    rho += (1 + 4 * max(rho, 0.0)) / np.mean(n)  # Kendall's small-sample bias of the lag-1 estimate
+    return float(min(max(rho, 0.0), 0.95))
+
+
+def log_shift(a_runs: list[np.ndarray], b_runs: list[np.ndarray], level: float = LEVEL) -> tuple[float, float, float, str]:
+    """Return (shift, lo, hi, method) of log values of B against A (one array of steady samples per run)."""
+    from trainperf.fleet.changepoints import hodges_lehmann_interval
 
     if len(a_runs) == 1 and len(b_runs) == 1:
         a, b = np.log(finite(a_runs[0])), np.log(finite(b_runs[0]))
-        rho = max(noise_autocorr(a), noise_autocorr(b))
+        from scipy.stats import t
+
+        rho = lag1_ranks([a, b])
+        inflate = (1 + rho) / (1 - rho)
+        # the quantile of t at the effective degrees of freedom: rho is estimated, not known
+        df = max((len(a) + len(b)) / inflate - 2, 2.0)
         med, lo, hi = hodges_lehmann_interval(b[:, None] - a[None, :], len(a), len(b),
-                                              z=float(norm.ppf(0.5 + level / 2)), inflate=(1 + rho) / (1 - rho))
-        return med, lo, hi, f"Hodges-Lehmann over steady steps, variance x {(1 + rho) / (1 - rho):.2f} (lag-1 rho {rho:.2f})"
+                                              z=float(t.ppf(0.5 + level / 2, df)), inflate=inflate)
+        return med, lo, hi, (f"Hodges-Lehmann over steady steps, variance x {inflate:.2f} (lag-1 rho {rho:.2f}), "
+                             f"t quantile at {df:.0f} effective df")
     a = np.log([np.median(finite(r)) for r in a_runs])
     b = np.log([np.median(finite(r)) for r in b_runs])
     d, lo, hi = _pooled_t(a, b, level)

@@ -84,10 +84,8 @@ def _from_store(run_id: str, store: str | None) -> RunData:
 
     try:
         rec = get_run(run_id, store)
-    except TrainperfError:
-        raise
     except Exception as e:  # noqa: BLE001 - a store that cannot answer is the user's one line
-        raise TrainperfError(f"{run_id}: not a run folder, and the store cannot give that run ({e})") from None
+        raise TrainperfError(f"{run_id}: not a run folder, nor a run id in the store ({e})") from None
     samples = sorted(rec.samples, key=lambda s: s.step)
     if not samples:
         raise TrainperfError(f"run {run_id}: the record has no per-step samples")

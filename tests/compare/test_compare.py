@@ -1,0 +1,172 @@
+"""trainperf compare on runs with known truth: simulated step times (known speed-up, AR(1) noise),
+simulated loss curves (known divergence step), and hand-written run folders through the CLI."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from trainperf.compare import compare_runs
+from trainperf.errors import TrainperfError
+from trainperf.compare.numerics import compare_numerics, time_to_target
+from trainperf.compare.perf import _pooled_t, compare_perf, log_shift, steady_slice
+from trainperf.compare.runs import RunData
+
+SAME = {"model": {"n_layers": 4}, "data": "abc", "seed": 0, "seq_len": 128, "samples_per_step": 2}
+
+
+def _ar1(rng, n, sigma, rho):
+    e = rng.normal(0, sigma * np.sqrt(1 - rho**2), n)
+    x = np.empty(n)
+    x[0] = rng.normal(0, sigma)
+    for i in range(1, n):
+        x[i] = rho * x[i - 1] + e[i]
+    return x
+
+
+def _run(step_time, loss=None, grad_norm=None, tokens=256, name="r", **comparable):
+    n = len(step_time)
+    st = np.asarray(step_time, dtype=float)
+    return RunData(name=name, step=np.arange(1, n + 1, dtype=float), step_time_s=st,
+                   loss=np.full(n, np.nan) if loss is None else np.asarray(loss, float),
+                   grad_norm=np.full(n, np.nan) if grad_norm is None else np.asarray(grad_norm, float),
+                   tokens_per_s=tokens / st, mfu=np.full(n, 0.4), mem_peak_bytes=np.full(n, 1e9),
+                   t_end=100.0 + np.cumsum(st), t_start=100.0, comparable={**SAME, **comparable})
+
+
+def test_a_3pct_change_with_1pct_noise_over_50_steps_is_detected():
+    rng = np.random.default_rng(0)
+    hits = 0
+    for _ in range(25):
+        a = 0.1 * (1 + _ar1(rng, 50, 0.01, 0.3))
+        b = 0.103 * (1 + _ar1(rng, 50, 0.01, 0.3))
+        p = compare_perf([_run(a)], [_run(b)])
+        hits += p.verdict == "slower"
+        assert p.step_time.lo < 0.03 < p.step_time.hi or p.verdict == "slower"
+    assert hits >= 24  # the truth: 3% slower
+
+
+def test_a_a_intervals_exclude_zero_at_most_about_5pct_of_the_time_despite_autocorrelation():
+    """Reference: the nominal level. Autocorrelated steps (rho 0.6) read as independent would
+    exclude 0 in ~25% of A/A pairs; the inflation brings it back to the nominal 5%."""
+    rng = np.random.default_rng(1)
+    excl = 0
+    n_pairs = 200
+    for _ in range(n_pairs):
+        a, b = (0.1 * (1 + _ar1(rng, 60, 0.01, 0.6)) for _ in range(2))
+        _, lo, hi, _ = log_shift([a], [b])  # the interval compare_perf reports, without the steady-state cut
+        excl += lo > 0 or hi < 0
+    assert excl / n_pairs <= 0.08  # nominal 5%; 200 pairs: +-1.5% standard error
+
+
+def test_pooled_t_matches_scipy():
+    from scipy.stats import ttest_ind
+
+    a, b = np.array([1.0, 1.2, 0.9, 1.1]), np.array([1.3, 1.5, 1.2])
+    d, lo, hi = _pooled_t(a, b, 0.95)
+    ci = ttest_ind(b, a, equal_var=True).confidence_interval(0.95)
+    assert (d, lo, hi) == pytest.approx((b.mean() - a.mean(), ci.low, ci.high))
+
+
+def test_warm_up_is_cut_from_the_steady_state():
+    rng = np.random.default_rng(2)
+    st = np.r_[0.3 * (1 + rng.normal(0, 0.05, 8)), 0.1 * (1 + rng.normal(0, 0.01, 52))]
+    s = steady_slice(st)
+    assert 8 <= s.start <= 10 and s.stop == 60
+    st = np.r_[[2.0, 0.5], 0.1 * (1 + rng.normal(0, 0.01, 58))]  # two warm-up steps: too short for a change point
+    assert steady_slice(st).start == 2
+
+
+def _curve(rng, n=80, noise=0.02):
+    steps = np.arange(1, n + 1)
+    return 2.0 + 3.5 * np.exp(-steps / 15) + rng.normal(0, noise, n)
+
+
+def test_equivalent_when_b_differs_by_rounding_only():
+    rng = np.random.default_rng(3)
+    loss = _curve(rng)
+    gn = 1 + 0.1 * rng.random(80)
+    a = _run(np.full(80, 0.1), loss, gn)
+    b = _run(np.full(80, 0.1), loss + rng.normal(0, 0.002, 80), gn * (1 + rng.normal(0, 0.002, 80)), kernels=True)
+    n = compare_numerics([a], [b])
+    assert n.verdict == "equivalent" and n.changed == {"kernels": [None, True]}
+    assert n.grad_norm_ratio == pytest.approx(1.0, abs=0.01)
+
+
+def test_divergence_step_is_found():
+    rng = np.random.default_rng(4)
+    loss = _curve(rng)
+    drift = np.where(np.arange(1, 81) >= 40, 0.05 * (np.arange(1, 81) - 39), 0.0)  # B drifts away from step 40
+    n = compare_numerics([_run(np.full(80, 0.1), loss)], [_run(np.full(80, 0.1), loss + drift)])
+    assert n.verdict.startswith("diverges at step")
+    assert 40 <= int(n.verdict.split()[-1]) <= 46
+
+
+def test_seed_band_from_repeats_and_pairing_by_seed():
+    rng = np.random.default_rng(5)
+    base = 2.0 + 3.5 * np.exp(-np.arange(1, 61) / 15)
+    a_runs, b_runs = [], []
+    for seed in range(3):
+        la = base + rng.normal(0, 0.05, 60)
+        a_runs.append(_run(np.full(60, 0.1), la, seed=seed, name=f"a{seed}"))
+        b_runs.append(_run(np.full(60, 0.1), la + rng.normal(0, 0.01, 60), seed=seed, name=f"b{seed}"))
+    n = compare_numerics(a_runs, b_runs)
+    assert n.verdict == "equivalent" and "seed-to-seed" in n.band_source
+    assert n.final_loss[0][1] is not None  # an interval across the 3 repeats
+
+
+def test_not_comparable_names_the_reason():
+    a = _run(np.full(20, 0.1), np.linspace(5, 3, 20))
+    b = _run(np.full(20, 0.1), np.linspace(5, 3, 20), data="other")
+    assert compare_numerics([a], [b]).verdict == "not comparable (different data)"
+    c = _run(np.full(20, 0.1), np.linspace(5, 3, 20), seed=1)
+    assert compare_numerics([a], [c]).verdict == "not comparable (different seed 0 vs 1)"
+    d = _run(np.full(20, 0.1), np.linspace(5, 3, 20))
+    d.comparable = None
+    assert "no comparability record" in compare_numerics([a], [d]).verdict
+
+
+def test_time_to_target_by_hand():
+    loss = np.array([5.0, 4.0, 3.0, 2.5, 2.0, 1.8, 1.7, 1.6, 1.5, 1.4])
+    r = _run(np.full(10, 2.0), loss)
+    r.world_size = 8
+    got = time_to_target(r, 2.0, use_eval=False)
+    # the median of the last 5 steps first reaches <= 2.0 at step 7 (median of 3.0, 2.5, 2.0, 1.8, 1.7); 7 x 2 s
+    assert got == {"step": 7, "wall_s": pytest.approx(14.0), "gpu_hours": pytest.approx(14.0 * 8 / 3600)}
+
+
+def _folder(path, step_time, loss, seed=0):
+    path.mkdir()
+    t = 1000.0
+    lines = []
+    for i, (s, l) in enumerate(zip(step_time, loss), 1):
+        t += s
+        lines.append(json.dumps({"step": i, "attempt": 0, "loss": l, "step_time_s": s, "tokens": 256,
+                                 "tokens_per_s": 256 / s, "mfu": 0.3, "mem_peak_bytes": 1e9, "grad_norm": 1.0,
+                                 "t_end": t}))
+    (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    (path / "events.jsonl").write_text(json.dumps({"kind": "attempt_start", "attempt": 0, "t": 999.0}) + "\n")
+    (path / "run.json").write_text(json.dumps({"world_size": 1, "comparable": {**SAME, "seed": seed}}))
+
+
+def test_cli_prints_the_verdict_first_and_writes_json_and_html(tmp_path):
+    from trainperf.cli import app
+
+    rng = np.random.default_rng(6)
+    loss = list(_curve(rng, 40))
+    _folder(tmp_path / "a", list(0.1 * (1 + rng.normal(0, 0.01, 40))), loss)
+    _folder(tmp_path / "b", list(0.08 * (1 + rng.normal(0, 0.01, 40))), loss)
+    res = CliRunner().invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json",
+                                   str(tmp_path / "c.json"), "--html", str(tmp_path / "c.html")])
+    assert res.exit_code == 0, res.output
+    first = res.output.splitlines()[0]
+    assert first.startswith("B is 25.") and "faster" in first and first.endswith("numerics: equivalent")
+    d = json.loads((tmp_path / "c.json").read_text())
+    tt = d["numerics"]["time_to_target"]
+    assert d["verdict"] == first and tt["A"]["step"] == tt["B"]["step"]  # the same loss curve
+    assert tt["B"]["wall_s"] < tt["A"]["wall_s"]  # reached sooner by the faster run
+    assert "<svg" in (tmp_path / "c.html").read_text()
+    assert compare_runs(str(tmp_path / "a"), str(tmp_path / "b")).headline == first
+    bad = CliRunner().invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "nope"), "--store", str(tmp_path)])
+    assert isinstance(bad.exception, TrainperfError) and "nope: not a run folder" in str(bad.exception)
