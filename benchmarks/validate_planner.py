@@ -11,7 +11,8 @@ Rows come from ../shared/data/published_runs/runs.csv and benchmarks/data/planne
 
 How a row becomes a planner input (no per-row factors, only what the source states):
 
-* Model: the row's shape; empty kv heads = heads (MHA), empty ffn = 4h, empty vocab = 51200.
+* Model: the row's shape; empty kv heads = heads (MHA), empty ffn = 4h, empty vocab = 51200;
+  mixture-of-experts and MLA columns (n_experts, top_k, moe_ffn_hidden, ...) as ModelSpec's.
   ``arch`` (dev file) or the name picks the block: "llama" = RMSNorm, gated (SwiGLU) MLP,
   rotary, untied; "gpt" = LayerNorm, 4h GELU MLP, linear biases (and dropout), tied
   embeddings, learned positions. Nemotron-4 is neither (LayerNorm, squared-ReLU 2-matrix MLP).
@@ -67,6 +68,10 @@ def _int(v: str | None, default: int) -> int:
 # ------------------------------------------------------------------------------- rows
 
 
+MOE_COLUMNS = ("n_experts", "top_k", "moe_ffn_hidden", "shared_ffn_hidden", "n_dense_layers", "q_lora_rank",
+               "kv_lora_rank", "qk_rope_dim", "v_head_dim")
+
+
 def row_model(r: dict) -> ModelSpec:
     """Return the ModelSpec a published row describes."""
     name = r["model_name"]
@@ -82,6 +87,7 @@ def row_model(r: dict) -> ModelSpec:
         vocab=_int(r["vocab"], 51200), seq_len=_int(r["seq_len"], 0), gated_mlp=arch == "llama",
         tied_embeddings=gpt, norm="rmsnorm" if arch == "llama" else "layernorm",
         linear_bias=gpt, learned_pos_emb=gpt, head_dim=_int(r.get("head_dim"), 0),
+        **{k: _int(r.get(k), 0) for k in MOE_COLUMNS},
     )
 
 
@@ -97,7 +103,7 @@ def row_layout(r: dict) -> Layout:
     rc = "full" if rc_txt.startswith("full") else "selective" if rc_txt.startswith("selective") else "none"
     zero = 3 if fsdp else 0 if shard.startswith("none") else 1
     return Layout(tp=tp, pp=pp, dp=0, cp=_int(r["cp"], 1), vpp=_int(r["vpp"], 1), sp=sp and tp > 1, zero=zero,
-                  recompute=rc, mbs=_int(r["micro_batch"], 1),
+                  recompute=rc, mbs=_int(r["micro_batch"], 1), ep=_int(r.get("ep"), 1), etp=_int(r.get("etp"), 0),
                   precision="fp8" if r["precision"].strip().lower().startswith("fp8") else "bf16")
 
 
@@ -130,8 +136,8 @@ def source_key(source: str) -> str:
     Leave-one-source-out holds out whole publications: every recipe of one repository (all
     of NVIDIA/dgxc-benchmarking, all of NVIDIA/NeMo's pages) goes together.
     """
-    repo = re.search(r"\b([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)\b", source)
-    if repo and not re.match(r"\d", repo.group(1)):
+    repo = re.match(r"([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)", source.strip())
+    if repo:
         return repo.group(1)
     return re.split(r"[;(]", source)[0].strip()
 
@@ -208,6 +214,7 @@ CONSTANTS: dict[str, tuple[list[float], str]] = {
     "gemm_dim_half": ([32.0, 64.0, 96.0, 128.0, 192.0, 256.0], "GEMM dimension at which the rate halves"),
     "fp8_gemm_speedup": ([1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9], "fp8 / bf16 GEMM rate including scaling"),
     "tp_overlap": ([0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0], "share of TP comm hidden (stacks that overlap TP)"),
+    "comm_sm_share": ([0.0, 0.1, 0.2, 0.3, 0.4, 0.5], "compute lost while hidden collectives run (NCCL SMs, HBM)"),
 }
 
 
@@ -219,14 +226,15 @@ def shipped_params() -> dict:
             "gemm_eff:blackwell": get_accelerator("b200").gemm_eff, "gemm_eff:tpu": get_accelerator("tpu-v5p").gemm_eff,
             "gemm_eff:cdna": get_accelerator("mi300x").gemm_eff, "attn_eff:hopper": get_accelerator("h100").attn_eff,
             "gemm_dim_half": Efficiency().gemm_dim_half, "fp8_gemm_speedup": Efficiency().fp8_gemm_speedup,
-            "tp_overlap": get_stack("megatron-core").tp_overlap}
+            "tp_overlap": get_stack("megatron-core").tp_overlap, "comm_sm_share": Efficiency().comm_sm_share}
 
 
 def predict(case: Case, params: dict) -> Estimate:
     """Return the planner's estimate of ``case`` with the constants ``params``."""
     eff = Efficiency(gemm_eff_max=params[f"gemm_eff:{case.generation}"] if f"gemm_eff:{case.generation}" in params else 0.0,
                      attn_eff=params["attn_eff:hopper"] if case.generation == "hopper" else 0.0,
-                     gemm_dim_half=params["gemm_dim_half"], fp8_gemm_speedup=params["fp8_gemm_speedup"])
+                     gemm_dim_half=params["gemm_dim_half"], fp8_gemm_speedup=params["fp8_gemm_speedup"],
+                     comm_sm_share=params["comm_sm_share"])
     sw = replace(case.stack, tp_overlap=params["tp_overlap"]) if case.stack.tp_overlap > 0 else case.stack
     return estimate(case.model, case.cluster, case.layout, case.global_batch, eff, sw)
 

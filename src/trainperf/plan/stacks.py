@@ -33,7 +33,7 @@ launches on the host, collectives on the links).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 from trainperf.errors import TrainperfError
 
@@ -112,11 +112,40 @@ DEFAULT_STACK = "megatron-core"
 
 
 def get_stack(name: str | None = None) -> Software:
-    """Return the named stack (default ``megatron-core``); raise TrainperfError listing the known names."""
-    key = (name or DEFAULT_STACK).strip().lower().replace("_", "-")
+    """Return the named stack (default ``megatron-core``), features optionally overridden.
+
+    ``"megatron-core:ep_overlap=1,attention=fa2"`` is Megatron-Core with the MoE all-to-all
+    hidden (DualPipe-style) and FlashAttention-2: a stack is its features, and a job that
+    sets a switch differently says so. Raises TrainperfError (one line) for an unknown stack,
+    feature or value, listing the known ones.
+    """
+    text = (name or DEFAULT_STACK).strip()
+    base, _, over = text.partition(":")
+    key = base.strip().lower().replace("_", "-")
     if key not in STACKS:
-        raise TrainperfError(f"unknown stack {name!r} (known: {', '.join(STACKS)})")
-    return STACKS[key]
+        raise TrainperfError(f"unknown stack {base!r} (known: {', '.join(STACKS)})")
+    sw = STACKS[key]
+    if not over.strip():
+        return sw
+    kw: dict = {}
+    types = {f.name: bool if getattr(sw, f.name) is None else type(getattr(sw, f.name))
+             for f in fields(Software) if f.name not in ("name", "description")}
+    for item in filter(None, (p.strip() for p in over.split(","))):
+        k, eq, v = (x.strip() for x in item.partition("="))
+        if not eq or k not in types:
+            raise TrainperfError(f"stack {text!r}: {item!r} is not feature=value (features: {', '.join(types)})")
+        try:
+            if types[k] is bool:
+                if v.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                    raise ValueError(v)
+                kw[k] = v.lower() in ("1", "true", "yes", "on")
+            elif types[k] in (int, float):
+                kw[k] = types[k](float(v)) if types[k] is int else float(v)
+            else:
+                kw[k] = v
+        except ValueError:
+            raise TrainperfError(f"stack {text!r}: bad value {v!r} for {k}") from None
+    return replace(sw, name=f"{key}:{','.join(f'{k}={v}' for k, v in kw.items())}", **kw)
 
 
 def with_features(sw: Software, **kw) -> Software:
