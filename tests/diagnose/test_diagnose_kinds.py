@@ -80,3 +80,4 @@ def test_gpu_step_windows_follow_launches_not_host_spans(tmp_path):
     assert r.gpu_lag_median_us == pytest.approx(28_000)
     assert r.gpu_step_time_median_us == pytest.approx(10_000)
     assert all(x["device_busy_us"] == pytest.approx(5000) for x in r.step_times)
+    assert any("after its ProfilerStep ends on the host" in n for n in d.notes)

@@ -10,6 +10,7 @@ import numpy as np
 
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.crossrank import CrossRank, comm_waits, cross_rank
+from trainperf.diagnose.evidence import Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes
 from trainperf.diagnose.facts import RankFacts, StragglerFacts, collect_facts
 from trainperf.diagnose.steps import gpu_step_periods_us, memcpy_bandwidth
 from trainperf.diagnose.rules import STRAGGLER_MIN_WAIT_PCT, run_rules
@@ -53,6 +54,8 @@ class RankSummary:
     allocator_pct: float = 0.0
     gpu_step_time_median_us: float = 0.0            # step period on the GPU timeline (steps.gpu_step_periods_us)
     gpu_lag_median_us: float = 0.0                  # GPU work of a step starts this long after its host span
+    confidence: str = "high"                        # lowest confidence the limits of this rank's evidence leave
+    evidence_notes: list = field(default_factory=list)  # those limits, and notes on the per-step figures
     fix_order: list = field(default_factory=list)   # kinds, in the order their marginal gains were priced
     fix_all_gain_pct: float = 0.0                   # every fix of this rank applied together, % of the window
 
@@ -146,9 +149,12 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     summaries: dict[int, RankSummary] = {}
     found: list[F.Finding] = []
     plans: dict[int, F.FixPlan] = {}
+    job_caveats = cross_rank_caveats(xr.clock_offset_us, xr.clock_spread_us) if xr is not None else []
+    notes += [c.note for c in job_caveats]
     for r, f in facts.items():
-        summaries[r], ranked, plans[r] = analyse_rank(f)
+        summaries[r], ranked, plans[r] = analyse_rank(f, job_caveats)
         found += ranked
+        notes += [f"rank {r}: {n}" for n in summaries[r].evidence_notes]
     merged = F.merge_across_ranks(found)
     if rank is not None:
         if rank not in summaries:
@@ -162,17 +168,24 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
         xr_json = {"n_collectives_matched": len(xr.collectives), "wait_by_rank_us": xr.wait_by_rank_us,
                    "caused_by_rank_us": xr.caused_by_rank_us, "straggler_rank": st[0] if st else None,
                    "straggler_caused_wait_us": st[1] if st else 0.0, "compute_imbalance_pct": xr.imbalance_pct,
-                   "unmatched": xr.unmatched}
+                   "unmatched": xr.unmatched, "clock_offset_us": xr.clock_offset_us,
+                   "clock_spread_us": xr.clock_spread_us}
     best = max(plans.values(), key=lambda p: p.fix_all_gain_pct, default=None)
     return Diagnosis(str(path), list(summaries.values()), merged[:top], xr_json, notes,
                      fix_all_gain_pct=best.fix_all_gain_pct if best else 0.0, fix_order=best.order if best else [])
 
 
-def analyse_rank(f: RankFacts) -> tuple[RankSummary, list[F.Finding], F.FixPlan]:
-    """One rank's summary, its findings ranked by marginal gain (evidence times from its first event),
-    and its order of fixes."""
+def analyse_rank(f: RankFacts, job_caveats: list[Caveat] = ()) -> tuple[RankSummary, list[F.Finding], F.FixPlan]:
+    """One rank's summary, its findings ranked by marginal gain (evidence times from its first event,
+    confidence lowered by the limits of the evidence, evidence.py), and its order of fixes."""
     ranked, plan = F.rank_by_marginal_gain(run_rules(f), f.gain)
-    return _summary(f, plan), _relative_times(ranked, f), plan
+    own = rank_caveats(f)
+    caveats = own + list(job_caveats)
+    apply_caveats(ranked, caveats)
+    s = _summary(f, plan)
+    s.confidence = min((c.confidence for c in caveats), key=("low", "medium", "high").index, default="high")
+    s.evidence_notes = [c.note for c in own] + rank_notes(f)
+    return s, _relative_times(ranked, f), plan
 
 
 def _pct(a: float, b: float) -> float:

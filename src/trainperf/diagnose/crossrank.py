@@ -58,6 +58,8 @@ class CrossRank:
     busy_by_rank_us: dict[int, float]             # device busy time per rank
     compute_by_rank_us: dict[int, float]
     notes: list[str] = field(default_factory=list)
+    clock_offset_us: dict[int, float] = field(default_factory=dict)  # rank clock - first rank's clock
+    clock_spread_us: dict[int, float] = field(default_factory=dict)  # IQR of matched end differences
 
     @property
     def straggler(self) -> tuple[int, float] | None:
@@ -74,10 +76,12 @@ class CrossRank:
         return float(100.0 * (v.max() - v.mean()) / v.mean()) if v.size > 1 and v.mean() > 0 else 0.0
 
 
-def _clock_offsets(tables, windows, groups, ranks) -> dict[int, float]:
+def _clock_offsets(tables, windows, groups, ranks) -> tuple[dict[int, float], dict[int, float]]:
     """Per-rank clock offset (µs): collectives end together on every rank, so the median difference
-    of matched collective end times against the first rank is that rank's clock skew."""
+    of matched collective end times against the first rank is that rank's clock skew. Also the
+    spread of those differences (interquartile range, µs): how well one offset explains them."""
     off = {r: 0.0 for r in ranks}
+    spread = {r: 0.0 for r in ranks}
     ref = ranks[0]
     for r in ranks[1:]:
         diffs = []
@@ -88,7 +92,8 @@ def _clock_offsets(tables, windows, groups, ranks) -> dict[int, float]:
             n = min(len(rows_ref), len(rows_r))
             diffs.extend(windows[r].end_us[rows_r[:n]] - windows[ref].end_us[rows_ref[:n]])
         off[r] = float(np.median(diffs)) if diffs else 0.0
-    return off
+        spread[r] = float(np.subtract(*np.percentile(diffs, [75, 25]))) if diffs else 0.0
+    return off, spread
 
 
 def comm_waits(xr: "CrossRank", rank: int) -> dict[int, tuple[float, int]]:
@@ -102,7 +107,7 @@ def cross_rank(tables: dict[int, EventTable], windows: dict[int, Window], comput
     """Match collectives across ranks and measure stragglers (µs); needs >= 2 ranks for waits."""
     ranks = sorted(tables)
     groups = {r: collective_rows(tables[r], windows[r]) for r in ranks}
-    t0 = _clock_offsets(tables, windows, groups, ranks)
+    t0, spread = _clock_offsets(tables, windows, groups, ranks)
     matched: list[MatchedCollective] = []
     unmatched: dict[str, dict[int, int]] = {}
     wait = {r: 0.0 for r in ranks}
@@ -138,4 +143,5 @@ def cross_rank(tables: dict[int, EventTable], windows: dict[int, Window], comput
                          + ": matched by order up to the smallest count")
     else:
         notes.append("one rank: cross-rank analyses need traces of at least two ranks")
-    return CrossRank(matched, unmatched, wait, caused if len(ranks) >= 2 else {}, busy_us, compute_us, notes)
+    return CrossRank(matched, unmatched, wait, caused if len(ranks) >= 2 else {}, busy_us, compute_us, notes,
+                     clock_offset_us=t0, clock_spread_us=spread)

@@ -13,10 +13,11 @@ def write_report(d, path: str | Path) -> Path:
     gpu = [r for r in d.ranks if r.gpu_analyses == "ok"]
     rows = [[r.rank, f"{r.window_us / 1e3:.1f}", f"{r.idle_pct:.2f}", f"{r.compute_pct:.2f}",
              f"{r.non_compute_pct:.2f}", f"{r.overlap_pct:.2f}",
-             f"{r.idle_host_pct:.1f} / {r.idle_kernel_pct:.1f} / {r.idle_other_pct:.1f}", r.gpu_analyses]
-            for r in d.ranks]
+             f"{r.idle_host_pct:.1f} / {r.idle_kernel_pct:.1f} / {r.idle_other_pct:.1f}", r.gpu_analyses,
+             r.confidence] for r in d.ranks]
     rep.add("Per rank", table(rows, ["rank", "window ms", "idle %", "compute %", "non-compute %",
-                                     "comm/comp overlap %", "idle host / kernel / other %", "GPU analyses"]),
+                                     "comm/comp overlap %", "idle host / kernel / other %", "GPU analyses",
+                                     "confidence"]),
             *[paragraph(n, "note") for n in d.notes])
     if gpu:
         labels = [f"rank {r.rank}" for r in gpu]

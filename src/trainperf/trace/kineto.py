@@ -53,6 +53,7 @@ CHUNK_BYTES = 1 << 20  # 1 MiB: measured best peak memory at equal CPU (docs/ben
 _CUT_RE = re.compile(rb"\}\s*,\s*\{")
 _SEP_BEFORE_RE = re.compile(rb"\}\s*,\s*\Z")
 _EVENTS_KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
+_SHAPES_KEY = b'"Input Dims"'
 
 
 def _open(path: Path):
@@ -108,7 +109,8 @@ def _split_doc(doc: dict) -> tuple[Chunk, dict]:
 
 
 def iter_event_chunks(path: Path):
-    """Yield ("header", dict) once, then Chunks of events in file order, then ("trailer", dict).
+    """Yield ("header", dict) once, then Chunks of events in file order, then ("trailer", dict);
+    ("profiler", {"record_shapes": True}) once when the events carry input shapes.
 
     Raises TrainperfError for an empty file, a corrupt gzip or invalid JSON.
     """
@@ -154,10 +156,16 @@ def iter_event_chunks(path: Path):
         else:
             raise TrainperfError(f"{path}: not JSON (starts with {stripped[:12]!r}); expected a Kineto trace")
 
+        shapes = _SHAPES_KEY in buf  # record_shapes=True writes "Input Dims" on every op: profiler overhead
+        if shapes:
+            yield "profiler", {"record_shapes": True}
         while True:
             more = _read(stream, path, CHUNK_BYTES)
             if not more:
                 break
+            if not shapes and _SHAPES_KEY in more:
+                shapes = True
+                yield "profiler", {"record_shapes": True}
             buf += more
             chunk, buf = _cut_batch(buf)
             if chunk is not None:
@@ -311,11 +319,12 @@ def read_kineto(path: str | Path, rank: int | None = None) -> EventTable:
     if path.stat().st_size == 0:
         raise TrainperfError(f"{path}: empty file (0 bytes); re-export the trace")
     header: dict = {}
+    profiler: dict = {}
     builder = ColumnBuilder()
     for item in iter_event_chunks(path):
         if item.__class__ is tuple:
             if isinstance(item[1], dict):
-                header.update(item[1])
+                (profiler if item[0] == "profiler" else header).update(item[1])
             continue
         builder.add(item)
     if not builder.rows:
@@ -330,6 +339,7 @@ def read_kineto(path: str | Path, rank: int | None = None) -> EventTable:
             rank = r if r >= 0 else -1
     meta = {k: v for k, v in header.items() if k in ("schemaVersion", "distributedInfo", "deviceProperties",
                                                      "baseTimeNanoseconds", "displayTimeUnit", "traceName")}
+    meta["profiler"] = {"record_shapes": bool(profiler.get("record_shapes"))}
     table = EventTable(rank=rank, source=str(path), names=builder.names, metadata=meta,
                        thread_names=builder.thread_names, ts_was_float=builder.ts_float,
                        n_skipped=builder.skipped, **cols)

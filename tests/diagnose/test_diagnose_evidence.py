@@ -1,0 +1,103 @@
+"""Insufficient evidence as a result: each limit lowers the confidence of the findings it touches, with a note."""
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from kineto_builder import TraceBuilder  # noqa: E402
+
+from trainperf.diagnose.api import diagnose  # noqa: E402
+from trainperf.report.diagnose import write_report  # noqa: E402
+
+
+def _stall(b: TraceBuilder, steps: int = 4, py_frames: int = 0, shapes: bool = False) -> TraceBuilder:
+    # each 2000-us step: DataLoader 1500 us, then 5 GEMM launches
+    for s in range(steps):
+        T = 2000.0 * s
+        b.step(s, T, 2000)
+        b.cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", T, 1500, cat="user_annotation")
+        for i in range(5):
+            if shapes:
+                b.cpu("aten::mm", T + 1500 + 10 * i, 5, **{"Input Dims": [[64, 64], [64, 64]]})
+            for k in range(py_frames):
+                b.cpu(f"train.py({10 + k}): step", T + 1500 + 10 * i, 6, cat="python_function")
+            b.launch("ampere_sgemm_128x64_tn", T + 1500 + 10 * i, T + 1510 + 100 * i, 100)
+    return b
+
+
+def test_clean_trace_keeps_high_confidence(tmp_path):
+    d = diagnose(_stall(TraceBuilder()).write(tmp_path / "c.json.gz"))
+    assert d.findings and all(f.confidence == "high" and not f.notes for f in d.findings)
+    assert d.ranks[0].confidence == "high"
+
+
+def test_one_step_lowers_every_finding(tmp_path):
+    # 2 ProfilerSteps: the last is excluded (HTA's window), one step analysed
+    d = diagnose(_stall(TraceBuilder(), steps=2).write(tmp_path / "o.json.gz"))
+    assert d.findings and all(f.confidence == "medium" for f in d.findings)
+    assert all(any("1 complete profiler step" in n for n in f.notes) for f in d.findings)
+    assert any("1 complete profiler step" in n for n in d.notes)
+
+
+def test_profiler_overhead_lowers_host_findings_only(tmp_path):
+    b = _stall(TraceBuilder(), py_frames=3, shapes=True)
+    # a blocking copy finding is not about host time and keeps its confidence
+    for s in range(3):
+        T = 2000.0 * s + 1600
+        b.launch("Memcpy HtoD (Pageable -> Device)", T, T + 5, 300, cat="gpu_memcpy", launch_dur=310,
+                 runtime="cudaMemcpyAsync")
+    d = diagnose(b.write(tmp_path / "p.json.gz"))
+    by = {f.kind: f for f in d.findings}
+    dl = by["data_loader_stall"]
+    assert dl.confidence == "medium"
+    assert any("with_stack=True" in n and "record_shapes=True" in n for n in dl.notes)
+    assert by["pageable_copy"].confidence == "high"
+
+
+def test_missing_gpu_activity_and_truncated_window(tmp_path):
+    b = _stall(TraceBuilder())
+    # 20 launches whose kernels were not recorded, and 10 kernels whose launches fall before the profile
+    for i in range(20):
+        b.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 1,
+                         "ts": 1700 + i, "dur": 1, "args": {"correlation": 90_000 + i}})
+    for i in range(10):
+        b.events.append({"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_tn", "pid": 0, "tid": 7,
+                         "ts": 20 + 10 * i, "dur": 5, "args": {"correlation": 80_000 + i, "stream": 7}})
+    d = diagnose(b.write(tmp_path / "m.json.gz"))
+    notes = " ".join(d.notes)
+    assert "have no GPU event" in notes and "truncated" in notes
+    assert all(f.confidence == "medium" for f in d.findings)
+
+
+def test_clock_offsets_between_ranks_lower_cross_rank_findings(tmp_path):
+    # rank 1's clock runs 5 ms ahead and its collective ends disagree with rank 0's by 0 / 400 / 0 / 400 us:
+    # the alignment spreads 400 us (IQR) > 50 us -> a note, and cross-rank findings are medium
+    d = tmp_path / "job"
+    d.mkdir()
+    for rank in range(2):
+        b = TraceBuilder(rank=rank, world_size=2)
+        off = 5000.0 if rank else 0.0
+        for k in range(4):
+            T = 2000.0 * k + off
+            arrive = 100 if rank == 0 else 900
+            end = 1000 + (400 if rank and k % 2 else 0)
+            b.launch("ampere_sgemm_128x64_tn", T, T + 5, arrive - 5)
+            b.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL", T + 1, T + arrive, end - arrive, stream=20)
+        b.write(d / f"rank{rank}.json.gz")
+    res = diagnose(d)
+    assert any("rank clocks differ" in n for n in res.notes)
+    for f in res.findings:
+        if f.kind in ("straggler", "exposed_comm"):
+            assert f.confidence == "medium"
+    assert res.cross_rank["clock_offset_us"][1] > 4000
+
+
+def test_confidence_and_notes_reach_json_and_html(tmp_path):
+    d = diagnose(_stall(TraceBuilder(), steps=2).write(tmp_path / "o.json.gz"))
+    doc = json.loads(json.dumps(d.to_json()))
+    f = doc["findings"][0]
+    assert f["confidence"] == "medium" and f["notes"] and "changes" not in f
+    assert doc["ranks"][0]["confidence"] == "medium"
+    html = write_report(d, tmp_path / "r.html").read_text()
+    assert "confidence medium" in html and "1 complete profiler step" in html
