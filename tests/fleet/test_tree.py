@@ -99,6 +99,30 @@ def test_explain_names_where_each_fault_sits(trees):
     assert second.factor == "below_plan"
 
 
+FAULT_RUNS = {"checkpoint": ["tree-02-gpu-node-1-llama-pretrain"], "data_wait": ["tree-05-gpu-node-2-llama-anneal"],
+              "restart": ["tree-01-gpu-node-0-llama-anneal"]}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_faults_are_placed_under_run_to_run_noise(seed):
+    # every run's MFU, data wait, checkpoint, start-up and evaluation time drawn with a 5% CV
+    fleet = TreeFleet(n_steps=50, noise=0.05, seed=seed, hosts=tuple(f"gpu-node-{i}" for i in range(6)),
+                      data_stall={"host": "gpu-node-2", "job": "llama-anneal", "steps": 50, "extra_s": 3.0})
+    t = build_tree(fleet.records())
+    assert [s.attrs for s in explain(t, "below_plan").segments] == [{"host": "gpu-node-3"}]
+    for factor, runs in FAULT_RUNS.items():
+        assert [s.run_ids for s in explain(t, factor).segments] == [runs], factor
+    assert not explain(t, "kernels").segments and not explain(t, "communication").segments
+
+
+def test_one_stalled_run_among_many_is_still_named():
+    # 80 runs: the stall is ~3% of the fleet's checkpoint time, so the factor is "mostly spread",
+    # yet the run holding the excess is named
+    t = build_tree(TreeFleet(n_steps=20, hosts=tuple(f"gpu-node-{i}" for i in range(40))).records())
+    e = explain(t, "checkpoint")
+    assert [s.run_ids for s in e.segments] == [FAULT_RUNS["checkpoint"]] and "mostly spread" in e.verdict
+
+
 def test_runs_without_goodput_plan_or_price(tmp_path):
     # an imported run: no goodput split, GPU not in the catalog, no MFU on one of them
     recs = [RunRecord(run_id=f"imp{i}", job="imported", gpu_model="cpu", world_size=2, kind="import",

@@ -1,13 +1,17 @@
 """Where one factor of the metric tree sits: its loss segmented by job, host, version, configuration.
 
-Each run is a leaf with its loss in GPU-hours and its allocated GPU-hours. The measure is the
-derived ratio loss / allocated; a run is expected to lose the fleet's typical rate (the median
-over runs), so a host or version that loses more per allocated GPU-hour stands out while one
-that only ran more does not. Only the excess above the typical rate is searched (a run that
+Each run is a leaf with its loss in GPU-hours and the GPU-hours of the stage the loss comes out
+of (allocated for start-up, restarts and lost work; running for data wait, checkpoint stalls
+and evaluation; productive for the rest). The measure is the derived ratio loss / stage; a run
+is expected to lose the fleet's typical rate (the median over runs), so a host or version that
+loses more per GPU-hour stands out while one that only ran more, or lost more elsewhere, does not. Only the excess above the typical rate is searched (a run that
 loses less than typical is no cause of the loss). trainperf.fleet.localize searches the
-attribute combinations and returns the one that explains the excess most simply; when the
-excess is under MIN_EXCESS_SHARE of the factor, the loss is spread across runs and no segment
-is named.
+attribute combinations and returns the one that explains the excess most simply.
+
+Two shares decide the wording, both MIN_EXCESS_SHARE: a segment is named only when at least
+that share of what its runs lose on the factor is above the typical rate (a run that merely lost
+less elsewhere has a slightly higher rate, not a fault), and the factor is "mostly spread across
+runs" when the named segments hold less than that share of it.
 """
 
 from __future__ import annotations
@@ -16,13 +20,27 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainperf.fleet.tree import LABELS, MetricTree
+from trainperf.fleet.tree import LABELS, NODES, MetricTree
 
 ATTRS = ("job", "host", "version", "config")
-# Name a segment only when the loss above the typical rate is at least this share of the
-# factor: below it, even removing the whole excess recovers under a tenth of the factor, and
-# the factor is a property of every run (the layout, the kernels), not of a place.
+# A segment holds a loss when at least a tenth of what its runs lose is above the typical rate
+# (its rate is >= 1.11x typical); a factor is a place's when the segments hold a tenth of it.
+# Below that, removing the whole excess recovers under a tenth: the loss belongs to every run.
 MIN_EXCESS_SHARE = 0.1
+
+
+STAGES = ("allocated", "running", "productive")
+_PARENT = {k: parent for k, _, _, parent in NODES}
+
+
+def stage_of(key: str) -> str:
+    """Return the stage (allocated, running or productive) whose GPU-hours factor ``key`` comes out of."""
+    node = key
+    while node not in STAGES or node == key:
+        node = _PARENT.get(node)
+        if node is None:
+            return "allocated"
+    return node
 
 
 @dataclass(kw_only=True)
@@ -32,7 +50,7 @@ class Segment:
     attrs: dict
     gpu_h: float  # the factor's GPU-hours in these runs
     excess_gpu_h: float  # above the typical rate
-    rate: float  # loss per allocated GPU-hour in these runs
+    rate: float  # loss per GPU-hour of the stage it comes out of, in these runs
     share: float  # of the factor's excess over the typical rate (fraction)
     run_ids: list
 
@@ -55,32 +73,41 @@ class Explanation:
     factor: str
     label: str
     gpu_h: float
-    typical_rate: float  # median over runs of loss / allocated GPU-hours
-    excess_gpu_h: float  # sum over runs of max(loss - typical rate x allocated, 0)
+    typical_rate: float  # median over runs of loss / stage GPU-hours
+    excess_gpu_h: float  # sum over runs of max(loss - typical rate x stage, 0)
+    stage: str = "allocated"  # the stage the loss comes out of (the rate's denominator)
     explained: float  # fraction of the leaf-level deviation the causes explain (localize)
     confident: bool = False  # localize's own verdict on its answer
     n_runs: int = 0
     segments: list[Segment] = field(default_factory=list)
 
     @property
+    def placed_share(self) -> float:
+        """Return the share of the factor's GPU-hours the named segments hold above the typical rate."""
+        return sum(s.excess_gpu_h for s in self.segments) / self.gpu_h if self.gpu_h > 0 else 0.0
+
+    @property
     def verdict(self) -> str:
         """Return one sentence naming where the loss sits (or that it is spread out)."""
         if self.n_runs < 2:
             return f"{self.label}: {self.n_runs} run, nothing to segment"
+        typical = f"typical {self.typical_rate:.1%} of {self.stage} GPU-hours"
         if not self.segments:
-            return (f"{self.label}: spread across runs, no place holds it (typical {self.typical_rate:.1%} of "
-                    f"allocated GPU-hours; {self.excess_gpu_h:.3g} GPU-h above that)")
+            return f"{self.label}: spread across runs, no place holds it ({typical})"
         hedge = "" if self.confident else "no confident cause; best guess "
         where = " or ".join(s.where for s in self.segments)
         rates = ", ".join(f"{s.rate:.1%}" for s in self.segments)
-        return (f"{self.label}: {hedge}sits in {where} ({rates} of their allocated GPU-hours vs {self.typical_rate:.1%} "
-                f"typical; explains {self.explained:.0%} of the deviation across runs)")
+        held = sum(s.excess_gpu_h for s in self.segments)
+        head = f"{self.label}: " if self.placed_share >= MIN_EXCESS_SHARE else \
+            f"{self.label}: mostly spread across runs ({typical}); above that, "
+        return (f"{head}{hedge}{held:.3g} GPU-h sits in {where} ({rates} of their {self.stage} GPU-hours vs "
+                f"{self.typical_rate:.1%} typical; explains {self.explained:.0%} of the deviation across runs)")
 
     def to_dict(self) -> dict:
         """Return JSON-able data."""
         return {"factor": self.factor, "label": self.label, "gpu_h": self.gpu_h, "typical_rate": self.typical_rate,
-                "excess_gpu_h": self.excess_gpu_h, "n_runs": self.n_runs, "explained": self.explained,
-                "confident": self.confident, "verdict": self.verdict,
+                "excess_gpu_h": self.excess_gpu_h, "stage": self.stage, "n_runs": self.n_runs, "explained": self.explained,
+                "confident": self.confident, "placed_share": self.placed_share, "verdict": self.verdict,
                 "segments": [s.to_dict() for s in self.segments]}
 
 
@@ -90,18 +117,20 @@ def explain(tree: MetricTree, factor: str | None = None) -> Explanation:
 
     key = factor or tree.largest_loss().key
     node = tree.node(key)
-    accts = [a for a in tree.accounts if a.parts.get("allocated", 0.0) > 0]
+    stage = stage_of(key)
+    accts = [a for a in tree.accounts if a.parts.get(stage, 0.0) > 0]
     loss = np.array([a.parts.get(key, 0.0) for a in accts])
-    alloc = np.array([a.parts["allocated"] for a in accts])
+    alloc = np.array([a.parts[stage] for a in accts])
     if not accts:
         return Explanation(factor=key, label=LABELS[key], gpu_h=node.gpu_h, typical_rate=0.0, excess_gpu_h=0.0,
-                           explained=0.0)
+                           explained=0.0, stage=stage)
     typical = float(np.median(loss / alloc))
     expected = alloc * typical
     above = np.maximum(loss, expected)  # only the excess over the typical rate is a cause
     out = Explanation(factor=key, label=LABELS[key], gpu_h=node.gpu_h, typical_rate=typical,
-                      excess_gpu_h=float((above - expected).sum()), explained=0.0, n_runs=len(accts))
-    if len(accts) < 2 or out.excess_gpu_h <= MIN_EXCESS_SHARE * abs(node.gpu_h):
+                      excess_gpu_h=float((above - expected).sum()), explained=0.0, n_runs=len(accts),
+                      stage=stage)
+    if len(accts) < 2 or out.excess_gpu_h <= 1e-9 * abs(node.gpu_h):
         return out
     leaves = {k: np.array([a.attrs[k] for a in accts]) for k in ATTRS}
     # in GPU-seconds: localize's noise model is Poisson-like (variance ~ the expectation), so
@@ -115,6 +144,8 @@ def explain(tree: MetricTree, factor: str | None = None) -> Explanation:
         for k, v in c.attrs.items():
             inside &= leaves[k] == v
         g, al, ex = float(loss[inside].sum()), float(alloc[inside].sum()), float((above - expected)[inside].sum())
+        if ex < MIN_EXCESS_SHARE * g:  # these runs lose about the typical rate: no fault sits here
+            continue
         out.segments.append(Segment(attrs=dict(c.attrs), gpu_h=g, excess_gpu_h=ex, rate=g / al if al else 0.0,
                                     share=ex / out.excess_gpu_h,
                                     run_ids=[a.run_id for a, x in zip(accts, inside) if x]))
@@ -122,11 +153,12 @@ def explain(tree: MetricTree, factor: str | None = None) -> Explanation:
 
 
 def explain_largest(tree: MetricTree) -> list[Explanation]:
-    """Return where the largest loss sits; when it is spread across runs, also where the loss with
-    the most GPU-hours above its typical rate sits (the largest one a place holds)."""
+    """Return where the largest loss sits; when it is mostly spread across runs, also the loss whose
+    named segments hold the most GPU-hours above the typical rate (the largest one a place holds)."""
     first = explain(tree)
-    if first.segments:
+    if first.placed_share >= MIN_EXCESS_SHARE:
         return [first]
     others = [explain(tree, n.key) for n in tree.root.walk() if n.kind == "loss" and n.key != first.factor]
-    placed = [e for e in others if e.segments]
-    return [first] + ([max(placed, key=lambda e: e.excess_gpu_h)] if placed else [])
+    placed = [e for e in others if e.segments and e.confident]
+    held = {id(e): sum(s.excess_gpu_h for s in e.segments) for e in placed}
+    return [first] + ([max(placed, key=lambda e: held[id(e)])] if placed else [])

@@ -10,6 +10,9 @@ compute time) plus ``data_wait_s``; each run pays ``startup_s``, ``n_checkpoints
 - ``checkpoint_stall``: one run's save blocks ``extra_s`` more;
 - ``data_stall``: one run's first ``steps`` steps each wait ``extra_s`` more for data;
 - ``restart``: one run crashes once: ``restart_s`` to relaunch, another start-up, ``lost_steps`` re-done.
+
+``noise`` > 0 draws each run's MFU, data wait, checkpoint, start-up and evaluation times with that
+coefficient of variation (lognormal, seeded by ``seed``): runs differ as real ones do.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ class TreeFleet:
     checkpoint_s: float = 6.0
     other_s: float = 120.0
     start_time: float = 1.79e9
+    noise: float = 0.0
+    seed: int = 0
     slow_host: dict = field(default_factory=lambda: {"host": "gpu-node-3", "slowdown": 0.75})
     checkpoint_stall: dict = field(default_factory=lambda: {"host": "gpu-node-1", "job": "llama-pretrain",
                                                             "extra_s": 600.0})
@@ -49,40 +54,48 @@ class TreeFleet:
 
     def records(self) -> list[RunRecord]:
         """Return one RunRecord per (host, job), faults applied."""
+        import numpy as np
+
+        rng = np.random.default_rng(self.seed)
+        sigma = float(np.sqrt(np.log1p(self.noise ** 2)))
         out = []
         for i, (host, job) in enumerate((h, j) for h in self.hosts for j in self.jobs):
-            out.append(self._run(i, host, job))
+            jitter = dict(zip(("mfu", "wait", "ckpt", "startup", "other"),
+                              np.exp(rng.normal(-sigma ** 2 / 2, sigma, 5)) if sigma > 0 else np.ones(5)))
+            out.append(self._run(i, host, job, jitter))
         return out
 
     def _hit(self, fault: dict | None, host: str, job: str) -> bool:
         return bool(fault) and fault.get("host", host) == host and fault.get("job", job) == job
 
-    def _run(self, i: int, host: str, job: str) -> RunRecord:
-        mfu = self.mfu * (self.slow_host["slowdown"] if self._hit(self.slow_host, host, job) else 1.0)
+    def _run(self, i: int, host: str, job: str, jitter: dict) -> RunRecord:
+        base = self.mfu * jitter["mfu"]
+        mfu = base * (self.slow_host["slowdown"] if self._hit(self.slow_host, host, job) else 1.0)
         busy = self.busy_s * self.mfu / mfu  # same work per step at a lower MFU takes longer
         stall = self.data_stall if self._hit(self.data_stall, host, job) else None
         samples = []
         for s in range(1, self.n_steps + 1):
-            wait = self.data_wait_s + (stall["extra_s"] if stall and s <= stall["steps"] else 0.0)
+            wait = self.data_wait_s * jitter["wait"] + (stall["extra_s"] if stall and s <= stall["steps"] else 0.0)
             step = busy + wait
             samples.append(StepSample(step=s, step_time_s=step, tokens_per_s=self.tokens_per_step / step,
                                       mfu=mfu * busy / step, data_wait_s=wait))
         steps_s = sum(x.step_time_s for x in samples)
         wait_s = sum(x.data_wait_s for x in samples)
-        ckpt = self.n_checkpoints * self.checkpoint_s
+        ckpt = self.n_checkpoints * self.checkpoint_s * jitter["ckpt"]
         if self._hit(self.checkpoint_stall, host, job):
             ckpt += self.checkpoint_stall["extra_s"]
-        startup, restart, lost, attempts = self.startup_s, 0.0, 0.0, 1
+        startup, other = self.startup_s * jitter["startup"], self.other_s * jitter["other"]
+        restart, lost, attempts = 0.0, 0.0, 1
         if self._hit(self.restart, host, job):
-            startup, restart, attempts = 2 * self.startup_s, self.restart["restart_s"], 2
-            lost = self.restart["lost_steps"] * (busy + self.data_wait_s)
-        gp = {"total_s": steps_s + startup + restart + lost + ckpt + self.other_s, "productive_s": steps_s - wait_s,
+            startup, restart, attempts = 2 * startup, self.restart["restart_s"], 2
+            lost = self.restart["lost_steps"] * (busy + self.data_wait_s * jitter["wait"])
+        gp = {"total_s": steps_s + startup + restart + lost + ckpt + other, "productive_s": steps_s - wait_s,
               "startup_s": startup, "data_wait_s": wait_s, "checkpoint_s": ckpt, "restart_s": restart,
-              "lost_work_s": lost, "other_s": self.other_s, "attempts": attempts}
+              "lost_work_s": lost, "other_s": other, "attempts": attempts}
         gp["goodput"] = gp["productive_s"] / gp["total_s"]
         return RunRecord(run_id=f"tree-{i:02d}-{host}-{job}", job=job, host=host, gpu_model=self.gpu_model,
                          torch="2.5.1", cuda="12.4", nccl="2.21.5", git_sha="a1b2c3d4e5f6", world_size=self.gpus,
                          model=self.model, layout=self.layout, started_at=self.start_time + 3600.0 * i,
                          config={"seq_len": 8192, "summary": {"goodput": gp}},
-                         step_time_s=busy + self.data_wait_s, mfu=mfu * busy / (busy + self.data_wait_s),
+                         step_time_s=samples[-1].step_time_s, mfu=samples[-1].mfu,
                          goodput=gp["goodput"], samples=samples)
