@@ -170,3 +170,14 @@ def test_cli_prints_the_verdict_first_and_writes_json_and_html(tmp_path):
     assert compare_runs(str(tmp_path / "a"), str(tmp_path / "b")).headline == first
     bad = CliRunner().invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "nope"), "--store", str(tmp_path)])
     assert isinstance(bad.exception, TrainperfError) and "nope: not a run folder" in str(bad.exception)
+
+
+def test_kernel_e2e_result_gets_compares_verdict():
+    from trainperf.bench.e2e import E2EResult
+
+    rng = np.random.default_rng(7)
+    eager = _curve(rng, 60)
+    res = E2EResult(eager=eager, eager_rounding_variant=eager + rng.normal(0, 1e-4, 60),
+                    kernels=eager + np.where(np.arange(60) >= 30, 0.5, 0.0), step_s={}, applied={})
+    assert res.verdict("eager-div") == "equivalent"
+    assert res.verdict("kernels") == "diverges at step 31"  # index 30 = step 31, the first shifted step

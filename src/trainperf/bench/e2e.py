@@ -33,6 +33,23 @@ class E2EResult:
         """Return max |loss_kernels - loss_eager| over the first steps."""
         return float(np.abs(self.kernels[:steps] - self.eager[:steps]).max())
 
+    def verdict(self, variant: str = "kernels") -> str:
+        """Return ``trainperf compare``'s numerics verdict of ``variant`` against eager: "equivalent"
+        or "diverges at step N" (loss against the batch-noise band of the eager run)."""
+        from trainperf.compare.numerics import compare_numerics
+        from trainperf.compare.runs import RunData
+
+        other = self.kernels if variant == "kernels" else self.eager_rounding_variant
+
+        def run(losses: np.ndarray, name: str) -> RunData:
+            n = len(losses)
+            ones = np.ones(n)
+            return RunData(name=name, step=np.arange(1, n + 1, dtype=float), step_time_s=ones, loss=losses,
+                           grad_norm=np.full(n, np.nan), tokens_per_s=ones, mfu=ones, mem_peak_bytes=ones,
+                           t_end=np.cumsum(ones), t_start=0.0, comparable={"same": True})
+
+        return compare_numerics([run(self.eager, "eager")], [run(other, variant)]).verdict
+
     def late_mean_diff(self, steps: int, variant: str = "kernels") -> float:
         """Return |mean of the last steps losses (variant) - the same for eager|."""
         other = self.kernels if variant == "kernels" else self.eager_rounding_variant
