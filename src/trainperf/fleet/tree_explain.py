@@ -1,17 +1,18 @@
 """Where one factor of the metric tree sits: its loss segmented by job, host, version, configuration.
 
 Each run is a leaf with its loss in GPU-hours and the GPU-hours of the stage the loss comes out
-of (allocated for start-up, restarts and lost work; running for data wait, checkpoint stalls
-and evaluation; productive for the rest). The measure is the derived ratio loss / stage; a run
+of (its parent in the tree: allocated for start-up, restarts and lost work; running for data
+wait, checkpoint stalls and evaluation; productive for below plan; the layout overhead for its
+terms). The measure is the derived ratio loss / stage; a run
 is expected to lose the fleet's typical rate (the median over runs), so a host or version that
 loses more per GPU-hour stands out while one that only ran more, or lost more elsewhere, does not. Only the excess above the typical rate is searched (a run that
 loses less than typical is no cause of the loss). trainperf.fleet.localize searches the
 attribute combinations and returns the one that explains the excess most simply.
 
-Two shares decide the wording, both MIN_EXCESS_SHARE: a segment is named only when at least
-that share of what its runs lose on the factor is above the typical rate (a run that merely lost
-less elsewhere has a slightly higher rate, not a fault), and the factor is "mostly spread across
-runs" when the named segments hold less than that share of it.
+A segment is named only when at least MIN_EXCESS_SHARE of what its runs lose on the factor is
+above the typical rate and its rate stands MIN_Z standard errors above typical (the spread of
+the runs' own rates); the factor is "mostly spread across runs" when the named segments hold
+less than MIN_EXCESS_SHARE of it.
 """
 
 from __future__ import annotations
@@ -27,20 +28,23 @@ ATTRS = ("job", "host", "version", "config")
 # (its rate is >= 1.11x typical); a factor is a place's when the segments hold a tenth of it.
 # Below that, removing the whole excess recovers under a tenth: the loss belongs to every run.
 MIN_EXCESS_SHARE = 0.1
+# ... and when its rate is above typical by this many standard errors, the runs' own spread
+# (1.4826 x the median absolute deviation of their rates, over sqrt(runs in the segment)):
+# one-sided p < 0.0013 for normal run-to-run noise, so noise alone rarely names a place.
+MIN_Z = 3.0
 
 
-STAGES = ("allocated", "running", "productive")
 _PARENT = {k: parent for k, _, _, parent in NODES}
 
 
 def stage_of(key: str) -> str:
-    """Return the stage (allocated, running or productive) whose GPU-hours factor ``key`` comes out of."""
-    node = key
-    while node not in STAGES or node == key:
-        node = _PARENT.get(node)
-        if node is None:
-            return "allocated"
-    return node
+    """Return the stage whose GPU-hours factor ``key`` comes out of: its parent in the tree.
+
+    Start-up, restarts and lost work come out of allocated; data wait, checkpoints and evaluation
+    out of running; below plan out of productive; the layout's terms out of the layout overhead
+    (so a run that does more work per hour is not "more overhead").
+    """
+    return _PARENT.get(key) or "allocated"
 
 
 @dataclass(kw_only=True)
@@ -139,14 +143,18 @@ def explain(tree: MetricTree, factor: str | None = None) -> Explanation:
     loc = localize(leaves, above * sec, expected * sec, real_b=alloc * sec, expected_b=alloc * sec)
     out.explained = float(loc.explained)
     out.confident = bool(getattr(loc, "confident", loc.explained >= 0.3))
+    rates = loss / alloc
+    sigma = 1.4826 * float(np.median(np.abs(rates - typical)))
     for c in loc.causes:
         inside = np.ones(len(accts), bool)
         for k, v in c.attrs.items():
             inside &= leaves[k] == v
         g, al, ex = float(loss[inside].sum()), float(alloc[inside].sum()), float((above - expected)[inside].sum())
-        if ex < MIN_EXCESS_SHARE * g:  # these runs lose about the typical rate: no fault sits here
+        rate = g / al if al else 0.0
+        z = (rate - typical) * np.sqrt(inside.sum()) / sigma if sigma > 0 else np.inf
+        if ex < MIN_EXCESS_SHARE * g or z < MIN_Z:  # about the typical rate, or within the runs' noise
             continue
-        out.segments.append(Segment(attrs=dict(c.attrs), gpu_h=g, excess_gpu_h=ex, rate=g / al if al else 0.0,
+        out.segments.append(Segment(attrs=dict(c.attrs), gpu_h=g, excess_gpu_h=ex, rate=rate,
                                     share=ex / out.excess_gpu_h,
                                     run_ids=[a.run_id for a, x in zip(accts, inside) if x]))
     return out
