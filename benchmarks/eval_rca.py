@@ -13,7 +13,12 @@ Baseline: Adtributor (Bhagwan et al., NSDI 2014) for derived measures, as in ris
 attribute, elements sorted by surprise (Jensen-Shannon of numerator and denominator shares),
 added while each explains >= 10% (T_EEP) until 67% (T_EP) is explained; top 3 attributes.
 
-    .venv/bin/python benchmarks/eval_rca.py [--data ../shared/data/rca/rs]
+Also scored: synthetic incidents (trainperf.fleet.incidents, sets "fundamental" and "derived",
+after the Squeeze/RiskLoc designs). ``--cv``: a grid of the localisation settings, chosen
+leave-one-dataset-out (on the other datasets, scored on the held-out one) and, for RS, by 5
+folds (chosen on 4/5 of RS plus the synthetic sets, scored on the held-out fifth).
+
+    .venv/bin/python benchmarks/eval_rca.py [--data ../shared/data/rca/rs] [--cv] [--synthetic 90]
 """
 
 from __future__ import annotations
@@ -28,62 +33,169 @@ import yaml
 from trainperf.fleet.evaluate import cause_key, adtributor, score
 
 
-PARAMS: dict = {}
+def _f1(tot) -> tuple[float, float]:
+    """Return (micro-F1, partial-F1) of summed [TP, FP, FN, soft precision, soft recall]."""
+    tp, fp, fn, sp, sr = tot
+    f1 = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0
+    prec, rec = sp / max(tp + fp, 1), sr / max(tp + fn, 1)
+    return f1, (2 * prec * rec / (prec + rec) if prec + rec else 0.0)
+
+
+def rs_incidents(data: Path, history: int) -> list[dict]:
+    """Return the RS incidents as {"name", "table" (LeafTable), "truth"}, forecasts from the last ``history`` minutes."""
+    from trainperf.fleet.localize import leaf_table, read_csv_columns
+
+    out = []
+    # BaseLoader: every scalar a string (YAML 1.1 reads 20200530_120238_1067459140 as an integer)
+    for inc in yaml.load((data / "anomaly.yaml").read_text(), Loader=yaml.BaseLoader):
+        path = data / f"{inc['data']}.csv"
+        if not path.exists():
+            raise SystemExit(f"{path}: missing (named in anomaly.yaml)")
+        truth = inc["cause"] if isinstance(inc["cause"], list) else [inc["cause"]]
+        cols = read_csv_columns(str(path))
+        at = int(inc["timestamp"])
+        out.append({"name": inc["data"], "cols": cols, "at": at,
+                    "table": leaf_table(cols, "min", "value", at, per="cnt", history=history),
+                    "truth": [{k: str(v) for k, v in c.items()} for c in truth]})
+    return out
+
+
+def synthetic_incidents(name: str, n: int, seed: int) -> list[dict]:
+    """Return ``n`` synthetic incidents of set ``name`` (trainperf.fleet.incidents) in the same form."""
+    from trainperf.fleet.incidents import incident_set
+    from trainperf.fleet.localize import LeafTable
+
+    return [{"name": f"{name}-{i}", "truth": inc.causes, "setting": inc.setting,
+             "table": LeafTable(leaves=inc.leaves, real=inc.real, expected=inc.expected, real_b=inc.real_b)}
+            for i, inc in enumerate(incident_set(name, n, seed))]
+
+
+GRID = {"penalty": [0.02, 0.05, 0.1], "parsimony_ratio": [0.1, 0.25, 0.5], "parsimony_z": [1.645, 2.326, 3.09]}
+
+
+def grid_scores(sets: dict[str, list[dict]], grid: list) -> dict[str, np.ndarray]:
+    """Return per set an array [setting, incident, 5] of (TP, FP, FN, soft P, soft R)."""
+    from trainperf.fleet.localize import localize_each
+
+    out = {}
+    for name, incs in sets.items():
+        arr = np.zeros((len(grid), len(incs), 5))
+        for j, inc in enumerate(incs):
+            t = inc["table"]
+            for g, res in enumerate(localize_each(t.leaves, t.real, t.expected, grid, real_b=t.real_b)):
+                arr[g, j] = score(res.root_causes, inc["truth"])
+        out[name] = arr
+    return out
+
+
+def cross_validate(scores: dict[str, np.ndarray], grid: list, default: int) -> None:
+    """Print micro-F1 per dataset: defaults, leave-one-dataset-out choice, and 5-fold on RS."""
+    def pick(parts: list[np.ndarray]) -> int:
+        tot = sum(p.sum(axis=1) for p in parts)  # [setting, 5]
+        f1 = np.array([_f1(t)[0] for t in tot])
+        return int(np.argmax(f1))  # ties: the first in grid order
+
+    def desc(g: int) -> str:
+        o = grid[g]
+        return f"penalty {o.penalty}, ratio {o.parsimony_ratio}, z {o.parsimony_z}"
+
+    print(f"\n{'dataset':<12} {'n':>4} {'defaults F1':>11} {'LODO F1':>8} {'LODO partial':>12}  chosen on the other datasets")
+    for name, arr in scores.items():
+        g = pick([a for k, a in scores.items() if k != name])
+        f_def = _f1(arr[default].sum(axis=0))[0]
+        f, pf = _f1(arr[g].sum(axis=0))
+        print(f"{name:<12} {arr.shape[1]:>4} {f_def:>11.3f} {f:>8.3f} {pf:>12.3f}  {desc(g)}")
+    if "RS" in scores:
+        rs = scores["RS"]
+        rng = np.random.default_rng(0)
+        fold = rng.permutation(rs.shape[1]) % 5
+        tot = np.zeros(5)
+        for k in range(5):
+            others = [a for n, a in scores.items() if n != "RS"] + [rs[:, fold != k]]
+            g = pick(others)
+            tot += rs[g][fold == k].sum(axis=0)
+        f, pf = _f1(tot)
+        print(f"RS, 5 folds: chosen on 4/5 of RS + the synthetic sets, scored on the held-out fifth: micro-F1 {f:.3f}, "
+              f"partial {pf:.3f} (TP {int(tot[0])}, FP {int(tot[1])}, FN {int(tot[2])})")
+    g_all = pick(list(scores.values()))
+    print(f"chosen on all datasets: {desc(g_all)}; in-sample: " + ", ".join(
+        f"{n} {_f1(a[g_all].sum(axis=0))[0]:.3f}" for n, a in scores.items()))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(Path(__file__).resolve().parents[1] / "../shared/data/rca/rs"))
     ap.add_argument("--history", type=int, default=4)
+    ap.add_argument("--cv", action="store_true", help="grid + leave-one-dataset-out choice of the parameters")
+    ap.add_argument("--synthetic", type=int, default=90, help="incidents per synthetic set")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
-    from trainperf.fleet.localize import localize_rows, read_csv_columns
+    from trainperf.fleet.localize import LocalizeOptions, localize
 
-    data = Path(args.data)
-    incidents = yaml.safe_load((data / "anomaly.yaml").read_text())
+    rs = rs_incidents(Path(args.data), args.history)
+    sets = {"RS": rs, "fundamental": synthetic_incidents("fundamental", args.synthetic, 1),
+            "derived": synthetic_incidents("derived", args.synthetic, 2)}
     tot = {m: np.zeros(5) for m in ("trainperf", "adtributor")}
     secs = {m: 0.0 for m in tot}
-    for inc in incidents:
-        path = data / f"{inc['data']}.csv"
-        if not path.exists():
-            continue
-        truth = inc["cause"] if isinstance(inc["cause"], list) else [inc["cause"]]
-        truth = [{k: str(v) for k, v in c.items()} for c in truth]
-        cols = read_csv_columns(str(path))
-        t0 = time.perf_counter()
-        res = localize_rows(cols, "min", "value", inc["timestamp"], per="cnt", history=args.history, **PARAMS)
-        secs["trainperf"] += time.perf_counter() - t0
-        pred = res.root_causes
-        s = score(pred, truth)
-        tot["trainperf"] += s
-        # Adtributor on the same leaves and forecasts
-        t0 = time.perf_counter()
-        attrs = [c for c in cols if c not in ("min", "value", "cnt")]
-        t = cols["min"]
-        now = t == inc["timestamp"]
-        past_t = np.unique(t[t < inc["timestamp"]])[-args.history:]
-        keys = np.stack([cols[a].astype(str) for a in attrs], 1)
-        lk, li = np.unique(keys, axis=0, return_inverse=True)
-        li = li.ravel()
-        m = len(lk)
-        past = np.isin(t, past_t)
-        npast = np.maximum(np.bincount(li[past], minlength=m), 1)
-        ra = np.bincount(li[now], cols["value"][now].astype(float), m)
-        rb = np.bincount(li[now], cols["cnt"][now].astype(float), m)
-        pa = np.bincount(li[past], cols["value"][past].astype(float), m) / npast
-        pb = np.bincount(li[past], cols["cnt"][past].astype(float), m) / npast
-        apred = adtributor({a: lk[:, j] for j, a in enumerate(attrs)}, ra, pa, rb, pb)
-        secs["adtributor"] += time.perf_counter() - t0
-        tot["adtributor"] += score(apred, truth)
-        if args.verbose:
-            print(inc["data"], "truth", [cause_key(c) for c in truth], "ours", [cause_key(c) for c in pred],
-                  f"expl={res.explained:.2f}", "adt", [cause_key(c) for c in apred][:4])
+    syn = {n: np.zeros(5) for n in sets if n != "RS"}
+    for name, incs in sets.items():
+        for inc in incs:
+            t = inc["table"]
+            t0 = time.perf_counter()
+            res = localize(t.leaves, t.real, t.expected, real_b=t.real_b)
+            if name != "RS":
+                syn[name] += score(res.root_causes, inc["truth"])
+                continue
+            secs["trainperf"] += time.perf_counter() - t0
+            tot["trainperf"] += score(res.root_causes, inc["truth"])
+            # Adtributor on the same leaves and forecasts
+            t0 = time.perf_counter()
+            apred = _adtributor_rs(inc, args.history)
+            secs["adtributor"] += time.perf_counter() - t0
+            tot["adtributor"] += score(apred, inc["truth"])
+            if args.verbose:
+                print(inc["name"], "truth", [cause_key(c) for c in inc["truth"]], "ours",
+                      [cause_key(c) for c in res.root_causes], f"expl={res.explained:.2f}",
+                      "adt", [cause_key(c) for c in apred][:4])
+    print(f"RS ({len(rs)} incidents), defaults {LocalizeOptions()}")
     print(f"{'method':<11} {'TP':>4} {'FP':>4} {'FN':>4} {'micro-F1':>9} {'partial-F1':>11} {'seconds':>8}")
-    for mth, (tp, fp, fn, sp, sr) in tot.items():
-        f1 = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0
-        prec, rec = sp / max(tp + fp, 1), sr / max(tp + fn, 1)
-        pf1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
-        print(f"{mth:<11} {int(tp):>4} {int(fp):>4} {int(fn):>4} {f1:>9.3f} {pf1:>11.3f} {secs[mth]:>8.2f}")
+    for mth, t in tot.items():
+        f1, pf1 = _f1(t)
+        print(f"{mth:<11} {int(t[0]):>4} {int(t[1]):>4} {int(t[2]):>4} {f1:>9.3f} {pf1:>11.3f} {secs[mth]:>8.2f}")
+    for name, t in syn.items():
+        f1, pf1 = _f1(t)
+        print(f"synthetic {name} ({args.synthetic} incidents): TP {int(t[0])} FP {int(t[1])} FN {int(t[2])} "
+              f"micro-F1 {f1:.3f} partial {pf1:.3f}")
+    if args.cv:
+        import itertools
+
+        grid = [LocalizeOptions(**dict(zip(GRID, v))) for v in itertools.product(*GRID.values())]
+        d = LocalizeOptions()
+        default = next(i for i, o in enumerate(grid) if (o.penalty, o.parsimony_ratio, o.parsimony_z)
+                       == (d.penalty, d.parsimony_ratio, d.parsimony_z))
+        t0 = time.perf_counter()
+        cross_validate(grid_scores(sets, grid), grid, default)
+        print(f"(grid of {len(grid)} settings: {time.perf_counter() - t0:.0f} s)")
+
+
+def _adtributor_rs(inc: dict, history: int) -> list[dict]:
+    """Adtributor on an RS incident's leaves: forecasts = mean of the last ``history`` minutes."""
+    cols, at = inc["cols"], inc["at"]
+    attrs = [c for c in cols if c not in ("min", "value", "cnt")]
+    t = cols["min"]
+    now = t == at
+    past_t = np.unique(t[t < at])[-history:]
+    keys = np.stack([cols[a].astype(str) for a in attrs], 1)
+    lk, li = np.unique(keys, axis=0, return_inverse=True)
+    li = li.ravel()
+    m = len(lk)
+    past = np.isin(t, past_t)
+    npast = np.maximum(np.bincount(li[past], minlength=m), 1)
+    ra = np.bincount(li[now], cols["value"][now].astype(float), m)
+    rb = np.bincount(li[now], cols["cnt"][now].astype(float), m)
+    pa = np.bincount(li[past], cols["value"][past].astype(float), m) / npast
+    pb = np.bincount(li[past], cols["cnt"][past].astype(float), m) / npast
+    return adtributor({a: lk[:, j] for j, a in enumerate(attrs)}, ra, pa, rb, pb)
 
 
 if __name__ == "__main__":

@@ -84,3 +84,74 @@ def test_bad_input():
         localize_rows(cols, "t", "m", at=0)
     with pytest.raises(TrainperfError, match="not numeric"):
         localize_rows({**cols, "m": np.array(["a", "b"])}, "t", "m", at=1)
+
+
+def _derived_table(rates: dict, requests: dict):
+    """Leaves a x b with requests per b value; historical failure rate 2%; ``rates`` overrides (a, b)."""
+    a, b = np.meshgrid(["0", "1", "2"], list(requests), indexing="ij")
+    a, b = a.ravel(), b.ravel()
+    req = np.array([requests[v] for v in b], float)
+    rate = np.array([rates.get((x, y), 0.02) for x, y in zip(a, b)])
+    return {"a": a, "b": b}, req * rate, req * 0.02, req
+
+
+def test_parsimony_a_dominant_value_is_not_appended():
+    # every leaf with a=1 fails more (6%, or 5% on b=y); b=x carries 90% of the traffic, so
+    # {a=1 & b=x} explains most of the change, but the leaves it leaves out moved too: by hand,
+    # siblings (a=1, b in {y, z}): 1000 requests, 20 failures expected, 55 seen; the child's own
+    # increment 0.04 per request -> under the parent they move by >= 0.5 x 0.04 x 1000 = 20 <= 35
+    leaves, real, exp, req = _derived_table({("1", "x"): 0.06, ("1", "y"): 0.05, ("1", "z"): 0.06},
+                                            {"x": 9000, "y": 500, "z": 500})
+    res = localize(leaves, real, exp, real_b=req, parsimony_ratio=0.5)
+    assert res.root_causes == [{"a": "1"}] and res.confident
+    assert res.causes[0].before == pytest.approx(0.02) and res.causes[0].after == pytest.approx(0.0595)
+
+
+def test_parsimony_a_specific_cause_earns_its_place():
+    # only a=1 & b=x fails more; a=1 on y and z (6000 requests) stays at 2%: by hand z = (0.5 x
+    # 0.04 x 6000 - 0) / sqrt(120) = 10.95 >= 2.33, so the child stays
+    from trainperf.fleet.localize import child_z
+
+    leaves, real, exp, req = _derived_table({("1", "x"): 0.06}, {"x": 9000, "y": 3000, "z": 3000})
+    res = localize(leaves, real, exp, real_b=req, parsimony_ratio=0.5)
+    assert res.root_causes == [{"a": "1", "b": "x"}]
+    parent, child = leaves["a"] == "1", (leaves["a"] == "1") & (leaves["b"] == "x")
+    assert child_z(real, exp, req, parent, child, 1.0, 1.0, 0.5) == pytest.approx(120 / np.sqrt(120))
+
+
+def test_always_a_ranked_answer_with_confidence():
+    # a small change drowned in leaf noise: the best guess is still given, flagged as not confident
+    rng = np.random.default_rng(3)
+    a, b = np.meshgrid([str(i) for i in range(6)], [str(i) for i in range(6)], indexing="ij")
+    leaves = {"a": a.ravel(), "b": b.ravel()}
+    exp = np.full(36, 100.0)
+    real = exp * (1 + 0.1 * rng.standard_normal(36))
+    real[leaves["a"] == "2"] *= 1.08
+    res = localize(leaves, real, exp)
+    assert res.causes and not res.confident and res.explained < 0.3
+    assert res.verdict.startswith("no confident cause; best guess")
+    assert res.alternatives and all(0 <= c.confidence <= 1 for c in res.causes + res.alternatives)
+    ranked = [c.confidence for c in res.alternatives]
+    assert ranked == sorted(ranked, reverse=True)
+    assert res.to_dict()["confident"] is False and res.to_dict()["root_causes"]
+
+
+def test_synthetic_incidents_follow_their_settings():
+    from trainperf.fleet.incidents import synthetic_incident
+
+    rng = np.random.default_rng(5)
+    for layer, n_causes in ((1, 1), (2, 3), (3, 2)):
+        inc = synthetic_incident(rng, n_causes=n_causes, layer=layer, noise=0.0)
+        assert len(inc.causes) == n_causes and all(len(c) == layer for c in inc.causes)
+        assert len({tuple(sorted(c)) for c in inc.causes}) == 1  # one cuboid
+        under = np.zeros(len(inc.real), bool)
+        for c in inc.causes:
+            m = np.all([inc.leaves[k] == v for k, v in c.items()], axis=0)
+            assert m.any() and not (under & m).any()  # disjoint elements
+            ratio = inc.real[m] / inc.expected[m]
+            assert np.allclose(ratio, ratio[0]) and abs(ratio[0] - 1) >= 0.2  # one magnitude per cause
+            under |= m
+        assert np.allclose(inc.real[~under], inc.expected[~under])  # noise 0: the rest stays
+    # a noise-free single cause is found exactly (reference: the injected truth)
+    inc = synthetic_incident(np.random.default_rng(6), n_causes=1, layer=2, noise=0.0)
+    assert localize(inc.leaves, inc.real, inc.expected).root_causes == inc.causes

@@ -227,16 +227,16 @@ def localize_cmd(csv: str = typer.Option(None, "--csv", help="CSV: one row per l
     from rich.table import Table
 
     con = Console()
-    con.print(f"total before {res.total_before:.6g}, after {res.total_after:.6g}; "
-              f"the causes explain {res.explained:.0%} of the leaf-level deviation")
+    con.print(f"total before {res.total_before:.6g}, after {res.total_after:.6g}; {res.verdict}", highlight=False)
     if not res.causes:
-        con.print("no attribute combination explains the change")
         return
-    t = Table("root cause", "before", "after", "share of change", "leaves")
-    for c in res.causes:
-        t.add_row(" & ".join(f"{k}={v}" for k, v in c.attrs.items()), f"{c.before:.4g}", f"{c.after:.4g}",
-                  f"{c.share:.0%}", str(c.n_leaves))
+    t = Table("rank", "cause", "confidence", "before", "after", "share of change", "leaves")
+    for i, c in enumerate(res.causes + res.alternatives):
+        label = "answer" if i < len(res.causes) else "alternative"
+        t.add_row(f"{i + 1} ({label})", " & ".join(f"{k}={v}" for k, v in c.attrs.items()), f"{c.confidence:.0%}",
+                  f"{c.before:.4g}", f"{c.after:.4g}", f"{c.share:.0%}", str(c.n_leaves))
     con.print(t)
+    con.print("confidence: the share of the leaf-level deviation the cause alone explains", highlight=False)
 
 
 def gate(baseline: str = typer.Option(..., "--baseline", help="Run id, folder or file (one number per line)."),

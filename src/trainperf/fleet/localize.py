@@ -22,7 +22,7 @@ Hand-written: no maintained Python library implements multi-dimensional root-cau
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -38,31 +38,77 @@ class Cause:
     after: float  # the measure observed at the change
     share: float  # share of the total change this element explains (0..1, may exceed 1)
     n_leaves: int
+    confidence: float = 0.0  # fraction of the leaf-level deviation (L1) this element alone explains (0..1)
 
     def to_dict(self) -> dict:
         """Return JSON-able data."""
         return {"attrs": self.attrs, "before": self.before, "after": self.after, "share": self.share,
-                "n_leaves": self.n_leaves}
+                "n_leaves": self.n_leaves, "confidence": self.confidence}
 
 
 @dataclass
 class Localization:
-    """The root causes of a change and the evidence for them."""
+    """The root causes of a change and the evidence for them.
+
+    ``causes``: the answer (the best candidate's elements), never empty when anything deviates;
+    ``confident``: whether the answer explains at least ``min_explained`` of the deviation (if
+    not, it is the best guess: "no confident cause"); ``alternatives``: the next candidates
+    (other attribute combinations), ranked, each with its confidence.
+    """
 
     causes: list[Cause] = field(default_factory=list)
-    explained: float = 0.0  # fraction of the leaf-level deviation the model explains (0..1)
+    explained: float = 0.0  # fraction of the leaf-level deviation the answer explains (0..1)
     total_before: float = 0.0
     total_after: float = 0.0
+    confident: bool = False
+    alternatives: list[Cause] = field(default_factory=list)
 
     @property
     def root_causes(self) -> list[dict]:
-        """Return the causes as [{"attr": "value", ...}, ...]."""
+        """Return the answer's causes as [{"attr": "value", ...}, ...] (the best guess when not confident)."""
         return [c.attrs for c in self.causes]
+
+    @property
+    def verdict(self) -> str:
+        """Return one line: the causes, or "no confident cause" with the best guess."""
+        names = ", ".join(" & ".join(f"{k}={v}" for k, v in c.attrs.items()) for c in self.causes)
+        if not self.causes:
+            return "no deviation to explain"
+        if self.confident:
+            return f"root cause: {names} (explains {self.explained:.0%} of the deviation)"
+        return f"no confident cause; best guess {names} explains only {self.explained:.0%} of the deviation"
 
     def to_dict(self) -> dict:
         """Return JSON-able data (``root_causes`` first)."""
-        return {"root_causes": self.root_causes, "explained": self.explained, "total_before": self.total_before,
-                "total_after": self.total_after, "causes": [c.to_dict() for c in self.causes]}
+        return {"root_causes": self.root_causes, "confident": self.confident, "verdict": self.verdict,
+                "explained": self.explained, "total_before": self.total_before, "total_after": self.total_after,
+                "causes": [c.to_dict() for c in self.causes], "alternatives": [c.to_dict() for c in self.alternatives]}
+
+
+@dataclass(kw_only=True, frozen=True, slots=True)
+class LocalizeOptions:
+    """Settings of the root-cause search (defaults chosen by leave-one-dataset-out CV, docs/benchmarks.md).
+
+    ``max_depth``: most attributes in one combination; ``max_elements``: most elements in one
+    cause set; ``penalty``: the fraction of the deviation each attribute=value pair must explain
+    (prefers general causes); ``parsimony_z``, ``parsimony_ratio``: a more specific combination keeps
+    its place over its parent only when the leaves it leaves out clearly moved less than
+    ``parsimony_ratio`` of its own change (``child_z`` at least this one-sided z; 2.33: p < 0.01); ``min_explained``: the answer is "confident" when it
+    explains at least this fraction of the leaf-level deviation (L1).
+    """
+
+    max_depth: int = 3
+    max_elements: int = 4
+    penalty: float = 0.05
+    parsimony_z: float = 2.326
+    parsimony_ratio: float = 0.5
+    min_explained: float = 0.3
+
+    def __post_init__(self):
+        if self.max_depth < 1 or self.max_elements < 1:
+            raise TrainperfError("localize options: max_depth and max_elements must be >= 1")
+        if self.penalty < 0 or self.parsimony_z < 0 or not 0 <= self.min_explained <= 1:
+            raise TrainperfError("localize options: penalty and parsimony_z must be >= 0, min_explained in [0, 1]")
 
 
 def expected_values(real_a: np.ndarray, pred_a: np.ndarray, real_b: np.ndarray | None = None,
@@ -82,8 +128,8 @@ def expected_values(real_a: np.ndarray, pred_a: np.ndarray, real_b: np.ndarray |
     return real_b * rate
 
 
-def _model_loss(real: np.ndarray, exp: np.ndarray, weight: np.ndarray, inside: np.ndarray) -> float:
-    """L1 loss of the model "leaves inside move together, the rest stay at their expectation".
+def _fit(real: np.ndarray, exp: np.ndarray, weight: np.ndarray, inside: np.ndarray) -> np.ndarray:
+    """The model "leaves inside move together, the rest stay at their expectation": its prediction.
 
     Inside, each leaf's expectation moves by ``weight * delta`` with one shared delta fitted to the
     inside total: weight = the leaf's denominator for a derived measure (the ratio rises by the
@@ -92,45 +138,136 @@ def _model_loss(real: np.ndarray, exp: np.ndarray, weight: np.ndarray, inside: n
     """
     w_in = weight[inside].sum()
     delta = (real[inside].sum() - exp[inside].sum()) / w_in if w_in > 0 else 0.0
-    model = np.where(inside, exp + weight * delta, exp)
-    return float(np.abs(real - model).sum())
+    return np.where(inside, exp + weight * delta, exp)
 
 
-def localize(leaves: dict[str, np.ndarray], real: np.ndarray, expected: np.ndarray, max_depth: int = 3,
-             max_elements: int = 4, penalty: float = 0.05, min_explained: float = 0.3,
-             real_b: np.ndarray | None = None, expected_b: np.ndarray | None = None) -> Localization:
-    """Return the root causes of real vs expected over the leaves.
+def _model_loss(real: np.ndarray, exp: np.ndarray, weight: np.ndarray, inside: np.ndarray) -> float:
+    """L1 distance between the observed leaves and the model of ``_fit``."""
+    return float(np.abs(real - _fit(real, exp, weight, inside)).sum())
+
+
+def _dispersion(real: np.ndarray, exp: np.ndarray, outside: np.ndarray) -> float:
+    """Noise variance per unit of expectation, from the leaves outside the cause (Poisson-like
+    counts: ~1; continuous measures: their own scale): median of (real - exp)^2 / exp over those
+    leaves, divided by 0.4549 (the median of a chi-square with one degree of freedom)."""
+    ok = outside & (np.abs(exp) > 0)
+    if ok.sum() < 3:
+        return 1.0
+    r = (real[ok] - exp[ok]) ** 2 / np.abs(exp[ok])
+    d = float(np.median(r)) / 0.4549
+    return d if d > 0 else float(np.mean(r)) or 1.0
+
+
+def child_z(real: np.ndarray, exp: np.ndarray, weight: np.ndarray, parent: np.ndarray, child: np.ndarray,
+            sign: float, dispersion: float, min_ratio: float) -> float:
+    """Return the one-sided z by which the child (a more specific cause) beats its parent.
+
+    The siblings are the leaves in ``parent`` but not in ``child``. Under the parent they share the
+    change: each moves by at least ``min_ratio`` of the child's change per unit of weight (a
+    ratio's increment, a sum's relative change). z = (that least move - their observed move) /
+    sqrt(dispersion x their expected total), an over-dispersed Poisson-like normal approximation:
+    large when the siblings clearly did not share the change. No siblings: -inf (the same leaves).
+    """
+    sib = parent & ~child
+    if not sib.any():
+        return -np.inf
+    dev_s = sign * float(real[sib].sum() - exp[sib].sum())
+    dev_c = sign * float(real[child].sum() - exp[child].sum())
+    w_s, w_c = float(weight[sib].sum()), float(weight[child].sum())
+    least = min_ratio * dev_c / w_c * w_s if w_c > 0 else 0.0
+    return float((least - dev_s) / np.sqrt(dispersion * max(float(np.abs(exp[sib]).sum()), 1e-12)))
+
+
+def localize(leaves: dict[str, np.ndarray], real: np.ndarray, expected: np.ndarray,
+             options: LocalizeOptions | None = None, real_b: np.ndarray | None = None,
+             expected_b: np.ndarray | None = None, **fields) -> Localization:
+    """Return the root causes of real vs expected over the leaves, ranked, with a confidence each.
 
     ``leaves``: attribute name -> array of values (one per leaf). ``real``/``expected``: the
-    numerator now and expected (see expected_values). ``real_b``/``expected_b``: the denominator
-    for a derived measure (evidence only). ``max_depth``: most attributes in one combination;
-    ``max_elements``: most elements in one cause set; ``penalty``: the fraction of the deviation
-    each attribute=value pair of a cause must explain to be worth reporting (prefers the most
-    general cause); ``min_explained``: report nothing unless the chosen cause explains this
-    fraction of the leaf-level deviation (L1).
+    numerator now and expected (see expected_values). ``real_b``: the denominator now for a
+    derived measure (``expected_b`` is accepted for symmetry; the expectation already uses it).
+    ``options`` (LocalizeOptions; keyword ``fields`` override its fields).
+    Search: candidates are sets of elements of one cuboid; the best minimises
+    loss / (no-cause loss) + penalty x pairs; then parsimony: while a parent (one attribute
+    fewer) is not refuted (``_parsimony``), the parent replaces it.
     """
+    opts = replace(options or LocalizeOptions(), **fields)
+    return localize_each(leaves, real, expected, [opts], real_b=real_b)[0]
+
+
+def localize_each(leaves: dict[str, np.ndarray], real: np.ndarray, expected: np.ndarray,
+                  options: list[LocalizeOptions], real_b: np.ndarray | None = None) -> list[Localization]:
+    """Return ``localize`` for each settings in ``options``, sharing one candidate search between
+    settings with the same ``max_depth`` and ``max_elements`` (parameter sweeps)."""
     attrs = list(leaves)
     if not attrs:
         raise TrainperfError("localize: no attribute columns")
     real = np.asarray(real, float)
     expected = np.asarray(expected, float)
-    n = len(real)
     total_dev = real.sum() - expected.sum()
     base_loss = float(np.abs(real - expected).sum())
-    out = Localization(total_before=float(expected.sum()), total_after=float(real.sum()))
     # how leaves inside a cause move together: a sum (or mean) scales by one factor (weight =
     # expectation); a derived ratio shifts by one increment (weight = the leaf's denominator)
     weight = np.abs(expected) if real_b is None else np.asarray(real_b, float)
-    if n == 0 or base_loss == 0:
-        return out
     sign = 1.0 if total_dev >= 0 else -1.0
     enc = {a: np.unique(np.asarray(leaves[a]).astype(str), return_inverse=True) for a in attrs}
-    candidates = []  # (loss, complexity, cuboid, element codes, uniques)
+    cuboids: dict = {}  # cuboid -> (element code per leaf, unique element keys)
+    searched: dict = {}
+    results = []
+    for opts in options:
+        out = Localization(total_before=float(expected.sum()), total_after=float(real.sum()))
+        results.append(out)
+        if len(real) == 0 or base_loss == 0:
+            continue
+        key = (opts.max_depth, opts.max_elements)
+        if key not in searched:
+            searched[key] = _candidates(attrs, enc, cuboids, real, expected, weight, sign, *key)
+        ranked = sorted(searched[key], key=lambda c: (c[0] / base_loss + opts.penalty * c[1], c[1]))
+        if not ranked:
+            continue
+        _, _, cuboid, elems = ranked[0]
+        cuboid, elems, loss = _parsimony(cuboid, elems, cuboids, real, expected, weight, sign, opts.parsimony_z,
+                                         opts.parsimony_ratio)
+        out.explained = max(0.0, 1.0 - loss / base_loss)
+        out.confident = out.explained >= opts.min_explained
+
+        def describe(cb, i) -> Cause:
+            codes, uniq = cuboids[cb]
+            mask = codes == i
+            attrs_i = {a: str(enc[a][0][uniq[i][j]]) for j, a in enumerate(cb)}
+            before, after = float(expected[mask].sum()), float(real[mask].sum())
+            if real_b is not None:
+                rb = float(np.asarray(real_b)[mask].sum())
+                before, after = (before / rb if rb else float("nan")), (after / rb if rb else float("nan"))
+            share = float((real[mask].sum() - expected[mask].sum()) / total_dev) if total_dev else float("nan")
+            conf = max(0.0, 1.0 - _model_loss(real, expected, weight, mask) / base_loss)
+            return Cause(attrs=attrs_i, before=before, after=after, share=share, n_leaves=int(mask.sum()),
+                         confidence=conf)
+
+        out.causes = sorted((describe(cuboid, i) for i in elems), key=lambda c: -c.confidence)
+        seen = {cause_key_of(c.attrs) for c in out.causes}
+        for _, _, cb, el in ranked[1:]:
+            if len(out.alternatives) >= 5:
+                break
+            c = describe(cb, el[0])
+            if cause_key_of(c.attrs) not in seen:
+                seen.add(cause_key_of(c.attrs))
+                out.alternatives.append(c)
+        out.alternatives.sort(key=lambda c: -c.confidence)
+    return results
+
+
+def _candidates(attrs, enc, cuboids, real, expected, weight, sign, max_depth, max_elements) -> list[tuple]:
+    """Return [(loss, pairs, cuboid, element indices)]: for each cuboid of up to ``max_depth``
+    attributes, the 1..``max_elements`` most surprising elements moving in the change's direction."""
+    out = []
     for depth in range(1, min(max_depth, len(attrs)) + 1):
         for cuboid in itertools.combinations(attrs, depth):
-            keys = np.stack([enc[a][1] for a in cuboid], axis=1)
-            uniq, codes = np.unique(keys, axis=0, return_inverse=True)
-            codes = codes.ravel()
+            if cuboid not in cuboids:
+                keys = np.stack([enc[a][1] for a in cuboid], axis=1)
+                uniq, codes = np.unique(keys, axis=0, return_inverse=True)
+                cuboids[cuboid] = (codes.ravel(), uniq)
+            codes, uniq = cuboids[cuboid]
             m = len(uniq)
             agg_real = np.bincount(codes, real, m)
             agg_exp = np.bincount(codes, expected, m)
@@ -138,44 +275,82 @@ def localize(leaves: dict[str, np.ndarray], real: np.ndarray, expected: np.ndarr
             # rank elements by how surprising they are: deviation relative to the Poisson-like
             # scale of their expectation (counts) or their size (continuous measures)
             score = dev / np.sqrt(np.abs(agg_exp) + 1.0)
-            order = [i for i in np.argsort(-score) if dev[i] > 0][:max_elements]
+            order = [int(i) for i in np.argsort(-score) if dev[i] > 0][:max_elements]
             for k in range(1, len(order) + 1):
-                chosen = np.array(order[:k])
-                loss = _model_loss(real, expected, weight, np.isin(codes, chosen))
-                candidates.append((loss, depth * k, cuboid, chosen, uniq, agg_real, agg_exp))
-    if not candidates:
-        return out
-    # description length: the unexplained fraction plus a price per attribute=value pair, so a
-    # more specific cause must explain ``penalty`` more of the deviation per extra condition
-    loss, _, cuboid, chosen, uniq, agg_real, agg_exp = min(candidates, key=lambda c: (c[0] / base_loss + penalty * c[1], c[1]))
-    out.explained = 1.0 - loss / base_loss
-    if out.explained < min_explained:
-        return out
-    for i in chosen:
-        attrs_i = {a: str(enc[a][0][uniq[i][j]]) for j, a in enumerate(cuboid)}
-        before, after = float(agg_exp[i]), float(agg_real[i])
-        if real_b is not None and expected_b is not None:
-            mask = np.ones(n, bool)
-            for a, v in attrs_i.items():
-                mask &= np.asarray(leaves[a]).astype(str) == v
-            rb = float(np.asarray(real_b)[mask].sum())
-            before, after = (before / rb if rb else float("nan")), (after / rb if rb else float("nan"))
-        share = float((agg_real[i] - agg_exp[i]) / total_dev) if total_dev else float("nan")
-        out.causes.append(Cause(attrs=attrs_i, before=before, after=after, share=share,
-                                n_leaves=int((np.all([enc[a][1] == uniq[i][j] for j, a in enumerate(cuboid)], axis=0)).sum())))
+                loss = _model_loss(real, expected, weight, np.isin(codes, order[:k]))
+                out.append((loss, depth * k, cuboid, order[:k]))
     return out
+
+
+def cause_key_of(attrs: dict) -> str:
+    """Return a cause as the canonical sorted "attr=value&attr=value" string."""
+    return "&".join(sorted(f"{k}={v}" for k, v in attrs.items()))
+
+
+def _parsimony(cuboid: tuple, elems: list[int], cuboids: dict, real, expected, weight, sign: float, z_crit: float,
+               min_ratio: float):
+    """Replace the cause by its parent (one attribute fewer) unless the child explains significantly more.
+
+    The child (more specific) keeps its place only when, against every parent, the leaves it
+    leaves out clearly did not share the change: ``child_z`` >= z_crit. Otherwise the parent
+    with the smallest loss replaces it, so a dominant value of another attribute is never
+    appended by default. Returns (cuboid, elements, loss) of the description kept.
+    """
+    loss = _model_loss(real, expected, weight, np.isin(cuboids[cuboid][0], elems))
+    while len(cuboid) > 1:
+        codes, uniq = cuboids[cuboid]
+        child = np.isin(codes, elems)
+        disp = _dispersion(real, expected, ~child)
+        best = None
+        for drop in range(len(cuboid)):
+            pc = tuple(a for j, a in enumerate(cuboid) if j != drop)
+            p_codes, p_uniq = cuboids[pc]
+            keep = [j for j in range(len(cuboid)) if j != drop]
+            wanted = {tuple(uniq[i][keep]) for i in elems}
+            p_elems = [i for i, u in enumerate(map(tuple, p_uniq)) if u in wanted]
+            parent = np.isin(p_codes, p_elems)
+            if child_z(real, expected, weight, parent, child, sign, disp, min_ratio) >= z_crit:
+                continue  # the leaves the child leaves out clearly did not share the change
+            p_loss = _model_loss(real, expected, weight, parent)
+            if best is None or p_loss < best[2]:
+                best = (pc, p_elems, p_loss)
+        if best is None:
+            break
+        cuboid, elems, loss = best
+    return cuboid, elems, loss
+
+
+@dataclass(kw_only=True)
+class LeafTable:
+    """One row per leaf at the change: attribute values, the numerator now and expected, the denominator."""
+
+    leaves: dict[str, np.ndarray]
+    real: np.ndarray
+    expected: np.ndarray
+    real_b: np.ndarray | None = None
 
 
 def localize_rows(columns: dict[str, np.ndarray], time_col: str, measure: str, at=None, per: str | None = None,
                   attrs: list[str] | None = None, history: int | None = 4, before: tuple | None = None,
                   after: tuple | None = None, **params) -> Localization:
-    """Localise a change in a table of one row per leaf and time.
+    """Localise a change in a table of one row per leaf and time (``leaf_table``, then ``localize``).
+
+    ``params`` go to ``localize`` (LocalizeOptions fields, or ``options=``).
+    """
+    t = leaf_table(columns, time_col, measure, at=at, per=per, attrs=attrs, history=history, before=before, after=after)
+    return localize(t.leaves, t.real, t.expected, real_b=t.real_b, **params)
+
+
+def leaf_table(columns: dict[str, np.ndarray], time_col: str, measure: str, at=None, per: str | None = None,
+               attrs: list[str] | None = None, history: int | None = 4, before: tuple | None = None,
+               after: tuple | None = None) -> LeafTable:
+    """Return the leaves of a table of one row per leaf and time, with their values now and expected.
 
     ``columns``: column name -> array. The measure is ``measure`` (or the ratio measure/per).
     Either ``at``: the changed time, with the rows before it as history (the last ``history``
     times: 4 by default, as RobustSpot; None = all); or two windows ``before=(t0, t1)`` and ``after=(t2, t3)`` (inclusive).
     Each leaf's value in a window is its mean over the window's rows. ``attrs``: attribute
-    columns (default: every other column). ``params`` go to ``localize``.
+    columns (default: every other column).
     """
     for c in [time_col, measure] + ([per] if per else []):
         if c not in columns:
@@ -250,7 +425,7 @@ def localize_rows(columns: dict[str, np.ndarray], time_col: str, measure: str, a
     present = np.bincount(leaf_idx[now], minlength=m) > 0  # leaves observed at the change
     leaves = {a: leaf_keys[present, j] for j, a in enumerate(attrs)}
     rb = None if real_b is None else real_b[present]
-    return localize(leaves, real_a[present], exp_a[present], real_b=rb, expected_b=rb, **params)
+    return LeafTable(leaves=leaves, real=real_a[present], expected=exp_a[present], real_b=rb)
 
 
 def _fill_new_leaves(leaf_keys, has_hist, pred_a, pred_b, past_keys, past_a, past_b):

@@ -1,0 +1,109 @@
+"""Synthetic multi-dimensional root-cause incidents, after the Squeeze and RiskLoc papers' designs.
+
+Squeeze (Li et al., ISSRE 2019) and RiskLoc (Kalander, 2022) evaluate root-cause localisation
+on incidents built from a table of leaves (full attribute combinations) with a forecast and a
+real value per leaf, anomalies injected into the leaves under 1-3 root causes that sit in one
+cuboid of layer 1-3 (a combination of 1-3 attributes), under increasing forecast noise, for
+fundamental measures (a sum) and derived ones (a ratio of two sums). This module follows that
+description with its own code and choices:
+
+- attributes: ``n_attrs`` (4-6) with 3-12 values each; each value has a popularity (Zipf-like
+  weights, so a few values dominate the traffic, as devices and CDNs do in real data); a leaf's
+  size is the product of its values' popularities times a log-normal factor; only a random
+  subset of the combinations exists (real tables are sparse).
+- noise: the real value of a normal leaf is its forecast times (1 + N(0, noise)) (fundamental),
+  or, for a derived measure (failures / requests), requests vary by that noise and failures are
+  Poisson around requests x the leaf's historical failure rate.
+- anomaly: 1-3 root causes, disjoint elements of one cuboid of layer 1-3, each covering at least
+  1% of the total; every leaf under a cause moves by the cause's own magnitude (a sum by a factor
+  of 1 +- U(0.2, 0.9); a failure rate by a factor of U(1.5, 4)), leaf by leaf with the same noise.
+
+``Incident`` carries what ``trainperf.fleet.localize.localize`` takes, and the true causes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(kw_only=True)
+class Incident:
+    """One synthetic incident: leaves, real and expected numerators (and denominators), true causes."""
+
+    leaves: dict[str, np.ndarray]  # attribute -> value per leaf (strings)
+    real: np.ndarray  # numerator now (a sum, or failures)
+    expected: np.ndarray  # numerator expected (forecast; derived: real_b x historical rate)
+    real_b: np.ndarray | None  # denominator now (derived measures), else None
+    causes: list[dict]  # [{"attr": "value", ...}, ...]
+    setting: dict  # n_causes, layer, noise, derived
+
+
+def _popularity(k: int, rng: np.random.Generator) -> np.ndarray:
+    w = 1.0 / np.arange(1, k + 1) ** rng.uniform(0.5, 1.5)  # Zipf-like: the first value dominates
+    return rng.permutation(w / w.sum())
+
+
+def synthetic_incident(rng: np.random.Generator, *, n_causes: int | None = None, layer: int | None = None,
+                       noise: float | None = None, derived: bool = False, n_leaves: int = 600) -> Incident:
+    """Return one synthetic incident (see the module docstring); unset choices are drawn from ``rng``.
+
+    ``n_causes`` 1-3, ``layer`` 1-3 (attributes per cause), ``noise``: relative forecast noise
+    (0-0.2), ``derived``: failures / requests instead of a sum, ``n_leaves``: combinations drawn.
+    """
+    n_causes = int(rng.integers(1, 4)) if n_causes is None else n_causes
+    layer = int(rng.integers(1, 4)) if layer is None else layer
+    noise = float(rng.choice([0.0, 0.05, 0.1, 0.2])) if noise is None else noise
+    for _ in range(100):
+        inc = _try_incident(rng, n_causes, layer, noise, derived, n_leaves)
+        if inc is not None:
+            return inc
+    raise RuntimeError("could not place the root causes")  # a bug: 100 draws always suffice in practice
+
+
+def _try_incident(rng, n_causes, layer, noise, derived, n_leaves) -> Incident | None:
+    n_attrs = int(rng.integers(4, 7))
+    names = [f"a{i}" for i in range(n_attrs)]
+    sizes = rng.integers(3, 13, n_attrs)
+    pops = [_popularity(int(k), rng) for k in sizes]
+    codes = np.unique(np.stack([rng.choice(int(k), size=n_leaves, p=p) for k, p in zip(sizes, pops)], axis=1), axis=0)
+    size = np.prod([pops[j][codes[:, j]] for j in range(n_attrs)], axis=0) * rng.lognormal(0, 0.5, len(codes))
+    size = 5e5 * size / size.sum()  # total per minute, as the RS incidents' requests (~5e5)
+    # the root causes: disjoint elements of one cuboid, each at least 1% of the total
+    cuboid = sorted(rng.choice(n_attrs, size=layer, replace=False).tolist())
+    elems, inv = np.unique(codes[:, cuboid], axis=0, return_inverse=True)
+    inv = inv.ravel()
+    share = np.bincount(inv, size, len(elems)) / size.sum()
+    eligible = np.flatnonzero((share >= 0.01) & (share <= 0.5))
+    if len(eligible) < n_causes:
+        return None
+    chosen = rng.choice(eligible, size=n_causes, replace=False)
+    up = rng.random() < 0.5 or derived  # a derived measure: failure rates rise
+    factor = np.ones(len(codes))
+    for e in chosen:
+        mag = rng.uniform(1.5, 4.0) if derived else 1 + (1 if up else -1) * rng.uniform(0.2, 0.9)
+        factor[inv == e] = mag
+    causes = [{names[j]: f"v{elems[e][i]}" for i, j in enumerate(cuboid)} for e in chosen]
+    leaves = {names[j]: np.array([f"v{c}" for c in codes[:, j]]) for j in range(n_attrs)}
+    jitter = 1 + noise * rng.standard_normal(len(codes))
+    if not derived:
+        real = np.maximum(size * factor * jitter, 0.0)
+        return Incident(leaves=leaves, real=real, expected=size, real_b=None, causes=causes,
+                        setting={"n_causes": n_causes, "layer": layer, "noise": noise, "derived": False})
+    rate = 0.02 * rng.lognormal(0, 0.5, len(codes))  # historical failure rate per leaf (RS: ~2%)
+    requests = np.maximum(np.round(size * jitter), 1.0)
+    failures = rng.poisson(requests * np.minimum(rate * factor, 1.0)).astype(float)
+    rate_hist = rate * np.maximum(1 + noise * rng.standard_normal(len(codes)), 0.1)  # the forecast's own error
+    return Incident(leaves=leaves, real=failures, expected=requests * rate_hist, real_b=requests, causes=causes,
+                    setting={"n_causes": n_causes, "layer": layer, "noise": noise, "derived": True})
+
+
+def incident_set(name: str, n: int, seed: int) -> list[Incident]:
+    """Return ``n`` seeded incidents of one named set: "fundamental" (sums, noise 0-0.2) or "derived"
+    (failures / requests, noise 0-0.2); layers and cause counts 1-3 drawn evenly."""
+    if name not in ("fundamental", "derived"):
+        raise ValueError(f"unknown incident set {name!r}")
+    rng = np.random.default_rng(seed)
+    return [synthetic_incident(rng, n_causes=1 + i % 3, layer=1 + (i // 3) % 3, derived=name == "derived")
+            for i in range(n)]
