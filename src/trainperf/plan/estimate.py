@@ -97,7 +97,7 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Effi
     sw = sw or Software()
     eff = resolve(eff or Efficiency(), acc, sw.attention)
     f = lambda x: np.asarray(x, dtype=float)  # noqa: E731
-    tp, pp, dp, cp, vpp, mbs, n_micro = map(f, (lay.tp, lay.pp, lay.dp, lay.cp, lay.vpp, lay.mbs, lay.grad_accum))
+    tp, pp, dp, cp, vpp, mbs, grad_accum = map(f, (lay.tp, lay.pp, lay.dp, lay.cp, lay.vpp, lay.mbs, lay.grad_accum))
     ep, etp = f(lay.ep), f(lay.etp)
     sp = np.asarray(lay.sp, dtype=bool) & (tp > 1)
     zero = np.asarray(lay.zero)
@@ -160,18 +160,18 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Effi
     t_mb_avg = m.n_layers / pp * per_layer + head / pp
 
     out = {
-        "compute": n_micro * stage_layers * (layer_fwd + layer_bwd),
-        "recompute": n_micro * stage_layers * layer_recompute,
-        "tp_comm": n_micro * stage_layers * layer_tp,
-        "cp_comm": n_micro * stage_layers * layer_cp,
-        "host_overhead": n_micro * stage_layers * layer_host,
-        "ep_comm": n_micro * stage_layers * layer_ep,
-        "embedding_lm_head": n_micro * head,
+        "compute": grad_accum * stage_layers * (layer_fwd + layer_bwd),
+        "recompute": grad_accum * stage_layers * layer_recompute,
+        "tp_comm": grad_accum * stage_layers * layer_tp,
+        "cp_comm": grad_accum * stage_layers * layer_cp,
+        "host_overhead": grad_accum * stage_layers * layer_host,
+        "ep_comm": grad_accum * stage_layers * layer_ep,
+        "embedding_lm_head": grad_accum * head,
         "pp_bubble": pipeline.bubble_s(pp, vpp, t_mb_avg),
     }
     p2p_bw, p2p_alpha = comm.p2p_link(cluster, eff, tp * cp * dp)
     t_send = comm.p2p_s(tokens * m.hidden * 2.0 / tp, p2p_bw, p2p_alpha)
-    out["pp_p2p"] = pipeline.p2p_exposed_s(pp, n_micro, vpp, t_send, sw.p2p_overlap)
+    out["pp_p2p"] = pipeline.p2p_exposed_s(pp, grad_accum, vpp, t_send, sw.p2p_overlap)
 
     # ---- data parallel (gradients are reduced over dp x cp: cp ranks hold the same weights)
     p_first, p_last = memory.stage_params(m, tp, pp, vpp)
@@ -195,7 +195,7 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Effi
     grad_sync = np.where(zero == 0, ar_g, rs_g)
     param_sync = np.where(zero == 0, 0.0, ag_w)
     # ZeRO-2 keeps only a gradient shard, so it must reduce-scatter after every micro batch
-    grad_rounds = np.where(zero == 2, n_micro, 1.0)
+    grad_rounds = np.where(zero == 2, grad_accum, 1.0)
     if sw.dp_overlap:
         dp_12 = grad_rounds * np.maximum(grad_sync - bwd_window, grad_sync * tail) \
             + np.maximum(param_sync - fwd_window, param_sync * tail)
@@ -204,19 +204,19 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Effi
     fsdp_mb = 2.0 * ag_w + rs_g  # gather for forward, again for backward, reduce-scatter grads
     t_mb_compute = stage_layers * (layer_fwd + layer_bwd + layer_recompute)
     if sw.dp_overlap:
-        dp_3 = n_micro * np.maximum(0.0, fsdp_mb - t_mb_compute) + fsdp_mb * tail
+        dp_3 = grad_accum * np.maximum(0.0, fsdp_mb - t_mb_compute) + fsdp_mb * tail
     else:
-        dp_3 = n_micro * fsdp_mb
+        dp_3 = grad_accum * fsdp_mb
     out["dp_comm"] = np.where(zero >= 3, dp_3, dp_12)
-    dp_total = np.where(zero >= 3, n_micro * fsdp_mb, grad_rounds * grad_sync + param_sync)
-    hidden = n_micro * stage_layers * (layer_tp_hidden + layer_cp_hidden) + (dp_total - out["dp_comm"])
+    dp_total = np.where(zero >= 3, grad_accum * fsdp_mb, grad_rounds * grad_sync + param_sync)
+    hidden = grad_accum * stage_layers * (layer_tp_hidden + layer_cp_hidden) + (dp_total - out["dp_comm"])
     out["comm_contention"] = eff.comm_sm_share * hidden
 
     local_params = params / np.where(zero >= 1, n_dp, 1.0) + p_expert / np.where(zero >= 1, n_edp, 1.0)
     out["optimizer"] = local_params * sw.optimizer_bytes_per_param / hbm
 
     step = sum(out[k] for k in TERMS)
-    global_tokens = dp * mbs * n_micro * seq
+    global_tokens = dp * mbs * grad_accum * seq
     n_gpus = tp * pp * cp * dp
     tps = global_tokens / step / n_gpus
     peak_prec = np.where(fp8, acc.peak_flops("fp8"), peak_nominal)  # MFU: against the rated peak

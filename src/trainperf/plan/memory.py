@@ -130,9 +130,9 @@ def memory_bytes(m: ModelSpec, lay: LayoutArrays, flash=True, dropout=False, gra
     tokens = np.asarray(lay.mbs, dtype=float) * seq / np.asarray(lay.cp, dtype=float)
     per_layer = tokens * activation_bytes_per_token_layer(m, tp, sp, rc, flash, dropout, seq)
     stage_layers = layers_per_stage(m, pp, vpp)
-    n_micro = np.asarray(lay.grad_accum, dtype=float)
-    inflight_first = np.minimum(n_micro, pp) * np.where(vpp > 1, 1.0 + (pp - 1.0) / (pp * vpp), 1.0)
-    inflight_last = np.where(vpp > 1, np.minimum(n_micro * vpp, (vpp - 1.0) * pp + 1.0) / vpp, 1.0)
+    grad_accum = np.asarray(lay.grad_accum, dtype=float)
+    inflight_first = np.minimum(grad_accum, pp) * np.where(vpp > 1, 1.0 + (pp - 1.0) / (pp * vpp), 1.0)
+    inflight_last = np.where(vpp > 1, np.minimum(grad_accum * vpp, (vpp - 1.0) * pp + 1.0) / vpp, 1.0)
     # with full recompute one layer's whole activation set is rebuilt during its backward
     working = np.where(rc == 2, tokens * activation_bytes_per_token_layer(m, tp, sp, 0, flash, dropout, seq), 0.0)
     act_first = stage_layers * per_layer * inflight_first + working

@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 
-def bubble_fraction(pp, n_micro, vpp):
+def bubble_fraction(pp, grad_accum, vpp):
     """Return the pipeline bubble as a fraction of the ideal compute time, (p-1)/(m v)."""
     pp = np.asarray(pp, dtype=float)
-    return (pp - 1.0) / (np.asarray(n_micro, dtype=float) * np.asarray(vpp, dtype=float))
+    return (pp - 1.0) / (np.asarray(grad_accum, dtype=float) * np.asarray(vpp, dtype=float))
 
 
 def bubble_s(pp, vpp, t_micro_stage):
@@ -22,7 +22,7 @@ def bubble_s(pp, vpp, t_micro_stage):
     return (np.asarray(pp, dtype=float) - 1.0) / np.asarray(vpp, dtype=float) * t_micro_stage
 
 
-def p2p_exposed_s(pp, n_micro, vpp, t_send, overlapped):
+def p2p_exposed_s(pp, grad_accum, vpp, t_send, overlapped):
     """Return seconds of exposed pipeline sends per step.
 
     Each micro batch crosses each of a stage's ``v`` chunk boundaries forward and backward
@@ -30,6 +30,6 @@ def p2p_exposed_s(pp, n_micro, vpp, t_send, overlapped):
     them behind compute except in the fill and drain, ``2 (p-1)`` sends on the critical path.
     """
     pp = np.asarray(pp, dtype=float)
-    steady = 2.0 * np.asarray(n_micro, dtype=float) * np.asarray(vpp, dtype=float) * t_send
+    steady = 2.0 * np.asarray(grad_accum, dtype=float) * np.asarray(vpp, dtype=float) * t_send
     edge = 2.0 * (pp - 1.0) * t_send
     return np.where(pp > 1, np.where(overlapped, edge, steady + edge), 0.0)

@@ -88,7 +88,7 @@ def enumerate_layouts(m: ModelSpec, cluster: Cluster, global_batch: int, precisi
                 mbs = mbs_all[(per_replica % mbs_all) == 0]
                 if mbs.size == 0:
                     continue
-                ga = per_replica // mbs
+                grad_accum = per_replica // mbs
                 stage = -(-m.n_layers // pp)
                 vpps = [1] if pp == 1 else [v for v in range(1, MAX_VPP + 1) if stage % v == 0 and pp * v <= m.n_layers]
                 sps = [0, 1] if tp > 1 else [0]
@@ -99,14 +99,14 @@ def enumerate_layouts(m: ModelSpec, cluster: Cluster, global_batch: int, precisi
                 grid = np.array(np.meshgrid(np.arange(mbs.size), vpps, sps, zeros, [0, 1, 2], eps,
                                             indexing="ij")).reshape(6, -1)
                 mi, vpp, sp, zero, rc, ep = grid
-                ok = (vpp == 1) | (ga[mi] % pp == 0)
+                ok = (vpp == 1) | (grad_accum[mi] % pp == 0)
                 k = int(ok.sum())
                 if k == 0:
                     continue
                 block = np.empty((13, k), dtype=np.int64)
                 block[0], block[1], block[2], block[3] = tp, pp, dp, cp
                 block[4], block[5], block[6], block[7] = vpp[ok], sp[ok], zero[ok], rc[ok]
-                block[8], block[9] = mbs[mi[ok]], ga[mi[ok]]
+                block[8], block[9] = mbs[mi[ok]], grad_accum[mi[ok]]
                 block[10] = precision == "fp8"
                 block[11], block[12] = ep[ok], tp
                 parts.append(block)
