@@ -99,9 +99,9 @@ class LocalizeOptions:
 
     max_depth: int = 3
     max_elements: int = 4
-    penalty: float = 0.05
+    penalty: float = 0.02
     parsimony_z: float = 2.326
-    parsimony_ratio: float = 0.5
+    parsimony_ratio: float = 0.25
     min_explained: float = 0.3
 
     def __post_init__(self):
