@@ -32,6 +32,9 @@ MIN_EXCESS_SHARE = 0.1
 # (1.4826 x the median absolute deviation of their rates, over sqrt(runs in the segment)):
 # one-sided p < 0.0013 for normal run-to-run noise, so noise alone rarely names a place.
 MIN_Z = 3.0
+# Fewer runs than this give no estimate of their spread: segments are then named as best guesses
+# (not confident) on the excess rule alone.
+MIN_RUNS_FOR_SPREAD = 5
 
 
 _PARENT = {k: parent for k, _, _, parent in NODES}
@@ -145,6 +148,8 @@ def explain(tree: MetricTree, factor: str | None = None) -> Explanation:
     out.confident = bool(getattr(loc, "confident", loc.explained >= 0.3))
     rates = loss / alloc
     sigma = 1.4826 * float(np.median(np.abs(rates - typical)))
+    if len(accts) < MIN_RUNS_FOR_SPREAD:
+        sigma, out.confident = 0.0, False
     for c in loc.causes:
         inside = np.ones(len(accts), bool)
         for k, v in c.attrs.items():
