@@ -51,7 +51,7 @@ def test_profiler_overhead_lowers_host_findings_only(tmp_path):
     by = {f.kind: f for f in d.findings}
     dl = by["data_loader_stall"]
     assert dl.confidence == "medium"
-    assert any("with_stack=True" in n and "record_shapes=True" in n for n in dl.notes)
+    assert any("with_stack=True" in n and "record_shapes=True" in n and "overstated" in n for n in dl.notes)
     assert by["pageable_copy"].confidence == "high"
 
 

@@ -132,9 +132,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     facts: dict[int, RankFacts] = {}
     for r, t in tables.items():
         waits = comm_waits(xr, r) if xr is not None and r in gpu_ranks else None
-        facts[r] = collect_facts(t, windows[r], waits)
-        if windows[r].note:
-            notes.append(f"rank {r}: {windows[r].note}")
+        facts[r] = collect_facts(t, windows[r], waits)  # the window's own note reaches the notes as a caveat
     if not gpu_ranks:
         notes.append("no kernel/memcpy/memset events in the trace: GPU analyses (breakdown, idle, overlap, "
                      "launches, critical path) are skipped; host-side analyses only")

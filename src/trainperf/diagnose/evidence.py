@@ -43,9 +43,9 @@ def rank_caveats(f: RankFacts) -> list[Caveat]:
     out: list[Caveat] = []
     n_steps = len(f.step_times)
     if n_steps < MIN_STEPS:
+        why = w.note or "profile more steps (torch.profiler schedule with active>=3)"
         out.append(Caveat(note=f"{n_steps} complete profiler step(s) analysed (fewer than {MIN_STEPS}): one step may "
-                               "not be typical; profile more steps (torch.profiler schedule active>=3)",
-                          confidence="medium"))
+                               f"not be typical; {why}", confidence="medium"))
     if not f.has_gpu:
         out.append(Caveat(note="no GPU activity recorded: host-side evidence only, gains are host-time upper bounds",
                           confidence="low"))
@@ -70,8 +70,8 @@ def rank_caveats(f: RankFacts) -> list[Caveat]:
     if n_py > PY_FRAMES_PER_LAUNCH * max(launches.size, 1) or shapes:
         what = " and ".join(x for x in ((f"with_stack=True ({n_py / max(launches.size, 1):.0f} Python frames "
                                          "per launch)") if n_py else "", "record_shapes=True" if shapes else "") if x)
-        out.append(Caveat(note=f"profiler overhead: {what} inflate host time, so host-bound findings and their "
-                               "gains may be overstated; confirm with a profile without them",
+        out.append(Caveat(note=f"profiler overhead ({what}) adds host time: host-bound findings and their gains "
+                               "may be overstated; confirm with a profile without it",
                           confidence="medium", kinds=HOST_TIME_KINDS))
     return out
 
