@@ -1,0 +1,128 @@
+"""Does `trainperf compare` call equivalent changes equivalent and broken ones diverging, every time?
+
+Real runs of the reference trainer (tiny model, fp32, CPU, one process), 5 seeds each:
+
+- A, the baseline: micro batch 1 with 2 accumulation steps;
+- equivalent changes: ``ga-order`` (micro batch 2, one step: the same samples summed in
+  another order) and, with ``--kernels``, trainperf's fused Triton kernels (interpreter on CPU);
+- broken changes: ``eps`` (every RMSNorm with epsilon 0.1: --fault norm-eps=0.1), ``lr10``
+  (learning rate 10x), ``no-ga-scale`` (--fault no-ga-scale).
+
+Each B is compared with the A of its seed (one run a side: the batch-noise band), then all
+seeds at once (the seed-to-seed band). A/A: every pair of baseline runs of different seeds
+compared for speed (same configuration, so any "faster"/"slower" is a false alarm).
+
+    .venv/bin/python benchmarks/bench_compare.py --seeds 5 --steps 40 --out /tmp/bench_compare
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import time
+from pathlib import Path
+
+CASES = {
+    "A": {},
+    "ga-order": {"layout": "mbs=2,ga=1"},
+    "eps": {"faults": ["norm-eps=0.1"]},
+    "lr10": {"lr": 3e-2},
+    "no-ga-scale": {"faults": ["no-ga-scale"]},
+}
+EXPECTED = {"ga-order": "equivalent", "kernels": "equivalent", "eps": "diverges", "lr10": "diverges",
+            "no-ga-scale": "diverges"}
+
+
+def run_case(out: Path, case: str, seed: int, steps: int, overrides: dict) -> Path:
+    """Train one run (skipped when its summary exists); return its folder."""
+    from trainperf.train.trainer import TrainConfig, train
+
+    folder = out / f"{case}-s{seed}"
+    if (folder / "summary.json").is_file():
+        return folder
+    kw = dict(model="tiny", steps=steps, out=str(folder), progress=False, record=False, peak_tflops=1.0,
+              resume=False, seed=seed, layout="mbs=1,ga=2", eval_every=10, eval_batches=2)
+    kw.update(overrides)
+    train(TrainConfig(**kw))
+    return folder
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--kernels", action="store_true", help="also the fused-kernel run (slow on CPU: interpreter)")
+    ap.add_argument("--kernel-seeds", type=int, default=2)
+    ap.add_argument("--out", default="/tmp/bench_compare")
+    args = ap.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
+    from trainperf.compare import compare_runs, load_run
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cases = dict(CASES)
+    if args.kernels:
+        cases["kernels"] = {"kernels": True}
+    t0 = time.time()
+    folders: dict[str, list[Path]] = {}
+    for case, kw in cases.items():
+        n = args.kernel_seeds if case == "kernels" else args.seeds
+        folders[case] = [run_case(out, case, s, args.steps, kw) for s in range(n)]
+    runs = {c: [load_run(str(f)) for f in fs] for c, fs in folders.items()}
+    rows, results = [], {}
+    for case in cases:
+        if case == "A":
+            continue
+        per_seed = []
+        for i, b in enumerate(runs[case]):
+            c = compare_runs([runs["A"][i]], [b])
+            per_seed.append({"seed": i, "verdict": c.numerics.verdict, "perf": c.perf.verdict,
+                             "speed": c.perf.throughput.change, "max_excess": max(
+                                 (d.max_excess for d in c.numerics.divergences if d.metric == "loss"), default=None)})
+        k = len(runs[case])
+        pooled = compare_runs(runs["A"][:k], runs[case])
+        ok = sum(EXPECTED[case] in p["verdict"] for p in per_seed)
+        results[case] = {"per_seed": per_seed, "all_seeds": pooled.numerics.verdict,
+                         "band_all_seeds": pooled.numerics.band_source, "right": ok, "n": k}
+        rows.append(f"| {case} | {EXPECTED[case]} | {ok}/{k} | "
+                    + ", ".join(p["verdict"].replace("diverges at step ", "step ") for p in per_seed)
+                    + f" | {pooled.numerics.verdict} |")
+    aa = []
+    for x, y in itertools.combinations(range(len(runs["A"])), 2):
+        c = compare_runs([runs["A"][x]], [runs["A"][y]])
+        t = c.perf.throughput
+        aa.append({"pair": [x, y], "verdict": c.perf.verdict, "change": t.change, "lo": t.lo, "hi": t.hi})
+    false_alarms = sum(a["verdict"] != "inside the noise" for a in aa)
+    # with repeats: two baseline runs a side (every split of 4 runs into 2 + 2)
+    aa_rep = []
+    for four in itertools.combinations(range(len(runs["A"])), 4):
+        for left in itertools.combinations(four, 2):
+            if left[0] != four[0]:
+                continue  # each split once
+            right = [i for i in four if i not in left]
+            c = compare_runs([runs["A"][i] for i in left], [runs["A"][i] for i in right])
+            t = c.perf.throughput
+            aa_rep.append({"a": list(left), "b": right, "verdict": c.perf.verdict, "change": t.change,
+                           "lo": t.lo, "hi": t.hi})
+    rep_alarms = sum(a["verdict"] != "inside the noise" for a in aa_rep)
+    results["a_a"] = {"pairs": aa, "false_alarms": false_alarms, "repeats_2v2": aa_rep,
+                      "repeats_false_alarms": rep_alarms}
+    results["elapsed_s"] = time.time() - t0
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    print("| change | expected | right | per seed (A vs B of that seed) | all seeds at once (seed band) |")
+    print("|---|---|---|---|---|")
+    print("\n".join(rows))
+    print(f"\nA/A (baseline runs of different seeds, speed): {false_alarms} of {len(aa)} pairs called faster/slower; "
+          "changes: " + ", ".join(f"{a['change']:+.1%} [{a['lo']:+.1%}, {a['hi']:+.1%}]" for a in aa))
+    print(f"A/A with repeats (2 baseline runs a side, every 2+2 split): {rep_alarms} of {len(aa_rep)} called "
+          "faster/slower; changes: " + ", ".join(f"{a['change']:+.1%} [{a['lo']:+.1%}, {a['hi']:+.1%}]" for a in aa_rep))
+    print(f"elapsed {results['elapsed_s']:.0f} s")
+
+
+if __name__ == "__main__":  # DCP's process-based async save needs the guard
+    main()
