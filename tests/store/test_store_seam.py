@@ -20,7 +20,8 @@ def test_columns_are_the_dataclass_fields():
     # reference: the dataclasses themselves, read with dataclasses.fields
     assert schema.STEP_FIELDS == tuple(f.name for f in dataclasses.fields(StepSample))
     assert schema.KERNEL_FIELDS == tuple(f.name for f in dataclasses.fields(KernelResult))
-    run_fields = [f.name for f in dataclasses.fields(RunRecord) if f.name not in ("job", "config", "samples", "kernels")]
+    nested = ("job", "config", "samples", "kernels")
+    run_fields = [f.name for f in dataclasses.fields(RunRecord) if f.name not in nested]
     assert [c for c in schema.RUN_COLUMNS if c in run_fields] == run_fields
     # hand-written types of a few columns, one per kind
     pa_types = {f.name: str(f.type) for f in arrow_schema()}

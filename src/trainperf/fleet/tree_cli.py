@@ -15,9 +15,9 @@ def tree_cmd(store: str = typer.Option(None, "--store", help=STORE_HELP),
                                                                  "NCCL or driver version."),
              usd_per_hour: float = typer.Option(None, "--usd-per-hour", min=0.0,
                                                 help="USD per GPU-hour (default: each GPU's catalog price)."),
-             explain: bool = typer.Option(False, "--explain", help="Segment the largest loss by job, host, version "
-                                                                   "and configuration, and name where it sits (and where the largest "
-                                                                   "concentrated loss sits, when that one is spread)."),
+             explain: bool = typer.Option(False, "--explain", help="Name where the largest loss sits (by job, host, "
+                                                                   "version, configuration), and the largest placed "
+                                                                   "one when that is spread across runs."),
              factor: str = typer.Option(None, "--factor", help="With --explain: this factor instead of the largest "
                                                                "loss (data_wait, checkpoint, below_plan, ...)."),
              html: str = typer.Option(None, "--html", help="Also write a self-contained HTML report here."),

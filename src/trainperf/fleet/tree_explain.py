@@ -1,13 +1,14 @@
-"""Where one factor of the metric tree sits: its loss segmented by job, host, version, configuration.
+"""Where one factor of the metric tree sits: its loss segmented by job, host, version and config.
 
 Each run is a leaf with its loss in GPU-hours and the GPU-hours of the stage the loss comes out
 of (its parent in the tree: allocated for start-up, restarts and lost work; running for data
 wait, checkpoint stalls and evaluation; productive for below plan; the layout overhead for its
-terms). The measure is the derived ratio loss / stage; a run
-is expected to lose the fleet's typical rate (the median over runs), so a host or version that
-loses more per GPU-hour stands out while one that only ran more, or lost more elsewhere, does not. Only the excess above the typical rate is searched (a run that
-loses less than typical is no cause of the loss). trainperf.fleet.localize searches the
-attribute combinations and returns the one that explains the excess most simply.
+terms). The measure is the derived ratio loss / stage; a run is expected to lose the fleet's
+typical rate (the median over runs), so a host or version that loses more per GPU-hour stands
+out while one that only ran more, or lost more elsewhere, does not. Only the excess above the
+typical rate is searched (a run that loses less than typical is no cause of the loss).
+trainperf.fleet.localize searches the attribute combinations and returns the one that explains
+the excess most simply.
 
 A segment is named only when at least MIN_EXCESS_SHARE of what its runs lose on the factor is
 above the typical rate and its rate stands MIN_Z standard errors above typical (the spread of
@@ -113,7 +114,8 @@ class Explanation:
     def to_dict(self) -> dict:
         """Return JSON-able data."""
         return {"factor": self.factor, "label": self.label, "gpu_h": self.gpu_h, "typical_rate": self.typical_rate,
-                "excess_gpu_h": self.excess_gpu_h, "stage": self.stage, "n_runs": self.n_runs, "explained": self.explained,
+                "excess_gpu_h": self.excess_gpu_h, "stage": self.stage, "n_runs": self.n_runs,
+                "explained": self.explained,
                 "confident": self.confident, "placed_share": self.placed_share, "verdict": self.verdict,
                 "segments": [s.to_dict() for s in self.segments]}
 
