@@ -181,3 +181,17 @@ def test_kernel_e2e_result_gets_compares_verdict():
                     kernels=eager + np.where(np.arange(60) >= 30, 0.5, 0.0), step_s={}, applied={})
     assert res.verdict("eager-div") == "equivalent"
     assert res.verdict("kernels") == "diverges at step 31"  # index 30 = step 31, the first shifted step
+
+
+def test_reference_run_sets_the_band():
+    """--reference: the band is 4 x |reference - A|; B as far from A as the reference is stays inside,
+    B ten times as far diverges."""
+    rng = np.random.default_rng(8)
+    loss = _curve(rng, 60)
+    ref_gap = 0.01 * (1 + rng.random(60))
+    a = _run(np.full(60, 0.1), loss, name="a")
+    ref = _run(np.full(60, 0.1), loss + ref_gap, name="fp64", precision="fp64")
+    near = compare_numerics([a], [_run(np.full(60, 0.1), loss - ref_gap)], reference=ref)
+    assert near.verdict == "equivalent" and "reference" in near.band_source
+    far = compare_numerics([a], [_run(np.full(60, 0.1), loss + 10 * ref_gap)], reference=ref)
+    assert far.verdict.startswith("diverges at step")
