@@ -20,7 +20,7 @@ HTA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces" 
 
 
 def _hand_trace(gemm_us: float = 30.0) -> TraceBuilder:
-    """Two kept steps (the third, last one, is dropped). Times in µs; see the test for the buckets."""
+    """Two kept steps (the third, last one, is cut short: 10 µs, dropped). Times in µs; see the test."""
     b = TraceBuilder()
     b.step(1, 0, 100)
     b.step(2, 100, 100)
@@ -37,18 +37,23 @@ def _hand_trace(gemm_us: float = 30.0) -> TraceBuilder:
 
 
 def test_step_buckets_by_hand(tmp_path):
-    # step 1 [0,100): gemm [10,40) 30; allreduce [30,60) exposed after the gemm: [40,60) 20; memcpy DtoH 5;
-    #   idle [0,5) host (next kernel launched at 5), [5,10) other (launched, not started), [60,65) host,
-    #   [65,70) other, [75,100) host (next device event launched at 135) -> host 35, other 10. Sum 100.
-    # step 2 [100,200): [100,130) DataLoader 30; [130,135) host 5; [135,140) other 5; elementwise 10;
-    #   [150,152) inside cudaStreamSynchronize, [152,170) the queue it drained -> sync 20; [170,180) other
-    #   10; gemm 10; [190,200) host 10 (the sync ended 40 µs before this gap) -> host 15, other 15. Sum 100.
+    # Launches at 5, 6, 65, 135, 170, 201. Idle while a launched op has not started: other. Idle
+    # before the next launch L: the gap (from the device's last end g to L) is charged to what the host
+    # did between its previous launch L' and L, DataLoader first, then allocator, then sync, each up
+    # to its host time there, the rest to host; every instant of the gap gets the same mix.
+    # step 1 [0,100): gemm [10,40) 30; allreduce [30,60) exposed after the gemm: [40,60) 20; memcpy 5;
+    #   [0,5) host, [5,10) other, [60,65) host, [65,70) other; gap [75,135) (L'=65, L=135): DataLoader
+    #   covers 30 of (65,135) -> half of the 60 µs gap is DataLoader: [75,100) 12.5 DataLoader 12.5 host.
+    #   host 22.5, other 10, DataLoader 12.5. Sum 100.
+    # step 2 [100,200): [100,135) rest of that gap 17.5 DataLoader 17.5 host; [135,140) other;
+    #   elementwise 10; gap [150,170) (L'=135, L=170): cudaStreamSynchronize 16 of it -> sync 16, host 4;
+    #   [170,180) other; gemm 10; [190,200) host (nothing in (170,201)). host 31.5, other 15. Sum 100.
     t = read_kineto(_hand_trace().write(tmp_path / "t.json.gz"))
     steps, span, parts = rank_breakdown(t)
     assert list(steps) == [1, 2] and list(span) == [100, 100]
     want = {"compute: gemm": [30, 10], "communication": [20, 0], "memcpy DtoH (Device -> Pageable)": [5, 0],
-            "idle: host": [35, 15], "idle: other": [10, 15], "idle: dataloader": [0, 30], "idle: sync": [0, 20],
-            "compute: elementwise": [0, 10]}
+            "idle: host": [22.5, 31.5], "idle: other": [10, 15], "idle: dataloader": [12.5, 17.5],
+            "idle: sync": [0, 16], "compute: elementwise": [0, 10]}
     got = {k: list(np.round(v, 6)) for k, v in parts.items() if v.any()}
     assert got == want
 
@@ -117,14 +122,15 @@ def _shift_after(doc: dict, p: float, d: float, device_from: dict | None = None)
 
 
 def _insert_gemm(doc: dict, d: float, name: str) -> int:
-    """In every kept step, a new GEMM kernel of d µs at the start of the step's first GEMM kernel that
+    """In every step, a new GEMM kernel of d µs at the start of the step's first GEMM kernel that
     runs alone on the device: everything from there on moves by d. Returns how many were inserted."""
     ev = [e for e in doc["traceEvents"] if e.get("ph") == "X" and "ts" in e]
     dev = sorted((e for e in ev if _is_device(e)), key=lambda e: e["ts"])
-    steps = _steps(doc)[:-1]
+    steps = _steps(doc)
     corr = 10**9
     done = 0
     for s in steps:
+        s = next(x for x in _steps(doc) if x["name"] == s["name"])  # as moved by the insertions so far
         for k in dev:
             if not (s["ts"] <= k["ts"] < s["ts"] + s["dur"] and "gemm" in k["name"].lower()):
                 continue
@@ -145,14 +151,15 @@ def _insert_gemm(doc: dict, d: float, name: str) -> int:
 
 
 def _inject_stall(doc: dict, d: float, name: str) -> int:
-    """In every kept step, a DataLoader span of d µs before its first operator: the host stalls there. Device
+    """In every step, a DataLoader span of d µs before its first operator: the host stalls there. Device
     work launched before the stall keeps its time, work launched after it moves by d (via correlation)."""
     ev = [e for e in doc["traceEvents"] if e.get("ph") == "X" and "ts" in e]
-    launch_ts = {e["args"]["correlation"]: e["ts"] for e in ev if not _is_device(e)
-                 and "correlation" in e.get("args", {}) and e.get("cat") in ("cuda_runtime", "cuda_driver")}
     host = sorted((e for e in ev if not _is_device(e) and e.get("cat") == "cpu_op"), key=lambda e: e["ts"])
     n = 0
-    for s in _steps(doc)[:-1]:
+    for step_name in [x["name"] for x in _steps(doc)]:
+        s = next(x for x in _steps(doc) if x["name"] == step_name)  # as moved by the stalls so far
+        launch_ts = {e["args"]["correlation"]: e["ts"] for e in ev if not _is_device(e)  # as moved so far
+                     and "correlation" in e.get("args", {}) and e.get("cat") in ("cuda_runtime", "cuda_driver")}
         p = next(e["ts"] for e in host if e["ts"] > s["ts"])  # the step's first operator: no call is cut
         moves = {id(e): launch_ts.get(e.get("args", {}).get("correlation"), e["ts"]) >= p for e in ev if _is_device(e)}
         _shift_after(doc, p, d, moves)
@@ -170,14 +177,14 @@ def _need(folder: str) -> Path:
 
 
 def test_pair_inserted_gemm_two_ranks(tmp_path):
-    # trace_filter: 2 ranks of an A100 job. Candidate: a 5 ms GEMM kernel inserted in the kept step of
-    # each rank, at a moment the device runs only that step's first GEMM: both ranks' steps grow 5 ms.
+    # trace_filter: 2 ranks of an A100 job, 2 steps. Candidate: a 5 ms GEMM kernel inserted in each step
+    # of each rank, at a moment the device runs only that step's first GEMM: every step grows 5 ms.
     src = _need("trace_filter")
     d_us = 5000.0
     for f in sorted(src.glob("*.json.gz")):
         doc = _load(f)
         _write(doc, tmp_path / "base" / f.name)
-        assert _insert_gemm(doc, d_us, "sm80_xmma_gemm_injected_kernel") == 1
+        assert _insert_gemm(doc, d_us, "sm80_xmma_gemm_injected_kernel") == 2
         _write(doc, tmp_path / "cand" / f.name)
     d = diff(tmp_path / "base", tmp_path / "cand")
     assert d.delta_mean_us == pytest.approx(d_us, abs=1e-6)
@@ -192,12 +199,12 @@ def test_pair_inserted_gemm_two_ranks(tmp_path):
 
 
 def test_pair_host_stall(tmp_path):
-    # rank 0 of 2, A100, 3 profiler steps (2 kept): a 20 ms DataLoader stall at the start of each kept
-    # step. Step time +20 ms; the device drains what was queued, then idles on the DataLoader.
+    # rank 0 of 2, A100, 3 profiler steps: a 20 ms DataLoader stall at the start of each step. Step
+    # time +20 ms; the device drains what was queued, then idles on the DataLoader.
     src = _need("nccl_parser_config") / "nccl_data.json.gz"
     doc = _load(src)
     base = _write(copy.deepcopy(doc), tmp_path / "base.json.gz")
-    assert _inject_stall(doc, 20000.0, "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__") == 2
+    assert _inject_stall(doc, 20000.0, "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__") == 3
     cand = _write(doc, tmp_path / "cand.json.gz")
     d = diff(base, cand)
     assert d.delta_mean_us == pytest.approx(20000.0, abs=1e-6)

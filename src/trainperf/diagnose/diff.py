@@ -1,7 +1,7 @@
 """Trace diff: what changed between a baseline and a candidate run, per training step.
 
 Each side's step is decomposed by a sweep over its wall clock. Every instant of a step
-(ProfilerStep#N span, last step dropped as HTA drops it) goes to exactly one bucket, by tier:
+(ProfilerStep#N span; a last step cut short is dropped) goes to exactly one bucket, by tier:
 1. compute, by kernel class (gemm, attention, elementwise, ...): time when a compute kernel runs,
    split evenly among the classes running at that instant;
 2. communication: collectives running with no compute under them (exposed);
@@ -32,9 +32,11 @@ from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMM
                                     PYTHON, RUNTIME, USER_ANNOTATION, EventTable)
 from trainperf.trace.load import load_trace
 
-# A sync call returns once the device has drained; host and device clocks differ by a few µs, so a
-# sync that ends up to this long before the device goes idle still counts as the idle's cause.
-SYNC_SLACK_US = 10.0
+# HTA drops the last ProfilerStep as possibly cut short. In the multi-step traces of ../shared (trace_filter,
+# nccl_parser_config, negative_queue, df_index_resolver) the last step is 0.975-1.04x the others: complete.
+# A cut step (a loop's final prof.step() opening a span that closes at the profiler's exit) holds
+# only the loop's tail: far shorter. Half the median leaves a wide margin on both sides.
+LAST_STEP_MIN_FRACTION = 0.5
 IDLE_OTHER = "idle: other"
 COMM = "communication"
 MEMSET = "memset"
@@ -113,6 +115,24 @@ def _last_end_before(points: np.ndarray, start: np.ndarray, end: np.ndarray) -> 
     return np.where(i >= 0, e[np.clip(i, 0, None)], -np.inf)
 
 
+def _union_length(start: np.ndarray, end: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """For each window [a, b), the length of it covered by the union of the [start, end) intervals."""
+    if start.size == 0:
+        return np.zeros(np.shape(a))
+    o = np.argsort(start, kind="stable")
+    s, e = start[o], np.maximum.accumulate(end[o])
+    keep = np.r_[True, s[1:] > e[:-1]]  # merge: a new interval starts after all before it ended
+    first = np.flatnonzero(keep)
+    ms, me = s[first], np.r_[e[first[1:] - 1], e[-1]]
+    cum = np.r_[0.0, np.cumsum(me - ms)]
+
+    def before(x):  # covered length of (-inf, x)
+        k = np.searchsorted(ms, x, side="right")
+        return cum[k] - np.where(k > 0, np.maximum(me[np.clip(k - 1, 0, None)] - x, 0.0), 0.0)
+
+    return np.maximum(before(b) - before(a), 0.0)
+
+
 def device_label(t: EventTable, row: int) -> str:
     """Decomposition bucket of one device event: its kernel class, communication, memcpy kind, memset."""
     c = int(t.category[row])
@@ -135,10 +155,11 @@ def _host_rows(t: EventTable, patterns_kinds) -> np.ndarray:
 
 
 def _kept_steps(t: EventTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(step numbers, start µs, end µs) of the steps a diff uses: all ProfilerSteps but the last
-    (cut short by the profiler stopping), or the whole trace as one step -1 without them."""
+    """(step numbers, start µs, end µs) of the steps a diff uses: every ProfilerStep but a last one cut
+    short (the span the profiler opens at its last step() and closes when it stops), or the whole
+    trace as one step -1 without them."""
     steps, a, b = step_spans(t)
-    if steps.size >= 2:
+    if steps.size >= 2 and (b[-1] - a[-1]) < LAST_STEP_MIN_FRACTION * np.median(b[:-1] - a[:-1]):
         steps, a, b = steps[:-1], a[:-1], b[:-1]
     if steps.size == 0:
         return np.array([-1]), np.array([t.ts_ns.min() / 1e3]), np.array([t.end_ns.max() / 1e3])
@@ -158,8 +179,7 @@ def rank_breakdown(t: EventTable) -> tuple[np.ndarray, np.ndarray, dict[str, np.
                                                                                    RUNTIME))])
     sync = _host_rows(t, [(SYNC_RUNTIME_RE, (RUNTIME,)), (SYNC_OP_RE, (CPU_OP,))])
     lo, hi = s0.min(), s1.max()
-    cuts = np.concatenate([s0, s1, ts[dev], end[dev], launch[np.isfinite(launch)], ts[dl], end[dl], ts[alloc],
-                           end[alloc], ts[sync], end[sync], end[sync] + SYNC_SLACK_US])
+    cuts = np.concatenate([s0, s1, ts[dev], end[dev], launch[np.isfinite(launch)]])
     cuts = np.unique(np.clip(cuts, lo, hi))
     mids, dt = (cuts[:-1] + cuts[1:]) / 2, np.diff(cuts)
     k = np.searchsorted(s0, mids, side="right") - 1
@@ -176,23 +196,35 @@ def rank_breakdown(t: EventTable) -> tuple[np.ndarray, np.ndarray, dict[str, np.
         for l, a in active.items():
             share[l] = np.where(a, dt / np.maximum(n, 1), 0.0)
         free &= n == 0
-    # idle instants: by what the next device event and the host were doing
+    # idle instants: queued work that does not start is "other"; otherwise the device waits for the
+    # host's next launch, and the gap is charged to what the host did since its previous launch
     o = np.argsort(ts[dev], kind="stable")
     dev_start, dev_launch = ts[dev][o], launch[o]
     j = np.searchsorted(dev_start, mids, side="left")
-    queued = np.zeros(mids.size, dtype=bool)
     has_next = j < dev_start.size
-    queued[has_next] = dev_launch[j[has_next]] <= mids[has_next]
-    gap_start = _last_end_before(mids, ts[dev], end[dev])
-    after_sync = _last_end_before(mids, ts[sync], end[sync]) >= gap_start - SYNC_SLACK_US
-    causes = (("idle: other", queued), ("idle: dataloader", _covered(mids, ts[dl], end[dl])),
-              ("idle: allocator", _covered(mids, ts[alloc], end[alloc])),
-              ("idle: sync", _covered(mids, ts[sync], end[sync]) | (after_sync & np.isfinite(gap_start))),
-              ("idle: host", np.ones(mids.size, dtype=bool)))
-    for label, mask in causes:
-        take = free & mask
-        share[label] = np.where(take, dt, 0.0)
-        free &= ~take
+    nxt = np.where(has_next, dev_start[np.clip(j, 0, max(dev_start.size - 1, 0))] if dev.size else hi, hi)
+    lau = np.where(has_next, dev_launch[np.clip(j, 0, max(dev_start.size - 1, 0))] if dev.size else hi, hi)
+    lau = np.where(np.isfinite(lau), lau, nxt)
+    idle = free.copy()
+    queued = idle & (lau <= mids)
+    share[IDLE_OTHER] = np.where(queued, dt, 0.0)
+    waiting = idle & ~queued
+    gap_start = np.maximum(_last_end_before(mids, ts[dev], end[dev]), lo)
+    launches = np.sort(launch[np.isfinite(launch)])
+    i = np.searchsorted(launches, lau, side="left") - 1
+    prev_launch = np.where(i >= 0, launches[np.clip(i, 0, None)] if launches.size else lo, lo)
+    gap = np.maximum(np.minimum(lau, nxt) - gap_start, 1e-9)
+    left = gap.copy()
+    covered_before = 0.0
+    rows = np.zeros(0, dtype=np.int64)
+    for label, more in (("idle: dataloader", dl), ("idle: allocator", alloc), ("idle: sync", sync)):
+        rows = np.concatenate([rows, more])  # this cause and the ones ranked before it
+        cov = _union_length(ts[rows], end[rows], prev_launch, lau)
+        amount = np.minimum(np.maximum(cov - covered_before, 0.0), left)
+        share[label] = np.where(waiting, dt * amount / gap, 0.0)
+        left -= amount
+        covered_before = cov
+    share["idle: host"] = np.where(waiting, dt * left / gap, 0.0)
     per_step = {l: np.bincount(k, weights=v, minlength=steps.size) for l, v in share.items()}
     return steps, s1 - s0, per_step
 
