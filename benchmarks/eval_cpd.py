@@ -7,12 +7,13 @@ zero (no change points) and ruptures binseg / pelt (L2 cost, penalty 3 log n: ou
 equivalent of TCPD's default R changepoint binseg/pelt with the MBIC penalty).
 
     .venv/bin/python benchmarks/eval_cpd.py [--data ../shared/data/tcpd] [--json out.json]
-        [--impl OLD_changepoints.py] [--generalisation] [--synthetic [--reps 100]]
+        [--impl OLD_changepoints.py] [--nested [--cache F]] [--synthetic [--reps 100]]
 
 ``--impl`` scores another version of the detector module (e.g. ``git show
 9ea27ed:src/trainperf/fleet/changepoints.py > /tmp/cp_before.py``) in place of the installed one.
-``--generalisation``: leave-one-series-out and split-half choice of (alpha, min_trend_share) on a
-grid, scored on the held-out series, beside the defaults. ``--synthetic``: false alarms and
+``--nested``: nested cross-validation of the defaults over the TCPD series and synthetic
+performance series (``trainperf.fleet.synth.perf_benchmark``), outer-fold scores beside zero,
+binseg and pelt, under an A/A false-alarm constraint (<= 1%). ``--synthetic``: false alarms and
 detection on synthetic fleet series (trainperf.fleet.synth and heavy-tailed noise models).
 """
 
@@ -105,7 +106,10 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="write per-series scores here")
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--impl", default=None, help="score this changepoints.py instead of the installed one")
-    ap.add_argument("--generalisation", action="store_true", help="leave-one-out / split-half parameter check")
+    ap.add_argument("--nested", action="store_true", help="nested cross-validation of the defaults (TCPD + synthetic)")
+    ap.add_argument("--perf-reps", type=int, default=6, help="synthetic performance series per kind in the dev set")
+    ap.add_argument("--aa", type=int, default=20, help="A/A series per noise kind for the false-alarm constraint")
+    ap.add_argument("--cache", default=None, help="pickle of the grid's results (reused when present)")
     ap.add_argument("--synthetic", action="store_true", help="synthetic fleet false alarms and detection")
     ap.add_argument("--reps", type=int, default=100, help="series per synthetic case")
     args = ap.parse_args()
@@ -151,8 +155,8 @@ def main() -> None:
           f"points: total {sum(ti):.4f} s, found {det.result.change_points}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
-    if args.generalisation:
-        generalisation(data, ann)
+    if args.nested:
+        nested(data, ann, args.perf_reps, args.aa, cache=args.cache)
     if args.synthetic:
         synthetic(args.reps)
 
@@ -161,48 +165,126 @@ def _series(data: Path) -> list[tuple[str, np.ndarray]]:
     return [load_series(p) for p in sorted((data / "datasets").glob("*.json"))]
 
 
-def generalisation(data: Path, ann: dict) -> None:
-    """Print F1 on held-out series when (alpha, min_trend_share) is chosen on the other series.
+GRID = {"alpha": [0.002, 0.01, 0.05], "min_effect": [0.5, 1.0], "noise_autocorr": [False, True],
+        "seeded": [False, True]}
+AA_KINDS = ("normal", "t3", "bimodal", "outliers", "ar1", "quantised", "drift")
 
-    Leave-one-series-out: for each series, the grid point with the best mean F1 on the other 19
-    (ties: the one nearest the defaults) scores the held-out one. Split-half: 200 random halves,
-    chosen on one half, scored on the other, beside the defaults on the same half.
+
+def _grid() -> list[dict]:
+    import itertools
+
+    return [dict(zip(GRID, v)) for v in itertools.product(*GRID.values())]
+
+
+def dev_set(data: Path, ann: dict, reps: int) -> list[dict]:
+    """Return the dev series: TCPD (annotators) and synthetic performance series (injected truth)."""
+    from trainperf.fleet.synth import perf_benchmark
+
+    out = [{"name": n, "source": "tcpd", "x": x, "ann": ann[n]} for n, x in _series(data)]
+    for i, ps in enumerate(perf_benchmark(reps=reps, seed=0)):
+        out.append({"name": f"perf-{ps.kind}-{i}", "source": "perf", "x": ps.values, "ann": {"truth": ps.change_points},
+                    "truth": ps.change_points})
+    return out
+
+
+class AARates:
+    """Share of stationary A/A series (all AA_KINDS, ``n_per_kind`` each) with any change, per grid
+    point, computed when first asked (the choice needs it only for the settings it considers)."""
+
+    def __init__(self, grid: list[dict], n_per_kind: int, seed: int = 7):
+        from trainperf.fleet.synth import aa_series
+
+        rng = np.random.default_rng(seed)
+        self.grid, self.rates = grid, {}
+        self.series = [aa_series(k, rng, int(rng.integers(60, 400))) for k in AA_KINDS for _ in range(n_per_kind)]
+
+    def __getitem__(self, g: int) -> float:
+        if g not in self.rates:
+            self.rates[g] = float(np.mean([bool(detect_trainperf(x, **self.grid[g])) for x in self.series]))
+        return self.rates[g]
+
+
+def nested(data: Path, ann: dict, reps: int, aa_n: int, folds: int = 5, cache: str | None = None) -> None:
+    """Nested cross-validation of the detector's defaults; print outer-fold scores beside baselines.
+
+    Outer loop: ``folds`` folds over the dev series (TCPD and synthetic performance series dealt
+    separately, so each fold holds both). Inner choice: among the grid points whose A/A false-alarm
+    rate is <= 1%, the one with the best mean F1 on the outer-training series. For a grid of fixed
+    settings an inner k-fold CV's mean held-out F1 equals that training mean (no state is fitted),
+    so the inner loop is this choice. Scored on the outer held-out series beside zero, binseg and
+    pelt (TCPD F1, margin 5).
     """
-    import inspect
+    import pickle
 
-    series = _series(data)
-    alphas, shares = [0.001, 0.005, 0.01, 0.02, 0.05], [0.3, 0.4, 0.5, 0.6, 0.7, 2.0]
-    takes_share = "min_trend_share" in inspect.signature(_cp_module().detect_changes).parameters
-    grid = [(a, sh) for a in alphas for sh in (shares if takes_share else [None])]
-    f1 = np.zeros((len(grid), len(series)))
-    for g, (a, sh) in enumerate(grid):
-        params = {"alpha": a} | ({"min_trend_share": sh} if sh is not None else {})
-        for i, (name, x) in enumerate(series):
-            f1[g, i] = f_measure(ann[name], detect_trainperf(x, **params))
-    default = grid.index((0.01, 0.5 if takes_share else None))
-    dist = np.array([abs(math.log(a / 0.01)) + (abs(sh - 0.5) if sh is not None else 0) for a, sh in grid])
-    print("\ngeneralisation: mean F1 over the grid (rows alpha, columns min_trend_share; 2.0 = jump test off)")
-    for a in alphas:
-        print(f"  alpha {a:<6}" + " ".join(f"{f1[grid.index((a, sh))].mean():.3f}" for sh in (shares if takes_share else [None])))
-
-    def pick(cols) -> int:
-        m = f1[:, cols].mean(axis=1)
-        best = np.flatnonzero(m >= m.max() - 1e-12)
-        return int(best[np.argmin(dist[best])])
-
-    n = len(series)
-    loo = [f1[pick([j for j in range(n) if j != i]), i] for i in range(n)]
-    print(f"leave-one-series-out: held-out mean F1 {np.mean(loo):.4f} (defaults, same series: {f1[default].mean():.4f};"
-          f" best grid point in-sample: {f1.mean(axis=1).max():.4f})")
+    grid = _grid()
+    dev = dev_set(data, ann, reps)
+    if cache and Path(cache).exists():
+        f1, base, cps_grid, aa_known = pickle.loads(Path(cache).read_bytes())
+    else:
+        aa_known = {}
+        t0 = time.perf_counter()
+        cps_grid = [[detect_trainperf(d["x"], **g) for d in dev] for g in grid]
+        f1 = np.array([[f_measure(d["ann"], c) for d, c in zip(dev, row)] for row in cps_grid])
+        base = {m: [METHODS[m](d["x"]) for d in dev] for m in ("zero", "binseg", "pelt")}
+        print(f"(grid of {len(grid)} settings x {len(dev)} series: {time.perf_counter() - t0:.0f} s)")
+        if cache:
+            Path(cache).write_bytes(pickle.dumps((f1, base, cps_grid, aa_known)))
+    aa = AARates(grid, aa_n)
+    aa.rates.update(aa_known)
+    bf1 = {m: np.array([f_measure(d["ann"], c) for d, c in zip(dev, cs)]) for m, cs in base.items()}
     rng = np.random.default_rng(0)
-    chosen, dflt = [], []
-    for _ in range(200):
-        perm = rng.permutation(n)
-        a_half, b_half = perm[: n // 2], perm[n // 2:]
-        chosen.append(f1[pick(list(a_half)), b_half].mean())
-        dflt.append(f1[default, b_half].mean())
-    print(f"split-half (200 random halves): chosen on one half, scored on the other: {np.mean(chosen):.4f};"
-          f" defaults on the same halves: {np.mean(dflt):.4f}")
+    fold = np.zeros(len(dev), int)
+    for src in ("tcpd", "perf"):
+        idx = [i for i, d in enumerate(dev) if d["source"] == src]
+        fold[rng.permutation(idx)] = np.arange(len(idx)) % folds
+
+    def choose(cols) -> int:
+        m = f1[:, cols].mean(axis=1)
+        for g in np.argsort(-m, kind="stable"):  # best training F1 first; ties: grid order
+            if aa[int(g)] <= 0.01:
+                return int(g)
+        raise SystemExit("no setting keeps the A/A false-alarm rate <= 1%")
+
+    print(f"\nnested CV: {folds} outer folds over {len(dev)} dev series ({sum(d['source'] == 'tcpd' for d in dev)} TCPD,"
+          f" {sum(d['source'] == 'perf' for d in dev)} synthetic performance); grid {GRID}; "
+          f"A/A <= 1% required ({aa_n} series per kind: {', '.join(AA_KINDS)})")
+    print(f"{'fold':>4} {'chosen setting':<58} {'trainperf':>9} {'zero':>6} {'binseg':>6} {'pelt':>6}   (outer held-out mean F1)")
+    outer = np.zeros(len(dev))
+    chosen_at = np.zeros(len(dev), int)
+    for k in range(folds):
+        test, train = np.flatnonzero(fold == k), np.flatnonzero(fold != k)
+        g = choose(train)
+        outer[test], chosen_at[test] = f1[g, test], g
+        desc = ", ".join(f"{a}={v}" for a, v in grid[g].items())
+        print(f"{k:>4} {desc:<58} {f1[g, test].mean():>9.3f} " + " ".join(f"{bf1[m][test].mean():>6.3f}" for m in bf1))
+    g_all = choose(np.arange(len(dev)))
+    print(f"defaults chosen on all dev series: {grid[g_all]} (A/A {aa[g_all]:.3f})")
+    if cache:
+        Path(cache).write_bytes(pickle.dumps((f1, base, cps_grid, aa.rates)))
+    for src in ("tcpd", "perf", "all"):
+        sel = np.array([src in ("all", d["source"]) for d in dev])
+        print(f"  {src:<5} outer-fold mean F1 {outer[sel].mean():.3f}; in-sample (chosen defaults) {f1[g_all, sel].mean():.3f}; "
+              + ", ".join(f"{m} {bf1[m][sel].mean():.3f}" for m in bf1))
+    perf = [i for i, d in enumerate(dev) if d["source"] == "perf"]
+    reg = [i for i in perf if dev[i]["truth"]]
+    from trainperf.fleet.evaluate import true_positives
+
+    def found(i, cps):
+        return len(true_positives(set(dev[i]["truth"]), set(cps)))
+
+    n_reg = sum(len(dev[i]["truth"]) for i in reg)
+    print(f"  perf series with regressions ({len(reg)}): found within 5 (outer folds) "
+          f"{sum(found(i, cps_grid[chosen_at[i]][i]) for i in reg)}/{n_reg}, binseg "
+          f"{sum(found(i, base['binseg'][i]) for i in reg)}, pelt {sum(found(i, base['pelt'][i]) for i in reg)}; "
+          f"mean F1 {outer[reg].mean():.3f} vs zero {bf1['zero'][reg].mean():.3f}")
+    gap = outer - bf1["zero"]
+    worst = int(np.argmin(gap))
+    print(f"  worst series against zero (outer folds): {dev[worst]['name']} {gap[worst]:+.3f}; "
+          f"series more than 0.02 below zero: {int((gap < -0.02).sum())}/{len(dev)}")
+    by_kind: dict = {}
+    for i in perf:
+        by_kind.setdefault(dev[i]["name"].split("-")[1], []).append(outer[i])
+    print("  perf outer F1 by kind: " + ", ".join(f"{k} {np.mean(v):.3f}" for k, v in by_kind.items()))
 
 
 def synthetic(reps: int) -> None:

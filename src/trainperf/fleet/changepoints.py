@@ -48,7 +48,10 @@ class ChangeOptions:
     level of every test; ``min_rel_change``: smallest |after - before| / |before| to report (0.02 =
     2%); ``min_effect``: smallest shift in units of the point-to-point noise (robust sigma);
     ``trend``: also report changes of slope (kind "trend"); ``min_trend_share``: the jump test runs
-    when a straight line explains at least this share of the robust variance (above 1: off).
+    when a straight line explains at least this share of the robust variance (above 1: off);
+    ``noise_autocorr``: bound the autocorrelation each split is tested with by the series' noise
+    autocorrelation (``noise_autocorr``), so other steps in a segment do not read as persistence;
+    ``seeded``: also search seeded short intervals (``_seeded``) for steps binary segmentation misses.
     """
 
     min_size: int = 5
@@ -57,6 +60,8 @@ class ChangeOptions:
     min_effect: float = 1.0
     trend: bool = True
     min_trend_share: float = MIN_TREND_SHARE
+    noise_autocorr: bool = True
+    seeded: bool = True
 
     def __post_init__(self):
         problems = [msg for bad, msg in (
@@ -110,23 +115,23 @@ class ChangeResult:
 
 
 def _ranks(y: np.ndarray) -> np.ndarray:
-    from scipy.stats import rankdata
+    """Return the ranks of y (1..n), ties sharing their average rank (scipy's rankdata "average")."""
+    _, inv, counts = np.unique(y, return_inverse=True, return_counts=True)
+    return (np.cumsum(counts) - (counts - 1) / 2.0)[inv.ravel()]
 
-    return rankdata(y)
 
-
-def _lag1(e: np.ndarray) -> float:
-    """Lag-1 autocorrelation of e, clipped to [0, 0.98] (negative correlation never deflates)."""
+def _lag1(e: np.ndarray, rho_max: float = 0.98) -> float:
+    """Lag-1 autocorrelation of e, clipped to [0, rho_max] (negative correlation never deflates)."""
     if len(e) < 4:
         return 0.0
     e = e - e.mean()
     den = float(e @ e)
     if den <= 0:
         return 0.0
-    return float(min(max((e[1:] @ e[:-1]) / den, 0.0), 0.98))
+    return float(min(max((e[1:] @ e[:-1]) / den, 0.0), rho_max))
 
 
-def _within_drift(y: np.ndarray, k: int, alpha: float, cap: int = 200) -> float:
+def _within_drift(y: np.ndarray, k: int, alpha: float, rho_max: float = 0.98, cap: int = 200) -> float:
     """Return the drift (units per point) common to both sides of split k, or 0 when not significant.
 
     Slope: Theil-Sen, pooled over pairs on the same side of the split (pairs never straddle it,
@@ -149,12 +154,12 @@ def _within_drift(y: np.ndarray, k: int, alpha: float, cap: int = 200) -> float:
         return 0.0
     b = float(np.median(np.concatenate(slopes)))
     r = _ranks(y - b * np.arange(len(y)))
-    rho = _lag1(np.concatenate([r[:k] - r[:k].mean(), r[k:] - r[k:].mean()]))
+    rho = _lag1(np.concatenate([r[:k] - r[:k].mean(), r[k:] - r[k:].mean()]), rho_max)
     z = abs(s_sum) / math.sqrt(var_s * (1 + rho) / (1 - rho))
     return b if math.erfc(z / math.sqrt(2)) < alpha else 0.0
 
 
-def _rank_p(r: np.ndarray, k: int, extra: float = 1.0) -> float:
+def _rank_p(r: np.ndarray, k: int, extra: float = 1.0, rho_max: float = 0.98) -> float:
     """Pettitt p-value of a split after k points of the ranks r, inflated for lag-1 autocorrelation.
 
     ``extra`` multiplies the variance further (the loss of information when a drift is fitted).
@@ -163,7 +168,7 @@ def _rank_p(r: np.ndarray, k: int, extra: float = 1.0) -> float:
     big_k = abs(2 * r[:k].sum() - k * (m + 1))
     if big_k == 0:
         return 1.0
-    rho = _lag1(np.concatenate([r[:k] - r[:k].mean(), r[k:] - r[k:].mean()]))
+    rho = _lag1(np.concatenate([r[:k] - r[:k].mean(), r[k:] - r[k:].mean()]), rho_max)
     return min(1.0, 2.0 * math.exp(-6.0 * big_k**2 / ((m**3 + m**2) * extra * (1 + rho) / (1 - rho))))
 
 
@@ -178,20 +183,22 @@ def _vif(k: int | np.ndarray, m: int) -> float | np.ndarray:
     return float(v) if v.ndim == 0 else v
 
 
-def split_p_value(y: np.ndarray, k: int, opts: "ChangeOptions") -> float:
+def split_p_value(y: np.ndarray, k: int, opts: "ChangeOptions", rho_max: float = 0.98) -> float:
     """Return the p-value of a level step after k points of y, allowing a common linear drift.
 
     The one p-value of a level change: the split search, the pruning pass and the reported
     ``Change.p_value`` all call this function (Pettitt's approximation on the ranks, variance
-    inflated for lag-1 autocorrelation and, when a drift is fitted, for the drift).
+    inflated for lag-1 autocorrelation and, when a drift is fitted, for the drift). ``rho_max``:
+    the autocorrelation used is at most this (the series' noise autocorrelation, see
+    ``noise_autocorr``), so steps elsewhere in the segment do not pass for persistence.
     """
-    b = _within_drift(y, k, opts.alpha)
+    b = _within_drift(y, k, opts.alpha, rho_max)
     if b == 0.0:
-        return _rank_p(_ranks(y), k)
-    return _rank_p(_ranks(y - b * np.arange(len(y))), k, _vif(k, len(y)))
+        return _rank_p(_ranks(y), k, 1.0, rho_max)
+    return _rank_p(_ranks(y - b * np.arange(len(y))), k, _vif(k, len(y)), rho_max)
 
 
-def _best_split(y: np.ndarray, min_size: int, alpha: float) -> int | None:
+def _best_split(y: np.ndarray, min_size: int, alpha: float, rho_max: float = 0.98) -> int | None:
     """Return the split (points before it) of the best single level step in y, or None when too short.
 
     The split maximises Pettitt's U_t. If the two sides share a significant drift (pooled
@@ -207,7 +214,7 @@ def _best_split(y: np.ndarray, min_size: int, alpha: float) -> int | None:
     r = _ranks(y)
     u = 2 * np.cumsum(r)[:-1] - t * (m + 1)  # Pettitt's U_t for a split after t points
     split = int(np.argmax(np.abs(u[lo:hi]))) + lo + 1
-    b = _within_drift(y, split, alpha)
+    b = _within_drift(y, split, alpha, rho_max)
     if b == 0.0:
         return split
     r = _ranks(y - b * np.arange(m))
@@ -260,12 +267,39 @@ def _describe(y: np.ndarray, a: int, s: int, b: int, p: float, drift: float = 0.
                   rel_ci=(rel(lo), rel(hi)), p_value=p)
 
 
+def robust_scale(v: np.ndarray) -> float:
+    """Return a robust standard deviation of v: 1.4826 MAD, or, when more than half the values tie
+    (quantised data: MAD = 0), the standard deviation of v winsorised at its 5th and 95th
+    percentiles (0.92 sigma for normal data; outliers cannot inflate it)."""
+    if len(v) == 0:
+        return 0.0
+    dev = np.abs(v - np.median(v))
+    mad = float(np.median(dev))
+    if mad > 0:
+        return 1.4826 * mad
+    return float(np.std(np.clip(v, *np.percentile(v, [5, 95]))))
+
+
 def noise_sigma(y: np.ndarray) -> float:
-    """Return the robust point-to-point noise level of y: MAD of first differences / (0.6745 sqrt 2)."""
+    """Return the robust point-to-point noise level of y: robust scale of first differences / sqrt 2."""
     if len(y) < 3:
         return 0.0
-    d = np.diff(y)
-    return float(np.median(np.abs(d - np.median(d))) / 0.6744897501960817 / math.sqrt(2))
+    return robust_scale(np.diff(y)) / math.sqrt(2)
+
+
+def noise_autocorr(y: np.ndarray) -> float:
+    """Return the lag-1 autocorrelation of y's noise, from differences (robust to steps and outliers).
+
+    For AR(1) noise, var(y[t+2] - y[t]) / var(y[t+1] - y[t]) = 1 + rho, whatever the levels:
+    a step moves one or two differences, which the robust scales ignore. Clipped to [0, 0.98];
+    a smooth curve (ratio above 2) reads as 0.98 (persistent), a series too short or constant as 0.98.
+    """
+    if len(y) < 8:
+        return 0.98
+    s1, s2 = robust_scale(np.diff(y)), robust_scale(y[2:] - y[:-2])
+    if not s1 > 0:
+        return 0.98
+    return float(min(max((s2 / s1) ** 2 - 1.0, 0.0), 0.98))
 
 
 def _big_enough(y: np.ndarray, a: int, s: int, b: int, opts: ChangeOptions, sigma: float,
@@ -279,23 +313,62 @@ def _big_enough(y: np.ndarray, a: int, s: int, b: int, opts: ChangeOptions, sigm
     return rel <= 0 or abs(med_a - med_b) >= rel * max(abs(med_b), 1e-300)
 
 
-def _segment(y: np.ndarray, a: int, b: int, opts: ChangeOptions, sigma: float, min_rel_change: float) -> list[int]:
+def _segment(y: np.ndarray, a: int, b: int, opts: ChangeOptions, sigma: float, min_rel_change: float,
+             rho_max: float) -> list[int]:
     """Binary segmentation of y[a:b]: split where the rank test is significant and the step big enough."""
     out, stack = [], [(a, b)]
     while stack:
         lo, hi = stack.pop()
-        k = _best_split(y[lo:hi], opts.min_size, opts.alpha)
+        k = _best_split(y[lo:hi], opts.min_size, opts.alpha, rho_max)
         if k is None:
             continue
         s = lo + k
-        if split_p_value(y[lo:hi], k, opts) < opts.alpha and _big_enough(y, lo, s, hi, opts, sigma, min_rel_change):
+        if split_p_value(y[lo:hi], k, opts, rho_max) < opts.alpha and _big_enough(y, lo, s, hi, opts, sigma, min_rel_change):
             out.append(s)
             stack += [(lo, s), (s, hi)]
     return out
 
 
+def _seeded(y: np.ndarray, a: int, b: int, opts: ChangeOptions, sigma: float, min_rel_change: float,
+            rho_max: float) -> list[int]:
+    """Change points found on short intervals that binary segmentation can miss (steps that cancel).
+
+    Seeded intervals (Kovacs et al. 2020): at each scale, intervals of length (b - a) / 2^j down
+    to 4 x ``min_size``, shifted by half their length. Each interval's best split counts when its
+    p-value is below alpha / (number of intervals at its scale x number of scales); then, narrowest
+    interval first, a split is kept unless it lies within ``min_size`` of one already kept
+    ("narrowest over threshold", Baranowski et al. 2019). The pruning pass re-tests them all.
+    """
+    w = opts.min_size
+    scales = []
+    length = (b - a) / 2
+    while length >= 4 * w:
+        starts = np.arange(a, b - length + 1, length / 2)
+        scales.append([(int(round(s)), int(round(s + length))) for s in starts])
+        length /= 2
+    hits = []
+    for intervals in scales:
+        level = opts.alpha / (len(intervals) * len(scales))
+        for lo, hi in intervals:
+            # a short interval is screened with the plain rank test (no drift fit: cheap); the
+            # pruning pass then tests every kept split with split_p_value, drift included
+            m = hi - lo
+            r = _ranks(y[lo:hi])
+            u = np.abs(2 * np.cumsum(r)[:-1] - np.arange(1, m) * (m + 1))[w - 1:m - w]
+            if len(u) == 0:
+                continue
+            k = int(np.argmax(u)) + w
+            if _rank_p(r, k, 1.0, rho_max) < level and _big_enough(y, lo, lo + k, hi, opts, sigma, min_rel_change):
+                hits.append((m, lo + k))
+    kept: list[int] = []
+    for _, c in sorted(hits):
+        if all(abs(c - k) >= w for k in kept):
+            kept.append(c)
+    return kept
+
+
 def _prune(y: np.ndarray, cps: list[int], a: int, b: int, opts: ChangeOptions, sigma: float,
-           min_rel_change: float) -> list[tuple[int, float]]:
+           min_rel_change: float, rho_max: float) -> list[tuple[int, float]]:
     """Re-test each change between its neighbours until every remaining one is significant.
 
     Returns [(index, p-value)], the p-value being the one the change was kept with.
@@ -306,9 +379,9 @@ def _prune(y: np.ndarray, cps: list[int], a: int, b: int, opts: ChangeOptions, s
         scored = []
         for i, s in enumerate(cps):
             lo, hi = bounds[i], bounds[i + 2]
-            p = split_p_value(y[lo:hi], s - lo, opts)
+            p = split_p_value(y[lo:hi], s - lo, opts, rho_max)
             ok = p < opts.alpha and _big_enough(y, lo, s, hi, opts, sigma, min_rel_change)
-            scored.append((p if ok else 2.0, s, p))
+            scored.append((p if ok else 1.0 + p, s, p))  # failing ones first, the least significant of them
         worst = max(scored, default=None)
         if worst is None or worst[0] <= 1.0:
             return [(s, p) for _, s, p in scored]
@@ -334,8 +407,12 @@ def _level_changes(y: np.ndarray, start: int, opts: ChangeOptions, min_rel_chang
     """Return [(index, p-value)] of level changes of y found at or after ``start``."""
     rel = opts.min_rel_change if min_rel_change is None else min_rel_change
     sigma = noise_sigma(y[start:])
-    cps = _segment(y, start, len(y), opts, sigma, rel)
-    return _prune(y, cps, start, len(y), opts, sigma, rel) if cps else []
+    rho_max = noise_autocorr(y[start:]) if opts.noise_autocorr else 0.98
+    cps = _segment(y, start, len(y), opts, sigma, rel, rho_max)
+    if opts.seeded:
+        cps += [c for c in _seeded(y, start, len(y), opts, sigma, rel, rho_max)
+                if all(abs(c - k) >= opts.min_size for k in cps)]
+    return _prune(y, cps, start, len(y), opts, sigma, rel, rho_max) if cps else []
 
 
 @dataclass

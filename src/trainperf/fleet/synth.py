@@ -91,3 +91,94 @@ def synthetic_fleet(n_periods: int = 60, n_hosts: int = 12, cv: float = 0.01, se
                                      nccl=nccl, torch="2.5.1", git_sha="0" * 12, layout=layout,
                                      world_size=8, config={"period": p}, step_time_s=float(step), samples=samples))
     return SyntheticFleet(records=records, truth=truth)
+
+
+# Performance series: what benchmark results per revision and step times per run look like.
+PERF_KINDS = ("normal", "bimodal", "outliers", "drift", "short_segments", "missing", "quantised", "ar1")
+
+
+@dataclass(kw_only=True)
+class PerfSeries:
+    """One synthetic performance series and the regressions injected into it."""
+
+    kind: str
+    values: np.ndarray  # NaN = a missing run
+    change_points: list[int]  # 0-based index of the first point of each new level
+
+
+def _perf_noise(kind: str, n: int, cv: float, rng: np.random.Generator) -> np.ndarray:
+    """Relative noise of one kind (multiply the level by 1 + noise)."""
+    if kind == "bimodal":  # two modes (e.g. a cache hit or a core-placement effect), each run picks one
+        mode = rng.random(n) < rng.uniform(0.2, 0.5)
+        return cv * rng.standard_normal(n) + np.where(mode, rng.uniform(2, 4) * cv, 0.0)
+    if kind == "outliers":  # heavy tails plus 3% stalled runs 10-50% slow
+        e = cv * rng.standard_t(3, n)
+        m = rng.random(n) < 0.03
+        return e + np.where(m, rng.uniform(0.1, 0.5, n), 0.0)
+    if kind == "ar1":  # persistent noise (machine state carried over between runs)
+        z, e = cv * np.sqrt(1 - 0.5**2) * rng.standard_normal(n), np.zeros(n)
+        for i in range(1, n):
+            e[i] = 0.5 * e[i - 1] + z[i]
+        return e
+    return cv * rng.standard_normal(n)
+
+
+def perf_series(kind: str, rng: np.random.Generator, *, n: int | None = None, n_changes: int | None = None,
+                cv: float | None = None) -> PerfSeries:
+    """Return one synthetic performance series of ``kind`` (one of PERF_KINDS), seeded by ``rng``.
+
+    Level 100 (e.g. ms per iteration), noise ``cv`` (default 1-3%), 0-3 steps of 3-8 sigma
+    (a regression or its fix), each segment at least 10 points (``short_segments``: 4-8 steps,
+    segments of 8-25 points). ``drift``: plus a slow linear drift of 5-10% over the series (not a
+    change); ``missing``: 10% of runs missing, some in runs of 3-6; ``quantised``: values
+    rounded to a quantum near the noise level (integer milliseconds); ``n_changes=0``: an A/A series.
+    """
+    if kind not in PERF_KINDS:
+        raise ValueError(f"unknown kind {kind!r}")
+    cv = float(rng.uniform(0.01, 0.03)) if cv is None else cv
+    if kind == "short_segments":
+        k = int(rng.integers(4, 9)) if n_changes is None else n_changes
+        lens = rng.integers(8, 26, k + 1)
+        n = int(lens.sum())
+        cps = [int(c) for c in np.cumsum(lens)[:-1]]
+    else:
+        n = int(rng.integers(60, 400)) if n is None else n
+        k = int(rng.integers(0, 4)) if n_changes is None else n_changes
+        cps = []
+        for _ in range(200):  # draw k change points with segments of at least 10 points
+            c = np.sort(rng.choice(np.arange(10, n - 9), size=k, replace=False)) if k else np.array([], int)
+            if np.all(np.diff(np.r_[0, c, n]) >= 10):
+                cps = [int(v) for v in c]
+                break
+    level = np.full(n, 100.0)
+    for c in cps:
+        size = rng.uniform(3, 8) * cv * rng.choice([-1.0, 1.0])
+        level[c:] *= 1 + size
+    if kind == "drift":
+        level *= 1 + rng.uniform(0.05, 0.10) * rng.choice([-1.0, 1.0]) * np.arange(n) / n
+    y = level * (1 + _perf_noise(kind, n, cv, rng))
+    if kind == "quantised":
+        y = np.round(y / (100 * cv)) * (100 * cv)
+    if kind == "missing":
+        miss = rng.random(n) < 0.05
+        for s in rng.integers(0, n, 2):
+            miss[s:s + int(rng.integers(3, 7))] = True
+        y[miss] = np.nan
+    return PerfSeries(kind=kind, values=y, change_points=cps)
+
+
+def perf_benchmark(reps: int = 6, seed: int = 0) -> list[PerfSeries]:
+    """Return ``reps`` labelled series of every kind in PERF_KINDS (seeded; 0-3 regressions each)."""
+    rng = np.random.default_rng(seed)
+    return [perf_series(kind, rng) for kind in PERF_KINDS for _ in range(reps)]
+
+
+def aa_series(kind: str, rng: np.random.Generator, n: int) -> np.ndarray:
+    """Return a stationary A/A series of ``kind``: normal, t3, bimodal, outliers, ar1, quantised or drift."""
+    if kind == "t3":
+        return 100 * (1 + 0.01 * rng.standard_t(3, n))
+    if kind == "drift":
+        return 100 * (1 + 0.08 * np.arange(n) / n + _perf_noise("outliers", n, 0.01, rng))
+    if kind == "quantised":
+        return np.round(100 * (1 + 0.01 * rng.standard_normal(n)))
+    return 100 * (1 + _perf_noise(kind, n, 0.01, rng))
