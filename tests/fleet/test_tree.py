@@ -162,6 +162,33 @@ def test_one_run_has_nothing_to_segment():
     assert "nothing to segment" in explain(t).verdict
 
 
+def test_a_record_written_by_the_monitor():
+    # the real producer: trainperf.monitor's Monitor and build_run_record, 5 steps of 2000 tokens
+    # on 2 GPUs at 1e6 FLOP/token and a 1e12 FLOP/s peak. Reference: the work at peak is
+    # 5 x 2000 x 1e6 / 1e12 = 0.01 GPU-seconds whatever the step times (hand formula).
+    import time
+
+    from trainperf.monitor.monitor import Monitor
+    from trainperf.monitor.record import build_run_record
+
+    mon = Monitor(None, world_size=2, peak_flops=1e12, flops_per_token=1e6, skip_first=0)
+    for s in range(1, 6):
+        with mon.step(s, tokens=2000) as st:
+            with st.data():
+                time.sleep(0.002)
+            time.sleep(0.004)
+    with mon.checkpoint(5):
+        time.sleep(0.005)
+    rec = build_run_record(mon, mon.summary(), {"host": "h", "gpu_model": "cpu"}, job="j")
+    gp = rec.config["summary"]["goodput"]
+    t = build_tree([rec])
+    assert gh(t, "effective") == pytest.approx(0.01 / 3600)
+    for key, field in (("allocated", "total_s"), ("data_wait", "data_wait_s"), ("checkpoint", "checkpoint_s"),
+                       ("startup", "startup_s"), ("productive", "productive_s")):
+        assert gh(t, key) == pytest.approx(gp[field] * 2 / 3600), key
+    assert gh(t, "unplanned") == pytest.approx(gh(t, "productive") - gh(t, "effective"))
+
+
 def test_parse_since():
     assert parse_since("7d", now=1e6) == 1e6 - 7 * 86400
     assert parse_since("1700000000", now=0) == 1.7e9

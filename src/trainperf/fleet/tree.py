@@ -373,6 +373,11 @@ def build_tree(records: list[RunRecord], usd_per_gpu_hour: float | None = None,
         notes.append(f"{len(gone)} earlier-attempt record(s) left out: a later attempt's goodput covers them")
     for text in sorted({n for a in accounts for n in a.notes}):
         notes.append(f"{sum(text in a.notes for a in accounts)} run(s): {text}")
+    beat = sum(a.planned_mfu is not None and a.achieved_mfu is not None and a.achieved_mfu > 1.1 * a.planned_mfu
+               for a in accounts)
+    if beat:
+        notes.append(f"{beat} run(s) beat the planner's MFU by more than 10% (negative 'below plan'): check the "
+                     "planner's calibration for their model and GPU (`trainperf calibrate`)")
     unpriced = sum(a.usd_per_gpu_hour is None for a in accounts)
     if unpriced:
         notes.append(f"{unpriced} run(s) on a GPU without a catalog price: dollars leave them out "
