@@ -382,6 +382,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"in-sample fit (all rows):     {_fmt(summary['in_sample_fit'])}")
         print(f"leave-one-source-out:         {_fmt(summary['loso'])}")
         print(f"constant MFU, LOSO:           {_fmt(summary['constant_mfu_loso'])}")
+        # a generation seen in one source only keeps its catalog prior when that source is held out
+        seen = {g for g in GENERATIONS if len({c.source for c in cases if c.generation == g}) > 1}
+        for r, c in zip(rows, cases):
+            r["generation_in_other_sources"] = c.generation in seen
+        for key, flag, label in (("seen", True, "generation fitted out of source"),
+                                 ("unseen", False, "generation in one source only")):
+            sub = [r for r in rows if r["generation_in_other_sources"] is flag]
+            summary[f"loso_{key}"] = summarize([r["error_loso"] for r in sub])
+            summary[f"constant_mfu_loso_{key}"] = summarize([r["baseline_error_loso"] for r in sub])
+            print(f"  LOSO, {label:31}: {_fmt(summary['loso_' + key])}; "
+                  f"constant MFU {_fmt(summary['constant_mfu_loso_' + key])}")
         by_stack: dict = {}
         for r in rows:
             by_stack.setdefault(r["stack"], []).append(r)

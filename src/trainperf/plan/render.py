@@ -17,6 +17,8 @@ def short_layout(est: Estimate) -> str:
     parts = [f"tp{lay.tp} pp{lay.pp} dp{lay.dp}"]
     if lay.cp > 1:
         parts.append(f"cp{lay.cp}")
+    if lay.ep > 1:
+        parts.append(f"ep{lay.ep}" + (f" etp{lay.etp}" if lay.etp else ""))
     if lay.vpp > 1:
         parts.append(f"vpp{lay.vpp}")
     if lay.sp:
@@ -37,7 +39,8 @@ def overhead_label(est: Estimate) -> str:
 def search_table(res: SearchResult) -> Table:
     """Return a rich table of the ranked layouts."""
     title = (f"{res.model.name} on {res.cluster.n_gpus} x {res.cluster.accelerator.name}, seq {res.model.seq_len}, "
-             f"global batch {res.global_batch} ({res.global_batch * res.model.seq_len / 1e6:.2f} M tokens)")
+             f"global batch {res.global_batch} ({res.global_batch * res.model.seq_len / 1e6:.2f} M tokens), "
+             f"stack {res.stack}")
     t = Table(title=title, title_justify="left")
     for col, just in (("#", "right"), ("layout", "left"), ("step s", "right"), ("tok/s/GPU", "right"),
                       ("MFU", "right"), ("mem GiB", "right"), ("dominant overhead", "left")):
