@@ -195,3 +195,26 @@ def test_reference_run_sets_the_band():
     assert near.verdict == "equivalent" and "reference" in near.band_source
     far = compare_numerics([a], [_run(np.full(60, 0.1), loss + 10 * ref_gap)], reference=ref)
     assert far.verdict.startswith("diverges at step")
+
+
+def test_store_run_ids_are_read_with_their_comparability_and_evaluations(tmp_path):
+    from trainperf.compare.runs import load_run
+    from trainperf.store import write_run
+    from trainperf.store.record import RunRecord, StepSample
+
+    def record(run_id, scale):
+        samples = [StepSample(step=i, step_time_s=0.1 * scale, tokens_per_s=256 / (0.1 * scale), loss=5.0 - 0.1 * i)
+                   for i in range(1, 21)]
+        return RunRecord(run_id=run_id, job="j", started_at=1000.0, world_size=2, samples=samples,
+                         config={"comparable": SAME, "eval": [[10, 4.2], [20, 3.4]]})
+
+    store = str(tmp_path / "store")
+    write_run(record("r-a", 1.0), store)
+    write_run(record("r-b", 0.5), store)
+    a = load_run("r-a", store)
+    assert a.comparable == SAME and a.eval_loss.tolist() == [4.2, 3.4] and a.world_size == 2
+    assert a.t_end[-1] == pytest.approx(1000.0 + 20 * 0.1)  # step ends rebuilt from the step times
+    c = compare_runs("r-a", "r-b", store=store)
+    assert c.perf.throughput.change == pytest.approx(1.0) and c.numerics.verdict == "equivalent"
+    tt = c.numerics.time_to_target
+    assert tt["A"]["step"] == tt["B"]["step"] == 20 and tt["B"]["gpu_hours"] == pytest.approx(1.0 * 2 / 3600)

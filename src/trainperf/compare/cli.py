@@ -48,6 +48,8 @@ def register(app: typer.Typer) -> None:
             for row in rows:
                 t.add_row(*map(str, row))
             con.print(t)
+        if res.perf.note:
+            con.print(f"[dim]performance: {res.perf.note}[/]", highlight=False, soft_wrap=True)
         con.print(f"[dim]numerics: {res.numerics.reason}[/]", highlight=False, soft_wrap=True)
         if json_out:
             atomic_write_text(json_out, json.dumps(res.to_dict(), indent=1, default=str))

@@ -66,6 +66,7 @@ class PerfResult:
     goodput: tuple[float | None, float | None]
     steady: list[tuple[str, int, int]]  # (run, first steady step, last steady step)
     min_effect: float
+    note: str = ""
 
     def to_dict(self) -> dict:
         """Return JSON-able data."""
@@ -196,6 +197,9 @@ def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float
         return float(np.median(v)) if v else None
 
     spans = [(r.name, int(r.step[steady[id(r)]][0]), int(r.step[steady[id(r)]][-1])) for r in a_runs + b_runs]
+    note = ("one run a side: the interval holds the steps' noise only, not run-to-run variation (another node, "
+            "another moment of a shared machine); give repeats (A1,A2,... B1,B2,...) to include it"
+            if len(a_runs) == 1 and len(b_runs) == 1 else "")
     return PerfResult(throughput=tput, step_time=step, verdict=verdict, mfu=(mfu(a_runs), mfu(b_runs)),
                       mem_peak_bytes=(mem(a_runs), mem(b_runs)), goodput=(goodput(a_runs), goodput(b_runs)),
-                      steady=spans, min_effect=min_effect)
+                      steady=spans, min_effect=min_effect, note=note)
