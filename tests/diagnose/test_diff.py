@@ -27,7 +27,8 @@ def _hand_trace(gemm_us: float = 30.0) -> TraceBuilder:
     b.step(3, 200, 10)
     b.launch("ampere_sgemm_128x64_tn", 5, 10, gemm_us)
     b.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 6, 30, 30, stream=20)
-    b.launch("Memcpy DtoH (Device -> Pageable)", 65, 70, 5, cat="gpu_memcpy", runtime="cudaMemcpyAsync")
+    b.launch("void at::native::vectorized_elementwise_kernel<4>", 7, 62, 3, stream=9)
+    b.launch("Memcpy DtoH (Device -> Pageable)", 66, 70, 30, cat="gpu_memcpy", runtime="cudaMemcpyAsync")
     b.cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 100, 30, cat="user_annotation")
     b.launch("void at::native::vectorized_elementwise_kernel<4>", 135, 140, 10)
     b.cpu("cudaStreamSynchronize", 136, 16, cat="cuda_runtime")
@@ -37,23 +38,22 @@ def _hand_trace(gemm_us: float = 30.0) -> TraceBuilder:
 
 
 def test_step_buckets_by_hand(tmp_path):
-    # Launches at 5, 6, 65, 135, 170, 201. Idle while a launched op has not started: other. Idle
-    # before the next launch L: the gap (from the device's last end g to L) is charged to what the host
-    # did between its previous launch L' and L, DataLoader first, then allocator, then sync, each up
-    # to its host time there, the rest to host; every instant of the gap gets the same mix.
-    # step 1 [0,100): gemm [10,40) 30; allreduce [30,60) exposed after the gemm: [40,60) 20; memcpy 5;
-    #   [0,5) host, [5,10) other, [60,65) host, [65,70) other; gap [75,135) (L'=65, L=135): DataLoader
-    #   covers 30 of (65,135) -> half of the 60 µs gap is DataLoader: [75,100) 12.5 DataLoader 12.5 host.
-    #   host 22.5, other 10, DataLoader 12.5. Sum 100.
-    # step 2 [100,200): [100,135) rest of that gap 17.5 DataLoader 17.5 host; [135,140) other;
-    #   elementwise 10; gap [150,170) (L'=135, L=170): cudaStreamSynchronize 16 of it -> sync 16, host 4;
-    #   [170,180) other; gemm 10; [190,200) host (nothing in (170,201)). host 31.5, other 15. Sum 100.
+    # Launches at 5, 6, 7, 66, 135, 170, 201. An idle gap [g, S) ends when an op starts at S. If that op
+    # was launched before g, the device idled with work queued: other. Else the gap waits on the host's
+    # launch L: it is charged to what the host did since its previous launch L' - DataLoader, then
+    # allocator, then sync, each up to its host time in (L', L) - and the rest to host.
+    # step 1 [0,100): gemm [10,40) 30; allreduce [30,60) exposed after the gemm: [40,60) 20; [60,62)
+    #   other (the elementwise kernel was launched at 7); elementwise [62,65) 3; [65,70) host (memcpy
+    #   launched at 66 > 65); memcpy [70,100) 30; [0,10) host. host 15, other 2. Sum 100.
+    # step 2 [100,200): gap [100,140) (L'=66, L=135): DataLoader 30 of (66,135) -> DataLoader 30, host 10;
+    #   elementwise 10; gap [150,180) (L'=135, L=170): cudaStreamSynchronize 16 -> sync 16, host 14;
+    #   gemm 10; [190,200) host 10 (nothing in (170,201)). host 34. Sum 100.
     t = read_kineto(_hand_trace().write(tmp_path / "t.json.gz"))
     steps, span, parts = rank_breakdown(t)
     assert list(steps) == [1, 2] and list(span) == [100, 100]
-    want = {"compute: gemm": [30, 10], "communication": [20, 0], "memcpy DtoH (Device -> Pageable)": [5, 0],
-            "idle: host": [22.5, 31.5], "idle: other": [10, 15], "idle: dataloader": [12.5, 17.5],
-            "idle: sync": [0, 16], "compute: elementwise": [0, 10]}
+    want = {"compute: gemm": [30, 10], "communication": [20, 0], "memcpy DtoH (Device -> Pageable)": [30, 0],
+            "idle: host": [15, 34], "idle: other": [2, 0], "idle: dataloader": [0, 30], "idle: sync": [0, 16],
+            "compute: elementwise": [3, 10]}
     got = {k: list(np.round(v, 6)) for k, v in parts.items() if v.any()}
     assert got == want
 

@@ -6,9 +6,12 @@ Each side's step is decomposed by a sweep over its wall clock. Every instant of 
    split evenly among the classes running at that instant;
 2. communication: collectives running with no compute under them (exposed);
 3. memcpy by direction and memory kind ("memcpy DtoH (Device -> Pageable)"), then memset;
-4. GPU idle, by cause: the next device event was already launched (``idle: other``: a stream or
-   cross-rank dependency), else what the host is doing: DataLoader, allocator calls, a sync (inside
-   one, or the queue it drained right before), else ``idle: host`` (launch-bound).
+4. GPU idle, by cause. When the op that ends the gap was launched before the gap began, the device
+   idles with work queued (``idle: other``: a stream or cross-rank dependency). Otherwise it waits
+   for the host's launch: the gap (up to that op's start) is charged to what the host did between
+   its previous launch and this one, DataLoader first, then allocator calls, then syncs, each up to
+   its host time there (removing it would have moved the launch that much earlier), the rest to
+   ``idle: host`` (launch-bound).
 So the buckets of a step add up to its time exactly, and the buckets' per-step deltas add up to
 the step-time delta. ``explained_pct`` is the share of that delta that lands in named buckets
 (everything but ``idle: other``, whose cause the trace does not show).
@@ -196,8 +199,9 @@ def rank_breakdown(t: EventTable) -> tuple[np.ndarray, np.ndarray, dict[str, np.
         for l, a in active.items():
             share[l] = np.where(a, dt / np.maximum(n, 1), 0.0)
         free &= n == 0
-    # idle instants: queued work that does not start is "other"; otherwise the device waits for the
-    # host's next launch, and the gap is charged to what the host did since its previous launch
+    # idle gaps: work queued before the device went idle that does not start is "other"; otherwise the
+    # device waits for the host's next launch, and the gap (up to that op's start, launch latency
+    # included) is charged to what the host did since its previous launch
     o = np.argsort(ts[dev], kind="stable")
     dev_start, dev_launch = ts[dev][o], launch[o]
     j = np.searchsorted(dev_start, mids, side="left")
@@ -205,15 +209,14 @@ def rank_breakdown(t: EventTable) -> tuple[np.ndarray, np.ndarray, dict[str, np.
     nxt = np.where(has_next, dev_start[np.clip(j, 0, max(dev_start.size - 1, 0))] if dev.size else hi, hi)
     lau = np.where(has_next, dev_launch[np.clip(j, 0, max(dev_start.size - 1, 0))] if dev.size else hi, hi)
     lau = np.where(np.isfinite(lau), lau, nxt)
-    idle = free.copy()
-    queued = idle & (lau <= mids)
-    share[IDLE_OTHER] = np.where(queued, dt, 0.0)
-    waiting = idle & ~queued
     gap_start = np.maximum(_last_end_before(mids, ts[dev], end[dev]), lo)
+    queued = free & (lau <= gap_start)  # launched before the device went idle, yet not started
+    share[IDLE_OTHER] = np.where(queued, dt, 0.0)
+    waiting = free & ~queued  # the gap is the host's late launch (and the launch latency after it)
     launches = np.sort(launch[np.isfinite(launch)])
     i = np.searchsorted(launches, lau, side="left") - 1
     prev_launch = np.where(i >= 0, launches[np.clip(i, 0, None)] if launches.size else lo, lo)
-    gap = np.maximum(np.minimum(lau, nxt) - gap_start, 1e-9)
+    gap = np.maximum(nxt - gap_start, 1e-9)
     left = gap.copy()
     covered_before = 0.0
     rows = np.zeros(0, dtype=np.int64)
