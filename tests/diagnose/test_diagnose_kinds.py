@@ -81,3 +81,39 @@ def test_gpu_step_windows_follow_launches_not_host_spans(tmp_path):
     assert r.gpu_step_time_median_us == pytest.approx(10_000)
     assert all(x["device_busy_us"] == pytest.approx(5000) for x in r.step_times)
     assert any("after its ProfilerStep ends on the host" in n for n in d.notes)
+
+
+def _rocm_ddp(path: Path, lag_us: float = 27_000.0) -> Path:
+    # ROCm DDP, 32 ms per step on the GPU: 10 backward GEMMs of 1 ms (stream 0), an RCCL all-reduce of 20 ms
+    # (stream 1) right after them, 2 optimizer kernels of 1 ms (stream 0) waiting for it. Every kernel is
+    # launched 27 ms before it starts: the GPU trails the host's ProfilerStep windows by 27 ms.
+    b = TraceBuilder()
+    for s in range(5):
+        G = 32_000.0 * s + lag_us
+        b.step(s, 32_000.0 * s, 32_000)
+        t = G
+        for i in range(10):
+            b.launch("Cijk_Alik_Bljk_SB_MT128x128x32", t - lag_us, t, 1000, stream=0, runtime="hipLaunchKernel")
+            t += 1000
+        b.launch("ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)", t - lag_us - 500, t, 20_000, stream=1,
+                 runtime="hipExtModuleLaunchKernel")
+        t += 20_000
+        for i in range(2):
+            b.launch("void at::native::multi_tensor_apply_kernel<SGD>", t - lag_us, t, 1000, stream=0,
+                     runtime="hipLaunchKernel")
+            t += 1000
+    return b.write(path)
+
+
+def test_exposed_comm_priced_when_the_gpu_trails_the_host(tmp_path):
+    # 4 steps analysed: span 0 .. 27 + 128 = 155 ms; exposed all-reduce 80 of 128 ms of GPU time (62.5 %).
+    # The launch latency is measured on launches onto an idle stream (none here: 5 us default), not the
+    # 27-ms queue. Overlapped, the GEMMs and optimizer kernels stop waiting for the all-reduces and each
+    # step's kernels start as soon as launched (host timing is kept): the last optimizer kernel is launched
+    # at 127 ms and ends at 128.005 ms -> gain 155 - 128.005 = 26.995 ms
+    d = diagnose(_rocm_ddp(tmp_path / "ddp.json.gz"))
+    f = d.findings[0]
+    assert f.kind == "exposed_comm" and f.severity == "high"
+    assert f.gain_us == pytest.approx(155_000 - 128_005)
+    assert d.ranks[0].comm_us == pytest.approx(80_000) and d.ranks[0].exposed_comm_us == pytest.approx(80_000)
+    assert not any(x.kind == "launch_bound" for x in d.findings)
