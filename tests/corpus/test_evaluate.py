@@ -73,3 +73,15 @@ def test_bad_corpus_input_is_one_line(tmp_path, capsys, labels, message):
 def test_read_labels_accepts_a_good_file(tmp_path):
     d = _case(tmp_path, "ok", {"kind": "healthy", "ranks": [], "true_gain_pct": 0.0, "severity": "none"})
     assert read_labels(d)["kind"] == "healthy"
+
+
+def test_real_run_truth_by_hand(tmp_path):
+    from trainperf.corpus.real import _gain_pct
+
+    # profiled steps 3..7, fault from 5: clean = (0.30 + 0.34) / 2 = 0.32; faulty 0.42, 0.40, 0.44
+    times = {1: 0.9, 2: 0.5, 3: 0.30, 4: 0.34, 5: 0.42, 6: 0.40, 7: 0.44}
+    m = tmp_path / "metrics.jsonl"
+    m.write_text("\n".join(json.dumps({"step": s, "step_time_s": t}) for s, t in times.items()))
+    gain, clean, bad = _gain_pct(m, faulty=True)
+    assert clean == pytest.approx(0.32) and bad == pytest.approx(0.42)
+    assert gain == pytest.approx(100 * (0.10 + 0.08 + 0.12) / 1.90)

@@ -22,6 +22,7 @@ from trainperf.errors import TrainperfError
 
 HIGH_PCT = 10.0       # severity bands of the true gain (% of step time), as diagnose's findings use
 MEDIUM_PCT = 3.0
+MIN_GAIN_PCT = 0.2    # below this the base had nothing to inject into (e.g. no overlapped collectives)
 TARGET_PCT = {"low": 1.8, "medium": 6.0, "high": 20.0}
 SEARCH_STEPS = 8      # bracketing steps on the injection size to reach the target gain
 COUNT_KINDS = ("host_sync", "small_kernels")  # sizes that are counts per step
@@ -158,6 +159,9 @@ def build_corpus(out: str | Path, bases: list[Base], healthy: list[Base] = (), k
                     seed = zlib.crc32(name.encode())
                     mod, touched, size, before, after = sized_case(kind, ranks, TARGET_PCT[sev], seed, slow)
                     gain = 100 * (after - before) / after
+                    if gain < MIN_GAIN_PCT:
+                        log(f"{name}: skipped, the base has nothing to inject it into (gain {gain:.2f} %)")
+                        continue
                     labels = {"kind": kind, "ranks": touched, "true_gain_pct": round(gain, 3),
                               "severity": severity_of(gain), "target_severity": sev, "base": base.name,
                               "size": round(size, 4), "step_time_us_before": round(before, 1),

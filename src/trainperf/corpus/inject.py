@@ -37,6 +37,7 @@ ALLOC_CALLS_PER_STEP = 8
 TINY_KERNEL_US = 2.0          # a few-thousand-element add on a current GPU
 SYNC_HOST_US = 12.0           # host cost of .item() besides the wait (dispatch + 4-byte copy call)
 PAGEABLE_GBPS = 6.0           # host-to-device copy rate from pageable memory (staged through a pinned buffer)
+MIN_OVERLAP_SHARE = 0.0    # a collective counts as overlapped when compute runs during any of it
 COLLECTIVE_MARKERS = ("nccl", "rccl", "allreduce", "all_reduce", "allgather", "reducescatter", "sendrecv", "alltoall")
 
 
@@ -99,11 +100,12 @@ def inject_data_loader_stall(ranks: dict, size: float, rng: random.Random):
 
 
 def inject_checkpoint_stall(ranks: dict, size: float, rng: random.Random):
-    """size: µs of synchronous checkpoint save (after the device drained) at the end of the middle step."""
+    """size: µs of synchronous checkpoint save (after the device drained) at the end of a middle step
+    (never the last one, which profilers and analysis windows often cut short)."""
     spans = rng.choice(CHECKPOINT_SPANS)
 
     def work(doc, r):
-        s = r.steps[len(r.steps) // 2]
+        s = r.steps[(len(r.steps) - 1) // 2]
         return [HostWork(at_us=s.end - 0.5, host_us=size, spans=spans, drains=True)]
     return _host(ranks, work)
 
@@ -203,7 +205,7 @@ def inject_exposed_comm(ranks: dict, size: float, rng: random.Random):
             at = max(ts, float(ce[j])) if j >= 0 and ce[j] > ts else ts
             overlap = float(np.clip(np.minimum(ce, te) - np.maximum(cs, ts), 0, None).sum())
             same = [float(x["ts"]) for x in ev if K.is_gpu_op(x) and (x.get("pid"), x.get("tid")) == (e.get("pid"), e.get("tid"))]
-            if overlap > 0.2 * float(e["dur"]) and not any(ts < x < at for x in same):
+            if overlap > MIN_OVERLAP_SHARE * float(e["dur"]) and not any(ts < x < at for x in same):
                 cands.append((i, at, float(e["dur"])))
         n = int(np.ceil(size * len(cands)))
         chosen = sorted(rng.sample(cands, n), key=lambda c: c[1]) if cands else []

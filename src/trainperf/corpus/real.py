@@ -1,0 +1,92 @@
+"""Real-run cases: the reference trainer on this machine (2 ranks, gloo) with a fault switched on by
+`trainperf train --fault`, its clean twin measured in the same run.
+
+Each run profiles steps PROFILE (5 steps); the fault holds from FAULT_FROM on, so the trace holds
+clean and faulty steps and the steps before FAULT_FROM are the clean twin. Truth, from the run's
+own metrics.jsonl (rank 0's step times, s): true_gain_pct = 100 * sum over faulty profiled steps
+of (step - clean) / sum of all profiled steps, clean = mean of the clean profiled steps, clipped
+at 0 — the share of the traced window that removing the fault gives back.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from trainperf.atomic import atomic_write_text, ensure_dir
+from trainperf.errors import TrainperfError
+
+PROFILE = (3, 7)
+FAULT_FROM = 5
+STEPS = 7
+# kind -> (case suffix, --fault value, ranks it touches (None: all)); sizes chosen for ~2/6/20 %
+# of a ~0.35 s CPU step of the tiny model
+REAL_FAULTS = {
+    "data_loader_stall": [("low", "slow-data=8", None), ("medium", "slow-data=25", None),
+                          ("high", "slow-data=100", None)],
+    "straggler": [("low", "slow-rank=1:8", [1]), ("medium", "slow-rank=1:25", [1]),
+                  ("high", "slow-rank=1:100", [1])],
+    "checkpoint_stall": [("high", "sync-ckpt=1", None)],
+}
+
+
+def _train(out: Path, fault: str | None, seed: int) -> None:
+    cmd = [sys.executable, "-m", "trainperf.cli", "train", "--model", "tiny", "--steps", str(STEPS), "--nproc", "2",
+           "--synthetic", "--device", "cpu", "--seed", str(seed), "--profile-steps", f"{PROFILE[0]}:{PROFILE[1]}",
+           "--out", str(out), "--store", str(out / "store")]
+    if fault:
+        cmd += ["--fault", fault, "--fault-steps", f"{FAULT_FROM}:{STEPS}"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise TrainperfError(f"train run for {out.name} failed: {(p.stderr or p.stdout).strip().splitlines()[-1:]}")
+
+
+def _gain_pct(metrics: Path, faulty: bool) -> tuple[float, float, float]:
+    """(true gain %, clean step s, faulty step s) of the profiled steps."""
+    rows = {}
+    for line in metrics.read_text().splitlines():
+        d = json.loads(line)
+        if "step" in d and "step_time_s" in d:
+            rows[int(d["step"])] = float(d["step_time_s"])
+    prof = [rows[s] for s in range(PROFILE[0], PROFILE[1] + 1)]
+    clean_steps = [rows[s] for s in range(PROFILE[0], FAULT_FROM)]
+    clean = sum(clean_steps) / len(clean_steps)
+    bad = [rows[s] for s in range(FAULT_FROM, PROFILE[1] + 1)]
+    if not faulty:
+        return 0.0, clean, sum(bad) / len(bad)
+    return max(0.0, 100 * sum(b - clean for b in bad) / sum(prof)), clean, sum(bad) / len(bad)
+
+
+def _case(run: Path, case: Path, labels: dict) -> None:
+    ensure_dir(case / "traces")
+    for f in sorted((run / "traces").glob("rank*.json")):
+        rank = f.name.split(".")[0]
+        with open(f, "rb") as src, gzip.open(case / "traces" / f"{rank}.json.gz", "wb", compresslevel=5) as dst:
+            shutil.copyfileobj(src, dst)
+    atomic_write_text(case / "labels.json", json.dumps(labels, indent=1))
+
+
+def build_real(out: str | Path, work: str | Path, log=print) -> list[dict]:
+    """Run the trainer once clean and once per REAL_FAULTS entry; write the cases under out."""
+    out, work = ensure_dir(out), ensure_dir(work)
+    runs = [("healthy", "none", None, None)] + [(k, sev, f, r) for k, v in REAL_FAULTS.items() for sev, f, r in v]
+    written = []
+    for seed, (kind, sev, fault, ranks) in enumerate(runs):
+        name = f"{kind}-{sev}-real" if kind != "healthy" else "healthy-real"
+        run = work / name
+        shutil.rmtree(run, ignore_errors=True)
+        _train(run, fault, seed)
+        gain, clean, bad = _gain_pct(run / "metrics.jsonl", fault is not None)
+        sev_measured = "none" if fault is None else ("high" if gain >= 10 else "medium" if gain >= 3 else "low")
+        labels = {"kind": kind, "ranks": ranks if ranks is not None else ([] if fault is None else [0, 1]),
+                  "true_gain_pct": round(gain, 3), "severity": sev_measured, "target_severity": sev,
+                  "base": "real:tiny-2rank-gloo-cpu", "fault": fault, "clean_step_s": round(clean, 4),
+                  "faulty_step_s": round(bad, 4), "seed": seed}
+        _case(run, out / name, labels)
+        written.append(labels)
+        log(f"{name}: {fault or 'clean'}, clean {clean:.3f} s, faulty {bad:.3f} s, true gain {gain:.2f} %")
+    return written
