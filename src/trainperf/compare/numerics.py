@@ -15,8 +15,9 @@ noisy batch is not a divergence) is held against a noise band:
 - from a reference run in higher precision (``reference``): the |reference - A| difference,
   times ``BAND_Z``, when the reference is given.
 
-B diverges at the first step from which the smoothed difference stays outside the band for
-``PERSIST`` steps (or where B's loss stops being finite while A's is). The same test runs on
+B diverges where the smoothed difference stays outside the band for ``PERSIST`` steps, dated
+at the first step of that stretch whose own difference is outside (a centred median looks
+``SMOOTH // 2`` steps ahead), or where B's loss stops being finite while A's is. The same test runs on
 log grad norm. Constants: docs/benchmarks.md "Trainer and compare" (equivalent changes vs
 broken ones, 5 seeds each).
 """
@@ -157,6 +158,10 @@ def divergence_step(steps: np.ndarray, a: np.ndarray, b: np.ndarray, half_width:
         if run >= PERSIST:
             found = i - PERSIST + 1
             break
+    if found is not None:  # a centred median sees SMOOTH // 2 steps ahead: start at the first raw excursion
+        raw = np.abs(b - a) > half_width
+        ahead = [j for j in range(found, min(found + PERSIST + SMOOTH // 2, len(raw))) if raw[j]]
+        found = ahead[0] if ahead else found
     hits = [i for i in (found, first_bad) if i is not None]
     return (int(steps[min(hits)]) if hits else None), float(np.nanmax(ratio)) if np.isfinite(ratio).any() else 0.0
 
