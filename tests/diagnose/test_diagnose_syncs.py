@@ -50,3 +50,21 @@ def test_item_sync_priced_by_the_idle_it_causes(tmp_path):
     # 72 % of the step blocked, but only 4.6 % to gain: the gain, not the count, sets the severity
     assert f.severity == "medium"
     assert not any(x.kind == "pageable_copy" for x in d.findings)
+
+
+def test_call_site_from_python_stack(tmp_path):
+    # with_stack=True: user frame train.py(42) encloses the aten::item; a torch frame inside it is skipped
+    b = TraceBuilder()
+    for s in range(2):
+        T = 1400.0 * s
+        for i in range(5):
+            b.launch("ampere_sgemm_128x64_tn", T + 5 * i, T + 10 + 200 * i, 200)
+        b.cpu("train.py(42): train_step", T + 28, 1000, cat="python_function")
+        b.cpu("torch/_tensor.py(1050): __format__", T + 29, 998, cat="python_function")
+        b.cpu("aten::item", T + 30, 995)
+        b.launch("Memcpy DtoH (Device -> Pageable)", T + 32, T + 1010, 2, cat="gpu_memcpy", launch_dur=988,
+                 runtime="cudaMemcpyAsync")
+        b.launch("vectorized_elementwise_kernel", T + 1030, T + 1040, 100)
+    d = diagnose(b.write(tmp_path / "s.json.gz"))
+    f = next(x for x in d.findings if x.kind == "host_sync")
+    assert [c["site"] for c in f.evidence["call_sites"]] == ["train.py(42): train_step > aten::item"]
