@@ -85,3 +85,16 @@ def test_real_run_truth_by_hand(tmp_path):
     gain, clean, bad = _gain_pct(m, faulty=True)
     assert clean == pytest.approx(0.32) and bad == pytest.approx(0.42)
     assert gain == pytest.approx(100 * (0.10 + 0.08 + 0.12) / 1.90)
+
+
+def test_top1_against_the_untouched_twin_by_hand():
+    def case(name, kind, base, kinds):
+        return CaseResult(name=name, kind=kind, ranks=[0], true_gain_pct=10.0, severity="high", base=base,
+                          findings=[_f(k, "high", 10.0) for k in kinds])
+    cases = [case("h", "healthy", "b", ["launch_bound"]),
+             case("x", "host_sync", "b", ["launch_bound", "host_sync"]),      # twin shows launch_bound: right
+             case("y", "host_sync", "b", ["small_kernels", "host_sync"]),     # new wrong kind first: wrong
+             case("z", "launch_bound", "b", ["launch_bound"])]                # labeled kind is kept: right
+    s = score(cases)
+    assert s["top1_accuracy"] == pytest.approx(1 / 3, abs=1e-4)
+    assert s["top1_accuracy_vs_twin"] == pytest.approx(2 / 3, abs=1e-4)

@@ -35,6 +35,6 @@ def register(app: typer.Typer) -> None:
         print_scores(scores, Console())
         if json_out:
             cases = [{"name": r.name, "kind": r.kind, "ranks": r.ranks, "true_gain_pct": r.true_gain_pct,
-                      "severity": r.severity, "findings": r.findings, "seconds": round(r.seconds, 2)}
+                      "severity": r.severity, "base": r.base, "findings": r.findings, "seconds": round(r.seconds, 2)}
                      for r in results]
             atomic_write_text(json_out, json.dumps({**scores, "cases": cases}, indent=1))

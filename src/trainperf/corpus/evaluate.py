@@ -35,6 +35,7 @@ class CaseResult:
     severity: str
     findings: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    base: str = ""  # the base trace set; its healthy case is the untouched twin
 
 
 def read_labels(case: Path) -> dict:
@@ -101,6 +102,10 @@ def score(results: list[CaseResult], min_severity: str = "low") -> dict:
             errs.append(abs(float(g) - r.true_gain_pct))
             if r.true_gain_pct > 0:
                 rel.append(errs[-1] / r.true_gain_pct * 100)
+    twin = {r.base: {f["kind"] for f in r.findings if _at_least(f["severity"], min_severity)}
+            for r in healthy if r.base}
+    vs_twin = [r for r, _ in sick if r.base in twin
+               and _first(r, min_severity, skip=twin[r.base] - {r.kind}) == r.kind]
     other: dict[str, int] = {}
     for r, p in zip(results, predicted):
         for k in p - set(labeled):
@@ -112,6 +117,9 @@ def score(results: list[CaseResult], min_severity: str = "low") -> dict:
     return {
         "kinds": kinds,
         "top1_accuracy": _r(len(top) / len(sick)) if sick else None,
+        # top-1 among the kinds its untouched twin (the base's healthy case) does not show
+        "top1_accuracy_vs_twin": _r(len(vs_twin) / sum(1 for r, _ in sick if r.base in twin))
+        if any(r.base in twin for r, _ in sick) else None,
         "healthy_false_findings": false,
         "whatif_median_abs_error_pct": _r(statistics.median(errs)) if errs else None,
         "whatif_max_abs_error_pct": _r(max(errs)) if errs else None,
@@ -124,8 +132,8 @@ def score(results: list[CaseResult], min_severity: str = "low") -> dict:
     }
 
 
-def _first(r: CaseResult, floor: str) -> str | None:
-    return next((f["kind"] for f in r.findings if _at_least(f["severity"], floor)), None)
+def _first(r: CaseResult, floor: str, skip=frozenset()) -> str | None:
+    return next((f["kind"] for f in r.findings if _at_least(f["severity"], floor) and f["kind"] not in skip), None)
 
 
 def _misses(sick, floor: str) -> dict:
@@ -165,7 +173,7 @@ def run_cases(corpus: str | Path, progress: bool = True) -> list[CaseResult]:
                                       true_gain_pct=float(lab["true_gain_pct"]), severity=str(lab["severity"]),
                                       findings=[{k: f.get(k) for k in ("kind", "severity", "ranks", "gain_pct")}
                                                 for f in found],
-                                      seconds=time.perf_counter() - t))
+                                      seconds=time.perf_counter() - t, base=str(lab.get("base", ""))))
             bar.advance(task)
     return results
 

@@ -22,7 +22,8 @@ def print_scores(s: dict, console: Console) -> None:
         t.add_row(k, _f(v["precision"]), _f(v["recall"]), _f(v["f1"]), str(v["n"]), str(v["tp"]), str(v["fp"]),
                   str(v["fn"]))
     console.print(t)
-    console.print(f"top-1 accuracy: {_f(s['top1_accuracy'])}")
+    console.print(f"top-1 accuracy: {_f(s['top1_accuracy'])} (among kinds the untouched twin does not show: "
+                  f"{_f(s.get('top1_accuracy_vs_twin'))})")
     h = s["healthy_false_findings"]
     console.print(f"false findings on healthy cases: high {h['high']}, medium {h['medium']}, low {h['low']}")
     console.print(f"what-if |predicted - true gain| (pp, over {s['whatif_n']} detected cases): median "
