@@ -41,6 +41,7 @@ from trainperf.trace.load import load_trace
 # only the loop's tail: far shorter. Half the median leaves a wide margin on both sides.
 LAST_STEP_MIN_FRACTION = 0.5
 IDLE_OTHER = "idle: other"
+HEADLINE_NAME_SHARE = 0.1  # a new or gone name enters the headline when it carries this share of the change
 COMM = "communication"
 MEMSET = "memset"
 HOST_KINDS = {CPU_OP: "operator", USER_ANNOTATION: "annotation", RUNTIME: "runtime", PYTHON: "python"}
@@ -346,7 +347,8 @@ class TraceDiff:
 
     @property
     def explained_pct(self) -> float:
-        """Share of the mean step-time change that lands in named buckets (all but idle: other), %."""
+        """Share of the mean step-time change that lands in named buckets (all but idle: other), %;
+        above 100 when the idle of unknown cause shrank while the named buckets grew."""
         d = self.delta_mean_us
         if d == 0:
             return 100.0
@@ -373,6 +375,11 @@ class TraceDiff:
         n, b, c = max(self.decomposition, key=lambda x: (x[2] - x[1]) * math.copysign(1, d))
         same_way = [k for k in self.kernels if k.delta_us_per_step * d > 0]
         top = f"; top kernel {_short(same_way[0].name)} {same_way[0].delta_us_per_step:+.0f} µs/step" if same_way else ""
+        # a name that appears or vanishes and carries a tenth of the change is usually the story
+        moved = [x for x in (self.new if d > 0 else self.gone) if abs(x.delta_us_per_step) >= HEADLINE_NAME_SHARE * abs(d)]
+        if moved:
+            x = max(moved, key=lambda x: abs(x.delta_us_per_step))
+            top += f"; {'new' if d > 0 else 'gone'}: {_short(x.name)} {x.delta_us_per_step:+.0f} µs/step"
         return (f"candidate {abs(pct):.1f}% {verb} per step ({self.baseline.median_us:.0f} -> "
                 f"{self.candidate.median_us:.0f} µs); largest change: {n} {c - b:+.0f} µs/step{top}")
 
@@ -391,7 +398,9 @@ class TraceDiff:
                 "step_time_delta_hl_us": round(self.delta_median_us, 3),
                 "step_time_delta_interval_us": [round(v, 3) for v in self.delta_interval_us],
                 "step_time_mean_delta_us": round(self.delta_mean_us, 3),
-                "explained_pct": round(self.explained_pct, 3), "headline": self.headline(),
+                "explained_pct": round(self.explained_pct, 3),
+                "unexplained_us": round(next((c - b for n, b, c in self.decomposition if n == IDLE_OTHER), 0.0), 3),
+                "headline": self.headline(),
                 "decomposition": [{"category": n, "baseline_us": round(b, 3), "candidate_us": round(c, 3),
                                    "delta_us": round(c - b, 3)} for n, b, c in self.decomposition],
                 "contributions": [c.to_json() for c in contribs[:top]],
