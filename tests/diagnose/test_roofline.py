@@ -183,3 +183,16 @@ def test_out_argument_is_written_not_read():
     n = 512 * 2862
     c = op_cost("aten::mul", [[512, 2862], [], [512, 2862]], ["float", "float", "float"])
     assert c.bytes == 4 * (n + 1 + n) and c.flops == n
+
+
+def test_summary_by_kind_by_hand(tmp_path):
+    # from test_roofline_rows_by_hand: add moves 100.66 MB in 40 µs on a 3.35 TB/s part -> 75.12 % of HBM;
+    # mm runs 137.44 GFLOP in 200 µs against 989.4 TFLOP/s -> 69.46 % of the FLOP peak
+    from trainperf.diagnose.roofline import rank_roofline
+
+    s = rank_roofline(read_kineto(_gpu_trace(tmp_path)))
+    assert s.accelerator == "h100-sxm"
+    assert s.by_kind["elementwise"]["hbm_pct"] == pytest.approx(75.12, abs=0.01)
+    assert s.by_kind["gemm"]["tflops_pct"] == pytest.approx(69.46, abs=0.01)
+    assert s.by_kind["gemm"]["roofline_pct"] == pytest.approx(69.46, abs=0.01)
+    assert s.to_json()["rows"][0]["op"] == "aten::mm"

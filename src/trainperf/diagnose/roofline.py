@@ -456,3 +456,45 @@ def roofline_for_trace(path: str | Path, accelerator: str | None = None) -> dict
 
     acc = get_accelerator(accelerator) if accelerator else None
     return {r: roofline(t, op_shapes(t.source), acc) for r, t in load_trace(path).items()}
+
+
+@dataclass(kw_only=True)
+class RooflineSummary:
+    """The roofline of one rank for `trainperf diagnose`: rows and totals per kind of operator."""
+
+    accelerator: str                 # catalog name, "" when unknown
+    rows: list[RooflineRow]          # sorted by time lost to the roofline
+    by_kind: dict[str, dict]         # kind -> time_us, lost_us, roofline_pct, hbm_pct, tflops_pct
+
+    def to_json(self, top: int = 20) -> dict:
+        """{accelerator, by_kind, rows (the top ones)}."""
+        return {"accelerator": self.accelerator, "by_kind": self.by_kind, "rows": [r.to_json() for r in self.rows[:top]]}
+
+
+def summarize(rows: list[RooflineRow], accelerator: str = "") -> RooflineSummary:
+    """Totals per kind: device time, time lost, time at the roof as % of time (roofline_pct), achieved
+    bandwidth as % of HBM peak (hbm_pct: all bytes over all time) and FLOP rate as % of peak (tflops_pct)."""
+    by_kind: dict[str, dict] = {}
+    for kind in sorted({r.kind for r in rows}):
+        rs = [r for r in rows if r.kind == kind]
+        time = sum(r.time_us for r in rs)
+        roofed = [r for r in rs if r.min_time_us is not None]
+        at_roof = sum(r.min_time_us for r in roofed)
+        roofed_time = sum(r.time_us for r in roofed)
+        bw = [r for r in rs if r.peak_tbps]
+        fl = [r for r in rs if r.peak_tflops]
+        pct = lambda num, den: round(100.0 * num / den, 2) if den > 0 else None  # noqa: E731
+        by_kind[kind] = {
+            "time_us": round(time, 3), "count": sum(r.count for r in rs),
+            "lost_us": round(sum(r.lost_us for r in rs), 3),
+            "roofline_pct": pct(at_roof, roofed_time),
+            "hbm_pct": pct(sum(r.bytes * r.count / (r.peak_tbps * 1e6) for r in bw), sum(r.time_us for r in bw)),
+            "tflops_pct": pct(sum(r.flops * r.count / (r.peak_tflops * 1e6) for r in fl), sum(r.time_us for r in fl))}
+    return RooflineSummary(accelerator=accelerator, rows=rows, by_kind=by_kind)
+
+
+def rank_roofline(t: EventTable, accelerator=None) -> RooflineSummary:
+    """The roofline summary of one rank's table (shapes re-read from t.source; a trace recorded without
+    record_shapes gives no rows). accelerator: a hardware.Accelerator (default: the trace's device)."""
+    acc = accelerator if accelerator is not None else device_accelerator(t)
+    return summarize(roofline(t, op_shapes(t.source), acc), acc.name if acc is not None else "")
