@@ -98,3 +98,14 @@ def test_top1_against_the_untouched_twin_by_hand():
     s = score(cases)
     assert s["top1_accuracy"] == pytest.approx(1 / 3, abs=1e-4)
     assert s["top1_accuracy_vs_twin"] == pytest.approx(2 / 3, abs=1e-4)
+
+
+def test_real_run_known_size_truth_by_hand(tmp_path):
+    from trainperf.corpus.real import _gain_pct, known_added_s
+
+    times = {3: 0.30, 4: 0.34, 5: 0.42, 6: 0.40, 7: 0.44}
+    m = tmp_path / "metrics.jsonl"
+    m.write_text("\n".join(json.dumps({"step": s, "step_time_s": t}) for s, t in times.items()))
+    assert known_added_s("slow-data=100") == 0.1 and known_added_s("slow-rank=1:25:sleep") == 0.025
+    assert known_added_s("sync-ckpt=1") is None and known_added_s("slow-rank=1:25") is None
+    assert _gain_pct(m, True, 0.1)[0] == pytest.approx(100 * 0.3 / 1.90)  # 3 faulty steps x 0.1 s
