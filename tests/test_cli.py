@@ -96,3 +96,12 @@ def test_help_shows_value_types_but_no_bool_for_flags():
     assert "<bool>" not in r.stdout
     assert "<int> [x>=1]" in rows["--gpus"] and "<float> [x>=0.0]" in rows["--usd-per-hour"]
     assert "<str>" in rows["--model"] and "<path>" in rows["--html"]
+
+
+@pytest.mark.parametrize("model", ["[/]", "[bold]x", "a\nb", "a\x1cb\x85c"])
+def test_error_line_shows_the_input_as_typed_on_one_line(model):
+    """Brackets are not rich markup (a '[/]' crashed the printer) and control characters are escaped."""
+    r = _run("plan", "--model", model)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.rstrip("\n").splitlines()) == 1, r.stderr
+    assert repr(model)[1:-1].replace("\\\\", "\\") in r.stderr
