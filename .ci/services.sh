@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Start the services the tests need: a real PostgreSQL server for the run store's fleet backend.
+# Start the services the tests need: a real PostgreSQL server for the run store's fleet backend,
+# and headless Chromium, which opens every HTML report in tests/report/test_report_browser.py.
 # Runs as root on a fresh Debian machine (called by .ci/run before `make test`). Idempotent.
 # The tests connect to the fixed DSN below (override with TRAINPERF_TEST_PG):
 #   postgresql://trainperf:trainperf@127.0.0.1:5432/trainperf
@@ -8,6 +9,11 @@ if ! command -v pg_lsclusters >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq postgresql >/dev/null
+fi
+if ! command -v chromium >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq chromium >/dev/null
 fi
 VER=$(ls /usr/lib/postgresql | sort -V | tail -1)
 if ! pg_lsclusters -h | awk '{print $1" "$2}' | grep -q "^$VER main$"; then
