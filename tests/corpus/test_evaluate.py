@@ -80,9 +80,7 @@ def test_real_run_truth_by_hand(tmp_path):
 
     # profiled steps 3..7, fault from 5: clean = (0.30 + 0.34) / 2 = 0.32; faulty 0.42, 0.40, 0.44
     times = {1: 0.9, 2: 0.5, 3: 0.30, 4: 0.34, 5: 0.42, 6: 0.40, 7: 0.44}
-    m = tmp_path / "metrics.jsonl"
-    m.write_text("\n".join(json.dumps({"step": s, "step_time_s": t}) for s, t in times.items()))
-    gain, clean, bad = _gain_pct(m, faulty=True)
+    gain, clean, bad = _gain_pct(times, faulty=True)
     assert clean == pytest.approx(0.32) and bad == pytest.approx(0.42)
     assert gain == pytest.approx(100 * (0.10 + 0.08 + 0.12) / 1.90)
 
@@ -104,8 +102,6 @@ def test_real_run_known_size_truth_by_hand(tmp_path):
     from trainperf.corpus.real import _gain_pct, known_added_s
 
     times = {3: 0.30, 4: 0.34, 5: 0.42, 6: 0.40, 7: 0.44}
-    m = tmp_path / "metrics.jsonl"
-    m.write_text("\n".join(json.dumps({"step": s, "step_time_s": t}) for s, t in times.items()))
     assert known_added_s("slow-data=100") == 0.1 and known_added_s("slow-rank=1:25:sleep") == 0.025
     assert known_added_s("sync-ckpt=1") is None and known_added_s("slow-rank=1:25") is None
-    assert _gain_pct(m, True, 0.1)[0] == pytest.approx(100 * 0.3 / 1.90)  # 3 faulty steps x 0.1 s
+    assert _gain_pct(times, True, 0.1)[0] == pytest.approx(100 * 0.3 / 1.90)  # 3 faulty steps x 0.1 s

@@ -3,7 +3,8 @@
 
 Each run profiles steps PROFILE (5 steps); the fault holds from FAULT_FROM on, so the trace holds
 clean and faulty steps and the steps before FAULT_FROM are the clean twin. Truth, over the traced
-window (rank 0's step times from the run's metrics.jsonl, s):
+window (rank 0's ProfilerStep durations in its trace, s: unlike metrics.jsonl's step_time_s they
+include a checkpoint saved between two steps):
 - where the fault has a known size (a dataset that sleeps MS ms per micro-batch with grad_accum 1
   and no workers; a rank that sleeps MS ms a step while the others wait in the next collective):
   true_gain_pct = 100 * MS * faulty steps / sum of the profiled steps;
@@ -23,6 +24,7 @@ import sys
 from pathlib import Path
 
 from trainperf.atomic import atomic_write_text, ensure_dir
+from trainperf.corpus import kineto as K
 from trainperf.errors import TrainperfError
 
 PROFILE = (3, 7)
@@ -62,14 +64,14 @@ def _train(out: Path, fault: str | None, seed: int) -> None:
         raise TrainperfError(f"train run for {out.name} failed: {(p.stderr or p.stdout).strip().splitlines()[-1:]}")
 
 
-def _gain_pct(metrics: Path, faulty: bool, added_s: float | None = None) -> tuple[float, float, float]:
-    """(gain %, clean step s, faulty step s) of the profiled steps: from the known added seconds
-    per faulty step when given, else from the clean twin."""
-    rows = {}
-    for line in metrics.read_text().splitlines():
-        d = json.loads(line)
-        if "step" in d and "step_time_s" in d:
-            rows[int(d["step"])] = float(d["step_time_s"])
+def step_seconds(trace: Path) -> dict[int, float]:
+    """ProfilerStep number -> duration (s) of a Kineto trace."""
+    return {st.number: (st.end - st.ts) / 1e6 for st in K.steps(K.read_events(trace)["traceEvents"])}
+
+
+def _gain_pct(rows: dict[int, float], faulty: bool, added_s: float | None = None) -> tuple[float, float, float]:
+    """(gain %, clean step s, faulty step s) of the profiled steps (rows: step -> s): from the known
+    added seconds per faulty step when given, else from the clean twin."""
     prof = [rows[s] for s in range(PROFILE[0], PROFILE[1] + 1)]
     clean_steps = [rows[s] for s in range(PROFILE[0], FAULT_FROM)]
     clean = sum(clean_steps) / len(clean_steps)
@@ -100,8 +102,9 @@ def build_real(out: str | Path, work: str | Path, log=print) -> list[dict]:
         run = work / name
         shutil.rmtree(run, ignore_errors=True)
         _train(run, fault, seed)
-        gain, clean, bad = _gain_pct(run / "metrics.jsonl", fault is not None, known_added_s(fault))
-        twin = _gain_pct(run / "metrics.jsonl", fault is not None)[0]
+        rows = step_seconds(sorted((run / "traces").glob("rank0*.json"))[0])
+        gain, clean, bad = _gain_pct(rows, fault is not None, known_added_s(fault))
+        twin = _gain_pct(rows, fault is not None)[0]
         sev_measured = "none" if fault is None else ("high" if gain >= 10 else "medium" if gain >= 3 else "low")
         labels = {"kind": kind, "ranks": ranks if ranks is not None else ([] if fault is None else [0, 1]),
                   "true_gain_pct": round(gain, 3), "twin_gain_pct": round(twin, 3),
