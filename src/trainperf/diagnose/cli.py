@@ -19,6 +19,8 @@ def register(app: typer.Typer) -> None:
         json_out: Optional[Path] = typer.Option(None, "--json", help="Write the full result as JSON here."),
         top: int = typer.Option(5, "--top", min=1, help="Number of findings to print (--json and --html keep all)."),
         html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
+        perfetto: Optional[Path] = typer.Option(None, "--perfetto", help="Write every rank's trace, clocks aligned, "
+                                                "with the findings as annotated slices, as one Perfetto JSON (.gz ok)."),
     ) -> None:
         """Find the bottleneck in profiler traces: per-rank breakdown, findings with evidence and gain."""
         import json
@@ -37,3 +39,7 @@ def register(app: typer.Typer) -> None:
             from trainperf.report.diagnose import write_report
 
             write_report(result, html)
+        if perfetto:
+            from trainperf.diagnose.perfetto import write_job_timeline
+
+            write_job_timeline(perfetto, result, steps=steps)
