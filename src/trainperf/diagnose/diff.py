@@ -9,9 +9,9 @@ Each side's step is decomposed by a sweep over its wall clock. Every instant of 
 4. GPU idle, by cause. When the op that ends the gap was launched before the gap began, the device
    idles with work queued (``idle: other``: a stream or cross-rank dependency). Otherwise it waits
    for the host's launch: the gap (up to that op's start) is charged to what the host did between
-   its previous launch and this one, DataLoader first, then allocator calls, then syncs, each up to
-   its host time there (removing it would have moved the launch that much earlier), the rest to
-   ``idle: host`` (launch-bound).
+   its previous launch and this one - DataLoader, checkpoint saving, allocator calls, syncs, in this
+   order, each up to its host time there (removing it would have moved the launch that much
+   earlier) - and the rest to ``idle: host`` (launch-bound).
 So the buckets of a step add up to its time exactly, and the buckets' per-step deltas add up to
 the step-time delta. ``explained_pct`` is the share of that delta that lands in named buckets
 (everything but ``idle: other``, whose cause the trace does not show).
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, DATALOADER_RE, SYNC_OP_RE,
-                                     SYNC_RUNTIME_RE)
+from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, DATALOADER_RE,
+                                     SYNC_OP_RE, SYNC_RUNTIME_RE)
 from trainperf.errors import TrainperfError
 from trainperf.trace.annotate import correlated_host_row, step_spans
 from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMMUNICATION, CPU_OP, DEVICE_KINDS,
@@ -161,13 +161,30 @@ def _host_rows(t: EventTable, patterns_kinds) -> np.ndarray:
 def _kept_steps(t: EventTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(step numbers, start µs, end µs) of the steps a diff uses: every ProfilerStep but a last one cut
     short (the span the profiler opens at its last step() and closes when it stops), or the whole
-    trace as one step -1 without them."""
+    trace as one step -1 without them.
+
+    A step ends when both its host span has ended and the device has finished the work launched in
+    it: where the host runs ahead of the device (a deep launch queue), the host spans are short at
+    first and the device tail comes after the last one; these boundaries give every step its
+    device work, and the mean step time is the run's throughput in both regimes."""
     steps, a, b = step_spans(t)
     if steps.size >= 2 and (b[-1] - a[-1]) < LAST_STEP_MIN_FRACTION * np.median(b[:-1] - a[:-1]):
         steps, a, b = steps[:-1], a[:-1], b[:-1]
     if steps.size == 0:
         return np.array([-1]), np.array([t.ts_ns.min() / 1e3]), np.array([t.end_ns.max() / 1e3])
-    return steps, a / 1e3, b / 1e3
+    dev = np.flatnonzero(t.on_device & (t.step >= 0))
+    tail = np.full(steps.size, -np.inf)  # end of the last device op launched in each step (ns)
+    order = np.argsort(steps, kind="stable")
+    pos = np.searchsorted(steps[order], t.step[dev])
+    ok = pos < steps.size
+    ok[ok] = steps[order][pos[ok]] == t.step[dev][ok]
+    np.maximum.at(tail, order[pos[ok]], t.end_ns[dev][ok].astype(float))
+    ends = np.maximum(b, tail)  # ns
+    starts = a.astype(float).copy()
+    starts[1:] = np.maximum(a[1:], ends[:-1])
+    starts = np.maximum.accumulate(starts)
+    ends[:-1] = starts[1:]
+    return steps, starts / 1e3, ends / 1e3
 
 
 def rank_breakdown(t: EventTable) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
@@ -182,6 +199,7 @@ def rank_breakdown(t: EventTable) -> tuple[np.ndarray, np.ndarray, dict[str, np.
     alloc = _host_rows(t, [(ALLOCATOR_RUNTIME_RE, (RUNTIME,)), (ALLOCATOR_SPAN_RE, (USER_ANNOTATION, CPU_OP, PYTHON,
                                                                                    RUNTIME))])
     sync = _host_rows(t, [(SYNC_RUNTIME_RE, (RUNTIME,)), (SYNC_OP_RE, (CPU_OP,))])
+    ckpt = _host_rows(t, [(CHECKPOINT_RE, (USER_ANNOTATION, CPU_OP, PYTHON))])
     lo, hi = s0.min(), s1.max()
     cuts = np.concatenate([s0, s1, ts[dev], end[dev], launch[np.isfinite(launch)]])
     cuts = np.unique(np.clip(cuts, lo, hi))
@@ -221,7 +239,8 @@ def rank_breakdown(t: EventTable) -> tuple[np.ndarray, np.ndarray, dict[str, np.
     left = gap.copy()
     covered_before = 0.0
     rows = np.zeros(0, dtype=np.int64)
-    for label, more in (("idle: dataloader", dl), ("idle: allocator", alloc), ("idle: sync", sync)):
+    for label, more in (("idle: dataloader", dl), ("idle: checkpoint", ckpt), ("idle: allocator", alloc),
+                        ("idle: sync", sync)):
         rows = np.concatenate([rows, more])  # this cause and the ones ranked before it
         cov = _union_length(ts[rows], end[rows], prev_launch, lau)
         amount = np.minimum(np.maximum(cov - covered_before, 0.0), left)
