@@ -38,3 +38,22 @@ def test_builder_reproduces_a_committed_case(tmp_path):
     name = "data_loader_stall-high-trace_filter"
     assert json.loads((tmp_path / name / "labels.json").read_text()) == \
         json.loads((DATA / name / "labels.json").read_text())
+
+
+@pytest.mark.parametrize("case", sorted(p.name for p in DATA.iterdir() if p.is_dir()))
+def test_committed_cases_are_physical(case):
+    """Device ops never overlap on a stream nor start before their launch (Kineto/CUDA semantics)."""
+    from trainperf.corpus import kineto as K
+
+    for f in sorted((DATA / case / "traces").glob("*.json.gz")):
+        ev = K.read_events(f)["traceEvents"]
+        launch = K.launch_times(ev)
+        streams: dict = {}
+        for e in ev:
+            if K.is_gpu_op(e):
+                streams.setdefault((e["pid"], e["tid"]), []).append((float(e["ts"]), K.end(e)))
+                c = K.correlation(e)
+                assert c not in launch or float(e["ts"]) >= launch[c], (f, e["name"])
+        for spans in streams.values():
+            spans.sort()
+            assert all(b[0] >= a[1] - 0.01 for a, b in zip(spans, spans[1:])), f
