@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from trainperf.errors import TrainperfError
-from trainperf.fleet.jumps import MIN_TREND_SHARE, find_jumps
+from trainperf.fleet.jumps import MIN_TREND_SHARE, find_jumps, trend_share
 
 _Z975 = 1.959963984540054
 
@@ -409,7 +409,9 @@ def _level_changes(y: np.ndarray, start: int, opts: ChangeOptions, min_rel_chang
     sigma = noise_sigma(y[start:])
     rho_max = noise_autocorr(y[start:]) if opts.noise_autocorr else 0.98
     cps = _segment(y, start, len(y), opts, sigma, rel, rho_max)
-    if opts.seeded:
+    # seeded intervals assume a locally constant level: on a series a straight line mostly
+    # explains, the drift tests and the jump test speak instead
+    if opts.seeded and trend_share(y[start:]) < opts.min_trend_share:
         cps += [c for c in _seeded(y, start, len(y), opts, sigma, rel, rho_max)
                 if all(abs(c - k) >= opts.min_size for k in cps)]
     return _prune(y, cps, start, len(y), opts, sigma, rel, rho_max) if cps else []
