@@ -98,9 +98,22 @@ def test_severity_follows_own_evidence_small_kernels(tmp_path):
     d = diagnose(_dataloader_bound_with_small_kernels(tmp_path / "dl.json.gz"))
     by = {f.kind: f for f in d.findings}
     assert d.findings[0].kind == "data_loader_stall" and d.fix_order[0] == "data_loader_stall"
-    # removing the DataLoader wait: steps 1 and 2 start 840 us earlier each (step 3 is outside the window, step
-    # 0's wait comes before its first launch)
-    assert by["data_loader_stall"].gain_us == pytest.approx(2 * 840)
+    # removing the DataLoader wait: steps 0, 1 and 2 each lose 840 us (the replay starts at step 0's start;
+    # step 3 is outside the window)
+    assert by["data_loader_stall"].gain_us == pytest.approx(3 * 840)
     # the tiny kernels wait for their launches, but what launching them costs the host is small: not high
     assert by["small_kernels"].severity != "high"
     assert sum(f.gain_pct for f in d.findings if f.fix_order) == pytest.approx(d.fix_all_gain_pct, abs=0.05)
+
+
+def test_finding_whose_fix_gains_nothing_is_dismissed():
+    # C's fix gains 0.2 % alone and 0.2 % after A: below findings.MIN_GAIN_PCT both ways -> not a bottleneck
+    a, c = Change("remove_data_wait"), Change("overlap_comm")
+    table = {(a,): 30.0, (c,): 0.2, (a, c): 30.2}
+
+    def gain(changes):
+        return table[tuple(sorted(set(changes), key=lambda x: (x != a)))], 0.0
+
+    ranked, plan = F.rank_by_marginal_gain([_finding("exposed_comm", c), _finding("data_loader_stall", a)], gain)
+    assert [f.kind for f in ranked] == ["data_loader_stall"] and plan.dismissed == ["exposed_comm"]
+    assert plan.fix_all_gain_pct == 30.2

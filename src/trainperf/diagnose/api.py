@@ -57,6 +57,7 @@ class RankSummary:
     confidence: str = "high"                        # lowest confidence the limits of this rank's evidence leave
     evidence_notes: list = field(default_factory=list)  # those limits, and notes on the per-step figures
     fix_order: list = field(default_factory=list)   # kinds, in the order their marginal gains were priced
+    dismissed: list = field(default_factory=list)   # rules that fired but whose fix would gain < 0.5 %
     fix_all_gain_pct: float = 0.0                   # every fix of this rank applied together, % of the window
 
 
@@ -202,7 +203,7 @@ def _summary(f: RankFacts, plan: F.FixPlan) -> RankSummary:
                                "gpu_lag_us": x.gpu_lag_us if x.gpu_lag_us == x.gpu_lag_us else None,
                                "gpu_span_us": x.gpu_end_us - x.gpu_start_us if x.gpu_lag_us == x.gpu_lag_us else None}
                               for x in st],
-                  fix_order=plan.order, fix_all_gain_pct=plan.fix_all_gain_pct,
+                  fix_order=plan.order, fix_all_gain_pct=plan.fix_all_gain_pct, dismissed=plan.dismissed,
                   gpu_step_time_median_us=float(np.median(periods)) if periods else 0.0,
                   gpu_lag_median_us=float(np.nanmedian(lags)) if lags else 0.0)
     if not f.has_gpu:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 HIGH_GAIN_PCT = 10.0
 MEDIUM_GAIN_PCT = 3.0
+MIN_GAIN_PCT = 0.5  # a finding whose fix gains less, alone and after the others, is dismissed: not a bottleneck
 
 RECOMMENDATIONS = {
     "data_loader_stall": "Feed the GPU faster: raise DataLoader num_workers, set pin_memory=True and "
@@ -121,6 +122,7 @@ class FixPlan:
     order: list[str]
     fix_all_gain_pct: float
     fix_all_gain_us: float
+    dismissed: list[str] = field(default_factory=list)  # rules that fired but whose fix gains < MIN_GAIN_PCT
 
 
 def rank_by_marginal_gain(found: list[Finding], gain) -> tuple[list[Finding], FixPlan]:
@@ -128,7 +130,8 @@ def rank_by_marginal_gain(found: list[Finding], gain) -> tuple[list[Finding], Fi
 
     gain(changes) -> (% , µs) replays the changes together. Order of fixes: largest gain alone
     first; each finding's gain_pct is what its fix adds to the fixes before it, so the gains add
-    up to the fix-all gain. Findings without changes (no what-if) keep their gain and come last."""
+    up to the fix-all gain. Findings without changes (no what-if) keep their gain and come last; findings
+    whose fix gains less than MIN_GAIN_PCT both alone and in that order are dismissed (FixPlan.dismissed)."""
     fixable = [f for f in found if f.changes]
     for f in fixable:
         f.gain_alone_pct, _ = (round(v, 2) for v in gain(f.changes))
@@ -142,13 +145,15 @@ def rank_by_marginal_gain(found: list[Finding], gain) -> tuple[list[Finding], Fi
         f.fix_order = k
         f.severity = capped_severity(f.gain_pct, f.evidence_pct)
         before = now
+    dismissed = [f.kind for f in fixable if f.gain_alone_pct < MIN_GAIN_PCT and f.gain_pct < MIN_GAIN_PCT]
+    fixable = [f for f in fixable if f.kind not in dismissed]
     rest = [f for f in found if not f.changes]
     for f in rest:
         if f.evidence_pct is not None:
             f.severity = capped_severity(f.gain_pct, f.evidence_pct) if f.gain_pct else f.severity
     ranked = sorted(fixable, key=lambda f: -f.gain_pct) + rest
     return ranked, FixPlan(order=[f.kind for f in fixable], fix_all_gain_pct=round(before[0], 2),
-                           fix_all_gain_us=round(before[1], 1))
+                           fix_all_gain_us=round(before[1], 1), dismissed=dismissed)
 
 
 def merge_across_ranks(findings: list[Finding]) -> list[Finding]:

@@ -1,7 +1,8 @@
 """Dependency graph of a rank's window, replay with one change (what-if), and the critical path.
 
 Nodes are host runtime calls (kernel launches, copies, syncs) per thread and device events per
-stream. Edges, all read from the trace:
+stream, and the start of the window's first ProfilerStep on each thread (host work before the first
+launch of a step, such as a DataLoader wait, belongs to the step). Edges, all read from the trace:
 - host order: a call starts after the previous call on its thread ended plus the CPU work seen
   between them (that gap shrinks when a change removes data-loader time inside it);
 - host sync: a synchronize call ends when the device work it waited for ends; a copy call that
@@ -27,7 +28,7 @@ from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CH
                                      MEMCPY_RUNTIME_RE, SYNC_RUNTIME_RE, call_sites, span_rows)
 from trainperf.diagnose.launch import SMALL_KERNEL_US
 from trainperf.diagnose.window import Window, merge_intervals
-from trainperf.trace.annotate import correlated_host_row
+from trainperf.trace.annotate import STEP_RE, correlated_host_row
 from trainperf.trace.events import (CATEGORY_NAMES, COMMUNICATION, CPU_OP, KERNEL, MEMCPY, MEMSET, PYTHON, RUNTIME,
                                     USER_ANNOTATION, EventTable)
 
@@ -172,11 +173,24 @@ def launch_latency_us(obs_lat: np.ndarray, has_launch: np.ndarray, stream_prev: 
     return max(min(seen, DEFAULT_LAUNCH_LATENCY_US), 0.0)
 
 
+def step_anchor_rows(t: EventTable, w: Window) -> np.ndarray:
+    """The first ProfilerStep span of the window on each host thread: the replay starts there, so that host
+    work before the step's first launch (a DataLoader wait, a checkpoint) is part of the replayed step."""
+    ids = t.ids_matching(STEP_RE.match)
+    rows = np.flatnonzero(w.keep & np.isin(t.name, ids) & np.isin(t.kind, (USER_ANNOTATION, CPU_OP)))
+    if rows.size == 0:
+        return rows.astype(np.int64)
+    rows = rows[np.argsort(t.ts_ns[rows], kind="stable")]
+    _, first = np.unique(t.tid[rows], return_index=True)
+    return rows[first].astype(np.int64)
+
+
 def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, int]] | None = None) -> Graph:
     """Dependency graph of the window (see the module docstring).
 
     comm_wait_us: trace row of a collective kernel -> (µs it waited for another rank, that rank)."""
-    host_rows = np.flatnonzero(w.keep & (t.kind == RUNTIME))
+    anchors = step_anchor_rows(t, w)
+    host_rows = np.r_[anchors, np.flatnonzero(w.keep & (t.kind == RUNTIME))]
     dev_rows = w.device[np.isin(t.kind[w.device], (KERNEL, MEMCPY, MEMSET))]
     rows = np.r_[host_rows, dev_rows]
     n_h = host_rows.size
@@ -184,6 +198,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     is_host = np.r_[np.ones(n_h, bool), np.zeros(dev_rows.size, bool)]
     start = w.ts_us[rows].astype(float)
     dur = np.maximum(w.end_us[rows] - w.ts_us[rows], 0.0)
+    dur[:anchors.size] = 0.0  # an anchor is a point: the start of the first step
     end = start + dur
     node_of_row = {int(r): i for i, r in enumerate(rows)}
     cat = np.full(n, -1, dtype=np.int64)
@@ -264,7 +279,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     sync_on = np.full(n, -1)
     sync_on_nc = np.full(n, -1)
     sync_base = dur.copy()
-    typical = float(np.median(dur[:n_h])) if n_h else 0.0
+    typical = float(np.median(dur[anchors.size:n_h])) if n_h > anchors.size else 0.0
     is_sync_api = np.zeros(n, bool)
     is_sync_api[:n_h] = np.isin(host_names, t.ids_matching(SYNC_RUNTIME_RE.search))
     is_copy_call = np.zeros(n, bool)
