@@ -19,8 +19,11 @@ from typing import Sequence
 
 from trainperf.atomic import atomic_write_text
 
+# Tableau 20: ten strong colours, then their light companions (a 13-part step-time breakdown
+# must not repeat a colour).
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
-           "#9c755f", "#bab0ac")
+           "#9c755f", "#bab0ac", "#a0cbe8", "#ffbe7d", "#8cd17d", "#b6992d", "#f1ce63", "#86bcb6", "#ff9d9a",
+           "#d37295", "#fabfd2", "#d4a6c8")
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;
@@ -121,10 +124,14 @@ def _finite(v: float) -> float | None:
     return float(v) if v is not None and math.isfinite(v) else None
 
 
-def _figure_div(fig, height_px: int) -> str:
-    """Return the div that Report.render's script draws ``fig`` into."""
+def _figure_div(fig, height_px: int, legend_px: int = 0) -> str:
+    """Return the div that Report.render's script draws ``fig`` into.
+
+    The top margin holds the legend's rows (``legend_px``) under the 30 px of the mode bar, so
+    the two never overlap.
+    """
     fig.update_layout(height=height_px, template="plotly_white", font={"size": 12},
-                      margin={"l": 10, "r": 10, "t": 30, "b": 10}, hoverlabel={"namelength": -1})
+                      margin={"l": 10, "r": 10, "t": 30 + legend_px, "b": 10}, hoverlabel={"namelength": -1})
     fig.update_xaxes(automargin=True)
     fig.update_yaxes(automargin=True)
     spec = fig.to_plotly_json()
@@ -141,7 +148,8 @@ def _json_default(o):
 def _legend_on_top(n_names: int) -> tuple[dict, int]:
     """Return a horizontal legend above the plot and the extra height (px) its rows need."""
     rows = 1 + n_names // 5
-    return {"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "left", "x": 0.0}, 22 * rows
+    return ({"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "left", "x": 0.0, "traceorder": "normal"},
+            22 * rows)
 
 
 def bar_chart(labels: Sequence[str], values: Sequence[float], unit: str = "", width: int = 700,
@@ -180,7 +188,7 @@ def stacked_bar_chart(labels: Sequence[str], parts_by_name: dict[str, Sequence[f
     fig.update_layout(barmode="stack", legend=legend)
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_xaxes(title_text=unit, rangemode="tozero")
-    return _figure_div(fig, 100 + legend_px + 28 * len(ys))
+    return _figure_div(fig, 100 + legend_px + 28 * len(ys), legend_px)
 
 
 def line_chart(series: dict[str, Sequence[float]], xs: Sequence[float] | None = None, unit: str = "",
@@ -204,7 +212,7 @@ def line_chart(series: dict[str, Sequence[float]], xs: Sequence[float] | None = 
     fig.update_layout(legend=legend, showlegend=len(names) > 1 or bool(markers), hovermode="x unified")
     fig.update_xaxes(title_text=x_title if x_title is not None else ("" if xs is not None else "index"))
     fig.update_yaxes(title_text=unit)
-    return _figure_div(fig, max(height, 200) + legend_px)
+    return _figure_div(fig, max(height, 200) + legend_px, legend_px if len(names) > 1 or markers else 0)
 
 
 # ---- static SVG fallback (no plotly installed) ------------------------------------------------
