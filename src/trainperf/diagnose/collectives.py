@@ -1,0 +1,254 @@
+"""Collectives across ranks: the wait for the last rank (skew) apart from the transfer, and the bus
+bandwidth each collective achieved.
+
+A collective kernel starts on each rank when that rank arrives and ends, on every rank, once the
+data has moved, which cannot begin before the last rank arrives. So per matched collective:
+skew = last arrival - first arrival; a rank's wait = last arrival - its own arrival; transfer =
+end - last arrival (the median over ranks). Collectives are matched by order of issue within a
+(process group, collective) pair, as NCCL requires; rank clocks are aligned on the matched
+collectives' ends (they end together). With one rank in the trace nothing can be matched: the
+transfer is the whole kernel and the bandwidth a lower bound.
+
+Bandwidth follows NCCL's conventions (nccl-tests, doc/PERFORMANCE.md): algorithm bandwidth =
+S / transfer time, S the largest of the send and receive buffers (the whole gathered or scattered
+tensor for all-gather and reduce-scatter); bus bandwidth = algbw x 2(n-1)/n for all-reduce,
+x (n-1)/n for all-gather, reduce-scatter and all-to-all, x 1 for broadcast, reduce and send/recv,
+n the group size. Bus bandwidth compares with one GPU's link bandwidth in one direction: the
+catalog's scale-up link when the group fits in one node, else the scale-out NIC.
+Message sizes come from the kernels' "In msg nelems" / "Out msg nelems" / "dtype" / "Group size"
+args (PyTorch >= 2.1 writes them); older traces give no size and no bandwidth.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from trainperf.errors import TrainperfError
+from trainperf.trace.categories import collective_type
+from trainperf.trace.events import COMMUNICATION, KERNEL, EventTable
+
+DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
+               "Byte": 1, "Bool": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1,
+               "ComplexFloat": 8, "ComplexDouble": 16}
+
+
+def bus_factor(kind: str, n: int) -> float:
+    """NCCL's bus-bandwidth factor of a collective over n ranks (busbw = algbw x factor)."""
+    if n <= 1:
+        return 1.0
+    if kind == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if kind in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0  # broadcast, reduce, send/recv
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CommArgs:
+    """Size facts of one collective kernel, from its args."""
+
+    nbytes: int             # largest of the send and receive buffers (bytes)
+    group_size: int
+    group_ranks: tuple      # global ranks of the group, () when the trace does not say
+
+
+def comm_args(path: str | Path) -> dict[int, CommArgs]:
+    """Correlation id -> size facts of every collective kernel that carries message-size args."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+        data = gzip.open(path, "rb").read() if gz else path.read_bytes()
+        doc = json.loads(data)
+    except (OSError, EOFError, ValueError) as e:
+        raise TrainperfError(f"{path}: cannot read ({e})") from None
+    out: dict[int, CommArgs] = {}
+    for e in doc.get("traceEvents", []) if isinstance(doc, dict) else []:
+        a = e.get("args") if isinstance(e, dict) else None
+        if not isinstance(a, dict) or "In msg nelems" not in a or "correlation" not in a:
+            continue
+        size = DTYPE_BYTES.get(str(a.get("dtype")), 0)
+        n_in, n_out = a.get("In msg nelems"), a.get("Out msg nelems")
+        if not size or not isinstance(n_in, int):
+            continue
+        ranks = a.get("Process Group Ranks")
+        try:
+            ranks = tuple(json.loads(ranks)) if isinstance(ranks, str) else tuple(ranks or ())
+        except ValueError:
+            ranks = ()
+        group = a.get("Group size")
+        out[int(a["correlation"])] = CommArgs(nbytes=size * max(n_in, n_out if isinstance(n_out, int) else 0),
+                                              group_size=int(group) if isinstance(group, int) else len(ranks),
+                                              group_ranks=ranks)
+    return out
+
+
+@dataclass(kw_only=True)
+class Collective:
+    """One collective as every rank of the trace saw it (times µs, rank clocks aligned)."""
+
+    group: str                    # "<process group>/<collective>" or "<collective>"
+    kind: str
+    seq: int                      # order of issue within its group
+    arrival_us: dict[int, float]
+    end_us: dict[int, float]
+    nbytes: int = 0
+    group_size: int = 0
+    group_ranks: tuple = ()
+
+    @property
+    def skew_us(self) -> float:
+        """Last arrival - first arrival."""
+        return max(self.arrival_us.values()) - min(self.arrival_us.values())
+
+    @property
+    def last_rank(self) -> int:
+        return max(self.arrival_us, key=self.arrival_us.get)
+
+    def wait_us(self, rank: int) -> float:
+        """Time rank spent in the collective before the last rank arrived."""
+        return max(self.arrival_us.values()) - self.arrival_us[rank]
+
+    @property
+    def transfer_us(self) -> float:
+        """End - last arrival, median over ranks: the data movement itself."""
+        last = max(self.arrival_us.values())
+        return float(np.median([e - last for e in self.end_us.values()]))
+
+    @property
+    def algbw_gbps(self) -> float:
+        return self.nbytes / (self.transfer_us * 1e3) if self.nbytes and self.transfer_us > 0 else 0.0
+
+    @property
+    def busbw_gbps(self) -> float:
+        return self.algbw_gbps * bus_factor(self.kind, self.group_size)
+
+
+@dataclass(kw_only=True)
+class GroupStats:
+    """All collectives of one (process group, collective) pair: counts, skew, transfer, bandwidth."""
+
+    group: str
+    kind: str
+    count: int
+    ranks: list[int]
+    skew_us: float                  # summed over the collectives
+    transfer_us: float              # summed
+    bytes_median: float
+    busbw_gbps_median: float        # of the collectives with a size
+    link_gbps: float | None         # one GPU's link, one direction (catalog)
+    link: str                       # "scale-up" / "scale-out" / ""
+    wait_by_rank_us: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def busbw_pct_of_link(self) -> float | None:
+        return 100.0 * self.busbw_gbps_median / self.link_gbps if self.link_gbps and self.busbw_gbps_median else None
+
+    def to_json(self) -> dict:
+        r = lambda v: round(v, 3) if isinstance(v, float) else v  # noqa: E731
+        return {"group": self.group, "kind": self.kind, "count": self.count, "ranks": self.ranks,
+                "skew_us": r(self.skew_us), "transfer_us": r(self.transfer_us), "bytes_median": r(self.bytes_median),
+                "busbw_gbps_median": r(self.busbw_gbps_median), "link": self.link, "link_gbps": self.link_gbps,
+                "busbw_pct_of_link": r(self.busbw_pct_of_link),
+                "wait_by_rank_us": {str(k): r(v) for k, v in self.wait_by_rank_us.items()}}
+
+
+def _rows_by_group(t: EventTable) -> dict[str, np.ndarray]:
+    """Communication kernels of a rank by "<process group>/<collective>", in order of issue."""
+    rows = np.flatnonzero((t.category == COMMUNICATION) & (t.kind == KERNEL))
+    rows = rows[np.argsort(t.ts_ns[rows], kind="stable")]
+    groups: dict[str, list[int]] = {}
+    for r in rows:
+        c = int(t.collective[r])
+        kind = collective_type(t.names[c] if c >= 0 else t.names[int(t.name[r])])
+        pg = int(t.process_group[r])
+        groups.setdefault(f"{t.names[pg]}/{kind}" if pg >= 0 else kind, []).append(int(r))
+    return {k: np.array(v, dtype=np.int64) for k, v in groups.items()}
+
+
+def match_collectives(tables: dict[int, EventTable], sizes: dict[int, dict[int, CommArgs]] | None = None
+                      ) -> list[Collective]:
+    """Every collective matched across the ranks that issue it (one rank: each kernel alone), with
+    arrivals and ends in µs on rank clocks aligned to the first rank's. sizes: {rank: comm_args}."""
+    sizes = sizes or {}
+    ranks = sorted(tables)
+    groups = {r: _rows_by_group(tables[r]) for r in ranks}
+    offset = {r: 0.0 for r in ranks}
+    for r in ranks[1:]:  # collectives end together: the median end difference is the clock offset
+        diffs = []
+        for g, ref in groups[ranks[0]].items():
+            other = groups[r].get(g)
+            if other is not None:
+                n = min(ref.size, other.size)
+                diffs.extend((tables[r].end_ns[other[:n]] - tables[ranks[0]].end_ns[ref[:n]]) / 1e3)
+        offset[r] = float(np.median(diffs)) if diffs else 0.0
+    out = []
+    for g in sorted(set().union(*[set(x) for x in groups.values()])):
+        members = [r for r in ranks if g in groups[r]]
+        n = min(groups[r][g].size for r in members)
+        for k in range(n):
+            arrival, end = {}, {}
+            nbytes, gsize, granks = 0, 0, ()
+            for r in members:
+                t, row = tables[r], int(groups[r][g][k])
+                arrival[r] = t.ts_ns[row] / 1e3 - offset[r]
+                end[r] = t.end_ns[row] / 1e3 - offset[r]
+                a = sizes.get(r, {}).get(int(t.correlation[row]))
+                if a is not None:
+                    nbytes, gsize, granks = max(nbytes, a.nbytes), max(gsize, a.group_size), a.group_ranks or granks
+            out.append(Collective(group=g, kind=g.rsplit("/", 1)[-1], seq=k, arrival_us=arrival, end_us=end,
+                                  nbytes=nbytes, group_size=gsize, group_ranks=granks))
+    return out
+
+
+def _link(accelerator, group_ranks: tuple, group_size: int) -> tuple[float | None, str]:
+    if accelerator is None or group_size <= 1:
+        return None, ""
+    per_node = accelerator.gpus_per_node or 1
+    if group_ranks:
+        nodes = {int(r) // per_node for r in group_ranks}
+        one_node = len(nodes) == 1
+    else:
+        one_node = group_size <= min(per_node, accelerator.scaleup_domain)
+    return (float(accelerator.scaleup_gbps), "scale-up") if one_node else (float(accelerator.scaleout_gbps), "scale-out")
+
+
+def collective_stats(tables: dict[int, EventTable], accelerator=None, sizes: dict[int, dict[int, CommArgs]] | None
+                     = None) -> list[GroupStats]:
+    """Per (process group, collective): skew and transfer time summed, median size and bus bandwidth,
+    and the link it is compared with; sorted by skew + transfer time."""
+    sizes = sizes or {}
+    colls = match_collectives(tables, sizes)
+    out = []
+    for g in sorted({c.group for c in colls}):
+        cs = [c for c in colls if c.group == g]
+        sized = [c for c in cs if c.nbytes]
+        gsize = max((c.group_size for c in cs), default=0)
+        granks = next((c.group_ranks for c in cs if c.group_ranks), ())
+        link_gbps, link = _link(accelerator, granks, gsize)
+        members = sorted(cs[0].arrival_us)
+        out.append(GroupStats(
+            group=g, kind=cs[0].kind, count=len(cs), ranks=members, skew_us=float(sum(c.skew_us for c in cs)),
+            transfer_us=float(sum(c.transfer_us for c in cs)),
+            bytes_median=float(np.median([c.nbytes for c in sized])) if sized else 0.0,
+            busbw_gbps_median=float(np.median([c.busbw_gbps for c in sized])) if sized else 0.0,
+            link_gbps=link_gbps, link=link,
+            wait_by_rank_us={r: float(sum(c.wait_us(r) for c in cs if r in c.arrival_us)) for r in members}))
+    return sorted(out, key=lambda s: -(s.skew_us + s.transfer_us))
+
+
+def collectives_for_trace(path: str | Path, accelerator: str | None = None) -> list[GroupStats]:
+    """collective_stats of a Kineto file or folder of ranks (accelerator: a catalog name; default
+    the first rank's deviceProperties)."""
+    from trainperf.diagnose.roofline import device_accelerator
+    from trainperf.hardware import get_accelerator
+    from trainperf.trace.load import load_trace
+
+    tables = load_trace(path)
+    acc = get_accelerator(accelerator) if accelerator else device_accelerator(next(iter(tables.values())))
+    return collective_stats(tables, acc, {r: comm_args(t.source) for r, t in tables.items()})

@@ -1,0 +1,72 @@
+"""Collectives across ranks: skew apart from transfer and NCCL bus bandwidth, worked out by hand."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from kineto_builder import TraceBuilder  # noqa: E402
+
+from trainperf.diagnose.collectives import bus_factor, collective_stats, collectives_for_trace, comm_args  # noqa: E402
+from trainperf.hardware import get_accelerator  # noqa: E402
+from trainperf.trace import read_kineto  # noqa: E402
+
+HTA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces" / "hta"
+
+
+def test_bus_factors_follow_nccl_tests():
+    # nccl-tests doc/PERFORMANCE.md: allreduce 2(n-1)/n, allgather / reducescatter / alltoall (n-1)/n, bcast 1
+    assert bus_factor("all_reduce", 8) == 1.75 and bus_factor("all_gather", 8) == 0.875
+    assert bus_factor("reduce_scatter", 4) == 0.75 and bus_factor("all_to_all", 2) == 0.5
+    assert bus_factor("broadcast", 8) == 1.0 and bus_factor("send_recv", 2) == 1.0
+
+
+def _rank(rank: int, clock: float, colls: list[tuple[float, float, int]]) -> TraceBuilder:
+    b = TraceBuilder(rank=rank, world_size=2)
+    for start, dur, nelems in colls:
+        b.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL", clock + start - 5, clock + start, dur, stream=20,
+                 **{"Collective name": "allreduce", "In msg nelems": nelems, "Out msg nelems": nelems,
+                    "dtype": "Float", "Group size": 2, "Process Group Name": "0", "Process Group Ranks": "[0, 1]"})
+    return b
+
+
+def test_skew_transfer_and_bus_bandwidth_by_hand(tmp_path):
+    # rank 1's clock runs 1000 µs ahead. Collective 0: rank 0 arrives at 100, rank 1 at 150, both end
+    # at 350 -> skew 50 (rank 0 waits 50), transfer 200 µs for 16 Mi floats = 67,108,864 B:
+    # algbw 67108864 B / 200 µs = 335.54 GB/s, busbw x 2(2-1)/2 = 335.54 GB/s. Collective 1: both at
+    # 500, end 600: skew 0, transfer 100 µs for 8 Mi floats: 335.54 GB/s. H100 SXM, ranks 0-1 in one
+    # node: NVLink 450 GB/s one way -> 74.57 %.
+    (tmp_path / "run").mkdir()
+    for r, clock, colls in ((0, 0.0, [(100, 250, 1 << 24), (500, 100, 1 << 23)]),
+                            (1, 1000.0, [(150, 200, 1 << 24), (500, 100, 1 << 23)])):
+        _rank(r, clock, colls).write(tmp_path / "run" / f"rank{r}.json.gz")
+    tables = {r: read_kineto(tmp_path / "run" / f"rank{r}.json.gz") for r in (0, 1)}
+    sizes = {r: comm_args(t.source) for r, t in tables.items()}
+    (g,) = collective_stats(tables, get_accelerator("h100-sxm"), sizes)
+    assert (g.group, g.kind, g.count, g.ranks) == ("0/all_reduce", "all_reduce", 2, [0, 1])
+    assert g.skew_us == pytest.approx(50) and g.transfer_us == pytest.approx(300)
+    assert g.wait_by_rank_us == {0: pytest.approx(50), 1: pytest.approx(0)}
+    assert g.busbw_gbps_median == pytest.approx(335.544, abs=1e-3)
+    assert (g.link, g.link_gbps) == ("scale-up", 450.0) and g.busbw_pct_of_link == pytest.approx(74.565, abs=1e-3)
+    assert json.dumps(g.to_json())
+
+
+def test_one_rank_transfer_is_the_whole_kernel(tmp_path):
+    # nothing to match: transfer = kernel time (an upper bound), bandwidth a lower bound
+    t = read_kineto(_rank(0, 0.0, [(100, 250, 1 << 24)]).write(tmp_path / "r.json.gz"))
+    (g,) = collective_stats({0: t}, None, {0: comm_args(t.source)})
+    assert g.skew_us == 0 and g.transfer_us == 250
+    assert g.busbw_gbps_median == pytest.approx((1 << 26) / 250e3) and g.link_gbps is None
+
+
+def test_real_trace_message_sizes():
+    # rank 0 of 2, A100, NCCL: every all-reduce kernel carries In/Out msg nelems and dtype
+    f = HTA / "nccl_parser_config" / "nccl_data.json.gz"
+    if not f.exists():
+        pytest.skip(f"{f} absent (../shared/data not mounted)")
+    stats = {g.kind: g for g in collectives_for_trace(f, accelerator="a100-40gb")}
+    ar = stats["all_reduce"]
+    assert ar.count == 15 and ar.bytes_median > 0 and 0 < ar.busbw_gbps_median < ar.link_gbps
+    assert ar.link == "scale-up"
