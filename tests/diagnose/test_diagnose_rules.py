@@ -117,3 +117,17 @@ def test_finding_whose_fix_gains_nothing_is_dismissed():
     ranked, plan = F.rank_by_marginal_gain([_finding("exposed_comm", c), _finding("data_loader_stall", a)], gain)
     assert [f.kind for f in ranked] == ["data_loader_stall"] and plan.dismissed == ["exposed_comm"]
     assert plan.fix_all_gain_pct == 30.2
+
+
+def test_removed_waits_are_priced_before_assumed_speedups():
+    # host 2x alone 39 %, DataLoader alone 20 %, both 40 %: the wait is removed first (it is waste whatever
+    # else changes), so the DataLoader keeps its 20 % and the speed-up adds 20 %
+    a, h = Change("remove_data_wait"), Change("host_speedup", factor=2.0)
+    table = {(a,): 20.0, (h,): 39.0, (a, h): 40.0}
+
+    def gain(changes):
+        return table[tuple(sorted(set(changes), key=lambda x: (x != a)))], 0.0
+
+    ranked, plan = F.rank_by_marginal_gain([_finding("launch_bound", h), _finding("data_loader_stall", a)], gain)
+    assert plan.order == ["data_loader_stall", "launch_bound"]
+    assert [(f.kind, f.gain_pct) for f in ranked] == [("data_loader_stall", 20.0), ("launch_bound", 20.0)]

@@ -1,7 +1,7 @@
 """Findings: typed records naming a bottleneck, its evidence, the what-if gain and a fix.
 
-Gains are marginal (`rank_by_marginal_gain`): the fixes are applied one after the other, largest
-gain alone first, and each finding is credited with what its fix adds to the fixes before it
+Gains are marginal (`rank_by_marginal_gain`): the fixes are applied one after the other (removed
+waits before assumed speed-ups, each largest gain alone first), and each finding is credited with what its fix adds to the fixes before it
 (replay of the step graph with all of them applied). Causes that overlap (the GPU idles *because*
 the host is in the DataLoader) are therefore counted once, and the gains add up to the "fix all"
 gain. Severity follows that marginal gain, capped by the finding's own evidence (the share of the
@@ -125,17 +125,27 @@ class FixPlan:
     dismissed: list[str] = field(default_factory=list)  # rules that fired but whose fix gains < MIN_GAIN_PCT
 
 
+# fixes that remove a wait (the time is waste whatever else changes) are priced before fixes that assume
+# some work gets k times faster (a hypothesis): e.g. a DataLoader stall before "host 2x faster"
+STALL_CHANGES = frozenset({"remove_data_wait", "remove_checkpoint_wait", "remove_syncs", "unblock_pageable_copies",
+                           "remove_allocator", "overlap_comm", "remove_straggler_wait"})
+
+
+def _removes_a_stall(f: Finding) -> bool:
+    return all(c.kind in STALL_CHANGES for c in f.changes)
+
+
 def rank_by_marginal_gain(found: list[Finding], gain) -> tuple[list[Finding], FixPlan]:
     """Give each finding with what-if changes its marginal gain and rank the findings by it.
 
-    gain(changes) -> (% , µs) replays the changes together. Order of fixes: largest gain alone
-    first; each finding's gain_pct is what its fix adds to the fixes before it, so the gains add
+    gain(changes) -> (% , µs) replays the changes together. Order of fixes: those that remove a wait
+    (STALL_CHANGES) before those that assume a speed-up, each by largest gain alone first; each finding's gain_pct is what its fix adds to the fixes before it, so the gains add
     up to the fix-all gain. Findings without changes (no what-if) keep their gain and come last; findings
     whose fix gains less than MIN_GAIN_PCT both alone and in that order are dismissed (FixPlan.dismissed)."""
     fixable = [f for f in found if f.changes]
     for f in fixable:
         f.gain_alone_pct, _ = (round(v, 2) for v in gain(f.changes))
-    fixable.sort(key=lambda f: -f.gain_alone_pct)
+    fixable.sort(key=lambda f: (not _removes_a_stall(f), -f.gain_alone_pct))
     applied: tuple = ()
     before = (0.0, 0.0)
     for k, f in enumerate(fixable, 1):
