@@ -21,14 +21,12 @@ args (PyTorch >= 2.1 writes them); older traces give no size and no bandwidth.
 
 from __future__ import annotations
 
-import gzip
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from trainperf.errors import TrainperfError
 from trainperf.trace.categories import collective_type
 from trainperf.trace.events import COMMUNICATION, KERNEL, EventTable
 
@@ -59,18 +57,11 @@ class CommArgs:
 
 def comm_args(path: str | Path) -> dict[int, CommArgs]:
     """Correlation id -> size facts of every collective kernel that carries message-size args."""
-    path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            gz = f.read(2) == b"\x1f\x8b"
-        data = gzip.open(path, "rb").read() if gz else path.read_bytes()
-        doc = json.loads(data)
-    except (OSError, EOFError, ValueError) as e:
-        raise TrainperfError(f"{path}: cannot read ({e})") from None
+    from trainperf.diagnose.roofline import event_args
+
     out: dict[int, CommArgs] = {}
-    for e in doc.get("traceEvents", []) if isinstance(doc, dict) else []:
-        a = e.get("args") if isinstance(e, dict) else None
-        if not isinstance(a, dict) or "In msg nelems" not in a or "correlation" not in a:
+    for _, a in event_args(path, ("kernel", "Kernel")):
+        if "In msg nelems" not in a or "correlation" not in a:
             continue
         size = DTYPE_BYTES.get(str(a.get("dtype")), 0)
         n_in, n_out = a.get("In msg nelems"), a.get("Out msg nelems")

@@ -224,16 +224,8 @@ class OpShape:
 def op_shapes(path: str | Path) -> dict[int, list[OpShape]]:
     """External id -> recorded inputs of the cpu_ops that have "Input Dims" in a Kineto trace (a list:
     some traces reuse ids; the caller tells them apart by name)."""
-    path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            gz = f.read(2) == b"\x1f\x8b"
-        data = gzip.open(path, "rb").read() if gz else path.read_bytes()
-    except (OSError, EOFError) as e:
-        raise TrainperfError(f"{path}: cannot read ({e})") from None
-    events = _decode(data, path)
     out: dict[int, list[OpShape]] = {}
-    for name, args in events:
+    for name, args in event_args(path, ("cpu_op", "Operator")):
         ext = args.get("External id")
         dims = args.get("Input Dims")
         if isinstance(ext, int) and isinstance(dims, list):
@@ -257,12 +249,20 @@ except ImportError:  # pragma: no cover - msgspec is optional
     msgspec = None
 
 
-def _decode(data: bytes, path: Path) -> list[tuple[str, dict]]:
-    """(name, args) of the cpu_op events of a whole trace file's bytes."""
+def event_args(path: str | Path, cats: tuple[str, ...]) -> list[tuple[str, dict]]:
+    """(name, args) of the events of the given `cat`s in a Kineto trace (.json or .json.gz): the args
+    the event table does not keep (shapes, message sizes)."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+        data = gzip.open(path, "rb").read() if gz else path.read_bytes()
+    except (OSError, EOFError) as e:
+        raise TrainperfError(f"{path}: cannot read ({e})") from None
     if msgspec is not None:
         try:
             evs = msgspec.json.decode(data, type=_Doc).traceEvents
-            return [(e.name, e.args) for e in evs if e.cat in ("cpu_op", "Operator") and isinstance(e.args, dict)]
+            return [(e.name, e.args) for e in evs if e.cat in cats and isinstance(e.args, dict)]
         except msgspec.DecodeError:
             pass  # the generic parser below says what is wrong, or reads the odd trace
     import json
@@ -273,7 +273,7 @@ def _decode(data: bytes, path: Path) -> list[tuple[str, dict]]:
         raise TrainperfError(f"{path}: invalid JSON ({e})") from None
     evs = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
     return [(e.get("name"), e.get("args")) for e in evs if isinstance(e, dict)
-            and e.get("cat") in ("cpu_op", "Operator") and isinstance(e.get("args"), dict)]
+            and e.get("cat") in cats and isinstance(e.get("args"), dict)]
 
 
 # ---- the roofline ---------------------------------------------------------------------------------
