@@ -1,0 +1,90 @@
+"""Which profiler wrote a trace file, and its reader: Kineto (PyTorch), rocprofv3 JSON, JAX (XPlane
+protobuf or the trace JSON beside it). Decided from the file's first bytes, not its name, except
+the binary XSpace (`.xplane.pb`)."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from pathlib import Path
+
+from trainperf.errors import TrainperfError
+from trainperf.trace.events import EventTable
+from trainperf.trace.kineto import read_kineto
+
+HEAD_BYTES = 1 << 16
+XPLANE_SUFFIX = ".xplane.pb"
+
+
+def head(path: Path, n: int = HEAD_BYTES) -> bytes:
+    """The first n bytes of a file, decompressed when it is gzip (b"" when unreadable: the reader says why)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(2)
+            f.seek(0)
+            if raw == b"\x1f\x8b":
+                with gzip.open(f) as g:
+                    return g.read(n)
+            return f.read(n)
+    except (OSError, EOFError, zlib.error):
+        return b""
+
+
+def producer_of(path: str | Path) -> str:
+    """"kineto", "rocprofv3", "jax-trace-json" or "jax-xplane"."""
+    path = Path(path)
+    if path.name.endswith(XPLANE_SUFFIX):
+        return "jax-xplane"
+    from trainperf.trace.rocprof import looks_like_rocprof
+    from trainperf.trace.xplane import looks_like_jax_trace
+
+    h = head(path)
+    if looks_like_rocprof(h):
+        return "rocprofv3"
+    if looks_like_jax_trace(h):
+        return "jax-trace-json"
+    return "kineto"
+
+
+def read_any(path: str | Path, rank: int | None = None) -> EventTable:
+    """Read one trace file of any supported producer into an EventTable."""
+    path = Path(path)
+    if not path.is_file():
+        raise TrainperfError(f"{path}: no such file")
+    kind = producer_of(path)
+    if kind == "kineto":
+        return read_kineto(path, rank)
+    if kind == "rocprofv3":
+        from trainperf.trace.rocprof import read_rocprof
+
+        return read_rocprof(path, rank)
+    from trainperf.trace.xplane import read_jax_trace_json, read_xplane
+
+    return read_xplane(path, rank) if kind == "jax-xplane" else read_jax_trace_json(path, rank)
+
+
+def build_table(events: list, *, source: str, producer: str, rank: int | None = None, skipped: int = 0,
+                thread_names: dict | None = None) -> EventTable:
+    """An annotated EventTable from events already in the Kineto vocabulary, each a tuple
+    (cat, name, pid, tid, ts_ns, dur_ns, correlation, stream, external_id, nbytes) with -1 for an absent id.
+    The one place a non-Kineto reader turns its events into the table (interning, sorting, kinds, steps)."""
+    import numpy as np
+
+    from trainperf.trace.annotate import annotate
+    from trainperf.trace.chunk import Chunk
+    from trainperf.trace.kineto import ColumnBuilder
+
+    if not events:
+        raise TrainperfError(f"{source}: no timed events in this {producer} profile")
+    cats = [e[0] for e in events]
+    names = [e[1] for e in events]
+    # in the Chunk's column order (chunk.INT_COLUMNS): ts_ns, dur_ns, pid, tid, correlation, stream, external_id, nbytes
+    ints = np.array([e[4:6] + e[2:4] + e[6:8] + e[8:10] for e in events], dtype=np.int64).reshape(-1, 8)
+    none = [None] * len(events)
+    b = ColumnBuilder()
+    b.add(Chunk(ints, cats, names, none, list(none), False, skipped, dict(thread_names or {})))
+    table = EventTable(rank=-1 if rank is None else rank, source=source, names=b.names,
+                       metadata={"producer": producer, "profiler": {"record_shapes": False}},
+                       thread_names=b.thread_names, n_skipped=skipped, **b.columns())
+    annotate(table)
+    return table

@@ -1,0 +1,304 @@
+"""JAX / XLA profiles into the event table: the XSpace protobuf (`<host>.xplane.pb`) that
+`jax.profiler.trace` writes, or the Chrome trace JSON it writes beside it (`<host>.trace.json.gz`,
+`perfetto_trace.json.gz` with create_perfetto_trace=True).
+
+Why a reader of our own: xprof / tensorboard-plugin-profile convert an XSpace only to their tool
+outputs (trace viewer JSON among them) through a compiled library, and the proto's Python classes
+are not shipped; the XSpace wire format is small (tsl/profiler/protobuf/xplane.proto:
+XSpace > XPlane > XLine > XEvent, names and stat names in per-plane metadata maps) and is decoded
+here with a protobuf wire reader, so no dependency is needed.
+
+How events map onto the Kineto vocabulary (trace.events):
+- a plane "/device:GPU:N" holds the device: its lines "Stream #K(...)" are streams (stream K), their
+  events kernels, or memcpy / memset by name; the lines "XLA Ops" / "XLA Modules" (HLO op and module
+  spans over those kernels) become GPU annotations; other device lines (Steps, counters) are dropped;
+- a plane "/host:CPU" holds the host threads (lines): an event with an "hlo_op" stat off the Python
+  thread is XLA executing an HLO op on the CPU device (a kernel on a stream named after its thread);
+  one with "step_num" (jax.profiler.StepTraceAnnotation) becomes "ProfilerStep#<step_num>", so the
+  per-step analyses run; "$file:line fn" events are Python frames; one with a "correlation_id" is a
+  launch (runtime call) linked to its kernel by that id; the rest are host ops (cpu_op);
+- the rank is not in the profile (a JAX process index is not recorded): it comes from the file name.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import struct
+from pathlib import Path
+
+from trainperf.errors import TrainperfError
+from trainperf.trace.events import EventTable
+
+_STREAM_RE = re.compile(r"^Stream #(\d+)")
+_DEVICE_ANNOTATION_LINES = ("XLA Ops", "XLA Modules", "TensorFlow Ops", "Framework Ops", "TensorFlow Name Scope")
+_LAUNCH_NAMES = re.compile(r"Launch|Memcpy|Memset|cuGraph|hipGraph|cudaGraph", re.I)
+_I64 = 1 << 64
+
+
+# --- protobuf wire format ---------------------------------------------------------------------
+
+def _varint(b: bytes, i: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        x = b[i]
+        i += 1
+        result |= (x & 0x7F) << shift
+        if x < 0x80:
+            return result, i
+        shift += 7
+
+
+def _fields(b: bytes):
+    """(field number, wire type, value) of one message: ints for varint / fixed, bytes for length-delimited."""
+    i, n = 0, len(b)
+    while i < n:
+        key, i = _varint(b, i)
+        field, wt = key >> 3, key & 7
+        if wt == 0:
+            v, i = _varint(b, i)
+        elif wt == 2:
+            ln, i = _varint(b, i)
+            v = b[i:i + ln]
+            i += ln
+        elif wt == 1:
+            v = b[i:i + 8]
+            i += 8
+        elif wt == 5:
+            v = b[i:i + 4]
+            i += 4
+        else:
+            raise ValueError(f"unsupported wire type {wt}")
+        yield field, wt, v
+
+
+def _int64(v: int) -> int:
+    return v - _I64 if v >= 1 << 63 else v
+
+
+def _stat(b: bytes, stat_names: dict) -> tuple[str, object]:
+    """(name, value) of an XStat; a ref_value is the name of another stat metadata (an interned string)."""
+    mid, value = 0, None
+    for f, wt, v in _fields(b):
+        if f == 1:
+            mid = v
+        elif f == 2:
+            value = struct.unpack("<d", v)[0]
+        elif f == 3:
+            value = v
+        elif f == 4:
+            value = _int64(v)
+        elif f == 5:
+            value = v.decode("utf-8", "replace")
+        elif f == 7:
+            value = stat_names.get(v, "")
+    return stat_names.get(mid, str(mid)), value
+
+
+def _map_entry(b: bytes) -> tuple[int, bytes]:
+    key, val = 0, b""
+    for f, _, v in _fields(b):
+        if f == 1:
+            key = _int64(v)
+        elif f == 2:
+            val = v
+    return key, val
+
+
+def _plane_rows(b: bytes):
+    """Rows (process, pid, thread, tid, ts_ns, dur_ns, name, args) of one XPlane."""
+    name, pid, lines, ev_meta_raw, stat_names = "", 0, [], [], {}
+    for f, _, v in _fields(b):
+        if f == 1:
+            pid = _int64(v)
+        elif f == 2:
+            name = v.decode("utf-8", "replace")
+        elif f == 3:
+            lines.append(v)
+        elif f == 4:
+            ev_meta_raw.append(v)
+        elif f == 5:
+            k, raw = _map_entry(v)
+            stat_names[k] = next((s.decode("utf-8", "replace") for ff, _, s in _fields(raw) if ff == 2), "")
+    ev_meta = {}
+    for raw in ev_meta_raw:
+        k, m = _map_entry(raw)
+        mname = display = ""
+        mstats = {}
+        for f, _, v in _fields(m):
+            if f == 2:
+                mname = v.decode("utf-8", "replace")
+            elif f == 4:
+                display = v.decode("utf-8", "replace")
+            elif f == 5:
+                sn, sv = _stat(v, stat_names)
+                mstats[sn] = sv
+        ev_meta[k] = (display or mname, mstats)
+    for lb in lines:
+        tid, lname, display, t0_ns, events = 0, "", "", 0, []
+        for f, _, v in _fields(lb):
+            if f == 1:
+                tid = _int64(v)
+            elif f == 2:
+                lname = v.decode("utf-8", "replace")
+            elif f == 11:
+                display = v.decode("utf-8", "replace")
+            elif f == 3:
+                t0_ns = _int64(v)
+            elif f == 4:
+                events.append(v)
+        thread = display or lname
+        for eb in events:
+            mid, off_ps, dur_ps, stats, aggregated = 0, 0, 0, [], False
+            for f, _, v in _fields(eb):
+                if f == 1:
+                    mid = v
+                elif f == 2:
+                    off_ps = _int64(v)
+                elif f == 3:
+                    dur_ps = _int64(v)
+                elif f == 4:
+                    stats.append(v)
+                elif f == 5:
+                    aggregated = True
+            if aggregated:  # counts of occurrences, no time: not a trace event
+                continue
+            ename, margs = ev_meta.get(mid, (str(mid), {}))
+            args = dict(margs)
+            for s in stats:
+                sn, sv = _stat(s, stat_names)
+                args[sn] = sv
+            ts_ps = t0_ns * 1000 + off_ps
+            yield name, pid, thread, tid, ts_ps // 1000, dur_ps // 1000, ename, args
+
+
+def xspace_rows(data: bytes):
+    """Rows (process, pid, thread, tid, ts_ns, dur_ns, name, args) of every event of an XSpace."""
+    for f, _, v in _fields(data):
+        if f == 1:
+            yield from _plane_rows(v)
+
+
+# --- the trace JSON written beside it ---------------------------------------------------------
+
+def trace_json_rows(doc: dict):
+    """Rows of the Chrome trace JSON that jax.profiler writes (µs floats with ns decimals, no "cat")."""
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    if not isinstance(events, list):
+        return
+    processes, threads = {}, {}
+    for e in events:
+        if isinstance(e, dict) and e.get("ph") == "M" and isinstance(e.get("args"), dict):
+            if e.get("name") == "process_name":
+                processes[e.get("pid")] = str(e["args"].get("name", ""))
+            elif e.get("name") == "thread_name":
+                threads[(e.get("pid"), e.get("tid"))] = str(e["args"].get("name", ""))
+    for e in events:
+        if not isinstance(e, dict) or e.get("ph") != "X" or "ts" not in e:
+            continue
+        try:
+            ts_ns = round(float(e["ts"]) * 1000)
+            dur_ns = round(float(e.get("dur", 0)) * 1000)
+        except (TypeError, ValueError):
+            continue
+        pid, tid = e.get("pid", 0), e.get("tid", 0)
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        yield (processes.get(pid, ""), pid, threads.get((pid, tid), ""), tid, ts_ns, dur_ns, str(e.get("name", "")),
+               args)
+
+
+def looks_like_jax_trace(head: bytes) -> bool:
+    """True when the start of a JSON trace is jax.profiler's: processes named "/host:..." or "/device:..."."""
+    return b'"traceEvents"' in head and (b'"name":"/host:' in head.replace(b" ", b"")
+                                         or b'"name":"/device:' in head.replace(b" ", b""))
+
+
+# --- rows into the event table ----------------------------------------------------------------
+
+def _classify(process: str, thread: str, name: str, args: dict) -> tuple[str, int, str] | None:
+    """(Kineto cat, stream, name) of a row, or None to drop it (module docstring)."""
+    if process.startswith("/device:"):
+        m = _STREAM_RE.match(thread)
+        if m:
+            low = name.lower()
+            cat = "gpu_memcpy" if "memcpy" in low or "memcpy_details" in args else \
+                "gpu_memset" if "memset" in low else "kernel"
+            return cat, int(m.group(1)), name
+        if thread in _DEVICE_ANNOTATION_LINES:
+            return "gpu_user_annotation", -1, name
+        return None
+    if "step_num" in args:
+        return "user_annotation", -1, f"ProfilerStep#{int(float(args['step_num']))}"
+    if "hlo_op" in args and thread != "python":
+        return "kernel", -2, name  # -2: the stream is this thread (filled in by the caller)
+    if name.startswith("$"):
+        return "python_function", -1, name
+    if "correlation_id" in args and _LAUNCH_NAMES.search(name):
+        return "cuda_runtime", -1, name
+    return "cpu_op", -1, name
+
+
+def _int_arg(args: dict, key: str) -> int:
+    v = args.get(key)
+    try:
+        return int(v) if v is not None else -1
+    except (TypeError, ValueError):
+        return -1
+
+
+def table_from_rows(rows, source: str, producer: str, rank: int | None = None) -> EventTable:
+    """An annotated EventTable from (process, pid, thread, tid, ts_ns, dur_ns, name, args) rows."""
+    from trainperf.trace.producers import build_table
+
+    events, thread_names, skipped = [], {}, 0
+    for process, pid, thread, tid, ts_ns, dur_ns, name, args in rows:
+        c = _classify(process, thread, name, args)
+        if c is None:
+            skipped += 1
+            continue
+        cat, stream, name = c
+        pid_i, tid_i = _to_int(pid), _to_int(tid)
+        if stream == -2:  # XLA on the CPU device: the thread is the stream
+            stream = tid_i
+        thread_names[(pid_i, tid_i)] = thread
+        events.append((cat, name, pid_i, tid_i, int(ts_ns), max(int(dur_ns), 0), _int_arg(args, "correlation_id"),
+                       stream, _int_arg(args, "group_id"), _int_arg(args, "bytes")))
+    return build_table(events, source=source, producer=producer, rank=rank, skipped=skipped,
+                       thread_names=thread_names)
+
+
+def _to_int(v) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return -1
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        data = path.read_bytes()
+        return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+    except (OSError, EOFError, gzip.BadGzipFile) as e:
+        raise TrainperfError(f"{path}: cannot read ({e})") from None
+
+
+def read_xplane(path: str | Path, rank: int | None = None) -> EventTable:
+    """Read a JAX/XLA XSpace protobuf (<host>.xplane.pb) into an EventTable (module docstring)."""
+    path = Path(path)
+    data = _read_bytes(path)
+    try:
+        rows = list(xspace_rows(data))
+    except (IndexError, ValueError, struct.error):
+        raise TrainperfError(f"{path}: not a readable XSpace protobuf (truncated or another format)") from None
+    return table_from_rows(rows, str(path), "jax-xplane", rank)
+
+
+def read_jax_trace_json(path: str | Path, rank: int | None = None) -> EventTable:
+    """Read the trace JSON jax.profiler writes (<host>.trace.json.gz, perfetto_trace.json.gz)."""
+    path = Path(path)
+    try:
+        doc = json.loads(_read_bytes(path))
+    except ValueError as e:
+        raise TrainperfError(f"{path}: invalid JSON ({str(e).splitlines()[0]})") from None
+    return table_from_rows(trace_json_rows(doc), str(path), "jax-trace-json", rank)

@@ -1,0 +1,99 @@
+"""JAX profiles (real files made by jax.profiler on JAX's CPU device, tests/trace/data/jax/README.md)
+read into the event table, and the same analyses run on them.
+
+References: the trace JSON that jax.profiler's own converter wrote from the same XSpace (our wire
+reader of the .xplane.pb must give the same events, times and durations to the ns), and sums done
+by hand with plain Python over that JSON.
+"""
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainperf.diagnose.api import diagnose
+from trainperf.errors import TrainperfError
+from trainperf.trace.events import CPU_OP, KERNEL, PYTHON, USER_ANNOTATION
+from trainperf.trace.load import load_trace
+from trainperf.trace.producers import producer_of, read_any
+from trainperf.trace.xplane import read_jax_trace_json, read_xplane, trace_json_rows, xspace_rows
+
+DATA = Path(__file__).parent / "data" / "jax"
+XPLANE = DATA / "jax_cpu.xplane.pb"
+TRACE_JSON = DATA / "jax_cpu.trace.json.gz"
+PERFETTO_JSON = DATA / "perfetto_trace.json.gz"
+
+
+def _raw_json() -> dict:
+    return json.loads(gzip.decompress(TRACE_JSON.read_bytes()))
+
+
+def test_xplane_wire_reader_matches_the_profilers_own_json():
+    ours = sorted(xspace_rows(XPLANE.read_bytes()), key=lambda r: (r[4], r[2], r[6]))
+    theirs = sorted(trace_json_rows(_raw_json()), key=lambda r: (r[4], r[2], r[6]))
+    assert len(ours) == len(theirs) == 119
+    for a, b in zip(ours, theirs):
+        assert (a[0], a[2], a[4], a[5], a[6]) == (b[0], b[2], b[4], b[5], b[6])
+    t, u = read_xplane(XPLANE), read_jax_trace_json(TRACE_JSON)
+    assert t.names == u.names
+    for c in ("ts_ns", "dur_ns", "kind", "step", "category"):
+        assert np.array_equal(getattr(t, c), getattr(u, c)), c
+    assert np.array_equal(t.stream >= 0, u.stream >= 0)  # thread ids differ: the JSON converter renumbers them
+
+
+def test_event_kinds_and_steps_by_hand():
+    raw = _raw_json()["traceEvents"]
+    hlo = [e for e in raw if e.get("ph") == "X" and "hlo_op" in e.get("args", {})]
+    steps = sorted(int(e["args"]["step_num"]) for e in raw if e.get("ph") == "X" and "step_num" in e.get("args", {}))
+    frames = [e for e in raw if e.get("ph") == "X" and e["name"].startswith("$")]
+    t = read_xplane(XPLANE)
+    assert int((t.kind == KERNEL).sum()) == len(hlo) == 16  # 4 HLO ops a step, 4 steps
+    assert int((t.kind == PYTHON).sum()) == len(frames)
+    step_rows = t.kind == USER_ANNOTATION
+    assert sorted(t.names[int(n)] for n in t.name[step_rows]) == [f"ProfilerStep#{s}" for s in steps] == \
+        [f"ProfilerStep#{s}" for s in range(4)]
+    assert int((t.kind == CPU_OP).sum()) == 119 - 16 - len(frames) - 4
+    # a device event takes its step from its launch; XLA on the CPU device records no launch, so none
+    assert set(t.step[t.kind == KERNEL].tolist()) == {-1}
+
+
+def test_every_jax_file_loads_through_load_trace():
+    assert producer_of(XPLANE) == "jax-xplane"
+    assert producer_of(TRACE_JSON) == producer_of(PERFETTO_JSON) == "jax-trace-json"
+    tables = [load_trace(p)[0] for p in (XPLANE, TRACE_JSON, PERFETTO_JSON)]
+    for t in tables[1:]:
+        assert np.array_equal(t.ts_ns, tables[0].ts_ns) and t.names == tables[0].names
+    assert tables[0].metadata["producer"] == "jax-xplane"
+
+
+def test_diagnose_runs_the_same_analyses_on_a_jax_profile():
+    # the device busy time is the union of the HLO ops that start before the last step (HTA's window),
+    # summed by hand from the profiler's JSON
+    raw = _raw_json()["traceEvents"]
+    last_step = max(e["ts"] for e in raw if e.get("ph") == "X" and "step_num" in e.get("args", {}))
+    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in raw
+                   if e.get("ph") == "X" and "hlo_op" in e.get("args", {}) and e["ts"] < last_step)
+    busy, cur_s, cur_e = 0.0, None, None
+    for s, e in spans:
+        if cur_e is None or s > cur_e:
+            busy += 0.0 if cur_e is None else cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    busy += cur_e - cur_s
+    d = diagnose(XPLANE)
+    r = d.ranks[0]
+    assert r.gpu_analyses == "ok" and r.steps == [0, 1, 2]
+    assert r.window_us == pytest.approx(spans[-1][1] - spans[0][0], abs=1e-3)
+    assert r.window_us * (100 - r.idle_pct) / 100 == pytest.approx(busy, abs=1e-3)
+    # no launch events on the CPU device: the evidence says so
+    assert any("no launch in the trace" in n for n in d.notes)
+
+
+def test_bad_xplane_is_one_line_error(tmp_path):
+    p = tmp_path / "broken.xplane.pb"
+    p.write_bytes(XPLANE.read_bytes()[:5000])
+    with pytest.raises(TrainperfError, match="broken.xplane.pb"):
+        read_any(p)
