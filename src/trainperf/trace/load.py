@@ -9,10 +9,9 @@ from pathlib import Path
 
 from trainperf.errors import TrainperfError
 from trainperf.trace.events import EventTable
-from trainperf.trace.kineto import read_kineto
 
 RANK_IN_NAME_RE = re.compile(r"rank[-_ ]?(\d+)", re.I)
-TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
+TRACE_SUFFIXES = (".json", ".json.gz", ".gz", ".xplane.pb")
 
 
 def trace_files(path: str | Path) -> list[Path]:
@@ -35,7 +34,9 @@ def rank_from_name(path: Path) -> int | None:
 
 
 def _read_one(path: Path) -> EventTable:
-    return read_kineto(path)
+    from trainperf.trace.producers import read_any  # Kineto, rocprofv3 JSON or JAX, by the file's content
+
+    return read_any(path)
 
 
 def load_trace(path: str | Path, ranks: list[int] | None = None, workers: int | None = None,
