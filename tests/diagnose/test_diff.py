@@ -233,3 +233,22 @@ def test_cli_diff_json_and_html(tmp_path):
     assert "compute: gemm" in (tmp_path / "d.html").read_text()
     r = CliRunner().invoke(app, ["diff", str(a), str(tmp_path / "missing")])
     assert "no such file or folder" in str(r.exception)  # main() prints it on one line, exit code 2
+
+
+def test_findings_that_appear_or_disappear(tmp_path):
+    # the diagnoses of both sides, compared by kind (reference: trainperf diagnose's own findings)
+    from trainperf.diagnose.api import diagnose
+
+    src = _need("nccl_parser_config") / "nccl_data.json.gz"
+    doc = _load(src)
+    base = _write(copy.deepcopy(doc), tmp_path / "base.json.gz")
+    _inject_stall(doc, 60000.0, "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__")
+    cand = _write(doc, tmp_path / "cand.json.gz")
+    d = diff(base, cand, findings=True)
+    a = {f.kind for f in diagnose(base, top=10_000).findings}
+    b = {f.kind for f in diagnose(cand, top=10_000).findings}
+    assert "data_loader_stall" in b - a
+    got = {f.kind: f.change for f in d.findings}
+    assert {k for k, c in got.items() if c == "appeared"} == b - a
+    assert {k for k, c in got.items() if c == "disappeared"} == a - b
+    assert d.to_json()["findings"][0]["kind"]

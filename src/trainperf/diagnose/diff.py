@@ -340,6 +340,47 @@ class Contribution:
                 "count_candidate_per_step": round(self.count_candidate_per_step, 3)}
 
 
+@dataclass(kw_only=True, slots=True)
+class FindingChange:
+    """A `trainperf diagnose` finding that appeared, disappeared or changed severity between the sides."""
+
+    kind: str
+    change: str                        # "appeared", "disappeared", "severity"
+    baseline_severity: str             # "" when absent
+    candidate_severity: str
+    baseline_gain_pct: float
+    candidate_gain_pct: float
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "change": self.change, "baseline_severity": self.baseline_severity,
+                "candidate_severity": self.candidate_severity,
+                "baseline_gain_pct": round(self.baseline_gain_pct, 3),
+                "candidate_gain_pct": round(self.candidate_gain_pct, 3)}
+
+
+def finding_changes(baseline: list, candidate: list) -> list[FindingChange]:
+    """Compare two lists of diagnose findings (objects with kind, severity, gain_pct) by kind."""
+    def by_kind(fs):
+        out = {}
+        for f in fs:
+            if f.kind not in out or f.gain_pct > out[f.kind].gain_pct:
+                out[f.kind] = f
+        return out
+
+    a, b = by_kind(baseline), by_kind(candidate)
+    out = []
+    for k in sorted(set(a) | set(b)):
+        x, y = a.get(k), b.get(k)
+        change = "appeared" if x is None else "disappeared" if y is None else (
+            "severity" if x.severity != y.severity else "")
+        if change:
+            out.append(FindingChange(kind=k, change=change, baseline_severity=x.severity if x else "",
+                                     candidate_severity=y.severity if y else "",
+                                     baseline_gain_pct=x.gain_pct if x else 0.0,
+                                     candidate_gain_pct=y.gain_pct if y else 0.0))
+    return sorted(out, key=lambda c: -abs(c.candidate_gain_pct - c.baseline_gain_pct))
+
+
 @dataclass(kw_only=True)
 class TraceDiff:
     """The result of `trainperf diff`: both sides, the step-time change and what it is made of."""
@@ -351,6 +392,7 @@ class TraceDiff:
     decomposition: list[tuple[str, float, float]]  # (bucket, baseline µs/step, candidate µs/step)
     kernels: list[Contribution]                    # device names, by |delta| descending
     operators: list[Contribution]                  # host names, by |delta| descending
+    findings: list[FindingChange] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -424,7 +466,7 @@ class TraceDiff:
                                    "delta_us": round(c - b, 3)} for n, b, c in self.decomposition],
                 "contributions": [c.to_json() for c in contribs[:top]],
                 "new": [c.to_json() for c in self.new], "gone": [c.to_json() for c in self.gone],
-                "notes": self.notes}
+                "findings": [f.to_json() for f in self.findings], "notes": self.notes}
 
 
 def _short(name: str, n: int = 60) -> str:
@@ -460,8 +502,14 @@ def diff_profiles(baseline: StepProfile, candidate: StepProfile) -> TraceDiff:
                      operators=_contributions(baseline.operators, candidate.operators), notes=notes)
 
 
-def diff(baseline: str | Path, candidate: str | Path, progress: bool = False) -> TraceDiff:
-    """Load two traces (a Kineto file or a folder of ranks each) and diff them."""
+def diff(baseline: str | Path, candidate: str | Path, progress: bool = False, findings: bool = False) -> TraceDiff:
+    """Load two traces (a Kineto file or a folder of ranks each) and diff them; with findings, also
+    run `trainperf diagnose` on both and list the findings that appear, disappear or change severity."""
     a = step_profile(load_trace(baseline, progress=progress), str(baseline))
     b = step_profile(load_trace(candidate, progress=progress), str(candidate))
-    return diff_profiles(a, b)
+    d = diff_profiles(a, b)
+    if findings:
+        from trainperf.diagnose.api import diagnose
+
+        d.findings = finding_changes(diagnose(baseline, top=10_000).findings, diagnose(candidate, top=10_000).findings)
+    return d

@@ -18,6 +18,8 @@ def register(app: typer.Typer) -> None:
         json_out: Optional[Path] = typer.Option(None, "--json", help="Write the full result as JSON here."),
         html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
         top: int = typer.Option(10, "--top", min=1, help="Kernels and operators to print (--json keeps 30)."),
+        findings: bool = typer.Option(True, "--findings/--no-findings",
+                                      help="Also diagnose both sides and list findings that appear or disappear."),
     ) -> None:
         """What changed between two runs: step time, its decomposition, the kernels and operators that moved."""
         import json
@@ -30,7 +32,7 @@ def register(app: typer.Typer) -> None:
         for out in (json_out, html):
             if out is not None:
                 ensure_dir(Path(out).parent)  # an unusable output path fails now, not after the work
-        result = diff(baseline, candidate, progress=True)
+        result = diff(baseline, candidate, progress=True, findings=findings)
         print_diff(result, Console(), top)
         if json_out:
             atomic_write_text(json_out, json.dumps(result.to_json(), indent=1))
@@ -71,5 +73,9 @@ def print_diff(d, console, top: int = 10) -> None:
                   f"{c['count_baseline_per_step']:.2f}", f"{c['count_candidate_per_step']:.2f}")
     console.print(t)
     console.print(f"{len(j['new'])} names new, {len(j['gone'])} gone (all in --json / --html)", highlight=False)
+    for f in j["findings"]:
+        console.print(f"finding {f['kind']}: {f['change']} ({f['baseline_severity'] or '-'} -> "
+                      f"{f['candidate_severity'] or '-'}; gain {f['baseline_gain_pct']:.1f}% -> "
+                      f"{f['candidate_gain_pct']:.1f}%)", highlight=False)
     for n in j["notes"]:
         console.print(f"[yellow]note:[/] {n}", highlight=False)

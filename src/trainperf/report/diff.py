@@ -36,6 +36,11 @@ def write_report(d, path: str | Path, top: int = 25) -> Path:
     rep.add("Kernels and operators by change of time per step", table(rows(j["contributions"]), head),
             paragraph("Operators are host events (inclusive time: nested operators count again in their "
                       "parents); kernels are device time.", "note"))
+    if j["findings"]:
+        rep.add("Findings of `trainperf diagnose` that changed", table(
+            [[f["kind"], f["change"], f["baseline_severity"] or "-", f["candidate_severity"] or "-",
+              f["baseline_gain_pct"], f["candidate_gain_pct"]] for f in j["findings"]],
+            ["finding", "change", "baseline severity", "candidate severity", "baseline gain %", "candidate gain %"]))
     rep.add("New in the candidate", table(rows(j["new"][:top]), head) if j["new"] else paragraph("none"))
     rep.add("Gone from the candidate", table(rows(j["gone"][:top]), head) if j["gone"] else paragraph("none"))
     return rep.write(path)
