@@ -113,6 +113,7 @@ def build_real(out: str | Path, work: str | Path, log=print) -> list[dict]:
                   "base": "real:tiny-2rank-gloo-cpu", "fault": fault, "clean_step_s": round(clean, 4),
                   "faulty_step_s": round(bad, 4), "seed": seed}
         _case(run, out / name, labels)
+        shutil.rmtree(run / "checkpoints", ignore_errors=True)  # only the traces and metrics are kept
         written.append(labels)
         log(f"{name}: {fault or 'clean'}, clean {clean:.3f} s, faulty {bad:.3f} s, true gain {gain:.2f} % "
             f"(twin difference {twin:.2f} %)")
