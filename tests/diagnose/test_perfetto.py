@@ -127,7 +127,7 @@ def test_clocks_aligned_on_collectives(written):
 def test_findings_are_annotated_with_flows_to_their_evidence(written):
     res, summary, doc = written
     kinds = {f.kind for f in res.findings}
-    assert {"data_loader_stall", "straggler"} <= kinds
+    assert "data_loader_stall" in kinds  # rank 1's DataLoader (its straggling follows from it: one fix)
     ev = doc["traceEvents"]
     fs = [e for e in ev if e["ph"] == "X" and e["cat"] == FINDING_CAT]
     by_kind = defaultdict(list)
@@ -180,3 +180,15 @@ def test_cli_option(tmp_path):
     doc = json.loads(gzip.decompress(out.read_bytes()))
     check_trace_event_rules(doc)
     assert any(e.get("cat") == FINDING_CAT for e in doc["traceEvents"])
+
+
+def test_jax_profile_timeline(tmp_path):
+    # any producer: a real JAX profile (tests/trace/data/jax) written as one timeline keeps its events
+    xplane = Path(__file__).resolve().parents[1] / "trace" / "data" / "jax" / "jax_cpu.xplane.pb"
+    res = diagnose(xplane)
+    out = tmp_path / "jax.json"
+    s = write_job_timeline(out, res)
+    doc = json.loads(out.read_text())
+    check_trace_event_rules(doc)
+    n_rows = sum(1 for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] != FINDING_CAT)
+    assert n_rows == 119 and s.n_launch_flows == 0

@@ -35,7 +35,9 @@ from trainperf.trace.events import CATEGORY_NAMES, KIND_NAMES, EventTable
 
 FINDING_CAT = "trainperf_finding"
 LAUNCH_FLOW_CAT = "ac2g"                 # Kineto's category for launch -> kernel flows
-TIDS_PER_RANK = 10_000                   # tid = rank * TIDS_PER_RANK + k: unique across ranks
+TIDS_PER_RANK = 100_000                  # tid = rank * TIDS_PER_RANK + k: unique across ranks
+LANE_TIDS = 10_000                       # overlap lane j of a thread: its tid + j * LANE_TIDS
+MAX_LANES = 8
 MATCH_TOLERANCE_US = 1.0                 # evidence starts are rounded to 0.1 µs
 _RANK_IN_TEXT = re.compile(r"\brank (\d+)")
 _COUNT_PREFIX = re.compile(r"^\[\d+ launches\] ")
@@ -98,7 +100,7 @@ def merged_events(tables: dict[int, EventTable], findings: list,
     for r, t in sorted(tables.items()):
         ts, end = starts[r]
         shift = offsets[r] + zero
-        tid = tids[r] = _thread_ids(t, r)
+        tid = tids[r] = _thread_ids(t, r, ts, end)
         events += _metadata(t, r, tid)
         events += _slices(t, ts - shift, end - ts, tid)
         flows = _launch_flows(t, r, ts - shift, tid)
@@ -140,8 +142,30 @@ def merged_events(tables: dict[int, EventTable], findings: list,
     return events, summary
 
 
-def _thread_ids(t: EventTable, rank: int) -> np.ndarray:
-    """New tid of every row: one per (original pid, tid), unique across ranks, host threads first."""
+def _thread_ids(t: EventTable, rank: int, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """New tid of every row: one per (original pid, tid), unique across ranks, host threads first; a slice
+    that overlaps an enclosing one without ending inside it (two tracers on one thread, as JAX's Python
+    tracer and its TraceMe annotations) goes to an overlap lane of its thread, LANE_TIDS further."""
+    base = _base_thread_ids(t, rank)
+    lane = np.zeros(len(t), dtype=np.int64)
+    order = np.lexsort((-(end - ts), ts, base))
+    stacks: dict = {}
+    for i in order.tolist():
+        k = 0
+        while True:
+            stack = stacks.setdefault((int(base[i]), k), [])
+            while stack and stack[-1] <= ts[i]:
+                stack.pop()
+            if not stack or end[i] <= stack[-1]:
+                stack.append(end[i])
+                break
+            k += 1
+        lane[i] = k
+    return base + LANE_TIDS * np.minimum(lane, MAX_LANES)
+
+
+def _base_thread_ids(t: EventTable, rank: int) -> np.ndarray:
+    """One tid per (original pid, tid), unique across ranks, host threads first."""
     key = t.pid.astype(np.int64) * (1 << 31) + t.tid.astype(np.int64)
     dev = t.stream >= 0
     order_key = np.where(dev, 1, 0)  # host threads before device streams
@@ -167,9 +191,12 @@ def _metadata(t: EventTable, rank: int, tid: np.ndarray) -> list[dict]:
         else:
             name = t.thread_names.get((pid, otid)) or f"thread {otid}"
             name = f"{name} (pid {pid})"
+        lane = (new - rank * TIDS_PER_RANK) // LANE_TIDS
+        if lane:
+            name += f" (overlapping slices {lane})"
         out.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": new, "args": {"name": name}})
         out.append({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": new,
-                    "args": {"sort_index": new - rank * TIDS_PER_RANK}})
+                    "args": {"sort_index": (new % LANE_TIDS) * 16 + lane}})
     return out
 
 
