@@ -49,7 +49,7 @@ def test_a_3pct_change_with_1pct_noise_over_50_steps_is_detected():
 
 def test_a_a_intervals_exclude_zero_at_most_about_5pct_of_the_time_despite_autocorrelation():
     """Reference: the nominal level. Autocorrelated steps (rho 0.6) read as independent would
-    exclude 0 in ~25% of A/A pairs; the inflation brings it back to the nominal 5%."""
+    exclude 0 in 31% of A/A pairs (docs/benchmarks.md); the inflation brings it back near the nominal 5%."""
     rng = np.random.default_rng(1)
     excl = 0
     n_pairs = 200

@@ -31,6 +31,7 @@ def test_eval_loss_is_the_loss_on_the_held_out_tail(tmp_path):
     assert recs[-1]["eval_loss"] < math.log(256)
     result = finish(run)
     assert result["final_eval_loss"] == recs[-1]["eval_loss"]
+    assert "Held-out loss" in (tmp_path / "report.html").read_text()
     comparable = json.loads((tmp_path / "run.json").read_text())["comparable"]
     assert comparable["seed"] == 0 and comparable["samples_per_step"] == 2 and len(comparable["data"]) == 64
     assert comparable["stack"] == "pytorch-fsdp" and comparable["eval_batches"] == 2

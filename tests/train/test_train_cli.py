@@ -39,6 +39,9 @@ def test_train_command_runs_and_summarises(app, tmp_path, monkeypatch):
     (["--layout", "tp=two"], "bad value 'two' for tp"),
     (["--text", "/nonexistent/corpus.txt"], "/nonexistent/corpus.txt"),
     (["--profile-steps", "12:10"], "--profile-steps"),
+    (["--fault", "warp-drive"], "unknown fault"),
+    (["--nproc", "2", "--fault", "slow-data=soon"], "not a number"),  # refused before torchrun starts
+    (["--fault", "item-sync", "--fault-steps", "5"], "--fault-steps"),
 ])
 def test_bad_input_is_a_trainperf_error(app, tmp_path, args, message):
     res = CliRunner().invoke(app, ["train", "--steps", "2", "--out", str(tmp_path / "x"), *args])

@@ -29,6 +29,10 @@ def write_report(run_dir: str | Path, result: dict) -> Path:
     ], ["metric", "value"]), paragraph(f"peak FLOP/s: {result.get('peak_flops'):.3g} ({result.get('peak_source')})"))
     if kept:
         rep.add("Loss", line_chart({"loss": [s["loss"] for s in kept]}, xs=xs))
+        evals = [s for s in kept if s.get("eval_loss") is not None]
+        if evals:
+            rep.add("Held-out loss (--eval-every)", line_chart({"held-out loss": [s["eval_loss"] for s in evals]},
+                                                              xs=[s["step"] for s in evals]))
         rep.add("Step time", line_chart({"step time": [s["step_time_s"] for s in kept],
                                          "data wait": [s["data_wait_s"] for s in kept]}, xs=xs, unit="s"))
     parts = ["productive_s", "startup_s", "data_wait_s", "checkpoint_s", "restart_s", "lost_work_s", "other_s"]
