@@ -12,21 +12,18 @@ EX=src/trainperf/fleet/examples
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 step "plan: llama3-70b on 1024 H100s, seq 8192, global batch 1024 (top 5 layouts)"
-"$TP" plan --model llama3-70b --gpu h100 --gpus 1024 --seq 8192 --global-batch 1024 --top 5
+"$TP" plan --model llama3-70b --gpu h100 --gpus 1024 --seq 8192 --global-batch 1024 --top 5 --html "$OUT/plan.html"
 step "plan: the same job on four accelerators, cost to train 15T tokens"
-"$TP" plan --model llama3-70b --gpus 1024 --seq 8192 --global-batch 1024 --compare-hardware h100,h200,b200,mi300x --tokens 15T
+"$TP" plan --model llama3-70b --gpus 1024 --seq 8192 --global-batch 1024 --compare-hardware h100,h200,b200,mi300x \
+  --tokens 15T --html "$OUT/plan_hardware.html"
 
 step "train: tiny Llama on the shipped public-domain text, 30 steps, profiler on steps 10-12"
 "$TP" train --model tiny --steps 30 --profile-steps 10:12 --out "$OUT/train"
 
 step "diagnose: the traces the training run just wrote"
 "$TP" diagnose "$OUT/train/traces" --html "$OUT/diagnose_train.html" --json "$OUT/diagnose_train.json"
-step "diagnose: a real 2-rank GPU job (HTA test data), when ../shared/data is present"
-if [ -d ../shared/data/traces/hta/trace_filter ]; then
-  "$TP" diagnose ../shared/data/traces/hta/trace_filter --top 5 --html "$OUT/diagnose_gpu.html" --json "$OUT/diagnose_gpu.json"
-else
-  echo "(skipped: ../shared/data/traces/hta not found)"
-fi
+step "diagnose: a real 2-rank GPU job (HTA's test traces, MIT, shipped in scripts/demo_data)"
+"$TP" diagnose scripts/demo_data/hta_trace_filter --top 5 --html "$OUT/diagnose_gpu.html" --json "$OUT/diagnose_gpu.json"
 
 step "bench: fused Triton kernels vs eager on tiny CPU shapes (interpreter: proves the path, not speed)"
 "$TP" bench kernels --device cpu --kernels rms_norm,swiglu,cross_entropy --html "$OUT/bench_kernels.html"
@@ -42,9 +39,6 @@ step "gate: a candidate against its baseline (exit 1 = regression)"
 "$TP" gate --baseline "$EX/baseline_step_times.txt" --candidate "$EX/candidate_step_times.txt" \
   || echo "gate exit $? (1 = regression, as expected for this example)"
 
-step "done: reports in $OUT/ (open the .html files in a browser)"
-ls "$OUT"
-
 # ---- fleet tree (issue 12): a store of 8 runs with faults of known size; each lands on its factor ----
 step "fleet tree: where 8 runs' GPU-hours went (a slow host, a checkpoint stall, a data-loader stall, a restart)"
 "$VENV/bin/python" -c "import sys; from trainperf.fleet.tree_synth import TreeFleet; from trainperf.store import write_run
@@ -53,3 +47,6 @@ for r in TreeFleet().records(): write_run(r, sys.argv[1])" "$OUT/tree_store"
 step "fleet tree: where the checkpoint stalls and the data wait sit"
 "$TP" fleet tree --store "$OUT/tree_store" --factor checkpoint | tail -n 1
 "$TP" fleet tree --store "$OUT/tree_store" --factor data_wait | tail -n 1
+
+step "done: every report is linked from $OUT/index.html (open it in a browser; it works offline)"
+"$VENV/bin/python" -m trainperf.report.index "$OUT"
