@@ -84,9 +84,8 @@ def comparability(a: RunData, b: RunData) -> tuple[bool, str, dict]:
         return False, f"no comparability record in {', '.join(missing)} (run.json 'comparable', written by trainperf train)", {}
     changed = {k: [ca.get(k), cb.get(k)] for k in sorted(set(ca) | set(cb)) if ca.get(k) != cb.get(k)}
     different = [k for k in SAME_TRAINING if k in changed]
-    if different:
-        what = ", ".join("data" if k == "data" else f"{k} {changed[k][0]} vs {changed[k][1]}" if k != "model" else "model"
-                         for k in different)
+    if different:  # model and data are long records: named, not printed
+        what = ", ".join(k if k in ("model", "data") else f"{k} {changed[k][0]} vs {changed[k][1]}" for k in different)
         return False, f"different {what}", changed
     return True, "", changed
 
