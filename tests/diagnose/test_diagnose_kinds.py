@@ -117,3 +117,21 @@ def test_exposed_comm_priced_when_the_gpu_trails_the_host(tmp_path):
     assert f.gain_us == pytest.approx(155_000 - 128_005)
     assert d.ranks[0].comm_us == pytest.approx(80_000) and d.ranks[0].exposed_comm_us == pytest.approx(80_000)
     assert not any(x.kind == "launch_bound" for x in d.findings)
+
+
+def test_checkpoint_after_the_last_launch_of_a_step_counts(tmp_path):
+    # 3 steps of 2000 us: 5 launches at T+0..T+40 (100-us kernels T+10..T+510), then a synchronous checkpoint
+    # [T+600, T+1800). Steps 0 and 1 are analysed: the replay runs from step 0's start to the end of step 1's
+    # checkpoint (3800 us). Without the checkpoints step 1 launches at 800 and its host chain closes at
+    # 844 + (1756 - 1200) = 1400 (its kernels end at 1310): gain 3800 - 1400 = 2400 us = both checkpoints.
+    b = TraceBuilder()
+    for s in range(3):
+        T = 2000.0 * s
+        b.step(s, T, 2000)
+        for i in range(5):
+            b.launch("ampere_sgemm_128x64_tn", T + 10 * i, T + 10 + 100 * i, 100)
+        b.cpu("dcp.save", T + 600, 1200, cat="user_annotation")
+    d = diagnose(b.write(tmp_path / "ck.json.gz"))
+    f = d.findings[0]
+    assert f.kind == "checkpoint_stall" and f.gain_us == pytest.approx(2400)
+    assert f.gain_pct == pytest.approx(100 * 2400 / 3800, abs=0.01)

@@ -1,8 +1,9 @@
 """Dependency graph of a rank's window, replay with one change (what-if), and the critical path.
 
 Nodes are host runtime calls (kernel launches, copies, syncs) per thread and device events per
-stream, and the start of the window's first ProfilerStep on each thread (host work before the first
-launch of a step, such as a DataLoader wait, belongs to the step). Edges, all read from the trace:
+stream, the start of the window's first ProfilerStep on each thread, and the end of a DataLoader,
+checkpoint or allocator span after the last call of the window's last step (host work before a
+step's first launch or after its last belongs to the step). Edges, all read from the trace:
 - host order: a call starts after the previous call on its thread ended plus the CPU work seen
   between them (that gap shrinks when a change removes data-loader time inside it);
 - host sync: a synchronize call ends when the device work it waited for ends; a copy call that
@@ -173,23 +174,45 @@ def launch_latency_us(obs_lat: np.ndarray, has_launch: np.ndarray, stream_prev: 
     return max(min(seen, DEFAULT_LAUNCH_LATENCY_US), 0.0)
 
 
-def step_anchor_rows(t: EventTable, w: Window) -> np.ndarray:
-    """The first ProfilerStep span of the window on each host thread: the replay starts there, so that host
-    work before the step's first launch (a DataLoader wait, a checkpoint) is part of the replayed step."""
+def step_anchor_rows(t: EventTable, w: Window) -> tuple[np.ndarray, np.ndarray]:
+    """(first, last) ProfilerStep span of the window on each host thread. The replay starts at the first
+    one's start, and its host chain closes inside the last one (_closing_anchors), so that host work before
+    a step's first launch or after its last (a DataLoader wait, a checkpoint) is part of the replayed steps."""
     ids = t.ids_matching(STEP_RE.match)
     rows = np.flatnonzero(w.keep & np.isin(t.name, ids) & np.isin(t.kind, (USER_ANNOTATION, CPU_OP)))
     if rows.size == 0:
-        return rows.astype(np.int64)
+        return rows.astype(np.int64), rows.astype(np.int64)
     rows = rows[np.argsort(t.ts_ns[rows], kind="stable")]
     _, first = np.unique(t.tid[rows], return_index=True)
-    return rows[first].astype(np.int64)
+    _, last = np.unique(t.tid[rows[::-1]], return_index=True)
+    return rows[first].astype(np.int64), rows[::-1][last].astype(np.int64)
+
+
+def _closing_anchors(t: EventTable, w: Window, last_steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, µs) closing each thread's host chain: the end of the last named host stall (DataLoader,
+    checkpoint, allocator span) inside the window's last step, when one ends after the thread's last
+    runtime call. Unexplained host time at the end of the window is left out, as before the anchors."""
+    named = np.concatenate([span_rows(t, w, p, (USER_ANNOTATION, CPU_OP, PYTHON))
+                            for p in (DATALOADER_RE, CHECKPOINT_RE, ALLOCATOR_SPAN_RE)])
+    keep, at = [], []
+    calls = np.flatnonzero(w.keep & (t.kind == RUNTIME))
+    for r in last_steps:
+        inside = named[(w.ts_us[named] >= w.ts_us[r]) & (w.end_us[named] <= w.end_us[r])]
+        mine = calls[t.tid[calls] == t.tid[r]]
+        last_call = float(w.end_us[mine].max()) if mine.size else -np.inf
+        if inside.size and w.end_us[inside].max() > last_call:
+            keep.append(int(r))
+            at.append(float(w.end_us[inside].max()))
+    return np.array(keep, dtype=np.int64), np.array(at, dtype=float)
 
 
 def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, int]] | None = None) -> Graph:
     """Dependency graph of the window (see the module docstring).
 
     comm_wait_us: trace row of a collective kernel -> (µs it waited for another rank, that rank)."""
-    anchors = step_anchor_rows(t, w)
+    first_steps, last_steps = step_anchor_rows(t, w)
+    last_steps, close_at = _closing_anchors(t, w, last_steps)
+    anchors = np.r_[first_steps, last_steps]
     host_rows = np.r_[anchors, np.flatnonzero(w.keep & (t.kind == RUNTIME))]
     dev_rows = w.device[np.isin(t.kind[w.device], (KERNEL, MEMCPY, MEMSET))]
     rows = np.r_[host_rows, dev_rows]
@@ -198,9 +221,10 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     is_host = np.r_[np.ones(n_h, bool), np.zeros(dev_rows.size, bool)]
     start = w.ts_us[rows].astype(float)
     dur = np.maximum(w.end_us[rows] - w.ts_us[rows], 0.0)
-    dur[:anchors.size] = 0.0  # an anchor is a point: the start of the first step
+    dur[:anchors.size] = 0.0  # an anchor is a point: the start of the first step, the end of the last
+    start[first_steps.size:anchors.size] = close_at
     end = start + dur
-    node_of_row = {int(r): i for i, r in enumerate(rows)}
+    node_of_row = {int(r): i for i, r in enumerate(rows) if i >= anchors.size}
     cat = np.full(n, -1, dtype=np.int64)
     cat[n_h:] = t.category[dev_rows]
     comm = cat == COMMUNICATION
