@@ -22,7 +22,7 @@ def test_datasheet_figures_and_units():
     # A100 has no fp8: falls back to bf16
     assert get_accelerator("a100").peak_flops("fp8") == pytest.approx(312e12)
     for acc in catalog().values():
-        assert 0.3 <= acc.gemm_eff <= 0.95 and 0.2 <= acc.attn_eff <= 0.9
+        assert 0.3 <= acc.gemm_eff <= 1.0 and 0.2 <= acc.attn_eff <= 0.9
 
 
 def test_aliases_and_paper_names():

@@ -117,7 +117,9 @@ def attention_fwd_s(m: ModelSpec, mbs, seq: int, tp, cp, peak_flops: float, hbm_
         flops = mbs * s_local * seq * heads_local * (m.head_dim + (m.v_head_dim or m.head_dim))
         # head_dim 128 is flash attention's best tile; 64 runs ~17% slower (hd / (hd + 32)).
         head_factor = (m.head_dim / (m.head_dim + 32.0)) / (128.0 / 160.0)
-        rate = peak_flops * eff.attn_eff * head_factor * (s_local / (s_local + eff.gemm_dim_half))
+        # short sequences run flash attention below its asymptotic rate (per-tile setup, the causal
+        # diagonal, softmax rescaling): s / (s + attn_seq_half) of it
+        rate = peak_flops * eff.attn_eff * head_factor * (s_local / (s_local + eff.attn_seq_half))
         if eff.measured_gemm_tflops > 0:
             rate = rate * eff.measured_gemm_tflops * 1e12 / (peak_flops * eff.gemm_eff_max)
         return flops / rate

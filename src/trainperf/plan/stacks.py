@@ -52,7 +52,8 @@ class Software:
     ce_bytes_per_logit: float = 24.0    # cross-entropy forward + backward, per logit
     kernels_per_layer: float = 20.0     # kernels launched per layer, forward (backward: 2x)
     host_s_per_kernel: float = 5e-6     # CPU seconds to issue one kernel
-    tp_overlap: float = 0.60            # share of TP collective time hidden (needs sequence parallel)
+    tp_overlap: float = 1.0             # share of TP collective time hidden (needs sequence parallel; fitted
+                                        # for megatron-core; its SM cost is Efficiency.comm_sm_share)
     dp_overlap: bool = True             # DP/FSDP collectives overlap backward / forward
     p2p_overlap: bool = True            # pipeline sends overlap compute
     ep_overlap: float = 0.0             # share of MoE all-to-all hidden behind compute (DualPipe-style: ~1)
