@@ -252,3 +252,21 @@ def test_findings_that_appear_or_disappear(tmp_path):
     assert {k for k, c in got.items() if c == "appeared"} == b - a
     assert {k for k, c in got.items() if c == "disappeared"} == a - b
     assert d.to_json()["findings"][0]["kind"]
+
+
+def test_host_only_steps_split_by_host_activity(tmp_path):
+    # CPU training (no device events): step 1 [0,100) holds a DataLoader fetch [0,30) and an
+    # optimizer step [70,95); step 2 [100,200) an optimizer step [150,190) -> per step: dataloader
+    # 30 / 0, optimizer 25 / 40, other 45 / 60. Step 3 (5 µs) is cut short.
+    b = TraceBuilder()
+    b.step(1, 0, 100)
+    b.step(2, 100, 100)
+    b.step(3, 200, 5)
+    b.cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 30, cat="user_annotation")
+    b.cpu("Optimizer.step#AdamW.step", 70, 25, cat="user_annotation")
+    b.cpu("Optimizer.step#AdamW.step", 150, 40, cat="user_annotation")
+    b.cpu("aten::mm", 40, 20)
+    t = read_kineto(b.write(tmp_path / "t.json.gz"))
+    steps, span, parts = rank_breakdown(t)
+    got = {k: list(np.round(v, 6)) for k, v in parts.items() if v.any()}
+    assert got == {"host: dataloader": [30, 0], "host: optimizer": [25, 40], "host: other": [45, 60]}

@@ -12,6 +12,8 @@ Each side's step is decomposed by a sweep over its wall clock. Every instant of 
    its previous launch and this one - DataLoader, checkpoint saving, allocator calls, syncs, in this
    order, each up to its host time there (removing it would have moved the launch that much
    earlier) - and the rest to ``idle: host`` (launch-bound).
+A trace without device events (CPU training) is split by what the host does instead: DataLoader,
+checkpoint, allocator, sync, optimizer, other ("host: ..." buckets).
 So the buckets of a step add up to its time exactly, and the buckets' per-step deltas add up to
 the step-time delta. ``explained_pct`` is the share of that delta that lands in named buckets
 (everything but ``idle: other``, whose cause the trace does not show).
@@ -28,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, DATALOADER_RE,
-                                     SYNC_OP_RE, SYNC_RUNTIME_RE)
+                                     OPTIMIZER_RE, SYNC_OP_RE, SYNC_RUNTIME_RE)
 from trainperf.errors import TrainperfError
 from trainperf.trace.annotate import correlated_host_row, step_spans
 from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMMUNICATION, CPU_OP, DEVICE_KINDS,
@@ -63,7 +65,7 @@ class StepProfile:
     source: str
     ranks: list[int]
     steps: list[int]
-    step_times_us: np.ndarray                 # per kept step, mean over ranks of the ProfilerStep span
+    step_times_us: np.ndarray                 # per kept step (host span + device tail), mean over ranks
     breakdown_us: dict[str, float]            # bucket -> mean µs per step; sums to step_times_us.mean()
     kernels: dict[str, NameStat]              # device events (kernels, memcpy, memset) by name
     operators: dict[str, NameStat]            # host events (cpu_op, annotations, runtime calls) by name
@@ -201,12 +203,26 @@ def rank_breakdown(t: EventTable) -> tuple[np.ndarray, np.ndarray, dict[str, np.
     sync = _host_rows(t, [(SYNC_RUNTIME_RE, (RUNTIME,)), (SYNC_OP_RE, (CPU_OP,))])
     ckpt = _host_rows(t, [(CHECKPOINT_RE, (USER_ANNOTATION, CPU_OP, PYTHON))])
     lo, hi = s0.min(), s1.max()
-    cuts = np.concatenate([s0, s1, ts[dev], end[dev], launch[np.isfinite(launch)]])
-    cuts = np.unique(np.clip(cuts, lo, hi))
+    host_causes = (("host: dataloader", dl), ("host: checkpoint", ckpt), ("host: allocator", alloc),
+                   ("host: sync", sync), ("host: optimizer", _host_rows(t, [(OPTIMIZER_RE, (USER_ANNOTATION, CPU_OP,
+                                                                                            PYTHON))])))
+    cuts = [s0, s1, ts[dev], end[dev], launch[np.isfinite(launch)]]
+    if dev.size == 0:  # a host-only trace (CPU training): the step is split by what the host does
+        cuts += [x for _, rows in host_causes for x in (ts[rows], end[rows])]
+    cuts = np.unique(np.clip(np.concatenate(cuts), lo, hi))
     mids, dt = (cuts[:-1] + cuts[1:]) / 2, np.diff(cuts)
     k = np.searchsorted(s0, mids, side="right") - 1
     in_step = (k >= 0) & (mids < s1[np.clip(k, 0, None)])
     mids, dt, k = mids[in_step], dt[in_step], k[in_step]
+    if dev.size == 0:
+        free = np.ones(mids.size, dtype=bool)
+        share = {}
+        for label, rows in host_causes:
+            take = free & _covered(mids, ts[rows], end[rows])
+            share[label] = np.where(take, dt, 0.0)
+            free &= ~take
+        share["host: other"] = np.where(free, dt, 0.0)
+        return steps, s1 - s0, {l: np.bincount(k, weights=v, minlength=steps.size) for l, v in share.items()}
 
     share: dict[str, np.ndarray] = {}
     free = np.ones(mids.size, dtype=bool)  # no bucket of a higher tier holds the instant yet
@@ -284,7 +300,7 @@ def step_profile(tables: dict[int, EventTable], source: str = "") -> StepProfile
     common = set.intersection(*[set(map(int, v[0])) for v in per_rank.values()])
     notes = []
     if not any(t.has_gpu for t in tables.values()):
-        notes.append(f"{source}: no kernel, memcpy or memset events: every step instant counts as GPU idle")
+        notes.append(f"{source}: no kernel, memcpy or memset events: the steps are split by host activity")
     if per_rank and all(int(v[0][0]) == -1 for v in per_rank.values()):
         notes.append(f"{source}: no ProfilerStep annotations: the whole trace is one step")
     times, buckets = [], {}
