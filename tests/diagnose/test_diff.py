@@ -236,14 +236,14 @@ def test_cli_diff_json_and_html(tmp_path):
 
 
 def test_findings_that_appear_or_disappear(tmp_path):
-    # the diagnoses of both sides, compared by kind (reference: trainperf diagnose's own findings)
+    # the hand-built trace without and with its DataLoader fetch: the diagnoses of both sides compared
+    # by kind (reference: trainperf diagnose's own findings on each side)
     from trainperf.diagnose.api import diagnose
 
-    src = _need("nccl_parser_config") / "nccl_data.json.gz"
-    doc = _load(src)
-    base = _write(copy.deepcopy(doc), tmp_path / "base.json.gz")
-    _inject_stall(doc, 60000.0, "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__")
-    cand = _write(doc, tmp_path / "cand.json.gz")
+    b = _hand_trace()
+    b.events = [e for e in b.events if "DataLoader" not in e["name"]]
+    base = b.write(tmp_path / "base.json.gz")
+    cand = _hand_trace().write(tmp_path / "cand.json.gz")
     d = diff(base, cand, findings=True)
     a = {f.kind for f in diagnose(base, top=10_000).findings}
     b = {f.kind for f in diagnose(cand, top=10_000).findings}

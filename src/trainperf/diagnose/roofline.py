@@ -250,8 +250,8 @@ except ImportError:  # pragma: no cover - msgspec is optional
 
 
 def event_args(path: str | Path, cats: tuple[str, ...]) -> list[tuple[str, dict]]:
-    """(name, args) of the events of the given `cat`s in a Kineto trace (.json or .json.gz): the args
-    the event table does not keep (shapes, message sizes)."""
+    """(name, args) of the events of the given `cat`s in a JSON trace (.json or .json.gz): the args
+    the event table does not keep (shapes, message sizes); none for a file that is not JSON."""
     path = Path(path)
     try:
         with open(path, "rb") as f:
@@ -259,6 +259,8 @@ def event_args(path: str | Path, cats: tuple[str, ...]) -> list[tuple[str, dict]
         data = gzip.open(path, "rb").read() if gz else path.read_bytes()
     except (OSError, EOFError) as e:
         raise TrainperfError(f"{path}: cannot read ({e})") from None
+    if data.lstrip()[:1] not in (b"{", b"["):
+        return []  # not a JSON trace (a JAX .xplane.pb): it records no such args
     if msgspec is not None:
         try:
             evs = msgspec.json.decode(data, type=_Doc).traceEvents
