@@ -6,7 +6,7 @@ import pytest
 
 from trainperf.corpus import kineto as K
 from trainperf.corpus.inject import inject_straggler
-from trainperf.corpus.surgery import HostWork, insert_host_work, insert_pauses
+from trainperf.corpus.surgery import HostWork, insert_device_delays, insert_host_work, insert_pauses
 
 HOST, GPU = (1, 1), (0, 7)
 
@@ -86,11 +86,19 @@ def test_a_blocking_read_waits_for_the_queue_then_its_copy():
     assert rt["args"]["correlation"] == copy["args"]["correlation"]
 
 
-def test_pause_stretches_what_spans_it_and_shifts_the_rest():
-    ev = [_x("k1", "kernel", GPU, 15.0, 50.0, corr=1), _x("k2", "kernel", GPU, 70.0, 10.0, corr=2),
-          _x("cpu", "cpu_op", HOST, 30.0, 5.0)]
-    out = insert_pauses({"traceEvents": ev}, [(40.0, 25.0)])
-    assert [(e["ts"], e["dur"]) for e in out["traceEvents"]] == [(15.0, 75.0), (95.0, 10.0), (30.0, 5.0)]
+def test_a_slower_kernel_delays_its_stream_and_the_host_only_where_it_waited():
+    # kernels k1 [15, 65] and k2 [70, 80] on one stream, launched at 10 and 12; the host syncs
+    # at 30 and returns at 81 (k2's end + 1); aten::add runs at 90
+    ev = [_x("cudaLaunchKernel", "cuda_runtime", HOST, 10.0, 2.0, corr=1), _x("k1", "kernel", GPU, 15.0, 50.0, corr=1),
+          _x("cudaLaunchKernel", "cuda_runtime", HOST, 12.0, 2.0, corr=2), _x("k2", "kernel", GPU, 70.0, 10.0, corr=2),
+          _x("cudaStreamSynchronize", "cuda_runtime", HOST, 30.0, 51.0), _x("aten::add", "cpu_op", HOST, 90.0, 2.0),
+          _x("aten::mul", "cpu_op", HOST, 20.0, 5.0)]
+    idx = {e["name"]: i for i, e in enumerate(ev)}
+    out = insert_device_delays({"traceEvents": ev}, extra={idx["k1"]: 25.0}, latency_us=5.0)
+    got = {e["name"]: (e["ts"], e["dur"]) for e in out["traceEvents"]}
+    assert got["k1"] == (15.0, 75.0) and got["k2"] == (90.0, 10.0)   # queued k2 starts when k1 ends
+    assert got["cudaStreamSynchronize"] == (30.0, 71.0)               # returns at 101 = k2's end + 1
+    assert got["aten::add"] == (110.0, 2.0) and got["aten::mul"] == (20.0, 5.0)  # only after the wait
 
 
 def test_straggler_makes_the_other_rank_wait_inside_the_collective():
@@ -100,18 +108,26 @@ def test_straggler_makes_the_other_rank_wait_inside_the_collective():
             _x("cudaLaunchKernel", "cuda_runtime", HOST, 5.0, 2.0, corr=1),
             _x("gemm", "kernel", GPU, 10.0, 40.0, corr=1),
             _x("cudaLaunchKernel", "cuda_runtime", HOST, 8.0, 2.0, corr=2),
-            _x("ncclKernel_AllReduce_RING_LL_Sum_float", "kernel", (0, 20), 60.0, 20.0, corr=2)]}
+            # the all-reduce waits for the gradients: it starts as gemm ends (an event wait)
+            _x("ncclKernel_AllReduce_RING_LL_Sum_float", "kernel", (0, 20), 50.0, 20.0, corr=2)]}
     out, touched = inject_straggler({0: rank(0), 1: rank(1)}, 0.5, random.Random(0), slow=0)
     assert touched == [0]
     g0 = _by_name(out[0], "gemm")[0]
     n0 = _by_name(out[0], "ncclKernel_AllReduce_RING_LL_Sum_float")[0]
     n1 = _by_name(out[1], "ncclKernel_AllReduce_RING_LL_Sum_float")[0]
     assert (g0["ts"], g0["dur"]) == (10.0, 60.0)        # 40 µs * 1.5
-    assert (n0["ts"], n0["dur"]) == (80.0, 20.0)        # arrives 20 µs late
-    assert (n1["ts"], n1["dur"]) == (60.0, 40.0)        # waits those 20 µs inside the kernel
+    assert (n0["ts"], n0["dur"]) == (70.0, 20.0)        # arrives 20 µs late
+    assert (n1["ts"], n1["dur"]) == (50.0, 40.0)        # waits those 20 µs inside the kernel
     assert n0["ts"] + n0["dur"] == n1["ts"] + n1["dur"]
 
 
 def test_step_time_needs_profiler_steps():
     with pytest.raises(Exception, match="ProfilerStep"):
         K.step_time_us([_x("k", "kernel", GPU, 0.0, 1.0)])
+
+
+def test_pause_stretches_what_spans_it_and_shifts_the_rest():
+    ev = [_x("k1", "kernel", GPU, 15.0, 50.0, corr=1), _x("k2", "kernel", GPU, 70.0, 10.0, corr=2),
+          _x("cpu", "cpu_op", HOST, 30.0, 5.0)]
+    out = insert_pauses({"traceEvents": ev}, [(40.0, 25.0)], moved={2: 50.0})
+    assert [(e["ts"], e["dur"]) for e in out["traceEvents"]] == [(15.0, 75.0), (95.0, 10.0), (50.0, 5.0)]

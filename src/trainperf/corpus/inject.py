@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainperf.corpus import kineto as K
-from trainperf.corpus.surgery import HostWork, insert_host_work, insert_pauses
+from trainperf.corpus.surgery import HostWork, insert_device_delays, insert_host_work, insert_pauses
 from trainperf.errors import TrainperfError
 
 DATALOADER_NAMES = ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
@@ -158,37 +158,42 @@ def _collectives(doc: dict) -> list[tuple[int, dict]]:
 
 
 def inject_straggler(ranks: dict, size: float, rng: random.Random, slow: int | None = None):
-    """size: how much slower the slow rank's compute kernels run (0.3 = 30 % longer each); the other
-    ranks wait inside the collectives (matched by order) for as long as it arrives later."""
+    """size: how much slower the slow rank's compute kernels run (0.3 = 30 % longer each); each
+    other rank waits inside the matching collective (matched by order) for as long as the slow
+    rank's arrives later than it did."""
     if len(ranks) < 2:
         raise TrainperfError("a straggler needs a base with at least 2 ranks")
     slow = rng.choice(sorted(ranks)) if slow is None else slow
     doc = ranks[slow]
     r = rank_facts(doc)
     t0, t1 = r.steps[0].ts, r.steps[-1].end
-    stretch = [(float(e["ts"]) + float(e["dur"]) / 2, size * float(e["dur"])) for e in doc["traceEvents"]
+    stretch = {i: size * float(e["dur"]) for i, e in enumerate(doc["traceEvents"])
                if K.is_gpu_op(e) and e.get("cat") in ("kernel", "Kernel") and not _is_collective(e)
-               and t0 <= float(e["ts"]) <= t1]
-    out = {slow: insert_pauses(doc, stretch)}
-    t = np.array(sorted(p[0] for p in stretch))
-    cum = np.concatenate([[0.0], np.cumsum([d for _, d in sorted(stretch)])])
-    late = [float(cum[np.searchsorted(t, float(e["ts"]), side="right")]) for _, e in _collectives(doc)]
+               and t0 <= float(e["ts"]) <= t1}
+    out = {slow: insert_device_delays(doc, extra=stretch, latency_us=r.latency_us)}
+    late = [float(b["ts"]) - float(a["ts"]) for (_, a), (_, b) in zip(_collectives(doc), _collectives(out[slow]))]
     for rank, other in ranks.items():
         if rank == slow:
             continue
-        waits, done = [], 0.0
-        for (_, e), d in zip(_collectives(other), late):
-            extra = max(d - done, 0.0)
-            if extra > 0:
-                waits.append((float(e["ts"]) + float(e["dur"]) / 2, extra))
-                done += extra
-        out[rank] = insert_pauses(other, waits)
+        lat = rank_facts(other).latency_us
+        extra: dict[int, float] = {}
+        mod = other
+        for k, ((i, e), d) in enumerate(zip(_collectives(other), late)):
+            now = float(_collectives(mod)[k][1]["ts"]) - float(e["ts"])  # delay it has already
+            if d - now > 1.0:
+                extra[i] = d - now
+                mod = insert_device_delays(other, extra=extra, latency_us=lat)
+        out[rank] = mod
     return out, [slow]
 
 
 def inject_exposed_comm(ranks: dict, size: float, rng: random.Random):
-    """size: share (0..1] of the collectives that overlap compute which are serialised (the compute
-    stream waits for them: they start when the compute kernel running at their start ends)."""
+    """size: share (0..1] of the collectives that overlap compute which are serialised: each starts
+    when the compute kernel running at its start ends, and the compute stream and the host (a
+    cudaStreamSynchronize, as after `dist.all_reduce(t); torch.cuda.synchronize()`) wait for it.
+
+    (Delaying only the compute stream costs nothing measurable on these bases: their GPUs idle
+    53-78 % of the step and the slack absorbs it; insert_device_delays gives gains < 0.1 %.)"""
     out = {}
     for rank, doc in ranks.items():
         r = rank_facts(doc)
@@ -216,7 +221,11 @@ def inject_exposed_comm(ranks: dict, size: float, rng: random.Random):
             moved[i] = at + total
             pauses.append((at, dur))
             total += dur
-        out[rank] = insert_pauses(doc, pauses, moved)
+        mod = insert_pauses(doc, pauses, moved)
+        mod["traceEvents"] += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": r.main[0],
+                                "tid": r.main[1], "ts": moved[i], "dur": dur, "args": {}}
+                               for i, at, dur in chosen if i in moved]
+        out[rank] = mod
     return out, sorted(ranks)
 
 

@@ -10,14 +10,17 @@ Two operations, both on the raw event list (independent of trainperf.diagnose):
   device/event synchronize, a copy to or from pageable memory) waits for the re-timed device op
   it waited for, so GPU slack can absorb host delay as it does on a real machine.
 - `insert_pauses` — the whole rank (host and device) stops for a while at given instants, and
-  whatever spans an instant is stretched: a kernel made slower, a collective that waits, a
-  collective moved onto the compute path.
+  whatever spans an instant is stretched: a collective the host and the compute both wait for.
+- `insert_device_delays` — device ops run longer (a slower kernel, a collective that waits for a
+  late rank) or wait for other ops (a collective moved onto the compute path); ops are re-timed
+  in start order and the host moves only where it waited for the device.
 
 Times are µs in the trace's own clock; "orig" means the untouched trace.
 """
 
 from __future__ import annotations
 
+import bisect
 import copy
 from dataclasses import dataclass, field
 
@@ -32,6 +35,9 @@ from trainperf.corpus import kineto as K
 # (host-bound) the one such call does not (2.6 ms after): it is host work.
 BLOCKED_CALL_MIN_US = 100.0
 BLOCKED_RETURN_US = 20.0
+# An op that started within this long after an op of another stream ended was waiting for it (an
+# event wait: a collective waiting for the gradients it reduces); launch latency is ~5 µs.
+DEPENDENCY_GAP_US = 2.0
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -185,6 +191,57 @@ def insert_host_work(doc: dict, work: list[HostWork], *, main: tuple, stream: tu
     return _apply(doc, _Shift(points), ops, new_start, wait_end, added, main, stream)
 
 
+def insert_device_delays(doc: dict, *, extra: dict[int, float] | None = None,
+                         after: dict[int, list[int]] | None = None, latency_us: float) -> dict:
+    """A copy of the trace where device ops run longer (extra: event index -> µs added to its
+    duration) or must wait for other ops (after: event index -> indices of ops it starts after).
+
+    Only the device is slowed: ops are re-timed in start order (stream order, the new waits, and a
+    wait on an op of another stream that ended within DEPENDENCY_GAP_US before it started in the
+    original, the mark of an event wait); the host is delayed only where it waited for the device
+    (a sync returns when the op it waited for does), so later launches move with it."""
+    extra, after = extra or {}, after or {}
+    events = doc["traceEvents"]
+    ops = _device_ops(events)
+    pos = {int(i): k for k, i in enumerate(ops.idx)}
+    dur = ops.dur + np.array([extra.get(int(i), 0.0) for i in ops.idx])
+    ends = ops.start + ops.dur
+    prev = _previous_on_stream(ops)
+    deps = {pos[i]: [pos[j] for j in js if j in pos] for i, js in after.items() if i in pos}
+    by_end = np.argsort(ends)
+    for k in range(len(ops.idx)):  # the original's own cross-stream waits
+        lo, hi = np.searchsorted(ends[by_end], [ops.start[k] - DEPENDENCY_GAP_US, ops.start[k] + 1e-9])
+        deps.setdefault(k, []).extend(int(m) for m in by_end[lo:hi] if ops.stream[m] != ops.stream[k])
+    waits = _waits(events, ops)
+    items = sorted([(float(ops.start[k]), 1, k) for k in range(len(ops.idx))] + [(te, 2, n) for n, (te, _, _) in
+                                                                                  enumerate(waits)])
+    new_start, done = ops.start.copy(), np.zeros(len(ops.idx), dtype=bool)
+    points: list[tuple[float, float]] = []  # (orig time, host shift from then on), in time order
+    pt = []
+    wait_end: dict[int, float] = {}
+
+    def shift_at(t: float) -> float:
+        j = bisect.bisect_right(pt, t) - 1
+        return points[j][1] if j >= 0 else 0.0
+
+    for _, kind, n in items:
+        if kind == 1:
+            shift = shift_at(float(ops.launch[n]))
+            own = min(max(ops.start[n] - ops.launch[n], 0.0), latency_us)
+            cands = [ops.start[n], ops.launch[n] + shift + own if shift else -np.inf]
+            cands += [new_start[m] + dur[m] for m in [prev[n], *deps.get(n, [])] if m >= 0 and done[m]]
+            new_start[n] = max(cands)
+            done[n] = True
+        else:
+            te, i, k = waits[n]
+            ts = float(events[i]["ts"])
+            new_end = max(ts + shift_at(ts) + min(te - ts, 2.0), new_start[k] + dur[k] + max(te - ends[k], 0.0))
+            wait_end[i] = new_end
+            points.append((te, new_end - te))
+            pt.append(te)
+    return _apply(doc, _Shift(points), ops, new_start, wait_end, [], (None, None), (None, None), new_dur=dur)
+
+
 def insert_pauses(doc: dict, pauses: list[tuple[float, float]], moved: dict[int, float] | None = None) -> dict:
     """A copy of the trace where everything (host and device) stops for dur µs at each (at, dur);
     an event that spans an instant is stretched by its dur. moved: event index -> new start (µs),
@@ -219,9 +276,10 @@ def insert_pauses(doc: dict, pauses: list[tuple[float, float]], moved: dict[int,
 
 
 def _apply(doc: dict, sh: _Shift, ops: _Ops, new_start: np.ndarray, wait_end: dict[int, float],
-           added: list, main: tuple, stream: tuple) -> dict:
+           added: list, main: tuple, stream: tuple, new_dur: np.ndarray | None = None) -> dict:
     events = doc["traceEvents"]
     op_start = {int(i): float(s) for i, s in zip(ops.idx, new_start)}
+    op_dur = {int(i): float(d) for i, d in zip(ops.idx, new_dur)} if new_dur is not None else {}
     # device annotations follow the ops they cover: the delta of the first op starting inside them
     order = np.argsort(ops.start)
     o_start, o_delta = ops.start[order], (new_start - ops.start)[order]
@@ -235,6 +293,8 @@ def _apply(doc: dict, sh: _Shift, ops: _Ops, new_start: np.ndarray, wait_end: di
         ts = float(e["ts"])
         if i in op_start:
             e["ts"] = op_start[i]
+            if i in op_dur:
+                e["dur"] = op_dur[i]
             corr_start[K.correlation(e)] = e["ts"]
         elif K.is_gpu(e):
             j = min(np.searchsorted(o_start, ts), len(o_start) - 1)
