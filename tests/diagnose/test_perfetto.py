@@ -192,3 +192,19 @@ def test_jax_profile_timeline(tmp_path):
     check_trace_event_rules(doc)
     n_rows = sum(1 for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] != FINDING_CAT)
     assert n_rows == 119 and s.n_launch_flows == 0
+
+
+def test_one_launch_many_device_events(tmp_path):
+    # a graph launch runs several kernels under one correlation id: one arrow to each, ids never reused
+    b = TraceBuilder()
+    for s in range(3):
+        T = 1000.0 * s
+        b.step(s, T, 1000)
+        c = b.launch("ampere_sgemm_128x64_tn", T + 10, T + 20, 100, runtime="cudaGraphLaunch")
+        b.events.append({"ph": "X", "cat": "kernel", "name": "elementwise_kernel", "pid": 0, "tid": 7,
+                         "ts": T + 130, "dur": 50, "args": {"correlation": c, "stream": 7}})
+    p = b.write(tmp_path / "g.json.gz")
+    out = tmp_path / "g.perfetto.json"
+    s = write_job_timeline(out, diagnose(p))
+    check_trace_event_rules(json.loads(out.read_text()))
+    assert s.n_launch_flows == 6
