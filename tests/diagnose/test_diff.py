@@ -39,12 +39,13 @@ def _hand_trace(gemm_us: float = 30.0) -> TraceBuilder:
 
 def test_step_buckets_by_hand(tmp_path):
     # Launches at 5, 6, 7, 66, 135, 170, 201. An idle gap [g, S) ends when an op starts at S. If that op
-    # was launched before g, the device idled with work queued: other. Else the gap waits on the host's
+    # was launched before g, the device idled with work queued: kernel gaps under 30 µs, else other
+    # (test_queued_gaps_by_hand). Else the gap waits on the host's
     # launch L: it is charged to what the host did since its previous launch L' - DataLoader, then
     # allocator, then sync, each up to its host time in (L', L) - and the rest to host.
     # step 1 [0,100): gemm [10,40) 30; allreduce [30,60) exposed after the gemm: [40,60) 20; [60,62)
-    #   other (the elementwise kernel was launched at 7); elementwise [62,65) 3; [65,70) host (memcpy
-    #   launched at 66 > 65); memcpy [70,100) 30; [0,10) host. host 15, other 2. Sum 100.
+    #   kernel gaps (the elementwise kernel was launched at 7); elementwise [62,65) 3; [65,70) host
+    #   (memcpy launched at 66 > 65); memcpy [70,100) 30; [0,10) host. host 15, kernel gaps 2. Sum 100.
     # step 2 [100,200): gap [100,140) (L'=66, L=135): DataLoader 30 of (66,135) -> DataLoader 30, host 10;
     #   elementwise 10; gap [150,180) (L'=135, L=170): cudaStreamSynchronize 16 -> sync 16, host 14;
     #   gemm 10; [190,200) host 10 (nothing in (170,201)). host 34. Sum 100.
@@ -52,10 +53,24 @@ def test_step_buckets_by_hand(tmp_path):
     steps, span, parts = rank_breakdown(t)
     assert list(steps) == [1, 2] and list(span) == [100, 100]
     want = {"compute: gemm": [30, 10], "communication": [20, 0], "memcpy DtoH (Device -> Pageable)": [30, 0],
-            "idle: host": [15, 34], "idle: other": [2, 0], "idle: dataloader": [0, 30], "idle: sync": [0, 16],
+            "idle: host": [15, 34], "idle: kernel gaps": [2, 0], "idle: dataloader": [0, 30], "idle: sync": [0, 16],
             "compute: elementwise": [3, 10]}
     got = {k: list(np.round(v, 6)) for k, v in parts.items() if v.any()}
     assert got == want
+
+
+def test_queued_gaps_by_hand(tmp_path):
+    # one step [0,200): gemm k1 [0,10); k2 launched at 1 starts at 15 -> 5 µs gap with work queued:
+    # kernel gaps; k3 launched at 2 starts at 105 -> 85 µs: other; [110,200) nothing launched: host.
+    b = TraceBuilder()
+    b.step(1, 0, 200)
+    b.launch("ampere_sgemm_128x64_tn", 0.5, 1, 9)
+    b.launch("ampere_sgemm_128x64_tn", 1, 15, 5)
+    b.launch("ampere_sgemm_128x64_tn", 2, 105, 5)
+    t = read_kineto(b.write(tmp_path / "q.json.gz"))
+    _, _, parts = rank_breakdown(t)
+    got = {k: list(np.round(v, 6)) for k, v in parts.items() if v.any()}
+    assert got == {"compute: gemm": [19], "idle: kernel gaps": [5], "idle: other": [85], "idle: host": [91]}
 
 
 def test_diff_by_hand(tmp_path):

@@ -7,7 +7,9 @@ Each side's step is decomposed by a sweep over its wall clock. Every instant of 
 2. communication: collectives running with no compute under them (exposed);
 3. memcpy by direction and memory kind ("memcpy DtoH (Device -> Pageable)"), then memset;
 4. GPU idle, by cause. When the op that ends the gap was launched before the gap began, the device
-   idles with work queued (``idle: other``: a stream or cross-rank dependency). Otherwise it waits
+   idles with work queued: ``idle: kernel gaps`` when the gap is under 30 µs (the device's own
+   overhead between back-to-back kernels), else ``idle: other`` (a stream or cross-rank dependency
+   the trace does not show). Otherwise it waits
    for the host's launch: the gap (up to that op's start) is charged to what the host did between
    its previous launch and this one - DataLoader, checkpoint saving, allocator calls, syncs, in this
    order, each up to its host time there (removing it would have moved the launch that much
@@ -43,6 +45,9 @@ from trainperf.trace.load import load_trace
 # only the loop's tail: far shorter. Half the median leaves a wide margin on both sides.
 LAST_STEP_MIN_FRACTION = 0.5
 IDLE_OTHER = "idle: other"
+# A queued op that starts less than this after the device went idle: the device's own gap between
+# back-to-back kernels (HTA's "kernel wait", its consecutive_kernel_delay default of 30 µs).
+KERNEL_GAP_US = 30.0
 HEADLINE_NAME_SHARE = 0.1  # a new or gone name enters the headline when it carries this share of the change
 COMM = "communication"
 MEMSET = "memset"
@@ -246,7 +251,9 @@ def rank_breakdown(t: EventTable) -> tuple[np.ndarray, np.ndarray, dict[str, np.
     lau = np.where(np.isfinite(lau), lau, nxt)
     gap_start = np.maximum(_last_end_before(mids, ts[dev], end[dev]), lo)
     queued = free & (lau <= gap_start)  # launched before the device went idle, yet not started
-    share[IDLE_OTHER] = np.where(queued, dt, 0.0)
+    short = (nxt - gap_start) < KERNEL_GAP_US
+    share["idle: kernel gaps"] = np.where(queued & short, dt, 0.0)
+    share[IDLE_OTHER] = np.where(queued & ~short, dt, 0.0)
     waiting = free & ~queued  # the gap is the host's late launch (and the launch latency after it)
     launches = np.sort(launch[np.isfinite(launch)])
     i = np.searchsorted(launches, lau, side="left") - 1
