@@ -68,3 +68,20 @@ def test_call_site_from_python_stack(tmp_path):
     d = diagnose(b.write(tmp_path / "s.json.gz"))
     f = next(x for x in d.findings if x.kind == "host_sync")
     assert [c["site"] for c in f.evidence["call_sites"]] == ["train.py(42): train_step > aten::item"]
+
+
+def test_async_device_to_device_copy_is_not_a_sync(tmp_path):
+    # cudaMemcpyAsync [0, 30) whose 1-us DtoD copy [20, 21) ends inside the call: asynchronous, never a sync;
+    # the same for a DtoH copy whose call returned 40 us after it (> COPY_RETURN_US): it did not wait for it
+    from trainperf.diagnose.replay import build_graph
+    from trainperf.diagnose.window import analysis_window
+    from trainperf.trace import read_kineto
+
+    b = TraceBuilder()
+    for i in range(5):
+        b.launch("ampere_sgemm_128x64_tn", -50 + i, -40 + 5 * i, 4)
+    b.launch("Memcpy DtoD (Device -> Device)", 0, 20, 1, cat="gpu_memcpy", launch_dur=30, runtime="cudaMemcpyAsync")
+    b.launch("Memcpy DtoH (Device -> Pinned)", 100, 110, 1, cat="gpu_memcpy", launch_dur=51, runtime="cudaMemcpyAsync")
+    t = read_kineto(b.write(tmp_path / "d.json.gz"))
+    g = build_graph(t, analysis_window(t))
+    assert not g.is_sync.any()

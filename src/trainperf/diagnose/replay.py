@@ -34,6 +34,7 @@ from trainperf.trace.events import (CATEGORY_NAMES, COMMUNICATION, CPU_OP, KERNE
                                     USER_ANNOTATION, EventTable)
 
 TOL_US = 5.0
+COPY_RETURN_US = 20.0  # a blocking copy call returns within this long after its copy ends (seen: 5-10 µs)
 
 # how a host call blocks (Graph.block_class)
 NOT_BLOCKING, BLOCK_SYNC, BLOCK_PAGEABLE = 0, 1, 2
@@ -310,11 +311,14 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     is_copy_call[:n_h] = np.isin(host_names, t.ids_matching(MEMCPY_RUNTIME_RE.search))
     for i in dev_idx[(t.kind[dev_rows] == MEMCPY) & has_launch[n_h:]]:
         L = launch[i]
-        if is_copy_call[L] and end[L] >= end[i] - TOL_US and dur[L] > typical + TOL_US:
+        # the call waited for its copy: it returned right after the copy ended, and took longer than a call does.
+        # An asynchronous device-to-device copy never blocks the host (a tiny one may end inside its call).
+        cname = t.names[int(t.name[rows[i]])]
+        async_dtod = ("DtoD" in cname or "Device -> Device" in cname) and "Async" in t.names[int(t.name[rows[L]])]
+        if is_copy_call[L] and not async_dtod and 0.0 <= end[L] - end[i] <= COPY_RETURN_US and dur[L] > typical + TOL_US:
             sync_on[L] = i
             sync_on_nc[L] = i
             sync_base[L] = min(dur[L], typical)
-            cname = t.names[int(t.name[rows[i]])]
             pageable_htod = "Pageable -> Device" in cname or ("HtoD" in cname and "Pinned" not in cname)
             block[L] = BLOCK_PAGEABLE if pageable_htod else BLOCK_SYNC
     launched = dev_idx[launch[dev_idx] >= 0]
@@ -435,7 +439,9 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
         after_copy = (stream_prev >= 0) & g.pageable_copy[np.clip(stream_prev, 0, None)]
         stream_prev = np.where(after_copy, g.stream_prev_np, stream_prev)
     sync_on = g.sync_on_nc if overlap else g.sync_on
-    dep = np.where((g.dep >= 0) & overlap & comm[np.clip(g.dep, 0, None)], -1, g.dep)
+    dep_on = np.clip(g.dep, 0, None)
+    dropped = (overlap & comm[dep_on]) | (("unblock_pageable_copies" in kinds) & g.pageable_copy[dep_on])
+    dep = np.where((g.dep >= 0) & dropped, -1, g.dep)
     # plain Python lists: element access in the loop below is ~3x faster than on NumPy arrays
     S_, E_, bind_ = S.tolist(), E.tolist(), bind.tolist()
     dur_, gap_, lag_, lat_ = dur.tolist(), gap.tolist(), g.as_list("lag"), g.as_list("lat")
