@@ -183,16 +183,37 @@ def _vif(k: int | np.ndarray, m: int) -> float | np.ndarray:
     return float(v) if v.ndim == 0 else v
 
 
+def _raw_split(r: np.ndarray, min_size: int) -> int | None:
+    """Return the split (points before it) maximising Pettitt's |U_t| on the ranks r, or None."""
+    m = len(r)
+    lo, hi = min_size - 1, m - min_size  # split index t means segments [0, t) and [t, m)
+    if m < 2 * min_size or hi <= lo:
+        return None
+    u = 2 * np.cumsum(r)[:-1] - np.arange(1, m) * (m + 1)  # Pettitt's U_t for a split after t points
+    return int(np.argmax(np.abs(u[lo:hi]))) + lo + 1
+
+
+def _segment_drift(y: np.ndarray, min_size: int, alpha: float) -> float:
+    """Return the drift common to both sides of y's best raw split (0 when not significant or too short).
+
+    One drift per segment, whatever split is then tested, so the split search, the pruning pass
+    and the reported p-value all judge a segment against the same drift.
+    """
+    k0 = _raw_split(_ranks(y), min_size)
+    return 0.0 if k0 is None else _within_drift(y, k0, alpha)
+
+
 def split_p_value(y: np.ndarray, k: int, opts: "ChangeOptions", rho_max: float = 0.98) -> float:
     """Return the p-value of a level step after k points of y, allowing a common linear drift.
 
     The one p-value of a level change: the split search, the pruning pass and the reported
     ``Change.p_value`` all call this function (Pettitt's approximation on the ranks, variance
-    inflated for lag-1 autocorrelation and, when a drift is fitted, for the drift). ``rho_max``:
-    the autocorrelation used is at most this (the series' noise autocorrelation, see
-    ``noise_autocorr``), so steps elsewhere in the segment do not pass for persistence.
+    inflated for lag-1 autocorrelation and, when a drift is fitted, for the drift). The drift is
+    the segment's (``_segment_drift``). ``rho_max``: the autocorrelation used is at most this (the
+    series' noise autocorrelation, see ``noise_autocorr``), so steps elsewhere in the segment do
+    not pass for persistence.
     """
-    b = _within_drift(y, k, opts.alpha, rho_max)
+    b = _segment_drift(y, opts.min_size, opts.alpha)
     if b == 0.0:
         return _rank_p(_ranks(y), k, 1.0, rho_max)
     return _rank_p(_ranks(y - b * np.arange(len(y))), k, _vif(k, len(y)), rho_max)
@@ -201,22 +222,20 @@ def split_p_value(y: np.ndarray, k: int, opts: "ChangeOptions", rho_max: float =
 def _best_split(y: np.ndarray, min_size: int, alpha: float, rho_max: float = 0.98) -> int | None:
     """Return the split (points before it) of the best single level step in y, or None when too short.
 
-    The split maximises Pettitt's U_t. If the two sides share a significant drift (pooled
-    Theil-Sen slope, Mann-Kendall test), the drift is removed and the split re-located on the
-    residual, each candidate weighted by the variance it will be tested with, so a slow drift is
-    not cut into a staircase while a step on top of a drift is still found.
+    The split maximises Pettitt's U_t. If the segment has a significant drift
+    (``_segment_drift``), the drift is removed and the split re-located on the residual, each
+    candidate weighted by the variance it will be tested with, so a slow drift is not cut into a
+    staircase while a step on top of a drift is still found.
     """
     m = len(y)
-    lo, hi = min_size - 1, m - min_size  # split index t means segments [0, t) and [t, m)
-    if m < 2 * min_size or hi <= lo:
+    split = _raw_split(_ranks(y), min_size)
+    if split is None:
         return None
-    t = np.arange(1, m)
-    r = _ranks(y)
-    u = 2 * np.cumsum(r)[:-1] - t * (m + 1)  # Pettitt's U_t for a split after t points
-    split = int(np.argmax(np.abs(u[lo:hi]))) + lo + 1
-    b = _within_drift(y, split, alpha, rho_max)
+    b = _within_drift(y, split, alpha)
     if b == 0.0:
         return split
+    lo, hi = min_size - 1, m - min_size
+    t = np.arange(1, m)
     r = _ranks(y - b * np.arange(m))
     u = (2 * np.cumsum(r)[:-1] - t * (m + 1)) / np.sqrt(_vif(t, m))
     return int(np.argmax(np.abs(u[lo:hi]))) + lo + 1
