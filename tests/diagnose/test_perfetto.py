@@ -208,3 +208,31 @@ def test_one_launch_many_device_events(tmp_path):
     s = write_job_timeline(out, diagnose(p))
     check_trace_event_rules(json.loads(out.read_text()))
     assert s.n_launch_flows == 6
+
+
+def test_straggler_evidence_links_to_the_late_collective(tmp_path):
+    # rank 1's GEMM takes 2000 µs, rank 0's 500 µs: rank 1 enters each all-reduce 1500 µs late (both end
+    # at +2600 µs); the straggler finding's evidence ("all_reduce #k (rank 1 arrived last)") is linked
+    # to rank 1's all-reduce kernel, which starts when rank 1 arrives
+    d = tmp_path / "job"
+    d.mkdir()
+    for rank in range(2):
+        b = TraceBuilder(rank=rank, world_size=2)
+        gemm = 500.0 if rank == 0 else 2000.0
+        for s in range(4):
+            T = 3000.0 * s
+            b.step(s, T, 3000)
+            b.launch("ampere_sgemm_128x64_tn", T + 10, T + 20, gemm)
+            b.launch(AR, T + 15, T + 20 + gemm, 2600 - (20 + gemm), stream=20)
+        b.write(d / f"rank{rank}.json.gz")
+    res = diagnose(d)
+    assert "straggler" in {f.kind for f in res.findings}
+    out = tmp_path / "s.json"
+    write_job_timeline(out, res)
+    doc = json.loads(out.read_text())
+    slices = check_trace_event_rules(doc)
+    ends = [e for e in doc["traceEvents"] if e["ph"] == "f" and e["cat"] == FINDING_CAT and e["name"] == "straggler"]
+    assert ends
+    for f in ends:
+        target = [x for s, _, x in slices[(f["pid"], f["tid"])] if s == f["ts"] and x["cat"] != FINDING_CAT]
+        assert f["pid"] == 1 and [x["name"] for x in target] == [AR]

@@ -32,7 +32,7 @@ import numpy as np
 from trainperf.atomic import atomic_path
 from trainperf.diagnose.window import times_us
 from trainperf.trace.annotate import correlated_host_row
-from trainperf.trace.events import CATEGORY_NAMES, KIND_NAMES, EventTable
+from trainperf.trace.events import CATEGORY_NAMES, DEVICE_KINDS, KIND_NAMES, EventTable
 
 try:  # orjson serialises events ~5x faster than json; optional
     import orjson
@@ -138,6 +138,8 @@ def merged_events(tables: dict[int, EventTable], findings: list,
             events.append(sl)
             n_slices += 1
             row = _evidence_row(t, ev["name"], start, ts)
+            if row < 0 and t.name_id(_evidence_name(ev["name"])) < 0:  # a described event ("all_reduce #3
+                row = _device_row_at(t, start, ts)                     # (rank 1 arrived last)"): the kernel there
             if row >= 0:
                 flow_id = next(flow_ids)
                 events.append({"ph": "s", "id": flow_id, "pid": r, "tid": sl["tid"], "ts": sl["ts"],
@@ -272,6 +274,17 @@ def _evidence_row(t: EventTable, name: str, start_us: float, ts: np.ndarray) -> 
     gap = np.abs(ts[rows] - start_us)
     best = int(np.argmin(gap))
     return int(rows[best]) if gap[best] <= MATCH_TOLERANCE_US else -1
+
+
+def _device_row_at(t: EventTable, start_us: float, ts: np.ndarray) -> int:
+    """The device event (kernel, copy, memset) starting within MATCH_TOLERANCE_US of start_us, else -1."""
+    lo = np.searchsorted(ts, start_us - MATCH_TOLERANCE_US, side="left")
+    hi = np.searchsorted(ts, start_us + MATCH_TOLERANCE_US, side="right")
+    rows = np.arange(lo, hi)
+    rows = rows[np.isin(t.kind[rows], DEVICE_KINDS) & (t.stream[rows] >= 0)]
+    if not rows.size:
+        return -1
+    return int(rows[np.argmin(np.abs(ts[rows] - start_us))])
 
 
 def _evidence_rank(f, ev: dict, tables: dict[int, EventTable], starts: dict) -> int | None:
