@@ -10,7 +10,6 @@ the ``comparable`` and ``eval`` entries of its config.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -127,7 +126,3 @@ def finite(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=float)
     return x[np.isfinite(x)]
 
-
-def nan_or(x: float | None) -> float:
-    """Return ``x`` as a float, NaN for None."""
-    return float("nan") if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
