@@ -67,6 +67,14 @@ KNOWN_ACCEPTED = {
     ("fleet", "changes", "--metric"): "fleet changes ignores --metric with --csv, unchecked (fleet/cli.py)",
     ("fleet", "localize", "--metric"): "fleet localize ignores --metric with --csv, unchecked (fleet/cli.py)",
 }
+# Numeric options that declare no range yet (issue 14: "every numeric option validated by its
+# range"); strict: the day an owner adds min=/max=, its entry must go.
+NO_RANGE_YET = {
+    ("diagnose", "--rank"): "diagnose", ("gate", "--alpha"): "fleet", ("fleet", "changes", "--min-effect"): "fleet",
+    ("compare", "--target-loss"): "compare", ("runs", "list", "--limit"): "store", ("runs", "query", "--limit"): "store",
+    **{("train", o): "train" for o in ("--steps", "--nproc", "--seq-len", "--ckpt-every", "--ckpt-keep",
+                                       "--warmup-steps", "--num-workers", "--max-restarts", "--seed")},
+}
 EXAMPLES_WRONG = 25  # most are refused while parsing (~1 ms each)
 EXAMPLES_ANY = 8  # many run the verb's real work on the small inputs
 _counter = {"invocations": 0}
@@ -312,6 +320,23 @@ def test_no_value_gives_a_traceback(ws, path, name, data):
     code, err = _invoke(argv)  # any exception but SystemExit / Accepted fails the test with its traceback
     if code == 2:
         assert len(err) == 1 and err[0].startswith("error:"), f"{argv}: stderr {err}"
+
+
+def _number_options():
+    out = []
+    for path, p in _params():
+        if _kind(p) in ("int", "float"):
+            owner = NO_RANGE_YET.get((*path, _name(p)))
+            marks = [pytest.mark.xfail(strict=True, reason=f"no range declared yet (owner: {owner})")] if owner else []
+            out.append(pytest.param(path, _name(p), id=" ".join((*path, _name(p))), marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("path,name", _number_options())
+def test_every_number_option_declares_its_range(path, name):
+    """Help shows the range ([x>=1]) and the parser refuses values outside it, before any work."""
+    p = _param(path, name)
+    assert getattr(p, "min", None) is not None or getattr(p, "max", None) is not None, f"{path} {name}: no range"
 
 
 def test_at_least_2000_invocations():
