@@ -69,11 +69,21 @@ def test_out_of_range_and_unknown_options_are_one_line_exit_2(args, option):
     assert "Traceback" not in r.stderr
 
 
-def test_version_prints_the_package_version():
+def _main(capsys, *args):
+    """Run the CLI in-process; return (exit code, stdout, stderr)."""
+    from trainperf.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(list(args))
+    out = capsys.readouterr()
+    return e.value.code, out.out, out.err
+
+
+def test_version_prints_the_package_version(capsys):
     import trainperf
 
-    r = _run("--version")
-    assert r.returncode == 0 and r.stdout.strip() == f"trainperf {trainperf.__version__}", (r.stdout, r.stderr)
+    code, out, err = _main(capsys, "--version")
+    assert code == 0 and out.strip() == f"trainperf {trainperf.__version__}", (out, err)
 
 
 @pytest.mark.parametrize("args,option", [
@@ -82,26 +92,26 @@ def test_version_prints_the_package_version():
     (("train", "--peak-tflops", "inf"), "--peak-tflops"),
     (("plan", "--gpus", str(2**64)), "--gpus"),  # beyond int64: would overflow numpy / torch later
 ])
-def test_non_finite_and_beyond_int64_numbers_are_refused(args, option):
-    r = _run(*args)
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert r.returncode == 2 and len(lines) == 1 and option in lines[0], r.stderr
+def test_non_finite_and_beyond_int64_numbers_are_refused(args, option, capsys):
+    code, _, err = _main(capsys, *args)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and option in lines[0], err
 
 
-def test_help_shows_value_types_but_no_bool_for_flags():
+def test_help_shows_value_types_but_no_bool_for_flags(capsys):
     """Flags take no value, so help shows none; numbers show their type and range."""
-    r = _run("plan", "--help")
-    assert r.returncode == 0
-    rows = {ln.split()[1]: ln for ln in r.stdout.splitlines() if ln.startswith("│ --")}
-    assert "<bool>" not in r.stdout
+    code, out, _ = _main(capsys, "plan", "--help")
+    assert code == 0
+    rows = {ln.split()[1]: ln for ln in out.splitlines() if ln.startswith("│ --")}
+    assert "<bool>" not in out
     assert "<int> [x>=1]" in rows["--gpus"] and "<float> [x>=0.0]" in rows["--usd-per-hour"]
     assert "<str>" in rows["--model"] and "<path>" in rows["--html"]
 
 
 @pytest.mark.parametrize("model", ["[/]", "[bold]x", "a\nb", "a\x1cb\x85c"])
-def test_error_line_shows_the_input_as_typed_on_one_line(model):
+def test_error_line_shows_the_input_as_typed_on_one_line(model, capsys):
     """Brackets are not rich markup (a '[/]' crashed the printer) and control characters are escaped."""
-    r = _run("plan", "--model", model)
-    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert len(r.stderr.rstrip("\n").splitlines()) == 1, r.stderr
-    assert repr(model)[1:-1].replace("\\\\", "\\") in r.stderr
+    code, _, err = _main(capsys, "plan", "--model", model)
+    assert code == 2 and "Traceback" not in err, err
+    assert len(err.rstrip("\n").split("\n")) == 1, err
+    assert repr(model)[1:-1].replace("\\\\", "\\") in err
