@@ -24,3 +24,6 @@ fi
 # would replace torch, so it goes in without them (best effort: its tests skip when absent).
 "$VPY" -m pip install -q --no-deps "liger-kernel==0.8.5" >/dev/null 2>&1 || echo "setup: liger-kernel not installed (its comparisons will be skipped)"
 echo "setup: $("$VPY" -c 'import torch, trainperf; print("torch", torch.__version__, "| trainperf", trainperf.__version__)')"
+# The report test opens every HTML report in headless Chromium; CI installs it (.ci/services.sh).
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 \
+  || echo "setup: chromium not found: tests/report/test_report_browser.py will be skipped (apt-get install chromium)"
