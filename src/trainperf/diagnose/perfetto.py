@@ -145,7 +145,7 @@ def merged_events(tables: dict[int, EventTable], findings: list,
                 events.append({"ph": "s", "id": flow_id, "pid": r, "tid": sl["tid"], "ts": sl["ts"],
                                "cat": FINDING_CAT, "name": f.kind})
                 events.append({"ph": "f", "bp": "e", "id": flow_id, "pid": r, "tid": int(tids[r][row]),
-                               "ts": float(ts[row] - shift), "cat": FINDING_CAT, "name": f.kind})
+                               "ts": round(float(ts[row] - shift), 3), "cat": FINDING_CAT, "name": f.kind})
                 n_flows += 1
     for ln in lanes.values():
         events += ln.metadata()
