@@ -97,3 +97,11 @@ def test_bad_xplane_is_one_line_error(tmp_path):
     p.write_bytes(XPLANE.read_bytes()[:5000])
     with pytest.raises(TrainperfError, match="broken.xplane.pb"):
         read_any(p)
+
+
+def test_folder_of_hosts_named_by_rank(tmp_path):
+    # JAX records no process index: one .xplane.pb per host, the rank in its file name
+    for r in (0, 1):
+        (tmp_path / f"rank{r}.xplane.pb").write_bytes(XPLANE.read_bytes())
+    tables = load_trace(tmp_path)
+    assert sorted(tables) == [0, 1] and len(tables[1]) == 119
