@@ -135,3 +135,24 @@ def test_checkpoint_after_the_last_launch_of_a_step_counts(tmp_path):
     f = d.findings[0]
     assert f.kind == "checkpoint_stall" and f.gain_us == pytest.approx(2400)
     assert f.gain_pct == pytest.approx(100 * 2400 / 3800, abs=0.01)
+
+
+def test_host_sync_waiting_for_a_collective_is_exposed_communication(tmp_path):
+    # GEMM A [10, 110) on stream 7; all-reduce [110, 410) on stream 20 right after it; the host waits for the
+    # all-reduce in cudaStreamSynchronize [20, 412) (dist.all_reduce(t); torch.cuda.synchronize()); GEMM B,
+    # launched at 420, runs [430, 530). Span 0..530.
+    # Overlapped, the sync waits only for A (ends 110, +2 us as observed): B is launched at 120 and runs
+    # [130, 230) (launch latency 10 us, seen on B); the all-reduce still ends at 410 -> gain 120 us.
+    # The sync is the collective's exposure, not a host_sync to remove.
+    b = TraceBuilder()
+    b.launch("ampere_sgemm_128x64_tn", 0, 10, 100)
+    b.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 5, 110, 300, stream=20)
+    b.cpu("cudaStreamSynchronize", 20, 392, cat="cuda_runtime")
+    b.launch("ampere_sgemm_128x64_tn", 420, 430, 100)
+    d = diagnose(b.write(tmp_path / "cw.json.gz"))
+    f = next(x for x in d.findings if x.kind == "exposed_comm")
+    assert f.gain_us == pytest.approx(120)
+    assert f.evidence["metrics"]["host_syncs_waiting_for_collectives"]["value"] == 1
+    assert not any(x.kind == "host_sync" for x in d.findings)
+    # on the critical path: the host blocked from the all-reduce's start (110) to the sync's return (412)
+    assert d.ranks[0].critical_path_pct["comm_wait"] == pytest.approx(100 * 302 / 530)

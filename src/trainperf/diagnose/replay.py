@@ -36,8 +36,8 @@ from trainperf.trace.events import (CATEGORY_NAMES, COMMUNICATION, CPU_OP, KERNE
 TOL_US = 5.0
 COPY_RETURN_US = 20.0  # a blocking copy call returns within this long after its copy ends (seen: 5-10 µs)
 
-# how a host call blocks (Graph.block_class)
-NOT_BLOCKING, BLOCK_SYNC, BLOCK_PAGEABLE = 0, 1, 2
+# how a host call blocks (Graph.block_class): a sync, a pageable copy, a sync that waited for a collective
+NOT_BLOCKING, BLOCK_SYNC, BLOCK_PAGEABLE, BLOCK_COMM = 0, 1, 2, 3
 
 CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_syncs", "unblock_pageable_copies",
                 "remove_allocator", "overlap_comm", "remove_straggler_wait", "speedup", "host_speedup",
@@ -133,17 +133,6 @@ def _covered(starts: np.ndarray, ends: np.ndarray, spans: tuple[np.ndarray, np.n
         return cum[np.clip(i - 1, 0, None)] * (i > 0) + partial
 
     return np.maximum(covered_upto(ends) - covered_upto(starts), 0.0)
-
-
-def _prefix_latest(order_nodes: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """For each position j of order_nodes, the node with the latest end among positions 0..j."""
-    out = np.zeros(order_nodes.size, dtype=np.int64)
-    best = 0
-    for j in range(order_nodes.size):
-        if ends[order_nodes[j]] > ends[order_nodes[best]]:
-            best = j
-        out[j] = order_nodes[best]
-    return out
 
 
 def _stream_prev_skipping(by_stream: list[np.ndarray], skip: np.ndarray, n: int) -> np.ndarray:
@@ -323,23 +312,28 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
             block[L] = BLOCK_PAGEABLE if pageable_htod else BLOCK_SYNC
     launched = dev_idx[launch[dev_idx] >= 0]
     if launched.size:
-        lo = launched[np.argsort(start[launch[launched]], kind="stable")]
-        l_starts = start[launch[lo]]
-        latest = _prefix_latest(lo, end)
-        lo_nc = lo[~comm[lo]]
-        latest_nc = _prefix_latest(lo_nc, end) if lo_nc.size else lo_nc
-        l_starts_nc = start[launch[lo_nc]]
+        # what a synchronize call waited for: the device event launched before it that ended last while it
+        # was blocked (it returned right after); when none ended then, the call did not wait
+        by_end = launched[np.argsort(end[launched], kind="stable")]
+        ends_sorted = end[by_end]
+
+        def waited_for(i: int, skip_comm: bool) -> int:
+            hi = int(np.searchsorted(ends_sorted, end[i] + TOL_US, side="right")) - 1
+            while hi >= 0 and ends_sorted[hi] >= start[i]:
+                k = int(by_end[hi])
+                if start[launch[k]] < start[i] and not (skip_comm and comm[k]):
+                    return k
+                hi -= 1
+            return -1
+
         for i in np.flatnonzero(is_sync_api & (block == NOT_BLOCKING)):
-            j = int(np.searchsorted(l_starts, start[i], side="left")) - 1
-            if j < 0:
-                continue
-            k = latest[j]
-            if start[i] <= end[k] <= end[i] + TOL_US:
+            k = waited_for(i, False)
+            if k >= 0:
                 sync_on[i] = k
                 sync_base[i] = min(dur[i], typical)
-                block[i] = BLOCK_SYNC
-                jn = int(np.searchsorted(l_starts_nc, start[i], side="left")) - 1
-                sync_on_nc[i] = latest_nc[jn] if jn >= 0 else -1
+                # a sync that waited for a collective exposes the communication (fix: overlap it)
+                block[i] = BLOCK_COMM if comm[k] else BLOCK_SYNC
+                sync_on_nc[i] = waited_for(i, True) if comm[k] else k
     is_sync = block != NOT_BLOCKING
     sync_tail = np.zeros(n)
     sync_tail[is_sync] = np.maximum(end[is_sync] - end[sync_on[is_sync]], 0.0)
@@ -496,8 +490,8 @@ def critical_path(g: Graph, r: Replay) -> dict[str, float]:
     """Time on the critical path (walked back from the last end) by kind of work, µs.
 
     Buckets: cpu (host work between calls), dataloader, checkpoint, allocator (allocator calls and
-    spans), runtime (other launch/API calls), sync_wait (host blocked in a sync), pageable_copy (host
-    blocked in a host-to-device copy), launch_latency, kernel:<category>, wait_for_rank_<r> (inside
+    spans), runtime (other launch/API calls), sync_wait (host blocked in a sync), comm_wait (in a sync
+    that waited for a collective), pageable_copy (host blocked in a host-to-device copy), launch_latency, kernel:<category>, wait_for_rank_<r> (inside
     a collective, waiting for rank r), lag (start delays the trace shows but no dependency explains)."""
     out: dict[str, float] = {}
 
@@ -530,7 +524,7 @@ def critical_path(g: Graph, r: Replay) -> dict[str, float]:
             k = g.sync_on[i]
             if g.is_sync[i] and k >= 0 and r.end[k] + g.sync_tail[i] >= r.end[i] - 1e-9 and \
                     r.end[k] + g.sync_tail[i] > r.start[i] + g.sync_base[i]:
-                add("pageable_copy" if g.block_class[i] == BLOCK_PAGEABLE else "sync_wait",
+                add({BLOCK_PAGEABLE: "pageable_copy", BLOCK_COMM: "comm_wait"}.get(int(g.block_class[i]), "sync_wait"),
                     r.end[i] - max(r.start[i], r.start[g.sync_on[i]]))
                 t_cursor = max(r.start[i], r.start[g.sync_on[i]])
                 i = int(g.sync_on[i])  # follow the device work the host waited for

@@ -141,8 +141,13 @@ def exposed_comm(f: RankFacts) -> Finding | None:
     share = 100.0 * ov.exposed_us / tb.window_us if tb.window_us > 0 else 0.0
     if ov.comm_us <= 0 or share <= EXPOSED_COMM_MIN_PCT:
         return None
+    g = f.graph
+    host_waits = g.block_class == 3  # replay.BLOCK_COMM: host syncs that waited for a collective
     return _make(f, "exposed_comm", {"comm_time": (ov.comm_us, "us"), "exposed_comm": (ov.exposed_us, "us"),
-                                     "overlap": (ov.overlap_pct, "%")},
+                                     "overlap": (ov.overlap_pct, "%"),
+                                     "host_syncs_waiting_for_collectives": (int(host_waits.sum()), "count"),
+                                     "host_blocked_on_collectives": (float((g.dur - g.sync_base)[host_waits].sum()),
+                                                                     "us")},
                  (), (Change("overlap_comm"),), "overlap exposed collectives with compute", evidence_pct=share)
 
 
