@@ -105,3 +105,20 @@ def test_folder_of_hosts_named_by_rank(tmp_path):
         (tmp_path / f"rank{r}.xplane.pb").write_bytes(XPLANE.read_bytes())
     tables = load_trace(tmp_path)
     assert sorted(tables) == [0, 1] and len(tables[1]) == 119
+
+
+def test_events_agree_with_xprofs_trace_viewer():
+    # xprof's converter names a step "train <n>" and adds 4 derived "ThreadpoolListener::Region" spans;
+    # every one of our events is in its output with the same start and duration (to 1 ns)
+    doc = json.loads(gzip.decompress((DATA / "jax_cpu.xprof_trace_viewer.json.gz").read_bytes()))
+    theirs = {}
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X":
+            theirs.setdefault(e["name"], []).append((round(e["ts"] * 1000), round(e["dur"] * 1000)))
+    t = read_xplane(XPLANE)  # both keep the XSpace's own time base
+    for i in range(len(t)):
+        name = t.names[int(t.name[i])]
+        if name.startswith("ProfilerStep#"):
+            name = "train " + name.split("#")[1]
+        hits = theirs.get(name, [])
+        assert any(abs(s - int(t.ts_ns[i])) <= 1 and abs(d - int(t.dur_ns[i])) <= 1 for s, d in hits), name
