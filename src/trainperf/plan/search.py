@@ -22,7 +22,7 @@ from trainperf.errors import TrainperfError
 from trainperf.plan.efficiency import Efficiency
 from trainperf.plan.estimate import Estimate, estimate_arrays, estimate_at
 from trainperf.plan.stacks import Software
-from trainperf.specs import Cluster, LayoutArrays, ModelSpec, make_cluster
+from trainperf.specs import Cluster, Layout, LayoutArrays, ModelSpec, layout_problems, make_cluster
 
 MAX_MBS = 16
 MAX_VPP = 16
@@ -69,9 +69,10 @@ def enumerate_layouts(m: ModelSpec, cluster: Cluster, global_batch: int, precisi
     """Return the valid layouts as equal-length integer arrays with Layout's field names."""
     n = cluster.n_gpus
     tp_limit = min(64, max(cluster.scaleup_domain, 1), n)
-    tps = [t for t in _powers_of_two(tp_limit)
-           if m.n_heads % t == 0 and (m.n_kv_heads % t == 0 or t % m.n_kv_heads == 0) and m.ffn_hidden % t == 0]
-    cps = [c for c in _powers_of_two(min(64, n)) if c == 1 or m.seq_len % (2 * c) == 0]
+    # the model-side rules (heads, kv heads, ffn; sequence for cp) are specs.layout_problems', the
+    # one rule set the planner and the trainer use; the GPU-count and batch rules follow below
+    tps = [t for t in _powers_of_two(tp_limit) if not layout_problems(m, Layout(tp=t), t)]
+    cps = [c for c in _powers_of_two(min(64, n)) if not layout_problems(m, Layout(cp=c), c)]
     mbs_all = np.array(_powers_of_two(MAX_MBS))
     parts: list[np.ndarray] = []
     for tp in tps:
