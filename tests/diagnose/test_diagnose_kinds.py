@@ -156,3 +156,20 @@ def test_host_sync_waiting_for_a_collective_is_exposed_communication(tmp_path):
     assert not any(x.kind == "host_sync" for x in d.findings)
     # on the critical path: the host blocked from the all-reduce's start (110) to the sync's return (412)
     assert d.ranks[0].critical_path_pct["comm_wait"] == pytest.approx(100 * 302 / 530)
+
+
+def test_straggler_priced_on_the_slow_rank(tmp_path):
+    # rank 1's GEMM takes 1000 us where rank 0's takes 500: rank 0 waits 500 us in the all-reduce that ends at
+    # 1100 on both. On rank 1, computation 1000/500 = 2x faster: GEMM [10, 510), all-reduce (90 us of its
+    # own) [510, 600) -> span 1100 -> 600: gain 500 us = 45.45 %; on rank 0 the wait removed gives the same.
+    d = tmp_path / "job"
+    d.mkdir()
+    for rank, gemm in ((0, 500), (1, 1000)):
+        b = TraceBuilder(rank=rank, world_size=2)
+        b.launch("ampere_sgemm_128x64_tn", 0, 10, gemm)
+        b.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 5, 10 + gemm, 1090 - gemm, stream=20)
+        b.write(d / f"rank{rank}.json.gz")
+    res = diagnose(d)
+    f = next(x for x in res.findings if x.kind == "straggler")
+    assert f.ranks == [1] and f.gain_us == pytest.approx(500) and f.gain_pct == pytest.approx(100 * 500 / 1100, abs=0.01)
+    assert f.evidence["metrics"]["compute_vs_other_ranks"]["value"] == pytest.approx(2.0)

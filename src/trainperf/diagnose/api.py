@@ -253,5 +253,8 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, RankFacts]) -> StragglerFac
     origin = float(w.ts_us.min())
     events = [(f"{c.kind} #{c.seq} (rank {srank} arrived last)", float(w.ts_us[c.rows[srank]]) - origin,
                sum(c.wait_us.values())) for c in worst]
+    rest = [v for r, v in xr.compute_by_rank_us.items() if r != srank]
+    mine = xr.compute_by_rank_us.get(srank, 0.0)
+    ratio = mine / float(np.median(rest)) if rest and np.median(rest) > 0 else 1.0
     return StragglerFacts(rank=srank, caused_us=caused, caused_per_other_us=caused / others,
-                          imbalance_pct=xr.imbalance_pct, events=events)
+                          imbalance_pct=xr.imbalance_pct, events=events, compute_ratio=max(ratio, 1.0))

@@ -31,6 +31,7 @@ class StragglerFacts:
     caused_per_other_us: float
     imbalance_pct: float
     events: list  # (name, start µs from the straggler's first event, dur µs)
+    compute_ratio: float = 1.0  # the straggler's compute time / the median of the other ranks' (>= 1)
 
 
 @dataclass(kw_only=True)

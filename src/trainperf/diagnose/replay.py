@@ -30,7 +30,7 @@ from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CH
 from trainperf.diagnose.launch import SMALL_KERNEL_US
 from trainperf.diagnose.window import Window, merge_intervals
 from trainperf.trace.annotate import STEP_RE, correlated_host_row
-from trainperf.trace.events import (CATEGORY_NAMES, COMMUNICATION, CPU_OP, KERNEL, MEMCPY, MEMSET, PYTHON, RUNTIME,
+from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMMUNICATION, CPU_OP, KERNEL, MEMCPY, MEMSET, PYTHON, RUNTIME,
                                     USER_ANNOTATION, EventTable)
 
 TOL_US = 5.0
@@ -41,7 +41,7 @@ NOT_BLOCKING, BLOCK_SYNC, BLOCK_PAGEABLE, BLOCK_COMM = 0, 1, 2, 3
 
 CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_syncs", "unblock_pageable_copies",
                 "remove_allocator", "overlap_comm", "remove_straggler_wait", "speedup", "host_speedup",
-                "graph_small_kernels")
+                "graph_small_kernels", "compute_speedup")
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,8 @@ class Change:
     after them stops queueing behind them: pinned memory, non_blocking, prefetched on a side stream) |
     remove_allocator (allocator calls and spans cost nothing: caching allocator) |
     overlap_comm (computation and host syncs stop waiting for collectives: fully overlapped) | remove_straggler_wait |
-    speedup (category sped up `factor` times) | host_speedup (CPU work between runtime calls `factor`
+    speedup (category sped up `factor` times) | compute_speedup (every computation kernel `factor`
+    times faster: a straggler as fast as the other ranks) | host_speedup (CPU work between runtime calls `factor`
     times faster) | graph_small_kernels (launching a kernel shorter than SMALL_KERNEL_US costs the
     host neither the call nor the usual dispatch time before it: CUDA graphs / fusion). Several changes replay together (`replay(g, [a, b])`)."""
 
@@ -69,6 +70,8 @@ class Change:
             return f"{CATEGORY_NAMES[self.category]} kernels {self.factor:g}x faster"
         if self.kind == "host_speedup":
             return f"host work between launches {self.factor:g}x faster"
+        if self.kind == "compute_speedup":
+            return f"computation kernels {self.factor:g}x faster"
         return self.kind.replace("_", " ")
 
 
@@ -402,6 +405,9 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     for c in changes:
         if c.kind == "speedup":
             sel = dev & (g.category == c.category)
+            dur[sel] = dur[sel] / c.factor
+        if c.kind == "compute_speedup":
+            sel = dev & (g.category >= 0) & ~np.isin(g.category, (COMMUNICATION, CAT_MEMCPY, CAT_MEMSET))
             dur[sel] = dur[sel] / c.factor
     if "remove_straggler_wait" in kinds:
         dur = dur - g.comm_wait

@@ -154,14 +154,27 @@ def exposed_comm(f: RankFacts) -> Finding | None:
 STRAGGLER_MIN_WAIT_PCT = 2.0  # wait the straggler causes each other rank, % of the window (crossrank decides)
 
 
+STRAGGLER_MIN_COMPUTE_RATIO = 1.05  # the straggler computes this much longer than the other ranks' median
+
+
 def straggler(f: RankFacts) -> Finding | None:
-    """Another rank arrives late at collectives and this rank waits for it (decided across ranks)."""
+    """A rank arrives late at collectives and the others wait for it (decided across ranks). Priced on the
+    waiting ranks as their waits removed, and on the straggler itself as its computation as fast as the
+    other ranks' median (the job runs at the pace of its slowest rank); the merge keeps the larger."""
     s = f.straggler
-    if s is None or not f.waits:
+    if s is None:
         return None
-    return _make(f, "straggler", {"caused_wait": (s.caused_us, "us"),
-                                  "caused_wait_per_other_rank": (s.caused_per_other_us, "us"),
-                                  "compute_imbalance": (s.imbalance_pct, "%")},
+    metrics = {"caused_wait": (s.caused_us, "us"), "caused_wait_per_other_rank": (s.caused_per_other_us, "us"),
+               "compute_imbalance": (s.imbalance_pct, "%"), "compute_vs_other_ranks": (s.compute_ratio, "x")}
+    if f.rank == s.rank:
+        if s.compute_ratio < STRAGGLER_MIN_COMPUTE_RATIO:
+            return None
+        return _make(f, "straggler", metrics, [], (Change("compute_speedup", factor=s.compute_ratio),),
+                     f"rank {s.rank} computes as fast as the other ranks ({s.compute_ratio:.2f}x faster)",
+                     evidence_pct=f.pct(s.caused_per_other_us), ranks=[s.rank])
+    if not f.waits:
+        return None
+    return _make(f, "straggler", metrics,
                  # the events are on the straggler's timeline, from its first event: shift them so that
                  # api._relative_times (which subtracts this rank's first event) leaves them as they are
                  [(n, t0 + f.origin_us, d) for n, t0, d in s.events], (Change("remove_straggler_wait"),),
