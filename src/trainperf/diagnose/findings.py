@@ -147,6 +147,23 @@ def rank_by_marginal_gain(found: list[Finding], gain) -> tuple[list[Finding], Fi
     for f in fixable:
         f.gain_alone_pct, _ = (round(v, 2) for v in gain(f.changes))
     fixable.sort(key=lambda f: (not _removes_a_stall(f), -f.gain_alone_pct))
+    before = _price_in_order(fixable, gain)
+    dismissed = [f.kind for f in fixable if f.gain_alone_pct < MIN_GAIN_PCT and f.gain_pct < MIN_GAIN_PCT]
+    if dismissed:  # price the rest again without them: a dismissed fix must not lend its gain to the next
+        fixable = [f for f in fixable if f.kind not in dismissed]
+        before = _price_in_order(fixable, gain)
+    rest = [f for f in found if not f.changes]
+    for f in rest:
+        if f.evidence_pct is not None:
+            f.severity = capped_severity(f.gain_pct, f.evidence_pct) if f.gain_pct else f.severity
+    ranked = sorted(fixable, key=lambda f: -f.gain_pct) + rest
+    return ranked, FixPlan(order=[f.kind for f in fixable], fix_all_gain_pct=round(before[0], 2),
+                           fix_all_gain_us=round(before[1], 1), dismissed=dismissed)
+
+
+def _price_in_order(fixable: list[Finding], gain) -> tuple[float, float]:
+    """Apply the fixes in order, credit each with what it adds (marginal gain, fix_order, severity);
+    return the gain of all of them (% , µs)."""
     applied: tuple = ()
     before = (0.0, 0.0)
     for k, f in enumerate(fixable, 1):
@@ -156,15 +173,7 @@ def rank_by_marginal_gain(found: list[Finding], gain) -> tuple[list[Finding], Fi
         f.fix_order = k
         f.severity = capped_severity(f.gain_pct, f.evidence_pct)
         before = now
-    dismissed = [f.kind for f in fixable if f.gain_alone_pct < MIN_GAIN_PCT and f.gain_pct < MIN_GAIN_PCT]
-    fixable = [f for f in fixable if f.kind not in dismissed]
-    rest = [f for f in found if not f.changes]
-    for f in rest:
-        if f.evidence_pct is not None:
-            f.severity = capped_severity(f.gain_pct, f.evidence_pct) if f.gain_pct else f.severity
-    ranked = sorted(fixable, key=lambda f: -f.gain_pct) + rest
-    return ranked, FixPlan(order=[f.kind for f in fixable], fix_all_gain_pct=round(before[0], 2),
-                           fix_all_gain_us=round(before[1], 1), dismissed=dismissed)
+    return before
 
 
 def merge_across_ranks(findings: list[Finding]) -> list[Finding]:
