@@ -25,13 +25,21 @@ and gated MLPs:
 * full recompute keeps only each layer's input (2h, split over tp with sp) plus one layer's
   full activations during its backward.
 
-Pipeline: the first stage of 1F1B holds ``min(m, p)`` micro batches, interleaving multiplies
-that by ``1 + (p-1)/(p v)`` (Korthikanti eq. 6); the last stage adds the fp32 logits
-(4 s b V / t). Context parallelism divides tokens by cp.
+Pipeline: stage ``r`` of ``p`` runs its warm-up forwards before its first backward, and holds
+that many plus one micro batches' activations (Megatron-LM ``schedules.py``). 1F1B: ``p - r - 1``
+warm-up, so the first stage holds ``min(m, p)`` micro batches of its layers. Interleaved with ``v``
+model chunks of ``L/(p v)`` layers: ``2 (p - r - 1) + (v - 1) p`` warm-up chunk forwards, so the
+first stage holds ``min(m v, v p + p - 1)`` chunks, which for ``m >= p`` is Korthikanti eq. 6's
+``p (1 + (p-1)/(p v))`` micro batches of its layers (Megatron's ``theoretical_memory_usage.py``
+uses the same penalty). The last stage adds the fp32 logits (4 s b V / t). Context parallelism
+divides tokens by cp.
 
-Allocator margin: CUDA context, NCCL and cuBLAS workspaces take ``RESERVED_BYTES`` and the
-caching allocator's fragmentation ``FRAGMENTATION`` of the rest; a layout fits when the total
-with margin is within the HBM capacity.
+Allocator margin: CUDA context, NCCL and cuBLAS workspaces take ``RESERVED_BYTES``. The caching
+allocator's fragmentation ``FRAGMENTATION`` applies to the transient allocations only
+(activations, logits, FSDP's gathered layers), which are freed and reallocated in varying sizes
+every micro batch; the model states are allocated once, as contiguous buffers (Megatron-Core's
+param/grad buffers and distributed-optimizer shards, FSDP2's sharded parameters), and do not
+fragment. A layout fits when the total with margin is within the HBM capacity.
 """
 
 from __future__ import annotations
@@ -100,6 +108,21 @@ def stage_params(m: ModelSpec, tp, pp, vpp):
     return first, last
 
 
+def inflight_micro_batches(pp, vpp, grad_accum, last: bool = False):
+    """Return the micro batches whose activations a pipeline stage holds at its peak (count, per stage layer).
+
+    Multiply by the stage's layers and one micro batch's activations per layer. ``last`` selects
+    the last stage (rank p-1), otherwise the first (rank 0), which holds the most.
+    """
+    pp = np.asarray(pp, dtype=float)
+    vpp = np.asarray(vpp, dtype=float)
+    ga = np.asarray(grad_accum, dtype=float)
+    rank = pp - 1.0 if last else 0.0
+    plain = np.minimum(ga, pp - rank)                                  # 1F1B: p - r - 1 warm-up + 1
+    chunks = np.minimum(ga * vpp, 2.0 * (pp - rank - 1.0) + (vpp - 1.0) * pp + 1.0)
+    return np.where(vpp > 1, chunks / vpp, plain)
+
+
 def expert_dp(lay: LayoutArrays):
     """Return the expert data-parallel degree: ranks holding the same expert shard (tp*cp*dp / (ep*etp))."""
     f = lambda x: np.asarray(x, dtype=float)  # noqa: E731
@@ -131,8 +154,8 @@ def memory_bytes(m: ModelSpec, lay: LayoutArrays, flash=True, dropout=False, gra
     per_layer = tokens * activation_bytes_per_token_layer(m, tp, sp, rc, flash, dropout, seq)
     stage_layers = layers_per_stage(m, pp, vpp)
     grad_accum = np.asarray(lay.grad_accum, dtype=float)
-    inflight_first = np.minimum(grad_accum, pp) * np.where(vpp > 1, 1.0 + (pp - 1.0) / (pp * vpp), 1.0)
-    inflight_last = np.where(vpp > 1, np.minimum(grad_accum * vpp, (vpp - 1.0) * pp + 1.0) / vpp, 1.0)
+    inflight_first = inflight_micro_batches(pp, vpp, grad_accum)
+    inflight_last = inflight_micro_batches(pp, vpp, grad_accum, last=True)
     # with full recompute one layer's whole activation set is rebuilt during its backward
     working = np.where(rc == 2, tokens * activation_bytes_per_token_layer(m, tp, sp, 0, flash, dropout, seq), 0.0)
     act_first = stage_layers * per_layer * inflight_first + working
@@ -146,7 +169,8 @@ def memory_bytes(m: ModelSpec, lay: LayoutArrays, flash=True, dropout=False, gra
     shard = np.asarray(lay.dp, dtype=float) * np.asarray(lay.cp, dtype=float)  # cp ranks hold the same weights
     expert_shard = expert_dp(lay)
     experts = model_state_bytes(p_expert, expert_shard, zero, grad_bytes)
-    first = model_state_bytes(p_first, shard, zero, grad_bytes) + experts + act_first + fsdp_buffer
-    last = model_state_bytes(p_last, shard, zero, grad_bytes) + experts + act_last + fsdp_buffer
-    peak = np.maximum(first, last)
-    return peak * (1.0 + FRAGMENTATION) + RESERVED_BYTES
+    transient_first = (act_first + fsdp_buffer) * (1.0 + FRAGMENTATION)
+    transient_last = (act_last + fsdp_buffer) * (1.0 + FRAGMENTATION)
+    first = model_state_bytes(p_first, shard, zero, grad_bytes) + experts + transient_first
+    last = model_state_bytes(p_last, shard, zero, grad_bytes) + experts + transient_last
+    return np.maximum(first, last) + RESERVED_BYTES
