@@ -47,6 +47,19 @@ def test_device_names_as_drivers_report_them():
     assert accelerator_for_device("Tesla V100-SXM2-16GB") is None
 
 
+def test_device_names_with_board_codes():
+    # "NVIDIA A100-PG509-200" is the name in HTA's public A100 traces; NVIDIA's driver README lists
+    # it with PCI ID 20B0 10DE 1450, the A100-SXM4-40GB device (20B0).
+    from trainperf.hardware import accelerator_for_device
+
+    assert accelerator_for_device("NVIDIA A100-PG509-200").name == "a100-40gb"
+    # an unlisted board code falls back to the model token before it, narrowed by what the name states
+    assert accelerator_for_device("NVIDIA A100-PG506-232").family == "a100"
+    assert accelerator_for_device("NVIDIA A100-PCIE-40GB").hbm_gb == 40
+    assert accelerator_for_device("NVIDIA H100-PG520-200").family == "h100"
+    assert accelerator_for_device("NVIDIA GeForce RTX 2080 Ti") is None
+
+
 def test_published_variant_figures():
     # datasheets: H100 NVL 1671 sparse bf16 = 835.5 dense, 94 GB, 3.9 TB/s; H20 148 bf16, 96 GB, 4.0 TB/s;
     # H800 = H100 SXM compute with NVLink 400 GB/s bidirectional; L40S 362 dense bf16, 48 GB, 864 GB/s

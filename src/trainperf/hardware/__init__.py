@@ -185,7 +185,9 @@ def accelerator_for_device(device_name: str) -> Accelerator | None:
     """Return the catalog entry for a device name as the driver reports it, or None.
 
     Tries the name as given ("NVIDIA H100 PCIe"), without the vendor word ("h100 pcie"), each
-    word as an SXM part ("h100-sxm"), then each word alone ("h100").
+    word as an SXM part ("h100-sxm"), each word alone ("h100"), then the part family named
+    anywhere, as the model token before a board code ("A100-PG509-200": a100), narrowed by a
+    variant word and a memory size when the name states them ("A100-PCIE-40GB").
     """
     words = device_name.lower().replace("nvidia", "").split()
     for cand in (device_name, " ".join(words), *[f"{w}-sxm" for w in words], *words):
@@ -193,4 +195,4 @@ def accelerator_for_device(device_name: str) -> Accelerator | None:
             return get_accelerator(cand)
         except TrainperfError:
             continue
-    return None
+    return _family_entry(device_name, catalog())
