@@ -13,6 +13,12 @@ seeds at once (the seed-to-seed band). A/A: every pair of baseline runs of diffe
 compared for speed (same configuration, so any "faster"/"slower" is a false alarm).
 
     .venv/bin/python benchmarks/bench_compare.py --seeds 5 --steps 40 --out /tmp/bench_compare
+
+On a GPU (the issue's H200 goal: bf16, fused kernels vs eager, equivalent within the seed band,
+the speed-up with its interval), e.g.:
+
+    python benchmarks/bench_compare.py --model llama3-1b --seq-len 2048 --precision bf16 --device cuda \
+        --cases A,kernels --kernels --kernel-seeds 3 --seeds 3 --steps 200 --out /tmp/gpu_compare
 """
 
 from __future__ import annotations
@@ -35,16 +41,20 @@ EXPECTED = {"ga-order": "equivalent", "kernels": "equivalent", "eps": "diverges"
             "no-ga-scale": "diverges"}
 
 
-def run_case(out: Path, case: str, seed: int, steps: int, overrides: dict) -> Path:
+def run_case(out: Path, case: str, seed: int, args, overrides: dict) -> Path:
     """Train one run (skipped when its summary exists); return its folder."""
     from trainperf.train.trainer import TrainConfig, train
 
     folder = out / f"{case}-s{seed}"
     if (folder / "summary.json").is_file():
         return folder
-    kw = dict(model="tiny", steps=steps, out=str(folder), progress=False, record=False, peak_tflops=1.0,
-              resume=False, seed=seed, layout="mbs=1,ga=2", eval_every=10, eval_batches=2)
+    precision = f",precision={args.precision}" if args.precision else ""
+    kw = dict(model=args.model, seq_len=args.seq_len, steps=args.steps, out=str(folder), progress=False,
+              record=False, peak_tflops=1.0 if args.device == "cpu" else None, device=args.device, resume=False,
+              seed=seed, layout="mbs=1,ga=2" + precision, eval_every=max(args.steps // 4, 1), eval_batches=2)
     kw.update(overrides)
+    if "layout" in overrides:
+        kw["layout"] = overrides["layout"] + precision
     train(TrainConfig(**kw))
     return folder
 
@@ -56,6 +66,11 @@ def main() -> None:
     ap.add_argument("--kernels", action="store_true", help="also the fused-kernel run (slow on CPU: interpreter)")
     ap.add_argument("--kernel-seeds", type=int, default=2)
     ap.add_argument("--out", default="/tmp/bench_compare")
+    ap.add_argument("--model", default="tiny")
+    ap.add_argument("--seq-len", type=int, default=None)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--precision", default="", help="layout precision (default: the trainer's: fp32 on CPU, bf16 on GPU)")
+    ap.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of " + ", ".join(CASES))
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
@@ -65,14 +80,15 @@ def main() -> None:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cases = dict(CASES)
+    cases = {c: CASES[c] for c in args.cases.split(",") if c in CASES}
+    cases.setdefault("A", {})
     if args.kernels:
         cases["kernels"] = {"kernels": True}
     t0 = time.time()
     folders: dict[str, list[Path]] = {}
     for case, kw in cases.items():
         n = args.kernel_seeds if case == "kernels" else args.seeds
-        folders[case] = [run_case(out, case, s, args.steps, kw) for s in range(n)]
+        folders[case] = [run_case(out, case, s, args, kw) for s in range(n)]
     runs = {c: [load_run(str(f)) for f in fs] for c, fs in folders.items()}
     rows, results = [], {}
     for case in cases:
