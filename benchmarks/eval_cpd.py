@@ -360,6 +360,13 @@ def synthetic(reps: int) -> None:
         [any(abs(c - 30) <= 5 for c in detect(f.series(host="node00"))) for f in f_all])))
     rows.append(("synth fleet, all four causes: thermal-drift host node07, a change within 45..55", np.mean(
         [any(45 <= c <= 55 for c in detect(f.series(host="node07"))) for f in f_all])))
+    from trainperf.fleet.synth import aa_series
+
+    rng_aa = np.random.default_rng(11)  # not the CV's A/A seed (7)
+    for kind in AA_KINDS:
+        xs = [aa_series(kind, rng_aa, int(rng_aa.integers(60, 400))) for _ in range(reps)]
+        rows.append((f"A/A {kind} (60-400 points, trainperf.fleet.synth.aa_series): any change",
+                     np.mean([bool(detect(x)) for x in xs])))
     print("\nsynthetic performance series (rates over seeded draws):")
     for name, v in rows:
         print(f"  {v:6.3f}  {name}")
