@@ -60,9 +60,6 @@ FOLDER_OUTPUTS = {("train", "--out")}
 KNOWN_ACCEPTED = {
     ("calibrate", "--out"): "calibrate checks --out only after measuring (plan/cli.py)",
     ("calibrate", "--device"): "calibrate checks --device only inside the measurement (plan/cli.py)",
-    ("train", "--model"): "train checks --model only when training starts (train/cli.py, TrainConfig)",
-    ("train", "--device"): "train checks --device only when training starts (train/cli.py, TrainConfig)",
-    ("train", "--gpu"): "train checks --gpu only when training starts (train/cli.py, TrainConfig)",
     ("gate", "--metric"): "gate accepts any --metric name for sample files (fleet/cli.py)",
     ("fleet", "changes", "--metric"): "fleet changes ignores --metric with --csv, unchecked (fleet/cli.py)",
     ("fleet", "localize", "--metric"): "fleet localize ignores --metric with --csv, unchecked (fleet/cli.py)",
@@ -72,8 +69,6 @@ KNOWN_ACCEPTED = {
 NO_RANGE_YET = {
     ("diagnose", "--rank"): "diagnose", ("gate", "--alpha"): "fleet", ("fleet", "changes", "--min-effect"): "fleet",
     ("compare", "--target-loss"): "compare", ("runs", "list", "--limit"): "store", ("runs", "query", "--limit"): "store",
-    **{("train", o): "train" for o in ("--steps", "--nproc", "--seq-len", "--ckpt-every", "--ckpt-keep",
-                                       "--warmup-steps", "--num-workers", "--max-restarts", "--seed")},
 }
 EXAMPLES_WRONG = 25  # most are refused while parsing (~1 ms each)
 EXAMPLES_ANY = 8  # many run the verb's real work on the small inputs

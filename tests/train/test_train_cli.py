@@ -42,6 +42,9 @@ def test_train_command_runs_and_summarises(app, tmp_path, monkeypatch):
     (["--fault", "warp-drive"], "unknown fault"),
     (["--nproc", "2", "--fault", "slow-data=soon"], "not a number"),  # refused before torchrun starts
     (["--fault", "item-sync", "--fault-steps", "5"], "--fault-steps"),
+    (["--model", "llama-zz"], "unknown model 'llama-zz'"),
+    (["--device", "tpu"], "--device 'tpu'"),
+    (["--gpu", "zz-gpu"], "zz-gpu"),
 ])
 def test_bad_input_is_a_trainperf_error(app, tmp_path, args, message):
     res = CliRunner().invoke(app, ["train", "--steps", "2", "--out", str(tmp_path / "x"), *args])
@@ -70,3 +73,68 @@ def test_kernels_flag_calls_the_kernels_api(app, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "trainperf.kernels", None)  # absent: a clear one-line error
     res = CliRunner().invoke(app, ["train", "--steps", "1", "--kernels", "--out", str(tmp_path / "k2")])
     assert isinstance(res.exception, TrainperfError) and "--kernels" in str(res.exception)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--layout", "tp=3"], "tp=3 does not divide the model's"),  # tiny: 4 heads
+    (["--layout", "tp=2,dp=2"], "is not the 2 GPUs"),
+    (["--model", "nope"], "unknown model"),
+])
+def test_nproc_layout_is_checked_before_torchrun(app, tmp_path, monkeypatch, args, message):
+    """Issue 14 #5: a wrong layout for --nproc is one line, and torchrun never starts."""
+    launched = []
+    monkeypatch.setattr("trainperf.train.launch.launch", lambda *a, **k: launched.append(a) or 0)
+    res = CliRunner().invoke(app, ["train", "--nproc", "2", "--steps", "2", "--out", str(tmp_path / "x"), *args])
+    assert isinstance(res.exception, TrainperfError), res.output
+    assert message in str(res.exception) and "\n" not in str(res.exception)
+    assert launched == []
+
+
+@pytest.mark.parametrize("option, value", [
+    ("--steps", "0"), ("--nproc", "0"), ("--seq-len", "0"), ("--ckpt-every", "-1"), ("--ckpt-keep", "0"),
+    ("--warmup-steps", "-1"), ("--num-workers", "-1"), ("--max-restarts", "-1"), ("--seed", "-1"),
+    ("--seed", str(2**32)),
+])
+def test_out_of_range_numbers_are_usage_errors(app, tmp_path, option, value):
+    res = CliRunner().invoke(app, ["train", "--out", str(tmp_path / "x"), option, value])
+    assert res.exit_code == 2 and "Invalid value" in res.output and option in res.output, res.output
+
+
+def _finished(out, steps, ckpt_steps=()):
+    """A run folder as a finished run leaves it: summary.json last, metrics.jsonl, committed checkpoints."""
+    out.mkdir()
+    (out / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "attempt": 0}) + "\n"
+                                               for s in range(1, steps + 1)))
+    (out / "summary.json").write_text(json.dumps({"steps": steps}))
+    for s in ckpt_steps:
+        d = out / "checkpoints" / f"step-{s:08d}"
+        d.mkdir(parents=True)
+        (d / "trainperf.json").write_text("{}")
+        (d / ".metadata").write_text("")
+
+
+def test_rerun_into_a_finished_run_is_refused(app, tmp_path, monkeypatch):
+    """Issue 14 #4: rerunning a finished run without checkpoints retrained it and appended its steps."""
+    monkeypatch.setattr("trainperf.train.trainer.train", lambda cfg: pytest.fail("training started"))
+    out = tmp_path / "done"
+    _finished(out, 4)
+    res = CliRunner().invoke(app, ["train", "--steps", "4", "--out", str(out)])
+    assert isinstance(res.exception, TrainperfError), res.output
+    msg = str(res.exception)
+    assert "finished at step 4" in msg and str(out / "summary.json") in msg and "another --out" in msg
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 4
+
+
+def test_finished_run_with_a_checkpoint_continues_only_past_it(app, tmp_path, monkeypatch):
+    started = []
+    monkeypatch.setattr("trainperf.train.trainer.train", lambda cfg: started.append(cfg.steps) or {})
+    monkeypatch.setattr("trainperf.train.cli.print_summary", lambda console, result: None)
+    out = tmp_path / "done"
+    _finished(out, 4, ckpt_steps=(2, 4))
+    res = CliRunner().invoke(app, ["train", "--steps", "4", "--out", str(out)])
+    assert isinstance(res.exception, TrainperfError) and "--steps above 4" in str(res.exception), res.output
+    res = CliRunner().invoke(app, ["train", "--steps", "8", "--no-resume", "--out", str(out)])
+    assert isinstance(res.exception, TrainperfError) and "--resume with --steps above 4" in str(res.exception)
+    res = CliRunner().invoke(app, ["train", "--steps", "8", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert started == [8]

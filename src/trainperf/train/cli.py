@@ -13,15 +13,15 @@ def register(app: typer.Typer) -> None:
     @app.command("train")
     def train_cmd(
         model: str = typer.Option("tiny", help="Model preset (tiny, small, llama3-1b, ...) or a JSON config file."),
-        steps: int = typer.Option(50, help="Optimizer steps to reach (a resumed run continues up to it)."),
-        nproc: int = typer.Option(1, help="Processes on this machine; > 1 starts torchrun (gloo on CPU, NCCL on GPU)."),
+        steps: int = typer.Option(50, min=1, help="Optimizer steps to reach (a resumed run continues up to it)."),
+        nproc: int = typer.Option(1, min=1, max=1024, help="Processes on this machine; > 1 starts torchrun (gloo on CPU, NCCL on GPU)."),
         layout: str = typer.Option("", help='Layout string as `trainperf plan` prints it, e.g. "tp=2,zero=3,mbs=2".'),
-        seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Sequence length (default: the model's)."),
+        seq_len: Optional[int] = typer.Option(None, "--seq-len", min=1, help="Sequence length (default: the model's)."),
         compile: bool = typer.Option(False, "--compile", help="torch.compile every transformer block."),
         compile_backend: str = typer.Option("inductor", help="torch.compile backend (aot_eager compiles fast)."),
         kernels: bool = typer.Option(False, "--kernels", help="Swap in trainperf's fused Triton kernels."),
-        ckpt_every: int = typer.Option(0, help="Save a checkpoint every N steps (0: never)."),
-        ckpt_keep: int = typer.Option(3, help="Complete checkpoints to keep."),
+        ckpt_every: int = typer.Option(0, min=0, help="Save a checkpoint every N steps (0: never)."),
+        ckpt_keep: int = typer.Option(3, min=1, help="Complete checkpoints to keep."),
         sync_ckpt: bool = typer.Option(False, "--sync-ckpt", help="Save checkpoints synchronously (default: async)."),
         resume: bool = typer.Option(True, "--resume/--no-resume",
                                     help="Continue from the newest complete checkpoint in --out (default on)."),
@@ -30,13 +30,13 @@ def register(app: typer.Typer) -> None:
         text: Optional[List[str]] = typer.Option(None, help="Text files or folders to train on (default: shipped sample)."),
         synthetic: bool = typer.Option(False, "--synthetic", help="Random tokens instead of text (no I/O)."),
         lr: float = typer.Option(3e-3, min=0.0, help="Peak learning rate (linear warm-up, cosine decay)."),
-        warmup_steps: int = typer.Option(5, help="Warm-up steps."),
-        num_workers: int = typer.Option(0, help="DataLoader worker processes."),
+        warmup_steps: int = typer.Option(5, min=0, help="Warm-up steps."),
+        num_workers: int = typer.Option(0, min=0, max=256, help="DataLoader worker processes."),
         device: str = typer.Option("auto", help="auto, cpu or cuda."),
         gpu: Optional[str] = typer.Option(None, help="Catalog name of the GPU for peak FLOP/s (default: detected)."),
         peak_tflops: Optional[float] = typer.Option(None, min=0.0, help="Peak TFLOP/s of one device (overrides the catalog)."),
-        max_restarts: int = typer.Option(0, help="torchrun restarts after a failure (each resumes from a checkpoint)."),
-        seed: int = typer.Option(0, help="Seed of the weights and the data order."),
+        max_restarts: int = typer.Option(0, min=0, max=1000, help="torchrun restarts after a failure (each resumes from a checkpoint)."),
+        seed: int = typer.Option(0, min=0, max=2**32 - 1, help="Seed of the weights and the data order."),
         eval_every: int = typer.Option(0, "--eval-every", min=0,
                                        help="Held-out loss every N steps and at the last step (0: never); "
                                             "recorded as eval_loss in metrics.jsonl and the run record."),
@@ -67,8 +67,6 @@ def register(app: typer.Typer) -> None:
 
         from trainperf.atomic import ensure_dir
 
-        if nproc < 1:
-            raise TrainperfError(f"--nproc {nproc}: must be >= 1")
         ensure_dir(out)  # an unusable --out fails here, in one line, before any work or launch
         from trainperf.train.faults import parse_faults
 
@@ -80,6 +78,9 @@ def register(app: typer.Typer) -> None:
                           device=device, gpu=gpu, peak_tflops=peak_tflops, seed=seed, job=job, store=store,
                           faults=list(fault) if fault else None, fault_steps=fault_steps,
                           eval_every=eval_every, eval_batches=eval_batches)
+        from trainperf.train.launch import preflight
+
+        preflight(cfg, nproc)  # model, device, --gpu, layout for --nproc, a finished run in --out: before any launch
         console = Console()
         if nproc > 1:
             from trainperf.train.launch import last_error, launch

@@ -40,3 +40,60 @@ def launch(cfg: TrainConfig, nproc: int, max_restarts: int = 0, env: dict | None
     run_env = dict(os.environ if env is None else env)
     run_env.setdefault("OMP_NUM_THREADS", "1")
     return subprocess.call(torchrun_command(path, nproc, max_restarts), env=run_env)
+
+
+def finished_run(out: str | Path) -> tuple[Path, int | None] | None:
+    """Return (the file that shows it, the step it reached) when ``out`` holds a finished run, else None.
+
+    ``summary.json`` is written last, by rank 0, once every step ran; the step reached is the
+    last line of ``metrics.jsonl`` (None when that file is missing or unreadable).
+    """
+    import json
+
+    summary = Path(out) / "summary.json"
+    if not summary.is_file():
+        return None
+    reached = None
+    try:
+        lines = (Path(out) / "metrics.jsonl").read_text().strip().splitlines()
+        reached = int(json.loads(lines[-1])["step"]) if lines else None
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        pass
+    return summary, reached
+
+
+def preflight(cfg: TrainConfig, nproc: int) -> None:
+    """Check everything a run needs that can be checked without starting it; raise TrainperfError.
+
+    Runs before torchrun starts (a wrong layout otherwise surfaces once per rank around a
+    torchrun traceback): the model, the device, the GPU name, the layout for ``nproc``
+    processes, and that ``cfg.out`` does not hold a finished run this one would silently
+    retrain (a second copy of its steps in metrics.jsonl, the first run counted as lost work).
+    """
+    from trainperf.errors import TrainperfError
+    from trainperf.specs import load_model, parse_layout
+    from trainperf.train.checkpoint import complete_checkpoints
+    from trainperf.train.parallel import check_layout
+    from trainperf.train.trainer import _device_type
+
+    spec = load_model(cfg.model, seq_len=cfg.seq_len)
+    device_type = _device_type(cfg.device)
+    if cfg.gpu:
+        from trainperf.hardware import get_accelerator
+
+        get_accelerator(cfg.gpu)
+    layout = parse_layout(cfg.layout or "", precision="bf16" if device_type == "cuda" else "fp32", zero=0)
+    check_layout(layout, spec, nproc)
+    if (done := finished_run(cfg.out)) is None:
+        return
+    shown_by, reached = done
+    ckpts = complete_checkpoints(Path(cfg.out) / "checkpoints")
+    if ckpts and cfg.resume and cfg.steps > ckpts[-1][0]:
+        return  # continues the finished run from its last checkpoint up to --steps
+    at = f" at step {reached}" if reached is not None else ""
+    if not ckpts:
+        how = "pass another --out (it has no checkpoint to continue from)"
+    else:
+        how = (f"pass another --out, or {'--resume with ' if not cfg.resume else ''}--steps above "
+               f"{ckpts[-1][0]} to continue it from its last checkpoint")
+    raise TrainperfError(f"--out {cfg.out}: holds a run that finished{at} ({shown_by} exists); {how}")
