@@ -45,42 +45,98 @@ def store_warnings():
                 err.print(f"[yellow]warning:[/] {w.message}", highlight=False, soft_wrap=True)
 
 
-def _print_table(table, title: str | None = None, limit: int = 200) -> None:
+def iso_time(unix_s: float) -> str:
+    """Return unix seconds as an ISO 8601 UTC time to the second, e.g. 2026-09-21T14:13:20Z."""
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(unix_s, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _fmt_cell(v) -> str:
+    import datetime as dt
+
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, dt.datetime):
+        if v.tzinfo is not None:
+            v = v.astimezone(dt.timezone.utc)
+        return v.strftime("%Y-%m-%d %H:%M:%S")
+    return str(v)
+
+
+def _print_table(table, title: str | None = None, limit: int = 200, whole: tuple[str, ...] = (),
+                 headers: dict | None = None, drop_empty: bool = False, formats: dict | None = None) -> None:
+    """Print an Arrow table; columns in ``whole`` are never cut or wrapped (ids a user copies),
+    the others fold onto more lines when the terminal is narrow."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=title)
-    for name in table.column_names:
-        t.add_column(name)
-    import datetime as dt
-
-    def fmt(v):
-        if v is None:
-            return ""
-        if isinstance(v, float):
-            return f"{v:.6g}"
-        if isinstance(v, dt.datetime):
-            return v.strftime("%Y-%m-%d %H:%M:%S")
-        return str(v)
-
-    for row in table.slice(0, limit).to_pylist():
-        t.add_row(*[fmt(v) for v in row.values()])
+    fmts = [(formats or {}).get(name, _fmt_cell) for name in table.column_names]
+    rows = [[_fmt_cell(v) if v is None else f(v) for f, v in zip(fmts, row.values())]
+            for row in table.slice(0, limit).to_pylist()]
+    names = list(table.column_names)
+    if drop_empty and rows:  # e.g. nccl on a CPU-only store: a column of blanks only takes width
+        keep = [i for i in range(len(names)) if any(r[i] for r in rows)]
+        names, rows = [names[i] for i in keep], [[r[i] for i in keep] for r in rows]
+    t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+    for i, name in enumerate(names):
+        header = (headers or {}).get(name, name)
+        if name in whole:
+            t.add_column(header, no_wrap=True, min_width=max([len(r[i]) for r in rows], default=1))
+        else:
+            t.add_column(header, overflow="fold")
+    for r in rows:
+        t.add_row(*r)
     Console().print(t)
     if table.num_rows > limit:
         Console().print(f"... {table.num_rows - limit} more rows (use --json)")
 
 
+def _scalar(key: str, v) -> str:
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, (int, float)) and key.endswith("_at") and 1e9 <= v <= 4.2e9:  # unix seconds
+        return f"{iso_time(v)} ({v:.0f})"
+    if isinstance(v, float):
+        s = f"{v:.6g}"
+        return f"{s} ({v / 2**30:.3g} GiB)" if key.endswith("_bytes") and v >= 2**20 else s
+    if isinstance(v, (list, tuple)):
+        items = [json.dumps(_jsonable(x), default=str) for x in v]
+        return (f"[{', '.join(items)}]" if len(items) <= 8 else
+                f"[{', '.join(items[:3])}, ..., {items[-1]}] ({len(items)} items)")
+    return str(v)
+
+
+def show_lines(d: dict, indent: int = 0) -> list[str]:
+    """Return a run record (``RunRecord.to_dict()`` less samples and kernels) as readable lines:
+    nested dicts indented one level per depth, times ISO 8601 UTC, empty fields left out."""
+    out = []
+    for k, v in d.items():
+        if v in ("", None, {}, []):
+            continue
+        if isinstance(v, dict):
+            out.append(f"{'  ' * indent}{k}:")
+            out.extend(show_lines(v, indent + 1))
+        else:
+            out.append(f"{'  ' * indent}{k}: {_scalar(k, v)}")
+    return out
+
+
 @runs_app.command("list")
 def list_runs(store: str = typer.Option(None, "--store", help=STORE_HELP),
               job: str = typer.Option(None, "--job", help="Only runs of this job."),
-              limit: int = typer.Option(50, "--limit", help="Most recent N runs."),
+              limit: int = typer.Option(50, "--limit", min=1, max=1_000_000, help="Most recent N runs."),
               as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List runs, newest first: id, job, time, host, versions, summary metrics."""
     from trainperf.store import query
 
     cols = ("run_id, job, to_timestamp(started_at) AS started, kind, host, gpu_model, nccl, torch, layout, "
             "step_time_s, tokens_per_s, mfu, n_samples") if as_json else \
-        "run_id, job, to_timestamp(started_at) AS started, host, nccl, step_time_s, n_samples"
+        "run_id, job, started_at AS started, host, nccl, step_time_s, n_samples"
+    # run_id is never cut: `runs show` and `gate` need it; started is formatted here (SQL dialects differ)
     where, params = ("", None) if job is None else (" WHERE job = ?", [job])
     with store_warnings():
         sql = f"SELECT {cols} FROM runs{where} ORDER BY started_at DESC LIMIT {int(limit)}"
@@ -88,7 +144,9 @@ def list_runs(store: str = typer.Option(None, "--store", help=STORE_HELP),
     if as_json:
         typer.echo(dumps(table.to_pylist()))
     else:
-        _print_table(table, title=f"{table.num_rows} runs")
+        _print_table(table, title=f"{table.num_rows} runs", whole=("run_id", "started"),
+                     headers={"started": "started (UTC)", "step_time_s": "step s", "n_samples": "steps"},
+                     drop_empty=True, formats={"started": lambda v: iso_time(v)[:16].replace("T", " ")})
 
 
 @runs_app.command("show")
@@ -108,9 +166,8 @@ def show(run_id: str = typer.Argument(..., help="Run id."),
         typer.echo(dumps(d))
         return
     con = Console()
-    for k, v in d.items():
-        if k not in ("samples", "kernels") and v not in ("", None, {}):
-            con.print(f"[bold]{k}[/]: {v}", highlight=False)
+    for line in show_lines({k: v for k, v in d.items() if k not in ("samples", "kernels")}):
+        con.print(line, highlight=False, markup=False, soft_wrap=True)
     st = np.array([s.step_time_s for s in rec.samples], dtype=float)
     if st.size:
         con.print(f"[bold]steps[/]: {st.size}, step time median {np.median(st):.4g} s, "
@@ -125,7 +182,7 @@ def query_cmd(sql: str = typer.Argument(..., help='SQL over the views runs, step
                                                   'median(step_time_s) FROM steps GROUP BY job".'),
               store: str = typer.Option(None, "--store", help=STORE_HELP),
               as_json: bool = typer.Option(False, "--json", help="Print rows as JSON."),
-              limit: int = typer.Option(200, "--limit", help="Rows to print in the table.")) -> None:
+              limit: int = typer.Option(200, "--limit", min=1, max=1_000_000, help="Rows to print in the table.")) -> None:
     """Run SQL over the store: views runs (one row per run), steps (per step), kernels (per kernel result)."""
     from trainperf.store import query
 

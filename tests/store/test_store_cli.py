@@ -1,0 +1,73 @@
+"""`trainperf runs list|show|query` as a person reads them (issue 14): whole run ids at 80 columns,
+times as ISO dates, nested config readable, --limit ranges."""
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from trainperf.store import RunRecord, StepSample, write_run
+from trainperf.store.cli import register, show_lines
+
+# 1_790_000_000 s = 20717 days + 51_200 s after 1970-01-01: 2026-09-21, 14:13:20 UTC (by hand)
+STARTED_AT, STARTED_ISO = 1.79e9, "2026-09-21T14:13:20Z"
+IDS = ("20260921T141320-0a1b2c3d", "20260921T141321-4e5f6a7b")
+
+
+@pytest.fixture()
+def app():
+    a = typer.Typer()
+
+    @a.callback()
+    def _root() -> None:
+        pass
+
+    register(a)
+    return a
+
+
+@pytest.fixture()
+def store(tmp_path):
+    for i, run_id in enumerate(IDS):
+        config = {"steps": 50, "comparable": {"model": {"n_layers": 4}, "seed": 0},
+                  "eval": [[s, 4.0 - s / 100] for s in range(5, 55, 5)]}
+        write_run(RunRecord(run_id=run_id, job="a-rather-long-job-name", host="node0.cluster.example.org",
+                            started_at=STARTED_AT + i, step_time_s=0.125, mem_peak_bytes=3 * 2.0**30, config=config,
+                            samples=[StepSample(step=s, step_time_s=0.1 + s / 100) for s in range(4)]), str(tmp_path))
+    return str(tmp_path)
+
+
+def test_list_keeps_whole_run_ids_at_80_columns(app, store):
+    res = CliRunner().invoke(app, ["runs", "list", "--store", store], env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    assert max(len(line) for line in res.output.splitlines()) <= 80
+    for run_id in IDS:  # on one line, uncut: the id `runs show` and `gate` take
+        assert any(run_id in line for line in res.output.splitlines()), res.output
+    assert "2026-09-21 14:13" in res.output and "…" not in res.output
+
+
+def test_show_prints_iso_times_and_nested_config(app, store):
+    res = CliRunner().invoke(app, ["runs", "show", IDS[0], "--store", store], env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert f"started_at: {STARTED_ISO} (1790000000)" in lines
+    assert "config:" in lines and "  comparable:" in lines and "    model:" in lines and "      n_layers: 4" in lines
+    assert "{'" not in res.output  # no Python dict repr
+    assert "mem_peak_bytes: 3.22123e+09 (3 GiB)" in lines
+    assert any(line.startswith("  eval: [[5, 3.95], [10, 3.9], [15, 3.85], ..., [50, 3.5]] (10 items)")
+               for line in lines), lines
+
+
+def test_show_lines_leaves_out_empty_fields():
+    assert show_lines({"a": "", "b": None, "c": {}, "d": 1, "e": {"f": True}}) == ["d: 1", "e:", "  f: True"]
+
+
+@pytest.mark.parametrize("verb, value", [("list", "0"), ("list", "-3"), ("query", "0")])
+def test_limit_has_a_range(app, store, verb, value):
+    args = ["runs", verb, *(["SELECT 1"] if verb == "query" else []), "--store", store, "--limit", value]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2 and "--limit" in res.output, res.output
+
+
+def test_list_limit_counts_rows(app, store):
+    res = CliRunner().invoke(app, ["runs", "list", "--store", store, "--limit", "1"], env={"COLUMNS": "120"})
+    assert res.exit_code == 0 and IDS[1] in res.output and IDS[0] not in res.output, res.output
