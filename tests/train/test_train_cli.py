@@ -79,6 +79,8 @@ def test_kernels_flag_calls_the_kernels_api(app, tmp_path, monkeypatch):
     (["--layout", "tp=3"], "tp=3 does not divide the model's"),  # tiny: 4 heads
     (["--layout", "tp=2,dp=2"], "is not the 2 GPUs"),
     (["--model", "nope"], "unknown model"),
+    (["--text", "/nonexistent/corpus.txt"], "/nonexistent/corpus.txt"),
+    (["--seq-len", "1000000"], "shorter than one window"),
 ])
 def test_nproc_layout_is_checked_before_torchrun(app, tmp_path, monkeypatch, args, message):
     """Issue 14 #5: a wrong layout for --nproc is one line, and torchrun never starts."""

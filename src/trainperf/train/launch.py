@@ -67,7 +67,7 @@ def preflight(cfg: TrainConfig, nproc: int) -> None:
 
     Runs before torchrun starts (a wrong layout otherwise surfaces once per rank around a
     torchrun traceback): the model, the device, the GPU name, the layout for ``nproc``
-    processes, and that ``cfg.out`` does not hold a finished run this one would silently
+    processes, the training text (under torchrun), and that ``cfg.out`` does not hold a finished run this one would silently
     retrain (a second copy of its steps in metrics.jsonl, the first run counted as lost work).
     """
     from trainperf.errors import TrainperfError
@@ -84,6 +84,11 @@ def preflight(cfg: TrainConfig, nproc: int) -> None:
         get_accelerator(cfg.gpu)
     layout = parse_layout(cfg.layout or "", precision="bf16" if device_type == "cuda" else "fp32", zero=0)
     check_layout(layout, spec, nproc)
+    if nproc > 1:  # one process finds a bad --text itself, at once; under torchrun every rank would
+        from trainperf.train import data as data_mod
+
+        data_mod.make_dataset(data_mod.DataConfig(cfg.text, cfg.synthetic, cfg.seed, cfg.num_workers),
+                              spec.vocab, spec.seq_len)
     if (done := finished_run(cfg.out)) is None:
         return
     shown_by, reached = done
