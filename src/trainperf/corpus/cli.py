@@ -17,7 +17,8 @@ def register(app: typer.Typer) -> None:
                                                 "labels.json and traces/."),
         json_out: Optional[Path] = typer.Option(None, "--json", help="Write the scores (and per-case findings) here."),
         min_severity: str = typer.Option("low", "--min-severity",
-                                         help="Lowest finding severity that counts as a prediction: low, medium, high."),
+                                         help="Lowest finding severity that counts as a prediction: "
+                                              "low, medium, high."),
     ) -> None:
         """Score diagnose's findings on a labeled corpus: per-kind precision/recall/F1, top-1, false
         findings on healthy cases, what-if error."""

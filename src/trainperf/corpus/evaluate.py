@@ -64,7 +64,8 @@ def case_folders(corpus: str | Path) -> list[Path]:
     corpus = Path(corpus)
     if not corpus.is_dir():
         raise TrainperfError(f"{corpus}: not a folder (expected a corpus built by `make corpus`)")
-    cases = sorted(p for p in corpus.iterdir() if p.is_dir() and ((p / "labels.json").exists() or (p / "traces").is_dir()))
+    cases = sorted(p for p in corpus.iterdir()
+                   if p.is_dir() and ((p / "labels.json").exists() or (p / "traces").is_dir()))
     if not cases:
         raise TrainperfError(f"{corpus}: no case folders (each needs labels.json and traces/)")
     return cases

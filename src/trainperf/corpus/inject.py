@@ -28,6 +28,7 @@ SYNC_SPANS = ((("aten::item", "cpu_op"), ("aten::_local_scalar_dense", "cpu_op")
                ("cudaMemcpyAsync", "cuda_runtime")),
               (("aten::nonzero", "cpu_op"), ("cudaMemcpyAsync", "cuda_runtime")))
 MALLOC_SPANS = (("aten::empty_strided", "cpu_op"), ("cudaMalloc", "cuda_runtime"))
+LAUNCH_SPANS = (("aten::add_", "cpu_op"), ("cudaLaunchKernel", "cuda_runtime"))
 PAGEABLE_SPANS = (("aten::to", "cpu_op"), ("aten::_to_copy", "cpu_op"), ("aten::copy_", "cpu_op"),
                   ("cudaMemcpyAsync", "cuda_runtime"))
 TINY_KERNEL = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<float>, "
@@ -142,7 +143,7 @@ def inject_small_kernels(ranks: dict, size: float, rng: random.Random):
     """size: extra tiny elementwise kernels per step (each a launch on the host and ~2 µs on the device)."""
     per_step = max(int(round(size)), 1)
     return _host(ranks, lambda doc, r: [
-        HostWork(at_us=t, host_us=r.launch_us + 4.0, spans=(("aten::add_", "cpu_op"), ("cudaLaunchKernel", "cuda_runtime")),
+        HostWork(at_us=t, host_us=r.launch_us + 4.0, spans=LAUNCH_SPANS,
                  gpu_op=(TINY_KERNEL, "kernel", TINY_KERNEL_US),
                  gpu_args={"grid": [4, 1, 1], "block": [128, 1, 1]})
         for t in _launch_points(doc, r, per_step, rng)])
@@ -154,7 +155,8 @@ def _is_collective(e: dict) -> bool:
 
 
 def _collectives(doc: dict) -> list[tuple[int, dict]]:
-    return sorted(((i, e) for i, e in enumerate(doc["traceEvents"]) if _is_collective(e)), key=lambda x: float(x[1]["ts"]))
+    found = [(i, e) for i, e in enumerate(doc["traceEvents"]) if _is_collective(e)]
+    return sorted(found, key=lambda x: float(x[1]["ts"]))
 
 
 def inject_straggler(ranks: dict, size: float, rng: random.Random, slow: int | None = None):
@@ -198,8 +200,8 @@ def inject_exposed_comm(ranks: dict, size: float, rng: random.Random):
     for rank, doc in ranks.items():
         r = rank_facts(doc)
         ev = doc["traceEvents"]
-        comp = sorted((float(e["ts"]), K.end(e)) for e in ev if K.is_gpu_op(e) and (e.get("pid"), e.get("tid")) == r.stream
-                      and not _is_collective(e))
+        comp = sorted((float(e["ts"]), K.end(e)) for e in ev
+                      if K.is_gpu_op(e) and (e.get("pid"), e.get("tid")) == r.stream and not _is_collective(e))
         cs, ce = np.array([c[0] for c in comp]), np.array([c[1] for c in comp])
         cands = []
         for i, e in _collectives(doc):
@@ -209,7 +211,8 @@ def inject_exposed_comm(ranks: dict, size: float, rng: random.Random):
             j = np.searchsorted(cs, ts, side="right") - 1
             at = max(ts, float(ce[j])) if j >= 0 and ce[j] > ts else ts
             overlap = float(np.clip(np.minimum(ce, te) - np.maximum(cs, ts), 0, None).sum())
-            same = [float(x["ts"]) for x in ev if K.is_gpu_op(x) and (x.get("pid"), x.get("tid")) == (e.get("pid"), e.get("tid"))]
+            own_stream = (e.get("pid"), e.get("tid"))
+            same = [float(x["ts"]) for x in ev if K.is_gpu_op(x) and (x.get("pid"), x.get("tid")) == own_stream]
             if overlap > MIN_OVERLAP_SHARE * float(e["dur"]) and not any(ts < x < at for x in same):
                 cands.append((i, at, float(e["dur"])))
         n = int(np.ceil(size * len(cands)))
