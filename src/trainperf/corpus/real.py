@@ -25,6 +25,7 @@ from pathlib import Path
 
 from trainperf.atomic import atomic_write_text, ensure_dir
 from trainperf.corpus import kineto as K
+from trainperf.corpus.build import severity_of
 from trainperf.errors import TrainperfError
 
 PROFILE = (3, 7)
@@ -105,7 +106,7 @@ def build_real(out: str | Path, work: str | Path, log=print) -> list[dict]:
         rows = step_seconds(sorted((run / "traces").glob("rank0*.json"))[0])
         gain, clean, bad = _gain_pct(rows, fault is not None, known_added_s(fault))
         twin = _gain_pct(rows, fault is not None)[0]
-        sev_measured = "none" if fault is None else ("high" if gain >= 10 else "medium" if gain >= 3 else "low")
+        sev_measured = "none" if fault is None else severity_of(gain)
         labels = {"kind": kind, "ranks": ranks if ranks is not None else ([] if fault is None else [0, 1]),
                   "true_gain_pct": round(gain, 3), "twin_gain_pct": round(twin, 3),
                   "truth": "known size" if known_added_s(fault) is not None else "clean twin",
