@@ -66,7 +66,7 @@ def test_kernels_flag_calls_the_kernels_api(app, tmp_path, monkeypatch):
                      sum(isinstance(m, FeedForward) for m in model.modules())))
 
     monkeypatch.setitem(sys.modules, "trainperf.kernels", types.SimpleNamespace(apply=fake_apply))
-    res = CliRunner().invoke(app, ["train", "--steps", "1", "--kernels", "--out", str(tmp_path / "k"),
+    res = CliRunner().invoke(app, ["train", "--steps", "1", "--fused-kernels", "--out", str(tmp_path / "k"),
                                    "--peak-tflops", "1"], env={"TRAINPERF_STORE": str(tmp_path / "s")})
     assert res.exit_code == 0, res.output
     assert seen == [(2 * 4 + 1, 4)]  # tiny: two norms per layer + the final norm, one MLP per layer
