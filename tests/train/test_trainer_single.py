@@ -125,3 +125,30 @@ def test_checkpointer_keeps_last_k(tmp_path):
         ck.save(step, model, opt, {"data_position": step})
     ck.wait()
     assert [s for s, _ in complete_checkpoints(tmp_path / "checkpoints")] == [2, 3]
+
+
+def test_checkpoint_saves_are_named_spans_in_a_profiler_trace(tmp_path):
+    """The loop's checkpoint work shows in a trace under a name diagnose's checkpoint rule reads."""
+    import json
+
+    import torch
+
+    from trainperf.diagnose.host import CHECKPOINT_RE
+    from trainperf.train.checkpoint import SAVE_SPAN
+
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.AdamW(model.parameters())
+    ck = Checkpointer(tmp_path, {"model": {}, "layout": {}}, keep=2, async_save=False)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        ck.save(1, model, opt, {"data_position": 1})
+    trace = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(trace))
+    events = json.loads(trace.read_text())["traceEvents"]
+    spans = [e for e in events if e.get("name") == SAVE_SPAN and e.get("ph") == "X"]
+    assert len(spans) == 1 and spans[0]["dur"] > 0
+    # the synchronous save (DCP write and commit) lies inside the span
+    inner = [e for e in events if e.get("ph") == "X" and e.get("name", "").startswith("aten::")
+             and spans[0]["ts"] <= e["ts"] <= spans[0]["ts"] + spans[0]["dur"]]
+    assert inner
+    assert CHECKPOINT_RE.search(SAVE_SPAN)
+    assert [s for s, _ in complete_checkpoints(tmp_path / "checkpoints")] == [1]

@@ -35,6 +35,8 @@ from trainperf.errors import TrainperfError
 
 _DONE = re.compile(r"^step-(\d{8})$")
 MANIFEST = "trainperf.json"
+SAVE_SPAN = "trainperf.checkpoint.save"  # profiler span names of the loop's checkpoint work
+WAIT_SPAN = "trainperf.checkpoint.wait"
 
 
 def _is_dist() -> bool:
@@ -130,16 +132,19 @@ class Checkpointer:
         import torch.distributed.checkpoint as dcp
 
         self.wait()  # one save in flight at a time
-        tmp = self.root / f".step-{step:08d}.tmp"
-        state = self._state(model, optimizer, {**train_state, "step": int(step)})
-        kw = self._dcp_kw(tmp)
-        if self.async_save:
-            fut = dcp.async_save(state, **kw, **self._stager_kw())
-            fut = getattr(fut, "upload_completion", fut)  # AsyncSaveResponse on newer torch
-            self._pending = (step, tmp, fut)
-        else:
-            dcp.save(state, **kw)
-            self._commit(step, tmp)
+        # A named span, so that a profiler trace shows the time the loop spends saving
+        # (what `trainperf diagnose` reports as checkpoint_stall).
+        with torch.profiler.record_function(SAVE_SPAN):
+            tmp = self.root / f".step-{step:08d}.tmp"
+            state = self._state(model, optimizer, {**train_state, "step": int(step)})
+            kw = self._dcp_kw(tmp)
+            if self.async_save:
+                fut = dcp.async_save(state, **kw, **self._stager_kw())
+                fut = getattr(fut, "upload_completion", fut)  # AsyncSaveResponse on newer torch
+                self._pending = (step, tmp, fut)
+            else:
+                dcp.save(state, **kw)
+                self._commit(step, tmp)
 
     def _stager_kw(self) -> dict:
         """Staging without pinned memory on CPU (non-blocking copies need an accelerator).
@@ -175,8 +180,9 @@ class Checkpointer:
             return
         step, tmp, fut = self._pending
         self._pending = None
-        fut.result()
-        self._commit(step, tmp)
+        with torch.profiler.record_function(WAIT_SPAN):
+            fut.result()
+            self._commit(step, tmp)
 
     def _commit(self, step: int, tmp: Path) -> None:
         if self.rank != 0:  # rank 0's save ends after every rank's shards are written
