@@ -45,6 +45,7 @@ def test_train_command_runs_and_summarises(app, tmp_path, monkeypatch):
     (["--model", "llama-zz"], "unknown model 'llama-zz'"),
     (["--device", "tpu"], "--device 'tpu'"),
     (["--gpu", "zz-gpu"], "zz-gpu"),
+    (["--peak-tflops", "0"], "--peak-tflops 0: must be > 0"),
 ])
 def test_bad_input_is_a_trainperf_error(app, tmp_path, args, message):
     res = CliRunner().invoke(app, ["train", "--steps", "2", "--out", str(tmp_path / "x"), *args])

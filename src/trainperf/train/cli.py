@@ -68,6 +68,8 @@ def register(app: typer.Typer) -> None:
 
         from trainperf.atomic import ensure_dir
 
+        if peak_tflops == 0:  # 0 would silently mean "the catalog / measured peak"
+            raise TrainperfError("--peak-tflops 0: must be > 0 (leave it out to use the catalog or the measured peak)")
         ensure_dir(out)  # an unusable --out fails here, in one line, before any work or launch
         from trainperf.train.faults import parse_faults
 
