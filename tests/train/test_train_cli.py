@@ -141,3 +141,23 @@ def test_finished_run_with_a_checkpoint_continues_only_past_it(app, tmp_path, mo
     res = CliRunner().invoke(app, ["train", "--steps", "8", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert started == [8]
+
+
+def test_torchrun_leaves_out_its_traceback_on_a_user_error(tmp_path, user_error=True):
+    """Issue 14 #5: a rank's user error came wrapped in torchrun's ~40-line ChildFailedError traceback.
+
+    (user_error=False, checked by hand: the traceback stays, as it shows a bug; ~8 s a case here.)"""
+    import subprocess
+    import sys
+
+    from trainperf.train.worker import ERROR_FILE
+
+    script = tmp_path / "rank.py"  # a rank that fails, recording a user error (as worker.py does) or not
+    script.write_text("import pathlib, sys\n"
+                      f"if {user_error}: (pathlib.Path(sys.argv[1]).parent / {ERROR_FILE!r}).write_text('bad')\n"
+                      "sys.exit(2)\n")
+    cmd = [sys.executable, "-m", "trainperf.train.launch", "--standalone", "--nproc-per-node=1",
+           str(script), str(tmp_path / "train_config.json")]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1
+    assert ("Traceback" in res.stderr) != user_error, res.stderr

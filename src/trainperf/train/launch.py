@@ -12,8 +12,12 @@ from trainperf.train.trainer import TrainConfig
 
 
 def torchrun_command(config_path: Path, nproc: int, max_restarts: int = 0) -> list[str]:
-    """Return the torchrun command line that runs the worker on ``nproc`` local processes."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+    """Return the torchrun command line that runs the worker on ``nproc`` local processes.
+
+    It is torchrun's own ``run`` behind ``torchrun_main``, which leaves out torchrun's traceback
+    when rank 0 recorded a user error (the launcher prints that error as one line).
+    """
+    return [sys.executable, "-m", "trainperf.train.launch", "--standalone", f"--nproc-per-node={nproc}",
             f"--max-restarts={max_restarts}", "-m", "trainperf.train.worker", str(config_path)]
 
 
@@ -102,3 +106,29 @@ def preflight(cfg: TrainConfig, nproc: int) -> None:
         how = (f"pass another --out, or {'--resume with ' if not cfg.resume else ''}--steps above "
                f"{ckpts[-1][0]} to continue it from its last checkpoint")
     raise TrainperfError(f"--out {cfg.out}: holds a run that finished{at} ({shown_by} exists); {how}")
+
+
+def torchrun_main(argv: list[str]) -> int:
+    """Run torchrun (``torch.distributed.run``) with ``argv``; return 1 without a traceback when the
+    job failed on a user error rank 0 recorded beside the config (``worker.ERROR_FILE``).
+
+    torchrun itself prints a ~40-line ChildFailedError traceback around the ranks' one-line
+    error (issue 14); any other failure keeps that traceback, which then shows a bug.
+    """
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    from trainperf.train.worker import ERROR_FILE
+
+    args = parse_args(argv)
+    try:
+        run(args)
+    except ChildFailedError:
+        if args.training_script_args and (Path(args.training_script_args[-1]).parent / ERROR_FILE).is_file():
+            return 1
+        raise
+    return 0
+
+
+if __name__ == "__main__":  # a guard DCP's process-based async save needs (see worker.py)
+    sys.exit(torchrun_main(sys.argv[1:]))
