@@ -136,13 +136,28 @@ def _removes_a_stall(f: Finding) -> bool:
     return all(c.kind in STALL_CHANGES for c in f.changes)
 
 
+# What-ifs that assume a speed-up of a chosen size (host 2x faster, kernels 2x faster when fused):
+# their gain is as large as the factor someone picked, while removing a wait (or the host cost of
+# launches a CUDA graph replays) has a gain the trace itself measures.
+ASSUMED_SPEEDUP_CHANGES = frozenset({"host_speedup", "speedup"})
+
+
+def rank_key(f: Finding) -> tuple:
+    """Sort key of the ranking: findings whose fix has a measured effect and gains at least
+    MEDIUM_GAIN_PCT come first, then the rest (assumed speed-ups, small gains), each by marginal gain."""
+    assumed = any(c.kind in ASSUMED_SPEEDUP_CHANGES for c in f.changes)
+    measured_first = 0 if (f.changes and not assumed and f.gain_pct >= MEDIUM_GAIN_PCT) else 1
+    return measured_first, -f.gain_pct, -_SEVERITY_LEVEL[f.severity]
+
+
 def rank_by_marginal_gain(found: list[Finding], gain) -> tuple[list[Finding], FixPlan]:
     """Give each finding with what-if changes its marginal gain and rank the findings by it.
 
     gain(changes) -> (% , µs) replays the changes together. Order of fixes: those that remove a wait
     (STALL_CHANGES) before those that assume a speed-up, each by largest gain alone first; each finding's gain_pct is what its fix adds to the fixes before it, so the gains add
     up to the fix-all gain. Findings without changes (no what-if) keep their gain and come last; findings
-    whose fix gains less than MIN_GAIN_PCT both alone and in that order are dismissed (FixPlan.dismissed)."""
+    whose fix gains less than MIN_GAIN_PCT both alone and in that order are dismissed (FixPlan.dismissed).
+    The ranking (rank_key) puts measured fixes gaining >= MEDIUM_GAIN_PCT before assumed speed-ups."""
     fixable = [f for f in found if f.changes]
     for f in fixable:
         f.gain_alone_pct, _ = (round(v, 2) for v in gain(f.changes))
@@ -156,7 +171,7 @@ def rank_by_marginal_gain(found: list[Finding], gain) -> tuple[list[Finding], Fi
     for f in rest:
         if f.evidence_pct is not None:
             f.severity = capped_severity(f.gain_pct, f.evidence_pct) if f.gain_pct else f.severity
-    ranked = sorted(fixable, key=lambda f: -f.gain_pct) + rest
+    ranked = sorted(fixable, key=rank_key) + rest
     return ranked, FixPlan(order=[f.kind for f in fixable], fix_all_gain_pct=round(before[0], 2),
                            fix_all_gain_us=round(before[1], 1), dismissed=dismissed)
 
@@ -188,4 +203,4 @@ def merge_across_ranks(findings: list[Finding]) -> list[Finding]:
     for k, f in best.items():
         f.ranks = sorted(ranks[k])
         out.append(f)
-    return sorted(out, key=lambda f: (-f.gain_pct, -_SEVERITY_LEVEL[f.severity]))
+    return sorted(out, key=rank_key)

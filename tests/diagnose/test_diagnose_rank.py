@@ -1,0 +1,41 @@
+"""Ranking: a fix whose effect the trace measures comes before an assumed speed-up of a chosen size."""
+
+from trainperf.diagnose import findings as F
+from trainperf.diagnose.replay import Change
+
+
+def _finding(kind, change, gain_pct):
+    f = F.make(kind, [0], [1], {"x": (1.0, "%")}, changes=(change,), evidence_pct=100.0)
+    f.gain_pct = gain_pct
+    f.severity = F.severity_of(gain_pct)
+    return f
+
+
+def test_measured_removal_outranks_a_larger_assumed_speed_up():
+    launch = _finding("launch_bound", Change("host_speedup", factor=2.0), 30.0)
+    loader = _finding("data_loader_stall", Change("remove_data_wait"), 12.0)
+    fused = _finding("memory_bound_unfused", Change("speedup", factor=2.0), 20.0)
+    ranked = F.merge_across_ranks([launch, fused, loader])
+    assert [f.kind for f in ranked] == ["data_loader_stall", "launch_bound", "memory_bound_unfused"]
+
+
+def test_a_removal_below_the_medium_gain_does_not_jump_the_queue():
+    launch = _finding("launch_bound", Change("host_speedup", factor=2.0), 30.0)
+    sync = _finding("host_sync", Change("remove_syncs"), F.MEDIUM_GAIN_PCT / 2)
+    ranked = F.merge_across_ranks([sync, launch])
+    assert [f.kind for f in ranked] == ["launch_bound", "host_sync"]
+
+
+def test_rank_by_marginal_gain_uses_the_same_order():
+    # gains of fixes applied together: additive here, so each marginal gain equals its gain alone
+    alone = {"host_speedup": 30.0, "remove_data_wait": 12.0}
+
+    def gain(changes):
+        return sum(alone[c.kind] for c in changes), 0.0
+
+    launch = _finding("launch_bound", Change("host_speedup", factor=2.0), 0.0)
+    loader = _finding("data_loader_stall", Change("remove_data_wait"), 0.0)
+    ranked, plan = F.rank_by_marginal_gain([launch, loader], gain)
+    assert [f.kind for f in ranked] == ["data_loader_stall", "launch_bound"]
+    assert [f.gain_pct for f in ranked] == [12.0, 30.0]
+    assert plan.fix_all_gain_pct == 42.0
