@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainperf.trace.categories import collective_type
+from trainperf.diagnose.crossrank import group_collective_rows
 from trainperf.trace.events import COMMUNICATION, KERNEL, EventTable
 
 DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
@@ -152,14 +152,7 @@ class GroupStats:
 def _rows_by_group(t: EventTable) -> dict[str, np.ndarray]:
     """Communication kernels of a rank by "<process group>/<collective>", in order of issue."""
     rows = np.flatnonzero((t.category == COMMUNICATION) & (t.kind == KERNEL))
-    rows = rows[np.argsort(t.ts_ns[rows], kind="stable")]
-    groups: dict[str, list[int]] = {}
-    for r in rows:
-        c = int(t.collective[r])
-        kind = collective_type(t.names[c] if c >= 0 else t.names[int(t.name[r])])
-        pg = int(t.process_group[r])
-        groups.setdefault(f"{t.names[pg]}/{kind}" if pg >= 0 else kind, []).append(int(r))
-    return {k: np.array(v, dtype=np.int64) for k, v in groups.items()}
+    return group_collective_rows(t, rows[np.argsort(t.ts_ns[rows], kind="stable")])
 
 
 def match_collectives(tables: dict[int, EventTable], sizes: dict[int, dict[int, CommArgs]] | None = None

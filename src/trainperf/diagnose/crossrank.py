@@ -25,7 +25,12 @@ def collective_rows(t: EventTable, w: Window) -> dict[str, np.ndarray]:
     """Window communication kernels of a rank grouped by process group and collective type
     ("pg/all_reduce", or "all_reduce" when the trace names no process group), in issue order (rows)."""
     rows = w.device[(t.category[w.device] == COMMUNICATION) & (t.kind[w.device] == KERNEL)]
-    rows = rows[np.argsort(w.ts_us[rows], kind="stable")]
+    return group_collective_rows(t, rows[np.argsort(w.ts_us[rows], kind="stable")])
+
+
+def group_collective_rows(t: EventTable, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """Communication kernel rows (in issue order) grouped by "<process group>/<collective>"
+    ("all_reduce" alone when the trace names no process group), order kept."""
     groups: dict[str, list[int]] = {}
     for r in rows:
         c = int(t.collective[r])
