@@ -174,11 +174,14 @@ def perf_benchmark(reps: int = 6, seed: int = 0) -> list[PerfSeries]:
 
 
 def aa_series(kind: str, rng: np.random.Generator, n: int) -> np.ndarray:
-    """Return a stationary A/A series of ``kind``: normal, t3, bimodal, outliers, ar1, quantised or drift."""
+    """Return an A/A series (no change) of ``kind``: normal, t3, bimodal, outliers, ar1, quantised,
+    drift (8% over the series + 3% stalls) or drift_t3 (2e-4 per point, t3 noise)."""
     if kind == "t3":
         return 100 * (1 + 0.01 * rng.standard_t(3, n))
     if kind == "drift":
         return 100 * (1 + 0.08 * np.arange(n) / n + _perf_noise("outliers", n, 0.01, rng))
+    if kind == "drift_t3":  # slow thermal-like drift, 2e-4 per point, in heavy-tailed noise
+        return 100 * (1 + 2e-4 * np.arange(n) + 0.01 * rng.standard_t(3, n))
     if kind == "quantised":
         return np.round(100 * (1 + 0.01 * rng.standard_normal(n)))
     return 100 * (1 + _perf_noise(kind, n, 0.01, rng))
