@@ -71,3 +71,13 @@ def test_limit_has_a_range(app, store, verb, value):
 def test_list_limit_counts_rows(app, store):
     res = CliRunner().invoke(app, ["runs", "list", "--store", store, "--limit", "1"], env={"COLUMNS": "120"})
     assert res.exit_code == 0 and IDS[1] in res.output and IDS[0] not in res.output, res.output
+
+
+def test_show_takes_a_unique_start_of_a_run_id(app, store):
+    res = CliRunner().invoke(app, ["runs", "show", IDS[1][:20] + "…", "--store", store])
+    assert res.exit_code == 0 and f"run_id: {IDS[1]}" in res.output, res.output
+    res = CliRunner().invoke(app, ["runs", "show", "20260921T1413", "--store", store])  # both runs begin so
+    assert "starts 2 runs" in str(res.exception) and IDS[0] in str(res.exception), res.output
+    for wrong in ("2026", "20260921T1413_%", "zz-no-such-run"):  # too short; wildcards are literal; none
+        res = CliRunner().invoke(app, ["runs", "show", wrong, "--store", store])
+        assert "no run with id" in str(res.exception), (wrong, res.output)

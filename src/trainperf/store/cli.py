@@ -149,8 +149,33 @@ def list_runs(store: str = typer.Option(None, "--store", help=STORE_HELP),
                      drop_empty=True, formats={"started": lambda v: iso_time(v)[:16].replace("T", " ")})
 
 
+MIN_PREFIX = 8  # "20261201" alone is a day of runs: fewer characters than that name no run
+
+
+def id_from_prefix(prefix: str, store: str | None) -> str | None:
+    """Return the one run id that starts with ``prefix`` (a trailing "…", as a cut table shows it,
+    ignored), or None when none does; raise TrainperfError naming them when several do."""
+    from trainperf.errors import TrainperfError
+    from trainperf.store import query
+
+    p = prefix.strip().rstrip("…").rstrip(".")
+    if len(p) < MIN_PREFIX:
+        return None
+    pattern = p.replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%"
+    try:
+        ids = query("SELECT run_id FROM runs WHERE run_id LIKE ? ESCAPE '!' ORDER BY run_id LIMIT 6", store,
+                    [pattern]).column("run_id").to_pylist()
+    except TrainperfError:
+        return None
+    if len(ids) > 1:
+        shown = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
+        raise TrainperfError(f"run id {prefix!r} starts {'more than 5' if len(ids) > 5 else len(ids)} runs "
+                             f"({shown}): give more of it")
+    return ids[0] if ids else None
+
+
 @runs_app.command("show")
-def show(run_id: str = typer.Argument(..., help="Run id."),
+def show(run_id: str = typer.Argument(..., help="Run id, or its start when only one run begins so."),
          store: str = typer.Option(None, "--store", help=STORE_HELP),
          as_json: bool = typer.Option(False, "--json", help="Print the whole record as JSON.")) -> None:
     """Show one run: metadata, summary metrics, step-time statistics and kernel results."""
@@ -159,8 +184,16 @@ def show(run_id: str = typer.Argument(..., help="Run id."),
 
     from trainperf.store import get_run
 
+    from trainperf.errors import TrainperfError
+
     with store_warnings():
-        rec = get_run(run_id, store)
+        try:
+            rec = get_run(run_id, store)
+        except TrainperfError:
+            full = id_from_prefix(run_id, store)
+            if full is None:
+                raise
+            rec = get_run(full, store)
     d = rec.to_dict()
     if as_json:
         typer.echo(dumps(d))
