@@ -6,6 +6,10 @@ checkpoint or allocator span after the last call of the window's last step (host
 step's first launch or after its last belongs to the step). Edges, all read from the trace:
 - host order: a call starts after the previous call on its thread ended plus the CPU work seen
   between them (that gap shrinks when a change removes data-loader time inside it);
+- host thread wait: the part of that gap in which the thread ran nothing (no op, no named span of its
+  own) is a wait for another thread (the autograd thread waits for the main thread's backward() call,
+  the main thread for the backward to end): the call starts no earlier than the latest call on another
+  thread that ended before it, plus the observed delay; a change that moves that thread moves this one;
 - host sync: a synchronize call ends when the device work it waited for ends; a copy call that
   returned only after its copy ended (a synchronous or pageable copy) ends when that copy ends;
 - launch: a device event starts no earlier than its launch call + the typical launch latency;
@@ -88,6 +92,9 @@ class Graph:
     gap_dataloader: np.ndarray  # part of host_gap inside data-loader spans (µs)
     gap_checkpoint: np.ndarray  # part of host_gap inside checkpoint-saving spans (µs)
     gap_allocator: np.ndarray   # part of host_gap inside allocator spans (µs)
+    gap_idle: np.ndarray        # part of host_gap in which the thread ran nothing of its own: a wait (µs)
+    host_dep: np.ndarray        # host call on another thread a call with an idle gap waited for, or -1
+    host_dep_lag: np.ndarray    # observed start - host_dep's end (µs), kept fixed
     is_sync: np.ndarray         # the call blocked until device work ended (block_class != 0)
     block_class: np.ndarray     # NOT_BLOCKING, BLOCK_SYNC or BLOCK_PAGEABLE
     sync_on: np.ndarray         # device node a sync waited for, or -1
@@ -199,6 +206,45 @@ def _closing_anchors(t: EventTable, w: Window, last_steps: np.ndarray) -> tuple[
     return np.array(keep, dtype=np.int64), np.array(at, dtype=float)
 
 
+def _thread_waits(t: EventTable, w: Window, rows: np.ndarray, start: np.ndarray, end: np.ndarray,
+                  host_prev: np.ndarray, host_gap: np.ndarray, n_h: int,
+                  n_anchors: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(idle µs, host_dep, lag µs) per node: the part of each host gap its thread spent running nothing of its
+    own (no cpu_op, no named DataLoader/checkpoint/allocator span; step and user annotations cover waits too,
+    so they do not count), and for gaps with one, the call on another thread it waited for: the latest one
+    that ended before it started. A thread's first call in the window (other than a step anchor) waited the
+    same way: the autograd thread starts when the main thread calls backward()."""
+    n = rows.size
+    idle = np.zeros(n)
+    dep = np.full(n, -1)
+    lag = np.zeros(n)
+    has_prev = np.flatnonzero(host_prev[:n_h] >= 0)
+    tids = t.tid[rows[:n_h]]
+    named = np.concatenate([span_rows(t, w, p, (USER_ANNOTATION, CPU_OP, PYTHON))
+                            for p in (DATALOADER_RE, CHECKPOINT_RE, ALLOCATOR_SPAN_RE)])
+    own = np.flatnonzero(w.keep & (t.kind == CPU_OP))
+    for tid in np.unique(tids[has_prev]):
+        mine = has_prev[tids[has_prev] == tid]
+        r = np.r_[own[t.tid[own] == tid], named[t.tid[named] == tid]]
+        spans = merge_intervals(w.ts_us[r], w.end_us[r])
+        busy = _covered(end[host_prev[mine]], start[mine], spans)
+        idle[mine] = np.maximum(host_gap[mine] - busy, 0.0)
+    first = np.flatnonzero(host_prev[:n_h] < 0)
+    waiting = np.r_[np.flatnonzero(idle > TOL_US), first[first >= n_anchors]]
+    if not waiting.size:
+        return idle, dep, lag
+    by_end = np.argsort(end[:n_h], kind="stable")
+    ends = end[by_end]
+    for i in waiting:
+        k = int(np.searchsorted(ends, start[i], side="right")) - 1
+        while k >= 0 and tids[by_end[k]] == tids[i]:
+            k -= 1
+        if k >= 0 and (host_prev[i] < 0 or ends[k] > end[host_prev[i]]):  # it ended while this thread waited
+            dep[i] = int(by_end[k])
+            lag[i] = start[i] - ends[k]
+    return idle, dep, lag
+
+
 def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, int]] | None = None) -> Graph:
     """Dependency graph of the window (see the module docstring).
 
@@ -240,6 +286,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     # a gap counted as data loading is not also counted as checkpoint or allocator time
     gap_ck = np.minimum(gap_ck, host_gap - gap_dl)
     gap_al = np.minimum(gap_al, host_gap - gap_dl - gap_ck)
+    gap_idle, host_dep, host_dep_lag = _thread_waits(t, w, rows, start, end, host_prev, host_gap, n_h, anchors.size)
 
     # device: launch links, stream order
     link = correlated_host_row(t)
@@ -355,7 +402,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     small_launch = np.zeros(n, bool)
     small_dev = dev_idx[(t.kind[dev_rows] == KERNEL) & (dur[n_h:] < SMALL_KERNEL_US) & has_launch[n_h:]]
     small_launch[launch[small_dev]] = True
-    cpu_gap = (host_gap - gap_dl - gap_ck - gap_al)[has_prev]
+    cpu_gap = (host_gap - gap_dl - gap_ck - gap_al - gap_idle)[has_prev & (gap_idle <= TOL_US)]
     dispatch = float(np.median(cpu_gap)) if cpu_gap.size else 0.0
 
     cw = np.zeros(n)
@@ -368,7 +415,8 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
                 cw_rank[i] = other
     order = np.lexsort((~is_host, start))  # host calls first at equal times
     return Graph(rows=rows, is_host=is_host, start=start, dur=dur, host_prev=host_prev, host_gap=host_gap,
-                 gap_dataloader=gap_dl, gap_checkpoint=gap_ck, gap_allocator=gap_al, is_sync=is_sync,
+                 gap_dataloader=gap_dl, gap_checkpoint=gap_ck, gap_allocator=gap_al, gap_idle=gap_idle,
+                 host_dep=host_dep, host_dep_lag=host_dep_lag, is_sync=is_sync,
                  block_class=block, sync_on=sync_on, sync_on_nc=sync_on_nc, sync_base=sync_base, sync_tail=sync_tail, sync_site=sync_site, site_names=site_names, is_alloc=is_alloc,
                  small_launch=small_launch, dispatch_us=dispatch, launch=launch, lat=lat, stream_prev=stream_prev,
                  stream_prev_nc=stream_prev_nc, stream_prev_np=stream_prev_np, pageable_copy=pageable_copies, dep=dep, lag=lag, category=cat, comm_wait=cw, comm_wait_rank=cw_rank,
@@ -420,6 +468,8 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
         # a graphed launch costs neither the call nor the op's usual dispatch before it (other host work stays)
         cpu = cpu - np.where(g.small_launch, np.minimum(cpu, g.dispatch_us), 0.0)
         dur[g.small_launch] = 0.0
+    # an idle gap is a wait for another thread (host_dep), not CPU work: it shrinks when that thread moves
+    cpu = np.maximum(cpu - g.gap_idle * (g.host_dep >= 0), 0.0)
     gap = cpu + (0.0 if "remove_data_wait" in kinds else g.gap_dataloader) + \
         (0.0 if "remove_checkpoint_wait" in kinds else g.gap_checkpoint) + \
         (0.0 if "remove_allocator" in kinds else g.gap_allocator)
@@ -447,6 +497,7 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     dur_, gap_, lag_, lat_ = dur.tolist(), gap.tolist(), g.as_list("lag"), g.as_list("lat")
     host_, hprev_, sprev_ = g.as_list("is_host"), g.as_list("host_prev"), stream_prev.tolist()
     launch_, dep_, is_sync_ = g.as_list("launch"), dep.tolist(), g.as_list("is_sync")
+    hdep_, hlag_ = g.as_list("host_dep"), g.as_list("host_dep_lag")
     sync_on_, base_, tail_ = sync_on.tolist(), g.as_list("sync_base"), g.as_list("sync_tail")
     unblocked_ = unblocked.tolist()
     pending = [False] * n  # syncs whose end waits for device work not yet replayed
@@ -468,6 +519,13 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
                     finish_sync(p)
                 S_[i] = E_[p] + gap_[i]
                 bind_[i] = p
+            d = hdep_[i]
+            if d >= 0:
+                if pending[d]:
+                    finish_sync(d)
+                if p < 0 or E_[d] + hlag_[i] > S_[i]:
+                    S_[i] = E_[d] + hlag_[i]
+                    bind_[i] = d
             E_[i] = S_[i] + dur_[i]
             if is_sync_[i]:
                 pending[i] = True
@@ -508,7 +566,9 @@ def critical_path(g: Graph, r: Replay) -> dict[str, float]:
     def before_host_call(j: int) -> int:
         # the host time between call j and its binding predecessor: data loading, the rest CPU work
         p = int(r.binding[j])
-        if p >= 0:
+        if p >= 0 and p == g.host_dep[j]:  # waited for another thread: that thread's work is the path
+            add("cpu", r.start[j] - r.end[p])
+        elif p >= 0:
             left = r.start[j] - r.end[p]
             for bucket, part in (("dataloader", g.gap_dataloader[j]), ("checkpoint", g.gap_checkpoint[j]),
                                  ("allocator", g.gap_allocator[j])):
