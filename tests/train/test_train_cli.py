@@ -73,7 +73,7 @@ def test_kernels_flag_calls_the_kernels_api(app, tmp_path, monkeypatch):
     assert seen == [(2 * 4 + 1, 4)]  # tiny: two norms per layer + the final norm, one MLP per layer
     monkeypatch.setitem(sys.modules, "trainperf.kernels", None)  # absent: a clear one-line error
     res = CliRunner().invoke(app, ["train", "--steps", "1", "--kernels", "--out", str(tmp_path / "k2")])
-    assert isinstance(res.exception, TrainperfError) and "--kernels" in str(res.exception)
+    assert isinstance(res.exception, TrainperfError) and "--fused-kernels" in str(res.exception)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -161,3 +161,24 @@ def test_torchrun_leaves_out_its_traceback_on_a_user_error(tmp_path, user_error=
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert res.returncode == 1
     assert ("Traceback" in res.stderr) != user_error, res.stderr
+
+
+@pytest.mark.parametrize("rank,launched,printed", [("0", True, False), ("0", False, True), ("1", True, True)])
+def test_worker_prints_a_user_error_once(tmp_path, monkeypatch, capsys, rank, launched, printed):
+    """Rank 0's user error is recorded for the launcher, which prints it; a worker under a torchrun of
+    one's own, and every other rank, print their error themselves."""
+    from trainperf.train import worker
+    from trainperf.train.trainer import TrainConfig
+
+    cfg = TrainConfig(model="tiny", steps=2, out=str(tmp_path), progress=False, record=False, layout="pp=2")
+    path = tmp_path / "train_config.json"
+    path.write_text(cfg.to_json())
+    monkeypatch.setenv("RANK", rank)
+    if launched:
+        monkeypatch.setenv(worker.LAUNCHER_REPORTS_ENV, "1")
+    else:
+        monkeypatch.delenv(worker.LAUNCHER_REPORTS_ENV, raising=False)
+    assert worker.main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert (f"error (rank {rank}):" in err) is printed
+    assert (tmp_path / worker.ERROR_FILE).is_file() is (rank == "0")

@@ -38,11 +38,12 @@ def launch(cfg: TrainConfig, nproc: int, max_restarts: int = 0, env: dict | None
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     path = atomic_write_text(out / "train_config.json", cfg.to_json())
-    from trainperf.train.worker import ERROR_FILE
+    from trainperf.train.worker import ERROR_FILE, LAUNCHER_REPORTS_ENV
 
     (out / ERROR_FILE).unlink(missing_ok=True)
     run_env = dict(os.environ if env is None else env)
     run_env.setdefault("OMP_NUM_THREADS", "1")
+    run_env[LAUNCHER_REPORTS_ENV] = "1"  # rank 0's user error is printed once, by the caller
     return subprocess.call(torchrun_command(path, nproc, max_restarts), env=run_env)
 
 

@@ -162,7 +162,7 @@ def _apply_kernels(model) -> None:
     try:
         from trainperf.kernels import apply
     except ImportError as e:
-        raise TrainperfError(f"--kernels: trainperf.kernels.apply is not available ({e})") from None
+        raise TrainperfError(f"--fused-kernels: trainperf.kernels.apply is not available ({e})") from None
     apply(model)
 
 

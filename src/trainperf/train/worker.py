@@ -17,16 +17,21 @@ def main(argv: list[str]) -> int:
     try:
         train(cfg)
     except TrainperfError as e:
-        print(f"error: {e}", file=sys.stderr)
-        if os.environ.get("RANK", "0") == "0":  # the launcher reports it as one line
+        rank = os.environ.get("RANK", "0")
+        if rank == "0":
             from trainperf.atomic import atomic_write_text
 
             atomic_write_text(Path(cfg.out) / ERROR_FILE, str(e))
+        # `trainperf train` prints rank 0's error itself (one line); under a torchrun of your own,
+        # every rank says its error
+        if rank != "0" or not os.environ.get(LAUNCHER_REPORTS_ENV):
+            print(f"error (rank {rank}): {e}", file=sys.stderr)
         return 2
     return 0
 
 
 ERROR_FILE = "last_error.txt"
+LAUNCHER_REPORTS_ENV = "TRAINPERF_LAUNCHER_REPORTS_ERRORS"  # set by launch.launch
 
 
 if __name__ == "__main__":  # the guard DCP's process-based async save needs
