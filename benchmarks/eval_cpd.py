@@ -167,7 +167,7 @@ def _series(data: Path) -> list[tuple[str, np.ndarray]]:
 
 GRID = {"alpha": [0.002, 0.01, 0.05], "min_effect": [0.5, 1.0], "noise_autocorr": [False, True],
         "seeded": [False, True]}
-AA_KINDS = ("normal", "t3", "bimodal", "outliers", "ar1", "quantised", "drift", "drift_t3")
+AA_KINDS = ("normal", "t3", "bimodal", "outliers", "ar1", "quantised", "drift")  # drift_t3: see docs/benchmarks.md
 
 
 def _grid() -> list[dict]:
