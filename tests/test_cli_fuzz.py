@@ -58,8 +58,6 @@ FOLDER_OUTPUTS = {("train", "--out")}
 # Wrong values still accepted by verbs this test does not own: each is a defect reported for
 # issue 14 to the verb's owner. strict=True: the day one is fixed, its entry must go.
 KNOWN_ACCEPTED = {
-    ("calibrate", "--out"): "calibrate checks --out only after measuring (plan/cli.py)",
-    ("calibrate", "--device"): "calibrate checks --device only inside the measurement (plan/cli.py)",
     ("gate", "--metric"): "gate accepts any --metric name for sample files (fleet/cli.py)",
     ("fleet", "changes", "--metric"): "fleet changes ignores --metric with --csv, unchecked (fleet/cli.py)",
     ("fleet", "localize", "--metric"): "fleet localize ignores --metric with --csv, unchecked (fleet/cli.py)",

@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import platform
+import re
 import time
 from pathlib import Path
 
 import numpy as np
 
-from trainperf.atomic import atomic_write_text
+from trainperf.atomic import atomic_write_text, ensure_dir
 from trainperf.errors import TrainperfError
 
 CPU_SHAPES = [(64, 64, 64), (128, 128, 128), (256, 256, 256), (512, 512, 512), (256, 1024, 256),
@@ -172,6 +174,35 @@ def is_rank_zero() -> bool:
     return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
 
 
+def check_device(device: str) -> None:
+    """Raise a one-line TrainperfError unless ``device`` is 'cpu', or 'cuda'/'cuda:N' with that GPU present."""
+    m = re.fullmatch(r"cuda(?::(\d+))?", device)
+    if device != "cpu" and m is None:
+        raise TrainperfError(f"--device must be cpu, cuda or cuda:N, not {device!r}")
+    if m is None:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise TrainperfError(f"--device {device}: no CUDA device is available here (use --device cpu)")
+    if m.group(1) is not None and int(m.group(1)) >= torch.cuda.device_count():
+        raise TrainperfError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+
+
+def check_out_file(path: str | Path) -> Path:
+    """Raise a one-line TrainperfError unless a file can be written at ``path`` (its folder is created)."""
+    p = Path(path)
+    if p.is_dir():
+        raise TrainperfError(f"--out {p}: is a folder; it needs a file name (e.g. {p / 'calibration.json'})")
+    try:
+        ensure_dir(p.parent)
+    except TrainperfError as e:
+        raise TrainperfError(f"--out {p}: {e}") from None
+    if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise TrainperfError(f"--out {p}: cannot write here (permission denied)")
+    return p
+
+
 def calibrate(device: str = "cpu", quick: bool = False) -> dict:
     """Return a calibration profile (JSON-able dict) measured on ``device`` ('cpu' or 'cuda[:i]').
 
@@ -179,10 +210,7 @@ def calibrate(device: str = "cpu", quick: bool = False) -> dict:
     """
     import torch
 
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise TrainperfError("--device cuda: no CUDA device is available here (use --device cpu)")
-    if device != "cpu" and not device.startswith("cuda"):
-        raise TrainperfError(f"--device must be cpu or cuda, not {device!r}")
+    check_device(device)
     device = init_distributed_from_env(device)
     if device.startswith("cuda"):
         shapes, dtype, copy_bytes = CUDA_SHAPES, torch.bfloat16, 1 << 30

@@ -169,8 +169,11 @@ def calibrate_cmd(
     """
     from rich.console import Console
 
-    from trainperf.plan.calibrate import calibrate, is_rank_zero, leave_distributed, save_profile
+    from trainperf.plan.calibrate import (calibrate, check_device, check_out_file, is_rank_zero, leave_distributed,
+                                          save_profile)
 
+    check_device(device)  # both checked before minutes of measuring
+    check_out_file(out)
     console = Console()
     with console.status(f"measuring on {device} ..."):
         prof = calibrate(device, quick)

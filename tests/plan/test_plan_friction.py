@@ -1,0 +1,38 @@
+"""Issue 14 (a newcomer's friction) in `trainperf plan` / `trainperf calibrate`: each answered in one line."""
+
+from unittest import mock
+
+import pytest
+
+from trainperf.cli import main
+
+
+def _run(args, capsys) -> tuple[int, str]:
+    """Run the CLI as the `trainperf` script does; return (exit code, stdout + stderr)."""
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    cap = capsys.readouterr()
+    return e.value.code, cap.out + cap.err
+
+
+def _measure_never(*a, **k):  # calibrate must refuse before it measures
+    raise AssertionError("measured before checking the arguments")
+
+
+@pytest.mark.parametrize("bad", ["folder", "file_parent"])
+def test_calibrate_refuses_unusable_out_before_measuring(tmp_path, bad, capsys):
+    blocker = tmp_path / "f.txt"
+    blocker.write_text("x")
+    out = tmp_path if bad == "folder" else blocker / "cal.json"
+    with mock.patch("trainperf.plan.calibrate.calibrate", _measure_never):
+        code, text = _run(["calibrate", "--quick", "--out", str(out)], capsys)
+    assert code == 2, text
+    assert "Traceback" not in text and f"--out {out}" in text
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:x", "cuda:99"])
+def test_calibrate_refuses_unknown_device_before_measuring(tmp_path, device, capsys):
+    with mock.patch("trainperf.plan.calibrate.calibrate", _measure_never):
+        code, text = _run(["calibrate", "--quick", "--device", device, "--out", str(tmp_path / "c.json")], capsys)
+    assert code == 2, text
+    assert "--device" in text and "Traceback" not in text
