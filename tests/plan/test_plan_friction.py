@@ -36,3 +36,25 @@ def test_calibrate_refuses_unknown_device_before_measuring(tmp_path, device, cap
         code, text = _run(["calibrate", "--quick", "--device", device, "--out", str(tmp_path / "c.json")], capsys)
     assert code == 2, text
     assert "--device" in text and "Traceback" not in text
+
+
+@pytest.mark.parametrize("gpu", ["a100", "v100", "mi250x"])
+def test_fp8_on_accelerator_without_fp8_is_refused(gpu, capsys):
+    from trainperf.hardware import catalog
+
+    code, text = _run(["plan", "--model", "llama3-8b", "--gpu", gpu, "--precision", "fp8", "--top", "1"], capsys)
+    if gpu == "v100" and "v100" not in {n.split("-")[0] for n in catalog()}:
+        assert code == 2 and "v100" in text.lower()  # not in the catalog at all: the catalog error
+        return
+    assert code == 2, text
+    lines = text.strip().splitlines()
+    assert len(lines) == 1 and "fp8" in lines[0] and gpu in lines[0]
+    with_fp8 = [n for n, a in catalog().items() if a.fp8_tflops]
+    assert with_fp8 and all(n in lines[0] for n in with_fp8)
+    assert not any(n in lines[0] for n, a in catalog().items() if not a.fp8_tflops and n.split("-")[0] != gpu)
+
+
+def test_fp8_on_accelerator_with_fp8_runs(capsys):
+    code, text = _run(["plan", "--model", "llama3-8b", "--gpu", "h100", "--precision", "fp8", "--top", "1", "--json"],
+                      capsys)
+    assert code == 0, text

@@ -50,7 +50,19 @@ def _setup(req: PlanRequest) -> tuple[ModelSpec, Cluster]:
     m = load_model(req.model, req.seq)
     cluster = make_cluster(req.gpu, req.n_gpus, req.gpus_per_node, usd_per_gpu_hour=req.usd_per_hour,
                            power_cap_w=req.power_cap_w, nic_gbit_per_gpu=req.nic_gbit_per_gpu, fabric=req.fabric)
+    check_precision(cluster.accelerator, req.precision)
     return m, cluster
+
+
+def check_precision(acc, precision: str) -> None:
+    """Raise a one-line TrainperfError when ``precision`` is fp8 and the accelerator ``acc`` has no fp8 peak."""
+    from trainperf.hardware import catalog
+
+    if precision != "fp8" or acc.fp8_tflops:
+        return
+    with_fp8 = ", ".join(name for name, a in catalog().items() if a.fp8_tflops)
+    raise TrainperfError(f"--precision fp8: {acc.name} has no fp8 tensor cores in the catalog; "
+                         f"use --precision bf16, or one of {with_fp8}")
 
 
 def run_search(req: PlanRequest) -> SearchResult:
