@@ -97,3 +97,18 @@ def test_gate_cli_exit_codes(tmp_path):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     r = _cli("gate", "--baseline", base)
     assert r.returncode == 2
+
+
+def test_interval_wider_than_min_effect_is_inconclusive_not_no_change():
+    # hand-built: a +1% shift with 1% noise, 12 vs 12 samples. The test cannot reach alpha, and
+    # the 95% interval of the Hodges-Lehmann ratio (checked below) reaches past +2%: a change of
+    # the minimum effect is not ruled out, so the verdict is "inconclusive", not "no change".
+    rng = np.random.default_rng(3)
+    a = 1.0 + 0.01 * rng.standard_normal(12)
+    b = 1.01 * (1.0 + 0.01 * rng.standard_normal(12))
+    eff, lo, hi = hodges_lehmann_ratio(a, b)
+    assert hi > 0.02 or lo < -0.02
+    r = compare(a, b, min_effect=0.02)
+    assert r.verdict == "inconclusive" and "allows" in r.reason and r.exit_code == 0
+    # the interval inside ±min_effect: "no change"
+    assert compare(a, b, min_effect=0.10).verdict == "no change"

@@ -8,9 +8,10 @@ confidence interval (Mann-Whitney inversion). Verdict:
 - regression / improvement: p < alpha and the effect, in the bad / good direction, is at
   least ``min_effect`` (a statistically real 0.1% change does not block a pull request);
 - no change: otherwise, when the confidence interval rules out a change of ``min_effect``
-  (or when the test had the samples to reach alpha and did not);
+  either way;
 - inconclusive: too few samples (the smallest attainable p-value is not below alpha, or
-  fewer than 3 a side), or the interval still allows a change of ``min_effect``.
+  fewer than 3 a side), or the interval still allows a change of ``min_effect`` or more
+  (significant or not: "no change" is said only when the interval excludes it).
 """
 
 from __future__ import annotations
@@ -107,14 +108,14 @@ def compare(baseline, candidate, metric: str = "step_time", min_effect: float = 
         verdict = "regression" if worse else "improvement"
         reason = f"{'worse' if worse else 'better'} by {abs(eff):.2%} (p = {p:.2g} < {alpha})"
     elif hi < min_effect and lo > -min_effect:
-        verdict, reason = "no change", f"the {1 - ci_alpha:.0%} interval excludes a ±{min_effect:.1%} change"
-    elif p >= alpha and (hi - lo) < 2 * min_effect:
-        verdict, reason = "no change", f"not significant (p = {p:.2g}) and the interval is narrower than ±{min_effect:.1%}"
-    elif p < alpha:
-        verdict, reason = "no change", f"significant but {abs(eff):.2%} is below the {min_effect:.1%} threshold"
+        verdict = "no change"
+        reason = (f"significant but {abs(eff):.2%} is below the {min_effect:.1%} threshold, and the "
+                  if p < alpha else f"not significant (p = {p:.2g}), and the ")
+        reason += f"{1 - ci_alpha:.0%} interval excludes a ±{min_effect:.1%} change"
     else:
         verdict = "inconclusive"
-        reason = f"not significant (p = {p:.2g}) but the interval [{lo:+.2%}, {hi:+.2%}] allows a ±{min_effect:.1%} change"
+        reason = (f"{'significant' if p < alpha else 'not significant'} (p = {p:.2g}) but the {1 - ci_alpha:.0%} "
+                  f"interval [{lo:+.2%}, {hi:+.2%}] allows a change of ±{min_effect:.1%} or more")
     return GateResult(verdict=verdict, baseline_median=med_a, candidate_median=med_b, effect=eff, effect_ci=(lo, hi),
                       p_value=p, reason=reason, **common)
 
