@@ -58,3 +58,26 @@ def test_fp8_on_accelerator_with_fp8_runs(capsys):
     code, text = _run(["plan", "--model", "llama3-8b", "--gpu", "h100", "--precision", "fp8", "--top", "1", "--json"],
                       capsys)
     assert code == 0, text
+
+
+def test_objective_cost_shows_dollars(capsys):
+    import json
+    import re
+
+    args = ["plan", "--model", "llama3-8b", "--gpus", "16", "--objective", "cost", "--top", "3", "--usd-per-hour", "2.5"]
+    code, text = _run(args + ["--json"], capsys)
+    assert code == 0, text
+    lay = json.loads(text)["layouts"]
+    code, table = _run(args, capsys)
+    assert code == 0, table
+    assert "$/step" in table and "$/M tok" in table
+    rows = [ln for ln in table.splitlines() if re.match(r"^│ \d ", ln)]
+    assert len(rows) == 3
+    for row, d in zip(rows, lay):
+        cells = [c.strip() for c in row.strip("│").split("│")]
+        # hand-worked: GPU-seconds of one step times the price; price over the GPU's tokens per second
+        usd_step = d["step_time_s"] * d["n_gpus"] * 2.5 / 3600
+        usd_mtok = 2.5 / 3600 / d["tokens_per_s_per_gpu"] * 1e6
+        assert float(cells[3]) == pytest.approx(usd_step, rel=1e-3)
+        assert float(cells[4]) == pytest.approx(usd_mtok, rel=1e-3)
+        assert d["usd_per_million_tokens"] == pytest.approx(usd_mtok, rel=1e-9)

@@ -109,12 +109,20 @@ def cluster_json(cluster: Cluster) -> dict:
             "fabric": cluster.fabric, "power_cap_w": cluster.power_cap_w, "clock_scale": cluster.clock_scale}
 
 
+def step_cost(est: Estimate, n_gpus: int, usd_per_gpu_hour: float) -> tuple[float, float]:
+    """Return ($ per training step, $ per million tokens) of ``est`` on ``n_gpus`` GPUs (via compare.train_cost)."""
+    _, usd_per_gpu_step, _, usd_per_mtok = train_cost(est, 1, est.tokens_per_s_per_gpu * est.step_time_s,
+                                                      usd_per_gpu_hour, 0.0, 1.0)
+    return usd_per_gpu_step * n_gpus, usd_per_mtok
+
+
 def search_json(res: SearchResult, req: PlanRequest) -> dict:
     """Return the JSON object of a search: the request, the space covered and the ranked layouts."""
     layouts = []
     for e, used in zip(res.best, res.extra.get("n_gpus_used", [])):
         d = e.to_dict()
         d["n_gpus"] = used
+        d["usd_per_step"], d["usd_per_million_tokens"] = step_cost(e, used, res.usd_per_gpu_hour)
         if req.tokens:
             hours, usd, kwh, per_m = train_cost(e, used, req.tokens, res.usd_per_gpu_hour,
                                                 res.cluster.accelerator.tdp_w, Software().pue)
@@ -123,7 +131,7 @@ def search_json(res: SearchResult, req: PlanRequest) -> dict:
     out = {"model": res.model.name, "gpu": res.cluster.accelerator.name, "n_gpus": res.cluster.n_gpus,
            "seq_len": res.model.seq_len, "global_batch": res.global_batch, "objective": res.objective,
            "n_candidates": res.n_candidates, "n_fit": res.n_fit, "search_time_s": res.elapsed_s,
-           "efficiency_source": res.efficiency_source, "stack": res.stack, "cluster": cluster_json(res.cluster),
+           "usd_per_gpu_hour": res.usd_per_gpu_hour, "efficiency_source": res.efficiency_source, "stack": res.stack, "cluster": cluster_json(res.cluster),
            "layouts": layouts}
     out.update({k: layouts[0][k] for k in ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gib_per_gpu",
                                             "fits", "breakdown", "layout")})

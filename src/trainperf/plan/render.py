@@ -6,6 +6,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from trainperf.plan.api import step_cost
 from trainperf.plan.compare import HardwareOption
 from trainperf.plan.estimate import TERMS, Estimate
 from trainperf.plan.search import SearchResult
@@ -41,18 +42,28 @@ def search_table(res: SearchResult) -> Table:
     title = (f"{res.model.name} on {res.cluster.n_gpus} x {res.cluster.accelerator.name}, seq {res.model.seq_len}, "
              f"global batch {res.global_batch} ({res.global_batch * res.model.seq_len / 1e6:.2f} M tokens), "
              f"stack {res.stack}")
+    cost = res.objective == "cost"
+    if cost:
+        title += f", ${res.usd_per_gpu_hour:.2f} per GPU-hour (--usd-per-hour)"
     t = Table(title=title, title_justify="left")
-    for col, just in (("#", "right"), ("layout", "left"), ("step s", "right"), ("tok/s/GPU", "right"),
-                      ("MFU", "right"), ("mem GiB", "right"), ("dominant overhead", "left")):
+    cols = [("#", "right"), ("layout", "left"), ("step s", "right"), ("tok/s/GPU", "right"),
+            ("MFU", "right"), ("mem GiB", "right"), ("dominant overhead", "left")]
+    if cost:
+        cols[3:3] = [("$/step", "right"), ("$/M tok", "right")]
+    for col, just in cols:
         t.add_column(col, justify=just)
     used = res.extra.get("n_gpus_used", [])
     for i, e in enumerate(res.best, 1):
-        label = short_layout(e)
-        if used and used[i - 1] != res.cluster.n_gpus:
-            label += f" ({used[i - 1]} GPUs)"
-        t.add_row(str(i), label, f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}", f"{e.mfu:.1%}",
-                  f"{e.memory_gib_per_gpu:.1f}", overhead_label(e))
+        n = used[i - 1] if used else res.cluster.n_gpus
+        label = short_layout(e) + (f" ({n} GPUs)" if n != res.cluster.n_gpus else "")
+        row = [str(i), label, f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}", f"{e.mfu:.1%}",
+               f"{e.memory_gib_per_gpu:.1f}", overhead_label(e)]
+        if cost:
+            usd_step, usd_mtok = step_cost(e, n, res.usd_per_gpu_hour)
+            row[3:3] = [f"{usd_step:.4g}", f"{usd_mtok:.4g}"]
+        t.add_row(*row)
     return t
+
 
 
 def breakdown_table(est: Estimate) -> Table:
