@@ -81,3 +81,25 @@ def test_objective_cost_shows_dollars(capsys):
         assert float(cells[3]) == pytest.approx(usd_step, rel=1e-3)
         assert float(cells[4]) == pytest.approx(usd_mtok, rel=1e-3)
         assert d["usd_per_million_tokens"] == pytest.approx(usd_mtok, rel=1e-9)
+
+
+def test_layout_that_does_not_fit_says_why(capsys):
+    import json
+
+    from trainperf.specs import MODEL_PRESETS, param_count
+
+    args = ["plan", "--model", "llama3-70b", "--gpus", "8", "--layout", "tp=8,pp=1,zero=1"]
+    code, text = _run(args + ["--json"], capsys)
+    assert code == 0, text
+    d = json.loads(text)
+    assert d["fits"] is False
+    terms = d["memory_terms_bytes"]
+    # hand-worked: Adam keeps 12 bytes (fp32 master, m, v) per parameter; tp=8, dp=1 splits them 8 ways
+    assert terms["optimizer state"] == pytest.approx(12 * param_count(MODEL_PRESETS["llama3-70b"]) / 8, rel=0.01)
+    assert terms["weights"] == pytest.approx(terms["optimizer state"] / 6, rel=1e-9)
+    assert all(v > 0 for v in terms.values())
+    assert sum(terms.values()) / 2**30 == pytest.approx(d["memory_gib_per_gpu"], rel=1e-9)
+    code, table = _run(args, capsys)
+    line = " ".join(table.split())
+    need = f"needs {d['memory_gib_per_gpu']:.1f} GiB of {d['hbm_gib_per_gpu']:.1f} GiB"
+    assert need in line and line.index("optimizer state") < line.index("weights")

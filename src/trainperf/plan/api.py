@@ -88,6 +88,9 @@ def run_layout(req: PlanRequest, layout_text: str) -> tuple[Estimate, dict]:
         hours, usd, kwh, per_m = train_cost(est, cluster.n_gpus, req.tokens, cluster.usd_per_gpu_hour,
                                             cluster.accelerator.tdp_w, sw.pue)
         extra.update(tokens=req.tokens, train_hours=hours, usd=usd, kwh=kwh, usd_per_million_tokens=per_m, pue=sw.pue)
+    if not est.fits:
+        extra["memory_terms_bytes"] = memory_terms(m, est, sw)
+        extra["why_not_fit"] = why_not_fit(extra["memory_terms_bytes"], est.hbm_bytes)
     return est, extra
 
 
@@ -107,6 +110,44 @@ def cluster_json(cluster: Cluster) -> dict:
     return {"gpus_per_node": cluster.gpus_per_node, "scaleup_gbps": cluster.scaleup_gbps,
             "scaleup_domain": cluster.scaleup_domain, "scaleout_gbps": cluster.scaleout_gbps,
             "fabric": cluster.fabric, "power_cap_w": cluster.power_cap_w, "clock_scale": cluster.clock_scale}
+
+
+def memory_terms(m: ModelSpec, est: Estimate, sw: Software) -> dict[str, float]:
+    """Return the peak-memory terms (bytes) of one layout's fullest stage; they sum to est.memory_bytes_per_gpu.
+
+    Model state is split with plan/memory.py's own constants; the rest of its peak is the
+    activations (with buffers and fragmentation) and the reserved margin.
+    """
+    import numpy as np
+
+    from trainperf.plan import memory as mem
+    from trainperf.specs import LayoutArrays
+
+    lay = LayoutArrays.of(est.layout)
+    gb = float(sw.grad_reduce_bytes)  # as estimate_arrays passes it to memory.memory_bytes
+    zero, dp = int(np.asarray(lay.zero)), float(np.asarray(lay.dp) * np.asarray(lay.cp))
+    edp = float(mem.expert_dp(lay))
+    p_first, p_last = (float(x) for x in mem.stage_params(m, lay.tp, lay.pp, lay.vpp))
+    p_exp = float(mem.stage_expert_params(m, lay.pp, lay.vpp, lay.ep, lay.etp))
+    total = est.memory_bytes_per_gpu
+    state = {}
+    for p in (p_first, p_last):  # the stage whose state is larger is the one the peak is measured on
+        w = mem.WEIGHT_BYTES * (p / (dp if zero >= 3 else 1) + p_exp / (edp if zero >= 3 else 1))
+        g = gb * (p / (dp if zero >= 2 else 1) + p_exp / (edp if zero >= 2 else 1))
+        o = mem.OPTIMIZER_BYTES * (p / (dp if zero >= 1 else 1) + p_exp / (edp if zero >= 1 else 1))
+        if w + g + o > sum(state.values()):
+            state = {"weights": w, "gradients": g, "optimizer state": o}
+    rest = total - sum(state.values()) - mem.RESERVED_BYTES
+    return dict(state, **{"activations and buffers": rest, "reserved (CUDA context, NCCL, workspaces)":
+                          mem.RESERVED_BYTES})
+
+
+def why_not_fit(terms: dict[str, float], hbm_bytes: float) -> str:
+    """Return 'needs X GiB of Y GiB (Z GiB over): largest term first' for a layout that does not fit."""
+    total = sum(terms.values())
+    parts = ", ".join(f"{k} {v / 2**30:.1f} GiB" for k, v in sorted(terms.items(), key=lambda kv: -kv[1]))
+    return (f"needs {total / 2**30:.1f} GiB of {hbm_bytes / 2**30:.1f} GiB ({(total - hbm_bytes) / 2**30:.1f} GiB over): "
+            f"{parts}")
 
 
 def step_cost(est: Estimate, n_gpus: int, usd_per_gpu_hour: float) -> tuple[float, float]:

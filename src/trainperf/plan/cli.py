@@ -104,6 +104,8 @@ def plan(
             console.print(f"step {est.step_time_s:.3f} s, {est.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, MFU {est.mfu:.1%} "
                           f"(HFU {est.hfu:.1%}), memory {est.memory_gib_per_gpu:.1f} of {est.hbm_bytes / 2**30:.1f} GiB: "
                           f"{fits}; dominant overhead {render.overhead_label(est)}; stack {est.stack}")
+            if "why_not_fit" in extra:
+                console.print(f"[red]does NOT fit[/]: {extra['why_not_fit']}")
             if "train_hours" in extra:
                 console.print(f"{extra['tokens']:.3g} tokens: {extra['train_hours'] / 24:,.1f} days, "
                               f"${extra['usd']:,.0f}, {extra['kwh']:,.0f} kWh")
