@@ -58,14 +58,11 @@ FOLDER_OUTPUTS = {("train", "--out")}
 # Wrong values still accepted by verbs this test does not own: each is a defect reported for
 # issue 14 to the verb's owner. strict=True: the day one is fixed, its entry must go.
 KNOWN_ACCEPTED = {
-    ("gate", "--metric"): "gate accepts any --metric name for sample files (fleet/cli.py)",
-    ("fleet", "changes", "--metric"): "fleet changes ignores --metric with --csv, unchecked (fleet/cli.py)",
-    ("fleet", "localize", "--metric"): "fleet localize ignores --metric with --csv, unchecked (fleet/cli.py)",
 }
 # Numeric options that declare no range yet (issue 14: "every numeric option validated by its
 # range"); strict: the day an owner adds min=/max=, its entry must go.
 NO_RANGE_YET = {
-    ("diagnose", "--rank"): "diagnose", ("gate", "--alpha"): "fleet", ("fleet", "changes", "--min-effect"): "fleet",
+    ("diagnose", "--rank"): "diagnose",
     ("compare", "--target-loss"): "compare",
 }
 EXAMPLES_WRONG = 25  # most are refused while parsing (~1 ms each)

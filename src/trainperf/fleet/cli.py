@@ -62,8 +62,11 @@ def _run_metric_column(metric: str) -> str:
 
     col = STORE_METRICS.get(metric, metric)
     if col not in ("step_time_s", "tokens_per_s", "mfu", "mem_peak_bytes", "goodput"):
-        raise TrainperfError(f"metric {metric!r}: use step_time, tokens_per_s, mfu, mem_peak_bytes or goodput")
+        raise TrainperfError(f"--metric {metric!r}: unknown; use one of {', '.join(FLEET_METRICS)}")
     return col
+
+
+FLEET_METRICS = ("step_time", "step_time_s", "tokens_per_s", "mfu", "mem_peak_bytes", "goodput")
 
 
 def _store_series(store, job, host, metric):
@@ -96,13 +99,15 @@ def changes(csv: str = typer.Option(None, "--csv", help="CSV file with the serie
             min_size: int = typer.Option(5, "--min-size", min=2, help="Fewest points per segment."),
             alpha: float = typer.Option(0.01, "--alpha", min=0.0, max=1.0, help="Significance level of the rank test."),
             min_rel_change: str = typer.Option("0", "--min-rel-change", help="Smallest relative shift, e.g. 2%."),
-            min_effect: float = typer.Option(1.0, "--min-effect", help="Smallest shift in units of point-to-point noise."),
+            min_effect: float = typer.Option(1.0, "--min-effect", min=0.0,
+                                             help="Smallest shift in units of point-to-point noise."),
             html: str = typer.Option(None, "--html", help="Also write a self-contained HTML report here."),
             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Find change points (0-based indices where a new segment starts) with magnitudes and confidence."""
     from trainperf.errors import TrainperfError
     from trainperf.fleet.changepoints import ChangeOptions, detect_changes
 
+    _run_metric_column(metric)  # an unknown --metric is refused with --csv too (there it names nothing)
     if csv is not None:
         if not column:
             raise TrainperfError("--csv needs --column NAME")
@@ -197,10 +202,14 @@ def localize_cmd(csv: str = typer.Option(None, "--csv", help="CSV: one row per l
     from trainperf.fleet.localize import localize_rows, read_csv_columns
 
     attr_list = [a.strip() for a in attrs.split(",")] if attrs else None
+    _run_metric_column(metric)  # an unknown --metric is refused with --csv too (there it names nothing)
     if csv is not None:
         if not time_col or not measure:
             raise TrainperfError("--csv needs --time-col and --measure")
         cols = read_csv_columns(csv)
+        unknown = [c for c in (attr_list or []) if c not in cols]
+        if unknown:
+            raise TrainperfError(f"{csv}: --attrs {unknown[0]!r}: no such column (columns: {', '.join(cols)})")
         kw = {}
         if at is not None:
             kw = {"at": at, "history": history or None}
@@ -243,15 +252,17 @@ def gate(baseline: str = typer.Option(..., "--baseline", help="Run id, folder or
          candidate: str = typer.Option(..., "--candidate", help="Run id, folder or file (one number per line)."),
          metric: str = typer.Option("step_time", "--metric", help="Metric (lower is better unless a throughput/MFU)."),
          min_effect: str = typer.Option("2%", "--min-effect", help="Smallest change that counts, e.g. 2%."),
-         alpha: float = typer.Option(0.005, "--alpha", help="Significance level of the Mann-Whitney U test."),
+         alpha: float = typer.Option(0.005, "--alpha", min=0.0, max=1.0,
+                                     help="Significance level of the Mann-Whitney U test, strictly between 0 and 1."),
          store: str = typer.Option(None, "--store", help=STORE_HELP),
          as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """CI gate: regression / improvement / no change / inconclusive. Exit 0 pass, 1 regression, 2 usage error."""
     from trainperf.errors import TrainperfError
-    from trainperf.fleet.gate import compare, load_samples
+    from trainperf.fleet.gate import check_metric, compare, load_samples
 
     if not 0 < alpha < 1:
-        raise TrainperfError(f"--alpha {alpha}: must be between 0 and 1")
+        raise TrainperfError(f"--alpha {alpha}: must be strictly between 0 and 1")
+    check_metric(metric)
     eff = parse_fraction(min_effect, "--min-effect")
     with store_warnings():
         a = load_samples(baseline, metric, store)

@@ -157,6 +157,15 @@ def read_sample_file(path: str | Path) -> np.ndarray:
 STORE_METRICS = {"step_time": "step_time_s", "step_time_s": "step_time_s", "tokens_per_s": "tokens_per_s",
                  "mfu": "mfu", "goodput": "goodput", "mem_peak_bytes": "mem_peak_bytes", "loss": "loss",
                  "data_wait_s": "data_wait_s"}
+# every name --metric accepts: the run metrics, and the throughput-like names of sample files
+GATE_METRICS = tuple(sorted(set(STORE_METRICS) | HIGHER_IS_BETTER))
+
+
+def check_metric(metric: str, known=GATE_METRICS) -> str:
+    """Return ``metric`` when it is one of ``known``; else raise a one-line TrainperfError listing them."""
+    if metric not in known:
+        raise TrainperfError(f"--metric {metric!r}: unknown; use one of {', '.join(known)}")
+    return metric
 
 
 def run_samples(run, metric: str) -> np.ndarray:

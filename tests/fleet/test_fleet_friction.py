@@ -1,0 +1,80 @@
+"""Issue 14 friction in `gate` and `fleet`: unknown names and out-of-range numbers are one line, exit 2."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import pytest
+
+from trainperf.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "src/trainperf/fleet/examples"
+BASE = str(EXAMPLES / "baseline_step_times.txt")
+SERIES = ["--csv", str(EXAMPLES / "step_times.csv"), "--column", "step_time_s"]
+
+
+def _run(*argv):
+    """Run the CLI in-process; return (exit code, stdout, stderr lines)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(list(argv))
+            code = 0
+        except SystemExit as e:
+            code = e.code
+    return code, out.getvalue(), [ln for ln in err.getvalue().splitlines() if ln.strip()]
+
+
+def _one_line(argv, *needles):
+    code, _, err = _run(*argv)
+    assert code == 2 and len(err) == 1 and err[0].startswith("error:"), (argv, code, err)
+    for n in needles:
+        assert n in err[0], (n, err[0])
+    return err[0]
+
+
+@pytest.fixture()
+def fleet_csv(tmp_path):
+    f = tmp_path / "fleet.csv"
+    f.write_text("period,host,step_time_s\n" + "".join(
+        f"{t},node{h},{1.0 + (0.3 if t >= 3 and h == 1 else 0.0)}\n" for t in range(5) for h in range(3)))
+    return str(f)
+
+
+def test_unknown_metric_is_refused_listing_the_known_ones(fleet_csv):
+    _one_line(["gate", "--baseline", BASE, "--candidate", BASE, "--metric", "bogus"], "'bogus'", "step_time",
+              "tokens_per_s")
+    _one_line(["fleet", "changes", *SERIES, "--metric", "bogus"], "'bogus'", "step_time", "goodput")
+    loc = ["fleet", "localize", "--csv", fleet_csv, "--time-col", "period", "--measure", "step_time_s", "--at", "3"]
+    _one_line([*loc, "--metric", "bogus"], "'bogus'", "mfu")
+    _one_line([*loc, "--attrs", "rack"], "'rack'", "host")  # an unknown column: the columns listed
+    _one_line(["fleet", "changes", "--csv", SERIES[1], "--column", "nope"], "'nope'", "step_time_s")
+    # the known names still work
+    assert _run("gate", "--baseline", BASE, "--candidate", BASE, "--metric", "tokens_per_s")[0] == 0
+    assert _run("fleet", "changes", *SERIES, "--metric", "mfu", "--json")[0] == 0
+
+
+@pytest.mark.parametrize("value", ["0", "1", "2", "-0.5"])
+def test_gate_alpha_range(value):
+    _one_line(["gate", "--baseline", BASE, "--candidate", BASE, "--alpha", value], "--alpha")
+
+
+def test_fleet_changes_min_effect_range():
+    _one_line(["fleet", "changes", *SERIES, "--min-effect", "-1"], "--min-effect")
+    assert _run("fleet", "changes", *SERIES, "--min-effect", "0", "--json")[0] == 0
+
+
+def _option(path, name):
+    from trainperf.cli import click_command
+
+    cmd = click_command()
+    for part in path:
+        cmd = cmd.commands[part]
+    return next(p for p in cmd.params if name in p.opts)
+
+
+def test_ranges_are_declared_so_help_shows_them():
+    assert (_option(("gate",), "--alpha").min, _option(("gate",), "--alpha").max) == (0.0, 1.0)
+    assert _option(("fleet", "changes"), "--min-effect").min == 0.0
