@@ -78,3 +78,13 @@ def _option(path, name):
 def test_ranges_are_declared_so_help_shows_them():
     assert (_option(("gate",), "--alpha").min, _option(("gate",), "--alpha").max) == (0.0, 1.0)
     assert _option(("fleet", "changes"), "--min-effect").min == 0.0
+
+
+def test_fleet_tree_filters_by_code_version_apart_from_trainperf_version(tmp_path):
+    from trainperf.store import RunRecord, StepSample, write_run
+
+    store = str(tmp_path / "store")
+    write_run(RunRecord(run_id="r1", job="j", host="h", started_at=1.79e9, git_sha="a1b2c3", gpu_model="H100",
+                        world_size=1, samples=[StepSample(step=s, step_time_s=1.0) for s in range(3)]), store)
+    _one_line(["fleet", "tree", "--store", store, "--code-version", "zz"], "no training runs matching version 'zz'")
+    _one_line(["fleet", "tree", "--store", store, "--version", "a1b2"], "--version")  # no longer the filter

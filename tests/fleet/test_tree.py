@@ -212,7 +212,7 @@ def test_cli_over_a_store(tmp_path):
     assert [e["factor"] for e in out["explain"]][1] == "checkpoint"
     page = (tmp_path / "t.html").read_text()
     assert "<svg" in page and "<script" not in page and "tree-02-gpu-node-1-llama-pretrain" in page
-    res = run(app, ["fleet", "tree", "--store", str(tmp_path), "--host", "gpu-node-1", "--version", "a1b2c3",
+    res = run(app, ["fleet", "tree", "--store", str(tmp_path), "--host", "gpu-node-1", "--code-version", "a1b2c3",
                     "--factor", "checkpoint"])
     assert res.exit_code == 0 and "checkpoint stalls" in res.output
     assert "tree-02-gpu-node-1-llama-pretrain" in res.output

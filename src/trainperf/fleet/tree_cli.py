@@ -11,8 +11,8 @@ def tree_cmd(store: str = typer.Option(None, "--store", help=STORE_HELP),
              since: str = typer.Option(None, "--since", help="Only runs started since: unix s, ISO date or age (7d)."),
              job: str = typer.Option(None, "--job", help="Only runs of this job."),
              host: str = typer.Option(None, "--host", help="Only runs on this host."),
-             version: str = typer.Option(None, "--version", help="Only runs of this git sha (prefix), torch, CUDA, "
-                                                                 "NCCL or driver version."),
+             version: str = typer.Option(None, "--code-version", help="Only runs of this git sha (prefix), torch, "
+                                                                      "CUDA, NCCL or driver version."),
              usd_per_hour: float = typer.Option(None, "--usd-per-hour", min=0.0,
                                                 help="USD per GPU-hour (default: each GPU's catalog price)."),
              explain: bool = typer.Option(False, "--explain", help="Name where the largest loss sits (by job, host, "
