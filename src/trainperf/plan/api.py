@@ -126,15 +126,13 @@ def memory_terms(m: ModelSpec, est: Estimate, sw: Software) -> dict[str, float]:
     lay = LayoutArrays.of(est.layout)
     gb = float(sw.grad_reduce_bytes)  # as estimate_arrays passes it to memory.memory_bytes
     zero, dp = int(np.asarray(lay.zero)), float(np.asarray(lay.dp) * np.asarray(lay.cp))
-    edp = float(mem.expert_dp(lay))
     p_first, p_last = (float(x) for x in mem.stage_params(m, lay.tp, lay.pp, lay.vpp))
     p_exp = float(mem.stage_expert_params(m, lay.pp, lay.vpp, lay.ep, lay.etp))
+    experts = mem.model_state_terms(p_exp, float(mem.expert_dp(lay)), zero, gb)
     total = est.memory_bytes_per_gpu
     state = {}
     for p in (p_first, p_last):  # the stage whose state is larger is the one the peak is measured on
-        w = mem.WEIGHT_BYTES * (p / (dp if zero >= 3 else 1) + p_exp / (edp if zero >= 3 else 1))
-        g = gb * (p / (dp if zero >= 2 else 1) + p_exp / (edp if zero >= 2 else 1))
-        o = mem.OPTIMIZER_BYTES * (p / (dp if zero >= 1 else 1) + p_exp / (edp if zero >= 1 else 1))
+        w, g, o = (float(a + b) for a, b in zip(mem.model_state_terms(p, dp, zero, gb), experts))
         if w + g + o > sum(state.values()):
             state = {"weights": w, "gradients": g, "optimizer state": o}
     rest = total - sum(state.values()) - mem.RESERVED_BYTES

@@ -129,14 +129,19 @@ def expert_dp(lay: LayoutArrays):
     return np.maximum(f(lay.tp) * f(lay.cp) * f(lay.dp) / (f(lay.ep) * f(lay.etp)), 1.0)
 
 
-def model_state_bytes(params, dp, zero, grad_bytes: float = 2.0):
-    """Return bytes of weights + gradients + optimizer states for ``params`` on one GPU."""
+def model_state_terms(params, dp, zero, grad_bytes: float = 2.0):
+    """Return (weights, gradients, optimizer states) bytes for ``params`` on one GPU under ZeRO ``zero``."""
     dp = np.asarray(dp, dtype=float)
     zero = np.asarray(zero)
     w = WEIGHT_BYTES * params / np.where(zero >= 3, dp, 1.0)
     g = grad_bytes * params / np.where(zero >= 2, dp, 1.0)
     o = OPTIMIZER_BYTES * params / np.where(zero >= 1, dp, 1.0)
-    return w + g + o
+    return w, g, o
+
+
+def model_state_bytes(params, dp, zero, grad_bytes: float = 2.0):
+    """Return bytes of weights + gradients + optimizer states for ``params`` on one GPU."""
+    return sum(model_state_terms(params, dp, zero, grad_bytes))
 
 
 def memory_bytes(m: ModelSpec, lay: LayoutArrays, flash=True, dropout=False, grad_bytes: float = 2.0):
