@@ -88,3 +88,43 @@ def test_fleet_tree_filters_by_code_version_apart_from_trainperf_version(tmp_pat
                         world_size=1, samples=[StepSample(step=s, step_time_s=1.0) for s in range(3)]), store)
     _one_line(["fleet", "tree", "--store", store, "--code-version", "zz"], "no training runs matching version 'zz'")
     _one_line(["fleet", "tree", "--store", store, "--version", "a1b2"], "--version")  # no longer the filter
+
+
+def _run_folder(path: Path, step_times) -> None:
+    """A run folder as `trainperf train` writes it (metrics.jsonl, events.jsonl, run.json)."""
+    import json
+
+    path.mkdir(parents=True)
+    t, lines = 1000.0, []
+    for i, s in enumerate(step_times, 1):
+        t += s
+        lines.append(json.dumps({"step": i, "attempt": 0, "loss": 4.0 / i ** 0.5, "step_time_s": s, "tokens": 256,
+                                 "tokens_per_s": 256 / s, "mfu": 0.3, "mem_peak_bytes": 1e9, "t_end": t}))
+    (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    (path / "events.jsonl").write_text(json.dumps({"kind": "attempt_start", "attempt": 0, "t": 999.0}) + "\n")
+    (path / "run.json").write_text(json.dumps({"world_size": 1}))
+    (path / "traces").mkdir()
+    (path / "traces" / "rank0.json").write_text("{}")
+
+
+def test_gate_on_run_folders(tmp_path):
+    import json
+
+    from trainperf.fleet.gate import load_samples
+
+    # 4 warm-up steps at 1.0 s, then 40 steady steps of 0.10 s (+-1%): the steady steps are the samples
+    steady = [0.10 * (1 + 0.01 * ((i % 3) - 1)) for i in range(40)]
+    _run_folder(tmp_path / "a", [1.0] * 4 + steady)
+    _run_folder(tmp_path / "b", [1.0] * 4 + [0.8 * s for s in steady])
+    assert sorted(load_samples(str(tmp_path / "a"))) == pytest.approx(sorted(steady))
+    assert load_samples(str(tmp_path / "a"), "tokens_per_s") == pytest.approx([256 / s for s in steady])
+    code, out, err = _run("gate", "--baseline", str(tmp_path / "a"), "--candidate", str(tmp_path / "b"), "--json")
+    res = json.loads(out)
+    assert code == 0 and res["verdict"] == "improvement" and res["n_baseline"] == 40, err
+    assert res["effect"] == pytest.approx(-0.2, abs=0.005)  # 0.8x the step time, hand-built
+    # a folder that is not a run: its traces/, or the folder above the runs
+    for wrong in (tmp_path / "a" / "traces", tmp_path):
+        _one_line(["gate", "--baseline", str(wrong), "--candidate", str(tmp_path / "b")],
+                  "did you mean the run folder", "run id")
+    _one_line(["gate", "--baseline", str(tmp_path / "a"), "--candidate", str(tmp_path / "b"), "--metric",
+               "data_wait_s"], "no per-step 'data_wait_s'")

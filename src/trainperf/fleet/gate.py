@@ -181,9 +181,35 @@ def run_samples(run, metric: str) -> np.ndarray:
     return np.array(vals, dtype=float)
 
 
+RUN_FOLDER_COLUMNS = {"step_time_s", "tokens_per_s", "mfu", "mem_peak_bytes", "loss"}
+
+
+def run_folder_samples(path: Path, metric: str) -> np.ndarray:
+    """Return the steady-state per-step samples of ``metric`` in a run folder (warm-up cut as `compare` cuts it)."""
+    from trainperf.compare.perf import steady_slice
+    from trainperf.compare.runs import load_run
+
+    run = load_run(str(path))
+    col = STORE_METRICS.get(metric, metric)
+    if col == "goodput":
+        if run.goodput is None:
+            raise TrainperfError(f"{path}: the run records no goodput")
+        return np.array([run.goodput], dtype=float)
+    if col not in RUN_FOLDER_COLUMNS:
+        raise TrainperfError(f"{path}: a run folder has no per-step {metric!r}; use one of "
+                             f"{', '.join(sorted(RUN_FOLDER_COLUMNS | {'goodput'}))}")
+    vals = np.asarray(getattr(run, col), dtype=float)[steady_slice(run.step_time_s)]
+    vals = vals[np.isfinite(vals)]
+    if not vals.size:
+        raise TrainperfError(f"{path}: no values of {metric!r} in the run's steady steps")
+    return vals
+
+
 def load_samples(spec: str, metric: str = "step_time", store: str | None = None) -> np.ndarray:
     """Return the samples named by ``spec``: a file (one number per line), a folder, or a run id.
 
+    A run folder (holding metrics.jsonl, as `trainperf train` writes it) gives its per-step
+    samples after the warm-up (``compare.perf.steady_slice``).
     A folder that is a trainperf store gives the metric of every run in it (one value per run,
     the run's median over its steps); another folder gives the numbers of all its files.
     A run id is looked up in ``store`` and gives the run's per-step samples.
@@ -192,6 +218,8 @@ def load_samples(spec: str, metric: str = "step_time", store: str | None = None)
     if p.is_file():
         return read_sample_file(p)
     if p.is_dir():
+        if (p / "metrics.jsonl").is_file():
+            return run_folder_samples(p, metric)
         if (p / "runs").is_dir():
             from trainperf.store import read_runs
 
@@ -200,9 +228,13 @@ def load_samples(spec: str, metric: str = "step_time", store: str | None = None)
                 raise TrainperfError(f"{p}: store holds no runs")
             return np.array([float(np.median(run_samples(r, metric))) for r in runs])
         files = sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
+        hint = "did you mean the run folder (the one holding metrics.jsonl) or a run id?"
         if not files:
-            raise TrainperfError(f"{p}: folder holds no sample files")
-        return np.concatenate([read_sample_file(f) for f in files])
+            raise TrainperfError(f"{p}: not a run folder and holds no sample files; {hint}")
+        try:
+            return np.concatenate([read_sample_file(f) for f in files])
+        except TrainperfError as e:
+            raise TrainperfError(f"{p}: not a run folder, and its files are not sample files ({e}); {hint}") from None
     from trainperf.store import get_run
     from trainperf.store.api import resolve_store
 
