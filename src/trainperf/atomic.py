@@ -46,6 +46,21 @@ def ensure_dir(path: str | Path) -> Path:
     return path
 
 
+def check_output_file(path: str | Path, option: str) -> Path:
+    """Return ``path`` once a file can be written there (its folder is created); else raise one
+    TrainperfError naming ``option`` (e.g. "--out"), before any work starts."""
+    p = Path(path)
+    if p.is_dir():
+        raise TrainperfError(f"{option} {p}: is a folder; it needs a file name")
+    try:
+        ensure_dir(p.parent)
+    except TrainperfError as e:
+        raise TrainperfError(f"{option} {p}: {e}") from None
+    if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise TrainperfError(f"{option} {p}: cannot write here (permission denied)")
+    return p
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temp path beside ``path``; on success it is renamed onto ``path``, else removed."""

@@ -5,6 +5,7 @@ from unittest import mock
 import pytest
 
 from trainperf.cli import main
+from trainperf.errors import TrainperfError
 
 
 def _run(args, capsys) -> tuple[int, str]:
@@ -103,3 +104,22 @@ def test_layout_that_does_not_fit_says_why(capsys):
     line = " ".join(table.split())
     need = f"needs {d['memory_gib_per_gpu']:.1f} GiB of {d['hbm_gib_per_gpu']:.1f} GiB"
     assert need in line and line.index("optimizer state") < line.index("weights")
+
+
+def test_plan_html_path_checked_before_planning(tmp_path, monkeypatch):
+    """Issue 14 defect 1: an unusable --html path is one line before any planning."""
+    from typer.testing import CliRunner
+
+    from trainperf.cli import app
+    from trainperf.plan import api
+
+    def must_not_plan(*a, **k):
+        raise AssertionError("planned before checking --html")
+
+    monkeypatch.setattr(api, "run_search", must_not_plan)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    for bad in (tmp_path, blocker / "report.html"):
+        res = CliRunner().invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "8", "--html", str(bad)])
+        assert res.exit_code != 0 and isinstance(res.exception, TrainperfError), res.output
+        assert str(res.exception).startswith("--html ") and "\n" not in str(res.exception)

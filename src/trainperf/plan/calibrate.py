@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainperf.atomic import atomic_write_text, ensure_dir
+from trainperf.atomic import atomic_write_text
 from trainperf.errors import TrainperfError
 
 CPU_SHAPES = [(64, 64, 64), (128, 128, 128), (256, 256, 256), (512, 512, 512), (256, 1024, 256),
@@ -187,20 +187,6 @@ def check_device(device: str) -> None:
         raise TrainperfError(f"--device {device}: no CUDA device is available here (use --device cpu)")
     if m.group(1) is not None and int(m.group(1)) >= torch.cuda.device_count():
         raise TrainperfError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-
-
-def check_out_file(path: str | Path) -> Path:
-    """Raise a one-line TrainperfError unless a file can be written at ``path`` (its folder is created)."""
-    p = Path(path)
-    if p.is_dir():
-        raise TrainperfError(f"--out {p}: is a folder; it needs a file name (e.g. {p / 'calibration.json'})")
-    try:
-        ensure_dir(p.parent)
-    except TrainperfError as e:
-        raise TrainperfError(f"--out {p}: {e}") from None
-    if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise TrainperfError(f"--out {p}: cannot write here (permission denied)")
-    return p
 
 
 def calibrate(device: str = "cpu", quick: bool = False) -> dict:

@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from trainperf.atomic import check_output_file
 from trainperf.errors import TrainperfError
 
 
@@ -80,6 +81,8 @@ def plan(
     from trainperf.plan.stacks import get_stack
 
     get_stack(stack)  # an unknown stack is a one-line error before any work
+    if html:
+        check_output_file(html, "--html")
     req = api.PlanRequest(model=model, gpu=gpu, n_gpus=gpus, gpus_per_node=gpus_per_node, seq=seq,
                           global_batch=global_batch, tokens=n_tokens, top=top, objective=objective,
                           calibration=calibration, usd_per_hour=usd_per_hour, precision=precision,
@@ -171,11 +174,11 @@ def calibrate_cmd(
     """
     from rich.console import Console
 
-    from trainperf.plan.calibrate import (calibrate, check_device, check_out_file, is_rank_zero, leave_distributed,
+    from trainperf.plan.calibrate import (calibrate, check_device, is_rank_zero, leave_distributed,
                                           save_profile)
 
     check_device(device)  # both checked before minutes of measuring
-    check_out_file(out)
+    check_output_file(out, "--out")
     console = Console()
     with console.status(f"measuring on {device} ..."):
         prof = calibrate(device, quick)
