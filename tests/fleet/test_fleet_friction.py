@@ -128,3 +128,11 @@ def test_gate_on_run_folders(tmp_path):
                   "did you mean the run folder", "run id")
     _one_line(["gate", "--baseline", str(tmp_path / "a"), "--candidate", str(tmp_path / "b"), "--metric",
                "data_wait_s"], "no per-step 'data_wait_s'")
+
+
+def test_localize_explains_its_two_shares(fleet_csv):
+    code, out, err = _run("fleet", "localize", "--csv", fleet_csv, "--time-col", "period", "--measure", "step_time_s",
+                          "--at", "3")
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "signed share" in text and "over 100% (or negative) when other leaves moved the other way" in text

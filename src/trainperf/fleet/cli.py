@@ -239,13 +239,15 @@ def localize_cmd(csv: str = typer.Option(None, "--csv", help="CSV: one row per l
     con.print(f"total before {res.total_before:.6g}, after {res.total_after:.6g}; {res.verdict}", highlight=False)
     if not res.causes:
         return
-    t = Table("rank", "cause", "confidence", "before", "after", "share of change", "leaves")
+    t = Table("rank", "cause", "confidence", "before", "after", "signed share of change", "leaves")
     for i, c in enumerate(res.causes + res.alternatives):
         label = "answer" if i < len(res.causes) else "alternative"
         t.add_row(f"{i + 1} ({label})", " & ".join(f"{k}={v}" for k, v in c.attrs.items()), f"{c.confidence:.0%}",
                   f"{c.before:.4g}", f"{c.after:.4g}", f"{c.share:.0%}", str(c.n_leaves))
     con.print(t)
-    con.print("confidence: the share of the leaf-level deviation the cause alone explains", highlight=False)
+    con.print("confidence: the share of the leaf-level deviation the cause alone explains; signed share of "
+              "change: the cause's part of the total change, over 100% (or negative) when other leaves moved the "
+              "other way", highlight=False)
 
 
 def gate(baseline: str = typer.Option(..., "--baseline", help="Run id, folder or file (one number per line)."),
