@@ -62,8 +62,6 @@ KNOWN_ACCEPTED = {
 # Numeric options that declare no range yet (issue 14: "every numeric option validated by its
 # range"); strict: the day an owner adds min=/max=, its entry must go.
 NO_RANGE_YET = {
-    ("diagnose", "--rank"): "diagnose",
-    ("compare", "--target-loss"): "compare",
 }
 EXAMPLES_WRONG = 25  # most are refused while parsing (~1 ms each)
 EXAMPLES_ANY = 8  # many run the verb's real work on the small inputs

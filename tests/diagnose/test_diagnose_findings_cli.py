@@ -132,3 +132,21 @@ def test_exposed_comm_gain_by_hand(tmp_path):
     f = next(f for f in d.findings if f.kind == "exposed_comm")
     assert f.gain_us == pytest.approx(100) and f.gain_pct == pytest.approx(100 * 100 / 410, abs=0.01)
     assert f.severity == "high" and d.ranks[0].overlap_pct == 0
+
+
+@pytest.mark.parametrize("option", ["--json", "--html", "--perfetto"])
+def test_unusable_output_paths_refused_before_reading_traces(tmp_path, monkeypatch, option):
+    """Issue 14 defect 1: an output path that cannot be written is one line, before any trace is read."""
+    from trainperf.diagnose import api
+    from trainperf.errors import TrainperfError
+
+    def must_not_run(*a, **k):
+        raise AssertionError("read the traces before checking the output path")
+
+    monkeypatch.setattr(api, "diagnose", must_not_run)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    for bad in (tmp_path, blocker / "out.json"):
+        res = CliRunner().invoke(app, ["diagnose", str(tmp_path), option, str(bad)])
+        assert isinstance(res.exception, TrainperfError), res.output
+        assert str(res.exception).startswith(f"{option} ") and "\n" not in str(res.exception)

@@ -14,7 +14,7 @@ def register(app: typer.Typer) -> None:
     @app.command("diagnose")
     def diagnose_cmd(
         path: Path = typer.Argument(..., help="Kineto trace (.json/.json.gz) or a folder with one file per rank."),
-        rank: Optional[int] = typer.Option(None, "--rank", help="Show only this rank."),
+        rank: Optional[int] = typer.Option(None, "--rank", min=0, help="Show only this rank."),
         steps: Optional[str] = typer.Option(None, "--steps", help="Profiler steps A:B (inclusive) to analyse."),
         json_out: Optional[Path] = typer.Option(None, "--json", help="Write the full result as JSON here."),
         top: int = typer.Option(5, "--top", min=1, help="Number of findings to print (--json and --html keep all)."),
@@ -27,10 +27,13 @@ def register(app: typer.Typer) -> None:
 
         from rich.console import Console
 
-        from trainperf.atomic import atomic_write_text
+        from trainperf.atomic import atomic_write_text, check_output_file
         from trainperf.diagnose.api import diagnose
         from trainperf.diagnose.render import print_summary
 
+        for option, out in (("--json", json_out), ("--html", html), ("--perfetto", perfetto)):
+            if out:  # unusable output paths are refused before the traces are read
+                check_output_file(out, option)
         result = diagnose(path, rank=rank, steps=steps, top=10_000, progress=True)  # --top limits the print only
         print_summary(result, Console(), top)
         if json_out:
