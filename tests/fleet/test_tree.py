@@ -220,3 +220,20 @@ def test_cli_over_a_store(tmp_path):
         sum(a.parts["allocated"] for a in build_tree(small.records()).accounts if a.attrs["job"] == "llama-anneal"))
     with pytest.raises(TrainperfError, match="no training runs"):
         fleet_tree(str(tmp_path), version="9.9")
+
+
+def test_a_fleet_where_no_run_measured_its_mfu(tmp_path):
+    """A plain record (step times only) gives a tree whose effective share is 'not measured', not an error."""
+    from rich.console import Console
+
+    from trainperf.report.fleet_tree import terminal_tree, tree_report
+
+    rec = RunRecord(run_id="plain", job="j", host="h", gpu_model="h100", world_size=8,
+                    samples=[StepSample(step=s, step_time_s=2.0) for s in range(1, 4)])
+    t = build_tree([rec])
+    assert t.effective_gpu_h is None and t.effective_fraction is None
+    assert gh(t, "mfu_unknown") == pytest.approx(3 * 2.0 * 8 / 3600)
+    console = Console(record=True, width=120)
+    console.print(terminal_tree(t))
+    assert "not measured" in console.export_text()
+    assert "not measured" in tree_report(t, tmp_path / "t.html").read_text()

@@ -141,9 +141,17 @@ class MetricTree:
     notes: list[str]
 
     @property
-    def effective_fraction(self) -> float:
-        """Effective GPU-hours over allocated GPU-hours (goodput x MFU; 0 when nothing is allocated)."""
-        eff = self.node("effective").gpu_h
+    def effective_gpu_h(self) -> float | None:
+        """GPU-hours of model FLOPs at peak; None when no run measured its MFU (no "effective" node)."""
+        return next((n.gpu_h for n in self.root.walk() if n.key == "effective"), None)
+
+    @property
+    def effective_fraction(self) -> float | None:
+        """Effective GPU-hours over allocated GPU-hours (goodput x MFU; 0 when nothing is allocated,
+        None when no run measured its MFU)."""
+        eff = self.effective_gpu_h
+        if eff is None:
+            return None
         return eff / self.root.gpu_h if self.root.gpu_h > 0 else 0.0
 
     def node(self, key: str) -> Node:

@@ -34,7 +34,7 @@ def terminal_tree(tree, explanations=()):
 
     root = Tree(Text(node_text(tree.root), style="bold"))
     add(root, tree.root)
-    parts = [root, Text(f"effective training throughput: {tree.effective_fraction:.1%} of allocated GPU-hours "
+    parts = [root, Text(f"effective training throughput: {_pct(tree.effective_fraction)} of allocated GPU-hours "
                         f"({len(tree.accounts)} runs)")]
     parts += [Text(f"note: {n}", style="yellow") for n in tree.notes]
     parts += [Text(f"explain: {e.verdict}", style="bold") for e in explanations]
@@ -50,7 +50,7 @@ def waterfall_chart(tree, width: int = 1000, height: int = 340) -> str:
     for n in leaves:
         top, level = level, level - n.gpu_h
         bars.append((n.label.split(" (")[0], min(top, level), max(top, level), _LOSS if n.gpu_h >= 0 else _GAIN))
-    eff = tree.node("effective").gpu_h if any(n.key == "effective" for n in tree.root.walk()) else 0.0
+    eff = tree.effective_gpu_h or 0.0
     bars.append(("effective", 0.0, eff, _GAIN))
     hi = max(total, max(b[2] for b in bars), 1e-12)
     left, top_pad, bottom = 60, 20, 105
@@ -92,7 +92,7 @@ def tree_report(tree, path: str | Path, explanations=(), title: str = "Fleet met
 
     walk(tree.root, 0)
     rep = Report(title, f"{len(tree.accounts)} runs, {tree.root.gpu_h:.4g} allocated GPU-hours, effective "
-                        f"{tree.effective_fraction:.1%}")
+                        f"{_pct(tree.effective_fraction)}")
     rep.add("Where the GPU-hours went", waterfall_chart(tree), paragraph(
         "Allocated GPU-hours step down by each loss (red) to the effective GPU-hours: model FLOPs at the "
         "accelerator's peak. A green step inside the losses is a run beating the planner's prediction.", "note"))
@@ -112,3 +112,7 @@ def tree_report(tree, path: str | Path, explanations=(), title: str = "Fleet met
     rep.add("Runs", table(run_rows, ["run", "job", "host", "allocated GPU-h", "achieved MFU", "planned MFU",
                                      "largest loss"]))
     return rep.write(path)
+
+
+def _pct(fraction: float | None) -> str:
+    return "not measured (no run recorded its MFU)" if fraction is None else f"{fraction:.1%}"
