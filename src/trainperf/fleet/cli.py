@@ -108,6 +108,10 @@ def changes(csv: str = typer.Option(None, "--csv", help="CSV file with the serie
     from trainperf.fleet.changepoints import ChangeOptions, detect_changes
 
     _run_metric_column(metric)  # an unknown --metric is refused with --csv too (there it names nothing)
+    if html:
+        from trainperf.atomic import check_output_file
+
+        check_output_file(html, "--html")  # before the series is read
     if csv is not None:
         if not column:
             raise TrainperfError("--csv needs --column NAME")
