@@ -112,3 +112,111 @@ def test_interval_wider_than_min_effect_is_inconclusive_not_no_change():
     assert r.verdict == "inconclusive" and "allows" in r.reason and r.exit_code == 0
     # the interval inside ±min_effect: "no change"
     assert compare(a, b, min_effect=0.10).verdict == "no change"
+
+
+# ---- numerics: --max-loss-delta and --numerics band on hand-built run folders ----------------
+
+SAME = {"model": {"n_layers": 4}, "data": "abc", "seed": 0, "seq_len": 128, "samples_per_step": 2}
+
+
+def _run_folder(path, loss, step_time, seed=0, eval_loss=None):
+    """A run folder as `trainperf train` leaves it (the layout tests/compare writes)."""
+    path.mkdir()
+    t, lines = 1000.0, []
+    for i, (s, l) in enumerate(zip(step_time, loss), 1):
+        t += s
+        rec = {"step": i, "attempt": 0, "loss": l, "step_time_s": s, "tokens": 256, "tokens_per_s": 256 / s,
+               "mfu": 0.3, "mem_peak_bytes": 1e9, "grad_norm": 1.0, "t_end": t}
+        if eval_loss and i in eval_loss:
+            rec["eval_loss"] = eval_loss[i]
+        lines.append(json.dumps(rec))
+    (path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    (path / "events.jsonl").write_text(json.dumps({"kind": "attempt_start", "attempt": 0, "t": 999.0}) + "\n")
+    (path / "run.json").write_text(json.dumps({"world_size": 1, "comparable": {**SAME, "seed": seed}}))
+    return str(path)
+
+
+def _loss_curve(n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    return 2.0 + 3.5 * np.exp(-np.arange(1, n + 1) / 15) + rng.normal(0, 0.02, n)
+
+
+def _step_times(n=60):
+    return list(0.1 * (1 + np.random.default_rng(9).normal(0, 0.01, n)))
+
+
+def test_max_loss_delta_names_the_step_and_passes_identical_losses(tmp_path):
+    from trainperf.compare.runs import load_run
+    from trainperf.fleet.gate import loss_delta_gate
+
+    loss, st = _loss_curve(), _step_times()
+    shifted = loss.copy()
+    shifted[9] += 0.5  # step 10 (steps count from 1): by construction the only step off by more than 0.1
+    a = _run_folder(tmp_path / "a", list(loss), st)
+    b = _run_folder(tmp_path / "b", list(shifted), st)
+    g = loss_delta_gate(load_run(a), load_run(b), 0.1)
+    assert g.status == "fail" and g.step == 10 and g.exit_code == 1
+    assert g.detail["loss"]["worst_delta"] == pytest.approx(0.5) and g.detail["loss"]["n_steps"] == 60
+    assert loss_delta_gate(load_run(a), load_run(b), 0.6).status == "pass"  # 0.5 < 0.6
+    same = loss_delta_gate(load_run(a), load_run(a), 0.0)
+    assert same.status == "pass" and same.exit_code == 0 and same.detail["loss"]["worst_delta"] == 0.0
+    # the held-out loss is gated too: training losses equal, eval loss off by 0.3 at step 40
+    c = _run_folder(tmp_path / "c", list(loss), st, eval_loss={20: 3.0, 40: 2.5})
+    d = _run_folder(tmp_path / "d", list(loss), st, eval_loss={20: 3.0, 40: 2.8})
+    g = loss_delta_gate(load_run(c), load_run(d), 0.1)
+    assert g.status == "fail" and g.step == 40 and g.verdict.startswith("eval loss")
+    # a candidate whose loss stops being finite fails there
+    nan = loss.copy()
+    nan[30:] = np.nan
+    g = loss_delta_gate(load_run(a), load_run(_run_folder(tmp_path / "e", list(nan), st)), 10.0)
+    assert g.status == "fail" and g.step == 31
+
+
+def test_gate_cli_numerics_exit_codes_and_json(tmp_path):
+    loss, st = _loss_curve(), _step_times()
+    shifted = loss.copy()
+    shifted[9] += 0.5
+    a = _run_folder(tmp_path / "a", list(loss), st)
+    b = _run_folder(tmp_path / "b", list(shifted), st)
+    r = _cli("gate", "--baseline", a, "--candidate", b, "--max-loss-delta", "0.1")
+    assert r.returncode == 1, r.stdout + r.stderr
+    speed, num = r.stdout.strip().splitlines()  # the speed verdict, then one numerics line
+    assert speed.startswith("no change") and "step 10" in num and num.startswith("numerics (max-loss-delta)")
+    r = _cli("gate", "--baseline", a, "--candidate", a, "--max-loss-delta", "0.1", "--json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and out["verdict"] == "no change" and out["numerics"]["status"] == "pass"
+    # a different seed is not the same training: exit 2, one line with the reason
+    c = _run_folder(tmp_path / "c", list(loss), st, seed=1)
+    r = _cli("gate", "--baseline", a, "--candidate", c, "--max-loss-delta", "0.1")
+    num = r.stdout.strip().splitlines()[-1]
+    assert r.returncode == 2 and num == "numerics (max-loss-delta): not comparable (different seed 0 vs 1)"
+    # numbers files carry no loss curve: a one-line usage error
+    base = str(EXAMPLES / "baseline_step_times.txt")
+    r = _cli("gate", "--baseline", base, "--candidate", base, "--max-loss-delta", "0.1")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "numerics need a run" in r.stderr
+    r = _cli("gate", "--baseline", a, "--candidate", a, "--numerics", "seeds")
+    assert r.returncode == 2 and "--numerics 'seeds': unknown" in r.stderr
+    r = _cli("gate", "--baseline", a, "--candidate", a, "--max-loss-delta", "-1")
+    assert r.returncode == 2
+
+
+def test_gate_cli_numerics_band_follows_compare_numerics(tmp_path):
+    from trainperf.compare.numerics import compare_numerics
+    from trainperf.compare.runs import load_run
+
+    loss, st = _loss_curve(80), _step_times(80)
+    steps = np.arange(1, 81)
+    drift = np.where(steps >= 40, 0.05 * (steps - 39), 0.0)  # B drifts away from step 40 (as tests/compare)
+    a = _run_folder(tmp_path / "a", list(loss), st)
+    b = _run_folder(tmp_path / "b", list(loss + drift), st)
+    ref = compare_numerics([load_run(a)], [load_run(b)])  # the reference: compare's own verdict
+    assert ref.verdict.startswith("diverges at step")
+    r = _cli("gate", "--baseline", a, "--candidate", b, "--numerics", "band", "--json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 1 and out["numerics"]["verdict"] == ref.verdict
+    assert 40 <= out["numerics"]["step"] <= 46
+    r = _cli("gate", "--baseline", a, "--candidate", a, "--numerics", "band")
+    assert r.returncode == 0 and r.stdout.strip().splitlines()[-1].startswith("numerics (band): equivalent")
+    c = _run_folder(tmp_path / "c", list(loss), st, seed=1)
+    r = _cli("gate", "--baseline", a, "--candidate", c, "--numerics", "band")
+    assert r.returncode == 2 and r.stdout.strip().splitlines()[-1] == "numerics (band): not comparable (different seed 0 vs 1)"

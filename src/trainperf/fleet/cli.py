@@ -260,22 +260,35 @@ def gate(baseline: str = typer.Option(..., "--baseline", help="Run id, folder or
          min_effect: str = typer.Option("2%", "--min-effect", help="Smallest change that counts, e.g. 2%."),
          alpha: float = typer.Option(0.005, "--alpha", min=0.0, max=1.0,
                                      help="Significance level of the Mann-Whitney U test, strictly between 0 and 1."),
+         max_loss_delta: float = typer.Option(None, "--max-loss-delta", min=0.0,
+                                              help="Also fail when the loss (per step, and held-out) differs by more "
+                                                   "than this (loss units); runs only."),
+         numerics: str = typer.Option(None, "--numerics",
+                                      help="'band': also fail when compare's numerics verdict says diverges; runs only."),
          store: str = typer.Option(None, "--store", help=STORE_HELP),
          as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """CI gate: regression / improvement / no change / inconclusive. Exit 0 pass, 1 regression, 2 usage error."""
+    """CI gate: regression / improvement / no change / inconclusive, and optionally the numerics.
+    Exit 0 pass, 1 regression or numerics fail, 2 usage error or numerics not comparable."""
     from trainperf.errors import TrainperfError
-    from trainperf.fleet.gate import check_metric, compare, load_samples
+    from trainperf.fleet.gate import NUMERICS_CHECKS, check_metric, compare, load_samples, numerics_gate
 
     if not 0 < alpha < 1:
         raise TrainperfError(f"--alpha {alpha}: must be strictly between 0 and 1")
     check_metric(metric)
+    if numerics is not None and numerics not in NUMERICS_CHECKS:
+        raise TrainperfError(f"--numerics {numerics!r}: unknown; use one of {', '.join(NUMERICS_CHECKS)}")
+    if numerics is not None and max_loss_delta is not None:
+        raise TrainperfError("give one of --max-loss-delta and --numerics band, not both")
     eff = parse_fraction(min_effect, "--min-effect")
     with store_warnings():
         a = load_samples(baseline, metric, store)
         b = load_samples(candidate, metric, store)
+        num = (numerics_gate(baseline, candidate, max_loss_delta=max_loss_delta, band=numerics == "band", store=store)
+               if numerics is not None or max_loss_delta is not None else None)
     res = compare(a, b, metric=metric, min_effect=eff, alpha=alpha)
+    rc = max(res.exit_code, num.exit_code) if num is not None else res.exit_code
     if as_json:
-        typer.echo(dumps(res.to_dict()))
+        typer.echo(dumps({**res.to_dict(), **({"numerics": num.to_dict()} if num is not None else {})}))
     else:
         from rich.console import Console
 
@@ -286,7 +299,12 @@ def gate(baseline: str = typer.Option(..., "--baseline", help="Run id, folder or
             line += (f"effect {res.effect:+.2%} [95% CI {res.effect_ci[0]:+.2%}, {res.effect_ci[1]:+.2%}]; "
                      f"{res.test} p = {res.p_value:.2g}; ")
         Console().print(line + res.reason, highlight=False, soft_wrap=True)
-    raise typer.Exit(res.exit_code)
+        if num is not None:
+            color = {"pass": "green", "fail": "red"}.get(num.status, "yellow")
+            Console().print(f"[bold {color}]numerics[/] ({num.check}): {num.verdict}"
+                            + (f"; {num.reason}" if num.reason and num.status != "not comparable" else ""),
+                            highlight=False, soft_wrap=True)
+    raise typer.Exit(rc)
 
 
 from trainperf.fleet.tree_cli import tree_cmd  # noqa: E402 - the `fleet tree` command lives in its own module

@@ -243,3 +243,119 @@ def load_samples(spec: str, metric: str = "step_time", store: str | None = None)
     except TrainperfError as e:
         raise TrainperfError(f"{spec!r} is not a file, folder or run id in store {resolve_store(store)} ({e})") from None
     return run_samples(run, metric)
+
+
+# ---- numerics: is the candidate still the same training? ----------------------------------
+
+NUMERICS_CHECKS = ("band",)  # --numerics values (the seed / batch-noise band of compare.numerics)
+
+
+@dataclass(kw_only=True)
+class NumericsGate:
+    """The gate's numerics verdict: "pass", "fail" or "not comparable", with its one-line detail."""
+
+    check: str  # "max-loss-delta" or "band"
+    status: str  # "pass", "fail", "not comparable"
+    verdict: str  # the line shown: "loss within ±0.1 ...", "diverges at step 40", "not comparable (...)"
+    reason: str
+    step: int | None = None  # first failing step (None when it passes)
+    detail: dict | None = None  # max-loss-delta: worst step and delta; band: compare.numerics' result
+
+    @property
+    def exit_code(self) -> int:
+        """Return 0 pass, 1 fail, 2 not comparable."""
+        return {"pass": 0, "fail": 1}.get(self.status, 2)
+
+    def to_dict(self) -> dict:
+        """Return JSON-able data."""
+        return asdict(self)
+
+
+def _gate_run(spec: str, store: str | None, label: str):
+    from trainperf.compare.runs import load_run
+
+    try:
+        return load_run(spec, store)
+    except TrainperfError as e:
+        raise TrainperfError(f"{label} {spec!r}: numerics need a run (folder with metrics.jsonl or run id): {e}") from None
+
+
+def _first_excess(steps: np.ndarray, a: np.ndarray, b: np.ndarray, limit: float) -> tuple[int | None, int | None, float, int]:
+    """Return (first step with |b - a| > limit, step of the largest |b - a|, that signed delta, steps compared).
+
+    Compared: the steps where ``a`` is finite; a non-finite ``b`` there counts as an infinite delta
+    (a blown-up loss), as compare.numerics counts it."""
+    keep = np.isfinite(a)
+    steps, a, b = steps[keep], a[keep], b[keep]
+    if not len(steps):
+        return None, None, 0.0, 0
+    d = np.where(np.isfinite(b), b - a, np.inf)
+    over = np.flatnonzero(np.abs(d) > limit)
+    w = int(np.argmax(np.abs(d)))
+    return (int(steps[over[0]]) if len(over) else None), int(steps[w]), float(d[w]), int(len(steps))
+
+
+def loss_delta_gate(a, b, max_loss_delta: float) -> NumericsGate:
+    """Return the --max-loss-delta verdict of run ``b`` against run ``a`` (compare.runs.RunData).
+
+    Fails when |loss_B - loss_A| (loss units) exceeds ``max_loss_delta`` at any step both runs
+    recorded (the training loss per step, and the held-out loss at every evaluated step both share).
+    Not comparable when the runs' comparability records say they train different things (model,
+    data, seed, ...: compare.numerics.comparability) or they share no step with a loss."""
+    from trainperf.compare.numerics import comparability
+
+    check = "max-loss-delta"
+    ok, why, _ = comparability(a, b)
+    if not ok and a.comparable and b.comparable:  # a missing record is not a difference: the user asked for this check
+        return NumericsGate(check=check, status="not comparable", verdict=f"not comparable ({why})", reason=why)
+    found = {}
+    for what, (sa, la), (sb, lb) in (("loss", (a.step, a.loss), (b.step, b.loss)),
+                                     ("eval loss", (a.eval_step, a.eval_loss), (b.eval_step, b.eval_loss))):
+        steps = np.intersect1d(sa, sb)
+        if not len(steps) or not np.isfinite(lb[np.searchsorted(sb, steps)]).any():
+            continue
+        found[what] = _first_excess(steps, la[np.searchsorted(sa, steps)], lb[np.searchsorted(sb, steps)], max_loss_delta)
+    found = {k: v for k, v in found.items() if v[3]}
+    if not found:
+        why = "no step where both runs record a loss"
+        return NumericsGate(check=check, status="not comparable", verdict=f"not comparable ({why})", reason=why)
+    detail = {k: {"first_step_over": v[0], "worst_step": v[1], "worst_delta": v[2], "n_steps": v[3]}
+              for k, v in found.items()}
+    failed = {k: v for k, v in found.items() if v[0] is not None}
+    if failed:
+        what, (first, worst, delta, _) = min(failed.items(), key=lambda kv: kv[1][0])
+        return NumericsGate(check=check, status="fail", step=first, detail=detail,
+                            verdict=f"{what} differs by more than {max_loss_delta:g} from step {first}",
+                            reason=f"largest {what} difference {delta:+.4g} at step {worst} "
+                                   f"(candidate - baseline, limit ±{max_loss_delta:g})")
+    parts = [f"{k} largest {v[2]:+.4g} at step {v[1]} over {v[3]} steps" for k, v in found.items()]
+    return NumericsGate(check=check, status="pass", detail=detail, verdict=f"loss within ±{max_loss_delta:g}",
+                        reason="; ".join(parts))
+
+
+def band_gate(a, b) -> NumericsGate:
+    """Return the --numerics band verdict of run ``b`` against run ``a``: compare.numerics.compare_numerics
+    ("equivalent" passes, "diverges at step N" fails, "not comparable (...)" is not comparable)."""
+    from trainperf.compare.numerics import compare_numerics
+
+    res = compare_numerics([a], [b])
+    if not res.comparable:
+        status, step = "not comparable", None
+    elif res.verdict.startswith("diverges at step"):
+        status, step = "fail", min(d.step for d in res.divergences if d.step is not None)
+    else:
+        status, step = "pass", None
+    detail = res.to_dict()
+    detail.pop("curves", None)
+    return NumericsGate(check="band", status=status, verdict=res.verdict, reason=res.reason, step=step, detail=detail)
+
+
+def numerics_gate(baseline: str, candidate: str, *, max_loss_delta: float | None = None, band: bool = False,
+                  store: str | None = None) -> NumericsGate:
+    """Return the numerics verdict of the candidate run against the baseline run (folders or run ids)."""
+    if (max_loss_delta is None) == (not band):
+        raise TrainperfError("numerics: give exactly one of --max-loss-delta and --numerics band")
+    if max_loss_delta is not None and not (max_loss_delta >= 0 and math.isfinite(max_loss_delta)):
+        raise TrainperfError(f"--max-loss-delta {max_loss_delta}: must be a finite number >= 0 (loss units)")
+    a, b = _gate_run(baseline, store, "--baseline"), _gate_run(candidate, store, "--candidate")
+    return band_gate(a, b) if band else loss_delta_gate(a, b, max_loss_delta)
