@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from trainperf.diagnose import findings as F
-from trainperf.diagnose.crossrank import CrossRank, comm_waits, cross_rank
+from trainperf.diagnose.crossrank import CrossRank, comm_waits, cross_rank, host_straggler
 from trainperf.diagnose.evidence import Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes
 from trainperf.diagnose.facts import RankFacts, StragglerFacts, collect_facts
 from trainperf.diagnose.steps import gpu_step_periods_us, memcpy_bandwidth
@@ -134,6 +134,12 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     for r, t in tables.items():
         waits = comm_waits(xr, r) if xr is not None and r in gpu_ranks else None
         facts[r] = collect_facts(t, windows[r], waits)  # the window's own note reaches the notes as a caveat
+    hs = host_straggler(tables) if not gpu_ranks and len(tables) >= 2 else None
+    if hs is not None:
+        for r in tables:
+            facts[r].straggler = StragglerFacts(rank=hs.rank, caused_us=hs.gain_us * hs.steps,
+                                                caused_per_other_us=hs.gain_us, imbalance_pct=0.0, events=[],
+                                                host_gain_pct=hs.gain_pct, host_gain_us=hs.gain_us)
     if not gpu_ranks:
         notes.append("no kernel/memcpy/memset events in the trace: GPU analyses (breakdown, idle, overlap, "
                      "launches, critical path) are skipped; host-side analyses only")
@@ -162,6 +168,12 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
         merged = [f for f in merged if rank in f.ranks]
         plans = {rank: plans[rank]}
     xr_json = {}
+    if hs is not None:
+        # the keys render.py prints, then the host-side evidence (0 collectives: no GPU kernels to match)
+        xr_json = {"n_collectives_matched": 0, "straggler_rank": hs.rank,
+                   "straggler_caused_wait_us": hs.gain_us * hs.steps, "compute_imbalance_pct": 0.0,
+                   "host_straggler_rank": hs.rank, "host_straggler_gain_pct": hs.gain_pct,
+                   "host_own_work_us": hs.own_us, "host_wait_us": hs.wait_us, "host_steps": hs.steps}
     if xr is not None:
         st = xr.straggler
         xr_json = {"n_collectives_matched": len(xr.collectives), "wait_by_rank_us": xr.wait_by_rank_us,

@@ -12,6 +12,7 @@ times (they end together), which removes clock skew between hosts.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -150,3 +151,121 @@ def cross_rank(tables: dict[int, EventTable], windows: dict[int, Window], comput
         notes.append("one rank: cross-rank analyses need traces of at least two ranks")
     return CrossRank(matched, unmatched, wait, caused if len(ranks) >= 2 else {}, busy_us, compute_us, notes,
                      clock_offset_us=t0, clock_spread_us=spread)
+
+
+# --- CPU-only ranks (gloo): where each rank spends its step --------------------------------------------
+
+# ops inside which the training-loop thread waits for a collective of another thread (DDP's buffer
+# broadcast in forward, the reducer's all-reduce at the end of backward, explicit c10d calls / waits)
+BLOCKING_OP_RE = re.compile(r"DistributedDataParallel|c10d::|record_param_comms|autograd::engine::evaluate|"
+                            r"backward|wait|barrier|all_?reduce|broadcast|all_?gather|reduce_scatter", re.I)
+GLOO_SPAN_PREFIX = "gloo:"
+
+
+@dataclass(kw_only=True)
+class HostStraggler:
+    """The straggler of a CPU-only job, from the time each rank's training-loop thread waits for collectives.
+
+    own_us / wait_us: per rank, per-step medians (µs); gain_pct: median over steps of the straggler's own
+    work minus the other ranks' median own work, % of the step."""
+
+    rank: int
+    gain_pct: float
+    gain_us: float
+    own_us: dict[int, float]
+    wait_us: dict[int, float]
+    steps: int
+
+
+def _merge(iv: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for a, b in sorted(iv):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]], lo: int, hi: int) -> int:
+    """Total length (ns) of the intersection of two merged interval lists, inside [lo, hi)."""
+    total, i, j = 0, 0, 0
+    while i < len(a) and j < len(b):
+        s, e = max(a[i][0], b[j][0], lo), min(a[i][1], b[j][1], hi)
+        total += max(0, e - s)
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def host_step_waits(t: EventTable) -> dict[int, tuple[float, float]]:
+    """Per ProfilerStep of one rank: step number -> (step µs, µs its training-loop thread spent blocked
+    inside a collective-blocking op with no child op of its own while a gloo:* span was open on any
+    thread of the rank). Empty when the trace has no ProfilerStep spans."""
+    names = t.names
+    step_ids = {i for i, n in enumerate(names) if n.startswith("ProfilerStep#")}
+    if not step_ids:
+        return {}
+    is_step = np.isin(t.name, list(step_ids))
+    srows = np.flatnonzero(is_step)
+    pids, tids = t.pid[srows], t.tid[srows]
+    vals, counts = np.unique(np.stack([pids, tids], 1), axis=0, return_counts=True)
+    loop = tuple(int(x) for x in vals[counts.argmax()])
+    gloo_ids = [i for i, n in enumerate(names) if n.startswith(GLOO_SPAN_PREFIX)]
+    g = np.flatnonzero(np.isin(t.name, gloo_ids) & (t.pid == loop[0]))
+    end = t.ts_ns + t.dur_ns
+    gloo = _merge([(int(t.ts_ns[r]), int(end[r])) for r in g])
+    on_loop = np.flatnonzero((t.pid == loop[0]) & (t.tid == loop[1]) & ~is_step & (t.dur_ns > 0))
+    ts_loop = t.ts_ns[on_loop]
+    block_ids = [i for i, n in enumerate(names) if BLOCKING_OP_RE.search(n)]
+    gaps: list[tuple[int, int]] = []
+    for b in on_loop[np.isin(t.name[on_loop], block_ids)]:
+        s, e = int(t.ts_ns[b]), int(end[b])
+        lo, hi = np.searchsorted(ts_loop, s, "left"), np.searchsorted(ts_loop, e, "left")
+        kids = _merge([(int(t.ts_ns[c]), int(end[c])) for c in on_loop[lo:hi] if c != b and end[c] <= e])
+        cur = s
+        for a, z in kids:
+            if a > cur:
+                gaps.append((cur, a))
+            cur = max(cur, z)
+        if e > cur:
+            gaps.append((cur, e))
+    gaps = _merge(gaps)
+    out = {}
+    for r in srows:
+        if (int(t.pid[r]), int(t.tid[r])) != loop:
+            continue
+        s, e = int(t.ts_ns[r]), int(end[r])
+        step = int(names[int(t.name[r])].split("#", 1)[1]) if names[int(t.name[r])].split("#", 1)[1].isdigit() else -1
+        out[step] = (float(t.dur_ns[r]) / 1e3, _overlap(gaps, gloo, s, e) / 1e3)
+    return out
+
+
+def host_straggler(tables: dict[int, EventTable]) -> HostStraggler | None:
+    """The straggler of a job whose ranks have no GPU activity (gloo): per step, own work = step - wait
+    (host_step_waits); the straggler is the rank with the most own work (median over steps) when the
+    others wait for it correspondingly. None with fewer than 2 ranks or no common steps."""
+    per = {r: host_step_waits(t) for r, t in tables.items()}
+    per = {r: v for r, v in per.items() if v}
+    if len(per) < 2:
+        return None
+    common = sorted(set.intersection(*[set(v) for v in per.values()]) - {-1})
+    if not common:
+        return None
+    ranks = sorted(per)
+    own = {r: np.array([per[r][s][0] - per[r][s][1] for s in common]) for r in ranks}
+    wait = {r: np.array([per[r][s][1] for s in common]) for r in ranks}
+    step = np.median(np.array([[per[r][s][0] for s in common] for r in ranks]), axis=0)
+    med_own = {r: float(np.median(v)) for r, v in own.items()}
+    srank = max(med_own, key=med_own.get)
+    others = [r for r in ranks if r != srank]
+    extra = own[srank] - np.median(np.stack([own[r] for r in others]), axis=0)   # per step, µs
+    others_wait = np.median(np.stack([wait[r] for r in others]), axis=0)
+    # the others wait for the straggler's extra work: the step shortens by what both agree on
+    covered = np.minimum(np.maximum(extra, 0.0), others_wait)
+    gain_us = float(np.median(covered))
+    gain_pct = float(np.median(100.0 * covered / np.where(step > 0, step, np.inf)))
+    return HostStraggler(rank=srank, gain_pct=gain_pct, gain_us=gain_us, own_us=med_own,
+                         wait_us={r: float(np.median(v)) for r, v in wait.items()}, steps=len(common))

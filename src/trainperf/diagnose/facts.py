@@ -32,6 +32,8 @@ class StragglerFacts:
     imbalance_pct: float
     events: list  # (name, start µs from the straggler's first event, dur µs)
     compute_ratio: float = 1.0  # the straggler's compute time / the median of the other ranks' (>= 1)
+    host_gain_pct: float | None = None  # CPU-only job (crossrank.host_straggler): step share the others wait
+    host_gain_us: float = 0.0
 
 
 @dataclass(kw_only=True)

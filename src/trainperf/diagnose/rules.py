@@ -154,6 +154,11 @@ def exposed_comm(f: RankFacts) -> Finding | None:
 STRAGGLER_MIN_WAIT_PCT = 2.0  # wait the straggler causes each other rank, % of the window (crossrank decides)
 
 
+# CPU-only jobs (crossrank.host_straggler): the others' per-step wait, % of the step. The clean 2-rank gloo
+# run of the corpus (healthy-real) waits ~4% per step from ordinary imbalance; the smallest injected
+# straggler (straggler-low-real) ~7.5%: in-sample only, 4 cases, not cross-validated.
+STRAGGLER_HOST_MIN_PCT = 5.0
+
 STRAGGLER_MIN_COMPUTE_RATIO = 1.05  # the straggler computes this much longer than the other ranks' median
 
 
@@ -164,6 +169,14 @@ def straggler(f: RankFacts) -> Finding | None:
     s = f.straggler
     if s is None:
         return None
+    if s.host_gain_pct is not None:  # CPU-only job: priced from the other ranks' per-step wait, no replay
+        if f.rank != s.rank or s.host_gain_pct < STRAGGLER_HOST_MIN_PCT:
+            return None
+        return _make(f, kind="straggler", metrics={"others_wait_per_step": (s.host_gain_us, "us"),
+                                                   "others_wait_share": (s.host_gain_pct, "%")},
+                     gain_pct=s.host_gain_pct, gain_us=s.host_gain_us, ranks=[s.rank],
+                     what_if=f"no rank waits for rank {s.rank} (host only: the others' median wait per step)",
+                     evidence_pct=s.host_gain_pct)
     metrics = {"caused_wait": (s.caused_us, "us"), "caused_wait_per_other_rank": (s.caused_per_other_us, "us"),
                "compute_imbalance": (s.imbalance_pct, "%"), "compute_vs_other_ranks": (s.compute_ratio, "x")}
     if f.rank == s.rank:

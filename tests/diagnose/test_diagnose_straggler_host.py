@@ -1,0 +1,82 @@
+"""CPU-only (gloo) straggler: hand-built 2-rank traces with a known answer.
+
+Each step lasts 100 ms on both ranks (the collectives keep them in step). Rank 1 computes 30 ms longer
+(a sleep with no op); rank 0's training-loop thread waits those 30 ms inside DistributedDataParallel.forward,
+after c10d::broadcast_ returns and with gloo:broadcast open on the gloo worker thread. Expected: straggler
+rank 1, gain 30 ms per 100 ms step = 30%.
+"""
+
+import json
+
+import pytest
+
+from trainperf.diagnose.api import diagnose
+from trainperf.diagnose.crossrank import host_step_waits, host_straggler
+from trainperf.trace import load_trace
+
+STEP_MS, EXTRA_MS, STEPS = 100.0, 30.0, 4
+
+
+def _x(name, ts_ms, dur_ms, tid, cat="cpu_op"):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts_ms * 1e3, "dur": dur_ms * 1e3,
+            "args": {}}
+
+
+def _rank_events(rank: int, extra_ms: dict[int, float]) -> list[dict]:
+    """One rank's steps; extra_ms[step]: how much longer rank 1 computes in that step."""
+    ev = []
+    for k in range(STEPS):
+        s = 1000.0 + k * STEP_MS
+        x = extra_ms.get(k, 0.0)
+        ev.append(_x(f"ProfilerStep#{k + 1}", s, STEP_MS - 0.01, 10, "user_annotation"))
+        if rank == 0:   # waits x ms for rank 1 at the buffer broadcast
+            fwd = s + 1.0
+            ev += [_x("DistributedDataParallel.forward", fwd, 59.0, 10, "user_annotation"),
+                   _x("c10d::broadcast_", fwd + 0.5, 0.2, 10),
+                   _x("gloo:broadcast", fwd + 0.6, x + 0.4, 20),
+                   _x("aten::mm", fwd + 1.0 + x, 58.0 - 1.0 - x, 10)]
+        else:           # computes x ms longer (a sleep: no op on the loop thread), then forward at once
+            fwd = s + 1.0 + x
+            ev += [_x("DistributedDataParallel.forward", fwd, 59.0 - x, 10, "user_annotation"),
+                   _x("c10d::broadcast_", fwd + 0.5, 0.2, 10),
+                   _x("gloo:broadcast", fwd + 0.6, 0.4, 20),
+                   _x("aten::mm", fwd + 1.0, 58.0 - 1.0 - x, 10)]
+        ev.append(_x("aten::mm", s + 61.0, 38.0, 10))
+    return ev
+
+
+def _write(tmp_path, extra_ms):
+    for r in (0, 1):
+        doc = {"traceEvents": _rank_events(r, extra_ms),
+               "distributedInfo": {"backend": "gloo", "rank": r, "world_size": 2}}
+        (tmp_path / f"rank{r}.json").write_text(json.dumps(doc))
+    return tmp_path
+
+
+def test_host_waits_are_the_blocked_time_inside_the_broadcast(tmp_path):
+    tables = load_trace(_write(tmp_path, {k: EXTRA_MS for k in range(STEPS)}))
+    w0, w1 = host_step_waits(tables[0]), host_step_waits(tables[1])
+    assert sorted(w0) == [1, 2, 3, 4]
+    # rank 0: no child op from fwd+0.5 (inside c10d::broadcast_, then DDP.forward) to the mm at fwd+31.0;
+    # gloo:broadcast is open fwd+0.6 .. fwd+31.0: blocked 30.4 ms
+    assert w0[2][1] == pytest.approx((EXTRA_MS + 0.4) * 1e3, abs=1.0)
+    # rank 1: the same with no wait: fwd+0.6 .. fwd+1.0 = 0.4 ms
+    assert w1[2][1] == pytest.approx(0.4e3, abs=1.0)
+
+
+def test_the_rank_that_computes_longer_is_the_straggler(tmp_path):
+    hs = host_straggler(load_trace(_write(tmp_path, {k: EXTRA_MS for k in range(STEPS)})))
+    assert hs.rank == 1
+    # own work: rank 1 100 - 0.4, rank 0 100 - 30.4: extra 30 ms, covered by rank 0's 30.4 ms wait
+    assert hs.gain_us == pytest.approx(EXTRA_MS * 1e3, abs=5.0)
+    assert hs.gain_pct == pytest.approx(100 * EXTRA_MS / STEP_MS, abs=0.1)
+    d = diagnose(tmp_path)
+    top = [f for f in d.findings if f.kind == "straggler"]
+    assert len(top) == 1 and top[0].ranks == [1]
+    assert top[0].gain_pct == pytest.approx(30.0, abs=0.1)
+
+
+def test_a_one_off_wait_in_one_step_is_not_a_straggler(tmp_path):
+    d = diagnose(_write(tmp_path, {0: EXTRA_MS}))   # start-up: rank 1 late in the first step only
+    assert not [f for f in d.findings if f.kind == "straggler"]
+    assert host_straggler(load_trace(tmp_path)).gain_pct == pytest.approx(0.0, abs=0.5)
