@@ -127,3 +127,15 @@ def test_failed_write_leaves_nothing_half_written(tmp_path, monkeypatch):
     files = [p for p in (tmp_path / "runs").rglob("*") if p.is_file()]
     assert len(files) == 1 and files[0].suffix == ".parquet"
     assert len(read_runs(str(tmp_path))) == 1
+
+
+def test_config_hash_names_the_configuration_not_its_results():
+    """Two runs of one configuration share config_hash though their measured summaries differ."""
+    from trainperf.store import RunRecord
+
+    def rec(lr, step_time):
+        return RunRecord(run_id=f"r{lr}{step_time}", job="j", model="tiny", layout="tp=1",
+                         config={"lr": lr, "summary": {"step_time_s": step_time}})
+
+    assert rec(1e-3, 0.5).config_hash == rec(1e-3, 0.7).config_hash
+    assert rec(1e-3, 0.5).config_hash != rec(2e-3, 0.5).config_hash

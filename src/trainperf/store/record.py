@@ -48,6 +48,10 @@ class KernelResult:
     peak_mem_bytes: float | None = None
 
 
+# config keys the monitor fills with measured results (monitor/record.py): not part of a configuration
+MEASURED_CONFIG_KEYS = ("summary",)
+
+
 @dataclass
 class RunRecord:
     """Run-level metadata, summary metrics, samples and kernel results of one run."""
@@ -79,8 +83,10 @@ class RunRecord:
 
     @property
     def config_hash(self) -> str:
-        """Return a short stable hash of the config dict and layout (hex)."""
-        blob = json.dumps({"config": self.config, "layout": self.layout, "model": self.model}, sort_keys=True,
+        """Return a short stable hash (hex) of what was run: the config dict without its measured
+        results (MEASURED_CONFIG_KEYS), the layout and the model; equal for runs of one configuration."""
+        config = {k: v for k, v in self.config.items() if k not in MEASURED_CONFIG_KEYS}
+        blob = json.dumps({"config": config, "layout": self.layout, "model": self.model}, sort_keys=True,
                           default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
