@@ -80,3 +80,29 @@ def test_a_one_off_wait_in_one_step_is_not_a_straggler(tmp_path):
     d = diagnose(_write(tmp_path, {0: EXTRA_MS}))   # start-up: rank 1 late in the first step only
     assert not [f for f in d.findings if f.kind == "straggler"]
     assert host_straggler(load_trace(tmp_path)).gain_pct == pytest.approx(0.0, abs=0.5)
+
+
+def _p2p_rank(rank: int, late_ms: float) -> dict:
+    """A rank with 3 steps of one GEMM then one ncclKernel_SendRecv; rank 1's kernels start late_ms later
+    (its partner is a pipeline stage outside the trace, so no wait can be read from the pairing)."""
+    ev = []
+    for k in range(3):
+        s = 1000.0 + k * 50.0
+        ev.append(_x(f"ProfilerStep#{k + 1}", s, 49.9, 10, "user_annotation"))
+        for j, (name, cat, off, dur) in enumerate((("sm90_xmma_gemm_f16", "kernel", 1.0, 20.0),
+                                                   ("ncclKernel_SendRecv_RING_LL", "kernel", 22.0, 5.0))):
+            corr = 100 * k + j + 1
+            ev.append({**_x("cudaLaunchKernel", s + off - 0.5, 0.01, 10, "cuda_runtime"), "args": {"correlation": corr}})
+            ev.append({**_x(name, s + off + (late_ms if rank == 1 else 0.0), dur, 7, cat),
+                       "pid": 0, "args": {"correlation": corr, "stream": 7, "device": 0}})
+    return {"traceEvents": ev, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2}}
+
+
+def test_point_to_point_kernels_are_not_paired_across_ranks(tmp_path):
+    for r in (0, 1):
+        (tmp_path / f"rank{r}.json").write_text(json.dumps(_p2p_rank(r, 10.0)))
+    d = diagnose(tmp_path)
+    assert d.cross_rank["n_collectives_matched"] == 0
+    assert d.cross_rank["clock_offset_us"] == {0: 0.0, 1: 0.0}
+    assert any("point-to-point" in n for n in d.notes)
+    assert not [f for f in d.findings if f.kind == "straggler"]

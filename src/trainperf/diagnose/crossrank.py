@@ -41,6 +41,9 @@ def group_collective_rows(t: EventTable, rows: np.ndarray) -> dict[str, np.ndarr
     return {k: np.array(v, dtype=np.int64) for k, v in groups.items()}
 
 
+P2P_KIND = "send_recv"  # collective_type of send/recv kernels (ncclKernel_SendRecv, ncclDevKernel_SendRecv)
+
+
 @dataclass
 class MatchedCollective:
     """One collective seen on every rank: arrival (kernel start, µs, aligned) and wait per rank."""
@@ -113,6 +116,10 @@ def cross_rank(tables: dict[int, EventTable], windows: dict[int, Window], comput
     """Match collectives across ranks and measure stragglers (µs); needs >= 2 ranks for waits."""
     ranks = sorted(tables)
     groups = {r: collective_rows(tables[r], windows[r]) for r in ranks}
+    # point-to-point kernels pair with one partner (a pipeline stage, maybe outside the trace), not with
+    # the k-th kernel of every rank: matching them by issue order would invent waits and clock offsets
+    p2p = sorted({k for g in groups.values() for k in g if k.endswith(P2P_KIND)})
+    groups = {r: {k: v for k, v in g.items() if not k.endswith(P2P_KIND)} for r, g in groups.items()}
     t0, spread = _clock_offsets(tables, windows, groups, ranks)
     matched: list[MatchedCollective] = []
     unmatched: dict[str, dict[int, int]] = {}
@@ -147,6 +154,9 @@ def cross_rank(tables: dict[int, EventTable], windows: dict[int, Window], comput
         if unmatched:
             notes.append("collective counts differ across ranks for " + ", ".join(sorted(unmatched))
                          + ": matched by order up to the smallest count")
+        if p2p:
+            notes.append("point-to-point communication (" + ", ".join(p2p) + ") is not matched across ranks "
+                         "(its partners are not known from the trace): no straggler wait or clock offset from it")
     else:
         notes.append("one rank: cross-rank analyses need traces of at least two ranks")
     return CrossRank(matched, unmatched, wait, caused if len(ranks) >= 2 else {}, busy_us, compute_us, notes,
