@@ -55,15 +55,20 @@ def launch_stats(t: EventTable, w: Window) -> LaunchStats:
                        _small_kernel_host_wait(t, w, rows, link))
 
 
-def _small_kernel_host_wait(t: EventTable, w: Window, rows: np.ndarray, link: np.ndarray) -> float:
-    """Idle device time (µs) before small kernels whose launch call started after the stream went idle."""
-    total = 0.0
+def _by_stream(t: EventTable, w: Window, rows: np.ndarray, link: np.ndarray):
+    """Yield, per stream with >= 2 launched device events, (stream, positions into rows in time order,
+    their start µs, end µs, their launch calls' start µs)."""
     for s in np.unique(t.stream[rows]):
         sel = np.flatnonzero(t.stream[rows] == s)
         o = sel[np.argsort(w.ts_us[rows[sel]], kind="stable")]
-        ts, end, lts = w.ts_us[rows[o]], w.end_us[rows[o]], w.ts_us[link[o]]
-        if ts.size < 2:
-            continue
+        if o.size >= 2:
+            yield int(s), o, w.ts_us[rows[o]], w.end_us[rows[o]], w.ts_us[link[o]]
+
+
+def _small_kernel_host_wait(t: EventTable, w: Window, rows: np.ndarray, link: np.ndarray) -> float:
+    """Idle device time (µs) before small kernels whose launch call started after the stream went idle."""
+    total = 0.0
+    for _, o, ts, end, lts in _by_stream(t, w, rows, link):
         small = (t.kind[rows[o]][1:] == KERNEL) & (end[1:] - ts[1:] < SMALL_KERNEL_US)
         waited = lts[1:] > end[:-1]
         total += float(np.maximum(ts[1:] - end[:-1], 0.0)[small & waited].sum())
@@ -107,17 +112,12 @@ def launch_bound_stretches(t: EventTable, w: Window, min_kernels: int = LAUNCH_B
     """Stretches where the device waited on the host for >= min_kernels consecutive kernels."""
     rows, link = launched_rows(t, w)
     out = []
-    for s in np.unique(t.stream[rows]):
-        sel = np.flatnonzero(t.stream[rows] == s)
-        o = sel[np.argsort(w.ts_us[rows[sel]], kind="stable")]
-        ts, end, lts = w.ts_us[rows[o]], w.end_us[rows[o]], w.ts_us[link[o]]
-        if ts.size < 2:
-            continue
+    for s, o, ts, end, lts in _by_stream(t, w, rows, link):
         host_wait = np.r_[False, lts[1:] > end[:-1]]
         gaps = np.r_[0.0, ts[1:] - end[:-1]]
         edges = np.diff(np.r_[0, host_wait.astype(np.int8), 0])
         for a, b in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)):
             if b - a >= min_kernels:
-                out.append(LaunchBoundStretch(int(s), float(ts[a - 1] if a > 0 else ts[a]), float(end[b - 1]),
+                out.append(LaunchBoundStretch(s, float(ts[a - 1] if a > 0 else ts[a]), float(end[b - 1]),
                                               int(b - a), float(gaps[a:b].sum())))
     return sorted(out, key=lambda x: -x.idle_us)
