@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make demo`: run trainperf end to end on embedded defaults (no input needed), every verb:
 # plan a layout, train the tiny reference model with the monitor and the profiler, diagnose the
-# traces it wrote, benchmark the fused kernels, then watch the runs in the store and gate a change.
+# traces it wrote, train it again with a known fault and compare / diff the two runs, benchmark the
+# fused kernels, then watch the runs in the store and gate a change.
 set -euo pipefail
 VENV=${1:-.venv}
 TP="$VENV/bin/trainperf"
@@ -24,6 +25,13 @@ step "diagnose: the traces the training run just wrote"
 "$TP" diagnose "$OUT/train/traces" --html "$OUT/diagnose_train.html" --json "$OUT/diagnose_train.json"
 step "diagnose: a real 2-rank GPU job (HTA's test traces, MIT, shipped in scripts/demo_data)"
 "$TP" diagnose scripts/demo_data/hta_trace_filter --top 5 --html "$OUT/diagnose_gpu.html" --json "$OUT/diagnose_gpu.json"
+
+step "train again: the same run with a 20 ms data-loader stall per batch from step 16 on (a fault of known size)"
+"$TP" train --model tiny --steps 30 --profile-steps 20:22 --fault slow-data=20 --fault-steps 16:30 --out "$OUT/train_slow"
+step "compare: is the second run slower (with an interval), and does it still train the same model?"
+"$TP" compare "$OUT/train" "$OUT/train_slow" --html "$OUT/compare.html"
+step "diff: what changed per step between the two runs' traces"
+"$TP" diff "$OUT/train/traces" "$OUT/train_slow/traces" --html "$OUT/diff.html"
 
 step "bench: fused Triton kernels vs eager on tiny CPU shapes (interpreter: proves the path, not speed)"
 "$TP" bench kernels --device cpu --kernels rms_norm,swiglu,cross_entropy --html "$OUT/bench_kernels.html"
