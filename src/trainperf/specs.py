@@ -17,8 +17,7 @@ Every verb imports these; nothing re-derives them. The FLOP convention, stated o
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 from kineto_builder import TraceBuilder  # noqa: E402
 
 from trainperf.diagnose.api import diagnose  # noqa: E402
-from trainperf.diagnose.replay import Change, build_graph, replay  # noqa: E402
+from trainperf.diagnose.replay import build_graph, replay  # noqa: E402
 from trainperf.diagnose.window import analysis_window  # noqa: E402
 from trainperf.trace.load import load_trace  # noqa: E402
 

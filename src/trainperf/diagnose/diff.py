@@ -35,8 +35,8 @@ from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CH
                                      OPTIMIZER_RE, SYNC_OP_RE, SYNC_RUNTIME_RE)
 from trainperf.errors import TrainperfError
 from trainperf.trace.annotate import correlated_host_row, step_spans
-from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMMUNICATION, CPU_OP, DEVICE_KINDS,
-                                    PYTHON, RUNTIME, USER_ANNOTATION, EventTable)
+from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMMUNICATION, CPU_OP, PYTHON,
+                                    RUNTIME, USER_ANNOTATION, EventTable)
 from trainperf.trace.load import load_trace
 
 # HTA drops the last ProfilerStep as possibly cut short. In the multi-step traces of ../shared (trace_filter,

@@ -143,8 +143,6 @@ def init_distributed_from_env(device: str) -> str:
 
     gloo on CPU, NCCL on CUDA (each rank on cuda:LOCAL_RANK). A no-op outside torchrun.
     """
-    import os
-
     import torch
     import torch.distributed as dist
 
