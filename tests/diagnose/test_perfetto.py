@@ -161,7 +161,7 @@ def test_plain_json_output(tmp_path):
     job = two_rank_job(tmp_path)
     res = diagnose(job, steps="1:2")
     out = tmp_path / "t.json"
-    write_job_timeline(out, res, steps="1:2")
+    write_job_timeline(out, res)  # the steps diagnose was given
     doc = json.loads(out.read_text())
     check_trace_event_rules(doc)
     steps = {e["args"].get("step") for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] != FINDING_CAT}

@@ -72,6 +72,8 @@ class Diagnosis:
     notes: list[str] = field(default_factory=list)
     fix_all_gain_pct: float = 0.0  # all fixes together on the rank where they gain most, % of its window
     fix_order: list = field(default_factory=list)  # on that rank
+    # the event tables (per rank, restricted to --steps) the diagnosis was made from; not in the JSON
+    tables: dict = field(default_factory=dict, repr=False)
 
     def to_json(self) -> dict:
         """The documented JSON object: {path, ranks: [...], findings: [...], cross_rank, notes,
@@ -183,7 +185,8 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
                    "clock_spread_us": xr.clock_spread_us}
     best = max(plans.values(), key=lambda p: p.fix_all_gain_pct, default=None)
     return Diagnosis(str(path), list(summaries.values()), merged[:top], xr_json, notes,
-                     fix_all_gain_pct=best.fix_all_gain_pct if best else 0.0, fix_order=best.order if best else [])
+                     fix_all_gain_pct=best.fix_all_gain_pct if best else 0.0, fix_order=best.order if best else [],
+                     tables=tables)
 
 
 def analyse_rank(f: RankFacts, job_caveats: list[Caveat] = ()) -> tuple[RankSummary, list[F.Finding], F.FixPlan]:

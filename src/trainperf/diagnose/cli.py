@@ -45,4 +45,4 @@ def register(app: typer.Typer) -> None:
         if perfetto:
             from trainperf.diagnose.perfetto import write_job_timeline
 
-            write_job_timeline(perfetto, result, steps=steps)
+            write_job_timeline(perfetto, result)

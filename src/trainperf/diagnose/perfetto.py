@@ -65,16 +65,9 @@ class PerfettoSummary:
     clock_offset_us: dict = field(default_factory=dict)
 
 
-def write_job_timeline(out: str | Path, diagnosis, steps: str | None = None) -> PerfettoSummary:
-    """Write the merged timeline of the traces a Diagnosis was made from (its path, the same --steps) to out."""
-    from trainperf.diagnose.api import _restrict_steps, parse_steps
-    from trainperf.trace.load import load_trace
-
-    tables = load_trace(diagnosis.path)
-    step_range = parse_steps(steps)
-    if step_range:
-        tables = {r: _restrict_steps(t, step_range) for r, t in tables.items()}
-    return write_perfetto(out, tables, diagnosis.findings, diagnosis.cross_rank.get("clock_offset_us", {}))
+def write_job_timeline(out: str | Path, diagnosis) -> PerfettoSummary:
+    """Write the merged timeline of the event tables a Diagnosis was made from (its --steps) to out."""
+    return write_perfetto(out, diagnosis.tables, diagnosis.findings, diagnosis.cross_rank.get("clock_offset_us", {}))
 
 
 def write_perfetto(out: str | Path, tables: dict[int, EventTable], findings: list,
