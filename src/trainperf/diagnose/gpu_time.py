@@ -130,8 +130,11 @@ def idle_split(t: EventTable, w: Window, kernel_wait_us: float = KERNEL_WAIT_US)
         if ts.size < 2:
             by_stream[int(s)] = (0.0, 0.0, 0.0)
             continue
-        gap = ts[1:] - end[:-1]
-        host = lts[1:] > end[:-1]
+        # the latest end so far, not the previous kernel's: kernels that overlap by a few µs (common in
+        # real traces) or nest would otherwise give negative gaps, i.e. negative idle shares (issue 14)
+        prev_end = np.maximum.accumulate(end)[:-1]
+        gap = np.maximum(ts[1:] - prev_end, 0.0)
+        host = lts[1:] > prev_end
         kern = ~host & (gap < kernel_wait_us)
         other = ~host & ~kern
         v = (float(gap[host].sum()), float(gap[kern].sum()), float(gap[other].sum()))

@@ -10,6 +10,14 @@ from trainperf.diagnose.api import Diagnosis
 _SEV_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
 
 
+def gain_text(f) -> str:
+    """'gain ≈ X% of step time', or 'gain not estimated' for a finding without a what-if (idle_gpu): its
+    0.0 is no estimate, and beside a medium severity it read as a contradiction (issue 14)."""
+    if not f.what_if and not f.gain_pct:
+        return "gain not estimated (no what-if for this kind)"
+    return f"gain ≈ {f.gain_pct:.1f}% of step time"
+
+
 def print_summary(d: Diagnosis, console: Console, top: int = 5) -> None:
     """Per-rank table, then the top findings with evidence, gain and recommendation."""
     t = Table(title=f"trainperf diagnose: {d.path}", title_justify="left")
@@ -42,7 +50,7 @@ def print_summary(d: Diagnosis, console: Console, top: int = 5) -> None:
         alone = f" (alone {f.gain_alone_pct:.1f}%)" if f.fix_order and f.gain_alone_pct != f.gain_pct else ""
         conf = f", confidence {f.confidence}" if f.confidence != "high" else ""
         console.print(f"\n[{style}]{i}. {f.kind}[/] ({f.severity}{conf}) ranks {f.ranks}  "
-                      f"gain ≈ {f.gain_pct:.1f}% of step time{alone}" + (f" [{f.what_if}]" if f.what_if else ""),
+                      f"{gain_text(f)}{alone}" + (f" [{f.what_if}]" if f.what_if else ""),
                       highlight=False)
         metrics = ", ".join(f"{k} {v['value']:g} {v['unit']}" for k, v in f.evidence.get("metrics", {}).items())
         console.print(f"   evidence: {metrics}", highlight=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trainperf.diagnose.render import gain_text
 from trainperf.report.html import Report, bar_chart, esc, paragraph, stacked_bar_chart, table
 
 
@@ -49,7 +50,7 @@ def write_report(d, path: str | Path) -> Path:
             m = f.evidence.get("metrics", {})
             ev = f.evidence.get("events", [])
             conf = "" if f.confidence == "high" else f", confidence {f.confidence}"
-            rep.add(f"{i}. {f.kind} ({f.severity}{conf}, gain ≈ {f.gain_pct:.1f}%)",
+            rep.add(f"{i}. {f.kind} ({f.severity}{conf}, {gain_text(f)})",
                     f"<p class='sev-{esc(f.severity)}'>ranks {esc(f.ranks)}; what-if: {esc(f.what_if)}; "
                     f"alone {f.gain_alone_pct:.1f}%, fix #{f.fix_order or '-'}</p>",
                     *[paragraph("Note: " + n, "note") for n in f.notes],
