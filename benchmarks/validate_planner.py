@@ -53,9 +53,9 @@ from pathlib import Path
 from trainperf.atomic import atomic_write_text
 from trainperf.errors import TrainperfError
 from trainperf.plan.efficiency import Efficiency
-from trainperf.plan.estimate import Estimate, estimate
+from trainperf.plan.estimate import Estimate, check_layout, estimate, estimate_arrays
 from trainperf.plan.stacks import Software, get_stack
-from trainperf.specs import Cluster, Layout, ModelSpec, make_cluster, model_flops_per_token
+from trainperf.specs import Cluster, Layout, LayoutArrays, ModelSpec, make_cluster, model_flops_per_token
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CSVS = (ROOT / "../shared/data/published_runs/runs.csv", ROOT / "benchmarks/data/planner_dev_runs.csv")
@@ -161,6 +161,7 @@ class Case:
     kind: str            # step_time_s or tokens_per_s_per_gpu
     value: float
     generation: str      # accelerator generation (which fitted GEMM efficiency applies)
+    arrays: LayoutArrays  # the resolved layout, as estimate_arrays takes it (fits skip re-resolving)
 
 
 def generation(cluster: Cluster) -> str:
@@ -201,7 +202,8 @@ def load_cases(paths) -> tuple[list[Case], list[dict]]:
                 continue
             cases.append(Case(index=len(cases), file=Path(path).name, source=where["source"], model=m, cluster=cluster,
                               layout=lay, global_batch=gb, stack=sw, kind=target[0], value=target[1],
-                              generation=generation(cluster)))
+                              generation=generation(cluster),
+                              arrays=LayoutArrays.of(check_layout(m, cluster, lay, gb))))
     return cases, skipped
 
 
@@ -242,20 +244,56 @@ def shipped_params() -> dict:
             "tp_overlap": get_stack("megatron-core").tp_overlap, "comm_sm_share": Efficiency().comm_sm_share}
 
 
-def predict(case: Case, params: dict) -> Estimate:
-    """Return the planner's estimate of ``case`` with the constants ``params``."""
+def _inputs(case: Case, params: dict) -> tuple[Efficiency, Software]:
     eff = Efficiency(gemm_eff_max=params[f"gemm_eff:{case.generation}"] if f"gemm_eff:{case.generation}" in params else 0.0,
                      attn_eff=params["attn_eff:hopper"] if case.generation == "hopper" else 0.0,
                      gemm_dim_half=params["gemm_dim_half"], fp8_gemm_speedup=params["fp8_gemm_speedup"],
                      comm_sm_share=params["comm_sm_share"], attn_seq_half=params["attn_seq_half"])
     sw = replace(case.stack, tp_overlap=params["tp_overlap"]) if case.stack.tp_overlap > 0 else case.stack
+    return eff, sw
+
+
+def predict(case: Case, params: dict) -> Estimate:
+    """Return the planner's estimate of ``case`` with the constants ``params``."""
+    eff, sw = _inputs(case, params)
     return estimate(case.model, case.cluster, case.layout, case.global_batch, eff, sw)
 
 
-def rel_error(case: Case, est: Estimate) -> float:
-    """Return predicted / measured - 1 in the row's own measure."""
-    pred = est.step_time_s if case.kind == "step_time_s" else est.tokens_per_s_per_gpu
-    return pred / case.value - 1.0
+def unused_constants(case: Case) -> set[str]:
+    """Return the constants that cannot change ``case``'s prediction (other generations, fp8 on bf16, ...)."""
+    skip = {k for k in CONSTANTS if k.startswith("gemm_eff:") and k != f"gemm_eff:{case.generation}"}
+    if case.generation != "hopper":
+        skip.add("attn_eff:hopper")
+    if case.layout.precision != "fp8":
+        skip.add("fp8_gemm_speedup")
+    if case.stack.tp_overlap <= 0:
+        skip.add("tp_overlap")
+    return skip
+
+
+_MEMO: dict = {}
+
+
+def predicted_value(case: Case, params: dict) -> float:
+    """Return the prediction in the row's own measure, memoised on the constants the case uses.
+
+    The same numbers as ``predict`` (estimate_arrays on the resolved layout, without memory);
+    a fit's sweep over one generation's constant then recomputes only that generation's rows.
+    """
+    skip = unused_constants(case)
+    key = (case.index, case.file, tuple(sorted((k, v) for k, v in params.items() if k not in skip)))
+    if key not in _MEMO:
+        eff, sw = _inputs(case, params)
+        out = estimate_arrays(case.model, case.cluster, case.arrays, eff, sw, with_memory=False)
+        _MEMO[key] = float(out[case.kind])
+    return _MEMO[key]
+
+
+def rel_error(case: Case, est: Estimate | float) -> float:
+    """Return predicted / measured - 1 in the row's own measure (``est``: an Estimate or the predicted value)."""
+    if isinstance(est, Estimate):
+        est = est.step_time_s if case.kind == "step_time_s" else est.tokens_per_s_per_gpu
+    return est / case.value - 1.0
 
 
 def objective(cases: list[Case], params: dict) -> float:
@@ -265,7 +303,7 @@ def objective(cases: list[Case], params: dict) -> float:
     the maximum keeps one row no constant can explain (a run whose software state differs)
     from steering every constant.
     """
-    logs = sorted(abs(math.log1p(rel_error(c, predict(c, params)))) for c in cases)
+    logs = sorted(abs(math.log1p(rel_error(c, predicted_value(c, params)))) for c in cases)
     return statistics.mean(logs) + 0.5 * logs[min(len(logs) - 1, int(0.9 * len(logs)))]
 
 
@@ -313,25 +351,31 @@ def baseline_error(case: Case, mfu0: float) -> float:
 
 
 def summarize(errs: list[float]) -> dict:
-    """Return median / max |error| and the counts within 10% and 25%."""
-    a = [abs(e) for e in errs]
+    """Return median / max |error| and the counts within 10% and 25% (NaN: not predicted, left out)."""
+    a = [abs(e) for e in errs if not math.isnan(e)]
     if not a:
         return {"n": 0}
     return {"n": len(a), "median": statistics.median(a), "max": max(a), "within_10pct": sum(e <= 0.10 for e in a),
             "within_25pct": sum(e <= 0.25 for e in a)}
 
 
-def run_loso(cases: list[Case]) -> dict:
-    """Return per-case held-out errors (planner and constant-MFU baseline) and each fold's constants."""
+def run_loso(cases: list[Case], holdout: list[str] | None = None, sweeps: int = 2) -> dict:
+    """Return per-case held-out errors (planner and constant-MFU baseline) and each fold's constants.
+
+    ``holdout``: only the sources whose key contains one of these strings (case-insensitive),
+    a quick check while iterating; the headline holds out every source.
+    """
     out: dict = {"planner": {}, "baseline": {}, "folds": {}}
     for src in sorted({c.source for c in cases}):
+        if holdout and not any(h.lower() in src.lower() for h in holdout):
+            continue
         train = [c for c in cases if c.source != src]
         test = [c for c in cases if c.source == src]
-        params = fit(train)
+        params = fit(train, sweeps=sweeps)
         mfu0 = statistics.median(mfu_of(c) for c in train)
         out["folds"][src] = {"constants": params, "baseline_mfu": mfu0, "n_test": len(test)}
         for c in test:
-            out["planner"][c.index] = rel_error(c, predict(c, params))
+            out["planner"][c.index] = rel_error(c, predicted_value(c, params))
             out["baseline"][c.index] = baseline_error(c, mfu0)
     return out
 
@@ -346,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--csv", type=Path, action="append", default=None, help="row file(s); default: runs.csv + dev rows")
     ap.add_argument("--loso", action="store_true", help="also fit in-sample and leave-one-source-out")
     ap.add_argument("--json", type=Path, default=None, help="write per-row results here")
+    ap.add_argument("--holdout", action="append", default=None,
+                    help="with --loso: hold out only sources whose key contains this (repeatable; quick check)")
+    ap.add_argument("--sweeps", type=int, default=2, help="coordinate-descent sweeps per fit (default 2)")
     args = ap.parse_args(argv)
     paths = args.csv or list(DEFAULT_CSVS)
     for p in paths:
@@ -371,13 +418,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'#':>3} {'source':26} {'model':28} {'gpu':9} {'gpus':>5} {'stack':20} {'what':5} {'measured':>9} "
           f"{'predicted':>9} {'err':>7}" + ("  loso    base-loso" if args.loso else ""))
     if args.loso:
-        fitted = fit(cases)
-        loso = run_loso(cases)
+        fitted = fit(cases, sweeps=args.sweeps)
+        loso = run_loso(cases, args.holdout, args.sweeps)
         report.update(in_sample_constants=fitted, loso_folds=loso["folds"])
         for c, r in zip(cases, rows):
-            r["error_in_sample_fit"] = rel_error(c, predict(c, fitted))
-            r["error_loso"] = loso["planner"][c.index]
-            r["baseline_error_loso"] = loso["baseline"][c.index]
+            r["error_in_sample_fit"] = rel_error(c, predicted_value(c, fitted))
+            r["error_loso"] = loso["planner"].get(c.index, math.nan)
+            r["baseline_error_loso"] = loso["baseline"].get(c.index, math.nan)
     for i, r in enumerate(rows):
         what = "step" if r["kind"] == "step_time_s" else "tok/s"
         line = (f"{i:>3} {r['source'][:26]:26} {r['model'][:28]:28} {r['gpu'][:9]:9} {r['n_gpus']:>5} {r['stack'][:20]:20} "

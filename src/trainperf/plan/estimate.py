@@ -87,11 +87,12 @@ class Estimate:
 
 
 def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Efficiency | None = None,
-                    sw: Software | None = None) -> dict:
+                    sw: Software | None = None, *, with_memory: bool = True) -> dict:
     """Return {term: seconds array, 'step_time_s', 'memory_bytes', ...} for arrays of layouts.
 
     ``lay`` holds one array per Layout field (all resolved: dp and grad_accum non-zero);
-    ``grad_accum`` is the number of micro batches per step per pipeline.
+    ``grad_accum`` is the number of micro batches per step per pipeline. ``with_memory=False``
+    leaves out 'memory_bytes' (a third of the cost; constant fits need only the time).
     """
     acc = cluster.accelerator
     sw = sw or Software()
@@ -225,7 +226,8 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Effi
     out["mfu"] = tps * model_flops_per_token(m) / peak_prec
     hw = np.array([hardware_flops_per_token(m, RECOMPUTE_NAME[c]) for c in range(3)])
     out["hfu"] = tps * hw[rc] / peak_prec
-    out["memory_bytes"] = memory.memory_bytes(m, lay, sw.flash_attention, dropout, gb)
+    if with_memory:
+        out["memory_bytes"] = memory.memory_bytes(m, lay, sw.flash_attention, dropout, gb)
     return out
 
 
