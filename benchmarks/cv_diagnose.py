@@ -1,0 +1,468 @@
+"""Choose diagnose's thresholds by nested, leave-one-base-out cross-validation on the labeled corpus.
+
+    nice -n 10 .venv/bin/python benchmarks/cv_diagnose.py [CORPUS] [--json out.json] [--sweeps 3]
+        [--speedups] [--no-progress]
+
+Every case is diagnosed once through `trainperf.diagnose.api.diagnose` (as `trainperf evaluate`
+does); its per-rank RankFacts are kept, with the what-if replays they have cached. A set of
+thresholds is then scored by re-running only the finding rules and the marginal-gain ranking
+(rules.run_rules, findings.rank_by_marginal_gain, findings.merge_across_ranks) with the values set on
+the rules / findings modules (setattr), and scoring the findings with `corpus.evaluate.score`.
+
+Folds group the cases by their base trace set (labels.json `base`: the HTA trace an injection was
+made into, or the real-run configuration): a threshold is never scored on a trace it was tuned on.
+Outer loop: each base held out once; inside, the thresholds are tuned on the other bases only, by
+coordinate descent over a grid per threshold (from the current values; ties keep the middle of the
+widest optimal plateau, and a threshold with no effect on the training cases keeps its value); the
+held-out base is then diagnosed with them. The pooled held-out findings give the out-of-sample
+figures; tuning on all bases gives the in-sample figures and the recommended values.
+
+Objective (higher is better): top-1 accuracy + mean per-kind F1 + 0.1 x severity agreement (a
+detected case's severity equals its labeled severity) - 1.0 x (high + medium findings on healthy
+cases) / healthy cases: the issue's goals (top-1, precision/recall per kind, no high or medium finding
+on a healthy case), the last one weighted as heavily as a whole top-1 point per healthy case.
+
+Thresholds tuned: every UPPER_CASE int/float of diagnose/rules.py (the *_SPEEDUP what-if factors
+only with --speedups: they are assumed speed-ups, not detection thresholds) and the severity /
+dismissal cut-offs of diagnose/findings.py. The straggler's STRAGGLER_MIN_WAIT_PCT is applied by
+api._straggler_facts (imported there by name): it is captured without the gate and gated here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import math
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from trainperf.corpus.evaluate import CaseResult, case_folders, read_labels, score
+from trainperf.diagnose import api
+from trainperf.diagnose import findings as F
+from trainperf.diagnose import rules as R
+
+FINDINGS_CUTOFFS = ("HIGH_GAIN_PCT", "MEDIUM_GAIN_PCT", "MIN_GAIN_PCT")
+STEPS = tuple(2 ** (k / 2) for k in range(-4, 5))  # 0.25x .. 4x the current value, 9 points
+HEALTHY_WEIGHT = 1.0
+SEVERITY_WEIGHT = 0.1
+_MODULES = {"rules": R, "findings": F}
+
+
+@dataclass(kw_only=True)
+class Param:
+    """One tunable module-level constant: where it lives, its current value and the grid tried."""
+
+    module: str
+    name: str
+    default: float
+    grid: list[float]
+
+
+def _grid(name: str, default: float) -> list[float]:
+    """Candidate values around the current one: x0.25 .. x4 (geometric), clipped to the quantity's range."""
+    if name.endswith("_RATIO"):  # a ratio >= 1: scale its excess over 1
+        vals = [1.0 + (default - 1.0) * m for m in STEPS]
+    elif default == 0:
+        vals = [0.0, 0.25, 0.5, 1.0, 2.0, 5.0]
+    else:
+        vals = [default * m for m in STEPS]
+    if name.endswith("_SHARE"):
+        vals = [min(v, 0.95) for v in vals]
+    elif name.endswith("_PCT"):
+        vals = [min(v, 100.0) for v in vals]
+    if isinstance(default, int) and not isinstance(default, bool):
+        vals = [float(round(v)) for v in vals]
+    return sorted({round(v, 4) for v in vals} | {float(default)})
+
+
+def discover_params(speedups: bool = False) -> list[Param]:
+    """The tunable constants as they are now in rules.py and findings.py (re-read each run)."""
+    out = []
+    for name in _assigned_numbers(R):
+        v = getattr(R, name)
+        if name.endswith("_SPEEDUP") and not speedups:
+            continue
+        out.append(Param(module="rules", name=name, default=v, grid=_grid(name, v)))
+    for name in FINDINGS_CUTOFFS:
+        if hasattr(F, name):
+            out.append(Param(module="findings", name=name, default=getattr(F, name),
+                             grid=_grid(name, getattr(F, name))))
+    return out
+
+
+def _assigned_numbers(module) -> list[str]:
+    """UPPER_CASE names a module assigns a number literal to itself (not imported constants)."""
+    tree = ast.parse(Path(module.__file__).read_text())
+    names = []
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        for t in targets:
+            if isinstance(t, ast.Name) and t.id.isupper() and not t.id.startswith("_"):
+                v = getattr(module, t.id, None)
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    names.append(t.id)
+    return sorted(names)
+
+
+def _valid(values: dict) -> bool:
+    """Severity cut-offs stay ordered: dismissal <= medium < high."""
+    hi, med, lo = (values.get(k) for k in FINDINGS_CUTOFFS)
+    return not (hi is not None and med is not None and med >= hi) and not (med is not None and lo is not None and lo > med)
+
+
+# --- capture: each case diagnosed once ---------------------------------------------------------
+
+@dataclass(kw_only=True)
+class Case:
+    """One corpus case: its labels, its ranks' facts, the ungated straggler and diagnose's own findings."""
+
+    result: CaseResult                 # labels; findings filled per scoring
+    facts: list                        # RankFacts per rank, in diagnose's order
+    straggler: object = None           # StragglerFacts before the STRAGGLER_MIN_WAIT_PCT gate (GPU jobs)
+    straggler_share_pct: float | None = None  # its wait per other rank, % of the longest window
+    expected: list = field(default_factory=list)  # diagnose()'s findings at the current values
+    seconds: float = 0.0
+
+
+_GATE = hasattr(api, "_straggler_facts") and hasattr(api, "STRAGGLER_MIN_WAIT_PCT")
+
+
+def capture(folder: Path) -> Case:
+    """Diagnose one case folder, keeping what a re-run of the rules needs."""
+    labels = read_labels(folder)
+    seen: list = []
+    gate: dict = {}
+    orig_rank, orig_strag = api.analyse_rank, getattr(api, "_straggler_facts", None)
+
+    def analyse_rank(f, *a, **k):
+        seen.append(f)
+        return orig_rank(f, *a, **k)
+
+    def straggler_facts(xr, facts):
+        keep = api.STRAGGLER_MIN_WAIT_PCT
+        api.STRAGGLER_MIN_WAIT_PCT = 0.0
+        try:
+            s = orig_strag(xr, facts)
+        finally:
+            api.STRAGGLER_MIN_WAIT_PCT = keep
+        window = max((f.breakdown.window_us for f in facts.values() if f.has_gpu), default=0.0)
+        share = 100.0 * s.caused_per_other_us / window if s is not None and window > 0 else None
+        gate.update(s=s, share=share)
+        return s if share is not None and share >= keep else None
+
+    t = time.perf_counter()
+    api.analyse_rank = analyse_rank
+    if _GATE:
+        api._straggler_facts = straggler_facts
+    try:
+        d = api.diagnose(folder / "traces", top=10_000)
+    finally:
+        api.analyse_rank = orig_rank
+        if _GATE:
+            api._straggler_facts = orig_strag
+    res = CaseResult(name=folder.name, kind=labels["kind"], ranks=list(labels["ranks"]),
+                     true_gain_pct=float(labels["true_gain_pct"]), severity=str(labels["severity"]),
+                     base=str(labels.get("base", "")))
+    return Case(result=res, facts=seen, straggler=gate.get("s"), straggler_share_pct=gate.get("share"),
+                expected=[_row(x.to_json()) for x in d.findings], seconds=time.perf_counter() - t)
+
+
+def _row(f) -> dict:
+    """The fields `trainperf evaluate` scores, from a Finding or its JSON."""
+    if isinstance(f, dict):
+        return {k: f.get(k) for k in ("kind", "severity", "ranks", "gain_pct")}
+    return {"kind": f.kind, "severity": f.severity, "ranks": list(f.ranks), "gain_pct": f.gain_pct}
+
+
+# --- re-running the rules ----------------------------------------------------------------------
+
+class Scorer:
+    """Findings of cases under a set of thresholds (memoised per case and values), and their scores."""
+
+    def __init__(self, cases: list[Case], params: list[Param]):
+        self.cases = {c.result.name: c for c in cases}
+        self.params = params
+        self.memo: dict = {}
+        self.evaluations = 0
+
+    def _key(self, values: dict) -> tuple:
+        return tuple(values[p.name] for p in self.params)
+
+    def findings(self, name: str, values: dict) -> list[dict]:
+        """The merged findings of one case with these threshold values."""
+        key = (name, self._key(values))
+        if key not in self.memo:
+            self.memo[key] = self._rerun(self.cases[name], values)
+        return self.memo[key]
+
+    def _rerun(self, c: Case, values: dict) -> list[dict]:
+        saved = {p.name: getattr(_MODULES[p.module], p.name) for p in self.params}
+        try:
+            for p in self.params:
+                if p.name != "STRAGGLER_MIN_WAIT_PCT" or not _GATE:
+                    setattr(_MODULES[p.module], p.name, values[p.name])
+            wait_pct = values.get("STRAGGLER_MIN_WAIT_PCT", getattr(R, "STRAGGLER_MIN_WAIT_PCT", 0.0))
+            found = []
+            for f in c.facts:
+                if _GATE and f.has_gpu:
+                    ok = c.straggler_share_pct is not None and c.straggler_share_pct >= wait_pct
+                    f.straggler = c.straggler if ok else None
+                found += F.rank_by_marginal_gain(R.run_rules(f), f.gain)[0]
+            return [_row(x) for x in F.merge_across_ranks(found)]
+        finally:
+            for p in self.params:
+                setattr(_MODULES[p.module], p.name, saved[p.name])
+
+    def results(self, names: list[str], values: dict) -> list[CaseResult]:
+        out = []
+        for n in names:
+            r = self.cases[n].result
+            out.append(CaseResult(name=r.name, kind=r.kind, ranks=r.ranks, true_gain_pct=r.true_gain_pct,
+                                  severity=r.severity, base=r.base, findings=self.findings(n, values)))
+        return out
+
+    def objective(self, names: list[str], values: dict) -> float:
+        self.evaluations += 1
+        return objective(self.results(names, values))
+
+
+def severity_agreement(results: list[CaseResult]) -> float | None:
+    """Share of detected problem cases whose finding of the labeled kind has the labeled severity."""
+    hits = [next((f["severity"] for f in r.findings if f["kind"] == r.kind), None)
+            for r in results if r.kind != "healthy"]
+    pairs = [(h, r.severity) for h, r in zip(hits, [r for r in results if r.kind != "healthy"]) if h]
+    return sum(a == b for a, b in pairs) / len(pairs) if pairs else None
+
+
+def objective(results: list[CaseResult]) -> float:
+    """top-1 + mean per-kind F1 + SEVERITY_WEIGHT x severity agreement - HEALTHY_WEIGHT x high/medium
+    findings per healthy case (see the module docstring)."""
+    s = score(results)
+    f1 = [k["f1"] for k in s["kinds"].values()]
+    n_h = s["n_healthy"]
+    bad = (s["healthy_false_findings"]["high"] + s["healthy_false_findings"]["medium"]) / n_h if n_h else 0.0
+    return ((s["top1_accuracy"] or 0.0) + (statistics.mean(f1) if f1 else 0.0)
+            + SEVERITY_WEIGHT * (severity_agreement(results) or 0.0) - HEALTHY_WEIGHT * bad)
+
+
+# --- tuning ------------------------------------------------------------------------------------
+
+def choose(grid: list[float], scores: list[float], current: float) -> float:
+    """The grid value to keep: the middle of the widest run of adjacent optimal values (the run holding
+    the current value on a tie); the current value when no value scores differently."""
+    best = max(scores)
+    if min(scores) >= best - 1e-9 and current in grid:
+        return current
+    runs, run = [], []
+    for i, s in enumerate(scores):
+        if s >= best - 1e-9:
+            run.append(i)
+        elif run:
+            runs.append(run)
+            run = []
+    if run:
+        runs.append(run)
+    widest = max(len(r) for r in runs)
+    cands = [r for r in runs if len(r) == widest]
+    pick = next((r for r in cands if current in [grid[i] for i in r]), cands[0])
+    return grid[pick[(len(pick) - 1) // 2]]
+
+
+def tune(scorer: Scorer, names: list[str], params: list[Param], sweeps: int, bar=None, task=None,
+         label: str = "") -> tuple[dict, float]:
+    """Coordinate descent from the current values over each parameter's grid; (values, training objective)."""
+    values = {p.name: p.default for p in params}
+    best = scorer.objective(names, values)
+    for _ in range(sweeps):
+        changed = False
+        for p in params:
+            scores = []
+            for v in p.grid:
+                trial = {**values, p.name: v}
+                scores.append(scorer.objective(names, trial) if _valid(trial) else -math.inf)
+                if bar is not None:
+                    bar.advance(task)
+            pick = choose(p.grid, scores, values[p.name])
+            if pick != values[p.name]:
+                changed = True
+                values[p.name] = pick
+            best = scores[p.grid.index(pick)]
+            if bar is not None:
+                bar.update(task, description=f"{label} {p.name}={pick:g} J={best:.3f}")
+        if not changed:
+            break
+    return values, best
+
+
+# --- report ------------------------------------------------------------------------------------
+
+def summary(results: list[CaseResult]) -> dict:
+    """The evaluate scores plus the objective's own terms."""
+    s = score(results)
+    f1 = [k["f1"] for k in s["kinds"].values()]
+    s["mean_f1"] = round(statistics.mean(f1), 4) if f1 else None
+    sa = severity_agreement(results)
+    s["severity_agreement"] = None if sa is None else round(sa, 4)
+    s["objective"] = round(objective(results), 4)
+    return s
+
+
+def _commit() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(__file__).parent).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src/trainperf/diagnose"], capture_output=True,
+                               text=True, cwd=Path(__file__).parent).stdout.strip()
+        return sha + ("+uncommitted diagnose changes" if dirty else "")
+    except OSError:
+        return "unknown"
+
+
+def _print(report: dict, console) -> None:
+    from rich.table import Table
+
+    m = report["metrics"]
+    cols = ("current_values", "in_sample", "out_of_sample")
+    t = Table(title="diagnose on the corpus: current thresholds, tuned (in-sample), tuned per outer fold "
+                    "(out-of-sample, leave-one-base-out)")
+    t.add_column("metric")
+    for c in cols:
+        t.add_column(c.replace("_", " "), justify="right")
+    rows = [("objective", "objective"), ("top-1 accuracy", "top1_accuracy"), ("mean per-kind F1", "mean_f1"),
+            ("severity agreement", "severity_agreement"),
+            ("what-if median |err| pp", "whatif_median_abs_error_pct")]
+    for label, k in rows:
+        t.add_row(label, *(_fmt(m[c][k]) for c in cols))
+    t.add_row("healthy false high/medium/low",
+              *("/".join(str(m[c]["healthy_false_findings"][s]) for s in ("high", "medium", "low")) for c in cols))
+    for kind in m["in_sample"]["kinds"]:
+        t.add_row(f"{kind} P/R", *(f"{_fmt(m[c]['kinds'][kind]['precision'])}/{_fmt(m[c]['kinds'][kind]['recall'])}"
+                                   for c in cols))
+    console.print(t)
+    p = Table(title="thresholds: current, recommended (all bases), chosen per outer fold (held-out base)")
+    p.add_column("constant")
+    p.add_column("current", justify="right")
+    p.add_column("recommended", justify="right")
+    for b in report["bases"]:
+        p.add_column(f"w/o {b}", justify="right")
+    p.add_column("stable")
+    for x in report["params"]:
+        p.add_row(f"{x['module']}.{x['name']}", f"{x['current']:g}", f"{x['recommended']:g}",
+                  *(f"{x['folds'][b]:g}" for b in report["bases"]), f"{x['folds_agreeing']}/{len(report['bases'])}"
+                  + ("" if x["has_effect"] else " (no effect)"))
+    console.print(p)
+
+
+def _fmt(x) -> str:
+    return "-" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
+
+
+def run(corpus: Path, sweeps: int, speedups: bool, progress: bool, console) -> dict:
+    """Capture every case, tune per outer fold and on all bases; return the report dict."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    t0 = time.perf_counter()
+    params = discover_params(speedups)
+    folders = [c for c in case_folders(corpus) if (c / "traces").is_dir()]
+    def bar():
+        return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        disable=not progress, console=console)
+
+    cases = []
+    with bar() as pb:
+        task = pb.add_task("diagnosing", total=len(folders))
+        for c in folders:
+            pb.update(task, description=f"diagnosing {c.name}")
+            cases.append(capture(c))
+            pb.advance(task)
+    capture_s = time.perf_counter() - t0
+    scorer = Scorer(cases, params)
+    names = [c.result.name for c in cases]
+    current = {p.name: p.default for p in params}
+    mismatches = [c.result.name for c in cases if scorer.findings(c.result.name, current) != c.expected]
+    if mismatches:
+        console.print(f"[yellow]warning: the re-run of the rules differs from diagnose() at the current values on "
+                      f"{len(mismatches)} case(s): {', '.join(mismatches[:5])}")
+    effect = {}
+    for p in params:  # does the parameter change any case's findings over its grid?
+        base_rows = [scorer.findings(n, current) for n in names]
+        effect[p.name] = any(scorer.findings(n, {**current, p.name: v}) != base_rows[i]
+                             for v in p.grid if _valid({**current, p.name: v}) for i, n in enumerate(names))
+    bases = sorted({c.result.base for c in cases})
+    per_sweep = sum(len(p.grid) for p in params)
+    folds, oos = [], []
+    with bar() as pb:
+        task = pb.add_task("tuning", total=(len(bases) + 1) * sweeps * per_sweep)
+        for k, b in enumerate(bases + [None]):
+            train = [n for n in names if scorer.cases[n].result.base != b]
+            what = f"w/o {b}:" if b is not None else "all bases:"
+            pb.update(task, description=what)
+            values, j_train = tune(scorer, train, params, sweeps, pb, task, what)
+            pb.update(task, completed=(k + 1) * sweeps * per_sweep)  # sweeps that converged early
+            if b is None:
+                tuned_all, j_all = values, j_train
+                continue
+            test = [n for n in names if scorer.cases[n].result.base == b]
+            held = scorer.results(test, values)
+            oos += held
+            folds.append({"held_out": b, "n_train": len(train), "n_test": len(test), "values": values,
+                          "train_objective": round(j_train, 4),
+                          "test_top1": summary(held)["top1_accuracy"],
+                          "test_healthy_false_high_medium": sum(1 for r in held if r.kind == "healthy"
+                                                                for f in r.findings
+                                                                if f["severity"] in ("high", "medium"))})
+    metrics = {"current_values": summary(scorer.results(names, current)),
+               "in_sample": summary(scorer.results(names, tuned_all)),
+               "out_of_sample": summary(oos)}
+    for m in metrics.values():
+        m.pop("top1_misses", None)
+    prm = []
+    for p in params:
+        fv = {f["held_out"]: f["values"][p.name] for f in folds}
+        prm.append({"module": p.module, "name": p.name, "current": p.default, "recommended": tuned_all[p.name],
+                    "folds": fv, "folds_agreeing": sum(1 for v in fv.values() if v == tuned_all[p.name]),
+                    "fold_range": [min(fv.values()), max(fv.values())] if fv else None,
+                    "has_effect": effect[p.name], "grid": p.grid})
+    return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": platform.node(),
+            "python": platform.python_version(), "commit": _commit(), "corpus": str(corpus),
+            "command": " ".join([Path(sys.executable).name, *sys.argv]), "n_cases": len(cases), "bases": bases,
+            "objective": {"formula": "top1 + mean_f1 + %g*severity_agreement - %g*healthy_high_medium_per_case"
+                                     % (SEVERITY_WEIGHT, HEALTHY_WEIGHT), "sweeps": sweeps},
+            "metrics": metrics, "recommended": {p.name: tuned_all[p.name] for p in params},
+            "changed": {p.name: [p.default, tuned_all[p.name]] for p in params if tuned_all[p.name] != p.default},
+            "params": prm, "folds": folds, "rerun_mismatches": mismatches,
+            "seconds": {"capture": round(capture_s, 1), "total": round(time.perf_counter() - t0, 1)},
+            "evaluations": scorer.evaluations, "in_sample_training_objective": round(j_all, 4)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("corpus", nargs="?", default="corpus", type=Path)
+    ap.add_argument("--json", type=Path, default=None, help="write the report (recommended values, folds) here")
+    ap.add_argument("--sweeps", type=int, default=3, help="coordinate-descent sweeps at most (default 3)")
+    ap.add_argument("--speedups", action="store_true", help="also tune the *_SPEEDUP what-if factors")
+    ap.add_argument("--no-progress", action="store_true")
+    a = ap.parse_args(argv)
+    from rich.console import Console
+
+    from trainperf.atomic import atomic_write_text
+
+    console = Console()
+    report = run(a.corpus, a.sweeps, a.speedups, not a.no_progress, console)
+    _print(report, console)
+    console.print(f"recommended changes: {report['changed'] or 'none'}; {report['evaluations']} evaluations, "
+                  f"{report['seconds']['total']:.0f} s (capture {report['seconds']['capture']:.0f} s)")
+    if a.json:
+        atomic_write_text(a.json, json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
