@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from trainperf.diagnose import findings as F
-from trainperf.diagnose.crossrank import CrossRank, comm_waits, cross_rank, host_straggler
+from trainperf.diagnose.crossrank import CrossRank, comm_waits, compute_straggler, cross_rank, host_straggler
 from trainperf.diagnose.evidence import Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes
 from trainperf.diagnose.facts import RankFacts, StragglerFacts, collect_facts
 from trainperf.diagnose.steps import gpu_step_periods_us, memcpy_bandwidth
@@ -254,15 +254,20 @@ def _relative_times(found: list[F.Finding], f: RankFacts) -> list[F.Finding]:
 
 
 def _straggler_facts(xr: CrossRank, facts: dict[int, RankFacts]) -> StragglerFacts | None:
-    """The job's straggler when it makes the others wait >= STRAGGLER_MIN_WAIT_PCT of the window each."""
+    """The job's straggler: the rank the others wait for inside matched collectives when it makes them wait
+    >= STRAGGLER_MIN_WAIT_PCT of the window each; else (collectives that cannot be matched, e.g. point-to-point
+    with partners outside the trace) the rank whose computation per step is longest against the other
+    ranks' median (crossrank.compute_straggler; the rule decides whether the ratio is large enough)."""
     st = xr.straggler
-    if st is None:
-        return None
-    srank, caused = st
     window = max(f.breakdown.window_us for f in facts.values() if f.has_gpu)
     others = max(len(xr.wait_by_rank_us) - 1, 1)
-    if caused < STRAGGLER_MIN_WAIT_PCT / 100 * window * others:
-        return None
+    if st is None or st[1] < STRAGGLER_MIN_WAIT_PCT / 100 * window * others:
+        cs = compute_straggler({r: f.compute_by_step for r, f in facts.items() if f.has_gpu})
+        if cs is None or cs.ratio <= 1.0:
+            return None
+        return StragglerFacts(rank=cs.rank, caused_us=0.0, caused_per_other_us=0.0, imbalance_pct=xr.imbalance_pct,
+                              events=[], compute_ratio=cs.ratio, extra_compute_us=cs.extra_us)
+    srank, caused = st
     worst = sorted((c for c in xr.collectives if c.last_rank == srank), key=lambda c: -sum(c.wait_us.values()))[:3]
     w = facts[srank].window
     origin = float(w.ts_us.min())

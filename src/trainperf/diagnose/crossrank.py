@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainperf.diagnose.window import Window
+from trainperf.diagnose.window import Window, union_us
 from trainperf.trace.categories import collective_type
 from trainperf.trace.events import COMMUNICATION, KERNEL, EventTable
 
@@ -279,3 +279,56 @@ def host_straggler(tables: dict[int, EventTable]) -> HostStraggler | None:
     gain_pct = float(np.median(100.0 * covered / np.where(step > 0, step, np.inf)))
     return HostStraggler(rank=srank, gain_pct=gain_pct, gain_us=gain_us, own_us=med_own,
                          wait_us={r: float(np.median(v)) for r, v in wait.items()}, steps=len(common))
+
+
+# --- GPU ranks whose collectives cannot be matched: compute per step ----------------------------------
+
+
+def compute_per_step(t: EventTable, w: Window) -> dict[int, float]:
+    """Per ProfilerStep: step number -> µs of computation kernels that step launched (union of their
+    intervals). A kernel belongs to the step of its launch call (launch->kernel correlation,
+    trace.annotate), wherever it ran on the GPU timeline. Empty without steps or device events."""
+    from trainperf.diagnose.gpu_time import compute_mask  # gpu_time imports nothing of this module
+
+    rows = w.device[compute_mask(t, w.device)] if w.device.size else w.device
+    out = {}
+    for s in np.unique(t.step[rows]):
+        if s >= 0:
+            sel = rows[t.step[rows] == s]
+            out[int(s)] = union_us(w, sel)
+    return out
+
+
+@dataclass(kw_only=True)
+class ComputeStraggler:
+    """The rank that computes longest per step against the other ranks (µs).
+
+    ratio: median over the common steps of its compute / the other ranks' median compute in that step;
+    extra_us: the sum over those steps of its compute minus the others' median."""
+
+    rank: int
+    ratio: float
+    extra_us: float
+    compute_us: dict[int, float]  # per rank: median per-step compute
+    steps: int
+
+
+def compute_straggler(per_step: dict[int, dict[int, float]]) -> ComputeStraggler | None:
+    """From {rank: compute_per_step(...)}: the rank whose per-step compute exceeds the other ranks' median
+    most (median ratio over the steps every rank has). None with fewer than 2 ranks or no common step."""
+    per = {r: v for r, v in per_step.items() if v}
+    if len(per) < 2:
+        return None
+    common = sorted(set.intersection(*[set(v) for v in per.values()]))
+    if not common:
+        return None
+    ranks = sorted(per)
+    c = np.array([[per[r][s] for s in common] for r in ranks])  # ranks x steps
+    ratios, extras = [], []
+    for i in range(len(ranks)):
+        others = np.median(np.delete(c, i, axis=0), axis=0)
+        ratios.append(float(np.median(np.where(others > 0, c[i] / np.where(others > 0, others, 1.0), 1.0))))
+        extras.append(float(np.maximum(c[i] - others, 0.0).sum()))
+    k = int(np.argmax(ratios))
+    return ComputeStraggler(rank=ranks[k], ratio=ratios[k], extra_us=extras[k],
+                            compute_us={r: float(np.median(c[i])) for i, r in enumerate(ranks)}, steps=len(common))

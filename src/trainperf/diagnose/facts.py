@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from trainperf.diagnose.crossrank import compute_per_step
 from trainperf.diagnose.gpu_time import (CategoryTime, IdleSplit, Overlap, TemporalBreakdown, comm_comp_overlap,
                                          idle_split, kernel_breakdown, temporal_breakdown)
 from trainperf.diagnose.host import (HostSpans, allocator_calls, checkpoint_spans, dataloader_spans, host_syncs,
@@ -34,6 +35,7 @@ class StragglerFacts:
     compute_ratio: float = 1.0  # the straggler's compute time / the median of the other ranks' (>= 1)
     host_gain_pct: float | None = None  # CPU-only job (crossrank.host_straggler): step share the others wait
     host_gain_us: float = 0.0
+    extra_compute_us: float = 0.0  # the straggler's compute beyond the other ranks' median, summed over steps
 
 
 @dataclass(kw_only=True)
@@ -81,6 +83,7 @@ class RankFacts:
     critical_path: dict = field(default_factory=dict)
     sync_sites: list[SyncSite] = field(default_factory=list)
     sync_op_counts: dict = field(default_factory=dict)  # op name -> (count, CPU µs): aten::item, nonzero, ...
+    compute_by_step: dict = field(default_factory=dict)  # step -> µs of computation it launched (crossrank)
     _gains: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -140,6 +143,7 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None) -> RankFa
     f.critical_path = critical_path(f.graph, base)
     f.sync_op_counts = sync_op_counts(t, w)
     f.sync_sites = _sync_sites(f)
+    f.compute_by_step = compute_per_step(t, w)
     return f
 
 

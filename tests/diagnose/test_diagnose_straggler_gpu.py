@@ -1,0 +1,72 @@
+"""GPU straggler when the collectives cannot be matched across ranks (point-to-point with partners outside
+the trace): decided from each rank's computation per step against the other ranks' median.
+
+Hand-built 2-rank trace (answer worked by hand): every 10 ms step launches one GEMM and one send/recv kernel
+and then synchronizes; rank 0's GEMM takes 4 ms, rank 1's 6 ms. Rank 1 computes 1.5x the other rank's
+median, 2 ms more per step; its compute at rank 0's pace ends every sync, and so every later launch, 2 ms
+earlier: gain 2 ms per analysed step (alone; the syncs' own fix, priced first, takes part of it).
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from kineto_builder import TraceBuilder  # noqa: E402
+
+from trainperf.diagnose.api import diagnose  # noqa: E402
+from trainperf.diagnose.crossrank import compute_per_step, compute_straggler  # noqa: E402
+from trainperf.diagnose.window import analysis_window  # noqa: E402
+from trainperf.trace.load import load_trace  # noqa: E402
+
+P, STEPS = 10_000.0, 5
+
+
+def _rank(path: Path, rank: int, gemm_us: float) -> None:
+    b = TraceBuilder(rank=rank, world_size=2)
+    for s in range(STEPS):
+        T = s * P
+        b.step(s, T, P)
+        b.launch("sm80_xmma_gemm_f16f16_f16f32", T + 100, T + 110, gemm_us)
+        b.launch("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t", T + 200, T + 210, 50, stream=9)
+        end = T + 110 + gemm_us
+        b.cpu("cudaDeviceSynchronize", T + 300, end + 5 - (T + 300), cat="cuda_runtime")
+    b.write(path / f"rank{rank}.json.gz")
+
+
+def _job(tmp_path: Path, gemm_us: dict[int, float]) -> Path:
+    for r, us in gemm_us.items():
+        _rank(tmp_path, r, us)
+    return tmp_path
+
+
+def test_compute_per_step_is_the_compute_each_step_launched(tmp_path):
+    t = load_trace(_job(tmp_path, {0: 4000.0, 1: 6000.0}))[1]
+    per = compute_per_step(t, analysis_window(t))
+    assert per and all(v == pytest.approx(6000.0) for v in per.values())  # the send/recv kernel is not compute
+
+
+def test_the_median_of_the_other_ranks_is_the_reference():
+    # three ranks: rank 2 computes 9 ms per step against the others' median (4 and 5 ms -> 4.5): ratio 2
+    cs = compute_straggler({0: {1: 4000.0, 2: 4000.0}, 1: {1: 5000.0, 2: 5000.0}, 2: {1: 9000.0, 2: 9000.0}})
+    assert cs.rank == 2 and cs.ratio == pytest.approx(2.0) and cs.extra_us == pytest.approx(2 * 4500.0)
+    assert compute_straggler({0: {1: 4000.0}}) is None  # one rank: no reference
+
+
+def test_the_slower_computing_rank_is_the_straggler_priced_at_the_others_pace(tmp_path):
+    d = diagnose(_job(tmp_path, {0: 4000.0, 1: 6000.0}))
+    f = next(x for x in d.findings if x.kind == "straggler")
+    assert f.ranks == [1]
+    m = f.evidence["metrics"]
+    assert m["compute_vs_other_ranks"]["value"] == pytest.approx(1.5)
+    # steps 0-3 are analysed (the window ends where the last ProfilerStep starts); rank 1's span runs from
+    # step 0's start to its last sync's end, 3 P + 6115 us; at rank 0's pace each of the 4 syncs ends 2 ms sooner
+    assert f.steps == [0, 1, 2, 3]
+    assert m["extra_compute"]["value"] == pytest.approx(4 * 2000.0)
+    assert f.gain_alone_pct == pytest.approx(100 * 4 * 2000.0 / (3 * P + 6115), abs=0.02)
+
+
+def test_ranks_that_compute_alike_have_no_straggler(tmp_path):
+    d = diagnose(_job(tmp_path, {0: 4000.0, 1: 4040.0}))  # 1 % apart: noise, not a slow rank
+    assert not [x for x in d.findings if x.kind == "straggler"]
