@@ -108,7 +108,7 @@ def _kind(p) -> str:
 
 
 def _is_output(path, p) -> bool:
-    return _name(p) in ("--html", "--out") or (_name(p) == "--json" and not getattr(p, "is_flag", False))
+    return _name(p) in ("--html", "--out", "--json-out")
 
 
 @pytest.fixture(scope="module")

@@ -134,7 +134,7 @@ def test_exposed_comm_gain_by_hand(tmp_path):
     assert f.severity == "high" and d.ranks[0].overlap_pct == 0
 
 
-@pytest.mark.parametrize("option", ["--json", "--html", "--perfetto"])
+@pytest.mark.parametrize("option", ["--json-out", "--html", "--perfetto"])
 def test_unusable_output_paths_refused_before_reading_traces(tmp_path, monkeypatch, option):
     """Issue 14 defect 1: an output path that cannot be written is one line, before any trace is read."""
     from trainperf.diagnose import api

@@ -6,15 +6,18 @@ from typing import Optional
 
 import typer
 
+from trainperf.cli_options import LegacyJsonFileCommand, json_option, json_out_option
+
 
 def register(app: typer.Typer) -> None:
     """Add this verb's command to app."""
 
-    @app.command("compare")
+    @app.command("compare", cls=LegacyJsonFileCommand)
     def compare_cmd(
         a: str = typer.Argument(..., metavar="A", help="Baseline: run folder or store run id; repeats separated by commas."),
         b: str = typer.Argument(..., metavar="B", help="Candidate: run folder or store run id; repeats separated by commas."),
-        json_out: Optional[str] = typer.Option(None, "--json", help="Write the full result as JSON to FILE."),
+        as_json: bool = json_option(),
+        json_out: Optional[str] = json_out_option(),
         html_out: Optional[str] = typer.Option(None, "--html", help="Write the HTML page (loss curves with the band) to FILE."),
         target_loss: Optional[float] = typer.Option(None, "--target-loss", min=0.0,
                                                     help="Loss (>= 0, cross-entropy in nats) for time-to-target (default: the worse end point of A and B)."),
@@ -25,12 +28,11 @@ def register(app: typer.Typer) -> None:
         store: Optional[str] = typer.Option(None, "--store", help="Run store for run ids (default: $TRAINPERF_STORE or ./.trainperf)."),
     ) -> None:
         """Is B faster than A (with a 95% interval), and is it still the same training (loss inside the noise band)?"""
-        import json
-
         from rich.console import Console
         from rich.table import Table
 
         from trainperf.atomic import atomic_write_text
+        from trainperf.cli_options import dumps, print_json
         from trainperf.compare.api import compare_runs
         from trainperf.compare.report import numerics_rows, perf_rows, write_html
         from trainperf.compare.runs import load_side
@@ -39,19 +41,22 @@ def register(app: typer.Typer) -> None:
         res = compare_runs(a_runs, b_runs, store=store, target_loss=target_loss, reference=reference,
                            min_effect=min_effect)
         con = Console()
-        con.print(f"[bold]{res.headline}[/]", highlight=False, soft_wrap=True)
-        for title, header, rows in (("performance", ["metric", "A", "B", "change [95% interval]"], perf_rows(res)),
-                                    ("numerics", ["", "A", "B"], numerics_rows(res))):
-            t = Table(title=title, title_justify="left")
-            for h in header:
-                t.add_column(h, justify="left" if h in ("metric", "") else "right")
-            for row in rows:
-                t.add_row(*map(str, row))
-            con.print(t)
-        if res.perf.note:
-            con.print(f"[dim]performance: {res.perf.note}[/]", highlight=False, soft_wrap=True)
-        con.print(f"[dim]numerics: {res.numerics.reason}[/]", highlight=False, soft_wrap=True)
+        if as_json:
+            print_json(res.to_dict())
+        else:
+            con.print(f"[bold]{res.headline}[/]", highlight=False, soft_wrap=True)
+            for title, header, rows in (("performance", ["metric", "A", "B", "change [95% interval]"], perf_rows(res)),
+                                        ("numerics", ["", "A", "B"], numerics_rows(res))):
+                t = Table(title=title, title_justify="left")
+                for h in header:
+                    t.add_column(h, justify="left" if h in ("metric", "") else "right")
+                for row in rows:
+                    t.add_row(*map(str, row))
+                con.print(t)
+            if res.perf.note:
+                con.print(f"[dim]performance: {res.perf.note}[/]", highlight=False, soft_wrap=True)
+            con.print(f"[dim]numerics: {res.numerics.reason}[/]", highlight=False, soft_wrap=True)
         if json_out:
-            atomic_write_text(json_out, json.dumps(res.to_dict(), indent=1, default=str))
+            atomic_write_text(json_out, dumps(res.to_dict()))
         if html_out:
             write_html(res, html_out, a_runs, b_runs)

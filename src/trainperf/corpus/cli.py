@@ -7,35 +7,40 @@ from typing import Optional
 
 import typer
 
+from trainperf.cli_options import LegacyJsonFileCommand, json_option, json_out_option
+
 
 def register(app: typer.Typer) -> None:
     """Add this verb's command to app."""
 
-    @app.command("evaluate")
+    @app.command("evaluate", cls=LegacyJsonFileCommand)
     def evaluate_cmd(
         corpus: Path = typer.Argument(..., help="Corpus folder (`make corpus`): one sub-folder per case with "
                                                 "labels.json and traces/."),
-        json_out: Optional[Path] = typer.Option(None, "--json", help="Write the scores (and per-case findings) here."),
+        as_json: bool = json_option("the scores and per-case findings"),
+        json_out: Optional[Path] = json_out_option("the scores and per-case findings"),
         min_severity: str = typer.Option("low", "--min-severity",
                                          help="Lowest finding severity that counts as a prediction: "
                                               "low, medium, high."),
     ) -> None:
         """Score diagnose's findings on a labeled corpus: per-kind precision/recall/F1, top-1, false
         findings on healthy cases, what-if error."""
-        import json
-
         from rich.console import Console
 
         from trainperf.atomic import atomic_write_text
+        from trainperf.cli_options import dumps, print_json
         from trainperf.corpus.evaluate import run_cases, score
         from trainperf.corpus.report import print_scores
 
         score([], min_severity)  # a bad --min-severity fails before the (long) diagnosing
-        results = run_cases(corpus, progress=True)
+        results = run_cases(corpus, progress=not as_json)
         scores = score(results, min_severity)
-        print_scores(scores, Console())
+        cases = [{"name": r.name, "kind": r.kind, "ranks": r.ranks, "true_gain_pct": r.true_gain_pct,
+                  "severity": r.severity, "base": r.base, "findings": r.findings, "seconds": round(r.seconds, 2)}
+                 for r in results]
+        if as_json:
+            print_json({**scores, "cases": cases})
+        else:
+            print_scores(scores, Console())
         if json_out:
-            cases = [{"name": r.name, "kind": r.kind, "ranks": r.ranks, "true_gain_pct": r.true_gain_pct,
-                      "severity": r.severity, "base": r.base, "findings": r.findings, "seconds": round(r.seconds, 2)}
-                     for r in results]
-            atomic_write_text(json_out, json.dumps({**scores, "cases": cases}, indent=1))
+            atomic_write_text(json_out, dumps({**scores, "cases": cases}))

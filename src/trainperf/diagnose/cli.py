@@ -7,37 +7,43 @@ from typing import Optional
 
 import typer
 
+from trainperf.cli_options import LegacyJsonFileCommand, json_option, json_out_option
+
 
 def register(app: typer.Typer) -> None:
     """Add this verb's commands to app."""
 
-    @app.command("diagnose")
+    @app.command("diagnose", cls=LegacyJsonFileCommand)
     def diagnose_cmd(
         path: Path = typer.Argument(..., help="Kineto trace (.json/.json.gz) or a folder with one file per rank."),
         rank: Optional[int] = typer.Option(None, "--rank", min=0, help="Show only this rank."),
         steps: Optional[str] = typer.Option(None, "--steps", help="Profiler steps A:B (inclusive) to analyse."),
-        json_out: Optional[Path] = typer.Option(None, "--json", help="Write the full result as JSON here."),
-        top: int = typer.Option(5, "--top", min=1, help="Number of findings to print (--json and --html keep all)."),
+        as_json: bool = json_option(),
+        json_out: Optional[Path] = json_out_option(),
+        top: int = typer.Option(5, "--top", min=1, help="Number of findings to print (JSON and --html keep all)."),
         html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
         perfetto: Optional[Path] = typer.Option(None, "--perfetto", help="Write every rank's trace, clocks aligned, "
                                                 "with the findings as annotated slices, as one Perfetto JSON (.gz ok)."),
     ) -> None:
         """Find the bottleneck in profiler traces: per-rank breakdown, findings with evidence and gain."""
-        import json
-
         from rich.console import Console
 
         from trainperf.atomic import atomic_write_text, check_output_file
+        from trainperf.cli_options import dumps, print_json
         from trainperf.diagnose.api import diagnose
         from trainperf.diagnose.render import print_summary
 
-        for option, out in (("--json", json_out), ("--html", html), ("--perfetto", perfetto)):
+        for option, out in (("--json-out", json_out), ("--html", html), ("--perfetto", perfetto)):
             if out:  # unusable output paths are refused before the traces are read
                 check_output_file(out, option)
-        result = diagnose(path, rank=rank, steps=steps, top=10_000, progress=True)  # --top limits the print only
-        print_summary(result, Console(), top)
+        # --top limits the print only; the progress bar (on stdout) stays out of the JSON
+        result = diagnose(path, rank=rank, steps=steps, top=10_000, progress=not as_json)
+        if as_json:
+            print_json(result.to_json())
+        else:
+            print_summary(result, Console(), top)
         if json_out:
-            atomic_write_text(json_out, json.dumps(result.to_json(), indent=1))
+            atomic_write_text(json_out, dumps(result.to_json()))
         if html:
             from trainperf.report.diagnose import write_report
 

@@ -7,35 +7,40 @@ from typing import Optional
 
 import typer
 
+from trainperf.cli_options import LegacyJsonFileCommand, json_option, json_out_option
+
 
 def register(app: typer.Typer) -> None:
     """Add the `diff` command to app."""
 
-    @app.command("diff")
+    @app.command("diff", cls=LegacyJsonFileCommand)
     def diff_cmd(
         baseline: Path = typer.Argument(..., help="Baseline: a Kineto trace or a folder with one file per rank."),
         candidate: Path = typer.Argument(..., help="Candidate: a Kineto trace or a folder with one file per rank."),
-        json_out: Optional[Path] = typer.Option(None, "--json", help="Write the full result as JSON here."),
+        as_json: bool = json_option(),
+        json_out: Optional[Path] = json_out_option(),
         html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
-        top: int = typer.Option(10, "--top", min=1, help="Kernels and operators to print (--json keeps 30)."),
+        top: int = typer.Option(10, "--top", min=1, help="Kernels and operators to print (JSON keeps 30)."),
         findings: bool = typer.Option(True, "--findings/--no-findings",
                                       help="Also diagnose both sides and list findings that appear or disappear."),
     ) -> None:
         """What changed between two runs: step time, its decomposition, the kernels and operators that moved."""
-        import json
-
         from rich.console import Console
 
         from trainperf.atomic import atomic_write_text, ensure_dir
+        from trainperf.cli_options import dumps, print_json
         from trainperf.diagnose.diff import diff
 
         for out in (json_out, html):
             if out is not None:
                 ensure_dir(Path(out).parent)  # an unusable output path fails now, not after the work
-        result = diff(baseline, candidate, progress=True, findings=findings)
-        print_diff(result, Console(), top)
+        result = diff(baseline, candidate, progress=not as_json, findings=findings)
+        if as_json:
+            print_json(result.to_json())
+        else:
+            print_diff(result, Console(), top)
         if json_out:
-            atomic_write_text(json_out, json.dumps(result.to_json(), indent=1))
+            atomic_write_text(json_out, dumps(result.to_json()))
         if html:
             from trainperf.report.diff import write_report
 
@@ -72,7 +77,7 @@ def print_diff(d, console, top: int = 10) -> None:
         t.add_row(c["name"][:70] + tag, c["category"], f"{c['delta_us_per_step']:+.1f}",
                   f"{c['count_baseline_per_step']:.2f}", f"{c['count_candidate_per_step']:.2f}")
     console.print(t)
-    console.print(f"{len(j['new'])} names new, {len(j['gone'])} gone (all in --json / --html)", highlight=False)
+    console.print(f"{len(j['new'])} names new, {len(j['gone'])} gone (all in JSON / --html)", highlight=False)
     for f in j["findings"]:
         console.print(f"finding {f['kind']}: {f['change']} ({f['baseline_severity'] or '-'} -> "
                       f"{f['candidate_severity'] or '-'}; gain {f['baseline_gain_pct']:.1f}% -> "
