@@ -585,7 +585,10 @@ class Layout:
     ``dp`` is the data-parallel degree (0: fill the remaining GPUs). ``zero`` is the ZeRO
     stage: 0 plain DDP, 1 optimizer states sharded (Megatron's distributed optimizer),
     2 + gradients, 3 + weights (= FSDP full shard). ``grad_accum`` 0 means derived from the
-    global batch: global_batch / (dp * mbs).
+    global batch: global_batch / (dp * mbs). ``dp_shard`` is the hybrid-sharding group: the
+    ZeRO/FSDP states are sharded over ``dp_shard`` data-parallel ranks and replicated over
+    ``dp / dp_shard`` such groups, whose gradients are all-reduced (HSDP: torchtitan's
+    dp_shard x dp_replicate, Paxml/MaxText's ICI fsdp x DCN data); 0 shards over all of dp.
     """
 
     tp: int = 1
@@ -601,10 +604,13 @@ class Layout:
     precision: str = "bf16"
     ep: int = 1        # expert parallel: each MoE layer's experts split over ep ranks of the data-parallel group
     etp: int = 0       # expert tensor parallel: each expert split over etp ranks (0: same as tp)
+    dp_shard: int = 0  # ZeRO/FSDP shard group (data-parallel ranks); the rest replicate (HSDP); 0: all of dp
 
     def __post_init__(self) -> None:
         if self.etp < 0:
             raise TrainperfError(f"layout: etp must be >= 0 (0: same as tp), got {self.etp}")
+        if self.dp_shard < 0:
+            raise TrainperfError(f"layout: dp_shard must be >= 0 (0: all data-parallel ranks), got {self.dp_shard}")
         for f in ("tp", "pp", "cp", "vpp", "mbs", "ep"):
             if int(getattr(self, f)) < 1:
                 raise TrainperfError(f"layout: {f} must be >= 1, got {getattr(self, f)}")
@@ -670,6 +676,8 @@ class Layout:
         parts.append(f"precision={self.precision}")
         if self.ep > 1 or self.etp:
             parts.append(f"ep={self.ep}" + (f",etp={self.etp}" if self.etp else ""))
+        if self.dp_shard:
+            parts.append(f"dp_shard={self.dp_shard}")
         return ",".join(parts)
 
     def to_dict(self) -> dict:
@@ -697,7 +705,7 @@ def parse_layout(text: str, **defaults) -> Layout:
         k = _LAYOUT_ALIASES.get(k, k)
         if k not in _LAYOUT_KEYS:
             raise TrainperfError(f"layout: unknown key {k!r} (keys: tp, pp, dp, cp, vpp, sp, recompute, zero, mbs, ga, "
-                                 "precision, ep, etp)")
+                                 "precision, ep, etp, dp_shard)")
         try:
             if item.split("=", 1)[0].strip().lower() == "fsdp":
                 kw["zero"] = 3 if v in _TRUE else kw.get("zero", 1)
@@ -742,6 +750,14 @@ class LayoutArrays:
     fp8: object
     ep: object = 1
     etp: object = 0    # resolved: the expert tensor parallel degree (never 0)
+    dp_shard: object = 0  # ZeRO/FSDP shard group in dp ranks; 0: all of dp (``shard_group`` resolves it)
+
+    def shard_group(self):
+        """Return the data-parallel ranks one ZeRO/FSDP shard spans (dp_shard, or dp where it is 0)."""
+        import numpy as np
+
+        dps = np.asarray(self.dp_shard, dtype=float)
+        return np.where(dps > 0, dps, np.asarray(self.dp, dtype=float))
 
     @classmethod
     def of(cls, layout: Layout) -> "LayoutArrays":
@@ -753,7 +769,7 @@ class LayoutArrays:
                    zero=np.asarray(layout.zero), recompute=np.asarray(RECOMPUTE_CODE[layout.recompute]),
                    mbs=np.asarray(layout.mbs), grad_accum=np.asarray(layout.grad_accum),
                    fp8=np.asarray(layout.precision == "fp8"), ep=np.asarray(layout.ep),
-                   etp=np.asarray(layout.expert_tp))
+                   etp=np.asarray(layout.expert_tp), dp_shard=np.asarray(layout.dp_shard))
 
     def at(self, i: int, precision: str = "bf16") -> Layout:
         """Return element ``i`` as a Layout (``precision`` names the non-fp8 precision)."""
@@ -768,7 +784,7 @@ class LayoutArrays:
                       sp=bool(v("sp")), zero=int(v("zero")), recompute=RECOMPUTE_NAME[int(v("recompute"))],
                       mbs=int(v("mbs")), grad_accum=int(v("grad_accum")),
                       precision="fp8" if bool(v("fp8")) else precision, ep=int(v("ep")),
-                      etp=0 if etp in (0, tp) else etp)
+                      etp=0 if etp in (0, tp) else etp, dp_shard=int(v("dp_shard")))
 
     def __len__(self) -> int:
         return int(getattr(self.tp, "size", 1))
@@ -805,6 +821,12 @@ def layout_problems(spec: ModelSpec, layout: Layout, n_gpus: int, *, for_trainer
     if layout.vpp > 1 and layout.grad_accum and layout.grad_accum % layout.pp:
         out.append(f"interleaving (vpp={layout.vpp}) needs micro batches per step ({layout.grad_accum}) "
                    f"divisible by pp={layout.pp}")
+    if layout.dp_shard:
+        dp = layout.dp or (n_gpus // mp if n_gpus % mp == 0 else 0)
+        if layout.zero == 0:
+            out.append(f"dp_shard={layout.dp_shard} needs sharded states (zero >= 1); zero=0 replicates everything")
+        elif dp and dp % layout.dp_shard:
+            out.append(f"dp_shard={layout.dp_shard} does not divide dp={dp} (shard groups must tile the data-parallel ranks)")
     if layout.ep > 1 or layout.etp:
         if not spec.is_moe:
             out.append(f"ep={layout.ep}/etp={layout.etp} needs a mixture-of-experts model; {spec.name} is dense")
@@ -834,4 +856,6 @@ def layout_problems(spec: ModelSpec, layout: Layout, n_gpus: int, *, for_trainer
             out.append("tp>1 with dp>1 needs zero>=1 (FSDP over dp); DDP over DTensor is not supported")
         if layout.precision in ("fp8", "fp16"):
             out.append(f"precision={layout.precision} is not run by the reference trainer (bf16 or fp32)")
+        if layout.dp_shard:
+            out.append("dp_shard (hybrid sharding) is not run by the reference trainer")
     return out

@@ -174,26 +174,36 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Effi
     t_send = comm.p2p_s(tokens * m.hidden * 2.0 / tp, p2p_bw, p2p_alpha)
     out["pp_p2p"] = pipeline.p2p_exposed_s(pp, grad_accum, vpp, t_send, sw.p2p_overlap)
 
-    # ---- data parallel (gradients are reduced over dp x cp: cp ranks hold the same weights)
+    # ---- data parallel (gradients are reduced over dp x cp: cp ranks hold the same weights).
+    # ZeRO/FSDP shard over the group of cp x dp_shard ranks (hybrid sharding: dp_shard < dp);
+    # the dp / dp_shard replicas of a shard all-reduce it once per step (HSDP).
     p_first, p_last = memory.stage_params(m, tp, pp, vpp)
     params = np.maximum(p_first, p_last)
     p_expert = memory.stage_expert_params(m, pp, vpp, ep, etp)
     n_dp = dp * cp
+    n_shard = lay.shard_group() * cp
+    n_rep = n_dp / n_shard
     n_edp = memory.expert_dp(lay)
     dp_bw, dp_alpha = comm.group_link(cluster, eff, tp, n_dp)
+    sh_bw, sh_alpha = comm.group_link(cluster, eff, tp, n_shard)
+    rep_bw, rep_alpha = comm.group_link(cluster, eff, tp * n_shard, n_rep)
     edp_bw, edp_alpha = comm.group_link(cluster, eff, ep * etp, n_edp)
     gb = float(sw.grad_reduce_bytes)
 
-    def sync(kind, nbytes_dense, nbytes_expert):
-        return kind(nbytes_dense, n_dp, dp_bw, dp_alpha) + kind(nbytes_expert, n_edp, edp_bw, edp_alpha)
+    def experts(kind, nbytes):  # a dense model has no expert collective (not even its latency)
+        return np.where(nbytes > 0, kind(nbytes, n_edp, edp_bw, edp_alpha), 0.0)
 
-    ar_g = sync(comm.all_reduce_s, params * gb, p_expert * gb)
+    def sync(kind, nbytes_dense, nbytes_expert):
+        return kind(nbytes_dense, n_shard, sh_bw, sh_alpha) + experts(kind, nbytes_expert)
+
+    ar_g = comm.all_reduce_s(params * gb, n_dp, dp_bw, dp_alpha) + experts(comm.all_reduce_s, p_expert * gb)
     rs_g = sync(comm.reduce_scatter_s, params * gb, p_expert * gb)
     ag_w = sync(comm.all_gather_s, params * 2.0, p_expert * 2.0)
+    ar_rep = comm.all_reduce_s(params * gb / n_shard, n_rep, rep_bw, rep_alpha)  # 0 without replicas
     bwd_window = stage_layers * (layer_bwd + layer_recompute)
     fwd_window = stage_layers * layer_fwd
     tail = 1.0 / np.maximum(stage_layers, 1.0)  # the last layer's bucket cannot overlap
-    grad_sync = np.where(zero == 0, ar_g, rs_g)
+    grad_sync = np.where(zero == 0, ar_g, rs_g + ar_rep)
     param_sync = np.where(zero == 0, 0.0, ag_w)
     # ZeRO-2 keeps only a gradient shard, so it must reduce-scatter after every micro batch
     grad_rounds = np.where(zero == 2, grad_accum, 1.0)
@@ -205,15 +215,17 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Effi
     fsdp_mb = 2.0 * ag_w + rs_g  # gather for forward, again for backward, reduce-scatter grads
     t_mb_compute = stage_layers * (layer_fwd + layer_bwd + layer_recompute)
     if sw.dp_overlap:
-        dp_3 = grad_accum * np.maximum(0.0, fsdp_mb - t_mb_compute) + fsdp_mb * tail
+        # the replicas' all-reduce of the last micro batch's gradient shards runs behind its backward
+        dp_3 = grad_accum * np.maximum(0.0, fsdp_mb - t_mb_compute) + fsdp_mb * tail \
+            + np.maximum(ar_rep - bwd_window, ar_rep * tail)
     else:
-        dp_3 = grad_accum * fsdp_mb
+        dp_3 = grad_accum * fsdp_mb + ar_rep
     out["dp_comm"] = np.where(zero >= 3, dp_3, dp_12)
-    dp_total = np.where(zero >= 3, grad_accum * fsdp_mb, grad_rounds * grad_sync + param_sync)
+    dp_total = np.where(zero >= 3, grad_accum * fsdp_mb + ar_rep, grad_rounds * grad_sync + param_sync)
     hidden = grad_accum * stage_layers * (layer_tp_hidden + layer_cp_hidden) + (dp_total - out["dp_comm"])
     out["comm_contention"] = eff.comm_sm_share * hidden
 
-    local_params = params / np.where(zero >= 1, n_dp, 1.0) + p_expert / np.where(zero >= 1, n_edp, 1.0)
+    local_params = params / np.where(zero >= 1, n_shard, 1.0) + p_expert / np.where(zero >= 1, n_edp, 1.0)
     out["optimizer"] = local_params * sw.optimizer_bytes_per_param / hbm
 
     step = sum(out[k] for k in TERMS)

@@ -171,7 +171,8 @@ def memory_bytes(m: ModelSpec, lay: LayoutArrays, flash=True, dropout=False, gra
     per_layer_gpu = (layer_params(m) - expert_params_per_layer(m)) / tp \
         + expert_params_per_layer(m) / (np.asarray(lay.ep, dtype=float) * np.asarray(lay.etp, dtype=float))
     fsdp_buffer = np.where(zero >= 3, 2.0 * WEIGHT_BYTES * per_layer_gpu, 0.0)
-    shard = np.asarray(lay.dp, dtype=float) * np.asarray(lay.cp, dtype=float)  # cp ranks hold the same weights
+    # cp ranks hold the same weights; hybrid sharding (dp_shard) shards over its group only
+    shard = lay.shard_group() * np.asarray(lay.cp, dtype=float)
     expert_shard = expert_dp(lay)
     experts = model_state_bytes(p_expert, expert_shard, zero, grad_bytes)
     transient_first = (act_first + fsdp_buffer) * (1.0 + FRAGMENTATION)
