@@ -4,16 +4,12 @@ Steady state: transients (warm-up, compile, a slow stretch) are cut by change po
 log step-time series (``fleet.changepoints.detect_changes``): the longest segment is the
 steady state; the first step is always out.
 
-Interval of the throughput ratio B/A:
-
-- one run a side: Hodges-Lehmann estimate of the shift of log tokens/s (median of pairwise
-  differences) with its Mann-Whitney interval, the variance inflated by (1 + rho)/(1 - rho),
-  rho the lag-1 autocorrelation of the ranks pooled over both series (``lag1_ranks``), and the
-  normal quantile replaced by Student's t at the effective sample size (rho is estimated):
-  successive steps are not independent samples;
-- repeats (two or more runs on a side): each run's steady median is one sample; a pooled
-  two-sample t interval on their logs. Run-to-run differences (another node, another moment
-  of a shared machine) are then in the interval, which one run a side cannot see.
+Throughput is total tokens over total time of the steady steps (a ratio of means of seconds
+per token, what a job's length and cost follow; steps per second when no token count is
+recorded). Its change B/A - 1 and the 95% interval come from ``compare.interval.shift``, the
+one place that computes it (``trainperf gate`` on runs uses it too): with one run a side, an
+autocorrelation-robust interval over the steps; with repeats, a t interval over run means,
+which then holds run-to-run variation too.
 
 A change is called ``faster``/``slower`` when the interval excludes zero and the estimate is at
 least ``MIN_EFFECT``; otherwise it is inside the noise (the interval says how large a change
@@ -27,6 +23,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from trainperf.compare.interval import shift
 from trainperf.compare.runs import RunData, finite
 
 LEVEL = 0.95
@@ -42,7 +39,7 @@ class Effect:
     """The relative change B/A - 1 of a metric with its interval (fractions: 0.05 = +5%)."""
 
     metric: str
-    a: float  # A's value (median over steady steps, or over runs)
+    a: float  # A's value over the steady steps (throughput: total tokens / total time)
     b: float
     change: float
     lo: float
@@ -97,67 +94,13 @@ def steady_slice(step_time_s: np.ndarray) -> slice:
     return slice(a, b)
 
 
-def _throughput(run: RunData) -> np.ndarray:
-    tps = run.tokens_per_s
-    if not np.isfinite(tps).any():  # no token counts: the step rate stands for the throughput
-        tps = 1.0 / run.step_time_s
-    return tps
-
-
-def _pooled_t(a: np.ndarray, b: np.ndarray, level: float) -> tuple[float, float, float]:
-    from scipy.stats import t
-
-    d = float(b.mean() - a.mean())
-    df = (len(a) - 1) + (len(b) - 1)
-    ss = ((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum()
-    se = math.sqrt(ss / df * (1 / len(a) + 1 / len(b))) if df > 0 else float("inf")
-    q = float(t.ppf(0.5 + level / 2, df)) if df > 0 else float("inf")
-    return d, d - q * se, d + q * se
-
-
-def lag1_ranks(series: list[np.ndarray]) -> float:
-    """Return the lag-1 autocorrelation of the ranks of each series around their mean, pooled over
-    the series (ranks: a slow outlier step cannot fake or hide persistence), corrected for its
-    small-sample bias (-(1 + 4 rho) / n, Kendall 1954) and clipped to [0, 0.95]."""
-    from scipy.stats import rankdata
-
-    num = den = 0.0
-    n = []
-    for y in series:
-        if len(y) < 4:
-            continue
-        r = rankdata(y)
-        r = r - r.mean()
-        num += float(r[1:] @ r[:-1])
-        den += float(r @ r)
-        n.append(len(y))
-    if den <= 0:
-        return 0.0
-    rho = num / den
-    rho += (1 + 4 * max(rho, 0.0)) / np.mean(n)  # Kendall's small-sample bias of the lag-1 estimate
-    return float(min(max(rho, 0.0), 0.95))
-
-
-def log_shift(a_runs: list[np.ndarray], b_runs: list[np.ndarray], level: float = LEVEL) -> tuple[float, float, float, str]:
-    """Return (shift, lo, hi, method) of log values of B against A (one array of steady samples per run)."""
-    from trainperf.fleet.changepoints import hodges_lehmann_interval
-
-    if len(a_runs) == 1 and len(b_runs) == 1:
-        a, b = np.log(finite(a_runs[0])), np.log(finite(b_runs[0]))
-        from scipy.stats import t
-
-        rho = lag1_ranks([a, b])
-        inflate = (1 + rho) / (1 - rho)
-        # the quantile of t at the effective degrees of freedom: rho is estimated, not known
-        df = max((len(a) + len(b)) / inflate - 2, 2.0)
-        med, lo, hi = hodges_lehmann_interval(b[:, None] - a[None, :], len(a), len(b),
-                                              z=float(t.ppf(0.5 + level / 2, df)), inflate=inflate)
-        return med, lo, hi, (f"Hodges-Lehmann over steady steps, variance x {inflate:.2f} (lag-1 rho {rho:.2f}), "
-                             f"t quantile at {df:.0f} effective df")
-    a = np.log([np.median(finite(r)) for r in a_runs])
-    b = np.log([np.median(finite(r)) for r in b_runs])
-    d, lo, hi = _pooled_t(a, b, level)
-    return d, lo, hi, f"pooled t over run medians ({len(a)} vs {len(b)} runs)"
+def seconds_per_token(run: RunData) -> np.ndarray:
+    """Return the run's per-step seconds per token (step time / tokens of the step), or the step
+    time itself when the run records no token counts (throughput is then steps per second)."""
+    tps = np.asarray(run.tokens_per_s, dtype=float)
+    if not np.isfinite(tps).any():
+        return np.asarray(run.step_time_s, dtype=float)
+    return np.where(tps > 0, 1.0 / tps, np.nan)
 
 
 def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float = MIN_EFFECT,
@@ -168,15 +111,19 @@ def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float
     def samples(runs, col):
         return [col(r)[steady[id(r)]] for r in runs]
 
-    def med(runs, col):
-        return float(np.median(np.concatenate([finite(x) for x in samples(runs, col)])))
+    def mean(runs, col):
+        return float(np.concatenate([finite(x) for x in samples(runs, col)]).mean())
 
-    d, lo, hi, method = log_shift(samples(a_runs, _throughput), samples(b_runs, _throughput), level)
-    tput = Effect(metric="tokens_per_s", a=med(a_runs, _throughput), b=med(b_runs, _throughput), change=math.expm1(d),
-                  lo=math.expm1(lo), hi=math.expm1(hi), method=method)
-    st_a, st_b = med(a_runs, lambda r: r.step_time_s), med(b_runs, lambda r: r.step_time_s)
-    step = Effect(metric="step_time_s", a=st_a, b=st_b, change=math.expm1(-d), lo=math.expm1(-hi),
-                  hi=math.expm1(-lo), method="from the throughput interval")
+    per_token = ([finite(x) for x in samples(a_runs, seconds_per_token)],
+                 [finite(x) for x in samples(b_runs, seconds_per_token)])
+    sh = shift(*per_token, level=level)
+    d, lo, hi = -sh.estimate, -sh.hi, -sh.lo  # log throughput change: the opposite of log time per token
+    tput = Effect(metric="tokens_per_s", a=1.0 / np.concatenate(per_token[0]).mean(),
+                  b=1.0 / np.concatenate(per_token[1]).mean(), change=math.expm1(d), lo=math.expm1(lo),
+                  hi=math.expm1(hi), method=sh.method)
+    st_a, st_b = mean(a_runs, lambda r: r.step_time_s), mean(b_runs, lambda r: r.step_time_s)
+    step = Effect(metric="step_time_s", a=st_a, b=st_b, change=st_b / st_a - 1, lo=math.expm1(-hi),
+                  hi=math.expm1(-lo), method="mean over steady steps; interval from the throughput's")
     if lo > 0 and tput.change >= min_effect:
         verdict = "faster"
     elif hi < 0 and -tput.change >= min_effect:
