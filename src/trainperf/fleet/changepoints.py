@@ -36,6 +36,7 @@ import numpy as np
 
 from trainperf.errors import TrainperfError
 from trainperf.fleet.jumps import MIN_TREND_SHARE, find_jumps, trend_share
+from trainperf.fleet.trends import Ramp, find_ramps
 
 _Z975 = 1.959963984540054
 
@@ -51,7 +52,9 @@ class ChangeOptions:
     when a straight line explains at least this share of the robust variance (above 1: off);
     ``noise_autocorr``: bound the autocorrelation each split is tested with by the series' noise
     autocorrelation (``noise_autocorr``), so other steps in a segment do not read as persistence;
-    ``seeded``: also search seeded short intervals (``_seeded``) for steps binary segmentation misses.
+    ``seeded``: also search seeded short intervals (``_seeded``) for steps binary segmentation misses;
+    ``max_misfit``: trend changes (ramps, kinks) are reported only when the fitted steps, ramps and
+    kinks leave residuals within this many noise sigmas (``trends.find_ramps``).
     """
 
     min_size: int = 5
@@ -62,13 +65,15 @@ class ChangeOptions:
     min_trend_share: float = MIN_TREND_SHARE
     noise_autocorr: bool = True
     seeded: bool = True
+    max_misfit: float = 1.5
 
     def __post_init__(self):
         problems = [msg for bad, msg in (
             (self.min_size < 1, f"min_size {self.min_size} must be >= 1"),
             (not 0 < self.alpha < 1, f"alpha {self.alpha} must be between 0 and 1"),
             (self.min_rel_change < 0, f"min_rel_change {self.min_rel_change} must be >= 0"),
-            (self.min_effect < 0, f"min_effect {self.min_effect} must be >= 0")) if bad]
+            (self.min_effect < 0, f"min_effect {self.min_effect} must be >= 0"),
+            (not self.max_misfit > 0, f"max_misfit {self.max_misfit} must be > 0")) if bad]
         if problems:
             raise TrainperfError("change options: " + "; ".join(problems))
 
@@ -86,6 +91,7 @@ class Change:
     rel_ci: tuple[float, float]
     p_value: float  # of the test that found it: Pettitt (autocorrelation-adjusted) or the jump test
     kind: str = "level"  # "level": the level shifts; "trend": the slope shifts (shift is per point)
+    end: int | None = None  # trend: first point where the old slope resumes (a ramp's end); None: lasts
 
     def to_dict(self) -> dict:
         """Return the change as JSON-able data."""
@@ -286,6 +292,19 @@ def _describe(y: np.ndarray, a: int, s: int, b: int, p: float, drift: float = 0.
                   rel_ci=(rel(lo), rel(hi)), p_value=p)
 
 
+def _describe_trend(r: Ramp, keep: np.ndarray, s0: int) -> Change:
+    """Describe a change of slope: before/after are the slopes (units per point), shift their
+    difference with a normal 95% interval (long-run sigma), rel_change the shift per point
+    relative to the level where the ramp starts."""
+    lo, hi = r.slope - _Z975 * r.se, r.slope + _Z975 * r.se
+    base = abs(r.level)
+    rel = (lambda v: v / base) if base > 0 else (lambda v: float("nan"))
+    end = None if r.end is None else int(keep[r.end + s0])
+    return Change(index=int(keep[r.start + s0]), before=r.slope_before, after=r.slope_before + r.slope, shift=r.slope,
+                  shift_ci=(lo, hi), rel_change=rel(r.slope), rel_ci=(rel(lo), rel(hi)), p_value=r.p_value,
+                  kind="trend", end=end)
+
+
 def robust_scale(v: np.ndarray) -> float:
     """Return a robust standard deviation of v: 1.4826 MAD, or, when more than half the values tie
     (quantised data: MAD = 0), the standard deviation of v winsorised at its 5th and 95th
@@ -473,19 +492,25 @@ def detect_changes(values, options: ChangeOptions | None = None, *, start: int =
             rel_ok = opts.min_rel_change <= 0 or abs(ch.rel_change) >= opts.min_rel_change
             if abs(ch.shift) >= opts.min_effect * sigma and rel_ok:
                 found.append(_Found(j, p, "level", ch))
-    if opts.trend and len(y) - s0 > 2 * w + 1:
-        for j, p in _level_changes(np.diff(y), s0, opts, min_rel_change=0.0):
-            if all(abs(j - f.index) >= w for f in found):
-                found.append(_Found(j, p, "trend"))
+    ramps = []
+    if opts.trend:
+        levels = [(f.index - s0, f.p_value) for f in found]
+        kept, ramps = find_ramps(y[s0:], levels, w, opts.alpha, opts.max_misfit)
+        ramps = [r for r in ramps if abs(r.total) >= opts.min_effect * sigma
+                 and (opts.min_rel_change <= 0 or abs(r.total) >= opts.min_rel_change * max(abs(r.level), 1e-300))]
+        kept_at = {s + s0 for s, _ in kept}
+        found = [f for f in found if f.index in kept_at]
+        found += [_Found(r.start + s0, r.p_value, "trend") for r in ramps]
     found.sort(key=lambda f: f.index)
+    ramp_at = {r.start + s0: r for r in ramps}
     bounds = [s0] + [f.index for f in found] + [len(y)]
     changes = []
     for i, f in enumerate(found):
         a, b, ch = bounds[i], bounds[i + 2], f.change
-        if ch is None and f.kind == "level":
-            ch = _describe(y, a, f.index, b, f.p_value, _within_drift(y[a:b], f.index - a, opts.alpha))
+        if f.kind == "trend":
+            ch = _describe_trend(ramp_at[f.index], keep, s0)
         elif ch is None:
-            ch = _describe(np.diff(y), a, f.index, b - 1, f.p_value)
+            ch = _describe(y, a, f.index, b, f.p_value, _within_drift(y[a:b], f.index - a, opts.alpha))
         ch.index, ch.kind = int(keep[f.index]), f.kind
         changes.append(ch)
     return ChangeResult(n=len(y_all), changes=changes)
