@@ -77,3 +77,70 @@ def test_legacy_json_file_rewrite(args, expected):
     """Only a value the command has no room for as an argument is read as the older --json FILE."""
     cmd = click_command().commands["diagnose"]
     assert cmd.legacy_json_file(args) == expected
+
+
+def _shown_type(p) -> str:
+    """The value type help shows for option p: nothing for a flag, else its metavar or bare type."""
+    return "flag" if p.is_flag else p.metavar or f"<{p.bare_type()}>"
+
+
+def test_each_option_name_shown_in_help_has_one_value_type_across_verbs():
+    """`--json` is a flag everywhere, `--html` a <path> everywhere, `--seq-len` an <int> ... (docs/cli.md)."""
+    shown: dict[str, dict[str, list[str]]] = {}
+    for path, cmd in _commands():
+        for p in cmd.params:
+            if p.param_type_name == "option" and not p.hidden:
+                for o in p.opts + p.secondary_opts:
+                    shown.setdefault(o, {}).setdefault(_shown_type(p), []).append(path)
+    mixed = {o: types for o, types in shown.items() if len(types) > 1}
+    # --steps: optimizer steps to reach (train) is the only one left; diagnose's window is --step-window
+    assert mixed == {}, mixed
+
+
+@pytest.mark.parametrize("older,newer,verbs", [
+    ("--seq", "--seq-len", {"plan"}),
+    ("--steps", "--step-window", {"diagnose"}),
+    ("--kernels", "--fused-kernels", {"train"}),
+    ("--min-effect", "--min-rel-change", {"gate", "compare"}),
+    ("--min-effect", "--min-noise-multiple", {"fleet changes"}),
+])
+def test_renamed_options_keep_their_older_name_hidden(older, newer, verbs):
+    for path, cmd in _commands():
+        if path not in verbs:
+            continue
+        names = {o: p for p in cmd.params if p.param_type_name == "option" for o in p.opts}
+        assert newer in names and not names[newer].hidden, (path, newer)
+        assert older in names and names[older].hidden, (path, older)
+    visible = {o for _, p in _options(older) if not p.hidden for o in p.opts}
+    if older not in ("--kernels", "--steps"):  # bench kernels --kernels and train --steps are other concepts
+        assert older not in visible, f"{older} is still shown in help somewhere"
+
+
+def _json_of(args: list[str]) -> dict:
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code in (0, 1), (args, r.output)
+    return json.loads(r.stdout)
+
+
+def test_older_names_give_the_same_result(tmp_path):
+    plan = ["plan", "--model", "llama3-8b", "--gpus", "8", "--top", "1", "--json"]
+    older, newer = _json_of([*plan, "--seq", "2048"]), _json_of([*plan, "--seq-len", "2048"])
+    assert newer["seq_len"] == older["seq_len"] == 2048 and newer["layouts"] == older["layouts"]
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("\n".join(str(1.0 + 0.001 * i) for i in range(10)))
+    b.write_text("\n".join(str(1.1 + 0.001 * i) for i in range(10)))  # +10%
+    gate = ["gate", "--baseline", str(a), "--candidate", str(b), "--json"]
+    assert _json_of([*gate, "--min-effect", "50%"]) == _json_of([*gate, "--min-rel-change", "50%"])
+    assert _json_of([*gate, "--min-rel-change", "50%"])["verdict"] == "no change"
+    assert _json_of([*gate, "--min-rel-change", "2%"])["verdict"] == "regression"
+    series = tmp_path / "s.csv"
+    series.write_text("v\n" + "\n".join(str(1.0 + 0.01 * (i % 3) + (0.2 if i >= 20 else 0)) for i in range(40)))
+    changes = ["fleet", "changes", "--csv", str(series), "--column", "v", "--json"]
+    for k in ("1", "1000"):
+        assert _json_of([*changes, "--min-effect", k]) == _json_of([*changes, "--min-noise-multiple", k])
+    assert _json_of([*changes, "--min-noise-multiple", "1"])["change_points"] == [20]
+    assert _json_of([*changes, "--min-noise-multiple", "1000"])["change_points"] == []
+    trace = _trace(tmp_path / "t.json.gz")
+    assert (_json_of(["diagnose", str(trace), "--steps", "1:1", "--json"]) ==
+            _json_of(["diagnose", str(trace), "--step-window", "1:1", "--json"]))
+    assert _json_of(["diagnose", str(trace), "--step-window", "1:1", "--json"])["ranks"][0]["steps"] == [1]

@@ -84,11 +84,16 @@ def _with_finite_check(callback):
     return checked
 
 
+# Options that name a file or folder: help shows <path> whether the verb reads them as str or Path.
+_PATH_OPTIONS = {"--html", "--json-out", "--out", "--perfetto", "--csv", "--calibration"}
+
+
 def _tidy(command) -> None:
     """Apply the entry point's rules to every parameter of ``command`` and its sub-commands.
 
     Numbers must be finite and fit in int64; in help, a flag shows no value type (typer >= 0.20
-    prints `<bool>`) and a ranged number shows `<int> [x>=1]` rather than `<int range> [x>=1]`.
+    prints `<bool>`), a ranged number shows `<int> [x>=1]` rather than `<int range> [x>=1]` and a
+    file or folder shows `<path>`.
     """
     for sub in getattr(command, "commands", {}).values():
         _tidy(sub)
@@ -108,6 +113,8 @@ def _tidy(command) -> None:
             p.metavar = ""
         elif desc is not None and desc.is_ranged and p.metavar is None:
             p.metavar = f"<{p.bare_type()}>"
+        elif p.param_type_name == "option" and _PATH_OPTIONS & set(p.opts) and p.metavar is None:
+            p.metavar = "<path>"
 
 
 @lru_cache(maxsize=1)

@@ -61,6 +61,31 @@ class LegacyJsonFileCommand(TyperCommand):
         return args
 
 
+def older_name(option: str, newer: str, **kwargs) -> Any:
+    """A hidden option: ``option`` is the older name of ``newer``, still accepted (not shown in help) so
+    that older command lines keep working; read it with ``given``."""
+    return typer.Option(None, option, hidden=True, help=f"Older name of {newer}.", **kwargs)
+
+
+def given(value: Any, older: Any) -> Any:
+    """The value of an option renamed in place: the one under its older name when that was given."""
+    return value if older is None else older
+
+
+def parse_fraction(text: str, name: str) -> float:
+    """Return a relative change written '2%' or '0.02' as 0.02; raise TrainperfError for anything else."""
+    from trainperf.errors import TrainperfError
+
+    s = str(text).strip()
+    try:
+        v = float(s[:-1]) / 100 if s.endswith("%") else float(s)
+    except ValueError:
+        raise TrainperfError(f"{name}: {text!r} is not a fraction like 2% or 0.02") from None
+    if not 0 <= v < 10:
+        raise TrainperfError(f"{name}: {text!r} must be between 0 and 1000%")
+    return v
+
+
 def dumps(doc: Any) -> str:
     """The JSON text every verb prints or writes (indent 1; dates and paths as strings)."""
     return json.dumps(doc, indent=1, default=str)

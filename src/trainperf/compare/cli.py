@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from trainperf.cli_options import LegacyJsonFileCommand, json_option, json_out_option
+from trainperf.cli_options import LegacyJsonFileCommand, json_option, json_out_option, older_name
 
 
 def register(app: typer.Typer) -> None:
@@ -23,8 +23,10 @@ def register(app: typer.Typer) -> None:
                                                     help="Loss (>= 0, cross-entropy in nats) for time-to-target (default: the worse end point of A and B)."),
         reference: Optional[str] = typer.Option(None, "--reference",
                                                 help="A run in higher precision: |reference - A| is the numerics band."),
-        min_effect: float = typer.Option(0.01, "--min-effect", min=0.0,
-                                         help="Smallest throughput change called faster/slower (0.01 = 1%)."),
+        min_rel_change: str = typer.Option("1%", "--min-rel-change",
+                                           help="Smallest relative throughput change called faster/slower, e.g. "
+                                                "1% or 0.01."),
+        min_effect_older: Optional[str] = older_name("--min-effect", "--min-rel-change"),
         store: Optional[str] = typer.Option(None, "--store", help="Run store for run ids (default: $TRAINPERF_STORE or ./.trainperf)."),
     ) -> None:
         """Is B faster than A (with a 95% interval), and is it still the same training (loss inside the noise band)?"""
@@ -32,11 +34,13 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         from trainperf.atomic import atomic_write_text
-        from trainperf.cli_options import dumps, print_json
+        from trainperf.cli_options import dumps, parse_fraction, print_json
         from trainperf.compare.api import compare_runs
         from trainperf.compare.report import numerics_rows, perf_rows, write_html
         from trainperf.compare.runs import load_side
 
+        min_effect = (parse_fraction(min_rel_change, "--min-rel-change") if min_effect_older is None else
+                      parse_fraction(min_effect_older, "--min-effect"))
         a_runs, b_runs = load_side(a, store), load_side(b, store)
         res = compare_runs(a_runs, b_runs, store=store, target_loss=target_loss, reference=reference,
                            min_effect=min_effect)

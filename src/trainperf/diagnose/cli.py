@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from trainperf.cli_options import LegacyJsonFileCommand, json_option, json_out_option
+from trainperf.cli_options import LegacyJsonFileCommand, given, json_option, json_out_option, older_name
 
 
 def register(app: typer.Typer) -> None:
@@ -17,7 +17,8 @@ def register(app: typer.Typer) -> None:
     def diagnose_cmd(
         path: Path = typer.Argument(..., help="Kineto trace (.json/.json.gz) or a folder with one file per rank."),
         rank: Optional[int] = typer.Option(None, "--rank", min=0, help="Show only this rank."),
-        steps: Optional[str] = typer.Option(None, "--steps", help="Profiler steps A:B (inclusive) to analyse."),
+        steps: Optional[str] = typer.Option(None, "--step-window", help="Profiler steps A:B (inclusive) to analyse."),
+        steps_older: Optional[str] = older_name("--steps", "--step-window"),
         as_json: bool = json_option(),
         json_out: Optional[Path] = json_out_option(),
         top: int = typer.Option(5, "--top", min=1, help="Number of findings to print (JSON and --html keep all)."),
@@ -37,7 +38,7 @@ def register(app: typer.Typer) -> None:
             if out:  # unusable output paths are refused before the traces are read
                 check_output_file(out, option)
         # --top limits the print only; the progress bar (on stdout) stays out of the JSON
-        result = diagnose(path, rank=rank, steps=steps, top=10_000, progress=not as_json)
+        result = diagnose(path, rank=rank, steps=given(steps, steps_older), top=10_000, progress=not as_json)
         if as_json:
             print_json(result.to_json())
         else:

@@ -4,26 +4,13 @@ from __future__ import annotations
 
 import typer
 
+from trainperf.cli_options import given, older_name, parse_fraction  # noqa: F401 (parse_fraction: was defined here)
 from trainperf.store.cli import STORE_HELP, dumps, store_warnings
 
 fleet_app = typer.Typer(help="Fleet regressions: change points in run metrics and the attributes that explain them.",
                         no_args_is_help=True)
 
 RUN_ATTRS = ["host", "gpu_model", "driver", "cuda", "nccl", "torch", "layout", "job", "world_size", "git_sha"]
-
-
-def parse_fraction(text: str, name: str) -> float:
-    """Return '2%' or '0.02' as 0.02; raise TrainperfError for anything else."""
-    from trainperf.errors import TrainperfError
-
-    s = text.strip()
-    try:
-        v = float(s[:-1]) / 100 if s.endswith("%") else float(s)
-    except ValueError:
-        raise TrainperfError(f"{name}: {text!r} is not a fraction like 2% or 0.02") from None
-    if not 0 <= v < 10:
-        raise TrainperfError(f"{name}: {text!r} must be between 0 and 1000%")
-    return v
 
 
 def _csv_column(path: str, column: str):
@@ -98,9 +85,11 @@ def changes(csv: str = typer.Option(None, "--csv", help="CSV file with the serie
             metric: str = typer.Option("step_time", "--metric", help="Store: run metric (step_time, tokens_per_s, mfu, ...)."),
             min_size: int = typer.Option(5, "--min-size", min=2, help="Fewest points per segment."),
             alpha: float = typer.Option(0.01, "--alpha", min=0.0, max=1.0, help="Significance level of the rank test."),
-            min_rel_change: str = typer.Option("0", "--min-rel-change", help="Smallest relative shift, e.g. 2%."),
-            min_effect: float = typer.Option(1.0, "--min-effect", min=0.0,
-                                             help="Smallest shift in units of point-to-point noise."),
+            min_rel_change: str = typer.Option("0", "--min-rel-change",
+                                               help="Smallest relative shift, e.g. 2% or 0.02."),
+            min_noise_multiple: float = typer.Option(1.0, "--min-noise-multiple", min=0.0,
+                                                     help="Smallest shift in units of point-to-point noise."),
+            min_effect_older: float = older_name("--min-effect", "--min-noise-multiple", min=0.0),
             html: str = typer.Option(None, "--html", help="Also write a self-contained HTML report here."),
             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Find change points (0-based indices where a new segment starts) with magnitudes and confidence."""
@@ -119,7 +108,7 @@ def changes(csv: str = typer.Option(None, "--csv", help="CSV file with the serie
     else:
         with store_warnings():
             ids, values = _store_series(store, job, host, metric)
-    opts = ChangeOptions(min_size=min_size, alpha=alpha, min_effect=min_effect,
+    opts = ChangeOptions(min_size=min_size, alpha=alpha, min_effect=given(min_noise_multiple, min_effect_older),
                          min_rel_change=parse_fraction(min_rel_change, "--min-rel-change"))
     res = detect_changes(values, opts)
     out = res.to_dict()
@@ -257,7 +246,9 @@ def localize_cmd(csv: str = typer.Option(None, "--csv", help="CSV: one row per l
 def gate(baseline: str = typer.Option(..., "--baseline", help="Run id, folder or file (one number per line)."),
          candidate: str = typer.Option(..., "--candidate", help="Run id, folder or file (one number per line)."),
          metric: str = typer.Option("step_time", "--metric", help="Metric (lower is better unless a throughput/MFU)."),
-         min_effect: str = typer.Option("2%", "--min-effect", help="Smallest change that counts, e.g. 2%."),
+         min_rel_change: str = typer.Option("2%", "--min-rel-change",
+                                            help="Smallest relative change that counts, e.g. 2% or 0.02."),
+         min_effect_older: str = older_name("--min-effect", "--min-rel-change"),
          alpha: float = typer.Option(0.005, "--alpha", min=0.0, max=1.0,
                                      help="Significance level of the Mann-Whitney U test, strictly between 0 and 1."),
          max_loss_delta: float = typer.Option(None, "--max-loss-delta", min=0.0,
@@ -279,7 +270,8 @@ def gate(baseline: str = typer.Option(..., "--baseline", help="Run id, folder or
         raise TrainperfError(f"--numerics {numerics!r}: unknown; use one of {', '.join(NUMERICS_CHECKS)}")
     if numerics is not None and max_loss_delta is not None:
         raise TrainperfError("give one of --max-loss-delta and --numerics band, not both")
-    eff = parse_fraction(min_effect, "--min-effect")
+    eff = (parse_fraction(min_rel_change, "--min-rel-change") if min_effect_older is None else
+           parse_fraction(min_effect_older, "--min-effect"))
     with store_warnings():
         a = load_samples(baseline, metric, store)
         b = load_samples(candidate, metric, store)

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from trainperf.atomic import check_output_file
+from trainperf.cli_options import given, older_name
 from trainperf.errors import TrainperfError
 
 
@@ -33,7 +34,8 @@ def plan(
                             "such as 'H100-SXM 80GB HBM3, 700W, RoCE 400Gbps'."),
     gpus: int = typer.Option(8, "--gpus", min=1, help="Number of GPUs."),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", min=1, help="GPUs per node (catalog default)."),
-    seq: Optional[int] = typer.Option(None, "--seq", min=1, help="Sequence length (model default)."),
+    seq: Optional[int] = typer.Option(None, "--seq-len", min=1, help="Sequence length in tokens (model default)."),
+    seq_older: Optional[int] = older_name("--seq", "--seq-len", min=1),
     global_batch: Optional[int] = typer.Option(None, "--global-batch", min=1, help="Sequences per step (default ~4M tokens)."),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Tokens to train (e.g. 15T) for time/cost figures."),
     top: int = typer.Option(10, "--top", min=1, help="How many layouts to show."),
@@ -83,6 +85,7 @@ def plan(
     get_stack(stack)  # an unknown stack is a one-line error before any work
     if html:
         check_output_file(html, "--html")
+    seq = given(seq, seq_older)
     req = api.PlanRequest(model=model, gpu=gpu, n_gpus=gpus, gpus_per_node=gpus_per_node, seq=seq,
                           global_batch=global_batch, tokens=n_tokens, top=top, objective=objective,
                           calibration=calibration, usd_per_hour=usd_per_hour, precision=precision,

@@ -6,6 +6,8 @@ from typing import List, Optional
 
 import typer
 
+from trainperf.cli_options import given, older_name
+
 
 def register(app: typer.Typer) -> None:
     """Add this verb's commands to app."""
@@ -19,8 +21,8 @@ def register(app: typer.Typer) -> None:
         seq_len: Optional[int] = typer.Option(None, "--seq-len", min=1, help="Sequence length (default: the model's)."),
         compile: bool = typer.Option(False, "--compile", help="torch.compile every transformer block."),
         compile_backend: str = typer.Option("inductor", help="torch.compile backend (aot_eager compiles fast)."),
-        kernels: bool = typer.Option(False, "--fused-kernels", "--kernels",
-                                     help="Swap in trainperf's fused Triton kernels (--kernels: the older name)."),
+        kernels: bool = typer.Option(False, "--fused-kernels", help="Swap in trainperf's fused Triton kernels."),
+        kernels_older: Optional[bool] = older_name("--kernels", "--fused-kernels"),
         ckpt_every: int = typer.Option(0, min=0, help="Save a checkpoint every N steps (0: never)."),
         ckpt_keep: int = typer.Option(3, min=1, help="Complete checkpoints to keep."),
         sync_ckpt: bool = typer.Option(False, "--sync-ckpt", help="Save checkpoints synchronously (default: async)."),
@@ -75,7 +77,8 @@ def register(app: typer.Typer) -> None:
 
         parse_faults(fault, fault_steps)  # a bad --fault fails here, before any launch
         cfg = TrainConfig(model=model, seq_len=seq_len, steps=steps, layout=layout, lr=lr, warmup_steps=warmup_steps,
-                          compile=compile, compile_backend=compile_backend, kernels=kernels, ckpt_every=ckpt_every,
+                          compile=compile, compile_backend=compile_backend, kernels=given(kernels, kernels_older),
+                          ckpt_every=ckpt_every,
                           ckpt_keep=ckpt_keep, ckpt_async=not sync_ckpt, resume=resume, profile_steps=profile_steps,
                           out=out, text=list(text) if text else None, synthetic=synthetic, num_workers=num_workers,
                           device=device, gpu=gpu, peak_tflops=peak_tflops, seed=seed, job=job, store=store,
