@@ -13,18 +13,18 @@ EX=src/trainperf/fleet/examples
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 step "plan: llama3-70b on 1024 H100s, seq 8192, global batch 1024 (top 5 layouts)"
-"$TP" plan --model llama3-70b --gpu h100 --gpus 1024 --seq 8192 --global-batch 1024 --top 5 --html "$OUT/plan.html"
+"$TP" plan --model llama3-70b --gpu h100 --gpus 1024 --seq-len 8192 --global-batch 1024 --top 5 --html "$OUT/plan.html"
 step "plan: the same job on four accelerators, cost to train 15T tokens"
-"$TP" plan --model llama3-70b --gpus 1024 --seq 8192 --global-batch 1024 --compare-hardware h100,h200,b200,mi300x \
+"$TP" plan --model llama3-70b --gpus 1024 --seq-len 8192 --global-batch 1024 --compare-hardware h100,h200,b200,mi300x \
   --tokens 15T --html "$OUT/plan_hardware.html"
 
 step "train: tiny Llama on the shipped public-domain text, 30 steps, profiler on steps 10-12"
 "$TP" train --model tiny --steps 30 --profile-steps 10:12 --out "$OUT/train"
 
 step "diagnose: the traces the training run just wrote"
-"$TP" diagnose "$OUT/train/traces" --html "$OUT/diagnose_train.html" --json "$OUT/diagnose_train.json"
+"$TP" diagnose "$OUT/train/traces" --html "$OUT/diagnose_train.html" --json-out "$OUT/diagnose_train.json"
 step "diagnose: a real 2-rank GPU job (HTA's test traces, MIT, shipped in scripts/demo_data)"
-"$TP" diagnose scripts/demo_data/hta_trace_filter --top 5 --html "$OUT/diagnose_gpu.html" --json "$OUT/diagnose_gpu.json"
+"$TP" diagnose scripts/demo_data/hta_trace_filter --top 5 --html "$OUT/diagnose_gpu.html" --json-out "$OUT/diagnose_gpu.json"
 
 step "train again: the same run with a 20 ms data-loader stall per batch from step 16 on (a fault of known size)"
 "$TP" train --model tiny --steps 30 --profile-steps 20:22 --fault slow-data=20 --fault-steps 16:30 --out "$OUT/train_slow"
