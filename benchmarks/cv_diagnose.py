@@ -1,7 +1,7 @@
 """Choose diagnose's thresholds by nested, leave-one-base-out cross-validation on the labeled corpus.
 
     nice -n 10 .venv/bin/python benchmarks/cv_diagnose.py [CORPUS] [--json out.json] [--sweeps 3]
-        [--speedups] [--no-progress]
+        [--speedups] [--one-sided] [--no-progress]
 
 Every case is diagnosed once through `trainperf.diagnose.api.diagnose` (as `trainperf evaluate`
 does); its per-rank RankFacts are kept, with the what-if replays they have cached. A set of
@@ -24,7 +24,10 @@ on a healthy case), the last one weighted as heavily as a whole top-1 point per 
 
 Thresholds tuned: every UPPER_CASE int/float of diagnose/rules.py (the *_SPEEDUP what-if factors
 only with --speedups: they are assumed speed-ups, not detection thresholds) and the severity /
-dismissal cut-offs of diagnose/findings.py. The straggler's STRAGGLER_MIN_WAIT_PCT is applied by
+dismissal cut-offs of diagnose/findings.py. A rule's threshold is tuned only when the corpus has
+cases of its kind (the rule that reads it, from its code): for a kind without positives (launch_bound,
+memory_bound_unfused, optimizer_slow, idle_gpu on today's corpus) only false findings can be scored, so
+tuning would just switch it off; --one-sided tunes them anyway. The straggler's STRAGGLER_MIN_WAIT_PCT is applied by
 api._straggler_facts (imported there by name): it is captured without the gate and gated here.
 """
 
@@ -34,6 +37,7 @@ import argparse
 import ast
 import json
 import math
+import pickle
 import platform
 import statistics
 import subprocess
@@ -53,6 +57,8 @@ STEPS = tuple(2 ** (k / 2) for k in range(-4, 5))  # 0.25x .. 4x the current val
 HEALTHY_WEIGHT = 1.0
 SEVERITY_WEIGHT = 0.1
 _MODULES = {"rules": R, "findings": F}
+# the straggler's wait threshold is applied in api._straggler_facts, which imports it by name
+_GATE = hasattr(api, "_straggler_facts") and hasattr(api, "STRAGGLER_MIN_WAIT_PCT")
 
 
 @dataclass(kw_only=True)
@@ -63,6 +69,7 @@ class Param:
     name: str
     default: float
     grid: list[float]
+    kind: str = "*"  # the finding kind whose rule reads it; "*" for the severity cut-offs (every kind)
 
 
 def _grid(name: str, default: float) -> list[float]:
@@ -84,12 +91,15 @@ def _grid(name: str, default: float) -> list[float]:
 
 def discover_params(speedups: bool = False) -> list[Param]:
     """The tunable constants as they are now in rules.py and findings.py (re-read each run)."""
+    readers = {n: fn.__name__ for fn in (*R.RULES, R.idle_gpu) for n in fn.__code__.co_names}
+    if _GATE:
+        readers.setdefault("STRAGGLER_MIN_WAIT_PCT", "straggler")
     out = []
     for name in _assigned_numbers(R):
         v = getattr(R, name)
         if name.endswith("_SPEEDUP") and not speedups:
             continue
-        out.append(Param(module="rules", name=name, default=v, grid=_grid(name, v)))
+        out.append(Param(module="rules", name=name, default=v, grid=_grid(name, v), kind=readers.get(name, "?")))
     for name in FINDINGS_CUTOFFS:
         if hasattr(F, name):
             out.append(Param(module="findings", name=name, default=getattr(F, name),
@@ -129,9 +139,6 @@ class Case:
     straggler_share_pct: float | None = None  # its wait per other rank, % of the longest window
     expected: list = field(default_factory=list)  # diagnose()'s findings at the current values
     seconds: float = 0.0
-
-
-_GATE = hasattr(api, "_straggler_facts") and hasattr(api, "STRAGGLER_MIN_WAIT_PCT")
 
 
 def capture(folder: Path) -> Case:
@@ -275,11 +282,15 @@ def choose(grid: list[float], scores: list[float], current: float) -> float:
     return grid[pick[(len(pick) - 1) // 2]]
 
 
-def tune(scorer: Scorer, names: list[str], params: list[Param], sweeps: int, bar=None, task=None,
-         label: str = "") -> tuple[dict, float]:
-    """Coordinate descent from the current values over each parameter's grid; (values, training objective)."""
-    values = {p.name: p.default for p in params}
+def tune(scorer: Scorer, names: list[str], params: list[Param], sweeps: int, margin: float,
+         tick=None) -> tuple[dict, float]:
+    """Coordinate descent from the current values over the grid of each of params (the scorer's other
+    parameters stay at their current values); a parameter moves only when that improves the training
+    objective by more than margin. Returns (values, training objective)."""
+    values = {p.name: p.default for p in scorer.params}
     best = scorer.objective(names, values)
+    if math.isinf(margin):
+        return values, best
     for _ in range(sweeps):
         changed = False
         for p in params:
@@ -287,18 +298,52 @@ def tune(scorer: Scorer, names: list[str], params: list[Param], sweeps: int, bar
             for v in p.grid:
                 trial = {**values, p.name: v}
                 scores.append(scorer.objective(names, trial) if _valid(trial) else -math.inf)
-                if bar is not None:
-                    bar.advance(task)
-            pick = choose(p.grid, scores, values[p.name])
+            here = scores[p.grid.index(values[p.name])] if values[p.name] in p.grid else -math.inf
+            pick = choose(p.grid, scores, values[p.name]) if max(scores) > here + margin + 1e-9 else values[p.name]
             if pick != values[p.name]:
                 changed = True
                 values[p.name] = pick
-            best = scores[p.grid.index(pick)]
-            if bar is not None:
-                bar.update(task, description=f"{label} {p.name}={pick:g} J={best:.3f}")
+            best = max(best, scores[p.grid.index(pick)]) if pick in p.grid else best
+            if tick is not None:
+                tick(f"{p.name}={pick:g} J={best:.3f}")
         if not changed:
             break
-    return values, best
+    return values, scorer.objective(names, values)
+
+
+class NestedCV:
+    """Leave-one-base-out tuning at two levels: the margin (how much a threshold must improve the training
+    objective to move from its current value) is chosen by LOBO inside the training bases, the thresholds
+    by coordinate descent on all of them. Fits are memoised per (training bases, margin)."""
+
+    def __init__(self, scorer: Scorer, params: list[Param], sweeps: int, margins: tuple, tick=None):
+        self.scorer, self.params, self.sweeps, self.margins, self.tick = scorer, params, sweeps, margins, tick
+        self.by_base: dict[str, list[str]] = {}
+        for n, c in scorer.cases.items():
+            self.by_base.setdefault(c.result.base, []).append(n)
+        self._fits: dict = {}
+
+    def fit(self, bases: frozenset, margin: float) -> dict:
+        key = (bases, margin)
+        if key not in self._fits:
+            names = [n for b in sorted(bases) for n in self.by_base[b]]
+            label = f"tune on {len(bases)} bases, margin {margin:g}:"
+            tick = (lambda what: self.tick(f"{label} {what}")) if self.tick else None
+            self._fits[key] = tune(self.scorer, names, self.params, self.sweeps, margin, tick)[0]
+        return self._fits[key]
+
+    def lobo(self, bases: frozenset, margin: float) -> list[CaseResult]:
+        """The cases of every base in bases, each diagnosed with the values tuned on the others (pooled)."""
+        out = []
+        for b in sorted(bases):
+            out += self.scorer.results(self.by_base[b], self.fit(bases - {b}, margin))
+        return out
+
+    def choose_margin(self, bases: frozenset) -> tuple[float, dict]:
+        """The margin whose LOBO objective inside bases is best (ties: the larger, more conservative)."""
+        scores = {m: objective(self.lobo(bases, m)) for m in self.margins}
+        best = max(scores.values())
+        return max(m for m, v in scores.items() if v >= best - 1e-9), scores
 
 
 # --- report ------------------------------------------------------------------------------------
@@ -346,6 +391,9 @@ def _print(report: dict, console) -> None:
         t.add_row(f"{kind} P/R", *(f"{_fmt(m[c]['kinds'][kind]['precision'])}/{_fmt(m[c]['kinds'][kind]['recall'])}"
                                    for c in cols))
     console.print(t)
+    console.print(f"margin chosen by LOBO on all bases: {report['margin_chosen']:g} (objective by margin: "
+                  f"{report['lobo_objective_by_margin']}); per outer fold: "
+                  + ", ".join(f"w/o {f['held_out']}: {f['margin']:g}" for f in report["folds"]))
     p = Table(title="thresholds: current, recommended (all bases), chosen per outer fold (held-out base)")
     p.add_column("constant")
     p.add_column("current", justify="right")
@@ -354,9 +402,11 @@ def _print(report: dict, console) -> None:
         p.add_column(f"w/o {b}", justify="right")
     p.add_column("stable")
     for x in report["params"]:
-        p.add_row(f"{x['module']}.{x['name']}", f"{x['current']:g}", f"{x['recommended']:g}",
-                  *(f"{x['folds'][b]:g}" for b in report["bases"]), f"{x['folds_agreeing']}/{len(report['bases'])}"
-                  + ("" if x["has_effect"] else " (no effect)"))
+        note = "" if x["tuned"] else " kept: no case of its kind"
+        note += "" if x["has_effect"] else " no effect"
+        p.add_row(x["name"], f"{x['current']:g}", f"{x['recommended']:g}",
+                  *(f"{x['folds'][b]:g}" for b in report["bases"]),
+                  f"{x['folds_agreeing']}/{len(report['bases'])}{note}")
     console.print(p)
 
 
@@ -364,24 +414,30 @@ def _fmt(x) -> str:
     return "-" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
 
 
-def run(corpus: Path, sweeps: int, speedups: bool, progress: bool, console) -> dict:
+def run(corpus: Path, sweeps: int, speedups: bool, one_sided: bool, progress: bool, console,
+        margins: tuple = (0.0, 0.03, 0.1, math.inf), cache: Path | None = None) -> dict:
     """Capture every case, tune per outer fold and on all bases; return the report dict."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     t0 = time.perf_counter()
     params = discover_params(speedups)
     folders = [c for c in case_folders(corpus) if (c / "traces").is_dir()]
+
     def bar():
         return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         disable=not progress, console=console)
 
-    cases = []
-    with bar() as pb:
-        task = pb.add_task("diagnosing", total=len(folders))
-        for c in folders:
-            pb.update(task, description=f"diagnosing {c.name}")
-            cases.append(capture(c))
-            pb.advance(task)
+    cases = _load_cache(cache, folders)
+    if cases is None:
+        cases = []
+        with bar() as pb:
+            task = pb.add_task("diagnosing", total=len(folders))
+            for c in folders:
+                pb.update(task, description=f"diagnosing {c.name}")
+                cases.append(capture(c))
+                pb.advance(task)
+        if cache is not None:
+            cache.write_bytes(pickle.dumps(([c.name for c in folders], cases)))
     capture_s = time.perf_counter() - t0
     scorer = Scorer(cases, params)
     names = [c.result.name for c in cases]
@@ -395,51 +451,73 @@ def run(corpus: Path, sweeps: int, speedups: bool, progress: bool, console) -> d
         base_rows = [scorer.findings(n, current) for n in names]
         effect[p.name] = any(scorer.findings(n, {**current, p.name: v}) != base_rows[i]
                              for v in p.grid if _valid({**current, p.name: v}) for i, n in enumerate(names))
-    bases = sorted({c.result.base for c in cases})
-    per_sweep = sum(len(p.grid) for p in params)
-    folds, oos = [], []
+    bases = frozenset(c.result.base for c in cases)
+    labeled = {c.result.kind for c in cases} - {"healthy"}
+    # a threshold of a kind the corpus has no case of can only be scored by its false findings: one-sided
+    tuned = [p for p in params if one_sided or p.kind == "*" or p.kind in labeled]
+    finite = [m for m in margins if not math.isinf(m)]
+    n_fits = (1 + len(bases) + len(bases) * (len(bases) - 1) // 2) * len(finite)
     with bar() as pb:
-        task = pb.add_task("tuning", total=(len(bases) + 1) * sweeps * per_sweep)
-        for k, b in enumerate(bases + [None]):
-            train = [n for n in names if scorer.cases[n].result.base != b]
-            what = f"w/o {b}:" if b is not None else "all bases:"
-            pb.update(task, description=what)
-            values, j_train = tune(scorer, train, params, sweeps, pb, task, what)
-            pb.update(task, completed=(k + 1) * sweeps * per_sweep)  # sweeps that converged early
-            if b is None:
-                tuned_all, j_all = values, j_train
-                continue
-            test = [n for n in names if scorer.cases[n].result.base == b]
-            held = scorer.results(test, values)
+        task = pb.add_task("tuning", total=n_fits * sweeps * len(tuned))
+        cv = NestedCV(scorer, tuned, sweeps, tuple(margins), tick=lambda what: pb.update(task, advance=1,
+                                                                                          description=what))
+        folds, oos = [], []
+        for b in sorted(bases):
+            inner = bases - {b}
+            m, inner_scores = cv.choose_margin(inner)
+            values = cv.fit(inner, m)
+            held = scorer.results(cv.by_base[b], values)
             oos += held
-            folds.append({"held_out": b, "n_train": len(train), "n_test": len(test), "values": values,
-                          "train_objective": round(j_train, 4),
-                          "test_top1": summary(held)["top1_accuracy"],
-                          "test_healthy_false_high_medium": sum(1 for r in held if r.kind == "healthy"
-                                                                for f in r.findings
-                                                                if f["severity"] in ("high", "medium"))})
+            now = scorer.results(cv.by_base[b], current)
+            folds.append({"held_out": b, "n_test": len(held), "margin": m,
+                          "inner_lobo_objective": {str(k): round(v, 4) for k, v in inner_scores.items()},
+                          "values": values, "test_top1_tuned": summary(held)["top1_accuracy"],
+                          "test_top1_current": summary(now)["top1_accuracy"],
+                          "test_healthy_high_medium_tuned": _healthy_hm(held),
+                          "test_healthy_high_medium_current": _healthy_hm(now)})
+        m_all, lobo_scores = cv.choose_margin(bases)
+        tuned_all = cv.fit(bases, m_all)
+        by_margin = {str(m): summary(cv.lobo(bases, m)) for m in margins}
+        pb.update(task, completed=n_fits * sweeps * len(tuned))
     metrics = {"current_values": summary(scorer.results(names, current)),
                "in_sample": summary(scorer.results(names, tuned_all)),
                "out_of_sample": summary(oos)}
-    for m in metrics.values():
+    for m in [*metrics.values(), *by_margin.values()]:
         m.pop("top1_misses", None)
     prm = []
     for p in params:
         fv = {f["held_out"]: f["values"][p.name] for f in folds}
-        prm.append({"module": p.module, "name": p.name, "current": p.default, "recommended": tuned_all[p.name],
+        prm.append({"module": p.module, "name": p.name, "kind": p.kind, "tuned": p in tuned,
+                    "one_sided": p.kind not in labeled and p.kind != "*",
+                    "current": p.default, "recommended": tuned_all[p.name],
                     "folds": fv, "folds_agreeing": sum(1 for v in fv.values() if v == tuned_all[p.name]),
                     "fold_range": [min(fv.values()), max(fv.values())] if fv else None,
                     "has_effect": effect[p.name], "grid": p.grid})
     return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": platform.node(),
             "python": platform.python_version(), "commit": _commit(), "corpus": str(corpus),
-            "command": " ".join([Path(sys.executable).name, *sys.argv]), "n_cases": len(cases), "bases": bases,
+            "command": " ".join([Path(sys.executable).name, *sys.argv]), "n_cases": len(cases),
+            "bases": sorted(bases),
             "objective": {"formula": "top1 + mean_f1 + %g*severity_agreement - %g*healthy_high_medium_per_case"
-                                     % (SEVERITY_WEIGHT, HEALTHY_WEIGHT), "sweeps": sweeps},
+                                     % (SEVERITY_WEIGHT, HEALTHY_WEIGHT), "sweeps": sweeps,
+                          "margins": [str(m) for m in margins], "one_sided_tuned": one_sided},
+            "margin_chosen": m_all, "lobo_objective_by_margin": {str(k): round(v, 4) for k, v in lobo_scores.items()},
+            "out_of_sample_by_fixed_margin": by_margin,
             "metrics": metrics, "recommended": {p.name: tuned_all[p.name] for p in params},
             "changed": {p.name: [p.default, tuned_all[p.name]] for p in params if tuned_all[p.name] != p.default},
             "params": prm, "folds": folds, "rerun_mismatches": mismatches,
             "seconds": {"capture": round(capture_s, 1), "total": round(time.perf_counter() - t0, 1)},
-            "evaluations": scorer.evaluations, "in_sample_training_objective": round(j_all, 4)}
+            "evaluations": scorer.evaluations}
+
+
+def _load_cache(cache: Path | None, folders: list[Path]) -> list[Case] | None:
+    if cache is None or not cache.is_file():
+        return None
+    names, cases = pickle.loads(cache.read_bytes())
+    return cases if names == [c.name for c in folders] else None
+
+
+def _healthy_hm(results: list[CaseResult]) -> int:
+    return sum(1 for r in results if r.kind == "healthy" for f in r.findings if f["severity"] in ("high", "medium"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -448,14 +526,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="write the report (recommended values, folds) here")
     ap.add_argument("--sweeps", type=int, default=3, help="coordinate-descent sweeps at most (default 3)")
     ap.add_argument("--speedups", action="store_true", help="also tune the *_SPEEDUP what-if factors")
+    ap.add_argument("--one-sided", action="store_true",
+                    help="also tune thresholds of kinds the corpus has no case of (only their false findings score)")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--cache", type=Path, default=None,
+                    help="pickle of the captured cases: reused when it exists (only while diagnose's analyses and "
+                         "the corpus are unchanged), written otherwise")
     a = ap.parse_args(argv)
     from rich.console import Console
 
     from trainperf.atomic import atomic_write_text
 
-    console = Console()
-    report = run(a.corpus, a.sweeps, a.speedups, not a.no_progress, console)
+    console = Console() if sys.stdout.isatty() else Console(width=200)
+    report = run(a.corpus, a.sweeps, a.speedups, a.one_sided, not a.no_progress, console, cache=a.cache)
     _print(report, console)
     console.print(f"recommended changes: {report['changed'] or 'none'}; {report['evaluations']} evaluations, "
                   f"{report['seconds']['total']:.0f} s (capture {report['seconds']['capture']:.0f} s)")
