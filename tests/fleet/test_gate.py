@@ -68,7 +68,8 @@ def test_sample_files_folders_and_runs(tmp_path):
     assert sorted(load_samples(str(tmp_path / "dir")).tolist()) == [1, 2, 3]
     store = tmp_path / "store"
     write_run(RunRecord(run_id="base1", job="j", samples=[StepSample(i, 1.0 + i) for i in range(4)]), str(store))
-    assert load_samples("base1", store=str(store)).tolist() == [1.0, 2.0, 3.0, 4.0]
+    # a run id: its steady per-step series (the first step is never steady, as in a run folder)
+    assert load_samples("base1", store=str(store)).series[0].tolist() == [2.0, 3.0, 4.0]
     assert load_samples(str(store)).tolist() == [2.5]  # a store folder: one value (the median) per run
     bad = tmp_path / "bad.txt"
     bad.write_text("1.0\nfast\n")
@@ -200,23 +201,88 @@ def test_gate_cli_numerics_exit_codes_and_json(tmp_path):
     assert r.returncode == 2
 
 
-def test_gate_cli_numerics_band_follows_compare_numerics(tmp_path):
-    from trainperf.compare.numerics import compare_numerics
-    from trainperf.compare.runs import load_run
+def _seed_folders(tmp_path, prefix, n_seeds, change=None, n=80):
+    """Runs of seeds 0..n_seeds-1 (loss noise differs by seed); ``change`` is added to every loss."""
+    out = []
+    for seed in range(n_seeds):
+        loss = _loss_curve(n, seed=seed) + (0.0 if change is None else change)
+        out.append(_run_folder(tmp_path / f"{prefix}{seed}", list(loss), _step_times(n), seed=seed))
+    return ",".join(out)
 
-    loss, st = _loss_curve(80), _step_times(80)
+
+def test_gate_cli_numerics_band_follows_compare_numerics_with_seed_repeats(tmp_path):
+    from trainperf.compare.numerics import compare_numerics
+    from trainperf.compare.runs import load_side
+
     steps = np.arange(1, 81)
     drift = np.where(steps >= 40, 0.05 * (steps - 39), 0.0)  # B drifts away from step 40 (as tests/compare)
-    a = _run_folder(tmp_path / "a", list(loss), st)
-    b = _run_folder(tmp_path / "b", list(loss + drift), st)
-    ref = compare_numerics([load_run(a)], [load_run(b)])  # the reference: compare's own verdict
-    assert ref.verdict.startswith("diverges at step")
+    a, b = _seed_folders(tmp_path, "a", 3), _seed_folders(tmp_path, "b", 3, drift)
+    ref = compare_numerics(load_side(a), load_side(b))  # the reference: compare's own verdict, seed band
+    assert ref.verdict.startswith("diverges at step") and "seed-to-seed" in ref.band_source
     r = _cli("gate", "--baseline", a, "--candidate", b, "--numerics", "band", "--json")
     out = json.loads(r.stdout)
-    assert r.returncode == 1 and out["numerics"]["verdict"] == ref.verdict
+    assert r.returncode == 1 and out["numerics"]["verdict"] == ref.verdict, r.stderr
     assert 40 <= out["numerics"]["step"] <= 46
     r = _cli("gate", "--baseline", a, "--candidate", a, "--numerics", "band")
     assert r.returncode == 0 and r.stdout.strip().splitlines()[-1].startswith("numerics (band): equivalent")
-    c = _run_folder(tmp_path / "c", list(loss), st, seed=1)
-    r = _cli("gate", "--baseline", a, "--candidate", c, "--numerics", "band")
+    one = a.split(",")[0]  # one baseline seed: no seed band, inconclusive (exit 0), the stand-in's verdict as a hint
+    r = _cli("gate", "--baseline", one, "--candidate", b.split(",")[0], "--numerics", "band", "--json")
+    out = json.loads(r.stdout)["numerics"]
+    assert r.returncode == 0 and out["status"] == "inconclusive" and "diverges at step" in out["reason"]
+    c = _run_folder(tmp_path / "c", list(_loss_curve(80)), _step_times(80), seed=1)
+    r = _cli("gate", "--baseline", one, "--candidate", c, "--numerics", "band")
     assert r.returncode == 2 and r.stdout.strip().splitlines()[-1] == "numerics (band): not comparable (different seed 0 vs 1)"
+
+
+def test_seed_band_of_the_end_point_by_hand_and_a_shifted_end_fails(tmp_path):
+    from trainperf.compare.numerics import seed_band
+    from trainperf.compare.runs import load_side
+    from trainperf.fleet.gate import band_gate
+
+    # end points 2.0, 2.1, 2.2: mean 2.1, sd 0.1; one new run, 99%: t(2, 0.995) = 9.9248,
+    # half-width 9.9248 * 0.1 * sqrt(1/3 + 1) = 1.14602
+    assert seed_band([2.0, 2.1, 2.2], 1, 0.99) == pytest.approx((2.1 - 1.14602, 2.1 + 1.14602), abs=1e-4)
+    a = load_side(_seed_folders(tmp_path, "a", 4))
+    steps = np.arange(1, 81)
+    late = np.where(steps >= 75, 0.3, 0.0)  # the last 6 steps jump: too short for the per-step band's persistence?
+    g = band_gate(a, load_side(_seed_folders(tmp_path, "b", 4, late)))
+    assert g.status == "fail" and g.detail["end_band"]["what"] == "final training loss"
+    assert not g.detail["end_band"]["lo"] <= np.mean(g.detail["end_band"]["candidate"]) <= g.detail["end_band"]["hi"]
+    same = band_gate(a, load_side(_seed_folders(tmp_path, "c", 4, np.full(80, 1e-4))))
+    assert same.status == "pass" and "seed band" in same.reason
+
+
+def test_store_run_ids_drop_the_warm_up_as_run_folders_do(tmp_path):
+    """One function (steady_samples) for both: the same steps give the same steady samples."""
+    rng = np.random.default_rng(11)
+    st = list(np.r_[[2.0, 0.9, 0.5, 0.4, 0.35], 0.1 * (1 + rng.normal(0, 0.01, 45))])
+    folder = _run_folder(tmp_path / "run", list(_loss_curve(50)), st)
+    write_run(RunRecord(run_id="r1", job="j", samples=[StepSample(i + 1, s, tokens_per_s=256 / s)
+                                                       for i, s in enumerate(st)]), str(tmp_path / "store"))
+    from_folder = load_samples(folder, "step_time").series[0]
+    from_store = load_samples("r1", "step_time", store=str(tmp_path / "store")).series[0]
+    assert from_store.tolist() == from_folder.tolist()
+    assert from_store.max() < 0.2 and len(from_store) >= 40  # the five slow warm-up steps are out
+
+
+def test_gate_on_runs_uses_compares_interval_not_a_rank_test_over_steps():
+    """Reference: compare.interval.shift (the interval `compare` reports) on the same series."""
+    from trainperf.compare.interval import shift
+    from trainperf.fleet.gate import RunSeries
+
+    rng = np.random.default_rng(12)
+
+    def ar1(n, phi=0.6):
+        x = np.zeros(n)
+        for i in range(1, n):
+            x[i] = phi * x[i - 1] + rng.normal(0, 0.01 * np.sqrt(1 - phi**2))
+        return 0.1 * (1 + x)
+
+    a, b = ar1(200), 1.05 * ar1(200)
+    r = compare(RunSeries(names=["a"], series=[a]), RunSeries(names=["b"], series=[b]))
+    ref = shift([a], [b])
+    assert r.effect == pytest.approx(np.expm1(ref.estimate)) and r.p_value == pytest.approx(ref.p_value)
+    assert r.effect_ci == pytest.approx((np.expm1(ref.lo), np.expm1(ref.hi)))
+    assert r.verdict == "regression" and "autocorrelation-robust" in r.test
+    short = compare(RunSeries(names=["a"], series=[a[:6]]), RunSeries(names=["b"], series=[b[:6]]))
+    assert short.verdict == "inconclusive" and "too few steady steps" in short.reason

@@ -175,12 +175,41 @@ def _mean_ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float | No
     return float(v.mean()), float(v.mean() - half), float(v.mean() + half)
 
 
+def _tail(r: RunData) -> np.ndarray:
+    """Return the run's last max(5, 10%) finite training losses: its end point."""
+    v = finite(r.loss)
+    return v[-max(5, len(v) // 10):]
+
+
+def end_loss(r: RunData, use_eval: bool) -> float:
+    """Return a run's end point (loss units): its last held-out loss if ``use_eval``, else the mean
+    of its last max(5, 10%) training losses."""
+    if use_eval:
+        return float(r.eval_loss[-1])
+    t = _tail(r)
+    return float(t.mean()) if len(t) else float("nan")
+
+
+def seed_band(values, m: int = 1, level: float = 0.99) -> tuple[float, float]:
+    """Return the ``level`` prediction interval of the mean of ``m`` new runs from the end points
+    ``values`` of k runs with different seeds: mean +- t(k - 1) sd sqrt(1/k + 1/m) (normal
+    seed-to-seed spread; needs k >= 2)."""
+    from scipy.stats import t
+
+    v = finite(np.asarray(values, dtype=float))
+    k = len(v)
+    if k < 2:
+        raise ValueError("seed_band needs two or more seeds")
+    half = float(t.ppf(0.5 + level / 2, k - 1)) * float(v.std(ddof=1)) * math.sqrt(1 / k + 1 / m)
+    return float(v.mean() - half), float(v.mean() + half)
+
+
 def final_loss(runs: list[RunData]) -> tuple[float, float | None, float | None]:
     """Return the final training loss (mean of the last max(5, 10%) steps) with a 95% interval:
     over runs when there are repeats, else over those steps with the lag-1 autocorrelation of their noise."""
     from trainperf.fleet.changepoints import noise_autocorr
 
-    tails = [finite(r.loss)[-max(5, len(finite(r.loss)) // 10):] for r in runs]
+    tails = [_tail(r) for r in runs]
     if len(runs) >= 2:
         return _mean_ci(np.array([t.mean() for t in tails]))
     t = tails[0]

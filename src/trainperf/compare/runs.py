@@ -37,6 +37,7 @@ class RunData:
     eval_step: np.ndarray = field(default_factory=lambda: np.zeros(0))
     eval_loss: np.ndarray = field(default_factory=lambda: np.zeros(0))
     comparable: dict | None = None
+    data_wait_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # NaN where not recorded
 
 
 def _col(recs: list[dict], key: str) -> np.ndarray:
@@ -66,7 +67,7 @@ def _from_folder(path: Path) -> RunData:
                    goodput=(summary.get("goodput") or {}).get("goodput"),
                    eval_step=np.array([r["step"] for r in evals], dtype=float),
                    eval_loss=np.array([r["eval_loss"] for r in evals], dtype=float),
-                   comparable=run.get("comparable"))
+                   comparable=run.get("comparable"), data_wait_s=_col(recs, "data_wait_s"))
 
 
 def _json(path: Path) -> dict:
@@ -100,7 +101,7 @@ def _from_store(run_id: str, store: str | None) -> RunData:
                    t_end=rec.started_at + np.cumsum(np.nan_to_num(st)), t_start=float(rec.started_at),
                    world_size=int(rec.world_size or 1), goodput=rec.goodput,
                    eval_step=np.array([e[0] for e in ev], dtype=float), eval_loss=np.array([e[1] for e in ev], dtype=float),
-                   comparable=rec.config.get("comparable"))
+                   comparable=rec.config.get("comparable"), data_wait_s=col("data_wait_s"))
 
 
 def load_run(spec: str, store: str | None = None) -> RunData:

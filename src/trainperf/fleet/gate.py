@@ -1,5 +1,12 @@
 """The CI gate: is the candidate's metric worse than the baseline's, by how much, how sure?
 
+Runs (run folders, store run ids, or several of either separated by commas) give each run's
+steady-state per-step series (warm-up cut as `compare` cuts it, ``steady_samples``): successive
+steps are not independent, so the effect, its interval and the p-value are those of
+``compare.interval.shift`` (the one place `compare` computes its interval): the change of the
+mean with an autocorrelation-robust t interval, or a t over run means with repeats.
+
+Sample files (one number per line: independent repeats of a benchmark) use a rank test.
 Test: two-sided Mann-Whitney U (rank test: outliers and heavy tails cannot fake or hide a
 change; asv uses the same test). Effect: the Hodges-Lehmann estimate of the ratio
 candidate/baseline - 1 (median of pairwise log ratios, exponentiated) with its distribution-free
@@ -26,6 +33,9 @@ from trainperf.errors import TrainperfError
 
 # metrics where a larger value is better; every other metric is a time or a cost (lower is better)
 HIGHER_IS_BETTER = {"tokens_per_s", "mfu", "goodput", "gbps", "tflops", "pct_roofline", "throughput"}
+# Fewest steady steps a side for the interval over steps (one run each): K >= 2 cosines need ~10 steps,
+# and fewer leave the t quantile at 1-2 degrees of freedom (an interval wider than any effect).
+MIN_STEPS = 10
 
 
 @dataclass
@@ -81,15 +91,75 @@ def hodges_lehmann_ratio(base: np.ndarray, cand: np.ndarray, ci_alpha: float = 0
     return float(tr(med)), float(tr(lo)), float(tr(hi))
 
 
+@dataclass(kw_only=True)
+class RunSeries:
+    """One side's runs as the gate reads them: each run's steady-state per-step values, in step order."""
+
+    names: list[str]
+    series: list[np.ndarray]
+
+    def values(self) -> np.ndarray:
+        """Return every run's values in one array."""
+        return np.concatenate(self.series)
+
+
+def _verdict(eff: float, lo: float, hi: float, p: float, *, alpha: float, ci_alpha: float, min_effect: float,
+             higher_better: bool) -> tuple[str, str]:
+    """Return (verdict, reason) from an effect, its interval and the p-value of the same test (module doc)."""
+    worse = eff < 0 if higher_better else eff > 0
+    if p < alpha and abs(eff) >= min_effect:
+        return ("regression" if worse else "improvement",
+                f"{'worse' if worse else 'better'} by {abs(eff):.2%} (p = {p:.2g} < {alpha})")
+    if hi < min_effect and lo > -min_effect:
+        reason = (f"significant but {abs(eff):.2%} is below the {min_effect:.1%} threshold, and the "
+                  if p < alpha else f"not significant (p = {p:.2g}), and the ")
+        return "no change", reason + f"{1 - ci_alpha:.0%} interval excludes a ±{min_effect:.1%} change"
+    return "inconclusive", (f"{'significant' if p < alpha else 'not significant'} (p = {p:.2g}) but the "
+                            f"{1 - ci_alpha:.0%} interval [{lo:+.2%}, {hi:+.2%}] allows a change of ±{min_effect:.1%} "
+                            "or more")
+
+
+def compare_runs(baseline: RunSeries, candidate: RunSeries, metric: str = "step_time", min_effect: float = 0.02,
+                 alpha: float = 0.005, ci_alpha: float = 0.05) -> GateResult:
+    """Return the gate verdict for runs: effect, interval and p-value of ``compare.interval.shift``
+    (autocorrelation-robust over the steps with one run a side, t over run means with repeats)."""
+    from trainperf.compare.interval import shift
+
+    higher_better = metric.removesuffix("_s") in HIGHER_IS_BETTER or metric in HIGHER_IS_BETTER
+    a_all, b_all = baseline.values(), candidate.values()
+    common = dict(metric=metric, n_baseline=len(a_all), n_candidate=len(b_all), alpha=alpha, min_effect=min_effect,
+                  higher_is_better=higher_better, baseline_median=float(np.median(a_all)),
+                  candidate_median=float(np.median(b_all)))
+    one_each = len(baseline.series) == 1 and len(candidate.series) == 1
+    short = min(len(x) for x in baseline.series + candidate.series)
+    too_few = (one_each and short < MIN_STEPS) or (not one_each and len(baseline.series) + len(candidate.series) < 3)
+    positive = a_all.mean() > 0 and b_all.mean() > 0 and (a_all >= 0).all() and (b_all >= 0).all()
+    if too_few or not positive:
+        why = (f"too few steady steps ({short} in the shortest run; at least {MIN_STEPS} a side with one run each, "
+               "or repeats)" if too_few else f"{metric} has negative values or a zero mean (the interval is of a ratio)")
+        return GateResult(verdict="inconclusive", effect=float("nan"), effect_ci=(float("nan"), float("nan")),
+                          p_value=float("nan"), test="compare.interval", reason=why, **common)
+    sh = shift(baseline.series, candidate.series, level=1 - ci_alpha)
+    eff, lo, hi, p = math.expm1(sh.estimate), math.expm1(sh.lo), math.expm1(sh.hi), sh.p_value
+    verdict, reason = _verdict(eff, lo, hi, p, alpha=alpha, ci_alpha=ci_alpha, min_effect=min_effect,
+                               higher_better=higher_better)
+    return GateResult(verdict=verdict, effect=eff, effect_ci=(lo, hi), p_value=p, test=sh.method, reason=reason,
+                      **common)
+
+
 def compare(baseline, candidate, metric: str = "step_time", min_effect: float = 0.02, alpha: float = 0.005,
             ci_alpha: float = 0.05) -> GateResult:
     """Return the gate verdict for candidate vs baseline samples of ``metric``.
 
     ``min_effect``: smallest relative change that counts (0.02 = 2%); ``alpha``: significance
-    level of the Mann-Whitney U test; ``ci_alpha``: 0.05 = 95% interval.
+    level of the test; ``ci_alpha``: 0.05 = 95% interval. Two ``RunSeries`` (runs) go to
+    ``compare_runs``; anything else is a set of independent samples (Mann-Whitney U).
     """
     from scipy.stats import mannwhitneyu
 
+    if isinstance(baseline, RunSeries) and isinstance(candidate, RunSeries):
+        return compare_runs(baseline, candidate, metric, min_effect, alpha, ci_alpha)
+    baseline, candidate = (x.values() if isinstance(x, RunSeries) else x for x in (baseline, candidate))
     a = _samples(baseline, "baseline")
     b = _samples(candidate, "candidate")
     higher_better = metric.removesuffix("_s") in HIGHER_IS_BETTER or metric in HIGHER_IS_BETTER
@@ -103,19 +173,8 @@ def compare(baseline, candidate, metric: str = "step_time", min_effect: float = 
                           reason=f"too few samples ({len(a)} vs {len(b)}) for p < {alpha}", **common)
     p = float(mannwhitneyu(b, a, alternative="two-sided").pvalue)
     eff, lo, hi = hodges_lehmann_ratio(a, b, ci_alpha)
-    worse = eff < 0 if higher_better else eff > 0
-    if p < alpha and abs(eff) >= min_effect:
-        verdict = "regression" if worse else "improvement"
-        reason = f"{'worse' if worse else 'better'} by {abs(eff):.2%} (p = {p:.2g} < {alpha})"
-    elif hi < min_effect and lo > -min_effect:
-        verdict = "no change"
-        reason = (f"significant but {abs(eff):.2%} is below the {min_effect:.1%} threshold, and the "
-                  if p < alpha else f"not significant (p = {p:.2g}), and the ")
-        reason += f"{1 - ci_alpha:.0%} interval excludes a ±{min_effect:.1%} change"
-    else:
-        verdict = "inconclusive"
-        reason = (f"{'significant' if p < alpha else 'not significant'} (p = {p:.2g}) but the {1 - ci_alpha:.0%} "
-                  f"interval [{lo:+.2%}, {hi:+.2%}] allows a change of ±{min_effect:.1%} or more")
+    verdict, reason = _verdict(eff, lo, hi, p, alpha=alpha, ci_alpha=ci_alpha, min_effect=min_effect,
+                               higher_better=higher_better)
     return GateResult(verdict=verdict, baseline_median=med_a, candidate_median=med_b, effect=eff, effect_ci=(lo, hi),
                       p_value=p, reason=reason, **common)
 
@@ -181,45 +240,55 @@ def run_samples(run, metric: str) -> np.ndarray:
     return np.array(vals, dtype=float)
 
 
-RUN_FOLDER_COLUMNS = {"step_time_s", "tokens_per_s", "mfu", "mem_peak_bytes", "loss"}
+RUN_COLUMNS = {"step_time_s", "tokens_per_s", "mfu", "mem_peak_bytes", "loss", "data_wait_s"}
 
 
-def run_folder_samples(path: Path, metric: str) -> np.ndarray:
-    """Return the steady-state per-step samples of ``metric`` in a run folder (warm-up cut as `compare` cuts it)."""
+def steady_samples(run, metric: str) -> np.ndarray:
+    """Return the steady-state per-step values of ``metric`` in a run (compare.runs.RunData, from a
+    folder or a store run id alike): the steps ``compare.perf.steady_slice`` keeps, so warm-up is cut
+    the same way whatever the run came from; goodput, a run-level figure, is one value."""
     from trainperf.compare.perf import steady_slice
-    from trainperf.compare.runs import load_run
 
-    run = load_run(str(path))
     col = STORE_METRICS.get(metric, metric)
     if col == "goodput":
         if run.goodput is None:
-            raise TrainperfError(f"{path}: the run records no goodput")
+            raise TrainperfError(f"{run.name}: the run records no goodput")
         return np.array([run.goodput], dtype=float)
-    if col not in RUN_FOLDER_COLUMNS:
-        raise TrainperfError(f"{path}: a run folder has no per-step {metric!r}; use one of "
-                             f"{', '.join(sorted(RUN_FOLDER_COLUMNS | {'goodput'}))}")
+    if col not in RUN_COLUMNS:
+        raise TrainperfError(f"{run.name}: a run has no per-step {metric!r}; use one of "
+                             f"{', '.join(sorted(RUN_COLUMNS | {'goodput'}))}")
     vals = np.asarray(getattr(run, col), dtype=float)[steady_slice(run.step_time_s)]
     vals = vals[np.isfinite(vals)]
     if not vals.size:
-        raise TrainperfError(f"{path}: no values of {metric!r} in the run's steady steps")
+        raise TrainperfError(f"{run.name}: no values of {metric!r} in the run's steady steps")
     return vals
 
 
-def load_samples(spec: str, metric: str = "step_time", store: str | None = None) -> np.ndarray:
-    """Return the samples named by ``spec``: a file (one number per line), a folder, or a run id.
+def _run_series(specs: list[str], metric: str, store: str | None) -> RunSeries:
+    from trainperf.compare.runs import load_run
 
-    A run folder (holding metrics.jsonl, as `trainperf train` writes it) gives its per-step
-    samples after the warm-up (``compare.perf.steady_slice``).
+    runs = [load_run(s, store) for s in specs]
+    return RunSeries(names=[r.name for r in runs], series=[steady_samples(r, metric) for r in runs])
+
+
+def load_samples(spec: str, metric: str = "step_time", store: str | None = None):
+    """Return the samples named by ``spec``: a file (one number per line), a folder, or run(s).
+
+    A run folder (holding metrics.jsonl, as `trainperf train` writes it), a run id in ``store``,
+    or several of either separated by commas (repeats) give a ``RunSeries``: each run's
+    per-step values after the warm-up (``steady_samples``), tested as autocorrelated series.
     A folder that is a trainperf store gives the metric of every run in it (one value per run,
     the run's median over its steps); another folder gives the numbers of all its files.
-    A run id is looked up in ``store`` and gives the run's per-step samples.
     """
     p = Path(spec)
+    names = [x.strip() for x in str(spec).split(",") if x.strip()]
+    if len(names) > 1 and not p.exists():
+        return _run_series(names, metric, store)
     if p.is_file():
         return read_sample_file(p)
     if p.is_dir():
         if (p / "metrics.jsonl").is_file():
-            return run_folder_samples(p, metric)
+            return _run_series([spec], metric, store)
         if (p / "runs").is_dir():
             from trainperf.store import read_runs
 
@@ -235,14 +304,14 @@ def load_samples(spec: str, metric: str = "step_time", store: str | None = None)
             return np.concatenate([read_sample_file(f) for f in files])
         except TrainperfError as e:
             raise TrainperfError(f"{p}: not a run folder, and its files are not sample files ({e}); {hint}") from None
-    from trainperf.store import get_run
     from trainperf.store.api import resolve_store
 
     try:
-        run = get_run(spec, store)
+        return _run_series([spec], metric, store)
     except TrainperfError as e:
+        if "not a run folder, nor a run id" not in str(e):
+            raise
         raise TrainperfError(f"{spec!r} is not a file, folder or run id in store {resolve_store(store)} ({e})") from None
-    return run_samples(run, metric)
 
 
 # ---- numerics: is the candidate still the same training? ----------------------------------
@@ -252,10 +321,10 @@ NUMERICS_CHECKS = ("band",)  # --numerics values (the seed / batch-noise band of
 
 @dataclass(kw_only=True)
 class NumericsGate:
-    """The gate's numerics verdict: "pass", "fail" or "not comparable", with its one-line detail."""
+    """The gate's numerics verdict: "pass", "fail", "inconclusive" or "not comparable", with its one-line detail."""
 
     check: str  # "max-loss-delta" or "band"
-    status: str  # "pass", "fail", "not comparable"
+    status: str  # "pass", "fail", "inconclusive" (too few baseline seeds for the band), "not comparable"
     verdict: str  # the line shown: "loss within ±0.1 ...", "diverges at step 40", "not comparable (...)"
     reason: str
     step: int | None = None  # first failing step (None when it passes)
@@ -263,19 +332,19 @@ class NumericsGate:
 
     @property
     def exit_code(self) -> int:
-        """Return 0 pass, 1 fail, 2 not comparable."""
-        return {"pass": 0, "fail": 1}.get(self.status, 2)
+        """Return 0 pass or inconclusive, 1 fail, 2 not comparable."""
+        return {"pass": 0, "inconclusive": 0, "fail": 1}.get(self.status, 2)
 
     def to_dict(self) -> dict:
         """Return JSON-able data."""
         return asdict(self)
 
 
-def _gate_run(spec: str, store: str | None, label: str):
-    from trainperf.compare.runs import load_run
+def _gate_runs(spec: str, store: str | None, label: str) -> list:
+    from trainperf.compare.runs import load_side
 
     try:
-        return load_run(spec, store)
+        return load_side(spec, store)
     except TrainperfError as e:
         raise TrainperfError(f"{label} {spec!r}: numerics need a run (folder with metrics.jsonl or run id): {e}") from None
 
@@ -333,21 +402,53 @@ def loss_delta_gate(a, b, max_loss_delta: float) -> NumericsGate:
                         reason="; ".join(parts))
 
 
-def band_gate(a, b) -> NumericsGate:
-    """Return the --numerics band verdict of run ``b`` against run ``a``: compare.numerics.compare_numerics
-    ("equivalent" passes, "diverges at step N" fails, "not comparable (...)" is not comparable)."""
-    from trainperf.compare.numerics import compare_numerics
+# Fewest baseline runs with different seeds for the seed band: two give a standard deviation with one
+# degree of freedom (its 99.5% t quantile is 64), a band too loose to fail anything and too noisy to trust.
+MIN_SEEDS = 3
+FINAL_BAND_LEVEL = 0.99  # the end-point band: a 99% prediction interval of the baseline seeds' spread
 
-    res = compare_numerics([a], [b])
-    if not res.comparable:
-        status, step = "not comparable", None
-    elif res.verdict.startswith("diverges at step"):
-        status, step = "fail", min(d.step for d in res.divergences if d.step is not None)
-    else:
-        status, step = "pass", None
+
+def band_gate(a_runs: list, b_runs: list) -> NumericsGate:
+    """Return the --numerics band verdict of the candidate runs against the baseline runs
+    (compare.runs.RunData; several seeds of the baseline make the band).
+
+    Not comparable when compare.numerics says so; inconclusive with fewer than ``MIN_SEEDS``
+    baseline seeds (the batch-to-batch stand-in's verdict is given as a hint); else fail when
+    compare.numerics finds a divergence against the seed-to-seed band at some step, or when the
+    candidates' mean end point (``compare.numerics.end_loss``: last held-out loss, else the final
+    training loss) leaves the baseline seeds' ``FINAL_BAND_LEVEL`` prediction band
+    (``compare.numerics.seed_band``)."""
+    from trainperf.compare.numerics import compare_numerics, end_loss, seed_band
+
+    res = compare_numerics(a_runs, b_runs)
     detail = res.to_dict()
     detail.pop("curves", None)
-    return NumericsGate(check="band", status=status, verdict=res.verdict, reason=res.reason, step=step, detail=detail)
+    if not res.comparable:
+        return NumericsGate(check="band", status="not comparable", verdict=res.verdict, reason=res.reason,
+                            detail=detail)
+    seeds = {(r.comparable or {}).get("seed") for r in a_runs}
+    if len(seeds) < MIN_SEEDS:
+        why = (f"the seed band needs at least {MIN_SEEDS} baseline runs with different seeds (got {len(seeds)}); "
+               f"against the batch-to-batch noise of the baseline it says: {res.verdict}")
+        return NumericsGate(check="band", status="inconclusive", verdict="inconclusive (too few baseline seeds)",
+                            reason=why, detail=detail)
+    use_eval = all(len(r.eval_loss) for r in a_runs + b_runs)
+    ea, eb = [end_loss(r, use_eval) for r in a_runs], [end_loss(r, use_eval) for r in b_runs]
+    lo, hi = seed_band(ea, len(eb), FINAL_BAND_LEVEL)
+    what = "held-out loss" if use_eval else "final training loss"
+    detail["end_band"] = {"what": what, "baseline": ea, "candidate": eb, "lo": lo, "hi": hi,
+                          "level": FINAL_BAND_LEVEL}
+    mean_b = float(np.mean(eb))
+    end_line = f"{what} {mean_b:.4g} vs the seed band [{lo:.4g}, {hi:.4g}] ({FINAL_BAND_LEVEL:.0%}, {len(ea)} seeds)"
+    if res.verdict.startswith("diverges at step"):
+        step = min(d.step for d in res.divergences if d.step is not None)
+        return NumericsGate(check="band", status="fail", verdict=res.verdict, reason=f"{res.reason}; {end_line}",
+                            step=step, detail=detail)
+    if not lo <= mean_b <= hi:
+        return NumericsGate(check="band", status="fail", verdict=f"{what} outside the seed band",
+                            reason=end_line, detail=detail)
+    return NumericsGate(check="band", status="pass", verdict=res.verdict, reason=f"{res.reason}; {end_line}",
+                        detail=detail)
 
 
 def numerics_gate(baseline: str, candidate: str, *, max_loss_delta: float | None = None, band: bool = False,
@@ -357,5 +458,9 @@ def numerics_gate(baseline: str, candidate: str, *, max_loss_delta: float | None
         raise TrainperfError("numerics: give exactly one of --max-loss-delta and --numerics band")
     if max_loss_delta is not None and not (max_loss_delta >= 0 and math.isfinite(max_loss_delta)):
         raise TrainperfError(f"--max-loss-delta {max_loss_delta}: must be a finite number >= 0 (loss units)")
-    a, b = _gate_run(baseline, store, "--baseline"), _gate_run(candidate, store, "--candidate")
-    return band_gate(a, b) if band else loss_delta_gate(a, b, max_loss_delta)
+    a, b = _gate_runs(baseline, store, "--baseline"), _gate_runs(candidate, store, "--candidate")
+    if band:
+        return band_gate(a, b)
+    if len(a) > 1 or len(b) > 1:
+        raise TrainperfError("--max-loss-delta compares one run with one run; repeats (a,b,...) go with --numerics band")
+    return loss_delta_gate(a[0], b[0], max_loss_delta)
