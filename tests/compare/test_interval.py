@@ -48,6 +48,16 @@ def test_long_run_variance_matches_the_textbook_variance_of_an_ar1_mean():
     assert n * x.mean(axis=1).var() == pytest.approx(exact, rel=0.08)
 
 
+def test_ranks_are_scipys_average_ranks():
+    from scipy.stats import rankdata
+
+    from trainperf.compare.interval import ranks
+
+    x = np.array([3.0, 1.0, 2.0, 2.0, 5.0, 1.0, 2.0])
+    assert ranks(x).tolist() == rankdata(x).tolist()
+    assert ar1_phi(np.full(50, 0.1)) == 0.0  # a constant series (all ties) has no persistence to remove
+
+
 def test_ar1_phi_follows_the_rank_correlation_of_a_gaussian_ar1():
     """Reference: ranks of a bivariate normal with correlation r correlate (6/pi) arcsin(r/2) (Pearson 1907)."""
     x = _ar1(np.random.default_rng(2), 20000, 0.7)

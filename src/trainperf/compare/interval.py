@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -67,11 +68,11 @@ class Shift:
     @property
     def p_value(self) -> float:
         """Return the two-sided p-value of no change from the same t statistic."""
-        from scipy.stats import t
+        from scipy.special import stdtr
 
         if not self.se > 0:
             return 0.0 if self.estimate != 0 else 1.0
-        return float(2 * t.sf(abs(self.estimate) / self.se, self.df))
+        return float(2 * stdtr(self.df, -abs(self.estimate) / self.se))
 
     def to_dict(self) -> dict:
         """Return JSON-able data."""
@@ -90,26 +91,33 @@ def lag1(x: np.ndarray) -> float:
     return float(u[1:] @ u[:-1]) / den if den > 0 else 0.0
 
 
+def ranks(x: np.ndarray) -> np.ndarray:
+    """Return the ranks of ``x`` (1..n, ties get their average rank: scipy.stats.rankdata's default)."""
+    _, inv, counts = np.unique(x, return_inverse=True, return_counts=True)
+    return (np.cumsum(counts) - (counts - 1) / 2.0)[inv]
+
+
 def ar1_phi(x: np.ndarray) -> float:
     """Return the AR(1) coefficient of ``x`` for prewhitening: the lag-1 autocorrelation of its
     ranks plus Kendall's small-sample bias (1 + 4 phi) / n, clipped to [0, PHI_MAX]."""
-    from scipy.stats import rankdata
-
     x = _finite(x)
-    if len(x) < 4:
+    if len(x) < 4 or x.min() == x.max():
         return 0.0
-    r = lag1(rankdata(x))
+    r = lag1(ranks(x))
     return float(min(max(r + (1 + 4 * max(r, 0.0)) / len(x), 0.0), PHI_MAX))
+
+
+@lru_cache(maxsize=64)
+def _cosines(n: int, k: int) -> np.ndarray:
+    t = np.arange(1, n + 1) - 0.5
+    return np.sqrt(2.0 / n) * np.cos(np.pi * np.arange(1, k + 1)[:, None] * t[None, :] / n)
 
 
 def cosine_lrv(u: np.ndarray, k: int) -> float:
     """Return the equal-weighted cosine estimate of the long-run variance of ``u`` (units^2):
     mean over j = 1..k of (sqrt(2/n) sum_t cos(pi j (t - 1/2) / n) (u_t - mean u))^2."""
     u = np.asarray(u, dtype=float)
-    n = len(u)
-    t = np.arange(1, n + 1) - 0.5
-    basis = np.sqrt(2.0 / n) * np.cos(np.pi * np.arange(1, k + 1)[:, None] * t[None, :] / n)
-    proj = basis @ (u - u.mean())
+    proj = _cosines(len(u), k) @ (u - u.mean())
     return float(proj @ proj) / k
 
 
@@ -132,7 +140,7 @@ def long_run_variance(x) -> LongRunVariance:
 def series_shift(a, b, level: float = 0.95) -> Shift:
     """Return log mean(b) - log mean(a) with its ``level`` interval for two autocorrelated
     per-step series of positive values (module doc)."""
-    from scipy.stats import t
+    from scipy.special import stdtrit
 
     va, vb = long_run_variance(a), long_run_variance(b)
     if va.n < 3 or vb.n < 3 or not (va.mean > 0 and vb.mean > 0):
@@ -141,7 +149,7 @@ def series_shift(a, b, level: float = 0.95) -> Shift:
     se = math.sqrt(sa + sb)
     df = (sa + sb) ** 2 / (sa**2 / va.df + sb**2 / vb.df) if sa + sb > 0 else va.df + vb.df
     d = math.log(vb.mean) - math.log(va.mean)
-    q = float(t.ppf(0.5 + level / 2, df))
+    q = float(stdtrit(df, 0.5 + level / 2))  # Student's t quantile
     return Shift(estimate=d, lo=d - q * se, hi=d + q * se, se=se, df=df, level=level,
                  method=(f"ratio of means over steps, autocorrelation-robust (AR(1) phi {va.phi:.2f}/{vb.phi:.2f} "
                          f"prewhitened cosine long-run variance, t at {df:.0f} df)"))
