@@ -17,6 +17,11 @@ description with its own code and choices:
 - anomaly: 1-3 root causes, disjoint elements of one cuboid of layer 1-3, each covering at least
   1% of the total; every leaf under a cause moves by the cause's own magnitude (a sum by a factor
   of 1 +- U(0.2, 0.9); a failure rate by a factor of U(1.5, 4)), leaf by leaf with the same noise.
+- uneven impact (our extension, set "uneven"): the papers' leaves under a cause all move by the
+  same magnitude; a real fault hits the sub-populations of another attribute (devices, clients)
+  unequally, some hardly at all. With ``uneven`` u, each value of one other attribute gets a
+  susceptibility s ~ U(1 - u, 1) and its leaves under the cause move by 1 + (magnitude - 1) x s;
+  the true cause is still the element (the place of the fault), not its worst-hit part.
 
 ``Incident`` carries what ``trainperf.fleet.localize.localize`` takes, and the true causes.
 """
@@ -46,23 +51,25 @@ def _popularity(k: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def synthetic_incident(rng: np.random.Generator, *, n_causes: int | None = None, layer: int | None = None,
-                       noise: float | None = None, derived: bool = False, n_leaves: int = 600) -> Incident:
+                       noise: float | None = None, derived: bool = False, n_leaves: int = 600,
+                       uneven: float = 0.0) -> Incident:
     """Return one synthetic incident (see the module docstring); unset choices are drawn from ``rng``.
 
     ``n_causes`` 1-3, ``layer`` 1-3 (attributes per cause), ``noise``: relative forecast noise
-    (0-0.2), ``derived``: failures / requests instead of a sum, ``n_leaves``: combinations drawn.
+    (0-0.2), ``derived``: failures / requests instead of a sum, ``n_leaves``: combinations drawn,
+    ``uneven``: 0-1, how unequally the sub-populations under a cause are hit (0: all alike).
     """
     n_causes = int(rng.integers(1, 4)) if n_causes is None else n_causes
     layer = int(rng.integers(1, 4)) if layer is None else layer
     noise = float(rng.choice([0.0, 0.05, 0.1, 0.2])) if noise is None else noise
     for _ in range(100):
-        inc = _try_incident(rng, n_causes, layer, noise, derived, n_leaves)
+        inc = _try_incident(rng, n_causes, layer, noise, derived, n_leaves, uneven)
         if inc is not None:
             return inc
     raise RuntimeError("could not place the root causes")  # a bug: 100 draws always suffice in practice
 
 
-def _try_incident(rng, n_causes, layer, noise, derived, n_leaves) -> Incident | None:
+def _try_incident(rng, n_causes, layer, noise, derived, n_leaves, uneven) -> Incident | None:
     n_attrs = int(rng.integers(4, 7))
     names = [f"a{i}" for i in range(n_attrs)]
     sizes = rng.integers(3, 13, n_attrs)
@@ -81,29 +88,41 @@ def _try_incident(rng, n_causes, layer, noise, derived, n_leaves) -> Incident | 
     chosen = rng.choice(eligible, size=n_causes, replace=False)
     up = rng.random() < 0.5 or derived  # a derived measure: failure rates rise
     factor = np.ones(len(codes))
+    others = [j for j in range(n_attrs) if j not in cuboid]
     for e in chosen:
         mag = rng.uniform(1.5, 4.0) if derived else 1 + (1 if up else -1) * rng.uniform(0.2, 0.9)
-        factor[inv == e] = mag
+        under = inv == e
+        factor[under] = mag
+        if uneven > 0:
+            # uneven impact: the sub-populations of one other attribute (devices, clients) are hit
+            # to different degrees, each keeping a susceptibility s ~ U(1 - uneven, 1) of the change
+            j = int(rng.choice(others))
+            sus = 1 - uneven * rng.random(int(sizes[j]))
+            factor[under] = 1 + (mag - 1) * sus[codes[under, j]]
     causes = [{names[j]: f"v{elems[e][i]}" for i, j in enumerate(cuboid)} for e in chosen]
     leaves = {names[j]: np.array([f"v{c}" for c in codes[:, j]]) for j in range(n_attrs)}
     jitter = 1 + noise * rng.standard_normal(len(codes))
     if not derived:
         real = np.maximum(size * factor * jitter, 0.0)
         return Incident(leaves=leaves, real=real, expected=size, real_b=None, causes=causes,
-                        setting={"n_causes": n_causes, "layer": layer, "noise": noise, "derived": False})
+                        setting={"n_causes": n_causes, "layer": layer, "noise": noise, "derived": False, "uneven": uneven})
     rate = 0.02 * rng.lognormal(0, 0.5, len(codes))  # historical failure rate per leaf (RS: ~2%)
     requests = np.maximum(np.round(size * jitter), 1.0)
     failures = rng.poisson(requests * np.minimum(rate * factor, 1.0)).astype(float)
     rate_hist = rate * np.maximum(1 + noise * rng.standard_normal(len(codes)), 0.1)  # the forecast's own error
     return Incident(leaves=leaves, real=failures, expected=requests * rate_hist, real_b=requests, causes=causes,
-                    setting={"n_causes": n_causes, "layer": layer, "noise": noise, "derived": True})
+                    setting={"n_causes": n_causes, "layer": layer, "noise": noise, "derived": True, "uneven": uneven})
 
 
 def incident_set(name: str, n: int, seed: int) -> list[Incident]:
-    """Return ``n`` seeded incidents of one named set: "fundamental" (sums, noise 0-0.2) or "derived"
-    (failures / requests, noise 0-0.2); layers and cause counts 1-3 drawn evenly."""
-    if name not in ("fundamental", "derived"):
+    """Return ``n`` seeded incidents of one named set: "fundamental" (sums, noise 0-0.2), "derived"
+    (failures / requests, noise 0-0.2), or "uneven" (alternately both, with uneven impact 1); layers
+    and cause counts 1-3 drawn evenly."""
+    if name not in ("fundamental", "derived", "uneven"):
         raise ValueError(f"unknown incident set {name!r}")
     rng = np.random.default_rng(seed)
+    if name == "uneven":
+        return [synthetic_incident(rng, n_causes=1 + i % 3, layer=1 + (i // 3) % 3, derived=i % 2 == 1, uneven=1.0)
+                for i in range(n)]
     return [synthetic_incident(rng, n_causes=1 + i % 3, layer=1 + (i // 3) % 3, derived=name == "derived")
             for i in range(n)]
