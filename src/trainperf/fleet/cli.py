@@ -130,10 +130,13 @@ def changes(csv: str = typer.Option(None, "--csv", help="CSV file with the serie
     if res.changes:
         t = Table("index", "kind", "before", "after", "change", "95% CI", "p-value")
         for c in res.changes:
-            rel = (f"{c.rel_change:+.2%}", f"[{c.rel_ci[0]:+.2%}, {c.rel_ci[1]:+.2%}]") if c.rel_change == c.rel_change \
-                else (f"{c.shift:+.4g}", f"[{c.shift_ci[0]:+.4g}, {c.shift_ci[1]:+.4g}]")
-            t.add_row(str(c.index) + (f" ({ids[c.index]})" if ids else ""), c.kind, f"{c.before:.4g}", f"{c.after:.4g}",
-                      *rel, f"{c.p_value:.2g}")
+            # a trend's before/after/change are slopes: per point
+            unit = "/pt" if c.kind == "trend" else ""
+            rel = (f"{c.rel_change:+.2%}{unit}", f"[{c.rel_ci[0]:+.2%}, {c.rel_ci[1]:+.2%}]") \
+                if c.rel_change == c.rel_change \
+                else (f"{c.shift:+.4g}{unit}", f"[{c.shift_ci[0]:+.4g}, {c.shift_ci[1]:+.4g}]")
+            where = str(c.index) + (f"-{c.end}" if c.end is not None else "") + (f" ({ids[c.index]})" if ids else "")
+            t.add_row(where, c.kind, f"{c.before:.4g}{unit}", f"{c.after:.4g}{unit}", *rel, f"{c.p_value:.2g}")
         con.print(t)
 
 
