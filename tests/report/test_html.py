@@ -82,3 +82,40 @@ def test_empty_inputs_say_no_data(backend):
     assert "no data" in line_chart({})
     assert "no data" in line_chart({"a": [float("nan")]})
     assert "no data" in stacked_bar_chart([], {})
+
+
+@pytest.fixture
+def fresh_bundles():
+    H._basic_js.cache_clear()
+    H._plotly_js.cache_clear()
+    yield
+    H._basic_js.cache_clear()
+    H._plotly_js.cache_clear()
+
+
+def test_pages_inline_plotlys_basic_bundle_a_quarter_of_the_full_one(tmp_path, fresh_bundles):
+    """Issue 14: a 4.8 MB page per report. Plotly's official basic bundle (bar, pie, scatter) draws every
+    chart trainperf makes; the page stays one offline file."""
+    plotly = pytest.importorskip("plotly.offline")
+    version = plotly.get_plotlyjs_version()
+    page = Report("t").add("c", bar_chart(["a"], [1.0], "ms"), line_chart({"a": [1.0, 2.0]})).render()
+    assert f"plotly.js (basic - minified) v{version}\n" in page
+    assert f"plotly.js v{version}\n" not in page  # not the full bundle as well
+    full = len(plotly.get_plotlyjs())
+    assert len(page) < 1_500_000 < full / 3  # 1.2 MB against 4.8 MB (docs/benchmarks.md)
+    assert (H.BASIC_BUNDLE.parent / "plotly-basic.LICENSE.txt").read_text().startswith("MIT License")
+
+
+def test_a_trace_outside_the_basic_bundle_gets_the_full_bundle(fresh_bundles, monkeypatch):
+    plotly = pytest.importorskip("plotly.offline")
+    go = pytest.importorskip("plotly.graph_objects")
+    version = plotly.get_plotlyjs_version()
+    heat = H._figure_div(go.Figure(go.Heatmap(z=[[1, 2], [3, 4]])), 200)
+    page = Report("t").add("c", bar_chart(["a"], [1.0], "ms"), heat).render()
+    assert f"plotly.js v{version}\n" in page and "(basic - minified)" not in page
+    # a plotly package that writes figures for another plotly.js than the vendored one: the full bundle
+    H._basic_js.cache_clear()
+    H._plotly_js.cache_clear()
+    monkeypatch.setattr(plotly, "get_plotlyjs_version", lambda: "0.0.1")
+    page = Report("t").add("c", bar_chart(["a"], [1.0], "ms")).render()
+    assert f"plotly.js v{version}\n" in page and "(basic - minified)" not in page

@@ -1,7 +1,10 @@
 """Self-contained HTML reports: one file per report, opened offline (from a CI artifact, an email).
 
 Charts are drawn by Plotly (the library HTA uses): hover, zoom, legends and margins that fit
-their labels. Plotly's JavaScript is inlined once per page, so the file needs no network.
+their labels. Plotly's JavaScript is inlined once per page, so the file needs no network: Plotly's
+own "basic" partial bundle (bar, pie and scatter traces: 1.2 MB, shipped in report/vendor/ from the
+npm package plotly.js-basic-dist-min) when it is the version the plotly package writes figures for,
+else the full bundle that package carries (4.8 MB).
 Where the plotly package is missing (an environment set up before it became a dependency),
 the charts fall back to static SVG drawn here; `charts_backend()` says which one is used.
 """
@@ -56,11 +59,30 @@ def charts_backend() -> str:
     return "plotly" if _plotly() is not None else "svg"
 
 
+# Plotly's official partial bundle with the trace types our charts use (docs/benchmarks.md: sizes).
+BASIC_BUNDLE = Path(__file__).with_name("vendor") / "plotly-basic.min.js"
+BASIC_TRACES = frozenset({"bar", "pie", "scatter"})
+
+
 @lru_cache(maxsize=1)
-def _plotly_js() -> str:
+def _basic_js() -> str | None:
+    """The vendored basic bundle's JavaScript, or None when it is missing or another plotly.js version than
+    the one the installed plotly package writes figures for (its first lines name the version)."""
+    from plotly.offline import get_plotlyjs_version
+
+    try:
+        js = BASIC_BUNDLE.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    return js if f"plotly.js (basic - minified) v{get_plotlyjs_version()}\n" in js[:200] else None
+
+
+@lru_cache(maxsize=2)
+def _plotly_js(basic: bool = True) -> str:
+    """Plotly's JavaScript to inline: the basic partial bundle when ``basic`` and it fits, else the full one."""
     from plotly.offline import get_plotlyjs
 
-    return get_plotlyjs()
+    return (_basic_js() if basic else None) or get_plotlyjs()
 
 
 def esc(text: object) -> str:
@@ -95,7 +117,8 @@ class Report:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         lib = draw = ""
         if f"class='{CHART_CLASS}" in body:
-            lib = f"<script type='text/javascript'>{_plotly_js()}</script>"
+            basic = "data-bundle='full'" not in body
+            lib = f"<script type='text/javascript'>{_plotly_js(basic)}</script>"
             draw = f"<script type='text/javascript'>{_DRAW}</script>"
         return (f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(self.title)}</title>"
                 f"<meta name='description' content='{esc(self.subtitle)}'><style>{_CSS}</style>{lib}</head><body><h1>{esc(self.title)}</h1>"
@@ -136,7 +159,10 @@ def _figure_div(fig, height_px: int, legend_px: int = 0) -> str:
     fig.update_yaxes(automargin=True)
     spec = fig.to_plotly_json()
     data = json.dumps({"data": spec["data"], "layout": spec["layout"]}, default=_json_default, allow_nan=False)
-    return f"<div class='{CHART_CLASS} chart' style='height:{height_px}px' data-figure='{esc(data)}'></div>"
+    # a trace type outside the basic bundle makes Report.render inline the full one
+    bundle = "basic" if {t.get("type", "scatter") for t in spec["data"]} <= BASIC_TRACES else "full"
+    return (f"<div class='{CHART_CLASS} chart' style='height:{height_px}px' data-bundle='{bundle}' "
+            f"data-figure='{esc(data)}'></div>")
 
 
 def _json_default(o):
