@@ -165,9 +165,10 @@ def _series(data: Path) -> list[tuple[str, np.ndarray]]:
     return [load_series(p) for p in sorted((data / "datasets").glob("*.json"))]
 
 
-GRID = {"alpha": [0.002, 0.01, 0.05], "min_effect": [0.5, 1.0], "noise_autocorr": [False, True],
-        "seeded": [False, True]}
-AA_KINDS = ("normal", "t3", "bimodal", "outliers", "ar1", "quantised", "drift")  # drift_t3: see docs/benchmarks.md
+# noise_autocorr and seeded: on in every fold of the previous CV (docs/benchmarks.md), fixed on here
+GRID = {"alpha": [0.002, 0.01, 0.05], "min_effect": [0.5, 1.0], "drift": ["significant", "always"],
+        "max_misfit": [1.25, 1.5]}
+AA_KINDS = ("normal", "t3", "bimodal", "outliers", "ar1", "quantised", "drift", "drift_t3")
 
 
 def _grid() -> list[dict]:
@@ -243,7 +244,11 @@ def nested(data: Path, ann: dict, reps: int, aa_n: int, folds: int = 5, cache: s
         for g in np.argsort(-m, kind="stable"):  # best training F1 first; ties: grid order
             if aa[int(g)] <= 0.01:
                 return int(g)
-        raise SystemExit("no setting keeps the A/A false-alarm rate <= 1%")
+        # none does: the lowest A/A rate, the best training F1 among those
+        rates = {int(g): aa[int(g)] for g in range(len(grid))}
+        low = min(rates.values())
+        print(f"  (no setting keeps A/A <= 1%; lowest {low:.3f})")
+        return next(int(g) for g in np.argsort(-m, kind="stable") if rates[int(g)] == low)
 
     print(f"\nnested CV: {folds} outer folds over {len(dev)} dev series ({sum(d['source'] == 'tcpd' for d in dev)} TCPD,"
           f" {sum(d['source'] == 'perf' for d in dev)} synthetic performance); grid {GRID}; "

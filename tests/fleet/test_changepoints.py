@@ -220,3 +220,19 @@ def test_many_short_segments_are_found():
     found = detect_changes(x).change_points
     assert sum(any(abs(c - t) <= 2 for c in found) for t in truth) >= 6 and len(found) <= 8
     assert detect_changes(x, seeded=False, noise_autocorr=False).change_points == []  # the old detector
+
+
+def test_a_drift_in_the_null_keeps_short_drifting_series_quiet_and_still_finds_a_step():
+    # a 2e-4 per point drift in 1% t3 noise over ~100 points is a 2-sigma rise: Pettitt's test
+    # cuts it in the middle while Mann-Kendall within each side cannot see the drift (drift
+    # "significant"); fitting the drift whatever its significance (drift "always") does not
+    rng = np.random.default_rng(15)
+    xs = [1 + 2e-4 * np.arange(n) + 0.01 * rng.standard_t(3, n) for n in rng.integers(70, 160, 10)]
+    alarms = {mode: sum(bool(detect_changes(x, drift=mode, trend=False).changes) for x in xs)
+              for mode in ("significant", "always")}
+    assert alarms["always"] == 0 and alarms["significant"] >= 2
+    x = xs[0].copy()
+    x[len(x) // 2:] += 0.06  # a 6-sigma step in the middle (the variance inflation is largest there)
+    assert [abs(c - len(x) // 2) <= 2 for c in detect_changes(x, drift="always").change_points] == [True]
+    with pytest.raises(TrainperfError, match="drift 'x' must be one of significant, always"):
+        ChangeOptions(drift="x")

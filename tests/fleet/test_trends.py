@@ -82,3 +82,17 @@ def test_running_median_matches_brute_force():
     y = np.random.default_rng(6).standard_normal(30)
     pad = np.r_[[y[0]] * 3, y, [y[-1]] * 3]
     assert np.allclose(running_median(y, 3), [np.median(pad[i:i + 7]) for i in range(30)])
+
+
+def test_cli_shows_a_ramp_as_a_trend_with_its_end(tmp_path):
+    import subprocess
+    import sys
+
+    csv = tmp_path / "ramp.csv"
+    csv.write_text("v\n" + "\n".join(f"{v:.6f}" for v in _ramp(20, 0)))
+    r = subprocess.run([sys.executable, "-m", "trainperf.cli", "fleet", "changes", "--csv", str(csv), "--column", "v"],
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    row = next(line for line in r.stdout.splitlines() if "trend" in line)
+    start, end = (int(v) for v in row.split("│")[1].split("-"))  # onset-end (injected: 101-120)
+    assert abs(start - 101) <= 2 and abs(end - 120) <= 2 and "%/pt" in row  # a slope change per point

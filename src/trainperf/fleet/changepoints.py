@@ -15,7 +15,8 @@ Three tests, one significance level ``alpha``:
   re-tests every change between its neighbours.
 - Sudden persistent jumps (``trainperf.fleet.jumps``): on a series dominated by a drift, a step
   far larger than the local steps that the series then holds.
-- Trend changes: the level test on first differences (a change of slope).
+- Trend changes (``trainperf.fleet.trends``): a level step that a ramp fits better (BIC) becomes
+  a ramp with its start and end; changes of slope (kinks) are scanned for on the whole series.
 
 Settings are one ``ChangeOptions``; ``split_p_value`` is the one place a level change's p-value
 is computed, so the p-value a user sees is the one the detector decided with.
@@ -39,6 +40,7 @@ from trainperf.fleet.jumps import MIN_TREND_SHARE, find_jumps, trend_share
 from trainperf.fleet.trends import Ramp, find_ramps
 
 _Z975 = 1.959963984540054
+DRIFT_MODES = ("significant", "always")
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -53,6 +55,9 @@ class ChangeOptions:
     ``noise_autocorr``: bound the autocorrelation each split is tested with by the series' noise
     autocorrelation (``noise_autocorr``), so other steps in a segment do not read as persistence;
     ``seeded``: also search seeded short intervals (``_seeded``) for steps binary segmentation misses;
+    ``drift``: when a level step is tested against a linear drift common to both its sides
+    (``_within_drift``): "significant" (Mann-Kendall at alpha) or "always" (a drift in the null:
+    a slow drift in a short series passes Mann-Kendall's test yet makes a mid-series step);
     ``max_misfit``: trend changes (ramps, kinks) are reported only when the fitted steps, ramps and
     kinks leave residuals within this many noise sigmas (``trends.find_ramps``).
     """
@@ -66,6 +71,7 @@ class ChangeOptions:
     noise_autocorr: bool = True
     seeded: bool = True
     max_misfit: float = 1.5
+    drift: str = "significant"
 
     def __post_init__(self):
         problems = [msg for bad, msg in (
@@ -73,7 +79,8 @@ class ChangeOptions:
             (not 0 < self.alpha < 1, f"alpha {self.alpha} must be between 0 and 1"),
             (self.min_rel_change < 0, f"min_rel_change {self.min_rel_change} must be >= 0"),
             (self.min_effect < 0, f"min_effect {self.min_effect} must be >= 0"),
-            (not self.max_misfit > 0, f"max_misfit {self.max_misfit} must be > 0")) if bad]
+            (not self.max_misfit > 0, f"max_misfit {self.max_misfit} must be > 0"),
+            (self.drift not in DRIFT_MODES, f"drift {self.drift!r} must be one of {', '.join(DRIFT_MODES)}")) if bad]
         if problems:
             raise TrainperfError("change options: " + "; ".join(problems))
 
@@ -107,7 +114,8 @@ class ChangeResult:
     n: int
     changes: list[Change] = field(default_factory=list)
     test: str = ("Pettitt rank CUSUM (drift-adjusted), p-value adjusted for lag-1 autocorrelation; "
-                 "sudden persistent jumps on drifting series (Bonferroni-corrected robust z)")
+                 "sudden persistent jumps on drifting series (Bonferroni-corrected robust z); ramps and "
+                 "slope changes by segmented regression (kink scan with Davies' bound, step or ramp by BIC)")
 
     @property
     def change_points(self) -> list[int]:
@@ -137,13 +145,15 @@ def _lag1(e: np.ndarray, rho_max: float = 0.98) -> float:
     return float(min(max((e[1:] @ e[:-1]) / den, 0.0), rho_max))
 
 
-def _within_drift(y: np.ndarray, k: int, alpha: float, rho_max: float = 0.98, cap: int = 200) -> float:
-    """Return the drift (units per point) common to both sides of split k, or 0 when not significant.
+def _within_drift(y: np.ndarray, k: int, alpha: float, rho_max: float = 0.98, cap: int = 200,
+                  drift: str = "significant") -> float:
+    """Return the drift (units per point) common to both sides of split k, or 0 when not used.
 
     Slope: Theil-Sen, pooled over pairs on the same side of the split (pairs never straddle it,
     so a step at k does not bias it). Significance: Mann-Kendall's S over the same pairs,
     variance n(n-1)(2n+5)/18 per side inflated by (1+rho)/(1-rho) (rho: lag-1 autocorrelation
-    of the detrended ranks), two-sided at level ``alpha``.
+    of the detrended ranks), two-sided at level ``alpha``. ``drift="always"``
+    (``ChangeOptions.drift``): return the drift whatever its significance.
     """
     slopes, s_sum, var_s = [], 0.0, 0.0
     for lo, hi in ((0, k), (k, len(y))):
@@ -162,7 +172,9 @@ def _within_drift(y: np.ndarray, k: int, alpha: float, rho_max: float = 0.98, ca
     r = _ranks(y - b * np.arange(len(y)))
     rho = _lag1(np.concatenate([r[:k] - r[:k].mean(), r[k:] - r[k:].mean()]), rho_max)
     z = abs(s_sum) / math.sqrt(var_s * (1 + rho) / (1 - rho))
-    return b if math.erfc(z / math.sqrt(2)) < alpha else 0.0
+    if drift == "always" or math.erfc(z / math.sqrt(2)) < alpha:
+        return b
+    return 0.0
 
 
 def _rank_p(r: np.ndarray, k: int, extra: float = 1.0, rho_max: float = 0.98) -> float:
@@ -199,14 +211,14 @@ def _raw_split(r: np.ndarray, min_size: int) -> int | None:
     return int(np.argmax(np.abs(u[lo:hi]))) + lo + 1
 
 
-def _segment_drift(y: np.ndarray, min_size: int, alpha: float) -> float:
+def _segment_drift(y: np.ndarray, min_size: int, alpha: float, drift: str = "significant") -> float:
     """Return the drift common to both sides of y's best raw split (0 when not significant or too short).
 
     One drift per segment, whatever split is then tested, so the split search, the pruning pass
     and the reported p-value all judge a segment against the same drift.
     """
     k0 = _raw_split(_ranks(y), min_size)
-    return 0.0 if k0 is None else _within_drift(y, k0, alpha)
+    return 0.0 if k0 is None else _within_drift(y, k0, alpha, drift=drift)
 
 
 def split_p_value(y: np.ndarray, k: int, opts: "ChangeOptions", rho_max: float = 0.98) -> float:
@@ -219,13 +231,14 @@ def split_p_value(y: np.ndarray, k: int, opts: "ChangeOptions", rho_max: float =
     series' noise autocorrelation, see ``noise_autocorr``), so steps elsewhere in the segment do
     not pass for persistence.
     """
-    b = _segment_drift(y, opts.min_size, opts.alpha)
+    b = _segment_drift(y, opts.min_size, opts.alpha, opts.drift)
     if b == 0.0:
         return _rank_p(_ranks(y), k, 1.0, rho_max)
     return _rank_p(_ranks(y - b * np.arange(len(y))), k, _vif(k, len(y)), rho_max)
 
 
-def _best_split(y: np.ndarray, min_size: int, alpha: float, rho_max: float = 0.98) -> int | None:
+def _best_split(y: np.ndarray, min_size: int, alpha: float, rho_max: float = 0.98, drift: str = "significant"
+                ) -> int | None:
     """Return the split (points before it) of the best single level step in y, or None when too short.
 
     The split maximises Pettitt's U_t. If the segment has a significant drift
@@ -237,7 +250,7 @@ def _best_split(y: np.ndarray, min_size: int, alpha: float, rho_max: float = 0.9
     split = _raw_split(_ranks(y), min_size)
     if split is None:
         return None
-    b = _within_drift(y, split, alpha)
+    b = _within_drift(y, split, alpha, drift=drift)
     if b == 0.0:
         return split
     lo, hi = min_size - 1, m - min_size
@@ -357,7 +370,7 @@ def _segment(y: np.ndarray, a: int, b: int, opts: ChangeOptions, sigma: float, m
     out, stack = [], [(a, b)]
     while stack:
         lo, hi = stack.pop()
-        k = _best_split(y[lo:hi], opts.min_size, opts.alpha, rho_max)
+        k = _best_split(y[lo:hi], opts.min_size, opts.alpha, rho_max, opts.drift)
         if k is None:
             continue
         s = lo + k
@@ -510,7 +523,7 @@ def detect_changes(values, options: ChangeOptions | None = None, *, start: int =
         if f.kind == "trend":
             ch = _describe_trend(ramp_at[f.index], keep, s0)
         elif ch is None:
-            ch = _describe(y, a, f.index, b, f.p_value, _within_drift(y[a:b], f.index - a, opts.alpha))
+            ch = _describe(y, a, f.index, b, f.p_value, _within_drift(y[a:b], f.index - a, opts.alpha, drift=opts.drift))
         ch.index, ch.kind = int(keep[f.index]), f.kind
         changes.append(ch)
     return ChangeResult(n=len(y_all), changes=changes)

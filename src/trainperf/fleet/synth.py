@@ -94,7 +94,7 @@ def synthetic_fleet(n_periods: int = 60, n_hosts: int = 12, cv: float = 0.01, se
 
 
 # Performance series: what benchmark results per revision and step times per run look like.
-PERF_KINDS = ("normal", "bimodal", "outliers", "drift", "short_segments", "missing", "quantised", "ar1")
+PERF_KINDS = ("normal", "bimodal", "outliers", "drift", "short_segments", "missing", "quantised", "ar1", "ramp")
 
 
 @dataclass(kw_only=True)
@@ -130,7 +130,8 @@ def perf_series(kind: str, rng: np.random.Generator, *, n: int | None = None, n_
     Level 100 (e.g. ms per iteration), noise ``cv`` (default 1-3%), 0-3 steps of 3-8 sigma
     (a regression or its fix), each segment at least 10 points (``short_segments``: 4-8 steps,
     segments of 8-25 points). ``drift``: plus a slow linear drift of 5-10% over the series (not a
-    change); ``missing``: 10% of runs missing, some in runs of 3-6; ``quantised``: values
+    change); ``ramp``: each change reaches its new level over 3-40 runs (the change point is
+    the first run off the old level); ``missing``: 10% of runs missing, some in runs of 3-6; ``quantised``: values
     rounded to a quantum near the noise level (integer milliseconds); ``n_changes=0``: an A/A series.
     """
     if kind not in PERF_KINDS:
@@ -151,9 +152,15 @@ def perf_series(kind: str, rng: np.random.Generator, *, n: int | None = None, n_
                 cps = [int(v) for v in c]
                 break
     level = np.full(n, 100.0)
-    for c in cps:
+    t = np.arange(n)
+    for i, c in enumerate(cps):
         size = rng.uniform(3, 8) * cv * rng.choice([-1.0, 1.0])
-        level[c:] *= 1 + size
+        if kind == "ramp":  # a gradual regression (a leak, fragmentation, a thermal limit) over 3-40 runs
+            room = (cps[i + 1] if i + 1 < len(cps) else n) - c
+            length = int(rng.integers(3, max(4, min(41, room - 4))))
+            level *= 1 + size * np.clip((t - c + 1) / length, 0, 1)  # first point off the old level: c
+        else:
+            level[c:] *= 1 + size
     if kind == "drift":
         level *= 1 + rng.uniform(0.05, 0.10) * rng.choice([-1.0, 1.0]) * np.arange(n) / n
     y = level * (1 + _perf_noise(kind, n, cv, rng))
