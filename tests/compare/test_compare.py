@@ -2,6 +2,8 @@
 simulated loss curves (known divergence step), and hand-written run folders through the CLI."""
 
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +14,9 @@ from trainperf.errors import TrainperfError
 from trainperf.compare.numerics import compare_numerics, time_to_target
 from trainperf.compare.perf import compare_perf, steady_slice
 from trainperf.compare.runs import RunData
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
+from chart_checks import assert_charts  # noqa: E402
 
 SAME = {"model": {"n_layers": 4}, "data": "abc", "seed": 0, "seq_len": 128, "samples_per_step": 2}
 
@@ -144,7 +149,7 @@ def test_cli_prints_the_verdict_first_and_writes_json_and_html(tmp_path):
     tt = d["numerics"]["time_to_target"]
     assert d["verdict"] == first and tt["A"]["step"] == tt["B"]["step"]  # the same loss curve
     assert tt["B"]["wall_s"] < tt["A"]["wall_s"]  # reached sooner by the faster run
-    assert "<svg" in (tmp_path / "c.html").read_text()
+    assert_charts((tmp_path / "c.html").read_text())
     assert compare_runs(str(tmp_path / "a"), str(tmp_path / "b")).headline == first
     bad = CliRunner().invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "nope"), "--store", str(tmp_path)])
     assert isinstance(bad.exception, TrainperfError) and "nope: not a run folder" in str(bad.exception)

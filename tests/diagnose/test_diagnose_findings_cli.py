@@ -10,6 +10,9 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 from kineto_builder import TraceBuilder  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
+from chart_checks import assert_charts  # noqa: E402
+
 from trainperf.cli import app  # noqa: E402
 from trainperf.diagnose.api import diagnose  # noqa: E402
 
@@ -73,7 +76,7 @@ def test_cli_json_schema_and_steps(tmp_path):
     assert RANK_KEYS <= set(doc["ranks"][0]) and doc["findings"]
     assert all(FINDING_KEYS <= set(f) for f in doc["findings"])
     assert doc["ranks"][0]["steps"] == [1, 2]
-    assert "<svg" in (tmp_path / "r.html").read_text()
+    assert_charts((tmp_path / "r.html").read_text(), at_least=3)
 
 
 @pytest.mark.parametrize("content", [b"", b"{not json", b"\x1f\x8b\x08\x00garbage"])

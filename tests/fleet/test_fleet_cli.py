@@ -12,6 +12,9 @@ import pytest
 from trainperf.fleet.synth import synthetic_fleet
 from trainperf.store import write_run
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
+from chart_checks import assert_charts  # noqa: E402
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "src/trainperf/fleet/examples"
 RS = Path(__file__).resolve().parents[2] / "../shared/data/rca/rs"
 
@@ -30,7 +33,8 @@ def test_changes_on_csv(tmp_path):
     r = _cli("fleet", "changes", "--csv", str(EXAMPLES / "step_times.csv"), "--column", "step_time_s", "--json",
              "--html", str(html))
     assert r.returncode == 0, r.stderr
-    assert "<svg" in html.read_text() and "+6." in html.read_text()
+    assert_charts(html.read_text())
+    assert "+6." in html.read_text()
     out = json.loads(r.stdout)
     # the example has a +6% shift at row 80 and a single 40% outlier at row 30 (not a change)
     assert out["change_points"] == [80]

@@ -109,12 +109,16 @@ def test_bad_calibration_file(tmp_path):
 
 
 def test_html_report_and_unknown_compare_gpu(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
+    from chart_checks import assert_charts
+
     out = tmp_path / "plan.html"
     r = runner.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "16", "--global-batch", "64", "--top", "3",
                             "--html", str(out)])
     assert r.exit_code == 0, r.output
     page = out.read_text()
-    assert page.startswith("<!doctype html>") and "<svg" in page and "llama3-8b" in page
+    assert_charts(page)
+    assert "llama3-8b" in page
     r = subprocess.run([str(BIN), "plan", "--model", "llama3-8b", "--gpus", "16", "--compare-hardware", "h100,x9"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "unknown GPU 'x9'" in r.stderr and "h200" in r.stderr

@@ -77,11 +77,11 @@ def write_html(c: Comparison, path: str | Path, a_runs: list[RunData], b_runs: l
         marks = [d.step for d in n.divergences if d.step is not None][:1]
         rep.add("Loss (first seed pair) and the band", line_chart(
             {"A": cv["loss_a"], "B": cv["loss_b"], "A - band": (a - band).tolist(), "A + band": (a + band).tolist()},
-            xs=cv["step"], markers=marks))
+            xs=cv["step"], unit="loss (nats)", markers=marks, x_title="step"))
     dist = {}
     for side, runs in (("A", a_runs), ("B", b_runs)):
         v = np.sort(np.concatenate([finite(r.step_time_s[1:]) for r in runs])) * 1e3
         dist[side] = np.quantile(v, np.linspace(0, 1, 101)).tolist() if len(v) else []
     rep.add("Step-time distribution (ms at each percentile, first step left out)",
-            line_chart(dist, xs=list(range(101)), unit="ms"))
+            line_chart(dist, xs=list(range(101)), unit="ms", x_title="percentile"))
     return rep.write(path)
