@@ -513,6 +513,8 @@ def detect_changes(values, options: ChangeOptions | None = None, *, start: int =
                  and (opts.min_rel_change <= 0 or abs(r.total) >= opts.min_rel_change * max(abs(r.level), 1e-300))]
         kept_at = {s + s0 for s, _ in kept}
         found = [f for f in found if f.index in kept_at]
+        # a slope change within min_size of a kept level step is that step's (no segment between them)
+        ramps = [r for r in ramps if all(abs(r.start + s0 - k) >= w for k in kept_at)]
         found += [_Found(r.start + s0, r.p_value, "trend") for r in ramps]
     found.sort(key=lambda f: f.index)
     ramp_at = {r.start + s0: r for r in ramps}
