@@ -59,9 +59,13 @@ def test_ranks_are_scipys_average_ranks():
 
 
 def test_ar1_phi_follows_the_rank_correlation_of_a_gaussian_ar1():
-    """Reference: ranks of a bivariate normal with correlation r correlate (6/pi) arcsin(r/2) (Pearson 1907)."""
+    """Reference: ranks of a bivariate normal with correlation r correlate (6/pi) arcsin(r/2) (Pearson 1907);
+    ar1_phi reads them back on the Pearson scale, so a Gaussian AR(1) gives its own phi."""
+    from trainperf.compare.interval import lag1, ranks
+
     x = _ar1(np.random.default_rng(2), 20000, 0.7)
-    assert ar1_phi(x) == pytest.approx(6 / math.pi * math.asin(0.35), abs=0.02)
+    assert lag1(ranks(x)) == pytest.approx(6 / math.pi * math.asin(0.35), abs=0.012)
+    assert ar1_phi(x) == pytest.approx(0.7, abs=0.012)
     white = np.random.default_rng(3).normal(size=20000)
     assert ar1_phi(white) < 0.02
     spiky = _ar1(np.random.default_rng(4), 2000, 0.7)

@@ -6,8 +6,9 @@ machine lasts several steps. The variance of a series' mean is then its *long-ru
 over n, not its variance over n. It is estimated per series as:
 
 1. **AR(1) prewhitening** (Andrews & Monahan 1992): phi from the lag-1 autocorrelation of the
-   series' ranks (an outlier step cannot fake or hide persistence), corrected for its
-   small-sample bias (+(1 + 4 phi) / n, Kendall 1954), clipped to [0, ``PHI_MAX``];
+   series' ranks (an outlier step cannot fake or hide persistence) read on the Pearson scale,
+   corrected for its small-sample bias (+(1 + 4 phi) / n, Kendall 1954), clipped to
+   [0, ``PHI_MAX``];
    residuals e_t = u_t - phi u_{t-1} of the centred series u;
 2. **equal-weighted cosine** long-run variance of the residuals (Lazarus, Lewis, Stock &
    Watson 2018, "HAR inference: recommendations for practice", JBES): the mean of K squared
@@ -98,13 +99,15 @@ def ranks(x: np.ndarray) -> np.ndarray:
 
 
 def ar1_phi(x: np.ndarray) -> float:
-    """Return the AR(1) coefficient of ``x`` for prewhitening: the lag-1 autocorrelation of its
-    ranks plus Kendall's small-sample bias (1 + 4 phi) / n, clipped to [0, PHI_MAX]."""
+    """Return the AR(1) coefficient of ``x`` for prewhitening: the lag-1 autocorrelation r of its
+    ranks read as a Pearson correlation (2 sin(pi r / 6): ranks of a Gaussian pair with correlation
+    phi correlate (6/pi) arcsin(phi/2)), plus Kendall's small-sample bias (1 + 4 phi) / n, clipped
+    to [0, PHI_MAX]."""
     x = _finite(x)
     if len(x) < 4 or x.min() == x.max():
         return 0.0
-    r = lag1(ranks(x))
-    return float(min(max(r + (1 + 4 * max(r, 0.0)) / len(x), 0.0), PHI_MAX))
+    phi = 2 * math.sin(math.pi * lag1(ranks(x)) / 6)
+    return float(min(max(phi + (1 + 4 * max(phi, 0.0)) / len(x), 0.0), PHI_MAX))
 
 
 @lru_cache(maxsize=64)
