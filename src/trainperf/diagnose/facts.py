@@ -51,6 +51,7 @@ class SyncSite:
     site_id: int = -1        # index into Graph.site_names
 
 
+MEMORY_BOUND_ROOFLINE_KINDS = ("elementwise", "norm")  # roofline.OpCost kinds of the memory-bound operators
 SYNC_SITES_PRICED = 5  # call sites priced one by one (by blocking time), one replay each
 
 
@@ -107,6 +108,20 @@ class RankFacts:
     def category_share(self, name: str) -> float:
         """% of device busy time in one kernel category."""
         return next((c.pct_of_busy for c in self.categories if c.category == name), 0.0)
+
+    def memory_bound_hbm_pct(self) -> float | None:
+        """Achieved bandwidth of the elementwise and norm/reduction operators as % of the device's HBM peak
+        (roofline.rank_roofline: bytes from the recorded shapes over their kernels' time), time-weighted;
+        None when the trace records no shapes or no known device. Computed on first use (re-reads the
+        trace's shapes), then cached."""
+        if "hbm_pct" not in self._gains:
+            from trainperf.diagnose.roofline import rank_roofline
+
+            kinds = [v for k, v in rank_roofline(self.table).by_kind.items()
+                     if k in MEMORY_BOUND_ROOFLINE_KINDS and v.get("hbm_pct") is not None and v["time_us"] > 0]
+            time = sum(v["time_us"] for v in kinds)
+            self._gains["hbm_pct"] = sum(v["hbm_pct"] * v["time_us"] for v in kinds) / time if time > 0 else None
+        return self._gains["hbm_pct"]
 
     def gain(self, changes: tuple[Change, ...]) -> tuple[float, float]:
         """(% of the span, µs) saved by replaying the window with these changes together."""

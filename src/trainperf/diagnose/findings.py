@@ -136,6 +136,17 @@ def _removes_a_stall(f: Finding) -> bool:
     return all(c.kind in STALL_CHANGES for c in f.changes)
 
 
+# a fix that contains a narrower one (capturing every launch in a CUDA graph contains capturing the small
+# kernels' launches) is priced after it when both are found: the specific cause gets its own gain and the
+# broader fix what it adds
+BROADER_FIX = {"graph_launches": "graph_small_kernels"}
+
+
+def _fix_order_key(f: Finding, present: set) -> tuple:
+    broader = any(BROADER_FIX.get(c.kind) in present for c in f.changes)
+    return not _removes_a_stall(f), broader, -f.gain_alone_pct
+
+
 # What-ifs that assume a speed-up of a chosen size (host 2x faster, kernels 2x faster when fused):
 # their gain is as large as the factor someone picked, while removing a wait (or the host cost of
 # launches a CUDA graph replays) has a gain the trace itself measures.
@@ -161,7 +172,8 @@ def rank_by_marginal_gain(found: list[Finding], gain) -> tuple[list[Finding], Fi
     fixable = [f for f in found if f.changes]
     for f in fixable:
         f.gain_alone_pct, _ = (round(v, 2) for v in gain(f.changes))
-    fixable.sort(key=lambda f: (not _removes_a_stall(f), -f.gain_alone_pct))
+    present = {c.kind for f in fixable for c in f.changes}
+    fixable.sort(key=lambda f: _fix_order_key(f, present))
     before = _price_in_order(fixable, gain)
     dismissed = [f.kind for f in fixable if f.gain_alone_pct < MIN_GAIN_PCT and f.gain_pct < MIN_GAIN_PCT]
     if dismissed:  # price the rest again without them: a dismissed fix must not lend its gain to the next

@@ -45,7 +45,7 @@ NOT_BLOCKING, BLOCK_SYNC, BLOCK_PAGEABLE, BLOCK_COMM = 0, 1, 2, 3
 
 CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_syncs", "unblock_pageable_copies",
                 "remove_allocator", "overlap_comm", "remove_straggler_wait", "speedup", "host_speedup",
-                "graph_small_kernels", "compute_speedup")
+                "graph_small_kernels", "graph_launches", "compute_speedup")
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,8 @@ class Change:
     speedup (category sped up `factor` times) | compute_speedup (every computation kernel `factor`
     times faster: a straggler as fast as the other ranks) | host_speedup (CPU work between runtime calls `factor`
     times faster) | graph_small_kernels (launching a kernel shorter than SMALL_KERNEL_US costs the
-    host neither the call nor the usual dispatch time before it: CUDA graphs / fusion). Several changes replay together (`replay(g, [a, b])`)."""
+    host neither the call nor the usual dispatch time before it: CUDA graphs / fusion) | graph_launches (the same
+    for every kernel launch: the step captured as a CUDA graph). Several changes replay together (`replay(g, [a, b])`)."""
 
     kind: str = "none"
     category: int = -1
@@ -105,6 +106,7 @@ class Graph:
     site_names: list            # call sites (host.call_sites) of the blocking calls
     is_alloc: np.ndarray        # host node is an allocator call (cudaMalloc, hipFree, ...)
     small_launch: np.ndarray    # host node launched a kernel shorter than SMALL_KERNEL_US
+    kernel_launch: np.ndarray   # host node launched a kernel
     dispatch_us: float          # typical CPU time between consecutive runtime calls (median gap, µs)
     launch: np.ndarray          # launch node of a device node, or -1
     lat: np.ndarray             # launch latency used (µs)
@@ -402,6 +404,8 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     small_launch = np.zeros(n, bool)
     small_dev = dev_idx[(t.kind[dev_rows] == KERNEL) & (dur[n_h:] < SMALL_KERNEL_US) & has_launch[n_h:]]
     small_launch[launch[small_dev]] = True
+    kernel_launch = np.zeros(n, bool)
+    kernel_launch[launch[dev_idx[(t.kind[dev_rows] == KERNEL) & has_launch[n_h:]]]] = True
     cpu_gap = (host_gap - gap_dl - gap_ck - gap_al - gap_idle)[has_prev & (gap_idle <= TOL_US)]
     dispatch = float(np.median(cpu_gap)) if cpu_gap.size else 0.0
 
@@ -418,7 +422,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
                  gap_dataloader=gap_dl, gap_checkpoint=gap_ck, gap_allocator=gap_al, gap_idle=gap_idle,
                  host_dep=host_dep, host_dep_lag=host_dep_lag, is_sync=is_sync,
                  block_class=block, sync_on=sync_on, sync_on_nc=sync_on_nc, sync_base=sync_base, sync_tail=sync_tail, sync_site=sync_site, site_names=site_names, is_alloc=is_alloc,
-                 small_launch=small_launch, dispatch_us=dispatch, launch=launch, lat=lat, stream_prev=stream_prev,
+                 small_launch=small_launch, kernel_launch=kernel_launch, dispatch_us=dispatch, launch=launch, lat=lat, stream_prev=stream_prev,
                  stream_prev_nc=stream_prev_nc, stream_prev_np=stream_prev_np, pageable_copy=pageable_copies, dep=dep, lag=lag, category=cat, comm_wait=cw, comm_wait_rank=cw_rank,
                  order=order, names=t.names)
 
@@ -464,10 +468,12 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     for c in changes:
         if c.kind == "host_speedup":
             cpu = cpu / c.factor
-    if "graph_small_kernels" in kinds:
+    graphed = g.kernel_launch if "graph_launches" in kinds else \
+        g.small_launch if "graph_small_kernels" in kinds else None
+    if graphed is not None:
         # a graphed launch costs neither the call nor the op's usual dispatch before it (other host work stays)
-        cpu = cpu - np.where(g.small_launch, np.minimum(cpu, g.dispatch_us), 0.0)
-        dur[g.small_launch] = 0.0
+        cpu = cpu - np.where(graphed, np.minimum(cpu, g.dispatch_us), 0.0)
+        dur[graphed] = 0.0
     # an idle gap is a wait for another thread (host_dep), not CPU work: it shrinks when that thread moves
     cpu = np.maximum(cpu - g.gap_idle * (g.host_dep >= 0), 0.0)
     gap = cpu + (0.0 if "remove_data_wait" in kinds else g.gap_dataloader) + \

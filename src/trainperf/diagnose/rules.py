@@ -209,11 +209,21 @@ def straggler(f: RankFacts) -> Finding | None:
 LAUNCH_BOUND_IDLE_PCT = 15.0       # GPU idle, % of the device window
 LAUNCH_BOUND_HOST_WAIT_SHARE = 0.5  # share of the idle time spent waiting for a launch
 LAUNCH_BOUND_HOST_CP_SHARE = 0.3   # host work (cpu + runtime calls) on the critical path, share of the span
-HOST_SPEEDUP = 2.0
+
+
+def launch_cost_us(f: RankFacts, launches: np.ndarray) -> float:
+    """What launching costs the host (µs): each launch call's own time plus the usual op dispatch before
+    it (Graph.dispatch_us, at most the CPU gap the trace shows there), summed over the given launch nodes.
+    This is the host time a CUDA graph (or fusion into fewer kernels) removes."""
+    g = f.graph
+    cpu = g.host_gap - g.gap_dataloader - g.gap_checkpoint - g.gap_allocator - g.gap_idle
+    return float((np.minimum(np.maximum(cpu, 0.0), g.dispatch_us) + g.dur)[launches].sum())
 
 
 def launch_bound(f: RankFacts) -> Finding | None:
-    """The GPU waits for the host to launch work, and host work between launches is on the critical path."""
+    """The GPU waits for the host to launch work, and host work between launches is on the critical path.
+    Priced by its concrete fix: every kernel launch costs the host nothing (the step captured as a CUDA
+    graph), i.e. launches x per-launch cost (launch_cost_us) taken off the host chain and replayed."""
     if not f.has_gpu:
         return None
     idle, tb, ls = f.idle, f.breakdown, f.launch
@@ -222,13 +232,17 @@ def launch_bound(f: RankFacts) -> Finding | None:
     if not (idle.host_wait_us > LAUNCH_BOUND_HOST_WAIT_SHARE * max(idle.total_us, 1e-9)
             and tb.idle_pct > LAUNCH_BOUND_IDLE_PCT and host_cp > LAUNCH_BOUND_HOST_CP_SHARE * f.span_us):
         return None
+    g = f.graph
+    n = int(g.kernel_launch.sum())
+    cost = launch_cost_us(f, g.kernel_launch)
     return _make(f, "launch_bound", {
         "gpu_idle": (tb.idle_pct, "%"), "idle_waiting_on_host": (hp, "%"),
         "host_on_critical_path": (f.pct(host_cp), "%"), "launch_bound_stretches": (len(f.stretches), "count"),
-        "launch_delay_median": (ls.delay_median_us, "us")},
+        "launch_delay_median": (ls.delay_median_us, "us"), "kernel_launches": (n, "count"),
+        "per_launch_cost": (cost / n if n else 0.0, "us"), "launch_cost": (cost, "us")},
         [("launch-bound stretch (stream %d, %d kernels)" % (x.stream, x.n_kernels), x.start_us, x.end_us - x.start_us)
-         for x in f.stretches[:3]], (Change("host_speedup", factor=HOST_SPEEDUP),),
-        f"host work between launches {HOST_SPEEDUP:g}x faster", evidence_pct=f.pct(host_cp))
+         for x in f.stretches[:3]], (Change("graph_launches"),),
+        "kernel launches cost the host nothing (CUDA graphs)", evidence_pct=f.pct(min(cost, host_cp)))
 
 
 SMALL_KERNEL_COUNT_PCT = 50.0  # kernels shorter than launch.SMALL_KERNEL_US, % of kernels
@@ -241,9 +255,7 @@ def small_kernels(f: RankFacts) -> Finding | None:
     ls, g = f.launch, f.graph
     if ls.small_kernel_count_pct <= SMALL_KERNEL_COUNT_PCT or ls.small_kernel_host_wait_us <= 0:
         return None
-    # what launching them costs the host: the calls and the usual op dispatch before each (Graph.dispatch_us)
-    cpu = g.host_gap - g.gap_dataloader - g.gap_checkpoint - g.gap_allocator
-    launch_cost = float((np.minimum(cpu, g.dispatch_us) + g.dur)[g.small_launch].sum())
+    launch_cost = launch_cost_us(f, g.small_launch)  # the calls and the usual op dispatch before each
     evidence_us = min(launch_cost, ls.small_kernel_host_wait_us)
     return _make(f, "small_kernels", {"small_kernels": (ls.small_kernel_count_pct, "% of kernels"),
                                       "their_time": (ls.small_kernel_time_pct, "% of kernel time"),
@@ -257,11 +269,14 @@ def small_kernels(f: RankFacts) -> Finding | None:
 # --- kernels ----------------------------------------------------------------------------------
 
 MEMORY_BOUND_BUSY_PCT = 25.0  # elementwise + reduction kernels, % of device busy time
-FUSION_SPEEDUP = 2.0
 
 
 def memory_bound_unfused(f: RankFacts) -> Finding | None:
-    """Elementwise and reduction kernels (memory-bound, fusable) take a large share of the GPU."""
+    """Elementwise and reduction kernels (memory-bound, fusable) take a large share of the GPU.
+
+    Priced by its own evidence: those kernels moving their bytes at the HBM peak instead of the bandwidth
+    they achieve (roofline, from the recorded shapes), i.e. sped up 100 / hbm_pct times. Without shapes or
+    a known device the achieved bandwidth is unknown: the finding is reported unpriced (low)."""
     if not f.has_gpu:
         return None
     share = f.category_share("elementwise") + f.category_share("reduction_norm")
@@ -270,10 +285,18 @@ def memory_bound_unfused(f: RankFacts) -> Finding | None:
     top = [(f"[{k} launches] {n}", t0, d) for c in f.categories if c.category in ("elementwise", "reduction_norm")
            for n, d, k, t0 in c.top_kernels]
     busy_pct = 100.0 - f.breakdown.idle_pct
-    return _make(f, "memory_bound_unfused", {"elementwise_and_reduction": (share, "% of busy")}, top[:4],
-                 (Change("speedup", ELEMENTWISE, FUSION_SPEEDUP), Change("speedup", REDUCTION, FUSION_SPEEDUP)),
-                 f"elementwise and reduction kernels {FUSION_SPEEDUP:g}x faster (fused)",
-                 evidence_pct=share * busy_pct / 100.0)
+    metrics = {"elementwise_and_reduction": (share, "% of busy")}
+    hbm = f.memory_bound_hbm_pct()
+    if hbm is None or hbm <= 0:
+        return _make(f, "memory_bound_unfused", metrics, top[:4],
+                     what_if="not priced: the achieved bandwidth needs the operators' shapes (record_shapes=True) "
+                             "and the device (deviceProperties)", evidence_pct=share * busy_pct / 100.0)
+    metrics["achieved_bandwidth"] = (hbm, "% of HBM peak")
+    factor = max(100.0 / hbm, 1.0)
+    return _make(f, "memory_bound_unfused", metrics, top[:4],
+                 (Change("speedup", ELEMENTWISE, factor), Change("speedup", REDUCTION, factor)),
+                 f"elementwise and reduction kernels at the HBM peak ({factor:.2g}x faster)",
+                 evidence_pct=share * busy_pct / 100.0 * (1.0 - 1.0 / factor))
 
 
 OPTIMIZER_BUSY_PCT = 10.0  # optimizer kernels, % of device busy time

@@ -1,0 +1,53 @@
+"""launch_bound priced by its concrete fix (CUDA graphs: every kernel launch costs the host nothing), not by an
+assumed host speed-up. Hand-built host-bound trace, answer worked by hand:
+
+each 3000-us step runs 2000 us of Python (one cpu_op), then 10 kernel launches 60 us apart (a 10-us
+cudaLaunchKernel after 50 us of op dispatch each), then 350 us more Python; each kernel runs 20 us.
+The usual dispatch before a launch is the median CPU gap between runtime calls, 50 us; so each launch
+costs the host 50 + 10 = 60 us, 600 us per step. Graphed, each step's first launch comes 600 us sooner
+than the step before's (50 us for step 0), and a step's 10 launches all come at once, so its 10th kernel
+starts 9 x 60 us sooner relative to the first launch but queues behind the other 9 (9 x 20 us): the last
+step ends 50 + 600 (n - 1) + 9 x 60 - 9 x 20 us sooner (the other steps' kernels finish long before).
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from kineto_builder import TraceBuilder  # noqa: E402
+
+from trainperf.diagnose.api import diagnose  # noqa: E402
+
+P, STEPS, N, K_US = 3000.0, 5, 10, 20.0
+
+
+def _trace(path: Path) -> Path:
+    b = TraceBuilder()
+    for s in range(STEPS):
+        T = s * P
+        b.step(s, T, P)
+        b.cpu("python_work", T, 2000.0)
+        for k in range(N):
+            at = T + 2000.0 + 60.0 * k
+            b.cpu("aten::add", at, 60.0)
+            b.launch("elementwise_add_kernel", at + 50.0, at + 55.0, K_US, launch_dur=10.0)
+        b.cpu("python_work", T + 2000.0 + 60.0 * N, P - 2000.0 - 60.0 * N - 1.0)
+    return b.write(path / "t.json.gz")
+
+
+def test_launch_bound_is_priced_by_its_launches(tmp_path):
+    d = diagnose(_trace(tmp_path))
+    f = next(x for x in d.findings if x.kind == "launch_bound")
+    m = f.evidence["metrics"]
+    n = len(f.steps)  # the steps before the last one (the window ends where the last ProfilerStep starts)
+    assert n == STEPS - 1
+    assert m["kernel_launches"]["value"] == N * n
+    assert m["per_launch_cost"]["value"] == pytest.approx(60.0)
+    assert m["launch_cost"]["value"] == pytest.approx(600.0 * n)
+    # span: step 0's start to the last kernel's end, (n - 1) P + 2000 + 540 + 10 + 5 + 20 -> minus the gain
+    span = (n - 1) * P + 2000.0 + 60.0 * (N - 1) + 50.0 + 5.0 + K_US
+    gain = 50.0 + 600.0 * (n - 1) + (N - 1) * 60.0 - (N - 1) * K_US
+    assert f.gain_alone_pct == pytest.approx(100.0 * gain / span, abs=0.01)
+    assert f.what_if.startswith("kernel launches cost the host nothing")
