@@ -10,6 +10,8 @@ the layout, which "below plan" is defined against: it is read from trainperf.pla
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -211,7 +213,11 @@ def test_cli_over_a_store(tmp_path):
     # 100 steps: the 600 s checkpoint stall outweighs the slow host's 2 x 99 s
     assert [e["factor"] for e in out["explain"]][1] == "checkpoint"
     page = (tmp_path / "t.html").read_text()
-    assert "<svg" in page and "<script" not in page and "tree-02-gpu-node-1-llama-pretrain" in page
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
+    from chart_checks import assert_charts
+
+    assert_charts(page)  # the waterfall (tests/report/test_fleet_tree_chart.py checks its numbers)
+    assert "tree-02-gpu-node-1-llama-pretrain" in page
     res = run(app, ["fleet", "tree", "--store", str(tmp_path), "--host", "gpu-node-1", "--code-version", "a1b2c3",
                     "--factor", "checkpoint"])
     assert res.exit_code == 0 and "checkpoint stalls" in res.output

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainperf.fleet.tree import LABELS, LOSSES
-from trainperf.report.html import PALETTE, Report, esc, paragraph, table
+from trainperf.report.html import PALETTE, Report, charts_backend, esc, floating_bar_chart, paragraph, table
 
 _LOSS, _GAIN, _TOTAL = "#e15759", "#59a14f", PALETTE[0]
 
@@ -41,8 +41,8 @@ def terminal_tree(tree, explanations=()):
     return Group(*parts)
 
 
-def waterfall_chart(tree, width: int = 1000, height: int = 340) -> str:
-    """Return an SVG waterfall: allocated GPU-hours, each loss leaf stepping down, effective last."""
+def waterfall_bars(tree) -> list[tuple[str, float, float, str]]:
+    """(label, low, high GPU-h, colour) of each waterfall step: allocated, each loss leaf, effective last."""
     leaves = [n for n in tree.root.walk() if n.kind in ("loss", "unsplit")]
     total = tree.root.gpu_h
     bars = [("allocated", 0.0, total, _TOTAL)]
@@ -50,8 +50,16 @@ def waterfall_chart(tree, width: int = 1000, height: int = 340) -> str:
     for n in leaves:
         top, level = level, level - n.gpu_h
         bars.append((n.label.split(" (")[0], min(top, level), max(top, level), _LOSS if n.gpu_h >= 0 else _GAIN))
-    eff = tree.effective_gpu_h or 0.0
-    bars.append(("effective", 0.0, eff, _GAIN))
+    bars.append(("effective", 0.0, tree.effective_gpu_h or 0.0, _GAIN))
+    return bars
+
+
+def waterfall_chart(tree, width: int = 1000, height: int = 340) -> str:
+    """Return the waterfall of GPU-hours: a Plotly chart, or static SVG where plotly is not installed."""
+    bars = waterfall_bars(tree)
+    if charts_backend() == "plotly":
+        return floating_bar_chart(*zip(*bars), unit="GPU-h", height=height + 60)
+    total = tree.root.gpu_h
     hi = max(total, max(b[2] for b in bars), 1e-12)
     left, top_pad, bottom = 60, 20, 105
     ph = height - top_pad - bottom

@@ -241,6 +241,26 @@ def line_chart(series: dict[str, Sequence[float]], xs: Sequence[float] | None = 
     return _figure_div(fig, max(height, 200) + legend_px, legend_px if len(names) > 1 or markers else 0)
 
 
+def floating_bar_chart(labels: Sequence[str], lows: Sequence[float], highs: Sequence[float],
+                       colors: Sequence[str], unit: str = "", height: int = 380) -> str:
+    """Return vertical bars each spanning [low, high] (the steps of a waterfall), one colour per bar;
+    ``unit`` titles the value axis. Plotly only: callers keep their own SVG where plotly is missing."""
+    go = _plotly()
+    if go is None or len(labels) == 0:
+        return paragraph("(no data)", "note")
+    names, seen = [], {}
+    for lab in map(str, labels):  # a category axis merges equal labels
+        seen[lab] = seen.get(lab, 0) + 1
+        names.append(lab if seen[lab] == 1 else f"{lab} ({seen[lab]})")
+    sizes = [_finite(h - lo) for lo, h in zip(lows, highs)]
+    fig = go.Figure(go.Bar(x=names, y=sizes, base=[_finite(v) for v in lows], marker_color=list(colors),
+                           text=[f"{v:.3g}" if v is not None else "" for v in sizes], textposition="outside",
+                           cliponaxis=False, hovertemplate="%{x}: %{y:.4g} " + esc(unit) + "<extra></extra>"))
+    fig.update_xaxes(type="category", tickangle=-40)
+    fig.update_yaxes(title_text=unit, rangemode="tozero")
+    return _figure_div(fig, height)
+
+
 # ---- static SVG fallback (no plotly installed) ------------------------------------------------
 # Every text is kept inside its SVG: label columns are sized to the longest label and the
 # legend wraps to new rows (at ~7 px per character of 11 px text).
