@@ -9,12 +9,18 @@ after a resume.
 
 from __future__ import annotations
 
+import os
 import warnings
 from contextlib import nullcontext
 from pathlib import Path
 
 from trainperf.atomic import atomic_path
 from trainperf.errors import TrainperfError
+
+# Kineto prints `USDT:... profiler_start` / `profiler_stop` on stderr around every trace: its USDT
+# messages (level 5) pass the ERROR level (3) torch sets, and only a level above them is quiet. It
+# reads KINETO_LOG_LEVEL when the first profiler starts; a value the user set is kept.
+KINETO_QUIET_LEVEL = 6
 
 
 def parse_steps(text: str | None) -> tuple[int, int] | None:
@@ -50,6 +56,7 @@ class StepProfiler:
         if steps is None or steps[0] < next_step:
             self._ctx = nullcontext()
             return
+        os.environ.setdefault("KINETO_LOG_LEVEL", str(KINETO_QUIET_LEVEL))
         import torch.profiler as tp
 
         first, last = steps
