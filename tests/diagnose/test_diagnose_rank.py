@@ -1,4 +1,5 @@
-"""Ranking: a fix whose effect the trace measures comes before an assumed speed-up of a chosen size."""
+"""Ranking: stalls (waste the trace measures) first, then fixes whose effect the trace measures, then assumed
+speed-ups of a chosen size; each by marginal gain."""
 
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.replay import Change
@@ -19,11 +20,20 @@ def test_measured_removal_outranks_a_larger_assumed_speed_up():
     assert [f.kind for f in ranked] == ["data_loader_stall", "launch_bound", "memory_bound_unfused"]
 
 
-def test_a_removal_below_the_medium_gain_does_not_jump_the_queue():
-    launch = _finding("launch_bound", Change("host_speedup", factor=2.0), 30.0)
-    sync = _finding("host_sync", Change("remove_syncs"), F.MEDIUM_GAIN_PCT / 2)
-    ranked = F.merge_across_ranks([sync, launch])
-    assert [f.kind for f in ranked] == ["launch_bound", "host_sync"]
+def test_a_stall_ranks_before_a_larger_restructuring():
+    # a 1.8 % DataLoader wait on a trace whose launches cost 5 %: the wait is fixed first (num_workers)
+    launch = _finding("launch_bound", Change("graph_launches"), 5.0)
+    loader = _finding("data_loader_stall", Change("remove_data_wait"), 1.8)
+    ranked = F.merge_across_ranks([launch, loader])
+    assert [f.kind for f in ranked] == ["data_loader_stall", "launch_bound"]
+
+
+def test_a_stall_below_the_floor_does_not_jump_the_queue():
+    launch = _finding("launch_bound", Change("graph_launches"), 30.0)
+    sync = _finding("host_sync", Change("remove_syncs"), F.STALL_FIRST_MIN_GAIN_PCT / 2)
+    fused = _finding("memory_bound_unfused", Change("speedup", factor=2.0), 40.0)
+    ranked = F.merge_across_ranks([sync, fused, launch])
+    assert [f.kind for f in ranked] == ["launch_bound", "memory_bound_unfused", "host_sync"]
 
 
 def test_rank_by_marginal_gain_uses_the_same_order():

@@ -7,6 +7,7 @@ the host is in the DataLoader) are therefore counted once, and the gains add up 
 gain. Severity follows that marginal gain, capped by the finding's own evidence (the share of the
 step its evidence shows, `evidence_pct`): high >= 10 % of step time, medium >= 3 %, low otherwise.
 A healthy trace therefore has no high finding: nothing in it can be fixed for a large gain.
+The ranking (rank_key) follows the order of fixes: stalls first, then cheaper work, each by marginal gain.
 """
 
 from __future__ import annotations
@@ -147,18 +148,35 @@ def _fix_order_key(f: Finding, present: set) -> tuple:
     return not _removes_a_stall(f), broader, -f.gain_alone_pct
 
 
-# What-ifs that assume a speed-up of a chosen size (host 2x faster, kernels 2x faster when fused):
-# their gain is as large as the factor someone picked, while removing a wait (or the host cost of
-# launches a CUDA graph replays) has a gain the trace itself measures.
+# What-ifs that assume a speed-up of a chosen size (optimizer kernels 3x faster) or an upper bound (kernels at
+# the HBM peak): their gain is as large as the factor someone picked or the roof allows, while removing a
+# wait (or the host cost of launches a CUDA graph replays) has a gain the trace itself measures.
 ASSUMED_SPEEDUP_CHANGES = frozenset({"host_speedup", "speedup"})
+
+# A stall (time the step spends waiting: data, checkpoint, syncs, blocking copies, the allocator, exposed
+# collectives, a slower rank) ranks before fixes that make necessary work cheaper (CUDA graphs, fusion, a
+# faster optimizer) when removing it gains at least this much of the step, as in the order of fixes: waste
+# first, whatever its size against the restructurings, since a stall has a configuration-level fix and its
+# gain is measured, while a restructuring's is an estimate of work not yet done. 1 % is the stall rules' own
+# evidence threshold (DATALOADER_MIN_PCT, HOST_SYNC_MIN_PCT, ...): a stall too small to be priced at that
+# ranks by its gain with the rest.
+STALL_FIRST_MIN_GAIN_PCT = 1.0
 
 
 def rank_key(f: Finding) -> tuple:
-    """Sort key of the ranking: findings whose fix has a measured effect and gains at least
-    MEDIUM_GAIN_PCT come first, then the rest (assumed speed-ups, small gains), each by marginal gain."""
+    """Sort key of the ranking: stalls whose removal gains >= STALL_FIRST_MIN_GAIN_PCT first, then other
+    fixes whose effect the trace measures gaining >= MEDIUM_GAIN_PCT, then the rest (assumed or upper-bound
+    speed-ups, small gains), then findings without a what-if; each group by marginal gain."""
     assumed = any(c.kind in ASSUMED_SPEEDUP_CHANGES for c in f.changes)
-    measured_first = 0 if (f.changes and not assumed and f.gain_pct >= MEDIUM_GAIN_PCT) else 1
-    return measured_first, -f.gain_pct, -_SEVERITY_LEVEL[f.severity]
+    if not f.changes:
+        tier = 3
+    elif _removes_a_stall(f) and f.gain_pct >= STALL_FIRST_MIN_GAIN_PCT:
+        tier = 0
+    elif not assumed and f.gain_pct >= MEDIUM_GAIN_PCT:
+        tier = 1
+    else:
+        tier = 2
+    return tier, -f.gain_pct, -_SEVERITY_LEVEL[f.severity]
 
 
 def rank_by_marginal_gain(found: list[Finding], gain) -> tuple[list[Finding], FixPlan]:
@@ -168,7 +186,7 @@ def rank_by_marginal_gain(found: list[Finding], gain) -> tuple[list[Finding], Fi
     (STALL_CHANGES) before those that assume a speed-up, each by largest gain alone first; each finding's gain_pct is what its fix adds to the fixes before it, so the gains add
     up to the fix-all gain. Findings without changes (no what-if) keep their gain and come last; findings
     whose fix gains less than MIN_GAIN_PCT both alone and in that order are dismissed (FixPlan.dismissed).
-    The ranking (rank_key) puts measured fixes gaining >= MEDIUM_GAIN_PCT before assumed speed-ups."""
+    The ranking (rank_key) puts stalls gaining >= STALL_FIRST_MIN_GAIN_PCT first, as the order of fixes does."""
     fixable = [f for f in found if f.changes]
     for f in fixable:
         f.gain_alone_pct, _ = (round(v, 2) for v in gain(f.changes))
