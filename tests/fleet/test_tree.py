@@ -243,3 +243,37 @@ def test_a_fleet_where_no_run_measured_its_mfu(tmp_path):
     console.print(terminal_tree(t))
     assert "not measured" in console.export_text()
     assert "not measured" in tree_report(t, tmp_path / "t.html").read_text()
+
+
+def test_explain_threshold_is_a_bonferroni_t_test():
+    # 4 hosts x 2 jobs, one version and config: the segments the search can name select 15
+    # distinct run sets (8 runs, 4 hosts, 2 jobs, all runs; counted by hand), so the z a segment
+    # needs is Student's t quantile (7 degrees of freedom) at 0.01 / 15 (reference: scipy.stats.t)
+    import numpy as np
+    from scipy.stats import t as student_t
+
+    from trainperf.fleet.tree_explain import ALPHA, critical_z
+
+    def leaves(n_hosts, n_jobs):
+        pairs = [(f"h{i}", f"j{j}") for i in range(n_hosts) for j in range(n_jobs)]
+        return {"job": np.array([j for _, j in pairs]), "host": np.array([h for h, _ in pairs]),
+                "version": np.array(["v"] * len(pairs)), "config": np.array(["c"] * len(pairs))}
+
+    assert ALPHA == 0.01
+    assert critical_z(leaves(4, 2)) == pytest.approx(student_t.isf(0.01 / 15, 7))
+    assert critical_z(leaves(4, 2), alpha=0.05) == pytest.approx(student_t.isf(0.05 / 15, 7))
+    # more places to look (40 hosts: 80 + 40 + 2 + 1 run sets) need more evidence per place...
+    assert critical_z(leaves(40, 2)) == pytest.approx(student_t.isf(0.01 / 123, 79))
+
+
+@pytest.mark.parametrize("seed", [2, 9])
+def test_noise_alone_names_no_place(seed):
+    # A/A: 12 runs with 10% run-to-run noise and no fault. A loose rule (alpha 0.5, no excess
+    # share) names places in noise here; the defaults name none (over 150 random fleets they
+    # name one in ~2% of fault-free factors, docs/benchmarks.md)
+    t = build_tree(TreeFleet(n_steps=20, noise=0.1, seed=seed, hosts=tuple(f"gpu-node-{i}" for i in range(6)),
+                             **NO_FAULTS).records())
+    factors = ("below_plan", "checkpoint", "data_wait", "startup", "eval_other")
+    assert any(explain(t, f, min_excess_share=0.0, alpha=0.5).segments for f in factors)
+    for factor in factors:
+        assert not explain(t, factor).segments, factor

@@ -11,9 +11,11 @@ trainperf.fleet.localize searches the attribute combinations and returns the one
 the excess most simply.
 
 A segment is named only when at least MIN_EXCESS_SHARE of what its runs lose on the factor is
-above the typical rate and its rate stands MIN_Z standard errors above typical (the spread of
-the runs' own rates); the factor is "mostly spread across runs" when the named segments hold
-less than MIN_EXCESS_SHARE of it.
+above the typical rate and its rate stands significantly above typical: a one-sided z test
+against the runs' own spread, Bonferroni-corrected over every segment the search could have
+named, so that noise alone names a place in at most ALPHA of the factors explained (checked by
+simulation, docs/benchmarks.md). The factor is "mostly spread across runs" when the named
+segments hold less than MIN_EXCESS_SHARE of it.
 """
 
 from __future__ import annotations
@@ -25,17 +27,41 @@ import numpy as np
 from trainperf.fleet.tree import LABELS, NODES, MetricTree
 
 ATTRS = ("job", "host", "version", "config")
-# A segment holds a loss when at least a tenth of what its runs lose is above the typical rate
-# (its rate is >= 1.11x typical); a factor is a place's when the segments hold a tenth of it.
-# Below that, removing the whole excess recovers under a tenth: the loss belongs to every run.
+# A segment holds a loss when at least this share of what its runs lose is above the typical
+# rate (0.1: its rate is >= 1.11x typical); a factor is a place's when the segments hold this
+# share of it. Chosen by 5-fold cross-validation over synthetic fleets with faults of random size
+# (benchmarks/eval_tree_explain.py; held-out F1 in docs/benchmarks.md).
 MIN_EXCESS_SHARE = 0.1
-# ... and when its rate is above typical by this many standard errors, the runs' own spread
-# (1.4826 x the median absolute deviation of their rates, over sqrt(runs in the segment)):
-# one-sided p < 0.0013 for normal run-to-run noise, so noise alone rarely names a place.
-MIN_Z = 3.0
+# Family-wise false-alarm rate of the significance test: the chance that run-to-run noise alone
+# names a place for one factor. The z a segment needs is the one-sided t quantile (runs - 1
+# degrees of freedom) at ALPHA / (number of segments the search could name), so more hosts and
+# jobs need a larger z and few runs a larger one still (critical_z).
+ALPHA = 0.01
 # Fewer runs than this give no estimate of their spread: segments are then named as best guesses
 # (not confident) on the excess rule alone.
 MIN_RUNS_FOR_SPREAD = 5
+# the search's deepest attribute combination (localize's max_depth)
+_MAX_DEPTH = 3
+
+
+def critical_z(leaves: dict[str, np.ndarray], alpha: float = ALPHA, max_depth: int = _MAX_DEPTH) -> float:
+    """Return the one-sided z a segment needs: Student's t quantile at alpha / m (Bonferroni), with
+    runs - 1 degrees of freedom (the spread is estimated from the runs themselves); m = the distinct
+    sets of runs that an attribute combination of up to ``max_depth`` attributes selects (every
+    segment the search could name; combinations that select the same runs are one test)."""
+    from itertools import combinations
+
+    from scipy.stats import t as student_t
+
+    sets: set = set()
+    for depth in range(1, min(max_depth, len(leaves)) + 1):
+        for cub in combinations(leaves, depth):
+            groups: dict = {}
+            for i, key in enumerate(zip(*(leaves[a] for a in cub))):
+                groups.setdefault(key, []).append(i)
+            sets.update(tuple(g) for g in groups.values())
+    n_runs = len(next(iter(leaves.values()), ()))
+    return float(student_t.isf(alpha / max(len(sets), 1), max(n_runs - 1, 1)))
 
 
 _PARENT = {k: parent for k, _, _, parent in NODES}
@@ -88,6 +114,8 @@ class Explanation:
     confident: bool = False  # localize's own verdict on its answer
     n_runs: int = 0
     segments: list[Segment] = field(default_factory=list)
+    z_crit: float = 0.0  # the z a segment needed (critical_z)
+    leaves: dict = field(default_factory=dict, repr=False)  # attribute -> value per run searched
 
     @property
     def placed_share(self) -> float:
@@ -115,13 +143,31 @@ class Explanation:
         """Return JSON-able data."""
         return {"factor": self.factor, "label": self.label, "gpu_h": self.gpu_h, "typical_rate": self.typical_rate,
                 "excess_gpu_h": self.excess_gpu_h, "stage": self.stage, "n_runs": self.n_runs,
-                "explained": self.explained,
+                "explained": self.explained, "z_crit": self.z_crit,
                 "confident": self.confident, "placed_share": self.placed_share, "verdict": self.verdict,
                 "segments": [s.to_dict() for s in self.segments]}
 
 
-def explain(tree: MetricTree, factor: str | None = None) -> Explanation:
-    """Return where ``factor`` (a node key; default: the largest loss) sits among the runs."""
+def explain(tree: MetricTree, factor: str | None = None, *, min_excess_share: float = MIN_EXCESS_SHARE,
+            alpha: float = ALPHA) -> Explanation:
+    """Return where ``factor`` (a node key; default: the largest loss) sits among the runs.
+
+    ``min_excess_share`` and ``alpha``: the thresholds of the module docstring (defaults: the
+    module's constants; benchmarks sweep them).
+    """
+    out, candidates = explain_candidates(tree, factor)
+    z_crit = out.z_crit if alpha == ALPHA else critical_z(out.leaves, alpha)
+    out.z_crit = z_crit
+    out.segments = [seg for seg, z in candidates if seg.excess_gpu_h >= min_excess_share * seg.gpu_h and z >= z_crit]
+    return out
+
+
+def explain_candidates(tree: MetricTree, factor: str | None = None) -> tuple[Explanation, list[tuple[Segment, float]]]:
+    """Return the explanation without its segments, and localize's causes as (Segment, z) to filter.
+
+    z: (segment rate - typical) x sqrt(runs in it) / the runs' spread (1.4826 x MAD of their
+    rates); inf when fewer than MIN_RUNS_FOR_SPREAD runs give no spread.
+    """
     from trainperf.fleet.localize import localize
 
     key = factor or tree.largest_loss().key
@@ -132,26 +178,27 @@ def explain(tree: MetricTree, factor: str | None = None) -> Explanation:
     alloc = np.array([a.parts[stage] for a in accts])
     if not accts:
         return Explanation(factor=key, label=LABELS[key], gpu_h=node.gpu_h, typical_rate=0.0, excess_gpu_h=0.0,
-                           explained=0.0, stage=stage)
+                           explained=0.0, stage=stage), []
     typical = float(np.median(loss / alloc))
     expected = alloc * typical
     above = np.maximum(loss, expected)  # only the excess over the typical rate is a cause
+    leaves = {k: np.array([a.attrs[k] for a in accts]) for k in ATTRS}
     out = Explanation(factor=key, label=LABELS[key], gpu_h=node.gpu_h, typical_rate=typical,
                       excess_gpu_h=float((above - expected).sum()), explained=0.0, n_runs=len(accts),
-                      stage=stage)
+                      stage=stage, leaves=leaves, z_crit=critical_z(leaves))
     if len(accts) < 2 or out.excess_gpu_h <= 1e-9 * abs(node.gpu_h):
-        return out
-    leaves = {k: np.array([a.attrs[k] for a in accts]) for k in ATTRS}
+        return out, []
     # in GPU-seconds: localize's noise model is Poisson-like (variance ~ the expectation), so
     # the unit is the smallest a loss is measured in, not an hour
     sec = 3600.0
     loc = localize(leaves, above * sec, expected * sec, real_b=alloc * sec, expected_b=alloc * sec)
     out.explained = float(loc.explained)
-    out.confident = bool(getattr(loc, "confident", loc.explained >= 0.3))
+    out.confident = bool(loc.confident)
     rates = loss / alloc
     sigma = 1.4826 * float(np.median(np.abs(rates - typical)))
     if len(accts) < MIN_RUNS_FOR_SPREAD:
         sigma, out.confident = 0.0, False
+    candidates = []
     for c in loc.causes:
         inside = np.ones(len(accts), bool)
         for k, v in c.attrs.items():
@@ -159,12 +206,10 @@ def explain(tree: MetricTree, factor: str | None = None) -> Explanation:
         g, al, ex = float(loss[inside].sum()), float(alloc[inside].sum()), float((above - expected)[inside].sum())
         rate = g / al if al else 0.0
         z = (rate - typical) * np.sqrt(inside.sum()) / sigma if sigma > 0 else np.inf
-        if ex < MIN_EXCESS_SHARE * g or z < MIN_Z:  # about the typical rate, or within the runs' noise
-            continue
-        out.segments.append(Segment(attrs=dict(c.attrs), gpu_h=g, excess_gpu_h=ex, rate=rate,
-                                    share=ex / out.excess_gpu_h,
-                                    run_ids=[a.run_id for a, x in zip(accts, inside) if x]))
-    return out
+        seg = Segment(attrs=dict(c.attrs), gpu_h=g, excess_gpu_h=ex, rate=rate, share=ex / out.excess_gpu_h,
+                      run_ids=[a.run_id for a, x in zip(accts, inside) if x])
+        candidates.append((seg, float(z)))
+    return out, candidates
 
 
 def explain_largest(tree: MetricTree) -> list[Explanation]:
