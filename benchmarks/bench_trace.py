@@ -7,9 +7,14 @@ imports, median of --repeat runs. Memory ratio = (peak RSS - RSS after imports) 
 one rank (the parse worker's own cost, as HTA's "100 MB plus 5x the JSON per worker").
 
     .venv/bin/python benchmarks/bench_trace.py [--repeat 3] [--options] [--hta-python /tmp/hta-venv/bin/python]
+    .venv/bin/python benchmarks/bench_trace.py --analyses [--src /tmp/old/src] [--repeat 5]
 
 --options first compares the loader's own options (isal or zlib inflater, msgspec typed structs or
 orjson/json dicts) on df_index_resolver, interleaved run by run.
+--analyses measures, per rank, the CPU seconds of loading and of the per-operator roofline and the
+collective statistics that follow it (on the traces that record shapes or message sizes); with
+--src it measures another checkout's src/ side by side (e.g. `git archive <commit> src | tar -x -C
+/tmp/old`), interleaved run by run.
 """
 
 from __future__ import annotations
@@ -51,6 +56,51 @@ print(json.dumps({"cpu_s": time.process_time() - c0 + ch.ru_utime + ch.ru_stime,
                   "worker_peak_rss_mb": ch.ru_maxrss / 1024,
                   "base_rss_mb": base, "events": sum(len(t) for t in tables.values())}))
 '''
+
+
+ANALYSES = r'''
+import inspect, json, sys, time
+from trainperf.trace import read_kineto
+from trainperf.diagnose.roofline import rank_roofline
+from trainperf.diagnose.collectives import collective_stats, comm_args
+c0 = time.process_time(); t = read_kineto(sys.argv[1]); c1 = time.process_time()
+s = rank_roofline(t); c2 = time.process_time()
+# before the loader kept the args, comm_args took the file (and read it again)
+takes_table = "t" in inspect.signature(comm_args).parameters
+stats = collective_stats({0: t}, None, {0: comm_args(t if takes_table else t.source)}); c3 = time.process_time()
+print(json.dumps({"load_s": c1 - c0, "roofline_s": c2 - c1, "collectives_s": c3 - c2, "rows": len(s.rows),
+                  "groups": len(stats), "events": len(t)}))
+'''
+ANALYSIS_CASES = ("negative_queue_length_values_check/rank0.json.gz", "mtia_trace_single_rank/mtia_rank_0.json.gz",
+                  "nccl_parser_config/nccl_data.json.gz")
+
+
+def run_analyses(path: Path, src: str | None) -> dict:
+    import os
+
+    env = dict(os.environ, PYTHONPATH=src) if src else None
+    r = subprocess.run([sys.executable, "-c", ANALYSES, str(path)], capture_output=True, text=True, timeout=900,
+                       env=env)
+    if r.returncode != 0:
+        raise SystemExit(r.stderr)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def compare_analyses(src: str | None, repeat: int) -> None:
+    """CPU s of load, roofline and collectives per rank: this checkout (and --src), interleaved."""
+    trees = {"this checkout": None} | ({f"--src {src}": src} if src else {})
+    print(f"| trace | code | load CPU s | roofline CPU s | collectives CPU s | roofline rows | groups | "
+          f"(median of {repeat}) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for case in ANALYSIS_CASES:
+        runs: dict[str, list] = {k: [] for k in trees}
+        for _ in range(repeat):
+            for k, tree in trees.items():
+                runs[k].append(run_analyses(DATA / case, tree))
+        for k, rs in runs.items():
+            m = median_of(rs)
+            print(f"| {case.split('/')[0]} | {k} | {m['load_s']:.3f} | {m['roofline_s']:.3f} | "
+                  f"{m['collectives_s']:.3f} | {m['rows']:.0f} | {m['groups']:.0f} | |", flush=True)
 
 
 # loader options measured side by side (--options): inflater x parser
@@ -95,7 +145,12 @@ def main() -> None:
     ap.add_argument("--hta-python", default="/tmp/hta-venv/bin/python")
     ap.add_argument("--options", action="store_true",
                     help="also compare the loader's inflater/parser options on df_index_resolver")
+    ap.add_argument("--analyses", action="store_true", help="only measure load + roofline + collectives per rank")
+    ap.add_argument("--src", help="with --analyses: another checkout's src/ folder to measure side by side")
     args = ap.parse_args()
+    if args.analyses:
+        compare_analyses(args.src, args.repeat)
+        return
     single = DATA / "df_index_resolver"
     if args.options:
         compare_options(single, args.repeat)

@@ -43,8 +43,9 @@ def test_skew_transfer_and_bus_bandwidth_by_hand(tmp_path):
                             (1, 1000.0, [(150, 200, 1 << 24), (500, 100, 1 << 23)])):
         _rank(r, clock, colls).write(tmp_path / "run" / f"rank{r}.json.gz")
     tables = {r: read_kineto(tmp_path / "run" / f"rank{r}.json.gz") for r in (0, 1)}
-    sizes = {r: comm_args(t.source) for r, t in tables.items()}
+    sizes = {r: comm_args(t) for r, t in tables.items()}
     (g,) = collective_stats(tables, get_accelerator("h100-sxm"), sizes)
+    assert collective_stats(tables, get_accelerator("h100-sxm")) == [g]  # sizes read from the tables by default
     assert (g.group, g.kind, g.count, g.ranks) == ("0/all_reduce", "all_reduce", 2, [0, 1])
     assert g.skew_us == pytest.approx(50) and g.transfer_us == pytest.approx(300)
     assert g.wait_by_rank_us == {0: pytest.approx(50), 1: pytest.approx(0)}
@@ -56,7 +57,7 @@ def test_skew_transfer_and_bus_bandwidth_by_hand(tmp_path):
 def test_one_rank_transfer_is_the_whole_kernel(tmp_path):
     # nothing to match: transfer = kernel time (an upper bound), bandwidth a lower bound
     t = read_kineto(_rank(0, 0.0, [(100, 250, 1 << 24)]).write(tmp_path / "r.json.gz"))
-    (g,) = collective_stats({0: t}, None, {0: comm_args(t.source)})
+    (g,) = collective_stats({0: t}, None, {0: comm_args(t.source)})  # a path is read first
     assert g.skew_us == 0 and g.transfer_us == 250
     assert g.busbw_gbps_median == pytest.approx((1 << 26) / 250e3) and g.link_gbps is None
 

@@ -26,6 +26,7 @@ def _as_comparable(t) -> dict:
     d = {c: getattr(t, c) for c in COLUMNS}
     for c in ("cat", "name", "collective", "process_group"):
         d[c] = [t.names[i] if i >= 0 else None for i in d[c]]
+    d["args"] = [t.arg_texts[i] if i >= 0 else None for i in d["args"]]
     d["meta"] = (t.rank, t.metadata, t.thread_names, t.ts_was_float, t.n_skipped)
     return d
 
@@ -38,6 +39,7 @@ def _assert_same(a, b):
         else:
             assert x[k] == y[k], k
     assert a.names == b.names  # ids are canonical (sorted strings), whatever the parser or chunking
+    assert a.arg_texts == b.arg_texts
 
 
 def _generic(monkeypatch):
@@ -137,7 +139,11 @@ def _event(dirty: bool):
     args = st.fixed_dictionaries({}, optional={
         "correlation": f(_big), "stream": f(_id), "External id": f(_big),
         "bytes": f(st.integers(0, 1 << 30)), "Collective name": f(st.sampled_from(["allreduce", "allgather"])),
-        "Process Group Name": f(st.sampled_from(["0", "1"])), "grid": st.just([1, 2, 3]), "name": _any})
+        "Process Group Name": f(st.sampled_from(["0", "1"])), "grid": st.just([1, 2, 3]), "name": _any,
+        "Input Dims": f(st.lists(st.lists(st.integers(0, 1 << 20), max_size=3), max_size=3)),
+        "Input type": f(st.lists(st.sampled_from(["float", "c10::BFloat16", "", "Scalar"]), max_size=3)),
+        "In msg nelems": f(_big), "dtype": f(st.sampled_from(["Float", "BFloat16"])),
+        "Process Group Ranks": f(st.sampled_from(["[0, 1]", "[0,1,2,3]"]))})
     required = {"ph": f(st.sampled_from(["X", "X", "X", "M", "i", "f", "s"])), "ts": f(_time)}
     optional = {"name": f(st.sampled_from(["thread_name", "aten::mm", "ncclDevKernel_AllReduce_Sum_f32_RING_LL"])),
                 "pid": f(_id), "tid": f(_id), "args": f(args)}

@@ -16,7 +16,8 @@ x (n-1)/n for all-gather, reduce-scatter and all-to-all, x 1 for broadcast, redu
 n the group size. Bus bandwidth compares with one GPU's link bandwidth in one direction: the
 catalog's scale-up link when the group fits in one node, else the scale-out NIC.
 Message sizes come from the kernels' "In msg nelems" / "Out msg nelems" / "dtype" / "Group size"
-args (PyTorch >= 2.1 writes them); older traces give no size and no bandwidth.
+args (PyTorch >= 2.1 writes them; the loader keeps them in EventTable.args); older traces give no
+size and no bandwidth.
 """
 
 from __future__ import annotations
@@ -55,14 +56,18 @@ class CommArgs:
     group_ranks: tuple      # global ranks of the group, () when the trace does not say
 
 
-def comm_args(path: str | Path) -> dict[int, CommArgs]:
-    """Correlation id -> size facts of every collective kernel that carries message-size args."""
-    from trainperf.diagnose.roofline import event_args
+def comm_args(t: EventTable | str | Path) -> dict[int, CommArgs]:
+    """Correlation id -> size facts of every collective kernel that carries message-size args, from
+    the args the loader kept in the table (a path is loaded first)."""
+    if not isinstance(t, EventTable):
+        from trainperf.trace.producers import read_any
 
+        t = read_any(t)
     out: dict[int, CommArgs] = {}
-    for _, a in event_args(path, ("kernel", "Kernel")):
-        if "In msg nelems" not in a or "correlation" not in a:
-            continue
+    kept = t.kept_args()
+    rows = np.flatnonzero((t.args >= 0) & (t.kind == KERNEL) & (t.correlation >= 0))
+    for row in rows:
+        a = kept[int(t.args[row])]
         size = DTYPE_BYTES.get(str(a.get("dtype")), 0)
         n_in, n_out = a.get("In msg nelems"), a.get("Out msg nelems")
         if not size or not isinstance(n_in, int):
@@ -70,12 +75,12 @@ def comm_args(path: str | Path) -> dict[int, CommArgs]:
         ranks = a.get("Process Group Ranks")
         try:
             ranks = tuple(json.loads(ranks)) if isinstance(ranks, str) else tuple(ranks or ())
-        except ValueError:
+        except (ValueError, TypeError):
             ranks = ()
         group = a.get("Group size")
-        out[int(a["correlation"])] = CommArgs(nbytes=size * max(n_in, n_out if isinstance(n_out, int) else 0),
-                                              group_size=int(group) if isinstance(group, int) else len(ranks),
-                                              group_ranks=ranks)
+        out[int(t.correlation[row])] = CommArgs(nbytes=size * max(n_in, n_out if isinstance(n_out, int) else 0),
+                                                group_size=int(group) if isinstance(group, int) else len(ranks),
+                                                group_ranks=ranks)
     return out
 
 
@@ -158,8 +163,10 @@ def _rows_by_group(t: EventTable) -> dict[str, np.ndarray]:
 def match_collectives(tables: dict[int, EventTable], sizes: dict[int, dict[int, CommArgs]] | None = None
                       ) -> list[Collective]:
     """Every collective matched across the ranks that issue it (one rank: each kernel alone), with
-    arrivals and ends in µs on rank clocks aligned to the first rank's. sizes: {rank: comm_args}."""
-    sizes = sizes or {}
+    arrivals and ends in µs on rank clocks aligned to the first rank's. sizes: {rank: comm_args}
+    (default: read from the tables)."""
+    if sizes is None:
+        sizes = {r: comm_args(t) for r, t in tables.items()}
     ranks = sorted(tables)
     groups = {r: _rows_by_group(tables[r]) for r in ranks}
     offset = {r: 0.0 for r in ranks}
@@ -205,8 +212,8 @@ def _link(accelerator, group_ranks: tuple, group_size: int) -> tuple[float | Non
 def collective_stats(tables: dict[int, EventTable], accelerator=None, sizes: dict[int, dict[int, CommArgs]] | None
                      = None) -> list[GroupStats]:
     """Per (process group, collective): skew and transfer time summed, median size and bus bandwidth,
-    and the link it is compared with; sorted by skew + transfer time."""
-    sizes = sizes or {}
+    and the link it is compared with; sorted by skew + transfer time. sizes: {rank: comm_args}
+    (default: read from the tables)."""
     colls = match_collectives(tables, sizes)
     out = []
     for g in sorted({c.group for c in colls}):
@@ -235,4 +242,4 @@ def collectives_for_trace(path: str | Path, accelerator: str | None = None) -> l
 
     tables = load_trace(path)
     acc = get_accelerator(accelerator) if accelerator else device_accelerator(next(iter(tables.values())))
-    return collective_stats(tables, acc, {r: comm_args(t.source) for r, t in tables.items()})
+    return collective_stats(tables, acc)

@@ -1,8 +1,8 @@
 """Per-operator roofline from the shapes the profiler recorded (``record_shapes=True``).
 
 For each operator that launched device work, its FLOPs and minimum bytes come from its "Input
-Dims" / "Input type" (and "Concrete Inputs" for causal masks) args, its time from the kernels that
-carry its "External id". Against the accelerator's peaks (catalog): achieved TFLOP/s and TB/s,
+Dims" / "Input type" (and "Concrete Inputs" for causal masks) args, which the loader keeps in the
+event table (EventTable.args), its time from the kernels it launched (correlation ids). Against the accelerator's peaks (catalog): achieved TFLOP/s and TB/s,
 arithmetic intensity, the bound (compute when FLOPs/peak > bytes/bandwidth) and the time lost to
 the roofline (measured - max(FLOPs/peak, bytes/bandwidth)). Grouped by operator and shape.
 
@@ -21,14 +21,12 @@ counted once, as addmm), so the rows add up to the device time of the operators 
 
 from __future__ import annotations
 
-import gzip
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from trainperf.errors import TrainperfError
 from trainperf.trace.annotate import correlated_host_row
 from trainperf.trace.events import CPU_OP, DEVICE_KINDS, MEMCPY, EventTable
 
@@ -221,61 +219,17 @@ class OpShape:
     concrete: list
 
 
-def op_shapes(path: str | Path) -> dict[int, list[OpShape]]:
-    """External id -> recorded inputs of the cpu_ops that have "Input Dims" in a Kineto trace (a list:
-    some traces reuse ids; the caller tells them apart by name)."""
-    out: dict[int, list[OpShape]] = {}
-    for name, args in event_args(path, ("cpu_op", "Operator")):
-        ext = args.get("External id")
-        dims = args.get("Input Dims")
-        if isinstance(ext, int) and isinstance(dims, list):
-            out.setdefault(ext, []).append(OpShape(name, dims, args.get("Input type") or [],
-                                                   args.get("Concrete Inputs") or []))
-    return out
-
-
-try:  # msgspec decodes only the fields read here and skips the rest in C; optional
-    import msgspec
-
-    class _Ev(msgspec.Struct, gc=False):
-        cat: object = None
-        name: object = None
-        args: object = None
-
-    class _Doc(msgspec.Struct, gc=False):
-        traceEvents: list[_Ev] = []
-
-except ImportError:  # pragma: no cover - msgspec is optional
-    msgspec = None
-
-
-def event_args(path: str | Path, cats: tuple[str, ...]) -> list[tuple[str, dict]]:
-    """(name, args) of the events of the given `cat`s in a JSON trace (.json or .json.gz): the args
-    the event table does not keep (shapes, message sizes); none for a file that is not JSON."""
-    path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            gz = f.read(2) == b"\x1f\x8b"
-        data = gzip.open(path, "rb").read() if gz else path.read_bytes()
-    except (OSError, EOFError) as e:
-        raise TrainperfError(f"{path}: cannot read ({e})") from None
-    if data.lstrip()[:1] not in (b"{", b"["):
-        return []  # not a JSON trace (a JAX .xplane.pb): it records no such args
-    if msgspec is not None:
-        try:
-            evs = msgspec.json.decode(data, type=_Doc).traceEvents
-            return [(e.name, e.args) for e in evs if e.cat in cats and isinstance(e.args, dict)]
-        except msgspec.DecodeError:
-            pass  # the generic parser below says what is wrong, or reads the odd trace
-    import json
-
-    try:
-        doc = json.loads(data)
-    except ValueError as e:
-        raise TrainperfError(f"{path}: invalid JSON ({e})") from None
-    evs = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
-    return [(e.get("name"), e.get("args")) for e in evs if isinstance(e, dict)
-            and e.get("cat") in cats and isinstance(e.get("args"), dict)]
+def op_shape(t: EventTable, row: int) -> OpShape | None:
+    """The recorded inputs of the operator at `row`, from the args the loader kept (EventTable.args);
+    None when the trace was recorded without record_shapes."""
+    a = int(t.args[row])
+    if a < 0:
+        return None
+    args = t.kept_args()[a]
+    dims = args.get("Input Dims")
+    if not isinstance(dims, list):
+        return None
+    return OpShape(t.names[int(t.name[row])], dims, args.get("Input type") or [], args.get("Concrete Inputs") or [])
 
 
 # ---- the roofline ---------------------------------------------------------------------------------
@@ -410,15 +364,9 @@ def launching_op(t: EventTable) -> np.ndarray:
     return out
 
 
-def _shape_of(t: EventTable, row: int, shapes: dict[int, list[OpShape]]) -> OpShape | None:
-    name = t.names[int(t.name[row])]
-    cands = [s for s in shapes.get(int(t.external_id[row]), ()) if s.name == name]
-    return cands[0] if len(cands) == 1 else None  # ambiguous (an id reused by two calls of one op): skip
-
-
-def roofline(t: EventTable, shapes: dict[int, list[OpShape]], accelerator=None) -> list[RooflineRow]:
+def roofline(t: EventTable, accelerator=None) -> list[RooflineRow]:
     """Roofline rows of one rank, sorted by time lost to the roofline (then by time), from its event
-    table and op_shapes of the same file. accelerator: a hardware.Accelerator (default: the trace's)."""
+    table (shapes: the args the loader kept). accelerator: a hardware.Accelerator (default: the trace's)."""
     acc = accelerator if accelerator is not None else device_accelerator(t)
     op = launching_op(t)
     host_link = t.ids_matching(lambda n: any(k in n for k in HOST_LINK_COPIES))
@@ -428,11 +376,14 @@ def roofline(t: EventTable, shapes: dict[int, list[OpShape]], accelerator=None) 
     op_rows, inv = np.unique(op[dev], return_inverse=True)
     time_by_op = np.bincount(inv.reshape(-1), weights=t.dur_ns[dev] / 1e3)
     groups: dict[tuple[str, str], RooflineRow] = {}
+    costs: dict[tuple[int, int], tuple] = {}  # (name id, args id) -> (OpShape, OpCost): each shape priced once
     for r, us in zip(op_rows, time_by_op):
-        s = _shape_of(t, int(r), shapes)
-        if s is None:
-            continue
-        c = op_cost(s.name, s.dims, s.types, s.concrete)
+        pair = (int(t.name[r]), int(t.args[r]))
+        got = costs.get(pair)
+        if got is None:
+            s = op_shape(t, int(r))
+            got = costs[pair] = (s, op_cost(s.name, s.dims, s.types, s.concrete) if s is not None else None)
+        s, c = got
         if c is None:
             continue
         key = (s.name, shape_key(s))
@@ -457,7 +408,7 @@ def roofline_for_trace(path: str | Path, accelerator: str | None = None) -> dict
     from trainperf.trace.load import load_trace
 
     acc = get_accelerator(accelerator) if accelerator else None
-    return {r: roofline(t, op_shapes(t.source), acc) for r, t in load_trace(path).items()}
+    return {r: roofline(t, acc) for r, t in load_trace(path).items()}
 
 
 @dataclass(kw_only=True)
@@ -496,7 +447,7 @@ def summarize(rows: list[RooflineRow], accelerator: str = "") -> RooflineSummary
 
 
 def rank_roofline(t: EventTable, accelerator=None) -> RooflineSummary:
-    """The roofline summary of one rank's table (shapes re-read from t.source; a trace recorded without
-    record_shapes gives no rows). accelerator: a hardware.Accelerator (default: the trace's device)."""
+    """The roofline summary of one rank's table (a trace recorded without record_shapes gives no rows).
+    accelerator: a hardware.Accelerator (default: the trace's device)."""
     acc = accelerator if accelerator is not None else device_accelerator(t)
-    return summarize(roofline(t, op_shapes(t.source), acc), acc.name if acc is not None else "")
+    return summarize(roofline(t, acc), acc.name if acc is not None else "")

@@ -8,12 +8,24 @@ whatever parser produced the batch (`kineto.ColumnBuilder`).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
 
+try:  # orjson writes ~10x faster than json (the texts are made canonical later, either way)
+    from orjson import dumps as _dumps
+except ImportError:  # pragma: no cover - exercised where orjson is absent
+    _dumps = None
+
 INT64_MAX = (1 << 63) - 1
 INT_COLUMNS = ("ts_ns", "dur_ns", "pid", "tid", "correlation", "stream", "external_id", "nbytes")
+# args the analyses read beyond the columns, kept per event as one compact JSON object (EventTable.args):
+# an operator call's recorded inputs (record_shapes=True), kept when it has "Input Dims", and a
+# collective's message size and group, kept when it has "In msg nelems" (PyTorch >= 2.1)
+SHAPE_ARGS = ("Input Dims", "Input type", "Concrete Inputs")
+COMM_ARGS = ("In msg nelems", "Out msg nelems", "dtype", "Group size", "Process Group Ranks")
+KEPT_ARGS = SHAPE_ARGS + COMM_ARGS
 
 
 @dataclass
@@ -23,7 +35,9 @@ class Chunk:
     ints: (n, 8) int64 array, columns INT_COLUMNS (ts/dur in ns, -1 where an id is absent);
     cats, names: list of str; colls, pgs: list of str or None ("Collective name", "Process Group
     Name" args); ts_float: some ts was a JSON float; skipped: entries dropped (not objects, or "X"
-    without ts/dur/cat or with unusable times); thread_names: {(pid, tid): name} of "M" events.
+    without ts/dur/cat or with unusable times); thread_names: {(pid, tid): name} of "M" events;
+    args: list of bytes or None (the KEPT_ARGS of each event as a JSON object, any formatting: the
+    builder makes it canonical), None for a chunk without any.
     """
 
     ints: np.ndarray
@@ -34,6 +48,7 @@ class Chunk:
     ts_float: bool = False
     skipped: int = 0
     thread_names: dict = field(default_factory=dict)
+    args: list | None = None
 
     def __len__(self) -> int:
         return len(self.cats)
@@ -66,6 +81,24 @@ def add_thread_name(out: dict, name, pid, tid, args) -> None:
         out[(to_int(pid), to_int(tid))] = str(args.get("name", ""))
 
 
+def kept_args_json(a: dict) -> bytes | None:
+    """The KEPT_ARGS of one event's args as a JSON object, UTF-8 (None when it has neither "Input Dims"
+    nor "In msg nelems")."""
+    if "Input Dims" not in a and "In msg nelems" not in a:
+        return None
+    return compact_json({k: a[k] for k in KEPT_ARGS if k in a}).encode()
+
+
+def compact_json(value) -> str:
+    """value as compact JSON text (orjson when installed: ~10x faster than json)."""
+    if _dumps is not None:
+        try:
+            return _dumps(value).decode()
+        except TypeError:  # an integer beyond 64 bits: the stdlib writes it
+            pass
+    return json.dumps(value, separators=(",", ":"))
+
+
 def chunk_from_dicts(events: list) -> Chunk:
     """The generic path: a Chunk from events parsed into dicts (any JSON value is tolerated).
 
@@ -73,7 +106,7 @@ def chunk_from_dicts(events: list) -> Chunk:
     into whole µs and fraction so the ns stay exact (tsf * 1000 would round to 256 ns at epoch µs).
     """
     flat: list = []
-    cats, names, colls, pgs = [], [], [], []
+    cats, names, colls, pgs, kept = [], [], [], [], []
     thread_names: dict = {}
     ts_float = False
     skipped = 0
@@ -118,11 +151,13 @@ def chunk_from_dicts(events: list) -> Chunk:
             pg = a.get("Process Group Name")
             colls.append(None if cn is None else _text(cn))
             pgs.append(None if pg is None else _text(pg))
+            kept.append(kept_args_json(a))
         else:
             flat.extend((tsn, durn, _id(ev.get("pid", -1)), _id(ev.get("tid", -1)), -1, -1, -1, -1))
             colls.append(None)
             pgs.append(None)
+            kept.append(None)
         cats.append(_text(cat))
         names.append(_text(ev.get("name", "")))
     ints = np.array(flat, dtype=np.int64).reshape(-1, len(INT_COLUMNS))
-    return Chunk(ints, cats, names, colls, pgs, ts_float, skipped, thread_names)
+    return Chunk(ints, cats, names, colls, pgs, ts_float, skipped, thread_names, kept)

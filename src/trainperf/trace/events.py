@@ -11,6 +11,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+try:  # orjson parses ~3x faster than json; optional
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover - exercised where orjson is absent
+    from json import loads as _loads
+
 # kind of an event (column `kind`, int8)
 KERNEL, MEMCPY, MEMSET, CPU_OP, RUNTIME, PYTHON, USER_ANNOTATION, GPU_ANNOTATION, GPU_SYNC, OTHER = range(10)
 KIND_NAMES = ("kernel", "memcpy", "memset", "cpu_op", "runtime", "python", "user_annotation",
@@ -46,7 +51,10 @@ class EventTable:
     (-1 if none), external_id int64, nbytes int64 (memcpy/memset bytes, -1 if unknown),
     collective int32 (id of the "Collective name" arg, -1), process_group int32 (id of the
     "Process Group Name" arg of NCCL kernels, -1), category int8 (kernel category,
-    -1 on the host), step int32 (ProfilerStep number, -1 outside any step).
+    -1 on the host), step int32 (ProfilerStep number, -1 outside any step), args int32 (id into
+    `arg_texts`, the compact JSON object of the args the analyses need beyond these columns: an
+    operator's recorded input shapes and types, a collective's message size and group, see
+    chunk.KEPT_ARGS; -1 when the event has none).
     """
 
     rank: int
@@ -67,10 +75,13 @@ class EventTable:
     process_group: np.ndarray
     category: np.ndarray = field(default=None)  # type: ignore[assignment]
     step: np.ndarray = field(default=None)  # type: ignore[assignment]
+    args: np.ndarray = field(default=None)  # type: ignore[assignment]
+    arg_texts: list = field(default_factory=list)
     metadata: dict = field(default_factory=dict)
     thread_names: dict = field(default_factory=dict)
     ts_was_float: bool = False
     n_skipped: int = 0
+    _kept_args: list | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return int(self.ts_ns.shape[0])
@@ -108,9 +119,16 @@ class EventTable:
     def take(self, mask_or_idx: np.ndarray) -> "EventTable":
         """A new table holding only the selected rows (same interned names)."""
         cols = {c: getattr(self, c)[mask_or_idx] for c in COLUMNS}
-        return EventTable(rank=self.rank, source=self.source, names=self.names, metadata=self.metadata,
+        return EventTable(rank=self.rank, source=self.source, names=self.names, arg_texts=self.arg_texts,
+                          metadata=self.metadata,
                           thread_names=self.thread_names, ts_was_float=self.ts_was_float,
                           n_skipped=self.n_skipped, **cols)
+
+    def kept_args(self) -> list[dict]:
+        """The parsed `arg_texts` (index = the `args` column's id), parsed once per table."""
+        if self._kept_args is None or len(self._kept_args) != len(self.arg_texts):
+            self._kept_args = [_loads(s) for s in self.arg_texts]
+        return self._kept_args
 
     @property
     def nbytes_in_memory(self) -> int:
@@ -119,4 +137,4 @@ class EventTable:
 
 
 COLUMNS = ("kind", "cat", "name", "pid", "tid", "stream", "ts_ns", "dur_ns", "correlation",
-           "external_id", "nbytes", "collective", "process_group", "category", "step")
+           "external_id", "nbytes", "collective", "process_group", "category", "step", "args")

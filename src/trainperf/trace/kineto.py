@@ -23,7 +23,7 @@ import numpy as np
 
 from trainperf.errors import TrainperfError
 from trainperf.trace.annotate import annotate
-from trainperf.trace.chunk import INT_COLUMNS, Chunk, chunk_from_dicts, to_int
+from trainperf.trace.chunk import INT_COLUMNS, Chunk, chunk_from_dicts, compact_json, to_int
 from trainperf.trace.events import CAT_TO_KIND, OTHER, EventTable
 
 try:  # msgspec: typed decoding, several times faster than orjson + a Python loop; optional
@@ -242,20 +242,23 @@ class ColumnBuilder:
     def __init__(self):
         self.names: list[str] = []
         self.name_ids: dict[str, int] = {}
-        self.parts: dict[str, list[np.ndarray]] = {c: [] for c in INT_COLUMNS + _STRING_COLUMNS}
+        self.parts: dict[str, list[np.ndarray]] = {c: [] for c in INT_COLUMNS + _STRING_COLUMNS + ("args",)}
+        self.arg_texts: list = []  # kept args (chunk.KEPT_ARGS): JSON bytes, canonical str after columns()
+        self.arg_ids: dict[bytes, int] = {}
         self.thread_names: dict = {}
         self.ts_float = False
         self.skipped = 0
         self.rows = 0
 
-    def intern(self, values: list) -> np.ndarray:
-        """int32 ids of the strings in values (None -> -1), adding new strings to self.names."""
+    def intern(self, values: list, table: str = "names") -> np.ndarray:
+        """int32 ids of the strings in values (None -> -1), adding new strings to self.names (or, with
+        table="args", to self.arg_texts)."""
         n = len(values)
         if values.count(None) == n:
             return np.full(n, -1, dtype=np.int32)
-        ids = list(map(self.name_ids.get, values))
+        name_ids, names = (self.name_ids, self.names) if table == "names" else (self.arg_ids, self.arg_texts)
+        ids = list(map(name_ids.get, values))
         if None in ids:
-            name_ids, names = self.name_ids, self.names
             for i, j in enumerate(ids):
                 if j is None:
                     s = values[i]
@@ -283,6 +286,8 @@ class ColumnBuilder:
         self.parts["name"].append(self.intern(chunk.names))
         self.parts["collective"].append(self.intern(chunk.colls))
         self.parts["process_group"].append(self.intern(chunk.pgs))
+        self.parts["args"].append(self.intern(chunk.args, "args") if chunk.args is not None
+                                  else np.full(len(chunk), -1, dtype=np.int32))
 
     def columns(self) -> dict[str, np.ndarray]:
         """The EventTable columns, sorted by start time (stable: file order among equal starts)."""
@@ -296,12 +301,25 @@ class ColumnBuilder:
         new_id[np.array(by_text, dtype=np.int64)] = np.arange(len(by_text), dtype=np.int32)
         new_id[-1] = -1  # id -1 (absent) stays -1
         self.names[:] = [self.names[i] for i in by_text]
+        args_id = self._canonical_args()
         for c in list(self.parts):
             col = np.concatenate(self.parts.pop(c))[order]
-            cols[c] = new_id[col] if c in _STRING_COLUMNS else col
+            cols[c] = new_id[col] if c in _STRING_COLUMNS else args_id[col] if c == "args" else col
         kind_of = np.array([CAT_TO_KIND.get(s, OTHER) for s in self.names] or [OTHER], dtype=np.int8)
         cols["kind"] = kind_of[cols["cat"]]
         return cols
+
+
+    def _canonical_args(self) -> np.ndarray:
+        """Make self.arg_texts canonical (compact JSON, sorted, unique: the same texts whatever parser or
+        chunking read them); returns old id -> new id, with -1 kept at index -1."""
+        # parsed by the generic path's parser, so that both paths read a value alike (orjson reads an
+        # integer beyond 64 bits as a float); once per distinct text
+        canon = [compact_json(_loads(s)) for s in self.arg_texts]
+        texts = sorted(set(canon))
+        pos = {s: i for i, s in enumerate(texts)}
+        self.arg_texts[:] = texts
+        return np.array([pos[s] for s in canon] + [-1], dtype=np.int32)
 
 
 _STRING_COLUMNS = ("cat", "name", "collective", "process_group")
@@ -340,7 +358,7 @@ def read_kineto(path: str | Path, rank: int | None = None) -> EventTable:
     meta = {k: v for k, v in header.items() if k in ("schemaVersion", "distributedInfo", "deviceProperties",
                                                      "baseTimeNanoseconds", "displayTimeUnit", "traceName")}
     meta["profiler"] = {"record_shapes": bool(profiler.get("record_shapes"))}
-    table = EventTable(rank=rank, source=str(path), names=builder.names, metadata=meta,
+    table = EventTable(rank=rank, source=str(path), names=builder.names, arg_texts=builder.arg_texts, metadata=meta,
                        thread_names=builder.thread_names, ts_was_float=builder.ts_float,
                        n_skipped=builder.skipped, **cols)
     annotate(table)

@@ -83,7 +83,7 @@ def build_table(events: list, *, source: str, producer: str, rank: int | None = 
     none = [None] * len(events)
     b = ColumnBuilder()
     b.add(Chunk(ints, cats, names, none, list(none), False, skipped, dict(thread_names or {})))
-    table = EventTable(rank=-1 if rank is None else rank, source=source, names=b.names,
+    table = EventTable(rank=-1 if rank is None else rank, source=source, names=b.names, arg_texts=b.arg_texts,
                        metadata={"producer": producer, "profiler": {"record_shapes": False}},
                        thread_names=b.thread_names, n_skipped=skipped, **b.columns())
     annotate(table)

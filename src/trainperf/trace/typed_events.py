@@ -19,15 +19,18 @@ from typing import Optional, Union
 import msgspec
 import numpy as np
 
-from trainperf.trace.chunk import INT64_MAX, INT_COLUMNS, Chunk, add_thread_name, to_int
+from trainperf.trace.chunk import INT64_MAX, INT_COLUMNS, KEPT_ARGS, Chunk, add_thread_name, to_int
 
 _TS_LIMIT = (1 << 63) // 1000 - 1  # |ts| or |dur| in µs whose ns still fit in int64
 _EXACT_FLOAT = float(1 << 53)  # ints below this convert to float64 exactly
 _INT64_MIN = -(1 << 63)
 
 
+ABSENT = msgspec.Raw()  # default of a kept arg the event does not have (msgspec has no Optional[Raw])
+
+
 class Args(msgspec.Struct, frozen=True, gc=False):
-    """The args we keep (others are skipped unparsed)."""
+    """The args we keep (others are skipped unparsed); the chunk.KEPT_ARGS stay raw JSON."""
 
     correlation: int = -1
     stream: int = -1
@@ -35,6 +38,14 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     bytes: int = -1
     collective: Optional[str] = msgspec.field(default=None, name="Collective name")
     process_group: Optional[str] = msgspec.field(default=None, name="Process Group Name")
+    input_dims: msgspec.Raw = msgspec.field(default=ABSENT, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=ABSENT, name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=ABSENT, name="Concrete Inputs")
+    in_nelems: msgspec.Raw = msgspec.field(default=ABSENT, name="In msg nelems")
+    out_nelems: msgspec.Raw = msgspec.field(default=ABSENT, name="Out msg nelems")
+    dtype: msgspec.Raw = msgspec.field(default=ABSENT, name="dtype")
+    group_size: msgspec.Raw = msgspec.field(default=ABSENT, name="Group size")
+    group_ranks: msgspec.Raw = msgspec.field(default=ABSENT, name="Process Group Ranks")
 
 
 NO_ARGS = Args()
@@ -49,6 +60,14 @@ class LenientArgs(msgspec.Struct, frozen=True, gc=False):
     bytes: int = -1
     collective: Optional[str] = msgspec.field(default=None, name="Collective name")
     process_group: Optional[str] = msgspec.field(default=None, name="Process Group Name")
+    input_dims: msgspec.Raw = msgspec.field(default=ABSENT, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=ABSENT, name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=ABSENT, name="Concrete Inputs")
+    in_nelems: msgspec.Raw = msgspec.field(default=ABSENT, name="In msg nelems")
+    out_nelems: msgspec.Raw = msgspec.field(default=ABSENT, name="Out msg nelems")
+    dtype: msgspec.Raw = msgspec.field(default=ABSENT, name="dtype")
+    group_size: msgspec.Raw = msgspec.field(default=ABSENT, name="Group size")
+    group_ranks: msgspec.Raw = msgspec.field(default=ABSENT, name="Process Group Ranks")
 
 
 NO_LENIENT_ARGS = LenientArgs()
@@ -134,8 +153,28 @@ def decode_chunk(data: bytes, loads) -> Chunk | None:
         if got is None:
             return None
     ints, cats, ts_float = got
+    kept = [None if (a := e.args).input_dims is ABSENT and a.in_nelems is ABSENT else _kept_json(a) for e in xs]
     return Chunk(ints, cats, [e.name for e in xs], [e.args.collective for e in xs],
-                 [e.args.process_group for e in xs], ts_float, skipped, thread_names)
+                 [e.args.process_group for e in xs], ts_float, skipped, thread_names, kept)
+
+
+_KEPT_KEYS = tuple(f'"{k}":'.encode() for k in KEPT_ARGS)
+
+
+def _kept_json(a) -> bytes:
+    """chunk.kept_args_json of the typed path: the raw values joined into one object (text as written).
+    Spelled out for an operator's shapes, the common case (twice as fast as the loop)."""
+    if a.in_nelems is ABSENT and a.out_nelems is ABSENT and a.dtype is ABSENT and a.group_size is ABSENT and \
+            a.group_ranks is ABSENT:
+        s = b'{"Input Dims":' + a.input_dims
+        if a.input_type is not ABSENT:
+            s += b',"Input type":' + a.input_type
+        if a.concrete_inputs is not ABSENT:
+            s += b',"Concrete Inputs":' + a.concrete_inputs
+        return s + b"}"
+    vals = (a.input_dims, a.input_type, a.concrete_inputs, a.in_nelems, a.out_nelems, a.dtype, a.group_size,
+            a.group_ranks)
+    return b"{" + b",".join([k + v for k, v in zip(_KEPT_KEYS, vals) if v is not ABSENT]) + b"}"
 
 
 def _columns(xs: list, cls) -> tuple[np.ndarray, list, bool] | None:
