@@ -116,8 +116,8 @@ def test_gate_on_run_folders(tmp_path):
     steady = [0.10 * (1 + 0.01 * ((i % 3) - 1)) for i in range(40)]
     _run_folder(tmp_path / "a", [1.0] * 4 + steady)
     _run_folder(tmp_path / "b", [1.0] * 4 + [0.8 * s for s in steady])
-    assert sorted(load_samples(str(tmp_path / "a"))) == pytest.approx(sorted(steady))
-    assert load_samples(str(tmp_path / "a"), "tokens_per_s") == pytest.approx([256 / s for s in steady])
+    assert sorted(load_samples(str(tmp_path / "a")).values()) == pytest.approx(sorted(steady))
+    assert load_samples(str(tmp_path / "a"), "tokens_per_s").values() == pytest.approx([256 / s for s in steady])
     code, out, err = _run("gate", "--baseline", str(tmp_path / "a"), "--candidate", str(tmp_path / "b"), "--json")
     res = json.loads(out)
     assert code == 0 and res["verdict"] == "improvement" and res["n_baseline"] == 40, err
@@ -127,7 +127,7 @@ def test_gate_on_run_folders(tmp_path):
         _one_line(["gate", "--baseline", str(wrong), "--candidate", str(tmp_path / "b")],
                   "did you mean the run folder", "run id")
     _one_line(["gate", "--baseline", str(tmp_path / "a"), "--candidate", str(tmp_path / "b"), "--metric",
-               "data_wait_s"], "no per-step 'data_wait_s'")
+               "data_wait_s"], "no values of 'data_wait_s'")  # the run records no data wait
 
 
 def test_localize_explains_its_two_shares(fleet_csv):
