@@ -1,0 +1,45 @@
+"""The CPU peak MFU rests on (issue 14): what it is and how steady the CPU was while it was measured,
+printed in the run summary and recorded with the run (peak_source)."""
+
+import io
+import itertools
+
+import pytest
+from rich.console import Console
+
+from trainperf.train import trainer
+from trainperf.train.cli import print_summary
+
+
+class _ScriptedClock:
+    """perf_counter that advances by the scripted durations, one per timed matmul."""
+
+    def __init__(self, durations_s):
+        self._ticks = itertools.accumulate(itertools.chain.from_iterable((0.0, d) for d in durations_s))
+
+    def perf_counter(self):
+        return next(self._ticks)
+
+
+def test_cpu_peak_is_the_best_repeat_and_states_its_spread(monkeypatch):
+    # repeats of 10, 20 and 40 ms on a 1000^3 matmul (2e9 FLOP): 200, 100 and 50 GFLOP/s by hand
+    clock = _ScriptedClock([0.010, 0.040, 0.020])
+    monkeypatch.setattr(trainer, "time", clock)
+    peak = trainer.measure_cpu_peak(n=1000, repeats=3)
+    assert peak.rates == pytest.approx((2e11, 1e11, 5e10))
+    assert peak.best_flops == pytest.approx(2e11) and peak.median_flops == pytest.approx(1e11)
+    assert peak.spread == pytest.approx(0.75)
+    text = peak.statement()
+    assert "200 GFLOP/s: best of 3" in text and "median 100" in text and "slowest 50" in text and "75%" in text
+
+
+def test_run_summary_prints_the_peak_mfu_is_relative_to():
+    result = {"model": "tiny", "world_size": 1, "device": "cpu", "strategy": "none", "layout": "dp=1",
+              "step_time_s": 0.015, "tokens_per_s": 17000.0, "mfu": 0.2, "hfu": 0.2, "mem_peak_bytes": 2**29,
+              "final_loss": 4.0, "goodput": {"goodput": 0.9}, "peak_flops": 1.5e11, "run_dir": "runs/tiny",
+              "peak_source": "measured fp32 GEMM rate 150 GFLOP/s: best of 12 1024^3 matmuls (median 140, slowest "
+                             "90 GFLOP/s: 40% below the best); CPU has no catalog peak"}
+    out = io.StringIO()
+    print_summary(Console(file=out, width=300), result)
+    line = next(ln for ln in out.getvalue().splitlines() if "of peak" in ln)
+    assert "0.15 TFLOP/s" in line and "best of 12" in line and "40% below the best" in line
