@@ -110,3 +110,8 @@ def test_a_3pct_slower_b_over_50_steps_with_1pct_noise_is_seen():
     x = 1 + 0.01 * _ar1(rng, 50, 0.3, reps=40)
     hits = sum(shift([x[i]], [1.03 * x[20 + i]]).lo > 0 for i in range(20))
     assert hits >= 19
+
+
+def test_too_few_steps_give_an_unbounded_interval_not_an_error():
+    s = shift([np.array([1.0, 1.1])], [np.array([1.2, 1.3, 1.25])])
+    assert s.lo == -math.inf and s.hi == math.inf and s.p_value == 1.0 and "too few steps" in s.method

@@ -146,8 +146,11 @@ def series_shift(a, b, level: float = 0.95) -> Shift:
     from scipy.special import stdtrit
 
     va, vb = long_run_variance(a), long_run_variance(b)
-    if va.n < 3 or vb.n < 3 or not (va.mean > 0 and vb.mean > 0):
-        raise ValueError("series_shift needs >= 3 finite values a side and positive means")
+    if not (va.mean > 0 and vb.mean > 0):
+        raise ValueError("series_shift needs positive means (it is the interval of a ratio)")
+    if va.n < 3 or vb.n < 3:  # no variance to estimate: any change is possible
+        return Shift(estimate=math.log(vb.mean / va.mean), lo=-math.inf, hi=math.inf, se=math.inf, df=1.0,
+                     level=level, method=f"too few steps for an interval ({va.n} vs {vb.n}; at least 3 a side)")
     sa, sb = va.variance / (va.n * va.mean**2), vb.variance / (vb.n * vb.mean**2)
     se = math.sqrt(sa + sb)
     df = (sa + sb) ** 2 / (sa**2 / va.df + sb**2 / vb.df) if sa + sb > 0 else va.df + vb.df

@@ -118,8 +118,8 @@ def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float
                  [finite(x) for x in samples(b_runs, seconds_per_token)])
     sh = shift(*per_token, level=level)
     d, lo, hi = -sh.estimate, -sh.hi, -sh.lo  # log throughput change: the opposite of log time per token
-    tput = Effect(metric="tokens_per_s", a=1.0 / np.concatenate(per_token[0]).mean(),
-                  b=1.0 / np.concatenate(per_token[1]).mean(), change=math.expm1(d), lo=math.expm1(lo),
+    tput = Effect(metric="tokens_per_s", a=float(1.0 / np.concatenate(per_token[0]).mean()),
+                  b=float(1.0 / np.concatenate(per_token[1]).mean()), change=math.expm1(d), lo=math.expm1(lo),
                   hi=math.expm1(hi), method=sh.method)
     st_a, st_b = mean(a_runs, lambda r: r.step_time_s), mean(b_runs, lambda r: r.step_time_s)
     step = Effect(metric="step_time_s", a=st_a, b=st_b, change=st_b / st_a - 1, lo=math.expm1(-hi),
