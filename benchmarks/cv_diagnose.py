@@ -408,6 +408,15 @@ def _print(report: dict, console) -> None:
     console.print(f"margin chosen by LOBO on all bases: {report['margin_chosen']:g} (objective by margin: "
                   f"{report['lobo_objective_by_margin']}); per outer fold: "
                   + ", ".join(f"w/o {f['held_out']}: {f['margin']:g}" for f in report["folds"]))
+    o = Table(title="outer folds: the held-out base diagnosed with the current values and with those tuned without it")
+    for c in ("held-out base", "cases", "margin", "top-1 current", "top-1 tuned", "healthy high+medium current",
+              "healthy high+medium tuned"):
+        o.add_column(c, justify="left" if c == "held-out base" else "right")
+    for f in report["folds"]:
+        o.add_row(f["held_out"], str(f["n_test"]), f"{f['margin']:g}", _fmt(f["test_top1_current"]),
+                  _fmt(f["test_top1_tuned"]), str(f["test_healthy_high_medium_current"]),
+                  str(f["test_healthy_high_medium_tuned"]))
+    console.print(o)
     p = Table(title="thresholds: current, recommended (all bases), chosen per outer fold (held-out base)")
     p.add_column("constant")
     p.add_column("current", justify="right")
@@ -418,6 +427,8 @@ def _print(report: dict, console) -> None:
     for x in report["params"]:
         note = "" if x["tuned"] else " kept: no case of its kind"
         note += "" if x["has_effect"] else " no effect"
+        note += " one base only" if len(x["bases_affected"]) == 1 else ""
+        note += f" plateau {x['plateau'][0]:g}-{x['plateau'][1]:g}" if x["plateau"] and x["has_effect"] else ""
         p.add_row(x["name"], f"{x['current']:g}", f"{x['recommended']:g}",
                   *(f"{x['folds'][b]:g}" for b in report["bases"]),
                   f"{x['folds_agreeing']}/{len(report['bases'])}{note}")
@@ -461,11 +472,12 @@ def run(corpus: Path, sweeps: int, speedups: bool, one_sided: bool, progress: bo
     if mismatches:
         console.print(f"[yellow]warning: the re-run of the rules differs from diagnose() at the current values on "
                       f"{len(mismatches)} case(s): {', '.join(mismatches[:5])}")
-    effect = {}
-    for p in params:  # does the parameter change any case's findings over its grid?
-        base_rows = [scorer.findings(n, current) for n in names]
-        effect[p.name] = any(scorer.findings(n, {**current, p.name: v}) != base_rows[i]
-                             for v in p.grid if _valid({**current, p.name: v}) for i, n in enumerate(names))
+    # the bases in which a parameter changes any case's findings over its grid (from the current values):
+    # a value only one base reacts to is never scored out of sample
+    base_rows = {n: scorer.findings(n, current) for n in names}
+    effect = {p.name: sorted({scorer.cases[n].result.base for n in names for v in p.grid
+                              if _valid({**current, p.name: v}) and scorer.findings(n, {**current, p.name: v})
+                              != base_rows[n]}) for p in params}
     bases = frozenset(c.result.base for c in cases)
     labeled = {c.result.kind for c in cases} - {"healthy"}
     # a threshold of a kind the corpus has no case of can only be scored by its false findings: one-sided
@@ -492,6 +504,7 @@ def run(corpus: Path, sweeps: int, speedups: bool, one_sided: bool, progress: bo
                           "test_healthy_high_medium_current": healthy_high_medium(now)})
         m_all, lobo_scores = cv.choose_margin(bases)
         tuned_all = cv.fit(bases, m_all)
+        plateau = {p.name: _plateau(scorer, names, p, tuned_all) for p in tuned}
         by_margin = {str(m): summary(cv.lobo(bases, m), scorer.judged) for m in margins}
         pb.update(task, completed=n_fits * sweeps * len(tuned))
     metrics = {"current_values": summary(scorer.results(names, current), scorer.judged),
@@ -507,7 +520,9 @@ def run(corpus: Path, sweeps: int, speedups: bool, one_sided: bool, progress: bo
                     "current": p.default, "recommended": tuned_all[p.name],
                     "folds": fv, "folds_agreeing": sum(1 for v in fv.values() if v == tuned_all[p.name]),
                     "fold_range": [min(fv.values()), max(fv.values())] if fv else None,
-                    "has_effect": effect[p.name], "grid": p.grid})
+                    "has_effect": bool(effect[p.name]), "bases_affected": effect[p.name],
+                    "validated_out_of_sample": len(effect[p.name]) >= 2,
+                    "plateau": plateau.get(p.name), "grid": p.grid})
     return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": platform.node(),
             "python": platform.python_version(), "commit": _commit(), "corpus": str(corpus),
             "command": " ".join([Path(sys.executable).name, *sys.argv]), "n_cases": len(cases),
@@ -520,6 +535,8 @@ def run(corpus: Path, sweeps: int, speedups: bool, one_sided: bool, progress: bo
             "out_of_sample_by_fixed_margin": by_margin,
             "metrics": metrics, "recommended": {p.name: tuned_all[p.name] for p in params},
             "changed": {p.name: [p.default, tuned_all[p.name]] for p in params if tuned_all[p.name] != p.default},
+            "changed_and_validated": {p.name: [p.default, tuned_all[p.name]] for p in params
+                                      if tuned_all[p.name] != p.default and len(effect[p.name]) >= 2},
             "params": prm, "folds": folds, "rerun_mismatches": mismatches,
             "seconds": {"capture": round(capture_s, 1), "total": round(time.perf_counter() - t0, 1)},
             "evaluations": scorer.evaluations}
@@ -539,6 +556,20 @@ def _cache_key(folders: list[Path]) -> str:
                 st = f.stat()
                 h.update(f"{f.relative_to(c.parent)} {st.st_size} {st.st_mtime_ns}".encode())
     return h.hexdigest()
+
+
+def _plateau(scorer: Scorer, names: list[str], p: Param, values: dict) -> list[float]:
+    """[lo, hi] of the values of p, on a grid 8 times finer between the chosen value's grid neighbours,
+    that score as well as the chosen one on names (the others at values): any of them is as good."""
+    i = p.grid.index(values[p.name]) if values[p.name] in p.grid else None
+    if i is None:
+        return [values[p.name], values[p.name]]
+    lo, hi = p.grid[max(i - 1, 0)], p.grid[min(i + 1, len(p.grid) - 1)]
+    fine = sorted({round(lo + (hi - lo) * k / 16, 4) for k in range(17)} | {values[p.name]})
+    ok = [v for v in fine if _valid({**values, p.name: v})]
+    best = scorer.objective(names, values)
+    good = [v for v in ok if scorer.objective(names, {**values, p.name: v}) >= best - 1e-9]
+    return [min(good), max(good)] if good else [values[p.name], values[p.name]]
 
 
 def _load_cache(cache: Path | None, key: str) -> list[Case] | None:
@@ -571,7 +602,8 @@ def main(argv: list[str] | None = None) -> int:
     console = Console() if sys.stdout.isatty() else Console(width=200)
     report = run(a.corpus, a.sweeps, a.speedups, a.one_sided, not a.no_progress, console, cache=a.cache)
     _print(report, console)
-    console.print(f"recommended changes: {report['changed'] or 'none'}; {report['evaluations']} evaluations, "
+    console.print(f"recommended changes: {report['changed'] or 'none'}; of them affecting >= 2 bases (validated "
+                  f"out of sample): {report['changed_and_validated'] or 'none'}; {report['evaluations']} evaluations, "
                   f"{report['seconds']['total']:.0f} s (capture {report['seconds']['capture']:.0f} s)")
     if a.json:
         atomic_write_text(a.json, json.dumps(report, indent=1))
