@@ -1,8 +1,21 @@
 """Kernel categories from kernel names (NVIDIA, AMD, Triton, NCCL/RCCL old and new names).
 
-Ordered rules, first match wins: communication (NCCL/RCCL, any generation), memcpy/memset,
-attention, GEMM (incl. convolutions and Triton templates), optimizer (multi-tensor apply /
-fused Adam), reduction or normalisation, elementwise, else other.
+Ordered rules, first match wins: XLA's own names (below), communication (NCCL/RCCL, any
+generation), memcpy/memset, attention, GEMM (incl. convolutions and Triton templates), optimizer
+(multi-tensor apply / fused Adam), reduction or normalisation, elementwise, else other.
+
+XLA (JAX, TensorFlow) names a kernel or CPU thunk after its HLO instruction, so the name says
+what the kernel computes: an unfused instruction is "<opcode>[.N]" in hlo_opcode.h's spelling
+("dot", "fft.14.0", "all-reduce-start.1", "reduce-scatter.1.1"); a fusion is
+"[<kind>_]<heroes>_fusion[.N]" (xla/service/gpu/transforms/rename_fusions.cc: kind loop / input /
+output, heroes the opcodes of its roots' heroes joined by "_", "-" made "_"; the CPU backend names
+its fusions "<ops>_fusion", e.g. "multiply_add_fusion"). A fusion's work is its hero's: a dot or
+convolution makes it a GEMM, a reduce / reduce-window / sort a reduction, a collective
+communication; without one of those it is a loop over elements (XLA fuses only elementwise ops
+and data movement around a hero), elementwise. "ynn_fusion" / "xnn_fusion" are XLA CPU's library
+fusions (YNNPACK / XNNPACK, backends/cpu/transforms/ynn_matcher.h fusion_prefix); their default
+fusion type is one dot (debug_options_flags.cc: LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT): GEMM.
+"custom-call" says nothing by itself (cuBLAS, cuDNN, a user kernel): left to the other rules.
 """
 
 from __future__ import annotations
@@ -30,6 +43,7 @@ _COLLECTIVES = (
     ("allreduce", "all_reduce"), ("all_reduce", "all_reduce"),
     ("allgather", "all_gather"), ("all_gather", "all_gather"),
     ("alltoall", "all_to_all"), ("all_to_all", "all_to_all"),
+    ("ragged_all_to_all", "all_to_all"), ("collective_permute", "send_recv"),  # XLA (hyphens made "_")
     ("sendrecv", "send_recv"), ("broadcast", "broadcast"), ("bcast", "broadcast"),
     ("send", "send_recv"), ("recv", "send_recv"), ("reduce", "reduce"),
 )
@@ -47,6 +61,58 @@ ELEMENTWISE_RE = re.compile(r"elementwise|nchw|nhwc|quantize|dequant|fp8|vectori
                             r"where|gather|scatter|dropout|gelu|relu|silu|swiglu|rope|rotary|embedding|"
                             r"transpose|permute|cast|convert|add|mul|div|sub|exp|sigmoid|tanh|clamp|masked|"
                             r"bias|activation|triton_", re.I)
+
+
+# XLA HLO opcodes (hlo_opcode.h) by what their kernels do; opcodes absent here (custom-call,
+# while, call, tuple, parameter, ...) say nothing about the work
+_XLA_COMM = ("all-reduce", "all-reduce-start", "all-reduce-done", "all-gather", "all-gather-start",
+             "all-gather-done", "reduce-scatter", "all-to-all", "ragged-all-to-all", "collective-permute",
+             "collective-permute-start", "collective-permute-done", "collective-broadcast", "send", "send-done",
+             "recv", "recv-done")
+_XLA_GEMM = ("dot", "ragged-dot", "scaled-dot", "convolution", "fft", "triangular-solve", "cholesky")
+_XLA_REDUCTION = ("reduce", "reduce-window", "select-and-scatter", "sort", "topk", "batch-norm-training",
+                  "batch-norm-inference", "batch-norm-grad")
+_XLA_ELEMENTWISE = (
+    "abs", "acos", "acosh", "add", "and", "asin", "atan2", "bitcast-convert", "broadcast", "cbrt", "ceil", "clamp",
+    "compare", "complex", "concatenate", "convert", "copy", "copy-start", "copy-done", "cosine", "count-leading-zeros",
+    "divide", "dynamic-slice", "dynamic-update-slice", "erf", "exponential", "exponential-minus-one", "floor", "gather",
+    "imag", "iota", "is-finite", "log", "log-plus-one", "logistic", "map", "maximum", "minimum", "multiply", "negate",
+    "not", "or", "pad", "popcnt", "power", "real", "reduce-precision", "remainder", "reshape", "reverse", "rng",
+    "rng-bit-generator", "round-nearest-afz", "round-nearest-even", "rsqrt", "scatter", "select", "shift-left",
+    "shift-right-arithmetic", "shift-right-logical", "sign", "sine", "slice", "sqrt", "stochastic-convert",
+    "subtract", "tan", "tanh", "transpose", "xor")
+XLA_OPCODE_CATEGORY = {**{o: ELEMENTWISE for o in _XLA_ELEMENTWISE}, **{o: REDUCTION for o in _XLA_REDUCTION},
+                       **{o: GEMM for o in _XLA_GEMM}, **{o: COMMUNICATION for o in _XLA_COMM}}
+_XLA_OP_RE = re.compile(r"^([a-z][a-z0-9-]*?)((?:[._]\d+)*)$")
+_XLA_FUSION_RE = re.compile(r"^(?:(?:loop|input|output|custom)_)?([a-z0-9_]+?)_fusion(?:[._]\d+)*$")
+_XLA_LIBRARY_FUSIONS = ("ynn", "xnn")
+
+
+def _hero(heroes: str, opcodes) -> bool:
+    """True when one of opcodes ("-" written "_", as in fusion names) is a whole token of heroes."""
+    return any(re.search(rf"(?:^|_){o.replace('-', '_')}(?:_|$)", heroes) for o in opcodes)
+
+
+def xla_category(name: str) -> int | None:
+    """Category of a kernel named the XLA way (module docstring), else None."""
+    m = _XLA_OP_RE.match(name)
+    if m and m.group(1) in XLA_OPCODE_CATEGORY:
+        return XLA_OPCODE_CATEGORY[m.group(1)]
+    m = _XLA_FUSION_RE.match(name)
+    if not m:
+        return None
+    heroes = m.group(1)
+    if heroes in _XLA_LIBRARY_FUSIONS:
+        return GEMM
+    if _hero(heroes, _XLA_COMM):
+        return COMMUNICATION
+    if _hero(heroes, _XLA_GEMM):
+        return GEMM
+    # "reduce" as a hero, not reduce-precision (elementwise) or reduce-scatter (a collective)
+    if _hero(heroes, [o for o in _XLA_REDUCTION if o != "reduce"]) or re.search(
+            r"(?:^|_)reduce(?!_(?:precision|scatter))(?:_|$)", heroes):
+        return REDUCTION
+    return ELEMENTWISE
 
 
 # embedding lookups/updates (incl. FBGEMM TBE backward that also applies the optimizer) are memory-bound
@@ -77,6 +143,9 @@ def kernel_category(name: str, kind: int) -> int:
         return CAT_MEMCPY
     if kind == MEMSET:
         return CAT_MEMSET
+    xla = xla_category(name)
+    if xla is not None:
+        return xla
     if COMM_RE.search(name) or COMM_RE.search(base_name(name)):
         return COMMUNICATION
     if name.startswith(("Memcpy", "dma")):  # "dma*": MTIA data movement (HTA counts it as memory)
@@ -92,7 +161,7 @@ def kernel_category(name: str, kind: int) -> int:
 
 def collective_type(name: str) -> str:
     """Collective of a communication kernel or op name ("all_reduce", "all_gather", ...), else "unknown"."""
-    low = name.lower().replace("nccl:", "").replace("c10d::", "")
+    low = name.lower().replace("nccl:", "").replace("c10d::", "").replace("-", "_")
     for key, value in _COLLECTIVES:
         if key in low:
             return value
