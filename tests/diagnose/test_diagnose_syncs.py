@@ -85,3 +85,33 @@ def test_async_device_to_device_copy_is_not_a_sync(tmp_path):
     t = read_kineto(b.write(tmp_path / "d.json.gz"))
     g = build_graph(t, analysis_window(t))
     assert not g.is_sync.any()
+
+
+def _host_bound_item_trace(path: Path) -> Path:
+    # host-bound: each 1000-us step T launches one 50-us kernel at T (call 4 us, kernel T+5..T+55), runs Python
+    # until T+400, then aten::item [T+400, T+460) > aten::_local_scalar_dense > cudaMemcpyAsync [T+420, T+440)
+    # waiting for its 2-us "Device -> Pageable" copy [T+430, T+432); then Python until the next step. 3 steps.
+    b = TraceBuilder()
+    for s in range(3):
+        T = 1000.0 * s
+        b.launch("ampere_sgemm_128x64_tn", T, T + 5, 50)
+        b.cpu("python_work", T + 5, 395)
+        b.cpu("aten::item", T + 400, 60)
+        b.cpu("aten::_local_scalar_dense", T + 401, 58)
+        b.launch("Memcpy DtoH (Device -> Pageable)", T + 420, T + 430, 2, cat="gpu_memcpy", launch_dur=20,
+                 runtime="cudaMemcpyAsync")
+        b.cpu("python_work", T + 461, 538)
+    return b.write(path)
+
+
+def test_removing_a_sync_removes_the_read_that_made_it(tmp_path):
+    # The fix (log the value every N steps) drops the whole .item(): its 20 us before the copy call, the call
+    # (20 us) and its 20 us after. Each later step starts 60 us sooner: step 2's call starts at 2420 - 120 - 20
+    # = 2280 and returns at once; its copy runs 2290..2292 (launch latency 5 + the 5 us lag the trace shows);
+    # the trace ended at 2440 -> 148 us. The ops' CPU time around the calls: 20 + 20 per step, but the last
+    # item's tail has no next call in the window: 5 x 20 us, plus the calls' own typical cost (median runtime
+    # call: 12 us) x 3.
+    d = diagnose(_host_bound_item_trace(tmp_path / "h.json.gz"))
+    f = next(x for x in d.findings if x.kind == "host_sync")
+    assert f.fix_order == 1 and f.gain_us == pytest.approx(148)
+    assert f.evidence["metrics"]["reading_ops_cpu_time"]["value"] == pytest.approx(5 * 20 + 3 * 12)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, DATALOADER_RE,
-                                     MEMCPY_RUNTIME_RE, SYNC_RUNTIME_RE, call_sites, span_rows)
+                                     MEMCPY_RUNTIME_RE, SYNC_OP_RE, SYNC_RUNTIME_RE, call_sites, span_rows)
 from trainperf.diagnose.launch import SMALL_KERNEL_US
 from trainperf.diagnose.window import Window, merge_intervals
 from trainperf.trace.annotate import STEP_RE, correlated_host_row
@@ -103,6 +103,9 @@ class Graph:
     sync_base: np.ndarray       # the sync call's own cost without waiting (µs)
     sync_tail: np.ndarray       # how long the call went on after the work it waited for ended (µs)
     sync_site: np.ndarray       # call site of a blocking call (index into site_names), -1 others
+    gap_syncop: np.ndarray      # part of host_gap inside an op that made a blocking read (aten::item, ...) (µs)
+    syncop_site: np.ndarray     # call site of that op's blocking call, -1 none
+    in_syncop: np.ndarray       # a blocking call made inside such an op (the read goes when the sync does)
     site_names: list            # call sites (host.call_sites) of the blocking calls
     is_alloc: np.ndarray        # host node is an allocator call (cudaMalloc, hipFree, ...)
     small_launch: np.ndarray    # host node launched a kernel shorter than SMALL_KERNEL_US
@@ -245,6 +248,45 @@ def _thread_waits(t: EventTable, w: Window, rows: np.ndarray, start: np.ndarray,
             dep[i] = int(by_end[k])
             lag[i] = start[i] - ends[k]
     return idle, dep, lag
+
+
+def _sync_op_gaps(t: EventTable, w: Window, rows: np.ndarray, start: np.ndarray, end: np.ndarray,
+                  host_prev: np.ndarray, blocking: np.ndarray, sync_site: np.ndarray,
+                  n_h: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(µs, site, inside) per node: the part of each host gap covered by an op that made a blocking read
+    (host.SYNC_OP_RE: aten::item, .cpu(), nonzero, ...; its outermost extent on the call's thread), the call
+    site of the blocking call inside that op, and whether a blocking call was made inside one. Removing the
+    sync removes the read, so this CPU time goes with it (the loss logged every N steps, not read each step)."""
+    n = rows.size
+    gap = np.zeros(n)
+    site = np.full(n, -1)
+    inside = np.zeros(n, bool)
+    ops = span_rows(t, w, SYNC_OP_RE, (CPU_OP,))
+    if not ops.size or not blocking.size:
+        return gap, site, inside
+    tids = t.tid[rows[:n_h]]
+    for tid in np.unique(tids[blocking[blocking < n_h]]):
+        mine = ops[t.tid[ops] == tid]
+        if not mine.size:
+            continue
+        s0, e0 = merge_intervals(w.ts_us[mine], w.end_us[mine])
+        b = blocking[(blocking < n_h) & (tids[blocking] == tid)]
+        k = np.searchsorted(s0, start[b], side="right") - 1
+        hit = (k >= 0) & (end[b] <= e0[np.clip(k, 0, None)] + TOL_US)
+        inside[b[hit]] = True
+        used = np.unique(k[hit])
+        if not used.size:
+            continue
+        span_site = {int(j): int(sync_site[b[hit][k[hit] == j][0]]) for j in used}
+        spans = (s0[used], e0[used])
+        nodes = np.flatnonzero((tids == tid) & (host_prev[:n_h] >= 0))
+        cov = _covered(end[host_prev[nodes]], start[nodes], spans)
+        gap[nodes] = cov
+        # the span a covered gap falls in: the last one starting before the gap ends
+        j = np.searchsorted(s0[used], start[nodes], side="right") - 1
+        j = np.where((j < 0) | (cov <= 0), -1, j)
+        site[nodes] = [span_site[int(used[x])] if x >= 0 else -1 for x in j]
+    return gap, site, inside
 
 
 def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, int]] | None = None) -> Graph:
@@ -394,6 +436,8 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     sites = call_sites(t, rows[blocking])
     site_names = sorted(set(sites))
     sync_site[blocking] = [site_names.index(x) for x in sites]
+    gap_so, so_site, in_so = _sync_op_gaps(t, w, rows, start, end, host_prev, blocking, sync_site, n_h)
+    gap_so = np.minimum(gap_so, np.maximum(host_gap - gap_dl - gap_ck - gap_al - gap_idle, 0.0))
     pageable_copies = np.zeros(n, bool)
     pageable_copies[sync_on[block == BLOCK_PAGEABLE]] = True
     stream_prev_np = _stream_prev_skipping(by_stream, pageable_copies, n)
@@ -421,7 +465,8 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     return Graph(rows=rows, is_host=is_host, start=start, dur=dur, host_prev=host_prev, host_gap=host_gap,
                  gap_dataloader=gap_dl, gap_checkpoint=gap_ck, gap_allocator=gap_al, gap_idle=gap_idle,
                  host_dep=host_dep, host_dep_lag=host_dep_lag, is_sync=is_sync,
-                 block_class=block, sync_on=sync_on, sync_on_nc=sync_on_nc, sync_base=sync_base, sync_tail=sync_tail, sync_site=sync_site, site_names=site_names, is_alloc=is_alloc,
+                 block_class=block, sync_on=sync_on, sync_on_nc=sync_on_nc, sync_base=sync_base, sync_tail=sync_tail, sync_site=sync_site, gap_syncop=gap_so, syncop_site=so_site, in_syncop=in_so,
+                 site_names=site_names, is_alloc=is_alloc,
                  small_launch=small_launch, kernel_launch=kernel_launch, dispatch_us=dispatch, launch=launch, lat=lat, stream_prev=stream_prev,
                  stream_prev_nc=stream_prev_nc, stream_prev_np=stream_prev_np, pageable_copy=pageable_copies, dep=dep, lag=lag, category=cat, comm_wait=cw, comm_wait_rank=cw_rank,
                  order=order, names=t.names)
@@ -474,6 +519,12 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
         # a graphed launch costs neither the call nor the op's usual dispatch before it (other host work stays)
         cpu = cpu - np.where(graphed, np.minimum(cpu, g.dispatch_us), 0.0)
         dur[graphed] = 0.0
+    unread = np.zeros(n, bool)  # removed syncs whose read goes with them (made inside aten::item, .cpu(), ...)
+    for c in changes:
+        if c.kind == "remove_syncs":
+            gone = (g.syncop_site >= 0) & ((g.syncop_site == c.site) if c.site >= 0 else True)
+            cpu = cpu - np.where(gone, g.gap_syncop, 0.0)
+            unread |= g.in_syncop & (g.block_class == BLOCK_SYNC) & ((g.sync_site == c.site) if c.site >= 0 else True)
     # an idle gap is a wait for another thread (host_dep), not CPU work: it shrinks when that thread moves
     cpu = np.maximum(cpu - g.gap_idle * (g.host_dep >= 0), 0.0)
     gap = cpu + (0.0 if "remove_data_wait" in kinds else g.gap_dataloader) + \
@@ -504,7 +555,8 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     host_, hprev_, sprev_ = g.as_list("is_host"), g.as_list("host_prev"), stream_prev.tolist()
     launch_, dep_, is_sync_ = g.as_list("launch"), dep.tolist(), g.as_list("is_sync")
     hdep_, hlag_ = g.as_list("host_dep"), g.as_list("host_dep_lag")
-    sync_on_, base_, tail_ = sync_on.tolist(), g.as_list("sync_base"), g.as_list("sync_tail")
+    sync_on_, tail_ = sync_on.tolist(), g.as_list("sync_tail")
+    base_ = np.where(unread, 0.0, g.sync_base).tolist() if unread.any() else g.as_list("sync_base")
     unblocked_ = unblocked.tolist()
     pending = [False] * n  # syncs whose end waits for device work not yet replayed
 

@@ -78,14 +78,17 @@ def host_sync(f: RankFacts) -> Finding | None:
     wait_cp = f.critical_path.get("sync_wait", 0.0)
     if not n_calls or max(f.pct(time_us), f.pct(wait_cp)) <= HOST_SYNC_MIN_PCT:
         return None
+    # the CPU time of the ops that made the blocking reads (aten::item, .cpu(), ...): it goes with the syncs
+    read_us = float(g.gap_syncop[g.syncop_site >= 0].sum() + g.sync_base[blocked & g.in_syncop].sum())
     metrics = {"sync_calls": (n_calls, "count"), "sync_blocking_time": (time_us, "us"),
+               "reading_ops_cpu_time": (read_us, "us"),
                "gpu_idle_after_syncs": (sum(x.gpu_idle_after_us for x in f.sync_sites), "us"),
                "sync_wait_on_critical_path": (wait_cp, "us"), "sync_ops": (f.sync_ops.count, "count")}
     for name, (count, cpu_us) in sorted(f.sync_op_counts.items(), key=lambda kv: -kv[1][1])[:4]:
         metrics[f"{name} calls"] = (count, "count")
         metrics[f"{name} cpu_time"] = (cpu_us, "us")
     x = _make(f, "host_sync", metrics, f.sync_calls.longest[:3] + f.sync_ops.longest[:2], (Change("remove_syncs"),),
-              "remove host syncs", evidence_pct=f.pct(max(time_us, wait_cp)))
+              "remove host syncs (and the reads that made them)", evidence_pct=f.pct(max(time_us, wait_cp) + read_us))
     x.evidence["call_sites"] = [{"site": s.site, "count": s.count, "blocking_us": round(s.blocking_us, 1),
                                  "gpu_idle_after_us": round(s.gpu_idle_after_us, 1), "gain_us": round(s.gain_us, 1),
                                  "gain_pct": round(s.gain_pct, 2)} for s in f.sync_sites[:5]]
