@@ -1,0 +1,47 @@
+"""The validation's memoised fit predictions are the planner's own estimates (benchmarks/validate_planner.py).
+
+The leave-one-source-out headline is fitted through ``predicted_value``, which skips the
+memory model and reuses a row's prediction when only constants the row does not use change.
+Reference: ``estimate`` itself (``predict``) on every dev row, and a perturbation of each
+constant the memo key leaves out, which must not move that row's estimate.
+"""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def validate():
+    spec = importlib.util.spec_from_file_location("validate_planner", ROOT / "benchmarks" / "validate_planner.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _value(case, est):
+    return est.step_time_s if case.kind == "step_time_s" else est.tokens_per_s_per_gpu
+
+
+def test_memoised_prediction_is_the_estimate(validate):
+    cases, _ = validate.load_cases([ROOT / "benchmarks" / "data" / "planner_dev_runs.csv"])
+    assert len(cases) > 40
+    params = validate.shipped_params()
+    for c in cases:
+        assert validate.predicted_value(c, params) == pytest.approx(_value(c, validate.predict(c, params)), rel=1e-12)
+
+
+def test_constants_left_out_of_the_memo_key_do_not_move_the_row(validate):
+    cases, _ = validate.load_cases([ROOT / "benchmarks" / "data" / "planner_dev_runs.csv"])
+    params = validate.shipped_params()
+    for c in cases:
+        base = _value(c, validate.predict(c, params))
+        for k in validate.unused_constants(c):
+            grid = validate.CONSTANTS[k][0]
+            other = grid[0] if params[k] != grid[0] else grid[-1]
+            assert _value(c, validate.predict(c, dict(params, **{k: other}))) == pytest.approx(base, rel=1e-12), (c.model.name, k)
