@@ -115,3 +115,13 @@ def test_error_line_shows_the_input_as_typed_on_one_line(model, capsys):
     assert code == 2 and "Traceback" not in err, err
     assert len(err.rstrip("\n").split("\n")) == 1, err
     assert repr(model)[1:-1].replace("\\\\", "\\") in err
+
+
+def test_diagnose_on_a_run_folder_points_to_its_traces(tmp_path, capsys):
+    """Issue 14: `diagnose RUN_FOLDER` said 'no .json trace files'; the traces are in RUN_FOLDER/traces."""
+    run = tmp_path / "run"
+    (run / "traces").mkdir(parents=True)
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    code, _, err = _main(capsys, "diagnose", str(run))
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and "did you mean" in lines[0] and str(run / "traces") in lines[0], err

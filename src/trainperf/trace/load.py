@@ -23,6 +23,9 @@ def trace_files(path: str | Path) -> list[Path]:
         raise TrainperfError(f"{path}: no such file or folder")
     files = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
     if not files:
+        if (path / "metrics.jsonl").is_file() or (path / "traces").is_dir():  # a `trainperf train` run folder
+            raise TrainperfError(f"{path}: a run folder, not traces: did you mean {path / 'traces'} (written by "
+                                 f"`trainperf train --profile-steps A:B`)?")
         raise TrainperfError(f"{path}: no .json or .json.gz trace files in this folder")
     return files
 
