@@ -54,12 +54,6 @@ def faulty_run(tmp_path_factory):
     return out
 
 
-def _split(recs, key):
-    clean = [r[key] for r in recs if 2 <= r["step"] <= 5]
-    faulty = [r[key] for r in recs if r["step"] >= 6]
-    return statistics.median(clean), statistics.median(faulty)
-
-
 def test_faults_hold_only_in_their_steps(faulty_run):
     recs = _metrics(faulty_run)
     assert [r.get("fault", 0) for r in recs] == [0] * 5 + [1] * 5
@@ -73,16 +67,57 @@ def _faulty_min(recs, key):
 
 def test_slow_data_grows_the_measured_data_wait_by_the_sleep(faulty_run):
     recs = _metrics(faulty_run)
-    clean, faulty = _split(recs, "data_wait_s")
     assert _faulty_min(recs, "data_wait_s") >= SLOW_DATA_MS / 1e3  # every faulty step waited the sleep
-    assert faulty - clean <= SLOW_DATA_MS / 1e3 + 0.03  # one sleep per micro-batch, not more
+    # "not more than one sleep per micro-batch" is counted, not timed (a wall-clock upper bound
+    # moves with the machine's load): test_slow_data_sleeps_once_per_micro_batch_of_the_fault_steps
+
+
+def test_slow_data_sleeps_once_per_micro_batch_of_the_fault_steps(monkeypatch):
+    """Reference: the sampler's own index stream (train.data.RankSampler), 2 data-parallel ranks,
+    2 samples per micro-batch, 3 micro-batches a step, faults in steps 2-3: 3 sleeps in each of
+    those steps on each rank, none elsewhere."""
+    import itertools
+
+    from trainperf.train import faults as faults_mod
+    from trainperf.train.data import RankSampler
+    from trainperf.train.faults import SlowSamples
+
+    slept = []
+    monkeypatch.setattr(faults_mod.time, "sleep", lambda s: slept.append(s))
+    f = parse_faults([f"slow-data={SLOW_DATA_MS:g}"], "2:3")
+    dp, mbs, ga, steps = 2, 2, 3, 4
+    for rank in range(dp):
+        ds = SlowSamples(list(range(10**4)), f, dp=dp, mbs=mbs, grad_accum=ga)
+        per_step = []
+        stream = list(itertools.islice(iter(RankSampler(rank, dp, mbs)), steps * ga * mbs))
+        for k in range(steps):
+            step_samples = stream[k * ga * mbs:(k + 1) * ga * mbs]
+            before = len(slept)
+            assert [ds[g] for g in step_samples] == list(step_samples)  # the samples themselves are untouched
+            per_step.append(len(slept) - before)
+        assert per_step == [0, ga, ga, 0]
+    assert set(slept) == {SLOW_DATA_MS / 1e3}
 
 
 def test_slow_rank_grows_its_forward_by_the_extra_compute(faulty_run):
+    """Lower bound from the metrics (every faulty forward holds the 60 ms); the upper bound from the
+    trace, independent of the machine's load: the products run inside the fault's span in step 6
+    only, and each starts within 60 ms of the span's start (the only overrun is the last product)."""
+    from trainperf.train.faults import ExtraWork
+
     recs = _metrics(faulty_run)
-    clean, faulty = _split(recs, "forward_s")
     assert _faulty_min(recs, "forward_s") >= SLOW_RANK_MS / 1e3  # the extra products run inside the forward
-    assert faulty - clean <= SLOW_RANK_MS / 1e3 + 0.05 + clean
+    trace = json.loads((faulty_run / "traces" / "rank0.step5-6.json").read_text())
+    events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    steps = {int(e["name"].split("#")[1]): (e["ts"], e["ts"] + e["dur"]) for e in events
+             if e["name"].startswith("ProfilerStep#")}
+    spans = [e for e in events if e["name"] == ExtraWork.SPAN]
+    assert [next(k for k, (lo, hi) in steps.items() if lo <= e["ts"] < hi) for e in spans] == [6]
+    span = spans[0]
+    products = [e for e in events if e["name"] == "aten::mm" and span["ts"] <= e["ts"] < span["ts"] + span["dur"]]
+    assert products and all(e["args"].get("Input Dims") == [[ExtraWork.N, ExtraWork.N]] * 2 for e in products)
+    assert max(e["ts"] for e in products) - span["ts"] <= SLOW_RANK_MS * 1e3 + 1e3  # us; 1 ms: clock granularity
+    assert span["dur"] >= SLOW_RANK_MS * 1e3
 
 
 def test_item_sync_adds_one_item_call_per_micro_step(faulty_run):
@@ -134,12 +169,12 @@ def test_slow_rank_one_makes_rank_zero_wait(tmp_path):
     clean = statistics.median(r["step_time_s"] for r in recs if 2 <= r["step"] <= 4)
     faulty = statistics.median(r["step_time_s"] for r in recs if r["step"] >= 5)
     # Rank 0 cannot end a step before rank 1's gradients arrive, and rank 1's step holds the
-    # sleep: every faulty step of rank 0 lasts at least the sleep. On a loaded machine the
-    # clean steps are slower (the two ranks share the cores), so the step grows by less than
-    # the sleep: the growth is bounded by it, not equal to it.
+    # sleep: every faulty step of rank 0 lasts at least the sleep. No wall-clock upper bound:
+    # on a loaded machine it moves with the load (that the fault's work runs in its own span, in
+    # its steps only, starting within its milliseconds, is checked in the trace by
+    # test_slow_rank_grows_its_forward_by_the_extra_compute).
     faulty_min = min(r["step_time_s"] for r in recs if r["step"] >= 5)
     assert faulty_min >= ms / 1e3 and faulty > clean, (clean, faulty)
-    assert faulty <= ms / 1e3 + 0.05 + 2 * clean, (clean, faulty)
 
 
 def test_numerics_faults_change_the_training_not_the_time(tmp_path):

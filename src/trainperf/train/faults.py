@@ -167,6 +167,7 @@ class ExtraWork:
     """
 
     N = 256  # 256^3 products: ~0.1-1 ms each on a CPU core, microseconds on a GPU
+    SPAN = "trainperf.fault.slow_rank"  # the profiler span around the extra work (a trace shows it)
 
     def __init__(self, faults: Faults, rank: int, device):
         import torch
@@ -187,20 +188,22 @@ class ExtraWork:
             self.per_ms = k / max((time.perf_counter() - t) * 1e3, 1e-6)
 
     def __call__(self, step: int) -> None:
-        """Do this rank's extra work for optimizer step ``step`` (nothing when the fault is off there)."""
+        """Do this rank's extra work for optimizer step ``step`` (nothing when the fault is off there),
+        inside a profiler span named ``SPAN``; on CPU every product starts within ``ms`` of the span's start."""
         if not self.on or not self.faults.active(step):
-            return
-        ms = self.faults.slow_rank_ms
-        if self.faults.slow_rank_sleep:
-            time.sleep(ms / 1e3)
             return
         import torch
 
-        with torch.no_grad():
-            if self.per_ms is not None:
-                for _ in range(max(1, round(ms * self.per_ms))):
-                    self.a @ self.a
+        ms = self.faults.slow_rank_ms
+        end = time.perf_counter() + ms / 1e3  # before the span opens: products start before span start + ms
+        with torch.profiler.record_function(self.SPAN):
+            if self.faults.slow_rank_sleep:
+                time.sleep(ms / 1e3)
                 return
-            end = time.perf_counter() + ms / 1e3
-            while time.perf_counter() < end:
-                self.a @ self.a
+            with torch.no_grad():
+                if self.per_ms is not None:
+                    for _ in range(max(1, round(ms * self.per_ms))):
+                        self.a @ self.a
+                    return
+                while time.perf_counter() < end:
+                    self.a @ self.a
