@@ -71,3 +71,37 @@ def test_real_trace_message_sizes():
     ar = stats["all_reduce"]
     assert ar.count == 15 and ar.bytes_median > 0 and 0 < ar.busbw_gbps_median < ar.link_gbps
     assert ar.link == "scale-up"
+
+
+@pytest.mark.parametrize("kind,n,size_b,time_us,algbw,busbw", [
+    # nccl-tests' own output, rows copied by hand: all_reduce_perf over 16 H100s (2 nodes x 8;
+    # github.com/lessizzmore/create-a3mega-ztan-fork, ztan-NCCL-test-result) and sendrecv_perf over
+    # 8 A100s (github.com/li-plus/playground, cuda/nccl.md)
+    ("all_reduce", 16, 8589934592, 47535, 180.71, 338.82),
+    ("all_reduce", 16, 134217728, 1652.2, 81.24, 152.32),
+    ("all_reduce", 16, 33554432, 1059.9, 31.66, 59.36),
+    ("send_recv", 2, 134217728, 1211.2, 110.81, 110.81),
+])
+def test_bandwidths_reproduce_nccl_tests_output(kind, n, size_b, time_us, algbw, busbw):
+    # nccl-tests: algbw = size / time; busbw = algbw x factor (PERFORMANCE.md); printed to 0.01 GB/s from a
+    # time printed rounded (to 1 µs above 10 ms): within 1e-4 relative (the factors differ by >= 6%)
+    from trainperf.diagnose.collectives import Collective
+
+    c = Collective(group=kind, kind=kind, seq=0, arrival_us={0: 0.0}, end_us={0: float(time_us)}, nbytes=size_b,
+                   group_size=n)
+    assert c.algbw_gbps == pytest.approx(algbw, rel=1e-4) and c.busbw_gbps == pytest.approx(busbw, rel=1e-4)
+
+
+def test_message_size_is_nccl_tests_size_column(tmp_path):
+    # nccl-tests' "size" of all_gather / reduce_scatter is the whole gathered (scattered) buffer, n x the
+    # per-rank count: the larger of "In msg nelems" and "Out msg nelems" (PyTorch's per-rank counts)
+    b = TraceBuilder(rank=0, world_size=4)
+    for i, (name, n_in, n_out) in enumerate((("ncclDevKernel_AllGather_RING_LL", 1000, 4000),
+                                             ("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", 4000, 1000))):
+        b.launch(name, 10 + 100 * i, 20 + 100 * i, 50, stream=20, **{
+            "In msg nelems": n_in, "Out msg nelems": n_out, "dtype": "BFloat16", "Group size": 4,
+            "Process Group Ranks": "[0, 1, 2, 3]"})
+    t = read_kineto(b.write(tmp_path / "r.json.gz"))
+    sizes = comm_args(t)
+    assert sorted(a.nbytes for a in sizes.values()) == [8000, 8000]
+    assert {a.group_ranks for a in sizes.values()} == {(0, 1, 2, 3)}

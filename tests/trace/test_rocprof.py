@@ -4,7 +4,11 @@ No real rocprofv3 output could be made here (it needs ROCm and an AMD GPU) or fo
 licence, so this test builds a document in the schema that rocprofiler-sdk's own output tests read
 (tests/rocprofv3/tracing/validate.py: `rocprofiler-sdk-tool`, `buffer_records.kernel_dispatch`,
 `correlation_id.internal`, `dispatch_info.kernel_id`, `strings.buffer_records[kind].operations`, agents
-with `type` 2 for GPUs). A real file remains to be added (docs/diagnose.md, "Trace formats").
+with `type` 2 for GPUs). The record fields are the ones rocprofiler-sdk's JSON serializer writes
+(source/include/rocprofiler-sdk/cxx/serialization/save.hpp: API records size / kind / operation /
+correlation_id{internal, external, ancestor} / start_timestamp / end_timestamp / thread_id; kernel
+dispatches add dispatch_info{agent_id, queue_id, kernel_id, dispatch_id, ...}; memory copies add
+dst_agent_id / src_agent_id / bytes). A real file remains to be added (docs/diagnose.md, "Trace formats").
 """
 
 import json
