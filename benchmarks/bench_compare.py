@@ -64,6 +64,22 @@ def run_case(out: Path, case: str, seed: int, args, overrides: dict) -> Path:
     return folder
 
 
+def gate_band(runs: dict) -> list[dict]:
+    """Return the `gate --numerics band` statuses of every change against all baseline seeds (each
+    candidate seed alone and all together), and with one baseline seed (inconclusive expected)."""
+    from trainperf.fleet.gate import band_gate
+
+    rows = []
+    for case, bs in runs.items():
+        if case == "A":
+            continue
+        each = [band_gate(runs["A"], [b]) for b in bs]
+        rows.append({"case": case, "expected": "pass" if EXPECTED[case] == "equivalent" else "fail",
+                     "each": [g.status + (f" (step {g.step})" if g.step is not None else "") for g in each],
+                     "all": band_gate(runs["A"], bs).status, "one_seed": band_gate(runs["A"][:1], bs[:1]).status})
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=5)
@@ -113,6 +129,7 @@ def main() -> None:
         rows.append(f"| {case} | {EXPECTED[case]} | {ok}/{k} | "
                     + ", ".join(p["verdict"].replace("diverges at step ", "step ") for p in per_seed)
                     + f" | {pooled.numerics.verdict} |")
+    gate_rows = gate_band(runs)
     aa = []
     for x, y in itertools.combinations(range(len(runs["A"])), 2):
         c = compare_runs([runs["A"][x]], [runs["A"][y]])
@@ -131,6 +148,7 @@ def main() -> None:
             aa_rep.append({"a": list(left), "b": right, "verdict": c.perf.verdict, "change": t.change,
                            "lo": t.lo, "hi": t.hi})
     rep_alarms = sum(a["verdict"] != "inside the noise" for a in aa_rep)
+    results["gate_band"] = gate_rows
     results["a_a"] = {"pairs": aa, "false_alarms": false_alarms, "repeats_2v2": aa_rep,
                       "repeats_false_alarms": rep_alarms}
     results["elapsed_s"] = time.time() - t0
@@ -138,6 +156,11 @@ def main() -> None:
     print("| change | expected | right | per seed (A vs B of that seed) | all seeds at once (seed band) |")
     print("|---|---|---|---|---|")
     print("\n".join(rows))
+    print("\n`gate --numerics band` (baseline: all A seeds; each candidate seed alone, then all at once):")
+    print("| change | expected | each seed | all seeds | one baseline seed |")
+    print("|---|---|---|---|---|")
+    for row in gate_rows:
+        print(f"| {row['case']} | {row['expected']} | {', '.join(row['each'])} | {row['all']} | {row['one_seed']} |")
     print(f"\nA/A (baseline runs of different seeds, speed): {false_alarms} of {len(aa)} pairs called faster/slower; "
           "changes: " + ", ".join(f"{a['change']:+.1%} [{a['lo']:+.1%}, {a['hi']:+.1%}]" for a in aa))
     print(f"A/A with repeats (2 baseline runs a side, every 2+2 split): {rep_alarms} of {len(aa_rep)} called "

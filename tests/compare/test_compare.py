@@ -99,6 +99,16 @@ def test_seed_band_from_repeats_and_pairing_by_seed():
     assert n.final_loss[0][1] is not None  # an interval across the 3 repeats
 
 
+def test_one_b_seed_against_several_a_seeds_pairs_with_its_own_seed():
+    rng = np.random.default_rng(8)
+    base = 2.0 + 3.5 * np.exp(-np.arange(1, 61) / 15)
+    a_runs = [_run(np.full(60, 0.1), base + rng.normal(0, 0.05, 60), seed=s, name=f"a{s}") for s in range(3)]
+    b = _run(np.full(60, 0.1), a_runs[2].loss + rng.normal(0, 0.005, 60), seed=2, name="b2")
+    n = compare_numerics(a_runs, [b])
+    assert n.comparable and n.verdict == "equivalent" and "seed-to-seed" in n.band_source
+    assert compare_numerics(a_runs[:2], [b]).verdict == "not comparable (different seed 0 vs 2)"
+
+
 def test_not_comparable_names_the_reason():
     a = _run(np.full(20, 0.1), np.linspace(5, 3, 20))
     b = _run(np.full(20, 0.1), np.linspace(5, 3, 20), data="other")

@@ -268,10 +268,11 @@ def _median_time(runs: list[RunData], target: float, use_eval: bool) -> dict | N
 def compare_numerics(a_runs: list[RunData], b_runs: list[RunData], *, target: float | None = None,
                      reference: RunData | None = None) -> NumericsResult:
     """Return the numerics verdict of B against A (see the module doc)."""
-    ok, reason, changed = comparability(a_runs[0], b_runs[0])
     by_seed_b = {(r.comparable or {}).get("seed"): r for r in b_runs}
     pairs = [(a, by_seed_b[(a.comparable or {}).get("seed")]) for a in a_runs
              if (a.comparable or {}).get("seed") in by_seed_b]
+    # a B seed among several A seeds: judged against the A of its seed (the others make the band)
+    ok, reason, changed = comparability(*(pairs[0] if pairs else (a_runs[0], b_runs[0])))
     if ok and not pairs:
         ok, reason = False, "no A and B runs with the same seed"
     if ok:
