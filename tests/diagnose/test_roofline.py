@@ -196,3 +196,28 @@ def test_summary_by_kind_by_hand(tmp_path):
     assert s.by_kind["gemm"]["tflops_pct"] == pytest.approx(69.46, abs=0.01)
     assert s.by_kind["gemm"]["roofline_pct"] == pytest.approx(69.46, abs=0.01)
     assert s.to_json()["rows"][0]["op"] == "aten::mm"
+
+
+def test_calibrated_peaks_by_hand(tmp_path):
+    # a `trainperf calibrate` profile of the same H100 measured 700 TFLOP/s bf16 GEMMs and 2.8 TB/s copies:
+    # mm 137.44 GFLOP / 700e12 = 196.34 µs at the roof of 200 µs -> 98.17 %, 3.66 µs lost;
+    # add 100.66 MB / 2.8e12 = 35.95 µs of 40 µs -> 89.88 %
+    from trainperf.diagnose.roofline import calibrated_accelerator
+
+    profile = {"device": "NVIDIA H100 80GB HBM3", "dtype": "bfloat16",
+               "efficiency": {"measured_gemm_tflops": 700.0, "measured_hbm_tbps": 2.8, "source": "test"}}
+    (tmp_path / "cal.json").write_text(json.dumps(profile))
+    rows = {r.op: r for r in roofline_for_trace(_gpu_trace(tmp_path), calibration=tmp_path / "cal.json")[0]}
+    assert rows["aten::mm"].peak_tflops == 700.0 and rows["aten::mm"].peak_tbps == 2.8
+    assert rows["aten::mm"].roofline_pct == pytest.approx(98.17, abs=0.01)
+    assert rows["aten::mm"].lost_us == pytest.approx(3.66, abs=0.01)
+    assert rows["aten::add"].roofline_pct == pytest.approx(89.88, abs=0.01)
+    acc = calibrated_accelerator(profile)
+    assert acc.name == "h100-sxm (calibrated)" and acc.fp8_tflops == 1978.9  # fp8 keeps the catalog's peak
+    cpu = calibrated_accelerator({"device": "cpu (x86_64, 2 threads)", "dtype": "float32",
+                                  "efficiency": {"measured_gemm_tflops": 0.1, "measured_hbm_tbps": 0.01}})
+    assert cpu.peak_flops("fp32") == 0.1e12 and cpu.bf16_tflops == 0.0 and cpu.hbm_tbps == 0.01
+    from trainperf.errors import TrainperfError
+
+    with pytest.raises(TrainperfError, match="calibrate"):
+        calibrated_accelerator({"device": "x", "dtype": "int8", "efficiency": {}})

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trainperf.errors import TrainperfError
 from trainperf.trace.annotate import correlated_host_row
 from trainperf.trace.events import CPU_OP, DEVICE_KINDS, MEMCPY, EventTable
 
@@ -401,14 +402,59 @@ def roofline(t: EventTable, accelerator=None) -> list[RooflineRow]:
     return sorted(groups.values(), key=lambda r: (-r.lost_us, -r.time_us))
 
 
-def roofline_for_trace(path: str | Path, accelerator: str | None = None) -> dict[int, list[RooflineRow]]:
+# torch dtype names of a `trainperf calibrate` profile -> the precision its GEMMs measured
+_CALIBRATED_PRECISION = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def calibrated_accelerator(profile: dict | str | Path, base=None):
+    """The accelerator as a `trainperf calibrate` profile measured it: the GEMM peak of the profile's
+    dtype (efficiency.measured_gemm_tflops, the large-GEMM asymptote) and the device-copy bandwidth
+    (efficiency.measured_hbm_tbps) replace the catalog's peaks; other precisions keep the catalog's
+    (base: the catalog entry, default the one the profile's device name matches; a device the catalog
+    does not know, a CPU, gets only the measured precision). The roofline then measures against what
+    this machine attains rather than the datasheet."""
+    import dataclasses
+    import json
+
+    from trainperf.hardware import Accelerator, accelerator_for_device
+
+    if not isinstance(profile, dict):
+        try:
+            profile = json.loads(Path(profile).read_text())
+        except (OSError, ValueError) as e:
+            raise TrainperfError(f"{profile}: not a readable calibration profile ({e})") from None
+    eff = profile.get("efficiency") if isinstance(profile, dict) else None
+    prec = _CALIBRATED_PRECISION.get(str(profile.get("dtype", ""))) if isinstance(profile, dict) else None
+    if not isinstance(eff, dict) or prec is None or not eff.get("measured_gemm_tflops") \
+            or not eff.get("measured_hbm_tbps"):
+        raise TrainperfError("calibration profile without measured_gemm_tflops, measured_hbm_tbps and a dtype of "
+                             "bfloat16, float16 or float32; make it with `trainperf calibrate`")
+    tflops, tbps = float(eff["measured_gemm_tflops"]), float(eff["measured_hbm_tbps"])
+    device = str(profile.get("device", "device"))
+    base = base if base is not None else accelerator_for_device(device)
+    field = {"bf16": "bf16_tflops", "fp16": "fp16_tflops", "fp32": "fp32_tflops"}[prec]
+    if base is not None:
+        return dataclasses.replace(base, name=f"{base.name} (calibrated)", hbm_tbps=tbps, **{field: tflops})
+    peaks = {"bf16_tflops": 0.0, "fp16_tflops": 0.0, "fp8_tflops": None, "fp32_tflops": None, field: tflops}
+    return Accelerator(name=f"{device} (calibrated)", vendor="", hbm_gb=0.0, hbm_tbps=tbps, scaleup_gbps=0.0,
+                       scaleup_domain=1, gpus_per_node=1, scaleout_gbps=0.0, tdp_w=0.0, usd_per_hour=0.0,
+                       sources=str(eff.get("source", "trainperf calibrate")), **peaks)
+
+
+def roofline_for_trace(path: str | Path, accelerator: str | None = None,
+                       calibration: str | Path | None = None) -> dict[int, list[RooflineRow]]:
     """{rank: roofline rows} for a Kineto file or a folder of ranks. accelerator: a catalog name
-    (default: each trace's deviceProperties)."""
+    (default: each trace's deviceProperties); calibration: a `trainperf calibrate` profile whose
+    measured peaks replace the catalog's (calibrated_accelerator)."""
     from trainperf.hardware import get_accelerator
     from trainperf.trace.load import load_trace
 
     acc = get_accelerator(accelerator) if accelerator else None
-    return {r: roofline(t, acc) for r, t in load_trace(path).items()}
+    tables = load_trace(path)
+    if calibration is not None:
+        first = next(iter(tables.values()))
+        acc = calibrated_accelerator(calibration, acc if acc is not None else device_accelerator(first))
+    return {r: roofline(t, acc) for r, t in tables.items()}
 
 
 @dataclass(kw_only=True)
