@@ -277,3 +277,31 @@ def test_noise_alone_names_no_place(seed):
     assert any(explain(t, f, min_excess_share=0.0, alpha=0.5).segments for f in factors)
     for factor in factors:
         assert not explain(t, factor).segments, factor
+
+
+def test_a_slow_host_inside_multi_node_runs_is_placed_on_the_host():
+    # 6 hosts, 2 jobs, each run on 2 consecutive hosts (4 ranks each); gpu-node-3 computes at 0.75x,
+    # so the runs whose first host is gpu-node-2 or gpu-node-3 are slow. Only the ranks list says
+    # which host it was: rank 0's host alone blames gpu-node-2 as much as gpu-node-3
+    hosts = tuple(f"gpu-node-{i}" for i in range(6))
+    recs = TreeFleet(nodes_per_run=2, hosts=hosts, n_steps=50, checkpoint_stall={}, data_stall={},
+                     restart={}).records()
+    t = build_tree(recs)
+    e = explain(t, "below_plan")
+    assert [s.attrs for s in e.segments] == [{"host": "gpu-node-3"}]
+    assert sorted(r.split("@")[0] for r in e.segments[0].run_ids) == [
+        "tree-04-gpu-node-2-llama-pretrain", "tree-05-gpu-node-2-llama-anneal",
+        "tree-06-gpu-node-3-llama-pretrain", "tree-07-gpu-node-3-llama-anneal"]
+    # by hand: a slow run's step computes 2.97 / 0.75 = 3.96 s on gpu-node-3 and 2.97 s on its
+    # other host, so gpu-node-3 costs the job 0.99 s per step on all 8 GPUs: 50 x 0.99 / 450 GPU-h;
+    # the rest of "below plan", and every other factor, splits 4/8 : 4/8; the pieces sum to the run
+    a = next(x for x in t.accounts if x.run_id == "tree-06-gpu-node-3-llama-pretrain")
+    straggler = 50 * 0.99 / H
+    assert a.host_parts["gpu-node-3"]["below_plan"] == pytest.approx(
+        (a.parts["below_plan"] - straggler) / 2 + straggler)
+    for k, v in a.parts.items():
+        assert sum(p[k] for p in a.host_parts.values()) == pytest.approx(v), k
+    # without the ranks list (rank 0's host only) the host cannot be told apart
+    for r in recs:
+        del r.config["summary"]["ranks"]
+    assert [s.attrs for s in explain(build_tree(recs), "below_plan").segments] != [{"host": "gpu-node-3"}]

@@ -106,6 +106,8 @@ class RunAccount:
     planned_mfu: float | None
     parts: dict = field(default_factory=dict)  # node key -> GPU-hours
     notes: list = field(default_factory=list)
+    # a multi-node run with per-rank compute times: host -> {node key -> GPU-hours} (host_parts)
+    host_parts: dict = field(default_factory=dict)
 
 
 @dataclass(kw_only=True)
@@ -171,7 +173,8 @@ class MetricTree:
                 "tree": self.root.to_dict(), "notes": self.notes,
                 "runs": [{"run_id": a.run_id, **a.attrs, "gpus": a.gpus, "usd_per_gpu_hour": a.usd_per_gpu_hour,
                           "achieved_mfu": a.achieved_mfu, "planned_mfu": a.planned_mfu, "gpu_h": a.parts,
-                          "notes": a.notes} for a in self.accounts]}
+                          "notes": a.notes, **({"gpu_h_by_host": a.host_parts} if a.host_parts else {})}
+                         for a in self.accounts]}
 
 
 # --------------------------------------------------------------------------- inputs of one run
@@ -336,7 +339,54 @@ def account_run(rec: RunRecord, sums: StepSums, plan: Plan | None, usd_per_gpu_h
     attrs = {"job": rec.job, "host": rec.host or "unknown", "version": run_version(rec), "config": run_config(rec)}
     return RunAccount(run_id=rec.run_id, attrs=attrs, gpus=gpus, usd_per_gpu_hour=usd_per_gpu_hour,
                       achieved_mfu=a, planned_mfu=plan.mfu if plan else None, parts=p,
-                      notes=[note] if note else [])
+                      notes=[note] if note else [], host_parts=host_parts(rec, p))
+
+
+def rank_hosts(rec: RunRecord) -> list[tuple[str, float]] | None:
+    """Return [(host, busy_s)] per rank from ``config["summary"]["ranks"]`` (each rank's host and its
+    own compute time per step in seconds, collective waits excluded), or None when absent or unusable."""
+    ranks = (rec.config.get("summary") or {}).get("ranks") if isinstance(rec.config, dict) else None
+    if not isinstance(ranks, list) or not ranks:
+        return None
+    try:
+        out = [(str(r["host"]), float(r["busy_s"])) for r in ranks]
+    except (KeyError, TypeError, ValueError):
+        return None
+    return out if all(b >= 0 for _, b in out) else None
+
+
+def host_parts(rec: RunRecord, parts: dict) -> dict:
+    """Return the run's GPU-hours split by host, {host: {node key: GPU-hours}}, from its ranks; {} when
+    the record has no per-rank hosts (only rank 0's host is known).
+
+    A synchronous step waits for its slowest rank, so the host holding the slowest rank costs the
+    whole job the difference between its compute time per step and the next slowest host's (the
+    step would take that long were it as fast as the others; a host's time is its slowest rank's).
+    That straggler loss, productive x difference / its compute time, capped at the run's "below
+    plan", is that host's; every other GPU-hour, and the rest of "below plan", splits by each
+    host's share of the ranks. The pieces sum to the run's parts exactly.
+    """
+    ranks = rank_hosts(rec)
+    if not ranks:
+        return {}
+    busy: dict[str, float] = {}
+    gpus: dict[str, int] = {}
+    for host, b in ranks:
+        busy[host] = max(busy.get(host, 0.0), b)
+        gpus[host] = gpus.get(host, 0) + 1
+    slowest = max(busy, key=busy.get)
+    others = [b for h, b in busy.items() if h != slowest]
+    lag = busy[slowest] - max(others) if others else 0.0
+    below = max(parts.get("below_plan", 0.0), 0.0)
+    straggler = min(below, parts.get("productive", 0.0) * lag / busy[slowest]) if busy[slowest] > 0 else 0.0
+    out = {}
+    for host, n in gpus.items():
+        share = n / len(ranks)
+        piece = {k: v * share for k, v in parts.items()}
+        if "below_plan" in parts:
+            piece["below_plan"] = (parts["below_plan"] - straggler) * share + (straggler if host == slowest else 0.0)
+        out[host] = piece
+    return out
 
 
 def superseded(records: list[RunRecord]) -> set[str]:

@@ -148,6 +148,28 @@ class Explanation:
                 "segments": [s.to_dict() for s in self.segments]}
 
 
+@dataclass(frozen=True)
+class Leaf:
+    """What --explain segments: a run, or one host's piece of a multi-node run with per-rank hosts."""
+
+    run_id: str  # "run" or "run@host"
+    attrs: dict
+    parts: dict
+
+
+def leaves_of(tree: MetricTree) -> list[Leaf]:
+    """Return the runs as leaves, a multi-node run with per-rank hosts as one leaf per host
+    (RunAccount.host_parts), so a slow host inside multi-node jobs is placed on the host."""
+    out = []
+    for a in tree.accounts:
+        if a.host_parts:
+            out += [Leaf(run_id=f"{a.run_id}@{h}", attrs={**a.attrs, "host": h}, parts=hp)
+                    for h, hp in a.host_parts.items()]
+        else:
+            out.append(Leaf(run_id=a.run_id, attrs=a.attrs, parts=a.parts))
+    return out
+
+
 def explain(tree: MetricTree, factor: str | None = None, *, min_excess_share: float = MIN_EXCESS_SHARE,
             alpha: float = ALPHA) -> Explanation:
     """Return where ``factor`` (a node key; default: the largest loss) sits among the runs.
@@ -173,7 +195,7 @@ def explain_candidates(tree: MetricTree, factor: str | None = None) -> tuple[Exp
     key = factor or tree.largest_loss().key
     node = tree.node(key)
     stage = stage_of(key)
-    accts = [a for a in tree.accounts if a.parts.get(stage, 0.0) > 0]
+    accts = [p for p in leaves_of(tree) if p.parts.get(stage, 0.0) > 0]
     loss = np.array([a.parts.get(key, 0.0) for a in accts])
     alloc = np.array([a.parts[stage] for a in accts])
     if not accts:

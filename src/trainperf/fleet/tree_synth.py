@@ -11,6 +11,11 @@ compute time) plus ``data_wait_s``; each run pays ``startup_s``, ``n_checkpoints
 - ``data_stall``: one run's first ``steps`` steps each wait ``extra_s`` more for data;
 - ``restart``: one run crashes once: ``restart_s`` to relaunch, another start-up, ``lost_steps`` re-done.
 
+``nodes_per_run`` > 1 spreads each run's ``gpus`` ranks evenly over that many consecutive hosts
+(its own first); the record keeps rank 0's host and, in ``config["summary"]["ranks"]``, each rank's
+host and compute time per step (``busy_s``): a slow host slows every run it is part of (the others
+wait for it), and only the ranks list says which host it was.
+
 ``noise`` > 0 draws each run's MFU, data wait, checkpoint, start-up and evaluation times with that
 coefficient of variation (lognormal, seeded by ``seed``): runs differ as real ones do.
 """
@@ -44,6 +49,7 @@ class TreeFleet:
     start_time: float = 1.79e9
     noise: float = 0.0
     seed: int = 0
+    nodes_per_run: int = 1
     slow_host: dict = field(default_factory=lambda: {"host": "gpu-node-3", "slowdown": 0.75})
     checkpoint_stall: dict = field(default_factory=lambda: {"host": "gpu-node-1", "job": "llama-pretrain",
                                                             "extra_s": 600.0})
@@ -69,9 +75,16 @@ class TreeFleet:
         return bool(fault) and fault.get("host", host) == host and fault.get("job", job) == job
 
     def _run(self, i: int, host: str, job: str, jitter: dict) -> RunRecord:
+        k = self.hosts.index(host)
+        nodes = [self.hosts[(k + m) % len(self.hosts)] for m in range(max(self.nodes_per_run, 1))]
+        slow = next((h for h in nodes if self._hit(self.slow_host, h, job)), None)
         base = self.mfu * jitter["mfu"]
-        mfu = base * (self.slow_host["slowdown"] if self._hit(self.slow_host, host, job) else 1.0)
+        mfu = base * (self.slow_host["slowdown"] if slow else 1.0)
         busy = self.busy_s * self.mfu / mfu  # same work per step at a lower MFU takes longer
+        healthy = self.busy_s * self.mfu / base
+        ranks = [{"rank": r, "host": nodes[r * len(nodes) // self.gpus],
+                  "busy_s": busy if nodes[r * len(nodes) // self.gpus] == slow else healthy}
+                 for r in range(self.gpus)] if len(nodes) > 1 else None
         stall = self.data_stall if self._hit(self.data_stall, host, job) else None
         samples = []
         for s in range(1, self.n_steps + 1):
@@ -96,6 +109,6 @@ class TreeFleet:
         return RunRecord(run_id=f"tree-{i:02d}-{host}-{job}", job=job, host=host, gpu_model=self.gpu_model,
                          torch="2.5.1", cuda="12.4", nccl="2.21.5", git_sha="a1b2c3d4e5f6", world_size=self.gpus,
                          model=self.model, layout=self.layout, started_at=self.start_time + 3600.0 * i,
-                         config={"seq_len": 8192, "summary": {"goodput": gp}},
+                         config={"seq_len": 8192, "summary": {"goodput": gp, **({"ranks": ranks} if ranks else {})}},
                          step_time_s=samples[-1].step_time_s, mfu=samples[-1].mfu,
                          goodput=gp["goodput"], samples=samples)
