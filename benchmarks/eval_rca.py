@@ -19,7 +19,7 @@ after the Squeeze/RiskLoc designs, and "uneven", causes that hit sub-populations
 datasets, scored on the held-out one; by the hardest of them, "maximin", and pooled) and, for RS,
 by 5 folds (chosen on 4/5 of RS plus the synthetic sets, scored on the held-out fifth).
 
-    .venv/bin/python benchmarks/eval_rca.py [--data ../shared/data/rca/rs] [--cv] [--synthetic 90]
+    .venv/bin/python benchmarks/eval_rca.py [--data ../shared/data/rca/rs] [--cv] [--synthetic 90] [--seed 1]
 """
 
 from __future__ import annotations
@@ -140,14 +140,15 @@ def main() -> None:
     ap.add_argument("--history", type=int, default=4)
     ap.add_argument("--cv", action="store_true", help="grid + leave-one-dataset-out choice of the parameters")
     ap.add_argument("--synthetic", type=int, default=90, help="incidents per synthetic set")
+    ap.add_argument("--seed", type=int, default=1, help="seed of the first synthetic set (the others: +1, +2)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     from trainperf.fleet.localize import LocalizeOptions, localize
 
     rs = rs_incidents(Path(args.data), args.history)
-    sets = {"RS": rs, "fundamental": synthetic_incidents("fundamental", args.synthetic, 1),
-            "derived": synthetic_incidents("derived", args.synthetic, 2),
-            "uneven": synthetic_incidents("uneven", args.synthetic, 3)}
+    sets = {"RS": rs, "fundamental": synthetic_incidents("fundamental", args.synthetic, args.seed),
+            "derived": synthetic_incidents("derived", args.synthetic, args.seed + 1),
+            "uneven": synthetic_incidents("uneven", args.synthetic, args.seed + 2)}
     tot = {m: np.zeros(5) for m in ("trainperf", "adtributor")}
     secs = {m: 0.0 for m in tot}
     syn = {n: np.zeros(5) for n in sets if n != "RS"}
