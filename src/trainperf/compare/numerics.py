@@ -8,7 +8,7 @@ what a change changes). A and B runs are paired by seed.
 Per step, the loss difference B - A (a centred running median over ``SMOOTH`` steps, so one
 noisy batch is not a divergence) is held against a noise band:
 
-- from repeats with different seeds (two or more A runs): ``BAND_Z`` x the seed-to-seed
+- from repeats with different seeds (``MIN_SEEDS`` or more A runs): ``BAND_Z`` x the seed-to-seed
   standard deviation of A's loss at that step (running median over ``SMOOTH`` steps);
 - without repeats: ``BAND_Z`` x the batch-to-batch noise of A's loss (robust scale of its
   second differences over ``NOISE_WINDOW`` steps), a stand-in for the seed band;
@@ -36,6 +36,9 @@ SMOOTH = 5  # steps in the running median of a difference
 NOISE_WINDOW = 21  # steps over which the batch-to-batch loss noise is measured
 BAND_Z = 4.0  # band half-width in noise standard deviations
 PERSIST = 3  # steps the difference must stay outside the band
+# Fewest A runs with different seeds for the seed band: two give a standard deviation with one degree
+# of freedom (its 99.5% t quantile is 64), too noisy to hold a difference against; `gate` uses it too.
+MIN_SEEDS = 3
 
 
 @dataclass(kw_only=True)
@@ -137,10 +140,10 @@ def band(a_runs: list[RunData], col, steps: np.ndarray, reference: RunData | Non
         return BAND_Z * running_median(np.abs(ref - a0)) + 1e-12, f"{BAND_Z:g} x |reference - A| ({reference.name})"
     ys = [col(r)[np.searchsorted(r.step, steps)] for r in a_runs]
     seeds = {(r.comparable or {}).get("seed") for r in a_runs}
-    if len(a_runs) >= 2 and len(seeds) >= 2:
+    if len(seeds - {None}) >= MIN_SEEDS:
         sd = np.nanstd(np.vstack(ys), axis=0, ddof=1)
         return BAND_Z * running_median(sd) + 1e-12, f"{BAND_Z:g} x seed-to-seed sd of A ({len(a_runs)} seeds)"
-    return BAND_Z * batch_noise(ys[0]) + 1e-12, f"{BAND_Z:g} x batch-to-batch noise of A (no seed repeats)"
+    return BAND_Z * batch_noise(ys[0]) + 1e-12, f"{BAND_Z:g} x batch-to-batch noise of A (fewer than {MIN_SEEDS} seeds)"
 
 
 def divergence_step(steps: np.ndarray, a: np.ndarray, b: np.ndarray, half_width: np.ndarray) -> tuple[int | None, float]:

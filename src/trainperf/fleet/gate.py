@@ -402,9 +402,6 @@ def loss_delta_gate(a, b, max_loss_delta: float) -> NumericsGate:
                         reason="; ".join(parts))
 
 
-# Fewest baseline runs with different seeds for the seed band: two give a standard deviation with one
-# degree of freedom (its 99.5% t quantile is 64), a band too loose to fail anything and too noisy to trust.
-MIN_SEEDS = 3
 FINAL_BAND_LEVEL = 0.99  # the end-point band: a 99% prediction interval of the baseline seeds' spread
 
 
@@ -412,13 +409,13 @@ def band_gate(a_runs: list, b_runs: list) -> NumericsGate:
     """Return the --numerics band verdict of the candidate runs against the baseline runs
     (compare.runs.RunData; several seeds of the baseline make the band).
 
-    Not comparable when compare.numerics says so; inconclusive with fewer than ``MIN_SEEDS``
-    baseline seeds (the batch-to-batch stand-in's verdict is given as a hint); else fail when
-    compare.numerics finds a divergence against the seed-to-seed band at some step, or when the
-    candidates' mean end point (``compare.numerics.end_loss``: last held-out loss, else the final
+    Not comparable when compare.numerics says so; inconclusive with fewer than
+    ``compare.numerics.MIN_SEEDS`` baseline seeds (the batch-to-batch stand-in's verdict is given
+    as a hint); else fail when compare.numerics finds a divergence against the seed-to-seed band
+    at some step, or when the candidates' mean end point (``compare.numerics.end_loss``: last held-out loss, else the final
     training loss) leaves the baseline seeds' ``FINAL_BAND_LEVEL`` prediction band
     (``compare.numerics.seed_band``)."""
-    from trainperf.compare.numerics import compare_numerics, end_loss, seed_band
+    from trainperf.compare.numerics import MIN_SEEDS, compare_numerics, end_loss, seed_band
 
     res = compare_numerics(a_runs, b_runs)
     detail = res.to_dict()
@@ -426,7 +423,7 @@ def band_gate(a_runs: list, b_runs: list) -> NumericsGate:
     if not res.comparable:
         return NumericsGate(check="band", status="not comparable", verdict=res.verdict, reason=res.reason,
                             detail=detail)
-    seeds = {(r.comparable or {}).get("seed") for r in a_runs}
+    seeds = {(r.comparable or {}).get("seed") for r in a_runs} - {None}
     if len(seeds) < MIN_SEEDS:
         why = (f"the seed band needs at least {MIN_SEEDS} baseline runs with different seeds (got {len(seeds)}); "
                f"against the batch-to-batch noise of the baseline it says: {res.verdict}")
