@@ -166,7 +166,7 @@ def _series(data: Path) -> list[tuple[str, np.ndarray]]:
 
 
 # noise_autocorr and seeded: on in every fold of the previous CV (docs/benchmarks.md), fixed on here
-GRID = {"alpha": [0.002, 0.01, 0.05], "min_effect": [0.5, 1.0], "drift": ["significant", "always"],
+GRID = {"alpha": [0.002, 0.01, 0.05], "min_effect": [0.5, 1.0], "drift": ["significant", "final"],
         "max_misfit": [1.25, 1.5]}
 AA_KINDS = ("normal", "t3", "bimodal", "outliers", "ar1", "quantised", "drift", "drift_t3")
 
@@ -349,6 +349,22 @@ def synthetic(reps: int) -> None:
         only += len(cps) == 1 and abs(cps[0] - at) <= 5
     rows.append(("5% step on a 12% drift (400 points, t3): found within 5", hits / reps))
     rows.append(("5% step on a 12% drift (400 points, t3): found, and the only change", only / reps))
+    # ramps (issue 14 defect 8): +20% reached over L runs from a random onset, 1% noise
+    for lo_len, hi_len, label in ((20, 101, "steady"), (3, 11, "steep")):
+        for kind in ("normal", "t3+outliers"):
+            found = only = 0
+            for _ in range(reps):
+                n = int(rng.integers(200, 500))
+                at, length = int(rng.integers(40, n - 140)), int(rng.integers(lo_len, hi_len))
+                x = (1.0 + 0.2 * np.clip((np.arange(n) - at + 1) / length, 0, 1)) * (1 + noise(n, kind))
+                ch = _cp_module().detect_changes(x).changes
+                hit = [c for c in ch if abs(c.index - at) <= 5 and c.kind == "trend"]
+                found += bool(hit)
+                only += bool(hit) and len(ch) == 1
+            rows.append((f"{label} +20% ramp over {lo_len}-{hi_len - 1} runs, 1% {kind} noise: 'trend' within 5 of "
+                         f"its onset", found / reps))
+            rows.append((f"{label} +20% ramp over {lo_len}-{hi_len - 1} runs, 1% {kind} noise: ... and the only change",
+                         only / reps))
     # trainperf's own synthetic fleet: each host's run series, one run per period
     for slow in (0.03, 0.05):
         found, alarms, healthy = 0, 0, 0

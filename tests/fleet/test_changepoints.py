@@ -225,14 +225,35 @@ def test_many_short_segments_are_found():
 def test_a_drift_in_the_null_keeps_short_drifting_series_quiet_and_still_finds_a_step():
     # a 2e-4 per point drift in 1% t3 noise over ~100 points is a 2-sigma rise: Pettitt's test
     # cuts it in the middle while Mann-Kendall within each side cannot see the drift (drift
-    # "significant"); fitting the drift whatever its significance (drift "always") does not
+    # "significant"); fitting the drift whatever its significance (drift "always", or in the final
+    # test between neighbours, drift "final") does not
     rng = np.random.default_rng(15)
     xs = [1 + 2e-4 * np.arange(n) + 0.01 * rng.standard_t(3, n) for n in rng.integers(70, 160, 10)]
     alarms = {mode: sum(bool(detect_changes(x, drift=mode, trend=False).changes) for x in xs)
-              for mode in ("significant", "always")}
-    assert alarms["always"] == 0 and alarms["significant"] >= 2
+              for mode in ("significant", "final", "always")}
+    assert alarms["always"] == alarms["final"] == 0 and alarms["significant"] >= 2
     x = xs[0].copy()
     x[len(x) // 2:] += 0.06  # a 6-sigma step in the middle (the variance inflation is largest there)
-    assert [abs(c - len(x) // 2) <= 2 for c in detect_changes(x, drift="always").change_points] == [True]
-    with pytest.raises(TrainperfError, match="drift 'x' must be one of significant, always"):
+    for mode in ("final", "always"):
+        assert [abs(c - len(x) // 2) <= 2 for c in detect_changes(x, drift=mode).change_points] == [True]
+    with pytest.raises(TrainperfError, match="drift 'x' must be one of significant, final, always"):
         ChangeOptions(drift="x")
+
+
+def test_series_drift_and_its_variance_inflation_against_least_squares():
+    # OLS reference: segment dummies + one slope; the slope's Theil-Sen estimate on exact lines is exact,
+    # and var(step) with the slope fitted / without = drift_vif
+    from trainperf.fleet.changepoints import drift_vif, series_drift
+
+    bounds = [0, 30, 55, 100]
+    t = np.arange(100.0)
+    y = 0.3 * t + np.repeat([0.0, 5.0, -2.0], np.diff(bounds))
+    assert series_drift(y, bounds) == pytest.approx(0.3)
+    seg = np.repeat(np.eye(3), np.diff(bounds), axis=0)
+    for i in (0, 1):
+        c = np.zeros(3)
+        c[i], c[i + 1] = -1, 1  # the step between segments i and i+1
+        v0 = c @ np.linalg.inv(seg.T @ seg) @ c
+        x = np.column_stack([seg, t])
+        v1 = np.r_[c, 0] @ np.linalg.inv(x.T @ x) @ np.r_[c, 0]
+        assert drift_vif(bounds, i) == pytest.approx(v1 / v0)

@@ -40,7 +40,7 @@ from trainperf.fleet.jumps import MIN_TREND_SHARE, find_jumps, trend_share
 from trainperf.fleet.trends import Ramp, find_ramps
 
 _Z975 = 1.959963984540054
-DRIFT_MODES = ("significant", "always")
+DRIFT_MODES = ("significant", "final", "always")
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -56,8 +56,10 @@ class ChangeOptions:
     autocorrelation (``noise_autocorr``), so other steps in a segment do not read as persistence;
     ``seeded``: also search seeded short intervals (``_seeded``) for steps binary segmentation misses;
     ``drift``: when a level step is tested against a linear drift common to both its sides
-    (``_within_drift``): "significant" (Mann-Kendall at alpha) or "always" (a drift in the null:
-    a slow drift in a short series passes Mann-Kendall's test yet makes a mid-series step);
+    (``_within_drift``): "significant" (Mann-Kendall at alpha), "always" (a drift in the null:
+    a slow drift in a short series fails Mann-Kendall's test yet makes a mid-series step) or
+    "final" (significant while searching, always in the final test of each change between its
+    neighbours, ``_prune``);
     ``max_misfit``: trend changes (ramps, kinks) are reported only when the fitted steps, ramps and
     kinks leave residuals within this many noise sigmas (``trends.find_ramps``).
     """
@@ -221,7 +223,32 @@ def _segment_drift(y: np.ndarray, min_size: int, alpha: float, drift: str = "sig
     return 0.0 if k0 is None else _within_drift(y, k0, alpha, drift=drift)
 
 
-def split_p_value(y: np.ndarray, k: int, opts: "ChangeOptions", rho_max: float = 0.98) -> float:
+def series_drift(y: np.ndarray, bounds: list[int], cap: int = 200) -> float:
+    """Return the drift (units per point) common to all segments [bounds[i], bounds[i+1]) of y:
+    Theil-Sen, the median slope of pairs within one segment (never across a change), at most
+    ``cap`` evenly spaced points per segment."""
+    slopes = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        if hi - lo < 3:
+            continue
+        idx = np.unique(np.linspace(lo, hi - 1, min(cap, hi - lo)).round().astype(int))
+        i, j = np.triu_indices(len(idx), 1)
+        slopes.append((y[idx[j]] - y[idx[i]]) / (idx[j] - idx[i]))
+    return float(np.median(np.concatenate(slopes))) if slopes else 0.0
+
+
+def drift_vif(bounds: list[int], i: int) -> float:
+    """Variance inflation of the step at bounds[i+1] (between segments i and i+1) when one drift is
+    fitted over all segments: 1 + (mean t after - mean t before)^2 / (S_tt (1/n_before + 1/n_after)),
+    S_tt the within-segment sum of squares of t (OLS; for two segments 1 / (1 - 3q(1-q)))."""
+    n = np.diff(bounds).astype(float)
+    s_tt = float((n**3 - n).sum()) / 12.0
+    gap = (n[i] + n[i + 1]) / 2.0  # distance between the two segments' mean times
+    return 1.0 + gap**2 / (s_tt * (1 / n[i] + 1 / n[i + 1])) if s_tt > 0 else 1.0
+
+
+def split_p_value(y: np.ndarray, k: int, opts: "ChangeOptions", rho_max: float = 0.98, final: bool = True,
+                  drift: tuple[float, float] | None = None) -> float:
     """Return the p-value of a level step after k points of y, allowing a common linear drift.
 
     The one p-value of a level change: the split search, the pruning pass and the reported
@@ -229,9 +256,17 @@ def split_p_value(y: np.ndarray, k: int, opts: "ChangeOptions", rho_max: float =
     inflated for lag-1 autocorrelation and, when a drift is fitted, for the drift). The drift is
     the segment's (``_segment_drift``). ``rho_max``: the autocorrelation used is at most this (the
     series' noise autocorrelation, see ``noise_autocorr``), so steps elsewhere in the segment do
-    not pass for persistence.
+    not pass for persistence. ``final``: the test that keeps or drops a change (between its
+    neighbours), where ``drift="final"`` fits the drift whatever its significance; the search
+    calls it with False. ``drift``: (slope, variance inflation) of a drift fitted over the whole
+    series (``series_drift``, ``drift_vif``), used instead of the segment's own: the final test
+    with ``drift="final"``, where the other changes are known.
     """
-    b = _segment_drift(y, opts.min_size, opts.alpha, opts.drift)
+    if drift is not None:  # (slope, variance inflation) of a drift fitted over the whole series
+        b, vif = drift
+        return _rank_p(_ranks(y - b * np.arange(len(y))), k, vif, rho_max)
+    mode = "always" if opts.drift == "always" or (opts.drift == "final" and final) else "significant"
+    b = _segment_drift(y, opts.min_size, opts.alpha, mode)
     if b == 0.0:
         return _rank_p(_ranks(y), k, 1.0, rho_max)
     return _rank_p(_ranks(y - b * np.arange(len(y))), k, _vif(k, len(y)), rho_max)
@@ -370,11 +405,11 @@ def _segment(y: np.ndarray, a: int, b: int, opts: ChangeOptions, sigma: float, m
     out, stack = [], [(a, b)]
     while stack:
         lo, hi = stack.pop()
-        k = _best_split(y[lo:hi], opts.min_size, opts.alpha, rho_max, opts.drift)
+        k = _best_split(y[lo:hi], opts.min_size, opts.alpha, rho_max, "always" if opts.drift == "always" else "significant")
         if k is None:
             continue
         s = lo + k
-        if split_p_value(y[lo:hi], k, opts, rho_max) < opts.alpha and _big_enough(y, lo, s, hi, opts, sigma, min_rel_change):
+        if split_p_value(y[lo:hi], k, opts, rho_max, final=False) < opts.alpha and _big_enough(y, lo, s, hi, opts, sigma, min_rel_change):
             out.append(s)
             stack += [(lo, s), (s, hi)]
     return out
@@ -427,10 +462,15 @@ def _prune(y: np.ndarray, cps: list[int], a: int, b: int, opts: ChangeOptions, s
     cps = sorted(cps)
     while True:
         bounds = [a] + cps + [b]
+        # drift "final": one drift for the whole series, fitted within the segments the changes
+        # leave (a staircase no longer reads as each window's own drift, and the step's variance
+        # is inflated only by what that drift takes from it)
+        slope = series_drift(y, bounds) if opts.drift == "final" else None
         scored = []
         for i, s in enumerate(cps):
             lo, hi = bounds[i], bounds[i + 2]
-            p = split_p_value(y[lo:hi], s - lo, opts, rho_max)
+            given = None if slope is None else (slope, drift_vif(bounds, i))
+            p = split_p_value(y[lo:hi], s - lo, opts, rho_max, drift=given)
             ok = p < opts.alpha and _big_enough(y, lo, s, hi, opts, sigma, min_rel_change)
             scored.append((p if ok else 1.0 + p, s, p))  # failing ones first, the least significant of them
         worst = max(scored, default=None)
@@ -525,7 +565,7 @@ def detect_changes(values, options: ChangeOptions | None = None, *, start: int =
         if f.kind == "trend":
             ch = _describe_trend(ramp_at[f.index], keep, s0)
         elif ch is None:
-            ch = _describe(y, a, f.index, b, f.p_value, _within_drift(y[a:b], f.index - a, opts.alpha, drift=opts.drift))
+            ch = _describe(y, a, f.index, b, f.p_value, _within_drift(y[a:b], f.index - a, opts.alpha, drift="always" if opts.drift in ("always", "final") else "significant"))
         ch.index, ch.kind = int(keep[f.index]), f.kind
         changes.append(ch)
     return ChangeResult(n=len(y_all), changes=changes)
