@@ -8,14 +8,15 @@ over n, not its variance over n. It is estimated per series as:
 1. **AR(1) prewhitening** (Andrews & Monahan 1992): phi from the lag-1 autocorrelation of the
    series' ranks (an outlier step cannot fake or hide persistence) read on the Pearson scale,
    corrected for its small-sample bias (+(1 + 4 phi) / n, Kendall 1954), clipped to
-   [0, ``PHI_MAX``];
-   residuals e_t = u_t - phi u_{t-1} of the centred series u;
+   [0, ``PHI_MAX``]; residuals e_t = u_t - phi u_{t-1} of the centred series u;
 2. **equal-weighted cosine** long-run variance of the residuals (Lazarus, Lewis, Stock &
    Watson 2018, "HAR inference: recommendations for practice", JBES): the mean of K squared
    projections on cos(pi j (t - 1/2) / n), j = 1..K, K = 0.4 n^(2/3); the t statistic then
    has K degrees of freedom (fixed-b theory), not the normal quantile that makes Newey-West
    with a data-chosen bandwidth reject too often in short series;
-3. recoloured by 1 / (1 - phi)^2; its degrees of freedom are at most the effective number of
+3. recoloured by 1 / (1 - phi)^2 (prewhitening before a kernel or cosine estimate is also the
+   default of R's ``sandwich::lrvar`` and an option of ``nse::nse.cos``; neither statsmodels nor
+   arch is a dependency here); its degrees of freedom are at most the effective number of
    independent steps, n (1 - phi) / (1 + phi), minus one (a series with phi 0.9 over 50 steps
    holds about 2.6 independent values, whatever K says).
 
