@@ -49,3 +49,18 @@ def test_rank_by_marginal_gain_uses_the_same_order():
     assert [f.kind for f in ranked] == ["data_loader_stall", "launch_bound"]
     assert [f.gain_pct for f in ranked] == [12.0, 30.0]
     assert plan.fix_all_gain_pct == 42.0
+
+
+def test_a_fix_whose_time_an_earlier_fix_gives_back_is_dismissed():
+    # a host sync that waited for a collective: removing the syncs gives back 10 %, overlapping the collective
+    # 8 % alone, both together still 10 % (the same wait): the second adds 0 and is dismissed
+    table = {("remove_syncs",): 10.0, ("overlap_comm",): 8.0, ("overlap_comm", "remove_syncs"): 10.0}
+
+    def gain(changes):
+        return table[tuple(sorted(c.kind for c in changes))], 0.0
+
+    sync = _finding("host_sync", Change("remove_syncs"), 0.0)
+    comm = _finding("exposed_comm", Change("overlap_comm"), 0.0)
+    ranked, plan = F.rank_by_marginal_gain([comm, sync], gain)
+    assert [f.kind for f in ranked] == ["host_sync"] and ranked[0].gain_pct == 10.0
+    assert plan.dismissed == ["exposed_comm"] and plan.fix_all_gain_pct == 10.0

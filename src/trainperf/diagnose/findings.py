@@ -16,7 +16,10 @@ from dataclasses import asdict, dataclass, field
 
 HIGH_GAIN_PCT = 10.0
 MEDIUM_GAIN_PCT = 3.0
-MIN_GAIN_PCT = 0.5  # a finding whose fix gains less, alone and after the others, is dismissed: not a bottleneck
+# a finding whose fix gains less after the fixes before it is dismissed: not a bottleneck, or one whose time
+# an earlier fix already gives back (a host sync that waited for a collective: host_sync and exposed_comm
+# explain the same wait, and the fix priced first takes it)
+MIN_GAIN_PCT = 0.5
 
 RECOMMENDATIONS = {
     "data_loader_stall": "Feed the GPU faster: raise DataLoader num_workers, set pin_memory=True and "
@@ -185,7 +188,7 @@ def rank_by_marginal_gain(found: list[Finding], gain) -> tuple[list[Finding], Fi
     gain(changes) -> (% , µs) replays the changes together. Order of fixes: those that remove a wait
     (STALL_CHANGES) before those that assume a speed-up, each by largest gain alone first; each finding's gain_pct is what its fix adds to the fixes before it, so the gains add
     up to the fix-all gain. Findings without changes (no what-if) keep their gain and come last; findings
-    whose fix gains less than MIN_GAIN_PCT both alone and in that order are dismissed (FixPlan.dismissed).
+    whose fix gains less than MIN_GAIN_PCT in that order are dismissed (FixPlan.dismissed).
     The ranking (rank_key) puts stalls gaining >= STALL_FIRST_MIN_GAIN_PCT first, as the order of fixes does."""
     fixable = [f for f in found if f.changes]
     for f in fixable:
@@ -193,7 +196,7 @@ def rank_by_marginal_gain(found: list[Finding], gain) -> tuple[list[Finding], Fi
     present = {c.kind for f in fixable for c in f.changes}
     fixable.sort(key=lambda f: _fix_order_key(f, present))
     before = _price_in_order(fixable, gain)
-    dismissed = [f.kind for f in fixable if f.gain_alone_pct < MIN_GAIN_PCT and f.gain_pct < MIN_GAIN_PCT]
+    dismissed = [f.kind for f in fixable if f.gain_pct < MIN_GAIN_PCT]
     if dismissed:  # price the rest again without them: a dismissed fix must not lend its gain to the next
         fixable = [f for f in fixable if f.kind not in dismissed]
         before = _price_in_order(fixable, gain)
