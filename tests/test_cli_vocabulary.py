@@ -144,3 +144,39 @@ def test_older_names_give_the_same_result(tmp_path):
     assert (_json_of(["diagnose", str(trace), "--steps", "1:1", "--json"]) ==
             _json_of(["diagnose", str(trace), "--step-window", "1:1", "--json"]))
     assert _json_of(["diagnose", str(trace), "--step-window", "1:1", "--json"])["ranks"][0]["steps"] == [1]
+
+
+def test_json_puts_nothing_but_json_on_stdout(tmp_path):
+    """`--json` output can be piped into a JSON parser on every verb (tables, notes and progress bars stay off
+    stdout), with an HTML report written beside it where the verb has one."""
+    from trainperf.store import RunRecord, StepSample, new_run_id, write_run
+
+    store = str(tmp_path / "store")
+    run_id = new_run_id()
+    write_run(RunRecord(run_id=run_id, job="j", host="h", started_at=1.79e9, step_time_s=1.0,
+                        samples=[StepSample(step=s, step_time_s=1.0 + s / 100) for s in range(4)]), store)
+    trace = _trace(tmp_path / "t.json.gz")
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("\n".join(str(1.0 + 0.001 * i) for i in range(10)))
+    b.write_text("\n".join(str(1.1 + 0.001 * i) for i in range(10)))
+    series = tmp_path / "s.csv"
+    series.write_text("v\n" + "\n".join(str(1.0 + 0.01 * (i % 3) + (0.2 if i >= 20 else 0)) for i in range(40)))
+    fleet = tmp_path / "f.csv"
+    fleet.write_text("period,host,step_time_s\n" + "".join(
+        f"{t},node{h},{1.0 + (0.3 if t >= 3 and h == 1 else 0.0)}\n" for t in range(5) for h in range(3)))
+    html = str(tmp_path / "r.html")
+    for args in (["plan", "--model", "llama3-8b", "--gpus", "8", "--top", "1", "--html", html],
+                 ["diagnose", str(trace), "--html", html],
+                 ["diff", str(trace), str(trace), "--html", html],
+                 ["gate", "--baseline", str(a), "--candidate", str(b)],
+                 ["runs", "list", "--store", store],
+                 ["runs", "show", run_id, "--store", store],
+                 ["fleet", "changes", "--csv", str(series), "--column", "v", "--html", html],
+                 ["fleet", "localize", "--csv", str(fleet), "--time-col", "period", "--measure", "step_time_s",
+                  "--at", "3"]):
+        r = CliRunner().invoke(app, [*args, "--json"])
+        assert r.exit_code in (0, 1), (args, r.output)
+        try:
+            json.loads(r.stdout)
+        except ValueError:
+            pytest.fail(f"{' '.join(args[:2])} --json: stdout is not JSON: {r.stdout[:300]!r}")
