@@ -37,6 +37,9 @@ def test_json_is_a_flag_on_every_verb_and_a_file_is_json_out():
     not_flags = [path for path, p in with_json if not p.is_flag]
     assert not not_flags, f"--json takes a value in {not_flags}: a file is --json-out FILE (docs/cli.md)"
     assert all(not p.is_flag for _, p in _options("--json-out"))
+    helps = {path: p.help for path, p in with_json}
+    assert all(h.startswith("Print ") and h.endswith(" as JSON on stdout instead of the tables.")
+               for h in helps.values()), helps
     assert {path for path, _ in _options("--json-out")} >= {"diagnose", "diff", "compare", "evaluate"}
 
 

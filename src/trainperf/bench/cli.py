@@ -11,6 +11,8 @@ from typing import Optional
 
 import typer
 
+from trainperf.cli_options import json_option
+
 bench_app = typer.Typer(help="A/B benchmarks of the fused kernels against eager, torch.compile and Liger.",
                         no_args_is_help=True)
 
@@ -29,7 +31,7 @@ def kernels_cmd(
     impls: Optional[str] = typer.Option(None, help="Comma-separated among trainperf,eager,compile,liger "
                                                    "(default: all on cuda; trainperf,eager on cpu)."),
     passes: str = typer.Option("fwd,fwd+bwd", help="fwd and/or fwd+bwd."),
-    json_out: bool = typer.Option(False, "--json", help="Print the results as JSON instead of a table."),
+    json_out: bool = json_option("the results"),
     store: Optional[str] = typer.Option(None, help="Run-record store (default: $TRAINPERF_STORE or .trainperf)."),
     record: bool = typer.Option(True, help="Write a run record (kind=bench) to the store."),
     html: Optional[str] = typer.Option(None, help="Also write a self-contained HTML report here."),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from trainperf.cli_options import given, older_name, parse_fraction  # noqa: F401 (parse_fraction: was defined here)
+from trainperf.cli_options import given, json_option, older_name, parse_fraction  # noqa: F401 (parse_fraction: was defined here)
 from trainperf.store.cli import STORE_HELP, dumps, store_warnings
 
 fleet_app = typer.Typer(help="Fleet regressions: change points in run metrics and the attributes that explain them.",
@@ -91,7 +91,7 @@ def changes(csv: str = typer.Option(None, "--csv", help="CSV file with the serie
                                                      help="Smallest shift in units of point-to-point noise."),
             min_effect_older: float = older_name("--min-effect", "--min-noise-multiple", min=0.0),
             html: str = typer.Option(None, "--html", help="Also write a self-contained HTML report here."),
-            as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+            as_json: bool = json_option("the change points")) -> None:
     """Find change points (0-based indices where a new segment starts) with magnitudes and confidence."""
     from trainperf.errors import TrainperfError
     from trainperf.fleet.changepoints import ChangeOptions, detect_changes
@@ -192,7 +192,7 @@ def localize_cmd(csv: str = typer.Option(None, "--csv", help="CSV: one row per l
                  store: str = typer.Option(None, "--store", help=STORE_HELP),
                  job: str = typer.Option(None, "--job", help="Store: only runs of this job."),
                  metric: str = typer.Option("step_time", "--metric", help="Store: run metric."),
-                 as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+                 as_json: bool = json_option("the causes")) -> None:
     """Find the attribute combinations that explain a change, with before/after and share of the change."""
     from trainperf.errors import TrainperfError
     from trainperf.fleet.localize import localize_rows, read_csv_columns
@@ -260,7 +260,7 @@ def gate(baseline: str = typer.Option(..., "--baseline", help="Run id, folder or
          numerics: str = typer.Option(None, "--numerics",
                                       help="'band': also fail when compare's numerics verdict says diverges; runs only."),
          store: str = typer.Option(None, "--store", help=STORE_HELP),
-         as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+         as_json: bool = json_option("the verdict")) -> None:
     """CI gate: regression / improvement / no change / inconclusive, and optionally the numerics.
     Exit 0 pass, 1 regression or numerics fail, 2 usage error or numerics not comparable."""
     from trainperf.errors import TrainperfError

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from trainperf.cli_options import json_option
+
 from trainperf.store.cli import STORE_HELP, dumps, store_warnings
 
 
@@ -21,7 +23,7 @@ def tree_cmd(store: str = typer.Option(None, "--store", help=STORE_HELP),
              factor: str = typer.Option(None, "--factor", help="With --explain: this factor instead of the largest "
                                                                "loss (data_wait, checkpoint, below_plan, ...)."),
              html: str = typer.Option(None, "--html", help="Also write a self-contained HTML report here."),
-             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+             as_json: bool = json_option("the tree")) -> None:
     """Break allocated GPU-hours into the factors that lose them, in GPU-hours and dollars."""
     import time
 

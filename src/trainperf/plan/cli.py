@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from trainperf.atomic import check_output_file
-from trainperf.cli_options import given, older_name
+from trainperf.cli_options import given, json_option, older_name
 from trainperf.errors import TrainperfError
 
 
@@ -40,7 +40,7 @@ def plan(
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Tokens to train (e.g. 15T) for time/cost figures."),
     top: int = typer.Option(10, "--top", min=1, help="How many layouts to show."),
     objective: str = typer.Option("time", "--objective", help="Rank by 'time' or 'cost' ($ per token)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+    as_json: bool = json_option("the plan"),
     layout: Optional[str] = typer.Option(None, "--layout", help='Evaluate one layout, e.g. "tp=8,pp=16,zero=1".'),
     compare: Optional[str] = typer.Option(None, "--compare-hardware", help="Comma-separated accelerators to compare."),
     list_gpus: bool = typer.Option(False, "--list-gpus", help="Print the accelerator catalog."),

@@ -9,6 +9,8 @@ from contextlib import contextmanager
 
 import typer
 
+from trainperf.cli_options import json_option
+
 runs_app = typer.Typer(help="List, show and query run records in the store (Parquet + DuckDB, or PostgreSQL).",
                        no_args_is_help=True)
 
@@ -129,7 +131,7 @@ def show_lines(d: dict, indent: int = 0) -> list[str]:
 def list_runs(store: str = typer.Option(None, "--store", help=STORE_HELP),
               job: str = typer.Option(None, "--job", help="Only runs of this job."),
               limit: int = typer.Option(50, "--limit", min=1, max=1_000_000, help="Most recent N runs."),
-              as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+              as_json: bool = json_option("the runs")) -> None:
     """List runs, newest first: id, job, time, host, versions, summary metrics."""
     from trainperf.store import query
 
@@ -177,7 +179,7 @@ def id_from_prefix(prefix: str, store: str | None) -> str | None:
 @runs_app.command("show")
 def show(run_id: str = typer.Argument(..., help="Run id, or its start when only one run begins so."),
          store: str = typer.Option(None, "--store", help=STORE_HELP),
-         as_json: bool = typer.Option(False, "--json", help="Print the whole record as JSON.")) -> None:
+         as_json: bool = json_option("the whole record")) -> None:
     """Show one run: metadata, summary metrics, step-time statistics and kernel results."""
     import numpy as np
     from rich.console import Console
@@ -214,7 +216,7 @@ def show(run_id: str = typer.Argument(..., help="Run id, or its start when only 
 def query_cmd(sql: str = typer.Argument(..., help='SQL over the views runs, steps, kernels, e.g. "SELECT job, '
                                                   'median(step_time_s) FROM steps GROUP BY job".'),
               store: str = typer.Option(None, "--store", help=STORE_HELP),
-              as_json: bool = typer.Option(False, "--json", help="Print rows as JSON."),
+              as_json: bool = json_option("the rows"),
               limit: int = typer.Option(200, "--limit", min=1, max=1_000_000, help="Rows to print in the table.")) -> None:
     """Run SQL over the store: views runs (one row per run), steps (per step), kernels (per kernel result)."""
     from trainperf.store import query
