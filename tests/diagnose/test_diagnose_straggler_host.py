@@ -106,3 +106,36 @@ def test_point_to_point_kernels_are_not_paired_across_ranks(tmp_path):
     assert d.cross_rank["clock_offset_us"] == {0: 0.0, 1: 0.0}
     assert any("point-to-point" in n for n in d.notes)
     assert not [f for f in d.findings if f.kind == "straggler"]
+
+
+def _noisy_rank_events(rank: int, delays_ms: dict[int, list[float]]) -> list[dict]:
+    """Like _rank_events, but either rank may compute longer in a step: rank r starts its forward d_r ms late
+    and waits max(d) - d_r ms inside the broadcast (gloo:broadcast open meanwhile)."""
+    ev = []
+    for k in range(len(delays_ms[0])):
+        s = 1000.0 + k * STEP_MS
+        d = delays_ms[rank][k]
+        wait = max(v[k] for v in delays_ms.values()) - d
+        fwd = s + 1.0 + d
+        ev += [_x(f"ProfilerStep#{k + 1}", s, STEP_MS - 0.01, 10, "user_annotation"),
+               _x("DistributedDataParallel.forward", fwd, 59.0 - d, 10, "user_annotation"),
+               _x("c10d::broadcast_", fwd + 0.5, 0.2, 10),
+               _x("gloo:broadcast", fwd + 0.6, wait + 0.4, 20),
+               _x("aten::mm", fwd + 1.0 + wait, 57.0 - d - wait, 10),
+               _x("aten::mm", s + 61.0, 38.0, 10)]
+    return ev
+
+
+def test_a_rank_slower_only_in_some_steps_is_noise_not_a_straggler(tmp_path):
+    # rank 1 computes 30, 45, 20 ms longer in steps 1-3, rank 0 25 and 35 ms longer in steps 4-5: rank 1's
+    # extra work per step is +30, +45, +20, -25, -35 ms: median 20, median absolute deviation 25 -> 0.8 < 1.
+    # Its covered wait (20 ms per 100-ms step, the median of 30, 45, 20, 0, 0) alone would pass the 5 % bar.
+    delays = {0: [0.0, 0.0, 0.0, 25.0, 35.0], 1: [30.0, 45.0, 20.0, 0.0, 0.0]}
+    for r in (0, 1):
+        doc = {"traceEvents": _noisy_rank_events(r, delays),
+               "distributedInfo": {"backend": "gloo", "rank": r, "world_size": 2}}
+        (tmp_path / f"rank{r}.json").write_text(json.dumps(doc))
+    hs = host_straggler(load_trace(tmp_path))
+    assert hs.rank == 1 and hs.gain_pct == pytest.approx(20.0, abs=0.5)
+    assert hs.snr == pytest.approx(20.0 / 25.0, abs=0.02)
+    assert not [f for f in diagnose(tmp_path).findings if f.kind == "straggler"]

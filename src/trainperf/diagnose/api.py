@@ -141,7 +141,8 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
         for r in tables:
             facts[r].straggler = StragglerFacts(rank=hs.rank, caused_us=hs.gain_us * hs.steps,
                                                 caused_per_other_us=hs.gain_us, imbalance_pct=0.0, events=[],
-                                                host_gain_pct=hs.gain_pct, host_gain_us=hs.gain_us)
+                                                host_gain_pct=hs.gain_pct, host_gain_us=hs.gain_us,
+                                                host_snr=hs.snr)
     if not gpu_ranks:
         notes.append("no kernel/memcpy/memset events in the trace: GPU analyses (breakdown, idle, overlap, "
                      "launches, critical path) are skipped; host-side analyses only")
@@ -175,7 +176,8 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
         xr_json = {"n_collectives_matched": 0, "straggler_rank": hs.rank,
                    "straggler_caused_wait_us": hs.gain_us * hs.steps, "compute_imbalance_pct": 0.0,
                    "host_straggler_rank": hs.rank, "host_straggler_gain_pct": hs.gain_pct,
-                   "host_own_work_us": hs.own_us, "host_wait_us": hs.wait_us, "host_steps": hs.steps}
+                   "host_own_work_us": hs.own_us, "host_wait_us": hs.wait_us, "host_steps": hs.steps,
+                   "host_straggler_snr": min(hs.snr, 1e6)}
     if xr is not None:
         st = xr.straggler
         xr_json = {"n_collectives_matched": len(xr.collectives), "wait_by_rank_us": xr.wait_by_rank_us,

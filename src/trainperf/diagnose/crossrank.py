@@ -177,7 +177,9 @@ class HostStraggler:
     """The straggler of a CPU-only job, from the time each rank's training-loop thread waits for collectives.
 
     own_us / wait_us: per rank, per-step medians (µs); gain_pct: median over steps of the straggler's own
-    work minus the other ranks' median own work, % of the step."""
+    work minus the other ranks' median own work, % of the step; snr: the median of that extra work over its
+    median absolute deviation across steps (inf when every step agrees): how far it stands out of the
+    step-to-step noise."""
 
     rank: int
     gain_pct: float
@@ -185,6 +187,7 @@ class HostStraggler:
     own_us: dict[int, float]
     wait_us: dict[int, float]
     steps: int
+    snr: float = float("inf")
 
 
 def _merge(iv: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -277,8 +280,11 @@ def host_straggler(tables: dict[int, EventTable]) -> HostStraggler | None:
     covered = np.minimum(np.maximum(extra, 0.0), others_wait)
     gain_us = float(np.median(covered))
     gain_pct = float(np.median(100.0 * covered / np.where(step > 0, step, np.inf)))
+    mid = float(np.median(extra))
+    mad = float(np.median(np.abs(extra - mid)))
     return HostStraggler(rank=srank, gain_pct=gain_pct, gain_us=gain_us, own_us=med_own,
-                         wait_us={r: float(np.median(v)) for r, v in wait.items()}, steps=len(common))
+                         wait_us={r: float(np.median(v)) for r, v in wait.items()}, steps=len(common),
+                         snr=mid / mad if mad > 0 else (float("inf") if mid > 0 else 0.0))
 
 
 # --- GPU ranks whose collectives cannot be matched: compute per step ----------------------------------

@@ -166,6 +166,11 @@ STRAGGLER_MIN_WAIT_PCT = 2.0  # wait the straggler causes each other rank, % of 
 # run of the corpus (healthy-real) waits ~4% per step from ordinary imbalance; the smallest injected
 # straggler (straggler-low-real) ~7.5%: in-sample only, 4 cases, not cross-validated.
 STRAGGLER_HOST_MIN_PCT = 5.0
+# ... and its extra work per step must stand out of its step-to-step spread (median over median absolute
+# deviation across steps >= this): on a shared machine one rank is slower in some steps and faster in others
+# (corpus data_loader_stall-low-real: +26, +28, -14, -7, +13 ms, ratio 0.9), a slow rank in nearly all
+# (straggler-medium-real 1.9, -high-real 3.5). 1 = the signal is as large as the noise; not fitted.
+STRAGGLER_HOST_MIN_SNR = 1.0
 
 # the straggler computes this much longer than the other ranks' median (per step, crossrank.compute_straggler).
 # Untouched HTA trace_filter: rank 1 computes 1.28x rank 0, and making it as fast gains < MIN_GAIN_PCT (the
@@ -181,10 +186,11 @@ def straggler(f: RankFacts) -> Finding | None:
     if s is None:
         return None
     if s.host_gain_pct is not None:  # CPU-only job: priced from the other ranks' per-step wait, no replay
-        if f.rank != s.rank or s.host_gain_pct < STRAGGLER_HOST_MIN_PCT:
+        if f.rank != s.rank or s.host_gain_pct < STRAGGLER_HOST_MIN_PCT or s.host_snr < STRAGGLER_HOST_MIN_SNR:
             return None
         return _make(f, kind="straggler", metrics={"others_wait_per_step": (s.host_gain_us, "us"),
-                                                   "others_wait_share": (s.host_gain_pct, "%")},
+                                                   "others_wait_share": (s.host_gain_pct, "%"),
+                                                   "extra_work_over_its_spread": (min(s.host_snr, 1e6), "x")},
                      gain_pct=s.host_gain_pct, gain_us=s.host_gain_us, ranks=[s.rank],
                      what_if=f"no rank waits for rank {s.rank} (host only: the others' median wait per step)",
                      evidence_pct=s.host_gain_pct)
