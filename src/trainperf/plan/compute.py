@@ -146,14 +146,17 @@ def layer_elementwise_fwd_s(m: ModelSpec, tokens, tp, sp, hbm_bps: float, fp8=Fa
     dropout masks and applications (GPT: 12 B), rotary on q and k (``rope_bytes``), the MLP
     activation (gated: ``act_bytes`` per ffn element; plain GELU read + write: 4 B).
     Hidden-width work is split over tp only with sequence parallelism; head/ffn-width work
-    always is. fp8 adds a cast (read 2 B, write 1 B) of every GEMM input.
+    always is. fp8 adds a cast pass (read 2 B, write 1 B row-wise and 1 B column-wise) of
+    the attention output only when the stack fuses the others into their producers
+    (``sw.fp8_cast_fused``, plan/stacks.py), of every GEMM input otherwise.
     """
     sw = sw or Software()
     h_bytes = 2.0 * sw.norm_bytes + 12.0 + (12.0 if dropout else 0.0)
     f_bytes = sw.act_bytes if m.gated_mlp else 4.0
     rope = 0.0 if m.learned_pos_emb else sw.rope_bytes * (m.q_dim + m.kv_dim)
     per_token = h_bytes * m.hidden / np.where(sp, tp, 1) + (f_bytes * active_ffn_width(m) + rope) / tp
-    cast = np.where(fp8, 3.0 * (2 * m.hidden + (m.q_dim + m.ffn_hidden) / tp), 0.0)
+    cast_elements = m.q_dim / tp if sw.fp8_cast_fused else 2 * m.hidden + (m.q_dim + m.ffn_hidden) / tp
+    cast = np.where(fp8, 4.0 * cast_elements, 0.0)
     return tokens * (per_token + cast) / hbm_bps
 
 

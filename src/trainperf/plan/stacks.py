@@ -29,6 +29,13 @@ launches on the host, collectives on the links).
   sequence parallel), whether data-parallel / FSDP collectives overlap backward and forward,
   whether pipeline sends overlap compute.
 * Optimizer: bytes moved per local parameter by the Adam step; gradient reduction width.
+* fp8 casts: Hopper's fp8 GEMMs take both operands K-major, so every fp8 GEMM input is
+  written twice in fp8 (row- and column-wise, 1 B each). Fused stacks emit them from the
+  kernel that produces the input (TransformerEngine's LayerNormLinear / LayerNormMLP and
+  fp8-output activations, XLA's and Inductor's convert fusion): the two 1 B writes replace
+  the 2 B bf16 write, so only the attention output, which the flash-attention kernel writes
+  in bf16, needs its own pass (read 2 B, write 1 + 1 B). Unfused stacks pay that pass for
+  every GEMM input (``fp8_cast_fused=False``).
 """
 
 from __future__ import annotations
@@ -60,6 +67,8 @@ class Software:
     optimizer_bytes_per_param: float = 34.0  # Adam step, bytes per local parameter
     grad_reduce_bytes: int = 2          # bytes per gradient element on the wire
     dropout: bool | None = None         # None: GPT-style models (linear biases) use dropout
+    fp8_cast_fused: bool = True         # fp8 quantisation of GEMM inputs fused into the producing kernel
+                                        # (module docstring); False: a separate cast pass per GEMM input
     pue: float = 1.2                    # data-centre power usage effectiveness for kWh
     description: str = ""
 
@@ -86,15 +95,15 @@ STACKS: dict[str, Software] = {s.name: s for s in [
         name="megatron-core", description="Megatron-Core / NeMo with TransformerEngine: fused kernels, "
         "cuDNN flash attention, TP comm overlap, overlapped grad reduce / param gather and p2p"),
     Software(
-        name="megatron-2021", attention="math", tp_overlap=0.0, dp_overlap=False, p2p_overlap=False,
+        name="megatron-2021", attention="math", fp8_cast_fused=False, tp_overlap=0.0, dp_overlap=False, p2p_overlap=False,
         kernels_per_layer=25.0, description="Megatron-LM 2021-22 (SC21, Korthikanti et al.): apex fused "
         "layer norm and bias-GELU, no flash attention, no communication overlap"),
     Software(
-        name="deepspeed", attention="math", tp_overlap=0.0, p2p_overlap=False, kernels_per_layer=30.0,
+        name="deepspeed", attention="math", fp8_cast_fused=False, tp_overlap=0.0, p2p_overlap=False, kernels_per_layer=30.0,
         host_s_per_kernel=8e-6, description="Megatron-DeepSpeed / DeepSpeed ZeRO 1-3 and its pipeline "
         "engine: fused norms, no flash attention (2021-23 recipes), ZeRO overlap_comm, blocking p2p"),
     Software(
-        name="pytorch-fsdp", attention="fa2", tp_overlap=0.0, p2p_overlap=False, kernels_per_layer=40.0,
+        name="pytorch-fsdp", attention="fa2", fp8_cast_fused=False, tp_overlap=0.0, p2p_overlap=False, kernels_per_layer=40.0,
         host_s_per_kernel=8e-6, optimizer_bytes_per_param=32.0, grad_reduce_bytes=4, **_EAGER,
         description="eager PyTorch with FSDP/FSDP2 (torchtitan eager, HF + accelerate): unfused norms, "
         "RoPE and SwiGLU, SDPA FlashAttention-2, fp32 gradient reduction, fused AdamW"),
