@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from trainperf.errors import TrainperfError
-from trainperf.trace.annotate import correlated_host_row
+from trainperf.trace.annotate import correlated_host_row, enclosing_span
 from trainperf.trace.events import CPU_OP, DEVICE_KINDS, MEMCPY, EventTable
 
 DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "long": 8, "int": 4,
@@ -329,39 +329,24 @@ def device_accelerator(t: EventTable):
 def launching_op(t: EventTable) -> np.ndarray:
     """For every row, the innermost cpu_op on the launching thread that encloses the launch of this
     device event (kernel, memcpy, memset), else -1. Via the correlation id, not the "External id"
-    arg, whose meaning on device events differs between Kineto versions."""
+    arg, whose meaning on device events differs between Kineto versions. An op encloses a launch
+    that starts in [op start, op end); at equal starts the shorter op is the inner one."""
     out = np.full(len(t), -1, dtype=np.int64)
     link = correlated_host_row(t)
     dev = np.flatnonzero(np.isin(t.kind, DEVICE_KINDS) & (link >= 0))
     if dev.size == 0:
         return out
     ops = np.flatnonzero(t.kind == CPU_OP)
+    if ops.size == 0:
+        return out
+    ops = ops[np.lexsort((-t.dur_ns[ops], t.ts_ns[ops]))]  # outer before inner at equal starts
     launches = np.unique(link[dev])
-    op_of_launch = {}
-    end = t.ts_ns + t.dur_ns
-    items = np.concatenate([ops, launches])
-    is_op = np.r_[np.ones(ops.size, bool), np.zeros(launches.size, bool)]
-    # per thread, in time order; at equal starts the longer (outer) op first, launches after ops
-    order = np.lexsort((~is_op, -t.dur_ns[items], t.ts_ns[items], t.tid[items], t.pid[items]))
-    stack: list[int] = []
-    thread = None
-    for i in order:
-        r = int(items[i])
-        th = (int(t.pid[r]), int(t.tid[r]))
-        if th != thread:
-            stack, thread = [], th
-        while stack and end[stack[-1]] <= t.ts_ns[r] and not (end[stack[-1]] == t.ts_ns[r] == t.ts_ns[stack[-1]]):
-            stack.pop()
-        if is_op[i]:
-            stack.append(r)
-        elif stack:
-            op_of_launch[r] = stack[-1]
-    if op_of_launch:
-        keys = np.fromiter(op_of_launch.keys(), dtype=np.int64)
-        vals = np.fromiter(op_of_launch.values(), dtype=np.int64)
-        lut = np.full(len(t), -1, dtype=np.int64)
-        lut[keys] = vals
-        out[dev] = lut[link[dev]]
+    key = t.pid * 1_000_003 + t.tid
+    # enclosing_span counts a span ending exactly at the query as enclosing it: end - 1 ns makes it [start, end)
+    hit = enclosing_span(key[ops], t.ts_ns[ops], t.ts_ns[ops] + t.dur_ns[ops] - 1, key[launches], t.ts_ns[launches])
+    lut = np.full(len(t), -1, dtype=np.int64)
+    lut[launches] = np.where(hit >= 0, ops[np.clip(hit, 0, None)], -1)
+    out[dev] = lut[link[dev]]
     return out
 
 
