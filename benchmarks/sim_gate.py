@@ -69,11 +69,11 @@ def run_series(args) -> None:
     rng = np.random.default_rng(args.seed)
     power_trials = max(args.trials // 4, 100)
     print(f"trials={args.trials} (A/A), {power_trials} (each power column), cv={args.cv:.1%}, 95% intervals")
-    print("| noise | steps | runs a side | phi | A/A false | " + " | ".join(f"power {e:.0%}" for e in EFFECTS) + " |")
-    print("|---|---|---|---|---|" + "---|" * len(EFFECTS))
+    print("| noise | steps | runs a side | phi | A/A false | " + " | ".join(f"power {e:.0%}" for e in args.effects) + " |")
+    print("|---|---|---|---|---|" + "---|" * len(args.effects))
     t0 = time.process_time()
     calls = 0
-    for kind in KINDS:
+    for kind in args.kinds:
         for n in args.steps:
             for runs in ((1, 3) if kind == "walk" else (1,)):
                 for phi in PHIS:
@@ -84,8 +84,8 @@ def run_series(args) -> None:
                                 for i in range(k)]
                     aa = trial(args.trials)
                     false = np.mean([not (s.lo < 0 < s.hi) for s in aa])
-                    power = [np.mean([s.lo > 0 for s in trial(power_trials, e)]) for e in EFFECTS]
-                    calls += args.trials + len(EFFECTS) * power_trials
+                    power = [np.mean([s.lo > 0 for s in trial(power_trials, e)]) for e in args.effects]
+                    calls += args.trials + len(args.effects) * power_trials
                     print(f"| {kind} | {n} | {runs} | {phi:.1f} | {false:.1%} | "
                           + " | ".join(f"{p:.0%}" for p in power) + " |", flush=True)
     print(f"{(time.process_time() - t0) / calls * 1e3:.2f} CPU-ms per interval")
@@ -95,6 +95,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--series", action="store_true", help="compare's interval over autocorrelated steps")
     ap.add_argument("--steps", type=lambda s: [int(v) for v in s.split(",")], default=[50, 200])
+    ap.add_argument("--effects", type=lambda s: [float(v) for v in s.split(",")], default=list(EFFECTS),
+                    help="--series: slowdowns of B for the power columns")
+    ap.add_argument("--kinds", type=lambda s: s.split(","), default=list(KINDS), help="--series: noise kinds")
     ap.add_argument("--trials", type=int, default=5000)
     ap.add_argument("--n", type=int, default=10)
     ap.add_argument("--cv", type=float, default=0.01)
