@@ -119,6 +119,23 @@ def test_parsimony_a_specific_cause_earns_its_place():
     assert child_z(real, exp, req, parent, child, 1.0, 1.0, 0.5) == pytest.approx(120 / np.sqrt(120))
 
 
+def test_parsimony_every_sub_population_counts_once():
+    # a=1 fails more on b=x (2% -> 10%, 6000 requests) and on the small z, w, v (2% -> 6%, 500
+    # each), not on the big y (20000). Pooled by traffic the siblings moved 0.035 of the child's
+    # increment (by hand: z = (0.25 x 0.08 x 21500 - 60) / sqrt(0.02 x 21500) = 17.8), so the
+    # pooled test alone kept {a=1 & b=x}; but three of the four other b values moved half as much
+    # as x (median share 0.5 >= 0.25): the cause is a=1, as RS labels such incidents
+    from trainperf.fleet.localize import child_z, siblings_share
+
+    leaves, real, exp, req = _derived_table({("1", "x"): 0.10, ("1", "z"): 0.06, ("1", "w"): 0.06, ("1", "v"): 0.06},
+                                            {"x": 6000, "y": 20000, "z": 500, "w": 500, "v": 500})
+    parent, child = leaves["a"] == "1", (leaves["a"] == "1") & (leaves["b"] == "x")
+    codes = np.unique(leaves["b"], return_inverse=True)[1]
+    assert siblings_share(real, exp, req, codes, parent, child, 1.0) == pytest.approx(0.5)
+    assert child_z(real, exp, req, parent, child, 1.0, 1.0, 0.25) == pytest.approx(370 / np.sqrt(430))
+    assert localize(leaves, real, exp, real_b=req).root_causes == [{"a": "1"}]
+
+
 def test_always_a_ranked_answer_with_confidence():
     # a small change drowned in leaf noise: the best guess is still given, flagged as not confident
     rng = np.random.default_rng(3)

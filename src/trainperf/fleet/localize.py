@@ -182,6 +182,28 @@ def child_z(real: np.ndarray, exp: np.ndarray, weight: np.ndarray, parent: np.nd
     return float((least - dev_s) / np.sqrt(dispersion * max(float(np.abs(exp[sib]).sum()), 1e-12)))
 
 
+def siblings_share(real: np.ndarray, exp: np.ndarray, weight: np.ndarray, codes: np.ndarray, parent: np.ndarray,
+                   child: np.ndarray, sign: float) -> float:
+    """Return how much of the child's change the typical sibling sub-population shared: the median,
+    over the elements of the child's cuboid inside the parent but outside the child, of their change
+    per unit of weight over the child's (1: moved alike, 0: did not move; nan: no siblings).
+
+    Each sub-population counts once, whatever its traffic: a dominant value that carries most of the
+    change cannot hide that the other values of its attribute moved too (``child_z`` pools them).
+    """
+    sib = parent & ~child
+    w_c = float(weight[child].sum())
+    dev_c = sign * float(real[child].sum() - exp[child].sum())
+    if not sib.any() or w_c <= 0 or dev_c <= 0:
+        return float("nan")
+    groups = codes[sib]
+    m = int(groups.max()) + 1
+    w = np.bincount(groups, weight[sib], m)
+    dev = sign * np.bincount(groups, real[sib] - exp[sib], m)
+    ok = w > 0
+    return float(np.median(dev[ok] / w[ok])) / (dev_c / w_c) if ok.any() else float("nan")
+
+
 def localize(leaves: dict[str, np.ndarray], real: np.ndarray, expected: np.ndarray,
              options: LocalizeOptions | None = None, real_b: np.ndarray | None = None,
              expected_b: np.ndarray | None = None, **fields) -> Localization:
@@ -301,7 +323,9 @@ def _parsimony(cuboid: tuple, elems: list[int], cuboids: dict, real, expected, w
     """Replace the cause by its parent (one attribute fewer) unless the child explains significantly more.
 
     The child (more specific) keeps its place only when, against every parent, the leaves it
-    leaves out clearly did not share the change: ``child_z`` >= z_crit. Otherwise the parent
+    leaves out clearly did not share the change: pooled, ``child_z`` >= z_crit, and typically,
+    the median sibling sub-population moved less than ``min_ratio`` of the child's change
+    (``siblings_share``). Otherwise the parent
     with the smallest loss replaces it, so a dominant value of another attribute is never
     appended by default. Returns (cuboid, elements, loss) of the description kept.
     """
@@ -318,7 +342,9 @@ def _parsimony(cuboid: tuple, elems: list[int], cuboids: dict, real, expected, w
             wanted = {tuple(uniq[i][keep]) for i in elems}
             p_elems = [i for i, u in enumerate(map(tuple, p_uniq)) if u in wanted]
             parent = np.isin(p_codes, p_elems)
-            if child_z(real, expected, weight, parent, child, sign, disp, min_ratio) >= z_crit:
+            shared = siblings_share(real, expected, weight, codes, parent, child, sign)
+            if not shared >= min_ratio and child_z(real, expected, weight, parent, child, sign, disp,
+                                                   min_ratio) >= z_crit:
                 continue  # the leaves the child leaves out clearly did not share the change
             p_loss = _model_loss(real, expected, weight, parent)
             if best is None or p_loss < best[2]:
