@@ -25,6 +25,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 from kineto_builder import TraceBuilder  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from chart_checks import assert_charts  # noqa: E402
+
 from trainperf.cli import main  # noqa: E402
 from trainperf.report.html import charts_backend  # noqa: E402
 
@@ -172,6 +175,8 @@ def test_every_report_renders_in_chromium_without_clipping(tmp_path):
     for kind, path in reports.items():
         page = path.read_text()
         assert page.startswith("<!doctype html>"), kind
+        if kind != "index":  # each chart carries numbers and a titled axis before it is drawn
+            assert_charts(page)
         (checked / path.name).write_text(page.replace("</body>", f"<script>{CHECKER}</script></body>"))
         frames.append(f"<iframe src='{path.name}' width='1200' height='900'></iframe>")
     harness = checked / "_all_reports.html"

@@ -28,13 +28,15 @@ def write_report(run_dir: str | Path, result: dict) -> Path:
         ["goodput", gp.get("goodput")], ["final loss", result.get("final_loss")],
     ], ["metric", "value"]), paragraph(f"peak FLOP/s: {result.get('peak_flops'):.3g} ({result.get('peak_source')})"))
     if kept:
-        rep.add("Loss", line_chart({"loss": [s["loss"] for s in kept]}, xs=xs))
+        rep.add("Loss", line_chart({"loss": [s["loss"] for s in kept]}, xs=xs, unit="loss (nats)", x_title="step"))
         evals = [s for s in kept if s.get("eval_loss") is not None]
         if evals:
             rep.add("Held-out loss (--eval-every)", line_chart({"held-out loss": [s["eval_loss"] for s in evals]},
-                                                              xs=[s["step"] for s in evals]))
+                                                              xs=[s["step"] for s in evals], unit="loss (nats)",
+                                                              x_title="step"))
         rep.add("Step time", line_chart({"step time": [s["step_time_s"] for s in kept],
-                                         "data wait": [s["data_wait_s"] for s in kept]}, xs=xs, unit="s"))
+                                         "data wait": [s["data_wait_s"] for s in kept]}, xs=xs, unit="s",
+                                        x_title="step"))
     parts = ["productive_s", "startup_s", "data_wait_s", "checkpoint_s", "restart_s", "lost_work_s", "other_s"]
     rep.add("Goodput: where the wall time went", bar_chart([p[:-2] for p in parts], [gp.get(p, 0.0) for p in parts],
                                                            unit="s"))
