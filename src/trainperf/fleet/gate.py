@@ -132,11 +132,11 @@ def compare_runs(baseline: RunSeries, candidate: RunSeries, metric: str = "step_
                   candidate_median=float(np.median(b_all)))
     one_each = len(baseline.series) == 1 and len(candidate.series) == 1
     short = min(len(x) for x in baseline.series + candidate.series)
-    too_few = (one_each and short < MIN_STEPS) or (not one_each and len(baseline.series) + len(candidate.series) < 3)
+    too_few = one_each and short < MIN_STEPS  # repeats: the t over run means needs no steps count
     positive = a_all.mean() > 0 and b_all.mean() > 0 and (a_all >= 0).all() and (b_all >= 0).all()
     if too_few or not positive:
-        why = (f"too few steady steps ({short} in the shortest run; at least {MIN_STEPS} a side with one run each, "
-               "or repeats)" if too_few else f"{metric} has negative values or a zero mean (the interval is of a ratio)")
+        why = (f"too few steady steps ({short} in the shorter run; at least {MIN_STEPS} a side, or give repeats)"
+               if too_few else f"{metric} has negative values or a zero mean (the interval is of a ratio)")
         return GateResult(verdict="inconclusive", effect=float("nan"), effect_ci=(float("nan"), float("nan")),
                           p_value=float("nan"), test="compare.interval", reason=why, **common)
     sh = shift(baseline.series, candidate.series, level=1 - ci_alpha)
