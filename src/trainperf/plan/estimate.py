@@ -181,12 +181,12 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Effi
     params = np.maximum(p_first, p_last)
     p_expert = memory.stage_expert_params(m, pp, vpp, ep, etp)
     n_dp = dp * cp
-    n_shard = lay.shard_group() * cp
+    hybrid = bool(np.any(np.asarray(lay.dp_shard)))  # the search never sets dp_shard: skip its links
+    n_shard = lay.shard_group() * cp if hybrid else n_dp
     n_rep = n_dp / n_shard
     n_edp = memory.expert_dp(lay)
     dp_bw, dp_alpha = comm.group_link(cluster, eff, tp, n_dp)
-    sh_bw, sh_alpha = comm.group_link(cluster, eff, tp, n_shard)
-    rep_bw, rep_alpha = comm.group_link(cluster, eff, tp * n_shard, n_rep)
+    sh_bw, sh_alpha = comm.group_link(cluster, eff, tp, n_shard) if hybrid else (dp_bw, dp_alpha)
     edp_bw, edp_alpha = comm.group_link(cluster, eff, ep * etp, n_edp)
     gb = float(sw.grad_reduce_bytes)
 
@@ -199,7 +199,10 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Effi
     ar_g = comm.all_reduce_s(params * gb, n_dp, dp_bw, dp_alpha) + experts(comm.all_reduce_s, p_expert * gb)
     rs_g = sync(comm.reduce_scatter_s, params * gb, p_expert * gb)
     ag_w = sync(comm.all_gather_s, params * 2.0, p_expert * 2.0)
-    ar_rep = comm.all_reduce_s(params * gb / n_shard, n_rep, rep_bw, rep_alpha)  # 0 without replicas
+    ar_rep = 0.0
+    if hybrid:  # the replicas of each shard all-reduce it
+        rep_bw, rep_alpha = comm.group_link(cluster, eff, tp * n_shard, n_rep)
+        ar_rep = comm.all_reduce_s(params * gb / n_shard, n_rep, rep_bw, rep_alpha)
     bwd_window = stage_layers * (layer_bwd + layer_recompute)
     fwd_window = stage_layers * layer_fwd
     tail = 1.0 / np.maximum(stage_layers, 1.0)  # the last layer's bucket cannot overlap
