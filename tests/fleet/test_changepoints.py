@@ -9,7 +9,7 @@ import pytest
 
 from trainperf.errors import TrainperfError
 from trainperf.fleet.changepoints import (ChangeDetector, ChangeOptions, _best_split, _hodges_lehmann, _vif,
-                                         detect_changes, split_p_value)
+                                         detect_changes, drift_vif, series_drift, split_p_value)
 from trainperf.fleet.jumps import find_jumps, local_drift, trend_share
 from trainperf.fleet.synth import synthetic_fleet
 
@@ -185,8 +185,11 @@ def test_options_validate_and_the_reported_p_value_is_the_one_decided_with():
     x[60:] += 0.02
     res = detect_changes(x, ChangeOptions(alpha=0.01))
     (c,) = res.changes
-    # one function computes the p-value: the reported one is split_p_value on the change's segment
-    assert c.p_value == split_p_value(x, c.index, ChangeOptions()) and c.p_value < 0.01
+    # one function computes the p-value: the reported one is split_p_value on the change's segment,
+    # with the drift the final test fits (drift "final": one drift within the segments the changes leave)
+    bounds = [0, c.index, len(x)]
+    given = (series_drift(x, bounds), drift_vif(bounds, 0))
+    assert c.p_value == split_p_value(x, c.index, ChangeOptions(), drift=given) and c.p_value < 0.01
     # a change whose p-value is above alpha is not reported
     assert detect_changes(x, alpha=c.p_value * 0.999).change_points == []
 
@@ -243,8 +246,6 @@ def test_a_drift_in_the_null_keeps_short_drifting_series_quiet_and_still_finds_a
 def test_series_drift_and_its_variance_inflation_against_least_squares():
     # OLS reference: segment dummies + one slope; the slope's Theil-Sen estimate on exact lines is exact,
     # and var(step) with the slope fitted / without = drift_vif
-    from trainperf.fleet.changepoints import drift_vif, series_drift
-
     bounds = [0, 30, 55, 100]
     t = np.arange(100.0)
     y = 0.3 * t + np.repeat([0.0, 5.0, -2.0], np.diff(bounds))

@@ -72,8 +72,8 @@ class ChangeOptions:
     min_trend_share: float = MIN_TREND_SHARE
     noise_autocorr: bool = True
     seeded: bool = True
-    max_misfit: float = 1.5
-    drift: str = "significant"
+    max_misfit: float = 1.25
+    drift: str = "final"
 
     def __post_init__(self):
         problems = [msg for bad, msg in (
@@ -559,13 +559,17 @@ def detect_changes(values, options: ChangeOptions | None = None, *, start: int =
     found.sort(key=lambda f: f.index)
     ramp_at = {r.start + s0: r for r in ramps}
     bounds = [s0] + [f.index for f in found] + [len(y)]
+    # drift "final": the level steps are described with the drift their final test removed
+    global_drift = series_drift(y, [s0] + [f.index for f in found if f.kind == "level"] + [len(y)])
     changes = []
     for i, f in enumerate(found):
         a, b, ch = bounds[i], bounds[i + 2], f.change
         if f.kind == "trend":
             ch = _describe_trend(ramp_at[f.index], keep, s0)
         elif ch is None:
-            ch = _describe(y, a, f.index, b, f.p_value, _within_drift(y[a:b], f.index - a, opts.alpha, drift="always" if opts.drift in ("always", "final") else "significant"))
+            drift = (global_drift if opts.drift == "final"
+                     else _within_drift(y[a:b], f.index - a, opts.alpha, drift=opts.drift))
+            ch = _describe(y, a, f.index, b, f.p_value, drift)
         ch.index, ch.kind = int(keep[f.index]), f.kind
         changes.append(ch)
     return ChangeResult(n=len(y_all), changes=changes)

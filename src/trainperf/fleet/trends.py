@@ -34,6 +34,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 MIN_RAMP = 3  # a ramp reaching its new level over fewer points (k2 - k1) than this is a step
 MAX_KINKS = 4  # kinks added per series at most (each one tested at alpha)
+MAX_GROUP = 8  # most consecutive same-sign steps one ramp may replace (a 100-run ramp: 5 steps)
 # a kink needs 2 x min_size points on each side: with fewer, its t-value rests on a handful of
 # points and heavy-tailed noise breaks the normal bound (2 of 20 A/A series with 3% stalls in t3
 # noise got a kink 6-8 points from an end at 1 x min_size)
@@ -223,7 +224,7 @@ def ramps_from_steps(y: np.ndarray, steps: list[tuple[int, float]], w: int, sigm
                      ) -> tuple[list[tuple[int, float]], list[Ramp]]:
     """Replace level steps that a ramp fits better (BIC) by ramps; return (steps kept, ramps).
 
-    ``steps``: [(position, p-value)] sorted; a run of consecutive steps of one sign (up to 4)
+    ``steps``: [(position, p-value)] sorted; a run of consecutive steps of one sign (up to ``MAX_GROUP``)
     becomes one ramp from before its first step to after its last when
     RSS_ramp / sigma^2 + 3 log n < RSS_steps / sigma^2 + 2 m log n (BIC with the long-run sigma;
     m steps: a position and a size each; the ramp: two ends and a size). A single step is
@@ -239,7 +240,7 @@ def ramps_from_steps(y: np.ndarray, steps: list[tuple[int, float]], w: int, sigm
         pos = [s for s, _ in steps]
         best = None
         for i in range(len(steps)):
-            for m in range(1, 5):
+            for m in range(1, MAX_GROUP + 1):
                 group = steps[i:i + m]
                 if len(group) < m:
                     break
