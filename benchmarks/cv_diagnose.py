@@ -26,8 +26,8 @@ tell (counting it let the tuning hide it behind small_kernels' marginal gain, at
 precision). The table still shows every kind's false findings, as `trainperf evaluate` does.
 
 Thresholds tuned: every UPPER_CASE int/float of diagnose/rules.py (the *_SPEEDUP what-if factors
-only with --speedups: they are assumed speed-ups, not detection thresholds) and the severity /
-dismissal cut-offs of diagnose/findings.py. A rule's threshold is tuned only when the corpus has
+only with --speedups: they are assumed speed-ups, not detection thresholds) and every number
+diagnose/findings.py assigns (severity, dismissal and ranking cut-offs). A rule's threshold is tuned only when the corpus has
 cases of its kind (the rule that reads it, from its code): for a kind without positives (launch_bound,
 memory_bound_unfused, optimizer_slow, idle_gpu on today's corpus) only false findings can be scored, so
 tuning would just switch it off; --one-sided tunes them anyway. The straggler's STRAGGLER_MIN_WAIT_PCT is applied by
@@ -55,8 +55,9 @@ from trainperf.corpus.evaluate import CaseResult, case_folders, read_labels, sco
 from trainperf.diagnose import api
 from trainperf.diagnose import findings as F
 from trainperf.diagnose import rules as R
+from trainperf.errors import TrainperfError
 
-FINDINGS_CUTOFFS = ("HIGH_GAIN_PCT", "MEDIUM_GAIN_PCT", "MIN_GAIN_PCT")
+FINDINGS_CUTOFFS = ("HIGH_GAIN_PCT", "MEDIUM_GAIN_PCT", "MIN_GAIN_PCT")  # kept ordered (_valid)
 STEPS = tuple(2 ** (k / 2) for k in range(-4, 5))  # 0.25x .. 4x the current value, 9 points
 HEALTHY_WEIGHT = 1.0
 SEVERITY_WEIGHT = 0.1
@@ -104,10 +105,8 @@ def discover_params(speedups: bool = False) -> list[Param]:
         if name.endswith("_SPEEDUP") and not speedups:
             continue
         out.append(Param(module="rules", name=name, default=v, grid=_grid(name, v), kind=readers.get(name, "?")))
-    for name in FINDINGS_CUTOFFS:
-        if hasattr(F, name):
-            out.append(Param(module="findings", name=name, default=getattr(F, name),
-                             grid=_grid(name, getattr(F, name))))
+    for name in _assigned_numbers(F):  # severity, dismissal and ranking cut-offs: every kind
+        out.append(Param(module="findings", name=name, default=getattr(F, name), grid=_grid(name, getattr(F, name))))
     return out
 
 
@@ -178,6 +177,9 @@ def capture(folder: Path) -> Case:
         api.analyse_rank = orig_rank
         if _GATE:
             api._straggler_facts = orig_strag
+    if not seen:
+        raise TrainperfError(f"{folder}: api.diagnose no longer calls api.analyse_rank(facts, ...): "
+                             "cv_diagnose cannot capture the per-rank facts")
     res = CaseResult(name=folder.name, kind=labels["kind"], ranks=list(labels["ranks"]),
                      true_gain_pct=float(labels["true_gain_pct"]), severity=str(labels["severity"]),
                      base=str(labels.get("base", "")))
