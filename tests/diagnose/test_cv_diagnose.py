@@ -50,3 +50,34 @@ def test_rerun_equals_diagnose_and_thresholds_reach_the_rules():
     off = scorer.findings(case.result.name, {**current, "LAUNCH_BOUND_IDLE_PCT": 100.0})
     assert not any(f["kind"] == "launch_bound" for f in off)
     assert all(getattr(R, p.name, None) == p.default or getattr(F, p.name, None) == p.default for p in params)
+
+
+class _ThresholdScorer(cv.Scorer):
+    """A stand-in for the rules: a case's finding fires when its evidence (facts[0], %) exceeds X_MIN_PCT."""
+
+    def _rerun(self, c, values):
+        if c.facts[0] <= values["X_MIN_PCT"]:
+            return []
+        return [{"kind": "data_loader_stall", "severity": "high", "ranks": [0], "gain_pct": c.facts[0]}]
+
+
+def test_nested_cv_moves_a_threshold_that_misses_everything_between_healthy_and_sick_evidence():
+    from trainperf.corpus.evaluate import CaseResult
+
+    def case(name, kind, base, evidence):
+        r = CaseResult(name=name, kind=kind, ranks=[0], true_gain_pct=20.0 if kind != "healthy" else 0.0,
+                       severity="high", base=base)
+        return cv.Case(result=r, facts=[evidence])
+
+    cases = [x for b in ("a", "b", "c") for x in (case(f"h-{b}", "healthy", b, 0.5),
+                                                  case(f"s-{b}", "data_loader_stall", b, 3.0))]
+    p = cv.Param(module="rules", name="X_MIN_PCT", default=4.0, grid=cv._grid("X_MIN_PCT", 4.0), kind="*")
+    scorer = _ThresholdScorer(cases, [p])
+    nested = cv.NestedCV(scorer, [p], sweeps=2, margins=(0.0, 0.1, float("inf")))
+    everything = frozenset("abc")
+    # every value in (0.5, 3.0) separates them: 1, 1.41, 2, 2.83 on the grid; the middle of that run
+    assert nested.fit(everything, 0.0)["X_MIN_PCT"] == 1.4142
+    margin, scores = nested.choose_margin(everything)
+    assert scores[float("inf")] < scores[0.0] and margin == 0.1  # ties: the larger margin
+    held = nested.lobo(everything, margin)  # each base diagnosed with the value tuned on the other two
+    assert [r.findings != [] for r in held] == [False, True] * 3
