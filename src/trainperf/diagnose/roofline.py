@@ -29,6 +29,7 @@ import numpy as np
 
 from trainperf.errors import TrainperfError
 from trainperf.trace.annotate import correlated_host_row, enclosing_span
+from trainperf.trace import events as ev
 from trainperf.trace.events import CPU_OP, DEVICE_KINDS, MEMCPY, EventTable
 
 DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "long": 8, "int": 4,
@@ -357,10 +358,8 @@ def roofline(t: EventTable, accelerator=None) -> list[RooflineRow]:
     op = launching_op(t)
     host_link = t.ids_matching(lambda n: any(k in n for k in HOST_LINK_COPIES))
     dev = np.flatnonzero((op >= 0) & ~((t.kind == MEMCPY) & np.isin(t.name, host_link)))
-    if dev.size == 0:
-        return []
     op_rows, inv = np.unique(op[dev], return_inverse=True)
-    time_by_op = np.bincount(inv.reshape(-1), weights=t.dur_ns[dev] / 1e3)
+    time_by_op = np.bincount(inv.reshape(-1), weights=t.dur_ns[dev] / 1e3, minlength=op_rows.size)
     groups: dict[tuple[str, str], RooflineRow] = {}
     costs: dict[tuple[int, int], tuple] = {}  # (name id, args id) -> (OpShape, OpCost): each shape priced once
     for r, us in zip(op_rows, time_by_op):
@@ -375,16 +374,52 @@ def roofline(t: EventTable, accelerator=None) -> list[RooflineRow]:
         key = (s.name, shape_key(s))
         row = groups.get(key)
         if row is None:
-            peak = None
-            if acc is not None and c.precision in ("bf16", "fp16", "fp8") or (
-                    acc is not None and c.precision == "fp32" and acc.fp32_tflops is not None):
-                peak = acc.peak_flops(c.precision) / 1e12  # (no fp32 figure: peak_flops would give bf16's)
+            peak, tbps = _peaks(acc, c.precision)
             row = groups[key] = RooflineRow(op=s.name, shapes=key[1], kind=c.kind, count=0, time_us=0.0,
                                             flops=c.flops, bytes=c.bytes, precision=c.precision, peak_tflops=peak,
-                                            peak_tbps=acc.hbm_tbps if acc is not None else None)
+                                            peak_tbps=tbps)
         row.count += 1
         row.time_us += float(us)
+    _add_hlo_rows(t, acc, groups)
     return sorted(groups.values(), key=lambda r: (-r.lost_us, -r.time_us))
+
+
+_KIND_OF_CATEGORY = {ev.GEMM: "gemm", ev.ATTENTION: "attention", ev.ELEMENTWISE: "elementwise", ev.REDUCTION: "norm"}
+
+
+def _peaks(acc, precision: str) -> tuple[float | None, float | None]:
+    """(peak TFLOP/s at this precision, HBM TB/s) of an accelerator; None where unknown."""
+    if acc is None:
+        return None, None
+    peak = None
+    if precision in ("bf16", "fp16", "fp8") or (precision == "fp32" and acc.fp32_tflops is not None):
+        peak = acc.peak_flops(precision) / 1e12  # (no fp32 figure: peak_flops would give bf16's)
+    return peak, acc.hbm_tbps
+
+
+def _add_hlo_rows(t: EventTable, acc, groups: dict) -> None:
+    """Rows for device events that carry their own cost: XLA kernels whose HLO instruction the JAX
+    reader priced (EventTable.args hlo_flops / hlo_bytes, trace.hlo), one call per kernel."""
+    dev = np.flatnonzero(np.isin(t.kind, DEVICE_KINDS) & (t.args >= 0))
+    if dev.size == 0:
+        return
+    kept = t.kept_args()
+    for r in dev:
+        a = kept[int(t.args[r])]
+        if "hlo_flops" not in a:
+            continue
+        name = t.names[int(t.name[r])]
+        key = (name, str(a.get("hlo_shapes", "")))
+        row = groups.get(key)
+        if row is None:
+            prec = str(a.get("hlo_precision", ""))
+            peak, tbps = _peaks(acc, prec)
+            row = groups[key] = RooflineRow(op=name, shapes=key[1], kind=_KIND_OF_CATEGORY.get(int(t.category[r]), "other"),
+                                            count=0, time_us=0.0, flops=float(a["hlo_flops"]),
+                                            bytes=float(a.get("hlo_bytes", 0.0)), precision=prec, peak_tflops=peak,
+                                            peak_tbps=tbps)
+        row.count += 1
+        row.time_us += float(t.dur_ns[r]) / 1e3
 
 
 # torch dtype names of a `trainperf calibrate` profile -> the precision its GEMMs measured

@@ -64,9 +64,10 @@ def read_any(path: str | Path, rank: int | None = None) -> EventTable:
 
 
 def build_table(events: list, *, source: str, producer: str, rank: int | None = None, skipped: int = 0,
-                thread_names: dict | None = None) -> EventTable:
+                thread_names: dict | None = None, args: list | None = None) -> EventTable:
     """An annotated EventTable from events already in the Kineto vocabulary, each a tuple
-    (cat, name, pid, tid, ts_ns, dur_ns, correlation, stream, external_id, nbytes) with -1 for an absent id.
+    (cat, name, pid, tid, ts_ns, dur_ns, correlation, stream, external_id, nbytes) with -1 for an absent id;
+    args: per event, a JSON object (bytes) of args to keep in EventTable.args, or None.
     The one place a non-Kineto reader turns its events into the table (interning, sorting, kinds, steps)."""
     import numpy as np
 
@@ -82,7 +83,7 @@ def build_table(events: list, *, source: str, producer: str, rank: int | None = 
     ints = np.array([e[4:6] + e[2:4] + e[6:8] + e[8:10] for e in events], dtype=np.int64).reshape(-1, 8)
     none = [None] * len(events)
     b = ColumnBuilder()
-    b.add(Chunk(ints, cats, names, none, list(none), False, skipped, dict(thread_names or {})))
+    b.add(Chunk(ints, cats, names, none, list(none), False, skipped, dict(thread_names or {}), args))
     table = EventTable(rank=-1 if rank is None else rank, source=source, names=b.names, arg_texts=b.arg_texts,
                        metadata={"producer": producer, "profiler": {"record_shapes": False}},
                        thread_names=b.thread_names, n_skipped=skipped, **b.columns())

@@ -247,11 +247,16 @@ def _int_arg(args: dict, key: str) -> int:
         return -1
 
 
-def table_from_rows(rows, source: str, producer: str, rank: int | None = None) -> EventTable:
-    """An annotated EventTable from (process, pid, thread, tid, ts_ns, dur_ns, name, args) rows."""
+def table_from_rows(rows, source: str, producer: str, rank: int | None = None, costs: dict | None = None
+                    ) -> EventTable:
+    """An annotated EventTable from (process, pid, thread, tid, ts_ns, dur_ns, name, args) rows. costs:
+    {(module, instruction): hlo.HloCost}; a kernel with those `hlo_module` / `hlo_op` stats keeps its
+    cost in EventTable.args (hlo_flops, hlo_bytes, hlo_precision, hlo_shapes) for the roofline."""
+    from trainperf.trace.chunk import compact_json
     from trainperf.trace.producers import build_table
 
-    events, thread_names, skipped = [], {}, 0
+    events, thread_names, skipped, kept = [], {}, 0, []
+    costs = costs or {}
     for process, pid, thread, tid, ts_ns, dur_ns, name, args in rows:
         c = _classify(process, thread, name, args)
         if c is None:
@@ -264,8 +269,12 @@ def table_from_rows(rows, source: str, producer: str, rank: int | None = None) -
         thread_names[(pid_i, tid_i)] = thread
         events.append((cat, name, pid_i, tid_i, int(ts_ns), max(int(dur_ns), 0), _int_arg(args, "correlation_id"),
                        stream, _int_arg(args, "group_id"), _int_arg(args, "bytes")))
+        cost = costs.get((str(args.get("hlo_module", "")), str(args.get("hlo_op", name)))) if cat == "kernel" else None
+        kept.append(None if cost is None else compact_json(
+            {"hlo_flops": cost.flops, "hlo_bytes": cost.bytes, "hlo_precision": cost.precision,
+             "hlo_shapes": cost.shapes}).encode())
     return build_table(events, source=source, producer=producer, rank=rank, skipped=skipped,
-                       thread_names=thread_names)
+                       thread_names=thread_names, args=kept if costs else None)
 
 
 def _to_int(v) -> int:
@@ -287,11 +296,17 @@ def read_xplane(path: str | Path, rank: int | None = None) -> EventTable:
     """Read a JAX/XLA XSpace protobuf (<host>.xplane.pb) into an EventTable (module docstring)."""
     path = Path(path)
     data = _read_bytes(path)
+    from trainperf.trace.hlo import xspace_costs
+
     try:
         rows = list(xspace_rows(data))
     except (IndexError, ValueError, struct.error):
         raise TrainperfError(f"{path}: not a readable XSpace protobuf (truncated or another format)") from None
-    return table_from_rows(rows, str(path), "jax-xplane", rank)
+    try:  # the HLO modules only add costs for the roofline: one that does not decode leaves them out
+        costs = xspace_costs(data)
+    except (IndexError, ValueError, struct.error, UnicodeDecodeError):
+        costs = {}
+    return table_from_rows(rows, str(path), "jax-xplane", rank, costs)
 
 
 def read_jax_trace_json(path: str | Path, rank: int | None = None) -> EventTable:
