@@ -30,16 +30,16 @@ def test_cpu_peak_is_the_best_repeat_and_states_its_spread(monkeypatch):
     assert peak.best_flops == pytest.approx(2e11) and peak.median_flops == pytest.approx(1e11)
     assert peak.spread == pytest.approx(0.75)
     text = peak.statement()
-    assert "200 GFLOP/s: best of 3" in text and "median 100" in text and "slowest 50" in text and "75%" in text
+    assert "best of 3 fp32 1000^3 matmuls" in text and "median 100, slowest 50 GFLOP/s: 75% below the best" in text
 
 
 def test_run_summary_prints_the_peak_mfu_is_relative_to():
     result = {"model": "tiny", "world_size": 1, "device": "cpu", "strategy": "none", "layout": "dp=1",
               "step_time_s": 0.015, "tokens_per_s": 17000.0, "mfu": 0.2, "hfu": 0.2, "mem_peak_bytes": 2**29,
               "final_loss": 4.0, "goodput": {"goodput": 0.9}, "peak_flops": 1.5e11, "run_dir": "runs/tiny",
-              "peak_source": "measured fp32 GEMM rate 150 GFLOP/s: best of 12 1024^3 matmuls (median 140, slowest "
-                             "90 GFLOP/s: 40% below the best); CPU has no catalog peak"}
+              "peak_source": "measured: the best of 12 fp32 1024^3 matmuls at start-up (median 140, slowest 90 "
+                             "GFLOP/s: 40% below the best); CPU has no catalog peak"}
     out = io.StringIO()
     print_summary(Console(file=out, width=300), result)
     line = next(ln for ln in out.getvalue().splitlines() if "of peak" in ln)
-    assert "0.15 TFLOP/s" in line and "best of 12" in line and "40% below the best" in line
+    assert "150 GFLOP/s, measured: the best of 12" in line and "40% below the best" in line

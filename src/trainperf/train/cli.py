@@ -126,7 +126,9 @@ def print_summary(console, result: dict) -> None:
     t.add_row("tokens/s (all ranks)", f"{result['tokens_per_s']:,.0f}" if result.get("tokens_per_s") else "-")
     t.add_row("MFU / HFU", f"{pct(result.get('mfu'))} / {pct(result.get('hfu'))}")
     if result.get("peak_flops"):  # what MFU is relative to (on CPU: measured, and how steady)
-        t.add_row("  of peak", f"{result['peak_flops'] / 1e12:.3g} TFLOP/s, {result.get('peak_source', '')}")
+        peak = result["peak_flops"]
+        rate = f"{peak / 1e12:.3g} TFLOP/s" if peak >= 1e12 else f"{peak / 1e9:.3g} GFLOP/s"
+        t.add_row("  of peak", f"{rate}, {result.get('peak_source', '')}")
     t.add_row("peak memory / rank", f"{(result.get('mem_peak_bytes') or 0) / 2**30:.2f} GiB")
     t.add_row("final loss", f"{result['final_loss']:.4f}" if result.get("final_loss") is not None else "-")
     if result.get("final_eval_loss") is not None:

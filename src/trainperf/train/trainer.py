@@ -125,9 +125,9 @@ class CpuPeak:
 
     def statement(self) -> str:
         """What the CPU peak is and how stable it was, for the run summary and the run record."""
-        return (f"measured fp32 GEMM rate {self.best_flops / 1e9:.0f} GFLOP/s: best of {len(self.rates)} "
-                f"{self.n}^3 matmuls (median {self.median_flops / 1e9:.0f}, slowest {self.rates[-1] / 1e9:.0f} "
-                f"GFLOP/s: {self.spread:.0%} below the best); CPU has no catalog peak")
+        return (f"measured: the best of {len(self.rates)} fp32 {self.n}^3 matmuls at start-up (median "
+                f"{self.median_flops / 1e9:.0f}, slowest {self.rates[-1] / 1e9:.0f} GFLOP/s: {self.spread:.0%} "
+                f"below the best); CPU has no catalog peak")
 
 
 def measure_cpu_peak(n: int = 1024, repeats: int = 12) -> CpuPeak:
