@@ -401,7 +401,11 @@ def find_ramps(y: np.ndarray, steps: list[tuple[int, float]], w: int, alpha: flo
             r2 = _describe_ramp(yc, _basis(n, pos, ramp_ends, [c for c, _ in kinks if c != k2]), k2, None, sigma, p2, w=w)
             if np.sign(r2.slope) != np.sign(r.slope) and abs(r2.slope + r.slope) <= 2 * math.hypot(r.se, r2.se):
                 x = _basis(n, pos, ramp_ends, [c for c, _ in kinks if c not in (k, k2)])
-                out.append(_describe_ramp(yc, x, k, k2, sigma, max(p, p2), w=w))
+                # the two kinks were placed one at a time: place the ramp's ends jointly
+                cand = _grid(0, n - 1, (k, k2), w)
+                gain, a, b = _best_ramp(yc, _orth(x), cand, cand, sigma, sign=float(np.sign(r.slope)))
+                a, b = (a, b) if np.isfinite(gain) else (k, k2)
+                out.append(_describe_ramp(yc, x, a, b, sigma, max(p, p2), w=w))
                 i += 2
                 continue
         out.append(r)
