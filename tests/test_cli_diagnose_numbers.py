@@ -77,3 +77,18 @@ def test_no_finding_claims_a_severity_beside_a_zero_gain(tmp_path):
     assert "gain not estimated" in text
     assert not re.search(r"\((?:high|medium)[^)]*, gain ≈ 0\.0%\)", html)
     assert "gain not estimated" in html
+
+
+def test_a_cpu_only_rank_keeps_the_table_short_at_80_columns(tmp_path):
+    """The skipped rank's reason (a note below the table) wrapped its table cell over 10 lines at 80 columns."""
+    b = TraceBuilder()
+    for s in range(3):
+        b.step(s, s * 1000.0, 1000)
+        b.cpu("aten::mm", s * 1000.0 + 10, 500)
+    r = CliRunner().invoke(app, ["diagnose", str(b.write(tmp_path / "cpu.json.gz"))], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    body = lines[next(i for i, ln in enumerate(lines) if ln.startswith("┡")) + 1:
+                 next(i for i, ln in enumerate(lines) if ln.startswith("└"))]
+    assert len(body) <= 3, "\n".join(body)
+    assert "no kernel/memcpy/memset events" in r.output  # the reason, as a note
