@@ -46,9 +46,10 @@ def _register_verbs() -> None:
     from trainperf.corpus import cli as corpus_cli
     from trainperf.diagnose import diff_cli
     from trainperf.compare import cli as compare_cli
+    from trainperf.diagnose import roofline_cli
 
     for module in (plan_cli, diagnose_cli, train_cli, bench_cli, store_cli, fleet_cli, corpus_cli, diff_cli,
-                   compare_cli):
+                   compare_cli, roofline_cli):
         module.register(app)
 
 

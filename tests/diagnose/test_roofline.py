@@ -221,3 +221,28 @@ def test_calibrated_peaks_by_hand(tmp_path):
 
     with pytest.raises(TrainperfError, match="calibrate"):
         calibrated_accelerator({"device": "x", "dtype": "int8", "efficiency": {}})
+
+
+def test_roofline_verb_json(tmp_path):
+    # `trainperf roofline` prints the rows worked by hand above (mm first: most time lost) and, with a
+    # calibration, measures against its peaks; the traces are loaded once for both analyses
+    from typer.testing import CliRunner
+
+    from trainperf.cli import app
+
+    p = _gpu_trace(tmp_path)
+    r = CliRunner().invoke(app, ["roofline", str(p), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["accelerator"] == "h100-sxm" and doc["collectives"] == []
+    mm = doc["ranks"]["0"]["rows"][0]
+    assert mm["op"] == "aten::mm" and mm["roofline_pct"] == pytest.approx(69.46, abs=0.01)
+    (tmp_path / "cal.json").write_text(json.dumps({"device": "NVIDIA H100 80GB HBM3", "dtype": "bfloat16", "efficiency": {
+        "measured_gemm_tflops": 700.0, "measured_hbm_tbps": 2.8}}))
+    r = CliRunner().invoke(app, ["roofline", str(p), "--calibration", str(tmp_path / "cal.json"), "--json-out",
+                                 str(tmp_path / "out.json")])
+    assert r.exit_code == 0, r.output
+    assert "h100-sxm (calibrated)" in r.output and "aten::mm" in r.output
+    doc = json.loads((tmp_path / "out.json").read_text())
+    rows = {r["op"]: r for r in doc["ranks"]["0"]["rows"]}
+    assert rows["aten::mm"]["roofline_pct"] == pytest.approx(98.17, abs=0.01)
