@@ -1,4 +1,4 @@
-"""fp8 cast traffic per stack: fused producers (TransformerEngine, XLA, Inductor) vs a cast pass per GEMM input.
+"""fp8 per stack: cast traffic (fused producers vs a cast pass per GEMM input) and the fp8 copies kept for backward.
 
 Reference: bytes counted by hand. Hopper fp8 GEMMs take both operands K-major, so each fp8 input
 is written row- and column-wise (1 B + 1 B); a separate cast pass also reads the bf16 tensor
@@ -35,3 +35,16 @@ def test_fp8_cast_bytes_by_hand(stack, elements):
 def test_stated_override_turns_the_fusion_off():
     assert get_stack("megatron-core").fp8_cast_fused
     assert not get_stack("megatron-core:fp8_cast_fused=0").fp8_cast_fused
+
+
+def test_fp8_keeps_linear_inputs_in_fp8_by_hand():
+    # per token and layer, with sp over tp=2: QKV and MLP inputs (h wide, split by sp), the
+    # attention output (q wide) and the MLP activation output (ffn wide), both split by tp,
+    # are kept in 1 B instead of 2 (TransformerEngine saves the quantised GEMM input)
+    from trainperf.plan.memory import activation_bytes_per_token_layer
+
+    bf16 = activation_bytes_per_token_layer(LLAMA8B, TP, True, 1, True, False, None, False)
+    fp8 = activation_bytes_per_token_layer(LLAMA8B, TP, True, 1, True, False, None, True)
+    assert float(bf16 - fp8) == pytest.approx(2 * 4096 / TP + (4096 + 14336) / TP)
+    full = activation_bytes_per_token_layer(LLAMA8B, TP, True, 2, True, False, None, True)
+    assert float(full) == pytest.approx(2 * 4096 / TP)                 # full recompute: the bf16 layer input only

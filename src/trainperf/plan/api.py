@@ -125,7 +125,7 @@ def memory_terms(m: ModelSpec, est: Estimate, sw: Software) -> dict[str, float]:
 
     lay = LayoutArrays.of(est.layout)
     gb = float(sw.grad_reduce_bytes)  # as estimate_arrays passes it to memory.memory_bytes
-    zero, dp = int(np.asarray(lay.zero)), float(np.asarray(lay.dp) * np.asarray(lay.cp))
+    zero, dp = int(np.asarray(lay.zero)), float(lay.shard_group() * np.asarray(lay.cp))  # the states' shard group
     p_first, p_last = (float(x) for x in mem.stage_params(m, lay.tp, lay.pp, lay.vpp))
     p_exp = float(mem.stage_expert_params(m, lay.pp, lay.vpp, lay.ep, lay.etp))
     experts = mem.model_state_terms(p_exp, float(mem.expert_dp(lay)), zero, gb)

@@ -23,7 +23,11 @@ and gated MLPs:
 * score matrix, unless flash attention or selective recompute drop it: 5 a s / t
   (softmax 2, dropout mask 1, dropout output 2 bytes per score);
 * full recompute keeps only each layer's input (2h, split over tp with sp) plus one layer's
-  full activations during its backward.
+  full activations during its backward;
+* fp8 (stacks whose fp8 casts are fused, ``Software.fp8_cast_fused``): the linear layers keep
+  the fp8 copy of their input for the weight gradient (TransformerEngine's Linear /
+  LayerNormLinear / LayerNormMLP save the quantised tensor), 1 B instead of 2 for the QKV and
+  MLP inputs (hidden wide), the attention output and the MLP product / activation output.
 
 Pipeline: stage ``r`` of ``p`` runs its warm-up forwards before its first backward, and holds
 that many plus one micro batches' activations (Megatron-LM ``schedules.py``). 1F1B: ``p - r - 1``
@@ -56,18 +60,20 @@ OPTIMIZER_BYTES = 12.0         # fp32 master + Adam m + v
 
 
 def activation_bytes_per_token_layer(m: ModelSpec, tp, sp, recompute_code, flash=True, dropout=False,
-                                     seq: int | None = None):
+                                     seq: int | None = None, fp8=False):
     """Return activation bytes stored per token per layer on one GPU (bytes).
 
-    ``recompute_code``: 0 none, 1 selective, 2 full (stored layer input only).
+    ``recompute_code``: 0 none, 1 selective, 2 full (stored layer input only). ``fp8``: the
+    linear layers' inputs are kept in fp8 (1 B less per element of the four GEMM inputs).
     """
     s = m.seq_len if seq is None else seq
     tp = np.asarray(tp, dtype=float)
-    rep = (8.0 + (2.0 if dropout else 0.0)) * m.hidden / np.where(sp, tp, 1.0)
-    mlp = (6.0 if m.gated_mlp else 4.0) * active_ffn_width(m)
+    saved8 = np.asarray(fp8, dtype=bool)
+    rep = (8.0 + (2.0 if dropout else 0.0) - np.where(saved8, 2.0, 0.0)) * m.hidden / np.where(sp, tp, 1.0)
+    mlp = (6.0 if m.gated_mlp else 4.0) * active_ffn_width(m) - np.where(saved8, 1.0, 0.0) * active_ffn_width(m)
     if m.is_moe:  # routed tokens are permuted in and combined out: two hidden-wide copies per expert choice
         mlp = mlp + 4.0 * m.hidden * m.top_k * m.n_moe_layers / m.n_layers
-    split = (4.0 * m.q_dim + 4.0 * m.kv_dim + mlp) / tp
+    split = ((4.0 - np.where(saved8, 1.0, 0.0)) * m.q_dim + 4.0 * m.kv_dim + mlp) / tp
     if flash:
         scores = 4.0 * m.n_heads / tp  # fp32 logsumexp per head
     else:
@@ -144,11 +150,13 @@ def model_state_bytes(params, dp, zero, grad_bytes: float = 2.0):
     return sum(model_state_terms(params, dp, zero, grad_bytes))
 
 
-def memory_bytes(m: ModelSpec, lay: LayoutArrays, flash=True, dropout=False, grad_bytes: float = 2.0):
+def memory_bytes(m: ModelSpec, lay: LayoutArrays, flash=True, dropout=False, grad_bytes: float = 2.0,
+                 fp8_saved: bool = True):
     """Return the peak memory per GPU including the allocator margin (bytes) of arrays of layouts.
 
     The peak is the larger of the first pipeline stage (most micro batches in flight) and
-    the last (LM head weights and fp32 logits).
+    the last (LM head weights and fp32 logits). ``fp8_saved``: fp8 layouts keep their linear
+    layers' inputs in fp8 (the stack fuses its fp8 casts).
     """
     seq = m.seq_len
     tp = np.asarray(lay.tp, dtype=float)
@@ -156,13 +164,14 @@ def memory_bytes(m: ModelSpec, lay: LayoutArrays, flash=True, dropout=False, gra
     vpp = np.asarray(lay.vpp, dtype=float)
     sp, zero, rc = np.asarray(lay.sp, dtype=bool), np.asarray(lay.zero), np.asarray(lay.recompute)
     tokens = np.asarray(lay.mbs, dtype=float) * seq / np.asarray(lay.cp, dtype=float)
-    per_layer = tokens * activation_bytes_per_token_layer(m, tp, sp, rc, flash, dropout, seq)
+    fp8 = np.asarray(lay.fp8, dtype=bool) & fp8_saved
+    per_layer = tokens * activation_bytes_per_token_layer(m, tp, sp, rc, flash, dropout, seq, fp8)
     stage_layers = layers_per_stage(m, pp, vpp)
     grad_accum = np.asarray(lay.grad_accum, dtype=float)
     inflight_first = inflight_micro_batches(pp, vpp, grad_accum)
     inflight_last = inflight_micro_batches(pp, vpp, grad_accum, last=True)
     # with full recompute one layer's whole activation set is rebuilt during its backward
-    working = np.where(rc == 2, tokens * activation_bytes_per_token_layer(m, tp, sp, 0, flash, dropout, seq), 0.0)
+    working = np.where(rc == 2, tokens * activation_bytes_per_token_layer(m, tp, sp, 0, flash, dropout, seq, fp8), 0.0)
     act_first = stage_layers * per_layer * inflight_first + working
     logits = 4.0 * tokens * m.vocab / tp
     act_last = np.where(pp == 1, act_first, stage_layers * per_layer * inflight_last + working) + logits
