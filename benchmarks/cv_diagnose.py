@@ -31,7 +31,8 @@ diagnose/findings.py assigns (severity, dismissal and ranking cut-offs). A rule'
 cases of its kind (the rule that reads it, from its code): for a kind without positives (launch_bound,
 memory_bound_unfused, optimizer_slow, idle_gpu on today's corpus) only false findings can be scored, so
 tuning would just switch it off; --one-sided tunes them anyway. The straggler's STRAGGLER_MIN_WAIT_PCT is applied by
-api._straggler_facts (imported there by name): it is captured without the gate and gated here.
+api._straggler_facts (imported there by name): that function is called again, per value, on the
+cross-rank facts it was given.
 """
 
 from __future__ import annotations
@@ -138,8 +139,8 @@ class Case:
 
     result: CaseResult                 # labels; findings filled per scoring
     facts: list                        # RankFacts per rank, in diagnose's order
-    straggler: object = None           # StragglerFacts before the STRAGGLER_MIN_WAIT_PCT gate (GPU jobs)
-    straggler_share_pct: float | None = None  # its wait per other rank, % of the longest window
+    straggler_args: tuple | None = None  # (CrossRank, facts by rank) api._straggler_facts got (GPU jobs)
+    stragglers: dict = field(default_factory=dict)  # STRAGGLER_MIN_WAIT_PCT -> its StragglerFacts
     expected: list = field(default_factory=list)  # diagnose()'s findings at the current values
     seconds: float = 0.0
 
@@ -155,17 +156,9 @@ def capture(folder: Path) -> Case:
         seen.append(f)
         return orig_rank(f, *a, **k)
 
-    def straggler_facts(xr, facts):
-        keep = api.STRAGGLER_MIN_WAIT_PCT
-        api.STRAGGLER_MIN_WAIT_PCT = 0.0
-        try:
-            s = orig_strag(xr, facts)
-        finally:
-            api.STRAGGLER_MIN_WAIT_PCT = keep
-        window = max((f.breakdown.window_us for f in facts.values() if f.has_gpu), default=0.0)
-        share = 100.0 * s.caused_per_other_us / window if s is not None and window > 0 else None
-        gate.update(s=s, share=share)
-        return s if share is not None and share >= keep else None
+    def straggler_facts(xr, facts):  # transparent: kept to call again with other STRAGGLER_MIN_WAIT_PCT values
+        gate.update(args=(xr, dict(facts)))
+        return orig_strag(xr, facts)
 
     t = time.perf_counter()
     api.analyse_rank = analyse_rank
@@ -183,8 +176,20 @@ def capture(folder: Path) -> Case:
     res = CaseResult(name=folder.name, kind=labels["kind"], ranks=list(labels["ranks"]),
                      true_gain_pct=float(labels["true_gain_pct"]), severity=str(labels["severity"]),
                      base=str(labels.get("base", "")))
-    return Case(result=res, facts=seen, straggler=gate.get("s"), straggler_share_pct=gate.get("share"),
+    return Case(result=res, facts=seen, straggler_args=gate.get("args"),
                 expected=[_row(x.to_json()) for x in d.findings], seconds=time.perf_counter() - t)
+
+
+def straggler_at(c: "Case", wait_pct: float):
+    """api._straggler_facts of the case's job with STRAGGLER_MIN_WAIT_PCT = wait_pct (memoised per case)."""
+    if wait_pct not in c.stragglers:
+        keep = api.STRAGGLER_MIN_WAIT_PCT
+        api.STRAGGLER_MIN_WAIT_PCT = wait_pct
+        try:
+            c.stragglers[wait_pct] = api._straggler_facts(*c.straggler_args)
+        finally:
+            api.STRAGGLER_MIN_WAIT_PCT = keep
+    return c.stragglers[wait_pct]
 
 
 def _row(f) -> dict:
@@ -226,9 +231,8 @@ class Scorer:
             wait_pct = values.get("STRAGGLER_MIN_WAIT_PCT", getattr(R, "STRAGGLER_MIN_WAIT_PCT", 0.0))
             found = []
             for f in c.facts:
-                if _GATE and f.has_gpu:
-                    ok = c.straggler_share_pct is not None and c.straggler_share_pct >= wait_pct
-                    f.straggler = c.straggler if ok else None
+                if _GATE and f.has_gpu and c.straggler_args is not None:
+                    f.straggler = straggler_at(c, wait_pct)
                 found += F.rank_by_marginal_gain(R.run_rules(f), f.gain)[0]
             return [_row(x) for x in F.merge_across_ranks(found)]
         finally:
