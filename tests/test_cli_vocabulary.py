@@ -104,6 +104,7 @@ def test_each_option_name_shown_in_help_has_one_value_type_across_verbs():
     ("--seq", "--seq-len", {"plan"}),
     ("--steps", "--step-window", {"diagnose"}),
     ("--kernels", "--fused-kernels", {"train"}),
+    ("--accelerator", "--gpu", {"roofline"}),
     ("--min-effect", "--min-rel-change", {"gate", "compare"}),
     ("--min-effect", "--min-noise-multiple", {"fleet changes"}),
 ])
@@ -192,7 +193,7 @@ SYNONYMS = {"--accelerator": "--gpu", "--device-name": "--gpu", "--seq": "--seq-
 
 
 # Reported to the verb's owner (issue 14), still shown in help: remove an entry once renamed.
-KNOWN_SYNONYMS = {("roofline", "--accelerator")}
+KNOWN_SYNONYMS: set[tuple[str, str]] = set()
 
 
 def test_no_verb_shows_a_synonym_of_a_vocabulary_name():
@@ -201,3 +202,10 @@ def test_no_verb_shows_a_synonym_of_a_vocabulary_name():
     bad = sorted(f"{path} {o}: use {SYNONYMS[o]} (docs/cli.md; keep {o} hidden with cli_options.older_name)"
                  for path, o in shown if o in SYNONYMS and (path, o) not in KNOWN_SYNONYMS)
     assert bad == [], bad
+
+
+def test_roofline_takes_the_accelerator_as_gpu_like_plan_and_train(tmp_path):
+    trace = str(_trace(tmp_path / "t.json.gz"))
+    newer = _json_of(["roofline", trace, "--gpu", "h200", "--json"])
+    assert newer["accelerator"] == "h200"
+    assert _json_of(["roofline", trace, "--accelerator", "h200", "--json"]) == newer

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from trainperf.cli_options import json_option, json_out_option
+from trainperf.cli_options import given, json_option, json_out_option, older_name
 
 
 def roofline_report(path: Path, accelerator: str | None = None, calibration: Path | None = None,
@@ -35,8 +35,10 @@ def register(app: typer.Typer) -> None:
     @app.command("roofline")
     def roofline_cmd(
         trace: Path = typer.Argument(..., help="A trace (Kineto, rocprofv3, JAX .xplane.pb) or a folder of ranks."),
-        accelerator: Optional[str] = typer.Option(None, "--accelerator",
-                                                  help="Catalog name (default: the trace's deviceProperties)."),
+        accelerator: Optional[str] = typer.Option(None, "--gpu",
+                                                  help="Accelerator from the catalog (default: the trace's "
+                                                       "deviceProperties)."),
+        accelerator_older: Optional[str] = older_name("--accelerator", "--gpu"),
         calibration: Optional[Path] = typer.Option(None, "--calibration",
                                                    help="A `trainperf calibrate` profile: its measured peaks."),
         top: int = typer.Option(20, "--top", min=1, help="Operator rows per rank."),
@@ -52,7 +54,7 @@ def register(app: typer.Typer) -> None:
 
         if json_out is not None:
             check_output_file(json_out, "--json-out")
-        doc = roofline_report(trace, accelerator, calibration, top)
+        doc = roofline_report(trace, given(accelerator, accelerator_older), calibration, top)
         if as_json:
             print_json(doc)
         else:
