@@ -14,7 +14,7 @@ cv = importlib.util.module_from_spec(_spec)
 sys.modules["cv_diagnose"] = cv
 _spec.loader.exec_module(cv)
 
-CASE = ROOT / "tests" / "corpus" / "data" / "healthy-trace_filter"
+CASE = ROOT / "tests" / "corpus" / "data" / "straggler-high-trace_filter-slow1"
 
 
 def test_choose_keeps_the_middle_of_the_widest_optimal_run():
@@ -40,11 +40,16 @@ def test_params_are_the_constants_rules_py_assigns():
 
 
 def test_rerun_equals_diagnose_and_thresholds_reach_the_rules():
+    from trainperf.diagnose.api import diagnose
+
     case = cv.capture(CASE)
+    plain = [cv._row(f) for f in diagnose(CASE / "traces", top=10_000).to_json()["findings"]]
+    assert case.expected == plain  # capturing does not change what diagnose finds
+    assert any(f["kind"] == "straggler" for f in plain)
     params = cv.discover_params()
     current = {p.name: p.default for p in params}
     scorer = cv.Scorer([case], params)
-    assert case.expected and scorer.findings(case.result.name, current) == case.expected
+    assert scorer.findings(case.result.name, current) == case.expected
     # GPU idle is a share of the window: above 100 % the launch-bound rule cannot fire
     assert any(f["kind"] == "launch_bound" for f in case.expected)
     off = scorer.findings(case.result.name, {**current, "LAUNCH_BOUND_IDLE_PCT": 100.0})
