@@ -83,6 +83,10 @@ class EventTable:
     n_skipped: int = 0
     _kept_args: list | None = field(default=None, repr=False, compare=False)
 
+    def __post_init__(self) -> None:
+        if self.args is None:  # a table built without kept args (by hand, or by an older reader)
+            self.args = np.full(self.ts_ns.shape[0], -1, dtype=np.int32)
+
     def __len__(self) -> int:
         return int(self.ts_ns.shape[0])
 
