@@ -51,3 +51,38 @@ def test_launch_bound_is_priced_by_its_launches(tmp_path):
     gain = 50.0 + 600.0 * (n - 1) + (N - 1) * 60.0 - (N - 1) * K_US
     assert f.gain_alone_pct == pytest.approx(100.0 * gain / span, abs=0.01)
     assert f.what_if.startswith("kernel launches cost the host nothing")
+
+
+def _gpu_bound_small_kernels(path: Path) -> Path:
+    # each 3000-us step T launches 40 kernels 5 us apart (calls of 4 us): kernel k is a 200-us GEMM when
+    # k % 4 == 0, else a 2-us add (30 tiny ones, 75 % of the kernels); they queue back to back from T+5 and
+    # the last ends at T+5 + 10 x 200 + 30 x 2 = T+2065; cudaDeviceSynchronize returns at T+2070; at T+2100
+    # one more tiny add is launched (the GPU waits for it); Python until the next step.
+    b = TraceBuilder()
+    for s in range(STEPS):
+        T = s * P
+        b.step(s, T, P)
+        end = T + 5.0
+        for k in range(40):
+            dur = 200.0 if k % 4 == 0 else 2.0
+            start = max(T + 5.0 * k + 5.0, end)
+            b.launch("ampere_sgemm_128x64_tn" if dur > 10 else "elementwise_add_kernel", T + 5.0 * k, start, dur)
+            end = start + dur
+        b.cpu("cudaDeviceSynchronize", T + 300.0, end + 5.0 - (T + 300.0), cat="cuda_runtime")
+        b.cpu("python_work", end + 5.0, T + 2100.0 - end - 5.0)
+        b.launch("elementwise_add_kernel", T + 2100.0, T + 2105.0, 2.0)
+        b.cpu("python_work", T + 2104.0, P - 2104.0 - 1.0)
+    return b.write(path / "s.json.gz")
+
+
+def test_fused_small_kernels_stop_costing_device_time(tmp_path):
+    # Fused, a kernel stops paying the fixed device cost of a kernel, the 1st percentile of the trace's kernel
+    # durations: 2 us (3 in 4 kernels are 2-us adds), i.e. all of an add's time. So the 30 queued adds take
+    # no device time: each sync returns 60 us sooner; the last add's launch
+    # also loses its call (4 us; no dispatch: the 1-us gaps between calls hold no op, so the usual dispatch
+    # is 0): each step starts 64 us sooner than the one before. Step 3 (the last analysed): its sync
+    # 3 x 64 + 60 us sooner, and its last add's own 2 us: the span (3 P + 2107 us) ends 254 us sooner.
+    d = diagnose(_gpu_bound_small_kernels(tmp_path))
+    f = next(x for x in d.findings if x.kind == "small_kernels")
+    assert f.steps == [0, 1, 2, 3]
+    assert f.gain_alone_pct == pytest.approx(100.0 * 254.0 / (3 * P + 2107.0), abs=0.01)

@@ -38,6 +38,7 @@ from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMM
                                     USER_ANNOTATION, EventTable)
 
 TOL_US = 5.0
+KERNEL_FLOOR_PERCENTILE = 1.0  # a kernel's fixed device cost: this percentile of the window's kernel durations
 COPY_RETURN_US = 20.0  # a blocking copy call returns within this long after its copy ends (seen: 5-10 µs)
 
 # how a host call blocks (Graph.block_class): a sync, a pageable copy, a sync that waited for a collective
@@ -58,7 +59,8 @@ class Change:
     speedup (category sped up `factor` times) | compute_speedup (every computation kernel `factor`
     times faster: a straggler as fast as the other ranks) | host_speedup (CPU work between runtime calls `factor`
     times faster) | graph_small_kernels (launching a kernel shorter than SMALL_KERNEL_US costs the
-    host neither the call nor the usual dispatch time before it: CUDA graphs / fusion) | graph_launches (the same
+    host neither the call nor the usual dispatch time before it, and fused into its neighbours the kernel
+    stops paying a kernel's fixed device cost, Graph.kernel_floor_us) | graph_launches (the same
     for every kernel launch: the step captured as a CUDA graph). Several changes replay together (`replay(g, [a, b])`)."""
 
     kind: str = "none"
@@ -110,6 +112,7 @@ class Graph:
     is_alloc: np.ndarray        # host node is an allocator call (cudaMalloc, hipFree, ...)
     small_launch: np.ndarray    # host node launched a kernel shorter than SMALL_KERNEL_US
     kernel_launch: np.ndarray   # host node launched a kernel
+    kernel_floor_us: float      # a kernel's fixed device cost: 1st percentile of the window's kernel durations (µs)
     dispatch_us: float          # typical CPU time between consecutive runtime calls (median gap, µs)
     launch: np.ndarray          # launch node of a device node, or -1
     lat: np.ndarray             # launch latency used (µs)
@@ -448,6 +451,8 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     small_launch = np.zeros(n, bool)
     small_dev = dev_idx[(t.kind[dev_rows] == KERNEL) & (dur[n_h:] < SMALL_KERNEL_US) & has_launch[n_h:]]
     small_launch[launch[small_dev]] = True
+    kdur = dur[n_h:][(t.kind[dev_rows] == KERNEL) & (dur[n_h:] > 0)]
+    kernel_floor = float(np.percentile(kdur, KERNEL_FLOOR_PERCENTILE)) if kdur.size else 0.0
     kernel_launch = np.zeros(n, bool)
     kernel_launch[launch[dev_idx[(t.kind[dev_rows] == KERNEL) & has_launch[n_h:]]]] = True
     cpu_gap = (host_gap - gap_dl - gap_ck - gap_al - gap_idle)[has_prev & (gap_idle <= TOL_US)]
@@ -467,7 +472,8 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
                  host_dep=host_dep, host_dep_lag=host_dep_lag, is_sync=is_sync,
                  block_class=block, sync_on=sync_on, sync_on_nc=sync_on_nc, sync_base=sync_base, sync_tail=sync_tail, sync_site=sync_site, gap_syncop=gap_so, syncop_site=so_site, in_syncop=in_so,
                  site_names=site_names, is_alloc=is_alloc,
-                 small_launch=small_launch, kernel_launch=kernel_launch, dispatch_us=dispatch, launch=launch, lat=lat, stream_prev=stream_prev,
+                 small_launch=small_launch, kernel_launch=kernel_launch,
+                 kernel_floor_us=kernel_floor, dispatch_us=dispatch, launch=launch, lat=lat, stream_prev=stream_prev,
                  stream_prev_nc=stream_prev_nc, stream_prev_np=stream_prev_np, pageable_copy=pageable_copies, dep=dep, lag=lag, category=cat, comm_wait=cw, comm_wait_rank=cw_rank,
                  order=order, names=t.names)
 
@@ -519,6 +525,12 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
         # a graphed launch costs neither the call nor the op's usual dispatch before it (other host work stays)
         cpu = cpu - np.where(graphed, np.minimum(cpu, g.dispatch_us), 0.0)
         dur[graphed] = 0.0
+    if "graph_small_kernels" in kinds:
+        # fused into their neighbours, tiny kernels also stop paying a kernel's fixed device cost (start-up and
+        # tail: the shortest kernels of the trace, Graph.kernel_floor_us); their work stays
+        launched = np.clip(g.launch, 0, None)
+        fused = ~g.is_host & (g.launch >= 0) & g.small_launch[launched]
+        dur[fused] = np.maximum(dur[fused] - g.kernel_floor_us, 0.0)
     unread = np.zeros(n, bool)  # removed syncs whose read goes with them (made inside aten::item, .cpu(), ...)
     for c in changes:
         if c.kind == "remove_syncs":

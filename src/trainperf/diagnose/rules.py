@@ -265,13 +265,17 @@ def small_kernels(f: RankFacts) -> Finding | None:
     if ls.small_kernel_count_pct <= SMALL_KERNEL_COUNT_PCT or ls.small_kernel_host_wait_us <= 0:
         return None
     launch_cost = launch_cost_us(f, g.small_launch)  # the calls and the usual op dispatch before each
-    evidence_us = min(launch_cost, ls.small_kernel_host_wait_us)
+    small_dev = ~g.is_host & (g.launch >= 0) & g.small_launch[np.clip(g.launch, 0, None)]
+    # fused into their neighbours, they stop paying a kernel's fixed device cost (Graph.kernel_floor_us)
+    device_us = float(np.minimum(g.dur[small_dev], g.kernel_floor_us).sum())
+    evidence_us = min(launch_cost, ls.small_kernel_host_wait_us) + device_us
     return _make(f, "small_kernels", {"small_kernels": (ls.small_kernel_count_pct, "% of kernels"),
                                       "their_time": (ls.small_kernel_time_pct, "% of kernel time"),
                                       "gpu_idle_before_them": (ls.small_kernel_host_wait_us, "us"),
                                       "host_cost_of_their_launches": (launch_cost, "us"),
                                       "threshold": (10.0, "us")},
-                 (), (Change("graph_small_kernels"),), "launching small kernels costs the host nothing (CUDA graphs)",
+                 (), (Change("graph_small_kernels"),),
+                 "small kernels fused: their launches cost the host nothing and their own device time goes",
                  evidence_pct=f.pct(evidence_us))
 
 
