@@ -270,7 +270,7 @@ def split_p_value(y: np.ndarray, k: int, opts: "ChangeOptions", rho_max: float =
         b, vif = drift
         e = y - b * np.arange(len(y))
         p_drift = _rank_p(_ranks(e), k, vif, rho_max)
-        p_not_drift = min(1.0, 2 * min(p_drift, _local_step_p(e, k, opts.min_size, rho_max)))
+        p_not_drift = min(1.0, 2 * min(p_drift, _local_step_p(e, k, 2 * opts.min_size, rho_max)))
         return max(split_p_value(y, k, replace(opts, drift="significant"), rho_max), p_not_drift)
     mode = "always" if opts.drift == "always" or (opts.drift == "final" and final) else "significant"
     b = _segment_drift(y, opts.min_size, opts.alpha, mode)
