@@ -589,6 +589,7 @@ def _load_cache(cache: Path | None, key: str) -> list[Case] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global HEALTHY_WEIGHT
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("corpus", nargs="?", default="corpus", type=Path)
     ap.add_argument("--json", type=Path, default=None, help="write the report (recommended values, folds) here")
@@ -596,6 +597,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--speedups", action="store_true", help="also tune the *_SPEEDUP what-if factors")
     ap.add_argument("--one-sided", action="store_true",
                     help="also tune thresholds of kinds the corpus has no case of (only their false findings score)")
+    ap.add_argument("--healthy-weight", type=float, default=HEALTHY_WEIGHT,
+                    help=f"objective weight of high/medium findings per healthy case (default {HEALTHY_WEIGHT:g})")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--cache", type=Path, default=None,
                     help="pickle of the captured cases: reused while diagnose's analyses (all but rules.py and "
@@ -604,6 +607,8 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     from trainperf.atomic import atomic_write_text
+
+    HEALTHY_WEIGHT = a.healthy_weight
 
     console = Console() if sys.stdout.isatty() else Console(width=200)
     report = run(a.corpus, a.sweeps, a.speedups, a.one_sided, not a.no_progress, console, cache=a.cache)
