@@ -1,7 +1,7 @@
 """Choose diagnose's thresholds by nested, leave-one-base-out cross-validation on the labeled corpus.
 
     nice -n 10 .venv/bin/python benchmarks/cv_diagnose.py [CORPUS] [--json out.json] [--sweeps 3]
-        [--speedups] [--one-sided] [--no-progress]
+        [--speedups] [--one-sided] [--healthy-weight W] [--cache FILE] [--no-progress]
 
 Every case is diagnosed once through `trainperf.diagnose.api.diagnose` (as `trainperf evaluate`
 does); its per-rank RankFacts are kept, with the what-if replays they have cached. A set of
