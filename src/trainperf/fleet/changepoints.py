@@ -12,7 +12,9 @@ Three tests, one significance level ``alpha``:
   information the fitted drift takes (1 / (1 - 3q(1-q)), q the split's position), so a slow
   drift is not cut into a staircase while a step on a drift is still found. A change is kept
   when p < alpha, both sides hold ``min_size`` points and the shift is large enough; a last pass
-  re-tests every change between its neighbours.
+  re-tests every change between its neighbours, with ``drift="final"`` (the default) also
+  requiring it not to be a drift: significant with one drift, fitted within all segments, in the
+  null, or a sudden local step (``split_p_value``).
 - Sudden persistent jumps (``trainperf.fleet.jumps``): on a series dominated by a drift, a step
   far larger than the local steps that the series then holds.
 - Trend changes (``trainperf.fleet.trends``): a level step that a ramp fits better (BIC) becomes
@@ -426,11 +428,13 @@ def _segment(y: np.ndarray, a: int, b: int, opts: ChangeOptions, sigma: float, m
     out, stack = [], [(a, b)]
     while stack:
         lo, hi = stack.pop()
-        k = _best_split(y[lo:hi], opts.min_size, opts.alpha, rho_max, "always" if opts.drift == "always" else "significant")
+        search_drift = "always" if opts.drift == "always" else "significant"
+        k = _best_split(y[lo:hi], opts.min_size, opts.alpha, rho_max, search_drift)
         if k is None:
             continue
         s = lo + k
-        if split_p_value(y[lo:hi], k, opts, rho_max, final=False) < opts.alpha and _big_enough(y, lo, s, hi, opts, sigma, min_rel_change):
+        if (split_p_value(y[lo:hi], k, opts, rho_max, final=False) < opts.alpha
+                and _big_enough(y, lo, s, hi, opts, sigma, min_rel_change)):
             out.append(s)
             stack += [(lo, s), (s, hi)]
     return out

@@ -52,8 +52,10 @@ class Ramp:
     ``fit_end``: k2 of the fitted ramp (the model's, whether or not the ramp is seen to end);
     ``slope``: change of slope (units per point) and ``se`` its standard error (long-run sigma);
     ``level``: fitted value at k1; ``total``: level change the new slope makes (slope x its
-    length, to the series' end when the ramp does not end); ``p_value``: of the test that found it (the kink scan's bound,
-    or the level test of the step(s) the ramp replaced); ``replaces``: those steps' positions.
+    length, to the series' end when the ramp does not end); ``slope_before``: the fitted slope
+    over the min_size points up to k1; ``p_value``: of the test that found it (the kink scan's
+    bound, or the level test of the step(s) the ramp replaced); ``replaces``: those steps'
+    positions.
     """
 
     start: int
@@ -305,7 +307,8 @@ def _describe_ramp(y: np.ndarray, x: np.ndarray, k1: int, k2: int | None, sigma:
     a = max(k1 - w, 0)
     before = float((fit[k1] - fit[a]) / (k1 - a)) if k1 > a else 0.0
     total = slope * ((k2 if k2 is not None else n - 1) - k1)
-    return Ramp(start=k1 + 1, end=k2, fit_end=k2, slope=slope, se=se, level=float(fit[k1]), total=total, slope_before=before, p_value=p,
+    return Ramp(start=k1 + 1, end=k2, fit_end=k2, slope=slope, se=se, level=float(fit[k1]), total=total,
+                slope_before=before, p_value=p,
                 replaces=replaces)
 
 
@@ -398,7 +401,8 @@ def find_ramps(y: np.ndarray, steps: list[tuple[int, float]], w: int, alpha: flo
         r = _describe_ramp(yc, _basis(n, pos, ramp_ends, others), k, None, sigma, p, w=w)
         if i + 1 < len(kinks):
             k2, p2 = kinks[i + 1]
-            r2 = _describe_ramp(yc, _basis(n, pos, ramp_ends, [c for c, _ in kinks if c != k2]), k2, None, sigma, p2, w=w)
+            x2 = _basis(n, pos, ramp_ends, [c for c, _ in kinks if c != k2])
+            r2 = _describe_ramp(yc, x2, k2, None, sigma, p2, w=w)
             if np.sign(r2.slope) != np.sign(r.slope) and abs(r2.slope + r.slope) <= 2 * math.hypot(r.se, r2.se):
                 x = _basis(n, pos, ramp_ends, [c for c, _ in kinks if c not in (k, k2)])
                 # the two kinks were placed one at a time: place the ramp's ends jointly
