@@ -46,12 +46,14 @@ CLOSED_SETS = {
     ("bench", "kernels", "--device"), ("bench", "kernels", "--dtype"), ("bench", "kernels", "--kernels"),
     ("bench", "kernels", "--impls"), ("bench", "kernels", "--passes"),
     ("fleet", "changes", "--metric"), ("fleet", "localize", "--metric"),
+    ("roofline", "--gpu"),
 }
 # Inputs that must exist and parse: a missing or garbage file is wrong.
 INPUT_FILES = {
     ("plan", "--calibration"), ("diagnose", "path"), ("gate", "--baseline"), ("gate", "--candidate"),
     ("fleet", "changes", "--csv"), ("fleet", "localize", "--csv"), ("diff", "baseline"), ("diff", "candidate"),
     ("compare", "a"), ("compare", "b"), ("runs", "show", "run_id"),
+    ("roofline", "trace"), ("roofline", "--calibration"),
 }
 # Output options that name a folder (an existing folder is fine; a file on the way is not).
 FOLDER_OUTPUTS = {("train", "--out")}
