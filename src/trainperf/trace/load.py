@@ -101,10 +101,12 @@ def _read_all(files: list[Path], workers: int | None, progress: bool) -> list[Ev
     workers = min(len(files), workers or os.cpu_count() or 1)
     bar = None
     if progress:
+        from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+        # On stderr: stdout carries the verb's results (JSON with --json).
         bar = Progress(TextColumn("loading traces"), BarColumn(), TextColumn("{task.completed}/{task.total} ranks"),
-                       TimeElapsedColumn(), transient=True)
+                       TimeElapsedColumn(), transient=True, console=Console(stderr=True))
     tables: list[EventTable | None] = [None] * len(files)
     if bar:
         bar.start()
