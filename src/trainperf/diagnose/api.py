@@ -9,11 +9,12 @@ from pathlib import Path
 import numpy as np
 
 from trainperf.diagnose import findings as F
+from trainperf.diagnose import rules
 from trainperf.diagnose.crossrank import CrossRank, comm_waits, compute_straggler, cross_rank, host_straggler
 from trainperf.diagnose.evidence import Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes
 from trainperf.diagnose.facts import RankFacts, StragglerFacts, collect_facts
 from trainperf.diagnose.steps import gpu_step_periods_us, memcpy_bandwidth
-from trainperf.diagnose.rules import STRAGGLER_MIN_WAIT_PCT, run_rules
+from trainperf.diagnose.rules import run_rules
 from trainperf.diagnose.window import analysis_window
 from trainperf.errors import TrainperfError
 from trainperf.trace.events import EventTable
@@ -263,7 +264,7 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, RankFacts]) -> StragglerFac
     st = xr.straggler
     window = max(f.breakdown.window_us for f in facts.values() if f.has_gpu)
     others = max(len(xr.wait_by_rank_us) - 1, 1)
-    if st is None or st[1] < STRAGGLER_MIN_WAIT_PCT / 100 * window * others:
+    if st is None or st[1] < rules.STRAGGLER_MIN_WAIT_PCT / 100 * window * others:
         cs = compute_straggler({r: f.compute_by_step for r, f in facts.items() if f.has_gpu})
         if cs is None or cs.ratio <= 1.0:
             return None

@@ -113,8 +113,8 @@ class RankFacts:
     def memory_bound_hbm_pct(self) -> float | None:
         """Achieved bandwidth of the elementwise and norm/reduction operators as % of the device's HBM peak
         (roofline.rank_roofline: bytes from the recorded shapes over their kernels' time), time-weighted;
-        None when the trace records no shapes or no known device. Computed on first use (re-reads the
-        trace's shapes), then cached."""
+        None when the trace records no shapes or no known device. Computed on first use (from the shapes the
+        loaded table keeps), then cached."""
         if "hbm_pct" not in self._gains:
             from trainperf.diagnose.roofline import rank_roofline
 
