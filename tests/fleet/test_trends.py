@@ -96,3 +96,14 @@ def test_cli_shows_a_ramp_as_a_trend_with_its_end(tmp_path):
     row = next(line for line in r.stdout.splitlines() if "trend" in line)
     start, end = (int(v) for v in row.split("│")[1].split("-"))  # onset-end (injected: 101-120)
     assert abs(start - 101) <= 2 and abs(end - 120) <= 2 and "%/pt" in row  # a slope change per point
+
+
+def test_html_report_shows_a_ramp_as_a_trend_with_its_end_and_slopes_per_point(tmp_path):
+    from trainperf.report.fleet import changes_report
+
+    x = _ramp(10, 0)
+    res = detect_changes(x)
+    (c,) = res.changes
+    page = changes_report(x, res, tmp_path / "changes.html").read_text()
+    assert f"<td>{c.index}-{c.end}</td>" in page and "<td>trend</td>" in page
+    assert f"{c.before:.5g}/pt" in page and f"{c.after:.5g}/pt" in page  # slopes, not medians

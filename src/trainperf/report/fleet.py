@@ -27,15 +27,19 @@ def changes_report(values, result, path: str | Path, title: str = "Change points
     chart = line_chart({label: shown.tolist(), "segment median": level.tolist()}, markers=result.change_points)
     rows = []
     for c in result.changes:
-        rel = f"{c.rel_change:+.2%} [{c.rel_ci[0]:+.2%}, {c.rel_ci[1]:+.2%}]" if c.rel_change == c.rel_change else "-"
-        rows.append([c.index if not run_ids else f"{c.index} ({run_ids[c.index]})", c.kind, f"{c.before:.5g}",
-                     f"{c.after:.5g}", f"{c.shift:+.4g} [{c.shift_ci[0]:+.4g}, {c.shift_ci[1]:+.4g}]", rel,
-                     f"{c.p_value:.2g}"])
+        unit = "/pt" if c.kind == "trend" else ""  # a trend's before/after/shift are slopes, per point
+        rel = (f"{c.rel_change:+.2%}{unit} [{c.rel_ci[0]:+.2%}, {c.rel_ci[1]:+.2%}]"
+               if c.rel_change == c.rel_change else "-")
+        where = f"{c.index}" + (f"-{c.end}" if c.end is not None else "")
+        rows.append([where if not run_ids else f"{where} ({run_ids[c.index]})", c.kind, f"{c.before:.5g}{unit}",
+                     f"{c.after:.5g}{unit}", f"{c.shift:+.4g}{unit} [{c.shift_ci[0]:+.4g}, {c.shift_ci[1]:+.4g}]",
+                     rel, f"{c.p_value:.2g}"])
     rep = Report(title, f"{len(result.changes)} change point(s) in {result.n} points")
     rep.add("Series", chart, paragraph(
         "Vertical lines mark the first point of each new segment. Level changes shift the median; trend changes "
         "shift the slope (their magnitude is per point)."))
-    rep.add("Changes", table(rows, ["index", "kind", "before (median)", "after (median)", "shift [95% CI]",
+    rep.add("Changes", table(rows, ["index (a trend: onset-end)", "kind", "before (level: median; trend: slope)",
+                                    "after", "shift [95% CI]",
                                     "relative [95% CI]", "p-value"]) if rows else paragraph("No change point."),
             paragraph(f"Test: {result.test}. Shift: Hodges-Lehmann estimate with its Mann-Whitney interval."))
     return rep.write(path)
