@@ -253,7 +253,8 @@ def gate(baseline: str = typer.Option(..., "--baseline", help="Run id, folder or
                                             help="Smallest relative change that counts, e.g. 2% or 0.02."),
          min_effect_older: str = older_name("--min-effect", "--min-rel-change"),
          alpha: float = typer.Option(0.005, "--alpha", min=0.0, max=1.0,
-                                     help="Significance level of the Mann-Whitney U test, strictly between 0 and 1."),
+                                     help="Significance level of the speed test (compare's interval for runs, "
+                                          "Mann-Whitney U for sample files), strictly between 0 and 1."),
          max_loss_delta: float = typer.Option(None, "--max-loss-delta", min=0.0,
                                               help="Also fail when the loss (per step, and held-out) differs by more "
                                                    "than this (loss units); runs only."),
