@@ -51,23 +51,10 @@ class Args(msgspec.Struct, frozen=True, gc=False):
 NO_ARGS = Args()
 
 
-class LenientArgs(msgspec.Struct, frozen=True, gc=False):
-    """Args of the lenient schema: a stream may be a string ("0x0" in ROCm traces)."""
+class LenientArgs(Args, frozen=True, gc=False):
+    """Args of the lenient schema: a stream may be a string ("0x0" in ROCm traces); other fields as Args."""
 
-    correlation: int = -1
     stream: Union[int, str] = -1
-    external_id: int = msgspec.field(default=-1, name="External id")
-    bytes: int = -1
-    collective: Optional[str] = msgspec.field(default=None, name="Collective name")
-    process_group: Optional[str] = msgspec.field(default=None, name="Process Group Name")
-    input_dims: msgspec.Raw = msgspec.field(default=ABSENT, name="Input Dims")
-    input_type: msgspec.Raw = msgspec.field(default=ABSENT, name="Input type")
-    concrete_inputs: msgspec.Raw = msgspec.field(default=ABSENT, name="Concrete Inputs")
-    in_nelems: msgspec.Raw = msgspec.field(default=ABSENT, name="In msg nelems")
-    out_nelems: msgspec.Raw = msgspec.field(default=ABSENT, name="Out msg nelems")
-    dtype: msgspec.Raw = msgspec.field(default=ABSENT, name="dtype")
-    group_size: msgspec.Raw = msgspec.field(default=ABSENT, name="Group size")
-    group_ranks: msgspec.Raw = msgspec.field(default=ABSENT, name="Process Group Ranks")
 
 
 NO_LENIENT_ARGS = LenientArgs()
