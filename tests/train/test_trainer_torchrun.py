@@ -41,7 +41,7 @@ def runs(tmp_path_factory):
     train(_cfg(tmp / "single_mbs2", layout="mbs=2"))
     train(_cfg(tmp / "single_mbs1", layout="mbs=1"))
     for name, kw in {"fsdp": dict(layout="zero=3", ckpt_every=3),
-                     "ddp": dict(layout="zero=0"),
+                     "ddp": dict(layout="zero=0", record=True),  # recorded: summary.ranks
                      "tp": dict(layout="tp=2"),
                      "tp_sp": dict(layout="tp=2,sp=1,recompute=selective", ckpt_every=6),
                      # the canonical string `trainperf plan` prints (Layout.to_string): ZeRO-2, bf16
@@ -82,6 +82,38 @@ def test_a_planner_layout_string_runs_fsdp_in_bf16(runs):
 
 def test_ddp_matches_single_process(runs):
     assert losses_by_step(runs["ddp"]) == pytest.approx(losses_by_step(runs["single_mbs2"]), rel=2e-4)
+
+
+def test_two_rank_record_lists_each_ranks_host_and_busy_time(runs):
+    """Rank 0 gathers every rank's host and median busy s (its own compute per step, collective
+    waits and data wait excluded) into the record's summary; fleet tree reads it per host."""
+    import socket
+    import statistics
+
+    from trainperf.fleet.tree import fleet_tree, rank_hosts
+    from trainperf.store import RunFilter, open_store
+
+    rec = json.loads((runs["ddp"] / "run_record.json").read_text())
+    ranks = rec["config"]["summary"]["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert all(r["host"] == socket.gethostname() for r in ranks)
+    step = rec["step_time_s"]  # rank 0's median step time
+    assert all(0 < r["busy_s"] <= step for r in ranks), (ranks, step)
+    # rank 0's busy time is its own median of forward + backward + optimizer (no comm wait recorded on ddp/CPU)
+    # over the steps the summary's medians use (the trainer skips 2 warm-up steps; the step time checks it)
+    lines = [json.loads(x) for x in (runs["ddp"] / "metrics.jsonl").read_text().splitlines()][2:]
+    assert statistics.median(r["step_time_s"] for r in lines) == step
+    own = statistics.median(r["forward_s"] + r["backward_s"] + r["optimizer_s"] - r.get("comm_wait_s", 0.0)
+                            for r in lines)
+    assert ranks[0]["busy_s"] == pytest.approx(own, rel=1e-9)
+    store = str(runs["tmp"] / "store")
+    stored = next(r for r in open_store(store).read(RunFilter(), samples=False) if r.run_id == rec["run_id"])
+    assert rank_hosts(stored) == [(socket.gethostname(), r["busy_s"]) for r in ranks]
+    t = fleet_tree(store)
+    acc = next(a for a in t.accounts if a.run_id == rec["run_id"])
+    assert list(acc.host_parts) == [socket.gethostname()]
+    for k, v in acc.parts.items():  # one host: it holds the whole run
+        assert acc.host_parts[socket.gethostname()][k] == pytest.approx(v), k
 
 
 def test_tensor_parallel_matches_single_process(runs):

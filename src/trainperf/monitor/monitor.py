@@ -225,6 +225,7 @@ class StepTimer:
         self.loss = None
         self.extra: dict = {}
         self.data_wait_s = 0.0
+        self.comm_wait_s = 0.0
         self._cpu_phases: dict[str, float] = {}
         self._events: list[tuple[str, object, object]] = []
         self._aside: dict[str, float] = {}
@@ -241,6 +242,11 @@ class StepTimer:
     def add_data_wait(self, seconds: float) -> None:
         """Add data wait measured elsewhere (e.g. by a prefetcher), in seconds."""
         self.data_wait_s += float(seconds)
+
+    def add_comm_wait(self, seconds: float) -> None:
+        """Add time this rank sat blocked in collectives inside its phases (seconds), measured by
+        the loop; recorded as ``comm_wait_s`` and taken out of the step's busy time."""
+        self.comm_wait_s += float(seconds)
 
     def phase(self, name: str):
         """Return a context manager timing its block as phase ``name`` (CUDA events on GPU, wall
@@ -290,13 +296,16 @@ class MonitorSummary:
     final_loss: float | None
     goodput: Goodput
     phases_s: dict = field(default_factory=dict)
+    # one {"rank", "host", "busy_s"} per rank (Monitor.gather_ranks; this rank alone without it)
+    ranks: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        """Return the summary as a plain dict (goodput split included)."""
+        """Return the summary as a plain dict (goodput split and per-rank busy times included)."""
         d = {k: getattr(self, k) for k in ("steps", "step_time_s", "tokens_per_s", "mfu", "hfu", "mem_peak_bytes",
                                            "data_wait_s", "final_loss")}
         d["phases_s"] = self.phases_s
         d["goodput"] = self.goodput.to_dict()
+        d["ranks"] = self.ranks
         return d
 
 
@@ -306,6 +315,17 @@ def _median(xs: list[float]) -> float | None:
         return None
     n = len(xs)
     return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def step_busy_s(rec: dict, phase_keys) -> float:
+    """Return a step's busy time in seconds: the rank's own compute in the step, collective waits
+    excluded. With phases recorded it is their sum (the trainer's forward_s + backward_s +
+    optimizer_s) less ``comm_wait_s`` (time measured blocked in collectives inside those phases);
+    without phases, step_time_s less data_wait_s and comm_wait_s. Data wait, asides (evaluation)
+    and anything outside the phases (the trainer's loss all-reduce) are never in it."""
+    phases = [rec[k] for k in phase_keys if rec.get(k) is not None]
+    total = sum(phases) if phases else rec["step_time_s"] - (rec.get("data_wait_s") or 0.0)
+    return max(total - (rec.get("comm_wait_s") or 0.0), 0.0)
 
 
 class Monitor:
@@ -340,6 +360,7 @@ class Monitor:
             self.flops_per_token = model_flops_per_token(model, seq_len)
             self.hw_flops_per_token = hardware_flops_per_token(model, recompute, seq_len)
         self.records: list[dict] = []
+        self.ranks: list[dict] = []  # every rank's entry once gather_ranks() ran
         self.checkpoint_events: list[dict] = []
         self.phase_names: set[str] = set()  # "forward_s", ... as recorded
         self._phase_keys: dict[str, str] = {}  # "forward" -> "forward_s"
@@ -401,6 +422,8 @@ class Monitor:
                     key = keys[name] = f"{name}_s"
                     self.phase_names.add(key)
                 rec[key] = seconds
+        if st.comm_wait_s:
+            rec["comm_wait_s"] = st.comm_wait_s
         if st.extra:
             rec.update(st.extra)
         rec["t_end"] = t_end = _wall_time()
@@ -466,7 +489,40 @@ class Monitor:
             final_loss=self.records[-1]["loss"] if self.records else None,
             goodput=gp,
             phases_s={k: _median([r.get(k) for r in measured]) for k in phase_keys},
+            ranks=self.ranks or ([self.rank_entry()] if self.records else []),
         )
+
+    def busy_s(self) -> float | None:
+        """Return this rank's median busy time per step in seconds (``step_busy_s`` over the
+        measured steps), None before any step."""
+        measured = self.records[self.skip_first:] or self.records
+        keys = sorted(self.phase_names)
+        return _median([step_busy_s(r, keys) for r in measured])
+
+    def rank_entry(self) -> dict:
+        """Return this rank's entry of the run summary's ``ranks``: rank, host name, median busy s."""
+        import socket
+
+        return {"rank": self.rank, "host": socket.gethostname(), "busy_s": self.busy_s()}
+
+    def gather_ranks(self) -> list[dict]:
+        """Collect every rank's ``rank_entry`` (a collective: call it on every rank, after the last
+        step, with torch.distributed initialised; one process alone needs no group). Sets and
+        returns ``self.ranks``, sorted by rank, which ``summary()`` then reports."""
+        entry = self.rank_entry()
+        try:
+            import torch.distributed as dist
+
+            distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        except ImportError:
+            distributed = False
+        if not distributed:
+            self.ranks = [entry]
+            return self.ranks
+        got: list = [None] * dist.get_world_size()
+        dist.all_gather_object(got, entry)
+        self.ranks = sorted(got, key=lambda e: e["rank"])
+        return self.ranks
 
     def close(self) -> None:
         """Flush and close the files (idempotent)."""

@@ -473,6 +473,7 @@ def finish(run: TrainRun) -> dict:
             run.ckpt.wait()
     if run.progress is not None:
         run.progress.close()
+    mon.gather_ranks()  # every rank's host and median busy s (a collective): the summary's "ranks"
     summary = mon.summary()
     mon.close()
     n_steps = cfg.steps - run.start_step
