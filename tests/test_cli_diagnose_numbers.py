@@ -20,32 +20,31 @@ GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n"
 NEGATIVE_NUMBER = re.compile(r"(?<![\w/.])-\d")  # "-0", "-1.5" but not "pytest-12" or "a-1"
 
 
-def _overlapping_kernels(path: Path) -> Path:
-    """4 steps of 1000 µs; on one stream a GEMM [t+20, t+320] and a second one starting 5 µs before the
-    first ends [t+315, t+515] (kernel timestamps that overlap by a few µs are common in real traces).
-
-    By hand: the only idle gaps are between steps (t+515 -> t+1020 = 505 µs), each launched at t+1010,
-    after the previous kernel ended: all idle time waits on the host (100/0/0)."""
+def _two_gemms(path: Path, second_starts_us: float) -> Path:
+    """4 steps of 1000 µs; on one stream a GEMM [t+20, t+320] and a second one of 200 µs starting at
+    t + ``second_starts_us``, both launched early (at t+10 and t+15)."""
     b = TraceBuilder()
     t = 0.0
     for s in range(4):
         b.step(s, t, 1000)
         b.launch(GEMM, t + 10, t + 20, 300)
-        b.launch(GEMM, t + 15, t + 315, 200)
+        b.launch(GEMM, t + 15, t + second_starts_us, 200)
         t += 1000
     return b.write(path)
+
+
+def _overlapping_kernels(path: Path) -> Path:
+    """The second GEMM starts 5 µs before the first ends, [t+315, t+515] (kernel timestamps that overlap
+    by a few µs are common in real traces).
+
+    By hand: the only idle gaps are between steps (t+515 -> t+1020 = 505 µs), each launched at t+1010,
+    after the previous kernel ended: all idle time waits on the host (100/0/0)."""
+    return _two_gemms(path, 315)
 
 
 def _unexplained_idle(path: Path) -> Path:
     """Both GEMMs launched early, yet the device leaves 400 µs between them: idle_gpu, which has no what-if."""
-    b = TraceBuilder()
-    t = 0.0
-    for s in range(4):
-        b.step(s, t, 1000)
-        b.launch(GEMM, t + 10, t + 20, 300)
-        b.launch(GEMM, t + 15, t + 720, 200)
-        t += 1000
-    return b.write(path)
+    return _two_gemms(path, 720)
 
 
 def _diagnose(trace: Path, tmp_path: Path) -> tuple[str, dict, str]:
