@@ -175,6 +175,12 @@ def test_slow_rank_one_makes_rank_zero_wait(tmp_path):
     # test_slow_rank_grows_its_forward_by_the_extra_compute).
     faulty_min = min(r["step_time_s"] for r in recs if r["step"] >= 5)
     assert faulty_min >= ms / 1e3 and faulty > clean, (clean, faulty)
+    # busy time excludes that wait: rank 0's backward after its last gradient is comm_wait_s, so
+    # rank 1 (the sleeper, median over steps 3-8, 4 of 6 faulty) is busy >= the sleep longer
+    assert all(r["comm_wait_s"] >= 0 for r in recs)
+    ranks = json.loads((tmp_path / "run" / "summary.json").read_text())["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert ranks[1]["busy_s"] - ranks[0]["busy_s"] >= 0.9 * ms / 1e3, ranks
 
 
 def test_numerics_faults_change_the_training_not_the_time(tmp_path):

@@ -239,6 +239,7 @@ class TrainRun:
     accel: str | None
     metadata: dict
     comparable: dict  # what `trainperf compare` needs to decide comparability
+    grad_ready: list | None = None  # [perf_counter of this rank's last gradient] (DDP on CPU), see _grad_ready_clock
 
 
 def setup(cfg: TrainConfig) -> TrainRun:
@@ -342,7 +343,33 @@ def setup(cfg: TrainConfig) -> TrainRun:
                     extra_work=ExtraWork(faults, rank, device), autocast=parallel.autocast_dtype(dims),
                     start_step=start_step, data_position=data_position, resumed_from=resumed_from,
                     tokens_per_step=tokens_per_step, peak=peak, peak_source=peak_source, accel=accel,
-                    metadata=metadata, comparable=comparable)
+                    metadata=metadata, comparable=comparable,
+                    grad_ready=_grad_ready_clock(model, dims.strategy, device_type))
+
+
+def _grad_ready_clock(model, strategy: str, device_type: str) -> list | None:
+    """Return [host clock at this rank's last gradient, at the wrapped module's forward start],
+    set by hooks, for DDP on CPU; else None. DDP broadcasts its buffers before the wrapped forward
+    runs (a collective: a rank ahead of a slower peer waits there) and launches its gradient
+    all-reduce asynchronously as the buckets fill, blocking only at the end of backward: the time
+    from calling the DDP model to its module's forward, and the backward's time after the last
+    gradient, are time blocked in collectives, not this rank's compute. (On CUDA the host clock
+    does not time the device; FSDP/TP collectives run inside the compute and are not split out.)"""
+    if strategy != "ddp" or device_type != "cpu":
+        return None
+    clock = [0.0, 0.0]
+
+    def ready(_p) -> None:
+        clock[0] = time.perf_counter()
+
+    def inner_forward(_m, _args) -> None:
+        clock[1] = time.perf_counter()
+
+    for p in model.parameters():
+        if p.requires_grad:
+            p.register_post_accumulate_grad_hook(ready)
+    model.module.register_forward_pre_hook(inner_forward)
+    return clock
 
 
 def comparability(cfg: TrainConfig, spec, layout, dataset, device_type: str) -> dict:
@@ -388,11 +415,16 @@ def forward_backward(run: TrainRun, x, y, micro: int, step: int, st) -> "object"
                                                  enabled=run.autocast is not None):
             if micro == 0:
                 run.extra_work(step)  # --fault slow-rank
+            t_call = time.perf_counter()
             loss = run.model(x, y) / ga
+            if run.grad_ready is not None:  # DDP's buffer broadcast before its module's forward
+                st.add_comm_wait(max(run.grad_ready[1] - t_call, 0.0))
             if faults.item_sync and faults.active(step):
                 loss.item()  # --fault item-sync: the host waits for the loss
         with st.phase("backward"):
             (loss * ga if faults.no_ga_scale else loss).backward()  # --fault no-ga-scale: the bug
+        if run.grad_ready is not None and micro == ga - 1:  # the gradient all-reduce's wait
+            st.add_comm_wait(max(time.perf_counter() - run.grad_ready[0], 0.0))
     return loss
 
 
