@@ -26,16 +26,14 @@ def test_user_error_is_one_line_exit_2():
     assert "Traceback" not in r.stderr
 
 
-def test_unusable_output_path_is_one_line_exit_2(tmp_path):
+def test_unusable_output_path_is_one_line_exit_2(unusable_outputs):
     """plan --html into a directory or under a regular file: one line, exit 2, no traceback."""
-    a_file = tmp_path / "a_file"
-    a_file.write_text("")
-    for target in (tmp_path, a_file / "plan.html"):
+    for target in unusable_outputs("plan.html"):
         r = _run("plan", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--top", "1",
                  "--html", str(target))
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         assert r.returncode == 2 and len(lines) == 1, r.stderr
-        assert str(target if target.is_dir() else a_file) in lines[0], r.stderr
+        assert str(target if target.is_dir() else target.parent) in lines[0], r.stderr
         assert "Traceback" not in r.stderr
 
 

@@ -138,7 +138,7 @@ def test_exposed_comm_gain_by_hand(tmp_path):
 
 
 @pytest.mark.parametrize("option", ["--json-out", "--html", "--perfetto"])
-def test_unusable_output_paths_refused_before_reading_traces(tmp_path, monkeypatch, option):
+def test_unusable_output_paths_refused_before_reading_traces(tmp_path, monkeypatch, option, unusable_outputs):
     """Issue 14 defect 1: an output path that cannot be written is one line, before any trace is read."""
     from trainperf.diagnose import api
     from trainperf.errors import TrainperfError
@@ -147,9 +147,7 @@ def test_unusable_output_paths_refused_before_reading_traces(tmp_path, monkeypat
         raise AssertionError("read the traces before checking the output path")
 
     monkeypatch.setattr(api, "diagnose", must_not_run)
-    blocker = tmp_path / "a_file"
-    blocker.write_text("x")
-    for bad in (tmp_path, blocker / "out.json"):
+    for bad in unusable_outputs("out.json"):
         res = CliRunner().invoke(app, ["diagnose", str(tmp_path), option, str(bad)])
         assert isinstance(res.exception, TrainperfError), res.output
         assert str(res.exception).startswith(f"{option} ") and "\n" not in str(res.exception)

@@ -138,16 +138,14 @@ def test_localize_explains_its_two_shares(fleet_csv):
     assert "signed share" in text and "over 100% (or negative) when other leaves moved the other way" in text
 
 
-def test_changes_html_path_checked_before_reading_the_series(tmp_path):
+def test_changes_html_path_checked_before_reading_the_series(tmp_path, unusable_outputs):
     """Issue 14 defect 1: `fleet changes --html` into a folder or below a file is one line, not a traceback."""
     from typer.testing import CliRunner
 
     from trainperf.cli import app
     from trainperf.errors import TrainperfError
 
-    blocker = tmp_path / "a_file"
-    blocker.write_text("x")
-    for bad in (tmp_path, blocker / "c.html"):
+    for bad in unusable_outputs("c.html"):
         res = CliRunner().invoke(app, ["fleet", "changes", "--csv", str(tmp_path / "missing.csv"), "--column", "x",
                                        "--html", str(bad)])
         assert isinstance(res.exception, TrainperfError), res.output

@@ -21,10 +21,9 @@ def _measure_never(*a, **k):  # calibrate must refuse before it measures
 
 
 @pytest.mark.parametrize("bad", ["folder", "file_parent"])
-def test_calibrate_refuses_unusable_out_before_measuring(tmp_path, bad, capsys):
-    blocker = tmp_path / "f.txt"
-    blocker.write_text("x")
-    out = tmp_path if bad == "folder" else blocker / "cal.json"
+def test_calibrate_refuses_unusable_out_before_measuring(bad, capsys, unusable_outputs):
+    folder, under_a_file = unusable_outputs("cal.json")
+    out = folder if bad == "folder" else under_a_file
     with mock.patch("trainperf.plan.calibrate.calibrate", _measure_never):
         code, text = _run(["calibrate", "--quick", "--out", str(out)], capsys)
     assert code == 2, text
@@ -106,7 +105,7 @@ def test_layout_that_does_not_fit_says_why(capsys):
     assert need in line and line.index("optimizer state") < line.index("weights")
 
 
-def test_plan_html_path_checked_before_planning(tmp_path, monkeypatch):
+def test_plan_html_path_checked_before_planning(monkeypatch, unusable_outputs):
     """Issue 14 defect 1: an unusable --html path is one line before any planning."""
     from typer.testing import CliRunner
 
@@ -117,9 +116,7 @@ def test_plan_html_path_checked_before_planning(tmp_path, monkeypatch):
         raise AssertionError("planned before checking --html")
 
     monkeypatch.setattr(api, "run_search", must_not_plan)
-    blocker = tmp_path / "a_file"
-    blocker.write_text("x")
-    for bad in (tmp_path, blocker / "report.html"):
+    for bad in unusable_outputs("report.html"):
         res = CliRunner().invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "8", "--html", str(bad)])
         assert res.exit_code != 0 and isinstance(res.exception, TrainperfError), res.output
         assert str(res.exception).startswith("--html ") and "\n" not in str(res.exception)
