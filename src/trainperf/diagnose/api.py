@@ -13,6 +13,7 @@ from trainperf.diagnose import rules
 from trainperf.diagnose.crossrank import CrossRank, comm_waits, compute_straggler, cross_rank, host_straggler
 from trainperf.diagnose.evidence import Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes
 from trainperf.diagnose.facts import RankFacts, StragglerFacts, collect_facts
+from trainperf.diagnose.modules import module_breakdown
 from trainperf.diagnose.steps import gpu_step_periods_us, memcpy_bandwidth
 from trainperf.diagnose.rules import run_rules
 from trainperf.diagnose.window import analysis_window
@@ -73,16 +74,20 @@ class Diagnosis:
     notes: list[str] = field(default_factory=list)
     fix_all_gain_pct: float = 0.0  # all fixes together on the rank where they gain most, % of its window
     fix_order: list = field(default_factory=list)  # on that rank
+    modules: list = field(default_factory=list)  # modules.ModuleBreakdown per rank, when asked for (--modules)
     # the event tables (per rank, restricted to --steps) the diagnosis was made from; not in the JSON
     tables: dict = field(default_factory=dict, repr=False)
 
     def to_json(self) -> dict:
         """The documented JSON object: {path, ranks: [...], findings: [...], cross_rank, notes,
-        fix_all_gain_pct, fix_order}."""
-        return {"path": self.path, "ranks": [_round(asdict(r)) for r in self.ranks],
-                "findings": [f.to_json() for f in self.findings], "cross_rank": _round(self.cross_rank),
-                "notes": self.notes, "fix_all_gain_pct": round(self.fix_all_gain_pct, 2),
-                "fix_order": self.fix_order}
+        fix_all_gain_pct, fix_order}, and modules: [rows of every rank] when they were asked for."""
+        out = {"path": self.path, "ranks": [_round(asdict(r)) for r in self.ranks],
+               "findings": [f.to_json() for f in self.findings], "cross_rank": _round(self.cross_rank),
+               "notes": self.notes, "fix_all_gain_pct": round(self.fix_all_gain_pct, 2),
+               "fix_order": self.fix_order}
+        if self.modules:
+            out["modules"] = [row for b in self.modules for row in b.to_json()]
+        return out
 
 
 def _round(x):
@@ -119,8 +124,9 @@ def _restrict_steps(t: EventTable, steps: tuple[int, int]) -> EventTable:
 
 
 def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None, top: int = 10,
-             progress: bool = False) -> Diagnosis:
-    """Diagnose the trace(s) at path (a Kineto file or a folder of ranks); return a Diagnosis."""
+             progress: bool = False, modules: str | None = None) -> Diagnosis:
+    """Diagnose the trace(s) at path (a Kineto file or a folder of ranks); return a Diagnosis.
+    modules: "instance" or "type" adds the time per nn.Module of each rank (modules.module_breakdown)."""
     tables = load_trace(path, ranks=None, progress=progress)
     step_range = parse_steps(steps)
     if step_range:
@@ -187,9 +193,11 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
                    "unmatched": xr.unmatched, "clock_offset_us": xr.clock_offset_us,
                    "clock_spread_us": xr.clock_spread_us}
     best = max(plans.values(), key=lambda p: p.fix_all_gain_pct, default=None)
+    mods = [module_breakdown(tables[r], by=modules) for r in summaries] if modules else []
+    notes += [f"rank {b.rank}: modules: {n}" for b in mods for n in b.notes]
     return Diagnosis(str(path), list(summaries.values()), merged[:top], xr_json, notes,
                      fix_all_gain_pct=best.fix_all_gain_pct if best else 0.0, fix_order=best.order if best else [],
-                     tables=tables)
+                     modules=mods, tables=tables)
 
 
 def analyse_rank(f: RankFacts, job_caveats: list[Caveat] = ()) -> tuple[RankSummary, list[F.Finding], F.FixPlan]:
