@@ -25,6 +25,8 @@ def register(app: typer.Typer) -> None:
         html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
         perfetto: Optional[Path] = typer.Option(None, "--perfetto", help="Write every rank's trace, clocks aligned, "
                                                 "with the findings as annotated slices, as one Perfetto JSON (.gz ok)."),
+        modules: bool = typer.Option(False, "--modules", help="Also show GPU time per nn.Module (needs a trace "
+                                     "recorded with with_stack=True; CPU op time on CPU-only traces)."),
     ) -> None:
         """Find the bottleneck in profiler traces: per-rank breakdown, findings with evidence and gain."""
         from rich.console import Console
@@ -38,11 +40,16 @@ def register(app: typer.Typer) -> None:
             if out:  # unusable output paths are refused before the traces are read
                 check_output_file(out, option)
         # --top limits the print only; the progress bar (on stdout) stays out of the JSON
-        result = diagnose(path, rank=rank, steps=given(steps, steps_older), top=10_000, progress=not as_json)
+        result = diagnose(path, rank=rank, steps=given(steps, steps_older), top=10_000, progress=not as_json,
+                          modules="type" if modules else None)
         if as_json:
             print_json(result.to_json())
         else:
             print_summary(result, Console(), top)
+            if modules:
+                from trainperf.diagnose.modules_render import print_modules
+
+                print_modules(result.modules, Console())
         if json_out:
             atomic_write_text(json_out, dumps(result.to_json()))
         if html:

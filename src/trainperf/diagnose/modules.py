@@ -187,7 +187,7 @@ def _steps(t: EventTable, rows: np.ndarray) -> tuple[np.ndarray, int]:
     return t.step[rows] >= 0, int(steps.size)
 
 
-def module_breakdown(t: EventTable, by: str = "instance") -> ModuleBreakdown:
+def module_breakdown(t: EventTable, by: str = "type") -> ModuleBreakdown:
     """Time per nn.Module path per step of one rank's table (module docstring).
 
     by: "instance" keeps the recorded instance names (one row per module instance); "type" drops the

@@ -1,0 +1,33 @@
+"""Terminal table of the time per nn.Module (modules.py), printed by `trainperf diagnose --modules`."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from trainperf.diagnose.modules import ModuleBreakdown
+
+BASIS_TEXT = {"gpu": "GPU time (kernels, memcpy, memset) launched by each module's forward",
+              "cpu_op": "CPU operator time (no device events in this trace), not GPU time"}
+
+
+def print_modules(breakdowns: list[ModuleBreakdown], console, top: int = 40) -> None:
+    """One table per rank: module paths indented by depth, time per step inclusive and exclusive (ms),
+    calls and events per step, share of the step; the `top` longest rows, parents kept before children."""
+    for b in breakdowns:
+        if not b.rows:
+            console.print(f"rank {b.rank}: no time to attribute to modules", highlight=False)
+            continue
+        keep = {r.path for r in sorted(b.rows, key=lambda r: -r.inclusive_us_per_step)[:top]}
+        t = Table(title=f"rank {b.rank}: time per nn.Module, per step ({b.steps} step(s)); "
+                        f"{b.attributed_pct:.1f}% inside module forwards", title_justify="left")
+        for col in ("module", "incl. ms", "excl. ms", "% of step", "calls", "events"):
+            t.add_column(col, justify="left" if col == "module" else "right", overflow="fold")
+        for r in b.rows:
+            if r.path not in keep:
+                continue
+            name = "  " * max(r.depth - 1, 0) + (r.path.rsplit("/", 1)[-1] if r.depth else r.path)
+            t.add_row(name, f"{r.inclusive_us_per_step / 1e3:.3f}", f"{r.exclusive_us_per_step / 1e3:.3f}",
+                      f"{r.pct_of_step:.1f}", f"{r.calls_per_step:g}", f"{r.events_per_step:g}")
+        console.print(t)
+        console.print(f"basis: {BASIS_TEXT[b.basis]}; total {b.total_us_per_step / 1e3:.3f} ms per step",
+                      highlight=False)
