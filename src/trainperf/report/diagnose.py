@@ -41,6 +41,8 @@ def write_report(d, path: str | Path) -> Path:
             f"{x['n_collectives_matched']} collectives matched by sequence; straggler rank {x['straggler_rank']}; "
             f"compute imbalance {x['compute_imbalance_pct']:.1f}%."),
             bar_chart([f"rank {r}" for r in ranks], [x["caused_by_rank_us"][r] / 1e3 for r in ranks], "ms of others' wait"))
+    for b in getattr(d, "modules", []):
+        _add_modules(rep, b)
     if d.findings:
         rep.add("Findings, ranked by marginal gain", bar_chart([f.kind for f in d.findings],
                                                               [f.gain_pct for f in d.findings], "% step time"),
@@ -60,3 +62,23 @@ def write_report(d, path: str | Path) -> Path:
     else:
         rep.add("Findings", paragraph("No findings: nothing in this trace is worth fixing."))
     return rep.write(path)
+
+
+def _add_modules(rep: Report, b) -> None:
+    """A rank's time per nn.Module (modules.ModuleBreakdown): exclusive time by module as a chart (the
+    leaves and the unattributed rows add up to the step), every path in a table, indented by depth."""
+    from trainperf.diagnose.modules_render import BASIS_TEXT
+
+    if not b.rows:
+        return
+    own = sorted((r for r in b.rows if r.exclusive_us_per_step > 0), key=lambda r: -r.exclusive_us_per_step)[:20]
+    rows = [["\u00a0" * 4 * max(r.depth - 1, 0) + (r.path.rsplit("/", 1)[-1] if r.depth else r.path),
+             f"{r.inclusive_us_per_step / 1e3:.3f}", f"{r.exclusive_us_per_step / 1e3:.3f}", f"{r.pct_of_step:.1f}",
+             f"{r.calls_per_step:g}", f"{r.events_per_step:g}"] for r in b.rows]
+    rep.add(f"Rank {b.rank}: time per nn.Module, per step",
+            bar_chart([r.path for r in own], [r.exclusive_us_per_step / 1e3 for r in own], "ms per step (exclusive)"),
+            table(rows, ["module", "incl. ms", "excl. ms", "% of step", "calls", "events"]),
+            paragraph(f"Basis: {BASIS_TEXT[b.basis]}. {b.steps} step(s); {b.attributed_pct:.1f}% of the step's time "
+                      f"is inside module forwards.", "note"),
+            *[paragraph(n, "note") for n in b.notes])
+
