@@ -122,3 +122,26 @@ def test_events_agree_with_xprofs_trace_viewer():
             name = "train " + name.split("#")[1]
         hits = theirs.get(name, [])
         assert any(abs(s - int(t.ts_ns[i])) <= 1 and abs(d - int(t.dur_ns[i])) <= 1 for s, d in hits), name
+
+
+def test_jax_collectives_get_message_sizes_and_bus_bandwidth():
+    # 4 JAX CPU devices, 2 steps of five collectives (data/jax/README.md); sizes by hand in test_hlo.py.
+    # Reference: NCCL's busbw = S / duration x factor(n = 4), recomputed here from the kernels' own durations
+    from trainperf.diagnose.collectives import bus_factor, collective_stats, comm_args
+    from trainperf.trace.events import COMMUNICATION
+
+    t = read_xplane(DATA / "jax_collectives.xplane.pb")
+    sizes = {"all_reduce": 65536, "all_gather": 32768, "reduce_scatter": 65536, "all_to_all": 65536,
+             "send_recv": 8192}
+    comm = np.flatnonzero(t.category == COMMUNICATION)
+    names = {t.name_of(r) for r in comm}
+    assert names == {"psum_invariant.7", "all_gather.3", "reduce_scatter.7", "all-to-all", "ppermute.3"}
+    assert comm.size == 4 * 2 * 5 and len(set(t.correlation[comm])) == comm.size  # own ids, one each
+    assert len(comm_args(t)) == comm.size
+    stats = {g.kind: g for g in collective_stats({0: t})}
+    assert set(stats) == set(sizes)
+    for kind, s in stats.items():
+        rows = [r for r in comm if t.names[int(t.collective[r])] == kind]
+        busbw = [sizes[kind] / (t.dur_ns[r] / 1e3 * 1e3) * bus_factor(kind, 4) for r in rows]
+        assert s.count == 8 and s.bytes_median == sizes[kind]
+        assert s.busbw_gbps_median == pytest.approx(float(np.median(busbw)), rel=1e-9), kind

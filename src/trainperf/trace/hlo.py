@@ -16,6 +16,15 @@ an elementwise op 1 FLOP per output element, a reduce 1 per input element; data 
 (broadcast, reshape, copy, transpose, slice, ...) none. A fusion sums its fused instructions. Bytes:
 the instruction's operands read once and its result written once (what reaches memory: a fusion's
 intermediates stay in registers).
+
+Collectives (all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute, their async
+"-start" forms, collective-broadcast) also get their message size, which JAX traces otherwise lack,
+in NCCL's convention (diagnose/collectives.py): the operands' bytes (sent) and the result's (received;
+for an async "-start" other than all-reduce-start, whose result tuple also holds the operands, its
+largest element), and the group size: the length of a replica group (HloInstructionProto
+replica_groups 49, or collective_device_list 87 = CollectiveDeviceListProto: replica_groups 1,
+iota_replica_group_list 2 with num_devices_per_group 2), or for a collective-permute the devices its
+source_target_pairs (52) name. Empty replica groups mean one group of every device: size unknown (0).
 """
 
 from __future__ import annotations
@@ -43,6 +52,42 @@ class HloCost:
     bytes: float
     precision: str    # of its first floating-point operand or result; "" when none
     shapes: str       # "f32[32,64] x f32[64,64] -> f32[32,64]"
+    collective: "CollectiveSize | None" = None  # message size, for a collective instruction
+
+
+# HLO collective opcodes -> the collective vocabulary of diagnose/collectives.py (NCCL's)
+COLLECTIVE_KIND = {"all-reduce": "all_reduce", "all-reduce-start": "all_reduce", "all-gather": "all_gather",
+                   "all-gather-start": "all_gather", "reduce-scatter": "reduce_scatter", "all-to-all": "all_to_all",
+                   "ragged-all-to-all": "all_to_all", "collective-permute": "send_recv",
+                   "collective-permute-start": "send_recv", "collective-broadcast": "broadcast"}
+# xla_data.proto PrimitiveType -> PyTorch's dtype name, as PyTorch writes it in a collective's "dtype" arg
+TORCH_DTYPE = {1: "Bool", 2: "Char", 3: "Short", 4: "Int", 5: "Long", 6: "Byte", 10: "Half", 11: "Float",
+               12: "Double", 16: "BFloat16", 19: "Float8_e5m2", 20: "Float8_e4m3fn"}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CollectiveSize:
+    """Message size of one execution of an HLO collective on one device (module docstring)."""
+
+    kind: str          # "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "broadcast"
+    in_bytes: int      # the operands (what this device sends)
+    out_bytes: int     # the result (what it receives)
+    group_size: int    # devices per group; 0 when the instruction does not say
+    dtype: str         # PyTorch's name of the element type; "Byte" when the buffers mix types
+
+    @property
+    def nbytes(self) -> int:
+        """NCCL's message size S: the larger of the send and receive buffers (bytes)."""
+        return max(self.in_bytes, self.out_bytes)
+
+    def kineto_args(self) -> dict:
+        """The size as the args PyTorch writes on a collective (read by collectives.comm_args)."""
+        size = ELEMENT_BYTES_BY_TORCH.get(self.dtype, 1)
+        return {"In msg nelems": self.in_bytes // size, "Out msg nelems": self.out_bytes // size, "dtype": self.dtype,
+                "Group size": self.group_size}
+
+
+ELEMENT_BYTES_BY_TORCH = {name: ELEMENT_BYTES[t] for t, name in TORCH_DTYPE.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +101,10 @@ class _Shape:
         if self.tuple_shapes:
             return sum(s.nbytes for s in self.tuple_shapes)
         return math.prod(self.dims) * ELEMENT_BYTES.get(self.element_type, 0)
+
+    def arrays(self) -> list["_Shape"]:
+        """The array shapes of this shape (itself, or the leaves of a tuple)."""
+        return [a for s in self.tuple_shapes for a in s.arrays()] if self.tuple_shapes else [self]
 
     @property
     def numel(self) -> int:
@@ -78,6 +127,7 @@ class _Inst:
     operands: tuple = ()
     calls: tuple = ()
     lhs_contracting: tuple = ()
+    group_size: int = 0      # devices per replica group (collectives), 0 when not given
 
 
 def _packed(v, wt) -> list[int]:
@@ -110,7 +160,7 @@ def _instruction(b: bytes) -> _Inst:
     from trainperf.trace.xplane import _fields
 
     d = _Inst()
-    ops, calls = [], []
+    ops, calls, pairs = [], [], []
     for f, wt, v in _fields(b):
         if f == 1:
             d.name = v.decode("utf-8", "replace")
@@ -126,8 +176,44 @@ def _instruction(b: bytes) -> _Inst:
             calls += _packed(v, wt)
         elif f == 30:
             d.lhs_contracting = tuple(x for g, w, u in _fields(v) if g == 1 for x in _packed(u, w))
+        elif f == 49 and not d.group_size:  # a ReplicaGroup: replica_ids 1
+            d.group_size = len([x for g, w, u in _fields(v) if g == 1 for x in _packed(u, w)])
+        elif f == 87:  # CollectiveDeviceListProto
+            d.group_size = _device_list_group_size(v) or d.group_size
+        elif f == 52:  # a SourceTarget pair: source 1, target 2 (0 is omitted on the wire)
+            pairs.append({g: u for g, _, u in _fields(v)})
     d.operands, d.calls = tuple(ops), tuple(calls)
+    if pairs:
+        d.group_size = len({p.get(1, 0) for p in pairs} | {p.get(2, 0) for p in pairs})
     return d
+
+
+def _device_list_group_size(b: bytes) -> int:
+    """Devices per group of a CollectiveDeviceListProto (explicit replica_groups 1, or the iota form 2)."""
+    from trainperf.trace.xplane import _fields
+
+    for f, _, v in _fields(b):
+        if f == 1:
+            return len([x for g, w, u in _fields(v) if g == 1 for x in _packed(u, w)])
+        if f == 2:
+            return next((u for g, _, u in _fields(v) if g == 2), 0)
+    return 0
+
+
+def collective_size(opcode: str, operands: list, result, group_size: int) -> CollectiveSize | None:
+    """Message size of a collective from its operand shapes and result shape (_Shape), or None for an
+    instruction that is not a collective (module docstring)."""
+    kind = COLLECTIVE_KIND.get(opcode)
+    if kind is None or result is None:
+        return None
+    out = result
+    if opcode.endswith("-start") and opcode != "all-reduce-start" and result.tuple_shapes:
+        out = max(result.tuple_shapes, key=lambda s: s.nbytes)  # (operands, output[, contexts])
+    arrays = [a for s in operands for a in s.arrays()] + out.arrays()
+    types = {a.element_type for a in arrays}
+    dtype = TORCH_DTYPE.get(types.pop(), "Byte") if len(types) == 1 else "Byte"
+    return CollectiveSize(kind=kind, in_bytes=sum(s.nbytes for s in operands), out_bytes=out.nbytes,
+                          group_size=group_size, dtype=dtype)
 
 
 def module_costs(hlo_proto: bytes) -> tuple[str, dict[str, HloCost]]:
@@ -165,7 +251,8 @@ def module_costs(hlo_proto: bytes) -> tuple[str, dict[str, HloCost]]:
             prec = next((PRECISION[s.element_type] for s in operands + [i.shape] if s.element_type in PRECISION), "")
             shapes = " x ".join(s.text() for s in operands) + " -> " + i.shape.text()
             out[i.name] = HloCost(flops=float(flops), bytes=float(sum(s.nbytes for s in operands) + i.shape.nbytes),
-                                  precision=prec, shapes=shapes)
+                                  precision=prec, shapes=shapes,
+                                  collective=collective_size(i.opcode, operands, i.shape, i.group_size))
     return name, out
 
 

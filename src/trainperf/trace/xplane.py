@@ -17,7 +17,13 @@ How events map onto the Kineto vocabulary (trace.events):
   one with "step_num" (jax.profiler.StepTraceAnnotation) becomes "ProfilerStep#<step_num>", so the
   per-step analyses run; "$file:line fn" events are Python frames; one with a "correlation_id" is a
   launch (runtime call) linked to its kernel by that id; the rest are host ops (cpu_op);
-- the rank is not in the profile (a JAX process index is not recorded): it comes from the file name.
+- the rank is not in the profile (a JAX process index is not recorded): it comes from the file name;
+- a kernel that runs an HLO collective (its opcode from the module's HloProto, hlo.py) is
+  communication whatever JAX named it ("psum_invariant.7", "ppermute.3"), its "Collective name" the
+  collective, and it keeps its message size as the args PyTorch writes ("In msg nelems", "dtype",
+  "Group size"), so diagnose/collectives.py computes its bus bandwidth as for NCCL kernels. An XLA CPU
+  thunk has no launch, hence no correlation id, which that analysis keys sizes by: such a collective
+  gets one of its own, above every id of the trace (it links to no launch).
 """
 
 from __future__ import annotations
@@ -255,7 +261,7 @@ def table_from_rows(rows, source: str, producer: str, rank: int | None = None, c
     from trainperf.trace.chunk import compact_json
     from trainperf.trace.producers import build_table
 
-    events, thread_names, skipped, kept = [], {}, 0, []
+    events, thread_names, skipped, kept, comm = [], {}, 0, [], []
     costs = costs or {}
     for process, pid, thread, tid, ts_ns, dur_ns, name, args in rows:
         c = _classify(process, thread, name, args)
@@ -270,11 +276,41 @@ def table_from_rows(rows, source: str, producer: str, rank: int | None = None, c
         events.append((cat, name, pid_i, tid_i, int(ts_ns), max(int(dur_ns), 0), _int_arg(args, "correlation_id"),
                        stream, _int_arg(args, "group_id"), _int_arg(args, "bytes")))
         cost = costs.get((str(args.get("hlo_module", "")), str(args.get("hlo_op", name)))) if cat == "kernel" else None
+        extra = {}
+        if cost is not None and cost.collective is not None:
+            extra = {**cost.collective.kineto_args(), _KIND_ARG: cost.collective.kind}
+            comm.append(len(events) - 1)
         kept.append(None if cost is None else compact_json(
             {"hlo_flops": cost.flops, "hlo_bytes": cost.bytes, "hlo_precision": cost.precision,
-             "hlo_shapes": cost.shapes}).encode())
-    return build_table(events, source=source, producer=producer, rank=rank, skipped=skipped,
-                       thread_names=thread_names, args=kept if costs else None)
+             "hlo_shapes": cost.shapes, **extra}).encode())
+    next_id = max((e[6] for e in events), default=-1) + 1
+    for i in comm:  # a correlation id for each collective without one (module docstring)
+        if events[i][6] < 0:
+            events[i] = events[i][:6] + (next_id,) + events[i][7:]
+            next_id += 1
+    table = build_table(events, source=source, producer=producer, rank=rank, skipped=skipped,
+                        thread_names=thread_names, args=kept if costs else None)
+    if comm:
+        _mark_collectives(table)
+    return table
+
+
+_KIND_ARG = "hlo_collective"
+
+
+def _mark_collectives(t: EventTable) -> None:
+    """Kernels whose kept args name an HLO collective: category communication, "Collective name" the kind."""
+    import numpy as np
+
+    from trainperf.trace.events import COMMUNICATION
+
+    kinds = {i: a[_KIND_ARG] for i, a in enumerate(t.kept_args()) if _KIND_ARG in a}
+    for arg_id, kind in kinds.items():
+        rows = np.flatnonzero(t.args == arg_id)
+        if kind not in t.names:
+            t.names.append(kind)
+        t.category[rows] = COMMUNICATION
+        t.collective[rows] = t.names.index(kind)
 
 
 def _to_int(v) -> int:
