@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 from kineto_builder import TraceBuilder  # noqa: E402
 
 from trainperf.diagnose.api import diagnose  # noqa: E402
-from trainperf.diagnose.replay import build_graph, replay  # noqa: E402
+from trainperf.diagnose.replay import Change, build_graph, replay  # noqa: E402
 from trainperf.diagnose.window import analysis_window  # noqa: E402
 from trainperf.trace.load import load_trace  # noqa: E402
 
@@ -65,3 +65,36 @@ def test_blocking_copy_priced_per_step_across_threads(tmp_path):
     assert n >= 2
     assert 100 * 9996 / P <= f.gain_alone_pct <= 100 * 9996 / (P - 4_500)
     assert f.gain_us == pytest.approx(n * 9996, rel=0.01)
+
+
+def _watchdog_trace(path: Path, steps: int = 4) -> Path:
+    # step T (main thread 1, P = 30 ms): a 10 ms DataLoader span [T, T+10000), then 20 ops of 900 us at
+    # T+10000 + 1000 i, each launching a 50-us kernel (host-bound). A watchdog thread (tid 9) polls with
+    # cudaEventQuery (1 us) at T+5000, inside each DataLoader wait, and launches nothing.
+    b = TraceBuilder()
+    for s in range(steps):
+        T = s * P
+        b.step(s, T, P)
+        b.cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", T, COPY_US, cat="user_annotation")
+        for i in range(20):
+            b.cpu("aten::op", T + COPY_US + 1000 * i, 900)
+            b.launch("gemm", T + COPY_US + 1000 * i + 10, T + COPY_US + 1000 * i + 20, 50)
+        b.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaEventQuery", "pid": 10, "tid": 9,
+                         "ts": T + 5000, "dur": 1, "args": {}})
+    return b.write(path)
+
+
+def test_polling_thread_does_not_hold_the_replayed_window(tmp_path):
+    # the window holds steps 0-2 (the last is left out, as HTA does); removing the DataLoader wait moves every
+    # step 10000 us earlier: gain 3 x 10000 us by hand. The watchdog's polls waited for nothing; kept in the graph,
+    # each kept its observed delay after the last call before it (inside a DataLoader wait) and held the replayed
+    # window's end back (gain 10000 us instead).
+    t = next(iter(load_trace(_watchdog_trace(tmp_path / "t.json.gz")).values()))
+    w = analysis_window(t)
+    g = build_graph(t, w)
+    assert not np.isin(t.tid[g.rows[g.is_host]], [9]).any()
+    base = replay(g)
+    np.testing.assert_allclose(base.start, g.start, atol=1e-6)
+    end_of_last_kernel = 2 * P + COPY_US + 1000 * 19 + 20 + 50
+    assert base.makespan_us == pytest.approx(end_of_last_kernel)
+    assert base.makespan_us - replay(g, Change("remove_data_wait")).makespan_us == pytest.approx(3 * COPY_US, abs=1)

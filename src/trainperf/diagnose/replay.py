@@ -214,6 +214,20 @@ def _closing_anchors(t: EventTable, w: Window, last_steps: np.ndarray) -> tuple[
     return np.array(keep, dtype=np.int64), np.array(at, dtype=float)
 
 
+def step_thread_calls(t: EventTable, w: Window, step_rows: np.ndarray) -> np.ndarray:
+    """Runtime calls of the window on the threads that take part in the step: a thread that launches device
+    work seen in the window (kernel, copy, memset) or runs the ProfilerSteps. Other threads only poll or
+    query the device (ProcessGroupNCCL's watchdog calls cudaEventQuery every few ms): nothing waits for
+    them, so they are not in the step's graph. Kept in it, a polling call's observed delay after the last
+    call of a step thread became a fixed host wait: on a trace with a 66 ms DataLoader stall per step the
+    watchdog's last cudaEventQuery kept all 4 stalls as its lag and ended the replayed window, halving the
+    replayed gain of removing them."""
+    calls = np.flatnonzero(w.keep & (t.kind == RUNTIME))
+    launched = correlated_host_row(t)[w.device]
+    threads = np.unique(np.r_[t.tid[launched[launched >= 0]], t.tid[step_rows]])
+    return calls[np.isin(t.tid[calls], threads)]
+
+
 def _thread_waits(t: EventTable, w: Window, rows: np.ndarray, start: np.ndarray, end: np.ndarray,
                   host_prev: np.ndarray, host_gap: np.ndarray, n_h: int,
                   n_anchors: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -299,7 +313,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     first_steps, last_steps = step_anchor_rows(t, w)
     last_steps, close_at = _closing_anchors(t, w, last_steps)
     anchors = np.r_[first_steps, last_steps]
-    host_rows = np.r_[anchors, np.flatnonzero(w.keep & (t.kind == RUNTIME))]
+    host_rows = np.r_[anchors, step_thread_calls(t, w, first_steps)]
     dev_rows = w.device[np.isin(t.kind[w.device], (KERNEL, MEMCPY, MEMSET))]
     rows = np.r_[host_rows, dev_rows]
     n_h = host_rows.size
