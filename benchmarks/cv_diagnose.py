@@ -31,7 +31,7 @@ diagnose/findings.py assigns (severity, dismissal and ranking cut-offs). A rule'
 cases of its kind (the rule that reads it, from its code): for a kind without positives (launch_bound,
 memory_bound_unfused, optimizer_slow, idle_gpu on today's corpus) only false findings can be scored, so
 tuning would just switch it off; --one-sided tunes them anyway. The straggler's STRAGGLER_MIN_WAIT_PCT is applied by
-api._straggler_facts (imported there by name): that function is called again, per value, on the
+api._straggler_facts (it reads rules.STRAGGLER_MIN_WAIT_PCT when called): that function is called again, per value, on the
 cross-rank facts it was given.
 """
 
@@ -63,8 +63,9 @@ STEPS = tuple(2 ** (k / 2) for k in range(-4, 5))  # 0.25x .. 4x the current val
 HEALTHY_WEIGHT = 1.0
 SEVERITY_WEIGHT = 0.1
 _MODULES = {"rules": R, "findings": F}
-# the straggler's wait threshold is applied in api._straggler_facts, which imports it by name
-_GATE = hasattr(api, "_straggler_facts") and hasattr(api, "STRAGGLER_MIN_WAIT_PCT")
+# the straggler's wait threshold is applied in api._straggler_facts (it reads rules.STRAGGLER_MIN_WAIT_PCT when
+# called): the job's straggler is decided again per value from the cross-rank facts that function was given
+_GATE = hasattr(api, "_straggler_facts")
 
 
 @dataclass(kw_only=True)
@@ -183,12 +184,12 @@ def capture(folder: Path) -> Case:
 def straggler_at(c: "Case", wait_pct: float):
     """api._straggler_facts of the case's job with STRAGGLER_MIN_WAIT_PCT = wait_pct (memoised per case)."""
     if wait_pct not in c.stragglers:
-        keep = api.STRAGGLER_MIN_WAIT_PCT
-        api.STRAGGLER_MIN_WAIT_PCT = wait_pct
+        keep = R.STRAGGLER_MIN_WAIT_PCT
+        R.STRAGGLER_MIN_WAIT_PCT = wait_pct
         try:
             c.stragglers[wait_pct] = api._straggler_facts(*c.straggler_args)
         finally:
-            api.STRAGGLER_MIN_WAIT_PCT = keep
+            R.STRAGGLER_MIN_WAIT_PCT = keep
     return c.stragglers[wait_pct]
 
 
