@@ -45,11 +45,14 @@ class StepProfiler:
     """torch.profiler driven by a schedule; call ``step()`` once after every optimizer step.
 
     ``next_step`` is the number of the first step this process will run (after a resume it
-    is not 1). A window that starts in the past, or None, profiles nothing.
+    is not 1). A window that starts in the past, or None, profiles nothing. ``record_modules``
+    records every nn.Module forward as a span (torch's with_stack=True; its with_modules=True
+    records none in eager mode), which `trainperf diagnose --modules` attributes time to; off by
+    default for its cost (docs/benchmarks.md, "GPU time per nn.Module").
     """
 
     def __init__(self, out_dir: str | Path, steps: tuple[int, int] | None, rank: int, next_step: int = 1,
-                 device_type: str = "cpu"):
+                 device_type: str = "cpu", record_modules: bool = False):
         self.prof = None
         self.path: Path | None = None
         self._last = 0
@@ -72,7 +75,7 @@ class StepProfiler:
             warnings.simplefilter("ignore", UserWarning)
             sched = tp.schedule(skip_first=first - warmup, wait=0, warmup=warmup, active=last - first + 1, repeat=1)
         self.prof = tp.profile(activities=activities, schedule=sched, on_trace_ready=self._write,
-                               record_shapes=True, with_stack=False)
+                               record_shapes=True, with_stack=record_modules)
         # Number the profiler's steps like the optimizer steps (it counts from 0), so that the
         # trace's ProfilerStep#N is step N: the same state profile.__init__ sets up for step 0.
         self.prof.step_num = next_step
