@@ -33,9 +33,11 @@ How a row becomes a planner input (no per-row factors, only what the source stat
 Constants and how they are judged (``--loso``): the planner has a few fitted constants, each
 with a physical meaning (``CONSTANTS``). ``fit`` chooses them by coordinate descent on a set
 of rows (objective: mean |log error| + 0.5 x its 90th percentile). Leave-one-source-out fits them
-on every source but one and predicts the held-out source; a constant whose accelerator
-generation has no row in the training sources keeps its prior (``PRIORS``: the estimates
-before any fit), never the shipped value fitted with the held-out rows. The constant-MFU
+on every source but one and predicts the held-out source. A generation's GEMM constant is its
+efficiency at the clock its parts sustain under their board power (``clock_fraction``); a
+generation with no row in the training sources gets the mean of the fitted generations' (same
+vendor first: ``generation_prior``), never the shipped value fitted with the held-out rows;
+other constants without a training row keep their prior (``PRIORS``). The constant-MFU
 baseline (model FLOPs / peak x one MFU, the training rows' median) is judged the same way.
 """
 
@@ -215,7 +217,8 @@ def load_cases(paths) -> tuple[list[Case], list[dict]]:
 GENERATIONS = ("ampere", "hopper", "blackwell", "tpu", "cdna")
 GEMM_GRID = [round(0.50 + 0.01 * k, 2) for k in range(50)]  # 0.50 .. 0.99 (0.03 steps moved whole folds by 5%)
 CONSTANTS: dict[str, tuple[list[float], str]] = {
-    **{f"gemm_eff:{g}": (GEMM_GRID, f"large bf16 GEMM rate / dense peak on {g} accelerators") for g in GENERATIONS},
+    **{f"gemm_eff:{g}": (GEMM_GRID, f"large bf16 GEMM rate / (dense peak x sustained clock fraction) on {g} "
+                         "accelerators") for g in GENERATIONS},
     "attn_eff:hopper": ([0.25, 0.30, 0.35, 0.40, 0.45, 0.50, 0.55, 0.60, 0.65, 0.70],
                         "best flash-attention forward / dense peak on Hopper (long sequences)"),
     "attn_seq_half": ([96.0, 256.0, 512.0, 1024.0, 2048.0], "tokens per rank at which flash attention runs at half rate"),
@@ -226,29 +229,60 @@ CONSTANTS: dict[str, tuple[list[float], str]] = {
 }
 
 
-# The starting point of every fit, and the value a constant keeps when no training row can fit
-# it: the estimates the catalog and the model carried before any fit on these rows (vendor
-# figures and the 2021-24 runs of runs.csv). Starting from the shipped, fitted values instead
-# would leak a held-out source into its own prediction through the generations only it has.
-PRIORS = {"gemm_eff:ampere": 0.82, "gemm_eff:hopper": 0.72, "gemm_eff:blackwell": 0.70, "gemm_eff:tpu": 0.70,
-          "gemm_eff:cdna": 0.55, "attn_eff:hopper": 0.40, "gemm_dim_half": 96.0, "fp8_gemm_speedup": 1.7,
+# The starting point of every fit: the estimates the catalog and the model carried before any
+# fit on these rows (vendor figures and the 2021-24 runs of runs.csv). Starting from the shipped,
+# fitted values instead would leak a held-out source into its own prediction through the
+# generations only it has. A generation's GEMM constant is its efficiency at the clock the part
+# sustains (hardware.sustained_clock_fraction: the board power, not the rated boost clock, sets
+# how fast a dense GEMM runs); a generation no training row has gets the mean of the fitted
+# generations' (``generation_prior``).
+PRIORS = {"gemm_eff:ampere": 0.82, "gemm_eff:hopper": 0.88, "gemm_eff:blackwell": 0.97, "gemm_eff:tpu": 0.70,
+          "gemm_eff:cdna": 0.72, "attn_eff:hopper": 0.40, "gemm_dim_half": 96.0, "fp8_gemm_speedup": 1.7,
           "attn_seq_half": 96.0, "tp_overlap": 0.6, "comm_sm_share": 0.0}
+# the catalog part whose gemm_eff carries each generation's fitted constant
+GENERATION_PART = {"ampere": "a100", "hopper": "h100", "blackwell": "gb200", "tpu": "tpu-v5p", "cdna": "mi300x"}
+
+
+def clock_fraction(cluster: Cluster) -> float:
+    """Return the tensor clock the cluster's part sustains through large GEMMs / its rated clock."""
+    from trainperf.hardware import sustained_clock_fraction
+
+    return sustained_clock_fraction(cluster.accelerator)
+
+
+def generation_prior(gen: str, vendor: str, params: dict, train: list[Case]) -> float:
+    """Return the GEMM constant for a generation no row of ``train`` has: physics and the other generations.
+
+    The constant is already per sustained clock (the power-limited clock is the part's own, from
+    its catalog watts and peak), so what transfers between generations is the GEMM efficiency at
+    that clock: the mean of the fitted generations of the same vendor (same tensor-core lineage
+    and GEMM libraries), or of every fitted generation when the vendor has none.
+    """
+    fitted = {c.generation: c.cluster.accelerator.vendor for c in train}
+    same = [g for g, v in fitted.items() if v == vendor] or list(fitted)
+    return round(statistics.mean(params[f"gemm_eff:{g}"] for g in same), 2) if same else PRIORS[f"gemm_eff:{gen}"]
 
 
 def shipped_params() -> dict:
     """Return the constants as shipped (catalog and Efficiency defaults): the starting point of a fit."""
     from trainperf.hardware import get_accelerator
 
-    return {"gemm_eff:ampere": get_accelerator("a100").gemm_eff, "gemm_eff:hopper": get_accelerator("h100").gemm_eff,
-            "gemm_eff:blackwell": get_accelerator("b200").gemm_eff, "gemm_eff:tpu": get_accelerator("tpu-v5p").gemm_eff,
-            "gemm_eff:cdna": get_accelerator("mi300x").gemm_eff, "attn_eff:hopper": get_accelerator("h100").attn_eff,
+    from trainperf.hardware import sustained_clock_fraction
+
+    def per_clock(part: str) -> float:
+        acc = get_accelerator(part)
+        return round(acc.gemm_eff / sustained_clock_fraction(acc), 2)
+
+    return {**{f"gemm_eff:{g}": per_clock(part) for g, part in GENERATION_PART.items()},
+            "attn_eff:hopper": get_accelerator("h100").attn_eff,
             "gemm_dim_half": Efficiency().gemm_dim_half, "fp8_gemm_speedup": Efficiency().fp8_gemm_speedup,
             "attn_seq_half": Efficiency().attn_seq_half,
             "tp_overlap": get_stack("megatron-core").tp_overlap, "comm_sm_share": Efficiency().comm_sm_share}
 
 
 def _inputs(case: Case, params: dict) -> tuple[Efficiency, Software]:
-    eff = Efficiency(gemm_eff_max=params[f"gemm_eff:{case.generation}"] if f"gemm_eff:{case.generation}" in params else 0.0,
+    key = f"gemm_eff:{case.generation}"
+    eff = Efficiency(gemm_eff_max=params[key] * clock_fraction(case.cluster) if key in params else 0.0,
                      attn_eff=params["attn_eff:hopper"] if case.generation == "hopper" else 0.0,
                      gemm_dim_half=params["gemm_dim_half"], fp8_gemm_speedup=params["fp8_gemm_speedup"],
                      comm_sm_share=params["comm_sm_share"], attn_seq_half=params["attn_seq_half"])
@@ -317,8 +351,9 @@ def fit(cases: list[Case], start: dict | None = None, sweeps: int = 8) -> dict:
     left some folds short of their optimum, and the held-out error then moved with any
     change to the model by more than the change itself.
 
-    A generation's GEMM efficiency (or Hopper's attention efficiency) with no case of that
-    generation keeps its prior (``PRIORS``); so does tp_overlap without a stack that overlaps TP.
+    A generation's GEMM efficiency with no case of that generation is not fitted (run_loso gives
+    it ``generation_prior``); Hopper's attention efficiency without a Hopper case keeps its prior
+    (``PRIORS``), so does tp_overlap without a stack that overlaps TP.
     """
     params = dict(start or PRIORS)
     gens = {c.generation for c in cases}
@@ -382,6 +417,10 @@ def run_loso(cases: list[Case], holdout: list[str] | None = None, sweeps: int = 
         train = [c for c in cases if c.source != src]
         test = [c for c in cases if c.source == src]
         params = fit(train, sweeps=sweeps)
+        for c in test:  # held-out generations: the GEMM efficiency per sustained clock of the others
+            if c.generation not in {t.generation for t in train}:
+                params[f"gemm_eff:{c.generation}"] = generation_prior(c.generation, c.cluster.accelerator.vendor,
+                                                                      params, train)
         mfu0 = statistics.median(mfu_of(c) for c in train)
         out["folds"][src] = {"constants": params, "baseline_mfu": mfu0, "n_test": len(test)}
         for c in test:

@@ -115,3 +115,35 @@ def test_power_cap_lowers_the_clock_by_the_cube_root():
     # a NIC rate in the description (Gb/s) becomes the scale-out GB/s per GPU
     assert make_cluster("H100-SXM 80GB, RoCE 200Gbps", 16).scaleout_gbps == 25.0
     assert make_cluster("h100", 16, nic_gbit_per_gpu=100).scaleout_gbps == 12.5
+
+
+def test_tpu_generations_from_cloud_tpu_pages():
+    # Cloud TPU system-architecture tables: v4 275 TFLOP/s, 32 GiB, 1.1 PB/s all-reduce per 4,096 chips;
+    # v5e 197, 400 GB/s bidirectional ICI; v5p 459, 1,200 GB/s bidirectional ICI, DCN 50 Gb/s per chip;
+    # v6e (Trillium) 918, 32 GB, 1,638 GB/s, 800 GB/s bidirectional ICI
+    from trainperf.hardware import parse_gpu_description
+
+    v4, v5e, v5p, v6e = (get_accelerator(n) for n in ("tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e"))
+    assert (v4.bf16_tflops, v5e.bf16_tflops, v5p.bf16_tflops, v6e.bf16_tflops) == (275, 197, 459, 918)
+    assert v4.scaleup_gbps == pytest.approx(1.1e15 / 4096 / 1e9, rel=0.01)
+    assert (v5e.scaleup_gbps, v5p.scaleup_gbps, v6e.scaleup_gbps) == (400 / 2, 1200 / 2, 800 / 2)
+    assert v5p.scaleout_gbps == 50 / 8
+    assert parse_gpu_description("TPU v6e (Trillium)").accelerator.name == "tpu-v6e"
+    assert get_accelerator("trillium").name == "tpu-v6e"
+    assert parse_gpu_description("Cloud TPU v4").accelerator.name == "tpu-v4"
+
+
+def test_sustained_clock_fraction_follows_board_power():
+    from trainperf.hardware import sustained_clock_fraction
+
+    # hand formula: (tdp / (400/312 W per TFLOP/s x peak))^(1/3), capped at 1; fixed-clock TPUs: 1
+    h100 = get_accelerator("h100")
+    assert sustained_clock_fraction(h100) == pytest.approx((700 / (400 / 312 * 989.4)) ** (1 / 3))
+    assert sustained_clock_fraction(get_accelerator("a100")) == 1.0
+    assert sustained_clock_fraction(get_accelerator("tpu-v5p")) == 1.0
+    assert sustained_clock_fraction(get_accelerator("gb200")) == pytest.approx((1200 / (400 / 312 * 2500)) ** (1 / 3))
+    # measured reference (docs/benchmarks.md, ../shared/facts.md): a bf16 8192^3 GEMM on an H200 (700 W,
+    # H100's 989 TFLOP/s) ran at ~790 TFLOP/s = 0.80 of peak; the power law gives 0.82 of the rated clock
+    assert 790 / 989.4 == pytest.approx(sustained_clock_fraction(get_accelerator("h200")), abs=0.03)
+    # a power cap below TDP lowers it further, a higher-TDP part of the same peak holds more
+    assert sustained_clock_fraction(get_accelerator("gb300")) > sustained_clock_fraction(get_accelerator("gb200"))

@@ -45,3 +45,23 @@ def test_constants_left_out_of_the_memo_key_do_not_move_the_row(validate):
             grid = validate.CONSTANTS[k][0]
             other = grid[0] if params[k] != grid[0] else grid[-1]
             assert _value(c, validate.predict(c, dict(params, **{k: other}))) == pytest.approx(base, rel=1e-12), (c.model.name, k)
+
+
+def test_held_out_generation_gets_the_other_generations_efficiency_per_sustained_clock(validate):
+    # A fold without any GB200 row: the Blackwell constant is the mean of the fitted NVIDIA
+    # generations' GEMM efficiency per sustained clock (same vendor first), and the row's GEMM
+    # rate is that times GB200's own clock fraction (hand formula: (1200 / (400/312 x 2500))^(1/3)).
+    cases, _ = validate.load_cases([ROOT / "benchmarks" / "data" / "planner_dev_runs.csv"])
+    train = [c for c in cases if c.generation != "blackwell"]
+    gb200 = next(c for c in cases if c.cluster.accelerator.name == "gb200")
+    params = dict(validate.PRIORS, **{"gemm_eff:ampere": 0.80, "gemm_eff:hopper": 0.76, "gemm_eff:tpu": 0.98})
+    nvidia = {c.generation for c in train if c.cluster.accelerator.vendor == "nvidia"}
+    prior = validate.generation_prior("blackwell", "nvidia", params, train)
+    assert prior == pytest.approx(sum(params[f"gemm_eff:{g}"] for g in nvidia) / len(nvidia), abs=0.005)
+    eff, _ = validate._inputs(gb200, dict(params, **{"gemm_eff:blackwell": prior}))
+    assert eff.gemm_eff_max == pytest.approx(prior * (1200 / (400 / 312 * 2500)) ** (1 / 3))
+    # a vendor no training row has: every fitted generation's mean
+    tpu_free = [c for c in cases if c.generation != "tpu"]
+    gens = {c.generation for c in tpu_free}
+    assert validate.generation_prior("tpu", "google", params, tpu_free) == pytest.approx(
+        sum(params[f"gemm_eff:{g}"] for g in gens) / len(gens), abs=0.0051)

@@ -40,6 +40,13 @@ class Accelerator:
     # peak; 0: same as attn_eff (FA2 is the best kernel on Ampere and CDNA).
     fa2_eff: float = 0.0
     family: str = ""  # part name that free-text descriptions are matched on ("h100")
+    # True where the vendor's peak is at a fixed clock the chip holds under load (TPUs); False
+    # where it is at the boost clock, which a dense GEMM cannot hold within the board power
+    # (NVIDIA, AMD, Intel parts): see sustained_clock_fraction.
+    fixed_clock: bool = False
+    # NCCL all-to-all rate per GPU (GB/s, achieved) to peers in the scale-up domain but not in the
+    # GPU's own node, where the domain spans nodes (GB200/GB300 NVL72 trays); 0: the scale-up rate.
+    scaleup_a2a_gbps: float = 0.0
 
     @property
     def hbm_bytes(self) -> float:
@@ -179,6 +186,26 @@ def clock_scale(acc: Accelerator, power_cap_w: float | None) -> float:
     if not power_cap_w or power_cap_w >= acc.tdp_w:
         return 1.0
     return float((power_cap_w / acc.tdp_w) ** (1.0 / 3.0))
+
+
+# Board watts per dense bf16 TFLOP/s at which a boost-rated part still holds its rated clock
+# through large GEMMs: the A100 SXM's 400 W / 312 TFLOP/s. A100s run bf16 GEMMs at their 1,410 MHz
+# rating (~0.9 of peak in cuBLAS); every later NVIDIA part is rated with fewer watts per TFLOP/s.
+WATTS_PER_TFLOPS_AT_RATED_CLOCK = 400.0 / 312.0
+
+
+def sustained_clock_fraction(acc: Accelerator) -> float:
+    """Return the tensor clock a part sustains through large GEMMs, as a fraction of its rated clock.
+
+    Dynamic power goes as f^3 (clock_scale); a part needs ``WATTS_PER_TFLOPS_AT_RATED_CLOCK`` x its
+    peak to hold the rated clock, so under its board power it runs at ``(tdp / (w x peak))^(1/3)``,
+    never above 1. Fixed-clock parts (TPUs: the peak is quoted at the clock they hold) return 1.
+    H100 SXM (700 W, 989 TFLOP/s): 0.82, as the ~790 TFLOP/s measured for a bf16 8192^3 GEMM on
+    an H200 of the same power and peak (docs/benchmarks.md); GB200 (1,200 W, 2,500): 0.72.
+    """
+    if acc.fixed_clock or acc.tdp_w <= 0:
+        return 1.0
+    return float(min(1.0, (acc.tdp_w / (WATTS_PER_TFLOPS_AT_RATED_CLOCK * acc.bf16_tflops)) ** (1.0 / 3.0)))
 
 
 def accelerator_for_device(device_name: str) -> Accelerator | None:
