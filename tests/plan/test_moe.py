@@ -37,6 +37,21 @@ def test_all_to_all_hand_formula_inside_and_across_nodes():
     assert float(comm.all_to_all_s(c, EFF, b, 1, 1)) == 0.0
 
 
+def test_all_to_all_across_nvl72_trays_runs_at_nccls_measured_rate():
+    # GB200 NVL72: 4 GPUs per tray, one 72-GPU NVLink domain. Peers in the tray at NVLink x bus eff,
+    # peers in other trays of the domain at the catalog's NCCL all-to-all rate (43 GB/s: ~40 GiB/s
+    # measured on 64 GPUs, rapidsai/rapidsmpf#833), beyond the domain through the NIC; the slowest paces.
+    c = make_cluster("gb200", 128)
+    up, a2a, nic = 900e9 * 0.8, 43e9, 50e9 * 0.8
+    b = 1e9
+    assert float(comm.all_to_all_s(c, EFF, b, 1, 4)) == pytest.approx(b * 3 / 4 / up + 8e-6 * 2)
+    # 32 ranks 2 apart (tp=2): 2 in the tray, 30 in other trays of the rack
+    assert float(comm.all_to_all_s(c, EFF, b, 2, 32)) == pytest.approx(b * 30 / 32 / a2a + 8e-6 * 5)
+    # 128 ranks: 72 in the domain (4 in the tray), 56 through the NIC
+    t = max(b * 3 / 128 / up, b * 68 / 128 / a2a, b * 56 / 128 / nic) + 20e-6 * 7
+    assert float(comm.all_to_all_s(c, EFF, b, 1, 128)) == pytest.approx(t)
+
+
 def test_mixtral_is_planned_as_moe_not_dense():
     m = model_from_dict(MIXTRAL, "mixtral")
     c = make_cluster("h100", 64)

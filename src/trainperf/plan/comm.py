@@ -101,19 +101,23 @@ def p2p_s(nbytes, bw, alpha):
 def all_to_all_s(cluster: Cluster, eff: Efficiency, nbytes, stride, size):
     """Return seconds of an all-to-all where each of ``size`` ranks (``stride`` apart) sends ``nbytes`` in all.
 
-    A rank keeps 1/size of its bytes; of the rest, the peers inside its scale-up domain
-    (``domain / stride`` members of the group) are reached over NVLink-class links and the
-    others through this GPU's NIC; both run at once, so the slower side paces the exchange.
-    Latency: one ``alpha`` per peer the NIC or the fabric must serve (NCCL's all-to-all is
-    point-to-point sends to every peer).
+    A rank keeps 1/size of its bytes; of the rest, the peers in its own node are reached over
+    NVLink-class links, the peers in other nodes of a scale-up domain that spans nodes (GB200
+    NVL72 trays) at the accelerator's ``scaleup_a2a_gbps`` (NCCL's measured all-to-all rate
+    there, far below the link: its point-to-point sends do not reach NVLink rates across the
+    trays), and the others through this GPU's NIC; all run at once, so the slowest side paces
+    the exchange. Latency: one ``alpha`` per doubling of the peers the NIC or the fabric must
+    serve (NCCL's all-to-all is point-to-point sends to every peer).
     """
     stride = np.asarray(stride, dtype=float)
     size = np.asarray(size, dtype=float)
     up, nic = _link_rates(cluster, eff)
-    local = np.clip(np.floor(cluster.scaleup_domain / stride), 1.0, None)
-    local = np.minimum(local, size)
-    inside = nbytes * (local - 1.0) / size / up
+    a2a_domain = cluster.accelerator.scaleup_a2a_gbps * 1e9 if cluster.accelerator.scaleup_a2a_gbps > 0 else up
+    local = np.minimum(np.clip(np.floor(cluster.scaleup_domain / stride), 1.0, None), size)
+    node = np.minimum(np.clip(np.floor(min(cluster.gpus_per_node, cluster.scaleup_domain) / stride), 1.0, None), local)
+    in_node = nbytes * (node - 1.0) / size / up
+    in_domain = nbytes * (local - node) / size / a2a_domain
     across = nbytes * (size - local) / size / nic
     alpha = np.where(size > local, eff.alpha_scaleout_s, eff.alpha_scaleup_s)
-    t = np.maximum(inside, across) + alpha * np.log2(np.maximum(size, 2.0))
+    t = np.maximum(np.maximum(in_node, in_domain), across) + alpha * np.log2(np.maximum(size, 2.0))
     return np.where(size > 1, t, 0.0)
