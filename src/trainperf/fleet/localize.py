@@ -9,15 +9,25 @@ is not a cause.
 
 Search (the "ripple" principle of Squeeze, Li et al. 2019, scored differently): a candidate is a
 set of elements of one cuboid (e.g. {nccl=2.21} or {host=a, host=b} or {bitrate=500 & cdn=7}),
-built from the elements ranked by surprise (deviation / sqrt(expectation)). Inside the candidate
-all leaves move together: a derived measure's ratio rises by one shared amount (each leaf by
-its denominator times it), a sum scales by one shared factor; outside, leaves stay at their
-expectation. The candidate's loss is the L1 distance between that model and the observed leaves:
-a too-general candidate moves healthy leaves, a too-specific one leaves anomalous leaves
+built from the elements ranked by surprise (deviation / sqrt(expectation)). Inside each element
+all leaves move together: a derived measure's ratio rises by the element's own amount (each leaf
+by its denominator times it), a sum scales by the element's own factor; outside, leaves stay at
+their expectation. The candidate's loss is the L1 distance between that model and the observed
+leaves: a too-general candidate moves healthy leaves, a too-specific one leaves anomalous leaves
 unexplained. The choice minimises (loss - best loss) / (no-cause loss - best loss) + ``penalty`` x
 (attribute=value pairs), a description-length rule that prefers the most general combination;
 "best loss" is the smallest over all candidates, so the penalty is a share of the deviation a
 cause can explain, not of the leaf noise (the same setting then holds on quiet and noisy fleets).
+Parsimony then replaces a combination by its parent unless the leaves it leaves out clearly did
+not share the change.
+
+Several faults (RiskLoc, Kalander 2022: iterative removal): the leaves of the causes found are
+set aside and the search runs again on the rest, so a second fault of another size or in another
+cuboid is found by its own evidence. Every cause element must be significant against the leaf
+noise (one-sided z >= the Bonferroni bound for ``alpha`` over all elements searched; the noise
+read on the leaves outside the causes, under both a Poisson-like and a relative-error law, the
+stricter kept) and relevant (at least ``min_share`` of the total change, RiskLoc's 2%). When not
+even the first element is significant, it is still given as the best guess, "not confident".
 Hand-written: no maintained Python library implements multi-dimensional root-cause search.
 """
 
@@ -89,16 +99,20 @@ class Localization:
 
 @dataclass(kw_only=True, frozen=True, slots=True)
 class LocalizeOptions:
-    """Settings of the root-cause search (defaults: the grid setting best on the hardest of the RS
-    incidents and three synthetic sets, "maximin"; held out, it is also the choice without RS;
-    docs/benchmarks.md).
+    """Settings of the root-cause search (penalty and parsimony: the grid setting best on the hardest
+    of the RS incidents and three synthetic sets, "maximin"; ``alpha`` and ``min_share``: stated
+    rules, not fitted; docs/benchmarks.md).
 
     ``max_depth``: most attributes in one combination; ``max_elements``: most elements in one
     cause set; ``penalty``: the fraction of the deviation each attribute=value pair must explain
     (prefers general causes); ``parsimony_z``, ``parsimony_ratio``: a more specific combination keeps
     its place over its parent only when the leaves it leaves out clearly moved less than
-    ``parsimony_ratio`` of its own change (``child_z`` at least this one-sided z; 2.33: p < 0.01); ``min_explained``: the answer is "confident" when it
-    explains at least this fraction of the leaf-level deviation (L1).
+    ``parsimony_ratio`` of its own change (``child_z`` at least this one-sided z; 2.33: p < 0.01);
+    ``min_explained``: the answer is "confident" when its first element is significant and it
+    explains at least this fraction of the leaf-level deviation (L1); ``max_causes``: most cause
+    elements in all; ``alpha``: the family-wise false-cause rate of the significance test
+    (Bonferroni over the elements searched); ``min_share``: the least share of the total change a
+    cause element must carry (RiskLoc's 2% explanatory-power threshold).
     """
 
     max_depth: int = 3
@@ -107,10 +121,15 @@ class LocalizeOptions:
     parsimony_z: float = 1.645
     parsimony_ratio: float = 0.25
     min_explained: float = 0.3
+    max_causes: int = 4
+    alpha: float = 0.01
+    min_share: float = 0.02
 
     def __post_init__(self):
         if self.max_depth < 1 or self.max_elements < 1:
             raise TrainperfError("localize options: max_depth and max_elements must be >= 1")
+        if self.max_causes < 1 or not 0 < self.alpha < 1 or not 0 <= self.min_share <= 1:
+            raise TrainperfError("localize options: max_causes must be >= 1, alpha in (0, 1), min_share in [0, 1]")
         if self.penalty < 0 or self.parsimony_z < 0 or not 0 <= self.min_explained <= 1:
             raise TrainperfError("localize options: penalty and parsimony_z must be >= 0, min_explained in [0, 1]")
 
@@ -132,22 +151,39 @@ def expected_values(real_a: np.ndarray, pred_a: np.ndarray, real_b: np.ndarray |
     return real_b * rate
 
 
-def _fit(real: np.ndarray, exp: np.ndarray, weight: np.ndarray, inside: np.ndarray) -> np.ndarray:
-    """The model "leaves inside move together, the rest stay at their expectation": its prediction.
+def _fit(real: np.ndarray, exp: np.ndarray, weight: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """The model "the leaves of each cause element move together, the rest stay at their expectation":
+    its prediction.
 
-    Inside, each leaf's expectation moves by ``weight * delta`` with one shared delta fitted to the
-    inside total: weight = the leaf's denominator for a derived measure (the ratio rises by the
-    same amount, e.g. +2% of requests fail), weight = the expectation itself for a sum (it scales
-    by the same factor).
+    ``labels``: the cause element of each leaf (-1: outside every element). Inside element e, each
+    leaf's expectation moves by ``weight * delta_e``, one delta per element fitted to its total:
+    weight = the leaf's denominator for a derived measure (the ratio rises by the same amount,
+    e.g. +2% of requests fail), weight = the expectation itself for a sum (it scales by the same
+    factor). One delta per element, not one for the whole cause set: several faults (a bad host
+    and a bad driver, or two CDNs) have their own sizes, as in the RiskLoc and Squeeze generators
+    (each root cause draws its own severity).
     """
-    w_in = weight[inside].sum()
-    delta = (real[inside].sum() - exp[inside].sum()) / w_in if w_in > 0 else 0.0
-    return np.where(inside, exp + weight * delta, exp)
+    inside = labels >= 0
+    if not inside.any():
+        return exp.copy()
+    lab = np.where(inside, labels, 0)
+    m = int(lab.max()) + 1
+    w_e = np.bincount(lab[inside], weight[inside], m)
+    d_e = np.bincount(lab[inside], real[inside] - exp[inside], m)
+    delta = np.divide(d_e, w_e, out=np.zeros(m), where=w_e > 0)
+    return np.where(inside, exp + weight * delta[lab], exp)
 
 
-def _model_loss(real: np.ndarray, exp: np.ndarray, weight: np.ndarray, inside: np.ndarray) -> float:
+def _model_loss(real: np.ndarray, exp: np.ndarray, weight: np.ndarray, labels: np.ndarray) -> float:
     """L1 distance between the observed leaves and the model of ``_fit``."""
-    return float(np.abs(real - _fit(real, exp, weight, inside)).sum())
+    return float(np.abs(real - _fit(real, exp, weight, labels)).sum())
+
+
+def _labels(codes: np.ndarray, elems) -> np.ndarray:
+    """Return per leaf the position of its element in ``elems`` (-1: none of them)."""
+    lookup = np.full(int(codes.max()) + 1, -1)
+    lookup[np.asarray(list(elems), int)] = np.arange(len(elems))
+    return lookup[codes]
 
 
 def _dispersion(real: np.ndarray, exp: np.ndarray, outside: np.ndarray) -> float:
@@ -250,17 +286,49 @@ def localize_each(leaves: dict[str, np.ndarray], real: np.ndarray, expected: np.
             searched[key] = _candidates(attrs, enc, cuboids, real, expected, weight, sign, *key)
         if not searched[key]:
             continue
-        # the penalty is a fraction of the explainable deviation (base loss - the best candidate's
-        # loss), not of the whole L1, which noise dominates on many small leaves: the same penalty
-        # then means the same on a quiet and a noisy fleet
-        floor = min(c[0] for c in searched[key])
-        span = max(base_loss - floor, 1e-12 * base_loss)
-        ranked = sorted(searched[key], key=lambda c: ((c[0] - floor) / span + opts.penalty * c[1], c[1]))
-        _, _, cuboid, elems = ranked[0]
-        cuboid, elems, loss = _parsimony(cuboid, elems, cuboids, real, expected, weight, sign, opts.parsimony_z,
-                                         opts.parsimony_ratio)
+        fitted = expected.copy()  # the model of every cause found so far
+        active = np.ones(len(real), bool)  # leaves no cause found so far covers
+        found: list[tuple[tuple, list[int]]] = []
+        ranked = _pick(searched[key], base_loss, opts.penalty)
+        z_crit = None
+        while True:
+            cuboid, elems = ranked[0][2], ranked[0][3]
+            r_real, r_exp, r_w = (np.where(active, v, 0.0) for v in (real, expected, weight))
+            cuboid, elems, _ = _parsimony(cuboid, elems, cuboids, r_real, r_exp, r_w, sign, opts.parsimony_z,
+                                          opts.parsimony_ratio)
+            codes = cuboids[cuboid][0]
+            # each cause element must be a fault of its own: significant against the leaf noise
+            # (Bonferroni over every element searched) and relevant (``min_share`` of the change)
+            if z_crit is None:
+                z_crit = _bonferroni_z(opts.alpha, sum(len(u) for _, u in cuboids.values()))
+            rest = active & ~np.isin(codes, elems)  # the noise is read on the leaves outside every cause
+            noise = _noise_model(r_real[rest], r_exp[rest])
+            passed = [i for i in elems if _element_z(r_real, r_exp, codes == i, sign, noise) >= z_crit
+                      and sign * float(r_real[codes == i].sum() - r_exp[codes == i].sum())
+                      >= opts.min_share * abs(total_dev)]
+            if not found:
+                significant = bool(passed)
+                elems = passed or elems[:1]  # nothing significant: the first element, as the best guess
+            elif not passed:
+                break
+            else:
+                elems = passed
+            labels = np.where(active, _labels(codes, elems), -1)
+            fitted = np.where(labels >= 0, _fit(r_real, r_exp, r_w, labels), fitted)
+            found.append((cuboid, elems))
+            active &= labels < 0
+            if not significant or sum(len(e) for _, e in found) >= opts.max_causes or not active.any():
+                break
+            r_real, r_exp, r_w = (np.where(active, v, 0.0) for v in (real, expected, weight))
+            r_base = float(np.abs(r_real - r_exp).sum())
+            cands = _candidates(attrs, enc, cuboids, r_real, r_exp, r_w, sign, *key) if r_base > 0 else []
+            if not cands:
+                break
+            ranked = _pick(cands, r_base, opts.penalty)
+        ranked = _pick(searched[key], base_loss, opts.penalty)
+        loss = float(np.abs(real - fitted).sum())
         out.explained = max(0.0, 1.0 - loss / base_loss)
-        out.confident = out.explained >= opts.min_explained
+        out.confident = significant and out.explained >= opts.min_explained
 
         def describe(cb, i) -> Cause:
             codes, uniq = cuboids[cb]
@@ -271,11 +339,11 @@ def localize_each(leaves: dict[str, np.ndarray], real: np.ndarray, expected: np.
                 rb = float(np.asarray(real_b)[mask].sum())
                 before, after = (before / rb if rb else float("nan")), (after / rb if rb else float("nan"))
             share = float((real[mask].sum() - expected[mask].sum()) / total_dev) if total_dev else float("nan")
-            conf = max(0.0, 1.0 - _model_loss(real, expected, weight, mask) / base_loss)
+            conf = max(0.0, 1.0 - _model_loss(real, expected, weight, np.where(mask, 0, -1)) / base_loss)
             return Cause(attrs=attrs_i, before=before, after=after, share=share, n_leaves=int(mask.sum()),
                          confidence=conf)
 
-        out.causes = sorted((describe(cuboid, i) for i in elems), key=lambda c: -c.confidence)
+        out.causes = sorted((describe(cb, i) for cb, el in found for i in el), key=lambda c: -c.confidence)
         seen = {cause_key_of(c.attrs) for c in out.causes}
         for _, _, cb, el in ranked[1:]:
             if len(out.alternatives) >= 5:
@@ -286,6 +354,52 @@ def localize_each(leaves: dict[str, np.ndarray], real: np.ndarray, expected: np.
                 out.alternatives.append(c)
         out.alternatives.sort(key=lambda c: -c.confidence)
     return results
+
+
+def _pick(candidates: list[tuple], base_loss: float, penalty: float) -> list[tuple]:
+    """Return the candidates ranked by (loss - best loss) / (base loss - best loss) + penalty x pairs.
+
+    The penalty is a fraction of the explainable deviation (base loss - the best candidate's loss),
+    not of the whole L1, which noise dominates on many small leaves: the same penalty then means
+    the same on a quiet and a noisy fleet.
+    """
+    floor = min(c[0] for c in candidates)
+    span = max(base_loss - floor, 1e-12 * base_loss)
+    return sorted(candidates, key=lambda c: ((c[0] - floor) / span + penalty * c[1], c[1]))
+
+
+def _noise_model(real: np.ndarray, exp: np.ndarray) -> tuple[float, float]:
+    """Return (phi_1, phi_2): the leaf noise read as var = phi_1 x exp (Poisson-like counts, e.g.
+    failures) and as var = phi_2 x exp^2 (a relative forecast error, e.g. step times or traffic).
+
+    Each is the median over the leaves of (real - exp)^2 / exp^p divided by 0.4549 (the median of a
+    chi-square with one degree of freedom), so the few leaves under a cause barely move it.
+    """
+    ok = exp > 0
+    if ok.sum() < 3:
+        return 1.0, 0.0
+    e, r2 = exp[ok], (real[ok] - exp[ok]) ** 2
+    return float(np.median(r2 / e)) / 0.4549, float(np.median(r2 / e ** 2)) / 0.4549
+
+
+def _element_z(real: np.ndarray, exp: np.ndarray, mask: np.ndarray, sign: float, noise: tuple[float, float]) -> float:
+    """Return the one-sided z of an element's total deviation against the leaf noise, the smaller
+    under the two noise laws of ``_noise_model``: which law a measure follows is not known (counts,
+    relative forecast errors, or both), and each one alone over-states some elements' significance
+    (the Poisson law for elements of large leaves of a relative-error measure, and vice versa)."""
+    dev = sign * float(real[mask].sum() - exp[mask].sum())
+    e = np.abs(exp[mask])
+    var = max(noise[0] * float(e.sum()), noise[1] * float((e ** 2).sum()))
+    if var <= 0:
+        return np.inf if dev > 0 else -np.inf
+    return dev / np.sqrt(var)
+
+
+def _bonferroni_z(alpha: float, n_tests: int) -> float:
+    """Return the one-sided z an element needs when ``n_tests`` elements were searched (Bonferroni)."""
+    from scipy.stats import norm
+
+    return float(norm.isf(alpha / max(n_tests, 1)))
 
 
 def _candidates(attrs, enc, cuboids, real, expected, weight, sign, max_depth, max_elements) -> list[tuple]:
@@ -308,7 +422,7 @@ def _candidates(attrs, enc, cuboids, real, expected, weight, sign, max_depth, ma
             score = dev / np.sqrt(np.abs(agg_exp) + 1.0)
             order = [int(i) for i in np.argsort(-score) if dev[i] > 0][:max_elements]
             for k in range(1, len(order) + 1):
-                loss = _model_loss(real, expected, weight, np.isin(codes, order[:k]))
+                loss = _model_loss(real, expected, weight, _labels(codes, order[:k]))
                 out.append((loss, depth * k, cuboid, order[:k]))
     return out
 
@@ -329,7 +443,7 @@ def _parsimony(cuboid: tuple, elems: list[int], cuboids: dict, real, expected, w
     with the smallest loss replaces it, so a dominant value of another attribute is never
     appended by default. Returns (cuboid, elements, loss) of the description kept.
     """
-    loss = _model_loss(real, expected, weight, np.isin(cuboids[cuboid][0], elems))
+    loss = _model_loss(real, expected, weight, _labels(cuboids[cuboid][0], elems))
     while len(cuboid) > 1:
         codes, uniq = cuboids[cuboid]
         child = np.isin(codes, elems)
@@ -346,7 +460,7 @@ def _parsimony(cuboid: tuple, elems: list[int], cuboids: dict, real, expected, w
             if not shared >= min_ratio and child_z(real, expected, weight, parent, child, sign, disp,
                                                    min_ratio) >= z_crit:
                 continue  # the leaves the child leaves out clearly did not share the change
-            p_loss = _model_loss(real, expected, weight, parent)
+            p_loss = _model_loss(real, expected, weight, _labels(p_codes, p_elems))
             if best is None or p_loss < best[2]:
                 best = (pc, p_elems, p_loss)
         if best is None:
