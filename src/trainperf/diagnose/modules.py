@@ -145,11 +145,12 @@ def _innermost(t: EventTable, spans: np.ndarray, parent: np.ndarray, query: np.n
             continue
         q = np.flatnonzero(qkey == k)
         pos = lo + np.searchsorted(sts[lo:hi], qts[q], side="right") - 1
-        for j, p in zip(q[pos >= lo], pos[pos >= lo]):
-            p = int(p)
-            while p >= 0 and send[p] <= qts[j]:
-                p = int(parent[p])
-            out[j] = p
+        pos[pos < lo] = -1
+        ended = (pos >= 0) & (send[np.maximum(pos, 0)] <= qts[q])
+        while ended.any():  # vectorized climb, one tree level per pass
+            pos[ended] = parent[pos[ended]]
+            ended = (pos >= 0) & (send[np.maximum(pos, 0)] <= qts[q])
+        out[q] = pos
     return out
 
 
@@ -226,23 +227,24 @@ def module_breakdown(t: EventTable, by: str = "type") -> ModuleBreakdown:
         bwd_rows, bwd_parent = _nesting(t, bwd_rows)
         in_bwd[q] = _innermost(t, bwd_rows, bwd_parent, anchors[q]) >= 0
     name_of = sp.paths if by == "instance" else [_strip(p) for p in sp.paths]
+    m = sp.rows.size
+    hit = inner >= 0
+    own_us = np.bincount(inner[hit], weights=dur[hit], minlength=m)
+    own_n = np.bincount(inner[hit], minlength=m).astype(np.float64)
+    all_us, all_n = own_us.copy(), own_n.copy()
+    for s in range(m - 1, -1, -1):  # a parent sorts before its children: one pass up the tree
+        p = sp.parent[s]
+        if p >= 0:
+            all_us[p] += all_us[s]
+            all_n[p] += all_n[s]
+    # per path; the spans of one kernel's chain have distinct paths (prefixes), so nothing counts twice
     incl: dict[str, list[float]] = {}  # path -> [inclusive µs, exclusive µs, events]
     depth: dict[str, int] = {}
-    for i in np.flatnonzero(~out_mask):
-        s = int(inner[i])
-        first = True
-        seen: set = set()
-        while s >= 0:
-            p = name_of[s]
-            if p not in seen:  # a type path repeats along a chain only through recursion: count once
-                seen.add(p)
-                acc = incl.setdefault(p, [0.0, 0.0, 0])
-                acc[0] += dur[i]
-                acc[2] += 1
-                if first:
-                    acc[1] += dur[i]
-            first = False
-            s = int(sp.parent[s])
+    for s in range(m):
+        acc = incl.setdefault(name_of[s], [0.0, 0.0, 0.0])
+        acc[0] += all_us[s]
+        acc[1] += own_us[s]
+        acc[2] += all_n[s]
     calls: dict[str, int] = {}
     span_counted, _ = _steps(t, sp.rows)
     for s in np.flatnonzero(span_counted):
