@@ -145,3 +145,7 @@ def test_jax_collectives_get_message_sizes_and_bus_bandwidth():
         busbw = [sizes[kind] / (t.dur_ns[r] / 1e3 * 1e3) * bus_factor(kind, 4) for r in rows]
         assert s.count == 8 and s.bytes_median == sizes[kind]
         assert s.busbw_gbps_median == pytest.approx(float(np.median(busbw)), rel=1e-9), kind
+    # a collective is priced against its link, not as an operator on the roofline
+    from trainperf.diagnose.roofline import roofline
+
+    assert not {r.op for r in roofline(t)} & {t.name_of(r) for r in comm}

@@ -21,7 +21,8 @@ How events map onto the Kineto vocabulary (trace.events):
 - a kernel that runs an HLO collective (its opcode from the module's HloProto, hlo.py) is
   communication whatever JAX named it ("psum_invariant.7", "ppermute.3"), its "Collective name" the
   collective, and it keeps its message size as the args PyTorch writes ("In msg nelems", "dtype",
-  "Group size"), so diagnose/collectives.py computes its bus bandwidth as for NCCL kernels. An XLA CPU
+  "Group size"), so diagnose/collectives.py computes its bus bandwidth as for NCCL kernels (and not
+  an operator's roofline cost: its bound is the link, not HBM). An XLA CPU
   thunk has no launch, hence no correlation id, which that analysis keys sizes by: such a collective
   gets one of its own, above every id of the trace (it links to no launch).
 """
@@ -276,13 +277,14 @@ def table_from_rows(rows, source: str, producer: str, rank: int | None = None, c
         events.append((cat, name, pid_i, tid_i, int(ts_ns), max(int(dur_ns), 0), _int_arg(args, "correlation_id"),
                        stream, _int_arg(args, "group_id"), _int_arg(args, "bytes")))
         cost = costs.get((str(args.get("hlo_module", "")), str(args.get("hlo_op", name)))) if cat == "kernel" else None
-        extra = {}
-        if cost is not None and cost.collective is not None:
-            extra = {**cost.collective.kineto_args(), _KIND_ARG: cost.collective.kind}
+        if cost is not None and cost.collective is not None:  # its size, not an operator's roofline cost
+            kept.append(compact_json({**cost.collective.kineto_args(), _KIND_ARG: cost.collective.kind,
+                                      "hlo_shapes": cost.shapes}).encode())
             comm.append(len(events) - 1)
-        kept.append(None if cost is None else compact_json(
-            {"hlo_flops": cost.flops, "hlo_bytes": cost.bytes, "hlo_precision": cost.precision,
-             "hlo_shapes": cost.shapes, **extra}).encode())
+        else:
+            kept.append(None if cost is None else compact_json(
+                {"hlo_flops": cost.flops, "hlo_bytes": cost.bytes, "hlo_precision": cost.precision,
+                 "hlo_shapes": cost.shapes}).encode())
     next_id = max((e[6] for e in events), default=-1) + 1
     for i in comm:  # a correlation id for each collective without one (module docstring)
         if events[i][6] < 0:
