@@ -179,3 +179,16 @@ def test_no_module_spans_says_how_to_record_them(tmp_path):
     m = module_breakdown(read_kineto(path))
     assert [r.path for r in m.rows] == [OUTSIDE] and any("with_stack=True" in n for n in m.notes)
     assert "modules" not in diagnose(path).to_json()  # only when asked for
+
+
+def test_a_span_overlapping_its_neighbours_end_stays_in_its_parent(tmp_path):
+    # Outer_0 [0, 100) holds Inner_0 [10, 50) and Other_0 [40, 80), which outlasts Inner_0 (clock skew):
+    # Other_0 is not nested in Inner_0, but still in Outer_0; its 7 µs kernel is Outer_0/Other_0's
+    b = TraceBuilder()
+    b.step(0, 0, 200)
+    for name, ts, dur in (("Outer_0", 0, 100), ("Inner_0", 10, 40), ("Other_0", 40, 40)):
+        b.cpu(f"nn.Module: {name}", ts, dur, cat="python_function")
+    b.launch("sm90_xmma_gemm_bf16", 60, 120, 7)
+    rows = {r.path: r for r in module_breakdown(read_kineto(b.write(tmp_path / "t.json")), by="instance").rows}
+    assert rows["Outer_0/Other_0"].exclusive_us_per_step == 7 and rows["Outer_0"].inclusive_us_per_step == 7
+    assert rows["Outer_0/Inner_0"].inclusive_us_per_step == 0

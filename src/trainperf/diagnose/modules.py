@@ -106,8 +106,8 @@ def module_spans(t: EventTable) -> _Spans:
 def _nesting(t: EventTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(rows sorted by thread and start, index of each one's enclosing span among them or -1).
 
-    A hand-written stack walk per (pid, tid): host calls nest exactly (Python and record functions),
-    and a span that overlaps its neighbour without containing it (a clock artefact) is made a root."""
+    A hand-written stack walk per (pid, tid): host calls nest exactly (Python and record functions);
+    a span that overlaps an open span's end (a clock artefact) goes under the innermost one holding it."""
     rows = _by_thread_then_start(t, rows)
     parent = np.full(rows.size, -1, dtype=np.int64)
     key = _thread_key(t, rows)
@@ -117,10 +117,9 @@ def _nesting(t: EventTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     for i in range(rows.size):
         if i and key[i] != key[i - 1]:
             stack = []
-        while stack and ends[stack[-1]] <= starts[i]:
+        # close the spans that ended, and those it outlasts (not nested in them: a clock artefact)
+        while stack and (ends[stack[-1]] <= starts[i] or ends[i] > ends[stack[-1]]):
             stack.pop()
-        if stack and ends[i] > ends[stack[-1]]:
-            stack = []
         if stack:
             parent[i] = stack[-1]
         stack.append(i)
