@@ -83,7 +83,8 @@ def test_gpu_step_windows_follow_launches_not_host_spans(tmp_path):
     assert any("after its ProfilerStep ends on the host" in n for n in d.notes)
 
 
-def _rocm_ddp(path: Path, lag_us: float = 27_000.0) -> Path:
+def _rocm_ddp(path: Path, lag_us: float = 27_000.0,
+              comm: str = "ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)") -> Path:
     # ROCm DDP, 32 ms per step on the GPU: 10 backward GEMMs of 1 ms (stream 0), an RCCL all-reduce of 20 ms
     # (stream 1) right after them, 2 optimizer kernels of 1 ms (stream 0) waiting for it. Every kernel is
     # launched 27 ms before it starts: the GPU trails the host's ProfilerStep windows by 27 ms.
@@ -95,8 +96,7 @@ def _rocm_ddp(path: Path, lag_us: float = 27_000.0) -> Path:
         for i in range(10):
             b.launch("Cijk_Alik_Bljk_SB_MT128x128x32", t - lag_us, t, 1000, stream=0, runtime="hipLaunchKernel")
             t += 1000
-        b.launch("ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)", t - lag_us - 500, t, 20_000, stream=1,
-                 runtime="hipExtModuleLaunchKernel")
+        b.launch(comm, t - lag_us - 500, t, 20_000, stream=1, runtime="hipExtModuleLaunchKernel")
         t += 20_000
         for i in range(2):
             b.launch("void at::native::multi_tensor_apply_kernel<SGD>", t - lag_us, t, 1000, stream=0,
@@ -117,6 +117,48 @@ def test_exposed_comm_priced_when_the_gpu_trails_the_host(tmp_path):
     assert f.gain_us == pytest.approx(155_000 - 128_005)
     assert d.ranks[0].comm_us == pytest.approx(80_000) and d.ranks[0].exposed_comm_us == pytest.approx(80_000)
     assert not any(x.kind == "launch_bound" for x in d.findings)
+    assert not f.gain_is_upper_bound
+
+
+def test_exposed_send_recv_is_an_upper_bound(tmp_path):
+    # the same trace with the 20-ms transfers point-to-point (a pipeline stage's send/recv): the replayed gain is
+    # the same 26.995 ms (17.4 % of 155 ms, high if measured), but a receiver usually needs what it receives, so
+    # overlap may not hide it: an upper bound, rated one level lower (medium)
+    d = diagnose(_rocm_ddp(tmp_path / "pp.json.gz", comm="ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"))
+    f = next(x for x in d.findings if x.kind == "exposed_comm")
+    assert f.gain_us == pytest.approx(155_000 - 128_005)
+    assert f.gain_is_upper_bound and f.severity == "medium"
+    assert f.evidence["metrics"]["point_to_point_share"]["value"] == pytest.approx(100.0)
+
+
+def test_one_off_checkpoint_priced_over_every_step_of_the_trace(tmp_path):
+    # host-bound steps of P = 10 ms (10 ops of 900 us at T + 1000 i, each launching a 50-us kernel). One
+    # synchronous checkpoint of S = 5 ms at the end of step 1 only: step 1 lasts P + S, step 2 starts at 2P + S.
+    # The window (HTA's) holds steps 0-1: replayed saving S = 5000 us of a 2P + S window (20 %). Per step over
+    # the trace's 3 steps (a save once in 3 steps): S / (3P + S) = 5000 / 35000 = 14.29 %. The same save in every
+    # step costs S / (P + S) = 33.3 % per step, window or trace alike.
+    P, S = 10_000.0, 5_000.0
+
+    def trace(every_step: bool) -> Path:
+        b = TraceBuilder()
+        T = 0.0
+        for s in range(3):
+            ck = every_step or s == 1
+            b.step(s, T, P + (S if ck else 0))
+            for i in range(10):
+                b.cpu("aten::mm", T + 1000 * i, 900)
+                b.launch("ampere_sgemm_128x64_tn", T + 1000 * i + 10, T + 1000 * i + 20, 50)
+            if ck:
+                b.cpu("dcp.save", T + P, S, cat="user_annotation")
+            T += P + (S if ck else 0)
+        return b.write(tmp_path / f"ck{int(every_step)}.json.gz")
+
+    once = next(x for x in diagnose(trace(False)).findings if x.kind == "checkpoint_stall")
+    assert once.gain_us == pytest.approx(S, abs=1)
+    assert once.gain_pct == pytest.approx(100 * S / (3 * P + S), abs=0.05)
+    assert once.evidence["metrics"]["steps_with_checkpoint"]["value"] == 1
+    every = next(x for x in diagnose(trace(True)).findings if x.kind == "checkpoint_stall")
+    assert every.gain_pct == pytest.approx(100 * S / (P + S), abs=0.05)
 
 
 def test_checkpoint_after_the_last_launch_of_a_step_counts(tmp_path):

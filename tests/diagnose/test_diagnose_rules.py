@@ -36,8 +36,9 @@ def test_marginal_gains_by_hand():
     assert (fa.gain_pct, fa.gain_alone_pct, fa.fix_order) == (30.0, 30.0, 1)
     assert (fb.gain_pct, fb.gain_alone_pct, fb.fix_order) == (10.0, 20.0, 2)
     assert plan.fix_all_gain_pct == 40.0
-    # B's own evidence shows 5 % of the step: its 10 % marginal gain cannot make it high
-    assert fa.severity == "high" and fb.severity == "medium"
+    # B's own evidence shows 5 % of the step: its 10 % marginal gain cannot make it high; and "host 2x" is an
+    # assumed speed-up (an upper bound): one level lower, low
+    assert fa.severity == "high" and fb.severity == "low" and fb.gain_is_upper_bound and not fa.gain_is_upper_bound
 
 
 def test_every_rule_is_a_function_of_the_facts(tmp_path):
@@ -131,3 +132,29 @@ def test_removed_waits_are_priced_before_assumed_speedups():
     ranked, plan = F.rank_by_marginal_gain([_finding("launch_bound", h), _finding("data_loader_stall", a)], gain)
     assert plan.order == ["data_loader_stall", "launch_bound"]
     assert [(f.kind, f.gain_pct) for f in ranked] == [("data_loader_stall", 20.0), ("launch_bound", 20.0)]
+
+
+@pytest.mark.parametrize("gain, measured, bound", [(2.0, "low", "low"), (6.0, "medium", "low"), (12.0, "high", "medium")])
+def test_an_upper_bound_is_rated_one_level_below_its_bound(gain, measured, bound):
+    # the same replayed gain: removing a wait (measured) vs capturing the whole step as a CUDA graph (graph_launches,
+    # an upper bound: the trace cannot show the step is capturable). Bands: high >= 10, medium >= 3.
+    w, g = Change("remove_data_wait"), Change("graph_launches")
+
+    def gain_of(changes):
+        return (gain if len(set(changes)) == 1 else 2 * gain), 0.0
+
+    for change, expected in ((w, measured), (g, bound)):
+        f = _finding("data_loader_stall" if change is w else "launch_bound", change)
+        F.rank_by_marginal_gain([f], gain_of)
+        assert (f.gain_pct, f.severity, f.gain_is_upper_bound) == (gain, expected, change is g)
+        assert f.to_json()["gain_is_upper_bound"] == (change is g)
+
+
+def test_one_off_stall_is_priced_per_step_over_the_whole_trace():
+    # marginal gain 20 % of the window, scale 0.7 (a checkpoint seen once; RankFacts.per_step_scale): 14 %, and the
+    # fix-all is the sum of the scaled marginal gains
+    a = Change("remove_checkpoint_wait")
+    f = F.make("checkpoint_stall", [0], [], {}, changes=(a,), per_step_scale=0.7)
+    _, plan = F.rank_by_marginal_gain([f], lambda changes: (20.0, 5000.0))
+    assert (f.gain_pct, f.gain_alone_pct, f.gain_us, f.severity) == (14.0, 14.0, 5000.0, "high")
+    assert plan.fix_all_gain_pct == 14.0

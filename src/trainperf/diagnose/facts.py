@@ -10,16 +10,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainperf.diagnose.crossrank import compute_per_step
+from trainperf.diagnose.crossrank import P2P_KIND, collective_rows, compute_per_step
 from trainperf.diagnose.gpu_time import (CategoryTime, IdleSplit, Overlap, TemporalBreakdown, comm_comp_overlap,
                                          idle_split, kernel_breakdown, temporal_breakdown)
-from trainperf.diagnose.host import (HostSpans, allocator_calls, checkpoint_spans, dataloader_spans, host_syncs,
-                                     optimizer_spans, sync_op_counts, sync_ops)
+from trainperf.diagnose.host import (CHECKPOINT_RE, DATALOADER_RE, HostSpans, allocator_calls, checkpoint_spans,
+                                     dataloader_spans, host_syncs, optimizer_spans, steps_with_spans, sync_op_counts,
+                                     sync_ops)
 from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLength, launch_bound_stretches,
                                        launch_stats, queue_length)
 from trainperf.diagnose.replay import BLOCK_SYNC, Change, Graph, build_graph, critical_path, replay
 from trainperf.diagnose.steps import StepTime, step_times
 from trainperf.diagnose.window import Window, merge_intervals
+from trainperf.trace.annotate import step_spans
 from trainperf.trace.events import EventTable
 
 
@@ -86,6 +88,12 @@ class RankFacts:
     sync_sites: list[SyncSite] = field(default_factory=list)
     sync_op_counts: dict = field(default_factory=dict)  # op name -> (count, CPU µs): aten::item, nonzero, ...
     compute_by_step: dict = field(default_factory=dict)  # step -> µs of computation it launched (crossrank)
+    p2p_comm_share: float = 0.0  # share of communication kernel time in point-to-point (send/recv) kernels
+    trace_steps: int = 0          # ProfilerSteps on the host in the whole trace (the window leaves the last out)
+    trace_steps_us: float = 0.0   # from the first of them (or the window's start) to the later of the last one's
+    #                               end and the window's end (µs)
+    checkpoint_steps: frozenset = frozenset()  # steps of the whole trace that hold a checkpoint span
+    dataloader_steps: frozenset = frozenset()  # ... a DataLoader span
     _gains: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -105,6 +113,24 @@ class RankFacts:
         """µs as % of the replayed span (of the host window without GPU)."""
         whole = self.span_us if self.has_gpu else self.host_window_us
         return 100.0 * us / whole if whole > 0 else 0.0
+
+    def per_step_scale(self, steps_with: frozenset) -> float:
+        """Factor taking a stall's gain from a share of the analysed window to its share of a step over all the
+        trace's ProfilerSteps, for a stall that does not occur in every step (a checkpoint every k steps).
+
+        The steady-state gain of removing a stall is its cost per occurrence times how often it occurs per step.
+        The window (HTA's) leaves the last ProfilerStep out because its device work may be cut off; the host span
+        of that step is whole, and a checkpoint in it would be seen, so the rate is counted over every step the
+        trace has: m_all occurrences in n steps, of which m_w in the window. The window's replayed saving per
+        occurrence (saving / m_w) times m_all, over the time of all n steps, is the share; as a factor on the
+        window's share: (m_all / m_w) x window / all steps' time. 1 when the stall's rate is the same in the
+        window and in the trace (a stall in every step), or when the trace shows nothing beyond the window."""
+        window = set(self.steps)
+        m_w, m_all, n_w, n = len(steps_with & window), len(steps_with), len(window), self.trace_steps
+        whole = self.span_us if self.has_gpu else self.host_window_us
+        if m_w == 0 or n <= n_w or m_all * n_w == m_w * n or self.trace_steps_us <= 0 or whole <= 0:
+            return 1.0
+        return (m_all / m_w) * whole / self.trace_steps_us
 
     def category_share(self, name: str) -> float:
         """% of device busy time in one kernel category."""
@@ -143,8 +169,14 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None) -> RankFa
     f = RankFacts(table=t, window=w, steps=steps, step_times=st, host_window_us=host_window,
                   dataloader=dataloader_spans(t, w), optimizer=optimizer_spans(t, w),
                   checkpoint=checkpoint_spans(t, w), sync_calls=host_syncs(t, w), sync_ops=sync_ops(t, w),
-                  allocator=allocator_calls(t, w), waits=waits)
+                  allocator=allocator_calls(t, w), waits=waits,
+                  checkpoint_steps=steps_with_spans(t, CHECKPOINT_RE), dataloader_steps=steps_with_spans(t, DATALOADER_RE))
+    _, s0, s1 = step_spans(t)
+    f.trace_steps = int(s0.size)
     if not w.device.size:
+        if s0.size and w.keep.any():
+            f.trace_steps_us = max(s1.max() / 1e3, float(w.end_us[w.keep].max())) - min(s0.min() / 1e3,
+                                                                                      float(w.ts_us[w.keep].min()))
         return f
     f.breakdown = temporal_breakdown(t, w)
     f.overlap = comm_comp_overlap(t, w)
@@ -156,10 +188,15 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None) -> RankFa
     f.graph = build_graph(t, w, waits)
     base = replay(f.graph)
     f.span_us = base.makespan_us
+    if s0.size and base.end.size:
+        f.trace_steps_us = max(s1.max() / 1e3, float(base.end.max())) - min(s0.min() / 1e3, float(base.start.min()))
     f.critical_path = critical_path(f.graph, base)
     f.sync_op_counts = sync_op_counts(t, w)
     f.sync_sites = _sync_sites(f)
     f.compute_by_step = compute_per_step(t, w)
+    comm = {k: float((w.end_us[r] - w.ts_us[r]).sum()) for k, r in collective_rows(t, w).items()}
+    total = sum(comm.values())
+    f.p2p_comm_share = sum(v for k, v in comm.items() if k.endswith(P2P_KIND)) / total if total > 0 else 0.0
     return f
 
 

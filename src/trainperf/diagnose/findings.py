@@ -5,7 +5,9 @@ waits before assumed speed-ups, each largest gain alone first), and each finding
 (replay of the step graph with all of them applied). Causes that overlap (the GPU idles *because*
 the host is in the DataLoader) are therefore counted once, and the gains add up to the "fix all"
 gain. Severity follows that marginal gain, capped by the finding's own evidence (the share of the
-step its evidence shows, `evidence_pct`): high >= 10 % of step time, medium >= 3 %, low otherwise.
+step its evidence shows, `evidence_pct`): high >= 10 % of step time, medium >= 3 %, low otherwise;
+a gain that is only an upper bound (`Finding.gain_is_upper_bound`, see UPPER_BOUND_CHANGES) is rated
+one level below the level of its bound.
 A healthy trace therefore has no high finding: nothing in it can be fixed for a large gain.
 The ranking (rank_key) follows the order of fixes: stalls first, then cheaper work, each by marginal gain.
 """
@@ -77,6 +79,9 @@ class Finding:
     fix_order: int = 0                              # position in the order of fixes (1 = first), 0 none
     evidence_pct: float | None = None               # share of the step the evidence itself shows, %
     confidence: str = "high"                        # high / medium / low: how far the evidence can be trusted
+    gain_is_upper_bound: bool = False               # the fix assumes what the trace cannot show (UPPER_BOUND_CHANGES)
+    per_step_scale: float = 1.0                     # window share -> share of a step over all the trace's steps, for
+    #                                                 a stall that does not occur every step (RankFacts.per_step_scale)
     notes: list = field(default_factory=list)       # why the confidence is lowered
     changes: tuple = ()                             # what-if changes (replay.Change) of the fix; not in JSON
 
@@ -84,6 +89,7 @@ class Finding:
         """A plain JSON-able dict."""
         d = asdict(self)
         d.pop("changes")
+        d.pop("per_step_scale")  # a pricing detail: the evidence and what_if state the steps counted
         return d
 
 
@@ -92,31 +98,55 @@ def severity_of(gain_pct: float) -> str:
     return "high" if gain_pct >= HIGH_GAIN_PCT else "medium" if gain_pct >= MEDIUM_GAIN_PCT else "low"
 
 
+# What-ifs whose gain is an upper bound: the fix restructures the step in a way the trace cannot show is possible.
+# graph_launches: the whole step captured as one CUDA graph (static shapes, no host sync or CPU control flow
+# inside, every op capturable); speedup: kernels at the HBM roof or an assumed factor; host_speedup: an assumed
+# factor. The launches' cost, the kernels' bytes are measured; that the fix removes all of it is assumed. (Fusing
+# the tiny kernels small_kernels names, graph_small_kernels, is a local change that foreach ops or torch.compile
+# make; removing a wait assumes nothing.) A rule may also mark its finding an upper bound (exposed_comm when the
+# exposed time is point-to-point: the receiver usually needs the data, so overlap may not hide it).
+UPPER_BOUND_CHANGES = frozenset({"graph_launches", "speedup", "host_speedup"})
+
+
 def make(kind: str, ranks, steps, metrics: dict, events=(), gain_pct: float = 0.0, gain_us: float = 0.0,
          what_if: str = "", severity: str | None = None, changes: tuple = (),
-         evidence_pct: float | None = None) -> Finding:
+         evidence_pct: float | None = None, upper_bound: bool = False, per_step_scale: float = 1.0) -> Finding:
     """A Finding with severity from its gain and the standard recommendation of its kind.
 
     metrics: name -> (value, unit); events: (name, start µs, dur µs); changes: the replay changes
-    of its fix (the gain is then filled in by rank_by_marginal_gain)."""
+    of its fix (the gain is then filled in by rank_by_marginal_gain, times per_step_scale); upper_bound: the
+    gain is an upper bound whatever the changes (changes in UPPER_BOUND_CHANGES make it one anyway)."""
     ev = {"metrics": {k: {"value": round(float(v[0]), 3), "unit": v[1]} for k, v in metrics.items()},
           "events": [{"name": n, "start_us": round(float(s), 1), "dur_us": round(float(d), 1)} for n, s, d in events]}
-    return Finding(kind, severity or severity_of(gain_pct), sorted(int(r) for r in ranks), [int(s) for s in steps],
-                   ev, round(float(gain_pct), 2), round(float(gain_us), 1), what_if, RECOMMENDATIONS[kind],
-                   gain_alone_pct=round(float(gain_pct), 2),
-                   evidence_pct=None if evidence_pct is None else round(float(evidence_pct), 2), changes=changes)
+    bound = upper_bound or any(c.kind in UPPER_BOUND_CHANGES for c in changes)
+    return Finding(kind, severity or capped_severity(gain_pct, None, bound), sorted(int(r) for r in ranks),
+                   [int(s) for s in steps], ev, round(float(gain_pct), 2), round(float(gain_us), 1), what_if,
+                   RECOMMENDATIONS[kind], gain_alone_pct=round(float(gain_pct), 2),
+                   evidence_pct=None if evidence_pct is None else round(float(evidence_pct), 2), changes=changes,
+                   gain_is_upper_bound=bound, per_step_scale=float(per_step_scale))
 
 
 _SEVERITY_LEVEL = {"low": 0, "medium": 1, "high": 2}
+_LEVELS = ("low", "medium", "high")
 
 
-def capped_severity(gain_pct: float, evidence_pct: float | None) -> str:
-    """Severity of a gain, no higher than the severity its own evidence share would have."""
+def capped_severity(gain_pct: float, evidence_pct: float | None, upper_bound: bool = False) -> str:
+    """Severity of a gain, no higher than the severity its own evidence share would have, and one level
+    lower when the gain is only an upper bound.
+
+    Why one level: severity tells a user how much acting on a finding will give. A measured wait removed is
+    worth what the replay says; an upper bound (a CUDA graph of the whole step, perfect overlap of a
+    point-to-point transfer) is worth anything from nothing to the bound, depending on facts the trace does
+    not hold. So a bound of 3-10 % (medium if measured) rates low, >= 10 % medium, and high needs a measured
+    gain. The gain itself is reported as it is, marked as an upper bound (render.gain_text, JSON
+    gain_is_upper_bound): nothing is hidden, only its weight is stated. Untouched corpus traces show why it
+    matters: launch_bound 4.2 % on nccl_parser and 5.8 % on trace_filter (the whole step as one CUDA graph)
+    and exposed_comm 3.4 % on negative_queue (send/recv kernels of a pipeline stage) were rated medium."""
     sev = severity_of(gain_pct)
-    if evidence_pct is None:
-        return sev
-    cap = severity_of(evidence_pct)
-    return sev if _SEVERITY_LEVEL[sev] <= _SEVERITY_LEVEL[cap] else cap
+    if evidence_pct is not None:
+        cap = severity_of(evidence_pct)
+        sev = sev if _SEVERITY_LEVEL[sev] <= _SEVERITY_LEVEL[cap] else cap
+    return _LEVELS[max(_SEVERITY_LEVEL[sev] - 1, 0)] if upper_bound else sev
 
 
 @dataclass(kw_only=True)
@@ -192,7 +222,7 @@ def rank_by_marginal_gain(found: list[Finding], gain) -> tuple[list[Finding], Fi
     The ranking (rank_key) puts stalls gaining >= STALL_FIRST_MIN_GAIN_PCT first, as the order of fixes does."""
     fixable = [f for f in found if f.changes]
     for f in fixable:
-        f.gain_alone_pct, _ = (round(v, 2) for v in gain(f.changes))
+        f.gain_alone_pct = round(gain(f.changes)[0] * f.per_step_scale, 2)
     present = {c.kind for f in fixable for c in f.changes}
     fixable.sort(key=lambda f: _fix_order_key(f, present))
     before = _price_in_order(fixable, gain)
@@ -203,7 +233,7 @@ def rank_by_marginal_gain(found: list[Finding], gain) -> tuple[list[Finding], Fi
     rest = [f for f in found if not f.changes]
     for f in rest:
         if f.evidence_pct is not None:
-            f.severity = capped_severity(f.gain_pct, f.evidence_pct) if f.gain_pct else f.severity
+            f.severity = capped_severity(f.gain_pct, f.evidence_pct, f.gain_is_upper_bound) if f.gain_pct else f.severity
     ranked = sorted(fixable, key=rank_key) + rest
     return ranked, FixPlan(order=[f.kind for f in fixable], fix_all_gain_pct=round(before[0], 2),
                            fix_all_gain_us=round(before[1], 1), dismissed=dismissed)
@@ -211,17 +241,21 @@ def rank_by_marginal_gain(found: list[Finding], gain) -> tuple[list[Finding], Fi
 
 def _price_in_order(fixable: list[Finding], gain) -> tuple[float, float]:
     """Apply the fixes in order, credit each with what it adds (marginal gain, fix_order, severity);
-    return the gain of all of them (% , µs)."""
+    return the gain of all of them (% , µs): the sum of the marginal gains, each per step (per_step_scale:
+    the replayed gain of all of them together when every stall recurs each step)."""
     applied: tuple = ()
     before = (0.0, 0.0)
+    total_pct = 0.0
     for k, f in enumerate(fixable, 1):
         applied = applied + tuple(f.changes)
         now = gain(applied)
-        f.gain_pct, f.gain_us = round(now[0] - before[0], 2), round(now[1] - before[1], 1)
+        marginal = (now[0] - before[0]) * f.per_step_scale
+        total_pct += marginal
+        f.gain_pct, f.gain_us = round(marginal, 2), round(now[1] - before[1], 1)
         f.fix_order = k
-        f.severity = capped_severity(f.gain_pct, f.evidence_pct)
+        f.severity = capped_severity(f.gain_pct, f.evidence_pct, f.gain_is_upper_bound)
         before = now
-    return before
+    return total_pct, before[1]
 
 
 def merge_across_ranks(findings: list[Finding]) -> list[Finding]:

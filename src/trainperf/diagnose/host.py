@@ -90,6 +90,14 @@ def checkpoint_spans(t: EventTable, w: Window) -> HostSpans:
     return _host_spans(t, w, CHECKPOINT_RE, (USER_ANNOTATION, CPU_OP, PYTHON))
 
 
+def steps_with_spans(t: EventTable, pattern: re.Pattern) -> frozenset[int]:
+    """The ProfilerSteps of the whole trace (the window's left-out last step included) whose host time holds
+    a span matching pattern (DataLoader, checkpoint): how often the stall occurs per step."""
+    rows = np.flatnonzero(np.isin(t.name, t.ids_matching(pattern.search))
+                          & np.isin(t.kind, (USER_ANNOTATION, CPU_OP, PYTHON)) & (t.step >= 0))
+    return frozenset(int(s) for s in np.unique(t.step[rows]))
+
+
 def _outermost(t: EventTable, rows: np.ndarray) -> np.ndarray:
     """The spans among rows that no other of them (same pid/tid) encloses."""
     key = t.pid[rows] * 1_000_003 + t.tid[rows]

@@ -21,9 +21,10 @@ Finding = F.Finding
 
 def _make(f: RankFacts, kind: str, metrics: dict, events=(), changes: tuple = (), what_if: str = "",
           evidence_pct: float | None = None, ranks=None, severity: str | None = None, gain_pct: float = 0.0,
-          gain_us: float = 0.0) -> Finding:
+          gain_us: float = 0.0, upper_bound: bool = False, per_step_scale: float = 1.0) -> Finding:
     return F.make(kind, ranks if ranks is not None else [f.rank], f.steps, metrics, events, gain_pct, gain_us,
-                  what_if, severity=severity, changes=changes, evidence_pct=evidence_pct)
+                  what_if, severity=severity, changes=changes, evidence_pct=evidence_pct, upper_bound=upper_bound,
+                  per_step_scale=per_step_scale)
 
 
 # --- host waits -------------------------------------------------------------------------------
@@ -31,36 +32,39 @@ def _make(f: RankFacts, kind: str, metrics: dict, events=(), changes: tuple = ()
 DATALOADER_MIN_PCT = 1.0  # DataLoader spans, % of the span
 
 
+def _host_stall(f: RankFacts, kind: str, spans, steps_with: frozenset, change: str, what: str,
+                label: str = "") -> Finding:
+    """A named host stall (DataLoader, checkpoint) priced per step over every step of the trace: its window
+    share times RankFacts.per_step_scale (1 when it occurs in every step); the host time itself without GPU."""
+    scale = f.per_step_scale(steps_with)
+    share = f.pct(spans.time_us) * scale
+    metrics = {f"{what}_time": (spans.time_us, "us"), f"{what}_share": (share, "% per step"),
+               f"steps_with_{what}": (len(steps_with), f"of {f.trace_steps} steps")}
+    per_step = "" if scale == 1.0 else f", per step over the trace's {f.trace_steps} steps ({len(steps_with)} with one)"
+    if not f.has_gpu:  # no replay: the host time itself is the upper bound
+        return _make(f, kind=kind, metrics=metrics, events=spans.longest, gain_pct=share, gain_us=spans.time_us,
+                     what_if=f"{change} (host only: upper bound{per_step})", evidence_pct=share)
+    return _make(f, kind, metrics, spans.longest, (Change(change),), f"remove the {label or what} wait{per_step}",
+                 evidence_pct=share, per_step_scale=scale)
+
+
 def data_loader_stall(f: RankFacts) -> Finding | None:
     """The training loop waits for batches (DataLoader spans on the host)."""
-    dl = f.dataloader
-    share = f.pct(dl.time_us)
-    if share <= DATALOADER_MIN_PCT:
+    if f.pct(f.dataloader.time_us) <= DATALOADER_MIN_PCT:
         return None
-    metrics = {"dataloader_time": (dl.time_us, "us"), "dataloader_share": (share, "%")}
-    if not f.has_gpu:  # no replay: the host time itself is the upper bound
-        return _make(f, kind="data_loader_stall", metrics=metrics, events=dl.longest, gain_pct=share,
-                     gain_us=dl.time_us, what_if="remove_data_wait (host only: upper bound)", evidence_pct=share)
-    return _make(f, "data_loader_stall", metrics, dl.longest, (Change("remove_data_wait"),),
-                 "remove the data-loader wait", evidence_pct=share)
+    return _host_stall(f, "data_loader_stall", f.dataloader, f.dataloader_steps, "remove_data_wait", "dataloader",
+                       "data-loader")
 
 
 CHECKPOINT_MIN_PCT = 1.0
 
 
 def checkpoint_stall(f: RankFacts) -> Finding | None:
-    """Checkpoint saving blocks the training loop."""
-    ck = f.checkpoint
-    share = f.pct(ck.time_us)
-    if share <= CHECKPOINT_MIN_PCT:
+    """Checkpoint saving blocks the training loop (priced per step over all the trace's steps: a save that
+    happens once in the trace is worth its cost over every step the trace shows, not over the window's)."""
+    if f.pct(f.checkpoint.time_us) <= CHECKPOINT_MIN_PCT:
         return None
-    metrics = {"checkpoint_time": (ck.time_us, "us"), "checkpoint_share": (share, "%")}
-    if not f.has_gpu:  # no replay: the host time itself is the upper bound (as for the data loader)
-        return _make(f, kind="checkpoint_stall", metrics=metrics, events=ck.longest, gain_pct=share,
-                     gain_us=ck.time_us, what_if="remove_checkpoint_wait (host only: upper bound)",
-                     evidence_pct=share)
-    return _make(f, "checkpoint_stall", metrics, ck.longest, (Change("remove_checkpoint_wait"),),
-                 "remove the checkpoint wait", evidence_pct=share)
+    return _host_stall(f, "checkpoint_stall", f.checkpoint, f.checkpoint_steps, "remove_checkpoint_wait", "checkpoint")
 
 
 HOST_SYNC_MIN_PCT = 1.0  # time blocked in syncs, or sync wait on the critical path, % of the span
@@ -142,7 +146,9 @@ EXPOSED_COMM_MIN_PCT = 3.0  # communication not under compute, % of the device w
 
 
 def exposed_comm(f: RankFacts) -> Finding | None:
-    """Collectives that no computation hides."""
+    """Collectives that no computation hides. When most of the communication is point-to-point (send/recv:
+    pipeline stages), the gain of overlapping it is an upper bound: a receiver usually needs the data it
+    receives next (its time there is the sender's pace), which no overlap removes; the replay cannot tell."""
     if not f.has_gpu:
         return None
     ov, tb = f.overlap, f.breakdown
@@ -151,12 +157,15 @@ def exposed_comm(f: RankFacts) -> Finding | None:
         return None
     g = f.graph
     host_waits = g.block_class == 3  # replay.BLOCK_COMM: host syncs that waited for a collective
+    p2p = f.p2p_comm_share > 0.5  # mostly point-to-point: a majority, not a fitted share
     return _make(f, "exposed_comm", {"comm_time": (ov.comm_us, "us"), "exposed_comm": (ov.exposed_us, "us"),
+                                     "point_to_point_share": (100.0 * f.p2p_comm_share, "% of comm"),
                                      "overlap": (ov.overlap_pct, "%"),
                                      "host_syncs_waiting_for_collectives": (int(host_waits.sum()), "count"),
                                      "host_blocked_on_collectives": (float((g.dur - g.sync_base)[host_waits].sum()),
                                                                      "us")},
-                 (), (Change("overlap_comm"),), "overlap exposed collectives with compute", evidence_pct=share)
+                 (), (Change("overlap_comm"),), "overlap exposed collectives with compute"
+                 + (" (mostly send/recv: upper bound)" if p2p else ""), evidence_pct=share, upper_bound=p2p)
 
 
 STRAGGLER_MIN_WAIT_PCT = 2.0  # wait the straggler causes each other rank, % of the window (crossrank decides)
