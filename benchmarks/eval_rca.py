@@ -14,7 +14,8 @@ attribute, elements sorted by surprise (Jensen-Shannon of numerator and denomina
 added while each explains >= 10% (T_EEP) until 67% (T_EP) is explained; top 3 attributes.
 
 Also scored: synthetic incidents (trainperf.fleet.incidents, sets "fundamental" and "derived",
-after the Squeeze/RiskLoc designs, and "uneven", causes that hit sub-populations unequally).
+after the Squeeze/RiskLoc designs, "uneven", causes that hit sub-populations unequally, and
+"riskloc", 1-3 faults in different cuboids with their own severities, after RiskLoc's generator).
 ``--cv``: a grid of the localisation settings, chosen leave-one-dataset-out (on the other
 datasets, scored on the held-out one; by the hardest of them, "maximin", and pooled) and, for RS,
 by 5 folds (chosen on 4/5 of RS plus the synthetic sets, scored on the held-out fifth).
@@ -140,7 +141,7 @@ def main() -> None:
     ap.add_argument("--history", type=int, default=4)
     ap.add_argument("--cv", action="store_true", help="grid + leave-one-dataset-out choice of the parameters")
     ap.add_argument("--synthetic", type=int, default=90, help="incidents per synthetic set")
-    ap.add_argument("--seed", type=int, default=1, help="seed of the first synthetic set (the others: +1, +2)")
+    ap.add_argument("--seed", type=int, default=1, help="seed of the first synthetic set (the others: +1, +2, +3)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     from trainperf.fleet.localize import LocalizeOptions, localize
@@ -148,7 +149,8 @@ def main() -> None:
     rs = rs_incidents(Path(args.data), args.history)
     sets = {"RS": rs, "fundamental": synthetic_incidents("fundamental", args.synthetic, args.seed),
             "derived": synthetic_incidents("derived", args.synthetic, args.seed + 1),
-            "uneven": synthetic_incidents("uneven", args.synthetic, args.seed + 2)}
+            "uneven": synthetic_incidents("uneven", args.synthetic, args.seed + 2),
+            "riskloc": synthetic_incidents("riskloc", args.synthetic, args.seed + 3)}
     tot = {m: np.zeros(5) for m in ("trainperf", "adtributor")}
     secs = {m: 0.0 for m in tot}
     syn = {n: np.zeros(5) for n in sets if n != "RS"}

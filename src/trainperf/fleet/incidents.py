@@ -23,6 +23,12 @@ description with its own code and choices:
   susceptibility s ~ U(1 - u, 1) and its leaves under the cause move by 1 + (magnitude - 1) x s;
   the true cause is still the element (the place of the fault), not its worst-hit part.
 
+- faults in several cuboids (set "riskloc", after RiskLoc's generator): 1-3 faults, each in its own
+  cuboid of layer 1-3 with 1-3 elements (not overlapping an earlier fault's elements) and its own
+  severity U(0.2, 1.0) + the noise level (so no fault hides in the noise); each leaf under a fault
+  draws r ~ N(severity, U(0, 0.1)) and drops to (1 - r) of its forecast (r <= 0.95), or, upwards,
+  rises to 1 / (1 - r); noise U(0, 0.25). A sum (RiskLoc's generator has fundamental measures only).
+
 ``Incident`` carries what ``trainperf.fleet.localize.localize`` takes, and the true causes.
 """
 
@@ -114,13 +120,63 @@ def _try_incident(rng, n_causes, layer, noise, derived, n_leaves, uneven) -> Inc
                     setting={"n_causes": n_causes, "layer": layer, "noise": noise, "derived": True, "uneven": uneven})
 
 
+def riskloc_incident(rng: np.random.Generator, *, n_faults: int | None = None, n_leaves: int = 600) -> Incident:
+    """Return one incident with 1-3 faults in different cuboids (the "riskloc" set of the module
+    docstring); unset choices are drawn from ``rng``."""
+    n_faults = int(rng.integers(1, 4)) if n_faults is None else n_faults
+    for _ in range(100):
+        n_attrs = int(rng.integers(4, 7))
+        names = [f"a{i}" for i in range(n_attrs)]
+        sizes = rng.integers(3, 13, n_attrs)
+        pops = [_popularity(int(k), rng) for k in sizes]
+        codes = np.unique(np.stack([rng.choice(int(k), size=n_leaves, p=p) for k, p in zip(sizes, pops)], axis=1),
+                          axis=0)
+        size = np.prod([pops[j][codes[:, j]] for j in range(n_attrs)], axis=0) * rng.lognormal(0, 0.5, len(codes))
+        size = 5e5 * size / size.sum()
+        noise = float(rng.uniform(0, 0.25))
+        up = rng.random() < 0.5
+        factor = np.ones(len(codes))
+        under_any = np.zeros(len(codes), bool)
+        causes, used = [], []
+        for _f in range(n_faults):
+            layer = int(rng.integers(1, 4))
+            cuboid = sorted(rng.choice(n_attrs, size=layer, replace=False).tolist())
+            if cuboid in used:
+                break
+            elems, inv = np.unique(codes[:, cuboid], axis=0, return_inverse=True)
+            inv = inv.ravel()
+            free = np.bincount(inv, ~under_any, len(elems)) == np.bincount(inv, minlength=len(elems))
+            share = np.bincount(inv, size, len(elems)) / size.sum()
+            eligible = np.flatnonzero(free & (share >= 0.01) & (share <= 0.5))
+            k = int(rng.integers(1, 4))
+            if len(eligible) < k:
+                break
+            chosen = rng.choice(eligible, size=k, replace=False)
+            severity, spread = rng.uniform(0.2, 1.0) + noise, rng.uniform(0, 0.1)
+            under = np.isin(inv, chosen)
+            r = np.minimum(rng.normal(severity, spread, under.sum()), 0.95)
+            factor[under] = 1 / (1 - r) if up else 1 - r
+            under_any |= under
+            used.append(cuboid)
+            causes += [{names[j]: f"v{elems[e][i]}" for i, j in enumerate(cuboid)} for e in chosen]
+        else:
+            leaves = {names[j]: np.array([f"v{c}" for c in codes[:, j]]) for j in range(n_attrs)}
+            real = np.maximum(size * factor * (1 + noise * rng.standard_normal(len(codes))), 0.0)
+            return Incident(leaves=leaves, real=real, expected=size, real_b=None, causes=causes,
+                            setting={"n_causes": len(causes), "layer": len(used[0]), "noise": noise, "derived": False,
+                                     "uneven": 0.0, "n_faults": n_faults})
+    raise RuntimeError("could not place the faults")  # a bug: 100 draws always suffice in practice
+
+
 def incident_set(name: str, n: int, seed: int) -> list[Incident]:
     """Return ``n`` seeded incidents of one named set: "fundamental" (sums, noise 0-0.2), "derived"
     (failures / requests, noise 0-0.2), or "uneven" (alternately both, with uneven impact 1); layers
-    and cause counts 1-3 drawn evenly."""
-    if name not in ("fundamental", "derived", "uneven"):
+    and cause counts 1-3 drawn evenly; or "riskloc" (1-3 faults in different cuboids, ``riskloc_incident``)."""
+    if name not in ("fundamental", "derived", "uneven", "riskloc"):
         raise ValueError(f"unknown incident set {name!r}")
     rng = np.random.default_rng(seed)
+    if name == "riskloc":
+        return [riskloc_incident(rng, n_faults=1 + i % 3) for i in range(n)]
     if name == "uneven":
         return [synthetic_incident(rng, n_causes=1 + i % 3, layer=1 + (i // 3) % 3, derived=i % 2 == 1, uneven=1.0)
                 for i in range(n)]

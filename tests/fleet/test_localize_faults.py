@@ -1,0 +1,102 @@
+"""Root-cause localisation with several faults: one fitted change per cause element, further causes
+by iterative removal, and the significance and relevance each cause element must show."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trainperf.fleet.evaluate import cause_key
+from trainperf.fleet.localize import _bonferroni_z, _element_z, _fit, _noise_model, localize
+
+
+def _grid(*sizes):
+    """Leaves: every combination of attributes a, b, c, ... with ``sizes`` values each, expectation 100."""
+    names = "abcdef"[:len(sizes)]
+    mesh = np.meshgrid(*[[str(i) for i in range(k)] for k in sizes], indexing="ij")
+    leaves = {n: m.ravel() for n, m in zip(names, mesh)}
+    return leaves, np.full(mesh[0].size, 100.0)
+
+
+def test_each_cause_element_moves_by_its_own_size():
+    # a=1 doubles, a=2 rises by 20% (3 x 3 x 2 leaves of 100). By hand: one shared factor for both
+    # (the previous model) is +60%, which leaves 6 x 40 + 6 x 40 = 480 of L1 against 120 for a=1
+    # alone, so a=2 was dropped; with a factor per element both fit exactly (loss 0)
+    leaves, exp = _grid(3, 3, 2)
+    real = exp.copy()
+    real[leaves["a"] == "1"] *= 2.0
+    real[leaves["a"] == "2"] *= 1.2
+    labels = np.select([leaves["a"] == "1", leaves["a"] == "2"], [0, 1], -1)
+    assert np.allclose(_fit(real, exp, exp, labels), real)
+    res = localize(leaves, real, exp)
+    assert sorted(map(cause_key, res.root_causes)) == ["a=1", "a=2"]
+    assert res.explained == pytest.approx(1.0) and res.confident
+
+
+def test_a_second_fault_in_another_cuboid_is_found_after_the_first_is_set_aside():
+    # fault 1: a=1 doubles (16 of 64 leaves); fault 2: b=2 & c=3 rises by 50% (its 3 leaves outside
+    # a=1; the leaf a=1,b=2,c=3 belongs to fault 1). One candidate holds elements of one cuboid,
+    # so a single search cannot name both; after a=1's leaves are set aside, b=2 & c=3 is the
+    # only change left, and its parents b=2 and c=3 are refuted (their other leaves did not move)
+    leaves, exp = _grid(4, 4, 4)
+    real = exp.copy()
+    real[leaves["a"] == "1"] *= 2.0
+    real[(leaves["b"] == "2") & (leaves["c"] == "3") & (leaves["a"] != "1")] *= 1.5
+    res = localize(leaves, real, exp)
+    assert sorted(map(cause_key, res.root_causes)) == ["a=1", "b=2&c=3"]
+    assert res.explained == pytest.approx(1.0)
+
+
+def test_noise_laws_and_the_significance_a_cause_needs():
+    # by hand: (real - exp)^2 / exp = [1, 1, 0, 0.25, 0.25] -> median 0.25; / exp^2 -> 0.0025;
+    # each divided by 0.4549, the median of a chi-square with one degree of freedom (scipy's)
+    from scipy.stats import chi2, norm
+
+    exp = np.full(5, 100.0)
+    real = np.array([110.0, 90.0, 100.0, 105.0, 95.0])
+    phi1, phi2 = _noise_model(real, exp)
+    assert phi1 == pytest.approx(0.25 / chi2(1).median(), rel=1e-3)
+    assert phi2 == pytest.approx(0.0025 / chi2(1).median(), rel=1e-3)
+    # an element of two leaves of 100 and 400 that rose by 60 in all: Poisson-like variance
+    # phi1 x 500 = 274.8, relative-error variance phi2 x (100^2 + 400^2) = 934.3: the stricter
+    # (larger) one is used, z = 60 / sqrt(934.3) = 1.963
+    e = np.array([100.0, 400.0])
+    z = _element_z(e + np.array([20.0, 40.0]), e, np.ones(2, bool), 1.0, (phi1, phi2))
+    assert z == pytest.approx(60 / np.sqrt(0.0025 / 0.4549 * 170000), rel=1e-3)
+    assert _bonferroni_z(0.01, 100) == pytest.approx(norm.isf(1e-4)) == pytest.approx(3.719, abs=1e-3)
+
+
+def test_a_small_deviation_in_noise_is_a_best_guess_not_a_cause_list():
+    # 8 x 8 leaves of 1000 with 2% relative noise; a=3 rises by 2.5% (about one noise sigma per
+    # leaf, 2.5 sigma for its 8 leaves: below the Bonferroni bound of ~3.6 for 8 + 8 + 64 elements)
+    rng = np.random.default_rng(11)
+    leaves, exp = _grid(8, 8)
+    exp = exp * 10
+    real = exp * (1 + 0.02 * rng.standard_normal(exp.size))
+    real[leaves["a"] == "3"] *= 1.025
+    res = localize(leaves, real, exp)
+    assert len(res.causes) == 1 and not res.confident
+    assert res.verdict.startswith("no confident cause")
+    # the same fault ten times larger is a confident cause
+    real[leaves["a"] == "3"] *= 1.25 / 1.025
+    res = localize(leaves, real, exp)
+    assert res.root_causes == [{"a": "3"}] and res.confident
+
+
+def test_riskloc_incidents_place_faults_in_different_cuboids():
+    from trainperf.fleet.incidents import riskloc_incident
+
+    rng = np.random.default_rng(2)
+    for n_faults in (1, 2, 3):
+        inc = riskloc_incident(rng, n_faults=n_faults)
+        cuboids = {tuple(sorted(c)) for c in inc.causes}
+        assert len(cuboids) == n_faults and all(1 <= len(c) <= 3 for c in cuboids)
+        under = np.zeros(len(inc.real), bool)
+        for c in inc.causes:
+            m = np.all([inc.leaves[k] == v for k, v in c.items()], axis=0)
+            assert m.any() and not (under & m).any()  # faults do not overlap
+            under |= m
+        # the faults move their leaves one way, by severity >= 0.2 + the noise level (RiskLoc's rule,
+        # so no fault hides in the noise): every leaf under them is off by more than 10%
+        rel = inc.real[under] / inc.expected[under]
+        assert len(np.unique(np.sign(rel - 1))) == 1 and np.all(np.abs(rel - 1) > 0.1)
