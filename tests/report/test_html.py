@@ -119,3 +119,19 @@ def test_a_trace_outside_the_basic_bundle_gets_the_full_bundle(fresh_bundles, mo
     monkeypatch.setattr(plotly, "get_plotlyjs_version", lambda: "0.0.1")
     page = Report("t").add("c", bar_chart(["a"], [1.0], "ms")).render()
     assert f"plotly.js v{version}\n" in page and "(basic - minified)" not in page
+
+
+def test_bar_labels_keep_room_where_bars_of_both_signs_share_the_axis():
+    # hand-worked: a label of n characters takes (7 n + 12) / 500 of the plot's width
+    assert H.label_room([3.0, 1.5, 0.0], ["3 ms", "1.5 ms", "0 ms"]) is None  # one sign: the longest bar holds its label
+    assert H.label_room([-3.0, -1.5], ["-3 ms", "-1.5 ms"]) is None
+    vals = [-2735063.0, -847894.0, 31190.0, 6803.0]  # the demo's diff: one short increase among decreases
+    texts = [f"{v:.3g} µs" for v in vals]
+    lo, hi = H.label_room(vals, texts)
+    frac = (7 * max(len(t) for t in texts) + 12) / 500
+    assert lo == min(vals) and hi == pytest.approx(31190.0 + frac * (hi - lo), rel=1e-3)
+    lo, hi = H.label_room([2.0e6, -5.0e3], ["2e+06 µs", "-5e+03 µs"])  # mirrored: room on the left
+    assert hi == 2.0e6 and lo == pytest.approx(-5.0e3 - (7 * 9 + 12) / 500 * (hi - lo), rel=1e-3)
+    if H.charts_backend() == "plotly":
+        fig = _figures(bar_chart(["a", "b"], vals[:1] + vals[2:3], "µs"))[0]
+        assert fig["layout"]["xaxis"]["range"][1] > 31190.0

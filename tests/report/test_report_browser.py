@@ -113,7 +113,7 @@ def _make_reports(d: Path) -> dict[str, Path]:
     """Write one report of every type into ``d``; return {type: path}."""
     rng = np.random.default_rng(0)
     out = {k: d / f"{k}.html" for k in ("plan", "plan_compare", "plan_layout", "diagnose", "diff", "fleet",
-                                        "fleet_tree", "compare", "train", "bench", "index")}
+                                        "fleet_tree", "compare", "train", "bench", "bars", "index")}
     _cli("plan", "--model", "llama3-70b", "--gpus", "512", "--top", "8", "--json", "--html", str(out["plan"]))
     _cli("plan", "--model", "llama3-70b", "--gpus", "512", "--compare-hardware", "h100,h200,b200,mi300x",
          "--tokens", "15T", "--json", "--html", str(out["plan_compare"]))
@@ -154,6 +154,13 @@ def _make_reports(d: Path) -> dict[str, Path]:
     bench = run_bench("cpu", ["rms_norm", "softmax"], [(64, 256), (256, 1024)], "fp32", ("trainperf", "eager"),
                       ("fwd",), measure_memory=False)
     write_html(bench, out["bench"])
+
+    # bars of both signs on one axis: the short increase at the end had its label cut (the demo's diff)
+    from trainperf.report.html import Report, bar_chart
+
+    Report("bars of both signs").add("where the change went", bar_chart(
+        ["host: other", "host: optimizer", "host: dataloader", "host: sync"],
+        [-2735063.0, -847894.0, 31190.0, 6803.0], "µs")).write(out["bars"])
 
     from trainperf.report.index import write_index
 

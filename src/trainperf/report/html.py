@@ -187,13 +187,41 @@ def bar_chart(labels: Sequence[str], values: Sequence[float], unit: str = "", wi
     if go is None:
         return _svg_bar_chart(labels, values, unit, width, color)
     vals = [_finite(v) for v in values]
+    texts = [f"{v:.3g} {unit}".strip() if v is not None else "" for v in vals]
     fig = go.Figure(go.Bar(x=vals, y=[str(lab) for lab in labels], orientation="h", marker_color=color,
-                           text=[f"{v:.3g} {unit}".strip() if v is not None else "" for v in vals],
-                           textposition="auto", cliponaxis=False,
+                           text=texts, textposition="auto", cliponaxis=False,
                            hovertemplate="%{y}: %{x:.4g} " + esc(unit) + "<extra></extra>"))
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_xaxes(title_text=unit, rangemode="tozero")
+    if (span := label_room(vals, texts)) is not None:
+        fig.update_xaxes(range=list(span))
     return _figure_div(fig, 90 + 28 * len(vals))
+
+
+# The narrowest plot area a chart gets on the report page (1100 px wide, less the label column).
+_PLOT_PX = 500
+
+
+def label_room(values: Sequence[float | None], texts: Sequence[str]) -> tuple[float, float] | None:
+    """Return the value-axis range (lo, hi) that keeps every bar's label inside the chart, or None
+    when Plotly's own range already does.
+
+    Plotly writes a bar's label outside the bar when the bar is too short to hold it, and clips
+    it at the plot's edge: with bars of both signs, a short bar at one end of the axis (a small
+    increase among large decreases) has its label cut. Labels are taken as ``_CHAR_PX`` per
+    character on a ``_PLOT_PX`` wide plot.
+    """
+    finite = [v for v in values if v is not None]
+    if not finite or not texts:
+        return None
+    lo, hi = min(0.0, *finite), max(0.0, *finite)
+    frac = min(0.45, (_CHAR_PX * max(len(t) for t in texts) + 12) / _PLOT_PX)  # a label's share of the width
+    new_lo, new_hi = lo, hi
+    for _ in range(8):  # the label's width in data units grows with the range it widens
+        width = frac * ((new_hi - new_lo) or 1.0)
+        new_hi = max([hi] + [v + width for v in finite if 0 <= v < width])
+        new_lo = min([lo] + [v - width for v in finite if -width < v < 0])
+    return None if (new_lo, new_hi) == (lo, hi) else (new_lo, new_hi)
 
 
 def stacked_bar_chart(labels: Sequence[str], parts_by_name: dict[str, Sequence[float]], unit: str = "",
