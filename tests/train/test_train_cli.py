@@ -46,6 +46,10 @@ def test_train_command_runs_and_summarises(app, tmp_path, monkeypatch):
     (["--device", "tpu"], "--device 'tpu'"),
     (["--gpu", "zz-gpu"], "zz-gpu"),
     (["--peak-tflops", "0"], "--peak-tflops 0: must be > 0"),
+    # a window past --steps 2 was silently never traced / never injected
+    (["--profile-steps", "5:9"], "--profile-steps 5:9: starts after the run's last step (--steps 2)"),
+    (["--profile-steps", "2:3"], "--profile-steps 2:3: ends after the run's last step (--steps 2)"),
+    (["--fault", "item-sync", "--fault-steps", "3:4"], "--fault-steps 3:4: starts after the run's last step"),
 ])
 def test_bad_input_is_a_trainperf_error(app, tmp_path, args, message):
     res = CliRunner().invoke(app, ["train", "--steps", "2", "--out", str(tmp_path / "x"), *args])

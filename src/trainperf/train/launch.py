@@ -67,6 +67,21 @@ def finished_run(out: str | Path) -> tuple[Path, int | None] | None:
     return summary, reached
 
 
+def check_windows(cfg: TrainConfig) -> None:
+    """Raise TrainperfError when ``--profile-steps`` or ``--fault-steps`` lies past the run's last step
+    (``--steps``): the run would end without the trace or the fault asked for, and say nothing."""
+    from trainperf.errors import TrainperfError
+    from trainperf.monitor.profiler import parse_steps
+
+    for option, text in (("--profile-steps", cfg.profile_steps), ("--fault-steps", cfg.fault_steps)):
+        window = parse_steps(text)  # already checked for form by the command (A:B, 1 <= A <= B)
+        if window and window[0] > cfg.steps:
+            raise TrainperfError(f"{option} {text}: starts after the run's last step (--steps {cfg.steps})")
+        if window and option == "--profile-steps" and window[1] > cfg.steps:  # a fault may run to the end
+            raise TrainperfError(f"{option} {text}: ends after the run's last step (--steps {cfg.steps}): "
+                                 f"the trace would hold fewer steps than its name says")
+
+
 def preflight(cfg: TrainConfig, nproc: int) -> None:
     """Check everything a run needs that can be checked without starting it; raise TrainperfError.
 
@@ -89,6 +104,7 @@ def preflight(cfg: TrainConfig, nproc: int) -> None:
         get_accelerator(cfg.gpu)
     layout = parse_layout(cfg.layout or "", precision="bf16" if device_type == "cuda" else "fp32", zero=0)
     check_layout(layout, spec, nproc)
+    check_windows(cfg)
     if nproc > 1:  # one process finds a bad --text itself, at once; under torchrun every rank would
         from trainperf.train import data as data_mod
 
