@@ -1,11 +1,12 @@
 """GPU time per `nn.Module`: which layer of the model the device time goes to.
 
-PyTorch's profiler with `with_stack=True` (or `with_modules=True`) records every module's forward
-call as a host `python_function` span named "nn.Module: <Class>_<n>" (n counts the instances of that
-class in the order they first run). Module calls nest on the thread that runs the forward, and every
-operator, runtime launch and kernel the forward issues falls inside them: a kernel is linked to its
-launch by the correlation id, and the launch to the innermost module span around it on the launch's
-thread (as TraceLens's Trace2Tree does, by interval nesting per thread).
+PyTorch's profiler with `with_stack=True` records every module's forward call as a host
+`python_function` span named "nn.Module: <Class>_<n>" (n counts the instances of that class in the
+order they first run; `with_modules=True` alone records none in eager mode, measured on 2.13).
+Module calls nest on the thread that runs the forward, and every operator, runtime launch and kernel
+the forward issues falls inside them: a kernel is linked to its launch by the correlation id, and the
+launch to the innermost module span around it on the launch's thread (as TraceLens's Trace2Tree does,
+by interval nesting per thread).
 
 Attributed: a device event (kernel, memcpy, memset) to the module whose forward launched it, with its
 duration; a module's inclusive time holds its submodules', its exclusive time only what it launched
@@ -191,41 +192,78 @@ def module_breakdown(t: EventTable, by: str = "type") -> ModuleBreakdown:
     """Time per nn.Module path per step of one rank's table (module docstring).
 
     by: "instance" keeps the recorded instance names (one row per module instance); "type" drops the
-    instance numbers so repeated layers share a row. Returns rows sorted by path."""
+    instance numbers so repeated layers share a row. Returns rows sorted by path, then BACKWARD and
+    OUTSIDE."""
     if by not in ("instance", "type"):
         raise ValueError(f"by must be 'instance' or 'type', not {by!r}")
     sp = module_spans(t)
     device = np.flatnonzero(np.isin(t.kind, DEVICE_KINDS) & (t.stream >= 0))
     basis = "gpu" if device.size else "cpu_op"
     notes: list[str] = []
-    if basis == "gpu":
+    if basis == "gpu":  # a device event is anchored at its launch
         link = correlated_host_row(t)[device]
         counted, n_steps = _steps(t, device)
         items, anchors = device[counted], link[counted]
-    else:
+    else:  # a top-level operator is its own anchor
         ops = _outermost_ops(t)
         counted, n_steps = _steps(t, ops)
         items = anchors = ops[counted]
         notes.append("no device events: times are CPU operator time (top-level operators on each thread), "
                      "not GPU time")
     if not sp.rows.size:
-        notes.append("no 'nn.Module:' spans in the trace: profile with with_stack=True (or with_modules=True) "
-                     "to attribute time to modules")
+        notes.append("no 'nn.Module:' spans in the trace: profile with with_stack=True to attribute time to "
+                     "modules")
     dur = t.dur_ns[items].astype(np.float64) / 1e3
     total = float(dur.sum())
+    inner, in_bwd = _attribute(t, sp, anchors)
+    name_of = sp.paths if by == "instance" else [_strip(p) for p in sp.paths]
+    totals = _path_totals(sp, name_of, inner, dur)
+    span_counted, _ = _steps(t, sp.rows)
+    calls: dict[str, int] = {}
+    for s in np.flatnonzero(span_counted):
+        calls[name_of[s]] = calls.get(name_of[s], 0) + 1
+    pct = (lambda us: 100.0 * us / total) if total > 0 else (lambda us: 0.0)
+    rows = []
+    for p in sorted(set(calls) | set(totals)):
+        incl, excl, n = totals.get(p, (0.0, 0.0, 0.0))
+        rows.append(ModuleTime(path=p, depth=p.count("/") + 1, inclusive_us_per_step=incl / n_steps,
+                               exclusive_us_per_step=excl / n_steps, calls_per_step=calls.get(p, 0) / n_steps,
+                               events_per_step=n / n_steps, pct_of_step=pct(incl)))
+    outside = inner < 0
+    for label, mask in ((BACKWARD, outside & in_bwd), (OUTSIDE, outside & ~in_bwd)):
+        if mask.any():
+            us = float(dur[mask].sum())
+            rows.append(ModuleTime(path=label, depth=0, inclusive_us_per_step=us / n_steps,
+                                   exclusive_us_per_step=us / n_steps, calls_per_step=0.0,
+                                   events_per_step=int(mask.sum()) / n_steps, pct_of_step=pct(us)))
+    if (outside & in_bwd).any():
+        notes.append("backward time is not attributed to modules (the loader keeps no operator sequence "
+                     "numbers to link a backward node to its forward module): shown as one row")
+    if n_steps == 1 and not (t.step >= 0).any():
+        notes.append("no ProfilerStep spans: totals are over the whole trace")
+    return ModuleBreakdown(rank=t.rank, basis=basis, steps=n_steps, total_us_per_step=total / n_steps, rows=rows,
+                           notes=notes)
+
+
+def _attribute(t: EventTable, sp: _Spans, anchors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(innermost module span of each anchor row or -1, whether an anchor outside every module sits in an
+    autograd engine node, i.e. is backward work); an anchor of -1 (no launch in the trace) is in neither."""
     has = anchors >= 0
-    inner = np.full(items.size, -1, dtype=np.int64)
+    inner = np.full(anchors.size, -1, dtype=np.int64)
     inner[has] = _innermost(t, sp.rows, sp.parent, anchors[has])
-    # outside every module: backward when the launch sits inside an autograd engine node
+    in_bwd = np.zeros(anchors.size, dtype=bool)
+    q = np.flatnonzero((inner < 0) & has)
     bwd_ids = t.ids_matching(lambda s: s.startswith(BACKWARD_OP_PREFIX))
     bwd_rows = np.flatnonzero((t.kind == CPU_OP) & np.isin(t.name, bwd_ids))
-    out_mask = inner < 0
-    in_bwd = np.zeros(items.size, dtype=bool)
-    q = np.flatnonzero(out_mask & has)
     if bwd_rows.size and q.size:
         bwd_rows, bwd_parent = _nesting(t, bwd_rows)
         in_bwd[q] = _innermost(t, bwd_rows, bwd_parent, anchors[q]) >= 0
-    name_of = sp.paths if by == "instance" else [_strip(p) for p in sp.paths]
+    return inner, in_bwd
+
+
+def _path_totals(sp: _Spans, name_of: list[str], inner: np.ndarray, dur: np.ndarray) -> dict[str, tuple]:
+    """{path: (inclusive µs, exclusive µs, events)} summed over the spans of each path. A kernel's chain of
+    spans has distinct paths (each a prefix of the next), so summing spans per path counts it once."""
     m = sp.rows.size
     hit = inner >= 0
     own_us = np.bincount(inner[hit], weights=dur[hit], minlength=m)
@@ -236,38 +274,10 @@ def module_breakdown(t: EventTable, by: str = "type") -> ModuleBreakdown:
         if p >= 0:
             all_us[p] += all_us[s]
             all_n[p] += all_n[s]
-    # per path; the spans of one kernel's chain have distinct paths (prefixes), so nothing counts twice
-    incl: dict[str, list[float]] = {}  # path -> [inclusive µs, exclusive µs, events]
-    depth: dict[str, int] = {}
+    out: dict[str, list] = {}
     for s in range(m):
-        acc = incl.setdefault(name_of[s], [0.0, 0.0, 0.0])
-        acc[0] += all_us[s]
-        acc[1] += own_us[s]
-        acc[2] += all_n[s]
-    calls: dict[str, int] = {}
-    span_counted, _ = _steps(t, sp.rows)
-    for s in np.flatnonzero(span_counted):
-        p = name_of[s]
-        calls[p] = calls.get(p, 0) + 1
-        depth[p] = p.count("/") + 1
-    rows = []
-    for p in sorted(set(calls) | set(incl)):
-        a = incl.get(p, [0.0, 0.0, 0])
-        rows.append(ModuleTime(path=p, depth=depth.get(p, p.count("/") + 1), inclusive_us_per_step=float(a[0]) / n_steps,
-                               exclusive_us_per_step=float(a[1]) / n_steps, calls_per_step=calls.get(p, 0) / n_steps,
-                               events_per_step=a[2] / n_steps,
-                               pct_of_step=100.0 * float(a[0]) / total if total > 0 else 0.0))
-    for label, mask in ((BACKWARD, out_mask & in_bwd), (OUTSIDE, out_mask & ~in_bwd)):
-        x = float(dur[mask].sum())
-        if mask.any():
-            rows.append(ModuleTime(path=label, depth=0, inclusive_us_per_step=x / n_steps,
-                                   exclusive_us_per_step=x / n_steps, calls_per_step=0.0,
-                                   events_per_step=int(mask.sum()) / n_steps,
-                                   pct_of_step=100.0 * x / total if total > 0 else 0.0))
-    if (out_mask & in_bwd).any():
-        notes.append("backward time is not attributed to modules (the loader keeps no operator sequence "
-                     "numbers to link a backward node to its forward module): shown as one row")
-    if n_steps == 1 and not (t.step >= 0).any():
-        notes.append("no ProfilerStep spans: totals are over the whole trace")
-    return ModuleBreakdown(rank=t.rank, basis=basis, steps=n_steps, total_us_per_step=total / n_steps, rows=rows,
-                           notes=notes)
+        acc = out.setdefault(name_of[s], [0.0, 0.0, 0.0])
+        acc[0] += float(all_us[s])
+        acc[1] += float(own_us[s])
+        acc[2] += float(all_n[s])
+    return {p: tuple(v) for p, v in out.items()}
