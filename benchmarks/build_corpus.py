@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from trainperf.atomic import atomic_write_text
-from trainperf.corpus.build import build_corpus, default_bases, healthy_only_bases
+from trainperf.corpus.build import build_corpus, default_bases
 from trainperf.corpus.inject import INJECTORS
 
 
@@ -25,12 +25,12 @@ def main() -> None:
     ap.add_argument("--severities", default="low,medium,high")
     ap.add_argument("--no-real", action="store_true", help="skip the real trainer runs (2 ranks, gloo, ~1 min each)")
     a = ap.parse_args()
-    bases, healthy = default_bases(a.hta), healthy_only_bases(a.hta)
+    bases = default_bases(a.hta)
     if a.bases:
         keep = set(a.bases.split(","))
-        bases, healthy = [b for b in bases if b.name in keep], [b for b in healthy if b.name in keep]
+        bases = [b for b in bases if b.name in keep]
     t = time.perf_counter()
-    labels = build_corpus(a.out, bases, healthy, kinds=tuple(a.kinds.split(",")),
+    labels = build_corpus(a.out, bases, kinds=tuple(a.kinds.split(",")),
                           severities=tuple(a.severities.split(",")),
                           log=lambda s: print(f"[{time.perf_counter() - t:7.1f} s] {s}", flush=True))
     if not a.no_real:

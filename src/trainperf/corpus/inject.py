@@ -9,7 +9,7 @@ are the ones PyTorch, the CUDA runtime and common training code write into real 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -42,6 +42,19 @@ MIN_OVERLAP_SHARE = 0.0    # a collective counts as overlapped when compute runs
 COLLECTIVE_MARKERS = ("nccl", "rccl", "allreduce", "all_reduce", "allgather", "reducescatter", "sendrecv", "alltoall")
 
 
+# Names a ROCm (HIP) trace gives the inserted calls and copies instead, as HTA's MI250 trace
+# (amd_trace/, ROCm 6.2) shows them: a blocking host<->device copy is `hipMemcpyWithStream` with a
+# "Memcpy HtoD (Host -> Device)" device op (ROCm's tracer does not tell pageable from pinned memory);
+# other runtime calls keep their CUDA name with the `hip` prefix (hipLaunchKernel, hipMalloc).
+HIP_NAMES = {"cudaMemcpyAsync": "hipMemcpyWithStream",
+             "Memcpy DtoH (Device -> Pageable)": "Memcpy DtoH (Device -> Host)",
+             "Memcpy HtoD (Pageable -> Device)": "Memcpy HtoD (Host -> Device)"}
+
+
+class NotApplicable(TrainperfError):
+    """The base has nothing this kind of problem can be injected into (the message says why)."""
+
+
 @dataclass(frozen=True)
 class Rank:
     """Facts of one rank's trace that the injections need."""
@@ -51,8 +64,10 @@ class Rank:
     latency_us: float     # shortest launch-to-start latency seen
     steps: list           # kineto.Step
     launch_us: float      # median host time of a kernel launch call on the main thread
+    hip: bool = False     # a ROCm trace (its runtime calls are hip*): inserted calls get HIP names
 
 
+@K.cached_by_identity()
 def rank_facts(doc: dict) -> Rank:
     """The Rank facts of a Kineto object; a one-line error when it has no steps or no device ops."""
     ev = doc["traceEvents"]
@@ -64,8 +79,25 @@ def rank_facts(doc: dict) -> Rank:
     main = (st[0].pid, st[0].tid)
     launches = [float(e["dur"]) for e in ev if K.is_runtime(e) and (e.get("pid"), e.get("tid")) == main
                 and str(e.get("name", "")).startswith(("cudaLaunchKernel", "hipLaunchKernel"))]
+    runtime = [str(e.get("name", "")) for e in ev if K.is_runtime(e)]
+    hip = sum(n.startswith("hip") for n in runtime) > sum(n.startswith(("cuda", "cu")) for n in runtime)
     return Rank(main, (gpu_pid, stream), K.min_launch_latency_us(ev), st,
-                float(np.median(launches)) if launches else 5.0)
+                float(np.median(launches)) if launches else 5.0, hip)
+
+
+def vendor_name(name: str, hip: bool) -> str:
+    """The name a CUDA runtime call or copy has in a ROCm trace (HIP_NAMES, else cuda* -> hip*)
+    when hip, else name unchanged."""
+    if not hip:
+        return name
+    return HIP_NAMES.get(name, "hip" + name[4:] if name.startswith("cuda") else name)
+
+
+def _vendor_work(w: HostWork, hip: bool) -> HostWork:
+    if not hip:
+        return w
+    op = (vendor_name(w.gpu_op[0], hip), *w.gpu_op[1:]) if w.gpu_op else None
+    return replace(w, spans=tuple((vendor_name(n, hip), c) for n, c in w.spans), gpu_op=op)
 
 
 def _launch_points(doc: dict, r: Rank, per_step: int, rng: random.Random) -> list[float]:
@@ -89,7 +121,8 @@ def _host(ranks: dict, work_of) -> tuple[dict, list[int]]:
     out = {}
     for rank, doc in ranks.items():
         r = rank_facts(doc)
-        out[rank] = insert_host_work(doc, work_of(doc, r), main=r.main, stream=r.stream, latency_us=r.latency_us)
+        work = [_vendor_work(w, r.hip) for w in work_of(doc, r)]
+        out[rank] = insert_host_work(doc, work, main=r.main, stream=r.stream, latency_us=r.latency_us)
     return out, sorted(ranks)
 
 
@@ -164,7 +197,7 @@ def inject_straggler(ranks: dict, size: float, rng: random.Random, slow: int | N
     other rank waits inside the matching collective (matched by order) for as long as the slow
     rank's arrives later than it did."""
     if len(ranks) < 2:
-        raise TrainperfError("a straggler needs a base with at least 2 ranks")
+        raise NotApplicable("a straggler needs a base with at least 2 ranks")
     slow = rng.choice(sorted(ranks)) if slow is None else slow
     doc = ranks[slow]
     r = rank_facts(doc)
@@ -189,6 +222,36 @@ def inject_straggler(ranks: dict, size: float, rng: random.Random, slow: int | N
     return out, [slow]
 
 
+@K.cached_by_identity()
+def _overlapped_collectives(doc: dict) -> list[tuple[int, float, float]]:
+    """(event index, µs it would start at if serialised, duration µs) of each collective off the
+    compute stream that overlaps compute and whose own stream has nothing else starting before that."""
+    r = rank_facts(doc)
+    ev = doc["traceEvents"]
+    comp = sorted((float(e["ts"]), K.end(e)) for e in ev
+                  if K.is_gpu_op(e) and (e.get("pid"), e.get("tid")) == r.stream and not _is_collective(e))
+    cs, ce = np.array([c[0] for c in comp]), np.array([c[1] for c in comp])
+    starts: dict = {}  # stream -> sorted starts of its ops
+    for x in ev:
+        if K.is_gpu_op(x):
+            starts.setdefault((x.get("pid"), x.get("tid")), []).append(float(x["ts"]))
+    starts = {k: np.sort(v) for k, v in starts.items()}
+    cands = []
+    for i, e in _collectives(doc):
+        if (e.get("pid"), e.get("tid")) == r.stream:
+            continue
+        ts, te = float(e["ts"]), K.end(e)
+        j = np.searchsorted(cs, ts, side="right") - 1
+        at = max(ts, float(ce[j])) if j >= 0 and ce[j] > ts else ts
+        overlap = float(np.clip(np.minimum(ce, te) - np.maximum(cs, ts), 0, None).sum())
+        same = starts[(e.get("pid"), e.get("tid"))]
+        # an op of its own stream starting before `at` would have to move too: not a candidate
+        between = np.searchsorted(same, at, side="left") - np.searchsorted(same, ts, side="right")
+        if overlap > MIN_OVERLAP_SHARE * float(e["dur"]) and between == 0:
+            cands.append((i, at, float(e["dur"])))
+    return cands
+
+
 def inject_exposed_comm(ranks: dict, size: float, rng: random.Random):
     """size: share (0..1] of the collectives that overlap compute which are serialised: each starts
     when the compute kernel running at its start ends, and the compute stream and the host (a
@@ -196,25 +259,12 @@ def inject_exposed_comm(ranks: dict, size: float, rng: random.Random):
 
     (Delaying only the compute stream costs nothing measurable on these bases: their GPUs idle
     53-78 % of the step and the slack absorbs it; insert_device_delays gives gains < 0.1 %.)"""
+    if not any(_overlapped_collectives(doc) for doc in ranks.values()):
+        raise NotApplicable("no collective overlaps compute off the compute stream: none to serialise")
     out = {}
     for rank, doc in ranks.items():
         r = rank_facts(doc)
-        ev = doc["traceEvents"]
-        comp = sorted((float(e["ts"]), K.end(e)) for e in ev
-                      if K.is_gpu_op(e) and (e.get("pid"), e.get("tid")) == r.stream and not _is_collective(e))
-        cs, ce = np.array([c[0] for c in comp]), np.array([c[1] for c in comp])
-        cands = []
-        for i, e in _collectives(doc):
-            if (e.get("pid"), e.get("tid")) == r.stream:
-                continue
-            ts, te = float(e["ts"]), K.end(e)
-            j = np.searchsorted(cs, ts, side="right") - 1
-            at = max(ts, float(ce[j])) if j >= 0 and ce[j] > ts else ts
-            overlap = float(np.clip(np.minimum(ce, te) - np.maximum(cs, ts), 0, None).sum())
-            own_stream = (e.get("pid"), e.get("tid"))
-            same = [float(x["ts"]) for x in ev if K.is_gpu_op(x) and (x.get("pid"), x.get("tid")) == own_stream]
-            if overlap > MIN_OVERLAP_SHARE * float(e["dur"]) and not any(ts < x < at for x in same):
-                cands.append((i, at, float(e["dur"])))
+        cands = _overlapped_collectives(doc)
         n = int(np.ceil(size * len(cands)))
         chosen = sorted(rng.sample(cands, n), key=lambda c: c[1]) if cands else []
         pauses, moved, total = [], {}, 0.0
@@ -225,7 +275,8 @@ def inject_exposed_comm(ranks: dict, size: float, rng: random.Random):
             pauses.append((at, dur))
             total += dur
         mod = insert_pauses(doc, pauses, moved)
-        mod["traceEvents"] += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": r.main[0],
+        mod["traceEvents"] += [{"ph": "X", "cat": "cuda_runtime", "name": vendor_name("cudaStreamSynchronize", r.hip),
+                                "pid": r.main[0],
                                 "tid": r.main[1], "ts": moved[i], "dur": dur, "args": {}}
                                for i, at, dur in chosen if i in moved]
         out[rank] = mod

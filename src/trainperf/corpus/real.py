@@ -3,8 +3,9 @@
 
 Each run profiles steps PROFILE (5 steps); the fault holds from FAULT_FROM on, so the trace holds
 clean and faulty steps and the steps before FAULT_FROM are the clean twin. Truth, over the traced
-window (rank 0's ProfilerStep durations in its trace, s: unlike metrics.jsonl's step_time_s they
-include a checkpoint saved between two steps):
+window (rank 0's ProfilerStep durations in its trace, s, all but the last as for the injected cases
+(kineto.window_steps): unlike metrics.jsonl's step_time_s they include a checkpoint saved between
+two steps):
 - where the fault has a known size (a dataset that sleeps MS ms per micro-batch with grad_accum 1
   and no workers; a rank that sleeps MS ms a step while the others wait in the next collective):
   true_gain_pct = 100 * MS * faulty steps / sum of the profiled steps;
@@ -66,17 +67,18 @@ def _train(out: Path, fault: str | None, seed: int) -> None:
 
 
 def step_seconds(trace: Path) -> dict[int, float]:
-    """ProfilerStep number -> duration (s) of a Kineto trace."""
-    return {st.number: (st.end - st.ts) / 1e6 for st in K.steps(K.read_events(trace)["traceEvents"])}
+    """ProfilerStep number -> duration (s) of the window steps of a Kineto trace (all but the last,
+    kineto.window_steps: the injected cases' truth is taken over the same window)."""
+    return {st.number: (st.end - st.ts) / 1e6 for st in K.window_steps(K.read_events(trace)["traceEvents"])}
 
 
 def _gain_pct(rows: dict[int, float], faulty: bool, added_s: float | None = None) -> tuple[float, float, float]:
     """(gain %, clean step s, faulty step s) of the profiled steps (rows: step -> s): from the known
     added seconds per faulty step when given, else from the clean twin."""
-    prof = [rows[s] for s in range(PROFILE[0], PROFILE[1] + 1)]
-    clean_steps = [rows[s] for s in range(PROFILE[0], FAULT_FROM)]
+    prof = [rows[s] for s in sorted(rows) if PROFILE[0] <= s <= PROFILE[1]]
+    clean_steps = [rows[s] for s in sorted(rows) if PROFILE[0] <= s < FAULT_FROM]
     clean = sum(clean_steps) / len(clean_steps)
-    bad = [rows[s] for s in range(FAULT_FROM, PROFILE[1] + 1)]
+    bad = [rows[s] for s in sorted(rows) if FAULT_FROM <= s <= PROFILE[1]]
     if not faulty:
         return 0.0, clean, sum(bad) / len(bad)
     if added_s is not None:

@@ -69,6 +69,39 @@ class _Ops:
     stream: list
 
 
+@dataclass
+class _Base:
+    """What surgery needs of an untouched event list: its device ops, host waits, and per event
+    its start and end (µs; nan for metadata and instants) and whether it is a device event."""
+
+    ops: "_Ops"
+    waits: list
+    ts: np.ndarray
+    te: np.ndarray
+    gpu: np.ndarray
+    next_correlation: int  # a correlation id no event uses
+    op_args: dict          # args of a device op per stream (pid, tid): device, context, stream
+
+
+# The size search injects into the same untouched base up to SEARCH_STEPS times per case: what
+# depends on the base alone is computed once per event list.
+@K.cached_by_identity()
+def _base(events: list[dict]) -> _Base:
+    """The _Base of an event list."""
+    ops = _device_ops(events)
+    timed = [("ts" in e and e.get("ph") != "M") for e in events]
+    ts = np.array([float(e["ts"]) if t else np.nan for e, t in zip(events, timed)])
+    te = np.array([float(e["ts"]) + float(e["dur"]) if t and "dur" in e else np.nan for e, t in zip(events, timed)])
+    op_args: dict = {}
+    for e in events:
+        if K.is_gpu_op(e):
+            op_args.setdefault((e.get("pid"), e.get("tid")), e.get("args", {}))
+    return _Base(ops=ops, waits=_waits(events, ops), ts=ts, te=te, gpu=np.array([K.is_gpu(e) for e in events]),
+                 next_correlation=1 + max((int(c) for e in events if isinstance(c := K.correlation(e), int)),
+                                          default=0),
+                 op_args=op_args)
+
+
 def _device_ops(events: list[dict]) -> _Ops:
     launch = K.launch_times(events)
     rows = [(i, float(e["ts"]), float(e.get("dur", 0.0)), launch.get(K.correlation(e), float(e["ts"])),
@@ -125,19 +158,21 @@ class _Shift:
         self.t = np.array([p[0] for p in points]) if points else np.zeros(0)
         self.v = np.concatenate([[0.0], [p[1] for p in points]]) if points else np.zeros(1)
 
-    def at_start(self, t: float) -> float:
-        return float(self.v[np.searchsorted(self.t, t, side="right")])
+    def at_start(self, t: np.ndarray) -> np.ndarray:
+        """Shift of spans starting at t (a breakpoint at t applies)."""
+        return self.v[np.searchsorted(self.t, t, side="right")]
 
-    def at_end(self, t: float) -> float:
-        return float(self.v[np.searchsorted(self.t, t, side="left")])
+    def at_end(self, t: np.ndarray) -> np.ndarray:
+        """Shift of spans ending at t (a breakpoint at t does not apply yet)."""
+        return self.v[np.searchsorted(self.t, t, side="left")]
 
 
 def insert_host_work(doc: dict, work: list[HostWork], *, main: tuple, stream: tuple, latency_us: float) -> dict:
     """A copy of the trace with `work` inserted on host thread `main` (pid, tid), device ops
     on `stream` (pid, tid); `latency_us`: the device's shortest launch-to-start latency."""
     events = doc["traceEvents"]
-    ops = _device_ops(events)
-    waits = _waits(events, ops)
+    base = _base(events)
+    ops, waits = base.ops, base.waits
     # the merged timeline: inserted work first at a tie, then launches, then the ends of waits
     items = [(w.at_us, 0, n) for n, w in enumerate(work)] + [(float(t), 1, k) for k, t in enumerate(ops.launch)]
     items += [(te, 2, n) for n, (te, _, _) in enumerate(waits)]
@@ -202,7 +237,8 @@ def insert_device_delays(doc: dict, *, extra: dict[int, float] | None = None,
     (a sync returns when the op it waited for does), so later launches move with it."""
     extra, after = extra or {}, after or {}
     events = doc["traceEvents"]
-    ops = _device_ops(events)
+    base = _base(events)
+    ops, waits = base.ops, base.waits
     pos = {int(i): k for k, i in enumerate(ops.idx)}
     dur = ops.dur + np.array([extra.get(int(i), 0.0) for i in ops.idx])
     ends = ops.start + ops.dur
@@ -212,7 +248,6 @@ def insert_device_delays(doc: dict, *, extra: dict[int, float] | None = None,
     for k in range(len(ops.idx)):  # the original's own cross-stream waits
         lo, hi = np.searchsorted(ends[by_end], [ops.start[k] - DEPENDENCY_GAP_US, ops.start[k] + 1e-9])
         deps.setdefault(k, []).extend(int(m) for m in by_end[lo:hi] if ops.stream[m] != ops.stream[k])
-    waits = _waits(events, ops)
     items = sorted([(float(ops.start[k]), 1, k) for k in range(len(ops.idx))] + [(te, 2, n) for n, (te, _, _) in
                                                                                   enumerate(waits)])
     new_start, done = ops.start.copy(), np.zeros(len(ops.idx), dtype=bool)
@@ -247,24 +282,26 @@ def insert_pauses(doc: dict, pauses: list[tuple[float, float]], moved: dict[int,
     an event that spans an instant is stretched by its dur. moved: event index -> new start (µs),
     placed there instead (its duration kept)."""
     moved = moved or {}
-    t = np.array(sorted(p[0] for p in pauses))
-    cum = np.concatenate([[0.0], np.cumsum([d for _, d in sorted(pauses)])])
+    base = _base(doc["traceEvents"])
+    sh = _Shift([(at, float(c)) for at, c in zip(sorted(p[0] for p in pauses),
+                                                  np.cumsum([d for _, d in sorted(pauses)]))])
+    new_ts = (base.ts + sh.at_start(np.nan_to_num(base.ts))).tolist()
+    new_te = (base.te + sh.at_end(np.nan_to_num(base.te))).tolist()
+    timed = (~np.isnan(base.ts)).tolist()
     out = copy.copy(doc)
     new_events = []
     starts = {}
     for i, e in enumerate(doc["traceEvents"]):
-        if "ts" not in e or e.get("ph") == "M":
+        if not timed[i]:
             new_events.append(e)
             continue
         e = dict(e)
-        ts = float(e["ts"])
         if i in moved:
             e["ts"] = moved[i]
         else:
-            e["ts"] = ts + cum[np.searchsorted(t, ts, side="right")]
+            e["ts"] = new_ts[i]
             if "dur" in e:
-                te = ts + float(e["dur"])
-                e["dur"] = te + cum[np.searchsorted(t, te, side="left")] - e["ts"]
+                e["dur"] = new_te[i] - e["ts"]
         if K.is_gpu_op(e):
             starts[K.correlation(e)] = e["ts"]
         new_events.append(e)
@@ -278,47 +315,48 @@ def insert_pauses(doc: dict, pauses: list[tuple[float, float]], moved: dict[int,
 def _apply(doc: dict, sh: _Shift, ops: _Ops, new_start: np.ndarray, wait_end: dict[int, float],
            added: list, main: tuple, stream: tuple, new_dur: np.ndarray | None = None) -> dict:
     events = doc["traceEvents"]
+    base = _base(events)
     op_start = {int(i): float(s) for i, s in zip(ops.idx, new_start)}
     op_dur = {int(i): float(d) for i, d in zip(ops.idx, new_dur)} if new_dur is not None else {}
     # device annotations follow the ops they cover: the delta of the first op starting inside them
     order = np.argsort(ops.start)
     o_start, o_delta = ops.start[order], (new_start - ops.start)[order]
+    ts = np.nan_to_num(base.ts)
+    gpu_ts = ts + o_delta[np.minimum(np.searchsorted(o_start, ts), len(o_start) - 1)] if len(o_start) else ts
+    # plain lists: the loop below runs once per event, and numpy scalar access costs ~1 µs each
+    new_ts = np.where(base.gpu, gpu_ts, ts + sh.at_start(ts)).tolist()
+    new_te = (base.te + sh.at_end(np.nan_to_num(base.te))).tolist()
+    timed, gpu = (~np.isnan(base.ts)).tolist(), base.gpu.tolist()
     corr_start: dict = {}
     new_events = []
     for i, e in enumerate(events):
-        if "ts" not in e or e.get("ph") == "M":
+        if not timed[i]:
             new_events.append(e)
             continue
         e = dict(e)
-        ts = float(e["ts"])
         if i in op_start:
             e["ts"] = op_start[i]
             if i in op_dur:
                 e["dur"] = op_dur[i]
             corr_start[K.correlation(e)] = e["ts"]
-        elif K.is_gpu(e):
-            j = min(np.searchsorted(o_start, ts), len(o_start) - 1)
-            e["ts"] = ts + (float(o_delta[j]) if len(o_start) else 0.0)
         else:
-            e["ts"] = ts + sh.at_start(ts)
-            if "dur" in e:
-                te = ts + float(e["dur"])
-                e["dur"] = (wait_end[i] if i in wait_end else te + sh.at_end(te)) - e["ts"]
+            e["ts"] = new_ts[i]
+            if "dur" in e and not gpu[i]:
+                e["dur"] = (wait_end[i] if i in wait_end else new_te[i]) - e["ts"]
         new_events.append(e)
     for e in new_events:
         if e.get("ph") == "f" and e.get("cat") == "ac2g" and e.get("id") in corr_start:
             e["ts"] = corr_start[e["id"]]
-    new_events += _added_events(events, added, main, stream)
+    new_events += _added_events(base, added, main, stream)
     out = copy.copy(doc)
     out["traceEvents"] = new_events
     return out
 
 
-def _added_events(events: list[dict], added: list, main: tuple, stream: tuple) -> list[dict]:
+def _added_events(base: _Base, added: list, main: tuple, stream: tuple) -> list[dict]:
     """Host spans, device op and launch flow of each inserted piece of work."""
-    corr = 1 + max((int(c) for e in events if isinstance(c := K.correlation(e), int)), default=0)
-    template = next((e.get("args", {}) for e in events if K.is_gpu_op(e) and (e.get("pid"), e.get("tid")) == stream),
-                    {})
+    corr = base.next_correlation
+    template = base.op_args.get(stream, {})
     out = []
     for w, host0, dur, op0 in added:
         for name, cat in w.spans:
