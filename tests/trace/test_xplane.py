@@ -149,3 +149,26 @@ def test_jax_collectives_get_message_sizes_and_bus_bandwidth():
     from trainperf.diagnose.roofline import roofline
 
     assert not {r.op for r in roofline(t)} & {t.name_of(r) for r in comm}
+
+
+def test_collective_with_unknown_group_keeps_no_size():
+    # an all-reduce over empty replica groups (every device: a count the HLO does not hold) and a
+    # collective-permute (bus factor 1 whatever the group): the first is communication without a size
+    from trainperf.diagnose.collectives import comm_args
+    from trainperf.trace.events import COMMUNICATION
+    from trainperf.trace.hlo import CollectiveSize, HloCost
+    from trainperf.trace.xplane import table_from_rows
+
+    def cost(kind, group):
+        return HloCost(flops=0.0, bytes=0.0, precision="fp32", shapes="f32[8] -> f32[8]",
+                       collective=CollectiveSize(kind=kind, in_bytes=32, out_bytes=32, group_size=group,
+                                                 dtype="Float"))
+
+    costs = {("m", "all-reduce.1"): cost("all_reduce", 0), ("m", "collective-permute.2"): cost("send_recv", 0)}
+    rows = [("/host:CPU", 1, "tf_XLACpu/1", 7, 1000 * i, 500, op, {"hlo_op": op, "hlo_module": "m"})
+            for i, op in enumerate(["all-reduce.1", "collective-permute.2"])]
+    t = table_from_rows(rows, "hand", "jax-xplane", 0, costs)
+    assert (t.category[t.kind == KERNEL] == COMMUNICATION).all()
+    sizes = comm_args(t)
+    assert [a.nbytes for a in sizes.values()] == [32]  # the permute only
+    assert t.name_of(int(np.flatnonzero(t.correlation == next(iter(sizes)))[0])) == "collective-permute.2"

@@ -22,9 +22,10 @@ How events map onto the Kineto vocabulary (trace.events):
   communication whatever JAX named it ("psum_invariant.7", "ppermute.3"), its "Collective name" the
   collective, and it keeps its message size as the args PyTorch writes ("In msg nelems", "dtype",
   "Group size"), so diagnose/collectives.py computes its bus bandwidth as for NCCL kernels (and not
-  an operator's roofline cost: its bound is the link, not HBM). An XLA CPU
-  thunk has no launch, hence no correlation id, which that analysis keys sizes by: such a collective
-  gets one of its own, above every id of the trace (it links to no launch).
+  an operator's roofline cost: its bound is the link, not HBM). With empty replica groups (every
+  device, a number the HLO does not hold) a collective whose bus factor depends on the group size
+  keeps no size. An XLA CPU thunk has no launch, hence no correlation id, which that analysis keys
+  sizes by: such a collective gets one of its own, above every id of the trace (it links to no launch).
 """
 
 from __future__ import annotations
@@ -278,8 +279,11 @@ def table_from_rows(rows, source: str, producer: str, rank: int | None = None, c
                        stream, _int_arg(args, "group_id"), _int_arg(args, "bytes")))
         cost = costs.get((str(args.get("hlo_module", "")), str(args.get("hlo_op", name)))) if cat == "kernel" else None
         if cost is not None and cost.collective is not None:  # its size, not an operator's roofline cost
-            kept.append(compact_json({**cost.collective.kineto_args(), _KIND_ARG: cost.collective.kind,
-                                      "hlo_shapes": cost.shapes}).encode())
+            c = cost.collective
+            # busbw = algbw x a factor of the group size n for these kinds: with n unknown, no size rather
+            # than a bandwidth off by up to 2x
+            size = c.kineto_args() if c.group_size or c.kind in ("send_recv", "broadcast") else {}
+            kept.append(compact_json({**size, _KIND_ARG: c.kind, "hlo_shapes": cost.shapes}).encode())
             comm.append(len(events) - 1)
         else:
             kept.append(None if cost is None else compact_json(
