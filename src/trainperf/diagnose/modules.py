@@ -281,3 +281,10 @@ def _path_totals(sp: _Spans, name_of: list[str], inner: np.ndarray, dur: np.ndar
         acc[1] += float(own_us[s])
         acc[2] += float(all_n[s])
     return {p: tuple(v) for p, v in out.items()}
+
+
+def modules_for_trace(path, by: str = "type") -> dict[int, ModuleBreakdown]:
+    """{rank: ModuleBreakdown} of a trace file or a folder of ranks (each rank's table loaded once)."""
+    from trainperf.trace.load import load_trace
+
+    return {r: module_breakdown(t, by=by) for r, t in load_trace(path).items()}
