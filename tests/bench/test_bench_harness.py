@@ -90,3 +90,40 @@ def test_cli_user_errors_are_one_line_exit_2():
 def test_cuda_run_has_memory_and_roofline():
     result = run_bench("cuda", kernels=["rms_norm"], shapes=[(1024, 4096)], impls=("trainperf", "eager"))
     assert all(r.peak_mem_bytes is not None and r.pct_copy_bw is not None for r in result.rows)
+
+
+def _interpreter_result():
+    """The demo's CPU rows (interpreted Triton kernel vs eager), measured numbers as the demo printed them."""
+    from trainperf.bench.run import BenchResult, Row
+
+    rows = [Row("rms_norm", "trainperf", "32x512", "bf16", "fwd", 87.47, 0.000762, 1.2e-6, 0.0381, None, None,
+                3.6e-3, 0.00123),
+            Row("rms_norm", "eager", "32x512", "bf16", "fwd", 0.108, 0.618, 1.0e-3, 30.9, None, None, 0.0, 1.0)]
+    return BenchResult("cpu", "cpu", "bf16", 2.0, None, None, rows, [])
+
+
+def test_tiny_rates_are_shown_not_rounded_to_zero(tmp_path):
+    """The demo's bench table read GB/s 0, %copy 0, x eager 0.00 and the chart's axis '800µ GB/s'."""
+    from trainperf.bench.report import ceilings, sig, table_rows, write_html
+
+    assert [sig(v) for v in (0.000762, 0.00123, 0.618, 87.47, 123.4, 3350.0, 0.0, None)] == \
+        ["0.000762", "0.00123", "0.618", "87.5", "123", "3,350", "0", "-"]
+    res = _interpreter_result()
+    ours, eager = table_rows(res)
+    assert ours[5:8] == ["0.000762", "1.2e-06", "0.0381"] and ours[10] == "0.00123" and eager[10] == "1"
+    assert ceilings(res) == ("measured device-to-device copy bandwidth 2 GB/s; "
+                             "no catalog peak for this device (%peak: -)")
+    page = write_html(res, tmp_path / "b.html").read_text()
+    assert "- GB/s" not in page and "- TFLOP/s" not in page
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
+    from chart_checks import plotly_figures
+
+    from trainperf.report.html import charts_backend
+
+    if charts_backend() == "plotly":  # the largest bar 0.618 GB/s is drawn as 618 MB/s
+        (fig,) = plotly_figures(page)
+        assert fig["layout"]["xaxis"]["title"]["text"] == "MB/s"
+        assert fig["data"][0]["x"] == pytest.approx([0.762, 618.0])

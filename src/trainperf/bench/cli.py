@@ -42,7 +42,7 @@ def kernels_cmd(
     from rich.progress import Progress
     from rich.table import Table
 
-    from trainperf.bench.report import HEADER, table_rows, write_html
+    from trainperf.bench.report import HEADER, ceilings, table_rows, write_html
     from trainperf.bench.run import CPU_WARNING, run_bench, to_record
     from trainperf.bench.cases import parse_shapes
 
@@ -74,14 +74,15 @@ def kernels_cmd(
     out = Console()
     if not out.is_terminal:  # piped into a log: do not squeeze the table to 80 columns
         out = Console(width=200)
-    tbl = Table(title=f"{result.device_name} {result.dtype}: copy bandwidth {result.copy_gbps:.0f} GB/s")
+    tbl = Table(title=f"{result.device_name} {result.dtype}: {ceilings(result)}")
     for h in HEADER:
         tbl.add_column(h, justify="left" if h in ("kernel", "shape", "pass", "impl") else "right")
     for row in table_rows(result):
         tbl.add_row(*row)
     out.print(tbl)
     for note in result.notes:
-        out.print(f"note: {note}", highlight=False)
+        if not (device == "cpu" and note == CPU_WARNING):  # printed on stderr before the run
+            out.print(f"note: {note}", highlight=False)
     if where:
         out.print(f"run record: {where}", highlight=False)
     if html:
