@@ -20,12 +20,15 @@ def print_modules(breakdowns: list[ModuleBreakdown], console, top: int = 40) -> 
         keep = {r.path for r in sorted(b.rows, key=lambda r: -r.inclusive_us_per_step)[:top]}
         t = Table(title=f"rank {b.rank}: time per nn.Module, per step ({b.steps} step(s)); "
                         f"{b.attributed_pct:.1f}% inside module forwards", title_justify="left")
-        for col in ("module", "incl. ms", "excl. ms", "% of step", "calls", "events"):
-            t.add_column(col, justify="left" if col == "module" else "right", overflow="fold")
+        names = {r.path: "  " * max(r.depth - 1, 0) + (r.path.rsplit("/", 1)[-1] if r.depth else r.path)
+                 for r in b.rows if r.path in keep}
+        t.add_column("module", min_width=min(max(map(len, names.values())), 28), overflow="fold")
+        for col in ("incl ms", "excl ms", "% step", "calls", "events"):
+            t.add_column(col, justify="right")
         for r in b.rows:
             if r.path not in keep:
                 continue
-            name = "  " * max(r.depth - 1, 0) + (r.path.rsplit("/", 1)[-1] if r.depth else r.path)
+            name = names[r.path]
             t.add_row(name, f"{r.inclusive_us_per_step / 1e3:.3f}", f"{r.exclusive_us_per_step / 1e3:.3f}",
                       f"{r.pct_of_step:.1f}", f"{r.calls_per_step:g}", f"{r.events_per_step:g}")
         console.print(t)
