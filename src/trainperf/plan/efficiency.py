@@ -35,9 +35,9 @@ class Efficiency:
 
     gemm_eff_max: float = 0.0           # large bf16 GEMM in a training run / dense peak; 0: the
                                         # accelerator's catalog `gemm_eff` (fitted per generation)
-    gemm_dim_half: float = 96.0         # elements; dimension at which sat() = 1/2 (fitted)
+    gemm_dim_half: float = 32.0         # elements; dimension at which sat() = 1/2 (fitted)
     attn_eff: float = 0.0               # flash attention fwd FLOP/s / dense peak; 0: catalog `attn_eff`
-    attn_seq_half: float = 256.0        # tokens per rank at which flash attention runs at half its rate (fitted)
+    attn_seq_half: float = 1024.0       # tokens per rank at which flash attention runs at half its rate (fitted)
     attn_bwd_flops_ratio: float = 2.5   # flash backward FLOPs / forward (5 matmuls vs 2; physics)
     attn_bwd_rate_ratio: float = 0.75   # flash backward FLOP/s / forward FLOP/s (FA2/FA3 papers' plots)
     fp8_gemm_speedup: float = 1.60      # fp8 GEMM rate / bf16 GEMM rate incl. scaling (fitted; 2x on paper)
