@@ -112,12 +112,14 @@ def all_to_all_s(cluster: Cluster, eff: Efficiency, nbytes, stride, size):
     stride = np.asarray(stride, dtype=float)
     size = np.asarray(size, dtype=float)
     up, nic = _link_rates(cluster, eff)
-    a2a_domain = cluster.accelerator.scaleup_a2a_gbps * 1e9 if cluster.accelerator.scaleup_a2a_gbps > 0 else up
     local = np.minimum(np.clip(np.floor(cluster.scaleup_domain / stride), 1.0, None), size)
-    node = np.minimum(np.clip(np.floor(min(cluster.gpus_per_node, cluster.scaleup_domain) / stride), 1.0, None), local)
-    in_node = nbytes * (node - 1.0) / size / up
-    in_domain = nbytes * (local - node) / size / a2a_domain
     across = nbytes * (size - local) / size / nic
+    a2a_gbps = cluster.accelerator.scaleup_a2a_gbps
+    if a2a_gbps > 0 and cluster.scaleup_domain > cluster.gpus_per_node:  # a domain of several nodes
+        node = np.minimum(np.clip(np.floor(cluster.gpus_per_node / stride), 1.0, None), local)
+        inside = np.maximum(nbytes * (node - 1.0) / size / up, nbytes * (local - node) / size / (a2a_gbps * 1e9))
+    else:  # the search's hot path: one NVLink tier
+        inside = nbytes * (local - 1.0) / size / up
     alpha = np.where(size > local, eff.alpha_scaleout_s, eff.alpha_scaleup_s)
-    t = np.maximum(np.maximum(in_node, in_domain), across) + alpha * np.log2(np.maximum(size, 2.0))
+    t = np.maximum(inside, across) + alpha * np.log2(np.maximum(size, 2.0))
     return np.where(size > 1, t, 0.0)
