@@ -43,3 +43,30 @@ def test_run_summary_prints_the_peak_mfu_is_relative_to():
     print_summary(Console(file=out, width=300), result)
     line = next(ln for ln in out.getvalue().splitlines() if "of peak" in ln)
     assert "150 GFLOP/s, measured: the best of 12" in line and "40% below the best" in line
+
+
+def test_oversubscribed_cpu_is_named_in_the_summary_and_report(tmp_path):
+    """On the shared 2-core machine at load 13 the tiny model's median step took 1.2-5.4 s with torch's 2
+    threads and 0.11-0.40 s with one (issue 14): a summary that says nothing reads as the tool's speed."""
+    from trainperf.monitor.metadata import cpu_contention
+    from trainperf.train.report import write_report
+
+    assert cpu_contention(2.0, 2, 2) is None  # the run's own 2 threads on 2 CPUs: not contention
+    assert cpu_contention(2.9, 2, 2) is None  # less than one runnable thread beyond the CPUs
+    note = cpu_contention(13.5, 2, 2)
+    assert "load average 13.5 on 2 CPUs" in note and "OMP_NUM_THREADS=1" in note
+    assert cpu_contention(8.5, 8, 8) is None and cpu_contention(9.0, 0, 8) is None and cpu_contention(9.0, 8, 8)
+
+    result = {"model": "tiny", "world_size": 1, "device": "cpu", "strategy": "none", "layout": "dp=1",
+              "step_time_s": 4.6, "tokens_per_s": 28.0, "mfu": 0.015, "hfu": 0.015, "mem_peak_bytes": 2**29,
+              "final_loss": 3.3, "goodput": {"goodput": 0.807}, "peak_flops": 9.52e9, "run_dir": str(tmp_path),
+              "peak_source": "measured", "contention_note": note}
+    out = io.StringIO()
+    print_summary(Console(file=out, width=300), result)
+    text = out.getvalue()
+    assert "note: the CPUs were oversubscribed" in text and "tiny · 1 x cpu · no parallelism" in text
+    (tmp_path / "metrics.jsonl").write_text("")
+    page = write_report(tmp_path, result).read_text()
+    # the report shows the summary's figures as the terminal does: percentages, the peak in GFLOP/s, the note
+    assert "<td>1.5%</td>" in page and "<td>80.7%</td>" in page and "9.52 GFLOP/s, measured" in page
+    assert "load average 13.5 on 2 CPUs" in page and "<td>0.015</td>" not in page

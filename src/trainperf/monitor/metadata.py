@@ -36,3 +36,32 @@ def run_metadata(world_size: int = 1, layout: str = "", device: str = "cpu") -> 
         "argv": " ".join(sys.argv),
     })
     return env
+
+
+def cpu_contention(load_1min: float, n_cpus: int, threads: int) -> str | None:
+    """Return a note when more threads were runnable than the machine has CPUs, or None.
+
+    ``load_1min`` is the 1-minute load average as a run ends (runnable threads, this run's own
+    included), ``n_cpus`` the machine's CPUs, ``threads`` torch's intra-op threads per process.
+    With at least one runnable thread more than there are CPUs, the threads of every torch op wait
+    for each other at its end: on a 2-core machine at load 13 the tiny model's median step took
+    1.2-5.4 s with 2 threads and 0.11-0.40 s with OMP_NUM_THREADS=1 (docs/benchmarks.md, issue 14).
+    """
+    if n_cpus < 1 or load_1min - n_cpus < 1.0:
+        return None
+    return (f"the CPUs were oversubscribed: load average {load_1min:.1f} on {n_cpus} CPUs over the last minute "
+            f"(other processes compete with this run's {threads} thread(s) per process): step times, MFU and the "
+            f"CPU peak read slower and noisier than on a quiet machine; rerun when it is idle, or with "
+            f"OMP_NUM_THREADS=1 to keep torch's threads from waiting on each other")
+
+
+def cpu_load() -> dict | None:
+    """Return {'load_1min', 'cpus', 'threads'} of this machine and process now, or None where the OS has no
+    load average."""
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+    import torch
+
+    return {"load_1min": load, "cpus": os.cpu_count() or 1, "threads": torch.get_num_threads()}

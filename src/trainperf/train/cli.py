@@ -112,23 +112,18 @@ def print_summary(console, result: dict) -> None:
     """Print a run summary: throughput, MFU, memory, goodput split, predicted vs measured."""
     from rich.table import Table
 
+    from trainperf.train.report import peak_text, pct, title_text
+
     gp = result.get("goodput", {})
-    t = Table(title=f"{result['model']} · {result['world_size']} x {result['device']} · {result['strategy']}",
-              show_header=True)
+    t = Table(title=title_text(result), show_header=True)
     t.add_column("metric")
     t.add_column("value", justify="right", overflow="fold")
-
-    def pct(x):
-        return f"{x * 100:.1f}%" if x is not None else "-"
-
     t.add_row("layout", result["layout"])
     t.add_row("median step time", f"{result['step_time_s'] * 1e3:.1f} ms" if result.get("step_time_s") else "-")
     t.add_row("tokens/s (all ranks)", f"{result['tokens_per_s']:,.0f}" if result.get("tokens_per_s") else "-")
     t.add_row("MFU / HFU", f"{pct(result.get('mfu'))} / {pct(result.get('hfu'))}")
-    if result.get("peak_flops"):  # what MFU is relative to (on CPU: measured, and how steady)
-        peak = result["peak_flops"]
-        rate = f"{peak / 1e12:.3g} TFLOP/s" if peak >= 1e12 else f"{peak / 1e9:.3g} GFLOP/s"
-        t.add_row("  of peak", f"{rate}, {result.get('peak_source', '')}")
+    if peak_text(result):  # what MFU is relative to (on CPU: measured, and how steady)
+        t.add_row("  of peak", peak_text(result))
     t.add_row("peak memory / rank", f"{(result.get('mem_peak_bytes') or 0) / 2**30:.2f} GiB")
     t.add_row("final loss", f"{result['final_loss']:.4f}" if result.get("final_loss") is not None else "-")
     if result.get("final_eval_loss") is not None:
@@ -145,6 +140,8 @@ def print_summary(console, result: dict) -> None:
     console.print(t)
     if pred.get("note"):
         console.print(f"[dim]{pred['note']}[/]")
+    if result.get("contention_note"):
+        console.print(f"[yellow]note:[/] {result['contention_note']}", highlight=False)
     if result.get("resumed_from"):
         console.print(f"resumed from {result['resumed_from']}")
     console.print(f"run folder: {result['run_dir']} (metrics.jsonl, report.html, traces/, checkpoints/)")

@@ -8,6 +8,27 @@ from trainperf.monitor.monitor import read_jsonl
 from trainperf.report.html import Report, bar_chart, line_chart, paragraph, table
 
 
+def pct(x: float | None) -> str:
+    """Return a fraction as a percentage with one decimal ('-' for None)."""
+    return f"{x * 100:.1f}%" if x is not None else "-"
+
+
+def peak_text(result: dict) -> str | None:
+    """Return what MFU is relative to, e.g. '9.52 GFLOP/s, measured: ...', or None without a peak."""
+    peak = result.get("peak_flops")
+    if not peak:
+        return None
+    rate = f"{peak / 1e12:.3g} TFLOP/s" if peak >= 1e12 else f"{peak / 1e9:.3g} GFLOP/s"
+    return f"{rate}, {result.get('peak_source', '')}"
+
+
+def title_text(result: dict) -> str:
+    """Return the run's one-line title: model, processes x device, parallelism."""
+    strategy = result.get("strategy")
+    return (f"{result.get('model')} · {result.get('world_size')} x {result.get('device')} · "
+            f"{'no parallelism' if strategy in (None, 'none') else strategy}")
+
+
 def write_report(run_dir: str | Path, result: dict) -> Path:
     """Write ``run_dir/report.html`` from metrics.jsonl and the run summary; return its path."""
     run_dir = Path(run_dir)
@@ -17,16 +38,17 @@ def write_report(run_dir: str | Path, result: dict) -> Path:
     kept = [latest[k] for k in sorted(latest)]
     xs = [s["step"] for s in kept]
     gp = result.get("goodput", {})
-    rep = Report(f"trainperf train: {result.get('model')} on {result.get('world_size')} x {result.get('device')}",
-                 f"layout {result.get('layout')} ({result.get('strategy')})")
-    mfu = result.get("mfu")
+    rep = Report(f"trainperf train: {title_text(result)}", f"layout {result.get('layout')}")
+    notes = [paragraph(f"MFU and HFU are relative to {peak_text(result)}")] if peak_text(result) else []
+    if result.get("contention_note"):
+        notes.append(paragraph(f"Note: {result['contention_note']}", "note"))
     rep.add("Summary", table([
         ["median step time (s)", result.get("step_time_s")],
         ["tokens/s (all ranks)", result.get("tokens_per_s")],
-        ["MFU", mfu], ["HFU", result.get("hfu")],
+        ["MFU", pct(result.get("mfu"))], ["HFU", pct(result.get("hfu"))],
         ["peak memory per rank (GiB)", (result.get("mem_peak_bytes") or 0) / 2**30],
-        ["goodput", gp.get("goodput")], ["final loss", result.get("final_loss")],
-    ], ["metric", "value"]), paragraph(f"peak FLOP/s: {result.get('peak_flops'):.3g} ({result.get('peak_source')})"))
+        ["goodput", pct(gp.get("goodput"))], ["final loss", result.get("final_loss")],
+    ], ["metric", "value"]), *notes)
     if kept:
         rep.add("Loss", line_chart({"loss": [s["loss"] for s in kept]}, xs=xs, unit="loss (nats)", x_title="step"))
         evals = [s for s in kept if s.get("eval_loss") is not None]

@@ -496,6 +496,7 @@ def after_step(run: TrainRun, step: int, record: dict) -> None:
 def finish(run: TrainRun) -> dict:
     """Drain the last checkpoint, summarise, record (store + run_record.json), write summary.json
     and report.html (rank 0); return the run summary."""
+    from trainperf.monitor.metadata import cpu_contention, cpu_load
     from trainperf.monitor.record import build_run_record, save_run_record
     from trainperf.train.predict import predict_step
 
@@ -514,6 +515,9 @@ def finish(run: TrainRun) -> dict:
               "strategy": run.dims.strategy, "world_size": run.world, "device": run.device_type, "steps_run": n_steps,
               "resumed_from": run.resumed_from, "peak_flops": run.peak, "peak_source": run.peak_source,
               **summary.to_dict(), "final_eval_loss": evals[-1] if evals else None}
+    if run.device_type == "cpu" and (load := cpu_load()) is not None:  # CPU timings move with the load beside them
+        result["cpu_load"] = load
+        result["contention_note"] = cpu_contention(load["load_1min"], load["cpus"], load["threads"])
     result["predicted"] = predict_step(run.spec, run.layout, run.world, run.accel, summary, stack=trainer_stack(cfg))
     if run.rank == 0:
         if cfg.record and n_steps > 0:
