@@ -35,6 +35,8 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
+
 CASES = {
     "A": {},
     "ga-order": {"layout": "mbs=2,ga=1"},
@@ -62,6 +64,94 @@ def run_case(out: Path, case: str, seed: int, args, overrides: dict) -> Path:
         kw["layout"] = overrides["layout"] + precision
     train(TrainConfig(**kw))
     return folder
+
+
+SPEED_CASES = {"A": {}, "A2": {}, "B-small": {"faults": ["slow-rank=0:40"]}, "B-big": {"faults": ["slow-rank=0:200"]}}
+
+
+def record_speed_blocks(out: Path, blocks: int, args) -> None:
+    """Record ``blocks`` blocks of four runs (A, A2: the same configuration; B-small, B-big: 40 and
+    200 ms of extra matrix products a step, ``--fault slow-rank=0:MS``) in a shuffled order within
+    each block, into run folders ``out/bBB-CASE`` and the run store ``out/store`` (job "speed"), so
+    that each block's pairs are run minutes apart as a user runs a baseline and a candidate."""
+    import random
+
+    from trainperf.train.trainer import TrainConfig, train
+
+    order = random.Random(0)
+    for blk in range(blocks):
+        cases = list(SPEED_CASES)
+        order.shuffle(cases)
+        for case in cases:
+            folder = out / f"b{blk:02d}-{case}"
+            if (folder / "summary.json").is_file():
+                continue
+            train(TrainConfig(model=args.model, steps=args.steps, out=str(folder), progress=False, record=True,
+                              store=str(out / "store"), job="speed", peak_tflops=1.0, device=args.device,
+                              resume=False, seed=blk, layout="mbs=1,ga=2", **SPEED_CASES[case]))
+            print(f"block {blk} {case} done {time.strftime('%H:%M:%S')}", flush=True)
+
+
+def speed_eval(out: Path) -> dict:
+    """Return the speed verdicts on the recorded blocks (``record_speed_blocks``), per method:
+    ``before`` (the steps' noise only), ``default`` (the stated default between-run term raised to the
+    runs' drift, no history) and ``history`` (the store's runs of the earlier blocks only, as a user's
+    store holds the past), each on A/A pairs (A vs A2 of a block; and every pair of baseline runs) and
+    on A vs B-small / B-big (slower by 40 / 200 ms of extra work a step)."""
+    import itertools
+
+    from trainperf.compare.history import history_between
+    from trainperf.compare.interval import DEFAULT_BETWEEN, NO_BETWEEN
+    from trainperf.compare.perf import compare_perf, run_between
+    from trainperf.compare.runs import load_run
+
+    blocks = sorted({int(p.name[1:3]) for p in out.glob("b[0-9][0-9]-*") if (p / "summary.json").is_file()})
+    runs = {(b, c): load_run(str(out / f"b{b:02d}-{c}")) for b in blocks for c in SPEED_CASES
+            if (out / f"b{b:02d}-{c}" / "summary.json").is_file()}
+    store = str(out / "store")
+
+    def later_ids(b):
+        return {r.run_id for (bb, _), r in runs.items() if bb >= b}
+
+    floors = {}
+
+    def floor(method, b, x, y):
+        if method == "before":
+            return NO_BETWEEN
+        if method == "default":
+            return run_between(x, y, DEFAULT_BETWEEN)
+        if b not in floors:
+            floors[b] = history_between({x.host}, later_ids(b), store) or DEFAULT_BETWEEN
+        return run_between(x, y, floors[b])
+
+    def verdict(method, b, x, y):
+        if method == "before":
+            return compare_perf([x], [y], between=NO_BETWEEN)
+        return compare_perf([x], [y], between=floor(method, b, x, y))
+
+    pairs = {"A/A (A vs A2, same block)": [(b, runs[(b, "A")], runs[(b, "A2")]) for b in blocks
+                                           if (b, "A") in runs and (b, "A2") in runs],
+             "A/A (every pair of baseline runs)": [
+                 (max(p[0], q[0]), runs[p], runs[q]) for p, q in itertools.combinations(
+                     [k for k in runs if k[1] in ("A", "A2")], 2)],
+             "B-small (+40 ms/step)": [(b, runs[(b, "A")], runs[(b, "B-small")]) for b in blocks
+                                       if (b, "A") in runs and (b, "B-small") in runs],
+             "B-big (+200 ms/step)": [(b, runs[(b, "A")], runs[(b, "B-big")]) for b in blocks
+                                      if (b, "A") in runs and (b, "B-big") in runs]}
+    res = {}
+    for name, ps in pairs.items():
+        res[name] = {}
+        for method in ("before", "default", "history"):
+            vs = [verdict(method, b, x, y) for b, x, y in ps]
+            res[name][method] = {
+                "n": len(vs), "called": sum(v.verdict != "inside the noise" for v in vs),
+                "slower": sum(v.verdict == "slower" for v in vs),
+                "changes": [round(v.throughput.change, 4) for v in vs],
+                "between_cv": [round(v.between_cv, 4) for v in vs]}
+    true = [float(np.median(runs[(b, c)].step_time_s[1:])) for b in blocks for c in ("A", "A2") if (b, c) in runs]
+    res["median_step_s_A"] = float(np.median(true))
+    res["history_floors"] = {b: (f.cv, f.source) for b, f in floors.items()}
+    return res
 
 
 def gate_band(runs: dict) -> list[dict]:
@@ -92,6 +182,10 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--precision", default="", help="layout precision (default: the trainer's: fp32 on CPU, bf16 on GPU)")
     ap.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of " + ", ".join(CASES))
+    ap.add_argument("--speed-eval", action="store_true",
+                    help="only evaluate the recorded speed blocks in --out (A/A and power, before/default/history)")
+    ap.add_argument("--speed-blocks", type=int, default=0,
+                    help="only record this many blocks of A, A2, B-small, B-big speed runs (recorded A/A and power pairs)")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
@@ -101,6 +195,20 @@ def main() -> None:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.speed_blocks:
+        record_speed_blocks(out, args.speed_blocks, args)
+        return
+    if args.speed_eval:
+        res = speed_eval(out)
+        (out / "speed_eval.json").write_text(json.dumps(res, indent=1))
+        print("| pairs | n | before: called | default: called (slower) | history: called (slower) |")
+        print("|---|---|---|---|---|")
+        for name, r in res.items():
+            if isinstance(r, dict) and "before" in r:
+                print(f"| {name} | {r['before']['n']} | " + " | ".join(
+                    f"{r[m]['called']} ({r[m]['slower']})" for m in ("before", "default", "history")) + " |")
+        print(f"median A step {res['median_step_s_A'] * 1e3:.0f} ms; history floors: {res['history_floors']}")
+        return
     cases = {c: CASES[c] for c in args.cases.split(",") if c in CASES}
     cases.setdefault("A", {})
     if args.kernels:

@@ -9,7 +9,22 @@ run: a random walk whose end has sd 0.5%). Steps per run ``--steps`` (50 and 200
 runs of one distribution, the share of 95% intervals excluding zero; power: B slower by 2%,
 5%, 10%, the share of intervals above zero. ``walk`` also with 3 runs a side (repeats).
 
-    .venv/bin/python benchmarks/sim_gate.py --series [--trials 4000]
+    .venv/bin/python benchmarks/sim_gate.py --series [--trials 4000] [--no-between]
+
+(``--no-between``: the interval from the steps' noise alone, as before the between-run term.)
+
+``--between`` (cross-validation of the default between-run term, ``interval.DEFAULT_BETWEEN_CV``):
+machines whose runs differ by a hidden level (each run's level off by a lognormal factor of sd
+``c``, constant inside the run: two runs alone cannot see it) and machines whose level wanders
+inside runs too (a random walk, end sd ``w``, as ``walk``), step noise CV 1%, AR(1) phi 0.3 and
+0.6, 50 and 200 steps. For each candidate default, with the runs' own drift raising it as
+`compare` does: the A/A false rate and the power for 3% and 10% changes. The rule, stated before
+the run: the default is the smallest candidate whose mean A/A false rate over the training
+scenarios is at most 5% (the issue's A/A goal as a constraint; a smaller default has more
+power). Leave-one-machine-out: each machine (c or w) is held out in turn, the default chosen on
+the others and scored on it.
+
+    .venv/bin/python benchmarks/sim_gate.py --between [--trials 1000]
 
 Without ``--series``, the gate on independent samples (sample files):
 
@@ -63,9 +78,91 @@ def series(rng, reps, n, cv, phi, kind):
     return x
 
 
-def run_series(args) -> None:
-    from trainperf.compare.interval import shift
+CANDIDATES = (0.0, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03)
+MACHINES = (("level", 0.0), ("level", 0.0025), ("level", 0.005), ("level", 0.01), ("level", 0.02),
+            ("walk", 0.005), ("walk", 0.02))
 
+
+def machine_runs(rng, reps, n, phi, machine):
+    """Return ``reps`` runs (rows) of a machine (module doc, --between): 1% AR(1) step noise times the
+    run's hidden level (``level``) or a random-walk drift inside the run (``walk``)."""
+    kind, size = machine
+    x = series(rng, reps, n, 0.01, phi, "normal")
+    if kind == "level":
+        return x * np.exp(size * rng.standard_normal((reps, 1)))
+    return x * (1.0 + np.cumsum(rng.normal(0, size / np.sqrt(n), (reps, n)), axis=1))
+
+
+def pair_parts(a, b):
+    """Return what every candidate default shares for one pair: the long-run variances and level drifts."""
+    from trainperf.compare.interval import level_drift, long_run_variance
+
+    return long_run_variance(a), long_run_variance(b), level_drift(a), level_drift(b)
+
+
+def rates(parts, candidates):
+    """Return {candidate: share of intervals excluding zero / above zero} for the pairs' parts."""
+    from trainperf.compare.interval import BetweenRun, change_interval, drift_between
+
+    out = {}
+    for f in candidates:
+        floor = BetweenRun(cv=f, df=float("inf"), source="candidate")
+        sh = [change_interval(va, vb, drift_between(da, db, floor)) for va, vb, da, db in parts]
+        out[f] = (np.mean([not (s.lo < 0 < s.hi) for s in sh]), np.mean([s.lo > 0 for s in sh]))
+    return out
+
+
+def run_between(args) -> None:
+    """Cross-validate the default between-run term (module doc, --between); print the tables."""
+    rng = np.random.default_rng(args.seed)
+    trials, power_trials = args.trials, max(args.trials // 2, 100)
+    table = {}  # (machine, n, phi) -> {"aa": {f: rate}, 0.03: {f: power}, 0.10: {f: power}}
+    t0 = time.process_time()
+    for machine in MACHINES:
+        for n in args.steps:
+            for phi in (0.3, 0.6):
+                row = {}
+                for effect, k in ((0.0, trials), (0.03, power_trials), (0.10, power_trials)):
+                    x = machine_runs(rng, 2 * k, n, phi, machine)
+                    x[k:] *= 1.0 + effect
+                    r = rates([pair_parts(x[i], x[k + i]) for i in range(k)], CANDIDATES)
+                    row[effect] = {f: v[0 if effect == 0.0 else 1] for f, v in r.items()}
+                table[(machine, n, phi)] = row
+                print(f"{machine[0]} {machine[1]:.2%} n={n} phi={phi}: A/A "
+                      + " ".join(f"{row[0.0][f]:.3f}" for f in CANDIDATES), flush=True)
+
+    def choose(keys):
+        for f in CANDIDATES:
+            if np.mean([table[k][0.0][f] for k in keys]) <= 0.05:
+                return f
+        return CANDIDATES[-1]
+
+    keys = list(table)
+    print("\nIn-sample (all machines): chosen default", f"{choose(keys):.2%}")
+    print("| candidate | mean A/A | worst A/A (machine) | power 3% | power 10% |")
+    print("|---|---|---|---|---|")
+    for f in CANDIDATES:
+        worst = max(keys, key=lambda k: table[k][0.0][f])
+        print(f"| {f:.2%} | {np.mean([table[k][0.0][f] for k in keys]):.1%} | {table[worst][0.0][f]:.1%} "
+              f"({worst[0][0]} {worst[0][1]:.2%}, n {worst[1]}, phi {worst[2]}) | "
+              f"{np.mean([table[k][0.03][f] for k in keys]):.0%} | {np.mean([table[k][0.10][f] for k in keys]):.0%} |")
+    print("\nLeave-one-machine-out (default chosen without the machine, scored on it):")
+    print("| held-out machine | chosen | A/A (n 50 / 200) | power 3% (50 / 200) | power 10% (50 / 200) |")
+    print("|---|---|---|---|---|")
+    for machine in MACHINES:
+        f = choose([k for k in keys if k[0] != machine])
+        held = [k for k in keys if k[0] == machine]
+
+        def by_n(eff):
+            return " / ".join(f"{np.mean([table[k][eff][f] for k in held if k[1] == n]):.1%}" for n in args.steps)
+        print(f"| {machine[0]} {machine[1]:.2%} | {f:.2%} | {by_n(0.0)} | {by_n(0.03)} | {by_n(0.10)} |")
+    print(f"{(time.process_time() - t0):.0f} CPU-s")
+
+
+def run_series(args) -> None:
+    from trainperf.compare.interval import NO_BETWEEN, shift
+
+    between = NO_BETWEEN if args.no_between else None  # None: the default term raised to the runs' drift
     rng = np.random.default_rng(args.seed)
     power_trials = max(args.trials // 4, 100)
     print(f"trials={args.trials} (A/A), {power_trials} (each power column), cv={args.cv:.1%}, 95% intervals")
@@ -80,8 +177,8 @@ def run_series(args) -> None:
                     def trial(k, effect=0.0):
                         x = series(rng, 2 * runs * k, n, args.cv, phi, kind)
                         x[runs * k:] *= 1.0 + effect
-                        return [shift(list(x[i * runs:(i + 1) * runs]), list(x[(k + i) * runs:(k + i + 1) * runs]))
-                                for i in range(k)]
+                        return [shift(list(x[i * runs:(i + 1) * runs]), list(x[(k + i) * runs:(k + i + 1) * runs]),
+                                      between=between) for i in range(k)]
                     aa = trial(args.trials)
                     false = np.mean([not (s.lo < 0 < s.hi) for s in aa])
                     power = [np.mean([s.lo > 0 for s in trial(power_trials, e)]) for e in args.effects]
@@ -94,6 +191,9 @@ def run_series(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--series", action="store_true", help="compare's interval over autocorrelated steps")
+    ap.add_argument("--between", action="store_true", help="cross-validate the default between-run term")
+    ap.add_argument("--no-between", action="store_true",
+                    help="--series: the interval without a between-run term (the steps' noise only: before)")
     ap.add_argument("--steps", type=lambda s: [int(v) for v in s.split(",")], default=[50, 200])
     ap.add_argument("--effects", type=lambda s: [float(v) for v in s.split(",")], default=list(EFFECTS),
                     help="--series: slowdowns of B for the power columns")
@@ -105,6 +205,9 @@ def main() -> None:
     ap.add_argument("--min-effect", type=float, default=0.02)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    if args.between:
+        run_between(args)
+        return
     if args.series:
         run_series(args)
         return

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from trainperf.compare.interval import (ar1_phi, cosine_lrv, long_run_variance, repeats_shift, series_shift, shift)
+from trainperf.compare.interval import (NO_BETWEEN, ar1_phi, cosine_lrv, long_run_variance, repeats_shift, series_shift,
+                                        shift)
 
 
 def _ar1(rng, n, phi, sigma=1.0, reps=None):
@@ -88,7 +89,7 @@ def test_series_shift_reduces_to_welch_on_independent_steps():
     delta-method one of two means (s^2 / (n mean^2) a side) up to the long-run estimate's noise."""
     rng = np.random.default_rng(5)
     a, b = 1 + 0.01 * rng.normal(size=300), 1.02 + 0.01 * rng.normal(size=300)
-    s = series_shift(a, b)
+    s = series_shift(a, b, between=NO_BETWEEN)  # the steps' part (test_between: the between-run term)
     assert s.estimate == pytest.approx(math.log(b.mean() / a.mean()))
     se = math.sqrt(a.var(ddof=1) / (300 * a.mean() ** 2) + b.var(ddof=1) / (300 * b.mean() ** 2))
     assert s.se == pytest.approx(se, rel=0.35)
@@ -101,14 +102,16 @@ def test_a_a_intervals_exclude_zero_about_5pct_of_the_time_at_phi_0_6():
     rng = np.random.default_rng(6)
     pairs = 300
     x = 0.1 * (1 + 0.01 * _ar1(rng, 60, 0.6, reps=2 * pairs))
-    excl = sum(not (s.lo < 0 < s.hi) for s in (shift([x[i]], [x[pairs + i]]) for i in range(pairs)))
+    excl = sum(not (s.lo < 0 < s.hi) for s in (shift([x[i]], [x[pairs + i]], between=NO_BETWEEN) for i in range(pairs)))
     assert excl / pairs <= 0.075  # nominal 5%; 300 pairs: +-1.3% standard error
 
 
 def test_a_3pct_slower_b_over_50_steps_with_1pct_noise_is_seen():
+    """The steps' part of the interval; on a machine whose runs do not differ (no between-run term:
+    test_between has it measured by a quiet history)."""
     rng = np.random.default_rng(7)
     x = 1 + 0.01 * _ar1(rng, 50, 0.3, reps=40)
-    hits = sum(shift([x[i]], [1.03 * x[20 + i]]).lo > 0 for i in range(20))
+    hits = sum(shift([x[i]], [1.03 * x[20 + i]], between=NO_BETWEEN).lo > 0 for i in range(20))
     assert hits >= 19
 
 

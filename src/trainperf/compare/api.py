@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainperf.compare.history import between_floor
+from trainperf.compare.interval import DEFAULT_BETWEEN
 from trainperf.compare.numerics import NumericsResult, compare_numerics
 from trainperf.compare.perf import LEVEL, MIN_EFFECT, PerfResult, compare_perf
 from trainperf.compare.runs import RunData, load_run, load_side
@@ -46,10 +48,13 @@ def compare_runs(a: str | list[RunData], b: str | list[RunData], *, store: str |
                  min_effect: float = MIN_EFFECT) -> Comparison:
     """Return B against A. ``a``/``b``: run folders or store run ids (comma-separated for repeats),
     or loaded runs; ``reference``: a run in higher precision whose difference from A is the
-    numerics band; ``target_loss``: the loss for time-to-target (default: the worse end point)."""
+    numerics band; ``target_loss``: the loss for time-to-target (default: the worse end point).
+    With one run a side, the store's history of repeated runs on their host gives the between-run
+    term of the speed interval (``compare.history``; the stated default without one)."""
     a_runs = load_side(a, store) if isinstance(a, str) else list(a)
     b_runs = load_side(b, store) if isinstance(b, str) else list(b)
     ref = load_run(reference, store) if isinstance(reference, str) else reference
+    floor = between_floor(a_runs, b_runs, store) if len(a_runs) == 1 and len(b_runs) == 1 else DEFAULT_BETWEEN
     return Comparison(a=[r.name for r in a_runs], b=[r.name for r in b_runs],
-                      perf=compare_perf(a_runs, b_runs, min_effect=min_effect),
+                      perf=compare_perf(a_runs, b_runs, min_effect=min_effect, between=floor),
                       numerics=compare_numerics(a_runs, b_runs, target=target_loss, reference=ref))

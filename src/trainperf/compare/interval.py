@@ -27,8 +27,18 @@ With repeats (two or more runs on each side, or on one side), each run's mean is
 and the interval is the pooled two-sample t on their logs: run-to-run variation (another
 node, another moment of a shared machine), which no single run's steps can show, is then in it.
 
-Simulated coverage (AR(1) phi 0-0.9, heavy tails, drift): docs/benchmarks.md "Trainer and
-compare", command ``benchmarks/sim_gate.py --series``.
+**The between-run term.** One run a side, the two means also differ by how much a run's level
+moves from one run to the next (another moment of a shared machine, another node, a clock
+that settled differently): variance tau^2 per run, so the change's variance is
+LRV_A / (n_A mean_A^2) + LRV_B / (n_B mean_B^2) + 2 tau^2. Two runs' own steps cannot tell
+tau (the difference of their levels *is* the thing tested), so it comes from elsewhere
+(``BetweenRun``): the run store's history of repeated runs on the host (``compare.history``),
+else the stated default ``DEFAULT_BETWEEN_CV``; and it is raised to what the runs' own steps
+show (``drift_between``: a level that moves inside a run moves between runs at least as much).
+Its degrees of freedom enter the Welch-Satterthwaite sum (a history of 4 runs has 3).
+
+Simulated coverage (AR(1) phi 0-0.9, heavy tails, drift, between-run levels): docs/benchmarks.md
+"Trainer and compare", command ``benchmarks/sim_gate.py --series``.
 """
 
 from __future__ import annotations
@@ -41,6 +51,32 @@ import numpy as np
 
 PHI_MAX = 0.97  # beyond this a series is a random walk over any length we see: no mean to estimate
 EWC_FACTOR = 0.4  # K = EWC_FACTOR * n^(2/3) cosines (Lazarus, Lewis, Stock & Watson 2018)
+# The between-run sd of a run's log mean assumed when the store has no history of repeated runs:
+# the smallest candidate (0-3%) whose mean A/A false rate over simulated machines (hidden run
+# levels of sd 0-2%, random-walk drifts, 50-200 steps) is at most 5% (``benchmarks/sim_gate.py
+# --between``); 1% gave 5.5%. Tested on recorded runs held out: docs/benchmarks.md "Trainer and
+# compare", between-run term.
+DEFAULT_BETWEEN_CV = 0.015
+DRIFT_BLOCKS = 5  # blocks whose means show a level moving inside a run (drift_between)
+# tau^2 per unit of within-run level variance: a random-walk level whose block means vary by v
+# within a run of n steps puts the next run's mean 2 v away in variance (n s^2 / 3 vs n s^2 / 6);
+# simulated walks (end sd 0.5-5%, 50-200 steps) then give 1-5% A/A with no other term, 11-14% with 1.
+DRIFT_FACTOR = 2.0
+
+
+@dataclass(kw_only=True, frozen=True)
+class BetweenRun:
+    """The between-run term of one run's log mean: its sd ``cv`` (natural-log units, 0.01 ~ 1%),
+    the degrees of freedom of its estimate (``math.inf`` for a stated value) and where it came from."""
+
+    cv: float
+    df: float
+    source: str
+
+
+DEFAULT_BETWEEN = BetweenRun(cv=DEFAULT_BETWEEN_CV, df=math.inf,
+                             source="the stated default (no history of repeated runs in the store)")
+NO_BETWEEN = BetweenRun(cv=0.0, df=math.inf, source="none (the steps' noise only)")
 
 
 @dataclass(kw_only=True)
@@ -66,6 +102,8 @@ class Shift:
     df: float
     level: float
     method: str
+    between_cv: float = 0.0  # the between-run sd in the interval (one run a side), log units
+    between_source: str = ""  # where it came from
 
     @property
     def p_value(self) -> float:
@@ -141,25 +179,67 @@ def long_run_variance(x) -> LongRunVariance:
                            df=float(max(min(k, ess - 1), 1.0)))
 
 
-def series_shift(a, b, level: float = 0.95) -> Shift:
-    """Return log mean(b) - log mean(a) with its ``level`` interval for two autocorrelated
-    per-step series of positive values (module doc)."""
+def level_drift(x) -> float:
+    """Return how much the level of series ``x`` moves inside it: the variance of the log means of
+    ``DRIFT_BLOCKS`` consecutive blocks beyond what the steps' noise explains (the long-run variance
+    of the steps around their own block's mean, over the block length), floored at 0 (log units
+    squared; 0 with fewer than 4 steps a block). The noise is read around the block means, not the
+    run's mean, so that the drift being measured does not inflate the noise it is held against."""
+    x = _finite(x)
+    m, size = DRIFT_BLOCKS, len(x) // DRIFT_BLOCKS
+    if size < 4 or not (x > 0).all():
+        return 0.0
+    xb = x[len(x) - m * size:].reshape(m, size)  # the last m * size steps
+    means = xb.mean(axis=1)
+    v = long_run_variance((xb / means[:, None]).ravel())  # each block at its own level (mean 1)
+    return max(float(np.log(means).var(ddof=1)) - v.variance / (size * v.mean**2), 0.0)
+
+
+def drift_between(drift_a: float, drift_b: float, floor: BetweenRun) -> BetweenRun:
+    """Return the between-run term of two runs whose ``level_drift`` are ``drift_a`` and ``drift_b``:
+    ``floor`` (history or default), raised to ``DRIFT_FACTOR`` x their mean when that is larger
+    (with 2 (DRIFT_BLOCKS - 1) degrees of freedom, the blocks of both runs)."""
+    tau2 = DRIFT_FACTOR * (drift_a + drift_b) / 2
+    if tau2 <= floor.cv**2:
+        return floor
+    return BetweenRun(cv=math.sqrt(tau2), df=2.0 * (DRIFT_BLOCKS - 1),
+                      source=f"the runs' own level drift (above the {floor.cv:.1%} of {floor.source})")
+
+
+def change_interval(va: LongRunVariance, vb: LongRunVariance, between: BetweenRun, level: float = 0.95) -> Shift:
+    """Return log mean B - log mean A with its ``level`` t interval from the two runs' long-run
+    variances and the between-run term (module doc; positive means, at least 3 steps a side)."""
     from scipy.special import stdtrit
 
+    # (variance of the change, degrees of freedom) per term: A's steps, B's steps, the two runs' levels
+    terms = [(va.variance / (va.n * va.mean**2), va.df), (vb.variance / (vb.n * vb.mean**2), vb.df),
+             (2 * between.cv**2, between.df)]
+    var = sum(v for v, _ in terms)
+    se = math.sqrt(var)
+    den = sum(v**2 / d for v, d in terms if v > 0)
+    df = var**2 / den if den > 0 else va.df + vb.df
+    d = math.log(vb.mean) - math.log(va.mean)
+    q = float(stdtrit(df, 0.5 + level / 2))  # Student's t quantile
+    return Shift(estimate=d, lo=d - q * se, hi=d + q * se, se=se, df=df, level=level,
+                 between_cv=between.cv, between_source=between.source,
+                 method=(f"ratio of means over steps, autocorrelation-robust (AR(1) phi {va.phi:.2f}/{vb.phi:.2f} "
+                         f"prewhitened cosine long-run variance) plus a between-run sd of {between.cv:.1%} a run "
+                         f"from {between.source}, t at {df:.0f} df"))
+
+
+def series_shift(a, b, level: float = 0.95, between: BetweenRun | None = None) -> Shift:
+    """Return log mean(b) - log mean(a) with its ``level`` interval for two autocorrelated
+    per-step series of positive values (module doc). ``between``: the between-run term; default
+    ``DEFAULT_BETWEEN`` raised to the level drift of ``a`` and ``b`` themselves (``drift_between``)."""
     va, vb = long_run_variance(a), long_run_variance(b)
     if not (va.mean > 0 and vb.mean > 0):
         raise ValueError("series_shift needs positive means (it is the interval of a ratio)")
     if va.n < 3 or vb.n < 3:  # no variance to estimate: any change is possible
         return Shift(estimate=math.log(vb.mean / va.mean), lo=-math.inf, hi=math.inf, se=math.inf, df=1.0,
                      level=level, method=f"too few steps for an interval ({va.n} vs {vb.n}; at least 3 a side)")
-    sa, sb = va.variance / (va.n * va.mean**2), vb.variance / (vb.n * vb.mean**2)
-    se = math.sqrt(sa + sb)
-    df = (sa + sb) ** 2 / (sa**2 / va.df + sb**2 / vb.df) if sa + sb > 0 else va.df + vb.df
-    d = math.log(vb.mean) - math.log(va.mean)
-    q = float(stdtrit(df, 0.5 + level / 2))  # Student's t quantile
-    return Shift(estimate=d, lo=d - q * se, hi=d + q * se, se=se, df=df, level=level,
-                 method=(f"ratio of means over steps, autocorrelation-robust (AR(1) phi {va.phi:.2f}/{vb.phi:.2f} "
-                         f"prewhitened cosine long-run variance, t at {df:.0f} df)"))
+    if between is None:
+        between = drift_between(level_drift(a), level_drift(b), DEFAULT_BETWEEN)
+    return change_interval(va, vb, between, level)
 
 
 def repeats_shift(a_means, b_means, level: float = 0.95) -> Shift:
@@ -179,9 +259,10 @@ def repeats_shift(a_means, b_means, level: float = 0.95) -> Shift:
                  method=f"pooled t over run means ({len(a)} vs {len(b)} runs)")
 
 
-def shift(a_runs: list, b_runs: list, level: float = 0.95) -> Shift:
+def shift(a_runs: list, b_runs: list, level: float = 0.95, between: BetweenRun | None = None) -> Shift:
     """Return the change of the mean of B's runs against A's (one per-step series per run):
-    ``series_shift`` with one run a side, ``repeats_shift`` over run means otherwise."""
+    ``series_shift`` with one run a side (``between``: its between-run term), ``repeats_shift``
+    over run means otherwise (the repeats measure the between-run variation themselves)."""
     if len(a_runs) == 1 and len(b_runs) == 1:
-        return series_shift(a_runs[0], b_runs[0], level)
+        return series_shift(a_runs[0], b_runs[0], level, between)
     return repeats_shift([_finite(r).mean() for r in a_runs], [_finite(r).mean() for r in b_runs], level)

@@ -8,8 +8,9 @@ Throughput is total tokens over total time of the steady steps (a ratio of means
 per token, what a job's length and cost follow; steps per second when no token count is
 recorded). Its change B/A - 1 and the 95% interval come from ``compare.interval.shift``, the
 one place that computes it (``trainperf gate`` on runs uses it too): with one run a side, an
-autocorrelation-robust interval over the steps; with repeats, a t interval over run means,
-which then holds run-to-run variation too.
+autocorrelation-robust interval over the steps plus a between-run term (the store's history of
+repeated runs, else a stated default, raised to the level drift the two runs show after their
+warm-up); with repeats, a t interval over run means, which then measures run-to-run variation.
 
 A change is called ``faster``/``slower`` when the interval excludes zero and the estimate is at
 least ``MIN_EFFECT``; otherwise it is inside the noise (the interval says how large a change
@@ -23,7 +24,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from trainperf.compare.interval import shift
+from trainperf.compare.interval import DEFAULT_BETWEEN, BetweenRun, drift_between, level_drift, shift
 from trainperf.compare.runs import RunData, finite
 
 LEVEL = 0.95
@@ -64,6 +65,8 @@ class PerfResult:
     steady: list[tuple[str, int, int]]  # (run, first steady step, last steady step)
     min_effect: float
     note: str = ""
+    between_cv: float = 0.0  # one run a side: the between-run sd of a run's mean in the interval (log units)
+    between_source: str = ""
 
     def to_dict(self) -> dict:
         """Return JSON-able data."""
@@ -72,26 +75,46 @@ class PerfResult:
         return d
 
 
-def steady_slice(step_time_s: np.ndarray) -> slice:
-    """Return the steady-state part of a step-time series: the longest segment between change
-    points of log step time, never the first step (index slice)."""
-    from trainperf.fleet.changepoints import detect_changes
+def _log_steps(step_time_s: np.ndarray) -> np.ndarray:
+    return np.log(np.where(np.asarray(step_time_s) > 0, step_time_s, np.nan))
 
-    from trainperf.fleet.changepoints import noise_sigma
 
-    y = np.log(np.where(np.asarray(step_time_s) > 0, step_time_s, np.nan))
+def _warm(y: np.ndarray, a: int, b: int, level: float, sigma: float) -> int:
+    """Return the first index from ``a`` whose step is not a warm-up step (WARMUP_SIGMAS above ``level``)."""
+    while a < b - 2 and np.isfinite(y[a]) and y[a] - level > WARMUP_SIGMAS * max(sigma, 1e-3):
+        a += 1
+    return a
+
+
+def _steady(step_time_s: np.ndarray) -> tuple[slice, slice]:
+    """Return (steady slice, post-warm-up slice) of a step-time series (``steady_slice``, ``settled_slice``)."""
+    from trainperf.fleet.changepoints import detect_changes, noise_sigma
+
+    y = _log_steps(step_time_s)
     n = len(y)
     if n < 12 or np.isfinite(y).sum() < 12:
-        return slice(min(1, n - 1), n)
+        s = slice(min(1, n - 1), n)
+        return s, s
     cps = detect_changes(y, min_size=max(4, n // 20), trend=False).change_points
     bounds = [1] + [c for c in cps if c > 1] + [n]
     a, b = max(zip(bounds, bounds[1:]), key=lambda ab: ab[1] - ab[0])
     # A warm-up shorter than the change-point test's segments: leading steps far above the level.
     seg = finite(y[a:b])
     level, sigma = float(np.median(seg)), noise_sigma(seg)
-    while a < b - 2 and np.isfinite(y[a]) and y[a] - level > WARMUP_SIGMAS * max(sigma, 1e-3):
-        a += 1
-    return slice(a, b)
+    return slice(_warm(y, a, b, level, sigma), b), slice(_warm(y, 1, n, level, sigma), n)
+
+
+def steady_slice(step_time_s: np.ndarray) -> slice:
+    """Return the steady-state part of a step-time series: the longest segment between change
+    points of log step time, never the first step (index slice)."""
+    return _steady(step_time_s)[0]
+
+
+def settled_slice(step_time_s: np.ndarray) -> slice:
+    """Return the steps after the warm-up, to the run's end (index slice): the first step and the
+    leading steps WARMUP_SIGMAS above the steady level are out, later level changes are kept (they are
+    the evidence that the machine's speed moves, ``interval.level_drift``)."""
+    return _steady(step_time_s)[1]
 
 
 def seconds_per_token(run: RunData) -> np.ndarray:
@@ -103,10 +126,23 @@ def seconds_per_token(run: RunData) -> np.ndarray:
     return np.where(tps > 0, 1.0 / tps, np.nan)
 
 
+def run_between(a: RunData, b: RunData, floor: BetweenRun = DEFAULT_BETWEEN,
+                settled: tuple[slice, slice] | None = None) -> BetweenRun:
+    """Return the between-run term of run ``a`` against run ``b``: ``floor`` raised to the level drift
+    of their seconds per token over every step after the warm-up (``settled_slice``, or ``settled``
+    when already cut: not only the steady segment, a level change the steady cut leaves out is the
+    evidence)."""
+    cuts = settled or (settled_slice(a.step_time_s), settled_slice(b.step_time_s))
+    drift = [level_drift(finite(seconds_per_token(r)[cut])) for r, cut in zip((a, b), cuts)]
+    return drift_between(*drift, floor)
+
+
 def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float = MIN_EFFECT,
-                 level: float = LEVEL) -> PerfResult:
-    """Return B's performance against A's (see the module doc)."""
-    steady = {id(r): steady_slice(r.step_time_s) for r in a_runs + b_runs}
+                 level: float = LEVEL, between: BetweenRun = DEFAULT_BETWEEN) -> PerfResult:
+    """Return B's performance against A's (see the module doc). ``between``: the between-run term
+    before the runs' own drift (``compare.history.between_floor``: the store's history or the default)."""
+    cuts = {id(r): _steady(r.step_time_s) for r in a_runs + b_runs}  # (steady, settled) slices
+    steady = {k: v[0] for k, v in cuts.items()}
 
     def samples(runs, col):
         return [col(r)[steady[id(r)]] for r in runs]
@@ -116,7 +152,10 @@ def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float
 
     per_token = ([finite(x) for x in samples(a_runs, seconds_per_token)],
                  [finite(x) for x in samples(b_runs, seconds_per_token)])
-    sh = shift(*per_token, level=level)
+    one_each = len(a_runs) == 1 and len(b_runs) == 1
+    if one_each:
+        between = run_between(a_runs[0], b_runs[0], between, (cuts[id(a_runs[0])][1], cuts[id(b_runs[0])][1]))
+    sh = shift(*per_token, level=level, between=between)
     d, lo, hi = -sh.estimate, -sh.hi, -sh.lo  # log throughput change: the opposite of log time per token
     tput = Effect(metric="tokens_per_s", a=float(1.0 / np.concatenate(per_token[0]).mean()),
                   b=float(1.0 / np.concatenate(per_token[1]).mean()), change=math.expm1(d), lo=math.expm1(lo),
@@ -144,9 +183,9 @@ def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float
         return float(np.median(v)) if v else None
 
     spans = [(r.name, int(r.step[steady[id(r)]][0]), int(r.step[steady[id(r)]][-1])) for r in a_runs + b_runs]
-    note = ("one run a side: the interval holds the steps' noise only, not run-to-run variation (another node, "
-            "another moment of a shared machine); give repeats (A1,A2,... B1,B2,...) to include it"
-            if len(a_runs) == 1 and len(b_runs) == 1 else "")
+    note = (f"one run a side: the interval includes a between-run term of {sh.between_cv:.1%} a run taken from "
+            f"{sh.between_source}; give repeats (A1,A2,... B1,B2,...) to measure it" if one_each else "")
     return PerfResult(throughput=tput, step_time=step, verdict=verdict, mfu=(mfu(a_runs), mfu(b_runs)),
                       mem_peak_bytes=(mem(a_runs), mem(b_runs)), goodput=(goodput(a_runs), goodput(b_runs)),
-                      steady=spans, min_effect=min_effect, note=note)
+                      steady=spans, min_effect=min_effect, note=note, between_cv=sh.between_cv,
+                      between_source=sh.between_source)

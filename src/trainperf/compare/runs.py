@@ -38,6 +38,8 @@ class RunData:
     eval_loss: np.ndarray = field(default_factory=lambda: np.zeros(0))
     comparable: dict | None = None
     data_wait_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # NaN where not recorded
+    run_id: str = ""  # the store's run id ("" when the folder has no run record)
+    host: str = ""
 
 
 def _col(recs: list[dict], key: str) -> np.ndarray:
@@ -60,6 +62,7 @@ def _from_folder(path: Path) -> RunData:
     t_end = _col(recs, "t_end")
     t_start = min(starts) if starts else float(t_end[0] - recs[0]["step_time_s"])
     evals = [r for r in recs if r.get("eval_loss") is not None]
+    record = _json(path / "run_record.json")
     return RunData(name=str(path), step=np.array(sorted(latest), dtype=float), step_time_s=_col(recs, "step_time_s"),
                    loss=_col(recs, "loss"), grad_norm=_col(recs, "grad_norm"), tokens_per_s=_col(recs, "tokens_per_s"),
                    mfu=_col(recs, "mfu"), mem_peak_bytes=_col(recs, "mem_peak_bytes"), t_end=t_end, t_start=t_start,
@@ -67,7 +70,9 @@ def _from_folder(path: Path) -> RunData:
                    goodput=(summary.get("goodput") or {}).get("goodput"),
                    eval_step=np.array([r["step"] for r in evals], dtype=float),
                    eval_loss=np.array([r["eval_loss"] for r in evals], dtype=float),
-                   comparable=run.get("comparable"), data_wait_s=_col(recs, "data_wait_s"))
+                   comparable=run.get("comparable"), data_wait_s=_col(recs, "data_wait_s"),
+                   run_id=str(record.get("run_id") or ""),
+                   host=str(record.get("host") or (run.get("metadata") or {}).get("host") or ""))
 
 
 def _json(path: Path) -> dict:
@@ -86,22 +91,29 @@ def _from_store(run_id: str, store: str | None) -> RunData:
         rec = get_run(run_id, store)
     except Exception as e:  # noqa: BLE001 - a store that cannot answer is the user's one line
         raise TrainperfError(f"{run_id}: not a run folder, nor a run id in the store ({e})") from None
+    return from_record(rec, run_id)
+
+
+def from_record(rec, name: str | None = None) -> RunData:
+    """Return a store RunRecord as a RunData named ``name`` (default: its run id); raise
+    TrainperfError when it has no per-step samples."""
     samples = sorted(rec.samples, key=lambda s: s.step)
     if not samples:
-        raise TrainperfError(f"run {run_id}: the record has no per-step samples")
+        raise TrainperfError(f"run {rec.run_id}: the record has no per-step samples")
 
     def col(key):
         return np.array([np.nan if getattr(s, key) is None else float(getattr(s, key)) for s in samples])
 
     st = col("step_time_s")
     ev = rec.config.get("eval") or []
-    return RunData(name=run_id, step=np.array([s.step for s in samples], dtype=float), step_time_s=st,
+    return RunData(name=name or rec.run_id, step=np.array([s.step for s in samples], dtype=float), step_time_s=st,
                    loss=col("loss"), grad_norm=np.full(len(samples), np.nan), tokens_per_s=col("tokens_per_s"),
                    mfu=col("mfu"), mem_peak_bytes=col("mem_peak_bytes"),
                    t_end=rec.started_at + np.cumsum(np.nan_to_num(st)), t_start=float(rec.started_at),
                    world_size=int(rec.world_size or 1), goodput=rec.goodput,
                    eval_step=np.array([e[0] for e in ev], dtype=float), eval_loss=np.array([e[1] for e in ev], dtype=float),
-                   comparable=rec.config.get("comparable"), data_wait_s=col("data_wait_s"))
+                   comparable=rec.config.get("comparable"), data_wait_s=col("data_wait_s"), run_id=rec.run_id,
+                   host=rec.host or "")
 
 
 def load_run(spec: str, store: str | None = None) -> RunData:

@@ -4,7 +4,10 @@ Runs (run folders, store run ids, or several of either separated by commas) give
 steady-state per-step series (warm-up cut as `compare` cuts it, ``steady_samples``): successive
 steps are not independent, so the effect, its interval and the p-value are those of
 ``compare.interval.shift`` (the one place `compare` computes its interval): the change of the
-mean with an autocorrelation-robust t interval, or a t over run means with repeats.
+mean with an autocorrelation-robust t interval, or a t over run means with repeats. With one
+run a side, a speed metric's interval holds the same between-run term as `compare`'s (the
+store's history of repeated runs on the host, else the stated default, raised to the runs' own
+level drift): two runs alone cannot show how much a machine's speed moves between runs.
 
 Sample files (one number per line: independent repeats of a benchmark) use a rank test.
 Test: two-sided Mann-Whitney U (rank test: outliers and heavy tails cannot fake or hide a
@@ -24,13 +27,15 @@ confidence interval (Mann-Whitney inversion). Verdict:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from trainperf.errors import TrainperfError
 
+# metrics that follow the machine's speed: with one run a side their interval holds the between-run term
+SPEED_METRICS = {"step_time", "step_time_s", "tokens_per_s", "mfu"}
 # metrics where a larger value is better; every other metric is a time or a cost (lower is better)
 HIGHER_IS_BETTER = {"tokens_per_s", "mfu", "goodput", "gbps", "tflops", "pct_roofline", "throughput"}
 # Fewest steady steps a side for the interval over steps (one run each): K >= 2 cosines need ~10 steps,
@@ -97,6 +102,8 @@ class RunSeries:
 
     names: list[str]
     series: list[np.ndarray]
+    runs: list = field(default_factory=list)  # the compare.runs.RunData read (empty: bare series)
+    store: str | None = None  # where the runs' history of repeats is (compare.history)
 
     def values(self) -> np.ndarray:
         """Return every run's values in one array."""
@@ -119,10 +126,30 @@ def _verdict(eff: float, lo: float, hi: float, p: float, *, alpha: float, ci_alp
                             "or more")
 
 
+def _between(baseline: RunSeries, candidate: RunSeries, metric: str):
+    """Return the between-run term of a one-run-a-side gate as `compare` takes it (compare.history's
+    floor raised to the runs' own drift, ``compare.perf.run_between``) for a speed metric; for another
+    metric only the series' own drift (None: bare series, the interval's default)."""
+    from trainperf.compare.interval import NO_BETWEEN, drift_between, level_drift
+
+    if len(baseline.series) != 1 or len(candidate.series) != 1:
+        return None
+    if metric not in SPEED_METRICS:
+        return drift_between(level_drift(baseline.series[0]), level_drift(candidate.series[0]), NO_BETWEEN)
+    if not (baseline.runs and candidate.runs):
+        return None
+    from trainperf.compare.history import between_floor
+    from trainperf.compare.perf import run_between
+
+    floor = between_floor(baseline.runs, candidate.runs, baseline.store)
+    return run_between(baseline.runs[0], candidate.runs[0], floor)
+
+
 def compare_runs(baseline: RunSeries, candidate: RunSeries, metric: str = "step_time", min_effect: float = 0.02,
                  alpha: float = 0.005, ci_alpha: float = 0.05) -> GateResult:
     """Return the gate verdict for runs: effect, interval and p-value of ``compare.interval.shift``
-    (autocorrelation-robust over the steps with one run a side, t over run means with repeats)."""
+    (autocorrelation-robust over the steps plus the between-run term `compare` uses with one run a
+    side, t over run means with repeats)."""
     from trainperf.compare.interval import shift
 
     higher_better = metric.removesuffix("_s") in HIGHER_IS_BETTER or metric in HIGHER_IS_BETTER
@@ -139,7 +166,7 @@ def compare_runs(baseline: RunSeries, candidate: RunSeries, metric: str = "step_
                if too_few else f"{metric} has negative values or a zero mean (the interval is of a ratio)")
         return GateResult(verdict="inconclusive", effect=float("nan"), effect_ci=(float("nan"), float("nan")),
                           p_value=float("nan"), test="compare.interval", reason=why, **common)
-    sh = shift(baseline.series, candidate.series, level=1 - ci_alpha)
+    sh = shift(baseline.series, candidate.series, level=1 - ci_alpha, between=_between(baseline, candidate, metric))
     eff, lo, hi, p = math.expm1(sh.estimate), math.expm1(sh.lo), math.expm1(sh.hi), sh.p_value
     verdict, reason = _verdict(eff, lo, hi, p, alpha=alpha, ci_alpha=ci_alpha, min_effect=min_effect,
                                higher_better=higher_better)
@@ -268,7 +295,8 @@ def _run_series(specs: list[str], metric: str, store: str | None) -> RunSeries:
     from trainperf.compare.runs import load_run
 
     runs = [load_run(s, store) for s in specs]
-    return RunSeries(names=[r.name for r in runs], series=[steady_samples(r, metric) for r in runs])
+    return RunSeries(names=[r.name for r in runs], series=[steady_samples(r, metric) for r in runs], runs=runs,
+                     store=store)
 
 
 def load_samples(spec: str, metric: str = "step_time", store: str | None = None):
