@@ -81,3 +81,20 @@ def test_show_takes_a_unique_start_of_a_run_id(app, store):
     for wrong in ("2026", "20260921T1413_%", "zz-no-such-run"):  # too short; wildcards are literal; none
         res = CliRunner().invoke(app, ["runs", "show", wrong, "--store", store])
         assert "no run with id" in str(res.exception), (wrong, res.output)
+
+
+def test_show_gives_one_median_and_rounded_lists(app, tmp_path):
+    """The demo's `runs show` printed step_time_s 4.61975 (after warm-up) and 'step time median 4.743 s'
+    (every step) for one run, and rank entries with 16 digits; `runs list` printed 4.98934."""
+    samples = [StepSample(step=s, step_time_s=t) for s, t in enumerate([9.0, 1.0, 2.0, 3.0], start=1)]
+    write_run(RunRecord(run_id=IDS[0], job="train", started_at=STARTED_AT, step_time_s=2.0, samples=samples,
+                        config={"summary": {"ranks": [{"busy_s": 4.618711640000129, "rank": 0}]}}), str(tmp_path))
+    res = CliRunner().invoke(app, ["runs", "show", IDS[0], "--store", str(tmp_path)], env={"COLUMNS": "100"})
+    assert res.exit_code == 0, res.output
+    assert "median" not in res.output.split("step_time_s: 2")[1]  # the record's median is the only one
+    # linear percentiles of 1, 2, 3, 9 by hand: p10 at 0.3 of the way from 1 to 2, p90 at 0.7 from 3 to 9
+    assert "steps: 4 stored, step time p10 1.3 s, p90 7.2 s" in res.output
+    assert '"busy_s": 4.61871' in res.output and "4.618711640000129" not in res.output
+    write_run(RunRecord(run_id=IDS[1], job="train", started_at=STARTED_AT, step_time_s=4.989339), str(tmp_path))
+    res = CliRunner().invoke(app, ["runs", "list", "--store", str(tmp_path)], env={"COLUMNS": "100"})
+    assert " 4.989 " in res.output and "4.98934" not in res.output

@@ -97,6 +97,17 @@ def _print_table(table, title: str | None = None, limit: int = 200, whole: tuple
         Console().print(f"... {table.num_rows - limit} more rows (use --json)")
 
 
+def _rounded(v):
+    """Return ``v`` with every float inside it cut to 6 significant digits (as the scalars show)."""
+    if isinstance(v, float):
+        return float(f"{v:.6g}")
+    if isinstance(v, dict):
+        return {k: _rounded(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_rounded(x) for x in v]
+    return v
+
+
 def _scalar(key: str, v) -> str:
     if isinstance(v, bool) or v is None:
         return str(v)
@@ -106,7 +117,7 @@ def _scalar(key: str, v) -> str:
         s = f"{v:.6g}"
         return f"{s} ({v / 2**30:.3g} GiB)" if key.endswith("_bytes") and v >= 2**20 else s
     if isinstance(v, (list, tuple)):
-        items = [json.dumps(_jsonable(x), default=str) for x in v]
+        items = [json.dumps(_rounded(_jsonable(x)), default=str) for x in v]
         return (f"[{', '.join(items)}]" if len(items) <= 8 else
                 f"[{', '.join(items[:3])}, ..., {items[-1]}] ({len(items)} items)")
     return str(v)
@@ -148,7 +159,8 @@ def list_runs(store: str = typer.Option(None, "--store", help=STORE_HELP),
     else:
         _print_table(table, title=f"{table.num_rows} runs", whole=("run_id", "started"),
                      headers={"started": "started (UTC)", "step_time_s": "step s", "n_samples": "steps"},
-                     drop_empty=True, formats={"started": lambda v: iso_time(v)[:16].replace("T", " ")})
+                     drop_empty=True, formats={"started": lambda v: iso_time(v)[:16].replace("T", " "),
+                                               "step_time_s": lambda v: f"{v:.4g}"})
 
 
 MIN_PREFIX = 8  # "20261201" alone is a day of runs: fewer characters than that name no run
@@ -204,9 +216,10 @@ def show(run_id: str = typer.Argument(..., help="Run id, or its start when only 
     for line in show_lines({k: v for k, v in d.items() if k not in ("samples", "kernels")}):
         con.print(line, highlight=False, markup=False, soft_wrap=True)
     st = np.array([s.step_time_s for s in rec.samples], dtype=float)
-    if st.size:
-        con.print(f"[bold]steps[/]: {st.size}, step time median {np.median(st):.4g} s, "
-                  f"p10 {np.percentile(st, 10):.4g} s, p90 {np.percentile(st, 90):.4g} s", highlight=False)
+    if st.size:  # over every stored step; the record's own step_time_s (above) leaves out its warm-up steps
+        whole = f"median {np.median(st):.4g} s, " if rec.step_time_s is None else ""
+        con.print(f"[bold]steps[/]: {st.size} stored, step time {whole}p10 {np.percentile(st, 10):.4g} s, "
+                  f"p90 {np.percentile(st, 90):.4g} s (every stored step)", highlight=False)
     for k in rec.kernels:
         con.print(f"[bold]kernel[/] {k.kernel} {k.impl} {k.shape} {k.dtype} {k.passname}: {k.median_ms:.4g} ms",
                   highlight=False)
