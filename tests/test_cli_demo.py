@@ -26,3 +26,30 @@ def test_demo_uses_the_current_option_names():
     for older in ("--seq ", "--min-effect", "--steps A:B"):
         assert older not in text, older
     assert not re.search(r'"\$TP" (diagnose|diff|compare|evaluate) .*--json "', text)
+
+
+README = DEMO.parents[1] / "README.md"
+
+
+def _readme_commands(verb: str) -> list[list[str]]:
+    """The README's `trainperf VERB ...` examples (continuation lines joined, comments cut), as argv."""
+    import shlex
+
+    text = README.read_text().replace("\\\n", " ")
+    return [shlex.split(ln.split("  #")[0])[1:] for ln in text.splitlines() if ln.startswith(f"trainperf {verb} ")]
+
+
+def test_readme_plan_examples_run_on_a_fresh_clone(capsys, monkeypatch):
+    """The README's mixture-of-experts example named a mixtral-config.json the clone did not have."""
+    import pytest
+
+    from trainperf.cli import main
+
+    monkeypatch.chdir(README.parent)  # the examples' paths are relative to the clone
+    cmds = _readme_commands("plan")
+    assert len(cmds) >= 4, cmds
+    for argv in cmds:
+        with pytest.raises(SystemExit) as e:
+            main([*argv, "--top", "1"] if "--layout" not in argv and "--compare-hardware" not in argv else argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 0, (argv, err)
