@@ -135,8 +135,9 @@ def test_one_off_checkpoint_priced_over_every_step_of_the_trace(tmp_path):
     # host-bound steps of P = 10 ms (10 ops of 900 us at T + 1000 i, each launching a 50-us kernel). One
     # synchronous checkpoint of S = 5 ms at the end of step 1 only: step 1 lasts P + S, step 2 starts at 2P + S.
     # The window (HTA's) holds steps 0-1: replayed saving S = 5000 us of a 2P + S window (20 %). Per step over
-    # the trace's 3 steps (a save once in 3 steps): S / (3P + S) = 5000 / 35000 = 14.29 %. The same save in every
-    # step costs S / (P + S) = 33.3 % per step, window or trace alike.
+    # the trace's 3 steps (a save once in 3 steps, RankFacts.per_step_scale: r = (S/3) / (S/2) = 2/3, s = S/2,
+    # c = P): r s / (c + r s) = S / (3P + S) = 5000 / 35000 = 14.29 %. The same save in every step costs
+    # S / (P + S) = 33.3 % per step, window or trace alike.
     P, S = 10_000.0, 5_000.0
 
     def trace(every_step: bool) -> Path:
@@ -176,6 +177,7 @@ def test_checkpoint_after_the_last_launch_of_a_step_counts(tmp_path):
     d = diagnose(b.write(tmp_path / "ck.json.gz"))
     f = d.findings[0]
     assert f.kind == "checkpoint_stall" and f.gain_us == pytest.approx(2400)
+    # a save in every step, the last one included: priced over the window as it is
     assert f.gain_pct == pytest.approx(100 * 2400 / 3800, abs=0.01)
 
 

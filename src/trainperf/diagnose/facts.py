@@ -14,7 +14,7 @@ from trainperf.diagnose.crossrank import P2P_KIND, collective_rows, compute_per_
 from trainperf.diagnose.gpu_time import (CategoryTime, IdleSplit, Overlap, TemporalBreakdown, comm_comp_overlap,
                                          idle_split, kernel_breakdown, temporal_breakdown)
 from trainperf.diagnose.host import (CHECKPOINT_RE, DATALOADER_RE, HostSpans, allocator_calls, checkpoint_spans,
-                                     dataloader_spans, host_syncs, optimizer_spans, steps_with_spans, sync_op_counts,
+                                     dataloader_spans, host_syncs, optimizer_spans, span_time_by_step, sync_op_counts,
                                      sync_ops)
 from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLength, launch_bound_stretches,
                                        launch_stats, queue_length)
@@ -66,7 +66,7 @@ class RankFacts:
     window: Window
     steps: list[int]
     step_times: list[StepTime]
-    host_window_us: float
+    host_window_us: float         # host span of the window's ProfilerSteps, first start to last end (µs)
     dataloader: HostSpans
     optimizer: HostSpans
     checkpoint: HostSpans
@@ -90,10 +90,8 @@ class RankFacts:
     compute_by_step: dict = field(default_factory=dict)  # step -> µs of computation it launched (crossrank)
     p2p_comm_share: float = 0.0  # share of communication kernel time in point-to-point (send/recv) kernels
     trace_steps: int = 0          # ProfilerSteps on the host in the whole trace (the window leaves the last out)
-    trace_steps_us: float = 0.0   # from the first of them (or the window's start) to the later of the last one's
-    #                               end and the window's end (µs)
-    checkpoint_steps: frozenset = frozenset()  # steps of the whole trace that hold a checkpoint span
-    dataloader_steps: frozenset = frozenset()  # ... a DataLoader span
+    checkpoint_by_step: dict = field(default_factory=dict)  # step of the whole trace -> µs in checkpoint spans
+    dataloader_by_step: dict = field(default_factory=dict)  # ... in DataLoader spans
     _gains: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -114,23 +112,30 @@ class RankFacts:
         whole = self.span_us if self.has_gpu else self.host_window_us
         return 100.0 * us / whole if whole > 0 else 0.0
 
-    def per_step_scale(self, steps_with: frozenset) -> float:
-        """Factor taking a stall's gain from a share of the analysed window to its share of a step over all the
-        trace's ProfilerSteps, for a stall that does not occur in every step (a checkpoint every k steps).
+    def per_step_scale(self, by_step: dict, changes: tuple = ()) -> float:
+        """Factor taking a host stall's gain from a share of the analysed window to its steady-state share of a
+        step (by_step: the stall's µs in each step of the whole trace, host.span_time_by_step; changes: the
+        what-if that removes it).
 
-        The steady-state gain of removing a stall is its cost per occurrence times how often it occurs per step.
-        The window (HTA's) leaves the last ProfilerStep out because its device work may be cut off; the host span
-        of that step is whole, and a checkpoint in it would be seen, so the rate is counted over every step the
-        trace has: m_all occurrences in n steps, of which m_w in the window. The window's replayed saving per
-        occurrence (saving / m_w) times m_all, over the time of all n steps, is the share; as a factor on the
-        window's share: (m_all / m_w) x window / all steps' time. 1 when the stall's rate is the same in the
-        window and in the trace (a stall in every step), or when the trace shows nothing beyond the window."""
+        The window (HTA's) leaves the last ProfilerStep out because its device work may be cut off; that step's
+        host spans are whole (a checkpoint in it would be seen), so how often the stall occurs is counted over
+        every step: r = (its µs per step over all n steps) / (its µs per step over the window's n_w). Removing
+        it saves, per step, r x s, with s = the replayed saving in the window / n_w; a step without it takes
+        c = window / n_w - s. The steady-state gain is r s / (c + r s) against the window's s / (c + s): the
+        factor is r (c + s) / (c + r s). It is 1 for a stall of the same size in every step (r = 1), and for one
+        checkpoint S in 3 steps of T, 2 of them in the window: r = 2/3, gain S / (3T + S), where the window
+        alone gave S / (2T + S). Without device events the stall's own host time stands for the saving."""
         window = set(self.steps)
-        m_w, m_all, n_w, n = len(steps_with & window), len(steps_with), len(window), self.trace_steps
+        n_w, n = len(window), self.trace_steps
+        in_window = sum(v for s, v in by_step.items() if s in window)
         whole = self.span_us if self.has_gpu else self.host_window_us
-        if m_w == 0 or n <= n_w or m_all * n_w == m_w * n or self.trace_steps_us <= 0 or whole <= 0:
+        saving = self.gain(changes)[1] if self.has_gpu else in_window
+        if in_window <= 0 or n <= n_w or n_w == 0 or whole <= 0 or saving <= 0:
             return 1.0
-        return (m_all / m_w) * whole / self.trace_steps_us
+        r = (sum(by_step.values()) / n) / (in_window / n_w)
+        s = saving / n_w
+        c = max(whole / n_w - s, 0.0)
+        return r * (c + s) / (c + r * s)
 
     def category_share(self, name: str) -> float:
         """% of device busy time in one kernel category."""
@@ -165,18 +170,20 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None) -> RankFa
     """Run every analysis of one rank once. waits: crossrank.comm_waits of this rank, or None."""
     steps = sorted(int(s) for s in np.unique(t.step[w.keep]) if s >= 0) if len(t) else []
     st = [s for s in step_times(t, w) if s.step in steps and s.step not in w.steps_excluded]
-    host_window = float(w.end_us[w.keep].max() - w.ts_us[w.keep].min()) if w.keep.any() else 0.0
+    # the analysed ProfilerSteps' time (as the replay is anchored at the first), not the kept events' extent: host
+    # work before the steps (start-up) and spans running on past the last step (a thread's lifetime) are not steps
+    if st:
+        host_window = max(x.start_us + x.host_us for x in st) - min(x.start_us for x in st)
+    else:
+        host_window = float(w.end_us[w.keep].max() - w.ts_us[w.keep].min()) if w.keep.any() else 0.0
     f = RankFacts(table=t, window=w, steps=steps, step_times=st, host_window_us=host_window,
                   dataloader=dataloader_spans(t, w), optimizer=optimizer_spans(t, w),
                   checkpoint=checkpoint_spans(t, w), sync_calls=host_syncs(t, w), sync_ops=sync_ops(t, w),
                   allocator=allocator_calls(t, w), waits=waits,
-                  checkpoint_steps=steps_with_spans(t, CHECKPOINT_RE), dataloader_steps=steps_with_spans(t, DATALOADER_RE))
-    _, s0, s1 = step_spans(t)
-    f.trace_steps = int(s0.size)
+                  checkpoint_by_step=span_time_by_step(t, CHECKPOINT_RE),
+                  dataloader_by_step=span_time_by_step(t, DATALOADER_RE))
+    f.trace_steps = int(step_spans(t)[0].size)
     if not w.device.size:
-        if s0.size and w.keep.any():
-            f.trace_steps_us = max(s1.max() / 1e3, float(w.end_us[w.keep].max())) - min(s0.min() / 1e3,
-                                                                                      float(w.ts_us[w.keep].min()))
         return f
     f.breakdown = temporal_breakdown(t, w)
     f.overlap = comm_comp_overlap(t, w)
@@ -188,8 +195,6 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None) -> RankFa
     f.graph = build_graph(t, w, waits)
     base = replay(f.graph)
     f.span_us = base.makespan_us
-    if s0.size and base.end.size:
-        f.trace_steps_us = max(s1.max() / 1e3, float(base.end.max())) - min(s0.min() / 1e3, float(base.start.min()))
     f.critical_path = critical_path(f.graph, base)
     f.sync_op_counts = sync_op_counts(t, w)
     f.sync_sites = _sync_sites(f)

@@ -32,15 +32,17 @@ def _make(f: RankFacts, kind: str, metrics: dict, events=(), changes: tuple = ()
 DATALOADER_MIN_PCT = 1.0  # DataLoader spans, % of the span
 
 
-def _host_stall(f: RankFacts, kind: str, spans, steps_with: frozenset, change: str, what: str,
+def _host_stall(f: RankFacts, kind: str, spans, by_step: dict, change: str, what: str,
                 label: str = "") -> Finding:
     """A named host stall (DataLoader, checkpoint) priced per step over every step of the trace: its window
-    share times RankFacts.per_step_scale (1 when it occurs in every step); the host time itself without GPU."""
-    scale = f.per_step_scale(steps_with)
+    share times RankFacts.per_step_scale (1 when it is the same in every step); the host time itself without
+    GPU."""
+    scale = f.per_step_scale(by_step, (Change(change),))
     share = f.pct(spans.time_us) * scale
+    n_with = sum(1 for v in by_step.values() if v > 0)
     metrics = {f"{what}_time": (spans.time_us, "us"), f"{what}_share": (share, "% per step"),
-               f"steps_with_{what}": (len(steps_with), f"of {f.trace_steps} steps")}
-    per_step = "" if scale == 1.0 else f", per step over the trace's {f.trace_steps} steps ({len(steps_with)} with one)"
+               f"steps_with_{what}": (n_with, f"of {f.trace_steps} steps")}
+    per_step = "" if scale == 1.0 else f", per step over the trace's {f.trace_steps} steps ({n_with} with one)"
     if not f.has_gpu:  # no replay: the host time itself is the upper bound
         return _make(f, kind=kind, metrics=metrics, events=spans.longest, gain_pct=share, gain_us=spans.time_us,
                      what_if=f"{change} (host only: upper bound{per_step})", evidence_pct=share)
@@ -52,7 +54,7 @@ def data_loader_stall(f: RankFacts) -> Finding | None:
     """The training loop waits for batches (DataLoader spans on the host)."""
     if f.pct(f.dataloader.time_us) <= DATALOADER_MIN_PCT:
         return None
-    return _host_stall(f, "data_loader_stall", f.dataloader, f.dataloader_steps, "remove_data_wait", "dataloader",
+    return _host_stall(f, "data_loader_stall", f.dataloader, f.dataloader_by_step, "remove_data_wait", "dataloader",
                        "data-loader")
 
 
@@ -64,7 +66,7 @@ def checkpoint_stall(f: RankFacts) -> Finding | None:
     happens once in the trace is worth its cost over every step the trace shows, not over the window's)."""
     if f.pct(f.checkpoint.time_us) <= CHECKPOINT_MIN_PCT:
         return None
-    return _host_stall(f, "checkpoint_stall", f.checkpoint, f.checkpoint_steps, "remove_checkpoint_wait", "checkpoint")
+    return _host_stall(f, "checkpoint_stall", f.checkpoint, f.checkpoint_by_step, "remove_checkpoint_wait", "checkpoint")
 
 
 HOST_SYNC_MIN_PCT = 1.0  # time blocked in syncs, or sync wait on the critical path, % of the span
