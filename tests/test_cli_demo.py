@@ -35,7 +35,7 @@ def _readme_commands(verb: str) -> list[list[str]]:
     """The README's `trainperf VERB ...` examples (continuation lines joined, comments cut), as argv."""
     import shlex
 
-    text = README.read_text().replace("\\\n", " ")
+    text = README.read_text().replace("\\\n", " ").replace("$EX/", "src/trainperf/fleet/examples/")
     return [shlex.split(ln.split("  #")[0])[1:] for ln in text.splitlines() if ln.startswith(f"trainperf {verb} ")]
 
 
@@ -53,3 +53,20 @@ def test_readme_plan_examples_run_on_a_fresh_clone(capsys, monkeypatch):
             main([*argv, "--top", "1"] if "--layout" not in argv and "--compare-hardware" not in argv else argv)
         err = capsys.readouterr().err
         assert e.value.code == 0, (argv, err)
+
+
+def test_readme_fleet_and_gate_examples_run_on_a_fresh_clone(capsys, monkeypatch, tmp_path):
+    """They named step_times.csv, incident.csv, main.txt and pr.txt, which a clone does not have."""
+    import pytest
+
+    from trainperf.cli import main
+
+    monkeypatch.chdir(README.parent)
+    monkeypatch.setenv("TRAINPERF_STORE", str(tmp_path / "store"))
+    cmds = [c for c in _readme_commands("fleet") + _readme_commands("gate") if "--csv" in c or "--baseline" in c]
+    assert len(cmds) == 3, cmds
+    for argv in cmds:
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == (1 if argv[0] == "gate" else 0), (argv, err)  # the example gate finds its regression
