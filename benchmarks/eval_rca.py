@@ -142,15 +142,19 @@ def main() -> None:
     ap.add_argument("--cv", action="store_true", help="grid + leave-one-dataset-out choice of the parameters")
     ap.add_argument("--synthetic", type=int, default=90, help="incidents per synthetic set")
     ap.add_argument("--seed", type=int, default=1, help="seed of the first synthetic set (the others: +1, +2, +3)")
+    ap.add_argument("--sets", default="RS,fundamental,derived,uneven,riskloc",
+                    help="datasets, comma-separated (synthetic only: decide on them before RS is scored)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     from trainperf.fleet.localize import LocalizeOptions, localize
 
-    rs = rs_incidents(Path(args.data), args.history)
-    sets = {"RS": rs, "fundamental": synthetic_incidents("fundamental", args.synthetic, args.seed),
-            "derived": synthetic_incidents("derived", args.synthetic, args.seed + 1),
-            "uneven": synthetic_incidents("uneven", args.synthetic, args.seed + 2),
-            "riskloc": synthetic_incidents("riskloc", args.synthetic, args.seed + 3)}
+    names = args.sets.split(",")
+    kinds = ("fundamental", "derived", "uneven", "riskloc")
+    if set(names) - {"RS", *kinds}:
+        raise SystemExit(f"--sets: unknown {sorted(set(names) - {'RS', *kinds})} (RS, {', '.join(kinds)})")
+    sets = {"RS": rs_incidents(Path(args.data), args.history)} if "RS" in names else {}
+    sets.update({k: synthetic_incidents(k, args.synthetic, args.seed + i) for i, k in enumerate(kinds) if k in names})
+    rs = sets.get("RS", [])
     tot = {m: np.zeros(5) for m in ("trainperf", "adtributor")}
     secs = {m: 0.0 for m in tot}
     syn = {n: np.zeros(5) for n in sets if n != "RS"}
@@ -174,8 +178,9 @@ def main() -> None:
                       [cause_key(c) for c in res.root_causes], f"expl={res.explained:.2f}",
                       "adt", [cause_key(c) for c in apred][:4])
     print(f"RS ({len(rs)} incidents), defaults {LocalizeOptions()}")
-    print(f"{'method':<11} {'TP':>4} {'FP':>4} {'FN':>4} {'micro-F1':>9} {'partial-F1':>11} {'seconds':>8}")
-    for mth, t in tot.items():
+    if rs:
+        print(f"{'method':<11} {'TP':>4} {'FP':>4} {'FN':>4} {'micro-F1':>9} {'partial-F1':>11} {'seconds':>8}")
+    for mth, t in tot.items() if rs else ():
         f1, pf1 = _f1(t)
         print(f"{mth:<11} {int(t[0]):>4} {int(t[1]):>4} {int(t[2]):>4} {f1:>9.3f} {pf1:>11.3f} {secs[mth]:>8.2f}")
     for name, t in syn.items():

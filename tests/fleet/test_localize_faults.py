@@ -102,3 +102,16 @@ def test_riskloc_incidents_place_faults_in_different_cuboids():
         # so no fault hides in the noise): every leaf under them is off by more than 10%
         rel = inc.real[under] / inc.expected[under]
         assert len(np.unique(np.sign(rel - 1))) == 1 and np.all(np.abs(rel - 1) > 0.1)
+
+
+def test_a_general_cause_found_later_replaces_the_specific_one_it_contains():
+    # round 1 named a=1 & b=0; round 2, on the leaves left, finds a=1: its other b values moved too,
+    # so a=1 replaces a=1 & b=0; a=2 found instead contains nothing found and is added
+    from trainperf.fleet.localize import _merge
+
+    cuboids = {("a",): (np.zeros(1, int), np.array([[0], [1], [2]])),
+               ("a", "b"): (np.zeros(1, int), np.array([[1, 0], [1, 1], [2, 0]]))}
+    found = [(("a", "b"), [0])]
+    assert _merge(found, ("a",), [1], cuboids) == [(("a",), [1])]
+    assert _merge(found, ("a",), [2], cuboids) == [(("a", "b"), [0]), (("a",), [2])]
+    assert _merge(found, ("a", "b"), [1], cuboids) == [(("a", "b"), [0]), (("a", "b"), [1])]  # siblings stay

@@ -286,7 +286,6 @@ def localize_each(leaves: dict[str, np.ndarray], real: np.ndarray, expected: np.
             searched[key] = _candidates(attrs, enc, cuboids, real, expected, weight, sign, *key)
         if not searched[key]:
             continue
-        fitted = expected.copy()  # the model of every cause found so far
         active = np.ones(len(real), bool)  # leaves no cause found so far covers
         found: list[tuple[tuple, list[int]]] = []
         ranked = _pick(searched[key], base_loss, opts.penalty)
@@ -314,8 +313,7 @@ def localize_each(leaves: dict[str, np.ndarray], real: np.ndarray, expected: np.
             else:
                 elems = passed
             labels = np.where(active, _labels(codes, elems), -1)
-            fitted = np.where(labels >= 0, _fit(r_real, r_exp, r_w, labels), fitted)
-            found.append((cuboid, elems))
+            found = _merge(found, cuboid, elems, cuboids)
             active &= labels < 0
             if not significant or sum(len(e) for _, e in found) >= opts.max_causes or not active.any():
                 break
@@ -326,7 +324,11 @@ def localize_each(leaves: dict[str, np.ndarray], real: np.ndarray, expected: np.
                 break
             ranked = _pick(cands, r_base, opts.penalty)
         ranked = _pick(searched[key], base_loss, opts.penalty)
-        loss = float(np.abs(real - fitted).sum())
+        # the final model: each cause element, in the order found, takes its leaves no earlier one took
+        labels = np.full(len(real), -1)
+        for n, (cb, i) in enumerate((cb, i) for cb, el in found for i in el):
+            labels[(labels < 0) & (cuboids[cb][0] == i)] = n
+        loss = _model_loss(real, expected, weight, labels)
         out.explained = max(0.0, 1.0 - loss / base_loss)
         out.confident = significant and out.explained >= opts.min_explained
 
@@ -354,6 +356,24 @@ def localize_each(leaves: dict[str, np.ndarray], real: np.ndarray, expected: np.
                 out.alternatives.append(c)
         out.alternatives.sort(key=lambda c: -c.confidence)
     return results
+
+
+def _merge(found: list, cuboid: tuple, elems: list[int], cuboids: dict) -> list:
+    """Return the causes found with a new round's (cuboid, elements) added.
+
+    A cause found earlier that a new element contains (e.g. bitrate=500 & device=C1, then
+    bitrate=500 on the leaves left) is dropped: the new round shows that the rest of the general
+    element moved too, so the fault is the general one (the parsimony rule, with evidence).
+    """
+    uniq = cuboids[cuboid][1]
+    new = [{a: int(uniq[i][j]) for j, a in enumerate(cuboid)} for i in elems]
+    kept = []
+    for cb, el in found:
+        u = cuboids[cb][1]
+        el = [i for i in el if not any(all(a in cb and int(u[i][cb.index(a)]) == v for a, v in n.items()) for n in new)]
+        if el:
+            kept.append((cb, el))
+    return kept + [(cuboid, list(elems))]
 
 
 def _pick(candidates: list[tuple], base_loss: float, penalty: float) -> list[tuple]:
