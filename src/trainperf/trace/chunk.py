@@ -19,7 +19,11 @@ except ImportError:  # pragma: no cover - exercised where orjson is absent
     _dumps = None
 
 INT64_MAX = (1 << 63) - 1
-INT_COLUMNS = ("ts_ns", "dur_ns", "pid", "tid", "correlation", "stream", "external_id", "nbytes")
+INT_COLUMNS = ("ts_ns", "dur_ns", "pid", "tid", "correlation", "stream", "external_id", "nbytes", "seq", "fwd_tid")
+# the first columns every reader has; "seq" and "fwd_tid" (an operator's autograd "Sequence number" and
+# "Fwd thread id", which link a backward node to the forward op that made it) only Kineto traces carry:
+# a Chunk given the first BASE_COLUMNS gets -1 for the others
+BASE_COLUMNS = 8
 # args the analyses read beyond the columns, kept per event as one compact JSON object (EventTable.args):
 # an operator call's recorded inputs (record_shapes=True), kept when it has "Input Dims", and a
 # collective's message size and group, kept when it has "In msg nelems" (PyTorch >= 2.1)
@@ -32,7 +36,8 @@ KEPT_ARGS = SHAPE_ARGS + COMM_ARGS
 class Chunk:
     """Complete ("ph": "X") events of one batch, in file order.
 
-    ints: (n, 8) int64 array, columns INT_COLUMNS (ts/dur in ns, -1 where an id is absent);
+    ints: (n, 10) int64 array, columns INT_COLUMNS (ts/dur in ns, -1 where an id is absent), or (n, 8)
+    with the first BASE_COLUMNS (the rest become -1);
     cats, names: list of str; colls, pgs: list of str or None ("Collective name", "Process Group
     Name" args); ts_float: some ts was a JSON float; skipped: entries dropped (not objects, or "X"
     without ts/dur/cat or with unusable times); thread_names: {(pid, tid): name} of "M" events;
@@ -49,6 +54,12 @@ class Chunk:
     skipped: int = 0
     thread_names: dict = field(default_factory=dict)
     args: list | None = None
+
+    def __post_init__(self) -> None:
+        n, width = self.ints.shape
+        if width < len(INT_COLUMNS):  # a reader without sequence numbers (rocprof, XPlane): absent
+            pad = np.full((n, len(INT_COLUMNS) - width), -1, dtype=np.int64)
+            self.ints = np.hstack((self.ints, pad))
 
     def __len__(self) -> int:
         return len(self.cats)
@@ -146,14 +157,15 @@ def chunk_from_dicts(events: list) -> Chunk:
         if a.__class__ is dict:
             b = a.get("bytes")
             flat.extend((tsn, durn, _id(ev.get("pid", -1)), _id(ev.get("tid", -1)), _id(a.get("correlation", -1)),
-                         _id(a.get("stream", -1)), _id(a.get("External id", -1)), -1 if b is None else to_int(b)))
+                         _id(a.get("stream", -1)), _id(a.get("External id", -1)), -1 if b is None else to_int(b),
+                         _id(a.get("Sequence number", -1)), _id(a.get("Fwd thread id", -1))))
             cn = a.get("Collective name")
             pg = a.get("Process Group Name")
             colls.append(None if cn is None else _text(cn))
             pgs.append(None if pg is None else _text(pg))
             kept.append(kept_args_json(a))
         else:
-            flat.extend((tsn, durn, _id(ev.get("pid", -1)), _id(ev.get("tid", -1)), -1, -1, -1, -1))
+            flat.extend((tsn, durn, _id(ev.get("pid", -1)), _id(ev.get("tid", -1)), -1, -1, -1, -1, -1, -1))
             colls.append(None)
             pgs.append(None)
             kept.append(None)

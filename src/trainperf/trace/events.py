@@ -54,7 +54,10 @@ class EventTable:
     -1 on the host), step int32 (ProfilerStep number, -1 outside any step), args int32 (id into
     `arg_texts`, the compact JSON object of the args the analyses need beyond these columns: an
     operator's recorded input shapes and types, a collective's message size and group, see
-    chunk.KEPT_ARGS; -1 when the event has none).
+    chunk.KEPT_ARGS; -1 when the event has none), seq int64 (an operator's autograd "Sequence number":
+    a forward op and the backward node ("autograd::engine::evaluate_function: XBackward0") made from it
+    share it; -1 when absent), fwd_tid int64 ("Fwd thread id": 0 on a forward op, on a backward node the
+    profiler's own number of the thread that ran its forward; -1 when absent).
     """
 
     rank: int
@@ -81,11 +84,17 @@ class EventTable:
     thread_names: dict = field(default_factory=dict)
     ts_was_float: bool = False
     n_skipped: int = 0
+    seq: np.ndarray = field(default=None)  # type: ignore[assignment]
+    fwd_tid: np.ndarray = field(default=None)  # type: ignore[assignment]
     _kept_args: list | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        n = self.ts_ns.shape[0]
         if self.args is None:  # a table built without kept args (by hand, or by an older reader)
-            self.args = np.full(self.ts_ns.shape[0], -1, dtype=np.int32)
+            self.args = np.full(n, -1, dtype=np.int32)
+        for c in ("seq", "fwd_tid"):  # likewise without sequence numbers
+            if getattr(self, c) is None:
+                setattr(self, c, np.full(n, -1, dtype=np.int64))
 
     def __len__(self) -> int:
         return int(self.ts_ns.shape[0])
@@ -141,4 +150,4 @@ class EventTable:
 
 
 COLUMNS = ("kind", "cat", "name", "pid", "tid", "stream", "ts_ns", "dur_ns", "correlation",
-           "external_id", "nbytes", "collective", "process_group", "category", "step", "args")
+           "external_id", "nbytes", "collective", "process_group", "category", "step", "args", "seq", "fwd_tid")

@@ -36,6 +36,8 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     stream: int = -1
     external_id: int = msgspec.field(default=-1, name="External id")
     bytes: int = -1
+    seq: int = msgspec.field(default=-1, name="Sequence number")
+    fwd_tid: int = msgspec.field(default=-1, name="Fwd thread id")
     collective: Optional[str] = msgspec.field(default=None, name="Collective name")
     process_group: Optional[str] = msgspec.field(default=None, name="Process Group Name")
     input_dims: msgspec.Raw = msgspec.field(default=ABSENT, name="Input Dims")
@@ -175,7 +177,7 @@ def _columns(xs: list, cls) -> tuple[np.ndarray, list, bool] | None:
     extend = flat.extend
     for e in xs:
         a = e.args
-        extend((e.ts, e.dur, e.pid, e.tid, a.correlation, a.stream, a.external_id, a.bytes))
+        extend((e.ts, e.dur, e.pid, e.tid, a.correlation, a.stream, a.external_id, a.bytes, a.seq, a.fwd_tid))
     ts_float = False
     if cls is IntEvent:
         try:
