@@ -246,8 +246,8 @@ def _overlapped_collectives(doc: dict) -> list[tuple[int, float, float]]:
         overlap = float(np.clip(np.minimum(ce, te) - np.maximum(cs, ts), 0, None).sum())
         same = starts[(e.get("pid"), e.get("tid"))]
         # an op of its own stream starting before `at` would have to move too: not a candidate
-        between = np.searchsorted(same, at, side="left") - np.searchsorted(same, ts, side="right")
-        if overlap > MIN_OVERLAP_SHARE * float(e["dur"]) and between == 0:
+        between = np.searchsorted(same, at, side="left") - np.searchsorted(same, ts, side="right")  # -1: at == ts
+        if overlap > MIN_OVERLAP_SHARE * float(e["dur"]) and between <= 0:
             cands.append((i, at, float(e["dur"])))
     return cands
 
