@@ -33,6 +33,10 @@ def test_train_command_runs_and_summarises(app, tmp_path, monkeypatch):
     assert json.loads((out / "summary.json").read_text())["steps"] == 4
 
 
+def _must_not_train(cfg):
+    raise AssertionError("training started before the arguments were checked")
+
+
 @pytest.mark.parametrize("args, message", [
     (["--layout", "pp=2"], "pp=2"),
     (["--layout", "sp=1"], "sp=1 (sequence parallel) needs tp > 1"),
@@ -50,8 +54,18 @@ def test_train_command_runs_and_summarises(app, tmp_path, monkeypatch):
     (["--profile-steps", "5:9"], "--profile-steps 5:9: starts after the run's last step (--steps 2)"),
     (["--profile-steps", "2:3"], "--profile-steps 2:3: ends after the run's last step (--steps 2)"),
     (["--fault", "item-sync", "--fault-steps", "3:4"], "--fault-steps 3:4: starts after the run's last step"),
+    # an unusable --store was found after the whole run ("run record not stored")
+    (["--store", "{tmp}/a_file"], "a_file: is a file, not a store folder"),
+    (["--store", "{tmp}/a_file/store"], "a_file is a file, not a folder"),
+    (["--store", "{tmp}/other"], "not a trainperf store"),
 ])
-def test_bad_input_is_a_trainperf_error(app, tmp_path, args, message):
+def test_bad_input_is_a_trainperf_error(app, tmp_path, args, message, monkeypatch):
+    (tmp_path / "a_file").write_text("")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("")
+    if "--store" in args or "--profile-steps" in args:  # refused before the run, not at its end
+        monkeypatch.setattr("trainperf.train.trainer.train", _must_not_train)
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     res = CliRunner().invoke(app, ["train", "--steps", "2", "--out", str(tmp_path / "x"), *args])
     assert isinstance(res.exception, TrainperfError), res.output
     assert message in str(res.exception)

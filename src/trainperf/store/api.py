@@ -41,6 +41,26 @@ def is_postgres(store: str) -> bool:
     return store.startswith(("postgresql://", "postgres://"))
 
 
+def check_writable(store: str | os.PathLike | None = None) -> None:
+    """Raise TrainperfError when a run record could not be written to ``store`` (resolved as
+    resolve_store does): a file, a file on the way, a non-empty folder that is not a store.
+    Creates nothing; a PostgreSQL URL is checked when the record is written. For commands that
+    write their record after minutes of work (train), so that they refuse at once."""
+    from pathlib import Path
+
+    from trainperf.store.parquet import check_store_dir
+
+    where = resolve_store(store)
+    if is_postgres(where):
+        return
+    root = Path(where)
+    if root.exists() and (not root.is_dir() or (not (root / "runs").is_dir() and any(root.iterdir()))):
+        check_store_dir(root, create=False)  # raises: a file, or a folder that is not a store
+    blocking = next((p for p in root.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise TrainperfError(f"store {root}: cannot be created ({blocking} is a file, not a folder)")
+
+
 def open_store(store: str | os.PathLike | None = None) -> Store:
     """Return the backend for ``store`` (resolved as resolve_store does): PostgresStore or ParquetStore."""
     where = resolve_store(store)

@@ -105,6 +105,10 @@ def preflight(cfg: TrainConfig, nproc: int) -> None:
     layout = parse_layout(cfg.layout or "", precision="bf16" if device_type == "cuda" else "fp32", zero=0)
     check_layout(layout, spec, nproc)
     check_windows(cfg)
+    if cfg.record:  # the record is written when the run ends: an unusable --store would surface only then
+        from trainperf.store.api import check_writable
+
+        check_writable(cfg.store)
     if nproc > 1:  # one process finds a bad --text itself, at once; under torchrun every rank would
         from trainperf.train import data as data_mod
 
