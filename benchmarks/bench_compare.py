@@ -101,10 +101,21 @@ def speed_eval(out: Path) -> dict:
     import itertools
 
     from trainperf.compare.history import history_between
-    from trainperf.compare.interval import DEFAULT_BETWEEN, NO_BETWEEN
+    from trainperf.compare.interval import DEFAULT_BETWEEN
     from trainperf.compare.perf import compare_perf, run_between
     from trainperf.compare.runs import load_run
 
+    import trainperf.compare.perf as perf
+
+    cut, memo = perf._steady, {}
+    # each run's steady and settled cuts (change points: ~1 s a run here) once, not once per pair
+    def cached(st):
+        key = np.asarray(st, dtype=float).tobytes()
+        if key not in memo:
+            memo[key] = cut(st)
+        return memo[key]
+
+    perf._steady = cached
     blocks = sorted({int(p.name[1:3]) for p in out.glob("b[0-9][0-9]-*") if (p / "summary.json").is_file()})
     runs = {(b, c): load_run(str(out / f"b{b:02d}-{c}")) for b in blocks for c in SPEED_CASES
             if (out / f"b{b:02d}-{c}" / "summary.json").is_file()}
@@ -116,8 +127,6 @@ def speed_eval(out: Path) -> dict:
     floors = {}
 
     def floor(method, b, x, y):
-        if method == "before":
-            return NO_BETWEEN
         if method == "default":
             return run_between(x, y, DEFAULT_BETWEEN)
         if b not in floors:
@@ -126,7 +135,7 @@ def speed_eval(out: Path) -> dict:
 
     def verdict(method, b, x, y):
         if method == "before":
-            return compare_perf([x], [y], between=NO_BETWEEN)
+            return compare_perf([x], [y], between=None)  # the steps' noise only
         return compare_perf([x], [y], between=floor(method, b, x, y))
 
     pairs = {"A/A (A vs A2, same block)": [(b, runs[(b, "A")], runs[(b, "A2")]) for b in blocks
@@ -148,6 +157,15 @@ def speed_eval(out: Path) -> dict:
                 "slower": sum(v.verdict == "slower" for v in vs),
                 "changes": [round(v.throughput.change, 4) for v in vs],
                 "between_cv": [round(v.between_cv, 4) for v in vs]}
+    # repeats: three blocks at a time, three runs a side (the t over run means; no between-run term needed)
+    triples = [blocks[i:i + 3] for i in range(0, len(blocks) - 2, 3)]
+    for name, case in (("A/A", "A2"), ("B-small", "B-small"), ("B-big", "B-big")):
+        vs = [compare_perf([runs[(b, "A")] for b in t], [runs[(b, case)] for b in t]) for t in triples
+              if all((b, "A") in runs and (b, case) in runs for b in t)]
+        res[f"{name}, 3 runs a side"] = {"n": len(vs), "called": sum(v.verdict != "inside the noise" for v in vs),
+                                        "slower": sum(v.verdict == "slower" for v in vs),
+                                        "changes": [round(v.throughput.change, 4) for v in vs],
+                                        "intervals": [(round(v.throughput.lo, 3), round(v.throughput.hi, 3)) for v in vs]}
     true = [float(np.median(runs[(b, c)].step_time_s[1:])) for b in blocks for c in ("A", "A2") if (b, c) in runs]
     res["median_step_s_A"] = float(np.median(true))
     res["history_floors"] = {b: (f.cv, f.source) for b, f in floors.items()}
@@ -207,6 +225,10 @@ def main() -> None:
             if isinstance(r, dict) and "before" in r:
                 print(f"| {name} | {r['before']['n']} | " + " | ".join(
                     f"{r[m]['called']} ({r[m]['slower']})" for m in ("before", "default", "history")) + " |")
+        for name, r in res.items():
+            if isinstance(r, dict) and "intervals" in r:
+                print(f"{name}: {r['called']} of {r['n']} called ({r['slower']} slower); throughput changes "
+                      + ", ".join(f"{c:+.0%} [{lo:+.0%}, {hi:+.0%}]" for c, (lo, hi) in zip(r["changes"], r["intervals"])))
         print(f"median A step {res['median_step_s_A'] * 1e3:.0f} ms; history floors: {res['history_floors']}")
         return
     cases = {c: CASES[c] for c in args.cases.split(",") if c in CASES}

@@ -25,6 +25,7 @@ power). Leave-one-machine-out: each machine (c or w) is held out in turn, the de
 the others and scored on it.
 
     .venv/bin/python benchmarks/sim_gate.py --between [--trials 1000]
+    .venv/bin/python benchmarks/sim_gate.py --between --drift-factors 1,2,4 --trials 400  # DRIFT_FACTOR, no default term
 
 Without ``--series``, the gate on independent samples (sample files):
 
@@ -159,6 +160,27 @@ def run_between(args) -> None:
     print(f"{(time.process_time() - t0):.0f} CPU-s")
 
 
+def run_drift_factors(args) -> None:
+    """Print the A/A false rate on walk machines (the level moves inside runs) with no default term,
+    for each ``--drift-factors`` value of ``interval.DRIFT_FACTOR`` (tau^2 per unit of level drift)."""
+    import trainperf.compare.interval as interval
+
+    rng = np.random.default_rng(args.seed)
+    walks = [(kind, size) for kind, size in MACHINES if kind == "walk"] + [("walk", 0.05), ("level", 0.0)]
+    data = {}
+    for machine in walks:
+        for n in args.steps:
+            for phi in (0.3, 0.6):
+                x = machine_runs(rng, 2 * args.trials, n, phi, machine)
+                data[(machine, n, phi)] = [pair_parts(x[i], x[args.trials + i]) for i in range(args.trials)]
+    print("| factor | " + " | ".join(f"{m[0]} {m[1]:.1%}, n {n}, phi {phi}" for m, n, phi in data) + " |")
+    print("|---|" + "---|" * len(data))
+    for factor in args.drift_factors:
+        interval.DRIFT_FACTOR = factor  # read at call time by drift_between
+        print(f"| {factor:g} | " + " | ".join(f"{rates(p, (0.0,))[0.0][0]:.1%}" for p in data.values()) + " |",
+              flush=True)
+
+
 def run_series(args) -> None:
     from trainperf.compare.interval import NO_BETWEEN, shift
 
@@ -192,6 +214,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--series", action="store_true", help="compare's interval over autocorrelated steps")
     ap.add_argument("--between", action="store_true", help="cross-validate the default between-run term")
+    ap.add_argument("--drift-factors", type=lambda s: [float(v) for v in s.split(",")], default=None,
+                    help="--between: instead, the A/A false rate of drifting machines for these DRIFT_FACTOR values")
     ap.add_argument("--no-between", action="store_true",
                     help="--series: the interval without a between-run term (the steps' noise only: before)")
     ap.add_argument("--steps", type=lambda s: [int(v) for v in s.split(",")], default=[50, 200])
@@ -205,6 +229,9 @@ def main() -> None:
     ap.add_argument("--min-effect", type=float, default=0.02)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    if args.between and args.drift_factors:
+        run_drift_factors(args)
+        return
     if args.between:
         run_between(args)
         return

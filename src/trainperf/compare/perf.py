@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from trainperf.compare.interval import DEFAULT_BETWEEN, BetweenRun, drift_between, level_drift, shift
+from trainperf.compare.interval import DEFAULT_BETWEEN, NO_BETWEEN, BetweenRun, drift_between, level_drift, shift
 from trainperf.compare.runs import RunData, finite
 
 LEVEL = 0.95
@@ -138,9 +138,11 @@ def run_between(a: RunData, b: RunData, floor: BetweenRun = DEFAULT_BETWEEN,
 
 
 def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float = MIN_EFFECT,
-                 level: float = LEVEL, between: BetweenRun = DEFAULT_BETWEEN) -> PerfResult:
+                 level: float = LEVEL, between: BetweenRun | None = DEFAULT_BETWEEN) -> PerfResult:
     """Return B's performance against A's (see the module doc). ``between``: the between-run term
-    before the runs' own drift (``compare.history.between_floor``: the store's history or the default)."""
+    before the runs' own drift (``compare.history.between_floor``: the store's history or the default);
+    None: none at all, drift included (the steps' noise only, the interval before that term, for
+    comparisons)."""
     cuts = {id(r): _steady(r.step_time_s) for r in a_runs + b_runs}  # (steady, settled) slices
     steady = {k: v[0] for k, v in cuts.items()}
 
@@ -153,7 +155,9 @@ def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float
     per_token = ([finite(x) for x in samples(a_runs, seconds_per_token)],
                  [finite(x) for x in samples(b_runs, seconds_per_token)])
     one_each = len(a_runs) == 1 and len(b_runs) == 1
-    if one_each:
+    if between is None:
+        between = NO_BETWEEN
+    elif one_each:
         between = run_between(a_runs[0], b_runs[0], between, (cuts[id(a_runs[0])][1], cuts[id(b_runs[0])][1]))
     sh = shift(*per_token, level=level, between=between)
     d, lo, hi = -sh.estimate, -sh.hi, -sh.lo  # log throughput change: the opposite of log time per token
