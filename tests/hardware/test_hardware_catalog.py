@@ -153,9 +153,13 @@ def test_mi350x_is_the_mi355x_die_at_lower_power():
     # AMD datasheets: MI350X 2.3 PF bf16 / 4.6 PF fp8 dense at 1000 W; MI355X 2.5 / 5.0 at 1400 W, both 288 GB at 8 TB/s
     from trainperf.hardware import sustained_clock_fraction
 
-    mi350, mi355 = get_accelerator("AMD Instinct MI350X"), get_accelerator("mi355x")
+    mi350, mi355 = get_accelerator("amd-mi350x"), get_accelerator("mi355x")
     assert mi350.name == "mi350x" and mi350.peak_flops() == pytest.approx(2300e12)
     assert mi350.hbm_gb == mi355.hbm_gb == 288 and mi350.hbm_tbps == mi355.hbm_tbps
     # lower board power holds a lower clock: (1000 / (400/312 x 2300))^(1/3) against (1400 / (400/312 x 2500))^(1/3)
     assert sustained_clock_fraction(mi350) == pytest.approx((1000 / (400 / 312 * 2300)) ** (1 / 3))
     assert sustained_clock_fraction(mi350) < sustained_clock_fraction(mi355)
+    # the free-text description MLPerf's system file gives parses to it
+    from trainperf.specs import make_cluster
+
+    assert make_cluster("AMD Instinct MI350X 288GB HBM3e", 8, 8).accelerator.name == "mi350x"
