@@ -28,9 +28,8 @@ from trainperf.compare.interval import DEFAULT_BETWEEN, NO_BETWEEN, BetweenRun, 
 from trainperf.compare.runs import RunData, finite
 
 LEVEL = 0.95
-# Smallest throughput change called faster/slower with one run a side: two runs of one
-# configuration on this 2-core shared machine differ by up to ~1% between runs (A/A study,
-# docs/benchmarks.md "Trainer and compare"), which within-run intervals cannot see.
+# Smallest throughput change called faster/slower: below 1% a statistically clear change is not
+# a speed-up worth a verdict (the interval, between-run term included, decides the rest).
 MIN_EFFECT = 0.01
 WARMUP_SIGMAS = 5.0  # a leading step this many noise sigmas above the steady level is warm-up
 
