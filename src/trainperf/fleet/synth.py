@@ -94,7 +94,12 @@ def synthetic_fleet(n_periods: int = 60, n_hosts: int = 12, cv: float = 0.01, se
 
 
 # Performance series: what benchmark results per revision and step times per run look like.
-PERF_KINDS = ("normal", "bimodal", "outliers", "drift", "short_segments", "missing", "quantised", "ar1", "ramp")
+PERF_KINDS = ("normal", "bimodal", "outliers", "drift", "short_segments", "missing", "quantised", "ar1", "ramp",
+              "benchmark")
+# Browser-benchmark results per revision (``benchmark``): regressions an engineer confirms are
+# 5-15% level shifts; steps below Perfherder's default alert threshold (2%) are never confirmed.
+BENCH_SHIFT = (0.05, 0.15)
+BENCH_UNCONFIRMED = (0.005, 0.015)
 
 
 @dataclass(kw_only=True)
@@ -123,6 +128,27 @@ def _perf_noise(kind: str, n: int, cv: float, rng: np.random.Generator) -> np.nd
     return cv * rng.standard_normal(n)
 
 
+def _bench_noise(rng: np.random.Generator, n: int, level: np.ndarray) -> np.ndarray:
+    """Return benchmark results around ``level``: quantised to a resolution of 0.5-5% of the level
+    (whole milliseconds on a 20-200 ms test), noise 0.3-2% (AR(1), lag-1 correlation 0-0.6) with one
+    or two long stretches at a fifth of it (flat once quantised), a second mode 2-6% slower in 10-40% of runs (half the series),
+    2-4% outliers 10-80% slow and 5% of runs missing."""
+    cv = np.full(n, rng.uniform(0.003, 0.02))
+    for s in rng.integers(0, n, int(rng.integers(1, 3))):
+        cv[s:s + int(rng.integers(20, 80))] *= 0.2
+    z, e, rho = cv * rng.standard_normal(n), np.zeros(n), rng.uniform(0.0, 0.6)  # machine state carries over
+    e[0] = z[0]
+    for i in range(1, n):
+        e[i] = rho * e[i - 1] + np.sqrt(1 - rho**2) * z[i]
+    if rng.random() < 0.5:
+        e += np.where(rng.random(n) < rng.uniform(0.1, 0.4), rng.uniform(0.02, 0.06), 0.0)
+    e += np.where(rng.random(n) < rng.uniform(0.02, 0.04), rng.uniform(0.1, 0.8, n), 0.0)
+    q = level[0] * rng.choice([0.005, 0.01, 0.02, 0.05])
+    y = np.round(level * (1 + e) / q) * q
+    y[rng.random(n) < 0.05] = np.nan
+    return y
+
+
 def perf_series(kind: str, rng: np.random.Generator, *, n: int | None = None, n_changes: int | None = None,
                 cv: float | None = None) -> PerfSeries:
     """Return one synthetic performance series of ``kind`` (one of PERF_KINDS), seeded by ``rng``.
@@ -132,7 +158,10 @@ def perf_series(kind: str, rng: np.random.Generator, *, n: int | None = None, n_
     segments of 8-25 points). ``drift``: plus a slow linear drift of 5-10% over the series (not a
     change); ``ramp``: each change reaches its new level over 3-40 runs (the change point is
     the first run off the old level); ``missing``: 10% of runs missing, some in runs of 3-6; ``quantised``: values
-    rounded to a quantum near the noise level (integer milliseconds); ``n_changes=0``: an A/A series.
+    rounded to a quantum near the noise level (integer milliseconds); ``benchmark``: browser-benchmark
+    results per revision (``_bench_noise``), regressions of ``BENCH_SHIFT`` (5-15%) and, in half the
+    series, one persistent step of ``BENCH_UNCONFIRMED`` (0.5-1.5%, not a change point: below the
+    practical minimum nobody confirms); ``n_changes=0``: an A/A series.
     """
     if kind not in PERF_KINDS:
         raise ValueError(f"unknown kind {kind!r}")
@@ -153,6 +182,13 @@ def perf_series(kind: str, rng: np.random.Generator, *, n: int | None = None, n_
                 break
     level = np.full(n, 100.0)
     t = np.arange(n)
+    if kind == "benchmark":
+        for c in cps:
+            level[c:] *= 1 + rng.uniform(*BENCH_SHIFT) * rng.choice([-1.0, 1.0])
+        if rng.random() < 0.5:
+            at = int(rng.integers(10, n - 9))
+            level[at:] *= 1 + rng.uniform(*BENCH_UNCONFIRMED) * rng.choice([-1.0, 1.0])
+        return PerfSeries(kind=kind, values=_bench_noise(rng, n, level), change_points=cps)
     for i, c in enumerate(cps):
         size = rng.uniform(3, 8) * cv * rng.choice([-1.0, 1.0])
         if kind == "ramp":  # a gradual regression (a leak, fragmentation, a thermal limit) over 3-40 runs
@@ -182,7 +218,10 @@ def perf_benchmark(reps: int = 6, seed: int = 0) -> list[PerfSeries]:
 
 def aa_series(kind: str, rng: np.random.Generator, n: int) -> np.ndarray:
     """Return an A/A series (no change) of ``kind``: normal, t3, bimodal, outliers, ar1, quantised,
-    drift (8% over the series + 3% stalls) or drift_t3 (2e-4 per point, t3 noise)."""
+    drift (8% over the series + 3% stalls), drift_t3 (2e-4 per point, t3 noise) or benchmark
+    (browser-benchmark results: quantised, flat low-noise stretches, bimodal, outliers, missing runs)."""
+    if kind == "benchmark":
+        return _bench_noise(rng, n, np.full(n, float(rng.choice([20.0, 50.0, 200.0]))))
     if kind == "t3":
         return 100 * (1 + 0.01 * rng.standard_t(3, n))
     if kind == "drift":

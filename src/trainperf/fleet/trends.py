@@ -84,7 +84,7 @@ def clip_outliers(y: np.ndarray, w: int, fit: np.ndarray | None = None) -> np.nd
     too: the running median rounds a step off, the fit does not; the fit misses a ramp, the
     running median follows it.
     """
-    from trainperf.fleet.changepoints import robust_scale
+    from trainperf.fleet.noise import robust_scale
 
     med = running_median(y, w)
     s = robust_scale(y - med)
@@ -97,17 +97,18 @@ def clip_outliers(y: np.ndarray, w: int, fit: np.ndarray | None = None) -> np.nd
     return np.where(out, med + np.clip(y - med, -CLIP_SIGMAS * s, CLIP_SIGMAS * s), y)
 
 
-def long_run_sigma(y: np.ndarray) -> float:
+def long_run_sigma(y: np.ndarray, quantum: float = 0.0) -> float:
     """Return the long-run noise sigma of y: sigma_diff x sqrt(1 + rho) / (1 - rho) (AR(1) reference).
 
     sigma_diff is the robust point-to-point noise (``noise_sigma``: sigma sqrt(1 - rho) for AR(1)),
     so the result is sigma sqrt((1 + rho) / (1 - rho)), the spread a slowly varying regressor's
     coefficient sees; rho is at most 0.98 (a random walk: 99x the white-noise variance).
+    ``quantum``: the resolution of y's values (``noise.quantum``; 0: continuous).
     """
-    from trainperf.fleet.changepoints import noise_autocorr, noise_sigma
+    from trainperf.fleet.noise import noise_autocorr, noise_sigma
 
-    rho = noise_autocorr(y)
-    return noise_sigma(y) * math.sqrt(1 + rho) / (1 - rho)
+    rho = noise_autocorr(y, quantum)
+    return noise_sigma(y, quantum) * math.sqrt(1 + rho) / (1 - rho)
 
 
 def _orth(x: np.ndarray) -> np.ndarray:
@@ -344,13 +345,13 @@ def _residual_sigma(y: np.ndarray, x: np.ndarray) -> float:
     return float(np.std(r)) * math.sqrt((1 + rho) / (1 - rho))
 
 
-def _fits_to_noise(y: np.ndarray, x: np.ndarray, max_misfit: float) -> bool:
+def _fits_to_noise(y: np.ndarray, x: np.ndarray, max_misfit: float, quantum: float = 0.0) -> bool:
     """True when the residuals of y on ``x`` are noise: their robust scale is at most ``max_misfit``
     times the marginal noise sigma (sigma_diff / sqrt(1 - rho), the AR(1) reference)."""
-    from trainperf.fleet.changepoints import noise_autocorr, noise_sigma, robust_scale
+    from trainperf.fleet.noise import noise_autocorr, noise_sigma, robust_scale
 
     r = _resid(_orth(x), y)
-    marginal = noise_sigma(y) / math.sqrt(1 - noise_autocorr(y))
+    marginal = noise_sigma(y, quantum) / math.sqrt(1 - noise_autocorr(y, quantum))
     return robust_scale(r) <= max_misfit * marginal
 
 
@@ -370,8 +371,11 @@ def find_ramps(y: np.ndarray, steps: list[tuple[int, float]], w: int, alpha: flo
     if n < 4 * w:
         return steps, []
     x0 = _basis(n, sorted(s for s, _ in steps), [], [])
+    from trainperf.fleet.noise import quantum
+
+    q = quantum(y)  # of the values as measured (clipping moves outliers off the grid)
     yc = clip_outliers(y, w, x0 @ np.linalg.lstsq(x0, y, rcond=None)[0])
-    sigma = long_run_sigma(yc)
+    sigma = long_run_sigma(yc, q)
     if not sigma > 0:
         return steps, []
     original = list(steps)
@@ -389,9 +393,9 @@ def find_ramps(y: np.ndarray, steps: list[tuple[int, float]], w: int, alpha: flo
         if found is None or found[3] >= alpha or _step_fits_better(yc, x, found, w):
             break
         kinks.append((found[0], found[3]))
-    if kinks and not _fits_to_noise(yc, _basis(n, pos, ramp_ends, [k for k, _ in kinks]), max_misfit):
+    if kinks and not _fits_to_noise(yc, _basis(n, pos, ramp_ends, [k for k, _ in kinks]), max_misfit, q):
         kinks = []  # a sawtooth, a curve: slope changes everywhere are the process, not changes
-    if ramps and not kinks and not _fits_to_noise(yc, _basis(n, pos, ramp_ends, []), max_misfit):
+    if ramps and not kinks and not _fits_to_noise(yc, _basis(n, pos, ramp_ends, []), max_misfit, q):
         return sorted(original), []  # nor is a step a ramp on a series that steps and ramps do not describe
     kinks.sort()
     out, i = list(ramps), 0
