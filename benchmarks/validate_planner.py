@@ -172,7 +172,7 @@ class Case:
 def generation(cluster: Cluster) -> str:
     """Return the accelerator generation a GEMM-efficiency constant is shared by."""
     fam = cluster.accelerator.family
-    for gen, fams in (("ampere", ("a100",)), ("hopper", ("h100", "h200", "h800", "h20")),
+    for gen, fams in (("ampere", ("a100", "a800")), ("hopper", ("h100", "h200", "h800", "h20")),
                       ("blackwell", ("b200", "gb200", "b300", "gb300")), ("tpu", ("v4", "v5p", "v5e", "v6e")),
                       ("cdna", ("mi250x", "mi300x", "mi325x", "mi350x", "mi355x"))):
         if fam in fams:
