@@ -13,11 +13,17 @@ duration; a module's inclusive time holds its submodules', its exclusive time on
 itself. On a trace without device events the basis is the host: the time of each top-level CPU
 operator (one not inside another operator on its thread), so nested operators count once.
 
-Not attributed to modules: the backward pass. Autograd runs backward nodes
-("autograd::engine::evaluate_function: XBackward0") after the forward spans have closed, on an
-autograd thread (CUDA) or the caller's; linking them to their forward module needs each operator's
-"Sequence number", which the trace loader does not keep. Backward device time is reported as one row,
-BACKWARD, and everything else launched outside any module (loss, optimizer, copies) as OUTSIDE.
+Backward: autograd runs each backward node ("autograd::engine::evaluate_function: XBackward0") after the
+forward spans have closed, on an autograd thread (CUDA) or the caller's. The node carries the "Sequence
+number" of the forward operator that made it (as TraceLens links them): a device event launched inside a
+node (or, on the CPU basis, the node itself) is the backward time of the module whose forward ran the op
+with that sequence number in the same process (of ops sharing a number, such as aten::linear and the
+aten::t inside it, the last to start: the one that made the node). Where sequence numbers collide across
+forward threads, the node's "Fwd thread id" picks the thread, learnt from the unambiguous links. A node
+without a number (AccumulateGrad) or whose forward op is not in the trace (it ran before the profiled
+window) cannot be linked: that time is the BACKWARD row, and a note says how much. Backward of an op run
+outside every module (the loss) is OUTSIDE's backward. Everything else launched outside any module and any
+node (optimizer, copies) is OUTSIDE's forward.
 
 Paths: "Sequential_0/Block_1/Linear_1" names one module instance. With by="type" the instance
 numbers are dropped ("Sequential/Block/Linear"), so the 32 blocks of a transformer become one row
@@ -48,8 +54,10 @@ class ModuleTime:
 
     path: str                      # "Sequential_0/Block_0/Linear_0", or BACKWARD / OUTSIDE
     depth: int                     # 1 for a root module, 0 for the BACKWARD / OUTSIDE rows
-    inclusive_us_per_step: float   # its own and its submodules'
-    exclusive_us_per_step: float   # what it launched itself
+    inclusive_us_per_step: float   # forward + backward, its own and its submodules'
+    exclusive_us_per_step: float   # forward + backward of what it ran itself
+    forward_us_per_step: float     # forward part of inclusive
+    backward_us_per_step: float    # backward part of inclusive (nodes linked to its forward ops)
     calls_per_step: float          # forward calls of the module(s) on this path
     events_per_step: float         # device events (or top-level CPU ops) counted inclusively
     pct_of_step: float             # inclusive share of all device (or CPU op) time of the steps
@@ -58,8 +66,10 @@ class ModuleTime:
         """The row as a JSON object (times µs, rounded to 0.001)."""
         r = lambda v: round(float(v), 3)  # noqa: E731
         return {"module": self.path, "depth": self.depth, "inclusive_us_per_step": r(self.inclusive_us_per_step),
-                "exclusive_us_per_step": r(self.exclusive_us_per_step), "calls_per_step": r(self.calls_per_step),
-                "events_per_step": r(self.events_per_step), "pct_of_step": r(self.pct_of_step)}
+                "exclusive_us_per_step": r(self.exclusive_us_per_step), "forward_us_per_step":
+                r(self.forward_us_per_step), "backward_us_per_step": r(self.backward_us_per_step),
+                "calls_per_step": r(self.calls_per_step), "events_per_step": r(self.events_per_step),
+                "pct_of_step": r(self.pct_of_step)}
 
 
 @dataclass(kw_only=True)
@@ -70,12 +80,14 @@ class ModuleBreakdown:
     basis: str                     # "gpu": device kernel/memcpy/memset time; "cpu_op": top-level CPU operators
     steps: int                     # profiler steps the totals are divided by (1 when the trace has none)
     total_us_per_step: float       # all device (or top-level CPU op) time per step, attributed or not
+    unlinked_backward_us_per_step: float = 0.0  # backward time no forward op could be found for (BACKWARD)
+    backward_us_per_step: float = 0.0  # all backward time (inside autograd nodes), linked or not
     rows: list[ModuleTime] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
     def attributed_pct(self) -> float:
-        """Share of the step's time inside some module's forward (%)."""
+        """Share of the step's time attributed to some module, forward or backward (%)."""
         roots = sum(r.inclusive_us_per_step for r in self.rows if r.depth == 1)
         return 100.0 * roots / self.total_us_per_step if self.total_us_per_step > 0 else 0.0
 
@@ -188,6 +200,14 @@ def _steps(t: EventTable, rows: np.ndarray) -> tuple[np.ndarray, int]:
     return t.step[rows] >= 0, int(steps.size)
 
 
+# what links a backward item (node_state of _attribute): not in a backward node; in a node linked to a forward
+# op inside a module or outside every module; or in a node that cannot be linked, and why
+_NOT_BACKWARD, _LINKED, _LINKED_OUTSIDE, _NO_SEQ, _NO_FORWARD, _AMBIGUOUS = range(6)
+_UNLINKED_WHY = {_NO_SEQ: "in nodes without a sequence number (AccumulateGrad and the like)",
+                 _NO_FORWARD: "in nodes whose forward op is not in the trace (it ran before the profiled window)",
+                 _AMBIGUOUS: "in nodes whose sequence number several forward threads used"}
+
+
 def module_breakdown(t: EventTable, by: str = "type") -> ModuleBreakdown:
     """Time per nn.Module path per step of one rank's table (module docstring).
 
@@ -215,55 +235,131 @@ def module_breakdown(t: EventTable, by: str = "type") -> ModuleBreakdown:
                      "modules")
     dur = t.dur_ns[items].astype(np.float64) / 1e3
     total = float(dur.sum())
-    inner, in_bwd = _attribute(t, sp, anchors)
+    fwd, bwd, node_state = _attribute(t, sp, anchors)
     name_of = sp.paths if by == "instance" else [_strip(p) for p in sp.paths]
-    totals = _path_totals(sp, name_of, inner, dur)
     span_counted, _ = _steps(t, sp.rows)
     calls: dict[str, int] = {}
     for s in np.flatnonzero(span_counted):
         calls[name_of[s]] = calls.get(name_of[s], 0) + 1
-    pct = (lambda us: 100.0 * us / total) if total > 0 else (lambda us: 0.0)
-    rows = []
-    for p in sorted(set(calls) | set(totals)):
-        incl, excl, n = totals.get(p, (0.0, 0.0, 0.0))
-        rows.append(ModuleTime(path=p, depth=p.count("/") + 1, inclusive_us_per_step=incl / n_steps,
-                               exclusive_us_per_step=excl / n_steps, calls_per_step=calls.get(p, 0) / n_steps,
-                               events_per_step=n / n_steps, pct_of_step=pct(incl)))
-    outside = inner < 0
-    for label, mask in ((BACKWARD, outside & in_bwd), (OUTSIDE, outside & ~in_bwd)):
-        if mask.any():
-            us = float(dur[mask].sum())
-            rows.append(ModuleTime(path=label, depth=0, inclusive_us_per_step=us / n_steps,
-                                   exclusive_us_per_step=us / n_steps, calls_per_step=0.0,
-                                   events_per_step=int(mask.sum()) / n_steps, pct_of_step=pct(us)))
-    if (outside & in_bwd).any():
-        notes.append("backward time is not attributed to modules (the loader keeps no operator sequence "
-                     "numbers to link a backward node to its forward module): shown as one row")
+    in_node = node_state != _NOT_BACKWARD
+    free = (fwd < 0) & (bwd < 0)
+    unlinked = free & in_node & (node_state != _LINKED_OUTSIDE)
+    paths = {p: (f, b, calls.get(p, 0)) for p, (f, b) in _path_totals(sp, name_of, fwd, bwd, dur).items()}
+    none = np.zeros_like(free)
+    for label, f_mask, b_mask in ((BACKWARD, none, unlinked),
+                                  (OUTSIDE, free & ~in_node, free & (node_state == _LINKED_OUTSIDE))):
+        if f_mask.any() or b_mask.any():
+            f_us, b_us = float(dur[f_mask].sum()), float(dur[b_mask].sum())
+            paths[label] = ((f_us, f_us, int(f_mask.sum())), (b_us, b_us, int(b_mask.sum())), 0)
+    rows = [_row(p, *v, n_steps=n_steps, total_us=total) for p, v in paths.items()]
+    bwd_us, unlinked_us = float(dur[in_node].sum()), float(dur[unlinked].sum())
+    if unlinked.any():
+        notes.append(_unlinked_note(dur / n_steps, unlinked, node_state, bwd_us / n_steps))
     if n_steps == 1 and not (t.step >= 0).any():
         notes.append("no ProfilerStep spans: totals are over the whole trace")
-    return ModuleBreakdown(rank=t.rank, basis=basis, steps=n_steps, total_us_per_step=total / n_steps, rows=rows,
-                           notes=notes)
+    return ModuleBreakdown(rank=t.rank, basis=basis, steps=n_steps, total_us_per_step=total / n_steps,
+                           unlinked_backward_us_per_step=unlinked_us / n_steps, backward_us_per_step=bwd_us / n_steps,
+                           rows=rows, notes=notes)
 
 
-def _attribute(t: EventTable, sp: _Spans, anchors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(innermost module span of each anchor row or -1, whether an anchor outside every module sits in an
-    autograd engine node, i.e. is backward work); an anchor of -1 (no launch in the trace) is in neither."""
+def _row(path: str, fwd: tuple, bwd: tuple, calls: int, *, n_steps: int, total_us: float) -> ModuleTime:
+    """A row from its forward and backward (inclusive µs, exclusive µs, events) over the steps, and its calls;
+    a BACKWARD / OUTSIDE label has depth 0."""
+    depth = 0 if path in (BACKWARD, OUTSIDE) else path.count("/") + 1
+    incl = fwd[0] + bwd[0]
+    return ModuleTime(path=path, depth=depth, inclusive_us_per_step=incl / n_steps,
+                      exclusive_us_per_step=(fwd[1] + bwd[1]) / n_steps, forward_us_per_step=fwd[0] / n_steps,
+                      backward_us_per_step=bwd[0] / n_steps, calls_per_step=calls / n_steps,
+                      events_per_step=(fwd[2] + bwd[2]) / n_steps,
+                      pct_of_step=100.0 * incl / total_us if total_us > 0 else 0.0)
+
+
+def _unlinked_note(us: np.ndarray, unlinked: np.ndarray, state: np.ndarray, backward_us: float) -> str:
+    """The note saying how much backward time (µs per step) no forward op could be found for, and why."""
+    total = float(us[unlinked].sum())
+    parts = [f"{float(us[unlinked & (state == st)].sum()):.1f} µs {why}" for st, why in _UNLINKED_WHY.items()
+             if (unlinked & (state == st)).any()]
+    return (f"{total:.1f} µs per step of backward ({100 * total / backward_us:.1f}% of backward time) not linked "
+            f"to a forward op, shown as '{BACKWARD}': " + "; ".join(parts))
+
+
+def _attribute(t: EventTable, sp: _Spans, anchors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(forward module span of each anchor row or -1, backward module span or -1, node state (the _NOT_BACKWARD..
+    constants): how an anchor outside every module's forward that sits in an autograd node links to a module).
+    An anchor of -1 (no launch in the trace) is in none of them."""
     has = anchors >= 0
-    inner = np.full(anchors.size, -1, dtype=np.int64)
-    inner[has] = _innermost(t, sp.rows, sp.parent, anchors[has])
-    in_bwd = np.zeros(anchors.size, dtype=bool)
-    q = np.flatnonzero((inner < 0) & has)
+    fwd = np.full(anchors.size, -1, dtype=np.int64)
+    fwd[has] = _innermost(t, sp.rows, sp.parent, anchors[has])
+    bwd = np.full(anchors.size, -1, dtype=np.int64)
+    state = np.full(anchors.size, _NOT_BACKWARD, dtype=np.int64)
+    q = np.flatnonzero((fwd < 0) & has)
     bwd_ids = t.ids_matching(lambda s: s.startswith(BACKWARD_OP_PREFIX))
-    bwd_rows = np.flatnonzero((t.kind == CPU_OP) & np.isin(t.name, bwd_ids))
-    if bwd_rows.size and q.size:
-        bwd_rows, bwd_parent = _nesting(t, bwd_rows)
-        in_bwd[q] = _innermost(t, bwd_rows, bwd_parent, anchors[q]) >= 0
-    return inner, in_bwd
+    node_rows = np.flatnonzero((t.kind == CPU_OP) & np.isin(t.name, bwd_ids))
+    if node_rows.size and q.size:
+        node_rows, node_parent = _nesting(t, node_rows)
+        node_span, node_state = _link_nodes(t, sp, node_rows, node_parent)
+        node = _innermost(t, node_rows, node_parent, anchors[q])
+        inside = node >= 0
+        bwd[q[inside]] = node_span[node[inside]]
+        state[q[inside]] = node_state[node[inside]]
+    return fwd, bwd, state
 
 
-def _path_totals(sp: _Spans, name_of: list[str], inner: np.ndarray, dur: np.ndarray) -> dict[str, tuple]:
-    """{path: (inclusive µs, exclusive µs, events)} summed over the spans of each path. A kernel's chain of
-    spans has distinct paths (each a prefix of the next), so summing spans per path counts it once."""
+def _link_nodes(t: EventTable, sp: _Spans, nodes: np.ndarray, parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(module span of each backward node's forward op or -1, its link state) for node rows sorted by thread
+    and start (parent: enclosing node or -1). A node that cannot be linked takes its enclosing node's link
+    (a reentrant backward, as activation checkpointing runs, inside the node that started it)."""
+    fwd_ops = np.flatnonzero((t.kind == CPU_OP) & (t.seq >= 0) & (t.fwd_tid <= 0) & ~np.isin(t.name, t.name[nodes]))
+    fwd_ops = fwd_ops[np.lexsort((t.ts_ns[fwd_ops], t.seq[fwd_ops], t.pid[fwd_ops]))]
+    op_span = _innermost(t, sp.rows, sp.parent, fwd_ops)
+    # {(pid, seq): {forward thread: module span of the last op with that number on it}}
+    by_seq: dict[tuple[int, int], dict[int, int]] = {}
+    for pid, seq, tid, span in zip(t.pid[fwd_ops].tolist(), t.seq[fwd_ops].tolist(), t.tid[fwd_ops].tolist(),
+                                   op_span.tolist()):
+        by_seq.setdefault((pid, seq), {})[tid] = span
+    keys = list(zip(t.pid[nodes].tolist(), t.seq[nodes].tolist(), t.fwd_tid[nodes].tolist()))
+    # the profiler's forward-thread number -> OS thread, from the numbers only one thread used
+    votes: dict[tuple[int, int], dict[int, int]] = {}
+    for pid, seq, ftid in keys:
+        cand = by_seq.get((pid, seq))
+        if seq >= 0 and cand and len(cand) == 1:
+            v = votes.setdefault((pid, ftid), {})
+            tid = next(iter(cand))
+            v[tid] = v.get(tid, 0) + 1
+    thread_of = {k: max(v, key=v.get) for k, v in votes.items()}
+    span = np.full(nodes.size, -1, dtype=np.int64)
+    state = np.full(nodes.size, _NO_SEQ, dtype=np.int64)
+    for i, (pid, seq, ftid) in enumerate(keys):
+        if seq < 0:
+            continue
+        cand = by_seq.get((pid, seq))
+        if not cand:
+            state[i] = _NO_FORWARD
+            continue
+        tid = next(iter(cand)) if len(cand) == 1 else thread_of.get((pid, ftid))
+        if tid not in cand:
+            state[i] = _AMBIGUOUS
+            continue
+        span[i] = cand[tid]
+        state[i] = _LINKED if span[i] >= 0 else _LINKED_OUTSIDE
+    for i in range(nodes.size):  # an enclosing node sorts before the nodes it holds
+        p = parent[i]
+        if p >= 0 and state[i] in _UNLINKED_WHY:
+            span[i], state[i] = span[p], state[p]
+    return span, state
+
+
+def _path_totals(sp: _Spans, name_of: list[str], fwd: np.ndarray, bwd: np.ndarray, dur: np.ndarray) -> dict:
+    """{path: (forward, backward)}, each (inclusive µs, exclusive µs, events) summed over the spans of the path,
+    sorted by path (a parent before its children); fwd / bwd: the span each item counts for in that pass, or -1.
+    A kernel's chain of spans has distinct paths (each a prefix of the next), so summing spans per path counts
+    it once."""
+    return {p: (f, b) for (p, f), b in zip(_pass_totals(sp, name_of, fwd, dur).items(),
+                                           _pass_totals(sp, name_of, bwd, dur).values())}
+
+
+def _pass_totals(sp: _Spans, name_of: list[str], inner: np.ndarray, dur: np.ndarray) -> dict[str, tuple]:
+    """{path: (inclusive µs, exclusive µs, events)} of one pass, every path of the spans, sorted by path."""
     m = sp.rows.size
     hit = inner >= 0
     own_us = np.bincount(inner[hit], weights=dur[hit], minlength=m)
@@ -280,7 +376,7 @@ def _path_totals(sp: _Spans, name_of: list[str], inner: np.ndarray, dur: np.ndar
         acc[0] += float(all_us[s])
         acc[1] += float(own_us[s])
         acc[2] += float(all_n[s])
-    return {p: tuple(v) for p, v in out.items()}
+    return {p: tuple(out[p]) for p in sorted(out)}
 
 
 def modules_for_trace(path, by: str = "type") -> dict[int, ModuleBreakdown]:
