@@ -165,7 +165,8 @@ def speed_eval(out: Path) -> dict:
         res[f"{name}, 3 runs a side"] = {"n": len(vs), "called": sum(v.verdict != "inside the noise" for v in vs),
                                         "slower": sum(v.verdict == "slower" for v in vs),
                                         "changes": [round(v.throughput.change, 4) for v in vs],
-                                        "intervals": [(round(v.throughput.lo, 3), round(v.throughput.hi, 3)) for v in vs]}
+                                        "intervals": [(round(v.throughput.lo, 3), round(v.throughput.hi, 3))
+                                                      for v in vs]}
     true = [float(np.median(runs[(b, c)].step_time_s[1:])) for b in blocks for c in ("A", "A2") if (b, c) in runs]
     res["median_step_s_A"] = float(np.median(true))
     res["history_floors"] = {b: (f.cv, f.source) for b, f in floors.items()}
@@ -203,7 +204,7 @@ def main() -> None:
     ap.add_argument("--speed-eval", action="store_true",
                     help="only evaluate the recorded speed blocks in --out (A/A and power, before/default/history)")
     ap.add_argument("--speed-blocks", type=int, default=0,
-                    help="only record this many blocks of A, A2, B-small, B-big speed runs (recorded A/A and power pairs)")
+                    help="only record this many blocks of A, A2, B-small, B-big speed runs (A/A and power pairs)")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
@@ -228,7 +229,8 @@ def main() -> None:
         for name, r in res.items():
             if isinstance(r, dict) and "intervals" in r:
                 print(f"{name}: {r['called']} of {r['n']} called ({r['slower']} slower); throughput changes "
-                      + ", ".join(f"{c:+.0%} [{lo:+.0%}, {hi:+.0%}]" for c, (lo, hi) in zip(r["changes"], r["intervals"])))
+                      + ", ".join(f"{c:+.0%} [{lo:+.0%}, {hi:+.0%}]"
+                                  for c, (lo, hi) in zip(r["changes"], r["intervals"])))
         print(f"median A step {res['median_step_s_A'] * 1e3:.0f} ms; history floors: {res['history_floors']}")
         return
     cases = {c: CASES[c] for c in args.cases.split(",") if c in CASES}

@@ -25,7 +25,9 @@ power). Leave-one-machine-out: each machine (c or w) is held out in turn, the de
 the others and scored on it.
 
     .venv/bin/python benchmarks/sim_gate.py --between [--trials 1000]
-    .venv/bin/python benchmarks/sim_gate.py --between --drift-factors 1,2,4 --trials 400  # DRIFT_FACTOR, no default term
+    .venv/bin/python benchmarks/sim_gate.py --between --drift-factors 1,2,4 --trials 400
+
+(``--drift-factors``: the A/A false rate of drifting machines per ``interval.DRIFT_FACTOR``, no default term.)
 
 Without ``--series``, the gate on independent samples (sample files):
 

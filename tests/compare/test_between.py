@@ -10,7 +10,7 @@ import pytest
 from trainperf.compare.history import history_between, pooled_between
 from trainperf.compare.interval import (DEFAULT_BETWEEN, DRIFT_FACTOR, NO_BETWEEN, BetweenRun, drift_between,
                                         level_drift, long_run_variance, series_shift, shift)
-from trainperf.compare.perf import compare_perf, run_between
+from trainperf.compare.perf import compare_perf
 from trainperf.compare.runs import RunData
 from trainperf.store import RunRecord, StepSample, write_run
 
@@ -121,7 +121,8 @@ def test_compare_says_which_between_run_term_it_used():
     zigzag = 0.1 * (1 + 0.001 * (-1.0) ** np.arange(60))  # no level drift: blocks of 12 steps have equal means
     a, b = _run(zigzag), _run(1.001 * zigzag)
     p = compare_perf([a], [b])
-    assert p.between_cv == DEFAULT_BETWEEN.cv and "between-run term of 1.5% a run taken from the stated default" in p.note
+    assert p.between_cv == DEFAULT_BETWEEN.cv
+    assert "between-run term of 1.5% a run taken from the stated default" in p.note
     quiet = BetweenRun(cv=0.001, df=30, source="the store's history (test)")
     assert "the store's history (test)" in compare_perf([a], [b], between=quiet).note
     assert compare_perf([a, a], [b, b]).note == ""  # repeats measure the between-run variation themselves

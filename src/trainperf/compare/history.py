@@ -83,12 +83,14 @@ def history_between(hosts: set[str], exclude: set[str], store: str | None = None
     levels: dict[str, list[tuple[float, float]]] = {}
     for host in sorted(hosts):
         try:  # run-level fields first (fast), then the samples of the repeats only
-            heads = [r for r in read_runs(store, host=host, samples=False) if r.run_id not in exclude and r.kind == "train"]
+            heads = [r for r in read_runs(store, host=host, samples=False)
+                     if r.run_id not in exclude and r.kind == "train"]
             keys = {r.run_id: host + "|" + speed_key(r) for r in heads}
             count: dict[str, int] = {}
             for k in keys.values():
                 count[k] = count.get(k, 0) + 1
-            ids = [r.run_id for r in heads if count[keys[r.run_id]] >= 2][-MAX_HISTORY_RUNS:]  # oldest first: the latest
+            ids = [r.run_id for r in heads if count[keys[r.run_id]] >= 2]
+            ids = ids[-MAX_HISTORY_RUNS:]  # read oldest first: the latest ones
             recs = read_runs(store, run_ids=ids) if ids else []
         except Exception:  # noqa: BLE001 - no store, or one that cannot answer: no history (the default stands)
             return None
@@ -105,10 +107,11 @@ def history_between(hosts: set[str], exclude: set[str], store: str | None = None
     prior = DEFAULT_BETWEEN.cv**2
     cv = math.sqrt((df * tau2 + PRIOR_DF * prior) / (df + PRIOR_DF))
     where = ", ".join(sorted(hosts)) or "an unnamed host"
+    configs = sum(len(v) >= 2 for v in levels.values())
     return BetweenRun(cv=cv, df=df + PRIOR_DF,
-                      source=(f"the store's history ({used} repeated runs of {sum(len(v) >= 2 for v in levels.values())}"
-                              f" configuration(s) on {where}: {math.sqrt(tau2):.1%} over {df:.0f} df, with the "
-                              f"{prior ** 0.5:.1%} default as a {PRIOR_DF:.0f}-df prior)"))
+                      source=(f"the store's history ({used} repeated runs of {configs} configuration(s) on {where}: "
+                              f"{math.sqrt(tau2):.1%} over {df:.0f} df, with the {prior ** 0.5:.1%} default as a "
+                              f"{PRIOR_DF:.0f}-df prior)"))
 
 
 def between_floor(a_runs: list[RunData], b_runs: list[RunData], store: str | None = None) -> BetweenRun:
