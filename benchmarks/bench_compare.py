@@ -14,6 +14,14 @@ compared for speed (same configuration, so any "faster"/"slower" is a false alar
 
     .venv/bin/python benchmarks/bench_compare.py --seeds 5 --steps 40 --out /tmp/bench_compare
 
+Speed verdicts on recorded pairs (the held-out test of the between-run term, docs/compare.md):
+``--speed-blocks N`` records N blocks of four runs (A, A2, B-small, B-big, shuffled) into run
+folders and a run store; ``--speed-eval`` then calls every A/A and A/B pair with the interval
+before the between-run term, with the default term and with the store's earlier history:
+
+    .venv/bin/python benchmarks/bench_compare.py --speed-blocks 12 --steps 50 --out /tmp/t13h/speed
+    .venv/bin/python benchmarks/bench_compare.py --speed-eval --out /tmp/t13h/speed
+
 On a GPU (the issue's H200 goal: bf16, fused kernels vs eager, equivalent within the seed band,
 the speed-up with its interval), e.g.:
 
