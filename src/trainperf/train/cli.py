@@ -29,6 +29,9 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(True, "--resume/--no-resume",
                                     help="Continue from the newest complete checkpoint in --out (default on)."),
         profile_steps: Optional[str] = typer.Option(None, help="Trace steps A to B (inclusive) of every rank into OUT/traces/."),
+        profile_modules: bool = typer.Option(False, "--profile-modules",
+                                             help="Record nn.Module spans in the traces (with_stack: costs host "
+                                                  "time) for `diagnose --modules`."),
         out: str = typer.Option("train_out", help="Run folder (metrics.jsonl, traces/, checkpoints/, report.html)."),
         text: Optional[List[str]] = typer.Option(None, help="Text files or folders to train on (default: shipped sample)."),
         synthetic: bool = typer.Option(False, "--synthetic", help="Random tokens instead of text (no I/O)."),
@@ -80,6 +83,7 @@ def register(app: typer.Typer) -> None:
                           compile=compile, compile_backend=compile_backend, kernels=given(kernels, kernels_older),
                           ckpt_every=ckpt_every,
                           ckpt_keep=ckpt_keep, ckpt_async=not sync_ckpt, resume=resume, profile_steps=profile_steps,
+                          profile_modules=profile_modules,
                           out=out, text=list(text) if text else None, synthetic=synthetic, num_workers=num_workers,
                           device=device, gpu=gpu, peak_tflops=peak_tflops, seed=seed, job=job, store=store,
                           faults=list(fault) if fault else None, fault_steps=fault_steps,

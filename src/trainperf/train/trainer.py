@@ -40,6 +40,7 @@ class TrainConfig:
     ckpt_async: bool = True
     resume: bool = True  # auto-resume from the newest complete checkpoint in the run folder
     profile_steps: str | None = None
+    profile_modules: bool = False  # traces record nn.Module spans (with_stack) for `diagnose --modules`
     out: str = "train_out"
     text: list[str] | None = None
     synthetic: bool = False
@@ -338,7 +339,8 @@ def setup(cfg: TrainConfig) -> TrainRun:
     return TrainRun(cfg=cfg, spec=spec, layout=layout, dims=dims, rank=rank, world=world, device=device,
                     device_type=device_type, out=out, model=model, params=params, optimizer=optimizer,
                     scheduler=scheduler, ckpt=ckpt, batches=batches, held_out=held_out, mon=mon,
-                    profiler=StepProfiler(out, profile, rank, next_step=start_step + 1, device_type=device_type),
+                    profiler=StepProfiler(out, profile, rank, next_step=start_step + 1, device_type=device_type,
+                                          record_modules=cfg.profile_modules),
                     progress=_Progress(cfg, rank, start_step) if rank == 0 else None, faults=faults,
                     extra_work=ExtraWork(faults, rank, device), autocast=parallel.autocast_dtype(dims),
                     start_step=start_step, data_position=data_position, resumed_from=resumed_from,
