@@ -87,6 +87,12 @@ class ModuleBreakdown:
 
     @property
     def attributed_pct(self) -> float:
+        """Share of the step's time inside some module's forward (%)."""
+        roots = sum(r.forward_us_per_step for r in self.rows if r.depth == 1)
+        return 100.0 * roots / self.total_us_per_step if self.total_us_per_step > 0 else 0.0
+
+    @property
+    def in_modules_pct(self) -> float:
         """Share of the step's time attributed to some module, forward or backward (%)."""
         roots = sum(r.inclusive_us_per_step for r in self.rows if r.depth == 1)
         return 100.0 * roots / self.total_us_per_step if self.total_us_per_step > 0 else 0.0

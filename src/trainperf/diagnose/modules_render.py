@@ -22,7 +22,7 @@ def print_modules(breakdowns: list[ModuleBreakdown], console, top: int = 40) -> 
             continue
         keep = {r.path for r in sorted(b.rows, key=lambda r: -r.inclusive_us_per_step)[:top]}
         t = Table(title=f"rank {b.rank}: time per nn.Module, per step ({b.steps} step(s)); "
-                        f"{b.attributed_pct:.1f}% in modules", title_justify="left")
+                        f"{b.in_modules_pct:.1f}% in modules", title_justify="left")
         names = {r.path: "  " * max(r.depth - 1, 0) + (r.path.rsplit("/", 1)[-1] if r.depth else r.path)
                  for r in b.rows if r.path in keep}
         t.add_column("module", min_width=min(max(map(len, names.values())), 28), overflow="fold")
