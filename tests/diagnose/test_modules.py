@@ -230,6 +230,20 @@ def test_sequence_numbers_shared_by_two_forward_threads(tmp_path):
     assert any("19.0 µs in nodes whose sequence number several forward threads used" in n for n in m.notes)
 
 
+def test_a_trace_without_fwd_thread_ids_still_links(tmp_path):
+    # no "Fwd thread id" args: the backward op inside the node (same seq, later start) is not taken for the
+    # forward op, so the node's 9 µs kernel is Linear_0's
+    b = TraceBuilder()
+    b.step(0, 0, 1000)
+    b.cpu("nn.Module: Linear_0", 10, 50, cat="python_function")
+    b.cpu("aten::addmm", 11, 40, **{"Sequence number": 3})
+    b.cpu("autograd::engine::evaluate_function: AddmmBackward0", 100, 40, tid=2, **{"Sequence number": 3})
+    b.cpu("AddmmBackward0", 101, 38, tid=2, **{"Sequence number": 3})
+    b.launch("sm90_xmma_gemm_bf16_dgrad", 102, 300, 9, tid=2)
+    rows = {r.path: r for r in module_breakdown(read_kineto(b.write(tmp_path / "t.json")), by="instance").rows}
+    assert rows["Linear_0"].backward_us_per_step == 9 and set(rows) == {"Linear_0"}
+
+
 def test_diagnose_modules_json_and_html(tmp_path):
     from trainperf.cli import app
 

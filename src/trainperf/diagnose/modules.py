@@ -315,7 +315,12 @@ def _link_nodes(t: EventTable, sp: _Spans, nodes: np.ndarray, parent: np.ndarray
     """(module span of each backward node's forward op or -1, its link state) for node rows sorted by thread
     and start (parent: enclosing node or -1). A node that cannot be linked takes its enclosing node's link
     (a reentrant backward, as activation checkpointing runs, inside the node that started it)."""
+    # forward ops: "Fwd thread id" 0 (a backward op inside a node carries its forward thread's number, >= 1);
+    # where a trace lacks that arg (-1), an op inside a node is taken for backward
     fwd_ops = np.flatnonzero((t.kind == CPU_OP) & (t.seq >= 0) & (t.fwd_tid <= 0) & ~np.isin(t.name, t.name[nodes]))
+    unsure = fwd_ops[t.fwd_tid[fwd_ops] < 0]
+    if unsure.size:
+        fwd_ops = np.setdiff1d(fwd_ops, unsure[_innermost(t, nodes, parent, unsure) >= 0])
     fwd_ops = fwd_ops[np.lexsort((t.ts_ns[fwd_ops], t.seq[fwd_ops], t.pid[fwd_ops]))]
     op_span = _innermost(t, sp.rows, sp.parent, fwd_ops)
     # {(pid, seq): {forward thread: module span of the last op with that number on it}}
