@@ -115,3 +115,19 @@ def test_a_general_cause_found_later_replaces_the_specific_one_it_contains():
     assert _merge(found, ("a",), [1], cuboids) == [(("a",), [1])]
     assert _merge(found, ("a",), [2], cuboids) == [(("a", "b"), [0]), (("a",), [2])]
     assert _merge(found, ("a", "b"), [1], cuboids) == [(("a", "b"), [0]), (("a", "b"), [1])]  # siblings stay
+
+
+def test_a_further_fault_moves_most_of_its_leaves():
+    # noise laws phi_1 = 0, phi_2 = 0.01 (10% relative sigma). Element of 4 leaves of 100: three
+    # rose by 20 (2 sigma each), one by 0: 300 of 400 expected moved > 1 sigma -> consistent.
+    # Element of a leaf of 1000 that rose by 150 (1.5 sigma) and three of 100 that stayed:
+    # 1000 of 1300 moved -> consistent; the three alone with one outlier of +300 -> 100 of 400, not
+    from trainperf.fleet.localize import _consistent
+
+    noise = (0.0, 0.01)
+    exp = np.array([100.0, 100.0, 100.0, 100.0])
+    assert _consistent(exp + [20, 20, 20, 0], exp, np.ones(4, bool), 1.0, noise)
+    big = np.array([1000.0, 100.0, 100.0, 100.0])
+    assert _consistent(big + [150, 0, 0, 0], big, np.ones(4, bool), 1.0, noise)
+    assert not _consistent(exp + [300, 0, 0, 0], exp, np.ones(4, bool), 1.0, noise)
+    assert not _consistent(exp - [20, 20, 20, 0], exp, np.ones(4, bool), 1.0, noise)  # the other direction

@@ -26,7 +26,8 @@ set aside and the search runs again on the rest, so a second fault of another si
 cuboid is found by its own evidence. Every cause element must be significant against the leaf
 noise (one-sided z >= the Bonferroni bound for ``alpha`` over all elements searched; the noise
 read on the leaves outside the causes, under both a Poisson-like and a relative-error law, the
-stricter kept) and relevant (at least ``min_share`` of the total change, RiskLoc's 2%). When not
+stricter kept) and relevant (at least ``min_share`` of the total change, RiskLoc's 2%); a further
+fault must also move most of its leaves (``_consistent``, RiskLoc's "risk"). When not
 even the first element is significant, it is still given as the best guess, "not confident".
 Hand-written: no maintained Python library implements multi-dimensional root-cause search.
 """
@@ -308,9 +309,11 @@ def localize_each(leaves: dict[str, np.ndarray], real: np.ndarray, expected: np.
             if not found:
                 significant = bool(passed)
                 elems = passed or elems[:1]  # nothing significant: the first element, as the best guess
-            elif not passed:
+            else:  # a further fault must also move most of its leaves, not one big leaf (RiskLoc's risk)
+                passed = [i for i in passed if _consistent(r_real, r_exp, codes == i, sign, noise)]
+            if found and not passed:
                 break
-            else:
+            if found:
                 elems = passed
             labels = np.where(active, _labels(codes, elems), -1)
             found = _merge(found, cuboid, elems, cuboids)
@@ -413,6 +416,19 @@ def _element_z(real: np.ndarray, exp: np.ndarray, mask: np.ndarray, sign: float,
     if var <= 0:
         return np.inf if dev > 0 else -np.inf
     return dev / np.sqrt(var)
+
+
+def _consistent(real: np.ndarray, exp: np.ndarray, mask: np.ndarray, sign: float, noise: tuple[float, float]) -> bool:
+    """Return whether at least half of an element's expectation sits on leaves that moved in the
+    change's direction by more than one noise sigma (the stricter law of ``_element_z``): a fault
+    moves its leaves, while a pooled deviation can come from one leaf's outlier (RiskLoc's "high
+    risk": the anomalous share of an element's leaves, at least 0.5)."""
+    e = np.abs(exp[mask])
+    if e.sum() <= 0:
+        return False
+    sd = np.sqrt(np.maximum(noise[0] * e, noise[1] * e ** 2))
+    moved = sign * (real[mask] - exp[mask]) > sd
+    return float(e[moved].sum()) >= 0.5 * float(e.sum())
 
 
 def _bonferroni_z(alpha: float, n_tests: int) -> float:
