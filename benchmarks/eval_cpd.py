@@ -286,7 +286,8 @@ def nested(data: Path, ann: dict, reps: int, aa_n: int, folds: int = 5, cache: s
     bench = [i for i in reg if dev[i]["name"].split("-")[1] == "benchmark"]
     print(f"  benchmark-kind series with regressions ({len(bench)}): found within 5 (outer folds) "
           f"{sum(found(i, cps_grid[chosen_at[i]][i]) for i in bench)}/{sum(len(dev[i]['truth']) for i in bench)}, "
-          f"binseg {sum(found(i, base['binseg'][i]) for i in bench)}, pelt {sum(found(i, base['pelt'][i]) for i in bench)}"
+          f"binseg {sum(found(i, base['binseg'][i]) for i in bench)}, "
+          f"pelt {sum(found(i, base['pelt'][i]) for i in bench)}"
           f"; mean F1 {outer[bench].mean():.3f} vs zero {bf1['zero'][bench].mean():.3f}, binseg "
           f"{bf1['binseg'][bench].mean():.3f}, pelt {bf1['pelt'][bench].mean():.3f}")
     gap = outer - bf1["zero"]

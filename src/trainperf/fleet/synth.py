@@ -131,8 +131,8 @@ def _perf_noise(kind: str, n: int, cv: float, rng: np.random.Generator) -> np.nd
 def _bench_noise(rng: np.random.Generator, n: int, level: np.ndarray) -> np.ndarray:
     """Return benchmark results around ``level``: quantised to a resolution of 0.5-5% of the level
     (whole milliseconds on a 20-200 ms test), noise 0.3-2% (AR(1), lag-1 correlation 0-0.6) with one
-    or two long stretches at a fifth of it (flat once quantised), a second mode 2-6% slower in 10-40% of runs (half the series),
-    2-4% outliers 10-80% slow and 5% of runs missing."""
+    or two long stretches at a fifth of it (flat once quantised), a second mode 2-6% slower in
+    10-40% of runs (half the series), 2-4% outliers 10-80% slow and 5% of runs missing."""
     cv = np.full(n, rng.uniform(0.003, 0.02))
     for s in rng.integers(0, n, int(rng.integers(1, 3))):
         cv[s:s + int(rng.integers(20, 80))] *= 0.2
