@@ -75,14 +75,22 @@ def synthetic_incident(rng: np.random.Generator, *, n_causes: int | None = None,
     raise RuntimeError("could not place the root causes")  # a bug: 100 draws always suffice in practice
 
 
-def _try_incident(rng, n_causes, layer, noise, derived, n_leaves, uneven) -> Incident | None:
+def _leaf_table(rng: np.random.Generator, n_leaves: int) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """Return (attribute names, values per attribute, value codes per leaf [leaf, attr], leaf sizes):
+    4-6 attributes of 3-12 Zipf-popular values, ``n_leaves`` combinations drawn (duplicates merged),
+    sizes = the product of the values' popularities x a log-normal factor, 5e5 in all."""
     n_attrs = int(rng.integers(4, 7))
     names = [f"a{i}" for i in range(n_attrs)]
     sizes = rng.integers(3, 13, n_attrs)
     pops = [_popularity(int(k), rng) for k in sizes]
     codes = np.unique(np.stack([rng.choice(int(k), size=n_leaves, p=p) for k, p in zip(sizes, pops)], axis=1), axis=0)
     size = np.prod([pops[j][codes[:, j]] for j in range(n_attrs)], axis=0) * rng.lognormal(0, 0.5, len(codes))
-    size = 5e5 * size / size.sum()  # total per minute, as the RS incidents' requests (~5e5)
+    return names, sizes, codes, 5e5 * size / size.sum()  # total per minute, as the RS incidents' requests (~5e5)
+
+
+def _try_incident(rng, n_causes, layer, noise, derived, n_leaves, uneven) -> Incident | None:
+    names, sizes, codes, size = _leaf_table(rng, n_leaves)
+    n_attrs = len(names)
     # the root causes: disjoint elements of one cuboid, each at least 1% of the total
     cuboid = sorted(rng.choice(n_attrs, size=layer, replace=False).tolist())
     elems, inv = np.unique(codes[:, cuboid], axis=0, return_inverse=True)
@@ -125,14 +133,8 @@ def riskloc_incident(rng: np.random.Generator, *, n_faults: int | None = None, n
     docstring); unset choices are drawn from ``rng``."""
     n_faults = int(rng.integers(1, 4)) if n_faults is None else n_faults
     for _ in range(100):
-        n_attrs = int(rng.integers(4, 7))
-        names = [f"a{i}" for i in range(n_attrs)]
-        sizes = rng.integers(3, 13, n_attrs)
-        pops = [_popularity(int(k), rng) for k in sizes]
-        codes = np.unique(np.stack([rng.choice(int(k), size=n_leaves, p=p) for k, p in zip(sizes, pops)], axis=1),
-                          axis=0)
-        size = np.prod([pops[j][codes[:, j]] for j in range(n_attrs)], axis=0) * rng.lognormal(0, 0.5, len(codes))
-        size = 5e5 * size / size.sum()
+        names, sizes, codes, size = _leaf_table(rng, n_leaves)
+        n_attrs = len(names)
         noise = float(rng.uniform(0, 0.25))
         up = rng.random() < 0.5
         factor = np.ones(len(codes))
