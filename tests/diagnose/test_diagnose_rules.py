@@ -148,13 +148,3 @@ def test_an_upper_bound_is_rated_one_level_below_its_bound(gain, measured, bound
         F.rank_by_marginal_gain([f], gain_of)
         assert (f.gain_pct, f.severity, f.gain_is_upper_bound) == (gain, expected, change is g)
         assert f.to_json()["gain_is_upper_bound"] == (change is g)
-
-
-def test_one_off_stall_is_priced_per_step_over_the_whole_trace():
-    # marginal gain 20 % of the window, scale 0.7 (a checkpoint seen once; RankFacts.per_step_scale): 14 %, and the
-    # fix-all is the sum of the scaled marginal gains
-    a = Change("remove_checkpoint_wait")
-    f = F.make("checkpoint_stall", [0], [], {}, changes=(a,), per_step_scale=0.7)
-    _, plan = F.rank_by_marginal_gain([f], lambda changes: (20.0, 5000.0))
-    assert (f.gain_pct, f.gain_alone_pct, f.gain_us, f.severity) == (14.0, 14.0, 5000.0, "high")
-    assert plan.fix_all_gain_pct == 14.0

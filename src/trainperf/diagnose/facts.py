@@ -13,15 +13,13 @@ import numpy as np
 from trainperf.diagnose.crossrank import P2P_KIND, collective_rows, compute_per_step
 from trainperf.diagnose.gpu_time import (CategoryTime, IdleSplit, Overlap, TemporalBreakdown, comm_comp_overlap,
                                          idle_split, kernel_breakdown, temporal_breakdown)
-from trainperf.diagnose.host import (CHECKPOINT_RE, DATALOADER_RE, HostSpans, allocator_calls, checkpoint_spans,
-                                     dataloader_spans, host_syncs, optimizer_spans, span_time_by_step, sync_op_counts,
-                                     sync_ops)
+from trainperf.diagnose.host import (HostSpans, allocator_calls, checkpoint_spans, dataloader_spans, host_syncs,
+                                     optimizer_spans, sync_op_counts, sync_ops)
 from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLength, launch_bound_stretches,
                                        launch_stats, queue_length)
 from trainperf.diagnose.replay import BLOCK_SYNC, Change, Graph, build_graph, critical_path, replay
 from trainperf.diagnose.steps import StepTime, step_times
 from trainperf.diagnose.window import Window, merge_intervals
-from trainperf.trace.annotate import step_spans
 from trainperf.trace.events import EventTable
 
 
@@ -89,9 +87,6 @@ class RankFacts:
     sync_op_counts: dict = field(default_factory=dict)  # op name -> (count, CPU µs): aten::item, nonzero, ...
     compute_by_step: dict = field(default_factory=dict)  # step -> µs of computation it launched (crossrank)
     p2p_comm_share: float = 0.0  # share of communication kernel time in point-to-point (send/recv) kernels
-    trace_steps: int = 0          # ProfilerSteps on the host in the whole trace (the window leaves the last out)
-    checkpoint_by_step: dict = field(default_factory=dict)  # step of the whole trace -> µs in checkpoint spans
-    dataloader_by_step: dict = field(default_factory=dict)  # ... in DataLoader spans
     _gains: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -111,31 +106,6 @@ class RankFacts:
         """µs as % of the replayed span (of the host window without GPU)."""
         whole = self.span_us if self.has_gpu else self.host_window_us
         return 100.0 * us / whole if whole > 0 else 0.0
-
-    def per_step_scale(self, by_step: dict, changes: tuple = ()) -> float:
-        """Factor taking a host stall's gain from a share of the analysed window to its steady-state share of a
-        step (by_step: the stall's µs in each step of the whole trace, host.span_time_by_step; changes: the
-        what-if that removes it).
-
-        The window (HTA's) leaves the last ProfilerStep out because its device work may be cut off; that step's
-        host spans are whole (a checkpoint in it would be seen), so how often the stall occurs is counted over
-        every step: r = (its µs per step over all n steps) / (its µs per step over the window's n_w). Removing
-        it saves, per step, r x s, with s = the replayed saving in the window / n_w; a step without it takes
-        c = window / n_w - s. The steady-state gain is r s / (c + r s) against the window's s / (c + s): the
-        factor is r (c + s) / (c + r s). It is 1 for a stall of the same size in every step (r = 1), and for one
-        checkpoint S in 3 steps of T, 2 of them in the window: r = 2/3, gain S / (3T + S), where the window
-        alone gave S / (2T + S). Without device events the stall's own host time stands for the saving."""
-        window = set(self.steps)
-        n_w, n = len(window), self.trace_steps
-        in_window = sum(v for s, v in by_step.items() if s in window)
-        whole = self.span_us if self.has_gpu else self.host_window_us
-        saving = self.gain(changes)[1] if self.has_gpu else in_window
-        if in_window <= 0 or n <= n_w or n_w == 0 or whole <= 0 or saving <= 0:
-            return 1.0
-        r = (sum(by_step.values()) / n) / (in_window / n_w)
-        s = saving / n_w
-        c = max(whole / n_w - s, 0.0)
-        return r * (c + s) / (c + r * s)
 
     def category_share(self, name: str) -> float:
         """% of device busy time in one kernel category."""
@@ -179,10 +149,7 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None) -> RankFa
     f = RankFacts(table=t, window=w, steps=steps, step_times=st, host_window_us=host_window,
                   dataloader=dataloader_spans(t, w), optimizer=optimizer_spans(t, w),
                   checkpoint=checkpoint_spans(t, w), sync_calls=host_syncs(t, w), sync_ops=sync_ops(t, w),
-                  allocator=allocator_calls(t, w), waits=waits,
-                  checkpoint_by_step=span_time_by_step(t, CHECKPOINT_RE),
-                  dataloader_by_step=span_time_by_step(t, DATALOADER_RE))
-    f.trace_steps = int(step_spans(t)[0].size)
+                  allocator=allocator_calls(t, w), waits=waits)
     if not w.device.size:
         return f
     f.breakdown = temporal_breakdown(t, w)

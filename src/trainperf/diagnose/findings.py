@@ -80,8 +80,6 @@ class Finding:
     evidence_pct: float | None = None               # share of the step the evidence itself shows, %
     confidence: str = "high"                        # high / medium / low: how far the evidence can be trusted
     gain_is_upper_bound: bool = False               # the fix assumes what the trace cannot show (UPPER_BOUND_CHANGES)
-    per_step_scale: float = 1.0                     # window share -> share of a step over all the trace's steps, for
-    #                                                 a stall that does not occur every step (RankFacts.per_step_scale)
     notes: list = field(default_factory=list)       # why the confidence is lowered
     changes: tuple = ()                             # what-if changes (replay.Change) of the fix; not in JSON
 
@@ -89,7 +87,6 @@ class Finding:
         """A plain JSON-able dict."""
         d = asdict(self)
         d.pop("changes")
-        d.pop("per_step_scale")  # a pricing detail: the evidence and what_if state the steps counted
         return d
 
 
@@ -110,12 +107,12 @@ UPPER_BOUND_CHANGES = frozenset({"graph_launches", "speedup", "host_speedup"})
 
 def make(kind: str, ranks, steps, metrics: dict, events=(), gain_pct: float = 0.0, gain_us: float = 0.0,
          what_if: str = "", severity: str | None = None, changes: tuple = (),
-         evidence_pct: float | None = None, upper_bound: bool = False, per_step_scale: float = 1.0) -> Finding:
+         evidence_pct: float | None = None, upper_bound: bool = False) -> Finding:
     """A Finding with severity from its gain and the standard recommendation of its kind.
 
     metrics: name -> (value, unit); events: (name, start µs, dur µs); changes: the replay changes
-    of its fix (the gain is then filled in by rank_by_marginal_gain, times per_step_scale); upper_bound: the
-    gain is an upper bound whatever the changes (changes in UPPER_BOUND_CHANGES make it one anyway)."""
+    of its fix (the gain is then filled in by rank_by_marginal_gain); upper_bound: the gain is an upper
+    bound whatever the changes (changes in UPPER_BOUND_CHANGES make it one anyway)."""
     ev = {"metrics": {k: {"value": round(float(v[0]), 3), "unit": v[1]} for k, v in metrics.items()},
           "events": [{"name": n, "start_us": round(float(s), 1), "dur_us": round(float(d), 1)} for n, s, d in events]}
     bound = upper_bound or any(c.kind in UPPER_BOUND_CHANGES for c in changes)
@@ -123,7 +120,7 @@ def make(kind: str, ranks, steps, metrics: dict, events=(), gain_pct: float = 0.
                    [int(s) for s in steps], ev, round(float(gain_pct), 2), round(float(gain_us), 1), what_if,
                    RECOMMENDATIONS[kind], gain_alone_pct=round(float(gain_pct), 2),
                    evidence_pct=None if evidence_pct is None else round(float(evidence_pct), 2), changes=changes,
-                   gain_is_upper_bound=bound, per_step_scale=float(per_step_scale))
+                   gain_is_upper_bound=bound)
 
 
 _SEVERITY_LEVEL = {"low": 0, "medium": 1, "high": 2}
@@ -222,7 +219,7 @@ def rank_by_marginal_gain(found: list[Finding], gain) -> tuple[list[Finding], Fi
     The ranking (rank_key) puts stalls gaining >= STALL_FIRST_MIN_GAIN_PCT first, as the order of fixes does."""
     fixable = [f for f in found if f.changes]
     for f in fixable:
-        f.gain_alone_pct = round(gain(f.changes)[0] * f.per_step_scale, 2)
+        f.gain_alone_pct = round(gain(f.changes)[0], 2)
     present = {c.kind for f in fixable for c in f.changes}
     fixable.sort(key=lambda f: _fix_order_key(f, present))
     before = _price_in_order(fixable, gain)
@@ -241,21 +238,17 @@ def rank_by_marginal_gain(found: list[Finding], gain) -> tuple[list[Finding], Fi
 
 def _price_in_order(fixable: list[Finding], gain) -> tuple[float, float]:
     """Apply the fixes in order, credit each with what it adds (marginal gain, fix_order, severity);
-    return the gain of all of them (% , µs): the sum of the marginal gains, each per step (per_step_scale:
-    the replayed gain of all of them together when every stall recurs each step)."""
+    return the gain of all of them (% , µs)."""
     applied: tuple = ()
     before = (0.0, 0.0)
-    total_pct = 0.0
     for k, f in enumerate(fixable, 1):
         applied = applied + tuple(f.changes)
         now = gain(applied)
-        marginal = (now[0] - before[0]) * f.per_step_scale
-        total_pct += marginal
-        f.gain_pct, f.gain_us = round(marginal, 2), round(now[1] - before[1], 1)
+        f.gain_pct, f.gain_us = round(now[0] - before[0], 2), round(now[1] - before[1], 1)
         f.fix_order = k
         f.severity = capped_severity(f.gain_pct, f.evidence_pct, f.gain_is_upper_bound)
         before = now
-    return total_pct, before[1]
+    return before
 
 
 def merge_across_ranks(findings: list[Finding]) -> list[Finding]:

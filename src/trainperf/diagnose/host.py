@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainperf.diagnose.window import Window, merge_intervals, times_us, union_us
+from trainperf.diagnose.window import Window, union_us
 from trainperf.trace.annotate import enclosing_span
 from trainperf.trace.events import CPU_OP, PYTHON, RUNTIME, USER_ANNOTATION, EventTable
 
@@ -88,20 +88,6 @@ def optimizer_spans(t: EventTable, w: Window) -> HostSpans:
 def checkpoint_spans(t: EventTable, w: Window) -> HostSpans:
     """Host time inside checkpoint-saving spans (µs)."""
     return _host_spans(t, w, CHECKPOINT_RE, (USER_ANNOTATION, CPU_OP, PYTHON))
-
-
-def span_time_by_step(t: EventTable, pattern: re.Pattern) -> dict[int, float]:
-    """Host time (µs, union) of the spans matching pattern (DataLoader, checkpoint) in each ProfilerStep of the
-    whole trace, the window's left-out last step included: how the stall spreads over the steps."""
-    rows = np.flatnonzero(np.isin(t.name, t.ids_matching(pattern.search))
-                          & np.isin(t.kind, (USER_ANNOTATION, CPU_OP, PYTHON)) & (t.step >= 0))
-    ts, end = times_us(t)
-    out = {}
-    for s in np.unique(t.step[rows]):
-        mine = rows[t.step[rows] == s]
-        a, b = merge_intervals(ts[mine], end[mine])
-        out[int(s)] = float((b - a).sum())
-    return out
 
 
 def _outermost(t: EventTable, rows: np.ndarray) -> np.ndarray:

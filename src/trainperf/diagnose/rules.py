@@ -21,10 +21,9 @@ Finding = F.Finding
 
 def _make(f: RankFacts, kind: str, metrics: dict, events=(), changes: tuple = (), what_if: str = "",
           evidence_pct: float | None = None, ranks=None, severity: str | None = None, gain_pct: float = 0.0,
-          gain_us: float = 0.0, upper_bound: bool = False, per_step_scale: float = 1.0) -> Finding:
+          gain_us: float = 0.0, upper_bound: bool = False) -> Finding:
     return F.make(kind, ranks if ranks is not None else [f.rank], f.steps, metrics, events, gain_pct, gain_us,
-                  what_if, severity=severity, changes=changes, evidence_pct=evidence_pct, upper_bound=upper_bound,
-                  per_step_scale=per_step_scale)
+                  what_if, severity=severity, changes=changes, evidence_pct=evidence_pct, upper_bound=upper_bound)
 
 
 # --- host waits -------------------------------------------------------------------------------
@@ -32,41 +31,34 @@ def _make(f: RankFacts, kind: str, metrics: dict, events=(), changes: tuple = ()
 DATALOADER_MIN_PCT = 1.0  # DataLoader spans, % of the span
 
 
-def _host_stall(f: RankFacts, kind: str, spans, by_step: dict, change: str, what: str,
-                label: str = "") -> Finding:
-    """A named host stall (DataLoader, checkpoint) priced per step over every step of the trace: its window
-    share times RankFacts.per_step_scale (1 when it is the same in every step); the host time itself without
-    GPU."""
-    scale = f.per_step_scale(by_step, (Change(change),))
-    share = f.pct(spans.time_us) * scale
-    n_with = sum(1 for v in by_step.values() if v > 0)
-    metrics = {f"{what}_time": (spans.time_us, "us"), f"{what}_share": (share, "% per step"),
-               f"steps_with_{what}": (n_with, f"of {f.trace_steps} steps")}
-    per_step = "" if scale == 1.0 else f", per step over the trace's {f.trace_steps} steps ({n_with} with one)"
+def _host_stall(f: RankFacts, kind: str, spans, change: str, what: str, label: str = "") -> Finding:
+    """A named host stall (DataLoader, checkpoint): priced by replay over HTA's window (the complete steps; a
+    one-off save is worth its cost over the steps the window holds, as the corpus truth counts it); the host
+    time itself without GPU (an upper bound)."""
+    share = f.pct(spans.time_us)
+    metrics = {f"{what}_time": (spans.time_us, "us"), f"{what}_share": (share, "%")}
     if not f.has_gpu:  # no replay: the host time itself is the upper bound
         return _make(f, kind=kind, metrics=metrics, events=spans.longest, gain_pct=share, gain_us=spans.time_us,
-                     what_if=f"{change} (host only: upper bound{per_step})", evidence_pct=share)
-    return _make(f, kind, metrics, spans.longest, (Change(change),), f"remove the {label or what} wait{per_step}",
-                 evidence_pct=share, per_step_scale=scale)
+                     what_if=f"{change} (host only: upper bound)", evidence_pct=share)
+    return _make(f, kind, metrics, spans.longest, (Change(change),), f"remove the {label or what} wait",
+                 evidence_pct=share)
 
 
 def data_loader_stall(f: RankFacts) -> Finding | None:
     """The training loop waits for batches (DataLoader spans on the host)."""
     if f.pct(f.dataloader.time_us) <= DATALOADER_MIN_PCT:
         return None
-    return _host_stall(f, "data_loader_stall", f.dataloader, f.dataloader_by_step, "remove_data_wait", "dataloader",
-                       "data-loader")
+    return _host_stall(f, "data_loader_stall", f.dataloader, "remove_data_wait", "dataloader", "data-loader")
 
 
 CHECKPOINT_MIN_PCT = 1.0
 
 
 def checkpoint_stall(f: RankFacts) -> Finding | None:
-    """Checkpoint saving blocks the training loop (priced per step over all the trace's steps: a save that
-    happens once in the trace is worth its cost over every step the trace shows, not over the window's)."""
+    """Checkpoint saving blocks the training loop."""
     if f.pct(f.checkpoint.time_us) <= CHECKPOINT_MIN_PCT:
         return None
-    return _host_stall(f, "checkpoint_stall", f.checkpoint, f.checkpoint_by_step, "remove_checkpoint_wait", "checkpoint")
+    return _host_stall(f, "checkpoint_stall", f.checkpoint, "remove_checkpoint_wait", "checkpoint")
 
 
 HOST_SYNC_MIN_PCT = 1.0  # time blocked in syncs, or sync wait on the critical path, % of the span
