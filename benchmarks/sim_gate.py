@@ -19,10 +19,12 @@ machines whose runs differ by a hidden level (each run's level off by a lognorma
 inside runs too (a random walk, end sd ``w``, as ``walk``), step noise CV 1%, AR(1) phi 0.3 and
 0.6, 50 and 200 steps. For each candidate default, with the runs' own drift raising it as
 `compare` does: the A/A false rate and the power for 3% and 10% changes. The rule, stated before
-the run: the default is the smallest candidate whose mean A/A false rate over the training
-scenarios is at most 5% (the issue's A/A goal as a constraint; a smaller default has more
-power). Leave-one-machine-out: each machine (c or w) is held out in turn, the default chosen on
-the others and scored on it.
+the run: the issue's power goal is the constraint (a 3% change in 1% step noise over 50 steps, on
+a machine whose runs do not differ, found in at least 90% of pairs: one run a side must still see
+it), and among the candidates that meet it the default is the one with the lowest mean A/A false
+rate over the training scenarios. Run-to-run variation above the default is then covered only by
+the store's history or by repeats. Leave-one-machine-out: each machine (c or w) is held out in turn,
+the default chosen on the others and scored on it.
 
     .venv/bin/python benchmarks/sim_gate.py --between [--trials 1000]
     .venv/bin/python benchmarks/sim_gate.py --between --drift-factors 1,2,4 --trials 400
@@ -134,21 +136,26 @@ def run_between(args) -> None:
                 print(f"{machine[0]} {machine[1]:.2%} n={n} phi={phi}: A/A "
                       + " ".join(f"{row[0.0][f]:.3f}" for f in CANDIDATES), flush=True)
 
+    # the goal's case: runs that do not differ, the fewest steps, the mildest autocorrelation simulated
+    quiet = [k for k in table if k[0] == ("level", 0.0) and k[1] == min(args.steps) and k[2] == 0.3]
+
     def choose(keys):
-        for f in CANDIDATES:
-            if np.mean([table[k][0.0][f] for k in keys]) <= 0.05:
-                return f
-        return CANDIDATES[-1]
+        # the issue's power goal as the constraint: a 3% change in 1% noise over the fewest steps, on a
+        # machine whose runs do not differ, is found in >= 90% of pairs; among those candidates the
+        # one with the lowest mean A/A rate over ``keys`` (A/A falls as the default grows)
+        feasible = [f for f in CANDIDATES if min(table[k][0.03][f] for k in quiet) >= 0.9] or [CANDIDATES[0]]
+        return min(feasible, key=lambda f: (np.mean([table[k][0.0][f] for k in keys]), -f))
 
     keys = list(table)
     print("\nIn-sample (all machines): chosen default", f"{choose(keys):.2%}")
-    print("| candidate | mean A/A | worst A/A (machine) | power 3% | power 10% |")
-    print("|---|---|---|---|---|")
+    print("| candidate | mean A/A | worst A/A (machine) | power 3% | power 10% | power 3%, goal's case |")
+    print("|---|---|---|---|---|---|")
     for f in CANDIDATES:
         worst = max(keys, key=lambda k: table[k][0.0][f])
         print(f"| {f:.2%} | {np.mean([table[k][0.0][f] for k in keys]):.1%} | {table[worst][0.0][f]:.1%} "
               f"({worst[0][0]} {worst[0][1]:.2%}, n {worst[1]}, phi {worst[2]}) | "
-              f"{np.mean([table[k][0.03][f] for k in keys]):.0%} | {np.mean([table[k][0.10][f] for k in keys]):.0%} |")
+              f"{np.mean([table[k][0.03][f] for k in keys]):.0%} | {np.mean([table[k][0.10][f] for k in keys]):.0%} | "
+              f"{min(table[k][0.03][f] for k in quiet):.0%} |")
     print("\nLeave-one-machine-out (default chosen without the machine, scored on it):")
     print("| held-out machine | chosen | A/A (n 50 / 200) | power 3% (50 / 200) | power 10% (50 / 200) |")
     print("|---|---|---|---|---|")

@@ -182,13 +182,13 @@ def test_gate_cli_numerics_exit_codes_and_json(tmp_path):
     r = _cli("gate", "--baseline", a, "--candidate", b, "--max-loss-delta", "0.1")
     assert r.returncode == 1, r.stdout + r.stderr
     speed, num = r.stdout.strip().splitlines()  # the speed verdict, then one numerics line
-    # one run a side and no history: the default between-run term (1.5% a run) leaves +-4%, so the
+    # one run a side and no history: the default between-run term (0.75% a run) leaves +-2.1%, so the
     # speed cannot be called "no change" at 2%: inconclusive (exit 0), the numerics decide the code
     assert speed.startswith("inconclusive") and "step 10" in num and num.startswith("numerics (max-loss-delta)")
     r = _cli("gate", "--baseline", a, "--candidate", a, "--max-loss-delta", "0.1", "--json")
     out = json.loads(r.stdout)
     assert r.returncode == 0 and out["verdict"] == "inconclusive" and out["numerics"]["status"] == "pass"
-    assert "between-run sd of 1.5% a run from the stated default" in out["test"]
+    assert "between-run sd of 0.75% a run from the stated default" in out["test"]
     # a different seed is not the same training: exit 2, one line with the reason
     c = _run_folder(tmp_path / "c", list(loss), st, seed=1)
     r = _cli("gate", "--baseline", a, "--candidate", c, "--max-loss-delta", "0.1")
@@ -281,7 +281,7 @@ def test_gate_on_runs_uses_compares_interval_not_a_rank_test_over_steps():
             x[i] = phi * x[i - 1] + rng.normal(0, 0.01 * np.sqrt(1 - phi**2))
         return 0.1 * (1 + x)
 
-    # 10% slower: with one run a side the default between-run term (1.5% a run) leaves a 5% change
+    # 10% slower: with one run a side the default between-run term (0.75% a run) leaves a 2% change
     # short of the gate's p < 0.005, a 10% one well past it
     a, b = ar1(200), 1.10 * ar1(200)
     r = compare(RunSeries(names=["a"], series=[a]), RunSeries(names=["b"], series=[b]))

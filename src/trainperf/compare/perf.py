@@ -186,7 +186,7 @@ def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float
         return float(np.median(v)) if v else None
 
     spans = [(r.name, int(r.step[steady[id(r)]][0]), int(r.step[steady[id(r)]][-1])) for r in a_runs + b_runs]
-    note = (f"one run a side: the interval includes a between-run term of {sh.between_cv:.1%} a run taken from "
+    note = (f"one run a side: the interval includes a between-run term of {100 * sh.between_cv:.3g}% a run taken from "
             f"{sh.between_source}; give repeats (A1,A2,... B1,B2,...) to measure it" if one_each else "")
     return PerfResult(throughput=tput, step_time=step, verdict=verdict, mfu=(mfu(a_runs), mfu(b_runs)),
                       mem_peak_bytes=(mem(a_runs), mem(b_runs)), goodput=(goodput(a_runs), goodput(b_runs)),
