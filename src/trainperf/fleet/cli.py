@@ -85,8 +85,9 @@ def changes(csv: str = typer.Option(None, "--csv", help="CSV file with the serie
             metric: str = typer.Option("step_time", "--metric", help="Store: run metric (step_time, tokens_per_s, mfu, ...)."),
             min_size: int = typer.Option(5, "--min-size", min=2, help="Fewest points per segment."),
             alpha: float = typer.Option(0.01, "--alpha", min=0.0, max=1.0, help="Significance level of the rank test."),
-            min_rel_change: str = typer.Option("0", "--min-rel-change",
-                                               help="Smallest relative shift, e.g. 2% or 0.02."),
+            min_rel_change: str = typer.Option("2%", "--min-rel-change",
+                                               help="Smallest relative shift, e.g. 2% or 0.02 (0: any; "
+                                                    "2% is what the nested CV chose)."),
             min_noise_multiple: float = typer.Option(1.0, "--min-noise-multiple", min=0.0,
                                                      help="Smallest shift in units of point-to-point noise."),
             min_effect_older: float = older_name("--min-effect", "--min-noise-multiple", min=0.0),
