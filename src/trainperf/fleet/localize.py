@@ -101,7 +101,7 @@ class Localization:
 @dataclass(kw_only=True, frozen=True, slots=True)
 class LocalizeOptions:
     """Settings of the root-cause search (penalty and parsimony: the grid setting best on the hardest
-    of the RS incidents and three synthetic sets, "maximin"; ``alpha`` and ``min_share``: stated
+    of the RS incidents and four synthetic sets, "maximin"; ``alpha`` and ``min_share``: stated
     rules, not fitted; docs/benchmarks.md).
 
     ``max_depth``: most attributes in one combination; ``max_elements``: most elements in one
