@@ -129,17 +129,3 @@ def test_overlap_switches_matter():
     assert off.breakdown["tp_comm"] > on.breakdown["tp_comm"]
     assert off.breakdown["dp_comm"] >= on.breakdown["dp_comm"]
     assert off.step_time_s > on.step_time_s
-
-
-def test_interleaving_widens_the_window_dp_collectives_hide_behind():
-    # interleaved 1F1B drains chunk by chunk, p micro batches each: with v chunks the gradient
-    # reductions hide behind (1 + (v-1) p) / v whole-stage passes; plain 1F1B: the last backward only
-    assert pipeline.dp_overlap_passes(8, 1) == 1.0
-    assert pipeline.dp_overlap_passes(6, 8) == pytest.approx((1 + 7 * 6) / 8)
-    assert pipeline.dp_overlap_passes(1, 1) == 1.0
-    # the exposed data-parallel time of a high-DP interleaved layout shrinks, a plain one is unchanged
-    c = make_cluster("h100", 3072, 8)
-    inter = estimate(GPT, c, Layout(tp=4, pp=6, vpp=8, sp=True, zero=1), 768)
-    plain = estimate(GPT, c, Layout(tp=4, pp=6, vpp=1, sp=True, zero=1), 768)
-    assert 0 < inter.breakdown["dp_comm"] < plain.breakdown["dp_comm"]
-    assert inter.breakdown["compute"] == pytest.approx(plain.breakdown["compute"])

@@ -203,9 +203,8 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Effi
     if hybrid:  # the replicas of each shard all-reduce it
         rep_bw, rep_alpha = comm.group_link(cluster, eff, tp * n_shard, n_rep)
         ar_rep = comm.all_reduce_s(params * gb / n_shard, n_rep, rep_bw, rep_alpha)
-    passes = pipeline.dp_overlap_passes(pp, vpp)  # interleaving drains / fills chunk by chunk
-    bwd_window = passes * stage_layers * (layer_bwd + layer_recompute)
-    fwd_window = passes * stage_layers * layer_fwd
+    bwd_window = stage_layers * (layer_bwd + layer_recompute)
+    fwd_window = stage_layers * layer_fwd
     tail = 1.0 / np.maximum(stage_layers, 1.0)  # the last layer's bucket cannot overlap
     grad_sync = np.where(zero == 0, ar_g, rs_g + ar_rep)
     param_sync = np.where(zero == 0, 0.0, ag_w)

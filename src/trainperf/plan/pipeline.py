@@ -33,19 +33,3 @@ def p2p_exposed_s(pp, grad_accum, vpp, t_send, overlapped):
     steady = 2.0 * np.asarray(grad_accum, dtype=float) * np.asarray(vpp, dtype=float) * t_send
     edge = 2.0 * (pp - 1.0) * t_send
     return np.where(pp > 1, np.where(overlapped, edge, steady + edge), 0.0)
-
-
-def dp_overlap_passes(pp, vpp):
-    """Return how many micro-batch passes of a whole stage a data-parallel collective can hide behind.
-
-    Without interleaving a stage's gradients are complete only after the last micro batch's
-    backward, so the gradient reduce-scatter (or all-reduce) overlaps that one backward pass
-    (and the next step's parameter all-gather the first forward): 1. With ``v`` model chunks the
-    interleaved schedule drains chunk by chunk, ``p`` micro batches each (Narayanan et al. SC21,
-    sec. 2.2): chunk ``c``'s gradients are final while ``c p`` chunk-backwards of the earlier
-    chunks remain, so the chunks' reductions hide behind ``(1 + (v-1) p) / v`` stage passes
-    (and the fill runs chunk by chunk the same way for the parameter all-gathers).
-    """
-    pp = np.asarray(pp, dtype=float)
-    vpp = np.asarray(vpp, dtype=float)
-    return np.where(vpp > 1, (1.0 + (vpp - 1.0) * pp) / vpp, 1.0)
