@@ -163,3 +163,13 @@ def test_mi350x_is_the_mi355x_die_at_lower_power():
     from trainperf.specs import make_cluster
 
     assert make_cluster("AMD Instinct MI350X 288GB HBM3e", 8, 8).accelerator.name == "mi350x"
+
+
+def test_nvlink_in_a_description_is_not_the_nvl_variant():
+    # MLPerf's Eos system description names the fabric "NVLink"; the part is the SXM H100, not the H100 NVL
+    from trainperf.specs import make_cluster
+
+    eos = "NVIDIA H100-SXM5-80GB (Eos), NVLink Gen4 900 GB/s, 8x ConnectX-7 IB NDR 400Gb/s per node"
+    assert make_cluster(eos, 8, 8).accelerator.name == "h100-sxm"
+    assert make_cluster("H100 NVL 94GB", 8, 8).accelerator.name == "h100-nvl"
+    assert make_cluster("GB200 NVL72", 72, 4).accelerator.name == "gb200"

@@ -135,7 +135,7 @@ def _family_entry(text: str, cat: dict[str, Accelerator]) -> Accelerator | None:
         return None
     fam = max(found, key=len)
     cands = [a for a in cat.values() if a.family == fam]
-    variant = next((v for v in _VARIANTS if re.search(rf"(?<![a-z]){v}", low)), None)
+    variant = next((v for v in _VARIANTS if re.search(rf"(?<![a-z]){v}(?![a-z])", low)), None)  # "nvl", not "NVLink"
     if variant:
         narrowed = [a for a in cands if any(variant in n for n in (a.name, *a.aliases))]
         cands = narrowed or cands
