@@ -122,4 +122,4 @@ def test_diagnose_on_a_run_folder_points_to_its_traces(tmp_path, capsys):
     (run / "metrics.jsonl").write_text('{"step": 1}\n')
     code, _, err = _main(capsys, "diagnose", str(run))
     lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert code == 2 and len(lines) == 1 and "did you mean" in lines[0] and str(run / "traces") in lines[0], err
+    assert code == 2 and len(lines) == 1 and f"{run} is a run folder: its traces are in {run / 'traces'}/" in lines[0], err

@@ -22,12 +22,19 @@ def trace_files(path: str | Path) -> list[Path]:
     if not path.exists():
         raise TrainperfError(f"{path}: no such file or folder")
     files = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+    if is_run_folder(path, files):  # checked first: its run_record.json ends in .json but is no trace
+        raise TrainperfError(f"{path} is a run folder: its traces are in {path / 'traces'}/")
     if not files:
-        if (path / "metrics.jsonl").is_file() or (path / "traces").is_dir():  # a `trainperf train` run folder
-            raise TrainperfError(f"{path}: a run folder, not traces: did you mean {path / 'traces'} (written by "
-                                 f"`trainperf train --profile-steps A:B`)?")
         raise TrainperfError(f"{path}: no .json or .json.gz trace files in this folder")
     return files
+
+
+def is_run_folder(path: Path, files: list[Path]) -> bool:
+    """True when folder path is a `trainperf train` run folder: a traces/ subfolder, and a run record
+    (run_record.json, metrics.jsonl) or no trace file of its own (files: its .json/.json.gz files)."""
+    if not (path / "traces").is_dir():
+        return False
+    return not files or any((path / n).is_file() for n in ("run_record.json", "metrics.jsonl"))
 
 
 def rank_from_name(path: Path) -> int | None:
@@ -104,9 +111,13 @@ def _read_all(files: list[Path], workers: int | None, progress: bool) -> list[Ev
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        # On stderr: stdout carries the verb's results (JSON with --json).
-        bar = Progress(TextColumn("loading traces"), BarColumn(), TextColumn("{task.completed}/{task.total} ranks"),
-                       TimeElapsedColumn(), transient=True, console=Console(stderr=True))
+        # On stderr: stdout carries the verb's results (JSON with --json). Only on a terminal: elsewhere
+        # rich cannot erase it and a transient bar leaves a blank line before the verb's error or output.
+        console = Console(stderr=True)
+        if console.is_terminal:
+            bar = Progress(TextColumn("loading traces"), BarColumn(),
+                           TextColumn("{task.completed}/{task.total} ranks"), TimeElapsedColumn(), transient=True,
+                           console=console)
     tables: list[EventTable | None] = [None] * len(files)
     if bar:
         bar.start()
