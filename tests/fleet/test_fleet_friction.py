@@ -150,3 +150,14 @@ def test_changes_html_path_checked_before_reading_the_series(tmp_path, unusable_
                                        "--html", str(bad)])
         assert isinstance(res.exception, TrainperfError), res.output
         assert str(res.exception).startswith("--html ") and "\n" not in str(res.exception)
+
+
+@pytest.mark.parametrize("cmd", [["fleet", "changes", "--column", "step_time_s"],
+                                 ["fleet", "localize", "--time-col", "step", "--measure", "step_time_s", "--at", "3"]])
+def test_json_lines_given_as_csv_is_named_not_read_as_columns(tmp_path, cmd):
+    # a run's metrics.jsonl has the same number of commas on each line, so a CSV reader takes its first
+    # record for the header and the second for a row; the user is told what the file is and what to give
+    f = tmp_path / "metrics.jsonl"
+    f.write_text("".join(f'{{"step": {i}, "step_time_s": 0.5}}\n' for i in range(1, 9)))
+    line = _one_line([*cmd[:2], "--csv", str(f), *cmd[2:]], f"{f}: not a CSV (looks like JSON lines)", "--store")
+    assert '"step"' not in line  # no JSON record shown as if it were column names

@@ -13,13 +13,36 @@ fleet_app = typer.Typer(help="Fleet regressions: change points in run metrics an
 RUN_ATTRS = ["host", "gpu_model", "driver", "cuda", "nccl", "torch", "layout", "job", "world_size", "git_sha"]
 
 
-def _csv_column(path: str, column: str):
-    import numpy as np
+JSONL_HINT = ("give a CSV with a header row, or leave out --csv to read the runs `trainperf train` recorded "
+              "in the store (--store)")
+
+
+def _read_csv(path: str) -> dict:
+    """Return the columns of the CSV at ``path`` (localize.read_csv_columns); refuse a JSON or JSON-lines file
+    with one line naming it and what to pass instead (a CSV reader would take its first record for the header)."""
+    from pathlib import Path
 
     from trainperf.errors import TrainperfError
     from trainperf.fleet.localize import read_csv_columns
 
-    cols = read_csv_columns(path)
+    try:
+        with Path(path).open("rb") as f:
+            head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    except OSError:
+        head = b""  # read_csv_columns names the problem (no such file, a folder, ...)
+    if head[:1] in (b"{", b"["):
+        lines = head[:1] == b"{" and (b"\n{" in head.replace(b"\r\n", b"\n") or path.endswith((".jsonl", ".ndjson")))
+        kind = "JSON lines" if lines else "JSON"
+        raise TrainperfError(f"{path}: not a CSV (looks like {kind}); {JSONL_HINT}")
+    return read_csv_columns(path)
+
+
+def _csv_column(path: str, column: str):
+    import numpy as np
+
+    from trainperf.errors import TrainperfError
+
+    cols = _read_csv(path)
     if column not in cols:
         raise TrainperfError(f"{path}: no column {column!r} (columns: {', '.join(cols)})")
     raw = cols[column]
@@ -196,14 +219,14 @@ def localize_cmd(csv: str = typer.Option(None, "--csv", help="CSV: one row per l
                  as_json: bool = json_option("the causes")) -> None:
     """Find the attribute combinations that explain a change, with before/after and share of the change."""
     from trainperf.errors import TrainperfError
-    from trainperf.fleet.localize import localize_rows, read_csv_columns
+    from trainperf.fleet.localize import localize_rows
 
     attr_list = [a.strip() for a in attrs.split(",")] if attrs else None
     _run_metric_column(metric)  # an unknown --metric is refused with --csv too (there it names nothing)
     if csv is not None:
         if not time_col or not measure:
             raise TrainperfError("--csv needs --time-col and --measure")
-        cols = read_csv_columns(csv)
+        cols = _read_csv(csv)
         unknown = [c for c in (attr_list or []) if c not in cols]
         if unknown:
             raise TrainperfError(f"{csv}: --attrs {unknown[0]!r}: no such column (columns: {', '.join(cols)})")
