@@ -37,6 +37,7 @@ from trainperf.errors import TrainperfError
 from trainperf.trace.annotate import correlated_host_row, step_spans
 from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMMUNICATION, CPU_OP, PYTHON,
                                     RUNTIME, USER_ANNOTATION, EventTable)
+from trainperf.diagnose.units import fmt_us
 from trainperf.trace.load import load_trace
 
 # HTA drops the last ProfilerStep as possibly cut short. In the multi-step traces of ../shared (trace_filter,
@@ -458,14 +459,14 @@ class TraceDiff:
             return f"step time unchanged ({pct:+.1f}%)"
         n, b, c = max(self.decomposition, key=lambda x: (x[2] - x[1]) * math.copysign(1, d))
         same_way = [k for k in self.kernels if k.delta_us_per_step * d > 0]
-        top = f"; top kernel {_short(same_way[0].name)} {same_way[0].delta_us_per_step:+.0f} µs/step" if same_way else ""
+        top = f"; top kernel {_short(same_way[0].name)} {fmt_us(same_way[0].delta_us_per_step, True)}/step" if same_way else ""
         # a name that appears or vanishes and carries a tenth of the change is usually the story
         moved = [x for x in (self.new if d > 0 else self.gone) if abs(x.delta_us_per_step) >= HEADLINE_NAME_SHARE * abs(d)]
         if moved:
             x = max(moved, key=lambda x: abs(x.delta_us_per_step))
-            top += f"; {'new' if d > 0 else 'gone'}: {_short(x.name)} {x.delta_us_per_step:+.0f} µs/step"
-        return (f"candidate {abs(pct):.1f}% {verb} per step ({self.baseline.median_us:.0f} -> "
-                f"{self.candidate.median_us:.0f} µs); largest change: {n} {c - b:+.0f} µs/step{top}")
+            top += f"; {'new' if d > 0 else 'gone'}: {_short(x.name)} {fmt_us(x.delta_us_per_step, True)}/step"
+        return (f"candidate {abs(pct):.1f}% {verb} per step ({fmt_us(self.baseline.median_us)} -> "
+                f"{fmt_us(self.candidate.median_us)}); largest change: {n} {fmt_us(c - b, True)}/step{top}")
 
     def to_json(self, top: int = 30) -> dict:
         """The documented JSON object (times µs per step, per rank)."""

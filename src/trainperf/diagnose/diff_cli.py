@@ -51,30 +51,32 @@ def print_diff(d, console, top: int = 10) -> None:
     """Terminal summary of a diagnose.diff.TraceDiff: step times, buckets, the names that moved most."""
     from rich.table import Table
 
+    from trainperf.diagnose.units import fmt_us
+
     j = d.to_json(top=top)
     console.print(f"[bold]{j['headline']}[/]", highlight=False)
     for side in ("baseline", "candidate"):
         s = j[side]
         lo, hi = s["step_time_interval_us"]
-        console.print(f"{side:9s} {s['step_time_us'] / 1e3:10.2f} ms/step (95% interval {lo / 1e3:.2f}-{hi / 1e3:.2f}; "
+        console.print(f"{side:9s} {fmt_us(s['step_time_us']):>10s}/step (95% interval {fmt_us(lo)} - {fmt_us(hi)}; "
                       f"{len(s['step_times_us'])} steps, {len(s['ranks'])} rank(s))  {s['source']}", highlight=False)
     lo, hi = j["step_time_delta_interval_us"]
-    console.print(f"change    {j['step_time_delta_pct']:+.2f}% (shift {j['step_time_delta_hl_us'] / 1e3:+.2f} ms, "
-                  f"95% interval {lo / 1e3:+.2f} to {hi / 1e3:+.2f}); decomposition explains "
+    console.print(f"change    {j['step_time_delta_pct']:+.2f}% (shift {fmt_us(j['step_time_delta_hl_us'], True)}, "
+                  f"95% interval {fmt_us(lo, True)} to {fmt_us(hi, True)}); decomposition explains "
                   f"{j['explained_pct']:.1f}% of the mean's change", highlight=False)
-    t = Table(title="where the change went (µs per step, per rank)", title_justify="left")
+    t = Table(title="where the change went (per step, per rank)", title_justify="left")
     for c in ("bucket", "baseline", "candidate", "delta"):
         t.add_column(c, justify="left" if c == "bucket" else "right")
     for x in j["decomposition"][:top]:
-        t.add_row(x["category"], f"{x['baseline_us']:.0f}", f"{x['candidate_us']:.0f}", f"{x['delta_us']:+.0f}")
+        t.add_row(x["category"], fmt_us(x["baseline_us"]), fmt_us(x["candidate_us"]), fmt_us(x["delta_us"], True))
     console.print(t)
     t = Table(title="kernels and operators that moved most", title_justify="left")
-    for c in ("name", "category", "delta µs/step", "count/step base", "count/step cand"):
+    for c in ("name", "category", "delta/step", "count/step base", "count/step cand"):
         t.add_column(c, justify="left" if c in ("name", "category") else "right")
     for c in j["contributions"]:
         tag = " [green](new)[/]" if c["count_baseline_per_step"] == 0 else (
             " [red](gone)[/]" if c["count_candidate_per_step"] == 0 else "")
-        t.add_row(c["name"][:70] + tag, c["category"], f"{c['delta_us_per_step']:+.1f}",
+        t.add_row(c["name"][:70] + tag, c["category"], fmt_us(c["delta_us_per_step"], True),
                   f"{c['count_baseline_per_step']:.2f}", f"{c['count_candidate_per_step']:.2f}")
     console.print(t)
     console.print(f"{len(j['new'])} names new, {len(j['gone'])} gone (all in JSON / --html)", highlight=False)
