@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
         from trainperf.atomic import atomic_write_text
         from trainperf.cli_options import dumps, parse_fraction, print_json
         from trainperf.compare.api import compare_runs
-        from trainperf.compare.report import numerics_rows, perf_rows, write_html
+        from trainperf.compare.report import numerics_rows, perf_notes, perf_rows, write_html
         from trainperf.compare.runs import load_side
 
         min_effect = (parse_fraction(min_rel_change, "--min-rel-change") if min_effect_older is None else
@@ -57,8 +57,8 @@ def register(app: typer.Typer) -> None:
                 for row in rows:
                     t.add_row(*map(str, row))
                 con.print(t)
-            if res.perf.note:
-                con.print(f"[dim]performance: {res.perf.note}[/]", highlight=False, soft_wrap=True)
+            for note in perf_notes(res):
+                con.print(f"[dim]performance: {note}[/]", highlight=False, soft_wrap=True)
             con.print(f"[dim]numerics: {res.numerics.reason}[/]", highlight=False, soft_wrap=True)
         if json_out:
             atomic_write_text(json_out, dumps(res.to_dict()))

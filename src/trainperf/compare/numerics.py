@@ -66,7 +66,8 @@ class NumericsResult:
     band_source: str = ""
     divergences: list[Divergence] = field(default_factory=list)
     grad_norm_ratio: float | None = None  # median over the compared steps of B / A
-    final_loss: tuple | None = None  # ((A, lo, hi), (B, lo, hi))
+    final_loss: tuple | None = None  # ((A, lo, hi), (B, lo, hi)): mean of each run's last final_loss_steps losses
+    final_loss_steps: tuple[int, int] = (0, 0)  # the last steps averaged (``end_steps``), A's and B's first run
     eval_loss: tuple | None = None  # ((A, lo, hi), (B, lo, hi)); lo/hi None without repeats
     target_loss: float | None = None
     time_to_target: dict = field(default_factory=dict)  # {"A": {"step", "wall_s", "gpu_hours"} | None, "B": ...}
@@ -178,10 +179,16 @@ def _mean_ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float | No
     return float(v.mean()), float(v.mean() - half), float(v.mean() + half)
 
 
+def end_steps(n: int) -> int:
+    """Return how many last training losses of ``n`` make a run's end point: max(5, 10%) (one batch's
+    loss is noisy; the run summary's "final loss" is the last step's alone)."""
+    return min(n, max(5, n // 10))
+
+
 def _tail(r: RunData) -> np.ndarray:
-    """Return the run's last max(5, 10%) finite training losses: its end point."""
+    """Return the run's last ``end_steps`` finite training losses: its end point."""
     v = finite(r.loss)
-    return v[-max(5, len(v) // 10):]
+    return v[len(v) - end_steps(len(v)):]
 
 
 def end_loss(r: RunData, use_eval: bool) -> float:
@@ -311,6 +318,7 @@ def compare_numerics(a_runs: list[RunData], b_runs: list[RunData], *, target: fl
               and np.isfinite(b.grad_norm).any()]
     res.grad_norm_ratio = float(np.median(ratios)) if ratios else None
     res.final_loss = (final_loss(a_runs), final_loss([b for _, b in pairs]))
+    res.final_loss_steps = (len(_tail(a_runs[0])), len(_tail(pairs[0][1])))
     ea, eb = eval_loss(a_runs), eval_loss([b for _, b in pairs])
     res.eval_loss = (ea, eb) if ea and eb else None
     use_eval = res.eval_loss is not None

@@ -58,7 +58,7 @@ class PerfResult:
     throughput: Effect  # tokens/s
     step_time: Effect  # medians only (lo/hi from the throughput interval)
     verdict: str  # "faster", "slower", "inside the noise"
-    mfu: tuple[float, float]
+    mfu: tuple[float, float]  # median of the steady steps' MFU, each against ``mfu_peak_flops`` (see mfu_note)
     mem_peak_bytes: tuple[float, float]
     goodput: tuple[float | None, float | None]
     steady: list[tuple[str, int, int]]  # (run, first steady step, last steady step)
@@ -66,6 +66,11 @@ class PerfResult:
     note: str = ""
     between_cv: float = 0.0  # one run a side: the between-run sd of a run's mean in the interval (log units)
     between_source: str = ""
+    steady_steps: tuple[int, int] = (0, 0)  # steps each side's throughput, step time and MFU use
+    total_steps: tuple[int, int] = (0, 0)  # steps each side recorded
+    mfu_peak_flops: tuple[float | None, float | None] = (None, None)  # FLOP/s per device of each side's MFU
+    mfu_comparable: bool = True  # False: the two MFUs are against different peaks (their change is not a speed change)
+    mfu_note: str = ""
 
     def to_dict(self) -> dict:
         """Return JSON-able data."""
@@ -173,9 +178,15 @@ def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float
     else:
         verdict = "inside the noise"
 
-    def mfu(runs):
-        v = np.concatenate([finite(x) for x in samples(runs, lambda r: r.mfu)])
+    common, mfu_ok, mfu_note = mfu_peak(a_runs + b_runs)
+
+    def mfu(runs):  # each run's MFU re-expressed against the common peak: achieved FLOP/s / that peak
+        v = np.concatenate([finite(x) * (r.peak_flops / common if common and r.peak_flops else 1.0)
+                            for r, x in zip(runs, samples(runs, lambda r: r.mfu))])
         return float(np.median(v)) if len(v) else float("nan")
+
+    def peak(runs):
+        return common or (runs[0].peak_flops if len({r.peak_flops for r in runs}) == 1 else None)
 
     def mem(runs):
         v = np.concatenate([finite(r.mem_peak_bytes) for r in runs])
@@ -191,4 +202,29 @@ def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float
     return PerfResult(throughput=tput, step_time=step, verdict=verdict, mfu=(mfu(a_runs), mfu(b_runs)),
                       mem_peak_bytes=(mem(a_runs), mem(b_runs)), goodput=(goodput(a_runs), goodput(b_runs)),
                       steady=spans, min_effect=min_effect, note=note, between_cv=sh.between_cv,
-                      between_source=sh.between_source)
+                      between_source=sh.between_source,
+                      steady_steps=(sum(len(x) for x in per_token[0]), sum(len(x) for x in per_token[1])),
+                      total_steps=(sum(len(r.step) for r in a_runs), sum(len(r.step) for r in b_runs)),
+                      mfu_peak_flops=(peak(a_runs), peak(b_runs)), mfu_comparable=mfu_ok, mfu_note=mfu_note)
+
+
+def mfu_peak(runs: list[RunData]) -> tuple[float | None, bool, str]:
+    """Return (the one peak FLOP/s per device every run's MFU is to be taken against, or None to keep
+    each run's own; whether the runs' MFUs are then comparable; a note saying which).
+
+    MFU = achieved FLOP/s / peak, so a change in MFU is a change in speed only against one peak.
+    Runs on one device (same device and host) whose recorded peaks differ measured the same
+    hardware's peak differently (a start-up matmul benchmark on a busy machine): the highest of
+    their measurements is the best estimate of that peak (each is a best-of-N, a lower bound), and
+    every run's MFU is re-expressed against it. Runs on different devices keep their own peaks,
+    and their MFUs are marked not comparable."""
+    peaks = [r.peak_flops for r in runs]
+    if any(p is None for p in peaks) or max(peaks) <= min(peaks) * (1 + 1e-9):
+        return None, True, ""
+    shown = " vs ".join(f"{p / 1e9:.3g}" for p in dict.fromkeys(peaks))
+    if len({(r.device, r.host) for r in runs}) == 1:
+        top = max(peaks)
+        return top, True, (f"MFU of every run against one peak, {top / 1e9:.3g} GFLOP/s (the highest measured on "
+                           f"{runs[0].device or 'this device'}): the runs' own peaks differ ({shown} GFLOP/s)")
+    return None, False, (f"MFU not comparable: peaks differ {shown} GFLOP/s (different devices); "
+                         "compare tokens/s instead")

@@ -12,22 +12,37 @@ from trainperf.report.html import Report, line_chart, paragraph, table
 
 
 def perf_rows(c: Comparison) -> list[list]:
-    """Return the performance table: metric, A, B, change (shared by the terminal and the HTML)."""
+    """Return the performance table: metric, A, B, change (shared by the terminal and the HTML). Each
+    label names its statistic: the steady steps (warm-up and transients cut, ``perf.steady_slice``),
+    not the run summaries' medians over every step after the first."""
     p = c.perf
     t, s = p.throughput, p.step_time
 
     def rel(a, b):
         return f"{b / a - 1:+.1%}" if a and b and a == a and b == b else "-"
 
+    def used(side):
+        return f"{p.steady_steps[side]} of {p.total_steps[side]}"
+
     gpa, gpb = p.goodput
     return [
-        ["tokens/s", f"{t.a:,.0f}", f"{t.b:,.0f}", f"{t.change:+.1%} [{t.lo:+.1%}, {t.hi:+.1%}]"],
-        ["step time (ms)", f"{s.a * 1e3:.2f}", f"{s.b * 1e3:.2f}", f"{s.change:+.1%} [{s.lo:+.1%}, {s.hi:+.1%}]"],
-        ["MFU", f"{p.mfu[0]:.2%}", f"{p.mfu[1]:.2%}", rel(*p.mfu)],
-        ["peak memory / rank (MiB)", f"{p.mem_peak_bytes[0] / 2**20:.1f}", f"{p.mem_peak_bytes[1] / 2**20:.1f}",
+        ["steady steps used (of all)", used(0), used(1), "-"],
+        ["tokens/s, total over steady steps", f"{t.a:,.0f}", f"{t.b:,.0f}",
+         f"{t.change:+.1%} [{t.lo:+.1%}, {t.hi:+.1%}]"],
+        ["step time (ms), mean of steady steps", f"{s.a * 1e3:.2f}", f"{s.b * 1e3:.2f}",
+         f"{s.change:+.1%} [{s.lo:+.1%}, {s.hi:+.1%}]"],
+        ["MFU, median of steady steps", f"{p.mfu[0]:.2%}", f"{p.mfu[1]:.2%}",
+         rel(*p.mfu) if p.mfu_comparable else "- (peaks differ)"],
+        ["peak memory / rank (MiB), max", f"{p.mem_peak_bytes[0] / 2**20:.1f}", f"{p.mem_peak_bytes[1] / 2**20:.1f}",
          rel(*p.mem_peak_bytes)],
-        ["goodput", "-" if gpa is None else f"{gpa:.1%}", "-" if gpb is None else f"{gpb:.1%}", "-"],
+        ["goodput", "-" if gpa is None else f"{gpa:.1%}", "-" if gpb is None else f"{gpb:.1%}",
+         "-" if gpa is None or gpb is None else f"{(gpb - gpa) * 100:+.1f} points"],
     ]
+
+
+def perf_notes(c: Comparison) -> list[str]:
+    """Return the performance table's notes: the MFU peaks when they differ, the between-run term."""
+    return [n for n in (c.perf.mfu_note, c.perf.note) if n]
 
 
 def _ci(x) -> str:
@@ -44,18 +59,21 @@ def numerics_rows(c: Comparison) -> list[list]:
         return [["comparable", "no", n.reason]]
     rows = []
     if n.final_loss:
-        rows.append(["final training loss", _ci(n.final_loss[0]), _ci(n.final_loss[1])])
+        ka, kb = n.final_loss_steps
+        last = f"{ka}" if ka == kb else f"{ka} (A) / {kb} (B)"
+        rows.append([f"final training loss, mean of last {last} steps", _ci(n.final_loss[0]), _ci(n.final_loss[1])])
     if n.eval_loss:
         rows.append(["held-out loss", _ci(n.eval_loss[0]), _ci(n.eval_loss[1])])
     if n.grad_norm_ratio is not None:
-        rows.append(["grad norm B / A (median)", "1", f"{n.grad_norm_ratio:.3f}"])
+        rows.append(["grad norm B / A (median)", f"{1:.3f}", f"{n.grad_norm_ratio:.3f}"])
     tt = n.time_to_target
     for key, label, fmt in (("step", "step", "{:.0f}"), ("wall_s", "wall-clock (s)", "{:.1f}"),
                             ("gpu_hours", "device-hours", "{:.4f}")):
         rows.append([f"to loss {n.target_loss:.4f}: {label}"] +
                     [fmt.format(tt[s][key]) if tt.get(s) else "not reached" for s in ("A", "B")])
     for d in n.divergences:
-        rows.append([f"{d.metric} vs band, seed {d.seed}", "", f"max {d.max_excess:.2f} x band"
+        # A is the band's centre: its own excursion is 0 by definition
+        rows.append([f"{d.metric} vs band, seed {d.seed}", f"max {0:.2f} x band (reference)", f"max {d.max_excess:.2f} x band"
                      + (f", leaves at step {d.step}" if d.step is not None else "")])
     return rows
 
@@ -64,8 +82,8 @@ def write_html(c: Comparison, path: str | Path, a_runs: list[RunData], b_runs: l
     """Write the comparison page to ``path``; return it."""
     rep = Report("trainperf compare", c.headline)
     rep.add("Performance", table(perf_rows(c), ["metric", "A", "B", "change [95% interval]"]),
-            paragraph(f"{c.perf.throughput.method}; steady steps: "
-                      + "; ".join(f"{n} {a}-{b}" for n, a, b in c.perf.steady), "note"))
+            paragraph("; ".join([f"{c.perf.throughput.method}; steady steps: "
+                                 + "; ".join(f"{n} {a}-{b}" for n, a, b in c.perf.steady), *perf_notes(c)]), "note"))
     n = c.numerics
     rep.add("Numerics", paragraph(f"{n.verdict}: {n.reason}"), table(numerics_rows(c), ["", "A", "B"]))
     if n.changed:

@@ -40,6 +40,8 @@ class RunData:
     data_wait_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # NaN where not recorded
     run_id: str = ""  # the store's run id ("" when the folder has no run record)
     host: str = ""
+    device: str = ""  # "cpu", a GPU model, ... ("" when not recorded)
+    peak_flops: float | None = None  # FLOP/s per device the run's MFU is against (None: not recorded)
 
 
 def _col(recs: list[dict], key: str) -> np.ndarray:
@@ -72,7 +74,9 @@ def _from_folder(path: Path) -> RunData:
                    eval_loss=np.array([r["eval_loss"] for r in evals], dtype=float),
                    comparable=run.get("comparable"), data_wait_s=_col(recs, "data_wait_s"),
                    run_id=str(record.get("run_id") or ""),
-                   host=str(record.get("host") or (run.get("metadata") or {}).get("host") or ""))
+                   host=str(record.get("host") or (run.get("metadata") or {}).get("host") or ""),
+                   device=str(summary.get("device") or record.get("gpu_model") or ""),
+                   peak_flops=float(summary["peak_flops"]) if summary.get("peak_flops") else None)
 
 
 def _json(path: Path) -> dict:
@@ -113,17 +117,28 @@ def from_record(rec, name: str | None = None) -> RunData:
                    world_size=int(rec.world_size or 1), goodput=rec.goodput,
                    eval_step=np.array([e[0] for e in ev], dtype=float), eval_loss=np.array([e[1] for e in ev], dtype=float),
                    comparable=rec.config.get("comparable"), data_wait_s=col("data_wait_s"), run_id=rec.run_id,
-                   host=rec.host or "")
+                   host=rec.host or "", device=str(rec.config.get("device") or rec.gpu_model or ""))
 
 
 def load_run(spec: str, store: str | None = None) -> RunData:
     """Return the run named by ``spec``: a run folder, else a run id in ``store``."""
     p = Path(spec)
+    if p.is_dir() and not (p / "metrics.jsonl").is_file() and _holds_traces(p):
+        raise TrainperfError(f"{spec}: a traces folder: compare takes run folders (or store run ids); "
+                             "to compare traces use `trainperf diff`")
     if p.is_dir():
         return _from_folder(p)
     if p.exists():
         raise TrainperfError(f"{spec}: not a run folder (expected a folder with metrics.jsonl, or a run id)")
     return _from_store(spec, store)
+
+
+def _holds_traces(p: Path) -> bool:
+    """Return whether folder ``p`` holds profiler traces rather than a run's records: named ``traces``
+    (what ``trainperf train --profile-steps`` writes), or holding Kineto trace files
+    (``*.pt.trace.json``, ``rank*.json``, plain or gzipped) directly or one folder down."""
+    pats = ("*.pt.trace.json*", "rank*.json", "rank*.json.gz")
+    return p.name == "traces" or any(next(p.glob(g), None) or next(p.glob(f"*/{g}"), None) for g in pats)
 
 
 def load_side(spec: str, store: str | None = None) -> list[RunData]:
