@@ -291,3 +291,27 @@ def test_gate_on_runs_uses_compares_interval_not_a_rank_test_over_steps():
     assert r.verdict == "regression" and "autocorrelation-robust" in r.test
     short = compare(RunSeries(names=["a"], series=[a[:6]]), RunSeries(names=["b"], series=[b[:6]]))
     assert short.verdict == "inconclusive" and "too few steady steps" in short.reason
+
+
+def test_gate_prints_each_metric_with_its_unit(tmp_path, capsys):
+    from trainperf.cli import main
+    from trainperf.fleet.gate import format_values
+
+    # hand-worked: 0.0123 s = 12.3 ms; MFU 0.412 of peak = 41.2%; 2**31 bytes = 2 GiB
+    assert format_values("step_time", [0.0123, 0.01251]) == ["12.3 ms", "12.51 ms"]
+    assert format_values("step_time", [0.9986, 1.028]) == ["0.9986 s", "1.028 s"]  # one unit for both
+    assert format_values("mfu", [0.412, 0.3995]) == ["41.2%", "40%"]
+    assert format_values("mfu", [41.2, 39.95]) == ["41.2%", "40%"]  # MFU above 1 was given in percent
+    assert format_values("tokens_per_s", [12345.6, 512.25]) == ["12,346 tokens/s", "512.2 tokens/s"]
+    assert format_values("mem_peak_bytes", [2**31]) == ["2 GiB"]
+    assert format_values("loss", [2.5]) == ["2.5"]
+    base, cand = str(EXAMPLES / "baseline_step_times.txt"), str(EXAMPLES / "candidate_step_times.txt")
+    with pytest.raises(SystemExit):
+        main(["gate", "--baseline", base, "--candidate", cand])
+    assert "step_time 0.9986 s -> 1.028 s" in capsys.readouterr().out
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("".join(f"{0.40 + i * 1e-4}\n" for i in range(12)))
+    b.write_text("".join(f"{0.38 + i * 1e-4}\n" for i in range(12)))
+    with pytest.raises(SystemExit):
+        main(["gate", "--baseline", str(a), "--candidate", str(b), "--metric", "mfu"])
+    assert "mfu 40.1% -> 38.1%" in capsys.readouterr().out

@@ -289,7 +289,7 @@ def gate(baseline: str = typer.Option(..., "--baseline", help="Run id, folder or
     """CI gate: regression / improvement / no change / inconclusive, and optionally the numerics.
     Exit 0 pass, 1 regression or numerics fail, 2 usage error or numerics not comparable."""
     from trainperf.errors import TrainperfError
-    from trainperf.fleet.gate import NUMERICS_CHECKS, check_metric, compare, load_samples, numerics_gate
+    from trainperf.fleet.gate import NUMERICS_CHECKS, check_metric, compare, format_values, load_samples, numerics_gate
 
     if not 0 < alpha < 1:
         raise TrainperfError(f"--alpha {alpha}: must be strictly between 0 and 1")
@@ -313,7 +313,8 @@ def gate(baseline: str = typer.Option(..., "--baseline", help="Run id, folder or
         from rich.console import Console
 
         color = {"regression": "red", "improvement": "green", "no change": "blue"}.get(res.verdict, "yellow")
-        line = (f"[bold {color}]{res.verdict}[/]: {res.metric} {res.baseline_median:.4g} -> {res.candidate_median:.4g} "
+        before, after = format_values(res.metric, [res.baseline_median, res.candidate_median])
+        line = (f"[bold {color}]{res.verdict}[/]: {res.metric} {before} -> {after} "
                 f"(n = {res.n_baseline} vs {res.n_candidate}); ")
         if res.effect == res.effect:  # not NaN: the test ran
             line += (f"effect {res.effect:+.2%} [95% CI {res.effect_ci[0]:+.2%}, {res.effect_ci[1]:+.2%}]; "

@@ -247,6 +247,33 @@ STORE_METRICS = {"step_time": "step_time_s", "step_time_s": "step_time_s", "toke
 GATE_METRICS = tuple(sorted(set(STORE_METRICS) | HIGHER_IS_BETTER))
 
 
+# metrics whose values are seconds, fractions (of peak FLOP/s, of wall time) and bytes, and the fixed units of the rest
+SECONDS_METRICS = {"step_time", "step_time_s", "data_wait_s"}
+FRACTION_METRICS = {"mfu", "goodput"}
+METRIC_UNITS = {"tokens_per_s": "tokens/s", "gbps": "GB/s", "tflops": "TFLOP/s", "pct_roofline": "%"}
+
+
+def format_values(metric: str, values) -> list[str]:
+    """Return ``values`` of ``metric`` as text with their unit, all in one unit so they read side by side:
+    seconds in ms when all are under 1 s (else s), MFU and goodput (fractions) in %, memory in GiB,
+    tokens/s with thousands separators; a metric of unknown unit (loss, throughput) as bare numbers."""
+    v = [float(x) for x in values]
+    finite = [abs(x) for x in v if math.isfinite(x)]
+    if metric in SECONDS_METRICS:
+        scale, unit = (1e3, " ms") if finite and max(finite) < 1 else (1.0, " s")
+        return [f"{x * scale:.4g}{unit}" for x in v]
+    if metric in FRACTION_METRICS:
+        # a fraction cannot exceed 1 (MFU, goodput): larger values were given in percent already
+        scale = 100.0 if not finite or max(finite) <= 1 else 1.0
+        return [f"{x * scale:.3g}%" for x in v]
+    if metric == "mem_peak_bytes":
+        return [f"{x / 2**30:.4g} GiB" for x in v]
+    if metric == "tokens_per_s":
+        return [f"{x:,.0f} tokens/s" if abs(x) >= 1000 else f"{x:.4g} tokens/s" for x in v]
+    unit = METRIC_UNITS.get(metric)
+    return [f"{x:.4g}" + ("" if unit is None else unit if unit == "%" else f" {unit}") for x in v]
+
+
 def check_metric(metric: str, known=GATE_METRICS) -> str:
     """Return ``metric`` when it is one of ``known``; else raise a one-line TrainperfError listing them."""
     if metric not in known:
