@@ -20,21 +20,32 @@ def gain_text(f) -> str:
     return f"gain ≈ {f.gain_pct:.1f}% of step time"
 
 
+def rank_cells(r) -> list[str]:
+    """A rank's window (ms) and GPU shares (%) as the terminal and the HTML both show them: "-" where they do
+    not apply (the GPU analyses were skipped, e.g. a CPU-only trace): one formatter, so one value reads the same."""
+    window = f"{r.window_us / 1e3:.1f}"
+    if r.gpu_analyses != "ok":
+        return [window, "-", "-", "-", "-", "-"]
+    return [window, f"{r.idle_pct:.1f}", f"{r.compute_pct:.1f}", f"{r.non_compute_pct:.1f}", f"{r.overlap_pct:.1f}",
+            f"{r.idle_host_pct:.0f}/{r.idle_kernel_pct:.0f}/{r.idle_other_pct:.0f}"]
+
+
+# Two-line headers: at 80 columns one-line headers were cut ("non-co…", "host/k…").
+RANK_HEADERS = ("window\nms", "idle\n%", "compute\n%", "non-comp\n%", "overlap\n%", "idle h/k/o\n%")
+
+
 def print_summary(d: Diagnosis, console: Console, top: int = 5) -> None:
     """Per-rank table, then the top findings with evidence, gain and recommendation."""
     t = Table(title=f"trainperf diagnose: {d.path}", title_justify="left")
-    for col in ("rank", "window ms", "idle %", "compute %", "non-comp %", "overlap %", "idle host/kern/other %",
-                "top critical path"):
-        t.add_column(col, justify="right" if col != "top critical path" else "left")
+    t.add_column("rank", justify="right")
+    for col in RANK_HEADERS:
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("top critical\npath", justify="left")
     for r in d.ranks:
-        cp = ", ".join(f"{k} {v:.0f}%" for k, v in list(r.critical_path_pct.items())[:2])
-        if r.gpu_analyses != "ok":
-            # the reason is printed as a note below the table; in the cell it wrapped 10 lines at 80 columns
-            t.add_row(str(r.rank), f"{r.window_us / 1e3:.1f}", "-", "-", "-", "-", "-", "skipped (see note)")
-            continue
-        t.add_row(str(r.rank), f"{r.window_us / 1e3:.1f}", f"{r.idle_pct:.1f}", f"{r.compute_pct:.1f}",
-                  f"{r.non_compute_pct:.1f}", f"{r.overlap_pct:.1f}",
-                  f"{r.idle_host_pct:.0f}/{r.idle_kernel_pct:.0f}/{r.idle_other_pct:.0f}", cp)
+        # a skipped rank's reason is printed as a note below the table; in the cell it wrapped 10 lines
+        cp = (", ".join(f"{k} {v:.0f}%" for k, v in list(r.critical_path_pct.items())[:2])
+              if r.gpu_analyses == "ok" else "skipped")
+        t.add_row(str(r.rank), *rank_cells(r), cp)
     console.print(t)
     for n in d.notes:
         console.print(f"[yellow]note:[/] {n}", highlight=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainperf.diagnose.render import gain_text
+from trainperf.diagnose.render import gain_text, rank_cells
 from trainperf.report.html import Report, bar_chart, esc, paragraph, stacked_bar_chart, table
 
 
@@ -12,10 +12,7 @@ def write_report(d, path: str | Path) -> Path:
     """Write a self-contained HTML report of a Diagnosis to path; return the path."""
     rep = Report("trainperf diagnose", f"{d.path} — {len(d.ranks)} rank(s)")
     gpu = [r for r in d.ranks if r.gpu_analyses == "ok"]
-    rows = [[r.rank, f"{r.window_us / 1e3:.1f}", f"{r.idle_pct:.2f}", f"{r.compute_pct:.2f}",
-             f"{r.non_compute_pct:.2f}", f"{r.overlap_pct:.2f}",
-             f"{r.idle_host_pct:.1f} / {r.idle_kernel_pct:.1f} / {r.idle_other_pct:.1f}", r.gpu_analyses,
-             r.confidence] for r in d.ranks]
+    rows = [[r.rank, *rank_cells(r), r.gpu_analyses, r.confidence] for r in d.ranks]
     rep.add("Per rank", table(rows, ["rank", "window ms", "idle %", "compute %", "non-compute %",
                                      "comm/comp overlap %", "idle host / kernel / other %", "GPU analyses",
                                      "confidence"]),
