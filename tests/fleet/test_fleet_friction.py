@@ -161,3 +161,19 @@ def test_json_lines_given_as_csv_is_named_not_read_as_columns(tmp_path, cmd):
     f.write_text("".join(f'{{"step": {i}, "step_time_s": 0.5}}\n' for i in range(1, 9)))
     line = _one_line([*cmd[:2], "--csv", str(f), *cmd[2:]], f"{f}: not a CSV (looks like JSON lines)", "--store")
     assert '"step"' not in line  # no JSON record shown as if it were column names
+
+
+def test_changes_opens_with_the_answer_and_keeps_the_method_under_verbose(monkeypatch):
+    import json
+
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = _run("fleet", "changes", *SERIES)
+    lines = out.splitlines()
+    # the example's one change is the +6% step at row 80 (test_fleet_cli checks the index)
+    assert code == 0 and lines[0] == "1 change point in 150 points", lines[:2]
+    assert lines[1].startswith("method: Pettitt rank CUSUM") and "--verbose" in lines[1] and len(lines[1]) <= 80
+    code, js, _ = _run("fleet", "changes", *SERIES, "--json")
+    full = json.loads(js)["test"]
+    assert len(full) > 80 and full not in out  # the long text is not in the default output ...
+    code, verbose, _ = _run("fleet", "changes", *SERIES, "--verbose")
+    assert verbose.splitlines()[0] == lines[0] and " ".join(verbose.split()).count(" ".join(full.split())) == 1

@@ -115,6 +115,7 @@ def changes(csv: str = typer.Option(None, "--csv", help="CSV file with the serie
                                                      help="Smallest shift in units of point-to-point noise."),
             min_effect_older: float = older_name("--min-effect", "--min-noise-multiple", min=0.0),
             html: str = typer.Option(None, "--html", help="Also write a self-contained HTML report here."),
+            verbose: bool = typer.Option(False, "--verbose", "-v", help="Print the full description of the tests."),
             as_json: bool = json_option("the change points")) -> None:
     """Find change points (0-based indices where a new segment starts) with magnitudes and confidence."""
     from trainperf.errors import TrainperfError
@@ -150,7 +151,13 @@ def changes(csv: str = typer.Option(None, "--csv", help="CSV file with the serie
     from rich.table import Table
 
     con = Console()
-    con.print(f"{len(res.changes)} change point(s) in {res.n} points ({res.test})")
+    n = len(res.changes)
+    con.print(f"{n or 'no'} change point{'' if n == 1 else 's'} in {res.n} points", highlight=False)
+    if verbose:
+        con.print(f"method: {res.test}", highlight=False)
+    else:
+        con.print(f"method: {method_summary(res.test)} (--verbose: the full method)", style="dim", highlight=False,
+                  overflow="ellipsis", no_wrap=True)  # one line: the detail is under --verbose
     if res.changes:
         t = Table("index", "kind", "before", "after", "change", "95% CI", "p-value")
         for c in res.changes:
@@ -162,6 +169,21 @@ def changes(csv: str = typer.Option(None, "--csv", help="CSV file with the serie
             where = str(c.index) + (f"-{c.end}" if c.end is not None else "") + (f" ({ids[c.index]})" if ids else "")
             t.add_row(where, c.kind, f"{c.before:.4g}{unit}", f"{c.after:.4g}{unit}", *rel, f"{c.p_value:.2g}")
         con.print(t)
+
+
+def method_summary(test: str) -> str:
+    """Return a short form of a change-point result's method text: the first of its ``;``-separated tests
+    without its parenthesised and comma-separated detail, and how many more (``--verbose``, the JSON and the
+    HTML keep the full text)."""
+    import re
+
+    heads = []
+    for part in test.split(";"):
+        while re.search(r"\([^()]*\)", part):  # innermost parentheses first
+            part = re.sub(r"\s*\([^()]*\)", "", part)
+        heads.append(part.split(",")[0].strip())
+    heads = [h for h in heads if h]
+    return heads[0] + (f" + {len(heads) - 1} more test{'' if len(heads) == 2 else 's'}" if len(heads) > 1 else "")
 
 
 def _split_window(text: str, name: str) -> tuple[str, str]:
