@@ -82,11 +82,13 @@ class Finding:
     gain_is_upper_bound: bool = False               # the fix assumes what the trace cannot show (UPPER_BOUND_CHANGES)
     notes: list = field(default_factory=list)       # why the confidence is lowered
     changes: tuple = ()                             # what-if changes (replay.Change) of the fix; not in JSON
+    priced: bool = True                             # its gain was computed (replay or host-only); not in JSON
 
     def to_json(self) -> dict:
         """A plain JSON-able dict."""
         d = asdict(self)
         d.pop("changes")
+        d.pop("priced")
         return d
 
 
@@ -105,14 +107,17 @@ def severity_of(gain_pct: float) -> str:
 UPPER_BOUND_CHANGES = frozenset({"graph_launches", "speedup", "host_speedup"})
 
 
-def make(kind: str, ranks, steps, metrics: dict, events=(), gain_pct: float = 0.0, gain_us: float = 0.0,
+def make(kind: str, ranks, steps, metrics: dict, events=(), gain_pct: float | None = None, gain_us: float = 0.0,
          what_if: str = "", severity: str | None = None, changes: tuple = (),
          evidence_pct: float | None = None, upper_bound: bool = False) -> Finding:
     """A Finding with severity from its gain and the standard recommendation of its kind.
 
     metrics: name -> (value, unit); events: (name, start µs, dur µs); changes: the replay changes
-    of its fix (the gain is then filled in by rank_by_marginal_gain); upper_bound: the gain is an upper
-    bound whatever the changes (changes in UPPER_BOUND_CHANGES make it one anyway)."""
+    of its fix (the gain is then filled in by rank_by_marginal_gain); gain_pct None with no changes: the gain
+    is not priced; upper_bound: the gain is an upper bound whatever the changes (changes in
+    UPPER_BOUND_CHANGES make it one anyway)."""
+    priced = bool(changes) or gain_pct is not None
+    gain_pct = gain_pct or 0.0
     ev = {"metrics": {k: {"value": round(float(v[0]), 3), "unit": v[1]} for k, v in metrics.items()},
           "events": [{"name": n, "start_us": round(float(s), 1), "dur_us": round(float(d), 1)} for n, s, d in events]}
     bound = upper_bound or any(c.kind in UPPER_BOUND_CHANGES for c in changes)
@@ -120,7 +125,7 @@ def make(kind: str, ranks, steps, metrics: dict, events=(), gain_pct: float = 0.
                    [int(s) for s in steps], ev, round(float(gain_pct), 2), round(float(gain_us), 1), what_if,
                    RECOMMENDATIONS[kind], gain_alone_pct=round(float(gain_pct), 2),
                    evidence_pct=None if evidence_pct is None else round(float(evidence_pct), 2), changes=changes,
-                   gain_is_upper_bound=bound)
+                   gain_is_upper_bound=bound, priced=priced)
 
 
 _SEVERITY_LEVEL = {"low": 0, "medium": 1, "high": 2}
@@ -227,7 +232,11 @@ def rank_by_marginal_gain(found: list[Finding], gain) -> tuple[list[Finding], Fi
     if dismissed:  # price the rest again without them: a dismissed fix must not lend its gain to the next
         fixable = [f for f in fixable if f.kind not in dismissed]
         before = _price_in_order(fixable, gain)
-    rest = [f for f in found if not f.changes]
+    # a gain priced without replay (host only) that rounds to 0.0 % is checked and found worth nothing, like
+    # a fix dismissed above: listing it read "gain ≈ 0.0%" beside a severity
+    nothing = [f for f in found if not f.changes and f.priced and round(f.gain_pct, 1) <= 0.0]
+    dismissed += [f.kind for f in nothing]
+    rest = [f for f in found if not f.changes and f not in nothing]
     for f in rest:
         if f.evidence_pct is not None:
             f.severity = capped_severity(f.gain_pct, f.evidence_pct, f.gain_is_upper_bound) if f.gain_pct else f.severity

@@ -15,6 +15,8 @@ def gain_text(f) -> str:
     0.0 is no estimate, and beside a medium severity it read as a contradiction (issue 14)."""
     if not f.what_if and not f.gain_pct:
         return "gain not estimated (no what-if for this kind)"
+    if not getattr(f, "priced", True):  # its what-if says why ("not priced: ...")
+        return "gain not estimated"
     if getattr(f, "gain_is_upper_bound", False):
         return f"gain up to {f.gain_pct:.1f}% of step time (upper bound: the fix assumes what the trace cannot show)"
     return f"gain ≈ {f.gain_pct:.1f}% of step time"

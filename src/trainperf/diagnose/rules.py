@@ -20,7 +20,7 @@ Finding = F.Finding
 
 
 def _make(f: RankFacts, kind: str, metrics: dict, events=(), changes: tuple = (), what_if: str = "",
-          evidence_pct: float | None = None, ranks=None, severity: str | None = None, gain_pct: float = 0.0,
+          evidence_pct: float | None = None, ranks=None, severity: str | None = None, gain_pct: float | None = None,
           gain_us: float = 0.0, upper_bound: bool = False) -> Finding:
     return F.make(kind, ranks if ranks is not None else [f.rank], f.steps, metrics, events, gain_pct, gain_us,
                   what_if, severity=severity, changes=changes, evidence_pct=evidence_pct, upper_bound=upper_bound)

@@ -44,14 +44,16 @@ def write_report(d, path: str | Path) -> Path:
         rep.add("Findings, ranked by marginal gain", bar_chart([f.kind for f in d.findings],
                                                               [f.gain_pct for f in d.findings], "% step time"),
                 paragraph(f"Fix all: ≈ {d.fix_all_gain_pct:.1f}% of step time. Each gain is what its fix adds to "
-                          f"the fixes before it, in the order {' > '.join(d.fix_order) or '-'}.", "note"))
+                          f"the fixes before it, in the order {' > '.join(d.fix_order)}." if d.fix_order else
+                          "No finding has a fix whose effect could be replayed: gains are host-only estimates or "
+                          "not estimated.", "note"))
         for i, f in enumerate(d.findings, 1):
             m = f.evidence.get("metrics", {})
             ev = f.evidence.get("events", [])
             conf = "" if f.confidence == "high" else f", confidence {f.confidence}"
             rep.add(f"{i}. {f.kind} ({f.severity}{conf}, {gain_text(f)})",
-                    f"<p class='sev-{esc(f.severity)}'>ranks {esc(f.ranks)}; what-if: {esc(f.what_if)}; "
-                    f"alone {f.gain_alone_pct:.1f}%, fix #{f.fix_order or '-'}</p>",
+                    f"<p class='sev-{esc(f.severity)}'>ranks {esc(f.ranks)}; what-if: {esc(f.what_if)}"
+                    + (f"; alone {f.gain_alone_pct:.1f}%, fix #{f.fix_order}" if f.fix_order else "") + "</p>",
                     *[paragraph("Note: " + n, "note") for n in f.notes],
                     table([[k, v["value"], v["unit"]] for k, v in m.items()], ["evidence", "value", "unit"]),
                     table([[e["name"][:100], e["start_us"], e["dur_us"]] for e in ev], ["event", "start µs", "dur µs"])
