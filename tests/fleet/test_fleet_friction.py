@@ -177,3 +177,22 @@ def test_changes_opens_with_the_answer_and_keeps_the_method_under_verbose(monkey
     assert len(full) > 80 and full not in out  # the long text is not in the default output ...
     code, verbose, _ = _run("fleet", "changes", *SERIES, "--verbose")
     assert verbose.splitlines()[0] == lines[0] and " ".join(verbose.split()).count(" ".join(full.split())) == 1
+
+
+def test_fleet_tree_fits_80_columns_without_cutting_a_figure(tmp_path, monkeypatch):
+    from rich.cells import cell_len
+
+    from trainperf.fleet.tree import fleet_tree
+    from trainperf.fleet.tree_synth import TreeFleet
+    from trainperf.report.fleet_tree import node_text
+    from trainperf.store import write_run
+
+    store = str(tmp_path / "store")
+    for r in TreeFleet().records():  # its slow host gives the long "below plan (...)" line with GPU-h, $ and %
+        write_run(r, store)
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = _run("fleet", "tree", "--store", store, "--explain")
+    assert code == 0 and max(cell_len(ln) for ln in out.splitlines()) <= 80
+    flat = " ".join(w for w in out.split() if w not in "│├──└")  # the text, wrapped lines joined
+    for n in fleet_tree(store).root.walk():  # every node's whole line is there, its share last
+        assert " ".join(node_text(n).split()) in flat, node_text(n)

@@ -52,4 +52,6 @@ def tree_cmd(store: str = typer.Option(None, "--store", help=STORE_HELP),
 
     from trainperf.report.fleet_tree import terminal_tree
 
-    Console().print(terminal_tree(tree, expl), highlight=False, soft_wrap=True)  # one line per explanation
+    # wrapped to the terminal (80 columns when piped): rich continues a tree line under its guide, where
+    # soft_wrap would crop it at the edge and cut its figures
+    Console().print(terminal_tree(tree, expl), highlight=False)
