@@ -140,3 +140,21 @@ def test_moe_without_top_k_is_one_line_error(tmp_path):
     with pytest.raises(TrainperfError, match="8 experts.*num_experts_per_tok") as err:
         load_model(p)
     assert str(p) in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("cfg", [
+    # Trimmed from the Hugging Face configs of state-spaces/mamba-130m-hf, google-t5/t5-small and
+    # google-bert/bert-base-uncased: a state-space model, an encoder-decoder and an encoder-only model.
+    {"model_type": "mamba", "hidden_size": 768, "num_hidden_layers": 24, "vocab_size": 50280, "state_size": 16},
+    {"model_type": "t5", "d_model": 512, "d_ff": 2048, "num_layers": 6, "num_heads": 8, "vocab_size": 32128},
+    {"model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+     "intermediate_size": 3072, "vocab_size": 30522, "max_position_embeddings": 512},
+])
+def test_non_decoder_model_types_are_refused_by_name(tmp_path, cfg):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    with pytest.raises(TrainperfError) as err:
+        load_model(p)
+    msg = str(err.value)
+    assert msg.startswith(f"{p}: model_type '{cfg['model_type']}' is not supported (supported: llama, mistral")
+    assert "\n" not in msg and "missing field" not in msg

@@ -404,6 +404,16 @@ def _hf_moe_fields(d: dict, ffn_hidden: int, source: str) -> dict:
     return out
 
 
+# Hugging Face ``model_type`` values whose architecture the plan's model covers: decoder-only
+# transformers (dense, GQA, MoE, MLA). Encoder-only (BERT), encoder-decoder (T5) and state-space
+# (Mamba) models have other FLOP and memory structures, so they are refused rather than planned
+# as decoders.
+SUPPORTED_MODEL_TYPES = (
+    "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "gemma", "gemma2", "phi3",
+    "olmo", "olmo2", "olmoe", "deepseek_v2", "deepseek_v3", "gpt2", "gpt_neox", "opt", "bloom", "falcon",
+)
+
+
 def model_from_dict(d: dict, name: str = "custom", source: str = "config") -> ModelSpec:
     """Return a ModelSpec from our JSON keys or a Hugging Face ``config.json`` dict.
 
@@ -425,6 +435,10 @@ def model_from_dict(d: dict, name: str = "custom", source: str = "config") -> Mo
             kw["norm"] = str(d["norm"])
         return ModelSpec(name=str(d.get("name", name)), **kw)
     # Hugging Face config.json
+    model_type = str(d.get("model_type", ""))
+    if model_type and model_type not in SUPPORTED_MODEL_TYPES:
+        raise TrainperfError(f"{source}: model_type {model_type!r} is not supported "
+                             f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
     kw = {}
     for ours, theirs in _HF_KEYS.items():
         for key in theirs:
@@ -437,7 +451,6 @@ def model_from_dict(d: dict, name: str = "custom", source: str = "config") -> Mo
                 continue
             raise TrainperfError(f"{source}: missing field {theirs[0]!r} (a Hugging Face config.json needs it)")
     kw["n_kv_heads"] = int(d.get("num_key_value_heads") or kw["n_heads"])
-    model_type = str(d.get("model_type", ""))
     act = str(d.get("hidden_act", d.get("activation_function", "silu")))
     gated = model_type in {"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "olmo", "olmo2"} \
         or act in {"silu", "swiglu", "geglu"}
