@@ -114,7 +114,7 @@ def plan(
                 console.print(f"[red]does NOT fit[/]: {extra['why_not_fit']}")
             if "train_hours" in extra:
                 console.print(f"{extra['tokens']:.3g} tokens: {extra['train_hours'] / 24:,.1f} days, "
-                              f"${extra['usd']:,.0f}, {extra['kwh']:,.0f} kWh")
+                              f"${extra['usd']:,.0f}, {render.format_energy(extra['kwh'])}")
         if html:
             render.html_report(html, est=est)
         return

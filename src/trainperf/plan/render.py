@@ -79,18 +79,38 @@ def breakdown_table(est: Estimate) -> Table:
     return t
 
 
+_ENERGY_UNITS = ((1e6, "GWh"), (1e3, "MWh"), (1.0, "kWh"))
+
+
+def energy_unit(kwh_values: list[float]) -> tuple[str, float]:
+    """Return (unit name, kWh per unit) so the largest finite value reads as 1 to 999 units.
+
+    The one place that chooses how energy is shown, so the terminal and the HTML agree.
+    """
+    finite = [abs(v) for v in kwh_values if v == v and v not in (float("inf"), float("-inf"))]
+    top = max(finite, default=0.0)
+    return next(((name, size) for size, name in _ENERGY_UNITS if top >= size), ("kWh", 1.0))
+
+
+def format_energy(kwh: float) -> str:
+    """Return an energy given in kWh as text in the unit energy_unit picks, e.g. '2,856.3 MWh'."""
+    unit, size = energy_unit([kwh])
+    return f"{kwh / size:,.1f} {unit}"
+
+
 def compare_table(options: list[HardwareOption], tokens: float) -> Table:
-    """Return a rich table comparing accelerators (time, $, kWh, $ per million tokens)."""
-    t = Table(title=f"training {tokens:.3g} tokens (kWh = TDP x GPUs x hours x PUE {options[0].pue if options else 1.2})",
-              title_justify="left")
-    for col in ("gpu", "GPUs", "best layout", "tok/s/GPU", "MFU", "days", "$ (M)", "MWh", "$/M tok"):
+    """Return a rich table comparing accelerators (time, $, energy in the unit energy_unit picks, $ per M tokens)."""
+    unit, size = energy_unit([o.kwh for o in options if o.best is not None])
+    t = Table(title=f"training {tokens:.3g} tokens ({unit} = TDP x GPUs x hours x PUE "
+                    f"{options[0].pue if options else 1.2})", title_justify="left")
+    for col in ("gpu", "GPUs", "best layout", "tok/s/GPU", "MFU", "days", "$ (M)", unit, "$/M tok"):
         t.add_column(col, justify="left" if col in ("gpu", "best layout") else "right")
     for o in options:
         if o.best is None:
             t.add_row(o.gpu, str(o.n_gpus), f"[red]{o.problem}[/]", "", "", "", "", "", "")
             continue
         t.add_row(o.gpu, str(o.n_gpus), short_layout(o.best), f"{o.best.tokens_per_s_per_gpu:,.0f}", f"{o.best.mfu:.1%}",
-                  f"{o.train_hours / 24:,.1f}", f"{o.usd / 1e6:,.2f}", f"{o.kwh / 1e3:,.1f}",
+                  f"{o.train_hours / 24:,.1f}", f"{o.usd / 1e6:,.2f}", f"{o.kwh / size:,.1f}",
                   f"{o.usd_per_million_tokens:.3f}")
     return t
 
@@ -117,9 +137,10 @@ def html_report(path: str | Path, res: SearchResult | None = None, est: Estimate
                       ["term", "seconds", "share"]))
     if options:
         ok = [o for o in options if o.best is not None]
+        unit, size = energy_unit([o.kwh for o in ok])
         rep.add(f"hardware comparison for {tokens:.3g} tokens",
                 table([[o.gpu, o.n_gpus, short_layout(o.best), f"{o.train_hours / 24:,.1f}", f"{o.usd:,.0f}",
-                        f"{o.kwh:,.0f}", f"{o.usd_per_million_tokens:.3f}"] for o in ok],
-                      ["gpu", "GPUs", "best layout", "days", "USD", "kWh", "USD per M tokens"]),
+                        f"{o.kwh / size:,.1f}", f"{o.usd_per_million_tokens:.3f}"] for o in ok],
+                      ["gpu", "GPUs", "best layout", "days", "USD", unit, "USD per M tokens"]),
                 bar_chart([o.gpu for o in ok], [o.usd_per_million_tokens for o in ok], unit="$/Mtok"))
     return rep.write(path)

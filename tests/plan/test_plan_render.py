@@ -1,0 +1,47 @@
+"""How `trainperf plan` shows its figures: one energy unit for terminal and HTML, readable titles."""
+
+import json
+import re
+
+from typer.testing import CliRunner
+
+from trainperf.cli import app
+from trainperf.plan.render import energy_unit, format_energy
+
+runner = CliRunner()
+ARGS = ["plan", "--model", "llama3-8b", "--gpus", "16", "--global-batch", "64",
+        "--compare-hardware", "h100,h200", "--tokens", "1e12"]
+
+
+def test_energy_unit_scales_to_the_largest_value():
+    assert energy_unit([512.0]) == ("kWh", 1.0)
+    assert energy_unit([900.0, 25_296.6]) == ("MWh", 1e3)
+    assert energy_unit([2_856_257.0, float("inf")]) == ("GWh", 1e6)
+    assert format_energy(25_296.6) == "25.3 MWh"
+
+
+def test_compare_hardware_terminal_and_html_show_the_same_energy(tmp_path):
+    out = tmp_path / "plan_hardware.html"
+    r = runner.invoke(app, [*ARGS, "--html", str(out)], env={"COLUMNS": "220"})
+    assert r.exit_code == 0, r.output
+    kwh = [o["kwh"] for o in json.loads(runner.invoke(app, [*ARGS, "--json"]).output)["options"]]
+    unit, size = energy_unit(kwh)  # 16 GPUs x ~700 W x ~1900 h x 1.2: tens of MWh
+    assert unit == "MWh"
+    title = re.search(r"training 1e\+12 tokens \((\w+) = TDP", r.output)
+    assert title and title.group(1) == unit
+    header = next(line for line in r.output.splitlines() if "best layout" in line)
+    assert f" {unit} " in header and "kWh" not in header
+    page = out.read_text()
+    assert f"<th>{unit}</th>" in page and "<th>kWh</th>" not in page
+    for v in kwh:
+        shown = f"{v / size:,.1f}"
+        assert shown in r.output and f"<td>{shown}</td>" in page
+
+
+def test_layout_tokens_line_uses_the_same_energy_formatter():
+    r = runner.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "16", "--global-batch", "64",
+                            "--layout", "tp=1,pp=1,zero=1", "--tokens", "1e12"], env={"COLUMNS": "220"})
+    assert r.exit_code == 0, r.output
+    d = json.loads(runner.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "16", "--global-batch", "64",
+                                       "--layout", "tp=1,pp=1,zero=1", "--tokens", "1e12", "--json"]).output)
+    assert format_energy(d["kwh"]) in r.output
