@@ -190,18 +190,24 @@ def test_a_kind_the_base_cannot_hold_is_skipped_with_its_reason(tmp_path):
     assert any("straggler" in s and "at least 2 ranks" in s for s in logged)
 
 
+def _gemm_allreduce_add(*, launch_ar: float, allreduce_at: float, launch_add: float) -> list[dict]:
+    """One 100 µs step: gemm [10, 60] on the compute stream, a 20 µs all-reduce on its own stream at
+    ``allreduce_at`` (launched at ``launch_ar``), add [70, 75] launched at ``launch_add``."""
+    return [_x("ProfilerStep#1", "user_annotation", HOST, 0.0, 100.0),
+            _x("cudaLaunchKernel", "cuda_runtime", HOST, 5.0, 3.0, corr=1), _x("gemm", "kernel", GPU, 10.0, 50.0, corr=1),
+            _x("cudaLaunchKernel", "cuda_runtime", HOST, launch_ar, 3.0, corr=2),
+            _x("ncclKernel_AllReduce_RING_LL_Sum_float", "kernel", (0, 20), allreduce_at, 20.0, corr=2),
+            _x("cudaLaunchKernel", "cuda_runtime", HOST, launch_add, 3.0, corr=3),
+            _x("add", "kernel", GPU, 70.0, 5.0, corr=3),
+            _x("ProfilerStep#2", "user_annotation", HOST, 100.0, 10.0)]
+
+
 def test_an_overlapped_collective_is_serialised_after_the_compute_it_overlapped():
     # step 1 [0, 100]: gemm [10, 60] on the compute stream; an all-reduce [30, 50] on its own stream
     # overlaps it. Serialised, the all-reduce starts when gemm ends (60) and everything after 60
     # waits its 20 µs: the step becomes 120 µs, gain 20 / 120
-    ev = [_x("ProfilerStep#1", "user_annotation", HOST, 0.0, 100.0),
-          _x("cudaLaunchKernel", "cuda_runtime", HOST, 5.0, 3.0, corr=1), _x("gemm", "kernel", GPU, 10.0, 50.0, corr=1),
-          _x("cudaLaunchKernel", "cuda_runtime", HOST, 25.0, 3.0, corr=2),
-          _x("ncclKernel_AllReduce_RING_LL_Sum_float", "kernel", (0, 20), 30.0, 20.0, corr=2),
-          _x("cudaLaunchKernel", "cuda_runtime", HOST, 62.0, 3.0, corr=3), _x("add", "kernel", GPU, 70.0, 5.0, corr=3),
-          _x("ProfilerStep#2", "user_annotation", HOST, 100.0, 10.0)]
-    doc = {"traceEvents": ev}
-    out, _ = inject_exposed_comm({0: doc}, 1.0, random.Random(0))
+    ev = _gemm_allreduce_add(launch_ar=25.0, allreduce_at=30.0, launch_add=62.0)
+    out, _ = inject_exposed_comm({0: {"traceEvents": ev}}, 1.0, random.Random(0))
     got = {e["name"]: (e["ts"], e["dur"]) for e in out[0]["traceEvents"]}
     assert got["ncclKernel_AllReduce_RING_LL_Sum_float"] == (60.0, 20.0)
     assert got["add"] == (90.0, 5.0) and got["cudaStreamSynchronize"] == (60.0, 20.0)
@@ -211,12 +217,7 @@ def test_an_overlapped_collective_is_serialised_after_the_compute_it_overlapped(
 def test_a_collective_that_starts_in_a_compute_gap_is_serialised_where_it_starts():
     # all-reduce [62, 82] starts after gemm [10, 60] ended and overlaps add [70, 75]: the device
     # stops for its 20 µs at 62, add moves to 90, the step to 120 µs
-    ev = [_x("ProfilerStep#1", "user_annotation", HOST, 0.0, 100.0),
-          _x("cudaLaunchKernel", "cuda_runtime", HOST, 5.0, 3.0, corr=1), _x("gemm", "kernel", GPU, 10.0, 50.0, corr=1),
-          _x("cudaLaunchKernel", "cuda_runtime", HOST, 55.0, 3.0, corr=2),
-          _x("ncclKernel_AllReduce_RING_LL_Sum_float", "kernel", (0, 20), 62.0, 20.0, corr=2),
-          _x("cudaLaunchKernel", "cuda_runtime", HOST, 63.0, 3.0, corr=3), _x("add", "kernel", GPU, 70.0, 5.0, corr=3),
-          _x("ProfilerStep#2", "user_annotation", HOST, 100.0, 10.0)]
+    ev = _gemm_allreduce_add(launch_ar=55.0, allreduce_at=62.0, launch_add=63.0)
     out, _ = inject_exposed_comm({0: {"traceEvents": ev}}, 1.0, random.Random(0))
     got = {e["name"]: (e["ts"], e["dur"]) for e in out[0]["traceEvents"]}
     assert got["ncclKernel_AllReduce_RING_LL_Sum_float"] == (62.0, 20.0) and got["add"] == (90.0, 5.0)
