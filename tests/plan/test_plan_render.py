@@ -45,3 +45,12 @@ def test_layout_tokens_line_uses_the_same_energy_formatter():
     d = json.loads(runner.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "16", "--global-batch", "64",
                                        "--layout", "tp=1,pp=1,zero=1", "--tokens", "1e12", "--json"]).output)
     assert format_energy(d["kwh"]) in r.output
+
+
+def test_layout_breakdown_title_is_one_line_at_terminal_width():
+    r = runner.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "16", "--global-batch", "64",
+                            "--layout", "tp=1,pp=1,zero=1"], env={"COLUMNS": "160"})
+    assert r.exit_code == 0, r.output
+    first = r.output.splitlines()[0].strip()
+    # the whole layout string on the first line, not folded to the 39-column table width
+    assert first.startswith("breakdown of tp=1,pp=1,dp=16") and first.endswith("precision=bf16")

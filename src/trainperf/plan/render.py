@@ -4,12 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from trainperf.plan.api import step_cost
 from trainperf.plan.compare import HardwareOption
 from trainperf.plan.estimate import TERMS, Estimate
 from trainperf.plan.search import SearchResult
+
+
+def titled(title: str, table: Table) -> Group:
+    """Return ``table`` under ``title`` as one line that wraps at the terminal's width, not the table's.
+
+    A rich Table title wraps to the table's own width, which folds a long title into a narrow block.
+    """
+    return Group(Text(title, style="italic"), table)
 
 
 def short_layout(est: Estimate) -> str:
@@ -37,15 +47,15 @@ def overhead_label(est: Estimate) -> str:
     return f"{k} {est.breakdown[k] / est.step_time_s:.0%}"
 
 
-def search_table(res: SearchResult) -> Table:
-    """Return a rich table of the ranked layouts."""
+def search_table(res: SearchResult) -> Group:
+    """Return a rich table of the ranked layouts under its title line."""
     title = (f"{res.model.name} on {res.cluster.n_gpus} x {res.cluster.accelerator.name}, seq {res.model.seq_len}, "
              f"global batch {res.global_batch} ({res.global_batch * res.model.seq_len / 1e6:.2f} M tokens), "
              f"stack {res.stack}")
     cost = res.objective == "cost"
     if cost:
         title += f", ${res.usd_per_gpu_hour:.2f} per GPU-hour (--usd-per-hour)"
-    t = Table(title=title, title_justify="left")
+    t = Table()
     cols = [("#", "right"), ("layout", "left"), ("step s", "right"), ("tok/s/GPU", "right"),
             ("MFU", "right"), ("mem GiB", "right"), ("dominant overhead", "left")]
     if cost:
@@ -62,13 +72,13 @@ def search_table(res: SearchResult) -> Table:
             usd_step, usd_mtok = step_cost(e, n, res.usd_per_gpu_hour)
             row[3:3] = [f"{usd_step:.4g}", f"{usd_mtok:.4g}"]
         t.add_row(*row)
-    return t
+    return titled(title, t)
 
 
 
-def breakdown_table(est: Estimate) -> Table:
-    """Return a rich table of one layout's step-time breakdown (seconds and share)."""
-    t = Table(title=f"breakdown of {est.layout.to_string()}", title_justify="left")
+def breakdown_table(est: Estimate) -> Group:
+    """Return a rich table of one layout's step-time breakdown (seconds and share) under its title line."""
+    t = Table()
     t.add_column("term")
     t.add_column("seconds", justify="right")
     t.add_column("share", justify="right")
@@ -76,7 +86,7 @@ def breakdown_table(est: Estimate) -> Table:
         v = est.breakdown[k]
         t.add_row(k, f"{v:.4f}", f"{v / est.step_time_s:.1%}")
     t.add_row("[bold]step[/]", f"[bold]{est.step_time_s:.4f}[/]", "100%")
-    return t
+    return titled(f"breakdown of {est.layout.to_string()}", t)
 
 
 _ENERGY_UNITS = ((1e6, "GWh"), (1e3, "MWh"), (1.0, "kWh"))
@@ -98,11 +108,11 @@ def format_energy(kwh: float) -> str:
     return f"{kwh / size:,.1f} {unit}"
 
 
-def compare_table(options: list[HardwareOption], tokens: float) -> Table:
+def compare_table(options: list[HardwareOption], tokens: float) -> Group:
     """Return a rich table comparing accelerators (time, $, energy in the unit energy_unit picks, $ per M tokens)."""
     unit, size = energy_unit([o.kwh for o in options if o.best is not None])
-    t = Table(title=f"training {tokens:.3g} tokens ({unit} = TDP x GPUs x hours x PUE "
-                    f"{options[0].pue if options else 1.2})", title_justify="left")
+    title = f"training {tokens:.3g} tokens ({unit} = TDP x GPUs x hours x PUE {options[0].pue if options else 1.2})"
+    t = Table()
     for col in ("gpu", "GPUs", "best layout", "tok/s/GPU", "MFU", "days", "$ (M)", unit, "$/M tok"):
         t.add_column(col, justify="left" if col in ("gpu", "best layout") else "right")
     for o in options:
@@ -112,7 +122,7 @@ def compare_table(options: list[HardwareOption], tokens: float) -> Table:
         t.add_row(o.gpu, str(o.n_gpus), short_layout(o.best), f"{o.best.tokens_per_s_per_gpu:,.0f}", f"{o.best.mfu:.1%}",
                   f"{o.train_hours / 24:,.1f}", f"{o.usd / 1e6:,.2f}", f"{o.kwh / size:,.1f}",
                   f"{o.usd_per_million_tokens:.3f}")
-    return t
+    return titled(title, t)
 
 
 def html_report(path: str | Path, res: SearchResult | None = None, est: Estimate | None = None,
