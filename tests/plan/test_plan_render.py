@@ -54,3 +54,12 @@ def test_layout_breakdown_title_is_one_line_at_terminal_width():
     first = r.output.splitlines()[0].strip()
     # the whole layout string on the first line, not folded to the 39-column table width
     assert first.startswith("breakdown of tp=1,pp=1,dp=16") and first.endswith("precision=bf16")
+
+
+def test_plan_html_chart_has_a_title_naming_quantity_and_unit(tmp_path):
+    out = tmp_path / "plan.html"
+    r = runner.invoke(app, ["plan", "--model", "llama3-8b", "--gpus", "16", "--global-batch", "64", "--top", "3",
+                            "--html", str(out)])
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    assert "Chart: predicted time per step (s) of layouts #1-#3, split by term." in page
