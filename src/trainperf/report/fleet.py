@@ -9,6 +9,11 @@ import numpy as np
 from trainperf.report.html import Report, line_chart, paragraph, table
 
 
+def change_count_text(n_changes: int, n_points: int) -> str:
+    """Return e.g. '1 change point in 150 points' or 'no change points in 40 points' (singular/plural right)."""
+    return f"{n_changes or 'no'} change point{'' if n_changes == 1 else 's'} in {n_points} points"
+
+
 def changes_report(values, result, path: str | Path, title: str = "Change points", label: str = "value",
                    run_ids: list[str] | None = None) -> Path:
     """Write a self-contained HTML report of ``result`` (a ChangeResult) over ``values``; return the path."""
@@ -34,7 +39,7 @@ def changes_report(values, result, path: str | Path, title: str = "Change points
         rows.append([where if not run_ids else f"{where} ({run_ids[c.index]})", c.kind, f"{c.before:.5g}{unit}",
                      f"{c.after:.5g}{unit}", f"{c.shift:+.4g}{unit} [{c.shift_ci[0]:+.4g}, {c.shift_ci[1]:+.4g}]",
                      rel, f"{c.p_value:.2g}"])
-    rep = Report(title, f"{len(result.changes)} change point(s) in {result.n} points")
+    rep = Report(title, change_count_text(len(result.changes), result.n))
     rep.add("Series", chart, paragraph(
         "Vertical lines mark the first point of each new segment. Level changes shift the median; trend changes "
         "shift the slope (their magnitude is per point)."))
