@@ -63,3 +63,5 @@ def test_plan_html_chart_has_a_title_naming_quantity_and_unit(tmp_path):
     assert r.exit_code == 0, r.output
     page = out.read_text()
     assert "Chart: predicted time per step (s) of layouts #1-#3, split by term." in page
+    # the value axis names the quantity, not only its unit (the bar labels keep "0.5 s")
+    assert "&quot;xaxis&quot;: {&quot;title&quot;: {&quot;text&quot;: &quot;time per step (s)&quot;}" in page

@@ -151,8 +151,9 @@ def changes(csv: str = typer.Option(None, "--csv", help="CSV file with the serie
     from rich.table import Table
 
     con = Console()
-    n = len(res.changes)
-    con.print(f"{n or 'no'} change point{'' if n == 1 else 's'} in {res.n} points", highlight=False)
+    from trainperf.report.fleet import change_count_text
+
+    con.print(change_count_text(len(res.changes), res.n), highlight=False)
     if verbose:
         con.print(f"method: {res.test}", highlight=False)
     else:

@@ -141,11 +141,12 @@ def html_report(path: str | Path, res: SearchResult | None = None, est: Estimate
                 paragraph(f"Chart: predicted time per step (s) of layouts #1-#{len(res.best)}, split by term.",
                           cls="note"),
                 stacked_bar_chart([f"#{i}" for i in range(1, len(res.best) + 1)],
-                                  {k: [e.breakdown[k] for e in res.best] for k in TERMS}, unit="s"))
+                                  {k: [e.breakdown[k] for e in res.best] for k in TERMS}, unit="s",
+                                  axis_title="time per step (s)"))
     if est is not None:
         rep.add(f"breakdown of {est.layout.to_string()}",
                 paragraph("Chart: predicted time per step (s) by term.", cls="note"),
-                bar_chart(list(TERMS), [est.breakdown[k] for k in TERMS], unit="s"),
+                bar_chart(list(TERMS), [est.breakdown[k] for k in TERMS], unit="s", axis_title="time per step (s)"),
                 table([[k, f"{est.breakdown[k]:.4f}", f"{est.breakdown[k] / est.step_time_s:.1%}"] for k in TERMS],
                       ["term", "seconds", "share"]))
     if options:
@@ -156,5 +157,6 @@ def html_report(path: str | Path, res: SearchResult | None = None, est: Estimate
                         f"{o.kwh / size:,.1f}", f"{o.usd_per_million_tokens:.3f}"] for o in ok],
                       ["gpu", "GPUs", "best layout", "days", "USD", unit, "USD per M tokens"]),
                 paragraph("Chart: predicted cost per million tokens trained (USD).", cls="note"),
-                bar_chart([o.gpu for o in ok], [o.usd_per_million_tokens for o in ok], unit="$/Mtok"))
+                bar_chart([o.gpu for o in ok], [o.usd_per_million_tokens for o in ok], unit="$/Mtok",
+                          axis_title="USD per million tokens"))
     return rep.write(path)

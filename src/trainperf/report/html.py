@@ -179,8 +179,9 @@ def _legend_on_top(n_names: int) -> tuple[dict, int]:
 
 
 def bar_chart(labels: Sequence[str], values: Sequence[float], unit: str = "", width: int = 700,
-              color: str = PALETTE[0]) -> str:
-    """Return a horizontal bar chart of ``values`` (one bar per label, first at the top); ``unit`` titles the axis."""
+              color: str = PALETTE[0], *, axis_title: str = "") -> str:
+    """Return a horizontal bar chart of ``values`` (one bar per label, first at the top); ``unit`` follows
+    each value and titles the axis unless ``axis_title`` is given."""
     if len(values) == 0:
         return paragraph("(no data)", "note")
     go = _plotly()
@@ -192,7 +193,7 @@ def bar_chart(labels: Sequence[str], values: Sequence[float], unit: str = "", wi
                            text=texts, textposition="auto", cliponaxis=False,
                            hovertemplate="%{y}: %{x:.4g} " + esc(unit) + "<extra></extra>"))
     fig.update_yaxes(autorange="reversed", type="category")
-    fig.update_xaxes(title_text=unit, rangemode="tozero")
+    fig.update_xaxes(title_text=axis_title or unit, rangemode="tozero")
     if (span := label_room(vals, texts)) is not None:
         fig.update_xaxes(range=list(span))
     return _figure_div(fig, 90 + 28 * len(vals))
@@ -225,7 +226,7 @@ def label_room(values: Sequence[float | None], texts: Sequence[str]) -> tuple[fl
 
 
 def stacked_bar_chart(labels: Sequence[str], parts_by_name: dict[str, Sequence[float]], unit: str = "",
-                      width: int = 700) -> str:
+                      width: int = 700, *, axis_title: str = "") -> str:
     """Return a horizontal stacked bar chart: one bar per label, one colour per part, legend above."""
     names = list(parts_by_name)
     if len(labels) == 0 or not names:
@@ -241,7 +242,7 @@ def stacked_bar_chart(labels: Sequence[str], parts_by_name: dict[str, Sequence[f
     legend, legend_px = _legend_on_top(len(names))
     fig.update_layout(barmode="stack", legend=legend)
     fig.update_yaxes(autorange="reversed", type="category")
-    fig.update_xaxes(title_text=unit, rangemode="tozero")
+    fig.update_xaxes(title_text=axis_title or unit, rangemode="tozero")
     return _figure_div(fig, 100 + legend_px + 28 * len(ys), legend_px)
 
 
