@@ -222,3 +222,22 @@ def test_a_collective_that_starts_in_a_compute_gap_is_serialised_where_it_starts
     got = {e["name"]: (e["ts"], e["dur"]) for e in out[0]["traceEvents"]}
     assert got["ncclKernel_AllReduce_RING_LL_Sum_float"] == (62.0, 20.0) and got["add"] == (90.0, 5.0)
     assert K.step_time_us(out[0]["traceEvents"]) == 120.0
+
+
+def test_the_sync_of_a_serialised_collective_lands_on_the_thread_that_launched_it():
+    # as above, but the autograd thread (1, 2) launches the all-reduce [30, 50] inside its backward
+    # node [20, 65] while the main thread (1, 1) only holds the step. Serialised at 60, the 20 µs sync
+    # [60, 80] is that thread's (the main thread is inside backward() and cannot sync): the node
+    # spanning 60 is stretched to [20, 85] and holds it; the main thread gets no sync.
+    autograd = (1, 2)
+    ev = _gemm_allreduce_add(launch_ar=25.0, allreduce_at=30.0, launch_add=62.0)
+    for e in ev:
+        if e.get("args", {}).get("correlation") == 2 and e["cat"] == "cuda_runtime":
+            e["pid"], e["tid"] = autograd
+    ev.append(_x("autograd::engine::evaluate_function: MmBackward0", "cpu_op", autograd, 20.0, 45.0))
+    out, _ = inject_exposed_comm({0: {"traceEvents": ev}}, 1.0, random.Random(0))
+    (sync,) = _by_name(out[0], "cudaStreamSynchronize")
+    assert ((sync["pid"], sync["tid"]), sync["ts"], sync["dur"]) == (autograd, 60.0, 20.0)
+    (node,) = _by_name(out[0], "autograd::engine::evaluate_function: MmBackward0")
+    assert (node["ts"], node["dur"]) == (20.0, 65.0)
+    assert K.step_time_us(out[0]["traceEvents"]) == 120.0

@@ -257,6 +257,11 @@ def inject_exposed_comm(ranks: dict, size: float, rng: random.Random):
     when the compute kernel running at its start ends, and the compute stream and the host (a
     cudaStreamSynchronize, as after `dist.all_reduce(t); torch.cuda.synchronize()`) wait for it.
 
+    The sync is written on the host thread that launched the collective (its launch->kernel
+    correlation): in DDP that is the autograd thread, while the main thread is inside backward()
+    and cannot call it. The pause still moves every host thread: the main thread waits in
+    backward() for the autograd thread, so its open ops are stretched and its later ones shifted.
+
     (Delaying only the compute stream costs nothing measurable on these bases: their GPUs idle
     53-78 % of the step and the slack absorbs it; insert_device_delays gives gains < 0.1 %.)"""
     if not any(_overlapped_collectives(doc) for doc in ranks.values()):
@@ -264,6 +269,7 @@ def inject_exposed_comm(ranks: dict, size: float, rng: random.Random):
     out = {}
     for rank, doc in ranks.items():
         r = rank_facts(doc)
+        launcher = K.launch_threads(doc["traceEvents"])
         cands = _overlapped_collectives(doc)
         n = int(np.ceil(size * len(cands)))
         chosen = sorted(rng.sample(cands, n), key=lambda c: c[1]) if cands else []
@@ -275,9 +281,10 @@ def inject_exposed_comm(ranks: dict, size: float, rng: random.Random):
             pauses.append((at, dur))
             total += dur
         mod = insert_pauses(doc, pauses, moved)
+        ev = doc["traceEvents"]
         mod["traceEvents"] += [{"ph": "X", "cat": "cuda_runtime", "name": vendor_name("cudaStreamSynchronize", r.hip),
-                                "pid": r.main[0],
-                                "tid": r.main[1], "ts": moved[i], "dur": dur, "args": {}}
+                                "pid": (th := launcher.get(K.correlation(ev[i]), r.main))[0],
+                                "tid": th[1], "ts": moved[i], "dur": dur, "args": {}}
                                for i, at, dur in chosen if i in moved]
         out[rank] = mod
     return out, sorted(ranks)

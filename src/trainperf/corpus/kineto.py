@@ -142,6 +142,12 @@ def launch_times(events: list[dict]) -> dict:
     return {correlation(e): float(e["ts"]) for e in events if is_runtime(e) and correlation(e) is not None}
 
 
+def launch_threads(events: list[dict]) -> dict:
+    """correlation id -> host thread (pid, tid) of the runtime call that launched it."""
+    return {correlation(e): (e.get("pid"), e.get("tid")) for e in events
+            if is_runtime(e) and correlation(e) is not None}
+
+
 def step_time_us(events: list[dict]) -> float:
     """Mean time per step of the window (µs; window_steps): from the first window step's start to
     the later of the last window step's end and the end of the last device op launched inside the
