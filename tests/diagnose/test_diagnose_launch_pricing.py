@@ -53,7 +53,7 @@ def test_launch_bound_is_priced_by_its_launches(tmp_path):
     assert f.what_if.startswith("kernel launches cost the host nothing")
 
 
-def _gpu_bound_small_kernels(path: Path) -> Path:
+def _gpu_bound_small_kernels(path: Path, tiny: str = "elementwise_add_kernel") -> Path:
     # each 3000-us step T launches 40 kernels 5 us apart (calls of 4 us): kernel k is a 200-us GEMM when
     # k % 4 == 0, else a 2-us add (30 tiny ones, 75 % of the kernels); they queue back to back from T+5 and
     # the last ends at T+5 + 10 x 200 + 30 x 2 = T+2065; cudaDeviceSynchronize returns at T+2070; at T+2100
@@ -66,11 +66,11 @@ def _gpu_bound_small_kernels(path: Path) -> Path:
         for k in range(40):
             dur = 200.0 if k % 4 == 0 else 2.0
             start = max(T + 5.0 * k + 5.0, end)
-            b.launch("ampere_sgemm_128x64_tn" if dur > 10 else "elementwise_add_kernel", T + 5.0 * k, start, dur)
+            b.launch("ampere_sgemm_128x64_tn" if dur > 10 else tiny, T + 5.0 * k, start, dur)
             end = start + dur
         b.cpu("cudaDeviceSynchronize", T + 300.0, end + 5.0 - (T + 300.0), cat="cuda_runtime")
         b.cpu("python_work", end + 5.0, T + 2100.0 - end - 5.0)
-        b.launch("elementwise_add_kernel", T + 2100.0, T + 2105.0, 2.0)
+        b.launch(tiny, T + 2100.0, T + 2105.0, 2.0)
         b.cpu("python_work", T + 2104.0, P - 2104.0 - 1.0)
     return b.write(path / "s.json.gz")
 
@@ -86,3 +86,10 @@ def test_fused_small_kernels_stop_costing_device_time(tmp_path):
     f = next(x for x in d.findings if x.kind == "small_kernels")
     assert f.steps == [0, 1, 2, 3]
     assert f.gain_alone_pct == pytest.approx(100.0 * 254.0 / (3 * P + 2107.0), abs=0.01)
+
+
+def test_short_collectives_are_not_small_kernels(tmp_path):
+    # the same trace with every 2-us kernel a collective: foreach ops or torch.compile cannot fuse a
+    # collective into its neighbours (its fix is fewer, larger buckets), so nothing is a small kernel
+    d = diagnose(_gpu_bound_small_kernels(tmp_path, tiny="ncclDevKernel_AllReduce_Sum_f32_RING_LL"))
+    assert "small_kernels" not in {x.kind for x in d.findings}

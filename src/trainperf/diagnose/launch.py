@@ -8,9 +8,11 @@ import numpy as np
 
 from trainperf.diagnose.window import Window
 from trainperf.trace.annotate import correlated_host_row
-from trainperf.trace.events import KERNEL, MEMCPY, MEMSET, EventTable
+from trainperf.trace.events import COMMUNICATION, KERNEL, MEMCPY, MEMSET, EventTable
 
 SMALL_KERNEL_US = 10.0
+# A small kernel is a compute or copy kernel: a short collective is not fused into its neighbours by foreach
+# ops or torch.compile (its fix is fewer, larger buckets), so communication kernels never count as small.
 LAUNCH_BOUND_MIN_KERNELS = 20
 
 
@@ -41,7 +43,7 @@ def launch_stats(t: EventTable, w: Window) -> LaunchStats:
     rows, link = launched_rows(t, w)
     krows = w.device[t.kind[w.device] == KERNEL]
     kdur = w.end_us[krows] - w.ts_us[krows]
-    small = kdur < SMALL_KERNEL_US
+    small = (kdur < SMALL_KERNEL_US) & (t.category[krows] != COMMUNICATION)
     if rows.size == 0:
         d = np.zeros(1)
         over = 0.0
@@ -69,7 +71,8 @@ def _small_kernel_host_wait(t: EventTable, w: Window, rows: np.ndarray, link: np
     """Idle device time (µs) before small kernels whose launch call started after the stream went idle."""
     total = 0.0
     for _, o, ts, end, lts in _by_stream(t, w, rows, link):
-        small = (t.kind[rows[o]][1:] == KERNEL) & (end[1:] - ts[1:] < SMALL_KERNEL_US)
+        small = ((t.kind[rows[o]][1:] == KERNEL) & (end[1:] - ts[1:] < SMALL_KERNEL_US)
+                 & (t.category[rows[o]][1:] != COMMUNICATION))
         waited = lts[1:] > end[:-1]
         total += float(np.maximum(ts[1:] - end[:-1], 0.0)[small & waited].sum())
     return total

@@ -463,7 +463,8 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     is_alloc = np.zeros(n, bool)
     is_alloc[:n_h] = np.isin(host_names, t.ids_matching(ALLOCATOR_RUNTIME_RE.search))
     small_launch = np.zeros(n, bool)
-    small_dev = dev_idx[(t.kind[dev_rows] == KERNEL) & (dur[n_h:] < SMALL_KERNEL_US) & has_launch[n_h:]]
+    small_dev = dev_idx[(t.kind[dev_rows] == KERNEL) & (dur[n_h:] < SMALL_KERNEL_US) & has_launch[n_h:]
+                        & ~comm[n_h:]]  # a collective is not a small kernel (launch.SMALL_KERNEL_US)
     small_launch[launch[small_dev]] = True
     kdur = dur[n_h:][(t.kind[dev_rows] == KERNEL) & (dur[n_h:] > 0)]
     kernel_floor = float(np.percentile(kdur, KERNEL_FLOOR_PERCENTILE)) if kdur.size else 0.0
