@@ -25,4 +25,4 @@ corpus: $(STAMP)
 	$(VPY) benchmarks/build_corpus.py corpus
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info demo_out
+	rm -rf $(VENV) .pytest_cache build *.egg-info demo

@@ -6,7 +6,7 @@
 set -euo pipefail
 VENV=${1:-.venv}
 TP="$VENV/bin/trainperf"
-OUT=demo_out
+OUT=demo
 rm -rf "$OUT"; mkdir -p "$OUT"
 export TRAINPERF_STORE="$OUT/store"
 EX=src/trainperf/fleet/examples

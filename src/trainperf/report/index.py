@@ -1,6 +1,6 @@
 """An index page for a folder of reports: `python -m trainperf.report.index FOLDER`.
 
-`make demo` uses it to write demo_out/index.html, which links every report the demo made
+`make demo` uses it to write demo/index.html, which links every report the demo made
 (each with its title and subtitle, read from the page's head) and the data files beside them.
 """
 
