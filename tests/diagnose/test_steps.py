@@ -1,0 +1,134 @@
+"""The step finder (diagnose/steps.py) on the step markers real traces carry.
+
+References: hand-worked times of small traces built in the format PyTorch's profiler writes
+(tests/trace/kineto_builder.py), and, on HTA's real traces, the raw Kineto JSON read by the
+corpus's own reader (trainperf.corpus.kineto: plain json, independent of trainperf.trace and diagnose).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainperf.corpus import kineto as K
+from trainperf.diagnose.steps import find_step_markers, step_times
+from trainperf.diagnose.window import analysis_window
+from trainperf.trace.load import load_trace
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from kineto_builder import TraceBuilder  # noqa: E402
+
+HTA = Path(__file__).resolve().parents[2] / "../shared/data/traces/hta"
+needs_hta = pytest.mark.skipif(not HTA.is_dir(), reason="../shared/data/traces/hta not present")
+
+STEP_US, LAG_US, KERNEL_US = 100.0, 150.0, 25.0
+
+
+def _modern(tmp_path: Path, host: bool = True, gpu: bool = True, cat: str = "user_annotation") -> Path:
+    """4 steps of 100 µs, each launching 2 kernels of 25 µs that start 150 µs after the step (the GPU runs
+    behind the host); the device copy of ProfilerStep#N spans the step's kernels, as Kineto writes it."""
+    b = TraceBuilder()
+    for k in range(4):
+        t0 = 1000 + STEP_US * k
+        if host:
+            b.cpu(f"ProfilerStep#{k}", t0, STEP_US, cat=cat)
+        starts = [t0 + LAG_US + 30 * j for j in range(2)]
+        for j, s in enumerate(starts):
+            b.launch(f"gemm_{j}", t0 + 10 + 30 * j, s, KERNEL_US)
+        if gpu:
+            b.events.append({"ph": "X", "cat": "gpu_user_annotation", "name": f"ProfilerStep#{k}", "pid": 0,
+                             "tid": 7, "ts": starts[0], "dur": starts[-1] + KERNEL_US - starts[0],
+                             "args": {"External id": 5 + k}})
+    return b.write(tmp_path / "t.json.gz")
+
+
+def _table(path: Path):
+    return next(iter(load_trace(path).values()))
+
+
+def test_device_copies_of_profiler_step_are_markers_not_steps(tmp_path):
+    t = _table(_modern(tmp_path))
+    m = find_step_markers(t)
+    assert m.count == 4 and list(m.numbers) == [0, 1, 2, 3]
+    assert m.device_rows.size == 4 and not np.isin(m.device_rows, m.host_rows).any()
+    st = step_times(t, analysis_window(t, include_last_step=True), m)
+    assert [s.host_us for s in st] == [STEP_US] * 4
+    assert [s.device_busy_us for s in st] == [2 * KERNEL_US] * 4          # two 25-µs kernels
+    assert [s.gpu_lag_us for s in st] == [LAG_US] * 4                     # found through the launches
+    assert [s.gpu_end_us - s.gpu_start_us for s in st] == [30 + KERNEL_US] * 4
+
+
+def test_profiler_step_as_cpu_op_the_pre_2_0_schema(tmp_path):
+    m = find_step_markers(_table(_modern(tmp_path, gpu=False, cat="cpu_op")))
+    assert m.count == 4 and m.note == ""
+
+
+def test_steps_come_from_the_thread_that_calls_prof_step(tmp_path):
+    b = TraceBuilder()
+    for k in range(3):
+        b.step(k, 1000 + 100 * k, 100)
+    b.cpu("ProfilerStep#7", 1050, 20, cat="user_annotation", tid=2)  # a span of that name on another thread
+    t = _table(b.write(tmp_path / "t.json.gz"))
+    m = find_step_markers(t)
+    assert list(m.numbers) == [0, 1, 2] and m.ignored_rows.size == 1
+    assert [s.start_us for s in step_times(t, analysis_window(t), m)] == [1000.0, 1100.0, 1200.0]
+
+
+def test_device_markers_only_say_so_and_give_no_steps(tmp_path):
+    t = _table(_modern(tmp_path, host=False))
+    m = find_step_markers(t)
+    assert m.count == 0 and m.device_rows.size == 4
+    assert "only on the GPU timeline" in m.note and "prof.step()" in m.note
+    assert step_times(t, analysis_window(t), m) == []
+
+
+def test_no_profiler_step_is_said_never_guessed(tmp_path):
+    b = TraceBuilder()
+    for k in range(3):
+        b.cpu("Optimizer.step#SGD.step", 1000 + 100 * k, 10, cat="user_annotation")
+        b.launch("sgd_kernel", 1001 + 100 * k, 1020 + 100 * k, 5)
+    t = _table(b.write(tmp_path / "t.json.gz"))
+    m = find_step_markers(t)
+    assert m.count == 0 and step_times(t, analysis_window(t), m) == []
+    assert m.note.startswith("no ProfilerStep#N spans") and "3 Optimizer.step annotations" in m.note
+
+
+@needs_hta
+def test_real_trace_without_profiler_step_with_gpu_user_annotation():
+    """HTA's with_gpu_user_annotation: a Quadro GP100 training loop with optimizer annotations on host and
+    GPU but no ProfilerStep: no steps, and the note counts the loop's Optimizer.step spans (raw JSON)."""
+    path = HTA / "with_gpu_user_annotation/step_based_trace_2543932.json.gz"
+    events = K.read_events(path)["traceEvents"]
+    n_opt = sum(1 for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("Optimizer.step#"))
+    assert K.steps(events) == [] and n_opt == 5
+    m = find_step_markers(_table(path))
+    assert m.count == 0 and f"{n_opt} Optimizer.step annotations" in m.note
+
+
+@needs_hta
+@pytest.mark.parametrize("rel", ["amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+                                 "ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"])
+def test_real_traces_steps_match_the_raw_json(rel):
+    """Host steps = the raw JSON's host ProfilerStep spans (number, start, length); each step's GPU start = the
+    first device op launched inside it (launch times from the raw JSON). The MI250 trace also holds a device
+    copy of ProfilerStep#1 (gpu_user_annotation), which must not count as a step."""
+    events = K.read_events(HTA / rel)["traceEvents"]
+    ref = K.steps(events)
+    t = _table(HTA / rel)
+    st = step_times(t, analysis_window(t, include_last_step=True))
+    assert [s.step for s in st] == [r.number for r in ref]
+    assert np.allclose([s.start_us for s in st], [r.ts for r in ref], atol=1e-3)
+    assert np.allclose([s.host_us for s in st], [r.end - r.ts for r in ref], atol=1e-3)
+    launch = K.launch_times(events)
+    ops = [(launch[c], float(e["ts"])) for e in events if K.is_gpu_op(e) and (c := K.correlation(e)) in launch]
+    for s, r in zip(st, ref):
+        starts = [ts for lt, ts in ops if r.ts <= lt < r.end]
+        if starts:
+            assert s.gpu_start_us == pytest.approx(min(starts), abs=1.0)  # HTA rounds float-µs starts up
+        else:
+            assert s.gpu_start_us != s.gpu_start_us  # nan: the step launched nothing
+    gpu_copies = sum(1 for e in events if e.get("cat") == "gpu_user_annotation" and "ProfilerStep" in e["name"])
+    assert find_step_markers(t).device_rows.size == gpu_copies
