@@ -799,6 +799,15 @@ class LayoutArrays:
                       precision="fp8" if bool(v("fp8")) else precision, ep=int(v("ep")),
                       etp=0 if etp in (0, tp) else etp, dp_shard=int(v("dp_shard")))
 
+    def take(self, index) -> "LayoutArrays":
+        """Return the layouts at ``index`` (integer or boolean array); scalar fields stay shared."""
+        import numpy as np
+
+        def pick(v):
+            return np.asarray(v)[index] if np.ndim(v) else v
+
+        return LayoutArrays(**{f.name: pick(getattr(self, f.name)) for f in fields(self)})
+
     def __len__(self) -> int:
         return int(getattr(self.tp, "size", 1))
 

@@ -1,12 +1,19 @@
 """Layout search: only valid layouts, vectorised evaluation equals the one-layout estimate."""
 
+import itertools
+
 import numpy as np
 import pytest
 
 from trainperf.errors import TrainperfError
 from trainperf.plan.estimate import RECOMPUTE_NAME, check_layout, estimate
-from trainperf.plan.search import evaluate_all, search
-from trainperf.specs import Layout, load_model, make_cluster
+from trainperf.plan.search import MAX_MBS, MAX_VPP, enumerate_layouts, evaluate_all, search
+from trainperf.plan.stacks import get_stack
+from trainperf.specs import Layout, layout_problems, load_model, make_cluster, model_from_dict
+
+MIXTRAL = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+           "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2,
+           "vocab_size": 32000, "max_position_embeddings": 4096, "tie_word_embeddings": False}
 
 
 def test_search_returns_valid_fitting_layouts():
@@ -72,3 +79,57 @@ def test_big_search_is_fast_enough():
     # shared, so this only guards against losing vectorisation (10x regressions)
     res = search(load_model("llama3-405b"), make_cluster("h100", 16384), 2048, top=5)
     assert res.elapsed_s < 5.0 and res.n_candidates > 1000
+
+
+def _brute_force_layouts(m, n, gb):
+    """The search space by its stated rules, one Layout at a time (the reference for the array enumeration)."""
+    out = set()
+    pows = [2**i for i in range(7)]
+    for tp, cp, pp in itertools.product(pows, pows, range(1, n + 1)):
+        if n % (tp * cp * pp) or tp > 8:
+            continue
+        dp = n // (tp * cp * pp)
+        for mbs, vpp, sp, zero, rc, ep in itertools.product(
+                [b for b in pows if b <= MAX_MBS], range(1, MAX_VPP + 1), (False, True), range(4), range(3),
+                [e for e in pows if e <= m.n_experts] if m.is_moe else [1]):
+            if gb % (dp * mbs) or (vpp > 1 and pp == 1) or (sp and tp == 1) or (zero >= 2 and pp > 1):
+                continue
+            if (zero and dp * cp == 1) or (vpp > 1 and -(-m.n_layers // pp) % vpp) or (dp * cp) % ep:
+                continue
+            lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, sp=sp, zero=zero, recompute=RECOMPUTE_NAME[rc],
+                         mbs=mbs, grad_accum=gb // (dp * mbs), ep=ep)
+            if not layout_problems(m, lay, n):
+                out.add(lay)
+    return out
+
+
+@pytest.mark.parametrize("model, n, gb", [("tiny", 8, 32), ("mixtral", 16, 64)])
+def test_enumeration_equals_brute_force(model, n, gb):
+    # reference: every combination of the fields, kept when layout_problems and the search's own rules allow it
+    m = model_from_dict(MIXTRAL, "mixtral") if model == "mixtral" else load_model(model)
+    arrays = enumerate_layouts(m, make_cluster("h100", n), gb)
+    got = [arrays.at(i) for i in range(len(arrays))]
+    assert len(set(got)) == len(got)  # no layout twice
+    assert set(got) == _brute_force_layouts(m, n, gb)
+
+
+@pytest.mark.parametrize("model, gpu, n, gb, precision, stack", [
+    ("llama3-8b", "h100", 32, 64, "fp8", "megatron-core"),
+    ("llama3-70b", "h100", 256, 512, "bf16", "pytorch-fsdp"),
+    ("gpt3-175b", "a100", 1024, 1536, "bf16", "megatron-2021"),
+    ("mixtral", "h100", 64, 256, "bf16", "deepspeed"),
+])
+def test_pruned_search_equals_exhaustive_ranking(model, gpu, n, gb, precision, stack):
+    # the search prices time only for layouts that fit; the reference prices every layout
+    # (estimate_arrays with its own memory) and ranks the fitting ones by (step time, memory)
+    m = model_from_dict(MIXTRAL, "mixtral") if model == "mixtral" else load_model(model)
+    c, sw = make_cluster(gpu, n), get_stack(stack)
+    res = search(m, c, gb, top=10, precision=precision, sw=sw)
+    arrays, out = evaluate_all(m, c, gb, precision, sw=sw)
+    fit = np.flatnonzero(out["memory_bytes"] <= c.accelerator.hbm_bytes)
+    order = fit[np.lexsort((out["memory_bytes"][fit], out["step_time_s"][fit]))][:10]
+    assert res.n_candidates == len(arrays) and res.n_fit == fit.size > 10
+    assert [e.layout for e in res.best] == [arrays.at(int(i), precision) for i in order]
+    assert [e.step_time_s for e in res.best] == pytest.approx(out["step_time_s"][order], rel=1e-12)
+    assert [e.memory_bytes_per_gpu for e in res.best] == pytest.approx(out["memory_bytes"][order], rel=1e-12)
+    assert res.min_memory_gib == pytest.approx(out["memory_bytes"].min() / 2**30, rel=1e-12)

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from trainperf.plan.stacks import Software
 from trainperf.specs import (LayoutArrays, ModelSpec, active_ffn_width, embedding_params, expert_params_per_layer,
                              layer_params, lm_head_params)
 
@@ -189,3 +190,13 @@ def memory_bytes(m: ModelSpec, lay: LayoutArrays, flash=True, dropout=False, gra
     first = model_state_bytes(p_first, shard, zero, grad_bytes) + experts + transient_first
     last = model_state_bytes(p_last, shard, zero, grad_bytes) + experts + transient_last
     return np.maximum(first, last) + RESERVED_BYTES
+
+
+def stack_memory_bytes(m: ModelSpec, lay: LayoutArrays, sw: Software):
+    """Return ``memory_bytes`` of arrays of layouts under software stack ``sw`` (bytes, allocator margin included).
+
+    The stack sets the attention kernel (flash or not), dropout (None: models with linear
+    biases use it), the gradient width and whether fp8 casts are fused.
+    """
+    dropout = m.linear_bias if sw.dropout is None else sw.dropout
+    return memory_bytes(m, lay, sw.flash_attention, dropout, float(sw.grad_reduce_bytes), sw.fp8_cast_fused)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainperf.errors import TrainperfError
+from trainperf.plan import memory
 from trainperf.plan.efficiency import Efficiency
 from trainperf.plan.estimate import Estimate, estimate_arrays, estimate_at
 from trainperf.plan.stacks import Software
@@ -65,56 +66,57 @@ def default_global_batch(seq_len: int, tokens: int = 4 * 2**20) -> int:
     return max(1, 2 ** int(round(np.log2(max(tokens / seq_len, 1)))))
 
 
+def _expand(cols: dict, name: str, values, keep=None) -> dict:
+    """Return ``cols`` with each row repeated once per value of the new column ``name`` (rows outer,
+    values inner, so the order stays lexicographic), keeping the rows where ``keep(cols)`` holds."""
+    values = np.asarray(values, dtype=np.int64)
+    n = values.size
+    out = {k: np.repeat(v, n) for k, v in cols.items()}
+    out[name] = np.tile(values, len(next(iter(cols.values()))))
+    if keep is not None:
+        mask = keep(out)
+        out = {k: v[mask] for k, v in out.items()}
+    return out
+
+
 def enumerate_layouts(m: ModelSpec, cluster: Cluster, global_batch: int, precision: str = "bf16") -> LayoutArrays:
-    """Return the valid layouts as equal-length integer arrays with Layout's field names."""
-    n = cluster.n_gpus
+    """Return the valid layouts as equal-length integer arrays with Layout's field names.
+
+    Built column by column (each new field repeats the rows so far and drops the invalid
+    combinations at once) instead of one NumPy grid per (tp, cp, pp): the same layouts in the
+    same order, without the Python loop that cost ~45 ms of a 100 ms search.
+    """
+    n, L = cluster.n_gpus, m.n_layers
     tp_limit = min(64, max(cluster.scaleup_domain, 1), n)
     # the model-side rules (heads, kv heads, ffn; sequence for cp) are specs.layout_problems', the
     # one rule set the planner and the trainer use; the GPU-count and batch rules follow below
     tps = [t for t in _powers_of_two(tp_limit) if not layout_problems(m, Layout(tp=t), t)]
     cps = [c for c in _powers_of_two(min(64, n)) if not layout_problems(m, Layout(cp=c), c)]
-    mbs_all = np.array(_powers_of_two(MAX_MBS))
-    parts: list[np.ndarray] = []
-    for tp in tps:
-        for cp in cps:
-            if n % (tp * cp):
-                continue
-            for pp in _divisors(n // (tp * cp)):
-                if pp > m.n_layers:
-                    break
-                dp = n // (tp * cp * pp)
-                if global_batch % dp:
-                    continue
-                per_replica = global_batch // dp
-                mbs = mbs_all[(per_replica % mbs_all) == 0]
-                if mbs.size == 0:
-                    continue
-                grad_accum = per_replica // mbs
-                stage = -(-m.n_layers // pp)
-                vpps = [1] if pp == 1 else [v for v in range(1, MAX_VPP + 1) if stage % v == 0 and pp * v <= m.n_layers]
-                sps = [0, 1] if tp > 1 else [0]
-                zeros = ([0] if dp * cp == 1 else [0, 1]) if pp > 1 else ([0] if dp * cp == 1 else [0, 1, 2, 3])
-                # expert parallel: powers of two dividing the experts and the data-parallel ranks (etp = tp)
-                eps = [e for e in _powers_of_two(min(m.n_experts, dp * cp)) if m.n_experts % e == 0
-                       and (dp * cp) % e == 0] if m.is_moe else [1]
-                grid = np.array(np.meshgrid(np.arange(mbs.size), vpps, sps, zeros, [0, 1, 2], eps,
-                                            indexing="ij")).reshape(6, -1)
-                mi, vpp, sp, zero, rc, ep = grid
-                ok = (vpp == 1) | (grad_accum[mi] % pp == 0)
-                k = int(ok.sum())
-                if k == 0:
-                    continue
-                block = np.empty((13, k), dtype=np.int64)
-                block[0], block[1], block[2], block[3] = tp, pp, dp, cp
-                block[4], block[5], block[6], block[7] = vpp[ok], sp[ok], zero[ok], rc[ok]
-                block[8], block[9] = mbs[mi[ok]], grad_accum[mi[ok]]
-                block[10] = precision == "fp8"
-                block[11], block[12] = ep[ok], tp
-                parts.append(block)
-    names = ("tp", "pp", "dp", "cp", "vpp", "sp", "zero", "recompute", "mbs", "grad_accum", "fp8", "ep", "etp")
-    allv = np.concatenate(parts, axis=1) if parts else np.empty((13, 0), dtype=np.int64)
-    cols = dict(zip(names, allv))
-    cols["sp"], cols["fp8"] = cols["sp"].astype(bool), cols["fp8"].astype(bool)
+    cols = _expand({"tp": np.asarray(tps, dtype=np.int64)}, "cp", cps, lambda c: n % (c["tp"] * c["cp"]) == 0)
+    cols = _expand(cols, "pp", [d for d in _divisors(n) if d <= L],
+                   lambda c: n % (c["tp"] * c["cp"] * c["pp"]) == 0)
+    cols["dp"] = n // (cols["tp"] * cols["cp"] * cols["pp"])
+    cols = {k: v[global_batch % cols["dp"] == 0] for k, v in cols.items()}
+    cols = _expand(cols, "mbs", _powers_of_two(MAX_MBS), lambda c: (global_batch // c["dp"]) % c["mbs"] == 0)
+    cols["grad_accum"] = global_batch // (cols["dp"] * cols["mbs"])
+
+    def vpp_ok(c):  # interleaving: the busiest stage's layers divisible by vpp, micro batches a multiple of pp
+        stage = -(-L // c["pp"])
+        return (c["vpp"] == 1) | ((c["pp"] > 1) & (stage % c["vpp"] == 0) & (c["pp"] * c["vpp"] <= L)
+                                  & (c["grad_accum"] % c["pp"] == 0))
+
+    cols = _expand(cols, "vpp", range(1, MAX_VPP + 1), vpp_ok)
+    cols = _expand(cols, "sp", [0, 1], lambda c: (c["sp"] == 0) | (c["tp"] > 1))
+    # ZeRO 2 and 3 only without pipeline parallelism (Megatron, DeepSpeed); none to shard over with dp*cp = 1
+    cols = _expand(cols, "zero", [0, 1, 2, 3],
+                   lambda c: (c["zero"] == 0) | ((c["dp"] * c["cp"] > 1) & ((c["pp"] == 1) | (c["zero"] <= 1))))
+    cols = _expand(cols, "recompute", [0, 1, 2])
+    # expert parallel: powers of two dividing the experts and the data-parallel ranks (etp = tp)
+    eps = [e for e in _powers_of_two(m.n_experts) if m.n_experts % e == 0] if m.is_moe else [1]
+    cols = _expand(cols, "ep", eps, lambda c: (c["dp"] * c["cp"]) % c["ep"] == 0)
+    cols["etp"] = cols["tp"]
+    cols["fp8"] = np.full(cols["tp"].size, precision == "fp8")
+    cols["sp"] = cols["sp"].astype(bool)
     return LayoutArrays(**cols)
 
 
@@ -137,6 +139,34 @@ def evaluate_all(m: ModelSpec, cluster: Cluster, global_batch: int, precision: s
     if len(arrays) == 0:
         return arrays, {}
     return arrays, estimate_arrays(m, cluster, arrays, eff, sw)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evaluated:
+    """Every valid layout's memory, and the time model of those that fit (``fit`` indexes ``layouts``)."""
+
+    layouts: LayoutArrays
+    memory_bytes: np.ndarray   # per GPU with allocator margin, one per layout
+    fit: np.ndarray            # indices of the layouts whose memory fits in HBM
+    out: dict                  # estimate_arrays of layouts[fit] (memory_bytes included)
+
+
+def evaluate_fitting(m: ModelSpec, cluster: Cluster, global_batch: int, precision: str = "bf16",
+                     eff: Efficiency | None = None, sw: Software | None = None) -> Evaluated:
+    """Return every valid layout's memory and the estimate arrays of those that fit in HBM.
+
+    Memory first: a layout that does not fit is never ranked, so the time model runs on the
+    fitting ones only (45% of DeepSeek-V3's 134,778 layouts on 2,048 H800, 24% of
+    llama3-405b's 19,350 on 16,384 H100); the ranking is the exhaustive one's.
+    """
+    sw = sw or Software()
+    arrays = enumerate_layouts(m, cluster, global_batch, precision)
+    mem = memory.stack_memory_bytes(m, arrays, sw)
+    fit = np.flatnonzero(mem <= cluster.accelerator.hbm_bytes)
+    out = estimate_arrays(m, cluster, arrays.take(fit), eff, sw, with_memory=False) if fit.size else {}
+    if fit.size:
+        out["memory_bytes"] = mem[fit]
+    return Evaluated(layouts=arrays, memory_bytes=mem, fit=fit, out=out)
 
 
 def search(m: ModelSpec, cluster: Cluster, global_batch: int | None = None, objective: str = "time",
@@ -165,23 +195,20 @@ def search(m: ModelSpec, cluster: Cluster, global_batch: int | None = None, obje
         cl = cluster if n == cluster.n_gpus else make_cluster(
             cluster.accelerator.name, n, min(cluster.gpus_per_node, n), cluster.scaleup_gbps, cluster.scaleout_gbps,
             cluster.usd_per_gpu_hour, power_cap_w=cluster.power_cap_w, fabric=cluster.fabric)
-        arrays, out = evaluate_all(m, cl, gb, precision, eff, sw)
-        if not out:
+        ev = evaluate_fitting(m, cl, gb, precision, eff, sw)
+        if len(ev.layouts) == 0:
             continue
-        total += len(arrays)
-        mem = out["memory_bytes"]
-        min_mem = min(min_mem, float(mem.min()))
-        ok = np.flatnonzero(mem <= cl.accelerator.hbm_bytes)
-        fit += ok.size
-        if ok.size == 0:
+        total += len(ev.layouts)
+        min_mem = min(min_mem, float(ev.memory_bytes.min()))
+        fit += ev.fit.size
+        if ev.fit.size == 0:
             continue
-        step = out["step_time_s"][ok]
+        mem, step = ev.out["memory_bytes"], ev.out["step_time_s"]
         key = step if objective == "time" else step * n / (gb * m.seq_len)  # cost: GPU-seconds per token
-        picked = np.lexsort((mem[ok], key))[: max(top, 1)]  # ties: less memory first
+        picked = np.lexsort((mem, key))[: max(top, 1)]  # ties: less memory first
         for j in picked:
-            i = int(ok[j])
-            est = estimate_at(out, i, arrays.at(i, precision), cl.accelerator.hbm_bytes, (sw or Software()).name)
-            ranked.append((float(key[j]), est, n))
+            lay = ev.layouts.at(int(ev.fit[j]), precision)
+            ranked.append((float(key[j]), estimate_at(ev.out, j, lay, cl.accelerator.hbm_bytes, (sw or Software()).name), n))
     elapsed = time.perf_counter() - t0
     if total == 0:
         raise TrainperfError(_impossible_reason(m, cluster, gb))
