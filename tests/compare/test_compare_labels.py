@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from trainperf.compare import compare_runs
@@ -103,3 +104,26 @@ def test_a_traces_folder_gets_one_line_pointing_to_diff(tmp_path):
         raise AssertionError("a traces folder was read as a run")
     except TrainperfError as e:
         assert "trainperf diff" in str(e)
+
+
+def test_a_traces_folder_is_what_diff_reads_as_traces(tmp_path):
+    """Reference: trace.load.trace_files, what `trainperf diff` reads: a folder of files ending in one of
+    TRACE_SUFFIXES (a JAX .xplane.pb too) holds traces; a run folder's own .json files (run.json,
+    summary.json, run_record.json) do not make it one."""
+    from trainperf.compare.runs import _holds_traces
+    from trainperf.trace.load import trace_files
+
+    jax = tmp_path / "jax"
+    (jax / "plugins").mkdir(parents=True)
+    (jax / "plugins" / "host0.xplane.pb").write_bytes(b"")
+    kineto = tmp_path / "kineto"
+    kineto.mkdir()
+    (kineto / "worker0.1700000000.pt.trace.json.gz").write_bytes(b"")
+    broken_run = tmp_path / "run"  # a run folder whose metrics.jsonl is missing: not traces
+    broken_run.mkdir()
+    for name in ("run.json", "summary.json", "run_record.json"):
+        (broken_run / name).write_text("{}")
+    assert _holds_traces(jax) and _holds_traces(kineto) and trace_files(kineto)
+    assert not _holds_traces(broken_run)
+    with pytest.raises(TrainperfError, match="not a run folder|no step records"):
+        compare_runs(str(broken_run), str(broken_run))

@@ -133,12 +133,19 @@ def load_run(spec: str, store: str | None = None) -> RunData:
     return _from_store(spec, store)
 
 
+RUN_FILES = ("run.json", "summary.json", "run_record.json")  # a run folder's own .json files: never traces
+
+
 def _holds_traces(p: Path) -> bool:
     """Return whether folder ``p`` holds profiler traces rather than a run's records: named ``traces``
-    (what ``trainperf train --profile-steps`` writes), or holding Kineto trace files
-    (``*.pt.trace.json``, ``rank*.json``, plain or gzipped) directly or one folder down."""
-    pats = ("*.pt.trace.json*", "rank*.json", "rank*.json.gz")
-    return p.name == "traces" or any(next(p.glob(g), None) or next(p.glob(f"*/{g}"), None) for g in pats)
+    (what ``trainperf train --profile-steps`` writes), or holding trace files as ``trainperf diff``
+    reads them (``trace.load.TRACE_SUFFIXES``, a run's own RUN_FILES aside) directly or one folder down."""
+    from trainperf.trace.load import TRACE_SUFFIXES
+
+    def traces_in(d: Path) -> bool:
+        return any(f.is_file() and f.name.endswith(TRACE_SUFFIXES) and f.name not in RUN_FILES for f in d.iterdir())
+
+    return p.name == "traces" or traces_in(p) or any(traces_in(d) for d in p.iterdir() if d.is_dir())
 
 
 def load_side(spec: str, store: str | None = None) -> list[RunData]:
