@@ -1,7 +1,8 @@
 """Build the labeled diagnosis corpus (issue 9) from the HTA test traces: `make corpus`.
 
 Usage: python benchmarks/build_corpus.py [OUT] [--hta DIR] [--bases a,b] [--kinds a,b] [--no-real]
-Writes OUT/<case>/{traces/rank<R>.json.gz, labels.json} and OUT/manifest.json; deterministic.
+Writes OUT/<case>/{traces/rank<R>.json.gz, labels.json} and OUT/manifest.json. The injected cases are
+deterministic (same inputs, same bytes); the real runs' timings are measured, so they vary from build to build.
 """
 
 from __future__ import annotations
@@ -14,33 +15,41 @@ from pathlib import Path
 from trainperf.atomic import atomic_write_text
 from trainperf.corpus.build import build_corpus, default_bases
 from trainperf.corpus.inject import INJECTORS
+from trainperf.corpus.real import REAL_BASES, build_real
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", nargs="?", default="corpus")
     ap.add_argument("--hta", default=str(Path(__file__).resolve().parents[1] / "../shared/data/traces/hta"))
-    ap.add_argument("--bases", default="", help="comma-separated base names (default: all)")
+    ap.add_argument("--bases", default="", help="comma-separated base names, HTA or real:... (default: all)")
     ap.add_argument("--kinds", default=",".join(INJECTORS))
     ap.add_argument("--severities", default="low,medium,high")
     ap.add_argument("--no-real", action="store_true", help="skip the real trainer runs (2 ranks, gloo, ~1 min each)")
     a = ap.parse_args()
-    bases = default_bases(a.hta)
+    bases, real = default_bases(a.hta), () if a.no_real else REAL_BASES
     if a.bases:
         keep = set(a.bases.split(","))
+        unknown = keep - {b.name for b in bases} - {b.name for b in REAL_BASES}
+        if unknown:
+            raise SystemExit(f"build_corpus: unknown base(s) {', '.join(sorted(unknown))}")
         bases = [b for b in bases if b.name in keep]
+        real = tuple(b for b in real if b.name in keep)
     t = time.perf_counter()
-    labels = build_corpus(a.out, bases, kinds=tuple(a.kinds.split(",")),
-                          severities=tuple(a.severities.split(",")),
-                          log=lambda s: print(f"[{time.perf_counter() - t:7.1f} s] {s}", flush=True))
-    if not a.no_real:
-        from trainperf.corpus.real import build_real
 
-        labels += build_real(a.out, Path(a.out) / "_runs",
-                             log=lambda s: print(f"[{time.perf_counter() - t:7.1f} s] {s}", flush=True))
+    def log(s: str) -> None:
+        print(f"[{time.perf_counter() - t:7.1f} s] {s}", flush=True)
+
+    labels = []
+    if bases:
+        labels += build_corpus(a.out, bases, kinds=tuple(a.kinds.split(",")),
+                               severities=tuple(a.severities.split(",")), log=log)
+    if real:
+        labels += build_real(a.out, Path(a.out) / "_runs", real, log=log)
+    n_cases = sum(1 for _ in Path(a.out).glob("*/labels.json"))
     atomic_write_text(Path(a.out) / "manifest.json", json.dumps(
-        {"cases": len(labels), "build_seconds": round(time.perf_counter() - t, 1)}, indent=1))
-    print(f"{len(labels)} cases in {a.out} ({time.perf_counter() - t:.0f} s)")
+        {"cases": n_cases, "built_now": len(labels), "build_seconds": round(time.perf_counter() - t, 1)}, indent=1))
+    print(f"{len(labels)} cases built in {a.out} ({n_cases} there in all, {time.perf_counter() - t:.0f} s)")
 
 
 if __name__ == "__main__":

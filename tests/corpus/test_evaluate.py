@@ -105,3 +105,16 @@ def test_real_run_known_size_truth_by_hand(tmp_path):
     assert known_added_s("slow-data=100") == 0.1 and known_added_s("slow-rank=1:25:sleep") == 0.025
     assert known_added_s("sync-ckpt=1") is None and known_added_s("slow-rank=1:25") is None
     assert _gain_pct(times, True, 0.1)[0] == pytest.approx(100 * 0.3 / 1.90)  # 3 faulty steps x 0.1 s
+
+
+def test_real_bases_scale_the_fault_milliseconds_only():
+    """A second real base (FSDP2, a step ~2.5x longer) keeps its faults at the same share of its step: the
+    milliseconds scale, the kind, rank and sleep flag do not; known_added_s reads the scaled size."""
+    from trainperf.corpus.real import REAL_BASES, known_added_s, scaled_fault
+
+    assert scaled_fault("slow-data=6", 2.5) == "slow-data=15"
+    assert scaled_fault("slow-rank=1:25:sleep", 2.5) == "slow-rank=1:62.5:sleep"
+    assert scaled_fault("sync-ckpt=1", 2.5) == "sync-ckpt=1"
+    assert scaled_fault("slow-data=100", 1.0) == "slow-data=100"
+    assert known_added_s(scaled_fault("slow-rank=1:100:sleep", 2.5)) == 0.25
+    assert len({b.name for b in REAL_BASES}) == len({b.suffix for b in REAL_BASES}) == len(REAL_BASES)

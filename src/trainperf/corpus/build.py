@@ -44,13 +44,17 @@ def default_bases(hta: str | Path) -> list[Base]:
     job: different vendors, GPUs, step lengths (1 to 620 ms), stream layouts and host/device balance,
     so that a base held out in cross-validation is a trace of another kind, not another rank.
 
-    Left out, and why: critical_path/ (a forward-only benchmark, no steps), cupti_profiler/ (no
-    device activity, counters only), mtia_* (MTIA's own event categories, no CUDA/HIP streams, and
+    A base needs two or more host ProfilerStep#N spans (the last is left out of the window) and device
+    work. Left out, and why (every folder read 2026-12-02: ProfilerStep spans, device ops, categories):
+    critical_path/ (alexnet, simple_add, end_to_end, cuda_event_sync_multi_stream: a forward-only
+    benchmark without ProfilerStep; cuda_event_sync: one step, 4 kernels), cupti_profiler/ (no device
+    activity, counters only, no steps), mtia_* (MTIA's own event categories, no CUDA/HIP streams, and
     one step or none), cpu_only/, rank_non_gpu/, mixed_files/, rank_unavailable/,
-    distributed_info_unavailable/ (no device events), triton_example/, call_stack/,
-    large_integer_trace/ (one to four device ops), memory_analysis/ (a memory timeline, not a trace),
-    with_gpu_user_annotation/ (a training loop, but without ProfilerStep spans: its steps are only
-    implied by the optimizer's annotations)."""
+    distributed_info_unavailable/ (one step, no device events), triton_example/, call_stack/ (one step,
+    one kernel), large_integer_trace/ (one kernel, no steps), memory_analysis/ (a memory timeline, not a
+    trace), with_gpu_user_annotation/ (a Quadro GP100 training loop of 5 iterations, but no ProfilerStep
+    spans: where its steps start is not recorded, and the step finder, diagnose/steps.py, says so
+    rather than cutting steps at its Optimizer.step annotations)."""
     hta = Path(hta)
     return [
         # A100, 2 of 128 ranks of a recommendation model, NCCL on side streams; 2 steps of ~615 ms

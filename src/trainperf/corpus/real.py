@@ -13,6 +13,11 @@ two steps):
   (step - clean) / sum of the profiled steps, clean = mean of the clean profiled steps, >= 0.
 Both are in labels.json (twin_gain_pct always): on a shared 2-core machine the twin difference
 is noisy (the clean run's "faulty" steps differ from its clean ones by several %).
+
+Each RealBase is one job configuration (a base of its own in leave-one-base-out cross-validation): the
+data-parallel run (DDP: one all-reduce per gradient bucket) and the fully sharded one (FSDP2, zero=3: an
+all-gather of each block's parameters before its forward and backward, a reduce-scatter of its gradients), whose
+traces differ in their collectives and in the host/communication balance of a step.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from trainperf.atomic import atomic_write_text, ensure_dir
@@ -33,7 +39,7 @@ PROFILE = (3, 7)
 FAULT_FROM = 5
 STEPS = 7
 # kind -> (case suffix, --fault value, ranks it touches (None: all)); sizes chosen for ~2/6/20 %
-# of a ~0.35 s CPU step of the tiny model
+# of a ~0.35 s CPU step of the tiny model under DDP (RealBase.fault_scale scales the ms of another base)
 REAL_FAULTS = {
     "data_loader_stall": [("low", "slow-data=6", None), ("medium", "slow-data=25", None),
                           ("high", "slow-data=100", None)],
@@ -41,6 +47,39 @@ REAL_FAULTS = {
                   ("high", "slow-rank=1:100:sleep", [1])],
     "checkpoint_stall": [("high", "sync-ckpt=1", None)],
 }
+
+
+
+
+@dataclass(frozen=True)
+class RealBase:
+    """A real-run base: its name in labels.json, the case-name suffix, extra `trainperf train` arguments, and the
+    factor on REAL_FAULTS' milliseconds that keeps the faults at ~2/6/20 % of its longer step."""
+
+    name: str
+    suffix: str
+    args: tuple[str, ...] = ()
+    fault_scale: float = 1.0
+
+
+REAL_BASES = (
+    RealBase("real:tiny-2rank-gloo-cpu", "real"),
+    # FSDP2 steps took 0.80-0.96 s against DDP's 0.20-0.35 s on this machine (2026-12-02, load ~7): x2.5
+    RealBase("real:tiny-fsdp2-2rank-gloo-cpu", "real-fsdp", ("--layout", "zero=3"), fault_scale=2.5),
+)
+
+
+def scaled_fault(fault: str, scale: float) -> str:
+    """A --fault value with its milliseconds multiplied by scale (slow-data=MS, slow-rank=R:MS[:sleep]); other
+    faults unchanged."""
+    kind, _, value = fault.partition("=")
+    if scale == 1.0 or kind not in ("slow-data", "slow-rank"):
+        return fault
+    if kind == "slow-data":
+        return f"slow-data={float(value) * scale:g}"
+    parts = value.split(":")
+    parts[1] = f"{float(parts[1]) * scale:g}"
+    return "slow-rank=" + ":".join(parts)
 
 
 def known_added_s(fault: str | None) -> float | None:
@@ -55,10 +94,10 @@ def known_added_s(fault: str | None) -> float | None:
     return None
 
 
-def _train(out: Path, fault: str | None, seed: int) -> None:
+def _train(out: Path, fault: str | None, seed: int, args: tuple[str, ...] = ()) -> None:
     cmd = [sys.executable, "-m", "trainperf.cli", "train", "--model", "tiny", "--steps", str(STEPS), "--nproc", "2",
            "--synthetic", "--device", "cpu", "--seed", str(seed), "--profile-steps", f"{PROFILE[0]}:{PROFILE[1]}",
-           "--out", str(out), "--store", str(out / "store")]
+           "--out", str(out), "--store", str(out / "store"), *args]
     if fault:
         cmd += ["--fault", fault, "--fault-steps", f"{FAULT_FROM}:{STEPS}"]
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -95,16 +134,24 @@ def _case(run: Path, case: Path, labels: dict) -> None:
     atomic_write_text(case / "labels.json", json.dumps(labels, indent=1))
 
 
-def build_real(out: str | Path, work: str | Path, log=print) -> list[dict]:
-    """Run the trainer once clean and once per REAL_FAULTS entry; write the cases under out."""
+def build_real(out: str | Path, work: str | Path, bases: tuple[RealBase, ...] = REAL_BASES, log=print) -> list[dict]:
+    """Run the trainer of each base once clean and once per REAL_FAULTS entry; write the cases under out."""
+    written = []
+    for base in bases:
+        written += _build_base(out, work, base, log)
+    return written
+
+
+def _build_base(out: str | Path, work: str | Path, base: RealBase, log) -> list[dict]:
     out, work = ensure_dir(out), ensure_dir(work)
-    runs = [("healthy", "none", None, None)] + [(k, sev, f, r) for k, v in REAL_FAULTS.items() for sev, f, r in v]
+    runs = [("healthy", "none", None, None)] + [(k, sev, scaled_fault(f, base.fault_scale), r)
+                                                for k, v in REAL_FAULTS.items() for sev, f, r in v]
     written = []
     for seed, (kind, sev, fault, ranks) in enumerate(runs):
-        name = f"{kind}-{sev}-real" if kind != "healthy" else "healthy-real"
+        name = f"{kind}-{sev}-{base.suffix}" if kind != "healthy" else f"healthy-{base.suffix}"
         run = work / name
         shutil.rmtree(run, ignore_errors=True)
-        _train(run, fault, seed)
+        _train(run, fault, seed, base.args)
         rows = step_seconds(sorted((run / "traces").glob("rank0*.json"))[0])
         gain, clean, bad = _gain_pct(rows, fault is not None, known_added_s(fault))
         twin = _gain_pct(rows, fault is not None)[0]
@@ -113,7 +160,7 @@ def build_real(out: str | Path, work: str | Path, log=print) -> list[dict]:
                   "true_gain_pct": round(gain, 3), "twin_gain_pct": round(twin, 3),
                   "truth": "known size" if known_added_s(fault) is not None else "clean twin",
                   "severity": sev_measured, "target_severity": sev,
-                  "base": "real:tiny-2rank-gloo-cpu", "fault": fault, "clean_step_s": round(clean, 4),
+                  "base": base.name, "fault": fault, "clean_step_s": round(clean, 4),
                   "faulty_step_s": round(bad, 4), "seed": seed}
         _case(run, out / name, labels)
         shutil.rmtree(run / "checkpoints", ignore_errors=True)  # only the traces and metrics are kept
