@@ -379,6 +379,17 @@ def summary(results: list[CaseResult], judged=None) -> dict:
     return s
 
 
+def per_base_scores(results: list[CaseResult]) -> dict:
+    """The figures of one base's cases: top-1, precision/recall per labeled kind, healthy false findings by
+    severity, what-if median and max |error| (pp), case count."""
+    s = score(results)
+    return {"n": s["n_cases"], "top1_accuracy": s["top1_accuracy"],
+            "kinds": {k: [v["precision"], v["recall"], v["n"]] for k, v in s["kinds"].items()},
+            "healthy_false_findings": s["healthy_false_findings"],
+            "whatif_median_abs_error_pct": s["whatif_median_abs_error_pct"],
+            "whatif_max_abs_error_pct": s["whatif_max_abs_error_pct"]}
+
+
 def _commit() -> str:
     try:
         sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -424,6 +435,18 @@ def _print(report: dict, console) -> None:
                   _fmt(f["test_top1_tuned"]), str(f["test_healthy_high_medium_current"]),
                   str(f["test_healthy_high_medium_tuned"]))
     console.print(o)
+    pb = Table(title="per base (current values | out of sample): top-1, healthy false high/medium/low, what-if "
+                     "median/max |err| pp")
+    for c in ("base", "cases", "top-1", "healthy h/m/l", "what-if med/max"):
+        pb.add_column(c, justify="left" if c == "base" else "right")
+    for b, v in report.get("per_base", {}).items():
+        cur, oos = v["current_values"], v["out_of_sample"]
+        pb.add_row(b, str(cur["n"]), f"{_fmt(cur['top1_accuracy'])} | {_fmt(oos['top1_accuracy'])}",
+                   " | ".join("/".join(str(x["healthy_false_findings"][k]) for k in ("high", "medium", "low"))
+                              for x in (cur, oos)),
+                   " | ".join(f"{_fmt(x['whatif_median_abs_error_pct'])}/{_fmt(x['whatif_max_abs_error_pct'])}"
+                              for x in (cur, oos)))
+    console.print(pb)
     p = Table(title="thresholds: current, recommended (all bases), chosen per outer fold (held-out base)")
     p.add_column("constant")
     p.add_column("current", justify="right")
@@ -517,6 +540,8 @@ def run(corpus: Path, sweeps: int, speedups: bool, one_sided: bool, progress: bo
     metrics = {"current_values": summary(scorer.results(names, current), scorer.judged),
                "in_sample": summary(scorer.results(names, tuned_all), scorer.judged),
                "out_of_sample": summary(oos, scorer.judged)}
+    per_base = {b: {"current_values": per_base_scores(scorer.results(cv.by_base[b], current)),
+                    "out_of_sample": per_base_scores([r for r in oos if r.base == b])} for b in sorted(bases)}
     for m in [*metrics.values(), *by_margin.values()]:
         m.pop("top1_misses", None)
     prm = []
@@ -544,7 +569,7 @@ def run(corpus: Path, sweeps: int, speedups: bool, one_sided: bool, progress: bo
             "changed": {p.name: [p.default, tuned_all[p.name]] for p in params if tuned_all[p.name] != p.default},
             "changed_and_validated": {p.name: [p.default, tuned_all[p.name]] for p in params
                                       if tuned_all[p.name] != p.default and len(effect[p.name]) >= 2},
-            "params": prm, "folds": folds, "rerun_mismatches": mismatches,
+            "params": prm, "folds": folds, "per_base": per_base, "rerun_mismatches": mismatches,
             "seconds": {"capture": round(capture_s, 1), "total": round(time.perf_counter() - t0, 1)},
             "evaluations": scorer.evaluations}
 

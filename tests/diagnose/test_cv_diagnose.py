@@ -86,3 +86,23 @@ def test_nested_cv_moves_a_threshold_that_misses_everything_between_healthy_and_
     assert scores[float("inf")] < scores[0.0] and margin == 0.1  # ties: the larger margin
     held = nested.lobo(everything, margin)  # each base diagnosed with the value tuned on the other two
     assert [r.findings != [] for r in held] == [False, True] * 3
+
+
+def test_per_base_scores_split_by_base_by_hand():
+    """Two bases, hand-made findings: each base's top-1, P/R and healthy false findings counted by hand."""
+    from trainperf.corpus.evaluate import CaseResult
+
+    def case(name, kind, base, found):
+        return CaseResult(name=name, kind=kind, ranks=[0], true_gain_pct=10.0, severity="high", base=base,
+                          findings=[{"kind": k, "severity": s, "ranks": [0], "gain_pct": g} for k, s, g in found])
+
+    a = [case("a1", "host_sync", "A", [("host_sync", "high", 12.0)]),
+         case("a2", "host_sync", "A", [("launch_bound", "medium", 5.0), ("host_sync", "low", 2.0)]),
+         case("ah", "healthy", "A", [("small_kernels", "medium", 4.0)])]
+    b = [case("b1", "straggler", "B", [("straggler", "high", 9.0)])]
+    sa, sb = cv.per_base_scores(a), cv.per_base_scores(b)
+    assert sa["n"] == 3 and sa["top1_accuracy"] == 0.5                    # a1 right, a2 launch_bound first
+    assert sa["kinds"] == {"host_sync": [1.0, 1.0, 2]}
+    assert sa["healthy_false_findings"] == {"high": 0, "medium": 1, "low": 0}
+    assert sa["whatif_median_abs_error_pct"] == 5.0 and sa["whatif_max_abs_error_pct"] == 8.0  # |12-10|, |2-10|
+    assert sb["top1_accuracy"] == 1.0 and sb["kinds"] == {"straggler": [1.0, 1.0, 1]}
