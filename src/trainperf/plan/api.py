@@ -115,29 +115,13 @@ def cluster_json(cluster: Cluster) -> dict:
 def memory_terms(m: ModelSpec, est: Estimate, sw: Software) -> dict[str, float]:
     """Return the peak-memory terms (bytes) of one layout's fullest stage; they sum to est.memory_bytes_per_gpu.
 
-    Model state is split with plan/memory.py's own constants; the rest of its peak is the
-    activations (with buffers and fragmentation) and the reserved margin.
+    Weights, gradients, optimizer state, activations and buffers (with fragmentation), reserved
+    margin: plan/memory.py's ``memory_terms``, the terms of the number the estimate reports.
     """
-    import numpy as np
-
-    from trainperf.plan import memory as mem
+    from trainperf.plan import memory
     from trainperf.specs import LayoutArrays
 
-    lay = LayoutArrays.of(est.layout)
-    gb = float(sw.grad_reduce_bytes)  # as estimate_arrays passes it to memory.memory_bytes
-    zero, dp = int(np.asarray(lay.zero)), float(lay.shard_group() * np.asarray(lay.cp))  # the states' shard group
-    p_first, p_last = (float(x) for x in mem.stage_params(m, lay.tp, lay.pp, lay.vpp))
-    p_exp = float(mem.stage_expert_params(m, lay.pp, lay.vpp, lay.ep, lay.etp))
-    experts = mem.model_state_terms(p_exp, float(mem.expert_dp(lay)), zero, gb)
-    total = est.memory_bytes_per_gpu
-    state = {}
-    for p in (p_first, p_last):  # the stage whose state is larger is the one the peak is measured on
-        w, g, o = (float(a + b) for a, b in zip(mem.model_state_terms(p, dp, zero, gb), experts))
-        if w + g + o > sum(state.values()):
-            state = {"weights": w, "gradients": g, "optimizer state": o}
-    rest = total - sum(state.values()) - mem.RESERVED_BYTES
-    return dict(state, **{"activations and buffers": rest, "reserved (CUDA context, NCCL, workspaces)":
-                          mem.RESERVED_BYTES})
+    return {k: float(v) for k, v in memory.stack_memory_terms(m, LayoutArrays.of(est.layout), sw).items()}
 
 
 def why_not_fit(terms: dict[str, float], hbm_bytes: float) -> str:
@@ -164,7 +148,7 @@ def search_json(res: SearchResult, req: PlanRequest) -> dict:
         d["usd_per_step"], d["usd_per_million_tokens"] = step_cost(e, used, res.usd_per_gpu_hour)
         if req.tokens:
             hours, usd, kwh, per_m = train_cost(e, used, req.tokens, res.usd_per_gpu_hour,
-                                                res.cluster.accelerator.tdp_w, Software().pue)
+                                                res.cluster.accelerator.tdp_w, get_stack(res.stack).pue)
             d.update(train_hours=hours, usd=usd, kwh=kwh, usd_per_million_tokens=per_m)
         layouts.append(d)
     out = {"model": res.model.name, "gpu": res.cluster.accelerator.name, "n_gpus": res.cluster.n_gpus,

@@ -60,12 +60,13 @@ WEIGHT_BYTES = 2.0             # bf16 weights
 OPTIMIZER_BYTES = 12.0         # fp32 master + Adam m + v
 
 
-def activation_bytes_per_token_layer(m: ModelSpec, tp, sp, recompute_code, flash=True, dropout=False,
-                                     seq: int | None = None, fp8=False):
-    """Return activation bytes stored per token per layer on one GPU (bytes).
+def activation_parts(m: ModelSpec, tp, sp, flash=True, dropout=False, seq: int | None = None, fp8=False):
+    """Return (kept, scores, layer_input): activation bytes per token per layer on one GPU.
 
-    ``recompute_code``: 0 none, 1 selective, 2 full (stored layer input only). ``fp8``: the
-    linear layers' inputs are kept in fp8 (1 B less per element of the four GEMM inputs).
+    ``kept``: what a layer without recompute stores besides its attention scores (or, with flash
+    attention, the softmax statistics); ``scores``: those; ``layer_input``: the layer input full
+    recompute keeps instead. ``fp8``: the linear layers' inputs are kept in fp8 (1 B less per
+    element of the four GEMM inputs).
     """
     s = m.seq_len if seq is None else seq
     tp = np.asarray(tp, dtype=float)
@@ -79,10 +80,18 @@ def activation_bytes_per_token_layer(m: ModelSpec, tp, sp, recompute_code, flash
         scores = 4.0 * m.n_heads / tp  # fp32 logsumexp per head
     else:
         scores = 5.0 * m.n_heads * s / tp
+    return rep + split, scores, 2.0 * m.hidden / np.where(sp, tp, 1.0)
+
+
+def activation_bytes_per_token_layer(m: ModelSpec, tp, sp, recompute_code, flash=True, dropout=False,
+                                     seq: int | None = None, fp8=False):
+    """Return activation bytes stored per token per layer on one GPU (bytes).
+
+    ``recompute_code``: 0 none, 1 selective (no scores), 2 full (stored layer input only).
+    """
+    kept, scores, layer_input = activation_parts(m, tp, sp, flash, dropout, seq, fp8)
     rc = np.asarray(recompute_code)
-    scores = np.where(rc == 1, 0.0, scores)
-    full = 2.0 * m.hidden / np.where(sp, tp, 1.0)
-    return np.where(rc == 2, full, rep + split + scores)
+    return np.where(rc == 2, layer_input, kept + np.where(rc == 1, 0.0, scores))
 
 
 def layers_per_stage(m: ModelSpec, pp, vpp):
@@ -151,6 +160,43 @@ def model_state_bytes(params, dp, zero, grad_bytes: float = 2.0):
     return sum(model_state_terms(params, dp, zero, grad_bytes))
 
 
+MEMORY_TERMS = ("weights", "gradients", "optimizer state", "activations and buffers",
+                "reserved (CUDA context, NCCL, workspaces)")
+
+
+def _stage_memory(m: ModelSpec, lay: LayoutArrays, flash, dropout, grad_bytes: float, fp8_saved: bool):
+    """Return ((weights, gradients, optimizer) bytes, transient bytes) of the first and of the last stage."""
+    f = lambda x: np.asarray(x, dtype=float)  # noqa: E731  (converted once: the search passes 10^5 layouts)
+    tp, pp, vpp, cp, grad_accum = f(lay.tp), f(lay.pp), f(lay.vpp), f(lay.cp), f(lay.grad_accum)
+    sp, zero, rc = np.asarray(lay.sp, dtype=bool), np.asarray(lay.zero), np.asarray(lay.recompute)
+    tokens = f(lay.mbs) * m.seq_len / cp
+    fp8 = np.asarray(lay.fp8, dtype=bool) & fp8_saved
+    kept, scores, layer_input = activation_parts(m, tp, sp, flash, dropout, m.seq_len, fp8)
+    whole = kept + scores
+    per_layer = tokens * np.where(rc == 2, layer_input, np.where(rc == 1, kept, whole))
+    stage_layers = layers_per_stage(m, pp, vpp)
+    # with full recompute one layer's whole activation set is rebuilt during its backward
+    working = np.where(rc == 2, tokens * whole, 0.0)
+    act_first = stage_layers * per_layer * inflight_micro_batches(pp, vpp, grad_accum) + working
+    logits = 4.0 * tokens * m.vocab / tp
+    act_last = np.where(pp == 1, act_first,
+                        stage_layers * per_layer * inflight_micro_batches(pp, vpp, grad_accum, last=True) + working) + logits
+    p_first, p_last = stage_params(m, tp, pp, vpp)
+    per_layer_gpu = (layer_params(m) - expert_params_per_layer(m)) / tp
+    shard = lay.shard_group() * cp  # cp ranks hold the same weights; hybrid sharding shards over its group only
+    first = model_state_terms(p_first, shard, zero, grad_bytes)
+    last = model_state_terms(p_last, shard, zero, grad_bytes)
+    if m.is_moe:  # routed experts: sharded over ep x etp, their states over the expert data-parallel ranks
+        ep_etp = f(lay.ep) * f(lay.etp)
+        per_layer_gpu = per_layer_gpu + expert_params_per_layer(m) / ep_etp
+        experts = model_state_terms(stage_expert_params(m, pp, vpp, lay.ep, lay.etp), expert_dp(lay), zero, grad_bytes)
+        first = tuple(a + b for a, b in zip(first, experts))
+        last = tuple(a + b for a, b in zip(last, experts))
+    fsdp_buffer = np.where(zero >= 3, 2.0 * WEIGHT_BYTES * per_layer_gpu, 0.0)  # two gathered layers
+    return (first, (act_first + fsdp_buffer) * (1.0 + FRAGMENTATION)), \
+        (last, (act_last + fsdp_buffer) * (1.0 + FRAGMENTATION))
+
+
 def memory_bytes(m: ModelSpec, lay: LayoutArrays, flash=True, dropout=False, grad_bytes: float = 2.0,
                  fp8_saved: bool = True):
     """Return the peak memory per GPU including the allocator margin (bytes) of arrays of layouts.
@@ -159,44 +205,31 @@ def memory_bytes(m: ModelSpec, lay: LayoutArrays, flash=True, dropout=False, gra
     the last (LM head weights and fp32 logits). ``fp8_saved``: fp8 layouts keep their linear
     layers' inputs in fp8 (the stack fuses its fp8 casts).
     """
-    seq = m.seq_len
-    tp = np.asarray(lay.tp, dtype=float)
-    pp = np.asarray(lay.pp, dtype=float)
-    vpp = np.asarray(lay.vpp, dtype=float)
-    sp, zero, rc = np.asarray(lay.sp, dtype=bool), np.asarray(lay.zero), np.asarray(lay.recompute)
-    tokens = np.asarray(lay.mbs, dtype=float) * seq / np.asarray(lay.cp, dtype=float)
-    fp8 = np.asarray(lay.fp8, dtype=bool) & fp8_saved
-    per_layer = tokens * activation_bytes_per_token_layer(m, tp, sp, rc, flash, dropout, seq, fp8)
-    stage_layers = layers_per_stage(m, pp, vpp)
-    grad_accum = np.asarray(lay.grad_accum, dtype=float)
-    inflight_first = inflight_micro_batches(pp, vpp, grad_accum)
-    inflight_last = inflight_micro_batches(pp, vpp, grad_accum, last=True)
-    # with full recompute one layer's whole activation set is rebuilt during its backward
-    working = np.where(rc == 2, tokens * activation_bytes_per_token_layer(m, tp, sp, 0, flash, dropout, seq, fp8), 0.0)
-    act_first = stage_layers * per_layer * inflight_first + working
-    logits = 4.0 * tokens * m.vocab / tp
-    act_last = np.where(pp == 1, act_first, stage_layers * per_layer * inflight_last + working) + logits
-    p_first, p_last = stage_params(m, tp, pp, vpp)
-    p_expert = stage_expert_params(m, pp, vpp, lay.ep, lay.etp)
-    per_layer_gpu = (layer_params(m) - expert_params_per_layer(m)) / tp \
-        + expert_params_per_layer(m) / (np.asarray(lay.ep, dtype=float) * np.asarray(lay.etp, dtype=float))
-    fsdp_buffer = np.where(zero >= 3, 2.0 * WEIGHT_BYTES * per_layer_gpu, 0.0)
-    # cp ranks hold the same weights; hybrid sharding (dp_shard) shards over its group only
-    shard = lay.shard_group() * np.asarray(lay.cp, dtype=float)
-    expert_shard = expert_dp(lay)
-    experts = model_state_bytes(p_expert, expert_shard, zero, grad_bytes)
-    transient_first = (act_first + fsdp_buffer) * (1.0 + FRAGMENTATION)
-    transient_last = (act_last + fsdp_buffer) * (1.0 + FRAGMENTATION)
-    first = model_state_bytes(p_first, shard, zero, grad_bytes) + experts + transient_first
-    last = model_state_bytes(p_last, shard, zero, grad_bytes) + experts + transient_last
-    return np.maximum(first, last) + RESERVED_BYTES
+    (s1, t1), (s2, t2) = _stage_memory(m, lay, flash, dropout, grad_bytes, fp8_saved)
+    return np.maximum(sum(s1) + t1, sum(s2) + t2) + RESERVED_BYTES
+
+
+def memory_terms(m: ModelSpec, lay: LayoutArrays, flash=True, dropout=False, grad_bytes: float = 2.0,
+                 fp8_saved: bool = True) -> dict:
+    """Return {MEMORY_TERMS name: bytes} of the stage with the peak; they add up to ``memory_bytes``."""
+    (s1, t1), (s2, t2) = _stage_memory(m, lay, flash, dropout, grad_bytes, fp8_saved)
+    last = sum(s2) + t2 > sum(s1) + t1
+    values = [np.where(last, b, a) for a, b in zip(s1 + (t1,), s2 + (t2,))]
+    return dict(zip(MEMORY_TERMS, values + [np.full_like(values[0], RESERVED_BYTES)]))
+
+
+def _stack_args(m: ModelSpec, sw: Software) -> tuple:
+    """Return the memory model's stack arguments: flash attention, dropout (None: models with linear
+    biases use it), gradient width (bytes) and whether fp8 casts are fused."""
+    dropout = m.linear_bias if sw.dropout is None else sw.dropout
+    return sw.flash_attention, dropout, float(sw.grad_reduce_bytes), sw.fp8_cast_fused
 
 
 def stack_memory_bytes(m: ModelSpec, lay: LayoutArrays, sw: Software):
-    """Return ``memory_bytes`` of arrays of layouts under software stack ``sw`` (bytes, allocator margin included).
+    """Return ``memory_bytes`` of arrays of layouts under software stack ``sw`` (bytes, allocator margin included)."""
+    return memory_bytes(m, lay, *_stack_args(m, sw))
 
-    The stack sets the attention kernel (flash or not), dropout (None: models with linear
-    biases use it), the gradient width and whether fp8 casts are fused.
-    """
-    dropout = m.linear_bias if sw.dropout is None else sw.dropout
-    return memory_bytes(m, lay, sw.flash_attention, dropout, float(sw.grad_reduce_bytes), sw.fp8_cast_fused)
+
+def stack_memory_terms(m: ModelSpec, lay: LayoutArrays, sw: Software) -> dict:
+    """Return ``memory_terms`` of arrays of layouts under software stack ``sw`` (bytes per term)."""
+    return memory_terms(m, lay, *_stack_args(m, sw))
