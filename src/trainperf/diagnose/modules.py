@@ -39,6 +39,7 @@ import numpy as np
 
 from trainperf.trace.annotate import correlated_host_row
 from trainperf.trace.events import CPU_OP, DEVICE_KINDS, PYTHON, EventTable
+from trainperf.trace.nesting import Nesting, innermost, nest, thread_key
 
 MODULE_PREFIX = "nn.Module: "
 BACKWARD_OP_PREFIX = "autograd::engine::evaluate_function:"
@@ -104,87 +105,46 @@ class ModuleBreakdown:
 
 @dataclass(slots=True)
 class _Spans:
-    """Module spans of a table: rows, parent span (-1 for a root), path of each (instance names)."""
+    """Module spans of a table: rows in nesting order, their nesting (parent span, -1 for a root), path of each
+    (instance names)."""
 
     rows: np.ndarray
-    parent: np.ndarray
+    nesting: Nesting
     paths: list[str]
+
+    @property
+    def parent(self) -> np.ndarray:
+        return self.nesting.parent
 
 
 def module_spans(t: EventTable) -> _Spans:
     """The "nn.Module: X_n" spans of a table with each one's enclosing module span and path."""
     ids = t.ids_matching(lambda s: s.startswith(MODULE_PREFIX))
-    rows, parent = _nesting(t, np.flatnonzero((t.kind == PYTHON) & np.isin(t.name, ids)))
+    rows, n = _nesting(t, np.flatnonzero((t.kind == PYTHON) & np.isin(t.name, ids)))
     paths: list[str] = []
     for i, r in enumerate(rows):
         name = t.names[int(t.name[r])][len(MODULE_PREFIX):]
-        paths.append(paths[parent[i]] + "/" + name if parent[i] >= 0 else name)
-    return _Spans(rows, parent, paths)
+        paths.append(paths[n.parent[i]] + "/" + name if n.parent[i] >= 0 else name)
+    return _Spans(rows, n, paths)
 
 
-def _nesting(t: EventTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(rows sorted by thread and start, index of each one's enclosing span among them or -1).
-
-    A hand-written stack walk per (pid, tid): host calls nest exactly (Python and record functions);
-    a span that overlaps an open span's end (a clock artefact) goes under the innermost one holding it."""
-    rows = _by_thread_then_start(t, rows)
-    parent = np.full(rows.size, -1, dtype=np.int64)
-    key = _thread_key(t, rows)
-    starts = t.ts_ns[rows]
-    ends = starts + t.dur_ns[rows]
-    stack: list[int] = []
-    for i in range(rows.size):
-        if i and key[i] != key[i - 1]:
-            stack = []
-        # close the spans that ended, and those it outlasts (not nested in them: a clock artefact)
-        while stack and (ends[stack[-1]] <= starts[i] or ends[i] > ends[stack[-1]]):
-            stack.pop()
-        if stack:
-            parent[i] = stack[-1]
-        stack.append(i)
-    return rows, parent
+def _nesting(t: EventTable, rows: np.ndarray) -> tuple[np.ndarray, Nesting]:
+    """(rows in nesting order: by thread, start, longest first; their Nesting, trace.nesting's semantics)."""
+    n = nest(thread_key(t.pid[rows], t.tid[rows]), t.ts_ns[rows], t.ts_ns[rows] + t.dur_ns[rows])
+    return rows[n.order], n
 
 
-def _innermost(t: EventTable, spans: np.ndarray, parent: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """For each query row: the index (into spans, sorted by thread then start) of the innermost span on
-    the query's thread whose [start, end) holds the query's start, else -1. Climbs the parent chain from
-    the last span that started before it: O(depth) per query."""
-    out = np.full(query.size, -1, dtype=np.int64)
-    if spans.size == 0 or query.size == 0:
-        return out
-    skey = _thread_key(t, spans)
-    sts = t.ts_ns[spans]
-    send = sts + t.dur_ns[spans]
-    qkey = _thread_key(t, query)
-    qts = t.ts_ns[query]
-    for k in np.unique(qkey):
-        lo, hi = np.searchsorted(skey, k, side="left"), np.searchsorted(skey, k, side="right")
-        if lo == hi:
-            continue
-        q = np.flatnonzero(qkey == k)
-        pos = lo + np.searchsorted(sts[lo:hi], qts[q], side="right") - 1
-        pos[pos < lo] = -1
-        ended = (pos >= 0) & (send[np.maximum(pos, 0)] <= qts[q])
-        while ended.any():  # vectorized climb, one tree level per pass
-            pos[ended] = parent[pos[ended]]
-            ended = (pos >= 0) & (send[np.maximum(pos, 0)] <= qts[q])
-        out[q] = pos
-    return out
-
-
-def _thread_key(t: EventTable, rows: np.ndarray) -> np.ndarray:
-    return t.pid[rows] * 1_000_003 + t.tid[rows]
-
-
-def _by_thread_then_start(t: EventTable, rows: np.ndarray) -> np.ndarray:
-    """rows sorted by thread, start, then longest first (an enclosing span before the spans it holds)."""
-    return rows[np.lexsort((-t.dur_ns[rows], t.ts_ns[rows], _thread_key(t, rows)))]
+def _innermost(t: EventTable, spans: Nesting, query: np.ndarray) -> np.ndarray:
+    """For each query row: the nesting-order index of the innermost span on its thread holding its start, else -1."""
+    return innermost(spans, thread_key(t.pid[query], t.tid[query]), t.ts_ns[query])
 
 
 def _outermost_ops(t: EventTable) -> np.ndarray:
     """Rows of the CPU operators no other operator on their thread encloses (each op's time once)."""
-    rows = _by_thread_then_start(t, np.flatnonzero(t.kind == CPU_OP))
-    key = _thread_key(t, rows)
+    rows = np.flatnonzero(t.kind == CPU_OP)
+    key = thread_key(t.pid[rows], t.tid[rows])
+    order = np.lexsort((-t.dur_ns[rows], t.ts_ns[rows], key))
+    rows, key = rows[order], key[order]
     top = np.ones(rows.size, dtype=bool)
     for k in np.unique(key):
         sel = np.flatnonzero(key == k)
@@ -295,34 +255,34 @@ def _attribute(t: EventTable, sp: _Spans, anchors: np.ndarray) -> tuple[np.ndarr
     An anchor of -1 (no launch in the trace) is in none of them."""
     has = anchors >= 0
     fwd = np.full(anchors.size, -1, dtype=np.int64)
-    fwd[has] = _innermost(t, sp.rows, sp.parent, anchors[has])
+    fwd[has] = _innermost(t, sp.nesting, anchors[has])
     bwd = np.full(anchors.size, -1, dtype=np.int64)
     state = np.full(anchors.size, _NOT_BACKWARD, dtype=np.int64)
     q = np.flatnonzero((fwd < 0) & has)
     bwd_ids = t.ids_matching(lambda s: s.startswith(BACKWARD_OP_PREFIX))
     node_rows = np.flatnonzero((t.kind == CPU_OP) & np.isin(t.name, bwd_ids))
     if node_rows.size and q.size:
-        node_rows, node_parent = _nesting(t, node_rows)
-        node_span, node_state = _link_nodes(t, sp, node_rows, node_parent)
-        node = _innermost(t, node_rows, node_parent, anchors[q])
+        node_rows, node_nest = _nesting(t, node_rows)
+        node_span, node_state = _link_nodes(t, sp, node_rows, node_nest)
+        node = _innermost(t, node_nest, anchors[q])
         inside = node >= 0
         bwd[q[inside]] = node_span[node[inside]]
         state[q[inside]] = node_state[node[inside]]
     return fwd, bwd, state
 
 
-def _link_nodes(t: EventTable, sp: _Spans, nodes: np.ndarray, parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _link_nodes(t: EventTable, sp: _Spans, nodes: np.ndarray, nesting: Nesting) -> tuple[np.ndarray, np.ndarray]:
     """(module span of each backward node's forward op or -1, its link state) for node rows sorted by thread
-    and start (parent: enclosing node or -1). A node that cannot be linked takes its enclosing node's link
+    and start (nesting: their parents, the enclosing node or -1). A node that cannot be linked takes its enclosing node's link
     (a reentrant backward, as activation checkpointing runs, inside the node that started it)."""
     # forward ops: "Fwd thread id" 0 (a backward op inside a node carries its forward thread's number, >= 1);
     # where a trace lacks that arg (-1), an op inside a node is taken for backward
     fwd_ops = np.flatnonzero((t.kind == CPU_OP) & (t.seq >= 0) & (t.fwd_tid <= 0) & ~np.isin(t.name, t.name[nodes]))
     unsure = fwd_ops[t.fwd_tid[fwd_ops] < 0]
     if unsure.size:
-        fwd_ops = np.setdiff1d(fwd_ops, unsure[_innermost(t, nodes, parent, unsure) >= 0])
+        fwd_ops = np.setdiff1d(fwd_ops, unsure[_innermost(t, nesting, unsure) >= 0])
     fwd_ops = fwd_ops[np.lexsort((t.ts_ns[fwd_ops], t.seq[fwd_ops], t.pid[fwd_ops]))]
-    op_span = _innermost(t, sp.rows, sp.parent, fwd_ops)
+    op_span = _innermost(t, sp.nesting, fwd_ops)
     # {(pid, seq): {forward thread: module span of the last op with that number on it}}
     by_seq: dict[tuple[int, int], dict[int, int]] = {}
     for pid, seq, tid, span in zip(t.pid[fwd_ops].tolist(), t.seq[fwd_ops].tolist(), t.tid[fwd_ops].tolist(),
@@ -354,7 +314,7 @@ def _link_nodes(t: EventTable, sp: _Spans, nodes: np.ndarray, parent: np.ndarray
         span[i] = cand[tid]
         state[i] = _LINKED if span[i] >= 0 else _LINKED_OUTSIDE
     for i in range(nodes.size):  # an enclosing node sorts before the nodes it holds
-        p = parent[i]
+        p = nesting.parent[i]
         if p >= 0 and state[i] in _UNLINKED_WHY:
             span[i], state[i] = span[p], state[p]
     return span, state

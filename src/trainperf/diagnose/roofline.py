@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from trainperf.errors import TrainperfError
-from trainperf.trace.annotate import correlated_host_row, enclosing_span
+from trainperf.trace.annotate import correlated_host_row
+from trainperf.trace.nesting import enclosing_span, thread_key
 from trainperf.trace import events as ev
 from trainperf.trace.events import CPU_OP, DEVICE_KINDS, MEMCPY, EventTable
 
@@ -331,7 +332,7 @@ def launching_op(t: EventTable) -> np.ndarray:
     """For every row, the innermost cpu_op on the launching thread that encloses the launch of this
     device event (kernel, memcpy, memset), else -1. Via the correlation id, not the "External id"
     arg, whose meaning on device events differs between Kineto versions. An op encloses a launch
-    that starts in [op start, op end); at equal starts the shorter op is the inner one."""
+    that starts in [op start, op end); at equal starts the shorter op is the inner one (trace.nesting)."""
     out = np.full(len(t), -1, dtype=np.int64)
     link = correlated_host_row(t)
     dev = np.flatnonzero(np.isin(t.kind, DEVICE_KINDS) & (link >= 0))
@@ -340,11 +341,9 @@ def launching_op(t: EventTable) -> np.ndarray:
     ops = np.flatnonzero(t.kind == CPU_OP)
     if ops.size == 0:
         return out
-    ops = ops[np.lexsort((-t.dur_ns[ops], t.ts_ns[ops]))]  # outer before inner at equal starts
     launches = np.unique(link[dev])
-    key = t.pid * 1_000_003 + t.tid
-    # enclosing_span counts a span ending exactly at the query as enclosing it: end - 1 ns makes it [start, end)
-    hit = enclosing_span(key[ops], t.ts_ns[ops], t.ts_ns[ops] + t.dur_ns[ops] - 1, key[launches], t.ts_ns[launches])
+    key = thread_key(t.pid, t.tid)
+    hit = enclosing_span(key[ops], t.ts_ns[ops], t.ts_ns[ops] + t.dur_ns[ops], key[launches], t.ts_ns[launches])
     lut = np.full(len(t), -1, dtype=np.int64)
     lut[launches] = np.where(hit >= 0, ops[np.clip(hit, 0, None)], -1)
     out[dev] = lut[link[dev]]

@@ -19,6 +19,9 @@ import numpy as np
 from trainperf.trace.categories import COMM_OP_RE, kernel_category
 from trainperf.trace.events import (CAT_OTHER, COMMUNICATION, CPU_OP, DEVICE_KINDS, GPU_ANNOTATION, GPU_SYNC, KERNEL,
                                     USER_ANNOTATION, EventTable)
+from trainperf.trace.nesting import enclosing_span, thread_key
+
+__all__ = ["annotate", "correlated_host_row", "enclosing_span", "step_spans"]  # enclosing_span: trace.nesting's
 
 COMM_STREAM_SHARE = 0.9  # a stream whose kernels are at least this share communication is a communication stream
 COMM_STREAM_MIN_KERNELS = 2
@@ -83,28 +86,6 @@ def annotate(t: EventTable) -> None:
     t.step = step
 
 
-def enclosing_span(spans_key: np.ndarray, spans_start: np.ndarray, spans_end: np.ndarray, key: np.ndarray,
-            ts: np.ndarray) -> np.ndarray:
-    """For each query (key, ts): the index into the spans of a span with that key (e.g. pid/tid) that
-    contains ts (ns), else -1. Among nested spans the one that started last is returned (the innermost)."""
-    out = np.full(key.size, -1, dtype=np.int64)
-    for k in np.unique(spans_key):
-        sel = np.flatnonzero(spans_key == k)
-        sel = sel[np.argsort(spans_start[sel], kind="stable")]
-        s0, e0 = spans_start[sel], spans_end[sel]
-        run_max = np.maximum.accumulate(e0)
-        q = np.flatnonzero(key == k)
-        if q.size == 0:
-            continue
-        pos = np.searchsorted(s0, ts[q], side="right") - 1
-        covered = (pos >= 0) & (run_max[np.clip(pos, 0, None)] >= ts[q])
-        for j, p in zip(q[covered], pos[covered]):
-            while p >= 0 and e0[p] < ts[j]:  # an earlier, enclosing span (nesting is shallow)
-                p -= 1
-            out[j] = sel[p] if p >= 0 else -1
-    return out
-
-
 def _communication_by_context(t: EventTable) -> None:
     """Mark as communication the kernels launched inside a collective's record function, run inside a
     collective's GPU annotation, or run on a communication stream (module docstring); a kernel whose
@@ -120,7 +101,7 @@ def _communication_by_context(t: EventTable) -> None:
         link = correlated_host_row(t)[kern]
         launched = link >= 0
         if host_ops.size and launched.any():
-            key = t.pid * 1_000_003 + t.tid
+            key = thread_key(t.pid, t.tid)
             lrows = link[launched]
             hit = enclosing_span(key[host_ops], t.ts_ns[host_ops], t.ts_ns[host_ops] + t.dur_ns[host_ops], key[lrows],
                           t.ts_ns[lrows])
@@ -134,11 +115,11 @@ def _communication_by_context(t: EventTable) -> None:
             t.collective[rows[unnamed]] = np.where(span_coll[unnamed] >= 0, span_coll[unnamed], span_name[unnamed])
         gpu_ops = np.flatnonzero(np.isin(t.name, op_ids) & (t.kind == GPU_ANNOTATION))
         if gpu_ops.size:
-            key = t.pid * 1_000_003 + t.tid  # device events: tid is the stream
+            key = thread_key(t.pid, t.tid)  # device events: tid is the stream
             hit = enclosing_span(key[gpu_ops], t.ts_ns[gpu_ops], t.ts_ns[gpu_ops] + t.dur_ns[gpu_ops], key[kern],
                           t.ts_ns[kern])
             comm |= hit >= 0
-    stream_key = t.pid[kern] * 1_000_003 + t.stream[kern]
+    stream_key = thread_key(t.pid[kern], t.stream[kern])
     for k in np.unique(stream_key[comm]):
         on = stream_key == k
         n_comm = int((comm & on).sum())
