@@ -88,3 +88,29 @@ def test_fleet_tree_is_the_same_over_either_backend(pg, tmp_path):
 
     a, b = (rounded(fleet_tree(s, job="tree-a").to_dict()) for s in (pg, str(tmp_path)))
     assert a["allocated_gpu_h"] > 0 and a == b
+
+
+def test_a_table_of_an_older_schema_gains_the_new_columns(pg):
+    """A runs table created before peak_flops/peak_source existed: its rows read with the peak unknown
+    (None), and a new record writes and reads its peak (the DDL adds the missing columns)."""
+    import psycopg
+
+    from trainperf.store.postgres import PG_RUN_COLUMNS, _columns
+
+    old_schema = f"old_{uuid.uuid4().hex[:8]}"
+    url = pg.replace(pg.split("search_path%3D")[1], old_schema)
+    with psycopg.connect(DSN, autocommit=True) as con:
+        con.execute(f'CREATE SCHEMA "{old_schema}"')
+        cols = [c for c in PG_RUN_COLUMNS if c not in ("peak_flops", "peak_source")]
+        con.execute(f'CREATE TABLE "{old_schema}".runs ({_columns(cols)})')
+        con.execute(f'INSERT INTO "{old_schema}".runs (run_id, job, kind, started_at, world_size, config_json) '
+                    "VALUES ('old', 'j', 'train', 1.0, 1, '{}')")
+    try:
+        new = RunRecord(run_id="new", job="j", started_at=2.0, mfu=0.3, peak_flops=9.52e9, peak_source="measured")
+        write_run(new, url)
+        got = {r.run_id: r for r in read_runs(url)}
+        assert got["old"].peak_flops is None and got["old"].peak_source == ""
+        assert (got["new"].peak_flops, got["new"].peak_source) == (9.52e9, "measured")
+    finally:
+        with psycopg.connect(DSN, autocommit=True) as con:
+            con.execute(f'DROP SCHEMA "{old_schema}" CASCADE')

@@ -196,9 +196,9 @@ def show(run_id: str = typer.Argument(..., help="Run id, or its start when only 
     import numpy as np
     from rich.console import Console
 
-    from trainperf.store import get_run
-
     from trainperf.errors import TrainperfError
+    from trainperf.store import get_run
+    from trainperf.store.record import mfu_text
 
     with store_warnings():
         try:
@@ -213,7 +213,9 @@ def show(run_id: str = typer.Argument(..., help="Run id, or its start when only 
         typer.echo(dumps(d))
         return
     con = Console()
-    for line in show_lines({k: v for k, v in d.items() if k not in ("samples", "kernels")}):
+    for line in show_lines({k: v for k, v in d.items() if k not in ("samples", "kernels", "peak_flops", "peak_source")}):
+        if line.startswith("mfu: "):  # with what it is a fraction of (or "peak unknown" in older records)
+            line = f"mfu: {mfu_text(rec.mfu, rec.peak_flops, rec.peak_source)}"
         con.print(line, highlight=False, markup=False, soft_wrap=True)
     st = np.array([s.step_time_s for s in rec.samples], dtype=float)
     if st.size:  # over every stored step; the record's own step_time_s (above) leaves out its warm-up steps

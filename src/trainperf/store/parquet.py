@@ -150,13 +150,27 @@ def _empty_views(con) -> None:
     con.execute("CREATE VIEW raw_runs AS SELECT *, NULL::VARCHAR AS job, NULL::VARCHAR AS date FROM raw_runs_empty")
 
 
+def _read_files(con, files: list[Path], union: bool):
+    """Return the DuckDB relation over the run ``files``. DuckDB takes the columns of the first file;
+    files written before a column was added to the records (e.g. ``peak_flops``) lack it, so when the
+    first file does, or ``union`` asks, the files are read by column name (``union_by_name``: a column a
+    file lacks reads as NULL). That reads every footer first: 0.73 s -> 2.75 s for 300 files
+    (docs/benchmarks.md), paid only by a store holding files of an older schema."""
+    names = [str(p) for p in files]
+    rel = con.read_parquet(names, hive_partitioning=True, union_by_name=union)
+    if not union and set(FILE_COLUMNS) - set(rel.columns):
+        rel = con.read_parquet(names, hive_partitioning=True, union_by_name=True)
+    return rel
+
+
 def connect(root: Path, validate: bool = False):
     """Return a DuckDB connection with views ``runs``, ``steps`` and ``kernels`` over the store.
 
     ``runs``: one row per run; ``steps``: one row per step sample; ``kernels``: one row per kernel
     result. Step and kernel rows carry the run's context columns (host, versions, config hash).
-    ``validate``: read every file's footer first and skip (with a warning) the unreadable ones;
-    otherwise DuckDB opens files lazily and a corrupt one fails the query (callers then retry).
+    ``validate``: read every file's footer first and skip (with a warning) the unreadable ones, and
+    read the files by column name (a file of an older schema among newer ones); otherwise DuckDB
+    opens files lazily and a corrupt or older file fails the query (callers then retry).
     """
     import duckdb
 
@@ -168,11 +182,11 @@ def connect(root: Path, validate: bool = False):
     rel = None
     if files:
         try:
-            rel = con.read_parquet([str(p) for p in files], hive_partitioning=True)
+            rel = _read_files(con, files, union=validate)
             rel.limit(0).fetchall()
         except duckdb.Error:
             files = readable_files(files)
-            rel = con.read_parquet([str(p) for p in files], hive_partitioning=True) if files else None
+            rel = _read_files(con, files, union=True) if files else None
     if rel is None:
         _empty_views(con)
     else:
@@ -215,8 +229,9 @@ def store_size_bytes(root: Path) -> int:
 def _with_retry(run):
     """Call run(validate=False); on a DuckDB error, once more with every file checked first.
 
-    Files are opened lazily, so a corrupt one only shows when a query reaches it; the retry skips
-    it with a warning naming it. A second failure is the query's own fault: one line.
+    Files are opened lazily, so a corrupt one (or one of an older schema after a newer first file)
+    only shows when a query reaches it; the retry skips a corrupt file with a warning naming it and
+    reads the others by column name. A second failure is the query's own fault: one line.
     """
     import duckdb
 

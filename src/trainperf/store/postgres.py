@@ -23,11 +23,15 @@ def _columns(names, key: str | None = None) -> str:
 
 
 def _ddl() -> list[str]:
+    """Return the statements that create the tables, and add to tables of an older schema the columns
+    they lack (a field added to the records later, e.g. ``peak_flops``: NULL in the older rows)."""
+    tables = {"runs": PG_RUN_COLUMNS, "steps": CONTEXT + STEP_FIELDS, "kernels": CONTEXT + KERNEL_FIELDS}
     return [f"CREATE TABLE IF NOT EXISTS runs ({_columns(PG_RUN_COLUMNS, key='run_id')})",
             f"CREATE TABLE IF NOT EXISTS steps ({_columns(CONTEXT + STEP_FIELDS)})",
             f"CREATE TABLE IF NOT EXISTS kernels ({_columns(CONTEXT + KERNEL_FIELDS)})",
             "CREATE INDEX IF NOT EXISTS steps_run_id ON steps (run_id)",
-            "CREATE INDEX IF NOT EXISTS kernels_run_id ON kernels (run_id)"]
+            "CREATE INDEX IF NOT EXISTS kernels_run_id ON kernels (run_id)",
+            *(f"ALTER TABLE {t} ADD COLUMN IF NOT EXISTS {_columns([c])}" for t, cols in tables.items() for c in cols)]
 
 
 def redact(url: str) -> str:

@@ -76,6 +76,11 @@ class RunRecord:
     step_time_s: float | None = None
     tokens_per_s: float | None = None
     mfu: float | None = None
+    # the peak FLOP/s per device the run's MFU is against, and where it came from (the trainer's
+    # "catalog H100 SXM (bf16)", "measured: the best of 12 fp32 1024^3 matmuls ...", "--peak-tflops");
+    # None / "" in records written before peaks were stored: their MFU cannot be re-expressed (PEAK_UNKNOWN)
+    peak_flops: float | None = None
+    peak_source: str = ""
     mem_peak_bytes: float | None = None
     goodput: float | None = None
     samples: list[StepSample] = field(default_factory=list)
@@ -95,6 +100,30 @@ class RunRecord:
         d = asdict(self)
         d["config_hash"] = self.config_hash
         return d
+
+
+PEAK_UNKNOWN = "peak unknown (the record has no peak_flops: written before peaks were stored)"
+
+
+def mfu_against(mfu: float | None, peak_flops: float | None, against_flops: float | None) -> float | None:
+    """Return an MFU measured against ``peak_flops`` re-expressed against ``against_flops`` (a fraction):
+    the achieved FLOP/s, mfu x peak_flops, over the other peak; ``mfu`` unchanged when either peak is
+    unknown (None or 0), None when ``mfu`` is."""
+    if mfu is None or not peak_flops or not against_flops:
+        return mfu
+    return mfu * peak_flops / against_flops
+
+
+def mfu_text(mfu: float | None, peak_flops: float | None, peak_source: str = "") -> str:
+    """Return an MFU with what it is a fraction of, e.g. "31.0% of 9.52 GFLOP/s, measured: ...", or
+    "31.0%, peak unknown (...)" when the peak is not recorded; "-" without an MFU. The one wording of a
+    stored run's MFU (``trainperf runs show``, ``compare``'s note)."""
+    from trainperf.train.report import peak_text
+
+    if mfu is None:
+        return "-"
+    peak = peak_text({"peak_flops": peak_flops, "peak_source": peak_source})
+    return f"{mfu:.1%} of {peak}" if peak else f"{mfu:.1%}, {PEAK_UNKNOWN}"
 
 
 def new_run_id() -> str:
