@@ -10,7 +10,7 @@ import pytest
 from trainperf.errors import TrainperfError
 from trainperf.fleet.changepoints import (ChangeDetector, ChangeOptions, _best_split, _hodges_lehmann, _vif,
                                          detect_changes, drift_vif, series_drift, split_p_value)
-from trainperf.fleet.jumps import find_jumps, local_drift, trend_share
+from trainperf.fleet.jumps import find_jumps, held_levels, local_drift, trend_share
 from trainperf.fleet.synth import synthetic_fleet
 
 
@@ -157,6 +157,26 @@ def test_jump_on_a_trend_is_found_and_a_jumpy_stationary_process_is_not():
     steps = np.repeat(rng.normal(0, 1, 40), 8)[:300] + 0.01 * rng.standard_normal(300)
     assert find_jumps(saw) == [] and find_jumps(steps) == []
     assert detect_changes(saw).change_points == [] and len(detect_changes(steps).change_points) <= 2
+
+
+def test_held_level_is_evidence_apart_from_the_step():
+    # the jump test's two tests (a sudden step, a held level) are separate evidence only if the held
+    # level does not see the step's own two points: moving them (an outlier at either end) must not
+    # move held[k]; reference: a hand computation of the held level from the other 2w + 2w points
+    rng = np.random.default_rng(4)
+    t = np.arange(120)
+    x = 1.0 + 3e-4 * t + 0.01 * rng.standard_t(3, 120)
+    w, k = 5, 60
+    moved = x.copy()
+    moved[k] += 0.5
+    moved[k + 1] -= 0.7
+    assert held_levels(moved, w)[k] == pytest.approx(held_levels(x, w)[k], abs=1e-15)
+    pts_b, pts_a = np.arange(k - 10, k), np.arange(k + 2, k + 12)
+    slopes = [(x[j] - x[i]) / (j - i) for pts in (pts_b, pts_a) for a, i in enumerate(pts) for j in pts[a + 1:]]
+    b = float(np.median(slopes))
+    mid = k + 0.5  # the step sits between points k and k + 1
+    ref = np.median(x[pts_a] - b * (pts_a - mid)) - np.median(x[pts_b] - b * (pts_b - mid))
+    assert held_levels(x, w)[k] == pytest.approx(ref, abs=1e-12)
 
 
 def test_synthetic_fleet_host_series():
