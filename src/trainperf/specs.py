@@ -223,10 +223,14 @@ def lm_head_params(m: ModelSpec) -> int:
     return 0 if m.tied_embeddings else m.vocab * m.hidden
 
 
+def final_norm_params(m: ModelSpec) -> int:
+    """Return the final norm's parameters before the output projection (count: LayerNorm 2h, RMSNorm h)."""
+    return 2 * m.hidden if m.norm == "layernorm" else m.hidden
+
+
 def param_count(m: ModelSpec) -> int:
     """Return the total parameter count of the model (count; every expert of a MoE)."""
-    final_norm = 2 * m.hidden if m.norm == "layernorm" else m.hidden
-    return round(m.n_layers * layer_params(m) + embedding_params(m) + lm_head_params(m) + final_norm)
+    return round(m.n_layers * layer_params(m) + embedding_params(m) + lm_head_params(m) + final_norm_params(m))
 
 
 def active_param_count(m: ModelSpec) -> int:

@@ -52,7 +52,7 @@ import numpy as np
 
 from trainperf.plan.stacks import Software
 from trainperf.specs import (LayoutArrays, ModelSpec, active_ffn_width, embedding_params, expert_params_per_layer,
-                             layer_params, lm_head_params)
+                             final_norm_params, layer_params, lm_head_params)
 
 RESERVED_BYTES = 2.0 * 2**30   # CUDA context + NCCL buffers + cuBLAS/TE workspaces (bytes)
 FRAGMENTATION = 0.08           # caching-allocator fragmentation, fraction of allocated bytes
@@ -118,9 +118,10 @@ def stage_params(m: ModelSpec, tp, pp, vpp):
     layers = layers_per_stage(m, pp, vpp) * per_layer / tp
     emb = embedding_params(m) / tp
     head = (lm_head_params(m) if not m.tied_embeddings else m.vocab * m.hidden) / tp
+    norm = final_norm_params(m)  # replicated on every tp rank of the last stage
     single = np.asarray(pp) == 1
-    first = np.where(single, m.n_layers * per_layer / tp + emb + lm_head_params(m) / tp, layers + emb)
-    last = np.where(single, first, layers + head)
+    first = np.where(single, m.n_layers * per_layer / tp + emb + lm_head_params(m) / tp + norm, layers + emb)
+    last = np.where(single, first, layers + head + norm)
     return first, last
 
 
