@@ -674,14 +674,14 @@ class Layout:
         dp = self.dp or n_gpus // mp
         if mp * dp != n_gpus:
             raise TrainperfError(f"layout: tp*pp*cp*dp = {mp}*{dp} = {mp * dp} is not the {n_gpus} GPUs")
-        ga = self.grad_accum
+        grad_accum = self.grad_accum
         if global_batch is not None:
             if global_batch % (dp * self.mbs):
                 raise TrainperfError(
                     f"layout: global batch {global_batch} is not divisible by dp*mbs = {dp}*{self.mbs}"
                 )
-            ga = global_batch // (dp * self.mbs)
-        return replace(self, dp=dp, grad_accum=max(ga, 1))
+            grad_accum = global_batch // (dp * self.mbs)
+        return replace(self, dp=dp, grad_accum=max(grad_accum, 1))
 
     def to_string(self) -> str:
         """Return the canonical layout string (the form `--layout` and `trainperf train` accept)."""

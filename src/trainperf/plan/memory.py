@@ -133,10 +133,10 @@ def inflight_micro_batches(pp, vpp, grad_accum, last: bool = False):
     """
     pp = np.asarray(pp, dtype=float)
     vpp = np.asarray(vpp, dtype=float)
-    ga = np.asarray(grad_accum, dtype=float)
+    grad_accum = np.asarray(grad_accum, dtype=float)
     rank = pp - 1.0 if last else 0.0
-    plain = np.minimum(ga, pp - rank)                                  # 1F1B: p - r - 1 warm-up + 1
-    chunks = np.minimum(ga * vpp, 2.0 * (pp - rank - 1.0) + (vpp - 1.0) * pp + 1.0)
+    plain = np.minimum(grad_accum, pp - rank)                          # 1F1B: p - r - 1 warm-up + 1
+    chunks = np.minimum(grad_accum * vpp, 2.0 * (pp - rank - 1.0) + (vpp - 1.0) * pp + 1.0)
     return np.where(vpp > 1, chunks / vpp, plain)
 
 
