@@ -14,16 +14,14 @@ itself. On a trace without device events the basis is the host: the time of each
 operator (one not inside another operator on its thread), so nested operators count once.
 
 Backward: autograd runs each backward node ("autograd::engine::evaluate_function: XBackward0") after the
-forward spans have closed, on an autograd thread (CUDA) or the caller's. The node carries the "Sequence
-number" of the forward operator that made it (as TraceLens links them): a device event launched inside a
+forward spans have closed, on an autograd thread (CUDA) or the caller's. A device event launched inside a
 node (or, on the CPU basis, the node itself) is the backward time of the module whose forward ran the op
-with that sequence number in the same process (of ops sharing a number, such as aten::linear and the
-aten::t inside it, the last to start: the one that made the node). Where sequence numbers collide across
-forward threads, the node's "Fwd thread id" picks the thread, learnt from the unambiguous links. A node
-without a number (AccumulateGrad) or whose forward op is not in the trace (it ran before the profiled
-window) cannot be linked: that time is the BACKWARD row, and a note says how much. Backward of an op run
-outside every module (the loss) is OUTSIDE's backward. Everything else launched outside any module and any
-node (optimizer, copies) is OUTSIDE's forward.
+that made the node (diagnose/autograd_links.py: by sequence number; gradient accumulation by the engine's
+order, checked against the recorded shapes). Backward time that cannot be linked is the BACKWARD row
+(nodes whose forward op ran before the profiled window, hooks after gradient accumulation such as DDP's
+all-reduce) or the GRAD_ACCUM row (accumulation whose parameter's module cannot be told), and a note
+says how much and why. Backward of an op run outside every module (the loss) is OUTSIDE's backward.
+Everything else launched outside any module and any node (optimizer, copies) is OUTSIDE's forward.
 
 Paths: "Sequential_0/Block_1/Linear_1" names one module instance. With by="type" the instance
 numbers are dropped ("Sequential/Block/Linear"), so the 32 blocks of a transformer become one row
@@ -37,14 +35,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from trainperf.diagnose.autograd_links import (ACCUMULATE_UNKNOWN, LINKED_OUTSIDE, NOT_BACKWARD, UNLINKED_WHY,
+                                               BackwardLinks, backward_links)
 from trainperf.trace.annotate import correlated_host_row
 from trainperf.trace.events import CPU_OP, DEVICE_KINDS, PYTHON, EventTable
 from trainperf.trace.nesting import Nesting, innermost, nest, thread_key
 
 MODULE_PREFIX = "nn.Module: "
-BACKWARD_OP_PREFIX = "autograd::engine::evaluate_function:"
 BACKWARD = "backward (unattributed)"
+GRAD_ACCUM = "gradient accumulation (unattributed)"
 OUTSIDE = "(outside nn.Module)"
+LABELS = (BACKWARD, GRAD_ACCUM, OUTSIDE)  # rows that are no module (depth 0)
 _INSTANCE_RE = re.compile(r"_\d+$")
 
 
@@ -81,7 +82,7 @@ class ModuleBreakdown:
     basis: str                     # "gpu": device kernel/memcpy/memset time; "cpu_op": top-level CPU operators
     steps: int                     # profiler steps the totals are divided by (1 when the trace has none)
     total_us_per_step: float       # all device (or top-level CPU op) time per step, attributed or not
-    unlinked_backward_us_per_step: float = 0.0  # backward time no forward op could be found for (BACKWARD)
+    unlinked_backward_us_per_step: float = 0.0  # backward time no module could be found for (BACKWARD, GRAD_ACCUM)
     backward_us_per_step: float = 0.0  # all backward time (inside autograd nodes), linked or not
     rows: list[ModuleTime] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -166,14 +167,6 @@ def _steps(t: EventTable, rows: np.ndarray) -> tuple[np.ndarray, int]:
     return t.step[rows] >= 0, int(steps.size)
 
 
-# what links a backward item (node_state of _attribute): not in a backward node; in a node linked to a forward
-# op inside a module or outside every module; or in a node that cannot be linked, and why
-_NOT_BACKWARD, _LINKED, _LINKED_OUTSIDE, _NO_SEQ, _NO_FORWARD, _AMBIGUOUS = range(6)
-_UNLINKED_WHY = {_NO_SEQ: "in nodes without a sequence number (AccumulateGrad and the like)",
-                 _NO_FORWARD: "in nodes whose forward op is not in the trace (it ran before the profiled window)",
-                 _AMBIGUOUS: "in nodes whose sequence number several forward threads used"}
-
-
 def module_breakdown(t: EventTable, by: str = "type") -> ModuleBreakdown:
     """Time per nn.Module path per step of one rank's table (module docstring).
 
@@ -201,26 +194,33 @@ def module_breakdown(t: EventTable, by: str = "type") -> ModuleBreakdown:
                      "modules")
     dur = t.dur_ns[items].astype(np.float64) / 1e3
     total = float(dur.sum())
-    fwd, bwd, node_state = _attribute(t, sp, anchors)
+    fwd, links = _attribute(t, sp, anchors)
+    bwd, state = links.span, links.state
     name_of = sp.paths if by == "instance" else [_strip(p) for p in sp.paths]
     span_counted, _ = _steps(t, sp.rows)
     calls: dict[str, int] = {}
     for s in np.flatnonzero(span_counted):
         calls[name_of[s]] = calls.get(name_of[s], 0) + 1
-    in_node = node_state != _NOT_BACKWARD
+    in_node = state != NOT_BACKWARD
     free = (fwd < 0) & (bwd < 0)
-    unlinked = free & in_node & (node_state != _LINKED_OUTSIDE)
+    unlinked = free & in_node & (state != LINKED_OUTSIDE)
+    accumulate = unlinked & (state == ACCUMULATE_UNKNOWN)
     paths = {p: (f, b, calls.get(p, 0)) for p, (f, b) in _path_totals(sp, name_of, fwd, bwd, dur).items()}
     none = np.zeros_like(free)
-    for label, f_mask, b_mask in ((BACKWARD, none, unlinked),
-                                  (OUTSIDE, free & ~in_node, free & (node_state == _LINKED_OUTSIDE))):
+    for label, f_mask, b_mask in ((BACKWARD, none, unlinked & ~accumulate), (GRAD_ACCUM, none, accumulate),
+                                  (OUTSIDE, free & ~in_node, free & (state == LINKED_OUTSIDE))):
         if f_mask.any() or b_mask.any():
             f_us, b_us = float(dur[f_mask].sum()), float(dur[b_mask].sum())
             paths[label] = ((f_us, f_us, int(f_mask.sum())), (b_us, b_us, int(b_mask.sum())), 0)
     rows = [_row(p, *v, n_steps=n_steps, total_us=total) for p, v in paths.items()]
     bwd_us, unlinked_us = float(dur[in_node].sum()), float(dur[unlinked].sum())
     if unlinked.any():
-        notes.append(_unlinked_note(dur / n_steps, unlinked, node_state, bwd_us / n_steps))
+        notes.append(_unlinked_note(dur / n_steps, unlinked, state, bwd_us / n_steps))
+    order_only = links.by_order_only & (bwd >= 0)
+    if order_only.any():
+        notes.append(f"{float(dur[order_only].sum()) / n_steps:.1f} µs per step of gradient accumulation "
+                     "attributed by the autograd engine's order alone (no recorded shapes to check the parameter "
+                     "against: profile with record_shapes=True)")
     if n_steps == 1 and not (t.step >= 0).any():
         notes.append("no ProfilerStep spans: totals are over the whole trace")
     return ModuleBreakdown(rank=t.rank, basis=basis, steps=n_steps, total_us_per_step=total / n_steps,
@@ -230,8 +230,8 @@ def module_breakdown(t: EventTable, by: str = "type") -> ModuleBreakdown:
 
 def _row(path: str, fwd: tuple, bwd: tuple, calls: int, *, n_steps: int, total_us: float) -> ModuleTime:
     """A row from its forward and backward (inclusive µs, exclusive µs, events) over the steps, and its calls;
-    a BACKWARD / OUTSIDE label has depth 0."""
-    depth = 0 if path in (BACKWARD, OUTSIDE) else path.count("/") + 1
+    a label row (BACKWARD, GRAD_ACCUM, OUTSIDE) has depth 0."""
+    depth = 0 if path in LABELS else path.count("/") + 1
     incl = fwd[0] + bwd[0]
     return ModuleTime(path=path, depth=depth, inclusive_us_per_step=incl / n_steps,
                       exclusive_us_per_step=(fwd[1] + bwd[1]) / n_steps, forward_us_per_step=fwd[0] / n_steps,
@@ -241,83 +241,28 @@ def _row(path: str, fwd: tuple, bwd: tuple, calls: int, *, n_steps: int, total_u
 
 
 def _unlinked_note(us: np.ndarray, unlinked: np.ndarray, state: np.ndarray, backward_us: float) -> str:
-    """The note saying how much backward time (µs per step) no forward op could be found for, and why."""
+    """The note saying how much backward time (µs per step) no module could be found for, and why."""
     total = float(us[unlinked].sum())
-    parts = [f"{float(us[unlinked & (state == st)].sum()):.1f} µs {why}" for st, why in _UNLINKED_WHY.items()
+    parts = [f"{float(us[unlinked & (state == st)].sum()):.1f} µs {why}" for st, why in UNLINKED_WHY.items()
              if (unlinked & (state == st)).any()]
-    return (f"{total:.1f} µs per step of backward ({100 * total / backward_us:.1f}% of backward time) not linked "
-            f"to a forward op, shown as '{BACKWARD}': " + "; ".join(parts))
+    return (f"{total:.1f} µs per step of backward ({100 * total / backward_us:.1f}% of backward time) not "
+            f"attributed to a module, shown as '{BACKWARD}' or '{GRAD_ACCUM}': " + "; ".join(parts))
 
 
-def _attribute(t: EventTable, sp: _Spans, anchors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(forward module span of each anchor row or -1, backward module span or -1, node state (the _NOT_BACKWARD..
-    constants): how an anchor outside every module's forward that sits in an autograd node links to a module).
-    An anchor of -1 (no launch in the trace) is in none of them."""
+def _attribute(t: EventTable, sp: _Spans, anchors: np.ndarray) -> tuple[np.ndarray, BackwardLinks]:
+    """(forward module span of each anchor row or -1, the backward links of those outside every module's forward:
+    the module span whose backward they run in, how they link). An anchor of -1 (no launch in the trace) is in
+    none of them."""
     has = anchors >= 0
     fwd = np.full(anchors.size, -1, dtype=np.int64)
     fwd[has] = _innermost(t, sp.nesting, anchors[has])
-    bwd = np.full(anchors.size, -1, dtype=np.int64)
-    state = np.full(anchors.size, _NOT_BACKWARD, dtype=np.int64)
     q = np.flatnonzero((fwd < 0) & has)
-    bwd_ids = t.ids_matching(lambda s: s.startswith(BACKWARD_OP_PREFIX))
-    node_rows = np.flatnonzero((t.kind == CPU_OP) & np.isin(t.name, bwd_ids))
-    if node_rows.size and q.size:
-        node_rows, node_nest = _nesting(t, node_rows)
-        node_span, node_state = _link_nodes(t, sp, node_rows, node_nest)
-        node = _innermost(t, node_nest, anchors[q])
-        inside = node >= 0
-        bwd[q[inside]] = node_span[node[inside]]
-        state[q[inside]] = node_state[node[inside]]
-    return fwd, bwd, state
-
-
-def _link_nodes(t: EventTable, sp: _Spans, nodes: np.ndarray, nesting: Nesting) -> tuple[np.ndarray, np.ndarray]:
-    """(module span of each backward node's forward op or -1, its link state) for node rows sorted by thread
-    and start (nesting: their parents, the enclosing node or -1). A node that cannot be linked takes its enclosing node's link
-    (a reentrant backward, as activation checkpointing runs, inside the node that started it)."""
-    # forward ops: "Fwd thread id" 0 (a backward op inside a node carries its forward thread's number, >= 1);
-    # where a trace lacks that arg (-1), an op inside a node is taken for backward
-    fwd_ops = np.flatnonzero((t.kind == CPU_OP) & (t.seq >= 0) & (t.fwd_tid <= 0) & ~np.isin(t.name, t.name[nodes]))
-    unsure = fwd_ops[t.fwd_tid[fwd_ops] < 0]
-    if unsure.size:
-        fwd_ops = np.setdiff1d(fwd_ops, unsure[_innermost(t, nesting, unsure) >= 0])
-    fwd_ops = fwd_ops[np.lexsort((t.ts_ns[fwd_ops], t.seq[fwd_ops], t.pid[fwd_ops]))]
-    op_span = _innermost(t, sp.nesting, fwd_ops)
-    # {(pid, seq): {forward thread: module span of the last op with that number on it}}
-    by_seq: dict[tuple[int, int], dict[int, int]] = {}
-    for pid, seq, tid, span in zip(t.pid[fwd_ops].tolist(), t.seq[fwd_ops].tolist(), t.tid[fwd_ops].tolist(),
-                                   op_span.tolist()):
-        by_seq.setdefault((pid, seq), {})[tid] = span
-    keys = list(zip(t.pid[nodes].tolist(), t.seq[nodes].tolist(), t.fwd_tid[nodes].tolist()))
-    # the profiler's forward-thread number -> OS thread, from the numbers only one thread used
-    votes: dict[tuple[int, int], dict[int, int]] = {}
-    for pid, seq, ftid in keys:
-        cand = by_seq.get((pid, seq))
-        if seq >= 0 and cand and len(cand) == 1:
-            v = votes.setdefault((pid, ftid), {})
-            tid = next(iter(cand))
-            v[tid] = v.get(tid, 0) + 1
-    thread_of = {k: max(v, key=v.get) for k, v in votes.items()}
-    span = np.full(nodes.size, -1, dtype=np.int64)
-    state = np.full(nodes.size, _NO_SEQ, dtype=np.int64)
-    for i, (pid, seq, ftid) in enumerate(keys):
-        if seq < 0:
-            continue
-        cand = by_seq.get((pid, seq))
-        if not cand:
-            state[i] = _NO_FORWARD
-            continue
-        tid = next(iter(cand)) if len(cand) == 1 else thread_of.get((pid, ftid))
-        if tid not in cand:
-            state[i] = _AMBIGUOUS
-            continue
-        span[i] = cand[tid]
-        state[i] = _LINKED if span[i] >= 0 else _LINKED_OUTSIDE
-    for i in range(nodes.size):  # an enclosing node sorts before the nodes it holds
-        p = nesting.parent[i]
-        if p >= 0 and state[i] in _UNLINKED_WHY:
-            span[i], state[i] = span[p], state[p]
-    return span, state
+    links = backward_links(t, sp.nesting, anchors[q])
+    bwd = BackwardLinks(span=np.full(anchors.size, -1, dtype=np.int64),
+                        state=np.full(anchors.size, NOT_BACKWARD, dtype=np.int64),
+                        by_order_only=np.zeros(anchors.size, dtype=bool))
+    bwd.span[q], bwd.state[q], bwd.by_order_only[q] = links.span, links.state, links.by_order_only
+    return fwd, bwd
 
 
 def _path_totals(sp: _Spans, name_of: list[str], fwd: np.ndarray, bwd: np.ndarray, dur: np.ndarray) -> dict:

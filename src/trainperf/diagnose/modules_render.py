@@ -38,4 +38,4 @@ def print_modules(breakdowns: list[ModuleBreakdown], console, top: int = 40) -> 
         console.print(t)
         console.print(f"basis: {BASIS_TEXT[b.basis]}; total {b.total_us_per_step / 1e3:.3f} ms per step, "
                       f"backward {b.backward_us_per_step / 1e3:.3f} ms of it, "
-                      f"{b.unlinked_backward_us_per_step / 1e3:.3f} ms not linked to a forward op", highlight=False)
+                      f"{b.unlinked_backward_us_per_step / 1e3:.3f} ms not attributed to a module", highlight=False)
