@@ -1,4 +1,4 @@
-"""Exhaustive layout search: enumerate every valid layout, evaluate all of them at once (NumPy).
+"""Exact layout search: enumerate every valid layout, price them in NumPy blocks, rank the fitting ones.
 
 The space: tp (powers of two dividing the heads, kv heads and ffn, within the scale-up
 domain), ep for mixture-of-experts models (powers of two dividing the experts and dp x cp;
@@ -7,8 +7,9 @@ the layer count), vpp (interleaving: the busiest stage's layers divisible by it,
 batches a multiple of pp; uneven stages as Llama 3 405B's 126 layers on 16 stages), sequence parallel on/off, ZeRO 0-3 (2 and 3 only without pipeline
 parallelism, as Megatron and DeepSpeed require), recompute none/selective/full, micro batch
 1-16 (powers of two dividing the per-replica batch). dp fills the remaining GPUs and must
-divide the global batch. Every candidate is evaluated by ``estimate_arrays`` in one call;
-those whose memory does not fit are dropped.
+divide the global batch. Every candidate's memory is computed; the time model
+(``estimate_arrays``) runs on those that fit, block by block, and the ranking is the one an
+evaluation of every layout gives (tests/plan/test_plan_search.py checks both).
 """
 
 from __future__ import annotations
