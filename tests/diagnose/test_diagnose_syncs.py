@@ -109,9 +109,41 @@ def test_removing_a_sync_removes_the_read_that_made_it(tmp_path):
     # (20 us) and its 20 us after. Each later step starts 60 us sooner: step 2's call starts at 2420 - 120 - 20
     # = 2280 and returns at once; its copy runs 2290..2292 (launch latency 5 + the 5 us lag the trace shows);
     # the trace ended at 2440 -> 148 us. The ops' CPU time around the calls: 20 + 20 per step, but the last
-    # item's tail has no next call in the window: 5 x 20 us, plus the calls' own typical cost (median runtime
-    # call: 12 us) x 3.
+    # item's tail has no next call in the window: 5 x 20 us, plus the calls' own typical cost x 3: the median of
+    # the calls that cannot wait (the 4-us launches; replay._typical_call_us), not of all calls (12 us).
     d = diagnose(_host_bound_item_trace(tmp_path / "h.json.gz"))
     f = next(x for x in d.findings if x.kind == "host_sync")
     assert f.fix_order == 1 and f.gain_us == pytest.approx(148)
-    assert f.evidence["metrics"]["reading_ops_cpu_time"]["value"] == pytest.approx(5 * 20 + 3 * 12)
+    assert f.evidence["metrics"]["reading_ops_cpu_time"]["value"] == pytest.approx(5 * 20 + 3 * 4)
+
+
+def _many_reads_trace(path: Path) -> Path:
+    # an idle GPU, 1000-us steps (3): Python until T+100, three 4-us launches T+100, +110, +120 (5-us kernels),
+    # then ten blocking reads 30 us apart from T+200: a 24-us cudaMemcpyAsync whose 2-us "Device -> Pageable"
+    # copy runs 10 us after the call starts, the call returning 12 us after the copy ends (the round trip of a
+    # .item() with nothing queued); Python until the next step. The reads outnumber the launches.
+    b = TraceBuilder()
+    for s in range(3):
+        T = 1000.0 * s
+        b.step(s, T, 1000.0)
+        b.cpu("python_work", T, 100.0)
+        for k in range(3):
+            b.launch("vectorized_elementwise_kernel", T + 100 + 10 * k, T + 105 + 10 * k, 5)
+        for j in range(10):
+            b.launch("Memcpy DtoH (Device -> Pageable)", T + 200 + 30 * j, T + 210 + 30 * j, 2, cat="gpu_memcpy",
+                     launch_dur=24, runtime="cudaMemcpyAsync")
+        b.cpu("python_work", T + 500, 499.0)
+    return b.write(path)
+
+
+def test_reads_are_syncs_even_when_they_are_most_of_the_calls(tmp_path):
+    # A call that cannot wait (a launch) costs 4 us: each read blocked 20 us (replay._typical_call_us; the
+    # median of all calls, 24 us, is the reads' own duration and made none of them look blocked). The window
+    # (steps 0 and 1) ends with step 1's last read, 1000 + 200 + 270 + 24 = 1494 us. Removed, each read returns
+    # after 4 us: the 20th starts 19 x 20 us sooner, and the window then ends with its copy, 12 us after the
+    # call starts instead of the call's 24: 380 + 12 = 392 us sooner.
+    d = diagnose(_many_reads_trace(tmp_path / "r.json.gz"))
+    f = next(x for x in d.findings if x.kind == "host_sync")
+    assert f.evidence["metrics"]["sync_calls"]["value"] == 20
+    assert f.evidence["metrics"]["sync_blocking_time"]["value"] == pytest.approx(20 * 20)
+    assert f.gain_us == pytest.approx(392) and f.gain_pct == pytest.approx(100 * 392 / 1494, abs=0.01)
