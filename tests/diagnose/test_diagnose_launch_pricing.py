@@ -93,3 +93,39 @@ def test_short_collectives_are_not_small_kernels(tmp_path):
     # collective into its neighbours (its fix is fewer, larger buckets), so nothing is a small kernel
     d = diagnose(_gpu_bound_small_kernels(tmp_path, tiny="ncclDevKernel_AllReduce_Sum_f32_RING_LL"))
     assert "small_kernels" not in {x.kind for x in d.findings}
+
+
+def _outlier_launch_trace(path: Path, steps: int = 4) -> Path:
+    # host-bound, 4000-us steps: 2000 us of Python, then 10 launches 60 us apart as in _trace (50 us of op
+    # dispatch, a 10-us call, a 20-us kernel 5 us after the call starts), except the 10th call: it takes
+    # 1000 us (a launch that loads its kernel's code on first use, as one hipLaunchKernel in HTA's MI250
+    # trace) and its kernel starts 5 us after the call returns; then Python until the next step
+    b = TraceBuilder()
+    for s in range(steps):
+        T = s * 4000.0
+        b.step(s, T, 4000.0)
+        b.cpu("python_work", T, 2000.0)
+        for k in range(N):
+            at = T + 2000.0 + 60.0 * k
+            long_call = k == N - 1
+            b.cpu("aten::add", at, 1050.0 if long_call else 60.0)
+            b.launch("elementwise_add_kernel", at + 50.0, at + (1055.0 if long_call else 55.0), K_US,
+                     launch_dur=1000.0 if long_call else 10.0)
+        b.cpu("python_work", T + 3600.0, 399.0)
+    return b.write(path / "o.json.gz")
+
+
+def test_an_outlier_launch_call_is_not_launch_overhead(tmp_path):
+    # launch.LAUNCH_CALL_OUTLIER_US (HTA's runtime_cutoff, 50 us): the 1000-us call is a wait a CUDA graph
+    # keeps. Its dispatch (50 us) goes, its call does not: each step's launches cost 10 x 50 + 9 x 10 = 590 us
+    # (not 1590). Graphed, every step runs 590 us sooner than the step before, and within the last analysed
+    # step its 10th launch comes 590 us sooner; its kernel keeps its observed 1000-us lag, now behind the 9
+    # kernels queued before it (9 x 20 us, as in test_launch_bound_is_priced_by_its_launches): the span,
+    # 2 x 4000 + 3615 us (the last kernel's end), ends 3 x 590 - 9 x 20 us sooner (1590 us; 3590 us when the
+    # outlier call was removed as launch overhead).
+    d = diagnose(_outlier_launch_trace(tmp_path))
+    f = next(x for x in d.findings if x.kind == "launch_bound")
+    n = len(f.steps)
+    assert n == 3
+    assert f.evidence["metrics"]["launch_cost"]["value"] == pytest.approx(590.0 * n)
+    assert f.gain_alone_pct == pytest.approx(100.0 * (590.0 * n - 9 * K_US) / (2 * 4000.0 + 3615.0), abs=0.01)

@@ -14,6 +14,11 @@ SMALL_KERNEL_US = 10.0
 # A small kernel is a compute or copy kernel: a short collective is not fused into its neighbours by foreach
 # ops or torch.compile (its fix is fewer, larger buckets), so communication kernels never count as small.
 LAUNCH_BOUND_MIN_KERNELS = 20
+# A launch call longer than this is not launch overhead but an outlier (HTA's get_cuda_kernel_launch_stats
+# runtime_cutoff default; HTA: "the launch time on the CPU side is between 5-20 microseconds"): a launch that
+# waits for a full queue or loads the kernel's code on first use (HTA's MI250 step: one 6.5-ms hipLaunchKernel
+# beside 5-12 µs ones). Graphing or fusing the launch does not remove that wait.
+LAUNCH_CALL_OUTLIER_US = 50.0
 
 
 def launched_rows(t: EventTable, w: Window) -> tuple[np.ndarray, np.ndarray]:

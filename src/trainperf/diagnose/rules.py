@@ -224,12 +224,13 @@ LAUNCH_BOUND_HOST_CP_SHARE = 0.3   # host work (cpu + runtime calls) on the crit
 
 
 def launch_cost_us(f: RankFacts, launches: np.ndarray) -> float:
-    """What launching costs the host (µs): each launch call's own time plus the usual op dispatch before
-    it (Graph.dispatch_us, at most the CPU gap the trace shows there), summed over the given launch nodes.
+    """What launching costs the host (µs): each launch call's own time (an outlier call's wait excluded,
+    Graph.launch_call_us) plus the usual op dispatch before it (Graph.dispatch_us, at most the CPU gap the trace
+    shows there), summed over the given launch nodes.
     This is the host time a CUDA graph (or fusion into fewer kernels) removes."""
     g = f.graph
     cpu = g.host_gap - g.gap_dataloader - g.gap_checkpoint - g.gap_allocator - g.gap_idle
-    return float((np.minimum(np.maximum(cpu, 0.0), g.dispatch_us) + g.dur)[launches].sum())
+    return float((np.minimum(np.maximum(cpu, 0.0), g.dispatch_us) + g.launch_call_us)[launches].sum())
 
 
 def launch_bound(f: RankFacts) -> Finding | None:
