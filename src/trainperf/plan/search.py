@@ -71,16 +71,34 @@ def default_global_batch(seq_len: int, tokens: int = 4 * 2**20) -> int:
     return max(1, 2 ** int(round(np.log2(max(tokens / seq_len, 1)))))
 
 
+class _Gathered(dict):
+    """Columns of ``cols`` at the rows ``row``, gathered on first access: a mask reads only its own columns."""
+
+    def __init__(self, cols: dict, row: np.ndarray, extra: dict):
+        super().__init__(extra)
+        self._cols, self._row = cols, row
+
+    def __missing__(self, key: str) -> np.ndarray:
+        self[key] = self._cols[key][self._row]
+        return self[key]
+
+
 def _expand(cols: dict, name: str, values, keep=None) -> dict:
     """Return ``cols`` with each row repeated once per value of the new column ``name`` (rows outer,
-    values inner, so the order stays lexicographic), keeping the rows where ``keep(cols)`` holds."""
+    values inner, so the order stays lexicographic), keeping the rows where ``keep(columns)`` holds.
+
+    The mask is computed on the columns it names; every column is then gathered once at the kept
+    rows (repeating all columns before masking allocated ~10x the final arrays).
+    """
     values = np.asarray(values, dtype=np.int64)
-    n = values.size
-    out = {k: np.repeat(v, n) for k, v in cols.items()}
-    out[name] = np.tile(values, len(next(iter(cols.values()))))
+    n_rows = len(next(iter(cols.values())))
+    row = np.repeat(np.arange(n_rows), values.size)
+    new = np.tile(values, n_rows)
     if keep is not None:
-        mask = keep(out)
-        out = {k: v[mask] for k, v in out.items()}
+        mask = keep(_Gathered(cols, row, {name: new}))
+        row, new = row[mask], new[mask]
+    out = {k: v[row] for k, v in cols.items()}
+    out[name] = new
     return out
 
 
