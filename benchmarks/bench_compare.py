@@ -14,6 +14,9 @@ compared for speed (same configuration, so any "faster"/"slower" is a false alar
 
     .venv/bin/python benchmarks/bench_compare.py --seeds 5 --steps 40 --out /tmp/bench_compare
 
+Runs on two different hosts (A/A and power, issue 13): simulated fleets, and the recorded speed
+blocks below dealt to simulated hosts: ``--hosts TRIALS --out /tmp/t13h/speed``.
+
 Speed verdicts on recorded pairs (the held-out test of the between-run term, docs/compare.md):
 ``--speed-blocks N`` records N blocks of four runs (A, A2, B-small, B-big, shuffled) into run
 folders and a run store; ``--speed-eval`` then calls every A/A and A/B pair with the interval
@@ -181,6 +184,128 @@ def speed_eval(out: Path) -> dict:
     return res
 
 
+HOST_SDS = (0.0, 0.005, 0.01, 0.02, 0.04)  # how much simulated hosts' levels differ (sd, log units)
+
+
+def _called(sh, min_effect: float = 0.01) -> bool:
+    """Return whether compare would call this interval (seconds per token, log units) faster or slower."""
+    import math
+
+    return (sh.lo > 0 or sh.hi < 0) and abs(math.expm1(-sh.estimate)) >= min_effect
+
+
+def _floors(groups: dict, hosts_weight: float = 2.0):
+    """Return (before, after) between-run terms from a store's levels ``groups`` ({config: {host: [(log mean,
+    variance)]}}): before, the one-host history only (compare.history's pooled ANOVA on each host, the
+    default as a 2-df prior); after, with the hosts' term (compare.history.host_spread)."""
+    import math
+
+    from trainperf.compare.history import PRIOR_DF, host_spread, pooled_between
+    from trainperf.compare.interval import DEFAULT_BETWEEN, BetweenRun, HostSpread
+
+    per_host = {f"{c}|{h}": v for c, hs in groups.items() for h, v in hs.items()}
+    tau2, df, _ = pooled_between(per_host)
+    prior = DEFAULT_BETWEEN.cv**2
+    before = (BetweenRun(cv=math.sqrt((df * tau2 + PRIOR_DF * prior) / (df + PRIOR_DF)), df=df + PRIOR_DF, source="h")
+              if df else DEFAULT_BETWEEN)
+    sigma2, hdf, _, _ = host_spread(groups, before.cv**2)
+    spread = (HostSpread(cv=math.sqrt(sigma2), df=hdf, source="sim", weight=hosts_weight) if hdf else
+              HostSpread(cv=math.inf, df=math.inf, source="no history", weight=hosts_weight))
+    return before, BetweenRun(cv=before.cv, df=before.df, source="h", hosts=spread)
+
+
+def hosts_sim(trials: int, seed: int = 0) -> list[dict]:
+    """Return A/A and power (3% slower) of one run a side on two different hosts, simulated: hosts whose
+    levels differ by sd HOST_SDS, runs on one host by 0.25%, 1% AR(1) step noise (phi 0.3), 50 steps; the
+    store holds 2 runs of one configuration on each of H hosts (H = 0: nothing across hosts), the two
+    compared hosts among them when H >= 2. Before: the one-host history only; after: plus the hosts' term."""
+    import math
+
+    from trainperf.compare.interval import long_run_variance, series_shift
+
+    rng = np.random.default_rng(seed)
+    n, phi, tau = 50, 0.3, 0.0025
+
+    def series(level):
+        e = rng.normal(size=n)
+        x = np.empty(n)
+        x[0] = e[0]
+        for i in range(1, n):
+            x[i] = phi * x[i - 1] + math.sqrt(1 - phi**2) * e[i]
+        return math.exp(level) * (1 + 0.01 * x)
+
+    rows = []
+    for sd in HOST_SDS:
+        for n_hosts in (0, 2, 4, 8):
+            counts = {"aa_before": 0, "aa_after": 0, "p3_before": 0, "p3_after": 0}
+            for _ in range(trials):
+                m = rng.normal(0, sd, max(n_hosts, 2))
+                groups = {"c": {}}
+                for h in range(n_hosts):
+                    for _ in range(2):
+                        v = long_run_variance(series(m[h] + rng.normal(0, tau)))
+                        groups["c"].setdefault(h, []).append((math.log(v.mean), v.variance / (v.n * v.mean**2)))
+                before, after = _floors(groups)
+                a = series(m[0] + rng.normal(0, tau))
+                for change, key in ((0.0, "aa"), (0.03, "p3")):
+                    b = series(m[1] + rng.normal(0, tau) + math.log1p(change))  # B slower by `change` (time)
+                    counts[f"{key}_before"] += _called(series_shift(a, b, between=before))
+                    counts[f"{key}_after"] += _called(series_shift(a, b, between=after))
+            rows.append({"host_sd": sd, "hosts_in_store": n_hosts, "trials": trials,
+                         **{k: v / trials for k, v in counts.items()}})
+            print(f"| {sd:.1%} | {n_hosts} | " + " | ".join(f"{counts[k] / trials:.1%}" for k in
+                                                            ("aa_before", "aa_after", "p3_before", "p3_after")) + " |",
+                  flush=True)
+    return rows
+
+
+def hosts_recorded(out: Path, trials: int, seed: int = 0) -> list[dict]:
+    """Return A/A and B-small/B-big calls of one run a side on two different (simulated) hosts, built from
+    the recorded runs of ``record_speed_blocks``: their 24 baseline runs are dealt to 6 hosts (4 each)
+    whose levels differ by sd HOST_SDS (each run's steps scaled by its host's factor); the compared
+    pair is one baseline run on one host against another baseline run (A/A), or a B run, on another
+    host, the other baseline runs are the store. Before: the one-host history; after: plus the hosts' term."""
+    import math
+
+    from trainperf.compare.history import run_level
+    from trainperf.compare.interval import series_shift
+    from trainperf.compare.perf import seconds_per_token, steady_slice
+    from trainperf.compare.runs import load_run
+
+    folders = sorted(p for p in out.glob("b[0-9][0-9]-*") if (p / "summary.json").is_file())
+    runs = {p.name: load_run(str(p)) for p in folders}
+    level = {k: run_level(r) for k, r in runs.items()}
+    per_token = {k: seconds_per_token(r)[steady_slice(r.step_time_s)] for k, r in runs.items()}
+    per_token = {k: v[np.isfinite(v) & (v > 0)] for k, v in per_token.items()}
+    base = [k for k in runs if k.endswith(("-A", "-A2")) and level[k] is not None]
+    other = {c: [k for k in runs if k.endswith(c)] for c in ("-B-small", "-B-big")}
+    rng = np.random.default_rng(seed)
+    rows = []
+    for sd in HOST_SDS:
+        counts = {f"{k}_{m}": 0 for k in ("aa", "B-small", "B-big") for m in ("before", "after")}
+        for _ in range(trials):
+            order = list(rng.permutation(base))
+            host = {k: i // 4 for i, k in enumerate(order)}  # 6 hosts of 4 runs
+            m = rng.normal(0, sd, 6)
+            x, y = order[0], order[4]  # hosts 0 and 1
+            groups = {"c": {}}
+            for k in order[1:4] + order[5:]:
+                groups["c"].setdefault(host[k], []).append((level[k][0] + m[host[k]], level[k][1]))
+            before, after = _floors(groups)
+            a = per_token[x] * math.exp(m[0])
+            pairs = {"aa": per_token[y] * math.exp(m[1])}
+            for c in ("B-small", "B-big"):
+                same_block = [k for k in other[f"-{c}"] if k[:3] == x[:3]]
+                if same_block:
+                    pairs[c] = per_token[same_block[0]] * math.exp(m[1])
+            for key, b in pairs.items():
+                counts[f"{key}_before"] += _called(series_shift(a, b, between=before))
+                counts[f"{key}_after"] += _called(series_shift(a, b, between=after))
+        rows.append({"host_sd": sd, "trials": trials, **{k: v / trials for k, v in counts.items()}})
+        print(f"| {sd:.1%} | " + " | ".join(f"{counts[k] / trials:.1%}" for k in counts) + " |", flush=True)
+    return rows
+
+
 def gate_band(runs: dict) -> list[dict]:
     """Return the `gate --numerics band` statuses of every change against all baseline seeds (each
     candidate seed alone and all together), and with one baseline seed (inconclusive expected)."""
@@ -211,6 +336,9 @@ def main() -> None:
     ap.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of " + ", ".join(CASES))
     ap.add_argument("--speed-eval", action="store_true",
                     help="only evaluate the recorded speed blocks in --out (A/A and power, before/default/history)")
+    ap.add_argument("--hosts", type=int, default=0, metavar="TRIALS",
+                    help="only the A/A and power of runs on two different hosts, simulated fleets and the recorded "
+                         "speed blocks in --out dealt to simulated hosts (TRIALS pairs each)")
     ap.add_argument("--speed-blocks", type=int, default=0,
                     help="only record this many blocks of A, A2, B-small, B-big speed runs (A/A and power pairs)")
     args = ap.parse_args()
@@ -224,6 +352,14 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     if args.speed_blocks:
         record_speed_blocks(out, args.speed_blocks, args)
+        return
+    if args.hosts:
+        print("| hosts differ by | hosts in store | A/A before | A/A after | 3% found before | 3% found after |")
+        sim = hosts_sim(args.hosts)
+        print("| hosts differ by | " + " | ".join(f"{k} {m}" for k in ("A/A", "B-small", "B-big")
+                                                 for m in ("before", "after")) + " |")
+        rec = hosts_recorded(out, args.hosts) if any(out.glob("b[0-9][0-9]-A")) else []
+        (out / "hosts_eval.json").write_text(json.dumps({"simulated": sim, "recorded": rec}, indent=1))
         return
     if args.speed_eval:
         res = speed_eval(out)

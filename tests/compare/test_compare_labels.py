@@ -127,3 +127,25 @@ def test_a_traces_folder_is_what_diff_reads_as_traces(tmp_path):
     assert not _holds_traces(broken_run)
     with pytest.raises(TrainperfError, match="not a run folder|no step records"):
         compare_runs(str(broken_run), str(broken_run))
+
+
+def test_stored_runs_mfu_against_one_peak_and_an_older_record_says_peak_unknown(tmp_path):
+    """Store records carry their peak: two runs of one host measured 9.52 and 13.1 GFLOP/s, the same
+    speed: against one peak (the higher) their MFUs agree, by hand 0.30 x 9.52 / 13.1 = 0.218. A record
+    written before peaks were stored (peak None) beside a known one: MFU not comparable, said so."""
+    from trainperf.store import RunRecord, StepSample, write_run
+    from trainperf.store.record import PEAK_UNKNOWN
+
+    store = str(tmp_path / "store")
+    st = 0.1 * (1 + 0.001 * (-1.0) ** np.arange(40))
+    for rid, peak, mfu in (("lo", 9.52e9, 0.30), ("hi", 13.1e9, 0.30 * 9.52 / 13.1), ("old", None, 0.30)):
+        write_run(RunRecord(run_id=rid, job="j", host="h", gpu_model="cpu", started_at=1.79e9, peak_flops=peak,
+                            peak_source="measured" if peak else "",
+                            samples=[StepSample(i + 1, float(s), tokens_per_s=256 / float(s), mfu=mfu)
+                                     for i, s in enumerate(st)]), store)
+    c = compare_runs("lo", "hi", store=store)
+    assert c.perf.mfu_peak_flops == (13.1e9, 13.1e9) and c.perf.mfu_comparable
+    assert c.perf.mfu == (pytest.approx(0.30 * 9.52 / 13.1), pytest.approx(0.30 * 9.52 / 13.1))
+    old = compare_runs("old", "hi", store=store)
+    assert not old.perf.mfu_comparable and f"old: {PEAK_UNKNOWN}" in old.perf.mfu_note
+    assert next(r for r in perf_rows(old) if r[0].startswith("MFU"))[3] == "- (a peak unknown)"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from trainperf.compare.history import between_floor
+from trainperf.compare.history import between_floor, hosts_between
 from trainperf.compare.interval import DEFAULT_BETWEEN
 from trainperf.compare.numerics import NumericsResult, compare_numerics
 from trainperf.compare.perf import LEVEL, MIN_EFFECT, PerfResult, compare_perf
@@ -26,7 +26,11 @@ class Comparison:
         memory; numerics: equivalent"."""
         t = self.perf.throughput
         half = (t.hi - t.lo) / 2
-        if self.perf.verdict == "inside the noise":
+        if self.perf.verdict == "inconclusive":
+            hosts = self.perf.hosts
+            speed = (f"B's speed cannot be told from its host's ({t.change:+.1%} on {', '.join(hosts[1])} against "
+                     f"{', '.join(hosts[0])}, how much hosts differ unknown)")
+        elif self.perf.verdict == "inside the noise":
             speed = f"B's speed is inside the noise ({t.change:+.1%}, 95% interval {t.lo:+.1%} to {t.hi:+.1%})"
         else:
             speed = (f"B is {abs(t.change):.1%} {self.perf.verdict} (±{half:.1%}, {LEVEL:.0%} interval "
@@ -50,11 +54,16 @@ def compare_runs(a: str | list[RunData], b: str | list[RunData], *, store: str |
     or loaded runs; ``reference``: a run in higher precision whose difference from A is the
     numerics band; ``target_loss``: the loss for time-to-target (default: the worse end point).
     With one run a side, the store's history of repeated runs on their host gives the between-run
-    term of the speed interval (``compare.history``; the stated default without one)."""
+    term of the speed interval (``compare.history``; the stated default without one); when A and B
+    ran on different hosts, the store's runs of one configuration on several hosts give the hosts' term
+    (without them the speed verdict is "inconclusive")."""
     a_runs = load_side(a, store) if isinstance(a, str) else list(a)
     b_runs = load_side(b, store) if isinstance(b, str) else list(b)
     ref = load_run(reference, store) if isinstance(reference, str) else reference
-    floor = between_floor(a_runs, b_runs, store) if len(a_runs) == 1 and len(b_runs) == 1 else DEFAULT_BETWEEN
+    if len(a_runs) == 1 and len(b_runs) == 1:
+        floor = between_floor(a_runs, b_runs, store)
+    else:  # repeats measure the runs' spread on their hosts; a difference of hosts they cannot show
+        floor = replace(DEFAULT_BETWEEN, hosts=hosts_between(a_runs, b_runs, store))
     return Comparison(a=[r.name for r in a_runs], b=[r.name for r in b_runs],
                       perf=compare_perf(a_runs, b_runs, min_effect=min_effect, between=floor),
                       numerics=compare_numerics(a_runs, b_runs, target=target_loss, reference=ref))

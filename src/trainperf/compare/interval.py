@@ -37,6 +37,14 @@ else the stated default ``DEFAULT_BETWEEN_CV``; and it is raised to what the run
 show (``drift_between``: a level that moves inside a run moves between runs at least as much).
 Its degrees of freedom enter the Welch-Satterthwaite sum (a history of 4 runs has 3).
 
+**The hosts' term.** When A and B ran on different hosts, the two sides' means also differ by how
+much the hosts' levels differ (``HostSpread``: sd sigma_host from the store's runs of one
+configuration on several hosts, ``compare.history.host_spread``), weighted by how differently the
+two sides' runs are spread over hosts (2 for one run a side on two hosts): + weight x sigma_host^2,
+with its own degrees of freedom, with one run a side and with repeats alike (repeats on one host show
+how that host's runs differ, not how hosts do). When nothing measures it the interval is unbounded
+(``hosts_unknown``) and the verdict is inconclusive.
+
 Simulated coverage (AR(1) phi 0-0.9, heavy tails, drift, between-run levels): docs/benchmarks.md
 "Trainer and compare", command ``benchmarks/sim_gate.py --series``.
 """
@@ -67,13 +75,35 @@ DRIFT_FACTOR = 2.0
 
 
 @dataclass(kw_only=True, frozen=True)
-class BetweenRun:
-    """The between-run term of one run's log mean: its sd ``cv`` (natural-log units, 0.01 ~ 1%),
-    the degrees of freedom of its estimate (``math.inf`` for a stated value) and where it came from."""
+class HostSpread:
+    """How much hosts of one kind differ: the sd ``cv`` of a host's log level (natural-log units; ``math.inf``
+    when the store cannot say), the degrees of freedom of its estimate, where it came from, and ``weight``:
+    sum over hosts of (B's share of runs there - A's)^2, so that the two sides' mean host levels differ by
+    a variance of weight x cv^2 (2 for one run a side on two hosts, 0 when both sides ran on the same hosts
+    in the same shares). ``hosts``: the sides' hosts, for the note."""
 
     cv: float
     df: float
     source: str
+    weight: float
+    hosts: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+
+    @property
+    def known(self) -> bool:
+        """Return whether the spread was measured (else the change cannot be told from the hosts')."""
+        return math.isfinite(self.cv)
+
+
+@dataclass(kw_only=True, frozen=True)
+class BetweenRun:
+    """The between-run term of one run's log mean: its sd ``cv`` (natural-log units, 0.01 ~ 1%) on one
+    host, the degrees of freedom of its estimate (``math.inf`` for a stated value) and where it came
+    from; ``hosts``: the term added when A and B ran on different hosts (None: the same hosts)."""
+
+    cv: float
+    df: float
+    source: str
+    hosts: HostSpread | None = None
 
 
 DEFAULT_BETWEEN = BetweenRun(cv=DEFAULT_BETWEEN_CV, df=math.inf,
@@ -106,6 +136,7 @@ class Shift:
     method: str
     between_cv: float = 0.0  # the between-run sd in the interval (one run a side), log units
     between_source: str = ""  # where it came from
+    hosts: HostSpread | None = None  # the hosts' term in the interval (None: A and B on the same hosts)
 
     @property
     def p_value(self) -> float:
@@ -205,7 +236,30 @@ def drift_between(drift_a: float, drift_b: float, floor: BetweenRun) -> BetweenR
     if tau2 <= floor.cv**2:
         return floor
     return BetweenRun(cv=math.sqrt(tau2), df=2.0 * (DRIFT_BLOCKS - 1),
-                      source=f"the runs' own level drift (above the {100 * floor.cv:.3g}% of {floor.source})")
+                      source=f"the runs' own level drift (above the {100 * floor.cv:.3g}% of {floor.source})",
+                      hosts=floor.hosts)
+
+
+def hosts_unknown(d: float, level: float, hosts: HostSpread, method: str) -> Shift:
+    """Return the interval of a change ``d`` (log units) between sides on different hosts whose spread is
+    unknown: any change is possible (-inf to +inf), the method says why."""
+    a, b = (", ".join(h) or "?" for h in hosts.hosts)
+    return Shift(estimate=d, lo=-math.inf, hi=math.inf, se=math.inf, df=1.0, level=level, hosts=hosts,
+                 method=f"A ran on {a}, B on {b}, and {hosts.source}: a difference of hosts cannot be told from "
+                        f"the change ({method} on one host)")
+
+
+def _with_hosts(terms: list[tuple[float, float]], hosts: HostSpread | None) -> list[tuple[float, float]]:
+    """Return the (variance, df) terms of a change with the hosts' term added when the sides' hosts differ."""
+    if hosts is None or hosts.weight <= 0 or hosts.cv <= 0:
+        return terms
+    return terms + [(hosts.weight * hosts.cv**2, hosts.df)]
+
+
+def _hosts_text(hosts: HostSpread | None) -> str:
+    if hosts is None or hosts.weight <= 0:
+        return ""
+    return f", plus hosts that differ by {100 * hosts.cv:.3g}% (from {hosts.source})"
 
 
 def change_interval(va: LongRunVariance, vb: LongRunVariance, between: BetweenRun, level: float = 0.95) -> Shift:
@@ -213,20 +267,28 @@ def change_interval(va: LongRunVariance, vb: LongRunVariance, between: BetweenRu
     variances and the between-run term (module doc; positive means, at least 3 steps a side)."""
     from scipy.special import stdtrit
 
-    # (variance of the change, degrees of freedom) per term: A's steps, B's steps, the two runs' levels
-    terms = [(va.variance / (va.n * va.mean**2), va.df), (vb.variance / (vb.n * vb.mean**2), vb.df),
-             (2 * between.cv**2, between.df)]
-    var = sum(v for v, _ in terms)
-    se = math.sqrt(var)
-    den = sum(v**2 / d for v, d in terms if v > 0)
-    df = var**2 / den if den > 0 else va.df + vb.df
+    # (variance of the change, degrees of freedom) per term: A's steps, B's steps, the two runs' levels,
+    # and the two hosts' levels when A and B ran on different hosts
     d = math.log(vb.mean) - math.log(va.mean)
+    what = (f"ratio of means over steps, autocorrelation-robust (AR(1) phi {va.phi:.2f}/{vb.phi:.2f} prewhitened "
+            f"cosine long-run variance) plus a between-run sd of {100 * between.cv:.3g}% a run from {between.source}")
+    if between.hosts is not None and between.hosts.weight > 0 and not between.hosts.known:
+        return hosts_unknown(d, level, between.hosts, what)
+    terms = _with_hosts([(va.variance / (va.n * va.mean**2), va.df), (vb.variance / (vb.n * vb.mean**2), vb.df),
+                         (2 * between.cv**2, between.df)], between.hosts)
+    se, df = _welch(terms, fallback_df=va.df + vb.df)
     q = float(stdtrit(df, 0.5 + level / 2))  # Student's t quantile
     return Shift(estimate=d, lo=d - q * se, hi=d + q * se, se=se, df=df, level=level,
-                 between_cv=between.cv, between_source=between.source,
-                 method=(f"ratio of means over steps, autocorrelation-robust (AR(1) phi {va.phi:.2f}/{vb.phi:.2f} "
-                         f"prewhitened cosine long-run variance) plus a between-run sd of {100 * between.cv:.3g}% a run "
-                         f"from {between.source}, t at {df:.0f} df"))
+                 between_cv=between.cv, between_source=between.source, hosts=between.hosts,
+                 method=f"{what}{_hosts_text(between.hosts)}, t at {df:.0f} df")
+
+
+def _welch(terms: list[tuple[float, float]], fallback_df: float) -> tuple[float, float]:
+    """Return (standard error, Welch-Satterthwaite degrees of freedom) of a sum of independent variance
+    terms given as (variance, df) pairs; ``fallback_df`` when every term is 0."""
+    var = sum(v for v, _ in terms)
+    den = sum(v**2 / d for v, d in terms if v > 0)
+    return math.sqrt(var), (var**2 / den if den > 0 else fallback_df)
 
 
 def series_shift(a, b, level: float = 0.95, between: BetweenRun | None = None) -> Shift:
@@ -244,10 +306,12 @@ def series_shift(a, b, level: float = 0.95, between: BetweenRun | None = None) -
     return change_interval(va, vb, between, level)
 
 
-def repeats_shift(a_means, b_means, level: float = 0.95) -> Shift:
+def repeats_shift(a_means, b_means, level: float = 0.95, hosts: HostSpread | None = None) -> Shift:
     """Return the change of log run means, B against A, with the pooled two-sample t interval
-    (one value per run; at least 3 runs in all and 2 on one side)."""
-    from scipy.stats import t
+    (one value per run; at least 3 runs in all and 2 on one side). ``hosts``: when the sides ran on
+    different hosts, their term is added (Welch-Satterthwaite); the repeats' spread only shows how a
+    side's runs differ on its own hosts."""
+    from scipy.special import stdtrit
 
     a, b = np.log(_finite(a_means)), np.log(_finite(b_means))
     df = (len(a) - 1) + (len(b) - 1)
@@ -255,16 +319,21 @@ def repeats_shift(a_means, b_means, level: float = 0.95) -> Shift:
         raise ValueError("repeats_shift needs two runs on at least one side")
     d = float(b.mean() - a.mean())
     ss = float(((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum())
-    se = math.sqrt(ss / df * (1 / len(a) + 1 / len(b)))
-    q = float(t.ppf(0.5 + level / 2, df))
-    return Shift(estimate=d, lo=d - q * se, hi=d + q * se, se=se, df=float(df), level=level,
-                 method=f"pooled t over run means ({len(a)} vs {len(b)} runs)")
+    what = f"pooled t over run means ({len(a)} vs {len(b)} runs)"
+    if hosts is not None and hosts.weight > 0 and not hosts.known:
+        return hosts_unknown(d, level, hosts, what)
+    se, tdf = _welch(_with_hosts([(ss / df * (1 / len(a) + 1 / len(b)), float(df))], hosts), fallback_df=float(df))
+    q = float(stdtrit(tdf, 0.5 + level / 2))
+    return Shift(estimate=d, lo=d - q * se, hi=d + q * se, se=se, df=float(tdf), level=level, hosts=hosts,
+                 method=what + _hosts_text(hosts))
 
 
 def shift(a_runs: list, b_runs: list, level: float = 0.95, between: BetweenRun | None = None) -> Shift:
     """Return the change of the mean of B's runs against A's (one per-step series per run):
     ``series_shift`` with one run a side (``between``: its between-run term), ``repeats_shift``
-    over run means otherwise (the repeats measure the between-run variation themselves)."""
+    over run means otherwise (the repeats measure the between-run variation themselves; only
+    ``between.hosts`` is used, the hosts' term when the sides ran on different hosts)."""
     if len(a_runs) == 1 and len(b_runs) == 1:
         return series_shift(a_runs[0], b_runs[0], level, between)
-    return repeats_shift([_finite(r).mean() for r in a_runs], [_finite(r).mean() for r in b_runs], level)
+    return repeats_shift([_finite(r).mean() for r in a_runs], [_finite(r).mean() for r in b_runs], level,
+                         hosts=between.hosts if between is not None else None)

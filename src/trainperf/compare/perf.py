@@ -14,18 +14,22 @@ warm-up); with repeats, a t interval over run means, which then measures run-to-
 
 A change is called ``faster``/``slower`` when the interval excludes zero and the estimate is at
 least ``MIN_EFFECT``; otherwise it is inside the noise (the interval says how large a change
-could still hide).
+could still hide). When A and B ran on different hosts the interval includes how much hosts
+differ (``compare.history.hosts_between``, from the store's runs of one configuration on several
+hosts); when the store cannot say, the verdict is ``inconclusive``: a difference of hosts cannot be
+told from the change.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
 from trainperf.compare.interval import DEFAULT_BETWEEN, NO_BETWEEN, BetweenRun, drift_between, level_drift, shift
 from trainperf.compare.runs import RunData, finite
+from trainperf.store.record import PEAK_UNKNOWN, mfu_against
 
 LEVEL = 0.95
 # Smallest throughput change called faster/slower: below 1% a statistically clear change is not
@@ -57,7 +61,7 @@ class PerfResult:
 
     throughput: Effect  # tokens/s
     step_time: Effect  # medians only (lo/hi from the throughput interval)
-    verdict: str  # "faster", "slower", "inside the noise"
+    verdict: str  # "faster", "slower", "inside the noise", "inconclusive" (hosts differ by an unknown amount)
     mfu: tuple[float, float]  # median of the steady steps' MFU, each against ``mfu_peak_flops`` (see mfu_note)
     mem_peak_bytes: tuple[float, float]
     goodput: tuple[float | None, float | None]
@@ -71,11 +75,15 @@ class PerfResult:
     mfu_peak_flops: tuple[float | None, float | None] = (None, None)  # FLOP/s per device of each side's MFU
     mfu_comparable: bool = True  # False: the two MFUs are against different peaks (their change is not a speed change)
     mfu_note: str = ""
+    hosts: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())  # each side's hosts
+    hosts_cv: float | None = 0.0  # sd of hosts' levels in the interval (0: same hosts; None: unknown)
 
     def to_dict(self) -> dict:
-        """Return JSON-able data."""
+        """Return JSON-able data (an unbounded interval end as None)."""
         d = asdict(self)
         d["throughput"], d["step_time"] = self.throughput.to_dict(), self.step_time.to_dict()
+        for e in (d["throughput"], d["step_time"]):
+            e.update({k: None for k in ("lo", "hi") if not math.isfinite(e[k]) or e[k] <= -1})
         return d
 
 
@@ -144,9 +152,10 @@ def run_between(a: RunData, b: RunData, floor: BetweenRun = DEFAULT_BETWEEN,
 def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float = MIN_EFFECT,
                  level: float = LEVEL, between: BetweenRun | None = DEFAULT_BETWEEN) -> PerfResult:
     """Return B's performance against A's (see the module doc). ``between``: the between-run term
-    before the runs' own drift (``compare.history.between_floor``: the store's history or the default);
-    None: none at all, drift included (the steps' noise only, the interval before that term, for
-    comparisons)."""
+    before the runs' own drift (``compare.history.between_floor``: the store's history or the default,
+    with the hosts' term when A and B ran on different hosts; with repeats only that hosts' term is
+    used); None: none at all, drift included (the steps' noise only, the interval before that term,
+    for comparisons)."""
     cuts = {id(r): _steady(r.step_time_s) for r in a_runs + b_runs}  # (steady, settled) slices
     steady = {k: v[0] for k, v in cuts.items()}
 
@@ -164,6 +173,14 @@ def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float
     elif one_each:
         between = run_between(a_runs[0], b_runs[0], between, (cuts[id(a_runs[0])][1], cuts[id(b_runs[0])][1]))
     sh = shift(*per_token, level=level, between=between)
+    hosts_note = ""
+    if sh.hosts is not None and not sh.hosts.known:  # the interval is unbounded: say what it is on one host
+        one = shift(*per_token, level=level, between=replace(between, hosts=None))
+        hosts_note = (f"A ran on {', '.join(sh.hosts.hosts[0])}, B on {', '.join(sh.hosts.hosts[1])}, and "
+                      f"{sh.hosts.source}: a difference of hosts cannot be told from the change (were the hosts "
+                      f"alike, the {level:.0%} interval would be {math.expm1(-one.hi):+.1%} to "
+                      f"{math.expm1(-one.lo):+.1%}); run A and B on one host, or record runs of one configuration "
+                      "on several hosts")
     d, lo, hi = -sh.estimate, -sh.hi, -sh.lo  # log throughput change: the opposite of log time per token
     tput = Effect(metric="tokens_per_s", a=float(1.0 / np.concatenate(per_token[0]).mean()),
                   b=float(1.0 / np.concatenate(per_token[1]).mean()), change=math.expm1(d), lo=math.expm1(lo),
@@ -171,7 +188,9 @@ def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float
     st_a, st_b = mean(a_runs, lambda r: r.step_time_s), mean(b_runs, lambda r: r.step_time_s)
     step = Effect(metric="step_time_s", a=st_a, b=st_b, change=st_b / st_a - 1, lo=math.expm1(-hi),
                   hi=math.expm1(-lo), method="mean over steady steps; interval from the throughput's")
-    if lo > 0 and tput.change >= min_effect:
+    if hosts_note:
+        verdict = "inconclusive"
+    elif lo > 0 and tput.change >= min_effect:
         verdict = "faster"
     elif hi < 0 and -tput.change >= min_effect:
         verdict = "slower"
@@ -181,7 +200,7 @@ def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float
     common, mfu_ok, mfu_note = mfu_peak(a_runs + b_runs)
 
     def mfu(runs):  # each run's MFU re-expressed against the common peak: achieved FLOP/s / that peak
-        v = np.concatenate([finite(x) * (r.peak_flops / common if common and r.peak_flops else 1.0)
+        v = np.concatenate([mfu_against(finite(x), r.peak_flops, common)
                             for r, x in zip(runs, samples(runs, lambda r: r.mfu))])
         return float(np.median(v)) if len(v) else float("nan")
 
@@ -199,13 +218,20 @@ def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float
     spans = [(r.name, int(r.step[steady[id(r)]][0]), int(r.step[steady[id(r)]][-1])) for r in a_runs + b_runs]
     note = (f"one run a side: the interval includes a between-run term of {100 * sh.between_cv:.3g}% a run taken from "
             f"{sh.between_source}; give repeats (A1,A2,... B1,B2,...) to measure it" if one_each else "")
+    if sh.hosts is not None and sh.hosts.known and sh.hosts.weight > 0:
+        note = "; ".join(filter(None, [note, f"A and B ran on different hosts: the interval includes hosts that differ by "
+                                             f"{100 * sh.hosts.cv:.3g}% (from {sh.hosts.source})"]))
+    note = "; ".join(filter(None, [hosts_note, note]))
     return PerfResult(throughput=tput, step_time=step, verdict=verdict, mfu=(mfu(a_runs), mfu(b_runs)),
                       mem_peak_bytes=(mem(a_runs), mem(b_runs)), goodput=(goodput(a_runs), goodput(b_runs)),
                       steady=spans, min_effect=min_effect, note=note, between_cv=sh.between_cv,
                       between_source=sh.between_source,
                       steady_steps=(sum(len(x) for x in per_token[0]), sum(len(x) for x in per_token[1])),
                       total_steps=(sum(len(r.step) for r in a_runs), sum(len(r.step) for r in b_runs)),
-                      mfu_peak_flops=(peak(a_runs), peak(b_runs)), mfu_comparable=mfu_ok, mfu_note=mfu_note)
+                      mfu_peak_flops=(peak(a_runs), peak(b_runs)), mfu_comparable=mfu_ok, mfu_note=mfu_note,
+                      hosts=tuple(tuple(sorted({r.host for r in runs})) for runs in (a_runs, b_runs)),
+                      hosts_cv=None if hosts_note else sh.hosts.cv if sh.hosts is not None and sh.hosts.weight > 0
+                      else 0.0)
 
 
 def mfu_peak(runs: list[RunData]) -> tuple[float | None, bool, str]:
@@ -219,8 +245,12 @@ def mfu_peak(runs: list[RunData]) -> tuple[float | None, bool, str]:
     every run's MFU is re-expressed against it. Runs on different devices keep their own peaks,
     and their MFUs are marked not comparable."""
     peaks = [r.peak_flops for r in runs]
-    if any(p is None for p in peaks) or max(peaks) <= min(peaks) * (1 + 1e-9):
-        return None, True, ""
+    unknown = [r.name for r in runs if r.peak_flops is None]
+    if unknown and len(unknown) < len(runs):  # an MFU against an unknown peak beside one against a known peak
+        return None, False, (f"MFU not comparable: {', '.join(unknown)}: {PEAK_UNKNOWN}; the others' peaks "
+                             f"are known; compare tokens/s instead")
+    if unknown or max(peaks) <= min(peaks) * (1 + 1e-9):
+        return None, True, f"MFU as recorded: {PEAK_UNKNOWN}" if unknown else ""
     shown = " vs ".join(f"{p / 1e9:.3g}" for p in dict.fromkeys(peaks))
     if len({(r.device, r.host) for r in runs}) == 1:
         top = max(peaks)

@@ -21,18 +21,20 @@ def perf_rows(c: Comparison) -> list[list]:
     def rel(a, b):
         return f"{b / a - 1:+.1%}" if a and b and a == a and b == b else "-"
 
+    def change(e):  # hosts that differ by an unknown amount: no interval (perf_notes says why)
+        return f"{e.change:+.1%} " + ("[hosts differ]" if p.verdict == "inconclusive" else f"[{e.lo:+.1%}, {e.hi:+.1%}]")
+
     def used(side):
         return f"{p.steady_steps[side]} of {p.total_steps[side]}"
 
     gpa, gpb = p.goodput
     return [
         ["steady steps used (of all)", used(0), used(1), "-"],
-        ["tokens/s, total over steady steps", f"{t.a:,.0f}", f"{t.b:,.0f}",
-         f"{t.change:+.1%} [{t.lo:+.1%}, {t.hi:+.1%}]"],
-        ["step time (ms), mean of steady steps", f"{s.a * 1e3:.2f}", f"{s.b * 1e3:.2f}",
-         f"{s.change:+.1%} [{s.lo:+.1%}, {s.hi:+.1%}]"],
+        ["tokens/s, total over steady steps", f"{t.a:,.0f}", f"{t.b:,.0f}", change(t)],
+        ["step time (ms), mean of steady steps", f"{s.a * 1e3:.2f}", f"{s.b * 1e3:.2f}", change(s)],
         ["MFU, median of steady steps", f"{p.mfu[0]:.2%}", f"{p.mfu[1]:.2%}",
-         rel(*p.mfu) if p.mfu_comparable else "- (peaks differ)"],
+         rel(*p.mfu) if p.mfu_comparable else "- (a peak unknown)" if "peak unknown" in p.mfu_note
+         else "- (peaks differ)"],
         ["peak memory / rank (MiB), max", f"{p.mem_peak_bytes[0] / 2**20:.1f}", f"{p.mem_peak_bytes[1] / 2**20:.1f}",
          rel(*p.mem_peak_bytes)],
         ["goodput", "-" if gpa is None else f"{gpa:.1%}", "-" if gpb is None else f"{gpb:.1%}",

@@ -42,6 +42,7 @@ class RunData:
     host: str = ""
     device: str = ""  # "cpu", a GPU model, ... ("" when not recorded)
     peak_flops: float | None = None  # FLOP/s per device the run's MFU is against (None: not recorded)
+    peak_source: str = ""  # where that peak comes from (catalog, measured, --peak-tflops)
 
 
 def _col(recs: list[dict], key: str) -> np.ndarray:
@@ -76,7 +77,8 @@ def _from_folder(path: Path) -> RunData:
                    run_id=str(record.get("run_id") or ""),
                    host=str(record.get("host") or (run.get("metadata") or {}).get("host") or ""),
                    device=str(summary.get("device") or record.get("gpu_model") or ""),
-                   peak_flops=float(summary["peak_flops"]) if summary.get("peak_flops") else None)
+                   peak_flops=float(summary["peak_flops"]) if summary.get("peak_flops") else None,
+                   peak_source=str(summary.get("peak_source") or ""))
 
 
 def _json(path: Path) -> dict:
@@ -117,7 +119,8 @@ def from_record(rec, name: str | None = None) -> RunData:
                    world_size=int(rec.world_size or 1), goodput=rec.goodput,
                    eval_step=np.array([e[0] for e in ev], dtype=float), eval_loss=np.array([e[1] for e in ev], dtype=float),
                    comparable=rec.config.get("comparable"), data_wait_s=col("data_wait_s"), run_id=rec.run_id,
-                   host=rec.host or "", device=str(rec.config.get("device") or rec.gpu_model or ""))
+                   host=rec.host or "", device=str(rec.config.get("device") or rec.gpu_model or ""),
+                   peak_flops=rec.peak_flops or None, peak_source=rec.peak_source or "")
 
 
 def load_run(spec: str, store: str | None = None) -> RunData:
