@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from trainperf.fleet.changepoints import detect_changes
-from trainperf.fleet.trends import davies_p, kink_scan, running_median
+from trainperf.fleet.synth import _perf_noise
+from trainperf.fleet.trends import davies_p, find_ramps, kink_scan, running_median
 
 T = np.arange(200)
 
@@ -57,6 +58,24 @@ def test_a_slow_drift_a_sawtooth_and_noise_have_no_trend_change():
     walk = np.cumsum(rng.standard_normal(300))
     for x in (drift, saw, walk):
         assert [c.kind for c in detect_changes(x).changes if c.kind == "trend"] == []
+
+
+def test_a_step_is_not_replaced_by_a_ramp_that_fits_another_feature():
+    # bimodal run times (fleet.synth), level 100: the first 11 runs 12% slower (too short a segment
+    # for the level tests to confirm), then a +11% regression at 118 that they found. A ramp with a
+    # free opposite drift drew a V through the first segment and replaced the step (10 of 30 draws
+    # before); the step is the change (reference: the injected truth), so no ramp replacing it may
+    # start more than 2w points before it
+    wrong = 0
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        level = np.full(206, 100.0)
+        level[11:] *= 0.88
+        level[118:] *= 1.11
+        y = level * (1 + _perf_noise("bimodal", 206, 0.025, rng))
+        _, ramps = find_ramps(y, [(118, 1e-8)], 5, 0.01, 1.25)
+        wrong += any(118 in r.replaces and r.start < 118 - 10 for r in ramps)
+    assert wrong == 0
 
 
 def test_kink_scan_slope_matches_least_squares_and_davies_bounds_the_false_alarms():

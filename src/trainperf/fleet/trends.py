@@ -12,8 +12,9 @@ continuous piecewise-linear terms:
   design), so the scan needs no Monte Carlo and no Bonferroni over correlated k;
 - **ramps** ``clip((t - k1) / (k2 - k1), 0, 1)``: a level step, or a run of same-sign steps,
   is replaced by one ramp when the ramp fits better by BIC (residual sum of squares in units of
-  the long-run noise variance plus log n per parameter). A ramp over fewer than ``MIN_RAMP``
-  points is a step.
+  the long-run noise variance plus log n per parameter) and fits with the drift the steps leave
+  (``_same_drift``: not a ramp plus an opposite drift fitting some other feature). A ramp over
+  fewer than ``MIN_RAMP`` points is a step.
 
 Noise: outliers are clipped to 3 robust sigmas around a running median first (stalled runs
 cannot make a kink), and the sigma the tests use is the long-run one,
@@ -125,6 +126,12 @@ def _hinges(n: int, ks: np.ndarray) -> np.ndarray:
     return np.maximum(np.arange(n)[:, None] - ks[None, :], 0.0)
 
 
+def _normal_isf(p: float) -> float:
+    from scipy.stats import norm
+
+    return float(norm.isf(p))
+
+
 def davies_p(u: float, path_length: float) -> float:
     """Return Davies' (1987) bound on P(max_k |Z_k| > u) for a unit-variance Gaussian process Z
     whose normalised directions trace a path of length ``path_length`` (radians) on the sphere."""
@@ -223,7 +230,38 @@ def _rss(y: np.ndarray, x: np.ndarray) -> float:
     return float(r @ r)
 
 
-def ramps_from_steps(y: np.ndarray, steps: list[tuple[int, float]], w: int, sigma: float
+def _drift_coef(y: np.ndarray, others: np.ndarray, sigma: float) -> tuple[float, float]:
+    """Return (coefficient, standard error) of the drift column t in the least-squares fit of y on
+    [t, others] (units per point; noise sigma ``sigma``)."""
+    t = _resid(_orth(others), np.arange(len(y), dtype=float))
+    tt = float(t @ t)
+    return float(t @ y) / tt, sigma / math.sqrt(tt)
+
+
+def _same_drift(y: np.ndarray, steps: list[int], k1: int, k2: int, sigma: float, z_crit: float) -> bool:
+    """True when the ramp (k1, k2) fits y with the drift the steps it would replace leave: its
+    fitted drift within ``z_crit`` standard errors of the Theil-Sen drift within the steps'
+    segments (``changepoints.series_drift``; standard errors of the two combined, the within-segment
+    one as least squares').
+
+    A ramp replaces steps when it explains the same change. With the drift free, a ramp and an
+    opposite drift can draw a V that fits some other feature instead: a short first segment the
+    level tests could not confirm (bimodal run times, docs/benchmarks.md: a drift of -0.60 per
+    point where the segments hold -0.03). A real ramp leaves the segments' robust drift as it is:
+    the ramp's pairs are a minority of the pairs within segments."""
+    from trainperf.fleet.changepoints import series_drift
+
+    n = len(y)
+    bounds = [0] + list(steps) + [n]
+    b_ref = series_drift(y, bounds)
+    sizes = np.diff(bounds).astype(float)
+    s_tt = float((sizes**3 - sizes).sum()) / 12.0
+    b_ramp, se = _drift_coef(y, np.column_stack([np.ones(n), _ramp_col(n, k1, k2)]), sigma)
+    se = math.hypot(se, sigma / math.sqrt(s_tt)) if s_tt > 0 else math.inf
+    return abs(b_ramp - b_ref) <= z_crit * se
+
+
+def ramps_from_steps(y: np.ndarray, steps: list[tuple[int, float]], w: int, sigma: float, alpha: float = 0.01
                      ) -> tuple[list[tuple[int, float]], list[Ramp]]:
     """Replace level steps that a ramp fits better (BIC) by ramps; return (steps kept, ramps).
 
@@ -261,6 +299,7 @@ def ramps_from_steps(y: np.ndarray, steps: list[tuple[int, float]], w: int, sigm
                 k1s = k2s = _grid(0, hi - t0, (first - 1 - t0, last - t0), w)
                 if len(k1s) < 2:
                     continue
+                z_crit = _normal_isf(alpha / (2 * len(k1s)))
                 q = _orth(_basis(nn, [], [], []))
                 gain, k1, k2 = _best_ramp(yy, q, k1s, k2s, sigma, sign=sign)
                 if not np.isfinite(gain):
@@ -273,6 +312,8 @@ def ramps_from_steps(y: np.ndarray, steps: list[tuple[int, float]], w: int, sigm
                     rss_steps = min(rss_steps, rss_base - short * sigma**2)
                 rss_ramp = rss_base - gain * sigma**2
                 delta = (rss_steps - rss_ramp) / sigma**2 + (2 * m - 3) * pen  # BIC(steps) - BIC(ramp)
+                if delta > 0 and not _same_drift(yy, [g - t0 for g, _ in group], k1, k2, sigma, z_crit):
+                    continue
                 if delta > 0 and (best is None or delta > best[0]):
                     best = (delta, i, m, k1 + t0, k2 + t0, hi - (k2 + t0) < w)
         if best is None:
@@ -379,7 +420,7 @@ def find_ramps(y: np.ndarray, steps: list[tuple[int, float]], w: int, alpha: flo
     if not sigma > 0:
         return steps, []
     original = list(steps)
-    steps, ramps = ramps_from_steps(yc, sorted(steps), w, sigma)
+    steps, ramps = ramps_from_steps(yc, sorted(steps), w, sigma, alpha)
     pos = [s for s, _ in steps]
     ramp_ends = [(r.start - 1, r.fit_end) for r in ramps]
     kinks: list[tuple[int, float]] = []
