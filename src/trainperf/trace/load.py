@@ -15,7 +15,12 @@ TRACE_SUFFIXES = (".json", ".json.gz", ".gz", ".xplane.pb")
 
 
 def trace_files(path: str | Path) -> list[Path]:
-    """The trace files at path: the file itself, or the .json/.json.gz files of a folder (sorted)."""
+    """The trace files at path: the file itself, or the .json/.json.gz/.xplane.pb files of a folder and one
+    file (the kernel trace where there is one) per process of its rocprofv3 CSV files, the reader taking
+    that process's other CSV files beside it; a process whose `<prefix>_results.json` is there too is read
+    from the JSON (sorted)."""
+    from trainperf.trace.rocprof_csv import csv_groups
+
     path = Path(path)
     if path.is_file():
         return [path]
@@ -24,9 +29,14 @@ def trace_files(path: str | Path) -> list[Path]:
     files = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
     if is_run_folder(path, files):  # checked first: its run_record.json ends in .json but is no trace
         raise TrainperfError(f"{path} is a run folder: its traces are in {path / 'traces'}/")
+    names = {p.name for p in files}
+    for prefix, group in csv_groups(path).items():
+        if f"{prefix}_results.json" not in names:
+            files.append(group.get("kernel_trace") or next(iter(group.values())))
     if not files:
-        raise TrainperfError(f"{path}: no .json or .json.gz trace files in this folder")
-    return files
+        raise TrainperfError(f"{path}: no trace files in this folder (.json, .json.gz, .xplane.pb, or rocprofv3's "
+                             "<pid>_kernel_trace.csv ...)")
+    return sorted(files)
 
 
 def is_run_folder(path: Path, files: list[Path]) -> bool:
@@ -65,9 +75,12 @@ def load_trace(path: str | Path, ranks: list[int] | None = None, workers: int | 
             r = rank_from_name(f)
             if r is None:
                 if len(files) > 1:
+                    hint = (f"profile each rank with rocprofv3 -o rank%rank% (rank{len(by_rank)}_kernel_trace.csv "
+                            "...)" if t.metadata.get("producer") == "rocprofv3-csv" else
+                            f"rename it e.g. rank{len(by_rank)}.json.gz")
                     raise TrainperfError(
                         f"{f}: cannot tell its rank (no distributedInfo.rank in the trace, no 'rank<N>' in the "
-                        f"file name); rename it e.g. rank{len(by_rank)}.json.gz")
+                        f"file name); {hint}")
                 r = 0
             t.rank = r
         if t.rank in by_rank:

@@ -1,6 +1,7 @@
-"""Which profiler wrote a trace file, and its reader: Kineto (PyTorch), rocprofv3 JSON, JAX (XPlane
+"""Which profiler wrote a trace file, and its reader: Kineto (PyTorch), rocprofv3 JSON or CSV, JAX (XPlane
 protobuf or the trace JSON beside it). Decided from the file's first bytes, not its name, except
-the binary XSpace (`.xplane.pb`)."""
+the binary XSpace (`.xplane.pb`) and rocprofv3's CSV files (`<prefix>_kernel_trace.csv`, ...: one
+profiled process writes several, read together)."""
 
 from __future__ import annotations
 
@@ -31,11 +32,15 @@ def head(path: Path, n: int = HEAD_BYTES) -> bytes:
 
 
 def producer_of(path: str | Path) -> str:
-    """"kineto", "rocprofv3", "jax-trace-json" or "jax-xplane"."""
+    """"kineto", "rocprofv3", "rocprofv3-csv", "jax-trace-json" or "jax-xplane"."""
     path = Path(path)
     if path.name.endswith(XPLANE_SUFFIX):
         return "jax-xplane"
     from trainperf.trace.rocprof import looks_like_rocprof
+    from trainperf.trace.rocprof_csv import is_rocprof_csv
+
+    if is_rocprof_csv(path):
+        return "rocprofv3-csv"
     from trainperf.trace.xplane import looks_like_jax_trace
 
     h = head(path)
@@ -58,6 +63,10 @@ def read_any(path: str | Path, rank: int | None = None) -> EventTable:
         from trainperf.trace.rocprof import read_rocprof
 
         return read_rocprof(path, rank)
+    if kind == "rocprofv3-csv":
+        from trainperf.trace.rocprof_csv import read_rocprof_csv
+
+        return read_rocprof_csv(path, rank)
     from trainperf.trace.xplane import read_jax_trace_json, read_xplane
 
     return read_xplane(path, rank) if kind == "jax-xplane" else read_jax_trace_json(path, rank)
@@ -67,23 +76,31 @@ def build_table(events: list, *, source: str, producer: str, rank: int | None = 
                 thread_names: dict | None = None, args: list | None = None) -> EventTable:
     """An annotated EventTable from events already in the Kineto vocabulary, each a tuple
     (cat, name, pid, tid, ts_ns, dur_ns, correlation, stream, external_id, nbytes) with -1 for an absent id;
-    args: per event, a JSON object (bytes) of args to keep in EventTable.args, or None.
-    The one place a non-Kineto reader turns its events into the table (interning, sorting, kinds, steps)."""
+    args: per event, a JSON object (bytes) of args to keep in EventTable.args, or None."""
     import numpy as np
 
+    if not events:
+        raise TrainperfError(f"{source}: no timed events in this {producer} profile")
+    # in the Chunk's column order (chunk.INT_COLUMNS): ts_ns, dur_ns, pid, tid, correlation, stream, external_id, nbytes
+    ints = np.array([e[4:6] + e[2:4] + e[6:8] + e[8:10] for e in events], dtype=np.int64).reshape(-1, 8)
+    return table_from_columns([e[0] for e in events], [e[1] for e in events], ints, source=source,
+                              producer=producer, rank=rank, skipped=skipped, thread_names=thread_names, args=args)
+
+
+def table_from_columns(cats: list, names: list, ints, *, source: str, producer: str, rank: int | None = None,
+                       skipped: int = 0, thread_names: dict | None = None, args: list | None = None) -> EventTable:
+    """An annotated EventTable from columns in the Kineto vocabulary: cats and names (lists of str), ints an
+    (n, 8) int64 array of ts_ns, dur_ns, pid, tid, correlation, stream, external_id, nbytes (-1 for an absent
+    id). The one place a non-Kineto reader turns its events into the table (interning, sorting, kinds, steps)."""
     from trainperf.trace.annotate import annotate
     from trainperf.trace.chunk import Chunk
     from trainperf.trace.kineto import ColumnBuilder
 
-    if not events:
+    if not len(cats):
         raise TrainperfError(f"{source}: no timed events in this {producer} profile")
-    cats = [e[0] for e in events]
-    names = [e[1] for e in events]
-    # in the Chunk's column order (chunk.INT_COLUMNS): ts_ns, dur_ns, pid, tid, correlation, stream, external_id, nbytes
-    ints = np.array([e[4:6] + e[2:4] + e[6:8] + e[8:10] for e in events], dtype=np.int64).reshape(-1, 8)
-    none = [None] * len(events)
+    none = [None] * len(cats)
     b = ColumnBuilder()
-    b.add(Chunk(ints, cats, names, none, list(none), False, skipped, dict(thread_names or {}), args))
+    b.add(Chunk(ints, list(cats), list(names), none, list(none), False, skipped, dict(thread_names or {}), args))
     table = EventTable(rank=-1 if rank is None else rank, source=source, names=b.names, arg_texts=b.arg_texts,
                        metadata={"producer": producer, "profiler": {"record_shapes": False}},
                        thread_names=b.thread_names, n_skipped=skipped, **b.columns())
