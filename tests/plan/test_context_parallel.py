@@ -55,3 +55,21 @@ def test_cp_divides_activations_and_shards_states_over_dp_times_cp():
     no_cp = memory.memory_terms(m, LayoutArrays.of(Layout(cp=1, dp=8, mbs=2, grad_accum=4, zero=1)))
     assert float(no_cp["activations and buffers"]) == pytest.approx(2 * act * (1 + memory.FRAGMENTATION), rel=1e-12)
     assert sum(float(v) for v in terms.values()) == pytest.approx(float(memory.memory_bytes(m, lay)), rel=1e-12)
+
+
+def test_causal_attention_is_split_evenly_over_cp_ranks():
+    # load-balanced causal split (two chunks per rank): every rank computes 1/cp of the lower
+    # triangle, s^2/2 x (d_qk + d_v) x 2 FLOPs per head in all; with the short-sequence penalty
+    # switched off (attn_seq_half = 0) a rank's time is exactly 1/cp of the whole
+    from trainperf.plan import compute
+    from trainperf.plan.efficiency import Efficiency
+
+    m = load_model("llama3-8b", 8192)
+    eff = Efficiency(attn_eff=0.5, attn_seq_half=0.0)
+    peak = 989e12
+    whole = float(compute.attention_fwd_s(m, 1, m.seq_len, 1, 1, peak, 3e12, eff))
+    head_factor = (m.head_dim / (m.head_dim + 32.0)) / (128.0 / 160.0)   # 1 at head dim 128
+    flops = m.seq_len**2 / 2 * 2 * (m.head_dim + m.head_dim) * m.n_heads
+    assert whole == pytest.approx(flops / (peak * 0.5 * head_factor), rel=1e-12)
+    for cp in (2, 4, 8):
+        assert float(compute.attention_fwd_s(m, 1, m.seq_len, 1, cp, peak, 3e12, eff)) == pytest.approx(whole / cp)
