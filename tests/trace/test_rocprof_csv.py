@@ -90,6 +90,20 @@ def test_agent_labels_and_copy_directions(tmp_path):
     assert set(t2.pid[np.isin(t2.kind, (KERNEL, MEMCPY))].tolist()) == {0}
 
 
+def test_rocpd_converted_csv_with_its_guid_column(tmp_path):
+    # `rocpd convert --output-format csv` writes out_<kind>.csv with a leading "Guid" column (rocprofiler-sdk
+    # source/docs/data/rocpd-to-csv.csv and the kernel trace of AMD's rocpd examples)
+    guid = '"0000ddb5-8903-7903-b269-cd8d3745bb8a",'
+    (tmp_path / "out_kernel_trace.csv").write_text(
+        '"Guid",' + KERNEL_HEADER + guid + '"KERNEL_DISPATCH","Agent 4",1,0,714789,1,3,"norm_kernel",10,2000,3000,'
+        '0,0,16,0,32,256,1,1,233472,1,1\n')
+    (tmp_path / "out_hip_api_trace.csv").write_text(
+        '"Guid",' + API_HEADER + guid + '"HIP_RUNTIME_API_EXT","hipLaunchKernel",137,137,10,1000,1500\n')
+    t = load_trace(tmp_path)[0]
+    assert [t.name_of(i) for i in range(len(t))] == ["hipLaunchKernel", "norm_kernel"]
+    assert t.dur_ns.tolist() == [500, 1000] and t.pid.tolist() == [137, 0] and t.stream.tolist() == [-1, 1]
+
+
 def test_one_folder_several_processes_each_a_rank(tmp_path):
     d = tmp_path / "run"
     _write_process(d, prefix="rank0")
