@@ -187,11 +187,12 @@ def speed_eval(out: Path) -> dict:
 HOST_SDS = (0.0, 0.005, 0.01, 0.02, 0.04)  # how much simulated hosts' levels differ (sd, log units)
 
 
-def _called(sh, min_effect: float = 0.01) -> bool:
-    """Return whether compare would call this interval (seconds per token, log units) faster or slower."""
+def _called(sh, slower: bool = False, min_effect: float = 0.01) -> bool:
+    """Return whether compare would call this interval (seconds per token, log units) faster or slower
+    (``slower``: slower only, the right call for a B that is slower)."""
     import math
 
-    return (sh.lo > 0 or sh.hi < 0) and abs(math.expm1(-sh.estimate)) >= min_effect
+    return (sh.lo > 0 or (sh.hi < 0 and not slower)) and abs(math.expm1(-sh.estimate)) >= min_effect
 
 
 def _floors(groups: dict, hosts_weight: float = 2.0):
@@ -215,7 +216,8 @@ def _floors(groups: dict, hosts_weight: float = 2.0):
 
 
 def hosts_sim(trials: int, seed: int = 0) -> list[dict]:
-    """Return A/A and power (3% slower) of one run a side on two different hosts, simulated: hosts whose
+    """Return A/A (called faster or slower) and power (3% slower, called slower) of one run a side on two
+    different hosts, simulated: hosts whose
     levels differ by sd HOST_SDS, runs on one host by 0.25%, 1% AR(1) step noise (phi 0.3), 50 steps; the
     store holds 2 runs of one configuration on each of H hosts (H = 0: nothing across hosts), the two
     compared hosts among them when H >= 2. Before: the one-host history only; after: plus the hosts' term."""
@@ -249,8 +251,8 @@ def hosts_sim(trials: int, seed: int = 0) -> list[dict]:
                 a = series(m[0] + rng.normal(0, tau))
                 for change, key in ((0.0, "aa"), (0.03, "p3")):
                     b = series(m[1] + rng.normal(0, tau) + math.log1p(change))  # B slower by `change` (time)
-                    counts[f"{key}_before"] += _called(series_shift(a, b, between=before))
-                    counts[f"{key}_after"] += _called(series_shift(a, b, between=after))
+                    counts[f"{key}_before"] += _called(series_shift(a, b, between=before), slower=change > 0)
+                    counts[f"{key}_after"] += _called(series_shift(a, b, between=after), slower=change > 0)
             rows.append({"host_sd": sd, "hosts_in_store": n_hosts, "trials": trials,
                          **{k: v / trials for k, v in counts.items()}})
             print(f"| {sd:.1%} | {n_hosts} | " + " | ".join(f"{counts[k] / trials:.1%}" for k in
@@ -260,7 +262,8 @@ def hosts_sim(trials: int, seed: int = 0) -> list[dict]:
 
 
 def hosts_recorded(out: Path, trials: int, seed: int = 0) -> list[dict]:
-    """Return A/A and B-small/B-big calls of one run a side on two different (simulated) hosts, built from
+    """Return A/A calls (faster or slower) and B-small/B-big calls (slower) of one run a side on two
+    different (simulated) hosts, built from
     the recorded runs of ``record_speed_blocks``: their 24 baseline runs are dealt to 6 hosts (4 each)
     whose levels differ by sd HOST_SDS (each run's steps scaled by its host's factor); the compared
     pair is one baseline run on one host against another baseline run (A/A), or a B run, on another
@@ -299,8 +302,8 @@ def hosts_recorded(out: Path, trials: int, seed: int = 0) -> list[dict]:
                 if same_block:
                     pairs[c] = per_token[same_block[0]] * math.exp(m[1])
             for key, b in pairs.items():
-                counts[f"{key}_before"] += _called(series_shift(a, b, between=before))
-                counts[f"{key}_after"] += _called(series_shift(a, b, between=after))
+                counts[f"{key}_before"] += _called(series_shift(a, b, between=before), slower=key != "aa")
+                counts[f"{key}_after"] += _called(series_shift(a, b, between=after), slower=key != "aa")
         rows.append({"host_sd": sd, "trials": trials, **{k: v / trials for k, v in counts.items()}})
         print(f"| {sd:.1%} | " + " | ".join(f"{counts[k] / trials:.1%}" for k in counts) + " |", flush=True)
     return rows

@@ -7,6 +7,9 @@ calls (listing the files, opening DuckDB, creating the views, running the SQL), 
 (no nesting, no per-run files): the floor our layout pays against.
 
     .venv/bin/python benchmarks/bench_store.py [--runs 1000] [--steps 10000] [--dir /tmp/tp_bench_store]
+
+``--schema-cost``: the same store read when its files are of an older schema (before
+``peak_flops``), and after ``trainperf runs migrate``.
 """
 
 from __future__ import annotations
@@ -59,6 +62,53 @@ def flat_copy(root: Path, flat: Path) -> None:
     con.close()
 
 
+def _time(sql: str, root: Path, repeat: int) -> float:
+    from trainperf.store import query
+
+    ts = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        query(sql, str(root))
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def schema_cost(root: Path, repeat: int) -> None:
+    """Print the cost of a store of files of an older schema (no peak_flops / peak_source columns, as
+    written before those fields existed): the same queries on the store as built, with every file
+    rewritten in the older schema (read by column name), with only its first file older, and after
+    ``trainperf runs migrate`` (``migrate_store``)."""
+    import pyarrow.parquet as pq
+
+    from trainperf.store.parquet import migrate_store, run_files
+
+    older = ("peak_flops", "peak_source")
+    sqls = {k: QUERIES[k] for k in ("count", "runs list")}
+
+    def row(label):
+        print(f"{label:<36} " + " ".join(f"{_time(sql, root, repeat):>10.3f}" for sql in sqls.values()), flush=True)
+
+    def make_older(path):
+        f = pq.ParquetFile(path)
+        groups = [f.read_row_group(i).drop_columns(list(older)) for i in range(f.num_row_groups)]
+        with pq.ParquetWriter(path, groups[0].schema, compression="zstd") as w:
+            for g in groups:
+                w.write_table(g)
+
+    files = run_files(root)
+    print(f"{len(files)} run files; median s of {repeat}: " + " ".join(f"{k:>10}" for k in sqls))
+    row("current schema")
+    make_older(files[0])
+    row("first file older")
+    for p in files[1:]:
+        make_older(p)
+    row("every file older")
+    t0 = time.perf_counter()
+    n = migrate_store(root)
+    print(f"migrate_store: {n} files in {time.perf_counter() - t0:.1f} s")
+    row("after migrate")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=1000)
@@ -66,6 +116,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--dir", default="/tmp/tp_bench_store")
     ap.add_argument("--keep", action="store_true", help="reuse an existing store in --dir")
+    ap.add_argument("--schema-cost", action="store_true",
+                    help="only time queries on files of an older schema, before and after `runs migrate`")
     args = ap.parse_args()
     import duckdb
 
@@ -76,6 +128,9 @@ def main() -> None:
     if not (args.keep and (root / "runs").is_dir()):
         shutil.rmtree(root, ignore_errors=True)
         build(root, args.runs, args.steps)
+    if args.schema_cost:
+        schema_cost(root, args.repeat)
+        return
     flat = root.parent / (root.name + "_flat.parquet")
     if not flat.exists():
         flat_copy(root, flat)

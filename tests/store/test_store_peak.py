@@ -26,8 +26,10 @@ def _record(run_id: str, started_at: float, **kw) -> RunRecord:
 def _write_old(rec: RunRecord, store) -> str:
     """Write ``rec`` as a file of the schema before peaks were stored: the same table less NEW columns."""
     path = write_run(rec, str(store))
-    table = record_table(rec)
-    pq.write_table(table.drop_columns(list(NEW)), path)
+    table = record_table(rec).drop_columns(list(NEW))
+    with pq.ParquetWriter(path, table.schema) as w:  # one row group per record kind, as write_run does
+        w.write_table(table.slice(0, 1))
+        w.write_table(table.slice(1, len(rec.samples)))
     assert not set(NEW) & set(pq.read_schema(path).names)
     return path
 
@@ -91,3 +93,22 @@ def test_postgres_adds_the_columns_an_older_table_lacks():
     assert 'ALTER TABLE runs ADD COLUMN IF NOT EXISTS "peak_flops" DOUBLE PRECISION' in ddl
     assert 'ALTER TABLE runs ADD COLUMN IF NOT EXISTS "peak_source" TEXT' in ddl
     assert not any("steps" in s and "peak_flops" in s for s in ddl)  # a run-level field: runs table only
+
+
+def test_migrate_rewrites_older_files_in_the_current_schema(tmp_path):
+    """`runs migrate`: the older file gains the new columns (NULL), keeps its rows and row groups (run,
+    steps: 2), reads back the same record; a second run rewrites nothing."""
+    from trainperf.cli import app
+    from trainperf.store.parquet import FILE_COLUMNS, older_files
+
+    old = _record("old", 1.70e9)
+    path = _write_old(old, tmp_path)
+    write_run(_record("new", 1.79e9, peak_flops=1e12, peak_source="catalog"), str(tmp_path))
+    before = {r.run_id: r for r in read_runs(str(tmp_path))}
+    assert [p.name for p in older_files(tmp_path)] == ["old.parquet"]
+    res = CliRunner().invoke(app, ["runs", "migrate", "--store", str(tmp_path)])
+    assert res.exit_code == 0 and "1 run file(s) rewritten" in res.output
+    assert pq.read_schema(path).names == list(FILE_COLUMNS) and pq.ParquetFile(path).num_row_groups == 2
+    assert {r.run_id: r for r in read_runs(str(tmp_path))} == before and not older_files(tmp_path)
+    again = CliRunner().invoke(app, ["runs", "migrate", "--store", str(tmp_path)])
+    assert "already has the current schema" in again.output

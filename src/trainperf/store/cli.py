@@ -244,6 +244,28 @@ def query_cmd(sql: str = typer.Argument(..., help='SQL over the views runs, step
         _print_table(table, limit=limit)
 
 
+@runs_app.command("migrate")
+def migrate_cmd(store: str = typer.Option(None, "--store", help=STORE_HELP)) -> None:
+    """Rewrite run files written before a record field existed (e.g. peak_flops) in the current schema.
+
+    Reads are right without it (such files read the new fields as empty); a Parquet store holding them
+    is read by column name, which costs a few milliseconds a file on every query until they are
+    rewritten. A PostgreSQL store gains new columns by itself."""
+    from pathlib import Path
+
+    from trainperf.store.api import is_postgres, resolve_store
+    from trainperf.store.parquet import migrate_store
+
+    where = resolve_store(store)
+    if is_postgres(where):
+        typer.echo("a PostgreSQL store gains new columns when it is next opened: nothing to rewrite")
+        return
+    with store_warnings():
+        n = migrate_store(Path(where))
+    typer.echo(f"store {where}: {n} run file(s) rewritten in the current schema" if n else
+               f"store {where}: every run file already has the current schema")
+
+
 def register(app: typer.Typer) -> None:
     """Add this verb's commands to app."""
     app.add_typer(runs_app, name="runs")

@@ -155,7 +155,8 @@ def _read_files(con, files: list[Path], union: bool):
     files written before a column was added to the records (e.g. ``peak_flops``) lack it, so when the
     first file does, or ``union`` asks, the files are read by column name (``union_by_name``: a column a
     file lacks reads as NULL). That reads every footer first: 0.73 s -> 2.75 s for 300 files
-    (docs/benchmarks.md), paid only by a store holding files of an older schema."""
+    (docs/benchmarks.md), paid only by a store holding files of an older schema until
+    ``trainperf runs migrate`` (``migrate_store``) rewrites them."""
     names = [str(p) for p in files]
     rel = con.read_parquet(names, hive_partitioning=True, union_by_name=union)
     if not union and set(FILE_COLUMNS) - set(rel.columns):
@@ -219,6 +220,41 @@ def read_records(con, where: str = "", params: list | None = None, samples: bool
     kc = ", ".join(KERNEL_FIELDS)
     kernel_rows = con.execute(f"SELECT run_id, {kc} FROM kernels WHERE list_contains(?, run_id)", [ids]).fetchall()
     return records_from_rows(runs, step_rows, kernel_rows)
+
+
+def older_files(root: Path) -> list[Path]:
+    """Return the run files under the store ``root`` written before a column of FILE_COLUMNS existed
+    (their footers lack it), sorted."""
+    import pyarrow.parquet as pq
+
+    want = set(FILE_COLUMNS)
+    return [p for p in readable_files(run_files(root)) if want - set(pq.read_schema(p).names)]
+
+
+def migrate_file(path: Path) -> None:
+    """Rewrite one run file of an older schema in the current one (arrow_schema: a column it lacks is
+    NULL on every row), row group by row group (the run, step and kernel groups a reader skips by),
+    atomically (temp name, then rename)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = arrow_schema()
+    src = pq.ParquetFile(path)
+    with atomic_path(path) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as w:
+        for i in range(src.num_row_groups):
+            t = src.read_row_group(i)
+            w.write_table(pa.table({f.name: t.column(f.name).cast(f.type) if f.name in t.column_names
+                                    else pa.nulls(t.num_rows, f.type) for f in schema}, schema=schema))
+
+
+def migrate_store(root: Path) -> int:
+    """Rewrite every run file of an older schema under ``root`` in the current one (``migrate_file``);
+    return how many. Reads are right either way (files are read by column name when schemas differ,
+    ``_read_files``); after this they no longer pay for it."""
+    files = older_files(root)
+    for p in files:
+        migrate_file(p)
+    return len(files)
 
 
 def store_size_bytes(root: Path) -> int:
