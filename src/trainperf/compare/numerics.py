@@ -111,7 +111,7 @@ def batch_noise(x: np.ndarray, window: int = NOISE_WINDOW) -> np.ndarray:
     """Return, per point, the batch-to-batch noise (standard deviation, units of ``x``) of a loss
     curve over ``window`` points: the robust scale of second differences / sqrt(6), which a
     locally straight trend (a falling loss) does not inflate."""
-    from trainperf.fleet.changepoints import robust_scale
+    from trainperf.fleet.noise import quantum, robust_scale
 
     x = np.asarray(x, dtype=float)
     d2 = np.full(len(x), np.nan)
@@ -121,7 +121,7 @@ def batch_noise(x: np.ndarray, window: int = NOISE_WINDOW) -> np.ndarray:
     for i in range(len(x)):
         seg = finite(d2[max(0, i - h): i + h + 1])
         if len(seg) >= 3:
-            out[i] = robust_scale(seg) / np.sqrt(6.0)
+            out[i] = robust_scale(seg, quantum(seg)) / np.sqrt(6.0)  # tie-aware on quantised values
     fill = np.nanmedian(out) if np.isfinite(out).any() else 0.0
     return np.where(np.isfinite(out), out, fill)
 

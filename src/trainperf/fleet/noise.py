@@ -81,25 +81,33 @@ def robust_scale(v: np.ndarray, quantum: float = 0.0) -> float:
     return float(np.std(np.clip(v, *np.percentile(v, [5, 95]))))
 
 
-def noise_sigma(y: np.ndarray, quantum: float = 0.0) -> float:
+_resolution = quantum  # the parameters below are named ``quantum`` too
+
+
+def noise_sigma(y: np.ndarray, quantum: float | None = None) -> float:
     """Return the robust point-to-point noise level of y (units of y): robust scale of first
-    differences / sqrt 2; ``quantum``: y's resolution (``quantum(y)``), for tied differences."""
+    differences / sqrt 2; ``quantum``: y's resolution, for tied differences; None (the default):
+    ``quantum(y)``, so a quantised series is read tie-aware wherever its noise is asked for (0: the
+    values are taken as continuous, as for values clipped off their grid)."""
     if len(y) < 3:
         return 0.0
-    return robust_scale(np.diff(y), quantum) / math.sqrt(2)
+    q = _resolution(y) if quantum is None else quantum
+    return robust_scale(np.diff(y), q) / math.sqrt(2)
 
 
-def noise_autocorr(y: np.ndarray, quantum: float = 0.0) -> float:
+def noise_autocorr(y: np.ndarray, quantum: float | None = None) -> float:
     """Return the lag-1 autocorrelation of y's noise, from differences (robust to steps and outliers).
 
     For AR(1) noise, var(y[t+2] - y[t]) / var(y[t+1] - y[t]) = 1 + rho, whatever the levels:
     a step moves one or two differences, which the robust scales ignore. Clipped to [0, 0.98];
     a smooth curve (ratio above 2) reads as 0.98 (persistent), a series too short or constant as 0.98.
-    ``quantum``: y's resolution, for tied differences (``robust_scale``).
+    ``quantum``: y's resolution, for tied differences (``robust_scale``); None (the default):
+    ``quantum(y)``, as ``noise_sigma``.
     """
     if len(y) < 8:
         return 0.98
-    s1, s2 = robust_scale(np.diff(y), quantum), robust_scale(y[2:] - y[:-2], quantum)
+    q = _resolution(y) if quantum is None else quantum
+    s1, s2 = robust_scale(np.diff(y), q), robust_scale(y[2:] - y[:-2], q)
     if not s1 > 0:
         return 0.98
     return float(min(max((s2 / s1) ** 2 - 1.0, 0.0), 0.98))

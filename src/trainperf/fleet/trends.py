@@ -98,13 +98,13 @@ def clip_outliers(y: np.ndarray, w: int, fit: np.ndarray | None = None) -> np.nd
     return np.where(out, med + np.clip(y - med, -CLIP_SIGMAS * s, CLIP_SIGMAS * s), y)
 
 
-def long_run_sigma(y: np.ndarray, quantum: float = 0.0) -> float:
+def long_run_sigma(y: np.ndarray, quantum: float | None = None) -> float:
     """Return the long-run noise sigma of y: sigma_diff x sqrt(1 + rho) / (1 - rho) (AR(1) reference).
 
     sigma_diff is the robust point-to-point noise (``noise_sigma``: sigma sqrt(1 - rho) for AR(1)),
     so the result is sigma sqrt((1 + rho) / (1 - rho)), the spread a slowly varying regressor's
     coefficient sees; rho is at most 0.98 (a random walk: 99x the white-noise variance).
-    ``quantum``: the resolution of y's values (``noise.quantum``; 0: continuous).
+    ``quantum``: the resolution of y's values (``noise.quantum``; 0: continuous; None: read from y).
     """
     from trainperf.fleet.noise import noise_autocorr, noise_sigma
 
