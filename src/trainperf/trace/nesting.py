@@ -64,18 +64,22 @@ def nest(key: np.ndarray, start: np.ndarray, end: np.ndarray) -> Nesting:
     parent = np.full(order.size, -1, dtype=np.int64)
     # A stack walk, hand-written: each span is pushed and popped once, and no NumPy primitive builds a
     # parent tree from intervals. Python lists: ~4x faster per step than indexing NumPy scalars.
-    kl, sl, el = k.tolist(), s.tolist(), e.tolist()
+    sl, el = s.tolist(), e.tolist()
     par = parent.tolist()
-    stack: list[int] = []
-    for i in range(len(kl)):
-        if i and kl[i] != kl[i - 1]:
-            stack = []
-        # close the spans that ended, and those this one outlasts (not nested in them: a clock artefact)
-        while stack and (el[stack[-1]] <= sl[i] or el[i] > el[stack[-1]]):
-            stack.pop()
-        if stack:
-            par[i] = stack[-1]
-        stack.append(i)
+    bounds = np.flatnonzero(np.diff(k)) + 1
+    for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(sl)]):  # one thread at a time
+        stack: list[int] = []
+        ends: list[int] = []  # ends of the spans on the stack
+        for i in range(lo, hi):
+            si, ei = sl[i], el[i]
+            # close the spans that ended, and those this one outlasts (not nested in them: a clock artefact)
+            while ends and (ends[-1] <= si or ei > ends[-1]):
+                stack.pop()
+                ends.pop()
+            if stack:
+                par[i] = stack[-1]
+            stack.append(i)
+            ends.append(ei)
     return Nesting(order=order, key=k, start=s, end=e, parent=np.array(par, dtype=np.int64))
 
 
