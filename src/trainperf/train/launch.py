@@ -93,7 +93,7 @@ def preflight(cfg: TrainConfig, nproc: int) -> None:
     from trainperf.errors import TrainperfError
     from trainperf.specs import load_model, parse_layout
     from trainperf.train.checkpoint import complete_checkpoints
-    from trainperf.train.parallel import check_layout
+    from trainperf.train.parallel import resolve_layout
     from trainperf.train.trainer import _device_type
 
     spec = load_model(cfg.model, seq_len=cfg.seq_len)
@@ -103,7 +103,7 @@ def preflight(cfg: TrainConfig, nproc: int) -> None:
 
         get_accelerator(cfg.gpu)
     layout = parse_layout(cfg.layout or "", precision="bf16" if device_type == "cuda" else "fp32", zero=0)
-    check_layout(layout, spec, nproc)
+    resolve_layout(layout, spec, nproc)
     check_windows(cfg)
     if cfg.record:  # the record is written when the run ends: an unusable --store would surface only then
         from trainperf.store.api import check_writable

@@ -52,7 +52,7 @@ class ParallelDims:
         return "fsdp" if self.layout.zero == 3 else "fsdp-no-reshard"
 
 
-def check_layout(layout: Layout, spec: ModelSpec, world_size: int) -> Layout:
+def resolve_layout(layout: Layout, spec: ModelSpec, world_size: int) -> Layout:
     """Return ``layout`` resolved for ``world_size`` processes; raise TrainperfError naming every
     reason it cannot run here (``specs.layout_problems``, the trainer's rules)."""
     problems = layout_problems(spec, layout, world_size, for_trainer=True)

@@ -264,7 +264,7 @@ def setup(cfg: TrainConfig) -> TrainRun:
     spec = load_model(cfg.model, seq_len=cfg.seq_len)
     default_precision = "bf16" if device_type == "cuda" else "fp32"
     layout = parse_layout(cfg.layout or "", precision=default_precision, zero=0)
-    layout = parallel.check_layout(layout, spec, world)
+    layout = parallel.resolve_layout(layout, spec, world)
     faults = parse_faults(cfg.faults, cfg.fault_steps)
     layout = fault_layout(layout, faults, world)
     profile = parse_steps(cfg.profile_steps)
