@@ -112,3 +112,21 @@ def test_migrate_rewrites_older_files_in_the_current_schema(tmp_path):
     assert {r.run_id: r for r in read_runs(str(tmp_path))} == before and not older_files(tmp_path)
     again = CliRunner().invoke(app, ["runs", "migrate", "--store", str(tmp_path)])
     assert "already has the current schema" in again.output
+
+
+def test_a_store_of_older_files_only_reads_and_says_to_migrate(tmp_path):
+    """Every file older (a store from before the upgrade): the new columns no file has read as NULL, and
+    a warning names the store and `trainperf runs migrate`."""
+    import warnings
+
+    from trainperf.store.parquet import OlderSchemaWarning
+
+    for i in range(2):
+        _write_old(_record(f"old{i}", 1.70e9 + i), tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rows = query("SELECT run_id, peak_flops, peak_source FROM runs ORDER BY run_id", str(tmp_path)).to_pylist()
+    assert rows == [{"run_id": f"old{i}", "peak_flops": None, "peak_source": None} for i in range(2)]
+    assert [r.peak_flops for r in read_runs(str(tmp_path))] == [None, None]
+    said = [str(w.message) for w in caught if issubclass(w.category, OlderSchemaWarning)]
+    assert said and str(tmp_path) in said[0] and "trainperf runs migrate" in said[0]

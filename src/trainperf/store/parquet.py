@@ -34,6 +34,10 @@ class CorruptRunFileWarning(UserWarning):
     """A run file in the store could not be read; it was skipped."""
 
 
+class OlderSchemaWarning(UserWarning):
+    """The store holds run files of an older schema: reads are slower until `trainperf runs migrate`."""
+
+
 # context columns stored in the file (job and date live in the folder names)
 _FILE_CONTEXT = [c for c in CONTEXT if c not in ("job", "date")]
 FILE_COLUMNS = (["record", *RUN_COLUMNS, *COUNT_COLUMNS] + [c for c in STEP_FIELDS if c not in RUN_COLUMNS]
@@ -160,8 +164,21 @@ def _read_files(con, files: list[Path], union: bool):
     names = [str(p) for p in files]
     rel = con.read_parquet(names, hive_partitioning=True, union_by_name=union)
     if not union and set(FILE_COLUMNS) - set(rel.columns):
+        warnings.warn(f"store {files[0].parents[3]}: run files of an older schema (written before a record field "
+                      "existed): every query reads them by column name, which is slower; `trainperf runs migrate` "
+                      "rewrites them", OlderSchemaWarning, stacklevel=4)
         rel = con.read_parquet(names, hive_partitioning=True, union_by_name=True)
     return rel
+
+
+def _with_every_column(con, rel) -> None:
+    """Create view ``raw_runs`` over ``rel`` with every FILE_COLUMNS column: one that no file has (a store
+    of older files only) reads as a typed NULL."""
+    types = {"str": "VARCHAR", "int": "BIGINT", "float": "DOUBLE"}
+    missing = [c for c in FILE_COLUMNS if c not in rel.columns]
+    rel.create_view("raw_files")
+    extra = "".join(f", NULL::{types[column_kind(c)]} AS {c}" for c in missing)
+    con.execute(f"CREATE VIEW raw_runs AS SELECT *{extra} FROM raw_files")
 
 
 def connect(root: Path, validate: bool = False):
@@ -191,7 +208,7 @@ def connect(root: Path, validate: bool = False):
     if rel is None:
         _empty_views(con)
     else:
-        rel.create_view("raw_runs")
+        _with_every_column(con, rel)
     # job and date come from the folder names; the job folder is %XX-escaped
     ctx = ", ".join(f"url_decode(job::VARCHAR) AS job" if c == "job" else "date::VARCHAR AS date" if c == "date"
                     else c for c in CONTEXT)
