@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 from kineto_builder import TraceBuilder  # noqa: E402
 
+from trainperf.diagnose.autograd_links import ACCUMULATE_UNKNOWN as ACC_UNKNOWN  # noqa: E402
 from trainperf.diagnose.modules import BACKWARD, GRAD_ACCUM, OUTSIDE, module_breakdown  # noqa: E402
 from trainperf.trace.kineto import read_kineto  # noqa: E402
 
@@ -358,3 +359,33 @@ def test_gradient_accumulation_without_a_producer_before_it_is_its_own_row(tmp_p
     b.launch("sm90_xmma_gemm_bf16_dgrad", 131, 320, 9, tid=2)
     rows = {r.path: r for r in module_breakdown(read_kineto(b.write(tmp_path / "t.json")), by="instance").rows}
     assert rows["Lin_0"].backward_us_per_step == 9 and rows[GRAD_ACCUM].backward_us_per_step == 6
+
+
+HTA = Path(__file__).resolve().parents[2] / "../shared/data/traces/hta"
+
+
+def test_real_ddp_trace_its_bucket_all_reduce_stays_out_of_gradient_accumulation():
+    # HTA's nccl_parser_config trace (a real DDP run, no module spans): DDP launches its all-reduce from the
+    # AccumulateGrad nodes' post hooks. Reference: the kernel names. Every NCCL kernel launched inside an
+    # AccumulateGrad node is hook time (no module's), the unattributed backward is exactly that hook time, and the
+    # accumulation itself links to the node before it, as the engine runs it
+    import numpy as np
+
+    from trainperf.diagnose.autograd_links import HOOK, LINKED_OUTSIDE, NOT_BACKWARD
+    from trainperf.diagnose.modules import _attribute, module_spans
+    from trainperf.trace.annotate import correlated_host_row
+    from trainperf.trace.events import DEVICE_KINDS
+
+    path = HTA / "nccl_parser_config/nccl_data.json.gz"
+    if not path.is_file():
+        pytest.skip("../shared/data/traces/hta not present")
+    t = read_kineto(path)
+    dev = np.flatnonzero(np.isin(t.kind, DEVICE_KINDS) & (t.stream >= 0))
+    _, links = _attribute(t, module_spans(t), correlated_host_row(t)[dev])
+    nccl = np.array(["ncclKernel_AllReduce" in t.name_of(i) for i in dev])
+    in_backward = links.state != NOT_BACKWARD
+    assert (nccl & in_backward).sum() >= 10 and (links.state[nccl & in_backward] == HOOK).all()
+    assert not (links.state == ACC_UNKNOWN).any() and (links.state == LINKED_OUTSIDE).any()
+    b = module_breakdown(t)
+    hook_us = float(t.dur_ns[dev[links.state == HOOK]].sum()) / 1e3 / b.steps
+    assert b.unlinked_backward_us_per_step == pytest.approx(hook_us)

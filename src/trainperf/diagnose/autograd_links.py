@@ -16,7 +16,8 @@ backward of the op that took the parameter as an input (aten::t of a Linear's we
 bias), so with recorded shapes the gradient's shape (the input of the "torch::autograd::AccumulateGrad"
 record inside the node) must be one of that forward op's input shapes: a mismatch leaves the node
 unlinked (its own row), and a link by engine order alone (no shapes recorded) is counted in a note. Work in
-an AccumulateGrad node outside its inner record runs in the node's post hooks (DDP's bucket all-reduce):
+an AccumulateGrad node outside its inner record runs in the node's post hooks (DDP copies each gradient
+into its bucket there and launches a full bucket's all-reduce, for many modules' parameters at once):
 that belongs to no module.
 
 A node that cannot be linked takes its enclosing node's link (a reentrant backward, as activation
@@ -44,8 +45,8 @@ UNLINKED_WHY = {NO_SEQ: "in nodes without a sequence number",
                 ACCUMULATE_UNKNOWN: "in gradient accumulation (AccumulateGrad) whose parameter's module could not "
                                     "be told (no producing node before it, or the gradient's shape is no input of "
                                     "that node's forward op)",
-                HOOK: "in hooks run after gradient accumulation (outside the AccumulateGrad record: DDP's bucket "
-                      "all-reduce and the like)"}
+                HOOK: "in hooks run after gradient accumulation (outside the AccumulateGrad record: DDP's copies "
+                      "into its gradient buckets and their all-reduce, and the like)"}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

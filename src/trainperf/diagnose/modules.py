@@ -18,9 +18,9 @@ forward spans have closed, on an autograd thread (CUDA) or the caller's. A devic
 node (or, on the CPU basis, the node itself) is the backward time of the module whose forward ran the op
 that made the node (diagnose/autograd_links.py: by sequence number; gradient accumulation by the engine's
 order, checked against the recorded shapes). Backward time that cannot be linked is the BACKWARD row
-(nodes whose forward op ran before the profiled window, hooks after gradient accumulation such as DDP's
-all-reduce) or the GRAD_ACCUM row (accumulation whose parameter's module cannot be told), and a note
-says how much and why. Backward of an op run outside every module (the loss) is OUTSIDE's backward.
+(nodes whose forward op ran before the profiled window, hooks after gradient accumulation such as
+DDP's bucketing and all-reduce) or the GRAD_ACCUM row (accumulation whose parameter's module cannot be
+told), and a note says how much and why. Backward of an op run outside every module (the loss) is OUTSIDE's backward.
 Everything else launched outside any module and any node (optimizer, copies) is OUTSIDE's forward.
 
 Paths: "Sequential_0/Block_1/Linear_1" names one module instance. With by="type" the instance
