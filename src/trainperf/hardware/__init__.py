@@ -47,6 +47,14 @@ class Accelerator:
     # NCCL all-to-all rate per GPU (GB/s, achieved) to peers in the scale-up domain but not in the
     # GPU's own node, where the domain spans nodes (GB200/GB300 NVL72 trays); 0: the scale-up rate.
     scaleup_a2a_gbps: float = 0.0
+    # HBM the runtime holds before training allocates (GiB): CUDA/ROCm context, NCCL and cuBLAS/TE
+    # workspaces on GPUs; on TPUs the runtime's share (HBM minus the bytes_limit JAX reports; catalog.yaml)
+    runtime_reserved_gib: float = 2.0
+
+    @property
+    def runtime_reserved_bytes(self) -> float:
+        """HBM the runtime holds before training allocates anything (bytes)."""
+        return self.runtime_reserved_gib * 2**30
 
     @property
     def hbm_bytes(self) -> float:

@@ -38,17 +38,42 @@ first stage holds ``min(m v, v p + p - 1)`` chunks, which for ``m >= p`` is Kort
 uses the same penalty). The last stage adds the fp32 logits (4 s b V / t). Context parallelism
 divides tokens by cp.
 
-Allocator margin: CUDA context, NCCL and cuBLAS workspaces take ``RESERVED_BYTES``. The caching
+Selective recompute (Megatron-Core ``--recompute-granularity selective --recompute-modules``): what
+each module frees per token and layer (``recompute_dropped``). ``core_attn`` (the default) re-runs
+the attention core: the score matrix is not kept. ``mlp`` / ``moe`` re-run the dense / MoE MLP
+from its input (normal checkpointing): only the input, already counted as the norm output, stays.
+``layernorm``, ``mla_up_proj`` and ``moe_act`` use output-discarding checkpointing
+(``CheckpointWithoutOutput``): the module's output is freed once its consumer has run and rebuilt
+before the consumer's backward, so the two norm outputs (the QKV and MLP GEMM inputs), MLA's Q, K,
+V (only the compressed latents stay), or the routed experts' activation output (the fc2 input)
+are not held. DeepSeek-V3 (report sec. 3.2.3) recomputes RMSNorm and the MLA up-projections the
+same way.
+
+Model states by stack (``MemoryFeatures.fp32_params``): Megatron-Core and DeepSpeed keep bf16
+parameters plus an fp32 master copy inside the optimizer (2 + 4 + 8 B); PyTorch FSDP2 with
+``MixedPrecisionPolicy(param_dtype=bf16)``, DDP under autocast and JAX/MaxText keep the parameters
+themselves in fp32 (they are the master weights; the bf16 copies are cast or gathered per layer
+and freed), so weights take 4 B and the optimizer only Adam's m and v (8 B).
+
+Allocator margin: the runtime reserve is the accelerator's (``Accelerator.runtime_reserved_gib``:
+CUDA/ROCm context, NCCL and cuBLAS workspaces on GPUs, ``RESERVED_BYTES``; the TPU runtime's
+share of HBM on TPUs). The caching
 allocator's fragmentation ``FRAGMENTATION`` applies to the transient allocations only
 (activations, logits, FSDP's gathered layers), which are freed and reallocated in varying sizes
 every micro batch; the model states are allocated once, as contiguous buffers (Megatron-Core's
 param/grad buffers and distributed-optimizer shards, FSDP2's sharded parameters), and do not
-fragment. A layout fits when the total with margin is within the HBM capacity.
+fragment. XLA has no caching allocator (its buffer assignment is fixed when the step is
+compiled): stacks without one (``MemoryFeatures.fragmentation`` 0) pay none. A layout fits when the
+total with margin is within the HBM capacity.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+from trainperf.errors import TrainperfError
 
 from trainperf.plan.stacks import Software
 from trainperf.specs import (LayoutArrays, ModelSpec, active_ffn_width, embedding_params, expert_params_per_layer,
@@ -58,6 +83,32 @@ RESERVED_BYTES = 2.0 * 2**30   # CUDA context + NCCL buffers + cuBLAS/TE workspa
 FRAGMENTATION = 0.08           # caching-allocator fragmentation, fraction of allocated bytes
 WEIGHT_BYTES = 2.0             # bf16 weights
 OPTIMIZER_BYTES = 12.0         # fp32 master + Adam m + v
+ADAM_BYTES = 8.0               # Adam m + v alone (fp32), where the parameters are the fp32 master weights
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "moe")  # Megatron-Core's names
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryFeatures:
+    """What a stack and an accelerator change in the memory model (bytes, fractions, module names)."""
+
+    fp32_params: bool = False          # parameters kept in fp32 as the master weights (FSDP2, JAX): 4 + 8 B
+    recompute_modules: str = "core_attn"  # selective recompute's modules, "+"-joined (RECOMPUTE_MODULES)
+    fragmentation: float = FRAGMENTATION  # caching-allocator overhead on transient bytes (0: XLA)
+    reserved_bytes: float = RESERVED_BYTES  # runtime reserve of the accelerator (bytes)
+
+
+def recompute_module_set(modules) -> frozenset:
+    """Return the selective-recompute modules named by ``modules`` ("core_attn+moe_act" or an iterable).
+
+    Raises TrainperfError naming an unknown module and listing Megatron-Core's names.
+    """
+    names = [modules] if isinstance(modules, str) else list(modules)
+    out = frozenset(n.strip().lower() for part in names for n in part.replace(",", "+").replace(" ", "+").split("+")
+                    if n.strip())
+    unknown = sorted(out - set(RECOMPUTE_MODULES))
+    if unknown:
+        raise TrainperfError(f"recompute modules: unknown {', '.join(unknown)} (known: {', '.join(RECOMPUTE_MODULES)})")
+    return out
 
 
 def activation_parts(m: ModelSpec, tp, sp, flash=True, dropout=False, seq: int | None = None, fp8=False):
@@ -76,6 +127,8 @@ def activation_parts(m: ModelSpec, tp, sp, flash=True, dropout=False, seq: int |
     if m.is_moe:  # routed tokens are permuted in and combined out: two hidden-wide copies per expert choice
         mlp = mlp + 4.0 * m.hidden * m.top_k * m.n_moe_layers / m.n_layers
     split = ((4.0 - np.where(saved8, 1.0, 0.0)) * m.q_dim + 4.0 * m.kv_dim + mlp) / tp
+    if m.mla:  # the compressed latents (down-projections replicated over tp): latent norm input and output
+        rep = rep + 4.0 * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_dim)
     if flash:
         scores = 4.0 * m.n_heads / tp  # fp32 logsumexp per head
     else:
@@ -92,6 +145,33 @@ def activation_bytes_per_token_layer(m: ModelSpec, tp, sp, recompute_code, flash
     kept, scores, layer_input = activation_parts(m, tp, sp, flash, dropout, seq, fp8)
     rc = np.asarray(recompute_code)
     return np.where(rc == 2, layer_input, kept + np.where(rc == 1, 0.0, scores))
+
+
+def recompute_dropped(m: ModelSpec, tp, sp, modules, fp8=False):
+    """Return the activation bytes per token per layer on one GPU that selective recompute of
+    ``modules`` frees besides the attention scores (module docstring; ``core_attn`` frees only those).
+
+    The norm outputs and the activation output are kept at 1 B where fp8 layouts keep GEMM inputs in fp8.
+    """
+    mods = recompute_module_set(modules)
+    tp = np.asarray(tp, dtype=float)
+    b8 = np.where(np.asarray(fp8, dtype=bool), 1.0, 0.0)
+    out = np.zeros_like(tp)
+    if "layernorm" in mods:  # QKV and MLP inputs
+        out = out + (4.0 - 2.0 * b8) * m.hidden / np.where(sp, tp, 1.0)
+    if "mla_up_proj" in mods and m.mla:  # Q, K, V as activation_parts counts them
+        out = out + (2.0 * m.q_dim + 4.0 * m.kv_dim) / tp
+    inner = 6.0 if m.gated_mlp else 4.0  # fc1 output(s) and activation output, bytes per ffn element
+    dense_share = m.n_dense_layers / m.n_layers if m.is_moe else 1.0
+    moe_share = m.n_moe_layers / m.n_layers
+    if "mlp" in mods:
+        out = out + (inner - b8) * m.ffn_hidden * dense_share / tp
+    if "moe" in mods and m.is_moe:
+        width = m.top_k * m.moe_ffn_hidden + m.shared_ffn_hidden
+        out = out + ((inner - b8) * width + 4.0 * m.hidden * m.top_k) * moe_share / tp
+    elif "moe_act" in mods and m.is_moe:
+        out = out + (2.0 - b8) * m.top_k * m.moe_ffn_hidden * moe_share / tp
+    return out
 
 
 def layers_per_stage(m: ModelSpec, pp, vpp):
@@ -146,26 +226,32 @@ def expert_dp(lay: LayoutArrays):
     return np.maximum(f(lay.tp) * f(lay.cp) * f(lay.dp) / (f(lay.ep) * f(lay.etp)), 1.0)
 
 
-def model_state_terms(params, dp, zero, grad_bytes: float = 2.0):
-    """Return (weights, gradients, optimizer states) bytes for ``params`` on one GPU under ZeRO ``zero``."""
+def model_state_terms(params, dp, zero, grad_bytes: float = 2.0, fp32_params: bool = False):
+    """Return (weights, gradients, optimizer states) bytes for ``params`` on one GPU under ZeRO ``zero``.
+
+    ``fp32_params``: the parameters are the fp32 master weights (4 B, optimizer m and v 8 B)
+    instead of bf16 weights beside an fp32 master copy in the optimizer (2 B + 12 B).
+    """
     dp = np.asarray(dp, dtype=float)
     zero = np.asarray(zero)
-    w = WEIGHT_BYTES * params / np.where(zero >= 3, dp, 1.0)
+    w_bytes, o_bytes = (4.0, ADAM_BYTES) if fp32_params else (WEIGHT_BYTES, OPTIMIZER_BYTES)
+    w = w_bytes * params / np.where(zero >= 3, dp, 1.0)
     g = grad_bytes * params / np.where(zero >= 2, dp, 1.0)
-    o = OPTIMIZER_BYTES * params / np.where(zero >= 1, dp, 1.0)
+    o = o_bytes * params / np.where(zero >= 1, dp, 1.0)
     return w, g, o
 
 
-def model_state_bytes(params, dp, zero, grad_bytes: float = 2.0):
+def model_state_bytes(params, dp, zero, grad_bytes: float = 2.0, fp32_params: bool = False):
     """Return bytes of weights + gradients + optimizer states for ``params`` on one GPU."""
-    return sum(model_state_terms(params, dp, zero, grad_bytes))
+    return sum(model_state_terms(params, dp, zero, grad_bytes, fp32_params))
 
 
 MEMORY_TERMS = ("weights", "gradients", "optimizer state", "activations and buffers",
                 "reserved (CUDA context, NCCL, workspaces)")
 
 
-def _stage_memory(m: ModelSpec, lay: LayoutArrays, flash, dropout, grad_bytes: float, fp8_saved: bool):
+def _stage_memory(m: ModelSpec, lay: LayoutArrays, flash, dropout, grad_bytes: float, fp8_saved: bool,
+                  feat: MemoryFeatures):
     """Return ((weights, gradients, optimizer) bytes, transient bytes) of the first and of the last stage."""
     f = lambda x: np.asarray(x, dtype=float)  # noqa: E731  (converted once: the search passes 10^5 layouts)
     tp, pp, vpp, cp, grad_accum = f(lay.tp), f(lay.pp), f(lay.vpp), f(lay.cp), f(lay.grad_accum)
@@ -174,7 +260,9 @@ def _stage_memory(m: ModelSpec, lay: LayoutArrays, flash, dropout, grad_bytes: f
     fp8 = np.asarray(lay.fp8, dtype=bool) & fp8_saved
     kept, scores, layer_input = activation_parts(m, tp, sp, flash, dropout, m.seq_len, fp8)
     whole = kept + scores
-    per_layer = tokens * np.where(rc == 2, layer_input, np.where(rc == 1, kept, whole))
+    mods = recompute_module_set(feat.recompute_modules)
+    selective = kept + (0.0 if "core_attn" in mods else scores) - recompute_dropped(m, tp, sp, mods, fp8)
+    per_layer = tokens * np.where(rc == 2, layer_input, np.where(rc == 1, selective, whole))
     stage_layers = layers_per_stage(m, pp, vpp)
     # with full recompute one layer's whole activation set is rebuilt during its backward
     working = np.where(rc == 2, tokens * whole, 0.0)
@@ -185,38 +273,56 @@ def _stage_memory(m: ModelSpec, lay: LayoutArrays, flash, dropout, grad_bytes: f
     p_first, p_last = stage_params(m, tp, pp, vpp)
     per_layer_gpu = (layer_params(m) - expert_params_per_layer(m)) / tp
     shard = lay.shard_group() * cp  # cp ranks hold the same weights; hybrid sharding shards over its group only
-    first = model_state_terms(p_first, shard, zero, grad_bytes)
-    last = model_state_terms(p_last, shard, zero, grad_bytes)
+    first = model_state_terms(p_first, shard, zero, grad_bytes, feat.fp32_params)
+    last = model_state_terms(p_last, shard, zero, grad_bytes, feat.fp32_params)
     if m.is_moe:  # routed experts: sharded over ep x etp, their states over the expert data-parallel ranks
         ep_etp = f(lay.ep) * f(lay.etp)
         per_layer_gpu = per_layer_gpu + expert_params_per_layer(m) / ep_etp
-        experts = model_state_terms(stage_expert_params(m, pp, vpp, lay.ep, lay.etp), expert_dp(lay), zero, grad_bytes)
+        experts = model_state_terms(stage_expert_params(m, pp, vpp, lay.ep, lay.etp), expert_dp(lay), zero, grad_bytes,
+                                    feat.fp32_params)
         first = tuple(a + b for a, b in zip(first, experts))
         last = tuple(a + b for a, b in zip(last, experts))
     fsdp_buffer = np.where(zero >= 3, 2.0 * WEIGHT_BYTES * per_layer_gpu, 0.0)  # two gathered layers
-    return (first, (act_first + fsdp_buffer) * (1.0 + FRAGMENTATION)), \
-        (last, (act_last + fsdp_buffer) * (1.0 + FRAGMENTATION))
+    frag = 1.0 + feat.fragmentation
+    return (first, (act_first + fsdp_buffer) * frag), (last, (act_last + fsdp_buffer) * frag)
 
 
 def memory_bytes(m: ModelSpec, lay: LayoutArrays, flash=True, dropout=False, grad_bytes: float = 2.0,
-                 fp8_saved: bool = True):
+                 fp8_saved: bool = True, features: MemoryFeatures | None = None):
     """Return the peak memory per GPU including the allocator margin (bytes) of arrays of layouts.
 
     The peak is the larger of the first pipeline stage (most micro batches in flight) and
     the last (LM head weights and fp32 logits). ``fp8_saved``: fp8 layouts keep their linear
-    layers' inputs in fp8 (the stack fuses its fp8 casts).
+    layers' inputs in fp8 (the stack fuses its fp8 casts). ``features``: the stack's and the
+    accelerator's memory features (default: Megatron-Core on a GPU).
     """
-    (s1, t1), (s2, t2) = _stage_memory(m, lay, flash, dropout, grad_bytes, fp8_saved)
-    return np.maximum(sum(s1) + t1, sum(s2) + t2) + RESERVED_BYTES
+    feat = features or MemoryFeatures()
+    (s1, t1), (s2, t2) = _stage_memory(m, lay, flash, dropout, grad_bytes, fp8_saved, feat)
+    return np.maximum(sum(s1) + t1, sum(s2) + t2) + feat.reserved_bytes
 
 
 def memory_terms(m: ModelSpec, lay: LayoutArrays, flash=True, dropout=False, grad_bytes: float = 2.0,
-                 fp8_saved: bool = True) -> dict:
+                 fp8_saved: bool = True, features: MemoryFeatures | None = None) -> dict:
     """Return {MEMORY_TERMS name: bytes} of the stage with the peak; they add up to ``memory_bytes``."""
-    (s1, t1), (s2, t2) = _stage_memory(m, lay, flash, dropout, grad_bytes, fp8_saved)
+    feat = features or MemoryFeatures()
+    (s1, t1), (s2, t2) = _stage_memory(m, lay, flash, dropout, grad_bytes, fp8_saved, feat)
     last = sum(s2) + t2 > sum(s1) + t1
     values = [np.where(last, b, a) for a, b in zip(s1 + (t1,), s2 + (t2,))]
-    return dict(zip(MEMORY_TERMS, values + [np.full_like(values[0], RESERVED_BYTES)]))
+    return dict(zip(MEMORY_TERMS, values + [np.full_like(values[0], feat.reserved_bytes)]))
+
+
+def stack_features(sw: Software, acc=None) -> MemoryFeatures:
+    """Return the memory features of stack ``sw`` on accelerator ``acc`` (None: a GPU's runtime reserve).
+
+    The stack fields ``fp32_params``, ``caching_allocator`` and ``recompute_modules`` default to
+    Megatron-Core's (bf16 weights + fp32 master copy, PyTorch's caching allocator, core_attn)
+    where the stack does not state them.
+    """
+    return MemoryFeatures(
+        fp32_params=bool(getattr(sw, "fp32_params", False)),
+        recompute_modules=str(getattr(sw, "recompute_modules", "core_attn")),
+        fragmentation=FRAGMENTATION if getattr(sw, "caching_allocator", True) else 0.0,
+        reserved_bytes=RESERVED_BYTES if acc is None else acc.runtime_reserved_bytes)
 
 
 def _stack_args(m: ModelSpec, sw: Software) -> tuple:
@@ -226,11 +332,12 @@ def _stack_args(m: ModelSpec, sw: Software) -> tuple:
     return sw.flash_attention, dropout, float(sw.grad_reduce_bytes), sw.fp8_cast_fused
 
 
-def stack_memory_bytes(m: ModelSpec, lay: LayoutArrays, sw: Software):
-    """Return ``memory_bytes`` of arrays of layouts under software stack ``sw`` (bytes, allocator margin included)."""
-    return memory_bytes(m, lay, *_stack_args(m, sw))
+def stack_memory_bytes(m: ModelSpec, lay: LayoutArrays, sw: Software, acc=None):
+    """Return ``memory_bytes`` of arrays of layouts under software stack ``sw`` on accelerator ``acc``
+    (bytes, allocator margin included; ``acc`` None: a GPU's runtime reserve)."""
+    return memory_bytes(m, lay, *_stack_args(m, sw), features=stack_features(sw, acc))
 
 
-def stack_memory_terms(m: ModelSpec, lay: LayoutArrays, sw: Software) -> dict:
-    """Return ``memory_terms`` of arrays of layouts under software stack ``sw`` (bytes per term)."""
-    return memory_terms(m, lay, *_stack_args(m, sw))
+def stack_memory_terms(m: ModelSpec, lay: LayoutArrays, sw: Software, acc=None) -> dict:
+    """Return ``memory_terms`` of arrays of layouts under software stack ``sw`` on ``acc`` (bytes per term)."""
+    return memory_terms(m, lay, *_stack_args(m, sw), features=stack_features(sw, acc))
