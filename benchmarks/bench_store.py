@@ -62,31 +62,21 @@ def flat_copy(root: Path, flat: Path) -> None:
     con.close()
 
 
-def _time(sql: str, root: Path, repeat: int) -> float:
-    from trainperf.store import query
-
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        query(sql, str(root))
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
-
-
 def schema_cost(root: Path, repeat: int) -> None:
-    """Print the cost of a store of files of an older schema (no peak_flops / peak_source columns, as
-    written before those fields existed): the same queries on the store as built, with every file
-    rewritten in the older schema (read by column name), with only its first file older, and after
-    ``trainperf runs migrate`` (``migrate_store``)."""
+    """Print the cost of run files of an older schema (no peak_flops / peak_source columns, as written
+    before those fields existed): the same queries on three copies of the store, timed in turn (round
+    robin, so that a machine's changing load falls on all alike): as built, with its first file older
+    (read by column name), with every file older; then again after ``trainperf runs migrate``
+    (``migrate_store``) on the two older copies. Medians of ``repeat`` whole ``query`` calls."""
+    import warnings
+
     import pyarrow.parquet as pq
 
-    from trainperf.store.parquet import migrate_store, run_files
+    from trainperf.store import query
+    from trainperf.store.parquet import OlderSchemaWarning, migrate_store, run_files
 
     older = ("peak_flops", "peak_source")
     sqls = {k: QUERIES[k] for k in ("count", "runs list")}
-
-    def row(label):
-        print(f"{label:<36} " + " ".join(f"{_time(sql, root, repeat):>10.3f}" for sql in sqls.values()), flush=True)
 
     def make_older(path):
         f = pq.ParquetFile(path)
@@ -95,18 +85,35 @@ def schema_cost(root: Path, repeat: int) -> None:
             for g in groups:
                 w.write_table(g)
 
-    files = run_files(root)
-    print(f"{len(files)} run files; median s of {repeat}: " + " ".join(f"{k:>10}" for k in sqls))
-    row("current schema")
-    make_older(files[0])
-    row("first file older")
-    for p in files[1:]:
-        make_older(p)
-    row("every file older")
-    t0 = time.perf_counter()
-    n = migrate_store(root)
-    print(f"migrate_store: {n} files in {time.perf_counter() - t0:.1f} s")
-    row("after migrate")
+    copies = {"as built": root}
+    for name in ("first file older", "every file older"):
+        copies[name] = root.parent / f"{root.name}_{name.split()[0]}"
+        shutil.rmtree(copies[name], ignore_errors=True)
+        shutil.copytree(root, copies[name])
+        files = run_files(copies[name])
+        for p in files[:1] if name.startswith("first") else files:
+            make_older(p)
+
+    def table(title):
+        times = {(c, q): [] for c in copies for q in sqls}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", OlderSchemaWarning)
+            for _ in range(repeat):
+                for c, where in copies.items():
+                    for q, sql in sqls.items():
+                        t0 = time.perf_counter()
+                        query(sql, str(where))
+                        times[(c, q)].append(time.perf_counter() - t0)
+        print(f"{title}: {len(run_files(root))} run files, median s of {repeat}: " + " ".join(f"{q:>10}" for q in sqls))
+        for c in copies:
+            print(f"  {c:<20} " + " ".join(f"{statistics.median(times[(c, q)]):>10.3f}" for q in sqls), flush=True)
+
+    table("before migrate")
+    for name in ("first file older", "every file older"):
+        t0 = time.perf_counter()
+        n = migrate_store(copies[name])
+        print(f"migrate_store on '{name}': {n} files rewritten in {time.perf_counter() - t0:.1f} s")
+    table("after migrate")
 
 
 def main() -> None:

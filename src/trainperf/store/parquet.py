@@ -158,8 +158,8 @@ def _read_files(con, files: list[Path], union: bool):
     """Return the DuckDB relation over the run ``files``. DuckDB takes the columns of the first file;
     files written before a column was added to the records (e.g. ``peak_flops``) lack it, so when the
     first file does, or ``union`` asks, the files are read by column name (``union_by_name``: a column a
-    file lacks reads as NULL). That reads every footer first: 0.73 s -> 2.75 s for 300 files
-    (docs/benchmarks.md), paid only by a store holding files of an older schema until
+    file lacks reads as NULL). That costs about 4x (a count over 300 files: 1.3 s -> 5.3-6.0 s,
+    docs/benchmarks.md), paid only by a store holding files of an older schema until
     ``trainperf runs migrate`` (``migrate_store``) rewrites them."""
     names = [str(p) for p in files]
     rel = con.read_parquet(names, hive_partitioning=True, union_by_name=union)
