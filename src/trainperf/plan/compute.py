@@ -103,12 +103,13 @@ def layer_gemm_fwd_s(m: ModelSpec, tokens, tp, peak_flops: float, hbm_bps: float
 
 
 def attention_fwd_s(m: ModelSpec, mbs, seq: int, tp, cp, peak_flops: float, hbm_bps: float,
-                    eff: Efficiency, flash: bool = True):
+                    eff: Efficiency, flash: bool = True, score_bytes: float = 9.0):
     """Return forward seconds of one layer's attention core (QK^T, softmax, PV) on one GPU.
 
     Causal with flash attention: each of the cp ranks computes 1/cp of the lower triangle
     (load-balanced context parallelism). Without flash: full score matrix as batched GEMMs
-    plus ~9 bytes of HBM traffic per score element (fused scale-mask-softmax, dropout, re-read).
+    plus ``score_bytes`` of HBM traffic per score element between them (the stack's softmax
+    path, plan/stacks.py: Megatron's fused scale-mask-softmax with dropout ~9 B, eager ~22 B).
     """
     heads_local = m.n_heads / tp
     s_local = seq / cp
@@ -125,7 +126,7 @@ def attention_fwd_s(m: ModelSpec, mbs, seq: int, tp, cp, peak_flops: float, hbm_
         return flops / rate
     n_mats = mbs * heads_local
     t = n_mats * 2 * gemm_time_s(s_local, seq, m.head_dim, peak_flops, hbm_bps, eff)
-    t = t + 9.0 * mbs * heads_local * s_local * seq / hbm_bps
+    t = t + score_bytes * mbs * heads_local * s_local * seq / hbm_bps
     return t
 
 

@@ -115,7 +115,7 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Effi
 
     # ---- one layer, one micro batch, one GPU
     t_gemm = compute.layer_gemm_fwd_s(m, tokens, tp, peak, hbm, eff, speed, ep, etp)
-    t_attn = compute.attention_fwd_s(m, mbs, seq, tp, cp, peak, hbm, eff, sw.flash_attention)
+    t_attn = compute.attention_fwd_s(m, mbs, seq, tp, cp, peak, hbm, eff, sw.flash_attention, sw.score_bytes)
     t_elem = compute.layer_elementwise_fwd_s(m, tokens, tp, sp, hbm, fp8, dropout, sw)
     bwd_ratio = compute.attention_bwd_over_fwd(eff, sw.flash_attention)
     layer_fwd = t_gemm + t_attn + t_elem

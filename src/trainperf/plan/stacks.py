@@ -18,6 +18,11 @@ launches on the host, collectives on the links).
     fused: read gate and up, write once = 6 B.
   - Cross-entropy per logit: fused vocab-parallel (Megatron) 24 B; eager ``.float()`` +
     log_softmax + its backward + cast back ~36 B.
+  - Attention scores without flash attention, per score element between the two batched
+    GEMMs: Megatron's fused scale-mask-softmax (read 2, write 2) with dropout (mask 1, apply
+    r2 w2) ~9 B; eager Hugging Face ``LlamaAttention`` (transformers 4.3x): ``/ sqrt(d)`` (r2
+    w2), ``+ attention_mask`` (r2 + r2, w2), ``softmax(dtype=float32)`` (r2 w4), ``.to(bf16)``
+    (r4 w2) = 22 B.
 
 * Attention kernel: ``best`` (cuDNN / FlashAttention-3 on Hopper, FA2 on Ampere: the
   catalog's ``attn_eff``), ``fa2`` (FlashAttention-2, what PyTorch SDPA dispatches to: the
@@ -57,6 +62,7 @@ class Software:
     rope_bytes: float = 4.0             # bytes per q/k element, forward
     act_bytes: float = 6.0              # bytes per ffn element of a gated MLP, forward (plain GELU: 4)
     ce_bytes_per_logit: float = 24.0    # cross-entropy forward + backward, per logit
+    score_bytes: float = 9.0            # bytes per attention score element, forward, without flash attention
     kernels_per_layer: float = 20.0     # kernels launched per layer, forward (backward: 2x)
     host_s_per_kernel: float = 5e-6     # CPU seconds to issue one kernel
     tp_overlap: float = 1.0             # share of TP collective time hidden (needs sequence parallel; fitted
@@ -88,7 +94,7 @@ class Software:
         return asdict(self)
 
 
-_EAGER = dict(norm_bytes=36.0, rope_bytes=20.0, act_bytes=10.0, ce_bytes_per_logit=36.0)
+_EAGER = dict(norm_bytes=36.0, rope_bytes=20.0, act_bytes=10.0, ce_bytes_per_logit=36.0, score_bytes=22.0)
 
 STACKS: dict[str, Software] = {s.name: s for s in [
     Software(
@@ -102,6 +108,15 @@ STACKS: dict[str, Software] = {s.name: s for s in [
         name="deepspeed", attention="math", fp8_cast_fused=False, tp_overlap=0.0, p2p_overlap=False, kernels_per_layer=30.0,
         host_s_per_kernel=8e-6, description="Megatron-DeepSpeed / DeepSpeed ZeRO 1-3 and its pipeline "
         "engine: fused norms, no flash attention (2021-23 recipes), ZeRO overlap_comm, blocking p2p"),
+    Software(
+        name="deepspeed-hf", fp8_cast_fused=False, tp_overlap=0.0, dp_overlap=False, p2p_overlap=False,
+        kernels_per_layer=40.0, host_s_per_kernel=8e-6, **_EAGER, attention="math",
+        description="the DeepSpeed engine (ZeRO 1-3) around an eager Hugging Face transformers model: "
+        "unfused norms, RoPE and SwiGLU, eager attention unless the job enables FlashAttention-2 "
+        "(attention=fa2), gradients reduced in the model dtype; ZeRO collectives priced as not hidden: "
+        "ZeRO-3 gathers each submodule's parameters from its forward/backward hook and waits for "
+        "them, ZeRO-1/2 gather the updated parameters after the optimizer step (overlap_comm can "
+        "hide part of the gradient reduction: an upper bound there)"),
     Software(
         name="pytorch-fsdp", attention="fa2", fp8_cast_fused=False, tp_overlap=0.0, p2p_overlap=False, kernels_per_layer=40.0,
         host_s_per_kernel=8e-6, optimizer_bytes_per_param=32.0, grad_reduce_bytes=4, **_EAGER,
