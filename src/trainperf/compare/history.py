@@ -65,6 +65,21 @@ def run_level(run: RunData) -> tuple[float, float, int] | None:
     return math.log(v.mean), v.variance / (v.n * v.mean**2), v.n
 
 
+def record_levels(recs):
+    """Yield (store record, (log mean seconds per token, variance of that log mean)) for each record
+    with enough steady steps (``run_level``); records without per-step samples are left out."""
+    from trainperf.compare.runs import from_record
+    from trainperf.errors import TrainperfError
+
+    for rec in recs:
+        try:
+            lv = run_level(from_record(rec))
+        except TrainperfError:
+            continue
+        if lv is not None:
+            yield rec, lv[:2]
+
+
 def pooled_between(levels: dict[str, list[tuple[float, float]]]) -> tuple[float, float, int]:
     """Return (tau^2 in log units squared, degrees of freedom, runs used) from groups of (log mean,
     variance of the log mean) pairs, one group per configuration (module doc); df 0 when no group
@@ -88,8 +103,6 @@ def history_between(hosts: set[str], exclude: set[str], store: str | None = None
     ``MAX_HISTORY_RUNS`` a host; run ids in ``exclude`` left out: the runs being compared), combined
     with the default as a ``PRIOR_DF`` prior; None when the store holds no configuration run twice
     there (or cannot be read)."""
-    from trainperf.compare.runs import from_record
-    from trainperf.errors import TrainperfError
     from trainperf.store import read_runs
 
     levels: dict[str, list[tuple[float, float]]] = {}
@@ -106,13 +119,8 @@ def history_between(hosts: set[str], exclude: set[str], store: str | None = None
             recs = read_runs(store, run_ids=ids) if ids else []
         except Exception:  # noqa: BLE001 - no store, or one that cannot answer: no history (the default stands)
             return None
-        for rec in recs:
-            try:
-                lv = run_level(from_record(rec))
-            except TrainperfError:
-                continue
-            if lv is not None:
-                levels.setdefault(keys[rec.run_id], []).append(lv[:2])
+        for rec, lv in record_levels(recs):
+            levels.setdefault(keys[rec.run_id], []).append(lv)
     tau2, df, used = pooled_between(levels)
     if not df:
         return None
@@ -179,8 +187,6 @@ def hosts_between(a_runs: list[RunData], b_runs: list[RunData], store: str | Non
     device kind differ, from the store's runs of configurations run on two hosts or more (the compared
     runs left out; ``within``: the one-host between-run term, used where no host ran a configuration
     twice), or an unknown spread (cv inf) when the store holds none."""
-    from trainperf.compare.runs import from_record
-    from trainperf.errors import TrainperfError
     from trainperf.store import read_runs
 
     runs = a_runs + b_runs
@@ -200,13 +206,8 @@ def hosts_between(a_runs: list[RunData], b_runs: list[RunData], store: str | Non
         recs = read_runs(store, run_ids=ids) if ids else []
     except Exception:  # noqa: BLE001 - no store, or one that cannot answer: nothing measured
         recs = []
-    for rec in recs:
-        try:
-            lv = run_level(from_record(rec))
-        except TrainperfError:
-            continue
-        if lv is not None:
-            groups.setdefault(keys[rec.run_id], {}).setdefault(rec.host, []).append(lv[:2])
+    for rec, lv in record_levels(recs):
+        groups.setdefault(keys[rec.run_id], {}).setdefault(rec.host, []).append(lv)
     sigma2, df, n_hosts, configs = host_spread(groups, within.cv**2)
     if not df:
         return HostSpread(cv=math.inf, df=math.inf, weight=weight, hosts=sides,
