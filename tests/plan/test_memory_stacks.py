@@ -111,3 +111,30 @@ def test_published_runs_that_ran_are_predicted_to_fit():
     h100 = get_accelerator("h100")
     assert float(memory.memory_bytes(DSV3, lay)) > h100.hbm_bytes >= \
         float(memory.memory_bytes(DSV3, lay, features=memory.MemoryFeatures(recompute_modules="mla_up_proj")))
+
+
+def test_fp8_keeps_the_routed_experts_permuted_input_in_one_byte():
+    # fp8 vs bf16, per token and layer: QKV and MLP inputs (2h, hidden wide, sp-split), attention output (q),
+    # activation output (f, average layer), and the grouped GEMM's permuted input (h per expert choice)
+    tp, share = 2, DSV3.n_moe_layers / DSV3.n_layers
+    bf16, _, _ = memory.activation_parts(DSV3, tp, True, fp8=False)
+    fp8, _, _ = memory.activation_parts(DSV3, tp, True, fp8=True)
+    f_avg = (3 * 18432 + 58 * (8 * 2048 + 2048)) / 61
+    saved = 2 * DSV3.hidden / tp + (DSV3.q_dim + f_avg + DSV3.hidden * 8 * share) / tp
+    assert float(bf16 - fp8) == pytest.approx(saved)
+
+
+def test_gspmd_sharded_residual_stream_counts_like_sequence_parallel():
+    # full remat keeps each layer's input: 2h bytes per token split over tp when the compiler shards the
+    # residual stream over the tensor axis (MaxText: 'activation_embed' -> 'tensor'), as Megatron's sp does
+    lay = Layout(tp=4, dp=2, zero=3, recompute="full", mbs=1, grad_accum=1)
+    feat = memory.MemoryFeatures(tp_shards_activations=True)
+    gspmd = memory.memory_bytes(LLAMA8B, LayoutArrays.of(lay), features=feat)
+    sp = memory.memory_bytes(LLAMA8B, LayoutArrays.of(Layout(**{**lay.to_dict(), "sp": True})))
+    plain = memory.memory_bytes(LLAMA8B, LayoutArrays.of(lay))
+    assert float(gspmd) == pytest.approx(float(sp), rel=1e-12)
+    # the stored layer inputs (2h each) and the rebuilt layer's hidden-wide tensors (norm inputs and
+    # outputs, 8h) shrink by 1 - 1/tp
+    h, s, n = LLAMA8B.hidden, LLAMA8B.seq_len, LLAMA8B.n_layers
+    expect = s * (n * 2 * h + 8 * h) * (1 - 1 / 4) * (1 + memory.FRAGMENTATION)
+    assert float(plain - gspmd) == pytest.approx(expect, rel=1e-9)

@@ -16,7 +16,8 @@ Recomputation in Large Transformer Models", eq. 1-5: ``sbh(34 + 5as/h)`` without
 parallelism and selective recompute, ``2sbh`` per layer input with full recompute) to GQA
 and gated MLPs:
 
-* hidden-width tensors split over tp only with sequence parallelism: two norm inputs
+* hidden-width tensors split over tp only with sequence parallelism (or where the compiler shards
+  the residual stream over the tensor axis, GSPMD/MaxText: ``MemoryFeatures.tp_shards_activations``): two norm inputs
   (2h + 2h), QKV and MLP inputs (2h + 2h), and with dropout two masks (h + h);
 * always tp-split: Q, K, V (2q + 2kv + 2kv), attention output (2q), MLP: plain 2f + 2f
   (activation in and out), gated 2f + 2f + 2f (gate, up, product);
@@ -26,8 +27,9 @@ and gated MLPs:
   full activations during its backward;
 * fp8 (stacks whose fp8 casts are fused, ``Software.fp8_cast_fused``): the linear layers keep
   the fp8 copy of their input for the weight gradient (TransformerEngine's Linear /
-  LayerNormLinear / LayerNormMLP save the quantised tensor), 1 B instead of 2 for the QKV and
-  MLP inputs (hidden wide), the attention output and the MLP product / activation output.
+  LayerNormLinear / LayerNormMLP / GroupedLinear save the quantised tensor), 1 B instead of 2 for
+  the QKV and MLP inputs (hidden wide), the attention output, the MLP product / activation output
+  and the routed experts' permuted input (DeepSeek-V3 dispatches it in fp8, report sec. 3.3.3).
 
 Pipeline: stage ``r`` of ``p`` runs its warm-up forwards before its first backward, and holds
 that many plus one micro batches' activations (Megatron-LM ``schedules.py``). 1F1B: ``p - r - 1``
@@ -93,6 +95,8 @@ class MemoryFeatures:
 
     fp32_params: bool = False          # parameters kept in fp32 as the master weights (FSDP2, JAX): 4 + 8 B
     recompute_modules: str = "core_attn"  # selective recompute's modules, "+"-joined (RECOMPUTE_MODULES)
+    tp_shards_activations: bool = False  # hidden-wide activations split over tp even without sp (GSPMD: MaxText
+                                         # maps 'activation_embed' to the tensor axis)
     fragmentation: float = FRAGMENTATION  # caching-allocator overhead on transient bytes (0: XLA)
     reserved_bytes: float = RESERVED_BYTES  # runtime reserve of the accelerator (bytes)
 
@@ -124,8 +128,9 @@ def activation_parts(m: ModelSpec, tp, sp, flash=True, dropout=False, seq: int |
     saved8 = np.asarray(fp8, dtype=bool)
     rep = (8.0 + (2.0 if dropout else 0.0) - np.where(saved8, 2.0, 0.0)) * m.hidden / np.where(sp, tp, 1.0)
     mlp = (6.0 if m.gated_mlp else 4.0) * active_ffn_width(m) - np.where(saved8, 1.0, 0.0) * active_ffn_width(m)
-    if m.is_moe:  # routed tokens are permuted in and combined out: two hidden-wide copies per expert choice
-        mlp = mlp + 4.0 * m.hidden * m.top_k * m.n_moe_layers / m.n_layers
+    if m.is_moe:  # routed tokens are permuted in and combined out: two hidden-wide copies per expert choice;
+        # the permuted input is the grouped GEMM's input, kept in fp8 like the dense GEMM inputs
+        mlp = mlp + (4.0 - np.where(saved8, 1.0, 0.0)) * m.hidden * m.top_k * m.n_moe_layers / m.n_layers
     split = ((4.0 - np.where(saved8, 1.0, 0.0)) * m.q_dim + 4.0 * m.kv_dim + mlp) / tp
     if m.mla:  # the compressed latents (down-projections replicated over tp): latent norm input and output
         rep = rep + 4.0 * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_dim)
@@ -168,7 +173,7 @@ def recompute_dropped(m: ModelSpec, tp, sp, modules, fp8=False):
         out = out + (inner - b8) * m.ffn_hidden * dense_share / tp
     if "moe" in mods and m.is_moe:
         width = m.top_k * m.moe_ffn_hidden + m.shared_ffn_hidden
-        out = out + ((inner - b8) * width + 4.0 * m.hidden * m.top_k) * moe_share / tp
+        out = out + ((inner - b8) * width + (4.0 - b8) * m.hidden * m.top_k) * moe_share / tp
     elif "moe_act" in mods and m.is_moe:
         out = out + (2.0 - b8) * m.top_k * m.moe_ffn_hidden * moe_share / tp
     return out
@@ -255,7 +260,8 @@ def _stage_memory(m: ModelSpec, lay: LayoutArrays, flash, dropout, grad_bytes: f
     """Return ((weights, gradients, optimizer) bytes, transient bytes) of the first and of the last stage."""
     f = lambda x: np.asarray(x, dtype=float)  # noqa: E731  (converted once: the search passes 10^5 layouts)
     tp, pp, vpp, cp, grad_accum = f(lay.tp), f(lay.pp), f(lay.vpp), f(lay.cp), f(lay.grad_accum)
-    sp, zero, rc = np.asarray(lay.sp, dtype=bool), np.asarray(lay.zero), np.asarray(lay.recompute)
+    sp, zero, rc = np.asarray(lay.sp, dtype=bool) | feat.tp_shards_activations, np.asarray(lay.zero), \
+        np.asarray(lay.recompute)
     tokens = f(lay.mbs) * m.seq_len / cp
     fp8 = np.asarray(lay.fp8, dtype=bool) & fp8_saved
     kept, scores, layer_input = activation_parts(m, tp, sp, flash, dropout, m.seq_len, fp8)
@@ -314,13 +320,15 @@ def memory_terms(m: ModelSpec, lay: LayoutArrays, flash=True, dropout=False, gra
 def stack_features(sw: Software, acc=None) -> MemoryFeatures:
     """Return the memory features of stack ``sw`` on accelerator ``acc`` (None: a GPU's runtime reserve).
 
-    The stack fields ``fp32_params``, ``caching_allocator`` and ``recompute_modules`` default to
-    Megatron-Core's (bf16 weights + fp32 master copy, PyTorch's caching allocator, core_attn)
-    where the stack does not state them.
+    The stack fields ``fp32_params``, ``caching_allocator``, ``recompute_modules`` and
+    ``tp_shards_activations`` default to Megatron-Core's (bf16 weights + fp32 master copy, PyTorch's
+    caching allocator, core_attn, hidden-wide activations split over tp only with sp) where the
+    stack does not state them.
     """
     return MemoryFeatures(
         fp32_params=bool(getattr(sw, "fp32_params", False)),
         recompute_modules=str(getattr(sw, "recompute_modules", "core_attn")),
+        tp_shards_activations=bool(getattr(sw, "tp_shards_activations", False)),
         fragmentation=FRAGMENTATION if getattr(sw, "caching_allocator", True) else 0.0,
         reserved_bytes=RESERVED_BYTES if acc is None else acc.runtime_reserved_bytes)
 
