@@ -47,25 +47,34 @@ def test_a_second_fault_in_another_cuboid_is_found_after_the_first_is_set_aside(
     assert res.explained == pytest.approx(1.0)
 
 
-def test_noise_laws_and_the_significance_a_cause_needs():
-    # by hand: (real - exp)^2 / exp = [1, 1, 0, 0.25, 0.25] -> median 0.25; / exp^2 -> 0.0025;
-    # each divided by 0.4549, the median of a chi-square with one degree of freedom (the square of
-    # the normal's upper quartile, 0.6745)
-    from statistics import NormalDist
-
-    chi2_median = NormalDist().inv_cdf(0.75) ** 2
-    exp = np.full(5, 100.0)
-    real = np.array([110.0, 90.0, 100.0, 105.0, 95.0])
-    phi1, phi2 = _noise_model(real, exp)
-    assert phi1 == pytest.approx(0.25 / chi2_median, rel=1e-3)
-    assert phi2 == pytest.approx(0.0025 / chi2_median, rel=1e-3)
-    # an element of two leaves of 100 and 400 that rose by 60 in all: Poisson-like variance
-    # phi1 x 500 = 274.8, relative-error variance phi2 x (100^2 + 400^2) = 934.3: the stricter
-    # (larger) one is used, z = 60 / sqrt(934.3) = 1.963
+def test_noise_law_and_the_significance_a_cause_needs():
+    # by hand: leaves of 100 and 400 off by exactly +-sqrt(1 x exp + 0.01 x exp^2) (14.14 and 44.72):
+    # the joint law var = phi_1 exp + phi_2 exp^2 fits them exactly, (1, 0.01), 4 leaves - 2 = 2 dof
+    exp = np.array([100.0, 100.0, 400.0, 400.0])
+    real = exp + np.sqrt(exp + 0.01 * exp ** 2) * np.array([1, -1, 1, -1])
+    phi1, phi2, dof = _noise_model(real, exp)
+    assert (phi1, phi2, dof) == (pytest.approx(1.0), pytest.approx(0.01), 2)
+    # an element of two leaves of 100 and 400 that rose by 60 in all: var = 1 x 500 + 0.01 x
+    # (100^2 + 400^2) = 2200, z = 60 / sqrt(2200) = 1.279
     e = np.array([100.0, 400.0])
-    z = _element_z(e + np.array([20.0, 40.0]), e, np.ones(2, bool), 1.0, (phi1, phi2))
-    assert z == pytest.approx(60 / np.sqrt(0.0025 / 0.4549 * 170000), rel=1e-3)
+    z = _element_z(e + np.array([20.0, 40.0]), e, np.ones(2, bool), 1.0, (phi1, phi2, dof))
+    assert z == pytest.approx(60 / np.sqrt(2200), rel=1e-6)
     assert _bonferroni_z(0.01, 100) == pytest.approx(3.719, abs=1e-3)  # the normal's 1 - 1e-4 quantile
+    # a law read on 12 leaves (10 dof) widens the bound: Student's t 1 - 1e-4 quantile, 5.694 (tables)
+    assert _bonferroni_z(0.01, 100, 10.0) == pytest.approx(5.694, abs=1e-3)
+
+
+def test_noise_law_of_sparse_counts_is_poisson():
+    # failures on 3000 leaves expecting 0.02-0.5 each (reference: a Poisson count's variance is its
+    # mean). The moment fit reads the element variance within 8% of Poisson; the median of the
+    # squared deviations, the previous rule, reads ~0.65 of it (most leaves show 0 failures)
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        mu = rng.uniform(0.02, 0.5, 3000)
+        x = rng.poisson(mu).astype(float)
+        phi1, phi2, _ = _noise_model(x, mu)
+        assert (phi1 * mu.sum() + phi2 * (mu ** 2).sum()) / mu.sum() == pytest.approx(1.0, abs=0.08)
+        assert np.median((x - mu) ** 2 / mu) / 0.4549 < 0.7
 
 
 def test_a_small_deviation_in_noise_is_a_best_guess_not_a_cause_list():
