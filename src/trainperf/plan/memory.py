@@ -76,7 +76,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainperf.errors import TrainperfError
-
 from trainperf.plan.stacks import Software
 from trainperf.specs import (LayoutArrays, ModelSpec, active_ffn_width, embedding_params, expert_params_per_layer,
                              final_norm_params, layer_params, lm_head_params)
