@@ -138,3 +138,50 @@ def test_gspmd_sharded_residual_stream_counts_like_sequence_parallel():
     h, s, n = LLAMA8B.hidden, LLAMA8B.seq_len, LLAMA8B.n_layers
     expect = s * (n * 2 * h + 8 * h) * (1 - 1 / 4) * (1 + memory.FRAGMENTATION)
     assert float(plain - gspmd) == pytest.approx(expect, rel=1e-9)
+
+
+def _saved_bytes(fn, *args, skip=()):
+    """Bytes of the distinct tensors autograd saves while ``fn(*args)`` runs (PyTorch's saved-tensor hooks)."""
+    torch = pytest.importorskip("torch")
+    seen, skip_ptrs = {}, {t.untyped_storage().data_ptr() for t in skip}
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in skip_ptrs:
+            seen[st.data_ptr()] = st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(*args)
+    return sum(seen.values())
+
+
+def test_eager_norm_and_swiglu_keep_what_pytorch_saves():
+    torch = pytest.importorskip("torch")
+    tokens, h, f = 8, 64, 96
+    x = torch.randn(tokens, h, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.ones(h, dtype=torch.bfloat16, requires_grad=True)
+    lin = torch.nn.Linear(h, h, bias=False).to(torch.bfloat16)
+    up = torch.nn.Linear(h, 2 * f, bias=False).to(torch.bfloat16)
+    down = torch.nn.Linear(f, h, bias=False).to(torch.bfloat16)
+    params = (w, lin.weight, up.weight, down.weight)
+
+    def hf_rmsnorm_then_linear(x):  # transformers' LlamaRMSNorm, then the QKV / MLP input GEMM
+        xf = x.to(torch.float32)
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return lin(w * xf.to(x.dtype))
+
+    def swiglu_then_linear(x):
+        gate, u = up(x).chunk(2, dim=-1)
+        return down(torch.nn.functional.silu(gate) * u)
+
+    norm = _saved_bytes(hf_rmsnorm_then_linear, x, skip=params)
+    assert norm == tokens * (4 * h + 2 * h + 2 * h + 4)  # fp32 input, bf16 normalised, output, fp32 rsqrt
+    mlp = _saved_bytes(swiglu_then_linear, x, skip=params + (x,))
+    assert mlp == tokens * (2 * f + 2 * f + 2 * f + 2 * f)  # gate, up, silu(gate), product
+    # a fused norm keeps its bf16 input and output (4h), fused SwiGLU gate, up and product (6f)
+    spec = ModelSpec(name="t", n_layers=2, hidden=h, n_heads=4, n_kv_heads=4, ffn_hidden=f, vocab=100, seq_len=8)
+    fused, _, _ = memory.activation_parts(spec, 1, False)
+    eager, _, _ = memory.activation_parts(spec, 1, False, eager=True)
+    per_norm = norm / tokens - 4 - 4 * h  # rsqrt's 4 B per token are not counted
+    assert float(eager - fused) == pytest.approx(2 * per_norm + (mlp / tokens - 6 * f))

@@ -25,6 +25,14 @@ and gated MLPs:
   (softmax 2, dropout mask 1, dropout output 2 bytes per score);
 * full recompute keeps only each layer's input (2h, split over tp with sp) plus one layer's
   full activations during its backward;
+* eager PyTorch (unfused elementwise, ``MemoryFeatures.eager_activations``; the operator
+  sequences the time model prices in plan/stacks.py): an RMSNorm written as Hugging Face's
+  ``LlamaRMSNorm`` (``x.float()``, ``pow``, ``mean``, ``* rsqrt``, ``.to(bf16)``, ``weight *``)
+  keeps the fp32 copy of its input (4h, for pow and the normalising multiply) and the bf16
+  normalised tensor (2h, for the weight multiply) where a fused norm keeps its bf16 input (2h):
+  +4h per norm, +8h per layer; ``silu(gate) * up`` also keeps silu's output (+2f). Grouped-query
+  attention through SDPA after ``repeat_kv`` also keeps K and V expanded to every head; not
+  counted (flash-attn's own kernel does not expand them);
 * fp8 (stacks whose fp8 casts are fused, ``Software.fp8_cast_fused``): the linear layers keep
   the fp8 copy of their input for the weight gradient (TransformerEngine's Linear /
   LayerNormLinear / LayerNormMLP / GroupedLinear save the quantised tensor), 1 B instead of 2 for
@@ -94,6 +102,7 @@ class MemoryFeatures:
 
     fp32_params: bool = False          # parameters kept in fp32 as the master weights (FSDP2, JAX): 4 + 8 B
     recompute_modules: str = "core_attn"  # selective recompute's modules, "+"-joined (RECOMPUTE_MODULES)
+    eager_activations: bool = False  # unfused norms and SwiGLU keep their intermediates (eager PyTorch)
     tp_shards_activations: bool = False  # hidden-wide activations split over tp even without sp (GSPMD: MaxText
                                          # maps 'activation_embed' to the tensor axis)
     fragmentation: float = FRAGMENTATION  # caching-allocator overhead on transient bytes (0: XLA)
@@ -114,19 +123,22 @@ def recompute_module_set(modules) -> frozenset:
     return out
 
 
-def activation_parts(m: ModelSpec, tp, sp, flash=True, dropout=False, seq: int | None = None, fp8=False):
+def activation_parts(m: ModelSpec, tp, sp, flash=True, dropout=False, seq: int | None = None, fp8=False,
+                     eager=False):
     """Return (kept, scores, layer_input): activation bytes per token per layer on one GPU.
 
     ``kept``: what a layer without recompute stores besides its attention scores (or, with flash
     attention, the softmax statistics); ``scores``: those; ``layer_input``: the layer input full
     recompute keeps instead. ``fp8``: the linear layers' inputs are kept in fp8 (1 B less per
-    element of the four GEMM inputs).
+    element of the four GEMM inputs). ``eager``: unfused norms and SwiGLU (module docstring).
     """
     s = m.seq_len if seq is None else seq
     tp = np.asarray(tp, dtype=float)
     saved8 = np.asarray(fp8, dtype=bool)
-    rep = (8.0 + (2.0 if dropout else 0.0) - np.where(saved8, 2.0, 0.0)) * m.hidden / np.where(sp, tp, 1.0)
-    mlp = (6.0 if m.gated_mlp else 4.0) * active_ffn_width(m) - np.where(saved8, 1.0, 0.0) * active_ffn_width(m)
+    rep = (8.0 + (2.0 if dropout else 0.0) - np.where(saved8, 2.0, 0.0) + (8.0 if eager else 0.0)) * m.hidden \
+        / np.where(sp, tp, 1.0)
+    inner = (6.0 if m.gated_mlp else 4.0) + (2.0 if eager and m.gated_mlp else 0.0)
+    mlp = inner * active_ffn_width(m) - np.where(saved8, 1.0, 0.0) * active_ffn_width(m)
     if m.is_moe:  # routed tokens are permuted in and combined out: two hidden-wide copies per expert choice;
         # the permuted input is the grouped GEMM's input, kept in fp8 like the dense GEMM inputs
         mlp = mlp + (4.0 - np.where(saved8, 1.0, 0.0)) * m.hidden * m.top_k * m.n_moe_layers / m.n_layers
@@ -263,7 +275,7 @@ def _stage_memory(m: ModelSpec, lay: LayoutArrays, flash, dropout, grad_bytes: f
         np.asarray(lay.recompute)
     tokens = f(lay.mbs) * m.seq_len / cp
     fp8 = np.asarray(lay.fp8, dtype=bool) & fp8_saved
-    kept, scores, layer_input = activation_parts(m, tp, sp, flash, dropout, m.seq_len, fp8)
+    kept, scores, layer_input = activation_parts(m, tp, sp, flash, dropout, m.seq_len, fp8, feat.eager_activations)
     whole = kept + scores
     mods = recompute_module_set(feat.recompute_modules)
     selective = kept + (0.0 if "core_attn" in mods else scores) - recompute_dropped(m, tp, sp, mods, fp8)
@@ -319,15 +331,16 @@ def memory_terms(m: ModelSpec, lay: LayoutArrays, flash=True, dropout=False, gra
 def stack_features(sw: Software, acc=None) -> MemoryFeatures:
     """Return the memory features of stack ``sw`` on accelerator ``acc`` (None: a GPU's runtime reserve).
 
-    The stack fields ``fp32_params``, ``caching_allocator``, ``recompute_modules`` and
-    ``tp_shards_activations`` default to Megatron-Core's (bf16 weights + fp32 master copy, PyTorch's
-    caching allocator, core_attn, hidden-wide activations split over tp only with sp) where the
-    stack does not state them.
+    The stack fields ``fp32_params``, ``caching_allocator``, ``recompute_modules``,
+    ``tp_shards_activations`` and ``eager_activations`` default to Megatron-Core's (bf16 weights +
+    fp32 master copy, PyTorch's caching allocator, core_attn, hidden-wide activations split over tp
+    only with sp, fused elementwise kernels) where the stack does not state them.
     """
     return MemoryFeatures(
         fp32_params=bool(getattr(sw, "fp32_params", False)),
         recompute_modules=str(getattr(sw, "recompute_modules", "core_attn")),
         tp_shards_activations=bool(getattr(sw, "tp_shards_activations", False)),
+        eager_activations=bool(getattr(sw, "eager_activations", False)),
         fragmentation=FRAGMENTATION if getattr(sw, "caching_allocator", True) else 0.0,
         reserved_bytes=RESERVED_BYTES if acc is None else acc.runtime_reserved_bytes)
 
