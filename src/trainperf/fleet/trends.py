@@ -239,16 +239,18 @@ def _drift_coef(y: np.ndarray, others: np.ndarray, sigma: float) -> tuple[float,
 
 
 def _same_drift(y: np.ndarray, steps: list[int], k1: int, k2: int, sigma: float, z_crit: float) -> bool:
-    """True when the ramp (k1, k2) fits y with the drift the steps it would replace leave: its
-    fitted drift within ``z_crit`` standard errors of the Theil-Sen drift within the steps'
-    segments (``changepoints.series_drift``; standard errors of the two combined, the within-segment
-    one as least squares').
+    """False when the ramp (k1, k2) fits y only with a drift that undoes it: the ramp model's drift
+    is opposite to the ramp, at least half its slope, and more than ``z_crit`` standard errors from
+    the Theil-Sen drift within the steps' segments (``changepoints.series_drift``; standard errors of
+    the two combined, the within-segment one as least squares'). True otherwise.
 
     A ramp replaces steps when it explains the same change. With the drift free, a ramp and an
-    opposite drift can draw a V that fits some other feature instead: a short first segment the
-    level tests could not confirm (bimodal run times, docs/benchmarks.md: a drift of -0.60 per
-    point where the segments hold -0.03). A real ramp leaves the segments' robust drift as it is:
-    the ramp's pairs are a minority of the pairs within segments."""
+    opposite drift draw a V (a kink with a slope before it) that can fit some other feature: a short
+    first segment the level tests could not confirm (bimodal run times, docs/benchmarks.md: a drift
+    of -0.60 per point under a ramp of +0.70, where the segments hold -0.01). The within-segment drift
+    alone is no reference: on a long ramp cut by its steps the segments hold mostly ramp (a real
+    ramp's drift moved 5-47 standard errors from it), but a real ramp's model keeps its drift small
+    against the ramp's slope (at most 4% of it in 40 draws of steady ramps)."""
     from trainperf.fleet.changepoints import series_drift
 
     n = len(y)
@@ -256,9 +258,12 @@ def _same_drift(y: np.ndarray, steps: list[int], k1: int, k2: int, sigma: float,
     b_ref = series_drift(y, bounds)
     sizes = np.diff(bounds).astype(float)
     s_tt = float((sizes**3 - sizes).sum()) / 12.0
-    b_ramp, se = _drift_coef(y, np.column_stack([np.ones(n), _ramp_col(n, k1, k2)]), sigma)
+    cols = np.column_stack([np.ones(n), _ramp_col(n, k1, k2)])
+    b_ramp, se = _drift_coef(y, cols, sigma)
+    slope = float(np.linalg.lstsq(np.column_stack([cols, np.arange(n)]), y, rcond=None)[0][1])
     se = math.hypot(se, sigma / math.sqrt(s_tt)) if s_tt > 0 else math.inf
-    return abs(b_ramp - b_ref) <= z_crit * se
+    undoes = np.sign(b_ramp) == -np.sign(slope) and abs(b_ramp) >= 0.5 * abs(slope)
+    return not (undoes and abs(b_ramp - b_ref) > z_crit * se)
 
 
 def ramps_from_steps(y: np.ndarray, steps: list[tuple[int, float]], w: int, sigma: float, alpha: float = 0.01
