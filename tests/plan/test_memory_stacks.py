@@ -185,3 +185,18 @@ def test_eager_norm_and_swiglu_keep_what_pytorch_saves():
     eager, _, _ = memory.activation_parts(spec, 1, False, eager=True)
     per_norm = norm / tokens - 4 - 4 * h  # rsqrt's 4 B per token are not counted
     assert float(eager - fused) == pytest.approx(2 * per_norm + (mlp / tokens - 6 * f))
+
+
+def test_combine_weighted_by_probs_keeps_the_expert_outputs():
+    torch = pytest.importorskip("torch")
+    tokens, k, h = 8, 4, 64
+    out = torch.randn(tokens, k, h, dtype=torch.bfloat16, requires_grad=True)  # expert outputs, per choice
+    probs = torch.rand(tokens, k, dtype=torch.bfloat16, requires_grad=True)
+    weighted = _saved_bytes(lambda o, p: (p.unsqueeze(-1) * o).sum(1), out, probs, skip=(probs,))
+    plain = _saved_bytes(lambda o: o.sum(1), out)  # probs already applied in the activation (Megatron-Core >= 0.13)
+    assert (weighted, plain) == (tokens * k * h * 2, 0)
+    tp, share = 2, DSV3.n_moe_layers / DSV3.n_layers
+    keep, _, _ = memory.activation_parts(DSV3, tp, True)
+    drop, _, _ = memory.activation_parts(DSV3, tp, True, probs_in_activation=True)
+    per_element = weighted / (tokens * k * h)  # 2 B: one bf16 copy of every expert output
+    assert float(keep - drop) == pytest.approx(per_element * DSV3.hidden * DSV3.top_k * share / tp)

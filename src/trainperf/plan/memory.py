@@ -25,6 +25,12 @@ and gated MLPs:
   (softmax 2, dropout mask 1, dropout output 2 bytes per score);
 * full recompute keeps only each layer's input (2h, split over tp with sp) plus one layer's
   full activations during its backward;
+* mixture of experts: each expert choice keeps its permuted input (2h, the grouped GEMM's input)
+  and, where the combine multiplies the experts' outputs by the routing probabilities (the
+  gradient of a probability needs the output it weighted), that output (2h). Megatron-Core >= 0.13
+  applies the probabilities in the experts' activation function instead (its MoE README: "moving
+  the probs multiplication from unpermutation to activation function of GroupedMLP";
+  ``MemoryFeatures.moe_probs_in_activation``), so its combine keeps nothing;
 * eager PyTorch (unfused elementwise, ``MemoryFeatures.eager_activations``; the operator
   sequences the time model prices in plan/stacks.py): an RMSNorm written as Hugging Face's
   ``LlamaRMSNorm`` (``x.float()``, ``pow``, ``mean``, ``* rsqrt``, ``.to(bf16)``, ``weight *``)
@@ -103,6 +109,8 @@ class MemoryFeatures:
     fp32_params: bool = False          # parameters kept in fp32 as the master weights (FSDP2, JAX): 4 + 8 B
     recompute_modules: str = "core_attn"  # selective recompute's modules, "+"-joined (RECOMPUTE_MODULES)
     eager_activations: bool = False  # unfused norms and SwiGLU keep their intermediates (eager PyTorch)
+    moe_probs_in_activation: bool = False  # routing probabilities applied in the experts' activation (Megatron-Core
+                                           # >= 0.13): the combine keeps no expert outputs
     tp_shards_activations: bool = False  # hidden-wide activations split over tp even without sp (GSPMD: MaxText
                                          # maps 'activation_embed' to the tensor axis)
     fragmentation: float = FRAGMENTATION  # caching-allocator overhead on transient bytes (0: XLA)
@@ -124,13 +132,15 @@ def recompute_module_set(modules) -> frozenset:
 
 
 def activation_parts(m: ModelSpec, tp, sp, flash=True, dropout=False, seq: int | None = None, fp8=False,
-                     eager=False):
+                     eager=False, probs_in_activation=False):
     """Return (kept, scores, layer_input): activation bytes per token per layer on one GPU.
 
     ``kept``: what a layer without recompute stores besides its attention scores (or, with flash
     attention, the softmax statistics); ``scores``: those; ``layer_input``: the layer input full
     recompute keeps instead. ``fp8``: the linear layers' inputs are kept in fp8 (1 B less per
     element of the four GEMM inputs). ``eager``: unfused norms and SwiGLU (module docstring).
+    ``probs_in_activation``: the routing probabilities multiply the experts' activation, so the
+    combine keeps no copy of the experts' outputs (module docstring).
     """
     s = m.seq_len if seq is None else seq
     tp = np.asarray(tp, dtype=float)
@@ -139,9 +149,10 @@ def activation_parts(m: ModelSpec, tp, sp, flash=True, dropout=False, seq: int |
         / np.where(sp, tp, 1.0)
     inner = (6.0 if m.gated_mlp else 4.0) + (2.0 if eager and m.gated_mlp else 0.0)
     mlp = inner * active_ffn_width(m) - np.where(saved8, 1.0, 0.0) * active_ffn_width(m)
-    if m.is_moe:  # routed tokens are permuted in and combined out: two hidden-wide copies per expert choice;
-        # the permuted input is the grouped GEMM's input, kept in fp8 like the dense GEMM inputs
-        mlp = mlp + (4.0 - np.where(saved8, 1.0, 0.0)) * m.hidden * m.top_k * m.n_moe_layers / m.n_layers
+    if m.is_moe:  # per expert choice: the permuted input (the grouped GEMM's input, fp8 like the dense GEMM
+        # inputs) and, where the combine weights them by the routing probabilities, the expert's output
+        routed = (2.0 - np.where(saved8, 1.0, 0.0) + (0.0 if probs_in_activation else 2.0)) * m.hidden * m.top_k
+        mlp = mlp + routed * m.n_moe_layers / m.n_layers
     split = ((4.0 - np.where(saved8, 1.0, 0.0)) * m.q_dim + 4.0 * m.kv_dim + mlp) / tp
     if m.mla:  # the compressed latents (down-projections replicated over tp): latent norm input and output
         rep = rep + 4.0 * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_dim)
@@ -163,7 +174,7 @@ def activation_bytes_per_token_layer(m: ModelSpec, tp, sp, recompute_code, flash
     return np.where(rc == 2, layer_input, kept + np.where(rc == 1, 0.0, scores))
 
 
-def recompute_dropped(m: ModelSpec, tp, sp, modules, fp8=False):
+def recompute_dropped(m: ModelSpec, tp, sp, modules, fp8=False, probs_in_activation=False):
     """Return the activation bytes per token per layer on one GPU that selective recompute of
     ``modules`` frees besides the attention scores (module docstring; ``core_attn`` frees only those).
 
@@ -184,7 +195,8 @@ def recompute_dropped(m: ModelSpec, tp, sp, modules, fp8=False):
         out = out + (inner - b8) * m.ffn_hidden * dense_share / tp
     if "moe" in mods and m.is_moe:
         width = m.top_k * m.moe_ffn_hidden + m.shared_ffn_hidden
-        out = out + ((inner - b8) * width + (4.0 - b8) * m.hidden * m.top_k) * moe_share / tp
+        routed = (2.0 - b8 + (0.0 if probs_in_activation else 2.0)) * m.hidden * m.top_k
+        out = out + ((inner - b8) * width + routed) * moe_share / tp
     elif "moe_act" in mods and m.is_moe:
         out = out + (2.0 - b8) * m.top_k * m.moe_ffn_hidden * moe_share / tp
     return out
@@ -275,10 +287,12 @@ def _stage_memory(m: ModelSpec, lay: LayoutArrays, flash, dropout, grad_bytes: f
         np.asarray(lay.recompute)
     tokens = f(lay.mbs) * m.seq_len / cp
     fp8 = np.asarray(lay.fp8, dtype=bool) & fp8_saved
-    kept, scores, layer_input = activation_parts(m, tp, sp, flash, dropout, m.seq_len, fp8, feat.eager_activations)
+    kept, scores, layer_input = activation_parts(m, tp, sp, flash, dropout, m.seq_len, fp8, feat.eager_activations,
+                                                 feat.moe_probs_in_activation)
     whole = kept + scores
     mods = recompute_module_set(feat.recompute_modules)
-    selective = kept + (0.0 if "core_attn" in mods else scores) - recompute_dropped(m, tp, sp, mods, fp8)
+    selective = kept + (0.0 if "core_attn" in mods else scores) \
+        - recompute_dropped(m, tp, sp, mods, fp8, feat.moe_probs_in_activation)
     per_layer = tokens * np.where(rc == 2, layer_input, np.where(rc == 1, selective, whole))
     stage_layers = layers_per_stage(m, pp, vpp)
     # with full recompute one layer's whole activation set is rebuilt during its backward
@@ -332,15 +346,17 @@ def stack_features(sw: Software, acc=None) -> MemoryFeatures:
     """Return the memory features of stack ``sw`` on accelerator ``acc`` (None: a GPU's runtime reserve).
 
     The stack fields ``fp32_params``, ``caching_allocator``, ``recompute_modules``,
-    ``tp_shards_activations`` and ``eager_activations`` default to Megatron-Core's (bf16 weights +
-    fp32 master copy, PyTorch's caching allocator, core_attn, hidden-wide activations split over tp
-    only with sp, fused elementwise kernels) where the stack does not state them.
+    ``tp_shards_activations``, ``eager_activations`` and ``moe_probs_in_activation`` default to
+    today's model (bf16 weights + fp32 master copy, PyTorch's caching allocator, core_attn,
+    hidden-wide activations split over tp only with sp, fused elementwise kernels, a combine that
+    keeps the experts' outputs) where the stack does not state them.
     """
     return MemoryFeatures(
         fp32_params=bool(getattr(sw, "fp32_params", False)),
         recompute_modules=str(getattr(sw, "recompute_modules", "core_attn")),
         tp_shards_activations=bool(getattr(sw, "tp_shards_activations", False)),
         eager_activations=bool(getattr(sw, "eager_activations", False)),
+        moe_probs_in_activation=bool(getattr(sw, "moe_probs_in_activation", False)),
         fragmentation=FRAGMENTATION if getattr(sw, "caching_allocator", True) else 0.0,
         reserved_bytes=RESERVED_BYTES if acc is None else acc.runtime_reserved_bytes)
 
