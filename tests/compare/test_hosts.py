@@ -90,7 +90,8 @@ def test_different_hosts_and_no_store_runs_across_hosts_is_inconclusive(tmp_path
     assert f"cannot be told from its host's ({c.perf.throughput.change:+.1%} on node2 against node1" in c.headline
     assert c.perf.throughput.change == pytest.approx(1 / 1.05 - 1, abs=0.01)
     assert "a difference of hosts cannot be told from the change (were the hosts alike, the 95% interval" in c.perf.note
-    assert perf_rows(c)[1][3].endswith("[hosts differ]")
+    assert perf_rows(c)[1][3].endswith("(hosts differ)")  # not [..]: rich reads brackets as markup
+    assert "a between-run term of 0.75% a run taken from the stated default" in c.perf.note
     d = c.to_dict()["performance"]["throughput"]
     assert d["lo"] is None and d["hi"] is None
     side = {r.name: RunSeries(names=[r.name], series=[steady_samples(r, "step_time")], runs=[r],

@@ -173,7 +173,7 @@ def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float
     elif one_each:
         between = run_between(a_runs[0], b_runs[0], between, (cuts[id(a_runs[0])][1], cuts[id(b_runs[0])][1]))
     sh = shift(*per_token, level=level, between=between)
-    hosts_note = ""
+    hosts_note, one = "", sh
     if sh.hosts is not None and not sh.hosts.known:  # the interval is unbounded: say what it is on one host
         one = shift(*per_token, level=level, between=replace(between, hosts=None))
         hosts_note = (f"A ran on {', '.join(sh.hosts.hosts[0])}, B on {', '.join(sh.hosts.hosts[1])}, and "
@@ -216,16 +216,16 @@ def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float
         return float(np.median(v)) if v else None
 
     spans = [(r.name, int(r.step[steady[id(r)]][0]), int(r.step[steady[id(r)]][-1])) for r in a_runs + b_runs]
-    note = (f"one run a side: the interval includes a between-run term of {100 * sh.between_cv:.3g}% a run taken from "
-            f"{sh.between_source}; give repeats (A1,A2,... B1,B2,...) to measure it" if one_each else "")
+    note = (f"one run a side: the interval includes a between-run term of {100 * one.between_cv:.3g}% a run taken from "
+            f"{one.between_source}; give repeats (A1,A2,... B1,B2,...) to measure it" if one_each else "")
     if sh.hosts is not None and sh.hosts.known and sh.hosts.weight > 0:
         note = "; ".join(filter(None, [note, f"A and B ran on different hosts: the interval includes hosts that differ by "
                                              f"{100 * sh.hosts.cv:.3g}% (from {sh.hosts.source})"]))
     note = "; ".join(filter(None, [hosts_note, note]))
     return PerfResult(throughput=tput, step_time=step, verdict=verdict, mfu=(mfu(a_runs), mfu(b_runs)),
                       mem_peak_bytes=(mem(a_runs), mem(b_runs)), goodput=(goodput(a_runs), goodput(b_runs)),
-                      steady=spans, min_effect=min_effect, note=note, between_cv=sh.between_cv,
-                      between_source=sh.between_source,
+                      steady=spans, min_effect=min_effect, note=note, between_cv=one.between_cv,
+                      between_source=one.between_source,
                       steady_steps=(sum(len(x) for x in per_token[0]), sum(len(x) for x in per_token[1])),
                       total_steps=(sum(len(r.step) for r in a_runs), sum(len(r.step) for r in b_runs)),
                       mfu_peak_flops=(peak(a_runs), peak(b_runs)), mfu_comparable=mfu_ok, mfu_note=mfu_note,
@@ -250,7 +250,8 @@ def mfu_peak(runs: list[RunData]) -> tuple[float | None, bool, str]:
         return None, False, (f"MFU not comparable: {', '.join(unknown)}: {PEAK_UNKNOWN}; the others' peaks "
                              f"are known; compare tokens/s instead")
     if unknown or max(peaks) <= min(peaks) * (1 + 1e-9):
-        return None, True, f"MFU as recorded: {PEAK_UNKNOWN}" if unknown else ""
+        measured = any(np.isfinite(r.mfu).any() for r in runs)  # no MFU at all: nothing to say of its peak
+        return None, True, f"MFU as recorded: {PEAK_UNKNOWN}" if unknown and measured else ""
     shown = " vs ".join(f"{p / 1e9:.3g}" for p in dict.fromkeys(peaks))
     if len({(r.device, r.host) for r in runs}) == 1:
         top = max(peaks)

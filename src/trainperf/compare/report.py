@@ -22,7 +22,7 @@ def perf_rows(c: Comparison) -> list[list]:
         return f"{b / a - 1:+.1%}" if a and b and a == a and b == b else "-"
 
     def change(e):  # hosts that differ by an unknown amount: no interval (perf_notes says why)
-        return f"{e.change:+.1%} " + ("[hosts differ]" if p.verdict == "inconclusive" else f"[{e.lo:+.1%}, {e.hi:+.1%}]")
+        return f"{e.change:+.1%} " + ("(hosts differ)" if p.verdict == "inconclusive" else f"[{e.lo:+.1%}, {e.hi:+.1%}]")
 
     def used(side):
         return f"{p.steady_steps[side]} of {p.total_steps[side]}"

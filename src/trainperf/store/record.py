@@ -102,7 +102,7 @@ class RunRecord:
         return d
 
 
-PEAK_UNKNOWN = "peak unknown (the record has no peak_flops: written before peaks were stored)"
+PEAK_UNKNOWN = "peak unknown (the run's record has no peak_flops: written before peaks were stored, or without one)"
 
 
 def mfu_against(mfu: float | None, peak_flops: float | None, against_flops: float | None) -> float | None:
