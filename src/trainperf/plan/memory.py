@@ -90,6 +90,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainperf.errors import TrainperfError
+from trainperf.hardware import Accelerator
 from trainperf.plan.stacks import Software
 from trainperf.specs import (LayoutArrays, ModelSpec, active_ffn_width, embedding_params, expert_params_per_layer,
                              final_norm_params, layer_params, lm_head_params)
@@ -342,7 +343,7 @@ def memory_terms(m: ModelSpec, lay: LayoutArrays, flash=True, dropout=False, gra
     return dict(zip(MEMORY_TERMS, values + [np.full_like(values[0], feat.reserved_bytes)]))
 
 
-def stack_features(sw: Software, acc=None) -> MemoryFeatures:
+def stack_features(sw: Software, acc: Accelerator | None = None) -> MemoryFeatures:
     """Return the memory features of stack ``sw`` on accelerator ``acc`` (None: a GPU's runtime reserve).
 
     The stack fields ``fp32_params``, ``caching_allocator``, ``recompute_modules``,
@@ -368,12 +369,12 @@ def _stack_args(m: ModelSpec, sw: Software) -> tuple:
     return sw.flash_attention, dropout, float(sw.grad_reduce_bytes), sw.fp8_cast_fused
 
 
-def stack_memory_bytes(m: ModelSpec, lay: LayoutArrays, sw: Software, acc=None):
+def stack_memory_bytes(m: ModelSpec, lay: LayoutArrays, sw: Software, acc: Accelerator | None = None):
     """Return ``memory_bytes`` of arrays of layouts under software stack ``sw`` on accelerator ``acc``
     (bytes, allocator margin included; ``acc`` None: a GPU's runtime reserve)."""
     return memory_bytes(m, lay, *_stack_args(m, sw), features=stack_features(sw, acc))
 
 
-def stack_memory_terms(m: ModelSpec, lay: LayoutArrays, sw: Software, acc=None) -> dict:
+def stack_memory_terms(m: ModelSpec, lay: LayoutArrays, sw: Software, acc: Accelerator | None = None) -> dict:
     """Return ``memory_terms`` of arrays of layouts under software stack ``sw`` on ``acc`` (bytes per term)."""
     return memory_terms(m, lay, *_stack_args(m, sw), features=stack_features(sw, acc))
