@@ -65,3 +65,16 @@ def test_held_out_generation_gets_the_other_generations_efficiency_per_sustained
     gens = {c.generation for c in tpu_free}
     assert validate.generation_prior("tpu", "google", params, tpu_free) == pytest.approx(
         sum(params[f"gemm_eff:{g}"] for g in gens) / len(gens), abs=0.0051)
+
+
+def test_every_dev_row_loads_with_its_stated_stack(validate):
+    # the dev file states each source's stack with its switches (e.g. FlagPerf's Megatron-Core runs:
+    # FA2, no opt-in overlap flags); every string must parse and every row become a case
+    path = ROOT / "benchmarks" / "data" / "planner_dev_runs.csv"
+    cases, skipped = validate.load_cases([path])
+    assert skipped == []
+    by_model = {c.model.name: c.stack for c in cases}
+    fp = by_model["Llama 3 70B (FlagPerf, Megatron-Core, H100 8x8)"]
+    assert (fp.attention, fp.tp_overlap, fp.dp_overlap) == ("fa2", 0.0, False)
+    assert by_model["Paxml GPT 126M (JAX-Toolbox)"].attention == "math"
+    assert by_model["Llama 2 7B (FlagPerf, DeepSpeed ZeRO-3)"].name.startswith("deepspeed-hf")
