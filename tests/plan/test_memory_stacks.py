@@ -7,13 +7,12 @@ output), the TPU runtime's bytes_limit readings (catalog.yaml), and three publis
 (KempnerForge Llama-3 8B on one H200, MaxText 64B on TPU v5e-256, DeepSeek-V3 with NVIDIA's H100 recipe).
 """
 
-from types import SimpleNamespace
-
 import pytest
 
 from trainperf.errors import TrainperfError
 from trainperf.hardware import get_accelerator
 from trainperf.plan import memory
+from trainperf.plan.stacks import get_stack
 from trainperf.specs import Layout, LayoutArrays, ModelSpec
 
 LLAMA8B = ModelSpec(name="llama3-8b", n_layers=32, hidden=4096, n_heads=32, n_kv_heads=8, ffn_hidden=14336,
@@ -74,8 +73,7 @@ def test_xla_and_tpu_margin_by_hand():
     # catalog: HBM minus the largest bytes_limit reading on a 32 GiB TPU (33,014,415,360 B)
     assert v5e.runtime_reserved_bytes == pytest.approx(32 * 2**30 - 33_014_415_360, rel=0.01)
     assert get_accelerator("h100").runtime_reserved_bytes == memory.RESERVED_BYTES
-    jax_like = SimpleNamespace(flash_attention=True, dropout=False, grad_reduce_bytes=4, fp8_cast_fused=True,
-                               fp32_params=True, caching_allocator=False)
+    jax_like = get_stack("jax")  # fp32 parameters, XLA's buffer assignment (no caching allocator)
     feat = memory.stack_features(jax_like, v5e)
     assert (feat.fp32_params, feat.fragmentation, feat.reserved_bytes) == (True, 0.0, v5e.runtime_reserved_bytes)
     lay = LayoutArrays.of(Layout(dp=4, zero=3, recompute="full", mbs=1, grad_accum=1))
@@ -200,3 +198,25 @@ def test_combine_weighted_by_probs_keeps_the_expert_outputs():
     drop, _, _ = memory.activation_parts(DSV3, tp, True, probs_in_activation=True)
     per_element = weighted / (tokens * k * h)  # 2 B: one bf16 copy of every expert output
     assert float(keep - drop) == pytest.approx(per_element * DSV3.hidden * DSV3.top_k * share / tp)
+
+
+def test_estimate_prices_memory_with_the_stack_on_its_accelerator():
+    from trainperf.plan.estimate import estimate
+    from trainperf.specs import make_cluster
+    # MaxText on TPU v5e: XLA's buffers (no fragmentation margin), the TPU runtime reserve, fp32 parameters,
+    # the residual stream split over the tensor axis without sp (stated by hand here, not read from the stack)
+    v5e = make_cluster("tpu-v5e", 16)
+    layout = Layout(tp=2, dp=8, zero=3, recompute="full", mbs=1)
+    est = estimate(LLAMA8B, v5e, layout, 16, sw=get_stack("jax"))
+    xla = memory.MemoryFeatures(fp32_params=True, fragmentation=0.0, tp_shards_activations=True,
+                                reserved_bytes=v5e.accelerator.runtime_reserved_bytes)
+    lay = LayoutArrays.of(layout.resolve(16, 16))
+    assert est.memory_bytes_per_gpu == pytest.approx(float(memory.memory_bytes(LLAMA8B, lay, grad_bytes=4.0,
+                                                                               features=xla)), rel=1e-12)
+    # eager PyTorch keeps the unfused norms' fp32 copies and silu's output; compiled blocks do not
+    h100 = make_cluster("h100", 8)
+    eager = estimate(LLAMA8B, h100, Layout(zero=3, mbs=1), 8, sw=get_stack("pytorch-fsdp:attention=fa2"))
+    compiled = estimate(LLAMA8B, h100, Layout(zero=3, mbs=1), 8, sw=get_stack("pytorch-fsdp-compile"))
+    assert eager.memory_bytes_per_gpu > compiled.memory_bytes_per_gpu
+    with pytest.raises(TrainperfError, match="unknown attn"):
+        get_stack("megatron-core:recompute_modules=attn")

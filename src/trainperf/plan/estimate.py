@@ -242,7 +242,7 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Effi
     hw = np.array([hardware_flops_per_token(m, RECOMPUTE_NAME[c]) for c in range(3)])
     out["hfu"] = tps * hw[rc] / peak_prec
     if with_memory:
-        out["memory_bytes"] = memory.memory_bytes(m, lay, sw.flash_attention, dropout, gb, sw.fp8_cast_fused)
+        out["memory_bytes"] = memory.stack_memory_bytes(m, lay, sw, acc)
     return out
 
 

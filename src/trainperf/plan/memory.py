@@ -86,14 +86,17 @@ total with margin is within the HBM capacity.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from trainperf.errors import TrainperfError
 from trainperf.hardware import Accelerator
-from trainperf.plan.stacks import Software
 from trainperf.specs import (LayoutArrays, ModelSpec, active_ffn_width, embedding_params, expert_params_per_layer,
                              final_norm_params, layer_params, lm_head_params)
+
+if TYPE_CHECKING:  # stacks.py checks its recompute modules with this module's names
+    from trainperf.plan.stacks import Software
 
 RESERVED_BYTES = 2.0 * 2**30   # CUDA context + NCCL buffers + cuBLAS/TE workspaces (bytes)
 FRAGMENTATION = 0.08           # caching-allocator fragmentation, fraction of allocated bytes
@@ -346,19 +349,16 @@ def memory_terms(m: ModelSpec, lay: LayoutArrays, flash=True, dropout=False, gra
 def stack_features(sw: Software, acc: Accelerator | None = None) -> MemoryFeatures:
     """Return the memory features of stack ``sw`` on accelerator ``acc`` (None: a GPU's runtime reserve).
 
-    The stack fields ``fp32_params``, ``caching_allocator``, ``recompute_modules``,
-    ``tp_shards_activations``, ``eager_activations`` and ``moe_probs_in_activation`` default to
-    today's model (bf16 weights + fp32 master copy, PyTorch's caching allocator, core_attn,
-    hidden-wide activations split over tp only with sp, fused elementwise kernels, a combine that
-    keeps the experts' outputs) where the stack does not state them.
+    Reads the stack fields ``fp32_params``, ``caching_allocator``, ``recompute_modules``,
+    ``tp_shards_activations``, ``eager_activations`` and ``moe_probs_in_activation`` (plan/stacks.py).
     """
     return MemoryFeatures(
-        fp32_params=bool(getattr(sw, "fp32_params", False)),
-        recompute_modules=str(getattr(sw, "recompute_modules", "core_attn")),
-        tp_shards_activations=bool(getattr(sw, "tp_shards_activations", False)),
-        eager_activations=bool(getattr(sw, "eager_activations", False)),
-        moe_probs_in_activation=bool(getattr(sw, "moe_probs_in_activation", False)),
-        fragmentation=FRAGMENTATION if getattr(sw, "caching_allocator", True) else 0.0,
+        fp32_params=sw.fp32_params,
+        recompute_modules=sw.recompute_modules,
+        tp_shards_activations=sw.tp_shards_activations,
+        eager_activations=sw.eager_activations,
+        moe_probs_in_activation=sw.moe_probs_in_activation,
+        fragmentation=FRAGMENTATION if sw.caching_allocator else 0.0,
         reserved_bytes=RESERVED_BYTES if acc is None else acc.runtime_reserved_bytes)
 
 

@@ -75,6 +75,17 @@ class Software:
     dropout: bool | None = None         # None: GPT-style models (linear biases) use dropout
     fp8_cast_fused: bool = True         # fp8 quantisation of GEMM inputs fused into the producing kernel
                                         # (module docstring); False: a separate cast pass per GEMM input
+    # memory features (plan/memory.py MemoryFeatures)
+    fp32_params: bool = False           # parameters kept in fp32 as the master weights (4 B + 8 B Adam):
+                                        # FSDP2 mixed precision, JAX/MaxText; else bf16 weights + fp32 master copy
+    caching_allocator: bool = True      # PyTorch's caching allocator (fragmentation margin); False: XLA buffers
+    tp_shards_activations: bool = False  # hidden-wide activations split over tp without sp (GSPMD: MaxText maps
+                                         # 'activation_embed' to the tensor axis)
+    recompute_modules: str = "core_attn"  # selective recompute's modules, "+"-joined (Megatron-Core
+                                          # --recompute-modules: core_attn, layernorm, mla_up_proj, moe_act, mlp, moe)
+    eager_activations: bool = False     # unfused norms keep fp32 copies, SwiGLU keeps silu's output (eager PyTorch)
+    moe_probs_in_activation: bool = False  # routing probabilities applied in the experts' activation (Megatron-Core
+                                           # >= 0.13): the MoE combine keeps no expert outputs
     pue: float = 1.2                    # data-centre power usage effectiveness for kWh
     description: str = ""
 
@@ -83,6 +94,8 @@ class Software:
             raise TrainperfError(f"stack {self.name!r}: attention must be one of {', '.join(ATTENTION_KERNELS)}")
         if not 0.0 <= self.tp_overlap <= 1.0:
             raise TrainperfError(f"stack {self.name!r}: tp_overlap must be within 0..1")
+        from trainperf.plan.memory import recompute_module_set  # memory imports this module
+        recompute_module_set(self.recompute_modules)
 
     @property
     def flash_attention(self) -> bool:
@@ -98,7 +111,7 @@ _EAGER = dict(norm_bytes=36.0, rope_bytes=20.0, act_bytes=10.0, ce_bytes_per_log
 
 STACKS: dict[str, Software] = {s.name: s for s in [
     Software(
-        name="megatron-core", description="Megatron-Core / NeMo with TransformerEngine: fused kernels, "
+        name="megatron-core", moe_probs_in_activation=True, description="Megatron-Core / NeMo with TransformerEngine: fused kernels, "
         "cuDNN flash attention, TP comm overlap, overlapped grad reduce / param gather and p2p"),
     Software(
         name="megatron-2021", attention="math", fp8_cast_fused=False, tp_overlap=0.0, dp_overlap=False, p2p_overlap=False,
@@ -110,7 +123,7 @@ STACKS: dict[str, Software] = {s.name: s for s in [
         "engine: fused norms, no flash attention (2021-23 recipes), ZeRO overlap_comm, blocking p2p"),
     Software(
         name="deepspeed-hf", fp8_cast_fused=False, tp_overlap=0.0, dp_overlap=False, p2p_overlap=False,
-        kernels_per_layer=40.0, host_s_per_kernel=8e-6, **_EAGER, attention="math",
+        kernels_per_layer=40.0, host_s_per_kernel=8e-6, **_EAGER, attention="math", eager_activations=True,
         description="the DeepSpeed engine (ZeRO 1-3) around an eager Hugging Face transformers model: "
         "unfused norms, RoPE and SwiGLU, eager attention unless the job enables FlashAttention-2 "
         "(attention=fa2), gradients reduced in the model dtype; ZeRO collectives priced as not hidden: "
@@ -120,16 +133,18 @@ STACKS: dict[str, Software] = {s.name: s for s in [
     Software(
         name="pytorch-fsdp", attention="fa2", fp8_cast_fused=False, tp_overlap=0.0, p2p_overlap=False, kernels_per_layer=40.0,
         host_s_per_kernel=8e-6, optimizer_bytes_per_param=32.0, grad_reduce_bytes=4, **_EAGER,
+        fp32_params=True, eager_activations=True,
         description="eager PyTorch with FSDP/FSDP2 (torchtitan eager, HF + accelerate): unfused norms, "
         "RoPE and SwiGLU, SDPA FlashAttention-2, fp32 gradient reduction, fused AdamW"),
     Software(
         name="pytorch-fsdp-compile", attention="fa2", tp_overlap=0.0, p2p_overlap=False,
         kernels_per_layer=14.0, host_s_per_kernel=4e-6, optimizer_bytes_per_param=32.0, grad_reduce_bytes=4,
-        ce_bytes_per_logit=36.0, description="PyTorch FSDP2 with torch.compile per block (torchtitan "
+        ce_bytes_per_logit=36.0, fp32_params=True, description="PyTorch FSDP2 with torch.compile per block (torchtitan "
         "style): Inductor-fused elementwise, SDPA FlashAttention-2, eager loss, fp32 gradient reduction"),
     Software(
         name="jax", tp_overlap=0.0, p2p_overlap=False, kernels_per_layer=14.0, host_s_per_kernel=0.0,
-        optimizer_bytes_per_param=32.0, grad_reduce_bytes=4, description="JAX/XLA (MaxText): XLA-fused "
+        optimizer_bytes_per_param=32.0, grad_reduce_bytes=4, fp32_params=True, caching_allocator=False,
+        tp_shards_activations=True, description="JAX/XLA (MaxText): XLA-fused "
         "elementwise, cuDNN/Pallas flash attention, one compiled step (no per-kernel host cost), "
         "async collectives overlapped by XLA, fp32 weights and gradients"),
 ]}
