@@ -62,6 +62,21 @@ def test_run_folder_contents(demo_run):
     assert len(runs) == 1 and runs[0].kind == "train" and len(runs[0].samples) == 30
 
 
+def test_store_record_carries_the_peak_its_mfu_is_of(demo_run):
+    """The stored record holds the peak the run measured its MFU against (here the CPU's measured matmul
+    rate) and where it came from, in the store and in run_record.json alike; its MFU re-derives from it
+    by hand (tokens/s x model FLOPs per token / peak)."""
+    out, store, result = demo_run
+    from trainperf.store import read_runs
+
+    (run,) = read_runs(str(store))
+    assert result["peak_flops"] > 0 and result["peak_source"].startswith("measured")
+    assert run.peak_flops == result["peak_flops"] and run.peak_source == result["peak_source"]
+    assert run.mfu == pytest.approx(run.tokens_per_s * 5_013_504 / run.peak_flops)
+    local = json.loads((out / "run_record.json").read_text())
+    assert (local["peak_flops"], local["peak_source"]) == (result["peak_flops"], result["peak_source"])
+
+
 def test_exact_resume_and_half_written_checkpoints(demo_run, tmp_path):
     out, _, _ = demo_run
     run = tmp_path / "resumed"

@@ -11,8 +11,10 @@ from trainperf.store.record import RunRecord, StepSample, new_run_id
 
 
 def build_run_record(mon: Monitor, summary: MonitorSummary, metadata: dict, *, job: str, model: str = "",
-                     layout: str = "", config: dict | None = None, run_id: str | None = None) -> RunRecord:
-    """Return a RunRecord (kind "train") of this attempt's steps, summary metrics and environment."""
+                     layout: str = "", config: dict | None = None, run_id: str | None = None,
+                     peak_source: str = "") -> RunRecord:
+    """Return a RunRecord (kind "train") of this attempt's steps, summary metrics, environment and the
+    peak (FLOP/s, the monitor's) its MFU was measured against, with ``peak_source`` saying where it came from."""
     env_keys = ("host", "gpu_model", "driver", "cuda", "nccl", "torch", "git_sha", "user")
     cfg = dict(config or {})
     cfg["summary"] = summary.to_dict()
@@ -21,6 +23,7 @@ def build_run_record(mon: Monitor, summary: MonitorSummary, metadata: dict, *, j
         world_size=int(metadata.get("world_size", mon.world_size)), model=model, layout=layout, config=cfg,
         step_time_s=summary.step_time_s, tokens_per_s=summary.tokens_per_s, mfu=summary.mfu,
         mem_peak_bytes=summary.mem_peak_bytes, goodput=summary.goodput.goodput,
+        peak_flops=mon.peak_flops, peak_source=peak_source,
         samples=[StepSample(step=r["step"], step_time_s=r["step_time_s"], tokens_per_s=r["tokens_per_s"],
                             mfu=r["mfu"], loss=r["loss"], data_wait_s=r["data_wait_s"],
                             mem_peak_bytes=r["mem_peak_bytes"]) for r in mon.records],

@@ -524,7 +524,7 @@ def finish(run: TrainRun) -> dict:
     if run.rank == 0:
         if cfg.record and n_steps > 0:
             record = build_run_record(mon, summary, run.metadata, job=cfg.job, model=run.spec.name,
-                                      layout=run.layout.to_string(),
+                                      layout=run.layout.to_string(), peak_source=run.peak_source,
                                       config={"steps": cfg.steps, "compile": cfg.compile, "kernels": cfg.kernels,
                                               "faults": cfg.faults, "fault_steps": cfg.fault_steps,
                                               "seq_len": run.spec.seq_len, "device": run.device_type,
