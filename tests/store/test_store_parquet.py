@@ -106,6 +106,11 @@ def test_bad_stores_and_bad_records(tmp_path):
     assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
     with pytest.raises(TrainperfError, match="does not exist"):
         read_runs(str(tmp_path / "missing"))
+    (tmp_path / "empty").mkdir()  # an existing empty folder is an empty store, not "a non-empty folder"
+    with pytest.raises(TrainperfError, match=r"holds no runs yet \(an empty folder") as err:
+        read_runs(str(tmp_path / "empty"))
+    assert "non-empty" not in str(err.value) and not (tmp_path / "empty" / "runs").exists()
+    assert write_run(_record(1), str(tmp_path / "empty")).startswith(str(tmp_path / "empty" / "runs"))
     with pytest.raises(TrainperfError, match="run id"):
         write_run(RunRecord(run_id="../evil", job="j"), str(tmp_path / "s"))
     with pytest.raises(TrainperfError, match="no run with id"):

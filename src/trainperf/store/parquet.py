@@ -99,6 +99,8 @@ def check_store_dir(root: Path, create: bool) -> Path:
         return runs
     if not root.exists():
         raise TrainperfError(f"store {root}: does not exist (write a run first, or pass --store)")
+    if not any(root.iterdir()):  # a folder made for the store before its first run
+        raise TrainperfError(f"store {root}: holds no runs yet (an empty folder; write a run first, or pass --store)")
     raise TrainperfError(f"store {root}: not a trainperf store (no runs/ folder in a non-empty folder)")
 
 
