@@ -137,14 +137,14 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Effi
     layer_tp = tp_raw * (1.0 - hidden_share)
     layer_tp_hidden = tp_raw * hidden_share
 
-    # context parallel: ring exchange of K and V (forward), K, V, dK, dV (backward), behind attention
+    # context parallel: TransformerEngine's p2p ring, step by step: K and V (forward), K, V, dK, dV
+    # (backward), each step's send behind that step's share of the attention
     cp_bw, cp_alpha = comm.ring_p2p_link(cluster, eff, tp, cp)
     kv_bytes = 2.0 * tokens * m.kv_dim / tp * 2.0
-    cp_fwd = np.where(cp > 1, (cp - 1.0) * comm.p2p_s(kv_bytes, cp_bw, cp_alpha), 0.0)
-    cp_exp_f = np.maximum(0.0, cp_fwd - t_attn)
-    cp_exp_b = np.maximum(0.0, 2.0 * cp_fwd - bwd_ratio * t_attn)
+    cp_exp_f, cp_exp_b = comm.ring_attention_exposed_s(kv_bytes, cp, cp_bw, cp_alpha, t_attn, bwd_ratio * t_attn)
+    cp_fwd, cp_bwd = comm.ring_attention_comm_s(kv_bytes, cp, cp_bw, cp_alpha)
     layer_cp = cp_exp_f * np.where(rc == 2, 2.0, 1.0) + cp_exp_b
-    layer_cp_hidden = cp_fwd * np.where(rc == 2, 2.0, 1.0) + 2.0 * cp_fwd - layer_cp
+    layer_cp_hidden = cp_fwd * np.where(rc == 2, 2.0, 1.0) + cp_bwd - layer_cp
 
     # expert parallel: dispatch and combine all-to-alls, forward and backward (again with full
     # recompute), of top_k hidden-wide copies per token; the busiest rank (imbalance) paces them
