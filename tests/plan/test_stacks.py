@@ -81,3 +81,11 @@ def test_cli_stack_flag_json_and_unknown():
     r = runner.invoke(app, ["plan", "--model", "llama3-8b", "--stack", "nope"])
     # main() prints a TrainperfError as one line (tests/plan/test_plan_cli.py checks that path)
     assert isinstance(r.exception, TrainperfError) and "unknown stack 'nope'" in str(r.exception)
+
+
+def test_plan_help_lists_every_stack():
+    r = runner.invoke(app, ["plan", "--help"], env={"COLUMNS": "400", "NO_COLOR": "1"})
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.replace("│", " ").split())
+    for name in STACKS:
+        assert name in text, name

@@ -11,6 +11,7 @@ import typer
 from trainperf.atomic import check_output_file
 from trainperf.cli_options import given, json_option, older_name
 from trainperf.errors import TrainperfError
+from trainperf.plan.stacks import DEFAULT_STACK, STACKS, get_stack  # light: dataclasses only
 
 
 def _number(text: str | None, what: str) -> float | None:
@@ -48,8 +49,8 @@ def plan(
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="Profile from `trainperf calibrate`."),
     usd_per_hour: Optional[float] = typer.Option(None, "--usd-per-hour", min=0.0, help="Override $ per GPU-hour."),
     precision: str = typer.Option("bf16", "--precision", help="bf16 or fp8 (GEMMs) for the search."),
-    stack: str = typer.Option("megatron-core", "--stack", help="Software stack: megatron-core, megatron-2021, "
-                              "deepspeed, pytorch-fsdp, pytorch-fsdp-compile, jax (see --list-stacks)."),
+    stack: str = typer.Option(DEFAULT_STACK, "--stack", help=f"Software stack: {', '.join(STACKS)}; "
+                              "name:feature=value,... overrides a feature (see --list-stacks)."),
     list_stacks: bool = typer.Option(False, "--list-stacks", help="Print the software stacks and their features."),
     power_cap_w: Optional[float] = typer.Option(None, "--power-cap-w", min=1.0,
                                                 help="GPU power limit in W (lowers the sustained clock)."),
@@ -80,8 +81,6 @@ def plan(
     if top < 1 or gpus < 1:
         raise TrainperfError("--top and --gpus must be >= 1")
     n_tokens = _number(tokens, "--tokens")
-    from trainperf.plan.stacks import get_stack
-
     get_stack(stack)  # an unknown stack is a one-line error before any work
     if html:
         check_output_file(html, "--html")

@@ -94,8 +94,9 @@ class Software:
             raise TrainperfError(f"stack {self.name!r}: attention must be one of {', '.join(ATTENTION_KERNELS)}")
         if not 0.0 <= self.tp_overlap <= 1.0:
             raise TrainperfError(f"stack {self.name!r}: tp_overlap must be within 0..1")
-        from trainperf.plan.memory import recompute_module_set  # memory imports this module
-        recompute_module_set(self.recompute_modules)
+        if self.recompute_modules != "core_attn":  # memory.py (numpy) only for a stack that names others
+            from trainperf.plan.memory import recompute_module_set
+            recompute_module_set(self.recompute_modules)
 
     @property
     def flash_attention(self) -> bool:
