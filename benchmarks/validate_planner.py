@@ -240,7 +240,7 @@ PRIORS = {"gemm_eff:ampere": 0.82, "gemm_eff:hopper": 0.88, "gemm_eff:blackwell"
           "gemm_eff:cdna": 0.72, "attn_eff:hopper": 0.40, "gemm_dim_half": 96.0, "fp8_gemm_speedup": 1.7,
           "attn_seq_half": 96.0, "tp_overlap": 0.6, "comm_sm_share": 0.0}
 # the catalog part whose gemm_eff carries each generation's fitted constant
-GENERATION_PART = {"ampere": "a100", "hopper": "h100", "blackwell": "gb200", "tpu": "tpu-v5p", "cdna": "mi300x"}
+GENERATION_PART = {"ampere": "a100", "hopper": "h100", "blackwell": "gb200", "tpu": "tpu-v5p", "cdna": "mi355x"}
 
 
 def clock_fraction(cluster: Cluster) -> float:

@@ -35,7 +35,7 @@ class Efficiency:
 
     gemm_eff_max: float = 0.0           # large bf16 GEMM in a training run / dense peak; 0: the
                                         # accelerator's catalog `gemm_eff` (fitted per generation)
-    gemm_dim_half: float = 32.0         # elements; dimension at which sat() = 1/2 (fitted)
+    gemm_dim_half: float = 96.0         # elements; dimension at which sat() = 1/2 (fitted)
     attn_eff: float = 0.0               # flash attention fwd FLOP/s / dense peak; 0: catalog `attn_eff`
     attn_seq_half: float = 1024.0       # tokens per rank at which flash attention runs at half its rate (fitted)
     attn_bwd_flops_ratio: float = 2.5   # flash backward FLOPs / forward (5 matmuls vs 2; physics)
@@ -47,7 +47,7 @@ class Efficiency:
     alpha_scaleup_s: float = 8e-6       # latency per collective step inside the scale-up domain (s)
     alpha_scaleout_s: float = 20e-6     # latency per collective step across the network (s)
     kernel_gap_s: float = 1e-6          # GPU idle between two queued kernels (launch latency, s)
-    comm_sm_share: float = 0.1          # compute lost while a hidden collective runs (NCCL SMs + HBM), share (fitted)
+    comm_sm_share: float = 0.3          # compute lost while a hidden collective runs (NCCL SMs + HBM), share (fitted)
     moe_imbalance: float = 1.15         # stated: max / mean routed tokens per expert rank in a micro batch
                                         # (balanced routing, aux loss or bias; paces expert GEMMs and all-to-all)
     # measured absolute rates from `trainperf calibrate` (0: use catalog peak x efficiency)
