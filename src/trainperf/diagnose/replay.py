@@ -115,7 +115,10 @@ class Graph:
     launch_call_us: np.ndarray  # the launch overhead in a host call: its duration, 0 for an outlier call longer
     #                             than launch.LAUNCH_CALL_OUTLIER_US (a wait a CUDA graph or fusion keeps) (µs)
     kernel_floor_us: float      # a kernel's fixed device cost: 1st percentile of the window's kernel durations (µs)
-    dispatch_us: float          # typical CPU time between consecutive runtime calls (median gap, µs)
+    dispatch_us: float          # typical host CPU work per kernel launch: median CPU time between consecutive
+    #                             launches on a thread, other runtime calls' own time left out (µs; launch_dispatch_us)
+    launch_group: np.ndarray    # host node -> the kernel-launch node that ends its stretch (the next launch on its
+    #                             thread, itself for a launch), -1 for calls after a thread's last launch and device
     launch: np.ndarray          # launch node of a device node, or -1
     lat: np.ndarray             # launch latency used (µs)
     stream_prev: np.ndarray     # previous device node on the same stream, or -1
@@ -319,6 +322,66 @@ def _typical_call_us(dur: np.ndarray, n_anchors: int, n_h: int, may_wait: np.nda
     return float(np.median(dur[pick])) if pick.size else 0.0
 
 
+def _launch_groups(thread_orders: list[np.ndarray], kernel_launch: np.ndarray, n: int) -> np.ndarray:
+    """Per node, the kernel-launch node that closes its stretch of host calls: the next launch at or after it
+    on its thread (a launch closes its own), -1 after a thread's last launch and for device nodes."""
+    group = np.full(n, -1)
+    for idx in thread_orders:
+        pos = np.flatnonzero(kernel_launch[idx])
+        if pos.size:
+            nxt = np.searchsorted(pos, np.arange(idx.size), side="left")
+            has = nxt < pos.size
+            group[idx[has]] = idx[pos[nxt[has]]]
+    return group
+
+
+def launch_dispatch_us(cpu: np.ndarray, idle: np.ndarray, group: np.ndarray, host_prev: np.ndarray,
+                       kernel_launch: np.ndarray) -> float:
+    """Typical host CPU work per kernel launch (µs): the median, over launches that follow another launch on
+    their thread, of the CPU time since that launch (cpu: each node's gap less data-loader, checkpoint, allocator
+    and idle time), summed over the gaps of the calls in between; stretches with a wait for another thread
+    (idle > TOL_US) are left out. Other runtime calls (copies, reads, hipMalloc) split a stretch but add no gap,
+    so they do not move it; the median gap before every call did (5 vs 27.5 µs on HTA's MI250 step, issue 9).
+    Falls back to every launch's stretch (a thread's first one included) when no launch follows another."""
+    n = cpu.size
+    member = group >= 0
+    work = np.bincount(group[member], weights=np.maximum(cpu[member], 0.0), minlength=n)
+    waited = np.bincount(group[member], weights=(idle[member] > TOL_US).astype(float), minlength=n) > 0
+    launches = np.flatnonzero(kernel_launch & (group == np.arange(n)))
+    if not launches.size:
+        return 0.0
+    # a stretch's first call: its node whose previous call on the thread is not in the stretch
+    nodes = np.flatnonzero(member)
+    hp = host_prev[nodes]
+    opens = nodes[(hp < 0) | (group[np.clip(hp, 0, None)] != group[nodes])]
+    first = np.full(n, -1)
+    first[group[opens]] = opens
+    prev = host_prev[first[launches]]
+    after_launch = (prev >= 0) & kernel_launch[np.clip(prev, 0, None)]
+    pick = launches[after_launch & ~waited[launches]]
+    if not pick.size:
+        pick = launches[~waited[launches]] if (~waited[launches]).any() else launches
+    return float(np.median(work[pick]))
+
+
+def dispatch_taken(g: "Graph", cpu: np.ndarray, graphed: np.ndarray) -> np.ndarray:
+    """CPU time (µs) per node that the launches in `graphed` stop costing the host: up to Graph.dispatch_us per
+    launch, taken from the CPU gaps of its stretch (Graph.launch_group) latest first, so a copy or read
+    between an op's dispatch and its launch does not hide the dispatch. cpu: each node's CPU gap (µs)."""
+    out = np.zeros(cpu.size)
+    grp = g.launch_group
+    sel = np.flatnonzero((grp >= 0) & graphed[np.clip(grp, 0, None)])
+    if not sel.size or g.dispatch_us <= 0:
+        return out
+    o = sel[np.lexsort((-g.start[sel], grp[sel]))]  # by stretch, latest call first
+    c = np.maximum(cpu[o], 0.0)
+    before = np.cumsum(c) - c  # work of the later calls, within the stretch after the subtraction below
+    starts = np.flatnonzero(np.r_[True, grp[o][1:] != grp[o][:-1]])
+    before -= np.repeat(before[starts], np.diff(np.r_[starts, o.size]))
+    out[o] = np.minimum(c, np.maximum(g.dispatch_us - before, 0.0))
+    return out
+
+
 def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, int]] | None = None) -> Graph:
     """Dependency graph of the window (see the module docstring).
 
@@ -346,9 +409,11 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     host_prev = np.full(n, -1)
     host_gap = np.zeros(n)
     tids = t.tid[host_rows]
+    thread_orders = []
     for tid in np.unique(tids):
         idx = np.flatnonzero(tids == tid)
         idx = idx[np.argsort(start[idx], kind="stable")]
+        thread_orders.append(idx)
         host_prev[idx[1:]] = idx[:-1]
         host_gap[idx[1:]] = np.maximum(start[idx[1:]] - end[idx[:-1]], 0.0)
     has_prev = host_prev >= 0
@@ -484,8 +549,9 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     kernel_launch = np.zeros(n, bool)
     kernel_launch[launch[dev_idx[(t.kind[dev_rows] == KERNEL) & has_launch[n_h:]]]] = True
     launch_call = np.where(is_host & (dur <= LAUNCH_CALL_OUTLIER_US), dur, 0.0)
-    cpu_gap = (host_gap - gap_dl - gap_ck - gap_al - gap_idle)[has_prev & (gap_idle <= TOL_US)]
-    dispatch = float(np.median(cpu_gap)) if cpu_gap.size else 0.0
+    launch_group = _launch_groups(thread_orders, kernel_launch, n)
+    dispatch = launch_dispatch_us(host_gap - gap_dl - gap_ck - gap_al - gap_idle, gap_idle, launch_group, host_prev,
+                                  kernel_launch)
 
     cw = np.zeros(n)
     cw_rank = np.full(n, -1)
@@ -502,7 +568,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
                  block_class=block, sync_on=sync_on, sync_on_nc=sync_on_nc, sync_base=sync_base, sync_tail=sync_tail, sync_site=sync_site, gap_syncop=gap_so, syncop_site=so_site, in_syncop=in_so,
                  site_names=site_names, is_alloc=is_alloc,
                  small_launch=small_launch, kernel_launch=kernel_launch, launch_call_us=launch_call,
-                 kernel_floor_us=kernel_floor, dispatch_us=dispatch, launch=launch, lat=lat, stream_prev=stream_prev,
+                 kernel_floor_us=kernel_floor, dispatch_us=dispatch, launch_group=launch_group, launch=launch, lat=lat, stream_prev=stream_prev,
                  stream_prev_nc=stream_prev_nc, stream_prev_np=stream_prev_np, pageable_copy=pageable_copies, dep=dep, lag=lag, category=cat, comm_wait=cw, comm_wait_rank=cw_rank,
                  order=order, names=t.names)
 
@@ -553,7 +619,7 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     if graphed is not None:
         # a graphed launch costs neither the call nor the op's usual dispatch before it (other host work stays, and
         # so does an outlier call's wait: Graph.launch_call_us)
-        cpu = cpu - np.where(graphed, np.minimum(cpu, g.dispatch_us), 0.0)
+        cpu = cpu - dispatch_taken(g, np.maximum(cpu - g.gap_idle, 0.0), graphed)
         dur[graphed] -= g.launch_call_us[graphed]
     if "graph_small_kernels" in kinds:
         # fused into their neighbours, tiny kernels also stop paying a kernel's fixed device cost (start-up and

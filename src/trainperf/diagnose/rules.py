@@ -13,7 +13,7 @@ import numpy as np
 
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts
-from trainperf.diagnose.replay import Change
+from trainperf.diagnose.replay import Change, dispatch_taken
 from trainperf.trace.events import ELEMENTWISE, OPTIMIZER, REDUCTION
 
 Finding = F.Finding
@@ -225,12 +225,13 @@ LAUNCH_BOUND_HOST_CP_SHARE = 0.3   # host work (cpu + runtime calls) on the crit
 
 def launch_cost_us(f: RankFacts, launches: np.ndarray) -> float:
     """What launching costs the host (µs): each launch call's own time (an outlier call's wait excluded,
-    Graph.launch_call_us) plus the usual op dispatch before it (Graph.dispatch_us, at most the CPU gap the trace
-    shows there), summed over the given launch nodes.
-    This is the host time a CUDA graph (or fusion into fewer kernels) removes."""
+    Graph.launch_call_us) plus the usual op dispatch before it (Graph.dispatch_us, at most the CPU work the trace
+    shows since the thread's previous launch: replay.dispatch_taken), summed over the given launch nodes (a mask).
+    This is the host time a CUDA graph (or fusion into fewer kernels) removes: the same amount the what-if replay
+    takes off the host chain."""
     g = f.graph
     cpu = g.host_gap - g.gap_dataloader - g.gap_checkpoint - g.gap_allocator - g.gap_idle
-    return float((np.minimum(np.maximum(cpu, 0.0), g.dispatch_us) + g.launch_call_us)[launches].sum())
+    return float(dispatch_taken(g, cpu, launches).sum() + g.launch_call_us[launches].sum())
 
 
 def launch_bound(f: RankFacts) -> Finding | None:
