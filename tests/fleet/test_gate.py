@@ -12,7 +12,7 @@ import pytest
 from scipy.stats import mannwhitneyu
 
 from trainperf.errors import TrainperfError
-from trainperf.fleet.gate import compare, hodges_lehmann_ratio, load_samples, read_sample_file
+from trainperf.fleet.gate import RunSeries, compare, hodges_lehmann_ratio, load_samples, read_sample_file
 from trainperf.store import RunRecord, StepSample, write_run
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "src/trainperf/fleet/examples"
@@ -315,3 +315,27 @@ def test_gate_prints_each_metric_with_its_unit(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["gate", "--baseline", str(a), "--candidate", str(b), "--metric", "mfu"])
     assert "mfu 40.1% -> 38.1%" in capsys.readouterr().out
+
+
+def test_gate_with_repeats_on_different_hosts_takes_compares_hosts_term(tmp_path):
+    """Repeats measure their spread on their own hosts, not a difference of hosts: three runs a side, B 10%
+    slower, is a regression when both sides ran on one host, but with A on host X and B on host Y and a store
+    that knows nothing of how hosts differ, the gate (like `compare`) cannot tell the change from the hosts."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compare"))
+    from test_between import _run
+
+    from trainperf.compare import compare_runs
+
+    rng = np.random.default_rng(3)
+
+    def side(level, host, name):
+        runs = [_run(level * (1 + 0.01 * rng.standard_normal(60)), name=f"{name}{i}", host=host) for i in range(3)]
+        return runs, RunSeries(names=[r.name for r in runs], series=[r.step_time_s for r in runs], runs=runs,
+                               store=str(tmp_path / "store"))
+
+    a_runs, a = side(0.100, "X", "a")
+    _, b_same = side(0.110, "X", "b")
+    b_runs, b_other = side(0.110, "Y", "c")
+    assert compare(a, b_same).verdict == "regression"
+    assert compare(a, b_other).verdict == "inconclusive"
+    assert compare_runs(a_runs, b_runs, store=str(tmp_path / "store")).perf.verdict == "inconclusive"

@@ -27,7 +27,7 @@ confidence interval (Mann-Whitney inversion). Verdict:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -127,20 +127,23 @@ def _verdict(eff: float, lo: float, hi: float, p: float, *, alpha: float, ci_alp
 
 
 def _between(baseline: RunSeries, candidate: RunSeries, metric: str):
-    """Return the between-run term of a one-run-a-side gate as `compare` takes it (compare.history's
-    floor raised to the runs' own drift, ``compare.perf.run_between``) for a speed metric; for another
-    metric only the series' own drift (None: bare series, the interval's default)."""
-    from trainperf.compare.interval import NO_BETWEEN, drift_between, level_drift
+    """Return the between-run term of the gate as `compare` takes it. One run a side: compare.history's
+    floor raised to the runs' own drift (``compare.perf.run_between``) for a speed metric, only the series'
+    own drift for another metric. Repeats of a speed metric: only the hosts' term (the repeats measure
+    their spread on their hosts, not a difference of hosts). None: bare series, the interval's default."""
+    from trainperf.compare.interval import DEFAULT_BETWEEN, NO_BETWEEN, drift_between, level_drift
 
-    if len(baseline.series) != 1 or len(candidate.series) != 1:
-        return None
+    one_each = len(baseline.series) == 1 and len(candidate.series) == 1
     if metric not in SPEED_METRICS:
-        return drift_between(level_drift(baseline.series[0]), level_drift(candidate.series[0]), NO_BETWEEN)
+        return (drift_between(level_drift(baseline.series[0]), level_drift(candidate.series[0]), NO_BETWEEN)
+                if one_each else None)
     if not (baseline.runs and candidate.runs):
         return None
-    from trainperf.compare.history import between_floor
+    from trainperf.compare.history import between_floor, hosts_between
     from trainperf.compare.perf import run_between
 
+    if not one_each:
+        return replace(DEFAULT_BETWEEN, hosts=hosts_between(baseline.runs, candidate.runs, baseline.store))
     floor = between_floor(baseline.runs, candidate.runs, baseline.store)
     return run_between(baseline.runs[0], candidate.runs[0], floor)
 
