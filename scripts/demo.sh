@@ -60,8 +60,9 @@ step "fleet tree: where 8 runs' GPU-hours went (a slow host, a checkpoint stall,
 for r in TreeFleet().records(): write_run(r, sys.argv[1])" "$OUT/tree_store"
 "$TP" fleet tree --store "$OUT/tree_store" --explain --html "$OUT/fleet_tree.html"
 step "fleet tree: where the checkpoint stalls and the data wait sit"
-"$TP" fleet tree --store "$OUT/tree_store" --factor checkpoint | tail -n 1
-"$TP" fleet tree --store "$OUT/tree_store" --factor data_wait | tail -n 1
+# the explain sentence from its start (at 80 columns it wraps over several lines)
+"$TP" fleet tree --store "$OUT/tree_store" --factor checkpoint | sed -n '/^explain:/,$p'
+"$TP" fleet tree --store "$OUT/tree_store" --factor data_wait | sed -n '/^explain:/,$p'
 
 step "done: every report is linked from $OUT/index.html (open it in a browser; it works offline)"
 "$VENV/bin/python" -m trainperf.report.index "$OUT"

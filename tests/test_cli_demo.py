@@ -70,3 +70,27 @@ def test_readme_fleet_and_gate_examples_run_on_a_fresh_clone(capsys, monkeypatch
             main(argv)
         err = capsys.readouterr().err
         assert e.value.code == (1 if argv[0] == "gate" else 0), (argv, err)  # the example gate finds its regression
+
+
+def test_demo_filtered_fleet_tree_lines_show_whole_sentences(tmp_path):
+    """The demo cut `fleet tree --factor ...` to its last line, which at 80 columns is the tail of a wrapped
+    sentence ("GPU-hours vs 1.9% typical; ..."). Each such line of demo.sh, run as written on the demo's store
+    of 8 runs at 80 columns, must print the whole `explain:` sentence."""
+    import os
+    import subprocess
+    import sys
+
+    from trainperf.fleet.tree_synth import TreeFleet
+    from trainperf.store import write_run
+
+    for r in TreeFleet().records():
+        write_run(r, str(tmp_path / "tree_store"))
+    lines = [c for c in _commands(DEMO.read_text()) if "--factor" in c]
+    assert len(lines) >= 2, lines
+    env = {**os.environ, "COLUMNS": "80", "TP": f"{sys.executable} -m trainperf.cli", "OUT": str(tmp_path)}
+    for line in lines:
+        shown = subprocess.run(["bash", "-c", line.replace('"$TP"', "$TP")], env=env, capture_output=True,
+                               text=True, check=True).stdout
+        assert shown.startswith("explain: "), (line, shown)
+        assert shown.rstrip().endswith("of the deviation across runs)"), (line, shown)
+        assert " sits in " in shown and "GPU-h" in shown, (line, shown)
