@@ -111,8 +111,8 @@ class Localization:
 @dataclass(kw_only=True, frozen=True, slots=True)
 class LocalizeOptions:
     """Settings of the root-cause search (penalty and parsimony: the grid setting best on the hardest
-    of the RS incidents and four synthetic sets, "maximin"; ``alpha`` and ``min_share``: stated
-    rules, not fitted; docs/benchmarks.md).
+    of the four synthetic sets, "maximin", with the RS incidents left out and scored last as the
+    held-out check; ``alpha`` and ``min_share``: stated rules, not fitted; docs/benchmarks.md).
 
     ``max_depth``: most attributes in one combination; ``max_elements``: most elements in one
     cause set; ``penalty``: the fraction of the deviation each attribute=value pair must explain
