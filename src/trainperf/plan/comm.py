@@ -125,21 +125,26 @@ def all_to_all_s(cluster: Cluster, eff: Efficiency, nbytes, stride, size):
     return np.where(size > 1, t, 0.0)
 
 
+def _ring_sends_s(kv_bytes, bw, alpha):
+    """Return (seconds of one ring step's send of the KV block, of the KV block and dKV packed: 2x the bytes)."""
+    return alpha + kv_bytes / bw, alpha + 2.0 * kv_bytes / bw
+
+
 def ring_attention_exposed_s(kv_bytes, cp, bw, alpha, attn_fwd_s, attn_bwd_s):
     """Return (forward, backward) seconds of ring attention's KV exchange not hidden behind attention (per layer).
 
     Context parallelism as TransformerEngine's p2p ring (Megatron-Core's default): each of the
     ``cp`` ranks holds two load-balanced chunks of the sequence, so every ring step computes the
     same share, ``1/cp`` of the rank's causal attention (``attn_fwd_s``, ``attn_bwd_s``: the whole
-    layer's on this rank). ``kv_bytes``: one rank's K and V block. Forward: ``cp`` steps,
+    layer's on this rank). ``kv_bytes``: one rank's K and V block; ``bw`` (bytes/s) and ``alpha``
+    (s): the ring's link, as ring_p2p_link gives them. Forward: ``cp`` steps,
     ``cp - 1`` sends of the KV block, each behind one step's compute; a step cannot start before its
     block has arrived, so each step costs the larger of the two. Backward: ``cp`` steps with one send
     each, behind its step: the KV block alone (first), KV and the dKV accumulator packed
     (``cp - 2`` middle steps, 2x the bytes), dKV alone (last).
     """
     cp = np.asarray(cp, dtype=float)
-    t1 = alpha + kv_bytes / bw
-    t2 = alpha + 2.0 * kv_bytes / bw
+    t1, t2 = _ring_sends_s(kv_bytes, bw, alpha)
     step_f = attn_fwd_s / cp
     step_b = attn_bwd_s / cp
     fwd = (cp - 1.0) * np.maximum(0.0, t1 - step_f)
@@ -148,8 +153,8 @@ def ring_attention_exposed_s(kv_bytes, cp, bw, alpha, attn_fwd_s, attn_bwd_s):
 
 
 def ring_attention_comm_s(kv_bytes, cp, bw, alpha):
-    """Return (forward, backward) seconds of ring attention's KV exchange, hidden or not (per layer)."""
+    """Return (forward, backward) seconds of ring attention's KV exchange, hidden or not (per layer): the
+    sends ring_attention_exposed_s prices, with no compute to hide behind. Arguments as there."""
     cp = np.asarray(cp, dtype=float)
-    t1 = alpha + kv_bytes / bw
-    t2 = alpha + 2.0 * kv_bytes / bw
+    t1, t2 = _ring_sends_s(kv_bytes, bw, alpha)
     return np.where(cp > 1, (cp - 1.0) * t1, 0.0), np.where(cp > 1, 2.0 * t1 + (cp - 2.0) * t2, 0.0)

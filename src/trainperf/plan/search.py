@@ -188,7 +188,7 @@ def _top(key: np.ndarray, mem: np.ndarray, k: int) -> np.ndarray:
     return cand[np.lexsort((mem[cand], key[cand]))][:k]
 
 
-def evaluate_fitting(m: ModelSpec, cluster: Cluster, global_batch: int, precision: str = "bf16",
+def evaluate_fitting(m: ModelSpec, cluster: Cluster, global_batch: int, precision: str = "bf16", *,
                      eff: Efficiency | None = None, sw: Software | None = None, top: int = 10) -> Evaluated:
     """Return every valid layout's memory and the estimate arrays of the ``top`` fastest that fit in HBM.
 
@@ -248,7 +248,7 @@ def search(m: ModelSpec, cluster: Cluster, global_batch: int | None = None, obje
         cl = cluster if n == cluster.n_gpus else make_cluster(
             cluster.accelerator.name, n, min(cluster.gpus_per_node, n), cluster.scaleup_gbps, cluster.scaleout_gbps,
             cluster.usd_per_gpu_hour, power_cap_w=cluster.power_cap_w, fabric=cluster.fabric)
-        ev = evaluate_fitting(m, cl, gb, precision, eff, sw, max(top, 1))
+        ev = evaluate_fitting(m, cl, gb, precision, eff=eff, sw=sw, top=max(top, 1))
         if len(ev.layouts) == 0:
             continue
         total += len(ev.layouts)
