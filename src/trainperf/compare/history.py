@@ -27,10 +27,9 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
-
-from dataclasses import replace
 
 from trainperf.compare.interval import DEFAULT_BETWEEN, BetweenRun, HostSpread, long_run_variance
 from trainperf.compare.runs import RunData

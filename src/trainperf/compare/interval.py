@@ -257,6 +257,7 @@ def _with_hosts(terms: list[tuple[float, float]], hosts: HostSpread | None) -> l
 
 
 def _hosts_text(hosts: HostSpread | None) -> str:
+    """Return the clause a Shift's method adds for the hosts' term ("" when the sides' hosts do not differ)."""
     if hosts is None or hosts.weight <= 0:
         return ""
     return f", plus hosts that differ by {100 * hosts.cv:.3g}% (from {hosts.source})"

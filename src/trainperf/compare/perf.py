@@ -215,6 +215,12 @@ def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float
         v = [r.goodput for r in runs if r.goodput is not None]
         return float(np.median(v)) if v else None
 
+    if hosts_note:  # hosts that differ by an unknown amount
+        hosts_cv = None
+    elif sh.hosts is not None and sh.hosts.weight > 0:
+        hosts_cv = sh.hosts.cv
+    else:  # the same hosts in the same shares
+        hosts_cv = 0.0
     spans = [(r.name, int(r.step[steady[id(r)]][0]), int(r.step[steady[id(r)]][-1])) for r in a_runs + b_runs]
     note = (f"one run a side: the interval includes a between-run term of {100 * one.between_cv:.3g}% a run taken from "
             f"{one.between_source}; give repeats (A1,A2,... B1,B2,...) to measure it" if one_each else "")
@@ -230,8 +236,7 @@ def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float
                       total_steps=(sum(len(r.step) for r in a_runs), sum(len(r.step) for r in b_runs)),
                       mfu_peak_flops=(peak(a_runs), peak(b_runs)), mfu_comparable=mfu_ok, mfu_note=mfu_note,
                       hosts=tuple(tuple(sorted({r.host for r in runs})) for runs in (a_runs, b_runs)),
-                      hosts_cv=None if hosts_note else sh.hosts.cv if sh.hosts is not None and sh.hosts.weight > 0
-                      else 0.0)
+                      hosts_cv=hosts_cv)
 
 
 def mfu_peak(runs: list[RunData]) -> tuple[float | None, bool, str]:

@@ -9,6 +9,7 @@ import numpy as np
 from trainperf.compare.api import Comparison
 from trainperf.compare.runs import RunData, finite
 from trainperf.report.html import Report, line_chart, paragraph, table
+from trainperf.store.record import PEAK_UNKNOWN
 
 
 def perf_rows(c: Comparison) -> list[list]:
@@ -33,7 +34,7 @@ def perf_rows(c: Comparison) -> list[list]:
         ["tokens/s, total over steady steps", f"{t.a:,.0f}", f"{t.b:,.0f}", change(t)],
         ["step time (ms), mean of steady steps", f"{s.a * 1e3:.2f}", f"{s.b * 1e3:.2f}", change(s)],
         ["MFU, median of steady steps", f"{p.mfu[0]:.2%}", f"{p.mfu[1]:.2%}",
-         rel(*p.mfu) if p.mfu_comparable else "- (a peak unknown)" if "peak unknown" in p.mfu_note
+         rel(*p.mfu) if p.mfu_comparable else "- (a peak unknown)" if PEAK_UNKNOWN in p.mfu_note
          else "- (peaks differ)"],
         ["peak memory / rank (MiB), max", f"{p.mem_peak_bytes[0] / 2**20:.1f}", f"{p.mem_peak_bytes[1] / 2**20:.1f}",
          rel(*p.mem_peak_bytes)],
