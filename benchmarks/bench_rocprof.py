@@ -56,6 +56,7 @@ def profile(n: int):
 
 
 def write_csv(n: int, d: Path) -> Path:
+    """Write the synthetic profile of ``n`` kernels as rocprofv3 CSV files in the new folder ``d``; return ``d``."""
     d.mkdir()
     files = {k: open(d / f"{PID}_{k}.csv", "w") for k in ("kernel_trace", "hip_api_trace", "memory_copy_trace",
                                                           "marker_api_trace")}
@@ -80,6 +81,7 @@ def write_csv(n: int, d: Path) -> Path:
 
 
 def write_json(n: int, path: Path) -> Path:
+    """Write the same profile as rocprofv3's JSON (rocprofiler-sdk-tool buffer records) at ``path``; return it."""
     ops = {"hip": ["hipLaunchKernel", "hipMemcpyAsync"], "marker": ["roctxRangePushA"]}
     recs = {"kernel_dispatch": [], "hip_api": [], "memory_copy": [], "marker_api": []}
     markers = []
@@ -114,6 +116,7 @@ def write_json(n: int, path: Path) -> Path:
 
 
 def write_kineto(n: int, path: Path) -> Path:
+    """Write the same events as a Kineto (PyTorch profiler) JSON trace at ``path``; return it."""
     ev = []
     for kind, name, corr, s, e in profile(n):
         us, dur = s / 1e3, (e - s) / 1e3
@@ -134,6 +137,7 @@ def write_kineto(n: int, path: Path) -> Path:
 
 
 def load_cpu_s(path: Path) -> tuple[float, int]:
+    """Return (CPU seconds of load_trace on ``path`` in a fresh process, events read)."""
     out = subprocess.run([sys.executable, "-c", LOAD, str(path)], capture_output=True, text=True, check=True,
                          cwd=REPO)
     cpu, n = out.stdout.split()
@@ -141,6 +145,7 @@ def load_cpu_s(path: Path) -> tuple[float, int]:
 
 
 def size_mb(path: Path) -> float:
+    """Return the size in MB (10^6 bytes) of a file, or of the files in a folder."""
     files = [path] if path.is_file() else list(path.iterdir())
     return sum(f.stat().st_size for f in files) / 1e6
 

@@ -89,6 +89,7 @@ def backward_links(t: EventTable, modules: Nesting, anchors: np.ndarray) -> Back
 
 
 def _key(t: EventTable, rows: np.ndarray) -> np.ndarray:
+    """Return the thread key (trace.nesting.thread_key) of each row."""
     return thread_key(t.pid[rows], t.tid[rows])
 
 
@@ -204,6 +205,7 @@ def _input_shapes(t: EventTable, row: int) -> set | None:
 
 
 def _is_shape(d) -> bool:
+    """Return whether a recorded "Input Dims" entry is one tensor's shape (a list of ints)."""
     return isinstance(d, list) and all(isinstance(x, int) for x in d)
 
 

@@ -115,6 +115,7 @@ class _Spans:
 
     @property
     def parent(self) -> np.ndarray:
+        """Return each span's enclosing span (nesting-order index, -1 for a root)."""
         return self.nesting.parent
 
 

@@ -142,7 +142,9 @@ def read_rocprof_csv(path: str | Path, rank: int | None = None) -> EventTable:
     threads: dict = {}
     skipped = 0
 
-    def add(cat, name_list, pid, tid, ts, end, corr, stream, keep):
+    def add(cat: str, name_list: list, *, pid, tid, ts, end, corr, stream, keep) -> np.ndarray:
+        """Append the rows of one CSV kind where ``keep`` holds and the span is well formed (0 <= ts <= end,
+        ns); count the others as skipped; return the appended rows' indices in that file."""
         nonlocal skipped
         keep = keep & (ts >= 0) & (end >= ts)
         skipped += int((~keep).sum())
@@ -159,8 +161,9 @@ def read_rocprof_csv(path: str | Path, rank: int | None = None) -> EventTable:
         gpu = _gpu_of(k.column("Agent_Id"), gpus)
         stream = _ints(k, "Stream_Id", 0)
         q = np.where(stream > 0, stream, _ints(k, "Queue_Id", 0))
-        idx = add("kernel", k.column("Kernel_Name").to_pylist(), gpu, q, _ints(k, "Start_Timestamp"),
-                  _ints(k, "End_Timestamp"), _ints(k, "Correlation_Id"), np.maximum(q, 0), gpu >= 0)
+        idx = add("kernel", k.column("Kernel_Name").to_pylist(), pid=gpu, tid=q, ts=_ints(k, "Start_Timestamp"),
+                  end=_ints(k, "End_Timestamp"), corr=_ints(k, "Correlation_Id"), stream=np.maximum(q, 0),
+                  keep=gpu >= 0)
         threads.update({(g, s): f"GPU {g} queue {s}" for g, s in set(zip(gpu[idx].tolist(), q[idx].tolist()))})
     c = tables.get("memory_copy_trace")
     if c is not None and c.num_rows:
@@ -169,16 +172,16 @@ def read_rocprof_csv(path: str | Path, rank: int | None = None) -> EventTable:
         direction = [str(d).replace("MEMORY_COPY_", "") for d in c.column("Direction").to_pylist()]
         label = [f"Memcpy {_COPY_NAMES.get(d, d)} (rocprofv3)" for d in direction]
         stream = np.maximum(_ints(c, "Stream_Id", 0), 0)
-        add("gpu_memcpy", label, gpu, stream, _ints(c, "Start_Timestamp"), _ints(c, "End_Timestamp"),
-            _ints(c, "Correlation_Id"), stream, gpu >= 0)
+        add("gpu_memcpy", label, pid=gpu, tid=stream, ts=_ints(c, "Start_Timestamp"), end=_ints(c, "End_Timestamp"),
+            corr=_ints(c, "Correlation_Id"), stream=stream, keep=gpu >= 0)
     for kind, cat in _HOST_KINDS.items():
         a = tables.get(kind)
         if a is None or not a.num_rows:
             continue
         pid, tid = _ints(a, "Process_Id", 0), _ints(a, "Thread_Id", 0)
-        idx = add(cat, a.column("Function").to_pylist(), pid, tid, _ints(a, "Start_Timestamp"),
-                  _ints(a, "End_Timestamp"), _ints(a, "Correlation_Id"), np.full(a.num_rows, -1, dtype=np.int64),
-                  np.ones(a.num_rows, dtype=bool))
+        idx = add(cat, a.column("Function").to_pylist(), pid=pid, tid=tid, ts=_ints(a, "Start_Timestamp"),
+                  end=_ints(a, "End_Timestamp"), corr=_ints(a, "Correlation_Id"),
+                  stream=np.full(a.num_rows, -1, dtype=np.int64), keep=np.ones(a.num_rows, dtype=bool))
         for key in set(zip(pid[idx].tolist(), tid[idx].tolist())):
             threads.setdefault(key, f"thread {key[1]}")
     source = str(group.get("kernel_trace", path))
