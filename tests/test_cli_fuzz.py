@@ -335,3 +335,26 @@ def test_at_least_2000_invocations():
         pytest.skip("run with the fuzz tests above")
     print(f"\n{_counter['invocations']} generated command lines")  # shown with pytest -s
     assert _counter["invocations"] >= 2000, _counter
+
+
+def _outputs():
+    """Every (command path, option) that names a report or JSON file to write."""
+    return [pytest.param(path, _name(p), id=" ".join((*path, _name(p)))) for path, p in _params()
+            if _name(p) in ("--html", "--json-out", "--perfetto")]
+
+
+@pytest.mark.parametrize("path,name", _outputs())
+@pytest.mark.parametrize("where", ["a_dir", "a_file/out.html"])
+def test_unusable_output_is_refused_before_any_work(ws, path, name, where):
+    """An unusable output path is refused while parsing: one line naming the option, nothing on stdout
+    (the verb's tables would mean it did the work and failed only when writing)."""
+    p = _param(path, name)
+    argv = _argv(ws, path, p, str(ws["root"] / where))
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+    lines = [ln for ln in err.getvalue().split("\n") if ln.strip()]
+    assert exit_info.value.code == 2 and len(lines) == 1, f"{argv}: exit {exit_info.value.code}, stderr {lines}"
+    assert lines[0].startswith(f"error: {name} "), f"{argv}: the error does not name {name}: {lines[0]}"
+    assert out.getvalue() == "", f"{argv}: work was done before the refusal: {out.getvalue()[:200]!r}"

@@ -87,12 +87,26 @@ def _with_finite_check(callback):
 
 # Options that name a file or folder: help shows <path> whether the verb reads them as str or Path.
 _PATH_OPTIONS = {"--html", "--json-out", "--out", "--perfetto", "--csv", "--calibration"}
+# Options that name a file to write (a report, JSON): checked here, while parsing, so that every verb
+# refuses an unusable one before its work, not after it (a verb that forgets is still covered).
+_OUTPUT_FILE_OPTIONS = ("--html", "--json-out", "--perfetto")
+
+
+def _with_output_check(callback, option: str):
+    def checked(ctx, param, value):
+        if value is not None and not ctx.resilient_parsing:
+            from trainperf.atomic import check_output_file
+
+            check_output_file(value, option)
+        return callback(ctx, param, value) if callback is not None else value
+    return checked
 
 
 def _tidy(command) -> None:
     """Apply the entry point's rules to every parameter of ``command`` and its sub-commands.
 
-    Numbers must be finite and fit in int64; in help, a flag shows no value type (typer >= 0.20
+    Numbers must be finite and fit in int64; an output file (--html, --json-out, --perfetto) must be
+    writable, checked before the verb's work; in help, a flag shows no value type (typer >= 0.20
     prints `<bool>`), a ranged number shows `<int> [x>=1]` rather than `<int range> [x>=1]` and a
     file or folder shows `<path>`.
     """
@@ -109,6 +123,9 @@ def _tidy(command) -> None:
     command.get_help_option = help_option
     for p in command.params:
         p.callback = _with_finite_check(p.callback)
+        output = next((o for o in _OUTPUT_FILE_OPTIONS if p.param_type_name == "option" and o in p.opts), None)
+        if output is not None:
+            p.callback = _with_output_check(p.callback, output)
         desc = getattr(p, "type_descriptor", None)  # typer >= 0.20 only
         if getattr(p, "is_flag", False) and p.metavar is None:
             p.metavar = ""
