@@ -34,10 +34,15 @@ def write_report(d, path: str | Path) -> Path:
     if d.cross_rank:
         x = d.cross_rank
         ranks = sorted(x["caused_by_rank_us"], key=int)
-        rep.add("Across ranks", paragraph(
-            f"{x['n_collectives_matched']} collectives matched by sequence; straggler rank {x['straggler_rank']}; "
-            f"compute imbalance {x['compute_imbalance_pct']:.1f}%."),
-            bar_chart([f"rank {r}" for r in ranks], [x["caused_by_rank_us"][r] / 1e3 for r in ranks], "ms of others' wait"))
+        waits_ms = [x["caused_by_rank_us"][r] / 1e3 for r in ranks]
+        head = f"{x['n_collectives_matched']} collectives matched by sequence; "
+        tail = f"compute imbalance {x['compute_imbalance_pct']:.1f}%."
+        if any(w > 0 for w in waits_ms) and x.get("straggler_rank") is not None:
+            rep.add("Across ranks", paragraph(  # the straggler is the rank that caused the most waiting
+                f"{head}straggler rank {x['straggler_rank']} ({max(waits_ms):.1f} ms of others' wait); {tail}"),
+                bar_chart([f"rank {r}" for r in ranks], waits_ms, "ms of others' wait"))
+        else:  # a chart of zeros would only show an axis; naming a "straggler" that made nobody wait misleads
+            rep.add("Across ranks", paragraph(f"{head}no rank waited on another, so no straggler; {tail}"))
     for b in getattr(d, "modules", []):
         _add_modules(rep, b)
     if d.findings:
