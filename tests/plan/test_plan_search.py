@@ -119,6 +119,7 @@ def test_enumeration_equals_brute_force(model, n, gb):
     ("llama3-70b", "h100", 256, 512, "bf16", "pytorch-fsdp"),
     ("gpt3-175b", "a100", 1024, 1536, "bf16", "megatron-2021"),
     ("mixtral", "h100", 64, 256, "bf16", "deepspeed"),
+    ("llama3-8b", "tpu-v5p", 64, 256, "bf16", "jax"),  # a runtime reserve other than a GPU's (1.25 GiB)
 ])
 def test_pruned_search_equals_exhaustive_ranking(model, gpu, n, gb, precision, stack, monkeypatch):
     # the search prices time only for layouts that fit, block by block (997 layouts here, so block
@@ -136,3 +137,16 @@ def test_pruned_search_equals_exhaustive_ranking(model, gpu, n, gb, precision, s
     assert [e.step_time_s for e in res.best] == pytest.approx(out["step_time_s"][order], rel=1e-12)
     assert [e.memory_bytes_per_gpu for e in res.best] == pytest.approx(out["memory_bytes"][order], rel=1e-12)
     assert res.min_memory_gib == pytest.approx(out["memory_bytes"].min() / 2**30, rel=1e-12)
+
+
+def test_why_not_fit_terms_sum_to_the_estimate_on_a_tpu():
+    """Reference: the estimate's own memory figure. On a TPU (runtime reserve 1.25 GiB, not a GPU's 2) the
+    terms `plan --layout` shows for a layout that does not fit add up to the memory it reports."""
+    from trainperf.plan.api import PlanRequest, run_layout
+
+    req = PlanRequest(model="llama3-70b", gpu="tpu-v5p", n_gpus=8, stack="jax")
+    est, extra = run_layout(req, "tp=8,pp=1,dp=1,mbs=1")
+    assert not est.fits
+    terms = extra["memory_terms_bytes"]
+    assert sum(terms.values()) == pytest.approx(est.memory_bytes_per_gpu, rel=1e-12)
+    assert terms["reserved (CUDA context, NCCL, workspaces)"] < 2 * 2**30

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainperf.errors import TrainperfError
+from trainperf.hardware import Accelerator
 from trainperf.plan.compare import HardwareOption, compare_hardware, train_cost
 from trainperf.plan.efficiency import Efficiency, load_calibration
 from trainperf.plan.stacks import DEFAULT_STACK, Software, get_stack
@@ -89,7 +90,7 @@ def run_layout(req: PlanRequest, layout_text: str) -> tuple[Estimate, dict]:
                                             cluster.accelerator.tdp_w, sw.pue)
         extra.update(tokens=req.tokens, train_hours=hours, usd=usd, kwh=kwh, usd_per_million_tokens=per_m, pue=sw.pue)
     if not est.fits:
-        extra["memory_terms_bytes"] = memory_terms(m, est, sw)
+        extra["memory_terms_bytes"] = memory_terms(m, est, sw, cluster.accelerator)
         extra["why_not_fit"] = why_not_fit(extra["memory_terms_bytes"], est.hbm_bytes)
     return est, extra
 
@@ -112,16 +113,17 @@ def cluster_json(cluster: Cluster) -> dict:
             "fabric": cluster.fabric, "power_cap_w": cluster.power_cap_w, "clock_scale": cluster.clock_scale}
 
 
-def memory_terms(m: ModelSpec, est: Estimate, sw: Software) -> dict[str, float]:
+def memory_terms(m: ModelSpec, est: Estimate, sw: Software, acc: Accelerator) -> dict[str, float]:
     """Return the peak-memory terms (bytes) of one layout's fullest stage; they sum to est.memory_bytes_per_gpu.
 
     Weights, gradients, optimizer state, activations and buffers (with fragmentation), reserved
-    margin: plan/memory.py's ``memory_terms``, the terms of the number the estimate reports.
+    margin: plan/memory.py's ``memory_terms`` under stack ``sw`` on accelerator ``acc`` (its runtime
+    reserve), the terms of the number the estimate reports.
     """
     from trainperf.plan import memory
     from trainperf.specs import LayoutArrays
 
-    return {k: float(v) for k, v in memory.stack_memory_terms(m, LayoutArrays.of(est.layout), sw).items()}
+    return {k: float(v) for k, v in memory.stack_memory_terms(m, LayoutArrays.of(est.layout), sw, acc).items()}
 
 
 def why_not_fit(terms: dict[str, float], hbm_bytes: float) -> str:

@@ -203,7 +203,7 @@ def evaluate_fitting(m: ModelSpec, cluster: Cluster, global_batch: int, precisio
     mems, rows, outs, n_fit = [], [], [], 0
     for lo in range(0, len(arrays), CHUNK):
         block = arrays.take(slice(lo, lo + CHUNK))
-        mem = memory.stack_memory_bytes(m, block, sw)
+        mem = memory.stack_memory_bytes(m, block, sw, cluster.accelerator)  # as estimate_arrays prices it
         fit = np.flatnonzero(mem <= cluster.accelerator.hbm_bytes)
         mems.append(mem)
         n_fit += fit.size
