@@ -98,18 +98,23 @@ def test_postgres_adds_the_columns_an_older_table_lacks():
 def test_migrate_rewrites_older_files_in_the_current_schema(tmp_path):
     """`runs migrate`: the older file gains the new columns (NULL), keeps its rows and row groups (run,
     steps: 2), reads back the same record; a second run rewrites nothing."""
+    import warnings
+
     from trainperf.cli import app
-    from trainperf.store.parquet import FILE_COLUMNS, older_files
+    from trainperf.store.parquet import FILE_COLUMNS, OlderSchemaWarning, older_files
 
     old = _record("old", 1.70e9)
     path = _write_old(old, tmp_path)
     write_run(_record("new", 1.79e9, peak_flops=1e12, peak_source="catalog"), str(tmp_path))
-    before = {r.run_id: r for r in read_runs(str(tmp_path))}
+    with pytest.warns(OlderSchemaWarning):  # the older file comes first: read by column name, said once
+        before = {r.run_id: r for r in read_runs(str(tmp_path))}
     assert [p.name for p in older_files(tmp_path)] == ["old.parquet"]
     res = CliRunner().invoke(app, ["runs", "migrate", "--store", str(tmp_path)])
     assert res.exit_code == 0 and "1 run file(s) rewritten" in res.output
     assert pq.read_schema(path).names == list(FILE_COLUMNS) and pq.ParquetFile(path).num_row_groups == 2
-    assert {r.run_id: r for r in read_runs(str(tmp_path))} == before and not older_files(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OlderSchemaWarning)  # migrated: no longer read by column name
+        assert {r.run_id: r for r in read_runs(str(tmp_path))} == before and not older_files(tmp_path)
     again = CliRunner().invoke(app, ["runs", "migrate", "--store", str(tmp_path)])
     assert "already has the current schema" in again.output
 
