@@ -22,8 +22,9 @@ def _x(name, ts_ms, dur_ms, tid, cat="cpu_op"):
             "args": {}}
 
 
-def _rank_events(rank: int, extra_ms: dict[int, float]) -> list[dict]:
-    """One rank's steps; extra_ms[step]: how much longer rank 1 computes in that step."""
+def _rank_events(rank: int, extra_ms: dict[int, float], fetching: bool = False) -> list[dict]:
+    """One rank's steps; extra_ms[step]: how much longer rank 1 computes in that step (fetching: rank 1
+    spends that time fetching its batch, inside a DataLoader span, instead of computing)."""
     ev = []
     for k in range(STEPS):
         s = 1000.0 + k * STEP_MS
@@ -37,6 +38,9 @@ def _rank_events(rank: int, extra_ms: dict[int, float]) -> list[dict]:
                    _x("aten::mm", fwd + 1.0 + x, 58.0 - 1.0 - x, 10)]
         else:           # computes x ms longer (a sleep: no op on the loop thread), then forward at once
             fwd = s + 1.0 + x
+            if fetching and x:
+                ev.append(_x("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", s + 1.0, x, 10,
+                             "user_annotation"))
             ev += [_x("DistributedDataParallel.forward", fwd, 59.0 - x, 10, "user_annotation"),
                    _x("c10d::broadcast_", fwd + 0.5, 0.2, 10),
                    _x("gloo:broadcast", fwd + 0.6, 0.4, 20),
@@ -45,9 +49,9 @@ def _rank_events(rank: int, extra_ms: dict[int, float]) -> list[dict]:
     return ev
 
 
-def _write(tmp_path, extra_ms):
+def _write(tmp_path, extra_ms, fetching: bool = False):
     for r in (0, 1):
-        doc = {"traceEvents": _rank_events(r, extra_ms),
+        doc = {"traceEvents": _rank_events(r, extra_ms, fetching),
                "distributedInfo": {"backend": "gloo", "rank": r, "world_size": 2}}
         (tmp_path / f"rank{r}.json").write_text(json.dumps(doc))
     return tmp_path
@@ -74,6 +78,20 @@ def test_the_rank_that_computes_longer_is_the_straggler(tmp_path):
     top = [f for f in d.findings if f.kind == "straggler"]
     assert len(top) == 1 and top[0].ranks == [1]
     assert top[0].gain_pct == pytest.approx(30.0, abs=0.1)
+
+
+def test_a_rank_late_because_it_fetches_its_batch_is_a_data_loader_stall_not_a_straggler(tmp_path):
+    """Rank 1 spends the same 30 ms per step inside its DataLoader instead of computing: rank 0 waits for
+    it just as much, but the fix is the data loader's (the others' wait goes when the fetch does), so own
+    work = step - wait - stall is alike on both ranks: no straggler, a data-loader stall on rank 1 of
+    30 ms per 100-ms step (its what-if removes the fetch: 30 %)."""
+    w1 = host_step_waits(load_trace(_write(tmp_path, {k: EXTRA_MS for k in range(STEPS)}, fetching=True))[1])
+    assert w1[2] == pytest.approx((STEP_MS * 1e3 - 10.0, 0.4e3, EXTRA_MS * 1e3), abs=1.0)
+    hs = host_straggler(load_trace(tmp_path))
+    assert hs.gain_pct == pytest.approx(0.0, abs=0.5)   # own work 100 - 0.4 - 30 vs 100 - 30.4
+    d = diagnose(tmp_path)
+    assert not [f for f in d.findings if f.kind == "straggler"]
+    assert d.findings[0].kind == "data_loader_stall" and d.findings[0].ranks == [1]
 
 
 def test_a_one_off_wait_in_one_step_is_not_a_straggler(tmp_path):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from trainperf.diagnose.host import CHECKPOINT_RE, DATALOADER_RE
 from trainperf.diagnose.window import Window, union_us
 from trainperf.trace.categories import collective_type
 from trainperf.trace.events import COMMUNICATION, KERNEL, EventTable
@@ -200,6 +201,20 @@ def _merge(iv: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return [(a, b) for a, b in out]
 
 
+def _intersect(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The intersection of two merged interval lists, itself merged (ns)."""
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        s, e = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if e > s:
+            out.append((s, e))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
 def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]], lo: int, hi: int) -> int:
     """Total length (ns) of the intersection of two merged interval lists, inside [lo, hi)."""
     total, i, j = 0, 0, 0
@@ -214,9 +229,11 @@ def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]], lo: int, hi: in
 
 
 def host_step_waits(t: EventTable) -> dict[int, tuple[float, float]]:
-    """Per ProfilerStep of one rank: step number -> (step µs, µs its training-loop thread spent blocked
-    inside a collective-blocking op with no child op of its own while a gloo:* span was open on any
-    thread of the rank). Empty when the trace has no ProfilerStep spans."""
+    """Per ProfilerStep of one rank: step number -> (step µs, wait µs, stall µs). Wait: the time its
+    training-loop thread spent blocked inside a collective-blocking op with no child op of its own while a
+    gloo:* span was open on any thread of the rank. Stall: the rest of its time inside DataLoader and
+    checkpoint spans, host stalls with findings of their own (``host.DATALOADER_RE``, ``CHECKPOINT_RE``).
+    Empty when the trace has no ProfilerStep spans."""
     names = t.names
     step_ids = {i for i, n in enumerate(names) if n.startswith("ProfilerStep#")}
     if not step_ids:
@@ -246,20 +263,27 @@ def host_step_waits(t: EventTable) -> dict[int, tuple[float, float]]:
         if e > cur:
             gaps.append((cur, e))
     gaps = _merge(gaps)
+    waits = _intersect(gaps, gloo)
+    stall_ids = [i for i, n in enumerate(names) if DATALOADER_RE.search(n) or CHECKPOINT_RE.search(n)]
+    stalls = _merge([(int(t.ts_ns[r]), int(end[r])) for r in on_loop[np.isin(t.name[on_loop], stall_ids)]])
     out = {}
     for r in srows:
         if (int(t.pid[r]), int(t.tid[r])) != loop:
             continue
         s, e = int(t.ts_ns[r]), int(end[r])
         step = int(names[int(t.name[r])].split("#", 1)[1]) if names[int(t.name[r])].split("#", 1)[1].isdigit() else -1
-        out[step] = (float(t.dur_ns[r]) / 1e3, _overlap(gaps, gloo, s, e) / 1e3)
+        wait = _overlap(waits, [(s, e)], s, e)
+        stall = _overlap(stalls, [(s, e)], s, e) - _overlap(stalls, waits, s, e)
+        out[step] = (float(t.dur_ns[r]) / 1e3, wait / 1e3, stall / 1e3)
     return out
 
 
 def host_straggler(tables: dict[int, EventTable]) -> HostStraggler | None:
-    """The straggler of a job whose ranks have no GPU activity (gloo): per step, own work = step - wait
-    (host_step_waits); the straggler is the rank with the most own work (median over steps) when the
-    others wait for it correspondingly. None with fewer than 2 ranks or no common steps."""
+    """The straggler of a job whose ranks have no GPU activity (gloo): per step, own work = step - wait -
+    stall (host_step_waits): time in DataLoader or checkpoint spans is those findings' cause, whose fix
+    removes it on every rank, so a rank late because it was fetching a batch is a data-loader stall, not
+    a straggler. The straggler is the rank with the most own work (median over steps) when the others
+    wait for it correspondingly. None with fewer than 2 ranks or no common steps."""
     per = {r: host_step_waits(t) for r, t in tables.items()}
     per = {r: v for r, v in per.items() if v}
     if len(per) < 2:
@@ -268,7 +292,7 @@ def host_straggler(tables: dict[int, EventTable]) -> HostStraggler | None:
     if not common:
         return None
     ranks = sorted(per)
-    own = {r: np.array([per[r][s][0] - per[r][s][1] for s in common]) for r in ranks}
+    own = {r: np.array([per[r][s][0] - per[r][s][1] - per[r][s][2] for s in common]) for r in ranks}
     wait = {r: np.array([per[r][s][1] for s in common]) for r in ranks}
     step = np.median(np.array([[per[r][s][0] for s in common] for r in ranks]), axis=0)
     med_own = {r: float(np.median(v)) for r, v in own.items()}
