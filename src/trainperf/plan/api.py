@@ -69,8 +69,8 @@ def check_precision(acc, precision: str) -> None:
 def run_search(req: PlanRequest) -> SearchResult:
     """Return the ranked layouts for the request."""
     m, cluster = _setup(req)
-    return search(m, cluster, req.global_batch, req.objective, req.top, req.precision, _efficiency(req),
-                  _software(req))
+    return search(m, cluster, req.global_batch, objective=req.objective, top=req.top, precision=req.precision,
+                  eff=_efficiency(req), sw=_software(req))
 
 
 def run_layout(req: PlanRequest, layout_text: str) -> tuple[Estimate, dict]:

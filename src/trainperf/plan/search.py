@@ -222,7 +222,7 @@ def evaluate_fitting(m: ModelSpec, cluster: Cluster, global_batch: int, precisio
                      out={k: v[best] for k, v in out.items()})
 
 
-def search(m: ModelSpec, cluster: Cluster, global_batch: int | None = None, objective: str = "time",
+def search(m: ModelSpec, cluster: Cluster, global_batch: int | None = None, *, objective: str = "time",
            top: int = 10, precision: str = "bf16", eff: Efficiency | None = None,
            sw: Software | None = None) -> SearchResult:
     """Return the ``top`` fitting layouts ranked by step time (or by $ per token for ``cost``).
