@@ -18,13 +18,14 @@ def _bench_must_not_start(*args, **kwargs):
     (["--device", "tpu"], "--device"),
     (["--shapes", "4x4x4x4x4"], "--shapes"),
     (["--shapes", "0x8"], "--shapes"),
-    (["--html", "{tmp}"], "is a directory"),
+    (["--html", "{tmp}"], "--html {tmp}: is a folder"),
     (["--html", "{tmp}/a_file/b.html"], "a_file is a file"),
 ])
 def test_bad_arguments_are_one_line_before_any_note_or_work(args, named, tmp_path, monkeypatch, capsys):
     (tmp_path / "a_file").write_text("")
     monkeypatch.setattr("trainperf.bench.run.run_bench", _bench_must_not_start)
     argv = ["bench", "kernels", "--device", "cpu", "--no-record", *[a.replace("{tmp}", str(tmp_path)) for a in args]]
+    named = named.replace("{tmp}", str(tmp_path))
     with pytest.raises(SystemExit) as e:
         main(argv)
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
