@@ -32,6 +32,7 @@ def store(tmp_path):
                   "eval": [[s, 4.0 - s / 100] for s in range(5, 55, 5)]}
         write_run(RunRecord(run_id=run_id, job="a-rather-long-job-name", host="node0.cluster.example.org",
                             started_at=STARTED_AT + i, step_time_s=0.125, mem_peak_bytes=3 * 2.0**30, config=config,
+                            goodput=0.0277466,
                             samples=[StepSample(step=s, step_time_s=0.1 + s / 100) for s in range(4)]), str(tmp_path))
     return str(tmp_path)
 
@@ -49,7 +50,8 @@ def test_show_prints_iso_times_and_nested_config(app, store):
     res = CliRunner().invoke(app, ["runs", "show", IDS[0], "--store", store], env={"COLUMNS": "80"})
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
-    assert f"started_at: {STARTED_ISO} (1790000000)" in lines
+    assert f"started_at: {STARTED_ISO}" in lines  # no raw epoch beside it (issue 14)
+    assert "goodput: 2.77%" in lines  # a percentage, as the terminal and report show it, not 0.0277466
     assert "config:" in lines and "  comparable:" in lines and "    model:" in lines and "      n_layers: 4" in lines
     assert "{'" not in res.output  # no Python dict repr
     assert "mem_peak_bytes: 3.22123e+09 (3 GiB)" in lines

@@ -108,11 +108,18 @@ def _rounded(v):
     return v
 
 
+# Record fields that are fractions of 1, shown as percentages as every other view shows them (mfu has its
+# own line, with the peak it is a fraction of).
+FRACTION_KEYS = ("goodput",)
+
+
 def _scalar(key: str, v) -> str:
     if isinstance(v, bool) or v is None:
         return str(v)
     if isinstance(v, (int, float)) and key.endswith("_at") and 1e9 <= v <= 4.2e9:  # unix seconds
-        return f"{iso_time(v)} ({v:.0f})"
+        return iso_time(v)
+    if key in FRACTION_KEYS and isinstance(v, (int, float)):
+        return f"{100 * v:.3g}%"
     if isinstance(v, float):
         s = f"{v:.6g}"
         return f"{s} ({v / 2**30:.3g} GiB)" if key.endswith("_bytes") and v >= 2**20 else s
