@@ -39,6 +39,22 @@ def test_a_run_folder_is_named_as_such_with_its_traces_folder(verb, tmp_path, ca
     assert "ph" not in err and "run_record.json" not in err
 
 
+@pytest.mark.parametrize("verb", ["diagnose", "roofline", "diff"])
+def test_a_run_folder_without_traces_says_how_to_record_them(verb, tmp_path, capsys):
+    """A run trained without --profile-steps has run.json, metrics.jsonl and run_record.json but no traces/:
+    its run.json was read as a trace ("no complete ('ph': 'X') events")."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for name, text in (("run.json", '{"model": "tiny"}'), ("metrics.jsonl", '{"step": 1}\n'),
+                       ("run_record.json", '{"schema": 1}')):
+        (run / name).write_text(text)
+    args = [verb, str(run)] + ([str(run)] if verb == "diff" else [])
+    code, _, err = _main(capsys, *args)
+    assert code == 2 and err.count("\n") == 1, repr(err)
+    assert f"{run} is a run folder with no traces" in err and "--profile-steps" in err, err
+    assert "ph" not in err
+
+
 @pytest.mark.parametrize("verb", ["diagnose", "diff"])
 def test_the_error_is_the_only_output_on_stderr(verb, tmp_path, capsys):
     """The transient progress bar left a blank line on stderr before the error."""

@@ -28,7 +28,10 @@ def trace_files(path: str | Path) -> list[Path]:
         raise TrainperfError(f"{path}: no such file or folder")
     files = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
     if is_run_folder(path, files):  # checked first: its run_record.json ends in .json but is no trace
-        raise TrainperfError(f"{path} is a run folder: its traces are in {path / 'traces'}/")
+        if (path / "traces").is_dir():
+            raise TrainperfError(f"{path} is a run folder: its traces are in {path / 'traces'}/")
+        raise TrainperfError(f"{path} is a run folder with no traces: run `trainperf train` with "
+                             "--profile-steps A:B to record some (they go to its traces/ folder)")
     names = {p.name for p in files}
     for prefix, group in csv_groups(path).items():
         if f"{prefix}_results.json" not in names:
@@ -39,12 +42,15 @@ def trace_files(path: str | Path) -> list[Path]:
     return sorted(files)
 
 
+RUN_FOLDER_FILES = ("run_record.json", "metrics.jsonl")  # what `trainperf train` writes in every run folder
+
+
 def is_run_folder(path: Path, files: list[Path]) -> bool:
-    """True when folder path is a `trainperf train` run folder: a traces/ subfolder, and a run record
-    (run_record.json, metrics.jsonl) or no trace file of its own (files: its .json/.json.gz files)."""
-    if not (path / "traces").is_dir():
-        return False
-    return not files or any((path / n).is_file() for n in ("run_record.json", "metrics.jsonl"))
+    """True when folder path is a `trainperf train` run folder: a run record (RUN_FOLDER_FILES), or a
+    traces/ subfolder and no trace file of its own (files: its .json/.json.gz files)."""
+    if any((path / n).is_file() for n in RUN_FOLDER_FILES):
+        return True
+    return (path / "traces").is_dir() and not files
 
 
 def rank_from_name(path: Path) -> int | None:
