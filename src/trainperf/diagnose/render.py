@@ -10,6 +10,16 @@ from trainperf.diagnose.api import Diagnosis
 _SEV_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
 
 
+NO_STRAGGLER = "no rank waited on another, so no straggler"
+
+
+def straggler_wait_ms(cross_rank: dict) -> tuple[int, float] | None:
+    """Return (straggler rank, the others' wait it caused in ms) from ``Diagnosis.cross_rank``, or None
+    when no rank made another wait (to the 0.1 ms shown): naming a straggler that made nobody wait misleads."""
+    rank, ms = cross_rank.get("straggler_rank"), cross_rank.get("straggler_caused_wait_us", 0.0) / 1e3
+    return (int(rank), ms) if rank is not None and round(ms, 1) > 0 else None
+
+
 def gain_text(f) -> str:
     """'gain ≈ X% of step time', or 'gain not estimated' for a finding without a what-if (idle_gpu): its
     0.0 is no estimate, and beside a medium severity it read as a contradiction (issue 14)."""
@@ -53,8 +63,9 @@ def print_summary(d: Diagnosis, console: Console, top: int = 5) -> None:
         console.print(f"[yellow]note:[/] {n}", highlight=False)
     if d.cross_rank:
         x = d.cross_rank
-        console.print(f"cross-rank: {x['n_collectives_matched']} collectives matched; straggler rank "
-                      f"{x['straggler_rank']} caused {x['straggler_caused_wait_us'] / 1e3:.1f} ms of waiting; "
+        s = straggler_wait_ms(x)
+        who = f"straggler rank {s[0]} caused {s[1]:.1f} ms of waiting" if s else NO_STRAGGLER
+        console.print(f"cross-rank: {x['n_collectives_matched']} collectives matched; {who}; "
                       f"compute imbalance {x['compute_imbalance_pct']:.1f}%", highlight=False)
     if not d.findings:
         console.print("[green]no findings: nothing in this trace is worth fixing[/]")

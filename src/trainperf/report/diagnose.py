@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainperf.diagnose.render import gain_text, rank_cells
+from trainperf.diagnose.render import NO_STRAGGLER, gain_text, rank_cells, straggler_wait_ms
 from trainperf.report.html import Report, bar_chart, esc, paragraph, stacked_bar_chart, table
 
 
@@ -33,16 +33,18 @@ def write_report(d, path: str | Path) -> Path:
                       "cross-rank waits; 'cpu' is host work between runtime calls.", "note"))
     if d.cross_rank:
         x = d.cross_rank
-        ranks = sorted(x["caused_by_rank_us"], key=int)
-        waits_ms = [x["caused_by_rank_us"][r] / 1e3 for r in ranks]
+        caused = x.get("caused_by_rank_us", {})  # per rank when collectives were matched (GPU ranks)
+        ranks = sorted(caused, key=int)
         head = f"{x['n_collectives_matched']} collectives matched by sequence; "
         tail = f"compute imbalance {x['compute_imbalance_pct']:.1f}%."
-        if any(w > 0 for w in waits_ms) and x.get("straggler_rank") is not None:
-            rep.add("Across ranks", paragraph(  # the straggler is the rank that caused the most waiting
-                f"{head}straggler rank {x['straggler_rank']} ({max(waits_ms):.1f} ms of others' wait); {tail}"),
-                bar_chart([f"rank {r}" for r in ranks], waits_ms, "ms of others' wait"))
-        else:  # a chart of zeros would only show an axis; naming a "straggler" that made nobody wait misleads
-            rep.add("Across ranks", paragraph(f"{head}no rank waited on another, so no straggler; {tail}"))
+        s = straggler_wait_ms(x)
+        text = paragraph(f"{head}straggler rank {s[0]} ({s[1]:.1f} ms of others' wait); {tail}" if s
+                         else f"{head}{NO_STRAGGLER}; {tail}")
+        if s and ranks:  # a chart of zeros would only show an axis
+            rep.add("Across ranks", text, bar_chart([f"rank {r}" for r in ranks],
+                                                    [caused[r] / 1e3 for r in ranks], "ms of others' wait"))
+        else:
+            rep.add("Across ranks", text)
     for b in getattr(d, "modules", []):
         _add_modules(rep, b)
     if d.findings:
