@@ -114,15 +114,21 @@ def mfu_against(mfu: float | None, peak_flops: float | None, against_flops: floa
     return mfu * peak_flops / against_flops
 
 
+def peak_text(peak_flops: float | None, peak_source: str = "") -> str | None:
+    """Return what an MFU is relative to, e.g. '9.52 GFLOP/s, measured: ...', or None without a peak."""
+    if not peak_flops:
+        return None
+    rate = f"{peak_flops / 1e12:.3g} TFLOP/s" if peak_flops >= 1e12 else f"{peak_flops / 1e9:.3g} GFLOP/s"
+    return f"{rate}, {peak_source}"
+
+
 def mfu_text(mfu: float | None, peak_flops: float | None, peak_source: str = "") -> str:
     """Return an MFU with what it is a fraction of, e.g. "31.0% of 9.52 GFLOP/s, measured: ...", or
     "31.0%, peak unknown (...)" when the peak is not recorded; "-" without an MFU. The one wording of a
     stored run's MFU (``trainperf runs show``, ``compare``'s note)."""
-    from trainperf.train.report import peak_text
-
     if mfu is None:
         return "-"
-    peak = peak_text({"peak_flops": peak_flops, "peak_source": peak_source})
+    peak = peak_text(peak_flops, peak_source)
     return f"{mfu:.1%} of {peak}" if peak else f"{mfu:.1%}, {PEAK_UNKNOWN}"
 
 

@@ -116,7 +116,8 @@ def print_summary(console, result: dict) -> None:
     """Print a run summary: throughput, MFU, memory, goodput split, predicted vs measured."""
     from rich.table import Table
 
-    from trainperf.train.report import peak_text, pct, title_text
+    from trainperf.store.record import peak_text
+    from trainperf.train.report import pct, title_text
 
     gp = result.get("goodput", {})
     t = Table(title=title_text(result), show_header=True)
@@ -126,8 +127,9 @@ def print_summary(console, result: dict) -> None:
     t.add_row("median step time", f"{result['step_time_s'] * 1e3:.1f} ms" if result.get("step_time_s") else "-")
     t.add_row("tokens/s (all ranks)", f"{result['tokens_per_s']:,.0f}" if result.get("tokens_per_s") else "-")
     t.add_row("MFU / HFU", f"{pct(result.get('mfu'))} / {pct(result.get('hfu'))}")
-    if peak_text(result):  # what MFU is relative to (on CPU: measured, and how steady)
-        t.add_row("  of peak", peak_text(result))
+    peak = peak_text(result.get("peak_flops"), result.get("peak_source", ""))
+    if peak:  # what MFU is relative to (on CPU: measured, and how steady)
+        t.add_row("  of peak", peak)
     t.add_row("peak memory / rank", f"{(result.get('mem_peak_bytes') or 0) / 2**30:.2f} GiB")
     t.add_row("final loss", f"{result['final_loss']:.4f}" if result.get("final_loss") is not None else "-")
     if result.get("final_eval_loss") is not None:

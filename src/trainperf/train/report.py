@@ -6,20 +6,12 @@ from pathlib import Path
 
 from trainperf.monitor.monitor import read_jsonl
 from trainperf.report.html import Report, bar_chart, line_chart, paragraph, table
+from trainperf.store.record import peak_text
 
 
 def pct(x: float | None) -> str:
     """Return a fraction as a percentage with one decimal ('-' for None)."""
     return f"{x * 100:.1f}%" if x is not None else "-"
-
-
-def peak_text(result: dict) -> str | None:
-    """Return what MFU is relative to, e.g. '9.52 GFLOP/s, measured: ...', or None without a peak."""
-    peak = result.get("peak_flops")
-    if not peak:
-        return None
-    rate = f"{peak / 1e12:.3g} TFLOP/s" if peak >= 1e12 else f"{peak / 1e9:.3g} GFLOP/s"
-    return f"{rate}, {result.get('peak_source', '')}"
 
 
 def title_text(result: dict) -> str:
@@ -39,7 +31,8 @@ def write_report(run_dir: str | Path, result: dict) -> Path:
     xs = [s["step"] for s in kept]
     gp = result.get("goodput", {})
     rep = Report(f"trainperf train: {title_text(result)}", f"layout {result.get('layout')}")
-    notes = [paragraph(f"MFU and HFU are relative to {peak_text(result)}")] if peak_text(result) else []
+    peak = peak_text(result.get("peak_flops"), result.get("peak_source", ""))
+    notes = [paragraph(f"MFU and HFU are relative to {peak}")] if peak else []
     if result.get("contention_note"):
         notes.append(paragraph(f"Note: {result['contention_note']}", "note"))
     rep.add("Summary", table([
