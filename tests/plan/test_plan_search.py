@@ -149,4 +149,4 @@ def test_why_not_fit_terms_sum_to_the_estimate_on_a_tpu():
     assert not est.fits
     terms = extra["memory_terms_bytes"]
     assert sum(terms.values()) == pytest.approx(est.memory_bytes_per_gpu, rel=1e-12)
-    assert terms["reserved (CUDA context, NCCL, workspaces)"] < 2 * 2**30
+    assert terms["runtime reserve (context, collective buffers, workspaces)"] < 2 * 2**30

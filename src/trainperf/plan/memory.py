@@ -279,7 +279,7 @@ def model_state_bytes(params, dp, zero, grad_bytes: float = 2.0, fp32_params: bo
 
 
 MEMORY_TERMS = ("weights", "gradients", "optimizer state", "activations and buffers",
-                "reserved (CUDA context, NCCL, workspaces)")
+                "runtime reserve (context, collective buffers, workspaces)")
 
 
 def _stage_memory(m: ModelSpec, lay: LayoutArrays, flash, dropout, grad_bytes: float, fp8_saved: bool,
