@@ -79,3 +79,22 @@ def test_dispatch_is_taken_from_the_stretch_latest_first(tmp_path):
     assert dispatch_taken(g, cpu, g.kernel_launch)[stretch] == pytest.approx([20.0, 15.0, 15.0])
     g.dispatch_us = 25.0
     assert dispatch_taken(g, cpu, g.kernel_launch)[stretch] == pytest.approx([0.0, 10.0, 15.0])
+
+
+def test_python_between_ops_is_not_dispatch(tmp_path):
+    # each launch's op (aten::add: 50 us of dispatch, then the 10-us call) follows 100 us of other host work outside
+    # the launching op: fusing the op removes its dispatch, not that Python, so the usual dispatch stays 50 us
+    # (the CPU time since the previous launch is 150 us)
+    b = TraceBuilder()
+    for s in range(STEPS):
+        T = s * P
+        b.step(s, T, P)
+        b.cpu("python_work", T, 1000.0)
+        for k in range(N):
+            at = T + 1000.0 + 160.0 * k
+            b.cpu("model_code", at, 100.0)  # an op of its own, not the launching one
+            b.cpu("aten::add", at + 100.0, 60.0)
+            b.launch("elementwise_add_kernel", at + 150.0, at + 155.0, K_US, launch_dur=10.0)
+        b.cpu("python_work", T + 1000.0 + 160.0 * N, P - 1000.0 - 160.0 * N - 1.0)
+    g = _graph(b.write(tmp_path / "py.json.gz"))
+    assert g.dispatch_us == pytest.approx(50.0)

@@ -34,6 +34,7 @@ from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CH
 from trainperf.diagnose.launch import LAUNCH_CALL_OUTLIER_US, SMALL_KERNEL_US
 from trainperf.diagnose.window import Window, merge_intervals
 from trainperf.trace.annotate import STEP_RE, correlated_host_row
+from trainperf.trace.nesting import enclosing_span, thread_key
 from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMMUNICATION, CPU_OP, KERNEL, MEMCPY, MEMSET, PYTHON, RUNTIME,
                                     USER_ANNOTATION, EventTable)
 
@@ -115,8 +116,8 @@ class Graph:
     launch_call_us: np.ndarray  # the launch overhead in a host call: its duration, 0 for an outlier call longer
     #                             than launch.LAUNCH_CALL_OUTLIER_US (a wait a CUDA graph or fusion keeps) (µs)
     kernel_floor_us: float      # a kernel's fixed device cost: 1st percentile of the window's kernel durations (µs)
-    dispatch_us: float          # typical host CPU work per kernel launch: median CPU time between consecutive
-    #                             launches on a thread, other runtime calls' own time left out (µs; launch_dispatch_us)
+    dispatch_us: float          # typical op dispatch per kernel launch: median CPU work since the previous launch on
+    #                             its thread and its op's start, other calls' own time left out (µs; launch_dispatch_us)
     launch_group: np.ndarray    # host node -> the kernel-launch node that ends its stretch (the next launch on its
     #                             thread, itself for a launch), -1 for calls after a thread's last launch and device
     launch: np.ndarray          # launch node of a device node, or -1
@@ -336,16 +337,23 @@ def _launch_groups(thread_orders: list[np.ndarray], kernel_launch: np.ndarray, n
 
 
 def launch_dispatch_us(cpu: np.ndarray, idle: np.ndarray, group: np.ndarray, host_prev: np.ndarray,
-                       kernel_launch: np.ndarray) -> float:
-    """Typical host CPU work per kernel launch (µs): the median, over launches that follow another launch on
-    their thread, of the CPU time since that launch (cpu: each node's gap less data-loader, checkpoint, allocator
-    and idle time), summed over the gaps of the calls in between; stretches with a wait for another thread
+                       kernel_launch: np.ndarray, start: np.ndarray, host_gap: np.ndarray,
+                       op_start: np.ndarray) -> float:
+    """Typical op dispatch per kernel launch (µs): the median, over launches that follow another launch on
+    their thread, of the CPU work (cpu: each node's gap less data-loader, checkpoint, allocator and idle time)
+    since that launch and since the start of the op that launches it (op_start, per launch node; -inf outside
+    any op), summed over the gaps of the calls in between; stretches with a wait for another thread
     (idle > TOL_US) are left out. Other runtime calls (copies, reads, hipMalloc) split a stretch but add no gap,
     so they do not move it; the median gap before every call did (5 vs 27.5 µs on HTA's MI250 step, issue 9).
+    The op bound keeps the model's own Python between ops out (what fusing an op removes is its dispatch).
     Falls back to every launch's stretch (a thread's first one included) when no launch follows another."""
     n = cpu.size
     member = group >= 0
-    work = np.bincount(group[member], weights=np.maximum(cpu[member], 0.0), minlength=n)
+    m = np.flatnonzero(member)
+    # the part of each gap after the launching op started: at most its CPU work (the gap's data-loader, idle...
+    # time lies outside the op)
+    lo = np.maximum(start[m] - host_gap[m], op_start[group[m]])
+    work = np.bincount(group[m], weights=np.clip(np.minimum(cpu[m], start[m] - lo), 0.0, None), minlength=n)
     waited = np.bincount(group[member], weights=(idle[member] > TOL_US).astype(float), minlength=n) > 0
     launches = np.flatnonzero(kernel_launch & (group == np.arange(n)))
     if not launches.size:
@@ -550,8 +558,16 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     kernel_launch[launch[dev_idx[(t.kind[dev_rows] == KERNEL) & has_launch[n_h:]]]] = True
     launch_call = np.where(is_host & (dur <= LAUNCH_CALL_OUTLIER_US), dur, 0.0)
     launch_group = _launch_groups(thread_orders, kernel_launch, n)
+    op_start = np.full(n, -np.inf)
+    ops = np.flatnonzero(w.keep & (t.kind == CPU_OP))
+    kl_nodes = np.flatnonzero(kernel_launch)
+    if ops.size and kl_nodes.size:
+        key = thread_key(t.pid, t.tid)
+        lr = rows[kl_nodes]
+        enc = enclosing_span(key[ops], t.ts_ns[ops], t.ts_ns[ops] + t.dur_ns[ops], key[lr], t.ts_ns[lr])
+        op_start[kl_nodes[enc >= 0]] = w.ts_us[ops[enc[enc >= 0]]]
     dispatch = launch_dispatch_us(host_gap - gap_dl - gap_ck - gap_al - gap_idle, gap_idle, launch_group, host_prev,
-                                  kernel_launch)
+                                  kernel_launch, start, host_gap, op_start)
 
     cw = np.zeros(n)
     cw_rank = np.full(n, -1)
