@@ -10,39 +10,20 @@ Both twins: dispatch 50 us, each launch costs the host 50 + 10 = 60 us (what a C
 The median gap before every runtime call read 50 us in the plain twin and 15 us with the calls.
 """
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from host_bound import host_bound_trace
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
-from kineto_builder import TraceBuilder  # noqa: E402
-
-from trainperf.diagnose.api import diagnose  # noqa: E402
-from trainperf.diagnose.replay import build_graph, dispatch_taken  # noqa: E402
-from trainperf.diagnose.window import analysis_window  # noqa: E402
-from trainperf.trace.load import load_trace  # noqa: E402
-
-P, STEPS, N, K_US = 3000.0, 5, 10, 20.0
+from trainperf.diagnose.api import diagnose
+from trainperf.diagnose.replay import build_graph, dispatch_taken
+from trainperf.diagnose.window import analysis_window
+from trainperf.trace.load import load_trace
 
 
 def _trace(path: Path, calls: bool) -> Path:
-    op = 64.0 if calls else 60.0  # the two 2-us calls lengthen each op; later events move with them
-    b = TraceBuilder()
-    for s in range(STEPS):
-        T = s * P
-        b.step(s, T, P)
-        b.cpu("python_work", T, 2000.0)
-        for k in range(N):
-            at = T + 2000.0 + op * k
-            b.cpu("aten::add", at, op)
-            if calls:
-                b.cpu("cudaGetDevice", at + 20.0, 2.0, cat="cuda_runtime")
-                b.cpu("cudaMalloc", at + 37.0, 2.0, cat="cuda_runtime")
-            b.launch("elementwise_add_kernel", at + op - 10.0, at + op - 5.0, K_US, launch_dur=10.0)
-        b.cpu("python_work", T + 2000.0 + op * N, P - 2000.0 - op * N - 1.0)
-    return b.write(path / ("calls.json.gz" if calls else "plain.json.gz"))
+    return host_bound_trace(path / ("calls.json.gz" if calls else "plain.json.gz"), calls=calls)
 
 
 def _graph(path: Path):
@@ -85,16 +66,5 @@ def test_python_between_ops_is_not_dispatch(tmp_path):
     # each launch's op (aten::add: 50 us of dispatch, then the 10-us call) follows 100 us of other host work outside
     # the launching op: fusing the op removes its dispatch, not that Python, so the usual dispatch stays 50 us
     # (the CPU time since the previous launch is 150 us)
-    b = TraceBuilder()
-    for s in range(STEPS):
-        T = s * P
-        b.step(s, T, P)
-        b.cpu("python_work", T, 1000.0)
-        for k in range(N):
-            at = T + 1000.0 + 160.0 * k
-            b.cpu("model_code", at, 100.0)  # an op of its own, not the launching one
-            b.cpu("aten::add", at + 100.0, 60.0)
-            b.launch("elementwise_add_kernel", at + 150.0, at + 155.0, K_US, launch_dur=10.0)
-        b.cpu("python_work", T + 1000.0 + 160.0 * N, P - 1000.0 - 160.0 * N - 1.0)
-    g = _graph(b.write(tmp_path / "py.json.gz"))
+    g = _graph(host_bound_trace(tmp_path / "py.json.gz", other_op_us=100.0, python_us=1000.0))
     assert g.dispatch_us == pytest.approx(50.0)

@@ -18,23 +18,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 from kineto_builder import TraceBuilder  # noqa: E402
 
-from trainperf.diagnose.api import diagnose  # noqa: E402
+from host_bound import K_US, N, P, STEPS, host_bound_trace  # noqa: E402
 
-P, STEPS, N, K_US = 3000.0, 5, 10, 20.0
+from trainperf.diagnose.api import diagnose  # noqa: E402
 
 
 def _trace(path: Path) -> Path:
-    b = TraceBuilder()
-    for s in range(STEPS):
-        T = s * P
-        b.step(s, T, P)
-        b.cpu("python_work", T, 2000.0)
-        for k in range(N):
-            at = T + 2000.0 + 60.0 * k
-            b.cpu("aten::add", at, 60.0)
-            b.launch("elementwise_add_kernel", at + 50.0, at + 55.0, K_US, launch_dur=10.0)
-        b.cpu("python_work", T + 2000.0 + 60.0 * N, P - 2000.0 - 60.0 * N - 1.0)
-    return b.write(path / "t.json.gz")
+    return host_bound_trace(path / "t.json.gz")
 
 
 def test_launch_bound_is_priced_by_its_launches(tmp_path):
