@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainperf.diagnose.window import Window, union_us
-from trainperf.trace.annotate import enclosing_span
+from trainperf.trace.nesting import enclosing_span, thread_key
 from trainperf.trace.events import CPU_OP, PYTHON, RUNTIME, USER_ANNOTATION, EventTable
 
 # Python frames of the framework itself: a call site is the innermost frame of the user's code
@@ -92,7 +92,7 @@ def checkpoint_spans(t: EventTable, w: Window) -> HostSpans:
 
 def _outermost(t: EventTable, rows: np.ndarray) -> np.ndarray:
     """The spans among rows that no other of them (same pid/tid) encloses."""
-    key = t.pid[rows] * 1_000_003 + t.tid[rows]
+    key = thread_key(t.pid[rows], t.tid[rows])
     o = np.lexsort((-t.dur_ns[rows], t.ts_ns[rows], key))
     r, k = rows[o], key[o]
     end = t.ts_ns[r] + t.dur_ns[r]
@@ -111,7 +111,7 @@ def call_sites(t: EventTable, rows: np.ndarray) -> list[str]:
     """Where each host row (a runtime call) was made: the innermost Python frame of user code when the
     trace has Python stacks (with_stack=True), then the outermost and innermost ATen op around it
     ("train.py(88): step > aten::item > aten::_local_scalar_dense"), else the call's own name."""
-    key = t.pid * 1_000_003 + t.tid
+    key = thread_key(t.pid, t.tid)
     ts = t.ts_ns[rows]
     parts: list[list[str]] = [[] for _ in range(rows.size)]
     py = np.flatnonzero(t.kind == PYTHON)

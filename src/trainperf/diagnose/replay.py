@@ -444,7 +444,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
             launch[i] = node_of_row.get(lr, -1)
     stream_prev = np.full(n, -1)
     dev_idx = np.arange(n_h, n)
-    streams = t.pid[dev_rows] * 1_000_003 + t.stream[dev_rows]  # (device, stream): ids repeat across GPUs
+    streams = thread_key(t.pid[dev_rows], t.stream[dev_rows])  # (device, stream): ids repeat across GPUs
     by_stream = []
     for s in np.unique(streams):
         idx = dev_idx[streams == s]

@@ -31,6 +31,7 @@ import numpy as np
 
 from trainperf.trace.annotate import STEP_RE
 from trainperf.trace.events import CPU_OP, GPU_ANNOTATION, MEMCPY, USER_ANNOTATION, EventTable
+from trainperf.trace.nesting import thread_key
 
 if TYPE_CHECKING:
     from trainperf.diagnose.window import Window
@@ -65,7 +66,7 @@ def find_step_markers(t: EventTable) -> StepMarkers:
     device = np.flatnonzero(named & (t.kind == GPU_ANNOTATION))
     ignored = np.zeros(0, dtype=np.int64)
     if host.size:
-        thread = t.pid[host] * 1_000_003 + t.tid[host]
+        thread = thread_key(t.pid[host], t.tid[host])
         keys, counts = np.unique(thread, return_counts=True)
         first = np.array([t.ts_ns[host[thread == k]].min() for k in keys])
         best = keys[np.lexsort((first, -counts))[0]]

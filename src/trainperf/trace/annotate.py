@@ -21,7 +21,7 @@ from trainperf.trace.events import (CAT_OTHER, COMMUNICATION, CPU_OP, DEVICE_KIN
                                     USER_ANNOTATION, EventTable)
 from trainperf.trace.nesting import enclosing_span, thread_key
 
-__all__ = ["annotate", "correlated_host_row", "enclosing_span", "step_spans"]  # enclosing_span: trace.nesting's
+__all__ = ["annotate", "correlated_host_row", "step_spans"]
 
 COMM_STREAM_SHARE = 0.9  # a stream whose kernels are at least this share communication is a communication stream
 COMM_STREAM_MIN_KERNELS = 2
