@@ -29,6 +29,7 @@ def app():
 def store(tmp_path):
     for i, run_id in enumerate(IDS):
         config = {"steps": 50, "comparable": {"model": {"n_layers": 4}, "seed": 0},
+                  "summary": {"mfu": 0.179134, "hfu": 0.2, "mem_peak_bytes": 598167552},
                   "eval": [[s, 4.0 - s / 100] for s in range(5, 55, 5)]}
         write_run(RunRecord(run_id=run_id, job="a-rather-long-job-name", host="node0.cluster.example.org",
                             started_at=STARTED_AT + i, step_time_s=0.125, mem_peak_bytes=3 * 2.0**30, config=config,
@@ -52,6 +53,9 @@ def test_show_prints_iso_times_and_nested_config(app, store):
     lines = res.output.splitlines()
     assert f"started_at: {STARTED_ISO}" in lines  # no raw epoch beside it (issue 14)
     assert "goodput: 2.77%" in lines  # a percentage, as the terminal and report show it, not 0.0277466
+    # the run summary kept in the config: the same units (an int byte count too)
+    assert "    mfu: 17.9%" in lines and "    hfu: 20%" in lines, lines
+    assert "    mem_peak_bytes: 5.98168e+08 (0.557 GiB)" in lines, lines
     assert "config:" in lines and "  comparable:" in lines and "    model:" in lines and "      n_layers: 4" in lines
     assert "{'" not in res.output  # no Python dict repr
     assert "mem_peak_bytes: 3.22123e+09 (3 GiB)" in lines

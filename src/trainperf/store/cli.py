@@ -108,9 +108,9 @@ def _rounded(v):
     return v
 
 
-# Record fields that are fractions of 1, shown as percentages as every other view shows them (mfu has its
-# own line, with the peak it is a fraction of).
-FRACTION_KEYS = ("goodput",)
+# Record fields that are fractions of 1, shown as percentages as every other view shows them (the record's
+# own mfu line is then worded with the peak it is a fraction of; the run summary's copies keep the %).
+FRACTION_KEYS = ("goodput", "mfu", "hfu")
 
 
 def _scalar(key: str, v) -> str:
@@ -120,9 +120,10 @@ def _scalar(key: str, v) -> str:
         return iso_time(v)
     if key in FRACTION_KEYS and isinstance(v, (int, float)):
         return f"{100 * v:.3g}%"
+    if isinstance(v, (int, float)) and key.endswith("_bytes") and v >= 2**20:
+        return f"{v:.6g} ({v / 2**30:.3g} GiB)"
     if isinstance(v, float):
-        s = f"{v:.6g}"
-        return f"{s} ({v / 2**30:.3g} GiB)" if key.endswith("_bytes") and v >= 2**20 else s
+        return f"{v:.6g}"
     if isinstance(v, (list, tuple)):
         items = [json.dumps(_rounded(_jsonable(x)), default=str) for x in v]
         return (f"[{', '.join(items)}]" if len(items) <= 8 else
