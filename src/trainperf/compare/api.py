@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from trainperf.compare.history import between_floor, hosts_between
-from trainperf.compare.interval import DEFAULT_BETWEEN
+from trainperf.compare.history import between_floor
 from trainperf.compare.numerics import NumericsResult, compare_numerics
 from trainperf.compare.perf import LEVEL, MIN_EFFECT, PerfResult, compare_perf
 from trainperf.compare.runs import RunData, load_run, load_side
@@ -60,10 +59,7 @@ def compare_runs(a: str | list[RunData], b: str | list[RunData], *, store: str |
     a_runs = load_side(a, store) if isinstance(a, str) else list(a)
     b_runs = load_side(b, store) if isinstance(b, str) else list(b)
     ref = load_run(reference, store) if isinstance(reference, str) else reference
-    if len(a_runs) == 1 and len(b_runs) == 1:
-        floor = between_floor(a_runs, b_runs, store)
-    else:  # repeats measure the runs' spread on their hosts; a difference of hosts they cannot show
-        floor = replace(DEFAULT_BETWEEN, hosts=hosts_between(a_runs, b_runs, store))
+    floor = between_floor(a_runs, b_runs, store)
     return Comparison(a=[r.name for r in a_runs], b=[r.name for r in b_runs],
                       perf=compare_perf(a_runs, b_runs, min_effect=min_effect, between=floor),
                       numerics=compare_numerics(a_runs, b_runs, target=target_loss, reference=ref))

@@ -217,9 +217,13 @@ def hosts_between(a_runs: list[RunData], b_runs: list[RunData], store: str | Non
 
 
 def between_floor(a_runs: list[RunData], b_runs: list[RunData], store: str | None = None) -> BetweenRun:
-    """Return the between-run term before the runs' own drift is seen: the store's history on the
-    runs' hosts when it has one, else ``interval.DEFAULT_BETWEEN``; with the hosts' term
-    (``hosts_between``) when A and B ran on different hosts."""
+    """Return the between-run term before the runs' own drift is seen, as `compare` and `gate` take it.
+    One run a side: the store's history on the runs' hosts when it has one, else
+    ``interval.DEFAULT_BETWEEN``. Repeats: the default, whose cv the repeats' own spread replaces. Either
+    way with the hosts' term (``hosts_between``) when A and B ran on different hosts: the repeats measure
+    their spread on their hosts, not a difference of hosts."""
+    if len(a_runs) != 1 or len(b_runs) != 1:
+        return replace(DEFAULT_BETWEEN, hosts=hosts_between(a_runs, b_runs, store))
     runs = a_runs + b_runs
     hosts = {r.host for r in runs}
     found = history_between(hosts, {r.run_id for r in runs if r.run_id} | {r.name for r in runs}, store)

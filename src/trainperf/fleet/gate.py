@@ -27,7 +27,7 @@ confidence interval (Mann-Whitney inversion). Verdict:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -131,7 +131,7 @@ def _between(baseline: RunSeries, candidate: RunSeries, metric: str):
     floor raised to the runs' own drift (``compare.perf.run_between``) for a speed metric, only the series'
     own drift for another metric. Repeats of a speed metric: only the hosts' term (the repeats measure
     their spread on their hosts, not a difference of hosts). None: bare series, the interval's default."""
-    from trainperf.compare.interval import DEFAULT_BETWEEN, NO_BETWEEN, drift_between, level_drift
+    from trainperf.compare.interval import NO_BETWEEN, drift_between, level_drift
 
     one_each = len(baseline.series) == 1 and len(candidate.series) == 1
     if metric not in SPEED_METRICS:
@@ -139,13 +139,11 @@ def _between(baseline: RunSeries, candidate: RunSeries, metric: str):
                 if one_each else None)
     if not (baseline.runs and candidate.runs):
         return None
-    from trainperf.compare.history import between_floor, hosts_between
+    from trainperf.compare.history import between_floor
     from trainperf.compare.perf import run_between
 
-    if not one_each:
-        return replace(DEFAULT_BETWEEN, hosts=hosts_between(baseline.runs, candidate.runs, baseline.store))
     floor = between_floor(baseline.runs, candidate.runs, baseline.store)
-    return run_between(baseline.runs[0], candidate.runs[0], floor)
+    return run_between(baseline.runs[0], candidate.runs[0], floor) if one_each else floor
 
 
 def compare_runs(baseline: RunSeries, candidate: RunSeries, metric: str = "step_time", min_effect: float = 0.02,
