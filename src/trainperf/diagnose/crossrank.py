@@ -217,18 +217,10 @@ def _intersect(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple
 
 def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]], lo: int, hi: int) -> int:
     """Total length (ns) of the intersection of two merged interval lists, inside [lo, hi)."""
-    total, i, j = 0, 0, 0
-    while i < len(a) and j < len(b):
-        s, e = max(a[i][0], b[j][0], lo), min(a[i][1], b[j][1], hi)
-        total += max(0, e - s)
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
+    return sum(max(0, min(e, hi) - max(s, lo)) for s, e in _intersect(a, b))
 
 
-def host_step_waits(t: EventTable) -> dict[int, tuple[float, float]]:
+def host_step_waits(t: EventTable) -> dict[int, tuple[float, float, float]]:
     """Per ProfilerStep of one rank: step number -> (step µs, wait µs, stall µs). Wait: the time its
     training-loop thread spent blocked inside a collective-blocking op with no child op of its own while a
     gloo:* span was open on any thread of the rank. Stall: the rest of its time inside DataLoader and
@@ -272,7 +264,7 @@ def host_step_waits(t: EventTable) -> dict[int, tuple[float, float]]:
             continue
         s, e = int(t.ts_ns[r]), int(end[r])
         step = int(names[int(t.name[r])].split("#", 1)[1]) if names[int(t.name[r])].split("#", 1)[1].isdigit() else -1
-        wait = _overlap(waits, [(s, e)], s, e)
+        wait = _overlap(gaps, gloo, s, e)
         stall = _overlap(stalls, [(s, e)], s, e) - _overlap(stalls, waits, s, e)
         out[step] = (float(t.dur_ns[r]) / 1e3, wait / 1e3, stall / 1e3)
     return out

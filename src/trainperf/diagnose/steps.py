@@ -25,16 +25,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from trainperf.diagnose.window import Window, union_us
 from trainperf.trace.annotate import STEP_RE
 from trainperf.trace.events import CPU_OP, GPU_ANNOTATION, MEMCPY, USER_ANNOTATION, EventTable
 from trainperf.trace.nesting import thread_key
-
-if TYPE_CHECKING:
-    from trainperf.diagnose.window import Window
 
 HOST_STEP_KINDS = (USER_ANNOTATION, CPU_OP)  # "user_annotation" since PyTorch 2.0, "cpu_op" before
 ITERATION_HINT_RE = re.compile(r"^Optimizer\.step#")  # torch.optim's record function, one per optimizer step
@@ -112,9 +109,6 @@ class StepTime:
 def step_times(t: EventTable, w: Window, markers: StepMarkers | None = None) -> list[StepTime]:
     """Every host ProfilerStep of the rank (find_step_markers) with its host duration, device busy time and GPU
     window (µs); [] when the trace has none (the markers' note says why)."""
-    # window.py may ask this module for the step markers: import it here, not at the top, to avoid a cycle
-    from trainperf.diagnose.window import union_us
-
     m = markers if markers is not None else find_step_markers(t)
     out = []
     for s, r in zip(m.numbers, m.host_rows):

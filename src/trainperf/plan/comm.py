@@ -127,7 +127,7 @@ def all_to_all_s(cluster: Cluster, eff: Efficiency, nbytes, stride, size):
 
 def _ring_sends_s(kv_bytes, bw, alpha):
     """Return (seconds of one ring step's send of the KV block, of the KV block and dKV packed: 2x the bytes)."""
-    return alpha + kv_bytes / bw, alpha + 2.0 * kv_bytes / bw
+    return p2p_s(kv_bytes, bw, alpha), p2p_s(2.0 * kv_bytes, bw, alpha)
 
 
 def ring_attention_exposed_s(kv_bytes, cp, bw, alpha, attn_fwd_s, attn_bwd_s):
