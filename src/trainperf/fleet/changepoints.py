@@ -36,7 +36,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
-from scipy.stats import t as student_t
+from scipy.special import stdtr  # the t distribution, without scipy.stats (~1 s to import)
 
 from trainperf.errors import TrainperfError
 from trainperf.fleet.jumps import MIN_TREND_SHARE, find_jumps, trend_share
@@ -321,7 +321,7 @@ def _trimmed_p(e: np.ndarray, k: int, extra: float, rho: float, q: float) -> flo
     # Yuen's Welch-Satterthwaite degrees of freedom: a side of a few points has a loose variance
     df = (d[0] + d[1]) ** 2 / (d[0] ** 2 / (h[0] - 1) + d[1] ** 2 / (h[1] - 1))
     t = abs(mean[1] - mean[0]) / math.sqrt(var)
-    return min(1.0, 2 * m * float(student_t.sf(t, df)))
+    return min(1.0, 2 * m * float(stdtr(df, -t)))  # = 2m x the t survival function at t
 
 
 def _level_p(e: np.ndarray, k: int, extra: float, rho_max: float, opts: "ChangeOptions") -> float:
