@@ -104,7 +104,7 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Effi
     zero = np.asarray(lay.zero)
     rc = np.asarray(lay.recompute)
     fp8 = np.asarray(lay.fp8, dtype=bool)
-    dropout = m.linear_bias if sw.dropout is None else sw.dropout
+    dropout = sw.uses_dropout(m.linear_bias)
     seq = m.seq_len
 
     peak_nominal = acc.peak_flops("bf16")

@@ -365,8 +365,7 @@ def stack_features(sw: Software, acc: Accelerator | None = None) -> MemoryFeatur
 def _stack_args(m: ModelSpec, sw: Software) -> tuple:
     """Return the memory model's stack arguments: flash attention, dropout (None: models with linear
     biases use it), gradient width (bytes) and whether fp8 casts are fused."""
-    dropout = m.linear_bias if sw.dropout is None else sw.dropout
-    return sw.flash_attention, dropout, float(sw.grad_reduce_bytes), sw.fp8_cast_fused
+    return sw.flash_attention, sw.uses_dropout(m.linear_bias), float(sw.grad_reduce_bytes), sw.fp8_cast_fused
 
 
 def stack_memory_bytes(m: ModelSpec, lay: LayoutArrays, sw: Software, acc: Accelerator | None = None):

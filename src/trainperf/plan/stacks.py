@@ -103,6 +103,11 @@ class Software:
         """True when the attention kernel never materialises the score matrix."""
         return self.attention != "math"
 
+    def uses_dropout(self, linear_bias: bool) -> bool:
+        """True when the model trains with dropout: as stated, else GPT-style models (``linear_bias``) do.
+        The one rule the time model and the memory model both read."""
+        return linear_bias if self.dropout is None else self.dropout
+
     def to_dict(self) -> dict:
         """Return the stack's features as a plain dict."""
         return asdict(self)
