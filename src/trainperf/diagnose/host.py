@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainperf.diagnose.window import Window, union_us
-from trainperf.trace.nesting import enclosing_span, thread_key
+from trainperf.trace.nesting import enclosing_span, outermost, thread_key
 from trainperf.trace.events import CPU_OP, PYTHON, RUNTIME, USER_ANNOTATION, EventTable
 
 # Python frames of the framework itself: a call site is the innermost frame of the user's code
@@ -90,23 +90,6 @@ def checkpoint_spans(t: EventTable, w: Window) -> HostSpans:
     return _host_spans(t, w, CHECKPOINT_RE, (USER_ANNOTATION, CPU_OP, PYTHON))
 
 
-def _outermost(t: EventTable, rows: np.ndarray) -> np.ndarray:
-    """The spans among rows that no other of them (same pid/tid) encloses."""
-    key = thread_key(t.pid[rows], t.tid[rows])
-    o = np.lexsort((-t.dur_ns[rows], t.ts_ns[rows], key))
-    r, k = rows[o], key[o]
-    end = t.ts_ns[r] + t.dur_ns[r]
-    top = np.ones(r.size, bool)
-    last_key, run_end = None, -1
-    for i in range(r.size):
-        if k[i] != last_key:
-            last_key, run_end = k[i], -1
-        if t.ts_ns[r[i]] < run_end:
-            top[i] = False
-        run_end = max(run_end, end[i])
-    return r[top]
-
-
 def call_sites(t: EventTable, rows: np.ndarray) -> list[str]:
     """Where each host row (a runtime call) was made: the innermost Python frame of user code when the
     trace has Python stacks (with_stack=True), then the outermost and innermost ATen op around it
@@ -119,7 +102,7 @@ def call_sites(t: EventTable, rows: np.ndarray) -> list[str]:
         user = np.isin(t.name[py], t.ids_matching(lambda s: not _LIBRARY_FRAME_RE.search(s)))
         py = py[user]
     ops = np.flatnonzero(t.kind == CPU_OP)
-    for spans in (py, _outermost(t, ops) if ops.size else ops, ops):
+    for spans in (py, outermost(t, ops) if ops.size else ops, ops):
         if not spans.size:
             continue
         hit = enclosing_span(key[spans], t.ts_ns[spans], t.ts_ns[spans] + t.dur_ns[spans], key[rows], ts)
@@ -135,7 +118,7 @@ def sync_op_counts(t: EventTable, w: Window) -> dict[str, tuple[int, float]]:
     rows = span_rows(t, w, SYNC_OP_RE, (CPU_OP,))
     if not rows.size:
         return {}
-    rows = _outermost(t, rows)
+    rows = outermost(t, rows)
     out: dict[str, tuple[int, float]] = {}
     for r in rows:
         n = t.names[int(t.name[r])]

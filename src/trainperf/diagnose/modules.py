@@ -39,7 +39,7 @@ from trainperf.diagnose.autograd_links import (ACCUMULATE_UNKNOWN, LINKED_OUTSID
                                                BackwardLinks, backward_links)
 from trainperf.trace.annotate import correlated_host_row
 from trainperf.trace.events import CPU_OP, DEVICE_KINDS, PYTHON, EventTable
-from trainperf.trace.nesting import Nesting, innermost, nest, thread_key
+from trainperf.trace.nesting import Nesting, innermost, nest, outermost, thread_key
 
 MODULE_PREFIX = "nn.Module: "
 BACKWARD = "backward (unattributed)"
@@ -143,17 +143,7 @@ def _innermost(t: EventTable, spans: Nesting, query: np.ndarray) -> np.ndarray:
 
 def _outermost_ops(t: EventTable) -> np.ndarray:
     """Rows of the CPU operators no other operator on their thread encloses (each op's time once)."""
-    rows = np.flatnonzero(t.kind == CPU_OP)
-    key = thread_key(t.pid[rows], t.tid[rows])
-    order = np.lexsort((-t.dur_ns[rows], t.ts_ns[rows], key))
-    rows, key = rows[order], key[order]
-    top = np.ones(rows.size, dtype=bool)
-    for k in np.unique(key):
-        sel = np.flatnonzero(key == k)
-        ts = t.ts_ns[rows[sel]]
-        run_end = np.maximum.accumulate(ts + t.dur_ns[rows[sel]])
-        top[sel[1:]] = ts[1:] >= run_end[:-1]  # starts after every earlier op ended
-    return rows[top]
+    return outermost(t, np.flatnonzero(t.kind == CPU_OP))
 
 
 def _strip(path: str) -> str:

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainperf.trace.events import EventTable
+
 # pid * this + tid: one int64 per thread, as the analyses have always keyed threads; two threads collide only
 # when their tids differ by a multiple of it across pids (one rank's trace holds one or two pids)
 THREAD_KEY_FACTOR = 1_000_003
@@ -113,3 +115,18 @@ def enclosing_span(spans_key: np.ndarray, spans_start: np.ndarray, spans_end: np
     when querying one set of spans several times."""
     n = nest(spans_key, spans_start, spans_end)
     return n.original(innermost(n, key, ts))
+
+
+def outermost(t: EventTable, rows: np.ndarray) -> np.ndarray:
+    """Return the rows among ``rows`` that no other of them on the same thread encloses (each span's time
+    once), in (thread, start, longest first) order."""
+    key = thread_key(t.pid[rows], t.tid[rows])
+    order = np.lexsort((-t.dur_ns[rows], t.ts_ns[rows], key))
+    rows, key = rows[order], key[order]
+    top = np.ones(rows.size, dtype=bool)
+    for k in np.unique(key):
+        sel = np.flatnonzero(key == k)
+        ts = t.ts_ns[rows[sel]]
+        run_end = np.maximum.accumulate(ts + t.dur_ns[rows[sel]])
+        top[sel[1:]] = ts[1:] >= run_end[:-1]  # starts after every earlier span ended
+    return rows[top]
