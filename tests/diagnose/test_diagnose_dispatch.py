@@ -52,7 +52,7 @@ def test_dispatch_is_taken_from_the_stretch_latest_first(tmp_path):
     # with the calls, the 50 us of a launch's dispatch sit in three gaps (20, 15, 15 us, oldest first): graphing
     # the launch takes all three; with dispatch_us 25 it would take the last 15 us and 10 of the middle gap
     g = _graph(_trace(tmp_path, True))
-    cpu = g.host_gap - g.gap_dataloader - g.gap_checkpoint - g.gap_allocator - g.gap_idle
+    cpu = g.cpu_work_us
     launch = int(np.flatnonzero(g.kernel_launch)[3])  # a launch after another launch in the same step
     stretch = np.flatnonzero(g.launch_group == launch)
     stretch = stretch[np.argsort(g.start[stretch])]

@@ -135,6 +135,11 @@ class Graph:
     names: list = field(default_factory=list)
     _lists: dict = field(default_factory=dict, repr=False)
 
+    @property
+    def cpu_work_us(self) -> np.ndarray:
+        """Each host node's own CPU work in its gap (µs): replay.cpu_work_us of this graph's gap columns."""
+        return cpu_work_us(self.host_gap, self.gap_dataloader, self.gap_checkpoint, self.gap_allocator, self.gap_idle)
+
     def as_list(self, name: str) -> list:
         """A column as a Python list (cached): the replay loop reads lists ~3x faster than arrays."""
         if name not in self._lists:
@@ -372,6 +377,14 @@ def launch_dispatch_us(cpu: np.ndarray, idle: np.ndarray, group: np.ndarray, hos
     return float(np.median(work[pick]))
 
 
+def cpu_work_us(host_gap: np.ndarray, gap_dataloader: np.ndarray, gap_checkpoint: np.ndarray,
+                gap_allocator: np.ndarray, gap_idle: np.ndarray) -> np.ndarray:
+    """The thread's own CPU work in each host node's gap (µs, >= 0): the gap less the time inside DataLoader,
+    checkpoint and allocator spans and the time it ran nothing (a wait for another thread). This is the work
+    the op dispatch, a graphed launch and a blocking read's op take their time from (Graph.cpu_work_us)."""
+    return np.maximum(host_gap - gap_dataloader - gap_checkpoint - gap_allocator - gap_idle, 0.0)
+
+
 def dispatch_taken(g: "Graph", cpu: np.ndarray, graphed: np.ndarray) -> np.ndarray:
     """CPU time (µs) per node that the launches in `graphed` stop costing the host: up to Graph.dispatch_us per
     launch, taken from the CPU gaps of its stretch (Graph.launch_group) latest first, so a copy or read
@@ -540,7 +553,8 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     site_names = sorted(set(sites))
     sync_site[blocking] = [site_names.index(x) for x in sites]
     gap_so, so_site, in_so = _sync_op_gaps(t, w, rows, start, end, host_prev, blocking, sync_site, n_h)
-    gap_so = np.minimum(gap_so, np.maximum(host_gap - gap_dl - gap_ck - gap_al - gap_idle, 0.0))
+    work = cpu_work_us(host_gap, gap_dl, gap_ck, gap_al, gap_idle)
+    gap_so = np.minimum(gap_so, work)
     pageable_copies = np.zeros(n, bool)
     pageable_copies[sync_on[block == BLOCK_PAGEABLE]] = True
     stream_prev_np = _stream_prev_skipping(by_stream, pageable_copies, n)
@@ -566,7 +580,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
         lr = rows[kl_nodes]
         enc = enclosing_span(key[ops], t.ts_ns[ops], t.ts_ns[ops] + t.dur_ns[ops], key[lr], t.ts_ns[lr])
         op_start[kl_nodes[enc >= 0]] = w.ts_us[ops[enc[enc >= 0]]]
-    dispatch = launch_dispatch_us(host_gap - gap_dl - gap_ck - gap_al - gap_idle, gap_idle, launch_group, host_prev,
+    dispatch = launch_dispatch_us(work, gap_idle, launch_group, host_prev,
                                   kernel_launch, start, host_gap, op_start)
 
     cw = np.zeros(n)
@@ -625,17 +639,18 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
             dur[sel] = dur[sel] / c.factor
     if "remove_straggler_wait" in kinds:
         dur = dur - g.comm_wait
-    # the host gap before a call: data loading + checkpointing + allocator spans + other CPU work
-    cpu = g.host_gap - g.gap_dataloader - g.gap_checkpoint - g.gap_allocator
+    # the host gap before a call: data loading + checkpointing + allocator spans + the thread's own CPU work + the
+    # time it waited for another thread (idle)
+    cpu = g.cpu_work_us
     for c in changes:
-        if c.kind == "host_speedup":
+        if c.kind == "host_speedup":  # only work gets faster; a wait for another thread moves with that thread
             cpu = cpu / c.factor
     graphed = g.kernel_launch if "graph_launches" in kinds else \
         g.small_launch if "graph_small_kernels" in kinds else None
     if graphed is not None:
         # a graphed launch costs neither the call nor the op's usual dispatch before it (other host work stays, and
         # so does an outlier call's wait: Graph.launch_call_us)
-        cpu = cpu - dispatch_taken(g, np.maximum(cpu - g.gap_idle, 0.0), graphed)
+        cpu = cpu - dispatch_taken(g, cpu, graphed)
         dur[graphed] -= g.launch_call_us[graphed]
     if "graph_small_kernels" in kinds:
         # fused into their neighbours, tiny kernels also stop paying a kernel's fixed device cost (start-up and
@@ -649,8 +664,9 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
             gone = (g.syncop_site >= 0) & ((g.syncop_site == c.site) if c.site >= 0 else True)
             cpu = cpu - np.where(gone, g.gap_syncop, 0.0)
             unread |= g.in_syncop & (g.block_class == BLOCK_SYNC) & ((g.sync_site == c.site) if c.site >= 0 else True)
-    # an idle gap is a wait for another thread (host_dep), not CPU work: it shrinks when that thread moves
-    cpu = np.maximum(cpu - g.gap_idle * (g.host_dep >= 0), 0.0)
+    # an idle gap is a wait for another thread (host_dep), not CPU work: it shrinks when that thread moves; one
+    # with no such call to wait for (-1) stays as it was observed
+    cpu = np.maximum(cpu, 0.0) + g.gap_idle * (g.host_dep < 0)
     gap = cpu + (0.0 if "remove_data_wait" in kinds else g.gap_dataloader) + \
         (0.0 if "remove_checkpoint_wait" in kinds else g.gap_checkpoint) + \
         (0.0 if "remove_allocator" in kinds else g.gap_allocator)

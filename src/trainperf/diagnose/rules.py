@@ -230,8 +230,7 @@ def launch_cost_us(f: RankFacts, launches: np.ndarray) -> float:
     This is the host time a CUDA graph (or fusion into fewer kernels) removes: the same amount the what-if replay
     takes off the host chain."""
     g = f.graph
-    cpu = g.host_gap - g.gap_dataloader - g.gap_checkpoint - g.gap_allocator - g.gap_idle
-    return float(dispatch_taken(g, cpu, launches).sum() + g.launch_call_us[launches].sum())
+    return float(dispatch_taken(g, g.cpu_work_us, launches).sum() + g.launch_call_us[launches].sum())
 
 
 def launch_bound(f: RankFacts) -> Finding | None:
