@@ -10,6 +10,12 @@ calls (listing the files, opening DuckDB, creating the views, running the SQL), 
 
 ``--schema-cost``: the same store read when its files are of an older schema (before
 ``peak_flops``), and after ``trainperf runs migrate``.
+
+``--pg-connect URL``: what every call on a PostgreSQL store pays before its own statement (connect,
+make sure the tables exist): whole ``query``/``read_runs`` calls on an empty store and on one of
+``--runs`` small runs, in a private schema of the server at URL, median of ``--repeat``, with the
+statements the server ran per call (``pg_stat_statements`` is not assumed: the calls are counted
+through psycopg's cursor).
 """
 
 from __future__ import annotations
@@ -116,6 +122,64 @@ def schema_cost(root: Path, repeat: int) -> None:
     table("after migrate")
 
 
+def pg_connect_cost(url: str, runs: int, repeat: int) -> None:
+    """Print the median time of whole store calls on PostgreSQL at ``url`` (module doc: ``--pg-connect``),
+    and how many statements each call sent, in a fresh schema (dropped at the end)."""
+    import uuid
+
+    import psycopg
+
+    from trainperf.store import RunRecord, StepSample, query, read_runs, write_run
+
+    schema = f"bench_{uuid.uuid4().hex[:8]}"
+    admin = psycopg.connect(url, autocommit=True)
+    admin.execute(f'CREATE SCHEMA "{schema}"')
+    store = f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
+    sent = [0]
+    real_execute = psycopg.Cursor.execute
+
+    def counting(self, *a, **k):  # count the statements a store call sends (psycopg's own method, wrapped)
+        sent[0] += 1
+        return real_execute(self, *a, **k)
+
+    def once(call):
+        sent[0] = 0
+        t0 = time.perf_counter()
+        call()
+        return time.perf_counter() - t0, sent[0]
+
+    def new_run():
+        return RunRecord(run_id=f"pgw-{uuid.uuid4().hex[:8]}", job="bench", started_at=1.8e9,
+                         samples=[StepSample(step=k, step_time_s=1.0) for k in range(20)])
+
+    psycopg.Cursor.execute = counting
+    try:
+        rows = {"query SELECT 1, empty store (first call)": [once(lambda: query("SELECT 1 AS one", store))]}
+        for i in range(runs):
+            write_run(RunRecord(run_id=f"pgb-{i}", job="bench", host=f"node{i % 4}", started_at=1.7e9 + i,
+                                samples=[StepSample(step=k, step_time_s=1.0) for k in range(20)]), store)
+        def bare():  # the floor: a connection and one statement, no store code
+            with psycopg.connect(store, connect_timeout=5) as con:
+                con.cursor().execute("SELECT 1")
+
+        calls = {"psycopg connect + SELECT 1 (the floor)": bare,
+                 "query SELECT 1": lambda: query("SELECT 1 AS one", store),
+                 f"read_runs, {runs} runs, samples=False": lambda: read_runs(store, samples=False),
+                 f"read_runs, {runs} runs x 20 steps": lambda: read_runs(store),
+                 "write_run, one run of 20 steps": lambda: write_run(new_run(), store)}
+        for _ in range(repeat):  # round robin: a changing machine load falls on every call alike
+            for name, call in calls.items():
+                rows.setdefault(name, []).append(once(call))
+    finally:
+        psycopg.Cursor.execute = real_execute
+        admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        admin.close()
+    print(f"PostgreSQL store calls, median of {repeat} (ms, statements sent per call):")
+    for name, got in rows.items():
+        t, n = statistics.median(g[0] for g in got), statistics.median(g[1] for g in got)
+        print(f"  {name:<40} {1e3 * t:>8.1f} ms {n:>5.0f} statements", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=1000)
@@ -125,7 +189,11 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="reuse an existing store in --dir")
     ap.add_argument("--schema-cost", action="store_true",
                     help="only time queries on files of an older schema, before and after `runs migrate`")
+    ap.add_argument("--pg-connect", metavar="URL", help="only time store calls on PostgreSQL at URL (module doc)")
     args = ap.parse_args()
+    if args.pg_connect:
+        pg_connect_cost(args.pg_connect, args.runs, args.repeat)
+        return
     import duckdb
 
     from trainperf.store import query

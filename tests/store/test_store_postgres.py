@@ -114,3 +114,48 @@ def test_a_table_of_an_older_schema_gains_the_new_columns(pg):
     finally:
         with psycopg.connect(DSN, autocommit=True) as con:
             con.execute(f'DROP SCHEMA "{old_schema}" CASCADE')
+
+
+def test_the_schema_is_created_once_per_version(pg, monkeypatch):
+    """A connect to a store that holds this client's schema version sends one schema statement (the
+    version SELECT), not the ~90 DDL statements; a client whose DDL differs (a column added to the
+    records) is a new version: its DDL runs once and the new column exists. Reference: the statements
+    counted at psycopg's cursor."""
+    import psycopg
+
+    from trainperf.store import postgres
+
+    schema = f"ver_{uuid.uuid4().hex[:8]}"
+    url = pg.replace(pg.split("search_path%3D")[1], schema)
+    with psycopg.connect(DSN, autocommit=True) as con:
+        con.execute(f'CREATE SCHEMA "{schema}"')
+    sent = []
+    real = psycopg.Cursor.execute
+
+    def counting(self, query, *a, **k):
+        sent.append(str(query))
+        return real(self, query, *a, **k)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counting)
+    try:
+        write_run(_record(1), url)  # a new store: the DDL runs
+        assert len(sent) > len(postgres._ddl())
+        sent.clear()
+        assert len(read_runs(url, samples=False)) == 1
+        assert len(sent) == 2 and postgres.SCHEMA_TABLE in sent[0]  # the version check, then the read
+        sent.clear()
+        ddl, v1 = postgres._ddl(), postgres.schema_version()
+        monkeypatch.setattr(postgres, "_ddl", lambda: ddl + ["ALTER TABLE runs ADD COLUMN IF NOT EXISTS extra_col TEXT"])
+        assert query("SELECT count(extra_col) AS n FROM runs", url).to_pylist() == [{"n": 0}]
+        assert len(sent) > len(ddl)  # the new version's DDL ran
+        sent.clear()
+        query("SELECT 1 AS one", url)
+        assert len(sent) == 2
+        v2 = postgres.schema_version()
+        with psycopg.connect(url) as con:
+            versions = {r[0] for r in con.execute(f"SELECT version FROM {postgres.SCHEMA_TABLE}")}
+        assert v1 != v2 and versions == {v1, v2}
+    finally:
+        monkeypatch.undo()
+        with psycopg.connect(DSN, autocommit=True) as con:
+            con.execute(f'DROP SCHEMA "{schema}" CASCADE')

@@ -3,11 +3,19 @@
 Every statement that carries a value is parameterised (psycopg placeholders or COPY rows);
 no value is ever formatted into SQL text. A run is written in one transaction, so readers
 see all of it or none of it.
+
+The tables are created (or given the columns an older schema lacks) once per schema version, not
+on every connect: table ``trainperf_schema`` holds the fingerprint of the DDL each client applied
+(``schema_version``), so a connect costs one SELECT when the store already holds this version, and
+the ~90 DDL statements run only the first time a client of a new schema meets the store
+(``benchmarks/bench_store.py --pg-connect``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
+import time
 
 from trainperf.errors import TrainperfError
 from trainperf.store.record import RunRecord
@@ -52,12 +60,38 @@ def _connect(url: str):
         raise TrainperfError(f"store {redact(url)}: PostgreSQL unreachable ({msg[:200]})") from None
 
 
+SCHEMA_TABLE = "trainperf_schema"  # one row per schema version applied to this store (module doc)
+
+
+def schema_version() -> str:
+    """Return the fingerprint of the tables this client writes: the first 16 hex digits of the SHA-256 of
+    its DDL text, so that a field added to the records (a new column) is a new version with no number to bump."""
+    return hashlib.sha256("\n".join(_ddl()).encode()).hexdigest()[:16]
+
+
 def _ensure_schema(con) -> None:
-    with con.cursor() as cur:
+    """Make sure the store holds this client's tables and columns (``schema_version``): one SELECT when it
+    does; else the DDL (idempotent: IF NOT EXISTS everywhere) and the version recorded, in one transaction.
+    Leaves ``con`` outside any transaction."""
+    import psycopg
+
+    version = schema_version()
+    try:
+        with con.transaction(), con.cursor() as cur:
+            cur.execute(f"SELECT 1 FROM {SCHEMA_TABLE} WHERE version = %s", (version,))
+            if cur.fetchone() is not None:
+                return
+    except psycopg.errors.UndefinedTable:  # a new store, or one created before the version table existed
+        pass
+    with con.transaction(), con.cursor() as cur:
         # serialise concurrent first-time schema creation (CREATE TABLE IF NOT EXISTS races)
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (7_411_845_120,))
         for stmt in _ddl():
             cur.execute(stmt)
+        cur.execute(f"CREATE TABLE IF NOT EXISTS {SCHEMA_TABLE} (version TEXT PRIMARY KEY, "
+                    "applied_at DOUBLE PRECISION)")
+        cur.execute(f"INSERT INTO {SCHEMA_TABLE} (version, applied_at) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                    (version, time.time()))
 
 
 def write_run_pg(rec: RunRecord, url: str) -> None:
@@ -68,8 +102,8 @@ def write_run_pg(rec: RunRecord, url: str) -> None:
     row = run_row(rec)
     ctx = [row[c] for c in CONTEXT]
     try:
+        _ensure_schema(con)
         with con.transaction():
-            _ensure_schema(con)
             with con.cursor() as cur:
                 cols = ", ".join(f'"{c}"' for c in PG_RUN_COLUMNS)
                 marks = ", ".join(["%s"] * len(PG_RUN_COLUMNS))
@@ -97,8 +131,7 @@ def query_pg(sql: str, url: str, params: list | None = None):
     import pyarrow as pa
 
     try:
-        with con.transaction():
-            _ensure_schema(con)
+        _ensure_schema(con)
         with con.cursor() as cur:
             try:
                 if params:
@@ -120,8 +153,7 @@ def read_runs_pg(url: str, filt: RunFilter = RunFilter(), samples: bool = True) 
     """Return the run records matching ``filt`` from PostgreSQL, oldest first (``samples`` False: run rows only)."""
     con = _connect(url)
     try:
-        with con.transaction():
-            _ensure_schema(con)
+        _ensure_schema(con)
         where, params = filt.where(mark="%s", member="run_id = ANY(%s)")
         with con.cursor() as cur:
             cur.execute("SELECT * FROM runs" + where + " ORDER BY started_at, run_id", params)
