@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from trainperf.corpus import kineto as K
-from trainperf.diagnose.steps import find_step_markers, step_times
-from trainperf.diagnose.window import analysis_window
+from trainperf.diagnose.steps import step_times
+from trainperf.diagnose.window import analysis_window, find_step_markers
 from trainperf.trace.load import load_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))

@@ -40,22 +40,22 @@ class RankSummary:
     exposed_comm_us: float = 0.0
     n_events: int = 0
     steps: list[int] = field(default_factory=list)
-    step_time_median_us: float = 0.0
+    step_time_median_us: float | None = None         # None: no complete step (the notes say why)
     step_times: list = field(default_factory=list)  # [{step, host_us, device_busy_us}] per ProfilerStep
     kernel_categories_pct: dict = field(default_factory=dict)
     launch_delay_median_us: float = 0.0
     launch_delay_p95_us: float = 0.0
     small_kernel_count_pct: float = 0.0
     queue_length_max: int = 0
-    memcpy_gbps: dict = field(default_factory=dict)
+    memcpy_gbps: dict = field(default_factory=dict)  # direction -> GB/s; None where no copy's size is recorded
     dataloader_pct: float = 0.0
     host_sync_pct: float = 0.0
     optimizer_pct: float = 0.0
     critical_path_pct: dict = field(default_factory=dict)
     gpu_analyses: str = "ok"
     allocator_pct: float = 0.0
-    gpu_step_time_median_us: float = 0.0            # step period on the GPU timeline (steps.gpu_step_periods_us)
-    gpu_lag_median_us: float = 0.0                  # GPU work of a step starts this long after its host span
+    gpu_step_time_median_us: float | None = None    # step period on the GPU timeline (steps.gpu_step_periods_us)
+    gpu_lag_median_us: float | None = None          # GPU work of a step starts this long after its host span
     confidence: str = "high"                        # lowest confidence the limits of this rank's evidence leave
     evidence_notes: list = field(default_factory=list)  # those limits, and notes on the per-step figures
     fix_order: list = field(default_factory=list)   # kinds, in the order their marginal gains were priced
@@ -224,14 +224,14 @@ def _summary(f: RankFacts, plan: F.FixPlan) -> RankSummary:
     periods = gpu_step_periods_us(st)
     lags = [x.gpu_lag_us for x in st if x.gpu_lag_us == x.gpu_lag_us]
     common = dict(n_events=len(t), steps=f.steps,
-                  step_time_median_us=float(np.median([x.host_us for x in st])) if st else 0.0,
+                  step_time_median_us=float(np.median([x.host_us for x in st])) if st else None,
                   step_times=[{"step": x.step, "host_us": x.host_us, "device_busy_us": x.device_busy_us,
                                "gpu_lag_us": x.gpu_lag_us if x.gpu_lag_us == x.gpu_lag_us else None,
                                "gpu_span_us": x.gpu_end_us - x.gpu_start_us if x.gpu_lag_us == x.gpu_lag_us else None}
                               for x in st],
                   fix_order=plan.order, fix_all_gain_pct=plan.fix_all_gain_pct, dismissed=plan.dismissed,
-                  gpu_step_time_median_us=float(np.median(periods)) if periods else 0.0,
-                  gpu_lag_median_us=float(np.nanmedian(lags)) if lags else 0.0)
+                  gpu_step_time_median_us=float(np.median(periods)) if periods else None,
+                  gpu_lag_median_us=float(np.nanmedian(lags)) if lags else None)
     if not f.has_gpu:
         hw = f.host_window_us
         return RankSummary(t.rank, t.source, hw, 0, 0, 0, 0, 0, 0, 0,

@@ -41,11 +41,9 @@ def rank_caveats(f: RankFacts) -> list[Caveat]:
     """The limits of one rank's evidence (see the module docstring)."""
     t, w = f.table, f.window
     out: list[Caveat] = []
-    n_steps = len(f.step_times)
-    if n_steps < MIN_STEPS:
-        why = w.note or "profile more steps (torch.profiler schedule with active>=3)"
-        out.append(Caveat(note=f"{n_steps} complete profiler step(s) analysed (fewer than {MIN_STEPS}): one step may "
-                               f"not be typical; {why}", confidence="medium"))
+    step = steps_caveat(f)
+    if step is not None:
+        out.append(step)
     if not f.has_gpu:
         out.append(Caveat(note="no GPU activity recorded: host-side evidence only, gains are host-time upper bounds",
                           confidence="low"))
@@ -76,17 +74,39 @@ def rank_caveats(f: RankFacts) -> list[Caveat]:
     return out
 
 
+def steps_caveat(f: RankFacts) -> Caveat | None:
+    """Fewer than MIN_STEPS complete steps analysed: with none, every finding and gain is over the whole trace
+    (the step finder's note says why there are no steps); with one, that step may not be typical."""
+    n_steps, w = len(f.step_times), f.window
+    if n_steps >= MIN_STEPS:
+        return None
+    if n_steps == 0:
+        why = w.markers.note or w.note or "no complete profiler step in the chosen range"
+        return Caveat(note="no complete profiler step: findings and gains are over the whole trace, not per step "
+                           f"(start-up and the iterations' ends included); {why}", confidence="medium")
+    why = w.note or ("the last step, cut short by the profiler, is left out; " if w.steps_excluded else "") + \
+        "profile more steps (torch.profiler schedule with active>=3)"
+    return Caveat(note=f"1 complete profiler step analysed (fewer than {MIN_STEPS}): one step may not be typical; "
+                       f"{why}", confidence="medium")
+
+
 def rank_notes(f: RankFacts) -> list[str]:
     """Observations that qualify the per-step figures without lowering any finding's confidence."""
+    out = []
+    other = f.window.markers.ignored_rows.size
+    if other:
+        out.append(f"{other} ProfilerStep span(s) on another host thread than the one that calls prof.step() are "
+                   "not taken as steps")
     st = [x for x in f.step_times if x.gpu_end_us == x.gpu_end_us]
     if not st:
-        return []
+        return out
     overrun = float(np.median([x.gpu_end_us - (x.start_us + x.host_us) for x in st]))
     step = float(np.median([x.host_us for x in st]))
     if step > 0 and overrun > GPU_LAG_NOTE_SHARE * step:
-        return [f"the GPU work of a step ends {overrun / 1e3:.1f} ms after its ProfilerStep ends on the host "
-                f"({overrun / step:.1f} steps behind): per-step GPU figures follow the launches, not the host windows"]
-    return []
+        out.append(f"the GPU work of a step ends {overrun / 1e3:.1f} ms after its ProfilerStep ends on the host "
+                   f"({overrun / step:.1f} steps behind): per-step GPU figures follow the launches, not the host "
+                   "windows")
+    return out
 
 
 def cross_rank_caveats(clock_offset_us: dict, clock_spread_us: dict) -> list[Caveat]:

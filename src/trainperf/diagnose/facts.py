@@ -138,8 +138,8 @@ class RankFacts:
 
 def collect_facts(t: EventTable, w: Window, waits: dict | None = None) -> RankFacts:
     """Run every analysis of one rank once. waits: crossrank.comm_waits of this rank, or None."""
-    steps = sorted(int(s) for s in np.unique(t.step[w.keep]) if s >= 0) if len(t) else []
-    st = [s for s in step_times(t, w) if s.step in steps and s.step not in w.steps_excluded]
+    steps = w.steps  # the window's steps (window.find_step_markers), the one step finder
+    st = [s for s in step_times(t, w) if s.step in steps]
     # the analysed ProfilerSteps' time (as the replay is anchored at the first), not the kept events' extent: host
     # work before the steps (start-up) and spans running on past the last step (a thread's lifetime) are not steps
     if st:

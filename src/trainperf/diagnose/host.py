@@ -34,7 +34,16 @@ SYNC_OP_RE = re.compile(r"^aten::(item|_local_scalar_dense|nonzero|cpu|masked_se
                         r"|unique_consecutive|repeat_interleave|tolist|is_nonzero|equal|allclose|nonzero_static"
                         r"|_assert_async)$")
 OPTIMIZER_RE = re.compile(r"^Optimizer\.(step|zero_grad)|optimizer.*step|^Optimizer#", re.I)
-CHECKPOINT_RE = re.compile(r"checkpoint|torch\.save|dcp\.|save_state_dict|async_save|torch/serialization", re.I)
+# Activation checkpointing (recomputation) is model work, not a save: torch.utils.checkpoint's Python frames
+# (with_stack traces; ~30 per checkpointed block per step, around the forward and the backward's recompute),
+# the reentrant CheckpointFunction's autograd node, FSDP's checkpoint_wrapper, DeepSpeed's
+# activation_checkpointing and Megatron's (tensor_parallel/random.py). On a CPU trace of 4 checkpointed Linear
+# blocks with stacks they made 43 % of the step a "checkpoint_stall".
+ACTIVATION_CHECKPOINT_RE = r"torch/utils/checkpoint\.py|CheckpointFunction|checkpoint_wrapper|CheckpointWrapper" \
+    r"|activation_checkpoint|recompute|tensor_parallel/random\.py"
+CHECKPOINT_RE = re.compile(rf"^(?!.*(?:{ACTIVATION_CHECKPOINT_RE}))"
+                           r".*(?:checkpoint|torch\.save|dcp\.|save_state_dict|async_save|torch/serialization)",
+                           re.I | re.S)
 
 
 def span_rows(t: EventTable, w: Window, pattern: re.Pattern, kinds) -> np.ndarray:

@@ -20,16 +20,24 @@ def straggler_wait_ms(cross_rank: dict) -> tuple[int, float] | None:
     return (int(rank), ms) if rank is not None and round(ms, 1) > 0 else None
 
 
+def gain_basis(steps) -> str:
+    """What a gain is a share of: 'step time' when the trace has steps, else 'the traced time' (a trace without
+    ProfilerStep is priced over the whole trace; calling that a step time would name a step nobody recorded)."""
+    return "step time" if steps else "the traced time"
+
+
 def gain_text(f) -> str:
-    """'gain ≈ X% of step time', or 'gain not estimated' for a finding without a what-if (idle_gpu): its
-    0.0 is no estimate, and beside a medium severity it read as a contradiction (issue 14)."""
+    """'gain ≈ X% of step time' (of the traced time when the finding's ranks have no steps), or 'gain not
+    estimated' for a finding without a what-if (idle_gpu): its 0.0 is no estimate, and beside a medium severity it
+    read as a contradiction (issue 14)."""
     if not f.what_if and not f.gain_pct:
         return "gain not estimated (no what-if for this kind)"
     if not getattr(f, "priced", True):  # its what-if says why ("not priced: ...")
         return "gain not estimated"
+    basis = gain_basis(f.steps)
     if getattr(f, "gain_is_upper_bound", False):
-        return f"gain up to {f.gain_pct:.1f}% of step time (upper bound: the fix assumes what the trace cannot show)"
-    return f"gain ≈ {f.gain_pct:.1f}% of step time"
+        return f"gain up to {f.gain_pct:.1f}% of {basis} (upper bound: the fix assumes what the trace cannot show)"
+    return f"gain ≈ {f.gain_pct:.1f}% of {basis}"
 
 
 def rank_cells(r) -> list[str]:
@@ -70,8 +78,8 @@ def print_summary(d: Diagnosis, console: Console, top: int = 5) -> None:
     if not d.findings:
         console.print("[green]no findings: nothing in this trace is worth fixing[/]")
     elif d.fix_order:
-        console.print(f"fix all: ≈ {d.fix_all_gain_pct:.1f}% of step time; gains below are marginal, fixes applied "
-                      f"in the order {' > '.join(d.fix_order)}", highlight=False)
+        console.print(f"fix all: ≈ {d.fix_all_gain_pct:.1f}% of {gain_basis(analysed_steps(d))}; gains below are "
+                      f"marginal, fixes applied in the order {' > '.join(d.fix_order)}", highlight=False)
     for i, f in enumerate(d.findings[:top], 1):
         style = _SEV_STYLE[f.severity]
         alone = f" (alone {f.gain_alone_pct:.1f}%)" if f.fix_order and f.gain_alone_pct != f.gain_pct else ""
@@ -90,3 +98,8 @@ def print_summary(d: Diagnosis, console: Console, top: int = 5) -> None:
         for n in f.notes:
             console.print(f"   [yellow]note:[/] {n}", highlight=False)
         console.print(f"   fix: {f.recommendation}", highlight=False)
+
+
+def analysed_steps(d: Diagnosis) -> list[int]:
+    """The steps analysed on every rank, together ([] when no rank has one)."""
+    return [s for r in d.ranks for s in r.steps]

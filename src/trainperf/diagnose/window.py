@@ -1,33 +1,113 @@
-"""The analysis window of a rank, defined exactly as HTA 0.5.0 defines it.
+"""The analysis window of a rank: its steps (one step finder, `find_step_markers`) and the rows inside it.
 
-HTA keeps host events that start before the last ProfilerStep starts (the last step is usually
-cut short by the profiler stopping) and the device events launched by those host events
-(matched by correlation id). With fewer than two ProfilerStep names it keeps everything.
-Device intervals are in µs; traces with float timestamps (ns resolution) are rounded as HTA
-rounds them: start up (ceil), end down (floor).
+The window is HTA 0.5.0's: host events that start before the last ProfilerStep starts (the last step is
+usually cut short by the profiler stopping) and the device events launched by those host events (matched by
+correlation id); with fewer than two steps it keeps everything. Device intervals are in µs; traces with float
+timestamps (ns resolution) are rounded as HTA rounds them: start up (ceil), end down (floor).
+
+The steps are found once, here, and the window carries them (Window.markers): the per-step figures
+(steps.step_times), the analysed step list (Window.steps) and the notes on missing steps all read them.
+
+Markers, as PyTorch's profiler writes them (torch.profiler.profile(schedule=...) with prof.step() once per
+iteration): a record function `ProfilerStep#N` on the host thread that calls prof.step(), with category
+"user_annotation" (PyTorch >= 2.0; "cpu_op" before, kineto PR 709). Kineto also mirrors user annotations onto
+the GPU timeline as "gpu_user_annotation" events, one per stream, so a modern CUDA trace holds a second
+`ProfilerStep#N` per step on the device. Those device copies are markers only, never step boundaries: they
+have no correlation to a launch, they start when the step's first kernel starts (after the host has moved on,
+by ~27 ms on a ROCm trace we have seen) and they can cover only part of the step's kernels (kineto issue
+1022: on backward only the first kernel). Taking one for a host step moves the window's cut to the wrong place.
+A span of that name on another host thread (a user's own record function) is not a step either: the steps
+are those of the thread with the most of them.
+
+A trace without host ProfilerStep spans (an inference trace, a profile of a few iterations without a
+schedule) does not say where a step starts or ends. The step finder then finds no steps and says why
+(StepMarkers.note), naming the iteration-like annotations it saw (Optimizer.step) without turning them into
+steps: a job with several optimizers steps each once per iteration, a GradScaler skips the step after an
+overflow, and where an iteration begins (its data loading) is not recorded at all; a wrong boundary would
+price every per-step finding against the wrong length. The whole trace is then the window.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
-from trainperf.trace.events import GPU_SYNC, KERNEL, MEMCPY, MEMSET, EventTable
+from trainperf.trace.annotate import STEP_RE
+from trainperf.trace.events import (CPU_OP, GPU_ANNOTATION, GPU_SYNC, KERNEL, MEMCPY, MEMSET, USER_ANNOTATION,
+                                    EventTable)
+from trainperf.trace.nesting import thread_key
 
 DEVICE_BUSY_KINDS = (KERNEL, MEMCPY, MEMSET, GPU_SYNC)
+HOST_STEP_KINDS = (USER_ANNOTATION, CPU_OP)  # "user_annotation" since PyTorch 2.0, "cpu_op" before
+ITERATION_HINT_RE = re.compile(r"^Optimizer\.step#")  # torch.optim's record function, one per optimizer step
+MIN_WINDOW_STEPS = 2  # HTA: with fewer ProfilerSteps the whole trace is the window
+PER_STEP_FIX = ("profile with torch.profiler.profile(schedule=...) and call prof.step() once per iteration for "
+                "per-step results")
+
+
+@dataclass(kw_only=True, frozen=True)
+class StepMarkers:
+    """A rank's ProfilerStep#N markers: the host spans that define its steps, the device copies Kineto mirrors
+    onto the streams (markers only), and why there are no steps when there are none (note; "" otherwise)."""
+
+    host_rows: np.ndarray     # rows of the host ProfilerStep#N spans of the stepping thread, by start time
+    numbers: np.ndarray       # N of each host row
+    device_rows: np.ndarray   # rows of the gpu_user_annotation ProfilerStep#N copies
+    ignored_rows: np.ndarray  # host ProfilerStep spans on other threads than the stepping one
+    note: str = ""
+
+    @property
+    def count(self) -> int:
+        """Number of host steps found."""
+        return int(self.host_rows.size)
+
+
+def find_step_markers(t: EventTable) -> StepMarkers:
+    """The ProfilerStep#N markers of one rank (see the module docstring). The stepping thread is the host
+    thread with the most ProfilerStep spans (ties: the one whose first span starts first)."""
+    ids = t.ids_matching(STEP_RE.match)
+    named = np.isin(t.name, ids) if ids.size else np.zeros(len(t), dtype=bool)
+    host = np.flatnonzero(named & np.isin(t.kind, HOST_STEP_KINDS) & (t.stream < 0))
+    device = np.flatnonzero(named & (t.kind == GPU_ANNOTATION))
+    ignored = np.zeros(0, dtype=np.int64)
+    if host.size:
+        thread = thread_key(t.pid[host], t.tid[host])
+        keys, counts = np.unique(thread, return_counts=True)
+        first = np.array([t.ts_ns[host[thread == k]].min() for k in keys])
+        best = keys[np.lexsort((first, -counts))[0]]
+        ignored, host = host[thread != best], host[thread == best]
+        host = host[np.argsort(t.ts_ns[host], kind="stable")]
+    numbers = np.array([int(STEP_RE.match(t.names[int(n)]).group(1)) for n in t.name[host]], dtype=np.int64)
+    return StepMarkers(host_rows=host, numbers=numbers, device_rows=device, ignored_rows=ignored,
+                       note="" if host.size else _no_steps_note(t, device))
+
+
+def _no_steps_note(t: EventTable, device: np.ndarray) -> str:
+    """Why a rank without host ProfilerStep spans gets no per-step figures, and what to do."""
+    if device.size:
+        return (f"ProfilerStep#N appears only on the GPU timeline ({device.size} device annotations, no host span): "
+                f"where each step starts and ends on the host is not recorded, so no per-step figures; {PER_STEP_FIX}")
+    opt = t.ids_matching(ITERATION_HINT_RE.match)
+    n_opt = int((np.isin(t.name, opt) & np.isin(t.kind, HOST_STEP_KINDS)).sum()) if opt.size else 0
+    seen = (f", although {n_opt} Optimizer.step annotations suggest {n_opt} iterations (their boundaries are not "
+            "step boundaries: several optimizers, skipped steps and the data loading before each are not told "
+            "apart)") if n_opt else ""
+    return f"no ProfilerStep#N spans: the trace does not say where a training step starts or ends{seen}; {PER_STEP_FIX}"
 
 
 @dataclass
 class Window:
-    """Rows of a rank inside the analysis window and the device intervals in µs."""
+    """Rows of a rank inside the analysis window, the device intervals in µs, and the steps it was cut by."""
 
     keep: np.ndarray        # bool per row: inside the window
     device: np.ndarray      # row indices of device events (kernels, memcpy, memset, gpu syncs) in the window
     ts_us: np.ndarray       # start of each row (µs, HTA rounding applied)
     end_us: np.ndarray      # end of each row (µs)
     steps_excluded: list[int]
-    note: str = ""
+    markers: StepMarkers    # the rank's steps (find_step_markers), found once
+    note: str = ""          # why the window is the whole trace, when it is ("" otherwise)
 
     @property
     def start_us(self) -> float:
@@ -38,6 +118,13 @@ class Window:
     def stop_us(self) -> float:
         """Last device event end (µs), nan without device events."""
         return float(self.end_us[self.device].max()) if self.device.size else float("nan")
+
+    @property
+    def steps(self) -> list[int]:
+        """Numbers of the steps analysed: the markers' host steps inside the window, the cut-off one excluded."""
+        m = self.markers
+        inside = self.keep[m.host_rows] if m.count else np.zeros(0, dtype=bool)
+        return [int(n) for n in m.numbers[inside] if int(n) not in self.steps_excluded]
 
 
 def device_mask(t: EventTable) -> np.ndarray:
@@ -60,32 +147,36 @@ def times_us(t: EventTable) -> tuple[np.ndarray, np.ndarray]:
     return ts, end
 
 
-def analysis_window(t: EventTable, include_last_step: bool = False) -> Window:
-    """The HTA analysis window of one rank (see the module docstring)."""
+def analysis_window(t: EventTable, include_last_step: bool = False, markers: StepMarkers | None = None) -> Window:
+    """The analysis window of one rank (see the module docstring), cut by its steps (markers, found here when
+    not given). include_last_step: keep the last step too (the trace was already cut to chosen steps)."""
+    m = markers if markers is not None else find_step_markers(t)
     on_dev = device_mask(t)
     ts_us, end_us = times_us(t)
-    step_ids = [i for i, s in enumerate(t.names) if "ProfilerStep" in s]
     excluded: list[int] = []
-    if len(step_ids) >= 2:
-        host_steps = np.flatnonzero(~on_dev & np.isin(t.name, step_ids))
-        if host_steps.size:
-            if include_last_step:
-                host_keep = ~on_dev & (ts_us <= end_us[host_steps].max())
-            else:
-                last = host_steps[np.argmax(ts_us[host_steps])]
-                host_keep = ~on_dev & (ts_us < ts_us[last])
-                excluded = [int(t.step[last])] if t.step is not None else []
-            kept_corr = np.unique(t.correlation[host_keep])
-            keep = host_keep | (on_dev & np.isin(t.correlation, kept_corr))
+    if m.count >= MIN_WINDOW_STEPS:
+        if include_last_step:
+            host_keep = ~on_dev & (ts_us <= end_us[m.host_rows].max())
         else:
-            keep = ~on_dev
+            host_keep = ~on_dev & (ts_us < ts_us[m.host_rows[-1]])  # host_rows are sorted by start
+            excluded = [int(m.numbers[-1])]
+        kept_corr = np.unique(t.correlation[host_keep])
+        keep = host_keep | (on_dev & np.isin(t.correlation, kept_corr))
     else:
         keep = np.ones(len(t), dtype=bool)
-    note = "" if len(step_ids) >= 2 or include_last_step else (
-        "fewer than two ProfilerStep annotations: the whole trace is analysed (profile with a "
-        "torch.profiler schedule and call prof.step() each iteration for per-step results)")
     device = np.flatnonzero(keep & (t.stream != -1) & np.isin(t.kind, DEVICE_BUSY_KINDS))
-    return Window(keep=keep, device=device, ts_us=ts_us, end_us=end_us, steps_excluded=excluded, note=note)
+    return Window(keep=keep, device=device, ts_us=ts_us, end_us=end_us, steps_excluded=excluded, markers=m,
+                  note="" if include_last_step else whole_trace_note(m))
+
+
+def whole_trace_note(m: StepMarkers) -> str:
+    """Why the whole trace is the window (fewer than MIN_WINDOW_STEPS steps), "" when it is not."""
+    if m.count >= MIN_WINDOW_STEPS:
+        return ""
+    if m.count == 0:
+        return f"{m.note}; the whole trace is analysed"
+    return (f"one ProfilerStep (#{int(m.numbers[0])}): the whole trace is analysed, the host work before and "
+            f"after that step included; {PER_STEP_FIX}")
 
 
 def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

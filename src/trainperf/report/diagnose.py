@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainperf.diagnose.render import NO_STRAGGLER, gain_text, rank_cells, straggler_wait_ms
+from trainperf.diagnose.render import (NO_STRAGGLER, analysed_steps, gain_basis, gain_text, rank_cells,
+                                      straggler_wait_ms)
 from trainperf.report.html import Report, bar_chart, esc, paragraph, stacked_bar_chart, table
 
 
@@ -48,9 +49,10 @@ def write_report(d, path: str | Path) -> Path:
     for b in getattr(d, "modules", []):
         _add_modules(rep, b)
     if d.findings:
+        basis = gain_basis(analysed_steps(d))  # "step time", or "the traced time" when no rank has steps
         rep.add("Findings, ranked by marginal gain", bar_chart([f.kind for f in d.findings],
-                                                              [f.gain_pct for f in d.findings], "% step time"),
-                paragraph(f"Fix all: ≈ {d.fix_all_gain_pct:.1f}% of step time. Each gain is what its fix adds to "
+                                                              [f.gain_pct for f in d.findings], f"% of {basis}"),
+                paragraph(f"Fix all: ≈ {d.fix_all_gain_pct:.1f}% of {basis}. Each gain is what its fix adds to "
                           f"the fixes before it, in the order {' > '.join(d.fix_order)}." if d.fix_order else
                           "No finding has a fix whose effect could be replayed: gains are host-only estimates or "
                           "not estimated.", "note"))
