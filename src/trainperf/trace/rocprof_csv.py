@@ -13,10 +13,14 @@ what `-o` names): `kernel_trace`, `hip_api_trace`, `hsa_api_trace`, `memory_copy
 - memory_copy_trace: Kind, Direction (MEMORY_COPY_HOST_TO_DEVICE...), Stream_Id (newer versions),
   Source_Agent_Id, Destination_Agent_Id, Correlation_Id, Start_Timestamp, End_Timestamp (no bytes).
 Times are ns. Agent ids read "Agent 4" (the default, relative index over all agents), "GPU 1"
-(`--agent-index=type-relative`) or a bare number (older versions, or absolute node ids): a "GPU N"
-agent is GPU N, other labels are numbered in order among the agents that ran a kernel or sit on the
-device end of a copy (CPU agents never do), as the JSON reader numbers its GPU agents. The kernels'
-queue is their stream unless a HIP stream id (> 0) is recorded, as in the JSON reader.
+(`--agent-index=type-relative`) or a bare number (older versions, or absolute node ids). A GPU's index
+is its place among the GPU agents in logical-node order, as the JSON reader numbers them: "GPU N" is
+GPU N; "Agent N" and bare numbers are looked up in `<prefix>_agent_info.csv` (Node_Id, Logical_Node_Id,
+Agent_Type), which every rocprofv3 CSV run writes beside its traces, by logical node id first (the
+default labels) and node id second (absolute labels). Without that file they are numbered in order
+among the agents that ran a kernel or sit on the device end of a copy (CPU agents never do): right
+when a process used the first GPUs, low when it used, say, only the fourth. The kernels' queue is
+their stream unless a HIP stream id (> 0) is recorded, as in the JSON reader.
 """
 
 from __future__ import annotations
@@ -135,7 +139,7 @@ def read_rocprof_csv(path: str | Path, rank: int | None = None) -> EventTable:
     path = Path(path)
     group = group_of(path)
     tables = {k: _read(p, _REQUIRED.get(k, _API_COLUMNS), _WANTED.get(k, _API_COLUMNS)) for k, p in group.items()}
-    gpus = _gpu_numbers(tables)
+    gpus = _agent_info(path) or _gpu_numbers(tables)
     cats: list[str] = []
     names: list = []
     ints: list[np.ndarray] = []
@@ -164,7 +168,8 @@ def read_rocprof_csv(path: str | Path, rank: int | None = None) -> EventTable:
         idx = add("kernel", k.column("Kernel_Name").to_pylist(), pid=gpu, tid=q, ts=_ints(k, "Start_Timestamp"),
                   end=_ints(k, "End_Timestamp"), corr=_ints(k, "Correlation_Id"), stream=np.maximum(q, 0),
                   keep=gpu >= 0)
-        threads.update({(g, s): f"GPU {g} queue {s}" for g, s in set(zip(gpu[idx].tolist(), q[idx].tolist()))})
+        for g, s, is_stream in set(zip(gpu[idx].tolist(), q[idx].tolist(), (stream[idx] > 0).tolist())):
+            threads[(g, s)] = f"GPU {g} {'stream' if is_stream else 'queue'} {s}"
     c = tables.get("memory_copy_trace")
     if c is not None and c.num_rows:
         dst, src = _gpu_of(c.column("Destination_Agent_Id"), gpus), _gpu_of(c.column("Source_Agent_Id"), gpus)
@@ -172,8 +177,10 @@ def read_rocprof_csv(path: str | Path, rank: int | None = None) -> EventTable:
         direction = [str(d).replace("MEMORY_COPY_", "") for d in c.column("Direction").to_pylist()]
         label = [f"Memcpy {_COPY_NAMES.get(d, d)} (rocprofv3)" for d in direction]
         stream = np.maximum(_ints(c, "Stream_Id", 0), 0)
-        add("gpu_memcpy", label, pid=gpu, tid=stream, ts=_ints(c, "Start_Timestamp"), end=_ints(c, "End_Timestamp"),
-            corr=_ints(c, "Correlation_Id"), stream=stream, keep=gpu >= 0)
+        idx = add("gpu_memcpy", label, pid=gpu, tid=stream, ts=_ints(c, "Start_Timestamp"),
+                  end=_ints(c, "End_Timestamp"), corr=_ints(c, "Correlation_Id"), stream=stream, keep=gpu >= 0)
+        for key in set(zip(gpu[idx].tolist(), stream[idx].tolist())):
+            threads.setdefault(key, f"GPU {key[0]} stream {key[1]}")
     for kind, cat in _HOST_KINDS.items():
         a = tables.get(kind)
         if a is None or not a.num_rows:
@@ -210,4 +217,37 @@ def _gpu_numbers(tables: dict) -> dict[tuple[str, int], int]:
     others = sorted(n for t, n in seen if t == "agent")
     out = {("agent", n): i for i, n in enumerate(others)}
     out.update({a: a[1] for a in seen if a[0] == "gpu"})
+    return out
+
+
+AGENT_INFO = "agent_info.csv"
+
+
+def _agent_info(path: Path) -> dict[tuple[str, int], int] | None:
+    """{agent: GPU index} from the process's `<prefix>_agent_info.csv` (None when it has none, or one without the
+    Node_Id, Logical_Node_Id and Agent_Type columns): GPU agents indexed in Logical_Node_Id order; "Agent N" / bare
+    N is the agent of logical node id N (rocprofv3's default labels; its own tests read them so), else of node id N
+    (absolute labels); CPU agents map to -1 (no device track)."""
+    import csv
+
+    m = CSV_RE.match(path.name)
+    info = path.with_name(path.name[: m.start("kind")] + AGENT_INFO) if m else None
+    if info is None or not info.is_file():
+        return None
+    try:
+        with open(info, newline="") as f:
+            reader = csv.DictReader(f)
+            if not {"Node_Id", "Logical_Node_Id", "Agent_Type"} <= set(reader.fieldnames or ()):
+                return None  # another layout (a converter's?): the agents are numbered as without the file
+            agents = [(int(r["Logical_Node_Id"]), int(r["Node_Id"]), str(r["Agent_Type"]).strip().upper())
+                      for r in reader]
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise TrainperfError(f"{info}: not a readable CSV file ({str(e).splitlines()[0]})") from None
+    except (TypeError, ValueError):
+        raise TrainperfError(f"{info}: an agent row without an integer Node_Id or Logical_Node_Id") from None
+    gpu_index = {lnid: i for i, lnid in enumerate(sorted(ln for ln, _, t in agents if t == "GPU"))}
+    out: dict[tuple[str, int], int] = {("gpu", i): i for i in gpu_index.values()}
+    out.update({("agent", ln): gpu_index.get(ln, -1) for ln, _, _ in agents})
+    for ln, node, _ in agents:
+        out.setdefault(("agent", node), gpu_index.get(ln, -1))
     return out
