@@ -19,22 +19,20 @@ def test_ring_exposure_by_hand():
     t1, t2 = alpha + kv / bw, alpha + 2 * kv / bw
     assert t1 == pytest.approx(93.886e-6, rel=1e-4) and t2 == pytest.approx(177.772e-6, rel=1e-4)
     # cp 4, forward attention 200 us (50 us a step), backward 500 us (125 us a step)
-    fwd, bwd = comm.ring_attention_exposed_s(kv, 4, bw, alpha, 200e-6, 500e-6)
-    assert float(fwd) == pytest.approx(3 * (93.886e-6 - 50e-6), rel=1e-4)            # 131.7 us
-    assert float(bwd) == pytest.approx(2 * 0.0 + 2 * (177.772e-6 - 125e-6), rel=1e-4)  # 105.5 us
-    total_f, total_b = comm.ring_attention_comm_s(kv, 4, bw, alpha)
-    assert float(total_f) == pytest.approx(3 * t1) and float(total_b) == pytest.approx(2 * t1 + 2 * t2)
+    ring = comm.ring_attention_s(kv, 4, bw, alpha, 200e-6, 500e-6)
+    assert float(ring.fwd_exposed) == pytest.approx(3 * (93.886e-6 - 50e-6), rel=1e-4)            # 131.7 us
+    assert float(ring.bwd_exposed) == pytest.approx(2 * 0.0 + 2 * (177.772e-6 - 125e-6), rel=1e-4)  # 105.5 us
+    assert float(ring.fwd_sent) == pytest.approx(3 * t1) and float(ring.bwd_sent) == pytest.approx(2 * t1 + 2 * t2)
 
 
 def test_ring_step_cannot_borrow_time_from_other_steps():
     # cp 8, each send 100 us, forward attention 720 us in all (90 us a step): the sends add up to
     # 700 us < 720 us, yet every step waits 10 us for its block
-    fwd, _ = comm.ring_attention_exposed_s(100e-6 * 100e9, 8, 100e9, 0.0, 720e-6, 1.0)
-    assert float(fwd) == pytest.approx(7 * 10e-6)
+    ring = comm.ring_attention_s(100e-6 * 100e9, 8, 100e9, 0.0, 720e-6, 1.0)
+    assert float(ring.fwd_exposed) == pytest.approx(7 * 10e-6)
     # long attention hides everything; cp 1 sends nothing
-    assert comm.ring_attention_exposed_s(1e6, 8, 100e9, 0.0, 1.0, 2.0) == (0.0, 0.0)
-    assert comm.ring_attention_exposed_s(1e9, 1, 1e9, 1e-3, 0.0, 0.0) == (0.0, 0.0)
-    assert comm.ring_attention_comm_s(1e9, 1, 1e9, 1e-3) == (0.0, 0.0)
+    assert comm.ring_attention_s(1e6, 8, 100e9, 0.0, 1.0, 2.0)[:2] == (0.0, 0.0)
+    assert comm.ring_attention_s(1e9, 1, 1e9, 1e-3, 0.0, 0.0) == (0.0, 0.0, 0.0, 0.0)
 
 
 def test_cp_divides_activations_and_shards_states_over_dp_times_cp():

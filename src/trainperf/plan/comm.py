@@ -18,6 +18,8 @@ is ``2 * ceil(log2 n)`` for all-reduce and ``ceil(log2 n)`` for the others.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from trainperf.plan.efficiency import Efficiency
@@ -125,13 +127,17 @@ def all_to_all_s(cluster: Cluster, eff: Efficiency, nbytes, stride, size):
     return np.where(size > 1, t, 0.0)
 
 
-def _ring_sends_s(kv_bytes, bw, alpha):
-    """Return (seconds of one ring step's send of the KV block, of the KV block and dKV packed: 2x the bytes)."""
-    return p2p_s(kv_bytes, bw, alpha), p2p_s(2.0 * kv_bytes, bw, alpha)
+class RingAttention(NamedTuple):
+    """Ring attention's KV exchange per layer (seconds): the part not hidden behind attention, and all of it."""
+
+    fwd_exposed: np.ndarray | float
+    bwd_exposed: np.ndarray | float
+    fwd_sent: np.ndarray | float
+    bwd_sent: np.ndarray | float
 
 
-def ring_attention_exposed_s(kv_bytes, cp, bw, alpha, attn_fwd_s, attn_bwd_s):
-    """Return (forward, backward) seconds of ring attention's KV exchange not hidden behind attention (per layer).
+def ring_attention_s(kv_bytes, cp, bw, alpha, attn_fwd_s, attn_bwd_s) -> RingAttention:
+    """Return ring attention's KV exchange per layer, forward and backward: exposed and in all (RingAttention, s).
 
     Context parallelism as TransformerEngine's p2p ring (Megatron-Core's default): each of the
     ``cp`` ranks holds two load-balanced chunks of the sequence, so every ring step computes the
@@ -141,20 +147,16 @@ def ring_attention_exposed_s(kv_bytes, cp, bw, alpha, attn_fwd_s, attn_bwd_s):
     ``cp - 1`` sends of the KV block, each behind one step's compute; a step cannot start before its
     block has arrived, so each step costs the larger of the two. Backward: ``cp`` steps with one send
     each, behind its step: the KV block alone (first), KV and the dKV accumulator packed
-    (``cp - 2`` middle steps, 2x the bytes), dKV alone (last).
+    (``cp - 2`` middle steps, 2x the bytes), dKV alone (last). ``*_sent``: the same sends with no
+    compute to hide behind (what the links carry; their SM cost is priced as contention).
     """
     cp = np.asarray(cp, dtype=float)
-    t1, t2 = _ring_sends_s(kv_bytes, bw, alpha)
+    t1, t2 = p2p_s(kv_bytes, bw, alpha), p2p_s(2.0 * kv_bytes, bw, alpha)  # KV; KV and dKV packed
     step_f = attn_fwd_s / cp
     step_b = attn_bwd_s / cp
     fwd = (cp - 1.0) * np.maximum(0.0, t1 - step_f)
     bwd = 2.0 * np.maximum(0.0, t1 - step_b) + (cp - 2.0) * np.maximum(0.0, t2 - step_b)
-    return np.where(cp > 1, fwd, 0.0), np.where(cp > 1, bwd, 0.0)
-
-
-def ring_attention_comm_s(kv_bytes, cp, bw, alpha):
-    """Return (forward, backward) seconds of ring attention's KV exchange, hidden or not (per layer): the
-    sends ring_attention_exposed_s prices, with no compute to hide behind. Arguments as there."""
-    cp = np.asarray(cp, dtype=float)
-    t1, t2 = _ring_sends_s(kv_bytes, bw, alpha)
-    return np.where(cp > 1, (cp - 1.0) * t1, 0.0), np.where(cp > 1, 2.0 * t1 + (cp - 2.0) * t2, 0.0)
+    on = cp > 1
+    return RingAttention(fwd_exposed=np.where(on, fwd, 0.0), bwd_exposed=np.where(on, bwd, 0.0),
+                         fwd_sent=np.where(on, (cp - 1.0) * t1, 0.0),
+                         bwd_sent=np.where(on, 2.0 * t1 + (cp - 2.0) * t2, 0.0))

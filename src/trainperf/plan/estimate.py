@@ -141,10 +141,9 @@ def estimate_arrays(m: ModelSpec, cluster: Cluster, lay: LayoutArrays, eff: Effi
     # (backward), each step's send behind that step's share of the attention
     cp_bw, cp_alpha = comm.ring_p2p_link(cluster, eff, tp, cp)
     kv_bytes = 2.0 * tokens * m.kv_dim / tp * 2.0
-    cp_exp_f, cp_exp_b = comm.ring_attention_exposed_s(kv_bytes, cp, cp_bw, cp_alpha, t_attn, bwd_ratio * t_attn)
-    cp_fwd, cp_bwd = comm.ring_attention_comm_s(kv_bytes, cp, cp_bw, cp_alpha)
-    layer_cp = cp_exp_f * np.where(rc == 2, 2.0, 1.0) + cp_exp_b
-    layer_cp_hidden = cp_fwd * np.where(rc == 2, 2.0, 1.0) + cp_bwd - layer_cp
+    ring = comm.ring_attention_s(kv_bytes, cp, cp_bw, cp_alpha, t_attn, bwd_ratio * t_attn)
+    layer_cp = ring.fwd_exposed * np.where(rc == 2, 2.0, 1.0) + ring.bwd_exposed
+    layer_cp_hidden = ring.fwd_sent * np.where(rc == 2, 2.0, 1.0) + ring.bwd_sent - layer_cp
 
     # expert parallel: dispatch and combine all-to-alls, forward and backward (again with full
     # recompute), of top_k hidden-wide copies per token; the busiest rank (imbalance) paces them
