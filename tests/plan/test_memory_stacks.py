@@ -58,6 +58,19 @@ def test_recompute_modules_free_what_they_discard_by_hand():
         memory.recompute_module_set("attn+core_attn")
 
 
+def test_recompute_frees_what_eager_modules_keep():
+    # eager SwiGLU keeps silu's output as well (8 B per ffn element, not 6); eager RMSNorm its fp32 copies
+    # (6 B per hidden element per norm, not 2): re-running the module frees them (H4, issue 11 review)
+    h, f = LLAMA8B.hidden, LLAMA8B.ffn_hidden
+    assert float(memory.recompute_dropped(LLAMA8B, 1, False, "mlp", eager=True)) == pytest.approx(8 * f)
+    assert float(memory.recompute_dropped(LLAMA8B, 2, True, "layernorm", eager=True)) == pytest.approx(2 * 6 * h / 2)
+    # what recompute frees never exceeds what the layer keeps, eager or fused
+    for eager in (False, True):
+        kept, _, _ = memory.activation_parts(LLAMA8B, 1, False, eager=eager)
+        freed = memory.recompute_dropped(LLAMA8B, 1, False, "layernorm+mlp", eager=eager)
+        assert 0 < float(freed) < float(kept)
+
+
 def test_selective_without_core_attn_keeps_the_scores():
     lay = LayoutArrays.of(Layout(dp=1, recompute="selective", zero=0, grad_accum=1))
     attn = memory.memory_bytes(LLAMA8B, lay, flash=False)

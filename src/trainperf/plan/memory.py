@@ -135,6 +135,17 @@ def recompute_module_set(modules) -> frozenset:
     return out
 
 
+def _mlp_inner_bytes(m: ModelSpec, eager: bool) -> float:
+    """Return the MLP activation bytes kept per ffn element: fc1 output(s) and the activation output
+    (gated: gate, up, product 6 B; eager SwiGLU also keeps silu's output, +2 B; plain: 4 B)."""
+    return (6.0 if m.gated_mlp else 4.0) + (2.0 if eager and m.gated_mlp else 0.0)
+
+
+def _norm_extra_bytes(eager: bool) -> float:
+    """Return the bytes per hidden element an eager layer's two norms keep beyond fused ones (+4h each)."""
+    return 8.0 if eager else 0.0
+
+
 def activation_parts(m: ModelSpec, tp, sp, flash=True, dropout=False, seq: int | None = None, fp8=False,
                      eager=False, probs_in_activation=False):
     """Return (kept, scores, layer_input): activation bytes per token per layer on one GPU.
@@ -149,9 +160,9 @@ def activation_parts(m: ModelSpec, tp, sp, flash=True, dropout=False, seq: int |
     s = m.seq_len if seq is None else seq
     tp = np.asarray(tp, dtype=float)
     saved8 = np.asarray(fp8, dtype=bool)
-    rep = (8.0 + (2.0 if dropout else 0.0) - np.where(saved8, 2.0, 0.0) + (8.0 if eager else 0.0)) * m.hidden \
+    rep = (8.0 + (2.0 if dropout else 0.0) - np.where(saved8, 2.0, 0.0) + _norm_extra_bytes(eager)) * m.hidden \
         / np.where(sp, tp, 1.0)
-    inner = (6.0 if m.gated_mlp else 4.0) + (2.0 if eager and m.gated_mlp else 0.0)
+    inner = _mlp_inner_bytes(m, eager)
     mlp = inner * active_ffn_width(m) - np.where(saved8, 1.0, 0.0) * active_ffn_width(m)
     if m.is_moe:  # per expert choice: the permuted input (the grouped GEMM's input, fp8 like the dense GEMM
         # inputs) and, where the combine weights them by the routing probabilities, the expert's output
@@ -178,21 +189,22 @@ def activation_bytes_per_token_layer(m: ModelSpec, tp, sp, recompute_code, flash
     return np.where(rc == 2, layer_input, kept + np.where(rc == 1, 0.0, scores))
 
 
-def recompute_dropped(m: ModelSpec, tp, sp, modules, fp8=False, probs_in_activation=False):
+def recompute_dropped(m: ModelSpec, tp, sp, modules, fp8=False, probs_in_activation=False, eager=False):
     """Return the activation bytes per token per layer on one GPU that selective recompute of
     ``modules`` frees besides the attention scores (module docstring; ``core_attn`` frees only those).
 
     The norm outputs and the activation output are kept at 1 B where fp8 layouts keep GEMM inputs in fp8.
+    ``eager``: what activation_parts counts for unfused norms and SwiGLU is freed with its module too.
     """
     mods = recompute_module_set(modules)
     tp = np.asarray(tp, dtype=float)
     b8 = np.where(np.asarray(fp8, dtype=bool), 1.0, 0.0)
     out = np.zeros_like(tp)
-    if "layernorm" in mods:  # QKV and MLP inputs
-        out = out + (4.0 - 2.0 * b8) * m.hidden / np.where(sp, tp, 1.0)
+    if "layernorm" in mods:  # QKV and MLP inputs (and an eager norm's fp32 copies)
+        out = out + (4.0 - 2.0 * b8 + _norm_extra_bytes(eager)) * m.hidden / np.where(sp, tp, 1.0)
     if "mla_up_proj" in mods and m.mla:  # Q, K, V as activation_parts counts them
         out = out + (2.0 * m.q_dim + 4.0 * m.kv_dim) / tp
-    inner = 6.0 if m.gated_mlp else 4.0  # fc1 output(s) and activation output, bytes per ffn element
+    inner = _mlp_inner_bytes(m, eager)  # fc1 output(s) and activation output, bytes per ffn element
     dense_share = m.n_dense_layers / m.n_layers if m.is_moe else 1.0
     moe_share = m.n_moe_layers / m.n_layers
     if "mlp" in mods:
@@ -296,7 +308,7 @@ def _stage_memory(m: ModelSpec, lay: LayoutArrays, flash, dropout, grad_bytes: f
     whole = kept + scores
     mods = recompute_module_set(feat.recompute_modules)
     selective = kept + (0.0 if "core_attn" in mods else scores) \
-        - recompute_dropped(m, tp, sp, mods, fp8, feat.moe_probs_in_activation)
+        - recompute_dropped(m, tp, sp, mods, fp8, feat.moe_probs_in_activation, feat.eager_activations)
     per_layer = tokens * np.where(rc == 2, layer_input, np.where(rc == 1, selective, whole))
     stage_layers = layers_per_stage(m, pp, vpp)
     # with full recompute one layer's whole activation set is rebuilt during its backward
