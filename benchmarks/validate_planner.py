@@ -34,7 +34,9 @@ Constants and how they are judged (``--loso``): the planner has a few fitted con
 with a physical meaning (``CONSTANTS``). ``fit`` chooses them by coordinate descent on a set
 of rows (objective: mean |log error| + 0.5 x its 90th percentile). Leave-one-source-out fits them
 on every source but one and predicts the held-out source. A generation's GEMM constant is its
-efficiency at the clock its parts sustain under their board power (``clock_fraction``); a
+efficiency at the clock its parts sustain under their board power (``clock_fraction``), and
+its flash attention runs at the catalog's published share of that GEMM rate (same tensor cores,
+same clock: plan/efficiency.resolve), so no fit can trade a faster attention for slower GEMMs; a
 generation with no row in the training sources gets the mean of the fitted generations' (same
 vendor first: ``generation_prior``), never the shipped value fitted with the held-out rows;
 other constants without a training row keep their prior (``PRIORS``). The constant-MFU
@@ -219,8 +221,6 @@ GEMM_GRID = [round(0.50 + 0.01 * k, 2) for k in range(50)]  # 0.50 .. 0.99 (0.03
 CONSTANTS: dict[str, tuple[list[float], str]] = {
     **{f"gemm_eff:{g}": (GEMM_GRID, f"large bf16 GEMM rate / (dense peak x sustained clock fraction) on {g} "
                          "accelerators") for g in GENERATIONS},
-    "attn_eff:hopper": ([0.25, 0.30, 0.35, 0.40, 0.45, 0.50, 0.55, 0.60, 0.65, 0.70],
-                        "best flash-attention forward / dense peak on Hopper (long sequences)"),
     "attn_seq_half": ([96.0, 256.0, 512.0, 1024.0, 2048.0], "tokens per rank at which flash attention runs at half rate"),
     "gemm_dim_half": ([32.0, 64.0, 96.0, 128.0, 192.0, 256.0, 384.0, 512.0], "GEMM dimension at which the rate halves"),
     "fp8_gemm_speedup": ([1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9], "fp8 / bf16 GEMM rate including scaling"),
@@ -237,7 +237,7 @@ CONSTANTS: dict[str, tuple[list[float], str]] = {
 # how fast a dense GEMM runs); a generation no training row has gets the mean of the fitted
 # generations' (``generation_prior``).
 PRIORS = {"gemm_eff:ampere": 0.82, "gemm_eff:hopper": 0.88, "gemm_eff:blackwell": 0.97, "gemm_eff:tpu": 0.70,
-          "gemm_eff:cdna": 0.72, "attn_eff:hopper": 0.40, "gemm_dim_half": 96.0, "fp8_gemm_speedup": 1.7,
+          "gemm_eff:cdna": 0.72, "gemm_dim_half": 96.0, "fp8_gemm_speedup": 1.7,
           "attn_seq_half": 96.0, "tp_overlap": 0.6, "comm_sm_share": 0.0}
 # the catalog part whose gemm_eff carries each generation's fitted constant
 GENERATION_PART = {"ampere": "a100", "hopper": "h100", "blackwell": "gb200", "tpu": "tpu-v5p", "cdna": "mi355x"}
@@ -274,7 +274,6 @@ def shipped_params() -> dict:
         return round(acc.gemm_eff / sustained_clock_fraction(acc), 2)
 
     return {**{f"gemm_eff:{g}": per_clock(part) for g, part in GENERATION_PART.items()},
-            "attn_eff:hopper": get_accelerator("h100").attn_eff,
             "gemm_dim_half": Efficiency().gemm_dim_half, "fp8_gemm_speedup": Efficiency().fp8_gemm_speedup,
             "attn_seq_half": Efficiency().attn_seq_half,
             "tp_overlap": get_stack("megatron-core").tp_overlap, "comm_sm_share": Efficiency().comm_sm_share}
@@ -283,7 +282,6 @@ def shipped_params() -> dict:
 def _inputs(case: Case, params: dict) -> tuple[Efficiency, Software]:
     key = f"gemm_eff:{case.generation}"
     eff = Efficiency(gemm_eff_max=params[key] * clock_fraction(case.cluster) if key in params else 0.0,
-                     attn_eff=params["attn_eff:hopper"] if case.generation == "hopper" else 0.0,
                      gemm_dim_half=params["gemm_dim_half"], fp8_gemm_speedup=params["fp8_gemm_speedup"],
                      comm_sm_share=params["comm_sm_share"], attn_seq_half=params["attn_seq_half"])
     sw = replace(case.stack, tp_overlap=params["tp_overlap"]) if case.stack.tp_overlap > 0 else case.stack
@@ -299,8 +297,6 @@ def predict(case: Case, params: dict) -> Estimate:
 def unused_constants(case: Case) -> set[str]:
     """Return the constants that cannot change ``case``'s prediction (other generations, fp8 on bf16, ...)."""
     skip = {k for k in CONSTANTS if k.startswith("gemm_eff:") and k != f"gemm_eff:{case.generation}"}
-    if case.generation != "hopper":
-        skip.add("attn_eff:hopper")
     if case.layout.precision != "fp8":
         skip.add("fp8_gemm_speedup")
     if case.stack.tp_overlap <= 0:
@@ -352,13 +348,11 @@ def fit(cases: list[Case], start: dict | None = None, sweeps: int = 8) -> dict:
     change to the model by more than the change itself.
 
     A generation's GEMM efficiency with no case of that generation is not fitted (run_loso gives
-    it ``generation_prior``); Hopper's attention efficiency without a Hopper case keeps its prior
-    (``PRIORS``), so does tp_overlap without a stack that overlaps TP.
+    it ``generation_prior``); tp_overlap without a stack that overlaps TP keeps its prior (``PRIORS``).
     """
     params = dict(start or PRIORS)
     gens = {c.generation for c in cases}
     free = [k for k in CONSTANTS if not (k.startswith("gemm_eff:") and k.split(":")[1] not in gens)
-            and not (k == "attn_eff:hopper" and "hopper" not in gens)
             and not (k == "tp_overlap" and not any(c.stack.tp_overlap > 0 and c.layout.sp for c in cases))
             and not (k == "fp8_gemm_speedup" and not any(c.layout.precision == "fp8" for c in cases))]
     best = objective(cases, params)

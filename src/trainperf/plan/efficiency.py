@@ -36,7 +36,8 @@ class Efficiency:
     gemm_eff_max: float = 0.0           # large bf16 GEMM in a training run / dense peak; 0: the
                                         # accelerator's catalog `gemm_eff` (fitted per generation)
     gemm_dim_half: float = 96.0         # elements; dimension at which sat() = 1/2 (fitted)
-    attn_eff: float = 0.0               # flash attention fwd FLOP/s / dense peak; 0: catalog `attn_eff`
+    attn_eff: float = 0.0               # flash attention fwd FLOP/s / dense peak; 0: catalog `attn_eff`, moved
+                                        # with gemm_eff_max (resolve: same tensor cores, same clock)
     attn_seq_half: float = 1024.0       # tokens per rank at which flash attention runs at half its rate (fitted)
     attn_bwd_flops_ratio: float = 2.5   # flash backward FLOPs / forward (5 matmuls vs 2; physics)
     attn_bwd_rate_ratio: float = 0.75   # flash backward FLOP/s / forward FLOP/s (FA2/FA3 papers' plots)
@@ -62,13 +63,22 @@ def resolve(eff: Efficiency, acc, attention: str = "best") -> Efficiency:
 
     ``attention`` is the stack's kernel: ``fa2`` runs at the catalog's ``fa2_eff`` (never
     faster than the best kernel), the others at ``attn_eff``.
+
+    The catalog's attention fractions hold at the catalog's GEMM efficiency. Flash attention
+    runs on the same tensor cores at the same sustained clock as the GEMMs, so where ``eff``
+    sets another GEMM efficiency (benchmarks/validate_planner.py's fits) the attention fraction moves with it:
+    ``attn_eff x gemm_eff_max / acc.gemm_eff``, the ratio of the two kernels' rates kept (as
+    compute.attention_fwd_s does for a measured GEMM rate). An attention fraction ``eff``
+    states itself is taken as is.
     """
     kw = {}
     if eff.gemm_eff_max <= 0:
         kw["gemm_eff_max"] = acc.gemm_eff
-    attn = eff.attn_eff if eff.attn_eff > 0 else acc.attn_eff
+    gemm = kw.get("gemm_eff_max", eff.gemm_eff_max)
+    same_clock = gemm / acc.gemm_eff if acc.gemm_eff > 0 else 1.0
+    attn = eff.attn_eff if eff.attn_eff > 0 else acc.attn_eff * same_clock
     if attention == "fa2":
-        attn = min(attn, acc.fa2_eff or attn)
+        attn = min(attn, acc.fa2_eff * same_clock or attn)
     if attn != eff.attn_eff:
         kw["attn_eff"] = attn
     return replace(eff, **kw) if kw else eff
