@@ -192,6 +192,7 @@ def _profile(tmp_path: Path, save: bool) -> Path:
     return out
 
 
+@pytest.mark.filterwarnings("ignore:Warning. Profiler clears events")
 def test_activation_checkpointing_is_not_a_checkpoint_save(tmp_path):
     """with_stack Python frames of torch.utils.checkpoint (recomputation, model work) once made this healthy loop a
     high checkpoint_stall (43 % of the step); a real torch.save each step is still found."""

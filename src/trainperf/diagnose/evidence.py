@@ -82,8 +82,8 @@ def steps_caveat(f: RankFacts) -> Caveat | None:
         return None
     if n_steps == 0:
         why = w.markers.note or w.note or "no complete profiler step in the chosen range"
-        return Caveat(note="no complete profiler step: findings and gains are over the whole trace, not per step "
-                           f"(start-up and the iterations' ends included); {why}", confidence="medium")
+        return Caveat(note="no complete profiler step: findings and gains are over the whole trace (start-up and "
+                           f"partial iterations included), not per step; {why}", confidence="medium")
     why = w.note or ("the last step, cut short by the profiler, is left out; " if w.steps_excluded else "") + \
         "profile more steps (torch.profiler schedule with active>=3)"
     return Caveat(note=f"1 complete profiler step analysed (fewer than {MIN_STEPS}): one step may not be typical; "
