@@ -206,3 +206,21 @@ def test_activation_checkpointing_is_not_a_checkpoint_save(tmp_path):
     saved = _one(_profile(tmp_path, save=True))
     ck = collect_facts(saved, analysis_window(saved)).checkpoint
     assert ck.count > 0 and all("torch/serialization.py" in name for name, _, _ in ck.longest)
+
+
+def test_python_frames_are_neither_a_cause_nor_host_work_of_their_own(tmp_path):
+    """with_stack=True adds python_function spans over host work the trace shows anyway (the gaps between ops):
+    the same host-bound trace (tests/diagnose/host_bound.py) with its Python work as python_function frames, and
+    without any span there (a profile without stacks), gives the same findings, gains and critical path."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from host_bound import host_bound_trace
+
+    doc = K.read_events(host_bound_trace(tmp_path / "hb.json.gz"))
+    framed = [{**e, "cat": "python_function", "name": "train.py(12): step"} if e["name"] == "python_work" else e
+              for e in doc["traceEvents"]]
+    bare = [e for e in doc["traceEvents"] if e["name"] != "python_work"]
+    a = diagnose(K.write_events(tmp_path / "py.json.gz", {**doc, "traceEvents": framed}))
+    b = diagnose(K.write_events(tmp_path / "bare.json.gz", {**doc, "traceEvents": bare}))
+    assert [(f.kind, f.gain_pct) for f in a.findings] == [(f.kind, f.gain_pct) for f in b.findings]
+    assert a.findings[0].kind == "launch_bound"
+    assert a.ranks[0].critical_path_pct == pytest.approx(b.ranks[0].critical_path_pct)
