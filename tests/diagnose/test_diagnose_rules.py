@@ -148,3 +148,31 @@ def test_an_upper_bound_is_rated_one_level_below_its_bound(gain, measured, bound
         F.rank_by_marginal_gain([f], gain_of)
         assert (f.gain_pct, f.severity, f.gain_is_upper_bound) == (gain, expected, change is g)
         assert f.to_json()["gain_is_upper_bound"] == (change is g)
+
+
+def _tiny_kernel_steps(path, tiny_name):
+    # 4 host-bound steps of 1000 us: 20 launches 40 us apart of a 2-us kernel, then one 300-us GEMM: 20 of 21
+    # kernels are tiny (95.2 %), each waiting for its launch
+    b = TraceBuilder()
+    for s in range(4):
+        T = 1000.0 * s
+        b.step(s, T, 1000)
+        for i in range(20):
+            b.launch(tiny_name, T + 40 * i, T + 40 * i + 12, 2)
+        b.launch("ampere_sgemm_128x64_tn", T + 820, T + 832, 300)
+    return b.write(path)
+
+
+def test_a_kernel_already_fused_across_tensors_is_not_a_small_kernel(tmp_path):
+    # the same tiny kernels named as an unfused elementwise op are small (20 of 21 by hand, and the rule fires);
+    # named multi_tensor_apply_kernel (a foreach op or fused optimizer: one launch already serves many tensors,
+    # the fix small_kernels recommends) none of them is, and the rule stays quiet
+    unfused = read_kineto(_tiny_kernel_steps(tmp_path / "a.json.gz", "void at::native::vectorized_elementwise_kernel"))
+    fused = read_kineto(_tiny_kernel_steps(
+        tmp_path / "b.json.gz", "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<"
+                                "at::native::(anonymous namespace)::TensorListMetadata<2>, AddFunctor<float> >"))
+    fa, fb = (collect_facts(t, analysis_window(t)) for t in (unfused, fused))
+    assert fa.launch.small_kernel_count_pct == pytest.approx(100 * 20 / 21)
+    assert rules.small_kernels(fa) is not None and fa.graph.small_launch.sum() == 20 * len(fa.steps)
+    assert fb.launch.small_kernel_count_pct == 0.0 and fb.graph.small_launch.sum() == 0
+    assert rules.small_kernels(fb) is None

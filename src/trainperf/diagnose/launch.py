@@ -13,12 +13,25 @@ from trainperf.trace.events import COMMUNICATION, KERNEL, MEMCPY, MEMSET, EventT
 SMALL_KERNEL_US = 10.0
 # A small kernel is a compute or copy kernel: a short collective is not fused into its neighbours by foreach
 # ops or torch.compile (its fix is fewer, larger buckets), so communication kernels never count as small.
+# Nor does a kernel that already serves many tensors in one launch (multi_tensor_apply: foreach ops, fused
+# optimizers, Apex): it is the fusion small_kernels recommends, so counting it would recommend what is done.
+FUSED_ACROSS_TENSORS = ("multi_tensor_apply",)
 LAUNCH_BOUND_MIN_KERNELS = 20
 # A launch call longer than this is not launch overhead but an outlier (HTA's get_cuda_kernel_launch_stats
 # runtime_cutoff default; HTA: "the launch time on the CPU side is between 5-20 microseconds"): a launch that
 # waits for a full queue or loads the kernel's code on first use (HTA's MI250 step: one 6.5-ms hipLaunchKernel
 # beside 5-12 µs ones). Graphing or fusing the launch does not remove that wait.
 LAUNCH_CALL_OUTLIER_US = 50.0
+
+
+def small_kernel_mask(t: EventTable, rows: np.ndarray, dur_us: np.ndarray) -> np.ndarray:
+    """Which of the device rows are small kernels (bool per row): kernels shorter than SMALL_KERNEL_US (dur_us,
+    per row) that are neither communication nor already fused across tensors (FUSED_ACROSS_TENSORS). The one
+    definition the small-kernel statistics (launch_stats), the GPU idle before them and the what-if
+    (replay.Graph.small_launch) share."""
+    fused = t.ids_matching(lambda s: any(m in s for m in FUSED_ACROSS_TENSORS))
+    return ((t.kind[rows] == KERNEL) & (dur_us < SMALL_KERNEL_US) & (t.category[rows] != COMMUNICATION)
+            & ~np.isin(t.name[rows], fused))
 
 
 def launched_rows(t: EventTable, w: Window) -> tuple[np.ndarray, np.ndarray]:
@@ -48,7 +61,7 @@ def launch_stats(t: EventTable, w: Window) -> LaunchStats:
     rows, link = launched_rows(t, w)
     krows = w.device[t.kind[w.device] == KERNEL]
     kdur = w.end_us[krows] - w.ts_us[krows]
-    small = (kdur < SMALL_KERNEL_US) & (t.category[krows] != COMMUNICATION)
+    small = small_kernel_mask(t, krows, kdur)
     if rows.size == 0:
         d = np.zeros(1)
         over = 0.0
@@ -76,8 +89,7 @@ def _small_kernel_host_wait(t: EventTable, w: Window, rows: np.ndarray, link: np
     """Idle device time (µs) before small kernels whose launch call started after the stream went idle."""
     total = 0.0
     for _, o, ts, end, lts in _by_stream(t, w, rows, link):
-        small = ((t.kind[rows[o]][1:] == KERNEL) & (end[1:] - ts[1:] < SMALL_KERNEL_US)
-                 & (t.category[rows[o]][1:] != COMMUNICATION))
+        small = small_kernel_mask(t, rows[o][1:], end[1:] - ts[1:])
         waited = lts[1:] > end[:-1]
         total += float(np.maximum(ts[1:] - end[:-1], 0.0)[small & waited].sum())
     return total

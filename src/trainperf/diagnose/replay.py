@@ -31,7 +31,7 @@ import numpy as np
 
 from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, DATALOADER_RE,
                                      MEMCPY_RUNTIME_RE, SYNC_OP_RE, SYNC_RUNTIME_RE, call_sites, span_rows)
-from trainperf.diagnose.launch import LAUNCH_CALL_OUTLIER_US, SMALL_KERNEL_US
+from trainperf.diagnose.launch import LAUNCH_CALL_OUTLIER_US, small_kernel_mask
 from trainperf.diagnose.window import Window, merge_intervals
 from trainperf.trace.annotate import STEP_RE, correlated_host_row
 from trainperf.trace.nesting import enclosing_span, thread_key
@@ -59,7 +59,7 @@ class Change:
     overlap_comm (computation and host syncs stop waiting for collectives: fully overlapped) | remove_straggler_wait |
     speedup (category sped up `factor` times) | compute_speedup (every computation kernel `factor`
     times faster: a straggler as fast as the other ranks) | host_speedup (CPU work between runtime calls `factor`
-    times faster) | graph_small_kernels (launching a kernel shorter than SMALL_KERNEL_US costs the
+    times faster) | graph_small_kernels (launching a small kernel, launch.small_kernel_mask, costs the
     host neither the call nor the usual dispatch time before it, and fused into its neighbours the kernel
     stops paying a kernel's fixed device cost, Graph.kernel_floor_us) | graph_launches (the same
     for every kernel launch: the step captured as a CUDA graph). Several changes replay together (`replay(g, [a, b])`)."""
@@ -111,7 +111,7 @@ class Graph:
     in_syncop: np.ndarray       # a blocking call made inside such an op (the read goes when the sync does)
     site_names: list            # call sites (host.call_sites) of the blocking calls
     is_alloc: np.ndarray        # host node is an allocator call (cudaMalloc, hipFree, ...)
-    small_launch: np.ndarray    # host node launched a kernel shorter than SMALL_KERNEL_US
+    small_launch: np.ndarray    # host node launched a small kernel (launch.small_kernel_mask)
     kernel_launch: np.ndarray   # host node launched a kernel
     launch_call_us: np.ndarray  # the launch overhead in a host call: its duration, 0 for an outlier call longer
     #                             than launch.LAUNCH_CALL_OUTLIER_US (a wait a CUDA graph or fusion keeps) (µs)
@@ -563,8 +563,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     is_alloc = np.zeros(n, bool)
     is_alloc[:n_h] = np.isin(host_names, t.ids_matching(ALLOCATOR_RUNTIME_RE.search))
     small_launch = np.zeros(n, bool)
-    small_dev = dev_idx[(t.kind[dev_rows] == KERNEL) & (dur[n_h:] < SMALL_KERNEL_US) & has_launch[n_h:]
-                        & ~comm[n_h:]]  # a collective is not a small kernel (launch.SMALL_KERNEL_US)
+    small_dev = dev_idx[small_kernel_mask(t, dev_rows, dur[n_h:]) & has_launch[n_h:]]
     small_launch[launch[small_dev]] = True
     kdur = dur[n_h:][(t.kind[dev_rows] == KERNEL) & (dur[n_h:] > 0)]
     kernel_floor = float(np.percentile(kdur, KERNEL_FLOOR_PERCENTILE)) if kdur.size else 0.0

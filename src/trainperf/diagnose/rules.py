@@ -13,6 +13,7 @@ import numpy as np
 
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts
+from trainperf.diagnose.launch import SMALL_KERNEL_US
 from trainperf.diagnose.replay import Change, dispatch_taken
 from trainperf.trace.events import ELEMENTWISE, OPTIMIZER, REDUCTION
 
@@ -258,7 +259,7 @@ def launch_bound(f: RankFacts) -> Finding | None:
         "kernel launches cost the host nothing (CUDA graphs)", evidence_pct=f.pct(min(cost, host_cp)))
 
 
-SMALL_KERNEL_COUNT_PCT = 50.0  # kernels shorter than launch.SMALL_KERNEL_US, % of kernels
+SMALL_KERNEL_COUNT_PCT = 50.0  # small kernels (launch.small_kernel_mask), % of kernels
 
 
 def small_kernels(f: RankFacts) -> Finding | None:
@@ -277,7 +278,7 @@ def small_kernels(f: RankFacts) -> Finding | None:
                                       "their_time": (ls.small_kernel_time_pct, "% of kernel time"),
                                       "gpu_idle_before_them": (ls.small_kernel_host_wait_us, "us"),
                                       "host_cost_of_their_launches": (launch_cost, "us"),
-                                      "threshold": (10.0, "us")},
+                                      "threshold": (SMALL_KERNEL_US, "us")},
                  (), (Change("graph_small_kernels"),),
                  "small kernels fused: their launches cost the host nothing and their own device time goes",
                  evidence_pct=f.pct(evidence_us))
