@@ -8,6 +8,7 @@ equivalent of TCPD's default R changepoint binseg/pelt with the MBIC penalty).
 
     .venv/bin/python benchmarks/eval_cpd.py [--data ../shared/data/tcpd] [--json out.json]
         [--impl OLD_changepoints.py] [--nested [--cache F]] [--synthetic [--reps 100]]
+        [--aa-draws 200 [--aa-seed 23]]
 
 ``--impl`` scores another version of the detector module (e.g. ``git show
 9ea27ed:src/trainperf/fleet/changepoints.py > /tmp/cp_before.py``) in place of the installed one.
@@ -15,6 +16,7 @@ equivalent of TCPD's default R changepoint binseg/pelt with the MBIC penalty).
 performance series (``trainperf.fleet.synth.perf_benchmark``), outer-fold scores beside zero,
 binseg and pelt, under an A/A false-alarm constraint (<= 1%). ``--synthetic``: false alarms and
 detection on synthetic fleet series (trainperf.fleet.synth and heavy-tailed noise models).
+``--aa-draws``: A/A false alarms per kind on larger samples (``aa_table``).
 """
 
 from __future__ import annotations
@@ -112,6 +114,8 @@ def main() -> None:
     ap.add_argument("--cache", default=None, help="pickle of the grid's results (reused when present)")
     ap.add_argument("--synthetic", action="store_true", help="synthetic fleet false alarms and detection")
     ap.add_argument("--reps", type=int, default=100, help="series per synthetic case")
+    ap.add_argument("--aa-draws", type=int, default=0, help="A/A false alarms per kind on this many draws (0: skip)")
+    ap.add_argument("--aa-seed", type=int, default=23, help="seed of the --aa-draws series (not the CV's 7, nor 11)")
     args = ap.parse_args()
     if args.impl:
         _load_impl(args.impl)
@@ -159,6 +163,8 @@ def main() -> None:
         nested(data, ann, args.perf_reps, args.aa, cache=args.cache)
     if args.synthetic:
         synthetic(args.reps)
+    if args.aa_draws:
+        aa_table(args.aa_draws, args.aa_seed)
 
 
 def _series(data: Path) -> list[tuple[str, np.ndarray]]:
@@ -399,6 +405,38 @@ def synthetic(reps: int) -> None:
     print("\nsynthetic performance series (rates over seeded draws):")
     for name, v in rows:
         print(f"  {v:6.3f}  {name}")
+
+
+AR1_PHIS = (0.3, 0.7, 0.9)  # beyond aa_series' AR(1) 0.5: how far the AR(1) null holds
+
+
+def _ar1(rng: np.random.Generator, n: int, phi: float) -> np.ndarray:
+    """AR(1) noise of lag-1 autocorrelation phi, marginal sd 1% of a level of 100, started stationary."""
+    z, e = rng.standard_normal(n) * np.sqrt(1 - phi**2), np.zeros(n)
+    e[0] = rng.standard_normal()
+    for i in range(1, n):
+        e[i] = phi * e[i - 1] + z[i]
+    return 100 * (1 + 0.01 * e)
+
+
+def aa_table(draws: int, seed: int) -> None:
+    """Print the share of A/A series (no change) with any change reported, per kind, on ``draws``
+    series of 60-400 points each (``aa_series`` kinds, then AR(1) at ``AR1_PHIS``); each kind its own
+    generator seeded ``seed``, so a kind's series do not depend on the kinds before it."""
+    from trainperf.fleet.synth import aa_series
+
+    print(f"\nA/A false alarms, {draws} series per kind (60-400 points, seed {seed}): any / level / trend")
+    kinds = [(k, lambda rng, n, k=k: aa_series(k, rng, n)) for k in AA_KINDS]
+    kinds += [(f"ar1 {phi}", lambda rng, n, phi=phi: _ar1(rng, n, phi)) for phi in AR1_PHIS]
+    for name, make in kinds:
+        rng = np.random.default_rng(seed)
+        anyc = level = trend = 0
+        for _ in range(draws):
+            ch = _cp_module().detect_changes(make(rng, int(rng.integers(60, 400)))).changes
+            anyc += bool(ch)
+            level += any(c.kind == "level" for c in ch)
+            trend += any(c.kind == "trend" for c in ch)
+        print(f"  {name:<10} {anyc:>4}/{draws} ({anyc / draws:.1%})  level {level}  trend {trend}", flush=True)
 
 
 if __name__ == "__main__":

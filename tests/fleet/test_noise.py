@@ -10,7 +10,8 @@ import pytest
 from scipy import stats
 
 from trainperf.fleet.changepoints import _rank_p, _ranks, _trimmed_p, detect_changes
-from trainperf.fleet.noise import noise_autocorr, noise_sigma, quantum, robust_scale, spread_ties
+from trainperf.fleet.noise import (ar1_from_residuals, noise_autocorr, noise_sigma, quantum, robust_scale,
+                                   segment_autocorr, spread_ties)
 
 
 def test_quantum_is_the_gcd_of_the_gaps_between_values():
@@ -72,3 +73,54 @@ def test_a_large_step_in_persistent_noise_is_found_by_its_size():
     e[30:] += 10
     assert _rank_p(_ranks(e), 30, 9.0, 0.0) >= 2 * math.exp(-6 * 900**2 / (9 * (60**3 + 60**2))) > 0.1
     assert _trimmed_p(e, 30, 9.0, 0.0, 0.0) < 1e-4
+
+
+def _ar1_noise(rng: np.random.Generator, n: int, phi: float) -> np.ndarray:
+    e = np.zeros(n)
+    e[0] = rng.standard_normal()
+    z = rng.standard_normal(n) * math.sqrt(1 - phi**2)
+    for i in range(1, n):
+        e[i] = phi * e[i - 1] + z[i]
+    return e
+
+
+def test_ar1_from_residuals_undoes_the_bias_of_fitted_means():
+    # Marriott & Pope (1954): the lag-1 autocorrelation of an AR(1) series around its fitted mean is
+    # biased by about -(1 + 3 rho) / n; over 4 segments of 40 points each with its own mean, about
+    # -(1 + 1.5) x 4 / 160 = -0.0625 at rho 0.5. Reference: the rho the noise was generated with.
+    rng = np.random.default_rng(3)
+    raw, corrected = [], []
+    for _ in range(400):
+        segs = [_ar1_noise(rng, 40, 0.5) for _ in range(4)]
+        res = [s - s.mean() for s in segs]
+        raw.append(sum(float(r[1:] @ r[:-1]) for r in res) / sum(float(r @ r) for r in res))
+        corrected.append(ar1_from_residuals(res, 4))
+    assert np.mean(raw) - 0.5 == pytest.approx(-2.5 * 4 / 160, abs=0.02)
+    assert np.mean(corrected) == pytest.approx(0.5, abs=0.015)
+    # white noise: corrected to about 0 (clipped at 0, so its mean is a little above)
+    white = [ar1_from_residuals([r - r.mean() for r in rng.standard_normal((4, 40))], 4) for _ in range(200)]
+    assert np.median(white) < 0.03
+    assert ar1_from_residuals([np.ones(5)], 2) == 0.98  # too few points for the parameters
+
+
+def test_segment_autocorr_reads_ar1_noise_through_steps_and_closer_than_differences():
+    # AR(1) 0.5 noise with three steps of 10 sigma at known points: within the segments the steps
+    # leave, the residuals' lag-1 autocorrelation is the noise's; from differences it scatters 3x more
+    # (standard deviations over 200 draws of 150 points); a step left out of the bounds reads as
+    # persistence (upwards: the conservative error)
+    rng = np.random.default_rng(4)
+    seg, diff, missed = [], [], []
+    for _ in range(200):
+        y = 100 + _ar1_noise(rng, 150, 0.5) + 10 * (np.arange(150) >= 50) - 10 * (np.arange(150) >= 90)
+        y[110:] += 10
+        seg.append(segment_autocorr(y, [0, 50, 90, 110, 150]))
+        diff.append(noise_autocorr(y))
+        missed.append(segment_autocorr(y, [0, 50, 90, 150]))
+    assert np.mean(seg) == pytest.approx(0.5, abs=0.02)
+    assert np.std(seg) < np.std(diff) / 2.5
+    assert np.mean(missed) > 0.75
+    # a drift is removed before the residuals are read; outliers are clipped, not products
+    t = np.arange(300)
+    e = rng.standard_normal(300)
+    e[::37] += 40  # stalled runs
+    assert segment_autocorr(0.05 * t + e, [0, 300], drift=0.05) < 0.1

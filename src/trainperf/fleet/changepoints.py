@@ -7,9 +7,11 @@ Three tests, one significance level ``alpha``:
   (U_t = 2 * sum of the first t ranks - t(m+1)); its significance is Pettitt's (1979) p-value
   p = 2 exp(-6 K^2 / (m^3 + m^2)), with the variance inflated by (1+rho)/(1-rho), rho the lag-1
   autocorrelation of the ranks around the split (a persistent series is not a string of change
-  points). If both sides share a significant drift (Theil-Sen slope pooled within the sides,
-  Mann-Kendall test), the drift is removed first and the variance further inflated by the
-  information the fitted drift takes (1 / (1 - 3q(1-q)), q the split's position), so a slow
+  points), at most the noise's: read from differences while searching, and when each change is
+  finally judged, the larger of that and the residuals' within the segments the changes leave
+  (``segment_autocorr``). If both sides share a significant drift (Theil-Sen slope pooled within
+  the sides, Mann-Kendall test), the drift is removed first and the variance further inflated by
+  the information the fitted drift takes (1 / (1 - 3q(1-q)), q the split's position), so a slow
   drift is not cut into a staircase while a step on a drift is still found. A change is kept
   when p < alpha, both sides hold ``min_size`` points and the shift is large enough; a last pass
   re-tests every change between its neighbours, with ``drift="final"`` (the default) also
@@ -40,7 +42,8 @@ from scipy.special import stdtr  # the t distribution, without scipy.stats (~1 s
 
 from trainperf.errors import TrainperfError
 from trainperf.fleet.jumps import MIN_TREND_SHARE, find_jumps, trend_share
-from trainperf.fleet.noise import noise_autocorr, noise_sigma, quantum, robust_scale  # noqa: F401 (re-exported)
+from trainperf.fleet.noise import (noise_autocorr, noise_sigma, quantum, robust_scale,  # noqa: F401 (re-exported)
+                                   segment_autocorr)
 from trainperf.fleet.trends import Ramp, find_ramps
 
 _Z975 = 1.959963984540054
@@ -57,7 +60,11 @@ class ChangeOptions:
     ``trend``: also report changes of slope (kind "trend"); ``min_trend_share``: the jump test runs
     when a straight line explains at least this share of the robust variance (above 1: off);
     ``noise_autocorr``: bound the autocorrelation each split is tested with by the series' noise
-    autocorrelation (``noise_autocorr``), so other steps in a segment do not read as persistence;
+    autocorrelation, so other steps in a segment do not read as persistence: while searching, read
+    from differences (``noise_autocorr``: robust to steps, loose); in the final test of each change
+    (``_prune``), the larger of that and the autocorrelation of the residuals within the segments
+    the changes leave (``segment_autocorr``: efficient; a change missed reads as persistence, which
+    costs power, not false alarms);
     ``seeded``: also search seeded short intervals (``_seeded``) for steps binary segmentation misses;
     ``drift``: when a level step is tested against a linear drift common to both its sides
     (``_within_drift``): "significant" (Mann-Kendall at alpha), "always" (a drift in the null:
@@ -511,12 +518,18 @@ def _prune(y: np.ndarray, cps: list[int], a: int, b: int, opts: ChangeOptions, s
         # drift "final": one drift for the whole series, fitted within the segments the changes
         # leave (a staircase no longer reads as each window's own drift, and the step's variance
         # is inflated only by what that drift takes from it)
-        slope = series_drift(y, bounds) if opts.drift == "final" else None
+        slope = series_drift(y, bounds)
+        # the autocorrelation each change is judged with is at most the noise's: the larger of the
+        # differences' (``rho_max``, robust to steps but loose: on 60-400 points of AR(1) 0.5 noise
+        # it scatters by 0.2-0.35 and read 0.0-0.26 on the A/A series that got level steps) and the
+        # residuals' within the segments these changes leave (``segment_autocorr``: scatter
+        # 0.04-0.12, but a spurious change placed on the noise's wander lowers it, 0.54 -> 0.37)
+        rho = max(rho_max, segment_autocorr(y, bounds, slope))
         scored = []
         for i, s in enumerate(cps):
             lo, hi = bounds[i], bounds[i + 2]
-            given = None if slope is None else (slope, drift_vif(bounds, i))
-            p = split_p_value(y[lo:hi], s - lo, opts, rho_max, drift=given)
+            given = (slope, drift_vif(bounds, i)) if opts.drift == "final" else None
+            p = split_p_value(y[lo:hi], s - lo, opts, rho, drift=given)
             ok = p < opts.alpha and _big_enough(y, lo, s, hi, opts, sigma, min_rel_change)
             scored.append((p if ok else 1.0 + p, s, p))  # failing ones first, the least significant of them
         worst = max(scored, default=None)
@@ -539,12 +552,11 @@ def _clean(values) -> np.ndarray:
     return y
 
 
-def _level_changes(y: np.ndarray, start: int, opts: ChangeOptions, min_rel_change: float | None = None
+def _level_changes(y: np.ndarray, start: int, opts: ChangeOptions, sigma: float, q: float
                    ) -> list[tuple[int, float]]:
-    """Return [(index, p-value)] of level changes of y found at or after ``start``."""
-    rel = opts.min_rel_change if min_rel_change is None else min_rel_change
-    q = quantum(y[start:])
-    sigma = noise_sigma(y[start:], q)
+    """Return [(index, p-value)] of level changes of y found at or after ``start``; ``sigma`` and
+    ``q``: the point-to-point noise (``noise_sigma``) and resolution (``quantum``) of y[start:]."""
+    rel = opts.min_rel_change
     rho_max = noise_autocorr(y[start:], q) if opts.noise_autocorr else 0.98
     cps = _segment(y, start, len(y), opts, sigma, rel, rho_max)
     # seeded intervals assume a locally constant level: on a series a straight line mostly
@@ -581,8 +593,9 @@ def detect_changes(values, options: ChangeOptions | None = None, *, start: int =
         raise TrainperfError("series: no numeric values (all missing)")
     s0 = int(np.searchsorted(keep, start))
     w = opts.min_size
-    found = [_Found(s, p, "level") for s, p in _level_changes(y, s0, opts)]
-    sigma = noise_sigma(y[s0:], quantum(y[s0:]))
+    q = quantum(y[s0:])
+    sigma = noise_sigma(y[s0:], q)  # the one noise level every test's minimum effect is measured in
+    found = [_Found(s, p, "level") for s, p in _level_changes(y, s0, opts, sigma, q)]
     for j, p, drift in find_jumps(y[s0:], w, opts.alpha, opts.min_trend_share):
         j += s0
         if all(abs(j - f.index) >= w for f in found):

@@ -111,3 +111,58 @@ def noise_autocorr(y: np.ndarray, quantum: float | None = None) -> float:
     if not s1 > 0:
         return 0.98
     return float(min(max((s2 / s1) ** 2 - 1.0, 0.0), 0.98))
+
+
+def ar1_from_residuals(residuals: list[np.ndarray], n_params: int, rho_max: float = 0.98) -> float:
+    """Return the lag-1 autocorrelation of the noise behind least-squares ``residuals`` (one array
+    per stretch of consecutive points; lag-1 products never cross from one array to the next).
+
+    Pooled r = sum e[t] e[t+1] / sum e[t]^2, then the bias of fitting ``n_params`` coefficients
+    undone: E[r] ~ rho - (1 + 3 rho) p / N for N points (Marriott & Pope 1954 for one mean,
+    -(1 + 3 rho) / n; measured here for a mean, a drift, a hinge and steps on AR(1) 0.5 noise of
+    80-200 points: -2.5 to -3.5, -4.4 to -4.8, -6.4 to -6.9, -7.2 to -7.9 x 1/N for p = 1..4,
+    and -1.5 to -4.1 / N for white noise), so rho = (r + p/N) / (1 - 3p/N). Clipped to [0, rho_max];
+    ``rho_max`` when the parameters leave too few points (3p >= N).
+    """
+    num = sum(float(e[1:] @ e[:-1]) for e in residuals)
+    den = sum(float(e @ e) for e in residuals)
+    k = n_params / max(sum(len(e) for e in residuals), 1)
+    if 3 * k >= 1:
+        return rho_max
+    if not den > 0:
+        return 0.0
+    return float(min(max((num / den + k) / (1 - 3 * k), 0.0), rho_max))
+
+
+CLIP_SIGMAS = 3.0  # outliers are clipped to this many robust sigmas before a noise estimate reads them
+
+
+def segment_autocorr(y: np.ndarray, bounds: list[int], drift: float = 0.0, rho_max: float = 0.98) -> float:
+    """Return the lag-1 autocorrelation of y's noise read from its residuals within segments.
+
+    ``bounds``: the segments [bounds[i], bounds[i+1]) (the change points found, with the ends);
+    ``drift``: a linear drift (units per point) removed first. Each segment's residuals around its
+    median are clipped to ``CLIP_SIGMAS`` robust sigmas (a stalled run is one large product, not
+    persistence), centred on their mean, and their lag-1 products pooled over segments:
+    r = sum e[t] e[t+1] / sum e[t]^2 within segments. Centring on K estimated means biases r by
+    about -(1 + 3 rho) K / N (Marriott & Pope 1954, per segment -(1 + 3 rho) / n); that is undone,
+    rho = (r + K/N) / (1 - 3K/N). Clipped to [0, ``rho_max``].
+
+    Efficient where ``noise_autocorr`` (differences) is loose: on AR(1) 0.5 noise its standard
+    deviation is about sqrt((1 - rho^2) / N), 0.12 / 0.09 / 0.06 / 0.04 on 60 / 100 / 200 / 400
+    points against 0.36 / 0.33 / 0.26 / 0.19 from differences (400 draws each). Read with a change
+    missing from ``bounds`` it is biased up (the step reads as persistence): a conservative error.
+    With a spurious change placed where the noise wandered, down (0.54 -> 0.37 on one A/A series of
+    139 points), so the detector judges with the larger of this and ``noise_autocorr``.
+    """
+    y = np.asarray(y, dtype=float)
+    n = len(y)
+    e = y - drift * np.arange(n)
+    segs = [(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi - lo >= 3]
+    if not segs:
+        return 0.0
+    res = [e[lo:hi] - np.median(e[lo:hi]) for lo, hi in segs]
+    s = robust_scale(np.concatenate(res))
+    if s > 0:
+        res = [np.clip(r, -CLIP_SIGMAS * s, CLIP_SIGMAS * s) for r in res]
+    return ar1_from_residuals([r - r.mean() for r in res], len(segs) + (drift != 0.0), rho_max)
