@@ -171,16 +171,27 @@ def cross_rank(tables: dict[int, EventTable], windows: dict[int, Window], comput
 BLOCKING_OP_RE = re.compile(r"DistributedDataParallel|c10d::|record_param_comms|autograd::engine::evaluate|"
                             r"backward|wait|barrier|all_?reduce|broadcast|all_?gather|reduce_scatter", re.I)
 GLOO_SPAN_PREFIX = "gloo:"
+# the collective calls themselves on the loop thread (c10d's ops, the functional collectives and their waits,
+# the record function PyTorch wraps collectives in): arrival at a collective is entering one of these
+COLLECTIVE_CALL_RE = re.compile(r"^(?:c10d::|_?c10d_functional::)|record_param_comms")
+# a thread blocked on a collective resumes within this long of its end (ns): DDP's reducer resumed 0.2-0.7 ms
+# from the gloo span's end (either side: the worker closes its span after waking the waiter) on the loaded
+# 2-core machine of the corpus (2026-12-02)
+WAKE_NS = 2_000_000
 
 
 @dataclass(kw_only=True)
 class HostStraggler:
-    """The straggler of a CPU-only job, from the time each rank's training-loop thread waits for collectives.
+    """The straggler of a CPU-only job, from where each rank's training-loop thread spends its steps.
 
-    own_us / wait_us: per rank, per-step medians (µs); gain_pct: median over steps of the straggler's own
-    work minus the other ranks' median own work, % of the step; snr: the median of that extra work over its
-    median absolute deviation across steps (inf when every step agrees): how far it stands out of the
-    step-to-step noise."""
+    Per step and rank (host_step_waits): own work = step - communication - stall. Per step, the straggler's
+    extra = its own work - the other ranks' median own work (paired in the step: both ranks lived through the
+    same load on the machine). own_us / wait_us: per rank, per-step medians (µs). gain_us / gain_pct: the others'
+    wait for the straggler, min(extra, their communication time) summed over the window's steps with its sign (a
+    step in which the others are slower counts against it), per step (µs) and % of the steps' time: a straggler
+    late in some steps costs its share of the window, and step-to-step noise, as often one way as the other,
+    cancels instead of adding up. snr: recurring_over_opposite of the per-step extra (extra_us): 1 = the extra
+    without its largest step is as large as the other ranks' excess in the steps where they were slower."""
 
     rank: int
     gain_pct: float
@@ -189,6 +200,7 @@ class HostStraggler:
     wait_us: dict[int, float]
     steps: int
     snr: float = float("inf")
+    extra_us: list[float] = field(default_factory=list)  # per common step: the straggler's extra own work (µs)
 
 
 def _merge(iv: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -220,12 +232,26 @@ def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]], lo: int, hi: in
     return sum(max(0, min(e, hi) - max(s, lo)) for s, e in _intersect(a, b))
 
 
-def host_step_waits(t: EventTable) -> dict[int, tuple[float, float, float]]:
-    """Per ProfilerStep of one rank: step number -> (step µs, wait µs, stall µs). Wait: the time its
-    training-loop thread spent blocked inside a collective-blocking op with no child op of its own while a
-    gloo:* span was open on any thread of the rank. Stall: the rest of its time inside DataLoader and
-    checkpoint spans, host stalls with findings of their own (``host.DATALOADER_RE``, ``CHECKPOINT_RE``).
-    Empty when the trace has no ProfilerStep spans."""
+def _nearest_gap(sorted_ns: np.ndarray, x: int) -> int:
+    """Distance (ns) from x to the nearest value of a sorted, non-empty array."""
+    k = int(np.searchsorted(sorted_ns, x))
+    return int(min(abs(int(sorted_ns[j]) - x) for j in (k - 1, k) if 0 <= j < sorted_ns.size))
+
+
+def host_step_waits(t: EventTable, keep: np.ndarray | None = None) -> dict[int, tuple[float, float, float]]:
+    """Per ProfilerStep of one rank: step number -> (step µs, communication µs, stall µs), for the steps whose
+    ProfilerStep span is in keep (bool per row, e.g. the analysis window's; default every step).
+
+    Communication: the time the training-loop thread spends inside collective calls (COLLECTIVE_CALL_RE, whole:
+    the copies into and out of the communication buffers and the wait for the other ranks included), and blocked
+    inside another collective-blocking op (BLOCKING_OP_RE) with no child op of its own while a gloo:* span is open
+    on any thread of the rank (DDP waiting for the buffer broadcast), or inside no op at all until a gloo:* span
+    ends (DDP's reducer waiting for its all-reduces, which PyTorch records inside no op). A rank arrives
+    at a collective when it calls it (TraceLens: arrival = the collective's start on that rank): what happens
+    inside the call is the collective's time, not the rank's own work, so a rank whose calls are slow (its
+    gloo worker scheduled late on a loaded machine) is not taken for a rank that computes slowly.
+    Stall: the rest of its time inside DataLoader and checkpoint spans, host stalls with findings of their own
+    (``host.DATALOADER_RE``, ``CHECKPOINT_RE``). Empty when the trace has no ProfilerStep spans."""
     names = t.names
     step_ids = {i for i, n in enumerate(names) if n.startswith("ProfilerStep#")}
     if not step_ids:
@@ -241,42 +267,55 @@ def host_step_waits(t: EventTable) -> dict[int, tuple[float, float, float]]:
     gloo = _merge([(int(t.ts_ns[r]), int(end[r])) for r in g])
     on_loop = np.flatnonzero((t.pid == loop[0]) & (t.tid == loop[1]) & ~is_step & (t.dur_ns > 0))
     ts_loop = t.ts_ns[on_loop]
-    block_ids = [i for i, n in enumerate(names) if BLOCKING_OP_RE.search(n)]
+    call_ids = {i for i, n in enumerate(names) if COLLECTIVE_CALL_RE.search(n)}
+    calls = _merge([(int(t.ts_ns[r]), int(end[r])) for r in on_loop[np.isin(t.name[on_loop], list(call_ids))]])
+    block_ids = [i for i, n in enumerate(names) if BLOCKING_OP_RE.search(n) and i not in call_ids]
+    loop_steps = srows[(t.pid[srows] == loop[0]) & (t.tid[srows] == loop[1])]
     gaps: list[tuple[int, int]] = []
-    for b in on_loop[np.isin(t.name[on_loop], block_ids)]:
+    loose: list[tuple[int, int]] = []  # gaps inside no op at all (the step's own)
+    for b in np.concatenate([on_loop[np.isin(t.name[on_loop], block_ids)], loop_steps]):
         s, e = int(t.ts_ns[b]), int(end[b])
         lo, hi = np.searchsorted(ts_loop, s, "left"), np.searchsorted(ts_loop, e, "left")
         kids = _merge([(int(t.ts_ns[c]), int(end[c])) for c in on_loop[lo:hi] if c != b and end[c] <= e])
+        into = loose if is_step[b] else gaps
         cur = s
         for a, z in kids:
             if a > cur:
-                gaps.append((cur, a))
+                into.append((cur, a))
             cur = max(cur, z)
         if e > cur:
-            gaps.append((cur, e))
-    gaps = _merge(gaps)
-    waits = _intersect(gaps, gloo)
+            into.append((cur, e))
+    # the loop thread inside no op at all is blocked on a collective where PyTorch records no op (DDP's reducer
+    # waiting for its all-reduces after the last backward function: 51 ms in one step of corpus
+    # data_loader_stall-low-real, rank 1) when it resumes as a collective ends (within WAKE_NS), as a woken
+    # thread does; a gap between two backward functions while an all-reduce runs beside them (the engine
+    # descheduled, not waiting) ends at no collective's end and stays the rank's own time
+    gloo_ends = np.sort(end[g])
+    woken = [(a, z) for a, z in _merge(loose) if gloo_ends.size and _nearest_gap(gloo_ends, z) <= WAKE_NS]
+    comm = _merge(calls + _intersect(_merge(gaps + woken), gloo))
     stall_ids = [i for i, n in enumerate(names) if DATALOADER_RE.search(n) or CHECKPOINT_RE.search(n)]
     stalls = _merge([(int(t.ts_ns[r]), int(end[r])) for r in on_loop[np.isin(t.name[on_loop], stall_ids)]])
     out = {}
     for r in srows:
-        if (int(t.pid[r]), int(t.tid[r])) != loop:
+        if (int(t.pid[r]), int(t.tid[r])) != loop or (keep is not None and not keep[r]):
             continue
+        number = names[int(t.name[r])].split("#", 1)[1]
         s, e = int(t.ts_ns[r]), int(end[r])
-        step = int(names[int(t.name[r])].split("#", 1)[1]) if names[int(t.name[r])].split("#", 1)[1].isdigit() else -1
-        wait = _overlap(gaps, gloo, s, e)
-        stall = _overlap(stalls, [(s, e)], s, e) - _overlap(stalls, waits, s, e)
-        out[step] = (float(t.dur_ns[r]) / 1e3, wait / 1e3, stall / 1e3)
+        c = _overlap(comm, [(s, e)], s, e)
+        stall = _overlap(stalls, [(s, e)], s, e) - _overlap(stalls, comm, s, e)
+        out[int(number) if number.isdigit() else -1] = (float(t.dur_ns[r]) / 1e3, c / 1e3, stall / 1e3)
     return out
 
 
-def host_straggler(tables: dict[int, EventTable]) -> HostStraggler | None:
-    """The straggler of a job whose ranks have no GPU activity (gloo): per step, own work = step - wait -
-    stall (host_step_waits): time in DataLoader or checkpoint spans is those findings' cause, whose fix
-    removes it on every rank, so a rank late because it was fetching a batch is a data-loader stall, not
-    a straggler. The straggler is the rank with the most own work (median over steps) when the others
-    wait for it correspondingly. None with fewer than 2 ranks or no common steps."""
-    per = {r: host_step_waits(t) for r, t in tables.items()}
+def host_straggler(tables: dict[int, EventTable], keep: dict[int, np.ndarray] | None = None) -> HostStraggler | None:
+    """The straggler of a job whose ranks have no GPU activity (gloo), over the steps in keep ({rank: bool per
+    row}, e.g. the analysis windows' keep; default every step): per step, own work = step - communication -
+    stall (host_step_waits): time in DataLoader or checkpoint spans is those findings' cause, whose fix removes
+    it on every rank, so a rank late because it was fetching a batch is a data-loader stall, not a straggler.
+    The straggler is the rank whose own work exceeds the other ranks' in the same steps most, summed over the
+    steps; its gain and its signal over noise as HostStraggler says. None with fewer than 2 ranks or no common
+    steps."""
+    per = {r: host_step_waits(t, keep.get(r) if keep else None) for r, t in tables.items()}
     per = {r: v for r, v in per.items() if v}
     if len(per) < 2:
         return None
@@ -287,20 +326,38 @@ def host_straggler(tables: dict[int, EventTable]) -> HostStraggler | None:
     own = {r: np.array([per[r][s][0] - per[r][s][1] - per[r][s][2] for s in common]) for r in ranks}
     wait = {r: np.array([per[r][s][1] for s in common]) for r in ranks}
     step = np.median(np.array([[per[r][s][0] for s in common] for r in ranks]), axis=0)
-    med_own = {r: float(np.median(v)) for r, v in own.items()}
-    srank = max(med_own, key=med_own.get)
-    others = [r for r in ranks if r != srank]
-    extra = own[srank] - np.median(np.stack([own[r] for r in others]), axis=0)   # per step, µs
-    others_wait = np.median(np.stack([wait[r] for r in others]), axis=0)
-    # the others wait for the straggler's extra work: the step shortens by what both agree on
-    covered = np.minimum(np.maximum(extra, 0.0), others_wait)
-    gain_us = float(np.median(covered))
-    gain_pct = float(np.median(100.0 * covered / np.where(step > 0, step, np.inf)))
-    mid = float(np.median(extra))
-    mad = float(np.median(np.abs(extra - mid)))
-    return HostStraggler(rank=srank, gain_pct=gain_pct, gain_us=gain_us, own_us=med_own,
+
+    def extra(r: int) -> np.ndarray:   # per step: r's own work beyond the other ranks' median (µs)
+        return own[r] - np.median(np.stack([own[o] for o in ranks if o != r]), axis=0)
+
+    srank = max(ranks, key=lambda r: float(extra(r).sum()))
+    x = extra(srank)
+    others_wait = np.median(np.stack([wait[r] for r in ranks if r != srank]), axis=0)
+    # the others wait for the straggler's extra work: a step shortens by what both agree on (never by more than
+    # the others waited); a step where the others were slower counts against it, as in the job's total time
+    covered = np.minimum(x, others_wait)
+    net = max(float(covered.sum()), 0.0)
+    return HostStraggler(rank=srank, gain_pct=100.0 * net / float(step.sum()) if step.sum() > 0 else 0.0,
+                         gain_us=net / len(common), own_us={r: float(np.median(v)) for r, v in own.items()},
                          wait_us={r: float(np.median(v)) for r, v in wait.items()}, steps=len(common),
-                         snr=mid / mad if mad > 0 else (float("inf") if mid > 0 else 0.0))
+                         snr=recurring_over_opposite(x), extra_us=[float(v) for v in x])
+
+
+def recurring_over_opposite(extra_us: np.ndarray) -> float:
+    """How far a rank's extra work per step (µs, against the other ranks in the same step) stands out of the
+    noise: its sum without its largest step, over the sum of the steps' opposite excess (where the other ranks
+    were the slower ones). Without its largest step, because one step's delay, however long (start-up, a one-off
+    pause), is not a rank that keeps the others waiting: it must recur. Over the opposite excess, because on a
+    shared machine either rank is slower in some steps by the load alone, and a straggler's excess must outweigh
+    that. inf when the others are never slower and the excess recurs; 0 with one step."""
+    x = np.asarray(extra_us, dtype=float)
+    if x.size < 2:
+        return 0.0
+    recurring = float(x.sum() - x.max())
+    opposite = float(np.maximum(-x, 0.0).sum())
+    if opposite > 0:
+        return recurring / opposite
+    return float("inf") if recurring > 0 else 0.0
 
 
 # --- GPU ranks whose collectives cannot be matched: compute per step ----------------------------------
