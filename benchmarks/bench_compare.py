@@ -17,6 +17,11 @@ compared for speed (same configuration, so any "faster"/"slower" is a false alar
 Runs on two different hosts (A/A and power, issue 13): simulated fleets, and the recorded speed
 blocks below dealt to simulated hosts: ``--hosts TRIALS --out /tmp/t13h/speed``.
 
+What compare pays to read the store for its between-run and hosts' terms (``compare.history.between_floor``):
+``--floor-cost REPEAT --out DIR`` builds a Parquet store of 6 hosts x 2 configurations x 4 runs of 200
+steps in DIR/floor_store and times ``between_floor`` for one run a side on two of its hosts (median of
+REPEAT calls, with the store reads it made).
+
 Speed verdicts on recorded pairs (the held-out test of the between-run term, docs/compare.md):
 ``--speed-blocks N`` records N blocks of four runs (A, A2, B-small, B-big, shuffled) into run
 folders and a run store; ``--speed-eval`` then calls every A/A and A/B pair with the interval
@@ -195,32 +200,44 @@ def _called(sh, slower: bool = False, min_effect: float = 0.01) -> bool:
     return (sh.lo > 0 or (sh.hi < 0 and not slower)) and abs(math.expm1(-sh.estimate)) >= min_effect
 
 
-def _floors(groups: dict, hosts_weight: float = 2.0):
-    """Return (before, after) between-run terms from a store's levels ``groups`` ({config: {host: [(log mean,
-    variance)]}}): before, the one-host history only (compare.history's pooled ANOVA on each host, the
-    default as a 2-df prior); after, with the hosts' term (compare.history.host_spread)."""
+def _floors(groups: dict, shares: dict | None = None):
+    """Return (before, spread, after) between-run terms from a store's levels ``groups`` ({config: {host: [(log
+    mean, variance)]}}) for sides spread over hosts as ``shares`` (default: one run a side, A on host 0, B on
+    host 1): before, the one-host history only (compare.history's pooled ANOVA on each host, the default as a
+    2-df prior); spread, plus the spread of hosts of the kind (compare.history.host_spread, the 14:35 UTC
+    rule); after, plus what compare takes now (compare.history.host_term: the compared hosts' measured offset
+    when the store links them, else the spread)."""
     import math
 
-    from trainperf.compare.history import PRIOR_DF, host_spread, pooled_between
+    from trainperf.compare.history import PRIOR_DF, host_spread, host_term, pooled_between
     from trainperf.compare.interval import DEFAULT_BETWEEN, BetweenRun, HostSpread
 
+    shares = {str(h): w for h, w in (shares or {0: -1.0, 1: 1.0}).items()}  # host names are text, as in a store
+    groups = {c: {str(h): v for h, v in hs.items()} for c, hs in groups.items()}
+    weight = sum(w**2 for w in shares.values())
     per_host = {f"{c}|{h}": v for c, hs in groups.items() for h, v in hs.items()}
     tau2, df, _ = pooled_between(per_host)
     prior = DEFAULT_BETWEEN.cv**2
     before = (BetweenRun(cv=math.sqrt((df * tau2 + PRIOR_DF * prior) / (df + PRIOR_DF)), df=df + PRIOR_DF, source="h")
               if df else DEFAULT_BETWEEN)
     sigma2, hdf, _, _ = host_spread(groups, before.cv**2)
-    spread = (HostSpread(cv=math.sqrt(sigma2), df=hdf, source="sim", weight=hosts_weight) if hdf else
-              HostSpread(cv=math.inf, df=math.inf, source="no history", weight=hosts_weight))
-    return before, BetweenRun(cv=before.cv, df=before.df, source="h", hosts=spread)
+    spread = (HostSpread(cv=math.sqrt(sigma2), df=hdf, source="sim", weight=weight) if hdf else
+              HostSpread(cv=math.inf, df=math.inf, source="no history", weight=weight))
+    return (before, BetweenRun(cv=before.cv, df=before.df, source="h", hosts=spread),
+            BetweenRun(cv=before.cv, df=before.df, source="h", hosts=host_term(groups, shares, before)))
 
 
-def hosts_sim(trials: int, seed: int = 0) -> list[dict]:
+def hosts_sim(trials: int, seed: int = 0, interaction: float = 0.0, configs: int = 1) -> list[dict]:
     """Return A/A (called faster or slower) and power (3% slower, called slower) of one run a side on two
     different hosts, simulated: hosts whose
     levels differ by sd HOST_SDS, runs on one host by 0.25%, 1% AR(1) step noise (phi 0.3), 50 steps; the
     store holds 2 runs of one configuration on each of H hosts (H = 0: nothing across hosts), the two
-    compared hosts among them when H >= 2. Before: the one-host history only; after: plus the hosts' term."""
+    compared hosts among them when H >= 2. Before: the one-host history only; spread: plus the spread of hosts;
+    after: plus the hosts' term compare takes (their measured offset when the store links them).
+    ``configs`` > 1 or ``interaction`` > 0: the store holds ``configs`` other configurations (2 runs each a
+    host), and a host's level differs from one configuration to another by sd ``interaction`` (memory-bound
+    and compute-bound code meeting a host's slow memory or slow clocks unalike); A and B run a configuration
+    the store does not hold."""
     import math
 
     from trainperf.compare.interval import long_run_variance, series_shift
@@ -239,24 +256,28 @@ def hosts_sim(trials: int, seed: int = 0) -> list[dict]:
     rows = []
     for sd in HOST_SDS:
         for n_hosts in (0, 2, 4, 8):
-            counts = {"aa_before": 0, "aa_after": 0, "p3_before": 0, "p3_after": 0}
+            counts = {f"{k}_{m}": 0 for k in ("aa", "p3") for m in ("before", "spread", "after")}
             for _ in range(trials):
                 m = rng.normal(0, sd, max(n_hosts, 2))
-                groups = {"c": {}}
-                for h in range(n_hosts):
-                    for _ in range(2):
-                        v = long_run_variance(series(m[h] + rng.normal(0, tau)))
-                        groups["c"].setdefault(h, []).append((math.log(v.mean), v.variance / (v.n * v.mean**2)))
-                before, after = _floors(groups)
-                a = series(m[0] + rng.normal(0, tau))
+                per_config = rng.normal(0, interaction, (configs + 1, max(n_hosts, 2)))  # row 0: A and B's
+                groups = {}
+                for k in range(1, configs + 1):
+                    for h in range(n_hosts):
+                        for _ in range(2):
+                            v = long_run_variance(series(m[h] + per_config[k, h] + rng.normal(0, tau)))
+                            groups.setdefault(f"c{k}", {}).setdefault(h, []).append(
+                                (math.log(v.mean), v.variance / (v.n * v.mean**2)))
+                floors = dict(zip(("before", "spread", "after"), _floors(groups)))
+                a = series(m[0] + per_config[0, 0] + rng.normal(0, tau))
                 for change, key in ((0.0, "aa"), (0.03, "p3")):
-                    b = series(m[1] + rng.normal(0, tau) + math.log1p(change))  # B slower by `change` (time)
-                    counts[f"{key}_before"] += _called(series_shift(a, b, between=before), slower=change > 0)
-                    counts[f"{key}_after"] += _called(series_shift(a, b, between=after), slower=change > 0)
-            rows.append({"host_sd": sd, "hosts_in_store": n_hosts, "trials": trials,
+                    # B slower by `change` (time)
+                    b = series(m[1] + per_config[0, 1] + rng.normal(0, tau) + math.log1p(change))
+                    for method, floor in floors.items():
+                        counts[f"{key}_{method}"] += _called(series_shift(a, b, between=floor), slower=change > 0)
+            rows.append({"host_sd": sd, "hosts_in_store": n_hosts, "trials": trials, "interaction": interaction,
+                         "configs": configs,
                          **{k: v / trials for k, v in counts.items()}})
-            print(f"| {sd:.1%} | {n_hosts} | " + " | ".join(f"{counts[k] / trials:.1%}" for k in
-                                                            ("aa_before", "aa_after", "p3_before", "p3_after")) + " |",
+            print(f"| {sd:.1%} | {n_hosts} | " + " | ".join(f"{counts[k] / trials:.1%}" for k in counts) + " |",
                   flush=True)
     return rows
 
@@ -267,7 +288,7 @@ def hosts_recorded(out: Path, trials: int, seed: int = 0) -> list[dict]:
     the recorded runs of ``record_speed_blocks``: their 24 baseline runs are dealt to 6 hosts (4 each)
     whose levels differ by sd HOST_SDS (each run's steps scaled by its host's factor); the compared
     pair is one baseline run on one host against another baseline run (A/A), or a B run, on another
-    host, the other baseline runs are the store. Before: the one-host history; after: plus the hosts' term."""
+    host, the other baseline runs are the store. Before, spread, after: as ``hosts_sim``."""
     import math
 
     from trainperf.compare.history import run_level
@@ -285,7 +306,7 @@ def hosts_recorded(out: Path, trials: int, seed: int = 0) -> list[dict]:
     rng = np.random.default_rng(seed)
     rows = []
     for sd in HOST_SDS:
-        counts = {f"{k}_{m}": 0 for k in ("aa", "B-small", "B-big") for m in ("before", "after")}
+        counts = {f"{k}_{m}": 0 for k in ("aa", "B-small", "B-big") for m in ("before", "spread", "after")}
         for _ in range(trials):
             order = list(rng.permutation(base))
             host = {k: i // 4 for i, k in enumerate(order)}  # 6 hosts of 4 runs
@@ -294,7 +315,7 @@ def hosts_recorded(out: Path, trials: int, seed: int = 0) -> list[dict]:
             groups = {"c": {}}
             for k in order[1:4] + order[5:]:
                 groups["c"].setdefault(host[k], []).append((level[k][0] + m[host[k]], level[k][1]))
-            before, after = _floors(groups)
+            floors = dict(zip(("before", "spread", "after"), _floors(groups)))
             a = per_token[x] * math.exp(m[0])
             pairs = {"aa": per_token[y] * math.exp(m[1])}
             for c in ("B-small", "B-big"):
@@ -302,11 +323,69 @@ def hosts_recorded(out: Path, trials: int, seed: int = 0) -> list[dict]:
                 if same_block:
                     pairs[c] = per_token[same_block[0]] * math.exp(m[1])
             for key, b in pairs.items():
-                counts[f"{key}_before"] += _called(series_shift(a, b, between=before), slower=key != "aa")
-                counts[f"{key}_after"] += _called(series_shift(a, b, between=after), slower=key != "aa")
+                for method, floor in floors.items():
+                    counts[f"{key}_{method}"] += _called(series_shift(a, b, between=floor), slower=key != "aa")
         rows.append({"host_sd": sd, "trials": trials, **{k: v / trials for k, v in counts.items()}})
         print(f"| {sd:.1%} | " + " | ".join(f"{counts[k] / trials:.1%}" for k in counts) + " |", flush=True)
     return rows
+
+
+def floor_cost(out: Path, repeat: int) -> dict:
+    """Return the median seconds of ``compare.history.between_floor`` (one run a side, A and B on two hosts)
+    over ``repeat`` calls, and the store reads (``trainperf.store.read_runs`` calls) each made, on a store
+    of 6 hosts x 2 configurations x 4 runs of 200 steps (1% step noise, hosts 2% apart) built in
+    ``out``/floor_store."""
+    import shutil
+    import statistics
+
+    import trainperf.store as store_mod
+    from trainperf.compare.history import between_floor
+    from trainperf.compare.runs import RunData
+    from trainperf.store import RunRecord, StepSample, write_run
+
+    rng = np.random.default_rng(0)
+    root = out / "floor_store"
+    shutil.rmtree(root, ignore_errors=True)
+    for h in range(6):
+        host_level = float(np.exp(rng.normal(0, 0.02)))
+        for model in ("tiny", "small"):
+            for k in range(4):
+                st = 0.1 * host_level * (1 + 0.01 * rng.normal(size=200))
+                write_run(RunRecord(run_id=f"h{h}-{model}-{k}", job="train", host=f"node{h}", gpu_model="cpu",
+                                    model=model, layout="mbs=1", started_at=1000.0 + k,
+                                    samples=[StepSample(i + 1, float(x), tokens_per_s=256 / float(x))
+                                             for i, x in enumerate(st)]), str(root))
+
+    def run(name, host):
+        st = 0.1 * (1 + 0.01 * rng.normal(size=200))
+        n = len(st)
+        return RunData(name=name, step=np.arange(1, n + 1, dtype=float), step_time_s=st, loss=np.full(n, np.nan),
+                       grad_norm=np.full(n, np.nan), tokens_per_s=256 / st, mfu=np.full(n, np.nan),
+                       mem_peak_bytes=np.full(n, np.nan), t_end=np.cumsum(st), t_start=0.0, run_id=name, host=host)
+
+    a, b = run("a", "node0"), run("b", "node1")
+    reads, real = [0], store_mod.read_runs
+
+    def counting(*args, **kw):  # count the store reads (trainperf.store.read_runs, the one entry point)
+        reads[0] += 1
+        return real(*args, **kw)
+
+    store_mod.read_runs = counting
+    times = []
+    try:
+        for _ in range(repeat):
+            reads[0] = 0
+            t0 = time.perf_counter()
+            floor = between_floor([a], [b], str(root))
+            times.append(time.perf_counter() - t0)
+    finally:
+        store_mod.read_runs = real
+    res = {"median_s": statistics.median(times), "reads": reads[0], "history_cv": floor.cv,
+           "hosts": None if floor.hosts is None else floor.hosts.source}
+    print(f"between_floor, one run a side on 2 of 6 hosts, 48 stored runs x 200 steps: median "
+          f"{res['median_s']:.3f} s of {repeat}, {reads[0]} store reads; history cv {floor.cv:.4f}; hosts: "
+          f"{res['hosts']}")
+    return res
 
 
 def gate_band(runs: dict) -> list[dict]:
@@ -342,6 +421,12 @@ def main() -> None:
     ap.add_argument("--hosts", type=int, default=0, metavar="TRIALS",
                     help="only the A/A and power of runs on two different hosts, simulated fleets and the recorded "
                          "speed blocks in --out dealt to simulated hosts (TRIALS pairs each)")
+    ap.add_argument("--hosts-configs", type=int, default=1,
+                    help="with --hosts: configurations the simulated store holds (A and B run another when > 1)")
+    ap.add_argument("--hosts-interaction", type=float, default=0.0,
+                    help="with --hosts: sd of a host's level from one configuration to another (log units)")
+    ap.add_argument("--floor-cost", type=int, default=0, metavar="REPEAT",
+                    help="only time compare's store reads for the between-run and hosts' terms (module doc)")
     ap.add_argument("--speed-blocks", type=int, default=0,
                     help="only record this many blocks of A, A2, B-small, B-big speed runs (A/A and power pairs)")
     args = ap.parse_args()
@@ -356,11 +441,16 @@ def main() -> None:
     if args.speed_blocks:
         record_speed_blocks(out, args.speed_blocks, args)
         return
+    if args.floor_cost:
+        floor_cost(out, args.floor_cost)
+        return
     if args.hosts:
-        print("| hosts differ by | hosts in store | A/A before | A/A after | 3% found before | 3% found after |")
-        sim = hosts_sim(args.hosts)
+        methods = ("before", "spread", "after")
+        print("| hosts differ by | hosts in store | " + " | ".join(f"{k} {m}" for k in ("A/A", "3% found")
+                                                                  for m in methods) + " |")
+        sim = hosts_sim(args.hosts, interaction=args.hosts_interaction, configs=args.hosts_configs)
         print("| hosts differ by | " + " | ".join(f"{k} {m}" for k in ("A/A", "B-small", "B-big")
-                                                 for m in ("before", "after")) + " |")
+                                                 for m in methods) + " |")
         rec = hosts_recorded(out, args.hosts) if any(out.glob("b[0-9][0-9]-A")) else []
         (out / "hosts_eval.json").write_text(json.dumps({"simulated": sim, "recorded": rec}, indent=1))
         return

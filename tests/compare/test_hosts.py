@@ -2,6 +2,7 @@
 one-way ANOVA worked by hand, the hosts' share weights by hand, and simulated fleets whose hosts differ
 by a known amount."""
 
+import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from trainperf.compare import compare_runs
-from trainperf.compare.history import between_floor, host_mix, host_spread, hosts_between
+from trainperf.compare.history import between_floor, host_mix, host_offset, host_spread, host_term, hosts_between
 from trainperf.compare.interval import (DEFAULT_BETWEEN, BetweenRun, HostSpread, long_run_variance, repeats_shift,
                                         series_shift)
 from trainperf.compare.report import perf_rows
@@ -96,15 +97,82 @@ def test_different_hosts_and_no_store_runs_across_hosts_is_inconclusive(tmp_path
     assert d["lo"] is None and d["hi"] is None
     side = {r.name: RunSeries(names=[r.name], series=[steady_samples(r, "step_time")], runs=[r],
                               store=str(tmp_path / "none")) for r in (a, b)}
-    assert compare(side["a"], side["b"], metric="step_time").verdict == "inconclusive"
+    g = compare(side["a"], side["b"], metric="step_time")
+    assert g.verdict == "inconclusive" and g.reason.startswith("A ran on node1, B on node2, and the store holds no runs")
+    # both verbs' JSON say an unbounded interval as null (strict JSON: no Infinity or NaN)
+    import json
+
+    from trainperf.cli_options import dumps
+
+    def strict(doc):
+        return json.loads(dumps(doc), parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
+
+    assert strict(g.to_dict())["effect_ci"] == [None, None] and strict(g.to_dict())["effect"] is None
+    assert strict(c.to_dict())["performance"]["step_time"]["hi"] is None
     b.host = "node1"
     assert compare_runs([a], [b], store=str(tmp_path / "none")).perf.verdict == "slower"
+
+
+def test_host_offset_is_the_two_way_least_squares_contrast():
+    """By hand: configuration c1 on X (0.00, 0.02) and Y (0.10, 0.12); c2 on Y (0.30) and Z (0.35). Log
+    level = configuration + host: Y - X = 0.11 - 0.01 = 0.10 (c1), Z - Y = 0.05 (c2), so Z - X = 0.15.
+    Pure error: c1's replicates, 4 x 0.01^2 = 0.0004 over 2 df, 0.0002; no lack-of-fit df (each link is
+    one configuration); Var(Z - X) = 0.0002 (1/2 + 1/2) + 0.0002 (1 + 1) = 0.0006. X and W (c3) are not
+    linked: None."""
+    g = {"c1": {"X": [(0.00, 1e-9), (0.02, 1e-9)], "Y": [(0.10, 1e-9), (0.12, 1e-9)]},
+         "c2": {"Y": [(0.30, 1e-9)], "Z": [(0.35, 1e-9)]}, "c3": {"V": [(1.0, 1e-9)], "W": [(1.2, 1e-9)]}}
+    off = host_offset(g, {"X": -1.0, "Z": 1.0}, within=0.0001, within_df=math.inf)
+    assert off.offset == pytest.approx(0.15) and off.variance == pytest.approx(0.0006)
+    assert (off.df, off.per_config, off.hosts, off.configs) == (2, 0.0, 5, 3)
+    assert host_offset(g, {"X": -1.0, "W": 1.0}, 0.0001, math.inf) is None  # no shared configuration links them
+    assert host_offset(g, {"X": -1.0, "U": 1.0}, 0.0001, math.inf) is None  # U never ran
+    # one run a host of one configuration: no residual, so the variance is within + the runs', at within's df
+    one = host_offset({"c": {"X": [(0.0, 1e-4)], "Y": [(0.05, 1e-4)]}}, {"X": -1.0, "Y": 1.0}, 0.0004, 6.0)
+    assert (one.offset, one.df, one.per_config) == (pytest.approx(0.05), 6.0, 0.0)
+    assert one.variance == pytest.approx(2 * (0.0004 + 1e-4))
+    # two configurations on X and Y, one run each: the offsets 0.10 and 0.14 disagree. Lack of fit: residuals
+    # +-0.01 in 4 cells, 0.0004 over 1 df; per configuration (0.0004 - (0.0001 + 1e-9)) / 1; the offset's
+    # variance is that of the mean of two offsets, by hand: var(0.10, 0.14) / 2 = 0.0008 / 2 = 0.0004. The
+    # sum 0.0004 + 2 x per configuration = 3 x 0.0004 - 2 x 0.0001 (mean squares), Satterthwaite's df
+    # 0.001^2 / (0.0012^2 / 1 + 0): 0.69
+    two = host_offset({"c1": {"X": [(0.0, 1e-9)], "Y": [(0.10, 1e-9)]}, "c2": {"X": [(0.5, 1e-9)], "Y": [(0.64, 1e-9)]}},
+                      {"X": -1.0, "Y": 1.0}, 0.0001, math.inf)
+    assert two.offset == pytest.approx(0.12) and two.variance == pytest.approx(0.0004)
+    assert two.per_config == pytest.approx(0.0003 - 1e-9) and two.df == pytest.approx(0.001**2 / 0.0012**2, rel=1e-5)
+    # host_term: the offset when linked, else the spread of hosts of the kind
+    assert host_term(g, {"X": -1.0, "Z": 1.0}).paired
+    spread = host_term(g, {"X": -1.0, "W": 1.0})
+    assert not spread.paired and spread.offset == 0.0 and spread.known
+
+
+def test_the_offset_of_the_compared_hosts_corrects_the_change(tmp_path):
+    """The compared hosts are in the store: host n5 is 0.100 x 1.03, n0 0.100 x 0.97 (two runs of one
+    configuration each, 0.2% step noise). The same code on n0 and n5 is 6.2% apart in time per token; the
+    offset log(1.03 / 0.97) is taken off, so compare calls it inside the noise with a change near 0, and
+    a B 5% slower in time (same hosts) is called slower by about 1 - 1/1.05."""
+    rng = np.random.default_rng(4)
+    store = str(tmp_path / "store")
+    m = {f"n{i}": v for i, v in enumerate([-0.03, -0.01, 0.0, 0.01, 0.02, 0.03])}
+    for h, v in m.items():
+        for k in range(2):
+            _record(store, f"{h}-{k}", 0.1 * (1 + v), rng, h)
+    a = _run(0.097 * (1 + 0.01 * _ar1(rng, 50)[0]), name="a", run_id="a", host="n0")
+    b = _run(0.103 * (1 + 0.01 * _ar1(rng, 50)[0]), name="b", run_id="b", host="n5")
+    got = hosts_between([a], [b], store)
+    assert got.paired and got.offset == pytest.approx(math.log(1.03 / 0.97), abs=0.003) and got.weight == 2.0
+    assert "1 configuration(s) on 6 linked hosts" in got.source
+    c = compare_runs([a], [b], store=store)
+    assert c.perf.verdict == "inside the noise" and abs(c.perf.throughput.change) < 0.01
+    assert "less B's hosts' offset of +6." in c.perf.throughput.method
+    slow = _run(1.05 * b.step_time_s, name="slow", run_id="slow", host="n5")
+    c = compare_runs([a], [slow], store=store)
+    assert c.perf.verdict == "slower" and c.perf.throughput.change == pytest.approx(1 / 1.05 - 1, abs=0.01)
 
 
 def test_the_store_measures_how_much_hosts_differ(tmp_path):
     """Six hosts whose levels are 0.100 x (1 + m), m = -3, -1, 0, 1, 2, 3%, two runs of one configuration
     each (0.2% step noise): the estimate follows the ANOVA of their log levels by hand; a compared pair on
-    two of them then gets that term, and the verdict says where it came from."""
+    two other hosts of the kind then gets that term, and the verdict says where it came from."""
     rng = np.random.default_rng(2)
     store = str(tmp_path / "store")
     m = {f"n{i}": v for i, v in enumerate([-0.03, -0.01, 0.0, 0.01, 0.02, 0.03])}
@@ -113,17 +181,17 @@ def test_the_store_measures_how_much_hosts_differ(tmp_path):
             _record(store, f"{h}-{k}", 0.1 * (1 + v), rng, h)
     lv = np.log(1 + np.array(list(m.values())))
     by_hand = ((lv - lv.mean()) ** 2).sum() / 5  # two runs a host at the same level: MSB / 2 = the hosts' variance
-    a = _run(0.1 * (1 + 0.01 * _ar1(rng, 50)[0]), name="a", run_id="a", host="n0")
-    b = _run(0.1 * (1 + 0.01 * _ar1(rng, 50)[0]), name="b", run_id="b", host="n5")
+    a = _run(0.1 * (1 + 0.01 * _ar1(rng, 50)[0]), name="a", run_id="a", host="n6")
+    b = _run(0.1 * (1 + 0.01 * _ar1(rng, 50)[0]), name="b", run_id="b", host="n7")
     got = hosts_between([a], [b], store)
-    assert got.cv == pytest.approx(math.sqrt(by_hand), rel=0.05) and got.weight == 2.0
+    assert not got.paired and got.cv == pytest.approx(math.sqrt(by_hand), rel=0.05) and got.weight == 2.0
     assert "1 configuration(s) on 6 hosts" in got.source
     floor = between_floor([a], [b], store)
     assert floor.hosts == got
     c = compare_runs([a], [b], store=store)
     assert c.perf.verdict != "inconclusive" and c.perf.hosts_cv == pytest.approx(got.cv)
     assert "A and B ran on different hosts: the interval includes hosts that differ by" in c.perf.note
-    assert hosts_between([a], [_run(a.step_time_s, name="b2", host="n0")], store) is None  # same host: no term
+    assert hosts_between([a], [_run(a.step_time_s, name="b2", host="n6")], store) is None  # same host: no term
 
 
 def test_simulated_fleets_a_a_across_hosts():
@@ -145,3 +213,55 @@ def test_simulated_fleets_a_a_across_hosts():
         calls_before += not (before.lo < 0 < before.hi)
         calls_after += not (after.lo < 0 < after.hi)
     assert calls_before / trials > 0.3 and calls_after / trials <= 0.07
+
+
+def test_interval_ends_and_text_by_hand():
+    """One rule for both verbs: an end at -100% or beyond, infinite or NaN is unbounded (None); else the
+    interval prints as [lo, hi] in percent."""
+    from trainperf.compare.interval import interval_ends, interval_text
+
+    assert interval_ends(-0.012, 0.034) == (-0.012, 0.034)
+    assert interval_ends(-1.0, math.inf) == (None, None) and interval_ends(float("nan"), 0.1) == (None, 0.1)
+    assert interval_text(-0.012, 0.034) == "[-1.2%, +3.4%]" and interval_text(-0.012, 0.034, digits=2) == "[-1.20%, +3.40%]"
+    assert interval_text(-1.0, 0.5) is None
+
+
+def test_between_floor_reads_the_store_once_for_both_terms(tmp_path, monkeypatch):
+    """Repeats on the compared hosts (history) and runs across hosts (the hosts' term) in one store:
+    between_floor reads the run rows once and the samples once (2 read_runs calls; it made 6 before), and
+    gives the same terms as history_between and hosts_between reading the store each on their own."""
+    import trainperf.store as store_mod
+    from trainperf.compare.history import history_between
+
+    rng = np.random.default_rng(6)
+    store = str(tmp_path / "store")
+    for i, h in enumerate(["n0", "n1", "n2"]):
+        for k in range(3):
+            _record(store, f"{h}-{k}", 0.1 * (1 + 0.01 * i), rng, h)
+    a = _run(0.1 * (1 + 0.01 * _ar1(rng, 50)[0]), name="a", run_id="a", host="n0")
+    b = _run(0.101 * (1 + 0.01 * _ar1(rng, 50)[0]), name="b", run_id="b", host="n1")
+    alone = (history_between({"n0", "n1"}, {"a", "b"}, store), hosts_between([a], [b], store,
+                                                                            history_between({"n0", "n1"}, {"a", "b"}, store)))
+    calls, real = [], store_mod.read_runs
+    monkeypatch.setattr(store_mod, "read_runs", lambda *x, **k: calls.append(k) or real(*x, **k))
+    floor = between_floor([a], [b], store)
+    assert len(calls) == 2 and calls[0].get("samples") is False and len(calls[1]["run_ids"]) == 9
+    assert (dataclasses.replace(floor, hosts=None), floor.hosts) == alone and floor.hosts.paired
+
+
+def test_a_measured_offset_is_taken_off_and_its_variance_added():
+    """Reference, by hand: estimate = log mean B - log mean A - offset; Var = steps' terms + 2 tau^2 + weight x
+    cv^2 + offset_var; with caps_df (a per-configuration term read from few runs) the t's df is at most the
+    hosts' df, else Welch-Satterthwaite's."""
+    rng = np.random.default_rng(7)
+    a, b = 1 + 0.01 * _ar1(rng, 80)[0], 1.03 * (1 + 0.01 * _ar1(rng, 80)[0])
+    va, vb = long_run_variance(a), long_run_variance(b)
+    steps = va.variance / (80 * va.mean**2) + vb.variance / (80 * vb.mean**2)
+    hosts = HostSpread(cv=0.004, df=3.0, source="test", weight=2.0, offset=0.02, offset_var=1e-5, paired=True)
+    sh = series_shift(a, b, between=BetweenRun(cv=0.01, df=math.inf, source="t", hosts=hosts))
+    assert sh.estimate == pytest.approx(math.log(vb.mean / va.mean) - 0.02)
+    assert sh.se == pytest.approx(math.sqrt(steps + 2 * 0.01**2 + 2 * 0.004**2 + 1e-5)) and sh.df > 3
+    assert "less B's hosts' offset of +2.02% in time per token against A's" in sh.method
+    capped = series_shift(a, b, between=BetweenRun(cv=0.01, df=math.inf, source="t",
+                                                   hosts=dataclasses.replace(hosts, caps_df=True)))
+    assert capped.df == 3.0 and capped.se == sh.se

@@ -38,12 +38,16 @@ show (``drift_between``: a level that moves inside a run moves between runs at l
 Its degrees of freedom enter the Welch-Satterthwaite sum (a history of 4 runs has 3).
 
 **The hosts' term.** When A and B ran on different hosts, the two sides' means also differ by how
-much the hosts' levels differ (``HostSpread``: sd sigma_host from the store's runs of one
-configuration on several hosts, ``compare.history.host_spread``), weighted by how differently the
-two sides' runs are spread over hosts (2 for one run a side on two hosts): + weight x sigma_host^2,
-with its own degrees of freedom, with one run a side and with repeats alike (repeats on one host show
-how that host's runs differ, not how hosts do). When nothing measures it the interval is unbounded
-(``hosts_unknown``) and the verdict is inconclusive.
+much the hosts' levels differ (``HostSpread``), with one run a side and with repeats alike (repeats
+on one host show how that host's runs differ, not how hosts do). When the store holds runs on the
+very hosts compared (configurations run on them and on hosts linked to them), their offset is
+measured (``compare.history.host_offset``: hosts as fixed effects beside configurations): the
+change is corrected by it and the interval adds its estimate's variance (and, where several
+configurations show it, how much a host's offset varies from one configuration to another).
+Otherwise, the spread of hosts of that kind (sd sigma_host, ``compare.history.host_spread``)
+weighted by how differently the two sides' runs are spread over hosts (2 for one run a side on
+two hosts): + weight x sigma_host^2. Either term enters with its own degrees of freedom. When
+nothing measures it the interval is unbounded (``hosts_unknown``) and the verdict is inconclusive.
 
 Simulated coverage (AR(1) phi 0-0.9, heavy tails, drift, between-run levels): docs/benchmarks.md
 "Trainer and compare", command ``benchmarks/sim_gate.py --series``.
@@ -76,22 +80,44 @@ DRIFT_FACTOR = 2.0
 
 @dataclass(kw_only=True, frozen=True)
 class HostSpread:
-    """How much hosts of one kind differ: the sd ``cv`` of a host's log level (natural-log units; ``math.inf``
-    when the store cannot say), the degrees of freedom of its estimate, where it came from, and ``weight``:
-    sum over hosts of (B's share of runs there - A's)^2, so that the two sides' mean host levels differ by
-    a variance of weight x cv^2 (2 for one run a side on two hosts, 0 when both sides ran on the same hosts
-    in the same shares). ``hosts``: the sides' hosts, for the note."""
+    """How much the hosts of A and B differ. ``weight``: sum over hosts of (B's share of runs there - A's)^2
+    (2 for one run a side on two hosts, 0 when both sides ran on the same hosts in the same shares).
+
+    Measured on the compared hosts themselves (``paired``): ``offset``, B's hosts' log level minus A's
+    (natural-log units of time per token: 0.01 ~ B's hosts 1% slower), subtracted from the change, with the
+    variance ``offset_var`` of its estimate; ``cv``, the sd of a host's level from one configuration to
+    another beyond that offset (0 when the store shows none). Otherwise ``cv`` is the sd of the log level of
+    hosts of that kind (``math.inf`` when the store cannot say) and the offset is 0. Either way the two
+    sides' host levels add ``variance`` = weight x cv^2 + offset_var to the change's, with ``df`` degrees of
+    freedom. ``hosts``: the sides' hosts, for the note."""
 
     cv: float
     df: float
     source: str
     weight: float
     hosts: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+    offset: float = 0.0
+    offset_var: float = 0.0
+    paired: bool = False
+    # True where the estimate rests on few runs that can show it small by chance (a host's offset varying
+    # between configurations, read from the lack of fit): the interval's df is then at most ``df``, since
+    # Welch-Satterthwaite gives a term estimated small no weight however few its df
+    caps_df: bool = False
 
     @property
     def known(self) -> bool:
-        """Return whether the spread was measured (else the change cannot be told from the hosts')."""
+        """Return whether the hosts' difference was measured (else the change cannot be told from the hosts')."""
         return math.isfinite(self.cv)
+
+    @property
+    def variance(self) -> float:
+        """Return the variance the hosts add to the change of the sides' log means (log units squared)."""
+        return self.weight * self.cv**2 + self.offset_var
+
+
+def hosts_differ(hosts: HostSpread | None) -> bool:
+    """Return whether A and B ran on different hosts (or the same hosts in different shares)."""
+    return hosts is not None and hosts.weight > 0
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -150,6 +176,22 @@ class Shift:
     def to_dict(self) -> dict:
         """Return JSON-able data."""
         return {**asdict(self), "p_value": self.p_value}
+
+
+def interval_ends(lo: float, hi: float) -> tuple[float | None, float | None]:
+    """Return the ends of a relative change's interval (fractions: -0.02 = -2%) as compare and gate report
+    them: None for an end the interval does not bound (infinite or NaN, or a lower end at or below -100%,
+    where the log of a ratio is -inf), so that their JSON holds no Infinity or NaN."""
+    return (lo if math.isfinite(lo) and lo > -1 else None), (hi if math.isfinite(hi) else None)
+
+
+def interval_text(lo: float, hi: float, digits: int = 1) -> str | None:
+    """Return a relative change's interval as compare and gate print it, "[-1.2%, +3.4%]" (``digits``
+    decimals of a percent), or None when it is unbounded (``interval_ends``): the verb says why instead."""
+    ends = interval_ends(lo, hi)
+    if None in ends:
+        return None
+    return f"[{ends[0]:+.{digits}%}, {ends[1]:+.{digits}%}]"
 
 
 def _finite(x) -> np.ndarray:
@@ -240,27 +282,50 @@ def drift_between(drift_a: float, drift_b: float, floor: BetweenRun) -> BetweenR
                       hosts=floor.hosts)
 
 
+def hosts_unknown_text(hosts: HostSpread) -> str:
+    """Return why a change between sides on hosts that differ by an unknown amount has no interval, as
+    compare and gate say it: "A ran on X, B on Y, and <source>: a difference of hosts cannot be told from
+    the change"."""
+    a, b = (", ".join(h) or "?" for h in hosts.hosts)
+    return f"A ran on {a}, B on {b}, and {hosts.source}: a difference of hosts cannot be told from the change"
+
+
 def hosts_unknown(d: float, level: float, hosts: HostSpread, method: str) -> Shift:
     """Return the interval of a change ``d`` (log units) between sides on different hosts whose spread is
     unknown: any change is possible (-inf to +inf), the method says why."""
-    a, b = (", ".join(h) or "?" for h in hosts.hosts)
     return Shift(estimate=d, lo=-math.inf, hi=math.inf, se=math.inf, df=1.0, level=level, hosts=hosts,
-                 method=f"A ran on {a}, B on {b}, and {hosts.source}: a difference of hosts cannot be told from "
-                        f"the change ({method} on one host)")
+                 method=f"{hosts_unknown_text(hosts)} ({method} on one host)")
 
 
 def _with_hosts(terms: list[tuple[float, float]], hosts: HostSpread | None) -> list[tuple[float, float]]:
     """Return the (variance, df) terms of a change with the hosts' term added when the sides' hosts differ."""
-    if hosts is None or hosts.weight <= 0 or hosts.cv <= 0:
+    if not hosts_differ(hosts) or hosts.variance <= 0:
         return terms
-    return terms + [(hosts.weight * hosts.cv**2, hosts.df)]
+    return terms + [(hosts.variance, hosts.df)]
+
+
+def hosts_offset(hosts: HostSpread | None) -> float:
+    """Return the measured offset of B's hosts against A's to take off the change (log units; 0 when the
+    sides' hosts do not differ or only their spread is known)."""
+    return hosts.offset if hosts_differ(hosts) and hosts.known else 0.0
+
+
+def hosts_text(hosts: HostSpread | None) -> str:
+    """Return what the hosts' term did, as a clause ("" when the sides' hosts do not differ): the offset
+    taken off the change, or the spread of hosts added to the interval, and where it came from."""
+    if not hosts_differ(hosts):
+        return ""
+    if hosts.paired:
+        per_config = f", and {100 * hosts.cv:.3g}% per configuration" if hosts.cv > 0 else ""
+        return (f"less B's hosts' offset of {math.expm1(hosts.offset):+.2%} in time per token against A's "
+                f"(±{100 * math.sqrt(hosts.offset_var):.2g}% sd{per_config}; from {hosts.source})")
+    return f"plus hosts that differ by {100 * hosts.cv:.3g}% (from {hosts.source})"
 
 
 def _hosts_text(hosts: HostSpread | None) -> str:
     """Return the clause a Shift's method adds for the hosts' term ("" when the sides' hosts do not differ)."""
-    if hosts is None or hosts.weight <= 0:
-        return ""
-    return f", plus hosts that differ by {100 * hosts.cv:.3g}% (from {hosts.source})"
+    text = hosts_text(hosts)
+    return f", {text}" if text else ""
 
 
 def change_interval(va: LongRunVariance, vb: LongRunVariance, between: BetweenRun, level: float = 0.95) -> Shift:
@@ -270,26 +335,31 @@ def change_interval(va: LongRunVariance, vb: LongRunVariance, between: BetweenRu
 
     # (variance of the change, degrees of freedom) per term: A's steps, B's steps, the two runs' levels,
     # and the two hosts' levels when A and B ran on different hosts
-    d = math.log(vb.mean) - math.log(va.mean)
+    d = math.log(vb.mean) - math.log(va.mean) - hosts_offset(between.hosts)
     what = (f"ratio of means over steps, autocorrelation-robust (AR(1) phi {va.phi:.2f}/{vb.phi:.2f} prewhitened "
             f"cosine long-run variance) plus a between-run sd of {100 * between.cv:.3g}% a run from {between.source}")
-    if between.hosts is not None and between.hosts.weight > 0 and not between.hosts.known:
+    if hosts_differ(between.hosts) and not between.hosts.known:
         return hosts_unknown(d, level, between.hosts, what)
     terms = _with_hosts([(va.variance / (va.n * va.mean**2), va.df), (vb.variance / (vb.n * vb.mean**2), vb.df),
                          (2 * between.cv**2, between.df)], between.hosts)
-    se, df = _welch(terms, fallback_df=va.df + vb.df)
+    se, df = _welch(terms, fallback_df=va.df + vb.df, hosts=between.hosts)
     q = float(stdtrit(df, 0.5 + level / 2))  # Student's t quantile
     return Shift(estimate=d, lo=d - q * se, hi=d + q * se, se=se, df=df, level=level,
                  between_cv=between.cv, between_source=between.source, hosts=between.hosts,
                  method=f"{what}{_hosts_text(between.hosts)}, t at {df:.0f} df")
 
 
-def _welch(terms: list[tuple[float, float]], fallback_df: float) -> tuple[float, float]:
+def _welch(terms: list[tuple[float, float]], fallback_df: float,
+           hosts: HostSpread | None = None) -> tuple[float, float]:
     """Return (standard error, Welch-Satterthwaite degrees of freedom) of a sum of independent variance
-    terms given as (variance, df) pairs; ``fallback_df`` when every term is 0."""
+    terms given as (variance, df) pairs; ``fallback_df`` when every term is 0; at most the hosts' df when
+    their term caps it (``HostSpread.caps_df``)."""
     var = sum(v for v, _ in terms)
     den = sum(v**2 / d for v, d in terms if v > 0)
-    return math.sqrt(var), (var**2 / den if den > 0 else fallback_df)
+    df = var**2 / den if den > 0 else fallback_df
+    if hosts_differ(hosts) and hosts.caps_df:
+        df = min(df, hosts.df)
+    return math.sqrt(var), df
 
 
 def series_shift(a, b, level: float = 0.95, between: BetweenRun | None = None) -> Shift:
@@ -310,20 +380,21 @@ def series_shift(a, b, level: float = 0.95, between: BetweenRun | None = None) -
 def repeats_shift(a_means, b_means, level: float = 0.95, hosts: HostSpread | None = None) -> Shift:
     """Return the change of log run means, B against A, with the pooled two-sample t interval
     (one value per run; at least 3 runs in all and 2 on one side). ``hosts``: when the sides ran on
-    different hosts, their term is added (Welch-Satterthwaite); the repeats' spread only shows how a
-    side's runs differ on its own hosts."""
+    different hosts, their measured offset is taken off the change and their term added
+    (Welch-Satterthwaite); the repeats' spread only shows how a side's runs differ on its own hosts."""
     from scipy.special import stdtrit
 
     a, b = np.log(_finite(a_means)), np.log(_finite(b_means))
     df = (len(a) - 1) + (len(b) - 1)
     if df < 1:
         raise ValueError("repeats_shift needs two runs on at least one side")
-    d = float(b.mean() - a.mean())
+    d = float(b.mean() - a.mean()) - hosts_offset(hosts)
     ss = float(((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum())
     what = f"pooled t over run means ({len(a)} vs {len(b)} runs)"
-    if hosts is not None and hosts.weight > 0 and not hosts.known:
+    if hosts_differ(hosts) and not hosts.known:
         return hosts_unknown(d, level, hosts, what)
-    se, tdf = _welch(_with_hosts([(ss / df * (1 / len(a) + 1 / len(b)), float(df))], hosts), fallback_df=float(df))
+    se, tdf = _welch(_with_hosts([(ss / df * (1 / len(a) + 1 / len(b)), float(df))], hosts), fallback_df=float(df),
+                     hosts=hosts)
     q = float(stdtrit(tdf, 0.5 + level / 2))
     return Shift(estimate=d, lo=d - q * se, hi=d + q * se, se=se, df=float(tdf), level=level, hosts=hosts,
                  method=what + _hosts_text(hosts))

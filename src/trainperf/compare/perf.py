@@ -16,8 +16,9 @@ A change is called ``faster``/``slower`` when the interval excludes zero and the
 least ``MIN_EFFECT``; otherwise it is inside the noise (the interval says how large a change
 could still hide). When A and B ran on different hosts the interval includes how much hosts
 differ (``compare.history.hosts_between``, from the store's runs of one configuration on several
-hosts); when the store cannot say, the verdict is ``inconclusive``: a difference of hosts cannot be
-told from the change.
+hosts), and when the store has runs on the compared hosts themselves, the change is corrected by their
+measured offset (step time's change too); when the store cannot say, the verdict is ``inconclusive``:
+a difference of hosts cannot be told from the change.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from trainperf.compare.interval import DEFAULT_BETWEEN, NO_BETWEEN, BetweenRun, drift_between, level_drift, shift
+from trainperf.compare.interval import (DEFAULT_BETWEEN, NO_BETWEEN, BetweenRun, drift_between, hosts_differ,
+                                        hosts_offset, hosts_text, hosts_unknown_text, interval_ends, level_drift,
+                                        shift)
 from trainperf.compare.runs import RunData, finite
 from trainperf.store.record import PEAK_UNKNOWN, mfu_against
 
@@ -77,13 +80,14 @@ class PerfResult:
     mfu_note: str = ""
     hosts: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())  # each side's hosts
     hosts_cv: float | None = 0.0  # sd of hosts' levels in the interval (0: same hosts; None: unknown)
+    hosts_offset: float = 0.0  # B's hosts' time per token against A's, taken off the changes (0.03: 3% slower)
 
     def to_dict(self) -> dict:
-        """Return JSON-able data (an unbounded interval end as None)."""
+        """Return JSON-able data (an unbounded interval end as None, ``interval.interval_ends``)."""
         d = asdict(self)
         d["throughput"], d["step_time"] = self.throughput.to_dict(), self.step_time.to_dict()
         for e in (d["throughput"], d["step_time"]):
-            e.update({k: None for k in ("lo", "hi") if not math.isfinite(e[k]) or e[k] <= -1})
+            e["lo"], e["hi"] = interval_ends(e["lo"], e["hi"])
         return d
 
 
@@ -176,18 +180,18 @@ def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float
     hosts_note, one = "", sh
     if sh.hosts is not None and not sh.hosts.known:  # the interval is unbounded: say what it is on one host
         one = shift(*per_token, level=level, between=replace(between, hosts=None))
-        hosts_note = (f"A ran on {', '.join(sh.hosts.hosts[0])}, B on {', '.join(sh.hosts.hosts[1])}, and "
-                      f"{sh.hosts.source}: a difference of hosts cannot be told from the change (were the hosts "
-                      f"alike, the {level:.0%} interval would be {math.expm1(-one.hi):+.1%} to "
-                      f"{math.expm1(-one.lo):+.1%}); run A and B on one host, or record runs of one configuration "
-                      "on several hosts")
+        hosts_note = (f"{hosts_unknown_text(sh.hosts)} (were the hosts alike, the {level:.0%} interval would be "
+                      f"{math.expm1(-one.hi):+.1%} to {math.expm1(-one.lo):+.1%}); run A and B on one host, or record "
+                      "runs of one configuration on several hosts")
     d, lo, hi = -sh.estimate, -sh.hi, -sh.lo  # log throughput change: the opposite of log time per token
     tput = Effect(metric="tokens_per_s", a=float(1.0 / np.concatenate(per_token[0]).mean()),
                   b=float(1.0 / np.concatenate(per_token[1]).mean()), change=math.expm1(d), lo=math.expm1(lo),
                   hi=math.expm1(hi), method=sh.method)
     st_a, st_b = mean(a_runs, lambda r: r.step_time_s), mean(b_runs, lambda r: r.step_time_s)
-    step = Effect(metric="step_time_s", a=st_a, b=st_b, change=st_b / st_a - 1, lo=math.expm1(-hi),
-                  hi=math.expm1(-lo), method="mean over steady steps; interval from the throughput's")
+    offset = hosts_offset(sh.hosts)  # the hosts' measured offset, taken off as the throughput's change is
+    step = Effect(metric="step_time_s", a=st_a, b=st_b, change=st_b / st_a * math.exp(-offset) - 1, lo=math.expm1(-hi),
+                  hi=math.expm1(-lo), method="mean over steady steps" + (", less the hosts' offset" if offset else "")
+                  + "; interval from the throughput's")
     if hosts_note:
         verdict = "inconclusive"
     elif lo > 0 and tput.change >= min_effect:
@@ -217,16 +221,17 @@ def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float
 
     if hosts_note:  # hosts that differ by an unknown amount
         hosts_cv = None
-    elif sh.hosts is not None and sh.hosts.weight > 0:
+    elif hosts_differ(sh.hosts):
         hosts_cv = sh.hosts.cv
     else:  # the same hosts in the same shares
         hosts_cv = 0.0
     spans = [(r.name, int(r.step[steady[id(r)]][0]), int(r.step[steady[id(r)]][-1])) for r in a_runs + b_runs]
     note = (f"one run a side: the interval includes a between-run term of {100 * one.between_cv:.3g}% a run taken from "
             f"{one.between_source}; give repeats (A1,A2,... B1,B2,...) to measure it" if one_each else "")
-    if sh.hosts is not None and sh.hosts.known and sh.hosts.weight > 0:
-        note = "; ".join(filter(None, [note, f"A and B ran on different hosts: the interval includes hosts that differ by "
-                                             f"{100 * sh.hosts.cv:.3g}% (from {sh.hosts.source})"]))
+    if hosts_differ(sh.hosts) and sh.hosts.known:
+        note = "; ".join(filter(None, [note, "A and B ran on different hosts: "
+                                             + (f"the changes are {hosts_text(sh.hosts)}" if sh.hosts.paired else
+                                                f"the interval includes {hosts_text(sh.hosts)[len('plus '):]}")]))
     note = "; ".join(filter(None, [hosts_note, note]))
     return PerfResult(throughput=tput, step_time=step, verdict=verdict, mfu=(mfu(a_runs), mfu(b_runs)),
                       mem_peak_bytes=(mem(a_runs), mem(b_runs)), goodput=(goodput(a_runs), goodput(b_runs)),
@@ -236,7 +241,7 @@ def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float
                       total_steps=(sum(len(r.step) for r in a_runs), sum(len(r.step) for r in b_runs)),
                       mfu_peak_flops=(peak(a_runs), peak(b_runs)), mfu_comparable=mfu_ok, mfu_note=mfu_note,
                       hosts=tuple(tuple(sorted({r.host for r in runs})) for runs in (a_runs, b_runs)),
-                      hosts_cv=hosts_cv)
+                      hosts_cv=hosts_cv, hosts_offset=math.expm1(offset))
 
 
 def mfu_peak(runs: list[RunData]) -> tuple[float | None, bool, str]:

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from trainperf.compare.api import Comparison
+from trainperf.compare.interval import interval_text
 from trainperf.compare.runs import RunData, finite
 from trainperf.report.html import Report, line_chart, paragraph, table
 from trainperf.store.record import PEAK_UNKNOWN
@@ -22,8 +23,9 @@ def perf_rows(c: Comparison) -> list[list]:
     def rel(a, b):
         return f"{b / a - 1:+.1%}" if a and b and a == a and b == b else "-"
 
-    def change(e):  # hosts that differ by an unknown amount: no interval (perf_notes says why)
-        return f"{e.change:+.1%} " + ("(hosts differ)" if p.verdict == "inconclusive" else f"[{e.lo:+.1%}, {e.hi:+.1%}]")
+    def change(e):  # an unbounded interval (hosts that differ by an unknown amount): perf_notes says why
+        shown = interval_text(e.lo, e.hi)
+        return f"{e.change:+.1%} " + (shown or ("(hosts differ)" if p.verdict == "inconclusive" else "(no interval)"))
 
     def used(side):
         return f"{p.steady_steps[side]} of {p.total_steps[side]}"

@@ -7,7 +7,10 @@ steps are not independent, so the effect, its interval and the p-value are those
 mean with an autocorrelation-robust t interval, or a t over run means with repeats. With one
 run a side, a speed metric's interval holds the same between-run term as `compare`'s (the
 store's history of repeated runs on the host, else the stated default, raised to the runs' own
-level drift): two runs alone cannot show how much a machine's speed moves between runs.
+level drift): two runs alone cannot show how much a machine's speed moves between runs. When
+the sides ran on different hosts, the hosts' term is compare's too (``compare.history.hosts_between``:
+the compared hosts' offset measured on the store's runs and taken off the change, or the spread of
+hosts of the kind); when nothing measures it the verdict is inconclusive, with compare's reason.
 
 Sample files (one number per line: independent repeats of a benchmark) use a rank test.
 Test: two-sided Mann-Whitney U (rank test: outliers and heavy tails cannot fake or hide a
@@ -68,9 +71,14 @@ class GateResult:
         return 1 if self.verdict == "regression" else 0
 
     def to_dict(self) -> dict:
-        """Return JSON-able data."""
+        """Return JSON-able data (a number the test did not give, or an unbounded interval end, as None:
+        ``compare.interval.interval_ends``, as compare's JSON)."""
+        from trainperf.compare.interval import interval_ends
+
         d = asdict(self)
-        d["effect_ci"] = list(self.effect_ci)
+        d["effect_ci"] = list(interval_ends(*self.effect_ci))
+        d.update({k: None for k in ("effect", "p_value", "baseline_median", "candidate_median")
+                  if not math.isfinite(d[k])})
         return d
 
 
@@ -121,9 +129,11 @@ def _verdict(eff: float, lo: float, hi: float, p: float, *, alpha: float, ci_alp
         reason = (f"significant but {abs(eff):.2%} is below the {min_effect:.1%} threshold, and the "
                   if p < alpha else f"not significant (p = {p:.2g}), and the ")
         return "no change", reason + f"{1 - ci_alpha:.0%} interval excludes a ±{min_effect:.1%} change"
+    from trainperf.compare.interval import interval_text
+
     return "inconclusive", (f"{'significant' if p < alpha else 'not significant'} (p = {p:.2g}) but the "
-                            f"{1 - ci_alpha:.0%} interval [{lo:+.2%}, {hi:+.2%}] allows a change of ±{min_effect:.1%} "
-                            "or more")
+                            f"{1 - ci_alpha:.0%} interval {interval_text(lo, hi, digits=2) or '(unbounded)'} allows a "
+                            f"change of ±{min_effect:.1%} or more")
 
 
 def _between(baseline: RunSeries, candidate: RunSeries, metric: str):
@@ -168,6 +178,11 @@ def compare_runs(baseline: RunSeries, candidate: RunSeries, metric: str = "step_
         return GateResult(verdict="inconclusive", effect=float("nan"), effect_ci=(float("nan"), float("nan")),
                           p_value=float("nan"), test="compare.interval", reason=why, **common)
     sh = shift(baseline.series, candidate.series, level=1 - ci_alpha, between=_between(baseline, candidate, metric))
+    if sh.hosts is not None and not sh.hosts.known:  # nothing bounds the change: say why, as compare does
+        from trainperf.compare.interval import hosts_unknown_text
+
+        return GateResult(verdict="inconclusive", effect=float("nan"), effect_ci=(float("nan"), float("nan")),
+                          p_value=float("nan"), test=sh.method, reason=hosts_unknown_text(sh.hosts), **common)
     eff, lo, hi, p = math.expm1(sh.estimate), math.expm1(sh.lo), math.expm1(sh.hi), sh.p_value
     verdict, reason = _verdict(eff, lo, hi, p, alpha=alpha, ci_alpha=ci_alpha, min_effect=min_effect,
                                higher_better=higher_better)
