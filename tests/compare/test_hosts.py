@@ -167,6 +167,9 @@ def test_the_offset_of_the_compared_hosts_corrects_the_change(tmp_path):
     slow = _run(1.05 * b.step_time_s, name="slow", run_id="slow", host="n5")
     c = compare_runs([a], [slow], store=store)
     assert c.perf.verdict == "slower" and c.perf.throughput.change == pytest.approx(1 / 1.05 - 1, abs=0.01)
+    assert c.perf.hosts_offset == pytest.approx(1.03 / 0.97 - 1, abs=0.003)
+    assert f"net of B's hosts' {c.perf.hosts_offset:+.1%} in time per token against A's (from the store)" in c.headline
+    assert c.perf.step_time.change == pytest.approx(0.05, abs=0.01)  # the step time's change is net of it too
 
 
 def test_the_store_measures_how_much_hosts_differ(tmp_path):

@@ -34,6 +34,8 @@ class Comparison:
         else:
             speed = (f"B is {abs(t.change):.1%} {self.perf.verdict} (±{half:.1%}, {LEVEL:.0%} interval "
                      f"{t.lo:+.1%} to {t.hi:+.1%})")
+        if self.perf.hosts_offset and self.perf.verdict != "inconclusive":  # the changes are net of the hosts'
+            speed += f", net of B's hosts' {self.perf.hosts_offset:+.1%} in time per token against A's (from the store)"
         ma, mb = self.perf.mem_peak_bytes
         mem = ""
         if ma > 0 and mb > 0 and abs(mb / ma - 1) >= 0.01:
