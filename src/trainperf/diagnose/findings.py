@@ -185,7 +185,9 @@ def _fix_order_key(f: Finding, present: set) -> tuple:
 
 # What-ifs that assume a speed-up of a chosen size (optimizer kernels 3x faster) or an upper bound (kernels at
 # the HBM peak): their gain is as large as the factor someone picked or the roof allows, while removing a
-# wait (or the host cost of launches a CUDA graph replays) has a gain the trace itself measures.
+# wait has a gain the trace itself measures. rank_key ranks every upper bound (Finding.gain_is_upper_bound) with
+# them: the launches' host cost is measured, but that one CUDA graph of the whole step removes all of it is not
+# (UPPER_BOUND_CHANGES), so it must not outrank a fix the trace confirms (fusing the tiny kernels it also holds).
 ASSUMED_SPEEDUP_CHANGES = frozenset({"host_speedup", "speedup"})
 
 # A stall (time the step spends waiting: data, checkpoint, syncs, blocking copies, the allocator, exposed
@@ -202,7 +204,7 @@ def rank_key(f: Finding) -> tuple:
     """Sort key of the ranking: stalls whose removal gains >= STALL_FIRST_MIN_GAIN_PCT first, then other
     fixes whose effect the trace measures gaining >= MEDIUM_GAIN_PCT, then the rest (assumed or upper-bound
     speed-ups, small gains), then findings without a what-if; each group by marginal gain."""
-    assumed = any(c.kind in ASSUMED_SPEEDUP_CHANGES for c in f.changes)
+    assumed = f.gain_is_upper_bound or any(c.kind in ASSUMED_SPEEDUP_CHANGES for c in f.changes)
     if not f.changes:
         tier = 3
     elif _removes_a_stall(f) and f.gain_pct >= STALL_FIRST_MIN_GAIN_PCT:
