@@ -19,8 +19,10 @@ import numpy as np
 
 from trainperf.diagnose.host import CHECKPOINT_RE, DATALOADER_RE
 from trainperf.diagnose.window import Window, union_us
-from trainperf.trace.categories import collective_type
-from trainperf.trace.events import COMMUNICATION, KERNEL, EventTable
+from trainperf.trace.annotate import correlated_host_row
+from trainperf.trace.categories import COMM_OP_RE, collective_type
+from trainperf.trace.events import COMMUNICATION, CPU_OP, KERNEL, USER_ANNOTATION, EventTable
+from trainperf.trace.nesting import enclosing_span, thread_key
 
 
 def collective_rows(t: EventTable, w: Window) -> dict[str, np.ndarray]:
@@ -30,13 +32,40 @@ def collective_rows(t: EventTable, w: Window) -> dict[str, np.ndarray]:
     return group_collective_rows(t, rows[np.argsort(w.ts_us[rows], kind="stable")])
 
 
+def launch_collectives(t: EventTable, rows: np.ndarray) -> list[str]:
+    """Per communication kernel row: the collective it runs ("all_to_all", ...). From the kernel's own
+    "Collective name" arg; else from the host op its launch is inside, the innermost collective op
+    (trace.categories.COMM_OP_RE) that names a known collective by its arg or its name: NCCL runs all-to-all,
+    and in some versions all-reduce, reduce-scatter and all-gather, as ncclKernel_SendRecv_* kernels, which
+    are point-to-point only by name (HTA's negative_queue trace: 65 of 80 SendRecv kernels are launched inside
+    c10d::alltoall_base_, _reduce_scatter_base_, allreduce_ or _allgather_base_); record_param_comms without
+    args names none. Else from the kernel's name."""
+    own = [int(t.collective[r]) for r in rows]
+    out = [t.names[c] if c >= 0 else "" for c in own]
+    todo = [i for i, c in enumerate(own) if c < 0]
+    if todo:
+        known = np.array([collective_type(n) != "unknown" for n in t.names])
+        op_named = np.where(t.collective >= 0, t.collective, t.name)   # an op's collective: its arg, else its name
+        ops = np.flatnonzero(np.isin(t.name, t.ids_matching(COMM_OP_RE.search)) & (t.stream < 0)
+                             & np.isin(t.kind, (CPU_OP, USER_ANNOTATION)) & known[op_named])
+        launch = correlated_host_row(t)[rows[todo]] if ops.size else np.full(len(todo), -1)
+        has = launch >= 0
+        hit = np.full(len(todo), -1)
+        if has.any():
+            key = thread_key(t.pid, t.tid)
+            hit[has] = enclosing_span(key[ops], t.ts_ns[ops], t.ts_ns[ops] + t.dur_ns[ops], key[launch[has]],
+                                      t.ts_ns[launch[has]])
+        for i, h in zip(todo, hit):
+            out[i] = t.names[int(op_named[ops[h]])] if h >= 0 else t.names[int(t.name[rows[i]])]
+    return [collective_type(n) for n in out]
+
+
 def group_collective_rows(t: EventTable, rows: np.ndarray) -> dict[str, np.ndarray]:
     """Communication kernel rows (in issue order) grouped by "<process group>/<collective>"
-    ("all_reduce" alone when the trace names no process group), order kept."""
+    ("all_reduce" alone when the trace names no process group), order kept; the collective as
+    launch_collectives finds it."""
     groups: dict[str, list[int]] = {}
-    for r in rows:
-        c = int(t.collective[r])
-        kind = collective_type(t.names[c] if c >= 0 else t.names[int(t.name[r])])
+    for r, kind in zip(rows, launch_collectives(t, rows)):
         pg = int(t.process_group[r])
         groups.setdefault(f"{t.names[pg]}/{kind}" if pg >= 0 else kind, []).append(int(r))
     return {k: np.array(v, dtype=np.int64) for k, v in groups.items()}
