@@ -268,3 +268,10 @@ def test_a_measured_offset_is_taken_off_and_its_variance_added():
     capped = series_shift(a, b, between=BetweenRun(cv=0.01, df=math.inf, source="t",
                                                    hosts=dataclasses.replace(hosts, caps_df=True)))
     assert capped.df == 3.0 and capped.se == sh.se
+    # repeats: the pooled t over run means, net of the offset, plus the same hosts' variance
+    means_a, means_b = [1.00, 1.02, 0.99], [1.05, 1.06, 1.04]
+    la, lb = np.log(means_a), np.log(means_b)
+    ss = ((la - la.mean()) ** 2).sum() + ((lb - lb.mean()) ** 2).sum()
+    rep = repeats_shift(means_a, means_b, hosts=hosts)
+    assert rep.estimate == pytest.approx(lb.mean() - la.mean() - 0.02)
+    assert rep.se == pytest.approx(math.sqrt(ss / 4 * (2 / 3) + 2 * 0.004**2 + 1e-5))
