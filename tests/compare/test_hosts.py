@@ -145,6 +145,16 @@ def test_host_offset_is_the_two_way_least_squares_contrast():
     assert not spread.paired and spread.offset == 0.0 and spread.known
 
 
+def _six_hosts(store, rng) -> dict[str, float]:
+    """Write two runs of one configuration on each of six hosts n0..n5 at 0.100 x (1 + m), m = -3, -1, 0, 1,
+    2, 3%; return m by host."""
+    m = {f"n{i}": v for i, v in enumerate([-0.03, -0.01, 0.0, 0.01, 0.02, 0.03])}
+    for h, v in m.items():
+        for k in range(2):
+            _record(store, f"{h}-{k}", 0.1 * (1 + v), rng, h)
+    return m
+
+
 def test_the_offset_of_the_compared_hosts_corrects_the_change(tmp_path):
     """The compared hosts are in the store: host n5 is 0.100 x 1.03, n0 0.100 x 0.97 (two runs of one
     configuration each, 0.2% step noise). The same code on n0 and n5 is 6.2% apart in time per token; the
@@ -152,10 +162,7 @@ def test_the_offset_of_the_compared_hosts_corrects_the_change(tmp_path):
     a B 5% slower in time (same hosts) is called slower by about 1 - 1/1.05."""
     rng = np.random.default_rng(4)
     store = str(tmp_path / "store")
-    m = {f"n{i}": v for i, v in enumerate([-0.03, -0.01, 0.0, 0.01, 0.02, 0.03])}
-    for h, v in m.items():
-        for k in range(2):
-            _record(store, f"{h}-{k}", 0.1 * (1 + v), rng, h)
+    m = _six_hosts(store, rng)
     a = _run(0.097 * (1 + 0.01 * _ar1(rng, 50)[0]), name="a", run_id="a", host="n0")
     b = _run(0.103 * (1 + 0.01 * _ar1(rng, 50)[0]), name="b", run_id="b", host="n5")
     got = hosts_between([a], [b], store)
@@ -178,10 +185,7 @@ def test_the_store_measures_how_much_hosts_differ(tmp_path):
     two other hosts of the kind then gets that term, and the verdict says where it came from."""
     rng = np.random.default_rng(2)
     store = str(tmp_path / "store")
-    m = {f"n{i}": v for i, v in enumerate([-0.03, -0.01, 0.0, 0.01, 0.02, 0.03])}
-    for h, v in m.items():
-        for k in range(2):
-            _record(store, f"{h}-{k}", 0.1 * (1 + v), rng, h)
+    m = _six_hosts(store, rng)
     lv = np.log(1 + np.array(list(m.values())))
     by_hand = ((lv - lv.mean()) ** 2).sum() / 5  # two runs a host at the same level: MSB / 2 = the hosts' variance
     a = _run(0.1 * (1 + 0.01 * _ar1(rng, 50)[0]), name="a", run_id="a", host="n6")
