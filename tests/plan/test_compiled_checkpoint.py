@@ -29,7 +29,8 @@ def _matmuls(checkpointed: bool) -> dict:
             super().__init__()
             self.n1, self.n2 = nn.RMSNorm(d), nn.RMSNorm(d)
             self.q, self.k, self.v, self.o = (nn.Linear(d, d, bias=False) for _ in range(4))
-            self.w1, self.w3, self.w2 = nn.Linear(d, f, bias=False), nn.Linear(d, f, bias=False), nn.Linear(f, d, bias=False)
+            self.w1, self.w3 = nn.Linear(d, f, bias=False), nn.Linear(d, f, bias=False)
+            self.w2 = nn.Linear(f, d, bias=False)
 
         def forward(self, x):
             h = self.n1(x)
