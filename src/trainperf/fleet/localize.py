@@ -25,7 +25,9 @@ sub-populations along the extra attribute shared it (each counted once, the chil
 moved; "shared": at least ``parsimony_ratio`` of the child's change per unit of weight), and the
 leaves it leaves out, pooled, clearly did not (one-sided z >= ``parsimony_z``). So a chosen cause
 climbs to its parent unless refuted (a dominant value of another attribute is never appended by
-default) and descends to a child the search's penalty passed over when the child passes (``_descend``).
+default) and descends to a child the search's penalty passed over when the child passes (``_descend``),
+again until neither direction moves it (``_stable_description``); a child must be significant to
+replace its parent, and a significant cause's parent must be too.
 Sets of siblings: when several children of one parent changed, found in one round or one by one,
 they are tested together (``_sibling_sets``): the parent is the cause when most of its
 sub-populations moved, the children when one or a few explain it.
@@ -37,7 +39,8 @@ noise (one-sided z >= the Bonferroni bound for ``alpha`` over all elements searc
 when the noise is read on few leaves; the noise law var = phi_1 x exp + phi_2 x exp^2, Poisson-like
 counts plus a relative forecast error, fitted jointly on the leaves outside the causes) and
 relevant (at least ``min_share`` of the total change, RiskLoc's 2%); a further
-fault must also move most of its leaves (``_consistent``, RiskLoc's "risk"). When not
+fault must also move most of its leaves (``_consistent``, RiskLoc's "risk"); at the end every cause
+must still be significant on the leaves no other cause claims (``_own_evidence``). When not
 even the first element is significant, it is still given as the best guess, "not confident".
 Hand-written: no maintained Python library implements multi-dimensional root-cause search.
 """
@@ -198,16 +201,30 @@ def _labels(codes: np.ndarray, elems) -> np.ndarray:
     return lookup[codes]
 
 
+_NO_NOISE = 1e-300  # the variance read where every leaf matched its forecast: a floor, so z stays finite
+
+
 def _dispersion(real: np.ndarray, exp: np.ndarray, outside: np.ndarray) -> float:
     """Noise variance per unit of expectation, from the leaves outside the cause (Poisson-like
     counts: ~1; continuous measures: their own scale): median of (real - exp)^2 / exp over those
-    leaves, divided by 0.4549 (the median of a chi-square with one degree of freedom)."""
+    leaves, divided by 0.4549 (the median of a chi-square with one degree of freedom); their mean
+    when the median is 0 (most leaves exactly on forecast). Fewer than 3 leaves: 1 (Poisson, assumed).
+
+    Leaves that all match their forecast: a count (every value a whole number: failures) still has
+    Poisson noise, 1; a continuous measure has none (a tiny floor). Scale 1 in the units of a sum
+    (5e5 requests a minute) made a clean child's untouched siblings (119 expected, 25% of the
+    child's change = 6) look like noise (z 0.5), so the parsimony test climbed from the true
+    cause to its parent (synthetic "uneven", 2026-12-02).
+    """
     ok = outside & (np.abs(exp) > 0)
     if ok.sum() < 3:
         return 1.0
     r = (real[ok] - exp[ok]) ** 2 / np.abs(exp[ok])
     d = float(np.median(r)) / 0.4549
-    return d if d > 0 else float(np.mean(r)) or 1.0
+    if d > 0:
+        return d
+    counts = bool(np.all(real[ok] == np.round(real[ok])))
+    return float(np.mean(r)) or (1.0 if counts else _NO_NOISE)
 
 
 def child_z(real: np.ndarray, exp: np.ndarray, weight: np.ndarray, parent: np.ndarray, child: np.ndarray,
@@ -314,10 +331,8 @@ def localize_each(leaves: dict[str, np.ndarray], real: np.ndarray, expected: np.
             pre, zs, pre_noise, pre_crit = _significant(cuboids[cuboid][0], elems, r_real, r_exp, active, sign,
                                                         n_tests, total_dev, opts)
             elems = pre or [elems[int(np.argmax(zs))]]
-            cuboid, elems = _descend(cuboid, elems, ranked, cuboids, r_real, r_exp, r_w, sign, opts.parsimony_z,
-                                     opts.parsimony_ratio)
-            cuboid, elems, _ = _parsimony(cuboid, elems, cuboids, r_real, r_exp, r_w, sign, opts.parsimony_z,
-                                          opts.parsimony_ratio, significance=(pre_noise, pre_crit) if pre else None)
+            cuboid, elems = _stable_description(cuboid, elems, ranked, cuboids, r_real, r_exp, r_w, sign, opts,
+                                                (pre_noise, pre_crit), bool(pre))
             codes = cuboids[cuboid][0]
             passed, _, noise, _ = _significant(codes, elems, r_real, r_exp, active, sign, n_tests, total_dev, opts)
             if not found:
@@ -345,6 +360,8 @@ def localize_each(leaves: dict[str, np.ndarray], real: np.ndarray, expected: np.
                 break
             ranked = _pick(cands, r_base, opts.penalty)
         found = _sibling_sets(found, cuboids, real, expected, weight, sign, opts)
+        if significant:
+            found = _own_evidence(found, cuboids, real, expected, sign, n_tests, total_dev, opts)
         ranked = _pick(searched[key], base_loss, opts.penalty)
         # the final model: each cause element, in the order found, takes its leaves no earlier one took
         labels = np.full(len(real), -1)
@@ -436,6 +453,40 @@ def _sibling_sets(found: list, cuboids: dict, real, expected, weight, sign: floa
         if p_cb != cb:
             out = _merge([(ocb, oel) for ocb, oel in out if ocb != cb], p_cb, p_el, cuboids)
     return out
+
+
+def _own_evidence(found: list, cuboids: dict, real, expected, sign: float, n_tests: int, total_dev: float,
+                  opts: LocalizeOptions) -> list:
+    """Return the causes found less those not significant on their own evidence: each element's
+    leaves that no other cause claims must still pass ``_significant``'s two rules (z >= the
+    Bonferroni bound, noise read on the leaves outside every cause; share >= ``min_share``).
+    The weakest failing element goes first, then the rest are tested again.
+
+    Causes found in different rounds and cuboids can overlap: a description of the worst-hit part
+    of a fault (a0=v1 & a1=v0 & a5=v3) found before the fault itself (a0=v1 & a3=v0 & a5=v3)
+    keeps its place although the later cause explains its deviation (backward elimination, each
+    cause tested given the others).
+    """
+    while True:
+        flat = [(cb, i) for cb, el in found for i in el]
+        if len(flat) < 2:
+            return found
+        masks = [cuboids[cb][0] == i for cb, i in flat]
+        claimed = np.count_nonzero(masks, axis=0)
+        noise = _noise_model(real[claimed == 0], expected[claimed == 0])
+        z_crit = _bonferroni_z(opts.alpha, n_tests, noise[2])
+        worst = None
+        for k, m in enumerate(masks):
+            own = m & (claimed == 1)
+            z = _element_z(real, expected, own, sign, noise) if own.any() else -np.inf
+            dev = sign * float(real[own].sum() - expected[own].sum())
+            if (z < z_crit or dev < opts.min_share * abs(total_dev)) and (worst is None or z < worst[1]):
+                worst = (k, z)
+        if worst is None:
+            return found
+        gone = flat[worst[0]]
+        found = [(cb, [i for i in el if (cb, i) != gone]) for cb, el in found]
+        found = [(cb, el) for cb, el in found if el]
 
 
 def _pick(candidates: list[tuple], base_loss: float, penalty: float) -> list[tuple]:
@@ -606,14 +657,43 @@ def _child_explains_more(real, expected, weight, codes, parent, child, sign, z_c
     return child_z(real, expected, weight, parent, child, sign, disp, min_ratio) >= z_crit
 
 
+def _stable_description(cuboid: tuple, elems: list[int], candidates: list[tuple], cuboids: dict, real, expected,
+                        weight, sign: float, opts: LocalizeOptions, significance: tuple, significant: bool):
+    """Return (cuboid, elements): the description the parsimony test keeps in both directions.
+
+    Descend (``_descend``) then climb (``_parsimony``), again until neither moves it (or a
+    description comes back: the test cannot choose, the last one stays). One pass stopped where a
+    climb landed: a cause climbs from the worst-hit part of a fault (a1 & a2 & a3, the a3 value hit
+    hardest) to a1 & a2 and is never tested against the true child a0 & a1 & a2 the search did not
+    propose. At most 2 x ``max_depth`` passes (each moves by one attribute).
+    ``significance``: (noise law, bound): a more specific description must be significant (its
+    elements' z >= the bound), and, when the cause is ``significant``, so must a more general one.
+    """
+    seen = {(cuboid, tuple(sorted(elems)))}
+    for _ in range(2 * opts.max_depth):
+        cuboid, elems = _descend(cuboid, elems, candidates, cuboids, real, expected, weight, sign, opts.parsimony_z,
+                                 opts.parsimony_ratio, significance)
+        cuboid, elems, _ = _parsimony(cuboid, elems, cuboids, real, expected, weight, sign, opts.parsimony_z,
+                                      opts.parsimony_ratio, significance=significance if significant else None)
+        key = (cuboid, tuple(sorted(elems)))
+        if key in seen:
+            break
+        seen.add(key)
+    return cuboid, elems
+
+
 def _descend(cuboid: tuple, elems: list[int], candidates: list[tuple], cuboids: dict, real, expected, weight,
-             sign: float, z_crit: float, min_ratio: float) -> tuple[tuple, list[int]]:
+             sign: float, z_crit: float, min_ratio: float, significance: tuple | None = None) -> tuple[tuple, list[int]]:
     """Replace the cause by a more specific candidate (one attribute more, each of its elements inside
     one of the cause's, every cause element keeping at least one) when that child explains
     significantly more (``_child_explains_more``), the child of least loss first, repeatedly.
 
     The search's penalty per attribute=value pair can pick a parent whose child fits almost as well;
     the parsimony rule is one test in both directions, so the test, not the penalty, decides.
+    ``significance``: (noise law, bound): a child must be significant (each element's z >= the
+    bound), as a significant cause's parent must be in ``_parsimony``: a description is made more
+    specific only on evidence, never into the noise (a best guess that is itself not significant
+    stays general).
     """
     while True:
         codes = cuboids[cuboid][0]
@@ -626,6 +706,9 @@ def _descend(cuboid: tuple, elems: list[int], candidates: list[tuple], cuboids: 
             child = np.isin(c_codes, el)
             if (child & ~parent).any() or len(np.unique(codes[child])) < len(elems):
                 continue
+            if significance and any(_element_z(real, expected, c_codes == i, sign, significance[0]) < significance[1]
+                                    for i in el):
+                continue  # not a significant fault: the more general description stays
             if _child_explains_more(real, expected, weight, c_codes, parent, child, sign, z_crit, min_ratio):
                 best = (loss, cb, el)
         if best is None:
