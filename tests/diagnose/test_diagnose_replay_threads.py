@@ -98,3 +98,29 @@ def test_polling_thread_does_not_hold_the_replayed_window(tmp_path):
     end_of_last_kernel = 2 * P + COPY_US + 1000 * 19 + 20 + 50
     assert base.makespan_us == pytest.approx(end_of_last_kernel)
     assert base.makespan_us - replay(g, Change("remove_data_wait")).makespan_us == pytest.approx(3 * COPY_US, abs=1)
+
+
+def test_a_cpu_op_profiler_step_is_not_an_op(tmp_path):
+    # PyTorch < 2.0 records ProfilerStep#N as a cpu_op: the same two-thread trace with its steps so recorded must
+    # give the same waits, dispatch and gains (as a user_annotation the step is no op of the thread: its main
+    # thread's idle time inside backward() is a wait for the autograd thread, not work)
+    import gzip
+    import json
+
+    path = _two_thread_trace(tmp_path / "new.json.gz")
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    for e in doc["traceEvents"]:
+        if e.get("name", "").startswith("ProfilerStep#"):
+            e["cat"] = "cpu_op"
+    old = tmp_path / "old.json.gz"
+    old.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    graphs = []
+    for p in (path, old):
+        t = next(iter(load_trace(p).values()))
+        graphs.append(build_graph(t, analysis_window(t)))
+    a, b = graphs
+    assert a.gap_idle.sum() > 0
+    np.testing.assert_allclose(b.gap_idle, a.gap_idle)
+    assert b.dispatch_us == a.dispatch_us
+    fa, fb = (next(x for x in diagnose(p).findings if x.kind == "pageable_copy") for p in (path, old))
+    assert fb.gain_us == pytest.approx(fa.gain_us)

@@ -193,6 +193,16 @@ def launch_latency_us(obs_lat: np.ndarray, has_launch: np.ndarray, stream_prev: 
     return max(min(seen, DEFAULT_LAUNCH_LATENCY_US), 0.0)
 
 
+def op_rows(t: EventTable, w: Window) -> np.ndarray:
+    """The window's operator spans (cpu_op rows): the thread's own work and the ops that launch kernels. A
+    ProfilerStep recorded as a cpu_op (PyTorch < 2.0) is the step, not an op: it encloses the thread's waits for
+    the autograd thread and the host work between ops, which would otherwise read as work (HTA's nccl_parser trace
+    with its steps as cpu_op: the threads' waits 383 -> 147 ms, the usual dispatch 6 -> 10 µs, launch_bound
+    5.72 -> 2.63 %, audit P9)."""
+    rows = np.flatnonzero(w.keep & (t.kind == CPU_OP))
+    return rows[~np.isin(t.name[rows], t.ids_matching(STEP_RE.match))]
+
+
 def step_anchor_rows(t: EventTable, w: Window) -> tuple[np.ndarray, np.ndarray]:
     """(first, last) ProfilerStep span of the window on each host thread. The replay starts at the first
     one's start, and its host chain closes inside the last one (_closing_anchors), so that host work before
@@ -255,7 +265,7 @@ def _thread_waits(t: EventTable, w: Window, rows: np.ndarray, start: np.ndarray,
     tids = t.tid[rows[:n_h]]
     named = np.concatenate([span_rows(t, w, p, (USER_ANNOTATION, CPU_OP, PYTHON))
                             for p in (DATALOADER_RE, CHECKPOINT_RE, ALLOCATOR_SPAN_RE)])
-    own = np.flatnonzero(w.keep & (t.kind == CPU_OP))
+    own = op_rows(t, w)
     for tid in np.unique(tids[has_prev]):
         mine = has_prev[tids[has_prev] == tid]
         r = np.r_[own[t.tid[own] == tid], named[t.tid[named] == tid]]
@@ -572,7 +582,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     launch_call = np.where(is_host & (dur <= LAUNCH_CALL_OUTLIER_US), dur, 0.0)
     launch_group = _launch_groups(thread_orders, kernel_launch, n)
     op_start = np.full(n, -np.inf)
-    ops = np.flatnonzero(w.keep & (t.kind == CPU_OP))
+    ops = op_rows(t, w)
     kl_nodes = np.flatnonzero(kernel_launch)
     if ops.size and kl_nodes.size:
         key = thread_key(t.pid, t.tid)
