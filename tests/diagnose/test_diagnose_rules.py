@@ -176,3 +176,28 @@ def test_a_kernel_already_fused_across_tensors_is_not_a_small_kernel(tmp_path):
     assert rules.small_kernels(fa) is not None and fa.graph.small_launch.sum() == 20 * len(fa.steps)
     assert fb.launch.small_kernel_count_pct == 0.0 and fb.graph.small_launch.sum() == 0
     assert rules.small_kernels(fb) is None
+
+
+def _elementwise_bound(path, name):
+    # 4 GPU-bound steps of 1000 us: a 200-us GEMM, then 6 elementwise kernels of 100 us each (600 / 800 = 75 % of
+    # device time), launched well ahead
+    b = TraceBuilder()
+    for s in range(4):
+        T = 1000.0 * s
+        b.step(s, T, 1000)
+        b.launch("ampere_sgemm_128x64_tn", T + 1, T + 20, 200)
+        for i in range(6):
+            b.launch(name, T + 2 + i, T + 220 + 100 * i, 100)
+    return b.write(path)
+
+
+def test_kernels_a_compiler_already_fused_are_not_memory_bound_unfused(tmp_path):
+    # named as eager elementwise kernels, 75 % of device time is fusable elementwise work: the rule fires; named as
+    # Inductor's output (triton_poi_fused_*: torch.compile already fused them) the share left is 0 %: it does not
+    eager = read_kineto(_elementwise_bound(tmp_path / "a.json.gz", "void at::native::vectorized_elementwise_kernel"))
+    compiled = read_kineto(_elementwise_bound(tmp_path / "b.json.gz", "triton_poi_fused_add_cos_sin_0"))
+    fe, fc = (collect_facts(t, analysis_window(t)) for t in (eager, compiled))
+    assert fe.category_share("elementwise") == pytest.approx(75.0)
+    assert fc.category_share("elementwise") == pytest.approx(75.0)  # the category still says elementwise
+    assert rules.memory_bound_unfused(fe) is not None
+    assert rules._compiler_fused_share(fc) == pytest.approx(75.0) and rules.memory_bound_unfused(fc) is None

@@ -15,7 +15,7 @@ from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.launch import SMALL_KERNEL_US
 from trainperf.diagnose.replay import Change, dispatch_taken
-from trainperf.trace.events import ELEMENTWISE, OPTIMIZER, REDUCTION
+from trainperf.trace.events import ELEMENTWISE, GPU_SYNC, OPTIMIZER, REDUCTION
 
 Finding = F.Finding
 
@@ -287,21 +287,35 @@ def small_kernels(f: RankFacts) -> Finding | None:
 # --- kernels ----------------------------------------------------------------------------------
 
 MEMORY_BOUND_BUSY_PCT = 25.0  # elementwise + reduction kernels, % of device busy time
+# Inductor's (torch.compile) own output: pointwise, reduction and persistent-reduction kernels it already fused
+# (triton_poi_fused_*, triton_red_fused_*, triton_per_fused_*). Recommending to fuse them recommends what was done.
+COMPILER_FUSED_PREFIXES = ("triton_poi_fused", "triton_red_fused", "triton_per_fused")
+
+
+def _compiler_fused_share(f: RankFacts) -> float:
+    """% of device time (the denominator of RankFacts.category_share) in kernels a compiler already fused."""
+    t, w = f.table, f.window
+    rows = w.device[t.kind[w.device] != GPU_SYNC]
+    dur = w.end_us[rows] - w.ts_us[rows]
+    fused = np.isin(t.name[rows], t.ids_matching(lambda s: s.startswith(COMPILER_FUSED_PREFIXES)))
+    total = float(dur.sum())
+    return 100.0 * float(dur[fused].sum()) / total if total > 0 else 0.0
 
 
 def memory_bound_unfused(f: RankFacts) -> Finding | None:
-    """Elementwise and reduction kernels (memory-bound, fusable) take a large share of the GPU.
+    """Elementwise and reduction kernels (memory-bound, fusable) take a large share of the GPU; kernels a compiler
+    already fused (COMPILER_FUSED_PREFIXES) are not counted.
 
     Priced by its own evidence: those kernels moving their bytes at the HBM peak instead of the bandwidth
     they achieve (roofline, from the recorded shapes), i.e. sped up 100 / hbm_pct times. Without shapes or
     a known device the achieved bandwidth is unknown: the finding is reported unpriced (low)."""
     if not f.has_gpu:
         return None
-    share = f.category_share("elementwise") + f.category_share("reduction_norm")
+    share = f.category_share("elementwise") + f.category_share("reduction_norm") - _compiler_fused_share(f)
     if share <= MEMORY_BOUND_BUSY_PCT:
         return None
     top = [(f"[{k} launches] {n}", t0, d) for c in f.categories if c.category in ("elementwise", "reduction_norm")
-           for n, d, k, t0 in c.top_kernels]
+           for n, d, k, t0 in c.top_kernels if not n.startswith(COMPILER_FUSED_PREFIXES)]
     busy_pct = 100.0 - f.breakdown.idle_pct
     metrics = {"elementwise_and_reduction": (share, "% of busy")}
     hbm = f.memory_bound_hbm_pct()
