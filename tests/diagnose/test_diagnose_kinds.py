@@ -110,14 +110,16 @@ def test_exposed_comm_priced_when_the_gpu_trails_the_host(tmp_path):
     # The launch latency is measured on launches onto an idle stream (none here: 5 us default), not the
     # 27-ms queue. Overlapped, the GEMMs and optimizer kernels stop waiting for the all-reduces and each
     # step's kernels start as soon as launched (host timing is kept): the last optimizer kernel is launched
-    # at 127 ms and ends at 128.005 ms -> gain 155 - 128.005 = 26.995 ms
+    # at 127 ms and ends at 128.005 ms -> gain 155 - 128.005 = 26.995 ms (17.4 %). Only device work (the optimizer
+    # kernels, which consume the reduced gradients) waits for the all-reduces, no host sync: hiding them needs them
+    # issued earlier (bucketing, overlapping the 10-ms backward at most), so the 27 ms are an upper bound, rated
+    # one level below high; it still ranks first (a stall)
     d = diagnose(_rocm_ddp(tmp_path / "ddp.json.gz"))
     f = d.findings[0]
-    assert f.kind == "exposed_comm" and f.severity == "high"
+    assert f.kind == "exposed_comm" and f.severity == "medium" and f.gain_is_upper_bound
     assert f.gain_us == pytest.approx(155_000 - 128_005)
     assert d.ranks[0].comm_us == pytest.approx(80_000) and d.ranks[0].exposed_comm_us == pytest.approx(80_000)
     assert not any(x.kind == "launch_bound" for x in d.findings)
-    assert not f.gain_is_upper_bound
 
 
 def test_exposed_send_recv_is_an_upper_bound(tmp_path):
@@ -186,6 +188,7 @@ def test_host_sync_waiting_for_a_collective_is_exposed_communication(tmp_path):
     f = next(x for x in d.findings if x.kind == "exposed_comm")
     assert f.gain_us == pytest.approx(120)
     assert f.evidence["metrics"]["host_syncs_waiting_for_collectives"]["value"] == 1
+    assert not f.gain_is_upper_bound  # the host's wait is one the trace shows
     assert not any(x.kind == "host_sync" for x in d.findings)
     # on the critical path: the host blocked from the all-reduce's start (110) to the sync's return (412)
     assert d.ranks[0].critical_path_pct["comm_wait"] == pytest.approx(100 * 302 / 530)

@@ -141,9 +141,13 @@ EXPOSED_COMM_MIN_PCT = 3.0  # communication not under compute, % of the device w
 
 
 def exposed_comm(f: RankFacts) -> Finding | None:
-    """Collectives that no computation hides. When most of the communication is point-to-point (send/recv:
-    pipeline stages), the gain of overlapping it is an upper bound: a receiver usually needs the data it
-    receives next (its time there is the sender's pace), which no overlap removes; the replay cannot tell."""
+    """Collectives that no computation hides. The gain of overlapping them is measured where the host blocked on
+    them (a sync that waited for a collective: removing that wait needs nothing the trace does not show); where
+    only device work waits for them (ops that start when a collective ends, on another stream or the same one),
+    it is an upper bound: the waiting op usually consumes what the collective produced (DDP's optimizer the
+    reduced gradients, TorchRec's embeddings the all-to-all's features, a pipeline stage what it receives), and
+    hiding that needs the collective issued earlier (bucketing, prefetch, pipelining the next batch), which the
+    replay cannot confirm. Mostly point-to-point communication (send/recv) is an upper bound either way."""
     if not f.has_gpu:
         return None
     ov, tb = f.overlap, f.breakdown
@@ -153,6 +157,7 @@ def exposed_comm(f: RankFacts) -> Finding | None:
     g = f.graph
     host_waits = g.block_class == 3  # replay.BLOCK_COMM: host syncs that waited for a collective
     p2p = f.p2p_comm_share > 0.5  # mostly point-to-point: a majority, not a fitted share
+    bound = p2p or not host_waits.any()
     return _make(f, "exposed_comm", {"comm_time": (ov.comm_us, "us"), "exposed_comm": (ov.exposed_us, "us"),
                                      "point_to_point_share": (100.0 * f.p2p_comm_share, "% of comm"),
                                      "overlap": (ov.overlap_pct, "%"),
@@ -160,7 +165,9 @@ def exposed_comm(f: RankFacts) -> Finding | None:
                                      "host_blocked_on_collectives": (float((g.dur - g.sync_base)[host_waits].sum()),
                                                                      "us")},
                  (), (Change("overlap_comm"),), "overlap exposed collectives with compute"
-                 + (" (mostly send/recv: upper bound)" if p2p else ""), evidence_pct=share, upper_bound=p2p)
+                 + (" (mostly send/recv: upper bound)" if p2p else
+                    " (only device work waits for them: upper bound)" if bound else ""),
+                 evidence_pct=share, upper_bound=bound)
 
 
 STRAGGLER_MIN_WAIT_PCT = 2.0  # wait the straggler causes each other rank, % of the window (crossrank decides)
