@@ -147,3 +147,25 @@ def test_reads_are_syncs_even_when_they_are_most_of_the_calls(tmp_path):
     assert f.evidence["metrics"]["sync_calls"]["value"] == 20
     assert f.evidence["metrics"]["sync_blocking_time"]["value"] == pytest.approx(20 * 20)
     assert f.gain_us == pytest.approx(392) and f.gain_pct == pytest.approx(100 * 392 / 1494, abs=0.01)
+
+
+def test_a_long_read_returning_a_little_late_still_blocked(tmp_path):
+    # each 150-ms step T: five 28-ms kernels launched at T+0..T+20 run back to back T+10..T+140010; aten::item
+    # [T+30, T+140050) > cudaMemcpyAsync [T+32, T+140040) whose 2-us "Device -> Pageable" copy runs
+    # [T+140015, T+140017): the call returns 23 us after its copy (HTA's negative_queue reads do), well within 1 %
+    # of its 140-ms wait: a blocking read (before: > 20 us after the copy, so not one, and no host_sync finding)
+    b = TraceBuilder()
+    for s in range(3):
+        T = 150_000.0 * s
+        b.step(s, T, 150_000)
+        for i in range(5):
+            b.launch("ampere_sgemm_128x64_tn", T + 5 * i, T + 10 + 28_000 * i, 28_000)
+        b.cpu("aten::item", T + 30, 140_020)
+        b.cpu("aten::_local_scalar_dense", T + 31, 140_015)
+        b.launch("Memcpy DtoH (Device -> Pageable)", T + 32, T + 140_015, 2, cat="gpu_memcpy", launch_dur=140_008,
+                 runtime="cudaMemcpyAsync")
+        for i in range(3):
+            b.launch("vectorized_elementwise_kernel", T + 140_060 + 5 * i, T + 140_070 + 100 * i, 100)
+    d = diagnose(b.write(tmp_path / "late.json.gz"))
+    f = next(x for x in d.findings if x.kind == "host_sync")
+    assert f.evidence["metrics"]["sync_calls"]["value"] == len(f.steps) == 2

@@ -40,7 +40,11 @@ from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMM
 
 TOL_US = 5.0
 KERNEL_FLOOR_PERCENTILE = 1.0  # a kernel's fixed device cost: this percentile of the window's kernel durations
-COPY_RETURN_US = 20.0  # a blocking copy call returns within this long after its copy ends (seen: 5-10 µs)
+COPY_RETURN_US = 20.0  # a blocking copy call returns within this long after its copy ends (seen: 5-10 µs) ...
+# ... or within this share of its own duration: after a long wait the driver's return (and, from pageable memory,
+# the staging copy to the user's buffer) takes longer; HTA's negative_queue: 4 identical 139-147 ms blocking
+# Device -> Pageable reads of 2-µs copies, two of them returning 23 µs after their copy (audit P7)
+COPY_RETURN_SHARE = 0.01
 
 # how a host call blocks (Graph.block_class): a sync, a pageable copy, a sync that waited for a collective
 NOT_BLOCKING, BLOCK_SYNC, BLOCK_PAGEABLE, BLOCK_COMM = 0, 1, 2, 3
@@ -524,7 +528,8 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
         # An asynchronous device-to-device copy never blocks the host (a tiny one may end inside its call).
         cname = t.names[int(t.name[rows[i]])]
         async_dtod = ("DtoD" in cname or "Device -> Device" in cname) and "Async" in t.names[int(t.name[rows[L]])]
-        if is_copy_call[L] and not async_dtod and 0.0 <= end[L] - end[i] <= COPY_RETURN_US and dur[L] > typical + TOL_US:
+        returned_soon = 0.0 <= end[L] - end[i] <= max(COPY_RETURN_US, COPY_RETURN_SHARE * dur[L])
+        if is_copy_call[L] and not async_dtod and returned_soon and dur[L] > typical + TOL_US:
             sync_on[L] = i
             sync_on_nc[L] = i
             sync_base[L] = min(dur[L], typical)
