@@ -399,6 +399,14 @@ def cpu_work_us(host_gap: np.ndarray, gap_dataloader: np.ndarray, gap_checkpoint
     return np.maximum(host_gap - gap_dataloader - gap_checkpoint - gap_allocator - gap_idle, 0.0)
 
 
+def blocked_us(g: "Graph", block_class: int) -> float:
+    """Host time blocked in the calls of one blocking class (BLOCK_SYNC, BLOCK_PAGEABLE, BLOCK_COMM), beyond each
+    call's own cost (µs): the blocking time the host_sync, pageable_copy and exposed_comm rules report (a summary's
+    host-sync share should read this, with BLOCK_SYNC, as the rule does)."""
+    sel = g.block_class == block_class
+    return float((g.dur[sel] - g.sync_base[sel]).sum())
+
+
 def dispatch_taken(g: "Graph", cpu: np.ndarray, graphed: np.ndarray) -> np.ndarray:
     """CPU time (µs) per node that the launches in `graphed` stop costing the host: up to Graph.dispatch_us per
     launch, taken from the CPU gaps of its stretch (Graph.launch_group) latest first, so a copy or read

@@ -14,7 +14,7 @@ import numpy as np
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.launch import SMALL_KERNEL_US
-from trainperf.diagnose.replay import Change, dispatch_taken
+from trainperf.diagnose.replay import BLOCK_COMM, BLOCK_PAGEABLE, BLOCK_SYNC, Change, blocked_us, dispatch_taken
 from trainperf.trace.events import ELEMENTWISE, GPU_SYNC, OPTIMIZER, REDUCTION
 
 Finding = F.Finding
@@ -71,9 +71,9 @@ def host_sync(f: RankFacts) -> Finding | None:
     if not f.has_gpu:
         return None
     g = f.graph
-    blocked = g.block_class == 1
+    blocked = g.block_class == BLOCK_SYNC
     n_calls = int(blocked.sum())
-    time_us = float((g.dur[blocked] - g.sync_base[blocked]).sum())
+    time_us = blocked_us(g, BLOCK_SYNC)
     wait_cp = f.critical_path.get("sync_wait", 0.0)
     if not n_calls or max(f.pct(time_us), f.pct(wait_cp)) <= HOST_SYNC_MIN_PCT:
         return None
@@ -102,8 +102,8 @@ def pageable_copy(f: RankFacts) -> Finding | None:
     if not f.has_gpu:
         return None
     g = f.graph
-    blocked = g.block_class == 2
-    time_us = float((g.dur[blocked] - g.sync_base[blocked]).sum())
+    blocked = g.block_class == BLOCK_PAGEABLE
+    time_us = blocked_us(g, BLOCK_PAGEABLE)
     if not blocked.any() or f.pct(time_us) <= PAGEABLE_MIN_PCT:
         return None
     dev = g.sync_on[blocked]
@@ -155,15 +155,14 @@ def exposed_comm(f: RankFacts) -> Finding | None:
     if ov.comm_us <= 0 or share <= EXPOSED_COMM_MIN_PCT:
         return None
     g = f.graph
-    host_waits = g.block_class == 3  # replay.BLOCK_COMM: host syncs that waited for a collective
+    host_waits = g.block_class == BLOCK_COMM  # host syncs that waited for a collective
     p2p = f.p2p_comm_share > 0.5  # mostly point-to-point: a majority, not a fitted share
     bound = p2p or not host_waits.any()
     return _make(f, "exposed_comm", {"comm_time": (ov.comm_us, "us"), "exposed_comm": (ov.exposed_us, "us"),
                                      "point_to_point_share": (100.0 * f.p2p_comm_share, "% of comm"),
                                      "overlap": (ov.overlap_pct, "%"),
                                      "host_syncs_waiting_for_collectives": (int(host_waits.sum()), "count"),
-                                     "host_blocked_on_collectives": (float((g.dur - g.sync_base)[host_waits].sum()),
-                                                                     "us")},
+                                     "host_blocked_on_collectives": (blocked_us(g, BLOCK_COMM), "us")},
                  (), (Change("overlap_comm"),), "overlap exposed collectives with compute"
                  + (" (mostly send/recv: upper bound)" if p2p else
                     " (only device work waits for them: upper bound)" if bound else ""),
