@@ -123,11 +123,11 @@ def _repeat_ids(heads: list, hosts: set[str]) -> list[str]:
     ``MAX_HISTORY_RUNS`` a host): the history of repeats ``history_between`` reads."""
     ids = []
     for host in sorted(hosts):
-        mine = [r for r in heads if r.host == host]
+        mine = [(r.run_id, speed_key(r)) for r in heads if r.host == host]
         count: dict[str, int] = {}
-        for r in mine:
-            count[speed_key(r)] = count.get(speed_key(r), 0) + 1
-        ids += [r.run_id for r in mine if count[speed_key(r)] >= 2][-MAX_HISTORY_RUNS:]
+        for _, key in mine:
+            count[key] = count.get(key, 0) + 1
+        ids += [run_id for run_id, key in mine if count[key] >= 2][-MAX_HISTORY_RUNS:]
     return ids
 
 
@@ -149,11 +149,14 @@ def read_levels(store: str | None, exclude: set[str], hosts: set[str] = frozense
                 across: bool = False) -> StoreLevels | None:
     """Return the store's train runs (``exclude``: run ids left out, the compared runs) with the steady levels
     of the repeats on ``hosts`` and, when ``across``, of the configurations run on several hosts; the run
-    rows are read once and the samples of the union once. None when the store cannot be read."""
+    rows are read once (only one host's when that is all the history needs) and the samples of the union
+    once. None when the store cannot be read."""
     from trainperf.store import read_runs
 
+    one_host = next(iter(hosts)) if len(hosts) == 1 and not across else None
     try:
-        heads = [r for r in read_runs(store, samples=False) if r.run_id not in exclude and r.kind == "train"]
+        heads = [r for r in read_runs(store, samples=False, host=one_host)
+                 if r.run_id not in exclude and r.kind == "train"]
         ids = list(dict.fromkeys(_repeat_ids(heads, hosts) + (_across_ids(heads) if across else [])))
         recs = read_runs(store, run_ids=ids) if ids else []
     except Exception:  # noqa: BLE001 - no store, or one that cannot answer: nothing measured
