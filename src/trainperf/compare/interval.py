@@ -311,21 +311,22 @@ def hosts_offset(hosts: HostSpread | None) -> float:
 
 
 def hosts_text(hosts: HostSpread | None) -> str:
-    """Return what the hosts' term did, as a clause ("" when the sides' hosts do not differ): the offset
-    taken off the change, or the spread of hosts added to the interval, and where it came from."""
+    """Return what the hosts' term holds, as a noun phrase ("" when the sides' hosts do not differ): the
+    offset taken off the change ("B's hosts' offset of +6.19% ... against A's (...)") or the spread of hosts
+    added to the interval ("hosts that differ by 2% (from ...)"), with where it came from."""
     if not hosts_differ(hosts):
         return ""
     if hosts.paired:
         per_config = f", and {100 * hosts.cv:.3g}% per configuration" if hosts.cv > 0 else ""
-        return (f"less B's hosts' offset of {math.expm1(hosts.offset):+.2%} in time per token against A's "
+        return (f"B's hosts' offset of {math.expm1(hosts.offset):+.2%} in time per token against A's "
                 f"(±{100 * math.sqrt(hosts.offset_var):.2g}% sd{per_config}; from {hosts.source})")
-    return f"plus hosts that differ by {100 * hosts.cv:.3g}% (from {hosts.source})"
+    return f"hosts that differ by {100 * hosts.cv:.3g}% (from {hosts.source})"
 
 
 def _hosts_text(hosts: HostSpread | None) -> str:
     """Return the clause a Shift's method adds for the hosts' term ("" when the sides' hosts do not differ)."""
     text = hosts_text(hosts)
-    return f", {text}" if text else ""
+    return f", {'less' if hosts.paired else 'plus'} {text}" if text else ""
 
 
 def change_interval(va: LongRunVariance, vb: LongRunVariance, between: BetweenRun, level: float = 0.95) -> Shift:

@@ -230,8 +230,8 @@ def compare_perf(a_runs: list[RunData], b_runs: list[RunData], min_effect: float
             f"{one.between_source}; give repeats (A1,A2,... B1,B2,...) to measure it" if one_each else "")
     if hosts_differ(sh.hosts) and sh.hosts.known:
         note = "; ".join(filter(None, [note, "A and B ran on different hosts: "
-                                             + (f"the changes are {hosts_text(sh.hosts)}" if sh.hosts.paired else
-                                                f"the interval includes {hosts_text(sh.hosts)[len('plus '):]}")]))
+                                             + ("the changes are net of " if sh.hosts.paired else
+                                                "the interval includes ") + hosts_text(sh.hosts)]))
     note = "; ".join(filter(None, [hosts_note, note]))
     return PerfResult(throughput=tput, step_time=step, verdict=verdict, mfu=(mfu(a_runs), mfu(b_runs)),
                       mem_peak_bytes=(mem(a_runs), mem(b_runs)), goodput=(goodput(a_runs), goodput(b_runs)),
