@@ -56,6 +56,7 @@ class RankSummary:
     allocator_pct: float = 0.0
     gpu_step_time_median_us: float | None = None    # step period on the GPU timeline (steps.gpu_step_periods_us)
     gpu_lag_median_us: float | None = None          # GPU work of a step starts this long after its host span
+    step_idle_pct: float | None = None              # GPU idle over the analysed steps' host window (idle_pct: HTA's)
     confidence: str = "high"                        # lowest confidence the limits of this rank's evidence leave
     evidence_notes: list = field(default_factory=list)  # those limits, and notes on the per-step figures
     fix_order: list = field(default_factory=list)   # kinds, in the order their marginal gains were priced
@@ -249,10 +250,10 @@ def _summary(f: RankFacts, plan: F.FixPlan) -> RankSummary:
         small_kernel_count_pct=ls.small_kernel_count_pct,
         queue_length_max=max((v[1] for v in f.queue.by_stream.values()), default=0),
         memcpy_gbps={b.direction: b.gbps for b in memcpy_bandwidth(t, f.window)},
-        dataloader_pct=_pct(f.dataloader.time_us, span), host_sync_pct=_pct(f.sync_calls.time_us, span),
+        dataloader_pct=_pct(f.dataloader.time_us, span), host_sync_pct=_pct(f.sync_blocking_us, span),
         optimizer_pct=_pct(f.optimizer.time_us, span), allocator_pct=_pct(f.allocator.time_us, span),
         critical_path_pct={k: _pct(v, span) for k, v in sorted(f.critical_path.items(), key=lambda kv: -kv[1])},
-        **common)
+        step_idle_pct=f.step_idle_pct, **common)
 
 
 def _relative_times(found: list[F.Finding], f: RankFacts) -> list[F.Finding]:

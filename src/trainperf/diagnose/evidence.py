@@ -13,8 +13,9 @@ import numpy as np
 
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts
-from trainperf.trace.annotate import correlated_host_row
-from trainperf.trace.events import PYTHON, RUNTIME
+from trainperf.diagnose.window import merge_intervals
+from trainperf.trace.annotate import STEP_RE, correlated_host_row
+from trainperf.trace.events import CPU_OP, KERNEL, MEMCPY, MEMSET, PYTHON, RUNTIME, USER_ANNOTATION
 
 MIN_STEPS = 2                  # fewer analysed ProfilerSteps: a single step may be atypical
 MISSING_GPU_PCT = 5.0          # launch calls without their device event, % of launches
@@ -26,6 +27,7 @@ GPU_LAG_NOTE_SHARE = 0.5       # a step's GPU work ends after its ProfilerStep b
 HOST_TIME_KINDS = frozenset({"launch_bound", "small_kernels", "idle_gpu", "data_loader_stall", "checkpoint_stall"})
 CROSS_RANK_KINDS = frozenset({"straggler", "exposed_comm"})
 _LAUNCH_WORDS = ("LaunchKernel", "LaunchCooperativeKernel", "Memcpy", "Memset", "GraphLaunch")
+HOLE_KINDS = (CPU_OP, RUNTIME, PYTHON, USER_ANNOTATION, KERNEL, MEMCPY, MEMSET)  # what fills a stretch of the window
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -41,16 +43,26 @@ def rank_caveats(f: RankFacts) -> list[Caveat]:
     """The limits of one rank's evidence (see the module docstring)."""
     t, w = f.table, f.window
     out: list[Caveat] = []
-    step = steps_caveat(f)
-    if step is not None:
-        out.append(step)
+    for check in (steps_caveat, counter_mode_caveat, sampled_caveat, host_hole_caveat, warmup_caveat):
+        c = check(f)
+        if c is not None:
+            out.append(c)
+    launches = np.flatnonzero(w.keep & (t.kind == RUNTIME) & (t.correlation >= 0) &
+                              np.isin(t.name, t.ids_matching(lambda s: any(x in s for x in _LAUNCH_WORDS))))
+    n_py = int((w.keep & (t.kind == PYTHON)).sum())
+    shapes = bool(t.metadata.get("profiler", {}).get("record_shapes"))
+    if n_py > PY_FRAMES_PER_LAUNCH * max(launches.size, 1) or shapes:
+        per = " per launch" if launches.size else ""
+        what = " and ".join(x for x in ((f"with_stack=True ({n_py / max(launches.size, 1):.0f} Python frames{per})")
+                                        if n_py else "", "record_shapes=True" if shapes else "") if x)
+        out.append(Caveat(note=f"profiler overhead ({what}) adds host time: host-bound findings and their gains "
+                               "may be overstated; confirm with a profile without it",
+                          confidence="medium", kinds=HOST_TIME_KINDS))
     if not f.has_gpu:
         out.append(Caveat(note="no GPU activity recorded: host-side evidence only, gains are host-time upper bounds",
                           confidence="low"))
         return out
     link = correlated_host_row(t)
-    launches = np.flatnonzero(w.keep & (t.kind == RUNTIME) & (t.correlation >= 0) &
-                              np.isin(t.name, t.ids_matching(lambda s: any(x in s for x in _LAUNCH_WORDS))))
     if launches.size:
         dev_corr = t.correlation[w.device]
         missing = 100.0 * float((~np.isin(t.correlation[launches], dev_corr)).mean())
@@ -58,20 +70,122 @@ def rank_caveats(f: RankFacts) -> list[Caveat]:
             out.append(Caveat(note=f"{missing:.0f}% of kernel launches and copies have no GPU event (GPU activity "
                                    "missing, or the GPU trace ends before the host's): device-side figures are "
                                    "incomplete", confidence="medium"))
-    dev = np.flatnonzero(t.on_device)  # the whole trace: the window keeps only launched device events
+    # the whole trace: the window keeps only launched device events. Device events without a correlation id were
+    # not launched by a recorded call at all (an accelerator's own DMA and event records, MTIA's dma_request):
+    # they cannot show a launch cut off by the profile's start (87 % of an MTIA trace read "truncated")
+    dev = np.flatnonzero(t.on_device & (t.correlation >= 0))
     unlaunched = 100.0 * float((link[dev] < 0).mean()) if dev.size else 0.0
     if unlaunched > UNLAUNCHED_PCT:
         out.append(Caveat(note=f"{unlaunched:.0f}% of GPU events have no launch in the trace (the window is "
                                "truncated: it starts or ends mid-step)", confidence="medium"))
-    n_py = int((w.keep & (t.kind == PYTHON)).sum())
-    shapes = bool(t.metadata.get("profiler", {}).get("record_shapes"))
-    if n_py > PY_FRAMES_PER_LAUNCH * max(launches.size, 1) or shapes:
-        what = " and ".join(x for x in ((f"with_stack=True ({n_py / max(launches.size, 1):.0f} Python frames "
-                                         "per launch)") if n_py else "", "record_shapes=True" if shapes else "") if x)
-        out.append(Caveat(note=f"profiler overhead ({what}) adds host time: host-bound findings and their gains "
-                               "may be overstated; confirm with a profile without it",
-                          confidence="medium", kinds=HOST_TIME_KINDS))
     return out
+
+
+COUNTER_RANGE_CAT = "cuda_profiler_range"  # Kineto's category for CUPTI range-profiler (counter) records
+
+
+def counter_mode_caveat(f: RankFacts) -> Caveat | None:
+    """Kernels recorded by CUPTI's range profiler (counter metrics, e.g. experimental_config with profiler_metrics):
+    each kernel is replayed to collect its counters, so the trace has counter ranges, not kernel timings, and the
+    launch calls last the replays (67 ms each on HTA's cupti_profiler trace)."""
+    t = f.table
+    ids = t.ids_matching(lambda s: s == COUNTER_RANGE_CAT)
+    n = int(np.isin(t.cat, ids).sum()) if ids.size else 0
+    if not n:
+        return None
+    return Caveat(note=f"{n} kernels were recorded as CUPTI counter ranges (the range profiler replays each kernel "
+                       "to read its metrics): the trace has no kernel timings and its launch calls include the "
+                       "replays; profile without profiler metrics for timing findings", confidence="low")
+
+
+SAMPLED_IDS_PER_CALL = 30.0  # correlation ids per runtime call kept (95 % smallest steps): 1-10.5 in whole traces
+SAMPLED_TRIM = 0.95          # the largest 5 % of the id steps (a profile's start, a few dropped calls) left out
+
+
+def sampled_caveat(f: RankFacts) -> Caveat | None:
+    """A sampled or filtered trace: CUPTI gives every runtime call it sees the next correlation id, and Kineto drops
+    a few kinds of call (cudaGetDevice, ...), so between consecutive calls of a whole trace the id grows by 1-10.5
+    on average (HTA's traces, the largest 5 % of steps left out), and by 73-74 on HTA's trace_filter samples: such a
+    trace has lost most of its events, and the host gaps between those left are missing events, not work or waits."""
+    t, w = f.table, f.window
+    c = np.sort(t.correlation[w.keep & (t.kind == RUNTIME) & (t.correlation >= 0)])
+    if c.size < 20:
+        return None
+    steps = np.sort(np.diff(c))
+    per_call = float(steps[:max(1, int(SAMPLED_TRIM * steps.size))].mean())
+    if per_call <= SAMPLED_IDS_PER_CALL:
+        return None
+    return Caveat(note=f"the trace keeps about 1 runtime call in {per_call:.0f} (its correlation ids grow by "
+                       f"{per_call:.0f} per call; whole traces: 1-11): it is sampled or filtered, and the gaps between "
+                       "the events left are missing events; every finding rests on what survived; profile without "
+                       "filtering", confidence="low")
+
+
+HOLE_SHARE = 0.25  # a stretch with no event at all (host or device) longer than this share of the window
+
+
+def host_hole_caveat(f: RankFacts) -> Caveat | None:
+    """A stretch of the window where nothing was recorded, on the host or the device (ProfilerStep spans, which
+    enclose everything, aside): events cut out of the trace, or work the profiler did not see. HTA's
+    cuda_event_sync_multi_stream has 18.5 ms of its 20 ms with no event (its correlation ids jump 62 -> 1385)."""
+    t, w = f.table, f.window
+    steps = t.ids_matching(STEP_RE.match)
+    rows = np.flatnonzero(w.keep & np.isin(t.kind, HOLE_KINDS) & ~np.isin(t.name, steps))
+    if rows.size < 2:
+        return None
+    s, e = merge_intervals(w.ts_us[rows], w.end_us[rows])
+    gaps = s[1:] - e[:-1]
+    span = float(e.max() - s.min())
+    if not gaps.size or span <= 0 or gaps.max() <= HOLE_SHARE * span:
+        return None
+    return Caveat(note=f"{gaps.max() / 1e3:.1f} ms of the {span / 1e3:.1f}-ms window has no event at all, on the host "
+                       "or the device (events cut out, or work the profiler did not record): the findings cover "
+                       "the rest only", confidence="medium")
+
+
+WARMUP_MIN_US = 1000.0  # a first call at least this long ...
+WARMUP_FACTOR = 100.0   # ... and this many times the median of its kind is one-off initialisation
+WARMUP_SHARE_PCT = 5.0  # those calls together above this share of the window: warm-up is inside it
+
+
+def warmup_caveat(f: RankFacts) -> Caveat | None:
+    """Warm-up inside the window: first calls that cost far more than the later calls of their kind (the runtime's
+    context creation, a library's first-call initialisation, lazy loading of a kernel on its first launch, a first
+    allocation). A steady-state step does not pay them; the MI250 trace's one 6.5-ms hipLaunchKernel (the first
+    launch of its kernel) is 70 % of its step. A kind is a runtime call's name, and for launches the kernel's."""
+    t, w = f.table, f.window
+    rows = np.flatnonzero(w.keep & (t.kind == RUNTIME))
+    if rows.size < 2:
+        return None
+    launched = np.full(len(t), -1, dtype=np.int64)
+    link = correlated_host_row(t)
+    dev = np.flatnonzero(link >= 0)
+    launched[link[dev]] = t.name[dev]
+    key = t.name[rows].astype(np.int64) * (len(t.names) + 1) + launched[rows] + 1
+    dur = w.end_us[rows] - w.ts_us[rows]
+    order = np.lexsort((w.ts_us[rows], key))
+    k, d = key[order], dur[order]
+    first = np.r_[True, k[1:] != k[:-1]]
+    overall = float(np.median(dur))
+    warm = []
+    for i in np.flatnonzero(first):
+        j = i + 1
+        while j < k.size and not first[j]:
+            j += 1
+        ref = float(np.median(d[i + 1:j])) if j - i > 2 else overall
+        if d[i] > max(WARMUP_MIN_US, WARMUP_FACTOR * ref):
+            warm.append(int(rows[order[i]]))
+    total = float(dur[np.isin(rows, warm)].sum()) if warm else 0.0
+    if f.pct(total) <= WARMUP_SHARE_PCT:
+        return None
+    top = max(warm, key=lambda r: w.end_us[r] - w.ts_us[r])
+    name = t.names[int(t.name[top])] + (f" (first launch of {t.names[int(launched[top])][:60]})" if launched[top] >= 0
+                                         else "")
+    return Caveat(note=f"warm-up inside the window: {len(warm)} first call(s) cost {total / 1e3:.1f} ms "
+                       f"({f.pct(total):.0f}% of it) against far less for the later calls of their kind, the longest "
+                       f"{name} {(w.end_us[top] - w.ts_us[top]) / 1e3:.1f} ms (initialisation, lazy loading, first "
+                       "allocations): a steady step does not pay them; profile after warm-up iterations "
+                       "(torch.profiler.schedule(wait=1, warmup=1, active=3))", confidence="medium")
 
 
 def steps_caveat(f: RankFacts) -> Caveat | None:

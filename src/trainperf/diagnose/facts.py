@@ -12,7 +12,7 @@ import numpy as np
 
 from trainperf.diagnose.crossrank import P2P_KIND, collective_rows, compute_per_step
 from trainperf.diagnose.gpu_time import (CategoryTime, IdleSplit, Overlap, TemporalBreakdown, comm_comp_overlap,
-                                         idle_split, kernel_breakdown, temporal_breakdown)
+                                         idle_in_span_us, idle_split, kernel_breakdown, temporal_breakdown)
 from trainperf.diagnose.host import (HostSpans, allocator_calls, checkpoint_spans, dataloader_spans, host_syncs,
                                      optimizer_spans, sync_op_counts, sync_ops)
 from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLength, launch_bound_stretches,
@@ -65,6 +65,7 @@ class RankFacts:
     steps: list[int]
     step_times: list[StepTime]
     host_window_us: float         # host span of the window's ProfilerSteps, first start to last end (µs)
+    host_window_start_us: float = 0.0  # where that span starts (µs; the kept events' first start without steps)
     dataloader: HostSpans
     optimizer: HostSpans
     checkpoint: HostSpans
@@ -83,6 +84,7 @@ class RankFacts:
     graph: Graph | None = None
     span_us: float = 0.0          # replayed makespan of the window (= observed)
     critical_path: dict = field(default_factory=dict)
+    step_idle_us: float | None = None  # GPU idle over the host window (host_window_start_us + host_window_us), µs
     sync_sites: list[SyncSite] = field(default_factory=list)
     sync_op_counts: dict = field(default_factory=dict)  # op name -> (count, CPU µs): aten::item, nonzero, ...
     compute_by_step: dict = field(default_factory=dict)  # step -> µs of computation it launched (crossrank)
@@ -106,6 +108,26 @@ class RankFacts:
         """µs as % of the replayed span (of the host window without GPU)."""
         whole = self.span_us if self.has_gpu else self.host_window_us
         return 100.0 * us / whole if whole > 0 else 0.0
+
+    @property
+    def step_idle_pct(self) -> float | None:
+        """GPU idle over the analysed steps' host window, % of it (the whole trace without steps); None without
+        GPU. HTA's idle (breakdown.idle_pct) is over the device span only: one short kernel in a long step reads
+        0 % there and ~100 % here."""
+        if self.step_idle_us is None or self.host_window_us <= 0:
+            return None
+        return 100.0 * self.step_idle_us / self.host_window_us
+
+    @property
+    def sync_blocking_us(self) -> float:
+        """Host time blocked in syncs beyond the calls' own cost (µs): synchronize calls and copies that returned
+        only when the device caught up (the replay graph's BLOCK_SYNC nodes); 0 without GPU. The one number of
+        host_sync's evidence and of the summary's host_sync_pct."""
+        if self.graph is None:
+            return 0.0
+        g = self.graph
+        blocked = g.block_class == BLOCK_SYNC
+        return float((g.dur[blocked] - g.sync_base[blocked]).sum())
 
     def category_share(self, name: str) -> float:
         """% of device busy time in one kernel category."""
@@ -143,16 +165,19 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None) -> RankFa
     # the analysed ProfilerSteps' time (as the replay is anchored at the first), not the kept events' extent: host
     # work before the steps (start-up) and spans running on past the last step (a thread's lifetime) are not steps
     if st:
-        host_window = max(x.start_us + x.host_us for x in st) - min(x.start_us for x in st)
+        start = min(x.start_us for x in st)
+        host_window = max(x.start_us + x.host_us for x in st) - start
     else:
-        host_window = float(w.end_us[w.keep].max() - w.ts_us[w.keep].min()) if w.keep.any() else 0.0
-    f = RankFacts(table=t, window=w, steps=steps, step_times=st, host_window_us=host_window,
+        start = float(w.ts_us[w.keep].min()) if w.keep.any() else 0.0
+        host_window = float(w.end_us[w.keep].max()) - start if w.keep.any() else 0.0
+    f = RankFacts(table=t, window=w, steps=steps, step_times=st, host_window_us=host_window, host_window_start_us=start,
                   dataloader=dataloader_spans(t, w), optimizer=optimizer_spans(t, w),
                   checkpoint=checkpoint_spans(t, w), sync_calls=host_syncs(t, w), sync_ops=sync_ops(t, w),
                   allocator=allocator_calls(t, w), waits=waits)
     if not w.device.size:
         return f
     f.breakdown = temporal_breakdown(t, w)
+    f.step_idle_us = idle_in_span_us(w, start, start + host_window)
     f.overlap = comm_comp_overlap(t, w)
     f.idle = idle_split(t, w)
     f.categories = kernel_breakdown(t, w)
