@@ -114,7 +114,7 @@ class Graph:
     syncop_site: np.ndarray     # call site of that op's blocking call, -1 none
     in_syncop: np.ndarray       # a blocking call made inside such an op (the read goes when the sync does)
     site_names: list            # call sites (host.call_sites) of the blocking calls
-    is_alloc: np.ndarray        # host node is an allocator call (cudaMalloc, hipFree, ...)
+    is_alloc: np.ndarray        # host node is a recurring allocator call (cudaMalloc, hipFree, ...: allocation_traffic)
     small_launch: np.ndarray    # host node launched a small kernel (launch.small_kernel_mask)
     kernel_launch: np.ndarray   # host node launched a kernel
     launch_call_us: np.ndarray  # the launch overhead in a host call: its duration, 0 for an outlier call longer
@@ -205,6 +205,36 @@ def op_rows(t: EventTable, w: Window) -> np.ndarray:
     5.72 -> 2.63 %, audit P9)."""
     rows = np.flatnonzero(w.keep & (t.kind == CPU_OP))
     return rows[~np.isin(t.name[rows], t.ids_matching(STEP_RE.match))]
+
+
+def allocation_traffic(t: EventTable, w: Window, rows: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Which of the host call rows (start: their µs) are a recurring allocator stall (bool per row): allocator
+    calls (host.ALLOCATOR_RUNTIME_RE) less one-off start-up work, which no allocator setting removes and no later
+    step pays again (audit P2):
+    - a free before the window's first malloc releases nothing the window allocated: cudaFree(0) is how CUDA
+      libraries force their context up (cuDNN's init: a 6-s cudaFree in HTA's PARAM alexnet trace);
+    - with 2 or more steps analysed, allocator calls in fewer than half of them are the caching allocator growing
+      its pool on first use (or an occasional empty_cache), not every step's cost;
+    - without steps the window is the whole trace, start-up included: mallocs with no free in it are the pool
+      growing (the caching allocator frees nothing of its own; switched off, or emptied each step, it frees as it
+      allocates). With one step nothing shows recurrence either way: its calls count, and the one-step caveat
+      (evidence.py) lowers the finding's confidence."""
+    ids = t.ids_matching(ALLOCATOR_RUNTIME_RE.search)
+    alloc = np.isin(t.name[rows], ids)
+    if not alloc.any():
+        return alloc
+    is_free = np.isin(t.name[rows], t.ids_matching(lambda s: bool(ALLOCATOR_RUNTIME_RE.search(s)) and "Free" in s))
+    mallocs = alloc & ~is_free
+    first_malloc = float(start[mallocs].min()) if mallocs.any() else np.inf
+    keep = alloc & ~(is_free & (start < first_malloc))
+    steps = w.steps
+    if len(steps) >= 2:
+        with_calls = np.isin(steps, np.unique(t.step[rows[keep]]))
+        if 2 * int(with_calls.sum()) < len(steps):
+            keep[:] = False
+    elif not steps and not (keep & is_free).any():
+        keep[:] = False
+    return keep
 
 
 def step_anchor_rows(t: EventTable, w: Window) -> tuple[np.ndarray, np.ndarray]:
@@ -584,7 +614,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
 
     # allocator calls, and launches of small kernels
     is_alloc = np.zeros(n, bool)
-    is_alloc[:n_h] = np.isin(host_names, t.ids_matching(ALLOCATOR_RUNTIME_RE.search))
+    is_alloc[:n_h] = allocation_traffic(t, w, host_rows, start[:n_h])
     small_launch = np.zeros(n, bool)
     small_dev = dev_idx[small_kernel_mask(t, dev_rows, dur[n_h:]) & has_launch[n_h:]]
     small_launch[launch[small_dev]] = True
