@@ -22,8 +22,8 @@ sigma_diff x sqrt(1 + rho) / (1 - rho) with rho the noise's lag-1 autocorrelatio
 differences (``changepoints.noise_autocorr``): for AR(1) noise this is the standard deviation a
 smooth regressor's coefficient sees, so persistent noise or a random walk is not read as kinks.
 A kink that passes is judged again with the long-run sigma of the kink model's residuals, their
-lag-1 autocorrelation bias-corrected (``noise.ar1_from_residuals``) and at least that of the model
-without the kink: the differences' rho scatters by 0.2-0.35 on a few hundred points.
+lag-1 autocorrelation bias-corrected for the fitted coefficients (``noise.ar1_from_residuals``):
+the differences' rho scatters by 0.2-0.35 on a few hundred points.
 Hand-written: ruptures' piecewise-linear cost has no test and no BIC choice between a step and
 a ramp.
 """
@@ -379,18 +379,11 @@ def _step_fits_better(y: np.ndarray, x: np.ndarray, kink: tuple[int, float, floa
     return bool(gain.max(initial=0.0) >= kink_gain)
 
 
-def _residual_autocorr(y: np.ndarray, x: np.ndarray) -> float:
-    """Return the lag-1 autocorrelation of the noise behind the residuals of y on ``x``, the bias of
-    the fitted coefficients undone (``noise.ar1_from_residuals``: -0.04 to -0.08 on 80-200 points of
-    AR(1) 0.5 noise for 2-3 coefficients), clipped to [0, 0.98]."""
-    q = _orth(x)
-    return ar1_from_residuals([_resid(q, y)], q.shape[1])
-
-
-def _residual_sigma(y: np.ndarray, x: np.ndarray, rho_floor: float = 0.0) -> float:
+def _residual_sigma(y: np.ndarray, x: np.ndarray) -> float:
     """Return the long-run sigma of the residuals of y on ``x``: their standard deviation x
-    sqrt((1 + rho) / (1 - rho)), rho their lag-1 autocorrelation (``_residual_autocorr``), at least
-    ``rho_floor``.
+    sqrt((1 + rho) / (1 - rho)), rho their lag-1 autocorrelation with the bias of the fitted
+    coefficients undone (``noise.ar1_from_residuals``: -0.04 to -0.08 on 80-200 points of AR(1) 0.5
+    noise for 2-3 coefficients), clipped to [0, 0.98].
 
     The standard deviation, not a robust scale: a kink's t-value is a weighted sum of points, whose
     spread is the noise's standard deviation (1.7x the robust scale for t3 noise; y's outliers are
@@ -399,7 +392,7 @@ def _residual_sigma(y: np.ndarray, x: np.ndarray, rho_floor: float = 0.0) -> flo
     the efficient estimate."""
     q = _orth(x)
     r = _resid(q, y)
-    rho = max(ar1_from_residuals([r], q.shape[1]), rho_floor)
+    rho = ar1_from_residuals([r], q.shape[1])
     return float(np.std(r)) * math.sqrt((1 + rho) / (1 - rho))
 
 
@@ -445,12 +438,7 @@ def find_ramps(y: np.ndarray, steps: list[tuple[int, float]], w: int, alpha: flo
         x = _basis(n, pos, ramp_ends, [k for k, _ in kinks])
         found = kink_scan(yc, x, KINK_SUPPORT * w - 1, n - 1 - KINK_SUPPORT * w, sigma)
         if found is not None and found[3] < alpha:  # judged again with the noise the kink's model leaves
-            # its autocorrelation at least that of the model without the kink: a kink fitted to AR(1)
-            # noise takes the wander it was placed on from its own residuals (0.29-0.30 where the
-            # model without it reads 0.39 and the noise is 0.5); the spread stays the kink model's, so
-            # a large kink is not judged against its own V (a null model's spread would hold it)
-            hinge = np.maximum(np.arange(n) - found[0], 0.0)
-            resid_sigma = _residual_sigma(yc, np.column_stack([x, hinge]), _residual_autocorr(yc, x))
+            resid_sigma = _residual_sigma(yc, np.column_stack([x, np.maximum(np.arange(n) - found[0], 0.0)]))
             if resid_sigma > sigma:
                 found = kink_scan(yc, x, KINK_SUPPORT * w - 1, n - 1 - KINK_SUPPORT * w, resid_sigma)
         if found is None or found[3] >= alpha or _step_fits_better(yc, x, found, w):
