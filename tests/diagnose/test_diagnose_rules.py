@@ -201,3 +201,20 @@ def test_kernels_a_compiler_already_fused_are_not_memory_bound_unfused(tmp_path)
     assert fc.category_share("elementwise") == pytest.approx(75.0)  # the category still says elementwise
     assert rules.memory_bound_unfused(fe) is not None
     assert rules._compiler_fused_share(fc) == pytest.approx(75.0) and rules.memory_bound_unfused(fc) is None
+
+
+def test_a_step_idle_outside_its_device_span_is_idle(tmp_path):
+    # HTA's call_stack trace in small: 3 steps of 10 ms, one 45-us GEMM in the first. HTA's idle is measured
+    # from the first to the last device event, here the one kernel: 0 %. Over the two analysed steps the GPU runs
+    # 45 of 20000 us: 99.775 % idle, which idle_gpu names (before: the gate read the device-span idle only)
+    b = TraceBuilder()
+    for s in range(3):
+        b.step(s, 10_000.0 * s, 10_000)
+    b.launch("ampere_sgemm_128x64_tn", 100, 110, 45)
+    t = read_kineto(b.write(tmp_path / "i.json.gz"))
+    f = collect_facts(t, analysis_window(t))
+    assert f.breakdown.idle_pct == pytest.approx(0.0)
+    assert f.step_idle_pct == pytest.approx(100 * (20_000 - 45) / 20_000)
+    assert rules.gpu_idle_pct(f) == pytest.approx(f.step_idle_pct)
+    x = rules.idle_gpu(f, [])
+    assert x is not None and x.evidence["metrics"]["gpu_idle_over_steps"]["value"] == pytest.approx(99.775, abs=1e-3)

@@ -73,7 +73,7 @@ def host_sync(f: RankFacts) -> Finding | None:
     g = f.graph
     blocked = g.block_class == BLOCK_SYNC
     n_calls = int(blocked.sum())
-    time_us = blocked_us(g, BLOCK_SYNC)
+    time_us = f.sync_blocking_us  # the summary's host_sync_pct reads the same number
     wait_cp = f.critical_path.get("sync_wait", 0.0)
     if not n_calls or max(f.pct(time_us), f.pct(wait_cp)) <= HOST_SYNC_MIN_PCT:
         return None
@@ -230,6 +230,13 @@ LAUNCH_BOUND_HOST_WAIT_SHARE = 0.5  # share of the idle time spent waiting for a
 LAUNCH_BOUND_HOST_CP_SHARE = 0.3   # host work (cpu + runtime calls) on the critical path, share of the span
 
 
+def gpu_idle_pct(f: RankFacts) -> float:
+    """GPU idle (%) the idle gates read: the larger of HTA's (over the device span, first to last device event) and
+    the one over the analysed steps' host window (RankFacts.step_idle_pct). A step whose only kernel is 45 µs
+    long is ~0 % idle over its device span and ~100 % over the step the job pays for (audit P1)."""
+    return max(f.breakdown.idle_pct, f.step_idle_pct or 0.0)
+
+
 def launch_cost_us(f: RankFacts, launches: np.ndarray) -> float:
     """What launching costs the host (µs): each launch call's own time (an outlier call's wait excluded,
     Graph.launch_call_us) plus the usual op dispatch before it (Graph.dispatch_us, at most the CPU work the trace
@@ -250,13 +257,14 @@ def launch_bound(f: RankFacts) -> Finding | None:
     hp, _, _ = idle.pct()
     host_cp = f.critical_path.get("cpu", 0.0) + f.critical_path.get("runtime", 0.0)
     if not (idle.host_wait_us > LAUNCH_BOUND_HOST_WAIT_SHARE * max(idle.total_us, 1e-9)
-            and tb.idle_pct > LAUNCH_BOUND_IDLE_PCT and host_cp > LAUNCH_BOUND_HOST_CP_SHARE * f.span_us):
+            and gpu_idle_pct(f) > LAUNCH_BOUND_IDLE_PCT and host_cp > LAUNCH_BOUND_HOST_CP_SHARE * f.span_us):
         return None
     g = f.graph
     n = int(g.kernel_launch.sum())
     cost = launch_cost_us(f, g.kernel_launch)
     return _make(f, "launch_bound", {
-        "gpu_idle": (tb.idle_pct, "%"), "idle_waiting_on_host": (hp, "%"),
+        "gpu_idle": (tb.idle_pct, "%"), "gpu_idle_over_steps": (f.step_idle_pct or 0.0, "%"),
+        "idle_waiting_on_host": (hp, "%"),
         "host_on_critical_path": (f.pct(host_cp), "%"), "launch_bound_stretches": (len(f.stretches), "count"),
         "launch_delay_median": (ls.delay_median_us, "us"), "kernel_launches": (n, "count"),
         "per_launch_cost": (cost / n if n else 0.0, "us"), "launch_cost": (cost, "us")},
@@ -365,10 +373,11 @@ _IDLE_EXPLAINED_BY = ("launch_bound", "data_loader_stall", "host_sync", "allocat
 
 def idle_gpu(f: RankFacts, found: list[Finding]) -> Finding | None:
     """The GPU idles for a large share of the window and no other rule explains why."""
-    if not f.has_gpu or f.breakdown.idle_pct <= IDLE_GPU_PCT or any(x.kind in _IDLE_EXPLAINED_BY for x in found):
+    if not f.has_gpu or gpu_idle_pct(f) <= IDLE_GPU_PCT or any(x.kind in _IDLE_EXPLAINED_BY for x in found):
         return None
     hp, kp, op = f.idle.pct()
-    return _make(f, "idle_gpu", {"gpu_idle": (f.breakdown.idle_pct, "%"), "host_wait": (hp, "% of idle"),
+    return _make(f, "idle_gpu", {"gpu_idle": (f.breakdown.idle_pct, "%"),
+                                 "gpu_idle_over_steps": (f.step_idle_pct or 0.0, "%"), "host_wait": (hp, "% of idle"),
                                  "kernel_wait": (kp, "% of idle"), "other": (op, "% of idle")}, severity="medium")
 
 
