@@ -171,3 +171,16 @@ def test_host_sync_pct_is_the_host_sync_rules_number(tmp_path):
     hs = next(x for x in found if x.kind == "host_sync")
     blocked = hs.evidence["metrics"]["sync_blocking_time"]["value"]
     assert blocked > 0 and summary.host_sync_pct == pytest.approx(100.0 * blocked / f.span_us, rel=1e-3)
+
+
+def test_sync_reads_are_counted_without_gpu_events(tmp_path):
+    """A host-only trace (the GPU side not recorded, as HTA's DLRM step): 3 steps, each with a 700-µs aten::item
+    holding a 650-µs aten::_local_scalar_dense; the outermost read is counted, by hand 3 calls, 2100 µs."""
+    b = TraceBuilder()
+    for s in range(4):
+        T = 2000.0 * s
+        b.step(s, T, 2000)
+        b.cpu("aten::item", T + 100, 700)
+        b.cpu("aten::_local_scalar_dense", T + 120, 650)
+    f = _facts(b.write(tmp_path / "h.json.gz"))
+    assert not f.has_gpu and f.sync_op_counts == {"aten::item": (3, pytest.approx(2100.0))}

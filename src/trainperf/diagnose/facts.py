@@ -174,6 +174,7 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None) -> RankFa
                   dataloader=dataloader_spans(t, w), optimizer=optimizer_spans(t, w),
                   checkpoint=checkpoint_spans(t, w), sync_calls=host_syncs(t, w), sync_ops=sync_ops(t, w),
                   allocator=allocator_calls(t, w), waits=waits)
+    f.sync_op_counts = sync_op_counts(t, w)  # host-side: the reads' CPU time is evidence without GPU events too
     if not w.device.size:
         return f
     f.breakdown = temporal_breakdown(t, w)
@@ -188,7 +189,6 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None) -> RankFa
     base = replay(f.graph)
     f.span_us = base.makespan_us
     f.critical_path = critical_path(f.graph, base)
-    f.sync_op_counts = sync_op_counts(t, w)
     f.sync_sites = _sync_sites(f)
     f.compute_by_step = compute_per_step(t, w)
     comm = {k: float((w.end_us[r] - w.ts_us[r]).sum()) for k, r in collective_rows(t, w).items()}
