@@ -218,3 +218,14 @@ def test_a_step_idle_outside_its_device_span_is_idle(tmp_path):
     assert rules.gpu_idle_pct(f) == pytest.approx(f.step_idle_pct)
     x = rules.idle_gpu(f, [])
     assert x is not None and x.evidence["metrics"]["gpu_idle_over_steps"]["value"] == pytest.approx(99.775, abs=1e-3)
+
+
+def test_diagnose_runs_the_precision_rule(tmp_path):
+    # diagnose/precision.py's hand-built A100 trace of fp32 sgemm kernels: diagnose itself (run_rules) now reports
+    # fp32_matmul, with the recommendation precision.py registers
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_precision import _trace
+
+    d = diagnose(_trace(tmp_path, "ampere_sgemm_128x64_nn"))
+    x = next(f for f in d.findings if f.kind == "fp32_matmul")
+    assert "autocast" in x.recommendation

@@ -14,6 +14,7 @@ import numpy as np
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.launch import SMALL_KERNEL_US
+from trainperf.diagnose.precision import fp32_matmul
 from trainperf.diagnose.replay import BLOCK_COMM, BLOCK_PAGEABLE, BLOCK_SYNC, Change, blocked_us, dispatch_taken
 from trainperf.trace.events import ELEMENTWISE, GPU_SYNC, OPTIMIZER, REDUCTION
 
@@ -388,8 +389,9 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
     return _make(f, "gpu_analyses_skipped", {"device_events": (0, "count")}, severity="low")
 
 
+# fp32_matmul (diagnose/precision.py): fp32 GEMMs/convolutions on a tensor-core accelerator, before the fusion rule
 RULES = (data_loader_stall, checkpoint_stall, host_sync, pageable_copy, allocator_stall, exposed_comm, straggler,
-         launch_bound, small_kernels, memory_bound_unfused, optimizer_slow, gpu_analyses_skipped)
+         launch_bound, small_kernels, fp32_matmul, memory_bound_unfused, optimizer_slow, gpu_analyses_skipped)
 
 
 def run_rules(f: RankFacts) -> list[Finding]:
