@@ -62,6 +62,9 @@ NAMES = [
     ("Cijk_Ailk_Bljk_HHS_BH_MT128x128x32_MI32x32x8x1_SN_1LDSB1", P.REDUCED),
     ("Cijk_Ailk_Bljk_BBS_BH_MT256x128x64_MI32x32x8x1_SN", P.REDUCED), ("Cijk_Ailk_Bljk_DB_MT64x64x4_SN", P.FP64),
     ("Cijk_Ailk_Bljk_4xi8II_BH_MT128x128x64_SN", P.REDUCED),
+    ("Cijk_Alik_Bljk_S_B_UserArgs_MT128x64x16_SN_LDSB0_AFC0", P.FP32),  # hipBLASLt, compute f32_r
+    ("Cijk_Ailk_Bjlk_S_MX_B_Bias_HA_S_SAV_UserArgs_MT32x64x64_MI32x32x1_SN_LDSB0", P.TF32),  # compute xf32_r
+    ("Custom_Cijk_Ailk_Bljk_S_MX_B_BIAS_HA_S_SAV_NTD_SK3_UserArgs_MT256x256x32_MI16x16x1_shortname0_gfx950", P.TF32),
     # names that state no type: unknown, never guessed
     ("nvjet_tst_192x192_64x4_2x1_v_bz_coopA_TNN", P.UNKNOWN), ("triton_tem_fused_mm_0", P.UNKNOWN),
     ("void cask_cudnn_infer::computeOffsetsKernel<false, false>(cask_cudnn_infer::ComputeOffsetsParams)", P.UNKNOWN),

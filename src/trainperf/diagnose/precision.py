@@ -33,7 +33,10 @@ How kernels are named (sources in brackets; first matching rule wins, module-lev
 - rocBLAS / hipBLASLt (Tensile) Cijk_A*_B*_<types>...: the type code's letters [Tensile precision support:
   S single, D double, C/Z complex, H half, B bfloat16, I8/4xi8 int8, F8/B8 fp8, X xfloat32; "HHS_BH" = half in
   and out, single compute, "B" use beta, "H" high-precision accumulate (ROCm/Tensile#1488)]. The first letter
-  is the input type: Cijk_Ailk_Bljk_SB_* is fp32 (S, beta), Cijk_Ailk_Bljk_BBS_BH_* bf16. fp32 Tensile kernels
+  is the input type: Cijk_Ailk_Bljk_SB_* and hipBLASLt's Cijk_Alik_Bljk_S_B_* are fp32 (compute f32_r,
+  ROCm/rocm-libraries#10211), Cijk_Ailk_Bljk_BBS_BH_* bf16; hipBLASLt's xf32 (TF32-like) kernels carry "_MX"
+  after the type code: (Custom_)Cijk_Ailk_Bjlk_S_MX_B_Bias_* (compute xf32_r: ROCm/rocm-libraries#12226,
+  #1172). fp32 Tensile kernels
   may use MFMA matrix instructions (MI16x16x1 in the name); the catalog's fp32 peak of an AMD part is its
   fp32 matrix rate, so the ratio of peaks already counts that.
 cuBLAS's Hopper "nvjet_*" kernels and other library names that state no type are "unknown" unless the
@@ -65,8 +68,8 @@ _FP32_RE = re.compile(
     r"|simt_sgemm|simt_s|scudnn|convolve_sgemm|xmma_\w*?f32f32_f32f32_f32|magma_sgemm", re.I)
 _FP64_RE = re.compile(r"(?:^|_)(maxwell|pascal|volta|turing|ampere|hopper|blackwell|sm\d+)_(d|z)gemm|dgemm|zgemm"
                       r"|simt_dgemm", re.I)
-# Tensile / TensileLite (rocBLAS, hipBLASLt): Cijk_<A index order>_<B index order>_<type code>[_...]
-_TENSILE_RE = re.compile(r"^Cijk_A[a-zA-Z]+_B[a-zA-Z]+_([A-Z0-9a-z]+)")
+# Tensile / TensileLite (rocBLAS, hipBLASLt): [Custom_]Cijk_<A index order>_<B index order>_<type code>[_MX: xf32][_...]
+_TENSILE_RE = re.compile(r"(?:^|_)Cijk_A[a-zA-Z]+_B[a-zA-Z]+_([A-Z0-9a-z]+)(_MX(?:_|$))?")
 # the first floating-point type among a C++ kernel's template arguments
 _TEMPLATE_TYPE_RE = re.compile(r"(?<![\w:])(float|double|__half|half|__nv_bfloat16|c10::Half|c10::BFloat16"
                                r"|cutlass::half_t|cutlass::bfloat16_t|cutlass::tfloat32_t|__nv_fp8_e4m3"
@@ -88,9 +91,9 @@ def _tensile(code: str) -> str:
 def classify_kernel(name: str) -> str:
     """The math precision of one GEMM/conv kernel from its name (module docstring): fp32, tf32, reduced,
     fp64 or unknown."""
-    m = _TENSILE_RE.match(name)
+    m = _TENSILE_RE.search(name)
     if m:
-        return _tensile(m.group(1))
+        return TF32 if m.group(2) else _tensile(m.group(1))
     if _REDUCED_RE.search(name):
         return REDUCED
     if _TF32_RE.search(name):
@@ -169,27 +172,31 @@ def precision_split(names: list[str], dur_us, start_us=None, dtypes: list | None
     return out
 
 
-def tf32_possible(t: EventTable) -> bool:
-    """False only where the trace's device cannot run TF32: an NVIDIA GPU before Ampere (deviceProperties
-    computeMajor < 8; TF32 tensor cores start with sm_80). Unknown devices: True (fp32 data stays unknown)."""
+_NOT_NVIDIA = ("amd", "radeon", "instinct", "gaudi", "mtia")
+
+
+def _nvidia_major(t: EventTable) -> int | None:
+    """computeMajor of the trace's first device when deviceProperties names an NVIDIA GPU, else None."""
     props = t.metadata.get("deviceProperties")
     if not (isinstance(props, list) and props and isinstance(props[0], dict)):
-        return True
-    p = props[0]
-    name = str(p.get("name", "")).lower()
-    major = p.get("computeMajor")
-    nvidia = not any(v in name for v in ("amd", "radeon", "instinct", "mi2", "mi3", "gaudi", "mtia"))
-    return not (nvidia and isinstance(major, int) and major < 8)
+        return None
+    name = str(props[0].get("name", "")).lower()
+    major = props[0].get("computeMajor")
+    return major if isinstance(major, int) and not any(v in name for v in _NOT_NVIDIA) else None
+
+
+def tf32_possible(t: EventTable) -> bool:
+    """False only where the trace's device cannot run TF32: an NVIDIA GPU before Ampere (deviceProperties
+    computeMajor < 8; TF32 tensor cores start with sm_80). Other or unknown devices: True (fp32 data then
+    stays unknown)."""
+    major = _nvidia_major(t)
+    return not (major is not None and major < 8)
 
 
 def tensor_cores(t: EventTable) -> bool:
     """True when deviceProperties names an NVIDIA GPU with tensor cores (computeMajor >= 7: Volta on)."""
-    props = t.metadata.get("deviceProperties")
-    if not (isinstance(props, list) and props and isinstance(props[0], dict)):
-        return False
-    major = props[0].get("computeMajor")
-    name = str(props[0].get("name", "")).lower()
-    return isinstance(major, int) and major >= 7 and not any(v in name for v in ("amd", "radeon", "instinct"))
+    major = _nvidia_major(t)
+    return major is not None and major >= 7
 
 
 def gemm_precision(t: EventTable, device_rows: np.ndarray, ts_us: np.ndarray, end_us: np.ndarray) -> PrecisionSplit:
