@@ -312,8 +312,9 @@ def fp32_matmul(f: RankFacts) -> F.Finding | None:
             f"{lever.peak_ratio:.3g}x fp32 x {lever.efficiency:.2g} efficiency; upper bound)"),
             changes=(Change("speedup", GEMM, factor),), evidence_pct=share * (1.0 - 1.0 / s), upper_bound=True)
     x.confidence = "medium" if lever.speedup > 0 else "low"
-    x.notes.append("precision read from kernel names (cuBLAS/cuDNN/CUTLASS/Tensile naming); the speed-up "
-                   "assumes compute-bound kernels: an upper bound")
+    x.notes.append("precision read from kernel names (cuBLAS/cuDNN/CUTLASS/Tensile naming); "
+                   + ("the speed-up assumes compute-bound kernels: an upper bound" if lever.speedup > 0 else
+                      "the device has tensor cores (computeMajor >= 7) but no catalog entry: not priced"))
     return x
 
 
