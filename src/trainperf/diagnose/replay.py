@@ -207,12 +207,19 @@ def op_rows(t: EventTable, w: Window) -> np.ndarray:
     return rows[~np.isin(t.name[rows], t.ids_matching(STEP_RE.match))]
 
 
+ONE_OFF_MIN_US = 1000.0  # an allocator call at least this long ...
+ONE_OFF_FACTOR = 100.0   # ... and this many times the median of its kind is initialisation (evidence.WARMUP_*)
+
+
 def allocation_traffic(t: EventTable, w: Window, rows: np.ndarray, start: np.ndarray) -> np.ndarray:
     """Which of the host call rows (start: their µs) are a recurring allocator stall (bool per row): allocator
     calls (host.ALLOCATOR_RUNTIME_RE) less one-off start-up work, which no allocator setting removes and no later
     step pays again (audit P2):
     - a free before the window's first malloc releases nothing the window allocated: cudaFree(0) is how CUDA
-      libraries force their context up (cuDNN's init: a 6-s cudaFree in HTA's PARAM alexnet trace);
+      libraries force their context up;
+    - a call longer than ONE_OFF_MIN_US and ONE_OFF_FACTOR times the median of its kind (cudaMalloc, cudaFree...)
+      is initialisation, not what an allocation costs (cuDNN's init: a 6-s cudaFree among ms-long ones in HTA's
+      PARAM alexnet trace; evidence.warmup_caveat names such calls with the same two numbers);
     - with 2 or more steps analysed, allocator calls in fewer than half of them are the caching allocator growing
       its pool on first use (or an occasional empty_cache), not every step's cost;
     - without steps the window is the whole trace, start-up included: mallocs with no free in it are the pool
@@ -227,6 +234,10 @@ def allocation_traffic(t: EventTable, w: Window, rows: np.ndarray, start: np.nda
     mallocs = alloc & ~is_free
     first_malloc = float(start[mallocs].min()) if mallocs.any() else np.inf
     keep = alloc & ~(is_free & (start < first_malloc))
+    dur = w.end_us[rows] - w.ts_us[rows]
+    for kind in np.unique(t.name[rows[alloc]]):
+        same = alloc & (t.name[rows] == kind)
+        keep &= ~(same & (dur > max(ONE_OFF_MIN_US, ONE_OFF_FACTOR * float(np.median(dur[same])))))
     steps = w.steps
     if len(steps) >= 2:
         with_calls = np.isin(steps, np.unique(t.step[rows[keep]]))
