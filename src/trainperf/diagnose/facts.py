@@ -17,7 +17,7 @@ from trainperf.diagnose.host import (HostSpans, allocator_calls, checkpoint_span
                                      optimizer_spans, sync_op_counts, sync_ops)
 from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLength, launch_bound_stretches,
                                        launch_stats, queue_length)
-from trainperf.diagnose.replay import BLOCK_SYNC, Change, Graph, build_graph, critical_path, replay
+from trainperf.diagnose.replay import BLOCK_SYNC, Change, Graph, blocked_us, build_graph, critical_path, replay
 from trainperf.diagnose.steps import StepTime, step_times
 from trainperf.diagnose.window import Window, merge_intervals
 from trainperf.trace.events import EventTable
@@ -123,11 +123,7 @@ class RankFacts:
         """Host time blocked in syncs beyond the calls' own cost (µs): synchronize calls and copies that returned
         only when the device caught up (the replay graph's BLOCK_SYNC nodes); 0 without GPU. The one number of
         host_sync's evidence and of the summary's host_sync_pct."""
-        if self.graph is None:
-            return 0.0
-        g = self.graph
-        blocked = g.block_class == BLOCK_SYNC
-        return float((g.dur[blocked] - g.sync_base[blocked]).sum())
+        return blocked_us(self.graph, BLOCK_SYNC) if self.graph is not None else 0.0
 
     def category_share(self, name: str) -> float:
         """% of device busy time in one kernel category."""
