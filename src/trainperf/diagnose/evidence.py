@@ -13,6 +13,7 @@ import numpy as np
 
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts
+from trainperf.diagnose.replay import ONE_OFF_FACTOR, ONE_OFF_MIN_US
 from trainperf.diagnose.window import merge_intervals
 from trainperf.trace.annotate import STEP_RE, correlated_host_row
 from trainperf.trace.events import CPU_OP, KERNEL, MEMCPY, MEMSET, PYTHON, RUNTIME, USER_ANNOTATION
@@ -143,8 +144,8 @@ def host_hole_caveat(f: RankFacts) -> Caveat | None:
                        "the rest only", confidence="medium")
 
 
-WARMUP_MIN_US = 1000.0  # a first call at least this long ...
-WARMUP_FACTOR = 100.0   # ... and this many times the median of its kind is one-off initialisation
+# a first call over ONE_OFF_MIN_US and ONE_OFF_FACTOR times the median of its kind is one-off initialisation: the
+# replay's allocation_traffic leaves such allocator calls out of allocator_stall by the same two numbers
 WARMUP_SHARE_PCT = 5.0  # those calls together above this share of the window: warm-up is inside it
 
 
@@ -173,7 +174,7 @@ def warmup_caveat(f: RankFacts) -> Caveat | None:
         while j < k.size and not first[j]:
             j += 1
         ref = float(np.median(d[i + 1:j])) if j - i > 2 else overall
-        if d[i] > max(WARMUP_MIN_US, WARMUP_FACTOR * ref):
+        if d[i] > max(ONE_OFF_MIN_US, ONE_OFF_FACTOR * ref):
             warm.append(int(rows[order[i]]))
     total = float(dur[np.isin(rows, warm)].sum()) if warm else 0.0
     if f.pct(total) <= WARMUP_SHARE_PCT:
