@@ -153,3 +153,34 @@ def test_negative_queue_collectives_are_not_point_to_point():
     # by the launching ops: counted from the raw JSON (kernels launched before the last ProfilerStep starts, the
     # innermost enclosing c10d::/nccl: op of the launch on its thread): 36 / 8 / 8 / 8, all SendRecv kernels
     assert groups == {"all_to_all": 36, "reduce_scatter": 8, "all_reduce": 8, "all_gather": 8}
+
+
+def test_consensus_offset_and_end_agreement_by_hand():
+    from trainperf.diagnose.crossrank import consensus_offset, ends_agree
+
+    # 4 pairs agree on +150 µs (within 100 µs or 5 % of the shorter kernel); 3 pairs of other process groups'
+    # collectives, matched by order, end 13.9-134 ms apart: the offset is the 4's median, not the 7's (62.8 ms)
+    diffs = np.array([62789.0, 87882.0, 100.0, 134153.0, 200.0, -13869.0, 150.0, 160.0])
+    durs = np.array([30669.0, 41375.0, 8370.0, 17614.0, 42496.0, 12119.0, 13838.0, 62163.0])
+    assert consensus_offset(diffs, durs) == pytest.approx(155.0)
+    assert consensus_offset(np.array([5.0, 7.0, 9.0]), np.array([1e3, 1e3, 1e3])) == pytest.approx(7.0)
+    assert consensus_offset(np.array([0.0, 1e6, 3e6]), np.array([10.0, 10.0, 10.0])) == pytest.approx(1e6)  # none agree
+    assert ends_agree({0: 1000.0, 1: 1099.0}, {0: 500.0, 1: 800.0})        # 99 <= 100 µs
+    assert not ends_agree({0: 1000.0, 1: 1101.0}, {0: 500.0, 1: 800.0})
+    assert ends_agree({0: 0.0, 1: 2400.0}, {0: 50e3, 1: 60e3})              # 2.4 ms <= 5 % of 50 ms
+
+
+def test_trace_filter_matches_only_collectives_that_end_together():
+    """HTA trace_filter (ranks 0 and 1 of 128, no process-group names): its SendRecv kernels are all-to-all,
+    all-reduce and all-gather of several process groups; of the 5 pairs matched by order in the analysed step, 2
+    end within 0.4 ms of each other once aligned (the rest 13.9-134 ms apart, by the raw JSON): only those are
+    one collective, and the clock offset is theirs (0.14 ms), not the median of all (62.8 ms before)."""
+    from trainperf.diagnose.api import diagnose
+
+    f = HTA / "trace_filter"
+    if not f.exists():
+        pytest.skip(f"{f} absent (../shared/data not mounted)")
+    d = diagnose(f)
+    assert d.cross_rank["n_collectives_matched"] == 2
+    assert abs(d.cross_rank["clock_offset_us"][1]) < 400
+    assert any("do not end together" in n for n in d.notes)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainperf.diagnose.crossrank import group_collective_rows
+from trainperf.diagnose.crossrank import consensus_offset, ends_agree, group_collective_rows
 from trainperf.trace.events import COMMUNICATION, KERNEL, EventTable
 
 DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
@@ -163,35 +163,41 @@ def _rows_by_group(t: EventTable) -> dict[str, np.ndarray]:
 def match_collectives(tables: dict[int, EventTable], sizes: dict[int, dict[int, CommArgs]] | None = None
                       ) -> list[Collective]:
     """Every collective matched across the ranks that issue it (one rank: each kernel alone), with
-    arrivals and ends in µs on rank clocks aligned to the first rank's. sizes: {rank: comm_args}
+    arrivals and ends in µs on rank clocks aligned to the first rank's (crossrank.consensus_offset); kernels
+    matched by order that do not end together (crossrank.ends_agree) are left out. sizes: {rank: comm_args}
     (default: read from the tables)."""
     if sizes is None:
         sizes = {r: comm_args(t) for r, t in tables.items()}
     ranks = sorted(tables)
     groups = {r: _rows_by_group(tables[r]) for r in ranks}
     offset = {r: 0.0 for r in ranks}
-    for r in ranks[1:]:  # collectives end together: the median end difference is the clock offset
-        diffs = []
+    t0 = tables[ranks[0]]
+    for r in ranks[1:]:  # collectives end together: the end difference they agree on is the clock offset
+        diffs, durs = [], []
         for g, ref in groups[ranks[0]].items():
             other = groups[r].get(g)
             if other is not None:
                 n = min(ref.size, other.size)
-                diffs.extend((tables[r].end_ns[other[:n]] - tables[ranks[0]].end_ns[ref[:n]]) / 1e3)
-        offset[r] = float(np.median(diffs)) if diffs else 0.0
+                diffs.extend((tables[r].end_ns[other[:n]] - t0.end_ns[ref[:n]]) / 1e3)
+                durs.extend(np.minimum(tables[r].dur_ns[other[:n]], t0.dur_ns[ref[:n]]) / 1e3)
+        offset[r] = consensus_offset(np.array(diffs), np.array(durs)) if diffs else 0.0
     out = []
     for g in sorted(set().union(*[set(x) for x in groups.values()])):
         members = [r for r in ranks if g in groups[r]]
         n = min(groups[r][g].size for r in members)
         for k in range(n):
-            arrival, end = {}, {}
+            arrival, end, dur = {}, {}, {}
             nbytes, gsize, granks = 0, 0, ()
             for r in members:
                 t, row = tables[r], int(groups[r][g][k])
                 arrival[r] = t.ts_ns[row] / 1e3 - offset[r]
                 end[r] = t.end_ns[row] / 1e3 - offset[r]
+                dur[r] = t.dur_ns[row] / 1e3
                 a = sizes.get(r, {}).get(int(t.correlation[row]))
                 if a is not None:
                     nbytes, gsize, granks = max(nbytes, a.nbytes), max(gsize, a.group_size), a.group_ranks or granks
+            if not ends_agree(end, dur):  # matched by order, not one collective (crossrank.ends_agree)
+                continue
             out.append(Collective(group=g, kind=g.rsplit("/", 1)[-1], seq=k, arrival_us=arrival, end_us=end,
                                   nbytes=nbytes, group_size=gsize, group_ranks=granks))
     return out
