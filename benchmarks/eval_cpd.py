@@ -419,15 +419,28 @@ def _ar1(rng: np.random.Generator, n: int, phi: float) -> np.ndarray:
     return 100 * (1 + 0.01 * e)
 
 
+def _beyond_ar1(kind: str, rng: np.random.Generator, n: int) -> np.ndarray:
+    """Noise an AR(1) null does not describe: "slow" AR(1) 0.5 plus a slow AR(1) 0.97 of half its
+    variance (a thermal state under the run-to-run noise); "walk" a random walk of 0.3-sigma steps
+    under white noise."""
+    if kind == "slow":
+        return _ar1(rng, n, 0.5) + np.sqrt(0.5) * (_ar1(rng, n, 0.97) - 100)
+    return 100 * (1 + 0.01 * (np.cumsum(0.3 * rng.standard_normal(n)) + rng.standard_normal(n)))
+
+
+BEYOND_AR1 = ("slow", "walk")
+
+
 def aa_table(draws: int, seed: int) -> None:
     """Print the share of A/A series (no change) with any change reported, per kind, on ``draws``
-    series of 60-400 points each (``aa_series`` kinds, then AR(1) at ``AR1_PHIS``); each kind its own
-    generator seeded ``seed``, so a kind's series do not depend on the kinds before it."""
+    series of 60-400 points each (``aa_series`` kinds, AR(1) at ``AR1_PHIS``, then ``BEYOND_AR1``);
+    each kind its own generator seeded ``seed``, so a kind's series do not depend on the kinds before it."""
     from trainperf.fleet.synth import aa_series
 
     print(f"\nA/A false alarms, {draws} series per kind (60-400 points, seed {seed}): any / level / trend")
     kinds = [(k, lambda rng, n, k=k: aa_series(k, rng, n)) for k in AA_KINDS]
     kinds += [(f"ar1 {phi}", lambda rng, n, phi=phi: _ar1(rng, n, phi)) for phi in AR1_PHIS]
+    kinds += [(k, lambda rng, n, k=k: _beyond_ar1(k, rng, n)) for k in BEYOND_AR1]
     for name, make in kinds:
         rng = np.random.default_rng(seed)
         anyc = level = trend = 0
