@@ -134,7 +134,9 @@ def test_exposed_comm_gain_by_hand(tmp_path):
     d = diagnose(b.write(tmp_path / "c.json.gz"))
     f = next(f for f in d.findings if f.kind == "exposed_comm")
     assert f.gain_us == pytest.approx(100) and f.gain_pct == pytest.approx(100 * 100 / 410, abs=0.01)
-    assert f.severity == "high" and d.ranks[0].overlap_pct == 0
+    # only GEMM B (device work) waits for the all-reduce, no host sync: the gain is an upper bound (B may consume
+    # its output), rated one level below its 24.4 % (rules.exposed_comm)
+    assert f.severity == "medium" and f.gain_is_upper_bound and d.ranks[0].overlap_pct == 0
 
 
 @pytest.mark.parametrize("option", ["--json-out", "--html", "--perfetto"])
