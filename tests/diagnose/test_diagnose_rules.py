@@ -229,3 +229,23 @@ def test_diagnose_runs_the_precision_rule(tmp_path):
     d = diagnose(_trace(tmp_path, "ampere_sgemm_128x64_nn"))
     x = next(f for f in d.findings if f.kind == "fp32_matmul")
     assert "autocast" in x.recommendation
+
+
+def test_a_host_bound_optimizer_phase_is_named(tmp_path):
+    # 3 steps of 10 ms: a 5-ms GEMM launched at T, then Optimizer.step#SGD.step [T+6000, T+9500) launching 20
+    # 20-us elementwise kernels 175 us apart (a per-parameter loop): the phase is 3500 / 10000 = 35 % of the step
+    # and the device idles 3500 - 400 = 3100 us of it (88.6 %): optimizer_slow names it (unpriced) and idle_gpu,
+    # which named only idle, is not reported (before: optimizer kernels < 10 % of busy, so only idle_gpu)
+    b = TraceBuilder()
+    for s in range(3):
+        T = 10_000.0 * s
+        b.step(s, T, 10_000)
+        b.launch("ampere_sgemm_128x64_tn", T + 1, T + 10, 5000)
+        b.cpu("Optimizer.step#SGD.step", T + 6000, 3500, cat="user_annotation")
+        for i in range(20):
+            b.launch("void at::native::vectorized_elementwise_kernel", T + 6010 + 175 * i, T + 6020 + 175 * i, 20)
+    d = diagnose(b.write(tmp_path / "opt.json.gz"))
+    x = next(f for f in d.findings if f.kind == "optimizer_slow")
+    m = x.evidence["metrics"]
+    assert m["optimizer_phase_gpu_idle"]["value"] == pytest.approx(100 * 3100 / 3500, abs=0.01)
+    assert not any(f.kind == "idle_gpu" for f in d.findings)

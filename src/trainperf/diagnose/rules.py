@@ -13,10 +13,13 @@ import numpy as np
 
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts
+from trainperf.diagnose.gpu_time import idle_in_span_us
+from trainperf.diagnose.host import OPTIMIZER_RE, span_rows
 from trainperf.diagnose.launch import SMALL_KERNEL_US
 from trainperf.diagnose.precision import fp32_matmul
 from trainperf.diagnose.replay import BLOCK_COMM, BLOCK_PAGEABLE, BLOCK_SYNC, Change, blocked_us, dispatch_taken
-from trainperf.trace.events import ELEMENTWISE, GPU_SYNC, OPTIMIZER, REDUCTION
+from trainperf.diagnose.window import merge_intervals
+from trainperf.trace.events import CPU_OP, ELEMENTWISE, GPU_SYNC, OPTIMIZER, PYTHON, REDUCTION, USER_ANNOTATION
 
 Finding = F.Finding
 
@@ -348,15 +351,37 @@ def memory_bound_unfused(f: RankFacts) -> Finding | None:
 
 OPTIMIZER_BUSY_PCT = 10.0  # optimizer kernels, % of device busy time
 OPTIMIZER_SPEEDUP = 3.0
+OPTIMIZER_PHASE_PCT = 10.0        # optimizer step / zero_grad spans, % of the span ...
+OPTIMIZER_PHASE_IDLE_SHARE = 0.5  # ... in which the device idles for most of the time: a host-bound optimizer
+
+
+def _optimizer_phase_us(f: RankFacts) -> tuple[float, float]:
+    """(time inside the optimizer's step / zero_grad spans, the device's idle time inside them), µs."""
+    t, w = f.table, f.window
+    rows = span_rows(t, w, OPTIMIZER_RE, (USER_ANNOTATION, CPU_OP, PYTHON))
+    s, e = merge_intervals(w.ts_us[rows], w.end_us[rows])
+    return float((e - s).sum()), float(sum(idle_in_span_us(w, a, b) for a, b in zip(s, e)))
 
 
 def optimizer_slow(f: RankFacts) -> Finding | None:
-    """The optimizer step's kernels take a large share of the GPU (unfused, per-parameter)."""
+    """The optimizer step's kernels take a large share of the GPU (unfused, per-parameter), or the optimizer's
+    phase is a large share of the step and the device idles through most of it: its host work (a per-parameter
+    Python loop, per-tensor launches, Shampoo's or a sharded optimizer's bookkeeping) paces the step (audit P10:
+    MTIA training 4.36 s of a 13.3-s step at 20 % device busy; trace_filter's Shampoo ~200 of 607 ms). The
+    host-bound case is not priced: no what-if replays host work inside the optimizer's spans only."""
     if not f.has_gpu:
         return None
     share = f.category_share("optimizer")
     if share <= OPTIMIZER_BUSY_PCT:
-        return None
+        phase_us, idle_us = _optimizer_phase_us(f)
+        if f.pct(phase_us) <= OPTIMIZER_PHASE_PCT or idle_us <= OPTIMIZER_PHASE_IDLE_SHARE * phase_us:
+            return None
+        return _make(f, "optimizer_slow", {"optimizer_phase": (f.pct(phase_us), "%"),
+                                           "optimizer_phase_gpu_idle": (100.0 * idle_us / phase_us, "% of it"),
+                                           "optimizer_kernels": (share, "% of busy")},
+                     f.optimizer.longest[:3], what_if="not priced: the optimizer's host work paces the step (the "
+                     "device idles through most of its phase); a fused or foreach optimizer cuts it",
+                     evidence_pct=f.pct(idle_us))
     top = [(f"[{k} launches] {n}", t0, d) for c in f.categories if c.category == "optimizer" for n, d, k, t0 in c.top_kernels]
     busy_pct = 100.0 - f.breakdown.idle_pct
     return _make(f, "optimizer_slow", {"optimizer_kernels": (share, "% of busy"),
@@ -372,9 +397,14 @@ _IDLE_EXPLAINED_BY = ("launch_bound", "data_loader_stall", "host_sync", "allocat
                       "checkpoint_stall")
 
 
+def _explains_idle(x: Finding) -> bool:
+    # a host-bound optimizer phase (optimizer_slow's evidence of device idle inside it) explains idle too
+    return x.kind in _IDLE_EXPLAINED_BY or "optimizer_phase_gpu_idle" in x.evidence["metrics"]
+
+
 def idle_gpu(f: RankFacts, found: list[Finding]) -> Finding | None:
     """The GPU idles for a large share of the window and no other rule explains why."""
-    if not f.has_gpu or gpu_idle_pct(f) <= IDLE_GPU_PCT or any(x.kind in _IDLE_EXPLAINED_BY for x in found):
+    if not f.has_gpu or gpu_idle_pct(f) <= IDLE_GPU_PCT or any(_explains_idle(x) for x in found):
         return None
     hp, kp, op = f.idle.pct()
     return _make(f, "idle_gpu", {"gpu_idle": (f.breakdown.idle_pct, "%"),
