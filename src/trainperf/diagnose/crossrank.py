@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainperf.diagnose.host import CHECKPOINT_RE, DATALOADER_RE
-from trainperf.diagnose.window import Window, union_us
+from trainperf.diagnose.window import Window, analysis_window, union_us
 from trainperf.trace.annotate import correlated_host_row
 from trainperf.trace.categories import COMM_OP_RE, collective_type
 from trainperf.trace.events import COMMUNICATION, CPU_OP, KERNEL, USER_ANNOTATION, EventTable
@@ -383,13 +383,16 @@ def host_step_waits(t: EventTable, keep: np.ndarray | None = None) -> dict[int, 
 
 def host_straggler(tables: dict[int, EventTable], keep: dict[int, np.ndarray] | None = None) -> HostStraggler | None:
     """The straggler of a job whose ranks have no GPU activity (gloo), over the steps in keep ({rank: bool per
-    row}, e.g. the analysis windows' keep; default every step): per step, own work = step - communication -
+    row}: the analysis windows' keep; default each rank's window.analysis_window, which leaves out the last
+    step, cut short by the profiler, as every rule and the corpus truth do): per step, own work = step - communication -
     stall (host_step_waits): time in DataLoader or checkpoint spans is those findings' cause, whose fix removes
     it on every rank, so a rank late because it was fetching a batch is a data-loader stall, not a straggler.
     The straggler is the rank whose own work exceeds the other ranks' in the same steps most, summed over the
     steps; its gain and its signal over noise as HostStraggler says. None with fewer than 2 ranks or no common
     steps."""
-    per = {r: host_step_waits(t, keep.get(r) if keep else None) for r, t in tables.items()}
+    if keep is None:
+        keep = {r: analysis_window(t).keep for r, t in tables.items()}
+    per = {r: host_step_waits(t, keep.get(r)) for r, t in tables.items()}
     per = {r: v for r, v in per.items() if v}
     if len(per) < 2:
         return None
