@@ -79,6 +79,12 @@ def rank_caveats(f: RankFacts) -> list[Caveat]:
     if unlaunched > UNLAUNCHED_PCT:
         out.append(Caveat(note=f"{unlaunched:.0f}% of GPU events have no launch in the trace (the window is "
                                "truncated: it starts or ends mid-step)", confidence="medium"))
+    elif not dev.size and not launches.size:
+        # device work with no launch linked to it at all (a JAX/XLA profile): nothing is truncated, but the host
+        # time behind each kernel cannot be measured, so host-bound kinds rest on the device timeline alone
+        out.append(Caveat(note="no GPU event is linked to a host launch (the profiler records no launch "
+                               "correlation, as XLA's does): launch overhead cannot be measured and host-bound "
+                               "findings rest on GPU idle time alone", confidence="medium", kinds=HOST_TIME_KINDS))
     return out
 
 
