@@ -132,3 +132,23 @@ def test_real_traces_steps_match_the_raw_json(rel):
             assert s.gpu_start_us != s.gpu_start_us  # nan: the step launched nothing
     gpu_copies = sum(1 for e in events if e.get("cat") == "gpu_user_annotation" and "ProfilerStep" in e["name"])
     assert find_step_markers(t).device_rows.size == gpu_copies
+
+
+def test_replay_anchors_and_host_waits_use_the_same_steps(tmp_path):
+    """The replay's anchors (first and last step of the window) and the CPU-only straggler's per-step waits take
+    the steps of the stepping thread: 3 steps of 100 µs, the window leaves out the last (#2), so the anchors are
+    #0 and #1, and a `ProfilerStep#7` span on another thread is neither an anchor nor a step."""
+    from trainperf.diagnose.crossrank import host_step_waits
+    from trainperf.diagnose.replay import step_anchor_rows
+
+    b = TraceBuilder()
+    for k in range(3):
+        b.step(k, 1000 + 100 * k, 100)
+    b.cpu("ProfilerStep#7", 1050, 20, cat="user_annotation", tid=2)
+    b.cpu("ProfilerStep#8", 1150, 20, cat="user_annotation", tid=2)
+    t = _table(b.write(tmp_path / "t.json.gz"))
+    w = analysis_window(t)
+    first, last = step_anchor_rows(t, w)
+    assert [t.names[int(t.name[r])] for r in np.r_[first, last]] == ["ProfilerStep#0", "ProfilerStep#1"]
+    assert sorted(host_step_waits(t, w.keep)) == [0, 1]
+    assert {k: v[0] for k, v in host_step_waits(t).items()} == {0: 100.0, 1: 100.0, 2: 100.0}

@@ -19,7 +19,7 @@ import numpy as np
 
 from trainperf.diagnose.host import CHECKPOINT_RE, DATALOADER_RE
 from trainperf.diagnose.window import Window, analysis_window, union_us
-from trainperf.trace.annotate import correlated_host_row
+from trainperf.trace.annotate import STEP_RE, correlated_host_row, step_numbers, step_rows
 from trainperf.trace.categories import COMM_OP_RE, collective_type
 from trainperf.trace.events import COMMUNICATION, CPU_OP, KERNEL, USER_ANNOTATION, EventTable
 from trainperf.trace.nesting import enclosing_span, thread_key
@@ -327,14 +327,11 @@ def host_step_waits(t: EventTable, keep: np.ndarray | None = None) -> dict[int, 
     Stall: the rest of its time inside DataLoader and checkpoint spans, host stalls with findings of their own
     (``host.DATALOADER_RE``, ``CHECKPOINT_RE``). Empty when the trace has no ProfilerStep spans."""
     names = t.names
-    step_ids = {i for i, n in enumerate(names) if n.startswith("ProfilerStep#")}
-    if not step_ids:
+    srows, _ = step_rows(t)  # the stepping thread's steps: that thread is the training loop
+    if srows.size == 0:
         return {}
-    is_step = np.isin(t.name, list(step_ids))
-    srows = np.flatnonzero(is_step)
-    pids, tids = t.pid[srows], t.tid[srows]
-    vals, counts = np.unique(np.stack([pids, tids], 1), axis=0, return_counts=True)
-    loop = tuple(int(x) for x in vals[counts.argmax()])
+    is_step = np.isin(t.name, t.ids_matching(STEP_RE.match))
+    loop = (int(t.pid[srows[0]]), int(t.tid[srows[0]]))
     gloo_ids = [i for i, n in enumerate(names) if n.startswith(GLOO_SPAN_PREFIX)]
     g = np.flatnonzero(np.isin(t.name, gloo_ids) & (t.pid == loop[0]))
     end = t.ts_ns + t.dur_ns
@@ -344,7 +341,7 @@ def host_step_waits(t: EventTable, keep: np.ndarray | None = None) -> dict[int, 
     call_ids = {i for i, n in enumerate(names) if COLLECTIVE_CALL_RE.search(n)}
     calls = _merge([(int(t.ts_ns[r]), int(end[r])) for r in on_loop[np.isin(t.name[on_loop], list(call_ids))]])
     block_ids = [i for i, n in enumerate(names) if BLOCKING_OP_RE.search(n) and i not in call_ids]
-    loop_steps = srows[(t.pid[srows] == loop[0]) & (t.tid[srows] == loop[1])]
+    loop_steps = srows
     gaps: list[tuple[int, int]] = []
     loose: list[tuple[int, int]] = []  # gaps inside no op at all (the step's own)
     for b in np.concatenate([on_loop[np.isin(t.name[on_loop], block_ids)], loop_steps]):
@@ -370,14 +367,13 @@ def host_step_waits(t: EventTable, keep: np.ndarray | None = None) -> dict[int, 
     stall_ids = [i for i, n in enumerate(names) if DATALOADER_RE.search(n) or CHECKPOINT_RE.search(n)]
     stalls = _merge([(int(t.ts_ns[r]), int(end[r])) for r in on_loop[np.isin(t.name[on_loop], stall_ids)]])
     out = {}
-    for r in srows:
-        if (int(t.pid[r]), int(t.tid[r])) != loop or (keep is not None and not keep[r]):
+    for r, number in zip(srows, step_numbers(t, srows)):
+        if keep is not None and not keep[r]:
             continue
-        number = names[int(t.name[r])].split("#", 1)[1]
         s, e = int(t.ts_ns[r]), int(end[r])
         c = _overlap(comm, [(s, e)], s, e)
         stall = _overlap(stalls, [(s, e)], s, e) - _overlap(stalls, comm, s, e)
-        out[int(number) if number.isdigit() else -1] = (float(t.dur_ns[r]) / 1e3, c / 1e3, stall / 1e3)
+        out[int(number)] = (float(t.dur_ns[r]) / 1e3, c / 1e3, stall / 1e3)
     return out
 
 
@@ -396,7 +392,7 @@ def host_straggler(tables: dict[int, EventTable], keep: dict[int, np.ndarray] | 
     per = {r: v for r, v in per.items() if v}
     if len(per) < 2:
         return None
-    common = sorted(set.intersection(*[set(v) for v in per.values()]) - {-1})
+    common = sorted(set.intersection(*[set(v) for v in per.values()]))
     if not common:
         return None
     ranks = sorted(per)

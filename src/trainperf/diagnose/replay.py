@@ -208,7 +208,7 @@ def op_rows(t: EventTable, w: Window) -> np.ndarray:
 
 
 ONE_OFF_MIN_US = 1000.0  # an allocator call at least this long ...
-ONE_OFF_FACTOR = 100.0   # ... and this many times the median of its kind is initialisation (evidence.WARMUP_*)
+ONE_OFF_FACTOR = 100.0   # ... and this many times the median of its kind is initialisation (evidence.warmup_caveat too)
 
 
 def allocation_traffic(t: EventTable, w: Window, rows: np.ndarray, start: np.ndarray) -> np.ndarray:
@@ -249,17 +249,13 @@ def allocation_traffic(t: EventTable, w: Window, rows: np.ndarray, start: np.nda
 
 
 def step_anchor_rows(t: EventTable, w: Window) -> tuple[np.ndarray, np.ndarray]:
-    """(first, last) ProfilerStep span of the window on each host thread. The replay starts at the first
-    one's start, and its host chain closes inside the last one (_closing_anchors), so that host work before
-    a step's first launch or after its last (a DataLoader wait, a checkpoint) is part of the replayed steps."""
-    ids = t.ids_matching(STEP_RE.match)
-    rows = np.flatnonzero(w.keep & np.isin(t.name, ids) & np.isin(t.kind, (USER_ANNOTATION, CPU_OP)))
-    if rows.size == 0:
-        return rows.astype(np.int64), rows.astype(np.int64)
-    rows = rows[np.argsort(t.ts_ns[rows], kind="stable")]
-    _, first = np.unique(t.tid[rows], return_index=True)
-    _, last = np.unique(t.tid[rows[::-1]], return_index=True)
-    return rows[first].astype(np.int64), rows[::-1][last].astype(np.int64)
+    """(first, last) ProfilerStep span of the window, as rows (none or one each): the window's steps
+    (w.markers, the one step finder's, on the stepping thread; a span of that name on another thread is no step).
+    The replay starts at the first one's start, and its host chain closes inside the last one (_closing_anchors),
+    so that host work before a step's first launch or after its last (a DataLoader wait, a checkpoint) is part of
+    the replayed steps."""
+    rows = w.markers.host_rows[w.keep[w.markers.host_rows]]  # sorted by start
+    return rows[:1].astype(np.int64), rows[-1:].astype(np.int64)
 
 
 def _closing_anchors(t: EventTable, w: Window, last_steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

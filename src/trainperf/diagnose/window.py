@@ -5,8 +5,10 @@ usually cut short by the profiler stopping) and the device events launched by th
 correlation id); with fewer than two steps it keeps everything. Device intervals are in µs; traces with float
 timestamps (ns resolution) are rounded as HTA rounds them: start up (ceil), end down (floor).
 
-The steps are found once, here, and the window carries them (Window.markers): the per-step figures
-(steps.step_times), the analysed step list (Window.steps) and the notes on missing steps all read them.
+The steps are found once per rank, by trace.annotate.step_rows (the one step finder: t.step, which every
+per-step figure groups by, reads the same rows), and the window carries them (Window.markers): the per-step
+figures (steps.step_times), the analysed step list (Window.steps), the replay's anchors and the notes on
+missing steps all read them.
 
 Markers, as PyTorch's profiler writes them (torch.profiler.profile(schedule=...) with prof.step() once per
 iteration): a record function `ProfilerStep#N` on the host thread that calls prof.step(), with category
@@ -34,13 +36,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainperf.trace.annotate import STEP_RE
-from trainperf.trace.events import (CPU_OP, GPU_ANNOTATION, GPU_SYNC, KERNEL, MEMCPY, MEMSET, USER_ANNOTATION,
-                                    EventTable)
-from trainperf.trace.nesting import thread_key
+from trainperf.trace.annotate import HOST_STEP_KINDS, STEP_RE, step_numbers, step_rows
+from trainperf.trace.events import GPU_ANNOTATION, GPU_SYNC, KERNEL, MEMCPY, MEMSET, EventTable
 
 DEVICE_BUSY_KINDS = (KERNEL, MEMCPY, MEMSET, GPU_SYNC)
-HOST_STEP_KINDS = (USER_ANNOTATION, CPU_OP)  # "user_annotation" since PyTorch 2.0, "cpu_op" before
 ITERATION_HINT_RE = re.compile(r"^Optimizer\.step#")  # torch.optim's record function, one per optimizer step
 MIN_WINDOW_STEPS = 2  # HTA: with fewer ProfilerSteps the whole trace is the window
 PER_STEP_FIX = ("profile with torch.profiler.profile(schedule=...) and call prof.step() once per iteration for "
@@ -65,22 +64,12 @@ class StepMarkers:
 
 
 def find_step_markers(t: EventTable) -> StepMarkers:
-    """The ProfilerStep#N markers of one rank (see the module docstring). The stepping thread is the host
-    thread with the most ProfilerStep spans (ties: the one whose first span starts first)."""
+    """The ProfilerStep#N markers of one rank (see the module docstring): the host steps are
+    trace.annotate.step_rows' (the stepping thread's), the one step finder every per-step figure reads."""
+    host, ignored = step_rows(t)
     ids = t.ids_matching(STEP_RE.match)
-    named = np.isin(t.name, ids) if ids.size else np.zeros(len(t), dtype=bool)
-    host = np.flatnonzero(named & np.isin(t.kind, HOST_STEP_KINDS) & (t.stream < 0))
-    device = np.flatnonzero(named & (t.kind == GPU_ANNOTATION))
-    ignored = np.zeros(0, dtype=np.int64)
-    if host.size:
-        thread = thread_key(t.pid[host], t.tid[host])
-        keys, counts = np.unique(thread, return_counts=True)
-        first = np.array([t.ts_ns[host[thread == k]].min() for k in keys])
-        best = keys[np.lexsort((first, -counts))[0]]
-        ignored, host = host[thread != best], host[thread == best]
-        host = host[np.argsort(t.ts_ns[host], kind="stable")]
-    numbers = np.array([int(STEP_RE.match(t.names[int(n)]).group(1)) for n in t.name[host]], dtype=np.int64)
-    return StepMarkers(host_rows=host, numbers=numbers, device_rows=device, ignored_rows=ignored,
+    device = np.flatnonzero(np.isin(t.name, ids) & (t.kind == GPU_ANNOTATION)) if ids.size else host[:0]
+    return StepMarkers(host_rows=host, numbers=step_numbers(t, host), device_rows=device, ignored_rows=ignored,
                        note="" if host.size else _no_steps_note(t, device))
 
 

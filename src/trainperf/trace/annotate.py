@@ -21,7 +21,7 @@ from trainperf.trace.events import (CAT_OTHER, COMMUNICATION, CPU_OP, DEVICE_KIN
                                     USER_ANNOTATION, EventTable)
 from trainperf.trace.nesting import enclosing_span, thread_key
 
-__all__ = ["annotate", "correlated_host_row", "step_spans"]
+__all__ = ["annotate", "correlated_host_row", "step_numbers", "step_rows", "step_spans"]
 
 COMM_STREAM_SHARE = 0.9  # a stream whose kernels are at least this share communication is a communication stream
 COMM_STREAM_MIN_KERNELS = 2
@@ -29,17 +29,45 @@ COMM_STREAM_MIN_KERNELS = 2
 STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 
 
-def step_spans(t: EventTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(step numbers, start ns, end ns) of the host-side ProfilerStep#N spans, sorted by start."""
-    step_of_name = {i: int(m.group(1)) for i, s in enumerate(t.names) if (m := STEP_RE.match(s))}
-    if not step_of_name:
+HOST_STEP_KINDS = (USER_ANNOTATION, CPU_OP)  # "user_annotation" since PyTorch 2.0, "cpu_op" before (kineto PR 709)
+
+
+def step_rows(t: EventTable) -> tuple[np.ndarray, np.ndarray]:
+    """The one step finder: (rows of the host ProfilerStep#N spans that define the rank's steps, sorted by start;
+    rows of host ProfilerStep spans on other threads, ignored).
+
+    PyTorch's profiler records `ProfilerStep#N` on the host thread that calls prof.step() (a user_annotation, a
+    cpu_op before PyTorch 2.0). Kineto's copies on the GPU timeline (gpu_user_annotation, on a stream) are
+    markers, not steps (diagnose.window says why). A span of that name on another host thread (a user's own
+    record function) is not a step either: the steps are those of the stepping thread, the host thread with the
+    most of them (ties: the one whose first span starts first). Every per-step figure (t.step, the analysis
+    window, the replay's anchors, the CPU-only straggler's per-step waits) reads these rows."""
+    ids = t.ids_matching(STEP_RE.match)
+    if ids.size == 0:
         z = np.zeros(0, dtype=np.int64)
-        return z, z, z
-    ids = np.fromiter(step_of_name.keys(), dtype=np.int64)
-    rows = np.flatnonzero(np.isin(t.name, ids) & np.isin(t.kind, (USER_ANNOTATION, CPU_OP)))
-    rows = rows[np.argsort(t.ts_ns[rows], kind="stable")]
-    steps = np.array([step_of_name[int(n)] for n in t.name[rows]], dtype=np.int64)
-    return steps, t.ts_ns[rows], t.ts_ns[rows] + t.dur_ns[rows]
+        return z, z
+    host = np.flatnonzero(np.isin(t.name, ids) & np.isin(t.kind, HOST_STEP_KINDS) & (t.stream < 0))
+    ignored = np.zeros(0, dtype=np.int64)
+    if host.size:
+        thread = thread_key(t.pid[host], t.tid[host])
+        keys, counts = np.unique(thread, return_counts=True)
+        first = np.array([t.ts_ns[host[thread == k]].min() for k in keys])
+        best = keys[np.lexsort((first, -counts))[0]]
+        ignored, host = host[thread != best], host[thread == best]
+        host = host[np.argsort(t.ts_ns[host], kind="stable")]
+    return host.astype(np.int64), ignored.astype(np.int64)
+
+
+def step_numbers(t: EventTable, rows: np.ndarray) -> np.ndarray:
+    """N of each ProfilerStep#N row."""
+    return np.array([int(STEP_RE.match(t.names[int(n)]).group(1)) for n in t.name[rows]], dtype=np.int64)
+
+
+def step_spans(t: EventTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(step numbers, start ns, end ns) of the rank's steps (step_rows: the stepping thread's host
+    ProfilerStep#N spans), sorted by start."""
+    rows, _ = step_rows(t)
+    return step_numbers(t, rows), t.ts_ns[rows], t.ts_ns[rows] + t.dur_ns[rows]
 
 
 def correlated_host_row(t: EventTable) -> np.ndarray:
