@@ -92,6 +92,79 @@ def test_diff_by_hand(tmp_path):
             "count_candidate_per_step"} <= set(j["contributions"][0])
 
 
+def _comm_wait_trace(serialised: bool, wait_us: float = 72.0, collective: bool = True) -> TraceBuilder:
+    """One step. An all-reduce on stream 20 (launched at 1) and GEMM A on stream 7 (launched at 2); GEMM B
+    (launched at 3, stream 7) waits for the all-reduce (a stream wait event). Times in µs, see the tests.
+    Not serialised: all-reduce [10,110) beside A [10,40); B ready at 40 (A done), starts at 112, 2 µs
+    after the all-reduce ends. Serialised: all-reduce [10,110), then A [110,140), then B after `wait_us`
+    with nothing running (a wait the trace does not explain). collective=False: the stream-20 op is an
+    elementwise kernel instead: B's wait in the other trace is no collective's."""
+    b = TraceBuilder()
+    name = "ncclDevKernel_AllReduce_Sum_f32_RING_LL" if collective else "void at::native::vectorized_elementwise_kernel<4>"
+    b.launch(name, 1, 10, 100, stream=20)
+    if serialised:
+        b.launch("ampere_sgemm_128x64_tn", 2, 110, 30)
+        b.launch("ampere_sgemm_64x64_nn", 3, 140 + wait_us, 30)
+        b.step(1, 0, 170 + wait_us)
+    else:
+        b.launch("ampere_sgemm_128x64_tn", 2, 10, 30)
+        b.launch("ampere_sgemm_64x64_nn", 3, 112, 30)
+        b.step(1, 0, 142)
+    return b
+
+
+def test_comm_wait_inferred_from_the_other_side(tmp_path):
+    # Baseline (not serialised): [0,10) host (A launched at 2 > the step start 0: the device waits on the
+    # launch), [10,40) gemm (the all-reduce under it), [40,110) communication 70, [110,112) kernel gaps 2 (B
+    # queued, < 30 µs), [112,142) gemm 30: 142. Candidate (serialised, B waits 72): [0,10) host, [10,110)
+    # communication 100, [110,140) gemm, [140,212) B queued with nothing running: 72 of "idle: other" on its
+    # own, [212,242) gemm: 242. B's wait in the baseline ran from its ready time 40 to 112 (72 µs), and the
+    # all-reduce ran 70 of them: B waits on the all-reduce, and 70/72 of the candidate's gap (up to 72 µs)
+    # is that wait: idle: communication 70, idle: other 2. Delta +100 = communication +30, idle: communication
+    # +70, kernel gaps -2, other +2 -> explained (100 - 2) / 100 = 98 %.
+    a = _comm_wait_trace(False).write(tmp_path / "a.json.gz")
+    b = _comm_wait_trace(True).write(tmp_path / "b.json.gz")
+    _, _, alone = rank_breakdown(read_kineto(b))
+    assert alone["idle: other"][0] == pytest.approx(72)  # the candidate by itself cannot say what B waited on
+    d = diff(a, b)
+    dec = {n: round(c - x, 6) for n, x, c in d.decomposition if round(c - x, 6)}
+    assert d.delta_mean_us == pytest.approx(100)
+    assert dec == {"communication": 30, "idle: communication": pytest.approx(70), "idle: kernel gaps": -2,
+                   "idle: other": pytest.approx(2)}
+    assert d.explained_pct == pytest.approx(98)
+    assert "idle: communication" in d.headline()
+    # the same diff the other way round: every bucket's change negated
+    back = {n: round(c - x, 6) for n, x, c in diff(b, a).decomposition if round(c - x, 6)}
+    assert back == {n: pytest.approx(-v) for n, v in dec.items()}
+
+
+def test_comm_wait_inference_keeps_what_it_cannot_show(tmp_path):
+    # B waits 100 µs in the candidate, 72 in the baseline: only the baseline's 72 µs wait is the same
+    # dependency, 70/72 of it a collective's -> idle: communication 70 of the 100, idle: other 30.
+    a = _comm_wait_trace(False).write(tmp_path / "a.json.gz")
+    b = _comm_wait_trace(True, wait_us=100).write(tmp_path / "b.json.gz")
+    br = {n: c for n, x, c in diff(a, b).decomposition}
+    assert br["idle: communication"] == pytest.approx(70) and br["idle: other"] == pytest.approx(30)
+    # the op B waited on in the baseline is an elementwise kernel, no collective: nothing moves
+    a = _comm_wait_trace(False, collective=False).write(tmp_path / "a2.json.gz")
+    b = _comm_wait_trace(True, collective=False).write(tmp_path / "b2.json.gz")
+    br = {n: c for n, x, c in diff(a, b).decomposition}
+    assert "idle: communication" not in br and br["idle: other"] == pytest.approx(72)
+
+
+def test_headline_says_when_median_and_mean_disagree():
+    # 3 steps each: baseline 100 µs, candidate 50, 110, 110 -> median +10 µs (+10 %), mean -10 µs
+    from trainperf.diagnose.diff import StepProfile, diff_profiles
+
+    def side(times):
+        t = np.array(times, dtype=float)
+        return StepProfile(source="x", ranks=[0], steps=[1, 2, 3], step_times_us=t,
+                           breakdown_us={"compute: gemm": float(t.mean())}, kernels={}, operators={})
+
+    h = diff_profiles(side([100, 100, 100]), side([50, 110, 110])).headline()
+    assert h.startswith("candidate 10.0% slower per step (median 100") and "mean -10" in h
+
+
 def test_median_interval_order_statistics():
     # n = 20: the 95% interval of the median is (x_(6), x_(15)) (binomial table, e.g. Conover 1999 Table A3)
     x = np.arange(1, 21, dtype=float)

@@ -14,11 +14,16 @@ Each side's step is decomposed by a sweep over its wall clock. Every instant of 
    its previous launch and this one - DataLoader, checkpoint saving, allocator calls, syncs, in this
    order, each up to its host time there (removing it would have moved the launch that much
    earlier) - and the rest to ``idle: host`` (launch-bound).
+In a diff, a gap of ``idle: other`` on one side is looked up on the other (infer_comm_waits): the queued op
+that ends it, matched by stream, name and occurrence, waited there too (from launched with its stream free to
+its start); where a collective ran through that wait, the op depends on the collective, and the gap, up to
+that wait's length, is ``idle: communication`` (the dependency exposed, e.g. a collective serialised so that
+nothing runs while the stream waits).
 A trace without device events (CPU training) is split by what the host does instead: DataLoader,
 checkpoint, allocator, sync, optimizer, other ("host: ..." buckets).
 So the buckets of a step add up to its time exactly, and the buckets' per-step deltas add up to
 the step-time delta. ``explained_pct`` is the share of that delta that lands in named buckets
-(everything but ``idle: other``, whose cause the trace does not show).
+(everything but ``idle: other``, whose cause neither trace shows).
 Per-name figures (kernels, operators) are summed over the events launched in the kept steps and
 averaged per step and per rank.
 """
@@ -46,6 +51,7 @@ from trainperf.trace.load import load_trace
 # only the loop's tail: far shorter. Half the median leaves a wide margin on both sides.
 LAST_STEP_MIN_FRACTION = 0.5
 IDLE_OTHER = "idle: other"
+IDLE_COMM = "idle: communication"
 # A queued op that starts less than this after the device went idle: the device's own gap between
 # back-to-back kernels (HTA's "kernel wait", its consecutive_kernel_delay default of 30 µs).
 KERNEL_GAP_US = 30.0
@@ -195,8 +201,63 @@ def _kept_steps(t: EventTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return steps, starts / 1e3, ends / 1e3
 
 
-def rank_breakdown(t: EventTable) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-    """(step numbers, step time µs, {bucket: µs per step}) of one rank; buckets sum to the step time."""
+@dataclass(kw_only=True)
+class RankSweep:
+    """One rank's steps at the resolution of the sweep: each instant (the span between two consecutive cut
+    points: event starts and ends, launches, step bounds) and the µs of it each bucket holds."""
+
+    steps: np.ndarray             # kept step numbers
+    span_us: np.ndarray           # their durations (µs)
+    k: np.ndarray                 # per instant: index into steps
+    mids: np.ndarray              # per instant: its midpoint (µs), ascending
+    dt: np.ndarray                # per instant: its length (µs)
+    comm_on: np.ndarray           # per instant: a collective runs (under compute or not)
+    share: dict[str, np.ndarray]  # bucket -> µs of each instant; an instant's buckets add up to its length
+    gap_op: np.ndarray            # per instant of "idle: other": row of the queued op that ends the gap, else -1
+    gap_us: np.ndarray            # per instant of "idle: other": length of that gap (µs), else 0
+    ready_us: np.ndarray          # per row: when a device op was launched with its stream free (µs), else nan
+    op_rows: dict[tuple, int] = field(default_factory=dict)  # (stream, name, n-th on that stream) -> row
+
+    def per_step(self) -> dict[str, np.ndarray]:
+        """bucket -> µs per kept step."""
+        return {l: np.bincount(self.k, weights=v, minlength=self.steps.size) for l, v in self.share.items()}
+
+    def comm_us(self, a: float, b: float) -> float:
+        """µs of [a, b) (two cut points of this sweep) during which a collective runs."""
+        if not b > a:
+            return 0.0
+        i, j = np.searchsorted(self.mids, [a, b])
+        return float(self.dt[i:j][self.comm_on[i:j]].sum())
+
+
+def _op_rows(t: EventTable, rows: np.ndarray) -> dict[tuple, int]:
+    """(stream, name, n) -> row of the n-th op of that name on that stream (rows taken in start order):
+    the key of the same op on both sides of a diff of one program."""
+    seen: dict[tuple, int] = {}
+    out = {}
+    for r in rows[np.argsort(t.ts_ns[rows], kind="stable")]:
+        key = (int(t.stream[r]), int(t.name[r]))
+        n = seen.get(key, 0)
+        seen[key] = n + 1
+        out[(key[0], t.names[key[1]], n)] = int(r)
+    return out
+
+
+def _ready_us(t: EventTable, dev: np.ndarray, launch: np.ndarray) -> np.ndarray:
+    """Per row: when each device op could have started on its own stream - launched, and the previous op of
+    its stream done (µs); nan for other rows. A later start waits on something off the stream."""
+    out = np.full(len(t), np.nan)
+    ts, end = t.ts_ns[dev] / 1e3, t.end_ns[dev] / 1e3
+    for s in np.unique(t.stream[dev]):
+        m = np.flatnonzero(t.stream[dev] == s)
+        m = m[np.argsort(ts[m], kind="stable")]
+        prev_end = np.r_[-np.inf, np.maximum.accumulate(end[m])[:-1]]
+        out[dev[m]] = np.maximum(launch[m], prev_end)
+    return out
+
+
+def rank_sweep(t: EventTable) -> RankSweep:
+    """Decompose one rank's kept steps instant by instant (the tiers of the module docstring)."""
     steps, s0, s1 = _kept_steps(t)
     dev = np.flatnonzero(t.on_device)
     ts, end = t.ts_ns / 1e3, t.end_ns / 1e3
@@ -228,7 +289,9 @@ def rank_breakdown(t: EventTable) -> tuple[np.ndarray, np.ndarray, dict[str, np.
             share[label] = np.where(take, dt, 0.0)
             free &= ~take
         share["host: other"] = np.where(free, dt, 0.0)
-        return steps, s1 - s0, {l: np.bincount(k, weights=v, minlength=steps.size) for l, v in share.items()}
+        return RankSweep(steps=steps, span_us=s1 - s0, k=k, mids=mids, dt=dt, comm_on=np.zeros(mids.size, bool),
+                         share=share, gap_op=np.full(mids.size, -1), gap_us=np.zeros(mids.size),
+                         ready_us=np.full(len(t), np.nan))
 
     share: dict[str, np.ndarray] = {}
     free = np.ones(mids.size, dtype=bool)  # no bucket of a higher tier holds the instant yet
@@ -247,8 +310,9 @@ def rank_breakdown(t: EventTable) -> tuple[np.ndarray, np.ndarray, dict[str, np.
     dev_start, dev_launch = ts[dev][o], launch[o]
     j = np.searchsorted(dev_start, mids, side="left")
     has_next = j < dev_start.size
-    nxt = np.where(has_next, dev_start[np.clip(j, 0, max(dev_start.size - 1, 0))] if dev.size else hi, hi)
-    lau = np.where(has_next, dev_launch[np.clip(j, 0, max(dev_start.size - 1, 0))] if dev.size else hi, hi)
+    jj = np.clip(j, 0, dev_start.size - 1)
+    nxt = np.where(has_next, dev_start[jj], hi)
+    lau = np.where(has_next, dev_launch[jj], hi)
     lau = np.where(np.isfinite(lau), lau, nxt)
     gap_start = np.maximum(_last_end_before(mids, ts[dev], end[dev]), lo)
     queued = free & (lau <= gap_start)  # launched before the device went idle, yet not started
@@ -272,8 +336,52 @@ def rank_breakdown(t: EventTable) -> tuple[np.ndarray, np.ndarray, dict[str, np.
         left -= amount
         covered_before = cov
     share["idle: host"] = np.where(waiting, dt * left / gap, 0.0)
-    per_step = {l: np.bincount(k, weights=v, minlength=steps.size) for l, v in share.items()}
-    return steps, s1 - s0, per_step
+    other = queued & ~short & has_next
+    comm_on = _covered(mids, ts[dev][labels == COMM], end[dev][labels == COMM])
+    return RankSweep(steps=steps, span_us=s1 - s0, k=k, mids=mids, dt=dt, comm_on=comm_on, share=share,
+                     gap_op=np.where(other, dev[o][jj], -1), gap_us=np.where(other, gap, 0.0),
+                     ready_us=_ready_us(t, dev, launch), op_rows=_op_rows(t, dev[ts[dev] >= lo]))
+
+
+def infer_comm_waits(sweep: RankSweep, t: EventTable, other: RankSweep, t_other: EventTable) -> float:
+    """Move the "idle: other" of one side that the other side shows to be a wait on a collective to
+    "idle: communication" (in place); return the µs moved, summed over the rank's kept steps.
+
+    A gap of "idle: other" ends when a queued op X starts: X waited on something off its stream that the
+    trace does not show. The same op X' on the other side (same stream, name and rank of occurrence) waited
+    from its ready time (launched, its stream free) to its start too; where a collective ran through that
+    wait there (exposed or under another stream's compute), X depends on the collective (DDP's buckets,
+    FSDP's gathered parameters: a stream waits on the communication stream's event), and this side's gap
+    before X, up to the length of X''s wait and in the share of it the collective ran, is the same
+    dependency, exposed now that nothing runs beside it. A gap longer than X''s wait keeps the excess in
+    "idle: other"; a wait the other side spent on compute or idle is not moved."""
+    rows = np.unique(sweep.gap_op[sweep.gap_op >= 0])
+    if rows.size == 0 or not other.comm_on.any():
+        return 0.0
+    keys = {v: k for k, v in sweep.op_rows.items()}
+    gaps = np.zeros(len(t))  # per gap-ending op: its gap (µs)
+    np.maximum.at(gaps, sweep.gap_op[sweep.gap_op >= 0], sweep.gap_us[sweep.gap_op >= 0])
+    frac = np.zeros(len(t))  # per gap-ending op: share of its gap that was a communication wait
+    for r in rows:
+        twin = other.op_rows.get(keys.get(int(r), ()))
+        if twin is None:
+            continue
+        a, b = other.ready_us[twin], t_other.ts_ns[twin] / 1e3
+        if not b - a >= KERNEL_GAP_US:
+            continue
+        held = other.comm_us(a, b)  # µs of X''s wait during which a collective ran
+        frac[r] = held / (b - a) * min(gaps[r], b - a) / gaps[r]
+    f = np.where(sweep.gap_op >= 0, frac[np.clip(sweep.gap_op, 0, None)], 0.0)
+    moved = sweep.share[IDLE_OTHER] * f
+    sweep.share[IDLE_OTHER] = sweep.share[IDLE_OTHER] - moved
+    sweep.share[IDLE_COMM] = sweep.share.get(IDLE_COMM, np.zeros(moved.size)) + moved
+    return float(moved.sum())
+
+
+def rank_breakdown(t: EventTable) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """(step numbers, step time µs, {bucket: µs per step}) of one rank; buckets sum to the step time."""
+    s = rank_sweep(t)
+    return s.steps, s.span_us, s.per_step()
 
 
 def name_stats(t: EventTable, steps: np.ndarray) -> tuple[dict[str, NameStat], dict[str, NameStat]]:
@@ -299,12 +407,15 @@ def _by_name(t: EventTable, rows: np.ndarray, dur: np.ndarray, category) -> dict
             for i, f, a, c in zip(ids, first, time, count)}
 
 
-def step_profile(tables: dict[int, EventTable], source: str = "") -> StepProfile:
+def step_profile(tables: dict[int, EventTable], source: str = "",
+                 sweeps: dict[int, RankSweep] | None = None) -> StepProfile:
     """Decompose the steps of every rank and average them: the steps all ranks share (each rank's
-    own when they share none), figures per step and per rank."""
+    own when they share none), figures per step and per rank. sweeps: the ranks' sweeps when already
+    made (step_profiles: with the waits the other side of a diff explains)."""
     if not tables:
         raise TrainperfError(f"{source}: no ranks to compare")
-    per_rank = {r: rank_breakdown(t) for r, t in tables.items()}
+    sweeps = sweeps if sweeps is not None else {r: rank_sweep(t) for r, t in tables.items()}
+    per_rank = {r: (sw.steps, sw.span_us, sw.per_step()) for r, sw in sweeps.items()}
     common = set.intersection(*[set(map(int, v[0])) for v in per_rank.values()])
     notes = []
     if not any(t.has_gpu for t in tables.values()):
@@ -340,6 +451,28 @@ def step_profile(tables: dict[int, EventTable], source: str = "") -> StepProfile
             s.count /= n_rank_steps
     return StepProfile(source=source, ranks=sorted(tables), steps=sorted(kept), step_times_us=step_times,
                        breakdown_us=breakdown, kernels=kernels, operators=ops, notes=notes)
+
+
+def step_profiles(baseline: dict[int, EventTable], candidate: dict[int, EventTable], baseline_source: str = "",
+                  candidate_source: str = "") -> tuple[StepProfile, StepProfile]:
+    """Both sides of a diff: each rank's sweep, the "idle: other" of each side that the other side shows to
+    be a wait on a collective moved to "idle: communication" (infer_comm_waits; ranks present on both
+    sides), then each side's profile."""
+    if not baseline or not candidate:
+        raise TrainperfError(f"{baseline_source if not baseline else candidate_source}: no ranks to compare")
+    a = {r: rank_sweep(t) for r, t in baseline.items()}
+    b = {r: rank_sweep(t) for r, t in candidate.items()}
+    moved_a = {r: infer_comm_waits(a[r], baseline[r], b[r], candidate[r]) for r in sorted(set(a) & set(b))}
+    moved_b = {r: infer_comm_waits(b[r], candidate[r], a[r], baseline[r]) for r in sorted(set(a) & set(b))}
+    pa = step_profile(baseline, baseline_source, a)
+    pb = step_profile(candidate, candidate_source, b)
+    for p, sw, moved, other in ((pa, a, moved_a, candidate_source), (pb, b, moved_b, baseline_source)):
+        if sum(moved.values()) > 0:
+            per_step = sum(moved.values()) / sum(sw[r].steps.size for r in moved)
+            p.notes.append(f"{p.source}: {fmt_us(per_step)} per step and rank of idle with work "
+                           f"queued is a wait on a collective, as the same ops' waits in {other or 'the other side'} "
+                           "show (idle: communication)")
+    return pa, pb
 
 
 @dataclass(kw_only=True, slots=True)
@@ -465,8 +598,12 @@ class TraceDiff:
         if moved:
             x = max(moved, key=lambda x: abs(x.delta_us_per_step))
             top += f"; {'new' if d > 0 else 'gone'}: {_short(x.name)} {fmt_us(x.delta_us_per_step, True)}/step"
-        return (f"candidate {abs(pct):.1f}% {verb} per step ({fmt_us(self.baseline.median_us)} -> "
-                f"{fmt_us(self.candidate.median_us)}); largest change: {n} {fmt_us(c - b, True)}/step{top}")
+        # the % is the median's, the decomposition the mean's: where they move apart (a few noisy steps) say both
+        dm = self.candidate.median_us - self.baseline.median_us
+        mean = "" if dm * d > 0 else f", mean {fmt_us(d, True)}"
+        verb = verb if dm * d > 0 else ("slower" if dm > 0 else "faster" if dm < 0 else "unchanged")
+        return (f"candidate {abs(pct):.1f}% {verb} per step (median {fmt_us(self.baseline.median_us)} -> "
+                f"{fmt_us(self.candidate.median_us)}{mean}); largest change: {n} {fmt_us(c - b, True)}/step{top}")
 
     def to_json(self, top: int = 30) -> dict:
         """The documented JSON object (times µs per step, per rank)."""
@@ -529,8 +666,8 @@ def diff_profiles(baseline: StepProfile, candidate: StepProfile) -> TraceDiff:
 def diff(baseline: str | Path, candidate: str | Path, progress: bool = False, findings: bool = False) -> TraceDiff:
     """Load two traces (a Kineto file or a folder of ranks each) and diff them; with findings, also
     run `trainperf diagnose` on both and list the findings that appear, disappear or change severity."""
-    a = step_profile(load_trace(baseline, progress=progress), str(baseline))
-    b = step_profile(load_trace(candidate, progress=progress), str(candidate))
+    a, b = step_profiles(load_trace(baseline, progress=progress), load_trace(candidate, progress=progress),
+                         str(baseline), str(candidate))
     d = diff_profiles(a, b)
     if findings:
         from trainperf.diagnose.api import diagnose
