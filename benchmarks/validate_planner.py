@@ -17,9 +17,9 @@ How a row becomes a planner input (no per-row factors, only what the source stat
   rotary, untied; "gpt" = LayerNorm, 4h GELU MLP, linear biases (and dropout), tied
   embeddings, learned positions. Nemotron-4 is neither (LayerNorm, squared-ReLU 2-matrix MLP).
   ``head_dim`` where the source sets it apart from hidden / heads (MaxText).
-* Layout: empty cp/vpp/mbs = 1; empty sequence_parallel = on when tp > 1 (NeMo/Megatron-Core
-  default); recompute "none" = none, "not stated"/empty = the least recompute (none,
-  selective, full) whose predicted memory fits, since the job ran; dp_sharding "distributed
+* Layout: empty cp/vpp/mbs = 1; empty sequence_parallel and recompute "not stated"/empty are
+  filled by plan/implied.py, as `trainperf plan --layout` fills what a user leaves out (sp on
+  when tp > 1; the least recompute whose predicted memory fits, since the job ran); dp_sharding "distributed
   optimizer" = zero 1, "none (DDP...)" = zero 0, "FSDP" = zero 3 (with the row's tp, if any);
   ``dp_shard`` (dev file) where the source shards over part of the data-parallel ranks and
   replicates over the rest (hybrid sharding), empty = over all of them.
@@ -53,13 +53,14 @@ import re
 import statistics
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from trainperf.atomic import atomic_write_text
 from trainperf.errors import TrainperfError
 from trainperf.plan.efficiency import Efficiency
 from trainperf.plan.estimate import Estimate, check_layout, estimate, estimate_arrays
+from trainperf.plan.implied import estimate_as_run, implied_layout
 from trainperf.plan.stacks import Software, get_stack
 from trainperf.specs import Cluster, Layout, LayoutArrays, ModelSpec, make_cluster, model_flops_per_token
 
@@ -98,21 +99,24 @@ def row_model(r: dict) -> ModelSpec:
     )
 
 
-def row_layout(r: dict) -> Layout:
-    """Return the Layout a published row states (defaults as in the module docstring)."""
+def row_layout(r: dict) -> tuple[Layout, frozenset[str]]:
+    """Return (the Layout a published row states, the fields it states); the rest are implied (plan/implied.py)."""
     shard = r["dp_sharding"].lower()
     fsdp = shard.startswith("fsdp")
     tp = _int(r["tp"], 1)
     pp = 1 if fsdp else _int(r["pp"], 1)
     sp_txt = r["sequence_parallel"].strip().lower()
-    sp = (sp_txt == "y") if sp_txt else tp > 1
     rc_txt = r["recompute"].strip().lower()
     rc = "full" if rc_txt.startswith("full") else "selective" if rc_txt.startswith("selective") else "none"
     zero = 3 if fsdp else 0 if shard.startswith("none") else 1
-    return Layout(tp=tp, pp=pp, dp=0, cp=_int(r["cp"], 1), vpp=_int(r["vpp"], 1), sp=sp and tp > 1, zero=zero,
-                  recompute=rc, mbs=_int(r["micro_batch"], 1), ep=_int(r.get("ep"), 1), etp=_int(r.get("etp"), 0),
-                  dp_shard=_int(r.get("dp_shard"), 0),
-                  precision="fp8" if r["precision"].strip().lower().startswith("fp8") else "bf16")
+    stated = {"tp", "pp", "dp", "cp", "vpp", "zero", "mbs", "ep", "etp", "dp_shard", "precision"}
+    stated |= {"sp"} if sp_txt else set()
+    stated |= set() if rc_txt in ("", "not stated") else {"recompute"}
+    lay = Layout(tp=tp, pp=pp, dp=0, cp=_int(r["cp"], 1), vpp=_int(r["vpp"], 1), sp=sp_txt == "y" and tp > 1,
+                 zero=zero, recompute=rc, mbs=_int(r["micro_batch"], 1), ep=_int(r.get("ep"), 1),
+                 etp=_int(r.get("etp"), 0), dp_shard=_int(r.get("dp_shard"), 0),
+                 precision="fp8" if r["precision"].strip().lower().startswith("fp8") else "bf16")
+    return lay, frozenset(stated)
 
 
 def row_software(r: dict) -> Software:
@@ -125,6 +129,48 @@ def row_software(r: dict) -> Software:
     if "maxtext" in src or "maxtext" in r["model_name"].lower():
         return get_stack("jax")
     return get_stack("megatron-core")
+
+
+def plan_argv(r: dict, model_file: Path) -> list[str]:
+    """Return the `trainperf plan` arguments a user would type for the row: what it states, nothing more.
+
+    ``model_file``: where the row's model (``row_model``) was written as a JSON config. The layout text
+    names only the fields the row states; the command fills the rest (plan/implied.py).
+    """
+    lay, stated = row_layout(r)
+    names = {"grad_accum": "ga"}
+    skip = {"dp", "grad_accum"} | ({"etp"} if not lay.etp else set()) | ({"dp_shard"} if not lay.dp_shard else set())
+    text = ",".join(f"{names.get(k, k)}={int(v) if isinstance(v, bool) else v}" for k, v in asdict(lay).items()
+                    if k in stated and k not in skip)
+    return ["plan", "--model", str(model_file), "--gpu", r["gpu_type"], "--gpus", r["n_gpus"],
+            "--gpus-per-node", str(_int(r["gpus_per_node"], 8)), "--seq-len", r["seq_len"],
+            "--global-batch", r["global_batch_size"], "--layout", text, "--stack", row_software(r).name, "--json"]
+
+
+def as_user_errors(cases: list[Case]) -> list[dict]:
+    """Return, per case, the error of `trainperf plan` run as a user would run it (``plan_argv``) and its
+    prediction / the validation's own at the shipped constants - 1 (0: the command predicts what is validated)."""
+    import tempfile
+
+    from typer.testing import CliRunner
+
+    from trainperf.cli import app
+
+    runner, shipped, out = CliRunner(), shipped_params(), []
+    with tempfile.TemporaryDirectory() as tmp:
+        for c in cases:
+            model_file = Path(tmp) / f"model{c.index}.json"
+            model_file.write_text(json.dumps(asdict(c.model)))
+            argv = plan_argv(c.row, model_file)
+            res = runner.invoke(app, argv)
+            if res.exit_code:
+                out.append({"index": c.index, "argv": argv, "failed": res.output.strip()[-300:]})
+                continue
+            d = json.loads(res.output)
+            value = d[c.kind]
+            out.append({"index": c.index, "argv": argv, "assumed": d["assumed"], "error": rel_error(c, value),
+                        "vs_validation": value / predicted_value(c, shipped) - 1.0})
+    return out
 
 
 def measured(r: dict, m: ModelSpec) -> tuple[str, float] | None:
@@ -169,6 +215,7 @@ class Case:
     value: float
     generation: str      # accelerator generation (which fitted GEMM efficiency applies)
     arrays: LayoutArrays  # the resolved layout, as estimate_arrays takes it (fits skip re-resolving)
+    row: dict             # the published row itself (``--as-user`` builds the command line from it)
 
 
 def generation(cluster: Cluster) -> str:
@@ -195,22 +242,17 @@ def load_cases(paths) -> tuple[list[Case], list[dict]]:
                     skipped.append(dict(where, skipped="no measured step time, tokens/s or TFLOP/s"))
                     continue
                 cluster = make_cluster(r["gpu_type"], int(r["n_gpus"]), _int(r["gpus_per_node"], 8))
-                lay, sw, gb = row_layout(r), row_software(r), _int(r["global_batch_size"], 0)
-                est = estimate(m, cluster, lay, gb, None, sw)
-                if r["recompute"].strip().lower() in ("", "not stated"):
-                    # unknown recompute: the least recompute whose memory fits, as the job had to
-                    for rc in ("selective", "full"):
-                        if est.fits:
-                            break
-                        est = estimate(m, cluster, replace(lay, recompute=rc), gb, None, sw)
-                    lay = replace(lay, recompute=est.layout.recompute)
+                (lay, stated), sw, gb = row_layout(r), row_software(r), _int(r["global_batch_size"], 0)
+                # what the row leaves unsaid, filled as `trainperf plan --layout` fills it (plan/implied.py)
+                est, _ = estimate_as_run(m, cluster, lay, stated, gb, None, sw)
+                lay = replace(implied_layout(lay, stated, sw), recompute=est.layout.recompute)
             except TrainperfError as e:
                 skipped.append(dict(where, skipped=str(e)))
                 continue
             cases.append(Case(index=len(cases), file=Path(path).name, source=where["source"], model=m, cluster=cluster,
                               layout=lay, global_batch=gb, stack=sw, kind=target[0], value=target[1],
                               generation=generation(cluster),
-                              arrays=LayoutArrays.of(check_layout(m, cluster, lay, gb))))
+                              arrays=LayoutArrays.of(check_layout(m, cluster, lay, gb)), row=r))
     return cases, skipped
 
 
@@ -437,6 +479,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --loso: hold out only sources whose key contains this (repeatable; quick check)")
     ap.add_argument("--sweeps", type=int, default=8,
                     help="at most this many coordinate-descent sweeps per fit (default 8; stops when converged)")
+    ap.add_argument("--as-user", action="store_true",
+                    help="also run every row through `trainperf plan` as a user types it (only what the row states)")
     args = ap.parse_args(argv)
     paths = args.csv or list(DEFAULT_CSVS)
     for p in paths:
@@ -512,6 +556,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {st:22} LOSO {_fmt(summary['per_stack'][st]['loso'])}; constant MFU LOSO "
                   f"{_fmt(summary['per_stack'][st]['constant_mfu_loso'])}")
         print("in-sample constants: " + ", ".join(f"{k}={v:g}" for k, v in fitted.items()))
+    if args.as_user:
+        user = as_user_errors(cases)
+        report["as_user"] = user
+        ok = [u for u in user if "error" in u]
+        summary["as_user"] = summarize([u["error"] for u in ok])
+        summary["as_user"].update(failed=len(user) - len(ok),
+                                  differ_from_validation=sum(abs(u["vs_validation"]) > 0.005 for u in ok))
+        print(f"as a user runs it (`trainperf plan ... --layout <what the row states> --json`): "
+              f"{_fmt(summary['as_user'])}; {summary['as_user']['failed']} failed, "
+              f"{summary['as_user']['differ_from_validation']} differ from the validation by > 0.5%")
     print(f"({time.perf_counter() - t0:.1f} s)")
     report["summary"] = summary
     if args.json:

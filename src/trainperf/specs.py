@@ -739,6 +739,12 @@ def parse_layout(text: str, **defaults) -> Layout:
     return Layout(**kw)
 
 
+def stated_layout_keys(text: str) -> frozenset[str]:
+    """Return the Layout fields a layout text names (``"fsdp=1,ga=4"`` -> zero, grad_accum); the rest are implied."""
+    keys = (p.split("=", 1)[0].strip().lower() for p in text.split(",") if "=" in p)
+    return frozenset(_LAYOUT_ALIASES.get(k, k) for k in keys)
+
+
 # ------------------------------------------------------------ layouts as arrays, validity
 
 RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}

@@ -10,9 +10,11 @@ from trainperf.hardware import Accelerator
 from trainperf.plan.compare import HardwareOption, compare_hardware, train_cost
 from trainperf.plan.efficiency import Efficiency, load_calibration
 from trainperf.plan.stacks import DEFAULT_STACK, Software, get_stack
-from trainperf.plan.estimate import Estimate, estimate
+from trainperf.plan.estimate import Estimate
+from trainperf.plan.implied import estimate_as_run
 from trainperf.plan.search import SearchResult, default_global_batch, search
-from trainperf.specs import MODEL_PRESETS, Cluster, ModelSpec, load_model, make_cluster, param_count, parse_layout
+from trainperf.specs import (MODEL_PRESETS, Cluster, ModelSpec, load_model, make_cluster, param_count, parse_layout,
+                            stated_layout_keys)
 
 DEFAULT_TOKENS = 1e12
 
@@ -81,10 +83,10 @@ def run_layout(req: PlanRequest, layout_text: str) -> tuple[Estimate, dict]:
     if gb is None and lay.grad_accum == 0:
         gb = default_global_batch(m.seq_len)
     sw = _software(req)
-    est = estimate(m, cluster, lay, gb, _efficiency(req), sw)
+    est, assumed = estimate_as_run(m, cluster, lay, stated_layout_keys(layout_text), gb, _efficiency(req), sw)
     extra: dict = {"model": m.name, "gpu": cluster.accelerator.name, "n_gpus": cluster.n_gpus,
                    "cluster": cluster_json(cluster),
-                   "global_batch": est.layout.dp * est.layout.mbs * est.layout.grad_accum}
+                   "global_batch": est.layout.dp * est.layout.mbs * est.layout.grad_accum, "assumed": assumed}
     if req.tokens:
         hours, usd, kwh, per_m = train_cost(est, cluster.n_gpus, req.tokens, cluster.usd_per_gpu_hour,
                                             cluster.accelerator.tdp_w, sw.pue)

@@ -109,6 +109,8 @@ def plan(
             console.print(f"step {est.step_time_s:.3f} s, {est.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, MFU {est.mfu:.1%} "
                           f"(HFU {est.hfu:.1%}), memory {est.memory_gib_per_gpu:.1f} of {est.hbm_bytes / 2**30:.1f} GiB: "
                           f"{fits}; dominant overhead {render.overhead_label(est)}; stack {est.stack}")
+            if extra["assumed"]:
+                console.print("not in --layout, assumed: " + "; ".join(f"{k}={v}" for k, v in extra["assumed"].items()))
             if "why_not_fit" in extra:
                 console.print(f"[red]does NOT fit[/]: {extra['why_not_fit']}")
             if "train_hours" in extra:

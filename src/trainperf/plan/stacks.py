@@ -86,6 +86,8 @@ class Software:
     eager_activations: bool = False     # unfused norms keep fp32 copies, SwiGLU keeps silu's output (eager PyTorch)
     moe_probs_in_activation: bool = False  # routing probabilities applied in the experts' activation (Megatron-Core
                                            # >= 0.13): the MoE combine keeps no expert outputs
+    zero: int = 1                       # ZeRO stage of a layout that does not say (plan/implied.py): Megatron's
+                                        # distributed optimizer (1); PyTorch FSDP, MaxText's fsdp axis (3)
     pue: float = 1.2                    # data-centre power usage effectiveness for kWh
     description: str = ""
 
@@ -94,6 +96,8 @@ class Software:
             raise TrainperfError(f"stack {self.name!r}: attention must be one of {', '.join(ATTENTION_KERNELS)}")
         if not 0.0 <= self.tp_overlap <= 1.0:
             raise TrainperfError(f"stack {self.name!r}: tp_overlap must be within 0..1")
+        if self.zero not in (0, 1, 2, 3):
+            raise TrainperfError(f"stack {self.name!r}: zero must be 0, 1, 2 or 3, got {self.zero}")
         if self.recompute_modules != "core_attn":  # memory.py (numpy) only for a stack that names others
             from trainperf.plan.memory import recompute_module_set
             recompute_module_set(self.recompute_modules)
@@ -139,18 +143,18 @@ STACKS: dict[str, Software] = {s.name: s for s in [
     Software(
         name="pytorch-fsdp", attention="fa2", fp8_cast_fused=False, tp_overlap=0.0, p2p_overlap=False, kernels_per_layer=40.0,
         host_s_per_kernel=8e-6, optimizer_bytes_per_param=32.0, grad_reduce_bytes=4, **_EAGER,
-        fp32_params=True, eager_activations=True,
+        fp32_params=True, eager_activations=True, zero=3,
         description="eager PyTorch with FSDP/FSDP2 (torchtitan eager, HF + accelerate): unfused norms, "
         "RoPE and SwiGLU, SDPA FlashAttention-2, fp32 gradient reduction, fused AdamW"),
     Software(
         name="pytorch-fsdp-compile", attention="fa2", tp_overlap=0.0, p2p_overlap=False,
         kernels_per_layer=14.0, host_s_per_kernel=4e-6, optimizer_bytes_per_param=32.0, grad_reduce_bytes=4,
-        ce_bytes_per_logit=36.0, fp32_params=True, description="PyTorch FSDP2 with torch.compile per block (torchtitan "
+        ce_bytes_per_logit=36.0, fp32_params=True, zero=3, description="PyTorch FSDP2 with torch.compile per block (torchtitan "
         "style): Inductor-fused elementwise, SDPA FlashAttention-2, eager loss, fp32 gradient reduction"),
     Software(
         name="jax", tp_overlap=0.0, p2p_overlap=False, kernels_per_layer=14.0, host_s_per_kernel=0.0,
         optimizer_bytes_per_param=32.0, grad_reduce_bytes=4, fp32_params=True, caching_allocator=False,
-        tp_shards_activations=True, description="JAX/XLA (MaxText): XLA-fused "
+        tp_shards_activations=True, zero=3, description="JAX/XLA (MaxText): XLA-fused "
         "elementwise, cuDNN/Pallas flash attention, one compiled step (no per-kernel host cost), "
         "async collectives overlapped by XLA, fp32 weights and gradients"),
 ]}
