@@ -358,3 +358,25 @@ def test_host_only_steps_split_by_host_activity(tmp_path):
     steps, span, parts = rank_breakdown(t)
     got = {k: list(np.round(v, 6)) for k, v in parts.items() if v.any()}
     assert got == {"host: dataloader": [30, 0], "host: optimizer": [25, 40], "host: other": [45, 60]}
+
+
+def test_host_only_communication_wait(tmp_path):
+    # CPU training over gloo, one step [0,100) on the loop thread (tid 1): DDP forward [0,60) holds aten::mm
+    # [0,20), the c10d::broadcast_ call [20,21), then blocks while gloo's worker (tid 2) broadcasts [21,50),
+    # then aten::mm [50,60); backward's aten::mm [60,80) runs beside a gloo all-reduce [60,90) (overlapped),
+    # then the loop waits for it [80,90); [90,100) nothing. Communication: [20,21) + [21,50) + [80,90) = 40;
+    # other: the loop's own work and the rest, 20 + 10 + 20 + 10 = 60. Step 2 (5 µs) is cut short.
+    b = TraceBuilder()
+    b.step(1, 0, 100)
+    b.step(2, 100, 5)
+    b.cpu("DistributedDataParallel.forward", 0, 60, cat="user_annotation")
+    b.cpu("aten::mm", 0, 20)
+    b.cpu("c10d::broadcast_", 20, 1)
+    b.cpu("gloo:broadcast", 21, 29, cat="user_annotation", tid=2)
+    b.cpu("aten::mm", 50, 10)
+    b.cpu("aten::mm", 60, 20)
+    b.cpu("gloo:all_reduce", 60, 30, cat="user_annotation", tid=2)
+    t = read_kineto(b.write(tmp_path / "t.json.gz"))
+    _, span, parts = rank_breakdown(t)
+    got = {k: list(np.round(v, 6)) for k, v in parts.items() if v.any()}
+    assert list(span) == [100] and got == {"host: communication": [40], "host: other": [60]}

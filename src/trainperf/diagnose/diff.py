@@ -20,7 +20,8 @@ its start); where a collective ran through that wait, the op depends on the coll
 that wait's length, is ``idle: communication`` (the dependency exposed, e.g. a collective serialised so that
 nothing runs while the stream waits).
 A trace without device events (CPU training) is split by what the host does instead: DataLoader,
-checkpoint, allocator, sync, optimizer, other ("host: ..." buckets).
+checkpoint, allocator, sync, communication (the training loop blocked while a collective is open, doing no
+work of its own), optimizer, other ("host: ..." buckets).
 So the buckets of a step add up to its time exactly, and the buckets' per-step deltas add up to
 the step-time delta. ``explained_pct`` is the share of that delta that lands in named buckets
 (everything but ``idle: other``, whose cause neither trace shows).
@@ -39,7 +40,7 @@ import numpy as np
 from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, DATALOADER_RE,
                                      OPTIMIZER_RE, SYNC_OP_RE, SYNC_RUNTIME_RE)
 from trainperf.errors import TrainperfError
-from trainperf.trace.annotate import correlated_host_row, step_spans
+from trainperf.trace.annotate import STEP_RE, correlated_host_row, step_rows, step_spans
 from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMMUNICATION, CPU_OP, PYTHON,
                                     RUNTIME, USER_ANNOTATION, EventTable)
 from trainperf.diagnose.units import fmt_us
@@ -172,6 +173,31 @@ def _host_rows(t: EventTable, patterns_kinds) -> np.ndarray:
     return np.unique(np.concatenate(rows)) if rows else np.zeros(0, dtype=np.int64)
 
 
+def _host_comm_rows(t: EventTable) -> tuple[np.ndarray, np.ndarray]:
+    """(rows during which a collective is open, rows of the training loop's own work) of a host-only trace.
+
+    Open: the c10d calls on any host thread and gloo's own spans (its worker threads run the transfer and
+    the wait for the other ranks). Own work: the loop thread's (the stepping thread's) operators other than
+    the ones it blocks in for a collective (crossrank.BLOCKING_OP_RE: DDP's forward waiting for its buffer
+    broadcast, the autograd engine waiting for the reducer, c10d calls and waits); annotations and Python
+    frames wrap waits and work alike and are not work. A gloo all-reduce that
+    runs while backward computes is overlapped, not waited for; one the loop sits in, with nothing of its
+    own running, is the step waiting on communication (for a slower rank, or the transfer itself)."""
+    from trainperf.diagnose.crossrank import BLOCKING_OP_RE, COLLECTIVE_CALL_RE, GLOO_SPAN_PREFIX
+
+    host = ~t.on_device & (t.dur_ns > 0)
+    comm_ids = t.ids_matching(lambda n: n.startswith(GLOO_SPAN_PREFIX) or bool(COLLECTIVE_CALL_RE.search(n)))
+    comm_open = np.flatnonzero(host & np.isin(t.name, comm_ids))
+    srows, _ = step_rows(t)
+    if srows.size == 0 or comm_open.size == 0:
+        return comm_open, np.zeros(0, dtype=np.int64)
+    loop = (t.pid == t.pid[srows[0]]) & (t.tid == t.tid[srows[0]])
+    waits = t.ids_matching(lambda n: bool(BLOCKING_OP_RE.search(n) or COLLECTIVE_CALL_RE.search(n)
+                                          or STEP_RE.match(n)))
+    own = np.flatnonzero(host & loop & (t.kind == CPU_OP) & ~np.isin(t.name, waits))
+    return comm_open, own
+
+
 def _kept_steps(t: EventTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(step numbers, start µs, end µs) of the steps a diff uses: every ProfilerStep but a last one cut
     short (the span the profiler opens at its last step() and closes when it stops), or the whole
@@ -275,7 +301,9 @@ def rank_sweep(t: EventTable) -> RankSweep:
                                                                                             PYTHON))])))
     cuts = [s0, s1, ts[dev], end[dev], launch[np.isfinite(launch)]]
     if dev.size == 0:  # a host-only trace (CPU training): the step is split by what the host does
+        comm_open, own_work = _host_comm_rows(t)
         cuts += [x for _, rows in host_causes for x in (ts[rows], end[rows])]
+        cuts += [ts[comm_open], end[comm_open], ts[own_work], end[own_work]]
     cuts = np.unique(np.clip(np.concatenate(cuts), lo, hi))
     mids, dt = (cuts[:-1] + cuts[1:]) / 2, np.diff(cuts)
     k = np.searchsorted(s0, mids, side="right") - 1
@@ -284,8 +312,12 @@ def rank_sweep(t: EventTable) -> RankSweep:
     if dev.size == 0:
         free = np.ones(mids.size, dtype=bool)
         share = {}
-        for label, rows in host_causes:
-            take = free & _covered(mids, ts[rows], end[rows])
+        # the training loop blocked on a collective: one is open and the loop thread does no work of its own
+        comm = _covered(mids, ts[comm_open], end[comm_open]) & ~_covered(mids, ts[own_work], end[own_work])
+        for label, take in [(lb, _covered(mids, ts[rows], end[rows])) for lb, rows in host_causes[:4]] + [
+                ("host: communication", comm)] + [(host_causes[4][0], _covered(mids, ts[host_causes[4][1]],
+                                                                                 end[host_causes[4][1]]))]:
+            take = free & take
             share[label] = np.where(take, dt, 0.0)
             free &= ~take
         share["host: other"] = np.where(free, dt, 0.0)
