@@ -7,9 +7,7 @@ sequence parallelism off and recomputed nothing where a source did not say, and 
 published rows came out up to 37% away from the validated prediction.
 """
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,15 +21,6 @@ from trainperf.specs import load_model, make_cluster, parse_layout, stated_layou
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def validate():
-    spec = importlib.util.spec_from_file_location("validate_planner", ROOT / "benchmarks" / "validate_planner.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_every_dev_row_typed_as_a_user_predicts_what_the_validation_validates(validate):

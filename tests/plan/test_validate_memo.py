@@ -6,22 +6,11 @@ Reference: ``estimate`` itself (``predict``) on every dev row, and a perturbatio
 constant the memo key leaves out, which must not move that row's estimate.
 """
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def validate():
-    spec = importlib.util.spec_from_file_location("validate_planner", ROOT / "benchmarks" / "validate_planner.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _value(case, est):
