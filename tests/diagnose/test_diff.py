@@ -380,3 +380,23 @@ def test_host_only_communication_wait(tmp_path):
     _, span, parts = rank_breakdown(t)
     got = {k: list(np.round(v, 6)) for k, v in parts.items() if v.any()}
     assert list(span) == [100] and got == {"host: communication": [40], "host: other": [60]}
+
+
+def test_step_is_the_slowest_ranks(tmp_path):
+    # two ranks, one step each: [0,5) idle: host (the GEMM is launched at 1), the GEMM [5,T-5), [T-5,T) idle:
+    # host. Baseline T = 100 on both; candidate: rank 1's GEMM is 30 µs longer (T = 130). The job steps at
+    # its slowest rank's pace: candidate step 130; rank 0 idles 30 waiting for rank 1. Per rank and step:
+    # gemm (90 + 120) / 2 = 105 (+15), idle: slower rank (30 + 0) / 2 = 15 (+15): +30 in all.
+    def side(folder, t1):
+        for rank, t in ((0, 100), (1, t1)):
+            b = TraceBuilder(rank=rank, world_size=2)
+            b.step(1, 0, t)
+            b.launch("ampere_sgemm_128x64_tn", 1, 5, t - 10)
+            (tmp_path / folder).mkdir(exist_ok=True)
+            b.write(tmp_path / folder / f"rank{rank}.json.gz")
+        return tmp_path / folder
+
+    d = diff(side("a", 100), side("b", 130))
+    assert list(d.baseline.step_times_us) == [100] and list(d.candidate.step_times_us) == [130]
+    dec = {n: round(c - x, 6) for n, x, c in d.decomposition if round(c - x, 6)}
+    assert dec == {"compute: gemm": 15, "idle: slower rank": 15} and d.explained_pct == 100

@@ -22,6 +22,8 @@ nothing runs while the stream waits).
 A trace without device events (CPU training) is split by what the host does instead: DataLoader,
 checkpoint, allocator, sync, communication (the training loop blocked while a collective is open, doing no
 work of its own), optimizer, other ("host: ..." buckets).
+With several ranks a step lasts as long as its slowest rank's (a synchronous job moves at that pace); a
+faster rank's shortfall is its ``idle: slower rank``, and the buckets are averaged over ranks.
 So the buckets of a step add up to its time exactly, and the buckets' per-step deltas add up to
 the step-time delta. ``explained_pct`` is the share of that delta that lands in named buckets
 (everything but ``idle: other``, whose cause neither trace shows).
@@ -53,6 +55,7 @@ from trainperf.trace.load import load_trace
 LAST_STEP_MIN_FRACTION = 0.5
 IDLE_OTHER = "idle: other"
 IDLE_COMM = "idle: communication"
+IDLE_SLOWER_RANK = "idle: slower rank"
 # A queued op that starts less than this after the device went idle: the device's own gap between
 # back-to-back kernels (HTA's "kernel wait", its consecutive_kernel_delay default of 30 µs).
 KERNEL_GAP_US = 30.0
@@ -78,8 +81,8 @@ class StepProfile:
     source: str
     ranks: list[int]
     steps: list[int]
-    step_times_us: np.ndarray                 # per kept step (host span + device tail), mean over ranks
-    breakdown_us: dict[str, float]            # bucket -> mean µs per step; sums to step_times_us.mean()
+    step_times_us: np.ndarray                 # per kept step (host span + device tail), the slowest rank's
+    breakdown_us: dict[str, float]            # bucket -> µs per step, mean over ranks; sums to step_times_us.mean()
     kernels: dict[str, NameStat]              # device events (kernels, memcpy, memset) by name
     operators: dict[str, NameStat]            # host events (cpu_op, annotations, runtime calls) by name
     notes: list[str] = field(default_factory=list)
@@ -442,7 +445,8 @@ def _by_name(t: EventTable, rows: np.ndarray, dur: np.ndarray, category) -> dict
 def step_profile(tables: dict[int, EventTable], source: str = "",
                  sweeps: dict[int, RankSweep] | None = None) -> StepProfile:
     """Decompose the steps of every rank and average them: the steps all ranks share (each rank's
-    own when they share none), figures per step and per rank. sweeps: the ranks' sweeps when already
+    own when they share none), figures per step and per rank. A shared step lasts as long as its slowest
+    rank's; each other rank's shortfall is its bucket "idle: slower rank". sweeps: the ranks' sweeps when already
     made (step_profiles: with the waits the other side of a diff explains)."""
     if not tables:
         raise TrainperfError(f"{source}: no ranks to compare")
@@ -472,7 +476,11 @@ def step_profile(tables: dict[int, EventTable], source: str = "",
                 a.count += s.count
     n_rank_steps = sum(x.size for x in times)
     if common:
-        step_times = np.mean(np.stack(times), axis=0)
+        # a synchronous job steps at its slowest rank's pace: each rank's step is the slowest one's, the
+        # difference is that rank waiting for it (at the next collective; where the trace ends first, unseen)
+        step_times = np.max(np.stack(times), axis=0)
+        if len(times) > 1:
+            buckets[IDLE_SLOWER_RANK] = [step_times - x for x in times]
     else:
         step_times = np.concatenate(times)
         notes.append(f"{source}: the ranks share no ProfilerStep number: steps pooled over ranks")
