@@ -10,7 +10,7 @@ separate runs, the fault on from step FAULT_FROM), true_gain_pct of the case's m
 known added time per faulty step, spread over the window) - the clean run itself differs from the
 case's clean steps by the machine's load, so the real rows' step error is mostly noise.
 
-    .venv/bin/python benchmarks/eval_diff.py [corpus] [--json OUT] [--cases SUBSTR]
+    .venv/bin/python benchmarks/eval_diff.py [corpus] [--json OUT] [--cases SUBSTR] [--same-run]
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trainperf.corpus.real import FAULT_FROM, PROFILE, known_added_s
 from trainperf.diagnose import diff as D
 from trainperf.trace.load import load_trace
 
@@ -46,11 +47,26 @@ def label_delta_us(labels: dict, case_profile) -> float:
     return float(labels["true_gain_pct"]) / 100 * case_profile.mean_us
 
 
+def steps_of(tables: dict, steps) -> dict:
+    """The rows of the given ProfilerSteps (host rows by the step they fall in, device rows by their launch's)."""
+    keep = list(steps)
+    return {r: t.take(np.isin(t.step, keep)) for r, t in tables.items()}
+
+
+def same_run_delta_us(labels: dict) -> float:
+    """A real run's faulty steps against its clean ones (µs): the fault's known added time per step where it
+    has one, else the measured twin difference (labels.json: rank 0's window steps)."""
+    known = known_added_s(labels.get("fault"))
+    return 1e6 * (known if known is not None else labels["faulty_step_s"] - labels["clean_step_s"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("corpus", nargs="?", default="corpus")
     ap.add_argument("--json", default="", help="write the per-pair rows here")
     ap.add_argument("--cases", default="", help="only cases whose name contains this")
+    ap.add_argument("--same-run", action="store_true",
+                    help="also diff each real run's clean steps against its faulty ones (the run's own twin)")
     a = ap.parse_args()
     root = Path(a.corpus)
     cases = {p.parent.name: json.loads(p.read_text()) for p in sorted(root.glob("*/labels.json"))}
@@ -64,20 +80,29 @@ def main() -> None:
 
     rows = []
     t0 = time.perf_counter()
+    pairs = []  # (row name, base name for the table, labels, baseline tables, candidate tables, label delta or None)
     for name, lab in cases.items():
         if lab["kind"] == "healthy" or a.cases not in name or lab["base"] not in healthy:
             continue
+        pairs.append((name, lab["base"], lab, lambda h=healthy[lab["base"]]: load(h), lambda n=name: load(n), None))
+        if a.same_run and "clean_step_s" in lab:  # a real run: its clean steps against its faulty ones
+            pairs.append((name + " (same run)", lab["base"] + " (same run)", lab,
+                          lambda n=name: steps_of(load(n), range(PROFILE[0], FAULT_FROM)),
+                          lambda n=name: steps_of(load(n), range(FAULT_FROM, PROFILE[1])), same_run_delta_us(lab)))
+    for name, base_name, lab, get_a, get_b, want in pairs:
+        ta, tb = get_a(), get_b()
         if hasattr(D, "step_profiles"):
-            base, cand = D.step_profiles(load(healthy[lab["base"]]), load(name), healthy[lab["base"]], name)
+            base, cand = D.step_profiles(ta, tb, "baseline", name)
         else:  # before the waits one side explains in the other (commits before issue 10's HC)
-            base = D.step_profile(load(healthy[lab["base"]]), healthy[lab["base"]])
-            cand = D.step_profile(load(name), name)
-        tables.pop(name)  # a case is read once; the healthy tables stay
+            base, cand = D.step_profile(ta, "baseline"), D.step_profile(tb, name)
+        case = name.removesuffix(" (same run)")
+        if case != name or not (a.same_run and "clean_step_s" in lab):
+            tables.pop(case, None)  # read once (its same-run pair right after it); the healthy tables stay
         d = D.diff_profiles(base, cand)
         dec = sorted(((n, c - b) for n, b, c in d.decomposition), key=lambda x: -abs(x[1]))
-        want = label_delta_us(lab, cand)
+        want = label_delta_us(lab, cand) if want is None else want
         top = dec[0][0] if dec else ""
-        rows.append({"case": name, "base": lab["base"], "kind": lab["kind"], "severity": lab.get("target_severity"),
+        rows.append({"case": name, "base": base_name, "kind": lab["kind"], "severity": lab.get("target_severity"),
                      "label_delta_us": round(want, 1), "delta_us": round(d.delta_mean_us, 1),
                      "delta_pct": round(100 * d.delta_mean_us / base.mean_us, 3),
                      "label_delta_pct": round(100 * want / base.mean_us, 3),
