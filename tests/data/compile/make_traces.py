@@ -1,0 +1,41 @@
+"""Write the two real CPU profiles of a compiled MLP training step kept here (torch.compile, dynamic=False).
+
+recompile.json.gz: the batch size changes every step and automatic dynamic shapes are off, so every
+profiled step recompiles (Torch-Compiled Region 0/2, 0/3, 0/4; `_compile.compile_inner (dynamo_timed)`
+114-134 ms of 232-244 ms steps). steady.json.gz: one batch size, compiled during the profiler's wait
+step, so the profiled steps run the compiled code (88-96 ms steps, no compile span).
+Made with torch 2.13.0+cpu on the 2-core CPU container (2026-12-03):
+`python tests/data/compile/make_traces.py OUT_DIR`, then `gzip -9` each file.
+"""
+
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from torch.profiler import ProfilerActivity, profile, schedule
+
+
+def profile_steps(out: Path, name: str, batch_sizes: list[int]) -> None:
+    """Profile one compiled MLP step per batch size (wait 1, warm-up 1, 3 recorded) into out/name.json."""
+    model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    step = torch.compile(model, dynamic=False)
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=3),
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(out / f"{name}.json"))) as prof:
+        for n in batch_sizes:
+            loss = step(torch.randn(n, 64)).pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+
+
+if __name__ == "__main__":
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
+    torch.manual_seed(0)
+    torch._dynamo.config.automatic_dynamic_shapes = False
+    torch._dynamo.config.cache_size_limit = 64
+    profile_steps(out, "recompile", [8, 9, 10, 11, 12])
+    torch._dynamo.reset()
+    profile_steps(out, "steady", [16] * 5)
