@@ -70,11 +70,11 @@ def test_pageable_copy_by_hand(tmp_path):
 def test_gpu_step_windows_follow_launches_not_host_spans(tmp_path):
     # host steps of 10 ms; the GPU runs 27 ms behind: step s launches at 10s+1 ms a kernel that runs at
     # 10s+28 ms for 5 ms, i.e. inside the host span of step s+2. Per step, the GPU window is [10s+28, 10s+33] ms.
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from gpu_bound import gemm_steps
+
     b = TraceBuilder()
-    for s in range(5):
-        T = 10_000.0 * s
-        b.step(s, T, 10_000)
-        b.launch("ampere_sgemm_128x64_tn", T + 1000, T + 28_000, 5000)
+    gemm_steps(b, 5, 10_000.0, launch_at=1000, start_at=28_000, gemm_us=5000)
     d = diagnose(b.write(tmp_path / "g.json.gz"))
     r = d.ranks[0]
     assert r.gpu_lag_median_us == pytest.approx(28_000)

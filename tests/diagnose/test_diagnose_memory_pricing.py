@@ -11,48 +11,26 @@ the next launch, the last starts at its launch + 5 = +97 and the sync returns 5 
 +102 + 8.09 us, 701.9 us sooner per step.
 """
 
-import gzip
-import json
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
-from kineto_builder import TraceBuilder  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_bound import K_US, N, P, STEPS, gpu_bound_trace  # noqa: E402
 
 from trainperf.diagnose.api import diagnose  # noqa: E402
 
-P, STEPS, N = 2000.0, 5, 10
 NBYTES = 3 * 4 * (1 << 20)
 T_ROOF = NBYTES / 1.555e6  # µs at 1.555 TB/s
-K_US = 80.0
 KERNEL = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
           "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)")
 
 
 def _trace(path: Path, shapes: bool = True) -> Path:
-    b = TraceBuilder()
-    ext = 0
-    for s in range(STEPS):
-        T = s * P
-        b.step(s, T, P)
-        for k in range(N):
-            at = T + 10.0 * k
-            ext += 1
-            args = {"External id": ext}
-            if shapes:
-                args.update({"Input Dims": [[1 << 20], [1 << 20], []], "Input type": ["float", "float", "Scalar"]})
-            b.cpu("aten::add", at, 9.0, **args)
-            b.launch(KERNEL, at + 2.0, T + 7.0 + K_US * k, K_US, launch_dur=5.0)
-        end = T + 7.0 + K_US * N
-        b.cpu("cudaDeviceSynchronize", T + 100.0, end + 5.0 - (T + 100.0), cat="cuda_runtime")
-        b.cpu("python_work", end + 6.0, T + P - end - 7.0)
-    doc = b.doc()
-    doc["deviceProperties"] = [{"id": 0, "name": "NVIDIA A100-SXM4-40GB"}]
-    p = path / "t.json.gz"
-    p.write_bytes(gzip.compress(json.dumps(doc).encode()))
-    return p
+    args = {"Input Dims": [[1 << 20], [1 << 20], []], "Input type": ["float", "float", "Scalar"]} if shapes else None
+    return gpu_bound_trace(path, op="aten::add", kernel=KERNEL, device={"id": 0, "name": "NVIDIA A100-SXM4-40GB"},
+                           op_args=args)
 
 
 def test_memory_bound_is_priced_at_the_hbm_peak(tmp_path):

@@ -236,11 +236,13 @@ def test_a_host_bound_optimizer_phase_is_named(tmp_path):
     # 20-us elementwise kernels 175 us apart (a per-parameter loop): the phase is 3500 / 10000 = 35 % of the step
     # and the device idles 3500 - 400 = 3100 us of it (88.6 %): optimizer_slow names it (unpriced) and idle_gpu,
     # which named only idle, is not reported (before: optimizer kernels < 10 % of busy, so only idle_gpu)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from gpu_bound import gemm_steps
+
     b = TraceBuilder()
+    gemm_steps(b, 3, 10_000.0, launch_at=1, start_at=10, gemm_us=5000)
     for s in range(3):
         T = 10_000.0 * s
-        b.step(s, T, 10_000)
-        b.launch("ampere_sgemm_128x64_tn", T + 1, T + 10, 5000)
         b.cpu("Optimizer.step#SGD.step", T + 6000, 3500, cat="user_annotation")
         for i in range(20):
             b.launch("void at::native::vectorized_elementwise_kernel", T + 6010 + 175 * i, T + 6020 + 175 * i, 20)

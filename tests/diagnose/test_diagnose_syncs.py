@@ -18,16 +18,25 @@ def _item_trace(path: Path) -> Path:
     # launched at T+1030.. run T+1040..T+1340. Two steps: span 0 .. 2740 us.
     b = TraceBuilder()
     for s in range(2):
-        T = 1400.0 * s
-        for i in range(5):
-            b.launch("ampere_sgemm_128x64_tn", T + 5 * i, T + 10 + 200 * i, 200)
-        b.cpu("aten::item", T + 30, 995)
-        b.cpu("aten::_local_scalar_dense", T + 31, 993)
-        b.launch("Memcpy DtoH (Device -> Pageable)", T + 32, T + 1010, 2, cat="gpu_memcpy", launch_dur=988,
-                 runtime="cudaMemcpyAsync")
-        for i in range(3):
-            b.launch("vectorized_elementwise_kernel", T + 1030 + 5 * i, T + 1040 + 100 * i, 100)
+        _gemms_then_read(b, 1400.0 * s, gemm_us=200, copy_at=1010, item_us=995, scalar_us=993, call_us=988,
+                         next_at=1030)
     return b.write(path)
+
+
+def _gemms_then_read(b: TraceBuilder, T: float, *, gemm_us: float, copy_at: float, item_us: float,
+                     scalar_us: float, call_us: float, next_at: float) -> None:
+    """One step from T (µs): five gemm_us GEMMs launched at T+0..T+20 run back to back from T+10; aten::item
+    [T+30, +item_us) > aten::_local_scalar_dense [T+31, +scalar_us) > cudaMemcpyAsync [T+32, +call_us) whose
+    2-us "Device -> Pageable" copy runs from T+copy_at; then three 100-us kernels launched at T+next_at.. run
+    from T+next_at+10, back to back."""
+    for i in range(5):
+        b.launch("ampere_sgemm_128x64_tn", T + 5 * i, T + 10 + gemm_us * i, gemm_us)
+    b.cpu("aten::item", T + 30, item_us)
+    b.cpu("aten::_local_scalar_dense", T + 31, scalar_us)
+    b.launch("Memcpy DtoH (Device -> Pageable)", T + 32, T + copy_at, 2, cat="gpu_memcpy", launch_dur=call_us,
+             runtime="cudaMemcpyAsync")
+    for i in range(3):
+        b.launch("vectorized_elementwise_kernel", T + next_at + 5 * i, T + next_at + 10 + 100 * i, 100)
 
 
 def test_item_sync_priced_by_the_idle_it_causes(tmp_path):
@@ -158,14 +167,8 @@ def test_a_long_read_returning_a_little_late_still_blocked(tmp_path):
     for s in range(3):
         T = 150_000.0 * s
         b.step(s, T, 150_000)
-        for i in range(5):
-            b.launch("ampere_sgemm_128x64_tn", T + 5 * i, T + 10 + 28_000 * i, 28_000)
-        b.cpu("aten::item", T + 30, 140_020)
-        b.cpu("aten::_local_scalar_dense", T + 31, 140_015)
-        b.launch("Memcpy DtoH (Device -> Pageable)", T + 32, T + 140_015, 2, cat="gpu_memcpy", launch_dur=140_008,
-                 runtime="cudaMemcpyAsync")
-        for i in range(3):
-            b.launch("vectorized_elementwise_kernel", T + 140_060 + 5 * i, T + 140_070 + 100 * i, 100)
+        _gemms_then_read(b, T, gemm_us=28_000, copy_at=140_015, item_us=140_020, scalar_us=140_015,
+                         call_us=140_008, next_at=140_060)
     d = diagnose(b.write(tmp_path / "late.json.gz"))
     f = next(x for x in d.findings if x.kind == "host_sync")
     assert f.evidence["metrics"]["sync_calls"]["value"] == len(f.steps) == 2

@@ -6,15 +6,15 @@ h10's table, P13), HTA's real A100 trace nccl_parser_config (TF32 cutlass tensor
 and a hand-built GPU-bound trace whose what-if is worked by hand (below).
 """
 
-import gzip
-import json
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
-from kineto_builder import TraceBuilder  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_bound import K_US, N, STEPS  # noqa: E402
+from gpu_bound import P as PERIOD  # noqa: E402
+from gpu_bound import gpu_bound_trace  # noqa: E402
 
 from trainperf.diagnose import precision as P  # noqa: E402
 from trainperf.diagnose.facts import collect_facts  # noqa: E402
@@ -97,37 +97,18 @@ def test_precision_split_sums_by_precision_and_uses_dtype_only_for_unknown_names
 
 # --- a hand-built GPU-bound trace, the what-if worked by hand ------------------------------------------------
 # Each 2000-us step launches N aten::mm (10 us apart, launch 2 us into the op, kernel queued 5 us after its
-# launch), then cudaDeviceSynchronize at +100 us, as tests/diagnose/test_diagnose_memory_pricing.py. On an
+# launch), then cudaDeviceSynchronize at +100 us (tests/diagnose/gpu_bound.py). On an
 # A100-40GB (catalog: bf16 312, fp32 19.5 TFLOP/s, gemm_eff 0.83) an fp32 sgemm is sped up 16 x 0.83 = 13.28x:
 # 80 us -> 6.024 us. Measured: the kernels run back to back from +7 us, the last ends at +807, the sync returns
 # at +812. Fixed: each kernel ends before the next launch; the last starts at its launch + 5 = +97 and the sync
 # returns 5 us after it ends: +102 + 6.024 us.
-PERIOD, STEPS, N, K_US = 2000.0, 5, 10, 80.0
 
 
 def _trace(path: Path, kernel: str, device: str = "NVIDIA A100-SXM4-40GB", major: int = 8,
            dtype: str | None = None) -> Path:
-    b = TraceBuilder()
-    ext = 0
-    for s in range(STEPS):
-        t0 = s * PERIOD
-        b.step(s, t0, PERIOD)
-        for k in range(N):
-            at = t0 + 10.0 * k
-            ext += 1
-            args = {"External id": ext}
-            if dtype:
-                args.update({"Input Dims": [[1024, 1024], [1024, 1024]], "Input type": [dtype, dtype]})
-            b.cpu("aten::mm", at, 9.0, **args)
-            b.launch(kernel, at + 2.0, t0 + 7.0 + K_US * k, K_US, launch_dur=5.0)
-        end = t0 + 7.0 + K_US * N
-        b.cpu("cudaDeviceSynchronize", t0 + 100.0, end + 5.0 - (t0 + 100.0), cat="cuda_runtime")
-        b.cpu("python_work", end + 6.0, t0 + PERIOD - end - 7.0)
-    doc = b.doc()
-    doc["deviceProperties"] = [{"id": 0, "name": device, "computeMajor": major, "computeMinor": 0}]
-    p = path / "t.json.gz"
-    p.write_bytes(gzip.compress(json.dumps(doc).encode()))
-    return p
+    args = {"Input Dims": [[1024, 1024], [1024, 1024]], "Input type": [dtype, dtype]} if dtype else None
+    return gpu_bound_trace(path, op="aten::mm", kernel=kernel, op_args=args,
+                           device={"id": 0, "name": device, "computeMajor": major, "computeMinor": 0})
 
 
 def _facts(path):

@@ -180,10 +180,11 @@ STRAGGLER_MIN_WAIT_PCT = 2.0  # wait the straggler causes each other rank, % of 
 # run of the corpus (healthy-real) waits ~4% per step from ordinary imbalance; the smallest injected
 # straggler (straggler-low-real) ~7.5%: in-sample only, 4 cases, not cross-validated.
 STRAGGLER_HOST_MIN_PCT = 5.0
-# ... and its extra work per step must stand out of its step-to-step spread (median over median absolute
-# deviation across steps >= this): on a shared machine one rank is slower in some steps and faster in others
-# (corpus data_loader_stall-low-real: +26, +28, -14, -7, +13 ms, ratio 0.9), a slow rank in nearly all
-# (straggler-medium-real 1.9, -high-real 3.5). 1 = the signal is as large as the noise; not fitted.
+# ... and its extra work per step must stand out of the noise (crossrank.recurring_over_opposite >= this: the
+# extra summed without its largest step, over the other ranks' excess in the steps where they were the slower):
+# on a shared machine either rank is slower in some steps by the load alone (corpus healthy-real-fsdp, 2026-12-02:
+# +5, +4, -12, +21 ms, -0.28), a straggler in nearly all (straggler-high-real: -42, -7, +196, +110 ms, 1.25).
+# 1 = the recurring excess as large as the opposite one; not fitted.
 STRAGGLER_HOST_MIN_SNR = 1.0
 
 # the straggler computes this much longer than the other ranks' median (per step, crossrank.compute_straggler).

@@ -1,0 +1,47 @@
+"""A hand-built GPU-bound Kineto trace shared by the memory-pricing and precision tests (the what-if worked by hand
+in each): STEPS steps of P us; each launches N ops (10 us apart, the launch 2 us into the 9-us op, its kernel queued
+5 us after the launch), so the K_US-us kernels run back to back from +7 us and the last ends at +7 + N x K_US; then
+cudaDeviceSynchronize from +100 us returns 5 us after it; then Python until the next step."""
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from kineto_builder import TraceBuilder  # noqa: E402
+
+P, STEPS, N, K_US = 2000.0, 5, 10, 80.0
+
+
+def gpu_bound_trace(folder: Path, *, op: str, kernel: str, device: dict, op_args: dict | None = None) -> Path:
+    """Write the trace as folder/t.json.gz (deviceProperties [device]) and return its path; op_args (recorded
+    shapes and types) go on every op beside its External id."""
+    b = TraceBuilder()
+    ext = 0
+    for s in range(STEPS):
+        T = s * P
+        b.step(s, T, P)
+        for k in range(N):
+            at = T + 10.0 * k
+            ext += 1
+            b.cpu(op, at, 9.0, **{"External id": ext, **(op_args or {})})
+            b.launch(kernel, at + 2.0, T + 7.0 + K_US * k, K_US, launch_dur=5.0)
+        end = T + 7.0 + K_US * N
+        b.cpu("cudaDeviceSynchronize", T + 100.0, end + 5.0 - (T + 100.0), cat="cuda_runtime")
+        b.cpu("python_work", end + 6.0, T + P - end - 7.0)
+    doc = b.doc()
+    doc["deviceProperties"] = [device]
+    p = folder / "t.json.gz"
+    p.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return p
+
+
+def gemm_steps(b: TraceBuilder, steps: int, step_us: float, *, launch_at: float, start_at: float,
+               gemm_us: float) -> None:
+    """Add `steps` ProfilerSteps of step_us to b, each launching one GEMM at T+launch_at that runs
+    [T+start_at, T+start_at+gemm_us) (µs from the step's start T)."""
+    for s in range(steps):
+        T = step_us * s
+        b.step(s, T, step_us)
+        b.launch("ampere_sgemm_128x64_tn", T + launch_at, T + start_at, gemm_us)
