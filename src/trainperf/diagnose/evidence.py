@@ -25,7 +25,8 @@ PY_FRAMES_PER_LAUNCH = 1.0     # with_stack: Python frames per launch call above
 CLOCK_SPREAD_US = 50.0         # rank clocks aligned on collective ends disagree by more than this (IQR)
 GPU_LAG_NOTE_SHARE = 0.5       # a step's GPU work ends after its ProfilerStep by more than this share of a step
 
-HOST_TIME_KINDS = frozenset({"launch_bound", "small_kernels", "idle_gpu", "data_loader_stall", "checkpoint_stall"})
+HOST_TIME_KINDS = frozenset({"launch_bound", "small_kernels", "idle_gpu", "data_loader_stall", "checkpoint_stall",
+                             "compile_stall"})
 CROSS_RANK_KINDS = frozenset({"straggler", "exposed_comm"})
 _LAUNCH_WORDS = ("LaunchKernel", "LaunchCooperativeKernel", "Memcpy", "Memset", "GraphLaunch")
 HOLE_KINDS = (CPU_OP, RUNTIME, PYTHON, USER_ANNOTATION, KERNEL, MEMCPY, MEMSET)  # what fills a stretch of the window

@@ -13,14 +13,15 @@ import numpy as np
 from trainperf.diagnose.crossrank import P2P_KIND, collective_rows, compute_per_step
 from trainperf.diagnose.gpu_time import (CategoryTime, IdleSplit, Overlap, TemporalBreakdown, comm_comp_overlap,
                                          idle_in_span_us, idle_split, kernel_breakdown, temporal_breakdown)
-from trainperf.diagnose.host import (HostSpans, allocator_calls, checkpoint_spans, dataloader_spans, host_syncs,
-                                     optimizer_spans, sync_op_counts, sync_ops)
+from trainperf.diagnose.host import (COMPILE_RE, HostSpans, allocator_calls, checkpoint_spans, compile_spans,
+                                     compiled_frames, dataloader_spans, host_syncs, optimizer_spans, span_rows,
+                                     sync_op_counts, sync_ops)
 from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLength, launch_bound_stretches,
                                        launch_stats, queue_length)
 from trainperf.diagnose.replay import BLOCK_SYNC, Change, Graph, blocked_us, build_graph, critical_path, replay
 from trainperf.diagnose.steps import StepTime, step_times
 from trainperf.diagnose.window import Window, merge_intervals
-from trainperf.trace.events import EventTable
+from trainperf.trace.events import CPU_OP, PYTHON, USER_ANNOTATION, EventTable
 
 
 @dataclass(kw_only=True)
@@ -72,6 +73,9 @@ class RankFacts:
     sync_calls: HostSpans
     sync_ops: HostSpans
     allocator: HostSpans
+    compile: HostSpans                # torch.compile's compile phases (host.COMPILE_RE)
+    compile_steps: int = 0            # analysed steps with a compile span in them
+    recompiles: int = 0               # compiled regions the steps ran with a compile id above 0 (host.compiled_frames)
     waits: dict | None = None
     straggler: StragglerFacts | None = None
     breakdown: TemporalBreakdown | None = None
@@ -169,7 +173,12 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None) -> RankFa
     f = RankFacts(table=t, window=w, steps=steps, step_times=st, host_window_us=host_window, host_window_start_us=start,
                   dataloader=dataloader_spans(t, w), optimizer=optimizer_spans(t, w),
                   checkpoint=checkpoint_spans(t, w), sync_calls=host_syncs(t, w), sync_ops=sync_ops(t, w),
-                  allocator=allocator_calls(t, w), waits=waits)
+                  allocator=allocator_calls(t, w), compile=compile_spans(t, w), waits=waits)
+    if f.compile.count:
+        rows = span_rows(t, w, COMPILE_RE, (USER_ANNOTATION, CPU_OP, PYTHON))
+        f.compile_steps = sum(bool(((w.ts_us[rows] >= x.start_us) & (w.ts_us[rows] < x.start_us + x.host_us)).any())
+                              for x in st)
+        f.recompiles = compiled_frames(t, w)[1]
     f.sync_op_counts = sync_op_counts(t, w)  # host-side: the reads' CPU time is evidence without GPU events too
     if not w.device.size:
         return f

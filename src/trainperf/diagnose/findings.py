@@ -47,6 +47,12 @@ RECOMMENDATIONS = {
                 "critical path in the report for the host work that gates it.",
     "checkpoint_stall": "Checkpoint saving blocks training: save asynchronously "
                         "(torch.distributed.checkpoint.async_save) or less often.",
+    "compile_stall": "torch.compile compiles inside the profiled steps. In every step, a guard fails each time "
+                     "and it recompiles (TORCH_LOGS=recompiles names the guard): mark the changing dimensions "
+                     "dynamic (torch._dynamo.mark_dynamic, dynamic=True), pad or bucket shapes, and keep changing "
+                     "Python values out of the compiled function. Only in the first steps, it is warm-up: "
+                     "profile after it (a longer profiler schedule wait) and reuse compiled code across runs "
+                     "(Inductor's FX graph cache).",
     "gpu_analyses_skipped": "Profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] to record "
                             "GPU kernels.",
     "allocator_stall": "Device memory is allocated and freed through the driver (cudaMalloc/cudaFree, "
@@ -164,7 +170,7 @@ class FixPlan:
 # fixes that remove a wait (the time is waste whatever else changes) are priced before fixes that assume
 # some work gets k times faster (a hypothesis): e.g. a DataLoader stall before "host 2x faster". A
 # straggler's compute_speedup counts as a wait: the factor is measured (the other ranks' pace), not assumed
-STALL_CHANGES = frozenset({"remove_data_wait", "remove_checkpoint_wait", "remove_syncs", "unblock_pageable_copies",
+STALL_CHANGES = frozenset({"remove_data_wait", "remove_checkpoint_wait", "remove_compile_wait", "remove_syncs", "unblock_pageable_copies",
                            "remove_allocator", "overlap_comm", "remove_straggler_wait", "compute_speedup"})
 
 

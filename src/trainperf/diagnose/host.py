@@ -1,4 +1,4 @@
-"""Host side of a step: data-loader waits, host syncs, optimizer phase, checkpoint saves."""
+"""Host side of a step: data-loader waits, host syncs, optimizer phase, checkpoint saves, torch.compile."""
 
 from __future__ import annotations
 
@@ -44,6 +44,13 @@ ACTIVATION_CHECKPOINT_RE = r"torch/utils/checkpoint\.py|CheckpointFunction|check
 CHECKPOINT_RE = re.compile(rf"^(?!.*(?:{ACTIVATION_CHECKPOINT_RE}))"
                            r".*(?:checkpoint|torch\.save|dcp\.|save_state_dict|async_save|torch/serialization)",
                            re.I | re.S)
+# torch.compile's own work on the host: Dynamo's tracing and guards, AOTAutograd, Inductor's lowering, code
+# generation and autotuning. PyTorch records each phase as a "<phase> (dynamo_timed)" span while a profiler runs
+# (torch/_dynamo/utils.py dynamo_timed, since 2.1); the outer names stand in case that suffix changes.
+COMPILE_RE = re.compile(r"\(dynamo_timed\)$|^(entire_frame_compile|_compile\.compile_inner|compile_fx_inner"
+                        r"|GraphLowering\.compile|Scheduler\.codegen)$|^CachingAutotuner")
+# the compiled frame a step runs: "Torch-Compiled Region: <frame>/<compile>"; a compile id above 0 is a recompile
+COMPILED_REGION_RE = re.compile(r"^Torch-Compiled Region: (\d+)/(\d+)")
 
 
 def span_rows(t: EventTable, w: Window, pattern: re.Pattern, kinds) -> np.ndarray:
@@ -92,6 +99,20 @@ def sync_ops(t: EventTable, w: Window) -> HostSpans:
 def optimizer_spans(t: EventTable, w: Window) -> HostSpans:
     """Host time inside optimizer step / zero_grad spans (µs)."""
     return _host_spans(t, w, OPTIMIZER_RE, (USER_ANNOTATION, CPU_OP, PYTHON))
+
+
+def compile_spans(t: EventTable, w: Window) -> HostSpans:
+    """Host time inside torch.compile's compile phases (Dynamo, AOTAutograd, Inductor; µs)."""
+    return _host_spans(t, w, COMPILE_RE, (USER_ANNOTATION, CPU_OP, PYTHON))
+
+
+def compiled_frames(t: EventTable, w: Window) -> tuple[int, int]:
+    """(distinct compiled frames, recompiles) the window's steps ran: from the "Torch-Compiled Region: F/C"
+    spans, the number of frames F and of compile ids C above 0 (each a new compile of a frame whose guards
+    failed)."""
+    rows = span_rows(t, w, COMPILED_REGION_RE, (USER_ANNOTATION, CPU_OP, PYTHON))
+    ids = {tuple(int(x) for x in COMPILED_REGION_RE.match(t.names[int(t.name[r])]).groups()) for r in rows}
+    return len({f for f, _ in ids}), sum(c > 0 for _, c in ids)
 
 
 def checkpoint_spans(t: EventTable, w: Window) -> HostSpans:

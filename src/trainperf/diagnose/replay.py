@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, DATALOADER_RE,
+from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, COMPILE_RE, DATALOADER_RE,
                                      MEMCPY_RUNTIME_RE, SYNC_OP_RE, SYNC_RUNTIME_RE, call_sites, span_rows)
 from trainperf.diagnose.launch import LAUNCH_CALL_OUTLIER_US, small_kernel_mask
 from trainperf.diagnose.window import Window, merge_intervals
@@ -49,14 +49,18 @@ COPY_RETURN_SHARE = 0.01
 # how a host call blocks (Graph.block_class): a sync, a pageable copy, a sync that waited for a collective
 NOT_BLOCKING, BLOCK_SYNC, BLOCK_PAGEABLE, BLOCK_COMM = 0, 1, 2, 3
 
-CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_syncs", "unblock_pageable_copies",
+# named host stalls: spans whose time in a host gap is a wait of its own kind, not the thread's CPU work
+NAMED_STALLS = (DATALOADER_RE, CHECKPOINT_RE, COMPILE_RE, ALLOCATOR_SPAN_RE)
+
+CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_compile_wait", "remove_syncs", "unblock_pageable_copies",
                 "remove_allocator", "overlap_comm", "remove_straggler_wait", "speedup", "host_speedup",
                 "graph_small_kernels", "graph_launches", "compute_speedup")
 
 
 @dataclass(frozen=True)
 class Change:
-    """One what-if change. kind: none | remove_data_wait | remove_checkpoint_wait | remove_syncs (sync calls
+    """One what-if change. kind: none | remove_data_wait | remove_checkpoint_wait | remove_compile_wait (torch.compile
+    compiles nothing inside the steps) | remove_syncs (sync calls
     return at once) | unblock_pageable_copies (host-to-device copies stop blocking the host and the work
     after them stops queueing behind them: pinned memory, non_blocking, prefetched on a side stream) |
     remove_allocator (allocator calls and spans cost nothing: caching allocator) |
@@ -99,6 +103,7 @@ class Graph:
     host_gap: np.ndarray        # CPU time between host_prev's end and this start (µs)
     gap_dataloader: np.ndarray  # part of host_gap inside data-loader spans (µs)
     gap_checkpoint: np.ndarray  # part of host_gap inside checkpoint-saving spans (µs)
+    gap_compile: np.ndarray     # part of host_gap inside torch.compile's compile phases (µs)
     gap_allocator: np.ndarray   # part of host_gap inside allocator spans (µs)
     gap_idle: np.ndarray        # part of host_gap in which the thread ran nothing of its own: a wait (µs)
     host_dep: np.ndarray        # host call on another thread a call with an idle gap waited for, or -1
@@ -142,7 +147,8 @@ class Graph:
     @property
     def cpu_work_us(self) -> np.ndarray:
         """Each host node's own CPU work in its gap (µs): replay.cpu_work_us of this graph's gap columns."""
-        return cpu_work_us(self.host_gap, self.gap_dataloader, self.gap_checkpoint, self.gap_allocator, self.gap_idle)
+        return cpu_work_us(self.host_gap, self.gap_dataloader, self.gap_checkpoint, self.gap_compile, self.gap_allocator,
+                           self.gap_idle)
 
     def as_list(self, name: str) -> list:
         """A column as a Python list (cached): the replay loop reads lists ~3x faster than arrays."""
@@ -263,7 +269,7 @@ def _closing_anchors(t: EventTable, w: Window, last_steps: np.ndarray) -> tuple[
     checkpoint, allocator span) inside the window's last step, when one ends after the thread's last
     runtime call. Unexplained host time at the end of the window is left out, as before the anchors."""
     named = np.concatenate([span_rows(t, w, p, (USER_ANNOTATION, CPU_OP, PYTHON))
-                            for p in (DATALOADER_RE, CHECKPOINT_RE, ALLOCATOR_SPAN_RE)])
+                            for p in NAMED_STALLS])
     keep, at = [], []
     calls = np.flatnonzero(w.keep & (t.kind == RUNTIME))
     for r in last_steps:
@@ -305,7 +311,7 @@ def _thread_waits(t: EventTable, w: Window, rows: np.ndarray, start: np.ndarray,
     has_prev = np.flatnonzero(host_prev[:n_h] >= 0)
     tids = t.tid[rows[:n_h]]
     named = np.concatenate([span_rows(t, w, p, (USER_ANNOTATION, CPU_OP, PYTHON))
-                            for p in (DATALOADER_RE, CHECKPOINT_RE, ALLOCATOR_SPAN_RE)])
+                            for p in NAMED_STALLS])
     own = op_rows(t, w)
     for tid in np.unique(tids[has_prev]):
         mine = has_prev[tids[has_prev] == tid]
@@ -428,12 +434,12 @@ def launch_dispatch_us(cpu: np.ndarray, idle: np.ndarray, group: np.ndarray, hos
     return float(np.median(work[pick]))
 
 
-def cpu_work_us(host_gap: np.ndarray, gap_dataloader: np.ndarray, gap_checkpoint: np.ndarray,
+def cpu_work_us(host_gap: np.ndarray, gap_dataloader: np.ndarray, gap_checkpoint: np.ndarray, gap_compile: np.ndarray,
                 gap_allocator: np.ndarray, gap_idle: np.ndarray) -> np.ndarray:
     """The thread's own CPU work in each host node's gap (µs, >= 0): the gap less the time inside DataLoader,
-    checkpoint and allocator spans and the time it ran nothing (a wait for another thread). This is the work
-    the op dispatch, a graphed launch and a blocking read's op take their time from (Graph.cpu_work_us)."""
-    return np.maximum(host_gap - gap_dataloader - gap_checkpoint - gap_allocator - gap_idle, 0.0)
+    checkpoint, compile and allocator spans and the time it ran nothing (a wait for another thread). This is the
+    work the op dispatch, a graphed launch and a blocking read's op take their time from (Graph.cpu_work_us)."""
+    return np.maximum(host_gap - gap_dataloader - gap_checkpoint - gap_compile - gap_allocator - gap_idle, 0.0)
 
 
 def blocked_us(g: "Graph", block_class: int) -> float:
@@ -497,14 +503,16 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
         host_prev[idx[1:]] = idx[:-1]
         host_gap[idx[1:]] = np.maximum(start[idx[1:]] - end[idx[:-1]], 0.0)
     has_prev = host_prev >= 0
-    gap_dl, gap_ck, gap_al = np.zeros(n), np.zeros(n), np.zeros(n)
-    for pattern, out in ((DATALOADER_RE, gap_dl), (CHECKPOINT_RE, gap_ck), (ALLOCATOR_SPAN_RE, gap_al)):
+    gap_dl, gap_ck, gap_co, gap_al = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
+    for pattern, out in ((DATALOADER_RE, gap_dl), (CHECKPOINT_RE, gap_ck), (COMPILE_RE, gap_co),
+                         (ALLOCATOR_SPAN_RE, gap_al)):
         rows_p = span_rows(t, w, pattern, (USER_ANNOTATION, CPU_OP, PYTHON))
         spans = merge_intervals(w.ts_us[rows_p], w.end_us[rows_p])
         out[has_prev] = _covered(end[host_prev[has_prev]], start[has_prev], spans)
     # a gap counted as data loading is not also counted as checkpoint or allocator time
     gap_ck = np.minimum(gap_ck, host_gap - gap_dl)
-    gap_al = np.minimum(gap_al, host_gap - gap_dl - gap_ck)
+    gap_co = np.minimum(gap_co, host_gap - gap_dl - gap_ck)
+    gap_al = np.minimum(gap_al, host_gap - gap_dl - gap_ck - gap_co)
     gap_idle, host_dep, host_dep_lag = _thread_waits(t, w, rows, start, end, host_prev, host_gap, n_h, anchors.size)
 
     # device: launch links, stream order
@@ -613,7 +621,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     site_names = sorted(set(sites))
     sync_site[blocking] = [site_names.index(x) for x in sites]
     gap_so, so_site, in_so = _sync_op_gaps(t, w, rows, start, end, host_prev, blocking, sync_site, n_h)
-    work = cpu_work_us(host_gap, gap_dl, gap_ck, gap_al, gap_idle)
+    work = cpu_work_us(host_gap, gap_dl, gap_ck, gap_co, gap_al, gap_idle)
     gap_so = np.minimum(gap_so, work)
     pageable_copies = np.zeros(n, bool)
     pageable_copies[sync_on[block == BLOCK_PAGEABLE]] = True
@@ -652,7 +660,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
                 cw_rank[i] = other
     order = np.lexsort((~is_host, start))  # host calls first at equal times
     return Graph(rows=rows, is_host=is_host, start=start, dur=dur, host_prev=host_prev, host_gap=host_gap,
-                 gap_dataloader=gap_dl, gap_checkpoint=gap_ck, gap_allocator=gap_al, gap_idle=gap_idle,
+                 gap_dataloader=gap_dl, gap_checkpoint=gap_ck, gap_compile=gap_co, gap_allocator=gap_al, gap_idle=gap_idle,
                  host_dep=host_dep, host_dep_lag=host_dep_lag, is_sync=is_sync,
                  block_class=block, sync_on=sync_on, sync_on_nc=sync_on_nc, sync_base=sync_base, sync_tail=sync_tail, sync_site=sync_site, gap_syncop=gap_so, syncop_site=so_site, in_syncop=in_so,
                  site_names=site_names, is_alloc=is_alloc,
@@ -698,7 +706,7 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
             dur[sel] = dur[sel] / c.factor
     if "remove_straggler_wait" in kinds:
         dur = dur - g.comm_wait
-    # the host gap before a call: data loading + checkpointing + allocator spans + the thread's own CPU work + the
+    # the host gap before a call: data loading + checkpointing + compiling + allocator spans + the thread's own CPU work + the
     # time it waited for another thread (idle)
     cpu = g.cpu_work_us
     for c in changes:
@@ -728,6 +736,7 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     cpu = np.maximum(cpu, 0.0) + g.gap_idle * (g.host_dep < 0)
     gap = cpu + (0.0 if "remove_data_wait" in kinds else g.gap_dataloader) + \
         (0.0 if "remove_checkpoint_wait" in kinds else g.gap_checkpoint) + \
+        (0.0 if "remove_compile_wait" in kinds else g.gap_compile) + \
         (0.0 if "remove_allocator" in kinds else g.gap_allocator)
     if "remove_allocator" in kinds:
         dur[g.is_alloc] = 0.0
@@ -828,7 +837,7 @@ def critical_path(g: Graph, r: Replay) -> dict[str, float]:
         elif p >= 0:
             left = r.start[j] - r.end[p]
             for bucket, part in (("dataloader", g.gap_dataloader[j]), ("checkpoint", g.gap_checkpoint[j]),
-                                 ("allocator", g.gap_allocator[j])):
+                                 ("compile", g.gap_compile[j]), ("allocator", g.gap_allocator[j])):
                 v = min(part, left)
                 add(bucket, v)
                 left -= v

@@ -36,12 +36,13 @@ def _make(f: RankFacts, kind: str, metrics: dict, events=(), changes: tuple = ()
 DATALOADER_MIN_PCT = 1.0  # DataLoader spans, % of the span
 
 
-def _host_stall(f: RankFacts, kind: str, spans, change: str, what: str, label: str = "") -> Finding:
+def _host_stall(f: RankFacts, kind: str, spans, change: str, what: str, label: str = "",
+                extra: dict | None = None) -> Finding:
     """A named host stall (DataLoader, checkpoint): priced by replay over HTA's window (the complete steps; a
     one-off save is worth its cost over the steps the window holds, as the corpus truth counts it); the host
     time itself without GPU (an upper bound)."""
     share = f.pct(spans.time_us)
-    metrics = {f"{what}_time": (spans.time_us, "us"), f"{what}_share": (share, "%")}
+    metrics = {f"{what}_time": (spans.time_us, "us"), f"{what}_share": (share, "%"), **(extra or {})}
     if not f.has_gpu:  # no replay: the host time itself is the upper bound
         return _make(f, kind=kind, metrics=metrics, events=spans.longest, gain_pct=share, gain_us=spans.time_us,
                      what_if=f"{change} (host only: upper bound)", evidence_pct=share)
@@ -64,6 +65,19 @@ def checkpoint_stall(f: RankFacts) -> Finding | None:
     if f.pct(f.checkpoint.time_us) <= CHECKPOINT_MIN_PCT:
         return None
     return _host_stall(f, "checkpoint_stall", f.checkpoint, "remove_checkpoint_wait", "checkpoint")
+
+
+COMPILE_MIN_PCT = 1.0  # compile spans, % of the span: the stall rules' one evidence threshold
+
+
+def compile_stall(f: RankFacts) -> Finding | None:
+    """torch.compile compiles inside the analysed steps (Dynamo/Inductor phases on the host): a recompile in every
+    step (a guard that fails each time), or compile warm-up inside the profiled window."""
+    if f.pct(f.compile.time_us) <= COMPILE_MIN_PCT:
+        return None
+    return _host_stall(f, "compile_stall", f.compile, "remove_compile_wait", "compile", "torch.compile",
+                       extra={"steps_compiling": (f.compile_steps, f"of {len(f.steps)} steps"),
+                              "recompiles": (f.recompiles, "compiled regions")})
 
 
 HOST_SYNC_MIN_PCT = 1.0  # time blocked in syncs, or sync wait on the critical path, % of the span
@@ -395,7 +409,7 @@ def optimizer_slow(f: RankFacts) -> Finding | None:
 
 IDLE_GPU_PCT = 30.0
 _IDLE_EXPLAINED_BY = ("launch_bound", "data_loader_stall", "host_sync", "allocator_stall", "pageable_copy",
-                      "checkpoint_stall")
+                      "checkpoint_stall", "compile_stall")
 
 
 def _explains_idle(x: Finding) -> bool:
@@ -421,7 +435,7 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
 
 
 # fp32_matmul (diagnose/precision.py): fp32 GEMMs/convolutions on a tensor-core accelerator, before the fusion rule
-RULES = (data_loader_stall, checkpoint_stall, host_sync, pageable_copy, allocator_stall, exposed_comm, straggler,
+RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable_copy, allocator_stall, exposed_comm, straggler,
          launch_bound, small_kernels, fp32_matmul, memory_bound_unfused, optimizer_slow, gpu_analyses_skipped)
 
 
