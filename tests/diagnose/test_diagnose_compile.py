@@ -72,3 +72,19 @@ def test_recompiles_on_a_gpu_trace_are_priced_by_replay(tmp_path):
     assert f.gain_us == pytest.approx(2 * (C - 1), abs=2)
     assert f.gain_pct == pytest.approx(100 * 2 * (C - 1) / ((P + C) + C + 9000 + 20 + 50), abs=0.05)
     assert f.evidence["metrics"]["recompiles"]["value"] == 2 and f.severity == "high"
+
+
+def test_diff_puts_the_recompiles_in_their_own_bucket():
+    # the same step, steady vs recompiling: the compile phases' union per step (from the raw JSON, outermost spans)
+    # is the change's largest bucket, named as such, and the buckets still add up to the step-time change
+    from trainperf.diagnose.diff import diff
+
+    raw = json.loads(gzip.decompress((DATA / "recompile.json.gz").read_bytes()))["traceEvents"]
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in raw if e.get("name", "").startswith("ProfilerStep#"))
+    per_step = [_union_us((e["ts"], e["ts"] + e["dur"]) for e in raw if e.get("ph") == "X"
+                          and e["name"].endswith("(dynamo_timed)") and s <= e["ts"] < t) for s, t in steps]
+    d = diff(DATA / "steady.json.gz", DATA / "recompile.json.gz")
+    delta = {n: c - b for n, b, c in d.decomposition}
+    assert max(delta, key=delta.get) == "host: compile"
+    assert delta["host: compile"] == pytest.approx(sum(per_step) / len(per_step), rel=0.02)
+    assert "host: compile" in d.headline()

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, DATALOADER_RE,
+from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, COMPILE_RE, DATALOADER_RE,
                                      OPTIMIZER_RE, SYNC_OP_RE, SYNC_RUNTIME_RE)
 from trainperf.errors import TrainperfError
 from trainperf.trace.annotate import STEP_RE, correlated_host_row, step_rows, step_spans
@@ -298,9 +298,10 @@ def rank_sweep(t: EventTable) -> RankSweep:
                                                                                    RUNTIME))])
     sync = _host_rows(t, [(SYNC_RUNTIME_RE, (RUNTIME,)), (SYNC_OP_RE, (CPU_OP,))])
     ckpt = _host_rows(t, [(CHECKPOINT_RE, (USER_ANNOTATION, CPU_OP, PYTHON))])
+    comp = _host_rows(t, [(COMPILE_RE, (USER_ANNOTATION, CPU_OP, PYTHON))])
     lo, hi = s0.min(), s1.max()
-    host_causes = (("host: dataloader", dl), ("host: checkpoint", ckpt), ("host: allocator", alloc),
-                   ("host: sync", sync), ("host: optimizer", _host_rows(t, [(OPTIMIZER_RE, (USER_ANNOTATION, CPU_OP,
+    host_causes = (("host: dataloader", dl), ("host: checkpoint", ckpt), ("host: compile", comp),
+                   ("host: allocator", alloc), ("host: sync", sync), ("host: optimizer", _host_rows(t, [(OPTIMIZER_RE, (USER_ANNOTATION, CPU_OP,
                                                                                             PYTHON))])))
     cuts = [s0, s1, ts[dev], end[dev], launch[np.isfinite(launch)]]
     if dev.size == 0:  # a host-only trace (CPU training): the step is split by what the host does
@@ -317,9 +318,9 @@ def rank_sweep(t: EventTable) -> RankSweep:
         share = {}
         # the training loop blocked on a collective: one is open and the loop thread does no work of its own
         comm = _covered(mids, ts[comm_open], end[comm_open]) & ~_covered(mids, ts[own_work], end[own_work])
-        for label, take in [(lb, _covered(mids, ts[rows], end[rows])) for lb, rows in host_causes[:4]] + [
-                ("host: communication", comm)] + [(host_causes[4][0], _covered(mids, ts[host_causes[4][1]],
-                                                                                 end[host_causes[4][1]]))]:
+        for label, take in [(lb, _covered(mids, ts[rows], end[rows])) for lb, rows in host_causes[:-1]] + [
+                ("host: communication", comm)] + [(host_causes[-1][0], _covered(mids, ts[host_causes[-1][1]],
+                                                                                  end[host_causes[-1][1]]))]:
             take = free & take
             share[label] = np.where(take, dt, 0.0)
             free &= ~take
@@ -362,8 +363,8 @@ def rank_sweep(t: EventTable) -> RankSweep:
     left = gap.copy()
     covered_before = 0.0
     rows = np.zeros(0, dtype=np.int64)
-    for label, more in (("idle: dataloader", dl), ("idle: checkpoint", ckpt), ("idle: allocator", alloc),
-                        ("idle: sync", sync)):
+    for label, more in (("idle: dataloader", dl), ("idle: checkpoint", ckpt), ("idle: compile", comp),
+                        ("idle: allocator", alloc), ("idle: sync", sync)):
         rows = np.concatenate([rows, more])  # this cause and the ones ranked before it
         cov = _union_length(ts[rows], end[rows], prev_launch, lau)
         amount = np.minimum(np.maximum(cov - covered_before, 0.0), left)
