@@ -199,3 +199,40 @@ def test_a_cause_must_stay_significant_on_the_leaves_no_other_cause_claims():
     # b=x's own leaves up by 300 each too: a fault of its own, both stay
     real[(leaves["b"] == "x") & (leaves["a"] != "1")] += 300.0
     assert _own_evidence(found, cuboids, real, exp, 1.0, 50, float(real.sum() - exp.sum()), LocalizeOptions()) == found
+
+
+def test_the_direction_is_that_of_a_significant_fault_not_of_the_noisy_total():
+    # 50 leaves of 100 under a=0 rise by 30% (+1397 in all); the 150 leaves of 1000 outside it carry
+    # 10% forecast noise, whose sum happens to fall (-4058), so the fleet's total fell (-2661). The
+    # search looked only for elements that fell and named a noise leaf; a=0 is the most significant
+    # element against the noise law read on every leaf, in the other direction, and beyond the bound
+    mesh = np.meshgrid([str(i) for i in range(4)], [str(i) for i in range(50)], indexing="ij")
+    leaves = {"a": mesh[0].ravel(), "b": mesh[1].ravel()}
+    exp = np.where(leaves["a"] == "0", 100.0, 1000.0)
+    rng = np.random.default_rng(10)
+    real = exp * (1 + 0.1 * rng.standard_normal(exp.size))
+    fault = leaves["a"] == "0"
+    real[fault] *= 1.3
+    assert real.sum() - exp.sum() < 0 < real[fault].sum() - exp[fault].sum()  # the setting, from the raw arrays
+    noise = _noise_model(real, exp)
+    z = _element_z(real, exp, fault, 1.0, noise)
+    assert z >= _bonferroni_z(0.01, 4 + 50 + 200, noise[2])  # the fault is significant upwards
+    res = localize(leaves, real, exp)
+    assert [cause_key(c) for c in res.root_causes] == ["a=0"]
+    assert res.causes[0].after > res.causes[0].before
+
+
+def test_a_description_the_tests_kept_is_judged_once(monkeypatch):
+    # one clean fault (a=1 doubles, no noise): the search's candidate passes, the parsimony tests keep
+    # it, and no leaf is left to search: its significance is computed once, not again after the tests
+    import trainperf.fleet.localize as loc
+
+    calls = []
+    real_significant = loc._significant
+    monkeypatch.setattr(loc, "_significant", lambda *a: calls.append(a[1]) or real_significant(*a))
+    leaves, exp = _grid(3, 3, 2)
+    real = exp.copy()
+    real[leaves["a"] == "1"] *= 2.0
+    res = localize(leaves, real, exp)
+    assert [cause_key(c) for c in res.root_causes] == ["a=1"]
+    assert len(calls) == 1
