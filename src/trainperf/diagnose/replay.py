@@ -1,9 +1,9 @@
 """Dependency graph of a rank's window, replay with one change (what-if), and the critical path.
 
 Nodes are host runtime calls (kernel launches, copies, syncs) per thread and device events per
-stream, the start of the window's first ProfilerStep on each thread, and the end of a DataLoader,
-checkpoint or allocator span after the last call of the window's last step (host work before a
-step's first launch or after its last belongs to the step). Edges, all read from the trace:
+stream, the start of the window's first ProfilerStep (the stepping thread's, window.find_step_markers),
+and the end of a DataLoader, checkpoint or allocator span after the last call of the window's last step
+(host work before a step's first launch or after its last belongs to the step). Edges, all read from the trace:
 - host order: a call starts after the previous call on its thread ended plus the CPU work seen
   between them (that gap shrinks when a change removes data-loader time inside it);
 - host thread wait: the part of that gap in which the thread ran nothing (no op, no named span of its
