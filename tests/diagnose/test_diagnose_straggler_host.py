@@ -288,3 +288,16 @@ def test_time_inside_a_slow_collective_call_is_communication_not_own_work(tmp_pa
     hs = host_straggler(tables)
     assert hs.gain_pct == pytest.approx(0.0, abs=0.05)
     assert not [f for f in diagnose(tmp_path).findings if f.kind == "straggler"]
+
+
+def test_a_cpu_only_ranks_communication_is_reported(tmp_path):
+    """The summary of a rank without device events reports its loop thread's communication over the analysed
+    steps (1-3; #4, the last, is left out as by every figure), all of it exposed: rank 0 30.5 ms a step (the
+    0.2-ms broadcast call, then blocked inside DDP.forward until fwd+31.0, per the first test), rank 1 0.5 ms
+    (fwd+0.5 .. fwd+1.0). Before: 0 for both (comm_us is GPU-only)."""
+    d = diagnose(_write(tmp_path, {k: EXTRA_MS for k in range(STEPS)}))
+    r = {x.rank: x for x in d.ranks}
+    assert r[0].steps == [1, 2, 3]
+    assert r[0].comm_us == pytest.approx(3 * (EXTRA_MS + 0.5) * 1e3, abs=3.0)
+    assert r[1].comm_us == pytest.approx(3 * 0.5e3, abs=3.0)
+    assert r[0].exposed_comm_us == r[0].comm_us

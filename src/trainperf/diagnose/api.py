@@ -235,7 +235,9 @@ def _summary(f: RankFacts, plan: F.FixPlan) -> RankSummary:
                   gpu_lag_median_us=float(np.nanmedian(lags)) if lags else None)
     if not f.has_gpu:
         hw = f.host_window_us
-        return RankSummary(t.rank, t.source, hw, 0, 0, 0, 0, 0, 0, 0,
+        # the loop thread computes nothing while it is in or blocked on a collective: all of it is exposed
+        comm = f.host_comm_us or 0.0
+        return RankSummary(t.rank, t.source, hw, 0, 0, 0, 0, 0, 0, 0, comm_us=comm, exposed_comm_us=comm,
                            gpu_analyses="skipped: no kernel, memcpy or memset events in this rank's trace",
                            dataloader_pct=_pct(f.dataloader.time_us, hw), optimizer_pct=_pct(f.optimizer.time_us, hw),
                            allocator_pct=_pct(f.allocator.time_us, hw), **common)

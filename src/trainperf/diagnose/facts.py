@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainperf.diagnose.crossrank import P2P_KIND, collective_rows, compute_per_step
+from trainperf.diagnose.crossrank import P2P_KIND, collective_rows, compute_per_step, host_step_waits
 from trainperf.diagnose.gpu_time import (CategoryTime, IdleSplit, Overlap, TemporalBreakdown, comm_comp_overlap,
                                          idle_in_span_us, idle_split, kernel_breakdown, temporal_breakdown)
 from trainperf.diagnose.host import (COMPILE_RE, HostSpans, allocator_calls, checkpoint_spans, compile_spans,
@@ -93,6 +93,9 @@ class RankFacts:
     sync_op_counts: dict = field(default_factory=dict)  # op name -> (count, CPU µs): aten::item, nonzero, ...
     compute_by_step: dict = field(default_factory=dict)  # step -> µs of computation it launched (crossrank)
     p2p_comm_share: float = 0.0  # share of communication kernel time in point-to-point (send/recv) kernels
+    # without device events (gloo, CPU only): the training-loop thread's communication over the analysed steps
+    # (crossrank.host_step_waits: inside collective calls, or blocked on a collective), µs; None with GPU or no steps
+    host_comm_us: float | None = None
     _gains: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -181,6 +184,9 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None) -> RankFa
         f.recompiles = compiled_frames(t, w)[1]
     f.sync_op_counts = sync_op_counts(t, w)  # host-side: the reads' CPU time is evidence without GPU events too
     if not w.device.size:
+        waits_by_step = host_step_waits(t, w.keep) if steps else {}
+        if waits_by_step:
+            f.host_comm_us = float(sum(v[1] for k, v in waits_by_step.items() if k in steps))
         return f
     f.breakdown = temporal_breakdown(t, w)
     f.step_idle_us = idle_in_span_us(w, start, start + host_window)
