@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import sys
+import warnings
 from functools import lru_cache
 
 import typer
@@ -144,8 +145,14 @@ def click_command():
     return cmd
 
 
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """A warning as the CLI shows it: "warning: <message>", without the source line Python adds."""
+    return f"warning: {message}\n"
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; a TrainperfError or a usage error becomes one line on stderr and exit code 2."""
+    warnings.formatwarning = _one_line_warning
     try:
         # standalone_mode=False hands click's usage errors (bad value, out of range, unknown
         # option) to us, so they print as one line like every other user error.

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainperf.errors import TrainperfError
+from trainperf.errors import NotATraceError, TrainperfError
 from trainperf.trace.annotate import annotate
 from trainperf.trace.chunk import INT_COLUMNS, Chunk, chunk_from_dicts, compact_json, to_int
 from trainperf.trace.events import CAT_TO_KIND, OTHER, EventTable
@@ -346,8 +346,11 @@ def read_kineto(path: str | Path, rank: int | None = None) -> EventTable:
             continue
         builder.add(item)
     if not builder.rows:
-        raise TrainperfError(f"{path}: no complete ('ph': 'X') events among {builder.skipped} entries; "
-                             "is this a Kineto trace (torch.profiler export_chrome_trace)?")
+        # no entry at all: some other JSON (labels, a config), not a trace; entries but none complete: a trace
+        # without the events an analysis needs
+        error = NotATraceError if not builder.skipped else TrainperfError
+        raise error(f"{path}: no complete ('ph': 'X') events among {builder.skipped} entries; "
+                    "is this a Kineto trace (torch.profiler export_chrome_trace)?")
     cols = builder.columns()
     dist = header.get("distributedInfo")
     if rank is None:

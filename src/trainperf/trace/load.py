@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from trainperf.errors import TrainperfError
+from trainperf.errors import NotATraceError, TrainperfError
 from trainperf.trace.events import EventTable
+
+class NotATraceWarning(UserWarning):
+    """A file of a trace folder that holds no trace (skipped)."""
+
 
 RANK_IN_NAME_RE = re.compile(r"rank[-_ ]?(\d+)", re.I)
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz", ".xplane.pb")
@@ -59,10 +64,15 @@ def rank_from_name(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _read_one(path: Path) -> EventTable:
+def _read_one(path: Path) -> EventTable | NotATraceError:
+    """The file's EventTable, or the NotATraceError of a file that holds no trace at all (returned, not raised, so
+    that the other files of a folder still load)."""
     from trainperf.trace.producers import read_any  # Kineto, rocprofv3 JSON or JAX, by the file's content
 
-    return read_any(path)
+    try:
+        return read_any(path)
+    except NotATraceError as e:
+        return e
 
 
 def load_trace(path: str | Path, ranks: list[int] | None = None, workers: int | None = None,
@@ -74,6 +84,17 @@ def load_trace(path: str | Path, ranks: list[int] | None = None, workers: int | 
     """
     files = trace_files(path)
     tables = _read_all(files, workers, progress)
+    # a folder may hold other JSON beside its traces (labels, configs): skipped, said so; nothing else a trace
+    not_traces = [t for t in tables if isinstance(t, NotATraceError)]
+    if len(not_traces) == len(tables):
+        if Path(path).is_dir() and (Path(path) / "traces").is_dir():
+            raise TrainperfError(f"{path}: no trace in this folder ({', '.join(f.name for f in files)} hold none); "
+                                 f"its traces are in {Path(path) / 'traces'}/")
+        raise not_traces[0]
+    for f, t in zip(files, tables):
+        if isinstance(t, NotATraceError):
+            warnings.warn(f"{f}: holds no trace events (not a trace): skipped", NotATraceWarning, stacklevel=2)
+    files, tables = zip(*[(f, t) for f, t in zip(files, tables) if not isinstance(t, NotATraceError)])
     by_rank: dict[int, EventTable] = {}
     world_sizes = {}
     for f, t in zip(files, tables):

@@ -1,0 +1,42 @@
+"""A trace folder may hold other JSON beside its rank traces (labels, configs): skipped with a warning, never read as a
+rank; a folder of such files alone is still an error, and a damaged trace is never skipped."""
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+import pytest
+
+from trainperf.errors import TrainperfError
+from trainperf.trace.load import NotATraceWarning, load_trace
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "compile"
+
+
+def test_labels_beside_a_trace_are_skipped_with_a_warning(tmp_path):
+    shutil.copy(DATA / "steady.json.gz", tmp_path / "rank0.json.gz")
+    (tmp_path / "labels.json").write_text(json.dumps({"kind": "healthy", "ranks": [], "true_gain_pct": 0}))
+    with pytest.warns(NotATraceWarning, match="labels.json: holds no trace events"):
+        tables = load_trace(tmp_path)
+    alone = load_trace(DATA / "steady.json.gz")
+    assert list(tables) == [0] and len(tables[0]) == len(alone[0])
+
+
+def test_a_folder_with_no_trace_is_an_error_naming_where_they_are(tmp_path):
+    (tmp_path / "labels.json").write_text("{}")
+    (tmp_path / "traces").mkdir()
+    with pytest.raises(TrainperfError, match="its traces are in"):
+        load_trace(tmp_path)
+    (tmp_path / "traces").rmdir()
+    with pytest.raises(TrainperfError, match="labels.json: no complete"):
+        load_trace(tmp_path)
+
+
+def test_a_damaged_trace_beside_a_good_one_is_still_an_error(tmp_path):
+    shutil.copy(DATA / "steady.json.gz", tmp_path / "rank0.json.gz")
+    (tmp_path / "rank1.json").write_text('{"traceEvents": [{"ph": "X", "name": "a", "ts": 1')  # cut mid-event
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NotATraceWarning)  # nothing may be skipped silently
+        with pytest.raises(TrainperfError, match="rank1.json"):
+            load_trace(tmp_path)
