@@ -39,8 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, COMPILE_RE, DATALOADER_RE,
-                                     OPTIMIZER_RE, SYNC_OP_RE, SYNC_RUNTIME_RE)
+from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, COMPILE_RE,
+                                     DATALOADER_RE, OPTIMIZER_RE, SYNC_OP_RE, SYNC_RUNTIME_RE)
 from trainperf.errors import TrainperfError
 from trainperf.trace.annotate import STEP_RE, correlated_host_row, step_rows, step_spans
 from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMMUNICATION, CPU_OP, PYTHON,
@@ -300,9 +300,9 @@ def rank_sweep(t: EventTable) -> RankSweep:
     ckpt = _host_rows(t, [(CHECKPOINT_RE, (USER_ANNOTATION, CPU_OP, PYTHON))])
     comp = _host_rows(t, [(COMPILE_RE, (USER_ANNOTATION, CPU_OP, PYTHON))])
     lo, hi = s0.min(), s1.max()
+    optim = _host_rows(t, [(OPTIMIZER_RE, (USER_ANNOTATION, CPU_OP, PYTHON))])
     host_causes = (("host: dataloader", dl), ("host: checkpoint", ckpt), ("host: compile", comp),
-                   ("host: allocator", alloc), ("host: sync", sync), ("host: optimizer", _host_rows(t, [(OPTIMIZER_RE, (USER_ANNOTATION, CPU_OP,
-                                                                                            PYTHON))])))
+                   ("host: allocator", alloc), ("host: sync", sync), ("host: optimizer", optim))
     cuts = [s0, s1, ts[dev], end[dev], launch[np.isfinite(launch)]]
     if dev.size == 0:  # a host-only trace (CPU training): the step is split by what the host does
         comm_open, own_work = _host_comm_rows(t)

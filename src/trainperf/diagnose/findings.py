@@ -170,8 +170,9 @@ class FixPlan:
 # fixes that remove a wait (the time is waste whatever else changes) are priced before fixes that assume
 # some work gets k times faster (a hypothesis): e.g. a DataLoader stall before "host 2x faster". A
 # straggler's compute_speedup counts as a wait: the factor is measured (the other ranks' pace), not assumed
-STALL_CHANGES = frozenset({"remove_data_wait", "remove_checkpoint_wait", "remove_compile_wait", "remove_syncs", "unblock_pageable_copies",
-                           "remove_allocator", "overlap_comm", "remove_straggler_wait", "compute_speedup"})
+STALL_CHANGES = frozenset({"remove_data_wait", "remove_checkpoint_wait", "remove_compile_wait", "remove_syncs",
+                           "unblock_pageable_copies", "remove_allocator", "overlap_comm", "remove_straggler_wait",
+                           "compute_speedup"})
 
 
 def _removes_a_stall(f: Finding) -> bool:

@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, COMPILE_RE, DATALOADER_RE,
-                                     MEMCPY_RUNTIME_RE, SYNC_OP_RE, SYNC_RUNTIME_RE, call_sites, span_rows)
+from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, COMPILE_RE,
+                                     DATALOADER_RE, MEMCPY_RUNTIME_RE, SYNC_OP_RE, SYNC_RUNTIME_RE, call_sites,
+                                     span_rows)
 from trainperf.diagnose.launch import LAUNCH_CALL_OUTLIER_US, small_kernel_mask
 from trainperf.diagnose.window import Window, merge_intervals
 from trainperf.trace.annotate import STEP_RE, correlated_host_row
