@@ -74,7 +74,7 @@ class RankFacts:
     sync_ops: HostSpans
     allocator: HostSpans
     compile: HostSpans                # torch.compile's compile phases (host.COMPILE_RE)
-    compile_steps: int = 0            # analysed steps with a compile span in them
+    compile_steps: list = field(default_factory=list)  # the analysed steps with a compile span in them
     recompiles: int = 0               # compiled regions the steps ran with a compile id above 0 (host.compiled_frames)
     waits: dict | None = None
     straggler: StragglerFacts | None = None
@@ -179,8 +179,8 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None) -> RankFa
                   allocator=allocator_calls(t, w), compile=compile_spans(t, w), waits=waits)
     if f.compile.count:
         rows = span_rows(t, w, COMPILE_RE, (USER_ANNOTATION, CPU_OP, PYTHON))
-        f.compile_steps = sum(bool(((w.ts_us[rows] >= x.start_us) & (w.ts_us[rows] < x.start_us + x.host_us)).any())
-                              for x in st)
+        f.compile_steps = [x.step for x in st
+                           if ((w.ts_us[rows] >= x.start_us) & (w.ts_us[rows] < x.start_us + x.host_us)).any()]
         f.recompiles = compiled_frames(t, w)[1]
     f.sync_op_counts = sync_op_counts(t, w)  # host-side: the reads' CPU time is evidence without GPU events too
     if not w.device.size:

@@ -71,13 +71,21 @@ COMPILE_MIN_PCT = 1.0  # compile spans, % of the span: the stall rules' one evid
 
 
 def compile_stall(f: RankFacts) -> Finding | None:
-    """torch.compile compiles inside the analysed steps (Dynamo/Inductor phases on the host): a recompile in every
-    step (a guard that fails each time), or compile warm-up inside the profiled window."""
+    """torch.compile compiles inside the analysed steps (Dynamo/Inductor phases on the host): a recompile in
+    several steps (a guard that fails each time), priced as a stall; or warm-up, compiling in the first analysed
+    step only, which a steady-state step never pays: reported low and unpriced, so that it does not outrank what
+    the steady steps show (the fix is to profile after it)."""
     if f.pct(f.compile.time_us) <= COMPILE_MIN_PCT:
         return None
-    return _host_stall(f, "compile_stall", f.compile, "remove_compile_wait", "compile", "torch.compile",
-                       extra={"steps_compiling": (f.compile_steps, f"of {len(f.steps)} steps"),
-                              "recompiles": (f.recompiles, "compiled regions")})
+    extra = {"steps_compiling": (len(f.compile_steps), f"of {len(f.steps)} steps"),
+             "recompiles": (f.recompiles, "compiled regions")}
+    if len(f.steps) >= 2 and f.compile_steps == f.steps[:1]:
+        metrics = {"compile_time": (f.compile.time_us, "us"), "compile_share": (f.pct(f.compile.time_us), "%"),
+                   **extra}
+        return _make(f, "compile_stall", metrics, f.compile.longest, severity="low",
+                     what_if=f"warm-up: compilation in the first analysed step ({f.steps[0]}) only, which a "
+                             "steady-state step does not pay; profile after it")
+    return _host_stall(f, "compile_stall", f.compile, "remove_compile_wait", "compile", "torch.compile", extra=extra)
 
 
 HOST_SYNC_MIN_PCT = 1.0  # time blocked in syncs, or sync wait on the critical path, % of the span
