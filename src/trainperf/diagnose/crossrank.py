@@ -341,10 +341,9 @@ def host_step_waits(t: EventTable, keep: np.ndarray | None = None) -> dict[int, 
     call_ids = {i for i, n in enumerate(names) if COLLECTIVE_CALL_RE.search(n)}
     calls = _merge([(int(t.ts_ns[r]), int(end[r])) for r in on_loop[np.isin(t.name[on_loop], list(call_ids))]])
     block_ids = [i for i, n in enumerate(names) if BLOCKING_OP_RE.search(n) and i not in call_ids]
-    loop_steps = srows
     gaps: list[tuple[int, int]] = []
     loose: list[tuple[int, int]] = []  # gaps inside no op at all (the step's own)
-    for b in np.concatenate([on_loop[np.isin(t.name[on_loop], block_ids)], loop_steps]):
+    for b in np.concatenate([on_loop[np.isin(t.name[on_loop], block_ids)], srows]):
         s, e = int(t.ts_ns[b]), int(end[b])
         lo, hi = np.searchsorted(ts_loop, s, "left"), np.searchsorted(ts_loop, e, "left")
         kids = _merge([(int(t.ts_ns[c]), int(end[c])) for c in on_loop[lo:hi] if c != b and end[c] <= e])

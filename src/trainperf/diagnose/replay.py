@@ -53,16 +53,15 @@ NOT_BLOCKING, BLOCK_SYNC, BLOCK_PAGEABLE, BLOCK_COMM = 0, 1, 2, 3
 # named host stalls: spans whose time in a host gap is a wait of its own kind, not the thread's CPU work
 NAMED_STALLS = (DATALOADER_RE, CHECKPOINT_RE, COMPILE_RE, ALLOCATOR_SPAN_RE)
 
-CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_compile_wait", "remove_syncs", "unblock_pageable_copies",
-                "remove_allocator", "overlap_comm", "remove_straggler_wait", "speedup", "host_speedup",
-                "graph_small_kernels", "graph_launches", "compute_speedup")
+CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_compile_wait", "remove_syncs",
+                "unblock_pageable_copies", "remove_allocator", "overlap_comm", "remove_straggler_wait", "speedup",
+                "host_speedup", "graph_small_kernels", "graph_launches", "compute_speedup")
 
 
 @dataclass(frozen=True)
 class Change:
-    """One what-if change. kind: none | remove_data_wait | remove_checkpoint_wait | remove_compile_wait (torch.compile
-    compiles nothing inside the steps) | remove_syncs (sync calls
-    return at once) | unblock_pageable_copies (host-to-device copies stop blocking the host and the work
+    """One what-if change. kind: none | remove_data_wait | remove_checkpoint_wait | remove_compile_wait
+    (torch.compile compiles nothing inside the steps) | remove_syncs (sync calls return at once) | unblock_pageable_copies (host-to-device copies stop blocking the host and the work
     after them stops queueing behind them: pinned memory, non_blocking, prefetched on a side stream) |
     remove_allocator (allocator calls and spans cost nothing: caching allocator) |
     overlap_comm (computation and host syncs stop waiting for collectives: fully overlapped) | remove_straggler_wait |
@@ -148,8 +147,8 @@ class Graph:
     @property
     def cpu_work_us(self) -> np.ndarray:
         """Each host node's own CPU work in its gap (µs): replay.cpu_work_us of this graph's gap columns."""
-        return cpu_work_us(self.host_gap, self.gap_dataloader, self.gap_checkpoint, self.gap_compile, self.gap_allocator,
-                           self.gap_idle)
+        return cpu_work_us(self.host_gap, self.gap_dataloader, self.gap_checkpoint, self.gap_compile,
+                           self.gap_allocator, self.gap_idle)
 
     def as_list(self, name: str) -> list:
         """A column as a Python list (cached): the replay loop reads lists ~3x faster than arrays."""
@@ -504,16 +503,18 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
         host_prev[idx[1:]] = idx[:-1]
         host_gap[idx[1:]] = np.maximum(start[idx[1:]] - end[idx[:-1]], 0.0)
     has_prev = host_prev >= 0
-    gap_dl, gap_ck, gap_co, gap_al = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
-    for pattern, out in ((DATALOADER_RE, gap_dl), (CHECKPOINT_RE, gap_ck), (COMPILE_RE, gap_co),
-                         (ALLOCATOR_SPAN_RE, gap_al)):
+    # each named stall's part of the gap, exclusive in NAMED_STALLS' order: a gap counted as data loading is not
+    # also counted as checkpoint, compile or allocator time
+    taken, named_gaps = np.zeros(n), []
+    for pattern in NAMED_STALLS:
         rows_p = span_rows(t, w, pattern, (USER_ANNOTATION, CPU_OP, PYTHON))
         spans = merge_intervals(w.ts_us[rows_p], w.end_us[rows_p])
-        out[has_prev] = _covered(end[host_prev[has_prev]], start[has_prev], spans)
-    # a gap counted as data loading is not also counted as checkpoint or allocator time
-    gap_ck = np.minimum(gap_ck, host_gap - gap_dl)
-    gap_co = np.minimum(gap_co, host_gap - gap_dl - gap_ck)
-    gap_al = np.minimum(gap_al, host_gap - gap_dl - gap_ck - gap_co)
+        part = np.zeros(n)
+        part[has_prev] = _covered(end[host_prev[has_prev]], start[has_prev], spans)
+        part = np.minimum(part, host_gap - taken)
+        taken += part
+        named_gaps.append(part)
+    gap_dl, gap_ck, gap_co, gap_al = named_gaps
     gap_idle, host_dep, host_dep_lag = _thread_waits(t, w, rows, start, end, host_prev, host_gap, n_h, anchors.size)
 
     # device: launch links, stream order
@@ -661,7 +662,8 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
                 cw_rank[i] = other
     order = np.lexsort((~is_host, start))  # host calls first at equal times
     return Graph(rows=rows, is_host=is_host, start=start, dur=dur, host_prev=host_prev, host_gap=host_gap,
-                 gap_dataloader=gap_dl, gap_checkpoint=gap_ck, gap_compile=gap_co, gap_allocator=gap_al, gap_idle=gap_idle,
+                 gap_dataloader=gap_dl, gap_checkpoint=gap_ck, gap_compile=gap_co, gap_allocator=gap_al,
+                 gap_idle=gap_idle,
                  host_dep=host_dep, host_dep_lag=host_dep_lag, is_sync=is_sync,
                  block_class=block, sync_on=sync_on, sync_on_nc=sync_on_nc, sync_base=sync_base, sync_tail=sync_tail, sync_site=sync_site, gap_syncop=gap_so, syncop_site=so_site, in_syncop=in_so,
                  site_names=site_names, is_alloc=is_alloc,
@@ -707,8 +709,8 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
             dur[sel] = dur[sel] / c.factor
     if "remove_straggler_wait" in kinds:
         dur = dur - g.comm_wait
-    # the host gap before a call: data loading + checkpointing + compiling + allocator spans + the thread's own CPU work + the
-    # time it waited for another thread (idle)
+    # the host gap before a call: data loading + checkpointing + compiling + allocator spans + the thread's own CPU
+    # work + the time it waited for another thread (idle)
     cpu = g.cpu_work_us
     for c in changes:
         if c.kind == "host_speedup":  # only work gets faster; a wait for another thread moves with that thread

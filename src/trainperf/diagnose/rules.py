@@ -36,13 +36,18 @@ def _make(f: RankFacts, kind: str, metrics: dict, events=(), changes: tuple = ()
 DATALOADER_MIN_PCT = 1.0  # DataLoader spans, % of the span
 
 
+def _stall_metrics(f: RankFacts, spans, what: str, extra: dict | None = None) -> dict:
+    """A named host stall's evidence: its time (µs) and share of the span (%), then ``extra``."""
+    return {f"{what}_time": (spans.time_us, "us"), f"{what}_share": (f.pct(spans.time_us), "%"), **(extra or {})}
+
+
 def _host_stall(f: RankFacts, kind: str, spans, change: str, what: str, label: str = "",
                 extra: dict | None = None) -> Finding:
     """A named host stall (DataLoader, checkpoint): priced by replay over HTA's window (the complete steps; a
     one-off save is worth its cost over the steps the window holds, as the corpus truth counts it); the host
     time itself without GPU (an upper bound)."""
     share = f.pct(spans.time_us)
-    metrics = {f"{what}_time": (spans.time_us, "us"), f"{what}_share": (share, "%"), **(extra or {})}
+    metrics = _stall_metrics(f, spans, what, extra)
     if not f.has_gpu:  # no replay: the host time itself is the upper bound
         return _make(f, kind=kind, metrics=metrics, events=spans.longest, gain_pct=share, gain_us=spans.time_us,
                      what_if=f"{change} (host only: upper bound)", evidence_pct=share)
@@ -80,9 +85,8 @@ def compile_stall(f: RankFacts) -> Finding | None:
     extra = {"steps_compiling": (len(f.compile_steps), f"of {len(f.steps)} steps"),
              "recompiles": (f.recompiles, "compiled regions")}
     if len(f.steps) >= 2 and f.compile_steps == f.steps[:1]:
-        metrics = {"compile_time": (f.compile.time_us, "us"), "compile_share": (f.pct(f.compile.time_us), "%"),
-                   **extra}
-        return _make(f, "compile_stall", metrics, f.compile.longest, severity="low",
+        return _make(f, "compile_stall", _stall_metrics(f, f.compile, "compile", extra), f.compile.longest,
+                     severity="low",
                      what_if=f"warm-up: compilation in the first analysed step ({f.steps[0]}) only, which a "
                              "steady-state step does not pay; profile after it")
     return _host_stall(f, "compile_stall", f.compile, "remove_compile_wait", "compile", "torch.compile", extra=extra)
@@ -443,8 +447,8 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
 
 
 # fp32_matmul (diagnose/precision.py): fp32 GEMMs/convolutions on a tensor-core accelerator, before the fusion rule
-RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable_copy, allocator_stall, exposed_comm, straggler,
-         launch_bound, small_kernels, fp32_matmul, memory_bound_unfused, optimizer_slow, gpu_analyses_skipped)
+RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable_copy, allocator_stall, exposed_comm,
+         straggler, launch_bound, small_kernels, fp32_matmul, memory_bound_unfused, optimizer_slow, gpu_analyses_skipped)
 
 
 def run_rules(f: RankFacts) -> list[Finding]:

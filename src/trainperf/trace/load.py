@@ -11,6 +11,7 @@ from pathlib import Path
 from trainperf.errors import NotATraceError, TrainperfError
 from trainperf.trace.events import EventTable
 
+
 class NotATraceWarning(UserWarning):
     """A file of a trace folder that holds no trace (skipped)."""
 
@@ -85,16 +86,16 @@ def load_trace(path: str | Path, ranks: list[int] | None = None, workers: int | 
     files = trace_files(path)
     tables = _read_all(files, workers, progress)
     # a folder may hold other JSON beside its traces (labels, configs): skipped, said so; nothing else a trace
-    not_traces = [t for t in tables if isinstance(t, NotATraceError)]
-    if len(not_traces) == len(tables):
+    traces = [(f, t) for f, t in zip(files, tables) if not isinstance(t, NotATraceError)]
+    if not traces:
         if Path(path).is_dir() and (Path(path) / "traces").is_dir():
             raise TrainperfError(f"{path}: no trace in this folder ({', '.join(f.name for f in files)} hold none); "
                                  f"its traces are in {Path(path) / 'traces'}/")
-        raise not_traces[0]
+        raise tables[0]
     for f, t in zip(files, tables):
         if isinstance(t, NotATraceError):
             warnings.warn(f"{f}: holds no trace events (not a trace): skipped", NotATraceWarning, stacklevel=2)
-    files, tables = zip(*[(f, t) for f, t in zip(files, tables) if not isinstance(t, NotATraceError)])
+    files, tables = zip(*traces)
     by_rank: dict[int, EventTable] = {}
     world_sizes = {}
     for f, t in zip(files, tables):
