@@ -715,16 +715,9 @@ def parse_layout(text: str, **defaults) -> Layout:
     Raises TrainperfError naming the bad key or value.
     """
     kw: dict = dict(defaults)
-    for item in filter(None, (p.strip() for p in text.split(","))):
-        if "=" not in item:
-            raise TrainperfError(f"layout: {item!r} is not key=value")
-        k, v = (s.strip().lower() for s in item.split("=", 1))
-        k = _LAYOUT_ALIASES.get(k, k)
-        if k not in _LAYOUT_KEYS:
-            raise TrainperfError(f"layout: unknown key {k!r} (keys: tp, pp, dp, cp, vpp, sp, recompute, zero, mbs, ga, "
-                                 "precision, ep, etp, dp_shard)")
+    for typed, k, v in _layout_items(text):
         try:
-            if item.split("=", 1)[0].strip().lower() == "fsdp":
+            if typed == "fsdp":
                 kw["zero"] = 3 if v in _TRUE else kw.get("zero", 1)
             elif k == "sp":
                 if v not in _TRUE | _FALSE:
@@ -739,10 +732,24 @@ def parse_layout(text: str, **defaults) -> Layout:
     return Layout(**kw)
 
 
+def _layout_items(text: str):
+    """Yield (key as typed, Layout field, value) of each ``key=value`` of a layout text, lower-cased; raise
+    TrainperfError for an item that is not key=value or names no field."""
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        if "=" not in item:
+            raise TrainperfError(f"layout: {item!r} is not key=value")
+        typed, v = (s.strip().lower() for s in item.split("=", 1))
+        k = _LAYOUT_ALIASES.get(typed, typed)
+        if k not in _LAYOUT_KEYS:
+            raise TrainperfError(f"layout: unknown key {k!r} (keys: tp, pp, dp, cp, vpp, sp, recompute, zero, mbs, ga, "
+                                 "precision, ep, etp, dp_shard)")
+        yield typed, k, v
+
+
 def stated_layout_keys(text: str) -> frozenset[str]:
-    """Return the Layout fields a layout text names (``"fsdp=1,ga=4"`` -> zero, grad_accum); the rest are implied."""
-    keys = (p.split("=", 1)[0].strip().lower() for p in text.split(",") if "=" in p)
-    return frozenset(_LAYOUT_ALIASES.get(k, k) for k in keys)
+    """Return the Layout fields a layout text names (``"fsdp=1,ga=4"`` -> zero, grad_accum); the rest are implied.
+    Raises TrainperfError as parse_layout does for an item that is not a known key=value."""
+    return frozenset(k for _, k, _ in _layout_items(text))
 
 
 # ------------------------------------------------------------ layouts as arrays, validity
