@@ -195,7 +195,7 @@ def _fix_order_key(f: Finding, present: set) -> tuple:
 # wait has a gain the trace itself measures. rank_key ranks every upper bound (Finding.gain_is_upper_bound) with
 # them: the launches' host cost is measured, but that one CUDA graph of the whole step removes all of it is not
 # (UPPER_BOUND_CHANGES), so it must not outrank a fix the trace confirms (fusing the tiny kernels it also holds).
-ASSUMED_SPEEDUP_CHANGES = frozenset({"host_speedup", "speedup"})
+ASSUMED_SPEEDUP_CHANGES = frozenset({"host_speedup", "speedup", "speedup_rows"})
 
 # A stall (time the step spends waiting: data, checkpoint, syncs, blocking copies, the allocator, exposed
 # collectives, a slower rank) ranks before fixes that make necessary work cheaper (CUDA graphs, fusion, a

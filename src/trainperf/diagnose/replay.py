@@ -55,7 +55,7 @@ NAMED_STALLS = (DATALOADER_RE, CHECKPOINT_RE, COMPILE_RE, ALLOCATOR_SPAN_RE)
 
 CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_compile_wait", "remove_syncs",
                 "unblock_pageable_copies", "remove_allocator", "overlap_comm", "remove_straggler_wait", "speedup",
-                "host_speedup", "graph_small_kernels", "graph_launches", "compute_speedup")
+                "host_speedup", "graph_small_kernels", "graph_launches", "compute_speedup", "speedup_rows")
 
 
 @dataclass(frozen=True)
@@ -70,12 +70,15 @@ class Change:
     times faster) | graph_small_kernels (launching a small kernel, launch.small_kernel_mask, costs the
     host neither the call nor the usual dispatch time before it, and fused into its neighbours the kernel
     stops paying a kernel's fixed device cost, Graph.kernel_floor_us) | graph_launches (the same
-    for every kernel launch: the step captured as a CUDA graph). Several changes replay together (`replay(g, [a, b])`)."""
+    for every kernel launch: the step captured as a CUDA graph) | speedup_rows (the device events of the trace rows
+    `rows` sped up `factor` times: a set of kernels replaced by a fused one). Several changes replay together
+    (`replay(g, [a, b])`)."""
 
     kind: str = "none"
     category: int = -1
     factor: float = 1.0
     site: int = -1  # remove_syncs: only the syncs of this call site (Graph.site_names index); -1 all
+    rows: tuple = ()  # speedup_rows: the trace rows of the device events sped up
 
     def __post_init__(self):
         if self.kind not in CHANGE_KINDS:
@@ -88,6 +91,8 @@ class Change:
             return f"host work between launches {self.factor:g}x faster"
         if self.kind == "compute_speedup":
             return f"computation kernels {self.factor:g}x faster"
+        if self.kind == "speedup_rows":
+            return f"{len(self.rows)} kernels {self.factor:.3g}x faster"
         return self.kind.replace("_", " ")
 
 
@@ -706,6 +711,9 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
             dur[sel] = dur[sel] / c.factor
         if c.kind == "compute_speedup":
             sel = dev & (g.category >= 0) & ~np.isin(g.category, (COMMUNICATION, CAT_MEMCPY, CAT_MEMSET))
+            dur[sel] = dur[sel] / c.factor
+        if c.kind == "speedup_rows":
+            sel = dev & np.isin(g.rows, np.asarray(c.rows, dtype=np.int64))
             dur[sel] = dur[sel] / c.factor
     if "remove_straggler_wait" in kinds:
         dur = dur - g.comm_wait

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from trainperf.diagnose import findings as F
+from trainperf.diagnose.attention import unfused_attention
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.gpu_time import idle_in_span_us
 from trainperf.diagnose.host import OPTIMIZER_RE, span_rows
@@ -446,9 +447,11 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
     return _make(f, "gpu_analyses_skipped", {"device_events": (0, "count")}, severity="low")
 
 
-# fp32_matmul (diagnose/precision.py): fp32 GEMMs/convolutions on a tensor-core accelerator, before the fusion rule
+# fp32_matmul (diagnose/precision.py): fp32 GEMMs/convolutions on a tensor-core accelerator, and unfused_attention
+# (diagnose/attention.py): attention written out of separate operators, before the general fusion rule
 RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable_copy, allocator_stall, exposed_comm,
-         straggler, launch_bound, small_kernels, fp32_matmul, memory_bound_unfused, optimizer_slow, gpu_analyses_skipped)
+         straggler, launch_bound, small_kernels, fp32_matmul, unfused_attention, memory_bound_unfused, optimizer_slow,
+         gpu_analyses_skipped)
 
 
 def run_rules(f: RankFacts) -> list[Finding]:

@@ -1,0 +1,308 @@
+"""Attention written out of separate operators, and the `unfused_attention` finding.
+
+Attention computed as ``softmax(Q Kᵀ · scale + mask) V`` with one operator per step (a batched matmul, the scale,
+the mask, the softmax, dropout, a second batched matmul) writes the S × S score matrix to memory and reads it back
+at every step, forward and backward; a fused kernel (FlashAttention through ``F.scaled_dot_product_attention``,
+cuDNN or memory-efficient attention) keeps it on chip and does only the matmul FLOPs. TraceLens's analysis guide
+names the same pattern ("unfused attention: softmax + bmm + mul + copy_") as its first fusion recommendation.
+
+How a region is found (`attention_regions`), on every thread and at every nesting level, so that it holds for
+model code written out by hand (nanoGPT's non-flash path, Hugging Face ``attn_implementation="eager"``) and for
+SDPA's own fallback (``aten::_scaled_dot_product_attention_math`` runs the same operators inside it):
+- a softmax operator (``aten::softmax``, ``aten::_softmax``, ``aten::_safe_softmax``; not one nested in another,
+  and never log-softmax, which is the loss) between two batched-matmul operators among its siblings (same
+  thread, same enclosing operator), the nearest on each side, at most MAX_OPS_BETWEEN siblings away and with no
+  other matrix product (OTHER_PRODUCTS: a projection, a router's linear) between: the scores product before it,
+  the product with V after it;
+- with recorded shapes (record_shapes=True) the shapes must chain: the softmax input is [..., Sq, Sk] with at
+  least one batch/head dimension, the first product is [..., Sq, D] x [..., D, Sk] and the second takes
+  [..., Sq, Sk] x [..., Sk, D]. A router's softmax over [tokens, experts], or a softmax whose neighbour matmul
+  multiplies something else (HTA's trace_filter: softmax of [2, 1] then a [2048, 2] x [2, 1] mm), is not
+  attention. Without shapes the operator pattern alone decides, at low confidence.
+The region's backward is the autograd nodes whose sequence number is one of its forward operators' (as
+autograd_links links them).
+
+Pricing (GPU): the region's kernels, forward and backward, replaced by a fused kernel that does the attention
+FLOPs (forward 4·B·H·Sq·Sk·D, backward 2.5x that: FlashAttention-2 recomputes the scores, 5 matmuls against 2) at
+the catalog's rate of PyTorch SDPA's flash kernel (the planner's number: hardware catalog attn_eff / fa2_eff of
+the bf16/fp16 peak, the fp32 peak for fp32 inputs). No causal saving is assumed (a causal model gains more).
+Without shapes or a known accelerator the fused kernel is taken to cost what the region's matmul kernels cost
+(the scores' memory passes removed): an upper bound, since flash kernels run below cuBLAS's rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainperf.diagnose import findings as F
+from trainperf.diagnose.facts import RankFacts
+from trainperf.diagnose.replay import Change
+from trainperf.diagnose.roofline import DTYPE_BYTES, device_accelerator, op_shape
+from trainperf.trace.annotate import correlated_host_row
+from trainperf.trace.events import CPU_OP, GEMM, GPU_SYNC, EventTable
+from trainperf.trace.nesting import enclosing_span, nest, thread_key
+
+SOFTMAX_OPS = ("aten::softmax", "aten::_softmax", "aten::_safe_softmax")
+MATMUL_OPS = ("aten::matmul", "aten::bmm", "aten::baddbmm", "aten::einsum")
+# other matrix products: one of them between the softmax and a batched product means that product does not take
+# the scores (a projection, a router's linear, the next layer)
+OTHER_PRODUCTS = ("aten::linear", "aten::mm", "aten::addmm", "aten::convolution", "aten::conv2d", "aten::conv1d")
+MATH_SDPA = "aten::_scaled_dot_product_attention_math"
+BACKWARD_NODE = "autograd::engine::evaluate_function:"
+# siblings between the scores product and the softmax (scale, mask, casts, views) and between the softmax and the
+# product with V (dropout, casts): nanoGPT writes 2 (mul, masked_fill), Hugging Face eager 3-4 (+ the mask add,
+# the fp32 cast and back), SDPA's math path 1-2; 8 leaves room for views and copies without reaching a
+# neighbouring layer's matmul (a projection sits between layers: the shape chain then rejects it)
+MAX_OPS_BETWEEN = 8
+# the region's time (forward and backward), % of the span, before it is a finding. Not fitted: no labeled trace
+# has this kind; 3 % is where a fused kernel's usual 2-5x saving reaches the 1-2 % the stall rules start at
+UNFUSED_ATTENTION_MIN_PCT = 3.0
+FLASH_BACKWARD_FLOPS = 2.5  # FlashAttention-2 backward: 5 matmuls of 2·Sq·Sk·D per head against the forward's 2
+
+RECOMMENDATION = ("Use a fused attention kernel: torch.nn.functional.scaled_dot_product_attention (flash, "
+                  "memory-efficient or cuDNN backend; is_causal=True rather than a dense mask), "
+                  "attn_implementation='sdpa' or 'flash_attention_2' in Hugging Face models. Where SDPA itself "
+                  "falls back to its math path (aten::_scaled_dot_product_attention_math), give it what the fused "
+                  "kernels take: bf16/fp16 inputs, a head dim that is a multiple of 8 and at most 256, no "
+                  "unsupported mask.")
+F.RECOMMENDATIONS.setdefault("unfused_attention", RECOMMENDATION)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionRegion:
+    """One unfused attention computation: the scores product through the product with V on one thread."""
+
+    key: int                 # thread key (trace.nesting.thread_key)
+    start_ns: int            # the scores matmul's start
+    end_ns: int              # the value matmul's end
+    qk_row: int              # trace rows of the two matmuls and the softmax
+    pv_row: int
+    softmax_row: int
+    flops: float | None      # forward attention FLOPs 4·B·H·Sq·Sk·D; None without shapes
+    dtype: str               # the value product's input type ("c10::BFloat16", "float", ...; "" unknown)
+    in_math_sdpa: bool       # inside SDPA's math fallback
+
+
+def _last2(dims) -> list | None:
+    return dims[-2:] if isinstance(dims, list) and len(dims) >= 2 and all(isinstance(x, int) for x in dims) else None
+
+
+def _operands(t: EventTable, row: int) -> tuple[list, list, str] | None:
+    """(A dims, B dims, A's type) of a matmul-family op from its recorded shapes (baddbmm: batch1, batch2)."""
+    s = op_shape(t, row)
+    if s is None:
+        return None
+    dims = s.dims[1:3] if s.name == "aten::baddbmm" else s.dims[:2]
+    types = s.types[1:3] if s.name == "aten::baddbmm" else s.types[:2]
+    if len(dims) < 2 or _last2(dims[0]) is None or _last2(dims[1]) is None:
+        return None
+    return dims[0], dims[1], (types[0] if types else "")
+
+
+def _chain(t: EventTable, qk: int, sm: int, pv: int) -> tuple[bool, float | None, str]:
+    """(is attention, forward FLOPs or None, dtype) from the recorded shapes of the three ops; without shapes
+    (True, None, "")."""
+    s = op_shape(t, sm)
+    a, b = _operands(t, qk), _operands(t, pv)
+    if s is None or not s.dims or a is None or b is None:
+        return (s is None and _operands(t, qk) is None), None, ""
+    scores = s.dims[0]
+    if not isinstance(scores, list) or len(scores) < 3 or _last2(scores) is None:
+        return False, None, ""  # no batch or head dimension: not attention (a router, a classifier)
+    sq, sk = scores[-2:]
+    (qa, kb, _), (pa, vb, dtype) = a, b
+    if not (qa[-2] == sq and kb[-1] == sk and qa[-1] == kb[-2] and pa[-2:] == [sq, sk] and vb[-2] == sk):
+        return False, None, ""
+    batch_heads = int(np.prod(scores[:-2]))
+    return True, 4.0 * batch_heads * sq * sk * qa[-1], dtype
+
+
+def attention_regions(t: EventTable) -> list[AttentionRegion]:
+    """Every unfused attention region of a rank's trace (module docstring), in thread and time order."""
+    ops = np.flatnonzero(t.kind == CPU_OP)
+    if not ops.size:
+        return []
+    soft_ids = t.ids_matching(lambda s: s in SOFTMAX_OPS)
+    if not np.isin(t.name[ops], soft_ids).any():
+        return []
+    mm_ids = t.ids_matching(lambda s: s in MATMUL_OPS)
+    math_ids = t.ids_matching(lambda s: s == MATH_SDPA)
+    key = thread_key(t.pid[ops], t.tid[ops])
+    n = nest(key, t.ts_ns[ops], t.ts_ns[ops] + t.dur_ns[ops])
+    rows = ops[n.order]
+    parent = n.parent
+    is_soft = np.isin(t.name[rows], soft_ids)
+    is_mm = np.isin(t.name[rows], mm_ids)
+    is_other = np.isin(t.name[rows], t.ids_matching(lambda s: s in OTHER_PRODUCTS))
+    # siblings: (thread, parent) -> nesting-order positions, in start order
+    siblings: dict[tuple[int, int], list[int]] = {}
+    for i, (k, p) in enumerate(zip(n.key.tolist(), parent.tolist())):
+        siblings.setdefault((k, p), []).append(i)
+    out = []
+    for i in np.flatnonzero(is_soft & ~((parent >= 0) & is_soft[np.maximum(parent, 0)])).tolist():
+        sib = siblings[(int(n.key[i]), int(parent[i]))]
+        j = sib.index(i)
+        qk = _nearest_product(sib[max(j - MAX_OPS_BETWEEN - 1, 0):j][::-1], is_mm, is_other)
+        pv = _nearest_product(sib[j + 1:j + MAX_OPS_BETWEEN + 2], is_mm, is_other)
+        if qk < 0 or pv < 0:
+            continue
+        ok, flops, dtype = _chain(t, int(rows[qk]), int(rows[i]), int(rows[pv]))
+        if not ok:
+            continue
+        anc, in_math = int(parent[i]), False
+        while anc >= 0 and not in_math:
+            in_math, anc = bool(np.isin(t.name[rows[anc]], math_ids)), int(parent[anc])
+        out.append(AttentionRegion(key=int(n.key[i]), start_ns=int(n.start[qk]), end_ns=int(n.end[pv]),
+                                   qk_row=int(rows[qk]), pv_row=int(rows[pv]), softmax_row=int(rows[i]),
+                                   flops=flops, dtype=dtype, in_math_sdpa=in_math))
+    return out
+
+
+def _nearest_product(positions: list[int], is_mm: np.ndarray, is_other: np.ndarray) -> int:
+    """The first batched product among positions (nearest first), or -1 when another product comes first."""
+    for x in positions:
+        if is_mm[x]:
+            return x
+        if is_other[x]:
+            return -1
+    return -1
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegionWork:
+    """The host spans and device kernels of a rank's attention regions, forward and backward."""
+
+    spans_key: np.ndarray     # thread key, start and end (ns) of each forward region and linked backward node
+    spans_start: np.ndarray
+    spans_end: np.ndarray
+    backward: bool            # some region's backward nodes are in the trace
+    kernels: np.ndarray       # device rows launched inside those spans
+
+
+def region_work(t: EventTable, regions: list[AttentionRegion], device_rows: np.ndarray, keep: np.ndarray
+                ) -> RegionWork:
+    """The spans of the regions and of the backward nodes their forward operators made (by sequence number, per
+    process; the nodes among the rows `keep` marks), and the device rows among device_rows launched inside them."""
+    keys = [r.key for r in regions]
+    starts = [r.start_ns for r in regions]
+    ends = [r.end_ns for r in regions]
+    ops = np.flatnonzero((t.kind == CPU_OP) & (t.seq >= 0))
+    okey = thread_key(t.pid[ops], t.tid[ops])
+    seqs = set()
+    for r in regions:
+        inside = ops[(okey == r.key) & (t.ts_ns[ops] >= r.start_ns) & (t.ts_ns[ops] < r.end_ns)]
+        seqs.update(zip(t.pid[inside].tolist(), t.seq[inside].tolist()))
+    nodes = ops[np.isin(t.name[ops], t.ids_matching(lambda s: s.startswith(BACKWARD_NODE)))]
+    nodes = nodes[keep[nodes]]
+    linked = nodes[[(p, s) in seqs for p, s in zip(t.pid[nodes].tolist(), t.seq[nodes].tolist())]] \
+        if nodes.size else nodes
+    keys += thread_key(t.pid[linked], t.tid[linked]).tolist()
+    starts += t.ts_ns[linked].tolist()
+    ends += (t.ts_ns[linked] + t.dur_ns[linked]).tolist()
+    sk, ss, se = (np.asarray(v, dtype=np.int64) for v in (keys, starts, ends))
+    dev = device_rows[t.kind[device_rows] != GPU_SYNC]
+    launch = correlated_host_row(t)[dev]
+    has = launch >= 0
+    hit = np.full(dev.size, -1, dtype=np.int64)
+    if has.any() and sk.size:
+        lr = launch[has]
+        hit[has] = enclosing_span(sk, ss, se, thread_key(t.pid[lr], t.tid[lr]), t.ts_ns[lr])
+    return RegionWork(spans_key=sk, spans_start=ss, spans_end=se, backward=bool(linked.size),
+                      kernels=dev[hit >= 0])
+
+
+def _peak_tflops(acc, dtype: str) -> float:
+    """The accelerator's dense peak for a fused attention kernel on inputs of this dtype (TFLOP/s; 0 unknown)."""
+    if dtype == "float":
+        return float(acc.fp32_tflops or 0.0)
+    if DTYPE_BYTES.get(dtype) == 2 or not dtype:
+        return float(max(acc.bf16_tflops or 0.0, acc.fp16_tflops or 0.0))
+    return 0.0
+
+
+def fused_attention_us(t: EventTable, regions: list[AttentionRegion], backward: bool) -> float | None:
+    """Time a fused attention kernel would take for these regions (µs) at the catalog's SDPA flash rate
+    (min(attn_eff, fa2_eff) of the dtype's peak: the planner's kernel, plan/efficiency.resolve), forward and, when
+    the trace holds the backward, backward (FLASH_BACKWARD_FLOPS x); None without shapes or a known device."""
+    acc = device_accelerator(t)
+    if acc is None or any(r.flops is None for r in regions):
+        return None
+    eff = min(acc.attn_eff, acc.fa2_eff or acc.attn_eff)
+    total = 0.0
+    for r in regions:
+        rate = _peak_tflops(acc, r.dtype) * eff
+        if rate <= 0:
+            return None
+        total += r.flops * (1.0 + (FLASH_BACKWARD_FLOPS if backward else 0.0)) / (rate * 1e6)
+    return total
+
+
+def unfused_attention(f: RankFacts) -> F.Finding | None:
+    """Attention computed by separate operators (module docstring) takes a material share of the step.
+
+    GPU: priced by replay, the regions' kernels sped up to the fused kernel's time (fused_attention_us; the
+    regions' matmul kernel time where that is unknown, an upper bound). Host only: the regions' host time as
+    evidence, unpriced (the CPU's fused kernel rate is not in the catalog)."""
+    t, w = f.table, f.window
+    regions = [r for r in attention_regions(t) if w.keep[r.softmax_row]]
+    if not regions:
+        return None
+    work = region_work(t, regions, w.device, w.keep)
+    in_math = sum(r.in_math_sdpa for r in regions)
+    shapes = all(r.flops is not None for r in regions)
+    metrics = {"regions": (len(regions), "count"), "in_sdpa_math_fallback": (in_math, "count")}
+    notes = []
+    if in_math:
+        notes.append(f"{in_math} of {len(regions)} regions run inside aten::_scaled_dot_product_attention_math: "
+                     "SDPA fell back to its unfused math path")
+    if not shapes:
+        notes.append("found by the operator pattern alone (no recorded shapes: record_shapes=True confirms it)")
+    if not f.has_gpu:
+        host_us = float((work.spans_end - work.spans_start).sum()) / 1e3
+        if f.pct(host_us) <= UNFUSED_ATTENTION_MIN_PCT:
+            return None
+        metrics["attention_host_time"] = (host_us, "us")
+        metrics["attention_host_share"] = (f.pct(host_us), "%")
+        x = F.make("unfused_attention", [f.rank], f.steps, metrics, _events(f, regions), severity="low",
+                   what_if="not priced: a fused kernel's rate on this host is not in the catalog",
+                   evidence_pct=f.pct(host_us))
+        x.notes.extend(notes)
+        x.confidence = "low"
+        return x
+    kernels = work.kernels
+    dur = w.end_us[kernels] - w.ts_us[kernels]
+    unfused_us = float(dur.sum())
+    if f.pct(unfused_us) <= UNFUSED_ATTENTION_MIN_PCT:
+        return None
+    fused_us = fused_attention_us(t, regions, work.backward)
+    bound = fused_us is None
+    if bound:
+        fused_us = float(dur[t.category[kernels] == GEMM].sum())
+    metrics.update({"attention_kernel_time": (unfused_us, "us"), "attention_kernel_share": (f.pct(unfused_us), "%"),
+                    "fused_kernel_estimate": (fused_us, "us"), "backward_in_trace": (int(work.backward), "bool")})
+    if fused_us <= 0 or fused_us >= unfused_us:
+        return None
+    factor = unfused_us / fused_us
+    how = "the matmul kernels' own time: upper bound" if bound else "attention FLOPs at the catalog's SDPA flash rate"
+    x = F.make("unfused_attention", [f.rank], f.steps, metrics, _events(f, regions),
+               changes=(Change("speedup_rows", factor=factor, rows=tuple(int(r) for r in kernels)),),
+               what_if=f"the attention regions' {kernels.size} kernels as one fused kernel ({factor:.3g}x faster; "
+                       f"{how})", evidence_pct=f.pct(unfused_us) * (1.0 - 1.0 / factor), upper_bound=bound)
+    x.notes.extend(notes)
+    x.confidence = "low" if not shapes else "medium" if bound else "high"
+    return x
+
+
+def _events(f: RankFacts, regions: list[AttentionRegion]) -> list[tuple[str, float, float]]:
+    """The first regions as evidence events (name, start µs, duration µs)."""
+    t = f.table
+    out = []
+    for r in regions[:3]:
+        s = op_shape(t, r.softmax_row)
+        shape = f" {s.dims[0]}" if s is not None and s.dims else ""
+        w = f.window
+        out.append((f"[{t.name_of(r.qk_row)} .. {t.name_of(r.softmax_row)}{shape} .. {t.name_of(r.pv_row)}]",
+                    float(w.ts_us[r.qk_row]), float(w.end_us[r.pv_row] - w.ts_us[r.qk_row])))
+    return out

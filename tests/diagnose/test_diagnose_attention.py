@@ -1,0 +1,147 @@
+"""unfused_attention (diagnose/attention.py): attention written out of separate operators.
+
+Real profiles (tests/data/attention, torch 2.13 CPU, record_shapes): the same 2-block model with attention written
+out (eager), with SDPA forced to its math path (math) and with SDPA's fused CPU kernel (sdpa). A hand-built H100
+trace prices the finding against a hand-worked fused-kernel time."""
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainperf.diagnose.api import diagnose
+from trainperf.diagnose.attention import attention_regions
+from trainperf.trace import load_trace
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from kineto_builder import TraceBuilder  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "attention"
+HTA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces" / "hta"
+
+
+def _raw_attention_softmaxes(path: Path, name: str) -> int:
+    """From the raw JSON: softmax ops of a 4-D input inside the analysed ProfilerSteps (every step but the last,
+    which the profiler's stop cuts), counted independently of the loader."""
+    ev = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("name", "").startswith("ProfilerStep#"))[:-1]
+    return sum(1 for e in ev if e.get("name") == name and e.get("cat") == "cpu_op"
+               and len(e["args"]["Input Dims"][0]) == 4 and any(a <= e["ts"] < b for a, b in steps))
+
+
+def _finding(d, kind="unfused_attention"):
+    return next((x for x in d.findings if x.kind == kind), None)
+
+
+def test_written_out_attention_is_found_and_the_router_softmax_is_not():
+    # eager.json.gz: per block, q @ k^T * scale, masked_fill, softmax over [2, 4, 64, 64], dropout, @ v; then a
+    # router softmax over [128, 4] (2-D, no value product): one region per block per analysed step
+    p = DATA / "eager.json.gz"
+    x = _finding(diagnose(p))
+    assert x is not None and x.severity == "low" and not x.priced  # host only: evidence, no price
+    m = x.evidence["metrics"]
+    assert m["regions"]["value"] == _raw_attention_softmaxes(p, "aten::softmax") == 4
+    assert m["in_sdpa_math_fallback"]["value"] == 0
+    assert "[2, 4, 64, 64]" in x.evidence["events"][0]["name"]
+    regions = attention_regions(next(iter(load_trace(p).values())))
+    assert {r.flops for r in regions} == {4.0 * 2 * 4 * 64 * 64 * 16}  # 4·B·H·S·S·D
+
+
+def test_sdpa_math_fallback_is_named_and_the_fused_kernel_is_not_flagged():
+    p = DATA / "math.json.gz"
+    x = _finding(diagnose(p))
+    assert x is not None
+    m = x.evidence["metrics"]
+    assert m["regions"]["value"] == m["in_sdpa_math_fallback"]["value"] == _raw_attention_softmaxes(
+        p, "aten::_safe_softmax") == 4
+    assert any("math path" in n for n in x.notes)
+    assert _finding(diagnose(DATA / "sdpa.json.gz")) is None  # aten::_scaled_dot_product_flash_attention_for_cpu
+
+
+@pytest.mark.skipif(not (HTA / "trace_filter").exists(), reason="HTA traces not present")
+def test_a_softmax_whose_neighbour_matmul_multiplies_something_else_is_not_attention():
+    # HTA trace_filter: fb::convex_sum runs softmax over [2, 1], then mm [2048, 2] x [2, 1]
+    for t in load_trace(HTA / "trace_filter").values():
+        assert attention_regions(t) == []
+
+
+B, H, S, D = 4, 16, 2048, 128
+GEMM = "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_nn"
+ELEM = "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<c10::BFloat16>>"
+P, STEPS = 13700.0, 4  # the device's 13,540 us from +50 us, the synchronize, ~100 us of Python
+
+
+def _h100_trace(folder: Path, *, shapes: bool = True) -> Path:
+    """STEPS steps of P us on an H100. The host launches everything in the first ~200 us (forward on thread 1,
+    the autograd nodes on thread 2), the kernels run back to back from +50 us, a synchronize waits for them, then
+    Python runs to the step's end. Per step: a 3000-us linear GEMM, the attention region (QK 400, scale 300,
+    softmax 600, PV 400 us), a router softmax over [8192, 8] and its mm (20 + 20 us), the backward of the region
+    (PV 2 x 400, softmax 900, scale 300, QK 2 x 400) and of the linear (2 x 3000)."""
+    b = TraceBuilder()
+    bf = "c10::BFloat16"
+    fwd = [("aten::linear", [[8192, 2048], [2048, 2048]], GEMM, 3000.0),
+           ("aten::matmul", [[B, H, S, D], [B, H, D, S]], GEMM, 400.0),
+           ("aten::mul", [[B, H, S, S], []], ELEM, 300.0),
+           ("aten::softmax", [[B, H, S, S], [], []], "cunn_SoftMaxForward", 600.0),
+           ("aten::matmul", [[B, H, S, S], [B, H, S, D]], GEMM, 400.0),
+           ("aten::softmax", [[8192, 8], [], []], "cunn_SoftMaxForward", 20.0),
+           ("aten::mm", [[8192, 8], [8, 8]], GEMM, 20.0)]
+    bwd = [("BmmBackward0", 14, [(GEMM, 400.0), (GEMM, 400.0)]), ("SoftmaxBackward0", 13, [("cunn_SoftMaxBackward", 900.0)]),
+           ("MulBackward0", 12, [(ELEM, 300.0)]), ("BmmBackward0", 11, [(GEMM, 400.0), (GEMM, 400.0)]),
+           ("AddmmBackward0", 10, [(GEMM, 3000.0), (GEMM, 3000.0)])]
+    for s in range(STEPS):
+        T = s * P
+        b.step(s, T, P)
+        at = T + 50.0
+        for i, (name, dims, kernel, us) in enumerate(fwd):
+            args = {"Input Dims": dims, "Input type": [bf if d else "" for d in dims]} if shapes else {}
+            b.cpu(name, T + 10.0 * i, 8.0, **{"Sequence number": 100 * s + 10 + i, "Fwd thread id": 0, **args})
+            b.launch(kernel, T + 10.0 * i + 2.0, at, us)
+            at += us
+        for j, (node, seq, kernels) in enumerate(bwd):
+            t0 = T + 100.0 + 20.0 * j
+            b.cpu(f"autograd::engine::evaluate_function: {node}", t0, 15.0, tid=2,
+                  **{"Sequence number": 100 * s + seq})
+            for k, (kernel, us) in enumerate(kernels):
+                b.launch(kernel, t0 + 2.0 + 5.0 * k, at, us, tid=2, launch_dur=3.0)
+                at += us
+        b.cpu("cudaDeviceSynchronize", T + 200.0, at + 5.0 - (T + 200.0), cat="cuda_runtime")
+        b.cpu("python_work", at + 6.0, T + P - at - 7.0)
+    doc = b.doc()
+    doc["deviceProperties"] = [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]
+    p = folder / "t.json.gz"
+    p.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return p
+
+
+def test_unfused_attention_priced_at_the_catalogs_flash_rate(tmp_path):
+    # fused kernel per step: forward 4·B·H·S·S·D = 1.374e11 FLOPs, backward 2.5x: 4.810e11 FLOPs at H100's SDPA
+    # flash rate min(attn_eff 0.452, fa2_eff 0.34) x 989.4 TFLOP/s = 336.4 TFLOP/s -> 1429.98 us against the
+    # region's 1700 + 2800 = 4500 us of kernels: 3.147x, 3070.0 us saved per step on a GPU-bound step
+    d = diagnose(_h100_trace(tmp_path))
+    x = _finding(d)
+    assert x is not None and d.findings[0] is x and x.priced and not x.gain_is_upper_bound
+    fused = 4.0 * B * H * S * S * D * 3.5 / (989.4e12 * 0.34) * 1e6
+    m = x.evidence["metrics"]
+    assert m["regions"]["value"] == STEPS - 1
+    assert m["fused_kernel_estimate"]["value"] == pytest.approx(fused * (STEPS - 1), rel=1e-3)
+    assert m["attention_kernel_time"]["value"] == pytest.approx(4500.0 * (STEPS - 1), rel=1e-6)
+    assert x.gain_us / (STEPS - 1) == pytest.approx(4500.0 - fused, rel=0.01)
+    assert x.severity == "high" and x.confidence == "high"
+
+
+def test_without_shapes_the_pattern_alone_finds_it_at_an_upper_bound(tmp_path):
+    # no recorded shapes: the operator pattern alone, and the fused kernel taken to cost the region's matmul
+    # kernels (forward QK + PV 800, backward 1600: 2400 of the 4500 us), an upper bound at low confidence: 2100 us
+    # saved per step. The router's softmax has the PV matmul before it, but aten::mm (another product) comes
+    # before the next step's first batched product after it: one region per step, as with shapes
+    d = diagnose(_h100_trace(tmp_path, shapes=False))
+    x = _finding(d)
+    assert x is not None and x.gain_is_upper_bound and x.confidence == "low"
+    assert any("record_shapes" in n for n in x.notes)
+    m = x.evidence["metrics"]
+    assert m["regions"]["value"] == STEPS - 1
+    assert m["fused_kernel_estimate"]["value"] == pytest.approx(2400.0 * (STEPS - 1), rel=1e-6)
+    assert x.gain_us / (STEPS - 1) == pytest.approx(2100.0, rel=0.01)
