@@ -37,12 +37,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainperf.diagnose import findings as F
+from trainperf.diagnose.autograd_links import BACKWARD_OP_PREFIX
 from trainperf.diagnose.facts import RankFacts
+from trainperf.diagnose.launch import launched_inside
 from trainperf.diagnose.replay import Change
+from trainperf.diagnose.window import Window
 from trainperf.diagnose.roofline import DTYPE_BYTES, device_accelerator, op_shape
-from trainperf.trace.annotate import correlated_host_row
-from trainperf.trace.events import CPU_OP, GEMM, GPU_SYNC, EventTable
-from trainperf.trace.nesting import enclosing_span, nest, thread_key
+from trainperf.trace.events import CPU_OP, GEMM, EventTable
+from trainperf.trace.nesting import nest, thread_key
 
 SOFTMAX_OPS = ("aten::softmax", "aten::_softmax", "aten::_safe_softmax")
 MATMUL_OPS = ("aten::matmul", "aten::bmm", "aten::baddbmm", "aten::einsum")
@@ -50,7 +52,6 @@ MATMUL_OPS = ("aten::matmul", "aten::bmm", "aten::baddbmm", "aten::einsum")
 # the scores (a projection, a router's linear, the next layer)
 OTHER_PRODUCTS = ("aten::linear", "aten::mm", "aten::addmm", "aten::convolution", "aten::conv2d", "aten::conv1d")
 MATH_SDPA = "aten::_scaled_dot_product_attention_math"
-BACKWARD_NODE = "autograd::engine::evaluate_function:"
 # siblings between the scores product and the softmax (scale, mask, casts, views) and between the softmax and the
 # product with V (dropout, casts): nanoGPT writes 2 (mul, masked_fill), Hugging Face eager 3-4 (+ the mask add,
 # the fp32 cast and back), SDPA's math path 1-2; 8 leaves room for views and copies without reaching a
@@ -172,45 +173,30 @@ def _nearest_product(positions: list[int], is_mm: np.ndarray, is_other: np.ndarr
 
 @dataclass(frozen=True, kw_only=True)
 class RegionWork:
-    """The host spans and device kernels of a rank's attention regions, forward and backward."""
+    """The device kernels of a rank's attention regions, forward and backward."""
 
-    spans_key: np.ndarray     # thread key, start and end (ns) of each forward region and linked backward node
-    spans_start: np.ndarray
-    spans_end: np.ndarray
+    host_us: float            # host time of the regions and of their backward nodes (µs)
     backward: bool            # some region's backward nodes are in the trace
-    kernels: np.ndarray       # device rows launched inside those spans
+    kernels: np.ndarray       # the window's device rows launched inside them
 
 
-def region_work(t: EventTable, regions: list[AttentionRegion], device_rows: np.ndarray, keep: np.ndarray
-                ) -> RegionWork:
-    """The spans of the regions and of the backward nodes their forward operators made (by sequence number, per
-    process; the nodes among the rows `keep` marks), and the device rows among device_rows launched inside them."""
-    keys = [r.key for r in regions]
-    starts = [r.start_ns for r in regions]
-    ends = [r.end_ns for r in regions]
+def region_work(t: EventTable, w: Window, regions: list[AttentionRegion]) -> RegionWork:
+    """The regions and the backward nodes their forward operators made (by sequence number, per process; the
+    window's nodes), and the window's device rows launched inside them."""
     ops = np.flatnonzero((t.kind == CPU_OP) & (t.seq >= 0))
     okey = thread_key(t.pid[ops], t.tid[ops])
     seqs = set()
     for r in regions:
         inside = ops[(okey == r.key) & (t.ts_ns[ops] >= r.start_ns) & (t.ts_ns[ops] < r.end_ns)]
         seqs.update(zip(t.pid[inside].tolist(), t.seq[inside].tolist()))
-    nodes = ops[np.isin(t.name[ops], t.ids_matching(lambda s: s.startswith(BACKWARD_NODE)))]
-    nodes = nodes[keep[nodes]]
+    nodes = ops[w.keep[ops] & np.isin(t.name[ops], t.ids_matching(lambda s: s.startswith(BACKWARD_OP_PREFIX)))]
     linked = nodes[[(p, s) in seqs for p, s in zip(t.pid[nodes].tolist(), t.seq[nodes].tolist())]] \
         if nodes.size else nodes
-    keys += thread_key(t.pid[linked], t.tid[linked]).tolist()
-    starts += t.ts_ns[linked].tolist()
-    ends += (t.ts_ns[linked] + t.dur_ns[linked]).tolist()
-    sk, ss, se = (np.asarray(v, dtype=np.int64) for v in (keys, starts, ends))
-    dev = device_rows[t.kind[device_rows] != GPU_SYNC]
-    launch = correlated_host_row(t)[dev]
-    has = launch >= 0
-    hit = np.full(dev.size, -1, dtype=np.int64)
-    if has.any() and sk.size:
-        lr = launch[has]
-        hit[has] = enclosing_span(sk, ss, se, thread_key(t.pid[lr], t.tid[lr]), t.ts_ns[lr])
-    return RegionWork(spans_key=sk, spans_start=ss, spans_end=se, backward=bool(linked.size),
-                      kernels=dev[hit >= 0])
+    key = np.concatenate([[r.key for r in regions], thread_key(t.pid[linked], t.tid[linked])]).astype(np.int64)
+    start = np.concatenate([[r.start_ns for r in regions], t.ts_ns[linked]]).astype(np.int64)
+    end = np.concatenate([[r.end_ns for r in regions], t.ts_ns[linked] + t.dur_ns[linked]]).astype(np.int64)
+    return RegionWork(host_us=float((end - start).sum()) / 1e3, backward=bool(linked.size),
+                      kernels=launched_inside(t, w, key, start, end))
 
 
 def _peak_tflops(acc, dtype: str) -> float:
@@ -249,7 +235,7 @@ def unfused_attention(f: RankFacts) -> F.Finding | None:
     regions = [r for r in attention_regions(t) if w.keep[r.softmax_row]]
     if not regions:
         return None
-    work = region_work(t, regions, w.device, w.keep)
+    work = region_work(t, w, regions)
     in_math = sum(r.in_math_sdpa for r in regions)
     shapes = all(r.flops is not None for r in regions)
     metrics = {"regions": (len(regions), "count"), "in_sdpa_math_fallback": (in_math, "count")}
@@ -260,7 +246,7 @@ def unfused_attention(f: RankFacts) -> F.Finding | None:
     if not shapes:
         notes.append("found by the operator pattern alone (no recorded shapes: record_shapes=True confirms it)")
     if not f.has_gpu:
-        host_us = float((work.spans_end - work.spans_start).sum()) / 1e3
+        host_us = work.host_us
         if f.pct(host_us) <= UNFUSED_ATTENTION_MIN_PCT:
             return None
         metrics["attention_host_time"] = (host_us, "us")

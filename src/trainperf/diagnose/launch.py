@@ -9,6 +9,7 @@ import numpy as np
 from trainperf.diagnose.window import Window
 from trainperf.trace.annotate import correlated_host_row
 from trainperf.trace.events import COMMUNICATION, KERNEL, MEMCPY, MEMSET, EventTable
+from trainperf.trace.nesting import enclosing_span, thread_key
 
 SMALL_KERNEL_US = 10.0
 # A small kernel is a compute or copy kernel: a short collective is not fused into its neighbours by foreach
@@ -40,6 +41,17 @@ def launched_rows(t: EventTable, w: Window) -> tuple[np.ndarray, np.ndarray]:
     link = correlated_host_row(t)[rows]
     ok = link >= 0
     return rows[ok], link[ok]
+
+
+def launched_inside(t: EventTable, w: Window, key: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray
+                    ) -> np.ndarray:
+    """The window's kernels, memcpys and memsets whose launch call starts inside one of the host spans (thread
+    key, start and end ns each; nested or disjoint), as device rows."""
+    rows, link = launched_rows(t, w)
+    if not rows.size or not key.size:
+        return rows[:0]
+    hit = enclosing_span(key, start_ns, end_ns, thread_key(t.pid[link], t.tid[link]), t.ts_ns[link])
+    return rows[hit >= 0]
 
 
 @dataclass

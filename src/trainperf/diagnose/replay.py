@@ -24,6 +24,8 @@ Replaying in observed time order is a topological order (every edge points forwa
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -92,7 +94,7 @@ class Change:
         if self.kind == "compute_speedup":
             return f"computation kernels {self.factor:g}x faster"
         if self.kind == "speedup_rows":
-            return f"{len(self.rows)} kernels {self.factor:.3g}x faster"
+            return f"{len(self.rows)} kernels " + ("not run" if math.isinf(self.factor) else f"{self.factor:.3g}x faster")
         return self.kind.replace("_", " ")
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.attention import unfused_attention
+from trainperf.diagnose.recompute import recompute_overhead
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.gpu_time import idle_in_span_us
 from trainperf.diagnose.host import OPTIMIZER_RE, span_rows
@@ -448,10 +449,11 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
 
 
 # fp32_matmul (diagnose/precision.py): fp32 GEMMs/convolutions on a tensor-core accelerator, and unfused_attention
-# (diagnose/attention.py): attention written out of separate operators, before the general fusion rule
+# (diagnose/attention.py): attention written out of separate operators, before the general fusion rule;
+# recompute_overhead (diagnose/recompute.py): the forward re-run in the backward (activation checkpointing)
 RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable_copy, allocator_stall, exposed_comm,
-         straggler, launch_bound, small_kernels, fp32_matmul, unfused_attention, memory_bound_unfused, optimizer_slow,
-         gpu_analyses_skipped)
+         straggler, launch_bound, small_kernels, fp32_matmul, unfused_attention, memory_bound_unfused,
+         recompute_overhead, optimizer_slow, gpu_analyses_skipped)
 
 
 def run_rules(f: RankFacts) -> list[Finding]:

@@ -1,0 +1,104 @@
+"""Activation recomputation in the backward pass, and the `recompute_overhead` finding.
+
+Activation checkpointing (torch.utils.checkpoint, FSDP/torchtitan/Megatron "full" recompute) trades memory for a
+second forward pass: the forward of each checkpointed segment runs again inside the backward. In a Kineto trace the
+re-run operators are forward operators inside an autograd backward node: the profiler gives an operator a
+"Sequence number" when it records an autograd node (grad mode on) and a "Fwd thread id" of 0 when it runs forward;
+the backward formula's own operators run with grad mode off (no sequence number) or carry the forward thread's
+number (>= 1). Reentrant checkpointing re-runs the segment inside its CheckpointFunctionBackward node, the
+non-reentrant kind inside the first backward node that unpacks a saved tensor: both are found the same way (real
+torch 2.13 profiles in tests/data/recompute).
+
+The fix a user can make is selective recomputation: keep the outputs of the matrix products and attention (the
+costly part to recompute) and recompute the cheap elementwise and normalisation ops (PyTorch's
+create_selective_checkpoint_contexts, torchtitan's op-level selective AC, Megatron's selective granularity), or
+checkpoint fewer layers. Priced as that: the recomputed GEMM and attention kernels removed. It is an upper bound,
+since whether the kept outputs fit in memory is not in the trace.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from trainperf.diagnose import findings as F
+from trainperf.diagnose.autograd_links import BACKWARD_OP_PREFIX
+from trainperf.diagnose.facts import RankFacts
+from trainperf.diagnose.replay import Change
+from trainperf.diagnose.launch import launched_inside
+from trainperf.trace.events import ATTENTION, CPU_OP, GEMM, EventTable
+from trainperf.trace.nesting import enclosing_span, outermost, thread_key
+
+# recomputed work, % of the span, before it is a finding: the stall rules' 1 % would report every checkpointed
+# model, whose recompute is a deliberate memory trade; at 3 % the selective fix (its GEMM share, typically
+# 60-90 % of a transformer block's forward) is worth the 2 % where a user starts to act. Not fitted: no labeled
+# trace has this kind
+RECOMPUTE_MIN_PCT = 3.0
+RECOMPUTE_REENTRANT = "CheckpointFunctionBackward"
+
+RECOMMENDATION = ("Activation checkpointing re-runs the forward in the backward pass. Where memory allows, "
+                  "recompute selectively: keep the matmul and attention outputs and recompute only cheap "
+                  "elementwise/norm ops (torch.utils.checkpoint with create_selective_checkpoint_contexts, "
+                  "torchtitan activation_checkpoint mode 'selective' (op), Megatron --recompute-granularity "
+                  "selective), or checkpoint fewer layers; check the memory headroom first "
+                  "(torch.cuda.max_memory_allocated against the device's memory).")
+F.RECOMMENDATIONS.setdefault("recompute_overhead", RECOMMENDATION)
+
+
+def recomputed_ops(t: EventTable, keep: np.ndarray) -> np.ndarray:
+    """Rows of the outermost forward operators (sequence number, "Fwd thread id" 0) that run inside an autograd
+    backward node, among the rows `keep` marks; empty when the trace does not record forward thread ids."""
+    ops = np.flatnonzero((t.kind == CPU_OP) & keep)
+    node_ids = t.ids_matching(lambda s: s.startswith(BACKWARD_OP_PREFIX))
+    is_node = np.isin(t.name[ops], node_ids)
+    nodes, cand = ops[is_node], ops[~is_node & (t.seq[ops] >= 0) & (t.fwd_tid[ops] == 0)]
+    if not nodes.size or not cand.size:
+        return cand[:0]
+    inside = enclosing_span(thread_key(t.pid[nodes], t.tid[nodes]), t.ts_ns[nodes], t.ts_ns[nodes] + t.dur_ns[nodes],
+                            thread_key(t.pid[cand], t.tid[cand]), t.ts_ns[cand]) >= 0
+    return outermost(t, cand[inside]) if inside.any() else cand[:0]
+
+
+def recompute_overhead(f: RankFacts) -> F.Finding | None:
+    """The backward re-runs a material share of the forward (activation checkpointing; module docstring).
+
+    GPU: the recomputed kernels' time as evidence; priced by replay with the recomputed GEMM and attention kernels
+    removed (selective recomputation; an upper bound: the memory for their outputs is not in the trace). Host only:
+    the recomputed operators' host time, unpriced."""
+    t, w = f.table, f.window
+    ops = recomputed_ops(t, w.keep)
+    if not ops.size:
+        return None
+    reentrant = int((w.keep & (t.kind == CPU_OP)
+                     & np.isin(t.name, t.ids_matching(lambda s: s.endswith(RECOMPUTE_REENTRANT)))).sum())
+    metrics = {"recomputed_ops": (ops.size, "count")}
+    events = [(t.name_of(int(r)), float(w.ts_us[r]), float(w.end_us[r] - w.ts_us[r])) for r in ops[:3]]
+    if not f.has_gpu:
+        host_us = float(t.dur_ns[ops].sum()) / 1e3
+        if f.pct(host_us) <= RECOMPUTE_MIN_PCT:
+            return None
+        metrics.update({"recompute_host_time": (host_us, "us"), "recompute_host_share": (f.pct(host_us), "%")})
+        x = F.make("recompute_overhead", [f.rank], f.steps, metrics, events, severity="low",
+                   what_if="not priced: no device work to replay", evidence_pct=f.pct(host_us))
+        x.confidence = "low"
+        return x
+    kernels = launched_inside(t, w, thread_key(t.pid[ops], t.tid[ops]), t.ts_ns[ops], t.ts_ns[ops] + t.dur_ns[ops])
+    dur = w.end_us[kernels] - w.ts_us[kernels]
+    total = float(dur.sum())
+    if f.pct(total) <= RECOMPUTE_MIN_PCT:
+        return None
+    costly = np.isin(t.category[kernels], (GEMM, ATTENTION))
+    kept_us = float(dur[costly].sum())
+    metrics.update({"recompute_kernel_time": (total, "us"), "recompute_kernel_share": (f.pct(total), "%"),
+                    "recomputed_gemm_attention_time": (kept_us, "us")})
+    if kept_us <= 0:
+        return None
+    x = F.make("recompute_overhead", [f.rank], f.steps, metrics, events,
+               changes=(Change("speedup_rows", factor=math.inf, rows=tuple(int(r) for r in kernels[costly])),),
+               what_if="selective recomputation: the recomputed GEMM/attention kernels not re-run (their outputs "
+                       "kept; an upper bound: memory permitting)", evidence_pct=f.pct(kept_us), upper_bound=True)
+    x.confidence = "medium"
+    if reentrant:
+        x.notes.append(f"{reentrant} recomputed segments are reentrant checkpoints (CheckpointFunctionBackward)")
+    return x

@@ -1,0 +1,52 @@
+"""Write the real CPU profiles of a small residual MLP's training step kept here (record_shapes=True).
+
+none.json.gz: no activation checkpointing. reentrant.json.gz: every block under torch.utils.checkpoint with
+use_reentrant=True (the forward re-runs inside a CheckpointFunctionBackward node). non_reentrant.json.gz: the same
+with use_reentrant=False (the forward re-runs inside the backward node that first unpacks a saved tensor).
+Made with torch 2.13.0+cpu on the 2-core CPU container (2026-12-03):
+`python tests/data/recompute/make_traces.py OUT_DIR`, then `gzip -9` each file.
+"""
+
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from torch.profiler import ProfilerActivity, profile, schedule
+from torch.utils.checkpoint import checkpoint
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm, self.fc1, self.fc2 = nn.LayerNorm(64), nn.Linear(64, 256), nn.Linear(256, 64)
+
+    def forward(self, x):
+        return x + self.fc2(nn.functional.gelu(self.fc1(self.norm(x))))
+
+
+def profile_steps(out: Path, name: str, reentrant: bool | None) -> None:
+    """Profile 3 training steps (after 1 wait and 1 warm-up) of 2 blocks into out/name.json; reentrant None:
+    no checkpointing."""
+    torch.manual_seed(0)
+    blocks = nn.ModuleList([Block(), Block()])
+    opt = torch.optim.SGD(blocks.parameters(), lr=0.01)
+    x = torch.randn(32, 64)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                 schedule=schedule(wait=1, warmup=1, active=3, repeat=1),
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(out / f"{name}.json"))) as prof:
+        for _ in range(5):
+            h = x.requires_grad_(reentrant is not None)
+            for b in blocks:
+                h = b(h) if reentrant is None else checkpoint(b, h, use_reentrant=reentrant)
+            h.pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+
+
+if __name__ == "__main__":
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
+    profile_steps(out, "none", None)
+    profile_steps(out, "reentrant", True)
+    profile_steps(out, "non_reentrant", False)

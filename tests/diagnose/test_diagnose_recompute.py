@@ -1,0 +1,102 @@
+"""recompute_overhead (diagnose/recompute.py): the forward re-run inside the backward (activation checkpointing).
+
+Real profiles (tests/data/recompute, torch 2.13 CPU): a 2-block residual MLP without checkpointing, with reentrant
+and with non-reentrant torch.utils.checkpoint. A hand-built GPU trace prices the selective fix by hand."""
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainperf.diagnose.api import diagnose
+from trainperf.diagnose.recompute import recomputed_ops
+from trainperf.diagnose.window import analysis_window
+from trainperf.trace import load_trace
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from kineto_builder import TraceBuilder  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "recompute"
+
+
+def _finding(d):
+    return next((x for x in d.findings if x.kind == "recompute_overhead"), None)
+
+
+@pytest.mark.parametrize("name, per_block", [("reentrant", 5), ("non_reentrant", 4)])
+def test_recomputed_forward_ops_are_found_in_real_profiles(name, per_block):
+    # 2 analysed steps x 2 blocks. A block's forward is layer_norm, linear, gelu, linear and the residual add; the
+    # reentrant checkpoint re-runs all 5, the non-reentrant one stops once the saved tensors the backward asks for
+    # are back (torch's early stop): the residual add's output is not one of them, so 4
+    t = next(iter(load_trace(DATA / f"{name}.json.gz").values()))
+    ops = recomputed_ops(t, analysis_window(t).keep)
+    assert ops.size == 2 * 2 * per_block
+    assert [t.name_of(int(r)) for r in ops[:4]] == ["aten::layer_norm", "aten::linear", "aten::gelu", "aten::linear"]
+    x = _finding(diagnose(DATA / f"{name}.json.gz"))
+    assert x is not None and not x.priced and x.evidence["metrics"]["recomputed_ops"]["value"] == ops.size
+
+
+def test_no_checkpointing_no_finding():
+    t = next(iter(load_trace(DATA / "none.json.gz").values()))
+    assert recomputed_ops(t, analysis_window(t).keep).size == 0
+    assert _finding(diagnose(DATA / "none.json.gz")) is None
+
+
+GEMM = "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_nn"
+ELEM = "void at::native::vectorized_elementwise_kernel<4, at::native::GeluFunctor<c10::BFloat16>>"
+P, STEPS = 9100.0, 4  # the device's 8,900 us from +50 us, the synchronize, ~140 us of Python
+
+
+def _checkpointed_trace(folder: Path) -> Path:
+    """STEPS steps: forward linear (GEMM 2000 us) and gelu (300) on thread 1; on thread 2 a reentrant checkpoint's
+    backward node re-runs them (forward ops: sequence numbers, Fwd thread id 0; 2000 + 300 us), then the gelu's
+    and the linear's backward nodes (their ops carry Fwd thread id 1: 300, 2 x 2000 us)."""
+    b = TraceBuilder()
+    for s in range(STEPS):
+        T, q = s * P, 100 * s
+        b.step(s, T, P)
+        at = T + 50.0
+        for i, (name, kernel, us) in enumerate([("aten::linear", GEMM, 2000.0), ("aten::gelu", ELEM, 300.0)]):
+            b.cpu(name, T + 10.0 * i, 8.0, **{"Sequence number": q + 10 + i, "Fwd thread id": 0})
+            b.launch(kernel, T + 10.0 * i + 2.0, at, us)
+            at += us
+        b.cpu("autograd::engine::evaluate_function: CheckpointFunctionBackward", T + 100.0, 80.0, tid=2,
+              **{"Sequence number": q + 12})
+        for i, (name, kernel, us) in enumerate([("aten::linear", GEMM, 2000.0), ("aten::gelu", ELEM, 300.0)]):
+            b.cpu(name, T + 102.0 + 10.0 * i, 8.0, tid=2, **{"Sequence number": q + 20 + i, "Fwd thread id": 0})
+            b.launch(kernel, T + 104.0 + 10.0 * i, at, us, tid=2, launch_dur=3.0)
+            at += us
+        for j, (node, kernels) in enumerate([("GeluBackward0", [ELEM]), ("AddmmBackward0", [GEMM, GEMM])]):
+            t0 = T + 125.0 + 25.0 * j
+            b.cpu(f"autograd::engine::evaluate_function: {node}", t0, 20.0, tid=2,
+                  **{"Sequence number": q + 21 - j})
+            for k, kernel in enumerate(kernels):
+                b.cpu("aten::mm" if kernel == GEMM else "aten::gelu_backward", t0 + 1.0 + 6.0 * k, 5.0, tid=2,
+                      **{"Fwd thread id": 1})
+                us = 2000.0 if kernel == GEMM else 300.0
+                b.launch(kernel, t0 + 2.0 + 6.0 * k, at, us, tid=2, launch_dur=3.0)
+                at += us
+        b.cpu("cudaDeviceSynchronize", T + 200.0, at + 5.0 - (T + 200.0), cat="cuda_runtime")
+        b.cpu("python_work", at + 6.0, T + P - at - 7.0)
+    doc = b.doc()
+    doc["deviceProperties"] = [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]
+    p = folder / "t.json.gz"
+    p.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return p
+
+
+def test_selective_recompute_priced_as_the_recomputed_gemms(tmp_path):
+    # per step the backward re-runs 2000 + 300 us of kernels (25.3 % of the 9100-us step); keeping the GEMM's
+    # output saves its 2000 us on a GPU-bound step: an upper bound (memory), so 22 % rates medium, not high
+    d = diagnose(_checkpointed_trace(tmp_path))
+    x = _finding(d)
+    assert x is not None and x.priced and x.gain_is_upper_bound and x.severity == "medium"
+    m = x.evidence["metrics"]
+    n = STEPS - 1
+    assert m["recomputed_ops"]["value"] == 2 * n
+    assert m["recompute_kernel_time"]["value"] == pytest.approx(2300.0 * n, rel=1e-6)
+    assert m["recomputed_gemm_attention_time"]["value"] == pytest.approx(2000.0 * n, rel=1e-6)
+    assert x.gain_us / n == pytest.approx(2000.0, rel=0.01)
+    assert any("reentrant" in note for note in x.notes)
