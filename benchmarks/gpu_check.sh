@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Every GPU measurement of trainperf in one script, under 8 minutes on one H200.
+# Every GPU measurement of trainperf in one script, under 9 minutes on one H200 (the limits below add to 520 s).
 # Run on the device machine from the repository root; results go under $OUT (default ./gpu_out).
 #   - calibrate: GEMM TFLOP/s over shapes, device copy bandwidth (planner calibration profile)
 #   - kernels:   fused Triton kernels vs eager / torch.compile / Liger, GB/s and % of roofline
 #   - train:     ~1B Llama-style model, ~30 steps, bf16 + compile: tokens/s, MFU, memory
+#   - roofline_vs_bench: diagnose's per-operator roofline vs `bench kernels` on the same eager calls
 # The GPU machine has torch/Triton/typer/rich/pyarrow/scipy but no package registry: wheels
 # that are missing there (duckdb, liger-kernel) travel in .whl/ (see docs/benchmarks.md).
 set -uo pipefail
@@ -28,4 +29,5 @@ run() {  # run NAME TIMEOUT_S CMD...: one measurement, its log kept even when it
 run calibrate 60  python3 -m trainperf.cli calibrate --device cuda --out "$OUT/calibration.json"
 run kernels   200 python3 benchmarks/gpu_kernels.py --out "$OUT"
 run train     200 python3 benchmarks/gpu_train.py --out "$OUT"
+run roofline_vs_bench 60 python3 benchmarks/roofline_vs_bench.py --device cuda --json "$OUT/roofline_vs_bench.json"
 ls -la "$OUT"

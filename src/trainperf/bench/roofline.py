@@ -23,6 +23,9 @@ def row_kernel_work(kernel: str, rows: int, cols: int, elem_bytes: int, passname
     """Return the work of a row-wise kernel over a (rows, cols) input of elem_bytes-wide elements.
 
     rms_norm / layer_norm / softmax: fwd reads x and writes y; bwd reads x (or y) and dy, writes dx.
+    The norms also read the weight (and bias, fwd only: its gradient is the sum of dy) and write (fwd) /
+    read (bwd) fp32 per-row statistics; their bwd writes dweight (and dbias) in the weight's dtype, as
+    the eager reference returns them.
     swiglu / geglu: fwd reads gate, up, writes out; bwd reads dy, gate, up and writes dgate, dup.
     FLOPs: a handful per element (reported, but these kernels are memory-bound).
     """
@@ -32,7 +35,7 @@ def row_kernel_work(kernel: str, rows: int, cols: int, elem_bytes: int, passname
     if kernel in ("rms_norm", "layer_norm"):
         n_params = 1 if kernel == "rms_norm" else 2
         fwd = Work(2 * n + n_params * weight + stats * n_params, 4.0 * rows * cols)
-        bwd = Work(3 * n + n_params * weight + stats * n_params + n_params * cols * 4, 8.0 * rows * cols)
+        bwd = Work(3 * n + weight + stats * n_params + n_params * weight, 8.0 * rows * cols)
     elif kernel == "softmax":
         fwd = Work(2 * n, 4.0 * rows * cols)
         bwd = Work(3 * n, 3.0 * rows * cols)
@@ -62,12 +65,14 @@ def cross_entropy_work(rows: int, vocab: int, elem_bytes: int, passname: str) ->
 def linear_cross_entropy_work(rows: int, hidden: int, vocab: int, elem_bytes: int, passname: str) -> Work:
     """Return the linear + cross-entropy work: 2*rows*hidden*vocab FLOPs per GEMM (1 fwd, 3 fwd+bwd).
 
-    Bytes: hidden states, weight and (for fwd+bwd) their gradients, once each; the logits are
-    not counted because a fused kernel need not move them.
+    Bytes: hidden states, weight and (for fwd+bwd) their gradients, once each, and the int64 targets
+    once (as cross_entropy_work counts them); the logits are not counted because a fused kernel need
+    not move them.
     """
     gemm = 2.0 * rows * hidden * vocab
     io = (rows * hidden + vocab * hidden) * elem_bytes
-    return Work(io, gemm) if passname == "fwd" else Work(2 * io, 3 * gemm)
+    targets = rows * 8
+    return Work(io + targets, gemm) if passname == "fwd" else Work(2 * io + targets, 3 * gemm)
 
 
 def gbps(work: Work, ms: float) -> float:

@@ -2,7 +2,9 @@
 
 For each operator that launched device work, its FLOPs and minimum bytes come from its "Input
 Dims" / "Input type" (and "Concrete Inputs" for causal masks) args, which the loader keeps in the
-event table (EventTable.args), its time from the kernels it launched (correlation ids). Against the accelerator's peaks (catalog): achieved TFLOP/s and TB/s,
+event table (EventTable.args), its time from the kernels it launched (correlation ids); in a trace
+without device events (a CPU run) from the operator's own host span (host_owned_ops). Against the
+accelerator's peaks (catalog): achieved TFLOP/s and TB/s,
 arithmetic intensity, the bound (compute when FLOPs/peak > bytes/bandwidth) and the time lost to
 the roofline (measured - max(FLOPs/peak, bytes/bandwidth)). Grouped by operator and shape.
 
@@ -14,7 +16,9 @@ Counting conventions (stated, so a reader can check a row by hand):
   read and the output written (forward); q, k, v, out, dout read and dq, dk, dv written (backward).
 - elementwise: 1 FLOP per output element; norms, softmax and reductions: 5 per input element (the
   bound of these is bytes: their intensity is far under any ridge point). Bytes: every tensor
-  input read once, the output written once (in place: the first input written back).
+  input read once, every output written once (in place: the first input written back; an out=
+  tensor written, not read; a reduction's output of the kept dims; layer/RMS norm's per-row
+  statistics, mean and rstd, in the accumulation dtype, at least fp32).
 Only operators that own kernels count (an aten::linear whose aten::addmm launched the GEMM is
 counted once, as addmm), so the rows add up to the device time of the operators covered.
 """
@@ -29,7 +33,7 @@ import numpy as np
 
 from trainperf.errors import TrainperfError
 from trainperf.trace.annotate import correlated_host_row
-from trainperf.trace.nesting import enclosing_span, thread_key
+from trainperf.trace.nesting import enclosing_span, nest, thread_key
 from trainperf.trace import events as ev
 from trainperf.trace.events import CPU_OP, DEVICE_KINDS, MEMCPY, EventTable
 
@@ -65,11 +69,18 @@ _UNARY = {"relu", "gelu", "silu", "sigmoid", "tanh", "exp", "neg", "clamp", "cla
 _BINARY = {"add", "sub", "mul", "div", "rsub", "gelu_backward", "silu_backward", "sigmoid_backward", "tanh_backward",
            "threshold_backward", "pow", "masked_fill", "maximum", "minimum"}
 _TERNARY = {"where", "addcmul", "addcdiv", "lerp"}
-ELEMENTWISE = {**{n: 1 for n in _UNARY}, **{n: 2 for n in _BINARY}, **{n: 3 for n in _TERNARY}}
+COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge"}  # binary, their output bool (1 byte per element)
+ELEMENTWISE = {**{n: 1 for n in _UNARY}, **{n: 2 for n in _BINARY | COMPARISONS}, **{n: 3 for n in _TERNARY}}
 MOVES = {"copy_", "fill_", "zero_"}  # memory only, no FLOPs
 NORMS = {"native_layer_norm", "native_layer_norm_backward", "_fused_rms_norm", "native_batch_norm",
          "_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "native_dropout",
          "native_dropout_backward", "sum", "mean", "amax", "norm", "_fused_rms_norm_backward"}
+# reductions: index of the dim list among the concrete inputs (ATen schemas: sum/mean/amax(self, dim, ...),
+# norm(self, p, dim, ...))
+REDUCTIONS = {"sum": 1, "mean": 1, "amax": 1, "norm": 2}
+# norms that also write per-row statistics: how many (native_layer_norm: mean and rstd; _fused_rms_norm: rstd),
+# rows = input elements / elements of normalized_shape (concrete input 1)
+ROW_STATS = {"native_layer_norm": 2, "_fused_rms_norm": 1}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -156,7 +167,7 @@ def _attention(name: str, dims: list, types: list, concrete: list) -> OpCost | N
     return OpCost(kind="attention", flops=flops, bytes=float(nbytes), precision=PRECISION.get(types[qi], ""))
 
 
-def _memory_op(base: str, dims: list, types: list) -> OpCost | None:
+def _memory_op(base: str, dims: list, types: list, concrete: list) -> OpCost | None:
     ts = _tensors(dims, types)
     if not ts:
         return None
@@ -178,21 +189,62 @@ def _memory_op(base: str, dims: list, types: list) -> OpCost | None:
             out, out_e = _numel(outs[0][0]), outs[0][1]
         else:
             out = _numel(_broadcast([d for d, _, _ in operands]))
-            out_e = max((e for d, e, _ in operands if d), default=e0)  # 0-dim wrapped scalars aside
+            out_e = 1 if op in COMPARISONS else \
+                max((e for d, e, _ in operands if d), default=e0)  # 0-dim wrapped scalars aside
         return OpCost(kind="elementwise", flops=float(out), bytes=float(reads + out * out_e), precision=prec)
     if op in NORMS:
         n = _numel(first)
-        if op in ("sum", "mean", "amax", "norm"):
-            write = 0  # the reduced output is small next to the input
+        if op in REDUCTIONS:
+            if len(ts) > 1:  # an out= tensor: written, not read
+                reads, write = n * e0, sum(_numel(d) * e for d, e, _ in ts[1:])
+            else:
+                write = _reduced_numel(first, concrete, REDUCTIONS[op]) * e0
         elif op == "native_layer_norm_backward":
-            write = n * e0 + sum(_numel(d) * e for d, e, _ in ts[4:6])  # grad input, grad weight and bias
+            # (grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask): bias is passed for
+            # its shape and dtype only (its gradient is the sum of grad_out), not read; written: grad input,
+            # grad weight and grad bias
+            bias = _arg_bytes(dims, types, 6)
+            reads -= bias
+            write = n * e0 + _arg_bytes(dims, types, 5) + bias
         elif op == "native_dropout":
             write = n * e0 + n  # output and a bool mask
+        elif op in ROW_STATS:  # y, and per normalised row its statistics (mean and rstd, or rstd)
+            # normalized_shape: the concrete input, else the weight's shape; neither: the statistics left out
+            row_shape = _int_list(concrete, 1) or (ts[1][0] if len(ts) > 1 else None)
+            rows = n // _numel(row_shape) if row_shape and _numel(row_shape) else 0
+            write = n * e0 + ROW_STATS[op] * rows * max(e0, 4)
         else:
             write = n * e0
         return OpCost(kind="norm", flops=float(NORM_FLOPS_PER_ELEMENT * n), bytes=float(reads + write),
                       precision=prec)
     return None
+
+
+def _arg_bytes(dims: list, types: list, i: int) -> int:
+    """Bytes of the tensor at argument position i (0 when absent or not a tensor)."""
+    return _numel(dims[i]) * DTYPE_BYTES[types[i]] if i < len(dims) and types[i] in DTYPE_BYTES else 0
+
+
+def _int_list(concrete: list, i: int) -> list[int] | None:
+    """The int list a profiler recorded as concrete input i ("[-1]", "[512]"), else None."""
+    v = concrete[i] if i < len(concrete) else ""
+    if not (isinstance(v, str) and v.startswith("[") and v.endswith("]")):
+        return None
+    try:
+        return [int(x) for x in v[1:-1].split(",") if x.strip()]
+    except ValueError:
+        return None
+
+
+def _reduced_numel(shape: list, concrete: list, dim_index: int) -> int:
+    """Elements of a reduction's output: the input's with the reduced dims (concrete input dim_index)
+    removed or kept as 1 alike; no dim list (or an empty one) reduces every dim to one element."""
+    dims = _int_list(concrete, dim_index)
+    if not dims:
+        return 1
+    nd = len(shape)
+    reduced = {d % nd for d in dims} if nd else set()
+    return int(math.prod(s for i, s in enumerate(shape) if i not in reduced))
 
 
 def op_cost(name: str, dims: list, types: list, concrete: list | None = None) -> OpCost | None:
@@ -206,7 +258,7 @@ def op_cost(name: str, dims: list, types: list, concrete: list | None = None) ->
     if name in ATTENTION:
         return _attention(name, dims, types, concrete or [])
     if name.startswith("aten::"):
-        return _memory_op(name[len("aten::"):], dims, types)
+        return _memory_op(name[len("aten::"):], dims, types, concrete or [])
     return None
 
 
@@ -350,27 +402,69 @@ def launching_op(t: EventTable) -> np.ndarray:
     return out
 
 
+def host_owned_ops(t: EventTable, price) -> np.ndarray:
+    """The cpu_op rows that did their priced work themselves, in a trace without device events (a CPU
+    run, where an operator's work is its own host span). Among the operators this roofline prices
+    (price(row) -> OpCost or None), nested as the host called them: an operator whose directly nested
+    priced operators move at least its own bytes only dispatched to them (aten::linear -> aten::addmm,
+    aten::mean -> aten::sum + aten::div_, a pow by 1 that is a copy_): they are counted instead. Any
+    other operator did its work itself, around helpers that move less (add of a Python scalar wrapping
+    it in a 0-dim tensor, norm backward zeroing a small buffer): it is counted with its whole span, its
+    nested operators not. Each priced byte and host µs is so counted once."""
+    ops = np.flatnonzero((t.kind == CPU_OP) & (t.args >= 0))
+    priced = np.array([r for r in ops if price(int(r)) is not None], dtype=np.int64)
+    if priced.size == 0:
+        return priced
+    n = nest(thread_key(t.pid[priced], t.tid[priced]), t.ts_ns[priced], t.ts_ns[priced] + t.dur_ns[priced])
+    rows = priced[n.order]  # table rows in nesting order
+    nested_bytes = np.zeros(len(n))
+    has_parent = n.parent >= 0
+    np.add.at(nested_bytes, n.parent[has_parent], [price(int(r)).bytes for r in rows[has_parent]])
+    own = np.array([price(int(r)).bytes for r in rows])
+    dispatcher = (np.bincount(n.parent[has_parent], minlength=len(n)) > 0) & (nested_bytes >= own)
+    # counted: not a dispatcher, and every priced operator around it is a dispatcher (top-down, parents first)
+    counted = np.zeros(len(n), dtype=bool)
+    open_path = np.zeros(len(n), dtype=bool)  # all enclosing priced operators are dispatchers
+    for i in range(len(n)):  # nesting order puts every parent before its children
+        p = n.parent[i]
+        open_path[i] = p < 0 or (open_path[p] and dispatcher[p])
+        counted[i] = open_path[i] and not dispatcher[i]
+    return np.sort(rows[counted])
+
+
 def roofline(t: EventTable, accelerator=None) -> list[RooflineRow]:
     """Roofline rows of one rank, sorted by time lost to the roofline (then by time), from its event
-    table (shapes: the args the loader kept). accelerator: a hardware.Accelerator (default: the trace's)."""
+    table (shapes: the args the loader kept). accelerator: a hardware.Accelerator (default: the trace's).
+    Time: the device time of the kernels each operator launched; in a trace without device events (a
+    CPU run), the host span of each operator that did its own work (host_owned_ops)."""
     acc = accelerator if accelerator is not None else device_accelerator(t)
-    op = launching_op(t)
-    host_link = t.ids_matching(lambda n: any(k in n for k in HOST_LINK_COPIES))
-    dev = np.flatnonzero((op >= 0) & ~((t.kind == MEMCPY) & np.isin(t.name, host_link)))
-    op_rows, inv = np.unique(op[dev], return_inverse=True)
-    time_by_op = np.bincount(inv.reshape(-1), weights=t.dur_ns[dev] / 1e3, minlength=op_rows.size)
-    groups: dict[tuple[str, str], RooflineRow] = {}
     costs: dict[tuple[int, int], tuple] = {}  # (name id, args id) -> (OpShape, OpCost): each shape priced once
-    for r, us in zip(op_rows, time_by_op):
+
+    def priced(r: int) -> tuple:
         pair = (int(t.name[r]), int(t.args[r]))
         got = costs.get(pair)
         if got is None:
-            s = op_shape(t, int(r))
+            s = op_shape(t, r)
             got = costs[pair] = (s, op_cost(s.name, s.dims, s.types, s.concrete) if s is not None else None)
-        s, c = got
+        return got
+
+    if np.isin(t.kind, DEVICE_KINDS).any():
+        op = launching_op(t)
+        host_link = t.ids_matching(lambda n: any(k in n for k in HOST_LINK_COPIES))
+        dev = np.flatnonzero((op >= 0) & ~((t.kind == MEMCPY) & np.isin(t.name, host_link)))
+        op_rows, inv = np.unique(op[dev], return_inverse=True)
+        time_by_op = np.bincount(inv.reshape(-1), weights=t.dur_ns[dev] / 1e3, minlength=op_rows.size)
+    else:
+        op_rows = host_owned_ops(t, lambda r: priced(r)[1])
+        time_by_op = t.dur_ns[op_rows] / 1e3
+    groups: dict[tuple, RooflineRow] = {}
+    for r, us in zip(op_rows, time_by_op):
+        s, c = priced(int(r))
         if c is None:
             continue
-        key = (s.name, shape_key(s))
+        # the cost too: the same shapes may cost differently by their concrete inputs (the dims a sum
+        # reduces, a causal flag), each such variant its own row
+        key = (s.name, shape_key(s), c.flops, c.bytes)
         row = groups.get(key)
         if row is None:
             peak, tbps = _peaks(acc, c.precision)
@@ -413,7 +507,8 @@ def _add_hlo_rows(t: EventTable, acc, groups: dict) -> None:
         if row is None:
             prec = str(a.get("hlo_precision", ""))
             peak, tbps = _peaks(acc, prec)
-            row = groups[key] = RooflineRow(op=name, shapes=key[1], kind=_KIND_OF_CATEGORY.get(int(t.category[r]), "other"),
+            kind = _KIND_OF_CATEGORY.get(int(t.category[r]), "other")
+            row = groups[key] = RooflineRow(op=name, shapes=key[1], kind=kind,
                                             count=0, time_us=0.0, flops=float(a["hlo_flops"]),
                                             bytes=float(a.get("hlo_bytes", 0.0)), precision=prec, peak_tflops=peak,
                                             peak_tbps=tbps)
@@ -486,7 +581,8 @@ class RooflineSummary:
 
     def to_json(self, top: int = 20) -> dict:
         """{accelerator, by_kind, rows (the top ones)}."""
-        return {"accelerator": self.accelerator, "by_kind": self.by_kind, "rows": [r.to_json() for r in self.rows[:top]]}
+        return {"accelerator": self.accelerator, "by_kind": self.by_kind,
+                "rows": [r.to_json() for r in self.rows[:top]]}
 
 
 def summarize(rows: list[RooflineRow], accelerator: str = "") -> RooflineSummary:

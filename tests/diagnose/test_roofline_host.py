@@ -1,0 +1,111 @@
+"""Per-operator roofline: minimum bytes of reductions, norm statistics and comparisons worked by hand, and
+the roofline of a trace without device events (a CPU run) from real torch.profiler traces."""
+
+import pytest
+
+from trainperf.diagnose.roofline import op_cost, roofline
+from trainperf.trace import read_kineto
+
+F32 = "float"
+
+
+def test_reduction_output_written_by_hand():
+    # sum over the last dim of fp32 [32, 512], kept: read 32*512*4 B, write 32 floats
+    c = op_cost("aten::sum", [[32, 512], [], [], []], [F32, "ScalarList", "Scalar", ""], ["", "[-1]", "True", ""])
+    assert c.bytes == 32 * 512 * 4 + 32 * 4
+    # over dim 0: 512 floats written
+    c = op_cost("aten::sum", [[32, 512], [], [], []], [F32, "ScalarList", "Scalar", ""], ["", "[0]", "True", ""])
+    assert c.bytes == 32 * 512 * 4 + 512 * 4
+    # no dim list (sum(x) / amax(x, dim=[])): one element
+    assert op_cost("aten::sum", [[32, 512], []], [F32, "Scalar"], ["", ""]).bytes == 32 * 512 * 4 + 4
+    assert op_cost("aten::amax", [[8, 16], [], []], [F32, "ScalarList", "Scalar"], ["", "[]", "False"]).bytes \
+        == 8 * 16 * 4 + 4
+    # norm(x, p, dim): the dim list is the third input
+    assert op_cost("aten::norm", [[8, 16], [], [], []], [F32, "Scalar", "ScalarList", "Scalar"],
+                   ["", "2", "[1]", "False"]).bytes == 8 * 16 * 4 + 8 * 4
+    # CPU's mean runs sum(x, [-1], True, out=buf): buf [32, 1] is written, not read
+    c = op_cost("aten::sum", [[32, 512], [], [], [], [32, 1]], [F32, "ScalarList", "Scalar", "Scalar", F32],
+                ["", "[-1]", "True", "6", ""])
+    assert c.bytes == 32 * 512 * 4 + 32 * 4
+
+
+def test_norm_statistics_and_bias_by_hand():
+    # native_layer_norm bf16 [8, 1024] over [1024]: read x, weight, bias; write y, and 8 rows x (mean, rstd) fp32
+    bf = "c10::BFloat16"
+    c = op_cost("aten::native_layer_norm", [[8, 1024], [], [1024], [1024], []], [bf, "ScalarList", bf, bf, "Scalar"],
+                ["", "[1024]", "", "", "1e-05"])
+    assert c.bytes == 8 * 1024 * 2 * 2 + 2 * 1024 * 2 + 2 * 8 * 4
+    # normalised over the last two dims [4, 256]: still 8 rows of statistics
+    c = op_cost("aten::native_layer_norm", [[8, 4, 256], [], [], [], []], [F32, "ScalarList", "", "", "Scalar"],
+                ["", "[4, 256]", "", "", "1e-05"])
+    assert c.bytes == 2 * 8 * 1024 * 4 + 2 * 8 * 4
+    # _fused_rms_norm fp32 [32, 512]: read x and weight, write y and one rstd per row
+    c = op_cost("aten::_fused_rms_norm", [[32, 512], [], [512], []], [F32, "ScalarList", F32, "Scalar"],
+                ["", "[512]", "", ""])
+    assert c.bytes == 2 * 32 * 512 * 4 + 512 * 4 + 32 * 4
+    # native_layer_norm_backward fp32 [32, 512]: read dy, x, mean, rstd, weight (bias only names dbias' shape);
+    # write dx, dweight, dbias
+    n, rows, cols = 32 * 512, 32, 512
+    c = op_cost("aten::native_layer_norm_backward", [[32, 512], [32, 512], [], [32, 1], [32, 1], [512], [512], []],
+                [F32, F32, "ScalarList", F32, F32, F32, F32, "ScalarList"])
+    assert c.bytes == 4 * (2 * n + 2 * rows + cols) + 4 * (n + 2 * cols)
+
+
+def test_comparison_writes_bool():
+    # target != -100 over 32 int64 ids: read 32 x 8 B, write 32 bools
+    assert op_cost("aten::ne", [[32], []], ["long int", "Scalar"], ["", "-100"]).bytes == 32 * 8 + 32
+
+
+def _profile(tmp_path, fn, calls=3):
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(2):
+        fn(torch)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as p:
+        for _ in range(calls):
+            fn(torch)
+    p.export_chrome_trace(str(tmp_path / "cpu.json"))
+    return read_kineto(tmp_path / "cpu.json")
+
+
+def test_cpu_trace_counts_each_operator_that_did_the_work_once(tmp_path):
+    # A real CPU profile (no device events): linear dispatches to addmm (counted once, as addmm, like on a GPU);
+    # mean runs sum(out=) and div_ (they are counted, mean is not); x + 1.5 wraps the scalar in a 0-dim tensor
+    # copied inside add (add is counted with its whole span, the tiny copy not); softmax runs _softmax.
+    a, w, b = (None,) * 3
+
+    def step(torch):
+        nonlocal a, w, b
+        if a is None:
+            a, w, b = torch.randn(16, 64), torch.randn(32, 64), torch.randn(32)
+        torch.nn.functional.linear(a, w, b)
+        a.mean(-1, keepdim=True)
+        a + 1.5
+        torch.softmax(a, -1)
+
+    t = _profile(tmp_path, step)
+    rows = {r.op: r for r in roofline(t)}
+    assert "aten::linear" not in rows and "aten::mean" not in rows and "aten::copy_" not in rows
+    assert rows["aten::addmm"].count == 3 and rows["aten::addmm"].flops == 2 * 16 * 64 * 32
+    assert rows["aten::addmm"].bytes == 4 * (32 + 16 * 64 + 64 * 32 + 16 * 32)  # bias, a, w read; out written
+    assert rows["aten::sum"].bytes == 4 * (16 * 64 + 16)  # mean's sum: read a, write 16 means
+    assert rows["aten::add"].bytes == 4 * (16 * 64 + 16 * 64) + 8  # a and the 0-dim double read, out written
+    assert rows["aten::_softmax"].bytes == 4 * 2 * 16 * 64
+    # each counted operator's time is its own host span (µs), so the rows add up to no more than the ops' spans
+    ops = [i for i in range(len(t)) if t.names[int(t.name[i])] == "aten::_softmax"]
+    assert rows["aten::_softmax"].time_us == pytest.approx(sum(t.dur_ns[i] for i in ops) / 1e3)
+
+
+def test_same_shapes_reducing_other_dims_are_separate_rows(tmp_path):
+    # sum over dim 0 and over dim 1 of the same [32, 512]: 512 and 32 floats written, two rows
+    x = None
+
+    def step(torch):
+        nonlocal x
+        x = torch.randn(32, 512) if x is None else x
+        x.sum(0, keepdim=True)
+        x.sum(1, keepdim=True)
+
+    sums = sorted(r.bytes for r in roofline(_profile(tmp_path, step)) if r.op == "aten::sum")
+    assert sums == [4 * (32 * 512 + 32), 4 * (32 * 512 + 512)]
