@@ -54,11 +54,19 @@ def test_noise_law_and_the_significance_a_cause_needs():
     real = exp + np.sqrt(exp + 0.01 * exp ** 2) * np.array([1, -1, 1, -1])
     phi1, phi2, dof = _noise_model(real, exp)
     assert (phi1, phi2, dof) == (pytest.approx(1.0), pytest.approx(0.01), 2)
-    # an element of two leaves of 100 and 400 that rose by 60 in all: var = 1 x 500 + 0.01 x
-    # (100^2 + 400^2) = 2200, z = 60 / sqrt(2200) = 1.279
+    # an element of two leaves of 100 and 400 that rose by 20 and 40: the score test of a shift that
+    # scales its leaves weights each deviation by 1 / (phi_1 + phi_2 exp) = 1 / 2, 1 / 5:
+    # z = (20 / 2 + 40 / 5) / sqrt(100 / 2 + 400 / 5) = 18 / sqrt(130) = 1.579 (the plain sum over
+    # sqrt(1 x 500 + 0.01 x (100^2 + 400^2)), 60 / sqrt(2200) = 1.279, lets the large leaf's
+    # relative error weigh 16x the small one's)
     e = np.array([100.0, 400.0])
     z = _element_z(e + np.array([20.0, 40.0]), e, np.ones(2, bool), 1.0, (phi1, phi2, dof))
-    assert z == pytest.approx(60 / np.sqrt(2200), rel=1e-6)
+    assert z == pytest.approx(18 / np.sqrt(130), rel=1e-6)
+    # Poisson-like counts alone (phi_2 = 0): equal weights, the plain sum 60 / sqrt(500) = 2.683
+    assert _element_z(e + np.array([20.0, 40.0]), e, np.ones(2, bool), 1.0, (1.0, 0.0, dof)) == pytest.approx(
+        60 / np.sqrt(500), rel=1e-6)
+    # no noise read: any rise is certain
+    assert _element_z(e + 1, e, np.ones(2, bool), 1.0, (0.0, 0.0, dof)) == np.inf
     assert _bonferroni_z(0.01, 100) == pytest.approx(3.719, abs=1e-3)  # the normal's 1 - 1e-4 quantile
     # a law read on 12 leaves (10 dof) widens the bound: Student's t 1 - 1e-4 quantile, 5.694 (tables)
     assert _bonferroni_z(0.01, 100, 10.0) == pytest.approx(5.694, abs=1e-3)
