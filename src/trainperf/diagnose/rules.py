@@ -13,6 +13,7 @@ import numpy as np
 
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.attention import unfused_attention
+from trainperf.diagnose.copies import exposed_memcpy
 from trainperf.diagnose.recompute import recompute_overhead
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.gpu_time import idle_in_span_us
@@ -450,9 +451,10 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
 
 # fp32_matmul (diagnose/precision.py): fp32 GEMMs/convolutions on a tensor-core accelerator, and unfused_attention
 # (diagnose/attention.py): attention written out of separate operators, before the general fusion rule;
-# recompute_overhead (diagnose/recompute.py): the forward re-run in the backward (activation checkpointing)
-RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable_copy, allocator_stall, exposed_comm,
-         straggler, launch_bound, small_kernels, fp32_matmul, unfused_attention, memory_bound_unfused,
+# recompute_overhead (diagnose/recompute.py): the forward re-run in the backward (activation checkpointing);
+# exposed_memcpy (diagnose/copies.py): host-link copies no computation hides and no host call blocked on
+RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable_copy, allocator_stall, exposed_memcpy,
+         exposed_comm, straggler, launch_bound, small_kernels, fp32_matmul, unfused_attention, memory_bound_unfused,
          recompute_overhead, optimizer_slow, gpu_analyses_skipped)
 
 

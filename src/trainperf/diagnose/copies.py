@@ -1,0 +1,81 @@
+"""Copies between host and device that the step waits for on the device, and the `exposed_memcpy` finding.
+
+TraceLens splits the GPU timeline into computation, exposed communication, exposed memcpy and idle; a trace whose
+exposed memcpy is large is one whose device spends the step moving data over PCIe (CPU offload of optimizer
+states or parameters, activations swapped to the host, inputs copied in the step that needs them). Here: copies
+over a host link (host to device, device to host, host to host, peer to peer; not device-to-device copies, which
+run at HBM speed) that are not under computation kernels on another stream, and whose host call did not block on
+them (a blocking copy is host_sync's or pageable_copy's: the host waits there, and their fixes differ).
+
+Priced by replay with those copies off the device timeline: what prefetching them on a side stream (or keeping the
+data on the device) gives when they overlap computation completely. An upper bound: the link's bandwidth and the
+computation available to hide them are not in the trace.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from trainperf.diagnose import findings as F
+from trainperf.diagnose.facts import RankFacts
+from trainperf.diagnose.gpu_time import compute_mask
+from trainperf.diagnose.replay import NOT_BLOCKING, Change
+from trainperf.diagnose.window import merge_intervals
+from trainperf.trace.events import MEMCPY
+
+# a copy over a host link, as CUPTI and roctracer name them ("Memcpy HtoD (Pinned -> Device)", "Memcpy DtoH
+# (Device -> Pageable)", "Memcpy PtoP (Device -> Device)" between devices) and rocprofv3 ("CopyHostToDevice")
+HOST_LINK_RE = re.compile(r"HtoD|DtoH|HtoH|PtoP|Host\s*->|->\s*(Host|Pinned|Pageable)|CopyHostTo|CopyDeviceToHost")
+# exposed host-link copy time, % of the span. 5 %, like fp32_matmul's: the what-if is an upper bound (a bound of
+# 3-10 % rates low), and prefetching is a code change a user makes for a few percent, not for one
+EXPOSED_MEMCPY_MIN_PCT = 5.0
+
+RECOMMENDATION = ("Host-device copies hold up the device: prefetch them on a side stream with pinned memory and "
+                  "non_blocking=True so they overlap computation (a CUDA stream + event per batch, or the "
+                  "DataLoader's pin_memory with a prefetcher); with CPU offload (FSDP CPUOffload, DeepSpeed "
+                  "ZeRO-Offload), offload less or overlap it (DeepSpeed overlap_comm, FSDP prefetch) where memory "
+                  "allows.")
+F.RECOMMENDATIONS.setdefault("exposed_memcpy", RECOMMENDATION)
+
+
+def _union_us(start: np.ndarray, end: np.ndarray) -> float:
+    s, e = merge_intervals(start, end)
+    return float((e - s).sum())
+
+
+def exposed_memcpy(f: RankFacts) -> F.Finding | None:
+    """Host-link copies that no computation hides and no host call blocked on take a material share of the span
+    (module docstring); priced with them off the device timeline (an upper bound)."""
+    if not f.has_gpu:
+        return None
+    t, w, g = f.table, f.window, f.graph
+    dev = np.flatnonzero(~g.is_host)
+    rows = g.rows[dev]
+    link = np.isin(t.name[rows], t.ids_matching(lambda s: HOST_LINK_RE.search(s) is not None))
+    blocked_on = np.zeros(g.rows.size, dtype=bool)
+    blocking = g.block_class != NOT_BLOCKING
+    blocked_on[g.sync_on[blocking & (g.sync_on >= 0)]] = True
+    copies = dev[(t.kind[rows] == MEMCPY) & link & ~blocked_on[dev]]
+    if not copies.size:
+        return None
+    compute = dev[compute_mask(t, rows)]
+    cs, ce = g.start[compute], g.start[compute] + g.dur[compute]
+    ks, ke = g.start[copies], g.start[copies] + g.dur[copies]
+    exposed = _union_us(np.r_[cs, ks], np.r_[ce, ke]) - _union_us(cs, ce)
+    if f.pct(exposed) <= EXPOSED_MEMCPY_MIN_PCT:
+        return None
+    names = t.name[g.rows[copies]]
+    top = sorted(((t.name_of(int(g.rows[i])), float(w.ts_us[g.rows[i]]), float(g.dur[i])) for i in copies),
+                 key=lambda e: -e[2])[:3]
+    metrics = {"copies": (copies.size, "count"), "copy_time": (float(g.dur[copies].sum()), "us"),
+               "exposed_copy_time": (exposed, "us"), "exposed_copy_share": (f.pct(exposed), "%"),
+               "copy_kinds": (np.unique(names).size, "count")}
+    x = F.make("exposed_memcpy", [f.rank], f.steps, metrics, top,
+               changes=(Change("speedup_rows", factor=math.inf, rows=tuple(int(r) for r in g.rows[copies])),),
+               what_if="host-device copies hidden under computation (prefetched on a side stream; upper bound)",
+               evidence_pct=f.pct(exposed), upper_bound=True)
+    x.confidence = "medium"
+    return x
