@@ -8,7 +8,7 @@ from trainperf.corpus import kineto as K
 from trainperf.corpus.build import Base, build_corpus
 from trainperf.corpus.inject import (NotApplicable, inject_checkpoint_stall, inject_exposed_comm, inject_pageable_copy,
                                      inject_straggler)
-from trainperf.corpus.surgery import HostWork, insert_device_delays, insert_host_work, insert_pauses
+from trainperf.corpus.surgery import DeviceWait, HostWork, insert_device_delays, insert_host_work
 
 HOST, GPU = (1, 1), (0, 7)
 
@@ -128,11 +128,79 @@ def test_step_time_needs_profiler_steps():
         K.step_time_us([_x("k", "kernel", GPU, 0.0, 1.0)])
 
 
-def test_pause_stretches_what_spans_it_and_shifts_the_rest():
-    ev = [_x("k1", "kernel", GPU, 15.0, 50.0, corr=1), _x("k2", "kernel", GPU, 70.0, 10.0, corr=2),
-          _x("cpu", "cpu_op", HOST, 30.0, 5.0)]
-    out = insert_pauses({"traceEvents": ev}, [(40.0, 25.0)], moved={2: 50.0})
-    assert [(e["ts"], e["dur"]) for e in out["traceEvents"]] == [(15.0, 75.0), (95.0, 10.0), (50.0, 5.0)]
+def _collective_and_its_consumer():
+    """All-reduce [20, 60] on stream A (0, 20), launched at 5; gemm2 [64, 94] on the compute stream
+    B launched at 6, its stream idle since gemm1 [10, 30]: it started 4 µs after the all-reduce
+    ended (an event wait on its result); add [95, 100] queued behind it; the host syncs at 50 and
+    returns at 101 (add's end + 1)."""
+    return [_x("cudaLaunchKernel", "cuda_runtime", HOST, 4.0, 1.0, corr=1),
+            _x("gemm1", "kernel", GPU, 10.0, 20.0, corr=1),
+            _x("cudaLaunchKernel", "cuda_runtime", HOST, 5.0, 1.0, corr=2),
+            _x("ncclKernel_AllReduce_RING_LL_Sum_float", "kernel", (0, 20), 20.0, 40.0, corr=2),
+            _x("cudaLaunchKernel", "cuda_runtime", HOST, 6.0, 1.0, corr=3),
+            _x("gemm2", "kernel", GPU, 64.0, 30.0, corr=3),
+            _x("cudaLaunchKernel", "cuda_runtime", HOST, 7.0, 1.0, corr=4), _x("add", "kernel", GPU, 95.0, 5.0, corr=4),
+            _x("cudaStreamSynchronize", "cuda_runtime", HOST, 50.0, 51.0), _x("aten::mul", "cpu_op", HOST, 110.0, 2.0)]
+
+
+def test_a_longer_collective_carries_the_op_that_waited_for_it():
+    # the all-reduce runs 25 µs longer (ends 85): gemm2 starts its 4 µs after that new end (89, was
+    # 64), add queued behind it starts as it ends (119), the sync returns 1 µs after add (125) and
+    # the host after it 24 µs later
+    ev = _collective_and_its_consumer()
+    idx = {e["name"]: i for i, e in enumerate(ev)}
+    out = insert_device_delays({"traceEvents": ev}, extra={idx["ncclKernel_AllReduce_RING_LL_Sum_float"]: 25.0},
+                               latency_us=5.0)
+    got = {e["name"]: (e["ts"], e["dur"]) for e in out["traceEvents"]}
+    assert got["ncclKernel_AllReduce_RING_LL_Sum_float"] == (20.0, 65.0)
+    assert got["gemm2"] == (89.0, 30.0) and got["add"] == (119.0, 5.0) and got["gemm1"] == (10.0, 20.0)
+    assert got["cudaStreamSynchronize"] == (50.0, 75.0) and got["aten::mul"] == (134.0, 2.0)
+
+
+def test_a_host_delay_that_moves_a_collective_moves_the_op_that_waited_for_it():
+    # 30 µs of host work at 4.5 (before the all-reduce's launch at 5, after gemm1's at 4): the
+    # all-reduce is launched at 35 and starts at 40 (5 µs latency), ends 80; gemm2, launched at 36,
+    # waited for it: it starts 4 µs after, at 84 (not at its old 64, before its input exists); add
+    # queued behind it starts as it ends
+    ev = _collective_and_its_consumer()
+    work = [HostWork(at_us=4.5, host_us=30.0, spans=(("enumerate(DataLoader)", "user_annotation"),))]
+    out = insert_host_work({"traceEvents": ev}, work, main=HOST, stream=GPU, latency_us=5.0)
+    got = {e["name"]: (e["ts"], e["dur"]) for e in out["traceEvents"]}
+    assert got["ncclKernel_AllReduce_RING_LL_Sum_float"] == (40.0, 40.0)
+    assert got["gemm2"] == (84.0, 30.0) and got["add"] == (114.0, 5.0)
+
+
+def test_an_op_released_by_its_own_stream_is_not_an_event_wait():
+    # the same, but gemm1 runs until 62: gemm2 followed it on its stream (2 µs later), so the
+    # all-reduce's end 4 µs before gemm2 is a coincidence; a longer all-reduce leaves gemm2 alone
+    ev = _collective_and_its_consumer()
+    ev[1]["dur"] = 52.0
+    idx = {e["name"]: i for i, e in enumerate(ev)}
+    out = insert_device_delays({"traceEvents": ev}, extra={idx["ncclKernel_AllReduce_RING_LL_Sum_float"]: 25.0},
+                               latency_us=5.0)
+    assert [e["ts"] for e in _by_name(out, "gemm2")] == [64.0]
+
+
+def test_a_sync_on_a_device_op_moves_the_host_by_its_wait():
+    ev = _collective_and_its_consumer()
+    idx = {e["name"]: i for i, e in enumerate(ev)}
+    # a sync inserted at host time 30 on the all-reduce [20, 60]: the host waits 30 µs; the original
+    # sync [50, 101] starts at 80 and still returns at add's end + 1 (101): the device's slack
+    # absorbs the wait, and aten::mul (110) stays
+    ar = idx["ncclKernel_AllReduce_RING_LL_Sum_float"]
+    out = insert_device_delays({"traceEvents": ev}, syncs=[DeviceWait(at_us=30.0, op=ar, thread=HOST)], latency_us=5.0)
+    syncs = sorted((e["ts"], e["dur"]) for e in _by_name(out, "cudaStreamSynchronize"))
+    assert syncs == [(30.0, 30.0), (80.0, 21.0)]
+    assert _by_name(out, "aten::mul")[0]["ts"] == 110.0
+    # the all-reduce 40 µs longer [20, 100]: the host waits until 100; gemm2 follows at 104, add at
+    # 134 (its 1 µs gap behind gemm2 closes), so the old sync [120, ...] returns at add's end + 1 (140)
+    # and aten::mul moves 39 µs
+    out = insert_device_delays({"traceEvents": ev}, extra={ar: 40.0},
+                               syncs=[DeviceWait(at_us=30.0, op=ar, thread=HOST)], latency_us=5.0)
+    assert sorted((e["ts"], e["dur"]) for e in _by_name(out, "cudaStreamSynchronize")) == [(30.0, 70.0), (120.0, 20.0)]
+    assert _by_name(out, "aten::mul")[0]["ts"] == 149.0
+    with pytest.raises(ValueError, match="before"):
+        insert_device_delays({"traceEvents": ev}, syncs=[DeviceWait(at_us=8.0, op=ar, thread=HOST)], latency_us=5.0)
 
 
 def steps_then_a_cut_one(launch="cudaLaunchKernel"):
@@ -204,23 +272,26 @@ def _gemm_allreduce_add(*, launch_ar: float, allreduce_at: float, launch_add: fl
 
 def test_an_overlapped_collective_is_serialised_after_the_compute_it_overlapped():
     # step 1 [0, 100]: gemm [10, 60] on the compute stream; an all-reduce [30, 50] on its own stream
-    # overlaps it. Serialised, the all-reduce starts when gemm ends (60) and everything after 60
-    # waits its 20 µs: the step becomes 120 µs, gain 20 / 120
+    # overlaps it. Serialised, the all-reduce starts when gemm ends (60), the host syncs on it
+    # [60, 80] and everything on the host after 60 moves 20 µs: the step becomes 120 µs, gain
+    # 20 / 120. add, launched at 62 + 20 = 82, starts 5 µs later (the trace's shortest launch
+    # latency, gemm's: it found the device idle), after the all-reduce it waits for
     ev = _gemm_allreduce_add(launch_ar=25.0, allreduce_at=30.0, launch_add=62.0)
     out, _ = inject_exposed_comm({0: {"traceEvents": ev}}, 1.0, random.Random(0))
     got = {e["name"]: (e["ts"], e["dur"]) for e in out[0]["traceEvents"]}
     assert got["ncclKernel_AllReduce_RING_LL_Sum_float"] == (60.0, 20.0)
-    assert got["add"] == (90.0, 5.0) and got["cudaStreamSynchronize"] == (60.0, 20.0)
+    assert got["add"] == (87.0, 5.0) and got["cudaStreamSynchronize"] == (60.0, 20.0)
     assert (K.step_time_us(ev), K.step_time_us(out[0]["traceEvents"])) == (100.0, 120.0)
 
 
 def test_a_collective_that_starts_in_a_compute_gap_is_serialised_where_it_starts():
-    # all-reduce [62, 82] starts after gemm [10, 60] ended and overlaps add [70, 75]: the device
-    # stops for its 20 µs at 62, add moves to 90, the step to 120 µs
+    # all-reduce [62, 82] starts after gemm [10, 60] ended and overlaps add [70, 75]: the host syncs
+    # on it from 62 to 82, add (the next compute) waits for it and for its launch, moved from 63 to
+    # 83, + 5.2 µs (5th percentile of the launch latencies 5, 7, 7): 88.2; the step is 120 µs
     ev = _gemm_allreduce_add(launch_ar=55.0, allreduce_at=62.0, launch_add=63.0)
     out, _ = inject_exposed_comm({0: {"traceEvents": ev}}, 1.0, random.Random(0))
     got = {e["name"]: (e["ts"], e["dur"]) for e in out[0]["traceEvents"]}
-    assert got["ncclKernel_AllReduce_RING_LL_Sum_float"] == (62.0, 20.0) and got["add"] == (90.0, 5.0)
+    assert got["ncclKernel_AllReduce_RING_LL_Sum_float"] == (62.0, 20.0) and got["add"] == (88.2, 5.0)
     assert K.step_time_us(out[0]["traceEvents"]) == 120.0
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from trainperf.corpus import kineto as K
-from trainperf.corpus.surgery import HostWork, insert_device_delays, insert_host_work, insert_pauses
+from trainperf.corpus.surgery import DeviceWait, HostWork, insert_device_delays, insert_host_work
 from trainperf.errors import TrainperfError
 
 DATALOADER_NAMES = ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
@@ -222,13 +222,24 @@ def inject_straggler(ranks: dict, size: float, rng: random.Random, slow: int | N
     return out, [slow]
 
 
+@dataclass(frozen=True)
+class _Overlapped:
+    """A collective off the compute stream that overlaps compute (event indices; µs)."""
+
+    op: int            # the collective
+    at: float          # where it would start if serialised: the end of the compute op running at its start
+    dur: float
+    before: int | None  # that compute op (None: it starts in a compute gap)
+    next: int | None    # the first compute op starting at or after `at`, which must wait for it
+
+
 @K.cached_by_identity()
-def _overlapped_collectives(doc: dict) -> list[tuple[int, float, float]]:
-    """(event index, µs it would start at if serialised, duration µs) of each collective off the
-    compute stream that overlaps compute and whose own stream has nothing else starting before that."""
+def _overlapped_collectives(doc: dict) -> list[_Overlapped]:
+    """Each collective off the compute stream that overlaps compute and whose own stream has nothing
+    else starting before it would start if serialised."""
     r = rank_facts(doc)
     ev = doc["traceEvents"]
-    comp = sorted((float(e["ts"]), K.end(e)) for e in ev
+    comp = sorted((float(e["ts"]), K.end(e), i) for i, e in enumerate(ev)
                   if K.is_gpu_op(e) and (e.get("pid"), e.get("tid")) == r.stream and not _is_collective(e))
     cs, ce = np.array([c[0] for c in comp]), np.array([c[1] for c in comp])
     starts: dict = {}  # stream -> sorted starts of its ops
@@ -242,28 +253,34 @@ def _overlapped_collectives(doc: dict) -> list[tuple[int, float, float]]:
             continue
         ts, te = float(e["ts"]), K.end(e)
         j = np.searchsorted(cs, ts, side="right") - 1
-        at = max(ts, float(ce[j])) if j >= 0 and ce[j] > ts else ts
+        running = j >= 0 and ce[j] > ts
+        at = float(ce[j]) if running else ts
         overlap = float(np.clip(np.minimum(ce, te) - np.maximum(cs, ts), 0, None).sum())
         same = starts[(e.get("pid"), e.get("tid"))]
         # an op of its own stream starting before `at` would have to move too: not a candidate
         between = np.searchsorted(same, at, side="left") - np.searchsorted(same, ts, side="right")  # -1: at == ts
         if overlap > MIN_OVERLAP_SHARE * float(e["dur"]) and between <= 0:
-            cands.append((i, at, float(e["dur"])))
+            nxt = int(np.searchsorted(cs, at, side="left"))
+            cands.append(_Overlapped(op=i, at=at, dur=float(e["dur"]), before=comp[j][2] if running else None,
+                                     next=comp[nxt][2] if nxt < len(comp) else None))
     return cands
 
 
 def inject_exposed_comm(ranks: dict, size: float, rng: random.Random):
     """size: share (0..1] of the collectives that overlap compute which are serialised: each starts
-    when the compute kernel running at its start ends, and the compute stream and the host (a
-    cudaStreamSynchronize, as after `dist.all_reduce(t); torch.cuda.synchronize()`) wait for it.
+    when the compute op running at its start ends, the next compute op waits for it, and so does
+    the host (a cudaStreamSynchronize, as after `dist.all_reduce(t); torch.cuda.synchronize()`,
+    issued at the instant the collective would start).
 
     The sync is written on the host thread that launched the collective (its launch->kernel
     correlation): in DDP that is the autograd thread, while the main thread is inside backward()
-    and cannot call it. The pause still moves every host thread: the main thread waits in
+    and cannot call it. The wait still moves every host thread: the main thread waits in
     backward() for the autograd thread, so its open ops are stretched and its later ones shifted.
+    On the device only what waited moves: the compute after the collective, and what waited for
+    that in turn (stream order, the original's event waits, launches that moved with the host).
 
-    (Delaying only the compute stream costs nothing measurable on these bases: their GPUs idle
-    53-78 % of the step and the slack absorbs it; insert_device_delays gives gains < 0.1 %.)"""
+    (Without the host's sync it costs nothing measurable on these bases: their GPUs idle 53-78 % of
+    the step and the slack absorbs the compute's wait; gains < 0.1 %.)"""
     if not any(_overlapped_collectives(doc) for doc in ranks.values()):
         raise NotApplicable("no collective overlaps compute off the compute stream: none to serialise")
     out = {}
@@ -272,21 +289,19 @@ def inject_exposed_comm(ranks: dict, size: float, rng: random.Random):
         launcher = K.launch_threads(doc["traceEvents"])
         cands = _overlapped_collectives(doc)
         n = int(np.ceil(size * len(cands)))
-        chosen = sorted(rng.sample(cands, n), key=lambda c: c[1]) if cands else []
-        pauses, moved, total = [], {}, 0.0
-        for i, at, dur in chosen:
-            if pauses and at <= pauses[-1][0]:
+        chosen = sorted(rng.sample(cands, n), key=lambda c: c.at) if cands else []
+        after: dict[int, list[int]] = {}
+        syncs: list[DeviceWait] = []
+        for c in chosen:
+            if syncs and c.at <= syncs[-1].at_us:
                 continue
-            moved[i] = at + total
-            pauses.append((at, dur))
-            total += dur
-        mod = insert_pauses(doc, pauses, moved)
-        ev = doc["traceEvents"]
-        mod["traceEvents"] += [{"ph": "X", "cat": "cuda_runtime", "name": vendor_name("cudaStreamSynchronize", r.hip),
-                                "pid": (th := launcher.get(K.correlation(ev[i]), r.main))[0],
-                                "tid": th[1], "ts": moved[i], "dur": dur, "args": {}}
-                               for i, at, dur in chosen if i in moved]
-        out[rank] = mod
+            if c.before is not None:
+                after.setdefault(c.op, []).append(c.before)
+            if c.next is not None:
+                after.setdefault(c.next, []).append(c.op)
+            syncs.append(DeviceWait(at_us=c.at, op=c.op, name=vendor_name("cudaStreamSynchronize", r.hip),
+                                    thread=launcher.get(K.correlation(doc["traceEvents"][c.op]), r.main)))
+        out[rank] = insert_device_delays(doc, after=after, syncs=syncs, latency_us=r.latency_us)
     return out, sorted(ranks)
 
 

@@ -9,11 +9,14 @@ Two operations, both on the raw event list (independent of trainperf.diagnose):
   it on the same stream. A host call that waited for the device in the original trace (a stream/
   device/event synchronize, a copy to or from pageable memory) waits for the re-timed device op
   it waited for, so GPU slack can absorb host delay as it does on a real machine.
-- `insert_pauses` — the whole rank (host and device) stops for a while at given instants, and
-  whatever spans an instant is stretched: a collective the host and the compute both wait for.
 - `insert_device_delays` — device ops run longer (a slower kernel, a collective that waits for a
-  late rank) or wait for other ops (a collective moved onto the compute path); ops are re-timed
-  in start order and the host moves only where it waited for the device.
+  late rank) or wait for other ops (a collective moved onto the compute path), and the host may
+  block on a device op (a stream synchronize after a collective); ops are re-timed in start order
+  and the host moves only where it waited for the device.
+
+Every re-timing carries an op's dependants along: an op of another stream that, in the untouched
+trace, started right after it ended (an event wait) starts as long after its new end, and what
+follows on that stream and the host calls that waited for it follow in turn.
 
 Times are µs in the trace's own clock; "orig" means the untouched trace.
 """
@@ -35,9 +38,14 @@ from trainperf.corpus import kineto as K
 # (host-bound) the one such call does not (2.6 ms after): it is host work.
 BLOCKED_CALL_MIN_US = 100.0
 BLOCKED_RETURN_US = 20.0
-# An op that started within this long after an op of another stream ended was waiting for it (an
-# event wait: a collective waiting for the gradients it reduces); launch latency is ~5 µs.
-DEPENDENCY_GAP_US = 2.0
+# An op whose stream was idle before it, launched long before, that started within this long after
+# an op of another stream ended was waiting for it (an event wait: a collective waiting for the
+# gradients it reduces, compute waiting for the collective's result). Measured on the HTA bases
+# (benchmarks/eval_diff.py's corpus, healthy-negative_queue rank 0: 390 such ops): the time since the
+# latest end on another stream is 0-10 µs for 97 of them (9.7 per µs), 10-30 µs for 8 and 30-100 µs
+# for 11 (0.2-0.4 per µs, the chance rate of an unrelated end), the rest > 100 µs (waits on
+# something the trace does not show). 10 µs is where the dependency mode meets the chance rate.
+DEPENDENCY_GAP_US = 10.0
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -81,6 +89,7 @@ class _Base:
     gpu: np.ndarray
     next_correlation: int  # a correlation id no event uses
     op_args: dict          # args of a device op per stream (pid, tid): device, context, stream
+    deps: list             # per op (position in ops): [(position of the op it waited for, lag µs)]
 
 
 # The size search injects into the same untouched base up to SEARCH_STEPS times per case: what
@@ -99,7 +108,7 @@ def _base(events: list[dict]) -> _Base:
     return _Base(ops=ops, waits=_waits(events, ops), ts=ts, te=te, gpu=np.array([K.is_gpu(e) for e in events]),
                  next_correlation=1 + max((int(c) for e in events if isinstance(c := K.correlation(e), int)),
                                           default=0),
-                 op_args=op_args)
+                 op_args=op_args, deps=_dependencies(ops, K.min_launch_latency_us(events)))
 
 
 def _device_ops(events: list[dict]) -> _Ops:
@@ -135,6 +144,28 @@ def _waits(events: list[dict], ops: _Ops) -> list[tuple[float, int, int]]:
             continue
         if ts < ends[k] <= te + 1.0:  # it really waited for that op (ended with it)
             out.append((te, i, k))
+    return out
+
+
+def _dependencies(ops: _Ops, latency_us: float) -> list[list[tuple[int, float]]]:
+    """Per op (position in launch order): the ops of other streams it waited for in the original,
+    each with the lag (µs) from that op's end to its start.
+
+    Only an op that neither its stream (idle for more than DEPENDENCY_GAP_US before it) nor its
+    launch (more than latency_us + DEPENDENCY_GAP_US before it) released can be seen waiting; it
+    waited for every op of another stream that ended within DEPENDENCY_GAP_US before it started."""
+    ends = ops.start + ops.dur
+    prev = _previous_on_stream(ops)
+    by_end = np.argsort(ends, kind="stable")
+    sorted_ends = ends[by_end]
+    lo = np.searchsorted(sorted_ends, ops.start - DEPENDENCY_GAP_US, side="left")
+    hi = np.searchsorted(sorted_ends, ops.start, side="right")
+    free = (ops.start - ops.launch > latency_us + DEPENDENCY_GAP_US) & (
+        (prev < 0) | (ops.start - ends[np.maximum(prev, 0)] > DEPENDENCY_GAP_US))
+    out: list[list[tuple[int, float]]] = [[] for _ in range(len(ops.idx))]
+    for k in np.nonzero(free & (hi > lo))[0]:
+        out[k] = [(int(m), float(ops.start[k] - ends[m])) for m in by_end[lo[k]:hi[k]]
+                  if ops.stream[m] != ops.stream[k]]
     return out
 
 
@@ -193,7 +224,8 @@ def insert_host_work(doc: dict, work: list[HostWork], *, main: tuple, stream: tu
             p = prev[n]
             s = max(ops.start[n], ops.launch[n] + shift + own if shift else -np.inf,
                     new_start[p] + ops.dur[p] if p >= 0 and done[p] else -np.inf,
-                    stream_end.get(ops.stream[n], -np.inf))
+                    stream_end.get(ops.stream[n], -np.inf),
+                    *(new_start[m] + ops.dur[m] + lag for m, lag in base.deps[n] if done[m]))
             new_start[n] = s
             done[n] = True
             drain = max(drain, s + ops.dur[n])
@@ -226,89 +258,86 @@ def insert_host_work(doc: dict, work: list[HostWork], *, main: tuple, stream: tu
     return _apply(doc, _Shift(points), ops, new_start, wait_end, added, main, stream)
 
 
-def insert_device_delays(doc: dict, *, extra: dict[int, float] | None = None,
-                         after: dict[int, list[int]] | None = None, latency_us: float) -> dict:
-    """A copy of the trace where device ops run longer (extra: event index -> µs added to its
-    duration) or must wait for other ops (after: event index -> indices of ops it starts after).
+@dataclass(kw_only=True, frozen=True)
+class DeviceWait:
+    """A host call inserted at host time `at_us` (orig clock) on `thread` (pid, tid) that blocks
+    until device op `op` (event index) has ended: `name`, e.g. a cudaStreamSynchronize after a
+    collective. It takes no host time of its own; at_us is at or after the op's original start."""
 
-    Only the device is slowed: ops are re-timed in start order (stream order, the new waits, and a
-    wait on an op of another stream that ended within DEPENDENCY_GAP_US before it started in the
-    original, the mark of an event wait); the host is delayed only where it waited for the device
-    (a sync returns when the op it waited for does), so later launches move with it."""
-    extra, after = extra or {}, after or {}
+    at_us: float
+    op: int
+    thread: tuple
+    name: str = "cudaStreamSynchronize"
+
+
+def insert_device_delays(doc: dict, *, extra: dict[int, float] | None = None,
+                         after: dict[int, list[int]] | None = None, syncs: list[DeviceWait] | None = None,
+                         latency_us: float) -> dict:
+    """A copy of the trace where device ops run longer (extra: event index -> µs added to its
+    duration), must wait for other ops (after: event index -> indices of ops it starts after), and
+    the host blocks on device ops (syncs, each written as a runtime call on its thread).
+
+    Ops are re-timed in start order: an op starts at the latest of its original start, the end of
+    the op before it on its stream, the new waits, the new end of each op it waited for in the
+    original (_dependencies; plus the same lag), and its launch moved with the host. The host is
+    delayed only where it waited for the device (a sync returns when the op it waited for does),
+    so later launches move with it."""
+    extra, after, syncs = extra or {}, after or {}, syncs or []
     events = doc["traceEvents"]
     base = _base(events)
     ops, waits = base.ops, base.waits
     pos = {int(i): k for k, i in enumerate(ops.idx)}
+    for w in syncs:
+        if w.op not in pos or w.at_us < ops.start[pos[w.op]]:
+            raise ValueError(f"a sync at {w.at_us} µs on event {w.op}: not a device op, or before it started")
     dur = ops.dur + np.array([extra.get(int(i), 0.0) for i in ops.idx])
     ends = ops.start + ops.dur
     prev = _previous_on_stream(ops)
-    deps = {pos[i]: [pos[j] for j in js if j in pos] for i, js in after.items() if i in pos}
-    by_end = np.argsort(ends)
-    for k in range(len(ops.idx)):  # the original's own cross-stream waits
-        lo, hi = np.searchsorted(ends[by_end], [ops.start[k] - DEPENDENCY_GAP_US, ops.start[k] + 1e-9])
-        deps.setdefault(k, []).extend(int(m) for m in by_end[lo:hi] if ops.stream[m] != ops.stream[k])
-    items = sorted([(float(ops.start[k]), 1, k) for k in range(len(ops.idx))] + [(te, 2, n) for n, (te, _, _) in
-                                                                                  enumerate(waits)])
+    deps = {k: list(d) for k, d in enumerate(base.deps) if d}
+    for i, js in after.items():
+        if i in pos:
+            deps.setdefault(pos[i], []).extend((pos[j], 0.0) for j in js if j in pos)
+    # at a tie an op is timed before a host wait (a sync waits for what started at its instant)
+    items = sorted([(float(ops.start[k]), 1, k) for k in range(len(ops.idx))]
+                   + [(te, 2, n) for n, (te, _, _) in enumerate(waits)]
+                   + [(w.at_us, 3, n) for n, w in enumerate(syncs)])
     new_start, done = ops.start.copy(), np.zeros(len(ops.idx), dtype=bool)
     points: list[tuple[float, float]] = []  # (orig time, host shift from then on), in time order
     pt = []
     wait_end: dict[int, float] = {}
+    added: list[dict] = []
 
     def shift_at(t: float) -> float:
         j = bisect.bisect_right(pt, t) - 1
         return points[j][1] if j >= 0 else 0.0
 
-    for _, kind, n in items:
+    for t, kind, n in items:
         if kind == 1:
             shift = shift_at(float(ops.launch[n]))
             own = min(max(ops.start[n] - ops.launch[n], 0.0), latency_us)
             cands = [ops.start[n], ops.launch[n] + shift + own if shift else -np.inf]
-            cands += [new_start[m] + dur[m] for m in [prev[n], *deps.get(n, [])] if m >= 0 and done[m]]
+            if prev[n] >= 0 and done[prev[n]]:
+                cands.append(new_start[prev[n]] + dur[prev[n]])
+            cands += [new_start[m] + dur[m] + lag for m, lag in deps.get(n, []) if done[m]]
             new_start[n] = max(cands)
             done[n] = True
-        else:
+            continue
+        if kind == 2:
             te, i, k = waits[n]
             ts = float(events[i]["ts"])
             new_end = max(ts + shift_at(ts) + min(te - ts, 2.0), new_start[k] + dur[k] + max(te - ends[k], 0.0))
             wait_end[i] = new_end
-            points.append((te, new_end - te))
-            pt.append(te)
-    return _apply(doc, _Shift(points), ops, new_start, wait_end, [], (None, None), (None, None), new_dur=dur)
-
-
-def insert_pauses(doc: dict, pauses: list[tuple[float, float]], moved: dict[int, float] | None = None) -> dict:
-    """A copy of the trace where everything (host and device) stops for dur µs at each (at, dur);
-    an event that spans an instant is stretched by its dur. moved: event index -> new start (µs),
-    placed there instead (its duration kept)."""
-    moved = moved or {}
-    base = _base(doc["traceEvents"])
-    sh = _Shift([(at, float(c)) for at, c in zip(sorted(p[0] for p in pauses),
-                                                  np.cumsum([d for _, d in sorted(pauses)]))])
-    new_ts = (base.ts + sh.at_start(np.nan_to_num(base.ts))).tolist()
-    new_te = (base.te + sh.at_end(np.nan_to_num(base.te))).tolist()
-    timed = (~np.isnan(base.ts)).tolist()
-    out = copy.copy(doc)
-    new_events = []
-    starts = {}
-    for i, e in enumerate(doc["traceEvents"]):
-        if not timed[i]:
-            new_events.append(e)
-            continue
-        e = dict(e)
-        if i in moved:
-            e["ts"] = moved[i]
         else:
-            e["ts"] = new_ts[i]
-            if "dur" in e:
-                e["dur"] = new_te[i] - e["ts"]
-        if K.is_gpu_op(e):
-            starts[K.correlation(e)] = e["ts"]
-        new_events.append(e)
-    for e in new_events:
-        if e.get("ph") == "f" and e.get("cat") == "ac2g" and e.get("id") in starts:
-            e["ts"] = starts[e["id"]]
-    out["traceEvents"] = new_events
+            w = syncs[n]
+            k = pos[w.op]
+            host0 = t + shift_at(t)
+            new_end = max(host0, new_start[k] + dur[k])
+            added.append({"ph": "X", "cat": "cuda_runtime", "name": w.name, "pid": w.thread[0], "tid": w.thread[1],
+                          "ts": host0, "dur": new_end - host0, "args": {}})
+        points.append((t, new_end - t))
+        pt.append(t)
+    out = _apply(doc, _Shift(points), ops, new_start, wait_end, [], (None, None), (None, None), new_dur=dur)
+    out["traceEvents"] += added
     return out
 
 
