@@ -109,3 +109,31 @@ def test_same_shapes_reducing_other_dims_are_separate_rows(tmp_path):
 
     sums = sorted(r.bytes for r in roofline(_profile(tmp_path, step)) if r.op == "aten::sum")
     assert sums == [4 * (32 * 512 + 32), 4 * (32 * 512 + 512)]
+
+
+def test_roofline_verb_on_a_cpu_trace(tmp_path):
+    # `trainperf roofline` on a CPU profile: rows with achieved rates (GB/s are millionths of a TB/s: the JSON keeps
+    # 6 significant digits, not 4 decimals that would print 0) and no bound without a known device
+    import json
+
+    from typer.testing import CliRunner
+
+    from trainperf.cli import app
+
+    x = None
+
+    def step(torch):
+        nonlocal x
+        x = torch.randn(64, 1024) if x is None else x
+        torch.softmax(x, -1)
+
+    t = _profile(tmp_path, step)
+    r = CliRunner().invoke(app, ["roofline", str(tmp_path / "cpu.json"), "--json"])
+    assert r.exit_code == 0, r.output
+    row = next(w for w in json.loads(r.output)["ranks"]["0"]["rows"] if w["op"] == "aten::_softmax")
+    ops = [i for i in range(len(t)) if t.names[int(t.name[i])] == "aten::_softmax"]
+    us = sum(t.dur_ns[i] for i in ops) / 1e3
+    assert row["bytes"] == 2 * 64 * 1024 * 4 and row["count"] == 3
+    tbps = 3 * 2 * 64 * 1024 * 4 / (us * 1e6)  # bytes of 3 calls over their host spans
+    assert row["achieved_tbps"] > 0 and row["achieved_tbps"] == pytest.approx(tbps, rel=1e-5)
+    assert row["bound"] == "" and row["roofline_pct"] is None

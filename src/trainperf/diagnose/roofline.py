@@ -354,7 +354,8 @@ class RooflineRow:
         return self.time_us - m if m is not None else 0.0
 
     def to_json(self) -> dict:
-        r = lambda v: round(v, 4) if isinstance(v, float) and math.isfinite(v) else v  # noqa: E731
+        # 6 significant digits, not decimals: a CPU run's TB/s are millionths
+        r = lambda v: float(f"{v:.6g}") if isinstance(v, float) and math.isfinite(v) else v  # noqa: E731
         return {"op": self.op, "shapes": self.shapes, "kind": self.kind, "count": self.count,
                 "time_us": r(self.time_us), "flops": self.flops, "bytes": self.bytes, "precision": self.precision,
                 "achieved_tflops": r(self.achieved_tflops), "achieved_tbps": r(self.achieved_tbps),

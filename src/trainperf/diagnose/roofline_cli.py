@@ -67,11 +67,11 @@ def print_roofline(doc: dict, console) -> None:
     """Terminal tables of roofline_report: operators per rank, then collectives."""
     from rich.table import Table
 
-    console.print(f"accelerator: {doc['accelerator'] or 'unknown (achieved rates only; name it with --accelerator)'}",
+    console.print(f"accelerator: {doc['accelerator'] or 'unknown (achieved rates only; name it with --gpu)'}",
                   highlight=False)
     for rank, s in doc["ranks"].items():
         if not s["rows"]:
-            console.print(f"rank {rank}: no operator with recorded shapes launched device work "
+            console.print(f"rank {rank}: no operator this roofline prices ran with recorded shapes "
                           "(profile with record_shapes=True)", highlight=False)
             continue
         t = Table(title=f"rank {rank}: operators by time lost to the roofline")
@@ -81,7 +81,8 @@ def print_roofline(doc: dict, console) -> None:
         for r in s["rows"]:
             pct = r["roofline_pct"]
             t.add_row(r["op"], r["shapes"][:48], str(r["count"]), f"{r['time_us'] / 1e3:.3f}",
-                      f"{r['achieved_tflops']:.2f}", f"{r['achieved_tbps']:.3f}",
+                      # 3 significant digits: a CPU run's rates are thousandths of a GPU's
+                      f"{r['achieved_tflops']:.3g}", f"{r['achieved_tbps']:.3g}",
                       f"{r['intensity_flop_per_byte']:.1f}", r["bound"] or "-",
                       f"{pct:.1f}" if pct is not None else "-", f"{r['lost_us'] / 1e3:.3f}")
         console.print(t)
