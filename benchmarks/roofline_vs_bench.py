@@ -41,8 +41,9 @@ from trainperf.diagnose.roofline import roofline  # noqa: E402
 from trainperf.trace.load import load_trace  # noqa: E402
 
 PASSES = ("fwd", "fwd+bwd")
-# CUDA shapes: one mid-size shape per rank (the bench's defaults are sized for minutes, this check for ~1 minute)
-CUDA_SHAPES = "4096x4096,4096x32000,4096x1024x32000,4x2048x32x128"
+# CUDA shapes: one mid-size shape per rank (the bench's defaults are sized for minutes, this check for well under
+# a minute: 8 kernels x 2 passes, each timed by bench and profiled for 10 calls)
+CUDA_SHAPES = "4096x8192,4096x1024x32000,4x2048x32x128"
 FLUSH_INT32 = 64 << 20  # 256 MiB of int32: more than any GPU's L2 (H200: 50 MB), as triton do_bench flushes
 
 
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kernels", default=",".join(KERNELS))
     ap.add_argument("--shapes", default=None, help="as bench's --shapes (default: bench's CPU shapes on cpu, "
                                                    f"{CUDA_SHAPES} on cuda)")
-    ap.add_argument("--calls", type=int, default=None, help="profiled calls per case (default 5 cpu, 20 cuda)")
+    ap.add_argument("--calls", type=int, default=None, help="profiled calls per case (default 5 cpu, 10 cuda)")
     ap.add_argument("--threads", type=int, default=1,
                     help="CPU intra-op threads for both runs (default 1: on shared cores, a kernel split over "
                          "threads waits for the slowest one's time slice, ms of noise on µs kernels)")
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     dtype = a.dtype or ("bf16" if a.device == "cuda" else "fp32")
     kernels = [k.strip() for k in a.kernels.split(",") if k.strip()]
     shapes = a.shapes or (CUDA_SHAPES if a.device == "cuda" else None)
-    calls = a.calls or (20 if a.device == "cuda" else 5)
+    calls = a.calls or (10 if a.device == "cuda" else 5)
     if a.device == "cpu":
         torch.set_num_threads(a.threads)
 
