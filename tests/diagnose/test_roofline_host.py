@@ -137,3 +137,32 @@ def test_roofline_verb_on_a_cpu_trace(tmp_path):
     tbps = 3 * 2 * 64 * 1024 * 4 / (us * 1e6)  # bytes of 3 calls over their host spans
     assert row["achieved_tbps"] > 0 and row["achieved_tbps"] == pytest.approx(tbps, rel=1e-5)
     assert row["bound"] == "" and row["roofline_pct"] is None
+
+
+def test_gpu_run_without_its_device_events_gives_no_host_rows(tmp_path):
+    # The same softmax op (a real shape record) in a trace of a GPU run profiled without the CUDA activity: its
+    # host span timed a launch, not the work, so no rows - whether the run shows by a device in deviceProperties
+    # or by its runtime calls; with neither (a CPU run) the op is a row
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+    from kineto_builder import TraceBuilder
+
+    def trace(props, runtime):
+        b = TraceBuilder()
+        b.cpu("aten::_softmax", 0, 30, **{"Input Dims": [[64, 1024], [], []], "Input type": [F32, "Scalar", "Scalar"],
+                                          "Concrete Inputs": ["", "-1", "False"]})
+        if runtime:
+            b.cpu("cudaLaunchKernel", 5, 4, cat="cuda_runtime", correlation=1)
+        doc = b.doc()
+        doc["deviceProperties"] = props
+        p = tmp_path / f"t{len(props)}{int(runtime)}.json"
+        p.write_text(json.dumps(doc))
+        return roofline(read_kineto(p))
+
+    assert trace([{"id": 0, "name": "NVIDIA H100 80GB HBM3"}], False) == []
+    assert trace([], True) == []
+    rows = trace([], False)
+    assert [(r.op, r.bytes, r.time_us) for r in rows] == [("aten::_softmax", 2 * 64 * 1024 * 4, 30.0)]

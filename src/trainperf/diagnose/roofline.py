@@ -35,7 +35,7 @@ from trainperf.errors import TrainperfError
 from trainperf.trace.annotate import correlated_host_row
 from trainperf.trace.nesting import enclosing_span, nest, thread_key
 from trainperf.trace import events as ev
-from trainperf.trace.events import CPU_OP, DEVICE_KINDS, MEMCPY, EventTable
+from trainperf.trace.events import CPU_OP, DEVICE_KINDS, MEMCPY, RUNTIME, EventTable
 
 DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "long": 8, "int": 4,
                "short": 2, "signed char": 1, "unsigned char": 1, "bool": 1, "c10::Float8_e4m3fn": 1,
@@ -403,6 +403,15 @@ def launching_op(t: EventTable) -> np.ndarray:
     return out
 
 
+def cpu_run(t: EventTable) -> bool:
+    """Whether the trace is of a run on the CPU: no device events, no device runtime calls (cudaLaunchKernel
+    and the like) and no device in its deviceProperties (a CPU profile writes an empty list). A GPU run
+    profiled without the device activity has the runtime calls or the properties."""
+    props = t.metadata.get("deviceProperties")
+    return not np.isin(t.kind, DEVICE_KINDS).any() and not (t.kind == RUNTIME).any() \
+        and not (isinstance(props, list) and props)
+
+
 def host_owned_ops(t: EventTable, price) -> np.ndarray:
     """The cpu_op rows that did their priced work themselves, in a trace without device events (a CPU
     run, where an operator's work is its own host span). Among the operators this roofline prices
@@ -436,8 +445,9 @@ def host_owned_ops(t: EventTable, price) -> np.ndarray:
 def roofline(t: EventTable, accelerator=None) -> list[RooflineRow]:
     """Roofline rows of one rank, sorted by time lost to the roofline (then by time), from its event
     table (shapes: the args the loader kept). accelerator: a hardware.Accelerator (default: the trace's).
-    Time: the device time of the kernels each operator launched; in a trace without device events (a
-    CPU run), the host span of each operator that did its own work (host_owned_ops)."""
+    Time: the device time of the kernels each operator launched; in a CPU run's trace (cpu_run), the host
+    span of each operator that did its own work (host_owned_ops); none in a GPU run's trace without its
+    device events."""
     acc = accelerator if accelerator is not None else device_accelerator(t)
     costs: dict[tuple[int, int], tuple] = {}  # (name id, args id) -> (OpShape, OpCost): each shape priced once
 
@@ -455,9 +465,11 @@ def roofline(t: EventTable, accelerator=None) -> list[RooflineRow]:
         dev = np.flatnonzero((op >= 0) & ~((t.kind == MEMCPY) & np.isin(t.name, host_link)))
         op_rows, inv = np.unique(op[dev], return_inverse=True)
         time_by_op = np.bincount(inv.reshape(-1), weights=t.dur_ns[dev] / 1e3, minlength=op_rows.size)
-    else:
+    elif cpu_run(t):
         op_rows = host_owned_ops(t, lambda r: priced(r)[1])
         time_by_op = t.dur_ns[op_rows] / 1e3
+    else:  # a GPU run profiled without its device activity: host spans would time launches, not work
+        op_rows, time_by_op = np.zeros(0, dtype=np.int64), np.zeros(0)
     groups: dict[tuple, RooflineRow] = {}
     for r, us in zip(op_rows, time_by_op):
         s, c = priced(int(r))
