@@ -73,12 +73,13 @@ ELEM = "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunc
 P, STEPS = 13700.0, 4  # the device's 13,540 us from +50 us, the synchronize, ~100 us of Python
 
 
-def _h100_trace(folder: Path, *, shapes: bool = True) -> Path:
+def _h100_trace(folder: Path, *, shapes: bool = True, einsum: bool = False, gemm: str = GEMM) -> Path:
     """STEPS steps of P us on an H100. The host launches everything in the first ~200 us (forward on thread 1,
     the autograd nodes on thread 2), the kernels run back to back from +50 us, a synchronize waits for them, then
     Python runs to the step's end. Per step: a 3000-us linear GEMM, the attention region (QK 400, scale 300,
     softmax 600, PV 400 us), a router softmax over [8192, 8] and its mm (20 + 20 us), the backward of the region
-    (PV 2 x 400, softmax 900, scale 300, QK 2 x 400) and of the linear (2 x 3000)."""
+    (PV 2 x 400, softmax 900, scale 300, QK 2 x 400) and of the linear (2 x 3000). einsum: the two products as
+    aten::einsum (their tensors in a TensorList: no dtype recorded); gemm: every GEMM kernel's name."""
     b = TraceBuilder()
     bf = "c10::BFloat16"
     fwd = [("aten::linear", [[8192, 2048], [2048, 2048]], GEMM, 3000.0),
@@ -88,7 +89,8 @@ def _h100_trace(folder: Path, *, shapes: bool = True) -> Path:
            ("aten::matmul", [[B, H, S, S], [B, H, S, D]], GEMM, 400.0),
            ("aten::softmax", [[8192, 8], [], []], "cunn_SoftMaxForward", 20.0),
            ("aten::mm", [[8192, 8], [8, 8]], GEMM, 20.0)]
-    bwd = [("BmmBackward0", 14, [(GEMM, 400.0), (GEMM, 400.0)]), ("SoftmaxBackward0", 13, [("cunn_SoftMaxBackward", 900.0)]),
+    bwd = [("BmmBackward0", 14, [(GEMM, 400.0), (GEMM, 400.0)]),
+           ("SoftmaxBackward0", 13, [("cunn_SoftMaxBackward", 900.0)]),
            ("MulBackward0", 12, [(ELEM, 300.0)]), ("BmmBackward0", 11, [(GEMM, 400.0), (GEMM, 400.0)]),
            ("AddmmBackward0", 10, [(GEMM, 3000.0), (GEMM, 3000.0)])]
     for s in range(STEPS):
@@ -96,7 +98,10 @@ def _h100_trace(folder: Path, *, shapes: bool = True) -> Path:
         b.step(s, T, P)
         at = T + 50.0
         for i, (name, dims, kernel, us) in enumerate(fwd):
+            kernel = gemm if kernel == GEMM else kernel
             args = {"Input Dims": dims, "Input type": [bf if d else "" for d in dims]} if shapes else {}
+            if einsum and name == "aten::matmul":
+                name, args = "aten::einsum", {"Input Dims": [[], dims, []], "Input type": ["", "TensorList", ""]}
             b.cpu(name, T + 10.0 * i, 8.0, **{"Sequence number": 100 * s + 10 + i, "Fwd thread id": 0, **args})
             b.launch(kernel, T + 10.0 * i + 2.0, at, us)
             at += us
@@ -105,6 +110,7 @@ def _h100_trace(folder: Path, *, shapes: bool = True) -> Path:
             b.cpu(f"autograd::engine::evaluate_function: {node}", t0, 15.0, tid=2,
                   **{"Sequence number": 100 * s + seq})
             for k, (kernel, us) in enumerate(kernels):
+                kernel = gemm if kernel == GEMM else kernel
                 b.launch(kernel, t0 + 2.0 + 5.0 * k, at, us, tid=2, launch_dur=3.0)
                 at += us
         b.cpu("cudaDeviceSynchronize", T + 200.0, at + 5.0 - (T + 200.0), cat="cuda_runtime")
@@ -145,3 +151,44 @@ def test_without_shapes_the_pattern_alone_finds_it_at_an_upper_bound(tmp_path):
     assert m["regions"]["value"] == STEPS - 1
     assert m["fused_kernel_estimate"]["value"] == pytest.approx(2400.0 * (STEPS - 1), rel=1e-6)
     assert x.gain_us / (STEPS - 1) == pytest.approx(2100.0, rel=0.01)
+
+
+def _cpu_ops(tmp_path, ops) -> Path:
+    """A one-step CPU trace of the given (name, Input Dims) ops, 10 us apart, each 8 us."""
+    b = TraceBuilder()
+    b.step(0, 0.0, 1000.0)
+    b.step(1, 1000.0, 1000.0)
+    for i, (name, dims) in enumerate(ops):
+        b.cpu(name, 10.0 + 10.0 * i, 8.0, **{"Input Dims": dims, "Input type": ["float"] * len(dims)})
+    return b.write(tmp_path / "t.json.gz")
+
+
+def test_einsum_attention_in_another_layout_chains_by_element_counts(tmp_path):
+    # q, k, v as [B, S, H, D] = [2, 128, 4, 32] through einsum (the equation's dims first, then the tensor list):
+    # scores [2, 4, 128, 128]; V's head dim 16 (Dv != D, as in MLA): forward FLOPs 2·8·128·128·(32 + 16)
+    q = [2, 128, 4, 32]
+    ops = [("aten::einsum", [[], [q, q]]), ("aten::mul", [[2, 4, 128, 128], []]),
+           ("aten::softmax", [[2, 4, 128, 128], [], []]), ("aten::einsum", [[], [[2, 4, 128, 128], [2, 128, 4, 16]]])]
+    t = next(iter(load_trace(_cpu_ops(tmp_path, ops)).values()))
+    (r,) = attention_regions(t)
+    assert r.flops == 2.0 * 8 * 128 * 128 * (32 + 16)
+
+
+def test_a_value_product_of_other_sizes_is_not_attention(tmp_path):
+    # the softmax's neighbour product takes a [2, 4, 64, 128] tensor: not the [2, 4, 128, 128] scores
+    ops = [("aten::matmul", [[2, 4, 128, 32], [2, 4, 32, 128]]), ("aten::softmax", [[2, 4, 128, 128], [], []]),
+           ("aten::matmul", [[2, 4, 64, 128], [2, 4, 128, 32]])]
+    assert attention_regions(next(iter(load_trace(_cpu_ops(tmp_path, ops)).values()))) == []
+
+
+def test_einsum_products_take_the_gemm_kernels_precision(tmp_path):
+    # the same region through einsum (no dtype recorded): with bf16 GEMM kernels the fused kernel is priced at the
+    # bf16 peak as with matmul (1430 us per step); with fp32 sgemm kernels at the fp32 peak (66.9 TFLOP/s x 0.34:
+    # 21,147 us per step, slower than the 4,500-us region), so no fused-kernel gain and no finding
+    x = _finding(diagnose(_h100_trace(tmp_path, einsum=True)))
+    fused = 4.0 * B * H * S * S * D * 3.5 / (989.4e12 * 0.34) * 1e6
+    assert x is not None and x.evidence["metrics"]["fused_kernel_estimate"]["value"] == pytest.approx(
+        fused * (STEPS - 1), rel=1e-3)
+    (tmp_path / "fp32").mkdir()
+    fp32 = _h100_trace(tmp_path / "fp32", einsum=True, gemm="sm90_xmma_gemm_f32f32_f32f32_f32_nn")
+    assert _finding(diagnose(fp32)) is None

@@ -14,25 +14,27 @@ SDPA's own fallback (``aten::_scaled_dot_product_attention_math`` runs the same 
   thread, same enclosing operator), the nearest on each side, at most MAX_OPS_BETWEEN siblings away and with no
   other matrix product (OTHER_PRODUCTS: a projection, a router's linear) between: the scores product before it,
   the product with V after it;
-- with recorded shapes (record_shapes=True) the shapes must chain: the softmax input is [..., Sq, Sk] with at
-  least one batch/head dimension, the first product is [..., Sq, D] x [..., D, Sk] and the second takes
-  [..., Sq, Sk] x [..., Sk, D]. A router's softmax over [tokens, experts], or a softmax whose neighbour matmul
+- with recorded shapes (record_shapes=True) the element counts must chain, whatever the layout (bhsd, bshd, a
+  transposed key, einsum): the softmax input is [..., Sq, Sk] with at least one batch/head dimension (B·H of
+  them), the first product takes Q of B·H·Sq·D and K of B·H·Sk·D elements for one integer D, the second the
+  scores and V of B·H·Sk·Dv. A router's softmax over [tokens, experts], or a softmax whose neighbour matmul
   multiplies something else (HTA's trace_filter: softmax of [2, 1] then a [2048, 2] x [2, 1] mm), is not
   attention. Without shapes the operator pattern alone decides, at low confidence.
 The region's backward is the autograd nodes whose sequence number is one of its forward operators' (as
 autograd_links links them).
 
 Pricing (GPU): the region's kernels, forward and backward, replaced by a fused kernel that does the attention
-FLOPs (forward 4·B·H·Sq·Sk·D, backward 2.5x that: FlashAttention-2 recomputes the scores, 5 matmuls against 2) at
-the catalog's rate of PyTorch SDPA's flash kernel (the planner's number: hardware catalog attn_eff / fa2_eff of
-the bf16/fp16 peak, the fp32 peak for fp32 inputs). No causal saving is assumed (a causal model gains more).
+FLOPs (forward 2·B·H·Sq·Sk·(D + Dv), 4·B·H·Sq·Sk·D for equal head dims; backward 2.5x that: FlashAttention-2
+recomputes the scores, 5 matmuls against 2) at the catalog's rate of PyTorch SDPA's flash kernel (the planner's
+number: hardware catalog attn_eff / fa2_eff of the bf16/fp16 peak, the fp32 peak for fp32 inputs; einsum records
+no dtype, so there the GEMM kernels' names decide). No causal saving is assumed (a causal model gains more).
 Without shapes or a known accelerator the fused kernel is taken to cost what the region's matmul kernels cost
 (the scores' memory passes removed): an upper bound, since flash kernels run below cuBLAS's rate.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -40,6 +42,7 @@ from trainperf.diagnose import findings as F
 from trainperf.diagnose.autograd_links import BACKWARD_OP_PREFIX
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.launch import launched_inside
+from trainperf.diagnose.precision import FP32, TF32, classify_kernel
 from trainperf.diagnose.replay import Change
 from trainperf.diagnose.window import Window
 from trainperf.diagnose.roofline import DTYPE_BYTES, device_accelerator, op_shape
@@ -81,43 +84,56 @@ class AttentionRegion:
     qk_row: int              # trace rows of the two matmuls and the softmax
     pv_row: int
     softmax_row: int
-    flops: float | None      # forward attention FLOPs 4·B·H·Sq·Sk·D; None without shapes
+    flops: float | None      # forward attention FLOPs 2·B·H·Sq·Sk·(D + Dv); None without shapes
     dtype: str               # the value product's input type ("c10::BFloat16", "float", ...; "" unknown)
     in_math_sdpa: bool       # inside SDPA's math fallback
 
 
-def _last2(dims) -> list | None:
-    return dims[-2:] if isinstance(dims, list) and len(dims) >= 2 and all(isinstance(x, int) for x in dims) else None
+def _is_shape(d) -> bool:
+    return isinstance(d, list) and all(isinstance(x, int) for x in d)
 
 
 def _operands(t: EventTable, row: int) -> tuple[list, list, str] | None:
-    """(A dims, B dims, A's type) of a matmul-family op from its recorded shapes (baddbmm: batch1, batch2)."""
+    """(A dims, B dims, A's type) of a matmul-family op from its recorded shapes: the first two tensor inputs
+    (baddbmm: batch1 and batch2 after its bias; einsum: the tensor list after the equation); None without them."""
     s = op_shape(t, row)
     if s is None:
         return None
-    dims = s.dims[1:3] if s.name == "aten::baddbmm" else s.dims[:2]
-    types = s.types[1:3] if s.name == "aten::baddbmm" else s.types[:2]
-    if len(dims) < 2 or _last2(dims[0]) is None or _last2(dims[1]) is None:
+    pairs = [(d, ty) for d, ty in zip(s.dims, s.types or [""] * len(s.dims))]
+    if s.name == "aten::einsum" and len(s.dims) >= 2 and isinstance(s.dims[1], list):
+        pairs = [(d, "") for d in s.dims[1]]
+    elif s.name == "aten::baddbmm":
+        pairs = pairs[1:]
+    tensors = [(d, ty) for d, ty in pairs if _is_shape(d) and len(d) >= 2]
+    if len(tensors) < 2:
         return None
-    return dims[0], dims[1], (types[0] if types else "")
+    (a, ty), (b, _) = tensors[:2]
+    return a, b, ty
 
 
 def _chain(t: EventTable, qk: int, sm: int, pv: int) -> tuple[bool, float | None, str]:
     """(is attention, forward FLOPs or None, dtype) from the recorded shapes of the three ops; without shapes
-    (True, None, "")."""
+    (True, None, "").
+
+    The chain is checked by element counts, whatever the layout (bhsd, bshd, a transposed key, einsum): scores of
+    BH·Sq·Sk elements (a softmax over [..., Sq, Sk] with a batch or head dimension), Q of BH·Sq·D and K of BH·Sk·D
+    elements for one integer D, and the value product taking the scores and V of BH·Sk·Dv."""
     s = op_shape(t, sm)
+    if s is None:
+        return _operands(t, qk) is None and _operands(t, pv) is None, None, ""
     a, b = _operands(t, qk), _operands(t, pv)
-    if s is None or not s.dims or a is None or b is None:
-        return (s is None and _operands(t, qk) is None), None, ""
-    scores = s.dims[0]
-    if not isinstance(scores, list) or len(scores) < 3 or _last2(scores) is None:
-        return False, None, ""  # no batch or head dimension: not attention (a router, a classifier)
+    scores = s.dims[0] if s.dims else None
+    if not _is_shape(scores) or len(scores) < 3 or a is None or b is None:
+        return False, None, ""  # no batch or head dimension (a router, a classifier), or products without shapes
     sq, sk = scores[-2:]
-    (qa, kb, _), (pa, vb, dtype) = a, b
-    if not (qa[-2] == sq and kb[-1] == sk and qa[-1] == kb[-2] and pa[-2:] == [sq, sk] and vb[-2] == sk):
+    bh = int(np.prod(scores[:-2]))
+    (q, k, _), (p, v, dtype) = a, b
+    nq, nk, nv = int(np.prod(q)), int(np.prod(k)), int(np.prod(v))
+    d = nq // (bh * sq) if bh * sq else 0
+    if not (d > 0 and nq == bh * sq * d and nk == bh * sk * d and int(np.prod(p)) == bh * sq * sk
+            and nv % (bh * sk) == 0):
         return False, None, ""
-    batch_heads = int(np.prod(scores[:-2]))
-    return True, 4.0 * batch_heads * sq * sk * qa[-1], dtype
+    return True, 2.0 * bh * sq * sk * (d + nv // (bh * sk)), dtype  # QK^T and PV: 2·Sq·Sk·D and 2·Sq·Sk·Dv
 
 
 def attention_regions(t: EventTable) -> list[AttentionRegion]:
@@ -199,8 +215,22 @@ def region_work(t: EventTable, w: Window, regions: list[AttentionRegion]) -> Reg
                       kernels=launched_inside(t, w, key, start, end))
 
 
+def _with_kernel_dtype(t: EventTable, regions: list[AttentionRegion], kernels: np.ndarray) -> list[AttentionRegion]:
+    """The regions, those whose products recorded no dtype (einsum takes a TensorList) given "float" when most of
+    the regions' GEMM kernel time is fp32 or TF32 by the kernel names (precision.classify_kernel), else kept."""
+    if all(r.dtype for r in regions):
+        return regions
+    gemm = kernels[t.category[kernels] == GEMM]
+    dur = t.dur_ns[gemm].astype(float)
+    wide = np.array([classify_kernel(t.name_of(int(r))) in (FP32, TF32) for r in gemm], dtype=bool)
+    if not dur.sum() or dur[wide].sum() <= dur.sum() / 2:
+        return regions
+    return [r if r.dtype else replace(r, dtype="float") for r in regions]
+
+
 def _peak_tflops(acc, dtype: str) -> float:
-    """The accelerator's dense peak for a fused attention kernel on inputs of this dtype (TFLOP/s; 0 unknown)."""
+    """The accelerator's dense peak for a fused attention kernel on inputs of this dtype (TFLOP/s; 0 unknown); an
+    unrecorded dtype ("") is taken as 16-bit, what fused attention kernels run in."""
     if dtype == "float":
         return float(acc.fp32_tflops or 0.0)
     if DTYPE_BYTES.get(dtype) == 2 or not dtype:
@@ -262,7 +292,7 @@ def unfused_attention(f: RankFacts) -> F.Finding | None:
     unfused_us = float(dur.sum())
     if f.pct(unfused_us) <= UNFUSED_ATTENTION_MIN_PCT:
         return None
-    fused_us = fused_attention_us(t, regions, work.backward)
+    fused_us = fused_attention_us(t, _with_kernel_dtype(t, regions, kernels), work.backward)
     bound = fused_us is None
     if bound:
         fused_us = float(dur[t.category[kernels] == GEMM].sum())

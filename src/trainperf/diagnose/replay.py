@@ -94,7 +94,8 @@ class Change:
         if self.kind == "compute_speedup":
             return f"computation kernels {self.factor:g}x faster"
         if self.kind == "speedup_rows":
-            return f"{len(self.rows)} kernels " + ("not run" if math.isinf(self.factor) else f"{self.factor:.3g}x faster")
+            how = "not run" if math.isinf(self.factor) else f"{self.factor:.3g}x faster"
+            return f"{len(self.rows)} kernels {how}"
         return self.kind.replace("_", " ")
 
 
