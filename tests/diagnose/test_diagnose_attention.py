@@ -73,29 +73,33 @@ ELEM = "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunc
 P, STEPS = 13700.0, 4  # the device's 13,540 us from +50 us, the synchronize, ~100 us of Python
 
 
-def _h100_trace(folder: Path, *, shapes: bool = True, einsum: bool = False, gemm: str = GEMM) -> Path:
+def _h100_trace(folder: Path, *, shapes: bool = True, einsum: bool = False, gemm: str = GEMM,
+                softmax_us: tuple = (600.0, 900.0), gelu_us: float = 0.0, step_us: float = P) -> Path:
     """STEPS steps of P us on an H100. The host launches everything in the first ~200 us (forward on thread 1,
     the autograd nodes on thread 2), the kernels run back to back from +50 us, a synchronize waits for them, then
     Python runs to the step's end. Per step: a 3000-us linear GEMM, the attention region (QK 400, scale 300,
     softmax 600, PV 400 us), a router softmax over [8192, 8] and its mm (20 + 20 us), the backward of the region
     (PV 2 x 400, softmax 900, scale 300, QK 2 x 400) and of the linear (2 x 3000). einsum: the two products as
-    aten::einsum (their tensors in a TensorList: no dtype recorded); gemm: every GEMM kernel's name."""
+    aten::einsum (their tensors in a TensorList: no dtype recorded); gemm: every GEMM kernel's name; softmax_us: the
+    attention softmax's forward and backward kernels; gelu_us: a GELU over [8192, 8192] after the linear (0: none);
+    step_us: the step."""
     b = TraceBuilder()
     bf = "c10::BFloat16"
     fwd = [("aten::linear", [[8192, 2048], [2048, 2048]], GEMM, 3000.0),
            ("aten::matmul", [[B, H, S, D], [B, H, D, S]], GEMM, 400.0),
            ("aten::mul", [[B, H, S, S], []], ELEM, 300.0),
-           ("aten::softmax", [[B, H, S, S], [], []], "cunn_SoftMaxForward", 600.0),
+           ("aten::softmax", [[B, H, S, S], [], []], "cunn_SoftMaxForward", softmax_us[0]),
            ("aten::matmul", [[B, H, S, S], [B, H, S, D]], GEMM, 400.0),
            ("aten::softmax", [[8192, 8], [], []], "cunn_SoftMaxForward", 20.0),
-           ("aten::mm", [[8192, 8], [8, 8]], GEMM, 20.0)]
+           ("aten::mm", [[8192, 8], [8, 8]], GEMM, 20.0)] + \
+        ([("aten::gelu", [[8192, 8192], []], ELEM, gelu_us)] if gelu_us else [])
     bwd = [("BmmBackward0", 14, [(GEMM, 400.0), (GEMM, 400.0)]),
-           ("SoftmaxBackward0", 13, [("cunn_SoftMaxBackward", 900.0)]),
+           ("SoftmaxBackward0", 13, [("cunn_SoftMaxBackward", softmax_us[1])]),
            ("MulBackward0", 12, [(ELEM, 300.0)]), ("BmmBackward0", 11, [(GEMM, 400.0), (GEMM, 400.0)]),
            ("AddmmBackward0", 10, [(GEMM, 3000.0), (GEMM, 3000.0)])]
     for s in range(STEPS):
-        T = s * P
-        b.step(s, T, P)
+        T = s * step_us
+        b.step(s, T, step_us)
         at = T + 50.0
         for i, (name, dims, kernel, us) in enumerate(fwd):
             kernel = gemm if kernel == GEMM else kernel
@@ -114,7 +118,7 @@ def _h100_trace(folder: Path, *, shapes: bool = True, einsum: bool = False, gemm
                 b.launch(kernel, t0 + 2.0 + 5.0 * k, at, us, tid=2, launch_dur=3.0)
                 at += us
         b.cpu("cudaDeviceSynchronize", T + 200.0, at + 5.0 - (T + 200.0), cat="cuda_runtime")
-        b.cpu("python_work", at + 6.0, T + P - at - 7.0)
+        b.cpu("python_work", at + 6.0, T + step_us - at - 7.0)
     doc = b.doc()
     doc["deviceProperties"] = [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]
     p = folder / "t.json.gz"
@@ -192,3 +196,17 @@ def test_einsum_products_take_the_gemm_kernels_precision(tmp_path):
     (tmp_path / "fp32").mkdir()
     fp32 = _h100_trace(tmp_path / "fp32", einsum=True, gemm="sm90_xmma_gemm_f32f32_f32f32_f32_nn")
     assert _finding(diagnose(fp32)) is None
+
+
+def test_the_named_fusion_is_priced_before_the_category_wide_one(tmp_path):
+    # softmax kernels of 3000 / 4000 us and a 6000-us GELU outside attention: elementwise + reduction kernels are
+    # 53 % of the 25,040-us busy step, so memory_bound_unfused (every such kernel at the HBM peak) fires, with a
+    # larger gain alone than the fused attention kernel's. The named fusion is priced first (findings.BROADER_FIX):
+    # it keeps its own 4100 + 5900 - 1430 us saved per step, and the category-wide fix gets what it adds (the
+    # GELU). Before, the category-wide fix came first by its gain alone and left it 2471 us per step
+    d = diagnose(_h100_trace(tmp_path, softmax_us=(3000.0, 4000.0), gelu_us=6000.0, step_us=25300.0))
+    x = _finding(d)
+    m = next(f for f in d.findings if f.kind == "memory_bound_unfused")
+    assert m.gain_alone_pct > x.gain_alone_pct and x.fix_order < m.fix_order
+    fused = 4.0 * B * H * S * S * D * 3.5 / (989.4e12 * 0.34) * 1e6
+    assert x.gain_us / (STEPS - 1) == pytest.approx(10000.0 - fused, rel=0.01)
