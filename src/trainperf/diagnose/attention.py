@@ -47,7 +47,7 @@ from trainperf.diagnose.replay import Change
 from trainperf.diagnose.window import Window
 from trainperf.diagnose.roofline import DTYPE_BYTES, device_accelerator, op_shape
 from trainperf.trace.events import CPU_OP, GEMM, EventTable
-from trainperf.trace.nesting import nest, thread_key
+from trainperf.trace.nesting import enclosing_span, nest, thread_key
 
 SOFTMAX_OPS = ("aten::softmax", "aten::_softmax", "aten::_safe_softmax")
 MATMUL_OPS = ("aten::matmul", "aten::bmm", "aten::baddbmm", "aten::einsum")
@@ -153,16 +153,19 @@ def attention_regions(t: EventTable) -> list[AttentionRegion]:
     is_soft = np.isin(t.name[rows], soft_ids)
     is_mm = np.isin(t.name[rows], mm_ids)
     is_other = np.isin(t.name[rows], t.ids_matching(lambda s: s in OTHER_PRODUCTS))
-    # siblings: (thread, parent) -> nesting-order positions, in start order
-    siblings: dict[tuple[int, int], list[int]] = {}
-    for i, (k, p) in enumerate(zip(n.key.tolist(), parent.tolist())):
-        siblings.setdefault((k, p), []).append(i)
+    # siblings: positions sorted by (thread, parent, start); a softmax's siblings are its neighbours in that order
+    # with its thread and parent
+    by_sibling = np.lexsort((n.start, parent, n.key))
+    where = np.empty_like(by_sibling)
+    where[by_sibling] = np.arange(by_sibling.size)
     out = []
     for i in np.flatnonzero(is_soft & ~((parent >= 0) & is_soft[np.maximum(parent, 0)])).tolist():
-        sib = siblings[(int(n.key[i]), int(parent[i]))]
-        j = sib.index(i)
-        qk = _nearest_product(sib[max(j - MAX_OPS_BETWEEN - 1, 0):j][::-1], is_mm, is_other)
-        pv = _nearest_product(sib[j + 1:j + MAX_OPS_BETWEEN + 2], is_mm, is_other)
+        j = int(where[i])
+        near = by_sibling[max(j - MAX_OPS_BETWEEN - 1, 0):j + MAX_OPS_BETWEEN + 2]
+        near = near[(n.key[near] == n.key[i]) & (parent[near] == parent[i])].tolist()
+        k = near.index(i)
+        qk = _nearest_product(near[:k][::-1], is_mm, is_other)
+        pv = _nearest_product(near[k + 1:], is_mm, is_other)
         if qk < 0 or pv < 0:
             continue
         ok, flops, dtype = _chain(t, int(rows[qk]), int(rows[i]), int(rows[pv]))
@@ -178,7 +181,8 @@ def attention_regions(t: EventTable) -> list[AttentionRegion]:
 
 
 def _nearest_product(positions: list[int], is_mm: np.ndarray, is_other: np.ndarray) -> int:
-    """The first batched product among positions (nearest first), or -1 when another product comes first."""
+    """The first batched product among positions (nearest first, at most MAX_OPS_BETWEEN + 1 of them), or -1 when
+    another product comes first."""
     for x in positions:
         if is_mm[x]:
             return x
@@ -200,17 +204,16 @@ def region_work(t: EventTable, w: Window, regions: list[AttentionRegion]) -> Reg
     """The regions and the backward nodes their forward operators made (by sequence number, per process; the
     window's nodes), and the window's device rows launched inside them."""
     ops = np.flatnonzero((t.kind == CPU_OP) & (t.seq >= 0))
-    okey = thread_key(t.pid[ops], t.tid[ops])
-    seqs = set()
-    for r in regions:
-        inside = ops[(okey == r.key) & (t.ts_ns[ops] >= r.start_ns) & (t.ts_ns[ops] < r.end_ns)]
-        seqs.update(zip(t.pid[inside].tolist(), t.seq[inside].tolist()))
+    rkey, rstart, rend = (np.array([getattr(r, a) for r in regions], dtype=np.int64)
+                          for a in ("key", "start_ns", "end_ns"))
+    inside = ops[enclosing_span(rkey, rstart, rend, thread_key(t.pid[ops], t.tid[ops]), t.ts_ns[ops]) >= 0]
+    seqs = set(zip(t.pid[inside].tolist(), t.seq[inside].tolist()))
     nodes = ops[w.keep[ops] & np.isin(t.name[ops], t.ids_matching(lambda s: s.startswith(BACKWARD_OP_PREFIX)))]
     linked = nodes[[(p, s) in seqs for p, s in zip(t.pid[nodes].tolist(), t.seq[nodes].tolist())]] \
         if nodes.size else nodes
-    key = np.concatenate([[r.key for r in regions], thread_key(t.pid[linked], t.tid[linked])]).astype(np.int64)
-    start = np.concatenate([[r.start_ns for r in regions], t.ts_ns[linked]]).astype(np.int64)
-    end = np.concatenate([[r.end_ns for r in regions], t.ts_ns[linked] + t.dur_ns[linked]]).astype(np.int64)
+    key = np.concatenate([rkey, thread_key(t.pid[linked], t.tid[linked])]).astype(np.int64)
+    start = np.concatenate([rstart, t.ts_ns[linked]]).astype(np.int64)
+    end = np.concatenate([rend, t.ts_ns[linked] + t.dur_ns[linked]]).astype(np.int64)
     return RegionWork(host_us=float((end - start).sum()) / 1e3, backward=bool(linked.size),
                       kernels=launched_inside(t, w, key, start, end))
 
