@@ -57,3 +57,40 @@ def test_committed_cases_are_physical(case):
         for spans in streams.values():
             spans.sort()
             assert all(b[0] >= a[1] - 0.01 for a, b in zip(spans, spans[1:])), f
+
+
+def _clear_waits(ev: list[dict]) -> list[tuple[int, int]]:
+    """(waiting op, awaited op) event index pairs of the untouched trace: device ops whose stream was
+    idle >= 100 µs before them and whose launch was >= 100 µs earlier (neither released them) that
+    started within 10 µs after an op of another stream ended (so nothing but that op did)."""
+    from trainperf.corpus import kineto as K
+
+    launch = K.launch_times(ev)
+    ops = sorted((float(e["ts"]), K.end(e), (e["pid"], e["tid"]), i, launch.get(K.correlation(e), float(e["ts"])))
+                 for i, e in enumerate(ev) if K.is_gpu_op(e))
+    last_end: dict = {}
+    out = []
+    for ts, te, st, i, lt in ops:
+        idle = ts - last_end.get(st, -1e18)
+        if idle >= 100.0 and ts - lt >= 100.0:
+            out += [(i, j) for _, e2, st2, j, _ in ops if st2 != st and ts - 10.0 <= e2 <= ts]
+        last_end[st] = max(last_end.get(st, -1e18), te)
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(p.name for p in DATA.iterdir()
+                                        if p.is_dir() and not p.name.startswith("healthy")))
+def test_committed_cases_keep_the_waits_on_other_streams(case):
+    """An op that waited for an op of another stream in the untouched trace still starts after it
+    ends (the surgery keeps event order: index i is the same event in both)."""
+    from trainperf.corpus import kineto as K
+
+    base = json.loads((DATA / case / "labels.json").read_text())["base"]
+    n = 0
+    for f in sorted((DATA / case / "traces").glob("*.json.gz")):
+        healthy = K.read_events(DATA / f"healthy-{base}" / "traces" / f.name)["traceEvents"]
+        ev = K.read_events(f)["traceEvents"]
+        for i, j in _clear_waits(healthy):
+            assert float(ev[i]["ts"]) >= K.end(ev[j]) - 0.01, (f, ev[i]["name"], ev[j]["name"])
+            n += 1
+    assert n > 0
