@@ -100,3 +100,14 @@ def test_selective_recompute_priced_as_the_recomputed_gemms(tmp_path):
     assert m["recomputed_gemm_attention_time"]["value"] == pytest.approx(2000.0 * n, rel=1e-6)
     assert x.gain_us / n == pytest.approx(2000.0, rel=0.01)
     assert any("reentrant" in note for note in x.notes)
+
+
+def test_a_double_backward_is_not_recompute():
+    # a gradient penalty (create_graph=True): the first backward's formula ops run as forward ops inside its nodes
+    # (132 ops with a sequence number and Fwd thread id 0 in the trace, forward included). They repeat no product the
+    # forward ran: what matches a forward op is views of the weights (aten::t) and the residual gradient's add
+    p = DATA / "double_backward.json.gz"
+    t = next(iter(load_trace(p).values()))
+    names = {t.name_of(int(r)) for r in recomputed_ops(t, analysis_window(t).keep)}
+    assert names <= {"aten::t", "aten::add"}
+    assert _finding(diagnose(p)) is None

@@ -48,16 +48,27 @@ F.RECOMMENDATIONS.setdefault("recompute_overhead", RECOMMENDATION)
 
 def recomputed_ops(t: EventTable, keep: np.ndarray) -> np.ndarray:
     """Rows of the outermost forward operators (sequence number, "Fwd thread id" 0) that run inside an autograd
-    backward node, among the rows `keep` marks; empty when the trace does not record forward thread ids."""
-    ops = np.flatnonzero((t.kind == CPU_OP) & keep)
-    node_ids = t.ids_matching(lambda s: s.startswith(BACKWARD_OP_PREFIX))
-    is_node = np.isin(t.name[ops], node_ids)
-    nodes, cand = ops[is_node], ops[~is_node & (t.seq[ops] >= 0) & (t.fwd_tid[ops] == 0)]
-    if not nodes.size or not cand.size:
-        return cand[:0]
+    backward node and repeat an operator of the forward pass (the same name and recorded inputs as an operator
+    outside every node), among the rows `keep` marks; empty when the trace does not record forward thread ids. A
+    double backward (create_graph=True) records its formula's ops as forward ops inside the nodes too
+    (aten::gelu_backward, the mm of a linear's gradient): they repeat nothing the forward ran, but for views such
+    as the weight's aten::t, which launch no work."""
+    ops = np.flatnonzero(t.kind == CPU_OP)
+    is_node = np.isin(t.name[ops], t.ids_matching(lambda s: s.startswith(BACKWARD_OP_PREFIX)))
+    nodes, other = ops[is_node], ops[~is_node]
+    if not nodes.size or not other.size:
+        return other[:0]
     inside = enclosing_span(thread_key(t.pid[nodes], t.tid[nodes]), t.ts_ns[nodes], t.ts_ns[nodes] + t.dur_ns[nodes],
-                            thread_key(t.pid[cand], t.tid[cand]), t.ts_ns[cand]) >= 0
-    return outermost(t, cand[inside]) if inside.any() else cand[:0]
+                            thread_key(t.pid[other], t.tid[other]), t.ts_ns[other]) >= 0
+    cand = other[inside & keep[other] & (t.seq[other] >= 0) & (t.fwd_tid[other] == 0)]
+    if not cand.size:
+        return cand
+    # the forward pass: operators outside every node, at any depth (a reentrant checkpoint runs it inside its
+    # CheckpointFunction op and without grad: no sequence numbers there)
+    forward = other[~inside]
+    ran = set(zip(t.name[forward].tolist(), t.args[forward].tolist()))
+    rerun = outermost(t, cand)
+    return rerun[[(n, a) in ran for n, a in zip(t.name[rerun].tolist(), t.args[rerun].tolist())]]
 
 
 def recompute_overhead(f: RankFacts) -> F.Finding | None:

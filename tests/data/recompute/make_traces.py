@@ -3,6 +3,8 @@
 none.json.gz: no activation checkpointing. reentrant.json.gz: every block under torch.utils.checkpoint with
 use_reentrant=True (the forward re-runs inside a CheckpointFunctionBackward node). non_reentrant.json.gz: the same
 with use_reentrant=False (the forward re-runs inside the backward node that first unpacks a saved tensor).
+double_backward.json.gz: no checkpointing, a gradient penalty (torch.autograd.grad with create_graph=True): the
+first backward's formula ops are recorded as forward ops inside its nodes, and repeat nothing the forward ran.
 Made with torch 2.13.0+cpu on the 2-core CPU container (2026-12-03):
 `python tests/data/recompute/make_traces.py OUT_DIR`, then `gzip -9` each file.
 """
@@ -25,9 +27,9 @@ class Block(nn.Module):
         return x + self.fc2(nn.functional.gelu(self.fc1(self.norm(x))))
 
 
-def profile_steps(out: Path, name: str, reentrant: bool | None) -> None:
+def profile_steps(out: Path, name: str, reentrant: bool | None, penalty: bool = False) -> None:
     """Profile 3 training steps (after 1 wait and 1 warm-up) of 2 blocks into out/name.json; reentrant None:
-    no checkpointing."""
+    no checkpointing; penalty: add the squared input gradient to the loss (a double backward)."""
     torch.manual_seed(0)
     blocks = nn.ModuleList([Block(), Block()])
     opt = torch.optim.SGD(blocks.parameters(), lr=0.01)
@@ -36,10 +38,14 @@ def profile_steps(out: Path, name: str, reentrant: bool | None) -> None:
                  schedule=schedule(wait=1, warmup=1, active=3, repeat=1),
                  on_trace_ready=lambda p: p.export_chrome_trace(str(out / f"{name}.json"))) as prof:
         for _ in range(5):
-            h = x.requires_grad_(reentrant is not None)
+            h = x.requires_grad_(reentrant is not None or penalty)
             for b in blocks:
                 h = b(h) if reentrant is None else checkpoint(b, h, use_reentrant=reentrant)
-            h.pow(2).mean().backward()
+            loss = h.pow(2).mean()
+            if penalty:
+                (grad,) = torch.autograd.grad(loss, x, create_graph=True)
+                loss = loss + grad.pow(2).sum()
+            loss.backward()
             opt.step()
             opt.zero_grad()
             prof.step()
@@ -50,3 +56,4 @@ if __name__ == "__main__":
     profile_steps(out, "none", None)
     profile_steps(out, "reentrant", True)
     profile_steps(out, "non_reentrant", False)
+    profile_steps(out, "double_backward", None, penalty=True)
