@@ -329,14 +329,18 @@ def localize_each(leaves: dict[str, np.ndarray], real: np.ndarray, expected: np.
         # every element searched (Bonferroni): the cuboids of up to max_depth attributes
         n_tests = sum(len(u) for cb, (_, u) in cuboids.items() if len(cb) <= opts.max_depth)
         found: list[tuple[tuple, list[int]]] = []
-        ranked = _pick(searched[key], base_loss, opts.penalty)
+        # the first round's candidate: the best-ranked one that holds a significant element (the search's
+        # loss is in the leaves' own units, where a large leaf's forecast error can outrank a fault)
+        ranked, verdict = _first_with_fault(_pick(searched[key], base_loss, opts.penalty), cuboids, real, expected,
+                                            active, sign, n_tests, total_dev, opts)
         while True:
             cuboid, elems = ranked[0][2], ranked[0][3]
             r_real, r_exp, r_w = (np.where(active, v, 0.0) for v in (real, expected, weight))
             # significance first, so the parsimony tests see only the candidate's real faults (a noise
             # element in the set adds its parent's leaves to the siblings); none: the likeliest one
-            pre, zs, law = _significant(cuboids[cuboid][0], elems, r_real, r_exp, active, sign, n_tests, total_dev,
-                                        opts)
+            pre, zs, law = verdict or _significant(cuboids[cuboid][0], elems, r_real, r_exp, active, sign, n_tests,
+                                                   total_dev, opts)
+            verdict = None  # the first round's, judged while choosing its candidate
             tested = (cuboid, elems)
             cuboid, elems = _stable_description(cuboid, pre or [elems[int(np.argmax(zs))]], ranked, cuboids, r_real,
                                                 r_exp, r_w, sign, opts, law, bool(pre))
@@ -406,6 +410,30 @@ def localize_each(leaves: dict[str, np.ndarray], real: np.ndarray, expected: np.
                 out.alternatives.append(c)
         out.alternatives.sort(key=lambda c: -c.confidence)
     return results
+
+
+def _first_with_fault(ranked: list[tuple], cuboids: dict, real, exp, active: np.ndarray, sign: float, n_tests: int,
+                      total_dev: float, opts: LocalizeOptions) -> tuple[list[tuple], tuple]:
+    """Return (the ranked candidates with the best-ranked one that holds a significant element moved
+    first, its ``_significant`` verdict); unchanged when none does (the first stays, as the best guess,
+    with its verdict).
+
+    The search ranks by the L1 loss in the leaves' own units, where the forecast errors of large leaves
+    can reduce the loss more than a fault elsewhere does; when the first candidate is that noise, nothing
+    in it was significant and the answer was a best guess although a fault passed the bound ("uneven"
+    seed 23, incident 45: failures at noise 20%, a0=v3 ranked first, the true a5=v3 at z 4.9 against a
+    bound of 4.6). The bound already counts every element of every cuboid searched (Bonferroni), so
+    looking past the first candidate adds no test. First round only: in the later rounds (a new family
+    of tests on the leaves left each time) the same rule added 3-15 false causes on the "derived" set
+    (docs/benchmarks.md).
+    """
+    first = None
+    for k, cand in enumerate(ranked):
+        verdict = _significant(cuboids[cand[2]][0], cand[3], real, exp, active, sign, n_tests, total_dev, opts)
+        first = first or verdict
+        if verdict[0]:
+            return [cand] + ranked[:k] + ranked[k + 1:], verdict
+    return ranked, first
 
 
 def _significant(codes: np.ndarray, elems: list[int], real, exp, active: np.ndarray, sign: float, n_tests: int,
