@@ -20,7 +20,12 @@ after the Squeeze/RiskLoc designs, "uneven", causes that hit sub-populations une
 datasets, scored on the held-out one; by the hardest of them, "maximin", and pooled) and, for RS,
 by 5 folds (chosen on 4/5 of RS plus the synthetic sets, scored on the held-out fifth).
 
-    .venv/bin/python benchmarks/eval_rca.py [--data ../shared/data/rca/rs] [--cv] [--synthetic 90] [--seed 1]
+``--oracle``: for the synthetic sets, how visible each true cause is: its z as localize tests it, and
+the z the most powerful test would expect, one that knows each leaf's change and noise
+(``trainperf.fleet.incidents.cause_visibility``): causes below the bound for that test are within
+the noise for any method at the same false-alarm rate.
+
+    .venv/bin/python benchmarks/eval_rca.py [--data ../shared/data/rca/rs] [--cv] [--synthetic 90] [--seed 1] [--oracle]
 """
 
 from __future__ import annotations
@@ -67,9 +72,45 @@ def synthetic_incidents(name: str, n: int, seed: int) -> list[dict]:
     from trainperf.fleet.incidents import incident_set
     from trainperf.fleet.localize import LeafTable
 
-    return [{"name": f"{name}-{i}", "truth": inc.causes, "setting": inc.setting,
+    return [{"name": f"{name}-{i}", "truth": inc.causes, "setting": inc.setting, "incident": inc,
              "table": LeafTable(leaves=inc.leaves, real=inc.real, expected=inc.expected, real_b=inc.real_b)}
             for i, inc in enumerate(incident_set(name, n, seed))]
+
+
+def visibility(inc: dict, found: list[dict]) -> np.ndarray:
+    """Return per true cause of a synthetic incident [found, z as localize judges it in the fault's
+    direction, the bound, the most powerful test's expected z (``cause_visibility``), its chance of
+    reaching the bound]."""
+    from statistics import NormalDist
+
+    from trainperf.fleet.incidents import cause_visibility
+    from trainperf.fleet.localize import cause_significance
+
+    t, raw = inc["table"], inc["incident"]
+    zs, bound = cause_significance(t.leaves, t.real, t.expected, inc["truth"])
+    keys = {cause_key(c) for c in found}
+    rows = []
+    for c, z, lam in zip(inc["truth"], zs, cause_visibility(raw)):
+        mask = np.all([t.leaves[a] == v for a, v in c.items()], axis=0)
+        up = 1.0 if raw.shift[mask].sum() >= 0 else -1.0
+        power = 1.0 if np.isinf(lam) else NormalDist().cdf(lam - bound)
+        rows.append([cause_key(c) in keys, up * z, bound, lam, power])
+    return np.array(rows, float)
+
+
+def print_visibility(name: str, rows: np.ndarray) -> None:
+    """Print how many of a set's true causes were found, reach the bound as localize tests them, and
+    could be found at all: the most powerful test (knowing each leaf's change and noise) expects a z
+    below the bound for some, and finds each only with its power; F1 bound: all the others found, no false cause."""
+    found, z, bound, lam, power = rows.T
+    n = len(rows)
+    vis = int((lam >= bound).sum())
+    exp_found = float(power.sum())
+    f1_cap = 2 * exp_found / (2 * exp_found + (n - exp_found))
+    print(f"  {name}: {n} true causes, {int(found.sum())} found; z >= bound (localize's test) {int((z >= bound).sum())}, "
+          f"of them found {int((found.astype(bool) & (z >= bound)).sum())}; the most powerful test's expected z >= bound "
+          f"{vis}, below it {n - vis} (of them found {int((found.astype(bool) & (lam < bound)).sum())}); that test "
+          f"finds {exp_found:.1f} on average: micro-F1 at most {f1_cap:.3f} at this false-alarm rate")
 
 
 GRID = {"penalty": [0.02, 0.05, 0.1], "parsimony_ratio": [0.1, 0.25, 0.5], "parsimony_z": [1.645, 2.326, 3.09]}
@@ -144,6 +185,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1, help="seed of the first synthetic set (the others: +1, +2, +3)")
     ap.add_argument("--sets", default="RS,fundamental,derived,uneven,riskloc",
                     help="datasets, comma-separated (synthetic only: decide on them before RS is scored)")
+    ap.add_argument("--oracle", action="store_true",
+                    help="synthetic sets: how visible each true cause is (localize's z, the most powerful test's)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     from trainperf.fleet.localize import LocalizeOptions, localize
@@ -158,6 +201,7 @@ def main() -> None:
     tot = {m: np.zeros(5) for m in ("trainperf", "adtributor")}
     secs = {m: 0.0 for m in tot}
     syn = {n: np.zeros(5) for n in sets if n != "RS"}
+    vis = {n: [] for n in syn}
     for name, incs in sets.items():
         for inc in incs:
             t = inc["table"]
@@ -165,6 +209,8 @@ def main() -> None:
             res = localize(t.leaves, t.real, t.expected, real_b=t.real_b)
             if name != "RS":
                 syn[name] += score(res.root_causes, inc["truth"])
+                if args.oracle:
+                    vis[name].append(visibility(inc, res.root_causes))
                 continue
             secs["trainperf"] += time.perf_counter() - t0
             tot["trainperf"] += score(res.root_causes, inc["truth"])
@@ -187,6 +233,11 @@ def main() -> None:
         f1, pf1 = _f1(t)
         print(f"synthetic {name} ({args.synthetic} incidents): TP {int(t[0])} FP {int(t[1])} FN {int(t[2])} "
               f"micro-F1 {f1:.3f} partial {pf1:.3f}")
+    if args.oracle and syn:
+        print("true causes by visibility (z in the fault's direction; noise law outside every true cause; "
+              f"Bonferroni bound for alpha {LocalizeOptions().alpha} over every element searched):")
+        for name, rows in vis.items():
+            print_visibility(name, np.concatenate(rows))
     if args.cv:
         import itertools
 

@@ -266,3 +266,33 @@ def test_the_first_answer_is_the_best_ranked_candidate_that_holds_a_fault():
     n_tests = sum(len(_cuboid(cb, enc, cuboids)[1]) for d in (1, 2, 3) for cb in itertools.combinations(inc.leaves, d))
     assert _element_z(inc.real, inc.expected, fault, 1.0, noise) >= _bonferroni_z(0.01, n_tests, noise[2])
     assert localize(inc.leaves, inc.real, inc.expected, real_b=inc.real_b).root_causes == inc.causes
+
+
+def test_how_visible_a_cause_is_to_the_most_powerful_test():
+    # by hand: the most powerful test knows each leaf's change (3 and 4 under a=x) and noise variance
+    # (1 each): it expects z = sqrt(3^2 / 1 + 4^2 / 1) = 5; a change with no noise at all: inf
+    from trainperf.fleet.incidents import Incident, cause_visibility
+
+    leaves = {"a": np.array(["x", "x", "y", "y"])}
+    inc = Incident(leaves=leaves, real=np.zeros(4), expected=np.zeros(4), real_b=None, causes=[{"a": "x"}],
+                   setting={}, shift=np.array([3.0, 4.0, 0.0, 0.0]), noise_var=np.ones(4))
+    assert cause_visibility(inc) == [pytest.approx(5.0)]
+    inc.noise_var = np.array([0.0, 0.0, 1.0, 1.0])
+    assert cause_visibility(inc) == [np.inf]
+
+
+def test_a_given_cause_is_judged_as_localize_judges_an_element():
+    # the noise law is read outside the given cause: four leaves off by exactly
+    # +-sqrt(exp + 0.01 exp^2), the law (1, 0.01) with 2 dof (test above); the cause's leaves of 100
+    # and 400 rose by 20 and 40: z = 18 / sqrt(130). 2 + 4 + 6 elements searched (a, b, a & b): the
+    # bound is Student's t with 2 dof at 1 - 0.01 / 12, whose CDF 1/2 + t / (2 sqrt(2 + t^2)) gives
+    # t^2 = 2 (1 - 2q)^2 / (1 - (1 - 2q)^2), q = 0.01 / 12
+    from trainperf.fleet.localize import cause_significance
+
+    leaves = {"a": np.array(["n"] * 4 + ["c"] * 2), "b": np.array(["0", "1", "2", "3", "0", "1"])}
+    exp = np.array([100.0, 100.0, 400.0, 400.0, 100.0, 400.0])
+    real = exp + np.append(np.sqrt(exp[:4] + 0.01 * exp[:4] ** 2) * np.array([1, -1, 1, -1]), [20.0, 40.0])
+    zs, bound = cause_significance(leaves, real, exp, [{"a": "c"}])
+    q = 0.01 / 12
+    assert zs == [pytest.approx(18 / np.sqrt(130), rel=1e-6)]
+    assert bound == pytest.approx(np.sqrt(2 * (1 - 2 * q) ** 2 / (1 - (1 - 2 * q) ** 2)), rel=1e-6)

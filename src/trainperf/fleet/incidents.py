@@ -29,7 +29,9 @@ description with its own code and choices:
   draws r ~ N(severity, U(0, 0.1)) and drops to (1 - r) of its forecast (r <= 0.95), or, upwards,
   rises to 1 / (1 - r); noise U(0, 0.25). A sum (RiskLoc's generator has fundamental measures only).
 
-``Incident`` carries what ``trainperf.fleet.localize.localize`` takes, and the true causes.
+``Incident`` carries what ``trainperf.fleet.localize.localize`` takes, and the true causes, with
+each leaf's noise-free change and noise variance: ``cause_visibility`` says from them how visible
+each true cause is to the most powerful test there is (one that knows every leaf's change).
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ class Incident:
     real_b: np.ndarray | None  # denominator now (derived measures), else None
     causes: list[dict]  # [{"attr": "value", ...}, ...]
     setting: dict  # n_causes, layer, noise, derived
+    # what the generator knows and a method cannot: per leaf, the faults' change of real - expected
+    # without noise (the numerator's units) and the variance of real - expected its noise gives
+    # (an oracle for how visible each cause is: ``cause_visibility``)
+    shift: np.ndarray | None = None
+    noise_var: np.ndarray | None = None
 
 
 def _popularity(k: int, rng: np.random.Generator) -> np.ndarray:
@@ -119,13 +126,17 @@ def _try_incident(rng, n_causes, layer, noise, derived, n_leaves, uneven) -> Inc
     if not derived:
         real = np.maximum(size * factor * jitter, 0.0)
         return Incident(leaves=leaves, real=real, expected=size, real_b=None, causes=causes,
-                        setting={"n_causes": n_causes, "layer": layer, "noise": noise, "derived": False, "uneven": uneven})
+                        setting={"n_causes": n_causes, "layer": layer, "noise": noise, "derived": False, "uneven": uneven},
+                        shift=size * (factor - 1), noise_var=(noise * size * factor) ** 2)
     rate = 0.02 * rng.lognormal(0, 0.5, len(codes))  # historical failure rate per leaf (RS: ~2%)
     requests = np.maximum(np.round(size * jitter), 1.0)
     failures = rng.poisson(requests * np.minimum(rate * factor, 1.0)).astype(float)
     rate_hist = rate * np.maximum(1 + noise * rng.standard_normal(len(codes)), 0.1)  # the forecast's own error
+    # given the requests: Poisson failures around the faulty rate, and the forecast rate's own error
+    faulty = requests * np.minimum(rate * factor, 1.0)
     return Incident(leaves=leaves, real=failures, expected=requests * rate_hist, real_b=requests, causes=causes,
-                    setting={"n_causes": n_causes, "layer": layer, "noise": noise, "derived": True, "uneven": uneven})
+                    setting={"n_causes": n_causes, "layer": layer, "noise": noise, "derived": True, "uneven": uneven},
+                    shift=faulty - requests * rate, noise_var=faulty + (requests * rate * noise) ** 2)
 
 
 def riskloc_incident(rng: np.random.Generator, *, n_faults: int | None = None, n_leaves: int = 600) -> Incident:
@@ -166,7 +177,8 @@ def riskloc_incident(rng: np.random.Generator, *, n_faults: int | None = None, n
             real = np.maximum(size * factor * (1 + noise * rng.standard_normal(len(codes))), 0.0)
             return Incident(leaves=leaves, real=real, expected=size, real_b=None, causes=causes,
                             setting={"n_causes": len(causes), "layer": len(used[0]), "noise": noise, "derived": False,
-                                     "uneven": 0.0, "n_faults": n_faults})
+                                     "uneven": 0.0, "n_faults": n_faults},
+                            shift=size * (factor - 1), noise_var=(noise * size * factor) ** 2)
     raise RuntimeError("could not place the faults")  # a bug: 100 draws always suffice in practice
 
 
@@ -184,3 +196,24 @@ def incident_set(name: str, n: int, seed: int) -> list[Incident]:
                 for i in range(n)]
     return [synthetic_incident(rng, n_causes=1 + i % 3, layer=1 + (i // 3) % 3, derived=name == "derived")
             for i in range(n)]
+
+
+def cause_visibility(inc: Incident) -> list[float]:
+    """Return per true cause of ``inc`` the z the most powerful test of it would expect: a test that
+    knows every leaf's change (``shift``) and noise variance (``noise_var``) weights each leaf by
+    shift / variance, and its z then has mean sqrt(sum(shift^2 / variance)) over the cause's leaves
+    (its noncentrality; inf without noise). Below a significance bound, even that test finds the
+    cause less than half the time: the cause is within the noise for any method at that
+    false-alarm rate."""
+    if inc.shift is None or inc.noise_var is None:
+        raise ValueError("incident without the generator's shift and noise variance")
+    out = []
+    for cause in inc.causes:
+        mask = np.all([inc.leaves[a] == v for a, v in cause.items()], axis=0)
+        s2, var = inc.shift[mask] ** 2, inc.noise_var[mask]
+        if (var <= 0).any() and (s2[var <= 0] > 0).any():
+            out.append(float("inf"))
+            continue
+        ok = var > 0
+        out.append(float(np.sqrt((s2[ok] / var[ok]).sum())))
+    return out

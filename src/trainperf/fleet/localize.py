@@ -412,6 +412,25 @@ def localize_each(leaves: dict[str, np.ndarray], real: np.ndarray, expected: np.
     return results
 
 
+def cause_significance(leaves: dict[str, np.ndarray], real: np.ndarray, expected: np.ndarray, causes: list[dict],
+                       options: LocalizeOptions | None = None) -> tuple[list[float], float]:
+    """Return (per cause its signed z, positive when it rose; the bound a cause element must reach)
+    as ``localize`` judges an element (``_element_z``; Bonferroni over every element of every cuboid
+    of up to ``max_depth`` attributes, ``alpha``), the noise law read on the leaves outside every
+    one of ``causes``. For benchmarks: how visible given causes (the true ones) are to the test."""
+    opts = options or LocalizeOptions()
+    real, expected = np.asarray(real, float), np.asarray(expected, float)
+    attrs = list(leaves)
+    enc = {a: np.unique(np.asarray(leaves[a]).astype(str), return_inverse=True) for a in attrs}
+    cuboids: dict = {}
+    n_tests = sum(len(_cuboid(cb, enc, cuboids)[1]) for depth in range(1, min(opts.max_depth, len(attrs)) + 1)
+                  for cb in itertools.combinations(attrs, depth))
+    masks = [np.all([np.asarray(leaves[a]).astype(str) == str(v) for a, v in c.items()], axis=0) for c in causes]
+    outside = ~np.any(masks, axis=0) if masks else np.ones(len(real), bool)
+    noise = _noise_model(real[outside], expected[outside])
+    return [_element_z(real, expected, m, 1.0, noise) for m in masks], _bonferroni_z(opts.alpha, n_tests, noise[2])
+
+
 def _first_with_fault(ranked: list[tuple], cuboids: dict, real, exp, active: np.ndarray, sign: float, n_tests: int,
                       total_dev: float, opts: LocalizeOptions) -> tuple[list[tuple], tuple]:
     """Return (the ranked candidates with the best-ranked one that holds a significant element moved
