@@ -25,6 +25,7 @@ Replaying in observed time order is a topological order (every edge points forwa
 from __future__ import annotations
 
 import math
+import re
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,10 @@ COPY_RETURN_US = 20.0  # a blocking copy call returns within this long after its
 # the staging copy to the user's buffer) takes longer; HTA's negative_queue: 4 identical 139-147 ms blocking
 # Device -> Pageable reads of 2-µs copies, two of them returning 23 µs after their copy (audit P7)
 COPY_RETURN_SHARE = 0.01
+
+# synchronize calls that wait for one stream (the stream itself, or an event recorded on it); the others
+# (cudaDeviceSynchronize, cuCtxSynchronize, a synchronous cudaMemcpy on the legacy default stream) wait for all
+ONE_STREAM_SYNC_RE = re.compile(r"(Stream|Event)Synchronize")
 
 # how a host call blocks (Graph.block_class): a sync, a pageable copy, a sync that waited for a collective
 NOT_BLOCKING, BLOCK_SYNC, BLOCK_PAGEABLE, BLOCK_COMM = 0, 1, 2, 3
@@ -605,23 +610,27 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
         by_end = launched[np.argsort(end[launched], kind="stable")]
         ends_sorted = end[by_end]
 
-        def waited_for(i: int, skip_comm: bool) -> int:
+        def waited_for(i: int, skip_comm: bool, stream: int | None = None) -> int:
             hi = int(np.searchsorted(ends_sorted, end[i] + TOL_US, side="right")) - 1
             while hi >= 0 and ends_sorted[hi] >= start[i]:
                 k = int(by_end[hi])
-                if start[launch[k]] < start[i] and not (skip_comm and comm[k]):
+                if start[launch[k]] < start[i] and not (skip_comm and comm[k]) and \
+                        (stream is None or streams[k - n_h] == stream):
                     return k
                 hi -= 1
             return -1
 
+        one_stream = np.zeros(n, bool)
+        one_stream[:n_h] = np.isin(host_names, t.ids_matching(ONE_STREAM_SYNC_RE.search))
         for i in np.flatnonzero(is_sync_api & (block == NOT_BLOCKING)):
             k = waited_for(i, False)
             if k >= 0:
                 sync_on[i] = k
                 sync_base[i] = min(dur[i], typical)
-                # a sync that waited for a collective exposes the communication (fix: overlap it)
+                # a sync that waited for a collective exposes the communication (fix: overlap it); overlapped, a
+                # stream or event sync still waits for that stream's other work, a device sync for every stream's
                 block[i] = BLOCK_COMM if comm[k] else BLOCK_SYNC
-                sync_on_nc[i] = waited_for(i, True) if comm[k] else k
+                sync_on_nc[i] = waited_for(i, True, streams[k - n_h] if one_stream[i] else None) if comm[k] else k
     is_sync = block != NOT_BLOCKING
     sync_tail = np.zeros(n)
     sync_tail[is_sync] = np.maximum(end[is_sync] - end[sync_on[is_sync]], 0.0)
