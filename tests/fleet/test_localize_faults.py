@@ -137,18 +137,23 @@ def test_a_general_cause_found_later_replaces_the_specific_one_it_contains():
 
 
 def test_a_further_fault_moves_most_of_its_leaves():
-    # noise laws phi_1 = 0, phi_2 = 0.01 (10% relative sigma). Element of 4 leaves of 100: three
-    # rose by 20 (2 sigma each), one by 0: 300 of 400 expected moved > 1 sigma -> consistent.
-    # Element of a leaf of 1000 that rose by 150 (1.5 sigma) and three of 100 that stayed:
-    # 1000 of 1300 moved -> consistent; the three alone with one outlier of +300 -> 100 of 400, not
+    # noise law phi_1 = 0, phi_2 = 0.01 (10% relative sigma): each leaf weighs exp / (0.01 exp) = 100
+    # in the significance test, alike whatever its size. Element of 4 leaves of 100: three rose by 20
+    # (2 sigma each), one by 0: 3 of 4 weights moved > 1 sigma -> consistent; one outlier of +300
+    # and three still -> 1 of 4, not. A leaf of 1000 hardly touched (+0) and three of 100 up by 20
+    # (a fault that spared its largest sub-population): 3 of 4 -> consistent (by expectation, the
+    # previous count, 300 of 1300: not); the leaf of 1000 up by 150 (1.5 sigma) alone: 1 of 4, not.
+    # With Poisson-like counts alone (phi_2 = 0) the weights are the expectations: 1000 of 1300 moved.
     from trainperf.fleet.localize import _consistent
 
     noise = (0.0, 0.01)
     exp = np.array([100.0, 100.0, 100.0, 100.0])
     assert _consistent(exp + [20, 20, 20, 0], exp, np.ones(4, bool), 1.0, noise)
-    big = np.array([1000.0, 100.0, 100.0, 100.0])
-    assert _consistent(big + [150, 0, 0, 0], big, np.ones(4, bool), 1.0, noise)
     assert not _consistent(exp + [300, 0, 0, 0], exp, np.ones(4, bool), 1.0, noise)
+    big = np.array([1000.0, 100.0, 100.0, 100.0])
+    assert _consistent(big + [0, 20, 20, 20], big, np.ones(4, bool), 1.0, noise)
+    assert not _consistent(big + [150, 0, 0, 0], big, np.ones(4, bool), 1.0, noise)
+    assert _consistent(big + [150, 0, 0, 0], big, np.ones(4, bool), 1.0, (1.0, 0.0))  # 150 > sqrt(1000)
     assert not _consistent(exp - [20, 20, 20, 0], exp, np.ones(4, bool), 1.0, noise)  # the other direction
 
 
