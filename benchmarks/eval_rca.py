@@ -107,9 +107,10 @@ def print_visibility(name: str, rows: np.ndarray) -> None:
     vis = int((lam >= bound).sum())
     exp_found = float(power.sum())
     f1_cap = 2 * exp_found / (2 * exp_found + (n - exp_found))
-    print(f"  {name}: {n} true causes, {int(found.sum())} found; z >= bound (localize's test) {int((z >= bound).sum())}, "
-          f"of them found {int((found.astype(bool) & (z >= bound)).sum())}; the most powerful test's expected z >= bound "
-          f"{vis}, below it {n - vis} (of them found {int((found.astype(bool) & (lam < bound)).sum())}); that test "
+    hit, passed = found.astype(bool), z >= bound
+    print(f"  {name}: {n} true causes, {int(hit.sum())} found; z >= bound (localize's test) {int(passed.sum())}, "
+          f"of them found {int((hit & passed).sum())}; the most powerful test's expected z >= bound "
+          f"{vis}, below it {n - vis} (of them found {int((hit & (lam < bound)).sum())}); that test "
           f"finds {exp_found:.1f} on average: micro-F1 at most {f1_cap:.3f} at this false-alarm rate")
 
 

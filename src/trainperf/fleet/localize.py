@@ -35,18 +35,21 @@ Sets of siblings: when several children of one parent changed, found in one roun
 they are tested together (``_sibling_sets``): the parent is the cause when most of its
 sub-populations moved, the children when one or a few explain it.
 
+The first answer is the best-ranked candidate that holds a significant element (``_first_with_fault``):
+the L1 loss, in the leaves' own units, can rank a large leaf's forecast error above a fault.
+
 Several faults (RiskLoc, Kalander 2022: iterative removal): the leaves of the causes found are
 set aside and the search runs again on the rest, so a second fault of another size or in another
 cuboid is found by its own evidence. Every cause element must be significant against the leaf
-noise (one-sided z >= the Bonferroni bound for ``alpha`` over all elements searched, z the score
-test of a shift that scales the element's leaves, each leaf weighted by expectation / variance
-(``_element_z``), Student's t
-when the noise is read on few leaves; the noise law var = phi_1 x exp + phi_2 x exp^2, Poisson-like
-counts plus a relative forecast error, fitted jointly on the leaves outside the causes) and
-relevant (at least ``min_share`` of the total change, RiskLoc's 2%); a further
-fault must also move most of its leaves (``_consistent``, RiskLoc's "risk"); at the end every cause
-must still be significant on the leaves no other cause claims (``_own_evidence``). When not
-even the first element is significant, it is still given as the best guess, "not confident".
+noise: one-sided z >= the Bonferroni bound for ``alpha`` over all elements searched (Student's t
+when the noise is read on few leaves), z the score test of a change that scales the element's
+leaves, each leaf weighted by expectation / variance (``_element_z``), under the noise law
+var = phi_1 x exp + phi_2 x exp^2 (Poisson-like counts plus a relative forecast error) fitted
+jointly on the leaves outside the causes; and relevant: at least ``min_share`` of the total change
+(RiskLoc's 2%). A further fault must also move most of its leaves, each weighed as the test weighs
+it (``_consistent``, RiskLoc's "risk"); at the end every cause must still be significant on the
+leaves no other cause claims (``_own_evidence``). When not even the first element is significant,
+it is still given as the best guess, "not confident".
 Hand-written: no maintained Python library implements multi-dimensional root-cause search.
 """
 
