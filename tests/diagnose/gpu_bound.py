@@ -45,3 +45,34 @@ def gemm_steps(b: TraceBuilder, steps: int, step_us: float, *, launch_at: float,
         T = step_us * s
         b.step(s, T, step_us)
         b.launch("ampere_sgemm_128x64_tn", T + launch_at, T + start_at, gemm_us)
+
+
+def end_gpu_bound_step(b: TraceBuilder, T: float, step_us: float, device_end: float, sync_at: float = 200.0) -> None:
+    """Close a GPU-bound step that starts at T: a cudaDeviceSynchronize from T+sync_at returns 5 us after the device's
+    last kernel ends (device_end, µs), then Python runs to 1 us before the next step (T+step_us)."""
+    b.cpu("cudaDeviceSynchronize", T + sync_at, device_end + 5.0 - (T + sync_at), cat="cuda_runtime")
+    b.cpu("python_work", device_end + 6.0, T + step_us - device_end - 7.0)
+
+
+def write_trace(b: TraceBuilder, folder: Path, device: str | None = "NVIDIA H100 80GB HBM3") -> Path:
+    """Write b's trace as folder/t.json.gz (deviceProperties naming `device`, none when None) and return its path."""
+    doc = b.doc()
+    if device:
+        doc["deviceProperties"] = [{"id": 0, "name": device}]
+    p = folder / "t.json.gz"
+    p.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return p
+
+
+def backward_node(b: TraceBuilder, node: str, t0: float, seq: int, kernels: list[tuple], at: float, *,
+                  dur: float = 15.0, spacing: float = 5.0) -> float:
+    """Add an autograd node `node` on thread 2 at t0 (µs; its Sequence number seq) launching each kernel of
+    `kernels` ((name, µs) or (name, µs, formula op: a backward op with Fwd thread id 1 around the launch)) `spacing`
+    µs apart from t0+2, the kernels running back to back on the device from `at`; return the device's end (µs)."""
+    b.cpu(f"autograd::engine::evaluate_function: {node}", t0, dur, tid=2, **{"Sequence number": seq})
+    for k, (kernel, us, *op) in enumerate(kernels):
+        if op:
+            b.cpu(op[0], t0 + 1.0 + spacing * k, spacing - 1.0, tid=2, **{"Fwd thread id": 1})
+        b.launch(kernel, t0 + 2.0 + spacing * k, at, us, tid=2, launch_dur=3.0)
+        at += us
+    return at

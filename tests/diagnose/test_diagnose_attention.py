@@ -16,6 +16,7 @@ from trainperf.diagnose.attention import attention_regions
 from trainperf.trace import load_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from gpu_bound import backward_node, end_gpu_bound_step, write_trace  # noqa: E402
 from kineto_builder import TraceBuilder  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "attention"
@@ -110,20 +111,10 @@ def _h100_trace(folder: Path, *, shapes: bool = True, einsum: bool = False, gemm
             b.launch(kernel, T + 10.0 * i + 2.0, at, us)
             at += us
         for j, (node, seq, kernels) in enumerate(bwd):
-            t0 = T + 100.0 + 20.0 * j
-            b.cpu(f"autograd::engine::evaluate_function: {node}", t0, 15.0, tid=2,
-                  **{"Sequence number": 100 * s + seq})
-            for k, (kernel, us) in enumerate(kernels):
-                kernel = gemm if kernel == GEMM else kernel
-                b.launch(kernel, t0 + 2.0 + 5.0 * k, at, us, tid=2, launch_dur=3.0)
-                at += us
-        b.cpu("cudaDeviceSynchronize", T + 200.0, at + 5.0 - (T + 200.0), cat="cuda_runtime")
-        b.cpu("python_work", at + 6.0, T + step_us - at - 7.0)
-    doc = b.doc()
-    doc["deviceProperties"] = [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]
-    p = folder / "t.json.gz"
-    p.write_bytes(gzip.compress(json.dumps(doc).encode()))
-    return p
+            at = backward_node(b, node, T + 100.0 + 20.0 * j, 100 * s + seq,
+                               [(gemm if k == GEMM else k, us) for k, us in kernels], at)
+        end_gpu_bound_step(b, T, step_us, at)
+    return write_trace(b, folder)
 
 
 def test_unfused_attention_priced_at_the_catalogs_flash_rate(tmp_path):

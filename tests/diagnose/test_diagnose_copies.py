@@ -1,7 +1,5 @@
 """exposed_memcpy (diagnose/copies.py): host-link copies on the device timeline that no computation hides."""
 
-import gzip
-import json
 import sys
 from pathlib import Path
 
@@ -10,6 +8,7 @@ import pytest
 from trainperf.diagnose.api import diagnose
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from gpu_bound import end_gpu_bound_step, write_trace  # noqa: E402
 from kineto_builder import TraceBuilder  # noqa: E402
 
 GEMM = "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_nn"
@@ -32,13 +31,8 @@ def _offload_trace(folder: Path, copy_stream: int) -> Path:
             b.cpu("aten::mm", T + 20.0 + 10.0 * k, 8.0)
             b.launch(GEMM, T + 22.0 + 10.0 * k, at, 2000.0)
             at += 2000.0
-        end = at  # the last GEMM's end: +8050 in line, +6050 beside the copy
-        b.cpu("cudaDeviceSynchronize", T + 100.0, end + 5.0 - (T + 100.0), cat="cuda_runtime")
-        b.cpu("python_work", end + 6.0, T + P - end - 7.0)
-    doc = b.doc()
-    p = folder / "t.json.gz"
-    p.write_bytes(gzip.compress(json.dumps(doc).encode()))
-    return p
+        end_gpu_bound_step(b, T, P, at, sync_at=100.0)  # the last GEMM ends at +8050 in line, +6050 beside
+    return write_trace(b, folder, device=None)
 
 
 def test_a_copy_in_line_with_the_computation_is_exposed_and_priced(tmp_path):

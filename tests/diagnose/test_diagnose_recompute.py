@@ -3,8 +3,6 @@
 Real profiles (tests/data/recompute, torch 2.13 CPU): a 2-block residual MLP without checkpointing, with reentrant
 and with non-reentrant torch.utils.checkpoint. A hand-built GPU trace prices the selective fix by hand."""
 
-import gzip
-import json
 import sys
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from trainperf.diagnose.window import analysis_window
 from trainperf.trace import load_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from gpu_bound import backward_node, end_gpu_bound_step, write_trace  # noqa: E402
 from kineto_builder import TraceBuilder  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "recompute"
@@ -68,23 +67,11 @@ def _checkpointed_trace(folder: Path) -> Path:
             b.cpu(name, T + 102.0 + 10.0 * i, 8.0, tid=2, **{"Sequence number": q + 20 + i, "Fwd thread id": 0})
             b.launch(kernel, T + 104.0 + 10.0 * i, at, us, tid=2, launch_dur=3.0)
             at += us
-        for j, (node, kernels) in enumerate([("GeluBackward0", [ELEM]), ("AddmmBackward0", [GEMM, GEMM])]):
-            t0 = T + 125.0 + 25.0 * j
-            b.cpu(f"autograd::engine::evaluate_function: {node}", t0, 20.0, tid=2,
-                  **{"Sequence number": q + 21 - j})
-            for k, kernel in enumerate(kernels):
-                b.cpu("aten::mm" if kernel == GEMM else "aten::gelu_backward", t0 + 1.0 + 6.0 * k, 5.0, tid=2,
-                      **{"Fwd thread id": 1})
-                us = 2000.0 if kernel == GEMM else 300.0
-                b.launch(kernel, t0 + 2.0 + 6.0 * k, at, us, tid=2, launch_dur=3.0)
-                at += us
-        b.cpu("cudaDeviceSynchronize", T + 200.0, at + 5.0 - (T + 200.0), cat="cuda_runtime")
-        b.cpu("python_work", at + 6.0, T + P - at - 7.0)
-    doc = b.doc()
-    doc["deviceProperties"] = [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]
-    p = folder / "t.json.gz"
-    p.write_bytes(gzip.compress(json.dumps(doc).encode()))
-    return p
+        gelu, mm = (ELEM, 300.0, "aten::gelu_backward"), (GEMM, 2000.0, "aten::mm")
+        for j, (node, kernels) in enumerate([("GeluBackward0", [gelu]), ("AddmmBackward0", [mm, mm])]):
+            at = backward_node(b, node, T + 125.0 + 25.0 * j, q + 21 - j, kernels, at, dur=20.0, spacing=6.0)
+        end_gpu_bound_step(b, T, P, at)
+    return write_trace(b, folder)
 
 
 def test_selective_recompute_priced_as_the_recomputed_gemms(tmp_path):

@@ -65,13 +65,6 @@ MAX_OPS_BETWEEN = 8
 UNFUSED_ATTENTION_MIN_PCT = 3.0
 FLASH_BACKWARD_FLOPS = 2.5  # FlashAttention-2 backward: 5 matmuls of 2·Sq·Sk·D per head against the forward's 2
 
-RECOMMENDATION = ("Use a fused attention kernel: torch.nn.functional.scaled_dot_product_attention (flash, "
-                  "memory-efficient or cuDNN backend; is_causal=True rather than a dense mask), "
-                  "attn_implementation='sdpa' or 'flash_attention_2' in Hugging Face models. Where SDPA itself "
-                  "falls back to its math path (aten::_scaled_dot_product_attention_math), give it what the fused "
-                  "kernels take: bf16/fp16 inputs, a head dim that is a multiple of 8 and at most 256, no "
-                  "unsupported mask.")
-F.RECOMMENDATIONS.setdefault("unfused_attention", RECOMMENDATION)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -33,12 +33,6 @@ HOST_LINK_RE = re.compile(r"HtoD|DtoH|HtoH|PtoP|Host\s*->|->\s*(Host|Pinned|Page
 # 3-10 % rates low), and prefetching is a code change a user makes for a few percent, not for one
 EXPOSED_MEMCPY_MIN_PCT = 5.0
 
-RECOMMENDATION = ("Host-device copies hold up the device: prefetch them on a side stream with pinned memory and "
-                  "non_blocking=True so they overlap computation (a CUDA stream + event per batch, or the "
-                  "DataLoader's pin_memory with a prefetcher); with CPU offload (FSDP CPUOffload, DeepSpeed "
-                  "ZeRO-Offload), offload less or overlap it (DeepSpeed overlap_comm, FSDP prefetch) where memory "
-                  "allows.")
-F.RECOMMENDATIONS.setdefault("exposed_memcpy", RECOMMENDATION)
 
 
 def _union_us(start: np.ndarray, end: np.ndarray) -> float:

@@ -64,6 +64,27 @@ RECOMMENDATIONS = {
     "pageable_copy": "Copies between the device and pageable (unpinned) host memory block the host: pin the "
                      "host buffers (DataLoader(pin_memory=True) or tensor.pin_memory()), copy with "
                      ".to(device, non_blocking=True), and prefetch the next batch on a side stream.",
+    "fp32_matmul": "fp32 GEMMs/convolutions run without tensor cores: train in bf16 with "
+                  "torch.autocast(device_type='cuda', dtype=torch.bfloat16) (fp16 + GradScaler where bf16 is absent, "
+                  "e.g. V100), or keep fp32 weights and allow TF32: torch.backends.cuda.matmul.allow_tf32 = True / "
+                  "torch.set_float32_matmul_precision('high'), torch.backends.cudnn.allow_tf32 = True.",
+    "unfused_attention": "Use a fused attention kernel: torch.nn.functional.scaled_dot_product_attention (flash, "
+                        "memory-efficient or cuDNN backend; is_causal=True rather than a dense mask), "
+                        "attn_implementation='sdpa' or 'flash_attention_2' in Hugging Face models. Where SDPA "
+                        "itself falls back to its math path (aten::_scaled_dot_product_attention_math), give it what "
+                        "the fused kernels take: bf16/fp16 inputs, a head dim that is a multiple of 8 and at most "
+                        "256, no unsupported mask.",
+    "recompute_overhead": "Activation checkpointing re-runs the forward in the backward pass. Where memory allows, "
+                         "recompute selectively: keep the matmul and attention outputs and recompute only cheap "
+                         "elementwise/norm ops (torch.utils.checkpoint with create_selective_checkpoint_contexts, "
+                         "torchtitan activation_checkpoint mode 'selective' (op), Megatron --recompute-granularity "
+                         "selective), or checkpoint fewer layers; check the memory headroom first "
+                         "(torch.cuda.max_memory_allocated against the device's memory).",
+    "exposed_memcpy": "Host-device copies hold up the device: prefetch them on a side stream with pinned memory and "
+                     "non_blocking=True so they overlap computation (a CUDA stream + event per batch, or the "
+                     "DataLoader's pin_memory with a prefetcher); with CPU offload (FSDP CPUOffload, DeepSpeed "
+                     "ZeRO-Offload), offload less or overlap it (DeepSpeed overlap_comm, FSDP prefetch) where memory "
+                     "allows.",
 }
 
 

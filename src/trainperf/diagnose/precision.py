@@ -229,12 +229,6 @@ FP32_MATMUL_MIN_PCT = 5.0
 # about which of them are compute-bound. Catalog: A100 16x, H100 14.8x, MI300X 8x, MI250X 4x, H20 3.4x, L40S 4x.
 MIN_PEAK_RATIO = 2.0
 
-RECOMMENDATION = ("fp32 GEMMs/convolutions run without tensor cores: train in bf16 with "
-                  "torch.autocast(device_type='cuda', dtype=torch.bfloat16) (fp16 + GradScaler where bf16 is absent, "
-                  "e.g. V100), or keep fp32 weights and allow TF32: torch.backends.cuda.matmul.allow_tf32 = True / "
-                  "torch.set_float32_matmul_precision('high'), torch.backends.cudnn.allow_tf32 = True.")
-# findings.py (H1's) holds every kind's recommendation; until it lists this kind, register it here
-F.RECOMMENDATIONS.setdefault("fp32_matmul", RECOMMENDATION)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -37,13 +37,6 @@ from trainperf.trace.nesting import enclosing_span, outermost, thread_key
 RECOMPUTE_MIN_PCT = 3.0
 RECOMPUTE_REENTRANT = "CheckpointFunctionBackward"
 
-RECOMMENDATION = ("Activation checkpointing re-runs the forward in the backward pass. Where memory allows, "
-                  "recompute selectively: keep the matmul and attention outputs and recompute only cheap "
-                  "elementwise/norm ops (torch.utils.checkpoint with create_selective_checkpoint_contexts, "
-                  "torchtitan activation_checkpoint mode 'selective' (op), Megatron --recompute-granularity "
-                  "selective), or checkpoint fewer layers; check the memory headroom first "
-                  "(torch.cuda.max_memory_allocated against the device's memory).")
-F.RECOMMENDATIONS.setdefault("recompute_overhead", RECOMMENDATION)
 
 
 def recomputed_ops(t: EventTable, keep: np.ndarray) -> np.ndarray:

@@ -18,7 +18,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.profiler import ProfilerActivity, profile, schedule
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from profiling import profile_training  # noqa: E402
 
 B, S, H, D, E = 2, 64, 4, 16, 4  # batch, sequence, heads, head dim, experts
 
@@ -54,19 +56,14 @@ def profile_steps(out: Path, name: str, attention: str, backend=None) -> None:
     model = nn.Sequential(Block(attention), Block(attention))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randn(B, S, H * D)
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
-                 schedule=schedule(wait=1, warmup=1, active=3, repeat=1),
-                 on_trace_ready=lambda p: p.export_chrome_trace(str(out / f"{name}.json"))) as prof:
-        for _ in range(5):
-            if backend is None:
-                loss = model(x).pow(2).mean()
-            else:
-                with sdpa_kernel(backend):
-                    loss = model(x).pow(2).mean()
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            prof.step()
+
+    def loss(i: int) -> torch.Tensor:
+        if backend is None:
+            return model(x).pow(2).mean()
+        with sdpa_kernel(backend):
+            return model(x).pow(2).mean()
+
+    profile_training(out, name, loss, opt, 5, record_shapes=True)
 
 
 if __name__ == "__main__":

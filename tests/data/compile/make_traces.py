@@ -15,7 +15,9 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
-from torch.profiler import ProfilerActivity, profile, schedule
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from profiling import profile_training  # noqa: E402
 
 
 def profile_steps(out: Path, name: str, batch_sizes: list[int], wait: int = 1, warmup: int = 1) -> None:
@@ -23,17 +25,11 @@ def profile_steps(out: Path, name: str, batch_sizes: list[int], wait: int = 1, w
     out/name.json."""
     model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    step = torch.compile(model, dynamic=False)
-    # one cycle (repeat=1): a later cycle's export at exit would overwrite this one's
-    with profile(activities=[ProfilerActivity.CPU],
-                 schedule=schedule(wait=wait, warmup=warmup, active=len(batch_sizes) - wait - warmup, repeat=1),
-                 on_trace_ready=lambda p: p.export_chrome_trace(str(out / f"{name}.json"))) as prof:
-        for n in batch_sizes:
-            loss = step(torch.randn(n, 64)).pow(2).mean()
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            prof.step()
+    compiled = torch.compile(model, dynamic=False)
+
+    profile_training(out, name, lambda i: compiled(torch.randn(batch_sizes[i], 64)).pow(2).mean(), opt,
+                     len(batch_sizes), wait=wait, warmup=warmup)
+
 
 if __name__ == "__main__":
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent

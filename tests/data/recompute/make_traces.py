@@ -14,8 +14,10 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
-from torch.profiler import ProfilerActivity, profile, schedule
 from torch.utils.checkpoint import checkpoint
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from profiling import profile_training  # noqa: E402
 
 
 class Block(nn.Module):
@@ -34,21 +36,18 @@ def profile_steps(out: Path, name: str, reentrant: bool | None, penalty: bool = 
     blocks = nn.ModuleList([Block(), Block()])
     opt = torch.optim.SGD(blocks.parameters(), lr=0.01)
     x = torch.randn(32, 64)
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
-                 schedule=schedule(wait=1, warmup=1, active=3, repeat=1),
-                 on_trace_ready=lambda p: p.export_chrome_trace(str(out / f"{name}.json"))) as prof:
-        for _ in range(5):
-            h = x.requires_grad_(reentrant is not None or penalty)
-            for b in blocks:
-                h = b(h) if reentrant is None else checkpoint(b, h, use_reentrant=reentrant)
-            loss = h.pow(2).mean()
-            if penalty:
-                (grad,) = torch.autograd.grad(loss, x, create_graph=True)
-                loss = loss + grad.pow(2).sum()
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            prof.step()
+
+    def loss(i: int) -> torch.Tensor:
+        h = x.requires_grad_(reentrant is not None or penalty)
+        for b in blocks:
+            h = b(h) if reentrant is None else checkpoint(b, h, use_reentrant=reentrant)
+        value = h.pow(2).mean()
+        if penalty:
+            (grad,) = torch.autograd.grad(value, x, create_graph=True)
+            value = value + grad.pow(2).sum()
+        return value
+
+    profile_training(out, name, loss, opt, 5, record_shapes=True)
 
 
 if __name__ == "__main__":
