@@ -14,7 +14,6 @@ computation available to hide them are not in the trace.
 
 from __future__ import annotations
 
-import math
 import re
 
 import numpy as np
@@ -68,7 +67,7 @@ def exposed_memcpy(f: RankFacts) -> F.Finding | None:
                "exposed_copy_time": (exposed, "us"), "exposed_copy_share": (f.pct(exposed), "%"),
                "copy_kinds": (np.unique(names).size, "count")}
     x = F.make("exposed_memcpy", [f.rank], f.steps, metrics, top,
-               changes=(Change("speedup_rows", factor=math.inf, rows=tuple(int(r) for r in g.rows[copies])),),
+               changes=(Change("drop_rows", rows=tuple(int(r) for r in g.rows[copies])),),
                what_if="host-device copies hidden under computation (prefetched on a side stream; upper bound)",
                evidence_pct=f.pct(exposed), upper_bound=True)
     x.confidence = "medium"

@@ -18,8 +18,6 @@ since whether the kept outputs fit in memory is not in the trace.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from trainperf.diagnose import findings as F
@@ -99,7 +97,7 @@ def recompute_overhead(f: RankFacts) -> F.Finding | None:
     if kept_us <= 0:
         return None
     x = F.make("recompute_overhead", [f.rank], f.steps, metrics, events,
-               changes=(Change("speedup_rows", factor=math.inf, rows=tuple(int(r) for r in kernels[costly])),),
+               changes=(Change("drop_rows", rows=tuple(int(r) for r in kernels[costly])),),
                what_if="selective recomputation: the recomputed GEMM/attention kernels not re-run (their outputs "
                        "kept; an upper bound: memory permitting)", evidence_pct=f.pct(kept_us), upper_bound=True)
     x.confidence = "medium"
