@@ -80,6 +80,11 @@ RECOMMENDATIONS = {
                          "torchtitan activation_checkpoint mode 'selective' (op), Megatron --recompute-granularity "
                          "selective), or checkpoint fewer layers; check the memory headroom first "
                          "(torch.cuda.max_memory_allocated against the device's memory).",
+    "grad_sync_per_microbatch": "Gradient accumulation synchronises the gradients after every micro-batch: run "
+                                "all backward passes but the last of each optimizer step without synchronising "
+                                "(DDP: `with model.no_sync():`; FSDP2: model.set_requires_gradient_sync(False) "
+                                "before them and True before the last; Accelerate: accelerator.accumulate(model)); "
+                                "the last pass reduces the accumulated gradients once.",
     "exposed_memcpy": "Host-device copies hold up the device: prefetch them on a side stream with pinned memory and "
                      "non_blocking=True so they overlap computation (a CUDA stream + event per batch, or the "
                      "DataLoader's pin_memory with a prefetcher); with CPU offload (FSDP CPUOffload, DeepSpeed "
@@ -190,10 +195,11 @@ class FixPlan:
 
 # fixes that remove a wait (the time is waste whatever else changes) are priced before fixes that assume
 # some work gets k times faster (a hypothesis): e.g. a DataLoader stall before "host 2x faster". A
-# straggler's compute_speedup counts as a wait: the factor is measured (the other ranks' pace), not assumed
+# straggler's compute_speedup counts as a wait: the factor is measured (the other ranks' pace), not assumed; so does
+# work whose result nothing uses (remove_wasted_rows: gradients all-reduced before more are accumulated into them)
 STALL_CHANGES = frozenset({"remove_data_wait", "remove_checkpoint_wait", "remove_compile_wait", "remove_syncs",
                            "unblock_pageable_copies", "remove_allocator", "overlap_comm", "remove_straggler_wait",
-                           "compute_speedup"})
+                           "compute_speedup", "remove_wasted_rows"})
 
 
 def _removes_a_stall(f: Finding) -> bool:

@@ -61,7 +61,7 @@ NAMED_STALLS = (DATALOADER_RE, CHECKPOINT_RE, COMPILE_RE, ALLOCATOR_SPAN_RE)
 CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_compile_wait", "remove_syncs",
                 "unblock_pageable_copies", "remove_allocator", "overlap_comm", "remove_straggler_wait", "speedup",
                 "host_speedup", "graph_small_kernels", "graph_launches", "compute_speedup", "speedup_rows",
-                "drop_rows")
+                "drop_rows", "remove_wasted_rows")
 
 
 @dataclass(frozen=True)
@@ -78,13 +78,14 @@ class Change:
     stops paying a kernel's fixed device cost, Graph.kernel_floor_us) | graph_launches (the same
     for every kernel launch: the step captured as a CUDA graph) | speedup_rows (the device events of the trace rows
     `rows` sped up `factor` times: a set of kernels replaced by a fused one) | drop_rows (the device events of the
-    trace rows `rows` not run: wasted or avoidable work). Several changes replay together (`replay(g, [a, b])`)."""
+    trace rows `rows` not run: avoidable work, at a cost the trace does not show) | remove_wasted_rows (the same for
+    work whose result nothing uses: a measured waste). Several changes replay together (`replay(g, [a, b])`)."""
 
     kind: str = "none"
     category: int = -1
     factor: float = 1.0
     site: int = -1  # remove_syncs: only the syncs of this call site (Graph.site_names index); -1 all
-    rows: tuple = ()  # speedup_rows, drop_rows: the trace rows of the device events sped up or not run
+    rows: tuple = ()  # speedup_rows, drop_rows, remove_wasted_rows: the trace rows of the device events
 
     def __post_init__(self):
         if self.kind not in CHANGE_KINDS:
@@ -99,7 +100,7 @@ class Change:
             return f"computation kernels {self.factor:g}x faster"
         if self.kind == "speedup_rows":
             return f"{len(self.rows)} kernels {self.factor:.3g}x faster"
-        if self.kind == "drop_rows":
+        if self.kind in ("drop_rows", "remove_wasted_rows"):
             return f"{len(self.rows)} kernels not run"
         return self.kind.replace("_", " ")
 
@@ -724,7 +725,7 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
         if c.kind == "compute_speedup":
             sel = dev & (g.category >= 0) & ~np.isin(g.category, (COMMUNICATION, CAT_MEMCPY, CAT_MEMSET))
             dur[sel] = dur[sel] / c.factor
-        if c.kind in ("speedup_rows", "drop_rows"):
+        if c.kind in ("speedup_rows", "drop_rows", "remove_wasted_rows"):
             sel = dev & np.isin(g.rows, np.asarray(c.rows, dtype=np.int64))
             dur[sel] = dur[sel] / c.factor if c.kind == "speedup_rows" else 0.0
     if "remove_straggler_wait" in kinds:

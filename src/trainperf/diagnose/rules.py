@@ -14,6 +14,7 @@ import numpy as np
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.attention import unfused_attention
 from trainperf.diagnose.copies import exposed_memcpy
+from trainperf.diagnose.grad_sync import grad_sync_per_microbatch
 from trainperf.diagnose.recompute import recompute_overhead
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.gpu_time import idle_in_span_us
@@ -452,10 +453,11 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
 # fp32_matmul (diagnose/precision.py): fp32 GEMMs/convolutions on a tensor-core accelerator, and unfused_attention
 # (diagnose/attention.py): attention written out of separate operators, before the general fusion rule;
 # recompute_overhead (diagnose/recompute.py): the forward re-run in the backward (activation checkpointing);
-# exposed_memcpy (diagnose/copies.py): host-link copies no computation hides and no host call blocked on
+# exposed_memcpy (diagnose/copies.py): host-link copies no computation hides and no host call blocked on;
+# grad_sync_per_microbatch (diagnose/grad_sync.py): gradients synchronised before more are accumulated into them
 RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable_copy, allocator_stall, exposed_memcpy,
-         exposed_comm, straggler, launch_bound, small_kernels, fp32_matmul, unfused_attention, memory_bound_unfused,
-         recompute_overhead, optimizer_slow, gpu_analyses_skipped)
+         grad_sync_per_microbatch, exposed_comm, straggler, launch_bound, small_kernels, fp32_matmul, unfused_attention,
+         memory_bound_unfused, recompute_overhead, optimizer_slow, gpu_analyses_skipped)
 
 
 def run_rules(f: RankFacts) -> list[Finding]:

@@ -1,0 +1,126 @@
+"""Gradients synchronised after every micro-batch of gradient accumulation, and the `grad_sync_per_microbatch`
+finding.
+
+With gradient accumulation a step runs several backward passes and one optimizer step. The optimizer needs the
+synchronised gradients once, so only the last backward pass before it needs to all-reduce (DDP) or reduce-scatter
+(FSDP) them: the sum of the micro-batches' gradients reduced once equals the sum of their reductions. DDP
+synchronises after every backward unless the earlier ones run under `model.no_sync()` (FSDP2:
+`set_requires_gradient_sync(False)`; DeepSpeed and Lightning do it themselves), a common and costly omission: k
+micro-batches move k times the gradient bytes.
+
+How it is found, from the trace alone:
+- a backward pass is a run of autograd backward nodes (`autograd::engine::evaluate_function: ...`) with no forward
+  operator (a sequence number, "Fwd thread id" 0, outside every node) starting between two of them;
+- a pass's gradient collectives are the all-reduce and reduce-scatter kernels launched inside its nodes (GPU), or
+  the collective calls (`c10d::allreduce_`, `record_param_comms`, ...) made inside them (host only, gloo);
+- a pass is followed by another pass before the next optimizer step (an `Optimizer.step`/`zero_grad` span) or
+  the end of the profiler step: its collectives are redundant. The last pass before each optimizer step keeps them.
+Priced by replay with the redundant passes' gradient collectives not run (remove_wasted_rows, ranked with the
+stalls): measured, not assumed, since nothing uses their result and the last pass still reduces the accumulated
+gradients. Host only: their calls' host time,
+an upper bound.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trainperf.diagnose import findings as F
+from trainperf.diagnose.autograd_links import BACKWARD_OP_PREFIX
+from trainperf.diagnose.crossrank import COLLECTIVE_CALL_RE, launch_collectives
+from trainperf.diagnose.facts import RankFacts
+from trainperf.diagnose.host import OPTIMIZER_RE
+from trainperf.diagnose.launch import launched_inside
+from trainperf.diagnose.replay import Change
+from trainperf.trace.annotate import step_rows
+from trainperf.trace.events import COMMUNICATION, CPU_OP, KERNEL, USER_ANNOTATION, EventTable
+from trainperf.trace.nesting import enclosing_span, outermost, thread_key
+
+GRADIENT_COLLECTIVES = ("all_reduce", "reduce_scatter")
+# the redundant gradient collectives' time, % of the span. Wasted work with a one-line fix: at the stall rules'
+# 1 % (DATALOADER_MIN_PCT, HOST_SYNC_MIN_PCT). Not fitted: no labeled case has this kind
+GRAD_SYNC_MIN_PCT = 1.0
+
+
+def backward_passes(t: EventTable, keep: np.ndarray) -> list[np.ndarray]:
+    """The rank's backward passes among the rows `keep` marks, in time order: each the rows of its outermost
+    backward nodes (module docstring)."""
+    ops = np.flatnonzero((t.kind == CPU_OP) & keep)
+    is_node = np.isin(t.name[ops], t.ids_matching(lambda s: s.startswith(BACKWARD_OP_PREFIX)))
+    nodes = outermost(t, ops[is_node]) if is_node.any() else ops[:0]
+    if not nodes.size:
+        return []
+    other = ops[~is_node & (t.seq[ops] >= 0) & (t.fwd_tid[ops] == 0)]
+    inside = enclosing_span(thread_key(t.pid[nodes], t.tid[nodes]), t.ts_ns[nodes], t.ts_ns[nodes] + t.dur_ns[nodes],
+                            thread_key(t.pid[other], t.tid[other]), t.ts_ns[other]) >= 0 if other.size else \
+        np.zeros(0, dtype=bool)
+    forward_starts = np.sort(t.ts_ns[other[~inside]])
+    nodes = nodes[np.argsort(t.ts_ns[nodes], kind="stable")]
+    pass_of = np.searchsorted(forward_starts, t.ts_ns[nodes])  # forward ops started before each node
+    return [nodes[pass_of == p] for p in np.unique(pass_of)]
+
+
+def _boundaries_ns(t: EventTable, keep: np.ndarray) -> np.ndarray:
+    """Sorted times (ns) that close a round of accumulation: optimizer step / zero_grad spans' starts and the
+    profiler steps' ends."""
+    opt = np.flatnonzero(keep & np.isin(t.name, t.ids_matching(OPTIMIZER_RE.search))
+                         & np.isin(t.kind, (USER_ANNOTATION, CPU_OP)))
+    steps, _ = step_rows(t)
+    return np.sort(np.r_[t.ts_ns[opt], t.ts_ns[steps] + t.dur_ns[steps]])
+
+
+def accumulating_passes(t: EventTable, keep: np.ndarray) -> tuple[list[np.ndarray], int]:
+    """(the backward passes whose gradients another pass accumulates into: followed by another before the next
+    optimizer step or profiler-step end; the number of passes). A trace without profiler steps or optimizer spans
+    has no boundary to tell accumulation by: none."""
+    passes = backward_passes(t, keep)
+    bounds = _boundaries_ns(t, keep)
+    if len(passes) < 2 or not bounds.size:
+        return [], len(passes)
+    starts = np.array([t.ts_ns[p].min() for p in passes])
+    ends = np.array([(t.ts_ns[p] + t.dur_ns[p]).max() for p in passes])
+    nxt = np.searchsorted(bounds, ends)  # the first boundary after each pass
+    closes = np.where(nxt < bounds.size, bounds[np.minimum(nxt, bounds.size - 1)], np.iinfo(np.int64).max)
+    out = [p for i, p in enumerate(passes) if i + 1 < len(passes) and starts[i + 1] < closes[i]]
+    return out, len(passes)
+
+
+def _spans(t: EventTable, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return thread_key(t.pid[nodes], t.tid[nodes]), t.ts_ns[nodes], t.ts_ns[nodes] + t.dur_ns[nodes]
+
+
+def grad_sync_per_microbatch(f: RankFacts) -> F.Finding | None:
+    """Gradient collectives of backward passes whose gradients another pass accumulates into before the optimizer
+    step (module docstring)."""
+    t, w = f.table, f.window
+    early, n_passes = accumulating_passes(t, w.keep)
+    if not early:
+        return None
+    nodes = np.concatenate(early)
+    metrics = {"backward_passes": (n_passes, "count"), "accumulating_passes": (len(early), "count")}
+    if not f.has_gpu:
+        calls = np.flatnonzero(w.keep & (t.kind == CPU_OP) & np.isin(t.name, t.ids_matching(COLLECTIVE_CALL_RE.search)))
+        inside = enclosing_span(*_spans(t, nodes), thread_key(t.pid[calls], t.tid[calls]), t.ts_ns[calls]) >= 0 \
+            if calls.size else np.zeros(0, dtype=bool)
+        calls = outermost(t, calls[inside]) if inside.any() else calls[:0]
+        host_us = float(t.dur_ns[calls].sum()) / 1e3
+        if not calls.size or f.pct(host_us) <= GRAD_SYNC_MIN_PCT:
+            return None
+        metrics.update({"early_collective_calls": (calls.size, "count"), "early_collective_time": (host_us, "us")})
+        events = [(t.name_of(int(r)), float(w.ts_us[r]), float(w.end_us[r] - w.ts_us[r])) for r in calls[:3]]
+        return F.make("grad_sync_per_microbatch", [f.rank], f.steps, metrics, events, gain_pct=f.pct(host_us),
+                      gain_us=host_us, what_if="the early passes' collective calls not made (host only: upper bound)",
+                      evidence_pct=f.pct(host_us))
+    kernels = launched_inside(t, w, *_spans(t, nodes))
+    kernels = kernels[(t.kind[kernels] == KERNEL) & (t.category[kernels] == COMMUNICATION)]
+    if kernels.size:
+        kernels = kernels[np.isin(launch_collectives(t, kernels), GRADIENT_COLLECTIVES)]
+    time_us = float((w.end_us[kernels] - w.ts_us[kernels]).sum())
+    if not kernels.size or f.pct(time_us) <= GRAD_SYNC_MIN_PCT:
+        return None
+    metrics.update({"early_gradient_collectives": (kernels.size, "count"), "early_collective_time": (time_us, "us")})
+    events = [(t.name_of(int(r)), float(w.ts_us[r]), float(w.end_us[r] - w.ts_us[r])) for r in kernels[:3]]
+    return F.make("grad_sync_per_microbatch", [f.rank], f.steps, metrics, events,
+                  changes=(Change("remove_wasted_rows", rows=tuple(int(r) for r in kernels)),),
+                  what_if="gradients synchronised once per optimizer step (the earlier passes under no_sync)",
+                  evidence_pct=f.pct(time_us))
