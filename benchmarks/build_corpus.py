@@ -23,7 +23,7 @@ def main() -> None:
     ap.add_argument("out", nargs="?", default="corpus")
     ap.add_argument("--hta", default=str(Path(__file__).resolve().parents[1] / "../shared/data/traces/hta"))
     ap.add_argument("--bases", default="", help="comma-separated base names, HTA or real:... (default: all)")
-    ap.add_argument("--kinds", default=",".join(INJECTORS))
+    ap.add_argument("--kinds", default="", help="comma-separated kinds (injected, real-run, healthy; default: all)")
     ap.add_argument("--severities", default="low,medium,high")
     ap.add_argument("--no-real", action="store_true", help="skip the real trainer runs (2 ranks, gloo, ~1 min each)")
     a = ap.parse_args()
@@ -40,12 +40,13 @@ def main() -> None:
     def log(s: str) -> None:
         print(f"[{time.perf_counter() - t:7.1f} s] {s}", flush=True)
 
+    kinds = tuple(k for k in a.kinds.split(",") if k)
+    injected = tuple(k for k in kinds if k in INJECTORS) if kinds else tuple(INJECTORS)
     labels = []
-    if bases:
-        labels += build_corpus(a.out, bases, kinds=tuple(a.kinds.split(",")),
-                               severities=tuple(a.severities.split(",")), log=log)
+    if bases and injected:
+        labels += build_corpus(a.out, bases, kinds=injected, severities=tuple(a.severities.split(",")), log=log)
     if real:
-        labels += build_real(a.out, Path(a.out) / "_runs", real, log=log)
+        labels += build_real(a.out, Path(a.out) / "_runs", real, log=log, kinds=kinds)
     n_cases = sum(1 for _ in Path(a.out).glob("*/labels.json"))
     atomic_write_text(Path(a.out) / "manifest.json", json.dumps(
         {"cases": n_cases, "built_now": len(labels), "build_seconds": round(time.perf_counter() - t, 1)}, indent=1))

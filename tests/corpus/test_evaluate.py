@@ -118,3 +118,13 @@ def test_real_bases_scale_the_fault_milliseconds_only():
     assert scaled_fault("slow-data=100", 1.0) == "slow-data=100"
     assert known_added_s(scaled_fault("slow-rank=1:100:sleep", 2.5)) == 0.25
     assert len({b.name for b in REAL_BASES}) == len({b.suffix for b in REAL_BASES}) == len(REAL_BASES)
+
+
+def test_real_run_arguments_extend_the_base_layout():
+    # grad_sync_per_microbatch's runs need gradient accumulation: ga=4 joins the base's own --layout (FSDP2's
+    # zero=3) or is added; other kinds run with the base's arguments as they are
+    from trainperf.corpus.real import run_args
+
+    assert run_args(("--layout", "zero=3"), "grad_sync_per_microbatch") == ("--layout", "zero=3,ga=4")
+    assert run_args((), "grad_sync_per_microbatch") == ("--layout", "ga=4")
+    assert run_args(("--layout", "zero=3"), "straggler") == ("--layout", "zero=3")

@@ -193,3 +193,27 @@ def test_numerics_faults_change_the_training_not_the_time(tmp_path):
     # unscaled micro-step losses: the same logged loss, gradients (pre-clip norm) ga = 2 times larger
     assert no_scale["loss"] == clean["loss"] and no_scale["grad_norm"] == pytest.approx(2 * clean["grad_norm"], rel=1e-5)
     assert eps["loss"] != pytest.approx(clean["loss"], rel=1e-4)  # another RMSNorm: another function
+
+
+def test_sync_every_micro_parses_and_needs_accumulation():
+    f = parse_faults(["tiny-batch=2", "sync-every-micro"], "3:4")
+    assert f.sync_every_micro and f.tiny_mbs == 2 and f.any
+    with pytest.raises(TrainperfError, match="sync-every-micro takes no value"):
+        parse_faults(["sync-every-micro=1"])  # takes no value
+    from trainperf.train.faults import fault_layout
+    from trainperf.specs import parse_layout
+
+    with pytest.raises(TrainperfError, match="needs gradient accumulation"):
+        fault_layout(parse_layout("mbs=2"), parse_faults(["sync-every-micro"]), 1)
+
+
+def test_sync_every_micro_skips_no_sync_only_in_its_steps(tmp_path, monkeypatch):
+    # 4 steps of 2 micro-steps (ga=2), the fault in steps 3-4: the trainer asks for no_sync on the first micro-step
+    # of steps 1-2 only (parallel.no_grad_sync's `enabled`, recorded per call)
+    from trainperf.train import parallel
+
+    asked = []
+    real = parallel.no_grad_sync
+    monkeypatch.setattr(parallel, "no_grad_sync", lambda model, enabled: asked.append(enabled) or real(model, enabled))
+    train(_cfg(tmp_path, steps=4, layout="mbs=2,ga=2", fault_steps="3:4", faults=["sync-every-micro"]))
+    assert asked == [True, False, True, False, False, False, False, False]

@@ -26,7 +26,9 @@ MIN_GAIN_PCT = 0.2    # below this the base had nothing to inject into (e.g. no 
 TARGET_PCT = {"low": 1.8, "medium": 6.0, "high": 20.0}
 SEARCH_STEPS = 8      # bracketing steps on the injection size to reach the target gain
 COUNT_KINDS = ("host_sync", "small_kernels")  # sizes that are counts per step
-KIND_LABELS = tuple(INJECTORS) + ("healthy",)
+# kinds only the real trainer runs carry (corpus.real.REAL_FAULTS), then the injected ones
+REAL_ONLY_KINDS = ("grad_sync_per_microbatch",)
+KIND_LABELS = tuple(INJECTORS) + REAL_ONLY_KINDS + ("healthy",)
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,24 @@ REAL_FAULTS = {
     "straggler": [("low", "slow-rank=1:6:sleep", [1]), ("medium", "slow-rank=1:25:sleep", [1]),
                   ("high", "slow-rank=1:100:sleep", [1])],
     "checkpoint_stall": [("high", "sync-ckpt=1", None)],
+    # 4 micro-batches a step (REAL_LAYOUTS), synchronised after each from FAULT_FROM on
+    "grad_sync_per_microbatch": [("high", "sync-every-micro", None)],
 }
+# kind -> layout items its runs need on top of the base's (--layout), e.g. gradient accumulation
+REAL_LAYOUTS = {"grad_sync_per_microbatch": "ga=4"}
+
+
+def run_args(base_args: tuple[str, ...], kind: str) -> tuple[str, ...]:
+    """`trainperf train` arguments of a base's run of `kind`: the base's, its --layout extended by REAL_LAYOUTS."""
+    extra = REAL_LAYOUTS.get(kind)
+    if not extra:
+        return base_args
+    args = list(base_args)
+    if "--layout" in args:
+        i = args.index("--layout") + 1
+        args[i] = f"{args[i]},{extra}"
+        return tuple(args)
+    return (*args, "--layout", extra)
 
 
 
@@ -134,24 +151,28 @@ def _case(run: Path, case: Path, labels: dict) -> None:
     atomic_write_text(case / "labels.json", json.dumps(labels, indent=1))
 
 
-def build_real(out: str | Path, work: str | Path, bases: tuple[RealBase, ...] = REAL_BASES, log=print) -> list[dict]:
-    """Run the trainer of each base once clean and once per REAL_FAULTS entry; write the cases under out."""
+def build_real(out: str | Path, work: str | Path, bases: tuple[RealBase, ...] = REAL_BASES, log=print,
+               kinds: tuple[str, ...] = ()) -> list[dict]:
+    """Run the trainer of each base once clean and once per REAL_FAULTS entry (only those of `kinds`, "healthy"
+    for the clean run, when given); write the cases under out."""
     written = []
     for base in bases:
-        written += _build_base(out, work, base, log)
+        written += _build_base(out, work, base, log, kinds)
     return written
 
 
-def _build_base(out: str | Path, work: str | Path, base: RealBase, log) -> list[dict]:
+def _build_base(out: str | Path, work: str | Path, base: RealBase, log, kinds: tuple[str, ...] = ()) -> list[dict]:
     out, work = ensure_dir(out), ensure_dir(work)
     runs = [("healthy", "none", None, None)] + [(k, sev, scaled_fault(f, base.fault_scale), r)
                                                 for k, v in REAL_FAULTS.items() for sev, f, r in v]
     written = []
-    for seed, (kind, sev, fault, ranks) in enumerate(runs):
+    for seed, (kind, sev, fault, ranks) in enumerate(runs):  # a run's seed does not depend on `kinds`
+        if kinds and kind not in kinds:
+            continue
         name = f"{kind}-{sev}-{base.suffix}" if kind != "healthy" else f"healthy-{base.suffix}"
         run = work / name
         shutil.rmtree(run, ignore_errors=True)
-        _train(run, fault, seed, base.args)
+        _train(run, fault, seed, run_args(base.args, kind))
         rows = step_seconds(sorted((run / "traces").glob("rank0*.json"))[0])
         gain, clean, bad = _gain_pct(rows, fault is not None, known_added_s(fault))
         twin = _gain_pct(rows, fault is not None)[0]

@@ -12,7 +12,8 @@ How it is found, from the trace alone:
 - a backward pass is a run of autograd backward nodes (`autograd::engine::evaluate_function: ...`) with no forward
   operator (a sequence number, "Fwd thread id" 0, outside every node) starting between two of them;
 - a pass's gradient collectives are the all-reduce and reduce-scatter kernels launched inside its nodes (GPU), or
-  the collective calls (`c10d::allreduce_`, `record_param_comms`, ...) made inside them (host only, gloo);
+  the all-reduce and reduce-scatter calls (`c10d::allreduce_`, `c10d::_reduce_scatter_base_`, ...) made inside
+  them (host only, gloo); FSDP's all-gathers of parameters for the backward are not gradient synchronisation;
 - a pass is followed by another pass before the next optimizer step (an `Optimizer.step`/`zero_grad` span) or
   the end of the profiler step: its collectives are redundant. The last pass before each optimizer step keeps them.
 Priced by replay with the redundant passes' gradient collectives not run (remove_wasted_rows, ranked with the
@@ -27,12 +28,14 @@ import numpy as np
 
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.autograd_links import BACKWARD_OP_PREFIX
-from trainperf.diagnose.crossrank import COLLECTIVE_CALL_RE, launch_collectives
+from trainperf.diagnose.crossrank import COLLECTIVE_CALL_RE, GLOO_SPAN_PREFIX, launch_collectives
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.host import OPTIMIZER_RE
 from trainperf.diagnose.launch import launched_inside
 from trainperf.diagnose.replay import Change
+from trainperf.diagnose.window import merge_intervals
 from trainperf.trace.annotate import step_rows
+from trainperf.trace.categories import collective_type
 from trainperf.trace.events import COMMUNICATION, CPU_OP, KERNEL, USER_ANNOTATION, EventTable
 from trainperf.trace.nesting import enclosing_span, outermost, thread_key
 
@@ -99,18 +102,7 @@ def grad_sync_per_microbatch(f: RankFacts) -> F.Finding | None:
     nodes = np.concatenate(early)
     metrics = {"backward_passes": (n_passes, "count"), "accumulating_passes": (len(early), "count")}
     if not f.has_gpu:
-        calls = np.flatnonzero(w.keep & (t.kind == CPU_OP) & np.isin(t.name, t.ids_matching(COLLECTIVE_CALL_RE.search)))
-        inside = enclosing_span(*_spans(t, nodes), thread_key(t.pid[calls], t.tid[calls]), t.ts_ns[calls]) >= 0 \
-            if calls.size else np.zeros(0, dtype=bool)
-        calls = outermost(t, calls[inside]) if inside.any() else calls[:0]
-        host_us = float(t.dur_ns[calls].sum()) / 1e3
-        if not calls.size or f.pct(host_us) <= GRAD_SYNC_MIN_PCT:
-            return None
-        metrics.update({"early_collective_calls": (calls.size, "count"), "early_collective_time": (host_us, "us")})
-        events = [(t.name_of(int(r)), float(w.ts_us[r]), float(w.end_us[r] - w.ts_us[r])) for r in calls[:3]]
-        return F.make("grad_sync_per_microbatch", [f.rank], f.steps, metrics, events, gain_pct=f.pct(host_us),
-                      gain_us=host_us, what_if="the early passes' collective calls not made (host only: upper bound)",
-                      evidence_pct=f.pct(host_us))
+        return _host_only(f, nodes, early, metrics)
     kernels = launched_inside(t, w, *_spans(t, nodes))
     kernels = kernels[(t.kind[kernels] == KERNEL) & (t.category[kernels] == COMMUNICATION)]
     if kernels.size:
@@ -124,3 +116,35 @@ def grad_sync_per_microbatch(f: RankFacts) -> F.Finding | None:
                   changes=(Change("remove_wasted_rows", rows=tuple(int(r) for r in kernels)),),
                   what_if="gradients synchronised once per optimizer step (the earlier passes under no_sync)",
                   evidence_pct=f.pct(time_us))
+
+
+def _host_only(f: RankFacts, nodes: np.ndarray, early: list[np.ndarray], metrics: dict) -> F.Finding | None:
+    """Host only (gloo): the early passes' gradient collective calls and the transfers gloo runs for them on its
+    own threads (`gloo:` spans starting inside those passes), as time; the larger of the two, unpriced by replay."""
+    t, w = f.table, f.window
+    calls = np.flatnonzero(w.keep & (t.kind == CPU_OP) & np.isin(t.name, t.ids_matching(COLLECTIVE_CALL_RE.search)))
+    inside = enclosing_span(*_spans(t, nodes), thread_key(t.pid[calls], t.tid[calls]), t.ts_ns[calls]) >= 0 \
+        if calls.size else np.zeros(0, dtype=bool)
+    calls = outermost(t, calls[inside]) if inside.any() else calls[:0]
+    named = np.where(t.collective[calls] >= 0, t.collective[calls], t.name[calls])  # its arg, else its name
+    calls = calls[np.isin([collective_type(t.names[int(n)]) for n in named], GRADIENT_COLLECTIVES)]
+    if not calls.size:
+        return None
+    call_us = float(t.dur_ns[calls].sum()) / 1e3
+    gloo = np.flatnonzero(w.keep & np.isin(t.name, t.ids_matching(lambda s: s.startswith(GLOO_SPAN_PREFIX)))
+                          & np.isin(t.name, t.ids_matching(lambda s: collective_type(s) in GRADIENT_COLLECTIVES)))
+    starts = np.array([t.ts_ns[p].min() for p in early])
+    ends = np.array([(t.ts_ns[p] + t.dur_ns[p]).max() for p in early])
+    in_pass = ((t.ts_ns[gloo][:, None] >= starts) & (t.ts_ns[gloo][:, None] < ends)).any(axis=1) if gloo.size else \
+        np.zeros(0, dtype=bool)
+    s0, s1 = merge_intervals(t.ts_ns[gloo[in_pass]].astype(float), (t.ts_ns + t.dur_ns)[gloo[in_pass]].astype(float))
+    transfer_us = float((s1 - s0).sum()) / 1e3
+    time_us = max(call_us, transfer_us)
+    if f.pct(time_us) <= GRAD_SYNC_MIN_PCT:
+        return None
+    metrics.update({"early_collective_calls": (calls.size, "count"), "early_collective_call_time": (call_us, "us"),
+                    "early_gloo_transfer_time": (transfer_us, "us")})
+    events = [(t.name_of(int(r)), float(w.ts_us[r]), float(w.end_us[r] - w.ts_us[r])) for r in calls[:3]]
+    return F.make("grad_sync_per_microbatch", [f.rank], f.steps, metrics, events, gain_pct=f.pct(time_us),
+                  gain_us=time_us, what_if="the early passes' collectives not run (host only: their calls or gloo's "
+                  "transfers, the larger; an estimate)", evidence_pct=f.pct(time_us))

@@ -58,6 +58,7 @@ def register(app: typer.Typer) -> None:
                  "slow-rank=R:MS[:sleep] (rank R does MS ms of extra matrix products, or sleeps, each step); "
                  "sync-ckpt=N (a synchronous checkpoint every N steps); "
                  "tiny-batch[=M] (micro batch M, default 1, grad accumulation raised to keep the global batch); "
+                 "sync-every-micro (gradients synchronised after every accumulation micro-step: no no_sync); "
                  "numerics bugs for `trainperf compare`: norm-eps=EPS (every RMSNorm uses EPS), "
                  "no-ga-scale (micro-step losses not divided by grad accumulation before backward)."),
         fault_steps: Optional[str] = typer.Option(

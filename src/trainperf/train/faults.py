@@ -13,6 +13,9 @@ Each fault is a real cause of lost time, put where it happens in real jobs, so t
 - ``sync-ckpt=N``: a synchronous checkpoint every N steps (the loop blocks while it saves).
 - ``tiny-batch[=M]``: micro batch M (default 1) with gradient accumulation raised so that
   the global batch, the samples and (up to summation order) the losses stay the same.
+- ``sync-every-micro``: the gradients are synchronised after every micro-step of gradient
+  accumulation (DDP without ``no_sync``, FSDP2 without ``set_requires_gradient_sync(False)``):
+  grad_accum - 1 wasted all-reduces or reduce-scatters a step. Needs grad_accum > 1.
 
 Two numerics faults are the broken changes ``trainperf compare`` must catch (they cost no
 time, they change the training):
@@ -34,7 +37,8 @@ from dataclasses import dataclass
 
 from trainperf.errors import TrainperfError
 
-FAULT_KINDS = ("slow-data", "item-sync", "slow-rank", "sync-ckpt", "tiny-batch", "norm-eps", "no-ga-scale")
+FAULT_KINDS = ("slow-data", "item-sync", "slow-rank", "sync-ckpt", "tiny-batch", "sync-every-micro", "norm-eps",
+               "no-ga-scale")
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -48,6 +52,7 @@ class Faults:
     slow_rank_sleep: bool = False  # False: extra compute
     sync_ckpt_every: int = 0
     tiny_mbs: int = 0  # 0: off
+    sync_every_micro: bool = False
     norm_eps: float | None = None
     no_ga_scale: bool = False
     first_step: int = 1
@@ -57,7 +62,7 @@ class Faults:
     def any(self) -> bool:
         """True when at least one fault is switched on."""
         return bool(self.slow_data_ms or self.item_sync or self.slow_rank is not None or self.sync_ckpt_every
-                    or self.tiny_mbs or self.norm_eps is not None or self.no_ga_scale)
+                    or self.tiny_mbs or self.sync_every_micro or self.norm_eps is not None or self.no_ga_scale)
 
     def active(self, step: int) -> bool:
         """True when the step-windowed faults hold at optimizer step ``step`` (from 1)."""
@@ -82,7 +87,7 @@ def parse_faults(specs: list[str] | None, steps: str | None = None) -> Faults:
         kind, _, value = str(spec).strip().partition("=")
         if kind == "slow-data":
             kw["slow_data_ms"] = _number(kind, value, "milliseconds")
-        elif kind in ("item-sync", "no-ga-scale"):
+        elif kind in ("item-sync", "no-ga-scale", "sync-every-micro"):
             if value:
                 raise TrainperfError(f"--fault {kind} takes no value (got {value!r})")
             kw[kind.replace("-", "_")] = True
@@ -117,6 +122,7 @@ def fault_layout(layout, faults: Faults, world_size: int):
     if faults.slow_rank is not None and faults.slow_rank >= world_size:
         raise TrainperfError(f"--fault slow-rank={faults.slow_rank}:...: the job has ranks 0..{world_size - 1}")
     if not faults.tiny_mbs:
+        _check_accumulation(layout, faults)
         return layout
     m = faults.tiny_mbs
     if m >= layout.mbs or layout.mbs % m:
@@ -124,7 +130,15 @@ def fault_layout(layout, faults: Faults, world_size: int):
                              f"than {m} (the layout has mbs={layout.mbs}; e.g. --layout mbs=8)")
     from dataclasses import replace
 
-    return replace(layout, mbs=m, grad_accum=layout.grad_accum * (layout.mbs // m))
+    out = replace(layout, mbs=m, grad_accum=layout.grad_accum * (layout.mbs // m))
+    _check_accumulation(out, faults)
+    return out
+
+
+def _check_accumulation(layout, faults: Faults) -> None:
+    if faults.sync_every_micro and layout.grad_accum < 2:
+        raise TrainperfError("--fault sync-every-micro: needs gradient accumulation (the layout has ga=1; e.g. "
+                             "--layout ga=4, or --fault tiny-batch=M with a larger micro batch)")
 
 
 def patch_model(model, faults: Faults) -> None:
