@@ -301,16 +301,3 @@ def test_a_given_cause_is_judged_as_localize_judges_an_element():
     q = 0.01 / 12
     assert zs == [pytest.approx(18 / np.sqrt(130), rel=1e-6)]
     assert bound == pytest.approx(np.sqrt(2 * (1 - 2 * q) ** 2 / (1 - (1 - 2 * q) ** 2)), rel=1e-6)
-
-
-def test_a_further_fault_is_looked_for_beside_the_faults_found():
-    # seeded "uneven" incident (seed 23, the 54th): failures / requests at noise 20%, three faults in the cuboid
-    # (a1, a2, a3). The first round finds a1=v4 & a2=v5 & a3=v1; in the next rounds a noise candidate of
-    # another cuboid ranks first and nothing in it is significant, which ended the search; the other two
-    # faults, elements of the cuboid already found, pass the bound (z 5.3 and 4.4 against 4.3)
-    from trainperf.fleet.incidents import incident_set
-
-    inc = incident_set("uneven", 54, 23)[53]
-    assert inc.setting["derived"] and inc.setting["noise"] == 0.2 and len(inc.causes) == 3
-    res = localize(inc.leaves, inc.real, inc.expected, real_b=inc.real_b)
-    assert sorted(map(cause_key, res.root_causes)) == sorted(map(cause_key, inc.causes))

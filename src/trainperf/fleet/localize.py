@@ -343,7 +343,7 @@ def localize_each(leaves: dict[str, np.ndarray], real: np.ndarray, expected: np.
             # element in the set adds its parent's leaves to the siblings); none: the likeliest one
             pre, zs, law = verdict or _significant(cuboids[cuboid][0], elems, r_real, r_exp, active, sign, n_tests,
                                                    total_dev, opts)
-            verdict = None  # judged while choosing the round's candidate (_first_with_fault)
+            verdict = None  # the first round's, judged while choosing its candidate
             tested = (cuboid, elems)
             cuboid, elems = _stable_description(cuboid, pre or [elems[int(np.argmax(zs))]], ranked, cuboids, r_real,
                                                 r_exp, r_w, sign, opts, law, bool(pre))
@@ -376,9 +376,7 @@ def localize_each(leaves: dict[str, np.ndarray], real: np.ndarray, expected: np.
             cands = searched[round_key]
             if not cands:
                 break
-            # a further fault: the best-ranked candidate, or one in a cuboid that already holds a fault
-            ranked, verdict = _first_with_fault(_pick(cands, r_base, opts.penalty), cuboids, r_real, r_exp, active,
-                                                sign, n_tests, total_dev, opts, within={cb for cb, _ in found})
+            ranked = _pick(cands, r_base, opts.penalty)
         found = _sibling_sets(found, cuboids, real, expected, weight, sign, opts)
         if significant:
             found = _own_evidence(found, cuboids, real, expected, sign, n_tests, total_dev, opts)
@@ -437,28 +435,22 @@ def cause_significance(leaves: dict[str, np.ndarray], real: np.ndarray, expected
 
 
 def _first_with_fault(ranked: list[tuple], cuboids: dict, real, exp, active: np.ndarray, sign: float, n_tests: int,
-                      total_dev: float, opts: LocalizeOptions, within: set | None = None) -> tuple[list[tuple], tuple]:
+                      total_dev: float, opts: LocalizeOptions) -> tuple[list[tuple], tuple]:
     """Return (the ranked candidates with the best-ranked one that holds a significant element moved
-    first, its ``_significant`` verdict); unchanged when none does (the first stays, as the best guess
-    or the end of the search, with its verdict). ``within``: look past the first candidate only in
-    these cuboids (None: in all).
+    first, its ``_significant`` verdict); unchanged when none does (the first stays, as the best guess,
+    with its verdict).
 
     The search ranks by the L1 loss in the leaves' own units, where the forecast errors of large leaves
     can reduce the loss more than a fault elsewhere does; when the first candidate is that noise, nothing
     in it was significant and the answer was a best guess although a fault passed the bound ("uneven"
     seed 23, incident 45: failures at noise 20%, a0=v3 ranked first, the true a5=v3 at z 4.9 against a
     bound of 4.6). The bound already counts every element of every cuboid searched (Bonferroni), so
-    looking past the first candidate adds no test. The first round looks in every cuboid; a later round
-    (a new family of tests on the leaves left each time) only in the cuboids that already hold a fault,
-    the siblings of a fault found ("uneven" seed 23, incident 53: a1=v4 & a2=v5 & a3=v1 found first, the
-    true a1=v7 & a2=v5 & a3=v1 and a1=v6 & a2=v7 & a3=v1, z 5.3 and 4.4 against a bound of 4.3, behind
-    noise candidates of other cuboids); looking in every cuboid there added 3-15 false causes on the
-    "derived" set (docs/benchmarks.md).
+    looking past the first candidate adds no test. First round only: in the later rounds (a new family
+    of tests on the leaves left each time) the same rule added 3-15 false causes on the "derived" set
+    (docs/benchmarks.md).
     """
     first = None
     for k, cand in enumerate(ranked):
-        if k and within is not None and cand[2] not in within:
-            continue
         verdict = _significant(cuboids[cand[2]][0], cand[3], real, exp, active, sign, n_tests, total_dev, opts)
         first = first or verdict
         if verdict[0]:
