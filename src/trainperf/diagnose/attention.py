@@ -66,7 +66,6 @@ UNFUSED_ATTENTION_MIN_PCT = 3.0
 FLASH_BACKWARD_FLOPS = 2.5  # FlashAttention-2 backward: 5 matmuls of 2·Sq·Sk·D per head against the forward's 2
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class AttentionRegion:
     """One unfused attention computation: the scores product through the product with V on one thread."""

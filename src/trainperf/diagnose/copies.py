@@ -33,7 +33,6 @@ HOST_LINK_RE = re.compile(r"HtoD|DtoH|HtoH|PtoP|Host\s*->|->\s*(Host|Pinned|Page
 EXPOSED_MEMCPY_MIN_PCT = 5.0
 
 
-
 def _union_us(start: np.ndarray, end: np.ndarray) -> float:
     s, e = merge_intervals(start, end)
     return float((e - s).sum())

@@ -230,7 +230,6 @@ FP32_MATMUL_MIN_PCT = 5.0
 MIN_PEAK_RATIO = 2.0
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class PrecisionLever:
     """What moving fp32 GEMM/conv work to tensor cores can give on one accelerator."""

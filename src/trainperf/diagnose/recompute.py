@@ -23,8 +23,8 @@ import numpy as np
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.autograd_links import BACKWARD_OP_PREFIX
 from trainperf.diagnose.facts import RankFacts
-from trainperf.diagnose.replay import Change
 from trainperf.diagnose.launch import launched_inside
+from trainperf.diagnose.replay import Change
 from trainperf.trace.events import ATTENTION, CPU_OP, GEMM, EventTable
 from trainperf.trace.nesting import enclosing_span, outermost, thread_key
 
@@ -34,7 +34,6 @@ from trainperf.trace.nesting import enclosing_span, outermost, thread_key
 # trace has this kind
 RECOMPUTE_MIN_PCT = 3.0
 RECOMPUTE_REENTRANT = "CheckpointFunctionBackward"
-
 
 
 def recomputed_ops(t: EventTable, keep: np.ndarray) -> np.ndarray:
