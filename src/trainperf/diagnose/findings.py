@@ -209,8 +209,8 @@ def _removes_a_stall(f: Finding) -> bool:
 # a fix that contains a narrower one (capturing every launch in a CUDA graph contains capturing the small
 # kernels' launches) is priced after it when both are found: the specific cause gets its own gain and the
 # broader fix what it adds. So does a category-wide speed-up (every elementwise and reduction kernel at the HBM
-# peak, every GEMM on tensor cores) beside a fix of named kernels (speedup_rows: attention's softmax and mask
-# kernels fused, recomputed GEMMs not re-run), which it would otherwise claim part of
+# peak, every GEMM on tensor cores) beside a fix of named kernels sped up (speedup_rows: attention's softmax and
+# mask kernels fused into one kernel), which it would otherwise claim part of
 BROADER_FIX = {"graph_launches": "graph_small_kernels", "speedup": "speedup_rows"}
 
 

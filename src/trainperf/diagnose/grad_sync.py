@@ -18,8 +18,7 @@ How it is found, from the trace alone:
   the end of the profiler step: its collectives are redundant. The last pass before each optimizer step keeps them.
 Priced by replay with the redundant passes' gradient collectives not run (remove_wasted_rows, ranked with the
 stalls): measured, not assumed, since nothing uses their result and the last pass still reduces the accumulated
-gradients. Host only: their calls' host time,
-an upper bound.
+gradients. Host only (gloo): the larger of their calls' host time and gloo's transfers for them, an estimate.
 """
 
 from __future__ import annotations
