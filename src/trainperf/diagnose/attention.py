@@ -77,7 +77,7 @@ class AttentionRegion:
     pv_row: int
     softmax_row: int
     flops: float | None      # forward attention FLOPs 2·B·H·Sq·Sk·(D + Dv); None without shapes
-    dtype: str               # the value product's input type ("c10::BFloat16", "float", ...; "" unknown)
+    dtype: str               # the query's type ("c10::BFloat16", "float", ...; "" unknown)
     in_math_sdpa: bool       # inside SDPA's math fallback
 
 
@@ -119,7 +119,7 @@ def _chain(t: EventTable, qk: int, sm: int, pv: int) -> tuple[bool, float | None
         return False, None, ""  # no batch or head dimension (a router, a classifier), or products without shapes
     sq, sk = scores[-2:]
     bh = int(np.prod(scores[:-2]))
-    (q, k, _), (p, v, dtype) = a, b
+    (q, k, dtype), (p, v, _) = a, b  # the query's dtype: the scores may be kept in fp32 around the softmax
     nq, nk, nv = int(np.prod(q)), int(np.prod(k)), int(np.prod(v))
     d = nq // (bh * sq) if bh * sq else 0
     if not (d > 0 and nq == bh * sq * d and nk == bh * sk * d and int(np.prod(p)) == bh * sq * sk
