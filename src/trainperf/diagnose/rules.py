@@ -14,13 +14,13 @@ import numpy as np
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.attention import unfused_attention
 from trainperf.diagnose.copies import exposed_memcpy
-from trainperf.diagnose.grad_sync import grad_sync_per_microbatch
-from trainperf.diagnose.recompute import recompute_overhead
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.gpu_time import idle_in_span_us
+from trainperf.diagnose.grad_sync import grad_sync_per_microbatch
 from trainperf.diagnose.host import OPTIMIZER_RE, span_rows
 from trainperf.diagnose.launch import SMALL_KERNEL_US
 from trainperf.diagnose.precision import fp32_matmul
+from trainperf.diagnose.recompute import recompute_overhead
 from trainperf.diagnose.replay import BLOCK_COMM, BLOCK_PAGEABLE, BLOCK_SYNC, Change, blocked_us, dispatch_taken
 from trainperf.diagnose.window import merge_intervals
 from trainperf.trace.events import CPU_OP, ELEMENTWISE, GPU_SYNC, OPTIMIZER, PYTHON, REDUCTION, USER_ANNOTATION

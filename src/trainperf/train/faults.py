@@ -121,24 +121,19 @@ def fault_layout(layout, faults: Faults, world_size: int):
     raised to keep the global batch), after checking the faults against the job's ``world_size``."""
     if faults.slow_rank is not None and faults.slow_rank >= world_size:
         raise TrainperfError(f"--fault slow-rank={faults.slow_rank}:...: the job has ranks 0..{world_size - 1}")
-    if not faults.tiny_mbs:
-        _check_accumulation(layout, faults)
-        return layout
-    m = faults.tiny_mbs
-    if m >= layout.mbs or layout.mbs % m:
-        raise TrainperfError(f"--fault tiny-batch={m}: needs a layout micro batch that {m} divides and is larger "
-                             f"than {m} (the layout has mbs={layout.mbs}; e.g. --layout mbs=8)")
-    from dataclasses import replace
+    out = layout
+    if faults.tiny_mbs:
+        m = faults.tiny_mbs
+        if m >= layout.mbs or layout.mbs % m:
+            raise TrainperfError(f"--fault tiny-batch={m}: needs a layout micro batch that {m} divides and is larger "
+                                 f"than {m} (the layout has mbs={layout.mbs}; e.g. --layout mbs=8)")
+        from dataclasses import replace
 
-    out = replace(layout, mbs=m, grad_accum=layout.grad_accum * (layout.mbs // m))
-    _check_accumulation(out, faults)
-    return out
-
-
-def _check_accumulation(layout, faults: Faults) -> None:
-    if faults.sync_every_micro and layout.grad_accum < 2:
+        out = replace(layout, mbs=m, grad_accum=layout.grad_accum * (layout.mbs // m))
+    if faults.sync_every_micro and out.grad_accum < 2:
         raise TrainperfError("--fault sync-every-micro: needs gradient accumulation (the layout has ga=1; e.g. "
                              "--layout ga=4, or --fault tiny-batch=M with a larger micro batch)")
+    return out
 
 
 def patch_model(model, faults: Faults) -> None:

@@ -413,8 +413,8 @@ def forward_backward(run: TrainRun, x, y, micro: int, step: int, st) -> "object"
 
     ga, faults = run.layout.grad_accum, run.faults
     # --fault sync-every-micro: every micro-step synchronises its gradients (the bug no_sync avoids)
-    early = micro < ga - 1 and not (faults.sync_every_micro and faults.active(step))
-    with parallel.no_grad_sync(run.model, early):
+    skip_sync = micro < ga - 1 and not (faults.sync_every_micro and faults.active(step))
+    with parallel.no_grad_sync(run.model, skip_sync):
         with st.phase("forward"), torch.autocast(run.device_type, dtype=run.autocast or torch.float32,
                                                  enabled=run.autocast is not None):
             if micro == 0:
