@@ -39,15 +39,15 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from trainperf.diagnose import findings as F
-from trainperf.diagnose.autograd_links import BACKWARD_OP_PREFIX
+from trainperf.diagnose.autograd_links import backward_node_mask
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.launch import launched_inside
 from trainperf.diagnose.precision import FP32, TF32, classify_kernel
 from trainperf.diagnose.replay import Change
 from trainperf.diagnose.window import Window
-from trainperf.diagnose.roofline import DTYPE_BYTES, device_accelerator, op_shape
+from trainperf.diagnose.roofline import DTYPE_BYTES, device_accelerator, is_shape, op_shape
 from trainperf.trace.events import CPU_OP, GEMM, EventTable
-from trainperf.trace.nesting import enclosing_span, nest, thread_key
+from trainperf.trace.nesting import enclosing_span, nest, row_spans, thread_key
 
 SOFTMAX_OPS = ("aten::softmax", "aten::_softmax", "aten::_safe_softmax")
 MATMUL_OPS = ("aten::matmul", "aten::bmm", "aten::baddbmm", "aten::einsum")
@@ -81,10 +81,6 @@ class AttentionRegion:
     in_math_sdpa: bool       # inside SDPA's math fallback
 
 
-def _is_shape(d) -> bool:
-    return isinstance(d, list) and all(isinstance(x, int) for x in d)
-
-
 def _operands(t: EventTable, row: int) -> tuple[list, list, str] | None:
     """(A dims, B dims, A's type) of a matmul-family op from its recorded shapes: the first two tensor inputs
     (baddbmm: batch1 and batch2 after its bias; einsum: the tensor list after the equation); None without them."""
@@ -96,7 +92,7 @@ def _operands(t: EventTable, row: int) -> tuple[list, list, str] | None:
         pairs = [(d, "") for d in s.dims[1]]
     elif s.name == "aten::baddbmm":
         pairs = pairs[1:]
-    tensors = [(d, ty) for d, ty in pairs if _is_shape(d) and len(d) >= 2]
+    tensors = [(d, ty) for d, ty in pairs if is_shape(d) and len(d) >= 2]
     if len(tensors) < 2:
         return None
     (a, ty), (b, _) = tensors[:2]
@@ -115,7 +111,7 @@ def _chain(t: EventTable, qk: int, sm: int, pv: int) -> tuple[bool, float | None
         return _operands(t, qk) is None and _operands(t, pv) is None, None, ""
     a, b = _operands(t, qk), _operands(t, pv)
     scores = s.dims[0] if s.dims else None
-    if not _is_shape(scores) or len(scores) < 3 or a is None or b is None:
+    if not is_shape(scores) or len(scores) < 3 or a is None or b is None:
         return False, None, ""  # no batch or head dimension (a router, a classifier), or products without shapes
     sq, sk = scores[-2:]
     bh = int(np.prod(scores[:-2]))
@@ -138,8 +134,7 @@ def attention_regions(t: EventTable) -> list[AttentionRegion]:
         return []
     mm_ids = t.ids_matching(lambda s: s in MATMUL_OPS)
     math_ids = t.ids_matching(lambda s: s == MATH_SDPA)
-    key = thread_key(t.pid[ops], t.tid[ops])
-    n = nest(key, t.ts_ns[ops], t.ts_ns[ops] + t.dur_ns[ops])
+    n = nest(*row_spans(t, ops))
     rows = ops[n.order]
     parent = n.parent
     is_soft = np.isin(t.name[rows], soft_ids)
@@ -200,7 +195,7 @@ def region_work(t: EventTable, w: Window, regions: list[AttentionRegion]) -> Reg
                           for a in ("key", "start_ns", "end_ns"))
     inside = ops[enclosing_span(rkey, rstart, rend, thread_key(t.pid[ops], t.tid[ops]), t.ts_ns[ops]) >= 0]
     seqs = set(zip(t.pid[inside].tolist(), t.seq[inside].tolist()))
-    nodes = ops[w.keep[ops] & np.isin(t.name[ops], t.ids_matching(lambda s: s.startswith(BACKWARD_OP_PREFIX)))]
+    nodes = ops[w.keep[ops] & backward_node_mask(t, ops)]
     linked = nodes[[(p, s) in seqs for p, s in zip(t.pid[nodes].tolist(), t.seq[nodes].tolist())]] \
         if nodes.size else nodes
     key = np.concatenate([rkey, thread_key(t.pid[linked], t.tid[linked])]).astype(np.int64)

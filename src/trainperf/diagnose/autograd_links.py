@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainperf.diagnose.roofline import is_shape
 from trainperf.trace.events import CPU_OP, EventTable
 from trainperf.trace.nesting import Nesting, innermost, nest, thread_key
 
@@ -65,8 +66,7 @@ def backward_links(t: EventTable, modules: Nesting, anchors: np.ndarray) -> Back
     span = np.full(anchors.size, -1, dtype=np.int64)
     state = np.full(anchors.size, NOT_BACKWARD, dtype=np.int64)
     order_only = np.zeros(anchors.size, dtype=bool)
-    node_rows = np.flatnonzero((t.kind == CPU_OP) & np.isin(t.name, t.ids_matching(
-        lambda s: s.startswith(BACKWARD_OP_PREFIX))))
+    node_rows = np.flatnonzero((t.kind == CPU_OP) & backward_node_mask(t, np.arange(len(t))))
     if not node_rows.size or not anchors.size:
         return BackwardLinks(span=span, state=state, by_order_only=order_only)
     nodes = nest(_key(t, node_rows), t.ts_ns[node_rows], t.ts_ns[node_rows] + t.dur_ns[node_rows])
@@ -86,6 +86,11 @@ def backward_links(t: EventTable, modules: Nesting, anchors: np.ndarray) -> Back
     hook = _in_accumulate_hooks(t, node_rows, nodes, acc, anchors, node)
     span[hook], state[hook], order_only[hook] = -1, HOOK, False
     return BackwardLinks(span=span, state=state, by_order_only=order_only)
+
+
+def backward_node_mask(t: EventTable, rows: np.ndarray) -> np.ndarray:
+    """Per row of `rows` (bool): whether it is an autograd backward node (BACKWARD_OP_PREFIX)."""
+    return np.isin(t.name[rows], t.ids_matching(lambda s: s.startswith(BACKWARD_OP_PREFIX)))
 
 
 def _key(t: EventTable, rows: np.ndarray) -> np.ndarray:
@@ -181,7 +186,7 @@ def _gradient_shapes(t: EventTable, nodes: np.ndarray, nesting: Nesting, acc: np
             continue
         a = kept[int(t.args[r])]
         dims, types = a.get("Input Dims"), a.get("Input type")
-        if (isinstance(dims, list) and dims and _is_shape(dims[0]) and isinstance(types, list) and types
+        if (isinstance(dims, list) and dims and is_shape(dims[0]) and isinstance(types, list) and types
                 and types[0]):
             out[i] = tuple(dims[0])
     return out
@@ -197,16 +202,11 @@ def _input_shapes(t: EventTable, row: int) -> set | None:
         return None
     shapes = set()
     for d in dims:
-        if _is_shape(d):
+        if is_shape(d):
             shapes.add(tuple(d))
         elif isinstance(d, list):
-            shapes.update(tuple(x) for x in d if _is_shape(x))
+            shapes.update(tuple(x) for x in d if is_shape(x))
     return shapes
-
-
-def _is_shape(d) -> bool:
-    """Return whether a recorded "Input Dims" entry is one tensor's shape (a list of ints)."""
-    return isinstance(d, list) and all(isinstance(x, int) for x in d)
 
 
 def _in_accumulate_hooks(t: EventTable, nodes: np.ndarray, nesting: Nesting, acc: np.ndarray,

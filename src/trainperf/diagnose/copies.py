@@ -22,7 +22,7 @@ from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.gpu_time import compute_mask
 from trainperf.diagnose.replay import NOT_BLOCKING, Change
-from trainperf.diagnose.window import merge_intervals
+from trainperf.diagnose.window import merge_intervals, row_events
 from trainperf.trace.events import MEMCPY
 
 # a copy over a host link, as CUPTI and roctracer name them ("Memcpy HtoD (Pinned -> Device)", "Memcpy DtoH
@@ -60,8 +60,7 @@ def exposed_memcpy(f: RankFacts) -> F.Finding | None:
     if f.pct(exposed) <= EXPOSED_MEMCPY_MIN_PCT:
         return None
     names = t.name[g.rows[copies]]
-    top = sorted(((t.name_of(int(g.rows[i])), float(w.ts_us[g.rows[i]]), float(g.dur[i])) for i in copies),
-                 key=lambda e: -e[2])[:3]
+    top = sorted(row_events(t, w, g.rows[copies]), key=lambda e: -e[2])[:3]
     metrics = {"copies": (copies.size, "count"), "copy_time": (float(g.dur[copies].sum()), "us"),
                "exposed_copy_time": (exposed, "us"), "exposed_copy_share": (f.pct(exposed), "%"),
                "copy_kinds": (np.unique(names).size, "count")}

@@ -26,17 +26,17 @@ from __future__ import annotations
 import numpy as np
 
 from trainperf.diagnose import findings as F
-from trainperf.diagnose.autograd_links import BACKWARD_OP_PREFIX
+from trainperf.diagnose.autograd_links import backward_node_mask
 from trainperf.diagnose.crossrank import COLLECTIVE_CALL_RE, GLOO_SPAN_PREFIX, launch_collectives
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.host import OPTIMIZER_RE
 from trainperf.diagnose.launch import launched_inside
 from trainperf.diagnose.replay import Change
-from trainperf.diagnose.window import merge_intervals
+from trainperf.diagnose.window import merge_intervals, row_events
 from trainperf.trace.annotate import step_rows
 from trainperf.trace.categories import collective_type
 from trainperf.trace.events import COMMUNICATION, CPU_OP, KERNEL, USER_ANNOTATION, EventTable
-from trainperf.trace.nesting import enclosing_span, outermost, thread_key
+from trainperf.trace.nesting import outermost, row_spans, starts_inside
 
 GRADIENT_COLLECTIVES = ("all_reduce", "reduce_scatter")
 # the redundant gradient collectives' time, % of the span. Wasted work with a one-line fix: at the stall rules'
@@ -48,14 +48,12 @@ def backward_passes(t: EventTable, keep: np.ndarray) -> list[np.ndarray]:
     """The rank's backward passes among the rows `keep` marks, in time order: each the rows of its outermost
     backward nodes (module docstring)."""
     ops = np.flatnonzero((t.kind == CPU_OP) & keep)
-    is_node = np.isin(t.name[ops], t.ids_matching(lambda s: s.startswith(BACKWARD_OP_PREFIX)))
+    is_node = backward_node_mask(t, ops)
     nodes = outermost(t, ops[is_node]) if is_node.any() else ops[:0]
     if not nodes.size:
         return []
     other = ops[~is_node & (t.seq[ops] >= 0) & (t.fwd_tid[ops] == 0)]
-    inside = enclosing_span(thread_key(t.pid[nodes], t.tid[nodes]), t.ts_ns[nodes], t.ts_ns[nodes] + t.dur_ns[nodes],
-                            thread_key(t.pid[other], t.tid[other]), t.ts_ns[other]) >= 0 if other.size else \
-        np.zeros(0, dtype=bool)
+    inside = starts_inside(t, nodes, other)
     forward_starts = np.sort(t.ts_ns[other[~inside]])
     nodes = nodes[np.argsort(t.ts_ns[nodes], kind="stable")]
     pass_of = np.searchsorted(forward_starts, t.ts_ns[nodes])  # forward ops started before each node
@@ -87,10 +85,6 @@ def accumulating_passes(t: EventTable, keep: np.ndarray) -> tuple[list[np.ndarra
     return out, len(passes)
 
 
-def _spans(t: EventTable, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return thread_key(t.pid[nodes], t.tid[nodes]), t.ts_ns[nodes], t.ts_ns[nodes] + t.dur_ns[nodes]
-
-
 def grad_sync_per_microbatch(f: RankFacts) -> F.Finding | None:
     """Gradient collectives of backward passes whose gradients another pass accumulates into before the optimizer
     step (module docstring)."""
@@ -102,7 +96,7 @@ def grad_sync_per_microbatch(f: RankFacts) -> F.Finding | None:
     metrics = {"backward_passes": (n_passes, "count"), "accumulating_passes": (len(early), "count")}
     if not f.has_gpu:
         return _host_only(f, nodes, early, metrics)
-    kernels = launched_inside(t, w, *_spans(t, nodes))
+    kernels = launched_inside(t, w, *row_spans(t, nodes))
     kernels = kernels[(t.kind[kernels] == KERNEL) & (t.category[kernels] == COMMUNICATION)]
     if kernels.size:
         kernels = kernels[np.isin(launch_collectives(t, kernels), GRADIENT_COLLECTIVES)]
@@ -110,7 +104,7 @@ def grad_sync_per_microbatch(f: RankFacts) -> F.Finding | None:
     if not kernels.size or f.pct(time_us) <= GRAD_SYNC_MIN_PCT:
         return None
     metrics.update({"early_gradient_collectives": (kernels.size, "count"), "early_collective_time": (time_us, "us")})
-    events = [(t.name_of(int(r)), float(w.ts_us[r]), float(w.end_us[r] - w.ts_us[r])) for r in kernels[:3]]
+    events = row_events(t, w, kernels[:3])
     return F.make("grad_sync_per_microbatch", [f.rank], f.steps, metrics, events,
                   changes=(Change("remove_wasted_rows", rows=tuple(int(r) for r in kernels)),),
                   what_if="gradients synchronised once per optimizer step (the earlier passes under no_sync)",
@@ -122,8 +116,7 @@ def _host_only(f: RankFacts, nodes: np.ndarray, early: list[np.ndarray], metrics
     own threads (`gloo:` spans starting inside those passes), as time; the larger of the two, unpriced by replay."""
     t, w = f.table, f.window
     calls = np.flatnonzero(w.keep & (t.kind == CPU_OP) & np.isin(t.name, t.ids_matching(COLLECTIVE_CALL_RE.search)))
-    inside = enclosing_span(*_spans(t, nodes), thread_key(t.pid[calls], t.tid[calls]), t.ts_ns[calls]) >= 0 \
-        if calls.size else np.zeros(0, dtype=bool)
+    inside = starts_inside(t, nodes, calls)
     calls = outermost(t, calls[inside]) if inside.any() else calls[:0]
     named = np.where(t.collective[calls] >= 0, t.collective[calls], t.name[calls])  # its arg, else its name
     calls = calls[np.isin([collective_type(t.names[int(n)]) for n in named], GRADIENT_COLLECTIVES)]
@@ -143,7 +136,7 @@ def _host_only(f: RankFacts, nodes: np.ndarray, early: list[np.ndarray], metrics
         return None
     metrics.update({"early_collective_calls": (calls.size, "count"), "early_collective_call_time": (call_us, "us"),
                     "early_gloo_transfer_time": (transfer_us, "us")})
-    events = [(t.name_of(int(r)), float(w.ts_us[r]), float(w.end_us[r] - w.ts_us[r])) for r in calls[:3]]
+    events = row_events(t, w, calls[:3])
     return F.make("grad_sync_per_microbatch", [f.rank], f.steps, metrics, events, gain_pct=f.pct(time_us),
                   gain_us=time_us, what_if="the early passes' collectives not run (host only: their calls or gloo's "
                   "transfers, the larger; an estimate)", evidence_pct=f.pct(time_us))

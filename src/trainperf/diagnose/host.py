@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainperf.diagnose.window import Window, union_us
+from trainperf.diagnose.window import Window, row_events, union_us
 from trainperf.trace.nesting import enclosing_span, outermost, thread_key
 from trainperf.trace.events import CPU_OP, PYTHON, RUNTIME, USER_ANNOTATION, EventTable
 
@@ -72,8 +72,7 @@ def _host_spans(t: EventTable, w: Window, pattern: re.Pattern, kinds) -> HostSpa
     rows = span_rows(t, w, pattern, kinds)
     dur = w.end_us[rows] - w.ts_us[rows]
     o = np.argsort(-dur)[:5]
-    return HostSpans(union_us(w, rows), int(rows.size),
-                     [(t.names[int(t.name[rows[i]])], float(w.ts_us[rows[i]]), float(dur[i])) for i in o])
+    return HostSpans(union_us(w, rows), int(rows.size), row_events(t, w, rows[o]))
 
 
 def dataloader_spans(t: EventTable, w: Window) -> HostSpans:

@@ -21,12 +21,13 @@ from __future__ import annotations
 import numpy as np
 
 from trainperf.diagnose import findings as F
-from trainperf.diagnose.autograd_links import BACKWARD_OP_PREFIX
+from trainperf.diagnose.autograd_links import backward_node_mask
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.launch import launched_inside
 from trainperf.diagnose.replay import Change
+from trainperf.diagnose.window import row_events
 from trainperf.trace.events import ATTENTION, CPU_OP, GEMM, EventTable
-from trainperf.trace.nesting import enclosing_span, outermost, thread_key
+from trainperf.trace.nesting import outermost, row_spans, starts_inside
 
 # recomputed work, % of the span, before it is a finding: the stall rules' 1 % would report every checkpointed
 # model, whose recompute is a deliberate memory trade; at 3 % the selective fix (its GEMM share, typically
@@ -44,12 +45,11 @@ def recomputed_ops(t: EventTable, keep: np.ndarray) -> np.ndarray:
     (aten::gelu_backward, the mm of a linear's gradient): they repeat nothing the forward ran, but for views such
     as the weight's aten::t, which launch no work."""
     ops = np.flatnonzero(t.kind == CPU_OP)
-    is_node = np.isin(t.name[ops], t.ids_matching(lambda s: s.startswith(BACKWARD_OP_PREFIX)))
+    is_node = backward_node_mask(t, ops)
     nodes, other = ops[is_node], ops[~is_node]
     if not nodes.size or not other.size:
         return other[:0]
-    inside = enclosing_span(thread_key(t.pid[nodes], t.tid[nodes]), t.ts_ns[nodes], t.ts_ns[nodes] + t.dur_ns[nodes],
-                            thread_key(t.pid[other], t.tid[other]), t.ts_ns[other]) >= 0
+    inside = starts_inside(t, nodes, other)
     cand = other[inside & keep[other] & (t.seq[other] >= 0) & (t.fwd_tid[other] == 0)]
     if not cand.size:
         return cand
@@ -74,7 +74,7 @@ def recompute_overhead(f: RankFacts) -> F.Finding | None:
     reentrant = int((w.keep & (t.kind == CPU_OP)
                      & np.isin(t.name, t.ids_matching(lambda s: s.endswith(RECOMPUTE_REENTRANT)))).sum())
     metrics = {"recomputed_ops": (ops.size, "count")}
-    events = [(t.name_of(int(r)), float(w.ts_us[r]), float(w.end_us[r] - w.ts_us[r])) for r in ops[:3]]
+    events = row_events(t, w, ops[:3])
     if not f.has_gpu:
         host_us = float(t.dur_ns[ops].sum()) / 1e3
         if f.pct(host_us) <= RECOMPUTE_MIN_PCT:
@@ -84,7 +84,7 @@ def recompute_overhead(f: RankFacts) -> F.Finding | None:
                    what_if="not priced: no device work to replay", evidence_pct=f.pct(host_us))
         x.confidence = "low"
         return x
-    kernels = launched_inside(t, w, thread_key(t.pid[ops], t.tid[ops]), t.ts_ns[ops], t.ts_ns[ops] + t.dur_ns[ops])
+    kernels = launched_inside(t, w, *row_spans(t, ops))
     dur = w.end_us[kernels] - w.ts_us[kernels]
     total = float(dur.sum())
     if f.pct(total) <= RECOMPUTE_MIN_PCT:

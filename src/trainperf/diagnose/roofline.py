@@ -33,7 +33,7 @@ import numpy as np
 
 from trainperf.errors import TrainperfError
 from trainperf.trace.annotate import correlated_host_row
-from trainperf.trace.nesting import enclosing_span, nest, thread_key
+from trainperf.trace.nesting import enclosing_span, nest, row_spans, thread_key
 from trainperf.trace import events as ev
 from trainperf.trace.events import CPU_OP, DEVICE_KINDS, MEMCPY, RUNTIME, EventTable
 
@@ -93,15 +93,20 @@ class OpCost:
     precision: str   # bf16, fp16, fp32, fp8 (the peak to compare with); "" when unknown
 
 
+def is_shape(d) -> bool:
+    """Whether a recorded "Input Dims" entry is one tensor's shape (a list of ints; a scalar's is [])."""
+    return isinstance(d, list) and all(isinstance(x, int) for x in d)
+
+
 def _numel(dims) -> int:
-    return int(math.prod(dims)) if isinstance(dims, list) and all(isinstance(d, int) for d in dims) else 0
+    return int(math.prod(dims)) if is_shape(dims) else 0
 
 
 def _tensors(dims: list, types: list) -> list[tuple[list, int, str]]:
     """(shape, bytes per element, dtype) of every plain tensor argument (not scalars, lists or absent ones)."""
     out = []
     for d, t in zip(dims, types):
-        if t in DTYPE_BYTES and isinstance(d, list) and all(isinstance(x, int) for x in d):
+        if t in DTYPE_BYTES and is_shape(d):
             out.append((d, DTYPE_BYTES[t], t))
     return out
 
@@ -425,7 +430,7 @@ def host_owned_ops(t: EventTable, price) -> np.ndarray:
     priced = np.array([r for r in ops if price(int(r)) is not None], dtype=np.int64)
     if priced.size == 0:
         return priced
-    n = nest(thread_key(t.pid[priced], t.tid[priced]), t.ts_ns[priced], t.ts_ns[priced] + t.dur_ns[priced])
+    n = nest(*row_spans(t, priced))
     rows = priced[n.order]  # table rows in nesting order
     nested_bytes = np.zeros(len(n))
     has_parent = n.parent >= 0

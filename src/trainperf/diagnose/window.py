@@ -168,6 +168,11 @@ def whole_trace_note(m: StepMarkers) -> str:
             f"after that step included; {PER_STEP_FIX}")
 
 
+def row_events(t: EventTable, w: Window, rows) -> list[tuple[str, float, float]]:
+    """(name, start µs, duration µs) of each table row in the window: a finding's evidence events."""
+    return [(t.name_of(int(r)), float(w.ts_us[r]), float(w.end_us[r] - w.ts_us[r])) for r in rows]
+
+
 def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Union of intervals as disjoint sorted (start, end) arrays (touching intervals stay apart, as HTA)."""
     if start.size == 0:

@@ -108,6 +108,18 @@ def innermost(n: Nesting, key: np.ndarray, ts: np.ndarray) -> np.ndarray:
     return out
 
 
+def row_spans(t: EventTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(thread key, start ns, end ns) of the table rows: the spans `nest` and `enclosing_span` take."""
+    return thread_key(t.pid[rows], t.tid[rows]), t.ts_ns[rows], t.ts_ns[rows] + t.dur_ns[rows]
+
+
+def starts_inside(t: EventTable, spans: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per row of `rows` (bool): whether it starts inside one of the spans `spans` (table rows) of its thread."""
+    if not spans.size or not rows.size:
+        return np.zeros(rows.size, dtype=bool)
+    return enclosing_span(*row_spans(t, spans), thread_key(t.pid[rows], t.tid[rows]), t.ts_ns[rows]) >= 0
+
+
 def enclosing_span(spans_key: np.ndarray, spans_start: np.ndarray, spans_end: np.ndarray, key: np.ndarray,
                    ts: np.ndarray) -> np.ndarray:
     """For each query (key, ts ns): the index into the given spans of the innermost span with that key
