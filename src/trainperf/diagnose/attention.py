@@ -252,10 +252,10 @@ def unfused_attention(f: RankFacts) -> F.Finding | None:
     regions' matmul kernel time where that is unknown, an upper bound). Host only: the regions' host time as
     evidence, unpriced (the CPU's fused kernel rate is not in the catalog)."""
     t, w = f.table, f.window
-    regions = [r for r in attention_regions(t) if w.keep[r.softmax_row]]
+    regions = f.once("attention_regions", lambda: [r for r in attention_regions(t) if w.keep[r.softmax_row]])
     if not regions:
         return None
-    work = region_work(t, w, regions)
+    work = f.once("attention_work", lambda: region_work(t, w, regions))
     in_math = sum(r.in_math_sdpa for r in regions)
     shapes = all(r.flops is not None for r in regions)
     metrics = {"regions": (len(regions), "count"), "in_sdpa_math_fallback": (in_math, "count")}

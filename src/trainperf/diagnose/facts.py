@@ -97,6 +97,7 @@ class RankFacts:
     # (crossrank.host_step_waits: inside collective calls, or blocked on a collective), µs; None with GPU or no steps
     host_comm_us: float | None = None
     _gains: dict = field(default_factory=dict, repr=False)
+    _analyses: dict = field(default_factory=dict, repr=False)
 
     @property
     def rank(self) -> int:
@@ -149,6 +150,15 @@ class RankFacts:
             time = sum(v["time_us"] for v in kinds)
             self._gains["hbm_pct"] = sum(v["hbm_pct"] * v["time_us"] for v in kinds) / time if time > 0 else None
         return self._gains["hbm_pct"]
+
+    def once(self, name: str, compute):
+        """The rank's analysis `name`: compute() on first use, kept after. For the analyses a rule module does
+        itself (diagnose/attention.py, recompute.py, grad_sync.py; they import RankFacts, so collect_facts cannot
+        call them): done once per rank, as collect_facts does the others, however often the rules re-run
+        (cv_diagnose re-runs them per threshold value)."""
+        if name not in self._analyses:
+            self._analyses[name] = compute()
+        return self._analyses[name]
 
     def gain(self, changes: tuple[Change, ...]) -> tuple[float, float]:
         """(% of the span, µs) saved by replaying the window with these changes together."""

@@ -32,7 +32,7 @@ from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.host import OPTIMIZER_RE
 from trainperf.diagnose.launch import launched_inside
 from trainperf.diagnose.replay import Change
-from trainperf.diagnose.window import merge_intervals, row_events
+from trainperf.diagnose.window import Window, merge_intervals, row_events
 from trainperf.trace.annotate import step_rows
 from trainperf.trace.categories import collective_type
 from trainperf.trace.events import COMMUNICATION, CPU_OP, KERNEL, USER_ANNOTATION, EventTable
@@ -89,17 +89,14 @@ def grad_sync_per_microbatch(f: RankFacts) -> F.Finding | None:
     """Gradient collectives of backward passes whose gradients another pass accumulates into before the optimizer
     step (module docstring)."""
     t, w = f.table, f.window
-    early, n_passes = accumulating_passes(t, w.keep)
+    early, n_passes = f.once("accumulating_passes", lambda: accumulating_passes(t, w.keep))
     if not early:
         return None
     nodes = np.concatenate(early)
     metrics = {"backward_passes": (n_passes, "count"), "accumulating_passes": (len(early), "count")}
     if not f.has_gpu:
         return _host_only(f, nodes, early, metrics)
-    kernels = launched_inside(t, w, *row_spans(t, nodes))
-    kernels = kernels[(t.kind[kernels] == KERNEL) & (t.category[kernels] == COMMUNICATION)]
-    if kernels.size:
-        kernels = kernels[np.isin(launch_collectives(t, kernels), GRADIENT_COLLECTIVES)]
+    kernels = f.once("early_gradient_kernels", lambda: _gradient_kernels(t, w, nodes))
     time_us = float((w.end_us[kernels] - w.ts_us[kernels]).sum())
     if not kernels.size or f.pct(time_us) <= GRAD_SYNC_MIN_PCT:
         return None
@@ -111,18 +108,23 @@ def grad_sync_per_microbatch(f: RankFacts) -> F.Finding | None:
                   evidence_pct=f.pct(time_us))
 
 
-def _host_only(f: RankFacts, nodes: np.ndarray, early: list[np.ndarray], metrics: dict) -> F.Finding | None:
-    """Host only (gloo): the early passes' gradient collective calls and the transfers gloo runs for them on its
-    own threads (`gloo:` spans starting inside those passes), as time; the larger of the two, unpriced by replay."""
-    t, w = f.table, f.window
+def _gradient_kernels(t: EventTable, w: Window, nodes: np.ndarray) -> np.ndarray:
+    """The window's all-reduce and reduce-scatter kernels launched inside the backward nodes `nodes`."""
+    kernels = launched_inside(t, w, *row_spans(t, nodes))
+    kernels = kernels[(t.kind[kernels] == KERNEL) & (t.category[kernels] == COMMUNICATION)]
+    return kernels[np.isin(launch_collectives(t, kernels), GRADIENT_COLLECTIVES)] if kernels.size else kernels
+
+
+def _gradient_calls(t: EventTable, w: Window, nodes: np.ndarray, early: list[np.ndarray]
+                    ) -> tuple[np.ndarray, float, float]:
+    """(the outermost all-reduce and reduce-scatter calls made inside the backward nodes `nodes`, their host time
+    µs, the time µs of gloo's transfers for them: `gloo:` spans of those collectives starting inside the passes
+    `early`, merged)."""
     calls = np.flatnonzero(w.keep & (t.kind == CPU_OP) & np.isin(t.name, t.ids_matching(COLLECTIVE_CALL_RE.search)))
     inside = starts_inside(t, nodes, calls)
     calls = outermost(t, calls[inside]) if inside.any() else calls[:0]
     named = np.where(t.collective[calls] >= 0, t.collective[calls], t.name[calls])  # its arg, else its name
     calls = calls[np.isin([collective_type(t.names[int(n)]) for n in named], GRADIENT_COLLECTIVES)]
-    if not calls.size:
-        return None
-    call_us = float(t.dur_ns[calls].sum()) / 1e3
     gloo = np.flatnonzero(w.keep & np.isin(t.name, t.ids_matching(lambda s: s.startswith(GLOO_SPAN_PREFIX)))
                           & np.isin(t.name, t.ids_matching(lambda s: collective_type(s) in GRADIENT_COLLECTIVES)))
     starts = np.array([t.ts_ns[p].min() for p in early])
@@ -130,7 +132,16 @@ def _host_only(f: RankFacts, nodes: np.ndarray, early: list[np.ndarray], metrics
     in_pass = ((t.ts_ns[gloo][:, None] >= starts) & (t.ts_ns[gloo][:, None] < ends)).any(axis=1) if gloo.size else \
         np.zeros(0, dtype=bool)
     s0, s1 = merge_intervals(t.ts_ns[gloo[in_pass]].astype(float), (t.ts_ns + t.dur_ns)[gloo[in_pass]].astype(float))
-    transfer_us = float((s1 - s0).sum()) / 1e3
+    return calls, float(t.dur_ns[calls].sum()) / 1e3, float((s1 - s0).sum()) / 1e3
+
+
+def _host_only(f: RankFacts, nodes: np.ndarray, early: list[np.ndarray], metrics: dict) -> F.Finding | None:
+    """Host only (gloo): the early passes' gradient collective calls and the transfers gloo runs for them on its
+    own threads (`gloo:` spans starting inside those passes), as time; the larger of the two, unpriced by replay."""
+    t, w = f.table, f.window
+    calls, call_us, transfer_us = f.once("early_gradient_calls", lambda: _gradient_calls(t, w, nodes, early))
+    if not calls.size:
+        return None
     time_us = max(call_us, transfer_us)
     if f.pct(time_us) <= GRAD_SYNC_MIN_PCT:
         return None

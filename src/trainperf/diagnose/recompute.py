@@ -68,7 +68,7 @@ def recompute_overhead(f: RankFacts) -> F.Finding | None:
     removed (selective recomputation; an upper bound: the memory for their outputs is not in the trace). Host only:
     the recomputed operators' host time, unpriced."""
     t, w = f.table, f.window
-    ops = recomputed_ops(t, w.keep)
+    ops = f.once("recomputed_ops", lambda: recomputed_ops(t, w.keep))
     if not ops.size:
         return None
     reentrant = int((w.keep & (t.kind == CPU_OP)
@@ -84,7 +84,7 @@ def recompute_overhead(f: RankFacts) -> F.Finding | None:
                    what_if="not priced: no device work to replay", evidence_pct=f.pct(host_us))
         x.confidence = "low"
         return x
-    kernels = launched_inside(t, w, *row_spans(t, ops))
+    kernels = f.once("recomputed_kernels", lambda: launched_inside(t, w, *row_spans(t, ops)))
     dur = w.end_us[kernels] - w.ts_us[kernels]
     total = float(dur.sum())
     if f.pct(total) <= RECOMPUTE_MIN_PCT:
