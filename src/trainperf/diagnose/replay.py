@@ -14,7 +14,7 @@ and the end of a DataLoader, checkpoint or allocator span after the last call of
   returned only after its copy ended (a synchronous or pageable copy) ends when that copy ends;
 - launch: a device event starts no earlier than its launch call + the typical launch latency;
 - stream order: after the previous event on its stream;
-- cross-stream wait: a device event that started late, right after an event on another stream
+- cross-stream wait: a device event that started late, within EVENT_WAIT_US after an event on another stream
   ended, waits for that event (event record / wait);
 - unexplained delay before a start is kept as a fixed lag, so replaying with no change
   reproduces the trace; a communication kernel's cross-rank wait (crossrank.py) is part of its
@@ -41,6 +41,16 @@ from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMM
                                     USER_ANNOTATION, EventTable)
 
 TOL_US = 5.0
+# A device op that neither its launch nor its stream released, and that started within this long after an op of
+# another stream (same device) ended, waited for it (an event wait: a collective for the gradients it reduces,
+# compute for a collective's result). Measured with this graph's own filter (a start more than TOL_US after launch
+# + latency and after its stream's previous op) on the HTA GPU traces (benchmarks/measure_event_waits.py, 1,475
+# such ops): time since the latest other-stream end, 1,066 at 0-5 µs (213 per µs), 344 at 5-10 (69 per µs), 9 at
+# 10-15 (1.8), 5 at 15-20 (1.0), 12 at 20-100 (0.14-0.2 per µs: the chance of an unrelated end). 20 µs is where
+# the density falls to the chance rate (the corpus surgery found the same on its own filter). At TOL_US the 5-20
+# µs waits, a quarter of all, were fixed lags: a straggler's last collective kept its 295-ms wait for its own
+# late gradients after they were sped up (straggler-high-trace_filter-slow0: 0.8 % for a true 22.7 %).
+EVENT_WAIT_US = 20.0
 KERNEL_FLOOR_PERCENTILE = 1.0  # a kernel's fixed device cost: this percentile of the window's kernel durations
 COPY_RETURN_US = 20.0  # a blocking copy call returns within this long after its copy ends (seen: 5-10 µs) ...
 # ... or within this share of its own duration: after a long wait the driver's return (and, from pageable memory,
@@ -574,7 +584,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
             k = int(np.searchsorted(d_ends, start[i] + 1e-6, side="right")) - 1
             if k >= 0 and d_streams[k] == streams[i - n_h]:
                 k = prev_other[k]
-            if k >= 0 and start[i] - d_ends[k] <= TOL_US and d_ends[k] > c:
+            if k >= 0 and start[i] - d_ends[k] <= EVENT_WAIT_US and d_ends[k] > c:
                 dep[i] = d_end_order[k]
                 c = d_ends[k]
         lag[i] = max(start[i] - c, 0.0)
