@@ -29,10 +29,10 @@ def test_confusion_table_by_hand_all_severities():
     s = score(CASES, "low")
     # data_loader_stall: TP A; FP C (its low finding); FN B -> P 1/2, R 1/2, F1 1/2
     assert s["kinds"]["data_loader_stall"] == {"precision": 0.5, "recall": 0.5, "f1": 0.5, "n": 2, "tp": 1, "fp": 1,
-                                               "fn": 1}
+                                               "fn": 1, "precision_vs_twin": 0.5}  # no base: no twin
     # host_sync: TP C; FP D (healthy, low) -> P 1/2, R 1, F1 2/3
     assert s["kinds"]["host_sync"] == {"precision": 0.5, "recall": 1.0, "f1": 0.6667, "n": 1, "tp": 1, "fp": 1,
-                                       "fn": 0}
+                                       "fn": 0, "precision_vs_twin": 0.5}
     assert s["top1_accuracy"] == pytest.approx(2 / 3, abs=1e-4)   # A and C right, B wrong
     assert s["healthy_false_findings"] == {"high": 1, "medium": 0, "low": 1}
     assert s["whatif_median_abs_error_pct"] == 2.0               # |20-18|, |4-6|
@@ -96,6 +96,20 @@ def test_top1_against_the_untouched_twin_by_hand():
     s = score(cases)
     assert s["top1_accuracy"] == pytest.approx(1 / 3, abs=1e-4)
     assert s["top1_accuracy_vs_twin"] == pytest.approx(2 / 3, abs=1e-4)
+
+
+def test_precision_against_the_untouched_twin_by_hand():
+    def case(name, kind, base, kinds):
+        return CaseResult(name=name, kind=kind, ranks=[0], true_gain_pct=10.0, severity="high", base=base,
+                          findings=[_f(k, "low", 1.0) for k in kinds])
+    cases = [case("h", "healthy", "b", ["small_kernels"]),                # b's own small kernels: a false finding
+             case("x", "host_sync", "b", ["host_sync", "small_kernels"]),  # the same, again: not counted again
+             case("y", "host_sync", "c", ["host_sync", "small_kernels"]),  # c's twin shows none: false
+             case("z", "small_kernels", "b", ["small_kernels"]),           # labeled: true
+             case("g", "healthy", "c", [])]
+    k = score(cases)["kinds"]["small_kernels"]
+    assert (k["tp"], k["fp"]) == (1, 3) and k["precision"] == 0.25          # h, x, y
+    assert k["precision_vs_twin"] == pytest.approx(1 / 3, abs=1e-4)         # h and y: 1 / (1 + 2)
 
 
 def test_real_run_known_size_truth_by_hand(tmp_path):

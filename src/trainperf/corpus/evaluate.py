@@ -76,25 +76,32 @@ def _at_least(severity: str, floor: str) -> bool:
 
 
 def score(results: list[CaseResult], min_severity: str = "low") -> dict:
-    """The evaluation JSON: {kinds: {K: {precision, recall, f1, n, tp, fp, fn}}, top1_accuracy,
+    """The evaluation JSON: {kinds: {K: {precision, recall, f1, n, tp, fp, fn, precision_vs_twin}}, top1_accuracy,
     healthy_false_findings: {high, medium, low}, whatif_median_abs_error_pct, ...}; precision
     is null for a kind never predicted."""
     if min_severity not in SEVERITIES:
         raise TrainperfError(f"min severity {min_severity!r}: expected one of {', '.join(SEVERITIES)}")
     predicted = [{f["kind"] for f in r.findings if _at_least(f["severity"], min_severity)} for r in results]
     labeled = sorted({r.kind for r in results} - {"healthy"})
+    healthy = [r for r in results if r.kind == "healthy"]
+    twin = {r.base: {f["kind"] for f in r.findings if _at_least(f["severity"], min_severity)}
+            for r in healthy if r.base}
     kinds = {}
     for k in labeled:
         tp = sum(1 for r, p in zip(results, predicted) if r.kind == k and k in p)
         fp = sum(1 for r, p in zip(results, predicted) if r.kind != k and k in p)
+        # a base's own finding, which its untouched twin shows (a false finding there), counted there only, not
+        # again on every case injected into that base
+        fp_twin = sum(1 for r, p in zip(results, predicted) if r.kind != k and k in p
+                      and (r.kind == "healthy" or k not in twin.get(r.base, ())))
         n = sum(1 for r in results if r.kind == k)
         prec = tp / (tp + fp) if tp + fp else None
         rec = tp / n
         f1 = 2 * prec * rec / (prec + rec) if prec and rec else 0.0
-        kinds[k] = {"precision": _r(prec), "recall": _r(rec), "f1": _r(f1), "n": n, "tp": tp, "fp": fp, "fn": n - tp}
+        kinds[k] = {"precision": _r(prec), "recall": _r(rec), "f1": _r(f1), "n": n, "tp": tp, "fp": fp, "fn": n - tp,
+                    "precision_vs_twin": _r(tp / (tp + fp_twin)) if tp + fp_twin else None}
     sick = [(r, p) for r, p in zip(results, predicted) if r.kind != "healthy"]
     top = [r for r, _ in sick if _first(r, min_severity) == r.kind]
-    healthy = [r for r in results if r.kind == "healthy"]
     false = {s: sum(1 for r in healthy for f in r.findings if f["severity"] == s) for s in ("high", "medium", "low")}
     errs, rel = [], []
     for r, p in sick:
@@ -103,8 +110,6 @@ def score(results: list[CaseResult], min_severity: str = "low") -> dict:
             errs.append(abs(float(g) - r.true_gain_pct))
             if r.true_gain_pct > 0:
                 rel.append(errs[-1] / r.true_gain_pct * 100)
-    twin = {r.base: {f["kind"] for f in r.findings if _at_least(f["severity"], min_severity)}
-            for r in healthy if r.base}
     vs_twin = [r for r, _ in sick if r.base in twin
                and _first(r, min_severity, skip=twin[r.base] - {r.kind}) == r.kind]
     other: dict[str, int] = {}

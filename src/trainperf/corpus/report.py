@@ -16,12 +16,13 @@ def print_scores(s: dict, console: Console) -> None:
     """Per-kind table, then top-1, healthy false findings and what-if error lines."""
     t = Table(title=f"diagnose on the corpus ({s['n_cases']} cases, {s['n_healthy']} healthy; "
                     f"findings >= {s['min_severity']})")
-    for c in ("kind", "precision", "recall", "F1", "n", "TP", "FP", "FN"):
+    for c in ("kind", "precision", "recall", "F1", "n", "TP", "FP", "FN", "precision vs twin"):
         t.add_column(c, justify="left" if c == "kind" else "right")
     for k, v in s["kinds"].items():
         t.add_row(k, _f(v["precision"]), _f(v["recall"]), _f(v["f1"]), str(v["n"]), str(v["tp"]), str(v["fp"]),
-                  str(v["fn"]))
+                  str(v["fn"]), _f(v.get("precision_vs_twin")))
     console.print(t)
+    console.print("precision vs twin: a base's own finding (its untouched twin shows it) counted once, on the twin")
     console.print(f"top-1 accuracy: {_f(s['top1_accuracy'])} (among kinds the untouched twin does not show: "
                   f"{_f(s.get('top1_accuracy_vs_twin'))})")
     h = s["healthy_false_findings"]
