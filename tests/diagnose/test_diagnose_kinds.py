@@ -209,6 +209,9 @@ def test_straggler_priced_on_the_slow_rank(tmp_path):
     f = next(x for x in res.findings if x.kind == "straggler")
     assert f.ranks == [1] and f.gain_us == pytest.approx(500) and f.gain_pct == pytest.approx(100 * 500 / 1100, abs=0.01)
     assert f.evidence["metrics"]["compute_vs_other_ranks"]["value"] == pytest.approx(2.0)
+    # its computation beyond the other rank's, 1000 - 500 us, is evidence beside the wait it caused
+    assert f.evidence["metrics"]["extra_compute"]["value"] == pytest.approx(500)
+    assert f.evidence["metrics"]["caused_wait"]["value"] == pytest.approx(500)
 
 
 def _growth_trace(path: Path, malloc_steps) -> Path:

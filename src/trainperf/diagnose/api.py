@@ -290,5 +290,9 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, RankFacts]) -> StragglerFac
     rest = [v for r, v in xr.compute_by_rank_us.items() if r != srank]
     mine = xr.compute_by_rank_us.get(srank, 0.0)
     ratio = mine / float(np.median(rest)) if rest and np.median(rest) > 0 else 1.0
+    # its computation beyond the other ranks' median is evidence too (as in the unmatched case): a rank that
+    # arrives last at one collective a step causes one wait, however much longer it computed before it
+    extra = max(mine - float(np.median(rest)), 0.0) if rest else 0.0
     return StragglerFacts(rank=srank, caused_us=caused, caused_per_other_us=caused / others,
-                          imbalance_pct=xr.imbalance_pct, events=events, compute_ratio=max(ratio, 1.0))
+                          imbalance_pct=xr.imbalance_pct, events=events, compute_ratio=max(ratio, 1.0),
+                          extra_compute_us=extra)
