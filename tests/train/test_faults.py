@@ -158,11 +158,11 @@ def test_tiny_batch_keeps_the_samples_with_more_micro_steps(tmp_path):
 
 @pytest.mark.distributed
 def test_slow_rank_one_makes_rank_zero_wait(tmp_path):
-    """2 ranks (DDP, gloo): rank 1 sleeps 150 ms a step in steps 5-8; rank 0, which does no extra
+    """2 ranks (DDP, gloo): rank 1 sleeps 300 ms a step in steps 5-8; rank 0, which does no extra
     work, waits for it in the gradient all-reduce, so its step time grows by about the sleep."""
     from trainperf.train.launch import launch
 
-    ms = 150.0
+    ms = 300.0
     cfg = _cfg(tmp_path / "run", steps=8, layout="zero=0", fault_steps="5:8", faults=[f"slow-rank=1:{ms:g}:sleep"])
     assert launch(cfg, 2, env=dict(os.environ, OMP_NUM_THREADS="1", TRAINPERF_STORE=str(tmp_path / "s"))) == 0
     recs = _metrics(tmp_path / "run")
@@ -176,11 +176,14 @@ def test_slow_rank_one_makes_rank_zero_wait(tmp_path):
     faulty_min = min(r["step_time_s"] for r in recs if r["step"] >= 5)
     assert faulty_min >= ms / 1e3 and faulty > clean, (clean, faulty)
     # busy time excludes that wait: rank 0's backward after its last gradient is comm_wait_s, so
-    # rank 1 (the sleeper, median over steps 3-8, 4 of 6 faulty) is busy >= the sleep longer
+    # rank 1 (the sleeper, median over steps 3-8, 4 of 6 faulty) is busy about the sleep longer. The
+    # two ranks' own work differs by up to ~30 ms a step on this shared 2-core machine (rank 0's
+    # median busy 35-66 ms over three runs beside rank 1's 57-61 ms of its own; with 0.9 x a 150-ms
+    # sleep as the bound, one run in ~6 failed): the bound leaves 50 ms for it
     assert all(r["comm_wait_s"] >= 0 for r in recs)
     ranks = json.loads((tmp_path / "run" / "summary.json").read_text())["ranks"]
     assert [r["rank"] for r in ranks] == [0, 1]
-    assert ranks[1]["busy_s"] - ranks[0]["busy_s"] >= 0.9 * ms / 1e3, ranks
+    assert ranks[1]["busy_s"] - ranks[0]["busy_s"] >= (ms - 50.0) / 1e3, ranks
 
 
 def test_numerics_faults_change_the_training_not_the_time(tmp_path):
