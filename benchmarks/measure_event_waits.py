@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 from trainperf.diagnose import api
-from trainperf.diagnose.replay import TOL_US, Graph
+from trainperf.diagnose.replay import TOL_US, Graph, release_us
 from trainperf.errors import TrainperfError
 from trainperf.trace.nesting import thread_key
 
@@ -30,16 +30,10 @@ def other_stream_gaps(g: Graph, pid: np.ndarray, stream: np.ndarray) -> list[flo
     rows = g.rows[dev]
     streams, device = thread_key(pid[rows], stream[rows]), pid[rows]
     start, end = g.start[dev], g.start[dev] + g.dur[dev]
+    released = release_us(g.start, g.start + g.dur, g.launch, g.lat, g.stream_prev)[dev]
     out = []
-    for j, i in enumerate(dev):
-        released = -np.inf
-        if g.launch[i] >= 0:
-            released = g.start[g.launch[i]] + g.lat[i]
-        if g.stream_prev[i] >= 0:
-            released = max(released, g.start[g.stream_prev[i]] + g.dur[g.stream_prev[i]])
-        if released == -np.inf or start[j] - released <= TOL_US:
-            continue
-        m = (streams != streams[j]) & (device == device[j]) & (end <= start[j] + 1e-6) & (end > released)
+    for j in np.flatnonzero(np.isfinite(released) & (start - released > TOL_US)):
+        m = (streams != streams[j]) & (device == device[j]) & (end <= start[j] + 1e-6) & (end > released[j])
         if m.any():
             out.append(float(start[j] - end[m].max()))
     return out

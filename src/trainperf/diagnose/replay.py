@@ -492,6 +492,19 @@ def dispatch_taken(g: "Graph", cpu: np.ndarray, graphed: np.ndarray) -> np.ndarr
     return out
 
 
+def release_us(start: np.ndarray, end: np.ndarray, launch: np.ndarray, lat: np.ndarray,
+               stream_prev: np.ndarray) -> np.ndarray:
+    """Per node: when its launch (call start + launch latency) and its stream's previous op (its end) allow it to
+    start (µs), the later of the two; -inf for a node with neither (host nodes). A later start waited for something
+    else: another stream's op (an event wait) or what the trace does not show (a fixed lag)."""
+    out = np.full(start.size, -np.inf)
+    launched = launch >= 0
+    out[launched] = start[launch[launched]] + lat[launched]
+    queued = stream_prev >= 0
+    out[queued] = np.maximum(out[queued], end[stream_prev[queued]])
+    return out
+
+
 def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, int]] | None = None) -> Graph:
     """Dependency graph of the window (see the module docstring).
 
@@ -572,12 +585,9 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     prev_other = np.full(d_end_order.size, -1)  # latest earlier position on a different stream
     for k in range(1, d_end_order.size):
         prev_other[k] = k - 1 if d_streams[k - 1] != d_streams[k] else prev_other[k - 1]
+    released = release_us(start, end, launch, lat, stream_prev)
     for i in range(n_h, n):
-        c = -np.inf
-        if launch[i] >= 0:
-            c = start[launch[i]] + lat[i]
-        if stream_prev[i] >= 0:
-            c = max(c, end[stream_prev[i]])
+        c = float(released[i])
         if c == -np.inf:
             continue
         if start[i] - c > TOL_US:
