@@ -301,3 +301,69 @@ def test_a_given_cause_is_judged_as_localize_judges_an_element():
     q = 0.01 / 12
     assert zs == [pytest.approx(18 / np.sqrt(130), rel=1e-6)]
     assert bound == pytest.approx(np.sqrt(2 * (1 - 2 * q) ** 2 / (1 - (1 - 2 * q) ** 2)), rel=1e-6)
+
+
+def _first_round(leaves, real, exp):
+    """The first round as ``localize_each`` runs it at the defaults: (ranked candidates, cuboids, n_tests)."""
+    from trainperf.fleet import localize as lz
+
+    opts = lz.LocalizeOptions()
+    attrs = list(leaves)
+    enc = {k: np.unique(v, return_inverse=True) for k, v in leaves.items()}
+    cuboids: dict = {}
+    sign = lz._direction(attrs, enc, cuboids, real, exp, opts.max_depth, opts.alpha)
+    cands = lz._candidates(attrs, enc, cuboids, real, exp, exp, sign, opts.max_depth, opts.max_elements)
+    n_tests = sum(len(u) for _, u in cuboids.values())
+    return lz._pick(cands, float(np.abs(real - exp).sum()), opts.penalty), cuboids, n_tests, sign, opts
+
+
+def test_the_first_round_names_every_fault_of_its_cuboid_the_test_passes():
+    # 4 x 3 x 3 leaves of 10000.5 (a continuous sum, no noise): a=1 & b=0 triples (+20001 on each of
+    # its 3 leaves), a=2 & b=0 rises by 20% (+2000.1 each). By hand the search ranks {a=1 & b=0} alone
+    # first: its loss is a=2 & b=0's 6000.3 of a base loss of 66003.3, 6000.3 / 66003.3 + 0.05 x 2
+    # pairs = 0.191 against 0 + 0.05 x 4 = 0.2 for both. Widened to the cuboid's elements that moved
+    # (the two), both are significant (no noise outside them: z infinite; a=2 & b=0 carries 9.1% >= 2%
+    # of the change), and a=2 & b=0, with a=1 & b=0 set aside, keeps its place (its siblings under
+    # a=2 and under b=0 are exactly on forecast) and moved all its leaves
+    from trainperf.fleet import localize as lz
+
+    a, b, c = np.meshgrid(["0", "1", "2", "3"], ["0", "1", "2"], ["0", "1", "2"], indexing="ij")
+    leaves = {"a": a.ravel(), "b": b.ravel(), "c": c.ravel()}
+    exp = np.full(36, 10000.5)
+    real = exp.copy()
+    real[(leaves["a"] == "1") & (leaves["b"] == "0")] *= 3.0
+    real[(leaves["a"] == "2") & (leaves["b"] == "0")] *= 1.2
+    ranked, cuboids, n_tests, sign, opts = _first_round(leaves, real, exp)
+    active, total = np.ones(36, bool), float(real.sum() - exp.sum())
+    ranked, verdict = lz._first_with_fault(ranked, cuboids, real, exp, active, sign, n_tests, total, opts)
+    uniq = cuboids[("a", "b")][1]
+    assert ranked[0][2] == ("a", "b") and [tuple(uniq[i]) for i in ranked[0][3]] == [(1, 0)]
+    assert ranked[0][0] == pytest.approx(6000.3)
+    ranked, verdict = lz._widen_first(ranked, verdict, cuboids, real, exp, exp, active, sign, n_tests, total, opts)
+    assert sorted(tuple(uniq[i]) for i in ranked[0][3]) == [(1, 0), (2, 0)]
+    assert sorted(verdict[0]) == sorted(ranked[0][3]) and verdict[1] == [np.inf, np.inf]
+    assert sorted(map(cause_key, localize(leaves, real, exp).root_causes)) == ["a=1&b=0", "a=2&b=0"]
+    # seeded "uneven" incident (trainperf.fleet.incidents, seed 3, the 83rd): two faults, a3=v0 and
+    # a3=v3, noise-free failures; a3=v3 was left to the second round, whose first candidate was a
+    # part of it (a1=v8 & a3=v3 & a4=v5)
+    from trainperf.fleet.incidents import incident_set
+
+    inc = incident_set("uneven", 83, 3)[82]
+    assert sorted(map(cause_key, inc.causes)) == ["a3=v0", "a3=v3"] and inc.setting["noise"] == 0.0
+    res = localize(inc.leaves, inc.real, inc.expected, real_b=inc.real_b)
+    assert sorted(map(cause_key, res.root_causes)) == ["a3=v0", "a3=v3"]
+
+
+def test_an_element_the_widening_adds_must_hold_its_place_and_move_its_leaves():
+    # seeded "riskloc" incidents (seed 4): faults in several cuboids. #8: a0=v4 & a4=v6 and
+    # a0=v8 & a4=v6 chosen first; their cuboid's next elements are parts of the layer-1 faults a4=v4
+    # and a4=v7, which with the chosen ones climbed together to a4 (two true causes of five). #7:
+    # a1=v6 & a3=v10 chosen first; a1=v9 & a3=v4, the parent of the faults a1=v9 & a2=v2 & a3=v4 and
+    # a1=v9 & a2=v3 & a3=v4, moved only on their leaves. Unguarded, both lost causes
+    # (docs/benchmarks.md); guarded, each is left to its own round
+    from trainperf.fleet.incidents import incident_set
+
+    incs = incident_set("riskloc", 9, 4)
+    for inc in (incs[7], incs[8]):
+        res = localize(inc.leaves, inc.real, inc.expected, real_b=inc.real_b)
+        assert sorted(map(cause_key, res.root_causes)) == sorted(map(cause_key, inc.causes))
