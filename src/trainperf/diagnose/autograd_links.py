@@ -93,6 +93,12 @@ def backward_node_mask(t: EventTable, rows: np.ndarray) -> np.ndarray:
     return np.isin(t.name[rows], t.ids_matching(lambda s: s.startswith(BACKWARD_OP_PREFIX)))
 
 
+def forward_op_mask(t: EventTable, rows: np.ndarray) -> np.ndarray:
+    """Per row of `rows` (bool): whether it is an operator recorded as the forward pass runs it under autograd: a
+    sequence number and "Fwd thread id" 0 (a backward node's own ops carry the forward thread's id)."""
+    return (t.seq[rows] >= 0) & (t.fwd_tid[rows] == 0)
+
+
 def _key(t: EventTable, rows: np.ndarray) -> np.ndarray:
     """Return the thread key (trace.nesting.thread_key) of each row."""
     return thread_key(t.pid[rows], t.tid[rows])

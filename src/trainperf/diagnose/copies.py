@@ -22,7 +22,7 @@ from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.gpu_time import compute_mask
 from trainperf.diagnose.replay import NOT_BLOCKING, Change
-from trainperf.diagnose.window import merge_intervals, row_events
+from trainperf.diagnose.window import covered_length, row_events
 from trainperf.trace.events import MEMCPY
 
 # a copy over a host link, as CUPTI and roctracer name them ("Memcpy HtoD (Pinned -> Device)", "Memcpy DtoH
@@ -31,11 +31,6 @@ HOST_LINK_RE = re.compile(r"HtoD|DtoH|HtoH|PtoP|Host\s*->|->\s*(Host|Pinned|Page
 # exposed host-link copy time, % of the span. 5 %, like fp32_matmul's: the what-if is an upper bound (a bound of
 # 3-10 % rates low), and prefetching is a code change a user makes for a few percent, not for one
 EXPOSED_MEMCPY_MIN_PCT = 5.0
-
-
-def _union_us(start: np.ndarray, end: np.ndarray) -> float:
-    s, e = merge_intervals(start, end)
-    return float((e - s).sum())
 
 
 def exposed_memcpy(f: RankFacts) -> F.Finding | None:
@@ -56,7 +51,7 @@ def exposed_memcpy(f: RankFacts) -> F.Finding | None:
     compute = dev[compute_mask(t, rows)]
     cs, ce = g.start[compute], g.start[compute] + g.dur[compute]
     ks, ke = g.start[copies], g.start[copies] + g.dur[copies]
-    exposed = _union_us(np.r_[cs, ks], np.r_[ce, ke]) - _union_us(cs, ce)
+    exposed = covered_length(np.r_[cs, ks], np.r_[ce, ke]) - covered_length(cs, ce)
     if f.pct(exposed) <= EXPOSED_MEMCPY_MIN_PCT:
         return None
     names = t.name[g.rows[copies]]

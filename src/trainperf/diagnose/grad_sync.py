@@ -26,13 +26,13 @@ from __future__ import annotations
 import numpy as np
 
 from trainperf.diagnose import findings as F
-from trainperf.diagnose.autograd_links import backward_node_mask
+from trainperf.diagnose.autograd_links import backward_node_mask, forward_op_mask
 from trainperf.diagnose.crossrank import COLLECTIVE_CALL_RE, GLOO_SPAN_PREFIX, launch_collectives
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.host import OPTIMIZER_RE
 from trainperf.diagnose.launch import launched_inside
 from trainperf.diagnose.replay import Change
-from trainperf.diagnose.window import Window, merge_intervals, row_events
+from trainperf.diagnose.window import Window, covered_length, row_events
 from trainperf.trace.annotate import step_rows
 from trainperf.trace.categories import collective_type
 from trainperf.trace.events import COMMUNICATION, CPU_OP, KERNEL, USER_ANNOTATION, EventTable
@@ -52,7 +52,7 @@ def backward_passes(t: EventTable, keep: np.ndarray) -> list[np.ndarray]:
     nodes = outermost(t, ops[is_node]) if is_node.any() else ops[:0]
     if not nodes.size:
         return []
-    other = ops[~is_node & (t.seq[ops] >= 0) & (t.fwd_tid[ops] == 0)]
+    other = ops[~is_node & forward_op_mask(t, ops)]
     inside = starts_inside(t, nodes, other)
     forward_starts = np.sort(t.ts_ns[other[~inside]])
     nodes = nodes[np.argsort(t.ts_ns[nodes], kind="stable")]
@@ -69,6 +69,12 @@ def _boundaries_ns(t: EventTable, keep: np.ndarray) -> np.ndarray:
     return np.sort(np.r_[t.ts_ns[opt], t.ts_ns[steps] + t.dur_ns[steps]])
 
 
+def _pass_spans(t: EventTable, passes: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(start ns, end ns) of each backward pass: its first node's start, its last node's end."""
+    return (np.array([t.ts_ns[p].min() for p in passes]),
+            np.array([(t.ts_ns[p] + t.dur_ns[p]).max() for p in passes]))
+
+
 def accumulating_passes(t: EventTable, keep: np.ndarray) -> tuple[list[np.ndarray], int]:
     """(the backward passes whose gradients another pass accumulates into: followed by another before the next
     optimizer step or profiler-step end; the number of passes). A trace without profiler steps or optimizer spans
@@ -77,8 +83,7 @@ def accumulating_passes(t: EventTable, keep: np.ndarray) -> tuple[list[np.ndarra
     bounds = _boundaries_ns(t, keep)
     if len(passes) < 2 or not bounds.size:
         return [], len(passes)
-    starts = np.array([t.ts_ns[p].min() for p in passes])
-    ends = np.array([(t.ts_ns[p] + t.dur_ns[p]).max() for p in passes])
+    starts, ends = _pass_spans(t, passes)
     nxt = np.searchsorted(bounds, ends)  # the first boundary after each pass
     closes = np.where(nxt < bounds.size, bounds[np.minimum(nxt, bounds.size - 1)], np.iinfo(np.int64).max)
     out = [p for i, p in enumerate(passes) if i + 1 < len(passes) and starts[i + 1] < closes[i]]
@@ -127,12 +132,12 @@ def _gradient_calls(t: EventTable, w: Window, nodes: np.ndarray, early: list[np.
     calls = calls[np.isin([collective_type(t.names[int(n)]) for n in named], GRADIENT_COLLECTIVES)]
     gloo = np.flatnonzero(w.keep & np.isin(t.name, t.ids_matching(lambda s: s.startswith(GLOO_SPAN_PREFIX)))
                           & np.isin(t.name, t.ids_matching(lambda s: collective_type(s) in GRADIENT_COLLECTIVES)))
-    starts = np.array([t.ts_ns[p].min() for p in early])
-    ends = np.array([(t.ts_ns[p] + t.dur_ns[p]).max() for p in early])
+    starts, ends = _pass_spans(t, early)
     in_pass = ((t.ts_ns[gloo][:, None] >= starts) & (t.ts_ns[gloo][:, None] < ends)).any(axis=1) if gloo.size else \
         np.zeros(0, dtype=bool)
-    s0, s1 = merge_intervals(t.ts_ns[gloo[in_pass]].astype(float), (t.ts_ns + t.dur_ns)[gloo[in_pass]].astype(float))
-    return calls, float(t.dur_ns[calls].sum()) / 1e3, float((s1 - s0).sum()) / 1e3
+    transfers = gloo[in_pass]
+    transfer_ns = covered_length(t.ts_ns[transfers].astype(float), (t.ts_ns + t.dur_ns)[transfers].astype(float))
+    return calls, float(t.dur_ns[calls].sum()) / 1e3, transfer_ns / 1e3
 
 
 def _host_only(f: RankFacts, nodes: np.ndarray, early: list[np.ndarray], metrics: dict) -> F.Finding | None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from trainperf.diagnose import findings as F
-from trainperf.diagnose.autograd_links import backward_node_mask
+from trainperf.diagnose.autograd_links import backward_node_mask, forward_op_mask
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.launch import launched_inside
 from trainperf.diagnose.replay import Change
@@ -50,7 +50,7 @@ def recomputed_ops(t: EventTable, keep: np.ndarray) -> np.ndarray:
     if not nodes.size or not other.size:
         return other[:0]
     inside = starts_inside(t, nodes, other)
-    cand = other[inside & keep[other] & (t.seq[other] >= 0) & (t.fwd_tid[other] == 0)]
+    cand = other[inside & keep[other] & forward_op_mask(t, other)]
     if not cand.size:
         return cand
     # the forward pass: operators outside every node, at any depth (a reentrant checkpoint runs it inside its

@@ -188,10 +188,15 @@ def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.
     return s[first], cm[last]
 
 
+def covered_length(start: np.ndarray, end: np.ndarray) -> float:
+    """Length of the union of the intervals (same unit as the inputs): time covered by at least one of them."""
+    s, e = merge_intervals(start, end)
+    return float((e - s).sum())
+
+
 def union_us(w: Window, rows: np.ndarray) -> float:
     """Length of the union of the given rows' intervals (µs): time covered by at least one of them."""
-    s, e = merge_intervals(w.ts_us[rows], w.end_us[rows])
-    return float((e - s).sum())
+    return covered_length(w.ts_us[rows], w.end_us[rows])
 
 
 def intersection_length(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> float:
