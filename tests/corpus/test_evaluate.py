@@ -78,11 +78,13 @@ def test_read_labels_accepts_a_good_file(tmp_path):
 def test_real_run_truth_by_hand(tmp_path):
     from trainperf.corpus.real import _gain_pct
 
-    # profiled steps 3..7, fault from 5: clean = (0.30 + 0.34) / 2 = 0.32; faulty 0.42, 0.40, 0.44
-    times = {1: 0.9, 2: 0.5, 3: 0.30, 4: 0.34, 5: 0.42, 6: 0.40, 7: 0.44}
+    # profiled steps 3..13 (window 3..12), fault from 6: clean = (0.30 + 0.34 + 0.32) / 3 = 0.32; the 7 faulty
+    # steps sum to 2.92 (mean 0.41714), all 10 to 3.88: gain = (2.92 - 7 x 0.32) / 3.88
+    times = {1: 0.9, 2: 0.5, 3: 0.30, 4: 0.34, 5: 0.32, 6: 0.42, 7: 0.40, 8: 0.44, 9: 0.41, 10: 0.43, 11: 0.40,
+             12: 0.42}
     gain, clean, bad = _gain_pct(times, faulty=True)
-    assert clean == pytest.approx(0.32) and bad == pytest.approx(0.42)
-    assert gain == pytest.approx(100 * (0.10 + 0.08 + 0.12) / 1.90)
+    assert clean == pytest.approx(0.32) and bad == pytest.approx(2.92 / 7)
+    assert gain == pytest.approx(100 * 0.68 / 3.88)
 
 
 def test_top1_against_the_untouched_twin_by_hand():
@@ -115,10 +117,10 @@ def test_precision_against_the_untouched_twin_by_hand():
 def test_real_run_known_size_truth_by_hand(tmp_path):
     from trainperf.corpus.real import _gain_pct, known_added_s
 
-    times = {3: 0.30, 4: 0.34, 5: 0.42, 6: 0.40, 7: 0.44}
+    times = {3: 0.30, 4: 0.34, 5: 0.32, 6: 0.42, 7: 0.40, 8: 0.44, 9: 0.41, 10: 0.43, 11: 0.40, 12: 0.42}
     assert known_added_s("slow-data=100") == 0.1 and known_added_s("slow-rank=1:25:sleep") == 0.025
     assert known_added_s("sync-ckpt=1") is None and known_added_s("slow-rank=1:25") is None
-    assert _gain_pct(times, True, 0.1)[0] == pytest.approx(100 * 0.3 / 1.90)  # 3 faulty steps x 0.1 s
+    assert _gain_pct(times, True, 0.1)[0] == pytest.approx(100 * 0.7 / 3.88)  # 7 faulty steps x 0.1 s
 
 
 def test_real_bases_scale_the_fault_milliseconds_only():

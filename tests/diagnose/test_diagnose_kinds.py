@@ -131,6 +131,10 @@ def test_exposed_send_recv_is_an_upper_bound(tmp_path):
     assert f.gain_us == pytest.approx(155_000 - 128_005)
     assert f.gain_is_upper_bound and f.severity == "medium"
     assert f.evidence["metrics"]["point_to_point_share"]["value"] == pytest.approx(100.0)
+    # and the fix is the pipeline schedule's, not the collectives' bucketing (the all-reduce trace above keeps it)
+    assert "pipeline" in f.recommendation and "bucket" not in f.recommendation
+    assert "bucket" in next(x for x in diagnose(_rocm_ddp(tmp_path / "ddp.json.gz")).findings
+                            if x.kind == "exposed_comm").recommendation
 
 
 def test_one_off_checkpoint_priced_over_the_window(tmp_path):

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 from trainperf.diagnose.api import diagnose
-from trainperf.diagnose.crossrank import host_step_waits, host_straggler, recurring_over_opposite
+from trainperf.diagnose.crossrank import (host_step_waits, host_straggler, straggler_min_p_value, straggler_p_value,
+                                         straggler_steps_needed)
 from trainperf.trace import load_trace
 
-STEP_MS, EXTRA_MS, STEPS = 100.0, 30.0, 4
+STEP_MS, EXTRA_MS, STEPS = 100.0, 30.0, 8  # 7 analysed steps: enough for a straggler to pass (2 / 2^7)
 
 
 def _x(name, ts_ms, dur_ms, tid, cat="cpu_op"):
@@ -61,7 +62,7 @@ def _write(tmp_path, extra_ms, fetching: bool = False):
 def test_host_waits_are_the_blocked_time_inside_the_broadcast(tmp_path):
     tables = load_trace(_write(tmp_path, {k: EXTRA_MS for k in range(STEPS)}))
     w0, w1 = host_step_waits(tables[0]), host_step_waits(tables[1])
-    assert sorted(w0) == [1, 2, 3, 4]
+    assert sorted(w0) == list(range(1, STEPS + 1))
     # rank 0: inside the collective call c10d::broadcast_ fwd+0.5 .. fwd+0.7 (communication, whole), then
     # blocked in DDP.forward with no child op until the mm at fwd+31.0 while gloo:broadcast is open
     # (fwd+0.6 .. fwd+31.0): 30.5 ms
@@ -97,15 +98,15 @@ def test_a_rank_late_because_it_fetches_its_batch_is_a_data_loader_stall_not_a_s
 
 
 def test_a_one_off_wait_in_one_step_is_not_a_straggler(tmp_path):
-    """Rank 1 late by 30 ms in the first of 4 steps (start-up): over the window's 3 steps (the last, cut short by
-    the profiler, left out) the wait costs its share (30 ms of 300 = 10 %), but it does not recur: without its
-    largest step the extra work is 0 (snr 0)."""
+    """Rank 1 late by 30 ms in the first of 8 steps (start-up): over the window's 7 steps (the last, cut short by
+    the profiler, left out) the wait costs its share (30 ms of 700), but it does not recur: half of the sign
+    patterns of (+30, 0 x 6) reach its sum, p = 2 x 0.5 = 1."""
     d = diagnose(_write(tmp_path, {0: EXTRA_MS}))
     assert not [f for f in d.findings if f.kind == "straggler"]
     hs = host_straggler(load_trace(tmp_path))
     assert hs.rank == 1 and hs.steps == STEPS - 1
     assert hs.gain_pct == pytest.approx(100 * EXTRA_MS / ((STEPS - 1) * STEP_MS), abs=0.05)
-    assert hs.snr == 0.0
+    assert hs.p_value == pytest.approx(1.0)
 
 
 def _p2p_rank(rank: int, late_ms: float) -> dict:
@@ -155,8 +156,9 @@ def _noisy_rank_events(rank: int, delays_ms: dict[int, list[float]]) -> list[dic
 def test_a_rank_slower_only_in_some_steps_is_noise_not_a_straggler(tmp_path):
     # rank 1 computes 30, 45, 20 ms longer in steps 1-3, rank 0 25 and 35 ms longer in steps 4-5: rank 1's
     # extra work per step is +30, +45, +20, -25, -35 ms. Net, the others waited 35 ms of 500 for it (7 %, which
-    # alone would pass the 5 % bar), but without its largest step (45) its excess is -10 ms against the 60 ms
-    # the other way: snr -10 / 60 < 1.
+    # alone would pass the 5 % bar), but its sum 35 is reached by the sign patterns whose negative steps add up to
+    # at most (155 - 35) / 2 = 60 ms: none, one of the five, or {30, 20}, {30, 25}, {20, 25}, {20, 35}, {25, 35}:
+    # 11 of 32, p = 2 x 11 / 32 = 0.6875.
     # (a sixth, clean step: the last, which diagnose's window leaves out)
     delays = {0: [0.0, 0.0, 0.0, 25.0, 35.0, 0.0], 1: [30.0, 45.0, 20.0, 0.0, 0.0, 0.0]}
     for r in (0, 1):
@@ -168,18 +170,19 @@ def test_a_rank_slower_only_in_some_steps_is_noise_not_a_straggler(tmp_path):
     hs = host_straggler(tables, keep)
     assert hs.rank == 1 and hs.gain_pct == pytest.approx(100 * 35.0 / (5 * STEP_MS), abs=0.05)
     assert hs.extra_us == pytest.approx([30e3, 45e3, 20e3, -25e3, -35e3], abs=1.0)
-    assert hs.snr == pytest.approx(-10.0 / 60.0, abs=0.01)
+    assert hs.p_value == pytest.approx(2 * 11 / 32)
     assert not [f for f in diagnose(tmp_path).findings if f.kind == "straggler"]
 
 
 def test_a_rank_late_in_some_steps_costs_its_share_of_the_window(tmp_path):
-    """Rank 1 computes 30 ms longer in steps 2 and 3 of 4 (a fault in part of the window, as in the corpus' real
-    runs): over the window's steps 1-3 (the last left out) the others wait 60 ms of 300, 20 %. snr inf: the
-    excess recurs and the others are never slower."""
-    hs = host_straggler(load_trace(_write(tmp_path, {1: EXTRA_MS, 2: EXTRA_MS})))
+    """Rank 1 computes 30 ms longer in steps 2-7 of 8 (a fault in part of the window, as in the corpus' real
+    runs): over the window's steps 1-7 (the last left out) the others wait 180 ms of 700, 25.7 %. Only the
+    patterns with all six late steps positive reach the sum (the clean step's sign does not matter): 2 of 128,
+    p = 2 x 2 / 128 = 0.031 < 0.05."""
+    hs = host_straggler(load_trace(_write(tmp_path, {k: EXTRA_MS for k in range(1, STEPS - 1)})))
     assert hs.rank == 1 and hs.steps == STEPS - 1
-    assert hs.gain_pct == pytest.approx(100 * 2 * EXTRA_MS / ((STEPS - 1) * STEP_MS), abs=0.05)
-    assert hs.snr == float("inf")
+    assert hs.gain_pct == pytest.approx(100 * 6 * EXTRA_MS / ((STEPS - 1) * STEP_MS), abs=0.05)
+    assert hs.p_value == pytest.approx(2 * 2 / 128)
     found = [f for f in diagnose(tmp_path).findings if f.kind == "straggler"]
     assert len(found) == 1 and found[0].ranks == [1]
 
@@ -194,12 +197,35 @@ def test_only_the_steps_kept_are_compared(tmp_path):
     assert hs.steps == STEPS - 1 and hs.gain_pct == pytest.approx(0.0, abs=0.05)
 
 
-def test_recurring_over_opposite_by_hand():
-    assert recurring_over_opposite(np.array([30.0, 0.0, 0.0])) == 0.0          # one step: does not recur
-    assert recurring_over_opposite(np.array([30.0, 30.0, 0.0, 0.0])) == float("inf")
-    assert recurring_over_opposite(np.array([30.0, 45.0, 20.0, -25.0, -35.0])) == pytest.approx(-10 / 60)
-    assert recurring_over_opposite(np.array([40.0, 30.0, -10.0])) == pytest.approx(20 / 10)
-    assert recurring_over_opposite(np.array([50.0])) == 0.0
+def test_straggler_p_value_by_hand():
+    # 2 ranks: one-sided sign-flip p of the sum, times 2 (the straggler is the larger of two sums)
+    assert straggler_p_value(np.array([30.0, 30.0, 30.0]), 2) == pytest.approx(2 / 8)        # all 3 positive
+    assert straggler_p_value(np.array([30.0, 0.0, 0.0]), 2) == pytest.approx(1.0)            # 4 of 8 reach 30
+    assert straggler_p_value(np.array([40.0, 30.0, -10.0]), 2) == pytest.approx(2 * 2 / 8)   # +-10 only
+    assert straggler_p_value(np.array([30.0] * 7), 4) == pytest.approx(4 / 128)              # 4 ranks: x 4
+    assert straggler_p_value(np.array([50.0]), 2) == 1.0                                     # one step
+    assert straggler_min_p_value(4, 2) == pytest.approx(2 / 16) and straggler_min_p_value(7, 2) == pytest.approx(2 / 128)
+    # the fewest steps with n / 2^k <= 0.05: 2 ranks 6 (2 / 64), 64 ranks 11 (64 / 2048)
+    assert straggler_steps_needed(2, 0.05) == 6 and straggler_steps_needed(64, 0.05) == 11
+
+
+def test_too_few_steps_name_no_straggler_and_say_so(tmp_path):
+    """Rank 1 computes 30 ms longer in every one of 4 steps (3 analysed): even so p = 2 / 2^3 = 0.25, which load
+    noise gives as often: no straggler is named, and a note says how many steps it would take (6)."""
+    for r in (0, 1):
+        ev = [e for e in _rank_events(r, {k: EXTRA_MS for k in range(STEPS)}) if _step_of(e) <= 4]
+        (tmp_path / f"rank{r}.json").write_text(json.dumps({"traceEvents": ev, "distributedInfo": {
+            "backend": "gloo", "rank": r, "world_size": 2}}))
+    d = diagnose(tmp_path)
+    assert not [f for f in d.findings if f.kind == "straggler"]
+    assert d.cross_rank["host_straggler_rank"] == 1 and d.cross_rank["host_straggler_p_value"] == pytest.approx(0.25)
+    assert any("3 common profiled steps cannot tell a slow rank from load noise" in n and "at least 6 steps" in n
+               for n in d.notes)
+
+
+def _step_of(event: dict) -> int:
+    """The step (1-based) of one of _rank_events' events, from its start time."""
+    return int((event["ts"] / 1e3 - 1000.0) // STEP_MS) + 1
 
 
 def _ddp_finalize_rank(rank: int, late_ms: float, descheduled_ms: float = 0.0) -> list[dict]:
@@ -292,12 +318,12 @@ def test_time_inside_a_slow_collective_call_is_communication_not_own_work(tmp_pa
 
 def test_a_cpu_only_ranks_communication_is_reported(tmp_path):
     """The summary of a rank without device events reports its loop thread's communication over the analysed
-    steps (1-3; #4, the last, is left out as by every figure), all of it exposed: rank 0 30.5 ms a step (the
+    steps (1-7; #8, the last, is left out as by every figure), all of it exposed: rank 0 30.5 ms a step (the
     0.2-ms broadcast call, then blocked inside DDP.forward until fwd+31.0, per the first test), rank 1 0.5 ms
     (fwd+0.5 .. fwd+1.0). Before: 0 for both (comm_us is GPU-only)."""
     d = diagnose(_write(tmp_path, {k: EXTRA_MS for k in range(STEPS)}))
     r = {x.rank: x for x in d.ranks}
-    assert r[0].steps == [1, 2, 3]
-    assert r[0].comm_us == pytest.approx(3 * (EXTRA_MS + 0.5) * 1e3, abs=3.0)
-    assert r[1].comm_us == pytest.approx(3 * 0.5e3, abs=3.0)
+    assert r[0].steps == list(range(1, STEPS))
+    assert r[0].comm_us == pytest.approx((STEPS - 1) * (EXTRA_MS + 0.5) * 1e3, abs=3.0)
+    assert r[1].comm_us == pytest.approx((STEPS - 1) * 0.5e3, abs=3.0)
     assert r[0].exposed_comm_us == r[0].comm_us

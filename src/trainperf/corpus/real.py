@@ -1,8 +1,11 @@
 """Real-run cases: the reference trainer on this machine (2 ranks, gloo) with a fault switched on by
 `trainperf train --fault`, its clean twin measured in the same run.
 
-Each run profiles steps PROFILE (5 steps); the fault holds from FAULT_FROM on, so the trace holds
-clean and faulty steps and the steps before FAULT_FROM are the clean twin. Truth, over the traced
+Each run profiles steps PROFILE (11 steps, 10 in the analysed window); the fault holds from FAULT_FROM on, so
+the trace holds 3 clean and 7 faulty steps and the steps before FAULT_FROM are the clean twin. Why so many: the
+two ranks share a loaded 2-core machine, where either one is slower in some steps by the load alone; a
+straggler (crossrank.straggler_p_value) must be slower step after step, and 4 steps (2 of them faulty), as
+before, cannot show that at any size (the smallest p-value 4 steps allow is 0.125). Truth, over the traced
 window (rank 0's ProfilerStep durations in its trace, s, all but the last as for the injected cases
 (kineto.window_steps): unlike metrics.jsonl's step_time_s they include a checkpoint saved between
 two steps):
@@ -35,9 +38,9 @@ from trainperf.corpus import kineto as K
 from trainperf.corpus.build import severity_of
 from trainperf.errors import TrainperfError
 
-PROFILE = (3, 7)
-FAULT_FROM = 5
-STEPS = 7
+PROFILE = (3, 13)
+FAULT_FROM = 6
+STEPS = 13
 # kind -> (case suffix, --fault value, ranks it touches (None: all)); sizes chosen for ~2/6/20 %
 # of a ~0.35 s CPU step of the tiny model under DDP (RealBase.fault_scale scales the ms of another base)
 REAL_FAULTS = {

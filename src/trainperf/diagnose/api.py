@@ -10,7 +10,8 @@ import numpy as np
 
 from trainperf.diagnose import findings as F
 from trainperf.diagnose import rules
-from trainperf.diagnose.crossrank import CrossRank, comm_waits, compute_straggler, cross_rank, host_straggler
+from trainperf.diagnose.crossrank import (CrossRank, comm_waits, compute_straggler, cross_rank, host_straggler,
+                                         straggler_min_p_value, straggler_steps_needed)
 from trainperf.diagnose.evidence import Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes
 from trainperf.diagnose.facts import RankFacts, StragglerFacts, collect_facts
 from trainperf.diagnose.modules import module_breakdown
@@ -150,7 +151,13 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
             facts[r].straggler = StragglerFacts(rank=hs.rank, caused_us=hs.gain_us * hs.steps,
                                                 caused_per_other_us=hs.gain_us, imbalance_pct=0.0, events=[],
                                                 host_gain_pct=hs.gain_pct, host_gain_us=hs.gain_us,
-                                                host_snr=hs.snr)
+                                                host_p_value=hs.p_value)
+        least_p = straggler_min_p_value(hs.steps, hs.n_ranks)
+        if least_p > rules.STRAGGLER_HOST_ALPHA:
+            notes.append(f"{hs.steps} common profiled steps cannot tell a slow rank from load noise (a rank slower "
+                         f"in every step would still have p = {least_p:.3f} > {rules.STRAGGLER_HOST_ALPHA}): no "
+                         f"straggler can be named; profile at least "
+                         f"{straggler_steps_needed(hs.n_ranks, rules.STRAGGLER_HOST_ALPHA)} steps")
     if not gpu_ranks:
         notes.append("no kernel/memcpy/memset events in the trace: GPU analyses (breakdown, idle, overlap, "
                      "launches, critical path) are skipped; host-side analyses only")
@@ -185,7 +192,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
                    "straggler_caused_wait_us": hs.gain_us * hs.steps, "compute_imbalance_pct": 0.0,
                    "host_straggler_rank": hs.rank, "host_straggler_gain_pct": hs.gain_pct,
                    "host_own_work_us": hs.own_us, "host_wait_us": hs.wait_us, "host_steps": hs.steps,
-                   "host_straggler_snr": min(hs.snr, 1e6)}
+                   "host_straggler_p_value": hs.p_value}
     if xr is not None:
         st = xr.straggler
         xr_json = {"n_collectives_matched": len(xr.collectives), "wait_by_rank_us": xr.wait_by_rank_us,

@@ -264,8 +264,8 @@ class HostStraggler:
     wait for the straggler, min(extra, their communication time) summed over the window's steps with its sign (a
     step in which the others are slower counts against it), per step (µs) and % of the steps' time: a straggler
     late in some steps costs its share of the window, and step-to-step noise, as often one way as the other,
-    cancels instead of adding up. snr: recurring_over_opposite of the per-step extra (extra_us): 1 = the extra
-    without its largest step is as large as the other ranks' excess in the steps where they were slower."""
+    cancels instead of adding up. p_value: straggler_p_value of the per-step extra (extra_us) among n_ranks ranks:
+    the chance that load noise alone, as often one way as the other, makes some rank's extra this consistent."""
 
     rank: int
     gain_pct: float
@@ -273,7 +273,8 @@ class HostStraggler:
     own_us: dict[int, float]
     wait_us: dict[int, float]
     steps: int
-    snr: float = float("inf")
+    p_value: float = 1.0
+    n_ranks: int = 2
     extra_us: list[float] = field(default_factory=list)  # per common step: the straggler's extra own work (µs)
 
 
@@ -412,24 +413,39 @@ def host_straggler(tables: dict[int, EventTable], keep: dict[int, np.ndarray] | 
     return HostStraggler(rank=srank, gain_pct=100.0 * net / float(step.sum()) if step.sum() > 0 else 0.0,
                          gain_us=net / len(common), own_us={r: float(np.median(v)) for r, v in own.items()},
                          wait_us={r: float(np.median(v)) for r, v in wait.items()}, steps=len(common),
-                         snr=recurring_over_opposite(x), extra_us=[float(v) for v in x])
+                         p_value=straggler_p_value(x, len(ranks)), n_ranks=len(ranks), extra_us=[float(v) for v in x])
 
 
-def recurring_over_opposite(extra_us: np.ndarray) -> float:
-    """How far a rank's extra work per step (µs, against the other ranks in the same step) stands out of the
-    noise: its sum without its largest step, over the sum of the steps' opposite excess (where the other ranks
-    were the slower ones). Without its largest step, because one step's delay, however long (start-up, a one-off
-    pause), is not a rank that keeps the others waiting: it must recur. Over the opposite excess, because on a
-    shared machine either rank is slower in some steps by the load alone, and a straggler's excess must outweigh
-    that. inf when the others are never slower and the excess recurs; 0 with one step."""
+def straggler_p_value(extra_us: np.ndarray, n_ranks: int) -> float:
+    """The chance (0..1) that ranks equal but for load noise give the slowest of n_ranks ranks a per-step extra
+    work (µs, against the other ranks in the same step) whose sum is this large: a sign-flip permutation test of
+    the sum (scipy.stats.permutation_test, exact up to 2^16 sign patterns), one-sided, times n_ranks (the
+    straggler is the rank with the largest sum: Bonferroni over the ranks it was chosen from).
+
+    Why this null: on a shared machine either rank is slower in some steps by the load alone, so under "no
+    straggler" each step's extra is as likely negative as positive. A straggler must be late step after step:
+    one long step (start-up, a one-off pause), however long, leaves half of the sign patterns above the sum.
+    With k steps the smallest value is n_ranks / 2^k (`straggler_min_p_value`): 4 steps of 2 ranks cannot go
+    below 0.125. 1.0 with fewer than 2 steps."""
+    from scipy.stats import permutation_test  # here: scipy.stats costs ~0.3 s to import, most traces need none
+
     x = np.asarray(extra_us, dtype=float)
-    if x.size < 2:
-        return 0.0
-    recurring = float(x.sum() - x.max())
-    opposite = float(np.maximum(-x, 0.0).sum())
-    if opposite > 0:
-        return recurring / opposite
-    return float("inf") if recurring > 0 else 0.0
+    if x.size < 2 or not np.any(x):
+        return 1.0
+    res = permutation_test((x,), np.sum, permutation_type="samples", alternative="greater",
+                           n_resamples=np.inf if x.size <= 16 else 9999, random_state=0)
+    return float(min(1.0, n_ranks * res.pvalue))
+
+
+def straggler_min_p_value(steps: int, n_ranks: int) -> float:
+    """The smallest straggler_p_value that `steps` steps of n_ranks ranks allow (every step's extra positive)."""
+    return min(1.0, n_ranks / 2.0 ** steps) if steps >= 2 else 1.0
+
+
+def straggler_steps_needed(n_ranks: int, alpha: float) -> int:
+    """The fewest steps whose straggler_min_p_value is at most alpha (2 ranks, 0.05: 6); a straggler that is not
+    slower in every step needs more."""
+    return max(2, int(np.ceil(np.log2(n_ranks / alpha))))
 
 
 # --- GPU ranks whose collectives cannot be matched: compute per step ----------------------------------

@@ -36,7 +36,7 @@ class StragglerFacts:
     compute_ratio: float = 1.0  # the straggler's compute time / the median of the other ranks' (>= 1)
     host_gain_pct: float | None = None  # CPU-only job (crossrank.host_straggler): step share the others wait
     host_gain_us: float = 0.0
-    host_snr: float = float("inf")  # CPU-only job: the straggler's extra work per step over its spread (crossrank)
+    host_p_value: float = 1.0  # CPU-only job: chance that load noise alone makes its extra work this consistent
     extra_compute_us: float = 0.0  # the straggler's compute beyond the other ranks' median, summed over steps
 
 

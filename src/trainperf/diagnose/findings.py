@@ -23,6 +23,16 @@ MEDIUM_GAIN_PCT = 3.0
 # explain the same wait, and the fix priced first takes it)
 MIN_GAIN_PCT = 0.5
 
+# exposed_comm when most of it is point-to-point (send/recv): a pipeline stage waiting for its neighbours (the
+# bubble of the schedule and unequal stages) or context parallelism's ring exchange, which bucketing and
+# prefetch (the collectives' fixes) do not touch
+EXPOSED_P2P_RECOMMENDATION = (
+    "Most of the exposed communication is point-to-point (send/recv). Between pipeline stages it is the "
+    "schedule's bubble and unequal stages: more micro-batches per step than stages, an interleaved schedule "
+    "(virtual pipeline stages), layers balanced across stages, and send/recv overlapped with compute "
+    "(Megatron overlap_p2p_comm); in context-parallel ring attention, overlap each block's key/value exchange "
+    "with the attention of the block before.")
+
 RECOMMENDATIONS = {
     "data_loader_stall": "Feed the GPU faster: raise DataLoader num_workers, set pin_memory=True and "
                          "persistent_workers=True, prefetch (prefetch_factor) or move decoding/augmentation off "
