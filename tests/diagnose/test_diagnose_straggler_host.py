@@ -327,3 +327,14 @@ def test_a_cpu_only_ranks_communication_is_reported(tmp_path):
     assert r[0].comm_us == pytest.approx((STEPS - 1) * (EXTRA_MS + 0.5) * 1e3, abs=3.0)
     assert r[1].comm_us == pytest.approx((STEPS - 1) * 0.5e3, abs=3.0)
     assert r[0].exposed_comm_us == r[0].comm_us
+
+
+def test_the_summary_names_a_straggler_only_past_the_noise():
+    from trainperf.diagnose.render import NO_STRAGGLER, straggler_text
+
+    x = {"straggler_rank": 1, "straggler_caused_wait_us": 30_000.0}
+    assert straggler_text(x) == "straggler rank 1 caused 30.0 ms of waiting"                   # GPU: matched waits
+    assert straggler_text({**x, "host_straggler_p_value": 0.01}) == "straggler rank 1 caused 30.0 ms of waiting"
+    assert (straggler_text({**x, "host_straggler_p_value": 0.25})
+            == "rank 1 caused 30.0 ms of waiting, as much as load noise gives (p 0.250)")
+    assert straggler_text({**x, "straggler_caused_wait_us": 0.0}) == NO_STRAGGLER

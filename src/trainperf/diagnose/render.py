@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trainperf.diagnose.api import Diagnosis
+from trainperf.diagnose.rules import STRAGGLER_HOST_ALPHA
 
 _SEV_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
 
@@ -18,6 +19,20 @@ def straggler_wait_ms(cross_rank: dict) -> tuple[int, float] | None:
     when no rank made another wait (to the 0.1 ms shown): naming a straggler that made nobody wait misleads."""
     rank, ms = cross_rank.get("straggler_rank"), cross_rank.get("straggler_caused_wait_us", 0.0) / 1e3
     return (int(rank), ms) if rank is not None and round(ms, 1) > 0 else None
+
+
+def straggler_text(cross_rank: dict) -> str:
+    """One clause on the rank the others waited for, from ``Diagnosis.cross_rank``: "straggler rank R caused X ms
+    of waiting"; on a CPU-only job whose wait load noise explains as well (crossrank.straggler_p_value above
+    rules.STRAGGLER_HOST_ALPHA), "rank R caused X ms of waiting, as much as load noise gives (p P)"; NO_STRAGGLER
+    when nobody waited."""
+    s = straggler_wait_ms(cross_rank)
+    if s is None:
+        return NO_STRAGGLER
+    p = cross_rank.get("host_straggler_p_value")
+    if p is not None and p > STRAGGLER_HOST_ALPHA:
+        return f"rank {s[0]} caused {s[1]:.1f} ms of waiting, as much as load noise gives (p {p:.3f})"
+    return f"straggler rank {s[0]} caused {s[1]:.1f} ms of waiting"
 
 
 def gain_basis(steps) -> str:
@@ -71,9 +86,7 @@ def print_summary(d: Diagnosis, console: Console, top: int = 5) -> None:
         console.print(f"[yellow]note:[/] {n}", highlight=False)
     if d.cross_rank:
         x = d.cross_rank
-        s = straggler_wait_ms(x)
-        who = f"straggler rank {s[0]} caused {s[1]:.1f} ms of waiting" if s else NO_STRAGGLER
-        console.print(f"cross-rank: {x['n_collectives_matched']} collectives matched; {who}; "
+        console.print(f"cross-rank: {x['n_collectives_matched']} collectives matched; {straggler_text(x)}; "
                       f"compute imbalance {x['compute_imbalance_pct']:.1f}%", highlight=False)
     if not d.findings:
         console.print("[green]no findings: nothing in this trace is worth fixing[/]")

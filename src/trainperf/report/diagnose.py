@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainperf.diagnose.render import (NO_STRAGGLER, analysed_steps, gain_basis, gain_text, rank_cells,
+from trainperf.diagnose.render import (analysed_steps, gain_basis, gain_text, rank_cells, straggler_text,
                                       straggler_wait_ms)
 from trainperf.report.html import Report, bar_chart, esc, paragraph, stacked_bar_chart, table
 
@@ -39,8 +39,7 @@ def write_report(d, path: str | Path) -> Path:
         head = f"{x['n_collectives_matched']} collectives matched by sequence; "
         tail = f"compute imbalance {x['compute_imbalance_pct']:.1f}%."
         s = straggler_wait_ms(x)
-        text = paragraph(f"{head}straggler rank {s[0]} ({s[1]:.1f} ms of others' wait); {tail}" if s
-                         else f"{head}{NO_STRAGGLER}; {tail}")
+        text = paragraph(f"{head}{straggler_text(x)}; {tail}")
         if s and ranks:  # a chart of zeros would only show an axis
             rep.add("Across ranks", text, bar_chart([f"rank {r}" for r in ranks],
                                                     [caused[r] / 1e3 for r in ranks], "ms of others' wait"))
