@@ -389,7 +389,7 @@ def synthetic(reps: int) -> None:
                 healthy += 1
                 alarms += bool(detect(f.series(host=h)))
         rows.append((f"synth fleet: bad host +{slow:.0%} at period 20 (cv 1%, 100 periods): found within 5", found / (reps // 4)))
-        rows.append((f"synth fleet: healthy hosts, same fleets: any change", alarms / healthy))
+        rows.append(("synth fleet: healthy hosts, same fleets: any change", alarms / healthy))
     f_all = [synthetic_fleet(n_periods=100, seed=s) for s in range(reps // 4)]
     rows.append(("synth fleet, all four causes: NCCL-upgraded host node00 found within 5 of 30 (+8%)", np.mean(
         [any(abs(c - 30) <= 5 for c in detect(f.series(host="node00"))) for f in f_all])))

@@ -11,8 +11,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import numpy as np
-
 from trainperf.diagnose.window import StepMarkers, Window, union_us
 from trainperf.trace.events import MEMCPY, EventTable
 

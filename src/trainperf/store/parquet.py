@@ -212,7 +212,7 @@ def connect(root: Path, validate: bool = False):
     else:
         _with_every_column(con, rel)
     # job and date come from the folder names; the job folder is %XX-escaped
-    ctx = ", ".join(f"url_decode(job::VARCHAR) AS job" if c == "job" else "date::VARCHAR AS date" if c == "date"
+    ctx = ", ".join("url_decode(job::VARCHAR) AS job" if c == "job" else "date::VARCHAR AS date" if c == "date"
                     else c for c in CONTEXT)
     run_cols = ", ".join(["url_decode(job::VARCHAR) AS job", "date::VARCHAR AS date", *RUN_COLUMNS, *COUNT_COLUMNS])
     con.execute(f"CREATE VIEW runs AS SELECT {run_cols} FROM raw_runs WHERE record = 'run'")
