@@ -5,7 +5,8 @@ Each run profiles steps PROFILE (11 steps, 10 in the analysed window); the fault
 the trace holds 3 clean and 7 faulty steps and the steps before FAULT_FROM are the clean twin. Why so many: the
 two ranks share a loaded 2-core machine, where either one is slower in some steps by the load alone; a
 straggler (crossrank.straggler_p_value) must be slower step after step, and 4 steps (2 of them faulty), as
-before, cannot show that at any size (the smallest p-value 4 steps allow is 0.125). Truth, over the traced
+before, cannot show that at any size (the smallest p-value 4 steps allow is 0.125: diagnose then names one
+unconfirmed, by a heuristic). Truth, over the traced
 window (rank 0's ProfilerStep durations in its trace, s, all but the last as for the injected cases
 (kineto.window_steps): unlike metrics.jsonl's step_time_s they include a checkpoint saved between
 two steps):

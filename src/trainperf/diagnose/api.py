@@ -10,8 +10,8 @@ import numpy as np
 
 from trainperf.diagnose import findings as F
 from trainperf.diagnose import rules
-from trainperf.diagnose.crossrank import (CrossRank, comm_waits, compute_straggler, cross_rank, host_straggler,
-                                         straggler_min_p_value, straggler_steps_needed)
+from trainperf.diagnose.crossrank import (CrossRank, HostStraggler, comm_waits, compute_straggler, cross_rank,
+                                         host_straggler, straggler_min_p_value, straggler_steps_needed)
 from trainperf.diagnose.evidence import Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes
 from trainperf.diagnose.facts import RankFacts, StragglerFacts, collect_facts
 from trainperf.diagnose.modules import module_breakdown
@@ -125,6 +125,12 @@ def _restrict_steps(t: EventTable, steps: tuple[int, int]) -> EventTable:
     return t.take(sel)
 
 
+def host_testable(hs: HostStraggler) -> bool:
+    """Whether a CPU-only job's window has enough steps for the straggler's test to pass at all
+    (crossrank.straggler_min_p_value at most rules.STRAGGLER_HOST_ALPHA)."""
+    return straggler_min_p_value(hs.steps, hs.n_ranks) <= rules.STRAGGLER_HOST_ALPHA
+
+
 def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None, top: int = 10,
              progress: bool = False, modules: str | None = None) -> Diagnosis:
     """Diagnose the trace(s) at path (a Kineto file or a folder of ranks); return a Diagnosis.
@@ -151,13 +157,8 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
             facts[r].straggler = StragglerFacts(rank=hs.rank, caused_us=hs.gain_us * hs.steps,
                                                 caused_per_other_us=hs.gain_us, imbalance_pct=0.0, events=[],
                                                 host_gain_pct=hs.gain_pct, host_gain_us=hs.gain_us,
-                                                host_p_value=hs.p_value)
-        least_p = straggler_min_p_value(hs.steps, hs.n_ranks)
-        if least_p > rules.STRAGGLER_HOST_ALPHA:
-            notes.append(f"{hs.steps} common profiled steps cannot tell a slow rank from load noise (a rank slower "
-                         f"in every step would still have p = {least_p:.3f} > {rules.STRAGGLER_HOST_ALPHA}): no "
-                         f"straggler can be named; profile at least "
-                         f"{straggler_steps_needed(hs.n_ranks, rules.STRAGGLER_HOST_ALPHA)} steps")
+                                                host_p_value=hs.p_value, host_snr=hs.snr,
+                                                host_testable=host_testable(hs))
     if not gpu_ranks:
         notes.append("no kernel/memcpy/memset events in the trace: GPU analyses (breakdown, idle, overlap, "
                      "launches, critical path) are skipped; host-side analyses only")
@@ -173,6 +174,13 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     found: list[F.Finding] = []
     plans: dict[int, F.FixPlan] = {}
     job_caveats = cross_rank_caveats(xr.clock_offset_us, xr.clock_spread_us) if xr is not None else []
+    if hs is not None and not host_testable(hs):
+        job_caveats.append(Caveat(
+            note=f"{hs.steps} common profiled steps are too few to test a slow rank against load noise (a rank slower "
+                 f"in every step would still have p = {straggler_min_p_value(hs.steps, hs.n_ranks):.3f} > "
+                 f"{rules.STRAGGLER_HOST_ALPHA}): a straggler is named from how far its extra work recurs, "
+                 f"unconfirmed; profile at least {straggler_steps_needed(hs.n_ranks, rules.STRAGGLER_HOST_ALPHA)} steps",
+            confidence="low", kinds=frozenset({"straggler"})))
     notes += [c.note for c in job_caveats]
     for r, f in facts.items():
         summaries[r], ranked, plans[r] = analyse_rank(f, job_caveats)
@@ -192,7 +200,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
                    "straggler_caused_wait_us": hs.gain_us * hs.steps, "compute_imbalance_pct": 0.0,
                    "host_straggler_rank": hs.rank, "host_straggler_gain_pct": hs.gain_pct,
                    "host_own_work_us": hs.own_us, "host_wait_us": hs.wait_us, "host_steps": hs.steps,
-                   "host_straggler_p_value": hs.p_value}
+                   "host_straggler_p_value": hs.p_value, "host_straggler_testable": host_testable(hs)}
     if xr is not None:
         st = xr.straggler
         xr_json = {"n_collectives_matched": len(xr.collectives), "wait_by_rank_us": xr.wait_by_rank_us,

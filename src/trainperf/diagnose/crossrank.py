@@ -265,7 +265,8 @@ class HostStraggler:
     step in which the others are slower counts against it), per step (µs) and % of the steps' time: a straggler
     late in some steps costs its share of the window, and step-to-step noise, as often one way as the other,
     cancels instead of adding up. p_value: straggler_p_value of the per-step extra (extra_us) among n_ranks ranks:
-    the chance that load noise alone, as often one way as the other, makes some rank's extra this consistent."""
+    the chance that load noise alone, as often one way as the other, makes some rank's extra this consistent;
+    snr: recurring_over_opposite of it, what is left to judge by when the steps are too few for the test."""
 
     rank: int
     gain_pct: float
@@ -275,6 +276,7 @@ class HostStraggler:
     steps: int
     p_value: float = 1.0
     n_ranks: int = 2
+    snr: float = float("inf")
     extra_us: list[float] = field(default_factory=list)  # per common step: the straggler's extra own work (µs)
 
 
@@ -413,7 +415,8 @@ def host_straggler(tables: dict[int, EventTable], keep: dict[int, np.ndarray] | 
     return HostStraggler(rank=srank, gain_pct=100.0 * net / float(step.sum()) if step.sum() > 0 else 0.0,
                          gain_us=net / len(common), own_us={r: float(np.median(v)) for r, v in own.items()},
                          wait_us={r: float(np.median(v)) for r, v in wait.items()}, steps=len(common),
-                         p_value=straggler_p_value(x, len(ranks)), n_ranks=len(ranks), extra_us=[float(v) for v in x])
+                         p_value=straggler_p_value(x, len(ranks)), n_ranks=len(ranks), snr=recurring_over_opposite(x),
+                         extra_us=[float(v) for v in x])
 
 
 def straggler_p_value(extra_us: np.ndarray, n_ranks: int) -> float:
@@ -435,6 +438,24 @@ def straggler_p_value(extra_us: np.ndarray, n_ranks: int) -> float:
     res = permutation_test((x,), np.sum, permutation_type="samples", alternative="greater",
                            n_resamples=np.inf if x.size <= 16 else 9999, random_state=0)
     return float(min(1.0, n_ranks * res.pvalue))
+
+
+def recurring_over_opposite(extra_us: np.ndarray) -> float:
+    """How far a rank's extra work per step (µs, against the other ranks in the same step) stands out of the
+    noise: its sum without its largest step, over the sum of the steps' opposite excess (where the other ranks
+    were the slower ones). Without its largest step, because one step's delay, however long (start-up, a one-off
+    pause), is not a rank that keeps the others waiting: it must recur. Over the opposite excess, because on a
+    shared machine either rank is slower in some steps by the load alone, and a straggler's excess must outweigh
+    that. inf when the others are never slower and the excess recurs; 0 with one step. A heuristic with no
+    false-alarm rate: what a window too short for straggler_p_value leaves to judge by."""
+    x = np.asarray(extra_us, dtype=float)
+    if x.size < 2:
+        return 0.0
+    recurring = float(x.sum() - x.max())
+    opposite = float(np.maximum(-x, 0.0).sum())
+    if opposite > 0:
+        return recurring / opposite
+    return float("inf") if recurring > 0 else 0.0
 
 
 def straggler_min_p_value(steps: int, n_ranks: int) -> float:

@@ -37,6 +37,8 @@ class StragglerFacts:
     host_gain_pct: float | None = None  # CPU-only job (crossrank.host_straggler): step share the others wait
     host_gain_us: float = 0.0
     host_p_value: float = 1.0  # CPU-only job: chance that load noise alone makes its extra work this consistent
+    host_testable: bool = True  # CPU-only job: enough steps for host_p_value to pass (else host_snr decides)
+    host_snr: float = float("inf")  # CPU-only job: the straggler's recurring extra work over the opposite excess
     extra_compute_us: float = 0.0  # the straggler's compute beyond the other ranks' median, summed over steps
 
 

@@ -216,9 +216,12 @@ STRAGGLER_HOST_MIN_PCT = 5.0
 # ... and its extra work must recur step after step more than load noise makes it (crossrank.straggler_p_value,
 # a sign-flip test: under "no straggler" each step's extra is as likely negative). 0.05: the usual false-alarm
 # rate, stated, not fitted. On a shared machine either rank is slower in some steps by the load alone (corpus
-# healthy-real-fsdp, 2026-12-02: +5, +4, -12, +21 ms); with 4 profiled steps no rank can pass (2 / 2^4 = 0.125):
-# api says so in a note instead of naming a straggler from a few noisy steps.
+# healthy-real-fsdp, 2026-12-02: +5, +4, -12, +21 ms).
 STRAGGLER_HOST_ALPHA = 0.05
+# With too few steps for the test to pass at all (4 steps of 2 ranks: p >= 0.125), the recurring extra work must
+# outweigh the other ranks' opposite excess (crossrank.recurring_over_opposite >= this; 1: as large; not fitted),
+# and a caveat says the straggler is unconfirmed (api): a persistent straggler in a short profile stays named.
+STRAGGLER_HOST_MIN_SNR = 1.0
 
 # the straggler computes this much longer than the other ranks' median (per step, crossrank.compute_straggler).
 # Untouched HTA trace_filter: rank 1 computes 1.28x rank 0, and making it as fast gains < MIN_GAIN_PCT (the
@@ -234,11 +237,13 @@ def straggler(f: RankFacts) -> Finding | None:
     if s is None:
         return None
     if s.host_gain_pct is not None:  # CPU-only job: priced from the other ranks' per-step wait, no replay
-        if f.rank != s.rank or s.host_gain_pct < STRAGGLER_HOST_MIN_PCT or s.host_p_value > STRAGGLER_HOST_ALPHA:
+        noise = s.host_p_value > STRAGGLER_HOST_ALPHA if s.host_testable else s.host_snr < STRAGGLER_HOST_MIN_SNR
+        if f.rank != s.rank or s.host_gain_pct < STRAGGLER_HOST_MIN_PCT or noise:
             return None
         return _make(f, kind="straggler", metrics={"others_wait_per_step": (s.host_gain_us, "us"),
                                                    "others_wait_share": (s.host_gain_pct, "%"),
-                                                   "p_value_load_noise": (s.host_p_value, "")},
+                                                   "p_value_load_noise": (s.host_p_value, ""),
+                                                   "extra_work_over_opposite": (min(s.host_snr, 1e6), "x")},
                      gain_pct=s.host_gain_pct, gain_us=s.host_gain_us, ranks=[s.rank],
                      what_if=f"no rank waits for rank {s.rank} (host only: the others' median wait per step)",
                      evidence_pct=s.host_gain_pct)
