@@ -236,6 +236,7 @@ def test_too_few_steps_for_the_test_name_a_recurring_straggler_unconfirmed(tmp_p
     found = [f for f in d.findings if f.kind == "straggler"]
     assert len(found) == 1 and found[0].ranks == [1] and found[0].confidence == "low"
     assert d.cross_rank["host_straggler_p_value"] == pytest.approx(0.25) and not d.cross_rank["host_straggler_testable"]
+    assert not d.cross_rank["host_straggler_within_noise"]
     caveat = "3 common profiled steps are too few to test a slow rank against load noise"
     assert any(caveat in n and "at least 6 steps" in n for n in found[0].notes)
     assert any(caveat in n for n in d.notes)
@@ -245,6 +246,10 @@ def test_too_few_steps_and_no_recurrence_name_no_straggler(tmp_path):
     """Rank 1 late by 30 ms in one of the 3 analysed steps: without that step its extra is 0 (snr 0 < 1)."""
     d = diagnose(_short_profile(tmp_path, {1: EXTRA_MS}))
     assert not [f for f in d.findings if f.kind == "straggler"]
+    # and the summary line says so too (it read "straggler rank 1" while the rule named none)
+    from trainperf.diagnose.render import straggler_text
+
+    assert d.cross_rank["host_straggler_within_noise"] and "as much as load noise gives" in straggler_text(d.cross_rank)
 
 
 def _step_of(event: dict) -> int:
@@ -358,10 +363,12 @@ def test_the_summary_names_a_straggler_only_past_the_noise():
 
     x = {"straggler_rank": 1, "straggler_caused_wait_us": 30_000.0}
     assert straggler_text(x) == "straggler rank 1 caused 30.0 ms of waiting"                   # GPU: matched waits
-    assert straggler_text({**x, "host_straggler_p_value": 0.01}) == "straggler rank 1 caused 30.0 ms of waiting"
-    assert (straggler_text({**x, "host_straggler_p_value": 0.25})
+    assert (straggler_text({**x, "host_straggler_p_value": 0.01, "host_straggler_within_noise": False})
+            == "straggler rank 1 caused 30.0 ms of waiting")
+    assert (straggler_text({**x, "host_straggler_p_value": 0.25, "host_straggler_within_noise": True})
             == "rank 1 caused 30.0 ms of waiting, as much as load noise gives (p 0.250)")
     assert straggler_text({**x, "straggler_caused_wait_us": 0.0}) == NO_STRAGGLER
     # too few steps for the test: the heuristic named it (a caveat says so), the summary does not contradict it
-    assert (straggler_text({**x, "host_straggler_p_value": 0.25, "host_straggler_testable": False})
+    assert (straggler_text({**x, "host_straggler_p_value": 0.25, "host_straggler_testable": False,
+                            "host_straggler_within_noise": False})
             == "straggler rank 1 caused 30.0 ms of waiting")

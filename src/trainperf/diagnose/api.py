@@ -152,13 +152,14 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
         waits = comm_waits(xr, r) if xr is not None and r in gpu_ranks else None
         facts[r] = collect_facts(t, windows[r], waits)  # the window's own note reaches the notes as a caveat
     hs = host_straggler(tables) if not gpu_ranks and len(tables) >= 2 else None
+    testable = hs is not None and host_testable(hs)
     if hs is not None:
         for r in tables:
             facts[r].straggler = StragglerFacts(rank=hs.rank, caused_us=hs.gain_us * hs.steps,
                                                 caused_per_other_us=hs.gain_us, imbalance_pct=0.0, events=[],
                                                 host_gain_pct=hs.gain_pct, host_gain_us=hs.gain_us,
                                                 host_p_value=hs.p_value, host_snr=hs.snr,
-                                                host_testable=host_testable(hs))
+                                                host_testable=testable)
     if not gpu_ranks:
         notes.append("no kernel/memcpy/memset events in the trace: GPU analyses (breakdown, idle, overlap, "
                      "launches, critical path) are skipped; host-side analyses only")
@@ -174,7 +175,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     found: list[F.Finding] = []
     plans: dict[int, F.FixPlan] = {}
     job_caveats = cross_rank_caveats(xr.clock_offset_us, xr.clock_spread_us) if xr is not None else []
-    if hs is not None and not host_testable(hs):
+    if hs is not None and not testable:
         job_caveats.append(Caveat(
             note=f"{hs.steps} common profiled steps are too few to test a slow rank against load noise (a rank slower "
                  f"in every step would still have p = {straggler_min_p_value(hs.steps, hs.n_ranks):.3f} > "
@@ -200,7 +201,8 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
                    "straggler_caused_wait_us": hs.gain_us * hs.steps, "compute_imbalance_pct": 0.0,
                    "host_straggler_rank": hs.rank, "host_straggler_gain_pct": hs.gain_pct,
                    "host_own_work_us": hs.own_us, "host_wait_us": hs.wait_us, "host_steps": hs.steps,
-                   "host_straggler_p_value": hs.p_value, "host_straggler_testable": host_testable(hs)}
+                   "host_straggler_p_value": hs.p_value, "host_straggler_testable": testable,
+                   "host_straggler_within_noise": rules.host_wait_is_noise(hs.p_value, testable, hs.snr)}
     if xr is not None:
         st = xr.straggler
         xr_json = {"n_collectives_matched": len(xr.collectives), "wait_by_rank_us": xr.wait_by_rank_us,

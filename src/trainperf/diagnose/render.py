@@ -6,7 +6,6 @@ from rich.console import Console
 from rich.table import Table
 
 from trainperf.diagnose.api import Diagnosis
-from trainperf.diagnose.rules import STRAGGLER_HOST_ALPHA
 
 _SEV_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
 
@@ -23,14 +22,14 @@ def straggler_wait_ms(cross_rank: dict) -> tuple[int, float] | None:
 
 def straggler_text(cross_rank: dict) -> str:
     """One clause on the rank the others waited for, from ``Diagnosis.cross_rank``: "straggler rank R caused X ms
-    of waiting"; on a CPU-only job whose steps allow the test and whose wait load noise explains as well
-    (crossrank.straggler_p_value above rules.STRAGGLER_HOST_ALPHA), "rank R caused X ms of waiting, as much as
-    load noise gives (p P)"; NO_STRAGGLER when nobody waited."""
+    of waiting"; on a CPU-only job whose wait load noise explains as well (rules.host_wait_is_noise, the straggler
+    rule's own decision), "rank R caused X ms of waiting, as much as load noise gives (p P)"; NO_STRAGGLER when
+    nobody waited."""
     s = straggler_wait_ms(cross_rank)
     if s is None:
         return NO_STRAGGLER
-    p = cross_rank.get("host_straggler_p_value")
-    if p is not None and cross_rank.get("host_straggler_testable", True) and p > STRAGGLER_HOST_ALPHA:
+    if cross_rank.get("host_straggler_within_noise"):
+        p = cross_rank["host_straggler_p_value"]
         return f"rank {s[0]} caused {s[1]:.1f} ms of waiting, as much as load noise gives (p {p:.3f})"
     return f"straggler rank {s[0]} caused {s[1]:.1f} ms of waiting"
 

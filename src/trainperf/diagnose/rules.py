@@ -229,6 +229,13 @@ STRAGGLER_HOST_MIN_SNR = 1.0
 STRAGGLER_MIN_COMPUTE_RATIO = 1.05
 
 
+def host_wait_is_noise(p_value: float, testable: bool, snr: float) -> bool:
+    """Whether the slowest rank of a CPU-only job is within load noise, so no straggler: the sign-flip test
+    (crossrank.straggler_p_value above STRAGGLER_HOST_ALPHA) when the window has the steps for it, else the
+    recurrence heuristic (crossrank.recurring_over_opposite below STRAGGLER_HOST_MIN_SNR)."""
+    return p_value > STRAGGLER_HOST_ALPHA if testable else snr < STRAGGLER_HOST_MIN_SNR
+
+
 def straggler(f: RankFacts) -> Finding | None:
     """A rank arrives late at collectives and the others wait for it (decided across ranks). Priced on the
     waiting ranks as their waits removed, and on the straggler itself as its computation as fast as the
@@ -237,7 +244,7 @@ def straggler(f: RankFacts) -> Finding | None:
     if s is None:
         return None
     if s.host_gain_pct is not None:  # CPU-only job: priced from the other ranks' per-step wait, no replay
-        noise = s.host_p_value > STRAGGLER_HOST_ALPHA if s.host_testable else s.host_snr < STRAGGLER_HOST_MIN_SNR
+        noise = host_wait_is_noise(s.host_p_value, s.host_testable, s.host_snr)
         if f.rank != s.rank or s.host_gain_pct < STRAGGLER_HOST_MIN_PCT or noise:
             return None
         return _make(f, kind="straggler", metrics={"others_wait_per_step": (s.host_gain_us, "us"),
