@@ -472,13 +472,20 @@ def straggler_steps_needed(n_ranks: int, alpha: float) -> int:
 # --- GPU ranks whose collectives cannot be matched: compute per step ----------------------------------
 
 
+WHOLE_WINDOW_STEP = -1  # compute_per_step's one step of a trace without ProfilerStep spans
+
+
 def compute_per_step(t: EventTable, w: Window) -> dict[int, float]:
     """Per ProfilerStep: step number -> µs of computation kernels that step launched (union of their
     intervals). A kernel belongs to the step of its launch call (launch->kernel correlation,
-    trace.annotate), wherever it ran on the GPU timeline. Empty without steps or device events."""
+    trace.annotate), wherever it ran on the GPU timeline. A trace with no step at all (profiled without
+    prof.step()) is one step, WHOLE_WINDOW_STEP, its analysis window: the ranks' computation still compares over
+    the same span. Empty without device events."""
     from trainperf.diagnose.gpu_time import compute_mask  # gpu_time imports nothing of this module
 
     rows = w.device[compute_mask(t, w.device)] if w.device.size else w.device
+    if rows.size and not (t.step >= 0).any():
+        return {WHOLE_WINDOW_STEP: union_us(w, rows)}
     out = {}
     for s in np.unique(t.step[rows]):
         if s >= 0:
