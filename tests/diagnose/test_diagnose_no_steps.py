@@ -224,5 +224,7 @@ def test_python_frames_are_neither_a_cause_nor_host_work_of_their_own(tmp_path):
     a = diagnose(K.write_events(tmp_path / "py.json.gz", {**doc, "traceEvents": framed}))
     b = diagnose(K.write_events(tmp_path / "bare.json.gz", {**doc, "traceEvents": bare}))
     assert [(f.kind, f.gain_pct) for f in a.findings] == [(f.kind, f.gain_pct) for f in b.findings]
-    assert a.findings[0].kind == "launch_bound"
+    # the Python work (2 ms of each 3-ms step plus the tail, launching nothing while the GPU idles) is host work;
+    # the launches' own cost (10 x 60 us a step) comes after it
+    assert [f.kind for f in a.findings][:2] == ["host_work", "launch_bound"]
     assert a.ranks[0].critical_path_pct == pytest.approx(b.ranks[0].critical_path_pct)

@@ -242,6 +242,21 @@ def test_too_few_steps_for_the_test_name_a_recurring_straggler_unconfirmed(tmp_p
     assert any(caveat in n for n in d.notes)
 
 
+def test_a_small_straggler_late_in_every_step_is_named_when_the_test_can_run(tmp_path):
+    """Rank 1 computes 4 ms longer in every step: 4 % of a 100 ms step, under STRAGGLER_HOST_MIN_PCT (5). Over 7
+    analysed steps the test passes (p = 2 / 2^7 = 0.016), and the test decides: a straggler, medium (>= 3 %).
+    Over 3 analysed steps (too few for the test) the heuristic decides, and needs the 5 % besides: none."""
+    long, short = tmp_path / "long", tmp_path / "short"
+    long.mkdir()
+    short.mkdir()
+    d = diagnose(_write(long, {k: 4.0 for k in range(STEPS)}))
+    found = [f for f in d.findings if f.kind == "straggler"]
+    assert len(found) == 1 and found[0].ranks == [1] and found[0].severity == "medium"
+    assert found[0].gain_pct == pytest.approx(4.0, abs=0.05)
+    too_short = diagnose(_short_profile(short, {k: 4.0 for k in range(STEPS)}))
+    assert not [f for f in too_short.findings if f.kind == "straggler"]
+
+
 def test_too_few_steps_and_no_recurrence_name_no_straggler(tmp_path):
     """Rank 1 late by 30 ms in one of the 3 analysed steps: without that step its extra is 0 (snr 0 < 1)."""
     d = diagnose(_short_profile(tmp_path, {1: EXTRA_MS}))

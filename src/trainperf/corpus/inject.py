@@ -31,6 +31,11 @@ MALLOC_SPANS = (("aten::empty_strided", "cpu_op"), ("cudaMalloc", "cuda_runtime"
 LAUNCH_SPANS = (("aten::add_", "cpu_op"), ("cudaLaunchKernel", "cuda_runtime"))
 PAGEABLE_SPANS = (("aten::to", "cpu_op"), ("aten::_to_copy", "cpu_op"), ("aten::copy_", "cpu_op"),
                   ("cudaMemcpyAsync", "cuda_runtime"))
+# host work that launches nothing, as real traces show it: metrics or logging in the loop (a Python function, or an
+# annotation the user put around it), or nothing at all (Python's garbage collector, untraced Python)
+HOST_WORK_SPANS = ((("train.py(212): log_metrics", "python_function"),),
+                   (("compute_metrics", "user_annotation"),),
+                   ())
 TINY_KERNEL = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<float>, "
                "at::detail::Array<char*, 2> >(int, at::native::CUDAFunctorOnSelf_add<float>, "
                "at::detail::Array<char*, 2>)")
@@ -305,6 +310,24 @@ def inject_exposed_comm(ranks: dict, size: float, rng: random.Random):
     return out, sorted(ranks)
 
 
+SAMPLED_IDS_PER_CALL = 30  # median correlation-id step between runtime calls above which a trace is sampled
+
+
+def inject_host_work(ranks: dict, size: float, rng: random.Random):
+    """size: µs of host work that launches nothing, once per step between two of its kernel launches (the loop
+    thread computing metrics, logging, or collecting garbage while the device drains its queue). Not into a sampled
+    trace (its runtime calls' correlation ids step by more than SAMPLED_IDS_PER_CALL, as HTA's trace_filter by 73):
+    there a gap with no launch is as likely events the sampling dropped, so no reading could tell the work apart."""
+    for doc in ranks.values():
+        ids = np.sort([c for e in doc["traceEvents"] if K.is_runtime(e) and (c := K.correlation(e)) is not None])
+        if ids.size > 20 and float(np.median(np.diff(ids))) > SAMPLED_IDS_PER_CALL:
+            raise NotApplicable(f"a sampled trace (1 runtime call in {float(np.median(np.diff(ids))):.0f} kept): "
+                                "host work that launches nothing cannot be told from the events it dropped")
+    spans = rng.choice(HOST_WORK_SPANS)
+    return _host(ranks, lambda doc, r: [HostWork(at_us=t, host_us=size, spans=spans)
+                                        for t in _launch_points(doc, r, 1, rng)])
+
+
 INJECTORS = {
     "data_loader_stall": inject_data_loader_stall,
     "checkpoint_stall": inject_checkpoint_stall,
@@ -314,4 +337,5 @@ INJECTORS = {
     "small_kernels": inject_small_kernels,
     "straggler": inject_straggler,
     "exposed_comm": inject_exposed_comm,
+    "host_work": inject_host_work,
 }

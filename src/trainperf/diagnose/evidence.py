@@ -110,17 +110,29 @@ SAMPLED_IDS_PER_CALL = 30.0  # correlation ids per runtime call kept (95 % small
 SAMPLED_TRIM = 0.95          # the largest 5 % of the id steps (a profile's start, a few dropped calls) left out
 
 
-def sampled_caveat(f: RankFacts) -> Caveat | None:
-    """A sampled or filtered trace: CUPTI gives every runtime call it sees the next correlation id, and Kineto drops
-    a few kinds of call (cudaGetDevice, ...), so between consecutive calls of a whole trace the id grows by 1-10.5
-    on average (HTA's traces, the largest 5 % of steps left out), and by 73-74 on HTA's trace_filter samples: such a
-    trace has lost most of its events, and the host gaps between those left are missing events, not work or waits."""
+def correlation_ids_per_call(f: RankFacts) -> float:
+    """How many correlation ids the window's runtime calls use per call kept (the mean step between consecutive
+    ids, the largest SAMPLED_TRIM share of steps left out); 1.0 with fewer than 20 calls. CUPTI gives every runtime
+    call it sees the next id, and Kineto drops a few kinds of call (cudaGetDevice, ...): 1-10.5 in whole traces
+    (HTA's), 73-74 on HTA's trace_filter samples."""
     t, w = f.table, f.window
     c = np.sort(t.correlation[w.keep & (t.kind == RUNTIME) & (t.correlation >= 0)])
     if c.size < 20:
-        return None
+        return 1.0
     steps = np.sort(np.diff(c))
-    per_call = float(steps[:max(1, int(SAMPLED_TRIM * steps.size))].mean())
+    return float(steps[:max(1, int(SAMPLED_TRIM * steps.size))].mean())
+
+
+def is_sampled(f: RankFacts) -> bool:
+    """Whether the trace lost most of its runtime calls (sampled or filtered: correlation_ids_per_call above
+    SAMPLED_IDS_PER_CALL): its host gaps are then missing events, not work or waits."""
+    return correlation_ids_per_call(f) > SAMPLED_IDS_PER_CALL
+
+
+def sampled_caveat(f: RankFacts) -> Caveat | None:
+    """A sampled or filtered trace (is_sampled): such a trace has lost most of its events, and the host gaps
+    between those left are missing events, not work or waits."""
+    per_call = correlation_ids_per_call(f)
     if per_call <= SAMPLED_IDS_PER_CALL:
         return None
     return Caveat(note=f"the trace keeps about 1 runtime call in {per_call:.0f} (its correlation ids grow by "

@@ -47,6 +47,12 @@ RECOMMENDATIONS = {
                  "uneven data (sequence-length imbalance) or extra work only it does (logging, checkpointing).",
     "launch_bound": "The GPU waits for the CPU to launch kernels: capture the step with CUDA graphs, "
                     "torch.compile (mode='reduce-overhead') to fuse kernels, or raise the per-GPU batch size.",
+    "host_work": "The thread that launches the GPU's work spends milliseconds at a time on work that launches "
+                 "nothing while the GPU idles (the longest gaps name the op around them): move it off the training "
+                 "loop or do it less often. Metrics and logging every N steps or on a background thread; "
+                 "preprocessing in DataLoader workers; a CPU-offloaded optimizer (ZeRO-Offload) overlapped with the "
+                 "backward or kept on the GPU where memory allows; gc.freeze() after start-up and gc.collect() every "
+                 "N steps for the garbage collector; profile with with_stack=True where no op holds the time.",
     "small_kernels": "Many kernels are tiny: fuse them (torch.compile, fused optimizers, foreach ops) or use "
                      "CUDA graphs to cut per-launch overhead.",
     "memory_bound_unfused": "Elementwise and reduction kernels take a large share: fuse them (torch.compile, "
@@ -146,7 +152,7 @@ def severity_of(gain_pct: float) -> str:
 # the tiny kernels small_kernels names, graph_small_kernels, is a local change that foreach ops or torch.compile
 # make; removing a wait assumes nothing.) A rule may also mark its finding an upper bound (exposed_comm when the
 # exposed time is point-to-point: the receiver usually needs the data, so overlap may not hide it).
-UPPER_BOUND_CHANGES = frozenset({"graph_launches", "speedup", "host_speedup"})
+UPPER_BOUND_CHANGES = frozenset({"graph_launches", "speedup", "host_speedup", "remove_host_work"})
 
 
 def make(kind: str, ranks, steps, metrics: dict, events=(), gain_pct: float | None = None, gain_us: float = 0.0,

@@ -179,8 +179,19 @@ def idle_in_span_us(w: Window, start_us: float, end_us: float) -> float:
     """Time in [start_us, end_us) with no device event of the window running (µs): the GPU idle over a host-side
     span (the analysed steps), where HTA's breakdown measures idle only between the first and the last device
     event. A 413-ms step holding one 45-µs kernel is ~100 % idle over the step and 0 % over its device span."""
-    if end_us <= start_us:
-        return 0.0
+    return float(idle_in_spans_us(w, np.array([start_us]), np.array([end_us]))[0])
+
+
+def idle_in_spans_us(w: Window, starts_us: np.ndarray, ends_us: np.ndarray) -> np.ndarray:
+    """idle_in_span_us of each span [starts_us[i], ends_us[i]) (µs; 0 for an empty span), at one merge of the
+    device events for all of them."""
     s, e = merge_intervals(w.ts_us[w.device], w.end_us[w.device])
-    busy = np.clip(np.minimum(e, end_us) - np.maximum(s, start_us), 0.0, None).sum()
-    return float(end_us - start_us - busy)
+    done = np.r_[0.0, np.cumsum(e - s)]  # device busy time before each merged interval starts
+
+    def busy_before(x: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(s, x, side="right")  # merged intervals that start at or before x
+        return done[k] - np.where(k > 0, np.maximum(e[np.maximum(k - 1, 0)] - x, 0.0), 0.0)
+
+    a, b = np.asarray(starts_us, dtype=float), np.asarray(ends_us, dtype=float)
+    b = np.maximum(a, b)
+    return (b - a) - (busy_before(b) - busy_before(a))

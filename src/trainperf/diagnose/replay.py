@@ -71,7 +71,7 @@ NAMED_STALLS = (DATALOADER_RE, CHECKPOINT_RE, COMPILE_RE, ALLOCATOR_SPAN_RE)
 CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_compile_wait", "remove_syncs",
                 "unblock_pageable_copies", "remove_allocator", "overlap_comm", "remove_straggler_wait", "speedup",
                 "host_speedup", "graph_small_kernels", "graph_launches", "compute_speedup", "speedup_rows",
-                "drop_rows", "remove_wasted_rows")
+                "drop_rows", "remove_wasted_rows", "remove_host_work")
 
 
 @dataclass(frozen=True)
@@ -89,13 +89,16 @@ class Change:
     for every kernel launch: the step captured as a CUDA graph) | speedup_rows (the device events of the trace rows
     `rows` sped up `factor` times: a set of kernels replaced by a fused one) | drop_rows (the device events of the
     trace rows `rows` not run: avoidable work, at a cost the trace does not show) | remove_wasted_rows (the same for
-    work whose result nothing uses: a measured waste). Several changes replay together (`replay(g, [a, b])`)."""
+    work whose result nothing uses: a measured waste) | remove_host_work (the work that launches nothing in the gaps
+    before the host calls of trace rows `rows` goes: host_work_us). Several changes replay together
+    (`replay(g, [a, b])`)."""
 
     kind: str = "none"
     category: int = -1
     factor: float = 1.0
     site: int = -1  # remove_syncs: only the syncs of this call site (Graph.site_names index); -1 all
-    rows: tuple = ()  # speedup_rows, drop_rows, remove_wasted_rows: the trace rows of the device events
+    rows: tuple = ()  # speedup_rows, drop_rows, remove_wasted_rows: the trace rows of the device events;
+    #                   remove_host_work: the trace rows of the host calls whose gaps lose their work
 
     def __post_init__(self):
         if self.kind not in CHANGE_KINDS:
@@ -492,6 +495,15 @@ def dispatch_taken(g: "Graph", cpu: np.ndarray, graphed: np.ndarray) -> np.ndarr
     return out
 
 
+def host_work_us(g: "Graph") -> np.ndarray:
+    """Per host node: the time in its gap its thread spends on work that launches nothing (µs, >= 0): the CPU work
+    beyond the usual op dispatch that the kernel launches of its stretch take from it (dispatch_taken over every
+    launch), plus the time it ran no op and waited for no other thread's call (untraced work: Python outside ops,
+    the garbage collector). What remove_host_work takes off the host chain."""
+    cpu = g.cpu_work_us
+    return np.maximum(cpu - dispatch_taken(g, cpu, g.kernel_launch), 0.0) + g.gap_idle * (g.host_dep < 0)
+
+
 def release_us(start: np.ndarray, end: np.ndarray, launch: np.ndarray, lat: np.ndarray,
                stream_prev: np.ndarray) -> np.ndarray:
     """Per node: when its launch (call start + launch latency) and its stream's previous op (its end) allow it to
@@ -756,6 +768,12 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     for c in changes:
         if c.kind == "host_speedup":  # only work gets faster; a wait for another thread moves with that thread
             cpu = cpu / c.factor
+    untraced_gone = np.zeros(n, bool)  # remove_host_work: gaps whose untraced time (no op, no wait) goes too
+    for c in changes:
+        if c.kind == "remove_host_work":
+            sel = g.is_host & np.isin(g.rows, np.asarray(c.rows, dtype=np.int64))
+            cpu = cpu - np.where(sel, np.maximum(cpu - dispatch_taken(g, cpu, g.kernel_launch), 0.0), 0.0)
+            untraced_gone |= sel
     graphed = g.kernel_launch if "graph_launches" in kinds else \
         g.small_launch if "graph_small_kernels" in kinds else None
     if graphed is not None:
@@ -777,7 +795,7 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
             unread |= g.in_syncop & (g.block_class == BLOCK_SYNC) & ((g.sync_site == c.site) if c.site >= 0 else True)
     # an idle gap is a wait for another thread (host_dep), not CPU work: it shrinks when that thread moves; one
     # with no such call to wait for (-1) stays as it was observed
-    cpu = np.maximum(cpu, 0.0) + g.gap_idle * (g.host_dep < 0)
+    cpu = np.maximum(cpu, 0.0) + g.gap_idle * ((g.host_dep < 0) & ~untraced_gone)
     gap = cpu + (0.0 if "remove_data_wait" in kinds else g.gap_dataloader) + \
         (0.0 if "remove_checkpoint_wait" in kinds else g.gap_checkpoint) + \
         (0.0 if "remove_compile_wait" in kinds else g.gap_compile) + \

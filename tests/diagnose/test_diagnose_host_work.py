@@ -1,0 +1,83 @@
+"""host_work: the launching thread busy for milliseconds with work that launches nothing while the GPU idles.
+
+The references: the corpus' trace surgery (trainperf.corpus, independent of diagnose) inserts the work and measures
+the step it costs; hand-built traces give the cases where nothing may be found."""
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainperf.corpus import kineto as K
+from trainperf.corpus.build import step_time
+from trainperf.corpus.inject import NotApplicable, inject_host_work
+from trainperf.diagnose.api import diagnose
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from kineto_builder import TraceBuilder  # noqa: E402
+
+STEP_US, KERNELS, OP_US = 20_000.0, 40, 500.0
+
+
+def _loop(path: Path, *, gap_us: float = 0.0, gap_name: str | None = None, kernel_us: float = 40.0,
+          sampled: bool = False) -> Path:
+    """6 steps of 20 ms: 40 ops of 500 us back to back, each launching one kernel of kernel_us (40 us: the GPU
+    mostly idle, waiting for the next op); before the 21st op, gap_us of work that launches nothing (inside
+    gap_name, or no op at all), and the step that much longer. sampled: the runtime calls' correlation ids step by
+    73, as in a trace that kept 1 call in 73."""
+    b = TraceBuilder()
+    t0 = 0.0
+    for s in range(6):
+        b.step(s, t0, STEP_US + gap_us)
+        at = t0
+        for k in range(KERNELS):
+            if k == KERNELS // 2 and gap_us:
+                if gap_name:
+                    b.cpu(gap_name, at, gap_us, cat="user_annotation")
+                at += gap_us
+            b.cpu("aten::mul", at, OP_US - 1.0)
+            if sampled:
+                b._corr += 72
+            b.launch("void at::native::vectorized_elementwise_kernel<4>", at + OP_US - 20.0, at + OP_US - 10.0,
+                     kernel_us, launch_dur=8.0)
+            at += OP_US
+        t0 += STEP_US + gap_us
+    return b.write(path)
+
+
+def _host_work(path: Path):
+    return next((f for f in diagnose(path).findings if f.kind == "host_work"), None)
+
+
+def test_host_work_inserted_by_surgery_is_found_and_priced_as_the_step_it_costs(tmp_path):
+    base = K.read_events(_loop(tmp_path / "base.json.gz"))
+    out, _ = inject_host_work({0: base}, 8_000.0, random.Random(3))
+    before, after = step_time({0: base}), step_time(out)
+    true_gain = 100.0 * (after - before) / after
+    assert true_gain == pytest.approx(100 * 8 / 28, abs=1.0)  # the GPU waits through all of it
+    found = _host_work(K.write_events(tmp_path / "injected.json.gz", out[0]))
+    assert found is not None and found.gain_is_upper_bound
+    # alone, as the surgery measured it (its marginal gain comes after launch_bound's: every op here is dispatch)
+    assert found.gain_alone_pct == pytest.approx(true_gain, abs=1.0)
+    assert _host_work(tmp_path / "base.json.gz") is None
+
+
+@pytest.mark.parametrize("name, shown", [("compute_metrics", "compute_metrics"), (None, "no op recorded")])
+def test_the_evidence_names_what_held_the_thread(tmp_path, name, shown):
+    found = _host_work(_loop(tmp_path / "t.json.gz", gap_us=6_000.0, gap_name=name))
+    assert found is not None and shown in found.evidence["events"][0]["name"]
+    assert found.evidence["events"][0]["dur_us"] == pytest.approx(6_000.0, abs=20.0)  # + the 12 us before the op
+
+
+def test_no_host_work_while_the_gpu_is_busy_through_it(tmp_path):
+    """The same 6-ms gap while the first 20 kernels, of 2 ms each, still run: the GPU does not run dry."""
+    assert _host_work(_loop(tmp_path / "t.json.gz", gap_us=6_000.0, kernel_us=2_000.0)) is None
+
+
+def test_a_sampled_trace_has_no_host_work(tmp_path):
+    """Gaps across which the calls' ids jump by 73 are events the sampling dropped, not work."""
+    assert _host_work(_loop(tmp_path / "t.json.gz", gap_us=6_000.0, sampled=True)) is None
+    base = K.read_events(_loop(tmp_path / "s.json.gz", sampled=True))
+    with pytest.raises(NotApplicable, match="sampled"):
+        inject_host_work({0: base}, 8_000.0, random.Random(3))
