@@ -263,6 +263,23 @@ def test_context_init_free_and_pool_growth_without_steps_are_not_a_stall(tmp_pat
     assert off.evidence["metrics"]["allocator_calls"]["value"] == 6  # the 5-ms cudaFree(0) is not one of them
 
 
+@pytest.mark.parametrize("malloc_iterations, stall", [(range(4), True), ((0,), False)])
+def test_without_steps_mallocs_recur_by_the_optimizer_iterations(tmp_path, malloc_iterations, stall):
+    # no ProfilerStep (profiled without prof.step()), but torch.optim's Optimizer.step annotation ends each of 4
+    # iterations: a 400-us cudaMalloc with no free in every iteration recurs (in 4 of the 5 parts the annotations
+    # cut the window into); in the first iteration only it is the pool growing
+    b = TraceBuilder()
+    for s in range(4):
+        T = 1000.0 * s
+        if s in malloc_iterations:
+            b.cpu("cudaMalloc", T, 400, cat="cuda_runtime")
+        for i in range(5):
+            b.launch("ampere_sgemm_128x64_tn", T + 400 + 100 * i, T + 410 + 100 * i, 50)
+        b.cpu("Optimizer.step#AdamW.step", T + 950, 40, cat="user_annotation")
+    found = {x.kind for x in diagnose(b.write(tmp_path / "t.json.gz")).findings}
+    assert ("allocator_stall" in found) == stall
+
+
 def test_a_one_off_initialisation_call_is_not_allocator_time(tmp_path):
     # the cache off (a 250-us cudaMalloc and cudaFree around each of 4 GEMMs, no steps) and, after them, one
     # 60-ms cudaFree (a library's initialisation, HTA's PARAM alexnet: 6 s): 240 x the 250-us median of its

@@ -34,7 +34,7 @@ from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CH
                                      DATALOADER_RE, MEMCPY_RUNTIME_RE, SYNC_OP_RE, SYNC_RUNTIME_RE, call_sites,
                                      span_rows)
 from trainperf.diagnose.launch import LAUNCH_CALL_OUTLIER_US, small_kernel_mask
-from trainperf.diagnose.window import Window, merge_intervals
+from trainperf.diagnose.window import HOST_STEP_KINDS, ITERATION_HINT_RE, Window, merge_intervals
 from trainperf.trace.annotate import STEP_RE, correlated_host_row
 from trainperf.trace.nesting import enclosing_span, thread_key
 from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMMUNICATION, CPU_OP, KERNEL, MEMCPY, MEMSET, PYTHON, RUNTIME,
@@ -257,7 +257,10 @@ def allocation_traffic(t: EventTable, w: Window, rows: np.ndarray, start: np.nda
       its pool on first use (or an occasional empty_cache), not every step's cost;
     - without steps the window is the whole trace, start-up included: mallocs with no free in it are the pool
       growing (the caching allocator frees nothing of its own; switched off, or emptied each step, it frees as it
-      allocates). With one step nothing shows recurrence either way: its calls count, and the one-step caveat
+      allocates), unless they recur iteration after iteration: a trace profiled without prof.step() still has
+      torch.optim's Optimizer.step annotations, and calls in at least half of the parts they cut the window into
+      recur as they would in half the steps (a pool grows in the first iterations only).
+      With one step nothing shows recurrence either way: its calls count, and the one-step caveat
       (evidence.py) lowers the finding's confidence."""
     ids = t.ids_matching(ALLOCATOR_RUNTIME_RE.search)
     alloc = np.isin(t.name[rows], ids)
@@ -277,7 +280,14 @@ def allocation_traffic(t: EventTable, w: Window, rows: np.ndarray, start: np.nda
         if 2 * int(with_calls.sum()) < len(steps):
             keep[:] = False
     elif not steps and not (keep & is_free).any():
-        keep[:] = False
+        # the iterations torch.optim's annotations mark (window.ITERATION_HINT_RE): calls before, between and after
+        # them recur when they fall in at least half of those parts, as with steps
+        opt = np.flatnonzero(w.keep & np.isin(t.kind, HOST_STEP_KINDS)
+                             & np.isin(t.name, t.ids_matching(ITERATION_HINT_RE.match)))
+        cuts = np.unique(w.ts_us[opt])
+        parts = np.unique(np.searchsorted(cuts, start[keep]))
+        if cuts.size < 2 or 2 * parts.size < cuts.size + 1:
+            keep[:] = False
     return keep
 
 
