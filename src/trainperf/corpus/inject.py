@@ -310,7 +310,9 @@ def inject_exposed_comm(ranks: dict, size: float, rng: random.Random):
     return out, sorted(ranks)
 
 
-SAMPLED_IDS_PER_CALL = 30  # median correlation-id step between runtime calls above which a trace is sampled
+# median correlation-id step between runtime calls above which a trace is sampled: diagnose's evidence uses the same
+# number, restated here because the corpus must not import diagnose (it judges it)
+SAMPLED_IDS_PER_CALL = 30
 
 
 def inject_host_work(ranks: dict, size: float, rng: random.Random):
