@@ -322,8 +322,9 @@ def inject_host_work(ranks: dict, size: float, rng: random.Random):
     there a gap with no launch is as likely events the sampling dropped, so no reading could tell the work apart."""
     for doc in ranks.values():
         ids = np.sort([c for e in doc["traceEvents"] if K.is_runtime(e) and (c := K.correlation(e)) is not None])
-        if ids.size > 20 and float(np.median(np.diff(ids))) > SAMPLED_IDS_PER_CALL:
-            raise NotApplicable(f"a sampled trace (1 runtime call in {float(np.median(np.diff(ids))):.0f} kept): "
+        per_call = float(np.median(np.diff(ids))) if ids.size > 20 else 1.0
+        if per_call > SAMPLED_IDS_PER_CALL:
+            raise NotApplicable(f"a sampled trace (1 runtime call in {per_call:.0f} kept): "
                                 "host work that launches nothing cannot be told from the events it dropped")
     spans = rng.choice(HOST_WORK_SPANS)
     return _host(ranks, lambda doc, r: [HostWork(at_us=t, host_us=size, spans=spans)

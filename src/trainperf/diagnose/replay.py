@@ -510,8 +510,13 @@ def host_work_us(g: "Graph") -> np.ndarray:
     beyond the usual op dispatch that the kernel launches of its stretch take from it (dispatch_taken over every
     launch), plus the time it ran no op and waited for no other thread's call (untraced work: Python outside ops,
     the garbage collector). What remove_host_work takes off the host chain."""
-    cpu = g.cpu_work_us
-    return np.maximum(cpu - dispatch_taken(g, cpu, g.kernel_launch), 0.0) + g.gap_idle * (g.host_dep < 0)
+    return work_beyond_dispatch_us(g, g.cpu_work_us) + g.gap_idle * (g.host_dep < 0)
+
+
+def work_beyond_dispatch_us(g: "Graph", cpu: np.ndarray) -> np.ndarray:
+    """Per host node: the part of its CPU gap (cpu, µs) beyond the usual op dispatch that the kernel launches of
+    its stretch take from it (dispatch_taken over every launch), µs >= 0."""
+    return np.maximum(cpu - dispatch_taken(g, cpu, g.kernel_launch), 0.0)
 
 
 def release_us(start: np.ndarray, end: np.ndarray, launch: np.ndarray, lat: np.ndarray,
@@ -782,7 +787,7 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     for c in changes:
         if c.kind == "remove_host_work":
             sel = g.is_host & np.isin(g.rows, np.asarray(c.rows, dtype=np.int64))
-            cpu = cpu - np.where(sel, np.maximum(cpu - dispatch_taken(g, cpu, g.kernel_launch), 0.0), 0.0)
+            cpu = cpu - np.where(sel, work_beyond_dispatch_us(g, cpu), 0.0)
             untraced_gone |= sel
     graphed = g.kernel_launch if "graph_launches" in kinds else \
         g.small_launch if "graph_small_kernels" in kinds else None
