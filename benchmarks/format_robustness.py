@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         table.add_column(col)
     for v, r in rows.items():
         table.add_row(v, f"{r['top1']:.3f}", f"{r['mean_f1']:.3f}", str(r["healthy_high_medium"]),
-                      f"{r['whatif_median']:.2f}", str(len(r["changed_top1"])))
+                      "-" if r["whatif_median"] is None else f"{r['whatif_median']:.2f}", str(len(r["changed_top1"])))
     Console().print(table)
     for v, r in rows.items():
         for c in r["changed_top1"]:

@@ -177,7 +177,8 @@ def run_cases(corpus: str | Path, progress: bool = True) -> list[CaseResult]:
             lab = labels[c]
             results.append(CaseResult(name=c.name, kind=lab["kind"], ranks=list(lab["ranks"]),
                                       true_gain_pct=float(lab["true_gain_pct"]), severity=str(lab["severity"]),
-                                      findings=[{k: f.get(k) for k in ("kind", "severity", "ranks", "gain_pct")}
+                                      findings=[{k: f.get(k) for k in ("kind", "severity", "ranks", "gain_pct",
+                                                                          "gain_is_upper_bound", "fix_order")}
                                                 for f in found],
                                       seconds=time.perf_counter() - t, base=str(lab.get("base", ""))))
             bar.advance(task)

@@ -25,14 +25,25 @@ LAUNCH_BOUND_MIN_KERNELS = 20
 LAUNCH_CALL_OUTLIER_US = 50.0
 
 
+def graph_launched(t: EventTable, rows: np.ndarray) -> np.ndarray:
+    """Which of the device rows were launched by a call that launched other device work too (bool per row): a
+    CUDA/HIP graph replay, where one cudaGraphLaunch starts every kernel of the graph and each carries its
+    correlation id. Such a kernel is not launched one by one: it pays no launch of its own."""
+    link = correlated_host_row(t)
+    per_call = np.bincount(link[link >= 0], minlength=len(t))
+    mine = link[rows]
+    return (mine >= 0) & (per_call[np.clip(mine, 0, None)] > 1)
+
+
 def small_kernel_mask(t: EventTable, rows: np.ndarray, dur_us: np.ndarray) -> np.ndarray:
     """Which of the device rows are small kernels (bool per row): kernels shorter than SMALL_KERNEL_US (dur_us,
-    per row) that are neither communication nor already fused across tensors (FUSED_ACROSS_TENSORS). The one
-    definition the small-kernel statistics (launch_stats), the GPU idle before them and the what-if
-    (replay.Graph.small_launch) share."""
+    per row) that are neither communication, nor already fused across tensors (FUSED_ACROSS_TENSORS), nor
+    replayed from a graph (graph_launched: their launches are already one call). The one definition the
+    small-kernel statistics (launch_stats), the GPU idle before them and the what-if (replay.Graph.small_launch)
+    share."""
     fused = t.ids_matching(lambda s: any(m in s for m in FUSED_ACROSS_TENSORS))
     return ((t.kind[rows] == KERNEL) & (dur_us < SMALL_KERNEL_US) & (t.category[rows] != COMMUNICATION)
-            & ~np.isin(t.name[rows], fused))
+            & ~np.isin(t.name[rows], fused) & ~graph_launched(t, rows))
 
 
 def launched_rows(t: EventTable, w: Window) -> tuple[np.ndarray, np.ndarray]:
@@ -100,8 +111,9 @@ def _by_stream(t: EventTable, w: Window, rows: np.ndarray, link: np.ndarray):
 def _small_kernel_host_wait(t: EventTable, w: Window, rows: np.ndarray, link: np.ndarray) -> float:
     """Idle device time (µs) before small kernels whose launch call started after the stream went idle."""
     total = 0.0
+    small_rows = small_kernel_mask(t, rows, w.end_us[rows] - w.ts_us[rows])
     for _, o, ts, end, lts in _by_stream(t, w, rows, link):
-        small = small_kernel_mask(t, rows[o][1:], end[1:] - ts[1:])
+        small = small_rows[o][1:]
         waited = lts[1:] > end[:-1]
         total += float(np.maximum(ts[1:] - end[:-1], 0.0)[small & waited].sum())
     return total
