@@ -10,8 +10,9 @@ import numpy as np
 
 from trainperf.diagnose import findings as F
 from trainperf.diagnose import rules
-from trainperf.diagnose.crossrank import (CrossRank, HostStraggler, comm_waits, compute_straggler, cross_rank,
-                                         host_straggler, straggler_min_p_value, straggler_steps_needed)
+from trainperf.diagnose.crossrank import (CrossRank, HostStraggler, MatchedCollective, comm_waits, compute_straggler,
+                                         cross_rank, host_straggler, laggards, straggler_min_p_value,
+                                         straggler_steps_needed)
 from trainperf.diagnose.evidence import Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes
 from trainperf.diagnose.facts import RankFacts, StragglerFacts, collect_facts
 from trainperf.diagnose.modules import module_breakdown
@@ -210,6 +211,10 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
                    "straggler_caused_wait_us": st[1] if st else 0.0, "compute_imbalance_pct": xr.imbalance_pct,
                    "unmatched": xr.unmatched, "clock_offset_us": xr.clock_offset_us,
                    "clock_spread_us": xr.clock_spread_us}
+        sf = next(iter(facts.values())).straggler
+        if sf is not None and sf.last_in_steps:
+            xr_json["steps_each_rank_was_waited_for"] = sf.last_in_steps
+            xr_json["straggler_persistent"] = sf.persistent
     best = max(plans.values(), key=lambda p: p.fix_all_gain_pct, default=None)
     mods = [module_breakdown(tables[r], by=modules) for r in summaries] if modules else []
     notes += [f"rank {b.rank}: modules: {n}" for b in mods for n in b.notes]
@@ -299,6 +304,8 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, RankFacts]) -> StragglerFac
         return StragglerFacts(rank=cs.rank, caused_us=0.0, caused_per_other_us=0.0, imbalance_pct=xr.imbalance_pct,
                               events=[], compute_ratio=cs.ratio, extra_compute_us=cs.extra_us)
     srank, caused = st
+    last = laggards(xr.collectives, lambda c: _collective_step(c, facts))
+    last_in_steps = {r: sum(1 for x, _ in last.values() if x == r) for r in sorted({x for x, _ in last.values()})}
     worst = sorted((c for c in xr.collectives if c.last_rank == srank), key=lambda c: -sum(c.wait_us.values()))[:3]
     w = facts[srank].window
     origin = float(w.ts_us.min())
@@ -310,6 +317,18 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, RankFacts]) -> StragglerFac
     # its computation beyond the other ranks' median is evidence too (as in the unmatched case): a rank that
     # arrives last at one collective a step causes one wait, however much longer it computed before it
     extra = max(mine - float(np.median(rest)), 0.0) if rest else 0.0
+    # a straggler keeps the others waiting step after step: it must be the rank they waited for most in a majority
+    # of the steps with waits (not fitted: "most"). When that rank changes from step to step, no rank is slow: the
+    # ranks get unequal work per step (lengths, routing), and rules.load_imbalance names that instead
+    persistent = last_in_steps.get(srank, 0) > len(last) / 2
     return StragglerFacts(rank=srank, caused_us=caused, caused_per_other_us=caused / others,
                           imbalance_pct=xr.imbalance_pct, events=events, compute_ratio=max(ratio, 1.0),
-                          extra_compute_us=extra)
+                          extra_compute_us=extra, last_in_steps=last_in_steps, persistent=persistent)
+
+
+def _collective_step(c: MatchedCollective, facts: dict[int, RankFacts]):
+    """The ProfilerStep a matched collective belongs to (its launch's, on the first rank that has it); a collective
+    of a trace without steps is a step of its own."""
+    r = min(c.rows)
+    step = int(facts[r].table.step[c.rows[r]])
+    return step if step >= 0 else (c.kind, c.seq)

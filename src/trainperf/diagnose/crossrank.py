@@ -170,6 +170,20 @@ def ends_agree(ends_us: dict[int, float], durs_us: dict[int, float]) -> bool:
     return max(ends_us.values()) - min(ends_us.values()) <= float(end_tolerance_us(min(durs_us.values())))
 
 
+def laggards(collectives: list[MatchedCollective], step_of) -> dict:
+    """Per step: the rank whose late arrival made the others wait most inside that step's matched collectives, and
+    that wait (µs, summed over the waiting ranks); steps where nobody waited are left out. step_of(collective) ->
+    the step it belongs to (api: the ProfilerStep of its launch; a trace without steps gives each collective its
+    own key). A straggler is the same rank here step after step; under load imbalance it changes."""
+    caused: dict = {}
+    for c in collectives:
+        w = sum(c.wait_us.values())
+        if w > 0:
+            per = caused.setdefault(step_of(c), {})
+            per[c.last_rank] = per.get(c.last_rank, 0.0) + w
+    return {s: max(per.items(), key=lambda kv: kv[1]) for s, per in caused.items()}
+
+
 def comm_waits(xr: "CrossRank", rank: int) -> dict[int, tuple[float, int]]:
     """For one rank: trace row of each matched collective kernel -> (µs waited inside it, rank waited for)."""
     return {c.rows[rank]: (c.wait_us[rank], c.last_rank) for c in xr.collectives

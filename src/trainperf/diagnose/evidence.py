@@ -27,7 +27,7 @@ GPU_LAG_NOTE_SHARE = 0.5       # a step's GPU work ends after its ProfilerStep b
 
 HOST_TIME_KINDS = frozenset({"launch_bound", "small_kernels", "idle_gpu", "data_loader_stall", "checkpoint_stall",
                              "compile_stall"})
-CROSS_RANK_KINDS = frozenset({"straggler", "exposed_comm"})
+CROSS_RANK_KINDS = frozenset({"straggler", "load_imbalance", "exposed_comm"})
 _LAUNCH_WORDS = ("LaunchKernel", "LaunchCooperativeKernel", "Memcpy", "Memset", "GraphLaunch")
 HOLE_KINDS = (CPU_OP, RUNTIME, PYTHON, USER_ANNOTATION, KERNEL, MEMCPY, MEMSET)  # what fills a stretch of the window
 

@@ -45,6 +45,10 @@ RECOMMENDATIONS = {
                     "(gradient compression, larger micro-batches per all-reduce).",
     "straggler": "Investigate the slow rank: its host/GPU (thermal throttling, noisy neighbour, slower link), "
                  "uneven data (sequence-length imbalance) or extra work only it does (logging, checkpointing).",
+    "load_imbalance": "Ranks wait for each other at collectives, and the one they wait for changes from step to "
+                      "step: the ranks get unequal work per step. Balance it: pack sequences to a fixed token count "
+                      "per micro-batch (or group them by length), balance tokens across data-parallel ranks; in MoE, "
+                      "an auxiliary load-balancing loss or a capacity factor; equal shards per rank.",
     "launch_bound": "The GPU waits for the CPU to launch kernels: capture the step with CUDA graphs, "
                     "torch.compile (mode='reduce-overhead') to fuse kernels, or raise the per-GPU batch size.",
     "host_work": "The thread that launches the GPU's work spends milliseconds at a time on work that launches "

@@ -23,7 +23,8 @@ def straggler_wait_ms(cross_rank: dict) -> tuple[int, float] | None:
 def straggler_text(cross_rank: dict) -> str:
     """One clause on the rank the others waited for, from ``Diagnosis.cross_rank``: "straggler rank R caused X ms
     of waiting"; on a CPU-only job whose wait load noise explains as well (rules.host_wait_is_noise, the straggler
-    rule's own decision), "rank R caused X ms of waiting, as much as load noise gives (p P)"; NO_STRAGGLER when
+    rule's own decision), "rank R caused X ms of waiting, as much as load noise gives (p P)"; when the rank waited
+    for changed from step to step (StragglerFacts.persistent), no straggler but load imbalance; NO_STRAGGLER when
     nobody waited."""
     s = straggler_wait_ms(cross_rank)
     if s is None:
@@ -31,6 +32,10 @@ def straggler_text(cross_rank: dict) -> str:
     if cross_rank.get("host_straggler_within_noise"):
         p = cross_rank["host_straggler_p_value"]
         return f"rank {s[0]} caused {s[1]:.1f} ms of waiting, as much as load noise gives (p {p:.3f})"
+    if cross_rank.get("straggler_persistent") is False:
+        last = cross_rank["steps_each_rank_was_waited_for"]
+        return (f"no straggler: the rank the others waited for changed from step to step (load imbalance; "
+                + ", ".join(f"rank {r} in {n}" for r, n in sorted(last.items())) + " steps)")
     return f"straggler rank {s[0]} caused {s[1]:.1f} ms of waiting"
 
 

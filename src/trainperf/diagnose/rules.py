@@ -261,6 +261,8 @@ def straggler(f: RankFacts) -> Finding | None:
                      gain_pct=s.host_gain_pct, gain_us=s.host_gain_us, ranks=[s.rank],
                      what_if=f"no rank waits for rank {s.rank} (host only: the others' median wait per step)",
                      evidence_pct=s.host_gain_pct)
+    if not s.persistent:  # the rank the others wait for changes from step to step: load_imbalance
+        return None
     metrics = {"caused_wait": (s.caused_us, "us"), "caused_wait_per_other_rank": (s.caused_per_other_us, "us"),
                "compute_imbalance": (s.imbalance_pct, "%"), "compute_vs_other_ranks": (s.compute_ratio, "x"),
                "extra_compute": (s.extra_compute_us, "us")}
@@ -278,6 +280,27 @@ def straggler(f: RankFacts) -> Finding | None:
                  [(n, t0 + f.origin_us, d) for n, t0, d in s.events], (Change("remove_straggler_wait"),),
                  f"no rank waits for rank {s.rank} inside collectives",
                  evidence_pct=f.pct(s.caused_per_other_us), ranks=[s.rank])
+
+
+def load_imbalance(f: RankFacts) -> Finding | None:
+    """Ranks wait for each other inside matched collectives, but the rank they wait for changes from step to step
+    (StragglerFacts.persistent false): no rank is slow, the ranks get unequal work per step (sequence lengths
+    without packing, MoE routing, uneven shards). Priced, like a straggler's waiting ranks, as this rank's waits
+    inside collectives removed: the work balanced, every rank at the step's mean pace instead of its slowest."""
+    s = f.straggler
+    if s is None or s.persistent or s.host_gain_pct is not None or not f.waits:
+        return None
+    waited = float(sum(v for v, _ in f.waits.values()))
+    steps = sum(s.last_in_steps.values())
+    metrics = {"waited_in_collectives": (waited, "us"), "waited_share": (f.pct(waited), "%"),
+               "steps_with_waits": (steps, "count"), "compute_imbalance": (s.imbalance_pct, "%")}
+    metrics |= {f"steps_rank_{r}_was_waited_for": (n, "count") for r, n in sorted(s.last_in_steps.items())}
+    longest = sorted(f.waits.items(), key=lambda kv: -kv[1][0])[:3]
+    return _make(f, "load_imbalance", metrics,
+                 [(f"{f.table.names[int(f.table.name[row])][:60]} (waited for rank {other})",
+                   float(f.window.ts_us[row]), us) for row, (us, other) in longest],
+                 (Change("remove_straggler_wait"),), "every rank's work per step balanced: nobody waits in collectives",
+                 evidence_pct=f.pct(waited), ranks=sorted(s.last_in_steps))
 
 
 # --- host speed -------------------------------------------------------------------------------
@@ -543,7 +566,7 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
 # exposed_memcpy (diagnose/copies.py): host-link copies no computation hides and no host call blocked on;
 # grad_sync_per_microbatch (diagnose/grad_sync.py): gradients synchronised before more are accumulated into them
 RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable_copy, allocator_stall, exposed_memcpy,
-         grad_sync_per_microbatch, exposed_comm, straggler, launch_bound, host_work, small_kernels, fp32_matmul,
+         grad_sync_per_microbatch, exposed_comm, straggler, load_imbalance, launch_bound, host_work, small_kernels, fp32_matmul,
          unfused_attention, memory_bound_unfused, recompute_overhead, optimizer_slow, gpu_analyses_skipped)
 
 

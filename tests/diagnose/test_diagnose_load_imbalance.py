@@ -1,0 +1,76 @@
+"""load_imbalance: ranks wait for each other inside collectives, but the rank they wait for changes from step to
+step (unequal work per step: sequence lengths, MoE routing), against a straggler, the same rank late every step.
+
+Hand-built 4-rank traces (answers worked by hand): every 14-ms step launches one GEMM of 8 ms, 3 ms longer on one
+rank, then an all-reduce that ends 300 us after the last rank arrives; rotating: the longer rank is rank s % 4 in
+step s; fixed: rank 1 in every step. Steps 0-6 are analysed (the last one, cut short by the profiler, is left out):
+rotating, rank 3 waits 3 ms in the 6 steps where another rank is last (18 ms), rank 3 is last in 1 step, ranks
+0-2 in 2 each, so no rank is last in most steps."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainperf.diagnose.api import diagnose
+from trainperf.diagnose.crossrank import MatchedCollective, laggards
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from kineto_builder import TraceBuilder  # noqa: E402
+
+RANKS, STEPS, P, C, EXTRA, AR = 4, 8, 14_000.0, 8_000.0, 3_000.0, 300.0
+NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+def _job(path: Path, rotating: bool) -> Path:
+    def compute(r: int, s: int) -> float:
+        return C + (EXTRA if r == (s % RANKS if rotating else 1) else 0.0)
+
+    for r in range(RANKS):
+        b = TraceBuilder(rank=r, world_size=RANKS)
+        for s in range(STEPS):
+            T = s * P
+            b.step(s, T, P)
+            b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", T + 100, T + 110, compute(r, s))
+            last = T + 110 + max(compute(q, s) for q in range(RANKS))
+            arrive = T + 110 + compute(r, s)
+            b.launch(NCCL, T + 140, arrive, last + AR - arrive, **{"Collective name": "allreduce",
+                                                                   "Process Group Name": "0"})
+            b.cpu("cudaDeviceSynchronize", T + 300, last + AR + 5 - (T + 300), cat="cuda_runtime")
+        b.write(path / f"rank{r}.json.gz")
+    return path
+
+
+def _find(d, kind):
+    return next((f for f in d.findings if f.kind == kind), None)
+
+
+def test_waits_for_a_rank_that_changes_each_step_are_load_imbalance_not_a_straggler(tmp_path):
+    d = diagnose(_job(tmp_path, rotating=True))
+    assert _find(d, "straggler") is None
+    f = _find(d, "load_imbalance")
+    assert f is not None and d.findings[0].kind == "load_imbalance" and f.ranks == [0, 1, 2, 3]
+    m = f.evidence["metrics"]
+    assert m["waited_in_collectives"]["value"] == pytest.approx(6 * EXTRA)  # rank 3, the rank that waited most
+    assert [m[f"steps_rank_{r}_was_waited_for"]["value"] for r in range(RANKS)] == [2, 2, 2, 1]
+    # the replay gives back exactly the waits: every later event of the rank moves up by them
+    assert f.gain_alone_pct == pytest.approx(m["waited_share"]["value"], abs=0.05)
+    assert d.cross_rank["straggler_persistent"] is False
+
+
+def test_the_same_rank_late_every_step_is_a_straggler(tmp_path):
+    d = diagnose(_job(tmp_path, rotating=False))
+    assert _find(d, "load_imbalance") is None
+    f = _find(d, "straggler")
+    assert f is not None and f.ranks == [1] and d.findings[0].kind == "straggler"
+    assert d.cross_rank["steps_each_rank_was_waited_for"] == {1: 7}
+
+
+def test_laggards_name_per_step_the_rank_the_others_waited_for_most():
+    def c(seq, last, waits):
+        return MatchedCollective("0/all_reduce", seq, {}, waits, last)
+    # step 0: rank 1 made the others wait 5 ms in two collectives, rank 0 2 ms in one; step 1: nobody waited
+    cs = [c(0, 1, {0: 2000.0, 1: 0.0}), c(1, 0, {0: 0.0, 1: 2000.0}), c(2, 1, {0: 3000.0, 1: 0.0}),
+          c(3, 0, {0: 0.0, 1: 0.0})]
+    steps = {0: 0, 1: 0, 2: 0, 3: 1}
+    assert laggards(cs, lambda x: steps[x.seq]) == {0: (1, 5000.0)}
