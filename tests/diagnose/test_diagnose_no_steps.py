@@ -84,6 +84,14 @@ def test_findings_over_the_whole_trace_without_steps(tmp_path):
     assert stepped.findings[0].confidence == "high" and plain.findings[0].confidence == "medium"
 
 
+def test_without_steps_the_first_fetch_before_the_first_launch_is_priced_too(tmp_path):
+    """Each of the 4 iterations waits 1500 us for the DataLoader before its launches, the GPU idle: removing the
+    waits gives back all 4 (by hand: 4 x 1500 us), the first one too, which comes before any launch (the replay
+    once started at the first launch and priced 3)."""
+    f = diagnose(_iterations(TraceBuilder()).write(tmp_path / "n.json.gz")).findings[0]
+    assert f.kind == "data_loader_stall" and f.gain_us == pytest.approx(4 * 1500.0)
+
+
 def test_window_steps_and_figures_come_from_one_step_finder(tmp_path):
     """A ProfilerStep span on another thread, starting after the last real step starts (a user's record function of
     that name): the window is still cut at the stepping thread's last step, whose number is the one left out, and

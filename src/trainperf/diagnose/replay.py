@@ -298,7 +298,28 @@ def step_anchor_rows(t: EventTable, w: Window) -> tuple[np.ndarray, np.ndarray]:
     so that host work before a step's first launch or after its last (a DataLoader wait, a checkpoint) is part of
     the replayed steps."""
     rows = w.markers.host_rows[w.keep[w.markers.host_rows]]  # sorted by start
+    if not rows.size:
+        return _window_start_anchor(t, w), rows[:0].astype(np.int64)
     return rows[:1].astype(np.int64), rows[-1:].astype(np.int64)
+
+
+def _window_start_anchor(t: EventTable, w: Window) -> np.ndarray:
+    """A trace without ProfilerStep spans: the window's first host event on a thread that launches device work
+    (as one row; the training loop's thread, whose forward precedes the autograd thread's backward), where the
+    replay starts instead of at that thread's first runtime call. The host work before the first launch (a
+    DataLoader fetch, an optimizer's CPU step) is then part of the replayed span, as it is of a step: anchored at
+    the first launch, the first iteration's DataLoader wait was outside the span and removing it gained nothing
+    (the corpus rewritten without steps, benchmarks/format_robustness.py)."""
+    launched = correlated_host_row(t)[w.device]
+    launched = launched[launched >= 0]
+    on = w.keep & np.isin(thread_key(t.pid, t.tid), np.unique(thread_key(t.pid[launched], t.tid[launched])))
+    ops = np.flatnonzero(on & np.isin(t.kind, (CPU_OP, USER_ANNOTATION, PYTHON)))
+    calls = np.flatnonzero(on & (t.kind == RUNTIME))
+    if not ops.size or not calls.size:
+        return np.zeros(0, dtype=np.int64)
+    first = ops[np.argmin(w.ts_us[ops])]
+    # a runtime call that comes first is already the chain's head (a node of its own)
+    return np.array([first] if w.ts_us[first] < w.ts_us[calls].min() else [], dtype=np.int64)
 
 
 def _closing_anchors(t: EventTable, w: Window, last_steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
