@@ -291,21 +291,30 @@ def _relative_times(found: list[F.Finding], f: RankFacts) -> list[F.Finding]:
 
 def _straggler_facts(xr: CrossRank, facts: dict[int, RankFacts]) -> StragglerFacts | None:
     """The job's straggler: the rank the others wait for inside matched collectives when it makes them wait
-    >= STRAGGLER_MIN_WAIT_PCT of the window each; else (collectives that cannot be matched, e.g. point-to-point
-    with partners outside the trace) the rank whose computation per step is longest against the other
-    ranks' median (crossrank.compute_straggler; the rule decides whether the ratio is large enough)."""
+    >= STRAGGLER_MIN_WAIT_PCT of the window each (or, when no rank is the one waited for in most steps, when the
+    ranks wait that much on average: load imbalance, StragglerFacts.persistent false); else (collectives that
+    cannot be matched, e.g. point-to-point with partners outside the trace) the rank whose computation per step
+    is longest against the other ranks' median (crossrank.compute_straggler; the rule decides whether the ratio is large enough)."""
     st = xr.straggler
     window = max(f.breakdown.window_us for f in facts.values() if f.has_gpu)
     others = max(len(xr.wait_by_rank_us) - 1, 1)
-    if st is None or st[1] < rules.STRAGGLER_MIN_WAIT_PCT / 100 * window * others:
+    floor = rules.STRAGGLER_MIN_WAIT_PCT / 100 * window
+    last = laggards(xr.collectives, lambda c: _collective_step(c, facts))
+    last_in_steps = {r: sum(1 for x, _ in last.values() if x == r) for r in sorted({x for x, _ in last.values()})}
+    # a straggler keeps the others waiting step after step: it must be the rank they waited for most in a majority
+    # of the steps with waits (not fitted: "most"). When that rank changes from step to step, no rank is slow: the
+    # ranks get unequal work per step (lengths, routing), and rules.load_imbalance names that instead. Its bar is
+    # the ranks' mean wait, not one rank's caused wait: with N ranks taking turns, each causes ~1/N of it
+    persistent = st is not None and last_in_steps.get(st[0], 0) > len(last) / 2
+    mean_wait = sum(xr.wait_by_rank_us.values()) / max(len(xr.wait_by_rank_us), 1)
+    straggling = st is not None and st[1] >= floor * others
+    if not (straggling or (not persistent and mean_wait >= floor)):
         cs = compute_straggler({r: f.compute_by_step for r, f in facts.items() if f.has_gpu})
         if cs is None or cs.ratio <= 1.0:
             return None
         return StragglerFacts(rank=cs.rank, caused_us=0.0, caused_per_other_us=0.0, imbalance_pct=xr.imbalance_pct,
                               events=[], compute_ratio=cs.ratio, extra_compute_us=cs.extra_us)
     srank, caused = st
-    last = laggards(xr.collectives, lambda c: _collective_step(c, facts))
-    last_in_steps = {r: sum(1 for x, _ in last.values() if x == r) for r in sorted({x for x, _ in last.values()})}
     worst = sorted((c for c in xr.collectives if c.last_rank == srank), key=lambda c: -sum(c.wait_us.values()))[:3]
     w = facts[srank].window
     origin = float(w.ts_us.min())
@@ -317,10 +326,6 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, RankFacts]) -> StragglerFac
     # its computation beyond the other ranks' median is evidence too (as in the unmatched case): a rank that
     # arrives last at one collective a step causes one wait, however much longer it computed before it
     extra = max(mine - float(np.median(rest)), 0.0) if rest else 0.0
-    # a straggler keeps the others waiting step after step: it must be the rank they waited for most in a majority
-    # of the steps with waits (not fitted: "most"). When that rank changes from step to step, no rank is slow: the
-    # ranks get unequal work per step (lengths, routing), and rules.load_imbalance names that instead
-    persistent = last_in_steps.get(srank, 0) > len(last) / 2
     return StragglerFacts(rank=srank, caused_us=caused, caused_per_other_us=caused / others,
                           imbalance_pct=xr.imbalance_pct, events=events, compute_ratio=max(ratio, 1.0),
                           extra_compute_us=extra, last_in_steps=last_in_steps, persistent=persistent)
