@@ -71,7 +71,7 @@ NAMED_STALLS = (DATALOADER_RE, CHECKPOINT_RE, COMPILE_RE, ALLOCATOR_SPAN_RE)
 CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_compile_wait", "remove_syncs",
                 "unblock_pageable_copies", "remove_allocator", "overlap_comm", "remove_straggler_wait", "speedup",
                 "host_speedup", "graph_small_kernels", "graph_launches", "compute_speedup", "speedup_rows",
-                "drop_rows", "remove_wasted_rows", "remove_host_work")
+                "drop_rows", "remove_wasted_rows", "remove_host_work", "fuse_optimizer")
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,9 @@ class Change:
     `rows` sped up `factor` times: a set of kernels replaced by a fused one) | drop_rows (the device events of the
     trace rows `rows` not run: avoidable work, at a cost the trace does not show) | remove_wasted_rows (the same for
     work whose result nothing uses: a measured waste) | remove_host_work (the work that launches nothing in the gaps
-    before the host calls of trace rows `rows` goes: host_work_us). Several changes replay together
+    before the host calls of trace rows `rows` goes: host_work_us) | fuse_optimizer (graph_small_kernels for the
+    launches of trace rows `rows` only, and the CPU work before each goes too: an optimizer's per-tensor ops done by a
+    fused or foreach one). Several changes replay together
     (`replay(g, [a, b])`)."""
 
     kind: str = "none"
@@ -810,18 +812,24 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
             sel = g.is_host & np.isin(g.rows, np.asarray(c.rows, dtype=np.int64))
             cpu = cpu - np.where(sel, work_beyond_dispatch_us(g, cpu), 0.0)
             untraced_gone |= sel
-    graphed = g.kernel_launch if "graph_launches" in kinds else \
-        g.small_launch if "graph_small_kernels" in kinds else None
+    fused_launch = g.small_launch if "graph_small_kernels" in kinds else np.zeros(n, bool)
+    for c in changes:
+        if c.kind == "fuse_optimizer":
+            # the per-tensor ops go with their launches: a foreach or fused optimizer does their work in a few ops
+            loop = g.small_launch & np.isin(g.rows, np.asarray(c.rows, dtype=np.int64))
+            cpu = np.where(loop, 0.0, cpu)
+            fused_launch = fused_launch | loop
+    graphed = g.kernel_launch if "graph_launches" in kinds else fused_launch if fused_launch.any() else None
     if graphed is not None:
         # a graphed launch costs neither the call nor the op's usual dispatch before it (other host work stays, and
         # so does an outlier call's wait: Graph.launch_call_us)
         cpu = cpu - dispatch_taken(g, cpu, graphed)
         dur[graphed] -= g.launch_call_us[graphed]
-    if "graph_small_kernels" in kinds:
+    if fused_launch.any():
         # fused into their neighbours, tiny kernels also stop paying a kernel's fixed device cost (start-up and
         # tail: the shortest kernels of the trace, Graph.kernel_floor_us); their work stays
         launched = np.clip(g.launch, 0, None)
-        fused = ~g.is_host & (g.launch >= 0) & g.small_launch[launched]
+        fused = ~g.is_host & (g.launch >= 0) & fused_launch[launched]
         dur[fused] = np.maximum(dur[fused] - g.kernel_floor_us, 0.0)
     unread = np.zeros(n, bool)  # removed syncs whose read goes with them (made inside aten::item, .cpu(), ...)
     for c in changes:

@@ -504,6 +504,21 @@ def _optimizer_phase_us(f: RankFacts) -> tuple[float, float]:
     return float((e - s).sum()), float(sum(idle_in_span_us(w, a, b) for a, b in zip(s, e)))
 
 
+def _optimizer_small_launches(f: RankFacts) -> np.ndarray:
+    """Host nodes (bool per graph node) that launch a small kernel (launch.small_kernel_mask) inside the optimizer's
+    step / zero_grad spans: a per-parameter optimizer's per-tensor kernels (a foreach or fused one launches
+    multi_tensor_apply kernels, which are not small kernels)."""
+    g, t, w = f.graph, f.table, f.window
+    rows = span_rows(t, w, OPTIMIZER_RE, (USER_ANNOTATION, CPU_OP, PYTHON))
+    s, e = merge_intervals(w.ts_us[rows], w.end_us[rows])
+    nodes = np.flatnonzero(g.is_host & g.small_launch)
+    k = np.searchsorted(s, g.start[nodes], side="right") - 1
+    inside = (k >= 0) & (g.start[nodes] < e[np.clip(k, 0, None)]) if s.size else np.zeros(nodes.size, bool)
+    out = np.zeros(g.start.size, bool)
+    out[nodes[inside]] = True
+    return out
+
+
 def optimizer_slow(f: RankFacts) -> Finding | None:
     """The optimizer step's kernels take a large share of the GPU (unfused, per-parameter), or the optimizer's
     phase is a large share of the step and the device idles through most of it: its host work (a per-parameter
@@ -512,6 +527,20 @@ def optimizer_slow(f: RankFacts) -> Finding | None:
     host-bound case is not priced: no what-if replays host work inside the optimizer's spans only."""
     if not f.has_gpu:
         return None
+    # a per-parameter optimizer: its per-tensor tiny kernels cost the host a large share of the span (their launches,
+    # the call and the usual dispatch: launch_cost_us); priced as fused (fuse_optimizer), before small_kernels
+    per_tensor = _optimizer_small_launches(f)
+    cost = launch_cost_us(f, per_tensor) if per_tensor.any() else 0.0
+    if f.pct(cost) > OPTIMIZER_PHASE_PCT:
+        phase_us, idle_us = _optimizer_phase_us(f)
+        metrics = {"optimizer_small_kernel_launches": (int(per_tensor.sum()), "count"),
+                   "their_host_cost": (cost, "us"), "their_host_cost_share": (f.pct(cost), "%"),
+                   "optimizer_phase": (f.pct(phase_us), "%"),
+                   "optimizer_phase_gpu_idle": (100.0 * idle_us / max(phase_us, 1e-9), "% of it")}
+        fused = Change("fuse_optimizer", rows=tuple(int(r) for r in f.graph.rows[per_tensor]))
+        return _make(f, "optimizer_slow", metrics, f.optimizer.longest[:3], (fused,),
+                     "the optimizer's per-tensor kernels fused (foreach / fused=True: a few launches per step)",
+                     evidence_pct=f.pct(cost))
     share = f.category_share("optimizer")
     if share <= OPTIMIZER_BUSY_PCT:
         phase_us, idle_us = _optimizer_phase_us(f)
