@@ -64,6 +64,8 @@ def test_the_same_rank_late_every_step_is_a_straggler(tmp_path):
     f = _find(d, "straggler")
     assert f is not None and f.ranks == [1] and d.findings[0].kind == "straggler"
     assert d.cross_rank["steps_each_rank_was_waited_for"] == {1: 7}
+    m = f.evidence["metrics"]
+    assert m["steps_it_was_waited_for"]["value"] == m["steps_with_waits"]["value"] == 7
 
 
 def test_a_small_imbalance_over_many_ranks_is_found(tmp_path):

@@ -266,6 +266,9 @@ def straggler(f: RankFacts) -> Finding | None:
     metrics = {"caused_wait": (s.caused_us, "us"), "caused_wait_per_other_rank": (s.caused_per_other_us, "us"),
                "compute_imbalance": (s.imbalance_pct, "%"), "compute_vs_other_ranks": (s.compute_ratio, "x"),
                "extra_compute": (s.extra_compute_us, "us")}
+    if s.last_in_steps:  # matched collectives: in how many of the steps with waits it was the one waited for
+        metrics["steps_it_was_waited_for"] = (s.last_in_steps.get(s.rank, 0), "count")
+        metrics["steps_with_waits"] = (sum(s.last_in_steps.values()), "count")
     if f.rank == s.rank:
         if s.compute_ratio < STRAGGLER_MIN_COMPUTE_RATIO:
             return None
