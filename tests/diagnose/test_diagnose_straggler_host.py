@@ -83,6 +83,24 @@ def test_the_rank_that_computes_longer_is_the_straggler(tmp_path):
     assert top[0].gain_pct == pytest.approx(30.0, abs=0.1)
 
 
+def test_without_profiler_steps_the_optimizer_iterations_are_the_steps(tmp_path):
+    """The same job profiled without prof.step(): no ProfilerStep spans, but torch.optim's Optimizer.step annotation
+    ends each iteration (at 99 ms of it); its 8 iterations cut the trace into 7 from one optimizer step's end to the
+    next (crossrank.loop_steps): rank 1 is the straggler, 30 ms of each 100."""
+    for r in (0, 1):
+        ev = [e for e in _rank_events(r, {k: EXTRA_MS for k in range(STEPS)}) if not e["name"].startswith("Profiler")]
+        ev += [_x("Optimizer.step#SGD.step", 1000.0 + k * STEP_MS + 99.0, 0.5, 10, "user_annotation")
+               for k in range(STEPS)]
+        doc = {"traceEvents": ev, "distributedInfo": {"backend": "gloo", "rank": r, "world_size": 2}}
+        (tmp_path / f"rank{r}.json").write_text(json.dumps(doc))
+    tables = load_trace(tmp_path)
+    assert sorted(host_step_waits(tables[0])) == list(range(1, STEPS))
+    hs = host_straggler(tables)
+    assert hs.rank == 1 and hs.steps == STEPS - 1
+    assert hs.gain_pct == pytest.approx(100 * EXTRA_MS / STEP_MS, abs=0.1)
+    assert [f.ranks for f in diagnose(tmp_path).findings if f.kind == "straggler"] == [[1]]
+
+
 def test_a_rank_late_because_it_fetches_its_batch_is_a_data_loader_stall_not_a_straggler(tmp_path):
     """Rank 1 spends the same 30 ms per step inside its DataLoader instead of computing: rank 0 waits for
     it just as much, but the fix is the data loader's (the others' wait goes when the fetch does), so own

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainperf.diagnose.host import CHECKPOINT_RE, DATALOADER_RE
-from trainperf.diagnose.window import Window, analysis_window, union_us
-from trainperf.trace.annotate import STEP_RE, correlated_host_row, step_numbers, step_rows
+from trainperf.diagnose.window import ITERATION_HINT_RE, Window, analysis_window, union_us
+from trainperf.trace.annotate import HOST_STEP_KINDS, STEP_RE, correlated_host_row, step_numbers, step_rows
 from trainperf.trace.categories import COMM_OP_RE, collective_type
 from trainperf.trace.events import COMMUNICATION, CPU_OP, KERNEL, USER_ANNOTATION, EventTable
 from trainperf.trace.nesting import enclosing_span, thread_key
@@ -329,9 +329,32 @@ def _nearest_gap(sorted_ns: np.ndarray, x: int) -> int:
     return int(min(abs(int(sorted_ns[j]) - x) for j in (k - 1, k) if 0 <= j < sorted_ns.size))
 
 
+def loop_steps(t: EventTable, keep: np.ndarray | None = None) -> tuple[tuple[int, int], list[tuple[int, int, int]]]:
+    """The training loop's thread (pid, tid) and its steps [(number, start ns, end ns)]: the ProfilerStep#N spans
+    whose rows are in keep (bool per row, default all); in a trace without them, the iterations torch.optim's
+    `Optimizer.step#...` annotations mark (window.ITERATION_HINT_RE), each from the end of one optimizer step to the
+    end of the next, numbered 1.. (the part before the first is an iteration cut short). ((-1, -1), []) with
+    neither."""
+    srows, _ = step_rows(t)  # the stepping thread's steps: that thread is the training loop
+    end = t.ts_ns + t.dur_ns
+    if srows.size:
+        loop = (int(t.pid[srows[0]]), int(t.tid[srows[0]]))
+        return loop, [(int(n), int(t.ts_ns[r]), int(end[r])) for r, n in zip(srows, step_numbers(t, srows))
+                      if keep is None or keep[r]]
+    opt = np.flatnonzero(np.isin(t.name, t.ids_matching(ITERATION_HINT_RE.match)) & np.isin(t.kind, HOST_STEP_KINDS))
+    if opt.size < 2:
+        return (-1, -1), []
+    thread = thread_key(t.pid[opt], t.tid[opt])
+    keys, counts = np.unique(thread, return_counts=True)
+    opt = opt[thread == keys[np.argmax(counts)]]
+    opt = opt[np.argsort(end[opt], kind="stable")]
+    loop = (int(t.pid[opt[0]]), int(t.tid[opt[0]]))
+    return loop, [(k, int(end[a]), int(end[b])) for k, (a, b) in enumerate(zip(opt[:-1], opt[1:]), start=1)]
+
+
 def host_step_waits(t: EventTable, keep: np.ndarray | None = None) -> dict[int, tuple[float, float, float]]:
-    """Per ProfilerStep of one rank: step number -> (step µs, communication µs, stall µs), for the steps whose
-    ProfilerStep span is in keep (bool per row, e.g. the analysis window's; default every step).
+    """Per step of one rank (loop_steps: its ProfilerSteps in keep, bool per row, e.g. the analysis window's; in a
+    trace without them, the optimizer's iterations): step number -> (step µs, communication µs, stall µs).
 
     Communication: the time the training-loop thread spends inside collective calls (COLLECTIVE_CALL_RE, whole:
     the copies into and out of the communication buffers and the wait for the other ranks included), and blocked
@@ -342,13 +365,12 @@ def host_step_waits(t: EventTable, keep: np.ndarray | None = None) -> dict[int, 
     inside the call is the collective's time, not the rank's own work, so a rank whose calls are slow (its
     gloo worker scheduled late on a loaded machine) is not taken for a rank that computes slowly.
     Stall: the rest of its time inside DataLoader and checkpoint spans, host stalls with findings of their own
-    (``host.DATALOADER_RE``, ``CHECKPOINT_RE``). Empty when the trace has no ProfilerStep spans."""
+    (``host.DATALOADER_RE``, ``CHECKPOINT_RE``). Empty when the trace has neither steps nor optimizer iterations."""
     names = t.names
-    srows, _ = step_rows(t)  # the stepping thread's steps: that thread is the training loop
-    if srows.size == 0:
+    loop, steps = loop_steps(t, keep)
+    if not steps:
         return {}
     is_step = np.isin(t.name, t.ids_matching(STEP_RE.match))
-    loop = (int(t.pid[srows[0]]), int(t.tid[srows[0]]))
     gloo_ids = [i for i, n in enumerate(names) if n.startswith(GLOO_SPAN_PREFIX)]
     g = np.flatnonzero(np.isin(t.name, gloo_ids) & (t.pid == loop[0]))
     end = t.ts_ns + t.dur_ns
@@ -360,11 +382,11 @@ def host_step_waits(t: EventTable, keep: np.ndarray | None = None) -> dict[int, 
     block_ids = [i for i, n in enumerate(names) if BLOCKING_OP_RE.search(n) and i not in call_ids]
     gaps: list[tuple[int, int]] = []
     loose: list[tuple[int, int]] = []  # gaps inside no op at all (the step's own)
-    for b in np.concatenate([on_loop[np.isin(t.name[on_loop], block_ids)], srows]):
-        s, e = int(t.ts_ns[b]), int(end[b])
+    blocking = [(int(t.ts_ns[b]), int(end[b]), int(b)) for b in on_loop[np.isin(t.name[on_loop], block_ids)]]
+    for s, e, b in blocking + [(s, e, -1) for _, s, e in steps]:
         lo, hi = np.searchsorted(ts_loop, s, "left"), np.searchsorted(ts_loop, e, "left")
         kids = _merge([(int(t.ts_ns[c]), int(end[c])) for c in on_loop[lo:hi] if c != b and end[c] <= e])
-        into = loose if is_step[b] else gaps
+        into = loose if b < 0 else gaps
         cur = s
         for a, z in kids:
             if a > cur:
@@ -383,13 +405,10 @@ def host_step_waits(t: EventTable, keep: np.ndarray | None = None) -> dict[int, 
     stall_ids = [i for i, n in enumerate(names) if DATALOADER_RE.search(n) or CHECKPOINT_RE.search(n)]
     stalls = _merge([(int(t.ts_ns[r]), int(end[r])) for r in on_loop[np.isin(t.name[on_loop], stall_ids)]])
     out = {}
-    for r, number in zip(srows, step_numbers(t, srows)):
-        if keep is not None and not keep[r]:
-            continue
-        s, e = int(t.ts_ns[r]), int(end[r])
+    for number, s, e in steps:
         c = _overlap(comm, [(s, e)], s, e)
         stall = _overlap(stalls, [(s, e)], s, e) - _overlap(stalls, comm, s, e)
-        out[int(number)] = (float(t.dur_ns[r]) / 1e3, c / 1e3, stall / 1e3)
+        out[number] = ((e - s) / 1e3, c / 1e3, stall / 1e3)
     return out
 
 
