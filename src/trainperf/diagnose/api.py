@@ -294,7 +294,8 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, RankFacts]) -> StragglerFac
     >= STRAGGLER_MIN_WAIT_PCT of the window each (or, when no rank is the one waited for in most steps, when the
     ranks wait that much on average: load imbalance, StragglerFacts.persistent false); else (collectives that
     cannot be matched, e.g. point-to-point with partners outside the trace) the rank whose computation per step
-    is longest against the other ranks' median (crossrank.compute_straggler; the rule decides whether the ratio is large enough)."""
+    is longest against the other ranks' median (crossrank.compute_straggler; the rule decides whether the ratio
+    is large enough)."""
     st = xr.straggler
     window = max(f.breakdown.window_us for f in facts.values() if f.has_gpu)
     others = max(len(xr.wait_by_rank_us) - 1, 1)

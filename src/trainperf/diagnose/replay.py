@@ -298,7 +298,7 @@ def step_anchor_rows(t: EventTable, w: Window) -> tuple[np.ndarray, np.ndarray]:
     (w.markers, the one step finder's, on the stepping thread; a span of that name on another thread is no step).
     The replay starts at the first one's start, and its host chain closes inside the last one (_closing_anchors),
     so that host work before a step's first launch or after its last (a DataLoader wait, a checkpoint) is part of
-    the replayed steps."""
+    the replayed steps. A window without steps starts at its first host op instead (_window_start_anchor)."""
     rows = w.markers.host_rows[w.keep[w.markers.host_rows]]  # sorted by start
     if not rows.size:
         return _window_start_anchor(t, w), rows[:0].astype(np.int64)
@@ -306,12 +306,12 @@ def step_anchor_rows(t: EventTable, w: Window) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _window_start_anchor(t: EventTable, w: Window) -> np.ndarray:
-    """A trace without ProfilerStep spans: the window's first host event on a thread that launches device work
-    (as one row; the training loop's thread, whose forward precedes the autograd thread's backward), where the
-    replay starts instead of at that thread's first runtime call. The host work before the first launch (a
-    DataLoader fetch, an optimizer's CPU step) is then part of the replayed span, as it is of a step: anchored at
-    the first launch, the first iteration's DataLoader wait was outside the span and removing it gained nothing
-    (the corpus rewritten without steps, benchmarks/format_robustness.py)."""
+    """A trace without ProfilerStep spans: the window's first host op on a thread that launches device work (as
+    one row, none when a runtime call comes first; the training loop's thread, whose forward precedes the autograd
+    thread's backward), where the replay starts instead of at that thread's first runtime call. The host work
+    before the first launch (a DataLoader fetch, an optimizer's CPU step) is then part of the replayed span, as it
+    is of a step: anchored at the first launch, the first iteration's DataLoader wait was outside the span and
+    removing it gained nothing (the corpus rewritten without steps, benchmarks/format_robustness.py)."""
     launched = correlated_host_row(t)[w.device]
     launched = launched[launched >= 0]
     on = w.keep & np.isin(thread_key(t.pid, t.tid), np.unique(thread_key(t.pid[launched], t.tid[launched])))

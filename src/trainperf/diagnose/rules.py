@@ -523,11 +523,12 @@ def _optimizer_small_launches(f: RankFacts) -> np.ndarray:
 
 
 def optimizer_slow(f: RankFacts) -> Finding | None:
-    """The optimizer step's kernels take a large share of the GPU (unfused, per-parameter), or the optimizer's
-    phase is a large share of the step and the device idles through most of it: its host work (a per-parameter
-    Python loop, per-tensor launches, Shampoo's or a sharded optimizer's bookkeeping) paces the step (audit P10:
-    MTIA training 4.36 s of a 13.3-s step at 20 % device busy; trace_filter's Shampoo ~200 of 607 ms). The
-    host-bound case is not priced: no what-if replays host work inside the optimizer's spans only."""
+    """A per-parameter optimizer whose per-tensor tiny kernels, launched one by one, cost the host a large share of
+    the span (priced as fused: fuse_optimizer); or the optimizer step's kernels take a large share of the GPU
+    (unfused, per-parameter); or the optimizer's phase is a large share of the step and the device idles through
+    most of it: its host work (a Python loop, Shampoo's or a sharded optimizer's bookkeeping) paces the step (audit
+    P10: MTIA training 4.36 s of a 13.3-s step at 20 % device busy; trace_filter's Shampoo ~200 of 607 ms). That
+    last case is not priced: no what-if replays only the host work inside the optimizer's spans."""
     if not f.has_gpu:
         return None
     # a per-parameter optimizer: its per-tensor tiny kernels cost the host a large share of the span (their launches,
@@ -598,8 +599,8 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
 # exposed_memcpy (diagnose/copies.py): host-link copies no computation hides and no host call blocked on;
 # grad_sync_per_microbatch (diagnose/grad_sync.py): gradients synchronised before more are accumulated into them
 RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable_copy, allocator_stall, exposed_memcpy,
-         grad_sync_per_microbatch, exposed_comm, straggler, load_imbalance, launch_bound, host_work, small_kernels, fp32_matmul,
-         unfused_attention, memory_bound_unfused, recompute_overhead, optimizer_slow, gpu_analyses_skipped)
+         grad_sync_per_microbatch, exposed_comm, straggler, load_imbalance, launch_bound, host_work, small_kernels,
+         fp32_matmul, unfused_attention, memory_bound_unfused, recompute_overhead, optimizer_slow, gpu_analyses_skipped)
 
 
 def run_rules(f: RankFacts) -> list[Finding]:
