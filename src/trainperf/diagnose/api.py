@@ -211,10 +211,9 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
                    "straggler_caused_wait_us": st[1] if st else 0.0, "compute_imbalance_pct": xr.imbalance_pct,
                    "unmatched": xr.unmatched, "clock_offset_us": xr.clock_offset_us,
                    "clock_spread_us": xr.clock_spread_us}
-        sf = next(iter(facts.values())).straggler
-        if sf is not None and sf.last_in_steps:
-            xr_json["steps_each_rank_was_waited_for"] = sf.last_in_steps
-            xr_json["straggler_persistent"] = sf.persistent
+        if straggler is not None and straggler.last_in_steps:
+            xr_json["steps_each_rank_was_waited_for"] = straggler.last_in_steps
+            xr_json["straggler_persistent"] = straggler.persistent
     best = max(plans.values(), key=lambda p: p.fix_all_gain_pct, default=None)
     mods = [module_breakdown(tables[r], by=modules) for r in summaries] if modules else []
     notes += [f"rank {b.rank}: modules: {n}" for b in mods for n in b.notes]
