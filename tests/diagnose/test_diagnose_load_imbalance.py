@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from trainperf.diagnose.api import diagnose
-from trainperf.diagnose.crossrank import MatchedCollective, laggards
+from trainperf.diagnose.crossrank import MatchedCollective, laggard_p_value, laggards, persistent_laggard
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 from kineto_builder import TraceBuilder  # noqa: E402
@@ -77,6 +77,25 @@ def test_a_small_imbalance_over_many_ranks_is_found(tmp_path):
     assert f is not None and f.ranks == list(range(7)) and _find(d, "straggler") is None
     # the shown rank waited 1 ms in each analysed step where another was late: 6 of them (ranks 0-6) or 7 (rank 7)
     assert f.evidence["metrics"]["waited_in_collectives"]["value"] in (6_000.0, 7_000.0)
+
+
+def test_two_ranks_taking_turns_are_not_a_straggler_of_the_majority(tmp_path):
+    """2 ranks, late in turn: rank 0 in steps 0, 2, 4, 6 of the 7 analysed, a majority of 4; ranks taking turns at
+    random give one of them 4 or more of 7 always (p = 1): load imbalance, no straggler."""
+    d = diagnose(_job(tmp_path, rotating=True, ranks=2))
+    assert d.cross_rank["steps_each_rank_was_waited_for"] == {0: 4, 1: 3}
+    assert _find(d, "straggler") is None and _find(d, "load_imbalance") is not None
+
+
+def test_laggard_p_value_by_hand():
+    # P(one given rank is last in all 7 steps | 2 ranks at random) = 1/128; times 2 ranks: 1/64
+    assert laggard_p_value(7, 7, 2) == pytest.approx(1 / 64)
+    # 4 ranks, 7 of 7: 4 x (1/4)^7; 2 of 7 is what turns give
+    assert laggard_p_value(7, 7, 4) == pytest.approx(4 / 4 ** 7)
+    assert laggard_p_value(2, 7, 4) == 1.0
+    assert persistent_laggard(7, 7, 2, 0.05) and not persistent_laggard(4, 7, 2, 0.05)
+    # 5 steps of 2 ranks cannot pass the test (p >= 1/16): the majority decides
+    assert persistent_laggard(4, 5, 2, 0.05) and not persistent_laggard(2, 5, 2, 0.05)
 
 
 def test_laggards_name_per_step_the_rank_the_others_waited_for_most():

@@ -11,8 +11,8 @@ import numpy as np
 from trainperf.diagnose import findings as F
 from trainperf.diagnose import rules
 from trainperf.diagnose.crossrank import (CrossRank, HostStraggler, MatchedCollective, comm_waits, compute_straggler,
-                                         cross_rank, host_straggler, laggards, straggler_min_p_value,
-                                         straggler_steps_needed)
+                                         cross_rank, host_straggler, laggards, persistent_laggard,
+                                         straggler_min_p_value, straggler_steps_needed)
 from trainperf.diagnose.evidence import Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes
 from trainperf.diagnose.facts import RankFacts, StragglerFacts, collect_facts
 from trainperf.diagnose.modules import module_breakdown
@@ -301,11 +301,13 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, RankFacts]) -> StragglerFac
     floor = rules.STRAGGLER_MIN_WAIT_PCT / 100 * window
     last = laggards(xr.collectives, lambda c: _collective_step(c, facts))
     last_in_steps = {r: sum(1 for x, _ in last.values() if x == r) for r in sorted({x for x, _ in last.values()})}
-    # a straggler keeps the others waiting step after step: it must be the rank they waited for most in a majority
-    # of the steps with waits (not fitted: "most"). When that rank changes from step to step, no rank is slow: the
-    # ranks get unequal work per step (lengths, routing), and rules.load_imbalance names that instead. Its bar is
-    # the ranks' mean wait, not one rank's caused wait: with N ranks taking turns, each causes ~1/N of it
-    persistent = st is not None and last_in_steps.get(st[0], 0) > len(last) / 2
+    # a straggler keeps the others waiting step after step: it must be the rank they waited for most in more of the
+    # steps with waits than ranks taking turns at random would make it (crossrank.persistent_laggard, at the host
+    # straggler's alpha). When that rank changes from step to step, no rank is slow: the ranks get unequal work per
+    # step (lengths, routing), and rules.load_imbalance names that instead. Its bar is the ranks' mean wait, not
+    # one rank's caused wait: with N ranks taking turns, each causes ~1/N of it
+    persistent = st is not None and persistent_laggard(last_in_steps.get(st[0], 0), len(last),
+                                                       len(xr.wait_by_rank_us), rules.STRAGGLER_HOST_ALPHA)
     mean_wait = sum(xr.wait_by_rank_us.values()) / max(len(xr.wait_by_rank_us), 1)
     straggling = st is not None and st[1] >= floor * others
     if not (straggling or (not persistent and mean_wait >= floor)):

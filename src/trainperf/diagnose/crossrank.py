@@ -184,6 +184,29 @@ def laggards(collectives: list[MatchedCollective], step_of) -> dict:
     return {s: max(per.items(), key=lambda kv: kv[1]) for s, per in caused.items()}
 
 
+def laggard_p_value(times_last: int, steps: int, n_ranks: int) -> float:
+    """The chance (0..1) that ranks taking turns at random (each the laggard of a step with probability 1/n_ranks)
+    make one of them the laggard in times_last or more of `steps` steps: a one-sided binomial test
+    (scipy.stats.binomtest), times n_ranks (the rank tested is the one with the most: Bonferroni over the ranks).
+    1.0 with no step. The smallest value `steps` steps allow is n_ranks^(1 - steps)."""
+    from scipy.stats import binomtest  # here: scipy.stats costs ~0.3 s to import, most traces need none
+
+    if steps <= 0 or n_ranks < 2:
+        return 1.0
+    return float(min(1.0, n_ranks * binomtest(times_last, steps, 1.0 / n_ranks, alternative="greater").pvalue))
+
+
+def persistent_laggard(times_last: int, steps: int, n_ranks: int, alpha: float) -> bool:
+    """Whether the rank the others waited for most is a straggler rather than one of ranks taking turns: its share
+    of the steps beyond chance (laggard_p_value <= alpha), or, where the steps are too few for the test to pass at
+    all (2 ranks, 5 steps: p >= 0.0625), the laggard in a majority of them."""
+    if n_ranks < 2 or steps <= 0:
+        return True
+    if float(n_ranks) ** (1 - steps) <= alpha:
+        return laggard_p_value(times_last, steps, n_ranks) <= alpha
+    return times_last > steps / 2
+
+
 def comm_waits(xr: "CrossRank", rank: int) -> dict[int, tuple[float, int]]:
     """For one rank: trace row of each matched collective kernel -> (µs waited inside it, rank waited for)."""
     return {c.rows[rank]: (c.wait_us[rank], c.last_rank) for c in xr.collectives

@@ -222,7 +222,8 @@ STRAGGLER_HOST_MIN_PCT = 5.0
 # ... and its extra work must recur step after step more than load noise makes it (crossrank.straggler_p_value,
 # a sign-flip test: under "no straggler" each step's extra is as likely negative). 0.05: the usual false-alarm
 # rate, stated, not fitted. On a shared machine either rank is slower in some steps by the load alone (corpus
-# healthy-real-fsdp, 2026-12-02: +5, +4, -12, +21 ms).
+# healthy-real-fsdp, 2026-12-02: +5, +4, -12, +21 ms). The GPU straggler's test (crossrank.persistent_laggard: is
+# it the laggard in more steps than ranks taking turns would make it) uses the same rate.
 STRAGGLER_HOST_ALPHA = 0.05
 # With too few steps for the test to pass at all (4 steps of 2 ranks: p >= 0.125), the recurring extra work must
 # outweigh the other ranks' opposite excess (crossrank.recurring_over_opposite >= this; 1: as large; not fitted),
