@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainperf.diagnose.host import CHECKPOINT_RE, DATALOADER_RE
-from trainperf.diagnose.window import ITERATION_HINT_RE, Window, analysis_window, union_us
-from trainperf.trace.annotate import HOST_STEP_KINDS, STEP_RE, correlated_host_row, step_numbers, step_rows
+from trainperf.diagnose.window import Window, analysis_window, iteration_hint_rows, union_us
+from trainperf.trace.annotate import STEP_RE, correlated_host_row, step_numbers, step_rows
 from trainperf.trace.categories import COMM_OP_RE, collective_type
 from trainperf.trace.events import COMMUNICATION, CPU_OP, KERNEL, USER_ANNOTATION, EventTable
 from trainperf.trace.nesting import enclosing_span, thread_key
@@ -364,7 +364,7 @@ def loop_steps(t: EventTable, keep: np.ndarray | None = None) -> tuple[tuple[int
         loop = (int(t.pid[srows[0]]), int(t.tid[srows[0]]))
         return loop, [(int(n), int(t.ts_ns[r]), int(end[r])) for r, n in zip(srows, step_numbers(t, srows))
                       if keep is None or keep[r]]
-    opt = np.flatnonzero(np.isin(t.name, t.ids_matching(ITERATION_HINT_RE.match)) & np.isin(t.kind, HOST_STEP_KINDS))
+    opt = iteration_hint_rows(t)
     if opt.size < 2:
         return (-1, -1), []
     thread = thread_key(t.pid[opt], t.tid[opt])

@@ -34,7 +34,7 @@ from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CH
                                      DATALOADER_RE, MEMCPY_RUNTIME_RE, SYNC_OP_RE, SYNC_RUNTIME_RE, call_sites,
                                      span_rows)
 from trainperf.diagnose.launch import LAUNCH_CALL_OUTLIER_US, small_kernel_mask
-from trainperf.diagnose.window import HOST_STEP_KINDS, ITERATION_HINT_RE, Window, merge_intervals
+from trainperf.diagnose.window import Window, iteration_hint_rows, merge_intervals
 from trainperf.trace.annotate import STEP_RE, correlated_host_row
 from trainperf.trace.nesting import enclosing_span, thread_key
 from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMMUNICATION, CPU_OP, KERNEL, MEMCPY, MEMSET, PYTHON, RUNTIME,
@@ -284,9 +284,8 @@ def allocation_traffic(t: EventTable, w: Window, rows: np.ndarray, start: np.nda
     elif not steps and not (keep & is_free).any():
         # the iterations torch.optim's annotations mark (window.ITERATION_HINT_RE): calls before, between and after
         # them recur when they fall in at least half of those parts, as with steps
-        opt = np.flatnonzero(w.keep & np.isin(t.kind, HOST_STEP_KINDS)
-                             & np.isin(t.name, t.ids_matching(ITERATION_HINT_RE.match)))
-        cuts = np.unique(w.ts_us[opt])
+        opt = iteration_hint_rows(t)
+        cuts = np.unique(w.ts_us[opt[w.keep[opt]]])
         parts = np.unique(np.searchsorted(cuts, start[keep]))
         if cuts.size < 2 or 2 * parts.size < cuts.size + 1:
             keep[:] = False

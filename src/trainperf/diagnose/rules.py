@@ -27,6 +27,7 @@ from trainperf.diagnose.replay import (BLOCK_COMM, BLOCK_PAGEABLE, BLOCK_SYNC, C
 from trainperf.diagnose.window import merge_intervals
 from trainperf.trace.annotate import STEP_RE
 from trainperf.trace.events import CPU_OP, ELEMENTWISE, GPU_SYNC, OPTIMIZER, PYTHON, REDUCTION, USER_ANNOTATION
+from trainperf.trace.nesting import starts_inside
 
 Finding = F.Finding
 
@@ -510,16 +511,13 @@ def _optimizer_phase_us(f: RankFacts) -> tuple[float, float]:
 
 def _optimizer_small_launches(f: RankFacts) -> np.ndarray:
     """Host nodes (bool per graph node) that launch a small kernel (launch.small_kernel_mask) inside the optimizer's
-    step / zero_grad spans: a per-parameter optimizer's per-tensor kernels (a foreach or fused one launches
+    step / zero_grad spans on its thread: a per-parameter optimizer's per-tensor kernels (a foreach or fused one launches
     multi_tensor_apply kernels, which are not small kernels)."""
-    g, t, w = f.graph, f.table, f.window
-    rows = span_rows(t, w, OPTIMIZER_RE, (USER_ANNOTATION, CPU_OP, PYTHON))
-    s, e = merge_intervals(w.ts_us[rows], w.end_us[rows])
+    g = f.graph
+    spans = span_rows(f.table, f.window, OPTIMIZER_RE, (USER_ANNOTATION, CPU_OP, PYTHON))
     nodes = np.flatnonzero(g.is_host & g.small_launch)
-    k = np.searchsorted(s, g.start[nodes], side="right") - 1
-    inside = (k >= 0) & (g.start[nodes] < e[np.clip(k, 0, None)]) if s.size else np.zeros(nodes.size, bool)
     out = np.zeros(g.start.size, bool)
-    out[nodes[inside]] = True
+    out[nodes[starts_inside(f.table, spans, g.rows[nodes])]] = True
     return out
 
 

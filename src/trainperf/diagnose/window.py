@@ -73,13 +73,21 @@ def find_step_markers(t: EventTable) -> StepMarkers:
                        note="" if host.size else _no_steps_note(t, device))
 
 
+def iteration_hint_rows(t: EventTable) -> np.ndarray:
+    """Rows of torch.optim's `Optimizer.step#...` record functions on the host (ITERATION_HINT_RE), one per optimizer
+    step: what marks the iterations of a trace profiled without prof.step()."""
+    opt = t.ids_matching(ITERATION_HINT_RE.match)
+    if not opt.size:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(np.isin(t.name, opt) & np.isin(t.kind, HOST_STEP_KINDS))
+
+
 def _no_steps_note(t: EventTable, device: np.ndarray) -> str:
     """Why a rank without host ProfilerStep spans gets no per-step figures, and what to do."""
     if device.size:
         return (f"ProfilerStep#N appears only on the GPU timeline ({device.size} device annotations, no host span): "
                 f"where each step starts and ends on the host is not recorded, so no per-step figures; {PER_STEP_FIX}")
-    opt = t.ids_matching(ITERATION_HINT_RE.match)
-    n_opt = int((np.isin(t.name, opt) & np.isin(t.kind, HOST_STEP_KINDS)).sum()) if opt.size else 0
+    n_opt = int(iteration_hint_rows(t).size)
     seen = (f", although {n_opt} Optimizer.step annotations suggest {n_opt} iterations (their boundaries are not "
             "step boundaries: several optimizers, skipped steps and the data loading before each are not told "
             "apart)") if n_opt else ""
