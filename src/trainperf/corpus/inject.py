@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from trainperf.corpus import kineto as K
+from trainperf.corpus.formats import hip_runtime
 from trainperf.corpus.surgery import DeviceWait, HostWork, insert_device_delays, insert_host_work
 from trainperf.errors import TrainperfError
 
@@ -50,7 +51,7 @@ COLLECTIVE_MARKERS = ("nccl", "rccl", "allreduce", "all_reduce", "allgather", "r
 # Names a ROCm (HIP) trace gives the inserted calls and copies instead, as HTA's MI250 trace
 # (amd_trace/, ROCm 6.2) shows them: a blocking host<->device copy is `hipMemcpyWithStream` with a
 # "Memcpy HtoD (Host -> Device)" device op (ROCm's tracer does not tell pageable from pinned memory);
-# other runtime calls keep their CUDA name with the `hip` prefix (hipLaunchKernel, hipMalloc).
+# other runtime calls are renamed as formats.hip_runtime renames a whole trace (hipLaunchKernel, hipMalloc).
 HIP_NAMES = {"cudaMemcpyAsync": "hipMemcpyWithStream",
              "Memcpy DtoH (Device -> Pageable)": "Memcpy DtoH (Device -> Host)",
              "Memcpy HtoD (Pageable -> Device)": "Memcpy HtoD (Host -> Device)"}
@@ -91,11 +92,11 @@ def rank_facts(doc: dict) -> Rank:
 
 
 def vendor_name(name: str, hip: bool) -> str:
-    """The name a CUDA runtime call or copy has in a ROCm trace (HIP_NAMES, else cuda* -> hip*)
+    """The name a CUDA runtime call or copy has in a ROCm trace (HIP_NAMES, else formats.hip_runtime's renaming)
     when hip, else name unchanged."""
     if not hip:
         return name
-    return HIP_NAMES.get(name, "hip" + name[4:] if name.startswith("cuda") else name)
+    return HIP_NAMES.get(name) or hip_runtime(name)
 
 
 def _vendor_work(w: HostWork, hip: bool) -> HostWork:
