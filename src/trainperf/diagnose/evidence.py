@@ -114,13 +114,16 @@ def correlation_ids_per_call(f: RankFacts) -> float:
     """How many correlation ids the window's runtime calls use per call kept (the mean step between consecutive
     ids, the largest SAMPLED_TRIM share of steps left out); 1.0 with fewer than 20 calls. CUPTI gives every runtime
     call it sees the next id, and Kineto drops a few kinds of call (cudaGetDevice, ...): 1-10.5 in whole traces
-    (HTA's), 73-74 on HTA's trace_filter samples."""
-    t, w = f.table, f.window
-    c = np.sort(t.correlation[w.keep & (t.kind == RUNTIME) & (t.correlation >= 0)])
-    if c.size < 20:
-        return 1.0
-    steps = np.sort(np.diff(c))
-    return float(steps[:max(1, int(SAMPLED_TRIM * steps.size))].mean())
+    (HTA's), 73-74 on HTA's trace_filter samples. Computed once per rank (RankFacts.once): the sampled caveat and
+    host_work's gate both read it."""
+    def compute() -> float:
+        t, w = f.table, f.window
+        c = np.sort(t.correlation[w.keep & (t.kind == RUNTIME) & (t.correlation >= 0)])
+        if c.size < 20:
+            return 1.0
+        steps = np.sort(np.diff(c))
+        return float(steps[:max(1, int(SAMPLED_TRIM * steps.size))].mean())
+    return f.once("correlation_ids_per_call", compute)
 
 
 def is_sampled(f: RankFacts) -> bool:
