@@ -100,7 +100,8 @@ class Change:
     factor: float = 1.0
     site: int = -1  # remove_syncs: only the syncs of this call site (Graph.site_names index); -1 all
     rows: tuple = ()  # speedup_rows, drop_rows, remove_wasted_rows: the trace rows of the device events;
-    #                   remove_host_work: the trace rows of the host calls whose gaps lose their work
+    #                   remove_host_work: the trace rows of the host calls whose gaps lose their work;
+    #                   fuse_optimizer: the trace rows of the per-tensor launch calls
 
     def __post_init__(self):
         if self.kind not in CHANGE_KINDS:
