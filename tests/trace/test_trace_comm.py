@@ -54,3 +54,15 @@ def test_deepep_comm_time_counted(tmp_path):
     b.launch("void deep_ep::internode::dispatch<8>(int*)", 0, 10, 50, stream=30)
     r = diagnose(b.write(tmp_path / "d.json.gz")).ranks[0]
     assert r.comm_us == pytest.approx(50) and r.overlap_pct == pytest.approx(100)
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("void deep_ep::intranode::dispatch<8, 768>(int4*, float*)", "all_to_all"),   # DeepEP: tokens to experts
+    ("void dpsk::ep::internode::combine<8>(float*)", "all_to_all"),              # and back
+    ("void deep_ep::layout::get_dispatch_layout(int64_t*)", "all_to_all"),       # its helpers
+    ("moe_all2all_kernel", "all_to_all"),
+    ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "send_recv"),
+    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)", "all_reduce"),
+])
+def test_expert_parallel_kernels_are_an_all_to_all(name, kind):
+    assert collective_type(name) == kind

@@ -98,7 +98,8 @@ class RankFacts:
     sync_sites: list[SyncSite] = field(default_factory=list)
     sync_op_counts: dict = field(default_factory=dict)  # op name -> (count, CPU µs): aten::item, nonzero, ...
     compute_by_step: dict = field(default_factory=dict)  # step -> µs of computation it launched (crossrank)
-    p2p_comm_share: float = 0.0  # share of communication kernel time in point-to-point (send/recv) kernels
+    # collective type ("all_reduce", "all_to_all", "send_recv", ...) -> its share of communication kernel time
+    comm_share_by_collective: dict = field(default_factory=dict)
     # without device events (gloo, CPU only): the training-loop thread's communication over the analysed steps
     # (crossrank.host_step_waits: inside collective calls, or blocked on a collective), µs; None with GPU or no steps
     host_comm_us: float | None = None
@@ -122,6 +123,11 @@ class RankFacts:
         """µs as % of the replayed span (of the host window without GPU)."""
         whole = self.span_us if self.has_gpu else self.host_window_us
         return 100.0 * us / whole if whole > 0 else 0.0
+
+    @property
+    def p2p_comm_share(self) -> float:
+        """Share (0-1) of communication kernel time in point-to-point (send/recv) kernels."""
+        return self.comm_share_by_collective.get(P2P_KIND, 0.0)
 
     @property
     def step_idle_pct(self) -> float | None:
@@ -218,9 +224,12 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None) -> RankFa
     f.critical_path = critical_path(f.graph, base)
     f.sync_sites = _sync_sites(f)
     f.compute_by_step = compute_per_step(t, w)
-    comm = {k: float((w.end_us[r] - w.ts_us[r]).sum()) for k, r in collective_rows(t, w).items()}
+    comm: dict[str, float] = {}
+    for k, r in collective_rows(t, w).items():  # keys "<process group>/<collective>": summed over groups
+        kind = k.rsplit("/", 1)[-1]
+        comm[kind] = comm.get(kind, 0.0) + float((w.end_us[r] - w.ts_us[r]).sum())
     total = sum(comm.values())
-    f.p2p_comm_share = sum(v for k, v in comm.items() if k.endswith(P2P_KIND)) / total if total > 0 else 0.0
+    f.comm_share_by_collective = {k: v / total for k, v in comm.items()} if total > 0 else {}
     return f
 
 

@@ -33,6 +33,26 @@ EXPOSED_P2P_RECOMMENDATION = (
     "(Megatron overlap_p2p_comm); in context-parallel ring attention, overlap each block's key/value exchange "
     "with the attention of the block before.")
 
+# exposed_comm when most of it is all-to-all: expert parallelism's token dispatch and combine (MoE) or sharded
+# embeddings' feature exchange (TorchRec). The computation right after consumes what it brings, so bucketing does
+# not hide it: overlapping needs another micro-batch's work beside it, and its size follows the routing
+EXPOSED_ALL_TO_ALL_RECOMMENDATION = (
+    "Most of the exposed communication is all-to-all: expert parallelism's dispatch and combine (MoE) or sharded "
+    "embeddings' exchange. The experts need the tokens it brings, so overlap it with another micro-batch's "
+    "computation (two micro-batches interleaved, as DeepSeek's DualPipe and two-batch overlap; DeepEP's hook-based "
+    "receive; TorchRec's pipelined sparse stage); send less (routing limited to few nodes, FP8 dispatch) and keep "
+    "it inside a node where the expert-parallel group fits; balance tokens across experts (auxiliary loss, "
+    "capacity factor) so that no rank waits for the busiest.")
+
+# straggler when the ranks exchange mostly point-to-point (pipeline stages): a stage that computes longer than
+# the others is an unequal split of the layers, not a faulty machine; every other stage idles for it each micro-batch
+STRAGGLER_STAGE_RECOMMENDATION = (
+    "The slow rank is a pipeline stage (its communication is mostly send/recv): the stages hold unequal work. "
+    "Move layers off it (the first stage also runs the embedding, the last the output layer and the loss: Megatron's "
+    "account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split, or an uneven layer split), "
+    "or use an interleaved schedule; if the stages are equal by construction, check its GPU and host (thermal "
+    "throttling, a slower link).")
+
 RECOMMENDATIONS = {
     "data_loader_stall": "Feed the GPU faster: raise DataLoader num_workers, set pin_memory=True and "
                          "persistent_workers=True, prefetch (prefetch_factor) or move decoding/augmentation off "

@@ -195,9 +195,11 @@ def exposed_comm(f: RankFacts) -> Finding | None:
     g = f.graph
     host_waits = g.block_class == BLOCK_COMM  # host syncs that waited for a collective
     p2p = f.p2p_comm_share > 0.5  # mostly point-to-point: a majority, not a fitted share
+    all_to_all = f.comm_share_by_collective.get("all_to_all", 0.0)
     bound = p2p or not host_waits.any()
     found = _make(f, "exposed_comm", {"comm_time": (ov.comm_us, "us"), "exposed_comm": (ov.exposed_us, "us"),
                                       "point_to_point_share": (100.0 * f.p2p_comm_share, "% of comm"),
+                                      "all_to_all_share": (100.0 * all_to_all, "% of comm"),
                                       "overlap": (ov.overlap_pct, "%"),
                                       "host_syncs_waiting_for_collectives": (int(host_waits.sum()), "count"),
                                       "host_blocked_on_collectives": (blocked_us(g, BLOCK_COMM), "us")},
@@ -207,6 +209,8 @@ def exposed_comm(f: RankFacts) -> Finding | None:
                   evidence_pct=share, upper_bound=bound)
     if p2p:
         found.recommendation = F.EXPOSED_P2P_RECOMMENDATION
+    elif all_to_all > 0.5:
+        found.recommendation = F.EXPOSED_ALL_TO_ALL_RECOMMENDATION
     return found
 
 
@@ -274,17 +278,21 @@ def straggler(f: RankFacts) -> Finding | None:
     if f.rank == s.rank:
         if s.compute_ratio < STRAGGLER_MIN_COMPUTE_RATIO:
             return None
-        return _make(f, "straggler", metrics, [], (Change("compute_speedup", factor=s.compute_ratio),),
-                     f"rank {s.rank} computes as fast as the other ranks ({s.compute_ratio:.2f}x faster)",
-                     evidence_pct=f.pct(max(s.caused_per_other_us, s.extra_compute_us)), ranks=[s.rank])
-    if not f.waits:
+        found = _make(f, "straggler", metrics, [], (Change("compute_speedup", factor=s.compute_ratio),),
+                      f"rank {s.rank} computes as fast as the other ranks ({s.compute_ratio:.2f}x faster)",
+                      evidence_pct=f.pct(max(s.caused_per_other_us, s.extra_compute_us)), ranks=[s.rank])
+    elif not f.waits:
         return None
-    return _make(f, "straggler", metrics,
-                 # the events are on the straggler's timeline, from its first event: shift them so that
-                 # api._relative_times (which subtracts this rank's first event) leaves them as they are
-                 [(n, t0 + f.origin_us, d) for n, t0, d in s.events], (Change("remove_straggler_wait"),),
-                 f"no rank waits for rank {s.rank} inside collectives",
-                 evidence_pct=f.pct(s.caused_per_other_us), ranks=[s.rank])
+    else:
+        found = _make(f, "straggler", metrics,
+                      # the events are on the straggler's timeline, from its first event: shift them so that
+                      # api._relative_times (which subtracts this rank's first event) leaves them as they are
+                      [(n, t0 + f.origin_us, d) for n, t0, d in s.events], (Change("remove_straggler_wait"),),
+                      f"no rank waits for rank {s.rank} inside collectives",
+                      evidence_pct=f.pct(s.caused_per_other_us), ranks=[s.rank])
+    if f.p2p_comm_share > 0.5:  # pipeline stages (a majority, as exposed_comm's)
+        found.recommendation = F.STRAGGLER_STAGE_RECOMMENDATION
+    return found
 
 
 def load_imbalance(f: RankFacts) -> Finding | None:

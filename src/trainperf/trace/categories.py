@@ -42,7 +42,7 @@ _COLLECTIVES = (
     ("reducescatter", "reduce_scatter"), ("reduce_scatter", "reduce_scatter"),
     ("allreduce", "all_reduce"), ("all_reduce", "all_reduce"),
     ("allgather", "all_gather"), ("all_gather", "all_gather"),
-    ("alltoall", "all_to_all"), ("all_to_all", "all_to_all"),
+    ("alltoall", "all_to_all"), ("all_to_all", "all_to_all"), ("all2all", "all_to_all"),
     ("ragged_all_to_all", "all_to_all"), ("collective_permute", "send_recv"),  # XLA (hyphens made "_")
     ("sendrecv", "send_recv"), ("broadcast", "broadcast"), ("bcast", "broadcast"),
     ("send", "send_recv"), ("recv", "send_recv"), ("reduce", "reduce"),
@@ -159,8 +159,15 @@ def kernel_category(name: str, kind: int) -> int:
     return CAT_OTHER
 
 
+# DeepEP's kernels (dispatch, combine and their layout/notify helpers) move each token to the ranks of its experts
+# and back: an all-to-all, whatever the kernel is called
+EXPERT_PARALLEL_RE = re.compile(r"deep_?ep|dpsk::ep", re.I)
+
+
 def collective_type(name: str) -> str:
     """Collective of a communication kernel or op name ("all_reduce", "all_gather", ...), else "unknown"."""
+    if EXPERT_PARALLEL_RE.search(name):
+        return "all_to_all"
     low = name.lower().replace("nccl:", "").replace("c10d::", "").replace("-", "_")
     for key, value in _COLLECTIVES:
         if key in low:

@@ -1,0 +1,97 @@
+"""Communication that feeds the next computation: expert parallelism's all-to-all (DeepEP) and pipeline stages'
+send/recv, on hand-built traces (answers worked by hand)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from kineto_builder import TraceBuilder  # noqa: E402
+
+from trainperf.diagnose.api import diagnose  # noqa: E402
+
+GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
+STEP_US = 4040.0
+
+
+def _moe_trace(path: Path, dispatch: str, combine: str) -> Path:
+    # one MoE layer per 4040-us step T: host launches at T, T+5, .., T+20, then cudaStreamSynchronize [T+25, T+4035)
+    # (the loss read). Device: attention GEMM [T+30, +1000) on stream 7; dispatch [T+1030, +1000) on DeepEP's
+    # stream 30; expert GEMM [T+2030, +1000) (waits for the dispatch); combine [T+3030, +500) on stream 30; output
+    # GEMM [T+3530, +500) (waits for the combine). Four steps.
+    b = TraceBuilder()
+    for s in range(4):
+        T = STEP_US * s
+        b.step(s, T, STEP_US)
+        for i, (name, start, dur, stream) in enumerate(((GEMM, 30, 1000, 7), (dispatch, 1030, 1000, 30),
+                                                         (GEMM, 2030, 1000, 7), (combine, 3030, 500, 30),
+                                                         (GEMM, 3530, 500, 7))):
+            b.launch(name, T + 5 * i, T + start, dur, stream=stream)
+        b.cpu("cudaStreamSynchronize", T + 25, 4010, cat="cuda_runtime")
+    return b.write(path)
+
+
+def test_exposed_expert_all_to_all_is_named_and_priced(tmp_path):
+    # overlapped, the GEMMs stop waiting for dispatch and combine: 30..1030, 1030..2030, 2030..2530 in each step;
+    # the sync returns 5 us after the last (T+2535) and the next step starts 5 us later: 2540 us a step, 1500 us
+    # less than 4040. The steps analysed are those before the last; each gains 1500 us: 1500 / 4040 = 37.1 %.
+    # Nothing on the host waits for the all-to-all (the sync waits for the output GEMM): an upper bound, high ->
+    # medium. DeepEP's kernels are an all-to-all (dispatch and combine of tokens): its fix, not bucketing's.
+    d = diagnose(_moe_trace(tmp_path / "moe.json.gz", "void deep_ep::intranode::dispatch<8, 768>(int4*, float*)",
+                            "void deep_ep::intranode::combine<8>(float*)"))
+    f = d.findings[0]
+    assert f.kind == "exposed_comm" and f.gain_is_upper_bound and f.severity == "medium"
+    assert f.gain_pct == pytest.approx(100 * 1500 / STEP_US, abs=0.2)
+    m = f.evidence["metrics"]
+    assert m["all_to_all_share"]["value"] == pytest.approx(100.0)
+    assert m["point_to_point_share"]["value"] == 0.0
+    assert "another micro-batch" in f.recommendation and "bucket" not in f.recommendation
+    # the same trace with all-reduces: the same gain, the collectives' fix
+    d = diagnose(_moe_trace(tmp_path / "ar.json.gz", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)",
+                            "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)"))
+    f = d.findings[0]
+    assert f.kind == "exposed_comm" and f.gain_pct == pytest.approx(100 * 1500 / STEP_US, abs=0.2)
+    assert f.evidence["metrics"]["all_to_all_share"]["value"] == 0.0 and "bucket" in f.recommendation
+
+
+def _two_stages(tmp_path: Path, last_stage_us: float) -> Path:
+    # a forward-only 2-stage pipeline, 4 micro-batches a step: stage 0 computes micro-batch m in 990 us
+    # ([T+1000 m + 10, +990)); its transfer (a SendRecv kernel on stream 20 of each rank) starts on each rank when
+    # that rank gets to it (stage 0 when m is computed, stage 1 when it is free) and ends 50 us after both are
+    # there; stage 1 then computes m in last_stage_us. Each rank ends a step with a sync that returns 5 us after
+    # its GPU's last op; the next step starts 10 us after the later of the two.
+    out = tmp_path / "pp"
+    out.mkdir()
+    builders = {r: TraceBuilder(rank=r, world_size=2) for r in (0, 1)}
+    send = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
+    T = 0.0
+    for s in range(4):
+        free, host = T + 10, T
+        for m in range(4):
+            ready = T + 1000 * (m + 1)
+            done = max(ready, free) + 50
+            builders[0].launch(GEMM, host, ready - 990, 990, stream=7)
+            builders[0].launch(send, host + 5, ready, done - ready, stream=20)
+            builders[1].launch(send, host, free, done - free, stream=20)
+            builders[1].launch(GEMM, host + 5, done, last_stage_us, stream=7)
+            free = done + last_stage_us
+            host += 10
+        ends = {0: done + 5, 1: free + 5}
+        for r, b in builders.items():
+            b.cpu("cudaStreamSynchronize", host, ends[r] - host, cat="cuda_runtime")
+            b.step(s, T, max(ends.values()) + 5 - T)
+        T = max(ends.values()) + 10
+    for r, b in builders.items():
+        b.write(out / f"rank{r}.json.gz")
+    return out
+
+
+def test_a_slow_pipeline_stage_is_an_unequal_split(tmp_path):
+    # stage 1 computes 1500 us per micro-batch against stage 0's 990: 1.5x its compute (6000 vs 3960 us a
+    # step): the straggler, and with send/recv as all its communication the fix is the split of the layers
+    d = diagnose(_two_stages(tmp_path, 1500.0))
+    f = next(x for x in d.findings if x.kind == "straggler")
+    assert f.ranks == [1]
+    assert f.evidence["metrics"]["compute_vs_other_ranks"]["value"] == pytest.approx(6000 / 3960, rel=0.01)
+    assert "pipeline stage" in f.recommendation and "account_for_loss_in_pipeline_split" in f.recommendation
