@@ -81,3 +81,42 @@ def test_a_sampled_trace_has_no_host_work(tmp_path):
     base = K.read_events(_loop(tmp_path / "s.json.gz", sampled=True))
     with pytest.raises(NotApplicable, match="sampled"):
         inject_host_work({0: base}, 8_000.0, random.Random(3))
+
+
+def _after_backward(path: Path, metrics_us: float) -> Path:
+    """4 steps of 200 us + metrics_us. Main thread (tid 1): aten::mm [T, +30) launches a forward GEMM at T+10 (GPU
+    [T+20, +40)); then it waits in backward() while the autograd thread (tid 2) runs aten::mm [T+50, +30),
+    launching a backward GEMM at T+60 (GPU [T+70, +10)), its last call ending at T+64; woken, the main thread runs
+    metrics_us of its own ops (aten::cat, launching nothing) from T+70, then aten::add_ [T+70+m, +30) launches the
+    optimizer kernel 10 us in (GPU 10 us later, 100 us) and cudaStreamSynchronize waits for it (returns 5 us after
+    it); the next step starts 5 us later."""
+    b = TraceBuilder()
+    T, step = 0.0, 200.0 + metrics_us
+    for s in range(4):
+        b.step(s, T, step)
+        b.cpu("aten::mm", T, 30)
+        b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", T + 10, T + 20, 40)
+        b.cpu("aten::mm", T + 50, 30, tid=2)
+        b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x128x64", T + 60, T + 70, 10, tid=2)
+        if metrics_us:
+            b.cpu("aten::cat", T + 70, metrics_us)
+        opt = T + 70 + metrics_us
+        b.cpu("aten::add_", opt, 30)
+        b.launch("void at::native::vectorized_elementwise_kernel<4>", opt + 10, opt + 20, 100)
+        b.cpu("cudaStreamSynchronize", opt + 30, 95, cat="cuda_runtime")
+        T += step
+    return b.write(path)
+
+
+def test_work_after_waiting_for_another_thread_is_priced(tmp_path):
+    # the optimizer's launch waited for the autograd thread (its launch ended at T+64) and then for the main thread's
+    # metrics: its call starts 16 + m after that launch's end, m + 10 of it the main thread's own ops. Without the
+    # metrics it starts 16 us after the wake (T+80; the op's 10-us dispatch stays), its kernel runs at T+90 after
+    # the backward GEMM (T+80): every step m shorter. Three steps analysed, the window ending at the third sync's
+    # return (9595 us): 3 x 3000 / 9595 = 93.8 % alone (an upper bound: high -> medium); the syncs' fix comes first
+    # in the order of fixes and takes a little of it. The same job without the metrics has no host_work. Kept as a
+    # fixed lag (before), the work after the wake gave no gain at all.
+    found = _host_work(_after_backward(tmp_path / "m.json.gz", 3000.0))
+    assert found is not None and found.severity == "medium"
+    assert found.gain_alone_pct == pytest.approx(100 * 3 * 3000 / 9595, abs=0.01)
+    assert _host_work(_after_backward(tmp_path / "none.json.gz", 0.0)) is None

@@ -137,7 +137,9 @@ class Graph:
     gap_allocator: np.ndarray   # part of host_gap inside allocator spans (µs)
     gap_idle: np.ndarray        # part of host_gap in which the thread ran nothing of its own: a wait (µs)
     host_dep: np.ndarray        # host call on another thread a call with an idle gap waited for, or -1
-    host_dep_lag: np.ndarray    # observed start - host_dep's end (µs), kept fixed
+    host_dep_lag: np.ndarray    # observed start - host_dep's end (µs), kept fixed but for ...
+    host_dep_work: np.ndarray   # ... the thread's own work in it (µs: what it ran once woken, an optimizer step after
+    #                             the backward), which shrinks as a change takes the thread's work away
     is_sync: np.ndarray         # the call blocked until device work ended (block_class != 0)
     block_class: np.ndarray     # NOT_BLOCKING, BLOCK_SYNC or BLOCK_PAGEABLE
     sync_on: np.ndarray         # device node a sync waited for, or -1
@@ -358,16 +360,19 @@ def step_thread_calls(t: EventTable, w: Window, step_rows: np.ndarray) -> np.nda
 
 def _thread_waits(t: EventTable, w: Window, rows: np.ndarray, start: np.ndarray, end: np.ndarray,
                   host_prev: np.ndarray, host_gap: np.ndarray, n_h: int,
-                  n_anchors: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(idle µs, host_dep, lag µs) per node: the part of each host gap its thread spent running nothing of its
-    own (no cpu_op, no named DataLoader/checkpoint/allocator span; step and user annotations cover waits too,
-    so they do not count), and for gaps with one, the call on another thread it waited for: the latest one
-    that ended before it started. A thread's first call in the window (other than a step anchor) waited the
-    same way: the autograd thread starts when the main thread calls backward()."""
+                  n_anchors: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(idle µs, host_dep, lag µs, work in the lag µs) per node: the part of each host gap its thread spent running
+    nothing of its own (no cpu_op, no named DataLoader/checkpoint/allocator span; step and user annotations cover
+    waits too, so they do not count), and for gaps with one, the call on another thread it waited for: the latest
+    one that ended before it started, how long after that call's end it started, and how much of that time the
+    thread ran ops of its own (woken, it works before its next call). A thread's first call in the window (other
+    than a step anchor) waited the same way: the autograd thread starts when the main thread calls backward()."""
     n = rows.size
     idle = np.zeros(n)
     dep = np.full(n, -1)
     lag = np.zeros(n)
+    work = np.zeros(n)
+    spans_of: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     has_prev = np.flatnonzero(host_prev[:n_h] >= 0)
     tids = t.tid[rows[:n_h]]
     named = np.concatenate([span_rows(t, w, p, (USER_ANNOTATION, CPU_OP, PYTHON))
@@ -376,13 +381,13 @@ def _thread_waits(t: EventTable, w: Window, rows: np.ndarray, start: np.ndarray,
     for tid in np.unique(tids[has_prev]):
         mine = has_prev[tids[has_prev] == tid]
         r = np.r_[own[t.tid[own] == tid], named[t.tid[named] == tid]]
-        spans = merge_intervals(w.ts_us[r], w.end_us[r])
+        spans_of[int(tid)] = spans = merge_intervals(w.ts_us[r], w.end_us[r])
         busy = _covered(end[host_prev[mine]], start[mine], spans)
         idle[mine] = np.maximum(host_gap[mine] - busy, 0.0)
     first = np.flatnonzero(host_prev[:n_h] < 0)
     waiting = np.r_[np.flatnonzero(idle > TOL_US), first[first >= n_anchors]]
     if not waiting.size:
-        return idle, dep, lag
+        return idle, dep, lag, work
     by_end = np.argsort(end[:n_h], kind="stable")
     ends = end[by_end]
     for i in waiting:
@@ -392,7 +397,10 @@ def _thread_waits(t: EventTable, w: Window, rows: np.ndarray, start: np.ndarray,
         if k >= 0 and (host_prev[i] < 0 or ends[k] > end[host_prev[i]]):  # it ended while this thread waited
             dep[i] = int(by_end[k])
             lag[i] = start[i] - ends[k]
-    return idle, dep, lag
+            spans = spans_of.get(int(tids[i]))
+            if spans is not None:
+                work[i] = _covered(np.array([ends[k]]), np.array([start[i]]), spans)[0]
+    return idle, dep, lag, work
 
 
 def _sync_op_gaps(t: EventTable, w: Window, rows: np.ndarray, start: np.ndarray, end: np.ndarray,
@@ -602,7 +610,8 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
         taken += part
         named_gaps.append(part)
     gap_dl, gap_ck, gap_co, gap_al = named_gaps
-    gap_idle, host_dep, host_dep_lag = _thread_waits(t, w, rows, start, end, host_prev, host_gap, n_h, anchors.size)
+    gap_idle, host_dep, host_dep_lag, host_dep_work = _thread_waits(t, w, rows, start, end, host_prev, host_gap, n_h,
+                                                                    anchors.size)
 
     # device: launch links, stream order
     link = correlated_host_row(t)
@@ -752,7 +761,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     return Graph(rows=rows, is_host=is_host, start=start, dur=dur, host_prev=host_prev, host_gap=host_gap,
                  gap_dataloader=gap_dl, gap_checkpoint=gap_ck, gap_compile=gap_co, gap_allocator=gap_al,
                  gap_idle=gap_idle,
-                 host_dep=host_dep, host_dep_lag=host_dep_lag, is_sync=is_sync,
+                 host_dep=host_dep, host_dep_lag=host_dep_lag, host_dep_work=host_dep_work, is_sync=is_sync,
                  block_class=block, sync_on=sync_on, sync_on_nc=sync_on_nc, sync_base=sync_base, sync_tail=sync_tail, sync_site=sync_site, gap_syncop=gap_so, syncop_site=so_site, in_syncop=in_so,
                  site_names=site_names, is_alloc=is_alloc,
                  small_launch=small_launch, kernel_launch=kernel_launch, launch_call_us=launch_call,
@@ -837,9 +846,16 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
             gone = (g.syncop_site >= 0) & ((g.syncop_site == c.site) if c.site >= 0 else True)
             cpu = cpu - np.where(gone, g.gap_syncop, 0.0)
             unread |= g.in_syncop & (g.block_class == BLOCK_SYNC) & ((g.sync_site == c.site) if c.site >= 0 else True)
+    cpu = np.maximum(cpu, 0.0)
+    # after the wait for another thread the thread works before its call (host_dep_work, part of the kept lag): that
+    # work shrinks in the same proportion as the gap's work (where in the gap the removed work sat the trace does
+    # not say), so the lag does too
+    own = g.cpu_work_us
+    kept = np.divide(cpu, own, out=np.ones(n), where=own > 0)
+    dep_lag = g.host_dep_lag - g.host_dep_work * (1.0 - np.minimum(kept, 1.0))
     # an idle gap is a wait for another thread (host_dep), not CPU work: it shrinks when that thread moves; one
     # with no such call to wait for (-1) stays as it was observed
-    cpu = np.maximum(cpu, 0.0) + g.gap_idle * ((g.host_dep < 0) & ~untraced_gone)
+    cpu = cpu + g.gap_idle * ((g.host_dep < 0) & ~untraced_gone)
     gap = cpu + (0.0 if "remove_data_wait" in kinds else g.gap_dataloader) + \
         (0.0 if "remove_checkpoint_wait" in kinds else g.gap_checkpoint) + \
         (0.0 if "remove_compile_wait" in kinds else g.gap_compile) + \
@@ -868,7 +884,7 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     dur_, gap_, lag_, lat_ = dur.tolist(), gap.tolist(), g.as_list("lag"), g.as_list("lat")
     host_, hprev_, sprev_ = g.as_list("is_host"), g.as_list("host_prev"), stream_prev.tolist()
     launch_, dep_, is_sync_ = g.as_list("launch"), dep.tolist(), g.as_list("is_sync")
-    hdep_, hlag_ = g.as_list("host_dep"), g.as_list("host_dep_lag")
+    hdep_, hlag_ = g.as_list("host_dep"), dep_lag.tolist()
     sync_on_, tail_ = sync_on.tolist(), g.as_list("sync_tail")
     base_ = np.where(unread, 0.0, g.sync_base).tolist() if unread.any() else g.as_list("sync_base")
     unblocked_ = unblocked.tolist()
