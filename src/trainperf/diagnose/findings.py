@@ -250,10 +250,12 @@ def _removes_a_stall(f: Finding) -> bool:
 # kernels' launches) is priced after it when both are found: the specific cause gets its own gain and the
 # broader fix what it adds. So does a category-wide speed-up (every elementwise and reduction kernel at the HBM
 # peak, every GEMM on tensor cores) beside a fix of named kernels sped up (speedup_rows: attention's softmax and
-# mask kernels fused into one kernel), which it would otherwise claim part of; and fusing every tiny kernel beside
-# fusing the optimizer's per-tensor ones (a fused or foreach optimizer)
+# mask kernels fused into one kernel), which it would otherwise claim part of; fusing every tiny kernel beside
+# fusing the optimizer's per-tensor ones (a fused or foreach optimizer); and hiding every collective behind compute
+# beside not running the wasted ones (gradients synchronised before more are accumulated into them): overlapping a
+# collective nothing needs is no fix for it
 BROADER_FIX = {"graph_launches": "graph_small_kernels", "speedup": "speedup_rows",
-               "graph_small_kernels": "fuse_optimizer"}
+               "graph_small_kernels": "fuse_optimizer", "overlap_comm": "remove_wasted_rows"}
 
 
 def _fix_order_key(f: Finding, present: set) -> tuple:

@@ -14,14 +14,21 @@ How it is found, from the trace alone:
 - a pass's gradient collectives are the all-reduce and reduce-scatter kernels launched inside its nodes (GPU), or
   the all-reduce and reduce-scatter calls (`c10d::allreduce_`, `c10d::_reduce_scatter_base_`, ...) made inside
   them (host only, gloo); FSDP's all-gathers of parameters for the backward are not gradient synchronisation;
+  the synchronisation's own spans inside them (SYNC_PATH_RE: FSDP2's `FSDP::post_backward_reduce`, which holds the
+  reduce-scatter, its copy-in and the division of the result; DDP's reducer copies and scaling) are the work the
+  skipped synchronisation does not do either: their kernels too (GPU), their host time (host only);
 - a pass is followed by another pass before the next optimizer step (an `Optimizer.step`/`zero_grad` span) or
   the end of the profiler step: its collectives are redundant. The last pass before each optimizer step keeps them.
-Priced by replay with the redundant passes' gradient collectives not run (remove_wasted_rows, ranked with the
-stalls): measured, not assumed, since nothing uses their result and the last pass still reduces the accumulated
-gradients. Host only (gloo): the larger of their calls' host time and gloo's transfers for them, an estimate.
+Priced by replay with the redundant passes' gradient collectives and the device ops of their synchronisation spans
+not run (remove_wasted_rows, ranked with the stalls and before overlapping the collectives: findings.BROADER_FIX):
+measured, not assumed, since nothing uses their result and the last pass still reduces the accumulated gradients.
+Host only (gloo): the largest of their calls' host time, gloo's transfers for them and their synchronisation spans on
+the training thread, an estimate.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
@@ -39,6 +46,9 @@ from trainperf.trace.events import COMMUNICATION, CPU_OP, KERNEL, USER_ANNOTATIO
 from trainperf.trace.nesting import outermost, row_spans, starts_inside
 
 GRADIENT_COLLECTIVES = ("all_reduce", "reduce_scatter")
+# record functions of the gradient synchronisation path, which a pass without synchronisation skips whole (FSDP2
+# runs FSDP::post_backward_accumulate instead of FSDP::post_backward_reduce; DDP under no_sync no reducer work)
+SYNC_PATH_RE = re.compile(r"^FSDP::post_backward_reduce|reducer::(copy_bucket_to_grad|mul_out)")
 # the redundant gradient collectives' time, % of the span. Wasted work with a one-line fix: at the stall rules'
 # 1 % (DATALOADER_MIN_PCT, HOST_SYNC_MIN_PCT). Not fitted: no labeled case has this kind
 GRAD_SYNC_MIN_PCT = 1.0
@@ -101,23 +111,38 @@ def grad_sync_per_microbatch(f: RankFacts) -> F.Finding | None:
     metrics = {"backward_passes": (n_passes, "count"), "accumulating_passes": (len(early), "count")}
     if not f.has_gpu:
         return _host_only(f, nodes, early, metrics)
-    kernels = f.once("early_gradient_kernels", lambda: _gradient_kernels(t, w, nodes))
+    kernels, path = f.once("early_gradient_kernels", lambda: _gradient_kernels(t, w, nodes))
     time_us = float((w.end_us[kernels] - w.ts_us[kernels]).sum())
     if not kernels.size or f.pct(time_us) <= GRAD_SYNC_MIN_PCT:
         return None
-    metrics.update({"early_gradient_collectives": (kernels.size, "count"), "early_collective_time": (time_us, "us")})
+    metrics.update({"early_gradient_collectives": (kernels.size, "count"), "early_collective_time": (time_us, "us"),
+                    "early_sync_path_ops": (path.size, "count"),
+                    "early_sync_path_op_time": (float((w.end_us[path] - w.ts_us[path]).sum()), "us")})
     events = row_events(t, w, kernels[:3])
     return F.make("grad_sync_per_microbatch", [f.rank], f.steps, metrics, events,
-                  changes=(Change("remove_wasted_rows", rows=tuple(int(r) for r in kernels)),),
+                  changes=(Change("remove_wasted_rows", rows=tuple(int(r) for r in np.r_[kernels, path])),),
                   what_if="gradients synchronised once per optimizer step (the earlier passes under no_sync)",
                   evidence_pct=f.pct(time_us))
 
 
-def _gradient_kernels(t: EventTable, w: Window, nodes: np.ndarray) -> np.ndarray:
-    """The window's all-reduce and reduce-scatter kernels launched inside the backward nodes `nodes`."""
+def sync_path_spans(t: EventTable, w: Window, nodes: np.ndarray) -> np.ndarray:
+    """The outermost gradient-synchronisation spans (SYNC_PATH_RE) that start inside the backward nodes `nodes`."""
+    spans = np.flatnonzero(w.keep & np.isin(t.kind, (USER_ANNOTATION, CPU_OP))
+                           & np.isin(t.name, t.ids_matching(SYNC_PATH_RE.search)))
+    inside = starts_inside(t, nodes, spans)
+    return outermost(t, spans[inside]) if inside.any() else spans[:0]
+
+
+def _gradient_kernels(t: EventTable, w: Window, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the window's all-reduce and reduce-scatter kernels launched inside the backward nodes `nodes`, the other
+    device ops launched inside their synchronisation spans: sync_path_spans' copies and scaling) as device rows."""
     kernels = launched_inside(t, w, *row_spans(t, nodes))
     kernels = kernels[(t.kind[kernels] == KERNEL) & (t.category[kernels] == COMMUNICATION)]
-    return kernels[np.isin(launch_collectives(t, kernels), GRADIENT_COLLECTIVES)] if kernels.size else kernels
+    if kernels.size:
+        kernels = kernels[np.isin(launch_collectives(t, kernels), GRADIENT_COLLECTIVES)]
+    spans = sync_path_spans(t, w, nodes) if kernels.size else kernels[:0]  # no collective: no synchronisation
+    path = launched_inside(t, w, *row_spans(t, spans)) if spans.size else kernels[:0]
+    return kernels, np.setdiff1d(path, kernels)
 
 
 def _gradient_calls(t: EventTable, w: Window, nodes: np.ndarray, early: list[np.ndarray]
@@ -141,18 +166,22 @@ def _gradient_calls(t: EventTable, w: Window, nodes: np.ndarray, early: list[np.
 
 
 def _host_only(f: RankFacts, nodes: np.ndarray, early: list[np.ndarray], metrics: dict) -> F.Finding | None:
-    """Host only (gloo): the early passes' gradient collective calls and the transfers gloo runs for them on its
-    own threads (`gloo:` spans starting inside those passes), as time; the larger of the two, unpriced by replay."""
+    """Host only (gloo): the early passes' gradient collective calls, the transfers gloo runs for them on its own
+    threads (`gloo:` spans starting inside those passes) and their synchronisation spans on the training thread
+    (sync_path_spans: the calls with their copies and scaling), as time; the largest, unpriced by replay."""
     t, w = f.table, f.window
     calls, call_us, transfer_us = f.once("early_gradient_calls", lambda: _gradient_calls(t, w, nodes, early))
     if not calls.size:
         return None
-    time_us = max(call_us, transfer_us)
+    spans = sync_path_spans(t, w, nodes)
+    path_us = float(t.dur_ns[spans].sum()) / 1e3
+    time_us = max(call_us, transfer_us, path_us)
     if f.pct(time_us) <= GRAD_SYNC_MIN_PCT:
         return None
     metrics.update({"early_collective_calls": (calls.size, "count"), "early_collective_call_time": (call_us, "us"),
-                    "early_gloo_transfer_time": (transfer_us, "us")})
+                    "early_gloo_transfer_time": (transfer_us, "us"), "early_sync_path_time": (path_us, "us")})
     events = row_events(t, w, calls[:3])
     return F.make("grad_sync_per_microbatch", [f.rank], f.steps, metrics, events, gain_pct=f.pct(time_us),
-                  gain_us=time_us, what_if="the early passes' collectives not run (host only: their calls or gloo's "
-                  "transfers, the larger; an estimate)", evidence_pct=f.pct(time_us))
+                  gain_us=time_us, what_if="the early passes' synchronisation not run (host only: the larger of its "
+                  "calls, gloo's transfers and its spans on the training thread; an estimate)",
+                  evidence_pct=f.pct(time_us))
