@@ -120,3 +120,29 @@ def test_work_after_waiting_for_another_thread_is_priced(tmp_path):
     assert found is not None and found.severity == "medium"
     assert found.gain_alone_pct == pytest.approx(100 * 3 * 3000 / 9595, abs=0.01)
     assert _host_work(_after_backward(tmp_path / "none.json.gz", 0.0)) is None
+
+
+def _first_allocation(path: Path, later_us: float) -> Path:
+    """5 steps: each opens with aten::empty_strided launching nothing (2200 us in the first step, later_us in the
+    others), then 20 ops of 100 us each launching a 20-us kernel (the GPU idles between them)."""
+    b = TraceBuilder()
+    T = 0.0
+    for s in range(5):
+        alloc = 2200.0 if s == 0 else later_us
+        b.step(s, T, alloc + 2050.0)
+        b.cpu("aten::empty_strided", T, alloc)
+        at = T + alloc + 10.0
+        for _ in range(20):
+            b.cpu("aten::mul", at, 99.0)
+            b.launch("void at::native::vectorized_elementwise_kernel<4>", at + 80.0, at + 90.0, 20.0, launch_dur=8.0)
+            at += 100.0
+        T += alloc + 2050.0
+    return b.write(path)
+
+
+def test_a_first_call_initialising_is_warm_up_not_host_work(tmp_path):
+    # the first aten::empty_strided holds the thread 2.2 ms, the later ones 8 us: one-off initialisation (the first
+    # allocation), 275x the later calls (> replay.ONE_OFF_FACTOR), which a steady step does not pay, as HTA's
+    # with_gpu_user_annotation trace shows (2194 us, then ~8 us); when every step pays it, it is host work
+    assert _host_work(_first_allocation(tmp_path / "warm.json.gz", 8.0)) is None
+    assert _host_work(_first_allocation(tmp_path / "every.json.gz", 2200.0)) is not None

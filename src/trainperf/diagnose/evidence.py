@@ -13,7 +13,7 @@ import numpy as np
 
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts
-from trainperf.diagnose.replay import ONE_OFF_FACTOR, ONE_OFF_MIN_US
+from trainperf.diagnose.replay import one_off_first_calls
 from trainperf.diagnose.window import merge_intervals
 from trainperf.trace.annotate import STEP_RE, correlated_host_row
 from trainperf.trace.events import CPU_OP, KERNEL, MEMCPY, MEMSET, PYTHON, RUNTIME, USER_ANNOTATION
@@ -186,19 +186,9 @@ def warmup_caveat(f: RankFacts) -> Caveat | None:
     launched[link[dev]] = t.name[dev]
     key = t.name[rows].astype(np.int64) * (len(t.names) + 1) + launched[rows] + 1
     dur = w.end_us[rows] - w.ts_us[rows]
-    order = np.lexsort((w.ts_us[rows], key))
-    k, d = key[order], dur[order]
-    first = np.r_[True, k[1:] != k[:-1]]
-    overall = float(np.median(dur))
-    warm = []
-    for i in np.flatnonzero(first):
-        j = i + 1
-        while j < k.size and not first[j]:
-            j += 1
-        ref = float(np.median(d[i + 1:j])) if j - i > 2 else overall
-        if d[i] > max(ONE_OFF_MIN_US, ONE_OFF_FACTOR * ref):
-            warm.append(int(rows[order[i]]))
-    total = float(dur[np.isin(rows, warm)].sum()) if warm else 0.0
+    one_off = one_off_first_calls(key, w.ts_us[rows], dur, fallback_us=float(np.median(dur)))
+    warm = rows[one_off].tolist()
+    total = float(dur[one_off].sum())
     if f.pct(total) <= WARMUP_SHARE_PCT:
         return None
     top = max(warm, key=lambda r: w.end_us[r] - w.ts_us[r])

@@ -249,6 +249,24 @@ ONE_OFF_MIN_US = 1000.0  # an allocator call at least this long ...
 ONE_OFF_FACTOR = 100.0   # ... and this many times the median of its kind is initialisation (evidence.warmup_caveat too)
 
 
+def one_off_first_calls(keys: np.ndarray, starts: np.ndarray, durs: np.ndarray, *, min_later: int = 2,
+                        fallback_us: float | None = None) -> np.ndarray:
+    """Per call (bool): the first call of its kind (keys) in time (starts) that costs (durs, µs) more than
+    ONE_OFF_MIN_US and ONE_OFF_FACTOR times the median of the later calls of its kind: one-off initialisation
+    (a context, a library, a first allocation). A kind with fewer than min_later later calls is compared with
+    fallback_us, and with none is never one-off."""
+    out = np.zeros(keys.size, dtype=bool)
+    order = np.lexsort((starts, keys))
+    k, d = keys[order], durs[order]
+    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if k.size else np.zeros(0, dtype=np.int64)
+    ends = np.r_[first[1:], k.size]
+    for i, j in zip(first, ends):
+        ref = float(np.median(d[i + 1:j])) if j - i > min_later else fallback_us
+        if ref is not None and d[i] > max(ONE_OFF_MIN_US, ONE_OFF_FACTOR * ref):
+            out[order[i]] = True
+    return out
+
+
 def allocation_traffic(t: EventTable, w: Window, rows: np.ndarray, start: np.ndarray) -> np.ndarray:
     """Which of the host call rows (start: their µs) are a recurring allocator stall (bool per row): allocator
     calls (host.ALLOCATOR_RUNTIME_RE) less one-off start-up work, which no allocator setting removes and no later

@@ -23,11 +23,11 @@ from trainperf.diagnose.launch import SMALL_KERNEL_US
 from trainperf.diagnose.precision import fp32_matmul
 from trainperf.diagnose.recompute import recompute_overhead
 from trainperf.diagnose.replay import (BLOCK_COMM, BLOCK_PAGEABLE, BLOCK_SYNC, Change, blocked_us, dispatch_taken,
-                                       host_work_us)
+                                       host_work_us, one_off_first_calls)
 from trainperf.diagnose.window import merge_intervals
 from trainperf.trace.annotate import STEP_RE
 from trainperf.trace.events import CPU_OP, ELEMENTWISE, GPU_SYNC, OPTIMIZER, PYTHON, REDUCTION, USER_ANNOTATION
-from trainperf.trace.nesting import starts_inside
+from trainperf.trace.nesting import starts_inside, thread_key
 
 Finding = F.Finding
 
@@ -395,6 +395,24 @@ def _enclosing_op(f: RankFacts, row: int, at_us: float) -> str:
     return " > ".join(names)
 
 
+def _inside_first_call(f: RankFacts, rows: np.ndarray, at_us: np.ndarray) -> np.ndarray:
+    """Per host call row (bool): whether its thread was, at at_us, inside an op that is one-off initialisation (the
+    first call of its name on that thread, replay.one_off_first_calls: a first allocation, a library's set-up), as
+    the warm-up caveat says of runtime calls; a steady step does not pay it again (HTA's with_gpu_user_annotation:
+    its first aten::empty_strided 2.2 ms, the later ones ~8 us)."""
+    t, w = f.table, f.window
+    ops = np.flatnonzero(w.keep & np.isin(t.kind, (CPU_OP, PYTHON)))
+    out = np.zeros(rows.size, dtype=bool)
+    if not rows.size or not ops.size:
+        return out
+    key = np.unique(np.c_[thread_key(t.pid[ops], t.tid[ops]), t.name[ops]], axis=0, return_inverse=True)[1].ravel()
+    first = ops[one_off_first_calls(key, w.ts_us[ops], w.end_us[ops] - w.ts_us[ops])]
+    for i, (row, at) in enumerate(zip(rows, at_us)):
+        out[i] = bool(((t.tid[first] == t.tid[row]) & (t.pid[first] == t.pid[row]) & (w.ts_us[first] <= at)
+                       & (w.end_us[first] >= at)).any())
+    return out
+
+
 def host_work(f: RankFacts) -> Finding | None:
     """The GPU waits while the thread that launches its work does something else for milliseconds at a time: CPU
     work that launches nothing (a CPU optimizer under ZeRO-Offload, metrics or logging, preprocessing outside the
@@ -414,6 +432,7 @@ def host_work(f: RankFacts) -> Finding | None:
     prev = np.clip(g.host_prev, 0, None)
     holed = (g.host_prev >= 0) & (corr >= 0) & (corr[prev] >= 0) & (np.abs(corr - corr[prev]) > SAMPLED_IDS_PER_CALL)
     long = np.flatnonzero(g.is_host & (work >= HOST_WORK_MIN_GAP_US) & ~holed)
+    long = long[~_inside_first_call(f, g.rows[long], g.start[long] - work[long] / 2)]
     # what it costs is the time the GPU runs dry during it: a gap while long kernels run costs nothing
     starved = np.minimum(idle_in_spans_us(f.window, g.start[long] - g.host_gap[long], g.start[long]), work[long])
     if f.pct(float(starved.sum())) < HOST_WORK_MIN_PCT:
