@@ -179,3 +179,20 @@ def test_real_a100_tf32_trace_gives_no_finding():
     s = P.gemm_precision(f.table, f.window.device, f.window.ts_us, f.window.end_us)
     assert s.time_us[P.TF32] > 0.8 * s.total_us  # cutlass tensorop_s1688 / xmma tf32 kernels
     assert P.fp32_matmul(f) is None
+
+
+@pytest.mark.parametrize("device, major, minor, ratio", [
+    ("Tesla V100-SXM2-32GB", 7, 0, 8.0),        # 125 / 15.7 TFLOP/s (V100 datasheet)
+    ("Tesla T4", 7, 5, 8.0),                    # 65 / 8.1
+    ("NVIDIA A10G", 8, 6, 4.0),                 # A10: 125 / 31.2
+    ("NVIDIA GeForce RTX 3090", 8, 6, 2.0),     # 71 / 35.6: fp32-accumulate tensor math at half rate
+    ("NVIDIA L4", 8, 9, 4.0),                   # 121 / 30.3
+])
+def test_a_part_the_catalog_lacks_is_priced_by_its_architecture(tmp_path, device, major, minor, ratio):
+    path = gpu_bound_trace(tmp_path, op="aten::mm", kernel="volta_sgemm_128x64_nn",
+                           device={"id": 0, "name": device, "computeMajor": major, "computeMinor": minor})
+    f = _facts(path)
+    lever = P.precision_lever(f.table)
+    assert lever.peak_ratio == ratio and lever.speedup == pytest.approx(ratio * P.ARCH_GEMM_EFF)
+    x = P.fp32_matmul(f)
+    assert x is not None and x.changes and x.gain_is_upper_bound and "by architecture" in x.what_if

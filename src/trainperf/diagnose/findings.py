@@ -1,7 +1,8 @@
 """Findings: typed records naming a bottleneck, its evidence, the what-if gain and a fix.
 
 Gains are marginal (`rank_by_marginal_gain`): the fixes are applied one after the other (removed
-waits before assumed speed-ups, each largest gain alone first), and each finding is credited with what its fix adds to the fixes before it
+waits first, assumed speed-ups last, each group by largest gain alone), and each finding is credited with what its
+fix adds to the fixes before it
 (replay of the step graph with all of them applied). Causes that overlap (the GPU idles *because*
 the host is in the DataLoader) are therefore counted once, and the gains add up to the "fix all"
 gain. Severity follows that marginal gain, capped by the finding's own evidence (the share of the
@@ -260,7 +261,15 @@ BROADER_FIX = {"graph_launches": "graph_small_kernels", "speedup": "speedup_rows
 
 def _fix_order_key(f: Finding, present: set) -> tuple:
     broader = any(BROADER_FIX.get(c.kind) in present for c in f.changes)
-    return not _removes_a_stall(f), broader, -f.gain_alone_pct
+    return not _removes_a_stall(f), _assumes_a_speedup(f), broader, -f.gain_alone_pct
+
+
+def _assumes_a_speedup(f: Finding) -> bool:
+    """Whether the fix's size is a factor someone chose (ASSUMED_SPEEDUP_CHANGES): priced after the fixes whose size
+    the trace measures, so that those are priced against the trace as it is (fp32 GEMMs made 5.6x faster first
+    would make a GPU-bound step host-bound and hand the host's fixes a gain the trace does not show) and the
+    assumed factor claims what is left."""
+    return any(c.kind in ASSUMED_SPEEDUP_CHANGES for c in f.changes)
 
 
 # What-ifs that assume a speed-up of a chosen size (optimizer kernels 3x faster) or an upper bound (kernels at
@@ -300,7 +309,8 @@ def rank_by_marginal_gain(found: list[Finding], gain) -> tuple[list[Finding], Fi
     """Give each finding with what-if changes its marginal gain and rank the findings by it.
 
     gain(changes) -> (% , µs) replays the changes together. Order of fixes: those that remove a wait
-    (STALL_CHANGES) before those that assume a speed-up, each by largest gain alone first; each finding's gain_pct is what its fix adds to the fixes before it, so the gains add
+    (STALL_CHANGES) first, those that assume a speed-up factor (ASSUMED_SPEEDUP_CHANGES) last, each group by
+    largest gain alone first; each finding's gain_pct is what its fix adds to the fixes before it, so the gains add
     up to the fix-all gain. Findings without changes (no what-if) keep their gain and come last; findings
     whose fix gains less than MIN_GAIN_PCT in that order are dismissed (FixPlan.dismissed).
     The ranking (rank_key) puts stalls gaining >= STALL_FIRST_MIN_GAIN_PCT first, as the order of fixes does."""

@@ -175,14 +175,47 @@ def precision_split(names: list[str], dur_us, start_us=None, dtypes: list | None
 _NOT_NVIDIA = ("amd", "radeon", "instinct", "gaudi", "mtia")
 
 
-def _nvidia_major(t: EventTable) -> int | None:
-    """computeMajor of the trace's first device when deviceProperties names an NVIDIA GPU, else None."""
+def _nvidia_device(t: EventTable) -> tuple[str, int, int] | None:
+    """(name, computeMajor, computeMinor) of the trace's first device when deviceProperties names an NVIDIA GPU."""
     props = t.metadata.get("deviceProperties")
     if not (isinstance(props, list) and props and isinstance(props[0], dict)):
         return None
-    name = str(props[0].get("name", "")).lower()
-    major = props[0].get("computeMajor")
-    return major if isinstance(major, int) and not any(v in name for v in _NOT_NVIDIA) else None
+    name = str(props[0].get("name", ""))
+    major, minor = props[0].get("computeMajor"), props[0].get("computeMinor", 0)
+    if not isinstance(major, int) or any(v in name.lower() for v in _NOT_NVIDIA):
+        return None
+    return name, major, minor if isinstance(minor, int) else 0
+
+
+def _nvidia_major(t: EventTable) -> int | None:
+    """computeMajor of the trace's first device when deviceProperties names an NVIDIA GPU, else None."""
+    dev = _nvidia_device(t)
+    return dev[1] if dev else None
+
+
+# Dense fp16/bf16 tensor-core math (fp32 accumulate) per clock and SM over fp32 FMA math per clock and SM, by
+# compute capability, for the data-centre parts of each architecture (NVIDIA's architecture whitepapers): the ratio
+# of the two peaks at any clock and SM count, so a part the catalog lacks is priced from its deviceProperties.
+# Volta/Turing (V100, T4): 8 tensor cores x 64 FMA vs 64 fp32 FMA = 8 (V100 125 / 15.7 TFLOP/s; T4 65 / 8.1);
+# GA100 (A100): 4 x 256 vs 64 = 16 (312 / 19.5); GA10x and Ada (A10, A40, L4, L40S): 4 x 128 vs 128 = 4 (A10 125 /
+# 31.2, L40S 362 / 91.6); Hopper: 14.8 (H100 SXM 989 / 67). GeForce parts run fp32-accumulate tensor math at half
+# rate (RTX 3090 71 / 35.6, RTX 4090 165 / 82.6): half the ratio.
+TENSOR_CORE_RATIO_BY_ARCH = {(7, 0): 8.0, (7, 2): 8.0, (7, 5): 8.0, (8, 0): 16.0, (8, 6): 4.0, (8, 9): 4.0,
+                             (9, 0): 14.8}
+# the fraction of that peak large GEMMs reach where the catalog has no figure for the part: the catalog's default
+# (hardware.Accelerator.gemm_eff), an estimate
+ARCH_GEMM_EFF = 0.70
+
+
+def arch_peak_ratio(t: EventTable) -> float:
+    """Tensor-core / fp32 peak ratio of the trace's NVIDIA device by its compute capability
+    (TENSOR_CORE_RATIO_BY_ARCH, halved on GeForce parts); 0 when not NVIDIA or the architecture is not listed."""
+    dev = _nvidia_device(t)
+    if dev is None:
+        return 0.0
+    name, major, minor = dev
+    ratio = TENSOR_CORE_RATIO_BY_ARCH.get((major, minor), 0.0)
+    return ratio / 2.0 if "geforce" in name.lower() else ratio
 
 
 def tf32_possible(t: EventTable) -> bool:
@@ -245,14 +278,22 @@ class PrecisionLever:
 
 
 def precision_lever(t: EventTable) -> PrecisionLever | None:
-    """The trace's accelerator (deviceProperties -> catalog) as a PrecisionLever; a lever of unknown size
-    (peak_ratio 0) for an NVIDIA part with tensor cores the catalog lacks; None when there is no tensor-core
-    peak to move to (no device named, a part without a reduced-precision peak well above fp32)."""
+    """The trace's accelerator (deviceProperties -> catalog) as a PrecisionLever; an NVIDIA part with tensor cores
+    the catalog lacks by its architecture (arch_peak_ratio, efficiency ARCH_GEMM_EFF), of unknown size (peak_ratio
+    0) when its architecture is not listed either; None when there is no tensor-core peak to move to (no device
+    named, a part without a reduced-precision peak well above fp32)."""
     from trainperf.diagnose.roofline import device_accelerator
 
     acc = device_accelerator(t)
     if acc is None:
-        return PrecisionLever(accelerator="", peak_ratio=0.0, efficiency=0.0) if tensor_cores(t) else None
+        if not tensor_cores(t):
+            return None
+        ratio = arch_peak_ratio(t)
+        if 0 < ratio < MIN_PEAK_RATIO:
+            return None
+        dev = _nvidia_device(t)
+        return PrecisionLever(accelerator=f"{dev[0]} (sm_{dev[1]}{dev[2]}, by architecture)" if ratio else "",
+                              peak_ratio=ratio, efficiency=ARCH_GEMM_EFF if ratio else 0.0)
     if not acc.fp32_tflops:
         return None  # TPUs: no fp32 peak in the catalog (XLA runs fp32 matmuls through bf16 passes anyway)
     ratio = max(acc.bf16_tflops, acc.fp16_tflops) / acc.fp32_tflops
@@ -271,7 +312,8 @@ def fp32_matmul(f: RankFacts) -> F.Finding | None:
     of halved bytes, and autocast adds casts. The replay speeds up GEMM-category kernels by category, so where
     fp32 kernels are only part of that category the factor is the one that takes the same total time off the
     category (an approximation of where on the critical path the time goes). Confidence medium at most:
-    the precision is read from kernel names. Unpriced (low) when the part is not in the catalog."""
+    the precision is read from kernel names. Unpriced (low) when neither the catalog nor its architecture
+    (arch_peak_ratio) gives the part's peaks."""
     if not f.has_gpu:
         return None
     lever = precision_lever(f.table)
