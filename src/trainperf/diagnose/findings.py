@@ -292,7 +292,10 @@ STALL_FIRST_MIN_GAIN_PCT = 1.0
 def rank_key(f: Finding) -> tuple:
     """Sort key of the ranking: stalls whose removal gains >= STALL_FIRST_MIN_GAIN_PCT first, then other
     fixes whose effect the trace measures gaining >= MEDIUM_GAIN_PCT, then the rest (assumed or upper-bound
-    speed-ups, small gains), then findings without a what-if; each group by marginal gain."""
+    speed-ups, small gains), then findings without a what-if; each group by the gain a fix gives whatever else is
+    done: its marginal gain, or its gain alone where that is smaller. A fix priced after others can gain more than
+    alone (fp32 GEMMs sped up once the host waits are gone: the step has become GPU-bound), a gain that exists only
+    if those are fixed first; ranking on it would put a fix above the ones it depends on."""
     assumed = f.gain_is_upper_bound or any(c.kind in ASSUMED_SPEEDUP_CHANGES for c in f.changes)
     if not f.changes:
         tier = 3
@@ -302,7 +305,8 @@ def rank_key(f: Finding) -> tuple:
         tier = 1
     else:
         tier = 2
-    return tier, -f.gain_pct, -_SEVERITY_LEVEL[f.severity]
+    sure = min(f.gain_pct, f.gain_alone_pct) if f.priced and f.changes else f.gain_pct
+    return tier, -sure, -_SEVERITY_LEVEL[f.severity]
 
 
 def rank_by_marginal_gain(found: list[Finding], gain) -> tuple[list[Finding], FixPlan]:
