@@ -407,17 +407,24 @@ def _thread_waits(t: EventTable, w: Window, rows: np.ndarray, start: np.ndarray,
     if not waiting.size:
         return idle, dep, lag, work
     by_end = np.argsort(end[:n_h], kind="stable")
-    ends = end[by_end]
-    for i in waiting:
-        k = int(np.searchsorted(ends, start[i], side="right")) - 1
-        while k >= 0 and tids[by_end[k]] == tids[i]:
-            k -= 1
-        if k >= 0 and (host_prev[i] < 0 or ends[k] > end[host_prev[i]]):  # it ended while this thread waited
-            dep[i] = int(by_end[k])
-            lag[i] = start[i] - ends[k]
-            spans = spans_of.get(int(tids[i]))
-            if spans is not None:
-                work[i] = _covered(np.array([ends[k]]), np.array([start[i]]), spans)[0]
+    for tid in np.unique(tids[waiting]):  # per thread, the other threads' calls by end: one search, not a walk back
+        mine = waiting[tids[waiting] == tid]
+        others = by_end[tids[by_end] != tid]
+        if not others.size:
+            continue
+        k = np.searchsorted(end[others], start[mine], side="right") - 1
+        found = k >= 0
+        cand = others[np.clip(k, 0, None)]
+        prev = host_prev[mine]
+        # it ended while this thread waited: after this thread's previous call
+        found &= (prev < 0) | (end[cand] > end[np.clip(prev, 0, None)])
+        dep[mine[found]] = cand[found]
+        lag[mine[found]] = start[mine[found]] - end[cand[found]]
+    woken = np.flatnonzero(dep >= 0)
+    for tid in np.unique(tids[woken]):  # the thread's own ops between the wake and the call, one pass per thread
+        mine = woken[tids[woken] == tid]
+        if int(tid) in spans_of:
+            work[mine] = _covered(start[mine] - lag[mine], start[mine], spans_of[int(tid)])
     return idle, dep, lag, work
 
 
