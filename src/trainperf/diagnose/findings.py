@@ -253,14 +253,17 @@ def _removes_a_stall(f: Finding) -> bool:
 # peak, every GEMM on tensor cores) beside a fix of named kernels sped up (speedup_rows: attention's softmax and
 # mask kernels fused into one kernel), which it would otherwise claim part of; fusing every tiny kernel beside
 # fusing the optimizer's per-tensor ones (a fused or foreach optimizer); and hiding every collective behind compute
-# beside not running the wasted ones (gradients synchronised before more are accumulated into them): overlapping a
-# collective nothing needs is no fix for it
-BROADER_FIX = {"graph_launches": "graph_small_kernels", "speedup": "speedup_rows",
-               "graph_small_kernels": "fuse_optimizer", "overlap_comm": "remove_wasted_rows"}
+# beside not running the wasted ones (gradients synchronised before more are accumulated into them: overlapping a
+# collective nothing needs is no fix for it) and beside removing the waits for a late rank inside them (a
+# straggler's or unequal work's: overlapping does not make the late rank's data arrive sooner; a one-rank replay
+# that lets the step run on without the collective would credit the wait to the overlap)
+BROADER_FIX = {"graph_launches": ("graph_small_kernels",), "speedup": ("speedup_rows",),
+               "graph_small_kernels": ("fuse_optimizer",),
+               "overlap_comm": ("remove_wasted_rows", "remove_straggler_wait")}
 
 
 def _fix_order_key(f: Finding, present: set) -> tuple:
-    broader = any(BROADER_FIX.get(c.kind) in present for c in f.changes)
+    broader = any(k in present for c in f.changes for k in BROADER_FIX.get(c.kind, ()))
     return not _removes_a_stall(f), _assumes_a_speedup(f), broader, -f.gain_alone_pct
 
 
