@@ -21,14 +21,17 @@ def _finding(kind, *changes, evidence_pct=None, upper_bound=False):
     return F.make(kind, [0], [], {}, changes=tuple(changes), evidence_pct=evidence_pct, upper_bound=upper_bound)
 
 
+def _gain_table(table: dict, first):
+    """A gain function over a table of gains by hand: the changes applied together (`first` leads each key) -> (%, 0)."""
+    return lambda changes: (table[tuple(sorted(set(changes), key=lambda c: c != first))], 0.0)
+
+
 def test_marginal_gains_by_hand():
     # two fixes whose gains overlap: A alone 30 %, B alone 20 %, both together 40 %.
     # order: A first (larger alone); A's marginal = 30, B's = 40 - 30 = 10; fix all = 40
     a, b = Change("remove_data_wait"), Change("host_speedup", factor=2.0)
     table = {(): 0.0, (a,): 30.0, (b,): 20.0, (a, b): 40.0}
-
-    def gain(changes):
-        return table[tuple(sorted(set(changes), key=lambda c: (c != a)))], 0.0
+    gain = _gain_table(table, first=a)
 
     fa, fb = _finding("data_loader_stall", a), _finding("launch_bound", b, evidence_pct=5.0)
     ranked, plan = F.rank_by_marginal_gain([fb, fa], gain)
@@ -111,9 +114,7 @@ def test_finding_whose_fix_gains_nothing_is_dismissed():
     # C's fix gains 0.2 % alone and 0.2 % after A: below findings.MIN_GAIN_PCT both ways -> not a bottleneck
     a, c = Change("remove_data_wait"), Change("overlap_comm")
     table = {(a,): 30.0, (c,): 0.2, (a, c): 30.2}
-
-    def gain(changes):
-        return table[tuple(sorted(set(changes), key=lambda x: (x != a)))], 0.0
+    gain = _gain_table(table, first=a)
 
     ranked, plan = F.rank_by_marginal_gain([_finding("exposed_comm", c), _finding("data_loader_stall", a)], gain)
     assert [f.kind for f in ranked] == ["data_loader_stall"] and plan.dismissed == ["exposed_comm"]
@@ -125,9 +126,7 @@ def test_removed_waits_are_priced_before_assumed_speedups():
     # else changes), so the DataLoader keeps its 20 % and the speed-up adds 20 %
     a, h = Change("remove_data_wait"), Change("host_speedup", factor=2.0)
     table = {(a,): 20.0, (h,): 39.0, (a, h): 40.0}
-
-    def gain(changes):
-        return table[tuple(sorted(set(changes), key=lambda x: (x != a)))], 0.0
+    gain = _gain_table(table, first=a)
 
     ranked, plan = F.rank_by_marginal_gain([_finding("launch_bound", h), _finding("data_loader_stall", a)], gain)
     assert plan.order == ["data_loader_stall", "launch_bound"]
@@ -141,9 +140,7 @@ def test_assumed_speedups_are_priced_after_the_fixes_the_trace_measures():
     # does not show (HTA's V100 ns_resolution with injected host work: 22.5 % for 1.8 % injected)
     hw, fp = Change("remove_host_work"), Change("speedup", category=0, factor=5.6)
     table = {(hw,): 4.0, (fp,): 20.0, (hw, fp): 44.0}
-
-    def gain(changes):
-        return table[tuple(sorted(set(changes), key=lambda x: (x != hw)))], 0.0
+    gain = _gain_table(table, first=hw)
 
     ranked, plan = F.rank_by_marginal_gain([_finding("fp32_matmul", fp), _finding("host_work", hw)], gain)
     assert plan.order == ["host_work", "fp32_matmul"]
@@ -157,9 +154,7 @@ def test_a_gain_that_needs_the_other_fixes_first_does_not_rank_it_above_them():
     # (HTA's V100 ns_resolution with 19 % of host work injected: host_work 20.6 %, fp32_matmul 37.5 % after it)
     hw, fp = Change("remove_host_work"), Change("speedup", category=0, factor=5.6)
     table = {(hw,): 22.0, (fp,): 20.0, (hw, fp): 60.0}
-
-    def gain(changes):
-        return table[tuple(sorted(set(changes), key=lambda x: (x != hw)))], 0.0
+    gain = _gain_table(table, first=hw)
 
     ranked, plan = F.rank_by_marginal_gain([_finding("fp32_matmul", fp), _finding("host_work", hw, upper_bound=True)],
                                            gain)
@@ -173,9 +168,7 @@ def test_waits_for_a_late_rank_are_the_stragglers_not_the_collectives():
     # fix makes the data arrive sooner), overlapping claims the rest
     o, s = Change("overlap_comm"), Change("remove_straggler_wait")
     table = {(s,): 20.4, (o,): 25.6, (s, o): 30.7}
-
-    def gain(changes):
-        return table[tuple(sorted(set(changes), key=lambda x: (x != s)))], 0.0
+    gain = _gain_table(table, first=s)
 
     ranked, plan = F.rank_by_marginal_gain([_finding("exposed_comm", o), _finding("straggler", s)], gain)
     assert plan.order == ["straggler", "exposed_comm"]
