@@ -3,8 +3,10 @@
 The trace is one thread launching tiny kernels back to back (an op of 25 us, its 20-us kernel), STEPS steps of
 OPS ops; --gap-every K adds a 2-ms gap with no op after every K-th op (Python outside ops: the host waits the
 replay looks for another thread to explain), the shape that made the replay's search for that thread quadratic.
+--ranks N writes N copies of that rank (rank 0..N-1) into one folder: how the memory of a job grows with its ranks.
 
     .venv/bin/python benchmarks/bench_diagnose_scale.py --ops 30000 --steps 10 --gap-every 100
+    .venv/bin/python benchmarks/bench_diagnose_scale.py --ops 20000 --steps 5 --ranks 8 --repeat 1
     PYTHONPATH=<worktree>/src .venv/bin/python benchmarks/bench_diagnose_scale.py ...   # another checkout's code
 
 Each run is a fresh process (`trainperf.cli diagnose`), so its peak RSS is its own.
@@ -23,8 +25,9 @@ import time
 from pathlib import Path
 
 
-def build_trace(path: Path, *, steps: int, ops: int, gap_every: int) -> int:
-    """Write the trace (module docstring) to path (gzip JSON); returns its number of complete events."""
+def build_trace(folder: Path, *, steps: int, ops: int, gap_every: int, ranks: int = 1) -> int:
+    """Write the trace (module docstring) as rank<r>.json.gz for each of `ranks` ranks into folder; returns the
+    number of complete events of one rank."""
     events = []
     corr = 1000
     t = 0.0
@@ -42,9 +45,10 @@ def build_trace(path: Path, *, steps: int, ops: int, gap_every: int) -> int:
         t += 100.0
         events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 10, "tid": 1,
                        "ts": start, "dur": t - start})
-    doc = {"schemaVersion": 1, "traceEvents": events,
-           "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1}}
-    path.write_bytes(gzip.compress(json.dumps(doc).encode(), 1))
+    for r in range(ranks):
+        doc = {"schemaVersion": 1, "traceEvents": events,
+               "distributedInfo": {"backend": "nccl", "rank": r, "world_size": ranks}}
+        (folder / f"rank{r}.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode(), 1))
     return len(events)
 
 
@@ -53,11 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ops", type=int, default=30000, help="ops (each one launch and one kernel) per step")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--gap-every", type=int, default=100, help="a 2-ms gap with no op after every K-th op (0: none)")
+    ap.add_argument("--ranks", type=int, default=1, help="copies of the rank, as ranks 0..N-1 of one job")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        trace = Path(tmp) / "rank0.json.gz"
-        n = build_trace(trace, steps=args.steps, ops=args.ops, gap_every=args.gap_every)
+        trace = Path(tmp) / "job"
+        trace.mkdir()
+        n = build_trace(trace, steps=args.steps, ops=args.ops, gap_every=args.gap_every, ranks=args.ranks)
         walls = []
         for _ in range(args.repeat):
             t0 = time.perf_counter()
@@ -66,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
             walls.append(time.perf_counter() - t0)
         peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         walls.sort()
-        print(json.dumps({"events": n, "json_mb": round(trace.stat().st_size / 1e6, 1),
+        print(json.dumps({"ranks": args.ranks, "events_per_rank": n,
+                          "json_mb": round(sum(f.stat().st_size for f in trace.iterdir()) / 1e6, 1),
                           "wall_s_median": round(walls[len(walls) // 2], 2), "wall_s": [round(w, 2) for w in walls],
                           "peak_rss_mb": round(peak_mb)}))
     return 0

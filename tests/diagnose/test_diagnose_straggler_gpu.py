@@ -70,3 +70,27 @@ def test_the_slower_computing_rank_is_the_straggler_priced_at_the_others_pace(tm
 def test_ranks_that_compute_alike_have_no_straggler(tmp_path):
     d = diagnose(_job(tmp_path, {0: 4000.0, 1: 4040.0}))  # 1 % apart: noise, not a slow rank
     assert not [x for x in d.findings if x.kind == "straggler"]
+
+
+def test_one_rank_of_facts_at_a_time_and_the_straggler_still_seen(tmp_path, monkeypatch):
+    # a job holds every rank's event table but the replay graph of one rank at a time (api.diagnose: DeviceTiming
+    # first, then each rank's facts, rules and gains): when a rank is analysed, no earlier rank's facts are alive
+    import gc
+    import weakref
+
+    from trainperf.diagnose import api
+
+    alive: list = []
+    seen_alive: list[int] = []
+    orig = api.analyse_rank
+
+    def analyse_rank(f, *a, **k):
+        gc.collect()
+        seen_alive.append(sum(1 for r in alive if r() is not None))
+        alive.append(weakref.ref(f))
+        return orig(f, *a, **k)
+
+    monkeypatch.setattr(api, "analyse_rank", analyse_rank)
+    d = api.diagnose(_job(tmp_path, {0: 4000.0, 1: 6000.0, 2: 4000.0}))
+    assert seen_alive == [0, 0, 0]
+    assert next(x for x in d.findings if x.kind == "straggler").ranks == [1]

@@ -14,7 +14,7 @@ from trainperf.diagnose.crossrank import (CrossRank, HostStraggler, MatchedColle
                                          cross_rank, host_straggler, laggards, persistent_laggard,
                                          straggler_min_p_value, straggler_steps_needed)
 from trainperf.diagnose.evidence import Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes
-from trainperf.diagnose.facts import RankFacts, StragglerFacts, collect_facts
+from trainperf.diagnose.facts import DeviceTiming, RankFacts, StragglerFacts, collect_facts, device_timing
 from trainperf.diagnose.modules import module_breakdown
 from trainperf.diagnose.steps import gpu_step_periods_us, memcpy_bandwidth
 from trainperf.diagnose.rules import run_rules
@@ -148,30 +148,25 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
         # the matching needs only kernels; compute/busy per rank are filled in from the facts
         xr = cross_rank({r: tables[r] for r in gpu_ranks}, {r: windows[r] for r in gpu_ranks}, {}, {})
         notes += xr.notes
-    facts: dict[int, RankFacts] = {}
-    for r, t in tables.items():
-        waits = comm_waits(xr, r) if xr is not None and r in gpu_ranks else None
-        facts[r] = collect_facts(t, windows[r], waits)  # the window's own note reaches the notes as a caveat
+    # one rank's full facts at a time (its replay graph is ~2.5x its event table): what the job's straggler needs of
+    # every rank first (DeviceTiming), then each rank's facts, rules and gains, released before the next rank's
+    timing = {r: device_timing(tables[r], windows[r]) for r in gpu_ranks}
     hs = host_straggler(tables) if not gpu_ranks and len(tables) >= 2 else None
     testable = hs is not None and host_testable(hs)
+    straggler = None
     if hs is not None:
-        for r in tables:
-            facts[r].straggler = StragglerFacts(rank=hs.rank, caused_us=hs.gain_us * hs.steps,
-                                                caused_per_other_us=hs.gain_us, imbalance_pct=0.0, events=[],
-                                                host_gain_pct=hs.gain_pct, host_gain_us=hs.gain_us,
-                                                host_p_value=hs.p_value, host_snr=hs.snr,
-                                                host_testable=testable)
+        straggler = StragglerFacts(rank=hs.rank, caused_us=hs.gain_us * hs.steps, caused_per_other_us=hs.gain_us,
+                                   imbalance_pct=0.0, events=[], host_gain_pct=hs.gain_pct, host_gain_us=hs.gain_us,
+                                   host_p_value=hs.p_value, host_snr=hs.snr, host_testable=testable)
     if not gpu_ranks:
         notes.append("no kernel/memcpy/memset events in the trace: GPU analyses (breakdown, idle, overlap, "
                      "launches, critical path) are skipped; host-side analyses only")
     if xr is not None:
         for r in gpu_ranks:
-            tb = facts[r].breakdown
+            tb = timing[r].breakdown
             xr.compute_by_rank_us[r] = tb.compute_us
             xr.busy_by_rank_us[r] = tb.window_us - tb.idle_us
-        straggler = _straggler_facts(xr, facts)
-        for r in gpu_ranks:
-            facts[r].straggler = straggler
+        straggler = _straggler_facts(xr, timing)
     summaries: dict[int, RankSummary] = {}
     found: list[F.Finding] = []
     plans: dict[int, F.FixPlan] = {}
@@ -184,7 +179,11 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
                  f"unconfirmed; profile at least {straggler_steps_needed(hs.n_ranks, rules.STRAGGLER_HOST_ALPHA)} steps",
             confidence="low", kinds=frozenset({"straggler"})))
     notes += [c.note for c in job_caveats]
-    for r, f in facts.items():
+    for r, t in tables.items():
+        waits = comm_waits(xr, r) if xr is not None and r in gpu_ranks else None
+        f = collect_facts(t, windows[r], waits, timing.get(r))  # the window's own note reaches the notes as a caveat
+        if hs is not None or r in gpu_ranks:
+            f.straggler = straggler
         summaries[r], ranked, plans[r] = analyse_rank(f, job_caveats)
         found += ranked
         notes += [f"rank {r}: {n}" for n in summaries[r].evidence_notes]
@@ -288,7 +287,7 @@ def _relative_times(found: list[F.Finding], f: RankFacts) -> list[F.Finding]:
     return found
 
 
-def _straggler_facts(xr: CrossRank, facts: dict[int, RankFacts]) -> StragglerFacts | None:
+def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> StragglerFacts | None:
     """The job's straggler: the rank the others wait for inside matched collectives when it makes them wait
     >= STRAGGLER_MIN_WAIT_PCT of the window each (or, when no rank is the one waited for in most steps, when the
     ranks wait that much on average: load imbalance, StragglerFacts.persistent false); else (collectives that
@@ -333,7 +332,7 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, RankFacts]) -> StragglerFac
                           extra_compute_us=extra, last_in_steps=last_in_steps, persistent=persistent)
 
 
-def _collective_step(c: MatchedCollective, facts: dict[int, RankFacts]):
+def _collective_step(c: MatchedCollective, facts: dict[int, DeviceTiming]):
     """The ProfilerStep a matched collective belongs to (its launch's, on the first rank that has it); a collective
     of a trace without steps is a step of its own."""
     r = min(c.rows)

@@ -183,8 +183,31 @@ class RankFacts:
         return self._gains[key]
 
 
-def collect_facts(t: EventTable, w: Window, waits: dict | None = None) -> RankFacts:
-    """Run every analysis of one rank once. waits: crossrank.comm_waits of this rank, or None."""
+@dataclass(kw_only=True, frozen=True)
+class DeviceTiming:
+    """What the job's straggler needs of each rank before any rank's rules run (api._straggler_facts): the window's
+    idle / compute split and the computation each step launched. Light beside RankFacts (no replay graph), so a job
+    of many ranks holds these for every rank and the full facts of one rank at a time."""
+
+    table: EventTable
+    window: Window
+    breakdown: TemporalBreakdown
+    compute_by_step: dict  # step -> µs of computation it launched (crossrank.compute_per_step)
+
+    @property
+    def has_gpu(self) -> bool:
+        """Whether the rank has device events in its window."""
+        return bool(self.window.device.size)
+
+
+def device_timing(t: EventTable, w: Window) -> DeviceTiming:
+    """The rank's DeviceTiming (µs)."""
+    return DeviceTiming(table=t, window=w, breakdown=temporal_breakdown(t, w), compute_by_step=compute_per_step(t, w))
+
+
+def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: DeviceTiming | None = None) -> RankFacts:
+    """Run every analysis of one rank once. waits: crossrank.comm_waits of this rank, or None; timing: its
+    device_timing when already computed (not computed again)."""
     steps = w.steps  # the window's steps (window.find_step_markers), the one step finder
     st = [s for s in step_times(t, w) if s.step in steps]
     # the analysed ProfilerSteps' time (as the replay is anchored at the first), not the kept events' extent: host
@@ -210,7 +233,8 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None) -> RankFa
         if waits_by_step:
             f.host_comm_us = float(sum(v[1] for k, v in waits_by_step.items() if k in steps))
         return f
-    f.breakdown = temporal_breakdown(t, w)
+    timing = timing if timing is not None else device_timing(t, w)
+    f.breakdown = timing.breakdown
     f.step_idle_us = idle_in_span_us(w, start, start + host_window)
     f.overlap = comm_comp_overlap(t, w)
     f.idle = idle_split(t, w)
@@ -223,7 +247,7 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None) -> RankFa
     f.span_us = base.makespan_us
     f.critical_path = critical_path(f.graph, base)
     f.sync_sites = _sync_sites(f)
-    f.compute_by_step = compute_per_step(t, w)
+    f.compute_by_step = timing.compute_by_step
     comm: dict[str, float] = {}
     for k, r in collective_rows(t, w).items():  # keys "<process group>/<collective>": summed over groups
         kind = k.rsplit("/", 1)[-1]
