@@ -15,15 +15,18 @@ GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
 STEP_US = 4040.0
 
 
-def _moe_trace(path: Path, dispatch: str, combine: str) -> Path:
+def _moe_trace(path: Path, dispatch: str, combine: str, backward: bool = False) -> Path:
     # one MoE layer per 4040-us step T: host launches at T, T+5, .., T+20, then cudaStreamSynchronize [T+25, T+4035)
     # (the loss read). Device: attention GEMM [T+30, +1000) on stream 7; dispatch [T+1030, +1000) on DeepEP's
     # stream 30; expert GEMM [T+2030, +1000) (waits for the dispatch); combine [T+3030, +500) on stream 30; output
-    # GEMM [T+3530, +500) (waits for the combine). Four steps.
+    # GEMM [T+3530, +500) (waits for the combine). Four steps. backward: the launches inside an autograd backward
+    # node [T, T+25) (as DDP's reducer launches its all-reduces, from hooks inside the nodes)
     b = TraceBuilder()
     for s in range(4):
         T = STEP_US * s
         b.step(s, T, STEP_US)
+        if backward:
+            b.cpu("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", T, 25)
         for i, (name, start, dur, stream) in enumerate(((GEMM, 30, 1000, 7), (dispatch, 1030, 1000, 30),
                                                          (GEMM, 2030, 1000, 7), (combine, 3030, 500, 30),
                                                          (GEMM, 3530, 500, 7))):
@@ -47,12 +50,25 @@ def test_exposed_expert_all_to_all_is_named_and_priced(tmp_path):
     assert m["all_to_all_share"]["value"] == pytest.approx(100.0)
     assert m["point_to_point_share"]["value"] == 0.0
     assert "another micro-batch" in f.recommendation and "bucket" not in f.recommendation
-    # the same trace with all-reduces: the same gain, the collectives' fix
-    d = diagnose(_moe_trace(tmp_path / "ar.json.gz", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)",
-                            "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)"))
+    # the same trace with all-reduces launched in the backward (DDP's gradients): the same gain, the collectives' fix
+    ar = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)"
+    d = diagnose(_moe_trace(tmp_path / "ar.json.gz", ar, ar, backward=True))
     f = d.findings[0]
     assert f.kind == "exposed_comm" and f.gain_pct == pytest.approx(100 * 1500 / STEP_US, abs=0.2)
-    assert f.evidence["metrics"]["all_to_all_share"]["value"] == 0.0 and "bucket" in f.recommendation
+    m = f.evidence["metrics"]
+    assert m["all_to_all_share"]["value"] == 0.0 and m["forward_all_reduce_share"]["value"] == 0.0
+    assert "bucket" in f.recommendation
+
+
+def test_exposed_all_reduce_in_the_forward_gets_tensor_parallel_fixes(tmp_path):
+    # the all-reduces launched outside any backward node (a forward, or an inference step): tensor parallelism's
+    # row-parallel outputs, which the next GEMM needs at once. Same gain; its fix names the TP levers, not DDP's
+    ar = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)"
+    d = diagnose(_moe_trace(tmp_path / "tp.json.gz", ar, ar))
+    f = d.findings[0]
+    assert f.kind == "exposed_comm" and f.gain_pct == pytest.approx(100 * 1500 / STEP_US, abs=0.2)
+    assert f.evidence["metrics"]["forward_all_reduce_share"]["value"] == pytest.approx(100.0)
+    assert "tensor parallel" in f.recommendation and "bucket" not in f.recommendation
 
 
 def _two_stages(tmp_path: Path, last_stage_us: float) -> Path:

@@ -22,21 +22,31 @@ RANKS, STEPS, P, C, EXTRA, AR = 4, 8, 14_000.0, 8_000.0, 3_000.0, 300.0
 NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 
 
-def _job(path: Path, rotating: bool, ranks: int = RANKS, extra: float = EXTRA) -> Path:
+def _job(path: Path, rotating: bool, ranks: int = RANKS, extra: float = EXTRA, paused: bool = False) -> Path:
+    # paused: the late rank of a step computes C like the others but its host launches the GEMM `extra` later
+    # (a pause with no op recorded, as Python's garbage collector leaves it)
+    def late(r: int, s: int) -> float:
+        return extra if r == (s % ranks if rotating else 1) else 0.0
+
     def compute(r: int, s: int) -> float:
-        return C + (extra if r == (s % ranks if rotating else 1) else 0.0)
+        return C + (0.0 if paused else late(r, s))
+
+    def start(r: int, s: int) -> float:
+        return late(r, s) if paused else 0.0
 
     for r in range(ranks):
         b = TraceBuilder(rank=r, world_size=ranks)
         for s in range(STEPS):
             T = s * P
             b.step(s, T, P)
-            b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", T + 100, T + 110, compute(r, s))
-            last = T + 110 + max(compute(q, s) for q in range(ranks))
-            arrive = T + 110 + compute(r, s)
-            b.launch(NCCL, T + 140, arrive, last + AR - arrive, **{"Collective name": "allreduce",
+            b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", T + 100 + start(r, s), T + 110 + start(r, s),
+                     compute(r, s))
+            last = T + 110 + max(start(q, s) + compute(q, s) for q in range(ranks))
+            arrive = T + 110 + start(r, s) + compute(r, s)
+            b.launch(NCCL, T + 140 + start(r, s), arrive, last + AR - arrive, **{"Collective name": "allreduce",
                                                                    "Process Group Name": "0"})
-            b.cpu("cudaDeviceSynchronize", T + 300, last + AR + 5 - (T + 300), cat="cuda_runtime")
+            b.cpu("cudaDeviceSynchronize", T + 300 + start(r, s), last + AR + 5 - (T + 300 + start(r, s)),
+                  cat="cuda_runtime")
         b.write(path / f"rank{r}.json.gz")
     return path
 
@@ -56,6 +66,26 @@ def test_waits_for_a_rank_that_changes_each_step_are_load_imbalance_not_a_stragg
     # the replay gives back exactly the waits: every later event of the rank moves up by them
     assert f.gain_alone_pct == pytest.approx(m["waited_share"]["value"], abs=0.05)
     assert d.cross_rank["straggler_persistent"] is False
+
+
+def test_ranks_late_in_turn_without_more_work_are_paused_hosts_not_load_imbalance(tmp_path):
+    # the same waits as the rotating job (rank 3 waits 3 ms in 6 of the 7 analysed steps), but the late rank of each
+    # step computes 8 ms like the others, launched 3 ms late: its extra computation accounts for none of the
+    # lateness (0 of 3 ms a step): transient stragglers whose hosts paused (the garbage collector), priced the same
+    d = diagnose(_job(tmp_path, rotating=True, paused=True))
+    assert _find(d, "load_imbalance") is None
+    f = _find(d, "straggler")
+    assert f is not None and f.ranks == [0, 1, 2, 3]
+    m = f.evidence["metrics"]
+    assert m["lateness_from_extra_compute"]["value"] == pytest.approx(0.0)
+    assert m["waited_in_collectives"]["value"] == pytest.approx(6 * EXTRA)
+    assert f.gain_alone_pct == pytest.approx(m["waited_share"]["value"], abs=0.05)
+    assert "garbage collector" in f.recommendation
+    # with the extra work instead, all of the lateness is extra computation: unequal work
+    (tmp_path / "work").mkdir()
+    d = diagnose(_job(tmp_path / "work", rotating=True))
+    f = _find(d, "load_imbalance")
+    assert f is not None and f.evidence["metrics"]["lateness_from_extra_compute"]["value"] == pytest.approx(100.0)
 
 
 def test_the_same_rank_late_every_step_is_a_straggler(tmp_path):
@@ -106,3 +136,14 @@ def test_laggards_name_per_step_the_rank_the_others_waited_for_most():
           c(3, 0, {0: 0.0, 1: 0.0})]
     steps = {0: 0, 1: 0, 2: 0, 3: 1}
     assert laggards(cs, lambda x: steps[x.seq]) == {0: (1, 5000.0)}
+
+
+def test_late_work_share_by_hand():
+    from trainperf.diagnose.crossrank import late_work_share
+    # 3 ranks. Step 1: rank 0 made the 2 others wait 6 ms in all (3 ms each), computing 1 ms more than their median
+    # (11 vs 10): 1 of 3 ms. Step 2: rank 2 late by 2 ms each (4 ms summed) with 5 ms more (capped at 2): 2 of 2.
+    # Step 3 is not in every rank's steps: left out. (1 + 2) / (3 + 2) = 0.6
+    per = {0: {1: 11.0e3, 2: 10.0e3}, 1: {1: 10.0e3, 2: 10.0e3, 3: 1.0}, 2: {1: 10.0e3, 2: 15.0e3}}
+    last = {1: (0, 6000.0), 2: (2, 4000.0), 3: (1, 9000.0)}
+    assert late_work_share(last, per, 3) == pytest.approx(0.6)
+    assert late_work_share({3: (1, 9000.0)}, per, 3) is None  # no comparable step

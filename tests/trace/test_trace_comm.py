@@ -63,6 +63,7 @@ def test_deepep_comm_time_counted(tmp_path):
     ("moe_all2all_kernel", "all_to_all"),
     ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "send_recv"),
     ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)", "all_reduce"),
+    ("void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(RankData*, RankSignals, int)", "all_reduce"),
 ])
 def test_expert_parallel_kernels_are_an_all_to_all(name, kind):
     assert collective_type(name) == kind

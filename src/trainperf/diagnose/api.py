@@ -11,7 +11,7 @@ import numpy as np
 from trainperf.diagnose import findings as F
 from trainperf.diagnose import rules
 from trainperf.diagnose.crossrank import (CrossRank, HostStraggler, MatchedCollective, comm_waits, compute_straggler,
-                                         cross_rank, host_straggler, laggards, persistent_laggard,
+                                         cross_rank, host_straggler, laggards, late_work_share, persistent_laggard,
                                          straggler_min_p_value, straggler_steps_needed)
 from trainperf.diagnose.evidence import Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes
 from trainperf.diagnose.facts import DeviceTiming, RankFacts, StragglerFacts, collect_facts, device_timing
@@ -213,6 +213,9 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
         if straggler is not None and straggler.last_in_steps:
             xr_json["steps_each_rank_was_waited_for"] = straggler.last_in_steps
             xr_json["straggler_persistent"] = straggler.persistent
+            if straggler.late_work_share is not None:
+                xr_json["lateness_from_extra_compute_pct"] = 100.0 * straggler.late_work_share
+                xr_json["late_ranks_paused"] = rules.paused_not_loaded(straggler)
     best = max(plans.values(), key=lambda p: p.fix_all_gain_pct, default=None)
     mods = [module_breakdown(tables[r], by=modules) for r in summaries] if modules else []
     notes += [f"rank {b.rank}: modules: {n}" for b in mods for n in b.notes]
@@ -307,6 +310,8 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     # one rank's caused wait: with N ranks taking turns, each causes ~1/N of it
     persistent = st is not None and persistent_laggard(last_in_steps.get(st[0], 0), len(last),
                                                        len(xr.wait_by_rank_us), rules.STRAGGLER_HOST_ALPHA)
+    work_share = late_work_share(last, {r: f.compute_by_step for r, f in facts.items() if f.has_gpu},
+                                 len(xr.wait_by_rank_us))
     mean_wait = sum(xr.wait_by_rank_us.values()) / max(len(xr.wait_by_rank_us), 1)
     straggling = st is not None and st[1] >= floor * others
     if not (straggling or (not persistent and mean_wait >= floor)):
@@ -329,7 +334,8 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     extra = max(mine - float(np.median(rest)), 0.0) if rest else 0.0
     return StragglerFacts(rank=srank, caused_us=caused, caused_per_other_us=caused / others,
                           imbalance_pct=xr.imbalance_pct, events=events, compute_ratio=max(ratio, 1.0),
-                          extra_compute_us=extra, last_in_steps=last_in_steps, persistent=persistent)
+                          extra_compute_us=extra, last_in_steps=last_in_steps, persistent=persistent,
+                          late_work_share=work_share)
 
 
 def _collective_step(c: MatchedCollective, facts: dict[int, DeviceTiming]):

@@ -207,6 +207,28 @@ def persistent_laggard(times_last: int, steps: int, n_ranks: int, alpha: float) 
     return times_last > steps / 2
 
 
+def late_work_share(last: dict, per_step: dict[int, dict], n_ranks: int) -> float | None:
+    """How much of the laggards' lateness their own extra computation accounts for (0-1): over the steps of `last`
+    (laggards: step -> (rank, wait summed over the waiting ranks)) that every rank's per-step computation
+    (per_step: {rank: compute_per_step(...)}) has, sum(min(extra, lateness)) / sum(lateness), where lateness is the
+    mean wait of the other ranks (wait / (n_ranks - 1)) and extra the laggard's computation in that step beyond the
+    other ranks' median. Near 1: the late rank had more work (unequal work per step); near 0: it had the same work
+    and started it late (its host paused). None when no such step (a trace without steps: collectives are their
+    own steps)."""
+    per = {r: v for r, v in per_step.items() if v}
+    if len(per) < 2 or n_ranks < 2:
+        return None
+    num = den = 0.0
+    for step, (rank, wait) in last.items():
+        if rank not in per or not all(step in v for v in per.values()):
+            continue
+        late = wait / (n_ranks - 1)
+        extra = per[rank][step] - float(np.median([v[step] for r, v in per.items() if r != rank]))
+        num += min(max(extra, 0.0), late)
+        den += late
+    return num / den if den > 0 else None
+
+
 def comm_waits(xr: "CrossRank", rank: int) -> dict[int, tuple[float, int]]:
     """For one rank: trace row of each matched collective kernel -> (µs waited inside it, rank waited for)."""
     return {c.rows[rank]: (c.wait_us[rank], c.last_rank) for c in xr.collectives

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from trainperf.diagnose.autograd_links import backward_node_mask
 from trainperf.diagnose.crossrank import P2P_KIND, collective_rows, compute_per_step, host_step_waits
 from trainperf.diagnose.gpu_time import (CategoryTime, IdleSplit, Overlap, TemporalBreakdown, comm_comp_overlap,
                                          idle_in_span_us, idle_split, kernel_breakdown, temporal_breakdown)
@@ -17,11 +18,12 @@ from trainperf.diagnose.host import (COMPILE_RE, HostSpans, allocator_calls, che
                                      compiled_frames, dataloader_spans, host_syncs, optimizer_spans, span_rows,
                                      sync_op_counts, sync_ops)
 from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLength, launch_bound_stretches,
-                                       launch_stats, queue_length)
+                                       launch_stats, launched_inside, launched_rows, queue_length)
 from trainperf.diagnose.replay import BLOCK_SYNC, Change, Graph, blocked_us, build_graph, critical_path, replay
 from trainperf.diagnose.steps import StepTime, step_times
 from trainperf.diagnose.window import Window, merge_intervals
 from trainperf.trace.events import CPU_OP, PYTHON, USER_ANNOTATION, EventTable
+from trainperf.trace.nesting import thread_key
 
 
 @dataclass(kw_only=True)
@@ -44,6 +46,9 @@ class StragglerFacts:
     # persistent: the straggler was it in most of them (else the waits are load imbalance: rules.load_imbalance)
     last_in_steps: dict = field(default_factory=dict)
     persistent: bool = True
+    # how much of the late ranks' lateness their extra computation in those steps accounts for (0-1,
+    # crossrank.late_work_share); None where steps cannot be compared
+    late_work_share: float | None = None
 
 
 @dataclass(kw_only=True)
@@ -100,6 +105,8 @@ class RankFacts:
     compute_by_step: dict = field(default_factory=dict)  # step -> µs of computation it launched (crossrank)
     # collective type ("all_reduce", "all_to_all", "send_recv", ...) -> its share of communication kernel time
     comm_share_by_collective: dict = field(default_factory=dict)
+    # share (0-1) of communication kernel time in all-reduces launched outside the backward pass (forward_all_reduce)
+    forward_all_reduce_share: float = 0.0
     # without device events (gloo, CPU only): the training-loop thread's communication over the analysed steps
     # (crossrank.host_step_waits: inside collective calls, or blocked on a collective), µs; None with GPU or no steps
     host_comm_us: float | None = None
@@ -249,12 +256,34 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
     f.sync_sites = _sync_sites(f)
     f.compute_by_step = timing.compute_by_step
     comm: dict[str, float] = {}
-    for k, r in collective_rows(t, w).items():  # keys "<process group>/<collective>": summed over groups
+    groups = collective_rows(t, w)
+    for k, r in groups.items():  # keys "<process group>/<collective>": summed over groups
         kind = k.rsplit("/", 1)[-1]
         comm[kind] = comm.get(kind, 0.0) + float((w.end_us[r] - w.ts_us[r]).sum())
     total = sum(comm.values())
     f.comm_share_by_collective = {k: v / total for k, v in comm.items()} if total > 0 else {}
+    if total > 0:
+        f.forward_all_reduce_share = forward_all_reduce_us(t, w, groups) / total
     return f
+
+
+def forward_all_reduce_us(t: EventTable, w: Window, groups: dict[str, np.ndarray]) -> float:
+    """µs of all-reduce kernels (groups: collective_rows) whose launch the trace shows outside every autograd backward
+    node: issued by the forward pass (or an inference step). Data parallelism reduces gradients in the backward
+    (DDP's reducer launches its buckets from hooks inside the nodes: HTA's nccl_parser, negative_queue, trace_filter
+    and df_index_resolver traces, 1,636 of 1,636 all-reduces), FSDP reduce-scatters them there; an all-reduce in
+    the forward is tensor parallelism's (the row-parallel layers' outputs), whose next layer needs its result."""
+    rows = np.concatenate([r for k, r in groups.items() if k.rsplit("/", 1)[-1] == "all_reduce"] or [np.zeros(0, int)])
+    launched, _ = launched_rows(t, w)
+    rows = rows[np.isin(rows, launched)]
+    if not rows.size:
+        return 0.0
+    ops = np.flatnonzero((t.kind == CPU_OP) & w.keep)
+    nodes = ops[backward_node_mask(t, ops)]
+    backward = launched_inside(t, w, thread_key(t.pid[nodes], t.tid[nodes]), t.ts_ns[nodes],
+                               t.ts_ns[nodes] + t.dur_ns[nodes])
+    rows = rows[~np.isin(rows, backward)]
+    return float((w.end_us[rows] - w.ts_us[rows]).sum())
 
 
 def _sync_sites(f: RankFacts) -> list[SyncSite]:

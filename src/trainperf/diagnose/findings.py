@@ -45,6 +45,16 @@ EXPOSED_ALL_TO_ALL_RECOMMENDATION = (
     "it inside a node where the expert-parallel group fits; balance tokens across experts (auxiliary loss, "
     "capacity factor) so that no rank waits for the busiest.")
 
+# exposed_comm when most of it is all-reduce issued in the forward pass (facts.forward_all_reduce_us): tensor
+# parallelism's, whose next layer consumes the reduced activations at once, so DDP's bucketing does not apply
+EXPOSED_TP_RECOMMENDATION = (
+    "Most of the exposed communication is all-reduce issued in the forward pass: tensor parallelism's, which the "
+    "next layer needs at once. Keep the tensor-parallel group inside one NVLink/xGMI domain (degree at most the "
+    "GPUs per node) or lower its degree (more data or pipeline parallelism instead); with sequence parallelism the "
+    "same bytes move as reduce-scatter and all-gather next to the GEMMs, which asynchronous tensor parallelism "
+    "overlaps with them (torchtitan/PyTorch async TP, Transformer Engine's userbuffers comm-GEMM overlap); in "
+    "inference, a one-shot custom all-reduce (vLLM/SGLang) or one fused with the next RMSNorm (FlashInfer).")
+
 # straggler when the ranks exchange mostly point-to-point (pipeline stages): a stage that computes longer than
 # the others is an unequal split of the layers, not a faulty machine; every other stage idles for it each micro-batch
 STRAGGLER_STAGE_RECOMMENDATION = (
@@ -53,6 +63,14 @@ STRAGGLER_STAGE_RECOMMENDATION = (
     "account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split, or an uneven layer split), "
     "or use an interleaved schedule; if the stages are equal by construction, check its GPU and host (thermal "
     "throttling, a slower link).")
+
+# straggler when the ranks take turns being late without more work in those steps (rules._late_without_more_work)
+PAUSED_HOSTS_RECOMMENDATION = (
+    "The ranks take turns arriving late at collectives without computing more in those steps: the late rank's host "
+    "paused before launching its work. Most often Python's garbage collector, which runs at a different moment on "
+    "each rank: gc.disable() (or gc.freeze() after start-up) and gc.collect() on every rank at the same step every "
+    "N steps (Megatron's --manual-gc, NeMo's gc_interval). Else CPU contention (pin each rank to its own cores, "
+    "enough cores per GPU, no other jobs on the node) or a slow read or log write on that rank's training thread.")
 
 RECOMMENDATIONS = {
     "data_loader_stall": "Feed the GPU faster: raise DataLoader num_workers, set pin_memory=True and "

@@ -24,8 +24,8 @@ def straggler_text(cross_rank: dict) -> str:
     """One clause on the rank the others waited for, from ``Diagnosis.cross_rank``: "straggler rank R caused X ms
     of waiting"; on a CPU-only job whose wait load noise explains as well (rules.host_wait_is_noise, the straggler
     rule's own decision), "rank R caused X ms of waiting, as much as load noise gives (p P)"; when the rank waited
-    for changed from step to step (StragglerFacts.persistent), no straggler but load imbalance; NO_STRAGGLER when
-    nobody waited."""
+    for changed from step to step (StragglerFacts.persistent), no straggler but load imbalance, or ranks taking
+    turns being late with no more work (late_ranks_paused: their hosts paused); NO_STRAGGLER when nobody waited."""
     s = straggler_wait_ms(cross_rank)
     if s is None:
         return NO_STRAGGLER
@@ -33,9 +33,11 @@ def straggler_text(cross_rank: dict) -> str:
         p = cross_rank["host_straggler_p_value"]
         return f"rank {s[0]} caused {s[1]:.1f} ms of waiting, as much as load noise gives (p {p:.3f})"
     if cross_rank.get("straggler_persistent") is False:
-        last = cross_rank["steps_each_rank_was_waited_for"]
-        return (f"no straggler: the rank the others waited for changed from step to step (load imbalance; "
-                + ", ".join(f"rank {r} in {n}" for r, n in sorted(last.items())) + " steps)")
+        last = ", ".join(f"rank {r} in {n}" for r, n in sorted(cross_rank["steps_each_rank_was_waited_for"].items()))
+        if cross_rank.get("late_ranks_paused"):
+            return (f"no persistent straggler: the ranks took turns being late without more work in those steps "
+                    f"(their hosts paused; {last} steps)")
+        return f"no straggler: the rank the others waited for changed from step to step (load imbalance; {last} steps)"
     return f"straggler rank {s[0]} caused {s[1]:.1f} ms of waiting"
 
 

@@ -15,7 +15,7 @@ from trainperf.diagnose import findings as F
 from trainperf.diagnose.attention import unfused_attention
 from trainperf.diagnose.copies import exposed_memcpy
 from trainperf.diagnose.evidence import SAMPLED_IDS_PER_CALL, is_sampled
-from trainperf.diagnose.facts import RankFacts
+from trainperf.diagnose.facts import RankFacts, StragglerFacts
 from trainperf.diagnose.gpu_time import idle_in_span_us, idle_in_spans_us
 from trainperf.diagnose.grad_sync import grad_sync_per_microbatch
 from trainperf.diagnose.host import OPTIMIZER_RE, span_rows
@@ -200,6 +200,7 @@ def exposed_comm(f: RankFacts) -> Finding | None:
     found = _make(f, "exposed_comm", {"comm_time": (ov.comm_us, "us"), "exposed_comm": (ov.exposed_us, "us"),
                                       "point_to_point_share": (100.0 * f.p2p_comm_share, "% of comm"),
                                       "all_to_all_share": (100.0 * all_to_all, "% of comm"),
+                                      "forward_all_reduce_share": (100.0 * f.forward_all_reduce_share, "% of comm"),
                                       "overlap": (ov.overlap_pct, "%"),
                                       "host_syncs_waiting_for_collectives": (int(host_waits.sum()), "count"),
                                       "host_blocked_on_collectives": (blocked_us(g, BLOCK_COMM), "us")},
@@ -211,6 +212,8 @@ def exposed_comm(f: RankFacts) -> Finding | None:
         found.recommendation = F.EXPOSED_P2P_RECOMMENDATION
     elif all_to_all > 0.5:
         found.recommendation = F.EXPOSED_ALL_TO_ALL_RECOMMENDATION
+    elif f.forward_all_reduce_share > 0.5:
+        found.recommendation = F.EXPOSED_TP_RECOMMENDATION
     return found
 
 
@@ -267,8 +270,8 @@ def straggler(f: RankFacts) -> Finding | None:
                      gain_pct=s.host_gain_pct, gain_us=s.host_gain_us, ranks=[s.rank],
                      what_if=f"no rank waits for rank {s.rank} (host only: the others' median wait per step)",
                      evidence_pct=s.host_gain_pct)
-    if not s.persistent:  # the rank the others wait for changes from step to step: load_imbalance
-        return None
+    if not s.persistent:  # the rank the others wait for changes from step to step
+        return _late_without_more_work(f) if paused_not_loaded(s) else None  # else load_imbalance
     metrics = {"caused_wait": (s.caused_us, "us"), "caused_wait_per_other_rank": (s.caused_per_other_us, "us"),
                "compute_imbalance": (s.imbalance_pct, "%"), "compute_vs_other_ranks": (s.compute_ratio, "x"),
                "extra_compute": (s.extra_compute_us, "us")}
@@ -295,25 +298,56 @@ def straggler(f: RankFacts) -> Finding | None:
     return found
 
 
-def load_imbalance(f: RankFacts) -> Finding | None:
-    """Ranks wait for each other inside matched collectives, but the rank they wait for changes from step to step
-    (StragglerFacts.persistent false): no rank is slow, the ranks get unequal work per step (sequence lengths
-    without packing, MoE routing, uneven shards). Priced, like a straggler's waiting ranks, as this rank's waits
-    inside collectives removed: the work balanced, every rank at the step's mean pace instead of its slowest."""
+# the late ranks' extra computation accounts for less than this share of their lateness (crossrank.late_work_share):
+# they had the same work and started it late. Half: the midpoint between the two readings, not fitted (no labeled
+# case of either kind)
+LATE_WORK_MIN_SHARE = 0.5
+
+
+def paused_not_loaded(s: StragglerFacts) -> bool:
+    """Whether ranks that take turns being late had no more work than the others in those steps (their hosts paused)."""
+    return s.late_work_share is not None and s.late_work_share < LATE_WORK_MIN_SHARE
+
+
+def _turn_waits(f: RankFacts, kind: str, what_if: str) -> Finding:
+    """The waits of this rank inside matched collectives for ranks that take turns being late, as a finding of
+    `kind`: priced as those waits removed (every rank at the step's mean pace instead of its slowest)."""
     s = f.straggler
-    if s is None or s.persistent or s.host_gain_pct is not None or not f.waits:
-        return None
     waited = float(sum(v for v, _ in f.waits.values()))
-    steps = sum(s.last_in_steps.values())
     metrics = {"waited_in_collectives": (waited, "us"), "waited_share": (f.pct(waited), "%"),
-               "steps_with_waits": (steps, "count"), "compute_imbalance": (s.imbalance_pct, "%")}
+               "steps_with_waits": (sum(s.last_in_steps.values()), "count"),
+               "compute_imbalance": (s.imbalance_pct, "%")}
+    if s.late_work_share is not None:
+        metrics["lateness_from_extra_compute"] = (100.0 * s.late_work_share, "%")
     metrics |= {f"steps_rank_{r}_was_waited_for": (n, "count") for r, n in sorted(s.last_in_steps.items())}
     longest = sorted(f.waits.items(), key=lambda kv: -kv[1][0])[:3]
-    return _make(f, "load_imbalance", metrics,
+    return _make(f, kind, metrics,
                  [(f"{f.table.names[int(f.table.name[row])][:60]} (waited for rank {other})",
                    float(f.window.ts_us[row]), us) for row, (us, other) in longest],
-                 (Change("remove_straggler_wait"),), "every rank's work per step balanced: nobody waits in collectives",
-                 evidence_pct=f.pct(waited), ranks=sorted(s.last_in_steps))
+                 (Change("remove_straggler_wait"),), what_if, evidence_pct=f.pct(waited), ranks=sorted(s.last_in_steps))
+
+
+def _late_without_more_work(f: RankFacts) -> Finding | None:
+    """Ranks take turns arriving late at collectives with no more computation than the others in those steps: each
+    started its work late, its host paused (Python's garbage collector at a different moment on each rank, CPU
+    contention, a slow read on that rank). Transient stragglers (the kind a job-wide GC schedule fixes), not
+    unequal work."""
+    if not f.waits:
+        return None
+    found = _turn_waits(f, "straggler", "no rank's host pauses before its work: nobody waits in collectives")
+    found.recommendation = F.PAUSED_HOSTS_RECOMMENDATION
+    return found
+
+
+def load_imbalance(f: RankFacts) -> Finding | None:
+    """Ranks wait for each other inside matched collectives, but the rank they wait for changes from step to step
+    (StragglerFacts.persistent false) and computes more in the steps it is late (or the steps cannot be compared):
+    no rank is slow, the ranks get unequal work per step (sequence lengths without packing, MoE routing, uneven
+    shards). Priced, like a straggler's waiting ranks, as this rank's waits inside collectives removed."""
+    s = f.straggler
+    if s is None or s.persistent or s.host_gain_pct is not None or not f.waits or paused_not_loaded(s):
+        return None
+    return _turn_waits(f, "load_imbalance", "every rank's work per step balanced: nobody waits in collectives")
 
 
 # --- host speed -------------------------------------------------------------------------------

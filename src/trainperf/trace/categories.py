@@ -39,6 +39,7 @@ COMM_OP_RE = re.compile(r"^record_param_comms$|^c10d::|^nccl:|^rccl:|ProcessGrou
                         r"|^(all_?reduce|all_?gather\w*|reduce_?scatter\w*|all_?to_?all\w*|all2all\w*|broadcast"
                         r"|send|recv|barrier)$", re.I)
 _COLLECTIVES = (
+    ("cross_device_reduce", "all_reduce"),  # vLLM's custom all-reduce (cross_device_reduce_1stage / _2stage)
     ("reducescatter", "reduce_scatter"), ("reduce_scatter", "reduce_scatter"),
     ("allreduce", "all_reduce"), ("all_reduce", "all_reduce"),
     ("allgather", "all_gather"), ("all_gather", "all_gather"),
