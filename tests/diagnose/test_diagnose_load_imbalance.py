@@ -98,6 +98,20 @@ def test_the_same_rank_late_every_step_is_a_straggler(tmp_path):
     assert m["steps_it_was_waited_for"]["value"] == m["steps_with_waits"]["value"] == 7
 
 
+def test_the_same_rank_late_every_step_with_the_same_work_is_a_late_host(tmp_path):
+    # rank 1 launches its 8-ms GEMM 3 ms late in every step: a straggler (the same rank each step) whose lateness
+    # no extra computation explains; the fix points at its host, not its GPU
+    d = diagnose(_job(tmp_path, rotating=False, paused=True))
+    f = _find(d, "straggler")
+    assert f is not None and f.ranks == [1] and _find(d, "load_imbalance") is None
+    assert f.evidence["metrics"]["lateness_from_extra_compute"]["value"] == pytest.approx(0.0)
+    assert f.recommendation.startswith("Rank 1 arrives late") and "thermal" not in f.recommendation
+    (tmp_path / "work").mkdir()
+    f = _find(diagnose(_job(tmp_path / "work", rotating=False)), "straggler")
+    assert f.evidence["metrics"]["lateness_from_extra_compute"]["value"] == pytest.approx(100.0)
+    assert "thermal" in f.recommendation
+
+
 def test_a_small_imbalance_over_many_ranks_is_found(tmp_path):
     """8 ranks take turns being 1 ms late (7 % of the step): each causes the others' waits in 1 of the 7 analysed
     steps, 7 ms in all, under the straggler's bar (2 % of the window per other rank, ~13.6 ms); the ranks' mean

@@ -14,7 +14,7 @@ import numpy as np
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.replay import one_off_first_calls
-from trainperf.diagnose.window import merge_intervals
+from trainperf.diagnose.window import merge_intervals, union_us
 from trainperf.trace.annotate import STEP_RE, correlated_host_row
 from trainperf.trace.events import CPU_OP, KERNEL, MEMCPY, MEMSET, PYTHON, RUNTIME, USER_ANNOTATION
 
@@ -45,7 +45,7 @@ def rank_caveats(f: RankFacts) -> list[Caveat]:
     """The limits of one rank's evidence (see the module docstring)."""
     t, w = f.table, f.window
     out: list[Caveat] = []
-    for check in (steps_caveat, counter_mode_caveat, sampled_caveat, host_hole_caveat, warmup_caveat):
+    for check in (steps_caveat, counter_mode_caveat, sampled_caveat, host_hole_caveat, warmup_caveat, devices_caveat):
         c = check(f)
         if c is not None:
             out.append(c)
@@ -164,6 +164,35 @@ def host_hole_caveat(f: RankFacts) -> Caveat | None:
     return Caveat(note=f"{gaps.max() / 1e3:.1f} ms of the {span / 1e3:.1f}-ms window has no event at all, on the host "
                        "or the device (events cut out, or work the profiler did not record): the findings cover "
                        "the rest only", confidence="medium")
+
+
+# devices of one process that run one after another: the busy time of each summed is at most this much over their
+# union (1.0: never at the same time; N: always together). 1.2: a fifth of the time side by side, a stated bound
+DEVICES_TAKE_TURNS_RATIO = 1.2
+
+
+def devices_caveat(f: RankFacts) -> Caveat | None:
+    """One process drove several GPUs (Kineto writes each GPU's events under its device index as pid): the
+    breakdown, idle and overlap figures are over their union, where a GPU idle while another works counts as busy.
+    The note gives each device's busy share of the window; when their busy time barely overlaps
+    (DEVICES_TAKE_TURNS_RATIO), the devices take turns (a model split across GPUs run layer after layer, as
+    device_map="auto"), each idle while the others work. No real trace here has two (HTA's all have one)."""
+    t, w = f.table, f.window
+    rows = w.device
+    devices = np.unique(t.pid[rows])
+    if devices.size < 2:
+        return None
+    window = float(w.end_us[rows].max() - w.ts_us[rows].min())
+    busy = {int(d): union_us(w, rows[t.pid[rows] == d]) for d in devices}
+    union = union_us(w, rows)
+    shares = ", ".join(f"GPU {d} {100.0 * b / window:.0f}%" for d, b in busy.items())
+    note = (f"this process drove {devices.size} GPUs: the breakdown, idle and overlap are over their union (a GPU "
+            f"idle while another works counts as busy); busy per GPU: {shares} of the window")
+    if union > 0 and sum(busy.values()) <= DEVICES_TAKE_TURNS_RATIO * union:
+        note += ("; they rarely run at the same time: the model is split across them and run one after another "
+                 "(device_map=\"auto\", naive model parallelism), each idle while the others work; tensor "
+                 "parallelism, or a pipeline fed with micro-batches, keeps them busy together")
+    return Caveat(note=note, confidence="medium")
 
 
 # a first call over ONE_OFF_MIN_US and ONE_OFF_FACTOR times the median of its kind is one-off initialisation: the

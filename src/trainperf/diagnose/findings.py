@@ -64,6 +64,14 @@ STRAGGLER_STAGE_RECOMMENDATION = (
     "or use an interleaved schedule; if the stages are equal by construction, check its GPU and host (thermal "
     "throttling, a slower link).")
 
+# straggler when the same rank is late every step with no more computation than the others (rules.straggler)
+LATE_HOST_STRAGGLER_RECOMMENDATION = (
+    "Rank {rank} arrives late at the collectives without computing more than the other ranks: its host starts the "
+    "step's work late. Look at what only that rank does on its training thread (rank-0 logging, metrics, evaluation "
+    "or checkpoint bookkeeping: move it to a background thread or every N steps), at its data loading (its "
+    "DataLoader workers, a slower disk), and at its CPU (fewer or shared cores, NUMA placement, other processes on "
+    "the node).")
+
 # straggler when the ranks take turns being late without more work in those steps (rules._late_without_more_work)
 PAUSED_HOSTS_RECOMMENDATION = (
     "The ranks take turns arriving late at collectives without computing more in those steps: the late rank's host "

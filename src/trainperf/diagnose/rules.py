@@ -278,6 +278,8 @@ def straggler(f: RankFacts) -> Finding | None:
     if s.last_in_steps:  # matched collectives: in how many of the steps with waits it was the one waited for
         metrics["steps_it_was_waited_for"] = (s.last_in_steps.get(s.rank, 0), "count")
         metrics["steps_with_waits"] = (sum(s.last_in_steps.values()), "count")
+    if s.late_work_share is not None:
+        metrics["lateness_from_extra_compute"] = (100.0 * s.late_work_share, "%")
     if f.rank == s.rank:
         if s.compute_ratio < STRAGGLER_MIN_COMPUTE_RATIO:
             return None
@@ -295,6 +297,8 @@ def straggler(f: RankFacts) -> Finding | None:
                       evidence_pct=f.pct(s.caused_per_other_us), ranks=[s.rank])
     if f.p2p_comm_share > 0.5:  # pipeline stages (a majority, as exposed_comm's)
         found.recommendation = F.STRAGGLER_STAGE_RECOMMENDATION
+    elif paused_not_loaded(s):  # late with the same computation: its host starts the work late
+        found.recommendation = F.LATE_HOST_STRAGGLER_RECOMMENDATION.format(rank=s.rank)
     return found
 
 
