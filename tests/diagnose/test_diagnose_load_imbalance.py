@@ -152,6 +152,27 @@ def test_laggards_name_per_step_the_rank_the_others_waited_for_most():
     assert laggards(cs, lambda x: steps[x.seq]) == {0: (1, 5000.0)}
 
 
+@pytest.mark.parametrize("paused, kind", [(True, "straggler"), (False, "load_imbalance")])
+def test_without_profiler_steps_the_work_before_each_collective_decides(tmp_path, paused, kind):
+    # the same jobs profiled without prof.step(): each collective is its own step, and the computation each rank ran
+    # since its previous collective (crossrank.compute_before_collectives) is compared instead of the step's
+    import json
+
+    from trainperf.corpus.formats import no_profiler_steps
+    from trainperf.corpus.kineto import read_events
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "flat").mkdir()
+    _job(tmp_path / "src", rotating=True, paused=paused)
+    for r in range(RANKS):
+        doc = no_profiler_steps(read_events(tmp_path / "src" / f"rank{r}.json.gz"), r)
+        (tmp_path / "flat" / f"rank{r}.json").write_text(json.dumps(doc))
+    d = diagnose(tmp_path / "flat")
+    f = _find(d, kind)
+    assert f is not None and _find(d, "load_imbalance" if paused else "straggler") is None
+    assert f.evidence["metrics"]["lateness_from_extra_compute"]["value"] == pytest.approx(0.0 if paused else 100.0)
+
+
 def test_late_work_share_by_hand():
     from trainperf.diagnose.crossrank import late_work_share
     # 3 ranks. Step 1: rank 0 made the 2 others wait 6 ms in all (3 ms each), computing 1 ms more than their median

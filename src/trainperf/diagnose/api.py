@@ -10,9 +10,10 @@ import numpy as np
 
 from trainperf.diagnose import findings as F
 from trainperf.diagnose import rules
-from trainperf.diagnose.crossrank import (CrossRank, HostStraggler, MatchedCollective, comm_waits, compute_straggler,
-                                         cross_rank, host_straggler, laggards, late_work_share, persistent_laggard,
-                                         straggler_min_p_value, straggler_steps_needed)
+from trainperf.diagnose.crossrank import (CrossRank, HostStraggler, MatchedCollective, comm_waits,
+                                         compute_before_collectives, compute_straggler, cross_rank, host_straggler,
+                                         laggards, late_work_share, persistent_laggard, straggler_min_p_value,
+                                         straggler_steps_needed)
 from trainperf.diagnose.evidence import Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes
 from trainperf.diagnose.facts import DeviceTiming, RankFacts, StragglerFacts, collect_facts, device_timing
 from trainperf.diagnose.modules import module_breakdown
@@ -310,8 +311,12 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     # one rank's caused wait: with N ranks taking turns, each causes ~1/N of it
     persistent = st is not None and persistent_laggard(last_in_steps.get(st[0], 0), len(last),
                                                        len(xr.wait_by_rank_us), rules.STRAGGLER_HOST_ALPHA)
-    work_share = late_work_share(last, {r: f.compute_by_step for r, f in facts.items() if f.has_gpu},
-                                 len(xr.wait_by_rank_us))
+    # the laggards' extra work per step; without steps (collectives keyed (kind, seq)), per collective: the work
+    # each rank did since its previous one
+    per_step = {r: (f.compute_by_step if any(isinstance(k, int) for k in last)
+                    else compute_before_collectives(f.table, f.window, xr.collectives, r))
+                for r, f in facts.items() if f.has_gpu}
+    work_share = late_work_share(last, per_step, len(xr.wait_by_rank_us))
     mean_wait = sum(xr.wait_by_rank_us.values()) / max(len(xr.wait_by_rank_us), 1)
     straggling = st is not None and st[1] >= floor * others
     if not (straggling or (not persistent and mean_wait >= floor)):

@@ -572,6 +572,27 @@ def compute_per_step(t: EventTable, w: Window) -> dict[int, float]:
     return out
 
 
+def compute_before_collectives(t: EventTable, w: Window, collectives: list[MatchedCollective],
+                               rank: int) -> dict[tuple, float]:
+    """Per matched collective on `rank`, keyed (kind, seq) as a trace without steps keys its collectives
+    (api._collective_step): µs of computation kernels (union) that started between this rank's previous matched
+    collective kernel and this one's: the work it did before arriving. What late_work_share compares across ranks
+    when no ProfilerStep groups the collectives."""
+    from trainperf.diagnose.gpu_time import compute_mask  # gpu_time imports nothing of this module
+
+    rows = w.device[compute_mask(t, w.device)] if w.device.size else w.device
+    rows = rows[np.argsort(w.ts_us[rows], kind="stable")]
+    starts = w.ts_us[rows]
+    mine = sorted((c for c in collectives if rank in c.rows), key=lambda c: w.ts_us[c.rows[rank]])
+    out: dict[tuple, float] = {}
+    lo = 0
+    for c in mine:
+        hi = int(np.searchsorted(starts, w.ts_us[c.rows[rank]], side="left"))
+        out[(c.kind, c.seq)] = union_us(w, rows[lo:hi]) if hi > lo else 0.0
+        lo = max(lo, hi)
+    return out
+
+
 @dataclass(kw_only=True)
 class ComputeStraggler:
     """The rank that computes longest per step against the other ranks (µs).
