@@ -1,6 +1,6 @@
 """The hand-built reconstructions of the cases diagnose was judged on (allocator off on ROCm, pageable copies, a DDP
-rank whose GPU trails its host, DeepEP's all-to-all, .item() reads, a DataLoader-bound step) and the cross-rank
-waits (a straggler, load imbalance, hosts paused in turn), rewritten as other set-ups write traces
+rank whose GPU trails its host, DeepEP's all-to-all, .item() reads, a DataLoader-bound step), the cross-rank
+waits (a straggler, load imbalance, hosts paused in turn) and gradients synchronised every micro-batch, rewritten as other set-ups write traces
 (trainperf.corpus.formats: ROCm names, no flows, no operator ids, no distributedInfo, rank clocks apart, no Python
 stack, PyTorch 1.8 categories, no ProfilerStep): the top finding must not change with the format."""
 
@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 import test_diagnose_expert_pipeline as E  # noqa: E402
+import test_diagnose_grad_sync as G  # noqa: E402
 import test_diagnose_kinds as K  # noqa: E402
 import test_diagnose_load_imbalance as L  # noqa: E402
 import test_diagnose_rules as R  # noqa: E402
@@ -34,6 +35,8 @@ CASES = {  # name -> (builder writing into a folder, the top finding)
     "straggler": (lambda d: L._job(d, rotating=False), "straggler"),
     "load_imbalance": (lambda d: L._job(d, rotating=True), "load_imbalance"),
     "paused_in_turn": (lambda d: L._job(d, rotating=True, paused=True), "straggler"),
+    "grad_sync": (G._accumulating_trace, "grad_sync_per_microbatch"),
+    "grad_sync_fsdp": (lambda d: G._accumulating_trace(d, fsdp=True), "grad_sync_per_microbatch"),
 }
 
 

@@ -10,7 +10,8 @@ micro-batches move k times the gradient bytes.
 
 How it is found, from the trace alone:
 - a backward pass is a run of autograd backward nodes (`autograd::engine::evaluate_function: ...`) with no forward
-  operator (a sequence number, "Fwd thread id" 0, outside every node) starting between two of them;
+  operator (a sequence number, "Fwd thread id" 0, outside every node; in a trace whose exporter dropped the
+  operator ids, an op of the stepping thread outside every node) starting between two of them;
 - a pass's gradient collectives are the all-reduce and reduce-scatter kernels launched inside its nodes (GPU), or
   the all-reduce and reduce-scatter calls (`c10d::allreduce_`, `c10d::_reduce_scatter_base_`, ...) made inside
   them (host only, gloo); FSDP's all-gathers of parameters for the backward are not gradient synchronisation;
@@ -43,7 +44,7 @@ from trainperf.diagnose.window import Window, covered_length, row_events
 from trainperf.trace.annotate import step_rows
 from trainperf.trace.categories import collective_type
 from trainperf.trace.events import COMMUNICATION, CPU_OP, KERNEL, USER_ANNOTATION, EventTable
-from trainperf.trace.nesting import outermost, row_spans, starts_inside
+from trainperf.trace.nesting import outermost, row_spans, starts_inside, thread_key
 
 GRADIENT_COLLECTIVES = ("all_reduce", "reduce_scatter")
 # record functions of the gradient synchronisation path, which a pass without synchronisation skips whole (FSDP2
@@ -62,7 +63,14 @@ def backward_passes(t: EventTable, keep: np.ndarray) -> list[np.ndarray]:
     nodes = outermost(t, ops[is_node]) if is_node.any() else ops[:0]
     if not nodes.size:
         return []
-    other = ops[~is_node & forward_op_mask(t, ops)]
+    forward = forward_op_mask(t, ops)
+    steps, _ = step_rows(t)
+    if not (t.seq[ops] >= 0).any() and steps.size:
+        # an exporter that drops the operator ids (sequence number, forward thread id) marks no forward op: the
+        # stepping thread's own ops outside every node are then the forward's (the nodes are the autograd engine's;
+        # another thread's ops, the DataLoader's pin-memory thread's, may run during a pass)
+        forward = thread_key(t.pid[ops], t.tid[ops]) == thread_key(t.pid[steps[:1]], t.tid[steps[:1]])[0]
+    other = ops[~is_node & forward]
     inside = starts_inside(t, nodes, other)
     forward_starts = np.sort(t.ts_ns[other[~inside]])
     nodes = nodes[np.argsort(t.ts_ns[nodes], kind="stable")]
