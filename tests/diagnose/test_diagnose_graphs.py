@@ -4,6 +4,8 @@ Its kernels are not launched one by one, so neither the launches' cost (launch_b
 (small_kernels) can be its bottleneck, and recommending CUDA graphs would recommend what is done. The reference: the
 same kernels launched one by one (its eager twin, built the same way), where those findings are what the trace shows."""
 
+import gzip
+import json
 import sys
 from pathlib import Path
 
@@ -63,3 +65,19 @@ def test_a_graph_replayed_step_is_not_launch_bound_nor_small_kernels(tmp_path):
 def test_its_eager_twin_is(tmp_path):
     kinds = _kinds(_decode(tmp_path / "eager.json.gz", graphed=False))
     assert kinds and kinds[0] in ("launch_bound", "small_kernels")
+
+
+def test_a_forward_only_loop_gets_the_inference_fix_for_its_reads(tmp_path):
+    # the graphed decode: its per-step .item() is the finding; nothing in the loop trains (no backward node, no
+    # optimizer span), so the fix is to overlap the next step's host work, not to log every N steps. The same loop
+    # with an optimizer step in each iteration is a training loop and keeps the training advice
+    f = diagnose(_decode(tmp_path / "g.json.gz", graphed=True)).findings[0]
+    assert f.kind == "host_sync" and "forward-only loop" in f.recommendation and "log losses" not in f.recommendation
+    path = _decode(tmp_path / "t.json.gz", graphed=True)
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    steps = [e for e in doc["traceEvents"] if e["name"].startswith("ProfilerStep#")]
+    doc["traceEvents"] += [{"ph": "X", "cat": "user_annotation", "name": "Optimizer.step#SGD.step", "pid": 10,
+                            "tid": 1, "ts": s["ts"] + 1.0, "dur": 5.0, "args": {}} for s in steps]
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    f = diagnose(path).findings[0]
+    assert f.kind == "host_sync" and "log losses" in f.recommendation

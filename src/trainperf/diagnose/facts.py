@@ -107,6 +107,9 @@ class RankFacts:
     comm_share_by_collective: dict = field(default_factory=dict)
     # share (0-1) of communication kernel time in all-reduces launched outside the backward pass (forward_all_reduce)
     forward_all_reduce_share: float = 0.0
+    # what the loop does (loop_kind): "training" (a backward pass or an optimizer step), "inference" (CPU ops and
+    # neither), "unknown" (no CPU op recorded to tell)
+    loop: str = "unknown"
     # without device events (gloo, CPU only): the training-loop thread's communication over the analysed steps
     # (crossrank.host_step_waits: inside collective calls, or blocked on a collective), µs; None with GPU or no steps
     host_comm_us: float | None = None
@@ -235,6 +238,7 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
                            if ((w.ts_us[rows] >= x.start_us) & (w.ts_us[rows] < x.start_us + x.host_us)).any()]
         f.recompiles = compiled_frames(t, w)[1]
     f.sync_op_counts = sync_op_counts(t, w)  # host-side: the reads' CPU time is evidence without GPU events too
+    f.loop = loop_kind(t, w, f.optimizer)
     if not w.device.size:
         waits_by_step = host_step_waits(t, w.keep) if steps else {}
         if waits_by_step:
@@ -265,6 +269,16 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
     if total > 0:
         f.forward_all_reduce_share = forward_all_reduce_us(t, w, groups) / total
     return f
+
+
+def loop_kind(t: EventTable, w: Window, optimizer: HostSpans) -> str:
+    """"training" when the window holds an autograd backward node or an optimizer step / zero_grad span (optimizer:
+    host.optimizer_spans), "inference" when it holds CPU ops and neither (a forward-only loop: serving, generation,
+    evaluation), "unknown" without CPU ops (a trace of device activity only)."""
+    ops = np.flatnonzero((t.kind == CPU_OP) & w.keep)
+    if optimizer.count or backward_node_mask(t, ops).any():
+        return "training"
+    return "inference" if ops.size else "unknown"
 
 
 def forward_all_reduce_us(t: EventTable, w: Window, groups: dict[str, np.ndarray]) -> float:

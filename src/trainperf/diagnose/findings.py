@@ -64,6 +64,15 @@ STRAGGLER_STAGE_RECOMMENDATION = (
     "or use an interleaved schedule; if the stages are equal by construction, check its GPU and host (thermal "
     "throttling, a slower link).")
 
+# host_sync in a forward-only loop (facts.loop_kind "inference"): generation reads each step's sampled tokens back to
+# decide the next step, so "log every N steps" does not apply; the host's work for step N+1 must overlap step N
+HOST_SYNC_INFERENCE_RECOMMENDATION = (
+    "A forward-only loop (no backward pass, no optimizer step: generation or serving) reads results back every "
+    "step, which drains the GPU queue: the GPU idles while the host prepares the next step. Overlap the host's "
+    "scheduling and input preparation for step N+1 with the GPU's step N (vLLM's async scheduling, SGLang's "
+    "overlap scheduler), keep sampling and stop checks on the GPU as tensor ops (no .item()/.tolist() per token), "
+    "copy the tokens out with non_blocking=True into pinned memory, and capture the step in a CUDA graph.")
+
 # straggler when the same rank is late every step with no more computation than the others (rules.straggler)
 LATE_HOST_STRAGGLER_RECOMMENDATION = (
     "Rank {rank} arrives late at the collectives without computing more than the other ranks: its host starts the "

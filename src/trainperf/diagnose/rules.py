@@ -129,6 +129,8 @@ def host_sync(f: RankFacts) -> Finding | None:
     x.evidence["call_sites"] = [{"site": s.site, "count": s.count, "blocking_us": round(s.blocking_us, 1),
                                  "gpu_idle_after_us": round(s.gpu_idle_after_us, 1), "gain_us": round(s.gain_us, 1),
                                  "gain_pct": round(s.gain_pct, 2)} for s in f.sync_sites[:5]]
+    if f.loop == "inference":
+        x.recommendation = F.HOST_SYNC_INFERENCE_RECOMMENDATION
     return x
 
 
