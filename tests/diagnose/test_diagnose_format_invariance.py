@@ -1,8 +1,8 @@
 """The hand-built reconstructions of the cases diagnose was judged on (allocator off on ROCm, pageable copies, a DDP
-rank whose GPU trails its host, DeepEP's all-to-all, .item() reads, a DataLoader-bound step), the cross-rank
-waits (a straggler, load imbalance, hosts paused in turn) and gradients synchronised every micro-batch, rewritten as other set-ups write traces
-(trainperf.corpus.formats: ROCm names, no flows, no operator ids, no distributedInfo, rank clocks apart, no Python
-stack, PyTorch 1.8 categories, no ProfilerStep): the top finding must not change with the format."""
+rank whose GPU trails its host, DeepEP's all-to-all, .item() reads, a DataLoader-bound step), the cross-rank waits
+(a straggler, load imbalance, hosts paused in turn) and gradients synchronised every micro-batch, rewritten as other
+set-ups write traces (trainperf.corpus.formats: ROCm names, no flows, no operator ids, no distributedInfo, rank
+clocks apart, no Python stack, PyTorch 1.8 categories, no ProfilerStep): the top finding must not change."""
 
 import json
 import sys
