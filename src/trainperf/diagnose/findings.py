@@ -75,11 +75,11 @@ HOST_SYNC_INFERENCE_RECOMMENDATION = (
 
 # straggler when the same rank is late every step with no more computation than the others (rules.straggler)
 LATE_HOST_STRAGGLER_RECOMMENDATION = (
-    "Rank {rank} arrives late at the collectives without computing more than the other ranks: its host starts the "
-    "step's work late. Look at what only that rank does on its training thread (rank-0 logging, metrics, evaluation "
-    "or checkpoint bookkeeping: move it to a background thread or every N steps), at its data loading (its "
-    "DataLoader workers, a slower disk), and at its CPU (fewer or shared cores, NUMA placement, other processes on "
-    "the node).")
+    "Rank {rank} arrives late at the collectives without computing more than the other ranks: it starts the work "
+    "before them late. On its timeline before those collectives, either its host launches nothing for a while: what "
+    "only that rank does on its training thread (rank-0 logging, metrics, evaluation or checkpoint bookkeeping: move "
+    "it to a background thread or every N steps), its data loading, its CPU (fewer or shared cores, NUMA placement, "
+    "other processes on the node); or its GPU runs other work first (communication or copies queued ahead of them).")
 
 # straggler when the ranks take turns being late without more work in those steps (rules._late_without_more_work)
 PAUSED_HOSTS_RECOMMENDATION = (

@@ -299,7 +299,7 @@ def straggler(f: RankFacts) -> Finding | None:
                       evidence_pct=f.pct(s.caused_per_other_us), ranks=[s.rank])
     if f.p2p_comm_share > 0.5:  # pipeline stages (a majority, as exposed_comm's)
         found.recommendation = F.STRAGGLER_STAGE_RECOMMENDATION
-    elif paused_not_loaded(s):  # late with the same computation: its host starts the work late
+    elif paused_not_loaded(s):  # late with the same computation: it starts that work late (host or queued work)
         found.recommendation = F.LATE_HOST_STRAGGLER_RECOMMENDATION.format(rank=s.rank)
     return found
 
