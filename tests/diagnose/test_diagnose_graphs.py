@@ -4,11 +4,10 @@ Its kernels are not launched one by one, so neither the launches' cost (launch_b
 (small_kernels) can be its bottleneck, and recommending CUDA graphs would recommend what is done. The reference: the
 same kernels launched one by one (its eager twin, built the same way), where those findings are what the trace shows."""
 
-import gzip
-import json
 import sys
 from pathlib import Path
 
+from trainperf.corpus import kineto as K
 from trainperf.diagnose.api import diagnose
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
@@ -73,11 +72,9 @@ def test_a_forward_only_loop_gets_the_inference_fix_for_its_reads(tmp_path):
     # with an optimizer step in each iteration is a training loop and keeps the training advice
     f = diagnose(_decode(tmp_path / "g.json.gz", graphed=True)).findings[0]
     assert f.kind == "host_sync" and "forward-only loop" in f.recommendation and "log losses" not in f.recommendation
-    path = _decode(tmp_path / "t.json.gz", graphed=True)
-    doc = json.loads(gzip.decompress(path.read_bytes()))
+    doc = K.read_events(_decode(tmp_path / "t.json.gz", graphed=True))
     steps = [e for e in doc["traceEvents"] if e["name"].startswith("ProfilerStep#")]
     doc["traceEvents"] += [{"ph": "X", "cat": "user_annotation", "name": "Optimizer.step#SGD.step", "pid": 10,
                             "tid": 1, "ts": s["ts"] + 1.0, "dur": 5.0, "args": {}} for s in steps]
-    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
-    f = diagnose(path).findings[0]
+    f = diagnose(K.write_events(tmp_path / "train.json.gz", doc)).findings[0]
     assert f.kind == "host_sync" and "log losses" in f.recommendation

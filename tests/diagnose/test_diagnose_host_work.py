@@ -70,6 +70,20 @@ def test_the_evidence_names_what_held_the_thread(tmp_path, name, shown):
     assert found.evidence["events"][0]["dur_us"] == pytest.approx(6_000.0, abs=20.0)  # + the 12 us before the op
 
 
+def test_the_fix_follows_what_the_loop_does(tmp_path):
+    # the loop above has no backward node and no optimizer step: forward-only (serving, generation), whose host work
+    # between model steps is the engine's scheduling; with an optimizer step per iteration it is a training loop
+    found = _host_work(_loop(tmp_path / "serve.json.gz", gap_us=6_000.0))
+    assert "forward-only loop" in found.recommendation and "ZeRO-Offload" not in found.recommendation
+    path = _loop(tmp_path / "train.json.gz", gap_us=6_000.0)
+    events = K.read_events(path)
+    steps = [e for e in events["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")]
+    events["traceEvents"] += [{"ph": "X", "cat": "user_annotation", "name": "Optimizer.step#AdamW.step", "pid": 10,
+                               "tid": 1, "ts": e["ts"] + 1.0, "dur": 5.0, "args": {}} for e in steps]
+    found = _host_work(K.write_events(tmp_path / "train2.json.gz", events))
+    assert "ZeRO-Offload" in found.recommendation
+
+
 def test_no_host_work_while_the_gpu_is_busy_through_it(tmp_path):
     """The same 6-ms gap while the first 20 kernels, of 2 ms each, still run: the GPU does not run dry."""
     assert _host_work(_loop(tmp_path / "t.json.gz", gap_us=6_000.0, kernel_us=2_000.0)) is None

@@ -73,6 +73,14 @@ HOST_SYNC_INFERENCE_RECOMMENDATION = (
     "overlap scheduler), keep sampling and stop checks on the GPU as tensor ops (no .item()/.tolist() per token), "
     "copy the tokens out with non_blocking=True into pinned memory, and capture the step in a CUDA graph.")
 
+# host_work in a forward-only loop: a serving engine's scheduling and input preparation between model steps
+HOST_WORK_INFERENCE_RECOMMENDATION = (
+    "A forward-only loop (generation or serving) spends milliseconds at a time on host work that launches nothing "
+    "while the GPU idles (the longest gaps name the op around them): the engine's scheduling, input preparation, "
+    "sampling bookkeeping or detokenization between model steps. Overlap it with the GPU's previous step (vLLM's "
+    "async scheduling, SGLang's overlap scheduler), move tokenization and detokenization to other processes, "
+    "prepare inputs with fewer, batched tensor ops, and gc.freeze() after start-up.")
+
 # straggler when the same rank is late every step with no more computation than the others (rules.straggler)
 LATE_HOST_STRAGGLER_RECOMMENDATION = (
     "Rank {rank} arrives late at the collectives without computing more than the other ranks: it starts the work "

@@ -480,14 +480,17 @@ def host_work(f: RankFacts) -> Finding | None:
     top = long[np.argsort(-starved)[:3]]
     events = [(_enclosing_op(f, int(g.rows[i]), float(g.start[i] - work[i] / 2)), float(g.start[i] - work[i]),
                float(work[i])) for i in top]
-    return _make(f, "host_work", {"host_work": (float(work[long].sum()), "us"),
-                                  "gpu_idle_during_it": (float(starved.sum()), "us"),
-                                  "gpu_idle_during_it_share": (f.pct(float(starved.sum())), "%"),
-                                  "gaps": (int(long.size), "count"), "gpu_idle": (gpu_idle_pct(f), "%"),
-                                  "usual_dispatch_per_launch": (g.dispatch_us, "us")},
-                 events, (Change("remove_host_work", rows=tuple(int(r) for r in g.rows[long])),),
-                 "the host work that launches nothing gone from the training loop",
-                 evidence_pct=f.pct(float(starved.sum())), upper_bound=True)
+    found = _make(f, "host_work", {"host_work": (float(work[long].sum()), "us"),
+                                   "gpu_idle_during_it": (float(starved.sum()), "us"),
+                                   "gpu_idle_during_it_share": (f.pct(float(starved.sum())), "%"),
+                                   "gaps": (int(long.size), "count"), "gpu_idle": (gpu_idle_pct(f), "%"),
+                                   "usual_dispatch_per_launch": (g.dispatch_us, "us")},
+                  events, (Change("remove_host_work", rows=tuple(int(r) for r in g.rows[long])),),
+                  "the host work that launches nothing gone from the loop",
+                  evidence_pct=f.pct(float(starved.sum())), upper_bound=True)
+    if f.loop == "inference":
+        found.recommendation = F.HOST_WORK_INFERENCE_RECOMMENDATION
+    return found
 
 
 SMALL_KERNEL_COUNT_PCT = 50.0  # small kernels (launch.small_kernel_mask), % of kernels
