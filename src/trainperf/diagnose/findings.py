@@ -64,22 +64,30 @@ STRAGGLER_STAGE_RECOMMENDATION = (
     "or use an interleaved schedule; if the stages are equal by construction, check its GPU and host (thermal "
     "throttling, a slower link).")
 
-# host_sync in a forward-only loop (facts.loop_kind "inference"): generation reads each step's sampled tokens back to
-# decide the next step, so "log every N steps" does not apply; the host's work for step N+1 must overlap step N
-HOST_SYNC_INFERENCE_RECOMMENDATION = (
-    "A forward-only loop (no backward pass, no optimizer step: generation or serving) reads results back every "
-    "step, which drains the GPU queue: the GPU idles while the host prepares the next step. Overlap the host's "
-    "scheduling and input preparation for step N+1 with the GPU's step N (vLLM's async scheduling, SGLang's "
-    "overlap scheduler), keep sampling and stop checks on the GPU as tensor ops (no .item()/.tolist() per token), "
-    "copy the tokens out with non_blocking=True into pinned memory, and capture the step in a CUDA graph.")
-
-# host_work in a forward-only loop: a serving engine's scheduling and input preparation between model steps
-HOST_WORK_INFERENCE_RECOMMENDATION = (
-    "A forward-only loop (generation or serving) spends milliseconds at a time on host work that launches nothing "
-    "while the GPU idles (the longest gaps name the op around them): the engine's scheduling, input preparation, "
-    "sampling bookkeeping or detokenization between model steps. Overlap it with the GPU's previous step (vLLM's "
-    "async scheduling, SGLang's overlap scheduler), move tokenization and detokenization to other processes, "
-    "prepare inputs with fewer, batched tensor ops, and gc.freeze() after start-up.")
+# the fix of a kind in a forward-only loop (facts.loop_kind "inference": generation, serving), where a training loop's
+# (log every N steps, fused optimizers, DataLoader workers) does not apply; rules.run_rules puts it in place of the
+# kind's default (a rule's own, more specific fix stays)
+INFERENCE_RECOMMENDATIONS = {
+    "host_sync": "A forward-only loop (no backward pass, no optimizer step: generation or serving) reads results "
+                 "back every step, which drains the GPU queue: the GPU idles while the host prepares the next step. "
+                 "Overlap the host's scheduling and input preparation for step N+1 with the GPU's step N (vLLM's "
+                 "async scheduling, SGLang's overlap scheduler), keep sampling and stop checks on the GPU as tensor "
+                 "ops (no .item()/.tolist() per token), copy the tokens out with non_blocking=True into pinned "
+                 "memory, and capture the step in a CUDA graph.",
+    "host_work": "A forward-only loop (generation or serving) spends milliseconds at a time on host work that "
+                 "launches nothing while the GPU idles (the longest gaps name the op around them): the engine's "
+                 "scheduling, input preparation, sampling bookkeeping or detokenization between model steps. Overlap "
+                 "it with the GPU's previous step (vLLM's async scheduling, SGLang's overlap scheduler), move "
+                 "tokenization and detokenization to other processes, prepare inputs with fewer, batched tensor ops, "
+                 "and gc.freeze() after start-up.",
+    "launch_bound": "The GPU waits for the CPU to launch the kernels of a forward-only loop: capture the model step "
+                    "in a CUDA graph (torch.compile mode='reduce-overhead'; vLLM and SGLang capture the decode "
+                    "batch sizes: check that this batch size is captured), batch more requests per step "
+                    "(continuous batching), or fuse kernels (torch.compile, FlashInfer).",
+    "small_kernels": "Many kernels of this forward-only loop are tiny: capture the step in a CUDA graph "
+                     "(torch.compile mode='reduce-overhead'), fuse them (torch.compile; fused norm, activation and "
+                     "RoPE kernels), and batch more requests per step so that each kernel does more work.",
+}
 
 # straggler when the same rank is late every step with no more computation than the others (rules.straggler)
 LATE_HOST_STRAGGLER_RECOMMENDATION = (

@@ -129,8 +129,6 @@ def host_sync(f: RankFacts) -> Finding | None:
     x.evidence["call_sites"] = [{"site": s.site, "count": s.count, "blocking_us": round(s.blocking_us, 1),
                                  "gpu_idle_after_us": round(s.gpu_idle_after_us, 1), "gain_us": round(s.gain_us, 1),
                                  "gain_pct": round(s.gain_pct, 2)} for s in f.sync_sites[:5]]
-    if f.loop == "inference":
-        x.recommendation = F.HOST_SYNC_INFERENCE_RECOMMENDATION
     return x
 
 
@@ -480,17 +478,14 @@ def host_work(f: RankFacts) -> Finding | None:
     top = long[np.argsort(-starved)[:3]]
     events = [(_enclosing_op(f, int(g.rows[i]), float(g.start[i] - work[i] / 2)), float(g.start[i] - work[i]),
                float(work[i])) for i in top]
-    found = _make(f, "host_work", {"host_work": (float(work[long].sum()), "us"),
-                                   "gpu_idle_during_it": (float(starved.sum()), "us"),
-                                   "gpu_idle_during_it_share": (f.pct(float(starved.sum())), "%"),
-                                   "gaps": (int(long.size), "count"), "gpu_idle": (gpu_idle_pct(f), "%"),
-                                   "usual_dispatch_per_launch": (g.dispatch_us, "us")},
-                  events, (Change("remove_host_work", rows=tuple(int(r) for r in g.rows[long])),),
-                  "the host work that launches nothing gone from the loop",
-                  evidence_pct=f.pct(float(starved.sum())), upper_bound=True)
-    if f.loop == "inference":
-        found.recommendation = F.HOST_WORK_INFERENCE_RECOMMENDATION
-    return found
+    return _make(f, "host_work", {"host_work": (float(work[long].sum()), "us"),
+                                  "gpu_idle_during_it": (float(starved.sum()), "us"),
+                                  "gpu_idle_during_it_share": (f.pct(float(starved.sum())), "%"),
+                                  "gaps": (int(long.size), "count"), "gpu_idle": (gpu_idle_pct(f), "%"),
+                                  "usual_dispatch_per_launch": (g.dispatch_us, "us")},
+                 events, (Change("remove_host_work", rows=tuple(int(r) for r in g.rows[long])),),
+                 "the host work that launches nothing gone from the loop",
+                 evidence_pct=f.pct(float(starved.sum())), upper_bound=True)
 
 
 SMALL_KERNEL_COUNT_PCT = 50.0  # small kernels (launch.small_kernel_mask), % of kernels
@@ -673,7 +668,13 @@ RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable
 
 
 def run_rules(f: RankFacts) -> list[Finding]:
-    """Every rule on one rank's facts (idle_gpu last: it names idle time no other finding explains)."""
+    """Every rule on one rank's facts (idle_gpu last: it names idle time no other finding explains); in a
+    forward-only loop a kind's default fix is the inference one (F.INFERENCE_RECOMMENDATIONS)."""
     found = [x for x in (rule(f) for rule in RULES) if x is not None]
     rest = idle_gpu(f, found)
-    return found + ([rest] if rest else [])
+    found += [rest] if rest else []
+    if f.loop == "inference":
+        for x in found:
+            if x.recommendation == F.RECOMMENDATIONS.get(x.kind):
+                x.recommendation = F.INFERENCE_RECOMMENDATIONS.get(x.kind, x.recommendation)
+    return found
