@@ -160,3 +160,23 @@ def test_a_first_call_initialising_is_warm_up_not_host_work(tmp_path):
     # with_gpu_user_annotation trace shows (2194 us, then ~8 us); when every step pays it, it is host work
     assert _host_work(_first_allocation(tmp_path / "warm.json.gz", 8.0)) is None
     assert _host_work(_first_allocation(tmp_path / "every.json.gz", 2200.0)) is not None
+
+
+@pytest.mark.parametrize("ops, loop", [(["aten::mul"], "inference"),
+                                       (["aten::mul", "autograd::engine::evaluate_function: MulBackward0"], "training"),
+                                       (["aten::mul", "Optimizer.step#AdamW.step"], "training"),
+                                       (["jit_train_step", "fusion.12"], "unknown")])
+def test_what_the_loop_does_is_read_from_its_ops(tmp_path, ops, loop):
+    # ATen ops with no backward node and no optimizer step: forward-only; no ATen op at all (an XLA program, a
+    # profiler that records no autograd node): nothing tells
+    from trainperf.diagnose.facts import collect_facts, loop_kind
+    from trainperf.diagnose.window import analysis_window
+    from trainperf.trace.load import load_trace
+
+    b = TraceBuilder()
+    for i, name in enumerate(ops):
+        b.cpu(name, 100.0 * i, 50.0)
+    b.launch("void at::native::vectorized_elementwise_kernel<4>", 10.0, 20.0, 5.0)
+    t = load_trace(b.write(tmp_path / "t.json.gz"))[0]
+    w = analysis_window(t)
+    assert loop_kind(t, w, collect_facts(t, w).optimizer) == loop

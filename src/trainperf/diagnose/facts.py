@@ -107,8 +107,8 @@ class RankFacts:
     comm_share_by_collective: dict = field(default_factory=dict)
     # share (0-1) of communication kernel time in all-reduces launched outside the backward pass (forward_all_reduce)
     forward_all_reduce_share: float = 0.0
-    # what the loop does (loop_kind): "training" (a backward pass or an optimizer step), "inference" (CPU ops and
-    # neither), "unknown" (no CPU op recorded to tell)
+    # what the loop does (loop_kind): "training" (a backward pass or an optimizer step), "inference" (ATen ops and
+    # neither), "unknown" (no ATen op recorded to tell)
     loop: str = "unknown"
     # without device events (gloo, CPU only): the training-loop thread's communication over the analysed steps
     # (crossrank.host_step_waits: inside collective calls, or blocked on a collective), µs; None with GPU or no steps
@@ -273,12 +273,14 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
 
 def loop_kind(t: EventTable, w: Window, optimizer: HostSpans) -> str:
     """"training" when the window holds an autograd backward node or an optimizer step / zero_grad span (optimizer:
-    host.optimizer_spans), "inference" when it holds CPU ops and neither (a forward-only loop: serving, generation,
-    evaluation), "unknown" without CPU ops (a trace of device activity only)."""
+    host.optimizer_spans), "inference" when it holds PyTorch's ATen ops and neither (a forward-only loop: serving,
+    generation, evaluation), "unknown" without ATen ops (device activity only, or a profiler that records no autograd
+    node to tell by: JAX's, rocprofv3's)."""
     ops = np.flatnonzero((t.kind == CPU_OP) & w.keep)
     if optimizer.count or backward_node_mask(t, ops).any():
         return "training"
-    return "inference" if ops.size else "unknown"
+    aten = np.isin(t.name[ops], t.ids_matching(lambda s: s.startswith("aten::")))
+    return "inference" if aten.any() else "unknown"
 
 
 def forward_all_reduce_us(t: EventTable, w: Window, groups: dict[str, np.ndarray]) -> float:
