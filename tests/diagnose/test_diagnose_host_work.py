@@ -21,28 +21,29 @@ STEP_US, KERNELS, OP_US = 20_000.0, 40, 500.0
 
 
 def _loop(path: Path, *, gap_us: float = 0.0, gap_name: str | None = None, kernel_us: float = 40.0,
-          sampled: bool = False) -> Path:
+          sampled: bool = False, gap_step: int | None = None) -> Path:
     """6 steps of 20 ms: 40 ops of 500 us back to back, each launching one kernel of kernel_us (40 us: the GPU
     mostly idle, waiting for the next op); before the 21st op, gap_us of work that launches nothing (inside
-    gap_name, or no op at all), and the step that much longer. sampled: the runtime calls' correlation ids step by
-    73, as in a trace that kept 1 call in 73."""
+    gap_name, or no op at all), and the step that much longer; in step gap_step only when given. sampled: the
+    runtime calls' correlation ids step by 73, as in a trace that kept 1 call in 73."""
     b = TraceBuilder()
     t0 = 0.0
     for s in range(6):
-        b.step(s, t0, STEP_US + gap_us)
+        gap = gap_us if gap_step is None or s == gap_step else 0.0
+        b.step(s, t0, STEP_US + gap)
         at = t0
         for k in range(KERNELS):
-            if k == KERNELS // 2 and gap_us:
+            if k == KERNELS // 2 and gap:
                 if gap_name:
-                    b.cpu(gap_name, at, gap_us, cat="user_annotation")
-                at += gap_us
+                    b.cpu(gap_name, at, gap, cat="user_annotation")
+                at += gap
             b.cpu("aten::mul", at, OP_US - 1.0)
             if sampled:
                 b._corr += 72
             b.launch("void at::native::vectorized_elementwise_kernel<4>", at + OP_US - 20.0, at + OP_US - 10.0,
                      kernel_us, launch_dur=8.0)
             at += OP_US
-        t0 += STEP_US + gap_us
+        t0 += STEP_US + gap
     return b.write(path)
 
 
@@ -160,6 +161,16 @@ def test_a_first_call_initialising_is_warm_up_not_host_work(tmp_path):
     # with_gpu_user_annotation trace shows (2194 us, then ~8 us); when every step pays it, it is host work
     assert _host_work(_first_allocation(tmp_path / "warm.json.gz", 8.0)) is None
     assert _host_work(_first_allocation(tmp_path / "every.json.gz", 2200.0)) is not None
+
+
+def test_host_work_in_one_step_of_several_is_periodic_work(tmp_path):
+    # 40 ms with no op in step 2 only (of the 5 analysed): one step holds all of the GPU's idle during it, so it is
+    # work done every N steps (an unnamed checkpoint save), and the fix says so; in every step it is not
+    found = _host_work(_loop(tmp_path / "once.json.gz", gap_us=40_000.0, gap_step=2))
+    assert found is not None and found.evidence["metrics"]["steps_with_it"]["value"] == 1
+    assert "one of the 5 analysed steps" in found.recommendation and "async_save" in found.recommendation
+    found = _host_work(_loop(tmp_path / "every.json.gz", gap_us=6_000.0))
+    assert found.evidence["metrics"]["steps_with_it"]["value"] == 5 and "async_save" not in found.recommendation
 
 
 @pytest.mark.parametrize("ops, loop", [(["aten::mul"], "inference"),

@@ -64,6 +64,14 @@ STRAGGLER_STAGE_RECOMMENDATION = (
     "or use an interleaved schedule; if the stages are equal by construction, check its GPU and host (thermal "
     "throttling, a slower link).")
 
+# host_work whose cost falls in one analysed step (rules.host_work, ONE_OFF_SHARE): periodic work, every N steps
+ONE_OFF_HOST_WORK_RECOMMENDATION = (
+    "The host work falls in one of the {n} analysed steps: work done every N steps on the training thread while "
+    "the GPU idles, most often a synchronous checkpoint save (without with_stack=True the trace names no op for "
+    "it: the file write records none), else an evaluation or a metrics flush. Make it asynchronous "
+    "(torch.distributed.checkpoint.async_save, a background thread) or less frequent; profile with "
+    "with_stack=True to name it. Its cost per step is its time over the steps between two of them.")
+
 # the fix of a kind in a forward-only loop (facts.loop_kind "inference": generation, serving), where a training loop's
 # (log every N steps, fused optimizers, DataLoader workers) does not apply; rules.run_rules puts it in place of the
 # kind's default (a rule's own, more specific fix stays)
