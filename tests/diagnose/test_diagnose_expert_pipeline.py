@@ -15,22 +15,27 @@ GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
 STEP_US = 4040.0
 
 
-def _moe_trace(path: Path, dispatch: str, combine: str, backward: bool = False) -> Path:
+def _moe_trace(path: Path, dispatch: str, combine: str, backward: bool | str = False) -> Path:
     # one MoE layer per 4040-us step T: host launches at T, T+5, .., T+20, then cudaStreamSynchronize [T+25, T+4035)
     # (the loss read). Device: attention GEMM [T+30, +1000) on stream 7; dispatch [T+1030, +1000) on DeepEP's
     # stream 30; expert GEMM [T+2030, +1000) (waits for the dispatch); combine [T+3030, +500) on stream 30; output
     # GEMM [T+3530, +500) (waits for the combine). Four steps. backward: the launches inside an autograd backward
-    # node [T, T+25) (as DDP's reducer launches its all-reduces, from hooks inside the nodes)
+    # node [T, T+25) (as DDP's reducer launches its all-reduces, from hooks inside the nodes); "engine": from the
+    # autograd engine's thread (2) after its node [T-20, T-10) ended (FSDP's end-of-backward callback), while the
+    # training thread (1) runs an op of its own [T-30, T-25)
     b = TraceBuilder()
     for s in range(4):
         T = STEP_US * s
         b.step(s, T, STEP_US)
-        if backward:
+        if backward is True:
             b.cpu("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", T, 25)
+        elif backward == "engine":
+            b.cpu("autograd::engine::evaluate_function: MmBackward0", T - 20, 10, tid=2)
+            b.cpu("aten::add", T - 30, 5)
         for i, (name, start, dur, stream) in enumerate(((GEMM, 30, 1000, 7), (dispatch, 1030, 1000, 30),
                                                          (GEMM, 2030, 1000, 7), (combine, 3030, 500, 30),
                                                          (GEMM, 3530, 500, 7))):
-            b.launch(name, T + 5 * i, T + start, dur, stream=stream)
+            b.launch(name, T + 5 * i, T + start, dur, stream=stream, tid=2 if backward == "engine" else 1)
         b.cpu("cudaStreamSynchronize", T + 25, 4010, cat="cuda_runtime")
     return b.write(path)
 
@@ -69,6 +74,9 @@ def test_exposed_all_reduce_in_the_forward_gets_tensor_parallel_fixes(tmp_path):
     assert f.kind == "exposed_comm" and f.gain_pct == pytest.approx(100 * 1500 / STEP_US, abs=0.2)
     assert f.evidence["metrics"]["forward_all_reduce_share"]["value"] == pytest.approx(100.0)
     assert "tensor parallel" in f.recommendation and "bucket" not in f.recommendation
+    # launched by the autograd engine's thread outside its nodes (an end-of-backward callback): the backward's
+    f = diagnose(_moe_trace(tmp_path / "cb.json.gz", ar, ar, backward="engine")).findings[0]
+    assert f.evidence["metrics"]["forward_all_reduce_share"]["value"] == 0.0 and "bucket" in f.recommendation
 
 
 def _two_stages(tmp_path: Path, last_stage_us: float) -> Path:

@@ -290,15 +290,25 @@ def forward_all_reduce_us(t: EventTable, w: Window, groups: dict[str, np.ndarray
     and df_index_resolver traces, 1,636 of 1,636 all-reduces), FSDP reduce-scatters them there; an all-reduce in
     the forward is tensor parallelism's (the row-parallel layers' outputs), whose next layer needs its result."""
     rows = np.concatenate([r for k, r in groups.items() if k.rsplit("/", 1)[-1] == "all_reduce"] or [np.zeros(0, int)])
-    launched, _ = launched_rows(t, w)
-    rows = rows[np.isin(rows, launched)]
+    launched, link = launched_rows(t, w)
+    keep = np.isin(launched, rows)
+    rows, link = launched[keep], link[keep]
     if not rows.size:
         return 0.0
     ops = np.flatnonzero((t.kind == CPU_OP) & w.keep)
-    nodes = ops[backward_node_mask(t, ops)]
-    backward = launched_inside(t, w, thread_key(t.pid[nodes], t.tid[nodes]), t.ts_ns[nodes],
-                               t.ts_ns[nodes] + t.dur_ns[nodes])
-    rows = rows[~np.isin(rows, backward)]
+    is_node = backward_node_mask(t, ops)
+    nodes = ops[is_node]
+    backward = np.isin(rows, launched_inside(t, w, thread_key(t.pid[nodes], t.tid[nodes]), t.ts_ns[nodes],
+                                             t.ts_ns[nodes] + t.dur_ns[nodes]))
+    # a GPU job's autograd engine runs the nodes on threads of its own: what those threads launch between nodes
+    # (FSDP's and DDP's callbacks at the end of the pass) is the backward's too. The forward's thread is the one
+    # running the most ops outside nodes (on CPU the engine runs on it: its launches outside nodes stay forward)
+    keys = thread_key(t.pid[ops], t.tid[ops])
+    if nodes.size and (~is_node).any():
+        threads, counts = np.unique(keys[~is_node], return_counts=True)
+        engine = np.setdiff1d(np.unique(keys[is_node]), threads[np.argmax(counts)])
+        backward |= np.isin(thread_key(t.pid[link], t.tid[link]), engine)
+    rows = rows[~backward]
     return float((w.end_us[rows] - w.ts_us[rows]).sum())
 
 
