@@ -1,8 +1,9 @@
 """The hand-built reconstructions of the cases diagnose was judged on (allocator off on ROCm, pageable copies, a DDP
 rank whose GPU trails its host, DeepEP's all-to-all, .item() reads, a DataLoader-bound step), the cross-rank waits
-(a straggler, load imbalance, hosts paused in turn) and gradients synchronised every micro-batch, rewritten as other
-set-ups write traces (trainperf.corpus.formats: ROCm names, no flows, no operator ids, no distributedInfo, rank
-clocks apart, no Python stack, PyTorch 1.8 categories, no ProfilerStep): the top finding must not change."""
+(a straggler, load imbalance, hosts paused in turn), gradients synchronised every micro-batch and a CUDA-graph
+decode loop reading its token each step, rewritten as other set-ups write traces (trainperf.corpus.formats: ROCm
+names, no flows, no operator ids, no distributedInfo, rank clocks apart, no Python stack, PyTorch 1.8 categories, no
+ProfilerStep): the top finding must not change."""
 
 import json
 import sys
@@ -14,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 import test_diagnose_expert_pipeline as E  # noqa: E402
 import test_diagnose_grad_sync as G  # noqa: E402
+import test_diagnose_graphs as D  # noqa: E402
 import test_diagnose_kinds as K  # noqa: E402
 import test_diagnose_load_imbalance as L  # noqa: E402
 import test_diagnose_rules as R  # noqa: E402
@@ -37,6 +39,7 @@ CASES = {  # name -> (builder writing into a folder, the top finding)
     "paused_in_turn": (lambda d: L._job(d, rotating=True, paused=True), "straggler"),
     "grad_sync": (G._accumulating_trace, "grad_sync_per_microbatch"),
     "grad_sync_fsdp": (lambda d: G._accumulating_trace(d, fsdp=True), "grad_sync_per_microbatch"),
+    "decode_graphed": (lambda d: D._decode(d / "g.json.gz", graphed=True), "host_sync"),
 }
 
 
