@@ -22,16 +22,21 @@ RANKS, STEPS, P, C, EXTRA, AR = 4, 8, 14_000.0, 8_000.0, 3_000.0, 300.0
 NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 
 
-def _job(path: Path, rotating: bool, ranks: int = RANKS, extra: float = EXTRA, paused: bool = False) -> Path:
+def _job(path: Path, rotating: bool, ranks: int = RANKS, extra: float = EXTRA, paused: bool = False,
+         queued: bool = False) -> Path:
     # paused: the late rank of a step computes C like the others but its host launches the GEMM `extra` later
-    # (a pause with no op recorded, as Python's garbage collector leaves it)
+    # (a pause with no op recorded, as Python's garbage collector leaves it); queued: it launches on time, but a
+    # copy of `extra` us launched just before runs first on its stream
     def late(r: int, s: int) -> float:
         return extra if r == (s % ranks if rotating else 1) else 0.0
 
     def compute(r: int, s: int) -> float:
-        return C + (0.0 if paused else late(r, s))
+        return C + (0.0 if paused or queued else late(r, s))
 
-    def start(r: int, s: int) -> float:
+    def start(r: int, s: int) -> float:  # the GEMM's start after T + 110
+        return late(r, s) if paused or queued else 0.0
+
+    def host(r: int, s: int) -> float:  # the host's delay
         return late(r, s) if paused else 0.0
 
     for r in range(ranks):
@@ -39,13 +44,16 @@ def _job(path: Path, rotating: bool, ranks: int = RANKS, extra: float = EXTRA, p
         for s in range(STEPS):
             T = s * P
             b.step(s, T, P)
-            b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", T + 100 + start(r, s), T + 110 + start(r, s),
+            if queued and late(r, s):
+                b.launch("Memcpy DtoH (Device -> Pinned)", T + 90, T + 110, late(r, s), cat="gpu_memcpy",
+                         runtime="cudaMemcpyAsync")
+            b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", T + 100 + host(r, s), T + 110 + start(r, s),
                      compute(r, s))
             last = T + 110 + max(start(q, s) + compute(q, s) for q in range(ranks))
             arrive = T + 110 + start(r, s) + compute(r, s)
-            b.launch(NCCL, T + 140 + start(r, s), arrive, last + AR - arrive, **{"Collective name": "allreduce",
-                                                                   "Process Group Name": "0"})
-            b.cpu("cudaDeviceSynchronize", T + 300 + start(r, s), last + AR + 5 - (T + 300 + start(r, s)),
+            b.launch(NCCL, T + 140 + host(r, s), arrive, last + AR - arrive, **{"Collective name": "allreduce",
+                                                                  "Process Group Name": "0"})
+            b.cpu("cudaDeviceSynchronize", T + 300 + host(r, s), last + AR + 5 - (T + 300 + host(r, s)),
                   cat="cuda_runtime")
         b.write(path / f"rank{r}.json.gz")
     return path
@@ -78,6 +86,7 @@ def test_ranks_late_in_turn_without_more_work_are_paused_hosts_not_load_imbalanc
     assert f is not None and f.ranks == [0, 1, 2, 3]
     m = f.evidence["metrics"]
     assert m["lateness_from_extra_compute"]["value"] == pytest.approx(0.0)
+    assert m["lateness_from_gpu_idle"]["value"] == pytest.approx(100.0)  # its GPU waited 3 ms more for its host
     assert m["waited_in_collectives"]["value"] == pytest.approx(6 * EXTRA)
     assert f.gain_alone_pct == pytest.approx(m["waited_share"]["value"], abs=0.05)
     assert "garbage collector" in f.recommendation
@@ -110,6 +119,21 @@ def test_the_same_rank_late_every_step_with_the_same_work_is_a_late_host(tmp_pat
     f = _find(diagnose(_job(tmp_path / "work", rotating=False)), "straggler")
     assert f.evidence["metrics"]["lateness_from_extra_compute"]["value"] == pytest.approx(100.0)
     assert "thermal" in f.recommendation
+
+
+def test_late_behind_queued_device_work_is_not_a_paused_host(tmp_path):
+    # rank 1 launches on time, but a 3-ms copy runs ahead of its GEMM every step: the same computation (0 % of the
+    # lateness), its GPU busy, not idle (0 %): the fix points at the work queued ahead, not at its host
+    d = diagnose(_job(tmp_path, rotating=False, queued=True))
+    f = _find(d, "straggler")
+    m = f.evidence["metrics"]
+    assert f.ranks == [1] and m["lateness_from_extra_compute"]["value"] == pytest.approx(0.0)
+    assert m["lateness_from_gpu_idle"]["value"] == pytest.approx(0.0)
+    assert "queued ahead" in f.recommendation and "garbage" not in f.recommendation
+    # taking turns the same way: not hosts paused (no GC advice), the ranks' unequal work
+    (tmp_path / "turns").mkdir()
+    d = diagnose(_job(tmp_path / "turns", rotating=True, queued=True))
+    assert _find(d, "load_imbalance") is not None and _find(d, "straggler") is None
 
 
 def test_a_small_imbalance_over_many_ranks_is_found(tmp_path):
@@ -173,12 +197,12 @@ def test_without_profiler_steps_the_work_before_each_collective_decides(tmp_path
     assert f.evidence["metrics"]["lateness_from_extra_compute"]["value"] == pytest.approx(0.0 if paused else 100.0)
 
 
-def test_late_work_share_by_hand():
-    from trainperf.diagnose.crossrank import late_work_share
+def test_lateness_share_by_hand():
+    from trainperf.diagnose.crossrank import lateness_share
     # 3 ranks. Step 1: rank 0 made the 2 others wait 6 ms in all (3 ms each), computing 1 ms more than their median
     # (11 vs 10): 1 of 3 ms. Step 2: rank 2 late by 2 ms each (4 ms summed) with 5 ms more (capped at 2): 2 of 2.
     # Step 3 is not in every rank's steps: left out. (1 + 2) / (3 + 2) = 0.6
     per = {0: {1: 11.0e3, 2: 10.0e3}, 1: {1: 10.0e3, 2: 10.0e3, 3: 1.0}, 2: {1: 10.0e3, 2: 15.0e3}}
     last = {1: (0, 6000.0), 2: (2, 4000.0), 3: (1, 9000.0)}
-    assert late_work_share(last, per, 3) == pytest.approx(0.6)
-    assert late_work_share({3: (1, 9000.0)}, per, 3) is None  # no comparable step
+    assert lateness_share(last, per, 3) == pytest.approx(0.6)
+    assert lateness_share({3: (1, 9000.0)}, per, 3) is None  # no comparable step

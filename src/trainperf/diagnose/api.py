@@ -12,7 +12,7 @@ from trainperf.diagnose import findings as F
 from trainperf.diagnose import rules
 from trainperf.diagnose.crossrank import (CrossRank, HostStraggler, MatchedCollective, comm_waits,
                                          compute_before_collectives, compute_straggler, cross_rank, host_straggler,
-                                         laggards, late_work_share, persistent_laggard, straggler_min_p_value,
+                                         laggards, lateness_share, persistent_laggard, straggler_min_p_value,
                                          straggler_steps_needed)
 from trainperf.diagnose.evidence import Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes
 from trainperf.diagnose.facts import DeviceTiming, RankFacts, StragglerFacts, collect_facts, device_timing
@@ -216,6 +216,8 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
             xr_json["straggler_persistent"] = straggler.persistent
             if straggler.late_work_share is not None:
                 xr_json["lateness_from_extra_compute_pct"] = 100.0 * straggler.late_work_share
+            if straggler.late_idle_share is not None:
+                xr_json["lateness_from_gpu_idle_pct"] = 100.0 * straggler.late_idle_share
                 xr_json["late_ranks_paused"] = rules.paused_not_loaded(straggler)
     best = max(plans.values(), key=lambda p: p.fix_all_gain_pct, default=None)
     mods = [module_breakdown(tables[r], by=modules) for r in summaries] if modules else []
@@ -313,10 +315,13 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
                                                        len(xr.wait_by_rank_us), rules.STRAGGLER_HOST_ALPHA)
     # the laggards' extra work per step; without steps (collectives keyed (kind, seq)), per collective: the work
     # each rank did since its previous one
-    per_step = {r: (f.compute_by_step if any(isinstance(k, int) for k in last)
-                    else compute_before_collectives(f.table, f.window, xr.collectives, r))
+    stepped = any(isinstance(k, int) for k in last)
+    per_step = {r: (f.compute_by_step if stepped else compute_before_collectives(f.table, f.window, xr.collectives, r))
                 for r, f in facts.items() if f.has_gpu}
-    work_share = late_work_share(last, per_step, len(xr.wait_by_rank_us))
+    work_share = lateness_share(last, per_step, len(xr.wait_by_rank_us))
+    # and how much the GPU's extra idle (waiting for its host) does, per step (without steps: not measured)
+    idle_share = lateness_share(last, {r: f.idle_by_step for r, f in facts.items() if f.has_gpu},
+                                len(xr.wait_by_rank_us)) if stepped else None
     mean_wait = sum(xr.wait_by_rank_us.values()) / max(len(xr.wait_by_rank_us), 1)
     straggling = st is not None and st[1] >= floor * others
     if not (straggling or (not persistent and mean_wait >= floor)):
@@ -340,7 +345,7 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     return StragglerFacts(rank=srank, caused_us=caused, caused_per_other_us=caused / others,
                           imbalance_pct=xr.imbalance_pct, events=events, compute_ratio=max(ratio, 1.0),
                           extra_compute_us=extra, last_in_steps=last_in_steps, persistent=persistent,
-                          late_work_share=work_share)
+                          late_work_share=work_share, late_idle_share=idle_share)
 
 
 def _collective_step(c: MatchedCollective, facts: dict[int, DeviceTiming]):

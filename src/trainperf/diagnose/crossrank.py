@@ -207,14 +207,14 @@ def persistent_laggard(times_last: int, steps: int, n_ranks: int, alpha: float) 
     return times_last > steps / 2
 
 
-def late_work_share(last: dict, per_step: dict[int, dict], n_ranks: int) -> float | None:
-    """How much of the laggards' lateness their own extra computation accounts for (0-1): over the steps of `last`
-    (laggards: step -> (rank, wait summed over the waiting ranks)) that every rank's per-step computation
-    (per_step: {rank: compute_per_step(...)}) has, sum(min(extra, lateness)) / sum(lateness), where lateness is the
-    mean wait of the other ranks (wait / (n_ranks - 1)) and extra the laggard's computation in that step beyond the
-    other ranks' median. Near 1: the late rank had more work (unequal work per step); near 0: it had the same work
-    and started it late (its host paused). None when no such step (a trace without steps: collectives are their
-    own steps)."""
+def lateness_share(last: dict, per_step: dict[int, dict], n_ranks: int) -> float | None:
+    """How much of the laggards' lateness a per-step measure's excess accounts for (0-1): over the steps of `last`
+    (laggards: step -> (rank, wait summed over the waiting ranks)) that every rank's measure (per_step: {rank:
+    {step: µs}}, e.g. compute_per_step's computation, or the GPU's idle waiting for the host) has,
+    sum(min(extra, lateness)) / sum(lateness), where lateness is the mean wait of the other ranks (wait / (n_ranks -
+    1)) and extra the laggard's measure in that step beyond the other ranks' median. For computation: near 1, the
+    late rank had more work (unequal work per step); near 0, the same work started late. None when no such step (a
+    trace without steps keys its collectives as steps: compute_before_collectives gives the measure per collective)."""
     per = {r: v for r, v in per_step.items() if v}
     if len(per) < 2 or n_ranks < 2:
         return None
@@ -576,7 +576,7 @@ def compute_before_collectives(t: EventTable, w: Window, collectives: list[Match
                                rank: int) -> dict[tuple, float]:
     """Per matched collective on `rank`, keyed (kind, seq) as a trace without steps keys its collectives
     (api._collective_step): µs of computation kernels (union) that started between this rank's previous matched
-    collective kernel and this one's: the work it did before arriving. What late_work_share compares across ranks
+    collective kernel and this one's: the work it did before arriving. What lateness_share compares across ranks
     when no ProfilerStep groups the collectives."""
     from trainperf.diagnose.gpu_time import compute_mask  # gpu_time imports nothing of this module
 

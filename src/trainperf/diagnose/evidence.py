@@ -183,6 +183,8 @@ def devices_caveat(f: RankFacts) -> Caveat | None:
     if devices.size < 2:
         return None
     window = float(w.end_us[rows].max() - w.ts_us[rows].min())
+    if window <= 0:
+        return None
     busy = {int(d): union_us(w, rows[t.pid[rows] == d]) for d in devices}
     union = union_us(w, rows)
     shares = ", ".join(f"GPU {d} {100.0 * b / window:.0f}%" for d, b in busy.items())

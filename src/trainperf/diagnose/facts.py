@@ -46,9 +46,10 @@ class StragglerFacts:
     # persistent: the straggler was it in most of them (else the waits are load imbalance: rules.load_imbalance)
     last_in_steps: dict = field(default_factory=dict)
     persistent: bool = True
-    # how much of the late ranks' lateness their extra computation in those steps accounts for (0-1,
-    # crossrank.late_work_share); None where steps cannot be compared
+    # how much of the late ranks' lateness their extra computation in those steps accounts for, and how much their
+    # GPU's extra idle (waiting for its host) does (0-1 each, crossrank.lateness_share); None where not comparable
     late_work_share: float | None = None
+    late_idle_share: float | None = None
 
 
 @dataclass(kw_only=True)
@@ -203,6 +204,12 @@ class DeviceTiming:
     window: Window
     breakdown: TemporalBreakdown
     compute_by_step: dict  # step -> µs of computation it launched (crossrank.compute_per_step)
+    step_times: list       # steps.step_times of the window (every ProfilerStep of the rank)
+
+    @property
+    def idle_by_step(self) -> dict:
+        """step -> µs the GPU idled from the step's host start to the end of its device work (StepTime.gpu_idle_us)."""
+        return {x.step: x.gpu_idle_us for x in self.step_times if np.isfinite(x.gpu_idle_us)}
 
     @property
     def has_gpu(self) -> bool:
@@ -212,14 +219,15 @@ class DeviceTiming:
 
 def device_timing(t: EventTable, w: Window) -> DeviceTiming:
     """The rank's DeviceTiming (µs)."""
-    return DeviceTiming(table=t, window=w, breakdown=temporal_breakdown(t, w), compute_by_step=compute_per_step(t, w))
+    return DeviceTiming(table=t, window=w, breakdown=temporal_breakdown(t, w), compute_by_step=compute_per_step(t, w),
+                        step_times=step_times(t, w))
 
 
 def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: DeviceTiming | None = None) -> RankFacts:
     """Run every analysis of one rank once. waits: crossrank.comm_waits of this rank, or None; timing: its
     device_timing when already computed (not computed again)."""
     steps = w.steps  # the window's steps (window.find_step_markers), the one step finder
-    st = [s for s in step_times(t, w) if s.step in steps]
+    st = [s for s in (timing.step_times if timing is not None else step_times(t, w)) if s.step in steps]
     # the analysed ProfilerSteps' time (as the replay is anchored at the first), not the kept events' extent: host
     # work before the steps (start-up) and spans running on past the last step (a thread's lifetime) are not steps
     if st:

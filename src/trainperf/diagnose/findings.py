@@ -99,11 +99,18 @@ INFERENCE_RECOMMENDATIONS = {
 
 # straggler when the same rank is late every step with no more computation than the others (rules.straggler)
 LATE_HOST_STRAGGLER_RECOMMENDATION = (
-    "Rank {rank} arrives late at the collectives without computing more than the other ranks: it starts the work "
-    "before them late. On its timeline before those collectives, either its host launches nothing for a while: what "
-    "only that rank does on its training thread (rank-0 logging, metrics, evaluation or checkpoint bookkeeping: move "
-    "it to a background thread or every N steps), its data loading, its CPU (fewer or shared cores, NUMA placement, "
-    "other processes on the node); or its GPU runs other work first (communication or copies queued ahead of them).")
+    "Rank {rank} arrives late at the collectives without computing more than the other ranks: its GPU waits for its "
+    "host before the work. Look at what only that rank does on its training thread (rank-0 logging, metrics, "
+    "evaluation or checkpoint bookkeeping: move it to a background thread or every N steps), at its data loading "
+    "(its DataLoader workers, a slower disk) and at its CPU (fewer or shared cores, NUMA placement, other processes "
+    "on the node).")
+
+# ... and when its GPU did not idle more either: other device work (copies, communication) queued ahead of it
+QUEUED_WORK_STRAGGLER_RECOMMENDATION = (
+    "Rank {rank} arrives late at the collectives without computing more than the other ranks and without its GPU "
+    "waiting for its host: other device work runs on it first (copies, communication or kernels outside the "
+    "computation queued ahead of the collectives). Look at what only that rank's streams run before them: a "
+    "rank-0 copy to the host, a collective of another process group it alone joins, offloaded state.")
 
 # straggler when the ranks take turns being late without more work in those steps (rules._late_without_more_work)
 PAUSED_HOSTS_RECOMMENDATION = (

@@ -278,8 +278,7 @@ def straggler(f: RankFacts) -> Finding | None:
     if s.last_in_steps:  # matched collectives: in how many of the steps with waits it was the one waited for
         metrics["steps_it_was_waited_for"] = (s.last_in_steps.get(s.rank, 0), "count")
         metrics["steps_with_waits"] = (sum(s.last_in_steps.values()), "count")
-    if s.late_work_share is not None:
-        metrics["lateness_from_extra_compute"] = (100.0 * s.late_work_share, "%")
+    metrics |= _lateness_metrics(s)
     if f.rank == s.rank:
         if s.compute_ratio < STRAGGLER_MIN_COMPUTE_RATIO:
             return None
@@ -297,20 +296,38 @@ def straggler(f: RankFacts) -> Finding | None:
                       evidence_pct=f.pct(s.caused_per_other_us), ranks=[s.rank])
     if f.p2p_comm_share > 0.5:  # pipeline stages (a majority, as exposed_comm's)
         found.recommendation = F.STRAGGLER_STAGE_RECOMMENDATION
-    elif paused_not_loaded(s):  # late with the same computation: it starts that work late (host or queued work)
-        found.recommendation = F.LATE_HOST_STRAGGLER_RECOMMENDATION.format(rank=s.rank)
+    elif late_without_more_work(s):  # the same computation started late: by its host, or by work queued ahead
+        found.recommendation = (F.LATE_HOST_STRAGGLER_RECOMMENDATION if paused_not_loaded(s)
+                                else F.QUEUED_WORK_STRAGGLER_RECOMMENDATION).format(rank=s.rank)
     return found
 
 
-# the late ranks' extra computation accounts for less than this share of their lateness (crossrank.late_work_share):
-# they had the same work and started it late. Half: the midpoint between the two readings, not fitted (no labeled
-# case of either kind)
+# the late ranks' extra computation accounts for less than this share of their lateness (crossrank.lateness_share):
+# they had the same work and started it late; their GPU's extra idle at least this share: their host started it late.
+# Half: the midpoint between the two readings, not fitted (no labeled case of either kind)
 LATE_WORK_MIN_SHARE = 0.5
 
 
-def paused_not_loaded(s: StragglerFacts) -> bool:
-    """Whether ranks that take turns being late had no more work than the others in those steps (their hosts paused)."""
+def late_without_more_work(s: StragglerFacts) -> bool:
+    """Whether the late ranks had no more computation than the others in the steps they were late."""
     return s.late_work_share is not None and s.late_work_share < LATE_WORK_MIN_SHARE
+
+
+def paused_not_loaded(s: StragglerFacts) -> bool:
+    """Whether late ranks started the same work late because their host did: no more computation, and (where the
+    steps tell) their GPU's extra idle, waiting for the host, accounts for at least half the lateness (else other
+    device work queued ahead delayed them)."""
+    return late_without_more_work(s) and (s.late_idle_share is None or s.late_idle_share >= LATE_WORK_MIN_SHARE)
+
+
+def _lateness_metrics(s: StragglerFacts) -> dict:
+    """How much of the late ranks' lateness their extra computation and their GPU's extra idle account for (%)."""
+    out = {}
+    if s.late_work_share is not None:
+        out["lateness_from_extra_compute"] = (100.0 * s.late_work_share, "%")
+    if s.late_idle_share is not None:
+        out["lateness_from_gpu_idle"] = (100.0 * s.late_idle_share, "%")
+    return out
 
 
 def _turn_waits(f: RankFacts, kind: str, what_if: str) -> Finding:
@@ -321,8 +338,7 @@ def _turn_waits(f: RankFacts, kind: str, what_if: str) -> Finding:
     metrics = {"waited_in_collectives": (waited, "us"), "waited_share": (f.pct(waited), "%"),
                "steps_with_waits": (sum(s.last_in_steps.values()), "count"),
                "compute_imbalance": (s.imbalance_pct, "%")}
-    if s.late_work_share is not None:
-        metrics["lateness_from_extra_compute"] = (100.0 * s.late_work_share, "%")
+    metrics |= _lateness_metrics(s)
     metrics |= {f"steps_rank_{r}_was_waited_for": (n, "count") for r, n in sorted(s.last_in_steps.items())}
     longest = sorted(f.waits.items(), key=lambda kv: -kv[1][0])[:3]
     return _make(f, kind, metrics,

@@ -31,6 +31,12 @@ class StepTime:
         """How far the step's GPU work starts after its host span starts (µs)."""
         return self.gpu_start_us - self.start_us
 
+    @property
+    def gpu_idle_us(self) -> float:
+        """GPU idle from the step's host start to the end of the last device work it launched (µs; nan without
+        any): the time its device waited for the host, the start-up latency included."""
+        return self.gpu_end_us - self.start_us - self.device_busy_us
+
 
 def step_times(t: EventTable, w: Window, markers: StepMarkers | None = None) -> list[StepTime]:
     """Every host ProfilerStep of the rank (the window's markers unless others are given) with its host
