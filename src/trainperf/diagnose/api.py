@@ -216,9 +216,9 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
             xr_json["straggler_persistent"] = straggler.persistent
             if straggler.late_work_share is not None:
                 xr_json["lateness_from_extra_compute_pct"] = 100.0 * straggler.late_work_share
+                xr_json["late_ranks_paused"] = rules.paused_not_loaded(straggler)
             if straggler.late_idle_share is not None:
                 xr_json["lateness_from_gpu_idle_pct"] = 100.0 * straggler.late_idle_share
-                xr_json["late_ranks_paused"] = rules.paused_not_loaded(straggler)
     best = max(plans.values(), key=lambda p: p.fix_all_gain_pct, default=None)
     mods = [module_breakdown(tables[r], by=modules) for r in summaries] if modules else []
     notes += [f"rank {b.rank}: modules: {n}" for b in mods for n in b.notes]

@@ -271,7 +271,7 @@ def straggler(f: RankFacts) -> Finding | None:
                      what_if=f"no rank waits for rank {s.rank} (host only: the others' median wait per step)",
                      evidence_pct=s.host_gain_pct)
     if not s.persistent:  # the rank the others wait for changes from step to step
-        return _late_without_more_work(f) if paused_not_loaded(s) else None  # else load_imbalance
+        return _paused_hosts(f) if paused_not_loaded(s) else None  # else load_imbalance
     metrics = {"caused_wait": (s.caused_us, "us"), "caused_wait_per_other_rank": (s.caused_per_other_us, "us"),
                "compute_imbalance": (s.imbalance_pct, "%"), "compute_vs_other_ranks": (s.compute_ratio, "x"),
                "extra_compute": (s.extra_compute_us, "us")}
@@ -347,7 +347,7 @@ def _turn_waits(f: RankFacts, kind: str, what_if: str) -> Finding:
                  (Change("remove_straggler_wait"),), what_if, evidence_pct=f.pct(waited), ranks=sorted(s.last_in_steps))
 
 
-def _late_without_more_work(f: RankFacts) -> Finding | None:
+def _paused_hosts(f: RankFacts) -> Finding | None:
     """Ranks take turns arriving late at collectives with no more computation than the others in those steps: each
     started its work late, its host paused (Python's garbage collector at a different moment on each rank, CPU
     contention, a slow read on that rank). Transient stragglers (the kind a job-wide GC schedule fixes), not
@@ -467,6 +467,25 @@ def _inside_first_call(f: RankFacts, rows: np.ndarray, at_us: np.ndarray) -> np.
     return out
 
 
+# host work whose GPU idle falls in one step (this share of it) of at least this many analysed steps is periodic work
+# done every N steps (a checkpoint save, an evaluation, a metrics flush), not every step's: 3 steps, the fewest in
+# which one can stand out from the others; 90 %, nearly all of it. Stated, not fitted (the corpus's checkpoint
+# cases are named by their spans)
+ONE_OFF_MIN_STEPS = 3
+ONE_OFF_SHARE = 0.9
+
+
+def _idle_by_step(f: RankFacts, starts_us: np.ndarray, idle_us: np.ndarray) -> dict[int, float]:
+    """{step: µs of idle_us whose block starts (starts_us) inside that analysed ProfilerStep's host span}; blocks
+    outside every step are left out; {} without steps."""
+    out: dict[int, float] = {}
+    for x in f.step_times:
+        inside = (starts_us >= x.start_us) & (starts_us < x.start_us + x.host_us)
+        if inside.any():
+            out[x.step] = float(idle_us[inside].sum())
+    return out
+
+
 def host_work(f: RankFacts) -> Finding | None:
     """The GPU waits while the thread that launches its work does something else for milliseconds at a time: CPU
     work that launches nothing (a CPU optimizer under ZeRO-Offload, metrics or logging, preprocessing outside the
@@ -507,25 +526,6 @@ def host_work(f: RankFacts) -> Finding | None:
     if len(f.step_times) >= ONE_OFF_MIN_STEPS and max(by_step.values(), default=0.0) >= ONE_OFF_SHARE * starved.sum():
         found.recommendation = F.ONE_OFF_HOST_WORK_RECOMMENDATION.format(n=len(f.step_times))
     return found
-
-
-# host work whose GPU idle falls in one step (this share of it) of at least this many analysed steps is periodic work
-# done every N steps (a checkpoint save, an evaluation, a metrics flush), not every step's: 3 steps, the fewest in
-# which one can stand out from the others; 90 %, nearly all of it. Stated, not fitted (the corpus's checkpoint
-# cases are named by their spans)
-ONE_OFF_MIN_STEPS = 3
-ONE_OFF_SHARE = 0.9
-
-
-def _idle_by_step(f: RankFacts, starts_us: np.ndarray, idle_us: np.ndarray) -> dict[int, float]:
-    """{step: µs of idle_us whose block starts (starts_us) inside that analysed ProfilerStep's host span}; blocks
-    outside every step are left out; {} without steps."""
-    out: dict[int, float] = {}
-    for x in f.step_times:
-        inside = (starts_us >= x.start_us) & (starts_us < x.start_us + x.host_us)
-        if inside.any():
-            out[x.step] = float(idle_us[inside].sum())
-    return out
 
 
 SMALL_KERNEL_COUNT_PCT = 50.0  # small kernels (launch.small_kernel_mask), % of kernels
