@@ -112,7 +112,7 @@ QUEUED_WORK_STRAGGLER_RECOMMENDATION = (
     "computation queued ahead of the collectives). Look at what only that rank's streams run before them: a "
     "rank-0 copy to the host, a collective of another process group it alone joins, offloaded state.")
 
-# straggler when the ranks take turns being late without more work in those steps (rules._late_without_more_work)
+# straggler when the ranks take turns being late without more work in those steps (rules._paused_hosts)
 PAUSED_HOSTS_RECOMMENDATION = (
     "The ranks take turns arriving late at collectives without computing more in those steps: the late rank's host "
     "paused before launching its work. Most often Python's garbage collector, which runs at a different moment on "

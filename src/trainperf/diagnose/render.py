@@ -35,7 +35,7 @@ def straggler_text(cross_rank: dict) -> str:
     if cross_rank.get("straggler_persistent") is False:
         last = ", ".join(f"rank {r} in {n}" for r, n in sorted(cross_rank["steps_each_rank_was_waited_for"].items()))
         if cross_rank.get("late_ranks_paused"):
-            return (f"no persistent straggler: the ranks took turns being late without more work in those steps "
+            return ("no persistent straggler: the ranks took turns being late without more work in those steps "
                     f"(their hosts paused; {last} steps)")
         return f"no straggler: the rank the others waited for changed from step to step (load imbalance; {last} steps)"
     return f"straggler rank {s[0]} caused {s[1]:.1f} ms of waiting"
