@@ -74,8 +74,10 @@ def test_the_evidence_names_what_held_the_thread(tmp_path, name, shown):
 def test_the_fix_follows_what_the_loop_does(tmp_path):
     # the loop above has no backward node and no optimizer step: forward-only (serving, generation), whose host work
     # between model steps is the engine's scheduling; with an optimizer step per iteration it is a training loop
-    found = _host_work(_loop(tmp_path / "serve.json.gz", gap_us=6_000.0))
+    d = diagnose(_loop(tmp_path / "serve.json.gz", gap_us=6_000.0))
+    found = next(f for f in d.findings if f.kind == "host_work")
     assert "forward-only loop" in found.recommendation and "ZeRO-Offload" not in found.recommendation
+    assert d.to_json()["ranks"][0]["loop"] == "inference"
     path = _loop(tmp_path / "train.json.gz", gap_us=6_000.0)
     events = K.read_events(path)
     steps = [e for e in events["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")]

@@ -65,6 +65,7 @@ class RankSummary:
     fix_order: list = field(default_factory=list)   # kinds, in the order their marginal gains were priced
     dismissed: list = field(default_factory=list)   # rules that fired but whose fix would gain < 0.5 %
     fix_all_gain_pct: float = 0.0                   # every fix of this rank applied together, % of the window
+    loop: str = "unknown"                           # training | inference (forward-only) | unknown (facts.loop_kind)
 
 
 @dataclass
@@ -258,7 +259,7 @@ def _summary(f: RankFacts, plan: F.FixPlan) -> RankSummary:
                               for x in st],
                   fix_order=plan.order, fix_all_gain_pct=plan.fix_all_gain_pct, dismissed=plan.dismissed,
                   gpu_step_time_median_us=float(np.median(periods)) if periods else None,
-                  gpu_lag_median_us=float(np.nanmedian(lags)) if lags else None)
+                  gpu_lag_median_us=float(np.nanmedian(lags)) if lags else None, loop=f.loop)
     if not f.has_gpu:
         hw = f.host_window_us
         # the loop thread computes nothing while it is in or blocked on a collective: all of it is exposed
