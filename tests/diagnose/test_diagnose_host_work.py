@@ -21,11 +21,12 @@ STEP_US, KERNELS, OP_US = 20_000.0, 40, 500.0
 
 
 def _loop(path: Path, *, gap_us: float = 0.0, gap_name: str | None = None, kernel_us: float = 40.0,
-          sampled: bool = False, gap_step: int | None = None) -> Path:
+          sampled: bool = False, gap_step: int | None = None, gap_ops: int = 0) -> Path:
     """6 steps of 20 ms: 40 ops of 500 us back to back, each launching one kernel of kernel_us (40 us: the GPU
     mostly idle, waiting for the next op); before the 21st op, gap_us of work that launches nothing (inside
-    gap_name, or no op at all), and the step that much longer; in step gap_step only when given. sampled: the
-    runtime calls' correlation ids step by 73, as in a trace that kept 1 call in 73."""
+    gap_name, or no op at all, or gap_ops short aten::cat ops filling 90 % of it), and the step that much longer; in
+    step gap_step only when given. sampled: the runtime calls' correlation ids step by 73, as in a trace that kept 1
+    call in 73."""
     b = TraceBuilder()
     t0 = 0.0
     for s in range(6):
@@ -36,6 +37,8 @@ def _loop(path: Path, *, gap_us: float = 0.0, gap_name: str | None = None, kerne
             if k == KERNELS // 2 and gap:
                 if gap_name:
                     b.cpu(gap_name, at, gap, cat="user_annotation")
+                for j in range(gap_ops):
+                    b.cpu("aten::cat", at + j * gap / gap_ops, 0.9 * gap / gap_ops)
                 at += gap
             b.cpu("aten::mul", at, OP_US - 1.0)
             if sampled:
@@ -85,6 +88,15 @@ def test_the_fix_follows_what_the_loop_does(tmp_path):
                                "tid": 1, "ts": e["ts"] + 1.0, "dur": 5.0, "args": {}} for e in steps]
     found = _host_work(K.write_events(tmp_path / "train2.json.gz", events))
     assert "ZeRO-Offload" in found.recommendation
+
+
+def test_a_block_of_many_short_ops_is_named_by_them(tmp_path):
+    # 6 ms of 40 aten::cat ops, one every 150 us, 135 us each (no launch among them), from G: no op spans half of the
+    # block, so the evidence names the ops that fill it. By hand: the block is the 6000 us of work beyond the usual
+    # 492-us dispatch before the next launch (at G + 6480), i.e. [G + 480, G + 6480): the cats from the 5th on
+    # (starting at G + 600) lie inside it, 36 of them, 36 x 135 = 4860 us: 81 % of it
+    found = _host_work(_loop(tmp_path / "t.json.gz", gap_us=6_000.0, gap_ops=40))
+    assert found.evidence["events"][0]["name"] == "36 ops (aten::cat x36): 81 % of it inside them"
 
 
 def test_no_host_work_while_the_gpu_is_busy_through_it(tmp_path):

@@ -24,10 +24,10 @@ from trainperf.diagnose.precision import fp32_matmul
 from trainperf.diagnose.recompute import recompute_overhead
 from trainperf.diagnose.replay import (BLOCK_COMM, BLOCK_PAGEABLE, BLOCK_SYNC, Change, blocked_us, dispatch_taken,
                                        host_work_us, one_off_first_calls)
-from trainperf.diagnose.window import merge_intervals
+from trainperf.diagnose.window import covered_length, merge_intervals
 from trainperf.trace.annotate import STEP_RE
 from trainperf.trace.events import CPU_OP, ELEMENTWISE, GPU_SYNC, OPTIMIZER, PYTHON, REDUCTION, USER_ANNOTATION
-from trainperf.trace.nesting import starts_inside, thread_key
+from trainperf.trace.nesting import outermost, starts_inside, thread_key
 
 Finding = F.Finding
 
@@ -449,6 +449,29 @@ def _enclosing_op(f: RankFacts, row: int, at_us: float) -> str:
     return " > ".join(names)
 
 
+def _block_name(f: RankFacts, row: int, start_us: float, end_us: float) -> str:
+    """What held the thread of trace row `row` over the block [start_us, end_us): the annotation and op around its
+    middle (_enclosing_op) when one of them spans at least half of it; else, when many short ops fill it (a serving
+    loop's input preparation: the Python between them is the work), those ops by name and count, 'N ops (a xK, b
+    xL): P % of it inside them'."""
+    t, w = f.table, f.window
+    mid = (start_us + end_us) / 2.0
+    steps = t.ids_matching(STEP_RE.match)
+    thread = w.keep & (t.tid == t.tid[row]) & (t.pid == t.pid[row]) & ~np.isin(t.name, steps)
+    around = np.flatnonzero(thread & np.isin(t.kind, (CPU_OP, USER_ANNOTATION, PYTHON)) & (w.ts_us <= mid)
+                            & (w.end_us >= mid))
+    spans = float((w.end_us[around] - w.ts_us[around]).max()) if around.size else 0.0
+    ops = np.flatnonzero(thread & (t.kind == CPU_OP) & (w.ts_us >= start_us) & (w.end_us <= end_us))
+    if spans >= 0.5 * (end_us - start_us) or ops.size < 2:
+        return _enclosing_op(f, row, mid)
+    ops = outermost(t, ops)
+    names, counts = np.unique(t.name[ops], return_counts=True)
+    top = np.argsort(-counts, kind="stable")[:2]
+    inside = covered_length(w.ts_us[ops], w.end_us[ops]) / max(end_us - start_us, 1e-9)
+    return (f"{ops.size} ops (" + ", ".join(f"{t.names[int(names[i])]} x{int(counts[i])}" for i in top)
+            + f"{', ...' if names.size > 2 else ''}): {100.0 * inside:.0f} % of it inside them")
+
+
 def _inside_first_call(f: RankFacts, rows: np.ndarray, at_us: np.ndarray) -> np.ndarray:
     """Per host call row (bool): whether its thread was, at at_us, inside an op that is one-off initialisation (the
     first call of its name on that thread, replay.one_off_first_calls: a first allocation, a library's set-up), as
@@ -511,8 +534,8 @@ def host_work(f: RankFacts) -> Finding | None:
     if f.pct(float(starved.sum())) < HOST_WORK_MIN_PCT:
         return None
     top = long[np.argsort(-starved)[:3]]
-    events = [(_enclosing_op(f, int(g.rows[i]), float(g.start[i] - work[i] / 2)), float(g.start[i] - work[i]),
-               float(work[i])) for i in top]
+    events = [(_block_name(f, int(g.rows[i]), float(g.start[i] - work[i]), float(g.start[i])),
+               float(g.start[i] - work[i]), float(work[i])) for i in top]
     metrics = {"host_work": (float(work[long].sum()), "us"), "gpu_idle_during_it": (float(starved.sum()), "us"),
                "gpu_idle_during_it_share": (f.pct(float(starved.sum())), "%"), "gaps": (int(long.size), "count"),
                "gpu_idle": (gpu_idle_pct(f), "%"), "usual_dispatch_per_launch": (g.dispatch_us, "us")}
