@@ -588,8 +588,8 @@ def compute_before_collectives(t: EventTable, w: Window, collectives: list[Match
     lo = 0
     for c in mine:
         hi = int(np.searchsorted(starts, w.ts_us[c.rows[rank]], side="left"))
-        out[(c.kind, c.seq)] = union_us(w, rows[lo:hi]) if hi > lo else 0.0
-        lo = max(lo, hi)
+        out[(c.kind, c.seq)] = union_us(w, rows[lo:hi])
+        lo = hi  # the collectives are in time order: hi only grows
     return out
 
 

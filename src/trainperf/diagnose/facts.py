@@ -18,12 +18,12 @@ from trainperf.diagnose.host import (COMPILE_RE, HostSpans, allocator_calls, che
                                      compiled_frames, dataloader_spans, host_syncs, optimizer_spans, span_rows,
                                      sync_op_counts, sync_ops)
 from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLength, launch_bound_stretches,
-                                       launch_stats, launched_inside, launched_rows, queue_length)
+                                       launch_stats, launched_rows, queue_length)
 from trainperf.diagnose.replay import BLOCK_SYNC, Change, Graph, blocked_us, build_graph, critical_path, replay
 from trainperf.diagnose.steps import StepTime, step_times
 from trainperf.diagnose.window import Window, merge_intervals
 from trainperf.trace.events import CPU_OP, PYTHON, USER_ANNOTATION, EventTable
-from trainperf.trace.nesting import thread_key
+from trainperf.trace.nesting import enclosing_span, row_spans, thread_key
 
 
 @dataclass(kw_only=True)
@@ -306,16 +306,16 @@ def forward_all_reduce_us(t: EventTable, w: Window, groups: dict[str, np.ndarray
     ops = np.flatnonzero((t.kind == CPU_OP) & w.keep)
     is_node = backward_node_mask(t, ops)
     nodes = ops[is_node]
-    backward = np.isin(rows, launched_inside(t, w, thread_key(t.pid[nodes], t.tid[nodes]), t.ts_ns[nodes],
-                                             t.ts_ns[nodes] + t.dur_ns[nodes]))
+    launcher = thread_key(t.pid[link], t.tid[link])
+    backward = enclosing_span(*row_spans(t, nodes), launcher, t.ts_ns[link]) >= 0
     # a GPU job's autograd engine runs the nodes on threads of its own: what those threads launch between nodes
     # (FSDP's and DDP's callbacks at the end of the pass) is the backward's too. The forward's thread is the one
     # running the most ops outside nodes (on CPU the engine runs on it: its launches outside nodes stay forward)
-    keys = thread_key(t.pid[ops], t.tid[ops])
     if nodes.size and (~is_node).any():
+        keys = thread_key(t.pid[ops], t.tid[ops])
         threads, counts = np.unique(keys[~is_node], return_counts=True)
         engine = np.setdiff1d(np.unique(keys[is_node]), threads[np.argmax(counts)])
-        backward |= np.isin(thread_key(t.pid[link], t.tid[link]), engine)
+        backward |= np.isin(launcher, engine)
     rows = rows[~backward]
     return float((w.end_us[rows] - w.ts_us[rows]).sum())
 

@@ -64,12 +64,13 @@ def backward_passes(t: EventTable, keep: np.ndarray) -> list[np.ndarray]:
     if not nodes.size:
         return []
     forward = forward_op_mask(t, ops)
-    steps, _ = step_rows(t)
-    if not (t.seq[ops] >= 0).any() and steps.size:
+    if not (t.seq[ops] >= 0).any():
         # an exporter that drops the operator ids (sequence number, forward thread id) marks no forward op: the
         # stepping thread's own ops outside every node are then the forward's (the nodes are the autograd engine's;
         # another thread's ops, the DataLoader's pin-memory thread's, may run during a pass)
-        forward = thread_key(t.pid[ops], t.tid[ops]) == thread_key(t.pid[steps[:1]], t.tid[steps[:1]])[0]
+        steps, _ = step_rows(t)
+        if steps.size:
+            forward = thread_key(t.pid[ops], t.tid[ops]) == thread_key(t.pid[steps[:1]], t.tid[steps[:1]])[0]
     other = ops[~is_node & forward]
     inside = starts_inside(t, nodes, other)
     forward_starts = np.sort(t.ts_ns[other[~inside]])

@@ -431,14 +431,20 @@ HOST_WORK_MIN_GAP_US = 1000.0
 HOST_WORK_MIN_PCT = 1.0
 
 
-def _enclosing_op(f: RankFacts, row: int, at_us: float) -> str:
-    """What the thread of trace row `row` was inside at at_us: the outermost annotation (ProfilerStep spans aside)
-    and the outermost op, 'annotation > op' (an op's children, e.g. the 424 views of one
-    aten::unflatten_dense_tensors, are its own work); a note when nothing holds it."""
+def _spans_at(f: RankFacts, row: int, at_us: float) -> np.ndarray:
+    """Rows of the annotations, ops and Python frames the thread of trace row `row` was inside at at_us
+    (ProfilerStep spans aside)."""
     t, w = f.table, f.window
     on = np.flatnonzero(w.keep & np.isin(t.kind, (CPU_OP, USER_ANNOTATION, PYTHON)) & (t.tid == t.tid[row])
                         & (t.pid == t.pid[row]) & (w.ts_us <= at_us) & (w.end_us >= at_us))
-    on = on[~np.isin(t.name[on], t.ids_matching(STEP_RE.match))]
+    return on[~np.isin(t.name[on], t.ids_matching(STEP_RE.match))]
+
+
+def _enclosing_op(f: RankFacts, on: np.ndarray) -> str:
+    """Name of what a thread was inside (on: _spans_at): the outermost annotation and the outermost op,
+    'annotation > op' (an op's children, e.g. the 424 views of one aten::unflatten_dense_tensors, are its own
+    work); a note when nothing holds it."""
+    t, w = f.table, f.window
     if not on.size:
         return "(no op recorded: Python outside ops, the garbage collector or untraced work)"
     names = []
@@ -455,15 +461,13 @@ def _block_name(f: RankFacts, row: int, start_us: float, end_us: float) -> str:
     loop's input preparation: the Python between them is the work), those ops by name and count, 'N ops (a xK, b
     xL): P % of it inside them'."""
     t, w = f.table, f.window
-    mid = (start_us + end_us) / 2.0
-    steps = t.ids_matching(STEP_RE.match)
-    thread = w.keep & (t.tid == t.tid[row]) & (t.pid == t.pid[row]) & ~np.isin(t.name, steps)
-    around = np.flatnonzero(thread & np.isin(t.kind, (CPU_OP, USER_ANNOTATION, PYTHON)) & (w.ts_us <= mid)
-                            & (w.end_us >= mid))
+    around = _spans_at(f, row, (start_us + end_us) / 2.0)
     spans = float((w.end_us[around] - w.ts_us[around]).max()) if around.size else 0.0
-    ops = np.flatnonzero(thread & (t.kind == CPU_OP) & (w.ts_us >= start_us) & (w.end_us <= end_us))
+    ops = np.flatnonzero(w.keep & (t.kind == CPU_OP) & (t.tid == t.tid[row]) & (t.pid == t.pid[row])
+                         & (w.ts_us >= start_us) & (w.end_us <= end_us))
+    ops = ops[~np.isin(t.name[ops], t.ids_matching(STEP_RE.match))]
     if spans >= 0.5 * (end_us - start_us) or ops.size < 2:
-        return _enclosing_op(f, row, mid)
+        return _enclosing_op(f, around)
     ops = outermost(t, ops)
     names, counts = np.unique(t.name[ops], return_counts=True)
     top = np.argsort(-counts, kind="stable")[:2]
@@ -498,7 +502,7 @@ ONE_OFF_MIN_STEPS = 3
 ONE_OFF_SHARE = 0.9
 
 
-def _idle_by_step(f: RankFacts, starts_us: np.ndarray, idle_us: np.ndarray) -> dict[int, float]:
+def _sum_by_step(f: RankFacts, starts_us: np.ndarray, idle_us: np.ndarray) -> dict[int, float]:
     """{step: µs of idle_us whose block starts (starts_us) inside that analysed ProfilerStep's host span}; blocks
     outside every step are left out; {} without steps."""
     out: dict[int, float] = {}
@@ -539,7 +543,7 @@ def host_work(f: RankFacts) -> Finding | None:
     metrics = {"host_work": (float(work[long].sum()), "us"), "gpu_idle_during_it": (float(starved.sum()), "us"),
                "gpu_idle_during_it_share": (f.pct(float(starved.sum())), "%"), "gaps": (int(long.size), "count"),
                "gpu_idle": (gpu_idle_pct(f), "%"), "usual_dispatch_per_launch": (g.dispatch_us, "us")}
-    by_step = _idle_by_step(f, g.start[long] - work[long], starved)
+    by_step = _sum_by_step(f, g.start[long] - work[long], starved)
     if by_step:
         metrics["steps_with_it"] = (len(by_step), f"of {len(f.step_times)} steps")
     found = _make(f, "host_work", metrics, events,
