@@ -21,17 +21,20 @@ STEP_US, KERNELS, OP_US = 20_000.0, 40, 500.0
 
 
 def _loop(path: Path, *, gap_us: float = 0.0, gap_name: str | None = None, kernel_us: float = 40.0,
-          sampled: bool = False, gap_step: int | None = None, gap_ops: int = 0) -> Path:
+          sampled: bool = False, gap_step: int | None = None, gap_ops: int = 0, tail_us: float = 0.0,
+          tail_lost: bool = False) -> Path:
     """6 steps of 20 ms: 40 ops of 500 us back to back, each launching one kernel of kernel_us (40 us: the GPU
     mostly idle, waiting for the next op); before the 21st op, gap_us of work that launches nothing (inside
     gap_name, or no op at all, or gap_ops short aten::cat ops filling 90 % of it), and the step that much longer; in
     step gap_step only when given. sampled: the runtime calls' correlation ids step by 73, as in a trace that kept 1
-    call in 73."""
+    call in 73. tail_us: that long with no op after the last op of step 4 (the window's last: the 6th step is cut),
+    the step that much longer; tail_lost: the calls' ids jump by 100 across it (events lost, not work)."""
     b = TraceBuilder()
     t0 = 0.0
     for s in range(6):
         gap = gap_us if gap_step is None or s == gap_step else 0.0
-        b.step(s, t0, STEP_US + gap)
+        tail = tail_us if s == 4 else 0.0
+        b.step(s, t0, STEP_US + gap + tail)
         at = t0
         for k in range(KERNELS):
             if k == KERNELS // 2 and gap:
@@ -46,7 +49,9 @@ def _loop(path: Path, *, gap_us: float = 0.0, gap_name: str | None = None, kerne
             b.launch("void at::native::vectorized_elementwise_kernel<4>", at + OP_US - 20.0, at + OP_US - 10.0,
                      kernel_us, launch_dur=8.0)
             at += OP_US
-        t0 += STEP_US + gap
+        if tail and tail_lost:
+            b._corr += 100
+        t0 += STEP_US + gap + tail
     return b.write(path)
 
 
@@ -141,13 +146,14 @@ def test_work_after_waiting_for_another_thread_is_priced(tmp_path):
     # the optimizer's launch waited for the autograd thread (its launch ended at T+64) and then for the main thread's
     # metrics: its call starts 16 + m after that launch's end, m + 10 of it the main thread's own ops. Without the
     # metrics it starts 16 us after the wake (T+80; the op's 10-us dispatch stays), its kernel runs at T+90 after
-    # the backward GEMM (T+80): every step m shorter. Three steps analysed, the window ending at the third sync's
-    # return (9595 us): 3 x 3000 / 9595 = 93.8 % alone (an upper bound: high -> medium); the syncs' fix comes first
+    # the backward GEMM (T+80): every step m shorter. Three steps analysed, the window ending at the third step's end
+    # (9600 us, 5 us after its sync returns): 3 x 3000 / 9600 = 93.75 % alone (an upper bound: high -> medium); the
+    # syncs' fix comes first
     # in the order of fixes and takes a little of it. The same job without the metrics has no host_work. Kept as a
     # fixed lag (before), the work after the wake gave no gain at all.
     found = _host_work(_after_backward(tmp_path / "m.json.gz", 3000.0))
     assert found is not None and found.severity == "medium"
-    assert found.gain_alone_pct == pytest.approx(100 * 3 * 3000 / 9595, abs=0.01)
+    assert found.gain_alone_pct == pytest.approx(100 * 3 * 3000 / 9600, abs=0.01)
     assert _host_work(_after_backward(tmp_path / "none.json.gz", 0.0)) is None
 
 
@@ -185,6 +191,18 @@ def test_host_work_in_one_step_of_several_is_periodic_work(tmp_path):
     assert "one of the 5 analysed steps" in found.recommendation and "async_save" in found.recommendation
     found = _host_work(_loop(tmp_path / "every.json.gz", gap_us=6_000.0))
     assert found.evidence["metrics"]["steps_with_it"]["value"] == 5 and "async_save" not in found.recommendation
+
+
+def test_host_work_after_the_last_launch_of_the_window_is_seen(tmp_path):
+    # 30 ms with no op after the last launch of the window's last step (a checkpoint save whose Python frames the
+    # trace lacks): the step ends 30 ms later, the GPU idle through it, so the window (5 steps, 130 ms) is 23 % host
+    # work. Before, the replay closed the thread's chain at its last call and never saw it (the corpus's checkpoint
+    # cases without Python stacks read launch_bound or small_kernels).
+    found = _host_work(_loop(tmp_path / "tail.json.gz", tail_us=30_000.0))
+    assert found is not None and found.evidence["metrics"]["steps_with_it"]["value"] == 1
+    assert found.gain_alone_pct == pytest.approx(100 * 30 / 130, abs=0.5)
+    # the calls' ids jump by 100 across it: events lost, not work
+    assert _host_work(_loop(tmp_path / "lost.json.gz", tail_us=30_000.0, tail_lost=True)) is None
 
 
 @pytest.mark.parametrize("ops, loop", [(["aten::mul"], "inference"),

@@ -160,9 +160,9 @@ def test_one_off_checkpoint_priced_over_the_window(tmp_path):
 
 def test_checkpoint_after_the_last_launch_of_a_step_counts(tmp_path):
     # 3 steps of 2000 us: 5 launches at T+0..T+40 (100-us kernels T+10..T+510), then a synchronous checkpoint
-    # [T+600, T+1800). Steps 0 and 1 are analysed: the replay runs from step 0's start to the end of step 1's
-    # checkpoint (3800 us). Without the checkpoints step 1 launches at 800 and its host chain closes at
-    # 844 + (1756 - 1200) = 1400 (its kernels end at 1310): gain 3800 - 1400 = 2400 us = both checkpoints.
+    # [T+600, T+1800). Steps 0 and 1 are analysed: the replay runs from step 0's start to step 1's end (4000 us,
+    # 200 us after its checkpoint). Without the checkpoints step 1 launches at 800 and its host chain closes at
+    # 844 + (1956 - 1200) = 1600 (its kernels end at 1310): gain 4000 - 1600 = 2400 us = both checkpoints.
     b = TraceBuilder()
     for s in range(3):
         T = 2000.0 * s
@@ -173,7 +173,7 @@ def test_checkpoint_after_the_last_launch_of_a_step_counts(tmp_path):
     d = diagnose(b.write(tmp_path / "ck.json.gz"))
     f = d.findings[0]
     assert f.kind == "checkpoint_stall" and f.gain_us == pytest.approx(2400)
-    assert f.gain_pct == pytest.approx(100 * 2400 / 3800, abs=0.01)
+    assert f.gain_pct == pytest.approx(100 * 2400 / 4000, abs=0.01)
 
 
 def test_host_sync_waiting_for_a_collective_is_exposed_communication(tmp_path):

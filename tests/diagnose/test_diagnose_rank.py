@@ -28,6 +28,18 @@ def test_a_stall_ranks_before_a_larger_restructuring():
     assert [f.kind for f in ranked] == ["data_loader_stall", "launch_bound"]
 
 
+def test_a_low_stall_comes_after_a_high_finding():
+    # a blocking sync worth 1.05 % of a GPU-bound step (low) is not its bottleneck beside unfused attention worth
+    # 22 % (high): the attention first, then the sync, then the rest in their order; beside a medium bound the same
+    # sync stays first (test_a_stall_ranks_before_a_larger_restructuring)
+    sync = _finding("host_sync", Change("remove_syncs"), 1.05)
+    attention = _finding("unfused_attention", Change("speedup_rows", factor=3.0), 22.0)
+    launch = _finding("launch_bound", Change("graph_launches"), 5.0)
+    ranked = F.merge_across_ranks([launch, attention, sync])
+    assert [f.kind for f in ranked] == ["unfused_attention", "host_sync", "launch_bound"]
+    assert F.rank_key(sync) < F.rank_key(attention)  # the sort key alone would put the stall first
+
+
 def test_a_stall_below_the_floor_does_not_jump_the_queue():
     # two upper bounds (a CUDA graph of the whole step, kernels at the HBM roof) rank by their gains; the stall
     # too small to be priced first ranks by its gain with them

@@ -57,8 +57,8 @@ def test_baseline_replay_reproduces_two_threads(tmp_path):
 
 def test_blocking_copy_priced_per_step_across_threads(tmp_path):
     # unblocked, each copy call costs the typical call (4 us) instead of 10000 us: every step, both threads
-    # included, starts 9996 us earlier -> gain = steps in window x 9996 us (the window ends at its last
-    # call, before the last step's end, so the share is a little above 9996 / 30000).
+    # included, starts 9996 us earlier -> gain = steps in window x 9996 us (the window ends with the last
+    # analysed step, so the share is 9996 / 30000, a little above where a thread's last call closes it).
     d = diagnose(_two_thread_trace(tmp_path / "t.json.gz"))
     f = next(x for x in d.findings if x.kind == "pageable_copy")
     n = len(f.steps)
@@ -95,8 +95,8 @@ def test_polling_thread_does_not_hold_the_replayed_window(tmp_path):
     assert not np.isin(t.tid[g.rows[g.is_host]], [9]).any()
     base = replay(g)
     np.testing.assert_allclose(base.start, g.start, atol=1e-6)
-    end_of_last_kernel = 2 * P + COPY_US + 1000 * 19 + 20 + 50
-    assert base.makespan_us == pytest.approx(end_of_last_kernel)
+    # the window ends where step 2 ends (its host thread's; its last kernel ended at 2 P + 10000 + 19070 before)
+    assert base.makespan_us == pytest.approx(3 * P)
     assert base.makespan_us - replay(g, Change("remove_data_wait")).makespan_us == pytest.approx(3 * COPY_US, abs=1)
 
 

@@ -148,14 +148,13 @@ def _many_reads_trace(path: Path) -> Path:
 def test_reads_are_syncs_even_when_they_are_most_of_the_calls(tmp_path):
     # A call that cannot wait (a launch) costs 4 us: each read blocked 20 us (replay._typical_call_us; the
     # median of all calls, 24 us, is the reads' own duration and made none of them look blocked). The window
-    # (steps 0 and 1) ends with step 1's last read, 1000 + 200 + 270 + 24 = 1494 us. Removed, each read returns
-    # after 4 us: the 20th starts 19 x 20 us sooner, and the window then ends with its copy, 12 us after the
-    # call starts instead of the call's 24: 380 + 12 = 392 us sooner.
+    # (steps 0 and 1) ends with step 1, at 2000 us. Removed, each read returns after 4 us: 20 x 20 us sooner, and
+    # the Python after the last one with them: 400 us sooner.
     d = diagnose(_many_reads_trace(tmp_path / "r.json.gz"))
     f = next(x for x in d.findings if x.kind == "host_sync")
     assert f.evidence["metrics"]["sync_calls"]["value"] == 20
     assert f.evidence["metrics"]["sync_blocking_time"]["value"] == pytest.approx(20 * 20)
-    assert f.gain_us == pytest.approx(392) and f.gain_pct == pytest.approx(100 * 392 / 1494, abs=0.01)
+    assert f.gain_us == pytest.approx(400) and f.gain_pct == pytest.approx(100 * 400 / 2000, abs=0.01)
 
 
 def test_a_long_read_returning_a_little_late_still_blocked(tmp_path):

@@ -213,17 +213,19 @@ def test_one_launch_many_device_events(tmp_path):
 def test_straggler_evidence_links_to_the_late_collective(tmp_path):
     # rank 1's GEMM takes 2000 µs, rank 0's 500 µs: rank 1 enters each all-reduce 1500 µs late (both end
     # at +2600 µs); the straggler finding's evidence ("all_reduce #k (rank 1 arrived last)") is linked
-    # to rank 1's all-reduce kernel, which starts when rank 1 arrives
+    # to rank 1's all-reduce kernel, which starts when rank 1 arrives; each step ends 5 µs after the host's
+    # cudaDeviceSynchronize returns (2605 µs)
     d = tmp_path / "job"
     d.mkdir()
     for rank in range(2):
         b = TraceBuilder(rank=rank, world_size=2)
         gemm = 500.0 if rank == 0 else 2000.0
         for s in range(4):
-            T = 3000.0 * s
-            b.step(s, T, 3000)
+            T = 2610.0 * s
+            b.step(s, T, 2610)
             b.launch("ampere_sgemm_128x64_tn", T + 10, T + 20, gemm)
             b.launch(AR, T + 15, T + 20 + gemm, 2600 - (20 + gemm), stream=20)
+            b.cpu("cudaDeviceSynchronize", T + 30, 2575, cat="cuda_runtime")
         b.write(d / f"rank{rank}.json.gz")
     res = diagnose(d)
     assert "straggler" in {f.kind for f in res.findings}

@@ -26,7 +26,8 @@ from trainperf.diagnose.replay import (BLOCK_COMM, BLOCK_PAGEABLE, BLOCK_SYNC, C
                                        host_work_us, one_off_first_calls)
 from trainperf.diagnose.window import covered_length, merge_intervals
 from trainperf.trace.annotate import STEP_RE
-from trainperf.trace.events import CPU_OP, ELEMENTWISE, GPU_SYNC, OPTIMIZER, PYTHON, REDUCTION, USER_ANNOTATION
+from trainperf.trace.events import (CPU_OP, ELEMENTWISE, GPU_SYNC, OPTIMIZER, PYTHON, REDUCTION, RUNTIME,
+                                    USER_ANNOTATION)
 from trainperf.trace.nesting import outermost, starts_inside, thread_key
 
 Finding = F.Finding
@@ -513,6 +514,21 @@ def _sum_by_step(f: RankFacts, starts_us: np.ndarray, idle_us: np.ndarray) -> di
     return out
 
 
+def _call_correlation(f: RankFacts, g) -> np.ndarray:
+    """Per node: its call's correlation id; for the anchor that closes a thread's chain at the end of the window's
+    last step (replay._closing_anchors), the id of that thread's next runtime call in the trace (the next step's
+    first): a gap up to the step's end skips ids where events were lost, as any gap does. -1 where none."""
+    t = f.table
+    corr = t.correlation[g.rows].copy()
+    closing = np.flatnonzero(g.is_host & (g.host_prev >= 0) & np.isin(g.rows, f.window.markers.host_rows))
+    for i in closing:
+        row = int(g.rows[i])
+        after = np.flatnonzero((t.kind == RUNTIME) & (t.tid == t.tid[row]) & (t.pid == t.pid[row])
+                               & (t.ts_ns >= t.ts_ns[row] + t.dur_ns[row]) & (t.correlation >= 0))
+        corr[i] = t.correlation[after[np.argmin(t.ts_ns[after])]] if after.size else -1
+    return corr
+
+
 def host_work(f: RankFacts) -> Finding | None:
     """The GPU waits while the thread that launches its work does something else for milliseconds at a time: CPU
     work that launches nothing (a CPU optimizer under ZeRO-Offload, metrics or logging, preprocessing outside the
@@ -528,7 +544,7 @@ def host_work(f: RankFacts) -> Finding | None:
     # a gap across which the thread's calls skip many correlation ids lost its events (a trace filtered or sampled
     # in parts, calls added to a sampled one with ids of their own): missing events, not work (as
     # evidence.is_sampled says of a whole trace); ids run backwards only where calls were added
-    corr = f.table.correlation[g.rows]
+    corr = _call_correlation(f, g)
     prev = np.clip(g.host_prev, 0, None)
     holed = (g.host_prev >= 0) & (corr >= 0) & (corr[prev] >= 0) & (np.abs(corr - corr[prev]) > SAMPLED_IDS_PER_CALL)
     long = np.flatnonzero(g.is_host & (work >= HOST_WORK_MIN_GAP_US) & ~holed)
