@@ -13,8 +13,6 @@ launches 3 multi_tensor_apply kernels of 100 us per step instead: nothing to nam
 import sys
 from pathlib import Path
 
-import pytest
-
 from trainperf.diagnose.api import diagnose
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
