@@ -79,6 +79,19 @@ def test_exposed_all_reduce_in_the_forward_gets_tensor_parallel_fixes(tmp_path):
     assert f.evidence["metrics"]["forward_all_reduce_share"]["value"] == 0.0 and "bucket" in f.recommendation
 
 
+def test_exposed_all_gather_and_reduce_scatter_get_sharded_data_parallel_fixes(tmp_path):
+    # the same trace with FSDP's collectives, launched inside a backward node: the next unit's parameters gathered
+    # (all-gather), its gradients reduce-scattered. Same gain; the fix names the units' prefetch and
+    # reshard_after_forward, not DDP's bucketing
+    d = diagnose(_moe_trace(tmp_path / "fsdp.json.gz", "ncclDevKernel_AllGather_RING_LL(x)",
+                            "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(x)", backward=True))
+    f = d.findings[0]
+    assert f.kind == "exposed_comm" and f.gain_pct == pytest.approx(100 * 1500 / STEP_US, abs=0.2)
+    assert f.evidence["metrics"]["all_gather_reduce_scatter_share"]["value"] == pytest.approx(100.0)
+    assert "prefetch" in f.recommendation and "reshard_after_forward" in f.recommendation
+    assert "bucket_cap_mb" not in f.recommendation
+
+
 def _two_stages(tmp_path: Path, last_stage_us: float) -> Path:
     # a forward-only 2-stage pipeline, 4 micro-batches a step: stage 0 computes micro-batch m in 990 us
     # ([T+1000 m + 10, +990)); its transfer (a SendRecv kernel on stream 20 of each rank) starts on each rank when

@@ -197,10 +197,12 @@ def exposed_comm(f: RankFacts) -> Finding | None:
     host_waits = g.block_class == BLOCK_COMM  # host syncs that waited for a collective
     p2p = f.p2p_comm_share > 0.5  # mostly point-to-point: a majority, not a fitted share
     all_to_all = f.comm_share_by_collective.get("all_to_all", 0.0)
+    sharded = sum(f.comm_share_by_collective.get(k, 0.0) for k in ("all_gather", "reduce_scatter"))
     bound = p2p or not host_waits.any()
     found = _make(f, "exposed_comm", {"comm_time": (ov.comm_us, "us"), "exposed_comm": (ov.exposed_us, "us"),
                                       "point_to_point_share": (100.0 * f.p2p_comm_share, "% of comm"),
                                       "all_to_all_share": (100.0 * all_to_all, "% of comm"),
+                                      "all_gather_reduce_scatter_share": (100.0 * sharded, "% of comm"),
                                       "forward_all_reduce_share": (100.0 * f.forward_all_reduce_share, "% of comm"),
                                       "overlap": (ov.overlap_pct, "%"),
                                       "host_syncs_waiting_for_collectives": (int(host_waits.sum()), "count"),
@@ -215,6 +217,8 @@ def exposed_comm(f: RankFacts) -> Finding | None:
         found.recommendation = F.EXPOSED_ALL_TO_ALL_RECOMMENDATION
     elif f.forward_all_reduce_share > 0.5:
         found.recommendation = F.EXPOSED_TP_RECOMMENDATION
+    elif sharded > 0.5:
+        found.recommendation = F.EXPOSED_SHARDED_RECOMMENDATION
     return found
 
 
