@@ -124,3 +124,23 @@ def test_a_cpu_op_profiler_step_is_not_an_op(tmp_path):
     assert b.dispatch_us == a.dispatch_us
     fa, fb = (next(x for x in diagnose(p).findings if x.kind == "pageable_copy") for p in (path, old))
     assert fb.gain_us == pytest.approx(fa.gain_us)
+
+
+def test_another_threads_data_loader_wait_is_not_in_this_threads_gap(tmp_path):
+    # steps and a 300-us DataLoader wait [T, T+300) on thread 1, which launches nothing; thread 2 runs 5 ops of
+    # 40 us at T+320 + 50 k, each launching a 30-us kernel. Thread 2's gap across a step boundary (2534 -> 3330,
+    # say) holds thread 1's wait; counted as thread 2's data loading beside its own idle time, the replay of the
+    # trace unchanged ran each such gap 264 us long (its CPU work clipped at zero) and ended 792 us late
+    b = TraceBuilder()
+    for s in range(5):
+        T = s * 1000.0
+        b.step(s, T, 1000)
+        b.cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", T, 300, cat="user_annotation")
+        for k in range(5):
+            b.cpu("aten::mm", T + 320 + 50 * k, 40, tid=2)
+            b.launch("ampere_sgemm_128x64_tn", T + 330 + 50 * k, T + 340 + 50 * k, 30, tid=2)
+    t = next(iter(load_trace(b.write(tmp_path / "t.json.gz")).values()))
+    g = build_graph(t, analysis_window(t))
+    base = replay(g)
+    np.testing.assert_allclose(base.start, g.start, atol=1e-6)
+    assert base.makespan_us == pytest.approx(4000.0)  # steps 0-3

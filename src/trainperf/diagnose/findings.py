@@ -60,10 +60,11 @@ EXPOSED_TP_RECOMMENDATION = (
 # parameters gathered before its forward and backward, its gradients reduce-scattered after) or sequence
 # parallelism's; DDP's gradient bucketing does not apply, the units' prefetch and size do
 EXPOSED_SHARDED_RECOMMENDATION = (
-    "Most of the exposed communication is all-gather and reduce-scatter: sharded data parallelism's (FSDP, ZeRO-3) "
-    "or sequence parallelism's. Gather the next unit's parameters while this one computes (FSDP2 "
-    "set_modules_to_forward_prefetch / set_modules_to_backward_prefetch; FSDP1 forward_prefetch=True, "
-    "backward_prefetch=BACKWARD_PRE; DeepSpeed overlap_comm and stage3_prefetch_bucket_size), wrap fewer, larger "
+    "Most of the exposed communication is all-gather and reduce-scatter: sharded data parallelism's (FSDP, ZeRO, "
+    "Megatron's distributed optimizer) or sequence parallelism's. Gather the next unit's parameters while this one "
+    "computes (FSDP2 set_modules_to_forward_prefetch / set_modules_to_backward_prefetch; FSDP1 forward_prefetch=True, "
+    "backward_prefetch=BACKWARD_PRE; DeepSpeed overlap_comm and stage3_prefetch_bucket_size; Megatron "
+    "--overlap-grad-reduce --overlap-param-gather), wrap fewer, larger "
     "units, keep the last units unsharded after the forward (reshard_after_forward=False) where memory allows, and "
     "shard within a node only when the links between nodes are the limit (HSDP: replicate across nodes, ZeRO++ "
     "hpZ); with sequence parallelism, overlap them with the GEMMs beside them (async tensor parallelism).")

@@ -624,13 +624,18 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
         host_gap[idx[1:]] = np.maximum(start[idx[1:]] - end[idx[:-1]], 0.0)
     has_prev = host_prev >= 0
     # each named stall's part of the gap, exclusive in NAMED_STALLS' order: a gap counted as data loading is not
-    # also counted as checkpoint, compile or allocator time
+    # also counted as checkpoint, compile or allocator time. The thread's own spans only, as its idle time
+    # (_thread_waits) counts them: another thread's DataLoader wait counted in this thread's gap besides that idle
+    # time (a loop that steps on one thread and launches from another) made the replay of the trace unchanged
+    # longer than the trace
     taken, named_gaps = np.zeros(n), []
     for pattern in NAMED_STALLS:
         rows_p = span_rows(t, w, pattern, (USER_ANNOTATION, CPU_OP, PYTHON))
-        spans = merge_intervals(w.ts_us[rows_p], w.end_us[rows_p])
         part = np.zeros(n)
-        part[has_prev] = _covered(end[host_prev[has_prev]], start[has_prev], spans)
+        for tid in np.unique(tids[has_prev[:n_h]]):
+            mine = np.flatnonzero(has_prev[:n_h] & (tids == tid))
+            own = rows_p[t.tid[rows_p] == tid]
+            part[mine] = _covered(end[host_prev[mine]], start[mine], merge_intervals(w.ts_us[own], w.end_us[own]))
         part = np.minimum(part, host_gap - taken)
         taken += part
         named_gaps.append(part)
