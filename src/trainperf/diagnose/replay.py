@@ -347,10 +347,10 @@ def _window_start_anchor(t: EventTable, w: Window) -> np.ndarray:
 def _closing_anchors(t: EventTable, w: Window, last_steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(rows, µs) closing the stepping thread's host chain: the end of the window's last step, when it comes after
     the thread's last runtime call. Host time after the last call is the step's, named (a DataLoader fetch, a
-    checkpoint save) or not: left out (the chain closed at its last call), a checkpoint save without Python frames
-    at the end of the last analysed step was in no finding, and every gain was a share of a window shorter than the
-    steps the user times (the corpus's true gains are shares of the ProfilerStep spans: what-if median error 0.26 ->
-    0.11 pp with the steps' ends)."""
+    checkpoint save) or not. Closed at its last call, the chain left that time out: a checkpoint save without Python
+    frames at the end of the last analysed step was in no finding, and every gain was a share of a window shorter
+    than the steps the user times (the corpus's true gains are shares of the ProfilerStep spans: what-if median
+    error 0.26 -> 0.11 pp with the steps' ends)."""
     keep, at = [], []
     calls = np.flatnonzero(w.keep & (t.kind == RUNTIME))
     for r in last_steps:

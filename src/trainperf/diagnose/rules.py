@@ -22,8 +22,8 @@ from trainperf.diagnose.host import OPTIMIZER_RE, span_rows
 from trainperf.diagnose.launch import SMALL_KERNEL_US
 from trainperf.diagnose.precision import fp32_matmul
 from trainperf.diagnose.recompute import recompute_overhead
-from trainperf.diagnose.replay import (BLOCK_COMM, BLOCK_PAGEABLE, BLOCK_SYNC, Change, blocked_us, dispatch_taken,
-                                       host_work_us, one_off_first_calls)
+from trainperf.diagnose.replay import (BLOCK_COMM, BLOCK_PAGEABLE, BLOCK_SYNC, Change, Graph, blocked_us,
+                                       dispatch_taken, host_work_us, one_off_first_calls)
 from trainperf.diagnose.window import covered_length, merge_intervals
 from trainperf.trace.annotate import STEP_RE
 from trainperf.trace.events import (CPU_OP, ELEMENTWISE, GPU_SYNC, OPTIMIZER, PYTHON, REDUCTION, RUNTIME,
@@ -518,7 +518,7 @@ def _sum_by_step(f: RankFacts, starts_us: np.ndarray, idle_us: np.ndarray) -> di
     return out
 
 
-def _call_correlation(f: RankFacts, g) -> np.ndarray:
+def _call_correlation(f: RankFacts, g: Graph) -> np.ndarray:
     """Per node: its call's correlation id; for the anchor that closes a thread's chain at the end of the window's
     last step (replay._closing_anchors), the id of that thread's next runtime call in the trace (the next step's
     first): a gap up to the step's end skips ids where events were lost, as any gap does. -1 where none."""
