@@ -15,14 +15,15 @@ GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
 STEP_US = 4040.0
 
 
-def _moe_trace(path: Path, dispatch: str, combine: str, backward: bool | str = False) -> Path:
+def _moe_trace(path: Path, dispatch: str, combine: str, backward: bool | str = False, ops: bool = True) -> Path:
     # one MoE layer per 4040-us step T: host launches at T, T+5, .., T+20, then cudaStreamSynchronize [T+25, T+4035)
     # (the loss read). Device: attention GEMM [T+30, +1000) on stream 7; dispatch [T+1030, +1000) on DeepEP's
     # stream 30; expert GEMM [T+2030, +1000) (waits for the dispatch); combine [T+3030, +500) on stream 30; output
     # GEMM [T+3530, +500) (waits for the combine). Four steps. backward: the launches inside an autograd backward
     # node [T, T+25) (as DDP's reducer launches its all-reduces, from hooks inside the nodes); "engine": from the
     # autograd engine's thread (2) after its node [T-20, T-10) ended (FSDP's end-of-backward callback), while the
-    # training thread (1) runs an op of its own [T-30, T-25)
+    # training thread (1) runs an op of its own [T-30, T-25); else (the forward) inside an aten::linear [T, T+25), and
+    # without ops (a profile of CUDA activity only) inside none
     b = TraceBuilder()
     for s in range(4):
         T = STEP_US * s
@@ -32,6 +33,8 @@ def _moe_trace(path: Path, dispatch: str, combine: str, backward: bool | str = F
         elif backward == "engine":
             b.cpu("autograd::engine::evaluate_function: MmBackward0", T - 20, 10, tid=2)
             b.cpu("aten::add", T - 30, 5)
+        elif ops:
+            b.cpu("aten::linear", T, 25)
         for i, (name, start, dur, stream) in enumerate(((GEMM, 30, 1000, 7), (dispatch, 1030, 1000, 30),
                                                          (GEMM, 2030, 1000, 7), (combine, 3030, 500, 30),
                                                          (GEMM, 3530, 500, 7))):
@@ -76,6 +79,10 @@ def test_exposed_all_reduce_in_the_forward_gets_tensor_parallel_fixes(tmp_path):
     assert "tensor parallel" in f.recommendation and "bucket" not in f.recommendation
     # launched by the autograd engine's thread outside its nodes (an end-of-backward callback): the backward's
     f = diagnose(_moe_trace(tmp_path / "cb.json.gz", ar, ar, backward="engine")).findings[0]
+    assert f.evidence["metrics"]["forward_all_reduce_share"]["value"] == 0.0 and "bucket" in f.recommendation
+    # a profile of CUDA activity only records no op: no node is seen because none is recorded, not because the
+    # all-reduces run in the forward
+    f = diagnose(_moe_trace(tmp_path / "cuda.json.gz", ar, ar, ops=False)).findings[0]
     assert f.evidence["metrics"]["forward_all_reduce_share"]["value"] == 0.0 and "bucket" in f.recommendation
 
 

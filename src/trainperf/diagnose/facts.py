@@ -296,14 +296,15 @@ def forward_all_reduce_us(t: EventTable, w: Window, groups: dict[str, np.ndarray
     node: issued by the forward pass (or an inference step). Data parallelism reduces gradients in the backward
     (DDP's reducer launches its buckets from hooks inside the nodes: HTA's nccl_parser, negative_queue, trace_filter
     and df_index_resolver traces, 1,636 of 1,636 all-reduces), FSDP reduce-scatters them there; an all-reduce in
-    the forward is tensor parallelism's (the row-parallel layers' outputs), whose next layer needs its result."""
+    the forward is tensor parallelism's (the row-parallel layers' outputs), whose next layer needs its result. 0 when
+    the window records no operator (a profile of CUDA activity only): then no node is seen because none is recorded."""
     rows = np.concatenate([r for k, r in groups.items() if k.rsplit("/", 1)[-1] == "all_reduce"] or [np.zeros(0, int)])
     launched, link = launched_rows(t, w)
     keep = np.isin(launched, rows)
     rows, link = launched[keep], link[keep]
-    if not rows.size:
-        return 0.0
     ops = np.flatnonzero((t.kind == CPU_OP) & w.keep)
+    if not rows.size or not ops.size:
+        return 0.0
     is_node = backward_node_mask(t, ops)
     nodes = ops[is_node]
     launcher = thread_key(t.pid[link], t.tid[link])
