@@ -9,6 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 from kineto_builder import TraceBuilder  # noqa: E402
 
 from trainperf.diagnose.api import diagnose  # noqa: E402
+from trainperf.diagnose.findings import INFERENCE_RECOMMENDATIONS, RECOMMENDATIONS  # noqa: E402
 
 
 def _item_trace(path: Path) -> Path:
@@ -171,3 +172,36 @@ def test_a_long_read_returning_a_little_late_still_blocked(tmp_path):
     d = diagnose(b.write(tmp_path / "late.json.gz"))
     f = next(x for x in d.findings if x.kind == "host_sync")
     assert f.evidence["metrics"]["sync_calls"]["value"] == len(f.steps) == 2
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_a_host_waiting_for_its_input_copy_is_told_to_copy_asynchronously(tmp_path, training):
+    # each 6000-us step: tensor.to(device) with non_blocking=False from pinned memory: aten::copy_ [T+10, +2040)
+    # holds a 4-us cudaMemcpyAsync (its 2000-us "Pinned -> Device" copy [T+30, +2000)) and a cudaStreamSynchronize
+    # [T+20, T+2035) that returns 5 us after it; then 10 GEMMs of 350 us launched from T+2100, and a device sync
+    # (training: inside an Optimizer.step span). The host's blocking on the copies (5 x 2011 us) is 38 % of it, the
+    # device syncs' the rest: the fix names an asynchronous copy ahead of time first (>= HOST_TO_DEVICE_SYNC_SHARE),
+    # then the reads' fix, a forward-only loop's when the loop has no backward or optimizer step
+    b = TraceBuilder()
+    P = 6000.0
+    for s in range(6):
+        T = s * P
+        b.step(s, T, P)
+        b.cpu("aten::copy_", T + 10, 2040)
+        b.launch("Memcpy HtoD (Pinned -> Device)", T + 12, T + 30, 2000, cat="gpu_memcpy", runtime="cudaMemcpyAsync",
+                 bytes=64 << 20)
+        b.cpu("cudaStreamSynchronize", T + 20, 2015, cat="cuda_runtime")
+        for k in range(10):
+            b.cpu("aten::mm", T + 2100 + 20 * k, 15)
+            b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", T + 2105 + 20 * k, T + 2120 + 350 * k, 350)
+        if training:
+            b.cpu("Optimizer.step#AdamW.step", T + 2305, 3500 + 2120 - 2305 + 10, cat="user_annotation")
+        b.cpu("cudaDeviceSynchronize", T + 2310, 3500 + 2120 - 2310 + 5, cat="cuda_runtime")
+    f = next(x for x in diagnose(b.write(tmp_path / "h2d.json.gz")).findings if x.kind == "host_sync")
+    share = f.evidence["metrics"]["waiting_for_host_to_device_copies"]["value"]
+    blocked = f.evidence["metrics"]["sync_blocking_time"]["value"]
+    assert share == pytest.approx(100.0 * 5 * (2015 - 4) / blocked, abs=1.0)
+    assert f.recommendation.startswith("38 % of the host's blocking is on its own host-to-device copies")
+    assert "non_blocking=True" in f.recommendation and "side stream" in f.recommendation
+    rest = RECOMMENDATIONS["host_sync"] if training else INFERENCE_RECOMMENDATIONS["host_sync"]
+    assert f.recommendation.endswith(" " + rest)

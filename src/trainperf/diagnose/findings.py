@@ -69,6 +69,15 @@ EXPOSED_SHARDED_RECOMMENDATION = (
     "shard within a node only when the links between nodes are the limit (HSDP: replicate across nodes, ZeRO++ "
     "hpZ); with sequence parallelism, overlap them with the GEMMs beside them (async tensor parallelism).")
 
+# host_sync when much of the host's blocking is on its own host-to-device copies (rules.HOST_TO_DEVICE_SYNC_SHARE): the
+# input copied with non_blocking=False, whose fix is not dropping a read but copying asynchronously, ahead of time; put
+# before the kind's other fix (the default, or a forward-only loop's)
+HOST_TO_DEVICE_SYNC_RECOMMENDATION = (
+    "{pct:.0f} % of the host's blocking is on its own host-to-device copies: tensor.to(device) with non_blocking=False "
+    "copies, then synchronizes the stream, which also waits for all the work queued before the copy. Copy from pinned "
+    "memory (DataLoader(pin_memory=True)) with .to(device, non_blocking=True), and prefetch the next batch on a side "
+    "stream (a CUDA stream and an event per batch) so that the copy overlaps the step before. For the other syncs:")
+
 # straggler when the ranks exchange mostly point-to-point (pipeline stages): a stage that computes longer than
 # the others is an unequal split of the layers, not a faulty machine; every other stage idles for it each micro-batch
 STRAGGLER_STAGE_RECOMMENDATION = (
