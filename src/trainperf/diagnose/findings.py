@@ -198,6 +198,10 @@ RECOMMENDATIONS = {
                   "torch.autocast(device_type='cuda', dtype=torch.bfloat16) (fp16 + GradScaler where bf16 is absent, "
                   "e.g. V100), or keep fp32 weights and allow TF32: torch.backends.cuda.matmul.allow_tf32 = True / "
                   "torch.set_float32_matmul_precision('high'), torch.backends.cudnn.allow_tf32 = True.",
+    "misaligned_gemm": "16-bit GEMMs whose row lengths are not multiples of 16 bytes (8 bf16/fp16 elements) run on "
+                       "slower kernels: pad those dimensions to a multiple of 64 (the vocabulary of the output layer "
+                       "and its embedding: GPT-2's 50,257 -> 50,304; the hidden and MLP sizes; the number of heads x "
+                       "head dim), or at least of 8; for the token count (batch x sequence), a multiple of 8.",
     "unfused_attention": "Use a fused attention kernel: torch.nn.functional.scaled_dot_product_attention (flash, "
                         "memory-efficient or cuDNN backend; is_causal=True rather than a dense mask), "
                         "attn_implementation='sdpa' or 'flash_attention_2' in Hugging Face models. Where SDPA "

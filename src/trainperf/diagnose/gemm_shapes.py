@@ -1,0 +1,156 @@
+"""The `misaligned_gemm` finding: 16-bit GEMMs whose row lengths break the tensor cores' alignment, running far below
+the trace's own aligned GEMMs.
+
+cuBLAS and CUTLASS take their fast tensor-core kernels when every matrix row starts on a 16-byte boundary: in fp16
+or bf16, the lengths k (A's and, for `aten::linear`, the weight's rows) and n (B's and C's rows) a multiple of 8
+elements; in fp8 of 16 (NVIDIA Deep Learning Performance Guide, "Matrix Multiplication Background": tensor cores
+are used most efficiently when the dimensions are multiples of 16 bytes; cuBLAS picks kernels by the operands'
+alignment). A row length that is not falls back to kernels with narrower loads, often 2-4x slower: GPT-2's
+vocabulary of 50,257 in the output layer is the known case (padded to 50,304, nanoGPT trained ~25 % faster). m
+(the rows of A and C) does not set an alignment.
+
+Measured against the trace itself: the reference is the time-weighted rate of the window's aligned, compute-bound
+GEMMs of the same precision (FLOPs from the recorded shapes over their kernels' device time); with none, the
+catalog's GEMM efficiency x the peak. Only compute-bound GEMMs count (arithmetic intensity above the device's ridge
+point, peak FLOP/s / HBM bandwidth): a memory-bound GEMV (decode, m = batch) runs at its bandwidth whatever its
+alignment. Needs the shapes (record_shapes=True) and a catalog device (deviceProperties); else nothing is found.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainperf.diagnose import findings as F
+from trainperf.diagnose.facts import RankFacts
+from trainperf.diagnose.replay import Change
+from trainperf.diagnose.roofline import (DTYPE_BYTES, PRECISION, device_accelerator, is_shape, launching_op, op_cost,
+                                         op_shape)
+from trainperf.trace.events import KERNEL
+
+GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear")
+ALIGN_BYTES = 16  # a row's start on a 16-byte boundary: what the tensor cores' fast loads need
+MISALIGNED_MIN_PCT = 3.0  # the misaligned GEMMs' device time, % of the window: the medium level of findings
+# slower than this share of the reference rate: a fallback kernel, not the noise between GEMM shapes (a quarter off:
+# the tile quantisation of a ragged last tile costs less at the sizes that are compute-bound). Stated, not fitted
+MISALIGNED_MAX_RATE_SHARE = 0.75
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GemmCall:
+    """One GEMM operator call with its shape, its kernels and their device time."""
+
+    row: int                # the operator's trace row
+    name: str
+    m: int
+    k: int
+    n: int
+    flops: float
+    bytes: float
+    precision: str          # bf16 / fp16 / fp8
+    elem_bytes: int
+    kernels: tuple          # trace rows of the kernels it launched
+    time_us: float
+
+    @property
+    def aligned(self) -> bool:
+        """Whether k and n are whole multiples of ALIGN_BYTES in this dtype."""
+        per = max(ALIGN_BYTES // self.elem_bytes, 1)
+        return self.k % per == 0 and self.n % per == 0
+
+    @property
+    def shape(self) -> str:
+        return f"{self.name} m={self.m} k={self.k} n={self.n} {self.precision}"
+
+
+def _mkn(name: str, dims: list) -> tuple[int, int, int] | None:
+    """(m, k, n) of a GEMM operator's recorded input shapes (the layouts roofline._gemm reads), None if unknown."""
+    shapes = [d for d in dims if is_shape(d) and d]
+    if name in ("aten::addmm", "aten::baddbmm"):
+        shapes = shapes[1:]  # (bias, a, b)
+    if len(shapes) < 2:
+        return None
+    a, b = shapes[0], shapes[1]
+    if name == "aten::linear":  # weight [n, k]
+        b = [b[1], b[0]] if len(b) == 2 else b
+    if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
+        return None
+    return a[-2], a[-1], b[-1]
+
+
+def gemm_calls(f: RankFacts) -> list[GemmCall]:
+    """The window's 16-bit and fp8 GEMM operator calls that carry shapes and launched kernels, with their device time
+    (µs); [] without recorded shapes."""
+    t, w = f.table, f.window
+    op = launching_op(t)
+    kernels = w.device[(t.kind[w.device] == KERNEL) & (op[w.device] >= 0)]
+    names = set(t.ids_matching(lambda s: s in GEMM_OPS))
+    kernels = kernels[np.isin(t.name[op[kernels]], list(names))] if names else kernels[:0]
+    out = []
+    order = np.argsort(op[kernels], kind="stable")
+    rows, starts = np.unique(op[kernels][order], return_index=True)
+    for r, ks in zip(rows, np.split(kernels[order], starts[1:])):
+        s = op_shape(t, int(r))
+        if s is None:
+            continue
+        mkn = _mkn(s.name, s.dims)
+        c = op_cost(s.name, s.dims, s.types, s.concrete)
+        dtype = next((x for x in s.types if x in DTYPE_BYTES), "")
+        if mkn is None or c is None or c.kind != "gemm" or PRECISION.get(dtype) not in ("bf16", "fp16", "fp8"):
+            continue
+        out.append(GemmCall(row=int(r), name=s.name, m=mkn[0], k=mkn[1], n=mkn[2], flops=c.flops, bytes=c.bytes,
+                            precision=c.precision, elem_bytes=DTYPE_BYTES[dtype], kernels=tuple(int(x) for x in ks),
+                            time_us=float((w.end_us[ks] - w.ts_us[ks]).sum())))
+    return out
+
+
+def _rate(calls: list[GemmCall]) -> float:
+    """Time-weighted FLOP rate of the calls (FLOP per µs)."""
+    us = sum(c.time_us for c in calls)
+    return sum(c.flops for c in calls) / us if us > 0 else 0.0
+
+
+def misaligned_gemm(f: RankFacts) -> F.Finding | None:
+    """Compute-bound 16-bit GEMMs with a misaligned row length (k or n not a multiple of 16 bytes) take
+    >= MISALIGNED_MIN_PCT of the window and run under MISALIGNED_MAX_RATE_SHARE of the rate of the trace's aligned
+    compute-bound GEMMs of that precision (or the catalog's GEMM efficiency x peak without them). Priced by replay:
+    their kernels at that reference rate (speedup_rows), an estimate: padding makes the GEMM slightly larger."""
+    if not f.has_gpu:
+        return None
+    acc = device_accelerator(f.table)
+    if acc is None or not acc.hbm_tbps:
+        return None
+    bound = [c for c in gemm_calls(f) if c.time_us > 0
+             and c.flops / max(c.bytes, 1.0) > acc.peak_flops(c.precision) / (acc.hbm_tbps * 1e12)]
+    slow = []
+    refs = {}
+    for prec in sorted({c.precision for c in bound}):
+        aligned = [c for c in bound if c.precision == prec and c.aligned]
+        ref = _rate(aligned) if aligned else acc.gemm_eff * acc.peak_flops(prec) / 1e6
+        bad = [c for c in bound if c.precision == prec and not c.aligned]
+        if bad and _rate(bad) < MISALIGNED_MAX_RATE_SHARE * ref:
+            slow += bad
+            refs[prec] = (ref, bool(aligned))
+    time_us = sum(c.time_us for c in slow)
+    if not slow or f.pct(time_us) < MISALIGNED_MIN_PCT:
+        return None
+    ref_us = sum(c.flops / refs[c.precision][0] for c in slow)
+    factor = time_us / ref_us
+    shapes: dict[str, float] = {}
+    for c in slow:
+        shapes[c.shape] = shapes.get(c.shape, 0.0) + c.time_us
+    top = sorted(shapes.items(), key=lambda kv: -kv[1])[:3]
+    w = f.window
+    first = {c.shape: c.kernels[0] for c in reversed(slow)}
+    events = [(s, float(w.ts_us[first[s]]), us) for s, us in top]
+    metrics = {"misaligned_gemm_time": (time_us, "us"), "misaligned_gemm_share": (f.pct(time_us), "%"),
+               "their_rate": (_rate(slow) / 1e6, "TFLOP/s"),
+               "reference_rate": (sum(c.flops for c in slow) / ref_us / 1e6, "TFLOP/s"),
+               "reference_from_the_trace": (float(all(refs[c.precision][1] for c in slow)), "bool"),
+               "speedup": (factor, "x")}
+    rows = tuple(k for c in slow for k in c.kernels)
+    return F.make("misaligned_gemm", [f.rank], f.steps, metrics, events,
+                  what_if=f"the misaligned GEMMs at the rate of the aligned ones ({factor:.3g}x faster)",
+                  changes=(Change("speedup_rows", factor=factor, rows=rows),),
+                  evidence_pct=f.pct(time_us) * (1.0 - 1.0 / factor))

@@ -1,0 +1,89 @@
+"""misaligned_gemm on hand-built H100 traces (answers worked by hand): GPT-2's vocabulary of 50,257 in the output
+layer, its GEMM at a third of the rate of the step's aligned GEMMs."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_bound import write_trace  # noqa: E402
+from kineto_builder import TraceBuilder  # noqa: E402
+
+from trainperf.diagnose.api import diagnose  # noqa: E402
+from trainperf.diagnose.gemm_shapes import GemmCall  # noqa: E402
+
+BF16 = "c10::BFloat16"
+P, STEPS = 4200.0, 5
+SQUARE_US = 229.0   # 2 x 4096^3 FLOPs = 1.374e11 in 229 us: 600 TFLOP/s
+SQUARE_FLOPS = 2.0 * 4096 ** 3
+
+
+def _trace(folder: Path, vocab: int = 50257, head_us: float = 3162.0, shapes: bool = True, m: int = 8192) -> Path:
+    # each 4200-us step: 4 aten::mm [4096, 4096] x [4096, 4096] (229 us each), then the output layer's aten::linear
+    # x [m, 768], weight [vocab, 768] (head_us), launched 10 us apart from T and queued back to back from T+10; a
+    # cudaDeviceSynchronize from T+60 returns 5 us after the last kernel; Python until 1 us before the next step
+    b = TraceBuilder()
+    for s in range(STEPS):
+        T = s * P
+        b.step(s, T, P)
+        at = T + 10.0
+        for i in range(5):
+            head = i == 4
+            dims = [[m, 768], [vocab, 768], []] if head else [[4096, 4096], [4096, 4096]]
+            args = {"Input Dims": dims, "Input type": [BF16, BF16, ""] if head else [BF16, BF16]} if shapes else {}
+            b.cpu("aten::linear" if head else "aten::mm", T + 10 * i, 8, **args)
+            dur = head_us if head else SQUARE_US
+            b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_align1" if head else
+                     "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", T + 10 * i + 2, at, dur)
+            at += dur
+        b.cpu("cudaDeviceSynchronize", T + 60, at + 5 - (T + 60), cat="cuda_runtime")
+        b.cpu("python_work", at + 6, T + P - at - 7)
+    return write_trace(b, folder)
+
+
+def _find(d):
+    return next((f for f in d.findings if f.kind == "misaligned_gemm"), None)
+
+
+def test_the_vocabulary_of_gpt2_is_a_misaligned_gemm_priced_at_the_aligned_rate(tmp_path):
+    # n = 50257 is no multiple of 8 bf16 elements: the head's GEMM, 2 x 8192 x 768 x 50257 = 6.324e11 FLOPs in
+    # 3162 us (200 TFLOP/s), runs at a third of the square GEMMs' 600 TFLOP/s (the reference: the trace's aligned,
+    # compute-bound GEMMs). At their rate it takes 1054 us: each step 2108 us shorter, the sync and the Python after
+    # it following, 2108 / 4200 = 50.2 % of the window (4 steps)
+    f = _find(diagnose(_trace(tmp_path)))
+    assert f is not None and f.severity == "high"
+    m = f.evidence["metrics"]
+    head_flops = 2.0 * 8192 * 768 * 50257
+    assert m["their_rate"]["value"] == pytest.approx(head_flops / 3162e-6 / 1e12, rel=1e-3)
+    assert m["reference_rate"]["value"] == pytest.approx(SQUARE_FLOPS / SQUARE_US / 1e6, rel=1e-3)
+    assert m["reference_from_the_trace"]["value"] == 1.0
+    factor = (SQUARE_FLOPS / SQUARE_US) / (head_flops / 3162.0)  # 3.00
+    assert m["speedup"]["value"] == pytest.approx(factor, rel=1e-3)
+    saved = 3162.0 - 3162.0 / factor
+    assert f.gain_alone_pct == pytest.approx(100.0 * saved / P, abs=0.05)
+    assert f.evidence["events"][0]["name"] == "aten::linear m=8192 k=768 n=50257 bf16"
+    assert "50,304" in f.recommendation
+
+
+def test_padded_or_fast_or_memory_bound_gemms_are_not_misaligned(tmp_path):
+    # padded to 50,304 (a multiple of 64): aligned, whatever its speed
+    for name, kw in (("padded", {"vocab": 50304}),
+                     # misaligned but at the aligned rate (the library padded it itself): 6.324e11 / 600 TFLOP/s
+                     ("fast", {"head_us": 1054.0}),
+                     # decode: m = 1 row, 2 x 768 x 50257 FLOPs over 77 MB: 1 FLOP per byte, under H100's ridge
+                     ("gemv", {"m": 1, "head_us": 40.0}),
+                     # no recorded shapes: nothing to read k and n from
+                     ("no_shapes", {"shapes": False})):
+        (tmp_path / name).mkdir()
+        assert _find(diagnose(_trace(tmp_path / name, **kw))) is None, name
+
+
+def test_alignment_is_counted_in_bytes():
+    call = dict(row=0, name="aten::mm", m=7, flops=1.0, bytes=1.0, precision="bf16", kernels=(), time_us=1.0)
+    assert GemmCall(k=4096, n=50304, elem_bytes=2, **call).aligned  # 8 bf16 elements = 16 bytes
+    assert not GemmCall(k=4096, n=50257, elem_bytes=2, **call).aligned
+    assert not GemmCall(k=4100, n=4096, elem_bytes=2, **call).aligned  # k matters as n does; m (7) does not
+    assert not GemmCall(k=4104, n=4096, elem_bytes=1, **call).aligned  # fp8: 16 elements
+    assert GemmCall(k=4112, n=4096, elem_bytes=1, **call).aligned
