@@ -63,7 +63,8 @@ def test_the_vocabulary_of_gpt2_is_a_misaligned_gemm_priced_at_the_aligned_rate(
     assert m["speedup"]["value"] == pytest.approx(factor, rel=1e-3)
     saved = 3162.0 - 3162.0 / factor
     assert f.gain_alone_pct == pytest.approx(100.0 * saved / P, abs=0.05)
-    assert f.evidence["events"][0]["name"] == "aten::linear m=8192 k=768 n=50257 bf16"
+    assert f.evidence["events"][0]["name"] == "aten::linear m=8192 k=768 n=50257 bf16 (4 calls, 12.6 ms)"
+    assert f.evidence["events"][0]["dur_us"] == pytest.approx(3162.0)
     assert "50,304" in f.recommendation
 
 

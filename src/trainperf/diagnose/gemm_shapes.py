@@ -137,13 +137,13 @@ def misaligned_gemm(f: RankFacts) -> F.Finding | None:
         return None
     ref_us = sum(c.flops / refs[c.precision][0] for c in slow)
     factor = time_us / ref_us
-    shapes: dict[str, float] = {}
+    by_shape: dict[str, list[GemmCall]] = {}
     for c in slow:
-        shapes[c.shape] = shapes.get(c.shape, 0.0) + c.time_us
-    top = sorted(shapes.items(), key=lambda kv: -kv[1])[:3]
-    w = f.window
-    first = {c.shape: c.kernels[0] for c in reversed(slow)}
-    events = [(s, float(w.ts_us[first[s]]), us) for s, us in top]
+        by_shape.setdefault(c.shape, []).append(c)
+    top = sorted(by_shape.values(), key=lambda cs: -sum(c.time_us for c in cs))[:3]
+    # each shape's first call, named with how many calls it stands for
+    events = [(f"{cs[0].shape} ({len(cs)} calls, {sum(c.time_us for c in cs) / 1e3:.1f} ms)",
+               float(f.window.ts_us[cs[0].kernels[0]]), cs[0].time_us) for cs in top]
     metrics = {"misaligned_gemm_time": (time_us, "us"), "misaligned_gemm_share": (f.pct(time_us), "%"),
                "their_rate": (_rate(slow) / 1e6, "TFLOP/s"),
                "reference_rate": (sum(c.flops for c in slow) / ref_us / 1e6, "TFLOP/s"),
