@@ -12,7 +12,7 @@ from gpu_bound import write_trace  # noqa: E402
 from kineto_builder import TraceBuilder  # noqa: E402
 
 from trainperf.diagnose.api import diagnose  # noqa: E402
-from trainperf.diagnose.gemm_shapes import GemmCall  # noqa: E402
+from trainperf.diagnose.gemm_shapes import GemmCall, _mkn  # noqa: E402
 
 BF16 = "c10::BFloat16"
 P, STEPS = 4200.0, 5
@@ -88,3 +88,13 @@ def test_alignment_is_counted_in_bytes():
     assert not GemmCall(k=4100, n=4096, elem_bytes=2, **call).aligned  # k matters as n does; m (7) does not
     assert not GemmCall(k=4104, n=4096, elem_bytes=1, **call).aligned  # fp8: 16 elements
     assert GemmCall(k=4112, n=4096, elem_bytes=1, **call).aligned
+
+
+def test_gemm_dimensions_from_the_recorded_shapes():
+    # addmm(bias, a, b): the bias is no operand, whatever its shape; linear's weight is [n, k]; m counts every row
+    assert _mkn("aten::addmm", [[50257], [8192, 768], [768, 50257], [], []]) == (8192, 768, 50257)
+    assert _mkn("aten::addmm", [[], [8192, 768], [768, 50257]]) == (8192, 768, 50257)
+    assert _mkn("aten::linear", [[4, 2048, 768], [50257, 768], []]) == (8192, 768, 50257)
+    assert _mkn("aten::bmm", [[32, 128, 64], [32, 64, 128]]) == (4096, 64, 128)
+    assert _mkn("aten::matmul", [[768], [768, 10]]) is None  # a vector: no GEMM
+    assert _mkn("aten::mm", [[8, 768], [769, 10]]) is None  # k does not match

@@ -18,6 +18,7 @@ alignment. Needs the shapes (record_shapes=True) and a catalog device (devicePro
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,10 +66,10 @@ class GemmCall:
 
 
 def _mkn(name: str, dims: list) -> tuple[int, int, int] | None:
-    """(m, k, n) of a GEMM operator's recorded input shapes (the layouts roofline._gemm reads), None if unknown."""
-    shapes = [d for d in dims if is_shape(d) and d]
-    if name in ("aten::addmm", "aten::baddbmm"):
-        shapes = shapes[1:]  # (bias, a, b)
+    """(m, k, n) of a GEMM operator's recorded input shapes (the layouts roofline._gemm reads; m counts the rows of
+    every matrix of a batch), None if unknown."""
+    operands = dims[1:] if name in ("aten::addmm", "aten::baddbmm") else dims  # (bias, a, b)
+    shapes = [d for d in operands if is_shape(d) and d]
     if len(shapes) < 2:
         return None
     a, b = shapes[0], shapes[1]
@@ -76,7 +77,7 @@ def _mkn(name: str, dims: list) -> tuple[int, int, int] | None:
         b = [b[1], b[0]] if len(b) == 2 else b
     if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
         return None
-    return a[-2], a[-1], b[-1]
+    return math.prod(a[:-1]), a[-1], b[-1]  # m: every row of A, its batch dims' included
 
 
 def gemm_calls(f: RankFacts) -> list[GemmCall]:
