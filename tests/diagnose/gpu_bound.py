@@ -47,6 +47,16 @@ def gemm_steps(b: TraceBuilder, steps: int, step_us: float, *, launch_at: float,
         b.launch("ampere_sgemm_128x64_tn", T + launch_at, T + start_at, gemm_us)
 
 
+def queued_ops(b: TraceBuilder, T: float, ops: list[tuple], at: float) -> float:
+    """Add each (op, its args, kernel, µs) of `ops` as an 8-us op at T + 10 i launching its kernel 2 us in, the kernels
+    running back to back on the device from `at`; return the device's end (µs)."""
+    for i, (name, args, kernel, us) in enumerate(ops):
+        b.cpu(name, T + 10.0 * i, 8.0, **args)
+        b.launch(kernel, T + 10.0 * i + 2.0, at, us)
+        at += us
+    return at
+
+
 def end_gpu_bound_step(b: TraceBuilder, T: float, step_us: float, device_end: float, sync_at: float = 200.0) -> None:
     """Close a GPU-bound step that starts at T: a cudaDeviceSynchronize from T+sync_at returns 5 us after the device's
     last kernel ends (device_end, µs), then Python runs to 1 us before the next step (T+step_us)."""

@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_bound import write_trace  # noqa: E402
+from gpu_bound import end_gpu_bound_step, queued_ops, write_trace  # noqa: E402
 from kineto_builder import TraceBuilder  # noqa: E402
 
 from trainperf.diagnose.api import diagnose  # noqa: E402
@@ -24,22 +24,14 @@ def _trace(folder: Path, vocab: int = 50257, head_us: float = 3162.0, shapes: bo
     # each 4200-us step: 4 aten::mm [4096, 4096] x [4096, 4096] (229 us each), then the output layer's aten::linear
     # x [m, 768], weight [vocab, 768] (head_us), launched 10 us apart from T and queued back to back from T+10; a
     # cudaDeviceSynchronize from T+60 returns 5 us after the last kernel; Python until 1 us before the next step
+    square = {"Input Dims": [[4096, 4096], [4096, 4096]], "Input type": [BF16, BF16]} if shapes else {}
+    head = {"Input Dims": [[m, 768], [vocab, 768], []], "Input type": [BF16, BF16, ""]} if shapes else {}
+    ops = [("aten::mm", square, "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", SQUARE_US)] * 4 + \
+        [("aten::linear", head, "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_align1", head_us)]
     b = TraceBuilder()
     for s in range(STEPS):
-        T = s * P
-        b.step(s, T, P)
-        at = T + 10.0
-        for i in range(5):
-            head = i == 4
-            dims = [[m, 768], [vocab, 768], []] if head else [[4096, 4096], [4096, 4096]]
-            args = {"Input Dims": dims, "Input type": [BF16, BF16, ""] if head else [BF16, BF16]} if shapes else {}
-            b.cpu("aten::linear" if head else "aten::mm", T + 10 * i, 8, **args)
-            dur = head_us if head else SQUARE_US
-            b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_align1" if head else
-                     "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", T + 10 * i + 2, at, dur)
-            at += dur
-        b.cpu("cudaDeviceSynchronize", T + 60, at + 5 - (T + 60), cat="cuda_runtime")
-        b.cpu("python_work", at + 6, T + P - at - 7)
+        b.step(s, s * P, P)
+        end_gpu_bound_step(b, s * P, P, queued_ops(b, s * P, ops, s * P + 10.0), sync_at=60.0)
     return write_trace(b, folder)
 
 
