@@ -122,7 +122,8 @@ def misaligned_gemm(f: RankFacts) -> F.Finding | None:
     acc = device_accelerator(f.table)
     if acc is None or not acc.hbm_tbps:
         return None
-    bound = [c for c in gemm_calls(f) if c.time_us > 0
+    # once per rank (RankFacts.once), not on every re-run of the rules (cv_diagnose re-runs them per threshold value)
+    bound = [c for c in f.once("gemm_calls", lambda: gemm_calls(f)) if c.time_us > 0
              and c.flops / max(c.bytes, 1.0) > acc.peak_flops(c.precision) / (acc.hbm_tbps * 1e12)]
     slow = []
     refs = {}

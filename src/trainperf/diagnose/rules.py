@@ -578,7 +578,7 @@ def host_work(f: RankFacts) -> Finding | None:
     # a gap across which the thread's calls skip many correlation ids lost its events (a trace filtered or sampled
     # in parts, calls added to a sampled one with ids of their own): missing events, not work (as
     # evidence.is_sampled says of a whole trace); ids run backwards only where calls were added
-    corr = _call_correlation(f, g)
+    corr = f.once("call_correlation", lambda: _call_correlation(f, g))  # a table scan: once per rank
     prev = np.clip(g.host_prev, 0, None)
     holed = (g.host_prev >= 0) & (corr >= 0) & (corr[prev] >= 0) & (np.abs(corr - corr[prev]) > SAMPLED_IDS_PER_CALL)
     long = np.flatnonzero(g.is_host & (work >= HOST_WORK_MIN_GAP_US) & ~holed)
