@@ -143,7 +143,7 @@ def test_unnamed_kernels_follow_the_recorded_dtype_where_the_device_decides(tmp_
     for dtype in ("float", "c10::BFloat16"):
         (tmp_path / dtype).mkdir()
         assert P.fp32_matmul(_facts(_trace(tmp_path / dtype, "triton_tem_fused_mm_0", dtype=dtype))) is None
-    # on a V100 (computeMajor 7: no TF32) fp32 data is fp32 math; the catalog has no Volta part: unpriced
+    # on a V100 (computeMajor 7: no TF32) fp32 data is fp32 math
     (tmp_path / "v100").mkdir()
     x = P.fp32_matmul(_facts(_trace(tmp_path / "v100", "triton_tem_fused_mm_0", "Tesla V100-SXM2-32GB", 7, "float")))
     assert x is not None and x.evidence["metrics"]["decided_by_dtype"]["value"] == pytest.approx(N * (STEPS - 1) * K_US)
@@ -182,11 +182,11 @@ def test_real_a100_tf32_trace_gives_no_finding():
 
 
 @pytest.mark.parametrize("device, major, minor, ratio", [
-    ("Tesla V100-SXM2-32GB", 7, 0, 8.0),        # 125 / 15.7 TFLOP/s (V100 datasheet)
-    ("Tesla T4", 7, 5, 8.0),                    # 65 / 8.1
-    ("NVIDIA A10G", 8, 6, 4.0),                 # A10: 125 / 31.2
-    ("NVIDIA GeForce RTX 3090", 8, 6, 2.0),     # 71 / 35.6: fp32-accumulate tensor math at half rate
-    ("NVIDIA L4", 8, 9, 4.0),                   # 121 / 30.3
+    ("NVIDIA TITAN V", 7, 0, 8.0),              # Volta as the V100: 125 / 15.7 TFLOP/s (V100 datasheet)
+    ("Quadro RTX 8000", 7, 5, 8.0),             # Turing as the T4: 65 / 8.1
+    ("NVIDIA RTX A5000", 8, 6, 4.0),            # GA10x as the A10: 125 / 31.2
+    ("NVIDIA GeForce RTX 3080", 8, 6, 2.0),     # as the RTX 3090, 71 / 35.6: fp32-accumulate at half rate
+    ("NVIDIA L40", 8, 9, 4.0),                  # Ada as the L4: 121 / 30.3
 ])
 def test_a_part_the_catalog_lacks_is_priced_by_its_architecture(tmp_path, device, major, minor, ratio):
     path = gpu_bound_trace(tmp_path, op="aten::mm", kernel="volta_sgemm_128x64_nn",
@@ -196,3 +196,11 @@ def test_a_part_the_catalog_lacks_is_priced_by_its_architecture(tmp_path, device
     assert lever.peak_ratio == ratio and lever.speedup == pytest.approx(ratio * P.ARCH_GEMM_EFF)
     x = P.fp32_matmul(f)
     assert x is not None and x.changes and x.gain_is_upper_bound and "by architecture" in x.what_if
+
+
+def test_a_catalog_part_is_priced_by_its_datasheet(tmp_path):
+    # V100 SXM2 datasheet: 125 TFLOP/s fp16 tensor over 15.7 fp32, at the catalog's GEMM efficiency 0.72
+    path = gpu_bound_trace(tmp_path, op="aten::mm", kernel="volta_sgemm_128x64_nn",
+                           device={"id": 0, "name": "Tesla V100-SXM2-32GB", "computeMajor": 7, "computeMinor": 0})
+    lever = P.precision_lever(_facts(path).table)
+    assert lever.accelerator == "v100-sxm2" and lever.speedup == pytest.approx(125 / 15.7 * 0.72)

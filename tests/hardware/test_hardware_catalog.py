@@ -44,7 +44,13 @@ def test_device_names_as_drivers_report_them():
     assert accelerator_for_device("NVIDIA H200").name == "h200"
     assert accelerator_for_device("NVIDIA A100-SXM4-40GB").name == "a100-40gb"
     assert accelerator_for_device("AMD Instinct MI300X").name == "mi300x"
-    assert accelerator_for_device("Tesla V100-SXM2-16GB") is None
+    assert accelerator_for_device("Tesla V100-SXM2-16GB").name == "v100-sxm2-16gb"
+    assert accelerator_for_device("Tesla V100-PCIE-32GB").name == "v100-pcie"
+    assert accelerator_for_device("Tesla T4").name == "t4"
+    assert accelerator_for_device("NVIDIA A10G").name == "a10g"  # AWS's part: its own figures, not the A10's
+    assert accelerator_for_device("NVIDIA A10").name == "a10"
+    assert accelerator_for_device("NVIDIA L4").name == "l4" and accelerator_for_device("NVIDIA L40") is None
+    assert accelerator_for_device("NVIDIA GeForce RTX 4090").name == "rtx-4090"
 
 
 def test_device_names_with_board_codes():
@@ -58,6 +64,37 @@ def test_device_names_with_board_codes():
     assert accelerator_for_device("NVIDIA A100-PCIE-40GB").hbm_gb == 40
     assert accelerator_for_device("NVIDIA H100-PG520-200").family == "h100"
     assert accelerator_for_device("NVIDIA GeForce RTX 2080 Ti") is None
+
+
+def test_community_parts_datasheet_figures():
+    # datasheets: V100 SXM2 125 fp16 tensor / 15.7 fp32 TFLOP/s, 900 GB/s; T4 65 / 8.1, 320 GB/s; L4 242 sparse
+    # (121 dense), 300 GB/s; A40 149.7 dense, 696 GB/s; RTX 4090 165.2 with fp32 accumulate, 1,008 GB/s (Ada white
+    # paper); MI250 362.1 per OAM of two GCDs = 181 per device, 3.2 TB/s per OAM
+    v100, t4, l4, a40, r4090, mi250 = (get_accelerator(n) for n in ("v100", "t4", "l4", "a40", "rtx-4090", "mi250"))
+    assert (v100.peak_flops("fp16"), v100.peak_flops("fp32"), v100.hbm_tbps) == (125e12, 15.7e12, 0.9)
+    assert (t4.peak_flops("fp16"), t4.peak_flops("fp32"), t4.hbm_tbps) == (65e12, 8.1e12, 0.32)
+    assert (l4.peak_flops("bf16"), l4.hbm_tbps) == (121e12, 0.3)
+    assert (a40.peak_flops("bf16"), a40.hbm_tbps) == (149.7e12, 0.696)
+    assert r4090.peak_flops("bf16") == pytest.approx(330.3e12 / 2, rel=1e-3) and r4090.hbm_tbps == 1.008
+    assert mi250.peak_flops("bf16") == pytest.approx(362.1e12 / 2, rel=1e-3) and mi250.hbm_tbps == 3.2 / 2
+
+
+def test_parts_named_by_compute_units_and_memory():
+    # HTA's MI250 trace (ROCm 6.2) names its device "AMD Radeon Graphics", with numSms 104 and totalGlobalMem
+    # 68,702,699,520 B (63.98 GiB): one GCD of an MI250 (208 CUs per OAM), not of an MI250X (220)
+    from trainperf.hardware import accelerator_for_properties
+
+    assert accelerator_for_properties("AMD Radeon Graphics") is None
+    assert accelerator_for_properties("AMD Radeon Graphics", 104, 68_702_699_520).name == "mi250"
+    assert accelerator_for_properties("AMD Instinct MI250X / MI250", 104, 68_702_699_520).name == "mi250"
+    assert accelerator_for_properties("AMD Instinct MI250X / MI250", 110, 68_702_699_520).name == "mi250x"
+    assert accelerator_for_properties("", 304, 192 * 2**30 * 0.999).name == "mi300x"
+    assert accelerator_for_properties("", 304, 256 * 2**30).name == "mi325x"
+    # an MI350X and an MI355X have the same CUs and memory and differ in clock: not named
+    assert accelerator_for_properties("", 256, 288 * 2**30) is None
+    # a MIG slice reports fewer SMs and less memory than its part: the name decides
+    assert accelerator_for_properties("NVIDIA H100 80GB HBM3", 16, 10 * 2**30).name == "h100-sxm"
+    assert accelerator_for_properties("NVIDIA H100 80GB HBM3", 132, 85_520_809_984).name == "h100-sxm"
 
 
 def test_published_variant_figures():
@@ -93,7 +130,7 @@ def test_unknown_description_one_line_with_names():
     from trainperf.hardware import parse_gpu_description
 
     with pytest.raises(TrainperfError) as e:
-        parse_gpu_description("Tesla V100 32GB, 300W")
+        parse_gpu_description("Tesla P100 16GB, 250W")
     msg = str(e.value)
     assert "\n" not in msg and "known: " in msg and "h100-sxm" in msg and "mi355x" in msg
 

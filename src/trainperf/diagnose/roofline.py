@@ -377,13 +377,18 @@ def shape_key(s: OpShape) -> str:
 
 
 def device_accelerator(t: EventTable):
-    """The catalog entry of the trace's device (deviceProperties[0].name), or None."""
-    from trainperf.hardware import accelerator_for_device
+    """The catalog entry of the trace's device (deviceProperties[0]: its name, else its compute units and memory),
+    or None."""
+    from trainperf.hardware import accelerator_for_properties
 
     props = t.metadata.get("deviceProperties")
-    if isinstance(props, list) and props and isinstance(props[0], dict) and props[0].get("name"):
-        return accelerator_for_device(str(props[0]["name"]))
-    return None
+    if not (isinstance(props, list) and props and isinstance(props[0], dict)):
+        return None
+    dev = props[0]
+    units, memory = dev.get("numSms"), dev.get("totalGlobalMem")
+    return accelerator_for_properties(str(dev.get("name") or ""),
+                                      units if isinstance(units, int) else None,
+                                      float(memory) if isinstance(memory, (int, float)) else None)
 
 
 def launching_op(t: EventTable) -> np.ndarray:

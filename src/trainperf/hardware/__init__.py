@@ -50,6 +50,10 @@ class Accelerator:
     # HBM the runtime holds before training allocates (GiB): CUDA/ROCm context, NCCL and cuBLAS/TE
     # workspaces on GPUs; on TPUs the runtime's share (HBM minus the bytes_limit JAX reports; catalog.yaml)
     runtime_reserved_gib: float = 2.0
+    # Streaming multiprocessors (NVIDIA) or compute units (AMD) of one device as PyTorch sees it (deviceProperties
+    # numSms): with the memory size it names the part where the driver's name does not (ROCm 6.2 calls an MI250 GCD
+    # "AMD Radeon Graphics"); None where not recorded.
+    compute_units: int | None = None
 
     @property
     def runtime_reserved_bytes(self) -> float:
@@ -231,3 +235,31 @@ def accelerator_for_device(device_name: str) -> Accelerator | None:
         except TrainperfError:
             continue
     return _family_entry(device_name, catalog())
+
+
+# A device's memory as the driver reports it (totalGlobalMem: ECC and reserved pages taken off) against the catalog's
+# size: an "80 GB" H100 reports 79.6 GiB, an MI250 GCD 63.98 of 64, an MI300X 191.98 of 192.
+MEMORY_MATCH_TOLERANCE = 0.05
+
+
+def accelerator_for_properties(name: str, compute_units: int | None = None,
+                               memory_bytes: float | None = None) -> Accelerator | None:
+    """Return the catalog entry of a device as a trace records it (Kineto deviceProperties: name, numSms,
+    totalGlobalMem in bytes), or None.
+
+    The parts whose compute units equal ``compute_units`` and whose memory is within ``MEMORY_MATCH_TOLERANCE`` of
+    ``memory_bytes`` (the first of them when they price work alike: an H800 and an H100 SXM; none when they do
+    not: an MI350X and an MI355X differ only in clock) name the part where the name does not (ROCm 6.2 calls an
+    MI250 GCD "AMD Radeon Graphics") or names a part of other compute units ("AMD Instinct MI250X / MI250" for
+    either); else the name's part (accelerator_for_device).
+    """
+    by_name = accelerator_for_device(name) if name else None
+    by_properties = None
+    if compute_units and memory_bytes:
+        found = [a for a in catalog().values() if a.compute_units == compute_units
+                 and abs(a.hbm_bytes - memory_bytes) <= MEMORY_MATCH_TOLERANCE * a.hbm_bytes]
+        priced = {(a.bf16_tflops, a.fp16_tflops, a.fp32_tflops, a.hbm_tbps) for a in found}
+        by_properties = found[0] if len(priced) == 1 else None
+    if by_name is None or (by_properties is not None and by_name.compute_units not in (None, compute_units)):
+        return by_properties
+    return by_name
