@@ -210,3 +210,16 @@ def test_nvlink_in_a_description_is_not_the_nvl_variant():
     assert make_cluster(eos, 8, 8).accelerator.name == "h100-sxm"
     assert make_cluster("H100 NVL 94GB", 8, 8).accelerator.name == "h100-nvl"
     assert make_cluster("GB200 NVL72", 72, 4).accelerator.name == "gb200"
+
+
+def test_a_visible_device_is_named_by_its_properties():
+    # torch.cuda.get_device_properties on ROCm 6.2 with an MI250 GCD: a generic name, 104 CUs, 64 GiB
+    from types import SimpleNamespace
+    from unittest import mock
+
+    from trainperf.hardware import accelerator_for_torch_device
+
+    props = SimpleNamespace(name="AMD Radeon Graphics", multi_processor_count=104, total_memory=68_702_699_520)
+    with mock.patch("torch.cuda.get_device_properties", return_value=props) as get:
+        assert accelerator_for_torch_device().name == "mi250"
+    get.assert_called_once_with(None)

@@ -15,7 +15,7 @@ from trainperf.bench import roofline
 from trainperf.bench.cases import KERNELS, Case, build_case, shapes_for
 from trainperf.bench.timing import copy_bandwidth_gbps, median_ms, peak_memory_bytes
 from trainperf.errors import TrainperfError
-from trainperf.hardware import accelerator_for_device
+from trainperf.hardware import accelerator_for_torch_device
 from trainperf.store.record import KernelResult, RunRecord, collect_environment, new_run_id
 
 CPU_WARNING = ("CPU run: Triton kernels execute in the Triton interpreter (TRITON_INTERPRET=1), so these "
@@ -111,7 +111,7 @@ def run_bench(device: str = "cuda", kernels: list[str] | None = None, shapes: li
         if k not in KERNELS:
             raise TrainperfError(f"unknown kernel {k!r} (known: {', '.join(KERNELS)})")
     device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
-    acc = accelerator_for_device(device_name) if dev.type == "cuda" else None
+    acc = accelerator_for_torch_device(dev) if dev.type == "cuda" else None
     result = BenchResult(device=dev.type, device_name=device_name, dtype=dtype,
                          copy_gbps=copy_gbps or copy_bandwidth_gbps(dev),
                          catalog_hbm_gbps=acc.hbm_tbps * 1e3 if acc else None,

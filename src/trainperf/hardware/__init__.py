@@ -263,3 +263,12 @@ def accelerator_for_properties(name: str, compute_units: int | None = None,
     if by_name is None or (by_properties is not None and by_name.compute_units not in (None, compute_units)):
         return by_properties
     return by_name
+
+
+def accelerator_for_torch_device(device=None) -> Accelerator | None:
+    """Return the catalog entry of a visible CUDA/ROCm device (torch.cuda's name, SM/CU count and memory in bytes,
+    as a trace's deviceProperties record them; accelerator_for_properties), or None."""
+    import torch
+
+    props = torch.cuda.get_device_properties(device)
+    return accelerator_for_properties(props.name, props.multi_processor_count, float(props.total_memory))

@@ -165,7 +165,7 @@ def device_peak_flops(cfg: TrainConfig, device_type: str, precision: str) -> tup
         return peak.best_flops, peak.statement(), None
     import torch
 
-    from trainperf.hardware import accelerator_for_device, get_accelerator
+    from trainperf.hardware import accelerator_for_torch_device, get_accelerator
 
     dev = torch.cuda.get_device_name()
     acc = None
@@ -174,7 +174,7 @@ def device_peak_flops(cfg: TrainConfig, device_type: str, precision: str) -> tup
             acc = get_accelerator(cfg.gpu)
         except TrainperfError:
             pass  # an unknown --gpu falls back to the detected device, as before
-    acc = acc or accelerator_for_device(dev)
+    acc = acc or accelerator_for_torch_device()
     if cfg.peak_tflops:  # the catalog name is still wanted, for the planner's prediction
         return cfg.peak_tflops * 1e12, "--peak-tflops", acc.name if acc else None
     if acc is None:
