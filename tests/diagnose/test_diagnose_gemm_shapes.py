@@ -12,7 +12,8 @@ from gpu_bound import end_gpu_bound_step, queued_ops, write_trace  # noqa: E402
 from kineto_builder import TraceBuilder  # noqa: E402
 
 from trainperf.diagnose.api import diagnose  # noqa: E402
-from trainperf.diagnose.gemm_shapes import GemmCall, _mkn  # noqa: E402
+from trainperf.diagnose.gemm_shapes import GemmCall  # noqa: E402
+from trainperf.diagnose.roofline import op_cost  # noqa: E402
 
 BF16 = "c10::BFloat16"
 P, STEPS = 4200.0, 5
@@ -84,9 +85,14 @@ def test_alignment_is_counted_in_bytes():
 
 def test_gemm_dimensions_from_the_recorded_shapes():
     # addmm(bias, a, b): the bias is no operand, whatever its shape; linear's weight is [n, k]; m counts every row
-    assert _mkn("aten::addmm", [[50257], [8192, 768], [768, 50257], [], []]) == (8192, 768, 50257)
-    assert _mkn("aten::addmm", [[], [8192, 768], [768, 50257]]) == (8192, 768, 50257)
-    assert _mkn("aten::linear", [[4, 2048, 768], [50257, 768], []]) == (8192, 768, 50257)
-    assert _mkn("aten::bmm", [[32, 128, 64], [32, 64, 128]]) == (4096, 64, 128)
-    assert _mkn("aten::matmul", [[768], [768, 10]]) is None  # a vector: no GEMM
-    assert _mkn("aten::mm", [[8, 768], [769, 10]]) is None  # k does not match
+    def mkn(name, dims):
+        c = op_cost(name, dims, ["c10::BFloat16" if d else "" for d in dims])
+        return c.mkn if c else None
+
+    assert mkn("aten::addmm", [[50257], [8192, 768], [768, 50257], [], []]) == (8192, 768, 50257)
+    assert mkn("aten::linear", [[4, 2048, 768], [50257, 768], []]) == (8192, 768, 50257)
+    assert mkn("aten::bmm", [[32, 128, 64], [32, 64, 128]]) == (4096, 64, 128)
+    assert mkn("aten::matmul", [[32, 128, 64], [64, 10]]) == (4096, 64, 10)  # broadcast over the batch
+    assert mkn("aten::matmul", [[768], [768, 10]]) == (1, 768, 10)  # a vector times a matrix: one row
+    assert mkn("aten::mm", [[8, 768], [769, 10]]) is None  # k does not match
+    assert op_cost("aten::add", [[8, 768], [8, 768]], ["c10::BFloat16"] * 2).mkn is None  # not a GEMM

@@ -18,7 +18,6 @@ alignment. Needs the shapes (record_shapes=True) and a catalog device (devicePro
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,8 +25,7 @@ import numpy as np
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.replay import Change
-from trainperf.diagnose.roofline import (DTYPE_BYTES, PRECISION, device_accelerator, is_shape, launching_op, op_cost,
-                                         op_shape)
+from trainperf.diagnose.roofline import DTYPE_BYTES, PRECISION, device_accelerator, launching_op, op_cost, op_shape
 from trainperf.trace.events import KERNEL
 
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear")
@@ -65,21 +63,6 @@ class GemmCall:
         return f"{self.name} m={self.m} k={self.k} n={self.n} {self.precision}"
 
 
-def _mkn(name: str, dims: list) -> tuple[int, int, int] | None:
-    """(m, k, n) of a GEMM operator's recorded input shapes (the layouts roofline._gemm reads; m counts the rows of
-    every matrix of a batch), None if unknown."""
-    operands = dims[1:] if name in ("aten::addmm", "aten::baddbmm") else dims  # (bias, a, b)
-    shapes = [d for d in operands if is_shape(d) and d]
-    if len(shapes) < 2:
-        return None
-    a, b = shapes[0], shapes[1]
-    if name == "aten::linear":  # weight [n, k]
-        b = [b[1], b[0]] if len(b) == 2 else b
-    if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
-        return None
-    return math.prod(a[:-1]), a[-1], b[-1]  # m: every row of A, its batch dims' included
-
-
 def gemm_calls(f: RankFacts) -> list[GemmCall]:
     """The window's 16-bit and fp8 GEMM operator calls that carry shapes and launched kernels, with their device time
     (µs); [] without recorded shapes."""
@@ -95,12 +78,12 @@ def gemm_calls(f: RankFacts) -> list[GemmCall]:
         s = op_shape(t, int(r))
         if s is None:
             continue
-        mkn = _mkn(s.name, s.dims)
         c = op_cost(s.name, s.dims, s.types, s.concrete)
         dtype = next((x for x in s.types if x in DTYPE_BYTES), "")
-        if mkn is None or c is None or c.kind != "gemm" or PRECISION.get(dtype) not in ("bf16", "fp16", "fp8"):
+        if c is None or c.mkn is None or PRECISION.get(dtype) not in ("bf16", "fp16", "fp8"):
             continue
-        out.append(GemmCall(row=int(r), name=s.name, m=mkn[0], k=mkn[1], n=mkn[2], flops=c.flops, bytes=c.bytes,
+        (m, k, n) = c.mkn
+        out.append(GemmCall(row=int(r), name=s.name, m=m, k=k, n=n, flops=c.flops, bytes=c.bytes,
                             precision=c.precision, elem_bytes=DTYPE_BYTES[dtype], kernels=tuple(int(x) for x in ks),
                             time_us=float((w.end_us[ks] - w.ts_us[ks]).sum())))
     return out

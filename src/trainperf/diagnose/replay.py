@@ -377,13 +377,13 @@ def step_thread_calls(t: EventTable, w: Window, step_rows: np.ndarray) -> np.nda
 
 
 def _thread_waits(t: EventTable, w: Window, rows: np.ndarray, start: np.ndarray, end: np.ndarray,
-                  host_prev: np.ndarray, host_gap: np.ndarray, n_h: int,
-                  n_anchors: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                  host_prev: np.ndarray, host_gap: np.ndarray, n_h: int, n_anchors: int,
+                  named: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(idle µs, host_dep, lag µs, work in the lag µs) per node: the part of each host gap its thread spent running
-    nothing of its own (no cpu_op, no named DataLoader/checkpoint/allocator span; step and user annotations cover
-    waits too, so they do not count), and for gaps with one, the call on another thread it waited for: the latest
-    one that ended before it started, how long after that call's end it started, and how much of that time the
-    thread ran ops of its own (woken, it works before its next call). A thread's first call in the window (other
+    nothing of its own (no cpu_op, no named DataLoader/checkpoint/compile/allocator span: the rows ``named``; step
+    and user annotations cover waits too, so they do not count), and for gaps with one, the call on another thread
+    it waited for: the latest one that ended before it started, how long after that call's end it started, and how
+    much of that time the thread ran ops of its own (woken, it works before its next call). A thread's first call in the window (other
     than a step anchor) waited the same way: the autograd thread starts when the main thread calls backward()."""
     n = rows.size
     idle = np.zeros(n)
@@ -393,8 +393,6 @@ def _thread_waits(t: EventTable, w: Window, rows: np.ndarray, start: np.ndarray,
     spans_of: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     has_prev = np.flatnonzero(host_prev[:n_h] >= 0)
     tids = t.tid[rows[:n_h]]
-    named = np.concatenate([span_rows(t, w, p, (USER_ANNOTATION, CPU_OP, PYTHON))
-                            for p in NAMED_STALLS])
     own = op_rows(t, w)
     for tid in np.unique(tids[has_prev]):
         mine = has_prev[tids[has_prev] == tid]
@@ -629,8 +627,8 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     # time (a loop that steps on one thread and launches from another) made the replay of the trace unchanged
     # longer than the trace
     taken, named_gaps = np.zeros(n), []
-    for pattern in NAMED_STALLS:
-        rows_p = span_rows(t, w, pattern, (USER_ANNOTATION, CPU_OP, PYTHON))
+    stall_rows = [span_rows(t, w, pattern, (USER_ANNOTATION, CPU_OP, PYTHON)) for pattern in NAMED_STALLS]
+    for rows_p in stall_rows:
         part = np.zeros(n)
         for tid in np.unique(tids[has_prev[:n_h]]):
             mine = np.flatnonzero(has_prev[:n_h] & (tids == tid))
@@ -641,7 +639,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
         named_gaps.append(part)
     gap_dl, gap_ck, gap_co, gap_al = named_gaps
     gap_idle, host_dep, host_dep_lag, host_dep_work = _thread_waits(t, w, rows, start, end, host_prev, host_gap, n_h,
-                                                                    anchors.size)
+                                                                    anchors.size, np.concatenate(stall_rows))
 
     # device: launch links, stream order
     link = correlated_host_row(t)

@@ -91,6 +91,7 @@ class OpCost:
     flops: float
     bytes: float
     precision: str   # bf16, fp16, fp32, fp8 (the peak to compare with); "" when unknown
+    mkn: tuple[int, int, int] | None = None  # a GEMM's (m, k, n), m counting the rows of every matrix of a batch
 
 
 def is_shape(d) -> bool:
@@ -149,7 +150,8 @@ def _gemm(name: str, dims: list, types: list) -> OpCost | None:
     prec = PRECISION.get(dt, "")
     out_e = 2 if prec == "fp8" else s  # fp8 GEMMs write bf16/fp16
     nbytes = _numel(a) * s + _numel(b) * sb + batch * m * n * out_e + extra
-    return OpCost(kind="gemm", flops=2.0 * batch * m * n * k, bytes=float(nbytes), precision=prec)
+    return OpCost(kind="gemm", flops=2.0 * batch * m * n * k, bytes=float(nbytes), precision=prec,
+                  mkn=(batch * m, k, n))
 
 
 def _flag(concrete: list, i: int) -> bool:
