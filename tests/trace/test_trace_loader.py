@@ -16,7 +16,7 @@ from trainperf.errors import TrainperfError
 from trainperf.trace import kineto, load_trace, read_kineto
 from trainperf.trace.events import (ATTENTION, COMMUNICATION, CPU_OP, ELEMENTWISE, GEMM, KERNEL, MEMCPY, OPTIMIZER,
                                     REDUCTION, RUNTIME)
-from trainperf.trace.categories import collective_type, kernel_category
+from trainperf.trace.categories import collective_type, copy_direction, from_pageable_to_device, kernel_category
 
 DATA = Path(__file__).resolve().parents[2] / "../shared/data/traces/hta"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data/traces/hta not present")
@@ -172,6 +172,25 @@ def test_kernel_categories_old_and_new_nccl_names():
         assert kernel_category(name, KERNEL) == cat, name
         if coll:
             assert collective_type(name) == coll, name
+
+
+def test_copy_directions_as_each_tracer_names_them():
+    # CUPTI (Kineto on NVIDIA), roctracer (Kineto on ROCm: HTA's MI250 trace) and rocprofv3 names of copies; a peer
+    # copy between two devices is PtoP although its memory kinds read "Device -> Device"
+    cases = {
+        "Memcpy HtoD (Pinned -> Device)": ("HtoD", False),
+        "Memcpy HtoD (Pageable -> Device)": ("HtoD", True),
+        "Memcpy HtoD (Host -> Device)": ("HtoD", True),     # roctracer does not name the host memory's kind
+        "CopyHostToDevice": ("HtoD", True),
+        "Memcpy DtoH (Device -> Pageable)": ("DtoH", False),
+        "CopyDeviceToHost": ("DtoH", False),
+        "Memcpy PtoP (Device -> Device)": ("PtoP", False),
+        "Memcpy DtoD (Device -> Device)": ("DtoD", False),
+        "Memcpy HtoH (Pinned -> Pinned)": ("HtoH", False),
+        "Memset (Device)": ("", False),
+    }
+    for name, (direction, pageable) in cases.items():
+        assert (copy_direction(name), from_pageable_to_device(name)) == (direction, pageable), name
 
 
 def test_torch_profiler_cpu_trace_loads(tmp_path):

@@ -14,8 +14,6 @@ computation available to hide them are not in the trace.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from trainperf.diagnose import findings as F
@@ -23,11 +21,9 @@ from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.gpu_time import compute_mask
 from trainperf.diagnose.replay import NOT_BLOCKING, Change
 from trainperf.diagnose.window import covered_length, row_events
+from trainperf.trace.categories import OFF_DEVICE_DIRECTIONS, copy_direction
 from trainperf.trace.events import MEMCPY
 
-# a copy over a host link, as CUPTI and roctracer name them ("Memcpy HtoD (Pinned -> Device)", "Memcpy DtoH
-# (Device -> Pageable)", "Memcpy PtoP (Device -> Device)" between devices) and rocprofv3 ("CopyHostToDevice")
-HOST_LINK_RE = re.compile(r"HtoD|DtoH|HtoH|PtoP|Host\s*->|->\s*(Host|Pinned|Pageable)|CopyHostTo|CopyDeviceToHost")
 # exposed host-link copy time, % of the span. 5 %, like fp32_matmul's: the what-if is an upper bound (a bound of
 # 3-10 % rates low), and prefetching is a code change a user makes for a few percent, not for one
 EXPOSED_MEMCPY_MIN_PCT = 5.0
@@ -41,7 +37,7 @@ def exposed_memcpy(f: RankFacts) -> F.Finding | None:
     t, w, g = f.table, f.window, f.graph
     dev = np.flatnonzero(~g.is_host)
     rows = g.rows[dev]
-    link = np.isin(t.name[rows], t.ids_matching(lambda s: HOST_LINK_RE.search(s) is not None))
+    link = np.isin(t.name[rows], t.ids_matching(lambda s: copy_direction(s) in OFF_DEVICE_DIRECTIONS))
     blocked_on = np.zeros(g.rows.size, dtype=bool)
     blocking = g.block_class != NOT_BLOCKING
     blocked_on[g.sync_on[blocking & (g.sync_on >= 0)]] = True

@@ -36,6 +36,7 @@ from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CH
 from trainperf.diagnose.launch import LAUNCH_CALL_OUTLIER_US, small_kernel_mask
 from trainperf.diagnose.window import Window, iteration_hint_rows, merge_intervals
 from trainperf.trace.annotate import STEP_RE, correlated_host_row
+from trainperf.trace.categories import copy_direction, from_pageable_to_device
 from trainperf.trace.nesting import enclosing_span, thread_key
 from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMMUNICATION, CPU_OP, KERNEL, MEMCPY, MEMSET, PYTHON, RUNTIME,
                                     USER_ANNOTATION, EventTable)
@@ -703,14 +704,13 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
         # the call waited for its copy: it returned right after the copy ended, and took longer than a call does.
         # An asynchronous device-to-device copy never blocks the host (a tiny one may end inside its call).
         cname = t.names[int(t.name[rows[i]])]
-        async_dtod = ("DtoD" in cname or "Device -> Device" in cname) and "Async" in t.names[int(t.name[rows[L]])]
+        async_dtod = copy_direction(cname) in ("DtoD", "PtoP") and "Async" in t.names[int(t.name[rows[L]])]
         returned_soon = 0.0 <= end[L] - end[i] <= max(COPY_RETURN_US, COPY_RETURN_SHARE * dur[L])
         if is_copy_call[L] and not async_dtod and returned_soon and dur[L] > typical + TOL_US:
             sync_on[L] = i
             sync_on_nc[L] = i
             sync_base[L] = min(dur[L], typical)
-            pageable_htod = "Pageable -> Device" in cname or ("HtoD" in cname and "Pinned" not in cname)
-            block[L] = BLOCK_PAGEABLE if pageable_htod else BLOCK_SYNC
+            block[L] = BLOCK_PAGEABLE if from_pageable_to_device(cname) else BLOCK_SYNC
     launched = dev_idx[launch[dev_idx] >= 0]
     if launched.size:
         # what a synchronize call waited for: the device event launched before it that ended last while it

@@ -33,6 +33,7 @@ import numpy as np
 
 from trainperf.errors import TrainperfError
 from trainperf.trace.annotate import correlated_host_row
+from trainperf.trace.categories import OFF_DEVICE_DIRECTIONS, copy_direction
 from trainperf.trace.nesting import enclosing_span, nest, row_spans, thread_key
 from trainperf.trace import events as ev
 from trainperf.trace.events import CPU_OP, DEVICE_KINDS, MEMCPY, RUNTIME, EventTable
@@ -44,8 +45,6 @@ DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "lon
 PRECISION = {"c10::BFloat16": "bf16", "c10::Half": "fp16", "float": "fp32", "c10::Float8_e4m3fn": "fp8",
              "c10::Float8_e5m2": "fp8", "c10::Float8_e4m3fnuz": "fp8", "c10::Float8_e5m2fnuz": "fp8"}
 NORM_FLOPS_PER_ELEMENT = 5
-# copies to or from the host or another device run at the link's speed, not HBM's: left out
-HOST_LINK_COPIES = ("HtoD", "DtoH", "HtoH", "PtoP")
 
 # attention operators: (index of query, index of key, layout of q/k, index of is_causal or of
 # custom_mask_type (efficient attention: 1 and 2 are causal), backward?) - indices from the ATen schemas
@@ -473,7 +472,8 @@ def roofline(t: EventTable, accelerator=None) -> list[RooflineRow]:
 
     if np.isin(t.kind, DEVICE_KINDS).any():
         op = launching_op(t)
-        host_link = t.ids_matching(lambda n: any(k in n for k in HOST_LINK_COPIES))
+        # copies to or from the host or another device run at the link's speed, not HBM's: left out
+        host_link = t.ids_matching(lambda n: copy_direction(n) in OFF_DEVICE_DIRECTIONS)
         dev = np.flatnonzero((op >= 0) & ~((t.kind == MEMCPY) & np.isin(t.name, host_link)))
         op_rows, inv = np.unique(op[dev], return_inverse=True)
         time_by_op = np.bincount(inv.reshape(-1), weights=t.dur_ns[dev] / 1e3, minlength=op_rows.size)

@@ -9,8 +9,6 @@ them on the labeled corpus.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from trainperf.diagnose import findings as F
@@ -29,6 +27,7 @@ from trainperf.diagnose.replay import (BLOCK_COMM, BLOCK_PAGEABLE, BLOCK_SYNC, C
                                        dispatch_taken, host_work_us, one_off_first_calls)
 from trainperf.diagnose.window import covered_length, merge_intervals
 from trainperf.trace.annotate import STEP_RE
+from trainperf.trace.categories import copy_direction
 from trainperf.trace.events import (CPU_OP, ELEMENTWISE, GPU_SYNC, OPTIMIZER, PYTHON, REDUCTION, RUNTIME,
                                     USER_ANNOTATION)
 from trainperf.trace.nesting import outermost, starts_inside, thread_key
@@ -146,11 +145,6 @@ def host_sync(f: RankFacts) -> Finding | None:
 HOST_TO_DEVICE_SYNC_SHARE = 0.25
 
 
-# the device copies a blocking call waited for that bring data to the device (CUPTI: "Memcpy HtoD (Pinned -> Device)",
-# roctracer / rocprofv3: "CopyHostToDevice", "HtoD")
-TO_DEVICE_COPY_RE = re.compile(r"HtoD|Host\s*->\s*Device|(Pinned|Pageable)\s*->\s*Device|CopyHostToDevice")
-
-
 def _blocked_on_host_to_device_share(f: RankFacts, blocking: np.ndarray) -> float:
     """Share (0-1) of the host's blocking time (blocked_us' measure) in calls that waited for a host-to-device copy:
     tensor.to(device) with non_blocking=False (cudaMemcpyAsync, then cudaStreamSynchronize on it)."""
@@ -158,7 +152,7 @@ def _blocked_on_host_to_device_share(f: RankFacts, blocking: np.ndarray) -> floa
     time = g.dur[blocking] - g.sync_base[blocking]
     on = g.sync_on[blocking]
     names = [g.names[int(f.table.name[g.rows[k]])] if k >= 0 else "" for k in on]
-    to_device = np.array([bool(TO_DEVICE_COPY_RE.search(n)) for n in names], dtype=bool)
+    to_device = np.array([copy_direction(n) == "HtoD" for n in names], dtype=bool)
     total = float(time.sum())
     return float(time[to_device].sum()) / total if total > 0 else 0.0
 

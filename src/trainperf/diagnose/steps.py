@@ -8,10 +8,10 @@ boundaries, nor by Kineto's gpu_user_annotation copies of ProfilerStep#N (window
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from trainperf.diagnose.window import StepMarkers, Window, union_us
+from trainperf.trace.categories import copy_direction
 from trainperf.trace.events import MEMCPY, EventTable
 
 
@@ -57,9 +57,6 @@ def gpu_step_periods_us(st: list[StepTime]) -> list[float]:
     return [b - a for a, b in zip(g, g[1:])]
 
 
-_MEMCPY_KIND_RE = re.compile(r"(HtoD|DtoH|DtoD|HtoH|PtoP|DtoA|AtoD)")
-
-
 @dataclass(kw_only=True)
 class MemcpyBandwidth:
     """Copies of one direction: count, time (µs), and the bytes of those whose size the trace records."""
@@ -84,8 +81,7 @@ def memcpy_bandwidth(t: EventTable, w: Window) -> list[MemcpyBandwidth]:
     rows = w.device[t.kind[w.device] == MEMCPY]
     out: dict[str, MemcpyBandwidth] = {}
     for r in rows:
-        m = _MEMCPY_KIND_RE.search(t.names[int(t.name[r])])
-        d = m.group(1) if m else "other"
+        d = copy_direction(t.names[int(t.name[r])]) or "other"
         b = out.setdefault(d, MemcpyBandwidth(direction=d, count=0))
         dur = float(w.end_us[r] - w.ts_us[r])
         b.count += 1

@@ -174,3 +174,32 @@ def collective_type(name: str) -> str:
         if key in low:
             return value
     return "unknown"
+
+
+# A copy's direction as its name states it: CUPTI writes "Memcpy HtoD (Pinned -> Device)", "Memcpy DtoH (Device ->
+# Pageable)", "Memcpy PtoP (Device -> Device)" (between devices); roctracer "Memcpy HtoD (Host -> Device)"; rocprofv3
+# "CopyHostToDevice". First match wins: a peer copy's "(Device -> Device)" is PtoP, not DtoD.
+_COPY_DIRECTIONS = (
+    ("PtoP", re.compile(r"PtoP|CopyPeer")),
+    ("HtoD", re.compile(r"HtoD|(Host|Pinned|Pageable)\s*->\s*Device|CopyHostToDevice")),
+    ("DtoH", re.compile(r"DtoH|Device\s*->\s*(Host|Pinned|Pageable)|CopyDeviceToHost")),
+    ("HtoH", re.compile(r"HtoH|(Host|Pinned|Pageable)\s*->\s*(Host|Pinned|Pageable)|CopyHostToHost")),
+    ("DtoD", re.compile(r"DtoD|Device\s*->\s*Device|CopyDeviceToDevice")),
+    ("DtoA", re.compile(r"DtoA")),
+    ("AtoD", re.compile(r"AtoD")),
+)
+# copies over a link other than the device's own memory (the host's PCIe/C2C link, or to another device): they run
+# at that link's speed, not HBM's
+OFF_DEVICE_DIRECTIONS = ("HtoD", "DtoH", "HtoH", "PtoP")
+
+
+def copy_direction(name: str) -> str:
+    """Direction of a memcpy event from its name: "PtoP", "HtoD", "DtoH", "HtoH", "DtoD", "DtoA", "AtoD", or "" when
+    the name states none."""
+    return next((d for d, pattern in _COPY_DIRECTIONS if pattern.search(name)), "")
+
+
+def from_pageable_to_device(name: str) -> bool:
+    """Whether a memcpy's name says it copies host memory that is not pinned to the device: "Pageable -> Device", or
+    host-to-device without "Pinned" (roctracer and rocprofv3 do not name the host memory's kind)."""
+    return copy_direction(name) == "HtoD" and "Pinned" not in name
