@@ -212,7 +212,7 @@ def test_host_work_after_the_last_launch_of_the_window_is_seen(tmp_path):
 def test_what_the_loop_does_is_read_from_its_ops(tmp_path, ops, loop):
     # ATen ops with no backward node and no optimizer step: forward-only; no ATen op at all (an XLA program, a
     # profiler that records no autograd node): nothing tells
-    from trainperf.diagnose.facts import collect_facts, loop_kind
+    from trainperf.diagnose.facts import collect_facts, loop_kind, window_ops
     from trainperf.diagnose.window import analysis_window
     from trainperf.trace.load import load_trace
 
@@ -222,4 +222,4 @@ def test_what_the_loop_does_is_read_from_its_ops(tmp_path, ops, loop):
     b.launch("void at::native::vectorized_elementwise_kernel<4>", 10.0, 20.0, 5.0)
     t = load_trace(b.write(tmp_path / "t.json.gz"))[0]
     w = analysis_window(t)
-    assert loop_kind(t, w, collect_facts(t, w).optimizer) == loop
+    assert loop_kind(t, window_ops(t, w), collect_facts(t, w).optimizer) == loop

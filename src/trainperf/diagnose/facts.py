@@ -246,7 +246,8 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
                            if ((w.ts_us[rows] >= x.start_us) & (w.ts_us[rows] < x.start_us + x.host_us)).any()]
         f.recompiles = compiled_frames(t, w)[1]
     f.sync_op_counts = sync_op_counts(t, w)  # host-side: the reads' CPU time is evidence without GPU events too
-    f.loop = loop_kind(t, w, f.optimizer)
+    ops = window_ops(t, w)
+    f.loop = loop_kind(t, ops, f.optimizer)
     if not w.device.size:
         waits_by_step = host_step_waits(t, w.keep) if steps else {}
         if waits_by_step:
@@ -275,37 +276,50 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
     total = sum(comm.values())
     f.comm_share_by_collective = {k: v / total for k, v in comm.items()} if total > 0 else {}
     if total > 0:
-        f.forward_all_reduce_share = forward_all_reduce_us(t, w, groups) / total
+        f.forward_all_reduce_share = forward_all_reduce_us(t, w, groups, ops) / total
     return f
 
 
-def loop_kind(t: EventTable, w: Window, optimizer: HostSpans) -> str:
+@dataclass(frozen=True, kw_only=True)
+class WindowOps:
+    """The window's operator rows (cpu_op) and which of them are autograd backward nodes."""
+
+    rows: np.ndarray
+    is_backward_node: np.ndarray
+
+
+def window_ops(t: EventTable, w: Window) -> WindowOps:
+    """The window's cpu_op rows, each marked backward node or not (autograd_links.backward_node_mask)."""
+    ops = np.flatnonzero((t.kind == CPU_OP) & w.keep)
+    return WindowOps(rows=ops, is_backward_node=backward_node_mask(t, ops))
+
+
+def loop_kind(t: EventTable, ops: WindowOps, optimizer: HostSpans) -> str:
     """"training" when the window holds an autograd backward node or an optimizer step / zero_grad span (optimizer:
     host.optimizer_spans), "inference" when it holds PyTorch's ATen ops and neither (a forward-only loop: serving,
     generation, evaluation), "unknown" without ATen ops (device activity only, or a profiler that records no autograd
     node to tell by: JAX's, rocprofv3's)."""
-    ops = np.flatnonzero((t.kind == CPU_OP) & w.keep)
-    if optimizer.count or backward_node_mask(t, ops).any():
+    if optimizer.count or ops.is_backward_node.any():
         return "training"
-    aten = np.isin(t.name[ops], t.ids_matching(lambda s: s.startswith("aten::")))
+    aten = np.isin(t.name[ops.rows], t.ids_matching(lambda s: s.startswith("aten::")))
     return "inference" if aten.any() else "unknown"
 
 
-def forward_all_reduce_us(t: EventTable, w: Window, groups: dict[str, np.ndarray]) -> float:
+def forward_all_reduce_us(t: EventTable, w: Window, groups: dict[str, np.ndarray], operators: WindowOps) -> float:
     """µs of all-reduce kernels (groups: collective_rows) whose launch the trace shows outside every autograd backward
-    node: issued by the forward pass (or an inference step). Data parallelism reduces gradients in the backward
-    (DDP's reducer launches its buckets from hooks inside the nodes: HTA's nccl_parser, negative_queue, trace_filter
-    and df_index_resolver traces, 1,636 of 1,636 all-reduces), FSDP reduce-scatters them there; an all-reduce in
-    the forward is tensor parallelism's (the row-parallel layers' outputs), whose next layer needs its result. 0 when
-    the window records no operator (a profile of CUDA activity only): then no node is seen because none is recorded."""
+    node (operators: window_ops): issued by the forward pass (or an inference step). Data parallelism reduces
+    gradients in the backward (DDP's reducer launches its buckets from hooks inside the nodes: HTA's nccl_parser,
+    negative_queue, trace_filter and df_index_resolver traces, 1,636 of 1,636 all-reduces), FSDP reduce-scatters them
+    there; an all-reduce in the forward is tensor parallelism's (the row-parallel layers' outputs), whose next layer
+    needs its result. 0 when the window records no operator (a profile of CUDA activity only): then no node is seen
+    because none is recorded."""
     rows = np.concatenate([r for k, r in groups.items() if k.rsplit("/", 1)[-1] == "all_reduce"] or [np.zeros(0, int)])
     launched, link = launched_rows(t, w)
     keep = np.isin(launched, rows)
     rows, link = launched[keep], link[keep]
-    ops = np.flatnonzero((t.kind == CPU_OP) & w.keep)
+    ops, is_node = operators.rows, operators.is_backward_node
     if not rows.size or not ops.size:
         return 0.0
-    is_node = backward_node_mask(t, ops)
     nodes = ops[is_node]
     launcher = thread_key(t.pid[link], t.tid[link])
     backward = enclosing_span(*row_spans(t, nodes), launcher, t.ts_ns[link]) >= 0
@@ -332,7 +346,7 @@ def _sync_sites(f: RankFacts) -> list[SyncSite]:
     k = np.searchsorted(starts, e, side="right")  # first busy interval starting after the sync ended
     inside = (k > 0) & (ends[np.clip(k - 1, 0, None)] > e)
     idle_after = np.where(~inside & (k < starts.size), starts[np.clip(k, 0, starts.size - 1)] - e, 0.0)
-    blocking = g.dur[sync] - g.sync_base[sync]
+    blocking = g.blocking_us[sync]
     out = []
     for site in np.unique(g.sync_site[sync]):
         sel = g.sync_site[sync] == site

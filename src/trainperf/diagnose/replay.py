@@ -183,6 +183,12 @@ class Graph:
         return cpu_work_us(self.host_gap, self.gap_dataloader, self.gap_checkpoint, self.gap_compile,
                            self.gap_allocator, self.gap_idle)
 
+    @property
+    def blocking_us(self) -> np.ndarray:
+        """Each node's host time blocked beyond the call's own cost (µs; 0 where the call did not block): the measure
+        blocked_us sums per blocking class."""
+        return np.where(self.block_class != NOT_BLOCKING, self.dur - self.sync_base, 0.0)
+
     def as_list(self, name: str) -> list:
         """A column as a Python list (cached): the replay loop reads lists ~3x faster than arrays."""
         if name not in self._lists:
@@ -538,8 +544,7 @@ def blocked_us(g: "Graph", block_class: int) -> float:
     """Host time blocked in the calls of one blocking class (BLOCK_SYNC, BLOCK_PAGEABLE, BLOCK_COMM), beyond each
     call's own cost (µs): the blocking time the host_sync, pageable_copy and exposed_comm rules report (a summary's
     host-sync share should read this, with BLOCK_SYNC, as the rule does)."""
-    sel = g.block_class == block_class
-    return float((g.dur[sel] - g.sync_base[sel]).sum())
+    return float(g.blocking_us[g.block_class == block_class].sum())
 
 
 def dispatch_taken(g: "Graph", cpu: np.ndarray, graphed: np.ndarray) -> np.ndarray:

@@ -149,7 +149,7 @@ def _blocked_on_host_to_device_share(f: RankFacts, blocking: np.ndarray) -> floa
     """Share (0-1) of the host's blocking time (blocked_us' measure) in calls that waited for a host-to-device copy:
     tensor.to(device) with non_blocking=False (cudaMemcpyAsync, then cudaStreamSynchronize on it)."""
     g = f.graph
-    time = g.dur[blocking] - g.sync_base[blocking]
+    time = g.blocking_us[blocking]
     on = g.sync_on[blocking]
     names = [g.names[int(f.table.name[g.rows[k]])] if k >= 0 else "" for k in on]
     to_device = np.array([copy_direction(n) == "HtoD" for n in names], dtype=bool)
