@@ -184,3 +184,29 @@ def test_trace_filter_matches_only_collectives_that_end_together():
     assert d.cross_rank["n_collectives_matched"] == 2
     assert abs(d.cross_rank["clock_offset_us"][1]) < 400
     assert any("do not end together" in n for n in d.notes)
+
+
+def test_transfer_rate_against_the_link_by_hand(tmp_path):
+    # one rank's trace, H100 SXM, 2 ranks of one node (NVLink 450 GB/s one way): three all-reduces of 16 Mi floats
+    # (67,108,864 B; bus factor 2(2-1)/2 = 1) taking 1000, 600 and 2000 us. Waiting only adds time: each counts as
+    # the fastest, 600 us. At the link's rate one takes 67,108,864 / 450e3 = 149.13 us + 10 us fixed = 159.13 us:
+    # 159.13 / 600 = 26.5 % of the time taken; bus bandwidth 3 x 67,108,864 B / 1,800 us = 111.85 GB/s
+    from trainperf.diagnose.collectives import transfer_rate
+    from trainperf.diagnose.crossrank import group_collective_rows
+    from trainperf.trace.events import COMMUNICATION, KERNEL
+
+    t = read_kineto(_rank(0, 0.0, [(100, 1000, 1 << 24), (2000, 600, 1 << 24), (3000, 2000, 1 << 24)])
+                    .write(tmp_path / "r.json.gz"))
+    rows = np.flatnonzero((t.category == COMMUNICATION) & (t.kind == KERNEL))
+    groups = group_collective_rows(t, rows)
+    h100 = get_accelerator("h100-sxm")
+    rate = transfer_rate(t, groups, None, h100)
+    assert (rate.sized_count, rate.link, rate.link_gbps, rate.partners_seen) == (3, "scale-up", 450.0, False)
+    assert rate.link_share == pytest.approx((10 + (1 << 26) / 450e3) / 600)
+    assert rate.busbw_gbps == pytest.approx(3 * (1 << 26) / 1800e3)
+    # the other rank's trace matched: the 1000-us one waited 500 us for it -> 500 us of transfer, now the fastest
+    rate = transfer_rate(t, groups, {int(rows[0]): 500.0}, h100)
+    assert rate.partners_seen and rate.link_share == pytest.approx((10 + (1 << 26) / 450e3) / 500)
+    assert rate.busbw_gbps == pytest.approx(3 * (1 << 26) / 1500e3)
+    # no catalog device: no rate
+    assert transfer_rate(t, groups, None, None) is None

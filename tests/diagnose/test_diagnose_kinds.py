@@ -1,5 +1,7 @@
 """allocator_stall, pageable_copy and GPU-side step windows on hand-built traces (answers worked by hand)."""
 
+import gzip
+import json
 import sys
 from pathlib import Path
 
@@ -84,10 +86,12 @@ def test_gpu_step_windows_follow_launches_not_host_spans(tmp_path):
 
 
 def _rocm_ddp(path: Path, lag_us: float = 27_000.0,
-              comm: str = "ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)") -> Path:
+              comm: str = "ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)", comm_args: dict | None = None,
+              device: dict | None = None) -> Path:
     # ROCm DDP, 32 ms per step on the GPU: 10 backward GEMMs of 1 ms (stream 0), an RCCL all-reduce of 20 ms
     # (stream 1) right after them, 2 optimizer kernels of 1 ms (stream 0) waiting for it. Every kernel is
-    # launched 27 ms before it starts: the GPU trails the host's ProfilerStep windows by 27 ms.
+    # launched 27 ms before it starts: the GPU trails the host's ProfilerStep windows by 27 ms. comm_args: the
+    # all-reduce kernel's args (message sizes); device: the trace's deviceProperties entry
     b = TraceBuilder()
     for s in range(5):
         G = 32_000.0 * s + lag_us
@@ -96,13 +100,18 @@ def _rocm_ddp(path: Path, lag_us: float = 27_000.0,
         for i in range(10):
             b.launch("Cijk_Alik_Bljk_SB_MT128x128x32", t - lag_us, t, 1000, stream=0, runtime="hipLaunchKernel")
             t += 1000
-        b.launch(comm, t - lag_us - 500, t, 20_000, stream=1, runtime="hipExtModuleLaunchKernel")
+        b.launch(comm, t - lag_us - 500, t, 20_000, stream=1, runtime="hipExtModuleLaunchKernel", **(comm_args or {}))
         t += 20_000
         for i in range(2):
             b.launch("void at::native::multi_tensor_apply_kernel<SGD>", t - lag_us, t, 1000, stream=0,
                      runtime="hipLaunchKernel")
             t += 1000
-    return b.write(path)
+    if device is None:
+        return b.write(path)
+    doc = b.doc()
+    doc["deviceProperties"] = [device]
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return path
 
 
 def test_exposed_comm_priced_when_the_gpu_trails_the_host(tmp_path):
@@ -135,6 +144,43 @@ def test_exposed_send_recv_is_an_upper_bound(tmp_path):
     assert "pipeline" in f.recommendation and "bucket" not in f.recommendation
     assert "bucket" in next(x for x in diagnose(_rocm_ddp(tmp_path / "ddp.json.gz")).findings
                             if x.kind == "exposed_comm").recommendation
+
+
+MI300X = {"id": 0, "name": "AMD Instinct MI300X", "computeMajor": 9, "computeMinor": 4, "numSms": 304,
+          "totalGlobalMem": 205_822_885_888}
+
+
+def _all_reduce_args(nelems: int) -> dict:
+    return {"Collective name": "allreduce", "In msg nelems": nelems, "Out msg nelems": nelems, "dtype": "Float",
+            "Group size": 8, "Process Group Name": "0", "Process Group Ranks": "[0, 1, 2, 3, 4, 5, 6, 7]"}
+
+
+def test_exposed_collectives_slower_than_the_link_name_the_transport(tmp_path):
+    # each step's all-reduce of 2^28 floats (1 GiB) over 8 ranks of one MI300X node (Infinity Fabric 448 GB/s one
+    # way, catalog) takes 20 ms. NCCL's bus bytes: 1 GiB x 2 x 7/8 = 1,879,048,192 B; at the link's rate
+    # 1,879,048,192 / 448e3 = 4,194.3 us, + 10 us fixed cost = 4,204.3 us: 21.0 % of the 20 ms. Bus bandwidth
+    # 1,879,048,192 B / 20 ms = 93.95 GB/s. Below a third of the link's rate: the transport is named, before the
+    # overlap's fix; one rank's trace, so the caution that a late partner reads the same
+    d = diagnose(_rocm_ddp(tmp_path / "slow.json.gz", comm_args=_all_reduce_args(1 << 28), device=MI300X))
+    f = next(x for x in d.findings if x.kind == "exposed_comm")
+    m = f.evidence["metrics"]
+    assert m["transfer_time_at_link_rate"]["value"] == pytest.approx(100 * 4204.3 / 20_000, abs=0.01)
+    assert m["collective_bus_bandwidth"]["value"] == pytest.approx(93.952, abs=1e-3)
+    assert m["scale-up_link"]["value"] == 448
+    assert f.recommendation.startswith("The collectives move their data at 21 % of the scale-up link's rate")
+    assert "NCCL_PROTO" in f.recommendation and "this rank's trace alone" in f.recommendation
+    assert "bucket" in f.recommendation  # the overlap's fix still follows
+    # 4 GiB in the same 20 ms: 16,787.2 us at the link's rate, 83.9 %: the transfer is fine, only unhidden
+    d = diagnose(_rocm_ddp(tmp_path / "fast.json.gz", comm_args=_all_reduce_args(1 << 30), device=MI300X))
+    f = next(x for x in d.findings if x.kind == "exposed_comm")
+    assert f.evidence["metrics"]["transfer_time_at_link_rate"]["value"] == pytest.approx(83.936, abs=0.01)
+    assert f.recommendation.startswith("Overlap communication")
+    # without message sizes (PyTorch < 2.1) or a catalog device: no rate, no claim
+    for path in (_rocm_ddp(tmp_path / "nosize.json.gz", device=MI300X),
+                 _rocm_ddp(tmp_path / "nodev.json.gz", comm_args=_all_reduce_args(1 << 28))):
+        f = next(x for x in diagnose(path).findings if x.kind == "exposed_comm")
+        assert "transfer_time_at_link_rate" not in f.evidence["metrics"]
+        assert f.recommendation.startswith("Overlap communication")
 
 
 def test_one_off_checkpoint_priced_over_the_window(tmp_path):

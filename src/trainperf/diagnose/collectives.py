@@ -215,6 +215,67 @@ def _link(accelerator, group_ranks: tuple, group_size: int) -> tuple[float | Non
     return (float(accelerator.scaleup_gbps), "scale-up") if one_node else (float(accelerator.scaleout_gbps), "scale-out")
 
 
+# NCCL's fixed cost per collective (µs): nccl-tests' times for the smallest messages within a node, ~10 µs on 8
+# NVLink GPUs (doc/PERFORMANCE.md's latency-bound end); stated, not fitted: no labeled trace has a slow transport
+COLLECTIVE_LATENCY_US = 10.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransferRate:
+    """How fast one rank's collectives moved their data, against the links they crossed (catalog)."""
+
+    sized_count: int        # collectives with recorded message sizes over a group of 2 or more ranks
+    busbw_gbps: float       # NCCL bus bandwidth over their transfer time, time-weighted (GB/s)
+    link_gbps: float        # the link most of their transfer time crossed (GB/s, one direction)
+    link: str               # "scale-up" / "scale-out"
+    link_share: float       # their time at the links' rates (plus COLLECTIVE_LATENCY_US each) / the time taken, 0-1
+    partners_seen: bool     # the waits for other ranks were measured (their traces matched), not only bounded
+
+
+def transfer_rate(t: EventTable, groups: dict[str, np.ndarray], wait_us: dict[int, float] | None,
+                  accelerator) -> TransferRate | None:
+    """The transfer rate of a rank's collectives (groups: crossrank.collective_rows, "<pg>/<collective>" -> rows;
+    wait_us: trace row -> µs the kernel waited for another rank, from the matched ranks; None with one rank's trace).
+
+    A collective's transfer is its kernel's time less its wait, and the shortest of that over the collectives of
+    its group, kind and size: waiting only adds time, so with one rank's trace the fastest of N repeats is the
+    transfer of one whose partners had arrived. Compared with the time the bytes take at the link's rate (NCCL's
+    bus bandwidth convention: bus_factor; the scale-up link within a node, else the scale-out NIC: _link) plus
+    COLLECTIVE_LATENCY_US. None without message sizes (PyTorch < 2.1) or a catalog device."""
+    if accelerator is None:
+        return None
+    sizes = comm_args(t)
+    fastest: dict[tuple, float] = {}
+    members: list[tuple[tuple, float, float, str]] = []  # (class, bus bytes, link GB/s, link)
+    for key, rows in groups.items():
+        kind = key.rsplit("/", 1)[-1]
+        for r in rows:
+            a = sizes.get(int(t.correlation[r]))
+            if a is None or a.group_size <= 1 or not a.nbytes:
+                continue
+            link_gbps, link = _link(accelerator, a.group_ranks, a.group_size)
+            if not link_gbps:
+                continue
+            us = t.dur_ns[r] / 1e3 - (wait_us or {}).get(int(r), 0.0)
+            if us <= 0:
+                continue
+            cls = (key, a.nbytes, a.group_size)
+            fastest[cls] = min(fastest.get(cls, np.inf), us)
+            members.append((cls, a.nbytes * bus_factor(kind, a.group_size), link_gbps, link))
+    if not members:
+        return None
+    taken = np.array([fastest[m[0]] for m in members])
+    bus_bytes = np.array([m[1] for m in members])
+    at_link = np.array([COLLECTIVE_LATENCY_US + m[1] / (m[2] * 1e3) for m in members])
+    by_link: dict[tuple[str, float], float] = {}
+    for m, us in zip(members, taken):
+        by_link[(m[3], m[2])] = by_link.get((m[3], m[2]), 0.0) + us
+    (link, link_gbps) = max(by_link, key=by_link.get)
+    return TransferRate(sized_count=len(members), busbw_gbps=float(bus_bytes.sum() / (taken.sum() * 1e3)),
+                        link_gbps=link_gbps, link=link, link_share=float(min(at_link.sum() / taken.sum(), 1.0)),
+                        partners_seen=wait_us is not None)
+
+
 def collective_stats(tables: dict[int, EventTable], accelerator=None, sizes: dict[int, dict[int, CommArgs]] | None
                      = None) -> list[GroupStats]:
     """Per (process group, collective): skew and transfer time summed, median size and bus bandwidth,

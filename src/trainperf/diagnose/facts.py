@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainperf.diagnose.autograd_links import backward_node_mask
+from trainperf.diagnose.collectives import TransferRate, transfer_rate
 from trainperf.diagnose.crossrank import P2P_KIND, collective_rows, compute_per_step, host_step_waits
 from trainperf.diagnose.gpu_time import (CategoryTime, IdleSplit, Overlap, TemporalBreakdown, comm_comp_overlap,
                                          idle_in_span_us, idle_split, kernel_breakdown, temporal_breakdown)
@@ -20,6 +21,7 @@ from trainperf.diagnose.host import (COMPILE_RE, HostSpans, allocator_calls, che
 from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLength, launch_bound_stretches,
                                        launch_stats, launched_rows, queue_length)
 from trainperf.diagnose.replay import BLOCK_SYNC, Change, Graph, blocked_us, build_graph, critical_path, replay
+from trainperf.diagnose.roofline import device_accelerator
 from trainperf.diagnose.steps import StepTime, step_times
 from trainperf.diagnose.window import Window, merge_intervals
 from trainperf.trace.events import CPU_OP, PYTHON, USER_ANNOTATION, EventTable
@@ -108,6 +110,8 @@ class RankFacts:
     comm_share_by_collective: dict = field(default_factory=dict)
     # share (0-1) of communication kernel time in all-reduces launched outside the backward pass (forward_all_reduce)
     forward_all_reduce_share: float = 0.0
+    # how fast the collectives moved their data against the links (collectives.transfer_rate); None without sizes
+    transfer: TransferRate | None = None
     # what the loop does (loop_kind): "training" (a backward pass or an optimizer step), "inference" (ATen ops and
     # neither), "unknown" (no ATen op recorded to tell)
     loop: str = "unknown"
@@ -277,6 +281,8 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
     f.comm_share_by_collective = {k: v / total for k, v in comm.items()} if total > 0 else {}
     if total > 0:
         f.forward_all_reduce_share = forward_all_reduce_us(t, w, groups, ops) / total
+        f.transfer = transfer_rate(t, groups, {r: us for r, (us, _) in waits.items()} if waits is not None else None,
+                                   device_accelerator(t))
     return f
 
 

@@ -69,6 +69,19 @@ EXPOSED_SHARDED_RECOMMENDATION = (
     "shard within a node only when the links between nodes are the limit (HSDP: replicate across nodes, ZeRO++ "
     "hpZ); with sequence parallelism, overlap them with the GEMMs beside them (async tensor parallelism).")
 
+# exposed_comm when the collectives move their data far below the link's rate for their sizes (rules.SLOW_TRANSFER_SHARE,
+# collectives.transfer_rate): the transport is slow, whatever is hidden; put before the kind's other fix
+EXPOSED_SLOW_TRANSFER_RECOMMENDATION = (
+    "The collectives move their data at {pct:.0f} % of the {link} link's rate for their sizes ({busbw:.1f} GB/s bus "
+    "bandwidth against {link_gbps:.0f} GB/s): the transfer itself is slow, not only unhidden. Check the transport "
+    "NCCL chose (NCCL_DEBUG=INFO: NET/Socket instead of NET/IB, or no GPUDirect RDMA, between nodes; SHM or P2P "
+    "disabled instead of NVLink within one), a forced protocol or algorithm (NCCL_PROTO, NCCL_ALGO), the NICs per "
+    "GPU and their PCIe placement; nccl-tests' all_reduce_perf on the same GPUs gives the rate to expect.{alone}")
+# ... read from one rank's trace: its partners' arrivals are not seen
+SLOW_TRANSFER_ONE_RANK = (" (Read from this rank's trace alone, the fastest of each collective's repeats: a partner "
+                          "that arrives late every time reads the same; diagnose every rank's trace together to tell "
+                          "the two apart.)")
+
 # host_sync when much of the host's blocking is on its own host-to-device copies (rules.HOST_TO_DEVICE_SYNC_SHARE): the
 # input copied with non_blocking=False, whose fix is not dropping a read but copying asynchronously, ahead of time; put
 # before the kind's other fix (the default, or a forward-only loop's)
