@@ -69,8 +69,9 @@ EXPOSED_SHARDED_RECOMMENDATION = (
     "shard within a node only when the links between nodes are the limit (HSDP: replicate across nodes, ZeRO++ "
     "hpZ); with sequence parallelism, overlap them with the GEMMs beside them (async tensor parallelism).")
 
-# exposed_comm when the collectives move their data far below the link's rate for their sizes (rules.SLOW_TRANSFER_SHARE,
-# collectives.transfer_rate): the transport is slow, whatever is hidden; put before the kind's other fix
+# exposed_comm when the collectives move their data far below the link's rate for their sizes
+# (rules.SLOW_TRANSFER_SHARE, collectives.transfer_rate): the transport is slow, whatever is hidden; put before the
+# kind's other fix
 EXPOSED_SLOW_TRANSFER_RECOMMENDATION = (
     "The collectives move their data at {pct:.0f} % of the {link} link's rate for their sizes ({busbw:.1f} GB/s bus "
     "bandwidth against {link_gbps:.0f} GB/s): the transfer itself is slow, not only unhidden. Check the transport "

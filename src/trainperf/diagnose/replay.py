@@ -390,8 +390,9 @@ def _thread_waits(t: EventTable, w: Window, rows: np.ndarray, start: np.ndarray,
     nothing of its own (no cpu_op, no named DataLoader/checkpoint/compile/allocator span: the rows ``named``; step
     and user annotations cover waits too, so they do not count), and for gaps with one, the call on another thread
     it waited for: the latest one that ended before it started, how long after that call's end it started, and how
-    much of that time the thread ran ops of its own (woken, it works before its next call). A thread's first call in the window (other
-    than a step anchor) waited the same way: the autograd thread starts when the main thread calls backward()."""
+    much of that time the thread ran ops of its own (woken, it works before its next call). A thread's first call in
+    the window (other than a step anchor) waited the same way: the autograd thread starts when the main thread calls
+    backward()."""
     n = rows.size
     idle = np.zeros(n)
     dep = np.full(n, -1)

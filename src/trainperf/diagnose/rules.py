@@ -223,15 +223,19 @@ def exposed_comm(f: RankFacts) -> Finding | None:
     all_to_all = f.comm_share_by_collective.get("all_to_all", 0.0)
     sharded = sum(f.comm_share_by_collective.get(k, 0.0) for k in ("all_gather", "reduce_scatter"))
     bound = p2p or not host_waits.any()
-    found = _make(f, "exposed_comm", {"comm_time": (ov.comm_us, "us"), "exposed_comm": (ov.exposed_us, "us"),
-                                      "point_to_point_share": (100.0 * f.p2p_comm_share, "% of comm"),
-                                      "all_to_all_share": (100.0 * all_to_all, "% of comm"),
-                                      "all_gather_reduce_scatter_share": (100.0 * sharded, "% of comm"),
-                                      "forward_all_reduce_share": (100.0 * f.forward_all_reduce_share, "% of comm"),
-                                      "overlap": (ov.overlap_pct, "%"),
-                                      "host_syncs_waiting_for_collectives": (int(host_waits.sum()), "count"),
-                                      "host_blocked_on_collectives": (blocked_us(g, BLOCK_COMM), "us")},
-                  (), (Change("overlap_comm"),), "overlap exposed collectives with compute"
+    metrics = {"comm_time": (ov.comm_us, "us"), "exposed_comm": (ov.exposed_us, "us"),
+               "point_to_point_share": (100.0 * f.p2p_comm_share, "% of comm"),
+               "all_to_all_share": (100.0 * all_to_all, "% of comm"),
+               "all_gather_reduce_scatter_share": (100.0 * sharded, "% of comm"),
+               "forward_all_reduce_share": (100.0 * f.forward_all_reduce_share, "% of comm"),
+               "overlap": (ov.overlap_pct, "%"), "host_syncs_waiting_for_collectives": (int(host_waits.sum()), "count"),
+               "host_blocked_on_collectives": (blocked_us(g, BLOCK_COMM), "us")}
+    rate = f.transfer
+    if rate is not None:
+        metrics.update({"collective_bus_bandwidth": (rate.busbw_gbps, "GB/s"),
+                        f"{rate.link}_link": (rate.link_gbps, "GB/s"),
+                        "transfer_time_at_link_rate": (100.0 * rate.link_share, "%")})
+    found = _make(f, "exposed_comm", metrics, (), (Change("overlap_comm"),), "overlap exposed collectives with compute"
                   + (" (mostly send/recv: upper bound)" if p2p else
                      " (only device work waits for them: upper bound)" if bound else ""),
                   evidence_pct=share, upper_bound=bound)
@@ -243,17 +247,10 @@ def exposed_comm(f: RankFacts) -> Finding | None:
         found.recommendation = F.EXPOSED_TP_RECOMMENDATION
     elif sharded > 0.5:
         found.recommendation = F.EXPOSED_SHARDED_RECOMMENDATION
-    rate = f.transfer
-    if rate is not None:
-        found.evidence["metrics"].update({
-            "collective_bus_bandwidth": {"value": round(rate.busbw_gbps, 3), "unit": "GB/s"},
-            f"{rate.link}_link": {"value": rate.link_gbps, "unit": "GB/s"},
-            "transfer_time_at_link_rate": {"value": round(100.0 * rate.link_share, 3), "unit": "%"}})
-        if rate.link_share < SLOW_TRANSFER_SHARE:
-            found.recommendation = F.EXPOSED_SLOW_TRANSFER_RECOMMENDATION.format(
-                pct=100.0 * rate.link_share, link=rate.link, busbw=rate.busbw_gbps, link_gbps=rate.link_gbps,
-                alone="" if rate.partners_seen else F.SLOW_TRANSFER_ONE_RANK) \
-                + " " + found.recommendation
+    if rate is not None and rate.link_share < SLOW_TRANSFER_SHARE:
+        found.recommendation = F.EXPOSED_SLOW_TRANSFER_RECOMMENDATION.format(
+            pct=100.0 * rate.link_share, link=rate.link, busbw=rate.busbw_gbps, link_gbps=rate.link_gbps,
+            alone="" if rate.partners_seen else F.SLOW_TRANSFER_ONE_RANK) + " " + found.recommendation
     return found
 
 
