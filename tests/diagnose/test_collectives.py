@@ -204,6 +204,7 @@ def test_transfer_rate_against_the_link_by_hand(tmp_path):
     assert (rate.sized_count, rate.link, rate.link_gbps, rate.partners_seen) == (3, "scale-up", 450.0, False)
     assert rate.link_share == pytest.approx((10 + (1 << 26) / 450e3) / 600)
     assert rate.busbw_gbps == pytest.approx(3 * (1 << 26) / 1800e3)
+    assert rate.ll_share == 1.0  # "..._RING_LL": NCCL's low-latency protocol moved every byte
     # the other rank's trace matched: the 1000-us one waited 500 us for it -> 500 us of transfer, now the fastest
     rate = transfer_rate(t, groups, {int(rows[0]): 500.0}, h100)
     assert rate.partners_seen and rate.link_share == pytest.approx((10 + (1 << 26) / 450e3) / 500)

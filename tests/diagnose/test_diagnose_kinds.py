@@ -170,6 +170,12 @@ def test_exposed_collectives_slower_than_the_link_name_the_transport(tmp_path):
     assert f.recommendation.startswith("The collectives move their data at 21 % of the scale-up link's rate")
     assert "NCCL_PROTO" in f.recommendation and "this rank's trace alone" in f.recommendation
     assert "bucket" in f.recommendation  # the overlap's fix still follows
+    assert m["bytes_over_nccl_ll_protocol"]["value"] == 0 and "LL protocol" not in f.recommendation  # RCCL's name
+    # the same collectives named as NCCL's LL protocol names them: the protocol is named too
+    d = diagnose(_rocm_ddp(tmp_path / "ll.json.gz", comm="ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)",
+                           comm_args=_all_reduce_args(1 << 28), device=MI300X))
+    f = next(x for x in d.findings if x.kind == "exposed_comm")
+    assert "100 % of the bytes went over NCCL's LL protocol" in f.recommendation
     # 4 GiB in the same 20 ms: 16,787.2 us at the link's rate, 83.9 %: the transfer is fine, only unhidden
     d = diagnose(_rocm_ddp(tmp_path / "fast.json.gz", comm_args=_all_reduce_args(1 << 30), device=MI300X))
     f = next(x for x in d.findings if x.kind == "exposed_comm")

@@ -23,6 +23,7 @@ size and no bandwidth.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -218,6 +219,10 @@ def _link(accelerator, group_ranks: tuple, group_size: int) -> tuple[float | Non
 # NCCL's fixed cost per collective (µs): nccl-tests' times for the smallest messages within a node, ~10 µs on 8
 # NVLink GPUs (doc/PERFORMANCE.md's latency-bound end); stated, not fitted: no labeled trace has a slow transport
 COLLECTIVE_LATENCY_US = 10.0
+# NCCL's kernel names end in the algorithm and protocol they run ("ncclKernel_AllReduce_RING_LL_Sum_float" before
+# 2.19, "ncclDevKernel_AllReduce_Sum_f32_RING_LL" since). LL stores 8 bytes with a 4-byte flag each: at most half a
+# link's rate, which NCCL's tuner accepts for small messages only (LL128 loses 1/16, Simple nothing)
+LL_PROTOCOL_RE = re.compile(r"_(?:RING|TREE|COLLNET\w*|NVLS\w*|PAT)_LL(?!128)(?![A-Za-z0-9])")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,6 +235,7 @@ class TransferRate:
     link: str               # "scale-up" / "scale-out"
     link_share: float       # their time at the links' rates (plus COLLECTIVE_LATENCY_US each) / the time taken, 0-1
     partners_seen: bool     # the waits for other ranks were measured (their traces matched), not only bounded
+    ll_share: float = 0.0   # share (0-1) of their bus bytes NCCL moved with its LL protocol (LL_PROTOCOL_RE)
 
 
 def transfer_rate(t: EventTable, groups: dict[str, np.ndarray], wait_us: dict[int, float] | None,
@@ -246,7 +252,7 @@ def transfer_rate(t: EventTable, groups: dict[str, np.ndarray], wait_us: dict[in
         return None
     sizes = comm_args(t)
     fastest: dict[tuple, float] = {}
-    members: list[tuple[tuple, float, float, str]] = []  # (class, bus bytes, link GB/s, link)
+    members: list[tuple[tuple, float, float, str, bool]] = []  # (class, bus bytes, link GB/s, link, LL protocol)
     for key, rows in groups.items():
         kind = key.rsplit("/", 1)[-1]
         for r in rows:
@@ -261,7 +267,8 @@ def transfer_rate(t: EventTable, groups: dict[str, np.ndarray], wait_us: dict[in
                 continue
             cls = (key, a.nbytes, a.group_size)
             fastest[cls] = min(fastest.get(cls, np.inf), us)
-            members.append((cls, a.nbytes * bus_factor(kind, a.group_size), link_gbps, link))
+            members.append((cls, a.nbytes * bus_factor(kind, a.group_size), link_gbps, link,
+                            LL_PROTOCOL_RE.search(t.names[int(t.name[r])]) is not None))
     if not members:
         return None
     taken = np.array([fastest[m[0]] for m in members])
@@ -273,7 +280,9 @@ def transfer_rate(t: EventTable, groups: dict[str, np.ndarray], wait_us: dict[in
     (link, link_gbps) = max(by_link, key=by_link.get)
     return TransferRate(sized_count=len(members), busbw_gbps=float(bus_bytes.sum() / (taken.sum() * 1e3)),
                         link_gbps=link_gbps, link=link, link_share=float(min(at_link.sum() / taken.sum(), 1.0)),
-                        partners_seen=wait_us is not None)
+                        partners_seen=wait_us is not None,
+                        ll_share=float(bus_bytes[np.array([m[4] for m in members], dtype=bool)].sum()
+                                       / bus_bytes.sum()))
 
 
 def collective_stats(tables: dict[int, EventTable], accelerator=None, sizes: dict[int, dict[int, CommArgs]] | None

@@ -77,7 +77,10 @@ EXPOSED_SLOW_TRANSFER_RECOMMENDATION = (
     "bandwidth against {link_gbps:.0f} GB/s): the transfer itself is slow, not only unhidden. Check the transport "
     "NCCL chose (NCCL_DEBUG=INFO: NET/Socket instead of NET/IB, or no GPUDirect RDMA, between nodes; SHM or P2P "
     "disabled instead of NVLink within one), a forced protocol or algorithm (NCCL_PROTO, NCCL_ALGO), the NICs per "
-    "GPU and their PCIe placement; nccl-tests' all_reduce_perf on the same GPUs gives the rate to expect.{alone}")
+    "GPU and their PCIe placement; nccl-tests' all_reduce_perf on the same GPUs gives the rate to expect.{ll}{alone}")
+# ... when most of their bytes went over NCCL's LL protocol (collectives.LL_PROTOCOL_RE)
+SLOW_TRANSFER_LL = (" {pct:.0f} % of the bytes went over NCCL's LL protocol, made for small messages (half a link's "
+                    "rate at most): a forced NCCL_PROTO, or a tuner that sees a slow link.")
 # ... read from one rank's trace: its partners' arrivals are not seen
 SLOW_TRANSFER_ONE_RANK = (" (Read from this rank's trace alone, the fastest of each collective's repeats: a partner "
                           "that arrives late every time reads the same; diagnose every rank's trace together to tell "

@@ -234,7 +234,8 @@ def exposed_comm(f: RankFacts) -> Finding | None:
     if rate is not None:
         metrics.update({"collective_bus_bandwidth": (rate.busbw_gbps, "GB/s"),
                         f"{rate.link}_link": (rate.link_gbps, "GB/s"),
-                        "transfer_time_at_link_rate": (100.0 * rate.link_share, "%")})
+                        "transfer_time_at_link_rate": (100.0 * rate.link_share, "%"),
+                        "bytes_over_nccl_ll_protocol": (100.0 * rate.ll_share, "%")})
     found = _make(f, "exposed_comm", metrics, (), (Change("overlap_comm"),), "overlap exposed collectives with compute"
                   + (" (mostly send/recv: upper bound)" if p2p else
                      " (only device work waits for them: upper bound)" if bound else ""),
@@ -250,6 +251,7 @@ def exposed_comm(f: RankFacts) -> Finding | None:
     if rate is not None and rate.link_share < SLOW_TRANSFER_SHARE:
         found.recommendation = F.EXPOSED_SLOW_TRANSFER_RECOMMENDATION.format(
             pct=100.0 * rate.link_share, link=rate.link, busbw=rate.busbw_gbps, link_gbps=rate.link_gbps,
+            ll=F.SLOW_TRANSFER_LL.format(pct=100.0 * rate.ll_share) if rate.ll_share > 0.5 else "",
             alone="" if rate.partners_seen else F.SLOW_TRANSFER_ONE_RANK) + " " + found.recommendation
     return found
 
