@@ -18,6 +18,8 @@ fi
 {
   date -u; hostname; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
   python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
+  # the catalog entry the trainer, bench and diagnose take for this device (name, SMs and memory)
+  python3 -c "import torch; from trainperf.hardware import accelerator_for_torch_device as a; p = torch.cuda.get_device_properties(0); e = a(0); print('device', p.name, p.multi_processor_count, 'SMs', p.total_memory, 'B -> catalog', e.name if e else None)"
 } 2>&1 | tee "$OUT/env.txt"
 
 run() {  # run NAME TIMEOUT_S CMD...: one measurement, its log kept even when it fails
