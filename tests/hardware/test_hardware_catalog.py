@@ -92,6 +92,11 @@ def test_parts_named_by_compute_units_and_memory():
     assert accelerator_for_properties("", 304, 256 * 2**30).name == "mi325x"
     # an MI350X and an MI355X have the same CUs and memory and differ in clock: not named
     assert accelerator_for_properties("", 256, 288 * 2**30) is None
+    # rocprofv3 records no memory size: the CUs alone where one part has them (104: MI250), else none (304:
+    # MI300X or MI325X, whose memory differs); MI300A datasheet: 228 CUs
+    assert accelerator_for_properties("gfx90a", 104).name == "mi250"
+    assert accelerator_for_properties("gfx942", 304) is None
+    assert accelerator_for_properties("gfx942", 228).name == "mi300a"
     # a MIG slice reports fewer SMs and less memory than its part: the name decides
     assert accelerator_for_properties("NVIDIA H100 80GB HBM3", 16, 10 * 2**30).name == "h100-sxm"
     assert accelerator_for_properties("NVIDIA H100 80GB HBM3", 132, 85_520_809_984).name == "h100-sxm"

@@ -84,6 +84,26 @@ def test_records_map_onto_kineto_kinds(tmp_path):
     assert t.n_skipped == 1  # the allocation record
 
 
+def test_gpu_agents_name_the_device(tmp_path):
+    # rocprofiler-sdk's agents carry the product name and the CU count (rocprofiler_agent_v0_t: product_name,
+    # cu_count): the table's deviceProperties as Kineto writes them, so diagnose prices work on the catalog part
+    from trainperf.diagnose.roofline import device_accelerator
+
+    doc = _doc()
+    doc["rocprofiler-sdk-tool"][0]["agents"][1].update(product_name="AMD Instinct MI300X", cu_count=304)
+    p = tmp_path / "1234_results.json"
+    p.write_text(json.dumps(doc))
+    t = load_trace(p)[0]
+    assert t.metadata["deviceProperties"] == [{"id": 0, "name": "AMD Instinct MI300X", "numSms": 304}]
+    assert device_accelerator(t).name == "mi300x"
+    # without a product name the gfx target is the name, and 304 CUs alone fit two parts priced apart
+    # (MI300X 5.3 TB/s, MI325X 6.0): no part
+    del doc["rocprofiler-sdk-tool"][0]["agents"][1]["product_name"]
+    p.write_text(json.dumps(doc))
+    t = load_trace(p)[0]
+    assert t.metadata["deviceProperties"][0]["name"] == "gfx942" and device_accelerator(t) is None
+
+
 def test_not_rocprof_json_is_one_line_error(tmp_path):
     p = tmp_path / "x_results.json"
     p.write_text('{"rocprofiler-sdk-tool": 3}')

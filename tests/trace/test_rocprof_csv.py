@@ -304,6 +304,17 @@ def test_agent_info_numbers_gpus_as_the_machine_does(tmp_path, label, gpu):
     assert set(bare.pid.tolist()) == {gpu if label.startswith("GPU") else 0}
 
 
+def test_agent_table_names_the_device():
+    # the real MI300A agent table: 4 GPU agents (nodes 4-7), Product_Name "AMD Instinct MI300A", Cu_Count 228,
+    # Local_Mem_Size 0 (an APU: its HBM is the node's memory), so no memory size
+    from trainperf.diagnose.roofline import device_accelerator
+
+    t = load_trace(REAL / "omp_jacobi_mi300a")[0]
+    assert t.metadata["deviceProperties"] == [{"id": i, "name": "AMD Instinct MI300A", "numSms": 228}
+                                              for i in range(4)]
+    assert device_accelerator(t).name == "mi300a"
+
+
 def test_a_kernel_on_a_cpu_agent_is_skipped_and_a_bad_agent_table_is_one_line(tmp_path):
     # node 0 is a CPU in the agent table: no GPU track for it (counted as skipped, not put on GPU 0)
     d = _relabel(REAL / "omp_jacobi_mi300a", tmp_path / "mixed", "6", agent_info=True)

@@ -245,19 +245,20 @@ MEMORY_MATCH_TOLERANCE = 0.05
 def accelerator_for_properties(name: str, compute_units: int | None = None,
                                memory_bytes: float | None = None) -> Accelerator | None:
     """Return the catalog entry of a device as a trace records it (Kineto deviceProperties: name, numSms,
-    totalGlobalMem in bytes), or None.
+    totalGlobalMem in bytes; rocprofv3's agents: product name, CU count, no memory size), or None.
 
     The parts whose compute units equal ``compute_units`` and whose memory is within ``MEMORY_MATCH_TOLERANCE`` of
-    ``memory_bytes`` (the first of them when they price work alike: an H800 and an H100 SXM; none when they do
-    not: an MI350X and an MI355X differ only in clock) name the part where the name does not (ROCm 6.2 calls an
+    ``memory_bytes`` where it is known (the first of them when they price work alike: an H800 and an H100 SXM; none
+    when they do not: an MI350X and an MI355X differ only in clock, an MI300X and an MI325X in memory) name the part
+    where the name does not (ROCm 6.2 calls an
     MI250 GCD "AMD Radeon Graphics") or names a part of other compute units ("AMD Instinct MI250X / MI250" for
     either); else the name's part (accelerator_for_device).
     """
     by_name = accelerator_for_device(name) if name else None
     by_properties = None
-    if compute_units and memory_bytes:
+    if compute_units:
         found = [a for a in catalog().values() if a.compute_units == compute_units
-                 and abs(a.hbm_bytes - memory_bytes) <= MEMORY_MATCH_TOLERANCE * a.hbm_bytes]
+                 and (not memory_bytes or abs(a.hbm_bytes - memory_bytes) <= MEMORY_MATCH_TOLERANCE * a.hbm_bytes)]
         priced = {(a.bf16_tflops, a.fp16_tflops, a.fp32_tflops, a.hbm_tbps) for a in found}
         by_properties = found[0] if len(priced) == 1 else None
     if by_name is None or (by_properties is not None and by_name.compute_units not in (None, compute_units)):

@@ -82,8 +82,22 @@ class _Names:
                                              or s.get("truncated_kernel_name") or s.get("kernel_name") or kid)
         gpus = [a for a in proc.get("agents") or [] if isinstance(a, dict) and a.get("type") == 2]
         gpus.sort(key=lambda a: (a.get("logical_node_id", 0), _handle(a.get("id"))))
+        self.gpus = gpus
         self.gpu_index = {_handle(a.get("id")): i for i, a in enumerate(gpus)}
         self.agent_type = {_handle(a.get("id")): a.get("type") for a in proc.get("agents") or [] if isinstance(a, dict)}
+
+    def device_properties(self) -> list[dict]:
+        """The GPU agents in index order as Kineto's deviceProperties name a device: name (the product name, else
+        the gfx target), numSms (the CU count), totalGlobalMem (the local memory's bytes, where recorded and not 0)."""
+        out = []
+        for a in self.gpus:
+            props = {"id": len(out), "name": str(a.get("product_name") or a.get("name") or "")}
+            if isinstance(a.get("cu_count"), int) and a["cu_count"] > 0:
+                props["numSms"] = a["cu_count"]
+            if isinstance(a.get("local_mem_size"), int) and a["local_mem_size"] > 0:
+                props["totalGlobalMem"] = a["local_mem_size"]
+            out.append(props)
+        return out
 
     def operation(self, rec: dict) -> str:
         kind, ops = self.kinds.get(rec.get("kind"), ("", []))
@@ -94,8 +108,9 @@ class _Names:
         return self.gpu_index.get(_handle(agent), _handle(agent))
 
 
-def process_events(proc: dict) -> tuple[list, dict, int]:
-    """(events in build_table's tuple form, thread names, records skipped) of one profiled process."""
+def process_events(proc: dict) -> tuple[list, dict, int, list]:
+    """(events in build_table's tuple form, thread names, records skipped, its GPUs as deviceProperties) of one
+    profiled process."""
     names = _Names(proc)
     meta = proc.get("metadata") if isinstance(proc.get("metadata"), dict) else {}
     pid = int(meta.get("pid", 0)) if isinstance(meta.get("pid"), (int, float)) else 0
@@ -139,7 +154,7 @@ def process_events(proc: dict) -> tuple[list, dict, int]:
                     name = names.markers.get(corr, name)
                 events.append((_HOST_KINDS[key], name, pid, tid, ts, dur, corr, -1, -1, -1))
                 threads.setdefault((pid, tid), f"thread {tid}")
-    return events, threads, skipped
+    return events, threads, skipped, names.device_properties()
 
 
 def read_rocprof(path: str | Path, rank: int | None = None) -> EventTable:
@@ -160,12 +175,16 @@ def read_rocprof(path: str | Path, rank: int | None = None) -> EventTable:
         procs = [procs]
     if not isinstance(procs, list):
         raise TrainperfError(f"{path}: no '{TOOL_KEY}' list; is this rocprofv3 --output-format json output?")
-    events, threads, skipped = [], {}, 0
+    events, threads, skipped, devices = [], {}, 0, []
     for proc in procs:
         if isinstance(proc, dict):
-            e, t, s = process_events(proc)
+            e, t, s, d = process_events(proc)
             events += e
             threads.update(t)
             skipped += s
-    return build_table(events, source=str(path), producer="rocprofv3", rank=rank, skipped=skipped,
-                       thread_names=threads)
+            devices = devices or d
+    table = build_table(events, source=str(path), producer="rocprofv3", rank=rank, skipped=skipped,
+                        thread_names=threads)
+    if devices:
+        table.metadata["deviceProperties"] = devices
+    return table

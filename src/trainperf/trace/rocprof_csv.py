@@ -139,7 +139,8 @@ def read_rocprof_csv(path: str | Path, rank: int | None = None) -> EventTable:
     path = Path(path)
     group = group_of(path)
     tables = {k: _read(p, _REQUIRED.get(k, _API_COLUMNS), _WANTED.get(k, _API_COLUMNS)) for k, p in group.items()}
-    gpus = _agent_info(path) or _gpu_numbers(tables)
+    agents = _agent_rows(path)
+    gpus = (_agent_info(agents) if agents else None) or _gpu_numbers(tables)
     cats: list[str] = []
     names: list = []
     ints: list[np.ndarray] = []
@@ -193,8 +194,12 @@ def read_rocprof_csv(path: str | Path, rank: int | None = None) -> EventTable:
             threads.setdefault(key, f"thread {key[1]}")
     source = str(group.get("kernel_trace", path))
     stacked = np.concatenate(ints) if ints else np.zeros((0, 8), dtype=np.int64)
-    return table_from_columns(cats, [str(n) for n in names], stacked, source=source, producer="rocprofv3-csv",
-                              rank=rank, skipped=skipped, thread_names=threads)
+    table = table_from_columns(cats, [str(n) for n in names], stacked, source=source, producer="rocprofv3-csv",
+                               rank=rank, skipped=skipped, thread_names=threads)
+    devices = _device_properties(agents) if agents else []
+    if devices:
+        table.metadata["deviceProperties"] = devices
+    return table
 
 
 def _gpu_numbers(tables: dict) -> dict[tuple[str, int], int]:
@@ -223,11 +228,9 @@ def _gpu_numbers(tables: dict) -> dict[tuple[str, int], int]:
 AGENT_INFO = "agent_info.csv"
 
 
-def _agent_info(path: Path) -> dict[tuple[str, int], int] | None:
-    """{agent: GPU index} from the process's `<prefix>_agent_info.csv` (None when it has none, or one without the
-    Node_Id, Logical_Node_Id and Agent_Type columns): GPU agents indexed in Logical_Node_Id order; "Agent N" / bare
-    N is the agent of logical node id N (rocprofv3's default labels; its own tests read them so), else of node id N
-    (absolute labels); CPU agents map to -1 (no device track)."""
+def _agent_rows(path: Path) -> list[dict] | None:
+    """The rows of the process's `<prefix>_agent_info.csv`, Logical_Node_Id and Node_Id made ints and Agent_Type
+    upper case (None when it has none, or one without those three columns: another layout, a converter's?)."""
     import csv
 
     m = CSV_RE.match(path.name)
@@ -238,16 +241,38 @@ def _agent_info(path: Path) -> dict[tuple[str, int], int] | None:
         with open(info, newline="") as f:
             reader = csv.DictReader(f)
             if not {"Node_Id", "Logical_Node_Id", "Agent_Type"} <= set(reader.fieldnames or ()):
-                return None  # another layout (a converter's?): the agents are numbered as without the file
-            agents = [(int(r["Logical_Node_Id"]), int(r["Node_Id"]), str(r["Agent_Type"]).strip().upper())
-                      for r in reader]
+                return None
+            rows = [dict(r, Logical_Node_Id=int(r["Logical_Node_Id"]), Node_Id=int(r["Node_Id"]),
+                         Agent_Type=str(r["Agent_Type"]).strip().upper()) for r in reader]
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise TrainperfError(f"{info}: not a readable CSV file ({str(e).splitlines()[0]})") from None
     except (TypeError, ValueError):
         raise TrainperfError(f"{info}: an agent row without an integer Node_Id or Logical_Node_Id") from None
+    return rows
+
+
+def _agent_info(rows: list[dict]) -> dict[tuple[str, int], int]:
+    """{agent: GPU index} from the agent rows (_agent_rows): GPU agents indexed in Logical_Node_Id order; "Agent N" /
+    bare N is the agent of logical node id N (rocprofv3's default labels; its own tests read them so), else of node
+    id N (absolute labels); CPU agents map to -1 (no device track)."""
+    agents = [(r["Logical_Node_Id"], r["Node_Id"], r["Agent_Type"]) for r in rows]
     gpu_index = {lnid: i for i, lnid in enumerate(sorted(ln for ln, _, t in agents if t == "GPU"))}
     out: dict[tuple[str, int], int] = {("gpu", i): i for i in gpu_index.values()}
     out.update({("agent", ln): gpu_index.get(ln, -1) for ln, _, _ in agents})
     for ln, node, _ in agents:
         out.setdefault(("agent", node), gpu_index.get(ln, -1))
+    return out
+
+
+def _device_properties(rows: list[dict]) -> list[dict]:
+    """The GPU agents in index order (Logical_Node_Id) as Kineto's deviceProperties name a device: name (Product_Name,
+    else the gfx target Name), numSms (Cu_Count), totalGlobalMem (Local_Mem_Size where not 0; an APU's reads 0)."""
+    out = []
+    for r in sorted((r for r in rows if r["Agent_Type"] == "GPU"), key=lambda r: r["Logical_Node_Id"]):
+        props = {"id": len(out), "name": str(r.get("Product_Name") or r.get("Name") or "").strip()}
+        for key, column in (("numSms", "Cu_Count"), ("totalGlobalMem", "Local_Mem_Size")):
+            value = str(r.get(column) or "").strip()
+            if value.isdigit() and int(value) > 0:
+                props[key] = int(value)
+        out.append(props)
     return out
