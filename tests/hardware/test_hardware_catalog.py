@@ -97,6 +97,10 @@ def test_parts_named_by_compute_units_and_memory():
     assert accelerator_for_properties("gfx90a", 104).name == "mi250"
     assert accelerator_for_properties("gfx942", 304) is None
     assert accelerator_for_properties("gfx942", 228).name == "mi300a"
+    # the name says GH200 but not which memory (its size reads "144G"): the family's part with the device's memory
+    # (GH200 datasheet: 96 GB HBM3 or 144 GB HBM3e, 132 SMs as the H100)
+    assert accelerator_for_properties("NVIDIA GH200 480GB", 132, 96 * 2**30 * 0.99).name == "gh200"
+    assert accelerator_for_properties("NVIDIA GH200 144G HBM3e", 132, 144 * 2**30 * 0.97).name == "gh200-144gb"
     # a MIG slice reports fewer SMs and less memory than its part: the name decides
     assert accelerator_for_properties("NVIDIA H100 80GB HBM3", 16, 10 * 2**30).name == "h100-sxm"
     assert accelerator_for_properties("NVIDIA H100 80GB HBM3", 132, 85_520_809_984).name == "h100-sxm"

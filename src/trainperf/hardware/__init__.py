@@ -242,28 +242,37 @@ def accelerator_for_device(device_name: str) -> Accelerator | None:
 MEMORY_MATCH_TOLERANCE = 0.05
 
 
+def _memory_fits(acc: Accelerator, memory_bytes: float | None) -> bool:
+    """Whether a device's reported memory (bytes; None: not recorded) is the part's within MEMORY_MATCH_TOLERANCE."""
+    return not memory_bytes or abs(acc.hbm_bytes - memory_bytes) <= MEMORY_MATCH_TOLERANCE * acc.hbm_bytes
+
+
 def accelerator_for_properties(name: str, compute_units: int | None = None,
                                memory_bytes: float | None = None) -> Accelerator | None:
     """Return the catalog entry of a device as a trace records it (Kineto deviceProperties: name, numSms,
     totalGlobalMem in bytes; rocprofv3's agents: product name, CU count, no memory size), or None.
 
-    The parts whose compute units equal ``compute_units`` and whose memory is within ``MEMORY_MATCH_TOLERANCE`` of
-    ``memory_bytes`` where it is known (the first of them when they price work alike: an H800 and an H100 SXM; none
-    when they do not: an MI350X and an MI355X differ only in clock, an MI300X and an MI325X in memory) name the part
-    where the name does not (ROCm 6.2 calls an
-    MI250 GCD "AMD Radeon Graphics") or names a part of other compute units ("AMD Instinct MI250X / MI250" for
-    either); else the name's part (accelerator_for_device).
+    The name's part (accelerator_for_device), or the part of its family whose memory the device reports ("NVIDIA
+    GH200 144G HBM3e" names no size the name lookup reads). Where that part's compute units or memory are not the
+    device's, or the name names no part (ROCm 6.2 calls an MI250 GCD "AMD Radeon Graphics"; "AMD Instinct MI250X /
+    MI250" is said of either), the parts whose compute units and memory are the device's name it: the first of them
+    when they price work alike (an H800 and an H100 SXM), none when they do not (an MI350X and an MI355X differ in
+    clock, an MI300X and an MI325X in memory); failing that, the name's part (a MIG slice reports fewer SMs).
     """
+    cat = catalog()
     by_name = accelerator_for_device(name) if name else None
+    if by_name is not None and not _memory_fits(by_name, memory_bytes):
+        family = [a for a in cat.values() if a.family == by_name.family and _memory_fits(a, memory_bytes)
+                  and a.compute_units in (None, compute_units)]
+        by_name = min(family, key=lambda a: abs(a.hbm_bytes - memory_bytes)) if family else by_name
     by_properties = None
     if compute_units:
-        found = [a for a in catalog().values() if a.compute_units == compute_units
-                 and (not memory_bytes or abs(a.hbm_bytes - memory_bytes) <= MEMORY_MATCH_TOLERANCE * a.hbm_bytes)]
+        found = [a for a in cat.values() if a.compute_units == compute_units and _memory_fits(a, memory_bytes)]
         priced = {(a.bf16_tflops, a.fp16_tflops, a.fp32_tflops, a.hbm_tbps) for a in found}
         by_properties = found[0] if len(priced) == 1 else None
-    if by_name is None or (by_properties is not None and by_name.compute_units not in (None, compute_units)):
-        return by_properties
-    return by_name
+    name_fits = (by_name is not None and by_name.compute_units in (None, compute_units)
+                 and _memory_fits(by_name, memory_bytes))
+    return by_properties if by_properties is not None and not name_fits else by_name
 
 
 def accelerator_for_torch_device(device=None) -> Accelerator | None:
