@@ -101,6 +101,8 @@ def test_parts_named_by_compute_units_and_memory():
     # (GH200 datasheet: 96 GB HBM3 or 144 GB HBM3e, 132 SMs as the H100)
     assert accelerator_for_properties("NVIDIA GH200 480GB", 132, 96 * 2**30 * 0.99).name == "gh200"
     assert accelerator_for_properties("NVIDIA GH200 144G HBM3e", 132, 144 * 2**30 * 0.97).name == "gh200-144gb"
+    # the vendor the name states: an NVIDIA device with an MI250 GCD's CUs and memory is not one
+    assert accelerator_for_properties("NVIDIA Graphics Device", 104, 68_702_699_520) is None
     # a MIG slice reports fewer SMs and less memory than its part: the name decides
     assert accelerator_for_properties("NVIDIA H100 80GB HBM3", 16, 10 * 2**30).name == "h100-sxm"
     assert accelerator_for_properties("NVIDIA H100 80GB HBM3", 132, 85_520_809_984).name == "h100-sxm"

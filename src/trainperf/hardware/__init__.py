@@ -247,6 +247,16 @@ def _memory_fits(acc: Accelerator, memory_bytes: float | None) -> bool:
     return not memory_bytes or abs(acc.hbm_bytes - memory_bytes) <= MEMORY_MATCH_TOLERANCE * acc.hbm_bytes
 
 
+# words of a device name that say its vendor (ROCm's generic "AMD Radeon Graphics", rocprofv3's gfx targets)
+_VENDOR_WORDS = {"amd": ("amd", "radeon", "instinct", "gfx"), "nvidia": ("nvidia", "tesla", "quadro", "geforce")}
+
+
+def _vendor(name: str) -> str | None:
+    """The vendor a device name states ("amd", "nvidia"), or None."""
+    low = name.lower()
+    return next((v for v, words in _VENDOR_WORDS.items() if any(w in low for w in words)), None)
+
+
 def accelerator_for_properties(name: str, compute_units: int | None = None,
                                memory_bytes: float | None = None) -> Accelerator | None:
     """Return the catalog entry of a device as a trace records it (Kineto deviceProperties: name, numSms,
@@ -257,7 +267,8 @@ def accelerator_for_properties(name: str, compute_units: int | None = None,
     device's, or the name names no part (ROCm 6.2 calls an MI250 GCD "AMD Radeon Graphics"; "AMD Instinct MI250X /
     MI250" is said of either), the parts whose compute units and memory are the device's name it: the first of them
     when they price work alike (an H800 and an H100 SXM), none when they do not (an MI350X and an MI355X differ in
-    clock, an MI300X and an MI325X in memory); failing that, the name's part (a MIG slice reports fewer SMs).
+    clock, an MI300X and an MI325X in memory), of the vendor the name states; failing that, the name's part (a MIG
+    slice reports fewer SMs).
     """
     cat = catalog()
     by_name = accelerator_for_device(name) if name else None
@@ -267,7 +278,9 @@ def accelerator_for_properties(name: str, compute_units: int | None = None,
         by_name = min(family, key=lambda a: abs(a.hbm_bytes - memory_bytes)) if family else by_name
     by_properties = None
     if compute_units:
-        found = [a for a in cat.values() if a.compute_units == compute_units and _memory_fits(a, memory_bytes)]
+        vendor = _vendor(name)
+        found = [a for a in cat.values() if a.compute_units == compute_units and _memory_fits(a, memory_bytes)
+                 and vendor in (None, a.vendor)]
         priced = {(a.bf16_tflops, a.fp16_tflops, a.fp32_tflops, a.hbm_tbps) for a in found}
         by_properties = found[0] if len(priced) == 1 else None
     name_fits = (by_name is not None and by_name.compute_units in (None, compute_units)
