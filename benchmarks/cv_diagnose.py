@@ -1,7 +1,7 @@
 """Choose diagnose's thresholds by nested, leave-one-base-out cross-validation on the labeled corpus.
 
     nice -n 10 .venv/bin/python benchmarks/cv_diagnose.py [CORPUS] [--json out.json] [--sweeps 3]
-        [--speedups] [--one-sided] [--healthy-weight W] [--cache FILE] [--no-progress]
+        [--speedups] [--one-sided] [--healthy-weight W] [--cache FILE] [--only NAME,NAME] [--no-progress]
 
 Every case is diagnosed once through `trainperf.diagnose.api.diagnose` (as `trainperf evaluate`
 does); its per-rank RankFacts are kept, with the what-if replays they have cached. A set of
@@ -470,12 +470,16 @@ def _fmt(x) -> str:
 
 
 def run(corpus: Path, sweeps: int, speedups: bool, one_sided: bool, progress: bool, console,
-        margins: tuple = (0.0, 0.03, 0.1, math.inf), cache: Path | None = None) -> dict:
-    """Capture every case, tune per outer fold and on all bases; return the report dict."""
+        margins: tuple = (0.0, 0.03, 0.1, math.inf), cache: Path | None = None,
+        only: frozenset[str] | None = None) -> dict:
+    """Capture every case, tune per outer fold and on all bases; return the report dict. only: tune just these
+    thresholds (the others keep their values), as when one rule changed."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     t0 = time.perf_counter()
     params = discover_params(speedups)
+    if only is not None and (unknown := only - {p.name for p in params}):
+        raise TrainperfError(f"--only: no tunable threshold named {', '.join(sorted(unknown))}")
     folders = [c for c in case_folders(corpus) if (c / "traces").is_dir()]
 
     def bar():
@@ -507,11 +511,11 @@ def run(corpus: Path, sweeps: int, speedups: bool, one_sided: bool, progress: bo
     base_rows = {n: scorer.findings(n, current) for n in names}
     effect = {p.name: sorted({scorer.cases[n].result.base for n in names for v in p.grid
                               if _valid({**current, p.name: v}) and scorer.findings(n, {**current, p.name: v})
-                              != base_rows[n]}) for p in params}
+                              != base_rows[n]}) for p in params if only is None or p.name in only}
     bases = frozenset(c.result.base for c in cases)
     labeled = {c.result.kind for c in cases} - {"healthy"}
     # a threshold of a kind the corpus has no case of can only be scored by its false findings: one-sided
-    tuned = [p for p in params if one_sided or p.kind == "*" or p.kind in labeled]
+    tuned = [p for p in params if (one_sided or p.kind == "*" or p.kind in labeled) and (only is None or p.name in only)]
     finite = [m for m in margins if not math.isinf(m)]
     n_fits = (1 + len(bases) + len(bases) * (len(bases) - 1) // 2) * len(finite)
     with bar() as pb:
@@ -552,8 +556,8 @@ def run(corpus: Path, sweeps: int, speedups: bool, one_sided: bool, progress: bo
                     "current": p.default, "recommended": tuned_all[p.name],
                     "folds": fv, "folds_agreeing": sum(1 for v in fv.values() if v == tuned_all[p.name]),
                     "fold_range": [min(fv.values()), max(fv.values())] if fv else None,
-                    "has_effect": bool(effect[p.name]), "bases_affected": effect[p.name],
-                    "validated_out_of_sample": len(effect[p.name]) >= 2,
+                    "has_effect": bool(effect.get(p.name)), "bases_affected": effect.get(p.name, []),
+                    "validated_out_of_sample": len(effect.get(p.name, [])) >= 2,
                     "plateau": plateau.get(p.name), "grid": p.grid})
     return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": platform.node(),
             "python": platform.python_version(), "commit": _commit(), "corpus": str(corpus),
@@ -562,13 +566,14 @@ def run(corpus: Path, sweeps: int, speedups: bool, one_sided: bool, progress: bo
             "objective": {"formula": "top1 + mean_f1 + %g*severity_agreement - %g*healthy_high_medium_per_case "
                                      "(judged kinds: %s)" % (SEVERITY_WEIGHT, HEALTHY_WEIGHT,
                                                              ", ".join(sorted(scorer.judged))), "sweeps": sweeps,
-                          "margins": [str(m) for m in margins], "one_sided_tuned": one_sided},
+                          "margins": [str(m) for m in margins], "one_sided_tuned": one_sided,
+                          "only": sorted(only) if only is not None else None},
             "margin_chosen": m_all, "lobo_objective_by_margin": {str(k): round(v, 4) for k, v in lobo_scores.items()},
             "out_of_sample_by_fixed_margin": by_margin,
             "metrics": metrics, "recommended": {p.name: tuned_all[p.name] for p in params},
             "changed": {p.name: [p.default, tuned_all[p.name]] for p in params if tuned_all[p.name] != p.default},
             "changed_and_validated": {p.name: [p.default, tuned_all[p.name]] for p in params
-                                      if tuned_all[p.name] != p.default and len(effect[p.name]) >= 2},
+                                      if tuned_all[p.name] != p.default and len(effect.get(p.name, [])) >= 2},
             "params": prm, "folds": folds, "per_base": per_base, "rerun_mismatches": mismatches,
             "seconds": {"capture": round(capture_s, 1), "total": round(time.perf_counter() - t0, 1)},
             "evaluations": scorer.evaluations}
@@ -629,6 +634,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", type=Path, default=None,
                     help="pickle of the captured cases: reused while diagnose's analyses (all but rules.py and "
                          "findings.py) and the corpus files are unchanged, written otherwise")
+    ap.add_argument("--only", default=None, help="comma-separated thresholds to tune; the others keep their values")
     a = ap.parse_args(argv)
     from rich.console import Console
 
@@ -637,7 +643,12 @@ def main(argv: list[str] | None = None) -> int:
     HEALTHY_WEIGHT = a.healthy_weight
 
     console = Console() if sys.stdout.isatty() else Console(width=200)
-    report = run(a.corpus, a.sweeps, a.speedups, a.one_sided, not a.no_progress, console, cache=a.cache)
+    only = frozenset(a.only.split(",")) if a.only else None
+    try:
+        report = run(a.corpus, a.sweeps, a.speedups, a.one_sided, not a.no_progress, console, cache=a.cache, only=only)
+    except TrainperfError as e:
+        console.print(f"[red]error: {e}")
+        return 2
     _print(report, console)
     console.print(f"recommended changes: {report['changed'] or 'none'}; of them affecting >= 2 bases (validated "
                   f"out of sample): {report['changed_and_validated'] or 'none'}; {report['evaluations']} evaluations, "

@@ -39,6 +39,12 @@ def test_params_are_the_constants_rules_py_assigns():
     assert not any(n.endswith("_SPEEDUP") for n in names)
 
 
+def test_only_names_thresholds_that_exist(tmp_path, capsys):
+    assert cv.main([str(tmp_path), "--only", "HOST_WORK_MIN_GAP_US,NO_SUCH_THRESHOLD", "--no-progress"]) == 2
+    said = capsys.readouterr().out
+    assert "no tunable threshold named NO_SUCH_THRESHOLD" in said and "HOST_WORK_MIN_GAP_US" not in said
+
+
 def test_rerun_equals_diagnose_and_thresholds_reach_the_rules():
     from trainperf.diagnose.api import diagnose
 

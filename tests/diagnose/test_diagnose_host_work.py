@@ -22,8 +22,8 @@ STEP_US, KERNELS, OP_US = 20_000.0, 40, 500.0
 
 def _loop(path: Path, *, gap_us: float = 0.0, gap_name: str | None = None, kernel_us: float = 40.0,
           sampled: bool = False, gap_step: int | None = None, gap_ops: int = 0, tail_us: float = 0.0,
-          tail_lost: bool = False) -> Path:
-    """6 steps of 20 ms: 40 ops of 500 us back to back, each launching one kernel of kernel_us (40 us: the GPU
+          tail_lost: bool = False, kernels: int = KERNELS) -> Path:
+    """6 steps of 20 ms: 40 ops (kernels) of 500 us back to back, each launching one kernel of kernel_us (40 us: the GPU
     mostly idle, waiting for the next op); before the 21st op, gap_us of work that launches nothing (inside
     gap_name, or no op at all, or gap_ops short aten::cat ops filling 90 % of it), and the step that much longer; in
     step gap_step only when given. sampled: the runtime calls' correlation ids step by 73, as in a trace that kept 1
@@ -34,10 +34,11 @@ def _loop(path: Path, *, gap_us: float = 0.0, gap_name: str | None = None, kerne
     for s in range(6):
         gap = gap_us if gap_step is None or s == gap_step else 0.0
         tail = tail_us if s == 4 else 0.0
-        b.step(s, t0, STEP_US + gap + tail)
+        step_us = kernels * OP_US
+        b.step(s, t0, step_us + gap + tail)
         at = t0
-        for k in range(KERNELS):
-            if k == KERNELS // 2 and gap:
+        for k in range(kernels):
+            if k == kernels // 2 and gap:
                 if gap_name:
                     b.cpu(gap_name, at, gap, cat="user_annotation")
                 for j in range(gap_ops):
@@ -51,7 +52,7 @@ def _loop(path: Path, *, gap_us: float = 0.0, gap_name: str | None = None, kerne
             at += OP_US
         if tail and tail_lost:
             b._corr += 100
-        t0 += STEP_US + gap + tail
+        t0 += step_us + gap + tail
     return b.write(path)
 
 
@@ -102,6 +103,21 @@ def test_a_block_of_many_short_ops_is_named_by_them(tmp_path):
     # (starting at G + 600) lie inside it, 36 of them, 36 x 135 = 4860 us: 81 % of it
     found = _host_work(_loop(tmp_path / "t.json.gz", gap_us=6_000.0, gap_ops=40))
     assert found.evidence["events"][0]["name"] == "36 ops (aten::cat x36): 81 % of it inside them"
+
+
+def test_the_shortest_block_read_is_a_share_of_a_short_step(tmp_path):
+    """A 600-us block is 7.0 % of an 8.6-ms step (16 ops of 500 us, plus it): over 5 % of it
+    (HOST_WORK_MIN_GAP_STEP_SHARE), so it is read though under 1 ms, and priced as the step the surgery measures it
+    to cost. In a 20.6-ms step the same block is 2.9 %; 250 us in the short step 3.0 %: neither is read."""
+    base = K.read_events(_loop(tmp_path / "base.json.gz", kernels=16))
+    out, _ = inject_host_work({0: base}, 600.0, random.Random(3))
+    true_gain = 100.0 * (step_time(out) - step_time({0: base})) / step_time(out)
+    assert true_gain == pytest.approx(100 * 600 / 8_600, abs=0.5)
+    found = _host_work(K.write_events(tmp_path / "injected.json.gz", out[0]))
+    assert found is not None and found.gain_alone_pct == pytest.approx(true_gain, abs=0.5)
+    assert _host_work(_loop(tmp_path / "short.json.gz", gap_us=600.0, kernels=16)) is not None
+    assert _host_work(_loop(tmp_path / "long.json.gz", gap_us=600.0)) is None
+    assert _host_work(_loop(tmp_path / "small.json.gz", gap_us=250.0, kernels=16)) is None
 
 
 def test_no_host_work_while_the_gpu_is_busy_through_it(tmp_path):
