@@ -22,22 +22,31 @@ STEP_US, KERNELS, OP_US = 20_000.0, 40, 500.0
 
 def _loop(path: Path, *, gap_us: float = 0.0, gap_name: str | None = None, kernel_us: float = 40.0,
           sampled: bool = False, gap_step: int | None = None, gap_ops: int = 0, tail_us: float = 0.0,
-          tail_lost: bool = False, kernels: int = KERNELS) -> Path:
+          tail_lost: bool = False, kernels: int = KERNELS, copies: int = 0, copy_bytes: int = 0,
+          copies_every_step: bool = False) -> Path:
     """6 steps of 20 ms: 40 ops (kernels) of 500 us back to back, each launching one kernel of kernel_us (40 us: the GPU
     mostly idle, waiting for the next op); before the 21st op, gap_us of work that launches nothing (inside
     gap_name, or no op at all, or gap_ops short aten::cat ops filling 90 % of it), and the step that much longer; in
     step gap_step only when given. sampled: the runtime calls' correlation ids step by 73, as in a trace that kept 1
     call in 73. tail_us: that long with no op after the last op of step 4 (the window's last: the 6th step is cut),
-    the step that much longer; tail_lost: the calls' ids jump by 100 across it (events lost, not work)."""
+    the step that much longer; tail_lost: the calls' ids jump by 100 across it (events lost, not work). copies:
+    that many blocking device-to-host copies of copy_bytes each (30 us apiece) just before the gap, in its step (in
+    every step with copies_every_step), the step that much longer."""
     b = TraceBuilder()
     t0 = 0.0
     for s in range(6):
         gap = gap_us if gap_step is None or s == gap_step else 0.0
         tail = tail_us if s == 4 else 0.0
-        step_us = kernels * OP_US
+        n_copies = copies if gap or copies_every_step else 0
+        step_us = kernels * OP_US + 30.0 * n_copies
         b.step(s, t0, step_us + gap + tail)
         at = t0
         for k in range(kernels):
+            if k == kernels // 2:
+                for _ in range(n_copies):
+                    b.launch("Memcpy DtoH (Device -> Pageable)", at, at + 5.0, 20.0, cat="gpu_memcpy",
+                             runtime="cudaMemcpyAsync", launch_dur=25.0, bytes=copy_bytes)
+                    at += 30.0
             if k == kernels // 2 and gap:
                 if gap_name:
                     b.cpu(gap_name, at, gap, cat="user_annotation")
@@ -207,6 +216,26 @@ def test_host_work_in_one_step_of_several_is_periodic_work(tmp_path):
     assert "one of the 5 analysed steps" in found.recommendation and "async_save" in found.recommendation
     found = _host_work(_loop(tmp_path / "every.json.gz", gap_us=6_000.0))
     assert found.evidence["metrics"]["steps_with_it"]["value"] == 5 and "async_save" not in found.recommendation
+
+
+def test_periodic_work_after_the_state_is_copied_to_the_host_is_a_checkpoint_save(tmp_path):
+    # the 40-ms block of step 2 after 32 blocking device-to-host copies of 4 MiB (128 MiB, none in the other steps):
+    # a save copying the model's state before it writes it, named so though no op names it
+    d = diagnose(_loop(tmp_path / "save.json.gz", gap_us=40_000.0, gap_step=2, copies=32, copy_bytes=4 * 2**20))
+    found = next(f for f in d.findings if f.kind == "checkpoint_stall")
+    assert found.evidence["metrics"]["copies_to_host_in_that_step"]["value"] == 32
+    assert found.evidence["metrics"]["bytes_to_host_in_that_step"]["value"] == 32 * 4 * 2**20
+    assert "32 device-to-host copies (128 MiB)" in found.recommendation and "async_save" in found.recommendation
+    assert not any(f.kind == "host_work" for f in d.findings)
+    # a gain equal to the periodic host work's without the copies (the same block, the same replay)
+    plain = _host_work(_loop(tmp_path / "plain.json.gz", gap_us=40_000.0, gap_step=2))
+    assert found.gain_alone_pct == pytest.approx(plain.gain_alone_pct, abs=0.2)
+    # not a model's state: 32 copies of 4 KiB (an evaluation's outputs, metrics), 4 of 64 MiB, or as many every step
+    for name, kw in (("small", dict(copies=32, copy_bytes=4096)), ("few", dict(copies=4, copy_bytes=64 * 2**20)),
+                     ("every", dict(copies=32, copy_bytes=4 * 2**20, copies_every_step=True))):
+        kinds = {f.kind for f in diagnose(_loop(tmp_path / f"{name}.json.gz", gap_us=40_000.0, gap_step=2,
+                                                **kw)).findings}
+        assert "host_work" in kinds and "checkpoint_stall" not in kinds, name
 
 
 def test_host_work_after_the_last_launch_of_the_window_is_seen(tmp_path):

@@ -112,6 +112,14 @@ ONE_OFF_HOST_WORK_RECOMMENDATION = (
     "(torch.distributed.checkpoint.async_save, a background thread) or less frequent; profile with "
     "with_stack=True to name it. Its cost per step is its time over the steps between two of them.")
 
+UNNAMED_CHECKPOINT_RECOMMENDATION = (
+    "A synchronous checkpoint save, by what the trace shows of it: host work that launches nothing in one of the {n} "
+    "analysed steps, after {copies} device-to-host copies ({mib:.0f} MiB) in that step, as a save copies the model's "
+    "state to the host before it writes it (the write records no op; with_stack=True would name the save). Save "
+    "asynchronously (torch.distributed.checkpoint.async_save, or a background thread writing a copy staged in pinned "
+    "memory) or less often; an evaluation copying its outputs to the host looks the same: check what that step ran. "
+    "Its cost per step is its time over the steps between two saves.")
+
 # the fix of a kind in a forward-only loop (facts.loop_kind "inference": generation, serving), where a training loop's
 # (log every N steps, fused optimizers, DataLoader workers) does not apply; rules.run_rules puts it in place of the
 # kind's default (a rule's own, more specific fix stays)

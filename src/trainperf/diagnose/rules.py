@@ -28,8 +28,8 @@ from trainperf.diagnose.replay import (BLOCK_COMM, BLOCK_PAGEABLE, BLOCK_SYNC, C
 from trainperf.diagnose.window import covered_length, merge_intervals
 from trainperf.trace.annotate import STEP_RE
 from trainperf.trace.categories import copy_direction
-from trainperf.trace.events import (CPU_OP, ELEMENTWISE, GPU_SYNC, OPTIMIZER, PYTHON, REDUCTION, RUNTIME,
-                                    USER_ANNOTATION)
+from trainperf.trace.events import (CPU_OP, ELEMENTWISE, GPU_SYNC, MEMCPY, OPTIMIZER, PYTHON, REDUCTION,
+                                    RUNTIME, USER_ANNOTATION)
 from trainperf.trace.nesting import outermost, starts_inside, thread_key
 
 Finding = F.Finding
@@ -558,6 +558,14 @@ def _inside_first_call(f: RankFacts, rows: np.ndarray, at_us: np.ndarray) -> np.
 # cases are named by their spans)
 ONE_OFF_MIN_STEPS = 3
 ONE_OFF_SHARE = 0.9
+# ... and a checkpoint save when that step also copied the model's state to the host, as a synchronous save of device
+# tensors does before it writes (torch.save moves each storage to the CPU; DCP stages each shard): at least this many
+# device-to-host copies more than any other analysed step makes (a state dict holds several tensors per layer; a
+# metrics flush or an evaluation's .cpu() makes a few), of at least this many bytes in all where the trace records
+# them (16 MiB: the weights of a model of 4 M fp32 parameters, far below any worth profiling). Stated, not fitted:
+# the corpus's injected saves copy nothing; the file write itself records no op
+CHECKPOINT_MIN_COPIES = 16
+CHECKPOINT_MIN_COPY_BYTES = 16 * 2**20
 
 
 def _sum_by_step(f: RankFacts, starts_us: np.ndarray, idle_us: np.ndarray) -> dict[int, float]:
@@ -627,13 +635,38 @@ def host_work(f: RankFacts) -> Finding | None:
     by_step = _sum_by_step(f, g.start[long] - work[long], starved)
     if by_step:
         metrics["steps_with_it"] = (len(by_step), f"of {len(f.step_times)} steps")
-    found = _make(f, "host_work", metrics, events,
+    one_off = len(f.step_times) >= ONE_OFF_MIN_STEPS and max(by_step.values(), default=0.0) >= ONE_OFF_SHARE * starved.sum()
+    saved = _state_copied_to_host(f, max(by_step, key=by_step.get)) if one_off and f.checkpoint.time_us <= 0 else None
+    if saved is not None:
+        metrics["copies_to_host_in_that_step"] = (saved[0], "count")
+        metrics["bytes_to_host_in_that_step"] = (saved[1], "bytes")
+    found = _make(f, "checkpoint_stall" if saved else "host_work", metrics, events,
                   (Change("remove_host_work", rows=tuple(int(r) for r in g.rows[long])),),
                   "the host work that launches nothing gone from the loop",
                   evidence_pct=f.pct(float(starved.sum())), upper_bound=True)
-    if len(f.step_times) >= ONE_OFF_MIN_STEPS and max(by_step.values(), default=0.0) >= ONE_OFF_SHARE * starved.sum():
+    if saved is not None:
+        found.recommendation = F.UNNAMED_CHECKPOINT_RECOMMENDATION.format(n=len(f.step_times), copies=saved[0],
+                                                                          mib=saved[1] / 2**20)
+    elif one_off:
         found.recommendation = F.ONE_OFF_HOST_WORK_RECOMMENDATION.format(n=len(f.step_times))
     return found
+
+
+def _state_copied_to_host(f: RankFacts, step: int) -> tuple[int, int] | None:
+    """(device-to-host copies, their bytes) of the analysed step `step` when they are a model state's
+    (CHECKPOINT_MIN_COPIES more than any other analysed step, CHECKPOINT_MIN_COPY_BYTES in all where the trace records
+    sizes), else None. A copy belongs to the step its launch is in (EventTable.step)."""
+    t, w = f.table, f.window
+    rows = np.flatnonzero(w.keep & (t.kind == MEMCPY)
+                          & np.isin(t.name, t.ids_matching(lambda s: copy_direction(s) == "DtoH")))
+    steps = t.step[rows]
+    count = int((steps == step).sum())
+    others = max((int((steps == x.step).sum()) for x in f.step_times if x.step != step), default=0)
+    sized = t.nbytes[rows[steps == step]]
+    nbytes = int(sized[sized > 0].sum())
+    if count - others < CHECKPOINT_MIN_COPIES or ((sized > 0).any() and nbytes < CHECKPOINT_MIN_COPY_BYTES):
+        return None
+    return count, nbytes
 
 
 SMALL_KERNEL_COUNT_PCT = 50.0  # small kernels (launch.small_kernel_mask), % of kernels
