@@ -594,6 +594,16 @@ def _call_correlation(f: RankFacts, g: Graph) -> np.ndarray:
     return corr
 
 
+def _drained_at_us(g: Graph, at_us: np.ndarray) -> np.ndarray:
+    """Per time in at_us: when the device work launched before it has all ended (µs; -inf when none was)."""
+    dev = np.flatnonzero(~g.is_host & (g.launch >= 0))
+    launched = g.start[g.launch[dev]]
+    order = np.argsort(launched, kind="stable")
+    ended = np.maximum.accumulate((g.start + g.dur)[dev][order]) if dev.size else np.zeros(0)
+    k = np.searchsorted(launched[order], at_us, side="left")  # launched strictly before
+    return np.where(k > 0, ended[np.maximum(k - 1, 0)] if dev.size else -np.inf, -np.inf)
+
+
 def host_work_min_gap_us(f: RankFacts) -> float:
     """The shortest gap of host work the host_work rule reads (µs): HOST_WORK_MIN_GAP_US, or
     HOST_WORK_MIN_GAP_STEP_SHARE of the mean analysed step where that is less (the whole window is one step
@@ -622,8 +632,12 @@ def host_work(f: RankFacts) -> Finding | None:
     holed = (g.host_prev >= 0) & (corr >= 0) & (corr[prev] >= 0) & (np.abs(corr - corr[prev]) > SAMPLED_IDS_PER_CALL)
     long = np.flatnonzero(g.is_host & (work >= host_work_min_gap_us(f)) & ~holed)
     long = long[~_inside_first_call(f, g.rows[long], g.start[long] - work[long] / 2)]
-    # what it costs is the time the GPU runs dry during it: a gap while long kernels run costs nothing
-    starved = np.minimum(idle_in_spans_us(f.window, g.start[long] - g.host_gap[long], g.start[long]), work[long])
+    # what it costs is the time the GPU runs dry during it: a gap while long kernels run costs nothing, and neither
+    # does device idle before the device has run what was launched before the block ends (work queued and waiting
+    # on something else: another stream, an event), which no host work delays
+    ends = g.start[long]
+    begins = np.maximum(ends - g.host_gap[long], _drained_at_us(g, ends))
+    starved = np.minimum(idle_in_spans_us(f.window, begins, np.maximum(begins, ends)), work[long])
     if f.pct(float(starved.sum())) < HOST_WORK_MIN_PCT:
         return None
     top = long[np.argsort(-starved)[:3]]
