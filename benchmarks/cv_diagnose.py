@@ -76,7 +76,11 @@ class Param:
     name: str
     default: float
     grid: list[float]
-    kind: str = "*"  # the finding kind whose rule reads it; "*" for the severity cut-offs (every kind)
+    kind: str = "*"  # the finding kinds whose rules read it, comma-separated; "*" for the severity cut-offs (every kind)
+
+    def judged_by(self, labeled: set[str]) -> bool:
+        """Whether the corpus has cases of a kind whose rule reads it (every kind for "*")."""
+        return self.kind == "*" or any(k in labeled for k in self.kind.split(","))
 
 
 def _grid(name: str, default: float) -> list[float]:
@@ -98,7 +102,10 @@ def _grid(name: str, default: float) -> list[float]:
 
 def discover_params(speedups: bool = False) -> list[Param]:
     """The tunable constants as they are now in rules.py and findings.py (re-read each run)."""
-    readers = {n: fn.__name__ for fn in (*R.RULES, R.idle_gpu) for n in fn.__code__.co_names}
+    readers: dict[str, str] = {}
+    for fn in (*R.RULES, R.idle_gpu):
+        for n in sorted(_names_read(fn)):
+            readers[n] = f"{readers[n]},{fn.__name__}" if n in readers else fn.__name__
     if _GATE:
         readers.setdefault("STRAGGLER_MIN_WAIT_PCT", "straggler")
     out = []
@@ -110,6 +117,21 @@ def discover_params(speedups: bool = False) -> list[Param]:
     for name in _assigned_numbers(F):  # severity, dismissal and ranking cut-offs: every kind
         out.append(Param(module="findings", name=name, default=getattr(F, name), grid=_grid(name, getattr(F, name))))
     return out
+
+
+def _names_read(fn) -> set[str]:
+    """Global names a rule reads, with those read by the functions of its own module it calls (a threshold a rule
+    reads through a helper, rules.host_work_min_gap_us, is still that rule's)."""
+    seen, todo, names = set(), [fn], set()
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        names |= set(f.__code__.co_names)
+        todo += [g for n in f.__code__.co_names if callable(g := getattr(sys.modules[f.__module__], n, None))
+                 and getattr(g, "__module__", None) == f.__module__ and hasattr(g, "__code__")]
+    return names
 
 
 def _assigned_numbers(module) -> list[str]:
@@ -515,7 +537,7 @@ def run(corpus: Path, sweeps: int, speedups: bool, one_sided: bool, progress: bo
     bases = frozenset(c.result.base for c in cases)
     labeled = {c.result.kind for c in cases} - {"healthy"}
     # a threshold of a kind the corpus has no case of can only be scored by its false findings: one-sided
-    tuned = [p for p in params if (one_sided or p.kind == "*" or p.kind in labeled) and (only is None or p.name in only)]
+    tuned = [p for p in params if (one_sided or p.judged_by(labeled)) and (only is None or p.name in only)]
     finite = [m for m in margins if not math.isinf(m)]
     n_fits = (1 + len(bases) + len(bases) * (len(bases) - 1) // 2) * len(finite)
     with bar() as pb:
@@ -552,7 +574,7 @@ def run(corpus: Path, sweeps: int, speedups: bool, one_sided: bool, progress: bo
     for p in params:
         fv = {f["held_out"]: f["values"][p.name] for f in folds}
         prm.append({"module": p.module, "name": p.name, "kind": p.kind, "tuned": p in tuned,
-                    "one_sided": p.kind not in labeled and p.kind != "*",
+                    "one_sided": not p.judged_by(labeled),
                     "current": p.default, "recommended": tuned_all[p.name],
                     "folds": fv, "folds_agreeing": sum(1 for v in fv.values() if v == tuned_all[p.name]),
                     "fold_range": [min(fv.values()), max(fv.values())] if fv else None,

@@ -37,6 +37,10 @@ def test_params_are_the_constants_rules_py_assigns():
     assert {"HIGH_GAIN_PCT", "MEDIUM_GAIN_PCT"} <= names
     assert all(hasattr(R, n) or hasattr(F, n) for n in names)
     assert not any(n.endswith("_SPEEDUP") for n in names)
+    # a threshold read through a helper is its rule's (host_work_min_gap_us), and every rule reading one is named
+    kinds = {p.name: p.kind.split(",") for p in cv.discover_params()}
+    assert kinds["HOST_WORK_MIN_GAP_US"] == ["host_work"] and "straggler" in kinds["STRAGGLER_HOST_ALPHA"]
+    assert all(k == ["*"] or set(k) <= {fn.__name__ for fn in (*R.RULES, R.idle_gpu)} for k in kinds.values())
 
 
 def test_only_names_thresholds_that_exist(tmp_path, capsys):
