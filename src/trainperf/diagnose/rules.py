@@ -474,7 +474,8 @@ def launch_bound(f: RankFacts) -> Finding | None:
 HOST_WORK_MIN_GAP_US = 1000.0
 # ... or this share of a step, where that is less: 1 ms is 1 % of a 100-ms step but 10 % of a 10-ms one (a decode
 # step, a small model's training step), where work half as long already costs what a 1-ms gap costs a 100-ms step.
-# 5 %: twice the longest gap of MI250's healthy 9.3-ms step (251 µs, 2.7 %); cross-validated (docs/benchmarks.md).
+# 5 %: twice the longest gap of MI250's healthy 9.3-ms step (251 µs, 2.7 %). Stated: every cross-validation fold
+# kept it, but only that one short-step base reacts to it, so no fold validates it across bases (docs/benchmarks.md).
 # Never under 100 µs: the Python glue between two ops takes tens of µs whatever the step (a 200-µs step's 16-µs gaps
 # are dispatch, not work)
 HOST_WORK_MIN_GAP_STEP_SHARE = 0.05
@@ -485,7 +486,8 @@ HOST_WORK_MIN_GAP_FLOOR_US = 100.0
 # (DATALOADER_MIN_PCT, HOST_SYNC_MIN_PCT): host work is what is left of the host chain once they and launch_bound
 # are named, unnamed, so under it the evidence is too thin to act on. Cross-validated (leave one base out, the
 # host_work thresholds alone, 2026-12-04): 6 of 8 folds moved it from 1 to 2.8 (plateau 2.5-3.9), out-of-sample
-# host_work precision 0.21 -> 0.26 at the same recall (0.92) and top-1 (docs/benchmarks.md)
+# host_work precision 0.21 -> 0.26 at the same recall (0.92) and top-1; at 3, 8 of 8 folds kept it (2.5-3.7)
+# (docs/benchmarks.md)
 HOST_WORK_MIN_PCT = 3.0
 
 
