@@ -621,7 +621,8 @@ def host_work(f: RankFacts) -> Finding | None:
     and the usual dispatch before it); this is the rest of the host chain, in gaps of at least host_work_min_gap_us
     beyond that dispatch (replay.host_work_us). Priced as that work gone from the training loop (moved
     to another thread or process, done less often, or onto the device): an upper bound. Not on a sampled or filtered
-    trace, whose host gaps are missing events (evidence.is_sampled)."""
+    trace, whose host gaps are missing events (evidence.is_sampled). Work in one step of several after that step
+    copied a model's state to the host (_state_copied_to_host) is a checkpoint save no span names: checkpoint_stall."""
     if not f.has_gpu or is_sampled(f):
         return None
     g = f.graph
