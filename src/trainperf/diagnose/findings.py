@@ -442,12 +442,12 @@ def in_rank_order(found: list[Finding]) -> list[Finding]:
     bases with a medium cost of their own now rank after it, as their untouched twins do: top-1 against the labels
     0.930 -> 0.828, against the twin 0.977 both; docs/benchmarks.md.)"""
     ranked = sorted(found, key=rank_key)
-    high = [k for k, f in enumerate(ranked) if f.severity in ("high", "medium")]
-    if not high:
+    rated = [k for k, f in enumerate(ranked) if f.severity in ("high", "medium")]
+    if not rated:
         return ranked
-    low_stalls = [f for f in ranked[:high[-1]] if f.severity == "low" and rank_key(f)[0] == 0]
+    low_stalls = [f for f in ranked[:rated[-1]] if f.severity == "low" and rank_key(f)[0] == 0]
     rest = [f for f in ranked if all(f is not x for x in low_stalls)]
-    at = next(k for k, f in enumerate(rest) if f is ranked[high[-1]]) + 1
+    at = next(k for k, f in enumerate(rest) if f is ranked[rated[-1]]) + 1
     return rest[:at] + low_stalls + rest[at:]
 
 

@@ -599,11 +599,13 @@ def _call_correlation(f: RankFacts, g: Graph) -> np.ndarray:
 def _drained_at_us(g: Graph, at_us: np.ndarray) -> np.ndarray:
     """Per time in at_us: when the device work launched before it has all ended (µs; -inf when none was)."""
     dev = np.flatnonzero(~g.is_host & (g.launch >= 0))
+    if not dev.size:
+        return np.full(np.shape(at_us), -np.inf)
     launched = g.start[g.launch[dev]]
     order = np.argsort(launched, kind="stable")
-    ended = np.maximum.accumulate((g.start + g.dur)[dev][order]) if dev.size else np.zeros(0)
+    ended = np.maximum.accumulate((g.start + g.dur)[dev][order])
     k = np.searchsorted(launched[order], at_us, side="left")  # launched strictly before
-    return np.where(k > 0, ended[np.maximum(k - 1, 0)] if dev.size else -np.inf, -np.inf)
+    return np.where(k > 0, ended[np.maximum(k - 1, 0)], -np.inf)
 
 
 def host_work_min_gap_us(f: RankFacts) -> float:
