@@ -95,6 +95,15 @@ HOST_TO_DEVICE_SYNC_RECOMMENDATION = (
     "memory (DataLoader(pin_memory=True)) with .to(device, non_blocking=True), and prefetch the next batch on a side "
     "stream (a CUDA stream and an event per batch) so that the copy overlaps the step before. For the other syncs:")
 
+# host_sync when most of the host's blocking is in kernel launches that each waited for their own kernel
+# (replay.synchronous_launches)
+SYNCHRONOUS_LAUNCH_RECOMMENDATION = (
+    "{pct:.0f} % of the host's blocking is in kernel launches that each return only after their own kernel has run: "
+    "launches are synchronous, as CUDA_LAUNCH_BLOCKING=1 makes them (HIP_LAUNCH_BLOCKING=1 or AMD_SERIALIZE_KERNEL=3 "
+    "on ROCm), a debugging setting. Unset it in the job's environment (the launcher, the container, a shell profile) "
+    "so that the host queues work ahead of the GPU, then profile again: every other host-bound figure of this trace "
+    "is inflated by it.")
+
 # straggler when the ranks exchange mostly point-to-point (pipeline stages): a stage that computes longer than
 # the others is an unequal split of the layers, not a faulty machine; every other stage idles for it each micro-batch
 STRAGGLER_STAGE_RECOMMENDATION = (

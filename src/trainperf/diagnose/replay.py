@@ -484,6 +484,49 @@ def _typical_call_us(dur: np.ndarray, n_anchors: int, n_h: int, may_wait: np.nda
     return float(np.median(dur[pick])) if pick.size else 0.0
 
 
+# A kernel launch call that returned only after its kernel ended (within a copy call's return, COPY_RETURN_US /
+# COPY_RETURN_SHARE), having spent more than TOL_US and at least half its time with the kernel running, waited for
+# it: launches made synchronous (CUDA_LAUNCH_BLOCKING=1, HIP_LAUNCH_BLOCKING=1, AMD_SERIALIZE_KERNEL=3, a debugging
+# setting left on). A setting of the process, so read only when at least this share of the launches whose kernels ran
+# long enough to show it (>= 2 TOL_US) did: an asynchronous launch's kernel ends inside its call only by chance (a slow
+# call of a short kernel on an idle device), and a launch that waits for a free slot in a full queue returns before
+# its own kernel starts. A majority, stated, not fitted (no labeled case has synchronous launches)
+SYNC_LAUNCH_MIN_SHARE = 0.5
+
+
+def synchronous_launches(start: np.ndarray, end: np.ndarray, launch: np.ndarray,
+                         kernels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per node (µs times): the kernel node a launch call waited for (its last-ending kernel, SYNC_LAUNCH_MIN_SHARE
+    of the long kernels' launches waiting so), -1 for every node when launches are asynchronous; and each such
+    call's own cost, its time outside the wait (before its first kernel started, after its last ended; µs)."""
+    n = start.size
+    waited = np.full(n, -1)
+    own = np.zeros(n)
+    kernels = kernels[launch[kernels] >= 0]
+    if not kernels.size:
+        return waited, own
+    calls = launch[kernels]
+    last = np.full(n, -1)
+    first_start = np.full(n, np.inf)
+    for k in kernels[np.argsort(end[kernels], kind="stable")]:  # the last-ending kernel of each call wins
+        last[launch[k]] = k
+    np.minimum.at(first_start, calls, start[kernels])
+    L = np.unique(calls)
+    k = last[L]
+    ran_from = np.maximum(start[L], first_start[L])
+    wait = np.maximum(end[k] - ran_from, 0.0)
+    call = end[L] - start[L]
+    returned = end[L] - end[k]
+    synchronous = (returned >= 0) & (returned <= np.maximum(COPY_RETURN_US, COPY_RETURN_SHARE * call)) \
+        & (wait > TOL_US) & (wait >= 0.5 * call)
+    long = end[k] - first_start[L] >= 2 * TOL_US
+    if not long.any() or (synchronous & long).sum() < SYNC_LAUNCH_MIN_SHARE * long.sum():
+        return waited, own
+    waited[L[synchronous]] = k[synchronous]
+    own[L[synchronous]] = (call - wait)[synchronous]
+    return waited, own
+
+
 def _launch_groups(thread_orders: list[np.ndarray], kernel_launch: np.ndarray, n: int) -> np.ndarray:
     """Per node, the kernel-launch node that closes its stretch of host calls: the next launch at or after it
     on its thread (a launch closes its own), -1 after a thread's last launch and for device nodes."""
@@ -704,7 +747,8 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     is_sync_api[:n_h] = np.isin(host_names, t.ids_matching(SYNC_RUNTIME_RE.search))
     is_copy_call = np.zeros(n, bool)
     is_copy_call[:n_h] = np.isin(host_names, t.ids_matching(MEMCPY_RUNTIME_RE.search))
-    typical = _typical_call_us(dur, anchors.size, n_h, is_sync_api | is_copy_call)
+    waited_kernel, own_us = synchronous_launches(start, end, launch, dev_idx[t.kind[dev_rows] == KERNEL])
+    typical = _typical_call_us(dur, anchors.size, n_h, is_sync_api | is_copy_call | (waited_kernel >= 0))
     for i in dev_idx[(t.kind[dev_rows] == MEMCPY) & has_launch[n_h:]]:
         L = launch[i]
         # the call waited for its copy: it returned right after the copy ended, and took longer than a call does.
@@ -717,6 +761,10 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
             sync_on_nc[L] = i
             sync_base[L] = min(dur[L], typical)
             block[L] = BLOCK_PAGEABLE if from_pageable_to_device(cname) else BLOCK_SYNC
+    for L in np.flatnonzero(waited_kernel >= 0):  # launches made synchronous: each waits for its own kernel
+        sync_on[L] = sync_on_nc[L] = waited_kernel[L]
+        sync_base[L] = own_us[L]
+        block[L] = BLOCK_SYNC
     launched = dev_idx[launch[dev_idx] >= 0]
     if launched.size:
         # what a synchronize call waited for: the device event launched before it that ended last while it

@@ -134,11 +134,19 @@ def host_sync(f: RankFacts) -> Finding | None:
                                  "gain_pct": round(s.gain_pct, 2)} for s in f.sync_sites[:5]]
     to_device = _blocked_on_host_to_device_share(f, np.flatnonzero(blocked))
     x.evidence["metrics"]["waiting_for_host_to_device_copies"] = {"value": round(100.0 * to_device, 3), "unit": "%"}
-    if to_device >= HOST_TO_DEVICE_SYNC_SHARE:
+    launches = blocked & g.kernel_launch  # launches that waited for their own kernel (replay.synchronous_launches)
+    in_launches = float(g.blocking_us[launches].sum()) / max(float(g.blocking_us[blocked].sum()), 1e-9)
+    x.evidence["metrics"]["launches_waiting_for_their_kernel"] = {"value": int(launches.sum()), "unit": "count"}
+    if in_launches >= SYNCHRONOUS_LAUNCH_SHARE:
+        x.recommendation = F.SYNCHRONOUS_LAUNCH_RECOMMENDATION.format(pct=100.0 * in_launches)
+    elif to_device >= HOST_TO_DEVICE_SYNC_SHARE:
         x.recommendation = F.HOST_TO_DEVICE_SYNC_RECOMMENDATION.format(pct=100.0 * to_device) + " " + x.recommendation
     return x
 
 
+# the share of the host's blocking in launches that waited for their own kernel from which the fix is to make launches
+# asynchronous again (F.SYNCHRONOUS_LAUNCH_RECOMMENDATION) instead of removing reads: a majority, stated, not fitted
+SYNCHRONOUS_LAUNCH_SHARE = 0.5
 # the share of the host's blocking in waits for its own host-to-device copies from which the fix names them first: a
 # quarter, stated, not fitted (no labeled case has them; the corpus's syncs are reads back to the host). Below it the
 # copies are a detail of the reads' fix; a sync per step after a 2-ms input copy, then a 3.3-ms read of the loss, is 38 %

@@ -1,0 +1,67 @@
+"""Launches made synchronous (CUDA_LAUNCH_BLOCKING=1): each call returns only after its own kernel has run. A host
+sync at every launch, priced by the idle it causes (replay), worked by hand; asynchronous launches are not one."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from kineto_builder import TraceBuilder  # noqa: E402
+
+from trainperf.diagnose.api import diagnose  # noqa: E402
+
+GEMM = "ampere_bf16_s16816gemm_bf16_128x128_tn"
+
+
+def _steps(path: Path, *, call_us, kernel_at, kernel_us, every_us, synchronous=lambda i: True) -> Path:
+    """Three 560-µs steps of five aten::mm ops, one every `every_us` from T+1; each launch call lasts call_us (or
+    8 µs where synchronous(i) is false) and its kernel runs kernel_us from kernel_at after the call's start."""
+    b = TraceBuilder()
+    for s in range(3):
+        T = 560.0 * s
+        b.step(s, T, 560)
+        for i in range(5):
+            at = T + 1 + every_us * i
+            b.cpu("aten::mm", at - 1, every_us)
+            b.launch(GEMM, at, at + kernel_at, kernel_us, launch_dur=call_us if synchronous(i) else 8.0)
+    return b.write(path)
+
+
+def test_launches_that_wait_for_their_kernel_are_a_host_sync(tmp_path):
+    # each call [L, L+108) waits for its kernel [L+5, L+105): 100 us of its 108 with the kernel running, it
+    # returns 3 us after it. Launched asynchronously the call costs the other 8 us: the host issues a step's five
+    # launches in 50 us and the kernels run back to back. The analysed window is steps 0-1 (0 .. 1120 us); the
+    # first kernel starts at 1 + 5 and ten 100-us kernels end at 1006: gain 1120 - 1006 = 114 us, 10.18 %
+    d = diagnose(_steps(tmp_path / "s.json.gz", call_us=108, kernel_at=5, kernel_us=100, every_us=110))
+    f = next(x for x in d.findings if x.kind == "host_sync")
+    assert f.gain_us == pytest.approx(114) and f.gain_pct == pytest.approx(100 * 114 / 1120, abs=0.01)
+    m = f.evidence["metrics"]
+    assert m["launches_waiting_for_their_kernel"]["value"] == 10
+    assert m["sync_blocking_time"]["value"] == pytest.approx(10 * 100)  # each call beyond its own 8 us
+    assert "CUDA_LAUNCH_BLOCKING" in f.recommendation
+    assert [c["site"] for c in f.evidence["call_sites"]] == ["aten::mm"]
+
+
+def test_asynchronous_launches_are_not_a_sync(tmp_path):
+    # the same kernels launched by 8-us calls that return before their kernel starts; and a full launch queue (a
+    # GPU-bound loop): 108-us calls that wait for a free slot while earlier kernels run, their own kernel starting
+    # only after they return
+    for name, call, at in (("async", 8, 5), ("queue", 108, 200)):
+        d = diagnose(_steps(tmp_path / f"{name}.json.gz", call_us=call, kernel_at=at, kernel_us=100, every_us=110))
+        assert not any(x.kind == "host_sync" for x in d.findings), name
+
+
+def test_a_short_kernel_inside_a_slow_call_is_chance(tmp_path):
+    # 22-us calls on an idle device whose 10-us kernels run from 4 us after the call's start and end 8 us before it
+    # returns: more than TOL_US with the kernel running, but not half the call
+    d = diagnose(_steps(tmp_path / "c.json.gz", call_us=22, kernel_at=4, kernel_us=10, every_us=110))
+    assert not any(x.kind == "host_sync" for x in d.findings)
+
+
+def test_a_minority_of_waiting_launches_is_not_the_setting(tmp_path):
+    # one launch in five returns after its kernel (an allocator call inside it, a slow driver moment): launch
+    # blocking is a setting of the process, true of every launch, so a minority is not it
+    d = diagnose(_steps(tmp_path / "m.json.gz", call_us=108, kernel_at=5, kernel_us=100, every_us=110,
+                        synchronous=lambda i: i == 2))
+    assert not any(x.kind == "host_sync" for x in d.findings)
