@@ -70,6 +70,18 @@ def test_missing_gpu_activity_and_truncated_window(tmp_path):
     assert all(f.confidence == "medium" for f in d.findings)
 
 
+def test_a_trace_of_gpu_activity_only_is_not_truncated(tmp_path):
+    # profiled with activities=[ProfilerActivity.CUDA]: the kernels' correlation ids point at launches never recorded;
+    # nothing was cut off, the host's side is missing
+    b = TraceBuilder()
+    for i in range(10):
+        b.launch("ampere_sgemm_128x64_tn", 10 * i, 20 + 100 * i, 100)
+    b.events = [e for e in b.events if e["cat"] != "cuda_runtime"]
+    notes = " ".join(diagnose(b.write(tmp_path / "g.json.gz")).notes)
+    assert "GPU activity only" in notes and "ProfilerActivity.CPU" in notes
+    assert "truncated" not in notes
+
+
 def test_clock_offsets_between_ranks_lower_cross_rank_findings(tmp_path):
     # rank 1's clock runs 5 ms ahead and its collective ends disagree with rank 0's by 0 / 400 / 0 / 400 us:
     # the alignment spreads 400 us (IQR) > 50 us -> a note, and cross-rank findings are medium

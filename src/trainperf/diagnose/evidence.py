@@ -77,7 +77,15 @@ def rank_caveats(f: RankFacts) -> list[Caveat]:
     # they cannot show a launch cut off by the profile's start (87 % of an MTIA trace read "truncated")
     dev = np.flatnonzero(t.on_device & (t.correlation >= 0))
     unlaunched = 100.0 * float((link[dev] < 0).mean()) if dev.size else 0.0
-    if unlaunched > UNLAUNCHED_PCT:
+    if dev.size and not (t.kind == RUNTIME).any():
+        # no runtime call anywhere (profiled with activities=[ProfilerActivity.CUDA] only): nothing is truncated,
+        # the host's side was never recorded, so no host-bound kind can be found, only the device timeline's
+        out.append(Caveat(note="the trace records GPU activity only (no host call: profiled without "
+                               "ProfilerActivity.CPU): launches, host waits and syncs cannot be seen, so no host-bound "
+                               "finding can be made and the GPU's idle time stays unexplained; profile with "
+                               "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]", confidence="low",
+                          kinds=HOST_TIME_KINDS))
+    elif unlaunched > UNLAUNCHED_PCT:
         out.append(Caveat(note=f"{unlaunched:.0f}% of GPU events have no launch in the trace (the window is "
                                "truncated: it starts or ends mid-step)", confidence="medium"))
     elif not dev.size and not launches.size:
