@@ -14,9 +14,11 @@ from trainperf.diagnose.api import diagnose  # noqa: E402
 GEMM = "ampere_bf16_s16816gemm_bf16_128x128_tn"
 
 
-def _steps(path: Path, *, call_us, kernel_at, kernel_us, every_us, synchronous=lambda i: True) -> Path:
+def _steps(path: Path, *, call_us, kernel_at, kernel_us, every_us, synchronous=lambda i: True,
+           short=lambda i: False) -> Path:
     """Three 560-µs steps of five aten::mm ops, one every `every_us` from T+1; each launch call lasts call_us (or
-    8 µs where synchronous(i) is false) and its kernel runs kernel_us from kernel_at after the call's start."""
+    8 µs where synchronous(i) is false) and its kernel runs kernel_us from kernel_at after the call's start; where
+    short(i), a 12-us kernel in a 25-us call instead (synchronous too: it returns 8 us after its kernel)."""
     b = TraceBuilder()
     for s in range(3):
         T = 560.0 * s
@@ -24,7 +26,10 @@ def _steps(path: Path, *, call_us, kernel_at, kernel_us, every_us, synchronous=l
         for i in range(5):
             at = T + 1 + every_us * i
             b.cpu("aten::mm", at - 1, every_us)
-            b.launch(GEMM, at, at + kernel_at, kernel_us, launch_dur=call_us if synchronous(i) else 8.0)
+            if short(i):
+                b.launch(GEMM, at, at + 5, 12, launch_dur=25)
+            else:
+                b.launch(GEMM, at, at + kernel_at, kernel_us, launch_dur=call_us if synchronous(i) else 8.0)
     return b.write(path)
 
 
@@ -65,3 +70,14 @@ def test_a_minority_of_waiting_launches_is_not_the_setting(tmp_path):
     d = diagnose(_steps(tmp_path / "m.json.gz", call_us=108, kernel_at=5, kernel_us=100, every_us=110,
                         synchronous=lambda i: i == 2))
     assert not any(x.kind == "host_sync" for x in d.findings)
+
+
+def test_short_kernels_do_not_hide_the_setting(tmp_path):
+    # three launches in five are of 12-us kernels whose 25-us calls return 8 us after them: synchronous, but 12 us of
+    # 25 is under half the call, as asynchronous chance could be; they show nothing either way and the two 100-us
+    # launches decide
+    d = diagnose(_steps(tmp_path / "k.json.gz", call_us=108, kernel_at=5, kernel_us=100, every_us=110,
+                        short=lambda i: i < 3))
+    f = next(x for x in d.findings if x.kind == "host_sync")
+    assert f.evidence["metrics"]["launches_waiting_for_their_kernel"]["value"] == 4  # 2 per analysed step
+    assert "CUDA_LAUNCH_BLOCKING" in f.recommendation
