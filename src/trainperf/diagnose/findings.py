@@ -98,11 +98,18 @@ HOST_TO_DEVICE_SYNC_RECOMMENDATION = (
 # host_sync when most of the host's blocking is in kernel launches that each waited for their own kernel
 # (replay.synchronous_launches)
 SYNCHRONOUS_LAUNCH_RECOMMENDATION = (
-    "{pct:.0f} % of the host's blocking is in kernel launches that each return only after their own kernel has run: "
-    "launches are synchronous, as CUDA_LAUNCH_BLOCKING=1 makes them (HIP_LAUNCH_BLOCKING=1 or AMD_SERIALIZE_KERNEL=3 "
-    "on ROCm), a debugging setting. Unset it in the job's environment (the launcher, the container, a shell profile) "
-    "so that the host queues work ahead of the GPU, then profile again: every other host-bound figure of this trace "
-    "is inflated by it.")
+    "{pct:.0f} % of the host's blocking is in kernel launches ({calls}) that each return only after their own kernel "
+    "has run: launches are synchronous. {setting} Then the host queues work ahead of the device; profile again: every "
+    "other host-bound figure of this trace is inflated by it.")
+# the setting that makes them so, by the runtime the launch calls belong to (their names' prefix)
+SYNCHRONOUS_LAUNCH_SETTINGS = {
+    "cu": "CUDA_LAUNCH_BLOCKING=1 makes them so, a debugging setting: unset it in the job's environment (the "
+          "launcher, the container, a shell profile).",
+    "hip": "HIP_LAUNCH_BLOCKING=1 or AMD_SERIALIZE_KERNEL=3 makes them so, debugging settings: unset them in the job's "
+           "environment (the launcher, the container, a shell profile).",
+    "": "This device's runtime submits each job and waits for it: look for its synchronous or debugging mode (on "
+        "NVIDIA CUDA_LAUNCH_BLOCKING=1, on ROCm HIP_LAUNCH_BLOCKING=1), or for an asynchronous submission path.",
+}
 
 # straggler when the ranks exchange mostly point-to-point (pipeline stages): a stage that computes longer than
 # the others is an unequal split of the layers, not a faulty machine; every other stage idles for it each micro-batch

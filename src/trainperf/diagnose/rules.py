@@ -138,7 +138,10 @@ def host_sync(f: RankFacts) -> Finding | None:
     in_launches = float(g.blocking_us[launches].sum()) / max(float(g.blocking_us[blocked].sum()), 1e-9)
     x.evidence["metrics"]["launches_waiting_for_their_kernel"] = {"value": int(launches.sum()), "unit": "count"}
     if in_launches >= SYNCHRONOUS_LAUNCH_SHARE:
-        x.recommendation = F.SYNCHRONOUS_LAUNCH_RECOMMENDATION.format(pct=100.0 * in_launches)
+        names = sorted({g.names[int(f.table.name[r])] for r in g.rows[launches]})
+        runtime = next((p for p in ("hip", "cu") if all(n.startswith(p) for n in names)), "")
+        x.recommendation = F.SYNCHRONOUS_LAUNCH_RECOMMENDATION.format(
+            pct=100.0 * in_launches, calls=", ".join(names[:3]), setting=F.SYNCHRONOUS_LAUNCH_SETTINGS[runtime])
     elif to_device >= HOST_TO_DEVICE_SYNC_SHARE:
         x.recommendation = F.HOST_TO_DEVICE_SYNC_RECOMMENDATION.format(pct=100.0 * to_device) + " " + x.recommendation
     return x
