@@ -211,3 +211,19 @@ def test_transfer_rate_against_the_link_by_hand(tmp_path):
     assert rate.busbw_gbps == pytest.approx(3 * (1 << 26) / 1500e3)
     # no catalog device: no rate
     assert transfer_rate(t, groups, None, None) is None
+
+
+def test_collectives_of_a_handful_of_values_do_not_rate_the_link(tmp_path):
+    # the three 16-Mi-float all-reduces above, and two of one float (a barrier, a loss average) each taking 3000 us,
+    # nearly all of it waiting for the other rank: their 4 bytes say nothing of the link's rate, so the rate is the
+    # large ones' alone (26.5 % of the time taken), not one dragged down by 6 ms that moved 8 bytes
+    from trainperf.diagnose.collectives import transfer_rate
+    from trainperf.diagnose.crossrank import group_collective_rows
+    from trainperf.trace.events import COMMUNICATION, KERNEL
+
+    t = read_kineto(_rank(0, 0.0, [(100, 1000, 1 << 24), (2000, 600, 1 << 24), (3000, 2000, 1 << 24),
+                                   (6000, 3000, 1), (10000, 3000, 1)]).write(tmp_path / "r.json.gz"))
+    rows = np.flatnonzero((t.category == COMMUNICATION) & (t.kind == KERNEL))
+    rate = transfer_rate(t, group_collective_rows(t, rows), None, get_accelerator("h100-sxm"))
+    assert rate.sized_count == 3
+    assert rate.link_share == pytest.approx((10 + (1 << 26) / 450e3) / 600)

@@ -15,7 +15,8 @@ GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
 STEP_US = 4040.0
 
 
-def _moe_trace(path: Path, dispatch: str, combine: str, backward: bool | str = False, ops: bool = True) -> Path:
+def _moe_trace(path: Path, dispatch: str, combine: str, backward: bool | str = False, ops: bool = True,
+               comm_args: dict | None = None, comm_inside: str = "") -> Path:
     # one MoE layer per 4040-us step T: host launches at T, T+5, .., T+20, then cudaStreamSynchronize [T+25, T+4035)
     # (the loss read). Device: attention GEMM [T+30, +1000) on stream 7; dispatch [T+1030, +1000) on DeepEP's
     # stream 30; expert GEMM [T+2030, +1000) (waits for the dispatch); combine [T+3030, +500) on stream 30; output
@@ -23,7 +24,8 @@ def _moe_trace(path: Path, dispatch: str, combine: str, backward: bool | str = F
     # node [T, T+25) (as DDP's reducer launches its all-reduces, from hooks inside the nodes); "engine": from the
     # autograd engine's thread (2) after its node [T-20, T-10) ended (FSDP's end-of-backward callback), while the
     # training thread (1) runs an op of its own [T-30, T-25); else (the forward) inside an aten::linear [T, T+25), and
-    # without ops (a profile of CUDA activity only) inside none
+    # without ops (a profile of CUDA activity only) inside none. comm_args: the communication kernels' args (message
+    # sizes); comm_inside: an op [T+4, T+16) around their launches (at T+5 and T+15)
     b = TraceBuilder()
     for s in range(4):
         T = STEP_US * s
@@ -35,10 +37,13 @@ def _moe_trace(path: Path, dispatch: str, combine: str, backward: bool | str = F
             b.cpu("aten::add", T - 30, 5)
         elif ops:
             b.cpu("aten::linear", T, 25)
+        if comm_inside:
+            b.cpu(comm_inside, T + 4, 12)
         for i, (name, start, dur, stream) in enumerate(((GEMM, 30, 1000, 7), (dispatch, 1030, 1000, 30),
                                                          (GEMM, 2030, 1000, 7), (combine, 3030, 500, 30),
                                                          (GEMM, 3530, 500, 7))):
-            b.launch(name, T + 5 * i, T + start, dur, stream=stream, tid=2 if backward == "engine" else 1)
+            b.launch(name, T + 5 * i, T + start, dur, stream=stream, tid=2 if backward == "engine" else 1,
+                     **(comm_args or {} if stream == 30 else {}))
         b.cpu("cudaStreamSynchronize", T + 25, 4010, cat="cuda_runtime")
     return b.write(path)
 
@@ -84,6 +89,26 @@ def test_exposed_all_reduce_in_the_forward_gets_tensor_parallel_fixes(tmp_path):
     # all-reduces run in the forward
     f = diagnose(_moe_trace(tmp_path / "cuda.json.gz", ar, ar, ops=False)).findings[0]
     assert f.evidence["metrics"]["forward_all_reduce_share"]["value"] == 0.0 and "bucket" in f.recommendation
+
+
+def test_all_reduces_of_a_handful_of_values_are_not_tensor_parallelism(tmp_path):
+    # the forward's all-reduces of one float (a barrier, a loss or metric average, a gradient norm): no layer's
+    # activations are 4 bytes. Same gain; the fix is about waiting for the slowest rank, not tensor parallelism's
+    ar = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)"
+    one = {"In msg nelems": 1, "Out msg nelems": 1, "dtype": "Float", "Group size": 8}
+    f = diagnose(_moe_trace(tmp_path / "s.json.gz", ar, ar, comm_args=one)).findings[0]
+    m = f.evidence["metrics"]
+    assert f.kind == "exposed_comm" and f.gain_pct == pytest.approx(100 * 1500 / STEP_US, abs=0.2)
+    assert m["forward_all_reduce_share"]["value"] == 0.0 and m["scalar_collectives_share"]["value"] == 100.0
+    assert "barrier" in f.recommendation and "tensor parallel" not in f.recommendation
+    # 1 Mi floats (4 MiB: a layer's output) stay tensor parallelism's
+    big = dict(one, **{"In msg nelems": 1 << 20, "Out msg nelems": 1 << 20})
+    f = diagnose(_moe_trace(tmp_path / "b.json.gz", ar, ar, comm_args=big)).findings[0]
+    assert f.evidence["metrics"]["forward_all_reduce_share"]["value"] == pytest.approx(100.0)
+    assert f.evidence["metrics"]["scalar_collectives_share"]["value"] == 0.0 and "tensor parallel" in f.recommendation
+    # without sizes (PyTorch < 2.1), launched inside dist.barrier() (c10d::barrier): a barrier's
+    f = diagnose(_moe_trace(tmp_path / "n.json.gz", ar, ar, comm_inside="c10d::barrier")).findings[0]
+    assert f.evidence["metrics"]["scalar_collectives_share"]["value"] == 100.0 and "barrier" in f.recommendation
 
 
 def test_exposed_all_gather_and_reduce_scatter_get_sharded_data_parallel_fixes(tmp_path):

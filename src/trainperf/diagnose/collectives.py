@@ -85,6 +85,27 @@ def comm_args(t: EventTable | str | Path) -> dict[int, CommArgs]:
     return out
 
 
+# A collective of a handful of values: a barrier's one element (dist.barrier is an all-reduce of one), a loss or metric
+# averaged across ranks, a gradient norm, an overflow flag. Its time is latency and the wait for the slowest rank, not
+# bandwidth, and it carries no layer's activations (one token's at a hidden size of 1,024 in bf16 is 2 KiB) nor any
+# gradient bucket. Stated, not fitted
+SCALAR_COLLECTIVE_MAX_BYTES = 1024
+BARRIER_RE = re.compile(r"barrier", re.I)  # c10d::barrier, nccl:all_reduce_barrier (PyTorch >= 2.6), gloo:barrier
+
+
+def scalar_collective_rows(t: EventTable, groups: dict[str, np.ndarray], sizes: dict[int, CommArgs],
+                           barrier_rows: np.ndarray) -> np.ndarray:
+    """The collective kernel rows of `groups` (crossrank.collective_rows) that carry a handful of values: of a known
+    message size (sizes: comm_args) <= SCALAR_COLLECTIVE_MAX_BYTES, or launched inside a barrier (barrier_rows: the
+    device rows launched inside BARRIER_RE spans) where the trace records no size."""
+    rows = np.concatenate([r for r in groups.values()] or [np.zeros(0, np.int64)]).astype(np.int64)
+    if not rows.size:
+        return rows
+    small = np.array([(a := sizes.get(int(c))) is not None and 0 < a.nbytes <= SCALAR_COLLECTIVE_MAX_BYTES
+                      for c in t.correlation[rows]], dtype=bool)
+    return rows[small | np.isin(rows, barrier_rows)]
+
+
 @dataclass(kw_only=True)
 class Collective:
     """One collective as every rank of the trace saw it (times µs, rank clocks aligned)."""
@@ -239,7 +260,7 @@ class TransferRate:
 
 
 def transfer_rate(t: EventTable, groups: dict[str, np.ndarray], wait_us: dict[int, float] | None,
-                  accelerator) -> TransferRate | None:
+                  accelerator, sizes: dict[int, CommArgs] | None = None) -> TransferRate | None:
     """The transfer rate of a rank's collectives (groups: crossrank.collective_rows, "<pg>/<collective>" -> rows;
     wait_us: trace row -> µs the kernel waited for another rank, from the matched ranks; None with one rank's trace).
 
@@ -247,17 +268,19 @@ def transfer_rate(t: EventTable, groups: dict[str, np.ndarray], wait_us: dict[in
     its group, kind and size: waiting only adds time, so with one rank's trace the fastest of N repeats is the
     transfer of one whose partners had arrived. Compared with the time the bytes take at the link's rate (NCCL's
     bus bandwidth convention: bus_factor; the scale-up link within a node, else the scale-out NIC: _link) plus
-    COLLECTIVE_LATENCY_US. None without message sizes (PyTorch < 2.1) or a catalog device."""
+    COLLECTIVE_LATENCY_US. Collectives of a handful of values (SCALAR_COLLECTIVE_MAX_BYTES) are left out: they measure
+    latency and waiting, not the link. None without message sizes (PyTorch < 2.1) or a catalog device. sizes: comm_args
+    of t, when the caller has them."""
     if accelerator is None:
         return None
-    sizes = comm_args(t)
+    sizes = comm_args(t) if sizes is None else sizes
     fastest: dict[tuple, float] = {}
     members: list[tuple[tuple, float, float, str, bool]] = []  # (class, bus bytes, link GB/s, link, LL protocol)
     for key, rows in groups.items():
         kind = key.rsplit("/", 1)[-1]
         for r in rows:
             a = sizes.get(int(t.correlation[r]))
-            if a is None or a.group_size <= 1 or not a.nbytes:
+            if a is None or a.group_size <= 1 or a.nbytes <= SCALAR_COLLECTIVE_MAX_BYTES:
                 continue
             link_gbps, link = _link(accelerator, a.group_ranks, a.group_size)
             if not link_gbps:

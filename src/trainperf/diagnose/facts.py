@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainperf.diagnose.autograd_links import backward_node_mask
-from trainperf.diagnose.collectives import TransferRate, transfer_rate
+from trainperf.diagnose.collectives import (BARRIER_RE, TransferRate, comm_args, scalar_collective_rows,
+                                          transfer_rate)
 from trainperf.diagnose.crossrank import P2P_KIND, collective_rows, compute_per_step, host_step_waits
 from trainperf.diagnose.gpu_time import (CategoryTime, IdleSplit, Overlap, TemporalBreakdown, comm_comp_overlap,
                                          idle_in_span_us, idle_split, kernel_breakdown, temporal_breakdown)
@@ -19,7 +20,7 @@ from trainperf.diagnose.host import (COMPILE_RE, HostSpans, allocator_calls, che
                                      compiled_frames, dataloader_spans, host_syncs, optimizer_spans, span_rows,
                                      sync_op_counts, sync_ops)
 from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLength, launch_bound_stretches,
-                                       launch_stats, launched_rows, queue_length)
+                                       launch_stats, launched_inside, launched_rows, queue_length)
 from trainperf.diagnose.replay import BLOCK_SYNC, Change, Graph, blocked_us, build_graph, critical_path, replay
 from trainperf.diagnose.roofline import device_accelerator
 from trainperf.diagnose.steps import StepTime, step_times
@@ -110,6 +111,9 @@ class RankFacts:
     comm_share_by_collective: dict = field(default_factory=dict)
     # share (0-1) of communication kernel time in all-reduces launched outside the backward pass (forward_all_reduce)
     forward_all_reduce_share: float = 0.0
+    # share (0-1) of communication kernel time in collectives of a handful of values: barriers, a loss or metric
+    # averaged, a gradient norm (collectives.scalar_collective_rows)
+    scalar_comm_share: float = 0.0
     # how fast the collectives moved their data against the links (collectives.transfer_rate); None without sizes
     transfer: TransferRate | None = None
     # what the loop does (loop_kind): "training" (a backward pass or an optimizer step), "inference" (ATen ops and
@@ -280,9 +284,13 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
     total = sum(comm.values())
     f.comm_share_by_collective = {k: v / total for k, v in comm.items()} if total > 0 else {}
     if total > 0:
-        f.forward_all_reduce_share = forward_all_reduce_us(t, w, groups, ops) / total
+        sizes = comm_args(t)
+        barriers = launched_inside(t, w, *row_spans(t, span_rows(t, w, BARRIER_RE, (CPU_OP, USER_ANNOTATION))))
+        scalar = scalar_collective_rows(t, groups, sizes, barriers)
+        f.scalar_comm_share = float((w.end_us[scalar] - w.ts_us[scalar]).sum()) / total
+        f.forward_all_reduce_share = forward_all_reduce_us(t, w, groups, ops, scalar) / total
         f.transfer = transfer_rate(t, groups, {r: us for r, (us, _) in waits.items()} if waits is not None else None,
-                                   device_accelerator(t))
+                                   device_accelerator(t), sizes)
     return f
 
 
@@ -311,15 +319,18 @@ def loop_kind(t: EventTable, ops: WindowOps, optimizer: HostSpans) -> str:
     return "inference" if aten.any() else "unknown"
 
 
-def forward_all_reduce_us(t: EventTable, w: Window, groups: dict[str, np.ndarray], operators: WindowOps) -> float:
+def forward_all_reduce_us(t: EventTable, w: Window, groups: dict[str, np.ndarray], operators: WindowOps,
+                          scalar: np.ndarray) -> float:
     """µs of all-reduce kernels (groups: collective_rows) whose launch the trace shows outside every autograd backward
     node (operators: window_ops): issued by the forward pass (or an inference step). Data parallelism reduces
     gradients in the backward (DDP's reducer launches its buckets from hooks inside the nodes: HTA's nccl_parser,
     negative_queue, trace_filter and df_index_resolver traces, 1,636 of 1,636 all-reduces), FSDP reduce-scatters them
     there; an all-reduce in the forward is tensor parallelism's (the row-parallel layers' outputs), whose next layer
-    needs its result. 0 when the window records no operator (a profile of CUDA activity only): then no node is seen
-    because none is recorded."""
+    needs its result. Not the all-reduces of a handful of values (scalar: collectives.scalar_collective_rows), which a
+    barrier, a loss or metric average or a gradient norm makes outside the backward too. 0 when the window records
+    no operator (a profile of CUDA activity only): then no node is seen because none is recorded."""
     rows = np.concatenate([r for k, r in groups.items() if k.rsplit("/", 1)[-1] == "all_reduce"] or [np.zeros(0, int)])
+    rows = np.setdiff1d(rows, scalar)
     launched, link = launched_rows(t, w)
     keep = np.isin(launched, rows)
     rows, link = launched[keep], link[keep]

@@ -28,6 +28,14 @@ MIN_GAIN_PCT = 0.5
 # exposed_comm when most of it is point-to-point (send/recv): a pipeline stage waiting for its neighbours (the
 # bubble of the schedule and unequal stages) or context parallelism's ring exchange, which bucketing and
 # prefetch (the collectives' fixes) do not touch
+# exposed_comm when most of it is collectives of a handful of values (collectives.scalar_collective_rows)
+EXPOSED_SCALAR_RECOMMENDATION = (
+    "Most of the communication time is collectives of a handful of values: barriers (dist.barrier() is an all-reduce "
+    "of one element), a loss or metric averaged across ranks, a gradient norm. No bandwidth or overlap setting "
+    "shortens them: their time is each rank waiting for the slowest one, and the host waits with them. Take "
+    "dist.barrier() out of the training loop, reduce metrics every N steps or with async_op=True and read them later, "
+    "and look at why ranks arrive at different times (the straggler or load-imbalance findings).")
+
 EXPOSED_P2P_RECOMMENDATION = (
     "Most of the exposed communication is point-to-point (send/recv). Between pipeline stages it is the "
     "schedule's bubble and unequal stages: more micro-batches per step than stages, an interleaved schedule "

@@ -239,6 +239,7 @@ def exposed_comm(f: RankFacts) -> Finding | None:
                "all_to_all_share": (100.0 * all_to_all, "% of comm"),
                "all_gather_reduce_scatter_share": (100.0 * sharded, "% of comm"),
                "forward_all_reduce_share": (100.0 * f.forward_all_reduce_share, "% of comm"),
+               "scalar_collectives_share": (100.0 * f.scalar_comm_share, "% of comm"),
                "overlap": (ov.overlap_pct, "%"), "host_syncs_waiting_for_collectives": (int(host_waits.sum()), "count"),
                "host_blocked_on_collectives": (blocked_us(g, BLOCK_COMM), "us")}
     rate = f.transfer
@@ -251,7 +252,9 @@ def exposed_comm(f: RankFacts) -> Finding | None:
                   + (" (mostly send/recv: upper bound)" if p2p else
                      " (only device work waits for them: upper bound)" if bound else ""),
                   evidence_pct=share, upper_bound=bound)
-    if p2p:
+    if f.scalar_comm_share > 0.5:  # a majority, as the other kinds'
+        found.recommendation = F.EXPOSED_SCALAR_RECOMMENDATION
+    elif p2p:
         found.recommendation = F.EXPOSED_P2P_RECOMMENDATION
     elif all_to_all > 0.5:
         found.recommendation = F.EXPOSED_ALL_TO_ALL_RECOMMENDATION
