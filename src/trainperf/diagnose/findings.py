@@ -25,9 +25,6 @@ MEDIUM_GAIN_PCT = 3.0
 # explain the same wait, and the fix priced first takes it)
 MIN_GAIN_PCT = 0.5
 
-# exposed_comm when most of it is point-to-point (send/recv): a pipeline stage waiting for its neighbours (the
-# bubble of the schedule and unequal stages) or context parallelism's ring exchange, which bucketing and
-# prefetch (the collectives' fixes) do not touch
 # exposed_comm when most of it is collectives of a handful of values (collectives.scalar_collective_rows)
 EXPOSED_SCALAR_RECOMMENDATION = (
     "Most of the communication time is collectives of a handful of values: barriers (dist.barrier() is an all-reduce "
@@ -36,6 +33,9 @@ EXPOSED_SCALAR_RECOMMENDATION = (
     "dist.barrier() out of the training loop, reduce metrics every N steps or with async_op=True and read them later, "
     "and look at why ranks arrive at different times (the straggler or load-imbalance findings).")
 
+# exposed_comm when most of it is point-to-point (send/recv): a pipeline stage waiting for its neighbours (the
+# bubble of the schedule and unequal stages) or context parallelism's ring exchange, which bucketing and
+# prefetch (the collectives' fixes) do not touch
 EXPOSED_P2P_RECOMMENDATION = (
     "Most of the exposed communication is point-to-point (send/recv). Between pipeline stages it is the "
     "schedule's bubble and unequal stages: more micro-batches per step than stages, an interleaved schedule "

@@ -488,9 +488,10 @@ def _typical_call_us(dur: np.ndarray, n_anchors: int, n_h: int, may_wait: np.nda
 # COPY_RETURN_SHARE), having spent more than TOL_US and at least half its time with the kernel running, waited for
 # it: launches made synchronous (CUDA_LAUNCH_BLOCKING=1, HIP_LAUNCH_BLOCKING=1, AMD_SERIALIZE_KERNEL=3, a debugging
 # setting left on). A setting of the process, so read only when at least this share of the launches whose kernels ran
-# long enough to show it (>= 2 TOL_US, and as long as the rest of the call) did: an asynchronous launch's kernel ends inside its call only by chance (a slow
-# call of a short kernel on an idle device), and a launch that waits for a free slot in a full queue returns before
-# its own kernel starts. A majority, stated, not fitted (no labeled case has synchronous launches)
+# long enough to show it (>= 2 TOL_US, and as long as the rest of the call) did: an asynchronous launch's kernel ends
+# inside its call only by chance (a slow call of a short kernel on an idle device), and a launch that waits for a free
+# slot in a full queue returns before its own kernel starts. A majority, stated, not fitted (no labeled case has
+# synchronous launches)
 SYNC_LAUNCH_MIN_SHARE = 0.5
 
 
