@@ -152,3 +152,43 @@ def test_replay_anchors_and_host_waits_use_the_same_steps(tmp_path):
     assert [t.names[int(t.name[r])] for r in np.r_[first, last]] == ["ProfilerStep#0", "ProfilerStep#1"]
     assert sorted(host_step_waits(t, w.keep)) == [0, 1]
     assert {k: v[0] for k, v in host_step_waits(t).items()} == {0: 100.0, 1: 100.0, 2: 100.0}
+
+
+def test_step_runs_are_the_profiling_cycles():
+    from trainperf.diagnose.window import one_profiling_cycle, step_runs
+
+    assert step_runs(np.array([0, 1, 2, 10, 11, 12])) == [(0, 2), (10, 12)]
+    assert step_runs(np.array([5, 6, 7])) == [(5, 7)] and one_profiling_cycle(np.array([5, 6, 7])) == (None, "")
+    # the longest stretch; of equal ones the latest
+    assert one_profiling_cycle(np.array([0, 1, 2, 3, 10, 11]))[0] == (0, 3)
+    assert one_profiling_cycle(np.array([0, 1, 2, 10, 11, 12]))[0] == (10, 12)
+
+
+def _two_cycles(path: Path) -> Path:
+    """torch.profiler.schedule(wait=.., warmup=.., active=3, repeat=2) into one trace: steps 0-2 and 10-12 of 2000 us
+    (each: eight 240-us GEMMs launched at its start and run back to back from T+20, the GPU busy until T+1940), and
+    nothing recorded for steps 3-9 (14 ms)."""
+    b = TraceBuilder()
+    for s in (0, 1, 2, 10, 11, 12):
+        T = 2000.0 * s
+        b.step(s, T, 2000)
+        for i in range(8):
+            b.cpu("aten::mm", T + 10 + 20 * i, 15)
+            b.launch("ampere_bf16_s16816gemm_bf16_128x128_tn", T + 12 + 20 * i, T + 20 + 240 * i, 240)
+    return b.write(path)
+
+
+def test_one_profiling_cycle_is_analysed(tmp_path):
+    # across both cycles the window held 14 ms that nothing recorded, read as host work worth 59.9 % of it (medium).
+    # One cycle: steps 10-12, the last left out as in any trace; the window is the device span of steps 10-11, from
+    # the first GEMM (20000 + 20) to the last one's end (22000 + 20 + 8 x 240): 3920 us. Chosen with --step-window
+    # 0:2 (every step kept): 20 .. 4000 + 20 + 1920 = 5920 us
+    from trainperf.diagnose.api import diagnose
+
+    d = diagnose(_two_cycles(tmp_path / "c.json.gz"))
+    assert any("2 profiling cycles" in n and "steps 10-12 are analysed" in n for n in d.notes)
+    assert d.ranks[0].window_us == pytest.approx(3920.0)
+    assert not any(f.severity in ("high", "medium") for f in d.findings)
+    # --step-window still chooses
+    d = diagnose(tmp_path / "c.json.gz", steps="0:2")
+    assert not any("profiling cycles" in n for n in d.notes) and d.ranks[0].window_us == pytest.approx(5920.0)

@@ -19,7 +19,7 @@ from trainperf.diagnose.facts import DeviceTiming, RankFacts, StragglerFacts, co
 from trainperf.diagnose.modules import module_breakdown
 from trainperf.diagnose.steps import gpu_step_periods_us, memcpy_bandwidth
 from trainperf.diagnose.rules import run_rules
-from trainperf.diagnose.window import analysis_window
+from trainperf.diagnose.window import analysis_window, find_step_markers, one_profiling_cycle
 from trainperf.errors import TrainperfError
 from trainperf.trace.events import EventTable
 from trainperf.trace.load import load_trace
@@ -140,10 +140,15 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     modules: "instance" or "type" adds the time per nn.Module of each rank (modules.module_breakdown)."""
     tables = load_trace(path, ranks=None, progress=progress)
     step_range = parse_steps(steps)
-    if step_range:
-        tables = {r: _restrict_steps(t, step_range) for r, t in tables.items()}
-    windows = {r: analysis_window(t, include_last_step=bool(step_range)) for r, t in tables.items()}
     notes: list[str] = []
+    cycle = None
+    if not step_range:  # several profiling cycles in one trace: one of them, the same on every rank
+        stepped = [t for t in tables.values() if find_step_markers(t).count]
+        cycle, note = one_profiling_cycle(find_step_markers(stepped[0]).numbers) if stepped else (None, "")
+        notes += [note] if note else []
+    if step_range or cycle:
+        tables = {r: _restrict_steps(t, step_range or cycle) for r, t in tables.items()}
+    windows = {r: analysis_window(t, include_last_step=bool(step_range)) for r, t in tables.items()}
     gpu_ranks = [r for r, t in tables.items() if windows[r].device.size]
     xr = None
     if len(gpu_ranks) >= 2:

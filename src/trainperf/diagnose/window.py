@@ -73,6 +73,35 @@ def find_step_markers(t: EventTable) -> StepMarkers:
                        note="" if host.size else _no_steps_note(t, device))
 
 
+def step_runs(numbers: np.ndarray) -> list[tuple[int, int]]:
+    """Runs of consecutive step numbers (first, last; inclusive), in the order the steps ran (numbers: a rank's
+    StepMarkers.numbers). One run for a trace of one profiling cycle; several when
+    torch.profiler.schedule(..., repeat=N) recorded N cycles into one trace, with the steps between them unprofiled."""
+    n = [int(x) for x in numbers]
+    if not n:
+        return []
+    runs, first = [], n[0]
+    for prev, cur in zip(n, n[1:]):
+        if cur != prev + 1:
+            runs.append((first, prev))
+            first = cur
+    return runs + [(first, n[-1])]
+
+
+def one_profiling_cycle(numbers: np.ndarray) -> tuple[tuple[int, int] | None, str]:
+    """(the steps to analyse, a note) when a rank's steps (StepMarkers.numbers) hold several profiling cycles: the
+    longest run of consecutive steps, the latest of equal ones; (None, "") for one cycle. Between cycles nothing was
+    profiled: a window across them reads the unprofiled time as host work or idle."""
+    runs = step_runs(numbers)
+    if len(runs) < 2:
+        return None, ""
+    best = max(reversed(runs), key=lambda r: r[1] - r[0])  # reversed: max keeps the first of equals, the latest
+    where = ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
+    return best, (f"the ProfilerStep numbers run in {len(runs)} stretches ({where}): {len(runs)} profiling cycles "
+                  f"(torch.profiler.schedule with repeat), nothing profiled between them; steps {best[0]}-{best[1]} "
+                  "are analysed (the longest stretch, the latest of equal ones); choose others with --step-window A:B")
+
+
 def iteration_hint_rows(t: EventTable) -> np.ndarray:
     """Rows of torch.optim's `Optimizer.step#...` record functions on the host (ITERATION_HINT_RE), one per optimizer
     step: what marks the iterations of a trace profiled without prof.step()."""
