@@ -192,3 +192,20 @@ def test_one_profiling_cycle_is_analysed(tmp_path):
     # --step-window still chooses
     d = diagnose(tmp_path / "c.json.gz", steps="0:2")
     assert not any("profiling cycles" in n for n in d.notes) and d.ranks[0].window_us == pytest.approx(5920.0)
+
+
+def test_each_rank_keeps_its_own_cycle(tmp_path):
+    # rank 0 holds two cycles, rank 1 one (its schedule differs): each rank analyses its own, no rank is cut to steps
+    # it does not have
+    from trainperf.diagnose.api import diagnose
+
+    job = tmp_path / "job"
+    job.mkdir()
+    for rank, steps in ((0, (0, 1, 2, 10, 11, 12)), (1, (20, 21, 22))):
+        b = TraceBuilder(rank=rank, world_size=2)
+        for s in steps:
+            b.step(s, 2000.0 * s, 2000)
+            b.launch("ampere_bf16_s16816gemm_bf16_128x128_tn", 2000.0 * s + 12, 2000.0 * s + 20, 1900)
+        b.write(job / f"rank{rank}.json.gz")
+    d = diagnose(job)
+    assert [n for n in d.notes if "profiling cycles" in n] and {r.rank for r in d.ranks} == {0, 1}

@@ -141,13 +141,14 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     tables = load_trace(path, ranks=None, progress=progress)
     step_range = parse_steps(steps)
     notes: list[str] = []
-    cycle = None
-    if not step_range:  # several profiling cycles in one trace: one of them, the same on every rank
-        stepped = [t for t in tables.values() if find_step_markers(t).count]
-        cycle, note = one_profiling_cycle(find_step_markers(stepped[0]).numbers) if stepped else (None, "")
-        notes += [note] if note else []
-    if step_range or cycle:
-        tables = {r: _restrict_steps(t, step_range or cycle) for r, t in tables.items()}
+    if step_range:
+        tables = {r: _restrict_steps(t, step_range) for r, t in tables.items()}
+    else:  # several profiling cycles in one trace: one of them (each rank's own, the same where they share a schedule)
+        for r, t in tables.items():
+            cycle, note = one_profiling_cycle(find_step_markers(t).numbers)
+            if cycle:
+                tables[r] = _restrict_steps(t, cycle)
+                notes += [note] if note not in notes else []
     windows = {r: analysis_window(t, include_last_step=bool(step_range)) for r, t in tables.items()}
     gpu_ranks = [r for r, t in tables.items() if windows[r].device.size]
     xr = None
