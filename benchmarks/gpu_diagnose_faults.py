@@ -1,18 +1,22 @@
 """Real GPU traces of faults `trainperf diagnose` should name, each beside its measured cost.
 
 Scenarios, each in a subprocess of its own (CUDA_LAUNCH_BLOCKING must be set before CUDA starts):
-  async     the training loop as it is: a 12-block MLP in bf16, AdamW (foreach), GPU-bound;
+  async     the training loop as it is: a 12-block MLP (width 2048, 4096 tokens) in bf16, AdamW (foreach);
   blocking  the same loop with CUDA_LAUNCH_BLOCKING=1 (every launch returns after its kernel);
   scalar    the same loop in a one-rank NCCL group with dist.all_reduce(loss) and dist.barrier() every step
             (collectives of one value);
-  nocache   the same loop with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (every tensor a cudaMalloc/cudaFree).
+  nocache   the same loop with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (every tensor a cudaMalloc/cudaFree);
+  graphed   the same loop captured whole in one CUDA graph (capturable AdamW): the fix of launch-bound steps;
+  big       a GPU-bound loop (4 blocks of width 8192, 8192 tokens): a healthy case, nothing to find;
+  dataload  the big loop fed by a DataLoader without workers whose batches take 30 ms to make on the
+            training thread (the fix: workers that prepare batches ahead; `big` is the fixed loop).
 Each: the median step time (ms) over TIMED_STEPS steps without the profiler, then a profile of 4 active steps
 (torch.profiler.schedule(wait=1, warmup=1, active=4)) exported to OUT/<scenario>.json.gz. OUT/faults.json holds
-the step times and each planted fault's true gain, 1 - async / faulty (unsetting CUDA_LAUNCH_BLOCKING,
-the caching allocator), which `diagnose OUT/<scenario>.json.gz` should price (docs/benchmarks.md records both).
+the step times and each planted fault's true gain, 1 - fixed / faulty (FIXED_BY), which
+`trainperf diagnose OUT/<scenario>.json.gz` should price (docs/benchmarks.md records both).
 
-    python benchmarks/gpu_diagnose_faults.py --out DIR            # on a CUDA machine (~1 min)
-    python benchmarks/gpu_diagnose_faults.py --out DIR --device cpu --steps 3   # a CPU smoke test (no kernels)
+    python benchmarks/gpu_diagnose_faults.py --out DIR            # on a CUDA machine (~1.5 min)
+    python benchmarks/gpu_diagnose_faults.py --out DIR --device cpu --steps 3 --only-scenarios async,dataload
 """
 
 from __future__ import annotations
@@ -28,22 +32,82 @@ import sys
 import time
 from pathlib import Path
 
-WIDTH, BLOCKS, TOKENS = 2048, 12, 4096
 SCENARIOS = {"async": {}, "blocking": {"CUDA_LAUNCH_BLOCKING": "1"}, "scalar": {},
-             "nocache": {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}}
-# the fault each scenario plants, priced as 1 - async / scenario (the scalar scenario's cost is not a fix)
-FIXED_BY = {"blocking": "unset CUDA_LAUNCH_BLOCKING", "nocache": "the caching allocator"}
+             "nocache": {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, "graphed": {}, "big": {}, "dataload": {}}
+# the scenario each fault's fix turns it into, and the fix: true gain = 1 - fixed / faulty
+FIXED_BY = {"blocking": ("async", "unset CUDA_LAUNCH_BLOCKING"),
+            "nocache": ("async", "the caching allocator"),
+            "async": ("graphed", "CUDA graphs (launch-bound steps)"),
+            "dataload": ("big", "DataLoader workers")}
+SHAPES = {"small": (2048, 12, 4096), "big": (8192, 4, 8192), "cpu": (256, 2, 256)}  # width, blocks, tokens
+BATCH_MAKING_S = 0.030
 
 
-def _model(device: str):
-    """The MLP the loop trains (bf16 on CUDA, fp32 on CPU) and its AdamW."""
+def _model(device: str, size: str, capturable: bool = False):
+    """The MLP the loop trains (bf16 on CUDA, fp32 on CPU), its AdamW and its input."""
     import torch
     from torch import nn
 
+    width, n_blocks, tokens = SHAPES[size if device == "cuda" else "cpu"]
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    blocks = [m for _ in range(BLOCKS) for m in (nn.Linear(WIDTH, WIDTH), nn.GELU(), nn.LayerNorm(WIDTH))]
+    blocks = [m for _ in range(n_blocks) for m in (nn.Linear(width, width), nn.GELU(), nn.LayerNorm(width))]
     model = nn.Sequential(*blocks).to(device=device, dtype=dtype)
-    return model, torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True), dtype
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True, capturable=capturable)
+    return model, opt, torch.randn(tokens, width, device=device, dtype=dtype)
+
+
+def _slow_batches(tokens: int):
+    """A DataLoader without workers over an endless dataset whose batches take BATCH_MAKING_S each to make."""
+    import torch
+
+    class SlowBatches(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            while True:
+                time.sleep(BATCH_MAKING_S)  # decoding, tokenising, augmenting on the training thread
+                yield torch.rand(tokens)  # a weight per token
+
+    return torch.utils.data.DataLoader(SlowBatches(), batch_size=None, num_workers=0)
+
+
+def _step_fn(name: str, device: str):
+    """The scenario's training step, a function of no arguments (warm and ready to time)."""
+    import torch
+    import torch.distributed as dist
+
+    size = "big" if name in ("big", "dataload") else "small"
+    model, opt, x = _model(device, size, capturable=name == "graphed" and device == "cuda")
+
+    def step(weights=None) -> None:
+        opt.zero_grad(set_to_none=True)
+        loss = model(x if weights is None else x * weights[:, None]).float().square().mean()
+        loss.backward()
+        opt.step()
+        if name == "scalar":
+            dist.all_reduce(loss.detach().clone())
+            dist.barrier(device_ids=[0]) if device == "cuda" else dist.barrier()
+
+    if name == "scalar":
+        dist.init_process_group("nccl" if device == "cuda" else "gloo", init_method="tcp://127.0.0.1:29517",
+                                rank=0, world_size=1)
+    if name == "dataload":
+        batches = iter(_slow_batches(x.shape[0]))
+        return lambda: step(next(batches).to(device=device, dtype=x.dtype))
+    if name == "graphed" and device == "cuda":
+        # torch.cuda.graphs' whole-network recipe: warm up on a side stream, capture once, replay
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        opt.zero_grad(set_to_none=True)
+        with torch.cuda.graph(graph):
+            loss = model(x).float().square().mean()
+            loss.backward()
+            opt.step()
+        return graph.replay
+    return step
 
 
 def _scenario(name: str, out: Path, device: str, steps: int) -> None:
@@ -52,22 +116,7 @@ def _scenario(name: str, out: Path, device: str, steps: int) -> None:
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    scalar = name == "scalar"
-    if scalar:
-        dist.init_process_group("nccl" if device == "cuda" else "gloo", init_method="tcp://127.0.0.1:29517",
-                                rank=0, world_size=1)
-    model, opt, dtype = _model(device)
-    x = torch.randn(TOKENS, WIDTH, device=device, dtype=dtype)
-
-    def step() -> None:
-        opt.zero_grad(set_to_none=True)
-        loss = model(x).float().square().mean()
-        loss.backward()
-        opt.step()
-        if scalar:
-            reduced = loss.detach().clone()
-            dist.all_reduce(reduced)
-            dist.barrier(device_ids=[0]) if device == "cuda" else dist.barrier()
+    step = _step_fn(name, device)
 
     def sync() -> None:
         if device == "cuda":
@@ -94,7 +143,7 @@ def _scenario(name: str, out: Path, device: str, steps: int) -> None:
         shutil.copyfileobj(f, g)
     raw.unlink()
     (out / f"{name}.steps.json").write_text(json.dumps({"step_ms": times}))
-    if scalar:
+    if dist.is_initialized():
         dist.destroy_process_group()
 
 
@@ -104,6 +153,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--scenario-timeout-s", type=float, default=90.0)
+    ap.add_argument("--only-scenarios", default=",".join(SCENARIOS), help="comma-separated scenarios to run")
     ap.add_argument("--only", default="", help="run this scenario in this process (used by the parent)")
     args = ap.parse_args()
     out = Path(args.out)
@@ -112,7 +162,8 @@ def main() -> None:
         _scenario(args.only, out, args.device, args.steps)
         return
     figures = {}
-    for name, env in SCENARIOS.items():
+    for name in args.only_scenarios.split(","):
+        env = SCENARIOS[name]
         t0 = time.perf_counter()
         try:
             rc = subprocess.run([sys.executable, __file__, "--out", str(out), "--device", args.device, "--steps",
@@ -129,12 +180,12 @@ def main() -> None:
         figures[name] = {"median_step_ms": statistics.median(ms), "steps": len(ms),
                          "seconds": round(time.perf_counter() - t0, 1)}
         print(name, figures[name], flush=True)
-    healthy = figures.get("async", {}).get("median_step_ms")
-    for name, fix in FIXED_BY.items():
+    for name, (fixed_name, fix) in FIXED_BY.items():
         faulty = figures.get(name, {}).get("median_step_ms")
-        if healthy and faulty:
+        fixed = figures.get(fixed_name, {}).get("median_step_ms")
+        if fixed and faulty:
             figures[name]["fixed_by"] = fix
-            figures[name]["true_gain_pct"] = 100.0 * (1.0 - healthy / faulty)
+            figures[name]["true_gain_pct"] = 100.0 * (1.0 - fixed / faulty)
     (out / "faults.json").write_text(json.dumps(figures, indent=1))
     print(json.dumps(figures, indent=1))
 
