@@ -9,7 +9,12 @@ Scenarios, each in a subprocess of its own (CUDA_LAUNCH_BLOCKING must be set bef
   graphed   the same loop captured whole in one CUDA graph (capturable AdamW): the fix of launch-bound steps;
   big       a GPU-bound loop (4 blocks of width 8192, 8192 tokens): a healthy case, nothing to find;
   dataload  the big loop fed by a DataLoader without workers whose batches take 30 ms to make on the
-            training thread (the fix: workers that prepare batches ahead; `big` is the fixed loop).
+            training thread (the fix: workers that prepare batches ahead; `big` is the fixed loop);
+  syncs     the small loop with torch.cuda.synchronize() after every Linear's forward (fixed: async);
+  empty_cache  the small loop calling torch.cuda.empty_cache() after every step (fixed: async);
+  pageable  the big loop whose input is copied from pageable host memory every step (fixed: pinned, the same
+            copy from pinned memory with non_blocking=True);
+  fp32      the big loop in fp32 with full-precision fp32 GEMMs (fixed: tf32, the same with TF32 matmuls).
 Each: the median step time (ms) over TIMED_STEPS steps without the profiler, then a profile of 4 active steps
 (torch.profiler.schedule(wait=1, warmup=1, active=4)) exported to OUT/<scenario>.json.gz. OUT/faults.json holds
 the step times and each planted fault's true gain, 1 - fixed / faulty (FIXED_BY), which
@@ -33,23 +38,29 @@ import time
 from pathlib import Path
 
 SCENARIOS = {"async": {}, "blocking": {"CUDA_LAUNCH_BLOCKING": "1"}, "scalar": {},
-             "nocache": {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, "graphed": {}, "big": {}, "dataload": {}}
+             "nocache": {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, "graphed": {}, "big": {}, "dataload": {},
+             "syncs": {}, "empty_cache": {}, "pageable": {}, "pinned": {}, "fp32": {}, "tf32": {}}
 # the scenario each fault's fix turns it into, and the fix: true gain = 1 - fixed / faulty
 FIXED_BY = {"blocking": ("async", "unset CUDA_LAUNCH_BLOCKING"),
             "nocache": ("async", "the caching allocator"),
             "async": ("graphed", "CUDA graphs (launch-bound steps)"),
-            "dataload": ("big", "DataLoader workers")}
+            "dataload": ("big", "DataLoader workers"),
+            "syncs": ("async", "no torch.cuda.synchronize() in the loop"),
+            "empty_cache": ("async", "no torch.cuda.empty_cache() in the loop"),
+            "pageable": ("pinned", "pinned host memory, non_blocking copies"),
+            "fp32": ("tf32", "TF32 matmuls")}
+BIG = ("big", "dataload", "pageable", "pinned", "fp32", "tf32")  # the scenarios of the GPU-bound loop
 SHAPES = {"small": (2048, 12, 4096), "big": (8192, 4, 8192), "cpu": (256, 2, 256)}  # width, blocks, tokens
 BATCH_MAKING_S = 0.030
 
 
-def _model(device: str, size: str, capturable: bool = False):
-    """The MLP the loop trains (bf16 on CUDA, fp32 on CPU), its AdamW and its input."""
+def _model(device: str, size: str, capturable: bool = False, fp32: bool = False):
+    """The MLP the loop trains (bf16 on CUDA unless fp32, fp32 on CPU), its AdamW and its input."""
     import torch
     from torch import nn
 
     width, n_blocks, tokens = SHAPES[size if device == "cuda" else "cpu"]
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    dtype = torch.bfloat16 if device == "cuda" and not fp32 else torch.float32
     blocks = [m for _ in range(n_blocks) for m in (nn.Linear(width, width), nn.GELU(), nn.LayerNorm(width))]
     model = nn.Sequential(*blocks).to(device=device, dtype=dtype)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True, capturable=capturable)
@@ -74,17 +85,28 @@ def _step_fn(name: str, device: str):
     import torch
     import torch.distributed as dist
 
-    size = "big" if name in ("big", "dataload") else "small"
-    model, opt, x = _model(device, size, capturable=name == "graphed" and device == "cuda")
+    cuda = device == "cuda"
+    torch.backends.cuda.matmul.allow_tf32 = name == "tf32"  # fp32: full-precision fp32 GEMMs (the default)
+    model, opt, x = _model(device, "big" if name in BIG else "small", capturable=name == "graphed" and cuda,
+                           fp32=name in ("fp32", "tf32"))
+    if name in ("pageable", "pinned"):  # each step's input comes from host memory, pageable or pinned
+        host_x = x.cpu().pin_memory() if name == "pinned" and cuda else x.cpu()
+    if name == "syncs" and cuda:  # a synchronize after every Linear (timing layers, a debugging habit)
+        for m in model:
+            if isinstance(m, torch.nn.Linear):
+                m.register_forward_hook(lambda *_: torch.cuda.synchronize())
 
     def step(weights=None) -> None:
         opt.zero_grad(set_to_none=True)
-        loss = model(x if weights is None else x * weights[:, None]).float().square().mean()
+        inputs = host_x.to(device, non_blocking=name == "pinned") if name in ("pageable", "pinned") else x
+        loss = model(inputs if weights is None else inputs * weights[:, None]).float().square().mean()
         loss.backward()
         opt.step()
         if name == "scalar":
             dist.all_reduce(loss.detach().clone())
-            dist.barrier(device_ids=[0]) if device == "cuda" else dist.barrier()
+            dist.barrier(device_ids=[0]) if cuda else dist.barrier()
+        if name == "empty_cache" and cuda:
+            torch.cuda.empty_cache()
 
     if name == "scalar":
         dist.init_process_group("nccl" if device == "cuda" else "gloo", init_method="tcp://127.0.0.1:29517",
@@ -92,7 +114,7 @@ def _step_fn(name: str, device: str):
     if name == "dataload":
         batches = iter(_slow_batches(x.shape[0]))
         return lambda: step(next(batches).to(device=device, dtype=x.dtype))
-    if name == "graphed" and device == "cuda":
+    if name == "graphed" and cuda:
         # torch.cuda.graphs' whole-network recipe: warm up on a side stream, capture once, replay
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
