@@ -176,16 +176,22 @@ def kernel_breakdown(t: EventTable, w: Window, top: int = 3) -> list[CategoryTim
 
 
 def idle_in_span_us(w: Window, start_us: float, end_us: float) -> float:
-    """Time in [start_us, end_us) with no device event of the window running (µs): the GPU idle over a host-side
-    span (the analysed steps), where HTA's breakdown measures idle only between the first and the last device
-    event. A 413-ms step holding one 45-µs kernel is ~100 % idle over the step and 0 % over its device span."""
+    """Time in [start_us, end_us) with no device event running (µs): the GPU idle over a host-side span (the
+    analysed steps), where HTA's breakdown measures idle only between the first and the last device event. A
+    413-ms step holding one 45-µs kernel is ~100 % idle over the step and 0 % over its device span. Every device
+    event of the trace counts (Window.device_all), the window's or not: work launched before the window keeps
+    the device busy while the host, steps ahead in a GPU-bound loop, launches the window's."""
     return float(idle_in_spans_us(w, np.array([start_us]), np.array([end_us]))[0])
 
 
 def idle_in_spans_us(w: Window, starts_us: np.ndarray, ends_us: np.ndarray) -> np.ndarray:
     """idle_in_span_us of each span [starts_us[i], ends_us[i]) (µs; 0 for an empty span), at one merge of the
     device events for all of them."""
-    s, e = merge_intervals(w.ts_us[w.device], w.end_us[w.device])
+    rows = w.device if w.device_all is None else w.device_all
+    starts, ends = w.ts_us[rows], w.end_us[rows]
+    if w.queued_until_us > float("-inf"):  # busy with work launched before the trace from its start
+        starts, ends = np.r_[w.ts_us.min(), starts], np.r_[w.queued_until_us, ends]
+    s, e = merge_intervals(starts, ends)
     done = np.r_[0.0, np.cumsum(e - s)]  # device busy time before each merged interval starts
 
     def busy_before(x: np.ndarray) -> np.ndarray:

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainperf.trace.annotate import HOST_STEP_KINDS, STEP_RE, step_numbers, step_rows
-from trainperf.trace.events import GPU_ANNOTATION, GPU_SYNC, KERNEL, MEMCPY, MEMSET, EventTable
+from trainperf.trace.annotate import HOST_STEP_KINDS, STEP_RE, correlated_host_row, step_numbers, step_rows
+from trainperf.trace.events import GPU_ANNOTATION, GPU_SYNC, KERNEL, MEMCPY, MEMSET, RUNTIME, EventTable
 
 DEVICE_BUSY_KINDS = (KERNEL, MEMCPY, MEMSET, GPU_SYNC)
 ITERATION_HINT_RE = re.compile(r"^Optimizer\.step#")  # torch.optim's record function, one per optimizer step
@@ -134,6 +134,13 @@ class Window:
     steps_excluded: list[int]
     markers: StepMarkers    # the rank's steps (find_step_markers), found once
     note: str = ""          # why the window is the whole trace, when it is ("" otherwise)
+    # row indices of every device event of the trace, in the window or not: what keeps the device busy during a
+    # host span, work launched before the window included (a GPU-bound loop's host runs steps ahead of it)
+    device_all: np.ndarray | None = None
+    # the device ran work the trace did not record until this time (µs; -inf when none): the first device event of
+    # the trace was launched before it started, so it waited in a queue behind earlier work (a GPU-bound loop
+    # profiled after warm-up steps whose kernels started before the profiler's active window)
+    queued_until_us: float = float("-inf")
 
     @property
     def start_us(self) -> float:
@@ -190,9 +197,22 @@ def analysis_window(t: EventTable, include_last_step: bool = False, markers: Ste
         keep = host_keep | (on_dev & np.isin(t.correlation, kept_corr))
     else:
         keep = np.ones(len(t), dtype=bool)
-    device = np.flatnonzero(keep & (t.stream != -1) & np.isin(t.kind, DEVICE_BUSY_KINDS))
-    return Window(keep=keep, device=device, ts_us=ts_us, end_us=end_us, steps_excluded=excluded, markers=m,
-                  note="" if include_last_step else whole_trace_note(m))
+    busy = np.flatnonzero((t.stream != -1) & np.isin(t.kind, DEVICE_BUSY_KINDS))
+    return Window(keep=keep, device=busy[keep[busy]], ts_us=ts_us, end_us=end_us, steps_excluded=excluded,
+                  markers=m, note="" if include_last_step else whole_trace_note(m), device_all=busy,
+                  queued_until_us=_queued_until_us(t, busy, ts_us))
+
+
+def _queued_until_us(t: EventTable, busy: np.ndarray, ts_us: np.ndarray) -> float:
+    """Start of the trace's first device event when it was launched before the trace began (a correlation id and
+    no launch call in a trace that records launches): until then the device ran earlier, unrecorded work; -inf
+    otherwise."""
+    if not busy.size or not (t.kind == RUNTIME).any():
+        return float("-inf")
+    first = busy[int(np.argmin(ts_us[busy]))]
+    if t.correlation[first] < 0 or correlated_host_row(t)[first] >= 0:
+        return float("-inf")
+    return float(ts_us[first])
 
 
 def whole_trace_note(m: StepMarkers) -> str:
