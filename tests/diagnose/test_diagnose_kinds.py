@@ -69,6 +69,30 @@ def test_pageable_copy_by_hand(tmp_path):
     assert not any(x.kind == "host_sync" for x in d.findings)
 
 
+def test_pytorch_pageable_copy_is_a_call_then_a_stream_sync_on_a_skewed_clock(tmp_path):
+    # PyTorch's blocking copy_ from a pageable tensor: cudaMemcpyAsync [T, T+1990) then cudaStreamSynchronize
+    # [T+1990, T+2010), both waiting for the copy [T+10, T+2000); the device clock reads 10 us late, so the copy call
+    # "returns" 10 us (0.5 % of it) before its copy ends (as on an H200: 10-11 us on every 16-ms pageable copy). Both
+    # calls are the copy's: unblocked, each costs the typical 4-us call. 3000-us steps; host: copy 0..4, sync 4..8,
+    # launches 8, 13, 18 | copy 22 + 976 = 998, sync 1002, launches 1006, 1011, 1016. Device: copy0 10..2000,
+    # kernels 18..318 (10-us launch latency, no longer queued behind the copy); copy1 1008..2998, kernels
+    # 1026..1326 -> span 2998 us, gain 5320 - 2998
+    b = TraceBuilder()
+    for s in range(2):
+        T = 3000.0 * s
+        c = b.launch("Memcpy HtoD (Pageable -> Device)", T, T + 10, 1990, cat="gpu_memcpy", launch_dur=1990,
+                     runtime="cudaMemcpyAsync", bytes=64 << 20)
+        b.cpu("cudaStreamSynchronize", T + 1990, 20, cat="cuda_runtime", correlation=c + 100000)
+        for i in range(3):
+            b.launch("ampere_sgemm_128x64_tn", T + 2010 + 5 * i, T + 2020 + 100 * i, 100)
+    d = diagnose(b.write(tmp_path / "pt.json.gz"))
+    f = d.findings[0]
+    assert f.kind == "pageable_copy" and f.severity == "high"
+    assert f.gain_us == pytest.approx(5320 - 2998)
+    assert f.evidence["metrics"]["blocking_copies"]["value"] == 2  # each copy once, not its sync again
+    assert not any(x.kind == "host_sync" for x in d.findings)
+
+
 def test_gpu_step_windows_follow_launches_not_host_spans(tmp_path):
     # host steps of 10 ms; the GPU runs 27 ms behind: step s launches at 10s+1 ms a kernel that runs at
     # 10s+28 ms for 5 ms, i.e. inside the host span of step s+2. Per step, the GPU window is [10s+28, 10s+33] ms.

@@ -59,6 +59,20 @@ COPY_RETURN_US = 20.0  # a blocking copy call returns within this long after its
 # Device -> Pageable reads of 2-µs copies, two of them returning 23 µs after their copy (audit P7)
 COPY_RETURN_SHARE = 0.01
 
+
+def returned_with(call_start, call_end, work_start, work_end):
+    """Whether a host call returned when the device work it launched ended (bool, elementwise): within COPY_RETURN_US
+    (or COPY_RETURN_SHARE of the call) after it; or before it, when the work started inside the call, by no more
+    than COPY_RETURN_US and COPY_RETURN_SHARE of the work: Kineto places the device's timestamps on the host clock
+    only to ~10 µs (blocking 16-ms pageable copies on an H200 "returned" 10-11 µs before their copies ended, every
+    one of them), while an asynchronous launch's short kernel often ends just after its call returns."""
+    lag = np.asarray(call_end) - np.asarray(work_end)
+    call = np.asarray(call_end) - np.asarray(call_start)
+    work = np.asarray(work_end) - np.asarray(work_start)
+    early_ok = (lag >= -np.minimum(COPY_RETURN_US, COPY_RETURN_SHARE * work)) & \
+        (np.asarray(call_start) <= np.asarray(work_start))
+    return ((lag >= 0) | early_ok) & (lag <= np.maximum(COPY_RETURN_US, COPY_RETURN_SHARE * call))
+
 # synchronize calls that wait for one stream (the stream itself, or an event recorded on it); the others
 # (cudaDeviceSynchronize, cuCtxSynchronize, a synchronous cudaMemcpy on the legacy default stream) wait for all
 ONE_STREAM_SYNC_RE = re.compile(r"(Stream|Event)Synchronize")
@@ -517,17 +531,17 @@ def synchronous_launches(start: np.ndarray, end: np.ndarray, launch: np.ndarray,
     ran_from = np.maximum(start[L], first_start[L])
     wait = np.maximum(end[k] - ran_from, 0.0)
     call = end[L] - start[L]
-    returned = end[L] - end[k]
-    synchronous = (returned >= 0) & (returned <= np.maximum(COPY_RETURN_US, COPY_RETURN_SHARE * call)) \
-        & (wait > TOL_US) & (wait >= 0.5 * call)
+    ended_inside = returned_with(start[L], end[L], first_start[L], end[k])
+    synchronous = ended_inside & (wait > TOL_US) & (wait >= 0.5 * call)
     # a launch shows whether it waited when its kernel ran >= 2 TOL_US and at least as long as the rest of its call
     # (a synchronous call's 12 us outside a 10-us kernel leave it under half the call either way)
     ran = end[k] - first_start[L]
     long = (ran >= 2 * TOL_US) & (ran >= call - wait)
     if not long.any() or (synchronous & long).sum() < SYNC_LAUNCH_MIN_SHARE * long.sum():
         return waited, own
-    waited[L[synchronous]] = k[synchronous]
-    own[L[synchronous]] = (call - wait)[synchronous]
+    # the setting is the process's: every launch whose kernel ended inside it waited for it, a short kernel's too
+    waited[L[ended_inside]] = k[ended_inside]
+    own[L[ended_inside]] = (call - wait)[ended_inside]
     return waited, own
 
 
@@ -751,15 +765,19 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     is_sync_api[:n_h] = np.isin(host_names, t.ids_matching(SYNC_RUNTIME_RE.search))
     is_copy_call = np.zeros(n, bool)
     is_copy_call[:n_h] = np.isin(host_names, t.ids_matching(MEMCPY_RUNTIME_RE.search))
-    waited_kernel, own_us = synchronous_launches(start, end, launch, dev_idx[t.kind[dev_rows] == KERNEL])
-    typical = _typical_call_us(dur, anchors.size, n_h, is_sync_api | is_copy_call | (waited_kernel >= 0))
+    kernel_nodes = dev_idx[t.kind[dev_rows] == KERNEL]
+    waited_kernel, own_us = synchronous_launches(start, end, launch, kernel_nodes)
+    may_wait = is_sync_api | is_copy_call | (waited_kernel >= 0)
+    if (waited_kernel >= 0).any():  # launches made synchronous: none of them shows what a call costs unblocked
+        may_wait[launch[kernel_nodes][launch[kernel_nodes] >= 0]] = True
+    typical = _typical_call_us(dur, anchors.size, n_h, may_wait)
     for i in dev_idx[(t.kind[dev_rows] == MEMCPY) & has_launch[n_h:]]:
         L = launch[i]
         # the call waited for its copy: it returned right after the copy ended, and took longer than a call does.
         # An asynchronous device-to-device copy never blocks the host (a tiny one may end inside its call).
         cname = t.names[int(t.name[rows[i]])]
         async_dtod = copy_direction(cname) in ("DtoD", "PtoP") and "Async" in t.names[int(t.name[rows[L]])]
-        returned_soon = 0.0 <= end[L] - end[i] <= max(COPY_RETURN_US, COPY_RETURN_SHARE * dur[L])
+        returned_soon = bool(returned_with(start[L], end[L], start[i], end[i]))
         if is_copy_call[L] and not async_dtod and returned_soon and dur[L] > typical + TOL_US:
             sync_on[L] = i
             sync_on_nc[L] = i
@@ -767,7 +785,11 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
             block[L] = BLOCK_PAGEABLE if from_pageable_to_device(cname) else BLOCK_SYNC
     for L in np.flatnonzero(waited_kernel >= 0):  # launches made synchronous: each waits for its own kernel
         sync_on[L] = sync_on_nc[L] = waited_kernel[L]
-        sync_base[L] = own_us[L]
+        # unblocked, it costs what a call that does not wait costs, as a copy or a synchronize call does: the time
+        # outside its kernel is the device's queue-to-start latency and the completion notice too (9.3 + 3.7 us
+        # around each kernel on an H200 with CUDA_LAUNCH_BLOCKING=1, where the same launch costs 6.9 us when
+        # asynchronous: docs/benchmarks.md, "GPU (H200)")
+        sync_base[L] = min(own_us[L], typical)
         block[L] = BLOCK_SYNC
     launched = dev_idx[launch[dev_idx] >= 0]
     if launched.size:
@@ -797,6 +819,12 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
                 # stream or event sync still waits for that stream's other work, a device sync for every stream's
                 block[i] = BLOCK_COMM if comm[k] else BLOCK_SYNC
                 sync_on_nc[i] = waited_for(i, True, streams[k - n_h] if one_stream[i] else None) if comm[k] else k
+    # a synchronize call that waited for a copy from pageable memory is that copy's: PyTorch's blocking copy_ from a
+    # pageable host tensor is cudaMemcpyAsync then cudaStreamSynchronize, and pinned memory with non_blocking=True
+    # removes both (a pageable input's sync on an H200 held the host 32 ms a step, the gain of pinning it)
+    from_pageable = np.zeros(n, bool)
+    from_pageable[sync_on[block == BLOCK_PAGEABLE]] = True
+    block[(block == BLOCK_SYNC) & (sync_on >= 0) & from_pageable[np.clip(sync_on, 0, None)]] = BLOCK_PAGEABLE
     is_sync = block != NOT_BLOCKING
     sync_tail = np.zeros(n)
     sync_tail[is_sync] = np.maximum(end[is_sync] - end[sync_on[is_sync]], 0.0)

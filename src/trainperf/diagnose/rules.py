@@ -180,11 +180,11 @@ def pageable_copy(f: RankFacts) -> Finding | None:
     time_us = blocked_us(g, BLOCK_PAGEABLE)
     if not blocked.any() or f.pct(time_us) <= PAGEABLE_MIN_PCT:
         return None
-    dev = g.sync_on[blocked]
+    dev = np.unique(g.sync_on[blocked])  # each copy once: its call and the synchronize after it both wait for it
     copy_us = float(g.dur[dev].sum())
     events = sorted(((g.names[int(f.table.name[g.rows[i]])], g.start[i], g.dur[i]) for i in np.flatnonzero(blocked)),
                     key=lambda e: -e[2])[:3]
-    return _make(f, "pageable_copy", {"blocking_copies": (int(blocked.sum()), "count"),
+    return _make(f, "pageable_copy", {"blocking_copies": (int(dev.size), "count"),
                                       "host_blocked": (time_us, "us"), "copy_time": (copy_us, "us"),
                                       "on_critical_path": (f.critical_path.get("pageable_copy", 0.0), "us")},
                  events, (Change("unblock_pageable_copies"),), "host-to-device copies stop blocking the host",
