@@ -18,10 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainperf.corpus.build import KIND_LABELS
+from trainperf.diagnose.findings import RECOMMENDATIONS
 from trainperf.errors import TrainperfError
 
 SEVERITIES = ("low", "medium", "high")
 LABEL_KEYS = ("kind", "ranks", "true_gain_pct", "severity")
+# a label names any kind diagnose can find (a corpus measured elsewhere labels launch_bound, idle_gpu...), not
+# only those `make corpus` plants
+LABEL_KINDS = tuple(dict.fromkeys(KIND_LABELS + tuple(RECOMMENDATIONS)))
 
 
 @dataclass(kw_only=True)
@@ -52,8 +56,8 @@ def read_labels(case: Path) -> dict:
     missing = [k for k in LABEL_KEYS if k not in labels]
     if missing:
         raise TrainperfError(f"{path}: missing key(s) {', '.join(missing)}")
-    if labels["kind"] not in KIND_LABELS:
-        raise TrainperfError(f"{path}: unknown kind {labels['kind']!r}; known: {', '.join(KIND_LABELS)}")
+    if labels["kind"] not in LABEL_KINDS:
+        raise TrainperfError(f"{path}: unknown kind {labels['kind']!r}; known: {', '.join(LABEL_KINDS)}")
     if not isinstance(labels["true_gain_pct"], (int, float)) or not isinstance(labels["ranks"], list):
         raise TrainperfError(f"{path}: true_gain_pct must be a number and ranks a list")
     return labels

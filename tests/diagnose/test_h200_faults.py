@@ -1,0 +1,71 @@
+"""diagnose on real H200 traces of planted faults (tests/data/h200_faults, made by
+benchmarks/gpu_diagnose_faults.py): the top finding names the fault, its gain is the measured fix's within
+the stated tolerance, and the healthy loops carry no finding above low; the gaps still open are strict xfails."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainperf.diagnose.api import diagnose
+
+CASES = Path(__file__).resolve().parents[1] / "data" / "h200_faults"
+SICK = sorted(p.name for p in CASES.iterdir() if p.is_dir() and not p.name.startswith("healthy"))
+HEALTHY = sorted(p.name for p in CASES.iterdir() if p.is_dir() and p.name.startswith("healthy"))
+# the what-if may miss what the trace cannot show (ops that run slower around every cudaFree, a profiled host's
+# overhead), never by more than half of the measured gain, and never claims more than 5 pp above it
+MIN_SHARE_OF_TRUE_GAIN, MAX_OVER_TRUE_GAIN_PP = 0.5, 5.0
+# what the traces show that diagnose does not price yet (docs/benchmarks.md, "GPU (H200)"); strict: each fails
+# the test as long as the gap is there, and passes it, failing the suite, once it is closed
+PROFILER_HOST = ("under the profiler the host runs ~2x slower (7.8-9.5 ms a step vs 4.3-5.2 unprofiled): the "
+                 "profiled loop is launch-bound where the unprofiled one is GPU-bound")
+TOP_MISSES = {"host_sync-high-h200-synchronize": PROFILER_HOST + ", so the synchronize calls cost little there"}
+GAIN_MISSES = {**TOP_MISSES,
+               "launch_bound-low-h200-fast_host": PROFILER_HOST + " (a CUDA graph gained 0.9 % on this machine)",
+               "allocator_stall-high-h200-empty_cache": "every op around the cudaMalloc/cudaFree calls runs slower too",
+               "pageable_copy-high-h200": "priced as a prefetch on a side stream; the fix measured is pinned memory "
+                                          "on the same stream, whose copy still takes its time"}
+
+
+def _diagnose(case: str):
+    return diagnose(CASES / case / "traces" / "rank0.json.gz"), json.loads((CASES / case / "labels.json").read_text())
+
+
+def _known(misses: dict, cases: list[str]) -> list:
+    return [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=misses[c])) if c in misses else c
+            for c in cases]
+
+
+@pytest.mark.parametrize("case", _known(TOP_MISSES, SICK))
+def test_the_top_finding_names_the_planted_fault(case):
+    d, labels = _diagnose(case)
+    assert d.findings[0].kind == labels["kind"]
+
+
+@pytest.mark.parametrize("case", _known(GAIN_MISSES, SICK))
+def test_the_planted_fault_is_priced_near_its_measured_fix(case):
+    d, labels = _diagnose(case)
+    found = next(x for x in d.findings if x.kind == labels["kind"])
+    assert MIN_SHARE_OF_TRUE_GAIN * labels["true_gain_pct"] <= found.gain_pct <= \
+        labels["true_gain_pct"] + MAX_OVER_TRUE_GAIN_PP
+
+
+@pytest.mark.parametrize("case", HEALTHY)
+def test_a_healthy_loop_has_no_finding_above_low(case):
+    # the GPU-bound loop's host runs 8 steps ahead of its GPU: the kernels of the steps launched before the profiled
+    # window keep the GPU busy while the window's host launches, and are busy time (before: idle_gpu, medium, 80 %
+    # "idle over the steps")
+    d, _ = _diagnose(case)
+    assert [(x.kind, x.severity) for x in d.findings if x.severity != "low"] == []
+
+
+def test_each_fix_names_the_setting_that_caused_it():
+    assert "CUDA_LAUNCH_BLOCKING" in _diagnose("host_sync-high-h200")[0].findings[0].recommendation
+    assert "PYTORCH_NO_CUDA_MEMORY_CACHING" in _diagnose("allocator_stall-high-h200")[0].findings[0].recommendation
+
+
+def test_the_fp32_loop_is_not_idle_before_its_first_recorded_kernel():
+    # profiled after warm-up, the fp32 loop's first recorded kernel was launched before the trace began: the 11 ms
+    # before it the GPU ran unrecorded work (before: idle_gpu, medium, 64 % "idle over the steps")
+    d, _ = _diagnose("fp32_matmul-high-h200")
+    assert not any(x.kind == "idle_gpu" for x in d.findings)
