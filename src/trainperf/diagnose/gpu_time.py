@@ -180,7 +180,9 @@ def idle_in_span_us(w: Window, start_us: float, end_us: float) -> float:
     analysed steps), where HTA's breakdown measures idle only between the first and the last device event. A
     413-ms step holding one 45-µs kernel is ~100 % idle over the step and 0 % over its device span. Every device
     event of the trace counts (Window.device_all), the window's or not: work launched before the window keeps
-    the device busy while the host, steps ahead in a GPU-bound loop, launches the window's."""
+    the device busy while the host, steps ahead in a GPU-bound loop, launches the window's; so does the work the
+    trace did not record before its first device event, when that event was queued before the trace began
+    (Window.queued_until_us)."""
     return float(idle_in_spans_us(w, np.array([start_us]), np.array([end_us]))[0])
 
 

@@ -73,6 +73,7 @@ def returned_with(call_start, call_end, work_start, work_end):
         (np.asarray(call_start) <= np.asarray(work_start))
     return ((lag >= 0) | early_ok) & (lag <= np.maximum(COPY_RETURN_US, COPY_RETURN_SHARE * call))
 
+
 # synchronize calls that wait for one stream (the stream itself, or an event recorded on it); the others
 # (cudaDeviceSynchronize, cuCtxSynchronize, a synchronous cudaMemcpy on the legacy default stream) wait for all
 ONE_STREAM_SYNC_RE = re.compile(r"(Stream|Event)Synchronize")

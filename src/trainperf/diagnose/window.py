@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainperf.trace.annotate import HOST_STEP_KINDS, STEP_RE, correlated_host_row, step_numbers, step_rows
+from trainperf.trace.annotate import HOST_STEP_KINDS, STEP_RE, step_numbers, step_rows
 from trainperf.trace.events import GPU_ANNOTATION, GPU_SYNC, KERNEL, MEMCPY, MEMSET, RUNTIME, EventTable
 
 DEVICE_BUSY_KINDS = (KERNEL, MEMCPY, MEMSET, GPU_SYNC)
@@ -210,9 +210,9 @@ def _queued_until_us(t: EventTable, busy: np.ndarray, ts_us: np.ndarray) -> floa
     if not busy.size or not (t.kind == RUNTIME).any():
         return float("-inf")
     first = busy[int(np.argmin(ts_us[busy]))]
-    if t.correlation[first] < 0 or correlated_host_row(t)[first] >= 0:
-        return float("-inf")
-    return float(ts_us[first])
+    corr = t.correlation[first]
+    launched_here = ((t.correlation == corr) & (t.stream < 0) & (t.kind != GPU_SYNC)).any()  # as correlated_host_row
+    return float("-inf") if corr < 0 or launched_here else float(ts_us[first])
 
 
 def whole_trace_note(m: StepMarkers) -> str:
