@@ -66,3 +66,12 @@ def test_the_fp32_loop_is_not_idle_before_its_first_recorded_kernel():
     # before it the GPU ran unrecorded work (before: idle_gpu, medium, 64 % "idle over the steps")
     d, _ = _diagnose("fp32_matmul-high-h200")
     assert not any(x.kind == "idle_gpu" for x in d.findings)
+
+
+def test_launch_bound_gives_the_floor_an_unprofiled_step_is_checked_against():
+    # the GPU's busy time per step is what no host speed gets under: the same loop captured in one CUDA graph
+    # (its measured step, fixed_step_ms) runs no faster than it, and not much slower (the graph keeps a few µs of
+    # device time between its 140 kernels a step)
+    d, labels = _diagnose("launch_bound-high-h200")
+    busy = d.findings[0].evidence["metrics"]["gpu_busy_per_step"]["value"]
+    assert 0.75 * labels["fixed_step_ms"] <= busy <= labels["fixed_step_ms"]

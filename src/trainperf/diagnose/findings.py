@@ -209,7 +209,9 @@ RECOMMENDATIONS = {
                       "per micro-batch (or group them by length), balance tokens across data-parallel ranks; in MoE, "
                       "an auxiliary load-balancing loss or a capacity factor; equal shards per rank.",
     "launch_bound": "The GPU waits for the CPU to launch kernels: capture the step with CUDA graphs, "
-                    "torch.compile (mode='reduce-overhead') to fuse kernels, or raise the per-GPU batch size.",
+                    "torch.compile (mode='reduce-overhead') to fuse kernels, or raise the per-GPU batch size. The "
+                    "profiler slows the host too: first check that the step time measured without it exceeds the "
+                    "GPU's busy time per step (gpu_busy_per_step); if not, the loop is GPU-bound.",
     "host_work": "The thread that launches the GPU's work spends milliseconds at a time on work that launches "
                  "nothing while the GPU idles (the longest gaps name the op around them): move it off the training "
                  "loop or do it less often. Metrics and logging every N steps or on a background thread; "

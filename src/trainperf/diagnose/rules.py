@@ -470,12 +470,15 @@ def launch_bound(f: RankFacts) -> Finding | None:
     g = f.graph
     n = int(g.kernel_launch.sum())
     cost = launch_cost_us(f, g.kernel_launch)
+    # what the step cannot go under however fast the host: the profiler slows the host (2x on an H200's launch-bound
+    # loop), so a loop whose unprofiled step is no longer than this is not launch-bound without the profiler
+    busy_per_step = {"gpu_busy_per_step": ((tb.window_us - tb.idle_us) / len(f.steps) / 1e3, "ms")} if f.steps else {}
     return _make(f, "launch_bound", {
         "gpu_idle": (tb.idle_pct, "%"), "gpu_idle_over_steps": (f.step_idle_pct or 0.0, "%"),
         "idle_waiting_on_host": (hp, "%"),
         "host_on_critical_path": (f.pct(host_cp), "%"), "launch_bound_stretches": (len(f.stretches), "count"),
         "launch_delay_median": (ls.delay_median_us, "us"), "kernel_launches": (n, "count"),
-        "per_launch_cost": (cost / n if n else 0.0, "us"), "launch_cost": (cost, "us")},
+        "per_launch_cost": (cost / n if n else 0.0, "us"), "launch_cost": (cost, "us"), **busy_per_step},
         [("launch-bound stretch (stream %d, %d kernels)" % (x.stream, x.n_kernels), x.start_us, x.end_us - x.start_us)
          for x in f.stretches[:3]], (Change("graph_launches"),),
         "kernel launches cost the host nothing (CUDA graphs)", evidence_pct=f.pct(min(cost, host_cp)))
