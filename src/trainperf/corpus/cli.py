@@ -22,6 +22,8 @@ def register(app: typer.Typer) -> None:
         min_severity: str = typer.Option("low", "--min-severity",
                                          help="Lowest finding severity that counts as a prediction: "
                                               "low, medium, high."),
+        unprofiled: bool = typer.Option(False, "--unprofiled", help="Give diagnose each case's step time measured "
+                                        "without the profiler (labels.json's faulty_step_ms) where it has one."),
     ) -> None:
         """Score diagnose's findings on a labeled corpus: per-kind precision/recall/F1, top-1, false
         findings on healthy cases, what-if error."""
@@ -33,7 +35,7 @@ def register(app: typer.Typer) -> None:
         from trainperf.corpus.report import print_scores
 
         score([], min_severity)  # a bad --min-severity fails before the (long) diagnosing
-        results = run_cases(corpus, progress=not as_json)
+        results = run_cases(corpus, progress=not as_json, unprofiled=unprofiled)
         scores = score(results, min_severity)
         cases = [{"name": r.name, "kind": r.kind, "ranks": r.ranks, "true_gain_pct": r.true_gain_pct,
                   "severity": r.severity, "base": r.base, "findings": r.findings, "seconds": round(r.seconds, 2)}

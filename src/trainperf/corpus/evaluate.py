@@ -161,8 +161,9 @@ def _r(x):
     return None if x is None else round(float(x), 4)
 
 
-def run_cases(corpus: str | Path, progress: bool = True) -> list[CaseResult]:
-    """Diagnose every case of the corpus (labels checked first, all of them); return the results."""
+def run_cases(corpus: str | Path, progress: bool = True, unprofiled: bool = False) -> list[CaseResult]:
+    """Diagnose every case of the corpus (labels checked first, all of them); return the results. unprofiled: give
+    diagnose each case's step time measured without the profiler (labels' faulty_step_ms, ms) where it has one."""
     from trainperf.diagnose.api import diagnose
 
     cases = case_folders(corpus)
@@ -177,8 +178,9 @@ def run_cases(corpus: str | Path, progress: bool = True) -> list[CaseResult]:
         for c in cases:
             bar.update(task, description=f"diagnosing {c.name}")
             t = time.perf_counter()
-            found = diagnose(c / "traces", top=10_000).to_json()["findings"]
             lab = labels[c]
+            step_ms = lab.get("faulty_step_ms") if unprofiled else None
+            found = diagnose(c / "traces", top=10_000, unprofiled_step_ms=step_ms).to_json()["findings"]
             results.append(CaseResult(name=c.name, kind=lab["kind"], ranks=list(lab["ranks"]),
                                       true_gain_pct=float(lab["true_gain_pct"]), severity=str(lab["severity"]),
                                       findings=[{k: f.get(k) for k in ("kind", "severity", "ranks", "gain_pct",

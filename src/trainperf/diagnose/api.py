@@ -17,8 +17,10 @@ from trainperf.diagnose.crossrank import (CrossRank, HostStraggler, MatchedColle
 from trainperf.diagnose.evidence import Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes
 from trainperf.diagnose.facts import DeviceTiming, RankFacts, StragglerFacts, collect_facts, device_timing
 from trainperf.diagnose.modules import module_breakdown
+from trainperf.diagnose.replay import replay
 from trainperf.diagnose.steps import gpu_step_periods_us, memcpy_bandwidth
 from trainperf.diagnose.rules import run_rules
+from trainperf.diagnose.unprofiled import host_calibration
 from trainperf.diagnose.window import analysis_window, find_step_markers, one_profiling_cycle
 from trainperf.errors import TrainperfError
 from trainperf.trace.events import EventTable
@@ -135,9 +137,13 @@ def host_testable(hs: HostStraggler) -> bool:
 
 
 def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None, top: int = 10,
-             progress: bool = False, modules: str | None = None) -> Diagnosis:
+             progress: bool = False, modules: str | None = None, unprofiled_step_ms: float | None = None) -> Diagnosis:
     """Diagnose the trace(s) at path (a Kineto file or a folder of ranks); return a Diagnosis.
-    modules: "instance" or "type" adds the time per nn.Module of each rank (modules.module_breakdown)."""
+    modules: "instance" or "type" adds the time per nn.Module of each rank (modules.module_breakdown).
+    unprofiled_step_ms: the step time measured without the profiler (ms): each rank's host is calibrated to it
+    (unprofiled.host_calibration) and every gain priced on that host."""
+    if unprofiled_step_ms is not None and not unprofiled_step_ms > 0:
+        raise TrainperfError(f"unprofiled step time {unprofiled_step_ms!r} ms: expected a positive number")
     tables = load_trace(path, ranks=None, progress=progress)
     step_range = parse_steps(steps)
     notes: list[str] = []
@@ -192,6 +198,12 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
         f = collect_facts(t, windows[r], waits, timing.get(r))  # the window's own note reaches the notes as a caveat
         if hs is not None or r in gpu_ranks:
             f.straggler = straggler
+        if unprofiled_step_ms is not None:
+            calibration = host_calibration(f, unprofiled_step_ms * 1e3)
+            if calibration.changes:
+                f.host_calibration = calibration.changes
+                f.span_us = replay(f.graph, calibration.changes).makespan_us
+            notes.append(f"rank {r}: {calibration.note}")
         summaries[r], ranked, plans[r] = analyse_rank(f, job_caveats)
         found += ranked
         notes += [f"rank {r}: {n}" for n in summaries[r].evidence_notes]

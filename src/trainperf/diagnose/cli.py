@@ -27,6 +27,10 @@ def register(app: typer.Typer) -> None:
                                                 "with the findings as annotated slices, as one Perfetto JSON (.gz ok)."),
         modules: bool = typer.Option(False, "--modules", help="Also show GPU time per nn.Module (needs a trace "
                                      "recorded with with_stack=True; CPU op time on CPU-only traces)."),
+        unprofiled_step_ms: Optional[float] = typer.Option(
+            None, "--unprofiled-step-ms", min=0.0,
+            help="The step time measured without the profiler (ms; trainperf monitor's, a training log's): the "
+                 "profiler's overhead is taken off the host and every gain priced on that host."),
     ) -> None:
         """Find the bottleneck in profiler traces: per-rank breakdown, findings with evidence and gain."""
         from rich.console import Console
@@ -41,7 +45,7 @@ def register(app: typer.Typer) -> None:
                 check_output_file(out, option)
         # --top limits the print only; the progress bar (on stdout) stays out of the JSON
         result = diagnose(path, rank=rank, steps=given(steps, steps_older), top=10_000, progress=not as_json,
-                          modules="type" if modules else None)
+                          modules="type" if modules else None, unprofiled_step_ms=unprofiled_step_ms)
         if as_json:
             print_json(result.to_json())
         else:

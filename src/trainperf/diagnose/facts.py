@@ -104,6 +104,9 @@ class RankFacts:
     span_us: float = 0.0          # replayed makespan of the window (= observed)
     critical_path: dict = field(default_factory=dict)
     step_idle_us: float | None = None  # GPU idle over the host window (host_window_start_us + host_window_us), µs
+    # the profiler's overhead taken off the host (diagnose/unprofiled.py): prepended to every what-if; span_us is then
+    # the replay with it alone
+    host_calibration: tuple = ()
     sync_sites: list[SyncSite] = field(default_factory=list)
     sync_op_counts: dict = field(default_factory=dict)  # op name -> (count, CPU µs): aten::item, nonzero, ...
     compute_by_step: dict = field(default_factory=dict)  # step -> µs of computation it launched (crossrank)
@@ -192,10 +195,11 @@ class RankFacts:
         return self._analyses[name]
 
     def gain(self, changes: tuple[Change, ...]) -> tuple[float, float]:
-        """(% of the span, µs) saved by replaying the window with these changes together."""
+        """(% of the span, µs) saved by replaying the window with these changes together (on the calibrated host,
+        host_calibration, when there is one)."""
         if not self.has_gpu or not changes:
             return 0.0, 0.0
-        key = tuple(sorted(changes, key=repr))
+        key = tuple(sorted(self.host_calibration + tuple(changes), key=repr))
         if key not in self._gains:
             d = self.span_us - replay(self.graph, key).makespan_us
             self._gains[key] = (self.pct(d), d)

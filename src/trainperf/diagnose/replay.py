@@ -87,7 +87,7 @@ NAMED_STALLS = (DATALOADER_RE, CHECKPOINT_RE, COMPILE_RE, ALLOCATOR_SPAN_RE)
 CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_compile_wait", "remove_syncs",
                 "unblock_pageable_copies", "remove_allocator", "overlap_comm", "remove_straggler_wait", "speedup",
                 "host_speedup", "graph_small_kernels", "graph_launches", "compute_speedup", "speedup_rows",
-                "drop_rows", "remove_wasted_rows", "remove_host_work", "fuse_optimizer")
+                "drop_rows", "remove_wasted_rows", "remove_host_work", "fuse_optimizer", "unprofiled_host")
 
 
 @dataclass(frozen=True)
@@ -108,8 +108,9 @@ class Change:
     work whose result nothing uses: a measured waste) | remove_host_work (the work that launches nothing in the gaps
     before the host calls of trace rows `rows` goes: host_work_us) | fuse_optimizer (graph_small_kernels for the
     launches of trace rows `rows` only, and the CPU work before each goes too: an optimizer's per-tensor ops done by a
-    fused or foreach one). Several changes replay together
-    (`replay(g, [a, b])`)."""
+    fused or foreach one) | unprofiled_host (the host's own work, its CPU time and its calls' own time, not waits nor
+    the allocator's driver calls, `factor` times faster: the profiler's overhead taken off, diagnose/unprofiled.py).
+    Several changes replay together (`replay(g, [a, b])`)."""
 
     kind: str = "none"
     category: int = -1
@@ -930,6 +931,10 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     for c in changes:
         if c.kind == "host_speedup":  # only work gets faster; a wait for another thread moves with that thread
             cpu = cpu / c.factor
+        if c.kind == "unprofiled_host":  # the profiler's own cost taken off the host: its work and its calls' own time
+            cpu = cpu / c.factor
+            calls = g.is_host & ~g.is_alloc & (g.block_class == NOT_BLOCKING)
+            dur[calls] = dur[calls] / c.factor
     untraced_gone = np.zeros(n, bool)  # remove_host_work: gaps whose untraced time (no op, no wait) goes too
     for c in changes:
         if c.kind == "remove_host_work":
@@ -1001,7 +1006,11 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     launch_, dep_, is_sync_ = g.as_list("launch"), dep.tolist(), g.as_list("is_sync")
     hdep_, hlag_ = g.as_list("host_dep"), dep_lag.tolist()
     sync_on_, tail_ = sync_on.tolist(), g.as_list("sync_tail")
-    base_ = np.where(unread, 0.0, g.sync_base).tolist() if unread.any() else g.as_list("sync_base")
+    base_ = np.where(unread, 0.0, g.sync_base)
+    for c in changes:
+        if c.kind == "unprofiled_host":
+            base_ = base_ / c.factor
+    base_ = base_.tolist()
     unblocked_ = unblocked.tolist()
     pending = [False] * n  # syncs whose end waits for device work not yet replayed
 
