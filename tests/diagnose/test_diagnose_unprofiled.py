@@ -85,3 +85,19 @@ def test_a_step_the_host_does_not_set_is_left_as_profiled(case):
     cal = diagnose(H200 / case / "traces", unprofiled_step_ms=labels["faulty_step_ms"])
     assert [(x.kind, x.gain_pct) for x in cal.findings] == [(x.kind, x.gain_pct) for x in base.findings]
     assert any("nothing is taken off" in n or "no profiler overhead" in n for n in cal.notes)
+
+
+def test_a_trainperf_runs_own_step_time_is_used_by_default(tmp_path):
+    # <run>/traces/rank0.step0-3.json and <run>/metrics.jsonl: steps 0-3 profiled (step -1 warming up), the monitor's
+    # first two records left out; steps 4-9 ran at 150 us (one at 900: a median, not a mean) -> factor 2 as by hand
+    run = tmp_path / "run"
+    (run / "traces").mkdir(parents=True)
+    _host_bound(run / "traces" / "rank0.step0-3.json")
+    times = {s: 300e-6 for s in range(4)} | {s: 150e-6 for s in range(4, 10)} | {7: 900e-6}
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "step_time_s": t}) + "\n"
+                                               for s, t in sorted(times.items())))
+    d = diagnose(run / "traces")
+    note = next(n for n in d.notes if "profiler's overhead taken off" in n)
+    assert "2.00x faster" in note and "0.15 ms: the run's median over 6 steps" in note
+    # an explicit step time wins over the run's
+    assert not any("the run's median" in n for n in diagnose(run / "traces", unprofiled_step_ms=0.3).notes)

@@ -20,7 +20,7 @@ from trainperf.diagnose.modules import module_breakdown
 from trainperf.diagnose.replay import replay
 from trainperf.diagnose.steps import gpu_step_periods_us, memcpy_bandwidth
 from trainperf.diagnose.rules import run_rules
-from trainperf.diagnose.unprofiled import host_calibration
+from trainperf.diagnose.unprofiled import host_calibration, run_unprofiled_step_ms
 from trainperf.diagnose.window import analysis_window, find_step_markers, one_profiling_cycle
 from trainperf.errors import TrainperfError
 from trainperf.trace.events import EventTable
@@ -141,9 +141,11 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     """Diagnose the trace(s) at path (a Kineto file or a folder of ranks); return a Diagnosis.
     modules: "instance" or "type" adds the time per nn.Module of each rank (modules.module_breakdown).
     unprofiled_step_ms: the step time measured without the profiler (ms): each rank's host is calibrated to it
-    (unprofiled.host_calibration) and every gain priced on that host."""
+    (unprofiled.host_calibration) and every gain priced on that host; by default, the median step of the trainperf
+    run the traces belong to, over its steps outside the profiled ones (unprofiled.run_unprofiled_step_ms)."""
     if unprofiled_step_ms is not None and not unprofiled_step_ms > 0:
         raise TrainperfError(f"unprofiled step time {unprofiled_step_ms!r} ms: expected a positive number")
+    from_run = run_unprofiled_step_ms(path) if unprofiled_step_ms is None else None
     tables = load_trace(path, ranks=None, progress=progress)
     step_range = parse_steps(steps)
     notes: list[str] = []
@@ -198,12 +200,16 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
         f = collect_facts(t, windows[r], waits, timing.get(r))  # the window's own note reaches the notes as a caveat
         if hs is not None or r in gpu_ranks:
             f.straggler = straggler
-        if unprofiled_step_ms is not None:
-            calibration = host_calibration(f, unprofiled_step_ms * 1e3)
+        step_ms = unprofiled_step_ms if unprofiled_step_ms is not None else \
+            from_run[0] if from_run is not None and r in gpu_ranks else None
+        if step_ms is not None:
+            calibration = host_calibration(f, step_ms * 1e3)
             if calibration.changes:
                 f.host_calibration = calibration.changes
                 f.span_us = replay(f.graph, calibration.changes).makespan_us
-            notes.append(f"rank {r}: {calibration.note}")
+            source = "" if unprofiled_step_ms is not None else \
+                f" (the unprofiled step, {step_ms:.2f} ms: the run's median over {from_run[1]} steps outside the profiled ones)"
+            notes.append(f"rank {r}: {calibration.note}{source}")
         summaries[r], ranked, plans[r] = analyse_rank(f, job_caveats)
         found += ranked
         notes += [f"rank {r}: {n}" for n in summaries[r].evidence_notes]

@@ -17,7 +17,11 @@ step (a GPU-bound loop, whose host runs ahead) needs nothing either.
 
 from __future__ import annotations
 
+import json
+import re
+import statistics
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -29,6 +33,11 @@ from trainperf.trace.events import RUNTIME
 # needed 2.3-5.9x on their host work alone (their whole step 1.4-2.2x slower profiled).
 MAX_FACTOR = 8.0
 BISECTION_STEPS = 12  # the factor to within 0.05 % (8 ** (1 / 2 ** 12)): 14 replays a rank
+# a trainperf run's traces (monitor/profiler.trace_path): <run>/traces/rank<R>.step<A>-<B>.json, its steps' times in
+# <run>/metrics.jsonl
+RUN_TRACE_RE = re.compile(r"^rank\d+\.step(\d+)-(\d+)\.json(\.gz)?$")
+RUN_SKIP_FIRST = 2       # the trainer's monitor leaves its first 2 steps out of its medians (compile, warm-up)
+RUN_MIN_STEPS = 3        # unprofiled steps needed for a median
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -92,3 +101,28 @@ def host_calibration(f: RankFacts, unprofiled_step_us: float) -> HostCalibration
     return result(hi, f"the profiler's overhead taken off: the host's own work {hi:.2f}x faster replays the "
                       f"{p_ms:.2f}-ms profiled step in the {u_ms:.2f} ms measured without the profiler; every gain "
                       "is priced on that host")
+
+
+def run_unprofiled_step_ms(path: str | Path) -> tuple[float, int] | None:
+    """(median step time in ms, steps it is over) of the trainperf run whose traces/ folder holds `path`, over the
+    steps its profiler did not touch (neither recorded nor warming up, the step before each window) after the
+    monitor's first RUN_SKIP_FIRST; None when `path` is not in such a run or fewer than RUN_MIN_STEPS are left."""
+    p = Path(path)
+    traces = p if p.is_dir() else p.parent
+    metrics = traces.parent / "metrics.jsonl"
+    if traces.name != "traces" or not metrics.is_file():
+        return None
+    windows = [m for m in (RUN_TRACE_RE.match(x.name) for x in traces.iterdir()) if m]
+    if not windows:
+        return None
+    touched = {s for m in windows for s in range(int(m.group(1)) - 1, int(m.group(2)) + 1)}
+    times = []
+    try:
+        for line in metrics.read_text().splitlines():
+            rec = json.loads(line) if line.strip() else {}
+            if isinstance(rec.get("step"), int) and isinstance(rec.get("step_time_s"), (int, float)):
+                times.append((rec["step"], float(rec["step_time_s"])))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None  # a metrics file being written or damaged: diagnose goes on without it
+    kept = [t for step, t in times[RUN_SKIP_FIRST:] if step not in touched]
+    return (1e3 * statistics.median(kept), len(kept)) if len(kept) >= RUN_MIN_STEPS else None
