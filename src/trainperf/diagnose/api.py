@@ -17,7 +17,6 @@ from trainperf.diagnose.crossrank import (CrossRank, HostStraggler, MatchedColle
 from trainperf.diagnose.evidence import Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes
 from trainperf.diagnose.facts import DeviceTiming, RankFacts, StragglerFacts, collect_facts, device_timing
 from trainperf.diagnose.modules import module_breakdown
-from trainperf.diagnose.replay import replay
 from trainperf.diagnose.steps import gpu_step_periods_us, memcpy_bandwidth
 from trainperf.diagnose.rules import run_rules
 from trainperf.diagnose.unprofiled import host_calibration, run_unprofiled_step_ms
@@ -181,7 +180,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
         for r in gpu_ranks:
             tb = timing[r].breakdown
             xr.compute_by_rank_us[r] = tb.compute_us
-            xr.busy_by_rank_us[r] = tb.window_us - tb.idle_us
+            xr.busy_by_rank_us[r] = tb.busy_us
         straggler = _straggler_facts(xr, timing)
     summaries: dict[int, RankSummary] = {}
     found: list[F.Finding] = []
@@ -204,9 +203,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
             from_run[0] if from_run is not None and r in gpu_ranks else None
         if step_ms is not None:
             calibration = host_calibration(f, step_ms * 1e3)
-            if calibration.changes:
-                f.host_calibration = calibration.changes
-                f.span_us = replay(f.graph, calibration.changes).makespan_us
+            f.calibrate_host(calibration.changes)
             source = "" if unprofiled_step_ms is not None else \
                 f" (the unprofiled step, {step_ms:.2f} ms: the run's median over {from_run[1]} steps outside the profiled ones)"
             notes.append(f"rank {r}: {calibration.note}{source}")

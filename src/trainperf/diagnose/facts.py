@@ -194,6 +194,13 @@ class RankFacts:
             self._analyses[name] = compute()
         return self._analyses[name]
 
+    def calibrate_host(self, changes: tuple[Change, ...]) -> None:
+        """Price every what-if on top of `changes` (unprofiled.HostCalibration.changes; nothing when empty): span_us
+        becomes the replay with them alone."""
+        if changes:
+            self.host_calibration = tuple(changes)
+            self.span_us = replay(self.graph, self.host_calibration).makespan_us
+
     def gain(self, changes: tuple[Change, ...]) -> tuple[float, float]:
         """(% of the span, µs) saved by replaying the window with these changes together (on the calibrated host,
         host_calibration, when there is one)."""

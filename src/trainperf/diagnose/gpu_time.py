@@ -38,6 +38,11 @@ class TemporalBreakdown:
     non_compute_us: float
 
     @property
+    def busy_us(self) -> float:
+        """µs of the window with a device event running."""
+        return self.window_us - self.idle_us
+
+    @property
     def idle_pct(self) -> float:
         return _pct(self.idle_us, self.window_us)
 

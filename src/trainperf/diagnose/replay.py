@@ -771,7 +771,8 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     waited_kernel, own_us = synchronous_launches(start, end, launch, kernel_nodes)
     may_wait = is_sync_api | is_copy_call | (waited_kernel >= 0)
     if (waited_kernel >= 0).any():  # launches made synchronous: none of them shows what a call costs unblocked
-        may_wait[launch[kernel_nodes][launch[kernel_nodes] >= 0]] = True
+        launch_calls = launch[kernel_nodes]
+        may_wait[launch_calls[launch_calls >= 0]] = True
     typical = _typical_call_us(dur, anchors.size, n_h, may_wait)
     for i in dev_idx[(t.kind[dev_rows] == MEMCPY) & has_launch[n_h:]]:
         L = launch[i]
@@ -928,13 +929,14 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     # the host gap before a call: data loading + checkpointing + compiling + allocator spans + the thread's own CPU
     # work + the time it waited for another thread (idle)
     cpu = g.cpu_work_us
-    for c in changes:
-        if c.kind == "host_speedup":  # only work gets faster; a wait for another thread moves with that thread
+    # the profiler's own cost taken off the host: its work, its calls' own time and a blocking call's own cost
+    unprofiled = float(np.prod([c.factor for c in changes if c.kind == "unprofiled_host"]))
+    for c in changes:  # only work gets faster; a wait for another thread moves with that thread
+        if c.kind in ("host_speedup", "unprofiled_host"):
             cpu = cpu / c.factor
-        if c.kind == "unprofiled_host":  # the profiler's own cost taken off the host: its work and its calls' own time
-            cpu = cpu / c.factor
-            calls = g.is_host & ~g.is_alloc & (g.block_class == NOT_BLOCKING)
-            dur[calls] = dur[calls] / c.factor
+    if unprofiled != 1.0:
+        calls = g.is_host & ~g.is_alloc & (g.block_class == NOT_BLOCKING)
+        dur[calls] = dur[calls] / unprofiled
     untraced_gone = np.zeros(n, bool)  # remove_host_work: gaps whose untraced time (no op, no wait) goes too
     for c in changes:
         if c.kind == "remove_host_work":
@@ -1006,11 +1008,7 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     launch_, dep_, is_sync_ = g.as_list("launch"), dep.tolist(), g.as_list("is_sync")
     hdep_, hlag_ = g.as_list("host_dep"), dep_lag.tolist()
     sync_on_, tail_ = sync_on.tolist(), g.as_list("sync_tail")
-    base_ = np.where(unread, 0.0, g.sync_base)
-    for c in changes:
-        if c.kind == "unprofiled_host":
-            base_ = base_ / c.factor
-    base_ = base_.tolist()
+    base_ = (np.where(unread, 0.0, g.sync_base) / unprofiled).tolist()
     unblocked_ = unblocked.tolist()
     pending = [False] * n  # syncs whose end waits for device work not yet replayed
 

@@ -472,7 +472,7 @@ def launch_bound(f: RankFacts) -> Finding | None:
     cost = launch_cost_us(f, g.kernel_launch)
     # what the step cannot go under however fast the host: the profiler slows the host (2x on an H200's launch-bound
     # loop), so a loop whose unprofiled step is no longer than this is not launch-bound without the profiler
-    busy_per_step = {"gpu_busy_per_step": ((tb.window_us - tb.idle_us) / len(f.steps) / 1e3, "ms")} if f.steps else {}
+    busy_per_step = {"gpu_busy_per_step": (tb.busy_us / len(f.steps) / 1e3, "ms")} if f.steps else {}
     return _make(f, "launch_bound", {
         "gpu_idle": (tb.idle_pct, "%"), "gpu_idle_over_steps": (f.step_idle_pct or 0.0, "%"),
         "idle_waiting_on_host": (hp, "%"),

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainperf.trace.annotate import HOST_STEP_KINDS, STEP_RE, step_numbers, step_rows
+from trainperf.trace.annotate import HOST_STEP_KINDS, STEP_RE, launch_side, step_numbers, step_rows
 from trainperf.trace.events import GPU_ANNOTATION, GPU_SYNC, KERNEL, MEMCPY, MEMSET, RUNTIME, EventTable
 
 DEVICE_BUSY_KINDS = (KERNEL, MEMCPY, MEMSET, GPU_SYNC)
@@ -211,7 +211,7 @@ def _queued_until_us(t: EventTable, busy: np.ndarray, ts_us: np.ndarray) -> floa
         return float("-inf")
     first = busy[int(np.argmin(ts_us[busy]))]
     corr = t.correlation[first]
-    launched_here = ((t.correlation == corr) & (t.stream < 0) & (t.kind != GPU_SYNC)).any()  # as correlated_host_row
+    launched_here = ((t.correlation == corr) & launch_side(t)).any()
     return float("-inf") if corr < 0 or launched_here else float(ts_us[first])
 
 

@@ -70,16 +70,22 @@ def step_spans(t: EventTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return step_numbers(t, rows), t.ts_ns[rows], t.ts_ns[rows] + t.dur_ns[rows]
 
 
+def launch_side(t: EventTable) -> np.ndarray:
+    """Per row, whether it is on the launching (host) side of a correlation id: no stream, not a device-wide sync."""
+    return (t.stream < 0) & (t.kind != GPU_SYNC)
+
+
 def correlated_host_row(t: EventTable) -> np.ndarray:
     """For every row, the row of the host event (launch) with the same correlation id, else -1."""
     out = np.full(len(t), -1, dtype=np.int64)
     corr = t.correlation
-    host = np.flatnonzero((corr >= 0) & (t.stream < 0) & (t.kind != GPU_SYNC))
+    host_side = launch_side(t)
+    host = np.flatnonzero((corr >= 0) & host_side)
     if host.size == 0:
         return out
     order = host[np.argsort(corr[host], kind="stable")]
     keys = corr[order]
-    dev = np.flatnonzero((corr >= 0) & ~((t.stream < 0) & (t.kind != GPU_SYNC)))
+    dev = np.flatnonzero((corr >= 0) & ~host_side)
     pos = np.searchsorted(keys, corr[dev], side="right") - 1  # the last host event with that id, as HTA
     ok = (pos >= 0) & (keys[np.clip(pos, 0, None)] == corr[dev])
     out[dev[ok]] = order[pos[ok]]
