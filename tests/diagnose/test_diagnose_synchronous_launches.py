@@ -37,11 +37,13 @@ def _steps(path: Path, *, call_us, kernel_at, kernel_us, every_us, synchronous=l
 def test_launches_that_wait_for_their_kernel_are_a_host_sync(tmp_path):
     # each call [L, L+108) waits for its kernel [L+5, L+105): 100 us of its 108 with the kernel running, it
     # returns 3 us after it. Launched asynchronously the call costs the other 8 us: the host issues a step's five
-    # launches in 50 us and the kernels run back to back. The analysed window is steps 0-1 (0 .. 1120 us); the
-    # first kernel starts at 1 + 5 and ten 100-us kernels end at 1006: gain 1120 - 1006 = 114 us, 10.18 %
+    # launches in 50 us and the kernels run back to back. The analysed window is steps 0-1 (0 .. 1120 us): a step
+    # of 560 us on the host, and on the device (first kernel start 6, last end 560 + 1 + 440 + 5 + 100 = 1106)
+    # (1106 - 6) / 2 = 550 us; unblocked, the host's step is ~60 us and the device's ten 100-us kernels run from
+    # 6 to 1006: 500 us a step. Gain 560 - 500 = 60 us a step (10.71 %), 120 us over the window's 2 steps
     d = diagnose(_steps(tmp_path / "s.json.gz", call_us=108, kernel_at=5, kernel_us=100, every_us=110))
     f = next(x for x in d.findings if x.kind == "host_sync")
-    assert f.gain_us == pytest.approx(114) and f.gain_pct == pytest.approx(100 * 114 / 1120, abs=0.01)
+    assert f.gain_us == pytest.approx(120) and f.gain_pct == pytest.approx(100 * 60 / 560, abs=0.01)
     m = f.evidence["metrics"]
     assert m["launches_waiting_for_their_kernel"]["value"] == 10
     assert m["sync_blocking_time"]["value"] == pytest.approx(10 * 100)  # each call beyond its own 8 us

@@ -21,7 +21,8 @@ from trainperf.diagnose.host import (COMPILE_RE, HostSpans, allocator_calls, che
                                      sync_op_counts, sync_ops)
 from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLength, launch_bound_stretches,
                                        launch_stats, launched_inside, launched_rows, queue_length)
-from trainperf.diagnose.replay import BLOCK_SYNC, Change, Graph, blocked_us, build_graph, critical_path, replay
+from trainperf.diagnose.period import paced_by_device, step_nodes, steady_period_us
+from trainperf.diagnose.replay import BLOCK_SYNC, Change, Graph, Replay, blocked_us, build_graph, critical_path, replay
 from trainperf.diagnose.roofline import device_accelerator
 from trainperf.diagnose.steps import StepTime, step_times
 from trainperf.diagnose.window import Window, merge_intervals
@@ -102,10 +103,15 @@ class RankFacts:
     stretches: list[LaunchBoundStretch] = field(default_factory=list)
     graph: Graph | None = None
     span_us: float = 0.0          # replayed makespan of the window (= observed)
+    # per analysed step, its host nodes and the device nodes it launched (period.step_nodes); None: gains are shares
+    # of the window's makespan instead of its steady-state step period
+    period_nodes: list | None = None
+    period_us: float = 0.0        # steady-state step period of the replayed window (period.steady_period_us), µs
+    paced_by_device: bool = False  # the host ran ahead of a busy device all window (period.paced_by_device)
     critical_path: dict = field(default_factory=dict)
     step_idle_us: float | None = None  # GPU idle over the host window (host_window_start_us + host_window_us), µs
-    # the profiler's overhead taken off the host (diagnose/unprofiled.py): prepended to every what-if; span_us is then
-    # the replay with it alone
+    # the profiler's overhead taken off the host (diagnose/unprofiled.py): prepended to every what-if; span_us and
+    # period_us are then the replay's with it alone
     host_calibration: tuple = ()
     sync_sites: list[SyncSite] = field(default_factory=list)
     sync_op_counts: dict = field(default_factory=dict)  # op name -> (count, CPU µs): aten::item, nonzero, ...
@@ -196,20 +202,33 @@ class RankFacts:
 
     def calibrate_host(self, changes: tuple[Change, ...]) -> None:
         """Price every what-if on top of `changes` (unprofiled.HostCalibration.changes; nothing when empty): span_us
-        becomes the replay with them alone."""
+        and period_us become the replay's with them alone."""
         if changes:
             self.host_calibration = tuple(changes)
-            self.span_us = replay(self.graph, self.host_calibration).makespan_us
+            self._set_base(replay(self.graph, self.host_calibration))
+
+    def _set_base(self, base: Replay) -> None:
+        """The window's makespan and step period (µs) every gain is measured from: replay `base`'s."""
+        self.span_us = base.makespan_us
+        if self.period_nodes:
+            self.paced_by_device = paced_by_device(self.graph, base, self.period_nodes)
+            self.period_us = steady_period_us(base, self.period_nodes, self.paced_by_device)
 
     def gain(self, changes: tuple[Change, ...]) -> tuple[float, float]:
-        """(% of the span, µs) saved by replaying the window with these changes together (on the calibrated host,
-        host_calibration, when there is one)."""
+        """(% of the step, µs over the window's steps) saved by replaying the window with these changes together (on
+        the calibrated host, host_calibration, when there is one): of the steady-state step period (period.py)
+        where the steps' device work is known, of the window's makespan otherwise."""
         if not self.has_gpu or not changes:
             return 0.0, 0.0
         key = tuple(sorted(self.host_calibration + tuple(changes), key=repr))
         if key not in self._gains:
-            d = self.span_us - replay(self.graph, key).makespan_us
-            self._gains[key] = (self.pct(d), d)
+            r = replay(self.graph, key)
+            if self.period_us > 0:
+                d = self.period_us - steady_period_us(r, self.period_nodes, self.paced_by_device)
+                self._gains[key] = (100.0 * d / self.period_us, d * len(self.period_nodes))
+            else:
+                d = self.span_us - r.makespan_us
+                self._gains[key] = (self.pct(d), d)
         return self._gains[key]
 
 
@@ -283,7 +302,8 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
     f.stretches = launch_bound_stretches(t, w)
     f.graph = build_graph(t, w, waits)
     base = replay(f.graph)
-    f.span_us = base.makespan_us
+    f.period_nodes = step_nodes(f.graph, st)
+    f._set_base(base)
     f.critical_path = critical_path(f.graph, base)
     f.sync_sites = _sync_sites(f)
     f.compute_by_step = timing.compute_by_step

@@ -1,0 +1,97 @@
+"""The steady-state step period of a replayed window: what a what-if's gain is a share of.
+
+A profiled window holds a few steps, and its makespan counts two things a long run does not pay each step: the
+head (the first step's host work before its GPU work starts) and the tail (the last step's GPU work after its host
+is done, which in a long run runs under the next step's host work). When a fix shortens one side, the window's
+makespan moves by more or less than the step does. On an H200, a 30-ms DataLoader in front of 23 ms of GPU work a
+step read 46 % of the 3-step window's makespan and 38.3 % of its period; removing it measured 38.2 % (the GPU's
+18-ms tail after the last host step was in the window only once). A DataLoader injected before each of 4 steps of
+a GPU-bound trace (HTA's ns_resolution: 95 ms of GPU and 35 ms of host work a step, a 60-ms load) costs 18 % of the
+window, most of it the first step's GPU starting 60 ms late, but 7 % a step once running: the host's 102 ms
+against the GPU's 95.
+
+The period is the larger of the two sides' mean step over the window's steps:
+- host: from the first host call of the first step to the end of the last call of the last step, per step (a
+  one-off host stall in any step, a checkpoint save, counts once over the window's steps);
+- device: from the start of the first device work the first step launched to the end of the last work the last
+  step launched, per step (work queued by steps before the window runs before it and is not counted).
+The slower side sets the pace of a long run; the faster one waits for it.
+
+Unless the host was paced by the device: when every device node of the steps waited in the queue for at least
+PACED_QUEUE_SHARE of a device step after its launch, and the two sides' steps were the same (within
+PACED_TOLERANCE), the host ran ahead of a busy GPU all window long at the GPU's pace: its calls' spacing was the
+GPU's (a full launch queue, the allocator waiting on events), not its own work. (A host whose step is shorter runs
+away from the GPU, steps ahead, at its own pace: an H200 loop's 6.1 ms against 22.4; one whose step is longer
+drains the queue and is the pace.) Its own step is then unseen, only known shorter
+than the device's; the period is the device's alone, in every what-if (an upper bound on the gain where a fix makes
+the device faster than the host). A ROCm DDP rank whose kernels all start 27 ms after their launch, 32-ms steps on
+both sides, 20 ms of them an exposed all-reduce: overlapping it lets each kernel start at its launch, 27 ms sooner
+over the window's 4 steps, where the host's observed spacing would price it at 0 (the replay keeps that spacing: the
+host's own step stays unseen).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trainperf.diagnose.replay import Graph, Replay
+from trainperf.diagnose.steps import StepTime
+
+# device work whose launch is known: below this share of the window's device nodes (traces without correlation
+# ids), the steps' device work cannot be told apart and the window's makespan is used instead
+MIN_LAUNCHED_SHARE = 0.5
+# a host paced by the device: each device node queued at least this share of the device's step after its launch
+# (host-bound windows: at most 0.001 of it on 9 H200 and 9 HTA traces; GPU-bound ones 0.58-0.84, and more where the
+# host ran whole steps ahead)...
+PACED_QUEUE_SHARE = 0.1
+# ... and the two sides' steps equal to this share of the device's (their spans are measured from different nodes,
+# each end moved by the queue's jitter once over the window's steps)
+PACED_TOLERANCE = 0.05
+
+
+def step_nodes(g: Graph, steps: list[StepTime]) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """Per analysed step, in order: (its host nodes, the device nodes its host calls launched), by observed time
+    (a host node starting at the step's end, the next step's anchor, belongs to it too: a save at the end of the
+    step lasts until there). None when there are no steps, a step has no host or no launched device node, or
+    fewer than MIN_LAUNCHED_SHARE of the device nodes have a known launch."""
+    if not steps:
+        return None
+    host = np.flatnonzero(g.is_host)
+    dev = np.flatnonzero(~g.is_host)
+    if dev.size == 0 or (g.launch[dev] >= 0).mean() < MIN_LAUNCHED_SHARE:
+        return None
+    dev = dev[g.launch[dev] >= 0]
+    launched_at = g.start[g.launch[dev]]
+    out = []
+    for x in steps:
+        lo, hi = x.start_us, x.start_us + x.host_us
+        h = host[(g.start[host] >= lo) & (g.start[host] <= hi)]
+        d = dev[(launched_at >= lo) & (launched_at < hi)]
+        if not h.size or not d.size:
+            return None
+        out.append((h, d))
+    return out
+
+
+def _sides_us(r: Replay, nodes: list[tuple[np.ndarray, np.ndarray]]) -> tuple[float, float]:
+    """(host, device) mean step over the window's steps in replay r (µs)."""
+    (first_host, first_dev), (last_host, last_dev) = nodes[0], nodes[-1]
+    host = r.end[last_host].max() - r.start[first_host].min()
+    device = r.end[last_dev].max() - r.start[first_dev].min()
+    return float(host) / len(nodes), float(device) / len(nodes)
+
+
+def paced_by_device(g: Graph, base: Replay, nodes: list[tuple[np.ndarray, np.ndarray]]) -> bool:
+    """Whether the host was paced by the device in replay `base` (module docstring): every device node of the steps
+    queued PACED_QUEUE_SHARE of a device step or more, and the two sides' steps the same within PACED_TOLERANCE."""
+    host, device = _sides_us(base, nodes)
+    dev = np.concatenate([d for _, d in nodes])
+    queued = base.start[dev] - base.start[g.launch[dev]]
+    return abs(host - device) <= PACED_TOLERANCE * device and float(queued.min()) >= PACED_QUEUE_SHARE * device
+
+
+def steady_period_us(r: Replay, nodes: list[tuple[np.ndarray, np.ndarray]], paced: bool = False) -> float:
+    """The window's step period in replay r (µs): the larger of the host's and the device's mean step, the
+    device's alone where the host was paced by it (module docstring); nodes from step_nodes."""
+    host, device = _sides_us(r, nodes)
+    return device if paced else max(host, device)
