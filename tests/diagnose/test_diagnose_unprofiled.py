@@ -101,3 +101,44 @@ def test_a_trainperf_runs_own_step_time_is_used_by_default(tmp_path):
     assert "2.00x faster" in note and "0.15 ms: the run's median over 6 steps" in note
     # an explicit step time wins over the run's
     assert not any("the run's median" in n for n in diagnose(run / "traces", unprofiled_step_ms=0.3).notes)
+
+
+PROFILER_NOTE = "the profiler's own cost"
+
+
+def test_without_an_unprofiled_step_a_host_paced_window_says_what_the_profiler_may_cost(tmp_path):
+    # the built loop: 3 ops a 300-us step on the host, 3 x 20 us of GPU work: at 4 us an op the profiler's cost is
+    # 12 us, 4 % of the step: no note. The H200 launch-bound loop records 1030 ops a 11.57-ms host step: ~4.12 ms,
+    # 36 %: its host findings carry the note at medium confidence; measured without the profiler the step was 5.42 ms
+    d = diagnose(_host_bound(tmp_path / "h.json.gz"))
+    assert not any(PROFILER_NOTE in n for x in d.findings for n in x.notes)
+    d = diagnose(H200 / "launch_bound-high-h200" / "traces")
+    lb = next(x for x in d.findings if x.kind == "launch_bound")
+    note = next(n for n in lb.notes if PROFILER_NOTE in n)
+    assert "1030 ops a step" in note and "~4.12 ms of it (36 %)" in note and lb.confidence == "medium"
+    # given the unprofiled step, the host is calibrated to it and the note goes; a GPU-paced loop never has it
+    d = diagnose(H200 / "launch_bound-high-h200" / "traces", unprofiled_step_ms=_labels("launch_bound-high-h200")[
+        "faulty_step_ms"])
+    assert not any(PROFILER_NOTE in n for x in d.findings for n in x.notes)
+    d = diagnose(H200 / "healthy-h200-gpu_bound" / "traces")
+    assert not any(PROFILER_NOTE in n for x in d.findings for n in x.notes)
+
+
+def test_a_host_step_the_profiler_alone_could_explain_lowers_the_host_findings_to_low(tmp_path):
+    # four 1000-us steps of 150 recorded ops (6.5 us each, one every 6.6 us), every 30th launching a 100-us kernel:
+    # the GPU is busy 500 us a step. At 4 us an op the profiler costs 600 us of the 1000: without it the host's
+    # ~400 us could be under the GPU's 500, so what reads host-bound may be the profiler's own cost
+    b = TraceBuilder()
+    for s in range(4):
+        T = 1000.0 * s
+        b.step(s, T, 1000)
+        for i in range(150):
+            at = T + 6.6 * i
+            b.cpu("aten::add", at, 6.5)
+            if i % 30 == 0:
+                b.launch(GEMM, at + 1, at + 6, 100, launch_dur=4)
+    d = diagnose(b.write(tmp_path / "p.json.gz"))
+    note = next(n for n in d.notes if PROFILER_NOTE in n)
+    assert "150 ops a step" in note and "~0.60 ms of it (60 %)" in note and "may be the profiler's own" in note
+    host = [x for x in d.findings if x.kind in ("launch_bound", "host_work", "idle_gpu", "small_kernels")]
+    assert host and all(x.confidence == "low" for x in host)

@@ -202,6 +202,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
         step_ms = unprofiled_step_ms if unprofiled_step_ms is not None else \
             from_run[0] if from_run is not None and r in gpu_ranks else None
         if step_ms is not None:
+            f.unprofiled_step_us = step_ms * 1e3
             calibration = host_calibration(f, step_ms * 1e3)
             f.calibrate_host(calibration.changes)
             source = "" if unprofiled_step_ms is not None else \

@@ -24,6 +24,13 @@ UNLAUNCHED_PCT = 5.0           # device events whose launch is not in the trace,
 PY_FRAMES_PER_LAUNCH = 1.0     # with_stack: Python frames per launch call above which host time is inflated
 CLOCK_SPREAD_US = 50.0         # rank clocks aligned on collective ends disagree by more than this (IQR)
 GPU_LAG_NOTE_SHARE = 0.5       # a step's GPU work ends after its ProfilerStep by more than this share of a step
+# the profiler's own host cost per recorded op: "4 us per op on CUDA" (pytorch/pytorch#82793, A100, PyTorch 1.12);
+# 4.0-6.0 us per op on an H200 with torch 2.11 (4 loops of run 4, profiled host step against the unprofiled one)
+PROFILER_US_PER_OP = 4.0
+# that cost, times the ops a step records, as a share of a host-paced step above which host findings are hedged
+PROFILER_OVERHEAD_NOTE_SHARE = 0.10
+# the findings a profiler's host cost inflates: those priced by the host's own work
+PROFILED_HOST_KINDS = frozenset({"launch_bound", "small_kernels", "host_work", "optimizer_slow", "idle_gpu"})
 
 HOST_TIME_KINDS = frozenset({"launch_bound", "small_kernels", "idle_gpu", "data_loader_stall", "checkpoint_stall",
                              "compile_stall"})
@@ -45,7 +52,8 @@ def rank_caveats(f: RankFacts) -> list[Caveat]:
     """The limits of one rank's evidence (see the module docstring)."""
     t, w = f.table, f.window
     out: list[Caveat] = []
-    for check in (steps_caveat, counter_mode_caveat, sampled_caveat, host_hole_caveat, warmup_caveat, devices_caveat):
+    for check in (steps_caveat, counter_mode_caveat, sampled_caveat, host_hole_caveat, warmup_caveat, devices_caveat,
+                  profiled_host_caveat):
         c = check(f)
         if c is not None:
             out.append(c)
@@ -238,6 +246,38 @@ def warmup_caveat(f: RankFacts) -> Caveat | None:
                        f"{name} {(w.end_us[top] - w.ts_us[top]) / 1e3:.1f} ms (initialisation, lazy loading, first "
                        "allocations): a steady step does not pay them; profile after warm-up iterations "
                        "(torch.profiler.schedule(wait=1, warmup=1, active=3))", confidence="medium")
+
+
+def profiled_host_caveat(f: RankFacts) -> Caveat | None:
+    """A host-paced window whose recorded ops cost the profiler PROFILER_US_PER_OP each, PROFILER_OVERHEAD_NOTE_SHARE
+    of the host's step or more: the host's own findings may be the profiler's (an H200 loop that ran GPU-bound
+    without the profiler read launch-bound with it). None with an unprofiled step time (the host is calibrated to
+    it or shown not to need it), without steps or GPU, or where the device sets the pace."""
+    if f.unprofiled_step_us is not None or not f.step_sides_us:
+        return None
+    host_us, device_us = f.step_sides_us
+    if host_us <= device_us:
+        return None
+    t, w = f.table, f.window
+    start = min(x.start_us for x in f.step_times)
+    end = max(x.start_us + x.host_us for x in f.step_times)
+    ops = int((w.keep & (t.kind == CPU_OP) & (w.ts_us >= start) & (w.ts_us < end)).sum()) / len(f.step_times)
+    cost_us = PROFILER_US_PER_OP * ops
+    if cost_us < PROFILER_OVERHEAD_NOTE_SHARE * host_us:
+        return None
+    busy_us = f.breakdown.busy_us / len(f.step_times)
+    without_us = host_us - cost_us
+    stands = without_us > busy_us
+    verdict = (f"without it the host would still take ~{without_us / 1e3:.2f} ms, above the GPU's work: host-bound "
+               "findings stand, their gains may be overstated" if stands else
+               f"without it the host's ~{without_us / 1e3:.2f} ms may be under the GPU's work: host-bound findings "
+               "may be the profiler's own")
+    return Caveat(note=f"the host sets this window's pace ({host_us / 1e3:.2f} ms a step, the GPU busy "
+                       f"{busy_us / 1e3:.2f} ms of it) and records {ops:.0f} ops a step: at ~{PROFILER_US_PER_OP:g} us "
+                       f"each the profiler's own cost is ~{cost_us / 1e3:.2f} ms of it ({100 * cost_us / host_us:.0f} %); "
+                       f"{verdict}; give the step time measured without the profiler (diagnose --unprofiled-step-ms) "
+                       "to price them on the job's own host",
+                  confidence="medium" if stands else "low", kinds=PROFILED_HOST_KINDS)
 
 
 def steps_caveat(f: RankFacts) -> Caveat | None:

@@ -21,7 +21,7 @@ from trainperf.diagnose.host import (COMPILE_RE, HostSpans, allocator_calls, che
                                      sync_op_counts, sync_ops)
 from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLength, launch_bound_stretches,
                                        launch_stats, launched_inside, launched_rows, queue_length)
-from trainperf.diagnose.period import paced_by_device, step_nodes, steady_period_us
+from trainperf.diagnose.period import paced_by_device, steady_period_us, step_nodes, step_sides_us
 from trainperf.diagnose.replay import BLOCK_SYNC, Change, Graph, Replay, blocked_us, build_graph, critical_path, replay
 from trainperf.diagnose.roofline import device_accelerator
 from trainperf.diagnose.steps import StepTime, step_times
@@ -108,11 +108,13 @@ class RankFacts:
     period_nodes: list | None = None
     period_us: float = 0.0        # steady-state step period of the replayed window (period.steady_period_us), µs
     paced_by_device: bool = False  # the host ran ahead of a busy device all window (period.paced_by_device)
+    step_sides_us: tuple = ()      # (host, device) mean step of the replayed window (period.step_sides_us), µs
     critical_path: dict = field(default_factory=dict)
     step_idle_us: float | None = None  # GPU idle over the host window (host_window_start_us + host_window_us), µs
     # the profiler's overhead taken off the host (diagnose/unprofiled.py): prepended to every what-if; span_us and
     # period_us are then the replay's with it alone
     host_calibration: tuple = ()
+    unprofiled_step_us: float | None = None  # the step time measured without the profiler, when one is given (µs)
     sync_sites: list[SyncSite] = field(default_factory=list)
     sync_op_counts: dict = field(default_factory=dict)  # op name -> (count, CPU µs): aten::item, nonzero, ...
     compute_by_step: dict = field(default_factory=dict)  # step -> µs of computation it launched (crossrank)
@@ -212,6 +214,7 @@ class RankFacts:
         self.span_us = base.makespan_us
         if self.period_nodes:
             self.paced_by_device = paced_by_device(self.graph, base, self.period_nodes)
+            self.step_sides_us = step_sides_us(base, self.period_nodes)
             self.period_us = steady_period_us(base, self.period_nodes, self.paced_by_device)
 
     def gain(self, changes: tuple[Change, ...]) -> tuple[float, float]:

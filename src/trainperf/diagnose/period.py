@@ -73,7 +73,7 @@ def step_nodes(g: Graph, steps: list[StepTime]) -> list[tuple[np.ndarray, np.nda
     return out
 
 
-def _sides_us(r: Replay, nodes: list[tuple[np.ndarray, np.ndarray]]) -> tuple[float, float]:
+def step_sides_us(r: Replay, nodes: list[tuple[np.ndarray, np.ndarray]]) -> tuple[float, float]:
     """(host, device) mean step over the window's steps in replay r (µs)."""
     (first_host, first_dev), (last_host, last_dev) = nodes[0], nodes[-1]
     host = r.end[last_host].max() - r.start[first_host].min()
@@ -84,7 +84,7 @@ def _sides_us(r: Replay, nodes: list[tuple[np.ndarray, np.ndarray]]) -> tuple[fl
 def paced_by_device(g: Graph, base: Replay, nodes: list[tuple[np.ndarray, np.ndarray]]) -> bool:
     """Whether the host was paced by the device in replay `base` (module docstring): every device node of the steps
     queued PACED_QUEUE_SHARE of a device step or more, and the two sides' steps the same within PACED_TOLERANCE."""
-    host, device = _sides_us(base, nodes)
+    host, device = step_sides_us(base, nodes)
     dev = np.concatenate([d for _, d in nodes])
     queued = base.start[dev] - base.start[g.launch[dev]]
     return abs(host - device) <= PACED_TOLERANCE * device and float(queued.min()) >= PACED_QUEUE_SHARE * device
@@ -93,5 +93,5 @@ def paced_by_device(g: Graph, base: Replay, nodes: list[tuple[np.ndarray, np.nda
 def steady_period_us(r: Replay, nodes: list[tuple[np.ndarray, np.ndarray]], paced: bool = False) -> float:
     """The window's step period in replay r (µs): the larger of the host's and the device's mean step, the
     device's alone where the host was paced by it (module docstring); nodes from step_nodes."""
-    host, device = _sides_us(r, nodes)
+    host, device = step_sides_us(r, nodes)
     return device if paced else max(host, device)
