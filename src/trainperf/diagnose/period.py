@@ -22,9 +22,9 @@ PACED_QUEUE_SHARE of a device step after its launch, and the two sides' steps we
 PACED_TOLERANCE), the host ran ahead of a busy GPU all window long at the GPU's pace: its calls' spacing was the
 GPU's (a full launch queue, the allocator waiting on events), not its own work. (A host whose step is shorter runs
 away from the GPU, steps ahead, at its own pace: an H200 loop's 6.1 ms against 22.4; one whose step is longer
-drains the queue and is the pace.) Its own step is then unseen, only known shorter
-than the device's; the period is the device's alone, in every what-if (an upper bound on the gain where a fix makes
-the device faster than the host). A ROCm DDP rank whose kernels all start 27 ms after their launch, 32-ms steps on
+drains the queue and is the pace.) Its own step is then unseen, only known to be shorter than the device's; the
+period is the device's alone, in every what-if (an upper bound on the gain where a fix makes the device faster than
+the host). A ROCm DDP rank whose kernels all start 27 ms after their launch, 32-ms steps on
 both sides, 20 ms of them an exposed all-reduce: overlapping it lets each kernel start at its launch, 27 ms sooner
 over the window's 4 steps, where the host's observed spacing would price it at 0 (the replay keeps that spacing: the
 host's own step stays unseen).
@@ -41,8 +41,8 @@ from trainperf.diagnose.steps import StepTime
 # ids), the steps' device work cannot be told apart and the window's makespan is used instead
 MIN_LAUNCHED_SHARE = 0.5
 # a host paced by the device: each device node queued at least this share of the device's step after its launch
-# (host-bound windows: at most 0.001 of it on 9 H200 and 9 HTA traces; GPU-bound ones 0.58-0.84, and more where the
-# host ran whole steps ahead)...
+# (the least queued node of a host-bound window: under 0.002 of a step on the 9 H200 and 9 HTA traces with steps;
+# GPU-bound: 0.58 and 0.79 on two H200 loops whose host ran steps ahead, 0.84 on the ROCm DDP rank)...
 PACED_QUEUE_SHARE = 0.1
 # ... and the two sides' steps equal to this share of the device's (their spans are measured from different nodes,
 # each end moved by the queue's jitter once over the window's steps)
