@@ -45,6 +45,11 @@ def test_a_host_stall_is_priced_per_step_not_per_window(tmp_path):
     d = diagnose(_loader_in_front_of_the_gpu(tmp_path / "dl.json.gz"))
     f = next(x for x in d.findings if x.kind == "data_loader_stall")
     assert f.gain_pct == pytest.approx(42.5, abs=0.01) and f.gain_us == pytest.approx(51_000, abs=1)
+    # the step the gains are shares of, in the rank's summary: the host's 40 ms; the device's from the first GEMM's
+    # start (31.005 ms) to the last one's end (134.005 ms) over 3 steps
+    r = d.ranks[0]
+    assert r.steady_step_us == pytest.approx(40_000) and r.steady_step_host_us == pytest.approx(40_000)
+    assert r.steady_step_device_us == pytest.approx(103_000 / 3) and not r.host_paced_by_device
 
 
 def _facts(path: Path):

@@ -65,7 +65,14 @@ class RankSummary:
     evidence_notes: list = field(default_factory=list)  # those limits, and notes on the per-step figures
     fix_order: list = field(default_factory=list)   # kinds, in the order their marginal gains were priced
     dismissed: list = field(default_factory=list)   # rules that fired but whose fix would gain < 0.5 %
-    fix_all_gain_pct: float = 0.0                   # every fix of this rank applied together, % of the window
+    fix_all_gain_pct: float = 0.0                   # every fix of this rank applied together, % of steady_step_us
+    # the step of a long run that every gain is a share of (diagnose/period.py): the larger of the host's and the
+    # device's mean step over the analysed steps (the device's alone where the host was paced by it); None where
+    # the steps' device work is not known (no steps, no launch correlation): gains are then shares of the window
+    steady_step_us: float | None = None
+    steady_step_host_us: float | None = None
+    steady_step_device_us: float | None = None
+    host_paced_by_device: bool = False
     loop: str = "unknown"                           # training | inference (forward-only) | unknown (facts.loop_kind)
 
 
@@ -304,7 +311,10 @@ def _summary(f: RankFacts, plan: F.FixPlan) -> RankSummary:
         dataloader_pct=_pct(f.dataloader.time_us, span), host_sync_pct=_pct(f.sync_blocking_us, span),
         optimizer_pct=_pct(f.optimizer.time_us, span), allocator_pct=_pct(f.allocator.time_us, span),
         critical_path_pct={k: _pct(v, span) for k, v in sorted(f.critical_path.items(), key=lambda kv: -kv[1])},
-        step_idle_pct=f.step_idle_pct, **common)
+        step_idle_pct=f.step_idle_pct, steady_step_us=f.period_us or None,
+        steady_step_host_us=f.step_sides_us[0] if f.step_sides_us else None,
+        steady_step_device_us=f.step_sides_us[1] if f.step_sides_us else None,
+        host_paced_by_device=f.paced_by_device, **common)
 
 
 def _relative_times(found: list[F.Finding], f: RankFacts) -> list[F.Finding]:
