@@ -210,7 +210,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
             from_run[0] if from_run is not None and r in gpu_ranks else None
         if step_ms is not None:
             f.unprofiled_step_us = step_ms * 1e3
-            calibration = host_calibration(f, step_ms * 1e3)
+            calibration = host_calibration(f, f.unprofiled_step_us)
             f.calibrate_host(calibration.changes)
             source = "" if unprofiled_step_ms is not None else \
                 f" (the unprofiled step, {step_ms:.2f} ms: the run's median over {from_run[1]} steps outside the profiled ones)"

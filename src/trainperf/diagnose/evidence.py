@@ -259,8 +259,7 @@ def profiled_host_caveat(f: RankFacts) -> Caveat | None:
     if host_us <= device_us:
         return None
     t, w = f.table, f.window
-    start = min(x.start_us for x in f.step_times)
-    end = max(x.start_us + x.host_us for x in f.step_times)
+    start, end = f.host_window_start_us, f.host_window_start_us + f.host_window_us  # the analysed steps' host span
     ops = int((w.keep & (t.kind == CPU_OP) & (w.ts_us >= start) & (w.ts_us < end)).sum()) / len(f.step_times)
     cost_us = PROFILER_US_PER_OP * ops
     if cost_us < PROFILER_OVERHEAD_NOTE_SHARE * host_us:

@@ -21,7 +21,8 @@ from trainperf.diagnose.host import (COMPILE_RE, HostSpans, allocator_calls, che
                                      sync_op_counts, sync_ops)
 from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLength, launch_bound_stretches,
                                        launch_stats, launched_inside, launched_rows, queue_length)
-from trainperf.diagnose.period import paced_by_device, steady_period_us, step_nodes, step_sides_us
+from trainperf.diagnose.period import (paced_by_device, period_of_sides_us, steady_period_us, step_nodes,
+                                       step_sides_us)
 from trainperf.diagnose.replay import BLOCK_SYNC, Change, Graph, Replay, blocked_us, build_graph, critical_path, replay
 from trainperf.diagnose.roofline import device_accelerator
 from trainperf.diagnose.steps import StepTime, step_times
@@ -213,9 +214,9 @@ class RankFacts:
         """The window's makespan and step period (µs) every gain is measured from: replay `base`'s."""
         self.span_us = base.makespan_us
         if self.period_nodes:
-            self.paced_by_device = paced_by_device(self.graph, base, self.period_nodes)
             self.step_sides_us = step_sides_us(base, self.period_nodes)
-            self.period_us = steady_period_us(base, self.period_nodes, self.paced_by_device)
+            self.paced_by_device = paced_by_device(self.graph, base, self.period_nodes, self.step_sides_us)
+            self.period_us = period_of_sides_us(self.step_sides_us, self.paced_by_device)
 
     def gain(self, changes: tuple[Change, ...]) -> tuple[float, float]:
         """(% of the step, µs over the window's steps) saved by replaying the window with these changes together (on

@@ -81,17 +81,24 @@ def step_sides_us(r: Replay, nodes: list[tuple[np.ndarray, np.ndarray]]) -> tupl
     return float(host) / len(nodes), float(device) / len(nodes)
 
 
-def paced_by_device(g: Graph, base: Replay, nodes: list[tuple[np.ndarray, np.ndarray]]) -> bool:
-    """Whether the host was paced by the device in replay `base` (module docstring): every device node of the steps
-    queued PACED_QUEUE_SHARE of a device step or more, and the two sides' steps the same within PACED_TOLERANCE."""
-    host, device = step_sides_us(base, nodes)
+def paced_by_device(g: Graph, base: Replay, nodes: list[tuple[np.ndarray, np.ndarray]],
+                    sides_us: tuple[float, float]) -> bool:
+    """Whether the host was paced by the device in replay `base` (module docstring), whose (host, device) mean step
+    is sides_us (step_sides_us): every device node of the steps queued PACED_QUEUE_SHARE of a device step or more,
+    and the two sides' steps the same within PACED_TOLERANCE."""
+    host, device = sides_us
     dev = np.concatenate([d for _, d in nodes])
     queued = base.start[dev] - base.start[g.launch[dev]]
     return abs(host - device) <= PACED_TOLERANCE * device and float(queued.min()) >= PACED_QUEUE_SHARE * device
 
 
-def steady_period_us(r: Replay, nodes: list[tuple[np.ndarray, np.ndarray]], paced: bool = False) -> float:
-    """The window's step period in replay r (µs): the larger of the host's and the device's mean step, the
-    device's alone where the host was paced by it (module docstring); nodes from step_nodes."""
-    host, device = step_sides_us(r, nodes)
+def period_of_sides_us(sides_us: tuple[float, float], paced: bool) -> float:
+    """The step period (µs) of a (host, device) mean step: the larger, or the device's alone where the host was
+    paced by it (module docstring)."""
+    host, device = sides_us
     return device if paced else max(host, device)
+
+
+def steady_period_us(r: Replay, nodes: list[tuple[np.ndarray, np.ndarray]], paced: bool = False) -> float:
+    """The window's step period in replay r (µs): period_of_sides_us of its step_sides_us; nodes from step_nodes."""
+    return period_of_sides_us(step_sides_us(r, nodes), paced)
