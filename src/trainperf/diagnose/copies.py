@@ -19,7 +19,7 @@ import numpy as np
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.gpu_time import compute_mask
-from trainperf.diagnose.replay import NOT_BLOCKING, Change
+from trainperf.diagnose.replay import BLOCK_QUEUE, NOT_BLOCKING, Change
 from trainperf.diagnose.window import covered_length, row_events
 from trainperf.trace.categories import OFF_DEVICE_DIRECTIONS, copy_direction
 from trainperf.trace.events import MEMCPY
@@ -39,7 +39,7 @@ def exposed_memcpy(f: RankFacts) -> F.Finding | None:
     rows = g.rows[dev]
     link = np.isin(t.name[rows], t.ids_matching(lambda s: copy_direction(s) in OFF_DEVICE_DIRECTIONS))
     blocked_on = np.zeros(g.rows.size, dtype=bool)
-    blocking = g.block_class != NOT_BLOCKING
+    blocking = (g.block_class != NOT_BLOCKING) & (g.block_class != BLOCK_QUEUE)  # a queue slot is no host read
     blocked_on[g.sync_on[blocking & (g.sync_on >= 0)]] = True
     copies = dev[(t.kind[rows] == MEMCPY) & link & ~blocked_on[dev]]
     if not copies.size:

@@ -27,14 +27,16 @@ period is the device's alone, in every what-if (an upper bound on the gain where
 the host). A ROCm DDP rank whose kernels all start 27 ms after their launch, 32-ms steps on
 both sides, 20 ms of them an exposed all-reduce: overlapping it lets each kernel start at its launch, 27 ms sooner
 over the window's 4 steps, where the host's observed spacing would price it at 0 (the replay keeps that spacing: the
-host's own step stays unseen).
+host's own step stays unseen). A host that waited inside its calls for a slot in the full launch queue
+(replay.queue_waits) shows its pace: those waits end with the device work they waited for in every replay, so it
+is not taken as paced.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from trainperf.diagnose.replay import Graph, Replay
+from trainperf.diagnose.replay import BLOCK_QUEUE, Graph, Replay
 from trainperf.diagnose.steps import StepTime
 
 # device work whose launch is known: below this share of the window's device nodes (traces without correlation
@@ -85,8 +87,11 @@ def paced_by_device(g: Graph, base: Replay, nodes: list[tuple[np.ndarray, np.nda
                     sides_us: tuple[float, float]) -> bool:
     """Whether the host was paced by the device in replay `base` (module docstring), whose (host, device) mean step
     is sides_us (step_sides_us): every device node of the steps queued PACED_QUEUE_SHARE of a device step or more,
-    and the two sides' steps the same within PACED_TOLERANCE."""
+    and the two sides' steps the same within PACED_TOLERANCE; never where a host call of the steps waited for a slot
+    in the full launch queue (BLOCK_QUEUE)."""
     host, device = sides_us
+    if (g.block_class[np.concatenate([h for h, _ in nodes])] == BLOCK_QUEUE).any():
+        return False  # its calls recorded their waits for the full queue: the replay moves them with the device
     dev = np.concatenate([d for _, d in nodes])
     queued = base.start[dev] - base.start[g.launch[dev]]
     return abs(host - device) <= PACED_TOLERANCE * device and float(queued.min()) >= PACED_QUEUE_SHARE * device

@@ -78,8 +78,9 @@ def returned_with(call_start, call_end, work_start, work_end):
 # (cudaDeviceSynchronize, cuCtxSynchronize, a synchronous cudaMemcpy on the legacy default stream) wait for all
 ONE_STREAM_SYNC_RE = re.compile(r"(Stream|Event)Synchronize")
 
-# how a host call blocks (Graph.block_class): a sync, a pageable copy, a sync that waited for a collective
-NOT_BLOCKING, BLOCK_SYNC, BLOCK_PAGEABLE, BLOCK_COMM = 0, 1, 2, 3
+# how a host call blocks (Graph.block_class): a sync, a pageable copy, a sync that waited for a collective, a call
+# that waited for a free slot in the device's full launch queue (queue_waits)
+NOT_BLOCKING, BLOCK_SYNC, BLOCK_PAGEABLE, BLOCK_COMM, BLOCK_QUEUE = 0, 1, 2, 3, 4
 
 # named host stalls: spans whose time in a host gap is a wait of its own kind, not the thread's CPU work
 NAMED_STALLS = (DATALOADER_RE, CHECKPOINT_RE, COMPILE_RE, ALLOCATOR_SPAN_RE)
@@ -158,7 +159,7 @@ class Graph:
     host_dep_work: np.ndarray   # ... the thread's own work in it (µs: what it ran once woken, an optimizer step after
     #                             the backward), which shrinks as a change takes the thread's work away
     is_sync: np.ndarray         # the call blocked until device work ended (block_class != 0)
-    block_class: np.ndarray     # NOT_BLOCKING, BLOCK_SYNC or BLOCK_PAGEABLE
+    block_class: np.ndarray     # NOT_BLOCKING, BLOCK_SYNC, BLOCK_PAGEABLE, BLOCK_COMM or BLOCK_QUEUE
     sync_on: np.ndarray         # device node a sync waited for, or -1
     sync_on_nc: np.ndarray      # the same, ignoring communication (for overlap_comm), or -1
     sync_base: np.ndarray       # the sync call's own cost without waiting (µs)
@@ -547,6 +548,83 @@ def synchronous_launches(start: np.ndarray, end: np.ndarray, launch: np.ndarray,
     return waited, own
 
 
+# a call that waited for a queue slot returned with at least this many device operations launched before it on its
+# work's stream and not yet ended: the queue was full. CUDA's holds about 1,024 a stream (HTA's V100 trace
+# ns_resolution, a GPU-bound loop without a sync: 1,015-1,021 pending at the return of its 885 long launches that
+# waited so, none above 1,021 at any call's return; the forum post in queue_waits: about 1,000). 900, stated: a full
+# CUDA queue less the entries that are no device operation (event records: HTA's negative_queue trace waited with
+# 903-992 pending, none above 993 at any call's return). A queue deep but not full lets a call that returned right
+# after one of its many short kernels ended pass for one that waited: 261-639 pending at such returns in ns_resolution
+# refilling its queue after a checkpoint the corpus injected drained it, 1-73 on HTA's host-bound traces. ROCm's
+# queue depth was not measured: a HIP queue of fewer slots is not recognised (its calls keep their observed time)
+QUEUE_FULL_MIN_PENDING = 900
+
+
+def queue_waits(start: np.ndarray, end: np.ndarray, launch: np.ndarray, streams: np.ndarray, n_h: int,
+                block: np.ndarray, sync_api: np.ndarray) -> tuple[np.ndarray, float]:
+    """Per node: the device node a host call that enqueues device work (a launch, an asynchronous copy or memset)
+    waited for to free a slot in the device's full launch queue, -1 for every other node; and what such a call
+    costs when it does not wait (µs).
+
+    CUDA queues about 1,000 launches; past that, each launch blocks until an earlier kernel ends and takes as long
+    as the kernels it waits for (NVIDIA developer forums, "CUDA stream are blocked when launch lots of kernels
+    (>1000)": 4-5 us a launch for the first 1,000 of 190-us kernels, then 190 us each). A host that runs ahead of
+    a busy GPU without a sync fills it; its calls then record the device's pace, not the host's work, and a fix
+    that makes the device faster makes them shorter. Such a call: longer than an enqueuing call that did not wait
+    (by TOL_US), it returned right after (COPY_RETURN_US) a device node launched before it ended, with
+    QUEUE_FULL_MIN_PENDING device operations or more of its own work's stream still ahead of it, its own work
+    among them (it did not wait for its own work, as a synchronous launch does). The cost of one that did not
+    wait: the median of the enqueuing calls that did not return right after a device node ended (none could have
+    waited for a slot); where every one did, the median of the host calls that are not synchronize calls
+    (sync_api false). streams: the stream key of each device node (indexed from n_h)."""
+    n = start.size
+    waited = np.full(n, -1)
+    dev = np.arange(n_h, n)
+    dev = dev[launch[dev] >= 0]
+    if not dev.size:
+        return waited, 0.0
+    own_start = np.full(n, np.inf)
+    np.minimum.at(own_start, launch[dev], start[dev])
+    calls = np.flatnonzero(np.isfinite(own_start[:n_h]) & (block[:n_h] == NOT_BLOCKING) & ~sync_api[:n_h])
+    if not calls.size:
+        return waited, 0.0
+    by_end = dev[np.argsort(end[dev], kind="stable")]
+    ends = end[by_end]
+    # the device node that ended last before each call returned (ignoring which call launched it: a vectorised
+    # first pass; the candidates are checked one by one below)
+    last = np.searchsorted(ends, end[calls] + TOL_US, side="right") - 1
+    ended = np.where(last >= 0, ends[np.clip(last, 0, None)], -np.inf)
+    returned_soon = (ended >= start[calls]) & (end[calls] - ended <= COPY_RETURN_US)
+    free = calls[~returned_soon]
+    unblocked_us = float(np.median(end[free] - start[free])) if free.size else \
+        float(np.median((end - start)[:n_h][~sync_api[:n_h]])) if (~sync_api[:n_h]).any() else 0.0
+    dur = end - start
+    # device operations on the stream of the call's own work launched before it and not ended when it returned (one
+    # ending before it returned was launched before it: the few another thread launched meanwhile are within the
+    # threshold's margin)
+    launched_at = start[np.clip(launch, 0, None)]
+    own_stream = np.full(n, -1, dtype=np.int64)
+    own_stream[launch[dev]] = streams[dev - n_h]
+    pending = np.zeros(calls.size, dtype=np.int64)
+    for key in np.unique(own_stream[calls]):
+        on = dev[streams[dev - n_h] == key]
+        mine = own_stream[calls] == key
+        pending[mine] = (np.searchsorted(np.sort(launched_at[on]), start[calls[mine]])
+                         - np.searchsorted(np.sort(end[on]), end[calls[mine]], side="right"))
+    cand = calls[returned_soon & (dur[calls] > unblocked_us + TOL_US) & (own_start[calls] > end[calls] + TOL_US)
+                 & (pending >= QUEUE_FULL_MIN_PENDING)]
+    for i in cand:
+        hi = int(np.searchsorted(ends, end[i] + TOL_US, side="right")) - 1
+        while hi >= 0 and ends[hi] >= start[i]:
+            k = int(by_end[hi])
+            if launched_at[k] < start[i]:
+                if end[i] - ends[hi] <= COPY_RETURN_US:
+                    waited[i] = k
+                break
+            hi -= 1
+    return waited, unblocked_us
+
+
 def _launch_groups(thread_orders: list[np.ndarray], kernel_launch: np.ndarray, n: int) -> np.ndarray:
     """Per node, the kernel-launch node that closes its stretch of host calls: the next launch at or after it
     on its thread (a launch closes its own), -1 after a thread's last launch and for device nodes."""
@@ -822,6 +900,12 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
                 # stream or event sync still waits for that stream's other work, a device sync for every stream's
                 block[i] = BLOCK_COMM if comm[k] else BLOCK_SYNC
                 sync_on_nc[i] = waited_for(i, True, streams[k - n_h] if one_stream[i] else None) if comm[k] else k
+    # calls that waited for a slot in the full launch queue: they end when the device work they waited for ends
+    queued_on, unqueued_us = queue_waits(start, end, launch, streams, n_h, block, is_sync_api)
+    q = np.flatnonzero(queued_on >= 0)
+    sync_on[q] = sync_on_nc[q] = queued_on[q]
+    sync_base[q] = np.minimum(dur[q], unqueued_us)
+    block[q] = BLOCK_QUEUE
     # a synchronize call that waited for a copy from pageable memory is that copy's: PyTorch's blocking copy_ from a
     # pageable host tensor is cudaMemcpyAsync then cudaStreamSynchronize, and pinned memory with non_blocking=True
     # removes both (a pageable input's sync on an H200 held the host 32 ms a step, the gain of pinning it)
@@ -1065,7 +1149,8 @@ def critical_path(g: Graph, r: Replay) -> dict[str, float]:
 
     Buckets: cpu (host work between calls), dataloader, checkpoint, allocator (allocator calls and
     spans), runtime (other launch/API calls), sync_wait (host blocked in a sync), comm_wait (in a sync
-    that waited for a collective), pageable_copy (host blocked in a host-to-device copy), launch_latency, kernel:<category>, wait_for_rank_<r> (inside
+    that waited for a collective), pageable_copy (host blocked in a host-to-device copy), queue_wait (in a call that
+    waited for a slot in the full launch queue), launch_latency, kernel:<category>, wait_for_rank_<r> (inside
     a collective, waiting for rank r), lag (start delays the trace shows but no dependency explains)."""
     out: dict[str, float] = {}
 
@@ -1100,7 +1185,8 @@ def critical_path(g: Graph, r: Replay) -> dict[str, float]:
             k = g.sync_on[i]
             if g.is_sync[i] and k >= 0 and r.end[k] + g.sync_tail[i] >= r.end[i] - 1e-9 and \
                     r.end[k] + g.sync_tail[i] > r.start[i] + g.sync_base[i]:
-                add({BLOCK_PAGEABLE: "pageable_copy", BLOCK_COMM: "comm_wait"}.get(int(g.block_class[i]), "sync_wait"),
+                add({BLOCK_PAGEABLE: "pageable_copy", BLOCK_COMM: "comm_wait",
+                     BLOCK_QUEUE: "queue_wait"}.get(int(g.block_class[i]), "sync_wait"),
                     r.end[i] - max(r.start[i], r.start[g.sync_on[i]]))
                 t_cursor = max(r.start[i], r.start[g.sync_on[i]])
                 i = int(g.sync_on[i])  # follow the device work the host waited for

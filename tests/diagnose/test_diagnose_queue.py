@@ -1,0 +1,124 @@
+"""Launch calls that waited for a slot in the device's full launch queue (replay.queue_waits).
+
+A host that runs ahead of a busy GPU without a sync fills the driver's launch queue (about 1,024 launches on CUDA);
+from then on each launch returns only when an earlier kernel ends. Those
+calls record the device's pace: a fix that makes the device faster makes them shorter, until the host's own work is
+the pace. The traces are built by hand with that queue's rule and the what-ifs worked by hand.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from kineto_builder import TraceBuilder  # noqa: E402
+
+from trainperf.diagnose.api import diagnose  # noqa: E402
+from trainperf.diagnose.facts import collect_facts  # noqa: E402
+from trainperf.diagnose.replay import BLOCK_QUEUE, BLOCK_SYNC  # noqa: E402
+from trainperf.diagnose.window import analysis_window  # noqa: E402
+from trainperf.hardware import get_accelerator  # noqa: E402
+from trainperf.trace.load import load_trace  # noqa: E402
+
+QUEUE = 1024        # launches CUDA's queue holds
+OP_US = 20.0        # the host's own time per op: an aten::mm of 9 us (its launch call 5 us inside) + 11 us of Python
+LAUNCH_US = 5.0     # a launch call that does not wait
+RETURN_US = 3.0     # a waiting launch returns this long after the kernel it waited for ends
+LATENCY_US = 5.0    # launch to kernel start on an idle stream
+A100 = {"id": 0, "name": "NVIDIA A100-SXM4-40GB", "computeMajor": 8, "computeMinor": 0}
+
+
+def queue_full_trace(path: Path, *, kernel_us: float, kernels: int = 300, steps: int = 12, queue: int = QUEUE,
+                     blocking: bool = False) -> Path:
+    """`steps` ProfilerSteps of `kernels` fp32 GEMMs of kernel_us each on one stream, launched from one thread with no
+    sync; the queue's rule: launch n returns no sooner than RETURN_US after kernel n - queue ends. blocking: every
+    launch returns after its own kernel instead (CUDA_LAUNCH_BLOCKING=1)."""
+    b = TraceBuilder()
+    t, free, ends = 0.0, 0.0, []
+    for s in range(steps):
+        step_start = t
+        for _ in range(kernels):
+            launch_at = t + 2.0
+            start = max(launch_at + LATENCY_US, free)
+            if blocking:
+                call = start + kernel_us + RETURN_US - launch_at
+            elif len(ends) >= queue:
+                call = max(LAUNCH_US, ends[len(ends) - queue] + RETURN_US - launch_at)
+            else:
+                call = LAUNCH_US
+            b.cpu("aten::mm", t, call + 4.0)
+            b.launch("ampere_sgemm_128x64_nn", launch_at, start, kernel_us, launch_dur=call)
+            free = start + kernel_us
+            ends.append(free)
+            t += call + 4.0 + (OP_US - 9.0)
+        b.step(s, step_start, t - step_start)
+    doc = b.doc()
+    doc["deviceProperties"] = [A100]
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return path
+
+
+def _facts(path: Path):
+    t = next(iter(load_trace(path).values()))
+    return collect_facts(t, analysis_window(t))
+
+
+def _speedup() -> float:
+    a100 = get_accelerator("a100-40gb")
+    return a100.bf16_tflops / a100.fp32_tflops * a100.gemm_eff  # 13.28: fp32_matmul's speed-up on an A100
+
+
+def test_launches_that_waited_for_a_queue_slot_end_with_the_kernel_they_waited_for(tmp_path):
+    f = _facts(queue_full_trace(tmp_path / "q.json.gz", kernel_us=500.0))
+    g = f.graph
+    calls = np.flatnonzero(g.kernel_launch)
+    queued = calls[g.block_class[calls] == BLOCK_QUEUE]
+    # the host fills the queue in its 4th step (1,024 launches ahead, gaining 480 us a launch: launch 1,067); every
+    # later launch waited, for the kernel QUEUE launches before its own, and costs what a launch that does not wait
+    # costs once that kernel has ended
+    assert queued.size == pytest.approx(calls.size - 1067, abs=5)
+    own = {int(g.launch[d]): d for d in np.flatnonzero(~g.is_host & (g.launch >= 0))}
+    for i in queued[:5]:
+        k = g.sync_on[i]
+        assert g.start[k] + g.dur[k] + RETURN_US == pytest.approx(g.start[i] + g.dur[i])
+        assert g.start[own[int(i)]] > g.start[i] + g.dur[i]  # its own kernel still queued when it returned
+        assert g.sync_base[i] == pytest.approx(LAUNCH_US)
+    # it is neither a host sync nor a step the host paces unseen, and the GPU's work is the critical path
+    assert not (g.block_class == BLOCK_SYNC).any() and not f.paced_by_device
+    assert f.critical_path.get("kernel:gemm", 0.0) > 0.95 * f.span_us
+
+
+def test_a_faster_device_is_priced_through_the_queue(tmp_path):
+    # 300 GEMMs of 500 us a step: a 150-ms GPU-bound step whose host (300 x 20 us = 6 ms of its own) waits in its
+    # launches once the queue is full. In bf16 each GEMM takes 500 / 13.28 = 37.65 us: the device's 11.3 ms a step is
+    # still the pace, so the gain is 1 - 1 / 13.28 = 92.47 %. Replayed with the launches' observed durations kept,
+    # the host would still take 150 ms a step once the queue filled and the gain would be the queue's lag over the
+    # window
+    d = diagnose(queue_full_trace(tmp_path / "q.json.gz", kernel_us=500.0))
+    x = next(x for x in d.findings if x.kind == "fp32_matmul")
+    assert d.findings[0].kind == "fp32_matmul"
+    assert x.gain_pct == pytest.approx(100.0 * (1.0 - 1.0 / _speedup()), abs=0.5)
+
+
+def test_a_device_faster_than_the_host_leaves_the_host_as_the_pace(tmp_path):
+    # 300 GEMMs of 100 us: a 30-ms step. In bf16 each takes 7.53 us, less than the host's 20 us an op: the host's
+    # own 6 ms a step is the pace, gain 1 - 6 / 30 = 80 % (the device's alone would claim 1 - 1 / 13.28 = 92.5 %)
+    d = diagnose(queue_full_trace(tmp_path / "q.json.gz", kernel_us=100.0))
+    x = next(x for x in d.findings if x.kind == "fp32_matmul")
+    assert x.gain_pct == pytest.approx(100.0 * (1.0 - OP_US / 100.0), abs=1.0)
+
+
+def test_long_launches_without_a_queue_behind_them_are_not_queue_waits(tmp_path):
+    # kernels of 2 us behind 20-us ops: the GPU idles between them and no launch ever finds the queue full
+    f = _facts(queue_full_trace(tmp_path / "idle.json.gz", kernel_us=2.0))
+    assert not (f.graph.block_class == BLOCK_QUEUE).any()
+    # launches made synchronous wait for their own kernel: a host sync (CUDA_LAUNCH_BLOCKING), not a queue slot
+    g = _facts(queue_full_trace(tmp_path / "sync.json.gz", kernel_us=500.0, blocking=True)).graph
+    launches = np.flatnonzero(g.kernel_launch)
+    assert (g.block_class[launches] == BLOCK_SYNC).all()
