@@ -122,3 +122,31 @@ def test_long_launches_without_a_queue_behind_them_are_not_queue_waits(tmp_path)
     g = _facts(queue_full_trace(tmp_path / "sync.json.gz", kernel_us=500.0, blocking=True)).graph
     launches = np.flatnonzero(g.kernel_launch)
     assert (g.block_class[launches] == BLOCK_SYNC).all()
+
+
+def test_a_graph_launch_is_one_entry_of_the_queue(tmp_path):
+    # each 6-ms step replays a CUDA graph of 2,000 kernels of 10 us (20 ms) with one cudaGraphLaunch of 300 us, made
+    # while earlier replays still run: it returns right after one of their kernels ends, its own kernels queued
+    # behind them, with over 1,000 kernels ahead of it but only a few launches: the queue is far from full. Ten 5-us
+    # launches of small kernels on another stream show what a call that does not wait costs
+    b = TraceBuilder()
+    free, corr = 0.0, 5000
+    for s in range(5):
+        t = 6_000.0 * s
+        corr += 1
+        b.step(s, t, 6_000.0)
+        b.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 10, "tid": 1,
+                         "ts": t + 10.0, "dur": 300.0, "args": {"correlation": corr}})
+        k = max(t + 10.0 + LATENCY_US, free)
+        for _ in range(2_000):
+            b.events.append({"ph": "X", "cat": "kernel", "name": "void at::native::vectorized_elementwise_kernel<4>",
+                             "pid": 0, "tid": 7, "ts": k, "dur": 10.0,
+                             "args": {"correlation": corr, "stream": 7, "device": 0}})
+            k += 10.0
+        free = k
+        for j in range(10):
+            at = t + 400.0 + 100.0 * j
+            b.launch("void at::native::reduce_kernel<128>", at, at + LATENCY_US, 2.0, stream=8, launch_dur=LAUNCH_US)
+    g = _facts(b.write(tmp_path / "graphs.json.gz")).graph
+    launches = np.flatnonzero(g.is_host & (g.dur == 300.0))
+    assert launches.size >= 3 and not (g.block_class == BLOCK_QUEUE).any()

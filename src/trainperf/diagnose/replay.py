@@ -548,15 +548,16 @@ def synchronous_launches(start: np.ndarray, end: np.ndarray, launch: np.ndarray,
     return waited, own
 
 
-# a call that waited for a queue slot returned with at least this many device operations launched before it on its
-# work's stream and not yet ended: the queue was full. CUDA's holds about 1,024 a stream (HTA's V100 trace
-# ns_resolution, a GPU-bound loop without a sync: 1,015-1,021 pending at the return of its 885 long launches that
-# waited so, none above 1,021 at any call's return; the forum post in queue_waits: about 1,000). 900, stated: a full
-# CUDA queue less the entries that are no device operation (event records: HTA's negative_queue trace waited with
-# 903-992 pending, none above 993 at any call's return). A queue deep but not full lets a call that returned right
-# after one of its many short kernels ended pass for one that waited: 261-639 pending at such returns in ns_resolution
-# refilling its queue after a checkpoint the corpus injected drained it, 1-73 on HTA's host-bound traces. ROCm's
-# queue depth was not measured: a HIP queue of fewer slots is not recognised (its calls keep their observed time)
+# a call that waited for a queue slot returned with at least this many entries of its work's stream ahead of it
+# (enqueuing calls made before it whose work had not all ended): the queue was full. CUDA's holds about 1,024 a
+# stream (HTA's V100 trace ns_resolution, a GPU-bound loop without a sync: 1,015-1,021 ahead at the return of its
+# 885 long launches that waited so, none above 1,021 at any call's return; the forum post in queue_waits: about
+# 1,000). 900, stated: a full CUDA queue less the entries that start no device operation (event records: HTA's
+# negative_queue trace waited with 906-956 ahead, none above 957 at any call's return). A queue deep but not full
+# lets a call that returned right after one of its many short kernels ended pass for one that waited: with 256,
+# calls at 261-639 did in ns_resolution refilling its queue (up to 719) after a checkpoint the corpus injected
+# drained it; HTA's host-bound traces never go above 76. ROCm's queue depth was not measured: a HIP queue of fewer
+# slots is not recognised (its calls keep their observed time)
 QUEUE_FULL_MIN_PENDING = 900
 
 
@@ -572,8 +573,8 @@ def queue_waits(start: np.ndarray, end: np.ndarray, launch: np.ndarray, streams:
     a busy GPU without a sync fills it; its calls then record the device's pace, not the host's work, and a fix
     that makes the device faster makes them shorter. Such a call: longer than an enqueuing call that did not wait
     (by TOL_US), it returned right after (COPY_RETURN_US) a device node launched before it ended, with
-    QUEUE_FULL_MIN_PENDING device operations or more of its own work's stream still ahead of it, its own work
-    among them (it did not wait for its own work, as a synchronous launch does). The cost of one that did not
+    QUEUE_FULL_MIN_PENDING entries or more of its own work's stream still ahead of it (earlier enqueuing calls
+    whose work had not all ended), its own work among them (it did not wait for its own work, as a synchronous launch does). The cost of one that did not
     wait: the median of the enqueuing calls that did not return right after a device node ended (none could have
     waited for a slot); where every one did, the median of the host calls that are not synchronize calls
     (sync_api false). streams: the stream key of each device node (indexed from n_h)."""
@@ -599,18 +600,22 @@ def queue_waits(start: np.ndarray, end: np.ndarray, launch: np.ndarray, streams:
     unblocked_us = float(np.median(end[free] - start[free])) if free.size else \
         float(np.median((end - start)[:n_h][~sync_api[:n_h]])) if (~sync_api[:n_h]).any() else 0.0
     dur = end - start
-    # device operations on the stream of the call's own work launched before it and not ended when it returned (one
-    # ending before it returned was launched before it: the few another thread launched meanwhile are within the
-    # threshold's margin)
+    # the queue's entries ahead of each call when it returned: the enqueuing calls of its own work's stream made
+    # before it whose work had not all ended (a call is one entry however many operations it started: a CUDA graph's
+    # launch is one; one whose work ended before the call returned was made before it: the few another thread made
+    # meanwhile are within the threshold's margin)
     launched_at = start[np.clip(launch, 0, None)]
     own_stream = np.full(n, -1, dtype=np.int64)
     own_stream[launch[dev]] = streams[dev - n_h]
+    done_at = np.full(n, -np.inf)
+    np.maximum.at(done_at, launch[dev], end[dev])
+    enqueuing = np.flatnonzero(np.isfinite(own_start[:n_h]))
     pending = np.zeros(calls.size, dtype=np.int64)
     for key in np.unique(own_stream[calls]):
-        on = dev[streams[dev - n_h] == key]
+        on = enqueuing[own_stream[enqueuing] == key]
         mine = own_stream[calls] == key
-        pending[mine] = (np.searchsorted(np.sort(launched_at[on]), start[calls[mine]])
-                         - np.searchsorted(np.sort(end[on]), end[calls[mine]], side="right"))
+        pending[mine] = (np.searchsorted(np.sort(start[on]), start[calls[mine]])
+                         - np.searchsorted(np.sort(done_at[on]), end[calls[mine]], side="right"))
     cand = calls[returned_soon & (dur[calls] > unblocked_us + TOL_US) & (own_start[calls] > end[calls] + TOL_US)
                  & (pending >= QUEUE_FULL_MIN_PENDING)]
     for i in cand:
