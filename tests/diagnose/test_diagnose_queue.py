@@ -114,6 +114,35 @@ def test_a_device_faster_than_the_host_leaves_the_host_as_the_pace(tmp_path):
     assert x.gain_pct == pytest.approx(100.0 * (1.0 - OP_US / 100.0), abs=1.0)
 
 
+def _profiled_from(path: Path, step: int) -> Path:
+    """The trace as a profile started at ProfilerStep#step records it: no host event before it, and of the device
+    work only what ends after it (the earlier steps' work still queued has no launch in the trace)."""
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    t0 = next(e["ts"] for e in doc["traceEvents"] if e["name"] == f"ProfilerStep#{step}")
+    doc["traceEvents"] = [e for e in doc["traceEvents"]
+                          if (e["ts"] + e["dur"] > t0 if e["pid"] == 0 else e["ts"] >= t0)]
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return path
+
+
+def test_a_profile_that_starts_with_the_queue_full_replays_the_work_queued_before_it(tmp_path):
+    # profiled from step 6 of 16: 1,024 GEMMs launched before the profile are still queued, and every launch of the
+    # window waits for a slot, the first 1,024 behind that earlier work. Replayed with it (sped up as well), the
+    # device stays the pace: 92.47 % as when the whole run is traced (with that work a fixed delay in front of the
+    # window's, 57 %; with no call read as a wait, 38 %)
+    path = _profiled_from(queue_full_trace(tmp_path / "q.json.gz", kernel_us=500.0, steps=16), 6)
+    g = _facts(path).graph
+    calls = np.flatnonzero(g.kernel_launch)
+    assert (g.block_class[calls] == BLOCK_QUEUE).all() and int((~g.is_host & (g.launch < 0)).sum()) == QUEUE
+    x = next(x for x in diagnose(path).findings if x.kind == "fp32_matmul")
+    assert x.gain_pct == pytest.approx(100.0 * (1.0 - 1.0 / _speedup()), abs=0.5)
+    # GEMMs of 100 us: the host becomes the pace. No launch of this window went unblocked, so a launch's own cost is
+    # read as its time after the slot freed (RETURN_US, 3 us, against LAUNCH_US 5): 18 us an op, 1 - 18 / 100
+    path = _profiled_from(queue_full_trace(tmp_path / "q100.json.gz", kernel_us=100.0, steps=16), 6)
+    x = next(x for x in diagnose(path).findings if x.kind == "fp32_matmul")
+    assert x.gain_pct == pytest.approx(100.0 * (1.0 - (OP_US - LAUNCH_US + RETURN_US) / 100.0), abs=0.5)
+
+
 def test_long_launches_without_a_queue_behind_them_are_not_queue_waits(tmp_path):
     # kernels of 2 us behind 20-us ops: the GPU idles between them and no launch ever finds the queue full
     f = _facts(queue_full_trace(tmp_path / "idle.json.gz", kernel_us=2.0))

@@ -35,7 +35,7 @@ def exposed_memcpy(f: RankFacts) -> F.Finding | None:
     if not f.has_gpu:
         return None
     t, w, g = f.table, f.window, f.graph
-    dev = np.flatnonzero(~g.is_host)
+    dev = np.flatnonzero(~g.is_host & ~g.before_window)
     rows = g.rows[dev]
     link = np.isin(t.name[rows], t.ids_matching(lambda s: copy_direction(s) in OFF_DEVICE_DIRECTIONS))
     blocked_on = np.zeros(g.rows.size, dtype=bool)

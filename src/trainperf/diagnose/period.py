@@ -59,7 +59,7 @@ def step_nodes(g: Graph, steps: list[StepTime]) -> list[tuple[np.ndarray, np.nda
     if not steps:
         return None
     host = np.flatnonzero(g.is_host)
-    dev = np.flatnonzero(~g.is_host)
+    dev = np.flatnonzero(~g.is_host & ~g.before_window)
     if dev.size == 0 or (g.launch[dev] >= 0).mean() < MIN_LAUNCHED_SHARE:
         return None
     dev = dev[g.launch[dev] >= 0]

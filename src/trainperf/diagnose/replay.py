@@ -34,7 +34,7 @@ from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CH
                                      DATALOADER_RE, MEMCPY_RUNTIME_RE, SYNC_OP_RE, SYNC_RUNTIME_RE, call_sites,
                                      span_rows)
 from trainperf.diagnose.launch import LAUNCH_CALL_OUTLIER_US, small_kernel_mask
-from trainperf.diagnose.window import Window, iteration_hint_rows, merge_intervals
+from trainperf.diagnose.window import Window, iteration_hint_rows, launched_before_trace, merge_intervals
 from trainperf.trace.annotate import STEP_RE, correlated_host_row
 from trainperf.trace.categories import copy_direction, from_pageable_to_device
 from trainperf.trace.nesting import enclosing_span, thread_key
@@ -175,6 +175,8 @@ class Graph:
     launch_call_us: np.ndarray  # the launch overhead in a host call: its duration, 0 for an outlier call longer
     #                             than launch.LAUNCH_CALL_OUTLIER_US (a wait a CUDA graph or fusion keeps) (µs)
     kernel_floor_us: float      # a kernel's fixed device cost: 1st percentile of the window's kernel durations (µs)
+    before_window: np.ndarray   # device node launched before the trace began, queued_before_window (the rules'
+    #                             evidence is the window's own work: they leave these out)
     dispatch_us: float          # typical op dispatch per kernel launch: median CPU work since the previous launch on
     #                             its thread and its op's start, other calls' own time left out (µs; launch_dispatch_us)
     launch_group: np.ndarray    # host node -> the kernel-launch node that ends its stretch (the next launch on its
@@ -561,7 +563,54 @@ def synchronous_launches(start: np.ndarray, end: np.ndarray, launch: np.ndarray,
 QUEUE_FULL_MIN_PENDING = 900
 
 
-def queue_waits(start: np.ndarray, end: np.ndarray, launch: np.ndarray, streams: np.ndarray, n_h: int,
+def stream_entries_ahead(t: EventTable, w: Window, own_rows: np.ndarray, returned_us: np.ndarray) -> np.ndarray:
+    """Per call: the entries of the launch queue in front of its own work when it returned (count): the device work
+    of that work's stream (every device event of the trace, the window's or not: work queued before the profile
+    began counts) that had not ended by then (returned_us, µs) and runs before it in the stream's order. One launch
+    is one entry however many operations it started (a CUDA graph's share one correlation id). own_rows: the trace
+    row of each call's first device operation."""
+    rows = w.device_all if w.device_all is not None else w.device
+    key = thread_key(t.pid[rows], t.stream[rows])
+    own_key = thread_key(t.pid[own_rows], t.stream[own_rows])
+    out = np.zeros(own_rows.size, dtype=np.int64)
+    pos = np.full(len(t), -1)
+    for k in np.unique(own_key):
+        on = rows[key == k]
+        on = on[np.argsort(w.ts_us[on], kind="stable")]
+        pos[on] = np.arange(on.size)
+        ended = np.maximum.accumulate(w.end_us[on])  # a stream runs in order: its ends follow that order
+        corr = t.correlation[on]
+        new_entry = np.r_[True, corr[1:] != corr[:-1]] | (corr < 0)
+        entries_before = np.r_[0, np.cumsum(new_entry)]
+        mine = np.flatnonzero(own_key == k)
+        p = pos[own_rows[mine]]
+        q = np.minimum(np.searchsorted(ended, returned_us[mine], side="right"), p)  # the first not ended by then
+        # the entries from q's to the call's own; q inside a launch's run of operations counts that launch once
+        out[mine] = entries_before[p] - entries_before[q] + ((q < p) & ~new_entry[q])
+    return out
+
+
+def queued_before_window(t: EventTable, w: Window) -> np.ndarray:
+    """The trace rows of the device work launched before the trace began that the window's host queued behind when
+    the queue was full (a profile started mid-run, the host steps ahead of the device): the window's first launch
+    returned with QUEUE_FULL_MIN_PENDING entries or more ahead of its work. The graph then holds that work (without a
+    launch), so that the window's first calls wait for it and a change that speeds the device up speeds it up too;
+    otherwise none (the window's first device work keeps the delay it had behind it, as a fixed lag)."""
+    if w.device_all is None:
+        return np.zeros(0, dtype=np.int64)
+    own = w.device[np.isin(t.kind[w.device], (KERNEL, MEMCPY, MEMSET))]
+    other = np.setdiff1d(w.device_all, own)
+    earlier = other[np.isin(t.kind[other], (KERNEL, MEMCPY, MEMSET)) & launched_before_trace(t, other)]
+    link = correlated_host_row(t)
+    own = own[link[own] >= 0]
+    if not earlier.size or not own.size:
+        return np.zeros(0, dtype=np.int64)
+    first = own[int(np.argmin(w.ts_us[link[own]]))]  # the work of the window's first launch
+    full = stream_entries_ahead(t, w, first[None], w.end_us[link[first]][None])[0] >= QUEUE_FULL_MIN_PENDING
+    return earlier if full else np.zeros(0, dtype=np.int64)
+
+
+def queue_waits(start: np.ndarray, end: np.ndarray, launch: np.ndarray, ahead: np.ndarray, n_h: int,
                 block: np.ndarray, sync_api: np.ndarray) -> tuple[np.ndarray, float]:
     """Per node: the device node a host call that enqueues device work (a launch, an asynchronous copy or memset)
     waited for to free a slot in the device's full launch queue, -1 for every other node; and what such a call
@@ -573,11 +622,12 @@ def queue_waits(start: np.ndarray, end: np.ndarray, launch: np.ndarray, streams:
     a busy GPU without a sync fills it; its calls then record the device's pace, not the host's work, and a fix
     that makes the device faster makes them shorter. Such a call: longer than an enqueuing call that did not wait
     (by TOL_US), it returned right after (COPY_RETURN_US) a device node launched before it ended, with
-    QUEUE_FULL_MIN_PENDING entries or more of its own work's stream still ahead of it (earlier enqueuing calls
-    whose work had not all ended), its own work among them (it did not wait for its own work, as a synchronous launch does). The cost of one that did not
-    wait: the median of the enqueuing calls that did not return right after a device node ended (none could have
-    waited for a slot); where every one did, the median of the host calls that are not synchronize calls
-    (sync_api false). streams: the stream key of each device node (indexed from n_h)."""
+    QUEUE_FULL_MIN_PENDING entries or more of the launch queue in front of its own work (ahead: per node,
+    stream_entries_ahead for the enqueuing calls), which it did not wait for (as a synchronous launch does). The
+    cost of one that did not wait: the median of the enqueuing calls that did not return right after a device node
+    ended (none could have waited for a slot); where every one did, the median of their time after that end.
+    sync_api: the synchronize calls (never enqueuing calls here). A device node with no launch in the graph (work
+    launched before the trace began) counts as launched before every call."""
     n = start.size
     waited = np.full(n, -1)
     dev = np.arange(n_h, n)
@@ -589,35 +639,23 @@ def queue_waits(start: np.ndarray, end: np.ndarray, launch: np.ndarray, streams:
     calls = np.flatnonzero(np.isfinite(own_start[:n_h]) & (block[:n_h] == NOT_BLOCKING) & ~sync_api[:n_h])
     if not calls.size:
         return waited, 0.0
-    by_end = dev[np.argsort(end[dev], kind="stable")]
+    everything = np.arange(n_h, n)  # device work by end, the work launched before the trace included
+    launched_at = np.where(launch >= 0, start[np.clip(launch, 0, None)], -np.inf)
+    by_end = everything[np.argsort(end[everything], kind="stable")]
     ends = end[by_end]
-    # the device node that ended last before each call returned (ignoring which call launched it: a vectorised
+    # the device work that ended last before each call returned (ignoring which call launched it: a vectorised
     # first pass; the candidates are checked one by one below)
     last = np.searchsorted(ends, end[calls] + TOL_US, side="right") - 1
     ended = np.where(last >= 0, ends[np.clip(last, 0, None)], -np.inf)
     returned_soon = (ended >= start[calls]) & (end[calls] - ended <= COPY_RETURN_US)
-    free = calls[~returned_soon]
-    unblocked_us = float(np.median(end[free] - start[free])) if free.size else \
-        float(np.median((end - start)[:n_h][~sync_api[:n_h]])) if (~sync_api[:n_h]).any() else 0.0
     dur = end - start
-    # the queue's entries ahead of each call when it returned: the enqueuing calls of its own work's stream made
-    # before it whose work had not all ended (a call is one entry however many operations it started: a CUDA graph's
-    # launch is one; one whose work ended before the call returned was made before it: the few another thread made
-    # meanwhile are within the threshold's margin)
-    launched_at = start[np.clip(launch, 0, None)]
-    own_stream = np.full(n, -1, dtype=np.int64)
-    own_stream[launch[dev]] = streams[dev - n_h]
-    done_at = np.full(n, -np.inf)
-    np.maximum.at(done_at, launch[dev], end[dev])
-    enqueuing = np.flatnonzero(np.isfinite(own_start[:n_h]))
-    pending = np.zeros(calls.size, dtype=np.int64)
-    for key in np.unique(own_stream[calls]):
-        on = enqueuing[own_stream[enqueuing] == key]
-        mine = own_stream[calls] == key
-        pending[mine] = (np.searchsorted(np.sort(start[on]), start[calls[mine]])
-                         - np.searchsorted(np.sort(done_at[on]), end[calls[mine]], side="right"))
+    free = calls[~returned_soon]
+    # where every one returned right after device work ended (a profile that began with the queue full and never
+    # saw it drain), none shows an unblocked call: what they took after that end, the enqueuing itself once the slot
+    # was free, stands for it (less the call's work before it blocked, a few us)
+    unblocked_us = float(np.median(dur[free])) if free.size else float(np.median(end[calls] - ended))
     cand = calls[returned_soon & (dur[calls] > unblocked_us + TOL_US) & (own_start[calls] > end[calls] + TOL_US)
-                 & (pending >= QUEUE_FULL_MIN_PENDING)]
+                 & (ahead[calls] >= QUEUE_FULL_MIN_PENDING)]
     for i in cand:
         hi = int(np.searchsorted(ends, end[i] + TOL_US, side="right")) - 1
         while hi >= 0 and ends[hi] >= start[i]:
@@ -747,7 +785,8 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     last_steps, close_at = _closing_anchors(t, w, last_steps)
     anchors = np.r_[first_steps, last_steps]
     host_rows = np.r_[anchors, step_thread_calls(t, w, first_steps)]
-    dev_rows = w.device[np.isin(t.kind[w.device], (KERNEL, MEMCPY, MEMSET))]
+    earlier_rows = queued_before_window(t, w)
+    dev_rows = np.r_[w.device[np.isin(t.kind[w.device], (KERNEL, MEMCPY, MEMSET))], earlier_rows]
     rows = np.r_[host_rows, dev_rows]
     n_h = host_rows.size
     n = rows.size
@@ -906,7 +945,15 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
                 block[i] = BLOCK_COMM if comm[k] else BLOCK_SYNC
                 sync_on_nc[i] = waited_for(i, True, streams[k - n_h] if one_stream[i] else None) if comm[k] else k
     # calls that waited for a slot in the full launch queue: they end when the device work they waited for ends
-    queued_on, unqueued_us = queue_waits(start, end, launch, streams, n_h, block, is_sync_api)
+    own_first = np.full(n, -1)  # each call's earliest device operation
+    launched_dev = dev_idx[launch[dev_idx] >= 0]
+    by_call = launched_dev[np.lexsort((start[launched_dev], launch[launched_dev]))]
+    firsts = by_call[np.r_[True, launch[by_call[1:]] != launch[by_call[:-1]]]] if by_call.size else by_call
+    own_first[launch[firsts]] = firsts
+    enqueuing = np.flatnonzero(own_first[:n_h] >= 0)
+    ahead = np.zeros(n, dtype=np.int64)
+    ahead[enqueuing] = stream_entries_ahead(t, w, rows[own_first[enqueuing]], end[enqueuing])
+    queued_on, unqueued_us = queue_waits(start, end, launch, ahead, n_h, block, is_sync_api)
     q = np.flatnonzero(queued_on >= 0)
     sync_on[q] = sync_on_nc[q] = queued_on[q]
     sync_base[q] = np.minimum(dur[q], unqueued_us)
@@ -938,7 +985,9 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     small_launch = np.zeros(n, bool)
     small_dev = dev_idx[small_kernel_mask(t, dev_rows, dur[n_h:]) & has_launch[n_h:]]
     small_launch[launch[small_dev]] = True
-    kdur = dur[n_h:][(t.kind[dev_rows] == KERNEL) & (dur[n_h:] > 0)]
+    before_window = np.zeros(n, bool)
+    before_window[n - earlier_rows.size:] = earlier_rows.size > 0
+    kdur = dur[n_h:][(t.kind[dev_rows] == KERNEL) & (dur[n_h:] > 0) & ~before_window[n_h:]]
     kernel_floor = float(np.percentile(kdur, KERNEL_FLOOR_PERCENTILE)) if kdur.size else 0.0
     kernel_launch = np.zeros(n, bool)
     kernel_launch[launch[dev_idx[(t.kind[dev_rows] == KERNEL) & has_launch[n_h:]]]] = True
@@ -971,7 +1020,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
                  block_class=block, sync_on=sync_on, sync_on_nc=sync_on_nc, sync_base=sync_base, sync_tail=sync_tail, sync_site=sync_site, gap_syncop=gap_so, syncop_site=so_site, in_syncop=in_so,
                  site_names=site_names, is_alloc=is_alloc,
                  small_launch=small_launch, kernel_launch=kernel_launch, launch_call_us=launch_call,
-                 kernel_floor_us=kernel_floor, dispatch_us=dispatch, launch_group=launch_group, launch=launch, lat=lat, stream_prev=stream_prev,
+                 kernel_floor_us=kernel_floor, before_window=before_window, dispatch_us=dispatch, launch_group=launch_group, launch=launch, lat=lat, stream_prev=stream_prev,
                  stream_prev_nc=stream_prev_nc, stream_prev_np=stream_prev_np, pageable_copy=pageable_copies, dep=dep, lag=lag, category=cat, comm_wait=cw, comm_wait_rank=cw_rank,
                  order=order, names=t.names)
 

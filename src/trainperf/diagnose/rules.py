@@ -838,7 +838,7 @@ def optimizer_slow(f: RankFacts) -> Finding | None:
                      "the optimizer's per-tensor kernels fused (foreach / fused=True: a few launches per step)",
                      evidence_pct=f.pct(cost))
     g = f.graph
-    optimizer = np.flatnonzero(~g.is_host & (g.category == OPTIMIZER))
+    optimizer = np.flatnonzero(~g.is_host & ~g.before_window & (g.category == OPTIMIZER))
     unfused = optimizer[[not FUSED_OPTIMIZER_RE.search(g.names[int(f.table.name[g.rows[i]])]) for i in optimizer]]
     optimizer_us = float(g.dur[optimizer].sum())
     share = f.category_share("optimizer") * float(g.dur[unfused].sum()) / optimizer_us if optimizer_us > 0 else 0.0

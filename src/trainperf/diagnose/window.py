@@ -215,6 +215,18 @@ def _queued_until_us(t: EventTable, busy: np.ndarray, ts_us: np.ndarray) -> floa
     return float("-inf") if corr < 0 or launched_here else float(ts_us[first])
 
 
+def launched_before_trace(t: EventTable, rows: np.ndarray) -> np.ndarray:
+    """Which device rows (bool per row) ran work launched before the trace began: a correlation id lower than every
+    launch call the trace records, and no launch call of their own (a profile started mid-run finds the device busy
+    with earlier steps' work; a sampled trace's unrecorded launches are interleaved with its recorded ones, not
+    before them all)."""
+    host = launch_side(t) & (t.correlation >= 0) & (t.kind == RUNTIME)
+    if not host.any():
+        return np.zeros(rows.size, dtype=bool)
+    corr = t.correlation[rows]
+    return (corr >= 0) & (corr < t.correlation[host].min())
+
+
 def whole_trace_note(m: StepMarkers) -> str:
     """Why the whole trace is the window (fewer than MIN_WINDOW_STEPS steps), "" when it is not."""
     if m.count >= MIN_WINDOW_STEPS:
