@@ -179,3 +179,16 @@ def test_a_graph_launch_is_one_entry_of_the_queue(tmp_path):
     g = _facts(b.write(tmp_path / "graphs.json.gz")).graph
     launches = np.flatnonzero(g.is_host & (g.dur == 300.0))
     assert launches.size >= 3 and not (g.block_class == BLOCK_QUEUE).any()
+
+
+def test_the_summary_gives_the_hosts_wait_for_queue_slots(tmp_path):
+    # each launch that waited took 500 us (a GEMM's) less the 5 us a launch costs: the rank's host_queue_wait_pct is
+    # that time over the window, beside no host sync
+    path = queue_full_trace(tmp_path / "q.json.gz", kernel_us=500.0)
+    f = _facts(path)
+    g = f.graph
+    queued = g.block_class == BLOCK_QUEUE
+    assert f.queue_wait_us == pytest.approx(float((g.dur[queued] - LAUNCH_US).sum()))
+    r = diagnose(path).ranks[0]
+    assert r.host_queue_wait_pct == pytest.approx(100.0 * f.queue_wait_us / f.span_us, abs=0.01)
+    assert r.host_queue_wait_pct > 50.0 and r.host_sync_pct == 0.0

@@ -54,6 +54,7 @@ class RankSummary:
     memcpy_gbps: dict = field(default_factory=dict)  # direction -> GB/s; None where no copy's size is recorded
     dataloader_pct: float = 0.0
     host_sync_pct: float = 0.0
+    host_queue_wait_pct: float = 0.0  # the host blocked waiting for slots in the full launch queue, % of the span
     optimizer_pct: float = 0.0
     critical_path_pct: dict = field(default_factory=dict)
     gpu_analyses: str = "ok"
@@ -309,6 +310,7 @@ def _summary(f: RankFacts, plan: F.FixPlan) -> RankSummary:
         queue_length_max=max((v[1] for v in f.queue.by_stream.values()), default=0),
         memcpy_gbps={b.direction: b.gbps for b in memcpy_bandwidth(t, f.window)},
         dataloader_pct=_pct(f.dataloader.time_us, span), host_sync_pct=_pct(f.sync_blocking_us, span),
+        host_queue_wait_pct=_pct(f.queue_wait_us, span),
         optimizer_pct=_pct(f.optimizer.time_us, span), allocator_pct=_pct(f.allocator.time_us, span),
         critical_path_pct={k: _pct(v, span) for k, v in sorted(f.critical_path.items(), key=lambda kv: -kv[1])},
         step_idle_pct=f.step_idle_pct, steady_step_us=f.period_us or None,

@@ -23,7 +23,7 @@ from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLen
                                        launch_stats, launched_inside, launched_rows, queue_length)
 from trainperf.diagnose.period import (paced_by_device, period_of_sides_us, steady_period_us, step_nodes,
                                        step_sides_us)
-from trainperf.diagnose.replay import BLOCK_SYNC, Change, Graph, Replay, blocked_us, build_graph, critical_path, replay
+from trainperf.diagnose.replay import BLOCK_QUEUE, BLOCK_SYNC, Change, Graph, Replay, blocked_us, build_graph, critical_path, replay
 from trainperf.diagnose.roofline import device_accelerator
 from trainperf.diagnose.steps import StepTime, step_times
 from trainperf.diagnose.window import Window, merge_intervals
@@ -175,6 +175,12 @@ class RankFacts:
         only when the device caught up (the replay graph's BLOCK_SYNC nodes); 0 without GPU. The one number of
         host_sync's evidence and of the summary's host_sync_pct."""
         return blocked_us(self.graph, BLOCK_SYNC) if self.graph is not None else 0.0
+
+    @property
+    def queue_wait_us(self) -> float:
+        """Host time blocked in calls that waited for a slot in the full launch queue, beyond their own cost (µs;
+        replay.queue_waits): the host ran ahead of a busy device. 0 without GPU. The summary's host_queue_wait_pct."""
+        return blocked_us(self.graph, BLOCK_QUEUE) if self.graph is not None else 0.0
 
     def category_share(self, name: str) -> float:
         """% of device busy time in one kernel category."""
