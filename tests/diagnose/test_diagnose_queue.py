@@ -192,3 +192,15 @@ def test_the_summary_gives_the_hosts_wait_for_queue_slots(tmp_path):
     r = diagnose(path).ranks[0]
     assert r.host_queue_wait_pct == pytest.approx(100.0 * f.queue_wait_us / f.span_us, abs=0.01)
     assert r.host_queue_wait_pct > 50.0 and r.host_sync_pct == 0.0
+
+
+def test_a_window_of_waiting_calls_prices_a_call_by_its_time_after_the_slot_freed():
+    # every call of the window may have waited (synchronize, copies, launches that waited for a slot): their own
+    # durations are waits, so what a call costs is the queue's reading (the time after the slot freed), not their
+    # median; with no queue wait seen, the median of all calls as before
+    from trainperf.diagnose.replay import _typical_call_us
+    dur = np.array([0.0, 480.0, 490.0, 500.0])
+    waits = np.array([False, True, True, True])
+    assert _typical_call_us(dur, 1, 4, waits, fallback_us=3.0) == 3.0
+    assert _typical_call_us(dur, 1, 4, waits) == 490.0
+    assert _typical_call_us(dur, 1, 4, np.array([False, False, True, True]), fallback_us=3.0) == 480.0

@@ -492,13 +492,17 @@ def _sync_op_gaps(t: EventTable, w: Window, rows: np.ndarray, start: np.ndarray,
     return gap, site, inside
 
 
-def _typical_call_us(dur: np.ndarray, n_anchors: int, n_h: int, may_wait: np.ndarray) -> float:
+def _typical_call_us(dur: np.ndarray, n_anchors: int, n_h: int, may_wait: np.ndarray,
+                     fallback_us: float | None = None) -> float:
     """What a host call costs when it does not wait (µs): the median duration of the calls that cannot block
-    (launches, ...), all calls when there are none. The calls that may wait (synchronize, memcpy) are left out:
-    where they are most of the calls (97 injected 24-µs .item() reads beside 20 ~5-µs launches in HTA's MI250
-    step) their median is their own blocked duration, and none of them looked blocked."""
+    (launches, ...); when there are none, fallback_us if given (what a call that waited for a queue slot took after
+    the slot freed: queue_waits), else the median of all calls. The calls that may wait (synchronize, memcpy) are
+    left out: where they are most of the calls (97 injected 24-µs .item() reads beside 20 ~5-µs launches in HTA's
+    MI250 step) their median is their own blocked duration, and none of them looked blocked."""
     calls = np.arange(n_anchors, n_h)
     quiet = calls[~may_wait[calls]]
+    if not quiet.size and fallback_us is not None:
+        return fallback_us
     pick = quiet if quiet.size else calls
     return float(np.median(dur[pick])) if pick.size else 0.0
 
@@ -891,11 +895,23 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     is_copy_call[:n_h] = np.isin(host_names, t.ids_matching(MEMCPY_RUNTIME_RE.search))
     kernel_nodes = dev_idx[t.kind[dev_rows] == KERNEL]
     waited_kernel, own_us = synchronous_launches(start, end, launch, kernel_nodes)
-    may_wait = is_sync_api | is_copy_call | (waited_kernel >= 0)
+    # calls that waited for a slot in the full launch queue (queue_waits)
+    own_first = np.full(n, -1)  # each call's earliest device operation
+    launched_dev = dev_idx[launch[dev_idx] >= 0]
+    by_call = launched_dev[np.lexsort((start[launched_dev], launch[launched_dev]))]
+    firsts = by_call[np.r_[True, launch[by_call[1:]] != launch[by_call[:-1]]]] if by_call.size else by_call
+    own_first[launch[firsts]] = firsts
+    enqueuing = np.flatnonzero(own_first[:n_h] >= 0)
+    ahead = np.zeros(n, dtype=np.int64)
+    ahead[enqueuing] = stream_entries_ahead(t, w, rows[own_first[enqueuing]], end[enqueuing])
+    queued_on, unqueued_us = queue_waits(start, end, launch, ahead, n_h,
+                                         np.where(waited_kernel >= 0, BLOCK_SYNC, NOT_BLOCKING), is_sync_api)
+    # a call that waited for a queue slot does not show what a call costs either
+    may_wait = is_sync_api | is_copy_call | (waited_kernel >= 0) | (queued_on >= 0)
     if (waited_kernel >= 0).any():  # launches made synchronous: none of them shows what a call costs unblocked
         launch_calls = launch[kernel_nodes]
         may_wait[launch_calls[launch_calls >= 0]] = True
-    typical = _typical_call_us(dur, anchors.size, n_h, may_wait)
+    typical = _typical_call_us(dur, anchors.size, n_h, may_wait, unqueued_us if (queued_on >= 0).any() else None)
     for i in dev_idx[(t.kind[dev_rows] == MEMCPY) & has_launch[n_h:]]:
         L = launch[i]
         # the call waited for its copy: it returned right after the copy ended, and took longer than a call does.
@@ -944,17 +960,9 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
                 # stream or event sync still waits for that stream's other work, a device sync for every stream's
                 block[i] = BLOCK_COMM if comm[k] else BLOCK_SYNC
                 sync_on_nc[i] = waited_for(i, True, streams[k - n_h] if one_stream[i] else None) if comm[k] else k
-    # calls that waited for a slot in the full launch queue: they end when the device work they waited for ends
-    own_first = np.full(n, -1)  # each call's earliest device operation
-    launched_dev = dev_idx[launch[dev_idx] >= 0]
-    by_call = launched_dev[np.lexsort((start[launched_dev], launch[launched_dev]))]
-    firsts = by_call[np.r_[True, launch[by_call[1:]] != launch[by_call[:-1]]]] if by_call.size else by_call
-    own_first[launch[firsts]] = firsts
-    enqueuing = np.flatnonzero(own_first[:n_h] >= 0)
-    ahead = np.zeros(n, dtype=np.int64)
-    ahead[enqueuing] = stream_entries_ahead(t, w, rows[own_first[enqueuing]], end[enqueuing])
-    queued_on, unqueued_us = queue_waits(start, end, launch, ahead, n_h, block, is_sync_api)
-    q = np.flatnonzero(queued_on >= 0)
+    # calls that waited for a slot in the full launch queue (found above): they end when the device work they waited
+    # for ends
+    q = np.flatnonzero((queued_on >= 0) & (block == NOT_BLOCKING))
     sync_on[q] = sync_on_nc[q] = queued_on[q]
     sync_base[q] = np.minimum(dur[q], unqueued_us)
     block[q] = BLOCK_QUEUE
