@@ -597,7 +597,7 @@ def stream_entries_ahead(t: EventTable, w: Window, own_rows: np.ndarray, returne
 def queued_before_window(t: EventTable, w: Window) -> np.ndarray:
     """The trace rows of the device work launched before the trace began that the window's host queued behind when
     the queue was full (a profile started mid-run, the host steps ahead of the device): the window's first launch
-    returned with QUEUE_FULL_MIN_PENDING entries or more ahead of its work. The graph then holds that work (without a
+    onto some stream returned with QUEUE_FULL_MIN_PENDING entries or more ahead of its work. The graph then holds that work (without a
     launch), so that the window's first calls wait for it and a change that speeds the device up speeds it up too;
     otherwise none (the window's first device work keeps the delay it had behind it, as a fixed lag)."""
     if w.device_all is None:
@@ -609,8 +609,11 @@ def queued_before_window(t: EventTable, w: Window) -> np.ndarray:
     own = own[link[own] >= 0]
     if not earlier.size or not own.size:
         return np.zeros(0, dtype=np.int64)
-    first = own[int(np.argmin(w.ts_us[link[own]]))]  # the work of the window's first launch
-    full = stream_entries_ahead(t, w, first[None], w.end_us[link[first]][None])[0] >= QUEUE_FULL_MIN_PENDING
+    # the work of the window's first launch onto each stream
+    own = own[np.lexsort((w.ts_us[link[own]], thread_key(t.pid[own], t.stream[own])))]
+    key = thread_key(t.pid[own], t.stream[own])
+    first = own[np.r_[True, key[1:] != key[:-1]]]
+    full = (stream_entries_ahead(t, w, first, w.end_us[link[first]]) >= QUEUE_FULL_MIN_PENDING).any()
     return earlier if full else np.zeros(0, dtype=np.int64)
 
 
