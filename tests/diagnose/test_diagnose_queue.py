@@ -114,13 +114,21 @@ def test_a_device_faster_than_the_host_leaves_the_host_as_the_pace(tmp_path):
     assert x.gain_pct == pytest.approx(100.0 * (1.0 - OP_US / 100.0), abs=1.0)
 
 
-def _profiled_from(path: Path, step: int) -> Path:
+def _profiled_from(path: Path, step: int, copy_first: bool = False) -> Path:
     """The trace as a profile started at ProfilerStep#step records it: no host event before it, and of the device
-    work only what ends after it (the earlier steps' work still queued has no launch in the trace)."""
+    work only what ends after it (the earlier steps' work still queued has no launch in the trace). copy_first: the
+    step opens with a 1-us host-to-device copy onto a stream of its own, idle (its queue empty; its correlation id
+    above the others', which leaves the earlier work's ids below every recorded launch's)."""
     doc = json.loads(gzip.decompress(path.read_bytes()))
     t0 = next(e["ts"] for e in doc["traceEvents"] if e["name"] == f"ProfilerStep#{step}")
     doc["traceEvents"] = [e for e in doc["traceEvents"]
                           if (e["ts"] + e["dur"] > t0 if e["pid"] == 0 else e["ts"] >= t0)]
+    if copy_first:
+        doc["traceEvents"] += [
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 10, "tid": 1, "ts": t0 + 0.5,
+             "dur": 1.0, "args": {"correlation": 10**6}},
+            {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "pid": 0, "tid": 9,
+             "ts": t0 + 1.0 + LATENCY_US, "dur": 1.0, "args": {"correlation": 10**6, "stream": 9, "device": 0}}]
     path.write_bytes(gzip.compress(json.dumps(doc).encode()))
     return path
 
@@ -136,6 +144,9 @@ def test_a_profile_that_starts_with_the_queue_full_replays_the_work_queued_befor
     assert (g.block_class[calls] == BLOCK_QUEUE).all() and int((~g.is_host & (g.launch < 0)).sum()) == QUEUE
     x = next(x for x in diagnose(path).findings if x.kind == "fp32_matmul")
     assert x.gain_pct == pytest.approx(100.0 * (1.0 - 1.0 / _speedup()), abs=0.5)
+    # the same when the window opens with a copy onto an idle stream: the GEMMs' stream is the one found full
+    path = _profiled_from(queue_full_trace(tmp_path / "qc.json.gz", kernel_us=500.0, steps=16), 6, copy_first=True)
+    assert int((~_facts(path).graph.is_host & (_facts(path).graph.launch < 0)).sum()) == QUEUE
     # GEMMs of 100 us: the host becomes the pace. No launch of this window went unblocked, so a launch's own cost is
     # read as its time after the slot freed (RETURN_US, 3 us, against LAUNCH_US 5): 18 us an op, 1 - 18 / 100
     path = _profiled_from(queue_full_trace(tmp_path / "q100.json.gz", kernel_us=100.0, steps=16), 6)
