@@ -663,15 +663,22 @@ def queue_waits(start: np.ndarray, end: np.ndarray, launch: np.ndarray, ahead: n
     unblocked_us = float(np.median(dur[free])) if free.size else float(np.median(end[calls] - ended))
     cand = calls[returned_soon & (dur[calls] > unblocked_us + TOL_US) & (own_start[calls] > end[calls] + TOL_US)
                  & (ahead[calls] >= QUEUE_FULL_MIN_PENDING)]
-    for i in cand:
-        hi = int(np.searchsorted(ends, end[i] + TOL_US, side="right")) - 1
-        while hi >= 0 and ends[hi] >= start[i]:
-            k = int(by_end[hi])
-            if launched_at[k] < start[i]:
-                if end[i] - ends[hi] <= COPY_RETURN_US:
-                    waited[i] = k
+    # each candidate waited for the device work launched before it that ended last before it returned: most often
+    # the last to end at all (taken at once, vectorised); else searched back one by one
+    hi = np.searchsorted(ends, end[cand] + TOL_US, side="right") - 1
+    k, last_end = by_end[np.clip(hi, 0, None)], ends[np.clip(hi, 0, None)]
+    at_once = (hi >= 0) & (launched_at[k] < start[cand])
+    ok = at_once & (last_end >= start[cand]) & (end[cand] - last_end <= COPY_RETURN_US)
+    waited[cand[ok]] = k[ok]
+    for i, h in zip(cand[~at_once], hi[~at_once]):
+        h = int(h)
+        while h >= 0 and ends[h] >= start[i]:
+            j = int(by_end[h])
+            if launched_at[j] < start[i]:
+                if end[i] - ends[h] <= COPY_RETURN_US:
+                    waited[i] = j
                 break
-            hi -= 1
+            h -= 1
     return waited, unblocked_us
 
 
