@@ -215,3 +215,11 @@ def test_a_window_of_waiting_calls_prices_a_call_by_its_time_after_the_slot_free
     assert _typical_call_us(dur, 1, 4, waits, fallback_us=3.0) == 3.0
     assert _typical_call_us(dur, 1, 4, waits) == 490.0
     assert _typical_call_us(dur, 1, 4, np.array([False, False, True, True]), fallback_us=3.0) == 480.0
+
+
+def test_a_host_that_waited_for_queue_slots_is_told_the_gpu_sets_the_pace(tmp_path):
+    # the long launches are the GPU's pace, not host overhead: the rank says so; a host that never waited does not
+    waited = diagnose(queue_full_trace(tmp_path / "q.json.gz", kernel_us=500.0))
+    assert any("full launch queue" in n for n in waited.ranks[0].evidence_notes)
+    idle = diagnose(queue_full_trace(tmp_path / "idle.json.gz", kernel_us=2.0))
+    assert not any("full launch queue" in n for n in idle.ranks[0].evidence_notes)

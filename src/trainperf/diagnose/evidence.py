@@ -24,6 +24,7 @@ UNLAUNCHED_PCT = 5.0           # device events whose launch is not in the trace,
 PY_FRAMES_PER_LAUNCH = 1.0     # with_stack: Python frames per launch call above which host time is inflated
 CLOCK_SPREAD_US = 50.0         # rank clocks aligned on collective ends disagree by more than this (IQR)
 GPU_LAG_NOTE_SHARE = 0.5       # a step's GPU work ends after its ProfilerStep by more than this share of a step
+QUEUE_NOTE_SHARE = 0.10        # the host waited for launch-queue slots this share of the window (stated): a note
 # the profiler's own host cost per recorded op: "4 us per op on CUDA" (pytorch/pytorch#82793, A100, PyTorch 1.12);
 # 4.0-6.0 us per op on an H200 with torch 2.11 (4 loops of run 4, profiled host step against the unprofiled one)
 PROFILER_US_PER_OP = 4.0
@@ -302,6 +303,11 @@ def rank_notes(f: RankFacts) -> list[str]:
     if other:
         out.append(f"{other} ProfilerStep span(s) on another host thread than the one that calls prof.step() are "
                    "not taken as steps")
+    queued = f.queue_wait_us
+    if f.span_us > 0 and queued >= QUEUE_NOTE_SHARE * f.span_us:
+        out.append(f"the host waited {queued / 1e3:.1f} ms ({100.0 * queued / f.span_us:.0f} % of the window) inside "
+                   "its launches for a slot in the full launch queue: it ran ahead of the GPU, which sets the pace; "
+                   "those launches' durations are the GPU's, not host overhead")
     st = [x for x in f.step_times if x.gpu_end_us == x.gpu_end_us]
     if not st:
         return out
