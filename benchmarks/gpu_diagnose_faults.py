@@ -14,7 +14,12 @@ Scenarios, each in a subprocess of its own (CUDA_LAUNCH_BLOCKING must be set bef
   empty_cache  the small loop calling torch.cuda.empty_cache() after every step (fixed: async);
   pageable  the big loop whose input is copied from pageable host memory every step (fixed: pinned, the same
             copy from pinned memory with non_blocking=True);
-  fp32      the big loop in fp32 with full-precision fp32 GEMMs (fixed: tf32, the same with TF32 matmuls).
+  fp32      the big loop in fp32 with full-precision fp32 GEMMs (fixed: tf32, the same with TF32 matmuls);
+  deep      a deep, narrow loop in fp32 (96 blocks of width 1024, 8192 tokens: ~900 kernels a step, ~10-20 us of
+            host work each against ~0.3-ms GEMMs, ~90 ms a step) whose host, never synchronising, gains ~700
+            launches a step on the device and fills CUDA's ~1,024-deep launch queue in the profile's wait and
+            warm-up steps: its launches wait for queue slots, the window opens behind a full queue
+            (replay.queue_waits, queued_before_window) (fixed: deep_tf32).
 Each: the step time (ms) without the profiler, as the profiled loop runs (steps queued ahead, the median of 5
 chunks' mean step; and a synchronize after every step, as a loop that reads its loss each step runs), then a
 profile of 4 active steps
@@ -41,7 +46,8 @@ from pathlib import Path
 
 SCENARIOS = {"async": {}, "blocking": {"CUDA_LAUNCH_BLOCKING": "1"}, "scalar": {},
              "nocache": {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, "graphed": {}, "big": {}, "dataload": {},
-             "syncs": {}, "empty_cache": {}, "pageable": {}, "pinned": {}, "fp32": {}, "tf32": {}}
+             "syncs": {}, "empty_cache": {}, "pageable": {}, "pinned": {}, "fp32": {}, "tf32": {}, "deep": {},
+             "deep_tf32": {}}
 # the scenario each fault's fix turns it into, and the fix: true gain = 1 - fixed / faulty
 FIXED_BY = {"blocking": ("async", "unset CUDA_LAUNCH_BLOCKING"),
             "nocache": ("async", "the caching allocator"),
@@ -50,9 +56,11 @@ FIXED_BY = {"blocking": ("async", "unset CUDA_LAUNCH_BLOCKING"),
             "syncs": ("async", "no torch.cuda.synchronize() in the loop"),
             "empty_cache": ("async", "no torch.cuda.empty_cache() in the loop"),
             "pageable": ("pinned", "pinned host memory, non_blocking copies"),
-            "fp32": ("tf32", "TF32 matmuls")}
+            "fp32": ("tf32", "TF32 matmuls"),
+            "deep": ("deep_tf32", "TF32 matmuls (a host that fills the launch queue)")}
 BIG = ("big", "dataload", "pageable", "pinned", "fp32", "tf32")  # the scenarios of the GPU-bound loop
-SHAPES = {"small": (2048, 12, 4096), "big": (8192, 4, 8192), "cpu": (256, 2, 256)}  # width, blocks, tokens
+SHAPES = {"small": (2048, 12, 4096), "big": (8192, 4, 8192), "deep": (1024, 96, 8192),
+          "cpu": (256, 2, 256)}  # width, blocks, tokens
 BATCH_MAKING_S = 0.030
 
 
@@ -88,9 +96,10 @@ def _step_fn(name: str, device: str):
     import torch.distributed as dist
 
     cuda = device == "cuda"
-    torch.backends.cuda.matmul.allow_tf32 = name == "tf32"  # fp32: full-precision fp32 GEMMs (the default)
-    model, opt, x = _model(device, "big" if name in BIG else "small", capturable=name == "graphed" and cuda,
-                           fp32=name in ("fp32", "tf32"))
+    torch.backends.cuda.matmul.allow_tf32 = name in ("tf32", "deep_tf32")  # else full-precision fp32 GEMMs
+    size = "deep" if name.startswith("deep") else "big" if name in BIG else "small"
+    model, opt, x = _model(device, size, capturable=name == "graphed" and cuda,
+                           fp32=name in ("fp32", "tf32", "deep", "deep_tf32"))
     if name in ("pageable", "pinned"):  # each step's input comes from host memory, pageable or pinned
         host_x = x.cpu().pin_memory() if name == "pinned" and cuda else x.cpu()
     if name == "syncs" and cuda:  # a synchronize after every Linear (timing layers, a debugging habit)
