@@ -1,9 +1,9 @@
 """Launch calls that waited for a slot in the device's full launch queue (replay.queue_waits).
 
 A host that runs ahead of a busy GPU without a sync fills the driver's launch queue (about 1,024 launches on CUDA);
-from then on each launch returns only when an earlier kernel ends. Those
-calls record the device's pace: a fix that makes the device faster makes them shorter, until the host's own work is
-the pace. The traces are built by hand with that queue's rule and the what-ifs worked by hand.
+from then on each launch returns only when an earlier kernel ends. Those calls record the device's pace: a fix that
+makes the device faster makes them shorter, until the host's own work is the pace. The traces are built by hand with
+that queue's rule and the what-ifs worked by hand.
 """
 
 from __future__ import annotations
