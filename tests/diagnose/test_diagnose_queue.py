@@ -223,3 +223,22 @@ def test_a_host_that_waited_for_queue_slots_is_told_the_gpu_sets_the_pace(tmp_pa
     assert any("full launch queue" in n for n in waited.ranks[0].evidence_notes)
     idle = diagnose(queue_full_trace(tmp_path / "idle.json.gz", kernel_us=2.0))
     assert not any("full launch queue" in n for n in idle.ranks[0].evidence_notes)
+
+
+def test_a_call_waited_only_for_work_running_when_it_returned(tmp_path):
+    # a synchronize returns 2 us after a 500-us kernel ends; a 1.5-us kernel launched before it on another stream
+    # starts 0.5 us after that return and ends within the 5 us Kineto's clocks leave: the sync waited for the long
+    # kernel, not for work that had not started (the replay reads the end of what it waited for when its thread
+    # goes on: the later kernel's end was then still the trace's, and a faster device could not move the host)
+    b = TraceBuilder()
+    b.step(0, 0.0, 1_000.0)
+    b.step(1, 1_000.0, 1_000.0)
+    b.launch("ampere_sgemm_128x64_nn", 10.0, 20.0, 500.0, stream=7)
+    b.launch("void at::native::reduce_kernel<128>", 15.0, 522.5, 1.5, stream=8)
+    b.cpu("cudaStreamSynchronize", 30.0, 492.0, cat="cuda_runtime")
+    b.launch("ampere_sgemm_128x64_nn", 1_010.0, 1_020.0, 500.0, stream=7)
+    b.cpu("cudaStreamSynchronize", 1_030.0, 492.0, cat="cuda_runtime")
+    g = _facts(b.write(tmp_path / "s.json.gz")).graph
+    first_sync = int(np.flatnonzero(g.is_host & (g.dur == 492.0))[0])
+    waited = int(g.sync_on[first_sync])
+    assert waited >= 0 and g.dur[waited] == 500.0

@@ -663,18 +663,21 @@ def queue_waits(start: np.ndarray, end: np.ndarray, launch: np.ndarray, ahead: n
     unblocked_us = float(np.median(dur[free])) if free.size else float(np.median(end[calls] - ended))
     cand = calls[returned_soon & (dur[calls] > unblocked_us + TOL_US) & (own_start[calls] > end[calls] + TOL_US)
                  & (ahead[calls] >= QUEUE_FULL_MIN_PENDING)]
-    # each candidate waited for the device work launched before it that ended last before it returned: most often
-    # the last to end at all (taken at once, vectorised); else searched back one by one
+    # each candidate waited for the device work launched before it, and running when it returned, that ended last
+    # (Kineto places device times on the host clock to ~10 us: up to TOL_US after the return): most often the last
+    # to end at all (taken at once, vectorised); else searched back one by one. Work that started only after the
+    # call returned was not what it waited for (and the replay reads the end of what it waited for when the call's
+    # thread goes on: that work must have started by then)
     hi = np.searchsorted(ends, end[cand] + TOL_US, side="right") - 1
     k, last_end = by_end[np.clip(hi, 0, None)], ends[np.clip(hi, 0, None)]
-    at_once = (hi >= 0) & (launched_at[k] < start[cand])
+    at_once = (hi >= 0) & (launched_at[k] < start[cand]) & (start[k] < end[cand])
     ok = at_once & (last_end >= start[cand]) & (end[cand] - last_end <= COPY_RETURN_US)
     waited[cand[ok]] = k[ok]
     for i, h in zip(cand[~at_once], hi[~at_once]):
         h = int(h)
         while h >= 0 and ends[h] >= start[i]:
             j = int(by_end[h])
-            if launched_at[j] < start[i]:
+            if launched_at[j] < start[i] and start[j] < end[i]:
                 if end[i] - ends[h] <= COPY_RETURN_US:
                     waited[i] = j
                 break
@@ -953,7 +956,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
             hi = int(np.searchsorted(ends_sorted, end[i] + TOL_US, side="right")) - 1
             while hi >= 0 and ends_sorted[hi] >= start[i]:
                 k = int(by_end[hi])
-                if start[launch[k]] < start[i] and not (skip_comm and comm[k]) and \
+                if start[launch[k]] < start[i] and start[k] < end[i] and not (skip_comm and comm[k]) and \
                         (stream is None or streams[k - n_h] == stream):
                     return k
                 hi -= 1
