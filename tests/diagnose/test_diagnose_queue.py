@@ -242,3 +242,17 @@ def test_a_call_waited_only_for_work_running_when_it_returned(tmp_path):
     first_sync = int(np.flatnonzero(g.is_host & (g.dur == 492.0))[0])
     waited = int(g.sync_on[first_sync])
     assert waited >= 0 and g.dur[waited] == 500.0
+
+
+def test_a_queue_wait_is_on_work_that_ran_when_the_call_returned():
+    # queue_waits on hand-made arrays: host calls 0 (the waiting launch, 0-100 us) and 1 (a launch that did not wait,
+    # 200-205 us); device nodes 2 (launched by an earlier call, ran -50..98: its end freed the slot), 3 (started at 101,
+    # after the return, ended at 102: within Kineto's 5-us tolerance but not what the call waited for), 4 and 5 (the
+    # two calls' own work, still queued behind 1,000 entries)
+    from trainperf.diagnose.replay import NOT_BLOCKING, queue_waits
+    start = np.array([0.0, 200.0, -50.0, 101.0, 500.0, 600.0])
+    end = np.array([100.0, 205.0, 98.0, 102.0, 510.0, 610.0])
+    launch = np.array([-1, -1, -1, -1, 0, 1])
+    ahead = np.array([1_000, 1_000, 0, 0, 0, 0])
+    waited, unblocked = queue_waits(start, end, launch, ahead, 2, np.full(6, NOT_BLOCKING), np.zeros(6, bool))
+    assert list(waited[:2]) == [2, -1] and unblocked == 5.0
