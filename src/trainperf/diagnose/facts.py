@@ -23,7 +23,8 @@ from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLen
                                        launch_stats, launched_inside, launched_rows, queue_length)
 from trainperf.diagnose.period import (paced_by_device, period_of_sides_us, steady_period_us, step_nodes,
                                        step_sides_us)
-from trainperf.diagnose.replay import BLOCK_QUEUE, BLOCK_SYNC, Change, Graph, Replay, blocked_us, build_graph, critical_path, replay
+from trainperf.diagnose.replay import (BLOCK_QUEUE, BLOCK_SYNC, Change, Graph, Replay, blocked_us, build_graph,
+                                      critical_path, replay)
 from trainperf.diagnose.roofline import device_accelerator
 from trainperf.diagnose.steps import StepTime, step_times
 from trainperf.diagnose.window import Window, merge_intervals

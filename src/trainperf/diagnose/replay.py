@@ -596,18 +596,18 @@ def stream_entries_ahead(t: EventTable, w: Window, own_rows: np.ndarray, returne
     return out
 
 
-def queued_before_window(t: EventTable, w: Window) -> np.ndarray:
+def queued_before_window(t: EventTable, w: Window, link: np.ndarray) -> np.ndarray:
     """The trace rows of the device work launched before the trace began that the window's host queued behind when
     the queue was full (a profile started mid-run, the host steps ahead of the device): the window's first launch
     onto some stream returned with QUEUE_FULL_MIN_PENDING entries or more ahead of its work. The graph then holds that work (without a
     launch), so that the window's first calls wait for it and a change that speeds the device up speeds it up too;
-    otherwise none (the window's first device work keeps the delay it had behind it, as a fixed lag)."""
+    otherwise none (the window's first device work keeps the delay it had behind it, as a fixed lag). link: each
+    row's launch row (trace.annotate.correlated_host_row)."""
     if w.device_all is None:
         return np.zeros(0, dtype=np.int64)
     own = w.device[np.isin(t.kind[w.device], (KERNEL, MEMCPY, MEMSET))]
     other = np.setdiff1d(w.device_all, own)
     earlier = other[np.isin(t.kind[other], (KERNEL, MEMCPY, MEMSET)) & launched_before_trace(t, other)]
-    link = correlated_host_row(t)
     own = own[link[own] >= 0]
     if not earlier.size or not own.size:
         return np.zeros(0, dtype=np.int64)
@@ -804,7 +804,8 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     last_steps, close_at = _closing_anchors(t, w, last_steps)
     anchors = np.r_[first_steps, last_steps]
     host_rows = np.r_[anchors, step_thread_calls(t, w, first_steps)]
-    earlier_rows = queued_before_window(t, w)
+    link = correlated_host_row(t)
+    earlier_rows = queued_before_window(t, w, link)
     dev_rows = np.r_[w.device[np.isin(t.kind[w.device], (KERNEL, MEMCPY, MEMSET))], earlier_rows]
     rows = np.r_[host_rows, dev_rows]
     n_h = host_rows.size
@@ -853,7 +854,6 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
                                                                     anchors.size, np.concatenate(stall_rows))
 
     # device: launch links, stream order
-    link = correlated_host_row(t)
     launch = np.full(n, -1)
     for i in range(n_h, n):
         lr = int(link[rows[i]])

@@ -839,7 +839,7 @@ def optimizer_slow(f: RankFacts) -> Finding | None:
                      evidence_pct=f.pct(cost))
     g = f.graph
     optimizer = np.flatnonzero(~g.is_host & ~g.before_window & (g.category == OPTIMIZER))
-    unfused = optimizer[[not FUSED_OPTIMIZER_RE.search(g.names[int(f.table.name[g.rows[i]])]) for i in optimizer]]
+    unfused = optimizer[~np.isin(f.table.name[g.rows[optimizer]], f.table.ids_matching(FUSED_OPTIMIZER_RE.search))]
     optimizer_us = float(g.dur[optimizer].sum())
     share = f.category_share("optimizer") * float(g.dur[unfused].sum()) / optimizer_us if optimizer_us > 0 else 0.0
     if share <= OPTIMIZER_BUSY_PCT:
