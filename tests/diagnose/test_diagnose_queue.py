@@ -35,10 +35,10 @@ A100 = {"id": 0, "name": "NVIDIA A100-SXM4-40GB", "computeMajor": 8, "computeMin
 
 
 def queue_full_trace(path: Path, *, kernel_us: float, kernels: int = 300, steps: int = 12, queue: int = QUEUE,
-                     blocking: bool = False) -> Path:
+                     blocking: bool = False, runtime: str = "cudaLaunchKernel") -> Path:
     """`steps` ProfilerSteps of `kernels` fp32 GEMMs of kernel_us each on one stream, launched from one thread with no
-    sync; the queue's rule: launch n returns no sooner than RETURN_US after kernel n - queue ends. blocking: every
-    launch returns after its own kernel instead (CUDA_LAUNCH_BLOCKING=1)."""
+    sync by `runtime` calls; the queue's rule: launch n returns no sooner than RETURN_US after kernel n - queue ends.
+    blocking: every launch returns after its own kernel instead (CUDA_LAUNCH_BLOCKING=1)."""
     b = TraceBuilder()
     t, free, ends = 0.0, 0.0, []
     for s in range(steps):
@@ -53,7 +53,7 @@ def queue_full_trace(path: Path, *, kernel_us: float, kernels: int = 300, steps:
             else:
                 call = LAUNCH_US
             b.cpu("aten::mm", t, call + 4.0)
-            b.launch("ampere_sgemm_128x64_nn", launch_at, start, kernel_us, launch_dur=call)
+            b.launch("ampere_sgemm_128x64_nn", launch_at, start, kernel_us, launch_dur=call, runtime=runtime)
             free = start + kernel_us
             ends.append(free)
             t += call + 4.0 + (OP_US - 9.0)
@@ -154,6 +154,25 @@ def test_a_profile_that_starts_with_the_queue_full_replays_the_work_queued_befor
     assert x.gain_pct == pytest.approx(100.0 * (1.0 - (OP_US - LAUNCH_US + RETURN_US) / 100.0), abs=0.5)
 
 
+HIP_QUEUE = 16_384  # AQL packets of a HIP stream's hardware queue (ROCclr's ROC_AQL_QUEUE_SIZE default)
+
+
+def test_a_hip_launch_waits_for_a_slot_only_behind_hips_deeper_queue(tmp_path):
+    # the same GPU-bound loop launched by hipLaunchKernel: with launches blocking 1,024 entries deep, HIP's 16,384-
+    # packet queue was not full, so they did not wait for a slot (their time stays theirs); with the queue's rule at
+    # 16,384 (2,000 GEMMs of 500 us a step, 10 steps: the host, 480 us a launch ahead, fills it at launch ~17,070), the
+    # later launches waited, each for the kernel 16,384 launches before its own
+    shallow = _facts(queue_full_trace(tmp_path / "s.json.gz", kernel_us=500.0, runtime="hipLaunchKernel")).graph
+    assert not (shallow.block_class == BLOCK_QUEUE).any()
+    g = _facts(queue_full_trace(tmp_path / "d.json.gz", kernel_us=500.0, kernels=2_000, steps=10, queue=HIP_QUEUE,
+                                runtime="hipLaunchKernel")).graph
+    calls = np.flatnonzero(g.kernel_launch)
+    queued = calls[g.block_class[calls] == BLOCK_QUEUE]
+    assert queued.size == pytest.approx(calls.size - 17_070, abs=40)
+    k = g.sync_on[queued[0]]
+    assert g.start[k] + g.dur[k] + RETURN_US == pytest.approx(g.start[queued[0]] + g.dur[queued[0]])
+
+
 def test_long_launches_without_a_queue_behind_them_are_not_queue_waits(tmp_path):
     # kernels of 2 us behind 20-us ops: the GPU idles between them and no launch ever finds the queue full
     f = _facts(queue_full_trace(tmp_path / "idle.json.gz", kernel_us=2.0))
@@ -248,11 +267,11 @@ def test_a_queue_wait_is_on_work_that_ran_when_the_call_returned():
     # queue_waits on hand-made arrays: host calls 0 (the waiting launch, 0-100 us) and 1 (a launch that did not wait,
     # 200-205 us); device nodes 2 (launched by an earlier call, ran -50..98: its end freed the slot), 3 (started at 101,
     # after the return, ended at 102: within Kineto's 5-us tolerance but not what the call waited for), 4 and 5 (the
-    # two calls' own work, still queued behind 1,000 entries)
+    # two calls' own work, still queued behind a full queue)
     from trainperf.diagnose.replay import NOT_BLOCKING, queue_waits
     start = np.array([0.0, 200.0, -50.0, 101.0, 500.0, 600.0])
     end = np.array([100.0, 205.0, 98.0, 102.0, 510.0, 610.0])
     launch = np.array([-1, -1, -1, -1, 0, 1])
-    ahead = np.array([1_000, 1_000, 0, 0, 0, 0])
-    waited, unblocked = queue_waits(start, end, launch, ahead, 2, np.full(6, NOT_BLOCKING), np.zeros(6, bool))
+    full = np.array([True, True, False, False, False, False])
+    waited, unblocked = queue_waits(start, end, launch, full, 2, np.full(6, NOT_BLOCKING), np.zeros(6, bool))
     assert list(waited[:2]) == [2, -1] and unblocked == 5.0

@@ -564,9 +564,22 @@ def synchronous_launches(start: np.ndarray, end: np.ndarray, launch: np.ndarray,
 # calls at 261-639 did in ns_resolution refilling its queue (up to 719) after a checkpoint the corpus injected
 # drained it; HTA's host-bound traces never go above 76. On the labeled cases of those two bases 256-950 price
 # alike; below 900 negative_queue's window (720-899 ahead of its first launch) is read as opening behind a full queue
-# and its healthy case gets a medium finding (docs/benchmarks.md). ROCm's queue depth was not measured: a HIP queue
-# of fewer slots is not recognised (its calls keep their observed time)
-QUEUE_FULL_MIN_PENDING = 900
+# and its healthy case gets a medium finding (docs/benchmarks.md)
+CUDA_QUEUE_FULL_MIN_PENDING = 900
+# HIP (ROCm's runtime, direct dispatch) writes each launch as an AQL packet into a hardware queue of 16,384 packets
+# (ROCclr's ROC_AQL_QUEUE_SIZE default; dispatchGenericAqlPacket waits while it is full), streams beyond
+# GPU_MAX_HW_QUEUES (4) sharing one: the same share of it, 16,384 x 900 / 1,024. Not measured on a ROCm trace (none
+# here fills it); a queue shared by several streams fills with fewer entries of each and is not recognised (its
+# calls keep their observed time), nor is a ROC_AQL_QUEUE_SIZE set lower. A HIP launch with 900 entries ahead has
+# 15,000 free slots: it did not wait for one
+HIP_QUEUE_FULL_MIN_PENDING = 14_400
+
+
+def queue_full_min_pending(t: EventTable, call_rows: np.ndarray) -> np.ndarray:
+    """Per enqueuing call (trace rows of host runtime calls): the entries ahead of its work from which its stream's
+    launch queue is full (count), by the runtime that made the call (hip* calls: HIP's, every other: CUDA's)."""
+    hip = np.isin(t.name[call_rows], t.ids_matching(lambda s: s.startswith("hip")))
+    return np.where(hip, HIP_QUEUE_FULL_MIN_PENDING, CUDA_QUEUE_FULL_MIN_PENDING)
 
 
 def stream_entries_ahead(t: EventTable, w: Window, own_rows: np.ndarray, returned_us: np.ndarray) -> np.ndarray:
@@ -599,7 +612,8 @@ def stream_entries_ahead(t: EventTable, w: Window, own_rows: np.ndarray, returne
 def queued_before_window(t: EventTable, w: Window, link: np.ndarray) -> np.ndarray:
     """The trace rows of the device work launched before the trace began that the window's host queued behind when
     the queue was full (a profile started mid-run, the host steps ahead of the device): the window's first launch
-    onto some stream returned with QUEUE_FULL_MIN_PENDING entries or more ahead of its work. The graph then holds that work (without a
+    onto some stream returned with its queue full (queue_full_min_pending entries or more ahead of its work). The
+    graph then holds that work (without a
     launch), so that the window's first calls wait for it and a change that speeds the device up speeds it up too;
     otherwise none (the window's first device work keeps the delay it had behind it, as a fixed lag). link: each
     row's launch row (trace.annotate.correlated_host_row)."""
@@ -615,11 +629,12 @@ def queued_before_window(t: EventTable, w: Window, link: np.ndarray) -> np.ndarr
     own = own[np.lexsort((w.ts_us[link[own]], thread_key(t.pid[own], t.stream[own])))]
     key = thread_key(t.pid[own], t.stream[own])
     first = own[np.r_[True, key[1:] != key[:-1]]]
-    full = (stream_entries_ahead(t, w, first, w.end_us[link[first]]) >= QUEUE_FULL_MIN_PENDING).any()
+    full = (stream_entries_ahead(t, w, first, w.end_us[link[first]])
+            >= queue_full_min_pending(t, link[first])).any()
     return earlier if full else np.zeros(0, dtype=np.int64)
 
 
-def queue_waits(start: np.ndarray, end: np.ndarray, launch: np.ndarray, ahead: np.ndarray, n_h: int,
+def queue_waits(start: np.ndarray, end: np.ndarray, launch: np.ndarray, queue_full: np.ndarray, n_h: int,
                 block: np.ndarray, sync_api: np.ndarray) -> tuple[np.ndarray, float]:
     """Per node: the device node a host call that enqueues device work (a launch, an asynchronous copy or memset)
     waited for to free a slot in the device's full launch queue, -1 for every other node; and what such a call
@@ -630,9 +645,9 @@ def queue_waits(start: np.ndarray, end: np.ndarray, launch: np.ndarray, ahead: n
     (>1000)": 4-5 us a launch for the first 1,000 of 190-us kernels, then 190 us each). A host that runs ahead of
     a busy GPU without a sync fills it; its calls then record the device's pace, not the host's work, and a fix
     that makes the device faster makes them shorter. Such a call: longer than an enqueuing call that did not wait
-    (by TOL_US), it returned right after (COPY_RETURN_US) a device node launched before it ended, with
-    QUEUE_FULL_MIN_PENDING entries or more of the launch queue in front of its own work (ahead: per node,
-    stream_entries_ahead for the enqueuing calls), which it did not wait for (as a synchronous launch does). The
+    (by TOL_US), it returned right after (COPY_RETURN_US) a device node launched before it ended, with its stream's
+    launch queue full in front of its own work (queue_full: per node, stream_entries_ahead at or above
+    queue_full_min_pending for the enqueuing calls), which it did not wait for (as a synchronous launch does). The
     cost of one that did not wait: the median of the enqueuing calls that did not return right after a device node
     ended (none could have waited for a slot); where every one did, the median of their time after that end.
     sync_api: the synchronize calls (never enqueuing calls here). A device node with no launch in the graph (work
@@ -664,7 +679,7 @@ def queue_waits(start: np.ndarray, end: np.ndarray, launch: np.ndarray, ahead: n
     # was free, stands for it (less the call's work before it blocked, a few us)
     unblocked_us = float(np.median(dur[free])) if free.size else float(np.median(end[calls] - ended))
     cand = calls[returned_soon & (dur[calls] > unblocked_us + TOL_US) & (own_start[calls] > end[calls] + TOL_US)
-                 & (ahead[calls] >= QUEUE_FULL_MIN_PENDING)]
+                 & queue_full[calls]]
     # each candidate waited for the device work launched before it, and running when it returned, that ended last
     # (Kineto places device times on the host clock to ~10 us: up to TOL_US after the return): most often the last
     # to end at all (taken at once, vectorised); else searched back one by one. Work that started only after the
@@ -917,9 +932,10 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     firsts = by_call[np.r_[True, launch[by_call[1:]] != launch[by_call[:-1]]]] if by_call.size else by_call
     own_first[launch[firsts]] = firsts
     enqueuing = np.flatnonzero(own_first[:n_h] >= 0)
-    ahead = np.zeros(n, dtype=np.int64)
-    ahead[enqueuing] = stream_entries_ahead(t, w, rows[own_first[enqueuing]], end[enqueuing])
-    queued_on, unqueued_us = queue_waits(start, end, launch, ahead, n_h,
+    queue_full = np.zeros(n, bool)
+    queue_full[enqueuing] = (stream_entries_ahead(t, w, rows[own_first[enqueuing]], end[enqueuing])
+                             >= queue_full_min_pending(t, rows[enqueuing]))
+    queued_on, unqueued_us = queue_waits(start, end, launch, queue_full, n_h,
                                          np.where(waited_kernel >= 0, BLOCK_SYNC, NOT_BLOCKING), is_sync_api)
     # a call that waited for a queue slot does not show what a call costs either
     may_wait = is_sync_api | is_copy_call | (waited_kernel >= 0) | (queued_on >= 0)
