@@ -17,11 +17,11 @@ class NotATraceWarning(UserWarning):
 
 
 RANK_IN_NAME_RE = re.compile(r"rank[-_ ]?(\d+)", re.I)
-TRACE_SUFFIXES = (".json", ".json.gz", ".gz", ".xplane.pb")
+TRACE_SUFFIXES = (".json", ".json.gz", ".gz", ".xplane.pb", ".sqlite")
 
 
 def trace_files(path: str | Path) -> list[Path]:
-    """The trace files at path: the file itself, or the .json/.json.gz/.xplane.pb files of a folder and one
+    """The trace files at path: the file itself, or the .json/.json.gz/.xplane.pb/.sqlite files of a folder and one
     file (the kernel trace where there is one) per process of its rocprofv3 CSV files, the reader taking
     that process's other CSV files beside it; a process whose `<prefix>_results.json` is there too is read
     from the JSON (sorted)."""
@@ -43,8 +43,8 @@ def trace_files(path: str | Path) -> list[Path]:
         if f"{prefix}_results.json" not in names:
             files.append(group.get("kernel_trace") or next(iter(group.values())))
     if not files:
-        raise TrainperfError(f"{path}: no trace files in this folder (.json, .json.gz, .xplane.pb, or rocprofv3's "
-                             "<pid>_kernel_trace.csv ...)")
+        raise TrainperfError(f"{path}: no trace files in this folder (.json, .json.gz, .xplane.pb, nsys's .sqlite "
+                             "export, or rocprofv3's <pid>_kernel_trace.csv ...)")
     return sorted(files)
 
 
@@ -65,13 +65,14 @@ def rank_from_name(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _read_one(path: Path) -> EventTable | NotATraceError:
-    """The file's EventTable, or the NotATraceError of a file that holds no trace at all (returned, not raised, so
-    that the other files of a folder still load)."""
-    from trainperf.trace.producers import read_any  # Kineto, rocprofv3 JSON or JAX, by the file's content
+def _read_one(path: Path) -> list[EventTable] | NotATraceError:
+    """The file's EventTables (one a rank: several in an Nsight Systems report of several processes), or the
+    NotATraceError of a file that holds no trace at all (returned, not raised, so that the other files of a folder
+    still load)."""
+    from trainperf.trace.producers import read_tables  # Kineto, rocprofv3, JAX or nsys, by the file's content
 
     try:
-        return read_any(path)
+        return read_tables(path)
     except NotATraceError as e:
         return e
 
@@ -86,7 +87,7 @@ def load_trace(path: str | Path, ranks: list[int] | None = None, workers: int | 
     files = trace_files(path)
     tables = _read_all(files, workers, progress)
     # a folder may hold other JSON beside its traces (labels, configs): skipped, said so; nothing else a trace
-    traces = [(f, t) for f, t in zip(files, tables) if not isinstance(t, NotATraceError)]
+    traces = [(f, t) for f, ts in zip(files, tables) if not isinstance(ts, NotATraceError) for t in ts]
     if not traces:
         if Path(path).is_dir() and (Path(path) / "traces").is_dir():
             raise TrainperfError(f"{path}: no trace in this folder ({', '.join(f.name for f in files)} hold none); "
@@ -145,7 +146,7 @@ def _check_same_job(path, by_rank: dict[int, EventTable]) -> None:
                     f"{Path(b[2].source).name} were recorded {gap_ns / 1e9:.0f} s apart)")
 
 
-def _read_all(files: list[Path], workers: int | None, progress: bool) -> list[EventTable]:
+def _read_all(files: list[Path], workers: int | None, progress: bool) -> list[list[EventTable] | NotATraceError]:
     workers = min(len(files), workers or os.cpu_count() or 1)
     bar = None
     if progress:
@@ -159,7 +160,7 @@ def _read_all(files: list[Path], workers: int | None, progress: bool) -> list[Ev
             bar = Progress(TextColumn("loading traces"), BarColumn(),
                            TextColumn("{task.completed}/{task.total} ranks"), TimeElapsedColumn(), transient=True,
                            console=console)
-    tables: list[EventTable | None] = [None] * len(files)
+    tables: list = [None] * len(files)
     if bar:
         bar.start()
         task = bar.add_task("load", total=len(files))

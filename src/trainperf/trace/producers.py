@@ -1,5 +1,5 @@
 """Which profiler wrote a trace file, and its reader: Kineto (PyTorch), rocprofv3 JSON or CSV, JAX (XPlane
-protobuf or the trace JSON beside it). Decided from the file's first bytes, not its name, except
+protobuf or the trace JSON beside it), Nsight Systems (its SQLite export). Decided from the file's first bytes, not its name, except
 the binary XSpace (`.xplane.pb`) and rocprofv3's CSV files (`<prefix>_kernel_trace.csv`, ...: one
 profiled process writes several, read together)."""
 
@@ -32,10 +32,15 @@ def head(path: Path, n: int = HEAD_BYTES) -> bytes:
 
 
 def producer_of(path: str | Path) -> str:
-    """"kineto", "rocprofv3", "rocprofv3-csv", "jax-trace-json" or "jax-xplane"."""
+    """"kineto", "rocprofv3", "rocprofv3-csv", "jax-trace-json", "jax-xplane" or "nsys"."""
     path = Path(path)
     if path.name.endswith(XPLANE_SUFFIX):
         return "jax-xplane"
+    from trainperf.trace.nsys import REPORT_SUFFIXES, looks_like_sqlite
+
+    if path.name.endswith(REPORT_SUFFIXES):
+        raise TrainperfError(f"{path}: an Nsight Systems report, which only nsys reads: export it with "
+                             f"`nsys export --type sqlite -o {path.stem}.sqlite {path.name}` and pass the .sqlite")
     from trainperf.trace.rocprof import looks_like_rocprof
     from trainperf.trace.rocprof_csv import is_rocprof_csv
 
@@ -44,6 +49,8 @@ def producer_of(path: str | Path) -> str:
     from trainperf.trace.xplane import looks_like_jax_trace
 
     h = head(path)
+    if looks_like_sqlite(h):
+        return "nsys"
     if looks_like_rocprof(h):
         return "rocprofv3"
     if looks_like_jax_trace(h):
@@ -51,12 +58,30 @@ def producer_of(path: str | Path) -> str:
     return "kineto"
 
 
+def read_tables(path: str | Path) -> list[EventTable]:
+    """Every rank's EventTable in one trace file: one, except an Nsight Systems report of several processes."""
+    path = Path(path)
+    if path.is_file() and producer_of(path) == "nsys":
+        from trainperf.trace.nsys import read_nsys
+
+        return read_nsys(path)
+    return [read_any(path)]
+
+
 def read_any(path: str | Path, rank: int | None = None) -> EventTable:
-    """Read one trace file of any supported producer into an EventTable."""
+    """Read one trace file (one rank) of any supported producer into an EventTable."""
     path = Path(path)
     if not path.is_file():
         raise TrainperfError(f"{path}: no such file")
     kind = producer_of(path)
+    if kind == "nsys":
+        from trainperf.trace.nsys import read_nsys
+
+        tables = read_nsys(path, rank)
+        if len(tables) > 1:
+            raise TrainperfError(f"{path}: an Nsight Systems report of {len(tables)} processes (ranks): read it "
+                                 "with trainperf.trace.load_trace")
+        return tables[0]
     if kind == "kineto":
         return read_kineto(path, rank)
     if kind == "rocprofv3":
@@ -75,14 +100,16 @@ def read_any(path: str | Path, rank: int | None = None) -> EventTable:
 def build_table(events: list, *, source: str, producer: str, rank: int | None = None, skipped: int = 0,
                 thread_names: dict | None = None, args: list | None = None) -> EventTable:
     """An annotated EventTable from events already in the Kineto vocabulary, each a tuple
-    (cat, name, pid, tid, ts_ns, dur_ns, correlation, stream, external_id, nbytes) with -1 for an absent id;
-    args: per event, a JSON object (bytes) of args to keep in EventTable.args, or None."""
+    (cat, name, pid, tid, ts_ns, dur_ns, correlation, stream, external_id, nbytes), or with (seq, fwd_tid) after
+    them (an operator's autograd sequence number and forward thread), -1 for an absent id; every tuple of one
+    length; args: per event, a JSON object (bytes) of args to keep in EventTable.args, or None."""
     import numpy as np
 
     if not events:
         raise TrainperfError(f"{source}: no timed events in this {producer} profile")
-    # in the Chunk's column order (chunk.INT_COLUMNS): ts_ns, dur_ns, pid, tid, correlation, stream, external_id, nbytes
-    ints = np.array([e[4:6] + e[2:4] + e[6:8] + e[8:10] for e in events], dtype=np.int64).reshape(-1, 8)
+    # in the Chunk's column order (chunk.INT_COLUMNS): ts_ns, dur_ns, pid, tid, correlation, stream, external_id,
+    # nbytes[, seq, fwd_tid]
+    ints = np.array([e[4:6] + e[2:4] + e[6:] for e in events], dtype=np.int64).reshape(len(events), -1)
     return table_from_columns([e[0] for e in events], [e[1] for e in events], ints, source=source,
                               producer=producer, rank=rank, skipped=skipped, thread_names=thread_names, args=args)
 
