@@ -159,3 +159,16 @@ def test_bad_nsys_files_are_named_in_one_line(tmp_path, capsys):
     no_work = _report(tmp_path / "empty.sqlite", {"StringIds": [(1, "x")]})
     with pytest.raises(TrainperfError, match="no kernel, copy or fill"):
         read_any(no_work)
+
+
+def test_reports_of_two_nodes_number_their_ranks_in_file_order(tmp_path):
+    # one report per node, each of 2 processes ranked 0 and 1 by device: node1's follow node0's (ranks 2 and 3)
+    docs = [read_doc(STRAGGLER / "traces" / f"rank{r}.json.gz") for r in (0, 1)]
+    folder = tmp_path / "job"
+    folder.mkdir()
+    write_nsys(docs, folder / "node0.sqlite", pids=[100, 101])
+    write_nsys(docs, folder / "node1.sqlite", pids=[200, 201])
+    tables = load_trace(folder)
+    assert sorted(tables) == [0, 1, 2, 3]
+    assert [Path(tables[r].source).name for r in range(4)] == ["node0.sqlite"] * 2 + ["node1.sqlite"] * 2
+    assert [int(tables[r].pid[tables[r].kind == KERNEL][0]) for r in range(4)] == [0, 1, 0, 1]

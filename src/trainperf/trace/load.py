@@ -82,10 +82,12 @@ def load_trace(path: str | Path, ranks: list[int] | None = None, workers: int | 
     """Read every rank's trace at path; return {rank: EventTable} sorted by rank.
 
     Rank comes from distributedInfo.rank, else from the file name, else (a single file) 0; a folder
-    whose files carry no rank, duplicate ranks or ranks from two different jobs is an error.
+    whose files carry no rank, duplicate ranks or ranks from two different jobs is an error. The ranks of a file
+    that holds several (an Nsight Systems report per node) follow those of the files before it in name order.
     """
     files = trace_files(path)
     tables = _read_all(files, workers, progress)
+    _number_ranks_across_reports(tables)
     # a folder may hold other JSON beside its traces (labels, configs): skipped, said so; nothing else a trace
     traces = [(f, t) for f, ts in zip(files, tables) if not isinstance(ts, NotATraceError) for t in ts]
     if not traces:
@@ -129,6 +131,20 @@ def load_trace(path: str | Path, ranks: list[int] | None = None, workers: int | 
             raise TrainperfError(f"{path}: rank(s) {missing} not found; ranks present: {sorted(by_rank)}")
         by_rank = {r: by_rank[r] for r in ranks}
     return dict(sorted(by_rank.items()))
+
+
+def _number_ranks_across_reports(tables: list) -> None:
+    """Files that hold several ranks each (Nsight Systems reports, one a node: its processes ranked 0.. by device)
+    would repeat their ranks: with two or more such files, each file's ranks follow the previous files' (files in
+    name order, as node0, node1)."""
+    reports = [ts for ts in tables if isinstance(ts, list) and len(ts) > 1]
+    if len(reports) < 2:
+        return
+    offset = 0
+    for ts in reports:
+        for i, t in enumerate(sorted(ts, key=lambda t: t.rank)):
+            t.rank = offset + i
+        offset += len(ts)
 
 
 def _check_same_job(path, by_rank: dict[int, EventTable]) -> None:
