@@ -153,7 +153,10 @@ def test_bad_nsys_files_are_named_in_one_line(tmp_path, capsys):
     assert e.value.code == 2 and err.count("\n") == 1, err
     assert "nsys export --type sqlite -o profile.sqlite profile.nsys-rep" in err
     other = tmp_path / "other.sqlite"
-    sqlite3.connect(other).execute("CREATE TABLE t (x INTEGER)").connection.commit()
+    db = sqlite3.connect(other)
+    db.execute("CREATE TABLE t (x INTEGER)")
+    db.commit()
+    db.close()
     with pytest.raises(NotATraceError, match="no CUPTI_ACTIVITY_KIND_"):
         read_any(other)
     no_work = _report(tmp_path / "empty.sqlite", {"StringIds": [(1, "x")]})
