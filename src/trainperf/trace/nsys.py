@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from trainperf.errors import NotATraceError, TrainperfError
 from trainperf.trace.events import EventTable
@@ -49,9 +52,9 @@ def looks_like_sqlite(head: bytes) -> bool:
     return head.startswith(SQLITE_MAGIC)
 
 
-def _pid_tid(global_tid: int) -> tuple[int, int]:
-    """(process id, thread id) of nsys's serialized globalTid (bits 24-47 the pid, 0-23 the tid)."""
-    return (global_tid >> 24) & 0xFFFFFF, global_tid & 0xFFFFFF
+_PID = "((\"{c}\" >> 24) & 16777215)"  # nsys serializes a process id in bits 24-47 of globalPid / globalTid
+_TID = "(\"{c}\" & 16777215)"           # and a thread id in bits 0-23 of globalTid
+_FETCH_ROWS = 200_000  # rows per fetch: the tuples SQLite hands out live only one batch at a time
 
 
 class _Report:
@@ -66,6 +69,21 @@ class _Report:
             raise TrainperfError(f"{path}: not a readable SQLite file ({e})") from None
         self.columns = {t: {r[1] for r in self.db.execute(f'PRAGMA table_info("{t}")')} for t in tables}
         self.strings = dict(self.db.execute("SELECT id, value FROM StringIds")) if "StringIds" in self.columns else {}
+
+    def col(self, table: str, *names: str, template: str = '"{c}"', default: int = -1) -> str:
+        """SQL for the first of the columns the table has (template applied), else default; never NULL."""
+        have = [template.format(c=c) for c in names if c in self.columns.get(table, ())]
+        return f"COALESCE({', '.join(have)}, {default})" if have else str(default)
+
+    def ints(self, table: str, exprs: list[str], where: str = "") -> np.ndarray:
+        """(rows, len(exprs)) int64 array of the SQL expressions over the table's rows; empty without the table."""
+        if table not in self.columns:
+            return np.zeros((0, len(exprs)), dtype=np.int64)
+        cur = self.db.execute(f'SELECT {", ".join(exprs)} FROM "{table}" {where}')
+        parts = []
+        while batch := cur.fetchmany(_FETCH_ROWS):
+            parts.append(np.array(batch, dtype=np.int64).reshape(len(batch), len(exprs)))
+        return np.concatenate(parts) if parts else np.zeros((0, len(exprs)), dtype=np.int64)
 
     def rows(self, table: str, wanted: list[str]) -> list[tuple]:
         """The table's rows, the wanted columns in order (None where the table lacks one); [] without the table."""
@@ -83,72 +101,116 @@ class _Report:
         return int(row[0][0]) if row and isinstance(row[0][0], int) else 0
 
 
-def _device_events(r: _Report, t0: int) -> list:
-    """Kernels, copies and fills as build_table tuples, the process id that ran each last (None where unrecorded)."""
-    events = []
+@dataclass
+class _Events:
+    """Events of one source as columns: ints (n, 10) in chunk.INT_COLUMNS order, each row's cat and name as an
+    index into `labels` (the report's strings), and the process that ran each (-1 where unrecorded)."""
 
-    def add(cat, name, start, end, device, stream, corr, nbytes, gpid):
-        if not isinstance(start, int) or not isinstance(end, int):
-            return
-        device, stream = int(device or 0), int(stream or 0)
-        events.append((cat, name, device, stream, start + t0, max(end - start, 0), -1 if corr is None else int(corr),
-                       stream, -1, -1 if nbytes is None else int(nbytes), -1, -1, gpid))
-
-    for s, e, dev, st, corr, dem, short, name, gpid in r.rows(
-            "CUPTI_ACTIVITY_KIND_KERNEL", ["start", "end", "deviceId", "streamId", "correlationId", "demangledName",
-                                           "shortName", "name", "globalPid"]):
-        label = r.string(dem) or r.string(short) or r.string(name, f"kernel {dem}")
-        add("kernel", label, s, e, dev, st, corr, None, _pid(gpid))
-    for s, e, dev, st, corr, nbytes, kind, src, dst, gpid in r.rows(
-            "CUPTI_ACTIVITY_KIND_MEMCPY", ["start", "end", "deviceId", "streamId", "correlationId", "bytes",
-                                           "copyKind", "srcKind", "dstKind", "globalPid"]):
-        label = (f"Memcpy {_COPY_KINDS.get(kind, 'Unknown')} ({_MEMORY_KINDS.get(src, 'Unknown')} -> "
-                 f"{_MEMORY_KINDS.get(dst, 'Unknown')})")
-        add("gpu_memcpy", label, s, e, dev, st, corr, nbytes, _pid(gpid))
-    for s, e, dev, st, corr, nbytes, mem, gpid in r.rows(
-            "CUPTI_ACTIVITY_KIND_MEMSET", ["start", "end", "deviceId", "streamId", "correlationId", "bytes",
-                                           "memKind", "globalPid"]):
-        add("gpu_memset", f"Memset ({_MEMORY_KINDS.get(mem, 'Device')})", s, e, dev, st, corr, nbytes, _pid(gpid))
-    return events
+    ints: np.ndarray
+    cat: np.ndarray
+    name: np.ndarray
+    pid: np.ndarray
 
 
-def _pid(global_pid) -> int | None:
-    """The process id of nsys's serialized globalPid (its bits 24-47), None when absent."""
-    return None if global_pid is None else (int(global_pid) >> 24) & 0xFFFFFF
+class _Labels:
+    """The report's event names and categories, each stored once; rows hold their indices."""
+
+    def __init__(self):
+        self.texts: list[str] = []
+        self.index: dict[str, int] = {}
+
+    def of(self, text: str) -> int:
+        if text not in self.index:
+            self.index[text] = len(self.texts)
+            self.texts.append(text)
+        return self.index[text]
+
+    def named(self, ids: np.ndarray, name_of) -> np.ndarray:
+        """Each row's label index: name_of applied once per distinct id."""
+        uniq, inverse = np.unique(ids, return_inverse=True)
+        return np.array([self.of(name_of(int(u))) for u in uniq] + [0], dtype=np.int64)[inverse.reshape(-1)]
+
+    def filled(self, n: int, text: str) -> np.ndarray:
+        return np.full(n, self.of(text), dtype=np.int64)
 
 
-def _host_events(r: _Report, t0: int) -> tuple[list, dict]:
-    """Runtime calls and NVTX ranges as build_table tuples with (seq, fwd_tid) (their process id last), and thread
-    names. The forward thread is not recorded (-1: autograd_links reads an op inside a backward node as backward)."""
-    events = []
-    for s, e, gtid, corr, name_id in r.rows("CUPTI_ACTIVITY_KIND_RUNTIME",
-                                             ["start", "end", "globalTid", "correlationId", "nameId"]):
-        if not isinstance(s, int) or not isinstance(e, int):
-            continue
-        name = _API_VERSION_RE.sub("", r.string(name_id, f"call {name_id}"))
-        pid, tid = _pid_tid(int(gtid or 0))
-        cat = "cuda_driver" if name.startswith("cu") and not name.startswith("cuda") else "cuda_runtime"
-        events.append((cat, name, pid, tid, s + t0, max(e - s, 0), -1 if corr is None else int(corr), -1, -1, -1,
-                       -1, -1, pid))
-    for s, e, gtid, text, text_id, etype in r.rows("NVTX_EVENTS",
-                                                    ["start", "end", "globalTid", "text", "textId", "eventType"]):
-        if not isinstance(s, int) or not isinstance(e, int) or e <= s or etype == _NVTX_MARK:
-            continue
-        label = text if isinstance(text, str) else r.string(text_id)
-        if not label:
-            continue
-        name = _NVTX_OP_SUFFIX_RE.sub("", label)
-        # an operator is named in its C++ namespace (aten::, c10d::, torch::autograd::, autograd::engine::...);
-        # record_function scopes (ProfilerStep#N, Optimizer.step#..., DataLoader) and user ranges are annotations
-        cat = "cpu_op" if name != label or "::" in name else "user_annotation"
-        pid, tid = _pid_tid(int(gtid or 0))
-        seq = _NVTX_SEQ_RE.search(label)
-        events.append((cat, name, pid, tid, s + t0, e - s, -1, -1, -1, -1, int(seq.group(1)) if seq else -1, -1, pid))
+def _timed(r: _Report, table: str, t0: int, head: list[str], extra: list[str], where: str = "") -> np.ndarray:
+    """Rows of a timed table: start (+ the epoch) and duration in ns, then the head and extra expressions."""
+    return r.ints(table, [f'"start" + {t0}', 'MAX("end" - "start", 0)', *head, *extra],
+                  f'WHERE "start" IS NOT NULL AND "end" IS NOT NULL {where}')
+
+
+def _device_events(r: _Report, t0: int, labels: _Labels) -> list[_Events]:
+    """Kernels, copies and fills (pid = device, tid = stream, as Kineto writes device work)."""
+    out = []
+    for table, cat in (("CUPTI_ACTIVITY_KIND_KERNEL", "kernel"), ("CUPTI_ACTIVITY_KIND_MEMCPY", "gpu_memcpy"),
+                       ("CUPTI_ACTIVITY_KIND_MEMSET", "gpu_memset")):
+        dev, stream = r.col(table, "deviceId"), r.col(table, "streamId")
+        head = [dev, stream, r.col(table, "correlationId"), stream, "-1", r.col(table, "bytes"), "-1", "-1"]
+        pid = r.col(table, "globalPid", template=_PID)
+        if cat == "kernel":
+            a = _timed(r, table, t0, head, [pid, r.col(table, "demangledName", "shortName", "name")])
+            names = labels.named(a[:, -1], lambda i: r.string(i, f"kernel {i}"))
+        elif cat == "gpu_memcpy":
+            kinds = [r.col(table, c, default=0) for c in ("copyKind", "srcKind", "dstKind")]  # 0: unknown
+            a = _timed(r, table, t0, head, [pid, f"{kinds[0]} * 10000 + {kinds[1]} * 100 + {kinds[2]}"])
+            names = labels.named(a[:, -1], lambda k: f"Memcpy {_COPY_KINDS.get(k // 10000, 'Unknown')} "
+                                               f"({_MEMORY_KINDS.get(k // 100 % 100, 'Unknown')} -> "
+                                               f"{_MEMORY_KINDS.get(k % 100, 'Unknown')})")
+        else:
+            a = _timed(r, table, t0, head, [pid, r.col(table, "memKind")])
+            names = labels.named(a[:, -1], lambda k: f"Memset ({_MEMORY_KINDS.get(k, 'Device')})")
+        out.append(_Events(a[:, :10], labels.filled(len(a), cat), names, a[:, 10]))
+    return out
+
+
+def _host_events(r: _Report, t0: int, labels: _Labels) -> tuple[list[_Events], dict]:
+    """Runtime calls and NVTX ranges (with the operator's autograd sequence number; the forward thread is not
+    recorded, -1: autograd_links reads an op inside a backward node as backward), and thread names."""
+    table = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    pid, tid = r.col(table, "globalTid", template=_PID), r.col(table, "globalTid", template=_TID)
+    a = _timed(r, table, t0, [pid, tid, r.col(table, "correlationId"), "-1", "-1", "-1", "-1", "-1"],
+               [r.col(table, "nameId")])
+    names = labels.named(a[:, -1], lambda i: _API_VERSION_RE.sub("", r.string(i, f"call {i}")))
+    driver_ids = [i for i, n in enumerate(labels.texts) if n.startswith("cu") and not n.startswith("cuda")]
+    cat = np.where(np.isin(names, driver_ids), labels.of("cuda_driver"), labels.of("cuda_runtime"))
+    calls = _Events(a[:, :10], cat, names, a[:, 2])
+    ranges = _nvtx_ranges(r, t0, labels)
     threads = {}
     for name_id, gtid in r.rows("ThreadNames", ["nameId", "globalTid"]):
         if gtid is not None:
-            threads[_pid_tid(int(gtid))] = r.string(name_id, f"thread {int(gtid) & 0xFFFFFF}")
-    return events, threads
+            threads[((int(gtid) >> 24) & 0xFFFFFF, int(gtid) & 0xFFFFFF)] = r.string(name_id, f"thread {gtid}")
+    return [calls, ranges], threads
+
+
+def _nvtx_ranges(r: _Report, t0: int, labels: _Labels) -> _Events:
+    """NVTX ranges: PyTorch's operator ranges as host ops named without the emitter's suffix, the rest as user
+    annotations; marks (no range) and unnamed ranges left out."""
+    table = "NVTX_EVENTS"
+    text = '"text"' if "text" in r.columns.get(table, ()) else "NULL"
+    where = f'AND "end" > "start" AND {r.col(table, "eventType")} != {_NVTX_MARK}'
+    if table not in r.columns:
+        none = np.zeros(0, dtype=np.int64)
+        return _Events(np.zeros((0, 10), dtype=np.int64), none, none, none)
+    cur = r.db.execute(f'SELECT "start" + {t0}, MAX("end" - "start", 0), {r.col(table, "globalTid", template=_PID)}, '
+                       f'{r.col(table, "globalTid", template=_TID)}, {text}, {r.col(table, "textId")} FROM "{table}" '
+                       f'WHERE "start" IS NOT NULL AND "end" IS NOT NULL {where}')
+    ints, cats, names = [], [], []
+    op, annotation = labels.of("cpu_op"), labels.of("user_annotation")
+    while batch := cur.fetchmany(_FETCH_ROWS):
+        for start, dur, pid, tid, label, text_id in batch:
+            label = label if isinstance(label, str) else r.string(text_id)
+            if not label:
+                continue
+            name = _NVTX_OP_SUFFIX_RE.sub("", label)
+            seq = _NVTX_SEQ_RE.search(label)
+            # an operator is named in its C++ namespace (aten::, c10d::, torch::autograd::, autograd::engine::...);
+            # record_function scopes (ProfilerStep#N, Optimizer.step#..., DataLoader) and user ranges are annotations
+            cats.append(op if name != label or "::" in name else annotation)
+            names.append(labels.of(name))
+            ints.append((start, dur, pid, tid, -1, -1, -1, -1, int(seq.group(1)) if seq else -1, -1))
+    a = np.array(ints, dtype=np.int64).reshape(len(ints), 10)
+    return _Events(a, np.array(cats, dtype=np.int64), np.array(names, dtype=np.int64), a[:, 2].copy())
 
 
 def _device_properties(r: _Report) -> list[dict]:
@@ -181,45 +243,66 @@ def _device_properties(r: _Report) -> list[dict]:
 def read_nsys(path: str | Path, rank: int | None = None) -> list[EventTable]:
     """Read an Nsight Systems SQLite export into one EventTable per process that ran GPU work (module docstring),
     sorted by rank; rank: the rank of a one-process report (else taken from its devices)."""
-    from trainperf.trace.producers import build_table
+    from trainperf.trace.producers import table_from_columns
 
     path = Path(path)
     r = _Report(path)
     if not any(t.startswith("CUPTI_ACTIVITY_KIND_") for t in r.columns):
+        r.db.close()
         raise NotATraceError(f"{path}: an SQLite file with no CUPTI_ACTIVITY_KIND_* table: not an Nsight Systems "
                              "export, or profiled without CUDA tracing (nsys profile --trace=cuda,nvtx)")
+    labels = _Labels()
     try:
         t0 = r.epoch_ns()
-        device = _device_events(r, t0)
-        host, threads = _host_events(r, t0)
+        device = _device_events(r, t0, labels)
+        host, threads = _host_events(r, t0, labels)
         props = _device_properties(r)
     except sqlite3.Error as e:
         raise TrainperfError(f"{path}: an Nsight Systems export that cannot be read ({e})") from None
     finally:
         r.db.close()
-    # the processes that launched work: a kernel's globalPid where recorded, else its launch's process
-    launcher = {e[6]: e[-1] for e in host if e[0] != "user_annotation" and e[6] >= 0}
-    by_pid: dict[int, list] = {}
-    for e in device:
-        pid = e[-1] if e[-1] is not None else launcher.get(e[6], -1)
-        by_pid.setdefault(pid, []).append(e[:-1])
-    if len([p for p in by_pid if p >= 0]) <= 1:  # one process: everything is its (work of unknown process too)
-        by_pid = {0: [e for v in by_pid.values() for e in v]} if by_pid else {}
-    lowest = {p: min(e[2] for e in by_pid[p]) for p in by_pid if p >= 0}
-    order = sorted(lowest, key=lambda p: (lowest[p], p))
+    dev = _concat(device)
+    if not len(dev.pid):
+        raise TrainperfError(f"{path}: an Nsight Systems export with no kernel, copy or fill: profile the training "
+                             "steps with CUDA tracing (nsys profile --trace=cuda,nvtx)")
+    calls, everything_host = host[0], _concat(host)
+    # device work without its process recorded belongs to the process of the call that launched it
+    unknown = dev.pid < 0
+    if unknown.any() and len(calls.pid):
+        order = np.argsort(calls.ints[:, 4], kind="stable")
+        corr = calls.ints[order, 4]
+        at = np.clip(np.searchsorted(corr, dev.ints[unknown, 4]), 0, len(corr) - 1)
+        found = corr[at] == dev.ints[unknown, 4]
+        dev.pid[np.flatnonzero(unknown)[found]] = calls.pid[order[at[found]]]
+    pids = np.unique(dev.pid[dev.pid >= 0])
+    single = pids.size <= 1  # one process: everything is its own (work of an unknown process too)
+    groups = [0] if single else pids.tolist()
+    lowest = {p: int(dev.ints[dev.pid == p, 2].min()) for p in groups} if not single else {0: 0}
+    order = sorted(groups, key=lambda p: (lowest[p], p))
+    texts = labels.texts
     tables = []
-    for i, pid in enumerate(order):
-        mine = by_pid[pid] + [e[:-1] for e in host if e[-1] == pid or len(order) == 1]
-        table = build_table(mine, source=str(path), producer="nsys", skipped=0,
-                            thread_names={k: v for k, v in threads.items() if k[0] == pid or len(order) == 1})
+    for i, p in enumerate(order):
+        mine = _concat([dev, everything_host]) if single else _concat([_rows_of(dev, p), _rows_of(everything_host, p)])
+        table = table_from_columns([texts[c] for c in mine.cat.tolist()], [texts[c] for c in mine.name.tolist()],
+                                   mine.ints, source=str(path), producer="nsys",
+                                   thread_names={k: v for k, v in threads.items() if single or k[0] == p})
         if props:
             table.metadata["deviceProperties"] = props
-        if len(order) > 1:
-            table.rank = lowest[pid] if len(set(lowest.values())) == len(order) else i
+        if not single:
+            table.rank = lowest[p] if len(set(lowest.values())) == len(order) else i
         elif rank is not None:
             table.rank = rank
         tables.append(table)
-    if not tables:
-        raise TrainperfError(f"{path}: an Nsight Systems export with no kernel, copy or fill: profile the training "
-                             "steps with CUDA tracing (nsys profile --trace=cuda,nvtx)")
     return tables
+
+
+def _concat(parts: list[_Events]) -> _Events:
+    """One _Events of several sources' rows."""
+    return _Events(np.concatenate([p.ints for p in parts]), np.concatenate([p.cat for p in parts]),
+                   np.concatenate([p.name for p in parts]), np.concatenate([p.pid for p in parts]))
+
+
+def _rows_of(e: _Events, pid: int) -> _Events:
+    """The rows of one process."""
+    m = e.pid == pid
+    return _Events(e.ints[m], e.cat[m], e.name[m], e.pid[m])
