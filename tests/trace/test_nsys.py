@@ -152,6 +152,8 @@ def test_bad_nsys_files_are_named_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1, err
     assert "nsys export --type sqlite -o profile.sqlite profile.nsys-rep" in err
+    with pytest.raises(TrainperfError, match="only nsys reads: export each"):
+        load_trace(tmp_path)  # a folder of reports only
     other = tmp_path / "other.sqlite"
     db = sqlite3.connect(other)
     db.execute("CREATE TABLE t (x INTEGER)")

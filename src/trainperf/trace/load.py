@@ -42,6 +42,12 @@ def trace_files(path: str | Path) -> list[Path]:
     for prefix, group in csv_groups(path).items():
         if f"{prefix}_results.json" not in names:
             files.append(group.get("kernel_trace") or next(iter(group.values())))
+    from trainperf.trace.nsys import REPORT_SUFFIXES
+
+    reports = sorted(p.name for p in path.iterdir() if p.name.endswith(REPORT_SUFFIXES))
+    if not files and reports:
+        raise TrainperfError(f"{path}: Nsight Systems reports ({', '.join(reports[:3])}) only nsys reads: export each "
+                             "with `nsys export --type sqlite -o <name>.sqlite <name>.nsys-rep`")
     if not files:
         raise TrainperfError(f"{path}: no trace files in this folder (.json, .json.gz, .xplane.pb, nsys's .sqlite "
                              "export, or rocprofv3's <pid>_kernel_trace.csv ...)")

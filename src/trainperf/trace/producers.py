@@ -1,6 +1,6 @@
 """Which profiler wrote a trace file, and its reader: Kineto (PyTorch), rocprofv3 JSON or CSV, JAX (XPlane
-protobuf or the trace JSON beside it), Nsight Systems (its SQLite export). Decided from the file's first bytes, not its name, except
-the binary XSpace (`.xplane.pb`) and rocprofv3's CSV files (`<prefix>_kernel_trace.csv`, ...: one
+protobuf or the trace JSON beside it), Nsight Systems (its SQLite export). Decided from the file's first bytes, not
+its name, except the binary XSpace (`.xplane.pb`) and rocprofv3's CSV files (`<prefix>_kernel_trace.csv`, ...: one
 profiled process writes several, read together)."""
 
 from __future__ import annotations
@@ -100,16 +100,14 @@ def read_any(path: str | Path, rank: int | None = None) -> EventTable:
 def build_table(events: list, *, source: str, producer: str, rank: int | None = None, skipped: int = 0,
                 thread_names: dict | None = None, args: list | None = None) -> EventTable:
     """An annotated EventTable from events already in the Kineto vocabulary, each a tuple
-    (cat, name, pid, tid, ts_ns, dur_ns, correlation, stream, external_id, nbytes), or with (seq, fwd_tid) after
-    them (an operator's autograd sequence number and forward thread), -1 for an absent id; every tuple of one
-    length; args: per event, a JSON object (bytes) of args to keep in EventTable.args, or None."""
+    (cat, name, pid, tid, ts_ns, dur_ns, correlation, stream, external_id, nbytes) with -1 for an absent id;
+    args: per event, a JSON object (bytes) of args to keep in EventTable.args, or None."""
     import numpy as np
 
     if not events:
         raise TrainperfError(f"{source}: no timed events in this {producer} profile")
-    # in the Chunk's column order (chunk.INT_COLUMNS): ts_ns, dur_ns, pid, tid, correlation, stream, external_id,
-    # nbytes[, seq, fwd_tid]
-    ints = np.array([e[4:6] + e[2:4] + e[6:] for e in events], dtype=np.int64).reshape(len(events), -1)
+    # in the Chunk's column order (chunk.INT_COLUMNS): ts_ns, dur_ns, pid, tid, correlation, stream, external_id, nbytes
+    ints = np.array([e[4:6] + e[2:4] + e[6:8] + e[8:10] for e in events], dtype=np.int64).reshape(-1, 8)
     return table_from_columns([e[0] for e in events], [e[1] for e in events], ints, source=source,
                               producer=producer, rank=rank, skipped=skipped, thread_names=thread_names, args=args)
 
