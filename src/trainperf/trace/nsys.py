@@ -10,15 +10,18 @@ the report lacks is skipped):
   suffix nsys adds dropped ("cudaLaunchKernel_v7000" -> "cudaLaunchKernel");
 - `NVTX_EVENTS` ranges (push/pop and start/end; marks skipped): PyTorch's operator ranges (`nsys profile
   --pytorch=autograd-nvtx`, or `torch.autograd.profiler.emit_nvtx()`: "aten::mm, seq = 12, op_id = 3, sizes =
-  [...]", or any range named in a C++ namespace) become host ops named without their suffix; every other range (`torch.cuda.nvtx.range`,
-  record_function, "ProfilerStep#N") a user annotation, so a range named ProfilerStep#N marks a step;
+  [...]", or any range named in a C++ namespace) become host ops named without their suffix, with their autograd
+  sequence number; every other range (`torch.cuda.nvtx.range`, record_function, "ProfilerStep#N") a user
+  annotation, so a range named ProfilerStep#N marks a step;
 - `ThreadNames`, `TARGET_INFO_GPU` / `TARGET_INFO_CUDA_DEVICE` (the devices as Kineto's deviceProperties name them)
   and `TARGET_INFO_SESSION_START_TIME` (times are ns from the session's start: the epoch is added, so that the
   ranks of one job exported apart share a clock).
 
 A report of several processes that ran GPU work (`nsys profile torchrun --nproc-per-node 8 ...`) holds several
 ranks: one table per such process, ranked by the lowest device its kernels ran on (torchrun's LOCAL_RANK), else
-by process id. Hand-written: no package reads the export into events (nsys's own recipes are SQL over it).
+by process id; with one report per node, load_trace numbers each file's ranks after the previous files'.
+Hand-written: no package reads the export into events (nsys's own recipes are SQL over it). Numeric columns go
+through SQL into NumPy arrays a batch at a time; names are kept once each and rows hold their indices.
 """
 
 from __future__ import annotations
