@@ -131,7 +131,7 @@ class _Labels:
     def named(self, ids: np.ndarray, name_of) -> np.ndarray:
         """Each row's label index: name_of applied once per distinct id."""
         uniq, inverse = np.unique(ids, return_inverse=True)
-        return np.array([self.of(name_of(int(u))) for u in uniq] + [0], dtype=np.int64)[inverse.reshape(-1)]
+        return np.array([self.of(name_of(int(u))) for u in uniq], dtype=np.int64)[inverse.reshape(-1)]
 
     def filled(self, n: int, text: str) -> np.ndarray:
         return np.full(n, self.of(text), dtype=np.int64)
