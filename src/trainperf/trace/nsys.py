@@ -167,9 +167,10 @@ def _device_events(r: _Report, t0: int, labels: _Labels) -> list[_Events]:
     return out
 
 
-def _host_events(r: _Report, t0: int, labels: _Labels) -> tuple[list[_Events], dict]:
+def _host_events(r: _Report, t0: int, labels: _Labels) -> tuple[list[_Events], dict, bool]:
     """Runtime calls and NVTX ranges (with the operator's autograd sequence number; the forward thread is not
-    recorded, -1: autograd_links reads an op inside a backward node as backward), and thread names."""
+    recorded, -1: autograd_links reads an op inside a backward node as backward), thread names, and whether the
+    operator ranges carry input shapes (--pytorch=autograd-shapes-nvtx: profiler overhead, as record_shapes)."""
     table = "CUPTI_ACTIVITY_KIND_RUNTIME"
     pid, tid = r.col(table, "globalTid", template=_PID), r.col(table, "globalTid", template=_TID)
     a = _timed(r, table, t0, [pid, tid, r.col(table, "correlationId"), "-1", "-1", "-1", "-1", "-1"],
@@ -178,27 +179,27 @@ def _host_events(r: _Report, t0: int, labels: _Labels) -> tuple[list[_Events], d
     driver_ids = [i for i, n in enumerate(labels.texts) if n.startswith("cu") and not n.startswith("cuda")]
     cat = np.where(np.isin(names, driver_ids), labels.of("cuda_driver"), labels.of("cuda_runtime"))
     calls = _Events(a[:, :10], cat, names, a[:, 2])
-    ranges = _nvtx_ranges(r, t0, labels)
+    ranges, shapes = _nvtx_ranges(r, t0, labels)
     threads = {}
     for name_id, gtid in r.rows("ThreadNames", ["nameId", "globalTid"]):
         if gtid is not None:
             threads[((int(gtid) >> 24) & 0xFFFFFF, int(gtid) & 0xFFFFFF)] = r.string(name_id, f"thread {gtid}")
-    return [calls, ranges], threads
+    return [calls, ranges], threads, shapes
 
 
-def _nvtx_ranges(r: _Report, t0: int, labels: _Labels) -> _Events:
+def _nvtx_ranges(r: _Report, t0: int, labels: _Labels) -> tuple[_Events, bool]:
     """NVTX ranges: PyTorch's operator ranges as host ops named without the emitter's suffix, the rest as user
-    annotations; marks (no range) and unnamed ranges left out."""
+    annotations; marks (no range) and unnamed ranges left out. And whether some op range names its inputs' sizes."""
     table = "NVTX_EVENTS"
     text = '"text"' if "text" in r.columns.get(table, ()) else "NULL"
     where = f'AND "end" > "start" AND {r.col(table, "eventType")} != {_NVTX_MARK}'
     if table not in r.columns:
         none = np.zeros(0, dtype=np.int64)
-        return _Events(np.zeros((0, 10), dtype=np.int64), none, none, none)
+        return _Events(np.zeros((0, 10), dtype=np.int64), none, none, none), False
     cur = r.db.execute(f'SELECT "start" + {t0}, MAX("end" - "start", 0), {r.col(table, "globalTid", template=_PID)}, '
                        f'{r.col(table, "globalTid", template=_TID)}, {text}, {r.col(table, "textId")} FROM "{table}" '
                        f'WHERE "start" IS NOT NULL AND "end" IS NOT NULL {where}')
-    ints, cats, names = [], [], []
+    ints, cats, names, shapes = [], [], [], False
     op, annotation = labels.of("cpu_op"), labels.of("user_annotation")
     while batch := cur.fetchmany(_FETCH_ROWS):
         for start, dur, pid, tid, label, text_id in batch:
@@ -207,13 +208,14 @@ def _nvtx_ranges(r: _Report, t0: int, labels: _Labels) -> _Events:
                 continue
             name = _NVTX_OP_SUFFIX_RE.sub("", label)
             seq = _NVTX_SEQ_RE.search(label)
+            shapes = shapes or ", sizes = " in label
             # an operator is named in its C++ namespace (aten::, c10d::, torch::autograd::, autograd::engine::...);
             # record_function scopes (ProfilerStep#N, Optimizer.step#..., DataLoader) and user ranges are annotations
             cats.append(op if name != label or "::" in name else annotation)
             names.append(labels.of(name))
             ints.append((start, dur, pid, tid, -1, -1, -1, -1, int(seq.group(1)) if seq else -1, -1))
     a = np.array(ints, dtype=np.int64).reshape(len(ints), 10)
-    return _Events(a, np.array(cats, dtype=np.int64), np.array(names, dtype=np.int64), a[:, 2].copy())
+    return _Events(a, np.array(cats, dtype=np.int64), np.array(names, dtype=np.int64), a[:, 2].copy()), shapes
 
 
 def _device_properties(r: _Report) -> list[dict]:
@@ -258,7 +260,7 @@ def read_nsys(path: str | Path, rank: int | None = None) -> list[EventTable]:
     try:
         t0 = r.epoch_ns()
         device = _device_events(r, t0, labels)
-        host, threads = _host_events(r, t0, labels)
+        host, threads, shapes = _host_events(r, t0, labels)
         props = _device_properties(r)
     except sqlite3.Error as e:
         raise TrainperfError(f"{path}: an Nsight Systems export that cannot be read ({e})") from None
@@ -291,6 +293,7 @@ def read_nsys(path: str | Path, rank: int | None = None) -> list[EventTable]:
                                    thread_names={k: v for k, v in threads.items() if single or k[0] == p})
         if props:
             table.metadata["deviceProperties"] = props
+        table.metadata["profiler"] = {"record_shapes": shapes}
         if not single:
             table.rank = lowest[p] if len(set(lowest.values())) == len(order) else i
         elif rank is not None:
