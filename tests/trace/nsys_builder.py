@@ -37,6 +37,9 @@ CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER NOT NULL, end INTEGER NOT
 CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL,
     contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER,
     globalPid INTEGER, value INTEGER NOT NULL, bytes INTEGER NOT NULL, graphNodeId INTEGER, memKind INTEGER);
+CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER,
+    contextId INTEGER, greenContextId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER,
+    graphId INTEGER, graphExecId INTEGER);
 CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER NOT NULL,
     globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL,
     callchainId INTEGER);
@@ -63,9 +66,11 @@ def _copy_kinds(name: str) -> tuple[int, int, int]:
     return kind, MEMORY_KINDS.get(src.strip(), 0), MEMORY_KINDS.get(dst.strip(), 0)
 
 
-def write_nsys(docs: list[dict], path: Path, *, pids: list[int] | None = None) -> Path:
+def write_nsys(docs: list[dict], path: Path, *, pids: list[int] | None = None, graphs: str = "node") -> Path:
     """Write the events of one or several Kineto documents (one a process: several make a report of a job's ranks)
-    into one nsys-style SQLite export at path; pids: each document's process id (default: its own)."""
+    into one nsys-style SQLite export at path; pids: each document's process id (default: its own); graphs: "node"
+    keeps the kernels of CUDA graph replays (--cuda-graph-trace=node), "graph" writes one GRAPH_TRACE row per replay
+    in their place, from its first kernel's start to its last's end (nsys's default)."""
     db = sqlite3.connect(path)
     db.executescript(SCHEMA)
     strings: dict[str, int] = {}
@@ -94,6 +99,9 @@ def write_nsys(docs: list[dict], path: Path, *, pids: list[int] | None = None) -
         host = [e for e in d["traceEvents"] if e.get("cat") in ("cuda_runtime", "cuda_driver", "cpu_op")]
         host_pid[i] = pids[i] if pids else int(host[0]["pid"]) if host else 1000 + i
     threads = set()
+    replays: dict[tuple, list] = {}  # (doc, correlation of a cudaGraphLaunch) -> [start, end, device, stream]
+    graph_launches = {(i, (e.get("args") or {}).get("correlation")) for i, e in events
+                      if e.get("name", "").startswith("cudaGraphLaunch")} if graphs == "graph" else set()
     for i, e in events:
         cat, name, args = e.get("cat", ""), e.get("name", ""), e.get("args") or {}
         start = ns(e["ts"])
@@ -102,6 +110,10 @@ def write_nsys(docs: list[dict], path: Path, *, pids: list[int] | None = None) -
         corr = args.get("correlation")
         if cat in ("kernel", "gpu_memcpy", "gpu_memset"):
             dev, stream = int(args.get("device", e.get("pid", 0))), int(args.get("stream", e.get("tid", 0)))
+            if (i, corr) in graph_launches:
+                r = replays.setdefault((i, corr), [start, end, dev, stream])
+                r[0], r[1] = min(r[0], start), max(r[1], end)
+                continue
             if cat == "kernel":
                 grid, block = args.get("grid", [1, 1, 1]), args.get("block", [1, 1, 1])
                 db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, "
@@ -136,6 +148,9 @@ def write_nsys(docs: list[dict], path: Path, *, pids: list[int] | None = None) -
         if gtid not in threads:
             threads.add(gtid)
             db.execute("INSERT INTO ThreadNames VALUES (?, 0, ?)", (sid(f"thread {e.get('tid')}"), gtid))
+    for n, ((i, corr), (start, end, dev, stream)) in enumerate(sorted(replays.items())):
+        db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE VALUES (?, ?, ?, 1, NULL, ?, ?, ?, 7, ?)",
+                   (start, end, dev, stream, corr, host_pid[i] << 24, n))
     db.commit()
     db.close()
     return path

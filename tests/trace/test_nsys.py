@@ -71,6 +71,22 @@ def test_an_export_names_the_fault_measured_on_its_trace(case, tmp_path):
     assert 0.5 * labels["true_gain_pct"] <= d.findings[0].gain_pct <= upper
 
 
+def test_a_graph_traced_whole_keeps_the_device_busy(tmp_path):
+    # nsys's default traces a CUDA graph replay as one GRAPH_TRACE row and none of its kernels: the H200 loop that
+    # replays one graph a step, read so, is as busy as with its kernels (a replay spans its kernels and the gaps
+    # between them) and stays healthy; without those rows its GPU would read idle
+    doc = read_doc(H200 / "healthy-h200-cuda_graph" / "traces" / "rank0.json.gz")
+    node = diagnose(write_nsys([doc], tmp_path / "node.sqlite"))
+    whole = diagnose(write_nsys([doc], tmp_path / "graph.sqlite", graphs="graph"))
+    t = read_any(tmp_path / "graph.sqlite")
+    replays = [t.names[int(i)] for i in t.name[t.kind == KERNEL]]
+    assert sum(n.startswith("CUDA graph ") for n in replays) == sum(
+        1 for e in doc["traceEvents"] if e.get("name", "").startswith("cudaGraphLaunch"))
+    assert whole.ranks[0].idle_pct <= node.ranks[0].idle_pct + 0.5
+    assert [(x.kind, x.severity) for x in whole.findings if x.severity != "low"] == []
+    assert not any(x.kind == "gpu_analyses_skipped" for x in whole.findings)  # what no device work at all gives
+
+
 def test_a_report_of_several_processes_holds_one_rank_each(tmp_path):
     # `nsys profile torchrun ...` writes every process into one report: each that ran GPU work is a rank, ranked by
     # its device (LOCAL_RANK); the corpus's straggler case (rank 1 slowed) read from one export names rank 1

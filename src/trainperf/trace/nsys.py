@@ -4,6 +4,9 @@ Tables read (NVIDIA's export schema; columns looked up by name, since they vary 
 the report lacks is skipped):
 - `CUPTI_ACTIVITY_KIND_KERNEL`: a kernel on its device (pid = `deviceId`, tid = `streamId`), named by
   `demangledName` (else `shortName`, else `name`: ids into `StringIds`); `correlationId` links it to its launch;
+- `CUPTI_ACTIVITY_KIND_GRAPH_TRACE`: a CUDA graph replay traced whole (nsys's default `--cuda-graph-trace=graph`
+  records no kernel of it) as one device op named "CUDA graph <id> (whole replay)", so the device is busy while it
+  runs; `--cuda-graph-trace=node` gives its kernels instead;
 - `CUPTI_ACTIVITY_KIND_MEMCPY` / `_MEMSET`: copies and fills, named as Kineto names them ("Memcpy HtoD (Pageable ->
   Device)" from CUPTI's `copyKind`, `srcKind` and `dstKind` enums), bytes kept;
 - `CUPTI_ACTIVITY_KIND_RUNTIME`: CUDA runtime and driver calls on their host thread (`globalTid`), the API version
@@ -164,6 +167,15 @@ def _device_events(r: _Report, t0: int, labels: _Labels) -> list[_Events]:
             a = _timed(r, table, t0, head, [pid, r.col(table, "memKind")])
             names = labels.named(a[:, -1], lambda k: f"Memset ({_MEMORY_KINDS.get(k, 'Device')})")
         out.append(_Events(a[:, :10], labels.filled(len(a), cat), names, a[:, 10]))
+    # a CUDA graph traced whole (nsys's default --cuda-graph-trace=graph) is one row per replay and no kernel: one
+    # device op spanning it (its launch's correlation id), unless its kernels were traced too (node mode)
+    table = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+    stream = r.col(table, "streamId")
+    a = _timed(r, table, t0, [r.col(table, "deviceId"), stream, r.col(table, "correlationId"), stream, "-1", "-1",
+                              "-1", "-1"], [r.col(table, "globalPid", template=_PID), r.col(table, "graphId")])
+    a = a[~np.isin(a[:, 4], out[0].ints[:, 4]) | (a[:, 4] < 0)]
+    names = labels.named(a[:, -1], lambda g: f"CUDA graph {g} (whole replay)")
+    out.append(_Events(a[:, :10], labels.filled(len(a), "kernel"), names, a[:, 10]))
     return out
 
 
