@@ -15,7 +15,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command("diagnose", cls=LegacyJsonFileCommand)
     def diagnose_cmd(
-        path: Path = typer.Argument(..., help="Kineto trace (.json/.json.gz) or a folder with one file per rank."),
+        path: Path = typer.Argument(..., help="A trace (Kineto .json/.json.gz, rocprofv3, JAX .xplane.pb, nsys "
+                                               "SQLite export) or a folder of them, one per rank."),
         rank: Optional[int] = typer.Option(None, "--rank", min=0, help="Show only this rank."),
         steps: Optional[str] = typer.Option(None, "--step-window", help="Profiler steps A:B (inclusive) to analyse."),
         steps_older: Optional[str] = older_name("--steps", "--step-window"),
