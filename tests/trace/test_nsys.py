@@ -181,6 +181,13 @@ def test_bad_nsys_files_are_named_in_one_line(tmp_path, capsys):
     db.close()
     with pytest.raises(NotATraceError, match="no CUPTI_ACTIVITY_KIND_"):
         read_any(other)
+    rocpd = tmp_path / "1234_results.db"
+    db = sqlite3.connect(rocpd)
+    db.execute("CREATE TABLE rocpd_kernel_dispatch (id INTEGER)")
+    db.commit()
+    db.close()
+    with pytest.raises(TrainperfError, match="rocpd convert --output-format csv -i 1234_results.db"):
+        read_any(rocpd)
     no_work = _report(tmp_path / "empty.sqlite", {"StringIds": [(1, "x")]})
     with pytest.raises(TrainperfError, match="no kernel, copy or fill"):
         read_any(no_work)

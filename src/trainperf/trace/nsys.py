@@ -264,6 +264,10 @@ def read_nsys(path: str | Path, rank: int | None = None) -> list[EventTable]:
 
     path = Path(path)
     r = _Report(path)
+    if any(t.startswith("rocpd_") for t in r.columns):
+        r.db.close()
+        raise TrainperfError(f"{path}: a rocpd database (rocprofv3's SQLite output), not read directly: convert it "
+                             f"with `rocpd convert --output-format csv -i {path.name}` and pass the folder it writes")
     if not any(t.startswith("CUPTI_ACTIVITY_KIND_") for t in r.columns):
         r.db.close()
         raise NotATraceError(f"{path}: an SQLite file with no CUPTI_ACTIVITY_KIND_* table: not an Nsight Systems "
