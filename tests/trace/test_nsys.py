@@ -193,6 +193,24 @@ def test_bad_nsys_files_are_named_in_one_line(tmp_path, capsys):
         read_any(no_work)
 
 
+def test_processes_that_each_see_their_gpu_as_device_0_are_ranked_by_the_gpu(tmp_path):
+    # CUDA_VISIBLE_DEVICES gives each process one GPU, its device 0: the export's TARGET_INFO_CUDA_DEVICE maps
+    # (process, device 0) to the node's GPU; process 4037 (rank 0's trace) on GPU 1, process 4045 on GPU 0
+    docs = [read_doc(STRAGGLER / "traces" / f"rank{r}.json.gz") for r in (0, 1)]
+    export = write_nsys(docs, tmp_path / "job.sqlite", pids=[4037, 4045])
+    db = sqlite3.connect(export)
+    db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 0")
+    db.execute("DELETE FROM TARGET_INFO_CUDA_DEVICE")
+    db.execute("INSERT INTO TARGET_INFO_CUDA_DEVICE (gpuId, cudaId, pid) VALUES (1, 0, 4037), (0, 0, 4045)")
+    db.commit()
+    db.close()
+    tables = load_trace(export)
+    assert {r: Path(t.source).name for r, t in tables.items()} == {0: "job.sqlite", 1: "job.sqlite"}
+    # rank 1 holds process 4037's host calls, rank 0 process 4045's
+    assert set(tables[1].pid[tables[1].kind == RUNTIME].tolist()) == {4037}
+    assert set(tables[0].pid[tables[0].kind == RUNTIME].tolist()) == {4045}
+
+
 def test_reports_of_two_nodes_number_their_ranks_in_file_order(tmp_path):
     # one report per node, each of 2 processes ranked 0 and 1 by device: node1's follow node0's (ranks 2 and 3)
     docs = [read_doc(STRAGGLER / "traces" / f"rank{r}.json.gz") for r in (0, 1)]

@@ -21,8 +21,8 @@ the report lacks is skipped):
   ranks of one job exported apart share a clock).
 
 A report of several processes that ran GPU work (`nsys profile torchrun --nproc-per-node 8 ...`) holds several
-ranks: one table per such process, ranked by the lowest device its kernels ran on (torchrun's LOCAL_RANK), else
-by process id; with one report per node, load_trace numbers each file's ranks after the previous files'.
+ranks: one table per such process, ranked by the lowest device its kernels ran on (torchrun's LOCAL_RANK; the node's
+GPU id where the process saw its GPU under another index, CUDA_VISIBLE_DEVICES), else by process id; with one report per node, load_trace numbers each file's ranks after the previous files'.
 Hand-written: no package reads the export into events (nsys's own recipes are SQL over it). Numeric columns go
 through SQL into NumPy arrays a batch at a time; names are kept once each and rows hold their indices.
 """
@@ -257,6 +257,16 @@ def _device_properties(r: _Report) -> list[dict]:
     return out
 
 
+def _physical_gpus(r: _Report) -> dict[tuple[int, int], int]:
+    """{(process id, CUDA device index in that process): the node's GPU id}: a process given one GPU through
+    CUDA_VISIBLE_DEVICES sees it as device 0 (TARGET_INFO_CUDA_DEVICE)."""
+    out = {}
+    for pid, cid, gid in r.rows("TARGET_INFO_CUDA_DEVICE", ["pid", "cudaId", "gpuId"]):
+        if isinstance(pid, int) and isinstance(cid, int) and isinstance(gid, int):
+            out[((pid >> 24) & 0xFFFFFF if pid >= 1 << 24 else pid, cid)] = gid
+    return out
+
+
 def read_nsys(path: str | Path, rank: int | None = None) -> list[EventTable]:
     """Read an Nsight Systems SQLite export into one EventTable per process that ran GPU work (module docstring),
     sorted by rank; rank: the rank of a one-process report (else taken from its devices)."""
@@ -278,6 +288,7 @@ def read_nsys(path: str | Path, rank: int | None = None) -> list[EventTable]:
         device = _device_events(r, t0, labels)
         host, threads, shapes = _host_events(r, t0, labels)
         props = _device_properties(r)
+        physical = _physical_gpus(r)
     except sqlite3.Error as e:
         raise TrainperfError(f"{path}: an Nsight Systems export that cannot be read ({e})") from None
     finally:
@@ -298,7 +309,8 @@ def read_nsys(path: str | Path, rank: int | None = None) -> list[EventTable]:
     pids = np.unique(dev.pid[dev.pid >= 0])
     single = pids.size <= 1  # one process: everything is its own (work of an unknown process too)
     groups = [0] if single else pids.tolist()
-    lowest = {p: int(dev.ints[dev.pid == p, 2].min()) for p in groups} if not single else {0: 0}
+    lowest = {p: physical.get((p, d), d) for p in groups
+              for d in [int(dev.ints[dev.pid == p, 2].min())]} if not single else {0: 0}
     order = sorted(groups, key=lambda p: (lowest[p], p))
     texts = labels.texts
     tables = []
