@@ -105,9 +105,10 @@ def test_a_report_of_several_processes_holds_one_rank_each(tmp_path):
         read_any(export)
 
 
-def _report(path: Path, rows: dict[str, list[tuple]]) -> Path:
+def _report(path: Path, rows: dict[str, list[tuple]], schema: str = SCHEMA) -> Path:
+    """An SQLite file of the schema's tables holding the given rows."""
     db = sqlite3.connect(path)
-    db.executescript(SCHEMA)
+    db.executescript(schema)
     for table, values in rows.items():
         for v in values:
             db.execute(f"INSERT INTO {table} VALUES ({', '.join('?' * len(v))})", v)
@@ -174,20 +175,10 @@ def test_bad_nsys_files_are_named_in_one_line(tmp_path, capsys):
     assert "nsys export --type sqlite -o profile.sqlite profile.nsys-rep" in err
     with pytest.raises(TrainperfError, match="only nsys reads: export each"):
         load_trace(tmp_path)  # a folder of reports only
-    other = tmp_path / "other.sqlite"
-    db = sqlite3.connect(other)
-    db.execute("CREATE TABLE t (x INTEGER)")
-    db.commit()
-    db.close()
     with pytest.raises(NotATraceError, match="no CUPTI_ACTIVITY_KIND_"):
-        read_any(other)
-    rocpd = tmp_path / "1234_results.db"
-    db = sqlite3.connect(rocpd)
-    db.execute("CREATE TABLE rocpd_kernel_dispatch (id INTEGER)")
-    db.commit()
-    db.close()
+        read_any(_report(tmp_path / "other.sqlite", {}, "CREATE TABLE t (x INTEGER)"))
     with pytest.raises(TrainperfError, match="rocpd convert --output-format csv -i 1234_results.db"):
-        read_any(rocpd)
+        read_any(_report(tmp_path / "1234_results.db", {}, "CREATE TABLE rocpd_kernel_dispatch (id INTEGER)"))
     no_work = _report(tmp_path / "empty.sqlite", {"StringIds": [(1, "x")]})
     with pytest.raises(TrainperfError, match="no kernel, copy or fill"):
         read_any(no_work)
