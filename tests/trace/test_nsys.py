@@ -87,6 +87,16 @@ def test_a_graph_traced_whole_keeps_the_device_busy(tmp_path):
     assert not any(x.kind == "gpu_analyses_skipped" for x in whole.findings)  # what no device work at all gives
 
 
+def test_a_worker_process_without_gpu_work_is_left_out(tmp_path):
+    # a DataLoader worker (or the launcher) is another process of the report, with host events and no GPU work: the
+    # one rank is the GPU process's, with none of the worker's events
+    doc = read_doc(H200 / "data_loader_stall-high-h200" / "traces" / "rank0.json.gz")
+    worker = {"traceEvents": [dict(e, pid=777, tid=778) for e in doc["traceEvents"] if e.get("cat") == "cpu_op"][:50]}
+    tables = load_trace(write_nsys([doc, worker], tmp_path / "job.sqlite", pids=[4321, 777]))
+    assert list(tables) == [0] and 777 not in set(tables[0].pid.tolist())
+    assert 4321 in set(tables[0].pid.tolist())
+
+
 def test_a_report_of_several_processes_holds_one_rank_each(tmp_path):
     # `nsys profile torchrun ...` writes every process into one report: each that ran GPU work is a rank, ranked by
     # its device (LOCAL_RANK); the corpus's straggler case (rank 1 slowed) read from one export names rank 1

@@ -22,7 +22,8 @@ the report lacks is skipped):
 
 A report of several processes that ran GPU work (`nsys profile torchrun --nproc-per-node 8 ...`) holds several
 ranks: one table per such process, ranked by the lowest device its kernels ran on (torchrun's LOCAL_RANK; the node's
-GPU id where the process saw its GPU under another index, CUDA_VISIBLE_DEVICES), else by process id; with one report per node, load_trace numbers each file's ranks after the previous files'.
+GPU id where the process saw its GPU under another index, CUDA_VISIBLE_DEVICES), else by process id; the host events
+of processes without GPU work (DataLoader workers, the launcher) are left out; with one report per node, load_trace numbers each file's ranks after the previous files'.
 Hand-written: no package reads the export into events (nsys's own recipes are SQL over it). Numeric columns go
 through SQL into NumPy arrays a batch at a time; names are kept once each and rows hold their indices.
 """
@@ -315,10 +316,14 @@ def read_nsys(path: str | Path, rank: int | None = None) -> list[EventTable]:
     texts = labels.texts
     tables = []
     for i, p in enumerate(order):
-        mine = _concat([dev, everything_host]) if single else _concat([_rows_of(dev, p), _rows_of(everything_host, p)])
+        # one GPU process: its device work whatever process it was recorded under, and its host events only (a
+        # DataLoader worker's or the launcher's are other processes'); none known: every host event
+        host_pid = int(pids[0]) if single and pids.size else None if single else p
+        host = everything_host if host_pid is None else _rows_of(everything_host, host_pid)
+        mine = _concat([dev if single else _rows_of(dev, p), host])
         table = table_from_columns([texts[c] for c in mine.cat.tolist()], [texts[c] for c in mine.name.tolist()],
                                    mine.ints, source=str(path), producer="nsys",
-                                   thread_names={k: v for k, v in threads.items() if single or k[0] == p})
+                                   thread_names={k: v for k, v in threads.items() if host_pid in (None, k[0])})
         if props:
             table.metadata["deviceProperties"] = props
         table.metadata["profiler"] = {"record_shapes": shapes}
