@@ -24,8 +24,9 @@ A report of several processes that ran GPU work (`nsys profile torchrun --nproc-
 ranks: one table per such process, ranked by the lowest device its kernels ran on (torchrun's LOCAL_RANK; the node's
 GPU id where the process saw its GPU under another index, CUDA_VISIBLE_DEVICES), else by process id; the host events
 of processes without GPU work (DataLoader workers, the launcher) are left out; with one report per node, load_trace
-numbers each file's ranks after the previous files'. Hand-written: no package reads the export into events (nsys's own recipes are SQL over it). Numeric columns go
-through SQL into NumPy arrays a batch at a time; names are kept once each and rows hold their indices.
+numbers each file's ranks after the previous files'. Hand-written: no package reads the export into events (nsys's
+own recipes are SQL over it). Numeric columns go through SQL into NumPy arrays a batch at a time; names are kept
+once each and rows hold their indices.
 """
 
 from __future__ import annotations
