@@ -223,3 +223,32 @@ def test_reports_of_two_nodes_number_their_ranks_in_file_order(tmp_path):
     assert sorted(tables) == [0, 1, 2, 3]
     assert [Path(tables[r].source).name for r in range(4)] == ["node0.sqlite"] * 2 + ["node1.sqlite"] * 2
     assert [int(tables[r].pid[tables[r].kind == KERNEL][0]) for r in range(4)] == [0, 1, 0, 1]
+
+
+CORRUPTIONS = [
+    'ALTER TABLE StringIds DROP COLUMN value',
+    "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET nameId = 'x' WHERE rowid % 5 = 0",
+    'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = "start" - 10 WHERE rowid % 3 = 0',
+    'UPDATE NVTX_EVENTS SET text = NULL WHERE rowid % 2 = 0',
+    'ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN globalPid',
+    'ALTER TABLE CUPTI_ACTIVITY_KIND_MEMCPY DROP COLUMN srcKind',
+    'DROP TABLE TARGET_INFO_SESSION_START_TIME',
+    'DROP TABLE StringIds',
+]
+
+
+@pytest.mark.parametrize("sql", CORRUPTIONS)
+def test_a_damaged_export_is_read_or_named_never_a_traceback(sql, tmp_path):
+    # columns a version lacks, values of the wrong type, missing tables: diagnose reads what is there (names it
+    # could not resolve read "kernel <id>" / "call <id>") or says in one line what is wrong
+    export = write_nsys([read_doc(H200 / "host_sync-high-h200" / "traces" / "rank0.json.gz")], tmp_path / "r.sqlite")
+    db = sqlite3.connect(export)
+    db.execute(sql)
+    db.commit()
+    db.close()
+    try:
+        d = diagnose(export)
+    except TrainperfError as e:
+        assert str(e).startswith(str(export)) and "\n" not in str(e)
+    else:
+        assert d.ranks

@@ -70,15 +70,19 @@ class _Report:
 
     def __init__(self, path: Path):
         self.path = path
+        self.db = None
         try:
             self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
             tables = [r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+            self.columns = {t: {r[1] for r in self.db.execute(f'PRAGMA table_info("{t}")')} for t in tables}
+            self.strings = dict(self.db.execute(f"SELECT id, {self.col('StringIds', 'value', default='NULL')} "
+                                                "FROM StringIds")) if "StringIds" in self.columns else {}
         except sqlite3.Error as e:
-            raise TrainperfError(f"{path}: not a readable SQLite file ({e})") from None
-        self.columns = {t: {r[1] for r in self.db.execute(f'PRAGMA table_info("{t}")')} for t in tables}
-        self.strings = dict(self.db.execute("SELECT id, value FROM StringIds")) if "StringIds" in self.columns else {}
+            if self.db is not None:
+                self.db.close()
+            raise TrainperfError(f"{path}: cannot be read as an SQLite export ({e})") from None
 
-    def col(self, table: str, *names: str, template: str = '"{c}"', default: int = -1) -> str:
+    def col(self, table: str, *names: str, template: str = '"{c}"', default: int | str = -1) -> str:
         """SQL for the first of the columns the table has (template applied), else default; never NULL."""
         have = [template.format(c=c) for c in names if c in self.columns.get(table, ())]
         return f"COALESCE({', '.join(have)}, {default})" if have else str(default)
@@ -90,7 +94,11 @@ class _Report:
         cur = self.db.execute(f'SELECT {", ".join(exprs)} FROM "{table}" {where}')
         parts = []
         while batch := cur.fetchmany(_FETCH_ROWS):
-            parts.append(np.array(batch, dtype=np.int64).reshape(len(batch), len(exprs)))
+            try:
+                parts.append(np.array(batch, dtype=np.int64).reshape(len(batch), len(exprs)))
+            except (ValueError, TypeError, OverflowError) as e:
+                raise TrainperfError(f"{self.path}: {table} holds a value that is not an integer where the export "
+                                     f"schema has one ({e})") from None
         return np.concatenate(parts) if parts else np.zeros((0, len(exprs)), dtype=np.int64)
 
     def rows(self, table: str, wanted: list[str]) -> list[tuple]:
@@ -102,7 +110,9 @@ class _Report:
         return self.db.execute(f'SELECT {cols} FROM "{table}"').fetchall()
 
     def string(self, sid, fallback: str = "") -> str:
-        return self.strings.get(sid, fallback) if sid is not None else fallback
+        """The string of a StringIds id, else fallback."""
+        text = self.strings.get(sid)
+        return text if isinstance(text, str) else fallback
 
     def epoch_ns(self) -> int:
         row = self.rows("TARGET_INFO_SESSION_START_TIME", ["utcEpochNs"])
