@@ -252,3 +252,17 @@ def test_a_damaged_export_is_read_or_named_never_a_traceback(sql, tmp_path):
         assert str(e).startswith(str(export)) and "\n" not in str(e)
     else:
         assert d.ranks
+
+
+def test_unnamed_host_work_in_an_export_is_named_the_nsys_way(tmp_path):
+    # nsys records no Python frame: the advice to name host work no op holds is an NVTX range, not with_stack=True.
+    # The H200 DataLoader loop with its DataLoader spans removed: 30 ms a step of host work that nothing names
+    doc = read_doc(H200 / "data_loader_stall-high-h200" / "traces" / "rank0.json.gz")
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if "DataLoader" not in e.get("name", "")]
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps(doc))
+    kineto, nsys = diagnose(ref), diagnose(write_nsys([doc], tmp_path / "r.sqlite"))
+    assert kineto.findings[0].kind == nsys.findings[0].kind == "host_work"
+    assert "with_stack=True" in kineto.findings[0].recommendation
+    assert "with_stack" not in nsys.findings[0].recommendation
+    assert "torch.cuda.nvtx.range" in nsys.findings[0].recommendation

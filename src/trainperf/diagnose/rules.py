@@ -907,7 +907,8 @@ RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable
 def run_rules(f: RankFacts) -> list[Finding]:
     """Every rule on one rank's facts (idle_gpu last: it names idle time no other finding explains); in a
     forward-only loop a kind's default fix is the inference one (F.INFERENCE_RECOMMENDATIONS), also after a prefix a
-    rule put before it (HOST_TO_DEVICE_SYNC_RECOMMENDATION)."""
+    rule put before it (HOST_TO_DEVICE_SYNC_RECOMMENDATION); the advice to name unnamed host work is the trace's
+    profiler's (F.NAMING_ADVICE)."""
     found = [x for x in (rule(f) for rule in RULES) if x is not None]
     rest = idle_gpu(f, found)
     found += [rest] if rest else []
@@ -916,4 +917,8 @@ def run_rules(f: RankFacts) -> list[Finding]:
             default = F.RECOMMENDATIONS.get(x.kind, "")
             if x.kind in F.INFERENCE_RECOMMENDATIONS and x.recommendation.endswith(default):  # after a rule's prefix
                 x.recommendation = x.recommendation[:-len(default)] + F.INFERENCE_RECOMMENDATIONS[x.kind]
+    advice = F.NAMING_ADVICE.get(f.table.metadata.get("producer", ""))
+    if advice:  # the way to name unnamed host work in this profiler
+        for x in found:
+            x.recommendation = x.recommendation.replace(F.DEFAULT_NAMING_ADVICE, advice)
     return found
