@@ -167,8 +167,11 @@ def test_export_names_and_kinds_follow_kineto(tmp_path):
     assert int(t.ts_ns[launch]) == 1_700_000_000_000_002_000 and int(t.dur_ns[launch]) == 4000
     assert int(t.nbytes[copy]) == 4096 and int(t.stream[copy]) == 7 and int(t.correlation[copy]) == 10
     assert np.all(t.step[[mm, launch, copy]] == 5)
-    # the op range names its inputs' sizes (--pytorch=autograd-shapes-nvtx): profiler overhead, as record_shapes
+    # the op range names its inputs' sizes (--pytorch=autograd-shapes-nvtx): profiler overhead, as record_shapes,
+    # named as nsys's option
     assert t.metadata["profiler"]["record_shapes"] is True
+    notes = " ".join(diagnose(path).notes)
+    assert "profiler overhead (operator ranges naming their input sizes, --pytorch=autograd-shapes-nvtx)" in notes
     assert read_any(write_nsys([read_doc(H200 / "host_sync-high-h200" / "traces" / "rank0.json.gz")],
                                tmp_path / "plain.sqlite")).metadata["profiler"]["record_shapes"] is False
 

@@ -64,8 +64,10 @@ def rank_caveats(f: RankFacts) -> list[Caveat]:
     shapes = bool(t.metadata.get("profiler", {}).get("record_shapes"))
     if n_py > PY_FRAMES_PER_LAUNCH * max(launches.size, 1) or shapes:
         per = " per launch" if launches.size else ""
+        shapes_by = ("operator ranges naming their input sizes, --pytorch=autograd-shapes-nvtx"
+                     if t.metadata.get("producer") == "nsys" else "record_shapes=True")
         what = " and ".join(x for x in ((f"with_stack=True ({n_py / max(launches.size, 1):.0f} Python frames{per})")
-                                        if n_py else "", "record_shapes=True" if shapes else "") if x)
+                                        if n_py else "", shapes_by if shapes else "") if x)
         out.append(Caveat(note=f"profiler overhead ({what}) adds host time: host-bound findings and their gains "
                                "may be overstated; confirm with a profile without it",
                           confidence="medium", kinds=HOST_TIME_KINDS))
