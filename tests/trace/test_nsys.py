@@ -215,6 +215,15 @@ def test_processes_that_each_see_their_gpu_as_device_0_are_ranked_by_the_gpu(tmp
     assert set(tables[0].pid[tables[0].kind == RUNTIME].tolist()) == {4045}
 
 
+def test_one_process_reports_without_a_rank_in_their_names_are_told_how_to_name_them(tmp_path):
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for r in (0, 1):
+        write_nsys([read_doc(STRAGGLER / "traces" / f"rank{r}.json.gz")], folder / f"report{r + 5}.sqlite")
+    with pytest.raises(TrainperfError, match=r"cannot tell its rank .* rename it e\.g\. rank0\.sqlite"):
+        load_trace(folder)
+
+
 def test_reports_of_two_nodes_number_their_ranks_in_file_order(tmp_path):
     # one report per node, each of 2 processes ranked 0 and 1 by device: node1's follow node0's (ranks 2 and 3)
     docs = [read_doc(STRAGGLER / "traces" / f"rank{r}.json.gz") for r in (0, 1)]

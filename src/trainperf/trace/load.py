@@ -112,8 +112,11 @@ def load_trace(path: str | Path, ranks: list[int] | None = None, workers: int | 
             r = rank_from_name(f)
             if r is None:
                 if len(files) > 1:
+                    producer = t.metadata.get("producer")
                     hint = (f"profile each rank with rocprofv3 -o rank%rank% (rank{len(by_rank)}_kernel_trace.csv "
-                            "...)" if t.metadata.get("producer") == "rocprofv3-csv" else
+                            "...)" if producer == "rocprofv3-csv" else
+                            f"rename it e.g. rank{len(by_rank)}.sqlite, or profile each node's ranks into one "
+                            "report (nsys profile torchrun ...)" if producer == "nsys" else
                             f"rename it e.g. rank{len(by_rank)}.json.gz")
                     raise TrainperfError(
                         f"{f}: cannot tell its rank (no distributedInfo.rank in the trace, no 'rank<N>' in the "
