@@ -144,9 +144,6 @@ UNNAMED_CHECKPOINT_RECOMMENDATION = (
     "memory) or less often; an evaluation copying its outputs to the host looks the same: check what that step ran. "
     "Its cost per step is its time over the steps between two saves.")
 
-# the fix of a kind in a forward-only loop (facts.loop_kind "inference": generation, serving), where a training loop's
-# (log every N steps, fused optimizers, DataLoader workers) does not apply; rules.run_rules puts it in place of the
-# kind's default (a rule's own, more specific fix stays)
 # how a user names the host work a trace holds no op for, by the profiler that wrote it: PyTorch's profiler records
 # the Python frames with with_stack=True; Nsight Systems records no Python frame by default, but any NVTX range (and
 # samples Python with --python-sampling)
@@ -154,6 +151,9 @@ NAMING_ADVICE = {"nsys": "an NVTX range around the suspect code (torch.cuda.nvtx
                          "--python-sampling=true"}
 DEFAULT_NAMING_ADVICE = "with_stack=True"
 
+# the fix of a kind in a forward-only loop (facts.loop_kind "inference": generation, serving), where a training loop's
+# (log every N steps, fused optimizers, DataLoader workers) does not apply; rules.run_rules puts it in place of the
+# kind's default (a rule's own, more specific fix stays)
 INFERENCE_RECOMMENDATIONS = {
     "host_sync": "A forward-only loop (no backward pass, no optimizer step: generation or serving) reads results "
                  "back every step, which drains the GPU queue: the GPU idles while the host prepares the next step. "
