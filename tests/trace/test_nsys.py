@@ -278,3 +278,13 @@ def test_unnamed_host_work_in_an_export_is_named_the_nsys_way(tmp_path):
     assert "with_stack=True" in kineto.findings[0].recommendation
     assert "with_stack" not in nsys.findings[0].recommendation
     assert "torch.cuda.nvtx.range" in nsys.findings[0].recommendation
+
+
+def test_an_export_without_steps_is_told_how_nsys_marks_them(tmp_path):
+    # no ProfilerStep range: the whole report is the window, and the way to mark steps is nsys's (an NVTX range named
+    # ProfilerStep#N, a capture range), not prof.step()
+    doc = read_doc(H200 / "launch_bound-high-h200" / "traces" / "rank0.json.gz")
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not e.get("name", "").startswith("ProfilerStep#")]
+    notes = " ".join(diagnose(write_nsys([doc], tmp_path / "r.sqlite")).notes)
+    assert "no complete profiler step" in notes and "prof.step()" not in notes
+    assert 'torch.cuda.nvtx.range(f"ProfilerStep#{i}")' in notes and "--capture-range=cudaProfilerApi" in notes

@@ -14,7 +14,7 @@ import numpy as np
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.replay import one_off_first_calls
-from trainperf.diagnose.window import merge_intervals, union_us
+from trainperf.diagnose.window import NSYS_PER_STEP_FIX, PER_STEP_FIX, merge_intervals, union_us
 from trainperf.trace.annotate import STEP_RE, correlated_host_row
 from trainperf.trace.events import CPU_OP, KERNEL, MEMCPY, MEMSET, PYTHON, RUNTIME, USER_ANNOTATION
 
@@ -290,6 +290,8 @@ def steps_caveat(f: RankFacts) -> Caveat | None:
         return None
     if n_steps == 0:
         why = w.markers.note or w.note or "no complete profiler step in the chosen range"
+        if f.table.metadata.get("producer") == "nsys":  # how to mark steps in that profiler
+            why = why.replace(PER_STEP_FIX, NSYS_PER_STEP_FIX)
         return Caveat(note="no complete profiler step: findings and gains are over the whole trace (start-up and "
                            f"partial iterations included), not per step; {why}", confidence="medium")
     why = w.note or ("the last step, cut short by the profiler, is left out; " if w.steps_excluded else "") + \

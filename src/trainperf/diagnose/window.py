@@ -44,6 +44,12 @@ ITERATION_HINT_RE = re.compile(r"^Optimizer\.step#")  # torch.optim's record fun
 MIN_WINDOW_STEPS = 2  # HTA: with fewer ProfilerSteps the whole trace is the window
 PER_STEP_FIX = ("profile with torch.profiler.profile(schedule=...) and call prof.step() once per iteration for "
                 "per-step results")
+# the same in Nsight Systems: a range named as the PyTorch profiler names a step is a step (trace/nsys.py), and a
+# capture range keeps start-up out of a report that would otherwise hold the whole run
+NSYS_PER_STEP_FIX = ("name each iteration with an NVTX range ProfilerStep#N "
+                     "(torch.cuda.nvtx.range(f\"ProfilerStep#{i}\")) for per-step results, and capture the training "
+                     "steps only (nsys profile "
+                     "--capture-range=cudaProfilerApi, torch.cuda.cudart().cudaProfilerStart() / Stop() around them)")
 
 
 @dataclass(kw_only=True, frozen=True)
