@@ -288,3 +288,26 @@ def test_an_export_without_steps_is_told_how_nsys_marks_them(tmp_path):
     notes = " ".join(diagnose(write_nsys([doc], tmp_path / "r.sqlite")).notes)
     assert "no complete profiler step" in notes and "prof.step()" not in notes
     assert 'torch.cuda.nvtx.range(f"ProfilerStep#{i}")' in notes and "--capture-range=cudaProfilerApi" in notes
+
+
+def test_numbered_iteration_ranges_are_the_steps_where_none_is_named_profilerstep(tmp_path):
+    # the H200 launch-bound loop with its steps named by the user ("iteration 7") instead of ProfilerStep#7: the
+    # same steps and the same findings as with ProfilerStep ranges; ranges that overlap (not one per iteration) or a
+    # single one are no steps
+    doc = read_doc(H200 / "launch_bound-high-h200" / "traces" / "rank0.json.gz")
+    named = json.loads(json.dumps(doc))
+    for e in named["traceEvents"]:
+        if e.get("name", "").startswith("ProfilerStep#"):
+            e["name"] = "iteration " + e["name"].split("#")[1]
+    want = diagnose(write_nsys([doc], tmp_path / "steps.sqlite"))
+    got = diagnose(write_nsys([named], tmp_path / "iterations.sqlite"))
+    assert [(x.kind, x.gain_pct) for x in got.findings] == [(x.kind, x.gain_pct) for x in want.findings]
+    assert np.unique(read_any(tmp_path / "iterations.sqlite").step).size > 2
+    overlapping = json.loads(json.dumps(named))
+    overlapping["traceEvents"] += [dict(e, name="step 99", ts=float(e["ts"]) + 1.0)
+                                   for e in named["traceEvents"] if e.get("name") == "iteration 3"]
+    for e in overlapping["traceEvents"]:
+        if e.get("name", "").startswith("iteration "):
+            e["name"] = "step " + e["name"].split(" ")[1]
+    t = read_any(write_nsys([overlapping], tmp_path / "overlapping.sqlite"))
+    assert (t.step < 0).all()

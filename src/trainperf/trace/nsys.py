@@ -15,7 +15,8 @@ the report lacks is skipped):
   --pytorch=autograd-nvtx`, or `torch.autograd.profiler.emit_nvtx()`: "aten::mm, seq = 12, op_id = 3, sizes =
   [...]", or any range named in a C++ namespace) become host ops named without their suffix, with their autograd
   sequence number; every other range (`torch.cuda.nvtx.range`, record_function, "ProfilerStep#N") a user
-  annotation, so a range named ProfilerStep#N marks a step;
+  annotation, so a range named ProfilerStep#N marks a step; where none is, a user's numbered iteration ranges
+  ("iteration 12", "step_12": one after another on one thread) are renamed ProfilerStep#N and mark them;
 - `ThreadNames`, `TARGET_INFO_GPU` / `TARGET_INFO_CUDA_DEVICE` (the devices as Kineto's deviceProperties name them)
   and `TARGET_INFO_SESSION_START_TIME` (times are ns from the session's start: the epoch is added, so that the
   ranks of one job exported apart share a clock).
@@ -39,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from trainperf.errors import NotATraceError, TrainperfError
+from trainperf.trace.annotate import STEP_RE
 from trainperf.trace.events import EventTable
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -53,6 +55,9 @@ _API_VERSION_RE = re.compile(r"_v\d+$")
 _NVTX_OP_SUFFIX_RE = re.compile(r", (?:seq|op_id|sizes|input_op_ids) = .*$", re.S)
 _NVTX_SEQ_RE = re.compile(r", seq = (\d+)")  # the op's autograd sequence number, shared with its backward node
 _NVTX_MARK = 34  # NvtxMark: an instant, no range
+# an iteration's own NVTX range as users name it ("iteration 12", "step_12", "train_step 12"): a step, where no range
+# is named as PyTorch's profiler names one (ProfilerStep#N)
+_ITERATION_RANGE_RE = re.compile(r"^(?:iteration|iter|step|train(?:ing)?[ _]step)[\s_#:=-]*(\d+)$", re.I)
 
 
 def looks_like_sqlite(head: bytes) -> bool:
@@ -239,7 +244,31 @@ def _nvtx_ranges(r: _Report, t0: int, labels: _Labels) -> tuple[_Events, bool]:
             names.append(labels.of(name))
             ints.append((start, dur, pid, tid, -1, -1, -1, -1, int(seq.group(1)) if seq else -1, -1))
     a = np.array(ints, dtype=np.int64).reshape(len(ints), 10)
-    return _Events(a, np.array(cats, dtype=np.int64), np.array(names, dtype=np.int64), a[:, 2].copy()), shapes
+    name_ids = np.array(names, dtype=np.int64)
+    _iterations_as_steps(a, np.array(cats, dtype=np.int64) == annotation, name_ids, labels)
+    return _Events(a, np.array(cats, dtype=np.int64), name_ids, a[:, 2].copy()), shapes
+
+
+def _iterations_as_steps(ints: np.ndarray, is_annotation: np.ndarray, name_ids: np.ndarray, labels: _Labels) -> None:
+    """Rename a user's iteration ranges ("iteration 12") ProfilerStep#12 in place, so that they are the steps, when
+    no range is already named so: on the thread with the most of them, at least two, one after another (not nested
+    or overlapping: a range per iteration)."""
+    texts = labels.texts
+    if any(STEP_RE.match(texts[i]) for i in np.unique(name_ids[is_annotation])):
+        return
+    numbered = {i: m for i in np.unique(name_ids[is_annotation]).tolist()
+                if (m := _ITERATION_RANGE_RE.match(texts[i]))}
+    rows = np.flatnonzero(is_annotation & np.isin(name_ids, list(numbered)))
+    if rows.size < 2:
+        return
+    thread = ints[rows, 2] * (1 << 24) + ints[rows, 3]
+    keys, counts = np.unique(thread, return_counts=True)
+    rows = rows[thread == keys[np.argmax(counts)]]
+    rows = rows[np.argsort(ints[rows, 0], kind="stable")]
+    if rows.size < 2 or (ints[rows[1:], 0] < ints[rows[:-1], 0] + ints[rows[:-1], 1]).any():
+        return
+    for r in rows:
+        name_ids[r] = labels.of(f"ProfilerStep#{int(numbered[int(name_ids[r])].group(1))}")
 
 
 def _device_properties(r: _Report) -> list[dict]:
