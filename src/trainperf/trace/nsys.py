@@ -157,10 +157,14 @@ class _Labels:
         return np.full(n, self.of(text), dtype=np.int64)
 
 
-def _timed(r: _Report, table: str, t0: int, head: list[str], extra: list[str], where: str = "") -> np.ndarray:
+# a timed row's start (+ the session's epoch) and duration in ns, and the rows that have both
+_TIMES = ('"start" + {t0}', 'MAX("end" - "start", 0)')
+_TIMED = 'WHERE "start" IS NOT NULL AND "end" IS NOT NULL'
+
+
+def _timed(r: _Report, table: str, t0: int, head: list[str], extra: list[str]) -> np.ndarray:
     """Rows of a timed table: start (+ the epoch) and duration in ns, then the head and extra expressions."""
-    return r.ints(table, [f'"start" + {t0}', 'MAX("end" - "start", 0)', *head, *extra],
-                  f'WHERE "start" IS NOT NULL AND "end" IS NOT NULL {where}')
+    return r.ints(table, [*(x.format(t0=t0) for x in _TIMES), *head, *extra], _TIMED)
 
 
 def _device_events(r: _Report, t0: int, labels: _Labels) -> list[_Events]:
@@ -225,9 +229,10 @@ def _nvtx_ranges(r: _Report, t0: int, labels: _Labels) -> tuple[_Events, bool]:
     if table not in r.columns:
         none = np.zeros(0, dtype=np.int64)
         return _Events(np.zeros((0, 10), dtype=np.int64), none, none, none), False
-    cur = r.db.execute(f'SELECT "start" + {t0}, MAX("end" - "start", 0), {r.col(table, "globalTid", template=_PID)}, '
+    times = ", ".join(x.format(t0=t0) for x in _TIMES)
+    cur = r.db.execute(f'SELECT {times}, {r.col(table, "globalTid", template=_PID)}, '
                        f'{r.col(table, "globalTid", template=_TID)}, {text}, {r.col(table, "textId")} FROM "{table}" '
-                       f'WHERE "start" IS NOT NULL AND "end" IS NOT NULL {where}')
+                       f'{_TIMED} {where}')
     ints, cats, names, shapes = [], [], [], False
     op, annotation = labels.of("cpu_op"), labels.of("user_annotation")
     while batch := cur.fetchmany(_FETCH_ROWS):
@@ -244,9 +249,9 @@ def _nvtx_ranges(r: _Report, t0: int, labels: _Labels) -> tuple[_Events, bool]:
             names.append(labels.of(name))
             ints.append((start, dur, pid, tid, -1, -1, -1, -1, int(seq.group(1)) if seq else -1, -1))
     a = np.array(ints, dtype=np.int64).reshape(len(ints), 10)
-    name_ids = np.array(names, dtype=np.int64)
-    _iterations_as_steps(a, np.array(cats, dtype=np.int64) == annotation, name_ids, labels)
-    return _Events(a, np.array(cats, dtype=np.int64), name_ids, a[:, 2].copy()), shapes
+    cat_ids, name_ids = np.array(cats, dtype=np.int64), np.array(names, dtype=np.int64)
+    _iterations_as_steps(a, cat_ids == annotation, name_ids, labels)
+    return _Events(a, cat_ids, name_ids, a[:, 2].copy()), shapes
 
 
 def _iterations_as_steps(ints: np.ndarray, is_annotation: np.ndarray, name_ids: np.ndarray, labels: _Labels) -> None:
@@ -254,10 +259,10 @@ def _iterations_as_steps(ints: np.ndarray, is_annotation: np.ndarray, name_ids: 
     no range is already named so: on the thread with the most of them, at least two, one after another (not nested
     or overlapping: a range per iteration)."""
     texts = labels.texts
-    if any(STEP_RE.match(texts[i]) for i in np.unique(name_ids[is_annotation])):
+    annotations = np.unique(name_ids[is_annotation]).tolist()
+    if any(STEP_RE.match(texts[i]) for i in annotations):
         return
-    numbered = {i: m for i in np.unique(name_ids[is_annotation]).tolist()
-                if (m := _ITERATION_RANGE_RE.match(texts[i]))}
+    numbered = {i: m for i in annotations if (m := _ITERATION_RANGE_RE.match(texts[i]))}
     rows = np.flatnonzero(is_annotation & np.isin(name_ids, list(numbered)))
     if rows.size < 2:
         return

@@ -58,18 +58,9 @@ def producer_of(path: str | Path) -> str:
     return "kineto"
 
 
-def read_tables(path: str | Path) -> list[EventTable]:
-    """Every rank's EventTable in one trace file: one, except an Nsight Systems report of several processes."""
-    path = Path(path)
-    if path.is_file() and producer_of(path) == "nsys":
-        from trainperf.trace.nsys import read_nsys
-
-        return read_nsys(path)
-    return [read_any(path)]
-
-
-def read_any(path: str | Path, rank: int | None = None) -> EventTable:
-    """Read one trace file (one rank) of any supported producer into an EventTable."""
+def read_tables(path: str | Path, rank: int | None = None) -> list[EventTable]:
+    """Every rank's EventTable in one trace file of any supported producer: one, except an Nsight Systems report of
+    several processes. rank: the rank of a one-rank file (else from the file)."""
     path = Path(path)
     if not path.is_file():
         raise TrainperfError(f"{path}: no such file")
@@ -77,24 +68,29 @@ def read_any(path: str | Path, rank: int | None = None) -> EventTable:
     if kind == "nsys":
         from trainperf.trace.nsys import read_nsys
 
-        tables = read_nsys(path, rank)
-        if len(tables) > 1:
-            raise TrainperfError(f"{path}: an Nsight Systems report of {len(tables)} processes (ranks): read it "
-                                 "with trainperf.trace.load_trace")
-        return tables[0]
+        return read_nsys(path, rank)
     if kind == "kineto":
-        return read_kineto(path, rank)
+        return [read_kineto(path, rank)]
     if kind == "rocprofv3":
         from trainperf.trace.rocprof import read_rocprof
 
-        return read_rocprof(path, rank)
+        return [read_rocprof(path, rank)]
     if kind == "rocprofv3-csv":
         from trainperf.trace.rocprof_csv import read_rocprof_csv
 
-        return read_rocprof_csv(path, rank)
+        return [read_rocprof_csv(path, rank)]
     from trainperf.trace.xplane import read_jax_trace_json, read_xplane
 
-    return read_xplane(path, rank) if kind == "jax-xplane" else read_jax_trace_json(path, rank)
+    return [read_xplane(path, rank) if kind == "jax-xplane" else read_jax_trace_json(path, rank)]
+
+
+def read_any(path: str | Path, rank: int | None = None) -> EventTable:
+    """Read one trace file (one rank) of any supported producer into an EventTable."""
+    tables = read_tables(path, rank)
+    if len(tables) > 1:
+        raise TrainperfError(f"{path}: an Nsight Systems report of {len(tables)} processes (ranks): read it "
+                             "with trainperf.trace.load_trace")
+    return tables[0]
 
 
 def build_table(events: list, *, source: str, producer: str, rank: int | None = None, skipped: int = 0,
