@@ -10,24 +10,30 @@ rotating, rank 3 waits 3 ms in the 6 steps where another rank is last (18 ms), r
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from trainperf.diagnose.api import diagnose
-from trainperf.diagnose.crossrank import MatchedCollective, laggard_p_value, laggards, persistent_laggard
+from trainperf.diagnose.crossrank import (MatchedCollective, laggard_p_value, laggards, persistent_laggard,
+                                         slow_ranks)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 from kineto_builder import TraceBuilder  # noqa: E402
 
 RANKS, STEPS, P, C, EXTRA, AR = 4, 8, 14_000.0, 8_000.0, 3_000.0, 300.0
 NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+JITTER = 100.0
 
 
 def _job(path: Path, rotating: bool, ranks: int = RANKS, extra: float = EXTRA, paused: bool = False,
-         queued: bool = False) -> Path:
+         queued: bool = False, group: tuple[int, ...] = ()) -> Path:
     # paused: the late rank of a step computes C like the others but its host launches the GEMM `extra` later
     # (a pause with no op recorded, as Python's garbage collector leaves it); queued: it launches on time, but a
-    # copy of `extra` us launched just before runs first on its stream
+    # copy of `extra` us launched just before runs first on its stream; group: every rank of it is late by `extra`
+    # in every step, and one of them (in turn) by JITTER more, the last of that step
     def late(r: int, s: int) -> float:
+        if group:
+            return extra + (JITTER if r == group[s % len(group)] else 0.0) if r in group else 0.0
         return extra if r == (s % ranks if rotating else 1) else 0.0
 
     def compute(r: int, s: int) -> float:
@@ -153,6 +159,68 @@ def test_two_ranks_taking_turns_are_not_a_straggler_of_the_majority(tmp_path):
     d = diagnose(_job(tmp_path, rotating=True, ranks=2))
     assert d.cross_rank["steps_each_rank_was_waited_for"] == {0: 4, 1: 3}
     assert _find(d, "straggler") is None and _find(d, "load_imbalance") is not None
+
+
+def test_a_group_of_ranks_late_every_step_is_a_slow_node_not_load_imbalance(tmp_path):
+    """8 ranks; ranks 4-7 compute 3 ms longer in every step (a slow node), one of them 100 us more in turn, the last
+    of its step: each is the last in 1 or 2 of the 7 analysed steps, which the laggard count reads as ranks taking
+    turns. But the order of arrival holds: ranks 4-7 after ranks 0-3 in every step (p at the draws' floor, 1e-4),
+    and the laggard is one of them in 7 of 7 steps: a straggler group, priced as the others' waits removed."""
+    d = diagnose(_job(tmp_path, rotating=False, ranks=8, group=(4, 5, 6, 7)))
+    assert _find(d, "load_imbalance") is None
+    f = _find(d, "straggler")
+    assert f is not None and f.ranks == [4, 5, 6, 7] and d.findings[0].kind == "straggler"
+    assert d.cross_rank["slow_ranks"] == [4, 5, 6, 7] and d.cross_rank["straggler_persistent"] is False
+    m = f.evidence["metrics"]
+    assert d.cross_rank["slow_ranks_p_value"] == pytest.approx(1e-4) and "p_value_arrival_order_random" in m
+    assert m["waited_in_collectives"]["value"] == pytest.approx(7 * (EXTRA + JITTER))  # a rank of 0-3
+    assert f.gain_alone_pct == pytest.approx(m["waited_share"]["value"], abs=0.05)
+    assert f.recommendation.startswith("Ranks 4-7 arrived late") and "clocks" in f.recommendation
+    # the same group launching the same work late (their hosts): the cause named is the hosts'
+    (tmp_path / "hosts").mkdir()
+    f = _find(diagnose(_job(tmp_path / "hosts", rotating=False, ranks=8, group=(4, 5, 6, 7), paused=True)),
+              "straggler")
+    assert f.ranks == [4, 5, 6, 7] and "start late" in f.recommendation and "clocks" not in f.recommendation
+
+
+def test_a_slow_pair_among_many_ranks_is_named_whole(tmp_path):
+    """16 ranks; ranks 14 and 15 compute 3 ms longer in every step, the last in turn: rank 14 in 4 of the 7 analysed
+    steps, which the laggard test alone calls one straggler (16 x P(X >= 4 | 7, 1/16) = 0.015); both are late in
+    every step, and naming one would leave the other slow: the pair is named."""
+    d = diagnose(_job(tmp_path, rotating=False, ranks=16, group=(14, 15)))
+    assert d.cross_rank["steps_each_rank_was_waited_for"] == {14: 4, 15: 3}
+    assert laggard_p_value(4, 7, 16) < 0.05
+    f = _find(d, "straggler")
+    assert f.ranks == [14, 15] and _find(d, "load_imbalance") is None
+
+
+def test_slow_ranks_p_value_against_exact_enumeration():
+    """3 ranks, 6 steps: rank 2 arrives last in every step, ranks 0 and 1 in alternating order. Friedman's statistic
+    (sum of squared position sums) is 9^2 + 9^2 + 18^2 = 486; the exact p, over all 6^6 orderings, counted here; the
+    function's 9,999 draws agree within their error (exact 378 / 46,656 = 0.0081: standard error ~0.0009)."""
+    import itertools
+
+    late = {s: {0: 10.0 * (s % 2), 1: 10.0 * (1 - s % 2), 2: 50.0} for s in range(6)}
+    last = {s: (2, 50.0) for s in range(6)}
+    perms = list(itertools.permutations((1, 2, 3)))
+    hits = 0
+    for pattern in itertools.product(perms, repeat=6):
+        sums = np.sum(pattern, axis=0)
+        hits += int((sums ** 2).sum() >= 486)
+    exact = hits / len(perms) ** 6
+    group, p = slow_ranks(late, last, 0.05)
+    assert group == [2] and p == pytest.approx(exact, abs=0.003)
+    # the same order, but the others waited for ranks 0 or 1 in most steps (a clock offset the alignment left
+    # orders the arrivals, not the lateness that costs): no slow group
+    assert slow_ranks(late, {s: (s % 2, 50.0) for s in range(6)}, 0.05)[0] == []
+    # arrivals in a random order each step: no group, p large
+    rng = np.random.default_rng(0)
+    shuffled = {s: dict(zip(range(8), rng.permutation(8).astype(float))) for s in range(7)}
+    group, p = slow_ranks(shuffled, {s: (0, 1.0) for s in range(7)}, 0.05)
+    assert group == [] and p > 0.05
+    # three of four ranks late: the odd one out is fast, its wait its own idle: no slow group of three
+    late3 = {s: {0: 0.0, 1: 30.0 + s % 3, 2: 31.0 - s % 3, 3: 30.5} for s in range(7)}
+    assert slow_ranks(late3, {s: (1, 1.0) for s in range(7)}, 0.05)[0] == []
 
 
 def test_laggard_p_value_by_hand():

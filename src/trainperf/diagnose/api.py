@@ -12,8 +12,8 @@ from trainperf.diagnose import findings as F
 from trainperf.diagnose import rules
 from trainperf.diagnose.crossrank import (CrossRank, HostStraggler, MatchedCollective, comm_waits,
                                          compute_before_collectives, compute_straggler, cross_rank, host_straggler,
-                                         laggards, lateness_share, persistent_laggard, straggler_min_p_value,
-                                         straggler_steps_needed)
+                                         laggards, lateness_by_step, lateness_share, persistent_laggard,
+                                         slow_ranks, straggler_min_p_value, straggler_steps_needed)
 from trainperf.diagnose.evidence import Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes
 from trainperf.diagnose.facts import DeviceTiming, RankFacts, StragglerFacts, collect_facts, device_timing
 from trainperf.diagnose.modules import module_breakdown
@@ -245,6 +245,9 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
         if straggler is not None and straggler.last_in_steps:
             xr_json["steps_each_rank_was_waited_for"] = straggler.last_in_steps
             xr_json["straggler_persistent"] = straggler.persistent
+            if straggler.slow_ranks:
+                xr_json["slow_ranks"] = straggler.slow_ranks
+                xr_json["slow_ranks_p_value"] = straggler.slow_ranks_p_value
             if straggler.late_work_share is not None:
                 xr_json["lateness_from_extra_compute_pct"] = 100.0 * straggler.late_work_share
                 xr_json["late_ranks_paused"] = rules.paused_not_loaded(straggler)
@@ -348,6 +351,15 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     # one rank's caused wait: with N ranks taking turns, each causes ~1/N of it
     persistent = st is not None and persistent_laggard(last_in_steps.get(st[0], 0), len(last),
                                                        len(xr.wait_by_rank_us), rules.STRAGGLER_HOST_ALPHA)
+    # a group of ranks late step after step, each the last in some steps (a slow node): not one rank taking turns
+    # with the others (load imbalance), nor one straggler (the laggard test can pass for one of 64 ranks last in 3 of
+    # 7 steps when 4 are slow); a group of one is the straggler that rank is
+    group, group_p = (([], 1.0) if st is None else
+                      slow_ranks(lateness_by_step(xr.collectives, lambda c: _collective_step(c, facts)), last,
+                                 rules.STRAGGLER_HOST_ALPHA))
+    if group == [st[0]] and persistent:
+        group = []
+    persistent = persistent and not group
     # the laggards' extra work per step; without steps (collectives keyed (kind, seq)), per collective: the work
     # each rank did since its previous one
     stepped = any(isinstance(k, int) for k in last)
@@ -380,7 +392,8 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     return StragglerFacts(rank=srank, caused_us=caused, caused_per_other_us=caused / others,
                           imbalance_pct=xr.imbalance_pct, events=events, compute_ratio=max(ratio, 1.0),
                           extra_compute_us=extra, last_in_steps=last_in_steps, persistent=persistent,
-                          late_work_share=work_share, late_idle_share=idle_share)
+                          late_work_share=work_share, late_idle_share=idle_share, slow_ranks=group,
+                          slow_ranks_p_value=group_p)
 
 
 def _collective_step(c: MatchedCollective, facts: dict[int, DeviceTiming]):

@@ -207,6 +207,66 @@ def persistent_laggard(times_last: int, steps: int, n_ranks: int, alpha: float) 
     return times_last > steps / 2
 
 
+def lateness_by_step(collectives: list[MatchedCollective], step_of) -> dict:
+    """Per step: {rank: µs it arrived after the earliest rank of each of the step's matched collectives, summed}
+    (clock-aligned arrivals: MatchedCollective.start_us); step_of as laggards'."""
+    out: dict = {}
+    for c in collectives:
+        first = min(c.start_us.values())
+        per = out.setdefault(step_of(c), {})
+        for r, t in c.start_us.items():
+            per[r] = per.get(r, 0.0) + t - first
+    return out
+
+
+SLOW_RANKS_DRAWS = 9999  # random within-step permutations for slow_ranks' p-value (its floor: 1e-4)
+
+
+def slow_ranks(late: dict, last: dict, alpha: float) -> tuple[list[int], float]:
+    """The ranks late at the collectives step after step, as a group ([] when none), and the test's p-value.
+
+    Ranks that take turns being the last (load imbalance: unequal work per step) and a group of ranks each late in
+    every step (a slow node: its GPUs throttled, a slower link, a shared host), each of them the last in some steps
+    by jitter, look alike to the laggard count (persistent_laggard: no one rank is the last in most steps). They
+    differ in whether the ranks' order of arrival holds from step to step: Friedman's test of the ranks' positions
+    within each step (the steps as blocks; statistic: the sum over ranks of their squared position sums), its
+    p-value from 9,999 draws that permute each step's positions among the ranks (the null: any order as likely in
+    each step). When it holds (p <= alpha), the group is the upper class of the ranks' mean lateness split where the
+    two classes differ most (Otsu's between-class variance: no threshold; lateness, not positions, because the
+    fast ranks' positions spread over the whole lower range by jitter while their lateness stays near zero). A
+    consistent order alone is not a slow
+    group (a clock offset the alignment left, a rank that logs 50 µs before each collective keep one too): the
+    group must also be what the others wait for, the laggard of a majority of the steps with waits (last:
+    laggards), and be at most half of the ranks (else the odd ones out are fast: their waits are their own idle).
+    Needs >= 3 ranks and >= 2 steps that every rank arrived in (late: lateness_by_step); else ([], 1.0)."""
+    from scipy.stats import rankdata  # here: scipy.stats costs ~0.3 s to import
+
+    ranks = sorted(set.intersection(*[set(v) for v in late.values()])) if late else []
+    steps = [s for s in late if all(r in late[s] for r in ranks)]
+    if len(ranks) < 3 or len(steps) < 2:
+        return [], 1.0
+    x = np.array([[late[s][r] for r in ranks] for s in steps])  # steps x ranks, µs
+    pos = rankdata(x, axis=1)  # positions within each step, ties averaged
+    observed = float((pos.sum(axis=0) ** 2).sum())
+    # the permutations drawn directly, all at once (scipy.stats.permutation_test draws each step's permutation of
+    # 64 ranks in Python: 2.6 s for 16 ranks against 0.05 s here); the p-value as permutation_test gives it
+    draws = np.random.default_rng(0).permuted(np.broadcast_to(pos, (SLOW_RANKS_DRAWS, *pos.shape)), axis=-1)
+    null = (draws.sum(axis=1) ** 2).sum(axis=-1)
+    p_value = float((1 + np.count_nonzero(null >= observed * (1 - 1e-12))) / (SLOW_RANKS_DRAWS + 1))
+    if p_value > alpha:
+        return [], p_value
+    mean_late = x.mean(axis=0)
+    order = np.argsort(mean_late, kind="stable")
+    v = mean_late[order]
+    # Otsu: the split of the sorted mean lateness with the largest between-class variance
+    split = max(range(1, len(v)), key=lambda i: i * (len(v) - i) * (v[i:].mean() - v[:i].mean()) ** 2)
+    group = sorted(int(ranks[i]) for i in order[split:])
+    waited_for = sum(1 for r, _ in last.values() if r in group)
+    if len(group) > len(ranks) / 2 or waited_for <= len(last) / 2:
+        return [], p_value
+    return group, p_value
+
+
 def lateness_share(last: dict, per_step: dict[int, dict], n_ranks: int) -> float | None:
     """How much of the laggards' lateness a per-step measure's excess accounts for (0-1): over the steps of `last`
     (laggards: step -> (rank, wait summed over the waiting ranks)) that every rank's measure (per_step: {rank:
@@ -499,23 +559,46 @@ def host_straggler(tables: dict[int, EventTable], keep: dict[int, np.ndarray] | 
 
 def straggler_p_value(extra_us: np.ndarray, n_ranks: int) -> float:
     """The chance (0..1) that ranks equal but for load noise give the slowest of n_ranks ranks a per-step extra
-    work (µs, against the other ranks in the same step) whose sum is this large: a sign-flip permutation test of
-    the sum (scipy.stats.permutation_test, exact up to 2^16 sign patterns), one-sided, times n_ranks (the
-    straggler is the rank with the largest sum: Bonferroni over the ranks it was chosen from).
+    work (µs, against the other ranks in the same step) this consistently positive over the whole window or over
+    its last steps (at least half of them: onset_statistic): a sign-flip permutation test
+    (scipy.stats.permutation_test, exact up to 2^16 sign patterns), one-sided, times n_ranks (the straggler is the
+    rank with the largest sum: Bonferroni over the ranks it was chosen from).
 
     Why this null: on a shared machine either rank is slower in some steps by the load alone, so under "no
     straggler" each step's extra is as likely negative as positive. A straggler must be late step after step:
-    one long step (start-up, a one-off pause), however long, leaves half of the sign patterns above the sum.
-    With k steps the smallest value is n_ranks / 2^k (`straggler_min_p_value`): 4 steps of 2 ranks cannot go
-    below 0.125. 1.0 with fewer than 2 steps."""
+    one long step (start-up, a one-off pause), however long, leaves half of the sign patterns above it.
+    Why its last steps too: a rank that turns slow inside the window (a throttled or shared host, a fault from
+    step 6 of 3-12) and stays slow is late in every step from then on, the steps the job goes on paying, and the
+    earlier steps' noise, summed with them, can hide it; the permutation gives the largest of the segments'
+    statistics its own null, so looking at several keeps the false-alarm rate (simulated in docs/benchmarks.md).
+    A rank slow only in the first steps has recovered: no suffix, no finding. With k steps the smallest value is
+    n_ranks / 2^k (`straggler_min_p_value`): 4 steps of 2 ranks cannot go below 0.125. 1.0 with fewer than 2
+    steps."""
     from scipy.stats import permutation_test  # here: scipy.stats costs ~0.3 s to import, most traces need none
 
     x = np.asarray(extra_us, dtype=float)
     if x.size < 2 or not np.any(x):
         return 1.0
-    res = permutation_test((x,), np.sum, permutation_type="samples", alternative="greater",
-                           n_resamples=np.inf if x.size <= 16 else 9999, random_state=0)
+    res = permutation_test((x,), onset_statistic, permutation_type="samples", alternative="greater",
+                           vectorized=True, n_resamples=np.inf if x.size <= 16 else 9999, random_state=0)
     return float(min(1.0, n_ranks * res.pvalue))
+
+
+def onset_statistic(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """How consistently positive per-step values are from some step to the last (dimensionless): the largest
+    self-normalised sum, sum / sqrt(sum of squares), over the series' suffixes of at least half its steps, the
+    whole series among them (a straggler must recur: a shorter run of late steps is a pause, not a slow rank).
+    Self-normalised so that a run of k equal steps scores sqrt(k) whatever their size; over the whole series it
+    orders sign patterns as the plain sum does (the sum of squares does not change with the signs). Along axis
+    (vectorised for permutation_test)."""
+    x = np.moveaxis(np.asarray(x, dtype=float), axis, -1)
+    k = x.shape[-1]
+    lengths = np.arange(max(2, -(-k // 2)), k + 1)
+    # the suffix of length L: the whole series less its first k - L steps
+    cs = np.concatenate([np.zeros(x.shape[:-1] + (1,)), np.cumsum(x, axis=-1)], axis=-1)
+    cq = np.concatenate([np.zeros(x.shape[:-1] + (1,)), np.cumsum(x * x, axis=-1)], axis=-1)
+    total, squares = cs[..., k - lengths], cq[..., k - lengths]
+    return ((cs[..., -1:] - total) / np.sqrt(np.maximum(cq[..., -1:] - squares, 1e-300))).max(axis=-1)
 
 
 def recurring_over_opposite(extra_us: np.ndarray) -> float:

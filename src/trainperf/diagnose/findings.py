@@ -199,6 +199,37 @@ PAUSED_HOSTS_RECOMMENDATION = (
     "N steps (Megatron's --manual-gc, NeMo's gc_interval). Else CPU contention (pin each rank to its own cores, "
     "enough cores per GPU, no other jobs on the node) or a slow read or log write on that rank's training thread.")
 
+# straggler when a group of ranks (or one) is late step after step, each the last in some steps (rules._slow_ranks):
+# cause is SLOW_RANKS_DEVICE_CAUSE when they compute more in the steps they are late, else SLOW_RANKS_HOST_CAUSE
+SLOW_RANKS_RECOMMENDATION = (
+    "{who} arrived late at the collectives step after step, the last rank of a step changing among them by jitter "
+    "only: slow hardware or hosts, not work that changes from step to step (ranks of one node, when they are that "
+    "node's). {cause} If the node stays slow, exclude it from the job.")
+SLOW_RANKS_DEVICE_CAUSE = (
+    "The same work takes longer there: compare those GPUs' clocks and throttle reasons with the others' (nvidia-smi "
+    "-q -d PERFORMANCE,CLOCK,POWER,TEMPERATURE; rocm-smi), their links (PCIe/NVLink width and speed, the NIC) and "
+    "ECC errors; or they get more work every step the same way (experts that stay hot, an uneven layer or data "
+    "split): balance it.")
+SLOW_RANKS_HOST_CAUSE = (
+    "They compute no more than the others but start late: their hosts are slower (CPU contention, other processes "
+    "on the node, NUMA placement, fewer cores per GPU, a slower disk for their data).")
+
+
+def rank_list(ranks) -> str:
+    """Ranks as a short list: runs of consecutive ranks as A-B ("8-15", "0, 3-5")."""
+    out, run = [], []
+    for r in sorted(ranks):
+        if run and r == run[-1] + 1:
+            run.append(r)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [r]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ", ".join(out)
+
+
 RECOMMENDATIONS = {
     "data_loader_stall": "Feed the GPU faster: raise DataLoader num_workers, set pin_memory=True and "
                          "persistent_workers=True, prefetch (prefetch_factor) or move decoding/augmentation off "

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trainperf.diagnose.api import Diagnosis
+from trainperf.diagnose.findings import rank_list
 
 _SEV_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
 
@@ -25,7 +26,8 @@ def straggler_text(cross_rank: dict) -> str:
     of waiting"; on a CPU-only job whose wait load noise explains as well (rules.host_wait_is_noise, the straggler
     rule's own decision), "rank R caused X ms of waiting, as much as load noise gives (p P)"; when the rank waited
     for changed from step to step (StragglerFacts.persistent), no straggler but load imbalance, or ranks taking
-    turns being late with no more work (late_ranks_paused: their hosts paused); NO_STRAGGLER when nobody waited."""
+    turns being late with no more work (late_ranks_paused: their hosts paused), or a group of slow ranks late step
+    after step (slow_ranks); NO_STRAGGLER when nobody waited."""
     s = straggler_wait_ms(cross_rank)
     if s is None:
         return NO_STRAGGLER
@@ -34,6 +36,10 @@ def straggler_text(cross_rank: dict) -> str:
         return f"rank {s[0]} caused {s[1]:.1f} ms of waiting, as much as load noise gives (p {p:.3f})"
     if cross_rank.get("straggler_persistent") is False:
         last = ", ".join(f"rank {r} in {n}" for r, n in sorted(cross_rank["steps_each_rank_was_waited_for"].items()))
+        if cross_rank.get("slow_ranks"):
+            return (f"slow ranks {rank_list(cross_rank['slow_ranks'])}: late step after step as a group, each the "
+                    f"last in some steps (arrival order random: p {cross_rank['slow_ranks_p_value']:.4f}; {last} "
+                    "steps)")
         if cross_rank.get("late_ranks_paused"):
             return ("no persistent straggler: the ranks took turns being late without more work in those steps "
                     f"(their hosts paused; {last} steps)")

@@ -291,10 +291,11 @@ STRAGGLER_MIN_WAIT_PCT = 2.0  # wait the straggler causes each other rank, % of 
 # (straggler-low-real-fsdp, p 0.02) is a straggler, one late by 4 % in some steps and early in others is not.
 STRAGGLER_HOST_MIN_PCT = 5.0
 # ... and its extra work must recur step after step more than load noise makes it (crossrank.straggler_p_value,
-# a sign-flip test: under "no straggler" each step's extra is as likely negative). 0.05: the usual false-alarm
-# rate, stated, not fitted. On a shared machine either rank is slower in some steps by the load alone (corpus
-# healthy-real-fsdp, 2026-12-02: +5, +4, -12, +21 ms). The GPU straggler's test (crossrank.persistent_laggard: is
-# it the laggard in more steps than ranks taking turns would make it) uses the same rate.
+# a sign-flip test over the window or its last steps: under "no straggler" each step's extra is as likely
+# negative). 0.05: the usual false-alarm rate, stated, not fitted. On a shared machine either rank is slower in
+# some steps by the load alone (corpus healthy-real-fsdp, 2026-12-02: +5, +4, -12, +21 ms). The GPU straggler's
+# test (crossrank.persistent_laggard: is it the laggard in more steps than ranks taking turns would make it) uses
+# the same rate.
 STRAGGLER_HOST_ALPHA = 0.05
 # With too few steps for the test to pass at all (4 steps of 2 ranks: p >= 0.125), the recurring extra work must
 # outweigh the other ranks' opposite excess (crossrank.recurring_over_opposite >= this; 1: as large; not fitted),
@@ -334,6 +335,8 @@ def straggler(f: RankFacts) -> Finding | None:
                      what_if=f"no rank waits for rank {s.rank} (host only: the others' median wait per step)",
                      evidence_pct=s.host_gain_pct)
     if not s.persistent:  # the rank the others wait for changes from step to step
+        if s.slow_ranks:  # among a group of ranks late in every step: a slow node
+            return _slow_ranks(f)
         return _paused_hosts(f) if paused_not_loaded(s) else None  # else load_imbalance
     metrics = {"caused_wait": (s.caused_us, "us"), "caused_wait_per_other_rank": (s.caused_per_other_us, "us"),
                "compute_imbalance": (s.imbalance_pct, "%"), "compute_vs_other_ranks": (s.compute_ratio, "x"),
@@ -393,9 +396,11 @@ def _lateness_metrics(s: StragglerFacts) -> dict:
     return out
 
 
-def _turn_waits(f: RankFacts, kind: str, what_if: str) -> Finding:
+def _turn_waits(f: RankFacts, kind: str, what_if: str, ranks: list[int] | None = None,
+                extra: dict | None = None) -> Finding:
     """The waits of this rank inside matched collectives for ranks that take turns being late, as a finding of
-    `kind`: priced as those waits removed (every rank at the step's mean pace instead of its slowest)."""
+    `kind` naming `ranks` (default: every rank that was the last in some step), with `extra` metrics: priced as
+    those waits removed (every rank at the step's mean pace instead of its slowest)."""
     s = f.straggler
     waited = float(sum(v for v, _ in f.waits.values()))
     metrics = {"waited_in_collectives": (waited, "us"), "waited_share": (f.pct(waited), "%"),
@@ -403,11 +408,13 @@ def _turn_waits(f: RankFacts, kind: str, what_if: str) -> Finding:
                "compute_imbalance": (s.imbalance_pct, "%")}
     metrics |= _lateness_metrics(s)
     metrics |= {f"steps_rank_{r}_was_waited_for": (n, "count") for r, n in sorted(s.last_in_steps.items())}
+    metrics |= extra or {}
     longest = sorted(f.waits.items(), key=lambda kv: -kv[1][0])[:3]
     return _make(f, kind, metrics,
                  [(f"{f.table.names[int(f.table.name[row])][:60]} (waited for rank {other})",
                    float(f.window.ts_us[row]), us) for row, (us, other) in longest],
-                 (Change("remove_straggler_wait"),), what_if, evidence_pct=f.pct(waited), ranks=sorted(s.last_in_steps))
+                 (Change("remove_straggler_wait"),), what_if, evidence_pct=f.pct(waited),
+                 ranks=sorted(s.last_in_steps) if ranks is None else ranks)
 
 
 def _paused_hosts(f: RankFacts) -> Finding | None:
@@ -422,13 +429,31 @@ def _paused_hosts(f: RankFacts) -> Finding | None:
     return found
 
 
+def _slow_ranks(f: RankFacts) -> Finding | None:
+    """A group of ranks late at the collectives step after step, each the last in some steps (StragglerFacts.
+    slow_ranks: a slow node, not unequal work per step). Priced, as load imbalance, as this rank's waits inside
+    collectives removed: the group as fast as the others."""
+    if not f.waits:
+        return None
+    s = f.straggler
+    group = s.slow_ranks
+    found = _turn_waits(f, "straggler", f"rank(s) {F.rank_list(group)} as fast as the others: nobody waits in "
+                        "collectives",
+                        ranks=list(group), extra={"p_value_arrival_order_random": (s.slow_ranks_p_value, "")})
+    cause = F.SLOW_RANKS_HOST_CAUSE if paused_not_loaded(s) else F.SLOW_RANKS_DEVICE_CAUSE
+    who = f"Ranks {F.rank_list(group)}" if len(group) > 1 else f"Rank {group[0]}"
+    found.recommendation = F.SLOW_RANKS_RECOMMENDATION.format(who=who, cause=cause)
+    return found
+
+
 def load_imbalance(f: RankFacts) -> Finding | None:
     """Ranks wait for each other inside matched collectives, but the rank they wait for changes from step to step
     (StragglerFacts.persistent false) and computes more in the steps it is late (or the steps cannot be compared):
     no rank is slow, the ranks get unequal work per step (sequence lengths without packing, MoE routing, uneven
     shards). Priced, like a straggler's waiting ranks, as this rank's waits inside collectives removed."""
     s = f.straggler
-    if s is None or s.persistent or s.host_gain_pct is not None or not f.waits or paused_not_loaded(s):
+    if (s is None or s.persistent or s.slow_ranks or s.host_gain_pct is not None or not f.waits
+            or paused_not_loaded(s)):
         return None
     return _turn_waits(f, "load_imbalance", "every rank's work per step balanced: nobody waits in collectives")
 

@@ -1,0 +1,97 @@
+"""Slow ranks against unequal work: what diagnose names on simulated multi-rank jobs.
+
+Each job: N ranks, 8 steps of one GEMM (8 ms) then an all-reduce that ends 300 us after the last rank arrives,
+written as Kineto traces (tests/trace/kineto_builder.py). Scenarios:
+- slow group: G ranks (the last G, one node's when G = 8) compute `factor` x longer in every step, and every rank's
+  GEMM varies by +-jitter us per step (uniform): the last rank of a step is one of the group, by the jitter;
+- rotating: one rank per step computes 3 ms more, a different one each step (unequal work: load imbalance);
+- random: every rank's GEMM varies by +-1.5 ms per step (unequal work, no slow rank), with a constant per-rank
+  offset of up to 50 us (a consistent order of arrival that costs nothing, as a clock offset left by the
+  alignment would give).
+Printed per job: the finding naming the waits (straggler / load_imbalance), its ranks, its gain, the truth, and the
+diagnose time.
+
+    .venv/bin/python benchmarks/slow_ranks_jobs.py [--seeds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.progress import track
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "trace"))
+from kineto_builder import TraceBuilder  # noqa: E402
+
+from trainperf.diagnose.api import diagnose  # noqa: E402
+
+NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+STEPS, P, C, AR = 8, 16_000.0, 8_000.0, 300.0
+
+
+def write_job(path: Path, compute_us: dict[tuple[int, int], float], ranks: int) -> None:
+    """compute_us[(rank, step)]: that rank's GEMM in that step (µs)."""
+    for r in range(ranks):
+        b = TraceBuilder(rank=r, world_size=ranks)
+        for s in range(STEPS):
+            T = s * P
+            b.step(s, T, P)
+            b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", T + 100, T + 110, compute_us[r, s])
+            last = T + 110 + max(compute_us[q, s] for q in range(ranks))
+            arrive = T + 110 + compute_us[r, s]
+            b.launch(NCCL, T + 140, arrive, last + AR - arrive, **{"Collective name": "allreduce",
+                                                                 "Process Group Name": "0"})
+            b.cpu("cudaDeviceSynchronize", T + 300, last + AR + 5 - (T + 300), cat="cuda_runtime")
+        b.write(path / f"rank{r}.json.gz")
+
+
+def scenario(name: str, ranks: int, rng: random.Random) -> tuple[dict, list[int], str]:
+    """(compute per rank and step, the ranks truly slow, the kind that names the waits)."""
+    if name.startswith("slow"):
+        g = int(name.split()[1])
+        slow = list(range(ranks - g, ranks))
+        comp = {(r, s): C * (1.3 if r in slow else 1.0) + rng.uniform(-100, 100) for r in range(ranks)
+                for s in range(STEPS)}
+        return comp, slow, "straggler"
+    if name == "rotating":
+        return {(r, s): C + (3000.0 if r == s % ranks else 0.0) for r in range(ranks) for s in range(STEPS)}, [], \
+            "load_imbalance"
+    offset = {r: rng.uniform(0, 50) for r in range(ranks)}
+    return {(r, s): C + offset[r] + rng.uniform(-1500, 1500) for r in range(ranks) for s in range(STEPS)}, [], \
+        "load_imbalance"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=3)
+    a = ap.parse_args()
+    jobs = [(n, sc, seed) for n in (16, 64) for sc in ("slow 1", "slow 4", "slow 8", "rotating", "random")
+            for seed in range(a.seeds)]
+    print("| ranks | scenario | seed | truth | named | ranks named | gain % | diagnose s |")
+    print("|---|---|---|---|---|---|---|---|")
+    right = 0
+    for n, sc, seed in track(jobs, description="jobs", transient=True):
+        comp, slow, kind = scenario(sc, n, random.Random(seed))
+        with tempfile.TemporaryDirectory() as tmp:
+            write_job(Path(tmp), comp, n)
+            t0 = time.perf_counter()
+            d = diagnose(tmp)
+            secs = time.perf_counter() - t0
+        named = next((f for f in d.findings if f.kind in ("straggler", "load_imbalance")), None)
+        ok = named is not None and named.kind == kind and (kind != "straggler" or named.ranks == slow)
+        right += ok
+        truth = f"straggler {slow[0]}-{slow[-1]}" if slow else kind
+        print(f"| {n} | {sc} | {seed} | {truth} | {named.kind if named else '-'} | "
+              f"{(named.ranks if len(named.ranks) <= 8 else f'{len(named.ranks)} ranks') if named else '-'} | "
+              f"{named.gain_pct if named else 0:.1f} | {secs:.1f} |")
+    print(f"\n{right} of {len(jobs)} named as the truth (kind, and the slow ranks exactly)")
+
+
+if __name__ == "__main__":
+    main()
