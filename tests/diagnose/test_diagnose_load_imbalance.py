@@ -194,6 +194,24 @@ def test_a_slow_pair_among_many_ranks_is_named_whole(tmp_path):
     assert f.ranks == [14, 15] and _find(d, "load_imbalance") is None
 
 
+def test_traces_of_part_of_the_job_say_waits_may_be_for_untraced_ranks(tmp_path):
+    """The slow-node job with only its fast ranks' traces (0-3 of 8): they arrive together and wait 3 ms in every
+    all-reduce for ranks nobody traced, which reads as exposed communication; the traces' world size (8) says 4 ranks
+    are missing, and every cross-rank finding carries the note, at medium confidence at most."""
+    _job(tmp_path, rotating=False, ranks=8, group=(4, 5, 6, 7))
+    for r in (4, 5, 6, 7):
+        (tmp_path / f"rank{r}.json.gz").unlink()
+    d = diagnose(tmp_path)
+    note = "4 of the job's 8 ranks traced"
+    assert any(note in n for n in d.notes)
+    comm = _find(d, "exposed_comm")
+    assert comm is not None and any(note in n for n in comm.notes) and comm.confidence in ("medium", "low")
+    # every rank traced: no such note
+    (tmp_path / "all").mkdir()
+    assert not any("ranks traced" in n for n in diagnose(_job(tmp_path / "all", rotating=False, ranks=8,
+                                                              group=(4, 5, 6, 7))).notes)
+
+
 def test_slow_ranks_p_value_against_exact_enumeration():
     """3 ranks, 6 steps: rank 2 arrives last in every step, ranks 0 and 1 in alternating order. Friedman's statistic
     (sum of squared position sums) is 9^2 + 9^2 + 18^2 = 486; the exact p, over all 6^6 orderings, counted here; the

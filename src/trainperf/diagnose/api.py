@@ -14,7 +14,8 @@ from trainperf.diagnose.crossrank import (CrossRank, HostStraggler, MatchedColle
                                          compute_before_collectives, compute_straggler, cross_rank, host_straggler,
                                          laggards, lateness_by_step, lateness_share, persistent_laggard,
                                          slow_ranks, straggler_min_p_value, straggler_steps_needed)
-from trainperf.diagnose.evidence import Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes
+from trainperf.diagnose.evidence import (Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes,
+                                        untraced_ranks_caveat)
 from trainperf.diagnose.facts import DeviceTiming, RankFacts, StragglerFacts, collect_facts, device_timing
 from trainperf.diagnose.modules import module_breakdown
 from trainperf.diagnose.steps import gpu_step_periods_us, memcpy_bandwidth
@@ -194,6 +195,10 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     found: list[F.Finding] = []
     plans: dict[int, F.FixPlan] = {}
     job_caveats = cross_rank_caveats(xr.clock_offset_us, xr.clock_spread_us) if xr is not None else []
+    untraced = untraced_ranks_caveat([(t.metadata.get("distributedInfo") or {}).get("world_size")
+                                      for t in tables.values() if isinstance(t.metadata.get("distributedInfo"), dict)],
+                                     len(tables))
+    job_caveats += [untraced] if untraced else []
     if hs is not None and not testable:
         job_caveats.append(Caveat(
             note=f"{hs.steps} common profiled steps are too few to test a slow rank against load noise (a rank slower "

@@ -337,6 +337,19 @@ def cross_rank_caveats(clock_offset_us: dict, clock_spread_us: dict) -> list[Cav
                         "approximate", confidence="medium", kinds=CROSS_RANK_KINDS)]
 
 
+def untraced_ranks_caveat(world_sizes: list, traced: int) -> Caveat | None:
+    """The job had more ranks than were traced (distributedInfo.world_size, from any rank's trace): a collective's
+    time can be waiting for a rank that is not in the traces, and a straggler among those reads as communication."""
+    known = [int(w) for w in world_sizes if isinstance(w, (int, float)) and w > 0]
+    world = max(known, default=0)
+    if world <= traced:
+        return None
+    return Caveat(note=f"{traced} of the job's {world} ranks traced (distributedInfo.world_size): time inside "
+                       "collectives may be waiting for an untraced rank, and a straggler among them reads as exposed "
+                       "communication; diagnose every rank's trace (or one rank of each node) together to tell",
+                  confidence="medium", kinds=CROSS_RANK_KINDS)
+
+
 _LEVEL = {"high": 2, "medium": 1, "low": 0}
 
 
