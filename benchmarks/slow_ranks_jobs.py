@@ -2,8 +2,9 @@
 
 Each job: N ranks, 8 steps of one GEMM (8 ms) then an all-reduce that ends 300 us after the last rank arrives,
 written as Kineto traces (tests/trace/kineto_builder.py). Scenarios:
-- slow group: G ranks (the last G, one node's when G = 8) compute `factor` x longer in every step, and every rank's
-  GEMM varies by +-jitter us per step (uniform): the last rank of a step is one of the group, by the jitter;
+- slow group: G ranks (the last G, one node's when G = 8) compute 1.3x longer (2.4 ms) in every step, and every
+  rank's GEMM varies by +-noise us per step (uniform; --noise, default 100): the last rank of a step is one of the
+  group, by the noise;
 - rotating: one rank per step computes 3 ms more, a different one each step (unequal work: load imbalance);
 - random: every rank's GEMM varies by +-1.5 ms per step (unequal work, no slow rank), with a constant per-rank
   offset of up to 50 us (a consistent order of arrival that costs nothing, as a clock offset left by the
@@ -11,7 +12,7 @@ written as Kineto traces (tests/trace/kineto_builder.py). Scenarios:
 Printed per job: the finding naming the waits (straggler / load_imbalance), its ranks, its gain, the truth, and the
 diagnose time.
 
-    .venv/bin/python benchmarks/slow_ranks_jobs.py [--seeds 3]
+    .venv/bin/python benchmarks/slow_ranks_jobs.py [--seeds 3] [--noise 100]
 """
 
 from __future__ import annotations
@@ -51,12 +52,12 @@ def write_job(path: Path, compute_us: dict[tuple[int, int], float], ranks: int) 
         b.write(path / f"rank{r}.json.gz")
 
 
-def scenario(name: str, ranks: int, rng: random.Random) -> tuple[dict, list[int], str]:
+def scenario(name: str, ranks: int, rng: random.Random, noise: float) -> tuple[dict, list[int], str]:
     """(compute per rank and step, the ranks truly slow, the kind that names the waits)."""
     if name.startswith("slow"):
         g = int(name.split()[1])
         slow = list(range(ranks - g, ranks))
-        comp = {(r, s): C * (1.3 if r in slow else 1.0) + rng.uniform(-100, 100) for r in range(ranks)
+        comp = {(r, s): C * (1.3 if r in slow else 1.0) + rng.uniform(-noise, noise) for r in range(ranks)
                 for s in range(STEPS)}
         return comp, slow, "straggler"
     if name == "rotating":
@@ -70,6 +71,7 @@ def scenario(name: str, ranks: int, rng: random.Random) -> tuple[dict, list[int]
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--noise", type=float, default=100.0, help="+- us on every GEMM of the slow-group jobs")
     a = ap.parse_args()
     jobs = [(n, sc, seed) for n in (16, 64) for sc in ("slow 1", "slow 4", "slow 8", "rotating", "random")
             for seed in range(a.seeds)]
@@ -77,7 +79,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     right = 0
     for n, sc, seed in track(jobs, description="jobs", transient=True):
-        comp, slow, kind = scenario(sc, n, random.Random(seed))
+        comp, slow, kind = scenario(sc, n, random.Random(seed), a.noise)
         with tempfile.TemporaryDirectory() as tmp:
             write_job(Path(tmp), comp, n)
             t0 = time.perf_counter()

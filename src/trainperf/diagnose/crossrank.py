@@ -219,7 +219,37 @@ def lateness_by_step(collectives: list[MatchedCollective], step_of) -> dict:
     return out
 
 
-SLOW_RANKS_DRAWS = 9999  # random within-step permutations for slow_ranks' p-value (its floor: 1e-4)
+SLOW_RANKS_DRAWS = 9999  # random within-step permutations for slow_ranks' p-values (their floor: 1e-4)
+
+
+def arrival_order_p_value(late_us: np.ndarray) -> float:
+    """The chance (0..1) that ranks equally fast give an order of arrival this consistent from step to step
+    (late_us: steps x ranks, µs): Friedman's test of the ranks' positions within each step (the steps as blocks;
+    statistic: the sum over ranks of their squared position sums, ties averaged), its p-value from SLOW_RANKS_DRAWS
+    draws that permute each step's positions among the ranks (the null: any order as likely in each step). 1.0 with
+    fewer than 2 ranks or steps."""
+    from scipy.stats import rankdata  # here: scipy.stats costs ~0.3 s to import
+
+    if late_us.ndim != 2 or min(late_us.shape) < 2:
+        return 1.0
+    pos = rankdata(late_us, axis=1)
+    observed = float((pos.sum(axis=0) ** 2).sum())
+    # the permutations drawn directly, all at once (scipy.stats.permutation_test draws each step's permutation of
+    # 64 ranks in Python: 2.6 s for 16 ranks against 0.05 s here); the p-value as permutation_test gives it
+    draws = np.random.default_rng(0).permuted(np.broadcast_to(pos, (SLOW_RANKS_DRAWS, *pos.shape)), axis=-1)
+    null = (draws.sum(axis=1) ** 2).sum(axis=-1)
+    return float((1 + np.count_nonzero(null >= observed * (1 - 1e-12))) / (SLOW_RANKS_DRAWS + 1))
+
+
+def _upper_class(values: np.ndarray) -> np.ndarray:
+    """Positions (into values) of the values above the widest gap between consecutive sorted values, or none when
+    that leaves more than half of them above (a group of slow ranks is the minority; where most ranks are late
+    together the odd ones out are fast). A natural break, not a threshold: Otsu's between-class variance was tried
+    first and split the fast ranks' own spread when one or four ranks of 64 were slow and every rank's time varied
+    by as much as their slowness."""
+    order = np.argsort(values, kind="stable")
+    split = 1 + int(np.argmax(np.diff(values[order])))
+    return order[split:] if len(values) - split <= len(values) / 2 else order[:0]
 
 
 def slow_ranks(late: dict, last: dict, alpha: float) -> tuple[list[int], float]:
@@ -228,43 +258,27 @@ def slow_ranks(late: dict, last: dict, alpha: float) -> tuple[list[int], float]:
     Ranks that take turns being the last (load imbalance: unequal work per step) and a group of ranks each late in
     every step (a slow node: its GPUs throttled, a slower link, a shared host), each of them the last in some steps
     by jitter, look alike to the laggard count (persistent_laggard: no one rank is the last in most steps). They
-    differ in whether the ranks' order of arrival holds from step to step: Friedman's test of the ranks' positions
-    within each step (the steps as blocks; statistic: the sum over ranks of their squared position sums), its
-    p-value from 9,999 draws that permute each step's positions among the ranks (the null: any order as likely in
-    each step). When it holds (p <= alpha), the group is the upper class of the ranks' mean lateness split where the
-    two classes differ most (Otsu's between-class variance: no threshold; lateness, not positions, because the
-    fast ranks' positions spread over the whole lower range by jitter while their lateness stays near zero). A
-    consistent order alone is not a slow
-    group (a clock offset the alignment left, a rank that logs 50 µs before each collective keep one too): the
-    group must also be what the others wait for, the laggard of a majority of the steps with waits (last:
-    laggards), and be at most half of the ranks (else the odd ones out are fast: their waits are their own idle).
-    Needs >= 3 ranks and >= 2 steps that every rank arrived in (late: lateness_by_step); else ([], 1.0)."""
-    from scipy.stats import rankdata  # here: scipy.stats costs ~0.3 s to import
-
+    differ in whether the ranks' order of arrival holds from step to step (arrival_order_p_value). When it holds
+    (p <= alpha), the group is the ranks whose mean lateness lies above the widest gap, at most half of the ranks
+    (_upper_class; else the odd ones out are fast, and their waits are their own idle; lateness, not positions,
+    because the fast ranks' positions spread over the whole lower range by jitter while their lateness stays near
+    zero). A consistent order alone is not a slow group (a clock offset the alignment left, a rank that logs 50 µs
+    before each collective keep one too): the group must also be what the others wait for, the laggard of a
+    majority of the steps with waits (last: laggards). Needs >= 3 ranks and >= 2 steps that every rank arrived in
+    (late: lateness_by_step); else ([], 1.0)."""
     ranks = sorted(set.intersection(*[set(v) for v in late.values()])) if late else []
     steps = [s for s in late if all(r in late[s] for r in ranks)]
     if len(ranks) < 3 or len(steps) < 2:
         return [], 1.0
     x = np.array([[late[s][r] for r in ranks] for s in steps])  # steps x ranks, µs
-    pos = rankdata(x, axis=1)  # positions within each step, ties averaged
-    observed = float((pos.sum(axis=0) ** 2).sum())
-    # the permutations drawn directly, all at once (scipy.stats.permutation_test draws each step's permutation of
-    # 64 ranks in Python: 2.6 s for 16 ranks against 0.05 s here); the p-value as permutation_test gives it
-    draws = np.random.default_rng(0).permuted(np.broadcast_to(pos, (SLOW_RANKS_DRAWS, *pos.shape)), axis=-1)
-    null = (draws.sum(axis=1) ** 2).sum(axis=-1)
-    p_value = float((1 + np.count_nonzero(null >= observed * (1 - 1e-12))) / (SLOW_RANKS_DRAWS + 1))
+    p_value = arrival_order_p_value(x)
     if p_value > alpha:
         return [], p_value
-    mean_late = x.mean(axis=0)
-    order = np.argsort(mean_late, kind="stable")
-    v = mean_late[order]
-    # Otsu: the split of the sorted mean lateness with the largest between-class variance
-    split = max(range(1, len(v)), key=lambda i: i * (len(v) - i) * (v[i:].mean() - v[:i].mean()) ** 2)
-    group = sorted(int(ranks[i]) for i in order[split:])
-    waited_for = sum(1 for r, _ in last.values() if r in group)
-    if len(group) > len(ranks) / 2 or waited_for <= len(last) / 2:
+    members = sorted(int(ranks[i]) for i in _upper_class(x.mean(axis=0)))
+    waited_for = sum(1 for r, _ in last.values() if r in members)
+    if not members or waited_for <= len(last) / 2:
         return [], p_value
-    return group, p_value
+    return members, p_value
 
 
 def lateness_share(last: dict, per_step: dict[int, dict], n_ranks: int) -> float | None:
