@@ -241,6 +241,25 @@ def test_slow_ranks_p_value_against_exact_enumeration():
     assert slow_ranks(late3, {s: (1, 1.0) for s in range(7)}, 0.05)[0] == []
 
 
+def test_many_steps_take_friedmans_chi_square_which_agrees_with_the_draws(monkeypatch):
+    """A trace without steps has a block per collective: thousands, whose permutations would hold billions of
+    positions. From FRIEDMAN_CHI2_MIN_BLOCKS blocks on, scipy's chi-square approximation; just below, the draws and
+    the approximation agree (19 steps of 8 ranks, one rank 0.5 sd later: 0.633 drawn, 0.628 approximated)."""
+    from trainperf.diagnose import crossrank
+
+    x = np.random.default_rng(1).normal(size=(19, 8))
+    x[:, 7] += 0.5
+    drawn = crossrank.arrival_order_p_value(x)
+    monkeypatch.setattr(crossrank, "FRIEDMAN_CHI2_MIN_BLOCKS", 2)
+    assert crossrank.arrival_order_p_value(x) == pytest.approx(drawn, abs=0.02)
+    monkeypatch.undo()
+    late = np.random.default_rng(2).normal(size=(2000, 64))
+    assert crossrank.arrival_order_p_value(late) > 0.05               # no lasting order
+    late[:, 60:] += 1.0                                                  # four ranks 1 sd later in every block
+    assert crossrank.arrival_order_p_value(late) < 1e-6
+    assert crossrank.arrival_order_p_value(np.zeros((30, 5))) == 1.0    # every block tied
+
+
 def test_laggard_p_value_by_hand():
     # P(one given rank is last in all 7 steps | 2 ranks at random) = 1/128; times 2 ranks: 1/64
     assert laggard_p_value(7, 7, 2) == pytest.approx(1 / 64)
