@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from trainperf.diagnose import findings as F
 from trainperf.diagnose.api import diagnose
 from trainperf.diagnose.crossrank import (MatchedCollective, laggard_p_value, laggards, persistent_laggard,
                                          slow_ranks)
@@ -176,6 +177,7 @@ def test_a_group_of_ranks_late_every_step_is_a_slow_node_not_load_imbalance(tmp_
     assert m["waited_in_collectives"]["value"] == pytest.approx(7 * (EXTRA + JITTER))  # a rank of 0-3
     assert f.gain_alone_pct == pytest.approx(m["waited_share"]["value"], abs=0.05)
     assert f.recommendation.startswith("Ranks 4-7 arrived late") and "clocks" in f.recommendation
+    assert F.rank_list([5, 0, 3, 4, 9]) == "0, 3-5, 9" and F.rank_list([7]) == "7"
     # the same group launching the same work late (their hosts): the cause named is the hosts'
     (tmp_path / "hosts").mkdir()
     f = _find(diagnose(_job(tmp_path / "hosts", rotating=False, ranks=8, group=(4, 5, 6, 7), paused=True)),

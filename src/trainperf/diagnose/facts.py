@@ -52,8 +52,8 @@ class StragglerFacts:
     # persistent: the straggler was it in most of them (else the waits are load imbalance: rules.load_imbalance)
     last_in_steps: dict = field(default_factory=dict)
     persistent: bool = True
-    # not persistent, but the same group of ranks late step after step, each the last in some steps (a slow node:
-    # crossrank.slow_ranks), and that test's p-value; [] when none
+    # the group of ranks late step after step, each the last in some steps (a slow node: crossrank.slow_ranks; then
+    # persistent is false, whichever rank the laggard count found), and that test's p-value; [] when none
     slow_ranks: list = field(default_factory=list)
     slow_ranks_p_value: float = 1.0
     # how much of the late ranks' lateness their extra computation in those steps accounts for, and how much their

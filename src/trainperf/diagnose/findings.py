@@ -17,6 +17,7 @@ rated low comes after the findings rated high (in_rank_order).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from itertools import groupby
 
 HIGH_GAIN_PCT = 10.0
 MEDIUM_GAIN_PCT = 3.0
@@ -217,17 +218,8 @@ SLOW_RANKS_HOST_CAUSE = (
 
 def rank_list(ranks) -> str:
     """Ranks as a short list: runs of consecutive ranks as A-B ("8-15", "0, 3-5")."""
-    out, run = [], []
-    for r in sorted(ranks):
-        if run and r == run[-1] + 1:
-            run.append(r)
-            continue
-        if run:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [r]
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ", ".join(out)
+    runs = [[r for _, r in g] for _, g in groupby(enumerate(sorted(ranks)), key=lambda p: p[1] - p[0])]
+    return ", ".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs)
 
 
 RECOMMENDATIONS = {
