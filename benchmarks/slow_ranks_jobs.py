@@ -8,7 +8,9 @@ written as Kineto traces (tests/trace/kineto_builder.py). Scenarios:
 - rotating: one rank per step computes 3 ms more, a different one each step (unequal work: load imbalance);
 - random: every rank's GEMM varies by +-1.5 ms per step (unequal work, no slow rank), with a constant per-rank
   offset of up to 50 us (a consistent order of arrival that costs nothing, as a clock offset left by the
-  alignment would give).
+  alignment would give);
+- tp+dp (16 ranks, write_tp_dp_job): tensor-parallel groups of 4 and data-parallel groups across them, with one
+  slow GPU, a slow TP group (one node's) or a slow DP column.
 Printed per job: the finding naming the waits (straggler / load_imbalance), its ranks, its gain, the truth, and the
 diagnose time.
 
@@ -31,6 +33,7 @@ sys.path.insert(0, str(REPO / "tests" / "trace"))
 from kineto_builder import TraceBuilder  # noqa: E402
 
 from trainperf.diagnose.api import diagnose  # noqa: E402
+from trainperf.diagnose.findings import rank_list  # noqa: E402
 
 NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 STEPS, P, C, AR = 8, 16_000.0, 8_000.0, 300.0
@@ -49,6 +52,41 @@ def write_job(path: Path, compute_us: dict[tuple[int, int], float], ranks: int) 
             b.launch(NCCL, T + 140, arrive, last + AR - arrive, **{"Collective name": "allreduce",
                                                                  "Process Group Name": "0"})
             b.cpu("cudaDeviceSynchronize", T + 300, last + AR + 5 - (T + 300), cat="cuda_runtime")
+        b.write(path / f"rank{r}.json.gz")
+
+
+def write_tp_dp_job(path: Path, slow: set[int], ranks: int, rng: random.Random, noise: float, tp: int = 4,
+                    layers: int = 4) -> None:
+    """A tensor- and data-parallel job: per step, `layers` x (a 2-ms GEMM, then an all-reduce in each TP group of
+    `tp` consecutive ranks), then an all-reduce in each DP group (ranks r, r + tp, ...); the ranks in `slow` run
+    their GEMMs 1.3x longer, every GEMM +-noise us. The host launches a step's work at its start and waits at its
+    end. Each collective ends 100 us (TP) or 300 us (DP) after its last rank arrives."""
+    period = layers * 3000.0 + 1000.0
+    builders = {r: TraceBuilder(rank=r, world_size=ranks) for r in range(ranks)}
+    for s in range(STEPS):
+        T = s * period
+        t = {r: T + 110.0 for r in range(ranks)}  # where each rank's device is
+        for b in builders.values():
+            b.step(s, T, period)
+        for layer in range(layers):
+            gemm = {r: 2000.0 * (1.3 if r in slow else 1.0) + rng.uniform(-noise, noise) for r in range(ranks)}
+            for r, b in builders.items():
+                b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", T + 10 + 20 * layer, t[r], gemm[r])
+            for g in range(ranks // tp):
+                members = range(g * tp, (g + 1) * tp)
+                last = max(t[q] + gemm[q] for q in members)
+                for r in members:
+                    builders[r].launch(NCCL, T + 20 + 20 * layer, t[r] + gemm[r], last + 100 - t[r] - gemm[r],
+                                       **{"Collective name": "allreduce", "Process Group Name": f"tp{g}"})
+                    t[r] = last + 100
+        for g in range(tp):
+            members = range(g, ranks, tp)
+            last = max(t[q] for q in members)
+            for r in members:
+                builders[r].launch(NCCL, T + 95, t[r], last + 300 - t[r],
+                                   **{"Collective name": "allreduce", "Process Group Name": f"dp{g}"})
+                builders[r].cpu("cudaDeviceSynchronize", T + 99, last + 305 - (T + 99), cat="cuda_runtime")
+    for r, b in builders.items():
         b.write(path / f"rank{r}.json.gz")
 
 
@@ -75,20 +113,29 @@ def main() -> None:
     a = ap.parse_args()
     jobs = [(n, sc, seed) for n in (16, 64) for sc in ("slow 1", "slow 4", "slow 8", "rotating", "random")
             for seed in range(a.seeds)]
+    # tensor x data parallel, 16 ranks: one slow GPU, a slow TP group (one node's), a slow DP column
+    jobs += [(16, sc, seed) for sc in ("tp+dp: 5", "tp+dp: 4-7", "tp+dp: 1,5,9,13") for seed in range(a.seeds)]
     print("| ranks | scenario | seed | truth | named | ranks named | gain % | diagnose s |")
     print("|---|---|---|---|---|---|---|---|")
     right = 0
     for n, sc, seed in track(jobs, description="jobs", transient=True):
-        comp, slow, kind = scenario(sc, n, random.Random(seed), a.noise)
         with tempfile.TemporaryDirectory() as tmp:
-            write_job(Path(tmp), comp, n)
+            if sc.startswith("tp+dp"):
+                spec = sc.split(": ")[1]
+                slow = (list(range(int(spec.split("-")[0]), int(spec.split("-")[1]) + 1)) if "-" in spec
+                        else [int(v) for v in spec.split(",")])
+                kind = "straggler"
+                write_tp_dp_job(Path(tmp), set(slow), n, random.Random(seed), a.noise)
+            else:
+                comp, slow, kind = scenario(sc, n, random.Random(seed), a.noise)
+                write_job(Path(tmp), comp, n)
             t0 = time.perf_counter()
             d = diagnose(tmp)
             secs = time.perf_counter() - t0
         named = next((f for f in d.findings if f.kind in ("straggler", "load_imbalance")), None)
         ok = named is not None and named.kind == kind and (kind != "straggler" or named.ranks == slow)
         right += ok
-        truth = f"straggler {slow[0]}-{slow[-1]}" if slow else kind
+        truth = f"straggler {rank_list(slow)}" if slow else kind
         print(f"| {n} | {sc} | {seed} | {truth} | {named.kind if named else '-'} | "
               f"{(named.ranks if len(named.ranks) <= 8 else f'{len(named.ranks)} ranks') if named else '-'} | "
               f"{named.gain_pct if named else 0:.1f} | {secs:.1f} |")
