@@ -396,11 +396,23 @@ def _lateness_metrics(s: StragglerFacts) -> dict:
     return out
 
 
+def late_ranks_that_cost(s: StragglerFacts) -> list[int]:
+    """The ranks the others waited for, among those that were the last in some step, that caused at least half the
+    mean wait caused per such rank (StragglerFacts.caused_in_steps_us): ranks taking turns cause alike and are all
+    named; one rank's 20-ms pause in one step, beside jitter laggards of 0.1 ms in the others, is named alone. Half
+    the mean: a stated margin for turns that are not even (not fitted; no labeled case of either kind)."""
+    caused = s.caused_in_steps_us
+    if not caused:
+        return sorted(s.last_in_steps)
+    bar = 0.5 * sum(caused.values()) / len(caused)
+    return sorted(r for r, us in caused.items() if us >= bar)
+
+
 def _turn_waits(f: RankFacts, kind: str, what_if: str, ranks: list[int] | None = None,
                 extra: dict | None = None) -> Finding:
     """The waits of this rank inside matched collectives for ranks that take turns being late, as a finding of
-    `kind` naming `ranks` (default: every rank that was the last in some step), with `extra` metrics: priced as
-    those waits removed (every rank at the step's mean pace instead of its slowest)."""
+    `kind` naming `ranks` (default: the late ranks whose waits cost, late_ranks_that_cost), with `extra` metrics:
+    priced as those waits removed (every rank at the step's mean pace instead of its slowest)."""
     s = f.straggler
     waited = float(sum(v for v, _ in f.waits.values()))
     metrics = {"waited_in_collectives": (waited, "us"), "waited_share": (f.pct(waited), "%"),
@@ -414,7 +426,7 @@ def _turn_waits(f: RankFacts, kind: str, what_if: str, ranks: list[int] | None =
                  [(f"{f.table.names[int(f.table.name[row])][:60]} (waited for rank {other})",
                    float(f.window.ts_us[row]), us) for row, (us, other) in longest],
                  (Change("remove_straggler_wait"),), what_if, evidence_pct=f.pct(waited),
-                 ranks=sorted(s.last_in_steps) if ranks is None else ranks)
+                 ranks=late_ranks_that_cost(s) if ranks is None else ranks)
 
 
 def _paused_hosts(f: RankFacts) -> Finding | None:
@@ -425,7 +437,9 @@ def _paused_hosts(f: RankFacts) -> Finding | None:
     if not f.waits:
         return None
     found = _turn_waits(f, "straggler", "no rank's host pauses before its work: nobody waits in collectives")
-    found.recommendation = F.PAUSED_HOSTS_RECOMMENDATION
+    # one rank's pauses hold the waiting (a rank-0 evaluation or log write in one step): what only it does
+    found.recommendation = (F.LATE_HOST_STRAGGLER_RECOMMENDATION.format(rank=found.ranks[0]) if len(found.ranks) == 1
+                            else F.PAUSED_HOSTS_RECOMMENDATION)
     return found
 
 
