@@ -200,6 +200,14 @@ PAUSED_HOSTS_RECOMMENDATION = (
     "N steps (Megatron's --manual-gc, NeMo's gc_interval). Else CPU contention (pin each rank to its own cores, "
     "enough cores per GPU, no other jobs on the node) or a slow read or log write on that rank's training thread.")
 
+# straggler when one rank caused the waiting that costs, computing more in the steps it was late, though not the last
+# in most steps (rules._extra_work_rank)
+EXTRA_WORK_STRAGGLER_RECOMMENDATION = (
+    "Rank {rank} holds the others at the collectives in the steps it is late, computing more than them there: work "
+    "only it does in those steps (rank-0 evaluation, metrics or checkpoint bookkeeping on the GPU: run it every N "
+    "steps on all ranks at once, or off the training step) or more data than the others (a long sequence: pack or "
+    "bucket by length).")
+
 # straggler when a group of ranks (or one) is late step after step, each the last in some steps (rules._slow_ranks):
 # cause is SLOW_RANKS_DEVICE_CAUSE when they compute more in the steps they are late, else SLOW_RANKS_HOST_CAUSE
 SLOW_RANKS_RECOMMENDATION = (

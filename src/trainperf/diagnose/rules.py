@@ -337,7 +337,10 @@ def straggler(f: RankFacts) -> Finding | None:
     if not s.persistent:  # the rank the others wait for changes from step to step
         if s.slow_ranks:  # among a group of ranks late in every step: a slow node
             return _slow_ranks(f)
-        return _paused_hosts(f) if paused_not_loaded(s) else None  # else load_imbalance
+        if paused_not_loaded(s):
+            return _paused_hosts(f)
+        # one rank's extra work holds the waiting (a rank-0 evaluation in one step): that rank, else load_imbalance
+        return _extra_work_rank(f) if len(late_ranks_that_cost(s)) == 1 else None
     metrics = {"caused_wait": (s.caused_us, "us"), "caused_wait_per_other_rank": (s.caused_per_other_us, "us"),
                "compute_imbalance": (s.imbalance_pct, "%"), "compute_vs_other_ranks": (s.compute_ratio, "x"),
                "extra_compute": (s.extra_compute_us, "us")}
@@ -460,6 +463,17 @@ def _slow_ranks(f: RankFacts) -> Finding | None:
     return found
 
 
+def _extra_work_rank(f: RankFacts) -> Finding | None:
+    """One rank, late in some steps with more computation, caused the waiting that costs (late_ranks_that_cost):
+    work only it does in those steps, a straggler of those steps rather than ranks taking turns."""
+    if not f.waits:
+        return None
+    found = _turn_waits(f, "straggler", "no rank does more work than the others in a step: nobody waits in "
+                        "collectives")
+    found.recommendation = F.EXTRA_WORK_STRAGGLER_RECOMMENDATION.format(rank=found.ranks[0])
+    return found
+
+
 def load_imbalance(f: RankFacts) -> Finding | None:
     """Ranks wait for each other inside matched collectives, but the rank they wait for changes from step to step
     (StragglerFacts.persistent false) and computes more in the steps it is late (or the steps cannot be compared):
@@ -467,7 +481,7 @@ def load_imbalance(f: RankFacts) -> Finding | None:
     shards). Priced, like a straggler's waiting ranks, as this rank's waits inside collectives removed."""
     s = f.straggler
     if (s is None or s.persistent or s.slow_ranks or s.host_gain_pct is not None or not f.waits
-            or paused_not_loaded(s)):
+            or paused_not_loaded(s) or len(late_ranks_that_cost(s)) == 1):
         return None
     return _turn_waits(f, "load_imbalance", "every rank's work per step balanced: nobody waits in collectives")
 
