@@ -205,8 +205,9 @@ PAUSED_HOSTS_RECOMMENDATION = (
 EXTRA_WORK_STRAGGLER_RECOMMENDATION = (
     "Rank {rank} holds the others at the collectives in the steps it is late, computing more than them there: work "
     "only it does in those steps (rank-0 evaluation, metrics or checkpoint bookkeeping on the GPU: run it every N "
-    "steps on all ranks at once, or off the training step) or more data than the others (a long sequence: pack or "
-    "bucket by length).")
+    "steps on all ranks at once, or off the training step), more data than the others (a long sequence: pack or "
+    "bucket by length), or its GPU running the same work slower from some step on (clocks and throttle reasons: "
+    "nvidia-smi -q -d PERFORMANCE,CLOCK).")
 
 # straggler when a group of ranks (or one) is late step after step, each the last in some steps (rules._slow_ranks):
 # cause is SLOW_RANKS_DEVICE_CAUSE when they compute more in the steps they are late, else SLOW_RANKS_HOST_CAUSE
