@@ -9,6 +9,7 @@ written as Kineto traces (tests/trace/kineto_builder.py). Scenarios:
 - random: every rank's GEMM varies by +-1.5 ms per step (unequal work, no slow rank), with a constant per-rank
   offset of up to 50 us (a consistent order of arrival that costs nothing, as a clock offset left by the
   alignment would give);
+- onset (2, 4, 16, 64 ranks): the last rank 1.3x slower from step 3 of 8 on (a GPU that slows down);
 - tp+dp (16 ranks, write_tp_dp_job): tensor-parallel groups of 4 and data-parallel groups across them, with one
   slow GPU, a slow TP group (one node's) or a slow DP column.
 Printed per job: the finding naming the waits (straggler / load_imbalance), its ranks, its gain, the truth, and the
@@ -98,6 +99,10 @@ def scenario(name: str, ranks: int, rng: random.Random, noise: float) -> tuple[d
         comp = {(r, s): C * (1.3 if r in slow else 1.0) + rng.uniform(-noise, noise) for r in range(ranks)
                 for s in range(STEPS)}
         return comp, slow, "straggler"
+    if name == "onset":  # the last rank 1.3x from step 3 on: a GPU that slows down inside the window
+        comp = {(r, s): C * (1.3 if r == ranks - 1 and s >= 3 else 1.0) + rng.uniform(-noise, noise)
+                for r in range(ranks) for s in range(STEPS)}
+        return comp, [ranks - 1], "straggler"
     if name == "rotating":
         return {(r, s): C + (3000.0 if r == s % ranks else 0.0) for r in range(ranks) for s in range(STEPS)}, [], \
             "load_imbalance"
@@ -113,11 +118,13 @@ def main() -> None:
     a = ap.parse_args()
     jobs = [(n, sc, seed) for n in (16, 64) for sc in ("slow 1", "slow 4", "slow 8", "rotating", "random")
             for seed in range(a.seeds)]
+    # a rank that turns slow at step 3, in small and large jobs
+    jobs += [(n, "onset", seed) for n in (2, 4, 16, 64) for seed in range(a.seeds)]
     # tensor x data parallel, 16 ranks: one slow GPU, a slow TP group (one node's), a slow DP column
     jobs += [(16, sc, seed) for sc in ("tp+dp: 5", "tp+dp: 4-7", "tp+dp: 1,5,9,13") for seed in range(a.seeds)]
     print("| ranks | scenario | seed | truth | named | ranks named | gain % | diagnose s |")
     print("|---|---|---|---|---|---|---|---|")
-    right = 0
+    right: dict[str, list[int]] = {}  # family -> [named right, jobs]
     for n, sc, seed in track(jobs, description="jobs", transient=True):
         with tempfile.TemporaryDirectory() as tmp:
             if sc.startswith("tp+dp"):
@@ -134,12 +141,18 @@ def main() -> None:
             secs = time.perf_counter() - t0
         named = next((f for f in d.findings if f.kind in ("straggler", "load_imbalance")), None)
         ok = named is not None and named.kind == kind and (kind != "straggler" or named.ranks == slow)
-        right += ok
+        family = "tensor x data parallel" if sc.startswith("tp+dp") else "turns slow at step 3" if sc == "onset" \
+            else "all-reduce jobs"
+        tally = right.setdefault(family, [0, 0])
+        tally[0] += ok
+        tally[1] += 1
         truth = f"straggler {rank_list(slow)}" if slow else kind
         print(f"| {n} | {sc} | {seed} | {truth} | {named.kind if named else '-'} | "
               f"{(named.ranks if len(named.ranks) <= 8 else f'{len(named.ranks)} ranks') if named else '-'} | "
               f"{named.gain_pct if named else 0:.1f} | {secs:.1f} |")
-    print(f"\n{right} of {len(jobs)} named as the truth (kind, and the slow ranks exactly)")
+    for family, (ok, n) in right.items():
+        print(f"{family}: {ok} of {n}")
+    print(f"\n{sum(v[0] for v in right.values())} of {len(jobs)} named as the truth (kind, and the slow ranks exactly)")
 
 
 if __name__ == "__main__":
