@@ -349,7 +349,6 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     floor = rules.STRAGGLER_MIN_WAIT_PCT / 100 * window
     last = laggards(xr.collectives, lambda c: _collective_step(c, facts))
     last_in_steps = {r: sum(1 for x, _ in last.values() if x == r) for r in sorted({x for x, _ in last.values()})}
-    caused_in_steps = {r: sum(w for x, w in last.values() if x == r) for r in last_in_steps}
     # a straggler keeps the others waiting step after step: it must be the rank they waited for most in more of the
     # steps with waits than ranks taking turns at random would make it (crossrank.persistent_laggard, at the host
     # straggler's alpha). When that rank changes from step to step, no rank is slow: the ranks get unequal work per
@@ -398,7 +397,7 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     return StragglerFacts(rank=srank, caused_us=caused, caused_per_other_us=caused / others,
                           imbalance_pct=xr.imbalance_pct, events=events, compute_ratio=max(ratio, 1.0),
                           extra_compute_us=extra, last_in_steps=last_in_steps, persistent=persistent,
-                          caused_in_steps_us=caused_in_steps,
+                          laggard_waits=list(last.values()),
                           late_work_share=work_share, late_idle_share=idle_share, slow_ranks=group,
                           slow_ranks_p_value=group_p)
 

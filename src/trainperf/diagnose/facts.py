@@ -52,8 +52,8 @@ class StragglerFacts:
     # persistent: the straggler was it in most of them (else the waits are load imbalance: rules.load_imbalance)
     last_in_steps: dict = field(default_factory=dict)
     persistent: bool = True
-    # ... and the waiting each caused in those steps (µs, summed over the waiting ranks): who the waits were for
-    caused_in_steps_us: dict = field(default_factory=dict)
+    # ... per step with waits, that step's laggard and the waiting it caused (µs, summed over the waiting ranks)
+    laggard_waits: list = field(default_factory=list)
     # the group of ranks late step after step, each the last in some steps (a slow node: crossrank.slow_ranks; then
     # persistent is false, whichever rank the laggard count found), and that test's p-value; [] when none
     slow_ranks: list = field(default_factory=list)

@@ -339,8 +339,9 @@ def straggler(f: RankFacts) -> Finding | None:
             return _slow_ranks(f)
         if paused_not_loaded(s):
             return _paused_hosts(f)
-        # one rank's extra work holds the waiting (a rank-0 evaluation in one step): that rank, else load_imbalance
-        return _extra_work_rank(f) if len(late_ranks_that_cost(s)) == 1 else None
+        # one rank's extra work, recurring, holds the waiting (a rank-0 evaluation every few steps): that rank, else
+        # load_imbalance
+        return _extra_work_rank(f) if _one_recurring_late_rank(s) else None
     metrics = {"caused_wait": (s.caused_us, "us"), "caused_wait_per_other_rank": (s.caused_per_other_us, "us"),
                "compute_imbalance": (s.imbalance_pct, "%"), "compute_vs_other_ranks": (s.compute_ratio, "x"),
                "extra_compute": (s.extra_compute_us, "us")}
@@ -401,14 +402,28 @@ def _lateness_metrics(s: StragglerFacts) -> dict:
 
 def late_ranks_that_cost(s: StragglerFacts) -> list[int]:
     """The ranks the others waited for, among those that were the last in some step, that caused at least half the
-    mean wait caused per such rank (StragglerFacts.caused_in_steps_us): ranks taking turns cause alike and are all
-    named; one rank's 20-ms pause in one step, beside jitter laggards of 0.1 ms in the others, is named alone. Half
+    mean wait caused per such rank (StragglerFacts.laggard_waits): ranks taking turns cause alike and are all
+    named; one rank's 6-ms pause in one step, beside jitter laggards of 0.1 ms in the others, is named alone. Half
     the mean: a stated margin for turns that are not even (not fitted; no labeled case of either kind)."""
-    caused = s.caused_in_steps_us
+    caused: dict[int, float] = {}
+    for rank, us in s.laggard_waits:
+        caused[rank] = caused.get(rank, 0.0) + us
     if not caused:
         return sorted(s.last_in_steps)
     bar = 0.5 * sum(caused.values()) / len(caused)
     return sorted(r for r, us in caused.items() if us >= bar)
+
+
+def _one_recurring_late_rank(s: StragglerFacts) -> bool:
+    """Whether one rank alone caused the waiting that costs (late_ranks_that_cost), and did so in two steps or more
+    (steps whose wait for it is at least the mean wait of a step with waits, not jitter): a straggler must recur (as
+    the CPU-only test asks, crossrank.straggler_p_value); one long step of one rank is as likely the largest draw of
+    unequal work (a long sequence) as work only that rank does."""
+    costly = late_ranks_that_cost(s)
+    if len(costly) != 1 or not s.laggard_waits:
+        return False
+    mean = sum(us for _, us in s.laggard_waits) / len(s.laggard_waits)
+    return sum(1 for rank, us in s.laggard_waits if rank == costly[0] and us >= mean) >= 2
 
 
 def _turn_waits(f: RankFacts, kind: str, what_if: str, ranks: list[int] | None = None,
@@ -464,8 +479,9 @@ def _slow_ranks(f: RankFacts) -> Finding | None:
 
 
 def _extra_work_rank(f: RankFacts) -> Finding | None:
-    """One rank, late in some steps with more computation, caused the waiting that costs (late_ranks_that_cost):
-    work only it does in those steps, a straggler of those steps rather than ranks taking turns."""
+    """One rank, late in some steps with more computation, caused the waiting that costs, in two steps or more
+    (_one_recurring_late_rank): work only it does in those steps, a straggler of those steps rather than ranks
+    taking turns."""
     if not f.waits:
         return None
     found = _turn_waits(f, "straggler", "no rank does more work than the others in a step: nobody waits in "
@@ -481,7 +497,7 @@ def load_imbalance(f: RankFacts) -> Finding | None:
     shards). Priced, like a straggler's waiting ranks, as this rank's waits inside collectives removed."""
     s = f.straggler
     if (s is None or s.persistent or s.slow_ranks or s.host_gain_pct is not None or not f.waits
-            or paused_not_loaded(s) or len(late_ranks_that_cost(s)) == 1):
+            or paused_not_loaded(s) or _one_recurring_late_rank(s)):
         return None
     return _turn_waits(f, "load_imbalance", "every rank's work per step balanced: nobody waits in collectives")
 
