@@ -195,9 +195,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     found: list[F.Finding] = []
     plans: dict[int, F.FixPlan] = {}
     job_caveats = cross_rank_caveats(xr.clock_offset_us, xr.clock_spread_us) if xr is not None else []
-    untraced = untraced_ranks_caveat([(t.metadata.get("distributedInfo") or {}).get("world_size")
-                                      for t in tables.values() if isinstance(t.metadata.get("distributedInfo"), dict)],
-                                     len(tables))
+    untraced = untraced_ranks_caveat(tables)
     job_caveats += [untraced] if untraced else []
     if hs is not None and not testable:
         job_caveats.append(Caveat(
@@ -347,7 +345,10 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     window = max(f.breakdown.window_us for f in facts.values() if f.has_gpu)
     others = max(len(xr.wait_by_rank_us) - 1, 1)
     floor = rules.STRAGGLER_MIN_WAIT_PCT / 100 * window
-    last = laggards(xr.collectives, lambda c: _collective_step(c, facts))
+    def step_of(c: MatchedCollective):
+        return _collective_step(c, facts)
+
+    last = laggards(xr.collectives, step_of)
     last_in_steps = {r: sum(1 for x, _ in last.values() if x == r) for r in sorted({x for x, _ in last.values()})}
     # a straggler keeps the others waiting step after step: it must be the rank they waited for most in more of the
     # steps with waits than ranks taking turns at random would make it (crossrank.persistent_laggard, at the host
@@ -360,8 +361,7 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     # with the others (load imbalance), nor one straggler (the laggard test can pass for one of 64 ranks last in 3 of
     # 7 steps when 4 are slow); a group of one is the straggler that rank is
     group, group_p = (([], 1.0) if st is None else
-                      slow_ranks(lateness_by_step(xr.collectives, lambda c: _collective_step(c, facts)), last,
-                                 rules.STRAGGLER_HOST_ALPHA))
+                      slow_ranks(lateness_by_step(xr.collectives, step_of), last, rules.STRAGGLER_HOST_ALPHA))
     if group == [st[0]] and persistent:
         group = []
     persistent = persistent and not group

@@ -273,13 +273,12 @@ def slow_ranks(late: dict, last: dict, alpha: float) -> tuple[list[int], float]:
     because the fast ranks' positions spread over the whole lower range by jitter while their lateness stays near
     zero). A consistent order alone is not a slow group (a clock offset the alignment left, a rank that logs 50 µs
     before each collective keep one too): the group must also be what the others wait for, the laggard of a
-    majority of the steps with waits (last: laggards). Needs >= 3 ranks and >= 2 steps that every rank arrived in
-    (late: lateness_by_step); else ([], 1.0)."""
-    ranks = sorted(set.intersection(*[set(v) for v in late.values()])) if late else []
-    steps = [s for s in late if all(r in late[s] for r in ranks)]
-    if len(ranks) < 3 or len(steps) < 2:
+    majority of the steps with waits (last: laggards). Compares the ranks that arrived in every step of `late`
+    (lateness_by_step); needs >= 3 of them and >= 2 steps, else ([], 1.0)."""
+    ranks = sorted(set.intersection(*[set(v) for v in late.values()])) if late else []  # in every step
+    if len(ranks) < 3 or len(late) < 2:
         return [], 1.0
-    x = np.array([[late[s][r] for r in ranks] for s in steps])  # steps x ranks, µs
+    x = np.array([[per[r] for r in ranks] for per in late.values()])  # steps x ranks, µs
     p_value = arrival_order_p_value(x)
     if p_value > alpha:
         return [], p_value

@@ -337,11 +337,14 @@ def cross_rank_caveats(clock_offset_us: dict, clock_spread_us: dict) -> list[Cav
                         "approximate", confidence="medium", kinds=CROSS_RANK_KINDS)]
 
 
-def untraced_ranks_caveat(world_sizes: list, traced: int) -> Caveat | None:
-    """The job had more ranks than were traced (distributedInfo.world_size, from any rank's trace): a collective's
-    time can be waiting for a rank that is not in the traces, and a straggler among those reads as communication."""
-    known = [int(w) for w in world_sizes if isinstance(w, (int, float)) and w > 0]
-    world = max(known, default=0)
+def untraced_ranks_caveat(tables: dict) -> Caveat | None:
+    """The job had more ranks than were traced (distributedInfo.world_size, from any rank's trace; tables: rank ->
+    EventTable): a collective's time can be waiting for a rank that is not in the traces, and a straggler among
+    those reads as communication."""
+    infos = [t.metadata.get("distributedInfo") for t in tables.values()]
+    known = [int(w) for w in (i.get("world_size") for i in infos if isinstance(i, dict))
+             if isinstance(w, (int, float)) and w > 0]
+    world, traced = max(known, default=0), len(tables)
     if world <= traced:
         return None
     return Caveat(note=f"{traced} of the job's {world} ranks traced (distributedInfo.world_size): time inside "

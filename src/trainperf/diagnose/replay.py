@@ -1025,7 +1025,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     small_dev = dev_idx[small_kernel_mask(t, dev_rows, dur[n_h:]) & has_launch[n_h:]]
     small_launch[launch[small_dev]] = True
     before_window = np.zeros(n, bool)
-    before_window[n - earlier_rows.size:] = earlier_rows.size > 0
+    before_window[n - earlier_rows.size:] = True  # the earlier work's nodes come last (empty without any)
     kdur = dur[n_h:][(t.kind[dev_rows] == KERNEL) & (dur[n_h:] > 0) & ~before_window[n_h:]]
     kernel_floor = float(np.percentile(kdur, KERNEL_FLOOR_PERCENTILE)) if kdur.size else 0.0
     kernel_launch = np.zeros(n, bool)
