@@ -79,6 +79,19 @@ def test_ns_timestamps_and_2021_schema(tmp_path):
     assert list(t.kind) == [CPU_OP, RUNTIME, KERNEL]
 
 
+def test_float_timestamps_round_as_hta_but_never_to_a_negative_duration(tmp_path):
+    from trainperf.diagnose.window import times_us
+
+    b = TraceBuilder(ns=True)
+    b.launch("k", 1.25, 5.5, 10.125)         # [5.5, 15.625] -> [6, 15]: start up, end down, as HTA
+    b.launch("tiny", 20.0, 30.1, 0.8)        # [30.1, 30.9] -> start 31, end 30: an instant at 31, not -1 us
+    t = read_kineto(b.write(tmp_path / "ns.json.gz"))
+    ts, end = times_us(t)
+    kernels = np.flatnonzero(t.kind == KERNEL)
+    assert sorted(zip(ts[kernels], end[kernels])) == [(6.0, 15.0), (31.0, 31.0)]
+    assert (end >= ts).all()
+
+
 def test_large_ids_missing_fields_negative_durations(tmp_path):
     ev = [{"ph": "X", "cat": "kernel", "name": "k", "ts": 10, "dur": -3, "args": {"correlation": 2 ** 62, "stream": "7"}},
           {"ph": "X", "cat": "kernel", "name": "k2", "ts": 10},  # no dur: dropped (as HTA)

@@ -182,7 +182,10 @@ def times_us(t: EventTable) -> tuple[np.ndarray, np.ndarray]:
     ts = ns_to_us(t.ts_ns)
     end = ns_to_us(t.ts_ns + t.dur_ns)
     if t.ts_was_float:
-        ts, end = np.ceil(ts), np.floor(end)
+        # an event under 1 µs that crosses no whole µs rounds to end < start (756 rows of an H200 trace): kept as an
+        # instant, not a negative duration that would subtract from a sum or a percentile of durations
+        ts = np.ceil(ts)
+        end = np.maximum(np.floor(end), ts)
     return ts, end
 
 
