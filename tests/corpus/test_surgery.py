@@ -222,6 +222,33 @@ def test_step_time_is_over_every_step_but_the_last():
     assert K.step_time_us(doc["traceEvents"]) == 100.0  # (300 - 0) / 3; the 10 µs step would give 77.5
 
 
+def gpu_bound_steps(first_launch_us=10.0):
+    """3 steps of 40 µs on the host; each launches one 100 µs kernel, queued back to back on the GPU: the first at
+    first_launch_us (its kernel starts 5 µs later), the others 40 µs after the previous launch."""
+    ev, gpu = [], 0.0
+    for k in range(3):
+        t = 40.0 * k
+        lt = first_launch_us if k == 0 else t + 10.0
+        start = max(lt + 5.0, gpu)
+        gpu = start + 100.0
+        ev += [_x(f"ProfilerStep#{k + 1}", "user_annotation", HOST, t, 40.0),
+               _x("cudaLaunchKernel", "cuda_runtime", HOST, lt, 5.0, corr=k + 1),
+               _x("gemm", "kernel", GPU, start, 100.0, corr=k + 1)]
+    ev.append(_x("ProfilerStep#4", "user_annotation", HOST, 120.0, 10.0))
+    return ev
+
+
+def test_step_time_is_the_slower_sides_steady_pace_not_the_windows_makespan():
+    # GPU-bound: the host's steps take 40 µs, the device's 100; the kernels run [15, 315]: 300 / 3 = 100 per step
+    # (the makespan, 0 to 315, would read 105: the head before the first kernel counted as a step's cost)
+    assert K.step_time_us(gpu_bound_steps()) == 100.0
+    # the first launch 25 µs later (host work in front of it, absorbed by the host's lead afterwards): the kernels
+    # run [40, 340], still 100 per step; the makespan would read 113.3, a 'gain' of 11.8 % for a long run's 0
+    assert K.step_time_us(gpu_bound_steps(first_launch_us=35.0)) == 100.0
+    # host-bound (steps_then_a_cut_one: 100-µs host steps, 50-µs kernels): the host's 300 / 3
+    assert K.step_time_us(steps_then_a_cut_one()["traceEvents"]) == 100.0
+
+
 def test_one_off_checkpoint_gain_is_its_share_of_the_window():
     # 30 µs saved at the end of step 2 (the middle of 4): the device has drained (gemm ended at 165),
     # so the host stops 30 µs and the window grows from 300 to 330 µs: gain 30 / 330
@@ -312,3 +339,20 @@ def test_the_sync_of_a_serialised_collective_lands_on_the_thread_that_launched_i
     (node,) = _by_name(out[0], "autograd::engine::evaluate_function: MmBackward0")
     assert (node["ts"], node["dur"]) == (20.0, 65.0)
     assert K.step_time_us(out[0]["traceEvents"]) == 120.0
+
+
+def test_ranks_serialise_the_same_collective_and_it_ends_together_on_them():
+    # rank 0: the all-reduce [30, 50] overlaps gemm [10, 60]: serialised, it runs [60, 80], 30 us later than it
+    # ended; rank 1 (its own clock): the all-reduce [62, 82] starts in a compute gap, serialised where it starts,
+    # ending as before. Rank 1 cannot finish the transfer before rank 0 arrives: its all-reduce ends 30 us later
+    # too, [62, 112]; its sync [62, 112] holds the host 50 us from 62, so add's launch moves 63 -> 113, + 5.2 us
+    # (the launch latency as in the test above): 118.2; its step 150 us against rank 0's 120
+    r0 = _gemm_allreduce_add(launch_ar=25.0, allreduce_at=30.0, launch_add=62.0)
+    r1 = _gemm_allreduce_add(launch_ar=55.0, allreduce_at=62.0, launch_add=63.0)
+    out, touched = inject_exposed_comm({0: {"traceEvents": r0}, 1: {"traceEvents": r1}}, 1.0, random.Random(0))
+    got = [{e["name"]: (e["ts"], e["dur"]) for e in out[r]["traceEvents"]} for r in (0, 1)]
+    ar = "ncclKernel_AllReduce_RING_LL_Sum_float"
+    assert got[0][ar] == (60.0, 20.0) and got[0]["add"] == (87.0, 5.0)
+    assert got[1][ar] == (62.0, 50.0) and got[1]["cudaStreamSynchronize"] == (62.0, 50.0)
+    assert got[1]["add"] == pytest.approx((118.2, 5.0))
+    assert [K.step_time_us(out[r]["traceEvents"]) for r in (0, 1)] == [120.0, 150.0] and touched == [0, 1]

@@ -285,20 +285,25 @@ def inject_exposed_comm(ranks: dict, size: float, rng: random.Random):
     On the device only what waited moves: the compute after the collective, and what waited for
     that in turn (stream order, the original's event waits, launches that moved with the host).
 
+    Serialising is the program's doing, so every rank serialises the same collectives (matched by order, as
+    inject_straggler matches them), and a collective ends on no rank before its last rank has arrived
+    (_end_together): a rank serialised later than another makes the other wait inside the collective.
+
     (Without the host's sync it costs nothing measurable on these bases: their GPUs idle 53-78 % of
     the step and the slack absorbs the compute's wait; gains < 0.1 %.)"""
     if not any(_overlapped_collectives(doc) for doc in ranks.values()):
         raise NotApplicable("no collective overlaps compute off the compute stream: none to serialise")
-    out = {}
+    order = {rank: {i: k for k, (i, _) in enumerate(_collectives(doc))} for rank, doc in ranks.items()}
+    cands = {rank: {order[rank][c.op]: c for c in _overlapped_collectives(doc)} for rank, doc in ranks.items()}
+    pool = sorted(set().union(*cands.values()))
+    chosen = set(rng.sample(pool, int(np.ceil(size * len(pool))))) if pool else set()
+    plans = {}
     for rank, doc in ranks.items():
         r = rank_facts(doc)
         launcher = K.launch_threads(doc["traceEvents"])
-        cands = _overlapped_collectives(doc)
-        n = int(np.ceil(size * len(cands)))
-        chosen = sorted(rng.sample(cands, n), key=lambda c: c.at) if cands else []
         after: dict[int, list[int]] = {}
         syncs: list[DeviceWait] = []
-        for c in chosen:
+        for c in (cands[rank][k] for k in sorted(chosen & set(cands[rank]))):
             if syncs and c.at <= syncs[-1].at_us:
                 continue
             if c.before is not None:
@@ -307,8 +312,30 @@ def inject_exposed_comm(ranks: dict, size: float, rng: random.Random):
                 after.setdefault(c.next, []).append(c.op)
             syncs.append(DeviceWait(at_us=c.at, op=c.op, name=vendor_name("cudaStreamSynchronize", r.hip),
                                     thread=launcher.get(K.correlation(doc["traceEvents"][c.op]), r.main)))
-        out[rank] = insert_device_delays(doc, after=after, syncs=syncs, latency_us=r.latency_us)
-    return out, sorted(ranks)
+        plans[rank] = {"after": after, "syncs": syncs, "latency_us": r.latency_us}
+    return _end_together(ranks, plans), sorted(ranks)
+
+
+def _end_together(ranks: dict, plans: dict) -> dict:
+    """Each rank's trace re-timed by insert_device_delays(**plans[rank]), then, collective by collective in order,
+    each rank's collective stretched (extra) until it ends as much later than it did as it now does on the rank
+    where it moved most: no rank's transfer ends before the last rank's arrival lets it (each rank's times are
+    compared with its own original, so clocks of other hosts need no alignment). What a stretch delays on a rank
+    can make it the late one at the next collective, so each is settled before the next is looked at."""
+    base = {rank: _collectives(doc) for rank, doc in ranks.items()}
+    extra: dict = {rank: {} for rank in ranks}
+    out = {rank: insert_device_delays(doc, **plans[rank]) for rank, doc in ranks.items()}
+    for k in range(min(len(c) for c in base.values())):
+        # each rank's clock apart (ranks of other hosts): how much later than before the collective ends on it
+        moved = {rank: K.end(_collectives(out[rank])[k][1]) - K.end(base[rank][k][1]) for rank in ranks}
+        latest = max(moved.values())
+        for rank in ranks:
+            short = latest - moved[rank]
+            if short > 1.0:
+                i = base[rank][k][0]
+                extra[rank][i] = extra[rank].get(i, 0.0) + short
+                out[rank] = insert_device_delays(ranks[rank], extra=extra[rank], **plans[rank])
+    return out
 
 
 # median correlation-id step between runtime calls above which a trace is sampled: diagnose's evidence uses the same

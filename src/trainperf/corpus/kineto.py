@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import gzip
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,22 +150,27 @@ def launch_threads(events: list[dict]) -> dict:
 
 
 def step_time_us(events: list[dict]) -> float:
-    """Mean time per step of the window (µs; window_steps): from the first window step's start to
-    the later of the last window step's end and the end of the last device op launched inside the
-    window, over the number of window steps. The device tail counts because the next step cannot
-    use the GPU before."""
+    """Steady-state time per step of the window (µs; window_steps): the slower of the host's mean step (the first
+    window step's start to the last one's end) and the device's (the first device op launched inside the window
+    to the end of the last one), each over the number of window steps. A long run goes at the slower side's pace;
+    the window's makespan would count twice what a long run pays once: the head (the first step's host work before
+    its device work starts) and the tail (the last step's device work after its host is done, which runs under the
+    next step's host work). A GPU-bound loop whose host runs ahead absorbs a host delay up to its lead, and a
+    delay that only shifts the first step's device start costs a long run nothing. Device ops whose launch is not
+    recorded count from where they start."""
     st = window_steps(events)
     if not st:
         raise TrainperfError("trace has no ProfilerStep#N spans: cannot measure a step time")
     t0, t1 = st[0].ts, st[-1].end
     launch = launch_times(events)
-    tail = t1
+    first, last = math.inf, -math.inf
     for e in events:
         if is_gpu_op(e):
             lt = launch.get(correlation(e), float(e["ts"]))
             if t0 <= lt <= t1:
-                tail = max(tail, end(e))
-    return (tail - t0) / len(st)
+                first, last = min(first, float(e["ts"])), max(last, end(e))
+    device = last - first if last > first else 0.0
+    return max(t1 - t0, device) / len(st)
 
 
 LAUNCH_LATENCY_CAP_US = 10.0  # 5th percentile on host-bound traces: 4-5 µs (trace_filter ranks 0/1)
