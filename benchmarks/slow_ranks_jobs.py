@@ -11,7 +11,11 @@ written as Kineto traces (tests/trace/kineto_builder.py). Scenarios:
   alignment would give);
 - onset (2, 4, 16, 64 ranks): the last rank 1.3x slower from step 3 of 8 on (a GPU that slows down);
 - tp+dp (16 ranks, write_tp_dp_job): tensor-parallel groups of 4 and data-parallel groups across them, with one
-  slow GPU, a slow TP group (one node's) or a slow DP column.
+  slow GPU, a slow TP group (one node's) or a slow DP column;
+- pipeline (4 and 8 stages, 8 micro-batches, GPipe: tests/trace/pipeline_builder.py): one stage's forward and
+  backward 1.3x longer (the first, a middle or the last stage), or balanced stages; every compute kernel +-noise us.
+  Right: the first of the straggler / load_imbalance / exposed_comm findings is the straggler naming the slow stage
+  (balanced: exposed_comm, the schedule's bubble, and no straggler).
 Printed per job: the finding naming the waits (straggler / load_imbalance), its ranks, its gain, the truth, and the
 diagnose time.
 
@@ -32,6 +36,7 @@ from rich.progress import track
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "trace"))
 from kineto_builder import TraceBuilder  # noqa: E402
+from pipeline_builder import gpipe_job  # noqa: E402
 
 from trainperf.diagnose.api import diagnose  # noqa: E402
 from trainperf.diagnose.findings import rank_list  # noqa: E402
@@ -122,12 +127,21 @@ def main() -> None:
     jobs += [(n, "onset", seed) for n in (2, 4, 16, 64) for seed in range(a.seeds)]
     # tensor x data parallel, 16 ranks: one slow GPU, a slow TP group (one node's), a slow DP column
     jobs += [(16, sc, seed) for sc in ("tp+dp: 5", "tp+dp: 4-7", "tp+dp: 1,5,9,13") for seed in range(a.seeds)]
+    # pipelines of 4 and 8 stages: a slow first, middle or last stage, or balanced ones
+    jobs += [(n, f"pipeline: {slow}", seed) for n in (4, 8) for slow in (0, n // 2, n - 1, "none")
+             for seed in range(a.seeds)]
     print("| ranks | scenario | seed | truth | named | ranks named | gain % | diagnose s |")
     print("|---|---|---|---|---|---|---|---|")
     right: dict[str, list[int]] = {}  # family -> [named right, jobs]
     for n, sc, seed in track(jobs, description="jobs", transient=True):
         with tempfile.TemporaryDirectory() as tmp:
-            if sc.startswith("tp+dp"):
+            if sc.startswith("pipeline"):
+                spec = sc.split(": ")[1]
+                slow = [] if spec == "none" else [int(spec)]
+                kind = "exposed_comm" if spec == "none" else "straggler"
+                gpipe_job(Path(tmp), [1000.0 * (1.3 if s in slow else 1.0) for s in range(n)], micro=8,
+                          noise_us=a.noise, rng=random.Random(seed))
+            elif sc.startswith("tp+dp"):
                 spec = sc.split(": ")[1]
                 slow = (list(range(int(spec.split("-")[0]), int(spec.split("-")[1]) + 1)) if "-" in spec
                         else [int(v) for v in spec.split(",")])
@@ -139,10 +153,13 @@ def main() -> None:
             t0 = time.perf_counter()
             d = diagnose(tmp)
             secs = time.perf_counter() - t0
-        named = next((f for f in d.findings if f.kind in ("straggler", "load_imbalance")), None)
+        waits = ("straggler", "load_imbalance") + (("exposed_comm",) if sc.startswith("pipeline") else ())
+        named = next((f for f in d.findings if f.kind in waits), None)
         ok = named is not None and named.kind == kind and (kind != "straggler" or named.ranks == slow)
+        if sc.startswith("pipeline") and kind == "exposed_comm":
+            ok = ok and not any(f.kind == "straggler" for f in d.findings)
         family = "tensor x data parallel" if sc.startswith("tp+dp") else "turns slow at step 3" if sc == "onset" \
-            else "all-reduce jobs"
+            else "pipeline stages" if sc.startswith("pipeline") else "all-reduce jobs"
         tally = right.setdefault(family, [0, 0])
         tally[0] += ok
         tally[1] += 1

@@ -8,6 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 from kineto_builder import TraceBuilder  # noqa: E402
+from pipeline_builder import gpipe_job  # noqa: E402
 
 from trainperf.diagnose.api import diagnose  # noqa: E402
 
@@ -166,54 +167,12 @@ def test_a_slow_pipeline_stage_is_an_unequal_split(tmp_path):
     assert "pipeline stage" in f.recommendation and "account_for_loss_in_pipeline_split" in f.recommendation
 
 
-def _gpipe(path: Path, stages: int, micro: int, forward_us: list[float], steps: int = 5) -> Path:
-    # GPipe: every stage runs the forwards of the step's micro-batches in order, then their backwards (2x the
-    # forward) in reverse. A stage's forward of m starts when it is free and m's activations have arrived (the
-    # previous stage's forward of m ended + 50 us); a backward when its gradient has (the next stage's backward
-    # ended + 50 us). Each transfer is a SendRecv kernel on the sender (stream 21, 50 us from its compute's end) and
-    # on the receiver (stream 20, from when it is free until the data arrives, at least 10 us). The host launches a
-    # step's work at its start and syncs at its end
-    out = path / "gpipe"
-    out.mkdir()
-    sr = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
-    b = [TraceBuilder(rank=s, world_size=stages) for s in range(stages)]
-    T = 0.0
-    for step in range(steps):
-        free, n = [T + 200.0] * stages, [0] * stages
-        done: dict = {}
-
-        def launch(s, name, start, dur, stream=7):
-            n[s] += 1
-            b[s].launch(name, T + 10 + 2.0 * n[s], start, dur, stream=stream)
-
-        for phase, order, mult in (("f", range(micro), 1.0), ("b", reversed(range(micro)), 2.0)):
-            for m in order:
-                for s in (range(stages) if phase == "f" else reversed(range(stages))):
-                    src = s - 1 if phase == "f" else s + 1
-                    start = free[s]
-                    if 0 <= src < stages:
-                        arrive = done[phase, src, m] + 50.0
-                        launch(s, sr, min(free[s], arrive - 10), max(arrive - free[s], 10.0), stream=20)
-                        launch(src, sr, done[phase, src, m], 50.0, stream=21)
-                        start = max(start, arrive)
-                    launch(s, GEMM, start, mult * forward_us[s])
-                    done[phase, s, m] = free[s] = start + mult * forward_us[s]
-        end = max(free) + 100
-        for s in range(stages):
-            b[s].cpu("cudaDeviceSynchronize", T + 15 + 2.0 * n[s], end - (T + 15 + 2.0 * n[s]), cat="cuda_runtime")
-            b[s].step(step, T, end + 50 - T)
-        T = end + 50
-    for s in range(stages):
-        b[s].write(out / f"rank{s}.json.gz")
-    return out
-
-
 def test_a_slow_stage_ranks_above_the_send_recv_it_makes_the_others_wait_in(tmp_path):
-    # 4 stages, 8 micro-batches, stage 2 1.5x slower (1500 us forwards against 1000). The other stages wait in
-    # send/recv for it; hiding those transfers is an upper bound (the next stage needs the data), while stage 2 at
-    # the others' pace is measured: (8 x 4500 + 3 x 3000) -> (8 + 3) x 3000 a step by the schedule, 27 % (the
-    # replay of stage 2 alone). The slow stage comes first, the exposed send/recv after it, as a bound
-    d = diagnose(_gpipe(tmp_path, 4, 8, [1000.0, 1000.0, 1500.0, 1000.0]))
+    # GPipe (tests/trace/pipeline_builder.py), 4 stages, 8 micro-batches, stage 2 1.5x slower (1500-us forwards
+    # against 1000). The other stages wait in send/recv for it; hiding those transfers is an upper bound (the next
+    # stage needs the data), while stage 2 at the others' pace is measured: (8 x 4500 + 3 x 3000) -> (8 + 3) x 3000
+    # a step by the schedule, 27 % (the replay of stage 2 alone). The slow stage comes first, the send/recv after it
+    d = diagnose(gpipe_job(tmp_path / "slow", [1000.0, 1000.0, 1500.0, 1000.0], micro=8))
     kinds = [f.kind for f in d.findings]
     assert kinds.index("straggler") < kinds.index("exposed_comm")
     straggler, exposed = d.findings[kinds.index("straggler")], d.findings[kinds.index("exposed_comm")]
@@ -221,8 +180,17 @@ def test_a_slow_stage_ranks_above_the_send_recv_it_makes_the_others_wait_in(tmp_
     assert straggler.gain_pct == pytest.approx(100 * (1 - 33000 / 45000), abs=2.0)
     assert exposed.gain_is_upper_bound and exposed.gain_pct > straggler.gain_pct
     # balanced stages: the bubble alone, named as the schedule's, (S - 1) / (M + S - 1) = 27 % of the step at most
-    (tmp_path / "b").mkdir()
-    d = diagnose(_gpipe(tmp_path / "b", 4, 8, [1000.0] * 4))
+    d = diagnose(gpipe_job(tmp_path / "balanced", [1000.0] * 4, micro=8))
     assert d.findings[0].kind == "exposed_comm" and "micro-batches" in d.findings[0].recommendation
     assert 0 < d.findings[0].gain_pct <= 100 * 3 / 11
     assert "straggler" not in [f.kind for f in d.findings]
+
+
+def test_a_slow_first_stage_is_priced_before_overlapping_its_send_recv(tmp_path):
+    # 8 stages, the first 1.3x slower: the schedule gives 8 x 3900 + 7 x 3000 -> 15 x 3000 us a step, 13.8 %. On the
+    # first stage's own replay, hiding its send/recv first (the gradients it waits for) left its computation at the
+    # others' pace 1 % of it: the overlap is priced after the slow stage (findings.BROADER_FIX), which ranks first
+    d = diagnose(gpipe_job(tmp_path / "first", [1300.0] + [1000.0] * 7, micro=8))
+    top = d.findings[0]
+    assert (top.kind, top.ranks) == ("straggler", [0])
+    assert top.gain_pct == pytest.approx(top.gain_alone_pct) == pytest.approx(100 * (1 - 45000 / 52200), abs=1.5)

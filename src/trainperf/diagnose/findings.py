@@ -439,10 +439,11 @@ def _removes_a_stall(f: Finding) -> bool:
 # beside not running the wasted ones (gradients synchronised before more are accumulated into them: overlapping a
 # collective nothing needs is no fix for it) and beside removing the waits for a late rank inside them (a
 # straggler's or unequal work's: overlapping does not make the late rank's data arrive sooner; a one-rank replay
-# that lets the step run on without the collective would credit the wait to the overlap)
+# that lets the step run on without the collective would credit the wait to the overlap), or the late rank's own
+# computation at the others' pace (a pipeline's slow stage: overlapping its send/recv first left it 1 % of 13)
 BROADER_FIX = {"graph_launches": ("graph_small_kernels",), "speedup": ("speedup_rows",),
                "graph_small_kernels": ("fuse_optimizer",),
-               "overlap_comm": ("remove_wasted_rows", "remove_straggler_wait")}
+               "overlap_comm": ("remove_wasted_rows", "remove_straggler_wait", "compute_speedup")}
 
 
 def _fix_order_key(f: Finding, present: set) -> tuple:

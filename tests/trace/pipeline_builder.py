@@ -1,0 +1,59 @@
+"""A GPipe pipeline job written as Kineto traces, one per stage (rank), for the tests and benchmarks/slow_ranks_jobs.py.
+
+Every stage runs the forwards of a step's micro-batches in order, then their backwards (2x the forward) in reverse. A
+stage's forward of m starts when it is free and m's activations have arrived (the previous stage's forward of m
+ended + 50 us); a backward when its gradient has (the next stage's backward ended + 50 us). Each transfer is a
+SendRecv kernel on the sender (stream 21, 50 us from its compute's end) and on the receiver (stream 20, from when it
+is free until the data arrives, at least 10 us). The host launches a step's work at its start and syncs at its end.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from kineto_builder import TraceBuilder
+
+GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
+SEND_RECV = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
+TRANSFER_US = 50.0
+
+
+def gpipe_job(out: Path, forward_us: list[float], micro: int, steps: int = 5, noise_us: float = 0.0,
+              rng: random.Random | None = None) -> Path:
+    """Write rank<s>.json.gz for each stage s (forward_us[s]: its forward of a micro-batch, us; every compute kernel
+    +-noise_us, uniform) into out; return out."""
+    rng = rng or random.Random(0)
+    stages = len(forward_us)
+    b = [TraceBuilder(rank=s, world_size=stages) for s in range(stages)]
+    T = 0.0
+    for step in range(steps):
+        free, n = [T + 200.0] * stages, [0] * stages
+        done: dict = {}
+
+        def launch(s, name, start, dur, stream=7):
+            n[s] += 1
+            b[s].launch(name, T + 10 + 2.0 * n[s], start, dur, stream=stream)
+
+        for phase, order, mult in (("f", range(micro), 1.0), ("b", reversed(range(micro)), 2.0)):
+            for m in order:
+                for s in (range(stages) if phase == "f" else reversed(range(stages))):
+                    src = s - 1 if phase == "f" else s + 1
+                    start = free[s]
+                    if 0 <= src < stages:
+                        arrive = done[phase, src, m] + TRANSFER_US
+                        launch(s, SEND_RECV, min(free[s], arrive - 10), max(arrive - free[s], 10.0), stream=20)
+                        launch(src, SEND_RECV, done[phase, src, m], TRANSFER_US, stream=21)
+                        start = max(start, arrive)
+                    dur = mult * forward_us[s] + rng.uniform(-noise_us, noise_us)
+                    launch(s, GEMM, start, dur)
+                    done[phase, s, m] = free[s] = start + dur
+        end = max(free) + 100
+        for s in range(stages):
+            b[s].cpu("cudaDeviceSynchronize", T + 15 + 2.0 * n[s], end - (T + 15 + 2.0 * n[s]), cat="cuda_runtime")
+            b[s].step(step, T, end + 50 - T)
+        T = end + 50
+    out.mkdir(parents=True, exist_ok=True)
+    for s in range(stages):
+        b[s].write(out / f"rank{s}.json.gz")
+    return out
