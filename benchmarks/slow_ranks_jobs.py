@@ -19,7 +19,7 @@ written as Kineto traces (tests/trace/kineto_builder.py). Scenarios:
 Printed per job: the finding naming the waits (straggler / load_imbalance), its ranks, its gain, the truth, and the
 diagnose time.
 
-    .venv/bin/python benchmarks/slow_ranks_jobs.py [--seeds 3] [--noise 100]
+    .venv/bin/python benchmarks/slow_ranks_jobs.py [--seeds 3] [--noise 100] [--only pipeline]
 """
 
 from __future__ import annotations
@@ -120,6 +120,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--noise", type=float, default=100.0, help="+- us on every GEMM of the slow-group jobs")
+    ap.add_argument("--only", default="", help="scenarios whose name starts with this (e.g. pipeline, tp+dp, onset)")
     a = ap.parse_args()
     jobs = [(n, sc, seed) for n in (16, 64) for sc in ("slow 1", "slow 4", "slow 8", "rotating", "random")
             for seed in range(a.seeds)]
@@ -130,6 +131,7 @@ def main() -> None:
     # pipelines of 4 and 8 stages: a slow first, middle or last stage, or balanced ones
     jobs += [(n, f"pipeline: {slow}", seed) for n in (4, 8) for slow in (0, n // 2, n - 1, "none")
              for seed in range(a.seeds)]
+    jobs = [j for j in jobs if j[1].startswith(a.only)]
     print("| ranks | scenario | seed | truth | named | ranks named | gain % | diagnose s |")
     print("|---|---|---|---|---|---|---|---|")
     right: dict[str, list[int]] = {}  # family -> [named right, jobs]

@@ -19,10 +19,10 @@ SEND_RECV = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
 TRANSFER_US = 50.0
 
 
-def gpipe_job(out: Path, forward_us: list[float], micro: int, steps: int = 5, noise_us: float = 0.0,
+def gpipe_job(out: Path, forward_us: list, micro: int, steps: int = 5, noise_us: float = 0.0,
               rng: random.Random | None = None) -> Path:
-    """Write rank<s>.json.gz for each stage s (forward_us[s]: its forward of a micro-batch, us; every compute kernel
-    +-noise_us, uniform) into out; return out."""
+    """Write rank<s>.json.gz for each stage s into out; return out. forward_us[s]: stage s's forward of a micro-batch
+    (us), or a list of one per step; every compute kernel +-noise_us, uniform."""
     rng = rng or random.Random(0)
     stages = len(forward_us)
     b = [TraceBuilder(rank=s, world_size=stages) for s in range(stages)]
@@ -45,7 +45,8 @@ def gpipe_job(out: Path, forward_us: list[float], micro: int, steps: int = 5, no
                         launch(s, SEND_RECV, min(free[s], arrive - 10), max(arrive - free[s], 10.0), stream=20)
                         launch(src, SEND_RECV, done[phase, src, m], TRANSFER_US, stream=21)
                         start = max(start, arrive)
-                    dur = mult * forward_us[s] + rng.uniform(-noise_us, noise_us)
+                    fwd = forward_us[s][step] if isinstance(forward_us[s], list) else forward_us[s]
+                    dur = mult * fwd + rng.uniform(-noise_us, noise_us)
                     launch(s, GEMM, start, dur)
                     done[phase, s, m] = free[s] = start + dur
         end = max(free) + 100

@@ -10,10 +10,11 @@ import numpy as np
 
 from trainperf.diagnose import findings as F
 from trainperf.diagnose import rules
-from trainperf.diagnose.crossrank import (CrossRank, HostStraggler, MatchedCollective, comm_waits,
+from trainperf.diagnose.crossrank import (ComputeStraggler, CrossRank, HostStraggler, MatchedCollective, comm_waits,
                                          compute_before_collectives, compute_straggler, cross_rank, host_straggler,
                                          laggards, lateness_by_step, lateness_share, persistent_laggard,
-                                         slow_ranks, straggler_min_p_value, straggler_steps_needed)
+                                         recurring_over_opposite, slow_ranks, straggler_min_p_value,
+                                         straggler_p_value, straggler_steps_needed)
 from trainperf.diagnose.evidence import (Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes,
                                         untraced_ranks_caveat)
 from trainperf.diagnose.facts import DeviceTiming, RankFacts, StragglerFacts, collect_facts, device_timing
@@ -334,6 +335,20 @@ def _relative_times(found: list[F.Finding], f: RankFacts) -> list[F.Finding]:
     return found
 
 
+def _compute_extra_is_noise(cs: ComputeStraggler, n_ranks: int) -> bool:
+    """Whether the rank computing longest per step does so within the noise between steps, as a CPU-only job's
+    slowest rank is judged (rules.host_wait_is_noise): a slow stage computes more in every step, while with
+    unequal or noisy work per step the longest-computing rank of a window computes less in some of its steps
+    (pipeline stages +-1 ms per micro-batch: one rank 1.05x the others' median by chance, ranked first). A trace
+    without steps (one window) has no steps to judge by: the ratio alone decides, as before."""
+    if cs.steps < 2:
+        return False
+    x = np.asarray(cs.extra_by_step_us)
+    testable = straggler_min_p_value(cs.steps, n_ranks) <= rules.STRAGGLER_HOST_ALPHA
+    return rules.host_wait_is_noise(straggler_p_value(x, n_ranks) if testable else 1.0, testable,
+                                    recurring_over_opposite(x))
+
+
 def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> StragglerFacts | None:
     """The job's straggler: the rank the others wait for inside matched collectives when it makes them wait
     >= STRAGGLER_MIN_WAIT_PCT of the window each (or, when no rank is the one waited for in most steps, when the
@@ -378,7 +393,7 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     straggling = st is not None and st[1] >= floor * others
     if not (straggling or (not persistent and mean_wait >= floor)):
         cs = compute_straggler({r: f.compute_by_step for r, f in facts.items() if f.has_gpu})
-        if cs is None or cs.ratio <= 1.0:
+        if cs is None or cs.ratio <= 1.0 or _compute_extra_is_noise(cs, len(facts)):
             return None
         return StragglerFacts(rank=cs.rank, caused_us=0.0, caused_per_other_us=0.0, imbalance_pct=xr.imbalance_pct,
                               events=[], compute_ratio=cs.ratio, extra_compute_us=cs.extra_us)

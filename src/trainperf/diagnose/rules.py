@@ -309,9 +309,10 @@ STRAGGLER_MIN_COMPUTE_RATIO = 1.05
 
 
 def host_wait_is_noise(p_value: float, testable: bool, snr: float) -> bool:
-    """Whether the slowest rank of a CPU-only job is within load noise, so no straggler: the sign-flip test
-    (crossrank.straggler_p_value above STRAGGLER_HOST_ALPHA) when the window has the steps for it, else the
-    recurrence heuristic (crossrank.recurring_over_opposite below STRAGGLER_HOST_MIN_SNR)."""
+    """Whether the slowest rank's extra work per step is within load noise, so no straggler (a CPU-only job's, or
+    the computation of GPU ranks whose collectives cannot be matched): the sign-flip test (crossrank.straggler_p_value
+    above STRAGGLER_HOST_ALPHA) when the window has the steps for it, else the recurrence heuristic
+    (crossrank.recurring_over_opposite below STRAGGLER_HOST_MIN_SNR)."""
     return p_value > STRAGGLER_HOST_ALPHA if testable else snr < STRAGGLER_HOST_MIN_SNR
 
 
