@@ -4,7 +4,9 @@ Every stage runs the forwards of a step's micro-batches in order, then their bac
 stage's forward of m starts when it is free and m's activations have arrived (the previous stage's forward of m
 ended + 50 us); a backward when its gradient has (the next stage's backward ended + 50 us). Each transfer is a
 SendRecv kernel on the sender (stream 21, 50 us from its compute's end) and on the receiver (stream 20, from when it
-is free until the data arrives, at least 10 us). The host launches a step's work at its start and syncs at its end.
+is free until the data arrives, at least 10 us). Each rank's host launches its step's work at the step's start
+and then waits in a device sync that returns 100 us after its own GPU's last op; its next step starts 50 us later
+(the stages keep their own step boundaries: a stage that finishes early waits for the next step's data in a recv).
 """
 
 from __future__ import annotations
@@ -26,14 +28,14 @@ def gpipe_job(out: Path, forward_us: list, micro: int, steps: int = 5, noise_us:
     rng = rng or random.Random(0)
     stages = len(forward_us)
     b = [TraceBuilder(rank=s, world_size=stages) for s in range(stages)]
-    T = 0.0
+    T = [0.0] * stages  # each rank's step start
     for step in range(steps):
-        free, n = [T + 200.0] * stages, [0] * stages
+        free, n = [t + 200.0 for t in T], [0] * stages
         done: dict = {}
 
         def launch(s, name, start, dur, stream=7):
             n[s] += 1
-            b[s].launch(name, T + 10 + 2.0 * n[s], start, dur, stream=stream)
+            b[s].launch(name, T[s] + 10 + 2.0 * n[s], start, dur, stream=stream)
 
         for phase, order, mult in (("f", range(micro), 1.0), ("b", reversed(range(micro)), 2.0)):
             for m in order:
@@ -49,11 +51,12 @@ def gpipe_job(out: Path, forward_us: list, micro: int, steps: int = 5, noise_us:
                     dur = mult * fwd + rng.uniform(-noise_us, noise_us)
                     launch(s, GEMM, start, dur)
                     done[phase, s, m] = free[s] = start + dur
-        end = max(free) + 100
         for s in range(stages):
-            b[s].cpu("cudaDeviceSynchronize", T + 15 + 2.0 * n[s], end - (T + 15 + 2.0 * n[s]), cat="cuda_runtime")
-            b[s].step(step, T, end + 50 - T)
-        T = end + 50
+            sync_at = T[s] + 15 + 2.0 * n[s]
+            end = max(free[s], done.get(("f", s, micro - 1), 0.0)) + 100
+            b[s].cpu("cudaDeviceSynchronize", sync_at, end - sync_at, cat="cuda_runtime")
+            b[s].step(step, T[s], end + 50 - T[s])
+            T[s] = end + 50
     out.mkdir(parents=True, exist_ok=True)
     for s in range(stages):
         b[s].write(out / f"rank{s}.json.gz")
