@@ -10,7 +10,7 @@ import numpy as np
 
 from trainperf.diagnose import findings as F
 from trainperf.diagnose import rules
-from trainperf.diagnose.crossrank import (ComputeStraggler, CrossRank, HostStraggler, MatchedCollective, comm_waits,
+from trainperf.diagnose.crossrank import (ComputeStraggler, CrossRank, MatchedCollective, comm_waits,
                                          compute_before_collectives, compute_straggler, cross_rank, host_straggler,
                                          laggards, lateness_by_step, lateness_share, persistent_laggard,
                                          recurring_over_opposite, slow_ranks, straggler_min_p_value,
@@ -139,10 +139,10 @@ def _restrict_steps(t: EventTable, steps: tuple[int, int]) -> EventTable:
     return t.take(sel)
 
 
-def host_testable(hs: HostStraggler) -> bool:
-    """Whether a CPU-only job's window has enough steps for the straggler's test to pass at all
-    (crossrank.straggler_min_p_value at most rules.STRAGGLER_HOST_ALPHA)."""
-    return straggler_min_p_value(hs.steps, hs.n_ranks) <= rules.STRAGGLER_HOST_ALPHA
+def testable(steps: int, n_ranks: int) -> bool:
+    """Whether a window of `steps` steps of n_ranks ranks is long enough for the straggler's sign-flip test to pass
+    at all (crossrank.straggler_min_p_value at most rules.STRAGGLER_HOST_ALPHA)."""
+    return straggler_min_p_value(steps, n_ranks) <= rules.STRAGGLER_HOST_ALPHA
 
 
 def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None, top: int = 10,
@@ -177,12 +177,12 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     # every rank first (DeviceTiming), then each rank's facts, rules and gains, released before the next rank's
     timing = {r: device_timing(tables[r], windows[r]) for r in gpu_ranks}
     hs = host_straggler(tables) if not gpu_ranks and len(tables) >= 2 else None
-    testable = hs is not None and host_testable(hs)
+    long_enough = hs is not None and testable(hs.steps, hs.n_ranks)
     straggler = None
     if hs is not None:
         straggler = StragglerFacts(rank=hs.rank, caused_us=hs.gain_us * hs.steps, caused_per_other_us=hs.gain_us,
                                    imbalance_pct=0.0, events=[], host_gain_pct=hs.gain_pct, host_gain_us=hs.gain_us,
-                                   host_p_value=hs.p_value, host_snr=hs.snr, host_testable=testable)
+                                   host_p_value=hs.p_value, host_snr=hs.snr, host_testable=long_enough)
     if not gpu_ranks:
         notes.append("no kernel/memcpy/memset events in the trace: GPU analyses (breakdown, idle, overlap, "
                      "launches, critical path) are skipped; host-side analyses only")
@@ -198,7 +198,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     job_caveats = cross_rank_caveats(xr.clock_offset_us, xr.clock_spread_us) if xr is not None else []
     untraced = untraced_ranks_caveat(tables)
     job_caveats += [untraced] if untraced else []
-    if hs is not None and not testable:
+    if hs is not None and not long_enough:
         job_caveats.append(Caveat(
             note=f"{hs.steps} common profiled steps are too few to test a slow rank against load noise (a rank slower "
                  f"in every step would still have p = {straggler_min_p_value(hs.steps, hs.n_ranks):.3f} > "
@@ -237,8 +237,8 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
                    "straggler_caused_wait_us": hs.gain_us * hs.steps, "compute_imbalance_pct": 0.0,
                    "host_straggler_rank": hs.rank, "host_straggler_gain_pct": hs.gain_pct,
                    "host_own_work_us": hs.own_us, "host_wait_us": hs.wait_us, "host_steps": hs.steps,
-                   "host_straggler_p_value": hs.p_value, "host_straggler_testable": testable,
-                   "host_straggler_within_noise": rules.host_wait_is_noise(hs.p_value, testable, hs.snr)}
+                   "host_straggler_p_value": hs.p_value, "host_straggler_testable": long_enough,
+                   "host_straggler_within_noise": rules.extra_work_is_noise(hs.p_value, long_enough, hs.snr)}
     if xr is not None:
         st = xr.straggler
         xr_json = {"n_collectives_matched": len(xr.collectives), "wait_by_rank_us": xr.wait_by_rank_us,
@@ -337,16 +337,16 @@ def _relative_times(found: list[F.Finding], f: RankFacts) -> list[F.Finding]:
 
 def _compute_extra_is_noise(cs: ComputeStraggler, n_ranks: int) -> bool:
     """Whether the rank computing longest per step does so within the noise between steps, as a CPU-only job's
-    slowest rank is judged (rules.host_wait_is_noise): a slow stage computes more in every step, while with
+    slowest rank is judged (rules.extra_work_is_noise): a slow stage computes more in every step, while with
     unequal or noisy work per step the longest-computing rank of a window computes less in some of its steps
     (pipeline stages +-1 ms per micro-batch: one rank 1.05x the others' median by chance, ranked first). A trace
     without steps (one window) has no steps to judge by: the ratio alone decides, as before."""
     if cs.steps < 2:
         return False
     x = np.asarray(cs.extra_by_step_us)
-    testable = straggler_min_p_value(cs.steps, n_ranks) <= rules.STRAGGLER_HOST_ALPHA
-    return rules.host_wait_is_noise(straggler_p_value(x, n_ranks) if testable else 1.0, testable,
-                                    recurring_over_opposite(x))
+    long_enough = testable(cs.steps, n_ranks)
+    return rules.extra_work_is_noise(straggler_p_value(x, n_ranks) if long_enough else 1.0, long_enough,
+                                     recurring_over_opposite(x))
 
 
 def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> StragglerFacts | None:

@@ -308,7 +308,7 @@ STRAGGLER_HOST_MIN_SNR = 1.0
 STRAGGLER_MIN_COMPUTE_RATIO = 1.05
 
 
-def host_wait_is_noise(p_value: float, testable: bool, snr: float) -> bool:
+def extra_work_is_noise(p_value: float, testable: bool, snr: float) -> bool:
     """Whether the slowest rank's extra work per step is within load noise, so no straggler (a CPU-only job's, or
     the computation of GPU ranks whose collectives cannot be matched): the sign-flip test (crossrank.straggler_p_value
     above STRAGGLER_HOST_ALPHA) when the window has the steps for it, else the recurrence heuristic
@@ -324,7 +324,7 @@ def straggler(f: RankFacts) -> Finding | None:
     if s is None:
         return None
     if s.host_gain_pct is not None:  # CPU-only job: priced from the other ranks' per-step wait, no replay
-        noise = host_wait_is_noise(s.host_p_value, s.host_testable, s.host_snr)
+        noise = extra_work_is_noise(s.host_p_value, s.host_testable, s.host_snr)
         small = not s.host_testable and s.host_gain_pct < STRAGGLER_HOST_MIN_PCT
         if f.rank != s.rank or noise or small:
             return None
