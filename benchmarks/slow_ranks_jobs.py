@@ -19,7 +19,7 @@ written as Kineto traces (tests/trace/kineto_builder.py). Scenarios:
 Printed per job: the finding naming the waits (straggler / load_imbalance), its ranks, its gain, the truth, and the
 diagnose time.
 
-    .venv/bin/python benchmarks/slow_ranks_jobs.py [--seeds 3] [--noise 100] [--only pipeline]
+    .venv/bin/python benchmarks/slow_ranks_jobs.py [--seeds 3] [--noise 100] [--only pipeline] [--collective all_to_all]
 """
 
 from __future__ import annotations
@@ -42,11 +42,15 @@ from trainperf.diagnose.api import diagnose  # noqa: E402
 from trainperf.diagnose.findings import rank_list  # noqa: E402
 
 NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+# --collective all_to_all: expert parallelism's exchange, which NCCL runs as SendRecv kernels (the collective's name
+# in the kernel's args, as PyTorch >= 2.1 records it)
+COLLECTIVE_KERNELS = {"allreduce": NCCL, "all_to_all": "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"}
 STEPS, P, C, AR = 8, 16_000.0, 8_000.0, 300.0
 
 
-def write_job(path: Path, compute_us: dict[tuple[int, int], float], ranks: int) -> None:
-    """compute_us[(rank, step)]: that rank's GEMM in that step (µs)."""
+def write_job(path: Path, compute_us: dict[tuple[int, int], float], ranks: int,
+              collective: str = "allreduce") -> None:
+    """compute_us[(rank, step)]: that rank's GEMM in that step (µs); then one `collective` (COLLECTIVE_KERNELS)."""
     for r in range(ranks):
         b = TraceBuilder(rank=r, world_size=ranks)
         for s in range(STEPS):
@@ -55,8 +59,8 @@ def write_job(path: Path, compute_us: dict[tuple[int, int], float], ranks: int) 
             b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", T + 100, T + 110, compute_us[r, s])
             last = T + 110 + max(compute_us[q, s] for q in range(ranks))
             arrive = T + 110 + compute_us[r, s]
-            b.launch(NCCL, T + 140, arrive, last + AR - arrive, **{"Collective name": "allreduce",
-                                                                 "Process Group Name": "0"})
+            b.launch(COLLECTIVE_KERNELS[collective], T + 140, arrive, last + AR - arrive,
+                     **{"Collective name": collective, "Process Group Name": "0"})
             b.cpu("cudaDeviceSynchronize", T + 300, last + AR + 5 - (T + 300), cat="cuda_runtime")
         b.write(path / f"rank{r}.json.gz")
 
@@ -120,7 +124,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--noise", type=float, default=100.0, help="+- us on every GEMM of the slow-group jobs")
-    ap.add_argument("--only", default="", help="scenarios whose name starts with this (e.g. pipeline, tp+dp, onset)")
+    ap.add_argument("--only", default="", help="scenarios whose name starts with one of these, comma-separated "
+                                               "(e.g. pipeline; slow,rotating,random for the all-reduce jobs)")
+    ap.add_argument("--collective", default="allreduce", choices=sorted(COLLECTIVE_KERNELS),
+                    help="the one collective a step of the all-reduce and onset jobs ends with")
     a = ap.parse_args()
     jobs = [(n, sc, seed) for n in (16, 64) for sc in ("slow 1", "slow 4", "slow 8", "rotating", "random")
             for seed in range(a.seeds)]
@@ -131,7 +138,7 @@ def main() -> None:
     # pipelines of 4 and 8 stages: a slow first, middle or last stage, or balanced ones
     jobs += [(n, f"pipeline: {slow}", seed) for n in (4, 8) for slow in (0, n // 2, n - 1, "none")
              for seed in range(a.seeds)]
-    jobs = [j for j in jobs if j[1].startswith(a.only)]
+    jobs = [j for j in jobs if j[1].startswith(tuple(a.only.split(",")))]
     print("| ranks | scenario | seed | truth | named | ranks named | gain % | diagnose s |")
     print("|---|---|---|---|---|---|---|---|")
     right: dict[str, list[int]] = {}  # family -> [named right, jobs]
@@ -151,7 +158,7 @@ def main() -> None:
                 write_tp_dp_job(Path(tmp), set(slow), n, random.Random(seed), a.noise)
             else:
                 comp, slow, kind = scenario(sc, n, random.Random(seed), a.noise)
-                write_job(Path(tmp), comp, n)
+                write_job(Path(tmp), comp, n, a.collective)
             t0 = time.perf_counter()
             d = diagnose(tmp)
             secs = time.perf_counter() - t0
@@ -161,7 +168,7 @@ def main() -> None:
         if sc.startswith("pipeline") and kind == "exposed_comm":
             ok = ok and not any(f.kind == "straggler" for f in d.findings)
         family = "tensor x data parallel" if sc.startswith("tp+dp") else "turns slow at step 3" if sc == "onset" \
-            else "pipeline stages" if sc.startswith("pipeline") else "all-reduce jobs"
+            else "pipeline stages" if sc.startswith("pipeline") else f"{a.collective} jobs"
         tally = right.setdefault(family, [0, 0])
         tally[0] += ok
         tally[1] += 1
