@@ -703,15 +703,18 @@ class ComputeStraggler:
     """The rank that computes longest per step against the other ranks (µs).
 
     ratio: median over the common steps of its compute / the other ranks' median compute in that step;
-    extra_us: the sum over those steps of its compute minus the others' median (where positive);
     extra_by_step_us: per common step, its compute minus the others' median (negative where it computed less)."""
 
     rank: int
     ratio: float
-    extra_us: float
     compute_us: dict[int, float]  # per rank: median per-step compute
     steps: int
     extra_by_step_us: list[float]
+
+    @property
+    def extra_us(self) -> float:
+        """Its compute beyond the others' median, summed over the steps where it computed more (µs)."""
+        return float(np.maximum(self.extra_by_step_us, 0.0).sum())
 
 
 def compute_straggler(per_step: dict[int, dict[int, float]]) -> ComputeStraggler | None:
@@ -731,6 +734,6 @@ def compute_straggler(per_step: dict[int, dict[int, float]]) -> ComputeStraggler
         ratios.append(float(np.median(np.where(others > 0, c[i] / np.where(others > 0, others, 1.0), 1.0))))
         extras.append(c[i] - others)
     k = int(np.argmax(ratios))
-    return ComputeStraggler(rank=ranks[k], ratio=ratios[k], extra_us=float(np.maximum(extras[k], 0.0).sum()),
-                            compute_us={r: float(np.median(c[i])) for i, r in enumerate(ranks)}, steps=len(common),
+    return ComputeStraggler(rank=ranks[k], ratio=ratios[k], steps=len(common),
+                            compute_us={r: float(np.median(c[i])) for i, r in enumerate(ranks)},
                             extra_by_step_us=[float(v) for v in extras[k]])
