@@ -10,13 +10,14 @@ earlier: gain 2 ms per analysed step (alone; the syncs' own fix, priced first, t
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 from kineto_builder import TraceBuilder  # noqa: E402
 
 from trainperf.diagnose.api import diagnose  # noqa: E402
-from trainperf.diagnose.crossrank import compute_per_step, compute_straggler  # noqa: E402
+from trainperf.diagnose.crossrank import compute_per_step, compute_straggler, slowest_rank_p_value  # noqa: E402
 from trainperf.diagnose.window import analysis_window  # noqa: E402
 from trainperf.trace.load import load_trace  # noqa: E402
 
@@ -95,3 +96,26 @@ def test_one_rank_of_facts_at_a_time_and_the_straggler_still_seen(tmp_path, monk
     d = api.diagnose(_job(tmp_path, {0: 4000.0, 1: 6000.0, 2: 4000.0}))
     assert seen_alive == [0, 0, 0]
     assert next(x for x in d.findings if x.kind == "straggler").ranks == [1]
+
+
+def test_the_slowest_rank_test_is_scipys_within_step_permutation_test():
+    # reference: scipy.stats.permutation_test, permutation_type "samples" (each step's values shuffled among the
+    # ranks, exact: (3!)^4 = 1,296 arrangements) with the same statistic; ours draws 9,999 of them
+    from scipy.stats import permutation_test
+
+    def statistic(*ranks, axis=-1):
+        m = np.stack(ranks, axis=-1)
+        z, k = m - m.mean(axis=-1, keepdims=True), m.shape[-2]
+        return np.max([(z[..., k - n:, :].sum(axis=-2) / np.sqrt(n)).max(axis=-1) for n in range(2, k + 1)], axis=0)
+
+    for seed in range(4):
+        x = np.random.default_rng(seed).normal(size=(4, 3))
+        x[:, 2] += 0.5 * seed  # rank 2 slower by 0, 0.5, 1, 1.5 standard deviations
+        exact = permutation_test(tuple(x.T), statistic, permutation_type="samples", alternative="greater",
+                                 n_resamples=np.inf, vectorized=True, axis=-1).pvalue
+        assert slowest_rank_p_value(x) == pytest.approx(exact, abs=0.01)
+    # one rank the slowest in all 4 steps of 4, by far: shuffles do that with chance 4 x (1/4)^4
+    x = np.full((4, 4), 24000.0)
+    x[:, 1] = 25440.0
+    assert slowest_rank_p_value(x) == pytest.approx(1 / 64, abs=0.004)
+    assert slowest_rank_p_value(np.full((4, 4), 24000.0)) == 1.0  # all alike: no rank stands out

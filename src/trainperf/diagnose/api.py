@@ -13,7 +13,8 @@ from trainperf.diagnose import rules
 from trainperf.diagnose.crossrank import (ComputeStraggler, CrossRank, MatchedCollective, comm_waits,
                                          compute_before_collectives, compute_straggler, cross_rank, host_straggler,
                                          laggards, lateness_by_step, lateness_share, persistent_laggard,
-                                         recurring_over_opposite, slow_ranks, straggler_min_p_value,
+                                         recurring_over_opposite, slow_ranks, slowest_rank_min_p_value,
+                                         slowest_rank_p_value, straggler_min_p_value,
                                          straggler_p_value, straggler_steps_needed)
 from trainperf.diagnose.evidence import (Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes,
                                         untraced_ranks_caveat)
@@ -335,18 +336,26 @@ def _relative_times(found: list[F.Finding], f: RankFacts) -> list[F.Finding]:
     return found
 
 
-def _compute_extra_is_noise(cs: ComputeStraggler, n_ranks: int) -> bool:
-    """Whether the rank computing longest per step does so within the noise between steps, as a CPU-only job's
-    slowest rank is judged (rules.extra_work_is_noise): a slow stage computes more in every step, while with
-    unequal or noisy work per step the longest-computing rank of a window computes less in some of its steps
-    (pipeline stages +-1 ms per micro-batch: one rank 1.05x the others' median by chance, ranked first). A trace
-    without steps (one window) has no steps to judge by: the ratio alone decides, as before."""
+def _compute_extra_is_noise(cs: ComputeStraggler) -> bool:
+    """Whether the rank computing longest per step does so within the noise between steps: a slow stage is the
+    slowest in every step by a margin, while with unequal or noisy work per step the longest-computing rank of a
+    window is not (pipeline stages +-1 ms per micro-batch: one rank 1.05x the others' median by chance, ranked
+    first). With 3 ranks or more, the within-step permutation test of the ranks' computation
+    (crossrank.slowest_rank_p_value: is one rank the slowest, by its step's spread, more consistently than shuffled
+    ranks make one); with 2 ranks, that permutation is the sign flip of their difference, which
+    crossrank.straggler_p_value tests with its sizes, as a CPU-only job's slowest rank is judged. Too few steps for
+    the test to pass at all: the recurrence heuristic (rules.extra_work_is_noise). A trace without steps (one
+    window) has no steps to judge by: the ratio alone decides, as before."""
     if cs.steps < 2:
         return False
-    x = np.asarray(cs.extra_by_step_us)
-    long_enough = testable(cs.steps, n_ranks)
-    return rules.extra_work_is_noise(straggler_p_value(x, n_ranks) if long_enough else 1.0, long_enough,
-                                     recurring_over_opposite(x))
+    x, n_ranks = np.asarray(cs.extra_by_step_us), cs.by_step_us.shape[1]
+    if n_ranks >= 3:
+        long_enough = slowest_rank_min_p_value(cs.steps, n_ranks) <= rules.STRAGGLER_HOST_ALPHA
+        p_value = slowest_rank_p_value(cs.by_step_us) if long_enough else 1.0
+    else:
+        long_enough = testable(cs.steps, n_ranks)
+        p_value = straggler_p_value(x, n_ranks) if long_enough else 1.0
+    return rules.extra_work_is_noise(p_value, long_enough, recurring_over_opposite(x))
 
 
 def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> StragglerFacts | None:
@@ -393,7 +402,7 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     straggling = st is not None and st[1] >= floor * others
     if not (straggling or (not persistent and mean_wait >= floor)):
         cs = compute_straggler({r: f.compute_by_step for r, f in facts.items() if f.has_gpu})
-        if cs is None or cs.ratio <= 1.0 or _compute_extra_is_noise(cs, len(facts)):
+        if cs is None or cs.ratio <= 1.0 or _compute_extra_is_noise(cs):
             return None
         return StragglerFacts(rank=cs.rank, caused_us=0.0, caused_per_other_us=0.0, imbalance_pct=xr.imbalance_pct,
                               events=[], compute_ratio=cs.ratio, extra_compute_us=cs.extra_us)

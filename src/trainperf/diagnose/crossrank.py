@@ -623,6 +623,51 @@ def onset_statistic(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return ((cs[..., -1:] - total) / np.sqrt(np.maximum(cq[..., -1:] - squares, 1e-300))).max(axis=-1)
 
 
+def slowest_rank_p_value(per_step_us: np.ndarray) -> float:
+    """The chance (0..1) that ranks equally fast but for noise make one of them stand out this consistently as the
+    slowest (per_step_us: steps x ranks, e.g. each rank's computation per step, µs), over the whole window or its last
+    steps (at least half of them, as straggler_p_value): a permutation test that shuffles each step's values among the
+    ranks (SLOW_RANKS_DRAWS draws; the null: in each step any rank as likely to get any of the values).
+
+    Statistic: the largest, over ranks and suffixes of L steps, of sum(z) / sqrt(L), where z is a rank's value in a
+    step less the step's mean over ranks, over the step's spread (its standard deviation across ranks; a step whose
+    ranks are all equal adds 0). In units of each step's own spread, because one step's wild value (a pause) must
+    not decide, and bounded per step (sqrt(N - 1)), so a rank that is the slowest by far in every step scores most.
+    The max over ranks makes the choice of the rank part of the null (no Bonferroni factor needed). Why not the
+    sign-flip test of the slowest rank's extra against the others' median (straggler_p_value): with N ranks the
+    slowest of a noisy window is above the others' median in every one of 4 steps with probability ~N / 16, too
+    often for a short window; being the slowest by a wide margin in every step is rarer (~N^(1 - k) for k steps:
+    slowest_rank_min_p_value). 1.0 with fewer than 2 steps or 2 ranks."""
+    x = np.asarray(per_step_us, dtype=float)
+    if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 2:
+        return 1.0
+    k = x.shape[0]
+    z = x - x.mean(axis=1, keepdims=True)
+    lengths = np.arange(max(2, -(-k // 2)), k + 1)
+
+    def statistic(zz: np.ndarray) -> np.ndarray:  # (..., steps, ranks) -> (...)
+        cs = np.concatenate([np.zeros(zz.shape[:-2] + (1, zz.shape[-1])), np.cumsum(zz, axis=-2)], axis=-2)
+        suffix = (cs[..., -1:, :] - cs[..., k - lengths, :]) / np.sqrt(lengths)[:, None]
+        return suffix.max(axis=(-2, -1))
+
+    observed = float(statistic(z))
+    # drawn directly, as arrival_order_p_value does (the p-value as scipy.stats.permutation_test gives it), in chunks
+    # of ~4M values (64 ranks x 64 steps x 1,000 draws) so that a long window of many ranks stays in memory
+    rng, at_least, left = np.random.default_rng(0), 0, SLOW_RANKS_DRAWS
+    chunk = max(1, min(SLOW_RANKS_DRAWS, 4_000_000 // z.size))
+    while left > 0:
+        draws = rng.permuted(np.broadcast_to(z, (min(chunk, left), *z.shape)), axis=-1)
+        at_least += int(np.count_nonzero(statistic(draws) >= observed * (1 - 1e-12)))
+        left -= draws.shape[0]
+    return float((1 + at_least) / (SLOW_RANKS_DRAWS + 1))
+
+
+def slowest_rank_min_p_value(steps: int, n_ranks: int) -> float:
+    """About the smallest slowest_rank_p_value that `steps` steps of n_ranks ranks allow: one rank the slowest in
+    every step, n_ranks^(1 - steps) (1.0 with fewer than 2 steps or 2 ranks)."""
+    return float(n_ranks) ** (1 - steps) if steps >= 2 and n_ranks >= 2 else 1.0
+
+
 def recurring_over_opposite(extra_us: np.ndarray) -> float:
     """How far a rank's extra work per step (µs, against the other ranks in the same step) stands out of the
     noise: its sum without its largest step, over the sum of the steps' opposite excess (where the other ranks
@@ -710,6 +755,7 @@ class ComputeStraggler:
     compute_us: dict[int, float]  # per rank: median per-step compute
     steps: int
     extra_by_step_us: list[float]
+    by_step_us: np.ndarray  # steps x ranks (the ranks in order): each rank's compute in each common step
 
     @property
     def extra_us(self) -> float:
@@ -736,4 +782,4 @@ def compute_straggler(per_step: dict[int, dict[int, float]]) -> ComputeStraggler
     k = int(np.argmax(ratios))
     return ComputeStraggler(rank=ranks[k], ratio=ratios[k], steps=len(common),
                             compute_us={r: float(np.median(c[i])) for i, r in enumerate(ranks)},
-                            extra_by_step_us=[float(v) for v in extras[k]])
+                            extra_by_step_us=[float(v) for v in extras[k]], by_step_us=c.T)
