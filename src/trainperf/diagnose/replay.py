@@ -97,7 +97,8 @@ class Change:
     (torch.compile compiles nothing inside the steps) | remove_syncs (sync calls return at once) | unblock_pageable_copies (host-to-device copies stop blocking the host and the work
     after them stops queueing behind them: pinned memory, non_blocking, prefetched on a side stream) |
     remove_allocator (allocator calls and spans cost nothing: caching allocator) |
-    overlap_comm (computation and host syncs stop waiting for collectives: fully overlapped) | remove_straggler_wait |
+    overlap_comm (computation and host syncs stop waiting for collectives: fully overlapped; a collective's
+    measured wait for a late rank stays, as the late rank's data arrives no sooner) | remove_straggler_wait |
     speedup (category sped up `factor` times) | compute_speedup (every computation kernel `factor`
     times faster: a straggler as fast as the other ranks) | host_speedup (CPU work between runtime calls `factor`
     times faster) | graph_small_kernels (launching a small kernel, launch.small_kernel_mask, costs the
@@ -1169,14 +1170,28 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
         unblocked |= g.block_class == BLOCK_PAGEABLE
     overlap = "overlap_comm" in kinds
     comm = g.category == COMMUNICATION
-    stream_prev = np.where(~comm, g.stream_prev_nc, g.stream_prev) if overlap else g.stream_prev
+    # overlapping hides a collective's transfer, not its wait for a late rank: that rank's data arrives when it
+    # arrives, and what needs it (the optimizer after DDP's last bucket, the step's end) waits for it whatever else
+    # runs meanwhile. A collective that waited for another rank (measured across ranks) keeps its place for that wait,
+    # its transfer gone; the others leave the critical path. Equal ranks whose jitter made them wait ~2 % of the step
+    # (under the load-imbalance bar) had that wait credited to overlapping, ranked above the step's real cost
+    # (benchmarks/slow_ranks_jobs.py, the "equal" jobs). With remove_straggler_wait the wait is gone too.
+    waited = comm & (g.comm_wait > 0) if overlap and "remove_straggler_wait" not in kinds else np.zeros(n, bool)
+    moved = comm & ~waited  # the collectives overlapping takes off the critical path
+    if waited.any():
+        dur = np.where(waited, np.minimum(g.comm_wait, dur), dur)
+        stream_prev = np.where(~moved, _previous_kept(g.stream_prev, moved), g.stream_prev)
+    else:
+        stream_prev = np.where(~comm, g.stream_prev_nc, g.stream_prev) if overlap else g.stream_prev
     if "unblock_pageable_copies" in kinds:
         # the copy is prefetched on a side stream from pinned memory: the work after it no longer queues behind it
         after_copy = (stream_prev >= 0) & g.pageable_copy[np.clip(stream_prev, 0, None)]
         stream_prev = np.where(after_copy, g.stream_prev_np, stream_prev)
     sync_on = g.sync_on_nc if overlap else g.sync_on
+    # a sync that waited for a collective that keeps its wait waits for that too (besides the other work it waited for)
+    also_on = np.where((g.sync_on >= 0) & waited[np.clip(g.sync_on, 0, None)], g.sync_on, -1)
     dep_on = np.clip(g.dep, 0, None)
-    dropped = (overlap & comm[dep_on]) | (("unblock_pageable_copies" in kinds) & g.pageable_copy[dep_on])
+    dropped = (overlap & moved[dep_on]) | (("unblock_pageable_copies" in kinds) & g.pageable_copy[dep_on])
     dep = np.where((g.dep >= 0) & dropped, -1, g.dep)
     # plain Python lists: element access in the loop below is ~3x faster than on NumPy arrays
     S_, E_, bind_ = S.tolist(), E.tolist(), bind.tolist()
@@ -1184,7 +1199,7 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     host_, hprev_, sprev_ = g.as_list("is_host"), g.as_list("host_prev"), stream_prev.tolist()
     launch_, dep_, is_sync_ = g.as_list("launch"), dep.tolist(), g.as_list("is_sync")
     hdep_, hlag_ = g.as_list("host_dep"), dep_lag.tolist()
-    sync_on_, tail_ = sync_on.tolist(), g.as_list("sync_tail")
+    sync_on_, also_on_, tail_ = sync_on.tolist(), also_on.tolist(), g.as_list("sync_tail")
     base_ = (np.where(unread, 0.0, g.sync_base) / unprofiled).tolist()
     unblocked_ = unblocked.tolist()
     pending = [False] * n  # syncs whose end waits for device work not yet replayed
@@ -1192,9 +1207,13 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     def finish_sync(i: int) -> None:
         # a sync ends when the device work it waited for ends; by the time anything needs its end
         # (the next call on its thread, observed after the sync ended) that work has been replayed
-        k = sync_on_[i]
+        k, k2 = sync_on_[i], also_on_[i]
         base = min(base_[i], dur_[i])
-        E_[i] = S_[i] + base if unblocked_[i] or k < 0 else max(S_[i] + base, E_[k] + tail_[i])
+        E_[i] = S_[i] + base
+        if not unblocked_[i]:
+            for j in (k, k2):
+                if j >= 0:
+                    E_[i] = max(E_[i], E_[j] + tail_[i])
         pending[i] = False
 
     neg_inf = float("-inf")
@@ -1235,6 +1254,19 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
         finish_sync(i)
     S, E, bind = np.array(S_, dtype=float), np.array(E_, dtype=float), np.array(bind_, dtype=np.int64)
     return Replay(S, E, bind)
+
+
+def _previous_kept(stream_prev: np.ndarray, skipped: np.ndarray) -> np.ndarray:
+    """For each row, the nearest earlier row on its stream that is not `skipped` (-1 when none): stream_prev with
+    the skipped rows jumped over (pointer doubling, log2 of the longest run of skipped rows)."""
+    idx = np.arange(stream_prev.size)
+    to = np.where(skipped, stream_prev, idx)  # a kept row is its own answer, a skipped one looks further back
+    while True:
+        nxt = np.where(to >= 0, to[np.clip(to, 0, None)], -1)
+        if np.array_equal(nxt, to):
+            break
+        to = nxt
+    return np.where(stream_prev >= 0, to[np.clip(stream_prev, 0, None)], -1)
 
 
 def critical_path(g: Graph, r: Replay) -> dict[str, float]:
