@@ -20,7 +20,9 @@ written as Kineto traces (tests/trace/kineto_builder.py). Scenarios:
 - pipeline (4 and 8 stages, 8 micro-batches, GPipe: tests/trace/pipeline_builder.py): one stage's forward and
   backward 1.3x longer (the first, a middle or the last stage), or balanced stages; every compute kernel +-noise us.
   Right: the first of the straggler / load_imbalance / exposed_comm findings is the straggler naming the slow stage
-  (balanced: exposed_comm, the schedule's bubble, and no straggler).
+  (balanced: exposed_comm, the schedule's bubble, and no straggler);
+- pp+dp (4 stages x 2 data-parallel copies, 8 ranks; each stage's copies all-reduce their gradients at the end of
+  the step): the slow stage's two ranks (stage 2: ranks 2 and 6), or balanced stages.
 Printed per job: the finding naming the waits (straggler / load_imbalance), its ranks, its gain, the truth, and the
 diagnose time.
 
@@ -155,18 +157,21 @@ def main() -> None:
     # pipelines of 4 and 8 stages: a slow first, middle or last stage, or balanced ones
     jobs += [(n, f"pipeline: {slow}", seed) for n in (4, 8) for slow in (0, n // 2, n - 1, "none")
              for seed in range(a.seeds)]
+    # the same pipeline with 2 data-parallel copies of it: a slow stage is two ranks
+    jobs += [(8, f"pp+dp: {slow}", seed) for slow in (2, "none") for seed in range(a.seeds)]
     jobs = [j for j in jobs if j[1].startswith(tuple(a.only.split(",")))]
     print("| ranks | scenario | seed | truth | named | ranks named | gain % | diagnose s |")
     print("|---|---|---|---|---|---|---|---|")
     right: dict[str, list[int]] = {}  # family -> [named right, jobs]
     for n, sc, seed in track(jobs, description="jobs", transient=True):
         with tempfile.TemporaryDirectory() as tmp:
-            if sc.startswith("pipeline"):
-                spec = sc.split(": ")[1]
-                slow = [] if spec == "none" else [int(spec)]
+            if sc.startswith(("pipeline", "pp+dp")):
+                spec, copies = sc.split(": ")[1], 2 if sc.startswith("pp+dp") else 1
+                stages = n // copies
+                slow = [] if spec == "none" else [int(spec) + d * stages for d in range(copies)]
                 kind = "exposed_comm" if spec == "none" else "straggler"
-                gpipe_job(Path(tmp), [1000.0 * (1.3 if s in slow else 1.0) for s in range(n)], micro=8,
-                          noise_us=a.noise, rng=random.Random(seed))
+                gpipe_job(Path(tmp), [1000.0 * (1.3 if s in slow else 1.0) for s in range(stages)], micro=8,
+                          noise_us=a.noise, rng=random.Random(seed), replicas=copies)
             elif sc.startswith("tp+dp"):
                 spec = sc.split(": ")[1]
                 slow = (list(range(int(spec.split("-")[0]), int(spec.split("-")[1]) + 1)) if "-" in spec
@@ -180,10 +185,11 @@ def main() -> None:
             t0 = time.perf_counter()
             d = diagnose(tmp)
             secs = time.perf_counter() - t0
-        waits = ("straggler", "load_imbalance") + (("exposed_comm",) if sc.startswith("pipeline") else ())
+        piped = sc.startswith(("pipeline", "pp+dp"))
+        waits = ("straggler", "load_imbalance") + (("exposed_comm",) if piped else ())
         named = next((f for f in d.findings if f.kind in waits), None)
         ok = named is not None and named.kind == kind and (kind != "straggler" or named.ranks == slow)
-        if sc.startswith("pipeline") and kind == "exposed_comm":
+        if piped and kind == "exposed_comm":
             ok = ok and not any(f.kind == "straggler" for f in d.findings)
         if kind == "none":  # no wait named, and overlapping priced at the transfer it can hide
             exposed = next((f for f in d.findings if f.kind == "exposed_comm"), None)
@@ -191,7 +197,8 @@ def main() -> None:
             ok = (named is None or named.kind == "exposed_comm") and \
                 (exposed is None or exposed.gain_pct <= 100 * AR / P + 0.5)
         family = "tensor x data parallel" if sc.startswith("tp+dp") else "turns slow at step 3" if sc == "onset" \
-            else "pipeline stages" if sc.startswith("pipeline") else "equal ranks, jitter only" if sc == "equal" \
+            else "pipeline stages" if sc.startswith("pipeline") else "pipeline x data parallel" if piped \
+            else "equal ranks, jitter only" if sc == "equal" \
             else f"{a.collective} jobs"
         tally = right.setdefault(family, [0, 0])
         tally[0] += ok

@@ -221,3 +221,20 @@ def test_balanced_stages_with_noisy_kernels_have_no_straggler(tmp_path):
     d = diagnose(gpipe_job(tmp_path / "slow", [1000.0, 1000.0, 1300.0, 1000.0], micro=8, noise_us=100.0,
                            rng=random.Random(0)))
     assert (d.findings[0].kind, d.findings[0].ranks) == ("straggler", [2])
+
+
+def test_a_slow_stage_with_data_parallel_copies_names_every_copy(tmp_path):
+    # 4 stages x 2 data-parallel copies (rank 4 d + s), stage 2 at 1.3x: ranks 2 and 6 compute alike, 1.3x the other
+    # six (+-100 us per kernel), above the widest break of the ranks' median compute: both are the straggler, each
+    # priced as its computation at the others' pace (~1.3x: 26 of every 1.3 x 24 ms of GEMMs a step). With +-1 ms
+    # per kernel the copies also wait for each other at their gradient all-reduce (the jitter between copies,
+    # load_imbalance: no one rank last in most steps), which hid the slow stage before; both are named now
+    d = diagnose(gpipe_job(tmp_path / "quiet", [1000.0, 1000.0, 1300.0, 1000.0], micro=8, noise_us=100.0,
+                           rng=random.Random(0), replicas=2))
+    top = d.findings[0]
+    assert (top.kind, top.ranks) == ("straggler", [2, 6])
+    assert top.evidence["metrics"]["compute_vs_other_ranks"]["value"] == pytest.approx(1.3, abs=0.02)
+    d = diagnose(gpipe_job(tmp_path / "noisy", [1000.0, 1000.0, 1300.0, 1000.0], micro=8, noise_us=1000.0,
+                           rng=random.Random(1), replicas=2))
+    kinds = {f.kind: f for f in d.findings}
+    assert kinds["straggler"].ranks == [2, 6] and "load_imbalance" in kinds

@@ -19,45 +19,60 @@ from kineto_builder import TraceBuilder
 GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
 SEND_RECV = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
 TRANSFER_US = 50.0
+ALL_REDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+ALL_REDUCE_US = 300.0
 
 
 def gpipe_job(out: Path, forward_us: list, micro: int, steps: int = 5, noise_us: float = 0.0,
-              rng: random.Random | None = None) -> Path:
-    """Write rank<s>.json.gz for each stage s into out; return out. forward_us[s]: stage s's forward of a micro-batch
-    (us), or a list of one per step; every compute kernel +-noise_us, uniform."""
+              rng: random.Random | None = None, replicas: int = 1) -> Path:
+    """Write rank<k>.json.gz for each rank k into out; return out. forward_us[s]: stage s's forward of a micro-batch
+    (us), or a list of one per step; every compute kernel +-noise_us, uniform. replicas: data-parallel copies of the
+    pipeline (rank d * stages + s is stage s of copy d, each copy's send/recv its own); with more than one, each
+    stage's copies all-reduce their gradients at the end of the step (ALL_REDUCE_US after the last copy's backward)."""
     rng = rng or random.Random(0)
     stages = len(forward_us)
-    b = [TraceBuilder(rank=s, world_size=stages) for s in range(stages)]
-    T = [0.0] * stages  # each rank's step start
+    ranks = stages * replicas
+    b = [TraceBuilder(rank=k, world_size=ranks) for k in range(ranks)]
+    T = [0.0] * ranks  # each rank's step start
     for step in range(steps):
-        free, n = [t + 200.0 for t in T], [0] * stages
+        free, n = [t + 200.0 for t in T], [0] * ranks
         done: dict = {}
 
-        def launch(s, name, start, dur, stream=7):
-            n[s] += 1
-            b[s].launch(name, T[s] + 10 + 2.0 * n[s], start, dur, stream=stream)
+        def launch(k, name, start, dur, stream=7, **args):
+            n[k] += 1
+            b[k].launch(name, T[k] + 10 + 2.0 * n[k], start, dur, stream=stream, **args)
 
-        for phase, order, mult in (("f", range(micro), 1.0), ("b", reversed(range(micro)), 2.0)):
-            for m in order:
-                for s in (range(stages) if phase == "f" else reversed(range(stages))):
-                    src = s - 1 if phase == "f" else s + 1
-                    start = free[s]
-                    if 0 <= src < stages:
-                        arrive = done[phase, src, m] + TRANSFER_US
-                        launch(s, SEND_RECV, min(free[s], arrive - 10), max(arrive - free[s], 10.0), stream=20)
-                        launch(src, SEND_RECV, done[phase, src, m], TRANSFER_US, stream=21)
-                        start = max(start, arrive)
-                    fwd = forward_us[s][step] if isinstance(forward_us[s], list) else forward_us[s]
-                    dur = mult * fwd + rng.uniform(-noise_us, noise_us)
-                    launch(s, GEMM, start, dur)
-                    done[phase, s, m] = free[s] = start + dur
-        for s in range(stages):
-            sync_at = T[s] + 15 + 2.0 * n[s]
-            end = max(free[s], done.get(("f", s, micro - 1), 0.0)) + 100
-            b[s].cpu("cudaDeviceSynchronize", sync_at, end - sync_at, cat="cuda_runtime")
-            b[s].step(step, T[s], end + 50 - T[s])
-            T[s] = end + 50
+        for d in range(replicas):
+            at = d * stages  # this copy's first rank
+            for phase, order, mult in (("f", range(micro), 1.0), ("b", reversed(range(micro)), 2.0)):
+                for m in order:
+                    for s in (range(stages) if phase == "f" else reversed(range(stages))):
+                        src = s - 1 if phase == "f" else s + 1
+                        start = free[at + s]
+                        if 0 <= src < stages:
+                            arrive = done[phase, at + src, m] + TRANSFER_US
+                            launch(at + s, SEND_RECV, min(free[at + s], arrive - 10),
+                                   max(arrive - free[at + s], 10.0), stream=20)
+                            launch(at + src, SEND_RECV, done[phase, at + src, m], TRANSFER_US, stream=21)
+                            start = max(start, arrive)
+                        fwd = forward_us[s][step] if isinstance(forward_us[s], list) else forward_us[s]
+                        dur = mult * fwd + rng.uniform(-noise_us, noise_us)
+                        launch(at + s, GEMM, start, dur)
+                        done[phase, at + s, m] = free[at + s] = start + dur
+        for s in range(stages) if replicas > 1 else ():  # each stage's copies reduce their gradients together
+            copies = [d * stages + s for d in range(replicas)]
+            last = max(free[k] for k in copies)
+            for k in copies:
+                launch(k, ALL_REDUCE, free[k], last + ALL_REDUCE_US - free[k], stream=22,
+                       **{"Collective name": "allreduce", "Process Group Name": f"dp{s}"})
+                free[k] = last + ALL_REDUCE_US
+        for k in range(ranks):
+            sync_at = T[k] + 15 + 2.0 * n[k]
+            end = max(free[k], done.get(("f", k, micro - 1), 0.0)) + 100
+            b[k].cpu("cudaDeviceSynchronize", sync_at, end - sync_at, cat="cuda_runtime")
+            b[k].step(step, T[k], end + 50 - T[k])
+            T[k] = end + 50
     out.mkdir(parents=True, exist_ok=True)
-    for s in range(stages):
-        b[s].write(out / f"rank{s}.json.gz")
+    for k in range(ranks):
+        b[k].write(out / f"rank{k}.json.gz")
     return out

@@ -400,14 +400,28 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
                                 len(xr.wait_by_rank_us)) if stepped else None
     mean_wait = sum(xr.wait_by_rank_us.values()) / max(len(xr.wait_by_rank_us), 1)
     straggling = st is not None and st[1] >= floor * others
-    if not (straggling or (not persistent and mean_wait >= floor)):
+    matched_waits = straggling or (not persistent and mean_wait >= floor)
+    # the rank computing longest per step, where matched collectives cannot show it: there are none with waits, or
+    # (pipeline stages) the slow stage's copies wait for each other in none of them, equally slow, while the other
+    # stages wait for it in send/recv; beside matched waits that name no one rank (the copies' jitter:
+    # load_imbalance's), the slow stage is a straggler of its own
+    cs = None
+    if not matched_waits or (xr.point_to_point and not persistent):
         cs = compute_straggler({r: f.compute_by_step for r, f in facts.items() if f.has_gpu})
         # under the ratio's bar it is no straggler whatever the noise (rules.straggler says so too): the test, whose
         # draws cost ~1 s on 64 ranks x 20 steps, is run only for a candidate
-        if cs is None or cs.ratio < rules.STRAGGLER_MIN_COMPUTE_RATIO or _compute_extra_is_noise(cs):
-            return None
+        if cs is not None and (cs.ratio < rules.STRAGGLER_MIN_COMPUTE_RATIO or _compute_extra_is_noise(cs)):
+            cs = None
+    if cs is not None:
         return StragglerFacts(rank=cs.rank, caused_us=0.0, caused_per_other_us=0.0, imbalance_pct=xr.imbalance_pct,
-                              events=[], compute_ratio=cs.ratio, extra_compute_us=cs.extra_us)
+                              events=[], compute_ratio=cs.ratio, extra_compute_us=cs.extra_us,
+                              compute_group_ratio=cs.group_ratio, persistent=not matched_waits,
+                              last_in_steps=last_in_steps if matched_waits else {},
+                              laggard_waits=list(last.values()) if matched_waits else [],
+                              late_work_share=work_share if matched_waits else None,
+                              late_idle_share=idle_share if matched_waits else None)
+    if not matched_waits:
+        return None
     srank, caused = st
     worst = sorted((c for c in xr.collectives if c.last_rank == srank), key=lambda c: -sum(c.wait_us.values()))[:3]
     w = facts[srank].window

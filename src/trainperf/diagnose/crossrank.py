@@ -99,6 +99,7 @@ class CrossRank:
     notes: list[str] = field(default_factory=list)
     clock_offset_us: dict[int, float] = field(default_factory=dict)  # rank clock - first rank's clock
     clock_spread_us: dict[int, float] = field(default_factory=dict)  # IQR of matched end differences
+    point_to_point: bool = False  # some rank's collectives are send/recv (pipeline stages), never matched
 
     @property
     def straggler(self) -> tuple[int, float] | None:
@@ -376,7 +377,7 @@ def cross_rank(tables: dict[int, EventTable], windows: dict[int, Window], comput
     else:
         notes.append("one rank: cross-rank analyses need traces of at least two ranks")
     return CrossRank(matched, unmatched, wait, caused if len(ranks) >= 2 else {}, busy_us, compute_us, notes,
-                     clock_offset_us=t0, clock_spread_us=spread)
+                     clock_offset_us=t0, clock_spread_us=spread, point_to_point=bool(p2p))
 
 
 # --- CPU-only ranks (gloo): where each rank spends its step --------------------------------------------
@@ -748,7 +749,8 @@ class ComputeStraggler:
     """The rank that computes longest per step against the other ranks (µs).
 
     ratio: median over the common steps of its compute / the other ranks' median compute in that step;
-    extra_by_step_us: per common step, its compute minus the others' median (negative where it computed less)."""
+    extra_by_step_us: per common step, its compute minus the others' median (negative where it computed less);
+    group_ratio: it and the ranks computing alike with it (compute_straggler), each over the rest's median."""
 
     rank: int
     ratio: float
@@ -756,6 +758,9 @@ class ComputeStraggler:
     steps: int
     extra_by_step_us: list[float]
     by_step_us: np.ndarray  # steps x ranks (the ranks in order): each rank's compute in each common step
+    # it and the ranks that compute alike with it (a slow stage's copies), each with its compute over the other
+    # ranks' median (median over the steps): {rank: ratio}
+    group_ratio: dict[int, float] = field(default_factory=dict)
 
     @property
     def extra_us(self) -> float:
@@ -780,6 +785,17 @@ def compute_straggler(per_step: dict[int, dict[int, float]]) -> ComputeStraggler
         ratios.append(float(np.median(np.where(others > 0, c[i] / np.where(others > 0, others, 1.0), 1.0))))
         extras.append(c[i] - others)
     k = int(np.argmax(ratios))
+    # the ranks that compute alike with it, above the widest break in the ranks' median compute (_upper_class: a
+    # minority): a slow pipeline stage has as many slow ranks as it has data- or tensor-parallel copies, and naming
+    # one of them would leave the others out; each with its compute over the other ranks' median, step by step
+    members = _upper_class(np.median(c, axis=1))
+    members = members if k in members else np.array([k])
+    rest = np.median(np.delete(c, members, axis=0), axis=0) if len(members) < len(ranks) else None
+    group = {}
+    for i in sorted(int(v) for v in members):
+        ref = rest if rest is not None else np.median(np.delete(c, i, axis=0), axis=0)
+        group[ranks[i]] = ratios[i] if len(members) == 1 else \
+            float(np.median(np.where(ref > 0, c[i] / np.where(ref > 0, ref, 1.0), 1.0)))
     return ComputeStraggler(rank=ranks[k], ratio=ratios[k], steps=len(common),
                             compute_us={r: float(np.median(c[i])) for i, r in enumerate(ranks)},
-                            extra_by_step_us=[float(v) for v in extras[k]], by_step_us=c.T)
+                            extra_by_step_us=[float(v) for v in extras[k]], by_step_us=c.T, group_ratio=group)

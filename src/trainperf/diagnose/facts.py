@@ -48,6 +48,9 @@ class StragglerFacts:
     host_testable: bool = True  # CPU-only job: enough steps for host_p_value to pass (else host_snr decides)
     host_snr: float = float("inf")  # CPU-only job: the straggler's recurring extra work over the opposite excess
     extra_compute_us: float = 0.0  # the straggler's compute beyond the other ranks' median, summed over steps
+    # ranks whose collectives cannot be matched (crossrank.compute_straggler): the straggler and the ranks computing
+    # alike with it (a slow pipeline stage's data- or tensor-parallel copies), each with its compute ratio
+    compute_group_ratio: dict = field(default_factory=dict)
     # matched collectives: how many steps each rank was the one the others waited for most (crossrank.laggards);
     # persistent: the straggler was it in most of them (else the waits are load imbalance: rules.load_imbalance)
     last_in_steps: dict = field(default_factory=dict)

@@ -335,7 +335,12 @@ def straggler(f: RankFacts) -> Finding | None:
                      gain_pct=s.host_gain_pct, gain_us=s.host_gain_us, ranks=[s.rank],
                      what_if=f"no rank waits for rank {s.rank} (host only: the others' median wait per step)",
                      evidence_pct=s.host_gain_pct)
-    if not s.persistent:  # the rank the others wait for changes from step to step
+    if s.compute_group_ratio and not s.persistent:
+        # a slow pipeline stage beside matched waits that name no one rank: its ranks are the straggler (below), the
+        # waits load_imbalance's, and no other rank is named a straggler
+        if f.rank not in s.compute_group_ratio:
+            return None
+    elif not s.persistent:  # the rank the others wait for changes from step to step
         if s.slow_ranks:  # among a group of ranks late in every step: a slow node
             return _slow_ranks(f)
         if paused_not_loaded(s):
@@ -350,12 +355,16 @@ def straggler(f: RankFacts) -> Finding | None:
         metrics["steps_it_was_waited_for"] = (s.last_in_steps.get(s.rank, 0), "count")
         metrics["steps_with_waits"] = (sum(s.last_in_steps.values()), "count")
     metrics |= _lateness_metrics(s)
-    if f.rank == s.rank:
-        if s.compute_ratio < STRAGGLER_MIN_COMPUTE_RATIO:
+    # the straggler computes longer; where collectives cannot be matched, so may the ranks computing alike with it
+    # (a slow stage's copies), each priced as its own computation at the other ranks' pace
+    ratio = s.compute_group_ratio.get(f.rank, s.compute_ratio if f.rank == s.rank else None)
+    if ratio is not None:
+        if ratio < STRAGGLER_MIN_COMPUTE_RATIO:
             return None
-        found = _make(f, "straggler", metrics, [], (Change("compute_speedup", factor=s.compute_ratio),),
-                      f"rank {s.rank} computes as fast as the other ranks ({s.compute_ratio:.2f}x faster)",
-                      evidence_pct=f.pct(max(s.caused_per_other_us, s.extra_compute_us)), ranks=[s.rank])
+        metrics["compute_vs_other_ranks"] = (ratio, "x")
+        found = _make(f, "straggler", metrics, [], (Change("compute_speedup", factor=ratio),),
+                      f"rank {f.rank} computes as fast as the other ranks ({ratio:.2f}x faster)",
+                      evidence_pct=f.pct(max(s.caused_per_other_us, s.extra_compute_us)), ranks=[f.rank])
     elif not f.waits:
         return None
     else:
