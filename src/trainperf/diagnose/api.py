@@ -341,8 +341,8 @@ def _compute_extra_is_noise(cs: ComputeStraggler) -> bool:
     slowest in every step by a margin, while with unequal or noisy work per step the longest-computing rank of a
     window is not (pipeline stages +-1 ms per micro-batch: one rank 1.05x the others' median by chance, ranked
     first). With 3 ranks or more, the within-step permutation test of the ranks' computation
-    (crossrank.slowest_rank_p_value: is one rank the slowest, by its step's spread, more consistently than shuffled
-    ranks make one); with 2 ranks, that permutation is the sign flip of their difference, which
+    (crossrank.slowest_rank_p_value: is one rank the slowest, by its excess over each step's mean, more
+    consistently than shuffled ranks make one); with 2 ranks, that permutation is the sign flip of their difference, which
     crossrank.straggler_p_value tests with its sizes, as a CPU-only job's slowest rank is judged. Too few steps for
     the test to pass at all: the recurrence heuristic (rules.extra_work_is_noise). A trace without steps (one
     window) has no steps to judge by: the ratio alone decides, as before."""

@@ -351,10 +351,11 @@ def straggler(f: RankFacts) -> Finding | None:
     metrics = {"caused_wait": (s.caused_us, "us"), "caused_wait_per_other_rank": (s.caused_per_other_us, "us"),
                "compute_imbalance": (s.imbalance_pct, "%"), "compute_vs_other_ranks": (s.compute_ratio, "x"),
                "extra_compute": (s.extra_compute_us, "us")}
-    if s.last_in_steps:  # matched collectives: in how many of the steps with waits it was the one waited for
-        metrics["steps_it_was_waited_for"] = (s.last_in_steps.get(s.rank, 0), "count")
-        metrics["steps_with_waits"] = (sum(s.last_in_steps.values()), "count")
-    metrics |= _lateness_metrics(s)
+    if not s.compute_group_ratio:  # the matched collectives' laggard (the compute straggler's are load_imbalance's)
+        if s.last_in_steps:  # in how many of the steps with waits it was the one waited for
+            metrics["steps_it_was_waited_for"] = (s.last_in_steps.get(s.rank, 0), "count")
+            metrics["steps_with_waits"] = (sum(s.last_in_steps.values()), "count")
+        metrics |= _lateness_metrics(s)
     # the straggler computes longer; where collectives cannot be matched, so may the ranks computing alike with it
     # (a slow stage's copies), each priced as its own computation at the other ranks' pace
     ratio = s.compute_group_ratio.get(f.rank, s.compute_ratio if f.rank == s.rank else None)
