@@ -29,6 +29,7 @@ Printed per job: the finding naming the waits (straggler / load_imbalance), its 
 diagnose time.
 
     .venv/bin/python benchmarks/slow_ranks_jobs.py [--seeds 3] [--noise 100] [--only pipeline] [--collective all_to_all]
+        [--pipeline-steps 5]
 """
 
 from __future__ import annotations
@@ -163,6 +164,8 @@ def main() -> None:
     ap.add_argument("--noise", type=float, default=100.0, help="+- us on every GEMM of the slow-group jobs")
     ap.add_argument("--only", default="", help="scenarios whose name starts with one of these, comma-separated "
                                                "(e.g. pipeline; slow,rotating,random for the all-reduce jobs)")
+    ap.add_argument("--pipeline-steps", type=int, default=5,
+                    help="profiled steps of the pipeline jobs (the last one, cut short, is not analysed)")
     ap.add_argument("--collective", default="allreduce", choices=sorted(COLLECTIVE_KERNELS),
                     help="the one collective a step of the all-reduce and onset jobs ends with")
     a = ap.parse_args()
@@ -191,7 +194,7 @@ def main() -> None:
                 slow = [] if spec == "none" else [int(spec) + d * stages for d in range(copies)]
                 kind = "exposed_comm" if spec == "none" else "straggler"
                 gpipe_job(Path(tmp), [1000.0 * (1.3 if s in slow else 1.0) for s in range(stages)], micro=8,
-                          noise_us=a.noise, rng=random.Random(seed), replicas=copies)
+                          noise_us=a.noise, rng=random.Random(seed), replicas=copies, steps=a.pipeline_steps)
                 if copies > 1 and not slow and all_reduce_wait_pct(Path(tmp)) >= rules.STRAGGLER_MIN_WAIT_PCT:
                     kind = "load_imbalance"  # the copies' jitter costs as much as the equal ranks' does
             elif sc.startswith("tp+dp"):

@@ -238,3 +238,16 @@ def test_a_slow_stage_with_data_parallel_copies_names_every_copy(tmp_path):
                            rng=random.Random(1), replicas=2))
     kinds = {f.kind: f for f in d.findings}
     assert kinds["straggler"].ranks == [2, 6] and "load_imbalance" in kinds
+
+
+def test_in_a_window_too_short_for_the_test_a_slow_stage_is_the_slowest_in_every_step(tmp_path):
+    # 3 analysed steps of 4 stages: shuffled stages put one rank the slowest in all 3 with chance 4 x (1/4)^3 = 1/16,
+    # so the test cannot reach 0.05, and a straggler must at least be the slowest in every step. Stage 1's forwards
+    # take 1150, 1060 and 980 us (the others' 1000): 1.06x the others at the median step, +3.6, +1.44 and -0.48 ms a
+    # step; its recurring extra (0.96 ms) outweighs the opposite excess (0.48), which named it a straggler before;
+    # it is not the slowest in step 3: no straggler. At 1060 us in every step it is
+    noisy = [1000.0, [1150.0, 1060.0, 980.0, 1000.0], 1000.0, 1000.0]
+    d = diagnose(gpipe_job(tmp_path / "noisy", noisy, micro=8, steps=4))
+    assert "straggler" not in [f.kind for f in d.findings]
+    d = diagnose(gpipe_job(tmp_path / "slow", [1000.0, 1060.0, 1000.0, 1000.0], micro=8, steps=4))
+    assert next(f for f in d.findings if f.kind == "straggler").ranks == [1]

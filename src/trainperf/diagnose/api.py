@@ -342,19 +342,25 @@ def _compute_extra_is_noise(cs: ComputeStraggler) -> bool:
     window is not (pipeline stages +-1 ms per micro-batch: one rank 1.05x the others' median by chance, ranked
     first). With 3 ranks or more, the within-step permutation test of the ranks' computation
     (crossrank.slowest_rank_p_value: is one rank the slowest, by its excess over each step's mean, more
-    consistently than shuffled ranks make one); with 2 ranks, that permutation is the sign flip of their difference, which
-    crossrank.straggler_p_value tests with its sizes, as a CPU-only job's slowest rank is judged. Too few steps for
-    the test to pass at all: the recurrence heuristic (rules.extra_work_is_noise). A trace without steps (one
-    window) has no steps to judge by: the ratio alone decides, as before."""
+    consistently than shuffled ranks make one); with too few steps for it to pass at all (3 steps of 4 stages:
+    >= 1/16), the slowest rank of every step must be it or a rank computing alike with it (ComputeStraggler.
+    group_ratio), the most the test could ask: the recurrence heuristic, which the slowest of N noisy ranks passes
+    about N / 2^k of the time, named a straggler in 6 of 12 balanced 4-stage pipelines of 3 steps at +-1 ms. With 2
+    ranks, that permutation is the sign flip of their difference, which crossrank.straggler_p_value tests with its
+    sizes, as a CPU-only job's slowest rank is judged (too few steps: the recurrence heuristic,
+    rules.extra_work_is_noise). A trace without steps (one window) has no steps to judge by: the ratio alone
+    decides, as before."""
     if cs.steps < 2:
         return False
     x, n_ranks = np.asarray(cs.extra_by_step_us), cs.by_step_us.shape[1]
     if n_ranks >= 3:
-        long_enough = slowest_rank_min_p_value(cs.steps, n_ranks) <= rules.STRAGGLER_HOST_ALPHA
-        p_value = slowest_rank_p_value(cs.by_step_us) if long_enough else 1.0
-    else:
-        long_enough = testable(cs.steps, n_ranks)
-        p_value = straggler_p_value(x, n_ranks) if long_enough else 1.0
+        if slowest_rank_min_p_value(cs.steps, n_ranks) <= rules.STRAGGLER_HOST_ALPHA:
+            return slowest_rank_p_value(cs.by_step_us) > rules.STRAGGLER_HOST_ALPHA
+        ranks = sorted(cs.compute_us)  # by_step_us's columns
+        slowest = {ranks[i] for i in np.argmax(cs.by_step_us, axis=1)}
+        return not slowest <= set(cs.group_ratio or [cs.rank])
+    long_enough = testable(cs.steps, n_ranks)
+    p_value = straggler_p_value(x, n_ranks) if long_enough else 1.0
     return rules.extra_work_is_noise(p_value, long_enough, recurring_over_opposite(x))
 
 
