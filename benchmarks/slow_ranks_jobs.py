@@ -17,7 +17,7 @@ written as Kineto traces (tests/trace/kineto_builder.py). Scenarios:
   late rank;
 - tp+dp (16 ranks, write_tp_dp_job): tensor-parallel groups of 4 and data-parallel groups across them, with one
   slow GPU, a slow TP group (one node's) or a slow DP column;
-- pipeline (4 and 8 stages, 8 micro-batches, GPipe: tests/trace/pipeline_builder.py): one stage's forward and
+- pipeline (2, 4 and 8 stages, 8 micro-batches, GPipe: tests/trace/pipeline_builder.py): one stage's forward and
   backward 1.3x longer (the first, a middle or the last stage), or balanced stages; every compute kernel +-noise us.
   Right: the first of the straggler / load_imbalance / exposed_comm findings is the straggler naming the slow stage
   (balanced: exposed_comm, the schedule's bubble, and no straggler);
@@ -177,8 +177,8 @@ def main() -> None:
     jobs += [(n, "equal", seed) for n in (16, 64) for seed in range(a.seeds)]
     # tensor x data parallel, 16 ranks: one slow GPU, a slow TP group (one node's), a slow DP column
     jobs += [(16, sc, seed) for sc in ("tp+dp: 5", "tp+dp: 4-7", "tp+dp: 1,5,9,13") for seed in range(a.seeds)]
-    # pipelines of 4 and 8 stages: a slow first, middle or last stage, or balanced ones
-    jobs += [(n, f"pipeline: {slow}", seed) for n in (4, 8) for slow in (0, n // 2, n - 1, "none")
+    # pipelines of 2, 4 and 8 stages: a slow first, middle or last stage, or balanced ones
+    jobs += [(n, f"pipeline: {slow}", seed) for n in (2, 4, 8) for slow in dict.fromkeys((0, n // 2, n - 1, "none"))
              for seed in range(a.seeds)]
     # the same pipeline with 2 data-parallel copies of it: a slow stage is two ranks
     jobs += [(8, f"pp+dp: {slow}", seed) for slow in (2, "none") for seed in range(a.seeds)]

@@ -13,7 +13,7 @@ from trainperf.diagnose import rules
 from trainperf.diagnose.crossrank import (ComputeStraggler, CrossRank, MatchedCollective, comm_waits,
                                          compute_before_collectives, compute_straggler, cross_rank, host_straggler,
                                          laggards, lateness_by_step, lateness_share, persistent_laggard,
-                                         recurring_over_opposite, slow_ranks, slowest_rank_min_p_value,
+                                         slow_ranks, slowest_rank_min_p_value,
                                          slowest_rank_p_value, straggler_min_p_value,
                                          straggler_p_value, straggler_steps_needed)
 from trainperf.diagnose.evidence import (Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes,
@@ -342,26 +342,23 @@ def _compute_extra_is_noise(cs: ComputeStraggler) -> bool:
     window is not (pipeline stages +-1 ms per micro-batch: one rank 1.05x the others' median by chance, ranked
     first). With 3 ranks or more, the within-step permutation test of the ranks' computation
     (crossrank.slowest_rank_p_value: is one rank the slowest, by its excess over each step's mean, more
-    consistently than shuffled ranks make one); with too few steps for it to pass at all (3 steps of 4 stages:
-    >= 1/16), the slowest rank of every step must be it or a rank computing alike with it (ComputeStraggler.
-    group_ratio), the most the test could ask: the recurrence heuristic, which the slowest of N noisy ranks passes
-    about N / 2^k of the time, named a straggler in 6 of 12 balanced 4-stage pipelines of 3 steps at +-1 ms. With 2
-    ranks, that permutation is the sign flip of their difference, which crossrank.straggler_p_value tests with its
-    sizes, as a CPU-only job's slowest rank is judged (too few steps: the recurrence heuristic,
-    rules.extra_work_is_noise). A trace without steps (one window) has no steps to judge by: the ratio alone
-    decides, as before."""
+    consistently than shuffled ranks make one); with 2 ranks, that permutation is the sign flip of their
+    difference, which crossrank.straggler_p_value tests with its sizes. With too few steps for the test to pass at
+    all (3 steps of 4 stages: >= 1/16; 4 steps of 2: >= 1/8), the slowest rank of every step must be it or a rank
+    computing alike with it (ComputeStraggler.group_ratio), the most the test could ask: the recurrence heuristic
+    (crossrank.recurring_over_opposite), which the slowest of N noisy ranks passes about N / 2^k of the time, named
+    a straggler in 6 of 12 balanced 4-stage pipelines of 3 steps at +-1 ms, and in 4 of 12 balanced 2-stage ones of
+    4 steps. A trace without steps (one window) has no steps to judge by: the ratio alone decides, as before."""
     if cs.steps < 2:
         return False
-    x, n_ranks = np.asarray(cs.extra_by_step_us), cs.by_step_us.shape[1]
-    if n_ranks >= 3:
-        if slowest_rank_min_p_value(cs.steps, n_ranks) <= rules.STRAGGLER_HOST_ALPHA:
-            return slowest_rank_p_value(cs.by_step_us) > rules.STRAGGLER_HOST_ALPHA
-        ranks = sorted(cs.compute_us)  # by_step_us's columns
-        slowest = {ranks[i] for i in np.argmax(cs.by_step_us, axis=1)}
-        return not slowest <= set(cs.group_ratio or [cs.rank])
-    long_enough = testable(cs.steps, n_ranks)
-    p_value = straggler_p_value(x, n_ranks) if long_enough else 1.0
-    return rules.extra_work_is_noise(p_value, long_enough, recurring_over_opposite(x))
+    n_ranks = cs.by_step_us.shape[1]
+    if n_ranks >= 3 and slowest_rank_min_p_value(cs.steps, n_ranks) <= rules.STRAGGLER_HOST_ALPHA:
+        return slowest_rank_p_value(cs.by_step_us) > rules.STRAGGLER_HOST_ALPHA
+    if n_ranks == 2 and testable(cs.steps, n_ranks):
+        return straggler_p_value(np.asarray(cs.extra_by_step_us), n_ranks) > rules.STRAGGLER_HOST_ALPHA
+    ranks = sorted(cs.compute_us)  # by_step_us's columns
+    slowest = {ranks[i] for i in np.argmax(cs.by_step_us, axis=1)}
+    return not slowest <= set(cs.group_ratio or [cs.rank])
 
 
 def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> StragglerFacts | None:
