@@ -309,10 +309,10 @@ STRAGGLER_MIN_COMPUTE_RATIO = 1.05
 
 
 def extra_work_is_noise(p_value: float, testable: bool, snr: float) -> bool:
-    """Whether the slowest rank's extra work per step is within load noise, so no straggler (a CPU-only job's, or
-    the computation of GPU ranks whose collectives cannot be matched): the sign-flip test (crossrank.straggler_p_value
-    above STRAGGLER_HOST_ALPHA) when the window has the steps for it, else the recurrence heuristic
-    (crossrank.recurring_over_opposite below STRAGGLER_HOST_MIN_SNR)."""
+    """Whether a CPU-only job's slowest rank's extra work per step is within load noise, so no straggler: the
+    sign-flip test (crossrank.straggler_p_value above STRAGGLER_HOST_ALPHA) when the window has the steps for it,
+    else the recurrence heuristic (crossrank.recurring_over_opposite below STRAGGLER_HOST_MIN_SNR). GPU ranks whose
+    collectives cannot be matched are judged by their computation per step (api._compute_extra_is_noise)."""
     return p_value > STRAGGLER_HOST_ALPHA if testable else snr < STRAGGLER_HOST_MIN_SNR
 
 
