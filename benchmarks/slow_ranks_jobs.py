@@ -48,6 +48,7 @@ sys.path.insert(0, str(REPO / "tests" / "trace"))
 from kineto_builder import TraceBuilder  # noqa: E402
 from pipeline_builder import gpipe_job  # noqa: E402
 
+from trainperf.corpus.kineto import read_events  # noqa: E402
 from trainperf.diagnose import rules  # noqa: E402
 from trainperf.diagnose.api import diagnose  # noqa: E402
 from trainperf.diagnose.findings import rank_list  # noqa: E402
@@ -143,14 +144,11 @@ def equal_truth(comp: dict[tuple[int, int], float], ranks: int) -> str:
 def all_reduce_wait_pct(path: Path) -> float:
     """The ranks' mean wait inside the gradient all-reduces of a gpipe_job with copies (its kernels' time beyond the
     builder's ALL_REDUCE_US), % of their steps but the last (as diagnose's window): read back from the written JSON."""
-    import gzip
-    import json
-
     from pipeline_builder import ALL_REDUCE, ALL_REDUCE_US
 
     waits, steps = [], []
     for f in sorted(path.glob("rank*.json.gz")):
-        events = json.loads(gzip.decompress(f.read_bytes()))["traceEvents"]
+        events = read_events(f)["traceEvents"]
         spans = sorted((e["ts"], e["dur"]) for e in events if e["name"].startswith("ProfilerStep#"))[:-1]
         waits += [e["dur"] - ALL_REDUCE_US for e in events if e["name"] == ALL_REDUCE
                   and any(t <= e["ts"] < t + d for t, d in spans)]

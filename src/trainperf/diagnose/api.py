@@ -355,9 +355,8 @@ def _compute_extra_is_noise(cs: ComputeStraggler) -> bool:
     if n_ranks >= 3 and slowest_rank_min_p_value(cs.steps, n_ranks) <= rules.STRAGGLER_HOST_ALPHA:
         return slowest_rank_p_value(cs.by_step_us) > rules.STRAGGLER_HOST_ALPHA
     if n_ranks == 2 and testable(cs.steps, n_ranks):
-        return straggler_p_value(np.asarray(cs.extra_by_step_us), n_ranks) > rules.STRAGGLER_HOST_ALPHA
-    ranks = sorted(cs.compute_us)  # by_step_us's columns
-    slowest = {ranks[i] for i in np.argmax(cs.by_step_us, axis=1)}
+        return straggler_p_value(cs.extra_by_step_us, n_ranks) > rules.STRAGGLER_HOST_ALPHA
+    slowest = {cs.ranks[i] for i in np.argmax(cs.by_step_us, axis=1)}
     return not slowest <= set(cs.group_ratio or [cs.rank])
 
 
@@ -404,6 +403,10 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     mean_wait = sum(xr.wait_by_rank_us.values()) / max(len(xr.wait_by_rank_us), 1)
     straggling = st is not None and st[1] >= floor * others
     matched_waits = straggling or (not persistent and mean_wait >= floor)
+    # what the matched collectives' waits say (who was last in each step and what explains their lateness): on the
+    # matched straggler's facts, and beside a compute straggler whose waits are load_imbalance's
+    waits_seen = {"last_in_steps": last_in_steps, "laggard_waits": list(last.values()),
+                  "late_work_share": work_share, "late_idle_share": idle_share} if matched_waits else {}
     # the rank computing longest per step, where matched collectives cannot show it: there are none with waits, or
     # (pipeline stages) the slow stage's copies wait for each other in none of them, equally slow, while the other
     # stages wait for it in send/recv; beside matched waits that name no one rank (the copies' jitter:
@@ -418,11 +421,7 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     if cs is not None:
         return StragglerFacts(rank=cs.rank, caused_us=0.0, caused_per_other_us=0.0, imbalance_pct=xr.imbalance_pct,
                               events=[], compute_ratio=cs.ratio, extra_compute_us=cs.extra_us,
-                              compute_group_ratio=cs.group_ratio, persistent=not matched_waits,
-                              last_in_steps=last_in_steps if matched_waits else {},
-                              laggard_waits=list(last.values()) if matched_waits else [],
-                              late_work_share=work_share if matched_waits else None,
-                              late_idle_share=idle_share if matched_waits else None)
+                              compute_group_ratio=cs.group_ratio, persistent=not matched_waits, **waits_seen)
     if not matched_waits:
         return None
     srank, caused = st
@@ -439,10 +438,8 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     extra = max(mine - float(np.median(rest)), 0.0) if rest else 0.0
     return StragglerFacts(rank=srank, caused_us=caused, caused_per_other_us=caused / others,
                           imbalance_pct=xr.imbalance_pct, events=events, compute_ratio=max(ratio, 1.0),
-                          extra_compute_us=extra, last_in_steps=last_in_steps, persistent=persistent,
-                          laggard_waits=list(last.values()),
-                          late_work_share=work_share, late_idle_share=idle_share, slow_ranks=group,
-                          slow_ranks_p_value=group_p)
+                          extra_compute_us=extra, persistent=persistent, slow_ranks=group, slow_ranks_p_value=group_p,
+                          **waits_seen)
 
 
 def _collective_step(c: MatchedCollective, facts: dict[int, DeviceTiming]):

@@ -751,18 +751,26 @@ class ComputeStraggler:
     """The rank that computes longest per step against the other ranks (µs).
 
     ratio: median over the common steps of its compute / the other ranks' median compute in that step;
-    extra_by_step_us: per common step, its compute minus the others' median (negative where it computed less);
-    group_ratio: it and the ranks computing alike with it (compute_straggler), each over the rest's median."""
+    by_step_us: steps x ranks (the columns: `ranks`), each rank's compute in each common step;
+    group_ratio: it and the ranks computing alike with it (compute_straggler: a slow stage's copies), each with its
+    compute over the rest's median (median over the steps): {rank: ratio}."""
 
     rank: int
     ratio: float
-    compute_us: dict[int, float]  # per rank: median per-step compute
-    steps: int
-    extra_by_step_us: list[float]
-    by_step_us: np.ndarray  # steps x ranks (the ranks in order): each rank's compute in each common step
-    # it and the ranks that compute alike with it (a slow stage's copies), each with its compute over the other
-    # ranks' median (median over the steps): {rank: ratio}
+    ranks: list[int]
+    by_step_us: np.ndarray
     group_ratio: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def steps(self) -> int:
+        """The common steps compared."""
+        return int(self.by_step_us.shape[0])
+
+    @property
+    def extra_by_step_us(self) -> np.ndarray:
+        """Per common step, its compute minus the other ranks' median (µs; negative where it computed less)."""
+        col = self.ranks.index(self.rank)
+        return self.by_step_us[:, col] - np.median(np.delete(self.by_step_us, col, axis=1), axis=1)
 
     @property
     def extra_us(self) -> float:
@@ -781,23 +789,17 @@ def compute_straggler(per_step: dict[int, dict[int, float]]) -> ComputeStraggler
         return None
     ranks = sorted(per)
     c = np.array([[per[r][s] for s in common] for r in ranks])  # ranks x steps
-    ratios, extras = [], []
-    for i in range(len(ranks)):
-        others = np.median(np.delete(c, i, axis=0), axis=0)
-        ratios.append(float(np.median(np.where(others > 0, c[i] / np.where(others > 0, others, 1.0), 1.0))))
-        extras.append(c[i] - others)
+
+    def ratio(i: int, ref: np.ndarray) -> float:  # rank i's compute over a reference, step by step, the median
+        return float(np.median(np.where(ref > 0, c[i] / np.where(ref > 0, ref, 1.0), 1.0)))
+
+    ratios = [ratio(i, np.median(np.delete(c, i, axis=0), axis=0)) for i in range(len(ranks))]
     k = int(np.argmax(ratios))
     # the ranks that compute alike with it, above the widest break in the ranks' median compute (_upper_class: a
-    # minority): a slow pipeline stage has as many slow ranks as it has data- or tensor-parallel copies, and naming
-    # one of them would leave the others out; each with its compute over the other ranks' median, step by step
+    # minority, so some rank is left to compare with): a slow pipeline stage has as many slow ranks as it has data-
+    # or tensor-parallel copies, and naming one of them would leave the others out; each over the rest's median
     members = _upper_class(np.median(c, axis=1))
     members = members if k in members else np.array([k])
-    rest = np.median(np.delete(c, members, axis=0), axis=0) if len(members) < len(ranks) else None
-    group = {}
-    for i in sorted(int(v) for v in members):
-        ref = rest if rest is not None else np.median(np.delete(c, i, axis=0), axis=0)
-        group[ranks[i]] = ratios[i] if len(members) == 1 else \
-            float(np.median(np.where(ref > 0, c[i] / np.where(ref > 0, ref, 1.0), 1.0)))
-    return ComputeStraggler(rank=ranks[k], ratio=ratios[k], steps=len(common),
-                            compute_us={r: float(np.median(c[i])) for i, r in enumerate(ranks)},
-                            extra_by_step_us=[float(v) for v in extras[k]], by_step_us=c.T, group_ratio=group)
+    rest = np.median(np.delete(c, members, axis=0), axis=0)
+    return ComputeStraggler(rank=ranks[k], ratio=ratios[k], ranks=ranks, by_step_us=c.T,
+                            group_ratio={ranks[i]: ratio(i, rest) for i in sorted(int(v) for v in members)})
