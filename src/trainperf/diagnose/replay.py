@@ -233,16 +233,17 @@ def _covered(starts: np.ndarray, ends: np.ndarray, spans: tuple[np.ndarray, np.n
     return np.maximum(covered_upto(ends) - covered_upto(starts), 0.0)
 
 
-def _stream_prev_skipping(by_stream: list[np.ndarray], skip: np.ndarray, n: int) -> np.ndarray:
-    """Previous node on the same stream that is not in skip (-1 none); by_stream: nodes of each stream in order."""
-    out = np.full(n, -1)
-    for idx in by_stream:
-        last = -1
-        for i in idx:
-            out[i] = last
-            if not skip[i]:
-                last = i
-    return out
+def _previous_kept(stream_prev: np.ndarray, skipped: np.ndarray) -> np.ndarray:
+    """For each row, the nearest earlier row on its stream that is not `skipped` (-1 when none): stream_prev with
+    the skipped rows jumped over (pointer doubling, log2 of the longest run of skipped rows)."""
+    idx = np.arange(stream_prev.size)
+    to = np.where(skipped, stream_prev, idx)  # a kept row is its own answer, a skipped one looks further back
+    while True:
+        nxt = np.where(to >= 0, to[np.clip(to, 0, None)], -1)
+        if np.array_equal(nxt, to):
+            break
+        to = nxt
+    return np.where(stream_prev >= 0, to[np.clip(stream_prev, 0, None)], -1)
 
 
 DEFAULT_LAUNCH_LATENCY_US = 5.0  # launch call -> kernel start on an idle stream, when the trace never shows one
@@ -878,13 +879,11 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     stream_prev = np.full(n, -1)
     dev_idx = np.arange(n_h, n)
     streams = thread_key(t.pid[dev_rows], t.stream[dev_rows])  # (device, stream): ids repeat across GPUs
-    by_stream = []
     for s in np.unique(streams):
         idx = dev_idx[streams == s]
         idx = idx[np.argsort(start[idx], kind="stable")]
         stream_prev[idx[1:]] = idx[:-1]
-        by_stream.append(idx)
-    stream_prev_nc = _stream_prev_skipping(by_stream, comm, n)
+    stream_prev_nc = _previous_kept(stream_prev, comm)
     has_launch = launch >= 0
     obs_lat = np.where(has_launch, start - start[np.clip(launch, 0, None)], np.nan)
     lat_min = launch_latency_us(obs_lat, has_launch, stream_prev, start[np.clip(launch, 0, None)], end)
@@ -1017,7 +1016,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     gap_so = np.minimum(gap_so, work)
     pageable_copies = np.zeros(n, bool)
     pageable_copies[sync_on[block == BLOCK_PAGEABLE]] = True
-    stream_prev_np = _stream_prev_skipping(by_stream, pageable_copies, n)
+    stream_prev_np = _previous_kept(stream_prev, pageable_copies)
 
     # allocator calls, and launches of small kernels
     is_alloc = np.zeros(n, bool)
@@ -1254,19 +1253,6 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
         finish_sync(i)
     S, E, bind = np.array(S_, dtype=float), np.array(E_, dtype=float), np.array(bind_, dtype=np.int64)
     return Replay(S, E, bind)
-
-
-def _previous_kept(stream_prev: np.ndarray, skipped: np.ndarray) -> np.ndarray:
-    """For each row, the nearest earlier row on its stream that is not `skipped` (-1 when none): stream_prev with
-    the skipped rows jumped over (pointer doubling, log2 of the longest run of skipped rows)."""
-    idx = np.arange(stream_prev.size)
-    to = np.where(skipped, stream_prev, idx)  # a kept row is its own answer, a skipped one looks further back
-    while True:
-        nxt = np.where(to >= 0, to[np.clip(to, 0, None)], -1)
-        if np.array_equal(nxt, to):
-            break
-        to = nxt
-    return np.where(stream_prev >= 0, to[np.clip(stream_prev, 0, None)], -1)
 
 
 def critical_path(g: Graph, r: Replay) -> dict[str, float]:
