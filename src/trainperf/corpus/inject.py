@@ -325,9 +325,10 @@ def _end_together(ranks: dict, plans: dict) -> dict:
     base = {rank: _collectives(doc) for rank, doc in ranks.items()}
     extra: dict = {rank: {} for rank in ranks}
     out = {rank: insert_device_delays(doc, **plans[rank]) for rank, doc in ranks.items()}
+    now = {rank: _collectives(doc) for rank, doc in out.items()}  # read again only where a rank is re-timed
     for k in range(min(len(c) for c in base.values())):
         # each rank's clock apart (ranks of other hosts): how much later than before the collective ends on it
-        moved = {rank: K.end(_collectives(out[rank])[k][1]) - K.end(base[rank][k][1]) for rank in ranks}
+        moved = {rank: K.end(now[rank][k][1]) - K.end(base[rank][k][1]) for rank in ranks}
         latest = max(moved.values())
         for rank in ranks:
             short = latest - moved[rank]
@@ -335,6 +336,7 @@ def _end_together(ranks: dict, plans: dict) -> dict:
                 i = base[rank][k][0]
                 extra[rank][i] = extra[rank].get(i, 0.0) + short
                 out[rank] = insert_device_delays(ranks[rank], extra=extra[rank], **plans[rank])
+                now[rank] = _collectives(out[rank])
     return out
 
 
