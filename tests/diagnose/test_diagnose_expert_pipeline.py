@@ -170,21 +170,45 @@ def test_a_slow_pipeline_stage_is_an_unequal_split(tmp_path):
 
 def test_a_slow_stage_ranks_above_the_send_recv_it_makes_the_others_wait_in(tmp_path):
     # GPipe (tests/trace/pipeline_builder.py), 4 stages, 8 micro-batches, stage 2 1.5x slower (1500-us forwards
-    # against 1000). The other stages wait in send/recv for it; hiding those transfers is an upper bound (the next
-    # stage needs the data), while stage 2 at the others' pace is measured: (8 x 4500 + 3 x 3000) -> (8 + 3) x 3000
-    # a step by the schedule, 27 % (the replay of stage 2 alone). The slow stage comes first, the send/recv after it
+    # against 1000). The other stages wait in send/recv for it, which a one-rank replay of their send/recv halved
+    # halves too: beside a slow stage the bubble is an upper bound, while stage 2 at the others' pace is measured:
+    # (8 x 4500 + 3 x 3000) -> (8 + 3) x 3000 a step by the schedule, 27 % (the replay of stage 2 alone). The slow
+    # stage comes first
     d = diagnose(gpipe_job(tmp_path / "slow", [1000.0, 1000.0, 1500.0, 1000.0], micro=8))
     kinds = [f.kind for f in d.findings]
-    assert kinds.index("straggler") < kinds.index("exposed_comm")
-    straggler, exposed = d.findings[kinds.index("straggler")], d.findings[kinds.index("exposed_comm")]
+    assert kinds.index("straggler") < kinds.index("pipeline_bubble") and "exposed_comm" not in kinds
+    straggler, bubble = d.findings[kinds.index("straggler")], d.findings[kinds.index("pipeline_bubble")]
     assert straggler.ranks == [2] and "pipeline stage" in straggler.recommendation
     assert straggler.gain_pct == pytest.approx(100 * (1 - 33000 / 45000), abs=2.0)
-    assert exposed.gain_is_upper_bound and exposed.gain_pct > straggler.gain_pct
-    # balanced stages: the bubble alone, named as the schedule's, (S - 1) / (M + S - 1) = 27 % of the step at most
+    assert bubble.ranks == [0, 1, 2, 3] and bubble.gain_is_upper_bound
+    # balanced stages: the bubble alone, (S - 1) / (M + S - 1) = 3 / 11 of the step; halved (16 micro-batches of
+    # half the size, or 2 chunks per rank), a step of (M + S - 1) x 3 ms -> (2M + S - 1) x 1.5 ms: 33 -> 28.5 ms, 13.6 %
     d = diagnose(gpipe_job(tmp_path / "balanced", [1000.0] * 4, micro=8))
-    assert d.findings[0].kind == "exposed_comm" and "micro-batches" in d.findings[0].recommendation
-    assert 0 < d.findings[0].gain_pct <= 100 * 3 / 11
+    top = d.findings[0]
+    assert top.kind == "pipeline_bubble" and "micro-batches" in top.recommendation
+    assert top.evidence["metrics"]["exposed_comm_share"]["value"] == pytest.approx(100 * 3 / 11, abs=1.5)
+    assert top.gain_pct == pytest.approx(100 * (1 - 28.5 / 33), abs=1.0)
     assert "straggler" not in [f.kind for f in d.findings]
+
+
+def test_a_pipeline_is_told_from_other_send_recv_by_its_later_stages_or_its_schedule(tmp_path):
+    # the first stage's own trace shows send/recv waits but not that they are a pipeline's: its steps open on its
+    # own forward. With the other stages' traces beside it, the later stages open every step waiting for their input
+    # (pipeline.opens_on_receive_share): a pipeline, and the first stage's waits are its bubble too; so are they
+    # when the schedule names its actions (torch.distributed.pipelining's "PP:0F3"), with 8 micro-batches a step
+    import shutil
+
+    for names in (False, True):
+        job = gpipe_job(tmp_path / f"job{names}", [1000.0] * 4, micro=8, schedule_names=names)
+        alone = tmp_path / f"first{names}"
+        alone.mkdir()
+        shutil.copy(job / "rank0.json.gz", alone / "rank0.json.gz")
+        first = diagnose(alone).findings[0]
+        assert first.kind == ("pipeline_bubble" if names else "exposed_comm")
+        if names:
+            assert first.evidence["metrics"]["micro_batches_per_step"]["value"] == 8
+        whole = diagnose(job).findings[0]
+        assert whole.kind == "pipeline_bubble" and whole.ranks == [0, 1, 2, 3]
 
 
 def test_a_slow_first_stage_is_priced_before_overlapping_its_send_recv(tmp_path):
@@ -205,7 +229,7 @@ def test_a_stage_that_computes_more_only_in_some_steps_is_no_straggler(tmp_path)
     # steps, which shuffled stages do with chance 4 x (1/4)^4 = 1/64: a straggler
     noisy = [1000.0, [1150.0, 1060.0, 900.0, 1060.0, 1000.0], 1000.0, 1000.0]
     d = diagnose(gpipe_job(tmp_path / "noisy", noisy, micro=8))
-    assert "straggler" not in [f.kind for f in d.findings] and d.findings[0].kind == "exposed_comm"
+    assert "straggler" not in [f.kind for f in d.findings] and d.findings[0].kind == "pipeline_bubble"
     d = diagnose(gpipe_job(tmp_path / "slow", [1000.0, 1060.0, 1000.0, 1000.0], micro=8))
     assert next(f for f in d.findings if f.kind == "straggler").ranks == [1]
 
@@ -214,10 +238,10 @@ def test_balanced_stages_with_noisy_kernels_have_no_straggler(tmp_path):
     # 4 equal stages whose every kernel takes +-1 ms uniform on its 1-ms forward and 2-ms backward (seed 0): stage 1
     # computes 1.06x the others' median by chance and more than their median in all 4 analysed steps, which the
     # recurrence heuristic named a straggler (medium, 4.5 %); it is not the slowest in every step, and within-step
-    # shuffles of the stages' computation make one stand out as much often (p > 0.05): the exposed send/recv is the
-    # finding. The same stages with stage 2 at 1.3x (+-100 us) name stage 2
+    # shuffles of the stages' computation make one stand out as much often (p > 0.05): the bubble is the finding.
+    # The same stages with stage 2 at 1.3x (+-100 us) name stage 2
     d = diagnose(gpipe_job(tmp_path / "balanced", [1000.0] * 4, micro=8, noise_us=1000.0, rng=random.Random(0)))
-    assert "straggler" not in [f.kind for f in d.findings] and d.findings[0].kind == "exposed_comm"
+    assert "straggler" not in [f.kind for f in d.findings] and d.findings[0].kind == "pipeline_bubble"
     d = diagnose(gpipe_job(tmp_path / "slow", [1000.0, 1000.0, 1300.0, 1000.0], micro=8, noise_us=100.0,
                            rng=random.Random(0)))
     assert (d.findings[0].kind, d.findings[0].ranks) == ("straggler", [2])

@@ -1,7 +1,7 @@
 """The hand-built reconstructions of the cases diagnose was judged on (allocator off on ROCm, pageable copies, a DDP
 rank whose GPU trails its host, DeepEP's all-to-all, .item() reads, a DataLoader-bound step), the cross-rank waits
-(a straggler, load imbalance, hosts paused in turn), gradients synchronised every micro-batch and a CUDA-graph
-decode loop reading its token each step, rewritten as other set-ups write traces (trainperf.corpus.formats: ROCm
+(a straggler, load imbalance, hosts paused in turn), gradients synchronised every micro-batch, a CUDA-graph
+decode loop reading its token each step and a pipeline's bubble, rewritten as other set-ups write traces (trainperf.corpus.formats: ROCm
 names, no flows, no operator ids, no distributedInfo, rank clocks apart, no Python stack, PyTorch 1.8 categories, no
 ProfilerStep): the top finding must not change."""
 
@@ -40,6 +40,7 @@ CASES = {  # name -> (builder writing into a folder, the top finding)
     "grad_sync": (G._accumulating_trace, "grad_sync_per_microbatch"),
     "grad_sync_fsdp": (lambda d: G._accumulating_trace(d, fsdp=True), "grad_sync_per_microbatch"),
     "decode_graphed": (lambda d: D._decode(d / "g.json.gz", graphed=True), "host_sync"),
+    "pipeline": (lambda d: E.gpipe_job(d, [1000.0] * 4, micro=8), "pipeline_bubble"),
 }
 
 

@@ -24,11 +24,13 @@ ALL_REDUCE_US = 300.0
 
 
 def gpipe_job(out: Path, forward_us: list, micro: int, steps: int = 5, noise_us: float = 0.0,
-              rng: random.Random | None = None, replicas: int = 1) -> Path:
+              rng: random.Random | None = None, replicas: int = 1, schedule_names: bool = False) -> Path:
     """Write rank<k>.json.gz for each rank k into out; return out. forward_us[s]: stage s's forward of a micro-batch
     (us), or a list of one per step; every compute kernel +-noise_us, uniform. replicas: data-parallel copies of the
     pipeline (rank d * stages + s is stage s of copy d, each copy's send/recv its own); with more than one, each
-    stage's copies all-reduce their gradients at the end of the step (ALL_REDUCE_US after the last copy's backward)."""
+    stage's copies all-reduce their gradients at the end of the step (ALL_REDUCE_US after the last copy's backward).
+    schedule_names: each compute launch inside a "PP:<stage><F|B><micro-batch>" annotation, as
+    torch.distributed.pipelining's multi-stage schedules record them."""
     rng = rng or random.Random(0)
     stages = len(forward_us)
     ranks = stages * replicas
@@ -57,6 +59,9 @@ def gpipe_job(out: Path, forward_us: list, micro: int, steps: int = 5, noise_us:
                             start = max(start, arrive)
                         fwd = forward_us[s][step] if isinstance(forward_us[s], list) else forward_us[s]
                         dur = mult * fwd + rng.uniform(-noise_us, noise_us)
+                        if schedule_names:
+                            b[at + s].cpu(f"PP:{s}{phase.upper()}{m}", T[at + s] + 10 + 2.0 * (n[at + s] + 1) - 0.5,
+                                          1.0, cat="user_annotation")
                         launch(at + s, GEMM, start, dur)
                         done[phase, at + s, m] = free[at + s] = start + dur
         for s in range(stages) if replicas > 1 else ():  # each stage's copies reduce their gradients together

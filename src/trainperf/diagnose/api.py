@@ -20,6 +20,7 @@ from trainperf.diagnose.evidence import (Caveat, apply_caveats, cross_rank_cavea
                                         untraced_ranks_caveat)
 from trainperf.diagnose.facts import DeviceTiming, RankFacts, StragglerFacts, collect_facts, device_timing
 from trainperf.diagnose.modules import module_breakdown
+from trainperf.diagnose.pipeline import OPENS_ON_RECEIVE_STEPS
 from trainperf.diagnose.steps import gpu_step_periods_us, memcpy_bandwidth
 from trainperf.diagnose.rules import run_rules
 from trainperf.diagnose.unprofiled import host_calibration, run_unprofiled_step_ms
@@ -193,6 +194,8 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
             xr.compute_by_rank_us[r] = tb.compute_us
             xr.busy_by_rank_us[r] = tb.busy_us
         straggler = _straggler_facts(xr, timing)
+    # some rank opens its steps waiting for a receive: a later pipeline stage (diagnose/pipeline.py)
+    later_stages = any(timing[r].opens_on_receive > OPENS_ON_RECEIVE_STEPS for r in gpu_ranks)
     summaries: dict[int, RankSummary] = {}
     found: list[F.Finding] = []
     plans: dict[int, F.FixPlan] = {}
@@ -212,6 +215,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
         f = collect_facts(t, windows[r], waits, timing.get(r))  # the window's own note reaches the notes as a caveat
         if hs is not None or r in gpu_ranks:
             f.straggler = straggler
+        f.pipeline_stage = f.pipeline_stage or later_stages  # a later stage anywhere makes the job a pipeline
         step_ms = unprofiled_step_ms if unprofiled_step_ms is not None else \
             from_run[0] if from_run is not None and r in gpu_ranks else None
         if step_ms is not None:

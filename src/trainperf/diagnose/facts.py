@@ -21,6 +21,7 @@ from trainperf.diagnose.host import (COMPILE_RE, HostSpans, allocator_calls, che
                                      sync_op_counts, sync_ops)
 from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLength, launch_bound_stretches,
                                        launch_stats, launched_inside, launched_rows, queue_length)
+from trainperf.diagnose.pipeline import OPENS_ON_RECEIVE_STEPS, opens_on_receive_share, schedule_micro_batches
 from trainperf.diagnose.period import (paced_by_device, period_of_sides_us, steady_period_us, step_nodes,
                                        step_sides_us)
 from trainperf.diagnose.replay import (BLOCK_QUEUE, BLOCK_SYNC, Change, Graph, Replay, blocked_us, build_graph,
@@ -144,6 +145,12 @@ class RankFacts:
     # without device events (gloo, CPU only): the training-loop thread's communication over the analysed steps
     # (crossrank.host_step_waits: inside collective calls, or blocked on a collective), µs; None with GPU or no steps
     host_comm_us: float | None = None
+    # a pipeline stage (diagnose/pipeline.py): its schedule names itself, or some rank of the job opens its steps
+    # waiting for a receive (DeviceTiming.opens_on_receive, set by api); micro_batches: per step, as the schedule
+    # names them (0: not named)
+    pipeline_stage: bool = False
+    micro_batches: int = 0
+    p2p_rows: np.ndarray = field(default_factory=lambda: np.array([], dtype=np.int64))  # send/recv kernel rows
     _gains: dict = field(default_factory=dict, repr=False)
     _analyses: dict = field(default_factory=dict, repr=False)
 
@@ -263,6 +270,10 @@ class DeviceTiming:
     breakdown: TemporalBreakdown
     compute_by_step: dict  # step -> µs of computation it launched (crossrank.compute_per_step)
     step_times: list       # steps.step_times of the window (every ProfilerStep of the rank)
+    # share (0-1) of its steps the rank opens waiting for a receive (pipeline.opens_on_receive_share): a later
+    # pipeline stage's, which makes the job a pipeline for every rank's rules
+    opens_on_receive: float = 0.0
+    p2p_rows: np.ndarray = field(default_factory=lambda: np.array([], dtype=np.int64))  # send/recv kernel rows
 
     @property
     def idle_by_step(self) -> dict:
@@ -277,8 +288,10 @@ class DeviceTiming:
 
 def device_timing(t: EventTable, w: Window) -> DeviceTiming:
     """The rank's DeviceTiming (µs)."""
+    p2p = [r for k, r in collective_rows(t, w).items() if k.rsplit("/", 1)[-1] == P2P_KIND]  # "pg/kind" or "kind"
+    p2p = np.sort(np.concatenate(p2p)) if p2p else np.array([], dtype=np.int64)
     return DeviceTiming(table=t, window=w, breakdown=temporal_breakdown(t, w), compute_by_step=compute_per_step(t, w),
-                        step_times=step_times(t, w))
+                        step_times=step_times(t, w), opens_on_receive=opens_on_receive_share(t, w, p2p), p2p_rows=p2p)
 
 
 def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: DeviceTiming | None = None) -> RankFacts:
@@ -327,11 +340,14 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
     f.critical_path = critical_path(f.graph, base)
     f.sync_sites = _sync_sites(f)
     f.compute_by_step = timing.compute_by_step
+    named, f.micro_batches = schedule_micro_batches(t, w)
+    f.pipeline_stage = named or timing.opens_on_receive > OPENS_ON_RECEIVE_STEPS
     comm: dict[str, float] = {}
     groups = collective_rows(t, w)
     for k, r in groups.items():  # keys "<process group>/<collective>": summed over groups
         kind = k.rsplit("/", 1)[-1]
         comm[kind] = comm.get(kind, 0.0) + float((w.end_us[r] - w.ts_us[r]).sum())
+    f.p2p_rows = timing.p2p_rows
     total = sum(comm.values())
     f.comm_share_by_collective = {k: v / total for k, v in comm.items()} if total > 0 else {}
     if total > 0:

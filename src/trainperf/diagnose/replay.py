@@ -88,7 +88,8 @@ NAMED_STALLS = (DATALOADER_RE, CHECKPOINT_RE, COMPILE_RE, ALLOCATOR_SPAN_RE)
 CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_compile_wait", "remove_syncs",
                 "unblock_pageable_copies", "remove_allocator", "overlap_comm", "remove_straggler_wait", "speedup",
                 "host_speedup", "graph_small_kernels", "graph_launches", "compute_speedup", "speedup_rows",
-                "drop_rows", "remove_wasted_rows", "remove_host_work", "fuse_optimizer", "unprofiled_host")
+                "drop_rows", "remove_wasted_rows", "remove_host_work", "fuse_optimizer", "unprofiled_host",
+                "shrink_bubble")
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,9 @@ class Change:
     before the host calls of trace rows `rows` goes: host_work_us) | fuse_optimizer (graph_small_kernels for the
     launches of trace rows `rows` only, and the CPU work before each goes too: an optimizer's per-tensor ops done by a
     fused or foreach one) | unprofiled_host (the host's own work, its CPU time and its calls' own time, not waits nor
-    the allocator's driver calls, `factor` times faster: the profiler's overhead taken off, diagnose/unprofiled.py).
+    the allocator's driver calls, `factor` times faster: the profiler's overhead taken off, diagnose/unprofiled.py) |
+    shrink_bubble (a pipeline stage's send/recv kernels, trace rows `rows`, `factor` times shorter: its waits for
+    its neighbours, the schedule's bubble, shrunk by more micro-batches or interleaving; rules.pipeline_bubble).
     Several changes replay together (`replay(g, [a, b])`)."""
 
     kind: str = "none"
@@ -135,6 +138,8 @@ class Change:
             return f"computation kernels {self.factor:g}x faster"
         if self.kind == "speedup_rows":
             return f"{len(self.rows)} kernels {self.factor:.3g}x faster"
+        if self.kind == "shrink_bubble":
+            return f"pipeline bubble {self.factor:g}x smaller"
         if self.kind in ("drop_rows", "remove_wasted_rows"):
             return f"{len(self.rows)} kernels not run"
         return self.kind.replace("_", " ")
@@ -1098,9 +1103,9 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
         if c.kind == "compute_speedup":
             sel = dev & (g.category >= 0) & ~np.isin(g.category, (COMMUNICATION, CAT_MEMCPY, CAT_MEMSET))
             dur[sel] = dur[sel] / c.factor
-        if c.kind in ("speedup_rows", "drop_rows", "remove_wasted_rows"):
+        if c.kind in ("speedup_rows", "shrink_bubble", "drop_rows", "remove_wasted_rows"):
             sel = dev & np.isin(g.rows, np.asarray(c.rows, dtype=np.int64))
-            dur[sel] = dur[sel] / c.factor if c.kind == "speedup_rows" else 0.0
+            dur[sel] = dur[sel] / c.factor if c.kind in ("speedup_rows", "shrink_bubble") else 0.0
     if "remove_straggler_wait" in kinds:
         dur = dur - g.comm_wait
     # the host gap before a call: data loading + checkpointing + compiling + allocator spans + the thread's own CPU

@@ -224,13 +224,10 @@ def exposed_comm(f: RankFacts) -> Finding | None:
     reduced gradients, TorchRec's embeddings the all-to-all's features, a pipeline stage what it receives), and
     hiding that needs the collective issued earlier (bucketing, prefetch, pipelining the next batch), which the
     replay cannot confirm. Mostly point-to-point communication (send/recv) is an upper bound either way."""
-    if not f.has_gpu:
+    share = _exposed_comm_pct(f)
+    if share <= EXPOSED_COMM_MIN_PCT or _in_the_bubble(f):
         return None
-    ov, tb = f.overlap, f.breakdown
-    share = 100.0 * ov.exposed_us / tb.window_us if tb.window_us > 0 else 0.0
-    if ov.comm_us <= 0 or share <= EXPOSED_COMM_MIN_PCT:
-        return None
-    g = f.graph
+    ov, g = f.overlap, f.graph
     host_waits = g.block_class == BLOCK_COMM  # host syncs that waited for a collective
     p2p = f.p2p_comm_share > 0.5  # mostly point-to-point: a majority, not a fitted share
     all_to_all = f.comm_share_by_collective.get("all_to_all", 0.0)
@@ -270,6 +267,52 @@ def exposed_comm(f: RankFacts) -> Finding | None:
             ll=F.SLOW_TRANSFER_LL.format(pct=100.0 * rate.ll_share) if rate.ll_share > 0.5 else "",
             alone="" if rate.partners_seen else F.SLOW_TRANSFER_ONE_RANK) + " " + found.recommendation
     return found
+
+
+def _exposed_comm_pct(f: RankFacts) -> float:
+    """Communication no computation hides, % of the device window (0 without device events or communication)."""
+    if not f.has_gpu or f.overlap.comm_us <= 0 or f.breakdown.window_us <= 0:
+        return 0.0
+    return 100.0 * f.overlap.exposed_us / f.breakdown.window_us
+
+
+def _in_the_bubble(f: RankFacts) -> bool:
+    """Whether the exposed communication is a pipeline stage's wait for its neighbours: mostly send/recv (a
+    majority, as exposed_comm's) on a pipeline stage (pipeline.py)."""
+    return f.pipeline_stage and f.p2p_comm_share > 0.5
+
+
+# the bubble's what-if: it shrinks by this factor (twice the micro-batches per step: each micro-batch's forward and
+# backward take half as long and the stages wait half as long for them; or two model chunks per rank, interleaved
+# 1F1B, whose bubble is (p - 1) / (2 m): Narayanan et al. 2021, eq. 1-2)
+BUBBLE_SHRINK = 2.0
+
+
+def pipeline_bubble(f: RankFacts) -> Finding | None:
+    """A pipeline stage waits inside its send/recv for its neighbours' activations and gradients: the schedule's
+    bubble (and unequal stages, which the straggler rule names and prices first). Priced as every send/recv kernel
+    of the rank BUBBLE_SHRINK times shorter (replayed), a wait removed by a schedule setting, as the schedule's law
+    gives it (within 0.3 pp of (p - 1) / (m + p - 1) halved on simulated GPipe jobs, benchmarks/pipeline_bubble.py);
+    smaller micro-batches running less efficiently are not priced, nor overlapping the transfers themselves. Beside
+    a slow stage (the job's compute straggler) the other stages' send/recv also holds their wait for it, which no
+    schedule setting halves: the gain is then an upper bound, ranked after the slow stage's."""
+    share = _exposed_comm_pct(f)
+    if share <= EXPOSED_COMM_MIN_PCT or not _in_the_bubble(f) or not f.p2p_rows.size:
+        return None
+    ov, w = f.overlap, f.window
+    metrics = {"exposed_comm": (ov.exposed_us, "us"), "exposed_comm_share": (share, "% of window"),
+               "send_recv_time": (float((w.end_us[f.p2p_rows] - w.ts_us[f.p2p_rows]).sum()), "us"),
+               "point_to_point_share": (100.0 * f.p2p_comm_share, "% of comm"), "overlap": (ov.overlap_pct, "%")}
+    if f.micro_batches:
+        metrics["micro_batches_per_step"] = (f.micro_batches, "count")
+    s = f.straggler
+    slow_stage = s is not None and any(r >= STRAGGLER_MIN_COMPUTE_RATIO for r in s.compute_group_ratio.values())
+    return _make(f, "pipeline_bubble", metrics, (),
+                 (Change("shrink_bubble", factor=BUBBLE_SHRINK, rows=tuple(int(r) for r in f.p2p_rows)),),
+                 f"the bubble {BUBBLE_SHRINK:g}x smaller: twice the micro-batches per step, or an interleaved "
+                 "schedule with 2 model chunks per rank" + (" (with the slow stage's waits in it: upper bound)"
+                                                            if slow_stage else ""),
+                 evidence_pct=share, upper_bound=slow_stage)
 
 
 # the share of the links' rate below which the collectives' transfer is named slow (collectives.transfer_rate:
@@ -979,7 +1022,7 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
 # exposed_memcpy (diagnose/copies.py): host-link copies no computation hides and no host call blocked on;
 # grad_sync_per_microbatch (diagnose/grad_sync.py): gradients synchronised before more are accumulated into them
 RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable_copy, allocator_stall, exposed_memcpy,
-         grad_sync_per_microbatch, exposed_comm, straggler, load_imbalance, launch_bound, host_work, small_kernels,
+         grad_sync_per_microbatch, exposed_comm, pipeline_bubble, straggler, load_imbalance, launch_bound, host_work, small_kernels,
          fp32_matmul, misaligned_gemm, unfused_attention, memory_bound_unfused, recompute_overhead, optimizer_slow,
          gpu_analyses_skipped)
 

@@ -1,0 +1,90 @@
+"""A pipeline-parallel stage in one rank's trace: the schedule that names it, or the wait it opens each step with.
+
+Pipeline parallelism splits the layers into stages on different ranks; each step a stage runs the forward of m
+micro-batches on the activations its predecessor sends, then their backward on the gradients its successor sends.
+A stage idles until its first input arrives and after its last output leaves: the schedule's bubble, (p - 1) /
+(m + p - 1) of the step for GPipe and 1F1B with p stages (Narayanan et al. 2021, "Efficient large-scale language
+model training on GPU clusters using Megatron-LM", section 2.2), spent on the device inside the receives (send/recv
+kernels that wait for their partner). Context parallelism's ring attention also moves its keys and values by
+send/recv, so send/recv alone does not make a pipeline. Two things do:
+
+* the schedule names itself: torch.distributed.pipelining records "Forward i" / "Backward i" (single-stage
+  schedules) or "PP:<stage><F|B|I|W><micro-batch>" (multi-stage ones) around each micro-batch; Megatron-LM's and
+  DeepSpeed's schedules appear as Python frames when the trace has its stacks (with_stack=True);
+* a later stage opens every step by waiting for its input: before the step's first send/recv ends, the step has
+  run next to no computation (at most OPENING_COMPUTE_SHARE of the step's, and at most RECEIVE_FIRST_SHARE of that
+  send/recv's time): a stage 1 waits a whole micro-batch's forward of stage 0 before it computes anything, while a
+  data-parallel rank runs its forward and backward before it communicates and a ring-attention rank its embedding,
+  norm and query/key/value projections before its first exchange.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from trainperf.diagnose.gpu_time import compute_mask
+from trainperf.diagnose.window import Window, covered_length, union_us
+from trainperf.trace.events import CPU_OP, PYTHON, USER_ANNOTATION, EventTable
+
+# the computation a step runs before its first send/recv ends, at most this share of that send/recv's time, for
+# the step to open on a receive (stated, not fitted: half; a stage after the first computes nothing of the step
+# before its input arrives, a ring-attention rank several kernels of each layer before every exchange)
+RECEIVE_FIRST_SHARE = 0.5
+# ... and at most this share of all the computation the step launched (stated: a twentieth, room for stray kernels
+# such as a gradient buffer zeroed at the step's start; a first stage's first send follows one micro-batch's forward,
+# 1/(3m) of its step, but that send does not wait: it lasts a transfer, far under its forward)
+OPENING_COMPUTE_SHARE = 0.05
+
+# a rank opens its steps on a receive when it does in more than this share of them (a majority: stated)
+OPENS_ON_RECEIVE_STEPS = 0.5
+
+# torch.distributed.pipelining's record_function names: "Forward 3", "Backward 3"; "PP:1F3" (stage 1, forward of
+# micro-batch 3; I/W: the backward's input and weight halves of zero-bubble schedules)
+SCHEDULE_ACTION_RE = re.compile(r"^(?:(Forward|Backward) (\d+)|PP:(\d+)(F|B|I|W)(\d+))$")
+# Megatron-LM's and DeepSpeed's pipeline schedules, as Python frames (with_stack=True)
+SCHEDULE_FRAME_RE = re.compile(r"forward_backward_pipelining|pipe/engine\.py.*_exec_(?:forward|backward)_pass")
+
+
+def opens_on_receive_share(t: EventTable, w: Window, p2p_rows: np.ndarray) -> float:
+    """Share (0-1) of the rank's analysed steps that have send/recv kernels and open on a receive: by the end of the
+    first of them (by start) the step had run at most RECEIVE_FIRST_SHARE of its time and OPENING_COMPUTE_SHARE of
+    the step's computation (union of kernel intervals). A trace without steps is one step. 0.0 without send/recv
+    kernels. A kernel's step is its launch's (t.step)."""
+    if not p2p_rows.size:
+        return 0.0
+    comp = w.device[compute_mask(t, w.device)] if w.device.size else w.device
+    steps = [int(s) for s in w.steps] if (t.step >= 0).any() else [None]
+    opened = seen = 0
+    for s in steps:
+        mine = p2p_rows if s is None else p2p_rows[t.step[p2p_rows] == s]
+        if not mine.size:
+            continue
+        seen += 1
+        first = mine[np.argmin(w.ts_us[mine])]
+        start, end = float(w.ts_us[first]), float(w.end_us[first])
+        step = comp if s is None else comp[t.step[comp] == s]
+        before = step[w.ts_us[step] < end]
+        ran = covered_length(w.ts_us[before], np.minimum(w.end_us[before], end))
+        opened += ran <= RECEIVE_FIRST_SHARE * (end - start) and ran <= OPENING_COMPUTE_SHARE * union_us(w, step)
+    return opened / seen if seen else 0.0
+
+
+def schedule_micro_batches(t: EventTable, w: Window) -> tuple[bool, int]:
+    """(whether a pipeline schedule names itself in the window, the micro-batches per step it names: the largest
+    forward index + 1 over torch.distributed.pipelining's actions, 0 when only a Python frame names the schedule)."""
+    kinds = np.isin(t.kind, (USER_ANNOTATION, CPU_OP, PYTHON)) & w.keep
+    actions = t.ids_matching(SCHEDULE_ACTION_RE.match)
+    rows = np.flatnonzero(kinds & np.isin(t.name, actions))
+    forwards = []
+    for name in {t.names[i] for i in np.unique(t.name[rows])}:
+        m = SCHEDULE_ACTION_RE.match(name)
+        if m.group(1) == "Forward":
+            forwards.append(int(m.group(2)))
+        elif m.group(4) == "F":
+            forwards.append(int(m.group(5)))
+    if rows.size:
+        return True, max(forwards, default=-1) + 1
+    frames = t.ids_matching(SCHEDULE_FRAME_RE.search)
+    return bool((kinds & np.isin(t.name, frames)).any()), 0
