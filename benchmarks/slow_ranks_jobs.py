@@ -164,6 +164,8 @@ def main() -> None:
                                                "(e.g. pipeline; slow,rotating,random for the all-reduce jobs)")
     ap.add_argument("--pipeline-steps", type=int, default=5,
                     help="profiled steps of the pipeline jobs (the last one, cut short, is not analysed)")
+    ap.add_argument("--pipeline-schedule", default="gpipe", choices=("gpipe", "1f1b"),
+                    help="the pipeline jobs' schedule (tests/trace/pipeline_builder.stage_order)")
     ap.add_argument("--collective", default="allreduce", choices=sorted(COLLECTIVE_KERNELS),
                     help="the one collective a step of the all-reduce and onset jobs ends with")
     a = ap.parse_args()
@@ -192,7 +194,8 @@ def main() -> None:
                 slow = [] if spec == "none" else [int(spec) + d * stages for d in range(copies)]
                 kind = "pipeline_bubble" if spec == "none" else "straggler"
                 gpipe_job(Path(tmp), [1000.0 * (1.3 if s in slow else 1.0) for s in range(stages)], micro=8,
-                          noise_us=a.noise, rng=random.Random(seed), replicas=copies, steps=a.pipeline_steps)
+                          noise_us=a.noise, rng=random.Random(seed), replicas=copies, steps=a.pipeline_steps,
+                          schedule=a.pipeline_schedule)
                 if copies > 1 and not slow and all_reduce_wait_pct(Path(tmp)) >= rules.STRAGGLER_MIN_WAIT_PCT:
                     kind = "load_imbalance"  # the copies' jitter costs as much as the equal ranks' does
             elif sc.startswith("tp+dp"):

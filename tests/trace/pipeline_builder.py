@@ -1,6 +1,8 @@
-"""A GPipe pipeline job written as Kineto traces, one per stage (rank), for the tests and benchmarks/slow_ranks_jobs.py.
+"""A pipeline job written as Kineto traces, one per stage (rank), for the tests and benchmarks/slow_ranks_jobs.py and
+pipeline_bubble.py.
 
-Every stage runs the forwards of a step's micro-batches in order, then their backwards (2x the forward) in reverse. A
+In GPipe every stage runs the forwards of a step's micro-batches in order, then their backwards (2x the forward) in
+reverse; in 1F1B it warms up with some forwards, then alternates a forward and a backward (stage_order). A
 stage's forward of m starts when it is free and m's activations have arrived (the previous stage's forward of m
 ended + 50 us); a backward when its gradient has (the next stage's backward ended + 50 us). Each transfer is a
 SendRecv kernel on the sender (stream 21, 50 us from its compute's end) and on the receiver (stream 20, from when it
@@ -23,14 +25,30 @@ ALL_REDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned lo
 ALL_REDUCE_US = 300.0
 
 
+def stage_order(schedule: str, stage: int, stages: int, micro: int) -> list[tuple[str, int]]:
+    """The (phase, micro-batch) order a stage runs its step in: GPipe's every forward, then every backward in reverse;
+    1F1B's (PipeDream-Flush, Megatron's default) stages - 1 - stage forwards to warm up, then one forward and one
+    backward in turn, then the backwards left."""
+    if schedule == "gpipe":
+        return [("f", m) for m in range(micro)] + [("b", m) for m in reversed(range(micro))]
+    if schedule != "1f1b":
+        raise ValueError(f"unknown schedule {schedule!r}")
+    warm = min(stages - 1 - stage, micro)
+    order = [("f", m) for m in range(warm)]
+    for i in range(micro - warm):
+        order += [("f", warm + i), ("b", i)]
+    return order + [("b", m) for m in range(micro - warm, micro)]
+
+
 def gpipe_job(out: Path, forward_us: list, micro: int, steps: int = 5, noise_us: float = 0.0,
-              rng: random.Random | None = None, replicas: int = 1, schedule_names: bool = False) -> Path:
+              rng: random.Random | None = None, replicas: int = 1, schedule_names: bool = False,
+              schedule: str = "gpipe") -> Path:
     """Write rank<k>.json.gz for each rank k into out; return out. forward_us[s]: stage s's forward of a micro-batch
     (us), or a list of one per step; every compute kernel +-noise_us, uniform. replicas: data-parallel copies of the
     pipeline (rank d * stages + s is stage s of copy d, each copy's send/recv its own); with more than one, each
     stage's copies all-reduce their gradients at the end of the step (ALL_REDUCE_US after the last copy's backward).
     schedule_names: each compute launch inside a "PP:<stage><F|B><micro-batch>" annotation, as
-    torch.distributed.pipelining's multi-stage schedules record them."""
+    torch.distributed.pipelining's multi-stage schedules record them. schedule: "gpipe" or "1f1b" (stage_order)."""
     rng = rng or random.Random(0)
     stages = len(forward_us)
     ranks = stages * replicas
@@ -46,24 +64,37 @@ def gpipe_job(out: Path, forward_us: list, micro: int, steps: int = 5, noise_us:
 
         for d in range(replicas):
             at = d * stages  # this copy's first rank
-            for phase, order, mult in (("f", range(micro), 1.0), ("b", reversed(range(micro)), 2.0)):
-                for m in order:
-                    for s in (range(stages) if phase == "f" else reversed(range(stages))):
-                        src = s - 1 if phase == "f" else s + 1
-                        start = free[at + s]
-                        if 0 <= src < stages:
-                            arrive = done[phase, at + src, m] + TRANSFER_US
-                            launch(at + s, SEND_RECV, min(free[at + s], arrive - 10),
-                                   max(arrive - free[at + s], 10.0), stream=20)
-                            launch(at + src, SEND_RECV, done[phase, at + src, m], TRANSFER_US, stream=21)
-                            start = max(start, arrive)
-                        fwd = forward_us[s][step] if isinstance(forward_us[s], list) else forward_us[s]
-                        dur = mult * fwd + rng.uniform(-noise_us, noise_us)
-                        if schedule_names:
-                            b[at + s].cpu(f"PP:{s}{phase.upper()}{m}", T[at + s] + 10 + 2.0 * (n[at + s] + 1) - 0.5,
-                                          1.0, cat="user_annotation")
-                        launch(at + s, GEMM, start, dur)
-                        done[phase, at + s, m] = free[at + s] = start + dur
+            # the kernels' noise, drawn in one order whatever the schedule (forwards by micro-batch then stage, the
+            # backwards in reverse), so that a schedule's jobs differ by their order alone
+            noise = {(phase, m, s): rng.uniform(-noise_us, noise_us)
+                     for phase, order in (("f", range(micro)), ("b", reversed(range(micro))))
+                     for m in order for s in (range(stages) if phase == "f" else reversed(range(stages)))}
+            todo = {s: stage_order(schedule, s, stages, micro) for s in range(stages)}
+            while any(todo.values()):
+                for s in range(stages):  # each stage runs its next op once its input has arrived
+                    if not todo[s]:
+                        continue
+                    phase, m = todo[s][0]
+                    src = s - 1 if phase == "f" else s + 1
+                    if 0 <= src < stages and (phase, at + src, m) not in done:
+                        continue
+                    todo[s].pop(0)
+                    start = free[at + s]
+                    if 0 <= src < stages:
+                        arrive = done[phase, at + src, m] + TRANSFER_US
+                        launch(at + s, SEND_RECV, min(free[at + s], arrive - 10), max(arrive - free[at + s], 10.0),
+                               stream=20)
+                        start = max(start, arrive)
+                    fwd = forward_us[s][step] if isinstance(forward_us[s], list) else forward_us[s]
+                    dur = (1.0 if phase == "f" else 2.0) * fwd + noise[phase, m, s]
+                    if schedule_names:
+                        b[at + s].cpu(f"PP:{s}{phase.upper()}{m}", T[at + s] + 10 + 2.0 * (n[at + s] + 1) - 0.5,
+                                      1.0, cat="user_annotation")
+                    launch(at + s, GEMM, start, dur)
+                    done[phase, at + s, m] = free[at + s] = start + dur
+                    dst = s + 1 if phase == "f" else s - 1
+                    if 0 <= dst < stages:  # its output leaves for the next stage
+                        launch(at + s, SEND_RECV, done[phase, at + s, m], TRANSFER_US, stream=21)
         for s in range(stages) if replicas > 1 else ():  # each stage's copies reduce their gradients together
             copies = [d * stages + s for d in range(replicas)]
             last = max(free[k] for k in copies)

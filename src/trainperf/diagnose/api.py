@@ -20,7 +20,7 @@ from trainperf.diagnose.evidence import (Caveat, apply_caveats, cross_rank_cavea
                                         untraced_ranks_caveat)
 from trainperf.diagnose.facts import DeviceTiming, RankFacts, StragglerFacts, collect_facts, device_timing
 from trainperf.diagnose.modules import module_breakdown
-from trainperf.diagnose.pipeline import OPENS_ON_RECEIVE_STEPS
+from trainperf.diagnose.pipeline import OPENS_ON_RECEIVE_STEPS, stages_from_openings
 from trainperf.diagnose.steps import gpu_step_periods_us, memcpy_bandwidth
 from trainperf.diagnose.rules import run_rules
 from trainperf.diagnose.unprofiled import host_calibration, run_unprofiled_step_ms
@@ -196,6 +196,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
         straggler = _straggler_facts(xr, timing)
     # some rank opens its steps waiting for a receive: a later pipeline stage (diagnose/pipeline.py)
     later_stages = any(timing[r].opens_on_receive > OPENS_ON_RECEIVE_STEPS for r in gpu_ranks)
+    openings = [timing[r].opens_on_receive for r in gpu_ranks if timing[r].p2p_rows.size]
     summaries: dict[int, RankSummary] = {}
     found: list[F.Finding] = []
     plans: dict[int, F.FixPlan] = {}
@@ -216,6 +217,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
         if hs is not None or r in gpu_ranks:
             f.straggler = straggler
         f.pipeline_stage = f.pipeline_stage or later_stages  # a later stage anywhere makes the job a pipeline
+        f.pipeline_stages = stages_from_openings(openings) if untraced is None else 0  # every rank traced
         step_ms = unprofiled_step_ms if unprofiled_step_ms is not None else \
             from_run[0] if from_run is not None and r in gpu_ranks else None
         if step_ms is not None:

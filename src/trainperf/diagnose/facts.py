@@ -150,6 +150,7 @@ class RankFacts:
     # names them (0: not named)
     pipeline_stage: bool = False
     micro_batches: int = 0
+    pipeline_stages: int = 0  # the job's stages (pipeline.stages_from_openings, set by api); 0: not known
     p2p_rows: np.ndarray = field(default_factory=lambda: np.array([], dtype=np.int64))  # send/recv kernel rows
     _gains: dict = field(default_factory=dict, repr=False)
     _analyses: dict = field(default_factory=dict, repr=False)

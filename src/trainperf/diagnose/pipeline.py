@@ -88,3 +88,28 @@ def schedule_micro_batches(t: EventTable, w: Window) -> tuple[bool, int]:
         return True, max(forwards, default=-1) + 1
     frames = t.ids_matching(SCHEDULE_FRAME_RE.search)
     return bool((kinds & np.isin(t.name, frames)).any()), 0
+
+
+def stages_from_openings(openings: list[float]) -> int:
+    """The pipeline's stages from every send/recv rank's share of steps opened on a receive (one entry per rank of the
+    job, all traced): each copy of the pipeline (data- or tensor-parallel) has as many first-stage ranks, which open
+    no step on a receive, as ranks per stage, so stages = ranks / first-stage ranks. 0 when that is not a whole number
+    of at least 2 (no first stage, or no later one, among the traced ranks)."""
+    first = sum(share <= OPENS_ON_RECEIVE_STEPS for share in openings)
+    if not first or first == len(openings) or len(openings) % first:
+        return 0
+    return len(openings) // first
+
+
+def schedule_bubble_pct(stages: int, micro_batches: int) -> float:
+    """The bubble of a GPipe or 1F1B step with balanced stages, % of the step: (p - 1) / (m + p - 1) (Narayanan et al.
+    2021, eq. 1)."""
+    return 100.0 * (stages - 1) / (micro_batches + stages - 1)
+
+
+def implied_micro_batches(stages: int, bubble_pct: float) -> float:
+    """The micro-batches per step that make a balanced GPipe or 1F1B schedule of `stages` idle bubble_pct % of its step
+    (the law above solved for m); inf for no bubble."""
+    b = bubble_pct / 100.0
+    return (stages - 1) * (1.0 - b) / b if b > 0 else float("inf")
+

@@ -24,6 +24,7 @@ from trainperf.diagnose.grad_sync import grad_sync_per_microbatch
 from trainperf.diagnose.host import OPTIMIZER_RE, span_rows
 from trainperf.diagnose.launch import SMALL_KERNEL_US
 from trainperf.diagnose.precision import fp32_matmul
+from trainperf.diagnose.pipeline import implied_micro_batches, schedule_bubble_pct
 from trainperf.diagnose.recompute import recompute_overhead
 from trainperf.diagnose.replay import (BLOCK_COMM, BLOCK_PAGEABLE, BLOCK_SYNC, Change, Graph, blocked_us,
                                        dispatch_taken, host_work_us, one_off_first_calls)
@@ -305,14 +306,27 @@ def pipeline_bubble(f: RankFacts) -> Finding | None:
                "point_to_point_share": (100.0 * f.p2p_comm_share, "% of comm"), "overlap": (ov.overlap_pct, "%")}
     if f.micro_batches:
         metrics["micro_batches_per_step"] = (f.micro_batches, "count")
+    law = ""
+    if f.pipeline_stages:  # what a balanced schedule of these stages would idle: the rest is unequal stages, transfers
+        metrics["pipeline_stages"] = (f.pipeline_stages, "count")
+        if f.micro_batches:
+            law_pct = schedule_bubble_pct(f.pipeline_stages, f.micro_batches)
+            metrics["schedule_bubble"] = (law_pct, "% of step")
+            law = F.BUBBLE_LAW.format(p=f.pipeline_stages, m=f.micro_batches, law=law_pct, share=share)
+        else:
+            implied = implied_micro_batches(f.pipeline_stages, share)
+            metrics["implied_micro_batches"] = (implied, "count")
+            law = F.BUBBLE_IMPLIED.format(p=f.pipeline_stages, m=implied, share=share, p4=4 * f.pipeline_stages)
     s = f.straggler
     slow_stage = s is not None and any(r >= STRAGGLER_MIN_COMPUTE_RATIO for r in s.compute_group_ratio.values())
-    return _make(f, "pipeline_bubble", metrics, (),
+    found = _make(f, "pipeline_bubble", metrics, (),
                  (Change("shrink_bubble", factor=BUBBLE_SHRINK, rows=tuple(int(r) for r in f.p2p_rows)),),
                  f"the bubble {BUBBLE_SHRINK:g}x smaller: twice the micro-batches per step, or an interleaved "
                  "schedule with 2 model chunks per rank" + (" (with the slow stage's waits in it: upper bound)"
                                                             if slow_stage else ""),
                  evidence_pct=share, upper_bound=slow_stage)
+    found.recommendation = law + found.recommendation
+    return found
 
 
 # the share of the links' rate below which the collectives' transfer is named slow (collectives.transfer_rate:
