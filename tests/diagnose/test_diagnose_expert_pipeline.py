@@ -12,7 +12,10 @@ from kineto_builder import TraceBuilder  # noqa: E402
 from pipeline_builder import gpipe_job  # noqa: E402
 
 from trainperf.diagnose.api import diagnose  # noqa: E402
-from trainperf.diagnose.pipeline import stages_from_openings  # noqa: E402
+from trainperf.diagnose.pipeline import (ScheduleNames, schedule_bubble_pct, schedule_names,  # noqa: E402
+                                         stages_from_openings)
+from trainperf.diagnose.window import analysis_window  # noqa: E402
+from trainperf.trace.load import load_trace  # noqa: E402
 
 GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
 STEP_US = 4040.0
@@ -226,6 +229,30 @@ def test_the_bubble_is_set_against_the_schedules_law_for_the_stages_counted_from
             assert metrics["implied_micro_batches"]["value"] == pytest.approx(8, abs=0.6)
     assert stages_from_openings([0.0, 1.0, 1.0, 1.0]) == 4 and stages_from_openings([0.0, 0.0, 1.0]) == 0
     assert stages_from_openings([1.0, 1.0]) == 0 and stages_from_openings([0.0, 1.0, 1.0, 0.0, 1.0, 1.0]) == 3
+
+
+def _named_actions(path: Path, actions: list[str]) -> ScheduleNames:
+    b = TraceBuilder()
+    for step in range(3):
+        b.step(step, 1000.0 * step, 1000.0)
+        for i, name in enumerate(actions):
+            b.cpu(name, 1000.0 * step + 10 + 20 * i, 10, cat="user_annotation")
+    t = load_trace(b.write(path))[0]
+    return schedule_names(t, analysis_window(t))
+
+
+def test_a_schedules_names_give_its_micro_batches_chunks_and_split_backwards(tmp_path):
+    # torch.distributed.pipelining's multi-stage actions on rank 0 of an interleaved schedule over 4 ranks: stages 0
+    # and 4 (2 chunks), 3 micro-batches; the law for 4 stages, 3 micro-batches, 2 chunks: 3 / (2 x 3 + 3) = 33.3 %
+    sc = _named_actions(tmp_path / "i.json.gz", [f"PP:{st}{x}{m}" for x in "FB" for st in (0, 4) for m in range(3)])
+    assert (sc.named, sc.micro_batches, sc.chunks, sc.split_backward) == (True, 3, 2, False)
+    assert schedule_bubble_pct(4, 3, 2) == pytest.approx(100 / 3)
+    # a zero-bubble schedule splits each backward in its input (I) and weight (W) halves
+    sc = _named_actions(tmp_path / "z.json.gz", [f"PP:1{x}{m}" for x in "FIW" for m in range(4)])
+    assert (sc.micro_batches, sc.chunks, sc.split_backward) == (4, 1, True)
+    # single-stage schedules name "Forward i" / "Backward i"; a user's own "Forward" annotation names none
+    assert _named_actions(tmp_path / "s.json.gz", ["Forward 0", "Forward 1", "Backward 1"]).micro_batches == 2
+    assert not _named_actions(tmp_path / "n.json.gz", ["Forward", "forward 1"]).named
 
 
 def test_a_one_forward_one_backward_pipeline_has_gpipes_bubble(tmp_path):

@@ -21,7 +21,7 @@ from trainperf.diagnose.host import (COMPILE_RE, HostSpans, allocator_calls, che
                                      sync_op_counts, sync_ops)
 from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLength, launch_bound_stretches,
                                        launch_stats, launched_inside, launched_rows, queue_length)
-from trainperf.diagnose.pipeline import OPENS_ON_RECEIVE_STEPS, opens_on_receive_share, schedule_micro_batches
+from trainperf.diagnose.pipeline import OPENS_ON_RECEIVE_STEPS, ScheduleNames, opens_on_receive_share, schedule_names
 from trainperf.diagnose.period import (paced_by_device, period_of_sides_us, steady_period_us, step_nodes,
                                        step_sides_us)
 from trainperf.diagnose.replay import (BLOCK_QUEUE, BLOCK_SYNC, Change, Graph, Replay, blocked_us, build_graph,
@@ -146,10 +146,9 @@ class RankFacts:
     # (crossrank.host_step_waits: inside collective calls, or blocked on a collective), µs; None with GPU or no steps
     host_comm_us: float | None = None
     # a pipeline stage (diagnose/pipeline.py): its schedule names itself, or some rank of the job opens its steps
-    # waiting for a receive (DeviceTiming.opens_on_receive, set by api); micro_batches: per step, as the schedule
-    # names them (0: not named)
+    # waiting for a receive (DeviceTiming.opens_on_receive, set by api); schedule: what its annotations say
     pipeline_stage: bool = False
-    micro_batches: int = 0
+    schedule: ScheduleNames = field(default_factory=lambda: ScheduleNames(named=False))
     pipeline_stages: int = 0  # the job's stages (pipeline.stages_from_openings, set by api); 0: not known
     p2p_rows: np.ndarray = field(default_factory=lambda: np.array([], dtype=np.int64))  # send/recv kernel rows
     _gains: dict = field(default_factory=dict, repr=False)
@@ -341,8 +340,8 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
     f.critical_path = critical_path(f.graph, base)
     f.sync_sites = _sync_sites(f)
     f.compute_by_step = timing.compute_by_step
-    named, f.micro_batches = schedule_micro_batches(t, w)
-    f.pipeline_stage = named or timing.opens_on_receive > OPENS_ON_RECEIVE_STEPS
+    f.schedule = schedule_names(t, w)
+    f.pipeline_stage = f.schedule.named or timing.opens_on_receive > OPENS_ON_RECEIVE_STEPS
     comm: dict[str, float] = {}
     groups = collective_rows(t, w)
     for k, r in groups.items():  # keys "<process group>/<collective>": summed over groups

@@ -21,6 +21,7 @@ send/recv, so send/recv alone does not make a pipeline. Two things do:
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -71,23 +72,36 @@ def opens_on_receive_share(t: EventTable, w: Window, p2p_rows: np.ndarray) -> fl
     return opened / seen if seen else 0.0
 
 
-def schedule_micro_batches(t: EventTable, w: Window) -> tuple[bool, int]:
-    """(whether a pipeline schedule names itself in the window, the micro-batches per step it names: the largest
-    forward index + 1 over torch.distributed.pipelining's actions, 0 when only a Python frame names the schedule)."""
+@dataclass(frozen=True, kw_only=True)
+class ScheduleNames:
+    """What a pipeline schedule's own annotations say of the rank's steps."""
+
+    named: bool                   # a schedule names itself (its actions, or a Python frame)
+    micro_batches: int = 0        # per step: the largest forward index + 1 (0: not named)
+    chunks: int = 1               # model chunks on the rank: the stages its actions name (interleaved schedules > 1)
+    split_backward: bool = False  # backwards split into input and weight halves (I/W: zero-bubble schedules)
+
+
+def schedule_names(t: EventTable, w: Window) -> ScheduleNames:
+    """The schedule's annotations in the window: torch.distributed.pipelining's actions, else Megatron-LM's or
+    DeepSpeed's schedule frames (named, nothing else known)."""
     kinds = np.isin(t.kind, (USER_ANNOTATION, CPU_OP, PYTHON)) & w.keep
     actions = t.ids_matching(SCHEDULE_ACTION_RE.match)
     rows = np.flatnonzero(kinds & np.isin(t.name, actions))
-    forwards = []
+    if not rows.size:
+        frames = t.ids_matching(SCHEDULE_FRAME_RE.search)
+        return ScheduleNames(named=bool((kinds & np.isin(t.name, frames)).any()))
+    forwards, stages, split = [], set(), False
     for name in {t.names[i] for i in np.unique(t.name[rows])}:
         m = SCHEDULE_ACTION_RE.match(name)
-        if m.group(1) == "Forward":
-            forwards.append(int(m.group(2)))
-        elif m.group(4) == "F":
-            forwards.append(int(m.group(5)))
-    if rows.size:
-        return True, max(forwards, default=-1) + 1
-    frames = t.ids_matching(SCHEDULE_FRAME_RE.search)
-    return bool((kinds & np.isin(t.name, frames)).any()), 0
+        if m.group(1):  # "Forward i" / "Backward i"
+            forwards += [int(m.group(2))] if m.group(1) == "Forward" else []
+        else:
+            stages.add(int(m.group(3)))
+            forwards += [int(m.group(5))] if m.group(4) == "F" else []
+            split = split or m.group(4) in ("I", "W")
+    return ScheduleNames(named=True, micro_batches=max(forwards, default=-1) + 1, chunks=max(len(stages), 1),
+                         split_backward=split)
 
 
 def stages_from_openings(openings: list[float]) -> int:
@@ -101,10 +115,11 @@ def stages_from_openings(openings: list[float]) -> int:
     return len(openings) // first
 
 
-def schedule_bubble_pct(stages: int, micro_batches: int) -> float:
-    """The bubble of a GPipe or 1F1B step with balanced stages, % of the step: (p - 1) / (m + p - 1) (Narayanan et al.
-    2021, eq. 1)."""
-    return 100.0 * (stages - 1) / (micro_batches + stages - 1)
+def schedule_bubble_pct(stages: int, micro_batches: int, chunks: int = 1) -> float:
+    """The bubble of a GPipe or 1F1B step with balanced stages, % of the step: (p - 1) / (m + p - 1); with v model
+    chunks per rank (interleaved 1F1B) the idle shrinks v times, (p - 1) / (v m + p - 1) (Narayanan et al. 2021,
+    section 2.2)."""
+    return 100.0 * (stages - 1) / (chunks * micro_batches + stages - 1)
 
 
 def implied_micro_batches(stages: int, bubble_pct: float) -> float:

@@ -304,15 +304,21 @@ def pipeline_bubble(f: RankFacts) -> Finding | None:
     metrics = {"exposed_comm": (ov.exposed_us, "us"), "exposed_comm_share": (share, "% of window"),
                "send_recv_time": (float((w.end_us[f.p2p_rows] - w.ts_us[f.p2p_rows]).sum()), "us"),
                "point_to_point_share": (100.0 * f.p2p_comm_share, "% of comm"), "overlap": (ov.overlap_pct, "%")}
-    if f.micro_batches:
-        metrics["micro_batches_per_step"] = (f.micro_batches, "count")
+    sc = f.schedule
+    if sc.micro_batches:
+        metrics["micro_batches_per_step"] = (sc.micro_batches, "count")
+    if sc.chunks > 1:
+        metrics["model_chunks_per_rank"] = (sc.chunks, "count")
     law = ""
-    if f.pipeline_stages:  # what a balanced schedule of these stages would idle: the rest is unequal stages, transfers
+    # what a balanced schedule of these stages would idle (the rest is unequal stages, transfers); not for a
+    # zero-bubble schedule (backwards split in halves), whose idle the law overstates
+    if f.pipeline_stages and not sc.split_backward:
         metrics["pipeline_stages"] = (f.pipeline_stages, "count")
-        if f.micro_batches:
-            law_pct = schedule_bubble_pct(f.pipeline_stages, f.micro_batches)
+        if sc.micro_batches:
+            law_pct = schedule_bubble_pct(f.pipeline_stages, sc.micro_batches, sc.chunks)
             metrics["schedule_bubble"] = (law_pct, "% of step")
-            law = F.BUBBLE_LAW.format(p=f.pipeline_stages, m=f.micro_batches, law=law_pct, share=share)
+            law = F.BUBBLE_LAW.format(p=f.pipeline_stages, m=sc.micro_batches, law=law_pct, share=share,
+                                      chunks=F.BUBBLE_CHUNKS.format(v=sc.chunks) if sc.chunks > 1 else "")
         else:
             implied = implied_micro_batches(f.pipeline_stages, share)
             metrics["implied_micro_batches"] = (implied, "count")
