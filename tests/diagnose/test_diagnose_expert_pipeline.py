@@ -1,19 +1,24 @@
 """Communication that feeds the next computation: expert parallelism's all-to-all (DeepEP) and pipeline stages'
 send/recv, on hand-built traces (answers worked by hand)."""
 
+import gzip
+import json
 import random
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 from kineto_builder import TraceBuilder  # noqa: E402
-from pipeline_builder import gpipe_job  # noqa: E402
+from pipeline_builder import SEND_RECV, gpipe_job  # noqa: E402
 
+from trainperf.corpus.kineto import read_events  # noqa: E402
 from trainperf.diagnose.api import diagnose  # noqa: E402
-from trainperf.diagnose.pipeline import (ScheduleNames, schedule_bubble_pct, schedule_names,  # noqa: E402
-                                         stages_from_openings)
+from trainperf.diagnose.facts import device_timing  # noqa: E402
+from trainperf.diagnose.pipeline import (ScheduleNames, p2p_group_role, schedule_bubble_pct,  # noqa: E402
+                                         schedule_names, stages_from_openings)
 from trainperf.diagnose.window import analysis_window  # noqa: E402
 from trainperf.trace.load import load_trace  # noqa: E402
 
@@ -229,6 +234,41 @@ def test_the_bubble_is_set_against_the_schedules_law_for_the_stages_counted_from
             assert metrics["implied_micro_batches"]["value"] == pytest.approx(8, abs=0.6)
     assert stages_from_openings([0.0, 1.0, 1.0, 1.0]) == 4 and stages_from_openings([0.0, 0.0, 1.0]) == 0
     assert stages_from_openings([1.0, 1.0]) == 0 and stages_from_openings([0.0, 1.0, 1.0, 0.0, 1.0, 1.0]) == 3
+
+
+def _described_groups(job: Path, desc: str) -> Path:
+    # the job's send/recv kernels in process group "3", described in each trace's distributedInfo.pg_config as
+    # PyTorch >= 2.3 writes it
+    for path in job.glob("rank*.json.gz"):
+        doc = read_events(path)
+        for e in doc["traceEvents"]:
+            if e["name"] == SEND_RECV:
+                e["args"]["Process Group Name"] = "3"
+        doc["distributedInfo"]["pg_config"] = [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 4},
+                                               {"pg_name": "3", "pg_desc": desc, "pg_size": 4}]
+        path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return job
+
+
+def test_a_pipeline_is_told_by_its_process_groups_description(tmp_path):
+    # Megatron-LM's PIPELINE_MODEL_PARALLEL_GROUP makes the first stage's trace alone a pipeline of 4 stages (the
+    # group's size); DeviceMesh's "mesh_cp" says the send/recv is context parallelism's ring, whatever the steps
+    # open on: exposed communication, not a bubble
+    import shutil
+
+    job = _described_groups(gpipe_job(tmp_path / "pp", [1000.0] * 4, micro=8), "PIPELINE_MODEL_PARALLEL_GROUP")
+    alone = tmp_path / "first"
+    alone.mkdir()
+    shutil.copy(job / "rank0.json.gz", alone / "rank0.json.gz")
+    top = diagnose(alone).findings[0]
+    assert top.kind == "pipeline_bubble" and top.evidence["metrics"]["pipeline_stages"]["value"] == 4
+    ring = _described_groups(gpipe_job(tmp_path / "cp", [1000.0] * 4, micro=8), "mesh_cp")
+    kinds = [f.kind for f in diagnose(ring).findings]
+    assert "pipeline_bubble" not in kinds and "exposed_comm" in kinds
+    t = load_trace(ring / "rank1.json.gz")[1]
+    timing = device_timing(t, analysis_window(t))
+    assert (timing.p2p_role, timing.p2p_group_size) == ("context", 4) and timing.opens_on_receive == 1.0
+    assert p2p_group_role(t, np.array([], dtype=np.int64)) == ("", 0)  # no send/recv, no group
 
 
 def _named_actions(path: Path, actions: list[str]) -> ScheduleNames:

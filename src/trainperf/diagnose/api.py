@@ -195,13 +195,17 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
             xr.busy_by_rank_us[r] = tb.busy_us
         straggler = _straggler_facts(xr, timing)
     # some rank opens its steps waiting for a receive: a later pipeline stage (diagnose/pipeline.py)
-    later_stages = any(timing[r].opens_on_receive > OPENS_ON_RECEIVE_STEPS for r in gpu_ranks)
+    later_stages = any(timing[r].opens_on_receive > OPENS_ON_RECEIVE_STEPS and timing[r].p2p_role != "context"
+                       for r in gpu_ranks)
     openings = [timing[r].opens_on_receive for r in gpu_ranks if timing[r].p2p_rows.size]
     summaries: dict[int, RankSummary] = {}
     found: list[F.Finding] = []
     plans: dict[int, F.FixPlan] = {}
     job_caveats = cross_rank_caveats(xr.clock_offset_us, xr.clock_spread_us) if xr is not None else []
     untraced = untraced_ranks_caveat(tables)
+    # the pipeline's process group as the traces describe it: its size is the stages; else counted from the ranks
+    described = [timing[r].p2p_group_size for r in gpu_ranks if timing[r].p2p_role == "pipeline"]
+    stages = max(described) if described else stages_from_openings(openings) if untraced is None else 0
     job_caveats += [untraced] if untraced else []
     if hs is not None and not long_enough:
         job_caveats.append(Caveat(
@@ -216,8 +220,9 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
         f = collect_facts(t, windows[r], waits, timing.get(r))  # the window's own note reaches the notes as a caveat
         if hs is not None or r in gpu_ranks:
             f.straggler = straggler
-        f.pipeline_stage = f.pipeline_stage or later_stages  # a later stage anywhere makes the job a pipeline
-        f.pipeline_stages = stages_from_openings(openings) if untraced is None else 0  # every rank traced
+        # a later stage anywhere makes the job a pipeline, unless this rank's send/recv is context parallelism's
+        f.pipeline_stage = f.pipeline_stage or (later_stages and (r not in timing or timing[r].p2p_role != "context"))
+        f.pipeline_stages = stages
         step_ms = unprofiled_step_ms if unprofiled_step_ms is not None else \
             from_run[0] if from_run is not None and r in gpu_ranks else None
         if step_ms is not None:

@@ -21,7 +21,8 @@ from trainperf.diagnose.host import (COMPILE_RE, HostSpans, allocator_calls, che
                                      sync_op_counts, sync_ops)
 from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLength, launch_bound_stretches,
                                        launch_stats, launched_inside, launched_rows, queue_length)
-from trainperf.diagnose.pipeline import OPENS_ON_RECEIVE_STEPS, ScheduleNames, opens_on_receive_share, schedule_names
+from trainperf.diagnose.pipeline import (OPENS_ON_RECEIVE_STEPS, ScheduleNames, opens_on_receive_share, p2p_group_role,
+                                        schedule_names)
 from trainperf.diagnose.period import (paced_by_device, period_of_sides_us, steady_period_us, step_nodes,
                                        step_sides_us)
 from trainperf.diagnose.replay import (BLOCK_QUEUE, BLOCK_SYNC, Change, Graph, Replay, blocked_us, build_graph,
@@ -274,6 +275,10 @@ class DeviceTiming:
     # pipeline stage's, which makes the job a pipeline for every rank's rules
     opens_on_receive: float = 0.0
     p2p_rows: np.ndarray = field(default_factory=lambda: np.array([], dtype=np.int64))  # send/recv kernel rows
+    # the process group of its send/recv as the trace describes it (pipeline.p2p_group_role): "pipeline",
+    # "context" (ring attention's: no pipeline, whatever the steps open on) or "", and its size
+    p2p_role: str = ""
+    p2p_group_size: int = 0
 
     @property
     def idle_by_step(self) -> dict:
@@ -290,8 +295,10 @@ def device_timing(t: EventTable, w: Window) -> DeviceTiming:
     """The rank's DeviceTiming (µs)."""
     p2p = [r for k, r in collective_rows(t, w).items() if k.rsplit("/", 1)[-1] == P2P_KIND]  # "pg/kind" or "kind"
     p2p = np.sort(np.concatenate(p2p)) if p2p else np.array([], dtype=np.int64)
+    role, size = p2p_group_role(t, p2p)
     return DeviceTiming(table=t, window=w, breakdown=temporal_breakdown(t, w), compute_by_step=compute_per_step(t, w),
-                        step_times=step_times(t, w), opens_on_receive=opens_on_receive_share(t, w, p2p), p2p_rows=p2p)
+                        step_times=step_times(t, w), opens_on_receive=opens_on_receive_share(t, w, p2p), p2p_rows=p2p,
+                        p2p_role=role, p2p_group_size=size)
 
 
 def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: DeviceTiming | None = None) -> RankFacts:
@@ -341,7 +348,8 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
     f.sync_sites = _sync_sites(f)
     f.compute_by_step = timing.compute_by_step
     f.schedule = schedule_names(t, w)
-    f.pipeline_stage = f.schedule.named or timing.opens_on_receive > OPENS_ON_RECEIVE_STEPS
+    f.pipeline_stage = timing.p2p_role != "context" and (
+        f.schedule.named or timing.p2p_role == "pipeline" or timing.opens_on_receive > OPENS_ON_RECEIVE_STEPS)
     comm: dict[str, float] = {}
     groups = collective_rows(t, w)
     for k, r in groups.items():  # keys "<process group>/<collective>": summed over groups

@@ -48,6 +48,35 @@ SCHEDULE_ACTION_RE = re.compile(r"^(?:(Forward|Backward) (\d+)|PP:(\d+)(F|B|I|W)
 SCHEDULE_FRAME_RE = re.compile(r"forward_backward_pipelining|pipe/engine\.py.*_exec_(?:forward|backward)_pass")
 
 
+# process groups' descriptions (distributedInfo.pg_config[].pg_desc, PyTorch >= 2.3): Megatron-LM's
+# PIPELINE_MODEL_PARALLEL_GROUP and CONTEXT_PARALLEL_GROUP, DeviceMesh's mesh_<dim> (torchtitan's "pp", "cp")
+PIPELINE_GROUP_RE = re.compile(r"pipe|(?<![a-z])pp(?![a-z])", re.IGNORECASE)
+CONTEXT_GROUP_RE = re.compile(r"context|(?<![a-z])cp(?![a-z])", re.IGNORECASE)
+
+
+def p2p_group_role(t: EventTable, p2p_rows: np.ndarray) -> tuple[str, int]:
+    """(role, size) of the process group holding most of the rank's send/recv kernel time, as the trace's
+    distributedInfo describes it (pg_config: pg_name -> pg_desc, pg_size): "pipeline" or "context" (context
+    parallelism's ring) by the description, else "" (not described: "default_pg", "undefined", or no pg_config), and
+    the group's size (0 when unknown)."""
+    info = t.metadata.get("distributedInfo")
+    config = info.get("pg_config") if isinstance(info, dict) else None
+    rows = p2p_rows[t.process_group[p2p_rows] >= 0] if p2p_rows.size else p2p_rows
+    if not isinstance(config, list) or not rows.size:
+        return "", 0
+    time_by_group: dict[int, float] = {}
+    for g, ns in zip(t.process_group[rows].tolist(), t.dur_ns[rows].tolist()):
+        time_by_group[g] = time_by_group.get(g, 0.0) + ns
+    name = t.names[max(time_by_group, key=time_by_group.get)]
+    entry = next((c for c in config if isinstance(c, dict) and str(c.get("pg_name")) == name), None)
+    if entry is None:
+        return "", 0
+    desc, size = str(entry.get("pg_desc", "")), entry.get("pg_size")
+    size = int(size) if isinstance(size, (int, float)) and size > 0 else 0
+    role = "pipeline" if PIPELINE_GROUP_RE.search(desc) else "context" if CONTEXT_GROUP_RE.search(desc) else ""
+    return role, size
+
+
 def opens_on_receive_share(t: EventTable, w: Window, p2p_rows: np.ndarray) -> float:
     """Share (0-1) of the rank's analysed steps that have send/recv kernels and open on a receive: by the end of the
     first of them (by start) the step had run at most RECEIVE_FIRST_SHARE of its time and OPENING_COMPUTE_SHARE of
