@@ -46,7 +46,7 @@ def main() -> None:
                 shutil.copy(job / "rank0.json.gz", alone / "rank0.json.gz")
                 first = diagnose(alone).findings[0]
             bubble, gain = 100 * (p - 1) / (m + p - 1), 100 * (1 - (2 * m + p - 1) / (2 * (m + p - 1)))
-            share = top.evidence["metrics"].get("exposed_comm_share", {}).get("value", float("nan"))
+            share = top.evidence["metrics"].get("exposed_send_recv_share", {}).get("value", float("nan"))
             if top.kind == "pipeline_bubble":
                 errors.append(abs(top.gain_pct - gain))
             kinds = ", ".join(f"{f.kind} {f.gain_pct:.1f}" for f in found[:2])

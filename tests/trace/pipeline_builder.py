@@ -42,11 +42,11 @@ def stage_order(schedule: str, stage: int, stages: int, micro: int) -> list[tupl
 
 def gpipe_job(out: Path, forward_us: list, micro: int, steps: int = 5, noise_us: float = 0.0,
               rng: random.Random | None = None, replicas: int = 1, schedule_names: bool = False,
-              schedule: str = "gpipe") -> Path:
+              schedule: str = "gpipe", all_reduce_us: float = ALL_REDUCE_US) -> Path:
     """Write rank<k>.json.gz for each rank k into out; return out. forward_us[s]: stage s's forward of a micro-batch
     (us), or a list of one per step; every compute kernel +-noise_us, uniform. replicas: data-parallel copies of the
     pipeline (rank d * stages + s is stage s of copy d, each copy's send/recv its own); with more than one, each
-    stage's copies all-reduce their gradients at the end of the step (ALL_REDUCE_US after the last copy's backward).
+    stage's copies all-reduce their gradients at the end of the step (all_reduce_us after the last copy's backward).
     schedule_names: each compute launch inside a "PP:<stage><F|B><micro-batch>" annotation, as
     torch.distributed.pipelining's multi-stage schedules record them. schedule: "gpipe" or "1f1b" (stage_order)."""
     rng = rng or random.Random(0)
@@ -99,9 +99,9 @@ def gpipe_job(out: Path, forward_us: list, micro: int, steps: int = 5, noise_us:
             copies = [d * stages + s for d in range(replicas)]
             last = max(free[k] for k in copies)
             for k in copies:
-                launch(k, ALL_REDUCE, free[k], last + ALL_REDUCE_US - free[k], stream=22,
+                launch(k, ALL_REDUCE, free[k], last + all_reduce_us - free[k], stream=22,
                        **{"Collective name": "allreduce", "Process Group Name": f"dp{s}"})
-                free[k] = last + ALL_REDUCE_US
+                free[k] = last + all_reduce_us
         for k in range(ranks):
             sync_at = T[k] + 15 + 2.0 * n[k]
             end = max(free[k], done.get(("f", k, micro - 1), 0.0)) + 100

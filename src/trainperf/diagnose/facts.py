@@ -152,6 +152,7 @@ class RankFacts:
     schedule: ScheduleNames = field(default_factory=lambda: ScheduleNames(named=False))
     pipeline_stages: int = 0  # the job's stages (pipeline.stages_from_openings, set by api); 0: not known
     p2p_rows: np.ndarray = field(default_factory=lambda: np.array([], dtype=np.int64))  # send/recv kernel rows
+    p2p_overlap: Overlap | None = None  # the send/recv kernels' time and the part computation hides (gpu_time)
     _gains: dict = field(default_factory=dict, repr=False)
     _analyses: dict = field(default_factory=dict, repr=False)
 
@@ -356,6 +357,7 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
         kind = k.rsplit("/", 1)[-1]
         comm[kind] = comm.get(kind, 0.0) + float((w.end_us[r] - w.ts_us[r]).sum())
     f.p2p_rows = timing.p2p_rows
+    f.p2p_overlap = comm_comp_overlap(t, w, f.p2p_rows)
     total = sum(comm.values())
     f.comm_share_by_collective = {k: v / total for k, v in comm.items()} if total > 0 else {}
     if total > 0:

@@ -462,10 +462,11 @@ def _removes_a_stall(f: Finding) -> bool:
 # that lets the step run on without the collective would credit the wait to the overlap), or the late rank's own
 # computation at the others' pace (a pipeline's slow stage: overlapping its send/recv first left it 1 % of 13); so is
 # a pipeline's bubble halved beside its slow stage's computation at the others' pace (halving the slow stage's own
-# send/recv waits first left its computation < 0.5 %, dismissed, on 8 stages at +-2 ms per kernel)
+# send/recv waits first left its computation < 0.5 %, dismissed, on 8 stages at +-2 ms per kernel); and hiding every
+# collective beside halving the bubble, whose send/recv it would otherwise claim
 BROADER_FIX = {"graph_launches": ("graph_small_kernels",), "speedup": ("speedup_rows",),
                "graph_small_kernels": ("fuse_optimizer",),
-               "overlap_comm": ("remove_wasted_rows", "remove_straggler_wait", "compute_speedup"),
+               "overlap_comm": ("remove_wasted_rows", "remove_straggler_wait", "compute_speedup", "shrink_bubble"),
                "shrink_bubble": ("compute_speedup",)}
 
 

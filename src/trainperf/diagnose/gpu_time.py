@@ -89,10 +89,12 @@ class Overlap:
         return self.comm_us - self.overlapped_us
 
 
-def comm_comp_overlap(t: EventTable, w: Window) -> Overlap:
-    """Union of communication kernels, and how much of it overlaps the union of compute kernels (µs)."""
+def comm_comp_overlap(t: EventTable, w: Window, comm_rows: np.ndarray | None = None) -> Overlap:
+    """Union of communication kernels (all of the window's, or the given rows), and how much of it overlaps the union
+    of compute kernels (µs)."""
     rows = w.device
-    comm_rows = rows[(t.category[rows] == COMMUNICATION) & (t.kind[rows] == KERNEL)]
+    if comm_rows is None:
+        comm_rows = rows[(t.category[rows] == COMMUNICATION) & (t.kind[rows] == KERNEL)]
     comp_rows = rows[compute_mask(t, rows)]
     comm = merge_intervals(w.ts_us[comm_rows], w.end_us[comm_rows])
     comp = merge_intervals(w.ts_us[comp_rows], w.end_us[comp_rows])
