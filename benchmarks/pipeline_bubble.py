@@ -3,7 +3,7 @@
 For p balanced stages and m micro-batches a GPipe (or 1F1B) step is (m + p - 1) micro-batch times, of which p - 1 are
 the bubble: (p - 1) / (m + p - 1) of the step (Narayanan et al. 2021). Halving it (twice the micro-batches of half
 the size) makes the step (2m + p - 1) half-times: a gain of 1 - (2m + p - 1) / (2 (m + p - 1)). Each job
-(tests/trace/pipeline_builder.gpipe_job: 1-ms forwards, 2-ms backwards, 50-us transfers) is diagnosed with every
+(tests/trace/pipeline_builder.pipeline_job: 1-ms forwards, 2-ms backwards, 50-us transfers) is diagnosed with every
 rank's trace and with only the first stage's (which cannot tell its waits are a pipeline's unless the schedule names
 itself: --schedule-names writes torch.distributed.pipelining's "PP:" annotations). --schedule 1f1b: Megatron's
 default schedule, whose bubble is GPipe's (each stage warms up with fewer forwards in flight, not less idle).
@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "trace"))
-from pipeline_builder import gpipe_job  # noqa: E402
+from pipeline_builder import pipeline_job  # noqa: E402
 
 from trainperf.diagnose.api import diagnose  # noqa: E402
 
@@ -37,7 +37,7 @@ def main() -> None:
     for p in (2, 4, 8):
         for m in (2, 4, 8, 16, 32):
             with tempfile.TemporaryDirectory() as tmp:
-                job = gpipe_job(Path(tmp) / "job", [1000.0] * p, micro=m, schedule_names=a.schedule_names,
+                job = pipeline_job(Path(tmp) / "job", [1000.0] * p, micro=m, schedule_names=a.schedule_names,
                                 schedule=a.schedule)
                 found = diagnose(job).findings
                 top = next((f for f in found if f.kind == "pipeline_bubble"), found[0])

@@ -46,7 +46,7 @@ from rich.progress import track
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "trace"))
 from kineto_builder import TraceBuilder  # noqa: E402
-from pipeline_builder import gpipe_job  # noqa: E402
+from pipeline_builder import pipeline_job  # noqa: E402
 
 from trainperf.corpus.kineto import read_events  # noqa: E402
 from trainperf.diagnose import rules  # noqa: E402
@@ -142,7 +142,7 @@ def equal_truth(comp: dict[tuple[int, int], float], ranks: int) -> str:
 
 
 def all_reduce_wait_pct(path: Path) -> float:
-    """The ranks' mean wait inside the gradient all-reduces of a gpipe_job with copies (its kernels' time beyond the
+    """The ranks' mean wait inside the gradient all-reduces of a pipeline_job with copies (its kernels' time beyond the
     builder's ALL_REDUCE_US), % of their steps but the last (as diagnose's window): read back from the written JSON."""
     from pipeline_builder import ALL_REDUCE, ALL_REDUCE_US
 
@@ -193,7 +193,7 @@ def main() -> None:
                 stages = n // copies
                 slow = [] if spec == "none" else [int(spec) + d * stages for d in range(copies)]
                 kind = "pipeline_bubble" if spec == "none" else "straggler"
-                gpipe_job(Path(tmp), [1000.0 * (1.3 if s in slow else 1.0) for s in range(stages)], micro=8,
+                pipeline_job(Path(tmp), [1000.0 * (1.3 if s in slow else 1.0) for s in range(stages)], micro=8,
                           noise_us=a.noise, rng=random.Random(seed), replicas=copies, steps=a.pipeline_steps,
                           schedule=a.pipeline_schedule)
                 if copies > 1 and not slow and all_reduce_wait_pct(Path(tmp)) >= rules.STRAGGLER_MIN_WAIT_PCT:

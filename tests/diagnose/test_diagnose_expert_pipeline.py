@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 from kineto_builder import TraceBuilder  # noqa: E402
-from pipeline_builder import SEND_RECV, gpipe_job  # noqa: E402
+from pipeline_builder import SEND_RECV, pipeline_job  # noqa: E402
 
 from trainperf.corpus.kineto import read_events  # noqa: E402
 from trainperf.diagnose.api import diagnose  # noqa: E402
@@ -183,7 +183,7 @@ def test_a_slow_stage_ranks_above_the_send_recv_it_makes_the_others_wait_in(tmp_
     # halves too: beside a slow stage the bubble is an upper bound, while stage 2 at the others' pace is measured:
     # (8 x 4500 + 3 x 3000) -> (8 + 3) x 3000 a step by the schedule, 27 % (the replay of stage 2 alone). The slow
     # stage comes first
-    d = diagnose(gpipe_job(tmp_path / "slow", [1000.0, 1000.0, 1500.0, 1000.0], micro=8))
+    d = diagnose(pipeline_job(tmp_path / "slow", [1000.0, 1000.0, 1500.0, 1000.0], micro=8))
     kinds = [f.kind for f in d.findings]
     assert kinds.index("straggler") < kinds.index("pipeline_bubble") and "exposed_comm" not in kinds
     straggler, bubble = d.findings[kinds.index("straggler")], d.findings[kinds.index("pipeline_bubble")]
@@ -192,7 +192,7 @@ def test_a_slow_stage_ranks_above_the_send_recv_it_makes_the_others_wait_in(tmp_
     assert bubble.ranks == [0, 1, 2, 3] and bubble.gain_is_upper_bound
     # balanced stages: the bubble alone, (S - 1) / (M + S - 1) = 3 / 11 of the step; halved (16 micro-batches of
     # half the size, or 2 chunks per rank), a step of (M + S - 1) x 3 ms -> (2M + S - 1) x 1.5 ms: 33 -> 28.5 ms, 13.6 %
-    d = diagnose(gpipe_job(tmp_path / "balanced", [1000.0] * 4, micro=8))
+    d = diagnose(pipeline_job(tmp_path / "balanced", [1000.0] * 4, micro=8))
     top = d.findings[0]
     assert top.kind == "pipeline_bubble" and "micro-batches" in top.recommendation
     assert top.evidence["metrics"]["exposed_send_recv_share"]["value"] == pytest.approx(100 * 3 / 11, abs=1.5)
@@ -208,7 +208,7 @@ def test_a_pipeline_is_told_from_other_send_recv_by_its_later_stages_or_its_sche
     import shutil
 
     for names in (False, True):
-        job = gpipe_job(tmp_path / f"job{names}", [1000.0] * 4, micro=8, schedule_names=names)
+        job = pipeline_job(tmp_path / f"job{names}", [1000.0] * 4, micro=8, schedule_names=names)
         alone = tmp_path / f"first{names}"
         alone.mkdir()
         shutil.copy(job / "rank0.json.gz", alone / "rank0.json.gz")
@@ -225,7 +225,7 @@ def test_the_bubble_is_set_against_the_schedules_law_for_the_stages_counted_from
     # stages. With the schedule's names, 8 micro-batches: the law's (4 - 1) / (8 + 4 - 1) = 27.27 %; without them, the
     # micro-batches that make the law give the measured share, ~8
     for names in (True, False):
-        d = diagnose(gpipe_job(tmp_path / str(names), [1000.0] * 4, micro=8, replicas=2, schedule_names=names))
+        d = diagnose(pipeline_job(tmp_path / str(names), [1000.0] * 4, micro=8, replicas=2, schedule_names=names))
         metrics = next(f for f in d.findings if f.kind == "pipeline_bubble").evidence["metrics"]
         assert metrics["pipeline_stages"]["value"] == 4
         if names:
@@ -256,13 +256,13 @@ def test_a_pipeline_is_told_by_its_process_groups_description(tmp_path):
     # open on: exposed communication, not a bubble
     import shutil
 
-    job = _described_groups(gpipe_job(tmp_path / "pp", [1000.0] * 4, micro=8), "PIPELINE_MODEL_PARALLEL_GROUP")
+    job = _described_groups(pipeline_job(tmp_path / "pp", [1000.0] * 4, micro=8), "PIPELINE_MODEL_PARALLEL_GROUP")
     alone = tmp_path / "first"
     alone.mkdir()
     shutil.copy(job / "rank0.json.gz", alone / "rank0.json.gz")
     top = diagnose(alone).findings[0]
     assert top.kind == "pipeline_bubble" and top.evidence["metrics"]["pipeline_stages"]["value"] == 4
-    ring = _described_groups(gpipe_job(tmp_path / "cp", [1000.0] * 4, micro=8), "mesh_cp")
+    ring = _described_groups(pipeline_job(tmp_path / "cp", [1000.0] * 4, micro=8), "mesh_cp")
     kinds = [f.kind for f in diagnose(ring).findings]
     assert "pipeline_bubble" not in kinds and "exposed_comm" in kinds
     t = load_trace(ring / "rank1.json.gz")[1]
@@ -299,7 +299,7 @@ def test_a_bubble_beside_a_larger_exposed_all_reduce_is_named_with_it(tmp_path):
     # 4 stages x 32 micro-batches, 2 data-parallel copies whose 30-ms gradient all-reduce ends each step: send/recv is
     # 27 % of the communication time, so the all-reduce is exposed_comm's; the bubble is still measured on the
     # send/recv alone: 3 x 3 ms of a 135-ms step, 6.7 %, halved 3.3 %, and priced before overlapping the all-reduce
-    d = diagnose(gpipe_job(tmp_path, [1000.0] * 4, micro=32, replicas=2, all_reduce_us=30_000.0))
+    d = diagnose(pipeline_job(tmp_path, [1000.0] * 4, micro=32, replicas=2, all_reduce_us=30_000.0))
     kinds = [f.kind for f in d.findings]
     assert kinds[:2] == ["exposed_comm", "pipeline_bubble"]
     bubble = d.findings[1]
@@ -312,7 +312,7 @@ def test_a_one_forward_one_backward_pipeline_has_gpipes_bubble(tmp_path):
     # = 3 / 11 of the step for 4 stages x 8 micro-batches. In its steady state a stage also waits out the transfer of
     # what it needs next (TRANSFER_US each), which the law leaves out: the measured bubble is 1.5 pp above it, and
     # halving it gains 14.3 % against the law's 13.6 %
-    top = diagnose(gpipe_job(tmp_path, [1000.0] * 4, micro=8, schedule="1f1b")).findings[0]
+    top = diagnose(pipeline_job(tmp_path, [1000.0] * 4, micro=8, schedule="1f1b")).findings[0]
     assert top.kind == "pipeline_bubble" and top.ranks == [0, 1, 2, 3]
     assert top.evidence["metrics"]["exposed_send_recv_share"]["value"] == pytest.approx(100 * 3 / 11, abs=2.0)
     assert top.gain_pct == pytest.approx(100 * (1 - 28.5 / 33), abs=1.0)
@@ -322,7 +322,7 @@ def test_a_slow_first_stage_is_priced_before_overlapping_its_send_recv(tmp_path)
     # 8 stages, the first 1.3x slower: the schedule gives 8 x 3900 + 7 x 3000 -> 15 x 3000 us a step, 13.8 %. On the
     # first stage's own replay, hiding its send/recv first (the gradients it waits for) left its computation at the
     # others' pace 1 % of it: the overlap is priced after the slow stage (findings.BROADER_FIX), which ranks first
-    d = diagnose(gpipe_job(tmp_path / "first", [1300.0] + [1000.0] * 7, micro=8))
+    d = diagnose(pipeline_job(tmp_path / "first", [1300.0] + [1000.0] * 7, micro=8))
     top = d.findings[0]
     assert (top.kind, top.ranks) == ("straggler", [0])
     assert top.gain_pct == pytest.approx(top.gain_alone_pct) == pytest.approx(100 * (1 - 45000 / 52200), abs=1.5)
@@ -335,9 +335,9 @@ def test_a_stage_that_computes_more_only_in_some_steps_is_no_straggler(tmp_path)
     # (crossrank.slowest_rank_p_value 0.48): noise. A stage that computes 1.06x in every step is the slowest in all 4
     # steps, which shuffled stages do with chance 4 x (1/4)^4 = 1/64: a straggler
     noisy = [1000.0, [1150.0, 1060.0, 900.0, 1060.0, 1000.0], 1000.0, 1000.0]
-    d = diagnose(gpipe_job(tmp_path / "noisy", noisy, micro=8))
+    d = diagnose(pipeline_job(tmp_path / "noisy", noisy, micro=8))
     assert "straggler" not in [f.kind for f in d.findings] and d.findings[0].kind == "pipeline_bubble"
-    d = diagnose(gpipe_job(tmp_path / "slow", [1000.0, 1060.0, 1000.0, 1000.0], micro=8))
+    d = diagnose(pipeline_job(tmp_path / "slow", [1000.0, 1060.0, 1000.0, 1000.0], micro=8))
     assert next(f for f in d.findings if f.kind == "straggler").ranks == [1]
 
 
@@ -347,9 +347,9 @@ def test_balanced_stages_with_noisy_kernels_have_no_straggler(tmp_path):
     # recurrence heuristic named a straggler (medium, 4.5 %); it is not the slowest in every step, and within-step
     # shuffles of the stages' computation make one stand out as much often (p > 0.05): the bubble is the finding.
     # The same stages with stage 2 at 1.3x (+-100 us) name stage 2
-    d = diagnose(gpipe_job(tmp_path / "balanced", [1000.0] * 4, micro=8, noise_us=1000.0, rng=random.Random(0)))
+    d = diagnose(pipeline_job(tmp_path / "balanced", [1000.0] * 4, micro=8, noise_us=1000.0, rng=random.Random(0)))
     assert "straggler" not in [f.kind for f in d.findings] and d.findings[0].kind == "pipeline_bubble"
-    d = diagnose(gpipe_job(tmp_path / "slow", [1000.0, 1000.0, 1300.0, 1000.0], micro=8, noise_us=100.0,
+    d = diagnose(pipeline_job(tmp_path / "slow", [1000.0, 1000.0, 1300.0, 1000.0], micro=8, noise_us=100.0,
                            rng=random.Random(0)))
     assert (d.findings[0].kind, d.findings[0].ranks) == ("straggler", [2])
 
@@ -360,12 +360,12 @@ def test_a_slow_stage_with_data_parallel_copies_names_every_copy(tmp_path):
     # priced as its computation at the others' pace (~1.3x: 26 of every 1.3 x 24 ms of GEMMs a step). With +-1 ms
     # per kernel the copies also wait for each other at their gradient all-reduce (the jitter between copies,
     # load_imbalance: no one rank last in most steps), which hid the slow stage before; both are named now
-    d = diagnose(gpipe_job(tmp_path / "quiet", [1000.0, 1000.0, 1300.0, 1000.0], micro=8, noise_us=100.0,
+    d = diagnose(pipeline_job(tmp_path / "quiet", [1000.0, 1000.0, 1300.0, 1000.0], micro=8, noise_us=100.0,
                            rng=random.Random(0), replicas=2))
     top = d.findings[0]
     assert (top.kind, top.ranks) == ("straggler", [2, 6])
     assert top.evidence["metrics"]["compute_vs_other_ranks"]["value"] == pytest.approx(1.3, abs=0.02)
-    d = diagnose(gpipe_job(tmp_path / "noisy", [1000.0, 1000.0, 1300.0, 1000.0], micro=8, noise_us=1000.0,
+    d = diagnose(pipeline_job(tmp_path / "noisy", [1000.0, 1000.0, 1300.0, 1000.0], micro=8, noise_us=1000.0,
                            rng=random.Random(1), replicas=2))
     kinds = {f.kind: f for f in d.findings}
     assert kinds["straggler"].ranks == [2, 6] and "load_imbalance" in kinds
@@ -378,9 +378,9 @@ def test_in_a_window_too_short_for_the_test_a_slow_stage_is_the_slowest_in_every
     # step; its recurring extra (0.96 ms) outweighs the opposite excess (0.48), which named it a straggler before;
     # it is not the slowest in step 3: no straggler. At 1060 us in every step it is
     noisy = [1000.0, [1150.0, 1060.0, 980.0, 1000.0], 1000.0, 1000.0]
-    d = diagnose(gpipe_job(tmp_path / "noisy", noisy, micro=8, steps=4))
+    d = diagnose(pipeline_job(tmp_path / "noisy", noisy, micro=8, steps=4))
     assert "straggler" not in [f.kind for f in d.findings]
-    d = diagnose(gpipe_job(tmp_path / "slow", [1000.0, 1060.0, 1000.0, 1000.0], micro=8, steps=4))
+    d = diagnose(pipeline_job(tmp_path / "slow", [1000.0, 1060.0, 1000.0, 1000.0], micro=8, steps=4))
     assert next(f for f in d.findings if f.kind == "straggler").ranks == [1]
 
 
@@ -389,7 +389,7 @@ def test_of_two_stages_in_a_short_window_the_slow_one_is_the_slower_in_every_ste
     # in 3 steps and 960 in the 4th (+2.4 ms a step thrice, then -0.96): 1.1x at the median step, and its recurring
     # extra (4.8 ms) outweighs the opposite excess, which named it before; it is the faster in step 4: no straggler.
     # At 1100 us in every step it is
-    d = diagnose(gpipe_job(tmp_path / "noisy", [1000.0, [1100.0, 1100.0, 1100.0, 960.0, 1000.0]], micro=8))
+    d = diagnose(pipeline_job(tmp_path / "noisy", [1000.0, [1100.0, 1100.0, 1100.0, 960.0, 1000.0]], micro=8))
     assert "straggler" not in [f.kind for f in d.findings]
-    d = diagnose(gpipe_job(tmp_path / "slow", [1000.0, 1100.0], micro=8))
+    d = diagnose(pipeline_job(tmp_path / "slow", [1000.0, 1100.0], micro=8))
     assert next(f for f in d.findings if f.kind == "straggler").ranks == [1]

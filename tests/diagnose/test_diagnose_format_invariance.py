@@ -40,7 +40,7 @@ CASES = {  # name -> (builder writing into a folder, the top finding)
     "grad_sync": (G._accumulating_trace, "grad_sync_per_microbatch"),
     "grad_sync_fsdp": (lambda d: G._accumulating_trace(d, fsdp=True), "grad_sync_per_microbatch"),
     "decode_graphed": (lambda d: D._decode(d / "g.json.gz", graphed=True), "host_sync"),
-    "pipeline": (lambda d: E.gpipe_job(d, [1000.0] * 4, micro=8), "pipeline_bubble"),
+    "pipeline": (lambda d: E.pipeline_job(d, [1000.0] * 4, micro=8), "pipeline_bubble"),
 }
 
 

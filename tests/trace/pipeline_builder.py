@@ -40,7 +40,7 @@ def stage_order(schedule: str, stage: int, stages: int, micro: int) -> list[tupl
     return order + [("b", m) for m in range(micro - warm, micro)]
 
 
-def gpipe_job(out: Path, forward_us: list, micro: int, steps: int = 5, noise_us: float = 0.0,
+def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noise_us: float = 0.0,
               rng: random.Random | None = None, replicas: int = 1, schedule_names: bool = False,
               schedule: str = "gpipe", all_reduce_us: float = ALL_REDUCE_US) -> Path:
     """Write rank<k>.json.gz for each rank k into out; return out. forward_us[s]: stage s's forward of a micro-batch

@@ -146,11 +146,13 @@ class RankFacts:
     # without device events (gloo, CPU only): the training-loop thread's communication over the analysed steps
     # (crossrank.host_step_waits: inside collective calls, or blocked on a collective), µs; None with GPU or no steps
     host_comm_us: float | None = None
-    # a pipeline stage (diagnose/pipeline.py): its schedule names itself, or some rank of the job opens its steps
-    # waiting for a receive (DeviceTiming.opens_on_receive, set by api); schedule: what its annotations say
+    # a pipeline stage (diagnose/pipeline.py): its send/recv's process group is described as the pipeline's, its
+    # schedule names itself, or some rank of the job opens its steps waiting for a receive
+    # (DeviceTiming.opens_on_receive, set by api), and its process group is not described as context parallelism's;
+    # schedule: what its annotations say
     pipeline_stage: bool = False
     schedule: ScheduleNames = field(default_factory=lambda: ScheduleNames(named=False))
-    pipeline_stages: int = 0  # the job's stages (pipeline.stages_from_openings, set by api); 0: not known
+    pipeline_stages: int = 0  # the job's stages (the described group's size, or stages_from_openings; api); 0: unknown
     p2p_rows: np.ndarray = field(default_factory=lambda: np.array([], dtype=np.int64))  # send/recv kernel rows
     p2p_overlap: Overlap | None = None  # the send/recv kernels' time and the part computation hides (gpu_time)
     _gains: dict = field(default_factory=dict, repr=False)

@@ -44,11 +44,11 @@ EXPOSED_P2P_RECOMMENDATION = (
     "(Megatron overlap_p2p_comm); in context-parallel ring attention, overlap each block's key/value exchange "
     "with the attention of the block before.")
 
-# pipeline_bubble with the job's stages known (pipeline.stages_from_openings): what the schedule's law gives, before the
-# kind's fix; with the micro-batches the schedule names (BUBBLE_LAW) or, without them, the micro-batches the measured
-# share would take (BUBBLE_IMPLIED)
-BUBBLE_LAW = ("With {p} stages and {m} micro-batches a step{chunks}, a balanced schedule idles {law:.1f} % of the step; "
-              "this stage waited {share:.1f} %: what is above the law is unequal stages or transfers. ")
+# pipeline_bubble with the job's stages known (the pipeline's described group, or pipeline.stages_from_openings): what
+# the schedule's law gives, before the kind's fix; with the micro-batches the schedule names (BUBBLE_LAW) or, without
+# them, the micro-batches the measured share would take (BUBBLE_IMPLIED)
+BUBBLE_LAW = ("With {p} stages and {m} micro-batches a step{chunks}, a balanced schedule idles {law:.1f} % of the "
+              "step; this stage waited {share:.1f} %: what is above the law is unequal stages or transfers. ")
 BUBBLE_CHUNKS = " in {v} model chunks per rank (interleaved)"
 BUBBLE_IMPLIED = ("With {p} stages, a balanced GPipe or 1F1B schedule idles the {share:.1f} % of the step this stage "
                   "waited with {m:.1f} micro-batches a step: aim for at least {p4} (4 per stage). ")

@@ -6,8 +6,10 @@ A stage idles until its first input arrives and after its last output leaves: th
 (m + p - 1) of the step for GPipe and 1F1B with p stages (Narayanan et al. 2021, "Efficient large-scale language
 model training on GPU clusters using Megatron-LM", section 2.2), spent on the device inside the receives (send/recv
 kernels that wait for their partner). Context parallelism's ring attention also moves its keys and values by
-send/recv, so send/recv alone does not make a pipeline. Two things do:
+send/recv, so send/recv alone does not make a pipeline. Three things do:
 
+* the trace describes the send/recv's process group as the pipeline's (distributedInfo.pg_config, p2p_group_role),
+  which also gives the stages (the group's size); described as context parallelism's, it rules a pipeline out;
 * the schedule names itself: torch.distributed.pipelining records "Forward i" / "Backward i" (single-stage
   schedules) or "PP:<stage><F|B|I|W><micro-batch>" (multi-stage ones) around each micro-batch; Megatron-LM's and
   DeepSpeed's schedules appear as Python frames when the trace has its stacks (with_stack=True);
