@@ -293,6 +293,9 @@ def test_a_schedules_names_give_its_micro_batches_chunks_and_split_backwards(tmp
     # single-stage schedules name "Forward i" / "Backward i"; a user's own "Forward" annotation names none
     assert _named_actions(tmp_path / "s.json.gz", ["Forward 0", "Forward 1", "Backward 1"]).micro_batches == 2
     assert not _named_actions(tmp_path / "n.json.gz", ["Forward", "forward 1"]).named
+    # a runtime's other actions name the schedule, not its micro-batches (DualPipeV's overlapped pairs)
+    sc = _named_actions(tmp_path / "d.json.gz", ["PP:(0F1;1B0)OVERLAP_F_B", "PP:0SEND_F1"])
+    assert sc.named and sc.micro_batches == 0
 
 
 def test_a_bubble_beside_a_larger_exposed_all_reduce_is_named_with_it(tmp_path):

@@ -46,6 +46,9 @@ OPENS_ON_RECEIVE_STEPS = 0.5
 # torch.distributed.pipelining's record_function names: "Forward 3", "Backward 3"; "PP:1F3" (stage 1, forward of
 # micro-batch 3; I/W: the backward's input and weight halves of zero-bubble schedules)
 SCHEDULE_ACTION_RE = re.compile(r"^(?:(Forward|Backward) (\d+)|PP:(\d+)(F|B|I|W)(\d+))$")
+# ... and any action of its runtime (communication ones, "PP:0SEND_F1", overlapped pairs, "PP:(0F1;1B0)OVERLAP_F_B"):
+# a schedule, whatever its actions say of the micro-batches
+SCHEDULE_ANY_ACTION_RE = re.compile(r"^PP:[\d(]")
 # Megatron-LM's and DeepSpeed's pipeline schedules, as Python frames (with_stack=True)
 SCHEDULE_FRAME_RE = re.compile(r"forward_backward_pipelining|pipe/engine\.py.*_exec_(?:forward|backward)_pass")
 
@@ -120,8 +123,8 @@ def schedule_names(t: EventTable, w: Window) -> ScheduleNames:
     actions = t.ids_matching(SCHEDULE_ACTION_RE.match)
     rows = np.flatnonzero(kinds & np.isin(t.name, actions))
     if not rows.size:
-        frames = t.ids_matching(SCHEDULE_FRAME_RE.search)
-        return ScheduleNames(named=bool((kinds & np.isin(t.name, frames)).any()))
+        named = t.ids_matching(lambda n: bool(SCHEDULE_ANY_ACTION_RE.match(n) or SCHEDULE_FRAME_RE.search(n)))
+        return ScheduleNames(named=bool((kinds & np.isin(t.name, named)).any()))
     forwards, stages, split = [], set(), False
     for name in {t.names[i] for i in np.unique(t.name[rows])}:
         m = SCHEDULE_ACTION_RE.match(name)
