@@ -99,7 +99,8 @@ class Change:
     after them stops queueing behind them: pinned memory, non_blocking, prefetched on a side stream) |
     remove_allocator (allocator calls and spans cost nothing: caching allocator) |
     overlap_comm (computation and host syncs stop waiting for collectives: fully overlapped; a collective's
-    measured wait for a late rank stays, as the late rank's data arrives no sooner) | remove_straggler_wait |
+    measured wait for a late rank stays, as the late rank's data arrives no sooner; with `rows`, only the collectives
+    of those trace rows) | remove_straggler_wait |
     speedup (category sped up `factor` times) | compute_speedup (every computation kernel `factor`
     times faster: a straggler as fast as the other ranks) | host_speedup (CPU work between runtime calls `factor`
     times faster) | graph_small_kernels (launching a small kernel, launch.small_kernel_mask, costs the
@@ -121,9 +122,10 @@ class Change:
     category: int = -1
     factor: float = 1.0
     site: int = -1  # remove_syncs: only the syncs of this call site (Graph.site_names index); -1 all
-    rows: tuple = ()  # speedup_rows, drop_rows, remove_wasted_rows: the trace rows of the device events;
-    #                   remove_host_work: the trace rows of the host calls whose gaps lose their work;
-    #                   fuse_optimizer: the trace rows of the per-tensor launch calls
+    rows: tuple = ()  # speedup_rows, drop_rows, remove_wasted_rows, shrink_bubble: the trace rows of the device
+    #                   events; remove_host_work: the trace rows of the host calls whose gaps lose their work;
+    #                   fuse_optimizer: the trace rows of the per-tensor launch calls; overlap_comm: the collectives
+    #                   overlapped (empty: all)
 
     def __post_init__(self):
         if self.kind not in CHANGE_KINDS:
@@ -1174,6 +1176,12 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
         unblocked |= g.block_class == BLOCK_PAGEABLE
     overlap = "overlap_comm" in kinds
     comm = g.category == COMMUNICATION
+    # overlap_comm with rows: only those collectives are overlapped (a pipeline stage's other collectives beside its
+    # send/recv, which pipeline_bubble prices); syncs that waited for one of the others keep waiting for it
+    only = [c.rows for c in changes if c.kind == "overlap_comm" and c.rows]
+    restricted = overlap and len(only) == sum(c.kind == "overlap_comm" for c in changes)
+    if restricted:
+        comm = comm & np.isin(g.rows, np.concatenate([np.asarray(r, dtype=np.int64) for r in only]))
     # overlapping hides a collective's transfer, not its wait for a late rank: that rank's data arrives when it
     # arrives, and what needs it (the optimizer after DDP's last bucket, the step's end) waits for it whatever else
     # runs meanwhile. A collective that waited for another rank (measured across ranks) keeps its place for that wait,
@@ -1182,7 +1190,7 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     # (benchmarks/slow_ranks_jobs.py, the "equal" jobs). With remove_straggler_wait the wait is gone too.
     waited = comm & (g.comm_wait > 0) if overlap and "remove_straggler_wait" not in kinds else np.zeros(n, bool)
     moved = comm & ~waited  # the collectives overlapping takes off the critical path
-    if waited.any():
+    if waited.any() or restricted:
         dur = np.where(waited, np.minimum(g.comm_wait, dur), dur)
         stream_prev = np.where(~moved, _previous_kept(g.stream_prev, moved), g.stream_prev)
     else:
@@ -1192,6 +1200,8 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
         after_copy = (stream_prev >= 0) & g.pageable_copy[np.clip(stream_prev, 0, None)]
         stream_prev = np.where(after_copy, g.stream_prev_np, stream_prev)
     sync_on = g.sync_on_nc if overlap else g.sync_on
+    if restricted:  # only a sync that waited for an overlapped collective stops waiting for it
+        sync_on = np.where((g.sync_on >= 0) & moved[np.clip(g.sync_on, 0, None)], g.sync_on_nc, g.sync_on)
     # a sync that waited for a collective that keeps its wait waits for that too (besides the other work it waited for)
     also_on = np.where((g.sync_on >= 0) & waited[np.clip(g.sync_on, 0, None)], g.sync_on, -1)
     dep_on = np.clip(g.dep, 0, None)

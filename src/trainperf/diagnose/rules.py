@@ -225,10 +225,12 @@ def exposed_comm(f: RankFacts) -> Finding | None:
     reduced gradients, TorchRec's embeddings the all-to-all's features, a pipeline stage what it receives), and
     hiding that needs the collective issued earlier (bucketing, prefetch, pipelining the next batch), which the
     replay cannot confirm. Mostly point-to-point communication (send/recv) is an upper bound either way."""
-    share = _exposed_comm_pct(f)
+    beside_bubble = f.pipeline_stage and f.p2p_rows.size > 0  # a pipeline stage: pipeline_bubble prices its send/recv
+    ov = f.other_comm_overlap if beside_bubble else f.overlap
+    share = _exposed_comm_pct(f, ov)
     if share <= EXPOSED_COMM_MIN_PCT or _in_the_bubble(f):
         return None
-    ov, g = f.overlap, f.graph
+    g = f.graph
     host_waits = g.block_class == BLOCK_COMM  # host syncs that waited for a collective
     p2p = f.p2p_comm_share > 0.5  # mostly point-to-point: a majority, not a fitted share
     all_to_all = f.comm_share_by_collective.get("all_to_all", 0.0)
@@ -248,7 +250,9 @@ def exposed_comm(f: RankFacts) -> Finding | None:
                         f"{rate.link}_link": (rate.link_gbps, "GB/s"),
                         "transfer_time_at_link_rate": (100.0 * rate.link_share, "%"),
                         "bytes_over_nccl_ll_protocol": (100.0 * rate.ll_share, "%")})
-    found = _make(f, "exposed_comm", metrics, (), (Change("overlap_comm"),), "overlap exposed collectives with compute"
+    overlap = Change("overlap_comm", rows=tuple(int(r) for r in f.other_comm_rows)) if beside_bubble else \
+        Change("overlap_comm")
+    found = _make(f, "exposed_comm", metrics, (), (overlap,), "overlap exposed collectives with compute"
                   + (" (mostly send/recv: upper bound)" if p2p else
                      " (only device work waits for them: upper bound)" if bound else ""),
                   evidence_pct=share, upper_bound=bound)
