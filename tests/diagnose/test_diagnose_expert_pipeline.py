@@ -263,8 +263,10 @@ def test_a_pipeline_is_told_by_its_process_groups_description(tmp_path):
     top = diagnose(alone).findings[0]
     assert top.kind == "pipeline_bubble" and top.evidence["metrics"]["pipeline_stages"]["value"] == 4
     ring = _described_groups(pipeline_job(tmp_path / "cp", [1000.0] * 4, micro=8), "mesh_cp")
-    kinds = [f.kind for f in diagnose(ring).findings]
-    assert "pipeline_bubble" not in kinds and "exposed_comm" in kinds
+    found = diagnose(ring).findings
+    assert "pipeline_bubble" not in [f.kind for f in found]
+    exposed = next(f for f in found if f.kind == "exposed_comm")
+    assert "ring attention" in exposed.recommendation and "micro-batches" not in exposed.recommendation
     t = load_trace(ring / "rank1.json.gz")[1]
     timing = device_timing(t, analysis_window(t))
     assert (timing.p2p_role, timing.p2p_group_size) == ("context", 4) and timing.opens_on_receive == 1.0

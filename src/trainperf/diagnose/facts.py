@@ -155,6 +155,7 @@ class RankFacts:
     pipeline_stages: int = 0  # the job's stages (the described group's size, or stages_from_openings; api); 0: unknown
     p2p_rows: np.ndarray = field(default_factory=lambda: np.array([], dtype=np.int64))  # send/recv kernel rows
     p2p_overlap: Overlap | None = None  # the send/recv kernels' time and the part computation hides (gpu_time)
+    p2p_role: str = ""  # their process group as the trace describes it (DeviceTiming.p2p_role)
     # the other collectives' kernel rows and overlap: what exposed_comm prices beside a pipeline's bubble
     other_comm_rows: np.ndarray = field(default_factory=lambda: np.array([], dtype=np.int64))
     other_comm_overlap: Overlap | None = None
@@ -361,7 +362,7 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
     for k, r in groups.items():  # keys "<process group>/<collective>": summed over groups
         kind = k.rsplit("/", 1)[-1]
         comm[kind] = comm.get(kind, 0.0) + float((w.end_us[r] - w.ts_us[r]).sum())
-    f.p2p_rows = timing.p2p_rows
+    f.p2p_rows, f.p2p_role = timing.p2p_rows, timing.p2p_role
     f.p2p_overlap = comm_comp_overlap(t, w, f.p2p_rows)
     other = [r for k, r in groups.items() if k.rsplit("/", 1)[-1] != P2P_KIND]
     f.other_comm_rows = np.sort(np.concatenate(other)) if other else f.other_comm_rows

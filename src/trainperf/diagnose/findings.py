@@ -53,6 +53,16 @@ BUBBLE_CHUNKS = " in {v} model chunks per rank (interleaved)"
 BUBBLE_IMPLIED = ("With {p} stages, a balanced GPipe or 1F1B schedule idles the {share:.1f} % of the step this stage "
                   "waited with {m:.1f} micro-batches a step: aim for at least {p4} (4 per stage). ")
 
+# exposed_comm when most of it is point-to-point in a process group the trace describes as context parallelism's
+# (pipeline.p2p_group_role): ring attention's key/value exchange, not a pipeline's
+EXPOSED_RING_RECOMMENDATION = (
+    "Most of the exposed communication is point-to-point in the context-parallel group: ring attention's key/value "
+    "exchange between the ranks holding the sequence's chunks. Overlap each block's exchange with the attention of "
+    "the block before (Transformer Engine's cp_comm_type='p2p' does, given enough work per block: longer chunks, or "
+    "'a2a+p2p' / hierarchical context parallelism to keep the ring inside a node), keep the context-parallel group "
+    "within NVLink where it fits, and use fewer context-parallel ranks where the sequence fits in memory (Ulysses-style "
+    "all-to-all, cp_comm_type='a2a', needs heads divisible by the group).")
+
 # exposed_comm when most of it is all-to-all: expert parallelism's token dispatch and combine (MoE) or sharded
 # embeddings' feature exchange (TorchRec). The computation right after consumes what it brings, so bucketing does
 # not hide it: overlapping needs another micro-batch's work beside it, and its size follows the routing

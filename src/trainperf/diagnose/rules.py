@@ -259,7 +259,8 @@ def exposed_comm(f: RankFacts) -> Finding | None:
     if f.scalar_comm_share > 0.5:  # a majority, as the other kinds'
         found.recommendation = F.EXPOSED_SCALAR_RECOMMENDATION
     elif p2p:
-        found.recommendation = F.EXPOSED_P2P_RECOMMENDATION
+        found.recommendation = F.EXPOSED_RING_RECOMMENDATION if f.p2p_role == "context" else \
+            F.EXPOSED_P2P_RECOMMENDATION
     elif all_to_all > 0.5:
         found.recommendation = F.EXPOSED_ALL_TO_ALL_RECOMMENDATION
     elif f.forward_all_reduce_share > 0.5:
