@@ -38,7 +38,7 @@ def main() -> None:
         for m in (2, 4, 8, 16, 32):
             with tempfile.TemporaryDirectory() as tmp:
                 job = pipeline_job(Path(tmp) / "job", [1000.0] * p, micro=m, schedule_names=a.schedule_names,
-                                schedule=a.schedule)
+                                   schedule=a.schedule)
                 found = diagnose(job).findings
                 top = next((f for f in found if f.kind == "pipeline_bubble"), found[0])
                 alone = Path(tmp) / "first"

@@ -194,8 +194,8 @@ def main() -> None:
                 slow = [] if spec == "none" else [int(spec) + d * stages for d in range(copies)]
                 kind = "pipeline_bubble" if spec == "none" else "straggler"
                 pipeline_job(Path(tmp), [1000.0 * (1.3 if s in slow else 1.0) for s in range(stages)], micro=8,
-                          noise_us=a.noise, rng=random.Random(seed), replicas=copies, steps=a.pipeline_steps,
-                          schedule=a.pipeline_schedule)
+                             noise_us=a.noise, rng=random.Random(seed), replicas=copies, steps=a.pipeline_steps,
+                             schedule=a.pipeline_schedule)
                 if copies > 1 and not slow and all_reduce_wait_pct(Path(tmp)) >= rules.STRAGGLER_MIN_WAIT_PCT:
                     kind = "load_imbalance"  # the copies' jitter costs as much as the equal ranks' does
             elif sc.startswith("tp+dp"):

@@ -359,7 +359,7 @@ def test_balanced_stages_with_noisy_kernels_have_no_straggler(tmp_path):
     d = diagnose(pipeline_job(tmp_path / "balanced", [1000.0] * 4, micro=8, noise_us=1000.0, rng=random.Random(0)))
     assert "straggler" not in [f.kind for f in d.findings] and d.findings[0].kind == "pipeline_bubble"
     d = diagnose(pipeline_job(tmp_path / "slow", [1000.0, 1000.0, 1300.0, 1000.0], micro=8, noise_us=100.0,
-                           rng=random.Random(0)))
+                              rng=random.Random(0)))
     assert (d.findings[0].kind, d.findings[0].ranks) == ("straggler", [2])
 
 
@@ -370,12 +370,12 @@ def test_a_slow_stage_with_data_parallel_copies_names_every_copy(tmp_path):
     # per kernel the copies also wait for each other at their gradient all-reduce (the jitter between copies,
     # load_imbalance: no one rank last in most steps), which hid the slow stage before; both are named now
     d = diagnose(pipeline_job(tmp_path / "quiet", [1000.0, 1000.0, 1300.0, 1000.0], micro=8, noise_us=100.0,
-                           rng=random.Random(0), replicas=2))
+                              rng=random.Random(0), replicas=2))
     top = d.findings[0]
     assert (top.kind, top.ranks) == ("straggler", [2, 6])
     assert top.evidence["metrics"]["compute_vs_other_ranks"]["value"] == pytest.approx(1.3, abs=0.02)
     d = diagnose(pipeline_job(tmp_path / "noisy", [1000.0, 1000.0, 1300.0, 1000.0], micro=8, noise_us=1000.0,
-                           rng=random.Random(1), replicas=2))
+                              rng=random.Random(1), replicas=2))
     kinds = {f.kind: f for f in d.findings}
     assert kinds["straggler"].ranks == [2, 6] and "load_imbalance" in kinds
 
