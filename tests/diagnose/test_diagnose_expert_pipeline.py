@@ -316,6 +316,19 @@ def test_a_bubble_beside_a_larger_exposed_all_reduce_is_named_with_it(tmp_path):
     assert bubble.gain_pct == pytest.approx(100 * 4.5 / 135, abs=0.3) and bubble.fix_order == 1
 
 
+def test_a_forward_only_pipeline_has_its_bubble_and_the_serving_fix(tmp_path):
+    # generation on 4 stages, 4 micro-batches a step, each step starting once the last stage's output is back at the
+    # first: each stage idles (4 - 1) / (4 + 4 - 1) = 42.9 % of the step; halved 21.4 %. A forward-only loop
+    # (operators, no backward node or optimizer) gets the serving engines' fix, after the law
+    d = diagnose(pipeline_job(tmp_path, [1000.0] * 4, micro=4, schedule="forward", aten_ops=True))
+    top = d.findings[0]
+    assert top.kind == "pipeline_bubble"
+    assert top.evidence["metrics"]["exposed_send_recv_share"]["value"] == pytest.approx(100 * 3 / 7, abs=1.0)
+    assert top.gain_pct == pytest.approx(100 * (1 - 5.5 / 7), abs=0.5)
+    assert top.recommendation.startswith("With 4 stages") and "max_num_seqs" in top.recommendation
+    assert "gradient accumulation" not in top.recommendation
+
+
 def test_a_one_forward_one_backward_pipeline_has_gpipes_bubble(tmp_path):
     # 1F1B (Megatron's default) keeps fewer micro-batches in flight than GPipe but idles as long: (S - 1) / (M + S - 1)
     # = 3 / 11 of the step for 4 stages x 8 micro-batches. In its steady state a stage also waits out the transfer of

@@ -28,7 +28,9 @@ ALL_REDUCE_US = 300.0
 def stage_order(schedule: str, stage: int, stages: int, micro: int) -> list[tuple[str, int]]:
     """The (phase, micro-batch) order a stage runs its step in: GPipe's every forward, then every backward in reverse;
     1F1B's (PipeDream-Flush, Megatron's default) stages - 1 - stage forwards to warm up, then one forward and one
-    backward in turn, then the backwards left."""
+    backward in turn, then the backwards left; "forward" (generation): the forwards alone."""
+    if schedule == "forward":  # generation or serving: forwards only
+        return [("f", m) for m in range(micro)]
     if schedule == "gpipe":
         return [("f", m) for m in range(micro)] + [("b", m) for m in reversed(range(micro))]
     if schedule != "1f1b":
@@ -42,13 +44,16 @@ def stage_order(schedule: str, stage: int, stages: int, micro: int) -> list[tupl
 
 def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noise_us: float = 0.0,
               rng: random.Random | None = None, replicas: int = 1, schedule_names: bool = False,
-              schedule: str = "gpipe", all_reduce_us: float = ALL_REDUCE_US) -> Path:
+              schedule: str = "gpipe", all_reduce_us: float = ALL_REDUCE_US, aten_ops: bool = False) -> Path:
     """Write rank<k>.json.gz for each rank k into out; return out. forward_us[s]: stage s's forward of a micro-batch
     (us), or a list of one per step; every compute kernel +-noise_us, uniform. replicas: data-parallel copies of the
     pipeline (rank d * stages + s is stage s of copy d, each copy's send/recv its own); with more than one, each
     stage's copies all-reduce their gradients at the end of the step (all_reduce_us after the last copy's backward).
     schedule_names: each compute launch inside a "PP:<stage><F|B><micro-batch>" annotation, as
-    torch.distributed.pipelining's multi-stage schedules record them. schedule: "gpipe" or "1f1b" (stage_order)."""
+    torch.distributed.pipelining's multi-stage schedules record them. schedule: "gpipe", "1f1b" or "forward"
+    (stage_order; in "forward", generation, the first stage starts a step once the last stage's output of the step
+    before has come back to it: a send/recv from the last stage to the first). aten_ops: each compute launch inside an
+    "aten::mm" operator (a loop PyTorch's profiler records operators of)."""
     rng = rng or random.Random(0)
     stages = len(forward_us)
     ranks = stages * replicas
@@ -90,11 +95,19 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
                     if schedule_names:
                         b[at + s].cpu(f"PP:{s}{phase.upper()}{m}", T[at + s] + 10 + 2.0 * (n[at + s] + 1) - 0.5,
                                       1.0, cat="user_annotation")
+                    if aten_ops:
+                        b[at + s].cpu("aten::mm", T[at + s] + 10 + 2.0 * (n[at + s] + 1) - 0.25, 0.5)
                     launch(at + s, GEMM, start, dur)
                     done[phase, at + s, m] = free[at + s] = start + dur
                     dst = s + 1 if phase == "f" else s - 1
                     if 0 <= dst < stages:  # its output leaves for the next stage
                         launch(at + s, SEND_RECV, done[phase, at + s, m], TRANSFER_US, stream=21)
+            if schedule == "forward" and stages > 1:  # the last stage's output (the next token) returns to the first
+                last = at + stages - 1
+                launch(last, SEND_RECV, done["f", last, micro - 1], TRANSFER_US, stream=21)
+                arrive = done["f", last, micro - 1] + TRANSFER_US
+                launch(at, SEND_RECV, min(free[at], arrive - 10), max(arrive - free[at], 10.0), stream=20)
+                free[at] = max(free[at], arrive)
         for s in range(stages) if replicas > 1 else ():  # each stage's copies reduce their gradients together
             copies = [d * stages + s for d in range(replicas)]
             last = max(free[k] for k in copies)

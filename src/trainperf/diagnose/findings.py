@@ -50,8 +50,8 @@ EXPOSED_P2P_RECOMMENDATION = (
 BUBBLE_LAW = ("With {p} stages and {m} micro-batches a step{chunks}, a balanced schedule idles {law:.1f} % of the "
               "step; this stage waited {share:.1f} %: what is above the law is unequal stages or transfers. ")
 BUBBLE_CHUNKS = " in {v} model chunks per rank (interleaved)"
-BUBBLE_IMPLIED = ("With {p} stages, a balanced GPipe or 1F1B schedule idles the {share:.1f} % of the step this stage "
-                  "waited with {m:.1f} micro-batches a step: aim for at least {p4} (4 per stage). ")
+BUBBLE_IMPLIED = ("With {p} stages, a balanced schedule idles the {share:.1f} % of the step this stage waited with "
+                  "{m:.1f} micro-batches a step: aim for at least {p4} (4 per stage). ")
 
 # exposed_comm when most of it is point-to-point in a process group the trace describes as context parallelism's
 # (pipeline.p2p_group_role): ring attention's key/value exchange, not a pipeline's
@@ -191,6 +191,12 @@ INFERENCE_RECOMMENDATIONS = {
                     "in a CUDA graph (torch.compile mode='reduce-overhead'; vLLM and SGLang capture the decode "
                     "batch sizes: check that this batch size is captured), batch more requests per step "
                     "(continuous batching), or fuse kernels (torch.compile, FlashInfer).",
+    "pipeline_bubble": "The stages of a forward-only pipeline (generation or serving) wait for each other: each "
+                       "stage idles while the others run their part of a batch, (p - 1) / (m + p - 1) of the step "
+                       "with m batches in flight. Keep at least as many batches in flight as there are stages (vLLM "
+                       "schedules pipeline_parallel_size micro-batches: give it the requests, max_num_seqs, to fill "
+                       "them), split large prefills into chunks, and prefer tensor "
+                       "parallelism inside a node, with pipeline stages only across nodes.",
     "small_kernels": "Many kernels of this forward-only loop are tiny: capture the step in a CUDA graph "
                      "(torch.compile mode='reduce-overhead'), fuse them (torch.compile; fused norm, activation and "
                      "RoPE kernels), and batch more requests per step so that each kernel does more work.",
