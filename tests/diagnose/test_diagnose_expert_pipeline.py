@@ -329,6 +329,17 @@ def test_a_forward_only_pipeline_has_its_bubble_and_the_serving_fix(tmp_path):
     assert "gradient accumulation" not in top.recommendation
 
 
+def test_a_pipeline_whose_host_waits_for_each_receive_is_still_its_bubble(tmp_path):
+    # Megatron-LM synchronizes the device after each batched send/recv (batch_p2p_sync, on by default): the host of a
+    # 1F1B stage blocks in cudaDeviceSynchronize while its receive waits for the neighbour. Those syncs wait for the
+    # bubble, not for work the host queued: removing them gains next to nothing (the device still waits for the
+    # data), and the bubble stays the finding, priced as without the syncs (14.3 % for 4 stages x 8 micro-batches)
+    d = diagnose(pipeline_job(tmp_path, [1000.0] * 4, micro=8, schedule="1f1b", receive_syncs=True))
+    top = d.findings[0]
+    assert top.kind == "pipeline_bubble" and top.gain_pct == pytest.approx(100 * (1 - 28.5 / 33), abs=1.5)
+    assert all(f.severity == "low" for f in d.findings if f.kind == "host_sync")
+
+
 def test_a_one_forward_one_backward_pipeline_has_gpipes_bubble(tmp_path):
     # 1F1B (Megatron's default) keeps fewer micro-batches in flight than GPipe but idles as long: (S - 1) / (M + S - 1)
     # = 3 / 11 of the step for 4 stages x 8 micro-batches. In its steady state a stage also waits out the transfer of

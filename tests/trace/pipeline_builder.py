@@ -44,7 +44,8 @@ def stage_order(schedule: str, stage: int, stages: int, micro: int) -> list[tupl
 
 def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noise_us: float = 0.0,
               rng: random.Random | None = None, replicas: int = 1, schedule_names: bool = False,
-              schedule: str = "gpipe", all_reduce_us: float = ALL_REDUCE_US, aten_ops: bool = False) -> Path:
+              schedule: str = "gpipe", all_reduce_us: float = ALL_REDUCE_US, aten_ops: bool = False,
+              receive_syncs: bool = False) -> Path:
     """Write rank<k>.json.gz for each rank k into out; return out. forward_us[s]: stage s's forward of a micro-batch
     (us), or a list of one per step; every compute kernel +-noise_us, uniform. replicas: data-parallel copies of the
     pipeline (rank d * stages + s is stage s of copy d, each copy's send/recv its own); with more than one, each
@@ -53,7 +54,9 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
     torch.distributed.pipelining's multi-stage schedules record them. schedule: "gpipe", "1f1b" or "forward"
     (stage_order; in "forward", generation, the first stage starts a step once the last stage's output of the step
     before has come back to it: a send/recv from the last stage to the first). aten_ops: each compute launch inside an
-    "aten::mm" operator (a loop PyTorch's profiler records operators of)."""
+    "aten::mm" operator (a loop PyTorch's profiler records operators of). receive_syncs: the host synchronizes the
+    device after each receive it launches, as Megatron-LM's batched send/recv does (batch_p2p_sync, on by default), so
+    it launches what follows only once the data has arrived (and each kernel starts >= 5 us after its launch)."""
     rng = rng or random.Random(0)
     stages = len(forward_us)
     ranks = stages * replicas
@@ -61,11 +64,18 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
     T = [0.0] * ranks  # each rank's step start
     for step in range(steps):
         free, n = [t + 200.0 for t in T], [0] * ranks
+        host = [t + 10.0 for t in T]  # each rank's host clock: its next launch is 2 us after the last
         done: dict = {}
 
-        def launch(k, name, start, dur, stream=7, **args):
+        def launch(k, name, start, dur, stream=7, **args) -> float:
             n[k] += 1
-            b[k].launch(name, T[k] + 10 + 2.0 * n[k], start, dur, stream=stream, **args)
+            host[k] += 2.0
+            if receive_syncs and start < host[k] + 5.0:  # a kernel starts after its launch; a receive still ends
+                end = max(start + dur, host[k] + 15.0) if stream == 20 else host[k] + 5.0 + dur  # when its data is in
+                start = host[k] + 5.0
+                dur = end - start
+            b[k].launch(name, host[k], start, dur, stream=stream, **args)
+            return start + dur
 
         for d in range(replicas):
             at = d * stages  # this copy's first rank
@@ -87,18 +97,20 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
                     start = free[at + s]
                     if 0 <= src < stages:
                         arrive = done[phase, at + src, m] + TRANSFER_US
-                        launch(at + s, SEND_RECV, min(free[at + s], arrive - 10), max(arrive - free[at + s], 10.0),
-                               stream=20)
+                        got = launch(at + s, SEND_RECV, min(free[at + s], arrive - 10),
+                                     max(arrive - free[at + s], 10.0), stream=20)
                         start = max(start, arrive)
+                        if receive_syncs:  # the host waits for the receive before it launches anything else
+                            b[at + s].cpu("cudaDeviceSynchronize", host[at + s] + 1.0, got + 5.0 - host[at + s] - 1.0,
+                                          cat="cuda_runtime")
+                            host[at + s] = got + 5.0
                     fwd = forward_us[s][step] if isinstance(forward_us[s], list) else forward_us[s]
                     dur = (1.0 if phase == "f" else 2.0) * fwd + noise[phase, m, s]
                     if schedule_names:
-                        b[at + s].cpu(f"PP:{s}{phase.upper()}{m}", T[at + s] + 10 + 2.0 * (n[at + s] + 1) - 0.5,
-                                      1.0, cat="user_annotation")
+                        b[at + s].cpu(f"PP:{s}{phase.upper()}{m}", host[at + s] + 2.0 - 0.5, 1.0, cat="user_annotation")
                     if aten_ops:
-                        b[at + s].cpu("aten::mm", T[at + s] + 10 + 2.0 * (n[at + s] + 1) - 0.25, 0.5)
-                    launch(at + s, GEMM, start, dur)
-                    done[phase, at + s, m] = free[at + s] = start + dur
+                        b[at + s].cpu("aten::mm", host[at + s] + 2.0 - 0.25, 0.5)
+                    done[phase, at + s, m] = free[at + s] = launch(at + s, GEMM, start, dur)
                     dst = s + 1 if phase == "f" else s - 1
                     if 0 <= dst < stages:  # its output leaves for the next stage
                         launch(at + s, SEND_RECV, done[phase, at + s, m], TRANSFER_US, stream=21)
@@ -116,7 +128,7 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
                        **{"Collective name": "allreduce", "Process Group Name": f"dp{s}"})
                 free[k] = last + all_reduce_us
         for k in range(ranks):
-            sync_at = T[k] + 15 + 2.0 * n[k]
+            sync_at = host[k] + 5.0
             end = max(free[k], done.get(("f", k, micro - 1), 0.0)) + 100
             b[k].cpu("cudaDeviceSynchronize", sync_at, end - sync_at, cat="cuda_runtime")
             b[k].step(step, T[k], end + 50 - T[k])
