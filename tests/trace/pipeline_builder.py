@@ -45,7 +45,7 @@ def stage_order(schedule: str, stage: int, stages: int, micro: int) -> list[tupl
 def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noise_us: float = 0.0,
               rng: random.Random | None = None, replicas: int = 1, schedule_names: bool = False,
               schedule: str = "gpipe", all_reduce_us: float = ALL_REDUCE_US, aten_ops: bool = False,
-              receive_syncs: bool = False) -> Path:
+              receive_syncs: bool = False, tp_all_reduce_us: float = 0.0) -> Path:
     """Write rank<k>.json.gz for each rank k into out; return out. forward_us[s]: stage s's forward of a micro-batch
     (us), or a list of one per step; every compute kernel +-noise_us, uniform. replicas: data-parallel copies of the
     pipeline (rank d * stages + s is stage s of copy d, each copy's send/recv its own); with more than one, each
@@ -56,7 +56,9 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
     before has come back to it: a send/recv from the last stage to the first). aten_ops: each compute launch inside an
     "aten::mm" operator (a loop PyTorch's profiler records operators of). receive_syncs: the host synchronizes the
     device after each receive it launches, as Megatron-LM's batched send/recv does (batch_p2p_sync, on by default), so
-    it launches what follows only once the data has arrived (and each kernel starts >= 5 us after its launch)."""
+    it launches what follows only once the data has arrived (and each kernel starts >= 5 us after its launch).
+    tp_all_reduce_us: each forward and backward ends with a tensor-parallel all-reduce of this long (stream 23,
+    "Collective name" allreduce in process group "tp") that the stage's next work waits for."""
     rng = rng or random.Random(0)
     stages = len(forward_us)
     ranks = stages * replicas
@@ -111,6 +113,10 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
                     if aten_ops:
                         b[at + s].cpu("aten::mm", host[at + s] + 2.0 - 0.25, 0.5)
                     done[phase, at + s, m] = free[at + s] = launch(at + s, GEMM, start, dur)
+                    if tp_all_reduce_us:  # the layer's output reduced across the stage's tensor-parallel ranks
+                        done[phase, at + s, m] = free[at + s] = launch(
+                            at + s, ALL_REDUCE, free[at + s], tp_all_reduce_us, stream=23,
+                            **{"Collective name": "allreduce", "Process Group Name": "tp"})
                     dst = s + 1 if phase == "f" else s - 1
                     if 0 <= dst < stages:  # its output leaves for the next stage
                         launch(at + s, SEND_RECV, done[phase, at + s, m], TRANSFER_US, stream=21)

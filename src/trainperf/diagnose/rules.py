@@ -225,23 +225,29 @@ def exposed_comm(f: RankFacts) -> Finding | None:
     reduced gradients, TorchRec's embeddings the all-to-all's features, a pipeline stage what it receives), and
     hiding that needs the collective issued earlier (bucketing, prefetch, pipelining the next batch), which the
     replay cannot confirm. Mostly point-to-point communication (send/recv) is an upper bound either way."""
-    beside_bubble = f.pipeline_stage and f.p2p_rows.size > 0  # a pipeline stage: pipeline_bubble prices its send/recv
+    # on a pipeline stage pipeline_bubble prices the send/recv: exposed_comm measures and prices the other collectives
+    beside_bubble = f.pipeline_stage and f.p2p_rows.size > 0
     ov = f.other_comm_overlap if beside_bubble else f.overlap
     share = _exposed_comm_pct(f, ov)
-    if share <= EXPOSED_COMM_MIN_PCT or _in_the_bubble(f):
+    if share <= EXPOSED_COMM_MIN_PCT:
         return None
     g = f.graph
     host_waits = g.block_class == BLOCK_COMM  # host syncs that waited for a collective
-    p2p = f.p2p_comm_share > 0.5  # mostly point-to-point: a majority, not a fitted share
-    all_to_all = f.comm_share_by_collective.get("all_to_all", 0.0)
-    sharded = sum(f.comm_share_by_collective.get(k, 0.0) for k in ("all_gather", "reduce_scatter"))
+    # the collectives' shares of the communication exposed_comm is about: beside the bubble, the other collectives'
+    rest = max(1.0 - f.p2p_comm_share, 1e-9) if beside_bubble else 1.0
+    p2p = not beside_bubble and f.p2p_comm_share > 0.5  # mostly point-to-point: a majority, not a fitted share
+    all_to_all = f.comm_share_by_collective.get("all_to_all", 0.0) / rest
+    sharded = sum(f.comm_share_by_collective.get(k, 0.0) for k in ("all_gather", "reduce_scatter")) / rest
+    forward_all_reduce = f.forward_all_reduce_share / rest
+    scalar = f.scalar_comm_share / rest
+    of = "% of comm but send/recv" if beside_bubble else "% of comm"
     bound = p2p or not host_waits.any()
     metrics = {"comm_time": (ov.comm_us, "us"), "exposed_comm": (ov.exposed_us, "us"),
                "point_to_point_share": (100.0 * f.p2p_comm_share, "% of comm"),
-               "all_to_all_share": (100.0 * all_to_all, "% of comm"),
-               "all_gather_reduce_scatter_share": (100.0 * sharded, "% of comm"),
-               "forward_all_reduce_share": (100.0 * f.forward_all_reduce_share, "% of comm"),
-               "scalar_collectives_share": (100.0 * f.scalar_comm_share, "% of comm"),
+               "all_to_all_share": (100.0 * all_to_all, of),
+               "all_gather_reduce_scatter_share": (100.0 * sharded, of),
+               "forward_all_reduce_share": (100.0 * forward_all_reduce, of),
+               "scalar_collectives_share": (100.0 * scalar, of),
                "overlap": (ov.overlap_pct, "%"), "host_syncs_waiting_for_collectives": (int(host_waits.sum()), "count"),
                "host_blocked_on_collectives": (blocked_us(g, BLOCK_COMM), "us")}
     rate = f.transfer
@@ -256,14 +262,14 @@ def exposed_comm(f: RankFacts) -> Finding | None:
                   + (" (mostly send/recv: upper bound)" if p2p else
                      " (only device work waits for them: upper bound)" if bound else ""),
                   evidence_pct=share, upper_bound=bound)
-    if f.scalar_comm_share > 0.5:  # a majority, as the other kinds'
+    if scalar > 0.5:  # a majority, as the other kinds'
         found.recommendation = F.EXPOSED_SCALAR_RECOMMENDATION
     elif p2p:
         found.recommendation = F.EXPOSED_RING_RECOMMENDATION if f.p2p_role == "context" else \
             F.EXPOSED_P2P_RECOMMENDATION
     elif all_to_all > 0.5:
         found.recommendation = F.EXPOSED_ALL_TO_ALL_RECOMMENDATION
-    elif f.forward_all_reduce_share > 0.5:
+    elif forward_all_reduce > 0.5:
         found.recommendation = F.EXPOSED_TP_RECOMMENDATION
     elif sharded > 0.5:
         found.recommendation = F.EXPOSED_SHARDED_RECOMMENDATION
@@ -282,12 +288,6 @@ def _exposed_comm_pct(f: RankFacts, overlap: Overlap | None = None) -> float:
     if not f.has_gpu or ov is None or ov.comm_us <= 0 or f.breakdown.window_us <= 0:
         return 0.0
     return 100.0 * ov.exposed_us / f.breakdown.window_us
-
-
-def _in_the_bubble(f: RankFacts) -> bool:
-    """Whether the exposed communication is a pipeline stage's wait for its neighbours: mostly send/recv (a
-    majority, as exposed_comm's) on a pipeline stage (pipeline.py); pipeline_bubble names it, not exposed_comm."""
-    return f.pipeline_stage and f.p2p_comm_share > 0.5
 
 
 # the bubble's what-if: it shrinks by this factor (twice the micro-batches per step: each micro-batch's forward and
