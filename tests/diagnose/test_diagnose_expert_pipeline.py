@@ -356,6 +356,29 @@ def test_tensor_parallel_stages_report_their_all_reduce_beside_the_bubble(tmp_pa
     assert bubble.gain_pct == pytest.approx(100 * (1 - 28.5 / 33), abs=1.5)
 
 
+H100 = {"id": 0, "name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, "computeMinor": 0, "numSms": 132}
+# each activation or gradient: 8,388,608 bf16 values (16.8 MB) between stages on different nodes (ranks 8 apart)
+ACROSS_NODES = {"In msg nelems": 8_388_608, "Out msg nelems": 8_388_608, "dtype": "BFloat16", "Group size": 4,
+                "Process Group Name": "pp", "Process Group Ranks": "[0, 8, 16, 24]"}
+
+
+def test_a_pipeline_whose_transfers_crawl_names_the_transport(tmp_path):
+    # 16,777,216 B over one H100's 400-Gb/s NIC (50 GB/s one way, catalog): 335.5 us + 10 us fixed = 345.5 us. Sent
+    # in 5 ms each (sockets instead of InfiniBand), the send/recv moves its data at 6.9 % of the link's rate: the
+    # bubble's fix starts with the transport; in 400 us (86 %) it does not
+    for us, slow in ((5000.0, True), (400.0, False)):
+        job = pipeline_job(tmp_path / str(us), [10_000.0] * 4, micro=8, transfer_us=us, transfer_args=ACROSS_NODES)
+        for path in job.glob("rank*.json.gz"):
+            doc = read_events(path)
+            doc["deviceProperties"] = [H100]
+            path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+        f = next(x for x in diagnose(job).findings if x.kind == "pipeline_bubble")
+        m = f.evidence["metrics"]
+        assert m["transfer_time_at_link_rate"]["value"] == pytest.approx(100 * 345.5 / us, abs=0.1)
+        assert m["scale-out_link"]["value"] == 50
+        assert f.recommendation.startswith("The collectives move their data at") == slow
+
+
 def test_a_one_forward_one_backward_pipeline_has_gpipes_bubble(tmp_path):
     # 1F1B (Megatron's default) keeps fewer micro-batches in flight than GPipe but idles as long: (S - 1) / (M + S - 1)
     # = 3 / 11 of the step for 4 stages x 8 micro-batches. In its steady state a stage also waits out the transfer of

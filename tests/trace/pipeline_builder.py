@@ -45,7 +45,8 @@ def stage_order(schedule: str, stage: int, stages: int, micro: int) -> list[tupl
 def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noise_us: float = 0.0,
               rng: random.Random | None = None, replicas: int = 1, schedule_names: bool = False,
               schedule: str = "gpipe", all_reduce_us: float = ALL_REDUCE_US, aten_ops: bool = False,
-              receive_syncs: bool = False, tp_all_reduce_us: float = 0.0) -> Path:
+              receive_syncs: bool = False, tp_all_reduce_us: float = 0.0, transfer_us: float = TRANSFER_US,
+              transfer_args: dict | None = None) -> Path:
     """Write rank<k>.json.gz for each rank k into out; return out. forward_us[s]: stage s's forward of a micro-batch
     (us), or a list of one per step; every compute kernel +-noise_us, uniform. replicas: data-parallel copies of the
     pipeline (rank d * stages + s is stage s of copy d, each copy's send/recv its own); with more than one, each
@@ -58,8 +59,13 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
     device after each receive it launches, as Megatron-LM's batched send/recv does (batch_p2p_sync, on by default), so
     it launches what follows only once the data has arrived (and each kernel starts >= 5 us after its launch).
     tp_all_reduce_us: each forward and backward ends with a tensor-parallel all-reduce of this long (stream 23,
-    "Collective name" allreduce in process group "tp") that the stage's next work waits for."""
+    "Collective name" allreduce in process group "tp") that the stage's next work waits for. transfer_us: each
+    activation's or gradient's transfer (a receive then lasts at least as long: the data moves while it runs);
+    transfer_args: the send/recv kernels' args (message sizes, group: PyTorch >= 2.1's record_param_comms)."""
     rng = rng or random.Random(0)
+    # a receive lasts at least 10 us, or the whole transfer when one is given
+    floor = 10.0 if transfer_us == TRANSFER_US else transfer_us
+    p2p_args = transfer_args or {}
     stages = len(forward_us)
     ranks = stages * replicas
     b = [TraceBuilder(rank=k, world_size=ranks) for k in range(ranks)]
@@ -98,9 +104,9 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
                     todo[s].pop(0)
                     start = free[at + s]
                     if 0 <= src < stages:
-                        arrive = done[phase, at + src, m] + TRANSFER_US
-                        got = launch(at + s, SEND_RECV, min(free[at + s], arrive - 10),
-                                     max(arrive - free[at + s], 10.0), stream=20)
+                        arrive = done[phase, at + src, m] + transfer_us
+                        got = launch(at + s, SEND_RECV, min(free[at + s], arrive - floor),
+                                     max(arrive - free[at + s], floor), stream=20, **p2p_args)
                         start = max(start, arrive)
                         if receive_syncs:  # the host waits for the receive before it launches anything else
                             b[at + s].cpu("cudaDeviceSynchronize", host[at + s] + 1.0, got + 5.0 - host[at + s] - 1.0,
@@ -119,12 +125,13 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
                             **{"Collective name": "allreduce", "Process Group Name": "tp"})
                     dst = s + 1 if phase == "f" else s - 1
                     if 0 <= dst < stages:  # its output leaves for the next stage
-                        launch(at + s, SEND_RECV, done[phase, at + s, m], TRANSFER_US, stream=21)
+                        launch(at + s, SEND_RECV, done[phase, at + s, m], transfer_us, stream=21, **p2p_args)
             if schedule == "forward" and stages > 1:  # the last stage's output (the next token) returns to the first
                 last = at + stages - 1
-                launch(last, SEND_RECV, done["f", last, micro - 1], TRANSFER_US, stream=21)
-                arrive = done["f", last, micro - 1] + TRANSFER_US
-                launch(at, SEND_RECV, min(free[at], arrive - 10), max(arrive - free[at], 10.0), stream=20)
+                launch(last, SEND_RECV, done["f", last, micro - 1], transfer_us, stream=21, **p2p_args)
+                arrive = done["f", last, micro - 1] + transfer_us
+                launch(at, SEND_RECV, min(free[at], arrive - floor), max(arrive - free[at], floor), stream=20,
+                       **p2p_args)
                 free[at] = max(free[at], arrive)
         for s in range(stages) if replicas > 1 else ():  # each stage's copies reduce their gradients together
             copies = [d * stages + s for d in range(replicas)]

@@ -156,6 +156,7 @@ class RankFacts:
     p2p_rows: np.ndarray = field(default_factory=lambda: np.array([], dtype=np.int64))  # send/recv kernel rows
     p2p_overlap: Overlap | None = None  # the send/recv kernels' time and the part computation hides (gpu_time)
     p2p_role: str = ""  # their process group as the trace describes it (DeviceTiming.p2p_role)
+    p2p_transfer: TransferRate | None = None  # their own transfer rate (collectives.transfer_rate), when sized
     # the other collectives' kernel rows and overlap: what exposed_comm prices beside a pipeline's bubble
     other_comm_rows: np.ndarray = field(default_factory=lambda: np.array([], dtype=np.int64))
     other_comm_overlap: Overlap | None = None
@@ -375,8 +376,11 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
         scalar = scalar_collective_rows(t, groups, sizes, barriers)
         f.scalar_comm_share = float((w.end_us[scalar] - w.ts_us[scalar]).sum()) / total
         f.forward_all_reduce_share = forward_all_reduce_us(t, w, groups, ops, scalar) / total
-        f.transfer = transfer_rate(t, groups, {r: us for r, (us, _) in waits.items()} if waits is not None else None,
-                                   device_accelerator(t), sizes)
+        waited = {r: us for r, (us, _) in waits.items()} if waits is not None else None
+        f.transfer = transfer_rate(t, groups, waited, device_accelerator(t), sizes)
+        if f.p2p_rows.size:  # the send/recv's own rate: a pipeline's transfers between nodes
+            f.p2p_transfer = transfer_rate(t, {k: r for k, r in groups.items() if k.rsplit("/", 1)[-1] == P2P_KIND},
+                                           waited, device_accelerator(t), sizes)
     return f
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.attention import unfused_attention
 from trainperf.diagnose.copies import exposed_memcpy
+from trainperf.diagnose.collectives import TransferRate
 from trainperf.diagnose.evidence import SAMPLED_IDS_PER_CALL, is_sampled
 from trainperf.diagnose.facts import RankFacts, StragglerFacts
 from trainperf.diagnose.gemm_shapes import misaligned_gemm
@@ -251,11 +252,7 @@ def exposed_comm(f: RankFacts) -> Finding | None:
                "overlap": (ov.overlap_pct, "%"), "host_syncs_waiting_for_collectives": (int(host_waits.sum()), "count"),
                "host_blocked_on_collectives": (blocked_us(g, BLOCK_COMM), "us")}
     rate = f.transfer
-    if rate is not None:
-        metrics.update({"collective_bus_bandwidth": (rate.busbw_gbps, "GB/s"),
-                        f"{rate.link}_link": (rate.link_gbps, "GB/s"),
-                        "transfer_time_at_link_rate": (100.0 * rate.link_share, "%"),
-                        "bytes_over_nccl_ll_protocol": (100.0 * rate.ll_share, "%")})
+    metrics.update(_rate_metrics(rate))
     overlap = Change("overlap_comm", rows=tuple(int(r) for r in f.other_comm_rows)) if beside_bubble else \
         Change("overlap_comm")
     found = _make(f, "exposed_comm", metrics, (), (overlap,), "overlap exposed collectives with compute"
@@ -273,12 +270,28 @@ def exposed_comm(f: RankFacts) -> Finding | None:
         found.recommendation = F.EXPOSED_TP_RECOMMENDATION
     elif sharded > 0.5:
         found.recommendation = F.EXPOSED_SHARDED_RECOMMENDATION
-    if rate is not None and rate.link_share < SLOW_TRANSFER_SHARE:
-        found.recommendation = F.EXPOSED_SLOW_TRANSFER_RECOMMENDATION.format(
-            pct=100.0 * rate.link_share, link=rate.link, busbw=rate.busbw_gbps, link_gbps=rate.link_gbps,
-            ll=F.SLOW_TRANSFER_LL.format(pct=100.0 * rate.ll_share) if rate.ll_share > 0.5 else "",
-            alone="" if rate.partners_seen else F.SLOW_TRANSFER_ONE_RANK) + " " + found.recommendation
+    found.recommendation = _slow_transfer_prefix(rate) + found.recommendation
     return found
+
+
+def _rate_metrics(rate: TransferRate | None) -> dict:
+    """The collectives' transfer rate as evidence metrics (none without a rate)."""
+    if rate is None:
+        return {}
+    return {"collective_bus_bandwidth": (rate.busbw_gbps, "GB/s"), f"{rate.link}_link": (rate.link_gbps, "GB/s"),
+            "transfer_time_at_link_rate": (100.0 * rate.link_share, "%"),
+            "bytes_over_nccl_ll_protocol": (100.0 * rate.ll_share, "%")}
+
+
+def _slow_transfer_prefix(rate: TransferRate | None) -> str:
+    """The slow transport's advice, put before a finding's own fix, when the collectives move their data under
+    SLOW_TRANSFER_SHARE of the link's rate; "" otherwise."""
+    if rate is None or rate.link_share >= SLOW_TRANSFER_SHARE:
+        return ""
+    return F.EXPOSED_SLOW_TRANSFER_RECOMMENDATION.format(
+        pct=100.0 * rate.link_share, link=rate.link, busbw=rate.busbw_gbps, link_gbps=rate.link_gbps,
+        ll=F.SLOW_TRANSFER_LL.format(pct=100.0 * rate.ll_share) if rate.ll_share > 0.5 else "",
+        alone="" if rate.partners_seen else F.SLOW_TRANSFER_ONE_RANK) + " "
 
 
 def _exposed_comm_pct(f: RankFacts, overlap: Overlap | None = None) -> float:
@@ -332,6 +345,7 @@ def pipeline_bubble(f: RankFacts) -> Finding | None:
             implied = implied_micro_batches(f.pipeline_stages, share)
             metrics["implied_micro_batches"] = (implied, "count")
             law = F.BUBBLE_IMPLIED.format(p=f.pipeline_stages, m=implied, share=share, p4=4 * f.pipeline_stages)
+    metrics.update(_rate_metrics(f.p2p_transfer))  # the send/recv's own rate: a stage's transfers between nodes
     s = f.straggler
     slow_stage = s is not None and any(r >= STRAGGLER_MIN_COMPUTE_RATIO for r in s.compute_group_ratio.values())
     found = _make(f, "pipeline_bubble", metrics, (),
@@ -340,7 +354,7 @@ def pipeline_bubble(f: RankFacts) -> Finding | None:
                  "schedule with 2 model chunks per rank" + (" (with the slow stage's waits in it: upper bound)"
                                                             if slow_stage else ""),
                  evidence_pct=share, upper_bound=slow_stage)
-    found.recommendation = law + found.recommendation
+    found.recommendation = _slow_transfer_prefix(f.p2p_transfer) + law + found.recommendation
     return found
 
 
