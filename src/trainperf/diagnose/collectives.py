@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainperf.diagnose.crossrank import consensus_offset, ends_agree, group_collective_rows
+from trainperf.diagnose.crossrank import consensus_offset, ends_agree, group_collective_rows, group_kind
 from trainperf.trace.events import COMMUNICATION, KERNEL, EventTable
 
 DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
@@ -220,7 +220,7 @@ def match_collectives(tables: dict[int, EventTable], sizes: dict[int, dict[int, 
                     nbytes, gsize, granks = max(nbytes, a.nbytes), max(gsize, a.group_size), a.group_ranks or granks
             if not ends_agree(end, dur):  # matched by order, not one collective (crossrank.ends_agree)
                 continue
-            out.append(Collective(group=g, kind=g.rsplit("/", 1)[-1], seq=k, arrival_us=arrival, end_us=end,
+            out.append(Collective(group=g, kind=group_kind(g), seq=k, arrival_us=arrival, end_us=end,
                                   nbytes=nbytes, group_size=gsize, group_ranks=granks))
     return out
 
@@ -277,7 +277,7 @@ def transfer_rate(t: EventTable, groups: dict[str, np.ndarray], wait_us: dict[in
     fastest: dict[tuple, float] = {}
     members: list[tuple[tuple, float, float, str, bool]] = []  # (class, bus bytes, link GB/s, link, LL protocol)
     for key, rows in groups.items():
-        kind = key.rsplit("/", 1)[-1]
+        kind = group_kind(key)
         for r in rows:
             a = sizes.get(int(t.correlation[r]))
             if a is None or a.group_size <= 1 or a.nbytes <= SCALAR_COLLECTIVE_MAX_BYTES:

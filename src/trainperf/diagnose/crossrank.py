@@ -71,6 +71,11 @@ def group_collective_rows(t: EventTable, rows: np.ndarray) -> dict[str, np.ndarr
     return {k: np.array(v, dtype=np.int64) for k, v in groups.items()}
 
 
+def group_kind(key: str) -> str:
+    """The collective of a group_collective_rows key ("pg/all_reduce" or "all_reduce" -> "all_reduce")."""
+    return key.rsplit("/", 1)[-1]
+
+
 P2P_KIND = "send_recv"  # collective_type of send/recv kernels (ncclKernel_SendRecv, ncclDevKernel_SendRecv)
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from trainperf.diagnose.autograd_links import backward_node_mask
 from trainperf.diagnose.collectives import (BARRIER_RE, TransferRate, comm_args, scalar_collective_rows,
                                           transfer_rate)
-from trainperf.diagnose.crossrank import P2P_KIND, collective_rows, compute_per_step, host_step_waits
+from trainperf.diagnose.crossrank import P2P_KIND, collective_rows, compute_per_step, group_kind, host_step_waits
 from trainperf.diagnose.gpu_time import (CategoryTime, IdleSplit, Overlap, TemporalBreakdown, comm_comp_overlap,
                                          idle_in_span_us, idle_split, kernel_breakdown, temporal_breakdown)
 from trainperf.diagnose.host import (COMPILE_RE, HostSpans, allocator_calls, checkpoint_spans, compile_spans,
@@ -282,7 +282,9 @@ class DeviceTiming:
     # share (0-1) of its steps the rank opens waiting for a receive (pipeline.opens_on_receive_share): a later
     # pipeline stage's, which makes the job a pipeline for every rank's rules
     opens_on_receive: float = 0.0
-    p2p_rows: np.ndarray = field(default_factory=lambda: np.array([], dtype=np.int64))  # send/recv kernel rows
+    # its communication kernel rows by "<process group>/<collective>" (crossrank.collective_rows), and the send/recv's
+    collective_groups: dict = field(default_factory=dict)
+    p2p_rows: np.ndarray = field(default_factory=lambda: np.array([], dtype=np.int64))
     # the process group of its send/recv as the trace describes it (pipeline.p2p_group_role): "pipeline",
     # "context" (ring attention's: no pipeline, whatever the steps open on) or "", and its size
     p2p_role: str = ""
@@ -301,12 +303,18 @@ class DeviceTiming:
 
 def device_timing(t: EventTable, w: Window) -> DeviceTiming:
     """The rank's DeviceTiming (µs)."""
-    p2p = [r for k, r in collective_rows(t, w).items() if k.rsplit("/", 1)[-1] == P2P_KIND]  # "pg/kind" or "kind"
-    p2p = np.sort(np.concatenate(p2p)) if p2p else np.array([], dtype=np.int64)
+    groups = collective_rows(t, w)
+    p2p = _rows_of(groups, lambda kind: kind == P2P_KIND)
     role, size = p2p_group_role(t, p2p)
     return DeviceTiming(table=t, window=w, breakdown=temporal_breakdown(t, w), compute_by_step=compute_per_step(t, w),
-                        step_times=step_times(t, w), opens_on_receive=opens_on_receive_share(t, w, p2p), p2p_rows=p2p,
-                        p2p_role=role, p2p_group_size=size)
+                        step_times=step_times(t, w), opens_on_receive=opens_on_receive_share(t, w, p2p),
+                        collective_groups=groups, p2p_rows=p2p, p2p_role=role, p2p_group_size=size)
+
+
+def _rows_of(groups: dict[str, np.ndarray], kinds) -> np.ndarray:
+    """The sorted kernel rows of the collective groups whose collective `kinds` accepts (a predicate on it)."""
+    rows = [r for k, r in groups.items() if kinds(group_kind(k))]
+    return np.sort(np.concatenate(rows)) if rows else np.array([], dtype=np.int64)
 
 
 def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: DeviceTiming | None = None) -> RankFacts:
@@ -359,14 +367,12 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
     f.pipeline_stage = timing.p2p_role != "context" and (
         f.schedule.named or timing.p2p_role == "pipeline" or timing.opens_on_receive > OPENS_ON_RECEIVE_STEPS)
     comm: dict[str, float] = {}
-    groups = collective_rows(t, w)
+    groups = timing.collective_groups
     for k, r in groups.items():  # keys "<process group>/<collective>": summed over groups
-        kind = k.rsplit("/", 1)[-1]
-        comm[kind] = comm.get(kind, 0.0) + float((w.end_us[r] - w.ts_us[r]).sum())
+        comm[group_kind(k)] = comm.get(group_kind(k), 0.0) + float((w.end_us[r] - w.ts_us[r]).sum())
     f.p2p_rows, f.p2p_role = timing.p2p_rows, timing.p2p_role
     f.p2p_overlap = comm_comp_overlap(t, w, f.p2p_rows)
-    other = [r for k, r in groups.items() if k.rsplit("/", 1)[-1] != P2P_KIND]
-    f.other_comm_rows = np.sort(np.concatenate(other)) if other else f.other_comm_rows
+    f.other_comm_rows = _rows_of(groups, lambda kind: kind != P2P_KIND)
     f.other_comm_overlap = comm_comp_overlap(t, w, f.other_comm_rows)
     total = sum(comm.values())
     f.comm_share_by_collective = {k: v / total for k, v in comm.items()} if total > 0 else {}
@@ -379,7 +385,7 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
         waited = {r: us for r, (us, _) in waits.items()} if waits is not None else None
         f.transfer = transfer_rate(t, groups, waited, device_accelerator(t), sizes)
         if f.p2p_rows.size:  # the send/recv's own rate: a pipeline's transfers between nodes
-            f.p2p_transfer = transfer_rate(t, {k: r for k, r in groups.items() if k.rsplit("/", 1)[-1] == P2P_KIND},
+            f.p2p_transfer = transfer_rate(t, {k: r for k, r in groups.items() if group_kind(k) == P2P_KIND},
                                            waited, device_accelerator(t), sizes)
     return f
 
@@ -419,7 +425,7 @@ def forward_all_reduce_us(t: EventTable, w: Window, groups: dict[str, np.ndarray
     needs its result. Not the all-reduces of a handful of values (scalar: collectives.scalar_collective_rows), which a
     barrier, a loss or metric average or a gradient norm makes outside the backward too. 0 when the window records
     no operator (a profile of CUDA activity only): then no node is seen because none is recorded."""
-    rows = np.concatenate([r for k, r in groups.items() if k.rsplit("/", 1)[-1] == "all_reduce"] or [np.zeros(0, int)])
+    rows = _rows_of(groups, lambda kind: kind == "all_reduce")
     rows = np.setdiff1d(rows, scalar)
     launched, link = launched_rows(t, w)
     keep = np.isin(launched, rows)
