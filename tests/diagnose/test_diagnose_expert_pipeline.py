@@ -367,7 +367,8 @@ def test_a_pipeline_whose_transfers_crawl_names_the_transport(tmp_path):
     # in 5 ms each (sockets instead of InfiniBand), the send/recv moves its data at 6.9 % of the link's rate: the
     # bubble's fix starts with the transport; in 400 us (86 %) it does not
     for us, slow in ((5000.0, True), (400.0, False)):
-        job = pipeline_job(tmp_path / str(us), [10_000.0] * 4, micro=8, transfer_us=us, transfer_args=ACROSS_NODES)
+        job = pipeline_job(tmp_path / str(us), [10_000.0] * 4, micro=8, transfer_us=us, receive_floor_us=us,
+                           transfer_args=ACROSS_NODES)
         for path in job.glob("rank*.json.gz"):
             doc = read_events(path)
             doc["deviceProperties"] = [H100]

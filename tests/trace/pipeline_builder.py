@@ -46,7 +46,7 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
               rng: random.Random | None = None, replicas: int = 1, schedule_names: bool = False,
               schedule: str = "gpipe", all_reduce_us: float = ALL_REDUCE_US, aten_ops: bool = False,
               receive_syncs: bool = False, tp_all_reduce_us: float = 0.0, transfer_us: float = TRANSFER_US,
-              transfer_args: dict | None = None) -> Path:
+              receive_floor_us: float = 10.0, transfer_args: dict | None = None) -> Path:
     """Write rank<k>.json.gz for each rank k into out; return out. forward_us[s]: stage s's forward of a micro-batch
     (us), or a list of one per step; every compute kernel +-noise_us, uniform. replicas: data-parallel copies of the
     pipeline (rank d * stages + s is stage s of copy d, each copy's send/recv its own); with more than one, each
@@ -60,11 +60,10 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
     it launches what follows only once the data has arrived (and each kernel starts >= 5 us after its launch).
     tp_all_reduce_us: each forward and backward ends with a tensor-parallel all-reduce of this long (stream 23,
     "Collective name" allreduce in process group "tp") that the stage's next work waits for. transfer_us: each
-    activation's or gradient's transfer (a receive then lasts at least as long: the data moves while it runs);
+    activation's or gradient's transfer; receive_floor_us: the shortest a receive lasts (10 us: its data already in
+    flight when it starts; transfer_us where the data moves only while it runs, as NCCL's kernels move it);
     transfer_args: the send/recv kernels' args (message sizes, group: PyTorch >= 2.1's record_param_comms)."""
     rng = rng or random.Random(0)
-    # a receive lasts at least 10 us, or the whole transfer when one is given
-    floor = 10.0 if transfer_us == TRANSFER_US else transfer_us
     p2p_args = transfer_args or {}
     stages = len(forward_us)
     ranks = stages * replicas
@@ -105,8 +104,8 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
                     start = free[at + s]
                     if 0 <= src < stages:
                         arrive = done[phase, at + src, m] + transfer_us
-                        got = launch(at + s, SEND_RECV, min(free[at + s], arrive - floor),
-                                     max(arrive - free[at + s], floor), stream=20, **p2p_args)
+                        got = launch(at + s, SEND_RECV, min(free[at + s], arrive - receive_floor_us),
+                                     max(arrive - free[at + s], receive_floor_us), stream=20, **p2p_args)
                         start = max(start, arrive)
                         if receive_syncs:  # the host waits for the receive before it launches anything else
                             b[at + s].cpu("cudaDeviceSynchronize", host[at + s] + 1.0, got + 5.0 - host[at + s] - 1.0,
@@ -130,8 +129,8 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
                 last = at + stages - 1
                 launch(last, SEND_RECV, done["f", last, micro - 1], transfer_us, stream=21, **p2p_args)
                 arrive = done["f", last, micro - 1] + transfer_us
-                launch(at, SEND_RECV, min(free[at], arrive - floor), max(arrive - free[at], floor), stream=20,
-                       **p2p_args)
+                launch(at, SEND_RECV, min(free[at], arrive - receive_floor_us),
+                       max(arrive - free[at], receive_floor_us), stream=20, **p2p_args)
                 free[at] = max(free[at], arrive)
         for s in range(stages) if replicas > 1 else ():  # each stage's copies reduce their gradients together
             copies = [d * stages + s for d in range(replicas)]
