@@ -47,7 +47,7 @@ from pathlib import Path
 SCENARIOS = {"async": {}, "blocking": {"CUDA_LAUNCH_BLOCKING": "1"}, "scalar": {},
              "nocache": {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, "graphed": {}, "big": {}, "dataload": {},
              "syncs": {}, "empty_cache": {}, "pageable": {}, "pinned": {}, "fp32": {}, "tf32": {}, "deep": {},
-             "deep_tf32": {}}
+             "deep_tf32": {}, "big_shapes": {}}
 # the scenario each fault's fix turns it into, and the fix: true gain = 1 - fixed / faulty
 FIXED_BY = {"blocking": ("async", "unset CUDA_LAUNCH_BLOCKING"),
             "nocache": ("async", "the caching allocator"),
@@ -58,7 +58,10 @@ FIXED_BY = {"blocking": ("async", "unset CUDA_LAUNCH_BLOCKING"),
             "pageable": ("pinned", "pinned host memory, non_blocking copies"),
             "fp32": ("tf32", "TF32 matmuls"),
             "deep": ("deep_tf32", "TF32 matmuls (a host that fills the launch queue)")}
-BIG = ("big", "dataload", "pageable", "pinned", "fp32", "tf32")  # the scenarios of the GPU-bound loop
+BIG = ("big", "dataload", "pageable", "pinned", "fp32", "tf32", "big_shapes")  # the scenarios of the GPU-bound loop
+# scenarios profiled with record_shapes=True: the healthy GPU-bound loop again, its GEMMs' shapes recorded, on which
+# the shape-priced findings (slow_gemm, misaligned_gemm, memory_bound_unfused) must find no fault
+SHAPES_RECORDED = ("big_shapes",)
 SHAPES = {"small": (2048, 12, 4096), "big": (8192, 4, 8192), "deep": (1024, 96, 8192),
           "cpu": (256, 2, 256)}  # width, blocks, tokens
 BATCH_MAKING_S = 0.030
@@ -177,7 +180,7 @@ def _scenario(name: str, out: Path, device: str, steps: int) -> None:
     raw = out / f"{name}.json"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     with profile(activities=activities, schedule=schedule(wait=1, warmup=1, active=4),
-                 on_trace_ready=lambda p: p.export_chrome_trace(str(raw))) as prof:
+                 record_shapes=name in SHAPES_RECORDED, on_trace_ready=lambda p: p.export_chrome_trace(str(raw))) as prof:
         for _ in range(6):
             step()
             prof.step()

@@ -326,6 +326,11 @@ RECOMMENDATIONS = {
                        "slower kernels: pad those dimensions to a multiple of 64 (the vocabulary of the output layer "
                        "and its embedding: GPT-2's 50,257 -> 50,304; the hidden and MLP sizes; the number of heads x "
                        "head dim), or at least of 8; for the token count (batch x sequence), a multiple of 8.",
+    "slow_gemm": "GEMM shapes run at under half the rate tuned libraries reach for them on this part: let the "
+                 "library pick kernels for the shapes (PYTORCH_TUNABLEOP_ENABLED=1, which tunes hipBLASLt/rocBLAS on "
+                 "ROCm and cuBLASLt on CUDA; torch.compile(mode='max-autotune')), update it (ROCm, cuBLAS), give it "
+                 "contiguous operands in the layout it takes (a transposed or strided view can fall back to a slower "
+                 "kernel), and batch many small products into one (torch.bmm, a grouped GEMM for MoE experts).",
     "unfused_attention": "Use a fused attention kernel: torch.nn.functional.scaled_dot_product_attention (flash, "
                         "memory-efficient or cuDNN backend; is_causal=True rather than a dense mask), "
                         "attn_implementation='sdpa' or 'flash_attention_2' in Hugging Face models. Where SDPA "

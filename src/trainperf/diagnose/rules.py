@@ -20,6 +20,7 @@ from trainperf.diagnose.collectives import TransferRate
 from trainperf.diagnose.evidence import SAMPLED_IDS_PER_CALL, is_sampled
 from trainperf.diagnose.facts import RankFacts, StragglerFacts
 from trainperf.diagnose.gemm_shapes import misaligned_gemm
+from trainperf.diagnose.slow_gemm import slow_gemm
 from trainperf.diagnose.gpu_time import Overlap, idle_in_span_us, idle_in_spans_us
 from trainperf.diagnose.grad_sync import grad_sync_per_microbatch
 from trainperf.diagnose.host import OPTIMIZER_RE, span_rows
@@ -1059,6 +1060,7 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
 
 
 # misaligned_gemm (diagnose/gemm_shapes.py): 16-bit GEMMs whose row lengths break the tensor cores' alignment;
+# slow_gemm (diagnose/slow_gemm.py): aligned ones far slower than the planner's model of their shape on the device;
 # fp32_matmul (diagnose/precision.py): fp32 GEMMs/convolutions on a tensor-core accelerator, and unfused_attention
 # (diagnose/attention.py): attention written out of separate operators, before the general fusion rule;
 # recompute_overhead (diagnose/recompute.py): the forward re-run in the backward (activation checkpointing);
@@ -1066,7 +1068,7 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
 # grad_sync_per_microbatch (diagnose/grad_sync.py): gradients synchronised before more are accumulated into them
 RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable_copy, allocator_stall, exposed_memcpy,
          grad_sync_per_microbatch, exposed_comm, pipeline_bubble, straggler, load_imbalance, launch_bound, host_work, small_kernels,
-         fp32_matmul, misaligned_gemm, unfused_attention, memory_bound_unfused, recompute_overhead, optimizer_slow,
+         fp32_matmul, misaligned_gemm, slow_gemm, unfused_attention, memory_bound_unfused, recompute_overhead, optimizer_slow,
          gpu_analyses_skipped)
 
 
