@@ -241,7 +241,7 @@ def test_kernels_a_compiler_already_fused_are_not_memory_bound_unfused(tmp_path)
     assert fe.category_share("elementwise") == pytest.approx(75.0)
     assert fc.category_share("elementwise") == pytest.approx(75.0)  # the category still says elementwise
     assert rules.memory_bound_unfused(fe) is not None
-    assert rules._compiler_fused_share(fc) == pytest.approx(75.0) and rules.memory_bound_unfused(fc) is None
+    assert rules._not_fusable_share(fc) == pytest.approx(75.0) and rules.memory_bound_unfused(fc) is None
 
 
 def test_a_step_idle_outside_its_device_span_is_idle(tmp_path):

@@ -331,6 +331,11 @@ RECOMMENDATIONS = {
                  "ROCm and cuBLASLt on CUDA; torch.compile(mode='max-autotune')), update it (ROCm, cuBLAS), give it "
                  "contiguous operands in the layout it takes (a transposed or strided view can fall back to a slower "
                  "kernel), and batch many small products into one (torch.bmm, a grouped GEMM for MoE experts).",
+    "layout_transposes": "The convolution library converts NCHW tensors to NHWC and back around each convolution: keep "
+                         "the model and its inputs in channels_last (model.to(memory_format=torch.channels_last), "
+                         "inputs.to(memory_format=torch.channels_last)) so that the NHWC kernels run on them directly; "
+                         "check that no custom op or .contiguous() call converts back. On ROCm, let MIOpen take NHWC "
+                         "(PYTORCH_MIOPEN_SUGGEST_NHWC=1) or keep both in the layout its solver prefers.",
     "unfused_attention": "Use a fused attention kernel: torch.nn.functional.scaled_dot_product_attention (flash, "
                         "memory-efficient or cuDNN backend; is_causal=True rather than a dense mask), "
                         "attn_implementation='sdpa' or 'flash_attention_2' in Hugging Face models. Where SDPA "

@@ -20,16 +20,17 @@ from trainperf.diagnose.collectives import TransferRate
 from trainperf.diagnose.evidence import SAMPLED_IDS_PER_CALL, is_sampled
 from trainperf.diagnose.facts import RankFacts, StragglerFacts
 from trainperf.diagnose.gemm_shapes import misaligned_gemm
-from trainperf.diagnose.slow_gemm import slow_gemm
 from trainperf.diagnose.gpu_time import Overlap, idle_in_span_us, idle_in_spans_us
 from trainperf.diagnose.grad_sync import grad_sync_per_microbatch
 from trainperf.diagnose.host import OPTIMIZER_RE, span_rows
+from trainperf.diagnose.layout import LAYOUT_TRANSPOSE_RE, layout_transposes
 from trainperf.diagnose.launch import SMALL_KERNEL_US
 from trainperf.diagnose.precision import fp32_matmul
 from trainperf.diagnose.pipeline import implied_micro_batches, schedule_bubble_pct
 from trainperf.diagnose.recompute import recompute_overhead
 from trainperf.diagnose.replay import (BLOCK_COMM, BLOCK_PAGEABLE, BLOCK_SYNC, Change, Graph, blocked_us,
                                        dispatch_taken, host_work_us, one_off_first_calls)
+from trainperf.diagnose.slow_gemm import slow_gemm
 from trainperf.diagnose.window import covered_length, merge_intervals
 from trainperf.trace.annotate import STEP_RE
 from trainperf.trace.categories import copy_direction
@@ -907,30 +908,39 @@ MEMORY_BOUND_BUSY_PCT = 25.0  # elementwise + reduction kernels, % of device bus
 COMPILER_FUSED_PREFIXES = ("triton_poi_fused", "triton_red_fused", "triton_per_fused")
 
 
-def _compiler_fused_share(f: RankFacts) -> float:
-    """% of device time (the denominator of RankFacts.category_share) in kernels a compiler already fused."""
+def _not_fusable(name: str) -> bool:
+    """Whether an elementwise kernel is no fusion's to remove: a compiler already fused it (COMPILER_FUSED_PREFIXES),
+    or it converts a convolution's layout (layout.LAYOUT_TRANSPOSE_RE: layout_transposes', whose fix is a memory
+    format)."""
+    return name.startswith(COMPILER_FUSED_PREFIXES) or LAYOUT_TRANSPOSE_RE.search(name) is not None
+
+
+def _not_fusable_share(f: RankFacts) -> float:
+    """% of device time (the denominator of RankFacts.category_share) in elementwise and reduction kernels no fusion
+    removes (_not_fusable)."""
     t, w = f.table, f.window
     rows = w.device[t.kind[w.device] != GPU_SYNC]
     dur = w.end_us[rows] - w.ts_us[rows]
-    fused = np.isin(t.name[rows], t.ids_matching(lambda s: s.startswith(COMPILER_FUSED_PREFIXES)))
+    kept = np.isin(t.name[rows], t.ids_matching(_not_fusable)) & np.isin(t.category[rows], (ELEMENTWISE, REDUCTION))
     total = float(dur.sum())
-    return 100.0 * float(dur[fused].sum()) / total if total > 0 else 0.0
+    return 100.0 * float(dur[kept].sum()) / total if total > 0 else 0.0
 
 
 def memory_bound_unfused(f: RankFacts) -> Finding | None:
     """Elementwise and reduction kernels (memory-bound, fusable) take a large share of the GPU; kernels a compiler
-    already fused (COMPILER_FUSED_PREFIXES) are not counted.
+    already fused (COMPILER_FUSED_PREFIXES) and a convolution's layout conversions (layout_transposes') are not
+    counted.
 
     Priced by its own evidence: those kernels moving their bytes at the HBM peak instead of the bandwidth
     they achieve (roofline, from the recorded shapes), i.e. sped up 100 / hbm_pct times. Without shapes or
     a known device the achieved bandwidth is unknown: the finding is reported unpriced (low)."""
     if not f.has_gpu:
         return None
-    share = f.category_share("elementwise") + f.category_share("reduction_norm") - _compiler_fused_share(f)
+    share = f.category_share("elementwise") + f.category_share("reduction_norm") - _not_fusable_share(f)
     if share <= MEMORY_BOUND_BUSY_PCT:
         return None
     top = [(f"[{k} launches] {n}", t0, d) for c in f.categories if c.category in ("elementwise", "reduction_norm")
-           for n, d, k, t0 in c.top_kernels if not n.startswith(COMPILER_FUSED_PREFIXES)]
+           for n, d, k, t0 in c.top_kernels if not _not_fusable(n)]
     busy_pct = 100.0 - f.breakdown.idle_pct
     metrics = {"elementwise_and_reduction": (share, "% of busy")}
     hbm = f.memory_bound_hbm_pct()
@@ -1061,6 +1071,7 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
 
 # misaligned_gemm (diagnose/gemm_shapes.py): 16-bit GEMMs whose row lengths break the tensor cores' alignment;
 # slow_gemm (diagnose/slow_gemm.py): aligned ones far slower than the planner's model of their shape on the device;
+# layout_transposes (diagnose/layout.py): NCHW <-> NHWC conversions around the convolutions (channels_last);
 # fp32_matmul (diagnose/precision.py): fp32 GEMMs/convolutions on a tensor-core accelerator, and unfused_attention
 # (diagnose/attention.py): attention written out of separate operators, before the general fusion rule;
 # recompute_overhead (diagnose/recompute.py): the forward re-run in the backward (activation checkpointing);
@@ -1068,7 +1079,7 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
 # grad_sync_per_microbatch (diagnose/grad_sync.py): gradients synchronised before more are accumulated into them
 RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable_copy, allocator_stall, exposed_memcpy,
          grad_sync_per_microbatch, exposed_comm, pipeline_bubble, straggler, load_imbalance, launch_bound, host_work, small_kernels,
-         fp32_matmul, misaligned_gemm, slow_gemm, unfused_attention, memory_bound_unfused, recompute_overhead, optimizer_slow,
+         fp32_matmul, misaligned_gemm, slow_gemm, layout_transposes, unfused_attention, memory_bound_unfused, recompute_overhead, optimizer_slow,
          gpu_analyses_skipped)
 
 
