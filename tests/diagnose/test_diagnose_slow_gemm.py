@@ -70,3 +70,16 @@ def test_gemms_near_the_model_or_without_shapes_are_not_slow(tmp_path):
                      ("no_shapes", {"square_us": 687.0, "shapes": False})):
         (tmp_path / name).mkdir()
         assert _find(diagnose(_trace(tmp_path / name, **kw))) is None, name
+
+
+def test_an_unfused_attentions_products_are_unfused_attentions_not_slow_gemms(tmp_path):
+    # test_diagnose_attention's H100 step: its attention products [4, 16, 2048, 128] x [.., 128, 2048] take 400 us,
+    # 6.87e10 FLOPs at 172 TFLOP/s, twice the model's 195.9 us (k = 128: 357 TFLOP/s, + 5 us) - but priced as the
+    # fused kernel they become; the 3000-us linear, 6.87e10 FLOPs at 23 TFLOP/s, is slow_gemm's alone
+    from test_diagnose_attention import _h100_trace
+
+    d = diagnose(_h100_trace(tmp_path))
+    f = _find(d)
+    assert f is not None and any(x.kind == "unfused_attention" for x in d.findings)
+    assert f.evidence["metrics"]["slow_shapes"]["value"] == 1
+    assert f.evidence["events"][0]["name"].startswith("aten::linear m=8192 k=2048 n=2048 bf16")

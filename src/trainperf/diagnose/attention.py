@@ -245,6 +245,16 @@ def fused_attention_us(t: EventTable, regions: list[AttentionRegion], backward: 
     return total
 
 
+def window_regions(f: RankFacts) -> list[AttentionRegion]:
+    """The rank's attention regions whose softmax is in the analysed window (once per rank)."""
+    return f.once("attention_regions", lambda: [r for r in attention_regions(f.table) if f.window.keep[r.softmax_row]])
+
+
+def window_region_work(f: RankFacts) -> RegionWork:
+    """region_work of window_regions (once per rank): the kernels unfused_attention prices."""
+    return f.once("attention_work", lambda: region_work(f.table, f.window, window_regions(f)))
+
+
 def unfused_attention(f: RankFacts) -> F.Finding | None:
     """Attention computed by separate operators (module docstring) takes a material share of the step.
 
@@ -252,10 +262,10 @@ def unfused_attention(f: RankFacts) -> F.Finding | None:
     regions' matmul kernel time where that is unknown, an upper bound). Host only: the regions' host time as
     evidence, unpriced (the CPU's fused kernel rate is not in the catalog)."""
     t, w = f.table, f.window
-    regions = f.once("attention_regions", lambda: [r for r in attention_regions(t) if w.keep[r.softmax_row]])
+    regions = window_regions(f)
     if not regions:
         return None
-    work = f.once("attention_work", lambda: region_work(t, w, regions))
+    work = window_region_work(f)
     in_math = sum(r.in_math_sdpa for r in regions)
     shapes = all(r.flops is not None for r in regions)
     metrics = {"regions": (len(regions), "count"), "in_sdpa_math_fallback": (in_math, "count")}

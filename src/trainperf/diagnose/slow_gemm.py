@@ -6,19 +6,22 @@ The expected time of one GEMM is the planner's (plan/compute.py, one formula for
 skinny shapes run below peak: tile quantisation, too few waves; fitted on published runs), never faster than its
 bytes at the achieved HBM bandwidth; fp8 at the planner's fp8 speed-up. Each kernel also pays the trace's own fixed
 device cost (Graph.kernel_floor_us, at most KERNEL_FIXED_COST_MAX_US: the start-up and tail every kernel has, which
-the planner's model leaves out).
-A shape whose kernels take more than SLOW_GEMM_RATIO x that is not running at what tuned libraries reach on the
+the planner's model leaves out). A shape whose kernels take more than SLOW_GEMM_RATIO x that is not running at what tuned libraries reach on the
 part: throttled clocks or power (every shape slow), a library without kernels tuned for the shape (ROCm's
 hipBLASLt / rocBLAS without TunableOp, an old cuBLAS), an operand layout the library handles badly, or many tiny
 batched products. Misaligned shapes are `misaligned_gemm`'s (measured against the trace's aligned ones), fp32 ones
-`fp32_matmul`'s. This is what TraceLens' agent calls a kernel-tuning opportunity (its roofline headroom); here the
-bar is the shape's attainable rate, not the roofline, so that a shape's own limits are not called slowness.
+`fp32_matmul`'s, an unfused attention's products `unfused_attention`'s. This is what TraceLens' agent calls a
+kernel-tuning opportunity (its roofline headroom); here the bar is the shape's attainable rate, not the roofline, so
+that a shape's own limits are not called slowness.
 Needs the shapes (record_shapes=True) and a catalog device (deviceProperties); else nothing is found.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from trainperf.diagnose import findings as F
+from trainperf.diagnose.attention import window_region_work, window_regions
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.gemm_shapes import GemmCall, gemm_calls
 from trainperf.diagnose.replay import Change
@@ -61,40 +64,56 @@ def slow_gemm(f: RankFacts) -> F.Finding | None:
     acc = device_accelerator(f.table)
     if acc is None or not acc.hbm_tbps:
         return None
-    calls = [c for c in f.once("gemm_calls", lambda: gemm_calls(f)) if c.time_us > 0 and c.aligned]
+    # an unfused attention's batched products are unfused_attention's to price (as the fused kernel's time)
+    in_attention = set(window_region_work(f).kernels.tolist()) if window_regions(f) else set()
+    calls = [c for c in f.once("gemm_calls", lambda: gemm_calls(f))
+             if c.time_us > 0 and c.aligned and not in_attention.intersection(c.kernels)]
     if not calls:
         return None
     floor = min(f.graph.kernel_floor_us, KERNEL_FIXED_COST_MAX_US)
-    by_shape: dict[str, list[tuple[GemmCall, float]]] = {}
+    by_shape: dict[str, list[GemmCall]] = {}
     for c in calls:
-        by_shape.setdefault(c.shape, []).append((c, expected_us(c, acc, floor)))
-    slow = {s: cs for s, cs in by_shape.items()
-            if sum(c.time_us for c, _ in cs) > SLOW_GEMM_RATIO * sum(e for _, e in cs)}
-    time_us = sum(c.time_us for cs in slow.values() for c, _ in cs)
+        by_shape.setdefault(c.shape, []).append(c)
+    shapes = [ShapeTime(calls=cs, time_us=sum(c.time_us for c in cs),
+                        model_us=sum(expected_us(c, acc, floor) for c in cs)) for cs in by_shape.values()]
+    # a shape is named when it is that slow and its time beyond the model is worth a fix on its own (F.MIN_GAIN_PCT,
+    # the gain under which a fix is dismissed): a tiny product's few microseconds are its fixed cost's jitter
+    slow = sorted((x for x in shapes if x.ratio > SLOW_GEMM_RATIO and f.pct(x.time_us - x.model_us) >= F.MIN_GAIN_PCT),
+                  key=lambda x: -x.time_us)
+    time_us, model_us = sum(x.time_us for x in slow), sum(x.model_us for x in slow)
     if not slow or f.pct(time_us) < SLOW_GEMM_MIN_PCT:
         return None
-    model_us = sum(e for cs in slow.values() for _, e in cs)
-    all_us = sum(c.time_us for c in calls)
-    all_model_us = sum(e for cs in by_shape.values() for _, e in cs)
-    top = sorted(slow.values(), key=lambda cs: -sum(c.time_us for c, _ in cs))
-    events = [(f"{cs[0][0].shape}: {sum(c.time_us for c, _ in cs) / sum(e for _, e in cs):.2g}x the model's time "
-               f"({len(cs)} calls, {sum(c.time_us for c, _ in cs) / 1e3:.1f} ms)",
-               float(f.window.ts_us[cs[0][0].kernels[0]]), cs[0][0].time_us) for cs in top[:3]]
+    flops = sum(c.flops for x in slow for c in x.calls)
+    events = [(f"{x.calls[0].shape}: {x.ratio:.2g}x the model's time ({len(x.calls)} calls, {x.time_us / 1e3:.1f} ms)",
+               float(f.window.ts_us[x.calls[0].kernels[0]]), x.calls[0].time_us) for x in slow[:3]]
     metrics = {"slow_gemm_time": (time_us, "us"), "slow_gemm_share": (f.pct(time_us), "%"),
-               "their_rate": (sum(c.flops for cs in slow.values() for c, _ in cs) / time_us / 1e6, "TFLOP/s"),
-               "model_rate": (sum(c.flops for cs in slow.values() for c, _ in cs) / model_us / 1e6, "TFLOP/s"),
+               "their_rate": (flops / time_us / 1e6, "TFLOP/s"), "model_rate": (flops / model_us / 1e6, "TFLOP/s"),
                "times_the_model": (time_us / model_us, "x"),
-               "slow_shapes": (len(slow), "count"), "gemm_shapes": (len(by_shape), "count"),
-               "all_gemms_times_the_model": (all_us / all_model_us, "x")}
-    changes = tuple(Change("speedup_rows", factor=sum(c.time_us for c, _ in cs) / sum(e for _, e in cs),
-                           rows=tuple(k for c, _ in cs for k in c.kernels)) for cs in top)
-    x = F.make("slow_gemm", [f.rank], f.steps, metrics, events, changes=changes,
-               what_if=f"the slow GEMM shapes at the planner's time for them on {acc.name} "
-                       f"({time_us / model_us:.3g}x faster)",
-               evidence_pct=f.pct(time_us - model_us))
-    if len(slow) == len(by_shape) and len(by_shape) > 1:
-        x.recommendation = EVERY_SHAPE_PREFIX + x.recommendation
-    return x
+               "slow_shapes": (len(slow), "count"), "gemm_shapes": (len(shapes), "count"),
+               "all_gemms_times_the_model": (sum(x.time_us for x in shapes) / sum(x.model_us for x in shapes), "x")}
+    changes = tuple(Change("speedup_rows", factor=x.ratio, rows=tuple(k for c in x.calls for k in c.kernels))
+                    for x in slow)
+    found = F.make("slow_gemm", [f.rank], f.steps, metrics, events, changes=changes,
+                   what_if=f"the slow GEMM shapes at the planner's time for them on {acc.name} "
+                           f"({time_us / model_us:.3g}x faster)",
+                   evidence_pct=f.pct(time_us - model_us))
+    if len(shapes) > 1 and all(x.ratio > SLOW_GEMM_RATIO for x in shapes):
+        found.recommendation = EVERY_SHAPE_PREFIX + found.recommendation
+    return found
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ShapeTime:
+    """One GEMM shape's calls, their kernels' device time and the planner's time for them (µs)."""
+
+    calls: list
+    time_us: float
+    model_us: float
+
+    @property
+    def ratio(self) -> float:
+        """Their time over the model's (x)."""
+        return self.time_us / self.model_us
 
 
 # every GEMM shape of the trace slow alike: the device, not a shape, is what to look at first
