@@ -47,7 +47,7 @@ from pathlib import Path
 SCENARIOS = {"async": {}, "blocking": {"CUDA_LAUNCH_BLOCKING": "1"}, "scalar": {},
              "nocache": {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, "graphed": {}, "big": {}, "dataload": {},
              "syncs": {}, "empty_cache": {}, "pageable": {}, "pinned": {}, "fp32": {}, "tf32": {}, "deep": {},
-             "deep_tf32": {}, "big_shapes": {}}
+             "deep_tf32": {}, "big_shapes": {}, "strided": {}}
 # the scenario each fault's fix turns it into, and the fix: true gain = 1 - fixed / faulty
 FIXED_BY = {"blocking": ("async", "unset CUDA_LAUNCH_BLOCKING"),
             "nocache": ("async", "the caching allocator"),
@@ -57,24 +57,42 @@ FIXED_BY = {"blocking": ("async", "unset CUDA_LAUNCH_BLOCKING"),
             "empty_cache": ("async", "no torch.cuda.empty_cache() in the loop"),
             "pageable": ("pinned", "pinned host memory, non_blocking copies"),
             "fp32": ("tf32", "TF32 matmuls"),
-            "deep": ("deep_tf32", "TF32 matmuls (a host that fills the launch queue)")}
-BIG = ("big", "dataload", "pageable", "pinned", "fp32", "tf32", "big_shapes")  # the scenarios of the GPU-bound loop
+            "deep": ("deep_tf32", "TF32 matmuls (a host that fills the launch queue)"),
+            "strided": ("big_shapes", "contiguous weights")}
+BIG = ("big", "dataload", "pageable", "pinned", "fp32", "tf32", "big_shapes", "strided")  # the GPU-bound loop's
 # scenarios profiled with record_shapes=True: the healthy GPU-bound loop again, its GEMMs' shapes recorded, on which
-# the shape-priced findings (slow_gemm, misaligned_gemm, memory_bound_unfused) must find no fault
-SHAPES_RECORDED = ("big_shapes",)
+# the shape-priced findings (slow_gemm, misaligned_gemm, memory_bound_unfused) must find no fault, and its fault
+# whose shapes look aligned while the GEMMs' rows are not (slow_gemm's to find)
+SHAPES_RECORDED = ("big_shapes", "strided")
 SHAPES = {"small": (2048, 12, 4096), "big": (8192, 4, 8192), "deep": (1024, 96, 8192),
           "cpu": (256, 2, 256)}  # width, blocks, tokens
 BATCH_MAKING_S = 0.030
 
 
-def _model(device: str, size: str, capturable: bool = False, fp32: bool = False):
-    """The MLP the loop trains (bf16 on CUDA unless fp32, fp32 on CPU), its AdamW and its input."""
+def _model(device: str, size: str, capturable: bool = False, fp32: bool = False, strided: bool = False):
+    """The MLP the loop trains (bf16 on CUDA unless fp32, fp32 on CPU; strided: its weights unaligned views,
+    StridedLinear), its AdamW and its input."""
     import torch
     from torch import nn
 
     width, n_blocks, tokens = SHAPES[size if device == "cuda" else "cpu"]
     dtype = torch.bfloat16 if device == "cuda" and not fp32 else torch.float32
-    blocks = [m for _ in range(n_blocks) for m in (nn.Linear(width, width), nn.GELU(), nn.LayerNorm(width))]
+
+    class StridedLinear(nn.Module):
+        """A Linear whose weight is a [width, width] view of a [width, width + 1] parameter: its rows start
+        width + 1 elements apart (2-byte aligned in bf16), so the GEMM library gets an unaligned leading dimension
+        while the recorded shapes look aligned (a fused weight sliced without .contiguous())."""
+
+        def __init__(self):
+            super().__init__()
+            self.storage = nn.Parameter(torch.randn(width, width + 1) * width ** -0.5)
+            self.bias = nn.Parameter(torch.zeros(width))
+
+        def forward(self, x):
+            return nn.functional.linear(x, self.storage[:, :width], self.bias)
+
+    linear = StridedLinear if strided else (lambda: nn.Linear(width, width))
+    blocks = [m for _ in range(n_blocks) for m in (linear(), nn.GELU(), nn.LayerNorm(width))]
     model = nn.Sequential(*blocks).to(device=device, dtype=dtype)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True, capturable=capturable)
     return model, opt, torch.randn(tokens, width, device=device, dtype=dtype)
@@ -102,7 +120,7 @@ def _step_fn(name: str, device: str):
     torch.backends.cuda.matmul.allow_tf32 = name in ("tf32", "deep_tf32")  # else full-precision fp32 GEMMs
     size = "deep" if name.startswith("deep") else "big" if name in BIG else "small"
     model, opt, x = _model(device, size, capturable=name == "graphed" and cuda,
-                           fp32=name in ("fp32", "tf32", "deep", "deep_tf32"))
+                           fp32=name in ("fp32", "tf32", "deep", "deep_tf32"), strided=name == "strided")
     if name in ("pageable", "pinned"):  # each step's input comes from host memory, pageable or pinned
         host_x = x.cpu().pin_memory() if name == "pinned" and cuda else x.cpu()
     if name == "syncs" and cuda:  # a synchronize after every Linear (timing layers, a debugging habit)
