@@ -198,7 +198,8 @@ def _scenario(name: str, out: Path, device: str, steps: int) -> None:
     raw = out / f"{name}.json"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     with profile(activities=activities, schedule=schedule(wait=1, warmup=1, active=4),
-                 record_shapes=name in SHAPES_RECORDED, on_trace_ready=lambda p: p.export_chrome_trace(str(raw))) as prof:
+                 record_shapes=name in SHAPES_RECORDED,
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(raw))) as prof:
         for _ in range(6):
             step()
             prof.step()

@@ -6,8 +6,9 @@ import pytest
 
 from trainperf.corpus import kineto as K
 from trainperf.corpus.build import Base, build_corpus
-from trainperf.corpus.inject import (NotApplicable, inject_checkpoint_stall, inject_exposed_comm, inject_pageable_copy,
-                                     inject_straggler)
+from trainperf.corpus.inject import (LAYOUT_TRANSPOSE_KERNELS, LAYOUT_TRANSPOSES_PER_STEP, NotApplicable,
+                                     inject_checkpoint_stall, inject_exposed_comm, inject_layout_transposes,
+                                     inject_pageable_copy, inject_straggler)
 from trainperf.corpus.surgery import DeviceWait, HostWork, insert_device_delays, insert_host_work
 
 HOST, GPU = (1, 1), (0, 7)
@@ -269,6 +270,23 @@ def test_rocm_base_gets_hip_names():
     assert not any(n.startswith("cuda") or "Pageable" in n for n in names)
     out, _ = inject_pageable_copy({0: steps_then_a_cut_one()}, 20.0, random.Random(0))
     assert {"cudaMemcpyAsync", "Memcpy HtoD (Pageable -> Device)"} <= {e["name"] for e in out[0]["traceEvents"]}
+
+
+def test_layout_transposes_are_kernels_launched_by_one_call_each_in_the_vendors_names():
+    # 16 conversions of 3 us per step, each 5 us of host (the base's median launch: a 4-us launch call on the main
+    # thread, as the surgery writes an inserted call, and 1 us after it) and its kernel on the main stream: 48 over the
+    # 3 steps of the window
+    for launch, kernel in (("cudaLaunchKernel", LAYOUT_TRANSPOSE_KERNELS[False]),
+                           ("hipLaunchKernel", LAYOUT_TRANSPOSE_KERNELS[True])):
+        out, touched = inject_layout_transposes({0: steps_then_a_cut_one(launch=launch)}, 3.0, random.Random(0))
+        ev = out[0]["traceEvents"]
+        added = _by_name(out[0], kernel)
+        assert touched == [0] and len(added) == 3 * LAYOUT_TRANSPOSES_PER_STEP
+        assert all(e["dur"] == 3.0 and (e["pid"], e["tid"]) == GPU for e in added)
+        calls = {e["args"]["correlation"]: e for e in ev if e["name"] == launch and (e["pid"], e["tid"]) == HOST}
+        assert all(calls[e["args"]["correlation"]]["dur"] == 4.0 for e in added)
+        # each step's host is 16 x 5 us longer before its own launch, and the step with it
+        assert K.step_time_us(ev) == pytest.approx(100.0 + LAYOUT_TRANSPOSES_PER_STEP * 5.0)
 
 
 def test_a_kind_the_base_cannot_hold_is_skipped_with_its_reason(tmp_path):

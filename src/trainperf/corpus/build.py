@@ -100,7 +100,8 @@ def _start_size(kind: str, t0: float, x_us: float, ranks: dict) -> float:
     n = len(K.window_steps(next(iter(ranks.values()))["traceEvents"]))
     return {"data_loader_stall": x_us, "checkpoint_stall": x_us * n, "host_sync": 8.0,
             "allocator_stall": x_us / 8, "pageable_copy": x_us, "small_kernels": x_us / 12.0,
-            "straggler": 0.5 * x_us / t0 + 0.05, "exposed_comm": 0.5, "host_work": x_us}[kind]
+            "straggler": 0.5 * x_us / t0 + 0.05, "exposed_comm": 0.5, "host_work": x_us,
+            "layout_transposes": x_us / 16}[kind]
 
 
 def _inject(kind: str, ranks: dict, size: float, seed: int, slow: int | None):

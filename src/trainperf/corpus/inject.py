@@ -40,6 +40,12 @@ HOST_WORK_SPANS = ((("train.py(212): log_metrics", "python_function"),),
 TINY_KERNEL = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<float>, "
                "at::detail::Array<char*, 2> >(int, at::native::CUDAFunctorOnSelf_add<float>, "
                "at::detail::Array<char*, 2>)")
+# a convolution library's layout conversion as a mixed-precision A100 run writes it (cuDNN), and as ROCm's MIOpen does
+LAYOUT_TRANSPOSE_KERNELS = {False: "void cudnn::ops::nchwToNhwcKernel<__half, __half, float, false, true, "
+                                  "(cudnnKernelDataType_t)0>(cudnn::ops::nchw2nhwc_params_t<float>, __half const*, "
+                                  "__half*)",
+                            True: "batched_transpose_32x32_half"}
+LAYOUT_TRANSPOSES_PER_STEP = 16  # 8 convolutions' input and output conversions
 ALLOC_CALLS_PER_STEP = 8
 TINY_KERNEL_US = 2.0          # a few-thousand-element add on a current GPU
 SYNC_HOST_US = 12.0           # host cost of .item() besides the wait (dispatch + 4-byte copy call)
@@ -186,6 +192,16 @@ def inject_small_kernels(ranks: dict, size: float, rng: random.Random):
                  gpu_op=(TINY_KERNEL, "kernel", TINY_KERNEL_US),
                  gpu_args={"grid": [4, 1, 1], "block": [128, 1, 1]})
         for t in _launch_points(doc, r, per_step, rng)])
+
+
+def inject_layout_transposes(ranks: dict, size: float, rng: random.Random):
+    """size: µs of each of LAYOUT_TRANSPOSES_PER_STEP NCHW -> NHWC conversion kernels per step, each one launch call
+    on the main thread (no operator of its own: the convolution's library launches it inside the convolution's)."""
+    return _host(ranks, lambda doc, r: [
+        HostWork(at_us=t, host_us=r.launch_us, spans=(("cudaLaunchKernel", "cuda_runtime"),),
+                 gpu_op=(LAYOUT_TRANSPOSE_KERNELS[r.hip], "kernel", size),
+                 gpu_args={"grid": [1024, 1, 1], "block": [256, 1, 1]})
+        for t in _launch_points(doc, r, LAYOUT_TRANSPOSES_PER_STEP, rng)])
 
 
 def _is_collective(e: dict) -> bool:
@@ -368,6 +384,7 @@ INJECTORS = {
     "allocator_stall": inject_allocator_stall,
     "pageable_copy": inject_pageable_copy,
     "small_kernels": inject_small_kernels,
+    "layout_transposes": inject_layout_transposes,
     "straggler": inject_straggler,
     "exposed_comm": inject_exposed_comm,
     "host_work": inject_host_work,

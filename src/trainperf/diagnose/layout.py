@@ -9,9 +9,9 @@ Deep Learning Performance guide ("Tensor Layouts in Memory: NCHW vs NHWC") names
 fix, worth 8-35 % of a mixed-precision ResNet-50 step in PyTorch's channels-last tutorial. In HTA's A100 trace
 of a CNN (nccl_parser_config) they hold 9.3 % of the kernel time (15 of 162 ms).
 
-Priced by replay with those kernels not run (`drop_rows`): with the model and its inputs in channels_last the
-library calls the NHWC kernels directly. What that costs elsewhere (an op without an NHWC kernel converting back)
-the trace does not show; the finding's events name the transposes so that one can check.
+Priced by replay with those kernels not run and not launched (`remove_kernels`): with the model and its inputs in
+channels_last the library calls the NHWC kernels directly. What that costs elsewhere (an op without an NHWC kernel
+converting back) the trace does not show; the finding's events name the transposes so that one can check.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ LAYOUT_TRANSPOSE_MIN_PCT = 3.0
 
 def layout_transposes(f: RankFacts) -> F.Finding | None:
     """NCHW <-> NHWC conversion kernels around the convolutions take >= LAYOUT_TRANSPOSE_MIN_PCT of the window
-    (module docstring); priced by replay with them not run."""
+    (module docstring); priced by replay with them neither launched nor run."""
     if not f.has_gpu:
         return None
     t, w = f.table, f.window
@@ -57,6 +57,6 @@ def layout_transposes(f: RankFacts) -> F.Finding | None:
                "their_share": (f.pct(time_us), "%"),
                "share_of_kernel_time": (100.0 * time_us / kernels_us if kernels_us > 0 else 0.0, "%")}
     return F.make("layout_transposes", [f.rank], f.steps, metrics, top,
-                  changes=(Change("drop_rows", rows=tuple(int(r) for r in rows)),),
+                  changes=(Change("remove_kernels", rows=tuple(int(r) for r in rows)),),
                   what_if="the layout transposes not run (the model and its inputs in channels_last)",
                   evidence_pct=f.pct(time_us))

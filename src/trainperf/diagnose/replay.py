@@ -89,7 +89,7 @@ CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_co
                 "unblock_pageable_copies", "remove_allocator", "overlap_comm", "remove_straggler_wait", "speedup",
                 "host_speedup", "graph_small_kernels", "graph_launches", "compute_speedup", "speedup_rows",
                 "drop_rows", "remove_wasted_rows", "remove_host_work", "fuse_optimizer", "unprofiled_host",
-                "shrink_bubble")
+                "shrink_bubble", "remove_kernels")
 
 
 @dataclass(frozen=True)
@@ -115,17 +115,19 @@ class Change:
     fused or foreach one) | unprofiled_host (the host's own work, its CPU time and its calls' own time, not waits nor
     the allocator's driver calls, `factor` times faster: the profiler's overhead taken off, diagnose/unprofiled.py) |
     shrink_bubble (a pipeline stage's send/recv kernels, trace rows `rows`, `factor` times shorter: its waits for
-    its neighbours, the schedule's bubble, shrunk by more micro-batches or interleaving; rules.pipeline_bubble).
-    Several changes replay together (`replay(g, [a, b])`)."""
+    its neighbours, the schedule's bubble, shrunk by more micro-batches or interleaving; rules.pipeline_bubble) |
+    remove_kernels (the kernels of trace rows `rows` not run and their launch calls gone from the host, the calls'
+    own time, Graph.launch_call_us: kernels a library launches inside an operator that a setting makes unneeded,
+    layout.layout_transposes). Several changes replay together (`replay(g, [a, b])`)."""
 
     kind: str = "none"
     category: int = -1
     factor: float = 1.0
     site: int = -1  # remove_syncs: only the syncs of this call site (Graph.site_names index); -1 all
-    rows: tuple = ()  # speedup_rows, drop_rows, remove_wasted_rows, shrink_bubble: the trace rows of the device
-    #                   events; remove_host_work: the trace rows of the host calls whose gaps lose their work;
-    #                   fuse_optimizer: the trace rows of the per-tensor launch calls; overlap_comm: the collectives
-    #                   overlapped (empty: all)
+    rows: tuple = ()  # speedup_rows, drop_rows, remove_wasted_rows, shrink_bubble, remove_kernels: the trace rows
+    #                   of the device events; remove_host_work: the trace rows of the host calls whose gaps lose
+    #                   their work; fuse_optimizer: the trace rows of the per-tensor launch calls; overlap_comm:
+    #                   the collectives overlapped (empty: all)
 
     def __post_init__(self):
         if self.kind not in CHANGE_KINDS:
@@ -142,7 +144,7 @@ class Change:
             return f"{len(self.rows)} kernels {self.factor:.3g}x faster"
         if self.kind == "shrink_bubble":
             return f"pipeline bubble {self.factor:g}x smaller"
-        if self.kind in ("drop_rows", "remove_wasted_rows"):
+        if self.kind in ("drop_rows", "remove_wasted_rows", "remove_kernels"):
             return f"{len(self.rows)} kernels not run"
         return self.kind.replace("_", " ")
 
@@ -1098,6 +1100,7 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     bind = np.full(n, -1)
     dur = g.dur.copy()
     dev = ~g.is_host
+    launch_gone = np.zeros(n, bool)  # remove_kernels: launch calls that are not made
     for c in changes:
         if c.kind == "speedup":
             sel = dev & (g.category == c.category)
@@ -1105,9 +1108,11 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
         if c.kind == "compute_speedup":
             sel = dev & (g.category >= 0) & ~np.isin(g.category, (COMMUNICATION, CAT_MEMCPY, CAT_MEMSET))
             dur[sel] = dur[sel] / c.factor
-        if c.kind in ("speedup_rows", "shrink_bubble", "drop_rows", "remove_wasted_rows"):
+        if c.kind in ("speedup_rows", "shrink_bubble", "drop_rows", "remove_wasted_rows", "remove_kernels"):
             sel = dev & np.isin(g.rows, np.asarray(c.rows, dtype=np.int64))
             dur[sel] = dur[sel] / c.factor if c.kind in ("speedup_rows", "shrink_bubble") else 0.0
+            if c.kind == "remove_kernels":  # their launches go too (the call's own time; the op around it stays)
+                launch_gone[g.launch[sel & (g.launch >= 0)]] = True
     if "remove_straggler_wait" in kinds:
         dur = dur - g.comm_wait
     # the host gap before a call: data loading + checkpointing + compiling + allocator spans + the thread's own CPU
@@ -1139,7 +1144,8 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
         # a graphed launch costs neither the call nor the op's usual dispatch before it (other host work stays, and
         # so does an outlier call's wait: Graph.launch_call_us)
         cpu = cpu - dispatch_taken(g, cpu, graphed)
-        dur[graphed] -= g.launch_call_us[graphed]
+        dur[graphed & ~launch_gone] -= g.launch_call_us[graphed & ~launch_gone]
+    dur[launch_gone] = np.maximum(dur[launch_gone] - g.launch_call_us[launch_gone], 0.0)
     if fused_launch.any():
         # fused into their neighbours, tiny kernels also stop paying a kernel's fixed device cost (start-up and
         # tail: the shortest kernels of the trace, Graph.kernel_floor_us); their work stays

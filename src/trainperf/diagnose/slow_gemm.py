@@ -6,13 +6,13 @@ The expected time of one GEMM is the planner's (plan/compute.py, one formula for
 skinny shapes run below peak: tile quantisation, too few waves; fitted on published runs), never faster than its
 bytes at the achieved HBM bandwidth; fp8 at the planner's fp8 speed-up. Each kernel also pays the trace's own fixed
 device cost (Graph.kernel_floor_us, at most KERNEL_FIXED_COST_MAX_US: the start-up and tail every kernel has, which
-the planner's model leaves out). A shape whose kernels take more than SLOW_GEMM_RATIO x that is not running at what tuned libraries reach on the
-part: throttled clocks or power (every shape slow), a library without kernels tuned for the shape (ROCm's
-hipBLASLt / rocBLAS without TunableOp, an old cuBLAS), an operand layout the library handles badly, or many tiny
-batched products. Misaligned shapes are `misaligned_gemm`'s (measured against the trace's aligned ones), fp32 ones
-`fp32_matmul`'s, an unfused attention's products `unfused_attention`'s. This is what TraceLens' agent calls a
-kernel-tuning opportunity (its roofline headroom); here the bar is the shape's attainable rate, not the roofline, so
-that a shape's own limits are not called slowness.
+the planner's model leaves out). A shape whose kernels take more than SLOW_GEMM_RATIO x that is not running at
+what tuned libraries reach on the part: throttled clocks or power (every shape slow), a library without kernels
+tuned for the shape (ROCm's hipBLASLt / rocBLAS without TunableOp, an old cuBLAS), an operand layout the library
+handles badly, or many tiny batched products. Misaligned shapes are `misaligned_gemm`'s (measured against the
+trace's aligned ones), fp32 ones `fp32_matmul`'s, an unfused attention's products `unfused_attention`'s. This is
+what TraceLens' agent calls a kernel-tuning opportunity (its roofline headroom); here the bar is the shape's
+attainable rate, not the roofline, so that a shape's own limits are not called slowness.
 Needs the shapes (record_shapes=True) and a catalog device (deviceProperties); else nothing is found.
 """
 
