@@ -1,7 +1,8 @@
 """A hand-built GPU-bound Kineto trace shared by the memory-pricing and precision tests (the what-if worked by hand
 in each): STEPS steps of P us; each launches N ops (10 us apart, the launch 2 us into the 9-us op, its kernel queued
 5 us after the launch), so the K_US-us kernels run back to back from +7 us and the last ends at +7 + N x K_US; then
-cudaDeviceSynchronize from +100 us returns 5 us after it; then Python until the next step."""
+cudaDeviceSynchronize from +100 us returns 5 us after it; then Python until the next step. Also the helpers that build
+other GPU-bound steps (queued_steps, recorded_shapes)."""
 
 import gzip
 import json
@@ -86,3 +87,22 @@ def backward_node(b: TraceBuilder, node: str, t0: float, seq: int, kernels: list
         b.launch(kernel, t0 + 2.0 + spacing * k, at, us, tid=2, launch_dur=3.0)
         at += us
     return at
+
+
+def queued_steps(folder: Path, ops: list[tuple], *, steps: int, step_us: float, sync_at: float = 60.0,
+                 device: str | None = "NVIDIA H100 80GB HBM3") -> Path:
+    """`steps` GPU-bound steps of step_us, each launching `ops` ((op, args, kernel, µs): queued_ops, 10 us apart from
+    the step's start, the kernels back to back from +10 us) and closed by end_gpu_bound_step (the synchronize from
+    +sync_at); written by write_trace naming `device`. Returns the trace's path."""
+    b = TraceBuilder()
+    for s in range(steps):
+        T = s * step_us
+        b.step(s, T, step_us)
+        end_gpu_bound_step(b, T, step_us, queued_ops(b, T, ops, T + 10.0), sync_at=sync_at)
+    return write_trace(b, folder, device=device)
+
+
+def recorded_shapes(dims: list, dtype: str, recorded: bool = True) -> dict:
+    """An operator's recorded-shape args (record_shapes=True): its inputs' dims, each typed `dtype` but the empty
+    ones (scalars, None); {} when not recorded."""
+    return {"Input Dims": dims, "Input type": [dtype if d else "" for d in dims]} if recorded else {}

@@ -8,8 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_bound import end_gpu_bound_step, queued_ops, write_trace  # noqa: E402
-from kineto_builder import TraceBuilder  # noqa: E402
+from gpu_bound import queued_steps, recorded_shapes  # noqa: E402
 
 from trainperf.diagnose.api import diagnose  # noqa: E402
 from trainperf.diagnose.gemm_shapes import GemmCall  # noqa: E402
@@ -25,15 +24,11 @@ def _trace(folder: Path, vocab: int = 50257, head_us: float = 3162.0, shapes: bo
     # each 4200-us step: 4 aten::mm [4096, 4096] x [4096, 4096] (229 us each), then the output layer's aten::linear
     # x [m, 768], weight [vocab, 768] (head_us), launched 10 us apart from T and queued back to back from T+10; a
     # cudaDeviceSynchronize from T+60 returns 5 us after the last kernel; Python until 1 us before the next step
-    square = {"Input Dims": [[4096, 4096], [4096, 4096]], "Input type": [BF16, BF16]} if shapes else {}
-    head = {"Input Dims": [[m, 768], [vocab, 768], []], "Input type": [BF16, BF16, ""]} if shapes else {}
+    square = recorded_shapes([[4096, 4096], [4096, 4096]], BF16, shapes)
+    head = recorded_shapes([[m, 768], [vocab, 768], []], BF16, shapes)
     ops = [("aten::mm", square, "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", SQUARE_US)] * 4 + \
         [("aten::linear", head, "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_align1", head_us)]
-    b = TraceBuilder()
-    for s in range(STEPS):
-        b.step(s, s * P, P)
-        end_gpu_bound_step(b, s * P, P, queued_ops(b, s * P, ops, s * P + 10.0), sync_at=60.0)
-    return write_trace(b, folder)
+    return queued_steps(folder, ops, steps=STEPS, step_us=P)
 
 
 def _find(d):

@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_bound import end_gpu_bound_step, queued_ops, write_trace  # noqa: E402
+from gpu_bound import queued_steps, write_trace  # noqa: E402
 from kineto_builder import TraceBuilder  # noqa: E402
 
 from trainperf.diagnose.api import diagnose  # noqa: E402
@@ -32,11 +32,7 @@ def _trace(folder: Path, transpose_us: float = 40.0, transposes: bool = True) ->
     conv = [("aten::cudnn_convolution", {}, TO_NHWC, transpose_us), ("aten::cudnn_convolution", {}, CONV, 200.0),
             ("aten::cudnn_convolution", {}, TO_NCHW, transpose_us)] if transposes else \
         [("aten::cudnn_convolution", {}, CONV, 200.0)]
-    b = TraceBuilder()
-    for s in range(STEPS):
-        b.step(s, s * P, P)
-        end_gpu_bound_step(b, s * P, P, queued_ops(b, s * P, conv * 4, s * P + 10.0), sync_at=130.0)
-    return write_trace(b, folder, device="NVIDIA A100-SXM4-80GB")
+    return queued_steps(folder, conv * 4, steps=STEPS, step_us=P, sync_at=130.0, device="NVIDIA A100-SXM4-80GB")
 
 
 def _find(d):

@@ -8,8 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_bound import end_gpu_bound_step, queued_ops, write_trace  # noqa: E402
-from kineto_builder import TraceBuilder  # noqa: E402
+from gpu_bound import queued_steps, recorded_shapes  # noqa: E402
 
 from trainperf.diagnose.api import diagnose  # noqa: E402
 from trainperf.diagnose.slow_gemm import EVERY_SHAPE_PREFIX  # noqa: E402
@@ -26,15 +25,11 @@ def _trace(folder: Path, square_us: float, small_us: float = 30.0, shapes: bool 
     # each 4200-us step: 4 aten::mm [4096, 4096] x [4096, 4096] (square_us each), then one aten::mm
     # [1024, 4096] x [4096, 1024] (small_us), queued back to back from T+10; a cudaDeviceSynchronize from T+60 returns
     # 5 us after the last kernel; Python until 1 us before the next step
-    square = {"Input Dims": [[4096, 4096], [4096, 4096]], "Input type": [BF16, BF16]} if shapes else {}
-    small = {"Input Dims": [[1024, 4096], [4096, 1024]], "Input type": [BF16, BF16]} if shapes else {}
+    square = recorded_shapes([[4096, 4096], [4096, 4096]], BF16, shapes)
+    small = recorded_shapes([[1024, 4096], [4096, 1024]], BF16, shapes)
     ops = [("aten::mm", square, "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", square_us)] * 4 + \
         [("aten::mm", small, "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64", small_us)]
-    b = TraceBuilder()
-    for s in range(STEPS):
-        b.step(s, s * P, P)
-        end_gpu_bound_step(b, s * P, P, queued_ops(b, s * P, ops, s * P + 10.0), sync_at=60.0)
-    return write_trace(b, folder)
+    return queued_steps(folder, ops, steps=STEPS, step_us=P)
 
 
 def _find(d):

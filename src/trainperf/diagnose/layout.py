@@ -58,5 +58,5 @@ def layout_transposes(f: RankFacts) -> F.Finding | None:
                "share_of_kernel_time": (100.0 * time_us / kernels_us if kernels_us > 0 else 0.0, "%")}
     return F.make("layout_transposes", [f.rank], f.steps, metrics, top,
                   changes=(Change("remove_kernels", rows=tuple(int(r) for r in rows)),),
-                  what_if="the layout transposes not run (the model and its inputs in channels_last)",
+                  what_if="the layout transposes neither launched nor run (model and inputs in channels_last)",
                   evidence_pct=f.pct(time_us))

@@ -144,8 +144,10 @@ class Change:
             return f"{len(self.rows)} kernels {self.factor:.3g}x faster"
         if self.kind == "shrink_bubble":
             return f"pipeline bubble {self.factor:g}x smaller"
-        if self.kind in ("drop_rows", "remove_wasted_rows", "remove_kernels"):
+        if self.kind in ("drop_rows", "remove_wasted_rows"):
             return f"{len(self.rows)} kernels not run"
+        if self.kind == "remove_kernels":
+            return f"{len(self.rows)} kernels neither launched nor run"
         return self.kind.replace("_", " ")
 
 
