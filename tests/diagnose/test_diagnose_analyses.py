@@ -3,13 +3,15 @@
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 from kineto_builder import TraceBuilder  # noqa: E402
 
 from trainperf.diagnose.crossrank import cross_rank  # noqa: E402
-from trainperf.diagnose.gpu_time import comm_comp_overlap, idle_split, temporal_breakdown  # noqa: E402
+from trainperf.diagnose.gpu_time import (comm_comp_overlap, concurrent_compute_us, idle_split,  # noqa: E402
+                                         temporal_breakdown)
 from trainperf.diagnose.launch import launch_stats, queue_length  # noqa: E402
 from trainperf.diagnose.replay import Change, build_graph, critical_path, replay  # noqa: E402
 from trainperf.diagnose.window import analysis_window  # noqa: E402
@@ -34,6 +36,20 @@ def test_breakdown_and_overlap_by_hand(tmp_path):
     assert (tb.window_us, tb.idle_us, tb.compute_us, tb.non_compute_us) == (210, 50, 100, 60)
     ov = comm_comp_overlap(t, w)
     assert ov.comm_us == 100 and ov.overlapped_us == 50 and ov.overlap_pct == pytest.approx(50)
+
+
+def test_concurrent_compute_by_hand(tmp_path):
+    # stream 7: GEMMs [0,80) and [100,200); stream 8: GEMMs [50,150) and [300,320); stream 20: an all-reduce [0,400),
+    # which is no computation. [0,80) shares 30 us with stream 8, [100,200) 50; [50,150) shares 30 + 50 = 80 with
+    # stream 7; [300,320) nothing
+    b = TraceBuilder()
+    b.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL", -20, 0, 400, stream=20)
+    for launch, start, dur, stream in ((-10, 0, 80, 7), (-9, 100, 100, 7), (-8, 50, 100, 8), (-7, 300, 20, 8)):
+        b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", launch, start, dur, stream=stream)
+    t, w = _load(b, tmp_path)
+    gemms = w.device[t.stream[w.device] != 20]
+    order = np.argsort(w.ts_us[gemms])
+    assert concurrent_compute_us(t, w, gemms[order]).tolist() == [30.0, 80.0, 50.0, 0.0]
 
 
 def test_idle_split_by_hand(tmp_path):

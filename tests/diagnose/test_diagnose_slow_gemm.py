@@ -78,3 +78,31 @@ def test_an_unfused_attentions_products_are_unfused_attentions_not_slow_gemms(tm
     assert f is not None and any(x.kind == "unfused_attention" for x in d.findings)
     assert f.evidence["metrics"]["slow_shapes"]["value"] == 1
     assert f.evidence["events"][0]["name"].startswith("aten::linear m=8192 k=2048 n=2048 bf16")
+
+
+def test_gemms_sharing_the_device_with_another_streams_gemms_are_not_judged(tmp_path):
+    # the 4 square GEMMs of each step run two by two side by side on two streams (overlapped micro-batches), 573 us
+    # each (2.5x the model's 229.3 us: each has half the SMs); the same 2 x 573 us back to back on one stream would
+    # be slow_gemm's, side by side they are not judged
+    from gpu_bound import end_gpu_bound_step, write_trace
+    from kineto_builder import TraceBuilder
+
+    for name, streams in (("side_by_side", (7, 8)), ("one_stream", (7, 7))):
+        b = TraceBuilder()
+        square = recorded_shapes([[4096, 4096], [4096, 4096]], BF16)
+        for s in range(STEPS):
+            T = s * P
+            b.step(s, T, P)
+            end = T + 10.0
+            for pair in range(2):
+                for j, stream in enumerate(streams):
+                    at = T + 10.0 * (2 * pair + j)
+                    start = T + 10.0 + 573.0 * (pair if streams[0] != streams[1] else 2 * pair + j)
+                    b.cpu("aten::mm", at, 8.0, **square)
+                    b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", at + 2.0, start, 573.0,
+                             stream=stream)
+                    end = max(end, start + 573.0)
+            end_gpu_bound_step(b, T, P, end, sync_at=60.0)
+        (tmp_path / name).mkdir()
+        found = _find(diagnose(write_trace(b, tmp_path / name)))
+        assert (found is None) == (name == "side_by_side"), name

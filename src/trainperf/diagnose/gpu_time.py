@@ -73,6 +73,30 @@ def temporal_breakdown(t: EventTable, w: Window) -> TemporalBreakdown:
     return TemporalBreakdown(window, idle, compute, window - compute - idle)
 
 
+def concurrent_compute_us(t: EventTable, w: Window, rows: np.ndarray) -> np.ndarray:
+    """For each device row of `rows`, how long (µs) computation kernels (compute_mask) of the device's other streams
+    ran during it: kernels sharing the device's SMs each run slower, so a duration then measures less than the
+    kernel's own speed."""
+    rows = np.asarray(rows, dtype=np.int64)
+    out = np.zeros(rows.size)
+    comp = w.device[compute_mask(t, w.device)]
+    if not rows.size or not comp.size:
+        return out
+    lanes, lane_of = np.unique(np.stack([t.pid[comp], t.stream[comp]], axis=1), axis=0, return_inverse=True)
+    a, b = w.ts_us[rows], w.end_us[rows]
+    for k, (pid, stream) in enumerate(lanes):
+        s, e = merge_intervals(w.ts_us[comp[lane_of.ravel() == k]], w.end_us[comp[lane_of.ravel() == k]])
+        before = np.concatenate([[0.0], np.cumsum(e - s)])  # length of the lane's intervals before each
+
+        def covered(x: np.ndarray) -> np.ndarray:  # the lane's busy time up to x
+            i = np.searchsorted(s, x, side="right")  # intervals starting at or before x
+            return before[i] - np.where(i > 0, np.maximum(e[np.maximum(i - 1, 0)] - x, 0.0), 0.0)
+
+        other = (t.pid[rows] == pid) & (t.stream[rows] != stream)
+        out += np.where(other, covered(b) - covered(a), 0.0)
+    return out
+
+
 @dataclass
 class Overlap:
     """Communication time and the share of it hidden under computation."""

@@ -10,7 +10,8 @@ the planner's model leaves out). A shape whose kernels take more than SLOW_GEMM_
 what tuned libraries reach on the part: throttled clocks or power (every shape slow), a library without kernels
 tuned for the shape (ROCm's hipBLASLt / rocBLAS without TunableOp, an old cuBLAS), an operand layout the library
 handles badly, or many tiny batched products. Misaligned shapes are `misaligned_gemm`'s (measured against the
-trace's aligned ones), fp32 ones `fp32_matmul`'s, an unfused attention's products `unfused_attention`'s. This is
+trace's aligned ones), fp32 ones `fp32_matmul`'s, an unfused attention's products `unfused_attention`'s; a call that
+shared the device with another stream's computation for most of its time is not judged. This is
 what TraceLens' agent calls a kernel-tuning opportunity (its roofline headroom); here the bar is the shape's
 attainable rate, not the roofline, so that a shape's own limits are not called slowness.
 Needs the shapes (record_shapes=True) and a catalog device (deviceProperties); else nothing is found.
@@ -20,10 +21,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.attention import window_region_work, window_regions
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.gemm_shapes import GemmCall, gemm_calls
+from trainperf.diagnose.gpu_time import concurrent_compute_us
 from trainperf.diagnose.replay import Change
 from trainperf.diagnose.roofline import device_accelerator
 from trainperf.plan.compute import fp8_speedup, gemm_rate_flops, hbm_rate_bytes
@@ -39,6 +43,9 @@ SLOW_GEMM_MIN_PCT = 3.0  # the slow shapes' device time, % of the window: the me
 # a kernel's fixed device cost is the trace's shortest kernels' time (Graph.kernel_floor_us, 2-3 us on the GPU traces
 # at hand) but no more than this: in a window of long kernels only, the shortest is work, not the fixed cost
 KERNEL_FIXED_COST_MAX_US = 5.0
+# a GEMM call whose kernels ran beside another stream's computation for more than this share of their time is not
+# judged (overlapped micro-batches, a shared expert beside the routed ones)
+CONCURRENT_MAX_SHARE = 0.5
 
 
 def expected_us(c: GemmCall, acc, kernel_floor_us: float) -> float:
@@ -68,6 +75,13 @@ def slow_gemm(f: RankFacts) -> F.Finding | None:
     in_attention = set(window_region_work(f).kernels.tolist()) if window_regions(f) else set()
     calls = [c for c in f.once("gemm_calls", lambda: gemm_calls(f))
              if c.time_us > 0 and c.aligned and not in_attention.intersection(c.kernels)]
+    if not calls:
+        return None
+    # a GEMM that shared the device with another stream's computation for most of its time ran slower for it (two
+    # full GEMMs side by side each take ~twice as long): its duration does not measure its speed
+    shared = concurrent_compute_us(f.table, f.window, np.array([k for c in calls for k in c.kernels]))
+    starts = np.cumsum([0] + [len(c.kernels) for c in calls[:-1]])
+    calls = [c for c, us in zip(calls, np.add.reduceat(shared, starts)) if us <= CONCURRENT_MAX_SHARE * c.time_us]
     if not calls:
         return None
     floor = min(f.graph.kernel_floor_us, KERNEL_FIXED_COST_MAX_US)
