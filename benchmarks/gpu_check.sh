@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Every GPU measurement of trainperf in one script, under 8 minutes on one H200 (the limits below add to 480 s;
 # on 2026-12-04: 236 s with 4 fault scenarios; the 13 of today took 188 s alone, so ~6.5 minutes in all; the 2
-# deep-loop scenarios added since, ~15 s each, are paid for by the kernels' budget, 90 -> 70 s; the healthy loop
-# with its shapes recorded and its strided-weights fault, big_shapes and strided, by 25 s more of it: 70 -> 45 s,
-# the faults' limit 230 -> 270 s).
+# deep-loop scenarios added since, ~15 s each, are paid for by the kernels' budget, 90 -> 70 s; the strided-weights
+# fault and the convolution loops (strided, conv, conv_cl; big now profiled with its shapes) by 25 s more of it:
+# 70 -> 45 s, the faults' limit 230 -> 270 s).
 # Run on the device machine from the repository root; results go under $OUT (default ./gpu_out).
 #   - faults:    real traces of planted faults (CUDA_LAUNCH_BLOCKING, no caching allocator, empty_cache, synchronize
 #                calls, pageable input, fp32 GEMMs, a slow DataLoader...) beside each fix's measured gain (issue 9)

@@ -19,7 +19,12 @@ Scenarios, each in a subprocess of its own (CUDA_LAUNCH_BLOCKING must be set bef
             host work each against ~0.3-ms GEMMs, ~90 ms a step) whose host, never synchronising, gains ~700
             launches a step on the device and fills CUDA's ~1,024-deep launch queue in the profile's wait and
             warm-up steps: its launches wait for queue slots, the window opens behind a full queue
-            (replay.queue_waits, queued_before_window) (fixed: deep_tf32).
+            (replay.queue_waits, queued_before_window) (fixed: deep_tf32);
+  strided   the big loop whose Linear weights are [w, w] views of [w, w + 1] parameters: the shapes recorded look
+            aligned, the GEMMs' rows are not (fixed: big, contiguous weights);
+  conv      6 blocks of 3x3 convolution (64 channels), batch norm and ReLU over [32, 64, 56, 56] in bf16, NCHW: cuDNN
+            converts to NHWC and back around each convolution (fixed: conv_cl, model and input in channels_last).
+big, strided and the conv loops are profiled with record_shapes=True (SHAPES_RECORDED).
 Each: the step time (ms) without the profiler, as the profiled loop runs (steps queued ahead, the median of 5
 chunks' mean step; and a synchronize after every step, as a loop that reads its loss each step runs), then a
 profile of 4 active steps
@@ -47,7 +52,7 @@ from pathlib import Path
 SCENARIOS = {"async": {}, "blocking": {"CUDA_LAUNCH_BLOCKING": "1"}, "scalar": {},
              "nocache": {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, "graphed": {}, "big": {}, "dataload": {},
              "syncs": {}, "empty_cache": {}, "pageable": {}, "pinned": {}, "fp32": {}, "tf32": {}, "deep": {},
-             "deep_tf32": {}, "big_shapes": {}, "strided": {}}
+             "deep_tf32": {}, "strided": {}, "conv": {}, "conv_cl": {}}
 # the scenario each fault's fix turns it into, and the fix: true gain = 1 - fixed / faulty
 FIXED_BY = {"blocking": ("async", "unset CUDA_LAUNCH_BLOCKING"),
             "nocache": ("async", "the caching allocator"),
@@ -58,20 +63,24 @@ FIXED_BY = {"blocking": ("async", "unset CUDA_LAUNCH_BLOCKING"),
             "pageable": ("pinned", "pinned host memory, non_blocking copies"),
             "fp32": ("tf32", "TF32 matmuls"),
             "deep": ("deep_tf32", "TF32 matmuls (a host that fills the launch queue)"),
-            "strided": ("big_shapes", "contiguous weights")}
-BIG = ("big", "dataload", "pageable", "pinned", "fp32", "tf32", "big_shapes", "strided")  # the GPU-bound loop's
-# scenarios profiled with record_shapes=True: the healthy GPU-bound loop again, its GEMMs' shapes recorded, on which
-# the shape-priced findings (slow_gemm, misaligned_gemm, memory_bound_unfused) must find no fault, and its fault
-# whose shapes look aligned while the GEMMs' rows are not (slow_gemm's to find)
-SHAPES_RECORDED = ("big_shapes", "strided")
+            "strided": ("big", "contiguous weights"),
+            "conv": ("conv_cl", "channels_last")}
+BIG = ("big", "dataload", "pageable", "pinned", "fp32", "tf32", "strided")  # the GPU-bound loop's scenarios
+# scenarios profiled with record_shapes=True: the healthy GPU-bound loop, on which the shape-priced findings
+# (slow_gemm, misaligned_gemm, memory_bound_unfused) must find no fault, its fault whose shapes look aligned while the
+# GEMMs' rows are not (slow_gemm's to find), and the convolution loops
+SHAPES_RECORDED = ("big", "strided", "conv", "conv_cl")
+CONV_SHAPE = {"cuda": (32, 64, 56), "cpu": (2, 8, 16)}  # batch, channels, height = width of the convolution loops
 SHAPES = {"small": (2048, 12, 4096), "big": (8192, 4, 8192), "deep": (1024, 96, 8192),
           "cpu": (256, 2, 256)}  # width, blocks, tokens
 BATCH_MAKING_S = 0.030
 
 
-def _model(device: str, size: str, capturable: bool = False, fp32: bool = False, strided: bool = False):
+def _model(device: str, size: str, capturable: bool = False, fp32: bool = False, strided: bool = False,
+           channels_last: bool = False):
     """The MLP the loop trains (bf16 on CUDA unless fp32, fp32 on CPU; strided: its weights unaligned views,
-    StridedLinear), its AdamW and its input."""
+    StridedLinear), or the convolution stack (size "conv"; channels_last: model and input in that memory format), its
+    AdamW and its input."""
     import torch
     from torch import nn
 
@@ -93,9 +102,19 @@ def _model(device: str, size: str, capturable: bool = False, fp32: bool = False,
 
     linear = StridedLinear if strided else (lambda: nn.Linear(width, width))
     blocks = [m for _ in range(n_blocks) for m in (linear(), nn.GELU(), nn.LayerNorm(width))]
+    if size == "conv":  # 6 blocks of a 3x3 convolution, batch norm and ReLU over [batch, channels, h, h]
+        batch, channels, h = CONV_SHAPE[device]
+        blocks = [m for _ in range(6) for m in (nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels),
+                                                nn.ReLU())]
+        x_shape = (batch, channels, h, h)
+    else:
+        x_shape = (tokens, width)
     model = nn.Sequential(*blocks).to(device=device, dtype=dtype)
+    x = torch.randn(*x_shape, device=device, dtype=dtype)
+    if channels_last:  # the fix of the convolutions' layout transposes
+        model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True, capturable=capturable)
-    return model, opt, torch.randn(tokens, width, device=device, dtype=dtype)
+    return model, opt, x
 
 
 def _slow_batches(tokens: int):
@@ -118,9 +137,10 @@ def _step_fn(name: str, device: str):
 
     cuda = device == "cuda"
     torch.backends.cuda.matmul.allow_tf32 = name in ("tf32", "deep_tf32")  # else full-precision fp32 GEMMs
-    size = "deep" if name.startswith("deep") else "big" if name in BIG else "small"
+    size = "deep" if name.startswith("deep") else "conv" if name.startswith("conv") else "big" if name in BIG else "small"
     model, opt, x = _model(device, size, capturable=name == "graphed" and cuda,
-                           fp32=name in ("fp32", "tf32", "deep", "deep_tf32"), strided=name == "strided")
+                           fp32=name in ("fp32", "tf32", "deep", "deep_tf32"), strided=name == "strided",
+                           channels_last=name == "conv_cl")
     if name in ("pageable", "pinned"):  # each step's input comes from host memory, pageable or pinned
         host_x = x.cpu().pin_memory() if name == "pinned" and cuda else x.cpu()
     if name == "syncs" and cuda:  # a synchronize after every Linear (timing layers, a debugging habit)
