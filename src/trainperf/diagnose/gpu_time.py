@@ -83,18 +83,20 @@ def concurrent_compute_us(t: EventTable, w: Window, rows: np.ndarray) -> np.ndar
     if not rows.size or not comp.size:
         return out
     lanes, lane_of = np.unique(np.stack([t.pid[comp], t.stream[comp]], axis=1), axis=0, return_inverse=True)
-    a, b = w.ts_us[rows], w.end_us[rows]
+    lane_of = lane_of.ravel()
     for k, (pid, stream) in enumerate(lanes):
-        s, e = merge_intervals(w.ts_us[comp[lane_of.ravel() == k]], w.end_us[comp[lane_of.ravel() == k]])
-        before = np.concatenate([[0.0], np.cumsum(e - s)])  # length of the lane's intervals before each
-
-        def covered(x: np.ndarray) -> np.ndarray:  # the lane's busy time up to x
-            i = np.searchsorted(s, x, side="right")  # intervals starting at or before x
-            return before[i] - np.where(i > 0, np.maximum(e[np.maximum(i - 1, 0)] - x, 0.0), 0.0)
-
+        busy = merge_intervals(w.ts_us[comp[lane_of == k]], w.end_us[comp[lane_of == k]])
         other = (t.pid[rows] == pid) & (t.stream[rows] != stream)
-        out += np.where(other, covered(b) - covered(a), 0.0)
+        out += np.where(other, _busy_until(busy, w.end_us[rows]) - _busy_until(busy, w.ts_us[rows]), 0.0)
     return out
+
+
+def _busy_until(busy: tuple[np.ndarray, np.ndarray], x: np.ndarray) -> np.ndarray:
+    """How much of the disjoint sorted intervals `busy` (starts, ends; µs) lies before each time of x (µs)."""
+    s, e = busy
+    before = np.concatenate([[0.0], np.cumsum(e - s)])  # their length before each interval
+    i = np.searchsorted(s, x, side="right")  # the intervals starting at or before x
+    return before[i] - np.where(i > 0, np.maximum(e[np.maximum(i - 1, 0)] - x, 0.0), 0.0)
 
 
 @dataclass
