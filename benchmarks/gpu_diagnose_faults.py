@@ -137,7 +137,8 @@ def _step_fn(name: str, device: str):
 
     cuda = device == "cuda"
     torch.backends.cuda.matmul.allow_tf32 = name in ("tf32", "deep_tf32")  # else full-precision fp32 GEMMs
-    size = "deep" if name.startswith("deep") else "conv" if name.startswith("conv") else "big" if name in BIG else "small"
+    size = ("deep" if name.startswith("deep") else "conv" if name.startswith("conv") else "big" if name in BIG
+            else "small")
     model, opt, x = _model(device, size, capturable=name == "graphed" and cuda,
                            fp32=name in ("fp32", "tf32", "deep", "deep_tf32"), strided=name == "strided",
                            channels_last=name == "conv_cl")

@@ -582,10 +582,10 @@ def rank_by_marginal_gain(found: list[Finding], gain) -> tuple[list[Finding], Fi
     gain(changes) -> (% , µs) replays the changes together. Order of fixes: those whose gain the trace measures
     first, those that remove a wait (STALL_CHANGES) before the others; then those priced at an upper bound
     (Finding.gain_is_upper_bound, a stall's too); those that assume a speed-up factor (ASSUMED_SPEEDUP_CHANGES) last;
-    each group by largest gain alone first; each finding's gain_pct is what its fix adds to the fixes before it, so the gains add
-    up to the fix-all gain. Findings without changes (no what-if) keep their gain and come last; findings
-    whose fix gains less than MIN_GAIN_PCT in that order are dismissed (FixPlan.dismissed).
-    The ranking (rank_key) puts stalls gaining >= STALL_FIRST_MIN_GAIN_PCT first, as the order of fixes does."""
+    each group by largest gain alone first; each finding's gain_pct is what its fix adds to the fixes before it, so
+    the gains add up to the fix-all gain. Findings without changes (no what-if) keep their gain and come last;
+    findings whose fix gains less than MIN_GAIN_PCT in that order are dismissed (FixPlan.dismissed). The ranking
+    (rank_key) puts stalls gaining >= STALL_FIRST_MIN_GAIN_PCT first, as the order of fixes does."""
     fixable = [f for f in found if f.changes]
     for f in fixable:
         f.gain_alone_pct = round(gain(f.changes)[0], 2)
