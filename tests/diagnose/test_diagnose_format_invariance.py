@@ -1,9 +1,9 @@
 """The hand-built reconstructions of the cases diagnose was judged on (allocator off on ROCm, pageable copies, a DDP
 rank whose GPU trails its host, DeepEP's all-to-all, .item() reads, a DataLoader-bound step), the cross-rank waits
 (a straggler, load imbalance, hosts paused in turn), gradients synchronised every micro-batch, a CUDA-graph
-decode loop reading its token each step and a pipeline's bubble, rewritten as other set-ups write traces (trainperf.corpus.formats: ROCm
-names, no flows, no operator ids, no distributedInfo, rank clocks apart, no Python stack, PyTorch 1.8 categories, no
-ProfilerStep): the top finding must not change."""
+decode loop reading its token each step and a pipeline's bubble, rewritten as other set-ups write traces
+(trainperf.corpus.formats: ROCm names, no flows, no operator ids, no distributedInfo, rank clocks apart, no Python
+stack, PyTorch 1.8 categories, no ProfilerStep): the top finding must not change."""
 
 import json
 import sys

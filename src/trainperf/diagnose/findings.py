@@ -502,9 +502,10 @@ def _fix_order_key(f: Finding, present: set) -> tuple:
     # took 12.1 of their 17.8 %; host work's bound made a host-bound step device-bound and the transposes' 5.3 % read
     # 17.1 after it)
     broader = any(k in present for c in f.changes for k in BROADER_FIX.get(c.kind, ()))
-    measured = not f.gain_is_upper_bound and not _assumes_a_speedup(f)
+    assumed = _assumes_a_speedup(f)
+    measured = not f.gain_is_upper_bound and not assumed
     group = 0 if measured and _removes_a_stall(f) else 1 if measured else 2
-    return group, _assumes_a_speedup(f), broader, -f.gain_alone_pct
+    return group, assumed, broader, -f.gain_alone_pct
 
 
 def _assumes_a_speedup(f: Finding) -> bool:

@@ -85,7 +85,8 @@ def concurrent_compute_us(t: EventTable, w: Window, rows: np.ndarray) -> np.ndar
     lanes, lane_of = np.unique(np.stack([t.pid[comp], t.stream[comp]], axis=1), axis=0, return_inverse=True)
     lane_of = lane_of.ravel()
     for k, (pid, stream) in enumerate(lanes):
-        busy = merge_intervals(w.ts_us[comp[lane_of == k]], w.end_us[comp[lane_of == k]])
+        lane = comp[lane_of == k]
+        busy = merge_intervals(w.ts_us[lane], w.end_us[lane])
         other = (t.pid[rows] == pid) & (t.stream[rows] != stream)
         out += np.where(other, _busy_until(busy, w.end_us[rows]) - _busy_until(busy, w.ts_us[rows]), 0.0)
     return out

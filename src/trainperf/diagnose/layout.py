@@ -42,11 +42,11 @@ def layout_transposes(f: RankFacts) -> F.Finding | None:
     t, w = f.table, f.window
     dev = w.device[t.kind[w.device] == KERNEL]
     rows = dev[np.isin(t.name[dev], t.ids_matching(LAYOUT_TRANSPOSE_RE.search))]
-    time_us = float((w.end_us[rows] - w.ts_us[rows]).sum())
+    dur = w.end_us[rows] - w.ts_us[rows]
+    time_us = float(dur.sum())
     if not rows.size or f.pct(time_us) < LAYOUT_TRANSPOSE_MIN_PCT:
         return None
     kernels_us = float((w.end_us[dev] - w.ts_us[dev]).sum())
-    dur = w.end_us[rows] - w.ts_us[rows]
     ids, inverse = np.unique(t.name[rows], return_inverse=True)
     per_name = np.bincount(inverse, weights=dur)
     # each conversion kernel's first call, named with how many calls it stands for and their time

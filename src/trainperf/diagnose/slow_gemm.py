@@ -48,10 +48,9 @@ KERNEL_FIXED_COST_MAX_US = 5.0
 CONCURRENT_MAX_SHARE = 0.5
 
 
-def expected_us(c: GemmCall, acc, kernel_floor_us: float) -> float:
-    """The planner's time for this GEMM call on the catalog device `acc`, plus each of its kernels' fixed device
-    cost (µs)."""
-    eff = resolve(Efficiency(), acc)
+def expected_us(c: GemmCall, acc, eff: Efficiency, kernel_floor_us: float) -> float:
+    """The planner's time for this GEMM call on the catalog device `acc` with its efficiencies `eff` (plan.efficiency.
+    resolve'd for it), plus each of its kernels' fixed device cost (µs)."""
     if c.precision == "fp8":
         rate = gemm_rate_flops(acc.peak_flops("bf16"), eff, c.m, c.n, c.k) * \
             fp8_speedup(acc.peak_flops("bf16"), acc.peak_flops("fp8"), eff)
@@ -85,11 +84,12 @@ def slow_gemm(f: RankFacts) -> F.Finding | None:
     if not calls:
         return None
     floor = min(f.graph.kernel_floor_us, KERNEL_FIXED_COST_MAX_US)
+    eff = resolve(Efficiency(), acc)
     by_shape: dict[str, list[GemmCall]] = {}
     for c in calls:
         by_shape.setdefault(c.shape, []).append(c)
     shapes = [ShapeTime(calls=cs, time_us=sum(c.time_us for c in cs),
-                        model_us=sum(expected_us(c, acc, floor) for c in cs)) for cs in by_shape.values()]
+                        model_us=sum(expected_us(c, acc, eff, floor) for c in cs)) for cs in by_shape.values()]
     # a shape is named when it is that slow and its time beyond the model is worth a fix on its own (F.MIN_GAIN_PCT,
     # the gain under which a fix is dismissed): a tiny product's few microseconds are its fixed cost's jitter
     slow = sorted((x for x in shapes if x.ratio > SLOW_GEMM_RATIO and f.pct(x.time_us - x.model_us) >= F.MIN_GAIN_PCT),
