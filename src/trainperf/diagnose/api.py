@@ -20,7 +20,7 @@ from trainperf.diagnose.evidence import (Caveat, apply_caveats, cross_rank_cavea
                                         untraced_ranks_caveat)
 from trainperf.diagnose.facts import DeviceTiming, RankFacts, StragglerFacts, collect_facts, device_timing
 from trainperf.diagnose.modules import module_breakdown
-from trainperf.diagnose.pipeline import OPENS_ON_RECEIVE_STEPS, stages_from_openings
+from trainperf.diagnose.pipeline import later_stage, stages_from_openings
 from trainperf.diagnose.steps import gpu_step_periods_us, memcpy_bandwidth
 from trainperf.diagnose.rules import run_rules
 from trainperf.diagnose.unprofiled import host_calibration, run_unprofiled_step_ms
@@ -195,8 +195,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
             xr.busy_by_rank_us[r] = tb.busy_us
         straggler = _straggler_facts(xr, timing)
     # some rank opens its steps waiting for a receive: a later pipeline stage (diagnose/pipeline.py)
-    later_stages = any(timing[r].opens_on_receive > OPENS_ON_RECEIVE_STEPS and timing[r].p2p_role != "context"
-                       for r in gpu_ranks)
+    later_stages = any(later_stage(timing[r].p2p_role, timing[r].opens_on_receive) for r in gpu_ranks)
     openings = [timing[r].opens_on_receive for r in gpu_ranks if timing[r].p2p_rows.size]
     summaries: dict[int, RankSummary] = {}
     found: list[F.Finding] = []

@@ -21,7 +21,7 @@ from trainperf.diagnose.host import (COMPILE_RE, HostSpans, allocator_calls, che
                                      sync_op_counts, sync_ops)
 from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLength, launch_bound_stretches,
                                        launch_stats, launched_inside, launched_rows, queue_length)
-from trainperf.diagnose.pipeline import (OPENS_ON_RECEIVE_STEPS, ScheduleNames, opens_on_receive_share, p2p_group_role,
+from trainperf.diagnose.pipeline import (ScheduleNames, later_stage, opens_on_receive_share, p2p_group_role,
                                         schedule_names)
 from trainperf.diagnose.period import (paced_by_device, period_of_sides_us, steady_period_us, step_nodes,
                                        step_sides_us)
@@ -364,8 +364,8 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
     f.sync_sites = _sync_sites(f)
     f.compute_by_step = timing.compute_by_step
     f.schedule = schedule_names(t, w)
-    f.pipeline_stage = timing.p2p_role != "context" and (
-        f.schedule.named or timing.p2p_role == "pipeline" or timing.opens_on_receive > OPENS_ON_RECEIVE_STEPS)
+    f.pipeline_stage = later_stage(timing.p2p_role, timing.opens_on_receive) or (
+        timing.p2p_role != "context" and (f.schedule.named or timing.p2p_role == "pipeline"))
     comm: dict[str, float] = {}
     groups = timing.collective_groups
     for k, r in groups.items():  # keys "<process group>/<collective>": summed over groups

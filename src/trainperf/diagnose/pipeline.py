@@ -138,6 +138,13 @@ def schedule_names(t: EventTable, w: Window) -> ScheduleNames:
                          split_backward=split)
 
 
+def later_stage(role: str, opens_on_receive: float) -> bool:
+    """Whether a rank is a later pipeline stage by its own steps: it opens most of them on a receive
+    (opens_on_receive_share > OPENS_ON_RECEIVE_STEPS) and its send/recv's group is not described as context
+    parallelism's (p2p_group_role)."""
+    return role != "context" and opens_on_receive > OPENS_ON_RECEIVE_STEPS
+
+
 def stages_from_openings(openings: list[float]) -> int:
     """The pipeline's stages from every send/recv rank's share of steps opened on a receive (one entry per rank of the
     job, all traced): each copy of the pipeline (data- or tensor-parallel) has as many first-stage ranks, which open
