@@ -21,7 +21,8 @@ Scenarios, each in a subprocess of its own (CUDA_LAUNCH_BLOCKING must be set bef
             warm-up steps: its launches wait for queue slots, the window opens behind a full queue
             (replay.queue_waits, queued_before_window) (fixed: deep_tf32);
   strided   the big loop whose Linear weights are [w, w] views of [w, w + 1] parameters: the shapes recorded look
-            aligned, the GEMMs' rows are not (fixed: big, contiguous weights);
+            aligned, the strides recorded ("Input Strides") are not (misaligned_gemm's to find; fixed: big,
+            contiguous weights);
   conv      6 blocks of 3x3 convolution (64 channels), batch norm and ReLU over [32, 64, 56, 56] in bf16, NCHW: cuDNN
             converts to NHWC and back around each convolution (fixed: conv_cl, model and input in channels_last).
 big, strided and the conv loops are profiled with record_shapes=True (SHAPES_RECORDED).
@@ -68,7 +69,7 @@ FIXED_BY = {"blocking": ("async", "unset CUDA_LAUNCH_BLOCKING"),
 BIG = ("big", "dataload", "pageable", "pinned", "fp32", "tf32", "strided")  # the GPU-bound loop's scenarios
 # scenarios profiled with record_shapes=True: the healthy GPU-bound loop, on which the shape-priced findings
 # (slow_gemm, misaligned_gemm, memory_bound_unfused) must find no fault, its fault whose shapes look aligned while the
-# GEMMs' rows are not (slow_gemm's to find), and the convolution loops
+# GEMMs' row strides are not (misaligned_gemm's to find), and the convolution loops
 SHAPES_RECORDED = ("big", "strided", "conv", "conv_cl")
 CONV_SHAPE = {"cuda": (32, 64, 56), "cpu": (2, 8, 16)}  # batch, channels, height = width of the convolution loops
 SHAPES = {"small": (2048, 12, 4096), "big": (8192, 4, 8192), "deep": (1024, 96, 8192),

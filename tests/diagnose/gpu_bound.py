@@ -102,7 +102,10 @@ def queued_steps(folder: Path, ops: list[tuple], *, steps: int, step_us: float, 
     return write_trace(b, folder, device=device)
 
 
-def recorded_shapes(dims: list, dtype: str, recorded: bool = True) -> dict:
+def recorded_shapes(dims: list, dtype: str, recorded: bool = True, strides: list | None = None) -> dict:
     """An operator's recorded-shape args (record_shapes=True): its inputs' dims, each typed `dtype` but the empty
-    ones (scalars, None); {} when not recorded."""
-    return {"Input Dims": dims, "Input type": [dtype if d else "" for d in dims]} if recorded else {}
+    ones (scalars, None), and their "Input Strides" when given; {} when not recorded."""
+    if not recorded:
+        return {}
+    args = {"Input Dims": dims, "Input type": [dtype if d else "" for d in dims]}
+    return args | ({"Input Strides": strides} if strides is not None else {})

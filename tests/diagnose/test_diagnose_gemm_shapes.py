@@ -8,11 +8,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_bound import queued_steps, recorded_shapes  # noqa: E402
+from gpu_bound import end_gpu_bound_step, queued_ops, queued_steps, recorded_shapes, write_trace  # noqa: E402
+from kineto_builder import TraceBuilder  # noqa: E402
 
 from trainperf.diagnose.api import diagnose  # noqa: E402
-from trainperf.diagnose.gemm_shapes import GemmCall  # noqa: E402
-from trainperf.diagnose.roofline import op_cost  # noqa: E402
+from trainperf.diagnose.gemm_shapes import GemmCall, misaligned_stride  # noqa: E402
+from trainperf.diagnose.roofline import OpShape, op_cost  # noqa: E402
 
 BF16 = "c10::BFloat16"
 P, STEPS = 4200.0, 5
@@ -20,15 +21,27 @@ SQUARE_US = 229.0   # 2 x 4096^3 FLOPs = 1.374e11 in 229 us: 600 TFLOP/s
 SQUARE_FLOPS = 2.0 * 4096 ** 3
 
 
-def _trace(folder: Path, vocab: int = 50257, head_us: float = 3162.0, shapes: bool = True, m: int = 8192) -> Path:
+def _trace(folder: Path, vocab: int = 50257, head_us: float = 3162.0, shapes: bool = True, m: int = 8192,
+           head_strides: list | None = None, beside: bool = False) -> Path:
     # each 4200-us step: 4 aten::mm [4096, 4096] x [4096, 4096] (229 us each), then the output layer's aten::linear
-    # x [m, 768], weight [vocab, 768] (head_us), launched 10 us apart from T and queued back to back from T+10; a
-    # cudaDeviceSynchronize from T+60 returns 5 us after the last kernel; Python until 1 us before the next step
+    # x [m, 768], weight [vocab, 768] (head_us; its "Input Strides" head_strides when given), launched 10 us apart
+    # from T and queued back to back from T+10; a cudaDeviceSynchronize from T+60 returns 5 us after the last kernel;
+    # Python until 1 us before the next step. beside: an elementwise kernel on stream 8 through the head's whole run
     square = recorded_shapes([[4096, 4096], [4096, 4096]], BF16, shapes)
-    head = recorded_shapes([[m, 768], [vocab, 768], []], BF16, shapes)
+    head = recorded_shapes([[m, 768], [vocab, 768], []], BF16, shapes, head_strides)
     ops = [("aten::mm", square, "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", SQUARE_US)] * 4 + \
         [("aten::linear", head, "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_align1", head_us)]
-    return queued_steps(folder, ops, steps=STEPS, step_us=P)
+    if not beside:
+        return queued_steps(folder, ops, steps=STEPS, step_us=P)
+    b = TraceBuilder()
+    for s in range(STEPS):
+        T = s * P
+        b.step(s, T, P)
+        end = queued_ops(b, T, ops, T + 10.0)
+        b.cpu("aten::add", T + 50.0, 8.0)
+        b.launch("void at::native::vectorized_elementwise_kernel<4>", T + 52.0, end - head_us, head_us, stream=8)
+        end_gpu_bound_step(b, T, P, end, sync_at=60.0)
+    return write_trace(b, folder)
 
 
 def _find(d):
@@ -64,9 +77,41 @@ def test_padded_or_fast_or_memory_bound_gemms_are_not_misaligned(tmp_path):
                      # decode: m = 1 row, 2 x 768 x 50257 FLOPs over 77 MB: 1 FLOP per byte, under H100's ridge
                      ("gemv", {"m": 1, "head_us": 40.0}),
                      # no recorded shapes: nothing to read k and n from
-                     ("no_shapes", {"shapes": False})):
+                     ("no_shapes", {"shapes": False}),
+                     # slow and misaligned, but beside another stream's kernel all through: its time is not its speed
+                     ("beside", {"beside": True}),
+                     # padded, its strides recorded: a contiguous weight, rows of 768
+                     ("contiguous", {"vocab": 50304, "head_strides": [[768, 1], [768, 1], []]})):
         (tmp_path / name).mkdir()
         assert _find(diagnose(_trace(tmp_path / name, **kw))) is None, name
+
+
+def test_a_weight_viewed_in_a_wider_tensor_is_misaligned_by_its_row_stride(tmp_path):
+    # the padded head (k = 768, n = 50304: aligned shapes) whose weight is a [50304, 768] slice of a [50304, 769]
+    # tensor (strides [769, 1]): cuBLAS reads rows 769 elements apart, no multiple of 8; at the slow 3162 us it is
+    # misaligned_gemm, named by its stride, priced as test_the_vocabulary_of_gpt2's: 3162 x (1 - 1 / factor) a step
+    f = _find(diagnose(_trace(tmp_path, vocab=50304, head_strides=[[768, 1], [769, 1], []])))
+    assert f is not None and f.severity == "high"
+    assert f.evidence["events"][0]["name"].startswith("aten::linear m=8192 k=768 n=50304 row stride 769 bf16")
+    factor = (SQUARE_FLOPS / SQUARE_US) / (2.0 * 8192 * 768 * 50304 / 3162.0)
+    assert f.gain_alone_pct == pytest.approx(100.0 * 3162.0 * (1 - 1 / factor) / P, abs=0.05)
+
+
+def test_row_strides_set_the_alignment_of_the_matrix_operands():
+    def stride(name, dims, strides, elem_bytes=2):
+        return misaligned_stride(OpShape(name, dims, [], [], strides), elem_bytes)
+
+    assert stride("aten::mm", [[4096, 4096], [4096, 4096]], [[4096, 1], [1, 4096]]) == 0  # contiguous, transposed
+    assert stride("aten::mm", [[4096, 4096], [4096, 4096]], [[4096, 1], [1, 4097]]) == 4097  # a transposed slice
+    assert stride("aten::mm", [[4096, 4096], [4096, 4096]], [[4096, 1], [1, 4100]], elem_bytes=1) == 4100  # fp8: 16
+    assert stride("aten::mm", [[4096, 4096], [4096, 4096]], []) == 0  # not recorded
+    # addmm's bias is no operand; a broadcast (0) or single-row dimension has no row to align
+    assert stride("aten::addmm", [[8192, 4096], [8192, 4096], [4096, 4096]], [[0, 1], [4096, 1], [4096, 1]]) == 0
+    assert stride("aten::addmm", [[4096], [8192, 4096], [4096, 4096]], [[1], [4097, 1], [4096, 1]]) == 4097
+    assert stride("aten::mm", [[1, 4096], [4096, 4096]], [[4097, 1], [4096, 1]]) == 0
+    # a batched operand's batch stride counts; one with no unit stride is copied before the GEMM, not judged
+    assert stride("aten::bmm", [[8, 128, 64], [8, 64, 128]], [[8195, 64, 1], [8192, 128, 1]]) == 8195
+    assert stride("aten::bmm", [[8, 128, 64], [8, 64, 128]], [[8192, 64, 1], [8192, 2, 130]]) == 0
 
 
 def test_alignment_is_counted_in_bytes():

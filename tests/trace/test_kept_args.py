@@ -15,7 +15,9 @@ DATA = Path(__file__).resolve().parents[2] / "../shared/data/traces/hta"
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data/traces/hta not present")
 @pytest.mark.parametrize("trace", ["negative_queue_length_values_check/rank0.json.gz",
-                                   "nccl_parser_config/nccl_data.json.gz"])
+                                   "nccl_parser_config/nccl_data.json.gz",
+                                   # records "Input Strides" (PyTorch 2.x on ROCm 6.2)
+                                   "amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz"])
 def test_kept_args_equal_the_files_args(trace):
     # reference: json.load of the whole file; every event with "Input Dims" or "In msg nelems" keeps
     # exactly its KEPT_ARGS, and no other event keeps any

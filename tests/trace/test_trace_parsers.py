@@ -142,6 +142,7 @@ def _event(dirty: bool):
         "Process Group Name": f(st.sampled_from(["0", "1"])), "grid": st.just([1, 2, 3]), "name": _any,
         "Input Dims": f(st.lists(st.lists(st.integers(0, 1 << 20), max_size=3), max_size=3)),
         "Input type": f(st.lists(st.sampled_from(["float", "c10::BFloat16", "", "Scalar"]), max_size=3)),
+        "Input Strides": f(st.lists(st.lists(st.integers(0, 1 << 20), max_size=3), max_size=3)),
         "In msg nelems": f(_big), "dtype": f(st.sampled_from(["Float", "BFloat16"])),
         "Process Group Ranks": f(st.sampled_from(["[0, 1]", "[0,1,2,3]"]))})
     required = {"ph": f(st.sampled_from(["X", "X", "X", "M", "i", "f", "s"])), "ts": f(_time)}

@@ -325,7 +325,9 @@ RECOMMENDATIONS = {
     "misaligned_gemm": "16-bit GEMMs whose row lengths are not multiples of 16 bytes (8 bf16/fp16 elements) run on "
                        "slower kernels: pad those dimensions to a multiple of 64 (the vocabulary of the output layer "
                        "and its embedding: GPT-2's 50,257 -> 50,304; the hidden and MLP sizes; the number of heads x "
-                       "head dim), or at least of 8; for the token count (batch x sequence), a multiple of 8.",
+                       "head dim), or at least of 8; for the token count (batch x sequence), a multiple of 8. An "
+                       "operand that is a view of a wider tensor (a slice of a fused or padded weight) has that "
+                       "tensor's row stride: make it .contiguous() once, or pad the wider tensor.",
     "slow_gemm": "GEMM shapes run at under half the rate tuned libraries reach for them on this part: let the "
                  "library pick kernels for the shapes (PYTORCH_TUNABLEOP_ENABLED=1, which tunes hipBLASLt/rocBLAS on "
                  "ROCm and cuBLASLt on CUDA; torch.compile(mode='max-autotune')), update it (ROCm, cuBLAS), give it "

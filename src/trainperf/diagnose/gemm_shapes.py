@@ -7,7 +7,10 @@ elements; in fp8 of 16 (NVIDIA Deep Learning Performance Guide, "Matrix Multipli
 are used most efficiently when the dimensions are multiples of 16 bytes; cuBLAS picks kernels by the operands'
 alignment). A row length that is not falls back to kernels with narrower loads, often 2-4x slower: GPT-2's
 vocabulary of 50,257 in the output layer is the known case (padded to 50,304, nanoGPT trained ~25 % faster). m
-(the rows of A and C) does not set an alignment.
+(the rows of A and C) does not set an alignment. An operand that is a view (a slice of a fused or padded weight, a
+transposed slice) keeps the rows of the tensor it views: PyTorch hands cuBLAS its row stride as the leading
+dimension, so a [4096, 4096] slice of a [4096, 4097] parameter is misaligned whatever its shape. Its strides are read
+where the trace recorded them ("Input Strides", PyTorch >= 2.0).
 
 Measured against the trace itself: the reference is the time-weighted rate of the window's aligned, compute-bound
 GEMMs of the same precision (FLOPs from the recorded shapes over their kernels' device time); with none, the
@@ -18,14 +21,17 @@ alignment. Needs the shapes (record_shapes=True) and a catalog device (devicePro
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts
+from trainperf.diagnose.gpu_time import concurrent_compute_us
 from trainperf.diagnose.replay import Change
-from trainperf.diagnose.roofline import DTYPE_BYTES, PRECISION, device_accelerator, launching_op, op_cost, op_shape
+from trainperf.diagnose.roofline import (DTYPE_BYTES, PRECISION, OpShape, device_accelerator, is_shape, launching_op,
+                                         op_cost, op_shape)
 from trainperf.trace.events import KERNEL
 
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear")
@@ -34,6 +40,12 @@ MISALIGNED_MIN_PCT = 3.0  # the misaligned GEMMs' device time, % of the window: 
 # slower than this share of the reference rate: a fallback kernel, not the noise between GEMM shapes (a quarter off:
 # the tile quantisation of a ragged last tile costs less at the sizes that are compute-bound). Stated, not fitted
 MISALIGNED_MAX_RATE_SHARE = 0.75
+# a GEMM call whose kernels ran beside another stream's computation for more than this share of their time does not
+# time its own speed (two full GEMMs side by side each take ~twice as long: overlapped micro-batches, a shared expert
+# beside the routed ones)
+CONCURRENT_MAX_SHARE = 0.5
+# the positions in "Input Dims" of a GEMM operator's two matrix operands (addmm and baddbmm take the bias first)
+OPERANDS = {"aten::addmm": (1, 2), "aten::baddbmm": (1, 2)}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -51,21 +63,48 @@ class GemmCall:
     elem_bytes: int
     kernels: tuple          # trace rows of the kernels it launched
     time_us: float
+    misaligned_stride: int = 0  # an operand's row stride (elements) off the alignment; 0: none, or not recorded
+    shared_us: float = 0.0  # how long its kernels ran beside another stream's computation
 
     @property
     def aligned(self) -> bool:
-        """Whether k and n are whole multiples of ALIGN_BYTES in this dtype."""
+        """Whether k, n and the operands' recorded row strides are whole multiples of ALIGN_BYTES in this dtype."""
         per = max(ALIGN_BYTES // self.elem_bytes, 1)
-        return self.k % per == 0 and self.n % per == 0
+        return self.k % per == 0 and self.n % per == 0 and not self.misaligned_stride
+
+    @property
+    def timed_alone(self) -> bool:
+        """Whether its kernels ran alone on the device for most of their time (CONCURRENT_MAX_SHARE), so that their
+        duration measures their speed."""
+        return self.shared_us <= CONCURRENT_MAX_SHARE * self.time_us
 
     @property
     def shape(self) -> str:
-        return f"{self.name} m={self.m} k={self.k} n={self.n} {self.precision}"
+        stride = f" row stride {self.misaligned_stride}" if self.misaligned_stride else ""
+        return f"{self.name} m={self.m} k={self.k} n={self.n}{stride} {self.precision}"
+
+
+def misaligned_stride(s: OpShape, elem_bytes: int) -> int:
+    """The first row stride (elements) of the operator's two matrix operands that is no whole multiple of
+    ALIGN_BYTES, or 0 (none, or strides not recorded). A stride counts where its dimension has more than one element
+    and is neither 0 (broadcast) nor 1 (the contiguous one); an operand with no unit stride is copied by PyTorch
+    before the GEMM, so is not judged."""
+    per = max(ALIGN_BYTES // elem_bytes, 1)
+    for i in OPERANDS.get(s.name, (0, 1)):
+        if i >= min(len(s.dims), len(s.strides)) or not is_shape(s.dims[i]) or not is_shape(s.strides[i]):
+            continue
+        pairs = [(d, x) for d, x in zip(s.dims[i], s.strides[i]) if d > 1]
+        if not any(x == 1 for _, x in pairs):
+            continue
+        bad = next((x for _, x in pairs if x > 1 and x % per), 0)
+        if bad:
+            return bad
+    return 0
 
 
 def gemm_calls(f: RankFacts) -> list[GemmCall]:
-    """The window's 16-bit and fp8 GEMM operator calls that carry shapes and launched kernels, with their device time
-    (µs); [] without recorded shapes."""
+    """The window's 16-bit and fp8 GEMM operator calls that carry shapes and launched kernels, with their kernels'
+    device time and the part of it beside another stream's computation (µs); [] without recorded shapes."""
     t, w = f.table, f.window
     op = launching_op(t)
     kernels = w.device[(t.kind[w.device] == KERNEL) & (op[w.device] >= 0)]
@@ -85,8 +124,13 @@ def gemm_calls(f: RankFacts) -> list[GemmCall]:
         (m, k, n) = c.mkn
         out.append(GemmCall(row=int(r), name=s.name, m=m, k=k, n=n, flops=c.flops, bytes=c.bytes,
                             precision=c.precision, elem_bytes=DTYPE_BYTES[dtype], kernels=tuple(int(x) for x in ks),
-                            time_us=float((w.end_us[ks] - w.ts_us[ks]).sum())))
-    return out
+                            time_us=float((w.end_us[ks] - w.ts_us[ks]).sum()),
+                            misaligned_stride=misaligned_stride(s, DTYPE_BYTES[dtype])))
+    if not out:
+        return out
+    shared = concurrent_compute_us(t, w, np.array([k for c in out for k in c.kernels]))
+    starts = np.cumsum([0] + [len(c.kernels) for c in out[:-1]])
+    return [dataclasses.replace(c, shared_us=float(us)) for c, us in zip(out, np.add.reduceat(shared, starts))]
 
 
 def _rate(calls: list[GemmCall]) -> float:
@@ -106,7 +150,7 @@ def misaligned_gemm(f: RankFacts) -> F.Finding | None:
     if acc is None or not acc.hbm_tbps:
         return None
     # once per rank (RankFacts.once), not on every re-run of the rules (cv_diagnose re-runs them per threshold value)
-    bound = [c for c in f.once("gemm_calls", lambda: gemm_calls(f)) if c.time_us > 0
+    bound = [c for c in f.once("gemm_calls", lambda: gemm_calls(f)) if c.time_us > 0 and c.timed_alone
              and c.flops / max(c.bytes, 1.0) > acc.peak_flops(c.precision) / (acc.hbm_tbps * 1e12)]
     slow = []
     refs = {}

@@ -278,6 +278,7 @@ class OpShape:
     dims: list
     types: list
     concrete: list
+    strides: list   # "Input Strides" (PyTorch >= 2.0), as dims; [] when not recorded
 
 
 def op_shape(t: EventTable, row: int) -> OpShape | None:
@@ -290,7 +291,8 @@ def op_shape(t: EventTable, row: int) -> OpShape | None:
     dims = args.get("Input Dims")
     if not isinstance(dims, list):
         return None
-    return OpShape(t.names[int(t.name[row])], dims, args.get("Input type") or [], args.get("Concrete Inputs") or [])
+    return OpShape(t.names[int(t.name[row])], dims, args.get("Input type") or [], args.get("Concrete Inputs") or [],
+                   args.get("Input Strides") or [])
 
 
 # ---- the roofline ---------------------------------------------------------------------------------

@@ -21,13 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.attention import window_region_work, window_regions
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.gemm_shapes import GemmCall, gemm_calls
-from trainperf.diagnose.gpu_time import concurrent_compute_us
 from trainperf.diagnose.replay import Change
 from trainperf.diagnose.roofline import device_accelerator
 from trainperf.plan.compute import fp8_speedup, gemm_rate_flops, hbm_rate_bytes
@@ -43,9 +40,6 @@ SLOW_GEMM_MIN_PCT = 3.0  # the slow shapes' device time, % of the window: the me
 # a kernel's fixed device cost is the trace's shortest kernels' time (Graph.kernel_floor_us, 2-3 us on the GPU traces
 # at hand) but no more than this: in a window of long kernels only, the shortest is work, not the fixed cost
 KERNEL_FIXED_COST_MAX_US = 5.0
-# a GEMM call whose kernels ran beside another stream's computation for more than this share of their time is not
-# judged (overlapped micro-batches, a shared expert beside the routed ones)
-CONCURRENT_MAX_SHARE = 0.5
 
 
 def expected_us(c: GemmCall, acc, eff: Efficiency, kernel_floor_us: float) -> float:
@@ -73,14 +67,7 @@ def slow_gemm(f: RankFacts) -> F.Finding | None:
     # an unfused attention's batched products are unfused_attention's to price (as the fused kernel's time)
     in_attention = set(window_region_work(f).kernels.tolist()) if window_regions(f) else set()
     calls = [c for c in f.once("gemm_calls", lambda: gemm_calls(f))
-             if c.time_us > 0 and c.aligned and not in_attention.intersection(c.kernels)]
-    if not calls:
-        return None
-    # a GEMM that shared the device with another stream's computation for most of its time ran slower for it (two
-    # full GEMMs side by side each take ~twice as long): its duration does not measure its speed
-    shared = concurrent_compute_us(f.table, f.window, np.array([k for c in calls for k in c.kernels]))
-    starts = np.cumsum([0] + [len(c.kernels) for c in calls[:-1]])
-    calls = [c for c, us in zip(calls, np.add.reduceat(shared, starts)) if us <= CONCURRENT_MAX_SHARE * c.time_us]
+             if c.time_us > 0 and c.aligned and c.timed_alone and not in_attention.intersection(c.kernels)]
     if not calls:
         return None
     floor = min(f.graph.kernel_floor_us, KERNEL_FIXED_COST_MAX_US)

@@ -25,9 +25,10 @@ INT_COLUMNS = ("ts_ns", "dur_ns", "pid", "tid", "correlation", "stream", "extern
 # a Chunk given the first BASE_COLUMNS gets -1 for the others
 BASE_COLUMNS = 8
 # args the analyses read beyond the columns, kept per event as one compact JSON object (EventTable.args):
-# an operator call's recorded inputs (record_shapes=True), kept when it has "Input Dims", and a
-# collective's message size and group, kept when it has "In msg nelems" (PyTorch >= 2.1)
-SHAPE_ARGS = ("Input Dims", "Input type", "Concrete Inputs")
+# an operator call's recorded inputs (record_shapes=True), kept when it has "Input Dims" (their strides since
+# PyTorch 2.0: a view's row stride sets a GEMM operand's alignment), and a collective's message size and group,
+# kept when it has "In msg nelems" (PyTorch >= 2.1)
+SHAPE_ARGS = ("Input Dims", "Input type", "Concrete Inputs", "Input Strides")
 COMM_ARGS = ("In msg nelems", "Out msg nelems", "dtype", "Group size", "Process Group Ranks")
 KEPT_ARGS = SHAPE_ARGS + COMM_ARGS
 

@@ -43,6 +43,7 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     input_dims: msgspec.Raw = msgspec.field(default=ABSENT, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=ABSENT, name="Input type")
     concrete_inputs: msgspec.Raw = msgspec.field(default=ABSENT, name="Concrete Inputs")
+    input_strides: msgspec.Raw = msgspec.field(default=ABSENT, name="Input Strides")
     in_nelems: msgspec.Raw = msgspec.field(default=ABSENT, name="In msg nelems")
     out_nelems: msgspec.Raw = msgspec.field(default=ABSENT, name="Out msg nelems")
     dtype: msgspec.Raw = msgspec.field(default=ABSENT, name="dtype")
@@ -160,8 +161,10 @@ def _kept_json(a) -> bytes:
             s += b',"Input type":' + a.input_type
         if a.concrete_inputs is not ABSENT:
             s += b',"Concrete Inputs":' + a.concrete_inputs
+        if a.input_strides is not ABSENT:
+            s += b',"Input Strides":' + a.input_strides
         return s + b"}"
-    vals = (a.input_dims, a.input_type, a.concrete_inputs, a.in_nelems, a.out_nelems, a.dtype, a.group_size,
+    vals = (a.input_dims, a.input_type, a.concrete_inputs, a.input_strides, a.in_nelems, a.out_nelems, a.dtype, a.group_size,
             a.group_ranks)
     return b"{" + b",".join([k + v for k, v in zip(_KEPT_KEYS, vals) if v is not ABSENT]) + b"}"
 
