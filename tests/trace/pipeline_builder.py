@@ -25,34 +25,58 @@ ALL_REDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned lo
 ALL_REDUCE_US = 300.0
 
 
-def stage_order(schedule: str, stage: int, stages: int, micro: int) -> list[tuple[str, int]]:
-    """The (phase, micro-batch) order a stage runs its step in: GPipe's every forward, then every backward in reverse;
-    1F1B's (PipeDream-Flush, Megatron's default) stages - 1 - stage forwards to warm up, then one forward and one
-    backward in turn, then the backwards left; "forward" (generation): the forwards alone."""
+def stage_order(schedule: str, stage: int, stages: int, micro: int, chunks: int = 1) -> list[tuple[str, int, int]]:
+    """The (phase, micro-batch, model chunk) order a stage runs its step in: GPipe's every forward, then every backward
+    in reverse; 1F1B's (PipeDream-Flush, Megatron's default) stages - 1 - stage forwards to warm up, then one forward
+    and one backward in turn, then the backwards left; "interleaved" (Megatron's interleaved 1F1B, `chunks` model
+    chunks per stage: forward_backward_pipelining_with_interleaving's warm-up of 2 (stages - stage - 1) +
+    (chunks - 1) stages chunk-forwards, micro-batches taken in groups of `stages` per chunk); "forward"
+    (generation): the forwards alone."""
     if schedule == "forward":  # generation or serving: forwards only
-        return [("f", m) for m in range(micro)]
+        return [("f", m, 0) for m in range(micro)]
     if schedule == "gpipe":
-        return [("f", m) for m in range(micro)] + [("b", m) for m in reversed(range(micro))]
+        return [("f", m, 0) for m in range(micro)] + [("b", m, 0) for m in reversed(range(micro))]
+    if schedule == "interleaved":
+        total = micro * chunks
+
+        def unit(k: int, phase: str) -> tuple[str, int, int]:
+            c = (k % (stages * chunks)) // stages  # Megatron's get_model_chunk_id
+            return phase, (k // (stages * chunks)) * stages + k % stages, c if phase == "f" else chunks - 1 - c
+        warm = min(2 * (stages - stage - 1) + (chunks - 1) * stages, total)
+        order = [unit(k, "f") for k in range(warm)]
+        for k in range(total - warm):
+            order += [unit(warm + k, "f"), unit(k, "b")]
+        return order + [unit(k, "b") for k in range(total - warm, total)]
     if schedule != "1f1b":
         raise ValueError(f"unknown schedule {schedule!r}")
     warm = min(stages - 1 - stage, micro)
-    order = [("f", m) for m in range(warm)]
+    order = [("f", m, 0) for m in range(warm)]
     for i in range(micro - warm):
-        order += [("f", warm + i), ("b", i)]
-    return order + [("b", m) for m in range(micro - warm, micro)]
+        order += [("f", warm + i, 0), ("b", i, 0)]
+    return order + [("b", m, 0) for m in range(micro - warm, micro)]
+
+
+def source(phase: str, stage: int, chunk: int, stages: int, chunks: int) -> tuple[int, int] | None:
+    """The (stage, chunk) whose output a stage's chunk needs for its forward (activations) or backward (gradients),
+    None where the input is the stage's own (the first layer's data, the loss): with model chunks, the first stage's
+    chunk c takes the last stage's chunk c - 1 (and gives its gradient back)."""
+    if phase == "f":
+        return (stage - 1, chunk) if stage > 0 else (stages - 1, chunk - 1) if chunk > 0 else None
+    return (stage + 1, chunk) if stage < stages - 1 else (0, chunk + 1) if chunk < chunks - 1 else None
 
 
 def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noise_us: float = 0.0,
               rng: random.Random | None = None, replicas: int = 1, schedule_names: bool = False,
               schedule: str = "gpipe", all_reduce_us: float = ALL_REDUCE_US, aten_ops: bool = False,
               receive_syncs: bool = False, tp_all_reduce_us: float = 0.0, transfer_us: float = TRANSFER_US,
-              receive_floor_us: float = 10.0, transfer_args: dict | None = None) -> Path:
+              receive_floor_us: float = 10.0, transfer_args: dict | None = None, chunks: int = 1) -> Path:
     """Write rank<k>.json.gz for each rank k into out; return out. forward_us[s]: stage s's forward of a micro-batch
     (us), or a list of one per step; every compute kernel +-noise_us, uniform. replicas: data-parallel copies of the
     pipeline (rank d * stages + s is stage s of copy d, each copy's send/recv its own); with more than one, each
     stage's copies all-reduce their gradients at the end of the step (all_reduce_us after the last copy's backward).
     schedule_names: each compute launch inside a "PP:<stage><F|B><micro-batch>" annotation, as
-    torch.distributed.pipelining's multi-stage schedules record them. schedule: "gpipe", "1f1b" or "forward"
+    torch.distributed.pipelining's multi-stage schedules record them. schedule: "gpipe", "1f1b", "interleaved" (with
+    `chunks` model chunks per stage, each 1 / chunks of the stage's compute; micro a multiple of the stages) or "forward"
     (stage_order; in "forward", generation, the first stage starts a step once the last stage's output of the step
     before has come back to it: a send/recv from the last stage to the first). aten_ops: each compute launch inside an
     "aten::mm" operator (a loop PyTorch's profiler records operators of). receive_syncs: the host synchronizes the
@@ -87,23 +111,26 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
         for d in range(replicas):
             at = d * stages  # this copy's first rank
             # the kernels' noise, drawn in one order whatever the schedule (forwards by micro-batch then stage, the
-            # backwards in reverse), so that a schedule's jobs differ by their order alone
-            noise = {(phase, m, s): rng.uniform(-noise_us, noise_us)
+            # backwards in reverse; each stage's chunks innermost), so that a schedule's jobs differ by their order alone
+            noise = {(phase, m, s, c): rng.uniform(-noise_us, noise_us)
                      for phase, order in (("f", range(micro)), ("b", reversed(range(micro))))
-                     for m in order for s in (range(stages) if phase == "f" else reversed(range(stages)))}
-            todo = {s: stage_order(schedule, s, stages, micro) for s in range(stages)}
+                     for m in order for s in (range(stages) if phase == "f" else reversed(range(stages)))
+                     for c in range(chunks)}
+            todo = {s: stage_order(schedule, s, stages, micro, chunks) for s in range(stages)}
             while any(todo.values()):
+                ran = False
                 for s in range(stages):  # each stage runs its next op once its input has arrived
                     if not todo[s]:
                         continue
-                    phase, m = todo[s][0]
-                    src = s - 1 if phase == "f" else s + 1
-                    if 0 <= src < stages and (phase, at + src, m) not in done:
+                    phase, m, c = todo[s][0]
+                    src = source(phase, s, c, stages, chunks)
+                    if src is not None and (phase, at + src[0], m, src[1]) not in done:
                         continue
                     todo[s].pop(0)
+                    ran = True
                     start = free[at + s]
-                    if 0 <= src < stages:
-                        arrive = done[phase, at + src, m] + transfer_us
+                    if src is not None:
+                        arrive = done[phase, at + src[0], m, src[1]] + transfer_us
                         got = launch(at + s, SEND_RECV, min(free[at + s], arrive - receive_floor_us),
                                      max(arrive - free[at + s], receive_floor_us), stream=20, **p2p_args)
                         start = max(start, arrive)
@@ -111,24 +138,27 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
                             b[at + s].cpu("cudaDeviceSynchronize", host[at + s] + 1.0, got + 5.0 - host[at + s] - 1.0,
                                           cat="cuda_runtime")
                             host[at + s] = got + 5.0
-                    fwd = forward_us[s][step] if isinstance(forward_us[s], list) else forward_us[s]
-                    dur = (1.0 if phase == "f" else 2.0) * fwd + noise[phase, m, s]
-                    if schedule_names:
-                        b[at + s].cpu(f"PP:{s}{phase.upper()}{m}", host[at + s] + 2.0 - 0.5, 1.0, cat="user_annotation")
+                    fwd = (forward_us[s][step] if isinstance(forward_us[s], list) else forward_us[s]) / chunks
+                    dur = (1.0 if phase == "f" else 2.0) * fwd + noise[phase, m, s, c]
+                    if schedule_names:  # the virtual stage's index: chunk c of stage s is stage c x stages + s
+                        b[at + s].cpu(f"PP:{c * stages + s}{phase.upper()}{m}", host[at + s] + 2.0 - 0.5, 1.0,
+                                      cat="user_annotation")
                     if aten_ops:
                         b[at + s].cpu("aten::mm", host[at + s] + 2.0 - 0.25, 0.5)
-                    done[phase, at + s, m] = free[at + s] = launch(at + s, GEMM, start, dur)
+                    done[phase, at + s, m, c] = free[at + s] = launch(at + s, GEMM, start, dur)
                     if tp_all_reduce_us:  # the layer's output reduced across the stage's tensor-parallel ranks
-                        done[phase, at + s, m] = free[at + s] = launch(
+                        done[phase, at + s, m, c] = free[at + s] = launch(
                             at + s, ALL_REDUCE, free[at + s], tp_all_reduce_us, stream=23,
                             **{"Collective name": "allreduce", "Process Group Name": "tp"})
-                    dst = s + 1 if phase == "f" else s - 1
-                    if 0 <= dst < stages:  # its output leaves for the next stage
-                        launch(at + s, SEND_RECV, done[phase, at + s, m], transfer_us, stream=21, **p2p_args)
+                    if any(source(phase, d, e, stages, chunks) == (s, c) for d in range(stages) for e in range(chunks)):
+                        # its output leaves for the stage that takes it
+                        launch(at + s, SEND_RECV, done[phase, at + s, m, c], transfer_us, stream=21, **p2p_args)
+                if not ran:
+                    raise ValueError(f"the {schedule} schedule deadlocks with {stages} stages, {micro} micro-batches")
             if schedule == "forward" and stages > 1:  # the last stage's output (the next token) returns to the first
                 last = at + stages - 1
-                launch(last, SEND_RECV, done["f", last, micro - 1], transfer_us, stream=21, **p2p_args)
-                arrive = done["f", last, micro - 1] + transfer_us
+                launch(last, SEND_RECV, done["f", last, micro - 1, 0], transfer_us, stream=21, **p2p_args)
+                arrive = done["f", last, micro - 1, 0] + transfer_us
                 launch(at, SEND_RECV, min(free[at], arrive - receive_floor_us),
                        max(arrive - free[at], receive_floor_us), stream=20, **p2p_args)
                 free[at] = max(free[at], arrive)
@@ -141,7 +171,7 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
                 free[k] = last + all_reduce_us
         for k in range(ranks):
             sync_at = host[k] + 5.0
-            end = max(free[k], done.get(("f", k, micro - 1), 0.0)) + 100
+            end = max(free[k], done.get(("f", k, micro - 1, 0), 0.0)) + 100
             b[k].cpu("cudaDeviceSynchronize", sync_at, end - sync_at, cat="cuda_runtime")
             b[k].step(step, T[k], end + 50 - T[k])
             T[k] = end + 50
