@@ -72,11 +72,11 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
               receive_floor_us: float = 10.0, transfer_args: dict | None = None, chunks: int = 1) -> Path:
     """Write rank<k>.json.gz for each rank k into out; return out. forward_us[s]: stage s's forward of a micro-batch
     (us), or a list of one per step; every compute kernel +-noise_us, uniform. replicas: data-parallel copies of the
-    pipeline (rank d * stages + s is stage s of copy d, each copy's send/recv its own); with more than one, each
-    stage's copies all-reduce their gradients at the end of the step (all_reduce_us after the last copy's backward).
+    pipeline (rank d * stages + s is stage s of copy d, each copy's send/recv its own); with more than one, each stage's
+    copies all-reduce their gradients at the end of the step (all_reduce_us after the last copy's backward).
     schedule_names: each compute launch inside a "PP:<stage><F|B><micro-batch>" annotation, as
-    torch.distributed.pipelining's multi-stage schedules record them. schedule: "gpipe", "1f1b", "interleaved" (with
-    `chunks` model chunks per stage, each 1 / chunks of the stage's compute; micro a multiple of the stages) or "forward"
+    torch.distributed.pipelining's multi-stage schedules record them. schedule: "gpipe", "1f1b", "interleaved" (`chunks`
+    model chunks per stage, each 1 / chunks of the stage's compute; micro a multiple of the stages) or "forward"
     (stage_order; in "forward", generation, the first stage starts a step once the last stage's output of the step
     before has come back to it: a send/recv from the last stage to the first). aten_ops: each compute launch inside an
     "aten::mm" operator (a loop PyTorch's profiler records operators of). receive_syncs: the host synchronizes the
@@ -111,7 +111,7 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
         for d in range(replicas):
             at = d * stages  # this copy's first rank
             # the kernels' noise, drawn in one order whatever the schedule (forwards by micro-batch then stage, the
-            # backwards in reverse; each stage's chunks innermost), so that a schedule's jobs differ by their order alone
+            # backwards in reverse; a stage's chunks innermost), so that a schedule's jobs differ by their order alone
             noise = {(phase, m, s, c): rng.uniform(-noise_us, noise_us)
                      for phase, order in (("f", range(micro)), ("b", reversed(range(micro))))
                      for m in order for s in (range(stages) if phase == "f" else reversed(range(stages)))
