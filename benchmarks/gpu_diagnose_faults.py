@@ -24,7 +24,10 @@ Scenarios, each in a subprocess of its own (CUDA_LAUNCH_BLOCKING must be set bef
             aligned, the strides recorded ("Input Strides") are not (misaligned_gemm's to find; fixed: big,
             contiguous weights);
   conv      6 blocks of 3x3 convolution (64 channels), batch norm and ReLU over [32, 64, 56, 56] in bf16, NCHW: cuDNN
-            converts to NHWC and back around each convolution (fixed: conv_cl, model and input in channels_last).
+            converts to NHWC and back around each convolution (fixed: conv_cl, model and input in channels_last);
+  unfused   4 Llama-style blocks (width 2048, SwiGLU MLP of 5632, 16384 tokens, bf16) written as Hugging Face's eager
+            code: RMSNorm as pow, mean, rsqrt and two multiplies, SiLU and the gate's multiply apart, each its own
+            kernel (fixed: fused, the same model after trainperf.kernels.apply: fused RMSNorm and SwiGLU).
 big, strided and the conv loops are profiled with record_shapes=True (SHAPES_RECORDED).
 Each: the step time (ms) without the profiler, as the profiled loop runs (steps queued ahead, the median of 5
 chunks' mean step; and a synchronize after every step, as a loop that reads its loss each step runs), then a
@@ -53,7 +56,7 @@ from pathlib import Path
 SCENARIOS = {"async": {}, "blocking": {"CUDA_LAUNCH_BLOCKING": "1"}, "scalar": {},
              "nocache": {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, "graphed": {}, "big": {}, "dataload": {},
              "syncs": {}, "empty_cache": {}, "pageable": {}, "pinned": {}, "fp32": {}, "tf32": {}, "deep": {},
-             "deep_tf32": {}, "strided": {}, "conv": {}, "conv_cl": {}}
+             "deep_tf32": {}, "strided": {}, "conv": {}, "conv_cl": {}, "unfused": {}, "fused": {}}
 # the scenario each fault's fix turns it into, and the fix: true gain = 1 - fixed / faulty
 FIXED_BY = {"blocking": ("async", "unset CUDA_LAUNCH_BLOCKING"),
             "nocache": ("async", "the caching allocator"),
@@ -65,14 +68,15 @@ FIXED_BY = {"blocking": ("async", "unset CUDA_LAUNCH_BLOCKING"),
             "fp32": ("tf32", "TF32 matmuls"),
             "deep": ("deep_tf32", "TF32 matmuls (a host that fills the launch queue)"),
             "strided": ("big", "contiguous weights"),
-            "conv": ("conv_cl", "channels_last")}
+            "conv": ("conv_cl", "channels_last"),
+            "unfused": ("fused", "fused RMSNorm and SwiGLU kernels (trainperf.kernels.apply)")}
 BIG = ("big", "dataload", "pageable", "pinned", "fp32", "tf32", "strided")  # the GPU-bound loop's scenarios
 # scenarios profiled with record_shapes=True: the healthy GPU-bound loop, on which the shape-priced findings
 # (slow_gemm, misaligned_gemm, memory_bound_unfused) must find no fault, its fault whose shapes look aligned while the
 # GEMMs' row strides are not (misaligned_gemm's to find), and the convolution loops
 SHAPES_RECORDED = ("big", "strided", "conv", "conv_cl")
 CONV_SHAPE = {"cuda": (32, 64, 56), "cpu": (2, 8, 16)}  # batch, channels, height = width of the convolution loops
-SHAPES = {"small": (2048, 12, 4096), "big": (8192, 4, 8192), "deep": (1024, 96, 8192),
+SHAPES = {"small": (2048, 12, 4096), "big": (8192, 4, 8192), "deep": (1024, 96, 8192), "llama": (2048, 4, 16384),
           "cpu": (256, 2, 256)}  # width, blocks, tokens
 BATCH_MAKING_S = 0.030
 
@@ -101,8 +105,44 @@ def _model(device: str, size: str, capturable: bool = False, fp32: bool = False,
         def forward(self, x):
             return nn.functional.linear(x, self.storage[:, :width], self.bias)
 
+    class LlamaRMSNorm(nn.Module):
+        """Hugging Face's eager RMSNorm (modeling_llama), one kernel per operation."""
+
+        def __init__(self):
+            super().__init__()
+            self.weight, self.variance_epsilon = nn.Parameter(torch.ones(width)), 1e-6
+
+        def forward(self, x):
+            h = x.to(torch.float32)
+            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+            return self.weight * h.to(x.dtype)
+
+    class LlamaMLP(nn.Module):
+        """Hugging Face's eager SwiGLU MLP: down(silu(gate(x)) * up(x)), SiLU and the multiply apart."""
+
+        def __init__(self):
+            super().__init__()
+            hidden = 11 * width // 4
+            self.gate_proj, self.up_proj = nn.Linear(width, hidden, bias=False), nn.Linear(width, hidden, bias=False)
+            self.down_proj, self.act_fn = nn.Linear(hidden, width, bias=False), nn.SiLU()
+
+        def forward(self, x):
+            return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+    class LlamaBlock(nn.Module):
+        """x + mlp(norm(x)): a decoder layer without its attention."""
+
+        def __init__(self):
+            super().__init__()
+            self.norm, self.mlp = LlamaRMSNorm(), LlamaMLP()
+
+        def forward(self, x):
+            return x + self.mlp(self.norm(x))
+
     linear = StridedLinear if strided else (lambda: nn.Linear(width, width))
     blocks = [m for _ in range(n_blocks) for m in (linear(), nn.GELU(), nn.LayerNorm(width))]
+    if size == "llama":
+        blocks = [LlamaBlock() for _ in range(n_blocks)]
     if size == "conv":  # 6 blocks of a 3x3 convolution, batch norm and ReLU over [batch, channels, h, h]
         batch, channels, h = CONV_SHAPE[device]
         blocks = [m for _ in range(6) for m in (nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels),
@@ -139,10 +179,14 @@ def _step_fn(name: str, device: str):
     cuda = device == "cuda"
     torch.backends.cuda.matmul.allow_tf32 = name in ("tf32", "deep_tf32")  # else full-precision fp32 GEMMs
     size = ("deep" if name.startswith("deep") else "conv" if name.startswith("conv") else "big" if name in BIG
-            else "small")
+            else "llama" if name in ("unfused", "fused") else "small")
     model, opt, x = _model(device, size, capturable=name == "graphed" and cuda,
                            fp32=name in ("fp32", "tf32", "deep", "deep_tf32"), strided=name == "strided",
                            channels_last=name == "conv_cl")
+    if name == "fused":  # the fix of the eager blocks: trainperf's fused RMSNorm and SwiGLU swapped in
+        from trainperf.kernels import apply
+
+        apply(model)
     if name in ("pageable", "pinned"):  # each step's input comes from host memory, pageable or pinned
         host_x = x.cpu().pin_memory() if name == "pinned" and cuda else x.cpu()
     if name == "syncs" and cuda:  # a synchronize after every Linear (timing layers, a debugging habit)

@@ -15,9 +15,10 @@ from kineto_builder import TraceBuilder  # noqa: E402
 P, STEPS, N, K_US = 2000.0, 5, 10, 80.0
 
 
-def gpu_bound_trace(folder: Path, *, op: str, kernel: str, device: dict, op_args: dict | None = None) -> Path:
+def gpu_bound_trace(folder: Path, *, op: str, kernel: str, device: dict, op_args: dict | None = None,
+                    every_other_kernel: str | None = None) -> Path:
     """Write the trace as folder/t.json.gz (deviceProperties [device]) and return its path; op_args (recorded
-    shapes and types) go on every op beside its External id."""
+    shapes and types) go on every op beside its External id; every_other_kernel: the odd ops' kernel instead."""
     b = TraceBuilder()
     ext = 0
     for s in range(STEPS):
@@ -27,7 +28,8 @@ def gpu_bound_trace(folder: Path, *, op: str, kernel: str, device: dict, op_args
             at = T + 10.0 * k
             ext += 1
             b.cpu(op, at, 9.0, **{"External id": ext, **(op_args or {})})
-            b.launch(kernel, at + 2.0, T + 7.0 + K_US * k, K_US, launch_dur=5.0)
+            name = every_other_kernel if every_other_kernel and k % 2 else kernel
+            b.launch(name, at + 2.0, T + 7.0 + K_US * k, K_US, launch_dur=5.0)
         end = T + 7.0 + K_US * N
         b.cpu("cudaDeviceSynchronize", T + 100.0, end + 5.0 - (T + 100.0), cat="cuda_runtime")
         b.cpu("python_work", end + 6.0, T + P - end - 7.0)

@@ -294,7 +294,9 @@ RECOMMENDATIONS = {
     "small_kernels": "Many kernels are tiny: fuse them (torch.compile, fused optimizers, foreach ops) or use "
                      "CUDA graphs to cut per-launch overhead.",
     "memory_bound_unfused": "Elementwise and reduction kernels take a large share: fuse them (torch.compile, "
-                            "fused LayerNorm/RMSNorm, fused activation and dropout, Liger/Triton kernels).",
+                            "fused LayerNorm/RMSNorm, fused activation and dropout, Liger/Triton kernels: "
+                            "trainperf.kernels.apply(model) swaps fused RMSNorm, SwiGLU, RoPE and cross-entropy "
+                            "into a Llama-style model).",
     "optimizer_slow": "The optimizer step is expensive: use the fused or foreach implementation "
                       "(torch.optim.AdamW(fused=True)), or shard optimizer state (ZeRO/FSDP).",
     "idle_gpu": "The GPU is idle for a large share of the window with no single cause found: look at the "
@@ -406,7 +408,7 @@ def severity_of(gain_pct: float) -> str:
 # the tiny kernels small_kernels names, graph_small_kernels, is a local change that foreach ops or torch.compile
 # make; removing a wait assumes nothing.) A rule may also mark its finding an upper bound (exposed_comm when the
 # exposed time is point-to-point: the receiver usually needs the data, so overlap may not hide it).
-UPPER_BOUND_CHANGES = frozenset({"graph_launches", "speedup", "host_speedup", "remove_host_work"})
+UPPER_BOUND_CHANGES = frozenset({"graph_launches", "speedup", "host_speedup", "remove_host_work", "fuse_kernels"})
 
 
 def make(kind: str, ranks, steps, metrics: dict, events=(), gain_pct: float | None = None, gain_us: float = 0.0,
@@ -523,7 +525,7 @@ def _assumes_a_speedup(f: Finding) -> bool:
 # wait has a gain the trace itself measures. rank_key ranks every upper bound (Finding.gain_is_upper_bound) with
 # them: the launches' host cost is measured, but that one CUDA graph of the whole step removes all of it is not
 # (UPPER_BOUND_CHANGES), so it must not outrank a fix the trace confirms (fusing the tiny kernels it also holds).
-ASSUMED_SPEEDUP_CHANGES = frozenset({"host_speedup", "speedup", "speedup_rows"})
+ASSUMED_SPEEDUP_CHANGES = frozenset({"host_speedup", "speedup", "speedup_rows", "fuse_kernels"})
 
 # A stall (time the step spends waiting: data, checkpoint, syncs, blocking copies, the allocator, exposed
 # collectives, a slower rank) ranks before fixes that make necessary work cheaper (CUDA graphs, fusion, a

@@ -89,7 +89,7 @@ CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_co
                 "unblock_pageable_copies", "remove_allocator", "overlap_comm", "remove_straggler_wait", "speedup",
                 "host_speedup", "graph_small_kernels", "graph_launches", "compute_speedup", "speedup_rows",
                 "drop_rows", "remove_wasted_rows", "remove_host_work", "fuse_optimizer", "unprofiled_host",
-                "shrink_bubble", "remove_kernels")
+                "shrink_bubble", "remove_kernels", "fuse_kernels")
 
 
 @dataclass(frozen=True)
@@ -118,13 +118,14 @@ class Change:
     its neighbours, the schedule's bubble, shrunk by more micro-batches or interleaving; rules.pipeline_bubble) |
     remove_kernels (the kernels of trace rows `rows` not run and their launch calls gone from the host, the calls'
     own time, Graph.launch_call_us: kernels a library launches inside an operator that a setting makes unneeded,
-    layout.layout_transposes). Several changes replay together (`replay(g, [a, b])`)."""
+    layout.layout_transposes) | fuse_kernels (the same, for the kernels a fusion is assumed to fold into the ones
+    kept: fusion.fusion_runs, an estimate). Several changes replay together (`replay(g, [a, b])`)."""
 
     kind: str = "none"
     category: int = -1
     factor: float = 1.0
     site: int = -1  # remove_syncs: only the syncs of this call site (Graph.site_names index); -1 all
-    rows: tuple = ()  # speedup_rows, drop_rows, remove_wasted_rows, shrink_bubble, remove_kernels: the trace rows
+    rows: tuple = ()  # speedup_rows, drop_rows, remove_wasted_rows, shrink_bubble, *_kernels: the trace rows
     #                   of the device events; remove_host_work: the trace rows of the host calls whose gaps lose
     #                   their work; fuse_optimizer: the trace rows of the per-tensor launch calls; overlap_comm:
     #                   the collectives overlapped (empty: all)
@@ -148,6 +149,8 @@ class Change:
             return f"{len(self.rows)} kernels not run"
         if self.kind == "remove_kernels":
             return f"{len(self.rows)} kernels neither launched nor run"
+        if self.kind == "fuse_kernels":
+            return f"{len(self.rows)} kernels fused into their neighbours"
         return self.kind.replace("_", " ")
 
 
@@ -1110,10 +1113,11 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
         if c.kind == "compute_speedup":
             sel = dev & (g.category >= 0) & ~np.isin(g.category, (COMMUNICATION, CAT_MEMCPY, CAT_MEMSET))
             dur[sel] = dur[sel] / c.factor
-        if c.kind in ("speedup_rows", "shrink_bubble", "drop_rows", "remove_wasted_rows", "remove_kernels"):
+        if c.kind in ("speedup_rows", "shrink_bubble", "drop_rows", "remove_wasted_rows", "remove_kernels",
+                      "fuse_kernels"):
             sel = dev & np.isin(g.rows, np.asarray(c.rows, dtype=np.int64))
             dur[sel] = dur[sel] / c.factor if c.kind in ("speedup_rows", "shrink_bubble") else 0.0
-            if c.kind == "remove_kernels":  # their launches go too (the call's own time; the op around it stays)
+            if c.kind in ("remove_kernels", "fuse_kernels"):  # their launches go too (the calls' own time)
                 launch_gone[g.launch[sel & (g.launch >= 0)]] = True
     if "remove_straggler_wait" in kinds:
         dur = dur - g.comm_wait

@@ -26,6 +26,7 @@ from trainperf.diagnose.host import OPTIMIZER_RE, span_rows
 from trainperf.diagnose.layout import LAYOUT_TRANSPOSE_RE, layout_transposes
 from trainperf.diagnose.launch import SMALL_KERNEL_US
 from trainperf.diagnose.precision import fp32_matmul
+from trainperf.diagnose.fusion import fusion_runs
 from trainperf.diagnose.pipeline import implied_micro_batches, schedule_bubble_pct
 from trainperf.diagnose.recompute import recompute_overhead
 from trainperf.diagnose.replay import (BLOCK_COMM, BLOCK_PAGEABLE, BLOCK_SYNC, Change, Graph, blocked_us,
@@ -943,17 +944,31 @@ def memory_bound_unfused(f: RankFacts) -> Finding | None:
            for n, d, k, t0 in c.top_kernels if not _not_fusable(n)]
     busy_pct = 100.0 - f.breakdown.idle_pct
     metrics = {"elementwise_and_reduction": (share, "% of busy")}
+    runs = f.once("fusion_runs", lambda: fusion_runs(f, _not_fusable))
+    changes, what = [], []
+    if runs.removed.size:
+        metrics.update(fusable_runs=(runs.runs, "count"), kernels_in_runs=(runs.kernels, "count"),
+                       kernels_fusion_removes=(int(runs.removed.size), "count"),
+                       their_time=(runs.removed_us, "us"))
+        changes.append(Change("fuse_kernels", rows=tuple(int(r) for r in runs.removed)))
+        what.append(f"each run of elementwise and reduction kernels fused into its reductions or its longest "
+                    f"kernel ({runs.removed.size} of {runs.kernels} kernels gone)")
     hbm = f.memory_bound_hbm_pct()
-    if hbm is None or hbm <= 0:
+    factor = max(100.0 / hbm, 1.0) if hbm else 1.0
+    if hbm:
+        metrics["achieved_bandwidth"] = (hbm, "% of HBM peak")
+        changes += [Change("speedup", ELEMENTWISE, factor), Change("speedup", REDUCTION, factor)]
+        what.append(f"elementwise and reduction kernels at the HBM peak ({factor:.2g}x faster)")
+    if not changes:
         return _make(f, "memory_bound_unfused", metrics, top[:4],
-                     what_if="not priced: the achieved bandwidth needs the operators' shapes (record_shapes=True) "
-                             "and the device (deviceProperties)", evidence_pct=share * busy_pct / 100.0)
-    metrics["achieved_bandwidth"] = (hbm, "% of HBM peak")
-    factor = max(100.0 / hbm, 1.0)
-    return _make(f, "memory_bound_unfused", metrics, top[:4],
-                 (Change("speedup", ELEMENTWISE, factor), Change("speedup", REDUCTION, factor)),
-                 f"elementwise and reduction kernels at the HBM peak ({factor:.2g}x faster)",
-                 evidence_pct=share * busy_pct / 100.0 * (1.0 - 1.0 / factor))
+                     what_if="not priced: no run of kernels to fuse, and the achieved bandwidth needs the operators' "
+                             "shapes (record_shapes=True) and the device (deviceProperties)",
+                     evidence_pct=share * busy_pct / 100.0)
+    # the kernels fusion removes, and the rest of the memory-bound time at the HBM peak
+    gone_pct = f.pct(runs.removed_us)
+    left_pct = max(share * busy_pct / 100.0 - gone_pct, 0.0)
+    return _make(f, "memory_bound_unfused", metrics, top[:4], tuple(changes), "; ".join(what),
+                 evidence_pct=gone_pct + left_pct * (1.0 - 1.0 / factor))
 
 
 OPTIMIZER_BUSY_PCT = 10.0  # unfused optimizer kernels, % of device busy time

@@ -1,0 +1,86 @@
+"""What fusing a rank's memory-bound kernels would remove: runs of elementwise and reduction kernels back to back on
+one stream, each of which a fusing compiler (torch.compile's Inductor) or a hand-fused kernel (Liger's RMSNorm,
+SwiGLU, cross-entropy; Apex's fused LayerNorm) would run as one.
+
+Each kernel of such a run reads its inputs from HBM and writes its output back; fused, the intermediates stay in
+registers and the run reads its inputs and writes its outputs once. Without the tensors' identities (the trace has
+none) the fused run's time is taken as that of the kernels it cannot do without: its reductions, each of which keeps
+its own pass over the data with the elementwise work before and after it folded in (Inductor fuses pointwise
+prologues and epilogues into a reduction), or, with no reduction, its longest kernel (a chain of pointwise ops reads
+and writes about what its widest op does). The others are removed, launch and all. This is an estimate, an upper
+bound on what fusion gains: a run's kernels on unrelated tensors (independent ops that happen to follow each other)
+do not fuse vertically, and a fused backward may keep several outputs.
+
+A run of the same ops applied tensor after tensor (the update of each parameter, the same layer's ops again) is cut
+into one chain per tensor where its first kernel's name comes again (_chains): ops on independent tensors fuse only
+horizontally (foreach kernels), which saves launches, not traffic. A run is broken by any other device work on the
+stream (a GEMM, a collective, a copy: fusing across those needs epilogue fusion into the GEMM, which is not assumed)
+and by the end of a step. Kernels a compiler already fused, a convolution's layout conversions (layout_transposes')
+and an optimizer's multi-tensor kernels (optimizer_slow's) are no part of a run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainperf.diagnose.facts import RankFacts
+from trainperf.trace.events import ELEMENTWISE, KERNEL, REDUCTION
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FusionRuns:
+    """The rank's runs of fusable kernels and what fusing each removes."""
+
+    runs: int               # chains of 2 or more fusable kernels
+    kernels: int            # the kernels in those chains
+    removed: np.ndarray     # trace rows of the kernels fusion would remove (int64)
+    removed_us: float       # their device time (µs)
+    run_us: float           # the runs' device time (µs)
+
+
+def fusion_runs(f: RankFacts, not_fusable) -> FusionRuns:
+    """The window's chains of 2 or more fusable kernels (elementwise or reduction, `not_fusable(name)` false) back to
+    back on one stream (module docstring), and the kernels fusing each chain would remove: all but its reductions, or
+    all but its longest kernel when it has none."""
+    t, w = f.table, f.window
+    dev = w.device
+    if not dev.size:
+        return FusionRuns(runs=0, kernels=0, removed=np.zeros(0, np.int64), removed_us=0.0, run_us=0.0)
+    fusable = (t.kind[dev] == KERNEL) & np.isin(t.category[dev], (ELEMENTWISE, REDUCTION)) & \
+        ~np.isin(t.name[dev], t.ids_matching(not_fusable))
+    dur = w.end_us[dev] - w.ts_us[dev]
+    # each lane (process, stream) in device order; a run is a stretch of fusable kernels no other work interrupts
+    order = np.lexsort((w.ts_us[dev], t.stream[dev], t.pid[dev]))
+    lane = np.stack([t.pid[dev][order], t.stream[dev][order]], axis=1)
+    new_lane = np.r_[True, (lane[1:] != lane[:-1]).any(axis=1)]
+    step = t.step[dev][order]
+    new_step = np.r_[True, step[1:] != step[:-1]]  # no fusion reaches across a step's end
+    fus = fusable[order]
+    starts = fus & (new_lane | new_step | ~np.r_[False, fus[:-1]])
+    run_id = np.cumsum(starts) - 1
+    removed, n_runs, n_kernels, run_us = [], 0, 0, 0.0
+    idx = np.flatnonzero(fus)
+    for members in np.split(idx, np.flatnonzero(np.diff(run_id[idx])) + 1) if idx.size else ():
+        for chain in _chains(t.name[dev[order[members]]]):
+            if chain.size < 2:
+                continue
+            rows, d = dev[order[members[chain]]], dur[order[members[chain]]]
+            reductions = t.category[rows] == REDUCTION
+            keep = reductions if reductions.any() else np.arange(rows.size) == int(np.argmax(d))
+            removed.append(rows[~keep])
+            n_runs += 1
+            n_kernels += rows.size
+            run_us += float(d.sum())
+    gone = np.concatenate(removed) if removed else np.zeros(0, np.int64)
+    return FusionRuns(runs=n_runs, kernels=n_kernels, removed=gone.astype(np.int64),
+                      removed_us=float((w.end_us[gone] - w.ts_us[gone]).sum()), run_us=run_us)
+
+
+def _chains(names: np.ndarray) -> list[np.ndarray]:
+    """A run's kernels (their name ids, in order) cut into chains where the run's first kernel's name comes again: the
+    same sequence of ops applied tensor after tensor (a per-parameter update, a clipping loop) is work on independent
+    tensors, fused across them only horizontally (foreach, multi-tensor kernels: fewer launches, the same bytes); each
+    repetition is one chain of dependent ops. Returns index arrays into `names`."""
+    return np.split(np.arange(names.size), np.flatnonzero(names == names[0])[1:]) if names.size else []
