@@ -54,7 +54,7 @@ def test_memory_bound_is_priced_at_the_hbm_peak(tmp_path):
     f = _finding(diagnose(_trace(tmp_path)))
     hbm = f.evidence["metrics"]["achieved_bandwidth"]["value"]
     assert hbm == pytest.approx(100.0 * T_ROOF / K_US, abs=0.01)
-    assert "fusable_runs" not in f.evidence["metrics"]
+    assert "fusable_chains" not in f.evidence["metrics"]
     n = len(f.steps)
     assert n == STEPS - 1
     span = n * P  # the analysed steps, each closed by its Python after the sync, which no fix moves
@@ -86,7 +86,7 @@ def test_a_run_is_fused_into_its_reduction_or_its_longest_kernel(tmp_path):
         (tmp_path / name).mkdir()
         f = _finding(diagnose(_run_trace(tmp_path / name, [(GEMM, gemm_us), *run, (GEMM, gemm_us)])))
         m, n = f.evidence["metrics"], len(f.steps)  # one run in each analysed step
-        assert m["fusable_runs"]["value"] == n and m["kernels_in_runs"]["value"] == n * (3 + (name == "reduction"))
+        assert m["fusable_chains"]["value"] == n and m["kernels_in_chains"]["value"] == n * (3 + (name == "reduction"))
         assert m["their_time"]["value"] == pytest.approx(n * gone)
         assert f.gain_alone_pct == pytest.approx(100.0 * gone / P, abs=0.01), name
         assert f.gain_is_upper_bound and "not priced" not in f.what_if
@@ -101,5 +101,5 @@ def test_kernels_with_other_work_between_them_or_on_other_tensors_are_no_chain(t
     (tmp_path / "loop").mkdir()
     f = _finding(diagnose(_run_trace(tmp_path / "loop", [(GEMM, 200.0), *[(MUL_K, 60.0), (KERNEL, 40.0)] * 2,
                                                           (GEMM, 200.0)])))
-    assert f.evidence["metrics"]["fusable_runs"]["value"] == 2 * len(f.steps)
+    assert f.evidence["metrics"]["fusable_chains"]["value"] == 2 * len(f.steps)
     assert f.gain_alone_pct == pytest.approx(100.0 * 2 * 40.0 / P, abs=0.01)

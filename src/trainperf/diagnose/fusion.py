@@ -30,24 +30,24 @@ from trainperf.trace.events import ELEMENTWISE, KERNEL, REDUCTION
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class FusionRuns:
-    """The rank's runs of fusable kernels and what fusing each removes."""
+class FusionChains:
+    """The rank's chains of fusable kernels and what fusing each removes."""
 
-    runs: int               # chains of 2 or more fusable kernels
+    chains: int             # chains of 2 or more fusable kernels
     kernels: int            # the kernels in those chains
     removed: np.ndarray     # trace rows of the kernels fusion would remove (int64)
     removed_us: float       # their device time (µs)
-    run_us: float           # the runs' device time (µs)
+    chains_us: float        # the chains' device time (µs)
 
 
-def fusion_runs(f: RankFacts, not_fusable) -> FusionRuns:
+def fusion_chains(f: RankFacts, not_fusable) -> FusionChains:
     """The window's chains of 2 or more fusable kernels (elementwise or reduction, `not_fusable(name)` false) back to
     back on one stream (module docstring), and the kernels fusing each chain would remove: all but its reductions, or
     all but its longest kernel when it has none."""
     t, w = f.table, f.window
     dev = w.device
     if not dev.size:
-        return FusionRuns(runs=0, kernels=0, removed=np.zeros(0, np.int64), removed_us=0.0, run_us=0.0)
+        return FusionChains(chains=0, kernels=0, removed=np.zeros(0, np.int64), removed_us=0.0, chains_us=0.0)
     fusable = (t.kind[dev] == KERNEL) & np.isin(t.category[dev], (ELEMENTWISE, REDUCTION)) & \
         ~np.isin(t.name[dev], t.ids_matching(not_fusable))
     dur = w.end_us[dev] - w.ts_us[dev]
@@ -60,7 +60,7 @@ def fusion_runs(f: RankFacts, not_fusable) -> FusionRuns:
     fus = fusable[order]
     starts = fus & (new_lane | new_step | ~np.r_[False, fus[:-1]])
     run_id = np.cumsum(starts) - 1
-    removed, n_runs, n_kernels, run_us = [], 0, 0, 0.0
+    removed, n_chains, n_kernels, chains_us = [], 0, 0, 0.0
     idx = np.flatnonzero(fus)
     for members in np.split(idx, np.flatnonzero(np.diff(run_id[idx])) + 1) if idx.size else ():
         for chain in _chains(t.name[dev[order[members]]]):
@@ -70,12 +70,12 @@ def fusion_runs(f: RankFacts, not_fusable) -> FusionRuns:
             reductions = t.category[rows] == REDUCTION
             keep = reductions if reductions.any() else np.arange(rows.size) == int(np.argmax(d))
             removed.append(rows[~keep])
-            n_runs += 1
+            n_chains += 1
             n_kernels += rows.size
-            run_us += float(d.sum())
+            chains_us += float(d.sum())
     gone = np.concatenate(removed) if removed else np.zeros(0, np.int64)
-    return FusionRuns(runs=n_runs, kernels=n_kernels, removed=gone.astype(np.int64),
-                      removed_us=float((w.end_us[gone] - w.ts_us[gone]).sum()), run_us=run_us)
+    return FusionChains(chains=n_chains, kernels=n_kernels, removed=gone.astype(np.int64),
+                        removed_us=float((w.end_us[gone] - w.ts_us[gone]).sum()), chains_us=chains_us)
 
 
 def _chains(names: np.ndarray) -> list[np.ndarray]:

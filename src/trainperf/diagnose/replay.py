@@ -119,7 +119,7 @@ class Change:
     remove_kernels (the kernels of trace rows `rows` not run and their launch calls gone from the host, the calls'
     own time, Graph.launch_call_us: kernels a library launches inside an operator that a setting makes unneeded,
     layout.layout_transposes) | fuse_kernels (the same, for the kernels a fusion is assumed to fold into the ones
-    kept: fusion.fusion_runs, an estimate). Several changes replay together (`replay(g, [a, b])`)."""
+    kept: fusion.fusion_chains, an estimate). Several changes replay together (`replay(g, [a, b])`)."""
 
     kind: str = "none"
     category: int = -1

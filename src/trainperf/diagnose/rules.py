@@ -19,6 +19,7 @@ from trainperf.diagnose.copies import exposed_memcpy
 from trainperf.diagnose.collectives import TransferRate
 from trainperf.diagnose.evidence import SAMPLED_IDS_PER_CALL, is_sampled
 from trainperf.diagnose.facts import RankFacts, StragglerFacts
+from trainperf.diagnose.fusion import fusion_chains
 from trainperf.diagnose.gemm_shapes import misaligned_gemm
 from trainperf.diagnose.gpu_time import Overlap, idle_in_span_us, idle_in_spans_us
 from trainperf.diagnose.grad_sync import grad_sync_per_microbatch
@@ -26,7 +27,6 @@ from trainperf.diagnose.host import OPTIMIZER_RE, span_rows
 from trainperf.diagnose.layout import LAYOUT_TRANSPOSE_RE, layout_transposes
 from trainperf.diagnose.launch import SMALL_KERNEL_US
 from trainperf.diagnose.precision import fp32_matmul
-from trainperf.diagnose.fusion import fusion_runs
 from trainperf.diagnose.pipeline import implied_micro_batches, schedule_bubble_pct
 from trainperf.diagnose.recompute import recompute_overhead
 from trainperf.diagnose.replay import (BLOCK_COMM, BLOCK_PAGEABLE, BLOCK_SYNC, Change, Graph, blocked_us,
@@ -932,9 +932,10 @@ def memory_bound_unfused(f: RankFacts) -> Finding | None:
     already fused (COMPILER_FUSED_PREFIXES) and a convolution's layout conversions (layout_transposes') are not
     counted.
 
-    Priced by its own evidence: those kernels moving their bytes at the HBM peak instead of the bandwidth
-    they achieve (roofline, from the recorded shapes), i.e. sped up 100 / hbm_pct times. Without shapes or
-    a known device the achieved bandwidth is unknown: the finding is reported unpriced (low)."""
+    Priced by its own evidence, an upper bound: each chain of them back to back on a stream fused (fusion.
+    fusion_chains: the chain's reductions, or its longest kernel, kept; the others neither launched nor run), and,
+    with the recorded shapes and a known device, the kernels left moving their bytes at the HBM peak instead of the
+    bandwidth they achieve (roofline), i.e. sped up 100 / hbm_pct times. With neither, unpriced (low)."""
     if not f.has_gpu:
         return None
     share = f.category_share("elementwise") + f.category_share("reduction_norm") - _not_fusable_share(f)
@@ -944,15 +945,15 @@ def memory_bound_unfused(f: RankFacts) -> Finding | None:
            for n, d, k, t0 in c.top_kernels if not _not_fusable(n)]
     busy_pct = 100.0 - f.breakdown.idle_pct
     metrics = {"elementwise_and_reduction": (share, "% of busy")}
-    runs = f.once("fusion_runs", lambda: fusion_runs(f, _not_fusable))
+    fused = f.once("fusion_chains", lambda: fusion_chains(f, _not_fusable))
     changes, what = [], []
-    if runs.removed.size:
-        metrics.update(fusable_runs=(runs.runs, "count"), kernels_in_runs=(runs.kernels, "count"),
-                       kernels_fusion_removes=(int(runs.removed.size), "count"),
-                       their_time=(runs.removed_us, "us"))
-        changes.append(Change("fuse_kernels", rows=tuple(int(r) for r in runs.removed)))
-        what.append(f"each run of elementwise and reduction kernels fused into its reductions or its longest "
-                    f"kernel ({runs.removed.size} of {runs.kernels} kernels gone)")
+    if fused.removed.size:
+        metrics.update(fusable_chains=(fused.chains, "count"), kernels_in_chains=(fused.kernels, "count"),
+                       kernels_fusion_removes=(int(fused.removed.size), "count"),
+                       their_time=(fused.removed_us, "us"))
+        changes.append(Change("fuse_kernels", rows=tuple(int(r) for r in fused.removed)))
+        what.append(f"each chain of elementwise and reduction kernels fused into its reductions or its longest "
+                    f"kernel ({fused.removed.size} of {fused.kernels} kernels gone)")
     hbm = f.memory_bound_hbm_pct()
     factor = max(100.0 / hbm, 1.0) if hbm else 1.0
     if hbm:
@@ -961,11 +962,11 @@ def memory_bound_unfused(f: RankFacts) -> Finding | None:
         what.append(f"elementwise and reduction kernels at the HBM peak ({factor:.2g}x faster)")
     if not changes:
         return _make(f, "memory_bound_unfused", metrics, top[:4],
-                     what_if="not priced: no run of kernels to fuse, and the achieved bandwidth needs the operators' "
+                     what_if="not priced: no chain of kernels to fuse, and the achieved bandwidth needs the operators' "
                              "shapes (record_shapes=True) and the device (deviceProperties)",
                      evidence_pct=share * busy_pct / 100.0)
     # the kernels fusion removes, and the rest of the memory-bound time at the HBM peak
-    gone_pct = f.pct(runs.removed_us)
+    gone_pct = f.pct(fused.removed_us)
     left_pct = max(share * busy_pct / 100.0 - gone_pct, 0.0)
     return _make(f, "memory_bound_unfused", metrics, top[:4], tuple(changes), "; ".join(what),
                  evidence_pct=gone_pct + left_pct * (1.0 - 1.0 / factor))
