@@ -9,7 +9,7 @@ kernels run back to back from +7 us, the last ends at +807, the sync returns 5 u
 add ends at +15.09, the next kernel starts at its launch + 5 = +17, and from there the queue never runs dry: 5 x 80
 + 4 x 8.09 us to +449.36, the sync 5 us later (+454.36), 357.64 us sooner per step.
 
-Fused (fusion.fusion_runs): runs of elementwise and reduction kernels back to back on a stream fold into their
+Fused (fusion.fusion_chains): chains of elementwise and reduction kernels back to back on a stream fold into their
 reductions, or into their longest kernel when they have none, the others neither launched nor run.
 """
 
