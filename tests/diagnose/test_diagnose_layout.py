@@ -100,3 +100,35 @@ def test_on_a_host_bound_step_the_transposes_launches_are_what_goes(tmp_path):
     # the graph then takes the other 4 launches' 120 us and the gaps' dispatch: 38.4 % alone, 14.4 after
     graphs = next(f for f in d.findings if f.kind == "launch_bound")
     assert graphs.gain_pct == pytest.approx(graphs.gain_alone_pct - 24.0, abs=0.1)
+
+
+def test_replayed_from_a_cuda_graph_the_transposes_take_no_launch_with_them(tmp_path):
+    # the host-bound step above, each convolution's three kernels replayed by one 30-us cudaGraphLaunch every 60 us
+    # from T+2 (kernels back to back 8 us after it began). Not run, the transposes leave the launches, which still
+    # start the convolution: the host's step as long as before, the device idle sooner: no gain. (Removing every
+    # call that launched a removed kernel took the graph launches' own time: 11.4 % of the step.)
+    b = TraceBuilder()
+    step = 1000.0
+    for s in range(STEPS):
+        T = s * step
+        b.step(s, T, step)
+        at = T
+        for _ in range(4):
+            b.cpu("aten::cudnn_convolution", at, 58.0)
+            b._corr += 1
+            b.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 10, "tid": 1,
+                             "ts": at + 2.0, "dur": 30.0, "args": {"correlation": b._corr}})
+            k_at = at + 10.0
+            for kernel, us in ((TO_NHWC, 12.0), (CONV, 30.0), (TO_NCHW, 12.0)):
+                b.events.append({"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7, "ts": k_at,
+                                 "dur": us, "args": {"correlation": b._corr, "stream": 7, "device": 0}})
+                k_at += us
+            at += 60.0
+        b.cpu("cudaDeviceSynchronize", at + 2.0, 5.0, cat="cuda_runtime")
+        b.cpu("python_work", at + 10.0, T + step - at - 11.0)
+    t = read_kineto(write_trace(b, tmp_path, device="NVIDIA A100-SXM4-80GB"))
+    facts = collect_facts(t, analysis_window(t))
+    transposes = tuple(int(r) for r in facts.window.device if t.names[int(t.name[r])] in (TO_NHWC, TO_NCHW))
+    assert len(transposes) == 8 * len(facts.steps)
+    for kind in ("remove_kernels", "fuse_kernels"):
+        assert facts.gain((Change(kind, rows=transposes),))[0] == pytest.approx(0.0, abs=0.1), kind

@@ -1117,8 +1117,12 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
                       "fuse_kernels"):
             sel = dev & np.isin(g.rows, np.asarray(c.rows, dtype=np.int64))
             dur[sel] = dur[sel] / c.factor if c.kind in ("speedup_rows", "shrink_bubble") else 0.0
-            if c.kind in ("remove_kernels", "fuse_kernels"):  # their launches go too (the calls' own time)
-                launch_gone[g.launch[sel & (g.launch >= 0)]] = True
+            if c.kind in ("remove_kernels", "fuse_kernels"):  # their launches go too (the calls' own time), but
+                # not a call that launched other kernels as well (a CUDA graph's replay)
+                calls = g.launch[dev & (g.launch >= 0)]
+                one_kernel = np.bincount(calls, minlength=n) == 1
+                gone = g.launch[sel & (g.launch >= 0)]
+                launch_gone[gone[one_kernel[gone]]] = True
     if "remove_straggler_wait" in kinds:
         dur = dur - g.comm_wait
     # the host gap before a call: data loading + checkpointing + compiling + allocator spans + the thread's own CPU
