@@ -88,6 +88,9 @@ def test_a_run_is_fused_into_its_reduction_or_its_longest_kernel(tmp_path):
         m, n = f.evidence["metrics"], len(f.steps)  # one run in each analysed step
         assert m["fusable_chains"]["value"] == n and m["kernels_in_chains"]["value"] == n * (3 + (name == "reduction"))
         assert m["their_time"]["value"] == pytest.approx(n * gone)
+        # named by the operators that launched the chain, the same chain of every step once
+        chain = " > ".join(["op"] * (3 + (name == "reduction")))
+        assert f.evidence["events"][0]["name"] == f"{n * gone / 1e3:.2f} ms folded in {n} chains: {chain}"
         assert f.gain_alone_pct == pytest.approx(100.0 * gone / P, abs=0.01), name
         assert f.gain_is_upper_bound and "not priced" not in f.what_if
 

@@ -26,7 +26,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainperf.diagnose.facts import RankFacts
+from trainperf.diagnose.roofline import launching_op
+from trainperf.trace.categories import base_name
 from trainperf.trace.events import ELEMENTWISE, KERNEL, REDUCTION
+
+CHAINS_SHOWN = 3  # the chains a finding names as its evidence
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -38,6 +42,7 @@ class FusionChains:
     removed: np.ndarray     # trace rows of the kernels fusion would remove (int64)
     removed_us: float       # their device time (µs)
     chains_us: float        # the chains' device time (µs)
+    largest: list           # the CHAINS_SHOWN kinds of chain with the most time removed: (label, start µs, µs)
 
 
 def fusion_chains(f: RankFacts, not_fusable) -> FusionChains:
@@ -47,7 +52,8 @@ def fusion_chains(f: RankFacts, not_fusable) -> FusionChains:
     t, w = f.table, f.window
     dev = w.device
     if not dev.size:
-        return FusionChains(chains=0, kernels=0, removed=np.zeros(0, np.int64), removed_us=0.0, chains_us=0.0)
+        return FusionChains(chains=0, kernels=0, removed=np.zeros(0, np.int64), removed_us=0.0, chains_us=0.0,
+                            largest=[])
     fusable = (t.kind[dev] == KERNEL) & np.isin(t.category[dev], (ELEMENTWISE, REDUCTION)) & \
         ~np.isin(t.name[dev], t.ids_matching(not_fusable))
     dur = w.end_us[dev] - w.ts_us[dev]
@@ -60,7 +66,7 @@ def fusion_chains(f: RankFacts, not_fusable) -> FusionChains:
     fus = fusable[order]
     starts = fus & (new_lane | new_step | ~np.r_[False, fus[:-1]])
     run_id = np.cumsum(starts) - 1
-    removed, n_chains, n_kernels, chains_us = [], 0, 0, 0.0
+    removed, n_chains, n_kernels, chains_us, each = [], 0, 0, 0.0, []
     idx = np.flatnonzero(fus)
     for members in np.split(idx, np.flatnonzero(np.diff(run_id[idx])) + 1) if idx.size else ():
         for chain in _chains(t.name[dev[order[members]]]):
@@ -70,12 +76,28 @@ def fusion_chains(f: RankFacts, not_fusable) -> FusionChains:
             reductions = t.category[rows] == REDUCTION
             keep = reductions if reductions.any() else np.arange(rows.size) == int(np.argmax(d))
             removed.append(rows[~keep])
+            each.append((float(d[~keep].sum()), rows))
             n_chains += 1
             n_kernels += rows.size
             chains_us += float(d.sum())
     gone = np.concatenate(removed) if removed else np.zeros(0, np.int64)
+    op = f.once("launching_op", lambda: launching_op(t))
+    by_label: dict[str, list] = {}  # the same chain (each step's, each layer's) named once: [times, µs removed, start]
+    for us, rows in each:
+        x = by_label.setdefault(_label(t, op, rows), [0, 0.0, float(w.ts_us[rows[0]])])
+        x[0], x[1] = x[0] + 1, x[1] + us
+    largest = [(f"{us / 1e3:.2f} ms folded in {n} chains: {label}", start, us)
+               for label, (n, us, start) in sorted(by_label.items(), key=lambda x: -x[1][1])[:CHAINS_SHOWN]]
     return FusionChains(chains=n_chains, kernels=n_kernels, removed=gone.astype(np.int64),
-                        removed_us=float((w.end_us[gone] - w.ts_us[gone]).sum()), chains_us=chains_us)
+                        removed_us=float((w.end_us[gone] - w.ts_us[gone]).sum()), chains_us=chains_us,
+                        largest=largest)
+
+
+def _label(t, op: np.ndarray, rows: np.ndarray) -> str:
+    """A chain named by the operators that launched its kernels ("add > native_batch_norm > relu_"), or by the
+    kernels' own names where no operator encloses the launch."""
+    return " > ".join(t.names[int(t.name[o])].removeprefix("aten::") if o >= 0 else base_name(t.names[int(t.name[r])])
+                      for r, o in zip(rows, op[rows]))
 
 
 def _chains(names: np.ndarray) -> list[np.ndarray]:

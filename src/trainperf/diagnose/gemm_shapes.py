@@ -106,7 +106,7 @@ def gemm_calls(f: RankFacts) -> list[GemmCall]:
     """The window's 16-bit and fp8 GEMM operator calls that carry shapes and launched kernels, with their kernels'
     device time and the part of it beside another stream's computation (µs); [] without recorded shapes."""
     t, w = f.table, f.window
-    op = launching_op(t)
+    op = f.once("launching_op", lambda: launching_op(t))
     kernels = w.device[(t.kind[w.device] == KERNEL) & (op[w.device] >= 0)]
     names = set(t.ids_matching(lambda s: s in GEMM_OPS))
     kernels = kernels[np.isin(t.name[op[kernels]], list(names))] if names else kernels[:0]

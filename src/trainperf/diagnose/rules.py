@@ -952,6 +952,7 @@ def memory_bound_unfused(f: RankFacts) -> Finding | None:
                        kernels_fusion_removes=(int(fused.removed.size), "count"),
                        their_time=(fused.removed_us, "us"))
         changes.append(Change("fuse_kernels", rows=tuple(int(r) for r in fused.removed)))
+        top = fused.largest + top  # the chains fusion folds most of, then the longest kernels
         what.append(f"each chain of elementwise and reduction kernels fused into its reductions or its longest "
                     f"kernel ({fused.removed.size} of {fused.kernels} kernels gone)")
     hbm = f.memory_bound_hbm_pct()
