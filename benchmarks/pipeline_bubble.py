@@ -49,15 +49,16 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 job = pipeline_job(Path(tmp) / "job", [1000.0] * p, micro=m, schedule_names=a.schedule_names,
                                    schedule=a.schedule, chunks=v)
-                found = diagnose(job).findings
+                diagnosed = diagnose(job)
+                found = diagnosed.findings
                 top = next((f for f in found if f.kind == "pipeline_bubble"), found[0] if found else None)
                 # the fix itself, simulated: twice the micro-batches, each half the work, step against step (the
                 # median of every rank's); each transfer half as long (half the bytes at the link's bandwidth: a
                 # micro-batch's activations are megabytes) or as long (latency-bound: small messages)
-                step_us = _step_us(job)
-                simulated = [100 * (1 - _step_us(pipeline_job(Path(tmp) / f"halved{us}", [500.0] * p, micro=2 * m,
-                                                              schedule=a.schedule, chunks=v, transfer_us=us)) / step_us)
-                             for us in (TRANSFER_US / 2, TRANSFER_US)]
+                step_us = _step_us(diagnosed)
+                simulated = [100 * (1 - _step_us(diagnose(pipeline_job(
+                    Path(tmp) / f"halved{us}", [500.0] * p, micro=2 * m, schedule=a.schedule, chunks=v,
+                    transfer_us=us))) / step_us) for us in (TRANSFER_US / 2, TRANSFER_US)]
                 alone = Path(tmp) / "first"
                 alone.mkdir()
                 shutil.copy(job / "rank0.json.gz", alone / "rank0.json.gz")
@@ -81,9 +82,9 @@ def main() -> None:
                       for how, e in zip(("halved", "as long"), zip(*sim_errors))))
 
 
-def _step_us(job: Path) -> float:
-    """The median step time of the job's ranks (µs), from their ProfilerStep spans."""
-    return statistics.median(r.step_time_median_us for r in diagnose(job).ranks)
+def _step_us(diagnosed) -> float:
+    """The median step time of a diagnosed job's ranks (µs), from their ProfilerStep spans."""
+    return statistics.median(r.step_time_median_us for r in diagnosed.ranks)
 
 
 if __name__ == "__main__":
