@@ -42,7 +42,8 @@ class FusionChains:
     removed: np.ndarray     # trace rows of the kernels fusion would remove (int64)
     removed_us: float       # their device time (µs)
     chains_us: float        # the chains' device time (µs)
-    largest: list           # the CHAINS_SHOWN kinds of chain with the most time removed: (label, start µs, µs)
+    largest: list           # the CHAINS_SHOWN kinds of chain with the most time removed: (label, the first one's
+    #                         start and length, µs)
 
 
 def fusion_chains(f: RankFacts, not_fusable) -> FusionChains:
@@ -82,12 +83,14 @@ def fusion_chains(f: RankFacts, not_fusable) -> FusionChains:
             chains_us += float(d.sum())
     gone = np.concatenate(removed) if removed else np.zeros(0, np.int64)
     op = f.once("launching_op", lambda: launching_op(t))
-    by_label: dict[str, list] = {}  # the same chain (each step's, each layer's) named once: [times, µs removed, start]
+    # the same chain (each step's, each layer's) named once: [times, µs removed, its first one's start and length]
+    by_label: dict[str, list] = {}
     for us, rows in each:
-        x = by_label.setdefault(_label(t, op, rows), [0, 0.0, float(w.ts_us[rows[0]])])
+        first = [0, 0.0, float(w.ts_us[rows[0]]), float(w.end_us[rows[-1]] - w.ts_us[rows[0]])]
+        x = by_label.setdefault(_label(t, op, rows), first)
         x[0], x[1] = x[0] + 1, x[1] + us
-    largest = [(f"{us / 1e3:.2f} ms folded in {n} chains: {label}", start, us)
-               for label, (n, us, start) in sorted(by_label.items(), key=lambda x: -x[1][1])[:CHAINS_SHOWN]]
+    largest = [(f"{us / 1e3:.2f} ms folded in {n} chains: {label}", start, length)
+               for label, (n, us, start, length) in sorted(by_label.items(), key=lambda x: -x[1][1])[:CHAINS_SHOWN]]
     return FusionChains(chains=n_chains, kernels=n_kernels, removed=gone.astype(np.int64),
                         removed_us=float((w.end_us[gone] - w.ts_us[gone]).sum()), chains_us=chains_us,
                         largest=largest)
