@@ -25,16 +25,9 @@ def _decode(path: Path, graphed: bool) -> Path:
     for s in range(STEPS):
         at = t0 + 50.0
         if graphed:
-            b._corr += 1
-            b.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 10, "tid": 1,
-                             "ts": at, "dur": 15.0, "args": {"correlation": b._corr}})
-            k_at = at + 20.0
-            for k in range(KERNELS):
-                b.events.append({"ph": "X", "cat": "kernel", "name": f"triton_poi_fused_add_{k % 7}", "pid": 0,
-                                 "tid": 7, "ts": k_at, "dur": KERNEL_US,
-                                 "args": {"correlation": b._corr, "stream": 7, "device": 0}})
-                k_at += KERNEL_US + 1.0
-            host_at, gpu_end = at + 20.0, k_at
+            b.graph_launch(at, [(f"triton_poi_fused_add_{k % 7}", at + 20.0 + k * (KERNEL_US + 1.0), KERNEL_US)
+                                for k in range(KERNELS)], launch_dur=15.0)
+            host_at, gpu_end = at + 20.0, at + 20.0 + KERNELS * (KERNEL_US + 1.0)
         else:
             for k in range(KERNELS):
                 b.cpu("aten::add", at, OP_US - 1.0)

@@ -19,6 +19,7 @@ from trainperf.diagnose.window import analysis_window  # noqa: E402
 from trainperf.trace import read_kineto  # noqa: E402
 
 P, STEPS = 1500.0, 5
+HOST_BOUND_STEP = 1000.0  # us: _host_bound_steps
 TO_NHWC = "void cudnn::ops::nchwToNhwcKernel<__half, __half, float, false, true, (cudnnKernelDataType_t)0>(...)"
 TO_NCHW = "void cudnn::ops::nhwcToNchwKernel<__half, __half, float, true, false, (cudnnKernelDataType_t)0>(...)"
 CONV = "sm80_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize128x128x32_stage4_warpsize2x2x1"
@@ -66,26 +67,39 @@ def test_channels_last_or_few_transposes_are_no_finding(tmp_path):
         assert _find(diagnose(_trace(tmp_path / name, **kw))) is None, name
 
 
-def test_on_a_host_bound_step_the_transposes_launches_are_what_goes(tmp_path):
-    # each 1000-us step launches 4 convolutions as 12 kernels, one 30-us cudaLaunchKernel every 60 us from T+2, each
-    # kernel running 8 us after its launch call began (30 us for a convolution, 12 for a transpose: the device idles);
-    # a 5-us cudaDeviceSynchronize at T+722 (the device is done), then Python until 1 us before the next step. The 8
-    # transposes' kernels take 96 us the device did not need, but their 8 launch calls take 240 us of the host's: not
-    # launched, every later call comes that much sooner, and the step's end with them: 240 us, 24 % of the step
+def _host_bound_steps(folder: Path, graphed: bool = False) -> Path:
+    # each 1000-us step runs 4 convolutions as 12 kernels (a transpose of 12 us, the convolution's 30 us, a transpose
+    # of 12 us), one 58-us aten::cudnn_convolution op every 60 us from T. Eager: 12 ops, each launching one kernel by
+    # a 30-us cudaLaunchKernel 2 us into it, the kernel running 8 us after the call began; graphed: 4 ops, each
+    # launching its convolution's three kernels by one 30-us cudaGraphLaunch 2 us into it, back to back from 8 us
+    # after the call began (the device idles either way). A 5-us cudaDeviceSynchronize 2 us after the last op's slot
+    # (the device is done), then Python until 1 us before the next step
     b = TraceBuilder()
-    step = 1000.0
+    kernels = ((TO_NHWC, 12.0), (CONV, 30.0), (TO_NCHW, 12.0))
     for s in range(STEPS):
-        T = s * step
-        b.step(s, T, step)
+        T = s * HOST_BOUND_STEP
+        b.step(s, T, HOST_BOUND_STEP)
         at = T
-        for k in range(12):
-            kernel, us = ((TO_NHWC, 12.0), (CONV, 30.0), (TO_NCHW, 12.0))[k % 3]
+        for k in range(4 if graphed else 12):
             b.cpu("aten::cudnn_convolution", at, 58.0)
-            b.launch(kernel, at + 2.0, at + 10.0, us, launch_dur=30.0)
+            if graphed:
+                b.graph_launch(at + 2.0, [(n, at + 10.0 + sum(u for _, u in kernels[:i]), us)
+                                          for i, (n, us) in enumerate(kernels)], launch_dur=30.0)
+            else:
+                kernel, us = kernels[k % 3]
+                b.launch(kernel, at + 2.0, at + 10.0, us, launch_dur=30.0)
             at += 60.0
         b.cpu("cudaDeviceSynchronize", at + 2.0, 5.0, cat="cuda_runtime")
-        b.cpu("python_work", at + 10.0, T + step - at - 11.0)
-    path = write_trace(b, tmp_path, device="NVIDIA A100-SXM4-80GB")
+        b.cpu("python_work", at + 10.0, T + HOST_BOUND_STEP - at - 11.0)
+    return write_trace(b, folder, device="NVIDIA A100-SXM4-80GB")
+
+
+def test_on_a_host_bound_step_the_transposes_launches_are_what_goes(tmp_path):
+    # the eager host-bound step (_host_bound_steps): each kernel runs 8 us after its launch call began, the sync at
+    # T+722. The 8 transposes' kernels take 96 us the device did not need, but their 8 launch calls take 240 us of the
+    # host's: not launched, every later call comes that much sooner, and the step's end with them: 240 us, 24 % of it
+    step = HOST_BOUND_STEP
+    path = _host_bound_steps(tmp_path)
     t = read_kineto(path)
     facts = collect_facts(t, analysis_window(t))
     x = layout_transposes(facts)
@@ -103,30 +117,10 @@ def test_on_a_host_bound_step_the_transposes_launches_are_what_goes(tmp_path):
 
 
 def test_replayed_from_a_cuda_graph_the_transposes_take_no_launch_with_them(tmp_path):
-    # the host-bound step above, each convolution's three kernels replayed by one 30-us cudaGraphLaunch every 60 us
-    # from T+2 (kernels back to back 8 us after it began). Not run, the transposes leave the launches, which still
+    # the host-bound step graphed (_host_bound_steps). Not run, the transposes leave the graph launches, which still
     # start the convolution: the host's step as long as before, the device idle sooner: no gain. (Removing every
     # call that launched a removed kernel took the graph launches' own time: 11.4 % of the step.)
-    b = TraceBuilder()
-    step = 1000.0
-    for s in range(STEPS):
-        T = s * step
-        b.step(s, T, step)
-        at = T
-        for _ in range(4):
-            b.cpu("aten::cudnn_convolution", at, 58.0)
-            b._corr += 1
-            b.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 10, "tid": 1,
-                             "ts": at + 2.0, "dur": 30.0, "args": {"correlation": b._corr}})
-            k_at = at + 10.0
-            for kernel, us in ((TO_NHWC, 12.0), (CONV, 30.0), (TO_NCHW, 12.0)):
-                b.events.append({"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7, "ts": k_at,
-                                 "dur": us, "args": {"correlation": b._corr, "stream": 7, "device": 0}})
-                k_at += us
-            at += 60.0
-        b.cpu("cudaDeviceSynchronize", at + 2.0, 5.0, cat="cuda_runtime")
-        b.cpu("python_work", at + 10.0, T + step - at - 11.0)
-    t = read_kineto(write_trace(b, tmp_path, device="NVIDIA A100-SXM4-80GB"))
+    t = read_kineto(_host_bound_steps(tmp_path, graphed=True))
     facts = collect_facts(t, analysis_window(t))
     transposes = tuple(int(r) for r in facts.window.device if t.names[int(t.name[r])] in (TO_NHWC, TO_NCHW))
     assert len(transposes) == 8 * len(facts.steps)

@@ -189,20 +189,14 @@ def test_a_graph_launch_is_one_entry_of_the_queue(tmp_path):
     # behind them, with over 1,000 kernels ahead of it but only a few launches: the queue is far from full. Ten 5-us
     # launches of small kernels on another stream show what a call that does not wait costs
     b = TraceBuilder()
-    free, corr = 0.0, 5000
+    free = 0.0
     for s in range(5):
         t = 6_000.0 * s
-        corr += 1
         b.step(s, t, 6_000.0)
-        b.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 10, "tid": 1,
-                         "ts": t + 10.0, "dur": 300.0, "args": {"correlation": corr}})
         k = max(t + 10.0 + LATENCY_US, free)
-        for _ in range(2_000):
-            b.events.append({"ph": "X", "cat": "kernel", "name": "void at::native::vectorized_elementwise_kernel<4>",
-                             "pid": 0, "tid": 7, "ts": k, "dur": 10.0,
-                             "args": {"correlation": corr, "stream": 7, "device": 0}})
-            k += 10.0
-        free = k
+        b.graph_launch(t + 10.0, [("void at::native::vectorized_elementwise_kernel<4>", k + 10.0 * i, 10.0)
+                                  for i in range(2_000)], launch_dur=300.0)
+        free = k + 10.0 * 2_000
         for j in range(10):
             at = t + 400.0 + 100.0 * j
             b.launch("void at::native::reduce_kernel<128>", at, at + LATENCY_US, 2.0, stream=8, launch_dur=LAUNCH_US)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 
 class TraceBuilder:
-    """Accumulate events; times in µs. `launch` adds a cudaLaunchKernel + its kernel, linked by correlation."""
+    """Accumulate events; times in µs. `launch` adds a cudaLaunchKernel + its kernel, linked by correlation;
+    `graph_launch` a cudaGraphLaunch + the kernels of its graph."""
 
     def __init__(self, rank: int | None = 0, world_size: int = 1, ns: bool = False):
         self.events: list[dict] = []
@@ -38,6 +39,19 @@ class TraceBuilder:
                             "ts": self._t(launch_ts), "dur": self._t(launch_dur), "args": {"correlation": c}})
         self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": self._t(start),
                             "dur": self._t(dur), "args": {"correlation": c, "stream": stream, "device": 0, **args}})
+        return c
+
+    def graph_launch(self, launch_ts: float, kernels: list[tuple[str, float, float]], launch_dur: float = 15.0,
+                     stream: int = 7, tid: int = 1) -> int:
+        """Add one cudaGraphLaunch (on host thread `tid`) and the kernels the graph replays ((name, start, dur) each,
+        on `stream`), all under its correlation id; returns it."""
+        self._corr += 1
+        c = self._corr
+        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 10, "tid": tid,
+                            "ts": self._t(launch_ts), "dur": self._t(launch_dur), "args": {"correlation": c}})
+        self.events += [{"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": self._t(start),
+                         "dur": self._t(dur), "args": {"correlation": c, "stream": stream, "device": 0}}
+                        for name, start, dur in kernels]
         return c
 
     def doc(self) -> dict:
