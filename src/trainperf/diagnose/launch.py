@@ -35,15 +35,17 @@ def graph_launched(t: EventTable, rows: np.ndarray) -> np.ndarray:
     return (mine >= 0) & (per_call[np.clip(mine, 0, None)] > 1)
 
 
-def small_kernel_mask(t: EventTable, rows: np.ndarray, dur_us: np.ndarray) -> np.ndarray:
+def small_kernel_mask(t: EventTable, rows: np.ndarray, dur_us: np.ndarray, replayed: np.ndarray | None = None
+                      ) -> np.ndarray:
     """Which of the device rows are small kernels (bool per row): kernels shorter than SMALL_KERNEL_US (dur_us,
     per row) that are neither communication, nor already fused across tensors (FUSED_ACROSS_TENSORS), nor
-    replayed from a graph (graph_launched: their launches are already one call). The one definition the
-    small-kernel statistics (launch_stats), the GPU idle before them and the what-if (replay.Graph.small_launch)
-    share."""
+    replayed from a graph (graph_launched, or `replayed` when the caller has it: their launches are already one
+    call). The one definition the small-kernel statistics (launch_stats), the GPU idle before them and the what-if
+    (replay.Graph.small_launch) share."""
     fused = t.ids_matching(lambda s: any(m in s for m in FUSED_ACROSS_TENSORS))
+    replayed = graph_launched(t, rows) if replayed is None else replayed
     return ((t.kind[rows] == KERNEL) & (dur_us < SMALL_KERNEL_US) & (t.category[rows] != COMMUNICATION)
-            & ~np.isin(t.name[rows], fused) & ~graph_launched(t, rows))
+            & ~np.isin(t.name[rows], fused) & ~replayed)
 
 
 def launched_rows(t: EventTable, w: Window) -> tuple[np.ndarray, np.ndarray]:

@@ -33,7 +33,7 @@ import numpy as np
 from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, COMPILE_RE,
                                      DATALOADER_RE, MEMCPY_RUNTIME_RE, SYNC_OP_RE, SYNC_RUNTIME_RE, call_sites,
                                      span_rows)
-from trainperf.diagnose.launch import LAUNCH_CALL_OUTLIER_US, small_kernel_mask
+from trainperf.diagnose.launch import LAUNCH_CALL_OUTLIER_US, graph_launched, small_kernel_mask
 from trainperf.diagnose.window import Window, iteration_hint_rows, launched_before_trace, merge_intervals
 from trainperf.trace.annotate import STEP_RE, correlated_host_row
 from trainperf.trace.categories import copy_direction, from_pageable_to_device
@@ -187,6 +187,7 @@ class Graph:
     is_alloc: np.ndarray        # host node is a recurring allocator call (cudaMalloc, hipFree, ...: allocation_traffic)
     small_launch: np.ndarray    # host node launched a small kernel (launch.small_kernel_mask)
     kernel_launch: np.ndarray   # host node launched a kernel
+    own_launch: np.ndarray      # device node launched by a call of its own, not a graph's replay (graph_launched)
     launch_call_us: np.ndarray  # the launch overhead in a host call: its duration, 0 for an outlier call longer
     #                             than launch.LAUNCH_CALL_OUTLIER_US (a wait a CUDA graph or fusion keeps) (µs)
     kernel_floor_us: float      # a kernel's fixed device cost: 1st percentile of the window's kernel durations (µs)
@@ -1035,8 +1036,9 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     # allocator calls, and launches of small kernels
     is_alloc = np.zeros(n, bool)
     is_alloc[:n_h] = allocation_traffic(t, w, host_rows, start[:n_h])
+    replayed = graph_launched(t, dev_rows)  # launched by a graph's replay, one call for many kernels
     small_launch = np.zeros(n, bool)
-    small_dev = dev_idx[small_kernel_mask(t, dev_rows, dur[n_h:]) & has_launch[n_h:]]
+    small_dev = dev_idx[small_kernel_mask(t, dev_rows, dur[n_h:], replayed) & has_launch[n_h:]]
     small_launch[launch[small_dev]] = True
     before_window = np.zeros(n, bool)
     before_window[n - earlier_rows.size:] = True  # the earlier work's nodes come last (empty without any)
@@ -1044,6 +1046,8 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     kernel_floor = float(np.percentile(kdur, KERNEL_FLOOR_PERCENTILE)) if kdur.size else 0.0
     kernel_launch = np.zeros(n, bool)
     kernel_launch[launch[dev_idx[(t.kind[dev_rows] == KERNEL) & has_launch[n_h:]]]] = True
+    own_launch = np.zeros(n, bool)
+    own_launch[dev_idx] = has_launch[n_h:] & ~replayed
     launch_call = np.where(is_host & (dur <= LAUNCH_CALL_OUTLIER_US), dur, 0.0)
     launch_group = _launch_groups(thread_orders, kernel_launch, n)
     op_start = np.full(n, -np.inf)
@@ -1072,7 +1076,8 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
                  host_dep=host_dep, host_dep_lag=host_dep_lag, host_dep_work=host_dep_work, is_sync=is_sync,
                  block_class=block, sync_on=sync_on, sync_on_nc=sync_on_nc, sync_base=sync_base, sync_tail=sync_tail, sync_site=sync_site, gap_syncop=gap_so, syncop_site=so_site, in_syncop=in_so,
                  site_names=site_names, is_alloc=is_alloc,
-                 small_launch=small_launch, kernel_launch=kernel_launch, launch_call_us=launch_call,
+                 small_launch=small_launch, kernel_launch=kernel_launch, own_launch=own_launch,
+                 launch_call_us=launch_call,
                  kernel_floor_us=kernel_floor, before_window=before_window, dispatch_us=dispatch, launch_group=launch_group, launch=launch, lat=lat, stream_prev=stream_prev,
                  stream_prev_nc=stream_prev_nc, stream_prev_np=stream_prev_np, pageable_copy=pageable_copies, dep=dep, lag=lag, category=cat, comm_wait=cw, comm_wait_rank=cw_rank,
                  order=order, names=t.names)
@@ -1118,11 +1123,8 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
             sel = dev & np.isin(g.rows, np.asarray(c.rows, dtype=np.int64))
             dur[sel] = dur[sel] / c.factor if c.kind in ("speedup_rows", "shrink_bubble") else 0.0
             if c.kind in ("remove_kernels", "fuse_kernels"):  # their launches go too (the calls' own time), but
-                # not a call that launched other kernels as well (a CUDA graph's replay)
-                calls = g.launch[dev & (g.launch >= 0)]
-                one_kernel = np.bincount(calls, minlength=n) == 1
-                gone = g.launch[sel & (g.launch >= 0)]
-                launch_gone[gone[one_kernel[gone]]] = True
+                # not a graph replay's call, which launched other work as well
+                launch_gone[g.launch[sel & g.own_launch]] = True
     if "remove_straggler_wait" in kinds:
         dur = dur - g.comm_wait
     # the host gap before a call: data loading + checkpointing + compiling + allocator spans + the thread's own CPU
