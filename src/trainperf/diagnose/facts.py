@@ -226,6 +226,13 @@ class RankFacts:
             self._gains["hbm_pct"] = sum(v["hbm_pct"] * v["time_us"] for v in kinds) / time if time > 0 else None
         return self._gains["hbm_pct"]
 
+    def launching_op(self) -> np.ndarray:
+        """roofline.launching_op of the rank's table (per row: the operator that launched it, or -1), once per rank:
+        the GEMM and fusion findings both read it."""
+        from trainperf.diagnose.roofline import launching_op
+
+        return self.once("launching_op", lambda: launching_op(self.table))
+
     def once(self, name: str, compute):
         """The rank's analysis `name`: compute() on first use, kept after. For the analyses a rule module does
         itself (diagnose/attention.py, recompute.py, grad_sync.py; they import RankFacts, so collect_facts cannot

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainperf.diagnose.facts import RankFacts
-from trainperf.diagnose.roofline import launching_op
 from trainperf.trace.categories import base_name
 from trainperf.trace.events import ELEMENTWISE, KERNEL, REDUCTION
 
@@ -82,7 +81,7 @@ def fusion_chains(f: RankFacts, not_fusable) -> FusionChains:
             n_kernels += rows.size
             chains_us += float(d.sum())
     gone = np.concatenate(removed) if removed else np.zeros(0, np.int64)
-    op = f.once("launching_op", lambda: launching_op(t))
+    op = f.launching_op()
     # the same chain (each step's, each layer's) named once: [times, µs removed, its first one's start and length]
     by_label: dict[str, list] = {}
     for us, rows in each:

@@ -30,8 +30,8 @@ from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.gpu_time import concurrent_compute_us
 from trainperf.diagnose.replay import Change
-from trainperf.diagnose.roofline import (DTYPE_BYTES, PRECISION, OpShape, device_accelerator, is_shape, launching_op,
-                                         op_cost, op_shape)
+from trainperf.diagnose.roofline import (DTYPE_BYTES, PRECISION, OpShape, device_accelerator, is_shape, op_cost,
+                                         op_shape)
 from trainperf.trace.events import KERNEL
 
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear")
@@ -104,9 +104,14 @@ def misaligned_stride(s: OpShape, elem_bytes: int) -> int:
 
 def gemm_calls(f: RankFacts) -> list[GemmCall]:
     """The window's 16-bit and fp8 GEMM operator calls that carry shapes and launched kernels, with their kernels'
-    device time and the part of it beside another stream's computation (µs); [] without recorded shapes."""
+    device time and the part of it beside another stream's computation (µs); [] without recorded shapes. Once per
+    rank (RankFacts.once), not on every re-run of the rules (cv_diagnose re-runs them per threshold value)."""
+    return f.once("gemm_calls", lambda: _gemm_calls(f))
+
+
+def _gemm_calls(f: RankFacts) -> list[GemmCall]:
     t, w = f.table, f.window
-    op = f.once("launching_op", lambda: launching_op(t))
+    op = f.launching_op()
     kernels = w.device[(t.kind[w.device] == KERNEL) & (op[w.device] >= 0)]
     names = set(t.ids_matching(lambda s: s in GEMM_OPS))
     kernels = kernels[np.isin(t.name[op[kernels]], list(names))] if names else kernels[:0]
@@ -149,8 +154,7 @@ def misaligned_gemm(f: RankFacts) -> F.Finding | None:
     acc = device_accelerator(f.table)
     if acc is None or not acc.hbm_tbps:
         return None
-    # once per rank (RankFacts.once), not on every re-run of the rules (cv_diagnose re-runs them per threshold value)
-    bound = [c for c in f.once("gemm_calls", lambda: gemm_calls(f)) if c.time_us > 0 and c.timed_alone
+    bound = [c for c in gemm_calls(f) if c.time_us > 0 and c.timed_alone
              and c.flops / max(c.bytes, 1.0) > acc.peak_flops(c.precision) / (acc.hbm_tbps * 1e12)]
     slow = []
     refs = {}

@@ -66,7 +66,7 @@ def slow_gemm(f: RankFacts) -> F.Finding | None:
         return None
     # an unfused attention's batched products are unfused_attention's to price (as the fused kernel's time)
     in_attention = set(window_region_work(f).kernels.tolist()) if window_regions(f) else set()
-    calls = [c for c in f.once("gemm_calls", lambda: gemm_calls(f))
+    calls = [c for c in gemm_calls(f)
              if c.time_us > 0 and c.aligned and c.timed_alone and not in_attention.intersection(c.kernels)]
     if not calls:
         return None
