@@ -26,10 +26,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainperf.diagnose.facts import RankFacts
+from trainperf.diagnose.layout import LAYOUT_TRANSPOSE_RE
 from trainperf.trace.categories import base_name
 from trainperf.trace.events import ELEMENTWISE, KERNEL, REDUCTION
 
 CHAINS_SHOWN = 3  # the chains a finding names as its evidence
+# Inductor's (torch.compile) own output: pointwise, reduction and persistent-reduction kernels it already fused
+# (triton_poi_fused_*, triton_red_fused_*, triton_per_fused_*). Recommending to fuse them recommends what was done.
+COMPILER_FUSED_PREFIXES = ("triton_poi_fused", "triton_red_fused", "triton_per_fused")
+
+
+def not_fusable(name: str) -> bool:
+    """Whether an elementwise kernel is no fusion's to remove: a compiler already fused it (COMPILER_FUSED_PREFIXES),
+    or it converts a convolution's layout (layout.LAYOUT_TRANSPOSE_RE: layout_transposes', whose fix is a memory
+    format)."""
+    return name.startswith(COMPILER_FUSED_PREFIXES) or LAYOUT_TRANSPOSE_RE.search(name) is not None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -45,8 +56,8 @@ class FusionChains:
     #                         start and length, µs)
 
 
-def fusion_chains(f: RankFacts, not_fusable) -> FusionChains:
-    """The window's chains of 2 or more fusable kernels (elementwise or reduction, `not_fusable(name)` false) back to
+def fusion_chains(f: RankFacts) -> FusionChains:
+    """The window's chains of 2 or more fusable kernels (elementwise or reduction, not_fusable(name) false) back to
     back on one stream (module docstring), and the kernels fusing each chain would remove: all but its reductions, or
     all but its longest kernel when it has none."""
     t, w = f.table, f.window

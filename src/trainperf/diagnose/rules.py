@@ -19,12 +19,12 @@ from trainperf.diagnose.copies import exposed_memcpy
 from trainperf.diagnose.collectives import TransferRate
 from trainperf.diagnose.evidence import SAMPLED_IDS_PER_CALL, is_sampled
 from trainperf.diagnose.facts import RankFacts, StragglerFacts
-from trainperf.diagnose.fusion import fusion_chains
+from trainperf.diagnose.fusion import fusion_chains, not_fusable
 from trainperf.diagnose.gemm_shapes import misaligned_gemm
 from trainperf.diagnose.gpu_time import Overlap, idle_in_span_us, idle_in_spans_us
 from trainperf.diagnose.grad_sync import grad_sync_per_microbatch
 from trainperf.diagnose.host import OPTIMIZER_RE, span_rows
-from trainperf.diagnose.layout import LAYOUT_TRANSPOSE_RE, layout_transposes
+from trainperf.diagnose.layout import layout_transposes
 from trainperf.diagnose.launch import SMALL_KERNEL_US
 from trainperf.diagnose.precision import fp32_matmul
 from trainperf.diagnose.pipeline import implied_micro_batches, schedule_bubble_pct
@@ -904,33 +904,22 @@ def small_kernels(f: RankFacts) -> Finding | None:
 # --- kernels ----------------------------------------------------------------------------------
 
 MEMORY_BOUND_BUSY_PCT = 25.0  # elementwise + reduction kernels, % of device busy time
-# Inductor's (torch.compile) own output: pointwise, reduction and persistent-reduction kernels it already fused
-# (triton_poi_fused_*, triton_red_fused_*, triton_per_fused_*). Recommending to fuse them recommends what was done.
-COMPILER_FUSED_PREFIXES = ("triton_poi_fused", "triton_red_fused", "triton_per_fused")
-
-
-def _not_fusable(name: str) -> bool:
-    """Whether an elementwise kernel is no fusion's to remove: a compiler already fused it (COMPILER_FUSED_PREFIXES),
-    or it converts a convolution's layout (layout.LAYOUT_TRANSPOSE_RE: layout_transposes', whose fix is a memory
-    format)."""
-    return name.startswith(COMPILER_FUSED_PREFIXES) or LAYOUT_TRANSPOSE_RE.search(name) is not None
 
 
 def _not_fusable_share(f: RankFacts) -> float:
     """% of device time (the denominator of RankFacts.category_share) in elementwise and reduction kernels no fusion
-    removes (_not_fusable)."""
+    removes (fusion.not_fusable)."""
     t, w = f.table, f.window
     rows = w.device[t.kind[w.device] != GPU_SYNC]
     dur = w.end_us[rows] - w.ts_us[rows]
-    kept = np.isin(t.name[rows], t.ids_matching(_not_fusable)) & np.isin(t.category[rows], (ELEMENTWISE, REDUCTION))
+    kept = np.isin(t.name[rows], t.ids_matching(not_fusable)) & np.isin(t.category[rows], (ELEMENTWISE, REDUCTION))
     total = float(dur.sum())
     return 100.0 * float(dur[kept].sum()) / total if total > 0 else 0.0
 
 
 def memory_bound_unfused(f: RankFacts) -> Finding | None:
     """Elementwise and reduction kernels (memory-bound, fusable) take a large share of the GPU; kernels a compiler
-    already fused (COMPILER_FUSED_PREFIXES) and a convolution's layout conversions (layout_transposes') are not
-    counted.
+    already fused and a convolution's layout conversions (layout_transposes') are not counted (fusion.not_fusable).
 
     Priced by its own evidence, an upper bound: each chain of them back to back on a stream fused (fusion.
     fusion_chains: the chain's reductions, or its longest kernel, kept; the others neither launched nor run), and,
@@ -942,10 +931,10 @@ def memory_bound_unfused(f: RankFacts) -> Finding | None:
     if share <= MEMORY_BOUND_BUSY_PCT:
         return None
     top = [(f"[{k} launches] {n}", t0, d) for c in f.categories if c.category in ("elementwise", "reduction_norm")
-           for n, d, k, t0 in c.top_kernels if not _not_fusable(n)]
+           for n, d, k, t0 in c.top_kernels if not not_fusable(n)]
     busy_pct = 100.0 - f.breakdown.idle_pct
     metrics = {"elementwise_and_reduction": (share, "% of busy")}
-    fused = f.once("fusion_chains", lambda: fusion_chains(f, _not_fusable))
+    fused = f.once("fusion_chains", lambda: fusion_chains(f))
     changes, what = [], []
     if fused.removed.size:
         metrics.update(fusable_chains=(fused.chains, "count"), kernels_in_chains=(fused.kernels, "count"),
