@@ -184,7 +184,8 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     if hs is not None:
         straggler = StragglerFacts(rank=hs.rank, caused_us=hs.gain_us * hs.steps, caused_per_other_us=hs.gain_us,
                                    imbalance_pct=0.0, events=[], host_gain_pct=hs.gain_pct, host_gain_us=hs.gain_us,
-                                   host_p_value=hs.p_value, host_snr=hs.snr, host_testable=long_enough)
+                                   host_p_value=hs.p_value, host_snr=hs.snr, host_testable=long_enough,
+                                   host_stalled_steps=hs.stalled_steps)
     if not gpu_ranks:
         notes.append("no kernel/memcpy/memset events in the trace: GPU analyses (breakdown, idle, overlap, "
                      "launches, critical path) are skipped; host-side analyses only")
@@ -248,6 +249,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
                    "straggler_caused_wait_us": hs.gain_us * hs.steps, "compute_imbalance_pct": 0.0,
                    "host_straggler_rank": hs.rank, "host_straggler_gain_pct": hs.gain_pct,
                    "host_own_work_us": hs.own_us, "host_wait_us": hs.wait_us, "host_steps": hs.steps,
+                   "host_stalled_steps_left_out": hs.stalled_steps,
                    "host_straggler_p_value": hs.p_value, "host_straggler_testable": long_enough,
                    "host_straggler_within_noise": rules.extra_work_is_noise(hs.p_value, long_enough, hs.snr)}
     if xr is not None:

@@ -49,6 +49,7 @@ class StragglerFacts:
     host_p_value: float = 1.0  # CPU-only job: chance that load noise alone makes its extra work this consistent
     host_testable: bool = True  # CPU-only job: enough steps for host_p_value to pass (else host_snr decides)
     host_snr: float = float("inf")  # CPU-only job: the straggler's recurring extra work over the opposite excess
+    host_stalled_steps: int = 0  # CPU-only job: steps with a DataLoader/checkpoint stall its gain left out
     extra_compute_us: float = 0.0  # the straggler's compute beyond the other ranks' median, summed over steps
     # ranks whose collectives cannot be matched (crossrank.compute_straggler): the straggler and the ranks computing
     # alike with it (a slow pipeline stage's data- or tensor-parallel copies), each with its compute ratio

@@ -601,9 +601,9 @@ def rank_by_marginal_gain(found: list[Finding], gain) -> tuple[list[Finding], Fi
     if dismissed:  # price the rest again without them: a dismissed fix must not lend its gain to the next
         fixable = [f for f in fixable if f.kind not in dismissed]
         before = _price_in_order(fixable, gain)
-    # a gain priced without replay (host only) that rounds to 0.0 % is checked and found worth nothing, like
-    # a fix dismissed above: listing it read "gain ≈ 0.0%" beside a severity
-    nothing = [f for f in found if not f.changes and f.priced and round(f.gain_pct, 1) <= 0.0]
+    # a gain priced without replay (host only) below MIN_GAIN_PCT is checked and found worth too little, as a
+    # replayed fix is above: listing it read "gain ≈ 0.0%" beside a severity
+    nothing = [f for f in found if not f.changes and f.priced and f.gain_pct < MIN_GAIN_PCT]
     dismissed += [f.kind for f in nothing]
     rest = [f for f in found if not f.changes and f not in nothing]
     for f in rest:

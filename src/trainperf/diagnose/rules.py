@@ -417,13 +417,15 @@ def straggler(f: RankFacts) -> Finding | None:
         small = not s.host_testable and s.host_gain_pct < STRAGGLER_HOST_MIN_PCT
         if f.rank != s.rank or noise or small:
             return None
-        return _make(f, kind="straggler", metrics={"others_wait_per_step": (s.host_gain_us, "us"),
-                                                   "others_wait_share": (s.host_gain_pct, "%"),
-                                                   "p_value_load_noise": (s.host_p_value, ""),
-                                                   "extra_work_over_opposite": (min(s.host_snr, 1e6), "x")},
-                     gain_pct=s.host_gain_pct, gain_us=s.host_gain_us, ranks=[s.rank],
-                     what_if=f"no rank waits for rank {s.rank} (host only: the others' median wait per step)",
-                     evidence_pct=s.host_gain_pct)
+        metrics = {"others_wait_per_step": (s.host_gain_us, "us"), "others_wait_share": (s.host_gain_pct, "%"),
+                   "p_value_load_noise": (s.host_p_value, ""), "extra_work_over_opposite": (min(s.host_snr, 1e6), "x")}
+        stalls = ""
+        if s.host_stalled_steps:  # priced marginal to the DataLoader/checkpoint stalls' fixes (crossrank.host_straggler)
+            metrics["steps_with_stall_left_out"] = (s.host_stalled_steps, "count")
+            stalls = ", in the steps without a DataLoader or checkpoint stall"
+        return _make(f, kind="straggler", metrics=metrics, gain_pct=s.host_gain_pct, gain_us=s.host_gain_us,
+                     ranks=[s.rank], evidence_pct=s.host_gain_pct,
+                     what_if=f"no rank waits for rank {s.rank} (host only: the others' wait per step{stalls})")
     if s.compute_group_ratio and not s.persistent:
         # a slow pipeline stage beside matched waits that name no one rank: its ranks are the straggler (below), the
         # waits load_imbalance's, and no other rank is named a straggler
