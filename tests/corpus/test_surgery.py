@@ -250,6 +250,32 @@ def test_step_time_is_the_slower_sides_steady_pace_not_the_windows_makespan():
     assert K.step_time_us(steps_then_a_cut_one()["traceEvents"]) == 100.0
 
 
+def test_device_work_queued_before_the_window_is_not_the_windows_steps():
+    """The GPU-bound loop with its host ahead, profiled from a later step: as the window opens the device still runs
+    work queued by the steps before, whose launches the profiler did not keep (here a 10-µs kernel at [5, 15), the
+    stream's last before the window's first kernel at 15). A stream runs in launch order, so it was launched before
+    the window: the window's kernels run [15, 315], 100 µs per step, not (315 - 5) / 3 = 103.3."""
+    ev = gpu_bound_steps()
+    ev.append(_x("gemm", "kernel", GPU, 5.0, 10.0))
+    assert K.step_time_us(ev) == 100.0
+    # an op without a launch record that starts after the window's first kernel (its launch lost, on another
+    # stream) is the window's: [15, 330] / 3
+    ev.append(_x("nccl", "kernel", (GPU[0], GPU[1] + 1), 100.0, 230.0))
+    assert K.step_time_us(ev) == pytest.approx(315.0 / 3)
+
+
+def test_an_op_inserted_on_a_stream_queues_behind_the_work_queued_before_the_window():
+    """The GPU-bound loop whose device still runs a kernel queued before the window ([1, 14), its launch not
+    recorded) as the first step opens: a pageable copy inserted at the step's start (0.5 µs) goes on the same stream
+    behind it and the host waits for it there. Taken for a kernel launched at its own start (1 µs, after the copy's
+    call), the queued kernel would follow the copy, which would run at 0.5 + latency, before it."""
+    ev = gpu_bound_steps()
+    ev.append(_x("gemm", "kernel", GPU, 1.0, 13.0))
+    out, _ = inject_pageable_copy({0: {"traceEvents": ev}}, 1.0, random.Random(0))
+    copy = [e for e in out[0]["traceEvents"] if e["name"] == "Memcpy HtoD (Pageable -> Device)"]
+    assert copy and min(e["ts"] for e in copy) >= 14.0
+
+
 def test_one_off_checkpoint_gain_is_its_share_of_the_window():
     # 30 µs saved at the end of step 2 (the middle of 4): the device has drained (gemm ended at 165),
     # so the host stops 30 µs and the window grows from 300 to 330 µs: gain 30 / 330

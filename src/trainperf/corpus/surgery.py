@@ -27,6 +27,8 @@ import bisect
 import copy
 from dataclasses import dataclass, field
 
+import math
+
 import numpy as np
 
 from trainperf.corpus import kineto as K
@@ -113,7 +115,10 @@ def _base(events: list[dict]) -> _Base:
 
 def _device_ops(events: list[dict]) -> _Ops:
     launch = K.launch_times(events)
-    rows = [(i, float(e["ts"]), float(e.get("dur", 0.0)), launch.get(K.correlation(e), float(e["ts"])),
+    # work queued before the window came first in its stream's queue: launched before anything inserted
+    earlier = K.queued_before_window(events)
+    rows = [(i, float(e["ts"]), float(e.get("dur", 0.0)),
+             -math.inf if i in earlier else launch.get(K.correlation(e), float(e["ts"])),
              (e.get("pid"), e.get("tid"))) for i, e in enumerate(events) if K.is_gpu_op(e)]
     rows.sort(key=lambda r: (r[3], r[1]))
     return _Ops(np.array([r[0] for r in rows], dtype=np.int64), np.array([r[1] for r in rows]),
