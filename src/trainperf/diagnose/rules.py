@@ -833,18 +833,25 @@ def host_work(f: RankFacts) -> Finding | None:
     ends = g.start[long]
     begins = np.maximum(ends - g.host_gap[long], _drained_at_us(g, ends))
     starved = np.minimum(idle_in_spans_us(f.window, begins, np.maximum(begins, ends)), work[long])
-    if f.pct(float(starved.sum())) < HOST_WORK_MIN_PCT:
+    # a host that sets the steady pace starves the GPU of its excess over the device's step in a long run, although
+    # a queue launched before the window may keep the GPU busy through the profiled steps: as much of the work as that
+    steady_us = min(float(work[long].sum()), f.host_excess_us)
+    cost_us = max(float(starved.sum()), steady_us)
+    if f.pct(cost_us) < HOST_WORK_MIN_PCT:
         return None
-    top = long[np.argsort(-starved)[:3]]
+    weight = starved if starved.sum() >= steady_us else work[long]  # what each gap costs, or its share of it
+    top = long[np.argsort(-weight)[:3]]
     events = [(_block_name(f, int(g.rows[i]), float(g.start[i] - work[i]), float(g.start[i])),
                float(g.start[i] - work[i]), float(work[i])) for i in top]
     metrics = {"host_work": (float(work[long].sum()), "us"), "gpu_idle_during_it": (float(starved.sum()), "us"),
                "gpu_idle_during_it_share": (f.pct(float(starved.sum())), "%"), "gaps": (int(long.size), "count"),
                "gpu_idle": (gpu_idle_pct(f), "%"), "usual_dispatch_per_launch": (g.dispatch_us, "us")}
-    by_step = _sum_by_step(f, g.start[long] - work[long], starved)
+    if steady_us > starved.sum():  # the window's queue hid it
+        metrics["host_step_over_device_step"] = (f.host_excess_us / len(f.period_nodes), "us")
+    by_step = _sum_by_step(f, g.start[long] - work[long], weight)
     if by_step:
         metrics["steps_with_it"] = (len(by_step), f"of {len(f.step_times)} steps")
-    one_off = len(f.step_times) >= ONE_OFF_MIN_STEPS and max(by_step.values(), default=0.0) >= ONE_OFF_SHARE * starved.sum()
+    one_off = len(f.step_times) >= ONE_OFF_MIN_STEPS and max(by_step.values(), default=0.0) >= ONE_OFF_SHARE * weight.sum()
     saved = _state_copied_to_host(f, max(by_step, key=by_step.get)) if one_off and f.checkpoint.time_us <= 0 else None
     if saved is not None:
         metrics["copies_to_host_in_that_step"] = (saved[0], "count")
@@ -852,7 +859,7 @@ def host_work(f: RankFacts) -> Finding | None:
     found = _make(f, "checkpoint_stall" if saved else "host_work", metrics, events,
                   (Change("remove_host_work", rows=tuple(int(r) for r in g.rows[long])),),
                   "the host work that launches nothing gone from the loop",
-                  evidence_pct=f.pct(float(starved.sum())), upper_bound=True)
+                  evidence_pct=f.pct(cost_us), upper_bound=True)
     if saved is not None:
         found.recommendation = F.UNNAMED_CHECKPOINT_RECOMMENDATION.format(n=len(f.step_times), copies=saved[0],
                                                                           mib=saved[1] / 2**20)
