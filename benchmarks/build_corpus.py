@@ -1,6 +1,6 @@
 """Build the labeled diagnosis corpus (issue 9) from the HTA test traces: `make corpus`.
 
-Usage: python benchmarks/build_corpus.py [OUT] [--hta DIR] [--bases a,b] [--kinds a,b] [--no-real]
+Usage: python benchmarks/build_corpus.py [OUT] [--hta DIR] [--h200 DIR] [--bases a,b] [--kinds a,b] [--no-real]
 Writes OUT/<case>/{traces/rank<R>.json.gz, labels.json} and OUT/manifest.json. The injected cases are
 deterministic (same inputs, same bytes); the real runs' timings are measured, so they vary from build to build.
 """
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from trainperf.atomic import atomic_write_text
-from trainperf.corpus.build import build_corpus, default_bases
+from trainperf.corpus.build import build_corpus, default_bases, h200_bases
 from trainperf.corpus.inject import INJECTORS
 from trainperf.corpus.real import REAL_BASES, build_real
 
@@ -22,12 +22,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", nargs="?", default="corpus")
     ap.add_argument("--hta", default=str(Path(__file__).resolve().parents[1] / "../shared/data/traces/hta"))
+    ap.add_argument("--h200", default=str(Path(__file__).resolve().parents[1] / "tests/data/h200_faults"),
+                    help="the H200 fault traces, whose healthy loops are bases too (corpus.build.h200_bases)")
     ap.add_argument("--bases", default="", help="comma-separated base names, HTA or real:... (default: all)")
     ap.add_argument("--kinds", default="", help="comma-separated kinds (injected, real-run, healthy; default: all)")
     ap.add_argument("--severities", default="low,medium,high")
     ap.add_argument("--no-real", action="store_true", help="skip the real trainer runs (2 ranks, gloo, ~1 min each)")
     a = ap.parse_args()
-    bases, real = default_bases(a.hta), () if a.no_real else REAL_BASES
+    bases, real = default_bases(a.hta) + h200_bases(a.h200), () if a.no_real else REAL_BASES
     if a.bases:
         keep = set(a.bases.split(","))
         unknown = keep - {b.name for b in bases} - {b.name for b in REAL_BASES}

@@ -85,6 +85,15 @@ def default_bases(hta: str | Path) -> list[Base]:
     ]
 
 
+def h200_bases(cases: str | Path) -> list[Base]:
+    """The H200 loops without a planted fault of tests/data/h200_faults (benchmarks/gpu_diagnose_faults.py, torch 2.11,
+    rank 0 of 1), bases of a kind the HTA traces have none of: a GPU-bound loop whose host runs ~28 ms ahead (the
+    window opens on 13 ms of earlier steps' queued work) and one CUDA graph replay a step. Three steps each."""
+    cases = Path(cases)
+    return [Base("h200_gpu_bound", (str(cases / "healthy-h200-gpu_bound/traces/rank0.json.gz"),)),
+            Base("h200_cuda_graph", (str(cases / "healthy-h200-cuda_graph/traces/rank0.json.gz"),))]
+
+
 def severity_of(gain_pct: float) -> str:
     """high / medium / low band of a true gain (% of step time)."""
     return "high" if gain_pct >= HIGH_PCT else "medium" if gain_pct >= MEDIUM_PCT else "low"
