@@ -103,3 +103,14 @@ def test_host_work_a_queue_hides_from_the_window_is_priced_at_the_host_steps_exc
     metrics = found[0].evidence["metrics"]
     assert metrics["gpu_idle_during_it"]["value"] == 0.0
     assert metrics["host_step_over_device_step"]["value"] == pytest.approx(after - before, rel=0.05)
+
+
+def test_work_queued_before_the_profile_is_a_note_not_a_truncated_window():
+    """The GPU-bound loop's host ran 28 ms ahead: as its profile opens the GPU still runs 13.5 ms of earlier steps' work,
+    whose launches came before the trace (correlation ids below every recorded launch: 17 % of its GPU events). The
+    window is not cut short, so no finding loses confidence for it; a note says what that work is."""
+    d, _ = _diagnose("healthy-h200-gpu_bound")
+    notes = " ".join(d.notes)
+    assert "truncated" not in notes
+    assert "17 % of the GPU events ran work launched before the trace began for 13.5 ms into the analysed steps" in notes
+    assert all(x.confidence == "high" or "profiler overhead" in " ".join(x.notes) for x in d.findings)

@@ -14,7 +14,8 @@ import numpy as np
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.replay import one_off_first_calls
-from trainperf.diagnose.window import NSYS_PER_STEP_FIX, PER_STEP_FIX, merge_intervals, union_us
+from trainperf.diagnose.window import (NSYS_PER_STEP_FIX, PER_STEP_FIX, launched_before_trace, merge_intervals,
+                                       union_us)
 from trainperf.trace.annotate import STEP_RE, correlated_host_row
 from trainperf.trace.events import CPU_OP, KERNEL, MEMCPY, MEMSET, PYTHON, RUNTIME, USER_ANNOTATION
 
@@ -87,6 +88,9 @@ def rank_caveats(f: RankFacts) -> list[Caveat]:
     # not launched by a recorded call at all (an accelerator's own DMA and event records, MTIA's dma_request):
     # they cannot show a launch cut off by the profile's start (87 % of an MTIA trace read "truncated")
     dev = np.flatnonzero(t.on_device & (t.correlation >= 0))
+    # work launched before the trace began (a host running ahead leaves its queue of earlier steps' work on the device
+    # as the profile opens) is not a cut step: rank_notes says so, without lowering any confidence
+    dev = dev[~launched_before_trace(t, dev)]
     unlaunched = 100.0 * float((link[dev] < 0).mean()) if dev.size else 0.0
     if dev.size and not (t.kind == RUNTIME).any():
         # no runtime call anywhere (profiled with activities=[ProfilerActivity.CUDA] only): nothing is truncated,
@@ -312,6 +316,15 @@ def rank_notes(f: RankFacts) -> list[str]:
         out.append(f"the host waited {queued / 1e3:.1f} ms ({100.0 * queued / f.span_us:.0f} % of the window) inside "
                    "its launches for a slot in the full launch queue: it ran ahead of the GPU, which sets the pace; "
                    "those launches' durations are the GPU's, not host overhead")
+    t, w = f.table, f.window
+    dev = np.flatnonzero(t.on_device & (t.correlation >= 0))
+    # work launched before the trace began still running once the analysed steps have begun (the caveat of truncated
+    # windows leaves it out: evidence.rank_caveats)
+    earlier = dev[launched_before_trace(t, dev) & (w.end_us[dev] > f.host_window_start_us)]
+    if dev.size and 100.0 * earlier.size / dev.size > UNLAUNCHED_PCT:
+        out.append(f"{100.0 * earlier.size / dev.size:.0f} % of the GPU events ran work launched before the trace began "
+                   f"for {(w.end_us[earlier].max() - f.host_window_start_us) / 1e3:.1f} ms into the analysed steps (the GPU "
+                   "was still running the steps before the profile): not the window's steps' work, left out of them")
     st = [x for x in f.step_times if x.gpu_end_us == x.gpu_end_us]
     if not st:
         return out
