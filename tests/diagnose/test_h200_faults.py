@@ -114,3 +114,15 @@ def test_work_queued_before_the_profile_is_a_note_not_a_truncated_window():
     assert "truncated" not in notes
     assert "17 % of the GPU events ran work launched before the trace began for 13.5 ms into the analysed steps" in notes
     assert all(x.confidence == "high" or "profiler overhead" in " ".join(x.notes) for x in d.findings)
+
+
+def test_the_gpu_is_steps_behind_by_the_jobs_own_steps():
+    """The fp32 loop's host queues its 3 steps in ~4.7 ms each, its GPU runs each for 243.8 ms (measured unprofiled,
+    labels' faulty_step_ms): a step's GPU work ends 711 ms after its host step, 711 / 243.8 = 2.9 steps behind, not
+    711 / 4.7 = 151 host steps."""
+    import re
+
+    d, labels = _diagnose("fp32_matmul-high-h200")
+    note = next(n for n in d.notes if "GPU work of a step ends" in n)
+    overrun_ms, behind = map(float, re.search(r"ends ([\d.]+) ms after .* \(([\d.]+) steps behind\)", note).groups())
+    assert behind == pytest.approx(overrun_ms / labels["faulty_step_ms"], abs=0.1)

@@ -331,8 +331,10 @@ def rank_notes(f: RankFacts) -> list[str]:
     overrun = float(np.median([x.gpu_end_us - (x.start_us + x.host_us) for x in st]))
     step = float(np.median([x.host_us for x in st]))
     if step > 0 and overrun > GPU_LAG_NOTE_SHARE * step:
+        # behind by the job's own steps: the steady-state step, the slower side's (the GPU's, where the host is ahead)
+        period = f.period_us if f.period_us > 0 else step
         out.append(f"the GPU work of a step ends {overrun / 1e3:.1f} ms after its ProfilerStep ends on the host "
-                   f"({overrun / step:.1f} steps behind): per-step GPU figures follow the launches, not the host "
+                   f"({overrun / period:.1f} steps behind): per-step GPU figures follow the launches, not the host "
                    "windows")
     return out
 
