@@ -126,3 +126,22 @@ def test_the_gpu_is_steps_behind_by_the_jobs_own_steps():
     note = next(n for n in d.notes if "GPU work of a step ends" in n)
     overrun_ms, behind = map(float, re.search(r"ends ([\d.]+) ms after .* \(([\d.]+) steps behind\)", note).groups())
     assert behind == pytest.approx(overrun_ms / labels["faulty_step_ms"], abs=0.1)
+
+
+def test_a_first_call_that_waited_for_the_device_is_not_warm_up(tmp_path):
+    """The H200 DataLoader loop (its own 10-us pageable copies each step) with a pageable copy inserted at each step's
+    start by the corpus's surgery: each waits for the previous step's kernels (13-17 ms). The first of the kind costs
+    far more than the median of the later ones (the loop's own 10-us copies), but it waited for the device: not
+    warm-up, which a steady step would not pay (the note said so of it and lowered every finding's confidence)."""
+    import gzip
+    import random
+
+    from trainperf.corpus.inject import inject_pageable_copy
+
+    doc = json.loads(gzip.open(CASES / "data_loader_stall-high-h200" / "traces" / "rank0.json.gz").read())
+    out, _ = inject_pageable_copy({0: doc}, 0.0027, random.Random(0))
+    (tmp_path / "rank0.json").write_text(json.dumps(out[0]))
+    d = diagnose(tmp_path / "rank0.json")
+    copies = next(x for x in d.findings if x.kind == "pageable_copy")
+    assert max(e["dur_us"] for e in copies.evidence["events"]) > 10_000  # the inserted copies waited > 10 ms
+    assert not any("warm-up" in n for n in d.notes)
