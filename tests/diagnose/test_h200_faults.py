@@ -145,3 +145,24 @@ def test_a_first_call_that_waited_for_the_device_is_not_warm_up(tmp_path):
     copies = next(x for x in d.findings if x.kind == "pageable_copy")
     assert max(e["dur_us"] for e in copies.evidence["events"]) > 10_000  # the inserted copies waited > 10 ms
     assert not any("warm-up" in n for n in d.notes)
+
+
+def test_small_kernels_a_queue_hides_from_the_window_are_read_from_the_host_steps_excess(tmp_path):
+    """The GPU-bound H200 loop with 1,860 tiny kernels launched a step (the corpus's surgery): the host's step now
+    outlasts the GPU's, but in the profiled steps the queue launched before the window keeps the GPU busy, so it never
+    idles before them. Their launches cost the host's excess in a long run: small_kernels is found (it was not), its
+    fix alone priced within 6 pp of the truth (the fused optimizer, whose span the surgery's launches fell in, is
+    priced before it)."""
+    import gzip
+    import random
+
+    from trainperf.corpus import kineto as K
+    from trainperf.corpus.inject import inject_small_kernels
+
+    doc = json.loads(gzip.open(CASES / "healthy-h200-gpu_bound" / "traces" / "rank0.json.gz").read())
+    out, _ = inject_small_kernels({0: doc}, 1860, random.Random(0))
+    before, after = K.step_time_us(doc["traceEvents"]), K.step_time_us(out[0]["traceEvents"])
+    (tmp_path / "rank0.json").write_text(json.dumps(out[0]))
+    found = [x for x in diagnose(tmp_path / "rank0.json").findings if x.kind == "small_kernels"]
+    assert found and found[0].evidence["metrics"]["gpu_idle_before_them"]["value"] == 0.0
+    assert found[0].gain_alone_pct == pytest.approx(100 * (after - before) / after, abs=6.0)

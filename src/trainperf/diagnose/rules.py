@@ -893,13 +893,18 @@ def small_kernels(f: RankFacts) -> Finding | None:
     if not f.has_gpu:
         return None
     ls, g = f.launch, f.graph
-    if ls.small_kernel_count_pct <= SMALL_KERNEL_COUNT_PCT or ls.small_kernel_host_wait_us <= 0:
+    if ls.small_kernel_count_pct <= SMALL_KERNEL_COUNT_PCT:
         return None
     launch_cost = launch_cost_us(f, g.small_launch)  # the calls and the usual op dispatch before each
+    # the GPU idled before them; or, where the host sets the steady pace, it will in a long run by the host step's
+    # excess over the device's, which a queue launched before the window hid (as host_work reads it)
+    waited_us = max(ls.small_kernel_host_wait_us, min(launch_cost, f.host_excess_us))
+    if waited_us <= 0:
+        return None
     small_dev = ~g.is_host & (g.launch >= 0) & g.small_launch[np.clip(g.launch, 0, None)]
     # fused into their neighbours, they stop paying a kernel's fixed device cost (Graph.kernel_floor_us)
     device_us = float(np.minimum(g.dur[small_dev], g.kernel_floor_us).sum())
-    evidence_us = min(launch_cost, ls.small_kernel_host_wait_us) + device_us
+    evidence_us = min(launch_cost, waited_us) + device_us
     return _make(f, "small_kernels", {"small_kernels": (ls.small_kernel_count_pct, "% of kernels"),
                                       "their_time": (ls.small_kernel_time_pct, "% of kernel time"),
                                       "gpu_idle_before_them": (ls.small_kernel_host_wait_us, "us"),
