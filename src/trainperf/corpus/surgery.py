@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import bisect
 import copy
-from dataclasses import dataclass, field
-
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 

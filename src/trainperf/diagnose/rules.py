@@ -905,11 +905,13 @@ def small_kernels(f: RankFacts) -> Finding | None:
     # fused into their neighbours, they stop paying a kernel's fixed device cost (Graph.kernel_floor_us)
     device_us = float(np.minimum(g.dur[small_dev], g.kernel_floor_us).sum())
     evidence_us = min(launch_cost, waited_us) + device_us
-    return _make(f, "small_kernels", {"small_kernels": (ls.small_kernel_count_pct, "% of kernels"),
-                                      "their_time": (ls.small_kernel_time_pct, "% of kernel time"),
-                                      "gpu_idle_before_them": (ls.small_kernel_host_wait_us, "us"),
-                                      "host_cost_of_their_launches": (launch_cost, "us"),
-                                      "threshold": (SMALL_KERNEL_US, "us")},
+    metrics = {"small_kernels": (ls.small_kernel_count_pct, "% of kernels"),
+               "their_time": (ls.small_kernel_time_pct, "% of kernel time"),
+               "gpu_idle_before_them": (ls.small_kernel_host_wait_us, "us"),
+               "host_cost_of_their_launches": (launch_cost, "us"), "threshold": (SMALL_KERNEL_US, "us")}
+    if waited_us > ls.small_kernel_host_wait_us:  # the window's queue hid it
+        metrics["host_step_over_device_step"] = (f.host_excess_us / len(f.period_nodes), "us")
+    return _make(f, "small_kernels", metrics,
                  (), (Change("graph_small_kernels"),),
                  "small kernels fused: their launches cost the host nothing and their own device time goes",
                  evidence_pct=f.pct(evidence_us))
