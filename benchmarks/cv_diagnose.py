@@ -7,7 +7,7 @@ Every case is diagnosed once through `trainperf.diagnose.api.diagnose` (as `trai
 does); its per-rank RankFacts are kept, with the what-if replays they have cached. A set of
 thresholds is then scored by re-running only the finding rules and the marginal-gain ranking
 (rules.run_rules, findings.rank_by_marginal_gain, findings.merge_across_ranks) with the values set on
-the rules / findings modules (setattr), and scoring the findings with `corpus.evaluate.score`.
+the modules the rules read them from (setattr), and scoring the findings with `corpus.evaluate.score`.
 
 Folds group the cases by their base trace set (labels.json `base`: the HTA trace an injection was
 made into, or the real-run configuration): a threshold is never scored on a trace it was tuned on.
@@ -26,7 +26,9 @@ tell (counting it let the tuning hide it behind small_kernels' marginal gain, at
 precision). The table still shows every kind's false findings, as `trainperf evaluate` does.
 
 Thresholds tuned: every UPPER_CASE int/float of diagnose/rules.py (the *_SPEEDUP what-if factors
-only with --speedups: they are assumed speed-ups, not detection thresholds) and every number
+only with --speedups: they are assumed speed-ups, not detection thresholds), those a rule defined in a module of
+its own reads (layout.py's LAYOUT_TRANSPOSE_MIN_PCT, grad_sync.py's, precision.py's, ...; a number read only where
+the facts are collected, once per rank, is not re-run and not tuned) and every number
 diagnose/findings.py assigns (severity, dismissal and ranking cut-offs). A rule's threshold is tuned only when the corpus has
 cases of its kind (the rule that reads it, from its code): for a kind without positives (launch_bound,
 memory_bound_unfused, optimizer_slow, idle_gpu on today's corpus) only false findings can be scored, so
@@ -62,7 +64,18 @@ FINDINGS_CUTOFFS = ("HIGH_GAIN_PCT", "MEDIUM_GAIN_PCT", "MIN_GAIN_PCT")  # kept 
 STEPS = tuple(2 ** (k / 2) for k in range(-4, 5))  # 0.25x .. 4x the current value, 9 points
 HEALTHY_WEIGHT = 1.0
 SEVERITY_WEIGHT = 0.1
-_MODULES = {"rules": R, "findings": F}
+
+
+def _rule_modules() -> dict:
+    """The modules whose constants the rules read, by short name: rules.py, findings.py (the severity, dismissal and
+    ranking cut-offs) and each module that defines a rule of rules.RULES (layout.py's, grad_sync.py's, ...)."""
+    mods = {"rules": R, "findings": F}
+    for fn in R.RULES:
+        mods.setdefault(fn.__module__.rsplit(".", 1)[-1], sys.modules[fn.__module__])
+    return mods
+
+
+_MODULES = _rule_modules()
 # the straggler's wait threshold is applied in api._straggler_facts (it reads rules.STRAGGLER_MIN_WAIT_PCT when
 # called): the job's straggler is decided again per value from the cross-rank facts that function was given
 _GATE = hasattr(api, "_straggler_facts")
@@ -101,19 +114,24 @@ def _grid(name: str, default: float) -> list[float]:
 
 
 def discover_params(speedups: bool = False) -> list[Param]:
-    """The tunable constants as they are now in rules.py and findings.py (re-read each run)."""
+    """The tunable constants as they are now (re-read each run): every number rules.py assigns, those a rule of
+    another module (_rule_modules) reads, and findings.py's cut-offs. A name is one constant: the first module's."""
     readers: dict[str, str] = {}
     for fn in (*R.RULES, R.idle_gpu):
         for n in sorted(_names_read(fn)):
             readers[n] = f"{readers[n]},{fn.__name__}" if n in readers else fn.__name__
     if _GATE:
         readers.setdefault("STRAGGLER_MIN_WAIT_PCT", "straggler")
-    out = []
-    for name in _assigned_numbers(R):
-        v = getattr(R, name)
-        if name.endswith("_SPEEDUP") and not speedups:
+    out, seen = [], set()
+    for key, module in _MODULES.items():
+        if key == "findings":
             continue
-        out.append(Param(module="rules", name=name, default=v, grid=_grid(name, v), kind=readers.get(name, "?")))
+        for name in _assigned_numbers(module):
+            if name in seen or (name.endswith("_SPEEDUP") and not speedups) or (key != "rules" and name not in readers):
+                continue
+            seen.add(name)
+            v = getattr(module, name)
+            out.append(Param(module=key, name=name, default=v, grid=_grid(name, v), kind=readers.get(name, "?")))
     for name in _assigned_numbers(F):  # severity, dismissal and ranking cut-offs: every kind
         out.append(Param(module="findings", name=name, default=getattr(F, name), grid=_grid(name, getattr(F, name))))
     return out

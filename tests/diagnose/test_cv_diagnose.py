@@ -31,11 +31,20 @@ def test_grid_stays_in_range_and_holds_the_current_value():
     assert cv._grid("X_RATIO", 1.05)[0] == 1.0125 and cv._grid("X_RATIO", 1.05)[-1] == 1.2
 
 
-def test_params_are_the_constants_rules_py_assigns():
-    names = {p.name for p in cv.discover_params()}
+def test_params_are_the_constants_the_rules_read():
+    params = cv.discover_params()
+    names = {p.name for p in params}
     assert "ELEMENTWISE" not in names and "OPTIMIZER" not in names  # imported kernel categories, not thresholds
     assert {"HIGH_GAIN_PCT", "MEDIUM_GAIN_PCT"} <= names
-    assert all(hasattr(R, n) or hasattr(F, n) for n in names)
+    assert all(getattr(cv._MODULES[p.module], p.name) == p.default for p in params)
+    assert len(names) == len(params)  # one constant per name
+    # a rule of its own module has its thresholds tuned too; a number it never reads (gemm_shapes' concurrency share,
+    # read once per rank where the facts are collected) is not a threshold of any rule
+    by_name = {p.name: p for p in params}
+    assert by_name["LAYOUT_TRANSPOSE_MIN_PCT"].module == "layout"
+    assert by_name["LAYOUT_TRANSPOSE_MIN_PCT"].kind == "layout_transposes"
+    assert by_name["GRAD_SYNC_MIN_PCT"].kind == "grad_sync_per_microbatch"
+    assert "CONCURRENT_MAX_SHARE" not in names
     assert not any(n.endswith("_SPEEDUP") for n in names)
     # a threshold read through a helper is its rule's (host_work_min_gap_us), and every rule reading one is named
     kinds = {p.name: p.kind.split(",") for p in cv.discover_params()}
@@ -64,7 +73,20 @@ def test_rerun_equals_diagnose_and_thresholds_reach_the_rules():
     assert any(f["kind"] == "launch_bound" for f in case.expected)
     off = scorer.findings(case.result.name, {**current, "LAUNCH_BOUND_IDLE_PCT": 100.0})
     assert not any(f["kind"] == "launch_bound" for f in off)
-    assert all(getattr(R, p.name, None) == p.default or getattr(F, p.name, None) == p.default for p in params)
+    assert all(getattr(cv._MODULES[p.module], p.name) == p.default for p in params)
+
+
+def test_a_threshold_of_a_rule_in_its_own_module_reaches_it():
+    """The H200 fp32 loop's fp32_matmul (diagnose/precision.py) goes when its threshold is above any share, and the
+    module's constant is restored after."""
+    case = cv.capture(ROOT / "tests" / "data" / "h200_faults" / "fp32_matmul-high-h200")
+    params = cv.discover_params()
+    current = {p.name: p.default for p in params}
+    scorer = cv.Scorer([case], params)
+    assert any(f["kind"] == "fp32_matmul" for f in scorer.findings(case.result.name, current))
+    off = scorer.findings(case.result.name, {**current, "FP32_MATMUL_MIN_PCT": 100.0})
+    assert not any(f["kind"] == "fp32_matmul" for f in off)
+    assert cv._MODULES["precision"].FP32_MATMUL_MIN_PCT == current["FP32_MATMUL_MIN_PCT"]
 
 
 class _ThresholdScorer(cv.Scorer):
