@@ -5,7 +5,6 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from trainperf.diagnose import findings as F
 from trainperf.diagnose import rules as R
 
 ROOT = Path(__file__).resolve().parents[2]
