@@ -149,12 +149,13 @@ def launch_threads(events: list[dict]) -> dict:
             if is_runtime(e) and correlation(e) is not None}
 
 
-def queued_before_window(events: list[dict]) -> set[int]:
+def queued_before_window(events: list[dict], launch: dict | None = None) -> set[int]:
     """Indices of the device ops the trace holds without their launch that start before the first device op with a
     recorded launch on their stream (on any stream, for a stream with none). A stream runs in launch order, so these
     were launched before the profiler kept events: a host running ahead leaves its queue of earlier steps' work on the
-    device as the window opens (an H200 loop's 133 ops, 13 ms, torch 2.11)."""
-    launch = launch_times(events)
+    device as the window opens (an H200 loop's 133 ops, 13 ms, torch 2.11). launch: launch_times(events), when the
+    caller has it."""
+    launch = launch_times(events) if launch is None else launch
     ops = [(i, e) for i, e in enumerate(events) if is_gpu_op(e)]
     first: dict = {}
     for _, e in ops:
@@ -181,7 +182,7 @@ def step_time_us(events: list[dict]) -> float:
         raise TrainperfError("trace has no ProfilerStep#N spans: cannot measure a step time")
     t0, t1 = st[0].ts, st[-1].end
     launch = launch_times(events)
-    earlier = queued_before_window(events)
+    earlier = queued_before_window(events, launch)
     first, last = math.inf, -math.inf
     for i, e in enumerate(events):
         if is_gpu_op(e) and i not in earlier:

@@ -115,7 +115,7 @@ def _base(events: list[dict]) -> _Base:
 def _device_ops(events: list[dict]) -> _Ops:
     launch = K.launch_times(events)
     # work queued before the window came first in its stream's queue: launched before anything inserted
-    earlier = K.queued_before_window(events)
+    earlier = K.queued_before_window(events, launch)
     rows = [(i, float(e["ts"]), float(e.get("dur", 0.0)),
              -math.inf if i in earlier else launch.get(K.correlation(e), float(e["ts"])),
              (e.get("pid"), e.get("tid"))) for i, e in enumerate(events) if K.is_gpu_op(e)]

@@ -183,15 +183,20 @@ class RankFacts:
         return 100.0 * us / whole if whole > 0 else 0.0
 
     @property
-    def host_excess_us(self) -> float:
-        """µs over the analysed steps by which the host's steps outlast the device's where the host sets the steady
-        pace (period.py: not paced by the device): what the GPU idles in a long run, although work queued before the
-        window may keep it busy through the profiled steps (an H200 loop whose host ran 28 ms ahead took 23.9-ms host
-        steps against 22.4 ms of GPU work and the GPU never idled in the window). 0 otherwise."""
+    def host_step_excess_us(self) -> float:
+        """µs a step by which the host's steps outlast the device's where the host sets the steady pace (period.py:
+        not paced by the device): what the GPU idles each step in a long run, although work queued before the window
+        may keep it busy through the profiled steps (an H200 loop whose host ran 28 ms ahead took 23.9-ms host steps
+        against 22.4 ms of GPU work and the GPU never idled in the window). 0 otherwise."""
         if not self.step_sides_us or self.paced_by_device or not self.period_nodes:
             return 0.0
         host_us, device_us = self.step_sides_us
-        return max(host_us - device_us, 0.0) * len(self.period_nodes)
+        return max(host_us - device_us, 0.0)
+
+    @property
+    def host_excess_us(self) -> float:
+        """host_step_excess_us over the analysed steps (µs)."""
+        return self.host_step_excess_us * len(self.period_nodes or ())
 
     @property
     def p2p_comm_share(self) -> float:

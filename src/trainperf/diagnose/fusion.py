@@ -51,7 +51,6 @@ class FusionChains:
     kernels: int            # the kernels in those chains
     removed: np.ndarray     # trace rows of the kernels fusion would remove (int64)
     removed_us: float       # their device time (µs)
-    chains_us: float        # the chains' device time (µs)
     largest: list           # the CHAINS_SHOWN kinds of chain with the most time removed: (label, the first one's
     #                         start and length, µs)
 
@@ -59,12 +58,15 @@ class FusionChains:
 def fusion_chains(f: RankFacts) -> FusionChains:
     """The window's chains of 2 or more fusable kernels (elementwise or reduction, not_fusable(name) false) back to
     back on one stream (module docstring), and the kernels fusing each chain would remove: all but its reductions, or
-    all but its longest kernel when it has none."""
+    all but its longest kernel when it has none. Once per rank (RankFacts.once), not on every re-run of the rules."""
+    return f.once("fusion_chains", lambda: _fusion_chains(f))
+
+
+def _fusion_chains(f: RankFacts) -> FusionChains:
     t, w = f.table, f.window
     dev = w.device
     if not dev.size:
-        return FusionChains(chains=0, kernels=0, removed=np.zeros(0, np.int64), removed_us=0.0, chains_us=0.0,
-                            largest=[])
+        return FusionChains(chains=0, kernels=0, removed=np.zeros(0, np.int64), removed_us=0.0, largest=[])
     fusable = (t.kind[dev] == KERNEL) & np.isin(t.category[dev], (ELEMENTWISE, REDUCTION)) & \
         ~np.isin(t.name[dev], t.ids_matching(not_fusable))
     dur = w.end_us[dev] - w.ts_us[dev]
@@ -77,7 +79,7 @@ def fusion_chains(f: RankFacts) -> FusionChains:
     fus = fusable[order]
     starts = fus & (new_lane | new_step | ~np.r_[False, fus[:-1]])
     run_id = np.cumsum(starts) - 1
-    removed, n_chains, n_kernels, chains_us, each = [], 0, 0, 0.0, []
+    removed, n_chains, n_kernels, each = [], 0, 0, []
     idx = np.flatnonzero(fus)
     for members in np.split(idx, np.flatnonzero(np.diff(run_id[idx])) + 1) if idx.size else ():
         for chain in _chains(t.name[dev[order[members]]]):
@@ -90,7 +92,6 @@ def fusion_chains(f: RankFacts) -> FusionChains:
             each.append((float(d[~keep].sum()), rows))
             n_chains += 1
             n_kernels += rows.size
-            chains_us += float(d.sum())
     gone = np.concatenate(removed) if removed else np.zeros(0, np.int64)
     op = f.launching_op()
     # the same chain (each step's, each layer's) named once: [times, µs removed, its first one's start and length]
@@ -102,8 +103,7 @@ def fusion_chains(f: RankFacts) -> FusionChains:
     largest = [(f"{us / 1e3:.2f} ms folded in {n} chains: {label}", start, length)
                for label, (n, us, start, length) in sorted(by_label.items(), key=lambda x: -x[1][1])[:CHAINS_SHOWN]]
     return FusionChains(chains=n_chains, kernels=n_kernels, removed=gone.astype(np.int64),
-                        removed_us=float((w.end_us[gone] - w.ts_us[gone]).sum()), chains_us=chains_us,
-                        largest=largest)
+                        removed_us=float((w.end_us[gone] - w.ts_us[gone]).sum()), largest=largest)
 
 
 def _label(t, op: np.ndarray, rows: np.ndarray) -> str:

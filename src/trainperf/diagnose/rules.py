@@ -847,7 +847,7 @@ def host_work(f: RankFacts) -> Finding | None:
                "gpu_idle_during_it_share": (f.pct(float(starved.sum())), "%"), "gaps": (int(long.size), "count"),
                "gpu_idle": (gpu_idle_pct(f), "%"), "usual_dispatch_per_launch": (g.dispatch_us, "us")}
     if steady_us > starved.sum():  # the window's queue hid it
-        metrics["host_step_over_device_step"] = (f.host_excess_us / len(f.period_nodes), "us")
+        metrics["host_step_over_device_step"] = (f.host_step_excess_us, "us")
     by_step = _sum_by_step(f, g.start[long] - work[long], weight)
     if by_step:
         metrics["steps_with_it"] = (len(by_step), f"of {len(f.step_times)} steps")
@@ -910,7 +910,7 @@ def small_kernels(f: RankFacts) -> Finding | None:
                "gpu_idle_before_them": (ls.small_kernel_host_wait_us, "us"),
                "host_cost_of_their_launches": (launch_cost, "us"), "threshold": (SMALL_KERNEL_US, "us")}
     if waited_us > ls.small_kernel_host_wait_us:  # the window's queue hid it
-        metrics["host_step_over_device_step"] = (f.host_excess_us / len(f.period_nodes), "us")
+        metrics["host_step_over_device_step"] = (f.host_step_excess_us, "us")
     return _make(f, "small_kernels", metrics,
                  (), (Change("graph_small_kernels"),),
                  "small kernels fused: their launches cost the host nothing and their own device time goes",
@@ -950,7 +950,7 @@ def memory_bound_unfused(f: RankFacts) -> Finding | None:
            for n, d, k, t0 in c.top_kernels if not not_fusable(n)]
     busy_pct = 100.0 - f.breakdown.idle_pct
     metrics = {"elementwise_and_reduction": (share, "% of busy")}
-    fused = f.once("fusion_chains", lambda: fusion_chains(f))
+    fused = fusion_chains(f)
     changes, what = [], []
     if fused.removed.size:
         metrics.update(fusable_chains=(fused.chains, "count"), kernels_in_chains=(fused.kernels, "count"),
