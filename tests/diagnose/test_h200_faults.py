@@ -29,6 +29,20 @@ def _diagnose(case: str):
     return diagnose(CASES / case / "traces" / "rank0.json.gz"), json.loads((CASES / case / "labels.json").read_text())
 
 
+def _injected(tmp_path, case: str, inject, size: float):
+    """The case's trace with a fault inserted by the corpus's surgery (corpus/inject.py: `inject`, at `size`, seed 0),
+    diagnosed: (its diagnosis, the truth's step before and after, µs, corpus.kineto.step_time_us)."""
+    import gzip
+    import random
+
+    from trainperf.corpus import kineto as K
+
+    doc = json.loads(gzip.open(CASES / case / "traces" / "rank0.json.gz").read())
+    out, _ = inject({0: doc}, size, random.Random(0))
+    (tmp_path / "rank0.json").write_text(json.dumps(out[0]))
+    return diagnose(tmp_path / "rank0.json"), K.step_time_us(doc["traceEvents"]), K.step_time_us(out[0]["traceEvents"])
+
+
 def _known(misses: dict, cases: list[str]) -> list:
     return [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=misses[c])) if c in misses else c
             for c in cases]
@@ -86,19 +100,12 @@ def test_host_work_a_queue_hides_from_the_window_is_priced_at_the_host_steps_exc
     and a long run goes at its pace, but in the 3 profiled steps the queue launched before the window keeps the GPU
     busy (no idle during the work). The truth (corpus.kineto.step_time_us, independent of diagnose): 22.4 -> 23.9 ms,
     6.1 %. host_work is found on the host's excess over the device's step and priced by the replay within 0.5 pp."""
-    import gzip
-    import random
-
-    from trainperf.corpus import kineto as K
     from trainperf.corpus.inject import inject_host_work
 
-    doc = json.loads(gzip.open(CASES / "healthy-h200-gpu_bound" / "traces" / "rank0.json.gz").read())
-    out, _ = inject_host_work({0: doc}, 17_790.0, random.Random(0))
-    before, after = K.step_time_us(doc["traceEvents"]), K.step_time_us(out[0]["traceEvents"])
+    d, before, after = _injected(tmp_path, "healthy-h200-gpu_bound", inject_host_work, 17_790.0)
     true_gain = 100 * (after - before) / after
     assert 5.0 < true_gain < 7.0
-    (tmp_path / "rank0.json").write_text(json.dumps(out[0]))
-    found = [x for x in diagnose(tmp_path / "rank0.json").findings if x.kind == "host_work"]
+    found = [x for x in d.findings if x.kind == "host_work"]
     assert found and found[0].gain_pct == pytest.approx(true_gain, abs=0.5)
     metrics = found[0].evidence["metrics"]
     assert metrics["gpu_idle_during_it"]["value"] == 0.0
@@ -133,15 +140,9 @@ def test_a_first_call_that_waited_for_the_device_is_not_warm_up(tmp_path):
     start by the corpus's surgery: each waits for the previous step's kernels (13-17 ms). The first of the kind costs
     far more than the median of the later ones (the loop's own 10-us copies), but it waited for the device: not
     warm-up, which a steady step would not pay (the note said so of it and lowered every finding's confidence)."""
-    import gzip
-    import random
-
     from trainperf.corpus.inject import inject_pageable_copy
 
-    doc = json.loads(gzip.open(CASES / "data_loader_stall-high-h200" / "traces" / "rank0.json.gz").read())
-    out, _ = inject_pageable_copy({0: doc}, 0.0027, random.Random(0))
-    (tmp_path / "rank0.json").write_text(json.dumps(out[0]))
-    d = diagnose(tmp_path / "rank0.json")
+    d, _, _ = _injected(tmp_path, "data_loader_stall-high-h200", inject_pageable_copy, 0.0027)
     copies = next(x for x in d.findings if x.kind == "pageable_copy")
     assert max(e["dur_us"] for e in copies.evidence["events"]) > 10_000  # the inserted copies waited > 10 ms
     assert not any("warm-up" in n for n in d.notes)
@@ -153,17 +154,10 @@ def test_small_kernels_a_queue_hides_from_the_window_are_read_from_the_host_step
     idles before them. Their launches cost the host's excess in a long run: small_kernels is found (it was not), its
     fix alone priced within 6 pp of the truth (the fused optimizer, whose span the surgery's launches fell in, is
     priced before it)."""
-    import gzip
-    import random
-
-    from trainperf.corpus import kineto as K
     from trainperf.corpus.inject import inject_small_kernels
 
-    doc = json.loads(gzip.open(CASES / "healthy-h200-gpu_bound" / "traces" / "rank0.json.gz").read())
-    out, _ = inject_small_kernels({0: doc}, 1860, random.Random(0))
-    before, after = K.step_time_us(doc["traceEvents"]), K.step_time_us(out[0]["traceEvents"])
-    (tmp_path / "rank0.json").write_text(json.dumps(out[0]))
-    found = [x for x in diagnose(tmp_path / "rank0.json").findings if x.kind == "small_kernels"]
+    d, before, after = _injected(tmp_path, "healthy-h200-gpu_bound", inject_small_kernels, 1860)
+    found = [x for x in d.findings if x.kind == "small_kernels"]
     metrics = found[0].evidence["metrics"] if found else {}
     assert metrics["gpu_idle_before_them"]["value"] == 0.0 and metrics["host_step_over_device_step"]["value"] > 0
     assert found[0].gain_alone_pct == pytest.approx(100 * (after - before) / after, abs=6.0)
