@@ -27,14 +27,14 @@ precision). The table still shows every kind's false findings, as `trainperf eva
 
 Thresholds tuned: every UPPER_CASE int/float of diagnose/rules.py (the *_SPEEDUP what-if factors
 only with --speedups: they are assumed speed-ups, not detection thresholds), those a rule defined in a module of
-its own reads (layout.py's LAYOUT_TRANSPOSE_MIN_PCT, grad_sync.py's, precision.py's, ...; a number read only where
+its own reads (stragglers.py's, host_bound.py's, layout.py's LAYOUT_TRANSPOSE_MIN_PCT, grad_sync.py's, ...; a number read only where
 the facts are collected, once per rank, is not re-run and not tuned) and every number
 diagnose/findings.py assigns (severity, dismissal and ranking cut-offs). A rule's threshold is tuned only when the corpus has
 cases of its kind (the rule that reads it, from its code): for a kind without positives (launch_bound,
 memory_bound_unfused, optimizer_slow, idle_gpu on today's corpus) only false findings can be scored, so
 tuning would just switch it off; --one-sided tunes them anyway. The straggler's STRAGGLER_MIN_WAIT_PCT is applied by
-api._straggler_facts (it reads rules.STRAGGLER_MIN_WAIT_PCT when called): that function is called again, per value, on the
-cross-rank facts it was given.
+api._straggler_facts (it reads stragglers.STRAGGLER_MIN_WAIT_PCT when called): that function is called again, per
+value, on the cross-rank facts it was given.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from trainperf.corpus.evaluate import CaseResult, case_folders, read_labels, sco
 from trainperf.diagnose import api
 from trainperf.diagnose import findings as F
 from trainperf.diagnose import rules as R
+from trainperf.diagnose import stragglers
 from trainperf.errors import TrainperfError
 
 FINDINGS_CUTOFFS = ("HIGH_GAIN_PCT", "MEDIUM_GAIN_PCT", "MIN_GAIN_PCT")  # kept ordered (_valid)
@@ -76,7 +77,7 @@ def _rule_modules() -> dict:
 
 
 _MODULES = _rule_modules()
-# the straggler's wait threshold is applied in api._straggler_facts (it reads rules.STRAGGLER_MIN_WAIT_PCT when
+# the straggler's wait threshold is applied in api._straggler_facts (it reads stragglers.STRAGGLER_MIN_WAIT_PCT when
 # called): the job's straggler is decided again per value from the cross-rank facts that function was given
 _GATE = hasattr(api, "_straggler_facts")
 
@@ -139,7 +140,7 @@ def discover_params(speedups: bool = False) -> list[Param]:
 
 def _names_read(fn) -> set[str]:
     """Global names a rule reads, with those read by the functions of its own module it calls (a threshold a rule
-    reads through a helper, rules.host_work_min_gap_us, is still that rule's)."""
+    reads through a helper, host_bound.host_work_min_gap_us, is still that rule's)."""
     seen, todo, names = set(), [fn], set()
     while todo:
         f = todo.pop()
@@ -224,12 +225,12 @@ def capture(folder: Path) -> Case:
 def straggler_at(c: "Case", wait_pct: float):
     """api._straggler_facts of the case's job with STRAGGLER_MIN_WAIT_PCT = wait_pct (memoised per case)."""
     if wait_pct not in c.stragglers:
-        keep = R.STRAGGLER_MIN_WAIT_PCT
-        R.STRAGGLER_MIN_WAIT_PCT = wait_pct
+        keep = stragglers.STRAGGLER_MIN_WAIT_PCT
+        stragglers.STRAGGLER_MIN_WAIT_PCT = wait_pct
         try:
             c.stragglers[wait_pct] = api._straggler_facts(*c.straggler_args)
         finally:
-            R.STRAGGLER_MIN_WAIT_PCT = keep
+            stragglers.STRAGGLER_MIN_WAIT_PCT = keep
     return c.stragglers[wait_pct]
 
 
@@ -269,7 +270,7 @@ class Scorer:
             for p in self.params:
                 if p.name != "STRAGGLER_MIN_WAIT_PCT" or not _GATE:
                     setattr(_MODULES[p.module], p.name, values[p.name])
-            wait_pct = values.get("STRAGGLER_MIN_WAIT_PCT", getattr(R, "STRAGGLER_MIN_WAIT_PCT", 0.0))
+            wait_pct = values.get("STRAGGLER_MIN_WAIT_PCT", getattr(stragglers, "STRAGGLER_MIN_WAIT_PCT", 0.0))
             found = []
             for f in c.facts:
                 if _GATE and f.has_gpu and c.straggler_args is not None:

@@ -12,7 +12,7 @@ written as Kineto traces (tests/trace/kineto_builder.py). Scenarios:
 - onset (2, 4, 16, 64 ranks): the last rank 1.3x slower from step 3 of 8 on (a GPU that slows down);
 - equal (16, 64 ranks): every rank's GEMM +-noise us, nothing else: the ranks wait for each step's last one by
   jitter alone. Truth from the drawn times: load_imbalance when those waits average >= 2 % of the step
-  (rules.STRAGGLER_MIN_WAIT_PCT, the bar for naming them), else no wait finding, and exposed_comm, if named, priced
+  (stragglers.STRAGGLER_MIN_WAIT_PCT, the bar for naming them), else no wait finding, and exposed_comm, if named, priced
   at no more than the all-reduce's own transfer (300 us of 16 ms, +0.5 pp): overlapping cannot hide a wait for a
   late rank;
 - tp+dp (16 ranks, write_tp_dp_job): tensor-parallel groups of 4 and data-parallel groups across them, with one
@@ -49,7 +49,7 @@ from kineto_builder import TraceBuilder  # noqa: E402
 from pipeline_builder import pipeline_job  # noqa: E402
 
 from trainperf.corpus.kineto import read_events  # noqa: E402
-from trainperf.diagnose import rules  # noqa: E402
+from trainperf.diagnose import stragglers  # noqa: E402
 from trainperf.diagnose.api import diagnose  # noqa: E402
 from trainperf.diagnose.findings import rank_list  # noqa: E402
 
@@ -135,10 +135,10 @@ def scenario(name: str, ranks: int, rng: random.Random, noise: float) -> tuple[d
 
 
 def equal_truth(comp: dict[tuple[int, int], float], ranks: int) -> str:
-    """load_imbalance when equal ranks' jitter makes them wait >= rules.STRAGGLER_MIN_WAIT_PCT of the step on
+    """load_imbalance when equal ranks' jitter makes them wait >= stragglers.STRAGGLER_MIN_WAIT_PCT of the step on
     average (each rank waits for the step's slowest), else none."""
     waits = [max(comp[q, s] for q in range(ranks)) - comp[r, s] for r in range(ranks) for s in range(STEPS)]
-    return "load_imbalance" if 100 * sum(waits) / len(waits) / P >= rules.STRAGGLER_MIN_WAIT_PCT else "none"
+    return "load_imbalance" if 100 * sum(waits) / len(waits) / P >= stragglers.STRAGGLER_MIN_WAIT_PCT else "none"
 
 
 def all_reduce_wait_pct(path: Path) -> float:
@@ -196,7 +196,7 @@ def main() -> None:
                 pipeline_job(Path(tmp), [1000.0 * (1.3 if s in slow else 1.0) for s in range(stages)], micro=8,
                              noise_us=a.noise, rng=random.Random(seed), replicas=copies, steps=a.pipeline_steps,
                              schedule=a.pipeline_schedule)
-                if copies > 1 and not slow and all_reduce_wait_pct(Path(tmp)) >= rules.STRAGGLER_MIN_WAIT_PCT:
+                if copies > 1 and not slow and all_reduce_wait_pct(Path(tmp)) >= stragglers.STRAGGLER_MIN_WAIT_PCT:
                     kind = "load_imbalance"  # the copies' jitter costs as much as the equal ranks' does
             elif sc.startswith("tp+dp"):
                 spec = sc.split(": ")[1]

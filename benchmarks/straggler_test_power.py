@@ -5,7 +5,7 @@ Each series is 10 steps (the corpus' real runs' analysed window) of the slow-can
 other rank in the same step, in units of the load noise's standard deviation: noise alone (independent from step
 to step, or AR(1) correlated: load that persists for a few steps), or noise plus a rank late by delta in every step,
 or from some step on (a rank that turns slow inside the window and stays slow). The straggler is the rank with the
-larger sum, as crossrank.host_straggler picks it. Detected: p <= rules.STRAGGLER_HOST_ALPHA.
+larger sum, as crossrank.host_straggler picks it. Detected: p <= stragglers.STRAGGLER_HOST_ALPHA.
 
     .venv/bin/python benchmarks/straggler_test_power.py [--series 1000] [--seed 0]
 """
@@ -19,7 +19,7 @@ from rich.progress import track
 from scipy.stats import permutation_test
 
 from trainperf.diagnose.crossrank import straggler_p_value
-from trainperf.diagnose.rules import STRAGGLER_HOST_ALPHA
+from trainperf.diagnose.stragglers import STRAGGLER_HOST_ALPHA
 
 STEPS = 10
 # (label, AR(1) correlation of the noise, first late step (0-based), lateness in noise sd)

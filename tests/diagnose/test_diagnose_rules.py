@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 from kineto_builder import TraceBuilder  # noqa: E402
 
 from trainperf.diagnose import findings as F  # noqa: E402
-from trainperf.diagnose import rules  # noqa: E402
+from trainperf.diagnose import host_bound, rules  # noqa: E402
 from trainperf.diagnose.api import diagnose  # noqa: E402
 from trainperf.diagnose.facts import collect_facts  # noqa: E402
 from trainperf.diagnose.replay import Change  # noqa: E402
@@ -214,9 +214,9 @@ def test_a_kernel_already_fused_across_tensors_is_not_a_small_kernel(tmp_path):
                                 "at::native::(anonymous namespace)::TensorListMetadata<2>, AddFunctor<float> >"))
     fa, fb = (collect_facts(t, analysis_window(t)) for t in (unfused, fused))
     assert fa.launch.small_kernel_count_pct == pytest.approx(100 * 20 / 21)
-    assert rules.small_kernels(fa) is not None and fa.graph.small_launch.sum() == 20 * len(fa.steps)
+    assert host_bound.small_kernels(fa) is not None and fa.graph.small_launch.sum() == 20 * len(fa.steps)
     assert fb.launch.small_kernel_count_pct == 0.0 and fb.graph.small_launch.sum() == 0
-    assert rules.small_kernels(fb) is None
+    assert host_bound.small_kernels(fb) is None
 
 
 def _elementwise_bound(path, name):
@@ -256,7 +256,7 @@ def test_a_step_idle_outside_its_device_span_is_idle(tmp_path):
     f = collect_facts(t, analysis_window(t))
     assert f.breakdown.idle_pct == pytest.approx(0.0)
     assert f.step_idle_pct == pytest.approx(100 * (20_000 - 45) / 20_000)
-    assert rules.gpu_idle_pct(f) == pytest.approx(f.step_idle_pct)
+    assert host_bound.gpu_idle_pct(f) == pytest.approx(f.step_idle_pct)
     x = rules.idle_gpu(f, [])
     assert x is not None and x.evidence["metrics"]["gpu_idle_over_steps"]["value"] == pytest.approx(99.775, abs=1e-3)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from trainperf.diagnose import findings as F
-from trainperf.diagnose import rules
+from trainperf.diagnose import stragglers
 from trainperf.diagnose.crossrank import (ComputeStraggler, CrossRank, MatchedCollective, comm_waits,
                                          compute_before_collectives, compute_straggler, cross_rank, host_straggler,
                                          laggards, lateness_by_step, lateness_share, persistent_laggard,
@@ -143,8 +143,8 @@ def _restrict_steps(t: EventTable, steps: tuple[int, int]) -> EventTable:
 
 def testable(steps: int, n_ranks: int) -> bool:
     """Whether a window of `steps` steps of n_ranks ranks is long enough for the straggler's sign-flip test to pass
-    at all (crossrank.straggler_min_p_value at most rules.STRAGGLER_HOST_ALPHA)."""
-    return straggler_min_p_value(steps, n_ranks) <= rules.STRAGGLER_HOST_ALPHA
+    at all (crossrank.straggler_min_p_value at most stragglers.STRAGGLER_HOST_ALPHA)."""
+    return straggler_min_p_value(steps, n_ranks) <= stragglers.STRAGGLER_HOST_ALPHA
 
 
 def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None, top: int = 10,
@@ -211,8 +211,8 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
         job_caveats.append(Caveat(
             note=f"{hs.steps} common profiled steps are too few to test a slow rank against load noise (a rank slower "
                  f"in every step would still have p = {straggler_min_p_value(hs.steps, hs.n_ranks):.3f} > "
-                 f"{rules.STRAGGLER_HOST_ALPHA}): a straggler is named from how far its extra work recurs, "
-                 f"unconfirmed; profile at least {straggler_steps_needed(hs.n_ranks, rules.STRAGGLER_HOST_ALPHA)} steps",
+                 f"{stragglers.STRAGGLER_HOST_ALPHA}): a straggler is named from how far its extra work recurs, "
+                 f"unconfirmed; profile at least {straggler_steps_needed(hs.n_ranks, stragglers.STRAGGLER_HOST_ALPHA)} steps",
             confidence="low", kinds=frozenset({"straggler"})))
     notes += [c.note for c in job_caveats]
     for r, t in tables.items():
@@ -251,7 +251,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
                    "host_own_work_us": hs.own_us, "host_wait_us": hs.wait_us, "host_steps": hs.steps,
                    "host_stalled_steps_left_out": hs.stalled_steps,
                    "host_straggler_p_value": hs.p_value, "host_straggler_testable": long_enough,
-                   "host_straggler_within_noise": rules.extra_work_is_noise(hs.p_value, long_enough, hs.snr)}
+                   "host_straggler_within_noise": stragglers.extra_work_is_noise(hs.p_value, long_enough, hs.snr)}
     if xr is not None:
         st = xr.straggler
         xr_json = {"n_collectives_matched": len(xr.collectives), "wait_by_rank_us": xr.wait_by_rank_us,
@@ -267,7 +267,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
                 xr_json["slow_ranks_p_value"] = straggler.slow_ranks_p_value
             if straggler.late_work_share is not None:
                 xr_json["lateness_from_extra_compute_pct"] = 100.0 * straggler.late_work_share
-                xr_json["late_ranks_paused"] = rules.paused_not_loaded(straggler)
+                xr_json["late_ranks_paused"] = stragglers.paused_not_loaded(straggler)
             if straggler.late_idle_share is not None:
                 xr_json["lateness_from_gpu_idle_pct"] = 100.0 * straggler.late_idle_share
     best = max(plans.values(), key=lambda p: p.fix_all_gain_pct, default=None)
@@ -364,10 +364,10 @@ def _compute_extra_is_noise(cs: ComputeStraggler) -> bool:
     if cs.steps < 2:
         return False
     n_ranks = cs.by_step_us.shape[1]
-    if n_ranks >= 3 and slowest_rank_min_p_value(cs.steps, n_ranks) <= rules.STRAGGLER_HOST_ALPHA:
-        return slowest_rank_p_value(cs.by_step_us) > rules.STRAGGLER_HOST_ALPHA
+    if n_ranks >= 3 and slowest_rank_min_p_value(cs.steps, n_ranks) <= stragglers.STRAGGLER_HOST_ALPHA:
+        return slowest_rank_p_value(cs.by_step_us) > stragglers.STRAGGLER_HOST_ALPHA
     if n_ranks == 2 and testable(cs.steps, n_ranks):
-        return straggler_p_value(cs.extra_by_step_us, n_ranks) > rules.STRAGGLER_HOST_ALPHA
+        return straggler_p_value(cs.extra_by_step_us, n_ranks) > stragglers.STRAGGLER_HOST_ALPHA
     slowest = {cs.ranks[i] for i in np.argmax(cs.by_step_us, axis=1)}
     return not slowest <= set(cs.group_ratio or [cs.rank])
 
@@ -382,7 +382,7 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     st = xr.straggler
     window = max(f.breakdown.window_us for f in facts.values() if f.has_gpu)
     others = max(len(xr.wait_by_rank_us) - 1, 1)
-    floor = rules.STRAGGLER_MIN_WAIT_PCT / 100 * window
+    floor = stragglers.STRAGGLER_MIN_WAIT_PCT / 100 * window
     def step_of(c: MatchedCollective):
         return _collective_step(c, facts)
 
@@ -391,15 +391,15 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     # a straggler keeps the others waiting step after step: it must be the rank they waited for most in more of the
     # steps with waits than ranks taking turns at random would make it (crossrank.persistent_laggard, at the host
     # straggler's alpha). When that rank changes from step to step, no rank is slow: the ranks get unequal work per
-    # step (lengths, routing), and rules.load_imbalance names that instead. Its bar is the ranks' mean wait, not
+    # step (lengths, routing), and stragglers.load_imbalance names that instead. Its bar is the ranks' mean wait, not
     # one rank's caused wait: with N ranks taking turns, each causes ~1/N of it
     persistent = st is not None and persistent_laggard(last_in_steps.get(st[0], 0), len(last),
-                                                       len(xr.wait_by_rank_us), rules.STRAGGLER_HOST_ALPHA)
+                                                       len(xr.wait_by_rank_us), stragglers.STRAGGLER_HOST_ALPHA)
     # a group of ranks late step after step, each the last in some steps (a slow node): not one rank taking turns
     # with the others (load imbalance), nor one straggler (the laggard test can pass for one of 64 ranks last in 3 of
     # 7 steps when 4 are slow); a group of one is the straggler that rank is
     group, group_p = (([], 1.0) if st is None else
-                      slow_ranks(lateness_by_step(xr.collectives, step_of), last, rules.STRAGGLER_HOST_ALPHA))
+                      slow_ranks(lateness_by_step(xr.collectives, step_of), last, stragglers.STRAGGLER_HOST_ALPHA))
     if group == [st[0]] and persistent:
         group = []
     persistent = persistent and not group
@@ -426,9 +426,9 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     cs = None
     if not matched_waits or (xr.point_to_point and not persistent):
         cs = compute_straggler({r: f.compute_by_step for r, f in facts.items() if f.has_gpu})
-        # under the ratio's bar it is no straggler whatever the noise (rules.straggler says so too): the test, whose
-        # draws cost ~1 s on 64 ranks x 20 steps, is run only for a candidate
-        if cs is not None and (cs.ratio < rules.STRAGGLER_MIN_COMPUTE_RATIO or _compute_extra_is_noise(cs)):
+        # under the ratio's bar it is no straggler whatever the noise (stragglers.straggler says so too): the test,
+        # whose draws cost ~1 s on 64 ranks x 20 steps, is run only for a candidate
+        if cs is not None and (cs.ratio < stragglers.STRAGGLER_MIN_COMPUTE_RATIO or _compute_extra_is_noise(cs)):
             cs = None
     if cs is not None:
         return StragglerFacts(rank=cs.rank, caused_us=0.0, caused_per_other_us=0.0, imbalance_pct=xr.imbalance_pct,

@@ -402,7 +402,7 @@ WAKE_NS = 2_000_000
 # a step in which some rank spends this much of it (%) inside DataLoader or checkpoint spans is one that the stall's
 # fix changes beyond removing the span (host_straggler). The corpus's clean 2-rank gloo runs spend 0.1-1.4 % of a
 # step there (the DataLoader's own next()), its smallest injected stall 7.2 %; 5 %: the smallest straggler named
-# without the test (rules.STRAGGLER_HOST_MIN_PCT), stated, not fitted: a smaller stall cannot make a rank that late
+# without the test (stragglers.STRAGGLER_HOST_MIN_PCT), stated, not fitted: a smaller stall cannot make a rank that late
 STALLED_STEP_MIN_PCT = 5.0
 
 

@@ -55,7 +55,7 @@ class StragglerFacts:
     # alike with it (a slow pipeline stage's data- or tensor-parallel copies), each with its compute ratio
     compute_group_ratio: dict = field(default_factory=dict)
     # matched collectives: how many steps each rank was the one the others waited for most (crossrank.laggards);
-    # persistent: the straggler was it in most of them (else the waits are load imbalance: rules.load_imbalance)
+    # persistent: the straggler was it in most of them (else the waits are load imbalance: stragglers.load_imbalance)
     last_in_steps: dict = field(default_factory=dict)
     persistent: bool = True
     # ... per step with waits, that step's laggard and the waiting it caused (µs, summed over the waiting ranks)

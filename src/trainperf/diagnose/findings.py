@@ -148,7 +148,7 @@ STRAGGLER_STAGE_RECOMMENDATION = (
     "or use an interleaved schedule; if the stages are equal by construction, check its GPU and host (thermal "
     "throttling, a slower link).")
 
-# host_work whose cost falls in one analysed step (rules.host_work, ONE_OFF_SHARE): periodic work, every N steps
+# host_work whose cost falls in one analysed step (host_bound.host_work, ONE_OFF_SHARE): periodic work, every N steps
 ONE_OFF_HOST_WORK_RECOMMENDATION = (
     "The host work falls in one of the {n} analysed steps: work done every N steps on the training thread while "
     "the GPU idles, most often a synchronous checkpoint save (without with_stack=True the trace names no op for "
@@ -202,7 +202,7 @@ INFERENCE_RECOMMENDATIONS = {
                      "RoPE kernels), and batch more requests per step so that each kernel does more work.",
 }
 
-# straggler when the same rank is late every step with no more computation than the others (rules.straggler)
+# straggler when the same rank is late every step with no more computation than the others (stragglers.straggler)
 LATE_HOST_STRAGGLER_RECOMMENDATION = (
     "Rank {rank} arrives late at the collectives without computing more than the other ranks: its GPU waits for its "
     "host before the work. Look at what only that rank does on its training thread (rank-0 logging, metrics, "
@@ -217,7 +217,7 @@ QUEUED_WORK_STRAGGLER_RECOMMENDATION = (
     "computation queued ahead of the collectives). Look at what only that rank's streams run before them: a "
     "rank-0 copy to the host, a collective of another process group it alone joins, offloaded state.")
 
-# straggler when the ranks take turns being late without more work in those steps (rules._paused_hosts)
+# straggler when the ranks take turns being late without more work in those steps (stragglers._paused_hosts)
 PAUSED_HOSTS_RECOMMENDATION = (
     "The ranks take turns arriving late at collectives without computing more in those steps: the late rank's host "
     "paused before launching its work. Most often Python's garbage collector, which runs at a different moment on "
@@ -226,7 +226,7 @@ PAUSED_HOSTS_RECOMMENDATION = (
     "enough cores per GPU, no other jobs on the node) or a slow read or log write on that rank's training thread.")
 
 # straggler when one rank caused the waiting that costs, computing more in the steps it was late, though not the last
-# in most steps (rules._extra_work_rank)
+# in most steps (stragglers._extra_work_rank)
 EXTRA_WORK_STRAGGLER_RECOMMENDATION = (
     "Rank {rank} holds the others at the collectives in the steps it is late, computing more than them there: work "
     "only it does in those steps (rank-0 evaluation, metrics or checkpoint bookkeeping on the GPU: run it every N "
@@ -234,8 +234,9 @@ EXTRA_WORK_STRAGGLER_RECOMMENDATION = (
     "bucket by length), or its GPU running the same work slower from some step on (clocks and throttle reasons: "
     "nvidia-smi -q -d PERFORMANCE,CLOCK).")
 
-# straggler when a group of ranks (or one) is late step after step, each the last in some steps (rules._slow_ranks):
-# cause is SLOW_RANKS_DEVICE_CAUSE when they compute more in the steps they are late, else SLOW_RANKS_HOST_CAUSE
+# straggler when a group of ranks (or one) is late step after step, each the last in some steps
+# (stragglers._slow_ranks): cause is SLOW_RANKS_DEVICE_CAUSE when they compute more in the steps they are late,
+# else SLOW_RANKS_HOST_CAUSE
 SLOW_RANKS_RECOMMENDATION = (
     "{who} arrived late at the collectives step after step, the last rank of a step changing among them by jitter "
     "only: slow hardware or hosts, not work that changes from step to step (ranks of one node, when they are that "
@@ -431,6 +432,14 @@ def make(kind: str, ranks, steps, metrics: dict, events=(), gain_pct: float | No
                    evidence_pct=None if evidence_pct is None else round(float(evidence_pct), 2), changes=changes,
                    gain_is_upper_bound=bound, priced=priced)
 
+
+def rank_finding(f, kind: str, metrics: dict, events=(), changes: tuple = (), what_if: str = "",
+                 evidence_pct: float | None = None, ranks=None, severity: str | None = None,
+                 gain_pct: float | None = None, gain_us: float = 0.0, upper_bound: bool = False) -> Finding:
+    """make() for a rule reading one rank's facts `f` (a RankFacts): the finding names that rank unless `ranks`
+    names others, and the rank's analysed steps."""
+    return make(kind, ranks if ranks is not None else [f.rank], f.steps, metrics, events, gain_pct, gain_us, what_if,
+                severity=severity, changes=changes, evidence_pct=evidence_pct, upper_bound=upper_bound)
 
 _SEVERITY_LEVEL = {"low": 0, "medium": 1, "high": 2}
 _LEVELS = ("low", "medium", "high")

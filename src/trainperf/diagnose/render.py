@@ -23,7 +23,7 @@ def straggler_wait_ms(cross_rank: dict) -> tuple[int, float] | None:
 
 def straggler_text(cross_rank: dict) -> str:
     """One clause on the rank the others waited for, from ``Diagnosis.cross_rank``: "straggler rank R caused X ms
-    of waiting"; on a CPU-only job whose wait load noise explains as well (rules.extra_work_is_noise, the straggler
+    of waiting"; on a CPU-only job whose wait load noise explains as well (stragglers.extra_work_is_noise, the straggler
     rule's own decision), "rank R caused X ms of waiting, as much as load noise gives (p P)"; when the rank waited
     for changed from step to step (StragglerFacts.persistent), no straggler but load imbalance, or ranks taking
     turns being late with no more work (late_ranks_paused: their hosts paused), or a group of slow ranks late step

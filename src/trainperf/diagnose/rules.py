@@ -5,6 +5,11 @@ its fix; it never computes a gain itself. `findings.rank_by_marginal_gain` repla
 credits each finding with its marginal gain. Thresholds are shares of the rank's replayed span
 (% of step time) unless named otherwise; they are provisional until `trainperf evaluate` scores
 them on the labeled corpus.
+
+RULES, run in that order by run_rules, lists every rule. Here: the host's named waits (DataLoader, checkpoint,
+compile, syncs, pageable copies, the allocator), communication (exposed collectives, a pipeline's bubble), the kernels
+(memory-bound unfused operators, the optimizer) and what is left (idle GPU). The others, in modules of their own, are
+named in the comment above RULES.
 """
 
 from __future__ import annotations
@@ -17,36 +22,26 @@ from trainperf.diagnose import findings as F
 from trainperf.diagnose.attention import unfused_attention
 from trainperf.diagnose.copies import exposed_memcpy
 from trainperf.diagnose.collectives import TransferRate
-from trainperf.diagnose.evidence import SAMPLED_IDS_PER_CALL, is_sampled
-from trainperf.diagnose.facts import RankFacts, StragglerFacts
+from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.fusion import fusion_chains, not_fusable
 from trainperf.diagnose.gemm_shapes import misaligned_gemm
-from trainperf.diagnose.gpu_time import Overlap, idle_in_span_us, idle_in_spans_us
+from trainperf.diagnose.gpu_time import Overlap, idle_in_span_us
 from trainperf.diagnose.grad_sync import grad_sync_per_microbatch
+from trainperf.diagnose.host_bound import gpu_idle_pct, host_work, launch_bound, launch_cost_us, small_kernels
 from trainperf.diagnose.host import OPTIMIZER_RE, span_rows
 from trainperf.diagnose.layout import layout_transposes
-from trainperf.diagnose.launch import SMALL_KERNEL_US
 from trainperf.diagnose.precision import fp32_matmul
 from trainperf.diagnose.pipeline import implied_micro_batches, schedule_bubble_pct
 from trainperf.diagnose.recompute import recompute_overhead
-from trainperf.diagnose.replay import (BLOCK_COMM, BLOCK_PAGEABLE, BLOCK_SYNC, Change, Graph, blocked_us,
-                                       dispatch_taken, host_work_us, one_off_first_calls)
+from trainperf.diagnose.replay import BLOCK_COMM, BLOCK_PAGEABLE, BLOCK_SYNC, Change, blocked_us
 from trainperf.diagnose.slow_gemm import slow_gemm
-from trainperf.diagnose.window import covered_length, merge_intervals
-from trainperf.trace.annotate import STEP_RE
+from trainperf.diagnose.stragglers import STRAGGLER_MIN_COMPUTE_RATIO, load_imbalance, straggler
+from trainperf.diagnose.window import merge_intervals
 from trainperf.trace.categories import copy_direction
-from trainperf.trace.events import (CPU_OP, ELEMENTWISE, GPU_SYNC, MEMCPY, OPTIMIZER, PYTHON, REDUCTION,
-                                    RUNTIME, USER_ANNOTATION)
-from trainperf.trace.nesting import outermost, starts_inside, thread_key
+from trainperf.trace.events import CPU_OP, ELEMENTWISE, GPU_SYNC, OPTIMIZER, PYTHON, REDUCTION, USER_ANNOTATION
+from trainperf.trace.nesting import starts_inside
 
 Finding = F.Finding
-
-
-def _make(f: RankFacts, kind: str, metrics: dict, events=(), changes: tuple = (), what_if: str = "",
-          evidence_pct: float | None = None, ranks=None, severity: str | None = None, gain_pct: float | None = None,
-          gain_us: float = 0.0, upper_bound: bool = False) -> Finding:
-    return F.make(kind, ranks if ranks is not None else [f.rank], f.steps, metrics, events, gain_pct, gain_us,
-                  what_if, severity=severity, changes=changes, evidence_pct=evidence_pct, upper_bound=upper_bound)
 
 
 # --- host waits -------------------------------------------------------------------------------
@@ -67,9 +62,9 @@ def _host_stall(f: RankFacts, kind: str, spans, change: str, what: str, label: s
     share = f.pct(spans.time_us)
     metrics = _stall_metrics(f, spans, what, extra)
     if not f.has_gpu:  # no replay: the host time itself is the upper bound
-        return _make(f, kind=kind, metrics=metrics, events=spans.longest, gain_pct=share, gain_us=spans.time_us,
+        return F.rank_finding(f, kind=kind, metrics=metrics, events=spans.longest, gain_pct=share, gain_us=spans.time_us,
                      what_if=f"{change} (host only: upper bound)", evidence_pct=share)
-    return _make(f, kind, metrics, spans.longest, (Change(change),), f"remove the {label or what} wait",
+    return F.rank_finding(f, kind, metrics, spans.longest, (Change(change),), f"remove the {label or what} wait",
                  evidence_pct=share)
 
 
@@ -103,7 +98,7 @@ def compile_stall(f: RankFacts) -> Finding | None:
     extra = {"steps_compiling": (len(f.compile_steps), f"of {len(f.steps)} steps"),
              "recompiles": (f.recompiles, "compiled regions")}
     if len(f.steps) >= 2 and f.compile_steps == f.steps[:1]:
-        return _make(f, "compile_stall", _stall_metrics(f, f.compile, "compile", extra), f.compile.longest,
+        return F.rank_finding(f, "compile_stall", _stall_metrics(f, f.compile, "compile", extra), f.compile.longest,
                      severity="low",
                      what_if=f"warm-up: compilation in the first analysed step ({f.steps[0]}) only, which a "
                              "steady-state step does not pay; profile after it")
@@ -134,7 +129,7 @@ def host_sync(f: RankFacts) -> Finding | None:
     for name, (count, cpu_us) in sorted(f.sync_op_counts.items(), key=lambda kv: -kv[1][1])[:4]:
         metrics[f"{name} calls"] = (count, "count")
         metrics[f"{name} cpu_time"] = (cpu_us, "us")
-    x = _make(f, "host_sync", metrics, f.sync_calls.longest[:3] + f.sync_ops.longest[:2], (Change("remove_syncs"),),
+    x = F.rank_finding(f, "host_sync", metrics, f.sync_calls.longest[:3] + f.sync_ops.longest[:2], (Change("remove_syncs"),),
               "remove host syncs (and the reads that made them)", evidence_pct=f.pct(max(time_us, wait_cp) + read_us))
     x.evidence["call_sites"] = [{"site": s.site, "count": s.count, "blocking_us": round(s.blocking_us, 1),
                                  "gpu_idle_after_us": round(s.gpu_idle_after_us, 1), "gain_us": round(s.gain_us, 1),
@@ -191,7 +186,7 @@ def pageable_copy(f: RankFacts) -> Finding | None:
     copy_us = float(g.dur[dev].sum())
     events = sorted(((g.names[int(f.table.name[g.rows[i]])], g.start[i], g.dur[i]) for i in np.flatnonzero(blocked)),
                     key=lambda e: -e[2])[:3]
-    return _make(f, "pageable_copy", {"blocking_copies": (int(dev.size), "count"),
+    return F.rank_finding(f, "pageable_copy", {"blocking_copies": (int(dev.size), "count"),
                                       "host_blocked": (time_us, "us"), "copy_time": (copy_us, "us"),
                                       "on_critical_path": (f.critical_path.get("pageable_copy", 0.0), "us")},
                  events, (Change("unblock_pageable_copies"),), "host-to-device copies stop blocking the host",
@@ -209,7 +204,7 @@ def allocator_stall(f: RankFacts) -> Finding | None:
     time_us = float(g.dur[g.is_alloc].sum() + g.gap_allocator.sum())
     if f.pct(time_us) <= ALLOCATOR_MIN_PCT:
         return None
-    return _make(f, "allocator_stall", {"allocator_calls": (int(g.is_alloc.sum()), "count"),
+    return F.rank_finding(f, "allocator_stall", {"allocator_calls": (int(g.is_alloc.sum()), "count"),
                                         "allocator_time": (time_us, "us"),
                                         "on_critical_path": (f.critical_path.get("allocator", 0.0), "us")},
                  f.allocator.longest[:3], (Change("remove_allocator"),), "allocator calls cost nothing (cached)",
@@ -258,7 +253,7 @@ def exposed_comm(f: RankFacts) -> Finding | None:
     metrics.update(_rate_metrics(rate))
     overlap = Change("overlap_comm", rows=tuple(int(r) for r in f.other_comm_rows)) if beside_bubble else \
         Change("overlap_comm")
-    found = _make(f, "exposed_comm", metrics, (), (overlap,), "overlap exposed collectives with compute"
+    found = F.rank_finding(f, "exposed_comm", metrics, (), (overlap,), "overlap exposed collectives with compute"
                   + (" (mostly send/recv: upper bound)" if p2p else
                      " (only device work waits for them: upper bound)" if bound else ""),
                   evidence_pct=share, upper_bound=bound)
@@ -351,7 +346,7 @@ def pipeline_bubble(f: RankFacts) -> Finding | None:
     metrics.update(_rate_metrics(f.p2p_transfer))  # the send/recv's own rate: a stage's transfers between nodes
     s = f.straggler
     slow_stage = s is not None and any(r >= STRAGGLER_MIN_COMPUTE_RATIO for r in s.compute_group_ratio.values())
-    found = _make(f, "pipeline_bubble", metrics, (),
+    found = F.rank_finding(f, "pipeline_bubble", metrics, (),
                  (Change("shrink_bubble", factor=BUBBLE_SHRINK, rows=tuple(int(r) for r in f.p2p_rows)),),
                  f"the bubble {BUBBLE_SHRINK:g}x smaller: twice the micro-batches per step, or an interleaved "
                  "schedule with 2 model chunks per rank" + (" (with the slow stage's waits in it: upper bound)"
@@ -367,554 +362,6 @@ def pipeline_bubble(f: RankFacts) -> Finding | None:
 # NVLink and InfiniBand) and the fixed cost covers small ones; HTA's 2-GPU A100 all-reduces of 26 MB over the LL
 # protocol (NVLink 300 GB/s) take 1.7-6 ms where 0.1 ms would do: 6 %
 SLOW_TRANSFER_SHARE = 1.0 / 3.0
-
-
-STRAGGLER_MIN_WAIT_PCT = 2.0  # wait the straggler causes each other rank, % of the window (crossrank decides)
-
-
-# CPU-only jobs (crossrank.host_straggler) whose window is too short for the test below: the others' per-step
-# wait, % of the step, that the recurrence heuristic needs besides. The clean 2-rank gloo run of the corpus
-# (healthy-real) waited ~4% per step from ordinary imbalance; the smallest injected straggler (straggler-low-real)
-# ~7.5%: in-sample only, 4 cases, not cross-validated. With the steps for the test, the test alone decides
-# whether there is a straggler, and its size only how severe it is: a rank late by 4.9 % in every step
-# (straggler-low-real-fsdp, p 0.02) is a straggler, one late by 4 % in some steps and early in others is not.
-STRAGGLER_HOST_MIN_PCT = 5.0
-# ... and its extra work must recur step after step more than load noise makes it (crossrank.straggler_p_value,
-# a sign-flip test over the window or its last steps: under "no straggler" each step's extra is as likely
-# negative). 0.05: the usual false-alarm rate, stated, not fitted. On a shared machine either rank is slower in
-# some steps by the load alone (corpus healthy-real-fsdp, 2026-12-02: +5, +4, -12, +21 ms). The GPU straggler's
-# test (crossrank.persistent_laggard: is it the laggard in more steps than ranks taking turns would make it) uses
-# the same rate.
-STRAGGLER_HOST_ALPHA = 0.05
-# With too few steps for the test to pass at all (4 steps of 2 ranks: p >= 0.125), the recurring extra work must
-# outweigh the other ranks' opposite excess (crossrank.recurring_over_opposite >= this; 1: as large; not fitted),
-# and a caveat says the straggler is unconfirmed (api): a persistent straggler in a short profile stays named.
-STRAGGLER_HOST_MIN_SNR = 1.0
-
-# the straggler computes this much longer than the other ranks' median (per step, crossrank.compute_straggler).
-# Untouched HTA trace_filter: rank 1 computes 1.28x rank 0, and making it as fast gains < MIN_GAIN_PCT (the
-# GPU idles ~80 %): the replayed gain, not this ratio, keeps natural imbalance from being a finding.
-STRAGGLER_MIN_COMPUTE_RATIO = 1.05
-
-
-def extra_work_is_noise(p_value: float, testable: bool, snr: float) -> bool:
-    """Whether a CPU-only job's slowest rank's extra work per step is within load noise, so no straggler: the
-    sign-flip test (crossrank.straggler_p_value above STRAGGLER_HOST_ALPHA) when the window has the steps for it,
-    else the recurrence heuristic (crossrank.recurring_over_opposite below STRAGGLER_HOST_MIN_SNR). GPU ranks whose
-    collectives cannot be matched are judged by their computation per step (api._compute_extra_is_noise)."""
-    return p_value > STRAGGLER_HOST_ALPHA if testable else snr < STRAGGLER_HOST_MIN_SNR
-
-
-def straggler(f: RankFacts) -> Finding | None:
-    """A rank arrives late at collectives and the others wait for it (decided across ranks). Priced on the
-    waiting ranks as their waits removed, and on the straggler itself as its computation as fast as the
-    other ranks' median (the job runs at the pace of its slowest rank); the merge keeps the larger."""
-    s = f.straggler
-    if s is None:
-        return None
-    if s.host_gain_pct is not None:  # CPU-only job: priced from the other ranks' per-step wait, no replay
-        noise = extra_work_is_noise(s.host_p_value, s.host_testable, s.host_snr)
-        small = not s.host_testable and s.host_gain_pct < STRAGGLER_HOST_MIN_PCT
-        if f.rank != s.rank or noise or small:
-            return None
-        metrics = {"others_wait_per_step": (s.host_gain_us, "us"), "others_wait_share": (s.host_gain_pct, "%"),
-                   "p_value_load_noise": (s.host_p_value, ""), "extra_work_over_opposite": (min(s.host_snr, 1e6), "x")}
-        stalls = ""
-        if s.host_stalled_steps:  # priced marginal to the DataLoader/checkpoint stalls' fixes (crossrank.host_straggler)
-            metrics["steps_with_stall_left_out"] = (s.host_stalled_steps, "count")
-            stalls = ", in the steps without a DataLoader or checkpoint stall"
-        return _make(f, kind="straggler", metrics=metrics, gain_pct=s.host_gain_pct, gain_us=s.host_gain_us,
-                     ranks=[s.rank], evidence_pct=s.host_gain_pct,
-                     what_if=f"no rank waits for rank {s.rank} (host only: the others' wait per step{stalls})")
-    if s.compute_group_ratio and not s.persistent:
-        # a slow pipeline stage beside matched waits that name no one rank: its ranks are the straggler (below), the
-        # waits load_imbalance's, and no other rank is named a straggler
-        if f.rank not in s.compute_group_ratio:
-            return None
-    elif not s.persistent:  # the rank the others wait for changes from step to step
-        if s.slow_ranks:  # among a group of ranks late in every step: a slow node
-            return _slow_ranks(f)
-        if paused_not_loaded(s):
-            return _paused_hosts(f)
-        # one rank's extra work, recurring, holds the waiting (a rank-0 evaluation every few steps): that rank, else
-        # load_imbalance
-        return _extra_work_rank(f) if _one_recurring_late_rank(s) else None
-    metrics = {"caused_wait": (s.caused_us, "us"), "caused_wait_per_other_rank": (s.caused_per_other_us, "us"),
-               "compute_imbalance": (s.imbalance_pct, "%"), "compute_vs_other_ranks": (s.compute_ratio, "x"),
-               "extra_compute": (s.extra_compute_us, "us")}
-    if not s.compute_group_ratio:  # the matched collectives' laggard (the compute straggler's are load_imbalance's)
-        if s.last_in_steps:  # in how many of the steps with waits it was the one waited for
-            metrics["steps_it_was_waited_for"] = (s.last_in_steps.get(s.rank, 0), "count")
-            metrics["steps_with_waits"] = (sum(s.last_in_steps.values()), "count")
-        metrics |= _lateness_metrics(s)
-    # the straggler computes longer; where collectives cannot be matched, so may the ranks computing alike with it
-    # (a slow stage's copies), each priced as its own computation at the other ranks' pace
-    ratio = s.compute_group_ratio.get(f.rank, s.compute_ratio if f.rank == s.rank else None)
-    if ratio is not None:
-        if ratio < STRAGGLER_MIN_COMPUTE_RATIO:
-            return None
-        metrics["compute_vs_other_ranks"] = (ratio, "x")
-        found = _make(f, "straggler", metrics, [], (Change("compute_speedup", factor=ratio),),
-                      f"rank {f.rank} computes as fast as the other ranks ({ratio:.2f}x faster)",
-                      evidence_pct=f.pct(max(s.caused_per_other_us, s.extra_compute_us)), ranks=[f.rank])
-    elif not f.waits:
-        return None
-    else:
-        found = _make(f, "straggler", metrics,
-                      # the events are on the straggler's timeline, from its first event: shift them so that
-                      # api._relative_times (which subtracts this rank's first event) leaves them as they are
-                      [(n, t0 + f.origin_us, d) for n, t0, d in s.events], (Change("remove_straggler_wait"),),
-                      f"no rank waits for rank {s.rank} inside collectives",
-                      evidence_pct=f.pct(s.caused_per_other_us), ranks=[s.rank])
-    if f.p2p_comm_share > 0.5:  # pipeline stages (a majority, as exposed_comm's)
-        found.recommendation = F.STRAGGLER_STAGE_RECOMMENDATION
-    elif late_without_more_work(s):  # the same computation started late: by its host, or by work queued ahead
-        found.recommendation = (F.LATE_HOST_STRAGGLER_RECOMMENDATION if paused_not_loaded(s)
-                                else F.QUEUED_WORK_STRAGGLER_RECOMMENDATION).format(rank=s.rank)
-    return found
-
-
-# the late ranks' extra computation accounts for less than this share of their lateness (crossrank.lateness_share):
-# they had the same work and started it late; their GPU's extra idle at least this share: their host started it late.
-# Half: the midpoint between the two readings, not fitted (no labeled case of either kind)
-LATE_WORK_MIN_SHARE = 0.5
-
-
-def late_without_more_work(s: StragglerFacts) -> bool:
-    """Whether the late ranks had no more computation than the others in the steps they were late."""
-    return s.late_work_share is not None and s.late_work_share < LATE_WORK_MIN_SHARE
-
-
-def paused_not_loaded(s: StragglerFacts) -> bool:
-    """Whether late ranks started the same work late because their host did: no more computation, and (where the
-    steps tell) their GPU's extra idle, waiting for the host, accounts for at least half the lateness (else other
-    device work queued ahead delayed them)."""
-    return late_without_more_work(s) and (s.late_idle_share is None or s.late_idle_share >= LATE_WORK_MIN_SHARE)
-
-
-def _lateness_metrics(s: StragglerFacts) -> dict:
-    """How much of the late ranks' lateness their extra computation and their GPU's extra idle account for (%)."""
-    out = {}
-    if s.late_work_share is not None:
-        out["lateness_from_extra_compute"] = (100.0 * s.late_work_share, "%")
-    if s.late_idle_share is not None:
-        out["lateness_from_gpu_idle"] = (100.0 * s.late_idle_share, "%")
-    return out
-
-
-def late_ranks_that_cost(s: StragglerFacts) -> list[int]:
-    """The ranks the others waited for, among those that were the last in some step, that caused at least half the
-    mean wait caused per such rank (StragglerFacts.laggard_waits): ranks taking turns cause alike and are all
-    named; one rank's 6-ms pause in one step, beside jitter laggards of 0.1 ms in the others, is named alone. Half
-    the mean: a stated margin for turns that are not even (not fitted; no labeled case of either kind)."""
-    caused: dict[int, float] = {}
-    for rank, us in s.laggard_waits:
-        caused[rank] = caused.get(rank, 0.0) + us
-    if not caused:
-        return sorted(s.last_in_steps)
-    bar = 0.5 * sum(caused.values()) / len(caused)
-    return sorted(r for r, us in caused.items() if us >= bar)
-
-
-def _one_recurring_late_rank(s: StragglerFacts) -> bool:
-    """Whether one rank alone caused the waiting that costs (late_ranks_that_cost), and did so in two steps or more
-    (steps whose wait for it is at least the mean wait of a step with waits, not jitter): a straggler must recur (as
-    the CPU-only test asks, crossrank.straggler_p_value); one long step of one rank is as likely the largest draw of
-    unequal work (a long sequence) as work only that rank does."""
-    costly = late_ranks_that_cost(s)
-    if len(costly) != 1 or not s.laggard_waits:
-        return False
-    mean = sum(us for _, us in s.laggard_waits) / len(s.laggard_waits)
-    return sum(1 for rank, us in s.laggard_waits if rank == costly[0] and us >= mean) >= 2
-
-
-def _turn_waits(f: RankFacts, kind: str, what_if: str, ranks: list[int] | None = None,
-                extra: dict | None = None) -> Finding:
-    """The waits of this rank inside matched collectives for ranks that take turns being late, as a finding of
-    `kind` naming `ranks` (default: the late ranks whose waits cost, late_ranks_that_cost), with `extra` metrics:
-    priced as those waits removed (every rank at the step's mean pace instead of its slowest)."""
-    s = f.straggler
-    waited = float(sum(v for v, _ in f.waits.values()))
-    metrics = {"waited_in_collectives": (waited, "us"), "waited_share": (f.pct(waited), "%"),
-               "steps_with_waits": (sum(s.last_in_steps.values()), "count"),
-               "compute_imbalance": (s.imbalance_pct, "%")}
-    metrics |= _lateness_metrics(s)
-    metrics |= {f"steps_rank_{r}_was_waited_for": (n, "count") for r, n in sorted(s.last_in_steps.items())}
-    metrics |= extra or {}
-    longest = sorted(f.waits.items(), key=lambda kv: -kv[1][0])[:3]
-    return _make(f, kind, metrics,
-                 [(f"{f.table.names[int(f.table.name[row])][:60]} (waited for rank {other})",
-                   float(f.window.ts_us[row]), us) for row, (us, other) in longest],
-                 (Change("remove_straggler_wait"),), what_if, evidence_pct=f.pct(waited),
-                 ranks=late_ranks_that_cost(s) if ranks is None else ranks)
-
-
-def _paused_hosts(f: RankFacts) -> Finding | None:
-    """Ranks take turns arriving late at collectives with no more computation than the others in those steps: each
-    started its work late, its host paused (Python's garbage collector at a different moment on each rank, CPU
-    contention, a slow read on that rank). Transient stragglers (the kind a job-wide GC schedule fixes), not
-    unequal work."""
-    if not f.waits:
-        return None
-    found = _turn_waits(f, "straggler", "no rank's host pauses before its work: nobody waits in collectives")
-    # one rank's pauses hold the waiting (a rank-0 evaluation or log write in one step): what only it does
-    found.recommendation = (F.LATE_HOST_STRAGGLER_RECOMMENDATION.format(rank=found.ranks[0]) if len(found.ranks) == 1
-                            else F.PAUSED_HOSTS_RECOMMENDATION)
-    return found
-
-
-def _slow_ranks(f: RankFacts) -> Finding | None:
-    """A group of ranks late at the collectives step after step, each the last in some steps (StragglerFacts.
-    slow_ranks: a slow node, not unequal work per step). Priced, as load imbalance, as this rank's waits inside
-    collectives removed: the group as fast as the others."""
-    if not f.waits:
-        return None
-    s = f.straggler
-    group = s.slow_ranks
-    found = _turn_waits(f, "straggler", f"rank(s) {F.rank_list(group)} as fast as the others: nobody waits in "
-                        "collectives",
-                        ranks=list(group), extra={"p_value_arrival_order_random": (s.slow_ranks_p_value, "")})
-    cause = F.SLOW_RANKS_HOST_CAUSE if paused_not_loaded(s) else F.SLOW_RANKS_DEVICE_CAUSE
-    who = f"Ranks {F.rank_list(group)}" if len(group) > 1 else f"Rank {group[0]}"
-    found.recommendation = F.SLOW_RANKS_RECOMMENDATION.format(who=who, cause=cause)
-    return found
-
-
-def _extra_work_rank(f: RankFacts) -> Finding | None:
-    """One rank, late in some steps with more computation, caused the waiting that costs, in two steps or more
-    (_one_recurring_late_rank): work only it does in those steps, a straggler of those steps rather than ranks
-    taking turns."""
-    if not f.waits:
-        return None
-    found = _turn_waits(f, "straggler", "no rank does more work than the others in a step: nobody waits in "
-                        "collectives")
-    found.recommendation = F.EXTRA_WORK_STRAGGLER_RECOMMENDATION.format(rank=found.ranks[0])
-    return found
-
-
-def load_imbalance(f: RankFacts) -> Finding | None:
-    """Ranks wait for each other inside matched collectives, but the rank they wait for changes from step to step
-    (StragglerFacts.persistent false) and computes more in the steps it is late (or the steps cannot be compared):
-    no rank is slow, the ranks get unequal work per step (sequence lengths without packing, MoE routing, uneven
-    shards). Priced, like a straggler's waiting ranks, as this rank's waits inside collectives removed."""
-    s = f.straggler
-    if (s is None or s.persistent or s.slow_ranks or s.host_gain_pct is not None or not f.waits
-            or paused_not_loaded(s) or _one_recurring_late_rank(s)):
-        return None
-    return _turn_waits(f, "load_imbalance", "every rank's work per step balanced: nobody waits in collectives")
-
-
-# --- host speed -------------------------------------------------------------------------------
-
-LAUNCH_BOUND_IDLE_PCT = 15.0       # GPU idle, % of the device window
-LAUNCH_BOUND_HOST_WAIT_SHARE = 0.5  # share of the idle time spent waiting for a launch
-LAUNCH_BOUND_HOST_CP_SHARE = 0.3   # host work (cpu + runtime calls) on the critical path, share of the span
-
-
-def gpu_idle_pct(f: RankFacts) -> float:
-    """GPU idle (%) the idle gates read: the larger of HTA's (over the device span, first to last device event) and
-    the one over the analysed steps' host window (RankFacts.step_idle_pct). A step whose only kernel is 45 µs
-    long is ~0 % idle over its device span and ~100 % over the step the job pays for (audit P1)."""
-    return max(f.breakdown.idle_pct, f.step_idle_pct or 0.0)
-
-
-def launch_cost_us(f: RankFacts, launches: np.ndarray) -> float:
-    """What launching costs the host (µs): each launch call's own time (an outlier call's wait excluded,
-    Graph.launch_call_us) plus the usual op dispatch before it (Graph.dispatch_us, at most the CPU work the trace
-    shows since the thread's previous launch: replay.dispatch_taken), summed over the given launch nodes (a mask).
-    This is the host time a CUDA graph (or fusion into fewer kernels) removes: the same amount the what-if replay
-    takes off the host chain."""
-    g = f.graph
-    return float(dispatch_taken(g, g.cpu_work_us, launches).sum() + g.launch_call_us[launches].sum())
-
-
-def launch_bound(f: RankFacts) -> Finding | None:
-    """The GPU waits for the host to launch work, and host work between launches is on the critical path.
-    Priced by its concrete fix: every kernel launch costs the host nothing (the step captured as a CUDA
-    graph), i.e. launches x per-launch cost (launch_cost_us) taken off the host chain and replayed."""
-    if not f.has_gpu:
-        return None
-    idle, tb, ls = f.idle, f.breakdown, f.launch
-    hp, _, _ = idle.pct()
-    host_cp = f.critical_path.get("cpu", 0.0) + f.critical_path.get("runtime", 0.0)
-    if not (idle.host_wait_us > LAUNCH_BOUND_HOST_WAIT_SHARE * max(idle.total_us, 1e-9)
-            and gpu_idle_pct(f) > LAUNCH_BOUND_IDLE_PCT and host_cp > LAUNCH_BOUND_HOST_CP_SHARE * f.span_us):
-        return None
-    g = f.graph
-    n = int(g.kernel_launch.sum())
-    cost = launch_cost_us(f, g.kernel_launch)
-    # what the step cannot go under however fast the host: the profiler slows the host (2x on an H200's launch-bound
-    # loop), so a loop whose unprofiled step is no longer than this is not launch-bound without the profiler
-    busy_per_step = {"gpu_busy_per_step": (tb.busy_us / len(f.steps) / 1e3, "ms")} if f.steps else {}
-    return _make(f, "launch_bound", {
-        "gpu_idle": (tb.idle_pct, "%"), "gpu_idle_over_steps": (f.step_idle_pct or 0.0, "%"),
-        "idle_waiting_on_host": (hp, "%"),
-        "host_on_critical_path": (f.pct(host_cp), "%"), "launch_bound_stretches": (len(f.stretches), "count"),
-        "launch_delay_median": (ls.delay_median_us, "us"), "kernel_launches": (n, "count"),
-        "per_launch_cost": (cost / n if n else 0.0, "us"), "launch_cost": (cost, "us"), **busy_per_step},
-        [("launch-bound stretch (stream %d, %d kernels)" % (x.stream, x.n_kernels), x.start_us, x.end_us - x.start_us)
-         for x in f.stretches[:3]], (Change("graph_launches"),),
-        "kernel launches cost the host nothing (CUDA graphs)", evidence_pct=f.pct(min(cost, host_cp)))
-
-
-# host_work: a gap in which the launching thread works this much beyond the usual dispatch before a launch is work
-# that launches nothing (a CPU optimizer step, metrics, preprocessing, the garbage collector), not the Python glue
-# between two ops, which takes tens of µs (the usual dispatch itself, Graph.dispatch_us: 10-60 µs on HTA's traces).
-# 1 ms: a stated scale (tens of dispatches), not fitted.
-HOST_WORK_MIN_GAP_US = 1000.0
-# ... or this share of a step, where that is less: 1 ms is 1 % of a 100-ms step but 10 % of a 10-ms one (a decode
-# step, a small model's training step), where work half as long already costs what a 1-ms gap costs a 100-ms step.
-# 5 %: twice the longest gap of MI250's healthy 9.3-ms step (251 µs, 2.7 %). Stated: every cross-validation fold
-# kept it, but only that one short-step base reacts to it, so no fold validates it across bases (docs/benchmarks.md).
-# Never under 100 µs: the Python glue between two ops takes tens of µs whatever the step (a 200-µs step's 16-µs gaps
-# are dispatch, not work)
-HOST_WORK_MIN_GAP_STEP_SHARE = 0.05
-HOST_WORK_MIN_GAP_FLOOR_US = 100.0
-# the GPU idle during that work, % of the span: what the work costs, not how idle the GPU is otherwise, decides (a
-# GPU-bound step whose host is far ahead absorbs 20 ms of host work for a 1.8 % slower step: HTA's ns_resolution).
-# 3 %, the medium bar (findings.MEDIUM_GAIN_PCT), not the 1 % of the stalls with a rule of their own
-# (DATALOADER_MIN_PCT, HOST_SYNC_MIN_PCT): host work is what is left of the host chain once they and launch_bound
-# are named, unnamed, so under it the evidence is too thin to act on. Cross-validated (leave one base out, the
-# host_work thresholds alone, 2026-12-04): 6 of 8 folds moved it from 1 to 2.8 (plateau 2.5-3.9), out-of-sample
-# host_work precision 0.21 -> 0.26 at the same recall (0.92) and top-1; at 3, 8 of 8 folds kept it (2.5-3.7)
-# (docs/benchmarks.md)
-HOST_WORK_MIN_PCT = 3.0
-
-
-def _spans_at(f: RankFacts, row: int, at_us: float) -> np.ndarray:
-    """Rows of the annotations, ops and Python frames the thread of trace row `row` was inside at at_us
-    (ProfilerStep spans aside)."""
-    t, w = f.table, f.window
-    on = np.flatnonzero(w.keep & np.isin(t.kind, (CPU_OP, USER_ANNOTATION, PYTHON)) & (t.tid == t.tid[row])
-                        & (t.pid == t.pid[row]) & (w.ts_us <= at_us) & (w.end_us >= at_us))
-    return on[~np.isin(t.name[on], t.ids_matching(STEP_RE.match))]
-
-
-def _enclosing_op(f: RankFacts, on: np.ndarray) -> str:
-    """Name of what a thread was inside (on: _spans_at): the outermost annotation and the outermost op,
-    'annotation > op' (an op's children, e.g. the 424 views of one aten::unflatten_dense_tensors, are its own
-    work); a note when nothing holds it."""
-    t, w = f.table, f.window
-    if not on.size:
-        return "(no op recorded: Python outside ops, the garbage collector or untraced work)"
-    names = []
-    for kinds in ((USER_ANNOTATION,), (CPU_OP, PYTHON)):
-        held = on[np.isin(t.kind[on], kinds)]
-        if held.size:
-            names.append(t.names[int(t.name[held[np.argmax(w.end_us[held] - w.ts_us[held])]])])
-    return " > ".join(names)
-
-
-def _block_name(f: RankFacts, row: int, start_us: float, end_us: float) -> str:
-    """What held the thread of trace row `row` over the block [start_us, end_us): the annotation and op around its
-    middle (_enclosing_op) when one of them spans at least half of it; else, when many short ops fill it (a serving
-    loop's input preparation: the Python between them is the work), those ops by name and count, 'N ops (a xK, b
-    xL): P % of it inside them'."""
-    t, w = f.table, f.window
-    around = _spans_at(f, row, (start_us + end_us) / 2.0)
-    spans = float((w.end_us[around] - w.ts_us[around]).max()) if around.size else 0.0
-    ops = np.flatnonzero(w.keep & (t.kind == CPU_OP) & (t.tid == t.tid[row]) & (t.pid == t.pid[row])
-                         & (w.ts_us >= start_us) & (w.end_us <= end_us))
-    ops = ops[~np.isin(t.name[ops], t.ids_matching(STEP_RE.match))]
-    if spans >= 0.5 * (end_us - start_us) or ops.size < 2:
-        return _enclosing_op(f, around)
-    ops = outermost(t, ops)
-    names, counts = np.unique(t.name[ops], return_counts=True)
-    top = np.argsort(-counts, kind="stable")[:2]
-    inside = covered_length(w.ts_us[ops], w.end_us[ops]) / max(end_us - start_us, 1e-9)
-    return (f"{ops.size} ops (" + ", ".join(f"{t.names[int(names[i])]} x{int(counts[i])}" for i in top)
-            + f"{', ...' if names.size > 2 else ''}): {100.0 * inside:.0f} % of it inside them")
-
-
-def _inside_first_call(f: RankFacts, rows: np.ndarray, at_us: np.ndarray) -> np.ndarray:
-    """Per host call row (bool): whether its thread was, at at_us, inside an op that is one-off initialisation (the
-    first call of its name on that thread, replay.one_off_first_calls: a first allocation, a library's set-up), as
-    the warm-up caveat says of runtime calls; a steady step does not pay it again (HTA's with_gpu_user_annotation:
-    its first aten::empty_strided 2.2 ms, the later ones ~8 us)."""
-    t, w = f.table, f.window
-    ops = np.flatnonzero(w.keep & np.isin(t.kind, (CPU_OP, PYTHON)))
-    out = np.zeros(rows.size, dtype=bool)
-    if not rows.size or not ops.size:
-        return out
-    key = np.unique(np.c_[thread_key(t.pid[ops], t.tid[ops]), t.name[ops]], axis=0, return_inverse=True)[1].ravel()
-    first = ops[one_off_first_calls(key, w.ts_us[ops], w.end_us[ops] - w.ts_us[ops])]
-    for i, (row, at) in enumerate(zip(rows, at_us)):
-        out[i] = bool(((t.tid[first] == t.tid[row]) & (t.pid[first] == t.pid[row]) & (w.ts_us[first] <= at)
-                       & (w.end_us[first] >= at)).any())
-    return out
-
-
-# host work whose GPU idle falls in one step (this share of it) of at least this many analysed steps is periodic work
-# done every N steps (a checkpoint save, an evaluation, a metrics flush), not every step's: 3 steps, the fewest in
-# which one can stand out from the others; 90 %, nearly all of it. Stated, not fitted (the corpus's checkpoint
-# cases are named by their spans)
-ONE_OFF_MIN_STEPS = 3
-ONE_OFF_SHARE = 0.9
-# ... and a checkpoint save when that step also copied the model's state to the host, as a synchronous save of device
-# tensors does before it writes (torch.save moves each storage to the CPU; DCP stages each shard): at least this many
-# device-to-host copies more than any other analysed step makes (a state dict holds several tensors per layer; a
-# metrics flush or an evaluation's .cpu() makes a few), of at least this many bytes in all where the trace records
-# them (16 MiB: the weights of a model of 4 M fp32 parameters, far below any worth profiling). Stated, not fitted:
-# the corpus's injected saves copy nothing; the file write itself records no op
-CHECKPOINT_MIN_COPIES = 16
-CHECKPOINT_MIN_COPY_BYTES = 16 * 2**20
-
-
-def _sum_by_step(f: RankFacts, starts_us: np.ndarray, idle_us: np.ndarray) -> dict[int, float]:
-    """{step: µs of idle_us whose block starts (starts_us) inside that analysed ProfilerStep's host span}; blocks
-    outside every step are left out; {} without steps."""
-    out: dict[int, float] = {}
-    for x in f.step_times:
-        inside = (starts_us >= x.start_us) & (starts_us < x.start_us + x.host_us)
-        if inside.any():
-            out[x.step] = float(idle_us[inside].sum())
-    return out
-
-
-def _call_correlation(f: RankFacts, g: Graph) -> np.ndarray:
-    """Per node: its call's correlation id; for the anchor that closes a thread's chain at the end of the window's
-    last step (replay._closing_anchors), the id of that thread's next runtime call in the trace (the next step's
-    first): a gap up to the step's end skips ids where events were lost, as any gap does. -1 where none."""
-    t = f.table
-    corr = t.correlation[g.rows].copy()
-    closing = np.flatnonzero(g.is_host & (g.host_prev >= 0) & np.isin(g.rows, f.window.markers.host_rows))
-    for i in closing:
-        row = int(g.rows[i])
-        after = np.flatnonzero((t.kind == RUNTIME) & (t.tid == t.tid[row]) & (t.pid == t.pid[row])
-                               & (t.ts_ns >= t.ts_ns[row] + t.dur_ns[row]) & (t.correlation >= 0))
-        corr[i] = t.correlation[after[np.argmin(t.ts_ns[after])]] if after.size else -1
-    return corr
-
-
-def _drained_at_us(g: Graph, at_us: np.ndarray) -> np.ndarray:
-    """Per time in at_us: when the device work launched before it has all ended (µs; -inf when none was)."""
-    dev = np.flatnonzero(~g.is_host & (g.launch >= 0))
-    if not dev.size:
-        return np.full(np.shape(at_us), -np.inf)
-    launched = g.start[g.launch[dev]]
-    order = np.argsort(launched, kind="stable")
-    ended = np.maximum.accumulate((g.start + g.dur)[dev][order])
-    k = np.searchsorted(launched[order], at_us, side="left")  # launched strictly before
-    return np.where(k > 0, ended[np.maximum(k - 1, 0)], -np.inf)
-
-
-def host_work_min_gap_us(f: RankFacts) -> float:
-    """The shortest gap of host work the host_work rule reads (µs): HOST_WORK_MIN_GAP_US, or
-    HOST_WORK_MIN_GAP_STEP_SHARE of the mean analysed step where that is less (the whole window is one step
-    without ProfilerSteps), never under HOST_WORK_MIN_GAP_FLOOR_US."""
-    share_us = HOST_WORK_MIN_GAP_STEP_SHARE * f.span_us / max(len(f.step_times), 1)
-    return min(HOST_WORK_MIN_GAP_US, max(HOST_WORK_MIN_GAP_FLOOR_US, share_us))
-
-
-def host_work(f: RankFacts) -> Finding | None:
-    """The GPU waits while the thread that launches its work does something else for milliseconds at a time: CPU
-    work that launches nothing (a CPU optimizer under ZeRO-Offload, metrics or logging, preprocessing outside the
-    DataLoader, Python's garbage collector, untraced Python). launch_bound prices the launches' own cost (the call
-    and the usual dispatch before it); this is the rest of the host chain, in gaps of at least host_work_min_gap_us
-    beyond that dispatch (replay.host_work_us). Priced as that work gone from the training loop (moved
-    to another thread or process, done less often, or onto the device): an upper bound. Not on a sampled or filtered
-    trace, whose host gaps are missing events (evidence.is_sampled). Work in one step of several after that step
-    copied a model's state to the host (_state_copied_to_host) is a checkpoint save no span names: checkpoint_stall."""
-    if not f.has_gpu or is_sampled(f):
-        return None
-    g = f.graph
-    work = host_work_us(g)
-    # a gap across which the thread's calls skip many correlation ids lost its events (a trace filtered or sampled
-    # in parts, calls added to a sampled one with ids of their own): missing events, not work (as
-    # evidence.is_sampled says of a whole trace); ids run backwards only where calls were added
-    corr = f.once("call_correlation", lambda: _call_correlation(f, g))  # a table scan: once per rank
-    prev = np.clip(g.host_prev, 0, None)
-    holed = (g.host_prev >= 0) & (corr >= 0) & (corr[prev] >= 0) & (np.abs(corr - corr[prev]) > SAMPLED_IDS_PER_CALL)
-    long = np.flatnonzero(g.is_host & (work >= host_work_min_gap_us(f)) & ~holed)
-    long = long[~_inside_first_call(f, g.rows[long], g.start[long] - work[long] / 2)]
-    # what it costs is the time the GPU runs dry during it: a gap while long kernels run costs nothing, and neither
-    # does device idle before the device has run what was launched before the block ends (work queued and waiting
-    # on something else: another stream, an event), which no host work delays
-    ends = g.start[long]
-    begins = np.maximum(ends - g.host_gap[long], _drained_at_us(g, ends))
-    starved = np.minimum(idle_in_spans_us(f.window, begins, np.maximum(begins, ends)), work[long])
-    # a host that sets the steady pace starves the GPU of its excess over the device's step in a long run, although
-    # a queue launched before the window may keep the GPU busy through the profiled steps: as much of the work as that
-    steady_us = min(float(work[long].sum()), f.host_excess_us)
-    cost_us = max(float(starved.sum()), steady_us)
-    if f.pct(cost_us) < HOST_WORK_MIN_PCT:
-        return None
-    weight = starved if starved.sum() >= steady_us else work[long]  # what each gap costs, or its share of it
-    top = long[np.argsort(-weight)[:3]]
-    events = [(_block_name(f, int(g.rows[i]), float(g.start[i] - work[i]), float(g.start[i])),
-               float(g.start[i] - work[i]), float(work[i])) for i in top]
-    metrics = {"host_work": (float(work[long].sum()), "us"), "gpu_idle_during_it": (float(starved.sum()), "us"),
-               "gpu_idle_during_it_share": (f.pct(float(starved.sum())), "%"), "gaps": (int(long.size), "count"),
-               "gpu_idle": (gpu_idle_pct(f), "%"), "usual_dispatch_per_launch": (g.dispatch_us, "us")}
-    if steady_us > starved.sum():  # the window's queue hid it
-        metrics["host_step_over_device_step"] = (f.host_step_excess_us, "us")
-    by_step = _sum_by_step(f, g.start[long] - work[long], weight)
-    if by_step:
-        metrics["steps_with_it"] = (len(by_step), f"of {len(f.step_times)} steps")
-    one_off = len(f.step_times) >= ONE_OFF_MIN_STEPS and max(by_step.values(), default=0.0) >= ONE_OFF_SHARE * weight.sum()
-    saved = _state_copied_to_host(f, max(by_step, key=by_step.get)) if one_off and f.checkpoint.time_us <= 0 else None
-    if saved is not None:
-        metrics["copies_to_host_in_that_step"] = (saved[0], "count")
-        metrics["bytes_to_host_in_that_step"] = (saved[1], "bytes")
-    found = _make(f, "checkpoint_stall" if saved else "host_work", metrics, events,
-                  (Change("remove_host_work", rows=tuple(int(r) for r in g.rows[long])),),
-                  "the host work that launches nothing gone from the loop",
-                  evidence_pct=f.pct(cost_us), upper_bound=True)
-    if saved is not None:
-        found.recommendation = F.UNNAMED_CHECKPOINT_RECOMMENDATION.format(n=len(f.step_times), copies=saved[0],
-                                                                          mib=saved[1] / 2**20)
-    elif one_off:
-        found.recommendation = F.ONE_OFF_HOST_WORK_RECOMMENDATION.format(n=len(f.step_times))
-    return found
-
-
-def _state_copied_to_host(f: RankFacts, step: int) -> tuple[int, int] | None:
-    """(device-to-host copies, their bytes) of the analysed step `step` when they are a model state's
-    (CHECKPOINT_MIN_COPIES more than any other analysed step, CHECKPOINT_MIN_COPY_BYTES in all where the trace records
-    sizes), else None. A copy belongs to the step its launch is in (EventTable.step)."""
-    t, w = f.table, f.window
-    rows = np.flatnonzero(w.keep & (t.kind == MEMCPY)
-                          & np.isin(t.name, t.ids_matching(lambda s: copy_direction(s) == "DtoH")))
-    steps = t.step[rows]
-    count = int((steps == step).sum())
-    others = max((int((steps == x.step).sum()) for x in f.step_times if x.step != step), default=0)
-    sized = t.nbytes[rows[steps == step]]
-    nbytes = int(sized[sized > 0].sum())
-    if count - others < CHECKPOINT_MIN_COPIES or ((sized > 0).any() and nbytes < CHECKPOINT_MIN_COPY_BYTES):
-        return None
-    return count, nbytes
-
-
-SMALL_KERNEL_COUNT_PCT = 50.0  # small kernels (launch.small_kernel_mask), % of kernels
-
-
-def small_kernels(f: RankFacts) -> Finding | None:
-    """Most kernels are tiny, so launching them costs more than running them."""
-    if not f.has_gpu:
-        return None
-    ls, g = f.launch, f.graph
-    if ls.small_kernel_count_pct <= SMALL_KERNEL_COUNT_PCT:
-        return None
-    launch_cost = launch_cost_us(f, g.small_launch)  # the calls and the usual op dispatch before each
-    # the GPU idled before them; or, where the host sets the steady pace, it will in a long run by the host step's
-    # excess over the device's, which a queue launched before the window hid (as host_work reads it)
-    waited_us = max(ls.small_kernel_host_wait_us, min(launch_cost, f.host_excess_us))
-    if waited_us <= 0:
-        return None
-    small_dev = ~g.is_host & (g.launch >= 0) & g.small_launch[np.clip(g.launch, 0, None)]
-    # fused into their neighbours, they stop paying a kernel's fixed device cost (Graph.kernel_floor_us)
-    device_us = float(np.minimum(g.dur[small_dev], g.kernel_floor_us).sum())
-    evidence_us = min(launch_cost, waited_us) + device_us
-    metrics = {"small_kernels": (ls.small_kernel_count_pct, "% of kernels"),
-               "their_time": (ls.small_kernel_time_pct, "% of kernel time"),
-               "gpu_idle_before_them": (ls.small_kernel_host_wait_us, "us"),
-               "host_cost_of_their_launches": (launch_cost, "us"), "threshold": (SMALL_KERNEL_US, "us")}
-    if waited_us > ls.small_kernel_host_wait_us:  # the window's queue hid it
-        metrics["host_step_over_device_step"] = (f.host_step_excess_us, "us")
-    return _make(f, "small_kernels", metrics,
-                 (), (Change("graph_small_kernels"),),
-                 "small kernels fused: their launches cost the host nothing and their own device time goes",
-                 evidence_pct=f.pct(evidence_us))
 
 
 # --- kernels ----------------------------------------------------------------------------------
@@ -967,14 +414,14 @@ def memory_bound_unfused(f: RankFacts) -> Finding | None:
         changes += [Change("speedup", ELEMENTWISE, factor), Change("speedup", REDUCTION, factor)]
         what.append(f"elementwise and reduction kernels at the HBM peak ({factor:.2g}x faster)")
     if not changes:
-        return _make(f, "memory_bound_unfused", metrics, top[:4],
+        return F.rank_finding(f, "memory_bound_unfused", metrics, top[:4],
                      what_if="not priced: no chain of kernels to fuse, and the achieved bandwidth needs the operators' "
                              "shapes (record_shapes=True) and the device (deviceProperties)",
                      evidence_pct=share * busy_pct / 100.0)
     # the kernels fusion removes, and the rest of the memory-bound time at the HBM peak
     gone_pct = f.pct(fused.removed_us)
     left_pct = max(share * busy_pct / 100.0 - gone_pct, 0.0)
-    return _make(f, "memory_bound_unfused", metrics, top[:4], tuple(changes), "; ".join(what),
+    return F.rank_finding(f, "memory_bound_unfused", metrics, top[:4], tuple(changes), "; ".join(what),
                  evidence_pct=gone_pct + left_pct * (1.0 - 1.0 / factor))
 
 
@@ -1033,7 +480,7 @@ def optimizer_slow(f: RankFacts) -> Finding | None:
                    "optimizer_phase": (f.pct(phase_us), "%"),
                    "optimizer_phase_gpu_idle": (100.0 * idle_us / max(phase_us, 1e-9), "% of it")}
         fused = Change("fuse_optimizer", rows=tuple(int(r) for r in f.graph.rows[per_tensor]))
-        return _make(f, "optimizer_slow", metrics, f.optimizer.longest[:3], (fused,),
+        return F.rank_finding(f, "optimizer_slow", metrics, f.optimizer.longest[:3], (fused,),
                      "the optimizer's per-tensor kernels fused (foreach / fused=True: a few launches per step)",
                      evidence_pct=f.pct(cost))
     g = f.graph
@@ -1045,7 +492,7 @@ def optimizer_slow(f: RankFacts) -> Finding | None:
         phase_us, idle_us = _optimizer_phase_us(f)
         if f.pct(phase_us) <= OPTIMIZER_PHASE_PCT or idle_us <= OPTIMIZER_PHASE_IDLE_SHARE * phase_us:
             return None
-        return _make(f, "optimizer_slow", {"optimizer_phase": (f.pct(phase_us), "%"),
+        return F.rank_finding(f, "optimizer_slow", {"optimizer_phase": (f.pct(phase_us), "%"),
                                            "optimizer_phase_gpu_idle": (100.0 * idle_us / phase_us, "% of it"),
                                            "optimizer_kernels": (share, "% of busy")},
                      f.optimizer.longest[:3], what_if="not priced: the optimizer's host work paces the step (the "
@@ -1054,7 +501,7 @@ def optimizer_slow(f: RankFacts) -> Finding | None:
     top = [(f"[{k} launches] {n}", t0, d) for c in f.categories if c.category == "optimizer"
            for n, d, k, t0 in c.top_kernels if not FUSED_OPTIMIZER_RE.search(n)]
     busy_pct = 100.0 - f.breakdown.idle_pct
-    return _make(f, "optimizer_slow", {"optimizer_kernels": (share, "% of busy"),
+    return F.rank_finding(f, "optimizer_slow", {"optimizer_kernels": (share, "% of busy"),
                                        "fused_optimizer_kernels": (f.category_share("optimizer") - share, "% of busy"),
                                        "optimizer_host_spans": (f.pct(f.optimizer.time_us), "%")},
                  top, (Change("speedup_rows", factor=OPTIMIZER_SPEEDUP, rows=tuple(int(r) for r in g.rows[unfused])),),
@@ -1079,7 +526,7 @@ def idle_gpu(f: RankFacts, found: list[Finding]) -> Finding | None:
     if not f.has_gpu or gpu_idle_pct(f) <= IDLE_GPU_PCT or any(_explains_idle(x) for x in found):
         return None
     hp, kp, op = f.idle.pct()
-    return _make(f, "idle_gpu", {"gpu_idle": (f.breakdown.idle_pct, "%"),
+    return F.rank_finding(f, "idle_gpu", {"gpu_idle": (f.breakdown.idle_pct, "%"),
                                  "gpu_idle_over_steps": (f.step_idle_pct or 0.0, "%"), "host_wait": (hp, "% of idle"),
                                  "kernel_wait": (kp, "% of idle"), "other": (op, "% of idle")}, severity="medium")
 
@@ -1088,7 +535,7 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
     """The rank has no device events: only host-side rules ran."""
     if f.has_gpu:
         return None
-    return _make(f, "gpu_analyses_skipped", {"device_events": (0, "count")}, severity="low")
+    return F.rank_finding(f, "gpu_analyses_skipped", {"device_events": (0, "count")}, severity="low")
 
 
 # misaligned_gemm (diagnose/gemm_shapes.py): 16-bit GEMMs whose row lengths break the tensor cores' alignment;
@@ -1099,6 +546,8 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
 # recompute_overhead (diagnose/recompute.py): the forward re-run in the backward (activation checkpointing);
 # exposed_memcpy (diagnose/copies.py): host-link copies no computation hides and no host call blocked on;
 # grad_sync_per_microbatch (diagnose/grad_sync.py): gradients synchronised before more are accumulated into them
+# straggler and load_imbalance (diagnose/stragglers.py): ranks waiting for others at collectives;
+# launch_bound, host_work and small_kernels (diagnose/host_bound.py): the GPU waiting for the host
 RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable_copy, allocator_stall, exposed_memcpy,
          grad_sync_per_microbatch, exposed_comm, pipeline_bubble, straggler, load_imbalance, launch_bound, host_work,
          small_kernels, fp32_matmul, misaligned_gemm, slow_gemm, layout_transposes, unfused_attention,

@@ -1,0 +1,246 @@
+"""The job's slow ranks, as one rank's findings: `straggler` (a rank, or a group of ranks, the others wait for at
+collectives, step after step) and `load_imbalance` (ranks take turns being late, each with more work in the steps it
+is late). crossrank.py finds who waits for whom across the ranks (StragglerFacts); these rules decide what that is and
+name its what-if. Thresholds beside the rules that read them.
+"""
+
+from __future__ import annotations
+
+from trainperf.diagnose import findings as F
+from trainperf.diagnose.facts import RankFacts, StragglerFacts
+from trainperf.diagnose.replay import Change
+
+
+STRAGGLER_MIN_WAIT_PCT = 2.0  # wait the straggler causes each other rank, % of the window (crossrank decides)
+
+
+# CPU-only jobs (crossrank.host_straggler) whose window is too short for the test below: the others' per-step
+# wait, % of the step, that the recurrence heuristic needs besides. The clean 2-rank gloo run of the corpus
+# (healthy-real) waited ~4% per step from ordinary imbalance; the smallest injected straggler (straggler-low-real)
+# ~7.5%: in-sample only, 4 cases, not cross-validated. With the steps for the test, the test alone decides
+# whether there is a straggler, and its size only how severe it is: a rank late by 4.9 % in every step
+# (straggler-low-real-fsdp, p 0.02) is a straggler, one late by 4 % in some steps and early in others is not.
+STRAGGLER_HOST_MIN_PCT = 5.0
+# ... and its extra work must recur step after step more than load noise makes it (crossrank.straggler_p_value,
+# a sign-flip test over the window or its last steps: under "no straggler" each step's extra is as likely
+# negative). 0.05: the usual false-alarm rate, stated, not fitted. On a shared machine either rank is slower in
+# some steps by the load alone (corpus healthy-real-fsdp, 2026-12-02: +5, +4, -12, +21 ms). The GPU straggler's
+# test (crossrank.persistent_laggard: is it the laggard in more steps than ranks taking turns would make it) uses
+# the same rate.
+STRAGGLER_HOST_ALPHA = 0.05
+# With too few steps for the test to pass at all (4 steps of 2 ranks: p >= 0.125), the recurring extra work must
+# outweigh the other ranks' opposite excess (crossrank.recurring_over_opposite >= this; 1: as large; not fitted),
+# and a caveat says the straggler is unconfirmed (api): a persistent straggler in a short profile stays named.
+STRAGGLER_HOST_MIN_SNR = 1.0
+
+# the straggler computes this much longer than the other ranks' median (per step, crossrank.compute_straggler).
+# Untouched HTA trace_filter: rank 1 computes 1.28x rank 0, and making it as fast gains < MIN_GAIN_PCT (the
+# GPU idles ~80 %): the replayed gain, not this ratio, keeps natural imbalance from being a finding.
+STRAGGLER_MIN_COMPUTE_RATIO = 1.05
+
+
+def extra_work_is_noise(p_value: float, testable: bool, snr: float) -> bool:
+    """Whether a CPU-only job's slowest rank's extra work per step is within load noise, so no straggler: the
+    sign-flip test (crossrank.straggler_p_value above STRAGGLER_HOST_ALPHA) when the window has the steps for it,
+    else the recurrence heuristic (crossrank.recurring_over_opposite below STRAGGLER_HOST_MIN_SNR). GPU ranks whose
+    collectives cannot be matched are judged by their computation per step (api._compute_extra_is_noise)."""
+    return p_value > STRAGGLER_HOST_ALPHA if testable else snr < STRAGGLER_HOST_MIN_SNR
+
+
+def straggler(f: RankFacts) -> F.Finding | None:
+    """A rank arrives late at collectives and the others wait for it (decided across ranks). Priced on the
+    waiting ranks as their waits removed, and on the straggler itself as its computation as fast as the
+    other ranks' median (the job runs at the pace of its slowest rank); the merge keeps the larger."""
+    s = f.straggler
+    if s is None:
+        return None
+    if s.host_gain_pct is not None:  # CPU-only job: priced from the other ranks' per-step wait, no replay
+        noise = extra_work_is_noise(s.host_p_value, s.host_testable, s.host_snr)
+        small = not s.host_testable and s.host_gain_pct < STRAGGLER_HOST_MIN_PCT
+        if f.rank != s.rank or noise or small:
+            return None
+        metrics = {"others_wait_per_step": (s.host_gain_us, "us"), "others_wait_share": (s.host_gain_pct, "%"),
+                   "p_value_load_noise": (s.host_p_value, ""), "extra_work_over_opposite": (min(s.host_snr, 1e6), "x")}
+        stalls = ""
+        if s.host_stalled_steps:  # priced marginal to the DataLoader/checkpoint stalls' fixes (crossrank.host_straggler)
+            metrics["steps_with_stall_left_out"] = (s.host_stalled_steps, "count")
+            stalls = ", in the steps without a DataLoader or checkpoint stall"
+        return F.rank_finding(f, kind="straggler", metrics=metrics, gain_pct=s.host_gain_pct, gain_us=s.host_gain_us,
+                     ranks=[s.rank], evidence_pct=s.host_gain_pct,
+                     what_if=f"no rank waits for rank {s.rank} (host only: the others' wait per step{stalls})")
+    if s.compute_group_ratio and not s.persistent:
+        # a slow pipeline stage beside matched waits that name no one rank: its ranks are the straggler (below), the
+        # waits load_imbalance's, and no other rank is named a straggler
+        if f.rank not in s.compute_group_ratio:
+            return None
+    elif not s.persistent:  # the rank the others wait for changes from step to step
+        if s.slow_ranks:  # among a group of ranks late in every step: a slow node
+            return _slow_ranks(f)
+        if paused_not_loaded(s):
+            return _paused_hosts(f)
+        # one rank's extra work, recurring, holds the waiting (a rank-0 evaluation every few steps): that rank, else
+        # load_imbalance
+        return _extra_work_rank(f) if _one_recurring_late_rank(s) else None
+    metrics = {"caused_wait": (s.caused_us, "us"), "caused_wait_per_other_rank": (s.caused_per_other_us, "us"),
+               "compute_imbalance": (s.imbalance_pct, "%"), "compute_vs_other_ranks": (s.compute_ratio, "x"),
+               "extra_compute": (s.extra_compute_us, "us")}
+    if not s.compute_group_ratio:  # the matched collectives' laggard (the compute straggler's are load_imbalance's)
+        if s.last_in_steps:  # in how many of the steps with waits it was the one waited for
+            metrics["steps_it_was_waited_for"] = (s.last_in_steps.get(s.rank, 0), "count")
+            metrics["steps_with_waits"] = (sum(s.last_in_steps.values()), "count")
+        metrics |= _lateness_metrics(s)
+    # the straggler computes longer; where collectives cannot be matched, so may the ranks computing alike with it
+    # (a slow stage's copies), each priced as its own computation at the other ranks' pace
+    ratio = s.compute_group_ratio.get(f.rank, s.compute_ratio if f.rank == s.rank else None)
+    if ratio is not None:
+        if ratio < STRAGGLER_MIN_COMPUTE_RATIO:
+            return None
+        metrics["compute_vs_other_ranks"] = (ratio, "x")
+        found = F.rank_finding(f, "straggler", metrics, [], (Change("compute_speedup", factor=ratio),),
+                      f"rank {f.rank} computes as fast as the other ranks ({ratio:.2f}x faster)",
+                      evidence_pct=f.pct(max(s.caused_per_other_us, s.extra_compute_us)), ranks=[f.rank])
+    elif not f.waits:
+        return None
+    else:
+        found = F.rank_finding(f, "straggler", metrics,
+                      # the events are on the straggler's timeline, from its first event: shift them so that
+                      # api._relative_times (which subtracts this rank's first event) leaves them as they are
+                      [(n, t0 + f.origin_us, d) for n, t0, d in s.events], (Change("remove_straggler_wait"),),
+                      f"no rank waits for rank {s.rank} inside collectives",
+                      evidence_pct=f.pct(s.caused_per_other_us), ranks=[s.rank])
+    if f.p2p_comm_share > 0.5:  # pipeline stages (a majority, as exposed_comm's)
+        found.recommendation = F.STRAGGLER_STAGE_RECOMMENDATION
+    elif late_without_more_work(s):  # the same computation started late: by its host, or by work queued ahead
+        found.recommendation = (F.LATE_HOST_STRAGGLER_RECOMMENDATION if paused_not_loaded(s)
+                                else F.QUEUED_WORK_STRAGGLER_RECOMMENDATION).format(rank=s.rank)
+    return found
+
+
+# the late ranks' extra computation accounts for less than this share of their lateness (crossrank.lateness_share):
+# they had the same work and started it late; their GPU's extra idle at least this share: their host started it late.
+# Half: the midpoint between the two readings, not fitted (no labeled case of either kind)
+LATE_WORK_MIN_SHARE = 0.5
+
+
+def late_without_more_work(s: StragglerFacts) -> bool:
+    """Whether the late ranks had no more computation than the others in the steps they were late."""
+    return s.late_work_share is not None and s.late_work_share < LATE_WORK_MIN_SHARE
+
+
+def paused_not_loaded(s: StragglerFacts) -> bool:
+    """Whether late ranks started the same work late because their host did: no more computation, and (where the
+    steps tell) their GPU's extra idle, waiting for the host, accounts for at least half the lateness (else other
+    device work queued ahead delayed them)."""
+    return late_without_more_work(s) and (s.late_idle_share is None or s.late_idle_share >= LATE_WORK_MIN_SHARE)
+
+
+def _lateness_metrics(s: StragglerFacts) -> dict:
+    """How much of the late ranks' lateness their extra computation and their GPU's extra idle account for (%)."""
+    out = {}
+    if s.late_work_share is not None:
+        out["lateness_from_extra_compute"] = (100.0 * s.late_work_share, "%")
+    if s.late_idle_share is not None:
+        out["lateness_from_gpu_idle"] = (100.0 * s.late_idle_share, "%")
+    return out
+
+
+def late_ranks_that_cost(s: StragglerFacts) -> list[int]:
+    """The ranks the others waited for, among those that were the last in some step, that caused at least half the
+    mean wait caused per such rank (StragglerFacts.laggard_waits): ranks taking turns cause alike and are all
+    named; one rank's 6-ms pause in one step, beside jitter laggards of 0.1 ms in the others, is named alone. Half
+    the mean: a stated margin for turns that are not even (not fitted; no labeled case of either kind)."""
+    caused: dict[int, float] = {}
+    for rank, us in s.laggard_waits:
+        caused[rank] = caused.get(rank, 0.0) + us
+    if not caused:
+        return sorted(s.last_in_steps)
+    bar = 0.5 * sum(caused.values()) / len(caused)
+    return sorted(r for r, us in caused.items() if us >= bar)
+
+
+def _one_recurring_late_rank(s: StragglerFacts) -> bool:
+    """Whether one rank alone caused the waiting that costs (late_ranks_that_cost), and did so in two steps or more
+    (steps whose wait for it is at least the mean wait of a step with waits, not jitter): a straggler must recur (as
+    the CPU-only test asks, crossrank.straggler_p_value); one long step of one rank is as likely the largest draw of
+    unequal work (a long sequence) as work only that rank does."""
+    costly = late_ranks_that_cost(s)
+    if len(costly) != 1 or not s.laggard_waits:
+        return False
+    mean = sum(us for _, us in s.laggard_waits) / len(s.laggard_waits)
+    return sum(1 for rank, us in s.laggard_waits if rank == costly[0] and us >= mean) >= 2
+
+
+def _turn_waits(f: RankFacts, kind: str, what_if: str, ranks: list[int] | None = None,
+                extra: dict | None = None) -> F.Finding:
+    """The waits of this rank inside matched collectives for ranks that take turns being late, as a finding of
+    `kind` naming `ranks` (default: the late ranks whose waits cost, late_ranks_that_cost), with `extra` metrics:
+    priced as those waits removed (every rank at the step's mean pace instead of its slowest)."""
+    s = f.straggler
+    waited = float(sum(v for v, _ in f.waits.values()))
+    metrics = {"waited_in_collectives": (waited, "us"), "waited_share": (f.pct(waited), "%"),
+               "steps_with_waits": (sum(s.last_in_steps.values()), "count"),
+               "compute_imbalance": (s.imbalance_pct, "%")}
+    metrics |= _lateness_metrics(s)
+    metrics |= {f"steps_rank_{r}_was_waited_for": (n, "count") for r, n in sorted(s.last_in_steps.items())}
+    metrics |= extra or {}
+    longest = sorted(f.waits.items(), key=lambda kv: -kv[1][0])[:3]
+    return F.rank_finding(f, kind, metrics,
+                 [(f"{f.table.names[int(f.table.name[row])][:60]} (waited for rank {other})",
+                   float(f.window.ts_us[row]), us) for row, (us, other) in longest],
+                 (Change("remove_straggler_wait"),), what_if, evidence_pct=f.pct(waited),
+                 ranks=late_ranks_that_cost(s) if ranks is None else ranks)
+
+
+def _paused_hosts(f: RankFacts) -> F.Finding | None:
+    """Ranks take turns arriving late at collectives with no more computation than the others in those steps: each
+    started its work late, its host paused (Python's garbage collector at a different moment on each rank, CPU
+    contention, a slow read on that rank). Transient stragglers (the kind a job-wide GC schedule fixes), not
+    unequal work."""
+    if not f.waits:
+        return None
+    found = _turn_waits(f, "straggler", "no rank's host pauses before its work: nobody waits in collectives")
+    # one rank's pauses hold the waiting (a rank-0 evaluation or log write in one step): what only it does
+    found.recommendation = (F.LATE_HOST_STRAGGLER_RECOMMENDATION.format(rank=found.ranks[0]) if len(found.ranks) == 1
+                            else F.PAUSED_HOSTS_RECOMMENDATION)
+    return found
+
+
+def _slow_ranks(f: RankFacts) -> F.Finding | None:
+    """A group of ranks late at the collectives step after step, each the last in some steps (StragglerFacts.
+    slow_ranks: a slow node, not unequal work per step). Priced, as load imbalance, as this rank's waits inside
+    collectives removed: the group as fast as the others."""
+    if not f.waits:
+        return None
+    s = f.straggler
+    group = s.slow_ranks
+    found = _turn_waits(f, "straggler", f"rank(s) {F.rank_list(group)} as fast as the others: nobody waits in "
+                        "collectives",
+                        ranks=list(group), extra={"p_value_arrival_order_random": (s.slow_ranks_p_value, "")})
+    cause = F.SLOW_RANKS_HOST_CAUSE if paused_not_loaded(s) else F.SLOW_RANKS_DEVICE_CAUSE
+    who = f"Ranks {F.rank_list(group)}" if len(group) > 1 else f"Rank {group[0]}"
+    found.recommendation = F.SLOW_RANKS_RECOMMENDATION.format(who=who, cause=cause)
+    return found
+
+
+def _extra_work_rank(f: RankFacts) -> F.Finding | None:
+    """One rank, late in some steps with more computation, caused the waiting that costs, in two steps or more
+    (_one_recurring_late_rank): work only it does in those steps, a straggler of those steps rather than ranks
+    taking turns."""
+    if not f.waits:
+        return None
+    found = _turn_waits(f, "straggler", "no rank does more work than the others in a step: nobody waits in "
+                        "collectives")
+    found.recommendation = F.EXTRA_WORK_STRAGGLER_RECOMMENDATION.format(rank=found.ranks[0])
+    return found
+
+
+def load_imbalance(f: RankFacts) -> F.Finding | None:
+    """Ranks wait for each other inside matched collectives, but the rank they wait for changes from step to step
+    (StragglerFacts.persistent false) and computes more in the steps it is late (or the steps cannot be compared):
+    no rank is slow, the ranks get unequal work per step (sequence lengths without packing, MoE routing, uneven
+    shards). Priced, like a straggler's waiting ranks, as this rank's waits inside collectives removed."""
+    s = f.straggler
+    if (s is None or s.persistent or s.slow_ranks or s.host_gain_pct is not None or not f.waits
+            or paused_not_loaded(s) or _one_recurring_late_rank(s)):
+        return None
+    return _turn_waits(f, "load_imbalance", "every rank's work per step balanced: nobody waits in collectives")
