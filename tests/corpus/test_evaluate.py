@@ -87,6 +87,15 @@ def test_real_run_truth_by_hand(tmp_path):
     assert gain == pytest.approx(100 * 0.68 / 3.88)
 
 
+def test_a_twin_truth_keeps_the_run_of_the_median_gain():
+    from trainperf.corpus.real import median_run
+
+    # a run whose faulty stretch met more load (45.8 %) is neither kept nor averaged in: 17.9 % is the median
+    assert median_run([45.8, 15.2, 17.9]) == 2
+    assert median_run([3.0]) == 0
+    assert median_run([9.0, 1.0, 5.0, 7.0]) == 2  # 1, 5, 7, 9: the lower middle, 5
+
+
 def test_top1_against_the_untouched_twin_by_hand():
     def case(name, kind, base, kinds):
         return CaseResult(name=name, kind=kind, ranks=[0], true_gain_pct=10.0, severity="high", base=base,
