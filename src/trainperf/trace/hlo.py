@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from trainperf.trace.categories import XLA_OPCODE_CATEGORY
 from trainperf.trace.events import ELEMENTWISE, REDUCTION
+from trainperf.trace.protowire import fields, map_entry, varint
 
 # xla_data.proto PrimitiveType -> bytes per element (sub-byte types rounded up to 1)
 ELEMENT_BYTES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 2, 8: 4, 9: 8, 10: 2, 11: 4, 12: 8, 15: 8, 16: 2, 18: 16,
@@ -131,22 +132,18 @@ class _Inst:
 
 
 def _packed(v, wt) -> list[int]:
-    from trainperf.trace.xplane import _varint
-
     if wt == 0:
         return [v]
     out, i = [], 0
     while i < len(v):
-        x, i = _varint(v, i)
+        x, i = varint(v, i)
         out.append(x)
     return out
 
 
 def _shape(b: bytes) -> _Shape:
-    from trainperf.trace.xplane import _fields
-
     et, dims, tup = 0, [], []
-    for f, wt, v in _fields(b):
+    for f, wt, v in fields(b):
         if f == 2:
             et = v
         elif f == 3:
@@ -157,11 +154,9 @@ def _shape(b: bytes) -> _Shape:
 
 
 def _instruction(b: bytes) -> _Inst:
-    from trainperf.trace.xplane import _fields
-
     d = _Inst()
     ops, calls, pairs = [], [], []
-    for f, wt, v in _fields(b):
+    for f, wt, v in fields(b):
         if f == 1:
             d.name = v.decode("utf-8", "replace")
         elif f == 2:
@@ -175,13 +170,13 @@ def _instruction(b: bytes) -> _Inst:
         elif f == 38:
             calls += _packed(v, wt)
         elif f == 30:
-            d.lhs_contracting = tuple(x for g, w, u in _fields(v) if g == 1 for x in _packed(u, w))
+            d.lhs_contracting = tuple(x for g, w, u in fields(v) if g == 1 for x in _packed(u, w))
         elif f == 49 and not d.group_size:  # a ReplicaGroup: replica_ids 1
-            d.group_size = len([x for g, w, u in _fields(v) if g == 1 for x in _packed(u, w)])
+            d.group_size = len([x for g, w, u in fields(v) if g == 1 for x in _packed(u, w)])
         elif f == 87:  # CollectiveDeviceListProto
             d.group_size = _device_list_group_size(v) or d.group_size
         elif f == 52:  # a SourceTarget pair: source 1, target 2 (0 is omitted on the wire)
-            pairs.append({g: u for g, _, u in _fields(v)})
+            pairs.append({g: u for g, _, u in fields(v)})
     d.operands, d.calls = tuple(ops), tuple(calls)
     if pairs:
         d.group_size = len({p.get(1, 0) for p in pairs} | {p.get(2, 0) for p in pairs})
@@ -190,13 +185,11 @@ def _instruction(b: bytes) -> _Inst:
 
 def _device_list_group_size(b: bytes) -> int:
     """Devices per group of a CollectiveDeviceListProto (explicit replica_groups 1, or the iota form 2)."""
-    from trainperf.trace.xplane import _fields
-
-    for f, _, v in _fields(b):
+    for f, _, v in fields(b):
         if f == 1:
-            return len([x for g, w, u in _fields(v) if g == 1 for x in _packed(u, w)])
+            return len([x for g, w, u in fields(v) if g == 1 for x in _packed(u, w)])
         if f == 2:
-            return next((u for g, _, u in _fields(v) if g == 2), 0)
+            return next((u for g, _, u in fields(v) if g == 2), 0)
     return 0
 
 
@@ -219,11 +212,9 @@ def collective_size(opcode: str, operands: list, result, group_size: int) -> Col
 def module_costs(hlo_proto: bytes) -> tuple[str, dict[str, HloCost]]:
     """(module name, {instruction name: HloCost}) of the instructions of a serialized HloProto's
     non-fusion computations (the ones that run as kernels or thunks)."""
-    from trainperf.trace.xplane import _fields
-
-    module = next((v for f, _, v in _fields(hlo_proto) if f == 1), b"")
+    module = next((v for f, _, v in fields(hlo_proto) if f == 1), b"")
     name, comps = "", []
-    for f, _, v in _fields(module):
+    for f, _, v in fields(module):
         if f == 1:
             name = v.decode("utf-8", "replace")
         elif f == 3:
@@ -231,7 +222,7 @@ def module_costs(hlo_proto: bytes) -> tuple[str, dict[str, HloCost]]:
     by_comp: dict[int, list[_Inst]] = {}
     for c in comps:
         cid, insts = 0, []
-        for f, _, v in _fields(c):
+        for f, _, v in fields(c):
             if f == 2:
                 insts.append(_instruction(v))
             elif f == 5:
@@ -286,31 +277,29 @@ def _flops(i: _Inst, by_id: dict, by_comp: dict) -> int:
 def xspace_costs(data: bytes) -> dict[tuple[str, str], HloCost]:
     """{(module name, instruction name): HloCost} of every HLO module in an XSpace's "/host:metadata"
     plane; a pair two programs of the same name cost differently is left out (ambiguous)."""
-    from trainperf.trace.xplane import _fields, _map_entry
-
     out: dict[tuple[str, str], HloCost] = {}
     clash: set = set()
-    for f, _, plane in _fields(data):
+    for f, _, plane in fields(data):
         if f != 1:
             continue
         pname, metas, stat_names = "", [], {}
-        for ff, _, v in _fields(plane):
+        for ff, _, v in fields(plane):
             if ff == 2:
                 pname = v.decode("utf-8", "replace")
             elif ff == 4:
                 metas.append(v)
             elif ff == 5:
-                k, raw = _map_entry(v)
-                stat_names[k] = next((s.decode("utf-8", "replace") for g, _, s in _fields(raw) if g == 2), "")
+                k, raw = map_entry(v)
+                stat_names[k] = next((s.decode("utf-8", "replace") for g, _, s in fields(raw) if g == 2), "")
         if pname != "/host:metadata":
             continue
         for m in metas:
-            _, meta = _map_entry(m)
-            for g, _, x in _fields(meta):
+            _, meta = map_entry(m)
+            for g, _, x in fields(meta):
                 if g != 5:
                     continue
                 sid, raw = None, None
-                for a, _, b in _fields(x):
+                for a, _, b in fields(x):
                     if a == 1:
                         sid = b
                     elif a == 6:

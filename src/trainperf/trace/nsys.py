@@ -316,7 +316,7 @@ def _physical_gpus(r: _Report) -> dict[tuple[int, int], int]:
 def read_nsys(path: str | Path, rank: int | None = None) -> list[EventTable]:
     """Read an Nsight Systems SQLite export into one EventTable per process that ran GPU work (module docstring),
     sorted by rank; rank: the rank of a one-process report (else taken from its devices)."""
-    from trainperf.trace.producers import table_from_columns
+    from trainperf.trace.foreign_table import table_from_columns
 
     path = Path(path)
     r = _Report(path)

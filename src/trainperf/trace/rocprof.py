@@ -160,7 +160,7 @@ def process_events(proc: dict) -> tuple[list, dict, int, list]:
 def read_rocprof(path: str | Path, rank: int | None = None) -> EventTable:
     """Read a rocprofv3 JSON results file into an EventTable (module docstring); every profiled process
     of the file goes into the one table (one file per rank)."""
-    from trainperf.trace.producers import build_table
+    from trainperf.trace.foreign_table import build_table
 
     path = Path(path)
     try:

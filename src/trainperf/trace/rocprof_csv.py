@@ -134,7 +134,7 @@ def read_rocprof_csv(path: str | Path, rank: int | None = None) -> EventTable:
     EventTable (module docstring)."""
     import numpy as np
 
-    from trainperf.trace.producers import table_from_columns
+    from trainperf.trace.foreign_table import table_from_columns
 
     path = Path(path)
     group = group_of(path)

@@ -6,7 +6,7 @@ Why a reader of our own: xprof / tensorboard-plugin-profile convert an XSpace on
 outputs (trace viewer JSON among them) through a compiled library, and the proto's Python classes
 are not shipped; the XSpace wire format is small (tsl/profiler/protobuf/xplane.proto:
 XSpace > XPlane > XLine > XEvent, names and stat names in per-plane metadata maps) and is decoded
-here with a protobuf wire reader, so no dependency is needed.
+with the protobuf wire reader of protowire.py, so no dependency is needed.
 
 How events map onto the Kineto vocabulary (trace.events):
 - a plane "/device:GPU:N" holds the device: its lines "Stream #K(...)" are streams (stream K), their
@@ -38,57 +38,17 @@ from pathlib import Path
 
 from trainperf.errors import TrainperfError
 from trainperf.trace.events import EventTable
+from trainperf.trace.protowire import fields, int64, map_entry
 
 _STREAM_RE = re.compile(r"^Stream #(\d+)")
 _DEVICE_ANNOTATION_LINES = ("XLA Ops", "XLA Modules", "TensorFlow Ops", "Framework Ops", "TensorFlow Name Scope")
 _LAUNCH_NAMES = re.compile(r"Launch|Memcpy|Memset|cuGraph|hipGraph|cudaGraph", re.I)
-_I64 = 1 << 64
-
-
-# --- protobuf wire format ---------------------------------------------------------------------
-
-def _varint(b: bytes, i: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        x = b[i]
-        i += 1
-        result |= (x & 0x7F) << shift
-        if x < 0x80:
-            return result, i
-        shift += 7
-
-
-def _fields(b: bytes):
-    """(field number, wire type, value) of one message: ints for varint / fixed, bytes for length-delimited."""
-    i, n = 0, len(b)
-    while i < n:
-        key, i = _varint(b, i)
-        field, wt = key >> 3, key & 7
-        if wt == 0:
-            v, i = _varint(b, i)
-        elif wt == 2:
-            ln, i = _varint(b, i)
-            v = b[i:i + ln]
-            i += ln
-        elif wt == 1:
-            v = b[i:i + 8]
-            i += 8
-        elif wt == 5:
-            v = b[i:i + 4]
-            i += 4
-        else:
-            raise ValueError(f"unsupported wire type {wt}")
-        yield field, wt, v
-
-
-def _int64(v: int) -> int:
-    return v - _I64 if v >= 1 << 63 else v
 
 
 def _stat(b: bytes, stat_names: dict) -> tuple[str, object]:
     """(name, value) of an XStat; a ref_value is the name of another stat metadata (an interned string)."""
     mid, value = 0, None
-    for f, wt, v in _fields(b):
+    for f, wt, v in fields(b):
         if f == 1:
             mid = v
         elif f == 2:
@@ -96,7 +56,7 @@ def _stat(b: bytes, stat_names: dict) -> tuple[str, object]:
         elif f == 3:
             value = v
         elif f == 4:
-            value = _int64(v)
+            value = int64(v)
         elif f == 5:
             value = v.decode("utf-8", "replace")
         elif f == 7:
@@ -104,22 +64,12 @@ def _stat(b: bytes, stat_names: dict) -> tuple[str, object]:
     return stat_names.get(mid, str(mid)), value
 
 
-def _map_entry(b: bytes) -> tuple[int, bytes]:
-    key, val = 0, b""
-    for f, _, v in _fields(b):
-        if f == 1:
-            key = _int64(v)
-        elif f == 2:
-            val = v
-    return key, val
-
-
 def _plane_rows(b: bytes):
     """Rows (process, pid, thread, tid, ts_ns, dur_ns, name, args) of one XPlane."""
     name, pid, lines, ev_meta_raw, stat_names = "", 0, [], [], {}
-    for f, _, v in _fields(b):
+    for f, _, v in fields(b):
         if f == 1:
-            pid = _int64(v)
+            pid = int64(v)
         elif f == 2:
             name = v.decode("utf-8", "replace")
         elif f == 3:
@@ -127,14 +77,14 @@ def _plane_rows(b: bytes):
         elif f == 4:
             ev_meta_raw.append(v)
         elif f == 5:
-            k, raw = _map_entry(v)
-            stat_names[k] = next((s.decode("utf-8", "replace") for ff, _, s in _fields(raw) if ff == 2), "")
+            k, raw = map_entry(v)
+            stat_names[k] = next((s.decode("utf-8", "replace") for ff, _, s in fields(raw) if ff == 2), "")
     ev_meta = {}
     for raw in ev_meta_raw:
-        k, m = _map_entry(raw)
+        k, m = map_entry(raw)
         mname = display = ""
         mstats = {}
-        for f, _, v in _fields(m):
+        for f, _, v in fields(m):
             if f == 2:
                 mname = v.decode("utf-8", "replace")
             elif f == 4:
@@ -145,27 +95,27 @@ def _plane_rows(b: bytes):
         ev_meta[k] = (display or mname, mstats)
     for lb in lines:
         tid, lname, display, t0_ns, events = 0, "", "", 0, []
-        for f, _, v in _fields(lb):
+        for f, _, v in fields(lb):
             if f == 1:
-                tid = _int64(v)
+                tid = int64(v)
             elif f == 2:
                 lname = v.decode("utf-8", "replace")
             elif f == 11:
                 display = v.decode("utf-8", "replace")
             elif f == 3:
-                t0_ns = _int64(v)
+                t0_ns = int64(v)
             elif f == 4:
                 events.append(v)
         thread = display or lname
         for eb in events:
             mid, off_ps, dur_ps, stats, aggregated = 0, 0, 0, [], False
-            for f, _, v in _fields(eb):
+            for f, _, v in fields(eb):
                 if f == 1:
                     mid = v
                 elif f == 2:
-                    off_ps = _int64(v)
+                    off_ps = int64(v)
                 elif f == 3:
-                    dur_ps = _int64(v)
+                    dur_ps = int64(v)
                 elif f == 4:
                     stats.append(v)
                 elif f == 5:
@@ -183,7 +133,7 @@ def _plane_rows(b: bytes):
 
 def xspace_rows(data: bytes):
     """Rows (process, pid, thread, tid, ts_ns, dur_ns, name, args) of every event of an XSpace."""
-    for f, _, v in _fields(data):
+    for f, _, v in fields(data):
         if f == 1:
             yield from _plane_rows(v)
 
@@ -261,7 +211,7 @@ def table_from_rows(rows, source: str, producer: str, rank: int | None = None, c
     {(module, instruction): hlo.HloCost}; a kernel with those `hlo_module` / `hlo_op` stats keeps its
     cost in EventTable.args (hlo_flops, hlo_bytes, hlo_precision, hlo_shapes) for the roofline."""
     from trainperf.trace.chunk import compact_json
-    from trainperf.trace.producers import build_table
+    from trainperf.trace.foreign_table import build_table
 
     events, thread_names, skipped, kept, comm = [], {}, 0, [], []
     costs = costs or {}
