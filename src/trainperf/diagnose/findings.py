@@ -441,6 +441,7 @@ def rank_finding(f, kind: str, metrics: dict, events=(), changes: tuple = (), wh
     return make(kind, ranks if ranks is not None else [f.rank], f.steps, metrics, events, gain_pct, gain_us, what_if,
                 severity=severity, changes=changes, evidence_pct=evidence_pct, upper_bound=upper_bound)
 
+
 _SEVERITY_LEVEL = {"low": 0, "medium": 1, "high": 2}
 _LEVELS = ("low", "medium", "high")
 
