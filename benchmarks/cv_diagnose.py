@@ -621,8 +621,9 @@ def run(corpus: Path, sweeps: int, speedups: bool, one_sided: bool, progress: bo
 
 
 def _cache_key(folders: list[Path]) -> str:
-    """What the captured facts depend on: diagnose's and the trace loader's code (not the rules and
-    findings this script varies) and the corpus files (names, sizes, modification times)."""
+    """What the captured facts depend on: diagnose's and the trace loader's code (not rules.py and findings.py,
+    whose numbers this script varies; the rules in modules of their own count, as some keep an analysis on the facts:
+    host_bound.host_work's call correlation) and the corpus files (names, sizes, modification times)."""
     h = hashlib.sha256()
     src = Path(api.__file__).resolve().parents[1]
     for f in sorted([*src.glob("diagnose/*.py"), *src.glob("trace/**/*.py")]):
