@@ -44,7 +44,7 @@ from trainperf.errors import TrainperfError
 from trainperf.fleet.jumps import MIN_TREND_SHARE, find_jumps, trend_share
 from trainperf.fleet.noise import (noise_autocorr, noise_sigma, quantum, robust_scale,  # noqa: F401 (re-exported)
                                    segment_autocorr)
-from trainperf.fleet.trends import Ramp, find_ramps
+from trainperf.fleet.trends import Ramp, find_ramps, series_drift
 
 _Z975 = 1.959963984540054
 DRIFT_MODES = ("significant", "final", "always")
@@ -235,20 +235,6 @@ def _segment_drift(y: np.ndarray, min_size: int, alpha: float, drift: str = "sig
     """
     k0 = _raw_split(_ranks(y), min_size)
     return 0.0 if k0 is None else _within_drift(y, k0, alpha, drift=drift)
-
-
-def series_drift(y: np.ndarray, bounds: list[int], cap: int = 200) -> float:
-    """Return the drift (units per point) common to all segments [bounds[i], bounds[i+1]) of y:
-    Theil-Sen, the median slope of pairs within one segment (never across a change), at most
-    ``cap`` evenly spaced points per segment."""
-    slopes = []
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
-        if hi - lo < 3:
-            continue
-        idx = np.unique(np.linspace(lo, hi - 1, min(cap, hi - lo)).round().astype(int))
-        i, j = np.triu_indices(len(idx), 1)
-        slopes.append((y[idx[j]] - y[idx[i]]) / (idx[j] - idx[i]))
-    return float(np.median(np.concatenate(slopes))) if slopes else 0.0
 
 
 def drift_vif(bounds: list[int], i: int) -> float:

@@ -242,10 +242,24 @@ def _drift_coef(y: np.ndarray, others: np.ndarray, sigma: float) -> tuple[float,
     return float(t @ y) / tt, sigma / math.sqrt(tt)
 
 
+def series_drift(y: np.ndarray, bounds: list[int], cap: int = 200) -> float:
+    """Return the drift (units per point) common to all segments [bounds[i], bounds[i+1]) of y:
+    Theil-Sen, the median slope of pairs within one segment (never across a change), at most
+    ``cap`` evenly spaced points per segment."""
+    slopes = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        if hi - lo < 3:
+            continue
+        idx = np.unique(np.linspace(lo, hi - 1, min(cap, hi - lo)).round().astype(int))
+        i, j = np.triu_indices(len(idx), 1)
+        slopes.append((y[idx[j]] - y[idx[i]]) / (idx[j] - idx[i]))
+    return float(np.median(np.concatenate(slopes))) if slopes else 0.0
+
+
 def _same_drift(y: np.ndarray, steps: list[int], k1: int, k2: int, sigma: float, z_crit: float) -> bool:
     """False when the ramp (k1, k2) fits y only with a drift that undoes it: the ramp model's drift
     is opposite to the ramp, at least half its slope, and more than ``z_crit`` standard errors from
-    the Theil-Sen drift within the steps' segments (``changepoints.series_drift``; standard errors of
+    the Theil-Sen drift within the steps' segments (``series_drift``; standard errors of
     the two combined, the within-segment one as least squares'). True otherwise.
 
     A ramp replaces steps when it explains the same change. With the drift free, a ramp and an
@@ -255,8 +269,6 @@ def _same_drift(y: np.ndarray, steps: list[int], k1: int, k2: int, sigma: float,
     alone is no reference: on a long ramp cut by its steps the segments hold mostly ramp (a real
     ramp's drift moved 5-47 standard errors from it), but a real ramp's model keeps its drift small
     against the ramp's slope (at most 4% of it in 40 draws of steady ramps)."""
-    from trainperf.fleet.changepoints import series_drift
-
     n = len(y)
     bounds = [0] + list(steps) + [n]
     b_ref = series_drift(y, bounds)
