@@ -86,24 +86,19 @@ total with margin is within the HBM capacity.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from trainperf.errors import TrainperfError
 from trainperf.hardware import Accelerator
+from trainperf.plan.stacks import Software, recompute_module_set
 from trainperf.specs import (LayoutArrays, ModelSpec, active_ffn_width, embedding_params, expert_params_per_layer,
                              final_norm_params, layer_params, lm_head_params)
-
-if TYPE_CHECKING:  # stacks.py checks its recompute modules with this module's names
-    from trainperf.plan.stacks import Software
 
 RESERVED_BYTES = 2.0 * 2**30   # CUDA context + NCCL buffers + cuBLAS/TE workspaces (bytes)
 FRAGMENTATION = 0.08           # caching-allocator fragmentation, fraction of allocated bytes
 WEIGHT_BYTES = 2.0             # bf16 weights
 OPTIMIZER_BYTES = 12.0         # fp32 master + Adam m + v
 ADAM_BYTES = 8.0               # Adam m + v alone (fp32), where the parameters are the fp32 master weights
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "moe")  # Megatron-Core's names
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,7 +106,7 @@ class MemoryFeatures:
     """What a stack and an accelerator change in the memory model (bytes, fractions, module names)."""
 
     fp32_params: bool = False          # parameters kept in fp32 as the master weights (FSDP2, JAX): 4 + 8 B
-    recompute_modules: str = "core_attn"  # selective recompute's modules, "+"-joined (RECOMPUTE_MODULES)
+    recompute_modules: str = "core_attn"  # selective recompute's modules, "+"-joined (stacks.RECOMPUTE_MODULES)
     eager_activations: bool = False  # unfused norms and SwiGLU keep their intermediates (eager PyTorch)
     moe_probs_in_activation: bool = False  # routing probabilities applied in the experts' activation (Megatron-Core
                                            # >= 0.13): the combine keeps no expert outputs
@@ -119,20 +114,6 @@ class MemoryFeatures:
                                          # maps 'activation_embed' to the tensor axis)
     fragmentation: float = FRAGMENTATION  # caching-allocator overhead on transient bytes (0: XLA)
     reserved_bytes: float = RESERVED_BYTES  # runtime reserve of the accelerator (bytes)
-
-
-def recompute_module_set(modules) -> frozenset:
-    """Return the selective-recompute modules named by ``modules`` ("core_attn+moe_act" or an iterable).
-
-    Raises TrainperfError naming an unknown module and listing Megatron-Core's names.
-    """
-    names = [modules] if isinstance(modules, str) else list(modules)
-    out = frozenset(n.strip().lower() for part in names for n in part.replace(",", "+").replace(" ", "+").split("+")
-                    if n.strip())
-    unknown = sorted(out - set(RECOMPUTE_MODULES))
-    if unknown:
-        raise TrainperfError(f"recompute modules: unknown {', '.join(unknown)} (known: {', '.join(RECOMPUTE_MODULES)})")
-    return out
 
 
 def _mlp_inner_bytes(m: ModelSpec, eager: bool) -> float:

@@ -49,6 +49,23 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from trainperf.errors import TrainperfError
 
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "moe")  # Megatron-Core's names
+
+
+def recompute_module_set(modules) -> frozenset:
+    """Return the selective-recompute modules named by ``modules`` ("core_attn+moe_act" or an iterable).
+
+    Raises TrainperfError naming an unknown module and listing Megatron-Core's names.
+    """
+    names = [modules] if isinstance(modules, str) else list(modules)
+    out = frozenset(n.strip().lower() for part in names for n in part.replace(",", "+").replace(" ", "+").split("+")
+                    if n.strip())
+    unknown = sorted(out - set(RECOMPUTE_MODULES))
+    if unknown:
+        raise TrainperfError(f"recompute modules: unknown {', '.join(unknown)} (known: {', '.join(RECOMPUTE_MODULES)})")
+    return out
+
+
 ATTENTION_KERNELS = ("best", "fa2", "math")
 
 
@@ -98,8 +115,7 @@ class Software:
             raise TrainperfError(f"stack {self.name!r}: tp_overlap must be within 0..1")
         if self.zero not in (0, 1, 2, 3):
             raise TrainperfError(f"stack {self.name!r}: zero must be 0, 1, 2 or 3, got {self.zero}")
-        if self.recompute_modules != "core_attn":  # memory.py (numpy) only for a stack that names others
-            from trainperf.plan.memory import recompute_module_set
+        if self.recompute_modules != "core_attn":
             recompute_module_set(self.recompute_modules)
 
     @property
