@@ -27,8 +27,8 @@ precision). The table still shows every kind's false findings, as `trainperf eva
 
 Thresholds tuned: every UPPER_CASE int/float of diagnose/rules.py (the *_SPEEDUP what-if factors
 only with --speedups: they are assumed speed-ups, not detection thresholds), those a rule defined in a module of
-its own reads (stragglers.py's, host_bound.py's, layout.py's LAYOUT_TRANSPOSE_MIN_PCT, grad_sync.py's, ...; a number read only where
-the facts are collected, once per rank, is not re-run and not tuned) and every number
+its own reads (stragglers.py's, host_bound.py's, layout.py's LAYOUT_TRANSPOSE_MIN_PCT, grad_sync.py's, ...; a
+number read only where the facts are collected, once per rank, is not re-run and not tuned) and every number
 diagnose/findings.py assigns (severity, dismissal and ranking cut-offs). A rule's threshold is tuned only when the corpus has
 cases of its kind (the rule that reads it, from its code): for a kind without positives (launch_bound,
 memory_bound_unfused, optimizer_slow, idle_gpu on today's corpus) only false findings can be scored, so
@@ -270,7 +270,7 @@ class Scorer:
             for p in self.params:
                 if p.name != "STRAGGLER_MIN_WAIT_PCT" or not _GATE:
                     setattr(_MODULES[p.module], p.name, values[p.name])
-            wait_pct = values.get("STRAGGLER_MIN_WAIT_PCT", getattr(stragglers, "STRAGGLER_MIN_WAIT_PCT", 0.0))
+            wait_pct = values.get("STRAGGLER_MIN_WAIT_PCT", stragglers.STRAGGLER_MIN_WAIT_PCT)
             found = []
             for f in c.facts:
                 if _GATE and f.has_gpu and c.straggler_args is not None:

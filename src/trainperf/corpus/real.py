@@ -199,9 +199,9 @@ def _build_base(out: str | Path, work: str | Path, base: RealBase, log, kinds: t
             shutil.rmtree(run / "checkpoints", ignore_errors=True)  # only the traces and metrics are kept
             runs.append((run, step_seconds(sorted((run / "traces").glob("rank0*.json"))[0])))
         twins = [_gain_pct(rows, fault is not None)[0] for _, rows in runs]
-        run, rows = runs[median_run(twins)]
+        kept = median_run(twins)
+        (run, rows), twin = runs[kept], twins[kept]
         gain, clean, bad = _gain_pct(rows, fault is not None, known_added_s(fault))
-        twin = _gain_pct(rows, fault is not None)[0]
         sev_measured = "none" if fault is None else severity_of(gain)
         labels = {"kind": kind, "ranks": ranks if ranks is not None else ([] if fault is None else [0, 1]),
                   "true_gain_pct": round(gain, 3), "twin_gain_pct": round(twin, 3),

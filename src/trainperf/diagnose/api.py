@@ -208,11 +208,12 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     stages = max(described) if described else stages_from_openings(openings) if untraced is None else 0
     job_caveats += [untraced] if untraced else []
     if hs is not None and not long_enough:
+        needed = straggler_steps_needed(hs.n_ranks, stragglers.STRAGGLER_HOST_ALPHA)
         job_caveats.append(Caveat(
             note=f"{hs.steps} common profiled steps are too few to test a slow rank against load noise (a rank slower "
                  f"in every step would still have p = {straggler_min_p_value(hs.steps, hs.n_ranks):.3f} > "
                  f"{stragglers.STRAGGLER_HOST_ALPHA}): a straggler is named from how far its extra work recurs, "
-                 f"unconfirmed; profile at least {straggler_steps_needed(hs.n_ranks, stragglers.STRAGGLER_HOST_ALPHA)} steps",
+                 f"unconfirmed; profile at least {needed} steps",
             confidence="low", kinds=frozenset({"straggler"})))
     notes += [c.note for c in job_caveats]
     for r, t in tables.items():

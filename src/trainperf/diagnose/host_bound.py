@@ -272,9 +272,9 @@ def host_work(f: RankFacts) -> F.Finding | None:
         metrics["copies_to_host_in_that_step"] = (saved[0], "count")
         metrics["bytes_to_host_in_that_step"] = (saved[1], "bytes")
     found = F.rank_finding(f, "checkpoint_stall" if saved else "host_work", metrics, events,
-                  (Change("remove_host_work", rows=tuple(int(r) for r in g.rows[long])),),
-                  "the host work that launches nothing gone from the loop",
-                  evidence_pct=f.pct(cost_us), upper_bound=True)
+                           (Change("remove_host_work", rows=tuple(int(r) for r in g.rows[long])),),
+                           "the host work that launches nothing gone from the loop",
+                           evidence_pct=f.pct(cost_us), upper_bound=True)
     if saved is not None:
         found.recommendation = F.UNNAMED_CHECKPOINT_RECOMMENDATION.format(n=len(f.step_times), copies=saved[0],
                                                                           mib=saved[1] / 2**20)
@@ -327,6 +327,6 @@ def small_kernels(f: RankFacts) -> F.Finding | None:
     if waited_us > ls.small_kernel_host_wait_us:  # the window's queue hid it
         metrics["host_step_over_device_step"] = (f.host_step_excess_us, "us")
     return F.rank_finding(f, "small_kernels", metrics,
-                 (), (Change("graph_small_kernels"),),
-                 "small kernels fused: their launches cost the host nothing and their own device time goes",
-                 evidence_pct=f.pct(evidence_us))
+                          (), (Change("graph_small_kernels"),),
+                          "small kernels fused: their launches cost the host nothing and their own device time goes",
+                          evidence_pct=f.pct(evidence_us))

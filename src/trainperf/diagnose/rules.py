@@ -62,10 +62,10 @@ def _host_stall(f: RankFacts, kind: str, spans, change: str, what: str, label: s
     share = f.pct(spans.time_us)
     metrics = _stall_metrics(f, spans, what, extra)
     if not f.has_gpu:  # no replay: the host time itself is the upper bound
-        return F.rank_finding(f, kind=kind, metrics=metrics, events=spans.longest, gain_pct=share, gain_us=spans.time_us,
-                     what_if=f"{change} (host only: upper bound)", evidence_pct=share)
+        return F.rank_finding(f, kind=kind, metrics=metrics, events=spans.longest, gain_pct=share,
+                              gain_us=spans.time_us, what_if=f"{change} (host only: upper bound)", evidence_pct=share)
     return F.rank_finding(f, kind, metrics, spans.longest, (Change(change),), f"remove the {label or what} wait",
-                 evidence_pct=share)
+                          evidence_pct=share)
 
 
 def data_loader_stall(f: RankFacts) -> Finding | None:
@@ -99,9 +99,9 @@ def compile_stall(f: RankFacts) -> Finding | None:
              "recompiles": (f.recompiles, "compiled regions")}
     if len(f.steps) >= 2 and f.compile_steps == f.steps[:1]:
         return F.rank_finding(f, "compile_stall", _stall_metrics(f, f.compile, "compile", extra), f.compile.longest,
-                     severity="low",
-                     what_if=f"warm-up: compilation in the first analysed step ({f.steps[0]}) only, which a "
-                             "steady-state step does not pay; profile after it")
+                              severity="low",
+                              what_if=f"warm-up: compilation in the first analysed step ({f.steps[0]}) only, which a "
+                                      "steady-state step does not pay; profile after it")
     return _host_stall(f, "compile_stall", f.compile, "remove_compile_wait", "compile", "torch.compile", extra=extra)
 
 
@@ -129,8 +129,9 @@ def host_sync(f: RankFacts) -> Finding | None:
     for name, (count, cpu_us) in sorted(f.sync_op_counts.items(), key=lambda kv: -kv[1][1])[:4]:
         metrics[f"{name} calls"] = (count, "count")
         metrics[f"{name} cpu_time"] = (cpu_us, "us")
-    x = F.rank_finding(f, "host_sync", metrics, f.sync_calls.longest[:3] + f.sync_ops.longest[:2], (Change("remove_syncs"),),
-              "remove host syncs (and the reads that made them)", evidence_pct=f.pct(max(time_us, wait_cp) + read_us))
+    x = F.rank_finding(f, "host_sync", metrics, f.sync_calls.longest[:3] + f.sync_ops.longest[:2],
+                       (Change("remove_syncs"),), "remove host syncs (and the reads that made them)",
+                       evidence_pct=f.pct(max(time_us, wait_cp) + read_us))
     x.evidence["call_sites"] = [{"site": s.site, "count": s.count, "blocking_us": round(s.blocking_us, 1),
                                  "gpu_idle_after_us": round(s.gpu_idle_after_us, 1), "gain_us": round(s.gain_us, 1),
                                  "gain_pct": round(s.gain_pct, 2)} for s in f.sync_sites[:5]]
@@ -187,10 +188,10 @@ def pageable_copy(f: RankFacts) -> Finding | None:
     events = sorted(((g.names[int(f.table.name[g.rows[i]])], g.start[i], g.dur[i]) for i in np.flatnonzero(blocked)),
                     key=lambda e: -e[2])[:3]
     return F.rank_finding(f, "pageable_copy", {"blocking_copies": (int(dev.size), "count"),
-                                      "host_blocked": (time_us, "us"), "copy_time": (copy_us, "us"),
-                                      "on_critical_path": (f.critical_path.get("pageable_copy", 0.0), "us")},
-                 events, (Change("unblock_pageable_copies"),), "host-to-device copies stop blocking the host",
-                 evidence_pct=f.pct(time_us))
+                                               "host_blocked": (time_us, "us"), "copy_time": (copy_us, "us"),
+                                               "on_critical_path": (f.critical_path.get("pageable_copy", 0.0), "us")},
+                          events, (Change("unblock_pageable_copies"),), "host-to-device copies stop blocking the host",
+                          evidence_pct=f.pct(time_us))
 
 
 ALLOCATOR_MIN_PCT = 1.0  # allocator calls and spans, % of the span
@@ -205,10 +206,10 @@ def allocator_stall(f: RankFacts) -> Finding | None:
     if f.pct(time_us) <= ALLOCATOR_MIN_PCT:
         return None
     return F.rank_finding(f, "allocator_stall", {"allocator_calls": (int(g.is_alloc.sum()), "count"),
-                                        "allocator_time": (time_us, "us"),
-                                        "on_critical_path": (f.critical_path.get("allocator", 0.0), "us")},
-                 f.allocator.longest[:3], (Change("remove_allocator"),), "allocator calls cost nothing (cached)",
-                 evidence_pct=f.pct(time_us))
+                                                 "allocator_time": (time_us, "us"),
+                                                 "on_critical_path": (f.critical_path.get("allocator", 0.0), "us")},
+                          f.allocator.longest[:3], (Change("remove_allocator"),),
+                          "allocator calls cost nothing (cached)", evidence_pct=f.pct(time_us))
 
 
 # --- communication ----------------------------------------------------------------------------
@@ -254,9 +255,9 @@ def exposed_comm(f: RankFacts) -> Finding | None:
     overlap = Change("overlap_comm", rows=tuple(int(r) for r in f.other_comm_rows)) if beside_bubble else \
         Change("overlap_comm")
     found = F.rank_finding(f, "exposed_comm", metrics, (), (overlap,), "overlap exposed collectives with compute"
-                  + (" (mostly send/recv: upper bound)" if p2p else
-                     " (only device work waits for them: upper bound)" if bound else ""),
-                  evidence_pct=share, upper_bound=bound)
+                           + (" (mostly send/recv: upper bound)" if p2p else
+                              " (only device work waits for them: upper bound)" if bound else ""),
+                           evidence_pct=share, upper_bound=bound)
     if scalar > 0.5:  # a majority, as the other kinds'
         found.recommendation = F.EXPOSED_SCALAR_RECOMMENDATION
     elif p2p:
@@ -346,12 +347,13 @@ def pipeline_bubble(f: RankFacts) -> Finding | None:
     metrics.update(_rate_metrics(f.p2p_transfer))  # the send/recv's own rate: a stage's transfers between nodes
     s = f.straggler
     slow_stage = s is not None and any(r >= STRAGGLER_MIN_COMPUTE_RATIO for r in s.compute_group_ratio.values())
-    found = F.rank_finding(f, "pipeline_bubble", metrics, (),
-                 (Change("shrink_bubble", factor=BUBBLE_SHRINK, rows=tuple(int(r) for r in f.p2p_rows)),),
-                 f"the bubble {BUBBLE_SHRINK:g}x smaller: twice the micro-batches per step, or an interleaved "
-                 "schedule with 2 model chunks per rank" + (" (with the slow stage's waits in it: upper bound)"
-                                                            if slow_stage else ""),
-                 evidence_pct=share, upper_bound=slow_stage)
+    shrink = Change("shrink_bubble", factor=BUBBLE_SHRINK, rows=tuple(int(r) for r in f.p2p_rows))
+    what_if = (f"the bubble {BUBBLE_SHRINK:g}x smaller: twice the micro-batches per step, or an interleaved schedule "
+               "with 2 model chunks per rank")
+    if slow_stage:
+        what_if += " (with the slow stage's waits in it: upper bound)"
+    found = F.rank_finding(f, "pipeline_bubble", metrics, (), (shrink,), what_if, evidence_pct=share,
+                           upper_bound=slow_stage)
     found.recommendation = _slow_transfer_prefix(f.p2p_transfer) + law + found.recommendation
     return found
 
@@ -415,14 +417,14 @@ def memory_bound_unfused(f: RankFacts) -> Finding | None:
         what.append(f"elementwise and reduction kernels at the HBM peak ({factor:.2g}x faster)")
     if not changes:
         return F.rank_finding(f, "memory_bound_unfused", metrics, top[:4],
-                     what_if="not priced: no chain of kernels to fuse, and the achieved bandwidth needs the operators' "
-                             "shapes (record_shapes=True) and the device (deviceProperties)",
-                     evidence_pct=share * busy_pct / 100.0)
+                              what_if="not priced: no chain of kernels to fuse, and the achieved bandwidth needs the "
+                                      "operators' shapes (record_shapes=True) and the device (deviceProperties)",
+                              evidence_pct=share * busy_pct / 100.0)
     # the kernels fusion removes, and the rest of the memory-bound time at the HBM peak
     gone_pct = f.pct(fused.removed_us)
     left_pct = max(share * busy_pct / 100.0 - gone_pct, 0.0)
     return F.rank_finding(f, "memory_bound_unfused", metrics, top[:4], tuple(changes), "; ".join(what),
-                 evidence_pct=gone_pct + left_pct * (1.0 - 1.0 / factor))
+                          evidence_pct=gone_pct + left_pct * (1.0 - 1.0 / factor))
 
 
 OPTIMIZER_BUSY_PCT = 10.0  # unfused optimizer kernels, % of device busy time
@@ -481,8 +483,8 @@ def optimizer_slow(f: RankFacts) -> Finding | None:
                    "optimizer_phase_gpu_idle": (100.0 * idle_us / max(phase_us, 1e-9), "% of it")}
         fused = Change("fuse_optimizer", rows=tuple(int(r) for r in f.graph.rows[per_tensor]))
         return F.rank_finding(f, "optimizer_slow", metrics, f.optimizer.longest[:3], (fused,),
-                     "the optimizer's per-tensor kernels fused (foreach / fused=True: a few launches per step)",
-                     evidence_pct=f.pct(cost))
+                              "the optimizer's per-tensor kernels fused (foreach / fused=True: a few launches per "
+                              "step)", evidence_pct=f.pct(cost))
     g = f.graph
     optimizer = np.flatnonzero(~g.is_host & ~g.before_window & (g.category == OPTIMIZER))
     unfused = optimizer[~np.isin(f.table.name[g.rows[optimizer]], f.table.ids_matching(FUSED_OPTIMIZER_RE.search))]
@@ -492,21 +494,24 @@ def optimizer_slow(f: RankFacts) -> Finding | None:
         phase_us, idle_us = _optimizer_phase_us(f)
         if f.pct(phase_us) <= OPTIMIZER_PHASE_PCT or idle_us <= OPTIMIZER_PHASE_IDLE_SHARE * phase_us:
             return None
-        return F.rank_finding(f, "optimizer_slow", {"optimizer_phase": (f.pct(phase_us), "%"),
-                                           "optimizer_phase_gpu_idle": (100.0 * idle_us / phase_us, "% of it"),
-                                           "optimizer_kernels": (share, "% of busy")},
-                     f.optimizer.longest[:3], what_if="not priced: the optimizer's host work paces the step (the "
-                     "device idles through most of its phase); a fused or foreach optimizer cuts it",
-                     evidence_pct=f.pct(idle_us))
+        metrics = {"optimizer_phase": (f.pct(phase_us), "%"),
+                   "optimizer_phase_gpu_idle": (100.0 * idle_us / phase_us, "% of it"),
+                   "optimizer_kernels": (share, "% of busy")}
+        return F.rank_finding(f, "optimizer_slow", metrics, f.optimizer.longest[:3],
+                              what_if="not priced: the optimizer's host work paces the step (the device idles through "
+                                      "most of its phase); a fused or foreach optimizer cuts it",
+                              evidence_pct=f.pct(idle_us))
     top = [(f"[{k} launches] {n}", t0, d) for c in f.categories if c.category == "optimizer"
            for n, d, k, t0 in c.top_kernels if not FUSED_OPTIMIZER_RE.search(n)]
     busy_pct = 100.0 - f.breakdown.idle_pct
-    return F.rank_finding(f, "optimizer_slow", {"optimizer_kernels": (share, "% of busy"),
-                                       "fused_optimizer_kernels": (f.category_share("optimizer") - share, "% of busy"),
-                                       "optimizer_host_spans": (f.pct(f.optimizer.time_us), "%")},
-                 top, (Change("speedup_rows", factor=OPTIMIZER_SPEEDUP, rows=tuple(int(r) for r in g.rows[unfused])),),
-                 f"unfused optimizer kernels {OPTIMIZER_SPEEDUP:g}x faster (fused)", evidence_pct=share * busy_pct / 100,
-                 upper_bound=True)  # a factor chosen, not measured (misaligned_gemm's speedup_rows is measured)
+    metrics = {"optimizer_kernels": (share, "% of busy"),
+               "fused_optimizer_kernels": (f.category_share("optimizer") - share, "% of busy"),
+               "optimizer_host_spans": (f.pct(f.optimizer.time_us), "%")}
+    faster = Change("speedup_rows", factor=OPTIMIZER_SPEEDUP, rows=tuple(int(r) for r in g.rows[unfused]))
+    # upper bound: a factor chosen, not measured (misaligned_gemm's speedup_rows is measured)
+    return F.rank_finding(f, "optimizer_slow", metrics, top, (faster,),
+                          f"unfused optimizer kernels {OPTIMIZER_SPEEDUP:g}x faster (fused)",
+                          evidence_pct=share * busy_pct / 100, upper_bound=True)
 
 
 # --- what is left -----------------------------------------------------------------------------
@@ -526,9 +531,9 @@ def idle_gpu(f: RankFacts, found: list[Finding]) -> Finding | None:
     if not f.has_gpu or gpu_idle_pct(f) <= IDLE_GPU_PCT or any(_explains_idle(x) for x in found):
         return None
     hp, kp, op = f.idle.pct()
-    return F.rank_finding(f, "idle_gpu", {"gpu_idle": (f.breakdown.idle_pct, "%"),
-                                 "gpu_idle_over_steps": (f.step_idle_pct or 0.0, "%"), "host_wait": (hp, "% of idle"),
-                                 "kernel_wait": (kp, "% of idle"), "other": (op, "% of idle")}, severity="medium")
+    metrics = {"gpu_idle": (f.breakdown.idle_pct, "%"), "gpu_idle_over_steps": (f.step_idle_pct or 0.0, "%"),
+               "host_wait": (hp, "% of idle"), "kernel_wait": (kp, "% of idle"), "other": (op, "% of idle")}
+    return F.rank_finding(f, "idle_gpu", metrics, severity="medium")
 
 
 def gpu_analyses_skipped(f: RankFacts) -> Finding | None:

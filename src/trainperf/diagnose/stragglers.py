@@ -66,8 +66,8 @@ def straggler(f: RankFacts) -> F.Finding | None:
             metrics["steps_with_stall_left_out"] = (s.host_stalled_steps, "count")
             stalls = ", in the steps without a DataLoader or checkpoint stall"
         return F.rank_finding(f, kind="straggler", metrics=metrics, gain_pct=s.host_gain_pct, gain_us=s.host_gain_us,
-                     ranks=[s.rank], evidence_pct=s.host_gain_pct,
-                     what_if=f"no rank waits for rank {s.rank} (host only: the others' wait per step{stalls})")
+                              ranks=[s.rank], evidence_pct=s.host_gain_pct,
+                              what_if=f"no rank waits for rank {s.rank} (host only: the others' wait per step{stalls})")
     if s.compute_group_ratio and not s.persistent:
         # a slow pipeline stage beside matched waits that name no one rank: its ranks are the straggler (below), the
         # waits load_imbalance's, and no other rank is named a straggler
@@ -97,17 +97,17 @@ def straggler(f: RankFacts) -> F.Finding | None:
             return None
         metrics["compute_vs_other_ranks"] = (ratio, "x")
         found = F.rank_finding(f, "straggler", metrics, [], (Change("compute_speedup", factor=ratio),),
-                      f"rank {f.rank} computes as fast as the other ranks ({ratio:.2f}x faster)",
-                      evidence_pct=f.pct(max(s.caused_per_other_us, s.extra_compute_us)), ranks=[f.rank])
+                               f"rank {f.rank} computes as fast as the other ranks ({ratio:.2f}x faster)",
+                               evidence_pct=f.pct(max(s.caused_per_other_us, s.extra_compute_us)), ranks=[f.rank])
     elif not f.waits:
         return None
     else:
         found = F.rank_finding(f, "straggler", metrics,
-                      # the events are on the straggler's timeline, from its first event: shift them so that
-                      # api._relative_times (which subtracts this rank's first event) leaves them as they are
-                      [(n, t0 + f.origin_us, d) for n, t0, d in s.events], (Change("remove_straggler_wait"),),
-                      f"no rank waits for rank {s.rank} inside collectives",
-                      evidence_pct=f.pct(s.caused_per_other_us), ranks=[s.rank])
+                               # the events are on the straggler's timeline, from its first event: shift them so that
+                               # api._relative_times (which subtracts this rank's first event) leaves them as they are
+                               [(n, t0 + f.origin_us, d) for n, t0, d in s.events], (Change("remove_straggler_wait"),),
+                               f"no rank waits for rank {s.rank} inside collectives",
+                               evidence_pct=f.pct(s.caused_per_other_us), ranks=[s.rank])
     if f.p2p_comm_share > 0.5:  # pipeline stages (a majority, as exposed_comm's)
         found.recommendation = F.STRAGGLER_STAGE_RECOMMENDATION
     elif late_without_more_work(s):  # the same computation started late: by its host, or by work queued ahead
@@ -185,10 +185,10 @@ def _turn_waits(f: RankFacts, kind: str, what_if: str, ranks: list[int] | None =
     metrics |= extra or {}
     longest = sorted(f.waits.items(), key=lambda kv: -kv[1][0])[:3]
     return F.rank_finding(f, kind, metrics,
-                 [(f"{f.table.names[int(f.table.name[row])][:60]} (waited for rank {other})",
-                   float(f.window.ts_us[row]), us) for row, (us, other) in longest],
-                 (Change("remove_straggler_wait"),), what_if, evidence_pct=f.pct(waited),
-                 ranks=late_ranks_that_cost(s) if ranks is None else ranks)
+                          [(f"{f.table.names[int(f.table.name[row])][:60]} (waited for rank {other})",
+                            float(f.window.ts_us[row]), us) for row, (us, other) in longest],
+                          (Change("remove_straggler_wait"),), what_if, evidence_pct=f.pct(waited),
+                          ranks=late_ranks_that_cost(s) if ranks is None else ranks)
 
 
 def _paused_hosts(f: RankFacts) -> F.Finding | None:

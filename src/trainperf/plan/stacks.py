@@ -115,8 +115,7 @@ class Software:
             raise TrainperfError(f"stack {self.name!r}: tp_overlap must be within 0..1")
         if self.zero not in (0, 1, 2, 3):
             raise TrainperfError(f"stack {self.name!r}: zero must be 0, 1, 2 or 3, got {self.zero}")
-        if self.recompute_modules != "core_attn":
-            recompute_module_set(self.recompute_modules)
+        recompute_module_set(self.recompute_modules)
 
     @property
     def flash_attention(self) -> bool:
