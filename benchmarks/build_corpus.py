@@ -1,6 +1,9 @@
 """Build the labeled diagnosis corpus (issue 9) from the HTA test traces: `make corpus`.
 
 Usage: python benchmarks/build_corpus.py [OUT] [--hta DIR] [--h200 DIR] [--bases a,b] [--kinds a,b] [--no-real]
+    [--seed-salt S] [--targets low=2.5,medium=8,high=30]
+--seed-salt and --targets draw a fresh corpus: every injection placed anew and sized to other gains, so that
+diagnose's thresholds (tuned on the default corpus) meet cases they were never chosen on.
 Writes OUT/<case>/{traces/rank<R>.json.gz, labels.json} and OUT/manifest.json. The injected cases are
 deterministic (same inputs, same bytes); the real runs' timings are measured, so they vary from build to build.
 """
@@ -13,9 +16,25 @@ import time
 from pathlib import Path
 
 from trainperf.atomic import atomic_write_text
-from trainperf.corpus.build import build_corpus, default_bases, h200_bases
+from trainperf.corpus.build import TARGET_PCT, build_corpus, default_bases, h200_bases
 from trainperf.corpus.inject import INJECTORS
 from trainperf.corpus.real import REAL_BASES, build_real
+
+
+def _targets(text: str) -> dict:
+    """{severity: target gain %} from "low=2.5,medium=8,high=30"; exits with a one-line error on anything else."""
+    out = dict(TARGET_PCT)
+    for item in text.split(","):
+        sev, _, value = item.partition("=")
+        try:
+            pct = float(value)
+        except ValueError:
+            pct = -1.0
+        if sev not in TARGET_PCT or not 0 < pct < 100:
+            raise SystemExit(f"build_corpus: --targets {text!r}: expected severity=percent with severities "
+                             f"{', '.join(TARGET_PCT)} and 0 < percent < 100")
+        out[sev] = pct
+    return out
 
 
 def main() -> None:
@@ -28,7 +47,11 @@ def main() -> None:
     ap.add_argument("--kinds", default="", help="comma-separated kinds (injected, real-run, healthy; default: all)")
     ap.add_argument("--severities", default="low,medium,high")
     ap.add_argument("--no-real", action="store_true", help="skip the real trainer runs (2 ranks, gloo, ~1 min each)")
+    ap.add_argument("--seed-salt", default="", help="prefix of every case's seed: another draw of the injections")
+    ap.add_argument("--targets", default="", help="target gains per severity, e.g. low=2.5,medium=8,high=30 "
+                    "(default: corpus.build.TARGET_PCT)")
     a = ap.parse_args()
+    targets = _targets(a.targets) if a.targets else None
     bases, real = default_bases(a.hta) + h200_bases(a.h200), () if a.no_real else REAL_BASES
     if a.bases:
         keep = set(a.bases.split(","))
@@ -46,7 +69,8 @@ def main() -> None:
     injected = tuple(k for k in kinds if k in INJECTORS) if kinds else tuple(INJECTORS)
     labels = []
     if bases and injected:
-        labels += build_corpus(a.out, bases, kinds=injected, severities=tuple(a.severities.split(",")), log=log)
+        labels += build_corpus(a.out, bases, kinds=injected, severities=tuple(a.severities.split(",")), log=log,
+                               targets=targets, seed_salt=a.seed_salt)
     if real:
         labels += build_real(a.out, Path(a.out) / "_runs", real, log=log, kinds=kinds)
     n_cases = sum(1 for _ in Path(a.out).glob("*/labels.json"))

@@ -40,6 +40,23 @@ def test_builder_reproduces_a_committed_case(tmp_path):
         json.loads((DATA / name / "labels.json").read_text())
 
 
+@pytest.mark.skipif(not HTA.is_dir(), reason="../shared/data/traces/hta not present")
+def test_a_fresh_draw_places_and_sizes_the_injection_anew(tmp_path):
+    """--seed-salt / --targets: the seed is the salted name's CRC-32, the measured gain lands on the new target
+    (within the sizing search's 15 %), and the trace differs from the default draw's."""
+    import zlib
+
+    base = [b for b in default_bases(HTA) if b.name == "trace_filter"]
+    name = "data_loader_stall-high-trace_filter"
+    (label,) = [x for x in build_corpus(tmp_path, base, kinds=("data_loader_stall",), severities=("high",),
+                                        log=lambda s: None, targets={"high": 30.0}, seed_salt="fresh-")
+                if x["kind"] != "healthy"]
+    assert label["seed"] == zlib.crc32(b"fresh-" + name.encode()) != zlib.crc32(name.encode())
+    assert abs(label["true_gain_pct"] - 30.0) <= 0.15 * 30.0
+    default = json.loads((DATA / name / "labels.json").read_text())
+    assert abs(default["true_gain_pct"] - label["true_gain_pct"]) > 5.0
+
+
 @pytest.mark.parametrize("case", sorted(p.name for p in DATA.iterdir() if p.is_dir()))
 def test_committed_cases_are_physical(case):
     """Device ops never overlap on a stream nor start before their launch (Kineto/CUDA semantics)."""

@@ -175,8 +175,12 @@ def _load(base: Base) -> dict:
 
 
 def build_corpus(out: str | Path, bases: list[Base], kinds=tuple(INJECTORS),
-                 severities=("low", "medium", "high"), log=print) -> list[dict]:
-    """Write every case under out; return their labels. Deterministic: seeds come from the case name."""
+                 severities=("low", "medium", "high"), log=print, targets: dict | None = None,
+                 seed_salt: str = "") -> list[dict]:
+    """Write every case under out; return their labels. Deterministic: seeds come from the case name (prefixed with
+    seed_salt: another draw of every injection's positions); targets: severity -> target gain % (default
+    TARGET_PCT; other sizes give a corpus no threshold was tuned on)."""
+    targets = TARGET_PCT if targets is None else targets
     out = ensure_dir(out)
     written = []
     for base in bases:
@@ -193,9 +197,9 @@ def build_corpus(out: str | Path, bases: list[Base], kinds=tuple(INJECTORS),
             for slow in variants:
                 for sev in severities:
                     name = f"{kind}-{sev}-{base.name}" + (f"-slow{slow}" if slow is not None else "")
-                    seed = zlib.crc32(name.encode())
+                    seed = zlib.crc32((seed_salt + name).encode())
                     try:
-                        mod, touched, size, before, after = sized_case(kind, ranks, TARGET_PCT[sev], seed, slow)
+                        mod, touched, size, before, after = sized_case(kind, ranks, targets[sev], seed, slow)
                     except NotApplicable as e:
                         log(f"{kind}-*-{base.name}: skipped, {e}")
                         break
