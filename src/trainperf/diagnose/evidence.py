@@ -225,15 +225,15 @@ def devices_caveat(f: RankFacts) -> Caveat | None:
 WARMUP_SHARE_PCT = 5.0  # those calls together above this share of the window: warm-up is inside it
 
 
-def warmup_caveat(f: RankFacts) -> Caveat | None:
-    """Warm-up inside the window: first calls that cost far more than the later calls of their kind (the runtime's
-    context creation, a library's first-call initialisation, lazy loading of a kernel on its first launch, a first
-    allocation). A steady-state step does not pay them; the MI250 trace's one 6.5-ms hipLaunchKernel (the first
-    launch of its kernel) is 70 % of its step. A kind is a runtime call's name, and for launches the kernel's."""
+def warmup_calls(f: RankFacts) -> tuple[np.ndarray, np.ndarray]:
+    """The window's warm-up runtime calls: (their trace rows, what they launched per row: a kernel's name id, -1
+    for none). First calls that cost far more than the later calls of their kind (the runtime's context creation, a
+    library's first-call initialisation, lazy loading of a kernel on its first launch, a first allocation); a kind
+    is a runtime call's name, and for launches the kernel's. A call that waited for device work is not one."""
     t, w = f.table, f.window
     rows = np.flatnonzero(w.keep & (t.kind == RUNTIME))
     if rows.size < 2:
-        return None
+        return rows[:0], rows[:0]
     launched = np.full(len(t), -1, dtype=np.int64)
     link = correlated_host_row(t)
     dev = np.flatnonzero(link >= 0)
@@ -247,13 +247,29 @@ def warmup_caveat(f: RankFacts) -> Caveat | None:
         # H200 step waited 13.1 ms for the previous step's kernels, its later ones of other sizes 10 us
         g = f.graph
         one_off &= ~np.isin(rows, g.rows[g.is_host & (g.block_class != NOT_BLOCKING)])
-    warm = rows[one_off].tolist()
-    total = float(dur[one_off].sum())
+    return rows[one_off], launched[rows[one_off]]
+
+
+def warmup_us(f: RankFacts) -> float:
+    """Time (µs) the window's warm-up calls (warmup_calls) take: what a steady-state step does not pay."""
+    rows, _ = warmup_calls(f)
+    return float((f.window.end_us[rows] - f.window.ts_us[rows]).sum())
+
+
+def warmup_caveat(f: RankFacts) -> Caveat | None:
+    """Warm-up inside the window (warmup_calls) worth more than WARMUP_SHARE_PCT of it. A steady-state step does
+    not pay it; the MI250 trace's one 6.5-ms hipLaunchKernel (the first launch of its kernel) is 70 % of its
+    step."""
+    t, w = f.table, f.window
+    rows, launched = warmup_calls(f)
+    total = float((w.end_us[rows] - w.ts_us[rows]).sum())
     if f.pct(total) <= WARMUP_SHARE_PCT:
         return None
-    top = max(warm, key=lambda r: w.end_us[r] - w.ts_us[r])
-    name = t.names[int(t.name[top])] + (f" (first launch of {t.names[int(launched[top])][:60]})" if launched[top] >= 0
-                                         else "")
+    warm = rows.tolist()
+    top_at = int(np.argmax(w.end_us[rows] - w.ts_us[rows]))
+    top = warm[top_at]
+    first_of = f" (first launch of {t.names[int(launched[top_at])][:60]})" if launched[top_at] >= 0 else ""
+    name = t.names[int(t.name[top])] + first_of
     return Caveat(note=f"warm-up inside the window: {len(warm)} first call(s) cost {total / 1e3:.1f} ms "
                        f"({f.pct(total):.0f}% of it) against far less for the later calls of their kind, the longest "
                        f"{name} {(w.end_us[top] - w.ts_us[top]) / 1e3:.1f} ms (initialisation, lazy loading, first "
