@@ -92,6 +92,49 @@ def test_without_steps_the_first_fetch_before_the_first_launch_is_priced_too(tmp
     assert f.kind == "data_loader_stall" and f.gain_us == pytest.approx(4 * 1500.0)
 
 
+def _behind_earlier_work(path: Path, steps: bool, closing_sync: bool = False) -> Path:
+    """4 iterations of 2000 us (a 1500-us DataLoader fetch, then 5 launches of 100-us GEMMs), profiled from a moment
+    the GPU still had 6000 us of earlier work queued (a kernel whose launch came before the trace: correlation id 0,
+    no launch call); every GEMM queues behind it and behind the one before. closing_sync: a cudaDeviceSynchronize
+    at 8000 us waits for the last GEMM (as before the profiler stops)."""
+    b = TraceBuilder()
+    b.events.append({"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_tn", "pid": 0, "tid": 7, "ts": 0.0,
+                     "dur": 6000.0, "args": {"correlation": 0, "stream": 7, "device": 0}})
+    free = 6000.0
+    for s in range(4):
+        T = 2000.0 * s
+        if steps:
+            b.step(s, T, 2000)
+        b.cpu(DL, T, 1500, cat="user_annotation")
+        for i in range(5):
+            start = max(T + 1510 + 10 * i, free)
+            b.launch("ampere_sgemm_128x64_tn", T + 1500 + 10 * i, start, 100)
+            free = start + 100
+    if closing_sync:
+        b.cpu("cudaDeviceSynchronize", 8000, free + 5 - 8000, cat="cuda_runtime")
+    return b.write(path)
+
+
+def test_without_steps_a_profile_opened_behind_the_gpu_is_priced_as_its_steps_are(tmp_path):
+    """By hand, per iteration: the host takes 2000 us, the GPU 500; without the fetch the GPU's 500 are the pace:
+    75 %, what the same trace with its ProfilerSteps prices. Without steps the window's makespan (0 .. 8010 us) holds
+    the GPU's 6000-us head behind work the trace did not launch, in which the first iterations' GEMMs only queued:
+    removing the fetches shortened it by nothing and the stall went unreported. The window is now one step: the
+    host's side (the first call to the last: 3 fetches) against the device's (its first launched GEMM to the last):
+    6060 against 2010 us before, ~40 against 2000 after: (6060 - 2000) / 6060 = 67 % (73.5 with the replayed calls'
+    own time). A closing synchronize, which waits for the queue to drain, does not end the host's side: its removal
+    would otherwise be credited with the device's head."""
+    with_steps = diagnose(_behind_earlier_work(tmp_path / "s.json.gz", steps=True)).findings[0]
+    assert with_steps.kind == "data_loader_stall" and with_steps.gain_pct == pytest.approx(75.0, abs=0.01)
+    for closing in (False, True):
+        d = diagnose(_behind_earlier_work(tmp_path / f"n{closing}.json.gz", steps=False, closing_sync=closing))
+        f = d.findings[0]
+        assert f.kind == "data_loader_stall" and f.severity == "high"
+        assert 100 * (6060 - 2000) / 6060 - 0.5 <= f.gain_pct <= with_steps.gain_pct
+        assert not any(x.kind == "host_sync" for x in d.findings)
+        assert d.ranks[0].steady_step_us is None  # no steps: no step figure
+
+
 def test_window_steps_and_figures_come_from_one_step_finder(tmp_path):
     """A ProfilerStep span on another thread, starting after the last real step starts (a user's record function of
     that name): the window is still cut at the stepping thread's last step, whose number is the one left out, and

@@ -334,9 +334,9 @@ def _summary(f: RankFacts, plan: F.FixPlan) -> RankSummary:
         host_queue_wait_pct=_pct(f.queue_wait_us, span),
         optimizer_pct=_pct(f.optimizer.time_us, span), allocator_pct=_pct(f.allocator.time_us, span),
         critical_path_pct={k: _pct(v, span) for k, v in sorted(f.critical_path.items(), key=lambda kv: -kv[1])},
-        step_idle_pct=f.step_idle_pct, steady_step_us=f.period_us or None,
-        steady_step_host_us=f.step_sides_us[0] if f.step_sides_us else None,
-        steady_step_device_us=f.step_sides_us[1] if f.step_sides_us else None,
+        step_idle_pct=f.step_idle_pct, steady_step_us=(f.period_us or None) if f.steps else None,
+        steady_step_host_us=f.step_sides_us[0] if f.step_sides_us and f.steps else None,
+        steady_step_device_us=f.step_sides_us[1] if f.step_sides_us and f.steps else None,
         host_paced_by_device=f.paced_by_device, **common)
 
 

@@ -382,7 +382,7 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
     f.stretches = launch_bound_stretches(t, w)
     f.graph = build_graph(t, w, waits)
     base = replay(f.graph)
-    f.period_nodes = step_nodes(f.graph, st)
+    f.period_nodes = step_nodes(f.graph, st, behind_earlier_work=w.queued_until_us > float("-inf"))
     f._set_base(base)
     f.critical_path = critical_path(f.graph, base)
     f.sync_sites = _sync_sites(f)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainperf.diagnose.replay import BLOCK_QUEUE, Graph, Replay
+from trainperf.diagnose.replay import BLOCK_QUEUE, NOT_BLOCKING, Graph, Replay
 from trainperf.diagnose.steps import StepTime
 
 # device work whose launch is known: below this share of the window's device nodes (traces without correlation
@@ -51,18 +51,29 @@ PACED_QUEUE_SHARE = 0.1
 PACED_TOLERANCE = 0.05
 
 
-def step_nodes(g: Graph, steps: list[StepTime]) -> list[tuple[np.ndarray, np.ndarray]] | None:
+def step_nodes(g: Graph, steps: list[StepTime], behind_earlier_work: bool = False
+               ) -> list[tuple[np.ndarray, np.ndarray]] | None:
     """Per analysed step, in order: (its host nodes, the device nodes its host calls launched), by observed time
     (a host node starting at the step's end, the next step's anchor, belongs to it too: a save at the end of the
-    step lasts until there). None when there are no steps, a step has no host or no launched device node, or
+    step lasts until there). Without steps (a whole-trace window) the window's makespan is its step, unless the
+    device began it behind work launched before the trace (behind_earlier_work: a profile opened mid-run), whose
+    head a makespan counts as the window's: the window is then one step, (its host nodes, every launched device
+    node), its host side from the first call to the last that did not wait for the device (a closing synchronize
+    waits for the queue to drain: the host's work was done) against its device side from the first work it launched
+    to the last, as a step's is. None when there is no such step, a step has no host or no launched device node, or
     fewer than MIN_LAUNCHED_SHARE of the device nodes have a known launch."""
-    if not steps:
+    if not steps and not behind_earlier_work:
         return None
     host = np.flatnonzero(g.is_host)
     dev = np.flatnonzero(~g.is_host & ~g.before_window)
     if dev.size == 0 or (g.launch[dev] >= 0).mean() < MIN_LAUNCHED_SHARE:
         return None
     dev = dev[g.launch[dev] >= 0]
+    if not steps:
+        host = host[np.argsort(g.start[host], kind="stable")]
+        own = np.flatnonzero(g.block_class[host] == NOT_BLOCKING)
+        host = host[:own[-1] + 1] if own.size else host[:0]
+        return [(host, dev)] if host.size else None
     launched_at = g.start[g.launch[dev]]
     out = []
     for x in steps:
