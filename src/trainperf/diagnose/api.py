@@ -300,6 +300,8 @@ def _summary(f: RankFacts, plan: F.FixPlan) -> RankSummary:
     """The per-rank figures of the JSON output, read from the rank's facts."""
     t = f.table
     st = f.step_times
+    # steady-step figures only where there are steps (a step-less window may be priced as one: period.step_nodes)
+    sides = f.step_sides_us if f.steps else ()
     periods = gpu_step_periods_us(st)
     lags = [x.gpu_lag_us for x in st if x.gpu_lag_us == x.gpu_lag_us]
     common = dict(n_events=len(t), steps=f.steps,
@@ -334,9 +336,8 @@ def _summary(f: RankFacts, plan: F.FixPlan) -> RankSummary:
         host_queue_wait_pct=_pct(f.queue_wait_us, span),
         optimizer_pct=_pct(f.optimizer.time_us, span), allocator_pct=_pct(f.allocator.time_us, span),
         critical_path_pct={k: _pct(v, span) for k, v in sorted(f.critical_path.items(), key=lambda kv: -kv[1])},
-        step_idle_pct=f.step_idle_pct, steady_step_us=(f.period_us or None) if f.steps else None,
-        steady_step_host_us=f.step_sides_us[0] if f.step_sides_us and f.steps else None,
-        steady_step_device_us=f.step_sides_us[1] if f.step_sides_us and f.steps else None,
+        step_idle_pct=f.step_idle_pct, steady_step_us=(f.period_us or None) if sides else None,
+        steady_step_host_us=sides[0] if sides else None, steady_step_device_us=sides[1] if sides else None,
         host_paced_by_device=f.paced_by_device, **common)
 
 

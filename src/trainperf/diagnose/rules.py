@@ -532,10 +532,13 @@ def idle_gpu(f: RankFacts, found: list[Finding]) -> Finding | None:
     (evidence.warmup_calls: a first launch loading its kernel, a library's initialisation) explain as much idle as
     they last: a steady step does not pay them, and the warm-up caveat names them (HTA's MI250 step: 63 % idle, 6.5
     ms of its 9.7 in one first hipLaunchKernel)."""
-    if not f.has_gpu or gpu_idle_pct(f) <= IDLE_GPU_PCT or any(_explains_idle(x) for x in found):
+    if not f.has_gpu:
+        return None
+    idle_pct = gpu_idle_pct(f)
+    if idle_pct <= IDLE_GPU_PCT or any(_explains_idle(x) for x in found):
         return None
     warm_pct = f.pct(warmup_us(f))
-    if gpu_idle_pct(f) - warm_pct <= IDLE_GPU_PCT:
+    if idle_pct - warm_pct <= IDLE_GPU_PCT:
         return None
     hp, kp, op = f.idle.pct()
     metrics = {"gpu_idle": (f.breakdown.idle_pct, "%"), "gpu_idle_over_steps": (f.step_idle_pct or 0.0, "%"),
