@@ -300,8 +300,7 @@ def _summary(f: RankFacts, plan: F.FixPlan) -> RankSummary:
     """The per-rank figures of the JSON output, read from the rank's facts."""
     t = f.table
     st = f.step_times
-    # steady-step figures only where there are steps (a step-less window may be priced as one: period.step_nodes)
-    sides = f.step_sides_us if f.steps else ()
+    sides = f.profiled_step_sides_us
     periods = gpu_step_periods_us(st)
     lags = [x.gpu_lag_us for x in st if x.gpu_lag_us == x.gpu_lag_us]
     common = dict(n_events=len(t), steps=f.steps,

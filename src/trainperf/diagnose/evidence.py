@@ -281,9 +281,9 @@ def profiled_host_caveat(f: RankFacts) -> Caveat | None:
     of the host's step or more: the host's own findings may be the profiler's (an H200 loop that ran GPU-bound
     without the profiler read launch-bound with it). None with an unprofiled step time (the host is calibrated to
     it or shown not to need it), without steps or GPU, or where the device sets the pace."""
-    if f.unprofiled_step_us is not None or not f.step_sides_us or not f.step_times:
+    if f.unprofiled_step_us is not None or not f.profiled_step_sides_us:
         return None
-    host_us, device_us = f.step_sides_us
+    host_us, device_us = f.profiled_step_sides_us
     if host_us <= device_us:
         return None
     t, w = f.table, f.window

@@ -183,6 +183,12 @@ class RankFacts:
         return 100.0 * us / whole if whole > 0 else 0.0
 
     @property
+    def profiled_step_sides_us(self) -> tuple:
+        """step_sides_us where the window has profiler steps, () without: a step-less window priced as one step
+        (period.step_nodes) has no per-step figure to report (µs)."""
+        return self.step_sides_us if self.step_times else ()
+
+    @property
     def host_step_excess_us(self) -> float:
         """µs a step by which the host's steps outlast the device's where the host sets the steady pace (period.py:
         not paced by the device): what the GPU idles each step in a long run, although work queued before the window

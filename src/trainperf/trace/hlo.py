@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from trainperf.trace.categories import XLA_OPCODE_CATEGORY
 from trainperf.trace.events import ELEMENTWISE, REDUCTION
-from trainperf.trace.protowire import fields, map_entry, varint
+from trainperf.trace.protowire import fields, map_entry, packed_varints
 
 # xla_data.proto PrimitiveType -> bytes per element (sub-byte types rounded up to 1)
 ELEMENT_BYTES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 2, 8: 4, 9: 8, 10: 2, 11: 4, 12: 8, 15: 8, 16: 2, 18: 16,
@@ -131,23 +131,13 @@ class _Inst:
     group_size: int = 0      # devices per replica group (collectives), 0 when not given
 
 
-def _packed(v, wt) -> list[int]:
-    if wt == 0:
-        return [v]
-    out, i = [], 0
-    while i < len(v):
-        x, i = varint(v, i)
-        out.append(x)
-    return out
-
-
 def _shape(b: bytes) -> _Shape:
     et, dims, tup = 0, [], []
     for f, wt, v in fields(b):
         if f == 2:
             et = v
         elif f == 3:
-            dims += _packed(v, wt)
+            dims += packed_varints(v, wt)
         elif f == 4:
             tup.append(_shape(v))
     return _Shape(et, tuple(dims), tuple(tup))
@@ -166,13 +156,13 @@ def _instruction(b: bytes) -> _Inst:
         elif f == 35:
             d.id = v
         elif f == 36:
-            ops += _packed(v, wt)
+            ops += packed_varints(v, wt)
         elif f == 38:
-            calls += _packed(v, wt)
+            calls += packed_varints(v, wt)
         elif f == 30:
-            d.lhs_contracting = tuple(x for g, w, u in fields(v) if g == 1 for x in _packed(u, w))
+            d.lhs_contracting = tuple(x for g, w, u in fields(v) if g == 1 for x in packed_varints(u, w))
         elif f == 49 and not d.group_size:  # a ReplicaGroup: replica_ids 1
-            d.group_size = len([x for g, w, u in fields(v) if g == 1 for x in _packed(u, w)])
+            d.group_size = len([x for g, w, u in fields(v) if g == 1 for x in packed_varints(u, w)])
         elif f == 87:  # CollectiveDeviceListProto
             d.group_size = _device_list_group_size(v) or d.group_size
         elif f == 52:  # a SourceTarget pair: source 1, target 2 (0 is omitted on the wire)
@@ -187,7 +177,7 @@ def _device_list_group_size(b: bytes) -> int:
     """Devices per group of a CollectiveDeviceListProto (explicit replica_groups 1, or the iota form 2)."""
     for f, _, v in fields(b):
         if f == 1:
-            return len([x for g, w, u in fields(v) if g == 1 for x in _packed(u, w)])
+            return len([x for g, w, u in fields(v) if g == 1 for x in packed_varints(u, w)])
         if f == 2:
             return next((u for g, _, u in fields(v) if g == 2), 0)
     return 0

@@ -42,6 +42,17 @@ def fields(b: bytes):
         yield field, wt, v
 
 
+def packed_varints(v, wt: int) -> list[int]:
+    """The ints of a repeated varint field's one entry: a single value (wire type 0) or a packed run (type 2)."""
+    if wt == 0:
+        return [v]
+    out, i = [], 0
+    while i < len(v):
+        x, i = varint(v, i)
+        out.append(x)
+    return out
+
+
 def int64(v: int) -> int:
     """A varint read as a two's-complement int64."""
     return v - I64 if v >= 1 << 63 else v
