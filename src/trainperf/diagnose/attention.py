@@ -21,7 +21,7 @@ SDPA's own fallback (``aten::_scaled_dot_product_attention_math`` runs the same 
   multiplies something else (HTA's trace_filter: softmax of [2, 1] then a [2048, 2] x [2, 1] mm), is not
   attention. Without shapes the operator pattern alone decides, at low confidence.
 The region's backward is the autograd nodes whose sequence number is one of its forward operators' (as
-autograd_links links them).
+autograd_links links them: regions.region_work).
 
 Pricing (GPU): the region's kernels, forward and backward, replaced by a fused kernel that does the attention
 FLOPs (forward 2·B·H·Sq·Sk·(D + Dv), 4·B·H·Sq·Sk·D for equal head dims; backward 2.5x that: FlashAttention-2
@@ -39,15 +39,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from trainperf.diagnose import findings as F
-from trainperf.diagnose.autograd_links import backward_node_mask
 from trainperf.diagnose.facts import RankFacts
-from trainperf.diagnose.launch import launched_inside
 from trainperf.diagnose.precision import FP32, TF32, classify_kernel
+from trainperf.diagnose.regions import RegionWork, region_work
 from trainperf.diagnose.replay import Change
-from trainperf.diagnose.window import Window
 from trainperf.diagnose.roofline import DTYPE_BYTES, device_accelerator, is_shape, op_shape
 from trainperf.trace.events import CPU_OP, GEMM, EventTable
-from trainperf.trace.nesting import enclosing_span, nest, row_spans, thread_key
+from trainperf.trace.nesting import nest, row_spans
 
 SOFTMAX_OPS = ("aten::softmax", "aten::_softmax", "aten::_safe_softmax")
 MATMUL_OPS = ("aten::matmul", "aten::bmm", "aten::baddbmm", "aten::einsum")
@@ -178,33 +176,6 @@ def _nearest_product(positions: list[int], is_mm: np.ndarray, is_other: np.ndarr
     return -1
 
 
-@dataclass(frozen=True, kw_only=True)
-class RegionWork:
-    """The device kernels of a rank's attention regions, forward and backward."""
-
-    host_us: float            # host time of the regions and of their backward nodes (µs)
-    backward: bool            # some region's backward nodes are in the trace
-    kernels: np.ndarray       # the window's device rows launched inside them
-
-
-def region_work(t: EventTable, w: Window, regions: list[AttentionRegion]) -> RegionWork:
-    """The regions and the backward nodes their forward operators made (by sequence number, per process; the
-    window's nodes), and the window's device rows launched inside them."""
-    ops = np.flatnonzero((t.kind == CPU_OP) & (t.seq >= 0))
-    rkey, rstart, rend = (np.array([getattr(r, a) for r in regions], dtype=np.int64)
-                          for a in ("key", "start_ns", "end_ns"))
-    inside = ops[enclosing_span(rkey, rstart, rend, thread_key(t.pid[ops], t.tid[ops]), t.ts_ns[ops]) >= 0]
-    seqs = set(zip(t.pid[inside].tolist(), t.seq[inside].tolist()))
-    nodes = ops[w.keep[ops] & backward_node_mask(t, ops)]
-    linked = nodes[[(p, s) in seqs for p, s in zip(t.pid[nodes].tolist(), t.seq[nodes].tolist())]] \
-        if nodes.size else nodes
-    key = np.concatenate([rkey, thread_key(t.pid[linked], t.tid[linked])]).astype(np.int64)
-    start = np.concatenate([rstart, t.ts_ns[linked]]).astype(np.int64)
-    end = np.concatenate([rend, t.ts_ns[linked] + t.dur_ns[linked]]).astype(np.int64)
-    return RegionWork(host_us=float((end - start).sum()) / 1e3, backward=bool(linked.size),
-                      kernels=launched_inside(t, w, key, start, end))
-
-
 def _with_kernel_dtype(t: EventTable, regions: list[AttentionRegion], kernels: np.ndarray) -> list[AttentionRegion]:
     """The regions, those whose products recorded no dtype (einsum takes a TensorList) given "float" when most of
     the regions' GEMM kernel time is fp32 or TF32 by the kernel names (precision.classify_kernel), else kept."""
@@ -252,7 +223,11 @@ def window_regions(f: RankFacts) -> list[AttentionRegion]:
 
 def window_region_work(f: RankFacts) -> RegionWork:
     """region_work of window_regions (once per rank): the kernels unfused_attention prices."""
-    return f.once("attention_work", lambda: region_work(f.table, f.window, window_regions(f)))
+    def work() -> RegionWork:
+        regions = window_regions(f)
+        key, start, end = ([getattr(r, a) for r in regions] for a in ("key", "start_ns", "end_ns"))
+        return region_work(f.table, f.window, key, start, end)
+    return f.once("attention_work", work)
 
 
 def unfused_attention(f: RankFacts) -> F.Finding | None:

@@ -347,6 +347,14 @@ RECOMMENDATIONS = {
                         "itself falls back to its math path (aten::_scaled_dot_product_attention_math), give it what "
                         "the fused kernels take: bf16/fp16 inputs, a head dim that is a multiple of 8 and at most "
                         "256, no unsupported mask.",
+    "unfused_cross_entropy": "The loss runs its log-softmax and NLL as separate passes over the [tokens, vocabulary] "
+                             "logits, forward and backward: use a fused cross-entropy that reads the logits once and "
+                             "writes their gradient in the same kernel (trainperf.kernels.CrossEntropyLoss, "
+                             "Liger Kernel's LigerCrossEntropyLoss), or better a fused linear cross-entropy that never "
+                             "holds the logits (trainperf.kernels.FusedLinearCrossEntropyLoss, Liger's "
+                             "LigerFusedLinearCrossEntropyLoss): it also drops the fp32 cast and the shift's copy of "
+                             "the logits, and the memory they free (logits_bytes each) buys a larger micro-batch. "
+                             "torch.compile fuses the cast, log-softmax and NLL as well.",
     "recompute_overhead": "Activation checkpointing re-runs the forward in the backward pass. Where memory allows, "
                          "recompute selectively: keep the matmul and attention outputs and recompute only cheap "
                          "elementwise/norm ops (torch.utils.checkpoint with create_selective_checkpoint_contexts, "

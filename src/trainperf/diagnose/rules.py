@@ -31,6 +31,7 @@ from trainperf.diagnose.grad_sync import grad_sync_per_microbatch
 from trainperf.diagnose.host_bound import gpu_idle_pct, host_work, launch_bound, launch_cost_us, small_kernels
 from trainperf.diagnose.host import OPTIMIZER_RE, span_rows
 from trainperf.diagnose.layout import layout_transposes
+from trainperf.diagnose.loss import unfused_cross_entropy
 from trainperf.diagnose.precision import fp32_matmul
 from trainperf.diagnose.pipeline import implied_micro_batches, schedule_bubble_pct
 from trainperf.diagnose.recompute import recompute_overhead
@@ -559,7 +560,8 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
 # slow_gemm (diagnose/slow_gemm.py): aligned ones far slower than the planner's model of their shape on the device;
 # layout_transposes (diagnose/layout.py): NCHW <-> NHWC conversions around the convolutions (channels_last);
 # fp32_matmul (diagnose/precision.py): fp32 GEMMs/convolutions on a tensor-core accelerator, and unfused_attention
-# (diagnose/attention.py): attention written out of separate operators, before the general fusion rule;
+# (diagnose/attention.py): attention written out of separate operators, and unfused_cross_entropy (diagnose/loss.py):
+# a cross-entropy's log-softmax and NLL as separate kernels, both before the general fusion rule;
 # recompute_overhead (diagnose/recompute.py): the forward re-run in the backward (activation checkpointing);
 # exposed_memcpy (diagnose/copies.py): host-link copies no computation hides and no host call blocked on;
 # grad_sync_per_microbatch (diagnose/grad_sync.py): gradients synchronised before more are accumulated into them
@@ -568,7 +570,7 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
 RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable_copy, allocator_stall, exposed_memcpy,
          grad_sync_per_microbatch, exposed_comm, pipeline_bubble, straggler, load_imbalance, launch_bound, host_work,
          small_kernels, fp32_matmul, misaligned_gemm, slow_gemm, layout_transposes, unfused_attention,
-         memory_bound_unfused, recompute_overhead, optimizer_slow, gpu_analyses_skipped)
+         unfused_cross_entropy, memory_bound_unfused, recompute_overhead, optimizer_slow, gpu_analyses_skipped)
 
 
 def run_rules(f: RankFacts) -> list[Finding]:

@@ -1,0 +1,201 @@
+"""A cross-entropy loss run as separate kernels over the logits, and the `unfused_cross_entropy` finding.
+
+PyTorch's cross-entropy (`aten::cross_entropy_loss`: an `aten::log_softmax`, then an `aten::nll_loss_nd`), or the
+two written out (`F.nll_loss(F.log_softmax(logits, -1), labels)`), passes over the [N, V] logits one kernel at a
+time. Forward, the log-softmax reads them and writes N x V log-probabilities (kept for the backward) and the NLL
+gathers N of those; backward, the NLL's gradient is an N x V tensor filled with zeros and N values scattered into
+it, and the log-softmax's backward reads that and the saved output and writes the N x V gradient of the logits.
+Over a language model's vocabulary (32k-256k entries) each is a pass over the largest activation of the step. A
+fused cross-entropy (Liger Kernel's, `trainperf.kernels.CrossEntropyLoss`) reads the logits and writes their
+gradient in one kernel; a fused linear cross-entropy (`trainperf.kernels.FusedLinearCrossEntropyLoss`, Liger's
+FLCE) also never holds the N x V logits, chunking the projection onto the vocabulary: their memory buys a larger
+micro-batch.
+
+A region (`loss_regions`), on every thread: an `aten::cross_entropy_loss` not inside another, or an
+`aten::log_softmax` outside one whose NLL (`aten::nll_loss_nd`, `nll_loss`, `nll_loss2d`) follows it among its
+siblings, at most MAX_OPS_BETWEEN operators later. Its backward is the autograd nodes made by its operators
+(regions.region_work).
+
+Priced (GPU) by replay: the region's kernels, forward and backward, sped up to one fused kernel, whose time is taken
+as that of the region's forward log-softmax kernels: one read and one write of N x V, the traffic of a kernel that
+reads the logits and writes their gradient, measured on the trace's own device (no shapes or catalog needed). A
+cast of the logits to fp32 and the shift's copy before the loss (`logits.float()`, Hugging Face's
+`shift_logits.contiguous()`) are outside the region and not counted, though a fused linear cross-entropy removes them
+too. Host-only traces: the regions' host time as evidence, unpriced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainperf.diagnose import findings as F
+from trainperf.diagnose.facts import RankFacts
+from trainperf.diagnose.launch import launched_inside
+from trainperf.diagnose.regions import RegionWork, region_work
+from trainperf.diagnose.replay import Change
+from trainperf.diagnose.roofline import DTYPE_BYTES, is_shape, op_shape
+from trainperf.trace.events import CPU_OP, EventTable
+from trainperf.trace.nesting import nest, row_spans
+
+CROSS_ENTROPY_OP = "aten::cross_entropy_loss"
+LOG_SOFTMAX_OPS = ("aten::log_softmax", "aten::_log_softmax")
+NLL_OPS = ("aten::nll_loss_nd", "aten::nll_loss", "aten::nll_loss2d")
+# siblings between a written-out log-softmax and its NLL: a view or reshape of the log-probabilities, a cast
+MAX_OPS_BETWEEN = 4
+# the regions' kernel time (forward and backward), % of the span, before it is a finding. Not fitted: no labeled
+# trace has this kind; 3 % as unfused_attention's (a fused kernel's 2-3x saving reaches the stall rules' 1-2 %)
+UNFUSED_LOSS_MIN_PCT = 3.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class LossRegion:
+    """One cross-entropy over logits: the loss operator (or the written-out log-softmax through its NLL)."""
+
+    key: int                 # thread key (trace.nesting.thread_key)
+    start_ns: int
+    end_ns: int
+    row: int                 # trace row of the loss operator, or of the written-out log-softmax
+    log_softmax_row: int     # trace row of its (outermost) log-softmax
+    tokens: int | None       # N: rows of logits (the recorded shape's elements over the vocabulary); None unknown
+    vocab: int | None        # V: the class dimension's size
+    dtype: str               # the logits' recorded type ("" unknown)
+
+
+def _logits_shape(t: EventTable, row: int, class_dim: int) -> tuple[int | None, int | None, str]:
+    """(N, V, dtype) of the logits an operator takes first, V along class_dim; (None, None, "") without shapes."""
+    s = op_shape(t, row)
+    if s is None or not s.dims or not is_shape(s.dims[0]) or not s.dims[0]:
+        return None, None, ""
+    dims = s.dims[0]
+    vocab = int(dims[class_dim if len(dims) > 1 else 0])
+    n = int(np.prod(dims)) // vocab if vocab else 0
+    return n, vocab, (s.types[0] if s.types else "")
+
+
+def loss_regions(t: EventTable) -> list[LossRegion]:
+    """Every cross-entropy region of a rank's trace (module docstring), in thread and time order."""
+    ops = np.flatnonzero(t.kind == CPU_OP)
+    ce_ids = t.ids_matching(lambda s: s == CROSS_ENTROPY_OP)
+    ls_ids = t.ids_matching(lambda s: s in LOG_SOFTMAX_OPS)
+    if not ops.size or not np.isin(t.name[ops], ls_ids).any():
+        return []
+    n = nest(*row_spans(t, ops))
+    rows, parent = ops[n.order], n.parent
+    is_ce = np.isin(t.name[rows], ce_ids)
+    is_ls = np.isin(t.name[rows], ls_ids)
+    is_nll = np.isin(t.name[rows], t.ids_matching(lambda s: s in NLL_OPS))
+
+    def inside(i: int, mask: np.ndarray) -> int:  # the nearest enclosing position in mask, or -1
+        i = int(parent[i])
+        while i >= 0 and not mask[i]:
+            i = int(parent[i])
+        return i
+
+    outer_ls = [i for i in np.flatnonzero(is_ls).tolist() if inside(i, is_ls) < 0]
+    by_sibling = np.lexsort((n.start, parent, n.key))
+    where = np.empty_like(by_sibling)
+    where[by_sibling] = np.arange(by_sibling.size)
+    out = []
+    for i in np.flatnonzero(is_ce).tolist():
+        if inside(i, is_ce) >= 0:
+            continue
+        mine = [j for j in outer_ls if inside(j, is_ce) == i]
+        if mine:
+            tokens, vocab, dtype = _logits_shape(t, int(rows[i]), 1)
+            out.append(LossRegion(key=int(n.key[i]), start_ns=int(n.start[i]), end_ns=int(n.end[i]),
+                                  row=int(rows[i]), log_softmax_row=int(rows[mine[0]]), tokens=tokens, vocab=vocab,
+                                  dtype=dtype))
+    for i in outer_ls:
+        if inside(i, is_ce) >= 0:
+            continue
+        j = int(where[i])
+        after = [x for x in by_sibling[j + 1:j + MAX_OPS_BETWEEN + 2].tolist()
+                 if n.key[x] == n.key[i] and parent[x] == parent[i]]
+        nll = next((x for x in after if is_nll[x]), -1)
+        if nll >= 0:
+            tokens, vocab, dtype = _logits_shape(t, int(rows[i]), -1)
+            out.append(LossRegion(key=int(n.key[i]), start_ns=int(n.start[i]), end_ns=int(n.end[nll]),
+                                  row=int(rows[i]), log_softmax_row=int(rows[i]), tokens=tokens, vocab=vocab,
+                                  dtype=dtype))
+    return sorted(out, key=lambda r: (r.key, r.start_ns))
+
+
+def window_loss_regions(f: RankFacts) -> list[LossRegion]:
+    """The rank's loss regions whose operator is in the analysed window (once per rank)."""
+    return f.once("loss_regions", lambda: [r for r in loss_regions(f.table) if f.window.keep[r.row]])
+
+
+def loss_work(f: RankFacts, regions: list[LossRegion]) -> tuple[RegionWork, np.ndarray]:
+    """(the regions' work, forward and backward: regions.region_work; the window's device rows their log-softmax
+    operators launched)."""
+    t, w = f.table, f.window
+    key, start, end = (np.array([getattr(r, a) for r in regions], dtype=np.int64)
+                       for a in ("key", "start_ns", "end_ns"))
+    ls = np.array([r.log_softmax_row for r in regions], dtype=np.int64)
+    ls_end = t.ts_ns[ls] + t.dur_ns[ls]
+    return region_work(t, w, key, start, end), launched_inside(t, w, key, t.ts_ns[ls], ls_end)
+
+
+def unfused_cross_entropy(f: RankFacts) -> F.Finding | None:
+    """A cross-entropy run as separate kernels (module docstring) takes UNFUSED_LOSS_MIN_PCT of the span or more.
+
+    GPU: priced by replay, the regions' kernels sped up to one fused kernel's time (their forward log-softmax
+    kernels'); unpriced where no log-softmax kernel is found. Host only: the regions' host time as evidence,
+    unpriced."""
+    w = f.window
+    regions = window_loss_regions(f)
+    if not regions:
+        return None
+    work, log_softmax = f.once("loss_work", lambda: loss_work(f, regions))
+    metrics = {"regions": (len(regions), "count")}
+    shaped = [r for r in regions if r.vocab]
+    if shaped:
+        r = max(shaped, key=lambda x: x.tokens * x.vocab)
+        metrics.update(vocabulary=(r.vocab, "count"), tokens=(r.tokens, "count"),
+                       logits_bytes=(r.tokens * r.vocab * DTYPE_BYTES.get(r.dtype, 4), "B"))
+    events = _events(f, regions)
+    if not f.has_gpu:
+        if f.pct(work.host_us) < UNFUSED_LOSS_MIN_PCT:
+            return None
+        metrics.update(loss_host_time=(work.host_us, "us"), loss_host_share=(f.pct(work.host_us), "%"))
+        x = F.rank_finding(f, "unfused_cross_entropy", metrics, events, severity="low",
+                           what_if="not priced: a fused kernel's rate on this host is not in the catalog",
+                           evidence_pct=f.pct(work.host_us))
+        x.confidence = "low"
+        return x
+    dur = w.end_us[work.kernels] - w.ts_us[work.kernels]
+    unfused_us = float(dur.sum())
+    if f.pct(unfused_us) < UNFUSED_LOSS_MIN_PCT:
+        return None
+    fused_us = float((w.end_us[log_softmax] - w.ts_us[log_softmax]).sum())
+    metrics.update(loss_kernel_time=(unfused_us, "us"), loss_kernel_share=(f.pct(unfused_us), "%"),
+                   fused_kernel_estimate=(fused_us, "us"), backward_in_trace=(int(work.backward), "bool"))
+    if fused_us <= 0:
+        x = F.rank_finding(f, "unfused_cross_entropy", metrics, events, severity="low",
+                           what_if="not priced: no log-softmax kernel in the regions to measure a fused kernel by",
+                           evidence_pct=f.pct(unfused_us))
+        x.confidence = "low"
+        return x
+    if fused_us >= unfused_us:
+        return None
+    factor = unfused_us / fused_us
+    x = F.rank_finding(f, "unfused_cross_entropy", metrics, events,
+                       (Change("speedup_rows", factor=factor, rows=tuple(int(r) for r in work.kernels)),),
+                       f"the loss regions' {work.kernels.size} kernels as one fused cross-entropy kernel that costs "
+                       f"their forward log-softmax's time ({factor:.3g}x faster)",
+                       evidence_pct=f.pct(unfused_us) * (1.0 - 1.0 / factor))
+    x.confidence = "medium"
+    return x
+
+
+def _events(f: RankFacts, regions: list[LossRegion]) -> list[tuple[str, float, float]]:
+    """The first regions as evidence events (the loss operator and its logits' shape, start µs, duration µs)."""
+    t, w = f.table, f.window
+    out = []
+    for r in regions[:3]:
+        s = op_shape(t, r.row)
+        shape = f" {s.dims[0]}" if s is not None and s.dims else ""
+        out.append((f"{t.name_of(r.row)}{shape}", float(w.ts_us[r.row]), float(w.end_us[r.row] - w.ts_us[r.row])))
+    return out

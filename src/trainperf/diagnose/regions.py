@@ -1,0 +1,46 @@
+"""The device work of a forward region of operators and of the backward nodes it made.
+
+A region is one computation written out of several operators on one thread (an attention's products and softmax,
+a loss's log-softmax and NLL): a thread key and a host span. Its backward is the autograd nodes whose sequence
+number is one of its forward operators' (per process, as autograd_links links them); its device work is what the
+region and those nodes launched. The rules that price a region as one fused kernel (attention.py, loss.py) read it
+here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainperf.diagnose.autograd_links import backward_node_mask
+from trainperf.diagnose.launch import launched_inside
+from trainperf.diagnose.window import Window
+from trainperf.trace.events import CPU_OP, EventTable
+from trainperf.trace.nesting import enclosing_span, thread_key
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegionWork:
+    """The device kernels of a rank's regions, forward and backward."""
+
+    host_us: float            # host time of the regions and of their backward nodes (µs)
+    backward: bool            # some region's backward nodes are in the trace
+    kernels: np.ndarray       # the window's device rows launched inside them
+
+
+def region_work(t: EventTable, w: Window, key: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> RegionWork:
+    """The regions (thread key, start and end ns each) and the backward nodes their forward operators made (by
+    sequence number, per process; the window's nodes), and the window's device rows launched inside them."""
+    rkey, rstart, rend = (np.asarray(a, dtype=np.int64) for a in (key, start_ns, end_ns))
+    ops = np.flatnonzero((t.kind == CPU_OP) & (t.seq >= 0))
+    inside = ops[enclosing_span(rkey, rstart, rend, thread_key(t.pid[ops], t.tid[ops]), t.ts_ns[ops]) >= 0]
+    seqs = set(zip(t.pid[inside].tolist(), t.seq[inside].tolist()))
+    nodes = ops[w.keep[ops] & backward_node_mask(t, ops)]
+    linked = nodes[[(p, s) in seqs for p, s in zip(t.pid[nodes].tolist(), t.seq[nodes].tolist())]] \
+        if nodes.size else nodes
+    key = np.concatenate([rkey, thread_key(t.pid[linked], t.tid[linked])]).astype(np.int64)
+    start = np.concatenate([rstart, t.ts_ns[linked]]).astype(np.int64)
+    end = np.concatenate([rend, t.ts_ns[linked] + t.dur_ns[linked]]).astype(np.int64)
+    return RegionWork(host_us=float((end - start).sum()) / 1e3, backward=bool(linked.size),
+                      kernels=launched_inside(t, w, key, start, end))

@@ -1,0 +1,50 @@
+"""Write the real CPU profiles of a small language model's training step kept here (record_shapes=True).
+
+A token embedding (vocabulary 4096, width 64), one MLP block and the projection onto the vocabulary, 8 sequences of
+64 tokens (512 rows of logits, 4096 wide), trained with AdamW; three losses:
+cross_entropy.json.gz: F.cross_entropy on the flattened logits (aten::cross_entropy_loss: log-softmax, then NLL);
+written_out.json.gz: F.nll_loss(F.log_softmax(logits, -1).view(-1, V), targets), the two spelled out with a view
+between them; kl_div.json.gz: a distillation loss, F.kl_div of the log-softmax against fixed teacher probabilities
+(a log-softmax without an NLL: no cross-entropy region).
+Made with torch 2.13.0+cpu on the 2-core CPU container (2026-12-06):
+`python tests/data/loss/make_traces.py OUT_DIR`, then `gzip -9` each file.
+"""
+
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from profiling import profile_training  # noqa: E402
+
+V, D, B, S = 4096, 64, 8, 64  # vocabulary, width, sequences, tokens per sequence
+
+
+def profile_steps(out: Path, name: str) -> None:
+    """Profile 3 training steps (after 1 wait and 1 warm-up) of the model with loss `name` into out/name.json."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(V, D), nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D),
+                          nn.Linear(D, V, bias=False))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    tokens = torch.randint(0, V, (B, S))
+    targets = torch.randint(0, V, (B * S,))
+    teacher = torch.softmax(torch.randn(B, S, V), dim=-1)
+
+    def loss(i: int) -> torch.Tensor:
+        logits = model(tokens)
+        if name == "cross_entropy":
+            return F.cross_entropy(logits.view(-1, V), targets)
+        if name == "written_out":
+            return F.nll_loss(F.log_softmax(logits, dim=-1).view(-1, V), targets)
+        return F.kl_div(F.log_softmax(logits, dim=-1), teacher, reduction="batchmean")
+
+    profile_training(out, name, loss, opt, 5, record_shapes=True)
+
+
+if __name__ == "__main__":
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
+    for loss_name in ("cross_entropy", "written_out", "kl_div"):
+        profile_steps(out, loss_name)

@@ -1,0 +1,154 @@
+"""unfused_cross_entropy (diagnose/loss.py): a cross-entropy's log-softmax and NLL run as separate kernels.
+
+Real profiles (tests/data/loss, torch 2.13 CPU, record_shapes): one small language model trained with
+F.cross_entropy, with the log-softmax and NLL written out, and with a distillation loss (a log-softmax and no NLL).
+A hand-built H100 trace prices the finding against a hand-worked fused-kernel time."""
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainperf.diagnose.api import diagnose
+from trainperf.diagnose.facts import collect_facts
+from trainperf.diagnose.loss import loss_regions, loss_work, unfused_cross_entropy, window_loss_regions
+from trainperf.diagnose.window import analysis_window
+from trainperf.trace import load_trace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from gpu_bound import backward_node, end_gpu_bound_step, write_trace  # noqa: E402
+from kineto_builder import TraceBuilder  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "loss"
+HTA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces" / "hta"
+V, N = 4096, 512  # the real profiles' vocabulary and rows of logits (8 sequences of 64 tokens)
+
+
+def _finding(d):
+    return next((x for x in d.findings if x.kind == "unfused_cross_entropy"), None)
+
+
+def _raw_analysed(path: Path, name: str) -> int:
+    """From the raw JSON: ops called `name` inside the analysed ProfilerSteps (every step but the last, which the
+    profiler's stop cuts), counted independently of the loader."""
+    ev = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("name", "").startswith("ProfilerStep#"))[:-1]
+    return sum(1 for e in ev if e.get("name") == name and e.get("cat") == "cpu_op"
+               and any(a <= e["ts"] < b for a, b in steps))
+
+
+@pytest.mark.parametrize("name, loss_op", [("cross_entropy", "aten::cross_entropy_loss"),
+                                           ("written_out", "aten::log_softmax")])
+def test_a_cross_entropy_over_the_vocabulary_is_found_with_its_shape(name, loss_op):
+    # one region per analysed step, named by its loss operator; the logits [512, 4096] in fp32: 8 MiB
+    p = DATA / f"{name}.json.gz"
+    x = _finding(diagnose(p))
+    assert x is not None and x.severity == "low" and not x.priced and x.confidence == "low"  # host only
+    m = x.evidence["metrics"]
+    assert m["regions"]["value"] == _raw_analysed(p, loss_op) == 2
+    assert (m["vocabulary"]["value"], m["tokens"]["value"]) == (V, N)
+    assert m["logits_bytes"]["value"] == N * V * 4
+    assert x.evidence["events"][0]["name"].startswith(loss_op)
+    # the fixes it names are this package's own kernels (and Liger's)
+    import trainperf.kernels as kernels
+    for fix in ("CrossEntropyLoss", "FusedLinearCrossEntropyLoss"):
+        assert f"trainperf.kernels.{fix}" in x.recommendation and hasattr(kernels, fix)
+
+
+def test_the_regions_backward_is_the_nodes_its_operators_made():
+    # each F.cross_entropy region: aten::cross_entropy_loss holds the log-softmax and the NLL; its backward nodes
+    # (NllLossBackward0, LogSoftmaxBackward0) carry their sequence numbers
+    t = next(iter(load_trace(DATA / "cross_entropy.json.gz").values()))
+    regions = loss_regions(t)
+    # every step's loss, the cut last step's too
+    assert len(regions) == _raw_analysed(DATA / "cross_entropy.json.gz", "aten::cross_entropy_loss") + 1
+    for r in regions:
+        assert t.name_of(r.row) == "aten::cross_entropy_loss" and t.name_of(r.log_softmax_row) == "aten::log_softmax"
+        assert r.start_ns <= t.ts_ns[r.log_softmax_row] < r.end_ns
+
+
+def test_a_log_softmax_without_an_nll_is_not_a_cross_entropy():
+    # a distillation loss: F.kl_div(F.log_softmax(student), teacher)
+    assert loss_regions(next(iter(load_trace(DATA / "kl_div.json.gz").values()))) == []
+    assert _finding(diagnose(DATA / "kl_div.json.gz")) is None
+
+
+@pytest.mark.skipif(not (HTA / "ns_resolution_trace").exists(), reason="HTA traces not present")
+def test_a_classifiers_loss_on_a_real_gpu_trace_is_found_and_too_small_to_flag():
+    # HTA's ns_resolution (A100, PyTorch's CUDA kernels): each analysed step's aten::cross_entropy_loss launches the
+    # log-softmax's softmax_warp_forward (template flag is_log_softmax = true) and, through the nodes its operators
+    # made, softmax_warp_backward; over a handful of classes it is ~0.03 % of the span: no finding
+    t = next(iter(load_trace(HTA / "ns_resolution_trace").values()))
+    w = analysis_window(t)
+    f = collect_facts(t, w)
+    regions = window_loss_regions(f)
+    assert len(regions) == 4 and all(t.name_of(r.row) == "aten::cross_entropy_loss" for r in regions)
+    work, log_softmax = loss_work(f, regions)
+    assert work.backward and {t.name_of(int(r)).split("<")[0] for r in log_softmax} == {
+        "void (anonymous namespace)::softmax_warp_forward"}
+    assert any(t.name_of(int(r)).startswith("void (anonymous namespace)::softmax_warp_backward") for r in work.kernels)
+    assert unfused_cross_entropy(f) is None
+
+
+STEPS, P = 4, 11_700.0
+LOG_SOFTMAX = ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
+               "at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>")
+GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
+
+
+def _h100_trace(folder: Path, *, log_softmax_us: float = 800.0, fill_us: float = 400.0,
+                backward_us: float = 1200.0) -> Path:
+    """STEPS steps of P us on an H100, each GPU-bound: the projection onto the vocabulary (a 3000-us GEMM), then
+    aten::cross_entropy_loss over [8192, 32000] bf16 logits holding aten::log_softmax (its kernel log_softmax_us)
+    and aten::nll_loss_nd (20 us); backward, NllLossBackward0 (a fill_us zero-fill of the gradient, a 20-us
+    scatter), LogSoftmaxBackward0 (backward_us) and the GEMM's (2 x 3000 us), the kernels back to back from +50 us."""
+    b = TraceBuilder()
+    for s in range(STEPS):
+        T, seq = s * P, 100 * s
+        b.step(s, T, P)
+        b.cpu("aten::linear", T, 8.0, **{"Sequence number": seq + 10, "Fwd thread id": 0})
+        b.launch(GEMM, T + 2.0, T + 50.0, 3000.0)
+        b.cpu("aten::cross_entropy_loss", T + 10.0, 30.0, **{
+            "Sequence number": seq + 11, "Fwd thread id": 0, "Input Dims": [[8192, 32000], [8192], [], [], [], []],
+            "Input type": ["c10::BFloat16", "long int", "", "Scalar", "Scalar", "Scalar"]})
+        b.cpu("aten::log_softmax", T + 12.0, 10.0, **{"Sequence number": seq + 11, "Fwd thread id": 0})
+        at = T + 3050.0
+        b.launch(LOG_SOFTMAX, T + 14.0, at, log_softmax_us)
+        at += log_softmax_us
+        b.cpu("aten::nll_loss_nd", T + 25.0, 10.0, **{"Sequence number": seq + 12, "Fwd thread id": 0})
+        b.launch("void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>",
+                 T + 27.0, at, 20.0)
+        at = backward_node(b, "NllLossBackward0", T + 100.0, seq + 12, [
+            ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", fill_us),
+            ("void at::native::(anonymous namespace)::nll_loss_backward_reduce_cuda_kernel_2d<float, long>", 20.0)],
+            at + 20.0)
+        at = backward_node(b, "LogSoftmaxBackward0", T + 130.0, seq + 11, [
+            ("void at::native::(anonymous namespace)::cunn_SoftMaxBackward<4, float, float, float, "
+             "at::native::(anonymous namespace)::LogSoftMaxBackwardEpilogue>", backward_us)], at)
+        at = backward_node(b, "MmBackward0", T + 160.0, seq + 10, [(GEMM, 3000.0), (GEMM, 3000.0)], at)
+        end_gpu_bound_step(b, T, P, at)
+    return write_trace(b, folder)
+
+
+def test_unfused_cross_entropy_priced_as_one_kernel_at_its_log_softmax_time(tmp_path):
+    # per step the loss's kernels take 800 + 20 + 400 + 20 + 1200 = 2440 us of a GPU-bound step; one fused kernel
+    # costs the forward log-softmax's 800 us (one read and one write of the logits), so 1640 us saved per step,
+    # 3.05x on those kernels; the logits [8192, 32000] bf16: 524,288,000 bytes
+    d = diagnose(_h100_trace(tmp_path))
+    x = _finding(d)
+    assert x is not None and x.priced and x.confidence == "medium"
+    m = x.evidence["metrics"]
+    assert m["regions"]["value"] == STEPS - 1
+    assert m["loss_kernel_time"]["value"] == pytest.approx(2440.0 * (STEPS - 1))
+    assert m["fused_kernel_estimate"]["value"] == pytest.approx(800.0 * (STEPS - 1))
+    assert m["logits_bytes"]["value"] == 8192 * 32000 * 2 and m["backward_in_trace"]["value"] == 1
+    assert x.gain_us / (STEPS - 1) == pytest.approx(2440.0 - 800.0, rel=0.01)
+
+
+def test_a_loss_under_the_threshold_is_not_a_finding(tmp_path):
+    # a small vocabulary's loss: 50 + 20 + 20 + 20 + 60 = 170 us of a ~9,220-us device step, 1.8 %: under
+    # UNFUSED_LOSS_MIN_PCT (3 %)
+    assert _finding(diagnose(_h100_trace(tmp_path, log_softmax_us=50.0, fill_us=20.0, backward_us=60.0))) is None
