@@ -27,8 +27,12 @@ Scenarios, each in a subprocess of its own (CUDA_LAUNCH_BLOCKING must be set bef
             converts to NHWC and back around each convolution (fixed: conv_cl, model and input in channels_last);
   unfused   4 Llama-style blocks (width 2048, SwiGLU MLP of 5632, 16384 tokens, bf16) written as Hugging Face's eager
             code: RMSNorm as pow, mean, rsqrt and two multiplies, SiLU and the gate's multiply apart, each its own
-            kernel (fixed: fused, the same model after trainperf.kernels.apply: fused RMSNorm and SwiGLU).
-big, strided and the conv loops are profiled with record_shapes=True (SHAPES_RECORDED).
+            kernel (fixed: fused, the same model after trainperf.kernels.apply: fused RMSNorm and SwiGLU);
+  celoss    a language model's loss: 2 MLP blocks (width 2048, 4096 tokens, bf16) and the projection onto a 128,256-entry
+            vocabulary (Llama 3's), the logits cast to fp32 and F.cross_entropy as Hugging Face's eager code does
+            (unfused_cross_entropy's to find; fixed: celoss_fused, the bf16 logits through
+            trainperf.kernels.CrossEntropyLoss).
+big, strided, the conv loops and celoss are profiled with record_shapes=True (SHAPES_RECORDED).
 Each: the step time (ms) without the profiler, as the profiled loop runs (steps queued ahead, the median of 5
 chunks' mean step; and a synchronize after every step, as a loop that reads its loss each step runs), then a
 profile of 4 active steps
@@ -56,7 +60,7 @@ from pathlib import Path
 SCENARIOS = {"async": {}, "blocking": {"CUDA_LAUNCH_BLOCKING": "1"}, "scalar": {},
              "nocache": {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, "graphed": {}, "big": {}, "dataload": {},
              "syncs": {}, "empty_cache": {}, "pageable": {}, "pinned": {}, "fp32": {}, "tf32": {}, "deep": {},
-             "deep_tf32": {}, "strided": {}, "conv": {}, "conv_cl": {}, "unfused": {}, "fused": {}}
+             "deep_tf32": {}, "strided": {}, "conv": {}, "conv_cl": {}, "unfused": {}, "fused": {}, "celoss": {}, "celoss_fused": {}}
 # the scenario each fault's fix turns it into, and the fix: true gain = 1 - fixed / faulty
 FIXED_BY = {"blocking": ("async", "unset CUDA_LAUNCH_BLOCKING"),
             "nocache": ("async", "the caching allocator"),
@@ -69,15 +73,17 @@ FIXED_BY = {"blocking": ("async", "unset CUDA_LAUNCH_BLOCKING"),
             "deep": ("deep_tf32", "TF32 matmuls (a host that fills the launch queue)"),
             "strided": ("big", "contiguous weights"),
             "conv": ("conv_cl", "channels_last"),
-            "unfused": ("fused", "fused RMSNorm and SwiGLU kernels (trainperf.kernels.apply)")}
+            "unfused": ("fused", "fused RMSNorm and SwiGLU kernels (trainperf.kernels.apply)"),
+            "celoss": ("celoss_fused", "a fused cross-entropy (trainperf.kernels.CrossEntropyLoss)")}
 BIG = ("big", "dataload", "pageable", "pinned", "fp32", "tf32", "strided")  # the GPU-bound loop's scenarios
 # scenarios profiled with record_shapes=True: the healthy GPU-bound loop, on which the shape-priced findings
 # (slow_gemm, misaligned_gemm, memory_bound_unfused) must find no fault, its fault whose shapes look aligned while the
 # GEMMs' row strides are not (misaligned_gemm's to find), and the convolution loops
-SHAPES_RECORDED = ("big", "strided", "conv", "conv_cl")
+SHAPES_RECORDED = ("big", "strided", "conv", "conv_cl", "celoss")
 CONV_SHAPE = {"cuda": (32, 64, 56), "cpu": (2, 8, 16)}  # batch, channels, height = width of the convolution loops
 SHAPES = {"small": (2048, 12, 4096), "big": (8192, 4, 8192), "deep": (1024, 96, 8192), "llama": (2048, 4, 16384),
-          "cpu": (256, 2, 256)}  # width, blocks, tokens
+          "lm": (2048, 2, 4096), "cpu": (256, 2, 256)}  # width, blocks, tokens
+VOCABULARY = {"cuda": 128256, "cpu": 512}  # the celoss loops' projection: Llama 3's vocabulary on the GPU
 BATCH_MAKING_S = 0.030
 
 
@@ -143,6 +149,8 @@ def _model(device: str, size: str, capturable: bool = False, fp32: bool = False,
     blocks = [m for _ in range(n_blocks) for m in (linear(), nn.GELU(), nn.LayerNorm(width))]
     if size == "llama":
         blocks = [LlamaBlock() for _ in range(n_blocks)]
+    if size == "lm":  # the MLP blocks, then the projection onto the vocabulary: the step's output is the logits
+        blocks += [nn.Linear(width, VOCABULARY[device], bias=False)]
     if size == "conv":  # 6 blocks of a 3x3 convolution, batch norm and ReLU over [batch, channels, h, h]
         batch, channels, h = CONV_SHAPE[device]
         blocks = [m for _ in range(6) for m in (nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels),
@@ -179,7 +187,7 @@ def _step_fn(name: str, device: str):
     cuda = device == "cuda"
     torch.backends.cuda.matmul.allow_tf32 = name in ("tf32", "deep_tf32")  # else full-precision fp32 GEMMs
     size = ("deep" if name.startswith("deep") else "conv" if name.startswith("conv") else "big" if name in BIG
-            else "llama" if name in ("unfused", "fused") else "small")
+            else "llama" if name in ("unfused", "fused") else "lm" if name.startswith("celoss") else "small")
     model, opt, x = _model(device, size, capturable=name == "graphed" and cuda,
                            fp32=name in ("fp32", "tf32", "deep", "deep_tf32"), strided=name == "strided",
                            channels_last=name == "conv_cl")
@@ -187,6 +195,11 @@ def _step_fn(name: str, device: str):
         from trainperf.kernels import apply
 
         apply(model)
+    if name.startswith("celoss"):
+        from trainperf.kernels import CrossEntropyLoss
+
+        targets = torch.randint(0, VOCABULARY[device], (x.shape[0],), device=device)
+        fused_loss = CrossEntropyLoss()
     if name in ("pageable", "pinned"):  # each step's input comes from host memory, pageable or pinned
         host_x = x.cpu().pin_memory() if name == "pinned" and cuda else x.cpu()
     if name == "syncs" and cuda:  # a synchronize after every Linear (timing layers, a debugging habit)
@@ -197,7 +210,13 @@ def _step_fn(name: str, device: str):
     def step(weights=None) -> None:
         opt.zero_grad(set_to_none=True)
         inputs = host_x.to(device, non_blocking=name == "pinned") if name in ("pageable", "pinned") else x
-        loss = model(inputs if weights is None else inputs * weights[:, None]).float().square().mean()
+        out = model(inputs if weights is None else inputs * weights[:, None])
+        if name == "celoss":  # Hugging Face's eager loss: the logits upcast, then F.cross_entropy
+            loss = torch.nn.functional.cross_entropy(out.float(), targets)
+        elif name == "celoss_fused":
+            loss = fused_loss(out, targets)
+        else:
+            loss = out.float().square().mean()
         loss.backward()
         opt.step()
         if name == "scalar":
