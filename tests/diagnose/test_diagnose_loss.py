@@ -58,6 +58,25 @@ def test_a_cross_entropy_over_the_vocabulary_is_found_with_its_shape(name, loss_
         assert f"trainperf.kernels.{fix}" in x.recommendation and hasattr(kernels, fix)
 
 
+def test_an_upcast_of_the_bf16_logits_is_a_copy_the_region_holds():
+    # the model in bf16, logits.float() before F.cross_entropy: aten::to holding aten::_to_copy over the [8, 64,
+    # 4096] logits, the loss's input [512, 4096] fp32; a `.float()` of fp32 logits returns them and is no copy
+    p = DATA / "upcast.json.gz"
+    x = _finding(diagnose(p))
+    m = x.evidence["metrics"]
+    # from the raw JSON: the forward casts of the logits (Fwd thread id 0), each with the ToCopyBackward0 that casts
+    # its gradient back under the same sequence number (what links it to the region)
+    ev = json.loads(gzip.decompress(p.read_bytes()))["traceEvents"]
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("name", "").startswith("ProfilerStep#"))[:-1]
+    casts = [e["args"]["Sequence number"] for e in ev if e.get("name") == "aten::to" and e["args"].get(
+        "Fwd thread id") == 0 and e["args"]["Input Dims"][0] == [8, 64, V] and any(a <= e["ts"] < b for a, b in steps)]
+    back = {e["args"]["Sequence number"] for e in ev if e.get("name") == "ToCopyBackward0"}
+    assert len(casts) == 2 and set(casts) <= back
+    assert m["copies_of_the_logits"]["value"] == len(casts)
+    assert m["logits_bytes"]["value"] == N * V * 4
+    assert _finding(diagnose(DATA / "cross_entropy.json.gz")).evidence["metrics"]["copies_of_the_logits"]["value"] == 0
+
+
 def test_the_regions_backward_is_the_nodes_its_operators_made():
     # each F.cross_entropy region: aten::cross_entropy_loss holds the log-softmax and the NLL; its backward nodes
     # (NllLossBackward0, LogSoftmaxBackward0) carry their sequence numbers
@@ -93,29 +112,47 @@ def test_a_classifiers_loss_on_a_real_gpu_trace_is_found_and_too_small_to_flag()
     assert unfused_cross_entropy(f) is None
 
 
-STEPS, P = 4, 11_700.0
+STEPS, P = 4, 13_000.0
 LOG_SOFTMAX = ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
                "at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>")
 GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
 
 
-def _h100_trace(folder: Path, *, log_softmax_us: float = 800.0, fill_us: float = 400.0,
-                backward_us: float = 1200.0) -> Path:
+def _h100_trace(folder: Path, *, log_softmax_us: float = 800.0, fill_us: float = 400.0, backward_us: float = 1200.0,
+                cast_us: float = 0.0, shapes: bool = True) -> Path:
     """STEPS steps of P us on an H100, each GPU-bound: the projection onto the vocabulary (a 3000-us GEMM), then
     aten::cross_entropy_loss over [8192, 32000] bf16 logits holding aten::log_softmax (its kernel log_softmax_us)
     and aten::nll_loss_nd (20 us); backward, NllLossBackward0 (a fill_us zero-fill of the gradient, a 20-us
-    scatter), LogSoftmaxBackward0 (backward_us) and the GEMM's (2 x 3000 us), the kernels back to back from +50 us."""
+    scatter), LogSoftmaxBackward0 (backward_us) and the GEMM's (2 x 3000 us), the kernels back to back from +50 us.
+    cast_us: the logits upcast to fp32 first (aten::to holding aten::_to_copy, then a view; the loss then takes fp32
+    logits), a cast_us copy kernel forward and the same in its ToCopyBackward0; shapes: the operators' recorded
+    shapes."""
     b = TraceBuilder()
+
+    def shaped(dims, types):
+        return {"Input Dims": dims, "Input type": types} if shapes else {}
+
+    logits_type = "float" if cast_us else "c10::BFloat16"
     for s in range(STEPS):
         T, seq = s * P, 100 * s
         b.step(s, T, P)
-        b.cpu("aten::linear", T, 8.0, **{"Sequence number": seq + 10, "Fwd thread id": 0})
-        b.launch(GEMM, T + 2.0, T + 50.0, 3000.0)
-        b.cpu("aten::cross_entropy_loss", T + 10.0, 30.0, **{
-            "Sequence number": seq + 11, "Fwd thread id": 0, "Input Dims": [[8192, 32000], [8192], [], [], [], []],
-            "Input type": ["c10::BFloat16", "long int", "", "Scalar", "Scalar", "Scalar"]})
-        b.cpu("aten::log_softmax", T + 12.0, 10.0, **{"Sequence number": seq + 11, "Fwd thread id": 0})
+        b.cpu("aten::linear", T, 4.0, **{"Sequence number": seq + 10, "Fwd thread id": 0})
+        b.launch(GEMM, T + 1.0, T + 50.0, 3000.0)
         at = T + 3050.0
+        if cast_us:
+            b.cpu("aten::to", T + 5.0, 2.0, **{"Sequence number": seq + 9, "Fwd thread id": 0,
+                                               **shaped([[4, 2048, 32000], [], [], [], []],
+                                                        ["c10::BFloat16", "Scalar", "Scalar", "Scalar", ""])})
+            b.cpu("aten::_to_copy", T + 5.2, 1.6)
+            b.launch("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda>", T + 5.5,
+                     at, cast_us)
+            at += cast_us
+            b.cpu("aten::view", T + 8.0, 1.0, **shaped([[4, 2048, 32000], []], ["float", "ScalarList"]))
+        b.cpu("aten::cross_entropy_loss", T + 10.0, 30.0, **{
+            "Sequence number": seq + 11, "Fwd thread id": 0,
+            **shaped([[8192, 32000], [8192], [], [], [], []],
+                     [logits_type, "long int", "", "Scalar", "Scalar", "Scalar"])})
+        b.cpu("aten::log_softmax", T + 12.0, 10.0, **{"Sequence number": seq + 11, "Fwd thread id": 0})
         b.launch(LOG_SOFTMAX, T + 14.0, at, log_softmax_us)
         at += log_softmax_us
         b.cpu("aten::nll_loss_nd", T + 25.0, 10.0, **{"Sequence number": seq + 12, "Fwd thread id": 0})
@@ -128,8 +165,11 @@ def _h100_trace(folder: Path, *, log_softmax_us: float = 800.0, fill_us: float =
         at = backward_node(b, "LogSoftmaxBackward0", T + 130.0, seq + 11, [
             ("void at::native::(anonymous namespace)::cunn_SoftMaxBackward<4, float, float, float, "
              "at::native::(anonymous namespace)::LogSoftMaxBackwardEpilogue>", backward_us)], at)
-        at = backward_node(b, "MmBackward0", T + 160.0, seq + 10, [(GEMM, 3000.0), (GEMM, 3000.0)], at)
-        end_gpu_bound_step(b, T, P, at)
+        if cast_us:
+            at = backward_node(b, "ToCopyBackward0", T + 150.0, seq + 9, [
+                ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda>", cast_us)], at)
+        at = backward_node(b, "MmBackward0", T + 170.0, seq + 10, [(GEMM, 3000.0), (GEMM, 3000.0)], at)
+        end_gpu_bound_step(b, T, P, at, sync_at=200.0)
     return write_trace(b, folder)
 
 
@@ -152,3 +192,19 @@ def test_a_loss_under_the_threshold_is_not_a_finding(tmp_path):
     # a small vocabulary's loss: 50 + 20 + 20 + 20 + 60 = 170 us of a ~9,220-us device step, 1.8 %: under
     # UNFUSED_LOSS_MIN_PCT (3 %)
     assert _finding(diagnose(_h100_trace(tmp_path, log_softmax_us=50.0, fill_us=20.0, backward_us=60.0))) is None
+
+
+def test_an_upcast_of_the_logits_before_the_loss_is_part_of_it(tmp_path):
+    # logits.float() before the loss (Hugging Face's eager code): a 600-us copy forward and its ToCopyBackward0's
+    # 600 us, which a fused kernel on the bf16 logits does without: the region's kernels 2440 + 1200 = 3640 us a
+    # step, the fused kernel still the log-softmax's 800 us, 2840 us saved per step
+    x = _finding(diagnose(_h100_trace(tmp_path, cast_us=600.0)))
+    m = x.evidence["metrics"]
+    assert m["copies_of_the_logits"]["value"] == STEPS - 1 and m["logits_bytes"]["value"] == 8192 * 32000 * 4
+    assert m["loss_kernel_time"]["value"] == pytest.approx(3640.0 * (STEPS - 1))
+    assert x.gain_us / (STEPS - 1) == pytest.approx(3640.0 - 800.0, rel=0.01)
+    # without recorded shapes the copy is not known to be of the logits: the loss's own kernels only
+    (tmp_path / "bare").mkdir()
+    x = _finding(diagnose(_h100_trace(tmp_path / "bare", cast_us=600.0, shapes=False)))
+    assert "copies_of_the_logits" not in x.evidence["metrics"]
+    assert x.gain_us / (STEPS - 1) == pytest.approx(2440.0 - 800.0, rel=0.01)

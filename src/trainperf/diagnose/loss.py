@@ -13,15 +13,17 @@ micro-batch.
 
 A region (`loss_regions`), on every thread: an `aten::cross_entropy_loss` not inside another, or an
 `aten::log_softmax` outside one whose NLL (`aten::nll_loss_nd`, `nll_loss`, `nll_loss2d`) follows it among its
-siblings, at most MAX_OPS_BETWEEN operators later. Its backward is the autograd nodes made by its operators
-(regions.region_work).
+siblings, at most MAX_OPS_BETWEEN operators later. With recorded shapes it also holds the copies of its logits just
+before it (COPY_OPS over the logits' elements: Hugging Face's `logits.float()` upcast, the shift's `.contiguous()`),
+which a fused kernel on the model's own logits does without, forward and backward (ToCopyBackward0 casts the
+gradient back). Its backward is the autograd nodes made by its operators (regions.region_work).
 
 Priced (GPU) by replay: the region's kernels, forward and backward, sped up to one fused kernel, whose time is taken
 as that of the region's forward log-softmax kernels: one read and one write of N x V, the traffic of a kernel that
-reads the logits and writes their gradient, measured on the trace's own device (no shapes or catalog needed). A
-cast of the logits to fp32 and the shift's copy before the loss (`logits.float()`, Hugging Face's
-`shift_logits.contiguous()`) are outside the region and not counted, though a fused linear cross-entropy removes them
-too. Host-only traces: the regions' host time as evidence, unpriced.
+reads the logits and writes their gradient, measured on the trace's own device (no shapes or catalog needed); after
+an upcast that kernel runs in fp32, so the estimate is high for a fused kernel on 16-bit logits (the gain a lower
+bound). Without recorded shapes the copies before the loss are not confirmed and not counted. Host-only traces: the
+regions' host time as evidence, unpriced.
 """
 
 from __future__ import annotations
@@ -42,8 +44,19 @@ from trainperf.trace.nesting import nest, row_spans
 CROSS_ENTROPY_OP = "aten::cross_entropy_loss"
 LOG_SOFTMAX_OPS = ("aten::log_softmax", "aten::_log_softmax")
 NLL_OPS = ("aten::nll_loss_nd", "aten::nll_loss", "aten::nll_loss2d")
-# siblings between a written-out log-softmax and its NLL: a view or reshape of the log-probabilities, a cast
+# copies of the logits before the loss: an upcast (logits.float()), the shift's .contiguous(); one of them copies
+# when it is, or holds, one of COPYING_OPS (aten::to of a tensor already of its type returns it, as .contiguous() of
+# a contiguous one does)
+COPY_OPS = ("aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone", "aten::copy_", "aten::type_as")
+COPYING_OPS = ("aten::_to_copy", "aten::clone", "aten::copy_")
+VIEW_OPS = ("aten::view", "aten::reshape", "aten::_unsafe_view", "aten::slice", "aten::flatten", "aten::select",
+            "aten::transpose", "aten::permute", "aten::expand", "aten::as_strided")
+# siblings between a written-out log-softmax and its NLL (a view or reshape of the log-probabilities, a cast), and
+# looked through before the loss for copies of its logits (views, the labels' shift and padding)
 MAX_OPS_BETWEEN = 4
+# a copy before the loss is of its logits when its input has their element count within this share: the shift
+# drops one position of each sequence (1 / 128 of a 128-token one)
+SAME_LOGITS_SHARE = 0.02
 # the regions' kernel time (forward and backward), % of the span, before it is a finding. Not fitted: no labeled
 # trace has this kind; 3 % as unfused_attention's (a fused kernel's 2-3x saving reaches the stall rules' 1-2 %)
 UNFUSED_LOSS_MIN_PCT = 3.0
@@ -61,6 +74,7 @@ class LossRegion:
     tokens: int | None       # N: rows of logits (the recorded shape's elements over the vocabulary); None unknown
     vocab: int | None        # V: the class dimension's size
     dtype: str               # the logits' recorded type ("" unknown)
+    copies: int = 0          # copies of the logits just before the loss taken into the region (start_ns: the first)
 
 
 def _logits_shape(t: EventTable, row: int, class_dim: int) -> tuple[int | None, int | None, str]:
@@ -72,6 +86,12 @@ def _logits_shape(t: EventTable, row: int, class_dim: int) -> tuple[int | None, 
     vocab = int(dims[class_dim if len(dims) > 1 else 0])
     n = int(np.prod(dims)) // vocab if vocab else 0
     return n, vocab, (s.types[0] if s.types else "")
+
+
+def _elements(t: EventTable, row: int) -> int | None:
+    """Elements of the first tensor an operator takes, from its recorded shapes; None without them."""
+    s = op_shape(t, row)
+    return int(np.prod(s.dims[0])) if s is not None and s.dims and is_shape(s.dims[0]) else None
 
 
 def loss_regions(t: EventTable) -> list[LossRegion]:
@@ -86,6 +106,12 @@ def loss_regions(t: EventTable) -> list[LossRegion]:
     is_ce = np.isin(t.name[rows], ce_ids)
     is_ls = np.isin(t.name[rows], ls_ids)
     is_nll = np.isin(t.name[rows], t.ids_matching(lambda s: s in NLL_OPS))
+    is_copy = np.isin(t.name[rows], t.ids_matching(lambda s: s in COPY_OPS))
+    is_view = np.isin(t.name[rows], t.ids_matching(lambda s: s in VIEW_OPS))
+    copying = np.zeros(rows.size, dtype=bool)  # the operator copies: it is, or holds, one of COPYING_OPS
+    for x in np.flatnonzero(np.isin(t.name[rows], t.ids_matching(lambda s: s in COPYING_OPS))).tolist():
+        while x >= 0 and not copying[x]:
+            copying[x], x = True, int(parent[x])
 
     def inside(i: int, mask: np.ndarray) -> int:  # the nearest enclosing position in mask, or -1
         i = int(parent[i])
@@ -97,16 +123,38 @@ def loss_regions(t: EventTable) -> list[LossRegion]:
     by_sibling = np.lexsort((n.start, parent, n.key))
     where = np.empty_like(by_sibling)
     where[by_sibling] = np.arange(by_sibling.size)
+
+    def copies_before(i: int, elements: int | None) -> list[int]:
+        """The copies of the logits (COPY_OPS on elements of them, SAME_LOGITS_SHARE) among the MAX_OPS_BETWEEN
+        siblings before position i, nearest first, looking through views and operators on other tensors (the
+        labels' shift) and stopping at any other operator on the logits."""
+        found, j = [], int(where[i])
+        for x in by_sibling[max(j - MAX_OPS_BETWEEN, 0):j][::-1].tolist() if elements else ():
+            if n.key[x] != n.key[i] or parent[x] != parent[i]:
+                break
+            e = _elements(t, int(rows[x]))
+            if e is None or abs(e - elements) > SAME_LOGITS_SHARE * elements or is_view[x] or (
+                    is_copy[x] and not copying[x]):
+                continue  # another tensor (the labels), a view, a cast or .contiguous() that returned its input
+            if not (is_copy[x] and copying[x]):
+                break
+            found.append(x)
+        return found
+
+    def region(i: int, end: int, log_softmax: int, class_dim: int) -> LossRegion:
+        tokens, vocab, dtype = _logits_shape(t, int(rows[i]), class_dim)
+        copies = copies_before(i, tokens * vocab if vocab else None)
+        return LossRegion(key=int(n.key[i]), start_ns=int(n.start[copies[-1] if copies else i]),
+                          end_ns=int(n.end[end]), row=int(rows[i]), log_softmax_row=int(rows[log_softmax]),
+                          tokens=tokens, vocab=vocab, dtype=dtype, copies=len(copies))
+
     out = []
     for i in np.flatnonzero(is_ce).tolist():
         if inside(i, is_ce) >= 0:
             continue
         mine = [j for j in outer_ls if inside(j, is_ce) == i]
         if mine:
-            tokens, vocab, dtype = _logits_shape(t, int(rows[i]), 1)
-            out.append(LossRegion(key=int(n.key[i]), start_ns=int(n.start[i]), end_ns=int(n.end[i]),
-                                  row=int(rows[i]), log_softmax_row=int(rows[mine[0]]), tokens=tokens, vocab=vocab,
-                                  dtype=dtype))
+            out.append(region(i, i, mine[0], 1))
     for i in outer_ls:
         if inside(i, is_ce) >= 0:
             continue
@@ -115,10 +163,7 @@ def loss_regions(t: EventTable) -> list[LossRegion]:
                  if n.key[x] == n.key[i] and parent[x] == parent[i]]
         nll = next((x for x in after if is_nll[x]), -1)
         if nll >= 0:
-            tokens, vocab, dtype = _logits_shape(t, int(rows[i]), -1)
-            out.append(LossRegion(key=int(n.key[i]), start_ns=int(n.start[i]), end_ns=int(n.end[nll]),
-                                  row=int(rows[i]), log_softmax_row=int(rows[i]), tokens=tokens, vocab=vocab,
-                                  dtype=dtype))
+            out.append(region(i, nll, i, -1))
     return sorted(out, key=lambda r: (r.key, r.start_ns))
 
 
@@ -154,7 +199,8 @@ def unfused_cross_entropy(f: RankFacts) -> F.Finding | None:
     if shaped:
         r = max(shaped, key=lambda x: x.tokens * x.vocab)
         metrics.update(vocabulary=(r.vocab, "count"), tokens=(r.tokens, "count"),
-                       logits_bytes=(r.tokens * r.vocab * DTYPE_BYTES.get(r.dtype, 4), "B"))
+                       logits_bytes=(r.tokens * r.vocab * DTYPE_BYTES.get(r.dtype, 4), "B"),
+                       copies_of_the_logits=(sum(x.copies for x in regions), "count"))
     events = _events(f, regions)
     if not f.has_gpu:
         if f.pct(work.host_us) < UNFUSED_LOSS_MIN_PCT:

@@ -5,7 +5,8 @@ A token embedding (vocabulary 4096, width 64), one MLP block and the projection 
 cross_entropy.json.gz: F.cross_entropy on the flattened logits (aten::cross_entropy_loss: log-softmax, then NLL);
 written_out.json.gz: F.nll_loss(F.log_softmax(logits, -1).view(-1, V), targets), the two spelled out with a view
 between them; kl_div.json.gz: a distillation loss, F.kl_div of the log-softmax against fixed teacher probabilities
-(a log-softmax without an NLL: no cross-entropy region).
+(a log-softmax without an NLL: no cross-entropy region); upcast.json.gz: the model in bf16, its logits cast to fp32
+before F.cross_entropy (Hugging Face's eager `logits.float()`: aten::to holding aten::_to_copy, ToCopyBackward0).
 Made with torch 2.13.0+cpu on the 2-core CPU container (2026-12-06):
 `python tests/data/loss/make_traces.py OUT_DIR`, then `gzip -9` each file.
 """
@@ -27,7 +28,7 @@ def profile_steps(out: Path, name: str) -> None:
     """Profile 3 training steps (after 1 wait and 1 warm-up) of the model with loss `name` into out/name.json."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Embedding(V, D), nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D),
-                          nn.Linear(D, V, bias=False))
+                          nn.Linear(D, V, bias=False)).to(torch.bfloat16 if name == "upcast" else torch.float32)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     tokens = torch.randint(0, V, (B, S))
     targets = torch.randint(0, V, (B * S,))
@@ -37,6 +38,8 @@ def profile_steps(out: Path, name: str) -> None:
         logits = model(tokens)
         if name == "cross_entropy":
             return F.cross_entropy(logits.view(-1, V), targets)
+        if name == "upcast":
+            return F.cross_entropy(logits.float().view(-1, V), targets)
         if name == "written_out":
             return F.nll_loss(F.log_softmax(logits, dim=-1).view(-1, V), targets)
         return F.kl_div(F.log_softmax(logits, dim=-1), teacher, reduction="batchmean")
@@ -46,5 +49,5 @@ def profile_steps(out: Path, name: str) -> None:
 
 if __name__ == "__main__":
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
-    for loss_name in ("cross_entropy", "written_out", "kl_div"):
+    for loss_name in ("cross_entropy", "written_out", "kl_div", "upcast"):
         profile_steps(out, loss_name)
