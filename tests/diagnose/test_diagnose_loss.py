@@ -112,7 +112,7 @@ def test_a_classifiers_loss_on_a_real_gpu_trace_is_found_and_too_small_to_flag()
     assert unfused_cross_entropy(f) is None
 
 
-STEPS, P = 4, 13_000.0
+STEPS, P = 4, 11_700.0  # P: the step, 190 us past its device work (an upcast's copies lengthen both)
 LOG_SOFTMAX = ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
                "at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>")
 GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
@@ -133,9 +133,10 @@ def _h100_trace(folder: Path, *, log_softmax_us: float = 800.0, fill_us: float =
         return {"Input Dims": dims, "Input type": types} if shapes else {}
 
     logits_type = "float" if cast_us else "c10::BFloat16"
+    step_us = P + 2.0 * cast_us
     for s in range(STEPS):
-        T, seq = s * P, 100 * s
-        b.step(s, T, P)
+        T, seq = s * step_us, 100 * s
+        b.step(s, T, step_us)
         b.cpu("aten::linear", T, 4.0, **{"Sequence number": seq + 10, "Fwd thread id": 0})
         b.launch(GEMM, T + 1.0, T + 50.0, 3000.0)
         at = T + 3050.0
@@ -169,7 +170,7 @@ def _h100_trace(folder: Path, *, log_softmax_us: float = 800.0, fill_us: float =
             at = backward_node(b, "ToCopyBackward0", T + 150.0, seq + 9, [
                 ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda>", cast_us)], at)
         at = backward_node(b, "MmBackward0", T + 170.0, seq + 10, [(GEMM, 3000.0), (GEMM, 3000.0)], at)
-        end_gpu_bound_step(b, T, P, at, sync_at=200.0)
+        end_gpu_bound_step(b, T, step_us, at, sync_at=200.0)
     return write_trace(b, folder)
 
 
@@ -179,7 +180,8 @@ def test_unfused_cross_entropy_priced_as_one_kernel_at_its_log_softmax_time(tmp_
     # 3.05x on those kernels; the logits [8192, 32000] bf16: 524,288,000 bytes
     d = diagnose(_h100_trace(tmp_path))
     x = _finding(d)
-    assert x is not None and x.priced and x.confidence == "medium"
+    assert x is not None and d.findings[0] is x and x.priced and x.confidence == "medium"
+    assert x.gain_pct == pytest.approx(100.0 * 1640.0 / P, abs=0.1) and x.severity == "high"
     m = x.evidence["metrics"]
     assert m["regions"]["value"] == STEPS - 1
     assert m["loss_kernel_time"]["value"] == pytest.approx(2440.0 * (STEPS - 1))
