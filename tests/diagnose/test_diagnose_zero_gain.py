@@ -37,6 +37,6 @@ def test_unpriced_finding_is_kept_and_reads_not_estimated_and_html_has_no_dash_o
     ranked, plan = F.rank_by_marginal_gain([unpriced], _no_replay)
     assert ranked == [unpriced] and not plan.order
     assert "≈" not in gain_text(unpriced) and "not estimated" in gain_text(unpriced)
-    d = Diagnosis("t.json", [], ranked, {}, [], fix_all_gain_pct=0.0, fix_order=plan.order)
+    d = Diagnosis(path="t.json", ranks=[], findings=ranked, cross_rank={}, fix_all_gain_pct=0.0, fix_order=plan.order)
     html = write_report(d, tmp_path / "r.html").read_text()
     assert "#-" not in html and "in the order -" not in html and "0.0%" not in html.split("memory_bound_unfused")[1][:200]

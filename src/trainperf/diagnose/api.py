@@ -30,7 +30,7 @@ from trainperf.trace.events import EventTable
 from trainperf.trace.load import load_trace
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RankSummary:
     """Per-rank figures of the JSON output (times µs, shares %)."""
 
@@ -81,7 +81,7 @@ class RankSummary:
     loop: str = "unknown"                           # training | inference (forward-only) | unknown (facts.loop_kind)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Diagnosis:
     """Everything `trainperf diagnose` reports: per-rank summaries, cross-rank view, ranked findings."""
 
@@ -274,7 +274,8 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     best = max(plans.values(), key=lambda p: p.fix_all_gain_pct, default=None)
     mods = [module_breakdown(tables[r], by=modules) for r in summaries] if modules else []
     notes += [f"rank {b.rank}: modules: {n}" for b in mods for n in b.notes]
-    return Diagnosis(str(path), list(summaries.values()), merged[:top], xr_json, notes,
+    return Diagnosis(path=str(path), ranks=list(summaries.values()), findings=merged[:top], cross_rank=xr_json,
+                     notes=notes,
                      fix_all_gain_pct=best.fix_all_gain_pct if best else 0.0, fix_order=best.order if best else [],
                      modules=mods, tables=tables)
 
@@ -316,7 +317,9 @@ def _summary(f: RankFacts, plan: F.FixPlan) -> RankSummary:
         hw = f.host_window_us
         # the loop thread computes nothing while it is in or blocked on a collective: all of it is exposed
         comm = f.host_comm_us or 0.0
-        return RankSummary(t.rank, t.source, hw, 0, 0, 0, 0, 0, 0, 0, comm_us=comm, exposed_comm_us=comm,
+        return RankSummary(rank=t.rank, source=t.source, window_us=hw, idle_pct=0, compute_pct=0, non_compute_pct=0,
+                           overlap_pct=0, idle_host_pct=0, idle_kernel_pct=0, idle_other_pct=0, comm_us=comm,
+                           exposed_comm_us=comm,
                            gpu_analyses="skipped: no kernel, memcpy or memset events in this rank's trace",
                            dataloader_pct=_pct(f.dataloader.time_us, hw), optimizer_pct=_pct(f.optimizer.time_us, hw),
                            allocator_pct=_pct(f.allocator.time_us, hw), **common)
@@ -324,8 +327,9 @@ def _summary(f: RankFacts, plan: F.FixPlan) -> RankSummary:
     hp, kp, op = f.idle.pct()
     span = f.span_us
     return RankSummary(
-        t.rank, t.source, tb.window_us, tb.idle_pct, tb.compute_pct, tb.non_compute_pct, ov.overlap_pct, hp, kp, op,
-        comm_us=ov.comm_us, exposed_comm_us=ov.exposed_us,
+        rank=t.rank, source=t.source, window_us=tb.window_us, idle_pct=tb.idle_pct, compute_pct=tb.compute_pct,
+        non_compute_pct=tb.non_compute_pct, overlap_pct=ov.overlap_pct, idle_host_pct=hp, idle_kernel_pct=kp,
+        idle_other_pct=op, comm_us=ov.comm_us, exposed_comm_us=ov.exposed_us,
         kernel_categories_pct={c.category: c.pct_of_busy for c in f.categories},
         launch_delay_median_us=ls.delay_median_us, launch_delay_p95_us=ls.delay_p95_us,
         small_kernel_count_pct=ls.small_kernel_count_pct,

@@ -91,7 +91,7 @@ class MatchedCollective:
     rows: dict[int, int] = field(default_factory=dict)  # trace row of this collective's kernel on each rank
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CrossRank:
     """Matched collectives, wait caused by each rank, and imbalance of compute time across ranks."""
 
@@ -381,8 +381,10 @@ def cross_rank(tables: dict[int, EventTable], windows: dict[int, Window], comput
                          "(its partners are not known from the trace): no straggler wait or clock offset from it")
     else:
         notes.append("one rank: cross-rank analyses need traces of at least two ranks")
-    return CrossRank(matched, unmatched, wait, caused if len(ranks) >= 2 else {}, busy_us, compute_us, notes,
-                     clock_offset_us=t0, clock_spread_us=spread, point_to_point=bool(p2p))
+    return CrossRank(collectives=matched, unmatched=unmatched, wait_by_rank_us=wait,
+                     caused_by_rank_us=caused if len(ranks) >= 2 else {}, busy_by_rank_us=busy_us,
+                     compute_by_rank_us=compute_us, notes=notes, clock_offset_us=t0, clock_spread_us=spread,
+                     point_to_point=bool(p2p))
 
 
 # --- CPU-only ranks (gloo): where each rank spends its step --------------------------------------------

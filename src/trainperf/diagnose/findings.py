@@ -374,7 +374,7 @@ RECOMMENDATIONS = {
 }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Finding:
     """One diagnosed problem: what, how bad, where, the evidence, what fixing it gains and how."""
 
@@ -434,9 +434,10 @@ def make(kind: str, ranks, steps, metrics: dict, events=(), gain_pct: float | No
     ev = {"metrics": {k: {"value": round(float(v[0]), 3), "unit": v[1]} for k, v in metrics.items()},
           "events": [{"name": n, "start_us": round(float(s), 1), "dur_us": round(float(d), 1)} for n, s, d in events]}
     bound = upper_bound or any(c.kind in UPPER_BOUND_CHANGES for c in changes)
-    return Finding(kind, severity or capped_severity(gain_pct, None, bound), sorted(int(r) for r in ranks),
-                   [int(s) for s in steps], ev, round(float(gain_pct), 2), round(float(gain_us), 1), what_if,
-                   RECOMMENDATIONS[kind], gain_alone_pct=round(float(gain_pct), 2),
+    return Finding(kind=kind, severity=severity or capped_severity(gain_pct, None, bound),
+                   ranks=sorted(int(r) for r in ranks), steps=[int(s) for s in steps], evidence=ev,
+                   gain_pct=round(float(gain_pct), 2), gain_us=round(float(gain_us), 1), what_if=what_if,
+                   recommendation=RECOMMENDATIONS[kind], gain_alone_pct=round(float(gain_pct), 2),
                    evidence_pct=None if evidence_pct is None else round(float(evidence_pct), 2), changes=changes,
                    gain_is_upper_bound=bound, priced=priced)
 

@@ -67,7 +67,7 @@ def launched_inside(t: EventTable, w: Window, key: np.ndarray, start_ns: np.ndar
     return rows[hit >= 0]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LaunchStats:
     """Launch delay (kernel start - launch call start, µs) and small-kernel share."""
 
@@ -94,10 +94,11 @@ def launch_stats(t: EventTable, w: Window) -> LaunchStats:
         d = w.ts_us[rows] - w.ts_us[link]
         over = float(np.median(w.end_us[link] - w.ts_us[link]))
     tot = float(kdur.sum())
-    return LaunchStats(int(krows.size), float(np.median(d)), float(np.percentile(d, 95)), float(d.max()),
-                       100.0 * small.mean() if krows.size else 0.0,
-                       100.0 * float(kdur[small].sum()) / tot if tot > 0 else 0.0, over,
-                       _small_kernel_host_wait(t, w, rows, link))
+    return LaunchStats(n_kernels=int(krows.size), delay_median_us=float(np.median(d)),
+                       delay_p95_us=float(np.percentile(d, 95)), delay_max_us=float(d.max()),
+                       small_kernel_count_pct=100.0 * small.mean() if krows.size else 0.0,
+                       small_kernel_time_pct=100.0 * float(kdur[small].sum()) / tot if tot > 0 else 0.0,
+                       launch_overhead_us=over, small_kernel_host_wait_us=_small_kernel_host_wait(t, w, rows, link))
 
 
 def _by_stream(t: EventTable, w: Window, rows: np.ndarray, link: np.ndarray):
