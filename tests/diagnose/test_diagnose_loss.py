@@ -1,7 +1,8 @@
 """unfused_cross_entropy (diagnose/loss.py): a cross-entropy's log-softmax and NLL run as separate kernels.
 
 Real profiles (tests/data/loss, torch 2.13 CPU, record_shapes): one small language model trained with
-F.cross_entropy, with the log-softmax and NLL written out, and with a distillation loss (a log-softmax and no NLL).
+F.cross_entropy, with the log-softmax and NLL written out, in bf16 with an upcast, and with a distillation loss (a
+log-softmax and no NLL); a tiny Hugging Face LlamaForCausalLM whose loss transformers computes.
 A hand-built H100 trace prices the finding against a hand-worked fused-kernel time."""
 
 import gzip
@@ -75,6 +76,23 @@ def test_an_upcast_of_the_bf16_logits_is_a_copy_the_region_holds():
     assert m["copies_of_the_logits"]["value"] == len(casts)
     assert m["logits_bytes"]["value"] == N * V * 4
     assert _finding(diagnose(DATA / "cross_entropy.json.gz")).evidence["metrics"]["copies_of_the_logits"]["value"] == 0
+
+
+def test_hugging_faces_own_loss_path_upcasts_the_logits_six_operators_before_the_loss():
+    # transformers 4.57's ForCausalLMLoss on a 2-layer LlamaForCausalLM in bf16: logits.float() (an aten::to holding
+    # aten::_to_copy over [4, 64, 4096]), then the labels padded, shifted and flattened (aten::pad, slice,
+    # contiguous, view, view, to: 6 siblings), then F.cross_entropy over [256, 4096] fp32. The copy is the region's
+    p = DATA / "hf_llama.json.gz"
+    t = next(iter(load_trace(p).values()))
+    regions = loss_regions(t)
+    assert len(regions) == 3 and all(r.copies == 1 and (r.tokens, r.vocab, r.dtype) == (256, V, "float")
+                                     for r in regions)
+    ev = json.loads(gzip.decompress(p.read_bytes()))["traceEvents"]
+    casts = sorted(e["ts"] for e in ev if e.get("name") == "aten::to" and e["args"].get("Fwd thread id") == 0
+                   and e["args"]["Input Dims"][0] == [4, 64, V])
+    assert [round(r.start_ns / 1e3, 3) for r in regions] == pytest.approx(casts, abs=0.01)
+    x = _finding(diagnose(p))
+    assert x is not None and x.evidence["metrics"]["copies_of_the_logits"]["value"] == 2  # the analysed steps'
 
 
 def test_the_regions_backward_is_the_nodes_its_operators_made():

@@ -13,10 +13,11 @@ micro-batch.
 
 A region (`loss_regions`), on every thread: an `aten::cross_entropy_loss` not inside another, or an
 `aten::log_softmax` outside one whose NLL (`aten::nll_loss_nd`, `nll_loss`, `nll_loss2d`) follows it among its
-siblings, at most MAX_OPS_BETWEEN operators later. With recorded shapes it also holds the copies of its logits just
-before it (COPY_OPS over the logits' elements: Hugging Face's `logits.float()` upcast, the shift's `.contiguous()`),
-which a fused kernel on the model's own logits does without, forward and backward (ToCopyBackward0 casts the
-gradient back). Its backward is the autograd nodes made by its operators (regions.region_work).
+siblings, at most MAX_OPS_BETWEEN operators later. With recorded shapes it also holds the copies of its logits
+between it and the product that made them (COPY_OPS over the logits' elements: Hugging Face's `logits.float()`
+upcast, the shift's `.contiguous()`), which a fused kernel on the model's own logits does without, forward and
+backward (ToCopyBackward0 casts the gradient back). Its backward is the autograd nodes made by its operators
+(regions.region_work).
 
 Priced (GPU) by replay: the region's kernels, forward and backward, sped up to one fused kernel, whose time is taken
 as that of the region's forward log-softmax kernels: one read and one write of N x V, the traffic of a kernel that
@@ -51,9 +52,13 @@ COPY_OPS = ("aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone", "at
 COPYING_OPS = ("aten::_to_copy", "aten::clone", "aten::copy_")
 VIEW_OPS = ("aten::view", "aten::reshape", "aten::_unsafe_view", "aten::slice", "aten::flatten", "aten::select",
             "aten::transpose", "aten::permute", "aten::expand", "aten::as_strided")
-# siblings between a written-out log-softmax and its NLL (a view or reshape of the log-probabilities, a cast), and
-# looked through before the loss for copies of its logits (views, the labels' shift and padding)
+# siblings between a written-out log-softmax and its NLL (a view or reshape of the log-probabilities, a cast)
 MAX_OPS_BETWEEN = 4
+# siblings looked through before the loss for copies of its logits, back to the matrix product that made them (the
+# projection onto the vocabulary): Hugging Face's loss pads, shifts and flattens the labels between the upcast and
+# the loss, 6 siblings in transformers 4.57; 16 leaves room for more without reaching far into the model
+MAX_OPS_BEFORE = 16
+PRODUCT_OPS = ("aten::linear", "aten::matmul", "aten::mm", "aten::addmm", "aten::bmm", "aten::einsum")
 # a copy before the loss is of its logits when its input has their element count within this share: the shift
 # drops one position of each sequence (1 / 128 of a 128-token one)
 SAME_LOGITS_SHARE = 0.02
@@ -108,6 +113,7 @@ def loss_regions(t: EventTable) -> list[LossRegion]:
     is_nll = np.isin(t.name[rows], t.ids_matching(lambda s: s in NLL_OPS))
     is_copy = np.isin(t.name[rows], t.ids_matching(lambda s: s in COPY_OPS))
     is_view = np.isin(t.name[rows], t.ids_matching(lambda s: s in VIEW_OPS))
+    is_product = np.isin(t.name[rows], t.ids_matching(lambda s: s in PRODUCT_OPS))
     copying = np.zeros(rows.size, dtype=bool)  # the operator copies: it is, or holds, one of COPYING_OPS
     for x in np.flatnonzero(np.isin(t.name[rows], t.ids_matching(lambda s: s in COPYING_OPS))).tolist():
         while x >= 0 and not copying[x]:
@@ -125,12 +131,12 @@ def loss_regions(t: EventTable) -> list[LossRegion]:
     where[by_sibling] = np.arange(by_sibling.size)
 
     def copies_before(i: int, elements: int | None) -> list[int]:
-        """The copies of the logits (COPY_OPS on elements of them, SAME_LOGITS_SHARE) among the MAX_OPS_BETWEEN
-        siblings before position i, nearest first, looking through views and operators on other tensors (the
-        labels' shift) and stopping at any other operator on the logits."""
+        """The copies of the logits (COPY_OPS on elements of them, SAME_LOGITS_SHARE) among the MAX_OPS_BEFORE
+        siblings before position i, nearest first, back to the matrix product that made the logits: looking through
+        views and operators on other tensors (the labels' shift), stopping at any other operator on the logits."""
         found, j = [], int(where[i])
-        for x in by_sibling[max(j - MAX_OPS_BETWEEN, 0):j][::-1].tolist() if elements else ():
-            if n.key[x] != n.key[i] or parent[x] != parent[i]:
+        for x in by_sibling[max(j - MAX_OPS_BEFORE, 0):j][::-1].tolist() if elements else ():
+            if n.key[x] != n.key[i] or parent[x] != parent[i] or is_product[x]:
                 break
             e = _elements(t, int(rows[x]))
             if e is None or abs(e - elements) > SAME_LOGITS_SHARE * elements or is_view[x] or (

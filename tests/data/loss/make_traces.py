@@ -7,6 +7,10 @@ written_out.json.gz: F.nll_loss(F.log_softmax(logits, -1).view(-1, V), targets),
 between them; kl_div.json.gz: a distillation loss, F.kl_div of the log-softmax against fixed teacher probabilities
 (a log-softmax without an NLL: no cross-entropy region); upcast.json.gz: the model in bf16, its logits cast to fp32
 before F.cross_entropy (Hugging Face's eager `logits.float()`: aten::to holding aten::_to_copy, ToCopyBackward0).
+hf_llama.json.gz: Hugging Face's own loss path (transformers 4.57.6, not a dependency of trainperf: installed apart
+with `pip install --target DIR "transformers>=4.46,<5"` and put on PYTHONPATH), a 2-layer LlamaForCausalLM in bf16
+(vocabulary 4096, width 64, 4 sequences of 64 tokens) called with labels: ForCausalLMLoss upcasts the logits, pads
+and shifts the labels, then F.cross_entropy.
 Made with torch 2.13.0+cpu on the 2-core CPU container (2026-12-06):
 `python tests/data/loss/make_traces.py OUT_DIR`, then `gzip -9` each file.
 """
@@ -47,7 +51,24 @@ def profile_steps(out: Path, name: str) -> None:
     profile_training(out, name, loss, opt, 5, record_shapes=True)
 
 
+def profile_hf_llama(out: Path) -> None:
+    """Profile 3 training steps of a tiny Hugging Face LlamaForCausalLM, its loss computed by transformers."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=V, hidden_size=D, intermediate_size=176, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128)
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ids = torch.randint(0, V, (4, S))
+    profile_training(out, "hf_llama", lambda i: model(input_ids=ids, labels=ids).loss, opt, 5, record_shapes=True)
+
+
 if __name__ == "__main__":
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
     for loss_name in ("cross_entropy", "written_out", "kl_div", "upcast"):
         profile_steps(out, loss_name)
+    try:
+        profile_hf_llama(out)
+    except ImportError:
+        print("hf_llama: transformers is not installed, left as it is")
