@@ -1,7 +1,8 @@
 """unfused_attention (diagnose/attention.py): attention written out of separate operators.
 
 Real profiles (tests/data/attention, torch 2.13 CPU, record_shapes): the same 2-block model with attention written
-out (eager), with SDPA forced to its math path (math) and with SDPA's fused CPU kernel (sdpa). A hand-built H100
+out (eager), with SDPA forced to its math path (math) and with SDPA's fused CPU kernel (sdpa); a tiny Hugging Face
+LlamaForCausalLM with transformers' own eager attention (hf_eager). A hand-built H100
 trace prices the finding against a hand-worked fused-kernel time."""
 
 import gzip
@@ -48,6 +49,18 @@ def test_written_out_attention_is_found_and_the_router_softmax_is_not():
     assert "[2, 4, 64, 64]" in x.evidence["events"][0]["name"]
     regions = attention_regions(next(iter(load_trace(p).values())))
     assert {r.flops for r in regions} == {4.0 * 2 * 4 * 64 * 64 * 16}  # 4·B·H·S·S·D
+
+
+def test_hugging_faces_eager_attention_is_found():
+    # transformers 4.57's eager_attention_forward in a 2-layer LlamaForCausalLM (attn_implementation="eager"):
+    # matmul(q, k^T) * scaling, + the causal mask, softmax in fp32 and back, dropout, matmul(., v): one region per
+    # layer per analysed step, each a [4, 4, 64, 64] softmax with its products' shapes chained (4·B·H·S·S·D FLOPs)
+    p = DATA / "hf_eager.json.gz"
+    x = _finding(diagnose(p))
+    assert x is not None and x.evidence["metrics"]["regions"]["value"] == _raw_attention_softmaxes(
+        p, "aten::softmax") == 4
+    regions = attention_regions(next(iter(load_trace(p).values())))
+    assert {r.flops for r in regions} == {4.0 * 4 * 4 * 64 * 64 * 16}
 
 
 def test_sdpa_math_fallback_is_named_and_the_fused_kernel_is_not_flagged():

@@ -8,6 +8,10 @@ math.json.gz: SDPA with dropout and the math backend forced (what PyTorch falls 
 dtype, dropout or head dim): the same unfused ops inside aten::_scaled_dot_product_attention_math.
 Made with torch 2.13.0+cpu on the 2-core CPU container (2026-12-03):
 `python tests/data/attention/make_traces.py OUT_DIR`, then `gzip -9` each file.
+hf_eager.json.gz (2026-12-06): Hugging Face's own eager attention (transformers 4.57.6, not a dependency of
+trainperf: installed apart with `pip install --target DIR "transformers>=4.46,<5"` and put on PYTHONPATH), a 2-layer
+LlamaForCausalLM in fp32 (vocabulary 512, width 64, 4 heads, 4 sequences of 64 tokens) with
+attn_implementation="eager", trained on its own loss.
 """
 
 import math
@@ -66,8 +70,26 @@ def profile_steps(out: Path, name: str, attention: str, backend=None) -> None:
     profile_training(out, name, loss, opt, 5, record_shapes=True)
 
 
+def profile_hf_eager(out: Path) -> None:
+    """Profile 3 training steps of a tiny Hugging Face LlamaForCausalLM with its eager attention."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128,
+                         attn_implementation="eager")
+    model = LlamaForCausalLM(config)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ids = torch.randint(0, 512, (4, 64))
+    profile_training(out, "hf_eager", lambda i: model(input_ids=ids, labels=ids).loss, opt, 5, record_shapes=True)
+
+
 if __name__ == "__main__":
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
     profile_steps(out, "eager", "eager")
     profile_steps(out, "sdpa", "sdpa")
     profile_steps(out, "math", "math", SDPBackend.MATH)
+    try:
+        profile_hf_eager(out)
+    except ImportError:
+        print("hf_eager: transformers is not installed, left as it is")
