@@ -2,9 +2,11 @@
 
 import json
 import sys
+from io import StringIO
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
@@ -15,6 +17,7 @@ from chart_checks import assert_charts  # noqa: E402
 
 from trainperf.cli import app  # noqa: E402
 from trainperf.diagnose.api import diagnose  # noqa: E402
+from trainperf.diagnose.render import print_summary  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "../shared/data/traces/hta"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data/traces/hta not present")
@@ -64,6 +67,20 @@ def test_data_loader_stall_found_with_gain(tmp_path):
     # launch, now counts too; it was 2 * 1500 when the replay started at the first launch)
     assert f.gain_us == pytest.approx(4500, rel=0.02)
     assert f.evidence["events"] and "DataLoader" in f.evidence["events"][0]["name"]
+
+
+def test_the_terminal_shows_each_findings_what_if_and_bracketed_text_as_written(tmp_path):
+    # the what-if is printed in brackets after the gain: rich read "[the data-loader ... removed]" as a style tag
+    # and printed nothing of it; a note or name with brackets in it must print as written too
+    p = _data_stall(tmp_path / "s.json.gz")
+    d = diagnose(p)
+    f = d.findings[0]
+    out = CliRunner().invoke(app, ["diagnose", str(p)], env={"COLUMNS": "400"}).output
+    assert f.what_if and f"[{f.what_if}]" in out
+    f.notes.append("[tokens, vocabulary] logits")
+    buf = StringIO()
+    print_summary(d, Console(file=buf, width=400))
+    assert "note: [tokens, vocabulary] logits" in buf.getvalue()
 
 
 def test_cli_json_schema_and_steps(tmp_path):

@@ -49,12 +49,13 @@ def register(app: typer.Typer) -> None:
 
 def print_diff(d, console, top: int = 10) -> None:
     """Terminal summary of a diagnose.diff.TraceDiff: step times, buckets, the names that moved most."""
+    from rich.markup import escape
     from rich.table import Table
 
     from trainperf.diagnose.units import fmt_us
 
     j = d.to_json(top=top)
-    console.print(f"[bold]{j['headline']}[/]", highlight=False)
+    console.print(f"[bold]{escape(j['headline'])}[/]", highlight=False)
     for side in ("baseline", "candidate"):
         s = j[side]
         lo, hi = s["step_time_interval_us"]
@@ -76,7 +77,7 @@ def print_diff(d, console, top: int = 10) -> None:
     for c in j["contributions"]:
         tag = " [green](new)[/]" if c["count_baseline_per_step"] == 0 else (
             " [red](gone)[/]" if c["count_candidate_per_step"] == 0 else "")
-        t.add_row(c["name"][:70] + tag, c["category"], fmt_us(c["delta_us_per_step"], True),
+        t.add_row(escape(c["name"][:70]) + tag, c["category"], fmt_us(c["delta_us_per_step"], True),
                   f"{c['count_baseline_per_step']:.2f}", f"{c['count_candidate_per_step']:.2f}")
     console.print(t)
     console.print(f"{len(j['new'])} names new, {len(j['gone'])} gone (all in JSON / --html)", highlight=False)
@@ -85,4 +86,4 @@ def print_diff(d, console, top: int = 10) -> None:
                       f"{f['candidate_severity'] or '-'}; gain {f['baseline_gain_pct']:.1f}% -> "
                       f"{f['candidate_gain_pct']:.1f}%)", highlight=False)
     for n in j["notes"]:
-        console.print(f"[yellow]note:[/] {n}", highlight=False)
+        console.print(f"[yellow]note:[/] {escape(n)}", highlight=False)

@@ -347,8 +347,8 @@ RECOMMENDATIONS = {
                         "itself falls back to its math path (aten::_scaled_dot_product_attention_math), give it what "
                         "the fused kernels take: bf16/fp16 inputs, a head dim that is a multiple of 8 and at most "
                         "256, no unsupported mask.",
-    "unfused_cross_entropy": "The loss runs its log-softmax and NLL as separate passes over the [tokens, vocabulary] "
-                             "logits, forward and backward: use a fused cross-entropy that reads the logits once and "
+    "unfused_cross_entropy": "The loss runs its log-softmax and NLL as separate passes over the logits (tokens x "
+                             "vocabulary), forward and backward: use a fused cross-entropy that reads the logits once and "
                              "writes their gradient in the same kernel (trainperf.kernels.CrossEntropyLoss, "
                              "Liger Kernel's LigerCrossEntropyLoss), or better a fused linear cross-entropy that never "
                              "holds the logits (trainperf.kernels.FusedLinearCrossEntropyLoss, Liger's "

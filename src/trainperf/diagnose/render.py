@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from trainperf.diagnose.api import Diagnosis
@@ -95,7 +96,7 @@ def print_summary(d: Diagnosis, console: Console, top: int = 5) -> None:
         t.add_row(str(r.rank), *rank_cells(r), cp)
     console.print(t)
     for n in d.notes:
-        console.print(f"[yellow]note:[/] {n}", highlight=False)
+        console.print(f"[yellow]note:[/] {escape(n)}", highlight=False)
     if d.cross_rank:
         x = d.cross_rank
         console.print(f"cross-rank: {x['n_collectives_matched']} collectives matched; {straggler_text(x)}; "
@@ -109,20 +110,22 @@ def print_summary(d: Diagnosis, console: Console, top: int = 5) -> None:
         style = _SEV_STYLE[f.severity]
         alone = f" (alone {f.gain_alone_pct:.1f}%)" if f.fix_order and f.gain_alone_pct != f.gain_pct else ""
         conf = f", confidence {f.confidence}" if f.confidence != "high" else ""
+        # the what-if in brackets, escaped: rich took "[kernel launches cost ...]" for a style tag and printed nothing
         console.print(f"\n[{style}]{i}. {f.kind}[/] ({f.severity}{conf}) ranks {f.ranks}  "
-                      f"{gain_text(f)}{alone}" + (f" [{f.what_if}]" if f.what_if else ""),
+                      f"{gain_text(f)}{alone}" + (escape(f" [{f.what_if}]") if f.what_if else ""),
                       highlight=False)
         metrics = ", ".join(f"{k} {v['value']:g} {v['unit']}" for k, v in f.evidence.get("metrics", {}).items())
-        console.print(f"   evidence: {metrics}", highlight=False)
+        console.print(f"   evidence: {escape(metrics)}", highlight=False)
         for c in f.evidence.get("call_sites", [])[:3]:
-            console.print(f"     - call site {c['site'][:80]}: {c['count']} calls, blocked {c['blocking_us'] / 1e3:.1f} ms, "
+            console.print(f"     - call site {escape(c['site'][:80])}: {c['count']} calls, blocked {c['blocking_us'] / 1e3:.1f} ms, "
                           f"GPU idle after {c['gpu_idle_after_us'] / 1e3:.1f} ms, gain {c['gain_pct']:.1f}%",
                           highlight=False)
         for e in f.evidence.get("events", [])[:3]:
-            console.print(f"     - {e['name'][:90]} @ {e['start_us']:.0f} µs, {e['dur_us']:.0f} µs", highlight=False)
+            console.print(f"     - {escape(e['name'][:90])} @ {e['start_us']:.0f} µs, {e['dur_us']:.0f} µs",
+                          highlight=False)
         for n in f.notes:
-            console.print(f"   [yellow]note:[/] {n}", highlight=False)
-        console.print(f"   fix: {f.recommendation}", highlight=False)
+            console.print(f"   [yellow]note:[/] {escape(n)}", highlight=False)
+        console.print(f"   fix: {escape(f.recommendation)}", highlight=False)
 
 
 def analysed_steps(d: Diagnosis) -> list[int]:
