@@ -31,6 +31,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Is B faster than A (with a 95% interval), and is it still the same training (loss inside the noise band)?"""
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
 
         from trainperf.atomic import atomic_write_text
@@ -48,7 +49,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(res.to_dict())
         else:
-            con.print(f"[bold]{res.headline}[/]", highlight=False, soft_wrap=True)
+            con.print(f"[bold]{escape(res.headline)}[/]", highlight=False, soft_wrap=True)
             for title, header, rows in (("performance", ["metric", "A", "B", "change [95% interval]"], perf_rows(res)),
                                         ("numerics", ["", "A", "B"], numerics_rows(res))):
                 t = Table(title=title, title_justify="left")
@@ -58,8 +59,8 @@ def register(app: typer.Typer) -> None:
                     t.add_row(*map(str, row))
                 con.print(t)
             for note in perf_notes(res):
-                con.print(f"[dim]performance: {note}[/]", highlight=False, soft_wrap=True)
-            con.print(f"[dim]numerics: {res.numerics.reason}[/]", highlight=False, soft_wrap=True)
+                con.print(f"[dim]performance: {escape(note)}[/]", highlight=False, soft_wrap=True)
+            con.print(f"[dim]numerics: {escape(res.numerics.reason)}[/]", highlight=False, soft_wrap=True)
         if json_out:
             atomic_write_text(json_out, dumps(res.to_dict()))
         if html_out:

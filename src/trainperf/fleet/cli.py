@@ -334,6 +334,7 @@ def gate(baseline: str = typer.Option(..., "--baseline", help="Run id, folder or
         typer.echo(dumps({**res.to_dict(), **({"numerics": num.to_dict()} if num is not None else {})}))
     else:
         from rich.console import Console
+        from rich.markup import escape
 
         color = {"regression": "red", "improvement": "green", "no change": "blue"}.get(res.verdict, "yellow")
         before, after = format_values(res.metric, [res.baseline_median, res.candidate_median])
@@ -345,8 +346,8 @@ def gate(baseline: str = typer.Option(..., "--baseline", help="Run id, folder or
         Console().print(line + res.reason, highlight=False, soft_wrap=True)
         if num is not None:
             color = {"pass": "green", "fail": "red"}.get(num.status, "yellow")
-            Console().print(f"[bold {color}]numerics[/] ({num.check}): {num.verdict}"
-                            + (f"; {num.reason}" if num.reason and num.status != "not comparable" else ""),
+            Console().print(f"[bold {color}]numerics[/] ({num.check}): {escape(num.verdict)}"
+                            + (f"; {escape(num.reason)}" if num.reason and num.status != "not comparable" else ""),
                             highlight=False, soft_wrap=True)
     raise typer.Exit(rc)
 

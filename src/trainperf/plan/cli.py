@@ -60,6 +60,7 @@ def plan(
 ) -> None:
     """Rank parallel layouts of a model on a GPU budget by predicted step time, memory and cost."""
     from rich.console import Console
+    from rich.markup import escape
 
     from trainperf.plan import api, render
 
@@ -112,7 +113,7 @@ def plan(
             if extra["assumed"]:
                 console.print("not in --layout, assumed: " + "; ".join(f"{k}={v}" for k, v in extra["assumed"].items()))
             if "why_not_fit" in extra:
-                console.print(f"[red]does NOT fit[/]: {extra['why_not_fit']}")
+                console.print(f"[red]does NOT fit[/]: {escape(extra['why_not_fit'])}")
             if "train_hours" in extra:
                 console.print(f"{extra['tokens']:.3g} tokens: {extra['train_hours'] / 24:,.1f} days, "
                               f"${extra['usd']:,.0f}, {render.format_energy(extra['kwh'])}")

@@ -36,6 +36,7 @@ def dumps(obj) -> str:
 def store_warnings():
     """Print each store warning (e.g. a corrupt run file skipped) as one line on stderr."""
     from rich.console import Console
+    from rich.markup import escape
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -44,7 +45,7 @@ def store_warnings():
         finally:
             err = Console(stderr=True)
             for w in caught:
-                err.print(f"[yellow]warning:[/] {w.message}", highlight=False, soft_wrap=True)
+                err.print(f"[yellow]warning:[/] {escape(str(w.message))}", highlight=False, soft_wrap=True)
 
 
 def iso_time(unix_s: float) -> str:

@@ -115,6 +115,7 @@ def register(app: typer.Typer) -> None:
 
 def print_summary(console, result: dict) -> None:
     """Print a run summary: throughput, MFU, memory, goodput split, predicted vs measured."""
+    from rich.markup import escape
     from rich.table import Table
 
     from trainperf.store.record import peak_text
@@ -146,11 +147,11 @@ def print_summary(console, result: dict) -> None:
                   f"{p['mem_peak_bytes'] / 2**30:.2f} / {(m['mem_peak_bytes'] or 0) / 2**30:.2f} GiB")
     console.print(t)
     if pred.get("note"):
-        console.print(f"[dim]{pred['note']}[/]")
+        console.print(f"[dim]{escape(pred['note'])}[/]")
     if result.get("contention_note"):
-        console.print(f"[yellow]note:[/] {result['contention_note']}", highlight=False)
+        console.print(f"[yellow]note:[/] {escape(result['contention_note'])}", highlight=False)
     if result.get("resumed_from"):
         console.print(f"resumed from {result['resumed_from']}")
     console.print(f"run folder: {result['run_dir']} (metrics.jsonl, report.html, traces/, checkpoints/)")
     if result.get("record_note"):
-        console.print(f"[dim]{result['record_note']}[/]")
+        console.print(f"[dim]{escape(result['record_note'])}[/]")
