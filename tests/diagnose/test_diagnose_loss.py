@@ -1,8 +1,8 @@
 """unfused_cross_entropy (diagnose/loss.py): a cross-entropy's log-softmax and NLL run as separate kernels.
 
 Real profiles (tests/data/loss, torch 2.13 CPU, record_shapes): one small language model trained with
-F.cross_entropy, with the log-softmax and NLL written out, in bf16 with an upcast, and with a distillation loss (a
-log-softmax and no NLL); a tiny Hugging Face LlamaForCausalLM whose loss transformers computes.
+F.cross_entropy, with the log-softmax and NLL written out, in bf16 with an upcast, under autocast, and with a
+distillation loss (a log-softmax and no NLL); a tiny Hugging Face LlamaForCausalLM whose loss transformers computes.
 A hand-built H100 trace prices the finding against a hand-worked fused-kernel time."""
 
 import gzip
@@ -76,6 +76,26 @@ def test_an_upcast_of_the_bf16_logits_is_a_copy_the_region_holds():
     assert m["copies_of_the_logits"]["value"] == len(casts)
     assert m["logits_bytes"]["value"] == N * V * 4
     assert _finding(diagnose(DATA / "cross_entropy.json.gz")).evidence["metrics"]["copies_of_the_logits"]["value"] == 0
+
+
+def test_under_autocast_the_outer_loss_holding_the_upcast_is_the_region():
+    # torch.autocast runs F.cross_entropy on bf16 logits as an aten::cross_entropy_loss of them holding their upcast
+    # (aten::to) and an fp32 aten::cross_entropy_loss with the log-softmax: one region per step, the outer one, its
+    # logits bf16 (N x V x 2 bytes), the upcast inside it. (Read as two nested losses, neither was a region.)
+    p = DATA / "autocast.json.gz"
+    t = next(iter(load_trace(p).values()))
+    regions = loss_regions(t)
+    ev = json.loads(gzip.decompress(p.read_bytes()))["traceEvents"]
+    outer = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("name") == "aten::cross_entropy_loss"
+                   and e["args"]["Input type"][0] == "c10::BFloat16")
+    assert [x for r in regions for x in (r.start_ns / 1e3, r.end_ns / 1e3)] == pytest.approx(
+        [x for span in outer for x in span], abs=0.01)
+    upcasts = [e["ts"] for e in ev if e.get("name") == "aten::to" and e["args"]["Input Dims"][0] == [N, V]
+               and e["args"]["Input type"][0] == "c10::BFloat16"]
+    assert len(upcasts) == len(outer) == 3 and all(a <= u < b for u, (a, b) in zip(upcasts, outer))
+    assert all(r.dtype == "c10::BFloat16" and t.name_of(r.log_softmax_row) == "aten::log_softmax" for r in regions)
+    x = _finding(diagnose(p))
+    assert x is not None and x.evidence["metrics"]["logits_bytes"]["value"] == N * V * 2
 
 
 def test_hugging_faces_own_loss_path_upcasts_the_logits_six_operators_before_the_loss():

@@ -125,6 +125,12 @@ def loss_regions(t: EventTable) -> list[LossRegion]:
             i = int(parent[i])
         return i
 
+    def outermost(i: int, mask: np.ndarray) -> int:  # the outermost enclosing position in mask, or -1
+        top, i = -1, inside(i, mask)
+        while i >= 0:
+            top, i = i, inside(i, mask)
+        return top
+
     outer_ls = [i for i in np.flatnonzero(is_ls).tolist() if inside(i, is_ls) < 0]
     by_sibling = np.lexsort((n.start, parent, n.key))
     where = np.empty_like(by_sibling)
@@ -158,7 +164,9 @@ def loss_regions(t: EventTable) -> list[LossRegion]:
     for i in np.flatnonzero(is_ce).tolist():
         if inside(i, is_ce) >= 0:
             continue
-        mine = [j for j in outer_ls if inside(j, is_ce) == i]
+        # under autocast the loss runs as an aten::cross_entropy_loss of the 16-bit logits holding their upcast and
+        # the fp32 one: the outer one is the region, its log-softmax the inner one's
+        mine = [j for j in outer_ls if outermost(j, is_ce) == i]
         if mine:
             out.append(region(i, i, mine[0], 1))
     for i in outer_ls:

@@ -6,7 +6,9 @@ cross_entropy.json.gz: F.cross_entropy on the flattened logits (aten::cross_entr
 written_out.json.gz: F.nll_loss(F.log_softmax(logits, -1).view(-1, V), targets), the two spelled out with a view
 between them; kl_div.json.gz: a distillation loss, F.kl_div of the log-softmax against fixed teacher probabilities
 (a log-softmax without an NLL: no cross-entropy region); upcast.json.gz: the model in bf16, its logits cast to fp32
-before F.cross_entropy (Hugging Face's eager `logits.float()`: aten::to holding aten::_to_copy, ToCopyBackward0).
+before F.cross_entropy (Hugging Face's eager `logits.float()`: aten::to holding aten::_to_copy, ToCopyBackward0);
+autocast.json.gz: the fp32 model under torch.autocast("cpu", dtype=torch.bfloat16), F.cross_entropy on its bf16
+logits (autocast runs it as an aten::cross_entropy_loss of the bf16 logits holding their upcast and an fp32 one).
 hf_llama.json.gz: Hugging Face's own loss path (transformers 4.57.6, not a dependency of trainperf: installed apart
 with `pip install --target DIR "transformers>=4.46,<5"` and put on PYTHONPATH), a 2-layer LlamaForCausalLM in bf16
 (vocabulary 4096, width 64, 4 sequences of 64 tokens) called with labels: ForCausalLMLoss upcasts the logits, pads
@@ -39,6 +41,9 @@ def profile_steps(out: Path, name: str) -> None:
     teacher = torch.softmax(torch.randn(B, S, V), dim=-1)
 
     def loss(i: int) -> torch.Tensor:
+        if name == "autocast":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return F.cross_entropy(model(tokens).view(-1, V), targets)
         logits = model(tokens)
         if name == "cross_entropy":
             return F.cross_entropy(logits.view(-1, V), targets)
@@ -66,7 +71,7 @@ def profile_hf_llama(out: Path) -> None:
 
 if __name__ == "__main__":
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
-    for loss_name in ("cross_entropy", "written_out", "kl_div", "upcast"):
+    for loss_name in ("cross_entropy", "written_out", "kl_div", "upcast", "autocast"):
         profile_steps(out, loss_name)
     try:
         profile_hf_llama(out)
