@@ -160,17 +160,15 @@ def loss_regions(t: EventTable) -> list[LossRegion]:
                           end_ns=int(n.end[end]), row=int(rows[i]), log_softmax_row=int(rows[log_softmax]),
                           tokens=tokens, vocab=vocab, dtype=dtype, copies=len(copies))
 
-    out = []
-    for i in np.flatnonzero(is_ce).tolist():
-        if inside(i, is_ce) >= 0:
-            continue
-        # under autocast the loss runs as an aten::cross_entropy_loss of the 16-bit logits holding their upcast and
-        # the fp32 one: the outer one is the region, its log-softmax the inner one's
-        mine = [j for j in outer_ls if outermost(j, is_ce) == i]
-        if mine:
-            out.append(region(i, i, mine[0], 1))
+    # each log-softmax's outermost loss: under autocast the loss runs as an aten::cross_entropy_loss of the 16-bit
+    # logits holding their upcast and the fp32 one; the outer one is the region, its log-softmax the inner one's
+    owner = {j: outermost(j, is_ce) for j in outer_ls}
+    first_of = {}
+    for j, ce in owner.items():
+        first_of.setdefault(ce, j)
+    out = [region(i, i, first_of[i], 1) for i in np.flatnonzero(is_ce).tolist() if i in first_of]
     for i in outer_ls:
-        if inside(i, is_ce) >= 0:
+        if owner[i] >= 0:
             continue
         j = int(where[i])
         after = [x for x in by_sibling[j + 1:j + MAX_OPS_BETWEEN + 2].tolist()
