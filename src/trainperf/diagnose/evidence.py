@@ -229,7 +229,13 @@ def warmup_calls(f: RankFacts) -> tuple[np.ndarray, np.ndarray]:
     """The window's warm-up runtime calls: (their trace rows, what they launched per row: a kernel's name id, -1
     for none). First calls that cost far more than the later calls of their kind (the runtime's context creation, a
     library's first-call initialisation, lazy loading of a kernel on its first launch, a first allocation); a kind
-    is a runtime call's name, and for launches the kernel's. A call that waited for device work is not one."""
+    is a runtime call's name, and for launches the kernel's. A call that waited for device work is not one. Found
+    once per rank (idle_gpu and the warm-up caveat both read them)."""
+    return f.once("warmup_calls", lambda: _warmup_calls(f))
+
+
+def _warmup_calls(f: RankFacts) -> tuple[np.ndarray, np.ndarray]:
+    """warmup_calls, computed."""
     t, w = f.table, f.window
     rows = np.flatnonzero(w.keep & (t.kind == RUNTIME))
     if rows.size < 2:
