@@ -94,6 +94,7 @@ def test_under_autocast_the_outer_loss_holding_the_upcast_is_the_region():
                and e["args"]["Input type"][0] == "c10::BFloat16"]
     assert len(upcasts) == len(outer) == 3 and all(a <= u < b for u, (a, b) in zip(upcasts, outer))
     assert all(r.dtype == "c10::BFloat16" and t.name_of(r.log_softmax_row) == "aten::log_softmax" for r in regions)
+    assert all(r.log_softmax_dtype == "float" and r.fused_traffic_share == 0.5 for r in regions)
     x = _finding(diagnose(p))
     assert x is not None and x.evidence["metrics"]["logits_bytes"]["value"] == N * V * 2
 
@@ -191,7 +192,9 @@ def _h100_trace(folder: Path, *, log_softmax_us: float = 800.0, fill_us: float =
             "Sequence number": seq + 11, "Fwd thread id": 0,
             **shaped([[8192, 32000], [8192], [], [], [], []],
                      [logits_type, "long int", "", "Scalar", "Scalar", "Scalar"])})
-        b.cpu("aten::log_softmax", T + 12.0, 10.0, **{"Sequence number": seq + 11, "Fwd thread id": 0})
+        b.cpu("aten::log_softmax", T + 12.0, 10.0, **{
+            "Sequence number": seq + 11, "Fwd thread id": 0,
+            **shaped([[8192, 32000], [], []], [logits_type, "Scalar", ""])})
         b.launch(LOG_SOFTMAX, T + 14.0, at, log_softmax_us)
         at += log_softmax_us
         b.cpu("aten::nll_loss_nd", T + 25.0, 10.0, **{"Sequence number": seq + 12, "Fwd thread id": 0})
@@ -225,6 +228,7 @@ def test_unfused_cross_entropy_priced_as_one_kernel_at_its_log_softmax_time(tmp_
     assert m["loss_kernel_time"]["value"] == pytest.approx(2440.0 * (STEPS - 1))
     assert m["fused_kernel_estimate"]["value"] == pytest.approx(800.0 * (STEPS - 1))
     assert m["logits_bytes"]["value"] == 8192 * 32000 * 2 and m["backward_in_trace"]["value"] == 1
+    assert m["fused_traffic_share"]["value"] == 1.0  # the log-softmax ran on the bf16 logits themselves
     assert x.gain_us / (STEPS - 1) == pytest.approx(2440.0 - 800.0, rel=0.01)
 
 
@@ -237,14 +241,19 @@ def test_a_loss_under_the_threshold_is_not_a_finding(tmp_path):
 def test_an_upcast_of_the_logits_before_the_loss_is_part_of_it(tmp_path):
     # logits.float() before the loss (Hugging Face's eager code): a 600-us copy forward and its ToCopyBackward0's
     # 600 us, which a fused kernel on the bf16 logits does without: the region's kernels 2440 + 1200 = 3640 us a
-    # step, the fused kernel still the log-softmax's 800 us, 2840 us saved per step
+    # step; the fused kernel moves the bf16 logits, half the bytes of the fp32 log-softmax's 800 us: 400 us, 3240 us
+    # saved per step
     x = _finding(diagnose(_h100_trace(tmp_path, cast_us=600.0)))
     m = x.evidence["metrics"]
     assert m["copies_of_the_logits"]["value"] == STEPS - 1 and m["logits_bytes"]["value"] == 8192 * 32000 * 4
     assert m["loss_kernel_time"]["value"] == pytest.approx(3640.0 * (STEPS - 1))
-    assert x.gain_us / (STEPS - 1) == pytest.approx(3640.0 - 800.0, rel=0.01)
-    # without recorded shapes the copy is not known to be of the logits: the loss's own kernels only
+    assert m["fused_traffic_share"]["value"] == 0.5
+    assert m["fused_kernel_estimate"]["value"] == pytest.approx(400.0 * (STEPS - 1))
+    assert x.gain_us / (STEPS - 1) == pytest.approx(3640.0 - 400.0, rel=0.01)
+    # without recorded shapes the copy is not known to be of the logits, nor the types: the loss's own kernels only,
+    # the log-softmax's time whole
     (tmp_path / "bare").mkdir()
     x = _finding(diagnose(_h100_trace(tmp_path / "bare", cast_us=600.0, shapes=False)))
     assert "copies_of_the_logits" not in x.evidence["metrics"]
+    assert x.evidence["metrics"]["fused_traffic_share"]["value"] == 1.0
     assert x.gain_us / (STEPS - 1) == pytest.approx(2440.0 - 800.0, rel=0.01)

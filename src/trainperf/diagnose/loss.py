@@ -21,10 +21,11 @@ backward (ToCopyBackward0 casts the gradient back). Its backward is the autograd
 
 Priced (GPU) by replay: the region's kernels, forward and backward, sped up to one fused kernel, whose time is taken
 as that of the region's forward log-softmax kernels: one read and one write of N x V, the traffic of a kernel that
-reads the logits and writes their gradient, measured on the trace's own device (no shapes or catalog needed); after
-an upcast that kernel runs in fp32, so the estimate is high for a fused kernel on 16-bit logits (the gain a lower
-bound). Without recorded shapes the copies before the loss are not confirmed and not counted. Host-only traces: the
-regions' host time as evidence, unpriced.
+reads the logits and writes their gradient, measured on the trace's own device (no shapes or catalog needed). Where
+the recorded types show 16-bit logits upcast to fp32 for the loss (a copy before it, autocast's inner loss), the
+fused kernel moves the model's 16-bit logits: half the log-softmax's bytes, so half its time
+(LossRegion.fused_traffic_share). Without recorded shapes the copies before the loss are not confirmed and not
+counted, and the log-softmax's time is taken whole. Host-only traces: the regions' host time as evidence, unpriced.
 """
 
 from __future__ import annotations
@@ -80,6 +81,15 @@ class LossRegion:
     vocab: int | None        # V: the class dimension's size
     dtype: str               # the logits' recorded type ("" unknown)
     copies: int = 0          # copies of the logits just before the loss taken into the region (start_ns: the first)
+    model_dtype: str = ""    # the logits' type as the model made them: the first copy's input's ("" unknown)
+    log_softmax_dtype: str = ""  # the type its log-softmax ran in ("" unknown)
+
+    @property
+    def fused_traffic_share(self) -> float:
+        """The bytes a fused kernel on the model's logits moves, as a share of what the log-softmax moved (1 where
+        a type is unknown; never above 1): 0.5 for bf16 logits upcast to fp32 before the loss."""
+        model, ran = DTYPE_BYTES.get(self.model_dtype), DTYPE_BYTES.get(self.log_softmax_dtype)
+        return min(model / ran, 1.0) if model and ran else 1.0
 
 
 def _logits_shape(t: EventTable, row: int, class_dim: int) -> tuple[int | None, int | None, str]:
@@ -153,12 +163,18 @@ def loss_regions(t: EventTable) -> list[LossRegion]:
             found.append(x)
         return found
 
+    def first_type(pos: int) -> str:  # the recorded type of an operator's first input ("" unknown)
+        s = op_shape(t, int(rows[pos]))
+        return s.types[0] if s is not None and s.types else ""
+
     def region(i: int, end: int, log_softmax: int, class_dim: int) -> LossRegion:
         tokens, vocab, dtype = _logits_shape(t, int(rows[i]), class_dim)
         copies = copies_before(i, tokens * vocab if vocab else None)
         return LossRegion(key=int(n.key[i]), start_ns=int(n.start[copies[-1] if copies else i]),
                           end_ns=int(n.end[end]), row=int(rows[i]), log_softmax_row=int(rows[log_softmax]),
-                          tokens=tokens, vocab=vocab, dtype=dtype, copies=len(copies))
+                          tokens=tokens, vocab=vocab, dtype=dtype, copies=len(copies),
+                          model_dtype=first_type(copies[-1]) if copies else dtype,
+                          log_softmax_dtype=first_type(log_softmax))
 
     # each log-softmax's outermost loss: under autocast the loss runs as an aten::cross_entropy_loss of the 16-bit
     # logits holding their upcast and the fp32 one; the outer one is the region, its log-softmax the inner one's
@@ -227,9 +243,13 @@ def unfused_cross_entropy(f: RankFacts) -> F.Finding | None:
     unfused_us = float(dur.sum())
     if f.pct(unfused_us) < UNFUSED_LOSS_MIN_PCT:
         return None
-    fused_us = float((w.end_us[log_softmax] - w.ts_us[log_softmax]).sum())
+    # the log-softmax's time for the fused kernel's, scaled to the bytes it moves on the model's own logits (half,
+    # where they were upcast from 16 bits to fp32 for the loss): the regions of a window are one loss, step after step
+    share = float(np.median([r.fused_traffic_share for r in regions]))
+    fused_us = share * float((w.end_us[log_softmax] - w.ts_us[log_softmax]).sum())
     metrics.update(loss_kernel_time=(unfused_us, "us"), loss_kernel_share=(f.pct(unfused_us), "%"),
-                   fused_kernel_estimate=(fused_us, "us"), backward_in_trace=(int(work.backward), "bool"))
+                   fused_kernel_estimate=(fused_us, "us"), fused_traffic_share=(share, "x"),
+                   backward_in_trace=(int(work.backward), "bool"))
     if fused_us <= 0:
         x = F.rank_finding(f, "unfused_cross_entropy", metrics, events, severity="low",
                            what_if="not priced: no log-softmax kernel in the regions to measure a fused kernel by",
@@ -242,7 +262,8 @@ def unfused_cross_entropy(f: RankFacts) -> F.Finding | None:
     x = F.rank_finding(f, "unfused_cross_entropy", metrics, events,
                        (Change("speedup_rows", factor=factor, rows=tuple(int(r) for r in work.kernels)),),
                        f"the loss regions' {work.kernels.size} kernels as one fused cross-entropy kernel that costs "
-                       f"their forward log-softmax's time ({factor:.3g}x faster)",
+                       f"their forward log-softmax's time{' on 16-bit logits' if share < 1.0 else ''} "
+                       f"({factor:.3g}x faster)",
                        evidence_pct=f.pct(unfused_us) * (1.0 - 1.0 / factor))
     x.confidence = "medium"
     return x
