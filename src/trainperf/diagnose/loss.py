@@ -17,7 +17,8 @@ siblings, at most MAX_OPS_BETWEEN operators later. With recorded shapes it also 
 between it and the product that made them (COPY_OPS over the logits' elements: Hugging Face's `logits.float()`
 upcast, the shift's `.contiguous()`), which a fused kernel on the model's own logits does without, forward and
 backward (ToCopyBackward0 casts the gradient back). Its backward is the autograd nodes made by its operators
-(regions.region_work).
+(regions.region_work), or, in a trace without sequence numbers, the first NllLossBackward0 and LogSoftmaxBackward0
+run after it (the loss is the autograd graph's root: its nodes run first).
 
 Priced (GPU) by replay: the region's kernels, forward and backward, sped up to one fused kernel, whose time is taken
 as that of the region's forward log-softmax kernels: one read and one write of N x V, the traffic of a kernel that
@@ -35,17 +36,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainperf.diagnose import findings as F
+from trainperf.diagnose.autograd_links import BACKWARD_OP_PREFIX, backward_node_mask
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.launch import launched_inside
 from trainperf.diagnose.regions import RegionWork, region_work
 from trainperf.diagnose.replay import Change
 from trainperf.diagnose.roofline import DTYPE_BYTES, is_shape, op_shape
 from trainperf.trace.events import CPU_OP, EventTable
-from trainperf.trace.nesting import nest, row_spans
+from trainperf.trace.nesting import nest, row_spans, thread_key
 
 CROSS_ENTROPY_OP = "aten::cross_entropy_loss"
 LOG_SOFTMAX_OPS = ("aten::log_softmax", "aten::_log_softmax")
 NLL_OPS = ("aten::nll_loss_nd", "aten::nll_loss", "aten::nll_loss2d")
+# the loss's own backward nodes, read by name where a trace records no sequence numbers
+LOSS_BACKWARD_NODES = ("NllLossBackward0", "LogSoftmaxBackward0")
 # copies of the logits before the loss: an upcast (logits.float()), the shift's .contiguous(); one of them copies
 # when it is, or holds, one of COPYING_OPS (aten::to of a tensor already of its type returns it, as .contiguous() of
 # a contiguous one does)
@@ -200,15 +204,45 @@ def window_loss_regions(f: RankFacts) -> list[LossRegion]:
     return f.once("loss_regions", lambda: [r for r in loss_regions(f.table) if f.window.keep[r.row]])
 
 
+def _named_backward_nodes(t: EventTable, regions: list[LossRegion]) -> np.ndarray:
+    """Trace rows of the regions' backward nodes by name, for a trace without sequence numbers (an exporter that
+    drops operator ids): the loss is the root of the autograd graph, so after each region, before the next one, the
+    first NllLossBackward0 and LogSoftmaxBackward0 (and, per copy of the logits, ToCopyBackward0) the engine runs
+    are its own."""
+    nodes = np.flatnonzero(t.kind == CPU_OP)
+    nodes = nodes[backward_node_mask(t, nodes)]
+    out = []
+    starts = sorted(r.start_ns for r in regions)
+    for r in regions:
+        later = [x for x in starts if x > r.start_ns]
+        after = nodes[(t.ts_ns[nodes] >= r.end_ns) & (t.ts_ns[nodes] < (later[0] if later else np.iinfo(np.int64).max))]
+        names = [t.names[int(t.name[x])][len(BACKWARD_OP_PREFIX):].strip() for x in after]
+        wanted = list(LOSS_BACKWARD_NODES) + ["ToCopyBackward0"] * r.copies
+        for x, name in zip(after.tolist(), names):
+            if name in wanted:
+                wanted.remove(name)
+                out.append(x)
+    return np.array(out, dtype=np.int64)
+
+
 def loss_work(f: RankFacts, regions: list[LossRegion]) -> tuple[RegionWork, np.ndarray]:
-    """(the regions' work, forward and backward: regions.region_work; the window's device rows their log-softmax
-    operators launched)."""
+    """(the regions' work, forward and backward: regions.region_work, or where the trace records no sequence numbers
+    its backward nodes by name (_named_backward_nodes); the window's device rows their log-softmax operators
+    launched)."""
     t, w = f.table, f.window
     key, start, end = (np.array([getattr(r, a) for r in regions], dtype=np.int64)
                        for a in ("key", "start_ns", "end_ns"))
     ls = np.array([r.log_softmax_row for r in regions], dtype=np.int64)
     ls_end = t.ts_ns[ls] + t.dur_ns[ls]
-    return region_work(t, w, key, start, end), launched_inside(t, w, key, t.ts_ns[ls], ls_end)
+    work = region_work(t, w, key, start, end)
+    if not work.backward and not (t.seq >= 0).any():
+        nodes = _named_backward_nodes(t, regions)
+        if nodes.size:
+            node_key = thread_key(t.pid[nodes], t.tid[nodes])
+            kernels = launched_inside(t, w, node_key, t.ts_ns[nodes], t.ts_ns[nodes] + t.dur_ns[nodes])
+            work = RegionWork(host_us=work.host_us + float(t.dur_ns[nodes].sum()) / 1e3, backward=True,
+                              kernels=np.union1d(work.kernels, kernels))
+    return work, launched_inside(t, w, key, t.ts_ns[ls], ls_end)
 
 
 def unfused_cross_entropy(f: RankFacts) -> F.Finding | None:
