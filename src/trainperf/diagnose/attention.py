@@ -41,7 +41,7 @@ import numpy as np
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.precision import FP32, TF32, classify_kernel
-from trainperf.diagnose.regions import RegionWork, region_work
+from trainperf.diagnose.regions import RegionWork, region_spans, region_work
 from trainperf.diagnose.replay import Change
 from trainperf.diagnose.roofline import DTYPE_BYTES, device_accelerator, is_shape, op_shape
 from trainperf.trace.events import CPU_OP, GEMM, EventTable
@@ -223,11 +223,7 @@ def window_regions(f: RankFacts) -> list[AttentionRegion]:
 
 def window_region_work(f: RankFacts) -> RegionWork:
     """region_work of window_regions (once per rank): the kernels unfused_attention prices."""
-    def work() -> RegionWork:
-        regions = window_regions(f)
-        key, start, end = ([getattr(r, a) for r in regions] for a in ("key", "start_ns", "end_ns"))
-        return region_work(f.table, f.window, key, start, end)
-    return f.once("attention_work", work)
+    return f.once("attention_work", lambda: region_work(f.table, f.window, *region_spans(window_regions(f))))
 
 
 def unfused_attention(f: RankFacts) -> F.Finding | None:

@@ -39,7 +39,7 @@ from trainperf.diagnose import findings as F
 from trainperf.diagnose.autograd_links import BACKWARD_OP_PREFIX, backward_node_mask
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.launch import launched_inside
-from trainperf.diagnose.regions import RegionWork, region_work
+from trainperf.diagnose.regions import RegionWork, region_spans, region_work
 from trainperf.diagnose.replay import Change
 from trainperf.diagnose.roofline import DTYPE_BYTES, is_shape, op_shape
 from trainperf.trace.events import CPU_OP, EventTable
@@ -230,8 +230,7 @@ def loss_work(f: RankFacts, regions: list[LossRegion]) -> tuple[RegionWork, np.n
     its backward nodes by name (_named_backward_nodes); the window's device rows their log-softmax operators
     launched)."""
     t, w = f.table, f.window
-    key, start, end = (np.array([getattr(r, a) for r in regions], dtype=np.int64)
-                       for a in ("key", "start_ns", "end_ns"))
+    key, start, end = region_spans(regions)
     ls = np.array([r.log_softmax_row for r in regions], dtype=np.int64)
     ls_end = t.ts_ns[ls] + t.dur_ns[ls]
     work = region_work(t, w, key, start, end)

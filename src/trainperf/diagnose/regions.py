@@ -29,6 +29,11 @@ class RegionWork:
     kernels: np.ndarray       # the window's device rows launched inside them
 
 
+def region_spans(regions) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(thread key, start ns, end ns) arrays of regions: objects with key, start_ns and end_ns."""
+    return tuple(np.array([getattr(r, a) for r in regions], dtype=np.int64) for a in ("key", "start_ns", "end_ns"))
+
+
 def region_work(t: EventTable, w: Window, key: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> RegionWork:
     """The regions (thread key, start and end ns each) and the backward nodes their forward operators made (by
     sequence number, per process; the window's nodes), and the window's device rows launched inside them."""
