@@ -248,7 +248,7 @@ def unfused_cross_entropy(f: RankFacts) -> F.Finding | None:
     """A cross-entropy run as separate kernels (module docstring) takes UNFUSED_LOSS_MIN_PCT of the span or more.
 
     GPU: priced by replay, the regions' kernels sped up to one fused kernel's time (their forward log-softmax
-    kernels'); unpriced where no log-softmax kernel is found. Host only: the regions' host time as evidence,
+    kernels', times LossRegion.fused_traffic_share); unpriced where no log-softmax kernel is found. Host only: the regions' host time as evidence,
     unpriced."""
     w = f.window
     regions = window_loss_regions(f)
