@@ -268,16 +268,17 @@ def warmup_caveat(f: RankFacts) -> Caveat | None:
     step."""
     t, w = f.table, f.window
     rows, launched = warmup_calls(f)
-    total = float((w.end_us[rows] - w.ts_us[rows]).sum())
+    dur = w.end_us[rows] - w.ts_us[rows]
+    total = float(dur.sum())
     if f.pct(total) <= WARMUP_SHARE_PCT:
         return None
-    top_at = int(np.argmax(w.end_us[rows] - w.ts_us[rows]))
+    top_at = int(np.argmax(dur))
     top = int(rows[top_at])
     first_of = f" (first launch of {t.names[int(launched[top_at])][:60]})" if launched[top_at] >= 0 else ""
     name = t.names[int(t.name[top])] + first_of
     return Caveat(note=f"warm-up inside the window: {rows.size} first call(s) cost {total / 1e3:.1f} ms "
                        f"({f.pct(total):.0f}% of it) against far less for the later calls of their kind, the longest "
-                       f"{name} {(w.end_us[top] - w.ts_us[top]) / 1e3:.1f} ms (initialisation, lazy loading, first "
+                       f"{name} {dur[top_at] / 1e3:.1f} ms (initialisation, lazy loading, first "
                        "allocations): a steady step does not pay them; profile after warm-up iterations "
                        "(torch.profiler.schedule(wait=1, warmup=1, active=3))", confidence="medium")
 

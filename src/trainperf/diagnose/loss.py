@@ -96,21 +96,22 @@ class LossRegion:
         return min(model / ran, 1.0) if model and ran else 1.0
 
 
+def _first_input(t: EventTable, row: int) -> tuple[list | None, str]:
+    """(dims, recorded type) of the first tensor an operator takes; (None, "") without recorded shapes."""
+    s = op_shape(t, row)
+    if s is None or not s.dims or not is_shape(s.dims[0]):
+        return None, ""
+    return s.dims[0], (s.types[0] if s.types else "")
+
+
 def _logits_shape(t: EventTable, row: int, class_dim: int) -> tuple[int | None, int | None, str]:
     """(N, V, dtype) of the logits an operator takes first, V along class_dim; (None, None, "") without shapes."""
-    s = op_shape(t, row)
-    if s is None or not s.dims or not is_shape(s.dims[0]) or not s.dims[0]:
+    dims, dtype = _first_input(t, row)
+    if not dims:
         return None, None, ""
-    dims = s.dims[0]
     vocab = int(dims[class_dim if len(dims) > 1 else 0])
     n = int(np.prod(dims)) // vocab if vocab else 0
-    return n, vocab, (s.types[0] if s.types else "")
-
-
-def _elements(t: EventTable, row: int) -> int | None:
-    """Elements of the first tensor an operator takes, from its recorded shapes; None without them."""
-    s = op_shape(t, row)
-    return int(np.prod(s.dims[0])) if s is not None and s.dims and is_shape(s.dims[0]) else None
+    return n, vocab, dtype
 
 
 def loss_regions(t: EventTable) -> list[LossRegion]:
@@ -158,7 +159,8 @@ def loss_regions(t: EventTable) -> list[LossRegion]:
         for x in by_sibling[max(j - MAX_OPS_BEFORE, 0):j][::-1].tolist() if elements else ():
             if n.key[x] != n.key[i] or parent[x] != parent[i] or is_product[x]:
                 break
-            e = _elements(t, int(rows[x]))
+            dims, _ = _first_input(t, int(rows[x]))
+            e = None if dims is None else int(np.prod(dims))
             if e is None or abs(e - elements) > SAME_LOGITS_SHARE * elements or is_view[x] or (
                     is_copy[x] and not copying[x]):
                 continue  # another tensor (the labels), a view, a cast or .contiguous() that returned its input
@@ -167,18 +169,14 @@ def loss_regions(t: EventTable) -> list[LossRegion]:
             found.append(x)
         return found
 
-    def first_type(pos: int) -> str:  # the recorded type of an operator's first input ("" unknown)
-        s = op_shape(t, int(rows[pos]))
-        return s.types[0] if s is not None and s.types else ""
-
     def region(i: int, end: int, log_softmax: int, class_dim: int) -> LossRegion:
         tokens, vocab, dtype = _logits_shape(t, int(rows[i]), class_dim)
         copies = copies_before(i, tokens * vocab if vocab else None)
         return LossRegion(key=int(n.key[i]), start_ns=int(n.start[copies[-1] if copies else i]),
                           end_ns=int(n.end[end]), row=int(rows[i]), log_softmax_row=int(rows[log_softmax]),
                           tokens=tokens, vocab=vocab, dtype=dtype, copies=len(copies),
-                          model_dtype=first_type(copies[-1]) if copies else dtype,
-                          log_softmax_dtype=first_type(log_softmax))
+                          model_dtype=_first_input(t, int(rows[copies[-1]]))[1] if copies else dtype,
+                          log_softmax_dtype=_first_input(t, int(rows[log_softmax]))[1])
 
     # each log-softmax's outermost loss: under autocast the loss runs as an aten::cross_entropy_loss of the 16-bit
     # logits holding their upcast and the fp32 one; the outer one is the region, its log-softmax the inner one's
@@ -212,10 +210,10 @@ def _named_backward_nodes(t: EventTable, regions: list[LossRegion]) -> np.ndarra
     nodes = np.flatnonzero(t.kind == CPU_OP)
     nodes = nodes[backward_node_mask(t, nodes)]
     out = []
-    starts = sorted(r.start_ns for r in regions)
+    starts = np.sort([r.start_ns for r in regions] + [np.iinfo(np.int64).max])
     for r in regions:
-        later = [x for x in starts if x > r.start_ns]
-        after = nodes[(t.ts_ns[nodes] >= r.end_ns) & (t.ts_ns[nodes] < (later[0] if later else np.iinfo(np.int64).max))]
+        until = starts[np.searchsorted(starts, r.start_ns, side="right")]  # the next region's start
+        after = nodes[(t.ts_ns[nodes] >= r.end_ns) & (t.ts_ns[nodes] < until)]
         names = [t.names[int(t.name[x])][len(BACKWARD_OP_PREFIX):].strip() for x in after]
         wanted = list(LOSS_BACKWARD_NODES) + ["ToCopyBackward0"] * r.copies
         for x, name in zip(after.tolist(), names):
@@ -248,8 +246,8 @@ def unfused_cross_entropy(f: RankFacts) -> F.Finding | None:
     """A cross-entropy run as separate kernels (module docstring) takes UNFUSED_LOSS_MIN_PCT of the span or more.
 
     GPU: priced by replay, the regions' kernels sped up to one fused kernel's time (their forward log-softmax
-    kernels', times LossRegion.fused_traffic_share); unpriced where no log-softmax kernel is found. Host only: the regions' host time as evidence,
-    unpriced."""
+    kernels', times LossRegion.fused_traffic_share); unpriced where no log-softmax kernel is found. Host only: the
+    regions' host time as evidence, unpriced."""
     w = f.window
     regions = window_loss_regions(f)
     if not regions:

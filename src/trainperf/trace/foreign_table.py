@@ -15,8 +15,6 @@ def build_table(events: list, *, source: str, producer: str, rank: int | None = 
     args: per event, a JSON object (bytes) of args to keep in EventTable.args, or None."""
     import numpy as np
 
-    if not events:
-        raise TrainperfError(f"{source}: no timed events in this {producer} profile")
     # in the Chunk's column order (chunk.INT_COLUMNS): ts_ns, dur_ns, pid, tid, correlation, stream, external_id, nbytes
     ints = np.array([e[4:6] + e[2:4] + e[6:8] + e[8:10] for e in events], dtype=np.int64).reshape(-1, 8)
     return table_from_columns([e[0] for e in events], [e[1] for e in events], ints, source=source,
