@@ -4,6 +4,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 from kineto_builder import TraceBuilder  # noqa: E402
 
@@ -115,17 +117,19 @@ def test_confidence_and_notes_reach_json_and_html(tmp_path):
     assert "confidence medium" in html and "1 complete profiler step" in html
 
 
-def _two_gpus(path: Path, together: bool) -> Path:
+def _two_gpus(path: Path, together: bool, aten: bool = True) -> Path:
     # one process, GPUs 0 and 1 (Kineto's device index as pid), 4 steps of 3000 us: each GPU runs one 1000-us GEMM
-    # a step, both at [T+100, T+1100) (together) or GPU 1 after GPU 0, at [T+1100, T+2100) (in turn)
+    # a step, both at [T+100, T+1100) (together) or GPU 1 after GPU 0, at [T+1100, T+2100) (in turn); aten: a
+    # PyTorch operator opens each step (a PyTorch process)
     b = TraceBuilder()
     for s in range(4):
         T = 3000.0 * s
         b.step(s, T, 3000.0)
+        if aten:
+            b.cpu("aten::copy_", T + 1, 2.0)
         for dev in (0, 1):
             start = T + 100 + (0 if together or dev == 0 else 1000)
             b.launch("sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", T + 10 + dev, start, 1000.0, device=dev)
-            b.events[-1]["pid"] = dev
         b.cpu("cudaDeviceSynchronize", T + 20, 2200.0, cat="cuda_runtime")
     return b.write(path)
 
@@ -133,9 +137,16 @@ def _two_gpus(path: Path, together: bool) -> Path:
 def test_several_gpus_in_one_process_are_named_with_their_own_busy_share(tmp_path):
     # window: the first GEMM's start to the last one's end over the 3 analysed steps. Together: [100, 7100) = 7000 us,
     # each GPU busy 3 x 1000 us = 43 %; in turn: [100, 8100) = 8000 us, each 38 %, their busy time summed (6000 us)
-    # equal to the union's (6000): never side by side
-    notes = " ".join(diagnose(_two_gpus(tmp_path / "t.json.gz", together=True)).notes)
-    assert "drove 2 GPUs" in notes and "GPU 0 43%, GPU 1 43%" in notes and "one after another" not in notes
-    notes = " ".join(diagnose(_two_gpus(tmp_path / "s.json.gz", together=False)).notes)
-    assert "GPU 0 38%, GPU 1 38%" in notes and "one after another" in notes
+    # equal to the union's (6000): never side by side, which devices_take_turns finds (test_diagnose_devices.py); run
+    # side by side, the chain ends 1000 us sooner, and each 3000-us step with it: 33.3 %
+    together = diagnose(_two_gpus(tmp_path / "t.json.gz", together=True))
+    assert "drove 2 GPUs" in " ".join(together.notes) and "GPU 0 43%, GPU 1 43%" in " ".join(together.notes)
+    assert not any(x.kind == "devices_take_turns" for x in together.findings)
+    assert "DistributedDataParallel" in " ".join(together.notes)
+    # devices side by side in a process without PyTorch's operators (a JAX host's): no DataParallel advice
+    assert "DataParallel" not in " ".join(diagnose(_two_gpus(tmp_path / "j.json.gz", True, aten=False)).notes)
+    in_turn = diagnose(_two_gpus(tmp_path / "s.json.gz", together=False))
+    assert "GPU 0 38%, GPU 1 38%" in " ".join(in_turn.notes) and "DataParallel" not in " ".join(in_turn.notes)
+    x = next(x for x in in_turn.findings if x.kind == "devices_take_turns")
+    assert x.gain_alone_pct == pytest.approx(100 / 3, abs=0.05) and "one after another" in x.recommendation
     assert "drove" not in " ".join(diagnose(_stall(TraceBuilder()).write(tmp_path / "one.json.gz")).notes)

@@ -31,14 +31,16 @@ class TraceBuilder:
 
     def launch(self, name: str, launch_ts: float, start: float, dur: float, stream: int = 7,
                cat: str = "kernel", launch_dur: float = 4.0, runtime: str = "cudaLaunchKernel", tid: int = 1,
-               **args) -> int:
-        """Add the launch (on host thread `tid`) and its kernel; returns their correlation id."""
+               device: int = 0, **args) -> int:
+        """Add the launch (on host thread `tid`) and its kernel (on GPU `device`: Kineto's pid of device events);
+        returns their correlation id."""
         self._corr += 1
         c = self._corr
         self.events.append({"ph": "X", "cat": "cuda_runtime", "name": runtime, "pid": 10, "tid": tid,
                             "ts": self._t(launch_ts), "dur": self._t(launch_dur), "args": {"correlation": c}})
-        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": self._t(start),
-                            "dur": self._t(dur), "args": {"correlation": c, "stream": stream, "device": 0, **args}})
+        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": device, "tid": stream, "ts": self._t(start),
+                            "dur": self._t(dur), "args": {"correlation": c, "stream": stream, "device": device,
+                                                          **args}})
         return c
 
     def graph_launch(self, launch_ts: float, kernels: list[tuple[str, float, float]], launch_dur: float = 15.0,

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainperf.diagnose import findings as F
+from trainperf.diagnose.devices import device_busy
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.replay import NOT_BLOCKING, one_off_first_calls
-from trainperf.diagnose.window import (NSYS_PER_STEP_FIX, PER_STEP_FIX, launched_before_trace, merge_intervals,
-                                       union_us)
+from trainperf.diagnose.window import NSYS_PER_STEP_FIX, PER_STEP_FIX, launched_before_trace, merge_intervals
 from trainperf.trace.annotate import STEP_RE, correlated_host_row
 from trainperf.trace.events import CPU_OP, KERNEL, MEMCPY, MEMSET, PYTHON, RUNTIME, USER_ANNOTATION
 
@@ -189,34 +189,23 @@ def host_hole_caveat(f: RankFacts) -> Caveat | None:
                        "the rest only", confidence="medium")
 
 
-# devices of one process that run one after another: the busy time of each summed is at most this much over their
-# union (1.0: never at the same time; N: always together). 1.2: a fifth of the time side by side, a stated bound
-DEVICES_TAKE_TURNS_RATIO = 1.2
-
-
 def devices_caveat(f: RankFacts) -> Caveat | None:
-    """One process drove several GPUs (Kineto writes each GPU's events under its device index as pid): the
-    breakdown, idle and overlap figures are over their union, where a GPU idle while another works counts as busy.
-    The note gives each device's busy share of the window; when their busy time barely overlaps
-    (DEVICES_TAKE_TURNS_RATIO), the devices take turns (a model split across GPUs run layer after layer, as
-    device_map="auto"), each idle while the others work. No real trace here has two (HTA's all have one)."""
-    t, w = f.table, f.window
-    rows = w.device
-    devices = np.unique(t.pid[rows])
-    if devices.size < 2:
+    """One process drove several GPUs (devices.device_busy): the breakdown, idle and overlap figures are over their
+    union, where a GPU idle while another works counts as busy. The note gives each device's busy share of the
+    window; when the devices take turns, the devices_take_turns finding says so and prices it; side by side in a
+    PyTorch process (its ATen operators: a JAX host drives its devices side by side by design), the note names
+    DataParallel's replacement (no what-if: what its replication and reduction cost the trace does not
+    separate). No real trace here has two (HTA's all have one)."""
+    d = device_busy(f)
+    if d is None or d.window_us <= 0:
         return None
-    window = float(w.end_us[rows].max() - w.ts_us[rows].min())
-    if window <= 0:
-        return None
-    busy = {int(d): union_us(w, rows[t.pid[rows] == d]) for d in devices}
-    union = union_us(w, rows)
-    shares = ", ".join(f"GPU {d} {100.0 * b / window:.0f}%" for d, b in busy.items())
-    note = (f"this process drove {devices.size} GPUs: the breakdown, idle and overlap are over their union (a GPU "
+    shares = ", ".join(f"GPU {k} {100.0 * b / d.window_us:.0f}%" for k, b in d.busy_us.items())
+    note = (f"this process drove {len(d.busy_us)} GPUs: the breakdown, idle and overlap are over their union (a GPU "
             f"idle while another works counts as busy); busy per GPU: {shares} of the window")
-    if union > 0 and sum(busy.values()) <= DEVICES_TAKE_TURNS_RATIO * union:
-        note += ("; they rarely run at the same time: the model is split across them and run one after another "
-                 "(device_map=\"auto\", naive model parallelism), each idle while the others work; tensor "
-                 "parallelism, or a pipeline fed with micro-batches, keeps them busy together")
+    if not d.take_turns and f.table.ids_matching(lambda n: n.startswith("aten::")).size:  # a PyTorch process
+        note += ("; side by side, as nn.DataParallel's replicas run (its parameters broadcast, outputs gathered and "
+                 "gradients reduced through GPU 0 every step, its threads sharing one interpreter lock): "
+                 "DistributedDataParallel, one process per GPU, is the replacement PyTorch recommends")
     return Caveat(note=note, confidence="medium")
 
 

@@ -74,6 +74,18 @@ EXPOSED_ALL_TO_ALL_RECOMMENDATION = (
     "it inside a node where the expert-parallel group fits; balance tokens across experts (auxiliary loss, "
     "capacity factor) so that no rank waits for the busiest.")
 
+# exposed_comm when one process drives several GPUs side by side and most of its communication is broadcast and
+# reduce (rules.exposed_comm): nn.DataParallel, which broadcasts the parameters to every replica before each forward
+# and reduces the gradients onto GPU 0 once the whole backward is done, every step
+EXPOSED_DATA_PARALLEL_RECOMMENDATION = (
+    "One process drives the GPUs and most of the exposed communication is broadcast and reduce: nn.DataParallel, "
+    "which copies the parameters to every GPU before each forward, gathers the outputs and reduces the gradients "
+    "onto GPU 0 after the whole backward (nothing overlaps them), runs the optimizer on GPU 0 alone and drives the "
+    "replicas from threads sharing one interpreter lock. Replace it with DistributedDataParallel, one process per GPU "
+    "(torchrun --nproc-per-node N): no per-step copy of the parameters, the gradients all-reduced in buckets during "
+    "the backward. Hugging Face Trainer falls back to DataParallel when a script sees several GPUs without being "
+    "launched by torchrun or accelerate launch.")
+
 # exposed_comm when most of it is all-reduce issued in the forward pass (facts.forward_all_reduce_us): tensor
 # parallelism's, whose next layer consumes the reduced activations at once, so DDP's bucketing does not apply
 EXPOSED_TP_RECOMMENDATION = (
@@ -355,6 +367,13 @@ RECOMMENDATIONS = {
                              "LigerFusedLinearCrossEntropyLoss): it also drops the fp32 cast and the shift's copy of "
                              "the logits, and the memory they free (logits_bytes each) buys a larger micro-batch. "
                              "torch.compile fuses the cast, log-softmax and NLL as well.",
+    "devices_take_turns": "One process runs a model split across its GPUs one after another (Accelerate's "
+                          "device_map=\"auto\", .to(\"cuda:1\") between layers: naive model parallelism), so each "
+                          "GPU idles while the others work. Keep them busy together: for inference, serve with tensor "
+                          "parallelism (vLLM or SGLang --tensor-parallel-size, DeepSpeed-Inference), or one model copy "
+                          "per GPU where it fits in one; for training, one process per GPU (torchrun) with FSDP or "
+                          "tensor parallelism, or a pipeline fed with micro-batches (torch.distributed.pipelining "
+                          "ScheduleGPipe / Schedule1F1B, at least 4 micro-batches per stage).",
     "recompute_overhead": "Activation checkpointing re-runs the forward in the backward pass. Where memory allows, "
                          "recompute selectively: keep the matmul and attention outputs and recompute only cheap "
                          "elementwise/norm ops (torch.utils.checkpoint with create_selective_checkpoint_contexts, "

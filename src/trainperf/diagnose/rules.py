@@ -21,6 +21,7 @@ import numpy as np
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.attention import unfused_attention
 from trainperf.diagnose.copies import exposed_memcpy
+from trainperf.diagnose.devices import device_busy, devices_take_turns
 from trainperf.diagnose.evidence import warmup_us
 from trainperf.diagnose.collectives import TransferRate
 from trainperf.diagnose.facts import RankFacts
@@ -241,6 +242,10 @@ def exposed_comm(f: RankFacts) -> Finding | None:
     all_to_all = f.comm_share_by_collective.get("all_to_all", 0.0) / rest
     sharded = sum(f.comm_share_by_collective.get(k, 0.0) for k in ("all_gather", "reduce_scatter")) / rest
     forward_all_reduce = f.forward_all_reduce_share / rest
+    # one process driving its GPUs side by side (devices.device_busy), its collectives broadcast and reduce
+    one_process = device_busy(f)
+    data_parallel = (one_process is not None and not one_process.take_turns
+                     and sum(f.comm_share_by_collective.get(k, 0.0) for k in ("broadcast", "reduce")) / rest > 0.5)
     scalar = f.scalar_comm_share / rest
     of = "% of comm but send/recv" if beside_bubble else "% of comm"
     bound = p2p or not host_waits.any()
@@ -260,7 +265,9 @@ def exposed_comm(f: RankFacts) -> Finding | None:
                            + (" (mostly send/recv: upper bound)" if p2p else
                               " (only device work waits for them: upper bound)" if bound else ""),
                            evidence_pct=share, upper_bound=bound)
-    if scalar > 0.5:  # a majority, as the other kinds'
+    if data_parallel:
+        found.recommendation = F.EXPOSED_DATA_PARALLEL_RECOMMENDATION
+    elif scalar > 0.5:  # a majority, as the other kinds'
         found.recommendation = F.EXPOSED_SCALAR_RECOMMENDATION
     elif p2p:
         found.recommendation = F.EXPOSED_RING_RECOMMENDATION if f.p2p_role == "context" else \
@@ -566,11 +573,13 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
 # exposed_memcpy (diagnose/copies.py): host-link copies no computation hides and no host call blocked on;
 # grad_sync_per_microbatch (diagnose/grad_sync.py): gradients synchronised before more are accumulated into them
 # straggler and load_imbalance (diagnose/stragglers.py): ranks waiting for others at collectives;
-# launch_bound, host_work and small_kernels (diagnose/host_bound.py): the GPU waiting for the host
+# launch_bound, host_work and small_kernels (diagnose/host_bound.py): the GPU waiting for the host;
+# devices_take_turns (diagnose/devices.py): the GPUs one process drives running one after another
 RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable_copy, allocator_stall, exposed_memcpy,
-         grad_sync_per_microbatch, exposed_comm, pipeline_bubble, straggler, load_imbalance, launch_bound, host_work,
-         small_kernels, fp32_matmul, misaligned_gemm, slow_gemm, layout_transposes, unfused_attention,
-         unfused_cross_entropy, memory_bound_unfused, recompute_overhead, optimizer_slow, gpu_analyses_skipped)
+         grad_sync_per_microbatch, exposed_comm, pipeline_bubble, devices_take_turns, straggler, load_imbalance,
+         launch_bound, host_work, small_kernels, fp32_matmul, misaligned_gemm, slow_gemm, layout_transposes,
+         unfused_attention, unfused_cross_entropy, memory_bound_unfused, recompute_overhead, optimizer_slow,
+         gpu_analyses_skipped)
 
 
 def run_rules(f: RankFacts) -> list[Finding]:
