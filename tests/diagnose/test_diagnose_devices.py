@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_bound import end_gpu_bound_step, write_trace  # noqa: E402
 from kineto_builder import TraceBuilder  # noqa: E402
 
+from trainperf.diagnose import findings as F  # noqa: E402
 from trainperf.diagnose.api import diagnose  # noqa: E402
 
 P, STEPS, H, K_US = 1625.0, 4, 5, 80.0
@@ -76,11 +77,13 @@ def test_gpus_side_by_side_do_not_take_turns(tmp_path):
 def _data_parallel(folder: Path, *, gpus: int) -> Path:
     """nn.DataParallel's step on `gpus` GPUs of one process (STEPS steps of P us): the parameters broadcast to every
     GPU ([T+10, T+210) on each), the replicas' forward and backward side by side ([T+212, T+1012)), the gradients
-    reduced onto GPU 0 ([T+1014, T+1214)), the optimizer on GPU 0 ([T+1216, T+1316)); a synchronize until then."""
+    reduced onto GPU 0 ([T+1014, T+1214)), the optimizer on GPU 0 ([T+1216, T+1316)); a synchronize until then. An
+    ATen operator opens each step: a PyTorch process."""
     b = TraceBuilder()
     for s in range(STEPS):
         T = s * P
         b.step(s, T, P)
+        b.cpu("aten::to", T + 0.5, 1.0)  # a PyTorch process
         for device in range(gpus):
             b.launch("ncclDevKernel_Broadcast_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", T + 2.0 + device,
                      T + 10.0, 200.0, stream=20, device=device)
@@ -105,3 +108,31 @@ def test_data_parallel_communication_names_its_replacement(tmp_path):
     assert _finding(two) is None
     one = diagnose(_data_parallel(tmp_path / "one", gpus=1))
     assert "DistributedDataParallel" not in next(x for x in one.findings if x.kind == "exposed_comm").recommendation
+
+
+def test_host_bound_fixes_of_one_process_driving_gpus_side_by_side_start_with_a_process_per_gpu(tmp_path):
+    # two replicas side by side, each launched from a thread of its own: 40 kernels of 5 us a step each, 20 us apart
+    # (the threads' Python between launches), then 0.8 ms of Python a step: the GPUs wait for tiny kernels' launches
+    # (small_kernels) and for that Python (host_work); each fix starts with a host per GPU; on one GPU the same loop
+    # gets the usual fixes alone
+    def loop(folder: Path, gpus: int) -> Path:
+        b = TraceBuilder()
+        for s in range(STEPS):
+            T = s * P
+            b.step(s, T, P)
+            b.cpu("aten::to", T + 0.5, 1.0)
+            for device in range(gpus):
+                for k in range(40):
+                    at = T + 10.0 + 20.0 * k
+                    b.cpu("aten::add", at, 8.0, tid=1 + device)
+                    b.launch("vectorized_elementwise_kernel", at + 2.0, at + 7.0, 5.0, tid=1 + device, device=device)
+            b.cpu("cudaDeviceSynchronize", T + 820.0, 5.0, cat="cuda_runtime")
+            b.cpu("python_work", T + 826.0, P - 827.0)
+        return write_trace(b, folder)
+
+    (tmp_path / "two").mkdir()
+    (tmp_path / "one").mkdir()
+    two = [x for x in diagnose(loop(tmp_path / "two", 2)).findings if x.kind in F.HOST_BOUND_KINDS]
+    one = [x for x in diagnose(loop(tmp_path / "one", 1)).findings if x.kind in F.HOST_BOUND_KINDS]
+    assert two and all(x.recommendation.startswith(F.ONE_HOST_FOR_SEVERAL_GPUS) for x in two)
+    assert one and not any("one process per GPU" in x.recommendation for x in one)

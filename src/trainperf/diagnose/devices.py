@@ -65,6 +65,15 @@ def _device_busy(f: RankFacts) -> DeviceBusy | None:
                       window_us=float(w.end_us[rows].max() - w.ts_us[rows].min()))
 
 
+def pytorch_process_side_by_side(f: RankFacts) -> bool:
+    """Whether one PyTorch process (its ATen operators: a JAX host drives its devices side by side by design) drives
+    several GPUs side by side, as nn.DataParallel's replicas run: one host, its threads sharing one interpreter
+    lock, for all of them."""
+    d = device_busy(f)
+    return d is not None and not d.take_turns and f.once(
+        "aten_ops", lambda: f.table.ids_matching(lambda n: n.startswith("aten::")).size > 0)
+
+
 def devices_take_turns(f: RankFacts) -> F.Finding | None:
     """The GPUs one process drives take turns (DeviceBusy.take_turns), and running them side by side would take
     TAKE_TURNS_MIN_PCT of the span or more off their work.

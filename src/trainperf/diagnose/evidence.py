@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainperf.diagnose import findings as F
-from trainperf.diagnose.devices import device_busy
+from trainperf.diagnose.devices import device_busy, pytorch_process_side_by_side
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.replay import NOT_BLOCKING, one_off_first_calls
 from trainperf.diagnose.window import NSYS_PER_STEP_FIX, PER_STEP_FIX, launched_before_trace, merge_intervals
@@ -193,16 +193,16 @@ def devices_caveat(f: RankFacts) -> Caveat | None:
     """One process drove several GPUs (devices.device_busy): the breakdown, idle and overlap figures are over their
     union, where a GPU idle while another works counts as busy. The note gives each device's busy share of the
     window; when the devices take turns, the devices_take_turns finding says so and prices it; side by side in a
-    PyTorch process (its ATen operators: a JAX host drives its devices side by side by design), the note names
-    DataParallel's replacement (no what-if: what its replication and reduction cost the trace does not
-    separate). No real trace here has two (HTA's all have one)."""
+    PyTorch process (devices.pytorch_process_side_by_side), the note names DataParallel's replacement (no what-if:
+    what its replication and reduction cost the trace does not separate). No real trace here has two (HTA's all
+    have one)."""
     d = device_busy(f)
     if d is None or d.window_us <= 0:
         return None
     shares = ", ".join(f"GPU {k} {100.0 * b / d.window_us:.0f}%" for k, b in d.busy_us.items())
     note = (f"this process drove {len(d.busy_us)} GPUs: the breakdown, idle and overlap are over their union (a GPU "
             f"idle while another works counts as busy); busy per GPU: {shares} of the window")
-    if not d.take_turns and f.table.ids_matching(lambda n: n.startswith("aten::")).size:  # a PyTorch process
+    if pytorch_process_side_by_side(f):
         note += ("; side by side, as nn.DataParallel's replicas run (its parameters broadcast, outputs gathered and "
                  "gradients reduced through GPU 0 every step, its threads sharing one interpreter lock): "
                  "DistributedDataParallel, one process per GPU, is the replacement PyTorch recommends")

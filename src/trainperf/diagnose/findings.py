@@ -86,6 +86,14 @@ EXPOSED_DATA_PARALLEL_RECOMMENDATION = (
     "the backward. Hugging Face Trainer falls back to DataParallel when a script sees several GPUs without being "
     "launched by torchrun or accelerate launch.")
 
+# the host-bound kinds' fix when one PyTorch process drives several GPUs side by side (rules.run_rules): every GPU
+# waits on one host whose threads share one interpreter lock, so the first fix is a host per GPU
+HOST_BOUND_KINDS = frozenset({"launch_bound", "host_work", "small_kernels"})
+ONE_HOST_FOR_SEVERAL_GPUS = (
+    "One process launches the work of all its GPUs (nn.DataParallel's replicas, or threads of one script), its "
+    "threads taking turns on one interpreter lock: run one process per GPU first (DistributedDataParallel under "
+    "torchrun), which gives each GPU a host of its own; then, if the GPU still waits for its host:")
+
 # exposed_comm when most of it is all-reduce issued in the forward pass (facts.forward_all_reduce_us): tensor
 # parallelism's, whose next layer consumes the reduced activations at once, so DDP's bucketing does not apply
 EXPOSED_TP_RECOMMENDATION = (

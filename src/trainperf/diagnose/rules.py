@@ -21,7 +21,7 @@ import numpy as np
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.attention import unfused_attention
 from trainperf.diagnose.copies import exposed_memcpy
-from trainperf.diagnose.devices import device_busy, devices_take_turns
+from trainperf.diagnose.devices import devices_take_turns, pytorch_process_side_by_side
 from trainperf.diagnose.evidence import warmup_us
 from trainperf.diagnose.collectives import TransferRate
 from trainperf.diagnose.facts import RankFacts
@@ -242,9 +242,8 @@ def exposed_comm(f: RankFacts) -> Finding | None:
     all_to_all = f.comm_share_by_collective.get("all_to_all", 0.0) / rest
     sharded = sum(f.comm_share_by_collective.get(k, 0.0) for k in ("all_gather", "reduce_scatter")) / rest
     forward_all_reduce = f.forward_all_reduce_share / rest
-    # one process driving its GPUs side by side (devices.device_busy), its collectives broadcast and reduce
-    one_process = device_busy(f)
-    data_parallel = (one_process is not None and not one_process.take_turns
+    # one process driving its GPUs side by side, its collectives broadcast and reduce: nn.DataParallel's
+    data_parallel = (pytorch_process_side_by_side(f)
                      and sum(f.comm_share_by_collective.get(k, 0.0) for k in ("broadcast", "reduce")) / rest > 0.5)
     scalar = f.scalar_comm_share / rest
     of = "% of comm but send/recv" if beside_bubble else "% of comm"
@@ -585,8 +584,9 @@ RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable
 def run_rules(f: RankFacts) -> list[Finding]:
     """Every rule on one rank's facts (idle_gpu last: it names idle time no other finding explains); in a
     forward-only loop a kind's default fix is the inference one (F.INFERENCE_RECOMMENDATIONS), also after a prefix a
-    rule put before it (HOST_TO_DEVICE_SYNC_RECOMMENDATION); the advice to name unnamed host work is the trace's
-    profiler's (F.NAMING_ADVICE)."""
+    rule put before it (HOST_TO_DEVICE_SYNC_RECOMMENDATION); a host-bound kind's fix in one PyTorch process driving
+    several GPUs side by side starts with a process per GPU (F.ONE_HOST_FOR_SEVERAL_GPUS); the advice to name unnamed
+    host work is the trace's profiler's (F.NAMING_ADVICE)."""
     found = [x for x in (rule(f) for rule in RULES) if x is not None]
     rest = idle_gpu(f, found)
     found += [rest] if rest else []
@@ -595,6 +595,10 @@ def run_rules(f: RankFacts) -> list[Finding]:
             default = F.RECOMMENDATIONS.get(x.kind, "")
             if x.kind in F.INFERENCE_RECOMMENDATIONS and x.recommendation.endswith(default):  # after a rule's prefix
                 x.recommendation = x.recommendation[:-len(default)] + F.INFERENCE_RECOMMENDATIONS[x.kind]
+    if pytorch_process_side_by_side(f):  # one host for every GPU: the host-bound fixes start with a host per GPU
+        for x in found:
+            if x.kind in F.HOST_BOUND_KINDS:
+                x.recommendation = F.ONE_HOST_FOR_SEVERAL_GPUS + " " + x.recommendation
     advice = F.NAMING_ADVICE.get(f.table.metadata.get("producer", ""))
     if advice:  # the way to name unnamed host work in this profiler
         for x in found:
