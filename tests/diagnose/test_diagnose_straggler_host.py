@@ -464,3 +464,21 @@ def test_the_summary_names_a_straggler_only_past_the_noise():
     assert (straggler_text({**x, "host_straggler_p_value": 0.25, "host_straggler_testable": False,
                             "host_straggler_within_noise": False})
             == "straggler rank 1 caused 30.0 ms of waiting")
+
+
+def test_a_pipeline_stage_waiting_inside_its_own_gloo_send_recv_is_waiting(tmp_path):
+    # A real 2-stage GPipe profile on CPU (tests/data/pipeline, torch.distributed.pipelining): the last stage holds
+    # one more layer (the head) and the loss, so the first stage waits for its gradients, inside gloo:recv spans
+    # recorded on its own loop thread (each within its `Backward i`). Those spans are the transfer, not the thread's
+    # work: the first stage waits more than the last, and the slow stage named is the last, with the pipeline's fix.
+    # (Read as own work, the first stage's waits were 0.4 ms a step against the last's 2.4 and the first stage
+    # was named, medium.)
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "data" / "pipeline" / "gpipe"
+    tables = load_trace(folder)
+    waits = {r: np.median([w[1] for w in host_step_waits(t).values()]) for r, t in tables.items()}
+    assert waits[0] > waits[1]
+    d = diagnose(folder)
+    s = next(x for x in d.findings if x.kind == "straggler")
+    assert s.ranks == [1] and "pipeline stage" in s.recommendation

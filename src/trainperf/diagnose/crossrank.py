@@ -516,7 +516,10 @@ def host_step_waits(t: EventTable, keep: np.ndarray | None = None) -> dict[int, 
     g = np.flatnonzero(np.isin(t.name, gloo_ids) & (t.pid == loop[0]))
     end = t.ts_ns + t.dur_ns
     gloo = _merge([(int(t.ts_ns[r]), int(end[r])) for r in g])
-    on_loop = np.flatnonzero((t.pid == loop[0]) & (t.tid == loop[1]) & ~is_step & (t.dur_ns > 0))
+    # a gloo:* span is the transfer of a collective issued asynchronously, whichever thread it is recorded on (the
+    # loop thread itself for torch.distributed.pipelining's batched send/recv): never the loop thread's own work
+    on_loop = np.flatnonzero((t.pid == loop[0]) & (t.tid == loop[1]) & ~is_step & (t.dur_ns > 0)
+                             & ~np.isin(t.name, gloo_ids))
     ts_loop = t.ts_ns[on_loop]
     call_ids = {i for i, n in enumerate(names) if COLLECTIVE_CALL_RE.search(n)}
     calls = _merge([(int(t.ts_ns[r]), int(end[r])) for r in on_loop[np.isin(t.name[on_loop], list(call_ids))]])

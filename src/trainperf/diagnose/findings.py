@@ -162,7 +162,8 @@ SYNCHRONOUS_LAUNCH_SETTINGS = {
 # straggler when the ranks exchange mostly point-to-point (pipeline stages): a stage that computes longer than
 # the others is an unequal split of the layers, not a faulty machine; every other stage idles for it each micro-batch
 STRAGGLER_STAGE_RECOMMENDATION = (
-    "The slow rank is a pipeline stage (its communication is mostly send/recv): the stages hold unequal work. "
+    "The slow rank is a pipeline stage (its communication is mostly send/recv, or its schedule names its actions): "
+    "the stages hold unequal work. "
     "Move layers off it (the first stage also runs the embedding, the last the output layer and the loss: Megatron's "
     "account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split, or an uneven layer split), "
     "or use an interleaved schedule; if the stages are equal by construction, check its GPU and host (thermal "

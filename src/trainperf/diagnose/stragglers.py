@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts, StragglerFacts
+from trainperf.diagnose.pipeline import schedule_names
 from trainperf.diagnose.replay import Change
 
 
@@ -65,9 +66,12 @@ def straggler(f: RankFacts) -> F.Finding | None:
         if s.host_stalled_steps:  # priced marginal to the DataLoader/checkpoint stalls' fixes (crossrank.host_straggler)
             metrics["steps_with_stall_left_out"] = (s.host_stalled_steps, "count")
             stalls = ", in the steps without a DataLoader or checkpoint stall"
-        return F.rank_finding(f, kind="straggler", metrics=metrics, gain_pct=s.host_gain_pct, gain_us=s.host_gain_us,
-                              ranks=[s.rank], evidence_pct=s.host_gain_pct,
-                              what_if=f"no rank waits for rank {s.rank} (host only: the others' wait per step{stalls})")
+        found = F.rank_finding(f, kind="straggler", metrics=metrics, gain_pct=s.host_gain_pct,
+                               gain_us=s.host_gain_us, ranks=[s.rank], evidence_pct=s.host_gain_pct,
+                               what_if=f"no rank waits for rank {s.rank} (host only: the others' wait per step{stalls})")
+        if schedule_names(f.table, f.window).named:  # a pipeline stage: its schedule names itself (pipeline.py)
+            found.recommendation = F.STRAGGLER_STAGE_RECOMMENDATION
+        return found
     if s.compute_group_ratio and not s.persistent:
         # a slow pipeline stage beside matched waits that name no one rank: its ranks are the straggler (below), the
         # waits load_imbalance's, and no other rank is named a straggler
