@@ -68,7 +68,8 @@ def straggler(f: RankFacts) -> F.Finding | None:
             stalls = ", in the steps without a DataLoader or checkpoint stall"
         found = F.rank_finding(f, kind="straggler", metrics=metrics, gain_pct=s.host_gain_pct,
                                gain_us=s.host_gain_us, ranks=[s.rank], evidence_pct=s.host_gain_pct,
-                               what_if=f"no rank waits for rank {s.rank} (host only: the others' wait per step{stalls})")
+                               what_if=f"no rank waits for rank {s.rank} (host only: the others' wait per "
+                                       f"step{stalls})")
         if schedule_names(f.table, f.window).named:  # a pipeline stage: its schedule names itself (pipeline.py)
             found.recommendation = F.STRAGGLER_STAGE_RECOMMENDATION
         return found
