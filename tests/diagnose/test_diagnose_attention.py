@@ -146,6 +146,24 @@ def test_unfused_attention_priced_at_the_catalogs_flash_rate(tmp_path):
     assert x.severity == "high" and x.confidence == "high"
 
 
+def test_without_sequence_numbers_the_backward_is_linked_by_name(tmp_path):
+    # the same trace with no operator ids (an exporter that drops "Sequence number"): each SoftmaxBackward0 (as many
+    # as regions: the router's softmax has no backward here) with the BmmBackward0 before and after it on its thread
+    # is the region's backward, so the price is the one worked above (before: the forward's 1700 us alone, priced
+    # against a forward-only fused kernel)
+    path = _h100_trace(tmp_path)
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    for e in doc["traceEvents"]:
+        e.get("args", {}).pop("Sequence number", None)
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    x = _finding(diagnose(path))
+    fused = 4.0 * B * H * S * S * D * 3.5 / (989.4e12 * 0.34) * 1e6
+    m = x.evidence["metrics"]
+    assert m["backward_in_trace"]["value"] == 1
+    assert m["attention_kernel_time"]["value"] == pytest.approx(4500.0 * (STEPS - 1), rel=1e-6)
+    assert x.gain_us / (STEPS - 1) == pytest.approx(4500.0 - fused, rel=0.01)
+
+
 def test_without_shapes_the_pattern_alone_finds_it_at_an_upper_bound(tmp_path):
     # no recorded shapes: the operator pattern alone, and the fused kernel taken to cost the region's matmul
     # kernels (forward QK + PV 800, backward 1600: 2400 of the 4500 us), an upper bound at low confidence: 2100 us

@@ -21,7 +21,7 @@ SDPA's own fallback (``aten::_scaled_dot_product_attention_math`` runs the same 
   multiplies something else (HTA's trace_filter: softmax of [2, 1] then a [2048, 2] x [2, 1] mm), is not
   attention. Without shapes the operator pattern alone decides, at low confidence.
 The region's backward is the autograd nodes whose sequence number is one of its forward operators' (as
-autograd_links links them: regions.region_work).
+autograd_links links them: regions.region_work); in a trace without sequence numbers, by name (_named_backward_spans).
 
 Pricing (GPU): the region's kernels, forward and backward, replaced by a fused kernel that does the attention
 FLOPs (forward 2·B·H·Sq·Sk·(D + Dv), 4·B·H·Sq·Sk·D for equal head dims; backward 2.5x that: FlashAttention-2
@@ -34,18 +34,21 @@ Without shapes or a known accelerator the fused kernel is taken to cost what the
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from trainperf.diagnose import findings as F
+from trainperf.diagnose.autograd_links import BACKWARD_OP_PREFIX, backward_node_mask
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.precision import FP32, TF32, classify_kernel
-from trainperf.diagnose.regions import RegionWork, region_spans, region_work
+from trainperf.diagnose.regions import RegionWork, region_spans, region_work, with_backward_spans
 from trainperf.diagnose.replay import Change
 from trainperf.diagnose.roofline import DTYPE_BYTES, device_accelerator, is_shape, op_shape
+from trainperf.diagnose.window import Window
 from trainperf.trace.events import CPU_OP, GEMM, EventTable
-from trainperf.trace.nesting import nest, row_spans
+from trainperf.trace.nesting import nest, row_spans, thread_key
 
 SOFTMAX_OPS = ("aten::softmax", "aten::_softmax", "aten::_safe_softmax")
 MATMUL_OPS = ("aten::matmul", "aten::bmm", "aten::baddbmm", "aten::einsum")
@@ -53,6 +56,10 @@ MATMUL_OPS = ("aten::matmul", "aten::bmm", "aten::baddbmm", "aten::einsum")
 # the scores (a projection, a router's linear, the next layer)
 OTHER_PRODUCTS = ("aten::linear", "aten::mm", "aten::addmm", "aten::convolution", "aten::conv2d", "aten::conv1d")
 MATH_SDPA = "aten::_scaled_dot_product_attention_math"
+# the autograd nodes of a softmax and of a batched product (a trace without sequence numbers links a region's
+# backward by these names: _named_backward_spans)
+SOFTMAX_BACKWARD_NODES = ("SoftmaxBackward0", "SafeSoftmaxBackward0")
+PRODUCT_BACKWARD_RE = re.compile(r"^(?:Bmm|Baddbmm|Matmul|Einsum)Backward\d+$")
 # siblings between the scores product and the softmax (scale, mask, casts, views) and between the softmax and the
 # product with V (dropout, casts): nanoGPT writes 2 (mul, masked_fill), Hugging Face eager 3-4 (+ the mask add,
 # the fp32 cast and back), SDPA's math path 1-2; 8 leaves room for views and copies without reaching a
@@ -222,8 +229,45 @@ def window_regions(f: RankFacts) -> list[AttentionRegion]:
 
 
 def window_region_work(f: RankFacts) -> RegionWork:
-    """region_work of window_regions (once per rank): the kernels unfused_attention prices."""
-    return f.once("attention_work", lambda: region_work(f.table, f.window, *region_spans(window_regions(f))))
+    """region_work of window_regions (once per rank), with their backward found by name where the trace records no
+    sequence numbers (_named_backward_spans): the kernels unfused_attention prices."""
+    def work() -> RegionWork:
+        t, w, regions = f.table, f.window, window_regions(f)
+        found = region_work(t, w, *region_spans(regions))
+        if found.backward or (t.seq >= 0).any():
+            return found
+        return with_backward_spans(t, w, found, *_named_backward_spans(t, w, len(regions)))
+    return f.once("attention_work", work)
+
+
+def _named_backward_spans(t: EventTable, w: Window, regions: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(thread key, start ns, end ns) of the attention regions' backward, by name, for a trace without sequence
+    numbers (an exporter that drops operator ids): where the window runs as many SoftmaxBackward0 nodes as it holds
+    regions (so that none is a router's or another softmax's), each one with the product-backward nodes
+    (BmmBackward0, ...) nearest before and after it among MAX_OPS_BETWEEN nodes of its thread: the engine runs a
+    region's nodes in reverse, the product with V's, the softmax's (and the dropout's, mask's, scale's), the scores
+    product's. Empty arrays where the counts differ."""
+    nodes = np.flatnonzero(w.keep & (t.kind == CPU_OP))
+    nodes = nodes[backward_node_mask(t, nodes)]
+    key = thread_key(t.pid[nodes], t.tid[nodes])
+    nodes, key = nodes[np.lexsort((t.ts_ns[nodes], key))], np.sort(key)
+    names = [t.names[int(i)][len(BACKWARD_OP_PREFIX):].strip() for i in t.name[nodes]]
+    softmax = [k for k, n in enumerate(names) if n in SOFTMAX_BACKWARD_NODES]
+    empty = np.zeros(0, dtype=np.int64)
+    if not softmax or len(softmax) != regions:
+        return empty, empty, empty
+
+    def nearest(k: int, step: int) -> int:  # the nearest product-backward node on k's thread, else k itself
+        for j in range(k + step, k + step * (MAX_OPS_BETWEEN + 1), step):
+            if not 0 <= j < len(nodes) or key[j] != key[k]:
+                break
+            if PRODUCT_BACKWARD_RE.match(names[j]):
+                return j
+        return k
+
+    first = np.array([nearest(k, -1) for k in softmax], dtype=np.int64)
+    last = np.array([nearest(k, 1) for k in softmax], dtype=np.int64)
+    return key[softmax], t.ts_ns[nodes[first]], t.ts_ns[nodes[last]] + t.dur_ns[nodes[last]]
 
 
 def unfused_attention(f: RankFacts) -> F.Finding | None:

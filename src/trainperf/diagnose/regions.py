@@ -49,3 +49,15 @@ def region_work(t: EventTable, w: Window, key: np.ndarray, start_ns: np.ndarray,
     end = np.concatenate([rend, t.ts_ns[linked] + t.dur_ns[linked]]).astype(np.int64)
     return RegionWork(host_us=float((end - start).sum()) / 1e3, backward=bool(linked.size),
                       kernels=launched_inside(t, w, key, start, end))
+
+
+def with_backward_spans(t: EventTable, w: Window, work: RegionWork, key: np.ndarray, start_ns: np.ndarray,
+                        end_ns: np.ndarray) -> RegionWork:
+    """work with the device rows launched inside the given backward spans (thread key, start and end ns each) added:
+    a region's backward found by name where the trace records no sequence numbers (attention.py, loss.py)."""
+    if not np.size(key):
+        return work
+    kernels = launched_inside(t, w, np.asarray(key, dtype=np.int64), np.asarray(start_ns, dtype=np.int64),
+                              np.asarray(end_ns, dtype=np.int64))
+    host_us = float((np.asarray(end_ns) - np.asarray(start_ns)).sum()) / 1e3
+    return RegionWork(host_us=work.host_us + host_us, backward=True, kernels=np.union1d(work.kernels, kernels))
