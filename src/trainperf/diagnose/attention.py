@@ -21,7 +21,8 @@ SDPA's own fallback (``aten::_scaled_dot_product_attention_math`` runs the same 
   multiplies something else (HTA's trace_filter: softmax of [2, 1] then a [2048, 2] x [2, 1] mm), is not
   attention. Without shapes the operator pattern alone decides, at low confidence.
 The region's backward is the autograd nodes whose sequence number is one of its forward operators' (as
-autograd_links links them: regions.region_work); in a trace without sequence numbers, by name (_named_backward_spans).
+autograd_links links them: regions.region_work); in a trace without sequence numbers, by name
+(_named_backward_spans).
 
 Pricing (GPU): the region's kernels, forward and backward, replaced by a fused kernel that does the attention
 FLOPs (forward 2·B·H·Sq·Sk·(D + Dv), 4·B·H·Sq·Sk·D for equal head dims; backward 2.5x that: FlashAttention-2

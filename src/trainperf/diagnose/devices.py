@@ -33,6 +33,7 @@ TAKE_TURNS_MIN_PCT = 3.0
 class DeviceBusy:
     """The GPUs of one rank's window: each one's busy time and their union (µs)."""
 
+    rows: np.ndarray       # the window's device rows (kernels, copies, memsets)
     busy_us: dict          # device index (the trace's pid of its events) -> time busy (union of its events)
     union_us: float        # time at least one of them is busy
     window_us: float       # first device event's start to last one's end
@@ -60,7 +61,7 @@ def _device_busy(f: RankFacts) -> DeviceBusy | None:
     devices = np.unique(t.pid[rows])
     if devices.size < 2:
         return None
-    return DeviceBusy(busy_us={int(d): union_us(w, rows[t.pid[rows] == d]) for d in devices},
+    return DeviceBusy(rows=rows, busy_us={int(d): union_us(w, rows[t.pid[rows] == d]) for d in devices},
                       union_us=union_us(w, rows),
                       window_us=float(w.end_us[rows].max() - w.ts_us[rows].min()))
 
@@ -88,8 +89,7 @@ def devices_take_turns(f: RankFacts) -> F.Finding | None:
     saving = d.side_by_side_saving_us
     if f.pct(saving) < TAKE_TURNS_MIN_PCT:
         return None
-    t, w = f.table, f.window
-    rows = w.device[t.kind[w.device] != GPU_SYNC]
+    t, w, rows = f.table, f.window, d.rows
     busiest = max(d.busy_us.values())
     factor = d.union_us / busiest
     metrics = {"gpus": (len(d.busy_us), "count"), "devices_union_busy": (d.union_us, "us"),

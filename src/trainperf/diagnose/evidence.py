@@ -203,9 +203,8 @@ def devices_caveat(f: RankFacts) -> Caveat | None:
     note = (f"this process drove {len(d.busy_us)} GPUs: the breakdown, idle and overlap are over their union (a GPU "
             f"idle while another works counts as busy); busy per GPU: {shares} of the window")
     if pytorch_process_side_by_side(f):
-        note += ("; side by side, as nn.DataParallel's replicas run (its parameters broadcast, outputs gathered and "
-                 "gradients reduced through GPU 0 every step, its threads sharing one interpreter lock): "
-                 "DistributedDataParallel, one process per GPU, is the replacement PyTorch recommends")
+        note += ("; side by side, as nn.DataParallel's replicas run: DistributedDataParallel, one process per GPU, "
+                 "is the replacement PyTorch recommends")
     return Caveat(note=note, confidence="medium")
 
 
