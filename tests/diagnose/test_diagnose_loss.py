@@ -274,3 +274,32 @@ def test_an_upcast_of_the_logits_before_the_loss_is_part_of_it(tmp_path):
     assert "copies_of_the_logits" not in x.evidence["metrics"]
     assert x.evidence["metrics"]["fused_traffic_share"]["value"] == 1.0
     assert x.gain_us / (STEPS - 1) == pytest.approx(2440.0 - 800.0, rel=0.01)
+
+
+def test_a_backward_node_found_by_name_is_its_own_function_not_the_hooks_around_it(tmp_path):
+    # a real CPU profile's loss (F.cross_entropy), through an exporter that drops operator ids, with a 6-ms hook
+    # wrapped around each NllLossBackward0 node's function, as FSDP's pre-backward unshard runs on the first node of
+    # a real FSDP2 backward (6 ms around a 34-us function): the loss's backward host time is its functions' alone,
+    # as with the operator ids (by sequence number); before, the hooks counted (a real FSDP2 profile without ids
+    # read 4.7 % of its host time as the loss's and named unfused_cross_entropy)
+    src = DATA / "cross_entropy.json.gz"
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    bare = no_operator_ids(doc, 0)
+    events = bare["traceEvents"]
+    nodes = [e for e in events if e.get("name") == "autograd::engine::evaluate_function: NllLossBackward0"]
+    for node in sorted(nodes, key=lambda e: -e["ts"]):  # 6 ms inserted at each node's start, later events shifted
+        at = node["ts"]
+        for e in events:
+            if "ts" in e and e["ts"] >= at and e is not node:
+                e["ts"] += 6000.0
+        node["dur"] += 6000.0
+        events.append({**node, "name": "FSDP::pre_backward", "ts": at, "dur": 5999.0, "args": {}})
+    (tmp_path / "t.json").write_text(json.dumps(bare))
+    with_ids = next(iter(load_trace(src).values()))
+    hooked = next(iter(load_trace(tmp_path / "t.json").values()))
+
+    def host_us(t):
+        f = collect_facts(t, analysis_window(t))
+        return loss_work(f, window_loss_regions(f))[0].host_us
+
+    assert host_us(hooked) == pytest.approx(host_us(with_ids), rel=0.02)

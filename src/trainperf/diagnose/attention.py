@@ -44,7 +44,8 @@ from trainperf.diagnose import findings as F
 from trainperf.diagnose.autograd_links import BACKWARD_OP_PREFIX, backward_node_mask
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.precision import FP32, TF32, classify_kernel
-from trainperf.diagnose.regions import RegionWork, region_spans, region_work, with_backward_spans
+from trainperf.diagnose.regions import (RegionWork, own_function_spans, region_spans, region_work,
+                                        with_backward_spans)
 from trainperf.diagnose.replay import Change
 from trainperf.diagnose.roofline import DTYPE_BYTES, device_accelerator, is_shape, op_shape
 from trainperf.diagnose.window import Window
@@ -268,7 +269,7 @@ def _named_backward_spans(t: EventTable, w: Window, regions: int) -> tuple[np.nd
 
     first = np.array([nearest(k, -1) for k in softmax], dtype=np.int64)
     last = np.array([nearest(k, 1) for k in softmax], dtype=np.int64)
-    return key[softmax], t.ts_ns[nodes[first]], t.ts_ns[nodes[last]] + t.dur_ns[nodes[last]]
+    return key[softmax], own_function_spans(t, nodes[first])[0], own_function_spans(t, nodes[last])[1]
 
 
 def unfused_attention(f: RankFacts) -> F.Finding | None:

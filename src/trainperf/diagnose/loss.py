@@ -39,7 +39,7 @@ from trainperf.diagnose import findings as F
 from trainperf.diagnose.autograd_links import BACKWARD_OP_PREFIX, backward_node_mask
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.launch import launched_inside
-from trainperf.diagnose.regions import RegionWork, region_spans, region_work, with_backward_spans
+from trainperf.diagnose.regions import RegionWork, own_function_spans, region_spans, region_work, with_backward_spans
 from trainperf.diagnose.replay import Change
 from trainperf.diagnose.roofline import DTYPE_BYTES, is_shape, op_shape
 from trainperf.trace.events import CPU_OP, EventTable
@@ -234,8 +234,7 @@ def loss_work(f: RankFacts, regions: list[LossRegion]) -> tuple[RegionWork, np.n
     work = region_work(t, w, key, start, end)
     if not work.backward and not (t.seq >= 0).any():
         nodes = _named_backward_nodes(t, regions)
-        work = with_backward_spans(t, w, work, thread_key(t.pid[nodes], t.tid[nodes]), t.ts_ns[nodes],
-                                   t.ts_ns[nodes] + t.dur_ns[nodes])
+        work = with_backward_spans(t, w, work, thread_key(t.pid[nodes], t.tid[nodes]), *own_function_spans(t, nodes))
     return work, launched_inside(t, w, key, t.ts_ns[ls], ls_end)
 
 
