@@ -136,3 +136,21 @@ def test_host_bound_fixes_of_one_process_driving_gpus_side_by_side_start_with_a_
     one = [x for x in diagnose(loop(tmp_path / "one", 1)).findings if x.kind in F.HOST_BOUND_KINDS]
     assert two and all(x.recommendation.startswith(F.ONE_HOST_FOR_SEVERAL_GPUS) for x in two)
     assert one and not any("one process per GPU" in x.recommendation for x in one)
+
+
+def test_work_of_the_hosts_own_cpu_device_is_no_second_gpu(tmp_path):
+    # GPU 0's work as in the first test, and as much again run on host threads as XLA runs its CPU thunks (kernels
+    # recorded on the host thread that ran them, trace/xplane.py): one GPU, no turns taken, no note on several GPUs
+    b = TraceBuilder()
+    for s in range(STEPS):
+        T = s * P
+        b.step(s, T, P)
+        for k in range(2 * H):
+            b.launch(GEMM, T + 2.0 + 10.0 * k, T + 10.0 + K_US * k, K_US)
+        for k in range(2 * H):
+            b.events.append({"ph": "X", "cat": "kernel", "name": "fusion.1", "pid": 10, "tid": 5,
+                             "ts": T + 812.0 + K_US * k, "dur": K_US, "args": {"stream": 5}})
+            b.cpu("hlo_thunk", T + 812.0 + K_US * k, K_US, tid=5)
+        end_gpu_bound_step(b, T, P, T + 1612.0, sync_at=300.0)
+    d = diagnose(write_trace(b, tmp_path))
+    assert _finding(d) is None and "drove" not in " ".join(d.ranks[0].evidence_notes)

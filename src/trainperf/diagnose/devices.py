@@ -19,7 +19,8 @@ from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.replay import Change
 from trainperf.diagnose.window import union_us
-from trainperf.trace.events import GPU_SYNC
+from trainperf.trace.events import GPU_SYNC, HOST_KINDS
+from trainperf.trace.nesting import thread_key
 
 # devices of one process that run one after another: the busy time of each summed is at most this much over their
 # union (1.0: never at the same time; N: always together). 1.2: a fifth of the time side by side, a stated bound
@@ -58,6 +59,10 @@ def device_busy(f: RankFacts) -> DeviceBusy | None:
 def _device_busy(f: RankFacts) -> DeviceBusy | None:
     t, w = f.table, f.window
     rows = w.device[t.kind[w.device] != GPU_SYNC]
+    # device work recorded on a host thread runs on the host's own CPU device, not a GPU (XLA's CPU thunks,
+    # trace/xplane.py: kernels whose stream is their host thread)
+    host = np.isin(t.kind, HOST_KINDS)
+    rows = rows[~np.isin(thread_key(t.pid[rows], t.tid[rows]), thread_key(t.pid[host], t.tid[host]))]
     devices = np.unique(t.pid[rows])
     if devices.size < 2:
         return None

@@ -20,6 +20,7 @@ except ImportError:  # pragma: no cover - exercised where orjson is absent
 KERNEL, MEMCPY, MEMSET, CPU_OP, RUNTIME, PYTHON, USER_ANNOTATION, GPU_ANNOTATION, GPU_SYNC, OTHER = range(10)
 KIND_NAMES = ("kernel", "memcpy", "memset", "cpu_op", "runtime", "python", "user_annotation",
               "gpu_user_annotation", "gpu_sync", "other")
+HOST_KINDS = (CPU_OP, RUNTIME, PYTHON, USER_ANNOTATION)  # what runs on a host thread
 
 # kernel category (column `category`, int8); -1 for events that do not run on a device
 GEMM, ATTENTION, COMMUNICATION, ELEMENTWISE, REDUCTION, OPTIMIZER, CAT_MEMCPY, CAT_MEMSET, CAT_OTHER = range(9)
