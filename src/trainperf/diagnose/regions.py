@@ -9,6 +9,7 @@ here.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,10 @@ from trainperf.diagnose.launch import launched_inside
 from trainperf.diagnose.window import Window
 from trainperf.trace.events import CPU_OP, EventTable
 from trainperf.trace.nesting import enclosing_span, thread_key
+
+
+# an autograd node's function, as PyTorch records it inside "autograd::engine::evaluate_function: XBackward0"
+BACKWARD_FUNCTION_RE = re.compile(r"^\w+Backward\d+$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +47,13 @@ def region_work(t: EventTable, w: Window, key: np.ndarray, start_ns: np.ndarray,
     inside = ops[enclosing_span(rkey, rstart, rend, thread_key(t.pid[ops], t.tid[ops]), t.ts_ns[ops]) >= 0]
     seqs = set(zip(t.pid[inside].tolist(), t.seq[inside].tolist()))
     nodes = ops[w.keep[ops] & backward_node_mask(t, ops)]
+    # a node whose evaluate_function records no sequence number (the first node of an FSDP2 backward, run inside its
+    # pre-backward hook) is linked through its function, the XBackward0 op inside it, which records one
+    numbered = set(zip(t.pid[nodes].tolist(), t.seq[nodes].tolist()))
+    funcs = ops[w.keep[ops] & np.isin(t.name[ops], t.ids_matching(BACKWARD_FUNCTION_RE.match))]
+    funcs = funcs[[(p, q) not in numbered for p, q in zip(t.pid[funcs].tolist(), t.seq[funcs].tolist())]] \
+        if funcs.size else funcs
+    nodes = np.concatenate([nodes, funcs])
     linked = nodes[[(p, s) in seqs for p, s in zip(t.pid[nodes].tolist(), t.seq[nodes].tolist())]] \
         if nodes.size else nodes
     key = np.concatenate([rkey, thread_key(t.pid[linked], t.tid[linked])]).astype(np.int64)
