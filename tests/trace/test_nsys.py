@@ -18,7 +18,7 @@ from nsys_builder import PUSH_POP_RANGE, SCHEMA, read_doc, write_nsys  # noqa: E
 from trainperf.diagnose.api import diagnose  # noqa: E402
 from trainperf.errors import NotATraceError, TrainperfError  # noqa: E402
 from trainperf.trace.events import CPU_OP, KERNEL, MEMCPY, RUNTIME, USER_ANNOTATION  # noqa: E402
-from trainperf.trace.load import load_trace  # noqa: E402
+from trainperf.trace.load import load_trace, ranks_in_file_order_note  # noqa: E402
 from trainperf.trace.producers import producer_of, read_any  # noqa: E402
 
 H200 = Path(__file__).resolve().parents[1] / "data" / "h200_faults"
@@ -215,12 +215,18 @@ def test_processes_that_each_see_their_gpu_as_device_0_are_ranked_by_the_gpu(tmp
     assert set(tables[0].pid[tables[0].kind == RUNTIME].tolist()) == {4045}
 
 
-def test_one_process_reports_without_a_rank_in_their_names_are_told_how_to_name_them(tmp_path):
+def test_one_process_reports_without_a_rank_in_their_names_are_ranked_in_file_order(tmp_path):
+    # report9 and report10, neither naming its rank: ranked in natural file order (9 before 10), and said so; with
+    # one of them named rank1, the other cannot be told apart from a real rank: still an error
     folder = tmp_path / "job"
     folder.mkdir()
     for r in (0, 1):
-        write_nsys([read_doc(STRAGGLER / "traces" / f"rank{r}.json.gz")], folder / f"report{r + 5}.sqlite")
-    with pytest.raises(TrainperfError, match=r"cannot tell its rank .* rename it e\.g\. rank0\.sqlite"):
+        write_nsys([read_doc(STRAGGLER / "traces" / f"rank{r}.json.gz")], folder / f"report{r + 9}.sqlite")
+    tables = load_trace(folder)
+    assert sorted(tables) == [0, 1] and Path(tables[0].source).name == "report9.sqlite"
+    assert "0 = report9.sqlite, 1 = report10.sqlite" in ranks_in_file_order_note(tables)
+    (folder / "report10.sqlite").rename(folder / "rank1.sqlite")
+    with pytest.raises(TrainperfError, match=r"report9\.sqlite: cannot tell its rank .* e\.g\. rank\d\.sqlite"):
         load_trace(folder)
 
 

@@ -24,7 +24,7 @@ from test_rocprof import _doc  # noqa: E402  (the same profile in rocprofv3's JS
 
 from trainperf.errors import TrainperfError  # noqa: E402
 from trainperf.trace.events import COLUMNS, CPU_OP, KERNEL, MEMCPY, RUNTIME, USER_ANNOTATION  # noqa: E402
-from trainperf.trace.load import load_trace, trace_files  # noqa: E402
+from trainperf.trace.load import load_trace, ranks_in_file_order_note, trace_files  # noqa: E402
 from trainperf.trace.producers import producer_of  # noqa: E402
 
 KERNEL_HEADER = ('"Kind","Agent_Id","Queue_Id","Stream_Id","Thread_Id","Dispatch_Id","Kernel_Id","Kernel_Name",'
@@ -116,8 +116,13 @@ def test_one_folder_several_processes_each_a_rank(tmp_path):
     tables = load_trace(d)
     assert sorted(tables) == [0, 1]
     assert tables[0].metadata["producer"] == "rocprofv3-csv" and tables[1].metadata["producer"] == "rocprofv3"
+    # processes named by pid only: ranked in file order, and said so (ranks_in_file_order_note); beside a process
+    # named by its rank, the others cannot be told apart from real ranks: an error
     _write_process(tmp_path / "pids", prefix="111")
     _write_process(tmp_path / "pids", prefix="222")
+    tables = load_trace(tmp_path / "pids")
+    assert sorted(tables) == [0, 1] and "ranks numbered in file-name order" in ranks_in_file_order_note(tables)
+    _write_process(tmp_path / "pids", prefix="rank5")
     with pytest.raises(TrainperfError, match="cannot tell its rank.*rocprofv3 -o rank%rank%"):
         load_trace(tmp_path / "pids")
 

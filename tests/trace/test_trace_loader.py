@@ -133,6 +133,20 @@ def _tb(**kw) -> TraceBuilder:
     return TraceBuilder(**kw).cpu("aten::add", 0, 5)
 
 
+def test_a_folder_whose_files_carry_no_rank_is_ranked_in_file_order_and_says_so(tmp_path):
+    # JAX writes <host>.xplane.pb per host, with no rank anywhere: host2 before host10 (numbers compared as
+    # numbers), and the diagnosis says which file each rank is
+    from trainperf.diagnose.api import diagnose
+
+    d = tmp_path / "job"
+    d.mkdir()
+    _tb(rank=None).write(d / "host10.json.gz")
+    _tb(rank=None).write(d / "host2.json.gz")
+    tables = load_trace(d)
+    assert [Path(tables[r].source).name for r in sorted(tables)] == ["host2.json.gz", "host10.json.gz"]
+    assert any("0 = host2.json.gz, 1 = host10.json.gz" in n for n in diagnose(d).notes)
+
+
 def test_folder_ranks_duplicates_and_mixed_jobs(tmp_path):
     d = tmp_path / "job"
     d.mkdir()

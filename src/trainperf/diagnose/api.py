@@ -27,7 +27,7 @@ from trainperf.diagnose.unprofiled import host_calibration, run_unprofiled_step_
 from trainperf.diagnose.window import analysis_window, find_step_markers, one_profiling_cycle
 from trainperf.errors import TrainperfError
 from trainperf.trace.events import EventTable
-from trainperf.trace.load import load_trace
+from trainperf.trace.load import load_trace, ranks_in_file_order_note
 
 
 @dataclass(kw_only=True)
@@ -159,7 +159,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     from_run = run_unprofiled_step_ms(path) if unprofiled_step_ms is None else None
     tables = load_trace(path, ranks=None, progress=progress)
     step_range = parse_steps(steps)
-    notes: list[str] = []
+    notes: list[str] = [n for n in (ranks_in_file_order_note(tables),) if n]
     if step_range:
         tables = {r: _restrict_steps(t, step_range) for r, t in tables.items()}
     else:  # several profiling cycles in one trace: one of them (each rank's own, the same where they share a schedule)

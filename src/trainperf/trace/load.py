@@ -87,8 +87,9 @@ def load_trace(path: str | Path, ranks: list[int] | None = None, workers: int | 
                progress: bool = False) -> dict[int, EventTable]:
     """Read every rank's trace at path; return {rank: EventTable} sorted by rank.
 
-    Rank comes from distributedInfo.rank, else from the file name, else (a single file) 0; a folder
-    whose files carry no rank, duplicate ranks or ranks from two different jobs is an error. The ranks of a file
+    Rank comes from distributedInfo.rank, else from the file name, else (a single file) 0; in a folder where no
+    file carries one, from the files' order (_number_ranks_in_file_order; ranks_in_file_order_note says so); a
+    folder where only some do, duplicate ranks or ranks from two different jobs is an error. The ranks of a file
     that holds several (an Nsight Systems report per node) follow those of the files before it in name order.
     """
     files = trace_files(path)
@@ -105,6 +106,7 @@ def load_trace(path: str | Path, ranks: list[int] | None = None, workers: int | 
         if isinstance(t, NotATraceError):
             warnings.warn(f"{f}: holds no trace events (not a trace): skipped", NotATraceWarning, stacklevel=2)
     files, tables = zip(*traces)
+    _number_ranks_in_file_order(files, tables)
     by_rank: dict[int, EventTable] = {}
     world_sizes = {}
     for f, t in zip(files, tables):
@@ -140,6 +142,39 @@ def load_trace(path: str | Path, ranks: list[int] | None = None, workers: int | 
             raise TrainperfError(f"{path}: rank(s) {missing} not found; ranks present: {sorted(by_rank)}")
         by_rank = {r: by_rank[r] for r in ranks}
     return dict(sorted(by_rank.items()))
+
+
+# the metadata key of a rank numbered by its file's place in the folder (load.RANKS_IN_FILE_ORDER_NOTE says so)
+RANK_FROM_FILE_ORDER = "rank_from_file_order"
+
+
+def _natural_key(path: Path) -> list:
+    """Sort key of a file name with its numbers compared as numbers (host2 before host10)."""
+    return [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", path.name)]
+
+
+def _number_ranks_in_file_order(files: tuple, tables: tuple) -> None:
+    """Where no trace of a folder of several records its rank, in its distributedInfo or its file name (a JAX
+    host's `<host>.xplane.pb`, nsys's report1.sqlite, rocprofv3's `<pid>_...`), number them 0.. in the files'
+    natural order and mark each (RANK_FROM_FILE_ORDER): the job is diagnosed, its ranks named by file. A folder where
+    only some files carry a rank stays an error (load_trace): numbering the others would guess between real
+    ranks."""
+    if len(tables) < 2 or any(t.rank >= 0 or rank_from_name(f) is not None for f, t in zip(files, tables)):
+        return
+    order = sorted(range(len(files)), key=lambda i: _natural_key(files[i]))
+    for rank, i in enumerate(order):
+        tables[i].rank = rank
+        tables[i].metadata[RANK_FROM_FILE_ORDER] = files[i].name
+
+
+def ranks_in_file_order_note(tables: dict[int, EventTable]) -> str | None:
+    """The note that says which file each rank is, where the ranks were numbered in file order; None otherwise."""
+    named = {r: t.metadata.get(RANK_FROM_FILE_ORDER) for r, t in sorted(tables.items())}
+    if not named or not all(named.values()):
+        return None
+    shown = ", ".join(f"{r} = {n}" for r, n in list(named.items())[:8]) + (", ..." if len(named) > 8 else "")
+    return (f"no trace records its rank (distributedInfo) nor has one in its file name: ranks numbered in file-name "
+            f"order ({shown}); name the files rank<N> (or profile under torch.distributed) for the job's own ranks")
 
 
 def _number_ranks_across_reports(tables: list) -> None:
