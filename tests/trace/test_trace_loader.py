@@ -145,6 +145,14 @@ def test_a_folder_whose_files_carry_no_rank_is_ranked_in_file_order_and_says_so(
     tables = load_trace(d)
     assert [Path(tables[r].source).name for r in sorted(tables)] == ["host2.json.gz", "host10.json.gz"]
     assert any("0 = host2.json.gz, 1 = host10.json.gz" in n for n in diagnose(d).notes)
+    # two profiling cycles of one process (tensorboard_trace_handler writes one file each): never at the same time,
+    # so not two ranks
+    cycles = tmp_path / "cycles"
+    cycles.mkdir()
+    TraceBuilder(rank=None).cpu("aten::add", 0, 5).write(cycles / "host_7.100.pt.trace.json.gz")
+    TraceBuilder(rank=None).cpu("aten::add", 2e6, 5).write(cycles / "host_7.200.pt.trace.json.gz")
+    with pytest.raises(TrainperfError, match="do not overlap.*successive profiles of one process"):
+        load_trace(cycles)
 
 
 def test_folder_ranks_duplicates_and_mixed_jobs(tmp_path):

@@ -156,11 +156,19 @@ def _natural_key(path: Path) -> list:
 def _number_ranks_in_file_order(files: tuple, tables: tuple) -> None:
     """Where no trace of a folder of several records its rank, in its distributedInfo or its file name (a JAX
     host's `<host>.xplane.pb`, nsys's report1.sqlite, rocprofv3's `<pid>_...`), number them 0.. in the files'
-    natural order and mark each (RANK_FROM_FILE_ORDER): the job is diagnosed, its ranks named by file. A folder where
-    only some files carry a rank stays an error (load_trace): numbering the others would guess between real
-    ranks."""
+    natural order and mark each (RANK_FROM_FILE_ORDER): the job is diagnosed, its ranks named by file. Files that
+    never ran at the same time are refused (one process profiled in several cycles); a folder where only some files
+    carry a rank stays an error (load_trace): numbering the others would guess between real ranks."""
     if len(tables) < 2 or any(t.rank >= 0 or rank_from_name(f) is not None for f, t in zip(files, tables)):
         return
+    # ranks of one job run together: files whose time spans do not overlap are successive profiles of one process
+    # (a schedule's cycles, one file each under tensorboard_trace_handler), not ranks
+    spans = [(int(t.ts_ns.min()), int((t.ts_ns + t.dur_ns).max())) for t in tables if len(t)]
+    if spans and max(a for a, _ in spans) >= min(b for _, b in spans):
+        first, second = sorted(files, key=_natural_key)[:2]
+        raise TrainperfError(f"{first.parent}: no file records its rank and their time spans do not overlap "
+                             f"({first.name}, {second.name}, ...): successive profiles of one process, not ranks of "
+                             "one job; diagnose each file alone")
     order = sorted(range(len(files)), key=lambda i: _natural_key(files[i]))
     for rank, i in enumerate(order):
         tables[i].rank = rank
