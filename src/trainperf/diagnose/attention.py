@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from trainperf.diagnose import findings as F
-from trainperf.diagnose.autograd_links import BACKWARD_OP_PREFIX, backward_node_mask
+from trainperf.diagnose.autograd_links import backward_node_mask, node_function
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.precision import FP32, TF32, classify_kernel
 from trainperf.diagnose.regions import (RegionWork, own_function_spans, region_spans, region_work,
@@ -253,7 +253,7 @@ def _named_backward_spans(t: EventTable, w: Window, regions: int) -> tuple[np.nd
     nodes = nodes[backward_node_mask(t, nodes)]
     key = thread_key(t.pid[nodes], t.tid[nodes])
     nodes, key = nodes[np.lexsort((t.ts_ns[nodes], key))], np.sort(key)
-    names = [t.names[int(i)][len(BACKWARD_OP_PREFIX):].strip() for i in t.name[nodes]]
+    names = [node_function(t.names[int(i)]) for i in t.name[nodes]]
     softmax = [k for k, n in enumerate(names) if n in SOFTMAX_BACKWARD_NODES]
     empty = np.zeros(0, dtype=np.int64)
     if not softmax or len(softmax) != regions:

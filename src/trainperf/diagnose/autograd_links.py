@@ -88,6 +88,12 @@ def backward_links(t: EventTable, modules: Nesting, anchors: np.ndarray) -> Back
     return BackwardLinks(span=span, state=state, by_order_only=order_only)
 
 
+def node_function(name: str) -> str:
+    """The function a backward node runs: "XBackward0" of "autograd::engine::evaluate_function: XBackward0" (the
+    name PyTorch also records the function's own operator under, inside the node)."""
+    return name[len(BACKWARD_OP_PREFIX):].strip()
+
+
 def backward_node_mask(t: EventTable, rows: np.ndarray) -> np.ndarray:
     """Per row of `rows` (bool): whether it is an autograd backward node (BACKWARD_OP_PREFIX)."""
     return np.isin(t.name[rows], t.ids_matching(lambda s: s.startswith(BACKWARD_OP_PREFIX)))

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainperf.diagnose import findings as F
-from trainperf.diagnose.autograd_links import BACKWARD_OP_PREFIX, backward_node_mask
+from trainperf.diagnose.autograd_links import backward_node_mask, node_function
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.launch import launched_inside
 from trainperf.diagnose.regions import RegionWork, own_function_spans, region_spans, region_work, with_backward_spans
@@ -214,7 +214,7 @@ def _named_backward_nodes(t: EventTable, regions: list[LossRegion]) -> np.ndarra
     for r in regions:
         until = starts[np.searchsorted(starts, r.start_ns, side="right")]  # the next region's start
         after = nodes[(t.ts_ns[nodes] >= r.end_ns) & (t.ts_ns[nodes] < until)]
-        names = [t.names[int(t.name[x])][len(BACKWARD_OP_PREFIX):].strip() for x in after]
+        names = [node_function(t.name_of(x)) for x in after]
         wanted = list(LOSS_BACKWARD_NODES) + ["ToCopyBackward0"] * r.copies
         for x, name in zip(after.tolist(), names):
             if name in wanted:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainperf.diagnose.autograd_links import BACKWARD_OP_PREFIX, backward_node_mask
+from trainperf.diagnose.autograd_links import backward_node_mask, node_function
 from trainperf.diagnose.launch import launched_inside
 from trainperf.diagnose.window import Window
 from trainperf.trace.events import CPU_OP, EventTable
@@ -71,16 +71,12 @@ def own_function_spans(t: EventTable, nodes: np.ndarray) -> tuple[np.ndarray, np
     region's work."""
     nodes = np.asarray(nodes, dtype=np.int64)
     start, end = t.ts_ns[nodes].copy(), t.ts_ns[nodes] + t.dur_ns[nodes]
-    if not nodes.size:
-        return start, end
-    wanted = {t.names[int(i)][len(BACKWARD_OP_PREFIX):].strip() for i in np.unique(t.name[nodes])}
-    ids = t.ids_matching(lambda n: n in wanted)
-    inner = np.flatnonzero((t.kind == CPU_OP) & np.isin(t.name, ids))
+    of_node = {int(i): t.name_id(node_function(t.names[int(i)])) for i in np.unique(t.name[nodes])}
+    function = np.array([of_node[int(i)] for i in t.name[nodes]], dtype=np.int64)
+    inner = np.flatnonzero((t.kind == CPU_OP) & np.isin(t.name, function))
     for k, n in enumerate(nodes.tolist()):
-        own = t.names[int(t.name[n])][len(BACKWARD_OP_PREFIX):].strip()
-        hit = inner[(t.tid[inner] == t.tid[n]) & (t.pid[inner] == t.pid[n]) & (t.ts_ns[inner] >= start[k])
-                    & (t.ts_ns[inner] <= end[k])]
-        hit = hit[[t.names[int(t.name[i])] == own for i in hit]] if hit.size else hit
+        hit = inner[(t.name[inner] == function[k]) & (t.tid[inner] == t.tid[n]) & (t.pid[inner] == t.pid[n])
+                    & (t.ts_ns[inner] >= start[k]) & (t.ts_ns[inner] <= end[k])]
         if hit.size:
             start[k], end[k] = t.ts_ns[hit[0]], t.ts_ns[hit[0]] + t.dur_ns[hit[0]]
     return start, end

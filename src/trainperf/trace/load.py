@@ -144,7 +144,7 @@ def load_trace(path: str | Path, ranks: list[int] | None = None, workers: int | 
     return dict(sorted(by_rank.items()))
 
 
-# the metadata key of a rank numbered by its file's place in the folder (load.RANKS_IN_FILE_ORDER_NOTE says so)
+# the metadata key of a rank numbered by its file's place in the folder (ranks_in_file_order_note says so)
 RANK_FROM_FILE_ORDER = "rank_from_file_order"
 
 
