@@ -362,6 +362,18 @@ RECOMMENDATIONS = {
                          "inputs.to(memory_format=torch.channels_last)) so that the NHWC kernels run on them directly; "
                          "check that no custom op or .contiguous() call converts back. On ROCm, let MIOpen take NHWC "
                          "(PYTORCH_MIOPEN_SUGGEST_NHWC=1) or keep both in the layout its solver prefers.",
+    "ddp_buffer_broadcast": "DistributedDataParallel broadcasts every buffer of the module from rank 0 before each "
+                            "forward (broadcast_buffers=True, the default): flattened, broadcast, unflattened and "
+                            "copied back one by one. Constant buffers (rotary tables, masks) need none of it: construct "
+                            "DDP with broadcast_buffers=False. BatchNorm's running statistics then drift apart across "
+                            "ranks, which only evaluation reads: broadcast them once before evaluating or saving "
+                            "(torch.distributed.broadcast of each buffer), or use SyncBatchNorm where every step's "
+                            "statistics must agree.",
+    "ddp_gradient_copies": "DistributedDataParallel copies each parameter's reduced gradient out of its all-reduce "
+                           "bucket into .grad after the backward (gradient_as_bucket_view=False, the default): "
+                           "construct DDP with gradient_as_bucket_view=True, and the gradients are views of the "
+                           "buckets: no copy, and the gradients' memory saved. Code that calls detach_() on a "
+                           "gradient cannot (zero_grad(set_to_none=True), the default, is fine).",
     "unfused_attention": "Use a fused attention kernel: torch.nn.functional.scaled_dot_product_attention (flash, "
                         "memory-efficient or cuDNN backend; is_causal=True rather than a dense mask), "
                         "attn_implementation='sdpa' or 'flash_attention_2' in Hugging Face models. Where SDPA "

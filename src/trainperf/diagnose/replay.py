@@ -89,7 +89,7 @@ CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_co
                 "unblock_pageable_copies", "remove_allocator", "overlap_comm", "remove_straggler_wait", "speedup",
                 "host_speedup", "graph_small_kernels", "graph_launches", "compute_speedup", "speedup_rows",
                 "drop_rows", "remove_wasted_rows", "remove_host_work", "fuse_optimizer", "unprofiled_host",
-                "shrink_bubble", "remove_kernels", "fuse_kernels")
+                "shrink_bubble", "remove_kernels", "fuse_kernels", "remove_spans")
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,9 @@ class Change:
     remove_kernels (the kernels of trace rows `rows` not run and their launch calls gone from the host, the calls'
     own time, Graph.launch_call_us: kernels a library launches inside an operator that a setting makes unneeded,
     layout.layout_transposes) | fuse_kernels (the same, for the kernels a fusion is assumed to fold into the ones
-    kept: fusion.fusion_chains, an estimate). Several changes replay together (`replay(g, [a, b])`)."""
+    kept: fusion.fusion_chains, an estimate) | remove_spans (host spans not run, `spans`: their CPU time gone from the
+    gaps of their thread, the calls made inside them not made, and the device work those calls launched not run, but
+    for a collective's measured wait for a late rank: work a setting makes unneeded whole, ddp.py). Several changes replay together (`replay(g, [a, b])`)."""
 
     kind: str = "none"
     category: int = -1
@@ -129,6 +131,7 @@ class Change:
     #                   of the device events; remove_host_work: the trace rows of the host calls whose gaps lose
     #                   their work; fuse_optimizer: the trace rows of the per-tensor launch calls; overlap_comm:
     #                   the collectives overlapped (empty: all)
+    spans: tuple = ()  # remove_spans: (thread id, start µs, end µs) of each host span removed, on the window's clock
 
     def __post_init__(self):
         if self.kind not in CHANGE_KINDS:
@@ -151,6 +154,8 @@ class Change:
             return f"{len(self.rows)} kernels neither launched nor run"
         if self.kind == "fuse_kernels":
             return f"{len(self.rows)} kernels fused into their neighbours"
+        if self.kind == "remove_spans":
+            return f"{len(self.spans)} host spans not run"
         return self.kind.replace("_", " ")
 
 
@@ -163,6 +168,7 @@ class Graph:
     start: np.ndarray
     dur: np.ndarray
     host_prev: np.ndarray       # previous host call on the same thread (node index) or -1
+    host_tid: np.ndarray        # thread id of a host node (the host chains are per thread id), -1 for device nodes
     host_gap: np.ndarray        # CPU time between host_prev's end and this start (µs)
     gap_dataloader: np.ndarray  # part of host_gap inside data-loader spans (µs)
     gap_checkpoint: np.ndarray  # part of host_gap inside checkpoint-saving spans (µs)
@@ -229,6 +235,29 @@ class Graph:
         if name not in self._lists:
             self._lists[name] = getattr(self, name).tolist()
         return self._lists[name]
+
+
+def spans_cut(g: Graph, spans: Sequence[tuple[int, float, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """What removing the host spans (thread id, start µs, end µs) takes from the graph: per node, the µs of its gap
+    (since the previous call on its thread) inside them, and whether it is a host call made inside one of them."""
+    n = g.start.size
+    cut, inside = np.zeros(n), np.zeros(n, bool)
+    if not len(spans):
+        return cut, inside
+    tid = np.array([x[0] for x in spans], dtype=np.int64)
+    span_start = np.array([x[1] for x in spans], dtype=float)
+    span_end = np.array([x[2] for x in spans], dtype=float)
+    for thread in np.unique(tid):
+        s, e = merge_intervals(span_start[tid == thread], span_end[tid == thread])
+        mine = np.flatnonzero(g.is_host & (g.host_tid == thread))
+        k = np.searchsorted(s, g.start[mine], side="right") - 1
+        held = k >= 0
+        held[held] = g.start[mine][held] + g.dur[mine][held] <= e[k[held]]
+        inside[mine[held]] = True
+        after = mine[g.host_prev[mine] >= 0]
+        prev = g.host_prev[after]
+        cut[after] = _covered(g.start[prev] + g.dur[prev], g.start[after], (s, e))
+    return cut, inside
 
 
 def _covered(starts: np.ndarray, ends: np.ndarray, spans: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
@@ -1071,7 +1100,10 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
                 cw[i] = min(v, dur[i])
                 cw_rank[i] = other
     order = np.lexsort((~is_host, start))  # host calls first at equal times
-    return Graph(rows=rows, is_host=is_host, start=start, dur=dur, host_prev=host_prev, host_gap=host_gap,
+    host_tid = np.full(n, -1, dtype=np.int64)
+    host_tid[:n_h] = tids
+    return Graph(rows=rows, is_host=is_host, start=start, dur=dur, host_prev=host_prev, host_tid=host_tid,
+                 host_gap=host_gap,
                  gap_dataloader=gap_dl, gap_checkpoint=gap_ck, gap_compile=gap_co, gap_allocator=gap_al,
                  gap_idle=gap_idle,
                  host_dep=host_dep, host_dep_lag=host_dep_lag, host_dep_work=host_dep_work, is_sync=is_sync,
@@ -1188,6 +1220,16 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     if "remove_allocator" in kinds:
         dur[g.is_alloc] = 0.0
     unblocked = np.zeros(n, bool)
+    for c in changes:
+        if c.kind == "remove_spans":
+            cut, inside = spans_cut(g, c.spans)
+            gap = np.maximum(gap - cut, 0.0)
+            launched = np.clip(g.launch, 0, None)
+            gone = inside | (~g.is_host & (g.launch >= 0) & inside[launched])
+            # a collective not made does not make a late rank arrive sooner: its measured wait for one stays (as
+            # overlap_comm's), for the next collective to wait out
+            dur[gone] = np.where(g.category[gone] == COMMUNICATION, np.minimum(g.comm_wait[gone], dur[gone]), 0.0)
+            unblocked |= inside  # a sync made inside a span is not made: it waits for nothing
     for c in changes:
         if c.kind == "remove_syncs":
             unblocked |= (g.block_class == BLOCK_SYNC) & ((g.sync_site == c.site) if c.site >= 0 else True)

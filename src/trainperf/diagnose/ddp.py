@@ -1,0 +1,140 @@
+"""DistributedDataParallel's own work every step that one of its constructor arguments removes: the buffers it
+broadcasts before each forward (`ddp_buffer_broadcast`) and the gradients it copies out of their buckets after
+each backward (`ddp_gradient_copies`).
+
+DDP records both (torch/nn/parallel/distributed.py, torch/csrc/distributed/c10d/reducer.cpp and comm.cpp):
+- `broadcast_buffers=True`, the default: before every forward, inside its `DistributedDataParallel.forward` span and
+  before the module's own operators, it broadcasts every registered buffer from rank 0 with c10d's
+  broadcast_coalesced: the buffers flattened into buckets (`aten::flatten_dense_tensors`), a `c10d::broadcast_` per
+  bucket, the result unflattened (`aten::unflatten_dense_tensors`) and copied back into each buffer (an
+  `aten::copy_` each). BatchNorm holds 3 buffers a layer (running mean, variance, batches seen): HTA's ResNet-50
+  traces copy 159 a forward, 35 ms of the A100 rank's 222-ms host-bound step (nccl_parser_config). Constant buffers
+  (rotary embeddings' cos/sin tables, causal masks) are broadcast as well, to no effect.
+- `gradient_as_bucket_view=False`, the default: once a bucket's all-reduce is done, the reducer copies each
+  parameter's reduced gradient out of the bucket into its `.grad` (`torch.distributed.ddp.reducer::
+  copy_bucket_to_grad`, a device-to-device copy per parameter, at the end of the backward). With True the
+  gradients are views of the buckets and the copy is not made (PyTorch's documentation of the argument: it "avoids
+  the overhead of copying between gradients and allreduce communication buckets" and saves the gradients' memory).
+Priced by replay with those spans not run (`remove_spans`): their host time, the calls made inside them and the
+device work those calls launched. Host-only traces (gloo): the spans' time on their thread, an estimate.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from trainperf.diagnose import findings as F
+from trainperf.diagnose.facts import RankFacts
+from trainperf.diagnose.replay import Change
+from trainperf.diagnose.window import Window, covered_length
+from trainperf.trace.events import CPU_OP, USER_ANNOTATION, EventTable
+from trainperf.trace.nesting import enclosing_span, outermost, row_spans, thread_key
+
+DDP_FORWARD_RE = re.compile(r"^DistributedDataParallel\.forward$")
+# what broadcast_coalesced records at the top level of the forward span, as DDP's buffer sync calls it
+BUFFER_SYNC_OP_RE = re.compile(r"^(aten::(flatten_dense_tensors|unflatten_dense_tensors|cat|copy_|narrow|view|detach"
+                               r"|empty|split_with_sizes)|c10d::broadcast_|c10d::_broadcast_coalesced"
+                               r"|record_param_comms|nccl:broadcast|gloo:broadcast)$")
+BROADCAST_RE = re.compile(r"^(c10d::broadcast_|c10d::_broadcast_coalesced|nccl:broadcast|gloo:broadcast)$")
+GRADIENT_COPY_RE = re.compile(r"^torch\.distributed\.ddp\.reducer::copy_bucket_to_grad$")
+# the spans' time, % of the span: work with a one-argument fix, measured, at the stall rules' 1 % (DATALOADER_MIN_PCT,
+# GRAD_SYNC_MIN_PCT). Stated, not fitted: no labeled case has these kinds
+DDP_OWN_WORK_MIN_PCT = 1.0
+
+
+def buffer_broadcasts(t: EventTable, w: Window) -> list[np.ndarray]:
+    """The window's buffer broadcasts, one per DDP forward that makes one: the rows of the run of broadcast_coalesced's
+    operators (BUFFER_SYNC_OP_RE) among the forward span's top-level operators that holds a broadcast, in time order."""
+    named = np.flatnonzero(w.keep & np.isin(t.kind, (CPU_OP, USER_ANNOTATION))
+                           & np.isin(t.name, t.ids_matching(DDP_FORWARD_RE.search)))
+    if not named.size:
+        return []
+    forwards = outermost(t, named)  # PyTorch records the span twice, as an annotation and as an operator
+    ops = np.flatnonzero(w.keep & (t.kind == CPU_OP))
+    ops = ops[~np.isin(ops, named)]
+    owner = enclosing_span(*row_spans(t, forwards), thread_key(t.pid[ops], t.tid[ops]), t.ts_ns[ops])
+    sync_ids, broadcast_ids = t.ids_matching(BUFFER_SYNC_OP_RE.search), t.ids_matching(BROADCAST_RE.search)
+    out = []
+    for k in range(forwards.size):
+        top = ops[owner == k]
+        if not top.size:
+            continue
+        top = outermost(t, top)
+        top = top[np.argsort(t.ts_ns[top], kind="stable")]
+        is_sync = np.isin(t.name[top], sync_ids)
+        # maximal runs of the sync's operators; the one holding a broadcast is the buffer sync
+        edges = np.flatnonzero(np.diff(np.r_[0, is_sync.astype(np.int8), 0]))
+        for a, b in zip(edges[::2], edges[1::2]):
+            if np.isin(t.name[top[a:b]], broadcast_ids).any():
+                out.append(top[a:b])
+    return out
+
+
+def gradient_copies(t: EventTable, w: Window) -> np.ndarray:
+    """The window's outermost `reducer::copy_bucket_to_grad` spans (rows)."""
+    rows = np.flatnonzero(w.keep & np.isin(t.kind, (CPU_OP, USER_ANNOTATION))
+                          & np.isin(t.name, t.ids_matching(GRADIENT_COPY_RE.search)))
+    return outermost(t, rows) if rows.size else rows
+
+
+def _removed(t: EventTable, w: Window, spans: list[np.ndarray]) -> tuple[tuple, float]:
+    """(the remove_spans spans of each group of rows, from its first row's start to its last end; their time µs,
+    overlaps once)."""
+    hulls = [(int(t.tid[r[0]]), float(w.ts_us[r].min()), float(w.end_us[r].max())) for r in spans]
+    time_us = sum(covered_length(np.array([h[1] for h in hulls if h[0] == tid]),
+                                 np.array([h[2] for h in hulls if h[0] == tid]))
+                  for tid in {h[0] for h in hulls})
+    return tuple(hulls), float(time_us)
+
+
+def _finding(f: RankFacts, kind: str, spans: list[np.ndarray], label: str, metrics: dict, what_if: str
+             ) -> F.Finding | None:
+    """The finding of the groups of rows `spans` (each removed from its first row's start to its last end), their
+    longest three as its events named `label`; None under DDP_OWN_WORK_MIN_PCT."""
+    hulls, time_us = _removed(f.table, f.window, spans)
+    share = f.pct(time_us)
+    if share < DDP_OWN_WORK_MIN_PCT:
+        return None
+    metrics = {**metrics, "their_time": (time_us, "us"), "their_share": (share, "%")}
+    longest = sorted(range(len(hulls)), key=lambda k: hulls[k][1] - hulls[k][2])[:3]
+    events = [(label.format(n=len(spans[k])), hulls[k][1], hulls[k][2] - hulls[k][1]) for k in longest]
+    if not f.has_gpu:
+        # no replay: the operators' own time, the host being the whole step. Not the broadcasts': a collective's time
+        # on the host is mostly its wait for the other ranks (gloo), which the next collective would wait out
+        rows = np.concatenate(spans)
+        rows = rows[~np.isin(f.table.name[rows], f.table.ids_matching(BROADCAST_RE.search))]
+        gain = f.pct(_removed(f.table, f.window, [rows[k:k + 1] for k in range(rows.size)])[1])
+        return F.rank_finding(f, kind, metrics, events, gain_pct=gain, evidence_pct=share,
+                              what_if=what_if + " (their operators' host time but the broadcasts', estimated)")
+    return F.rank_finding(f, kind, metrics, events, (Change("remove_spans", spans=hulls),), what_if,
+                          evidence_pct=share)
+
+
+def ddp_buffer_broadcast(f: RankFacts) -> F.Finding | None:
+    """DDP broadcasting the module's buffers before every forward take >= DDP_OWN_WORK_MIN_PCT of the span (module
+    docstring); priced by replay with those spans not run."""
+    t = f.table
+    runs = f.once("ddp_buffer_broadcasts", lambda: buffer_broadcasts(t, f.window))
+    if not runs:
+        return None
+    rows = np.concatenate(runs)
+    copies = int(np.isin(t.name[rows], t.ids_matching(lambda s: s == "aten::copy_")).sum())
+    metrics = {"forwards_broadcasting": (len(runs), "count"), "buffer_copies": (copies, "count"),
+               "broadcasts": (int(np.isin(t.name[rows], t.ids_matching(BROADCAST_RE.search)).sum()), "count")}
+    return _finding(f, "ddp_buffer_broadcast", runs, "DDP buffer broadcast ({n} ops)", metrics,
+                    "the buffers not broadcast before each forward (DDP broadcast_buffers=False)")
+
+
+def ddp_gradient_copies(f: RankFacts) -> F.Finding | None:
+    """DDP copying each reduced gradient out of its bucket takes >= DDP_OWN_WORK_MIN_PCT of the span (module
+    docstring); priced by replay with those copies not made."""
+    rows = f.once("ddp_gradient_copies", lambda: gradient_copies(f.table, f.window))
+    if not rows.size:
+        return None
+    metrics = {"gradient_copies": (rows.size, "count"),
+               "per_step": (rows.size / max(len(f.step_times), 1), "count")}
+    return _finding(f, "ddp_gradient_copies", [rows[k:k + 1] for k in range(rows.size)],
+                    "torch.distributed.ddp.reducer::copy_bucket_to_grad", metrics,
+                    "gradients kept as views of their buckets (DDP gradient_as_bucket_view=True)")

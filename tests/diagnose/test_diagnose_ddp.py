@@ -1,0 +1,118 @@
+"""ddp_buffer_broadcast and ddp_gradient_copies: on a hand-built host-bound DDP step (answers worked by hand) and on
+HTA's real A100 ResNet-50 rank (counts checked against the model's own buffers and parameters)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from kineto_builder import TraceBuilder  # noqa: E402
+
+from trainperf.diagnose.api import diagnose  # noqa: E402
+
+P, STEPS = 2000.0, 5
+HTA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces" / "hta"
+DTOD = "Memcpy DtoD (Device -> Device)"
+
+
+def _copy(b: TraceBuilder, at: float, dur: float = 50.0) -> None:
+    """An aten::copy_ of `dur` us whose cudaMemcpyAsync (4 us, 10 us before its end) copies for 5 us on the device."""
+    b.cpu("aten::copy_", at, dur)
+    b.launch(DTOD, at + dur - 10.0, at + dur - 2.0, 5.0, cat="gpu_memcpy", runtime="cudaMemcpyAsync")
+
+
+def _ddp_trace(path: Path, *, buffers: bool = True, gradient_copies: int = 3) -> Path:
+    # each 2000-us step at T: DDP's forward span [T, T+1000): with buffers, its buffer sync first (flatten 50 us with a
+    # 5-us cat kernel, a broadcast 30 us with a 20-us NCCL kernel, unflatten 20 us, 4 copies of 50 us: [T, T+300)),
+    # then the module's 7 aten::mm of 100 us (a 20-us kernel each) from T+300; without, the mm ops alone from T+300.
+    # Then `gradient_copies` copy_bucket_to_grad spans of 50 us from T+1000, each holding one copy; Python until
+    # 1 us before the next step. The device is idle most of the step: the host sets the pace
+    b = TraceBuilder(world_size=2)
+    for s in range(STEPS):
+        T = s * P
+        b.step(s, T, P)
+        b.cpu("DistributedDataParallel.forward", T, 1000.0, cat="user_annotation")
+        b.cpu("DistributedDataParallel.forward", T, 1000.0)
+        if buffers:
+            b.cpu("aten::flatten_dense_tensors", T, 50.0)
+            b.launch("void at::native::CatArrayBatchedCopy<float>(...)", T + 40.0, T + 48.0, 5.0)
+            b.cpu("c10d::broadcast_", T + 50.0, 30.0)
+            b.launch("ncclDevKernel_Broadcast_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", T + 60.0, T + 68.0,
+                     20.0)
+            b.cpu("aten::unflatten_dense_tensors", T + 80.0, 20.0)
+            for k in range(4):
+                _copy(b, T + 100.0 + 50.0 * k)
+        for k in range(7):
+            at = T + 300.0 + 100.0 * k
+            b.cpu("aten::mm", at, 100.0)
+            b.launch("sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32", at + 90.0, at + 98.0, 20.0)
+        for k in range(gradient_copies):
+            at = T + 1000.0 + 50.0 * k
+            b.cpu("torch.distributed.ddp.reducer::copy_bucket_to_grad", at, 50.0)
+            _copy(b, at)
+        end = T + 1000.0 + 50.0 * gradient_copies
+        b.cpu("python_work", end, P - (end - T) - 1.0)
+    return b.write(path)
+
+
+def _find(d, kind):
+    return next((f for f in d.findings if f.kind == kind), None)
+
+
+def test_ddp_buffer_broadcast_and_gradient_copies_are_priced_as_not_run(tmp_path):
+    # host-bound: each step is its host's 2000 us. Without the buffer sync the host's calls from the module's first
+    # mm on come 300 us sooner (the sync's [T, T+300): its ops, its calls and the gaps between them): 300 of 2000 us,
+    # 15 %; without the 3 gradient copies, 150 us: 7.5 %. Priced in that order (largest first), the second adds its
+    # 150 us to the first's 300
+    d = diagnose(_ddp_trace(tmp_path / "rank0.json.gz"))
+    broadcast, copies = _find(d, "ddp_buffer_broadcast"), _find(d, "ddp_gradient_copies")
+    assert broadcast is not None and copies is not None
+    assert broadcast.gain_pct == pytest.approx(15.0, abs=0.1) and broadcast.severity == "high"
+    assert copies.gain_pct == pytest.approx(7.5, abs=0.1) and copies.severity == "medium"
+    assert d.findings[0] is broadcast  # measured, ahead of the host's bound
+    m = broadcast.evidence["metrics"]
+    # the last profiler step is left out of the window (as HTA): 4 forwards, 4 buffer copies and 1 broadcast each
+    assert (m["forwards_broadcasting"]["value"], m["buffer_copies"]["value"], m["broadcasts"]["value"]) == (4, 16, 4)
+    assert m["their_time"]["value"] == pytest.approx(4 * 300.0)
+    assert copies.evidence["metrics"]["gradient_copies"]["value"] == 12
+    assert "broadcast_buffers=False" in broadcast.recommendation
+    assert "gradient_as_bucket_view=True" in copies.recommendation
+
+
+def test_ddp_without_buffers_or_with_gradient_views_has_neither_finding(tmp_path):
+    # broadcast_buffers=False: the forward span holds the module's operators only; gradient_as_bucket_view=True: the
+    # reducer records no copy_bucket_to_grad
+    d = diagnose(_ddp_trace(tmp_path / "rank0.json.gz", buffers=False, gradient_copies=0))
+    assert not {"ddp_buffer_broadcast", "ddp_gradient_copies"} & {f.kind for f in d.findings}
+
+
+def test_a_copy_of_the_module_after_its_first_operator_is_not_the_buffer_sync(tmp_path):
+    # the same forward with the module's own aten::copy_ ops between its mm ops: no broadcast among them, no sync
+    b = TraceBuilder(world_size=2)
+    for s in range(STEPS):
+        T = s * P
+        b.step(s, T, P)
+        b.cpu("DistributedDataParallel.forward", T, 1000.0)
+        for k in range(5):
+            at = T + 100.0 + 150.0 * k
+            b.cpu("aten::mm", at, 100.0)
+            b.launch("sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32", at + 90.0, at + 98.0, 20.0)
+            _copy(b, at + 100.0)
+        b.cpu("python_work", T + 1000.0, P - 1001.0)
+    d = diagnose(b.write(tmp_path / "rank0.json.gz"))
+    assert _find(d, "ddp_buffer_broadcast") is None
+
+
+@pytest.mark.skipif(not (HTA / "nccl_parser_config").is_dir(), reason="needs ../shared/data/traces/hta")
+def test_resnet50_ddp_rank_broadcasts_its_batch_norm_buffers_and_copies_every_gradient():
+    # HTA's A100 rank of a DDP ResNet-50: 53 BatchNorm layers of 3 buffers each (running mean, running variance,
+    # batches seen) are copied back after each forward's broadcast: 159 a forward; its 161 parameter tensors (53
+    # convolution weights, 53 x 2 BatchNorm affine, the classifier's weight and bias) are copied out of their buckets
+    # every step. The host sets the pace: the sync is the largest single item of its 222-ms step
+    d = diagnose(HTA / "nccl_parser_config")
+    broadcast, copies = _find(d, "ddp_buffer_broadcast"), _find(d, "ddp_gradient_copies")
+    m = broadcast.evidence["metrics"]
+    assert m["buffer_copies"]["value"] == 159 * m["forwards_broadcasting"]["value"]
+    assert copies.evidence["metrics"]["per_step"]["value"] == 161
+    assert d.findings[0] is broadcast and broadcast.severity == "high"
