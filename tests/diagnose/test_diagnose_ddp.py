@@ -1,4 +1,4 @@
-"""ddp_buffer_broadcast and ddp_gradient_copies: on a hand-built host-bound DDP step (answers worked by hand) and on
+"""ddp_buffer_broadcast, ddp_gradient_copies and ddp_unused_parameter_search: on a hand-built host-bound DDP step (answers worked by hand) and on
 HTA's real A100 ResNet-50 rank (counts checked against the model's own buffers and parameters)."""
 
 import sys
@@ -22,12 +22,13 @@ def _copy(b: TraceBuilder, at: float, dur: float = 50.0) -> None:
     b.launch(DTOD, at + dur - 10.0, at + dur - 2.0, 5.0, cat="gpu_memcpy", runtime="cudaMemcpyAsync")
 
 
-def _ddp_trace(path: Path, *, buffers: bool = True, gradient_copies: int = 3) -> Path:
+def _ddp_trace(path: Path, *, buffers: bool = True, gradient_copies: int = 3, search_us: float = 0.0) -> Path:
     # each 2000-us step at T: DDP's forward span [T, T+1000): with buffers, its buffer sync first (flatten 50 us with a
     # 5-us cat kernel, a broadcast 30 us with a 20-us NCCL kernel, unflatten 20 us, 4 copies of 50 us: [T, T+300)),
     # then the module's 7 aten::mm of 100 us (a 20-us kernel each) from T+300; without, the mm ops alone from T+300.
-    # Then `gradient_copies` copy_bucket_to_grad spans of 50 us from T+1000, each holding one copy; Python until
-    # 1 us before the next step. The device is idle most of the step: the host sets the pace
+    # With search_us, the forward's last search_us are the reducer's search for unused parameters (the last mm ops
+    # end sooner). Then `gradient_copies` copy_bucket_to_grad spans of 50 us from T+1000, each holding one copy;
+    # Python until 1 us before the next step. The device is idle most of the step: the host sets the pace
     b = TraceBuilder(world_size=2)
     for s in range(STEPS):
         T = s * P
@@ -43,10 +44,14 @@ def _ddp_trace(path: Path, *, buffers: bool = True, gradient_copies: int = 3) ->
             b.cpu("aten::unflatten_dense_tensors", T + 80.0, 20.0)
             for k in range(4):
                 _copy(b, T + 100.0 + 50.0 * k)
+        mm_us = (700.0 - search_us) / 7
         for k in range(7):
-            at = T + 300.0 + 100.0 * k
-            b.cpu("aten::mm", at, 100.0)
-            b.launch("sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32", at + 90.0, at + 98.0, 20.0)
+            at = T + 300.0 + mm_us * k
+            b.cpu("aten::mm", at, mm_us)
+            b.launch("sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32", at + mm_us - 10.0,
+                     at + mm_us - 2.0, 20.0)
+        if search_us:
+            b.cpu("torch.distributed.ddp.reducer::search_unused_parameters", T + 1000.0 - search_us, search_us)
         for k in range(gradient_copies):
             at = T + 1000.0 + 50.0 * k
             b.cpu("torch.distributed.ddp.reducer::copy_bucket_to_grad", at, 50.0)
@@ -75,9 +80,20 @@ def test_ddp_buffer_broadcast_and_gradient_copies_are_priced_as_not_run(tmp_path
     # the last profiler step is left out of the window (as HTA): 4 forwards, 4 buffer copies and 1 broadcast each
     assert (m["forwards_broadcasting"]["value"], m["buffer_copies"]["value"], m["broadcasts"]["value"]) == (4, 16, 4)
     assert m["their_time"]["value"] == pytest.approx(4 * 300.0)
-    assert copies.evidence["metrics"]["gradient_copies"]["value"] == 12
+    assert copies.evidence["metrics"]["spans"]["value"] == 12
     assert "broadcast_buffers=False" in broadcast.recommendation
     assert "gradient_as_bucket_view=True" in copies.recommendation
+
+
+def test_ddp_searching_for_unused_parameters_is_priced_as_not_searching(tmp_path):
+    # a 100-us search closing each forward: 100 of the host-bound 2000-us step, 5 %, after the buffer sync (15 %) and
+    # the gradient copies (7.5 %), which it does not overlap
+    d = diagnose(_ddp_trace(tmp_path / "rank0.json.gz", search_us=100.0))
+    search = _find(d, "ddp_unused_parameter_search")
+    assert search is not None and search.gain_pct == pytest.approx(5.0, abs=0.1) and search.severity == "medium"
+    assert search.evidence["metrics"]["per_step"]["value"] == 1
+    assert "find_unused_parameters=False" in search.recommendation and "static_graph=True" in search.recommendation
+    assert _find(d, "ddp_buffer_broadcast").gain_pct == pytest.approx(15.0, abs=0.1)
 
 
 def test_ddp_without_buffers_or_with_gradient_views_has_neither_finding(tmp_path):
@@ -115,4 +131,5 @@ def test_resnet50_ddp_rank_broadcasts_its_batch_norm_buffers_and_copies_every_gr
     m = broadcast.evidence["metrics"]
     assert m["buffer_copies"]["value"] == 159 * m["forwards_broadcasting"]["value"]
     assert copies.evidence["metrics"]["per_step"]["value"] == 161
+    assert _find(d, "ddp_unused_parameter_search") is None  # find_unused_parameters=False: no search recorded
     assert d.findings[0] is broadcast and broadcast.severity == "high"

@@ -1,6 +1,7 @@
 """DistributedDataParallel's own work every step that one of its constructor arguments removes: the buffers it
-broadcasts before each forward (`ddp_buffer_broadcast`) and the gradients it copies out of their buckets after
-each backward (`ddp_gradient_copies`).
+broadcasts before each forward (`ddp_buffer_broadcast`), the gradients it copies out of their buckets after each
+backward (`ddp_gradient_copies`) and its search of the autograd graph for unused parameters after each forward
+(`ddp_unused_parameter_search`).
 
 DDP records both (torch/nn/parallel/distributed.py, torch/csrc/distributed/c10d/reducer.cpp and comm.cpp):
 - `broadcast_buffers=True`, the default: before every forward, inside its `DistributedDataParallel.forward` span and
@@ -39,6 +40,7 @@ BUFFER_SYNC_OP_RE = re.compile(r"^(aten::(flatten_dense_tensors|unflatten_dense_
                                r"|record_param_comms|nccl:broadcast|gloo:broadcast)$")
 BROADCAST_RE = re.compile(r"^(c10d::broadcast_|c10d::_broadcast_coalesced|nccl:broadcast|gloo:broadcast)$")
 GRADIENT_COPY_RE = re.compile(r"^torch\.distributed\.ddp\.reducer::copy_bucket_to_grad$")
+UNUSED_SEARCH_RE = re.compile(r"^torch\.distributed\.ddp\.reducer::search_unused_parameters$")
 # the spans' time, % of the span: work with a one-argument fix, measured, at the stall rules' 1 % (DATALOADER_MIN_PCT,
 # GRAD_SYNC_MIN_PCT). Stated, not fitted: no labeled case has these kinds
 DDP_OWN_WORK_MIN_PCT = 1.0
@@ -72,10 +74,10 @@ def buffer_broadcasts(t: EventTable, w: Window) -> list[np.ndarray]:
     return out
 
 
-def gradient_copies(t: EventTable, w: Window) -> np.ndarray:
-    """The window's outermost `reducer::copy_bucket_to_grad` spans (rows)."""
+def reducer_spans(t: EventTable, w: Window, pattern: re.Pattern) -> np.ndarray:
+    """The window's outermost spans of the reducer's record function `pattern` (rows)."""
     rows = np.flatnonzero(w.keep & np.isin(t.kind, (CPU_OP, USER_ANNOTATION))
-                          & np.isin(t.name, t.ids_matching(GRADIENT_COPY_RE.search)))
+                          & np.isin(t.name, t.ids_matching(pattern.search)))
     return outermost(t, rows) if rows.size else rows
 
 
@@ -127,14 +129,24 @@ def ddp_buffer_broadcast(f: RankFacts) -> F.Finding | None:
                     "the buffers not broadcast before each forward (DDP broadcast_buffers=False)")
 
 
+def _reducer_finding(f: RankFacts, kind: str, pattern: re.Pattern, what_if: str) -> F.Finding | None:
+    rows = f.once(kind, lambda: reducer_spans(f.table, f.window, pattern))
+    if not rows.size:
+        return None
+    metrics = {"spans": (rows.size, "count"), "per_step": (rows.size / max(len(f.step_times), 1), "count")}
+    return _finding(f, kind, [rows[k:k + 1] for k in range(rows.size)], f.table.name_of(int(rows[0])), metrics,
+                    what_if)
+
+
 def ddp_gradient_copies(f: RankFacts) -> F.Finding | None:
     """DDP copying each reduced gradient out of its bucket takes >= DDP_OWN_WORK_MIN_PCT of the span (module
     docstring); priced by replay with those copies not made."""
-    rows = f.once("ddp_gradient_copies", lambda: gradient_copies(f.table, f.window))
-    if not rows.size:
-        return None
-    metrics = {"gradient_copies": (rows.size, "count"),
-               "per_step": (rows.size / max(len(f.step_times), 1), "count")}
-    return _finding(f, "ddp_gradient_copies", [rows[k:k + 1] for k in range(rows.size)],
-                    "torch.distributed.ddp.reducer::copy_bucket_to_grad", metrics,
-                    "gradients kept as views of their buckets (DDP gradient_as_bucket_view=True)")
+    return _reducer_finding(f, "ddp_gradient_copies", GRADIENT_COPY_RE,
+                            "gradients kept as views of their buckets (DDP gradient_as_bucket_view=True)")
+
+
+def ddp_unused_parameter_search(f: RankFacts) -> F.Finding | None:
+    """DDP searching the autograd graph for unused parameters after each forward takes >= DDP_OWN_WORK_MIN_PCT of
+    the span (module docstring); priced by replay with those searches not made."""
+    return _reducer_finding(f, "ddp_unused_parameter_search", UNUSED_SEARCH_RE,
+                            "no search for unused parameters (DDP find_unused_parameters=False, or static_graph=True)")

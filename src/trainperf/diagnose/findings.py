@@ -374,6 +374,11 @@ RECOMMENDATIONS = {
                            "construct DDP with gradient_as_bucket_view=True, and the gradients are views of the "
                            "buckets: no copy, and the gradients' memory saved. Code that calls detach_() on a "
                            "gradient cannot (zero_grad(set_to_none=True), the default, is fine).",
+    "ddp_unused_parameter_search": "DistributedDataParallel walks the whole autograd graph after every forward to "
+                                   "find parameters that get no gradient (find_unused_parameters=True): where every "
+                                   "parameter is used every step (DDP warns once when the search finds none), "
+                                   "construct it with find_unused_parameters=False; where the unused ones are the same "
+                                   "every step, static_graph=True searches once.",
     "unfused_attention": "Use a fused attention kernel: torch.nn.functional.scaled_dot_product_attention (flash, "
                         "memory-efficient or cuDNN backend; is_causal=True rather than a dense mask), "
                         "attn_implementation='sdpa' or 'flash_attention_2' in Hugging Face models. Where SDPA "

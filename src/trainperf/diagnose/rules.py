@@ -21,7 +21,7 @@ import numpy as np
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.attention import unfused_attention
 from trainperf.diagnose.copies import exposed_memcpy
-from trainperf.diagnose.ddp import ddp_buffer_broadcast, ddp_gradient_copies
+from trainperf.diagnose.ddp import ddp_buffer_broadcast, ddp_gradient_copies, ddp_unused_parameter_search
 from trainperf.diagnose.devices import devices_take_turns, pytorch_process_side_by_side
 from trainperf.diagnose.evidence import warmup_us
 from trainperf.diagnose.collectives import TransferRate
@@ -572,16 +572,16 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
 # recompute_overhead (diagnose/recompute.py): the forward re-run in the backward (activation checkpointing);
 # exposed_memcpy (diagnose/copies.py): host-link copies no computation hides and no host call blocked on;
 # grad_sync_per_microbatch (diagnose/grad_sync.py): gradients synchronised before more are accumulated into them;
-# ddp_buffer_broadcast and ddp_gradient_copies (diagnose/ddp.py): DDP's own per-step copies a constructor argument
-# removes;
+# ddp_buffer_broadcast, ddp_gradient_copies and ddp_unused_parameter_search (diagnose/ddp.py): DDP's own per-step
+# work a constructor argument removes;
 # straggler and load_imbalance (diagnose/stragglers.py): ranks waiting for others at collectives;
 # launch_bound, host_work and small_kernels (diagnose/host_bound.py): the GPU waiting for the host;
 # devices_take_turns (diagnose/devices.py): the GPUs one process drives running one after another
 RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable_copy, allocator_stall, exposed_memcpy,
-         grad_sync_per_microbatch, ddp_buffer_broadcast, ddp_gradient_copies, exposed_comm, pipeline_bubble,
-         devices_take_turns, straggler, load_imbalance, launch_bound, host_work, small_kernels, fp32_matmul,
-         misaligned_gemm, slow_gemm, layout_transposes, unfused_attention, unfused_cross_entropy, memory_bound_unfused,
-         recompute_overhead, optimizer_slow, gpu_analyses_skipped)
+         grad_sync_per_microbatch, ddp_buffer_broadcast, ddp_gradient_copies, ddp_unused_parameter_search,
+         exposed_comm, pipeline_bubble, devices_take_turns, straggler, load_imbalance, launch_bound, host_work,
+         small_kernels, fp32_matmul, misaligned_gemm, slow_gemm, layout_transposes, unfused_attention,
+         unfused_cross_entropy, memory_bound_unfused, recompute_overhead, optimizer_slow, gpu_analyses_skipped)
 
 
 def run_rules(f: RankFacts) -> list[Finding]:
