@@ -1,5 +1,6 @@
-"""ddp_buffer_broadcast, ddp_gradient_copies and ddp_unused_parameter_search: on a hand-built host-bound DDP step (answers worked by hand) and on
-HTA's real A100 ResNet-50 rank (counts checked against the model's own buffers and parameters)."""
+"""ddp_buffer_broadcast, ddp_gradient_copies and ddp_unused_parameter_search: on a hand-built host-bound DDP step
+(answers worked by hand) and on HTA's real A100 ResNet-50 rank (counts checked against the model's own buffers and
+parameters)."""
 
 import sys
 from pathlib import Path
