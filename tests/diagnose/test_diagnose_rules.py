@@ -305,11 +305,9 @@ def test_diagnose_runs_the_precision_rule(tmp_path):
     assert "autocast" in x.recommendation
 
 
-def test_a_host_bound_optimizer_phase_is_named(tmp_path):
-    # 3 steps of 10 ms: a 5-ms GEMM launched at T, then Optimizer.step#SGD.step [T+6000, T+9500) launching 20
-    # 20-us elementwise kernels 175 us apart (a per-parameter loop): the phase is 3500 / 10000 = 35 % of the step
-    # and the device idles 3500 - 400 = 3100 us of it (88.6 %): optimizer_slow names it (unpriced) and idle_gpu,
-    # which named only idle, is not reported (before: optimizer kernels < 10 % of busy, so only idle_gpu)
+def _host_bound_optimizer_phase(folder: Path, optimizer: str) -> Path:
+    # 3 steps of 10 ms: a 5-ms GEMM launched at T, then Optimizer.step#<optimizer>.step [T+6000, T+9500) launching 20
+    # 20-us elementwise kernels 175 us apart (a per-parameter loop)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from gpu_bound import gemm_steps
 
@@ -317,11 +315,27 @@ def test_a_host_bound_optimizer_phase_is_named(tmp_path):
     gemm_steps(b, 3, 10_000.0, launch_at=1, start_at=10, gemm_us=5000)
     for s in range(3):
         T = 10_000.0 * s
-        b.cpu("Optimizer.step#SGD.step", T + 6000, 3500, cat="user_annotation")
+        b.cpu(f"Optimizer.step#{optimizer}.step", T + 6000, 3500, cat="user_annotation")
         for i in range(20):
             b.launch("void at::native::vectorized_elementwise_kernel", T + 6010 + 175 * i, T + 6020 + 175 * i, 20)
-    d = diagnose(b.write(tmp_path / "opt.json.gz"))
+    return b.write(folder / "opt.json.gz")
+
+
+def test_a_host_bound_optimizer_phase_is_named(tmp_path):
+    # the phase is 3500 / 10000 = 35 % of the step and the device idles 3500 - 400 = 3100 us of it (88.6 %):
+    # optimizer_slow names it (unpriced) and idle_gpu, which named only idle, is not reported (before: optimizer kernels
+    # < 10 % of busy, so only idle_gpu)
+    d = diagnose(_host_bound_optimizer_phase(tmp_path, "SGD"))
     x = next(f for f in d.findings if f.kind == "optimizer_slow")
     m = x.evidence["metrics"]
     assert m["optimizer_phase_gpu_idle"]["value"] == pytest.approx(100 * 3100 / 3500, abs=0.01)
     assert not any(f.kind == "idle_gpu" for f in d.findings)
+    assert "foreach" in x.recommendation
+
+
+def test_a_preconditioned_optimizer_is_told_to_precondition_less_often(tmp_path):
+    # the same phase as Shampoo's step (HTA's trace_filter: Optimizer.step#Shampoo.step, a third of its step): its
+    # cost is the preconditioners' matrix work, which fusing elementwise kernels does not touch
+    d = diagnose(_host_bound_optimizer_phase(tmp_path, "Shampoo"))
+    x = next(f for f in d.findings if f.kind == "optimizer_slow")
+    assert "precondition_frequency" in x.recommendation and "foreach" not in x.recommendation

@@ -74,6 +74,18 @@ EXPOSED_ALL_TO_ALL_RECOMMENDATION = (
     "it inside a node where the expert-parallel group fits; balance tokens across experts (auxiliary loss, "
     "capacity factor) so that no rank waits for the busiest.")
 
+# optimizer_slow when the step span names an optimizer that preconditions with per-layer matrices
+# (rules.PRECONDITIONED_OPTIMIZER_RE): its cost is the preconditioners' matrix work, which fused elementwise kernels
+# (the default fix) do not touch
+PRECONDITIONED_OPTIMIZER_RECOMMENDATION = (
+    "The optimizer preconditions each layer's gradient with matrices (Shampoo and SOAP: roots or eigenvectors of "
+    "second-moment statistics; K-FAC: factor inverses; Muon: Newton-Schulz orthogonalisation), and that matrix work "
+    "is the step's cost, not elementwise kernels. Compute the preconditioners less often (Distributed Shampoo's and "
+    "SOAP's precondition_frequency, K-FAC's inverse update interval), split their computation across the "
+    "data-parallel ranks instead of repeating it on each (Distributed Shampoo's distributed_config, a distributed "
+    "Muon that orthogonalises a share of the matrices per rank and all-gathers the results), keep the host out of "
+    "the loop over layers (batched matrix ops, torch.compile), and start preconditioning after a warm-up.")
+
 # exposed_comm when one process drives several GPUs side by side and most of its communication is broadcast and
 # reduce (rules.exposed_comm): nn.DataParallel, which broadcasts the parameters to every replica before each forward
 # and reduces the gradients onto GPU 0 once the whole backward is done, every step

@@ -470,7 +470,30 @@ def _optimizer_small_launches(f: RankFacts) -> np.ndarray:
     return out
 
 
+# optimizers that precondition the gradient with per-layer matrices (roots or inverses of second-moment statistics,
+# Newton-Schulz orthogonalisation), whose step is matrix work that a fused elementwise kernel does not touch; named by
+# the optimizer class in PyTorch's step span ("Optimizer.step#Shampoo.step")
+PRECONDITIONED_OPTIMIZER_RE = re.compile(r"Shampoo|SOAP|K-?FAC|Muon|Sophia|AdaHessian|PSGD", re.I)
+
+
+def _preconditioned_optimizer(f: RankFacts) -> bool:
+    """Whether one of the window's optimizer spans names a preconditioned optimizer (PRECONDITIONED_OPTIMIZER_RE)."""
+    t = f.table
+    rows = span_rows(t, f.window, OPTIMIZER_RE, (USER_ANNOTATION, CPU_OP, PYTHON))
+    return bool(np.isin(t.name[rows], t.ids_matching(PRECONDITIONED_OPTIMIZER_RE.search)).any())
+
+
 def optimizer_slow(f: RankFacts) -> Finding | None:
+    """optimizer_slow's finding (_optimizer_slow), its fix the preconditioned optimizers' where the step span names one
+    (PRECONDITIONED_OPTIMIZER_RE: computing preconditioners less often and across ranks, not fusing elementwise
+    kernels)."""
+    found = _optimizer_slow(f)
+    if found is not None and _preconditioned_optimizer(f):
+        found.recommendation = F.PRECONDITIONED_OPTIMIZER_RECOMMENDATION
+    return found
+
+
+def _optimizer_slow(f: RankFacts) -> Finding | None:
     """A per-parameter optimizer whose per-tensor tiny kernels, launched one by one, cost the host a large share of
     the span (priced as fused: fuse_optimizer); or the optimizer's unfused kernels take a large share of the GPU
     (a foreach optimizer's passes, a per-parameter one's kernels; a fused optimizer's, FUSED_OPTIMIZER_RE, have
