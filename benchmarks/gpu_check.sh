@@ -6,7 +6,8 @@
 # 70 -> 45 s, the faults' limit 230 -> 270 s; the eager and fused Llama-style blocks, unfused and fused, by 25 s
 # more: the kernels' budget 45 -> 20 s, whose figures earlier sessions recorded, the faults' limit 270 -> 295 s; the
 # language-model loss, eager and fused, celoss and celoss_fused, by 30 s more: the faults' limit 295 -> 325 s, the
-# kernels' 35 -> 25 s (budget 20 -> 12), roofline_vs_bench's 40 -> 30 s, train's 70 -> 60 s).
+# kernels' 35 -> 25 s (budget 20 -> 12), roofline_vs_bench's 40 -> 30 s, train's 70 -> 60 s; DDP's own per-step work,
+# ddp, 20 s: the faults' limit 325 -> 315 s, calibrate's 40 -> 35 s, roofline_vs_bench's 30 -> 25 s).
 # Run on the device machine from the repository root; results go under $OUT (default ./gpu_out).
 #   - faults:    real traces of planted faults (CUDA_LAUNCH_BLOCKING, no caching allocator, empty_cache, synchronize
 #                calls, pageable input, fp32 GEMMs, a slow DataLoader...) beside each fix's measured gain (issue 9)
@@ -14,6 +15,7 @@
 #   - kernels:   fused Triton kernels vs eager / torch.compile / Liger, GB/s and % of roofline
 #   - train:     ~1B Llama-style model, ~30 steps, bf16 + compile: tokens/s, MFU, memory
 #   - roofline_vs_bench: diagnose's per-operator roofline vs `bench kernels` on the same eager calls
+#   - ddp:       DDP's buffer broadcast and gradient copies on one GPU, each fix's measured gain beside diagnose's
 # The device tool returns at most 8 files from $OUT: every result is written under a raw folder and packed
 # into $OUT/gpu_results.tar.gz after each measurement (so a run cut short still returns what finished).
 # The GPU machine has torch/Triton/typer/rich/pyarrow/scipy but no package registry: wheels
@@ -42,10 +44,12 @@ run() {  # run NAME TIMEOUT_S CMD...: one measurement, its log kept even when it
   echo "== $name exit ${PIPESTATUS[0]} $(date -u +%T)"
   pack
 }
-run faults    325 python3 benchmarks/gpu_diagnose_faults.py --out "$RAW/faults" --scenario-timeout-s 35
-run calibrate 40  python3 -m trainperf.cli calibrate --device cuda --out "$RAW/calibration.json"
+run faults    315 python3 benchmarks/gpu_diagnose_faults.py --out "$RAW/faults" --scenario-timeout-s 35
+run calibrate 35  python3 -m trainperf.cli calibrate --device cuda --out "$RAW/calibration.json"
 run kernels   25  python3 benchmarks/gpu_kernels.py --out "$RAW/kernels" --budget-s 12
 run train     60  python3 benchmarks/gpu_train.py --out "$RAW/train" --run-dir "$RAW/train/run" --steps 20
-run roofline_vs_bench 30 python3 benchmarks/roofline_vs_bench.py --device cuda --json "$RAW/roofline_vs_bench.json"
+run roofline_vs_bench 25 python3 benchmarks/roofline_vs_bench.py --device cuda --json "$RAW/roofline_vs_bench.json"
+run ddp       20  python3 -m torch.distributed.run --nproc-per-node 1 benchmarks/bench_ddp_own_work.py "$RAW/ddp" \
+  --device cuda --steps 30 --rounds 5 --width 32 --image 16 --batch 16
 cp "$RAW/faults/faults.json" "$OUT/" 2>/dev/null
 ls -laR "$RAW" | head -60
