@@ -134,3 +134,35 @@ def test_resnet50_ddp_rank_broadcasts_its_batch_norm_buffers_and_copies_every_gr
     assert copies.evidence["metrics"]["per_step"]["value"] == 161
     assert _find(d, "ddp_unused_parameter_search") is None  # find_unused_parameters=False: no search recorded
     assert d.findings[0] is broadcast and broadcast.severity == "high"
+
+
+def _host_only_rank(folder: Path, rank: int, broadcast_us: float) -> Path:
+    # a CPU job (gloo, no GPU events): each 2000-us step's DDP forward opens with its buffer sync, flatten 50 us, the
+    # broadcast `broadcast_us` (the wait for the other rank inside it), unflatten 20 us, 4 copies of 50 us; then the
+    # module's work and Python until the next step
+    b = TraceBuilder(rank=rank, world_size=2)
+    for s in range(STEPS):
+        T = s * P
+        b.step(s, T, P)
+        b.cpu("DistributedDataParallel.forward", T, 1500.0)
+        b.cpu("aten::flatten_dense_tensors", T, 50.0)
+        b.cpu("c10d::broadcast_", T + 50.0, broadcast_us)
+        at = T + 50.0 + broadcast_us
+        b.cpu("aten::unflatten_dense_tensors", at, 20.0)
+        for k in range(4):
+            b.cpu("aten::copy_", at + 20.0 + 50.0 * k, 50.0)
+        b.cpu("aten::mm", at + 220.0, T + 1500.0 - at - 220.0)
+        b.cpu("python_work", T + 1500.0, P - 1501.0)
+    return b.write(folder / f"rank{rank}.json.gz")
+
+
+def test_a_cpu_jobs_buffer_sync_is_priced_at_the_rank_that_waited_least(tmp_path):
+    # rank 0's broadcast waits 450 us for rank 1 (500 us against 50): its sync holds 770 us a step, rank 1's 320, the
+    # sync's own cost (the other 450 us rank 0 would wait at the next collective). Priced at 320 of 2000 us: 16 %.
+    # One rank's trace alone cannot tell its wait from the transfer: its operators only, 270 us, 13.5 %
+    _host_only_rank(tmp_path, 0, 500.0)
+    _host_only_rank(tmp_path, 1, 50.0)
+    job = _find(diagnose(tmp_path), "ddp_buffer_broadcast")
+    assert job.gain_pct == pytest.approx(16.0, abs=0.05) and job.ranks == [0, 1]
+    alone = _find(diagnose(tmp_path / "rank0.json.gz"), "ddp_buffer_broadcast")
+    assert alone.gain_pct == pytest.approx(13.5, abs=0.05)

@@ -16,6 +16,7 @@ from trainperf.diagnose.crossrank import (ComputeStraggler, CrossRank, MatchedCo
                                          slow_ranks, slowest_rank_min_p_value,
                                          slowest_rank_p_value, straggler_min_p_value,
                                          straggler_p_value, straggler_steps_needed)
+from trainperf.diagnose.ddp import buffer_sync_floor_us
 from trainperf.diagnose.evidence import (Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes,
                                         untraced_ranks_caveat)
 from trainperf.diagnose.facts import DeviceTiming, RankFacts, StragglerFacts, collect_facts, device_timing
@@ -179,6 +180,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     # every rank first (DeviceTiming), then each rank's facts, rules and gains, released before the next rank's
     timing = {r: device_timing(tables[r], windows[r]) for r in gpu_ranks}
     hs = host_straggler(tables) if not gpu_ranks and len(tables) >= 2 else None
+    sync_floor = buffer_sync_floor_us(tables, windows) if not gpu_ranks else None
     long_enough = hs is not None and testable(hs.steps, hs.n_ranks)
     straggler = None
     if hs is not None:
@@ -221,6 +223,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
         f = collect_facts(t, windows[r], waits, timing.get(r))  # the window's own note reaches the notes as a caveat
         if hs is not None or r in gpu_ranks:
             f.straggler = straggler
+        f.ddp_buffer_sync_floor_us = sync_floor
         # a later stage anywhere makes the job a pipeline, unless this rank's send/recv is context parallelism's
         f.pipeline_stage = f.pipeline_stage or (later_stages and (r not in timing or timing[r].p2p_role != "context"))
         f.pipeline_stages = stages

@@ -74,6 +74,21 @@ def buffer_broadcasts(t: EventTable, w: Window) -> list[np.ndarray]:
     return out
 
 
+def buffer_sync_floor_us(tables: dict[int, EventTable], windows: dict[int, Window]) -> np.ndarray | None:
+    """Per DDP forward, in order: the shortest of the ranks' buffer syncs (µs, from its first operator's start to its
+    last one's end), over the forwards every rank has; None unless two ranks or more sync. In a collective, the rank
+    that arrives last waits least: its sync is the sync's own cost, transfer included, and the others' excess is their
+    wait for it, which the next collective would wait out without the sync."""
+    per_rank = []
+    for r, t in tables.items():
+        w = windows[r]
+        per_rank.append(np.array([w.end_us[x].max() - w.ts_us[x].min() for x in buffer_broadcasts(t, w)]))
+    if len(per_rank) < 2 or min(x.size for x in per_rank) == 0:
+        return None
+    n = min(x.size for x in per_rank)
+    return np.min([x[:n] for x in per_rank], axis=0)
+
+
 def reducer_spans(t: EventTable, w: Window, pattern: re.Pattern) -> np.ndarray:
     """The window's outermost spans of the reducer's record function `pattern` (rows)."""
     rows = np.flatnonzero(w.keep & np.isin(t.kind, (CPU_OP, USER_ANNOTATION))
@@ -103,15 +118,27 @@ def _finding(f: RankFacts, kind: str, spans: list[np.ndarray], label: str, metri
     longest = sorted(range(len(hulls)), key=lambda k: hulls[k][1] - hulls[k][2])[:3]
     events = [(label.format(n=len(spans[k])), hulls[k][1], hulls[k][2] - hulls[k][1]) for k in longest]
     if not f.has_gpu:
-        # no replay: the operators' own time, the host being the whole step. Not the broadcasts': a collective's time
-        # on the host is mostly its wait for the other ranks (gloo), which the next collective would wait out
-        rows = np.concatenate(spans)
-        rows = rows[~np.isin(f.table.name[rows], f.table.ids_matching(BROADCAST_RE.search))]
-        gain = f.pct(_removed(f.table, f.window, [rows[k:k + 1] for k in range(rows.size)])[1])
-        return F.rank_finding(f, kind, metrics, events, gain_pct=gain, evidence_pct=share,
-                              what_if=what_if + " (their operators' host time but the broadcasts', estimated)")
+        return F.rank_finding(f, kind, metrics, events, gain_pct=f.pct(_host_only_gain_us(f, kind, spans, hulls)),
+                              evidence_pct=share, what_if=what_if + " (host time, estimated)")
     return F.rank_finding(f, kind, metrics, events, (Change("remove_spans", spans=hulls),), what_if,
                           evidence_pct=share)
+
+
+def _host_only_gain_us(f: RankFacts, kind: str, spans: list[np.ndarray], hulls: tuple) -> float:
+    """The host time (µs) removing the spans saves on a trace without GPU, the host being the whole step: their time,
+    but for a buffer sync's broadcasts, which hold the rank's wait for the others (gloo): the job's floor per forward
+    (ddp_buffer_sync_floor_us) where several ranks were read, else the sync's operators alone."""
+    t, w = f.table, f.window
+    if kind != "ddp_buffer_broadcast":
+        return _removed(t, w, spans)[1]
+    floor = f.ddp_buffer_sync_floor_us
+    if floor is not None:
+        own = np.array([h[2] - h[1] for h in hulls])
+        n = min(own.size, floor.size)
+        return float(np.minimum(own[:n], floor[:n]).sum() + np.minimum(own[n:], floor.mean()).sum())
+    rows = np.concatenate(spans)
+    rows = rows[~np.isin(t.name[rows], t.ids_matching(BROADCAST_RE.search))]
+    return _removed(t, w, [rows[k:k + 1] for k in range(rows.size)])[1]
 
 
 def ddp_buffer_broadcast(f: RankFacts) -> F.Finding | None:

@@ -108,6 +108,9 @@ class RankFacts:
     recompiles: int = 0               # compiled regions the steps ran with a compile id above 0 (host.compiled_frames)
     waits: dict | None = None
     straggler: StragglerFacts | None = None
+    # a job without GPU events, of several ranks: per DDP forward (in order), the shortest of the ranks' buffer syncs
+    # (µs, ddp.buffer_sync_floor_us): the sync's own cost, without a rank's wait for a later one inside it
+    ddp_buffer_sync_floor_us: np.ndarray | None = None
     breakdown: TemporalBreakdown | None = None
     overlap: Overlap | None = None
     idle: IdleSplit | None = None

@@ -178,7 +178,9 @@ def parallelize(model: Transformer, dims: ParallelDims, device: torch.device, co
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ids = [device.index] if device.type == "cuda" else None
-        return DDP(model, device_ids=ids, process_group=dims.mesh["dp"].get_group())
+        # the model's only buffers are its rotary tables, computed alike on every rank and never changed: DDP's default
+        # broadcast of them from rank 0 before every forward is work for nothing (diagnose's ddp_buffer_broadcast)
+        return DDP(model, device_ids=ids, process_group=dims.mesh["dp"].get_group(), broadcast_buffers=False)
     return model
 
 
