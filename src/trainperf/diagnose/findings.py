@@ -391,6 +391,13 @@ RECOMMENDATIONS = {
                                    "parameter is used every step (DDP warns once when the search finds none), "
                                    "construct it with find_unused_parameters=False; where the unused ones are the same "
                                    "every step, static_graph=True searches once.",
+    "graph_breaks": "torch.compile broke the model's graph inside the step: each break runs the code it could not "
+                    "trace eagerly and compiles the rest as another graph, with its own guards and wrappers, forward "
+                    "and backward, and nothing fused or captured across it. List the breaks and their causes with "
+                    "TORCH_LOGS=\"graph_breaks\" (or torch._dynamo.explain(model)(*inputs)) and remove them: no "
+                    ".item(), .tolist() or print in the forward, data-dependent Python branches as tensor ops "
+                    "(torch.where, torch.cond), unsupported calls wrapped as custom ops "
+                    "(torch.library.custom_op); compile with fullgraph=True to make any break an error.",
     "unfused_attention": "Use a fused attention kernel: torch.nn.functional.scaled_dot_product_attention (flash, "
                         "memory-efficient or cuDNN backend; is_causal=True rather than a dense mask), "
                         "attn_implementation='sdpa' or 'flash_attention_2' in Hugging Face models. Where SDPA "

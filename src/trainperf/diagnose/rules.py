@@ -28,6 +28,7 @@ from trainperf.diagnose.collectives import TransferRate
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.fusion import fusion_chains, not_fusable
 from trainperf.diagnose.gemm_shapes import misaligned_gemm
+from trainperf.diagnose.graph_breaks import graph_breaks
 from trainperf.diagnose.gpu_time import Overlap, idle_in_span_us
 from trainperf.diagnose.grad_sync import grad_sync_per_microbatch
 from trainperf.diagnose.host_bound import gpu_idle_pct, host_work, launch_bound, launch_cost_us, small_kernels
@@ -599,11 +600,12 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
 # work a constructor argument removes;
 # straggler and load_imbalance (diagnose/stragglers.py): ranks waiting for others at collectives;
 # launch_bound, host_work and small_kernels (diagnose/host_bound.py): the GPU waiting for the host;
+# graph_breaks (diagnose/graph_breaks.py): torch.compile's graph broken inside the step;
 # devices_take_turns (diagnose/devices.py): the GPUs one process drives running one after another
 RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable_copy, allocator_stall, exposed_memcpy,
          grad_sync_per_microbatch, ddp_buffer_broadcast, ddp_gradient_copies, ddp_unused_parameter_search,
          exposed_comm, pipeline_bubble, devices_take_turns, straggler, load_imbalance, launch_bound, host_work,
-         small_kernels, fp32_matmul, misaligned_gemm, slow_gemm, layout_transposes, unfused_attention,
+         small_kernels, graph_breaks, fp32_matmul, misaligned_gemm, slow_gemm, layout_transposes, unfused_attention,
          unfused_cross_entropy, memory_bound_unfused, recompute_overhead, optimizer_slow, gpu_analyses_skipped)
 
 
