@@ -3,7 +3,7 @@ broadcasts before each forward (`ddp_buffer_broadcast`), the gradients it copies
 backward (`ddp_gradient_copies`) and its search of the autograd graph for unused parameters after each forward
 (`ddp_unused_parameter_search`).
 
-DDP records both (torch/nn/parallel/distributed.py, torch/csrc/distributed/c10d/reducer.cpp and comm.cpp):
+DDP records each (torch/nn/parallel/distributed.py, torch/csrc/distributed/c10d/reducer.cpp and comm.cpp):
 - `broadcast_buffers=True`, the default: before every forward, inside its `DistributedDataParallel.forward` span and
   before the module's own operators, it broadcasts every registered buffer from rank 0 with c10d's
   broadcast_coalesced: the buffers flattened into buckets (`aten::flatten_dense_tensors`), a `c10d::broadcast_` per
@@ -17,7 +17,9 @@ DDP records both (torch/nn/parallel/distributed.py, torch/csrc/distributed/c10d/
   gradients are views of the buckets and the copy is not made (PyTorch's documentation of the argument: it "avoids
   the overhead of copying between gradients and allreduce communication buckets" and saves the gradients' memory).
 Priced by replay with those spans not run (`remove_spans`): their host time, the calls made inside them and the
-device work those calls launched. Host-only traces (gloo): the spans' time on their thread, an estimate.
+device work those calls launched, but for a collective's measured wait for a late rank. Host-only traces (gloo), an
+estimate: the spans' time, but a buffer sync's at the job's shortest per forward (`buffer_sync_floor_us`: its
+broadcasts hold a rank's wait for the others), or its operators alone where one rank's trace is read.
 """
 
 from __future__ import annotations

@@ -71,16 +71,16 @@ def _nested(t: EventTable, regions: np.ndarray) -> np.ndarray:
     return out
 
 
-def break_spans(t: EventTable, w: Window) -> tuple[list[tuple[int, float, float]], int, dict]:
+def break_spans(t: EventTable, w: Window) -> tuple[list[tuple[int, float, float]], int]:
     """(the (thread id, start µs, end µs) pieces one graph would not pay (module docstring), the graph breaks in the
-    window, breaks per analysed step)."""
+    window)."""
     ops = np.flatnonzero(w.keep & (t.kind == CPU_OP))
     regions = ops[np.isin(t.name[ops], t.ids_matching(COMPILED_REGION_RE.search))]
     if regions.size < 2:
-        return [], 0, {}
+        return [], 0
     nested = _nested(t, regions)
     if not nested.any():
-        return [], 0, {}
+        return [], 0
     calls = ops[np.isin(t.name[ops], t.ids_matching(GRAPH_CALL_RE.search))]
     lookups = ops[np.isin(t.name[ops], t.ids_matching(lambda s: s == CACHE_LOOKUP))]
     wrappers = t.ids_matching(WRAPPER_RE.search)
@@ -106,10 +106,7 @@ def break_spans(t: EventTable, w: Window) -> tuple[list[tuple[int, float, float]
         for a, b in zip(s, e):
             pieces += [(int(tid), p, q) for p, q in _minus(a, b, *cut)]
     pieces += _backward_pieces(t, w, ops, calls, int(nested.sum()))
-    per_step = {}
-    for r in regions[nested]:
-        per_step[int(t.step[r])] = per_step.get(int(t.step[r]), 0) + 1
-    return pieces, int(nested.sum()), per_step
+    return pieces, int(nested.sum())
 
 
 def _backward_pieces(t: EventTable, w: Window, ops: np.ndarray, calls: np.ndarray, breaks: int
@@ -132,7 +129,7 @@ def _backward_pieces(t: EventTable, w: Window, ops: np.ndarray, calls: np.ndarra
 def graph_breaks(f: RankFacts) -> F.Finding | None:
     """torch.compile's graphs broken inside the steps, their extra graphs' cost >= GRAPH_BREAKS_MIN_PCT of the span
     (module docstring); priced by replay with that cost gone."""
-    pieces, breaks, per_step = f.once("graph_breaks", lambda: break_spans(f.table, f.window))
+    pieces, breaks = f.once("graph_breaks", lambda: break_spans(f.table, f.window))
     if not breaks:
         return None
     time_us = float(sum(q - p for _, p, q in pieces))

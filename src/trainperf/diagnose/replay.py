@@ -121,7 +121,8 @@ class Change:
     layout.layout_transposes) | fuse_kernels (the same, for the kernels a fusion is assumed to fold into the ones
     kept: fusion.fusion_chains, an estimate) | remove_spans (host spans not run, `spans`: their CPU time gone from the
     gaps of their thread, the calls made inside them not made, and the device work those calls launched not run, but
-    for a collective's measured wait for a late rank: work a setting makes unneeded whole, ddp.py). Several changes replay together (`replay(g, [a, b])`)."""
+    for a collective's measured wait for a late rank: work a setting makes unneeded, ddp.py, or a compiler's own
+    wrappers that one graph would not run, graph_breaks.py). Several changes replay together (`replay(g, [a, b])`)."""
 
     kind: str = "none"
     category: int = -1
