@@ -398,6 +398,12 @@ RECOMMENDATIONS = {
                     ".item(), .tolist() or print in the forward, data-dependent Python branches as tensor ops "
                     "(torch.where, torch.cond), unsupported calls wrapped as custom ops "
                     "(torch.library.custom_op); compile with fullgraph=True to make any break an error.",
+    "unbucketed_gradients": "Gradients are all-reduced one small message at a time: each pays a host call and the "
+                            "collective's fixed latency, whatever its size. Bucket them: DistributedDataParallel "
+                            "(bucket_cap_mb) or FSDP do; a hand-written loop should all-reduce one flattened buffer "
+                            "(torch._utils._flatten_dense_tensors, then copy back) instead of each parameter's "
+                            "gradient; a compiled backward that issues one collective per gradient, compile with DDP "
+                            "(its reducer buckets them) rather than collectives written into the model.",
     "unfused_attention": "Use a fused attention kernel: torch.nn.functional.scaled_dot_product_attention (flash, "
                         "memory-efficient or cuDNN backend; is_causal=True rather than a dense mask), "
                         "attn_implementation='sdpa' or 'flash_attention_2' in Hugging Face models. Where SDPA "

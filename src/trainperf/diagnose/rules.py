@@ -41,6 +41,7 @@ from trainperf.diagnose.recompute import recompute_overhead
 from trainperf.diagnose.replay import BLOCK_COMM, BLOCK_PAGEABLE, BLOCK_SYNC, Change, blocked_us
 from trainperf.diagnose.slow_gemm import slow_gemm
 from trainperf.diagnose.stragglers import STRAGGLER_MIN_COMPUTE_RATIO, load_imbalance, straggler
+from trainperf.diagnose.unbucketed import unbucketed_gradients
 from trainperf.diagnose.window import merge_intervals
 from trainperf.trace.categories import copy_direction
 from trainperf.trace.events import CPU_OP, ELEMENTWISE, GPU_SYNC, OPTIMIZER, PYTHON, REDUCTION, USER_ANNOTATION
@@ -597,16 +598,18 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
 # exposed_memcpy (diagnose/copies.py): host-link copies no computation hides and no host call blocked on;
 # grad_sync_per_microbatch (diagnose/grad_sync.py): gradients synchronised before more are accumulated into them;
 # ddp_buffer_broadcast, ddp_gradient_copies and ddp_unused_parameter_search (diagnose/ddp.py): DDP's own per-step
-# work a constructor argument removes;
+# work a constructor argument removes; unbucketed_gradients (diagnose/unbucketed.py): gradients all-reduced one small
+# message at a time;
 # straggler and load_imbalance (diagnose/stragglers.py): ranks waiting for others at collectives;
 # launch_bound, host_work and small_kernels (diagnose/host_bound.py): the GPU waiting for the host;
 # graph_breaks (diagnose/graph_breaks.py): torch.compile's graph broken inside the step;
 # devices_take_turns (diagnose/devices.py): the GPUs one process drives running one after another
 RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable_copy, allocator_stall, exposed_memcpy,
          grad_sync_per_microbatch, ddp_buffer_broadcast, ddp_gradient_copies, ddp_unused_parameter_search,
-         exposed_comm, pipeline_bubble, devices_take_turns, straggler, load_imbalance, launch_bound, host_work,
-         small_kernels, graph_breaks, fp32_matmul, misaligned_gemm, slow_gemm, layout_transposes, unfused_attention,
-         unfused_cross_entropy, memory_bound_unfused, recompute_overhead, optimizer_slow, gpu_analyses_skipped)
+         unbucketed_gradients, exposed_comm, pipeline_bubble, devices_take_turns, straggler, load_imbalance,
+         launch_bound, host_work, small_kernels, graph_breaks, fp32_matmul, misaligned_gemm, slow_gemm,
+         layout_transposes, unfused_attention, unfused_cross_entropy, memory_bound_unfused, recompute_overhead,
+         optimizer_slow, gpu_analyses_skipped)
 
 
 def run_rules(f: RankFacts) -> list[Finding]:
