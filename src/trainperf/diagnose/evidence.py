@@ -34,11 +34,11 @@ PROFILER_OVERHEAD_NOTE_SHARE = 0.10
 # the findings a profiler's host cost inflates: those priced by the host's own work
 PROFILED_HOST_KINDS = frozenset({"launch_bound", "small_kernels", "host_work", "optimizer_slow", "idle_gpu",
                                  "ddp_buffer_broadcast", "ddp_gradient_copies", "ddp_unused_parameter_search",
-                                 "graph_breaks"})
+                                 "graph_breaks", "unbucketed_gradients"})
 
 HOST_TIME_KINDS = frozenset({"launch_bound", "small_kernels", "idle_gpu", "data_loader_stall", "checkpoint_stall",
                              "compile_stall", "ddp_buffer_broadcast", "ddp_gradient_copies",
-                             "ddp_unused_parameter_search", "graph_breaks"})
+                             "ddp_unused_parameter_search", "graph_breaks", "unbucketed_gradients"})
 CROSS_RANK_KINDS = frozenset({"straggler", "load_imbalance", "exposed_comm", "pipeline_bubble"})
 _LAUNCH_WORDS = ("LaunchKernel", "LaunchCooperativeKernel", "Memcpy", "Memset", "GraphLaunch")
 HOLE_KINDS = (CPU_OP, RUNTIME, PYTHON, USER_ANNOTATION, KERNEL, MEMCPY, MEMSET)  # what fills a stretch of the window
