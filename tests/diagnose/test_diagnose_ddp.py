@@ -166,3 +166,25 @@ def test_a_cpu_jobs_buffer_sync_is_priced_at_the_rank_that_waited_least(tmp_path
     assert job.gain_pct == pytest.approx(16.0, abs=0.05) and job.ranks == [0, 1]
     alone = _find(diagnose(tmp_path / "rank0.json.gz"), "ddp_buffer_broadcast")
     assert alone.gain_pct == pytest.approx(13.5, abs=0.05)
+
+
+def test_a_removed_broadcast_keeps_its_measured_wait_for_a_late_rank(tmp_path):
+    # the hand-built step's broadcast kernels (20 us each) given a measured 15-us wait for another rank: removing the
+    # buffer sync takes the copies and the cat off the device and the broadcast's transfer, not its wait (the late
+    # rank arrives no sooner; the next collective would wait for it instead)
+    from trainperf.diagnose.ddp import buffer_broadcasts
+    from trainperf.diagnose.replay import Change, build_graph, replay
+    from trainperf.diagnose.window import analysis_window
+    from trainperf.trace.load import load_trace
+
+    t = load_trace(_ddp_trace(tmp_path / "rank0.json.gz"))[0]
+    w = analysis_window(t)
+    broadcasts = [int(r) for r in w.device if "Broadcast" in t.name_of(int(r))]
+    g = build_graph(t, w, {r: (15.0, 1) for r in broadcasts})
+    spans = tuple((int(t.tid[x[0]]), float(w.ts_us[x].min()), float(w.end_us[x].max()))
+                  for x in buffer_broadcasts(t, w))
+    r = replay(g, Change("remove_spans", spans=spans))
+    dur = dict(zip(g.rows.tolist(), (r.end - r.start).tolist()))
+    assert broadcasts and all(dur[b] == pytest.approx(15.0) for b in broadcasts)
+    copies = sorted(dur[int(x)] for x in w.device if "DtoD" in t.name_of(int(x)))
+    assert copies == [0.0] * 16 + [5.0] * 12  # the 4 analysed forwards' buffer copies gone, the gradient copies kept
