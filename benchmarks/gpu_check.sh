@@ -10,7 +10,8 @@
 # ddp, 20 s: the faults' limit 325 -> 315 s, calibrate's 40 -> 35 s, roofline_vs_bench's 30 -> 25 s).
 # Run on the device machine from the repository root; results go under $OUT (default ./gpu_out).
 #   - faults:    real traces of planted faults (CUDA_LAUNCH_BLOCKING, no caching allocator, empty_cache, synchronize
-#                calls, pageable input, fp32 GEMMs, a slow DataLoader...) beside each fix's measured gain (issue 9)
+#                calls, pageable input, fp32 GEMMs, a slow DataLoader, graph breaks...) beside each fix's measured gain
+#                (issue 9; the graph-break pair runs last: cut first when the limit is reached)
 #   - calibrate: GEMM TFLOP/s over shapes, device copy bandwidth (planner calibration profile)
 #   - kernels:   fused Triton kernels vs eager / torch.compile / Liger, GB/s and % of roofline
 #   - train:     ~1B Llama-style model, ~30 steps, bf16 + compile: tokens/s, MFU, memory

@@ -31,7 +31,9 @@ Scenarios, each in a subprocess of its own (CUDA_LAUNCH_BLOCKING must be set bef
   celoss    a language model's loss: 2 MLP blocks (width 2048, 4096 tokens, bf16) and the projection onto a 128,256-entry
             vocabulary (Llama 3's), the logits cast to fp32 and F.cross_entropy as Hugging Face's eager code does
             (unfused_cross_entropy's to find; fixed: celoss_fused, the bf16 logits through
-            trainperf.kernels.CrossEntropyLoss).
+            trainperf.kernels.CrossEntropyLoss);
+  breaks    the small loop under torch.compile with its graph broken twice, between its thirds
+            (torch._dynamo.graph_break(): graph_breaks' to find; fixed: compiled, the same loop compiled whole).
 big, strided, the conv loops and celoss are profiled with record_shapes=True (SHAPES_RECORDED).
 Each: the step time (ms) without the profiler, as the profiled loop runs (steps queued ahead, the median of 5
 chunks' mean step; and a synchronize after every step, as a loop that reads its loss each step runs), then a
@@ -60,7 +62,8 @@ from pathlib import Path
 SCENARIOS = {"async": {}, "blocking": {"CUDA_LAUNCH_BLOCKING": "1"}, "scalar": {},
              "nocache": {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, "graphed": {}, "big": {}, "dataload": {},
              "syncs": {}, "empty_cache": {}, "pageable": {}, "pinned": {}, "fp32": {}, "tf32": {}, "deep": {},
-             "deep_tf32": {}, "strided": {}, "conv": {}, "conv_cl": {}, "unfused": {}, "fused": {}, "celoss": {}, "celoss_fused": {}}
+             "deep_tf32": {}, "strided": {}, "conv": {}, "conv_cl": {}, "unfused": {}, "fused": {}, "celoss": {},
+             "celoss_fused": {}, "breaks": {}, "compiled": {}}
 # the scenario each fault's fix turns it into, and the fix: true gain = 1 - fixed / faulty
 FIXED_BY = {"blocking": ("async", "unset CUDA_LAUNCH_BLOCKING"),
             "nocache": ("async", "the caching allocator"),
@@ -74,7 +77,8 @@ FIXED_BY = {"blocking": ("async", "unset CUDA_LAUNCH_BLOCKING"),
             "strided": ("big", "contiguous weights"),
             "conv": ("conv_cl", "channels_last"),
             "unfused": ("fused", "fused RMSNorm and SwiGLU kernels (trainperf.kernels.apply)"),
-            "celoss": ("celoss_fused", "a fused cross-entropy (trainperf.kernels.CrossEntropyLoss)")}
+            "celoss": ("celoss_fused", "a fused cross-entropy (trainperf.kernels.CrossEntropyLoss)"),
+            "breaks": ("compiled", "no graph breaks (one compiled graph)")}
 BIG = ("big", "dataload", "pageable", "pinned", "fp32", "tf32", "strided")  # the GPU-bound loop's scenarios
 # scenarios profiled with record_shapes=True: the healthy GPU-bound loop, on which the shape-priced findings
 # (slow_gemm, misaligned_gemm, memory_bound_unfused) must find no fault, its fault whose shapes look aligned while the
@@ -191,6 +195,18 @@ def _step_fn(name: str, device: str):
     model, opt, x = _model(device, size, capturable=name == "graphed" and cuda,
                            fp32=name in ("fp32", "tf32", "deep", "deep_tf32"), strided=name == "strided",
                            channels_last=name == "conv_cl")
+    if name in ("breaks", "compiled"):  # the small loop compiled, its graph broken twice or whole
+        body = model
+
+        def broken(x):
+            third = len(body) // 3
+            x = body[:third](x)
+            torch._dynamo.graph_break()
+            x = body[third:2 * third](x)
+            torch._dynamo.graph_break()
+            return body[2 * third:](x)
+
+        model = torch.compile(broken if name == "breaks" else body)
     if name == "fused":  # the fix of the eager blocks: trainperf's fused RMSNorm and SwiGLU swapped in
         from trainperf.kernels import apply
 
