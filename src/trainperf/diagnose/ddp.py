@@ -81,6 +81,8 @@ def buffer_sync_floor_us(tables: dict[int, EventTable], windows: dict[int, Windo
     last one's end), over the forwards every rank has; None unless two ranks or more sync. In a collective, the rank
     that arrives last waits least: its sync is the sync's own cost, transfer included, and the others' excess is their
     wait for it, which the next collective would wait out without the sync."""
+    if len(tables) < 2:
+        return None
     per_rank = []
     for r, t in tables.items():
         w = windows[r]
@@ -120,19 +122,19 @@ def _finding(f: RankFacts, kind: str, spans: list[np.ndarray], label: str, metri
     longest = sorted(range(len(hulls)), key=lambda k: hulls[k][1] - hulls[k][2])[:3]
     events = [(label.format(n=len(spans[k])), hulls[k][1], hulls[k][2] - hulls[k][1]) for k in longest]
     if not f.has_gpu:
-        return F.rank_finding(f, kind, metrics, events, gain_pct=f.pct(_host_only_gain_us(f, kind, spans, hulls)),
+        gain_us = _buffer_sync_gain_us(f, spans, hulls) if kind == "ddp_buffer_broadcast" else time_us
+        return F.rank_finding(f, kind, metrics, events, gain_pct=f.pct(gain_us),
                               evidence_pct=share, what_if=what_if + " (host time, estimated)")
     return F.rank_finding(f, kind, metrics, events, (Change("remove_spans", spans=hulls),), what_if,
                           evidence_pct=share)
 
 
-def _host_only_gain_us(f: RankFacts, kind: str, spans: list[np.ndarray], hulls: tuple) -> float:
-    """The host time (µs) removing the spans saves on a trace without GPU, the host being the whole step: their time,
-    but for a buffer sync's broadcasts, which hold the rank's wait for the others (gloo): the job's floor per forward
-    (ddp_buffer_sync_floor_us) where several ranks were read, else the sync's operators alone."""
+def _buffer_sync_gain_us(f: RankFacts, spans: list[np.ndarray], hulls: tuple) -> float:
+    """The host time (µs) removing the buffer syncs `spans` (their hulls `hulls`) saves on a trace without GPU, the
+    host being the whole step: not their whole time, since their broadcasts hold the rank's wait for the others
+    (gloo), but the job's floor per forward (ddp_buffer_sync_floor_us) where several ranks were read, else the syncs'
+    operators alone. (The other kinds save their spans' whole time.)"""
     t, w = f.table, f.window
-    if kind != "ddp_buffer_broadcast":
-        return _removed(t, w, spans)[1]
     floor = f.ddp_buffer_sync_floor_us
     if floor is not None:
         own = np.array([h[2] - h[1] for h in hulls])

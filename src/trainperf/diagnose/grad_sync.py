@@ -142,13 +142,21 @@ def sync_path_spans(t: EventTable, w: Window, nodes: np.ndarray) -> np.ndarray:
     return outermost(t, spans[inside]) if inside.any() else spans[:0]
 
 
-def _gradient_kernels(t: EventTable, w: Window, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(the window's all-reduce and reduce-scatter kernels launched inside the backward nodes `nodes`, the other
-    device ops launched inside their synchronisation spans: sync_path_spans' copies and scaling) as device rows."""
+def collectives_launched_inside(t: EventTable, w: Window, nodes: np.ndarray, collectives: tuple[str, ...]
+                                ) -> np.ndarray:
+    """The window's communication kernels of the given collective types (crossrank.launch_collectives) launched inside
+    the host spans `nodes` (table rows: backward nodes), as device rows."""
     kernels = launched_inside(t, w, *row_spans(t, nodes))
     kernels = kernels[(t.kind[kernels] == KERNEL) & (t.category[kernels] == COMMUNICATION)]
     if kernels.size:
-        kernels = kernels[np.isin(launch_collectives(t, kernels), GRADIENT_COLLECTIVES)]
+        kernels = kernels[np.isin(launch_collectives(t, kernels), collectives)]
+    return kernels
+
+
+def _gradient_kernels(t: EventTable, w: Window, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the window's all-reduce and reduce-scatter kernels launched inside the backward nodes `nodes`, the other
+    device ops launched inside their synchronisation spans: sync_path_spans' copies and scaling) as device rows."""
+    kernels = collectives_launched_inside(t, w, nodes, GRADIENT_COLLECTIVES)
     spans = sync_path_spans(t, w, nodes) if kernels.size else kernels[:0]  # no collective: no synchronisation
     path = launched_inside(t, w, *row_spans(t, spans)) if spans.size else kernels[:0]
     return kernels, np.setdiff1d(path, kernels)

@@ -29,12 +29,12 @@ import numpy as np
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.autograd_links import backward_node_mask
 from trainperf.diagnose.collectives import comm_args
-from trainperf.diagnose.crossrank import COLLECTIVE_CALL_RE, launch_collectives
+from trainperf.diagnose.crossrank import COLLECTIVE_CALL_RE
 from trainperf.diagnose.facts import RankFacts
-from trainperf.diagnose.launch import launched_inside
+from trainperf.diagnose.grad_sync import collectives_launched_inside
 from trainperf.diagnose.replay import Change
 from trainperf.trace.annotate import correlated_host_row
-from trainperf.trace.events import COMMUNICATION, CPU_OP, KERNEL
+from trainperf.trace.events import CPU_OP
 from trainperf.trace.nesting import enclosing_span, outermost, row_spans, thread_key
 
 # all-reduces of gradients a step before they count as unbucketed: DDP's 25-MB buckets make one per 12.5 M bf16
@@ -48,19 +48,13 @@ UNBUCKETED_MIN_PCT = 3.0
 
 
 def gradient_all_reduces(f: RankFacts) -> np.ndarray:
-    """The window's all-reduce kernels launched inside autograd backward nodes (device rows, in time order), but
-    collectives of a handful of values (a loss or a norm averaged across ranks)."""
+    """The window's all-reduce kernels launched inside autograd backward nodes (device rows, in time order)."""
     t, w = f.table, f.window
-    comm = w.device[(t.kind[w.device] == KERNEL) & (t.category[w.device] == COMMUNICATION)]
-    if not comm.size:
-        return comm
-    comm = comm[np.array([c == "all_reduce" for c in launch_collectives(t, comm)], dtype=bool)]
     ops = np.flatnonzero(w.keep & (t.kind == CPU_OP))
     nodes = ops[backward_node_mask(t, ops)]
-    if not comm.size or not nodes.size:
-        return comm[:0]
-    inside = launched_inside(t, w, *row_spans(t, outermost(t, nodes)))
-    rows = comm[np.isin(comm, inside)]
+    if not nodes.size:
+        return nodes
+    rows = collectives_launched_inside(t, w, outermost(t, nodes), ("all_reduce",))
     return rows[np.argsort(w.ts_us[rows], kind="stable")]
 
 
@@ -97,10 +91,11 @@ def unbucketed_gradients(f: RankFacts) -> F.Finding | None:
     sizes = comm_args(t)
     nbytes = np.array([sizes[int(c)].nbytes if int(c) in sizes else -1 for c in t.correlation[rows]])
     sized = bool((nbytes > 0).mean() > 0.5)
+    low_latency = np.isin(t.name[rows], t.ids_matching(LOW_LATENCY_PROTOCOL_RE.search))
     if sized:
         if median(nbytes[nbytes > 0]) > SMALL_MESSAGE_BYTES:
             return None
-    elif np.isin(t.name[rows], t.ids_matching(LOW_LATENCY_PROTOCOL_RE.search)).mean() <= 0.5:
+    elif low_latency.mean() <= 0.5:
         return None
     dur = w.end_us[rows] - w.ts_us[rows]
     removed = []
@@ -123,8 +118,7 @@ def unbucketed_gradients(f: RankFacts) -> F.Finding | None:
     if sized:
         metrics["median_message"] = (float(median(nbytes[nbytes > 0])) / 1024, "KiB")
     else:
-        metrics["low_latency_protocol_share"] = (100.0 * float(np.isin(
-            t.name[rows], t.ids_matching(LOW_LATENCY_PROTOCOL_RE.search)).mean()), "%")
+        metrics["low_latency_protocol_share"] = (100.0 * float(low_latency.mean()), "%")
     events = [(t.name_of(int(rows[k])), float(w.ts_us[rows[k]]), float(dur[k])) for k in range(min(3, rows.size))]
     what_if = (f"coalesced into {BUCKET_BYTES >> 20}-MB buckets" if sized else "coalesced into one all-reduce a step") \
         + ": the other calls not made and their kernels not run (their small transfers taken as free)"
