@@ -16,7 +16,7 @@ from trainperf.diagnose.crossrank import (ComputeStraggler, CrossRank, MatchedCo
                                          slow_ranks, slowest_rank_min_p_value,
                                          slowest_rank_p_value, straggler_min_p_value,
                                          straggler_p_value, straggler_steps_needed)
-from trainperf.diagnose.ddp import buffer_sync_floor_us
+from trainperf.diagnose.ddp import BUFFER_BROADCASTS, buffer_broadcasts, buffer_sync_floor_us
 from trainperf.diagnose.evidence import (Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes,
                                         untraced_ranks_caveat)
 from trainperf.diagnose.facts import DeviceTiming, RankFacts, StragglerFacts, collect_facts, device_timing
@@ -180,7 +180,10 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     # every rank first (DeviceTiming), then each rank's facts, rules and gains, released before the next rank's
     timing = {r: device_timing(tables[r], windows[r]) for r in gpu_ranks}
     hs = host_straggler(tables) if not gpu_ranks and len(tables) >= 2 else None
-    sync_floor = buffer_sync_floor_us(tables, windows) if not gpu_ranks else None
+    # a job without GPU events: each rank's DDP buffer syncs, found once, for the job's floor and the rank's rule
+    broadcasts = {r: buffer_broadcasts(t, windows[r]) for r, t in tables.items()} \
+        if not gpu_ranks and len(tables) >= 2 else {}
+    sync_floor = buffer_sync_floor_us(broadcasts, windows)
     long_enough = hs is not None and testable(hs.steps, hs.n_ranks)
     straggler = None
     if hs is not None:
@@ -224,6 +227,8 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
         if hs is not None or r in gpu_ranks:
             f.straggler = straggler
         f.ddp_buffer_sync_floor_us = sync_floor
+        if r in broadcasts:
+            f.once(BUFFER_BROADCASTS, lambda: broadcasts.pop(r))
         # a later stage anywhere makes the job a pipeline, unless this rank's send/recv is context parallelism's
         f.pipeline_stage = f.pipeline_stage or (later_stages and (r not in timing or timing[r].p2p_role != "context"))
         f.pipeline_stages = stages

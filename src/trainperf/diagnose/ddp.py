@@ -48,6 +48,10 @@ UNUSED_SEARCH_RE = re.compile(r"^torch\.distributed\.ddp\.reducer::search_unused
 DDP_OWN_WORK_MIN_PCT = 1.0
 
 
+# the name RankFacts.once keeps a rank's buffer_broadcasts under (found before the facts on jobs without GPU events)
+BUFFER_BROADCASTS = "ddp_buffer_broadcasts"
+
+
 def buffer_broadcasts(t: EventTable, w: Window) -> list[np.ndarray]:
     """The window's buffer broadcasts, one per DDP forward that makes one: the rows of the run of broadcast_coalesced's
     operators (BUFFER_SYNC_OP_RE) among the forward span's top-level operators that holds a broadcast, in time order."""
@@ -76,17 +80,16 @@ def buffer_broadcasts(t: EventTable, w: Window) -> list[np.ndarray]:
     return out
 
 
-def buffer_sync_floor_us(tables: dict[int, EventTable], windows: dict[int, Window]) -> np.ndarray | None:
+def buffer_sync_floor_us(broadcasts: dict[int, list[np.ndarray]], windows: dict[int, Window]) -> np.ndarray | None:
     """Per DDP forward, in order: the shortest of the ranks' buffer syncs (µs, from its first operator's start to its
-    last one's end), over the forwards every rank has; None unless two ranks or more sync. In a collective, the rank
-    that arrives last waits least: its sync is the sync's own cost, transfer included, and the others' excess is their
-    wait for it, which the next collective would wait out without the sync."""
-    if len(tables) < 2:
+    last one's end), over the forwards every rank has; None unless two ranks or more sync. broadcasts: each rank's
+    syncs (buffer_broadcasts). In a collective, the rank that arrives last waits least: its sync is the sync's own
+    cost, transfer included, and the others' excess is their wait for it, which the next collective would wait out
+    without the sync."""
+    if len(broadcasts) < 2:
         return None
-    per_rank = []
-    for r, t in tables.items():
-        w = windows[r]
-        per_rank.append(np.array([w.end_us[x].max() - w.ts_us[x].min() for x in buffer_broadcasts(t, w)]))
+    per_rank = [np.array([windows[r].end_us[x].max() - windows[r].ts_us[x].min() for x in runs])
+                for r, runs in broadcasts.items()]
     if len(per_rank) < 2 or min(x.size for x in per_rank) == 0:
         return None
     n = min(x.size for x in per_rank)
@@ -149,7 +152,7 @@ def ddp_buffer_broadcast(f: RankFacts) -> F.Finding | None:
     """DDP broadcasting the module's buffers before every forward take >= DDP_OWN_WORK_MIN_PCT of the span (module
     docstring); priced by replay with those spans not run."""
     t = f.table
-    runs = f.once("ddp_buffer_broadcasts", lambda: buffer_broadcasts(t, f.window))
+    runs = f.once(BUFFER_BROADCASTS, lambda: buffer_broadcasts(t, f.window))
     if not runs:
         return None
     rows = np.concatenate(runs)

@@ -161,6 +161,8 @@ class RankFacts:
     p2p_overlap: Overlap | None = None  # the send/recv kernels' time and the part computation hides (gpu_time)
     p2p_role: str = ""  # their process group as the trace describes it (DeviceTiming.p2p_role)
     p2p_transfer: TransferRate | None = None  # their own transfer rate (collectives.transfer_rate), when sized
+    # the collective kernels' message sizes by correlation id (collectives.comm_args), read where the window has any
+    comm_sizes: dict = field(default_factory=dict)
     # the other collectives' kernel rows and overlap: what exposed_comm prices beside a pipeline's bubble
     other_comm_rows: np.ndarray = field(default_factory=lambda: np.array([], dtype=np.int64))
     other_comm_overlap: Overlap | None = None
@@ -410,7 +412,7 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
     total = sum(comm.values())
     f.comm_share_by_collective = {k: v / total for k, v in comm.items()} if total > 0 else {}
     if total > 0:
-        sizes = comm_args(t)
+        sizes = f.comm_sizes = comm_args(t)
         barriers = launched_inside(t, w, *row_spans(t, span_rows(t, w, BARRIER_RE, (CPU_OP, USER_ANNOTATION))))
         scalar = scalar_collective_rows(t, groups, sizes, barriers)
         f.scalar_comm_share = float((w.end_us[scalar] - w.ts_us[scalar]).sum()) / total

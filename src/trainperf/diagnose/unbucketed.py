@@ -28,7 +28,6 @@ import numpy as np
 
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.autograd_links import backward_node_mask
-from trainperf.diagnose.collectives import comm_args
 from trainperf.diagnose.crossrank import COLLECTIVE_CALL_RE
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.grad_sync import collectives_launched_inside
@@ -88,7 +87,7 @@ def unbucketed_gradients(f: RankFacts) -> F.Finding | None:
     steps = max(len(f.step_times), 1)
     if rows.size < UNBUCKETED_MIN_PER_STEP * steps:
         return None
-    sizes = comm_args(t)
+    sizes = f.comm_sizes
     nbytes = np.array([sizes[int(c)].nbytes if int(c) in sizes else -1 for c in t.correlation[rows]])
     sized = bool((nbytes > 0).mean() > 0.5)
     low_latency = np.isin(t.name[rows], t.ids_matching(LOW_LATENCY_PROTOCOL_RE.search))

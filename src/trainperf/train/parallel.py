@@ -179,8 +179,12 @@ def parallelize(model: Transformer, dims: ParallelDims, device: torch.device, co
 
         ids = [device.index] if device.type == "cuda" else None
         # the model's only buffers are its rotary tables, computed alike on every rank and never changed: DDP's default
-        # broadcast of them from rank 0 before every forward is work for nothing (diagnose's ddp_buffer_broadcast)
-        return DDP(model, device_ids=ids, process_group=dims.mesh["dp"].get_group(), broadcast_buffers=False)
+        # broadcast of them from rank 0 before every forward is work for nothing (diagnose's ddp_buffer_broadcast);
+        # gradients as views of the all-reduce buckets: no copy of each reduced gradient out of its bucket every step
+        # and one gradient-sized buffer less (diagnose's ddp_gradient_copies; the optimizer sets them to None, which
+        # DDP re-points at the buckets)
+        return DDP(model, device_ids=ids, process_group=dims.mesh["dp"].get_group(), broadcast_buffers=False,
+                   gradient_as_bucket_view=True)
     return model
 
 
