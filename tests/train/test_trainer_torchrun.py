@@ -41,7 +41,8 @@ def runs(tmp_path_factory):
     train(_cfg(tmp / "single_mbs2", layout="mbs=2"))
     train(_cfg(tmp / "single_mbs1", layout="mbs=1"))
     for name, kw in {"fsdp": dict(layout="zero=3", ckpt_every=3),
-                     "ddp": dict(layout="zero=0", record=True),  # recorded: summary.ranks
+                     # recorded: summary.ranks; profiled: the DDP work its traces show
+                     "ddp": dict(layout="zero=0", record=True, profile_steps="5:6"),
                      "tp": dict(layout="tp=2"),
                      "tp_sp": dict(layout="tp=2,sp=1,recompute=selective", ckpt_every=6),
                      # the canonical string `trainperf plan` prints (Layout.to_string): ZeRO-2, bf16
@@ -84,6 +85,20 @@ def test_ddp_matches_single_process(runs):
     assert losses_by_step(runs["ddp"]) == pytest.approx(losses_by_step(runs["single_mbs2"]), rel=2e-4)
 
 
+def test_ddp_runs_without_its_own_per_step_work(runs):
+    """The trainer's DDP (broadcast_buffers=False, gradient_as_bucket_view=True), read from its own profile as
+    diagnose reads a user's: DDP's forward is recorded, but no buffer broadcast before it (its rotary tables are
+    alike on every rank) and no reduced gradient copied out of its bucket (diagnose/ddp.py's kinds)."""
+    from trainperf.diagnose.ddp import BROADCAST_RE, DDP_FORWARD_RE, GRADIENT_COPY_RE
+    from trainperf.trace.load import load_trace
+
+    tables = load_trace(runs["ddp"] / "traces", workers=1)
+    assert sorted(tables) == [0, 1]
+    for t in tables.values():
+        assert any(DDP_FORWARD_RE.search(n) for n in t.names), t.source
+        assert not any(BROADCAST_RE.search(n) or GRADIENT_COPY_RE.search(n) for n in t.names), t.source
+
+
 def test_two_rank_record_lists_each_ranks_host_and_busy_time(runs):
     """Rank 0 gathers every rank's host and median busy s (its own compute per step, collective
     waits and data wait excluded) into the record's summary; fleet tree reads it per host."""
@@ -103,7 +118,7 @@ def test_two_rank_record_lists_each_ranks_host_and_busy_time(runs):
     # over the steps the summary's medians use (the trainer skips 2 warm-up steps; the step time checks it)
     lines = [json.loads(x) for x in (runs["ddp"] / "metrics.jsonl").read_text().splitlines()][2:]
     assert statistics.median(r["step_time_s"] for r in lines) == step
-    assert all(r["comm_wait_s"] >= 0 for r in lines)  # DDP on CPU: buffer broadcast + gradient all-reduce wait
+    assert all(r["comm_wait_s"] >= 0 for r in lines)  # DDP on CPU: the gradient all-reduces' wait
     own = statistics.median(r["forward_s"] + r["backward_s"] + r["optimizer_s"] - r.get("comm_wait_s", 0.0)
                             for r in lines)
     assert ranks[0]["busy_s"] == pytest.approx(own, rel=1e-9)
