@@ -101,3 +101,16 @@ def test_a_fix_whose_time_an_earlier_fix_gives_back_is_dismissed():
     ranked, plan = F.rank_by_marginal_gain([comm, sync], gain)
     assert [f.kind for f in ranked] == ["host_sync"] and ranked[0].gain_pct == 10.0
     assert plan.dismissed == ["exposed_comm"] and plan.fix_all_gain_pct == 10.0
+
+
+def test_a_finding_without_a_what_if_rated_medium_ranks_above_a_low_bound():
+    # a device-only trace: its GPU idles 39 % of the window with nothing recorded to say why (idle_gpu, medium, no
+    # what-if), beside unfused optimizer kernels priced at an assumed 3x (6.6 %, an upper bound, rated low)
+    idle = F.make("idle_gpu", [0], [1], {"gpu_idle": (39.1, "%")}, severity="medium")
+    optimizer = _finding("optimizer_slow", Change("speedup_rows", factor=3.0), 6.6, upper_bound=True)
+    assert optimizer.severity == "low"
+    assert [f.kind for f in F.in_rank_order([optimizer, idle])] == ["idle_gpu", "optimizer_slow"]
+    # rated alike, the priced one first
+    small = _finding("small_kernels", Change("fuse_kernels", factor=2.0), 2.0)
+    low = F.make("gpu_analyses_skipped", [0], [1], {"device_events": (0, "count")}, severity="low")
+    assert [f.kind for f in F.in_rank_order([low, small])] == ["small_kernels", "gpu_analyses_skipped"]

@@ -10,8 +10,9 @@ step its evidence shows, `evidence_pct`): high >= 10 % of step time, medium >= 3
 a gain that is only an upper bound (`Finding.gain_is_upper_bound`, see UPPER_BOUND_CHANGES) is rated
 one level below the level of its bound.
 A healthy trace therefore has no high finding: nothing in it can be fixed for a large gain.
-The ranking (rank_key) follows the order of fixes: stalls first, then cheaper work, each by marginal gain; a stall
-rated low comes after the findings rated high (in_rank_order).
+The ranking (rank_key) follows the order of fixes: stalls first, then cheaper work the trace measures, each by
+marginal gain, then bounds and findings without a what-if by severity; a stall rated low comes after the findings
+rated high (in_rank_order).
 """
 
 from __future__ import annotations
@@ -628,11 +629,12 @@ STALL_FIRST_MIN_GAIN_PCT = 1.0
 
 def rank_key(f: Finding) -> tuple:
     """Sort key of the ranking: stalls whose removal gains >= STALL_FIRST_MIN_GAIN_PCT first, then other
-    fixes whose effect the trace measures gaining >= MEDIUM_GAIN_PCT, then the rest (assumed or upper-bound
-    speed-ups, small gains), then findings without a what-if; each group by the gain a fix gives whatever else is
-    done: its marginal gain, or its gain alone where that is smaller. A fix priced after others can gain more than
-    alone (fp32 GEMMs sped up once the host waits are gone: the step has become GPU-bound), a gain that exists only
-    if those are fixed first; ranking on it would put a fix above the ones it depends on."""
+    fixes whose effect the trace measures gaining >= MEDIUM_GAIN_PCT, each group by the gain a fix gives whatever else
+    is done: its marginal gain, or its gain alone where that is smaller; then the rest (assumed or upper-bound
+    speed-ups, small gains, findings without a what-if) by severity, the priced ones first at a severity, by that
+    gain. A fix priced after others can gain more than alone (fp32 GEMMs sped up once the host waits are gone: the
+    step has become GPU-bound), a gain that exists only if those are fixed first; ranking on it would put a fix above
+    the ones it depends on."""
     assumed = f.gain_is_upper_bound or any(c.kind in ASSUMED_SPEEDUP_CHANGES for c in f.changes)
     if not f.changes:
         tier = 3
@@ -643,6 +645,11 @@ def rank_key(f: Finding) -> tuple:
     else:
         tier = 2
     sure = min(f.gain_pct, f.gain_alone_pct) if f.priced and f.changes else f.gain_pct
+    if tier >= 2:
+        # bounds, small gains and findings without a what-if: by severity, which follows each one's own evidence,
+        # then the priced ones first, by gain. A device-only trace idling its GPU 39 % of the time (idle_gpu, medium,
+        # unpriced: no host activity says why) ranked below a 6.6 % bound rated low
+        return 2, False, -_SEVERITY_LEVEL[f.severity], tier, -sure
     # among stalls too, a bound after the gains the trace measures: a pipeline's exposed send/recv priced as if
     # overlapped (44 % of the step, an upper bound: the next stage needs the data) ranked above the slow stage that
     # made the other stages wait (26 %, measured as its computation at the others' pace)
