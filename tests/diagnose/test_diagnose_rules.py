@@ -259,6 +259,40 @@ def test_a_step_idle_outside_its_device_span_is_idle(tmp_path):
     assert host_bound.gpu_idle_pct(f) == pytest.approx(f.step_idle_pct)
     x = rules.idle_gpu(f, [])
     assert x is not None and x.evidence["metrics"]["gpu_idle_over_steps"]["value"] == pytest.approx(99.775, abs=1e-3)
+    # where the idle lies, over those two steps: 110 us before the GEMM, 19,845 after it (one gap of >= 1 ms, one
+    # per two steps): 19,845 / 19,955 = 99.45 % of the idle in long gaps
+    m = x.evidence["metrics"]
+    assert m["idle_in_gaps_of_1_ms_or_more"]["value"] == pytest.approx(100 * 19_845 / 19_955, abs=1e-3)
+    assert m["such_gaps_per_step"]["value"] == pytest.approx(0.5)
+    assert x.recommendation.startswith("Most of the GPU's idle time is one gap of 1 ms or more, 0.5 a step (99 %")
+
+
+def _device_only(tmp_path, name: str, kernels: list[tuple[float, float]]):
+    """Facts of a trace profiled without ProfilerActivity.CPU: kernels (start, duration, µs) and no host event."""
+    b = TraceBuilder()
+    for start, dur in kernels:
+        b.launch("ampere_sgemm_128x64_tn", start, start, dur)
+    b.events = [e for e in b.events if e["cat"] != "cuda_runtime"]
+    t = read_kineto(b.write(tmp_path / name))
+    return collect_facts(t, analysis_window(t))
+
+
+def test_idle_gpu_says_whether_its_idle_is_a_few_long_gaps_or_many_short_ones(tmp_path):
+    # 4 bursts of three 2-ms kernels, 4 ms apart: a 36-ms device span, 12 ms idle (33.3 %) in 3 gaps of 4 ms: the
+    # host away from launching once a period (the DataLoader of the H200 trace profiled without CPU activity)
+    bursts = _device_only(tmp_path, "b.json.gz", [(10_000.0 * k + 2_000.0 * j, 2_000.0)
+                                                  for k in range(4) for j in range(3)])
+    x = rules.idle_gpu(bursts, [])
+    assert x.evidence["metrics"]["gpu_idle"]["value"] == pytest.approx(100 * 12 / 36, abs=1e-3)
+    assert x.evidence["metrics"]["idle_in_gaps_of_1_ms_or_more"]["value"] == pytest.approx(100.0)
+    assert x.evidence["metrics"]["such_gaps"]["value"] == 3
+    assert x.recommendation.startswith("Most of the GPU's idle time is 3 gaps of 1 ms or more (100 % of the idle)")
+    # 200 kernels of 12 us, each 12 us after the last: 50 % idle, every gap short: the host's launching behind
+    pace = _device_only(tmp_path, "p.json.gz", [(24.0 * k, 12.0) for k in range(200)])
+    x = rules.idle_gpu(pace, [])
+    assert x.evidence["metrics"]["gpu_idle"]["value"] == pytest.approx(100 * 199 * 12 / (200 * 24 - 12), abs=1e-3)
+    assert x.evidence["metrics"]["idle_in_gaps_of_1_ms_or_more"]["value"] == 0.0
+    assert x.recommendation.startswith("Most of the GPU's idle time is short gaps between kernels (100 % of the idle")
 
 
 def _gemm_steps_with_first_launch(tmp_path, first_launch_us: float):

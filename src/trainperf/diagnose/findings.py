@@ -45,6 +45,15 @@ EXPOSED_P2P_RECOMMENDATION = (
     "(Megatron overlap_p2p_comm); in context-parallel ring attention, overlap each block's key/value exchange "
     "with the attention of the block before.")
 
+# idle_gpu, before its fix: where the idle lies, in gaps of rules.LONG_IDLE_GAP_US or more (the host away from
+# launching) or in the short gaps between kernels (its launching behind the GPU)
+IDLE_LONG_GAPS = ("Most of the GPU's idle time is {n} of 1 ms or more{where} ({share:.0f} % of the idle): the "
+                  "GPU waits while the host does something other than launching, once or a few times a step: a data "
+                  "fetch, a read that synchronises, logging, a checkpoint. ")
+IDLE_SHORT_GAPS = ("Most of the GPU's idle time is short gaps between kernels ({share:.0f} % of the idle in gaps under "
+                   "1 ms): the host launches slower than the GPU runs them: fewer, larger kernels (torch.compile), "
+                   "CUDA graphs, a larger batch. ")
+
 # pipeline_bubble with the job's stages known (the pipeline's described group, or pipeline.stages_from_openings): what
 # the schedule's law gives, before the kind's fix; with the micro-batches the schedule names (BUBBLE_LAW) or, without
 # them, the micro-batches the measured share would take (BUBBLE_IMPLIED)

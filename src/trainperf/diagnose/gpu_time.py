@@ -209,6 +209,24 @@ def kernel_breakdown(t: EventTable, w: Window, top: int = 3) -> list[CategoryTim
     return sorted(out, key=lambda c: -c.time_us)
 
 
+def idle_gaps_us(w: Window, start_us: float | None = None, end_us: float | None = None) -> np.ndarray:
+    """The lengths (µs) of the device's idle gaps in time order: over the window's device span (HTA's idle, first to
+    last device event) by default, else over [start_us, end_us) with the device events counted as idle_in_span_us
+    counts them (the idle before the first and after the last included: the analysed steps' host window)."""
+    if start_us is None or end_us is None:
+        s, e = merge_intervals(w.ts_us[w.device], w.end_us[w.device])
+        return s[1:] - e[:-1]
+    rows = w.device if w.device_all is None else w.device_all
+    starts, ends = w.ts_us[rows], w.end_us[rows]
+    if w.queued_until_us > float("-inf"):  # busy with work launched before the trace from its start
+        starts, ends = np.r_[w.ts_us.min(), starts], np.r_[w.queued_until_us, ends]
+    s, e = merge_intervals(np.clip(starts, start_us, end_us), np.clip(ends, start_us, end_us))
+    keep = e > s
+    s, e = np.r_[start_us, s[keep], end_us], np.r_[start_us, e[keep], end_us]
+    gaps = s[1:] - e[:-1]
+    return gaps[gaps > 0]
+
+
 def idle_in_span_us(w: Window, start_us: float, end_us: float) -> float:
     """Time in [start_us, end_us) with no device event running (µs): the GPU idle over a host-side span (the
     analysed steps), where HTA's breakdown measures idle only between the first and the last device event. A

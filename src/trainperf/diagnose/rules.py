@@ -29,7 +29,7 @@ from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.fusion import fusion_chains, not_fusable
 from trainperf.diagnose.gemm_shapes import misaligned_gemm
 from trainperf.diagnose.graph_breaks import graph_breaks
-from trainperf.diagnose.gpu_time import Overlap, idle_in_span_us
+from trainperf.diagnose.gpu_time import Overlap, idle_gaps_us, idle_in_span_us
 from trainperf.diagnose.grad_sync import grad_sync_per_microbatch
 from trainperf.diagnose.host_bound import gpu_idle_pct, host_work, launch_bound, launch_cost_us, small_kernels
 from trainperf.diagnose.host import OPTIMIZER_RE, span_rows
@@ -551,6 +551,10 @@ def _optimizer_slow(f: RankFacts) -> Finding | None:
 # --- what is left -----------------------------------------------------------------------------
 
 IDLE_GPU_PCT = 30.0
+# a device idle gap no launch pace makes (µs): a launch costs the host 5-30 us (per-launch cost 9-32 us on the H200
+# and HTA traces), so 1 ms or more between device events is the host away from launching (a data fetch, a read that
+# synchronises, logging, a checkpoint), not its launching falling behind. Stated, not fitted: no labeled idle_gpu case
+LONG_IDLE_GAP_US = 1000.0
 _IDLE_EXPLAINED_BY = ("launch_bound", "host_work", "data_loader_stall", "host_sync", "allocator_stall",
                       "pageable_copy", "checkpoint_stall", "compile_stall")
 
@@ -564,7 +568,9 @@ def idle_gpu(f: RankFacts, found: list[Finding]) -> Finding | None:
     """The GPU idles for a large share of the window and no other rule explains why. Warm-up calls inside the window
     (evidence.warmup_calls: a first launch loading its kernel, a library's initialisation) explain as much idle as
     they last: a steady step does not pay them, and the warm-up caveat names them (HTA's MI250 step: 63 % idle, 6.5
-    ms of its 9.7 in one first hipLaunchKernel)."""
+    ms of its 9.7 in one first hipLaunchKernel). Its evidence and fix say where the idle lies: mostly in gaps of
+    LONG_IDLE_GAP_US or more (the host away from launching), or in the short gaps between kernels (its launching
+    behind the GPU), what a trace without host activity can still tell."""
     if not f.has_gpu:
         return None
     idle_pct = gpu_idle_pct(f)
@@ -574,11 +580,25 @@ def idle_gpu(f: RankFacts, found: list[Finding]) -> Finding | None:
     if idle_pct - warm_pct <= IDLE_GPU_PCT:
         return None
     hp, kp, op = f.idle.pct()
+    # over the span whose idle passed the gate: the steps' host window where more of it idles than the device span
+    over_steps = (f.step_idle_pct or 0.0) > f.breakdown.idle_pct
+    gaps = idle_gaps_us(f.window, f.host_window_start_us, f.host_window_start_us + f.host_window_us) if over_steps \
+        else idle_gaps_us(f.window)
+    long = gaps[gaps >= LONG_IDLE_GAP_US]
+    long_share = 100.0 * float(long.sum()) / float(gaps.sum()) if gaps.sum() > 0 else 0.0
+    per_step = long.size / len(f.steps) if f.steps else float(long.size)
     metrics = {"gpu_idle": (f.breakdown.idle_pct, "%"), "gpu_idle_over_steps": (f.step_idle_pct or 0.0, "%"),
-               "host_wait": (hp, "% of idle"), "kernel_wait": (kp, "% of idle"), "other": (op, "% of idle")}
+               "host_wait": (hp, "% of idle"), "kernel_wait": (kp, "% of idle"), "other": (op, "% of idle"),
+               "idle_in_gaps_of_1_ms_or_more": (long_share, "% of idle"),
+               "such_gaps_per_step" if f.steps else "such_gaps": (per_step, "count")}
     if warm_pct > 0:
         metrics["warm_up_calls"] = (warm_pct, "% of window")
-    return F.rank_finding(f, "idle_gpu", metrics, severity="medium")
+    x = F.rank_finding(f, "idle_gpu", metrics, severity="medium")
+    where = f", {per_step:.3g} a step" if f.steps else ""
+    n = "one gap" if long.size == 1 else f"{long.size} gaps"
+    x.recommendation = (F.IDLE_LONG_GAPS.format(n=n, where=where, share=long_share) if long_share >= 50.0
+                        else F.IDLE_SHORT_GAPS.format(share=100.0 - long_share)) + x.recommendation
+    return x
 
 
 def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
