@@ -40,3 +40,19 @@ def test_a_damaged_trace_beside_a_good_one_is_still_an_error(tmp_path):
         warnings.simplefilter("error", NotATraceWarning)  # nothing may be skipped silently
         with pytest.raises(TrainperfError, match="rank1.json"):
             load_trace(tmp_path)
+
+
+def test_a_memory_timeline_beside_a_trace_is_skipped_and_alone_named(tmp_path):
+    # torch.profiler's export_memory_timeline beside the run's trace: its raw form is a JSON array of
+    # [time, action, bytes, category] entries (HTA's memory_analysis test data), its plain form [times, sizes]; neither
+    # holds an event. Before, the folder failed whole ("no complete ('ph': 'X') events among 3 entries")
+    shutil.copy(DATA / "steady.json.gz", tmp_path / "rank0.json.gz")
+    (tmp_path / "memory_timeline.raw.json").write_text(json.dumps([[-1, 1, 37888, 7], [12, 2, 512, 7], [15, 1, 64, 3]]))
+    (tmp_path / "memory_timeline.json").write_text(json.dumps([[0, 10, 20], [[1, 2], [3, 4], [5, 6]]]))
+    with pytest.warns(NotATraceWarning, match="memory_timeline"):
+        tables = load_trace(tmp_path)
+    assert list(tables) == [0]
+    (tmp_path / "rank0.json.gz").unlink()
+    (tmp_path / "memory_timeline.json").unlink()
+    with pytest.raises(TrainperfError, match="a JSON array of arrays, not of events: not a trace"):
+        load_trace(tmp_path)

@@ -110,7 +110,7 @@ def test_large_ids_missing_fields_negative_durations(tmp_path):
     (b'{"traceEvents": [{"ph": "X", "cat": "kernel"', "invalid JSON"),
     (b"not json at all", "not JSON"),
     (b'{"traceEvents": [{"ph": "X"}, ]}', "invalid JSON"),
-    (b'[[-1, 1, 37888, 7], [-1, 1, 512, 7]]', "no complete"),  # a memory timeline, not a trace
+    (b'[[-1, 1, 37888, 7], [-1, 1, 512, 7]]', "not of events: not a trace"),  # a memory timeline
     (b'{"traceEvents": []}', "no complete"),
 ])
 def test_bad_input_is_one_clear_line(tmp_path, content, message):

@@ -123,6 +123,12 @@ def iter_event_chunks(path: Path):
             raise TrainperfError(f"{path}: empty file (no JSON); re-export the trace")
         if stripped[:1] == b"[":  # Chrome "JSON array" format: the events themselves
             buf = stripped[1:]
+            first = buf.lstrip()[:1]
+            if first and first not in b"{]":
+                # an array of arrays or numbers holds no event: torch.profiler's export_memory_timeline writes such
+                # files (raw: [time, action, bytes, category] entries), often beside the traces of the same run
+                raise NotATraceError(f"{path}: a JSON array of {'arrays' if first == b'[' else 'values'}, not of "
+                                     "events: not a trace (a memory timeline, as export_memory_timeline writes one?)")
             yield "header", {}
             array_format = True
         elif stripped[:1] == b"{":
