@@ -145,14 +145,45 @@ def test_a_folder_whose_files_carry_no_rank_is_ranked_in_file_order_and_says_so(
     tables = load_trace(d)
     assert [Path(tables[r].source).name for r in sorted(tables)] == ["host2.json.gz", "host10.json.gz"]
     assert any("0 = host2.json.gz, 1 = host10.json.gz" in n for n in diagnose(d).notes)
-    # two profiling cycles of one process (tensorboard_trace_handler writes one file each): never at the same time,
-    # so not two ranks
+    # two profiles of different processes that never ran at the same time: not two ranks of one job
+    apart = tmp_path / "apart"
+    apart.mkdir()
+    TraceBuilder(rank=None).cpu("aten::add", 0, 5).write(apart / "host_7.100.pt.trace.json.gz")
+    other = TraceBuilder(rank=None).cpu("aten::add", 2e6, 5)
+    other.events[0]["pid"] = 11
+    other.write(apart / "host_8.200.pt.trace.json.gz")
+    with pytest.raises(TrainperfError, match="do not overlap.*different moments"):
+        load_trace(apart)
+
+
+def test_one_process_profiled_in_several_cycles_is_read_at_its_latest(tmp_path):
+    # tensorboard_trace_handler writes a file per cycle of a schedule with repeat: one process (one host pid), files
+    # one after the other; the latest is analysed and the others named in a warning. Before, an error
+    from trainperf.trace.load import EarlierCyclesWarning
+
     cycles = tmp_path / "cycles"
     cycles.mkdir()
     TraceBuilder(rank=None).cpu("aten::add", 0, 5).write(cycles / "host_7.100.pt.trace.json.gz")
     TraceBuilder(rank=None).cpu("aten::add", 2e6, 5).write(cycles / "host_7.200.pt.trace.json.gz")
-    with pytest.raises(TrainperfError, match="do not overlap.*successive profiles of one process"):
-        load_trace(cycles)
+    with pytest.warns(EarlierCyclesWarning, match=r"1 earlier profiling cycle\(s\) skipped \(host_7.100"):
+        tables = load_trace(cycles)
+    assert list(tables) == [0] and Path(tables[0].source).name == "host_7.200.pt.trace.json.gz"
+    # two ranks, two cycles each: each rank's latest, the same cycle
+    job = tmp_path / "job"
+    job.mkdir()
+    for r in (0, 1):
+        for c, t0 in ((1, 0.0), (2, 2e6)):
+            b = TraceBuilder(rank=r, world_size=2).cpu("aten::add", t0, 5)
+            b.events[0]["pid"] = 10 + r
+            b.write(job / f"host{r}_{10 + r}.{c}.pt.trace.json.gz")
+    with pytest.warns(EarlierCyclesWarning, match="2 earlier"):
+        tables = load_trace(job)
+    assert {r: Path(t.source).name for r, t in tables.items()} == {0: "host0_10.2.pt.trace.json.gz",
+                                                                   1: "host1_11.2.pt.trace.json.gz"}
+    # a rank with one cycle fewer: the latest files would be of different moments
+    (job / "host1_11.2.pt.trace.json.gz").unlink()
+    with pytest.raises(TrainperfError, match=r"different numbers of cycles \(rank 0: 2, rank 1: 1\)"):
+        load_trace(job)
 
 
 def test_folder_ranks_duplicates_and_mixed_jobs(tmp_path):

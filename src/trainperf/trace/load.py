@@ -8,8 +8,10 @@ import warnings
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import numpy as np
+
 from trainperf.errors import NotATraceError, TrainperfError
-from trainperf.trace.events import EventTable
+from trainperf.trace.events import HOST_KINDS, EventTable
 
 
 class NotATraceWarning(UserWarning):
@@ -105,6 +107,7 @@ def load_trace(path: str | Path, ranks: list[int] | None = None, workers: int | 
     for f, t in zip(files, tables):
         if isinstance(t, NotATraceError):
             warnings.warn(f"{f}: holds no trace events (not a trace): skipped", NotATraceWarning, stacklevel=2)
+    traces = _latest_cycles(traces)
     files, tables = zip(*traces)
     _number_ranks_in_file_order(files, tables)
     by_rank: dict[int, EventTable] = {}
@@ -144,6 +147,57 @@ def load_trace(path: str | Path, ranks: list[int] | None = None, workers: int | 
     return dict(sorted(by_rank.items()))
 
 
+class EarlierCyclesWarning(UserWarning):
+    """Earlier profiling cycles of the processes of a trace folder (skipped: the latest is analysed)."""
+
+
+def _host_pid(t: EventTable) -> int | None:
+    """The process id of the trace's host events (the most frequent one), None without host events."""
+    pids = t.pid[np.isin(t.kind, HOST_KINDS)]
+    if not pids.size:
+        return None
+    values, counts = np.unique(pids, return_counts=True)
+    return int(values[np.argmax(counts)])
+
+
+def _latest_cycles(traces: list[tuple[Path, EventTable]]) -> list[tuple[Path, EventTable]]:
+    """The folder's traces less the earlier profiling cycles of each process: files of one rank (recorded, or none
+    recorded) and one host process id whose time spans follow one another are one process profiled in several cycles
+    (a schedule with repeat under tensorboard_trace_handler, one file each); its latest is kept and the others are
+    named in an EarlierCyclesWarning. Ranks profiled over different numbers of cycles are an error: their latest
+    files would be of different moments."""
+    groups: dict[tuple, list[int]] = {}
+    for i, (f, t) in enumerate(traces):
+        pid = _host_pid(t)
+        if pid is not None and len(t):
+            groups.setdefault((t.rank if t.rank >= 0 else rank_from_name(f), pid), []).append(i)
+    dropped, cycles = [], {}
+    for (rank, _), members in groups.items():
+        if len(members) < 2:
+            continue
+        members.sort(key=lambda i: int(traces[i][1].ts_ns.min()))
+        ends = [int((traces[i][1].ts_ns + traces[i][1].dur_ns).max()) for i in members]
+        starts = [int(traces[i][1].ts_ns.min()) for i in members]
+        if any(b < a for a, b in zip(ends, starts[1:])):  # overlapping: not successive cycles (load_trace says so)
+            continue
+        dropped += members[:-1]
+        cycles[rank] = len(members)
+    if not dropped:
+        return traces
+    counts = {r: n for r, n in cycles.items() if r is not None}
+    single = [r for (r, _), m in groups.items() if r is not None and len(m) == 1]
+    if counts and (len(set(counts.values())) > 1 or single):
+        shown = ", ".join(f"rank {r}: {n}" for r, n in sorted(counts.items()))
+        raise TrainperfError(f"{traces[0][0].parent}: ranks profiled over different numbers of cycles ({shown}"
+                             f"{', '.join([''] + [f'rank {r}: 1' for r in sorted(single)])}): their latest files are "
+                             "of different moments; put one cycle's files in a folder of their own")
+    names = ", ".join(traces[i][0].name for i in dropped[:3]) + (", ..." if len(dropped) > 3 else "")
+    warnings.warn(f"{traces[0][0].parent}: {len(dropped)} earlier profiling cycle(s) skipped ({names}): successive "
+                  "files of one process (a profiler schedule's cycles); the latest of each process is analysed; "
+                  "diagnose an earlier one by naming its file(s)", EarlierCyclesWarning, stacklevel=3)
+    return [x for i, x in enumerate(traces) if i not in set(dropped)]
+
+
 # the metadata key of a rank numbered by its file's place in the folder (ranks_in_file_order_note says so)
 RANK_FROM_FILE_ORDER = "rank_from_file_order"
 
@@ -158,7 +212,8 @@ def _number_ranks_in_file_order(files: tuple, tables: tuple) -> None:
     host's `<host>.xplane.pb`, nsys's report1.sqlite, rocprofv3's `<pid>_...`), number them 0.. in the files'
     natural order and mark each (RANK_FROM_FILE_ORDER): the job is diagnosed, its ranks named by file. Files that
     never ran at the same time are refused (one process profiled in several cycles); a folder where only some files
-    carry a rank stays an error (load_trace): numbering the others would guess between real ranks."""
+    carry a rank stays an error (load_trace): numbering the others would guess between real ranks. (One process's
+    successive cycles were reduced to its latest before: _latest_cycles.)"""
     if len(tables) < 2 or any(t.rank >= 0 or rank_from_name(f) is not None for f, t in zip(files, tables)):
         return
     # ranks of one job run together: files whose time spans do not overlap are successive profiles of one process
@@ -167,7 +222,7 @@ def _number_ranks_in_file_order(files: tuple, tables: tuple) -> None:
     if spans and max(a for a, _ in spans) >= min(b for _, b in spans):
         first, second = sorted(files, key=_natural_key)[:2]
         raise TrainperfError(f"{first.parent}: no file records its rank and their time spans do not overlap "
-                             f"({first.name}, {second.name}, ...): successive profiles of one process, not ranks of "
+                             f"({first.name}, {second.name}, ...): profiles of different moments, not ranks of "
                              "one job; diagnose each file alone")
     order = sorted(range(len(files)), key=lambda i: _natural_key(files[i]))
     for rank, i in enumerate(order):
