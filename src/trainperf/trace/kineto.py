@@ -117,6 +117,9 @@ def iter_event_chunks(path: Path):
     stream = _open(path)
     try:
         buf = _read(stream, path, CHUNK_BYTES)
+        # a UTF-8 byte-order mark, as some Windows editors and PowerShell's redirection write it: JSON allows none,
+        # Python's json.load of such text (utf-8-sig) and Chrome's trace viewer read past it
+        buf = buf.removeprefix(b"\xef\xbb\xbf")
         stripped = buf.lstrip()
         if not stripped:
             # a whitespace-only first chunk of a huge file is absurd; treat as empty
