@@ -311,3 +311,14 @@ def test_a_byte_order_mark_before_the_json_is_read_past(tmp_path):
     marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
     a, m = read_kineto(plain), read_kineto(marked)
     assert len(m) == len(a) == 3 and list(m.names) == list(a.names) and (m.ts_ns == a.ts_ns).all()
+
+
+def test_a_folder_of_trace_folders_names_them(tmp_path):
+    # torchtitan writes profile_trace/iteration_N/rank<r>_trace.json: pointed at profile_trace/, the error names the
+    # folders that hold traces, the latest iterations last (numbers compared as numbers)
+    for it in (2, 10, 4):
+        (tmp_path / f"iteration_{it}").mkdir()
+        _tb().write(tmp_path / f"iteration_{it}" / "rank0_trace.json.gz")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TrainperfError, match=r"its subfolders hold some \(iteration_2/, iteration_4/, iteration_10/\)"):
+        load_trace(tmp_path)

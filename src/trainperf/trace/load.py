@@ -51,8 +51,14 @@ def trace_files(path: str | Path) -> list[Path]:
         raise TrainperfError(f"{path}: Nsight Systems reports ({', '.join(reports[:3])}) only nsys reads: export each "
                              "with `nsys export --type sqlite -o <name>.sqlite <name>.nsys-rep`")
     if not files:
+        # traces one level down: a folder per profiled iteration (torchtitan's profile_trace/iteration_N/) or per run
+        below = sorted((p for p in path.iterdir() if p.is_dir()
+                        and any(q.is_file() and q.name.endswith(TRACE_SUFFIXES) for q in p.iterdir())),
+                       key=_natural_key)
+        hint = (f"; its subfolders hold some ({', '.join(p.name + '/' for p in below[-3:])}"
+                f"{', ...' if len(below) > 3 else ''}): diagnose one of them" if below else "")
         raise TrainperfError(f"{path}: no trace files in this folder (.json, .json.gz, .xplane.pb, nsys's .sqlite "
-                             "export, or rocprofv3's <pid>_kernel_trace.csv ...)")
+                             f"export, or rocprofv3's <pid>_kernel_trace.csv ...){hint}")
     return sorted(files)
 
 
