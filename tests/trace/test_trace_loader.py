@@ -141,7 +141,7 @@ def test_a_folder_whose_files_carry_no_rank_is_ranked_in_file_order_and_says_so(
     d = tmp_path / "job"
     d.mkdir()
     _tb(rank=None).write(d / "host10.json.gz")
-    _tb(rank=None).write(d / "host2.json.gz")
+    TraceBuilder(rank=None).cpu("aten::add", 1, 5).write(d / "host2.json.gz")  # another host: other events
     tables = load_trace(d)
     assert [Path(tables[r].source).name for r in sorted(tables)] == ["host2.json.gz", "host10.json.gz"]
     assert any("0 = host2.json.gz, 1 = host10.json.gz" in n for n in diagnose(d).notes)
@@ -193,10 +193,18 @@ def test_folder_ranks_duplicates_and_mixed_jobs(tmp_path):
     _tb(rank=1, world_size=4).write(d / "a.json.gz")
     tables = load_trace(d)
     assert sorted(tables) == [1, 3]  # rank 3 from the file name
-    _tb(rank=1, world_size=4).write(d / "b.json.gz")
+    TraceBuilder(rank=1, world_size=4).cpu("aten::add", 1, 5).write(d / "b.json.gz")  # at the same time
     with pytest.raises(TrainperfError, match="duplicate rank 1"):
         load_trace(d)
     (d / "b.json.gz").unlink()
+    # the same trace saved twice (a .json beside its .json.gz): one kept, the copy named
+    from trainperf.trace.load import CopiesWarning
+
+    _tb(rank=1, world_size=4).write(d / "a.json", gz=False)
+    with pytest.warns(CopiesWarning, match=r"a.json.gz: the same trace as the file of its name without .gz"):
+        tables = load_trace(d)
+    assert sorted(tables) == [1, 3] and Path(tables[1].source).name == "a.json"
+    (d / "a.json").unlink()
     _tb(rank=2, world_size=8).write(d / "c.json.gz")
     with pytest.raises(TrainperfError, match="different jobs"):
         load_trace(d)

@@ -157,6 +157,10 @@ class EarlierCyclesWarning(UserWarning):
     """Earlier profiling cycles of the processes of a trace folder (skipped: the latest is analysed)."""
 
 
+class CopiesWarning(UserWarning):
+    """Files of a trace folder that hold the same events as another (skipped)."""
+
+
 def _host_pid(t: EventTable) -> int | None:
     """The process id of the trace's host events (the most frequent one), None without host events."""
     pids = t.pid[np.isin(t.kind, HOST_KINDS)]
@@ -166,18 +170,36 @@ def _host_pid(t: EventTable) -> int | None:
     return int(values[np.argmax(counts)])
 
 
+def _same_trace(a: tuple[Path, EventTable], b: tuple[Path, EventTable]) -> bool:
+    """Whether two files are one trace saved twice: a .json beside its .json.gz (`gzip -k`), the same events."""
+    (fa, ta), (fb, tb) = a, b
+    return (fa.name.removesuffix(".gz") == fb.name.removesuffix(".gz") and len(ta) == len(tb)
+            and np.array_equal(ta.ts_ns, tb.ts_ns) and np.array_equal(ta.dur_ns, tb.dur_ns))
+
+
 def _latest_cycles(traces: list[tuple[Path, EventTable]]) -> list[tuple[Path, EventTable]]:
-    """The folder's traces less the earlier profiling cycles of each process: files of one rank (recorded, or none
-    recorded) and one host process id whose time spans follow one another are one process profiled in several cycles
-    (a schedule with repeat under tensorboard_trace_handler, one file each); its latest is kept and the others are
-    named in an EarlierCyclesWarning. Ranks profiled over different numbers of cycles are an error: their latest
-    files would be of different moments."""
+    """The folder's traces less the copies and the earlier profiling cycles of each process: files of one rank
+    (recorded, or none recorded) and one host process id that are a .json beside its .json.gz with the same events are
+    one trace saved twice, the first by name kept (CopiesWarning); those whose time spans follow one another are one
+    process profiled in several cycles (a schedule with repeat under tensorboard_trace_handler, one file each): its
+    latest is kept and the others named in an EarlierCyclesWarning. Ranks profiled over different numbers of cycles
+    are an error: their latest files would be of different moments."""
     groups: dict[tuple, list[int]] = {}
     for i, (f, t) in enumerate(traces):
         pid = _host_pid(t)
         if pid is not None and len(t):
             groups.setdefault((t.rank if t.rank >= 0 else rank_from_name(f), pid), []).append(i)
-    dropped, cycles = [], {}
+    copies = []
+    for key, members in groups.items():
+        kept: list[int] = []
+        for i in sorted(members, key=lambda i: traces[i][0].name):
+            (copies if any(_same_trace(traces[j], traces[i]) for j in kept) else kept).append(i)
+        groups[key] = kept
+    if copies:
+        warnings.warn(f"{traces[0][0].parent}: {', '.join(traces[i][0].name for i in copies[:3])}"
+                      f"{', ...' if len(copies) > 3 else ''}: the same trace as the file of its name without .gz "
+                      "(saved twice): skipped", CopiesWarning, stacklevel=3)
+    dropped, cycles = list(copies), {}
     for (rank, _), members in groups.items():
         if len(members) < 2:
             continue
@@ -197,10 +219,12 @@ def _latest_cycles(traces: list[tuple[Path, EventTable]]) -> list[tuple[Path, Ev
         raise TrainperfError(f"{traces[0][0].parent}: ranks profiled over different numbers of cycles ({shown}"
                              f"{', '.join([''] + [f'rank {r}: 1' for r in sorted(single)])}): their latest files are "
                              "of different moments; put one cycle's files in a folder of their own")
-    names = ", ".join(traces[i][0].name for i in dropped[:3]) + (", ..." if len(dropped) > 3 else "")
-    warnings.warn(f"{traces[0][0].parent}: {len(dropped)} earlier profiling cycle(s) skipped ({names}): successive "
-                  "files of one process (a profiler schedule's cycles); the latest of each process is analysed; "
-                  "diagnose an earlier one by naming its file(s)", EarlierCyclesWarning, stacklevel=3)
+    earlier = [i for i in dropped if i not in copies]
+    if earlier:
+        names = ", ".join(traces[i][0].name for i in earlier[:3]) + (", ..." if len(earlier) > 3 else "")
+        warnings.warn(f"{traces[0][0].parent}: {len(earlier)} earlier profiling cycle(s) skipped ({names}): "
+                      "successive files of one process (a profiler schedule's cycles); the latest of each process is "
+                      "analysed; diagnose an earlier one by naming its file(s)", EarlierCyclesWarning, stacklevel=3)
     return [x for i, x in enumerate(traces) if i not in set(dropped)]
 
 
