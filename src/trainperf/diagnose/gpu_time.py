@@ -216,15 +216,22 @@ def idle_gaps_us(w: Window, start_us: float | None = None, end_us: float | None 
     if start_us is None or end_us is None:
         s, e = merge_intervals(w.ts_us[w.device], w.end_us[w.device])
         return s[1:] - e[:-1]
-    rows = w.device if w.device_all is None else w.device_all
-    starts, ends = w.ts_us[rows], w.end_us[rows]
-    if w.queued_until_us > float("-inf"):  # busy with work launched before the trace from its start
-        starts, ends = np.r_[w.ts_us.min(), starts], np.r_[w.queued_until_us, ends]
-    s, e = merge_intervals(np.clip(starts, start_us, end_us), np.clip(ends, start_us, end_us))
+    s, e = _busy_intervals(w)
+    s, e = np.clip(s, start_us, end_us), np.clip(e, start_us, end_us)
     keep = e > s
     s, e = np.r_[start_us, s[keep], end_us], np.r_[start_us, e[keep], end_us]
     gaps = s[1:] - e[:-1]
     return gaps[gaps > 0]
+
+
+def _busy_intervals(w: Window) -> tuple[np.ndarray, np.ndarray]:
+    """The device's busy intervals (µs, merged, in order) as idle_in_span_us counts them: every device event of the
+    trace (Window.device_all), and the work queued before the trace from its start (Window.queued_until_us)."""
+    rows = w.device if w.device_all is None else w.device_all
+    starts, ends = w.ts_us[rows], w.end_us[rows]
+    if w.queued_until_us > float("-inf"):  # busy with work launched before the trace from its start
+        starts, ends = np.r_[w.ts_us.min(), starts], np.r_[w.queued_until_us, ends]
+    return merge_intervals(starts, ends)
 
 
 def idle_in_span_us(w: Window, start_us: float, end_us: float) -> float:
@@ -241,11 +248,7 @@ def idle_in_span_us(w: Window, start_us: float, end_us: float) -> float:
 def idle_in_spans_us(w: Window, starts_us: np.ndarray, ends_us: np.ndarray) -> np.ndarray:
     """idle_in_span_us of each span [starts_us[i], ends_us[i]) (µs; 0 for an empty span), at one merge of the
     device events for all of them."""
-    rows = w.device if w.device_all is None else w.device_all
-    starts, ends = w.ts_us[rows], w.end_us[rows]
-    if w.queued_until_us > float("-inf"):  # busy with work launched before the trace from its start
-        starts, ends = np.r_[w.ts_us.min(), starts], np.r_[w.queued_until_us, ends]
-    s, e = merge_intervals(starts, ends)
+    s, e = _busy_intervals(w)
     done = np.r_[0.0, np.cumsum(e - s)]  # device busy time before each merged interval starts
 
     def busy_before(x: np.ndarray) -> np.ndarray:
