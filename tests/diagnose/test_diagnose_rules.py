@@ -263,7 +263,7 @@ def test_a_step_idle_outside_its_device_span_is_idle(tmp_path):
     # per two steps): 19,845 / 19,955 = 99.45 % of the idle in long gaps
     m = x.evidence["metrics"]
     assert m["idle_in_gaps_of_1_ms_or_more"]["value"] == pytest.approx(100 * 19_845 / 19_955, abs=1e-3)
-    assert m["such_gaps_per_step"]["value"] == pytest.approx(0.5)
+    assert m["gaps_of_1_ms_or_more"]["value"] == 1 and m["gaps_of_1_ms_or_more_per_step"]["value"] == 0.5
     assert x.recommendation.startswith("Most of the GPU's idle time is one gap of 1 ms or more, 0.5 a step (99 %")
 
 
@@ -285,7 +285,8 @@ def test_idle_gpu_says_whether_its_idle_is_a_few_long_gaps_or_many_short_ones(tm
     x = rules.idle_gpu(bursts, [])
     assert x.evidence["metrics"]["gpu_idle"]["value"] == pytest.approx(100 * 12 / 36, abs=1e-3)
     assert x.evidence["metrics"]["idle_in_gaps_of_1_ms_or_more"]["value"] == pytest.approx(100.0)
-    assert x.evidence["metrics"]["such_gaps"]["value"] == 3
+    assert x.evidence["metrics"]["gaps_of_1_ms_or_more"]["value"] == 3
+    assert "gaps_of_1_ms_or_more_per_step" not in x.evidence["metrics"]  # no steps recorded
     assert x.recommendation.startswith("Most of the GPU's idle time is 3 gaps of 1 ms or more (100 % of the idle)")
     # 200 kernels of 12 us, each 12 us after the last: 50 % idle, every gap short: the host's launching behind
     pace = _device_only(tmp_path, "p.json.gz", [(24.0 * k, 12.0) for k in range(200)])

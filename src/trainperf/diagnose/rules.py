@@ -586,15 +586,16 @@ def idle_gpu(f: RankFacts, found: list[Finding]) -> Finding | None:
         else idle_gaps_us(f.window)
     long = gaps[gaps >= LONG_IDLE_GAP_US]
     long_share = 100.0 * float(long.sum()) / float(gaps.sum()) if gaps.sum() > 0 else 0.0
-    per_step = long.size / len(f.steps) if f.steps else float(long.size)
     metrics = {"gpu_idle": (f.breakdown.idle_pct, "%"), "gpu_idle_over_steps": (f.step_idle_pct or 0.0, "%"),
                "host_wait": (hp, "% of idle"), "kernel_wait": (kp, "% of idle"), "other": (op, "% of idle"),
-               "idle_in_gaps_of_1_ms_or_more": (long_share, "% of idle"),
-               "such_gaps_per_step" if f.steps else "such_gaps": (per_step, "count")}
+               "idle_in_gaps_of_1_ms_or_more": (long_share, "% of idle"), "gaps_of_1_ms_or_more": (long.size, "count")}
+    where = ""
+    if f.steps:
+        metrics["gaps_of_1_ms_or_more_per_step"] = (long.size / len(f.steps), "count")
+        where = f", {long.size / len(f.steps):.3g} a step"
     if warm_pct > 0:
         metrics["warm_up_calls"] = (warm_pct, "% of window")
     x = F.rank_finding(f, "idle_gpu", metrics, severity="medium")
-    where = f", {per_step:.3g} a step" if f.steps else ""
     n = "one gap" if long.size == 1 else f"{long.size} gaps"
     x.recommendation = (F.IDLE_LONG_GAPS.format(n=n, where=where, share=long_share) if long_share >= 50.0
                         else F.IDLE_SHORT_GAPS.format(share=100.0 - long_share)) + x.recommendation
