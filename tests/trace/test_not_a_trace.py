@@ -56,3 +56,16 @@ def test_a_memory_timeline_beside_a_trace_is_skipped_and_alone_named(tmp_path):
     (tmp_path / "memory_timeline.json").unlink()
     with pytest.raises(TrainperfError, match="a JSON array of arrays, not of events: not a trace"):
         load_trace(tmp_path)
+
+
+def test_diagnose_keeps_the_files_it_did_not_read_in_its_notes(tmp_path):
+    # the terminal, the JSON and the HTML all show the notes: a JSON reader learns which files were left out
+    from trainperf.diagnose.api import diagnose
+
+    shutil.copy(DATA / "steady.json.gz", tmp_path / "rank0.json.gz")
+    (tmp_path / "labels.json").write_text("{}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NotATraceWarning)  # a note now, not a warning as well
+        d = diagnose(tmp_path)
+    assert any(n.endswith("labels.json: holds no trace events (not a trace): skipped") for n in d.notes)
+    assert any("labels.json" in n for n in d.to_json()["notes"])

@@ -3,6 +3,7 @@ rules (rules.py), price them by marginal gain (findings.rank_by_marginal_gain), 
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from trainperf.diagnose.unprofiled import host_calibration, run_unprofiled_step_
 from trainperf.diagnose.window import analysis_window, find_step_markers, one_profiling_cycle
 from trainperf.errors import TrainperfError
 from trainperf.trace.events import EventTable
-from trainperf.trace.load import load_trace, ranks_in_file_order_note
+from trainperf.trace.load import LoadWarning, load_trace, ranks_in_file_order_note
 
 
 @dataclass(kw_only=True)
@@ -158,9 +159,16 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     if unprofiled_step_ms is not None and not unprofiled_step_ms > 0:
         raise TrainperfError(f"unprofiled step time {unprofiled_step_ms!r} ms: expected a positive number")
     from_run = run_unprofiled_step_ms(path) if unprofiled_step_ms is None else None
-    tables = load_trace(path, ranks=None, progress=progress)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always", LoadWarning)
+        tables = load_trace(path, ranks=None, progress=progress)
+    for w in said:  # any other warning shown as loading showed it
+        if not issubclass(w.category, LoadWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     step_range = parse_steps(steps)
-    notes: list[str] = [n for n in (ranks_in_file_order_note(tables),) if n]
+    # the files loading did not read (not traces, copies, earlier cycles): notes, in the terminal, JSON and HTML
+    notes: list[str] = [str(w.message) for w in said if issubclass(w.category, LoadWarning)]
+    notes += [n for n in (ranks_in_file_order_note(tables),) if n]
     if step_range:
         tables = {r: _restrict_steps(t, step_range) for r, t in tables.items()}
     else:  # several profiling cycles in one trace: one of them (each rank's own, the same where they share a schedule)

@@ -14,7 +14,11 @@ from trainperf.errors import NotATraceError, TrainperfError
 from trainperf.trace.events import HOST_KINDS, EventTable
 
 
-class NotATraceWarning(UserWarning):
+class LoadWarning(UserWarning):
+    """A file of a trace folder that loading did not read (the subclasses say why)."""
+
+
+class NotATraceWarning(LoadWarning):
     """A file of a trace folder that holds no trace (skipped)."""
 
 
@@ -153,11 +157,11 @@ def load_trace(path: str | Path, ranks: list[int] | None = None, workers: int | 
     return dict(sorted(by_rank.items()))
 
 
-class EarlierCyclesWarning(UserWarning):
+class EarlierCyclesWarning(LoadWarning):
     """Earlier profiling cycles of the processes of a trace folder (skipped: the latest is analysed)."""
 
 
-class CopiesWarning(UserWarning):
+class CopiesWarning(LoadWarning):
     """Files of a trace folder that hold the same events as another (skipped)."""
 
 
