@@ -10,7 +10,7 @@ configuration is profiled and diagnosed; the result pairs each finding's gain wi
     torchrun --nproc-per-node 2 benchmarks/bench_ddp_own_work.py OUT [--steps 40 --rounds 5 --blocks 24]   # CPU, gloo
     torchrun --nproc-per-node 1 benchmarks/bench_ddp_own_work.py OUT --device cuda   # one GPU, NCCL (gpu_check.sh)
 
-Writes OUT/traces/rank<R>.json (the profile) and OUT/result.json (rank 0), and prints the table.
+Writes OUT/traces/rank<R>.json (the profile) and OUT/result.json (rank 0), and prints the result.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+from trainperf.atomic import atomic_write_text
 
 CONFIGS = {"default": {}, "broadcast_buffers=False": {"broadcast_buffers": False},
            "gradient_as_bucket_view=True": {"gradient_as_bucket_view": True},
@@ -120,9 +122,7 @@ def main() -> None:
                   "rounds": args.rounds, "steps": args.steps, "blocks": args.blocks, "width": args.width,
                   "device": torch.cuda.get_device_name(device) if cuda else "cpu",
                   "torch": torch.__version__, "world_size": dist.get_world_size()}
-        tmp = args.out / "result.json.tmp"
-        tmp.write_text(json.dumps(result, indent=1))
-        os.replace(tmp, args.out / "result.json")
+        atomic_write_text(args.out / "result.json", json.dumps(result, indent=1))
         print(json.dumps(result, indent=1))
     dist.destroy_process_group()
 

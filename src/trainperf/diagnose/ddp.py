@@ -30,6 +30,7 @@ import numpy as np
 
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts
+from trainperf.diagnose.host import span_rows
 from trainperf.diagnose.replay import Change
 from trainperf.diagnose.window import Window, covered_length
 from trainperf.trace.events import CPU_OP, USER_ANNOTATION, EventTable
@@ -55,8 +56,7 @@ BUFFER_BROADCASTS = "ddp_buffer_broadcasts"
 def buffer_broadcasts(t: EventTable, w: Window) -> list[np.ndarray]:
     """The window's buffer broadcasts, one per DDP forward that makes one: the rows of the run of broadcast_coalesced's
     operators (BUFFER_SYNC_OP_RE) among the forward span's top-level operators that holds a broadcast, in time order."""
-    named = np.flatnonzero(w.keep & np.isin(t.kind, (CPU_OP, USER_ANNOTATION))
-                           & np.isin(t.name, t.ids_matching(DDP_FORWARD_RE.search)))
+    named = span_rows(t, w, DDP_FORWARD_RE, (CPU_OP, USER_ANNOTATION))
     if not named.size:
         return []
     forwards = outermost(t, named)  # PyTorch records the span twice, as an annotation and as an operator
@@ -98,8 +98,7 @@ def buffer_sync_floor_us(broadcasts: dict[int, list[np.ndarray]], windows: dict[
 
 def reducer_spans(t: EventTable, w: Window, pattern: re.Pattern) -> np.ndarray:
     """The window's outermost spans of the reducer's record function `pattern` (rows)."""
-    rows = np.flatnonzero(w.keep & np.isin(t.kind, (CPU_OP, USER_ANNOTATION))
-                          & np.isin(t.name, t.ids_matching(pattern.search)))
+    rows = span_rows(t, w, pattern, (CPU_OP, USER_ANNOTATION))
     return outermost(t, rows) if rows.size else rows
 
 

@@ -31,14 +31,16 @@ QUEUE_NOTE_SHARE = 0.10        # the host waited for launch-queue slots this sha
 PROFILER_US_PER_OP = 4.0
 # that cost, times the ops a step records, as a share of a host-paced step above which host findings are hedged
 PROFILER_OVERHEAD_NOTE_SHARE = 0.10
+# the findings priced by removing host spans of their own (replay's remove_spans): DDP's own work, a compiler's
+# extra graphs, per-gradient collective calls
+HOST_SPAN_KINDS = frozenset({"ddp_buffer_broadcast", "ddp_gradient_copies", "ddp_unused_parameter_search",
+                             "graph_breaks", "unbucketed_gradients"})
 # the findings a profiler's host cost inflates: those priced by the host's own work
-PROFILED_HOST_KINDS = frozenset({"launch_bound", "small_kernels", "host_work", "optimizer_slow", "idle_gpu",
-                                 "ddp_buffer_broadcast", "ddp_gradient_copies", "ddp_unused_parameter_search",
-                                 "graph_breaks", "unbucketed_gradients"})
+PROFILED_HOST_KINDS = frozenset({"launch_bound", "small_kernels", "host_work", "optimizer_slow", "idle_gpu"}
+                                ) | HOST_SPAN_KINDS
 
 HOST_TIME_KINDS = frozenset({"launch_bound", "small_kernels", "idle_gpu", "data_loader_stall", "checkpoint_stall",
-                             "compile_stall", "ddp_buffer_broadcast", "ddp_gradient_copies",
-                             "ddp_unused_parameter_search", "graph_breaks", "unbucketed_gradients"})
+                             "compile_stall"}) | HOST_SPAN_KINDS
 CROSS_RANK_KINDS = frozenset({"straggler", "load_imbalance", "exposed_comm", "pipeline_bubble"})
 _LAUNCH_WORDS = ("LaunchKernel", "LaunchCooperativeKernel", "Memcpy", "Memset", "GraphLaunch")
 HOLE_KINDS = (CPU_OP, RUNTIME, PYTHON, USER_ANNOTATION, KERNEL, MEMCPY, MEMSET)  # what fills a stretch of the window

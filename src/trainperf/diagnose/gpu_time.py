@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainperf.diagnose.window import Window, intersection_length, merge_intervals, union_us
+from trainperf.diagnose.window import Window, intersection_length, merge_intervals, uncovered, union_us
 from trainperf.trace.annotate import correlated_host_row
 from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMMUNICATION, GPU_SYNC, KERNEL, MEMCPY,
                                     MEMSET, EventTable)
@@ -216,12 +216,8 @@ def idle_gaps_us(w: Window, start_us: float | None = None, end_us: float | None 
     if start_us is None or end_us is None:
         s, e = merge_intervals(w.ts_us[w.device], w.end_us[w.device])
         return s[1:] - e[:-1]
-    s, e = _busy_intervals(w)
-    s, e = np.clip(s, start_us, end_us), np.clip(e, start_us, end_us)
-    keep = e > s
-    s, e = np.r_[start_us, s[keep], end_us], np.r_[start_us, e[keep], end_us]
-    gaps = s[1:] - e[:-1]
-    return gaps[gaps > 0]
+    a, b = uncovered(start_us, end_us, *_busy_intervals(w))
+    return b - a
 
 
 def _busy_intervals(w: Window) -> tuple[np.ndarray, np.ndarray]:

@@ -28,7 +28,7 @@ from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.host import COMPILED_REGION_RE
 from trainperf.diagnose.replay import Change
-from trainperf.diagnose.window import Window, merge_intervals
+from trainperf.diagnose.window import Window, merge_intervals, uncovered
 from trainperf.trace.events import CPU_OP, EventTable
 
 GRAPH_CALL_RE = re.compile(r"^## Call CompiledFxGraph")  # Inductor's call of a compiled graph
@@ -40,20 +40,6 @@ BACKWARD_NODE_RE = re.compile(r"^autograd::engine::evaluate_function: CompiledFu
 # the extra graphs' own cost, % of the span: the medium level of findings. Stated, not fitted: no labeled case has
 # this kind
 GRAPH_BREAKS_MIN_PCT = 3.0
-
-
-def _minus(start: float, end: float, cut_start: np.ndarray, cut_end: np.ndarray) -> list[tuple[float, float]]:
-    """The pieces of [start, end) outside the merged, sorted intervals (cut_start, cut_end)."""
-    pieces, at = [], start
-    for s, e in zip(cut_start, cut_end):
-        if e <= at or s >= end:
-            continue
-        if s > at:
-            pieces.append((at, min(s, end)))
-        at = max(at, e)
-    if at < end:
-        pieces.append((at, end))
-    return pieces
 
 
 def _nested(t: EventTable, regions: np.ndarray) -> np.ndarray:
@@ -104,7 +90,7 @@ def break_spans(t: EventTable, w: Window) -> tuple[list[tuple[int, float, float]
                 spans.append((w.ts_us[last], w.end_us[last]))
         s, e = merge_intervals(np.array([x[0] for x in spans]), np.array([x[1] for x in spans]))
         for a, b in zip(s, e):
-            pieces += [(int(tid), p, q) for p, q in _minus(a, b, *cut)]
+            pieces += [(int(tid), float(p), float(q)) for p, q in zip(*uncovered(a, b, *cut))]
     pieces += _backward_pieces(t, w, ops, calls, int(nested.sum()))
     return pieces, int(nested.sum())
 
@@ -122,7 +108,8 @@ def _backward_pieces(t: EventTable, w: Window, ops: np.ndarray, calls: np.ndarra
         tid = int(t.tid[r])
         mine = calls[t.tid[calls] == tid]
         cut = merge_intervals(w.ts_us[mine], w.end_us[mine])
-        out += [(tid, p, q) for p, q in _minus(float(w.ts_us[r]), float(w.end_us[r]), *cut)]
+        outside = uncovered(float(w.ts_us[r]), float(w.end_us[r]), *cut)
+        out += [(tid, float(p), float(q)) for p, q in zip(*outside)]
     return out
 
 

@@ -31,6 +31,7 @@ from trainperf.diagnose.autograd_links import backward_node_mask
 from trainperf.diagnose.crossrank import COLLECTIVE_CALL_RE
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.grad_sync import collectives_launched_inside
+from trainperf.diagnose.host import span_rows
 from trainperf.diagnose.replay import Change
 from trainperf.trace.annotate import correlated_host_row
 from trainperf.trace.events import CPU_OP
@@ -62,7 +63,7 @@ def _call_spans(f: RankFacts, rows: np.ndarray) -> list[tuple[int, float, float]
     launch, else the launch call itself, as (thread id, start µs, end µs)."""
     t, w = f.table, f.window
     launch = correlated_host_row(t)[rows]
-    calls = np.flatnonzero(w.keep & (t.kind == CPU_OP) & np.isin(t.name, t.ids_matching(COLLECTIVE_CALL_RE.search)))
+    calls = span_rows(t, w, COLLECTIVE_CALL_RE, (CPU_OP,))
     calls = outermost(t, calls) if calls.size else calls
     ok = launch >= 0
     held = np.full(rows.size, -1)

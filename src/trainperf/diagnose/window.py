@@ -266,6 +266,16 @@ def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.
     return s[first], cm[last]
 
 
+def uncovered(start: float, end: float, cut_start: np.ndarray, cut_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pieces of [start, end) outside the intervals (cut_start, cut_end), merged and sorted (merge_intervals), as
+    (starts, ends) arrays in order; empty pieces left out."""
+    inside = (cut_end > start) & (cut_start < end)
+    s, e = np.clip(cut_start[inside], start, end), np.clip(cut_end[inside], start, end)
+    a, b = np.r_[start, e], np.r_[s, end]
+    keep = b > a
+    return a[keep], b[keep]
+
+
 def covered_length(start: np.ndarray, end: np.ndarray) -> float:
     """Length of the union of the intervals (same unit as the inputs): time covered by at least one of them."""
     s, e = merge_intervals(start, end)

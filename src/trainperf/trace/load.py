@@ -229,7 +229,8 @@ def _latest_cycles(traces: list[tuple[Path, EventTable]]) -> list[tuple[Path, Ev
         warnings.warn(f"{traces[0][0].parent}: {len(earlier)} earlier profiling cycle(s) skipped ({names}): "
                       "successive files of one process (a profiler schedule's cycles); the latest of each process is "
                       "analysed; diagnose an earlier one by naming its file(s)", EarlierCyclesWarning, stacklevel=3)
-    return [x for i, x in enumerate(traces) if i not in set(dropped)]
+    left_out = set(dropped)
+    return [x for i, x in enumerate(traces) if i not in left_out]
 
 
 # the metadata key of a rank numbered by its file's place in the folder (ranks_in_file_order_note says so)
