@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 from kineto_builder import TraceBuilder  # noqa: E402
 
 from trainperf.diagnose.api import diagnose  # noqa: E402
-from trainperf.diagnose.replay import Change, build_graph, replay  # noqa: E402
+from trainperf.diagnose.replay import Change, build_graph, replay, spans_time_us  # noqa: E402
 from trainperf.diagnose.window import analysis_window  # noqa: E402
 from trainperf.trace.load import load_trace  # noqa: E402
 
@@ -144,3 +144,11 @@ def test_another_threads_data_loader_wait_is_not_in_this_threads_gap(tmp_path):
     base = replay(g)
     np.testing.assert_allclose(base.start, g.start, atol=1e-6)
     assert base.makespan_us == pytest.approx(4000.0)  # steps 0-3
+
+
+def test_removed_spans_time_counts_each_threads_overlaps_once():
+    # thread 1: [0, 10) and [5, 20) overlap -> 20 us; thread 2: [5, 20) is another thread's time -> 15 us; the
+    # piece [30, 31) on thread 1 adds 1: 36 us, where a plain sum would give 10 + 15 + 15 + 1 = 41
+    spans = [(1, 0.0, 10.0), (1, 5.0, 20.0), (2, 5.0, 20.0), (1, 30.0, 31.0)]
+    assert spans_time_us(spans) == pytest.approx(36.0)
+    assert spans_time_us([]) == 0.0

@@ -31,8 +31,8 @@ import numpy as np
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.host import span_rows
-from trainperf.diagnose.replay import Change
-from trainperf.diagnose.window import Window, covered_length
+from trainperf.diagnose.replay import Change, spans_time_us
+from trainperf.diagnose.window import Window
 from trainperf.trace.events import CPU_OP, USER_ANNOTATION, EventTable
 from trainperf.trace.nesting import enclosing_span, outermost, row_spans, thread_key
 
@@ -105,11 +105,8 @@ def reducer_spans(t: EventTable, w: Window, pattern: re.Pattern) -> np.ndarray:
 def _removed(t: EventTable, w: Window, spans: list[np.ndarray]) -> tuple[tuple, float]:
     """(the remove_spans spans of each group of rows, from its first row's start to its last end; their time µs,
     overlaps once)."""
-    hulls = [(int(t.tid[r[0]]), float(w.ts_us[r].min()), float(w.end_us[r].max())) for r in spans]
-    time_us = sum(covered_length(np.array([h[1] for h in hulls if h[0] == tid]),
-                                 np.array([h[2] for h in hulls if h[0] == tid]))
-                  for tid in {h[0] for h in hulls})
-    return tuple(hulls), float(time_us)
+    hulls = tuple((int(t.tid[r[0]]), float(w.ts_us[r].min()), float(w.end_us[r].max())) for r in spans)
+    return hulls, spans_time_us(hulls)
 
 
 def _finding(f: RankFacts, kind: str, spans: list[np.ndarray], label: str, metrics: dict, what_if: str

@@ -27,7 +27,7 @@ import numpy as np
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.host import COMPILED_REGION_RE
-from trainperf.diagnose.replay import Change
+from trainperf.diagnose.replay import Change, spans_time_us
 from trainperf.diagnose.window import Window, merge_intervals, uncovered
 from trainperf.trace.events import CPU_OP, EventTable
 
@@ -119,7 +119,7 @@ def graph_breaks(f: RankFacts) -> F.Finding | None:
     pieces, breaks = f.once("graph_breaks", lambda: break_spans(f.table, f.window))
     if not breaks:
         return None
-    time_us = float(sum(q - p for _, p, q in pieces))
+    time_us = spans_time_us(pieces)
     share = f.pct(time_us)
     if share < GRAPH_BREAKS_MIN_PCT:
         return None

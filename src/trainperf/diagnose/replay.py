@@ -34,7 +34,8 @@ from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CH
                                      DATALOADER_RE, MEMCPY_RUNTIME_RE, SYNC_OP_RE, SYNC_RUNTIME_RE, call_sites,
                                      span_rows)
 from trainperf.diagnose.launch import LAUNCH_CALL_OUTLIER_US, graph_launched, small_kernel_mask
-from trainperf.diagnose.window import Window, iteration_hint_rows, launched_before_trace, merge_intervals
+from trainperf.diagnose.window import (Window, covered_length, iteration_hint_rows, launched_before_trace,
+                                       merge_intervals)
 from trainperf.trace.annotate import STEP_RE, correlated_host_row
 from trainperf.trace.categories import copy_direction, from_pageable_to_device
 from trainperf.trace.nesting import enclosing_span, thread_key
@@ -236,6 +237,15 @@ class Graph:
         if name not in self._lists:
             self._lists[name] = getattr(self, name).tolist()
         return self._lists[name]
+
+
+def spans_time_us(spans: Sequence[tuple[int, float, float]]) -> float:
+    """The host time (µs) the remove_spans spans (thread id, start µs, end µs) cover, each thread's overlaps counted
+    once: what their removal takes off their threads before the replay says what it gains."""
+    by_thread: dict[int, list[tuple[float, float]]] = {}
+    for tid, start, end in spans:
+        by_thread.setdefault(int(tid), []).append((float(start), float(end)))
+    return float(sum(covered_length(*map(np.array, zip(*pieces))) for pieces in by_thread.values()))
 
 
 def spans_cut(g: Graph, spans: Sequence[tuple[int, float, float]]) -> tuple[np.ndarray, np.ndarray]:

@@ -32,7 +32,7 @@ from trainperf.diagnose.crossrank import COLLECTIVE_CALL_RE
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.grad_sync import collectives_launched_inside
 from trainperf.diagnose.host import span_rows
-from trainperf.diagnose.replay import Change
+from trainperf.diagnose.replay import Change, spans_time_us
 from trainperf.trace.annotate import correlated_host_row
 from trainperf.trace.events import CPU_OP
 from trainperf.trace.nesting import enclosing_span, outermost, row_spans, thread_key
@@ -107,7 +107,7 @@ def unbucketed_gradients(f: RankFacts) -> F.Finding | None:
         return None
     gone = np.concatenate(removed)
     spans = _call_spans(f, rows[gone])
-    host_us = float(sum(e - s for _, s, e in spans))
+    host_us = spans_time_us(spans)
     fixed_us = float(np.minimum(dur[gone], dur.min()).sum())
     share = f.pct(host_us + fixed_us)
     if share < UNBUCKETED_MIN_PCT:
