@@ -14,8 +14,8 @@ from trainperf.diagnose.render import print_summary  # noqa: E402
 from trainperf.report.diagnose import write_report  # noqa: E402
 
 
-def _trace(path: Path, gpu: bool) -> Path:
-    b = TraceBuilder()
+def _trace(path: Path, gpu: bool, rank: int = 0, world_size: int = 1) -> Path:
+    b = TraceBuilder(rank=rank, world_size=world_size)
     for s in range(3):
         t = 1000.0 * s
         b.step(s, t, 1000)
@@ -36,15 +36,45 @@ def _html_rank_row(html: str) -> list[str]:
     return re.findall(r"<td>(.*?)</td>", re.findall(r"<tr>(.*?)</tr>", table)[1])
 
 
-def test_cpu_only_rank_reads_not_applicable_in_terminal_and_html_alike(tmp_path):
-    d = diagnose(_trace(tmp_path / "cpu.json.gz", gpu=False))
+def _cpu_job(path: Path) -> Path:
+    # 4 steps of 1000 us on the loop thread: DataLoader 100 us, forward 300, c10d::allreduce_ 250 (its wait for the
+    # other rank inside), optimizer 150; the analysed steps are the first 3 (the last, which the profiler may cut,
+    # is left out): window 3000 us, collectives 750 (25.0 %), data 300 (10.0 %), optimizer 450 (15.0 %)
+    b = TraceBuilder()
+    for s in range(4):
+        t = 1000.0 * s
+        b.step(s, t, 1000)
+        b.cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t + 10, 100, cat="user_annotation")
+        b.cpu("aten::mm", t + 120, 300)
+        b.cpu("c10d::allreduce_", t + 430, 250)
+        b.cpu("Optimizer.step#AdamW.step", t + 700, 150, cat="user_annotation")
+    return b.write(path)
+
+
+def test_cpu_only_job_shows_its_host_time_in_terminal_and_html_alike(tmp_path):
+    d = diagnose(_cpu_job(tmp_path / "cpu.json.gz"))
     assert d.ranks[0].gpu_analyses != "ok"
     text = _terminal(d)
+    header = text[:text.index("┡")]
+    for word in ("window", "step", "collectives", "data", "optimizer"):
+        assert word in header, header
+    assert "idle" not in header and "critical" not in header, header
     row = next(ln for ln in text.splitlines() if re.match(r"│\s+0 │", ln))
     term_cells = [c.strip() for c in row.strip("│").split("│")]
     html_cells = _html_rank_row(write_report(d, tmp_path / "r.html").read_text())
-    assert term_cells[2:7] == ["-"] * 5 and html_cells[2:7] == ["-"] * 5, (term_cells, html_cells)
-    assert term_cells[1] == html_cells[1]
+    assert term_cells == ["0", "3.0", "1.0", "25.0", "10.0", "15.0"], term_cells
+    assert html_cells[:6] == term_cells, html_cells
+
+
+def test_a_cpu_rank_beside_gpu_ranks_reads_not_applicable(tmp_path):
+    (tmp_path / "job").mkdir()
+    _trace(tmp_path / "job" / "rank0.json.gz", gpu=True, rank=0, world_size=2)
+    _trace(tmp_path / "job" / "rank1.json.gz", gpu=False, rank=1, world_size=2)
+    d = diagnose(tmp_path / "job")
+    text = _terminal(d, 100)
+    row = next(ln for ln in text.splitlines() if re.match(r"│\s+1 │", ln))
+    term_cells = [c.strip() for c in row.strip("│").split("│")]
+    assert term_cells[2:7] == ["-"] * 5, term_cells
 
 
 def test_gpu_rank_cells_equal_in_terminal_and_html_and_headers_whole_at_80_columns(tmp_path):

@@ -80,16 +80,38 @@ def rank_cells(r) -> list[str]:
 
 # Two-line headers: at 80 columns one-line headers were cut ("non-co…", "host/k…").
 RANK_HEADERS = ("window\nms", "idle\n%", "compute\n%", "non-comp\n%", "overlap\n%", "idle h/k/o\n%")
+# a job whose traces hold no GPU activity (a CPU-only run, or profiled with activities=[CPU]): its loop thread's time
+HOST_RANK_HEADERS = ("window\nms", "step\nms", "collectives\n%", "data\n%", "optimizer\n%")
+
+
+def host_only(d: Diagnosis) -> bool:
+    """Whether no rank of the diagnosis has GPU activity: its rank table shows the host's columns
+    (HOST_RANK_HEADERS) in place of the GPU's, which would all read "-"."""
+    return bool(d.ranks) and all(r.gpu_analyses != "ok" for r in d.ranks)
+
+
+def host_rank_cells(r) -> list[str]:
+    """A rank without GPU activity as the terminal and the HTML both show it: its window and median step (ms), and
+    the shares of its window (%) its loop thread spent in collectives (their wait for the other ranks included: a
+    CPU job overlaps none), in the DataLoader and in the optimizer; "-" for a step where no step is complete."""
+    step = f"{r.step_time_median_us / 1e3:.1f}" if r.step_time_median_us is not None else "-"
+    comm = 100.0 * r.exposed_comm_us / r.window_us if r.window_us > 0 else 0.0
+    return [f"{r.window_us / 1e3:.1f}", step, f"{comm:.1f}", f"{r.dataloader_pct:.1f}", f"{r.optimizer_pct:.1f}"]
 
 
 def print_summary(d: Diagnosis, console: Console, top: int = 5) -> None:
     """Per-rank table, then the top findings with evidence, gain and recommendation."""
     t = Table(title=f"trainperf diagnose: {d.path}", title_justify="left")
     t.add_column("rank", justify="right")
-    for col in RANK_HEADERS:
+    host = host_only(d)
+    for col in HOST_RANK_HEADERS if host else RANK_HEADERS:
         t.add_column(col, justify="right", no_wrap=True)
-    t.add_column("top critical\npath", justify="left")
+    if not host:
+        t.add_column("top critical\npath", justify="left")
     for r in d.ranks:
+        if host:
+            t.add_row(str(r.rank), *host_rank_cells(r))
+            continue
         # a skipped rank's reason is printed as a note below the table; in the cell it wrapped 10 lines
         cp = (", ".join(f"{k} {v:.0f}%" for k, v in list(r.critical_path_pct.items())[:2])
               if r.gpu_analyses == "ok" else "skipped")

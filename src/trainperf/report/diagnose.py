@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainperf.diagnose.render import (analysed_steps, gain_basis, gain_text, rank_cells, straggler_text,
-                                      straggler_wait_ms)
+from trainperf.diagnose.render import (analysed_steps, gain_basis, gain_text, host_only, host_rank_cells, rank_cells,
+                                      straggler_text, straggler_wait_ms)
 from trainperf.report.html import Report, bar_chart, esc, paragraph, stacked_bar_chart, table
 
 
@@ -13,11 +13,23 @@ def write_report(d, path: str | Path) -> Path:
     """Write a self-contained HTML report of a Diagnosis to path; return the path."""
     rep = Report("trainperf diagnose", f"{d.path} — {len(d.ranks)} rank(s)")
     gpu = [r for r in d.ranks if r.gpu_analyses == "ok"]
-    rows = [[r.rank, *rank_cells(r), r.gpu_analyses, r.confidence] for r in d.ranks]
-    rep.add("Per rank", table(rows, ["rank", "window ms", "idle %", "compute %", "non-compute %",
-                                     "comm/comp overlap %", "idle host / kernel / other %", "GPU analyses",
-                                     "confidence"]),
-            *[paragraph(n, "note") for n in d.notes])
+    if host_only(d):  # no GPU activity on any rank: the loop thread's time, as the terminal shows it
+        rows = [[r.rank, *host_rank_cells(r), r.confidence] for r in d.ranks]
+        rep.add("Per rank (host only: no GPU activity in the traces)",
+                table(rows, ["rank", "window ms", "median step ms", "collectives %", "DataLoader %", "optimizer %",
+                             "confidence"]), *[paragraph(n, "note") for n in d.notes])
+        rep.add("Where the host's window goes (ms)", stacked_bar_chart([f"rank {r.rank}" for r in d.ranks], {
+            "collectives (their wait included)": [r.exposed_comm_us / 1e3 for r in d.ranks],
+            "DataLoader": [r.dataloader_pct * r.window_us / 1e5 for r in d.ranks],
+            "optimizer": [r.optimizer_pct * r.window_us / 1e5 for r in d.ranks],
+            "the rest (forward, backward, Python)": [max(r.window_us * (1 - (r.dataloader_pct + r.optimizer_pct) / 100)
+                                                         - r.exposed_comm_us, 0.0) / 1e3 for r in d.ranks]}, "ms"))
+    else:
+        rows = [[r.rank, *rank_cells(r), r.gpu_analyses, r.confidence] for r in d.ranks]
+        rep.add("Per rank", table(rows, ["rank", "window ms", "idle %", "compute %", "non-compute %",
+                                         "comm/comp overlap %", "idle host / kernel / other %", "GPU analyses",
+                                         "confidence"]),
+                *[paragraph(n, "note") for n in d.notes])
     if gpu:
         labels = [f"rank {r.rank}" for r in gpu]
         rep.add("Where the window goes (ms)", stacked_bar_chart(labels, {
