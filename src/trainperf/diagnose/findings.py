@@ -343,6 +343,12 @@ RECOMMENDATIONS = {
                             "into a Llama-style model).",
     "optimizer_slow": "The optimizer step is expensive: use the fused or foreach implementation "
                       "(torch.optim.AdamW(fused=True)), or shard optimizer state (ZeRO/FSDP).",
+    "idle_with_work_queued": "The GPU idled with work already launched to it and nothing in the trace holding it: "
+                             "something outside this process's trace did. Check for other processes on the GPU "
+                             "(nvidia-smi / rocm-smi: a second job, a data-loading or evaluation process using CUDA, "
+                             "MPS clients), streams waiting on events another process or device records (CUDA IPC, "
+                             "peer copies) and the GPU's clocks and errors (nvidia-smi -q: throttling, Xid); profile "
+                             "every process on the GPU together (nsys profile of each, or the system-wide trace).",
     "idle_gpu": "The GPU is idle for a large share of the window with no single cause found: look at the "
                 "critical path in the report for the host work that gates it.",
     "checkpoint_stall": "Checkpoint saving blocks training: save asynchronously "
@@ -495,9 +501,12 @@ def severity_of(gain_pct: float) -> str:
 # inside, every op capturable); speedup: kernels at the HBM roof or an assumed factor; host_speedup: an assumed
 # factor. The launches' cost, the kernels' bytes are measured; that the fix removes all of it is assumed. (Fusing
 # the tiny kernels small_kernels names, graph_small_kernels, is a local change that foreach ops or torch.compile
-# make; removing a wait assumes nothing.) A rule may also mark its finding an upper bound (exposed_comm when the
-# exposed time is point-to-point: the receiver usually needs the data, so overlap may not hide it).
-UPPER_BOUND_CHANGES = frozenset({"graph_launches", "speedup", "host_speedup", "remove_host_work", "fuse_kernels"})
+# make; removing a wait assumes nothing.) remove_lags: waits whose cause the trace does not hold (another process on
+# the GPU, an event of another process), which the fix assumes can go. A rule may also mark its finding an upper
+# bound (exposed_comm when the exposed time is point-to-point: the receiver usually needs the data, so overlap may not
+# hide it).
+UPPER_BOUND_CHANGES = frozenset({"graph_launches", "speedup", "host_speedup", "remove_host_work", "fuse_kernels",
+                                 "remove_lags"})
 
 
 def make(kind: str, ranks, steps, metrics: dict, events=(), gain_pct: float | None = None, gain_us: float = 0.0,

@@ -90,7 +90,7 @@ CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_co
                 "unblock_pageable_copies", "remove_allocator", "overlap_comm", "remove_straggler_wait", "speedup",
                 "host_speedup", "graph_small_kernels", "graph_launches", "compute_speedup", "speedup_rows",
                 "drop_rows", "remove_wasted_rows", "remove_host_work", "fuse_optimizer", "unprofiled_host",
-                "shrink_bubble", "remove_kernels", "fuse_kernels", "remove_spans")
+                "shrink_bubble", "remove_kernels", "fuse_kernels", "remove_spans", "remove_lags")
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,9 @@ class Change:
     kept: fusion.fusion_chains, an estimate) | remove_spans (host spans not run, `spans`: their CPU time gone from the
     gaps of their thread, the calls made inside them not made, and the device work those calls launched not run, but
     for a collective's measured wait for a late rank: work a setting makes unneeded, ddp.py, or a compiler's own
-    wrappers that one graph would not run, graph_breaks.py). Several changes replay together (`replay(g, [a, b])`)."""
+    wrappers that one graph would not run, graph_breaks.py) | remove_lags (the device events of trace rows `rows` start
+    as soon as their launch and their stream allow: the waits the trace shows no cause for, Graph.lag, gone;
+    rules.idle_with_work_queued). Several changes replay together (`replay(g, [a, b])`)."""
 
     kind: str = "none"
     category: int = -1
@@ -132,7 +134,7 @@ class Change:
     rows: tuple = ()  # speedup_rows, drop_rows, remove_wasted_rows, shrink_bubble, *_kernels: the trace rows
     #                   of the device events; remove_host_work: the trace rows of the host calls whose gaps lose
     #                   their work; fuse_optimizer: the trace rows of the per-tensor launch calls; overlap_comm:
-    #                   the collectives overlapped (empty: all)
+    #                   the collectives overlapped (empty: all); remove_lags: the device events that start at once
     spans: tuple = ()  # remove_spans: (thread id, start µs, end µs) of each host span removed, on the window's clock
 
     def __post_init__(self):
@@ -158,6 +160,8 @@ class Change:
             return f"{len(self.rows)} kernels fused into their neighbours"
         if self.kind == "remove_spans":
             return f"{len(self.spans)} host spans not run"
+        if self.kind == "remove_lags":
+            return f"{len(self.rows)} waits the trace shows no cause for gone"
         return self.kind.replace("_", " ")
 
 
@@ -1281,7 +1285,11 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     dep = np.where((g.dep >= 0) & dropped, -1, g.dep)
     # plain Python lists: element access in the loop below is ~3x faster than on NumPy arrays
     S_, E_, bind_ = S.tolist(), E.tolist(), bind.tolist()
-    dur_, gap_, lag_, lat_ = dur.tolist(), gap.tolist(), g.as_list("lag"), g.as_list("lat")
+    lag = g.lag
+    for c in changes:
+        if c.kind == "remove_lags":
+            lag = np.where(~g.is_host & np.isin(g.rows, np.asarray(c.rows, dtype=np.int64)), 0.0, lag)
+    dur_, gap_, lag_, lat_ = dur.tolist(), gap.tolist(), lag.tolist(), g.as_list("lat")
     host_, hprev_, sprev_ = g.as_list("is_host"), g.as_list("host_prev"), stream_prev.tolist()
     launch_, dep_, is_sync_ = g.as_list("launch"), dep.tolist(), g.as_list("is_sync")
     hdep_, hlag_ = g.as_list("host_dep"), dep_lag.tolist()

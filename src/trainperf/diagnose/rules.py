@@ -36,6 +36,7 @@ from trainperf.diagnose.host import OPTIMIZER_RE, span_rows
 from trainperf.diagnose.layout import layout_transposes
 from trainperf.diagnose.loss import unfused_cross_entropy
 from trainperf.diagnose.precision import fp32_matmul
+from trainperf.diagnose.queued_idle import idle_with_work_queued
 from trainperf.diagnose.pipeline import implied_micro_batches, schedule_bubble_pct
 from trainperf.diagnose.recompute import recompute_overhead
 from trainperf.diagnose.replay import BLOCK_COMM, BLOCK_PAGEABLE, BLOCK_SYNC, Change, blocked_us
@@ -577,7 +578,10 @@ def idle_gpu(f: RankFacts, found: list[Finding]) -> Finding | None:
     if idle_pct <= IDLE_GPU_PCT or any(_explains_idle(x) for x in found):
         return None
     warm_pct = f.pct(warmup_us(f))
-    if idle_pct - warm_pct <= IDLE_GPU_PCT:
+    # the idle with work queued, where that finding was made, is explained by it
+    queued_pct = sum(x.evidence["metrics"]["idle_with_work_queued_share"]["value"] for x in found
+                     if x.kind == "idle_with_work_queued")
+    if idle_pct - warm_pct - queued_pct <= IDLE_GPU_PCT:
         return None
     hp, kp, op = f.idle.pct()
     # over the span whose idle passed the gate: the steps' host window where more of it idles than the device span
@@ -624,10 +628,12 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
 # straggler and load_imbalance (diagnose/stragglers.py): ranks waiting for others at collectives;
 # launch_bound, host_work and small_kernels (diagnose/host_bound.py): the GPU waiting for the host;
 # graph_breaks (diagnose/graph_breaks.py): torch.compile's graph broken inside the step;
-# devices_take_turns (diagnose/devices.py): the GPUs one process drives running one after another
+# devices_take_turns (diagnose/devices.py): the GPUs one process drives running one after another;
+# idle_with_work_queued (diagnose/queued_idle.py): the GPU idle while launched work waits for what the trace lacks
 RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable_copy, allocator_stall, exposed_memcpy,
          grad_sync_per_microbatch, ddp_buffer_broadcast, ddp_gradient_copies, ddp_unused_parameter_search,
          unbucketed_gradients, exposed_comm, pipeline_bubble, devices_take_turns, straggler, load_imbalance,
+         idle_with_work_queued,
          launch_bound, host_work, small_kernels, graph_breaks, fp32_matmul, misaligned_gemm, slow_gemm,
          layout_transposes, unfused_attention, unfused_cross_entropy, memory_bound_unfused, recompute_overhead,
          optimizer_slow, gpu_analyses_skipped)
