@@ -114,6 +114,10 @@ def test_no_gpu_trace_says_gpu_analyses_skipped(tmp_path):
     d = diagnose(b.write(tmp_path / "cpu.json.gz"))
     assert d.ranks[0].gpu_analyses.startswith("skipped")
     assert any("GPU analyses" in n and "skipped" in n for n in d.notes)
+    # the GPU's shares do not apply: null in the JSON, not a 0 % idle a reader would take for a busy GPU
+    rank = d.to_json()["ranks"][0]
+    assert all(rank[k] is None for k in ("idle_pct", "compute_pct", "non_compute_pct", "overlap_pct",
+                                         "idle_host_pct", "idle_kernel_pct", "idle_other_pct")), rank
 
 
 # HTA 0.5.0 (pandas 2.3.3) on these traces: ../shared/data/README.md; benchmarks/compare_hta.py reruns HTA

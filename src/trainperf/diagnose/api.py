@@ -39,13 +39,14 @@ class RankSummary:
     rank: int
     source: str
     window_us: float
-    idle_pct: float
-    compute_pct: float
-    non_compute_pct: float
-    overlap_pct: float
-    idle_host_pct: float
-    idle_kernel_pct: float
-    idle_other_pct: float
+    # the GPU's shares (%): None (JSON null) on a rank without GPU activity, where they do not apply (not zero)
+    idle_pct: float | None
+    compute_pct: float | None
+    non_compute_pct: float | None
+    overlap_pct: float | None
+    idle_host_pct: float | None
+    idle_kernel_pct: float | None
+    idle_other_pct: float | None
     comm_us: float = 0.0
     exposed_comm_us: float = 0.0
     n_events: int = 0
@@ -333,8 +334,9 @@ def _summary(f: RankFacts, plan: F.FixPlan) -> RankSummary:
         hw = f.host_window_us
         # the loop thread computes nothing while it is in or blocked on a collective: all of it is exposed
         comm = f.host_comm_us or 0.0
-        return RankSummary(rank=t.rank, source=t.source, window_us=hw, idle_pct=0, compute_pct=0, non_compute_pct=0,
-                           overlap_pct=0, idle_host_pct=0, idle_kernel_pct=0, idle_other_pct=0, comm_us=comm,
+        return RankSummary(rank=t.rank, source=t.source, window_us=hw, idle_pct=None, compute_pct=None,
+                           non_compute_pct=None, overlap_pct=None, idle_host_pct=None, idle_kernel_pct=None,
+                           idle_other_pct=None, comm_us=comm,
                            exposed_comm_us=comm,
                            gpu_analyses="skipped: no kernel, memcpy or memset events in this rank's trace",
                            dataloader_pct=_pct(f.dataloader.time_us, hw), optimizer_pct=_pct(f.optimizer.time_us, hw),
