@@ -43,7 +43,9 @@ def write_report(d, path: str | Path) -> Path:
         rep.add("Critical path (% of the window)", stacked_bar_chart(
             labels, {b: [r.critical_path_pct.get(b, 0.0) for r in gpu] for b in buckets}, "%"),
             paragraph("Walked back from the last event through host calls, launches, streams, syncs and "
-                      "cross-rank waits; 'cpu' is host work between runtime calls.", "note"))
+                      "cross-rank waits; 'cpu' is host work between runtime calls; 'lag' is device work waiting, "
+                      "after its launch and its stream allowed it to start, for what the trace does not show.",
+                      "note"))
     if d.cross_rank:
         x = d.cross_rank
         caused = x.get("caused_by_rank_us", {})  # per rank when collectives were matched (GPU ranks)
