@@ -15,7 +15,7 @@ P = 7200.0      # step period, µs
 WAIT_US = 3000.0  # kernel B waits this long after kernel A, the GPU idle, with B launched long before
 
 
-def _trace(path: Path, *, steps: int = 4, waiting_steps=None, late_host: bool = False) -> Path:
+def _trace(path: Path, *, steps: int = 4, waiting_steps=None, late_host: bool = False, lost: bool = False) -> Path:
     # step T: kernel A launched at T+100 runs [T+110, T+2110); kernel B launched at T+200 (or, late_host, at T+5100)
     # starts at T+2110+WAIT_US and runs 2 ms; a cudaDeviceSynchronize from T+300 returns 10 us after B ends, at
     # T+7120; the next step's first launch comes 180 us of host work later. Each waiting step's device step is
@@ -28,6 +28,9 @@ def _trace(path: Path, *, steps: int = 4, waiting_steps=None, late_host: bool = 
         b.step(s, T, P)
         b.cpu("aten::mm", T + 90, 20)
         b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", T + 100, T + 110, 2000)
+        if lost:  # a kernel launched between A and B whose record the trace lost (CUPTI's buffer full)
+            b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", T + 150, T + 2110, wait)
+            b.events.pop()
         b.cpu("aten::mm", T + 190, 20)
         b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", T + (5100 if late_host else 200), T + 2110 + wait, 2000)
         end = T + 4110 + wait
@@ -62,4 +65,10 @@ def test_one_wait_alone_is_not_enough(tmp_path):
     # 1 of the 3 analysed steps waits: 3000 us of 21.6 ms (13.9 %, over the share) but one wait, as a cut trace's
     # first kernel behind unrecorded work would show
     d = diagnose(_trace(tmp_path / "t.json.gz", waiting_steps=[1]))
+    assert _finding(d, "idle_with_work_queued") is None, [x.kind for x in d.findings]
+
+
+def test_a_wait_after_a_launch_whose_work_the_trace_lost_is_not_read(tmp_path):
+    # the same waits, but a kernel launched between A and B has no device event: it may have run in B's wait
+    d = diagnose(_trace(tmp_path / "t.json.gz", lost=True))
     assert _finding(d, "idle_with_work_queued") is None, [x.kind for x in d.findings]

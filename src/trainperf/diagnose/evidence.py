@@ -17,7 +17,7 @@ from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.replay import NOT_BLOCKING, one_off_first_calls
 from trainperf.diagnose.window import NSYS_PER_STEP_FIX, PER_STEP_FIX, launched_before_trace, merge_intervals
 from trainperf.trace.annotate import STEP_RE, correlated_host_row
-from trainperf.trace.events import CPU_OP, KERNEL, MEMCPY, MEMSET, PYTHON, RUNTIME, USER_ANNOTATION
+from trainperf.trace.events import CPU_OP, KERNEL, MEMCPY, MEMSET, PYTHON, RUNTIME, USER_ANNOTATION, EventTable
 
 MIN_STEPS = 2                  # fewer analysed ProfilerSteps: a single step may be atypical
 MISSING_GPU_PCT = 5.0          # launch calls without their device event, % of launches
@@ -43,6 +43,13 @@ HOST_TIME_KINDS = frozenset({"launch_bound", "small_kernels", "idle_gpu", "data_
                              "compile_stall"}) | HOST_SPAN_KINDS
 CROSS_RANK_KINDS = frozenset({"straggler", "load_imbalance", "exposed_comm", "pipeline_bubble"})
 _LAUNCH_WORDS = ("LaunchKernel", "LaunchCooperativeKernel", "Memcpy", "Memset", "GraphLaunch")
+
+
+def launch_call_rows(t: EventTable, keep: np.ndarray) -> np.ndarray:
+    """The rows of `keep` (bool per row) that are runtime calls putting work on a device (kernel launches, copies,
+    memsets, graph launches) with a correlation id to find that work by."""
+    return np.flatnonzero(keep & (t.kind == RUNTIME) & (t.correlation >= 0) &
+                          np.isin(t.name, t.ids_matching(lambda s: any(x in s for x in _LAUNCH_WORDS))))
 HOLE_KINDS = (CPU_OP, RUNTIME, PYTHON, USER_ANNOTATION, KERNEL, MEMCPY, MEMSET)  # what fills a stretch of the window
 
 
@@ -64,8 +71,7 @@ def rank_caveats(f: RankFacts) -> list[Caveat]:
         c = check(f)
         if c is not None:
             out.append(c)
-    launches = np.flatnonzero(w.keep & (t.kind == RUNTIME) & (t.correlation >= 0) &
-                              np.isin(t.name, t.ids_matching(lambda s: any(x in s for x in _LAUNCH_WORDS))))
+    launches = launch_call_rows(t, w.keep)
     n_py = int((w.keep & (t.kind == PYTHON)).sum())
     shapes = bool(t.metadata.get("profiler", {}).get("record_shapes"))
     if n_py > PY_FRAMES_PER_LAUNCH * max(launches.size, 1) or shapes:

@@ -16,7 +16,9 @@ device event anywhere in between; the 27 other folders of real traces at hand st
 Priced by replay with those waits gone (`remove_lags`): an upper bound, since what held the GPU is not in the trace
 and may not be removable (a second job the machine must run). Not read on a sampled or filtered trace
 (evidence.is_sampled), whose missing events would read as such waits, nor for work queued behind what the GPU ran
-before the trace began (Window.queued_until_us), which the trace never recorded.
+before the trace began (Window.queued_until_us), which the trace never recorded, nor where a launch whose device
+work the trace lost (CUPTI drops records when its buffers fill) came before the waiting work's, whose lost work may
+have run in the wait.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainperf.diagnose import findings as F
-from trainperf.diagnose.evidence import is_sampled
+from trainperf.diagnose.evidence import is_sampled, launch_call_rows
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.gpu_time import idle_in_spans_us
 from trainperf.diagnose.replay import TOL_US, Change
@@ -57,6 +59,15 @@ def queued_idle(f: RankFacts) -> QueuedIdle:
     g, w = f.graph, f.window
     dev = np.flatnonzero(~g.is_host & (g.launch >= 0) & (g.lag > TOL_US) & ~g.before_window
                          & (g.start > w.queued_until_us))
+    # work the trace lost (CUPTI dropping records from a full buffer: launches with no device event) may have run in
+    # the wait: not a wait where such a launch came between the stream's previous event's launch and its own
+    lost = _unrecorded_launches_us(f)
+    if lost.size and dev.size:
+        prev = g.stream_prev[dev]
+        prev_launch = np.where(prev >= 0, g.launch[np.clip(prev, 0, None)], -1)
+        since = np.where(prev_launch >= 0, g.start[np.clip(prev_launch, 0, None)], -np.inf)
+        between = np.searchsorted(lost, g.start[g.launch[dev]], "right") - np.searchsorted(lost, since, "right")
+        dev = dev[between == 0]
     launch = g.launch[dev]
     begins = np.maximum(g.start[dev] - g.lag[dev], g.start[launch] + g.dur[launch])
     held = begins < g.start[dev]
@@ -67,6 +78,13 @@ def queued_idle(f: RankFacts) -> QueuedIdle:
     return QueuedIdle(idle_us=float(idle.sum()), waits=int((idle > 0).sum()), rows=g.rows[dev].astype(np.int64),
                       longest=[(f.table.name_of(int(g.rows[dev[k]])), float(begins[k]),
                                 float(g.start[dev[k]] - begins[k])) for k in longest])
+
+
+def _unrecorded_launches_us(f: RankFacts) -> np.ndarray:
+    """The start times (µs, sorted) of the window's launch calls whose device work the trace does not hold."""
+    t, w = f.table, f.window
+    rows = launch_call_rows(t, w.keep)
+    return np.sort(w.ts_us[rows[~np.isin(t.correlation[rows], t.correlation[t.on_device])]])
 
 
 def idle_with_work_queued(f: RankFacts) -> F.Finding | None:
