@@ -43,6 +43,7 @@ HOST_TIME_KINDS = frozenset({"launch_bound", "small_kernels", "idle_gpu", "data_
                              "compile_stall"}) | HOST_SPAN_KINDS
 CROSS_RANK_KINDS = frozenset({"straggler", "load_imbalance", "exposed_comm", "pipeline_bubble"})
 _LAUNCH_WORDS = ("LaunchKernel", "LaunchCooperativeKernel", "Memcpy", "Memset", "GraphLaunch")
+HOLE_KINDS = (CPU_OP, RUNTIME, PYTHON, USER_ANNOTATION, KERNEL, MEMCPY, MEMSET)  # what fills a stretch of the window
 
 
 def launch_call_rows(t: EventTable, keep: np.ndarray) -> np.ndarray:
@@ -50,7 +51,6 @@ def launch_call_rows(t: EventTable, keep: np.ndarray) -> np.ndarray:
     memsets, graph launches) with a correlation id to find that work by."""
     return np.flatnonzero(keep & (t.kind == RUNTIME) & (t.correlation >= 0) &
                           np.isin(t.name, t.ids_matching(lambda s: any(x in s for x in _LAUNCH_WORDS))))
-HOLE_KINDS = (CPU_OP, RUNTIME, PYTHON, USER_ANNOTATION, KERNEL, MEMCPY, MEMSET)  # what fills a stretch of the window
 
 
 @dataclass(kw_only=True, frozen=True)
