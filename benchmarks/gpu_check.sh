@@ -11,7 +11,8 @@
 # Run on the device machine from the repository root; results go under $OUT (default ./gpu_out).
 #   - faults:    real traces of planted faults (CUDA_LAUNCH_BLOCKING, no caching allocator, empty_cache, synchronize
 #                calls, pageable input, fp32 GEMMs, a slow DataLoader, graph breaks...) beside each fix's measured gain
-#                (issue 9; the graph-break pair runs last: cut first when the limit is reached)
+#                (issue 9; the graph-break pair and then `shared`, the big loop beside another process's GEMMs on the
+#                same GPU, run last: cut first when the limit is reached)
 #   - calibrate: GEMM TFLOP/s over shapes, device copy bandwidth (planner calibration profile)
 #   - kernels:   fused Triton kernels vs eager / torch.compile / Liger, GB/s and % of roofline
 #   - train:     ~1B Llama-style model, ~30 steps, bf16 + compile: tokens/s, MFU, memory

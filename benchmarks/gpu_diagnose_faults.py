@@ -33,7 +33,11 @@ Scenarios, each in a subprocess of its own (CUDA_LAUNCH_BLOCKING must be set bef
             (unfused_cross_entropy's to find; fixed: celoss_fused, the bf16 logits through
             trainperf.kernels.CrossEntropyLoss);
   breaks    the small loop under torch.compile with its graph broken twice, between its thirds
-            (torch._dynamo.graph_break(): graph_breaks' to find; fixed: compiled, the same loop compiled whole).
+            (torch._dynamo.graph_break(): graph_breaks' to find; fixed: compiled, the same loop compiled whole);
+  shared    the big loop while another process runs bf16 GEMMs on the same GPU without pause (a second job on the
+            device): the GPU time-slices between the two contexts, and the loop's work waits for it with nothing in
+            its own trace to say why (idle_with_work_queued's to find, or kernels stretched by preemption; fixed:
+            big). Last: the one cut when the faults' time limit is reached.
 big, strided, the conv loops and celoss are profiled with record_shapes=True (SHAPES_RECORDED).
 Each: the step time (ms) without the profiler, as the profiled loop runs (steps queued ahead, the median of 5
 chunks' mean step; and a synchronize after every step, as a loop that reads its loss each step runs), then a
@@ -63,7 +67,7 @@ SCENARIOS = {"async": {}, "blocking": {"CUDA_LAUNCH_BLOCKING": "1"}, "scalar": {
              "nocache": {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, "graphed": {}, "big": {}, "dataload": {},
              "syncs": {}, "empty_cache": {}, "pageable": {}, "pinned": {}, "fp32": {}, "tf32": {}, "deep": {},
              "deep_tf32": {}, "strided": {}, "conv": {}, "conv_cl": {}, "unfused": {}, "fused": {}, "celoss": {},
-             "celoss_fused": {}, "breaks": {}, "compiled": {}}
+             "celoss_fused": {}, "breaks": {}, "compiled": {}, "shared": {}}
 # the scenario each fault's fix turns it into, and the fix: true gain = 1 - fixed / faulty
 FIXED_BY = {"blocking": ("async", "unset CUDA_LAUNCH_BLOCKING"),
             "nocache": ("async", "the caching allocator"),
@@ -78,8 +82,9 @@ FIXED_BY = {"blocking": ("async", "unset CUDA_LAUNCH_BLOCKING"),
             "conv": ("conv_cl", "channels_last"),
             "unfused": ("fused", "fused RMSNorm and SwiGLU kernels (trainperf.kernels.apply)"),
             "celoss": ("celoss_fused", "a fused cross-entropy (trainperf.kernels.CrossEntropyLoss)"),
-            "breaks": ("compiled", "no graph breaks (one compiled graph)")}
-BIG = ("big", "dataload", "pageable", "pinned", "fp32", "tf32", "strided")  # the GPU-bound loop's scenarios
+            "breaks": ("compiled", "no graph breaks (one compiled graph)"),
+            "shared": ("big", "no other process on the GPU")}
+BIG = ("big", "dataload", "pageable", "pinned", "fp32", "tf32", "strided", "shared")  # the GPU-bound loop's scenarios
 # scenarios profiled with record_shapes=True: the healthy GPU-bound loop, on which the shape-priced findings
 # (slow_gemm, misaligned_gemm, memory_bound_unfused) must find no fault, its fault whose shapes look aligned while the
 # GEMMs' row strides are not (misaligned_gemm's to find), and the convolution loops
@@ -265,6 +270,26 @@ def _step_fn(name: str, device: str):
     return step
 
 
+# the other process of the `shared` scenario: bf16 GEMMs on the GPU until its parent (the scenario's process) is gone
+# or HOG_MAX_S have passed, so that a scenario killed by its time limit leaves no process on the device behind it
+HOG_MAX_S = 60
+HOG = ("import os, sys, time, torch\n"
+       "parent, t0 = os.getppid(), time.time()\n"
+       "a = torch.randn(8192, 8192, device='cuda', dtype=torch.bfloat16)\n"
+       "print('started', flush=True)\n"
+       "while os.getppid() == parent and time.time() - t0 < float(sys.argv[1]):\n"
+       "    for _ in range(8):\n"
+       "        b = a @ a\n"
+       "    torch.cuda.synchronize()\n")
+
+
+def _other_process_on_the_gpu() -> subprocess.Popen:
+    """Start the `shared` scenario's other process (HOG) and return once its GEMMs run."""
+    hog = subprocess.Popen([sys.executable, "-c", HOG, str(HOG_MAX_S)], stdout=subprocess.PIPE, text=True)
+    hog.stdout.readline()
+    return hog
+
+
 def _scenario(name: str, out: Path, device: str, steps: int) -> None:
     """Run one scenario in this process: time `steps` steps, then profile 6 and export the trace."""
     import torch
@@ -272,6 +297,7 @@ def _scenario(name: str, out: Path, device: str, steps: int) -> None:
     from torch.profiler import ProfilerActivity, profile, schedule
 
     step = _step_fn(name, device)
+    hog = _other_process_on_the_gpu() if name == "shared" and device == "cuda" else None
 
     def sync() -> None:
         if device == "cuda":
@@ -305,6 +331,9 @@ def _scenario(name: str, out: Path, device: str, steps: int) -> None:
             step()
             prof.step()
     sync()
+    if hog is not None:
+        hog.kill()
+        hog.wait()
     with open(raw, "rb") as f, gzip.open(out / f"{name}.json.gz", "wb") as g:
         shutil.copyfileobj(f, g)
     raw.unlink()
