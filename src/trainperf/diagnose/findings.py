@@ -578,10 +578,11 @@ class FixPlan:
 # straggler's compute_speedup counts as a wait: the factor is measured (the other ranks' pace), not assumed; so does
 # work whose result nothing uses (remove_wasted_rows: gradients all-reduced before more are accumulated into them),
 # and a pipeline's bubble halved (shrink_bubble): the stages' wait for each other, which a schedule setting (more
-# micro-batches, interleaving) shrinks by the schedule's own law, (p - 1) / (m + p - 1)
+# micro-batches, interleaving) shrinks by the schedule's own law, (p - 1) / (m + p - 1); and the device's waits for
+# what the trace does not show (remove_lags: the GPU held by another process), a wait whatever its cause
 STALL_CHANGES = frozenset({"remove_data_wait", "remove_checkpoint_wait", "remove_compile_wait", "remove_syncs",
                            "unblock_pageable_copies", "remove_allocator", "overlap_comm", "remove_straggler_wait",
-                           "compute_speedup", "remove_wasted_rows", "shrink_bubble"})
+                           "compute_speedup", "remove_wasted_rows", "shrink_bubble", "remove_lags"})
 
 
 def _removes_a_stall(f: Finding) -> bool:
