@@ -97,9 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     table = Table(title=f"diagnose on {a.corpus} rewritten in other formats ({len(base_cases)} cases)")
     for col in ("variant", "top-1", "mean F1", "healthy high+medium", "what-if median pp", "top finding changed"):
         table.add_column(col)
+    def figure(x, digits: int) -> str:  # "-" where a corpus has no case to score it on (healthy cases only)
+        return "-" if x is None else f"{x:.{digits}f}"
+
     for v, r in rows.items():
-        table.add_row(v, f"{r['top1']:.3f}", f"{r['mean_f1']:.3f}", str(r["healthy_high_medium"]),
-                      "-" if r["whatif_median"] is None else f"{r['whatif_median']:.2f}", str(len(r["changed_top1"])))
+        table.add_row(v, figure(r["top1"], 3), figure(r["mean_f1"], 3), str(r["healthy_high_medium"]),
+                      figure(r["whatif_median"], 2), str(len(r["changed_top1"])))
     Console().print(table)
     for v, r in rows.items():
         for c in r["changed_top1"]:
