@@ -7,7 +7,7 @@ import pytest
 from trainperf.corpus import kineto as K
 from trainperf.corpus.build import Base, build_corpus
 from trainperf.corpus.inject import (LAYOUT_TRANSPOSE_KERNELS, LAYOUT_TRANSPOSES_PER_STEP, NotApplicable,
-                                     inject_checkpoint_stall, inject_exposed_comm, inject_layout_transposes,
+                                     inject_checkpoint_stall, inject_exposed_comm, inject_gpu_held, inject_layout_transposes,
                                      inject_pageable_copy, inject_straggler)
 from trainperf.corpus.surgery import DeviceWait, HostWork, insert_device_delays, insert_host_work
 
@@ -400,3 +400,15 @@ def test_ranks_serialise_the_same_collective_and_it_ends_together_on_them():
     assert got[1][ar] == (62.0, 50.0) and got[1]["cudaStreamSynchronize"] == (62.0, 50.0)
     assert got[1]["add"] == pytest.approx((118.2, 5.0))
     assert [K.step_time_us(out[r]["traceEvents"]) for r in (0, 1)] == [120.0, 150.0] and touched == [0, 1]
+
+
+def test_a_held_gpu_starts_kernels_later_than_launch_and_stream_allow_the_device_idle():
+    # the GPU-bound steps' kernels (launched at 10, 50, 90; back to back from 15) each held 20 us (one kernel a step:
+    # every hold of a step falls on it): 15 + 20 = 35 .. 135; then max(55, 135) + 20 = 155 .. 255; 275 .. 375
+    doc = {"traceEvents": gpu_bound_steps()}
+    out, touched = inject_gpu_held({0: doc}, 20.0, random.Random(0))
+    kernels = sorted((e for e in out[0]["traceEvents"] if e["name"] == "gemm"), key=lambda e: e["ts"])
+    assert touched == [0] and [e["dur"] for e in kernels] == [100.0] * 3
+    assert [e["ts"] for e in kernels] == [35.0, 155.0, 275.0]
+    launches = sorted(e["ts"] for e in out[0]["traceEvents"] if e["name"] == "cudaLaunchKernel")
+    assert launches == [10.0, 50.0, 90.0]  # the host does not wait for the device: its launches stay

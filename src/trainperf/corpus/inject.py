@@ -47,6 +47,7 @@ LAYOUT_TRANSPOSE_KERNELS = {False: "void cudnn::ops::nchwToNhwcKernel<__half, __
                             True: "batched_transpose_32x32_half"}
 LAYOUT_TRANSPOSES_PER_STEP = 16  # 8 convolutions' input and output conversions
 ALLOC_CALLS_PER_STEP = 8
+GPU_HOLDS_PER_STEP = 4        # times a step another process's work holds the GPU (its time slices)
 TINY_KERNEL_US = 2.0          # a few-thousand-element add on a current GPU
 SYNC_HOST_US = 12.0           # host cost of .item() besides the wait (dispatch + 4-byte copy call)
 PAGEABLE_GBPS = 6.0           # host-to-device copy rate from pageable memory (staged through a pinned buffer)
@@ -361,20 +362,51 @@ def _end_together(ranks: dict, plans: dict) -> dict:
 SAMPLED_IDS_PER_CALL = 30
 
 
-def inject_host_work(ranks: dict, size: float, rng: random.Random):
-    """size: µs of host work that launches nothing, once per step between two of its kernel launches (the loop
-    thread computing metrics, logging, or collecting garbage while the device drains its queue). Not into a sampled
-    trace (its runtime calls' correlation ids step by more than SAMPLED_IDS_PER_CALL, as HTA's trace_filter by 73):
-    there a gap with no launch is as likely events the sampling dropped, so no reading could tell the work apart."""
+def _refuse_sampled(ranks: dict, what: str) -> None:
+    """NotApplicable where a rank's trace is sampled (its runtime calls' correlation ids step by more than
+    SAMPLED_IDS_PER_CALL, as HTA's trace_filter by 73): there `what` is as likely events the sampling dropped, so no
+    reading could tell the injected problem apart."""
     for doc in ranks.values():
         ids = np.sort([c for e in doc["traceEvents"] if K.is_runtime(e) and (c := K.correlation(e)) is not None])
         per_call = float(np.median(np.diff(ids))) if ids.size > 20 else 1.0
         if per_call > SAMPLED_IDS_PER_CALL:
-            raise NotApplicable(f"a sampled trace (1 runtime call in {per_call:.0f} kept): "
-                                "host work that launches nothing cannot be told from the events it dropped")
+            raise NotApplicable(f"a sampled trace (1 runtime call in {per_call:.0f} kept): {what} cannot be told "
+                                "from the events it dropped")
+
+
+def inject_host_work(ranks: dict, size: float, rng: random.Random):
+    """size: µs of host work that launches nothing, once per step between two of its kernel launches (the loop
+    thread computing metrics, logging, or collecting garbage while the device drains its queue). Not into a sampled
+    trace (_refuse_sampled): there a gap with no launch is as likely events the sampling dropped."""
+    _refuse_sampled(ranks, "host work that launches nothing")
     spans = rng.choice(HOST_WORK_SPANS)
     return _host(ranks, lambda doc, r: [HostWork(at_us=t, host_us=size, spans=spans)
                                         for t in _launch_points(doc, r, 1, rng)])
+
+
+def inject_gpu_held(ranks: dict, size: float, rng: random.Random):
+    """size: µs by which each of GPU_HOLDS_PER_STEP kernels a step (not collectives, evenly spread over the kernels
+    the step launched) starts later than its launch and its stream allow, the device idle meanwhile: the GPU held by work the
+    trace does not record (another process on it, its time slices). Every rank of the base. Not into a sampled trace
+    (_refuse_sampled): its dropped events leave such gaps already."""
+    _refuse_sampled(ranks, "a device held by work the trace does not record")
+    out = {}
+    for rank, doc in ranks.items():
+        r = rank_facts(doc)
+        ev = doc["traceEvents"]
+        kernels = np.array([i for i, e in enumerate(ev) if K.is_gpu_op(e) and e.get("cat") in ("kernel", "Kernel")
+                            and not _is_collective(e)])
+        # a kernel belongs to the step that launched it (a GPU-bound loop runs it steps later)
+        launched = {K.correlation(e): float(e["ts"]) for e in ev if K.is_runtime(e) and K.correlation(e) is not None}
+        starts = np.array([launched.get(K.correlation(ev[i]), float(ev[i]["ts"])) for i in kernels])
+        hold: dict[int, float] = {}
+        for s in r.steps:
+            inside = kernels[(starts >= s.ts) & (starts < s.end)]
+            if inside.size:
+                pos = ((np.arange(GPU_HOLDS_PER_STEP) + rng.random()) * inside.size / GPU_HOLDS_PER_STEP).astype(int)
+                hold.update({int(inside[min(p, inside.size - 1)]): size for p in pos})
+        out[rank] = insert_device_delays(doc, hold=hold, latency_us=r.latency_us)
+    return out, sorted(ranks)
 
 
 INJECTORS = {
@@ -388,4 +420,5 @@ INJECTORS = {
     "straggler": inject_straggler,
     "exposed_comm": inject_exposed_comm,
     "host_work": inject_host_work,
+    "idle_with_work_queued": inject_gpu_held,
 }

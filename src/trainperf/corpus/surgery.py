@@ -276,17 +276,19 @@ class DeviceWait:
 
 def insert_device_delays(doc: dict, *, extra: dict[int, float] | None = None,
                          after: dict[int, list[int]] | None = None, syncs: list[DeviceWait] | None = None,
-                         latency_us: float) -> dict:
+                         hold: dict[int, float] | None = None, latency_us: float) -> dict:
     """A copy of the trace where device ops run longer (extra: event index -> µs added to its
-    duration), must wait for other ops (after: event index -> indices of ops it starts after), and
-    the host blocks on device ops (syncs, each written as a runtime call on its thread).
+    duration), must wait for other ops (after: event index -> indices of ops it starts after), start
+    later than all of that allows (hold: event index -> µs: the device held by work the trace does not
+    record, another process's), and the host blocks on device ops (syncs, each written as a runtime
+    call on its thread).
 
     Ops are re-timed in start order: an op starts at the latest of its original start, the end of
     the op before it on its stream, the new waits, the new end of each op it waited for in the
     original (_dependencies; plus the same lag), and its launch moved with the host. The host is
     delayed only where it waited for the device (a sync returns when the op it waited for does),
     so later launches move with it."""
-    extra, after, syncs = extra or {}, after or {}, syncs or []
+    extra, after, syncs, hold = extra or {}, after or {}, syncs or [], hold or {}
     events = doc["traceEvents"]
     base = _base(events)
     ops, waits = base.ops, base.waits
@@ -323,7 +325,7 @@ def insert_device_delays(doc: dict, *, extra: dict[int, float] | None = None,
             if prev[n] >= 0 and done[prev[n]]:
                 cands.append(new_start[prev[n]] + dur[prev[n]])
             cands += [new_start[m] + dur[m] + lag for m, lag in deps.get(n, []) if done[m]]
-            new_start[n] = max(cands)
+            new_start[n] = max(cands) + hold.get(int(ops.idx[n]), 0.0)
             done[n] = True
             continue
         if kind == 2:
