@@ -8,7 +8,7 @@ While the device idles in such a delay, with the work's launch call already retu
 work is queued) and no recorded device work is in the way: the GPU is held by something outside the trace, such as
 another process running on the same GPU (a second job, a data-loading or evaluation process using CUDA, MPS
 clients), a stream waiting on an event another process or device records, a peer's copy, or the driver. HTA's
-negative_queue_length trace (a 16-rank A100 recommendation job, one rank traced) idles 69 % of its window, 63 % of it
+negative_queue_length trace (a 16-rank A100 recommendation job, one rank traced) idles 69 % of its window, 61 % of it
 with work queued, once for 147 ms with a copy and a kernel on two streams launched 150 and 138 ms earlier and no
 device event anywhere in between; every other real trace at hand (HTA's, the H200 runs) stays under 8 % (simple_add,
 alexnet: 0 %) but a sampled one and a one-kernel extract, which the rule does not read (below).
