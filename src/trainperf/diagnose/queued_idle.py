@@ -10,8 +10,8 @@ another process running on the same GPU (a second job, a data-loading or evaluat
 clients), a stream waiting on an event another process or device records, a peer's copy, or the driver. HTA's
 negative_queue_length trace (a 16-rank A100 recommendation job, one rank traced) idles 69 % of its window, 61 % of it
 with work queued, once for 147 ms with a copy and a kernel on two streams launched 150 and 138 ms earlier and no
-device event anywhere in between; every other real trace at hand (HTA's, the H200 runs) stays under 8 % (simple_add,
-alexnet: 0 %) but a sampled one and a one-kernel extract, which the rule does not read (below).
+device event anywhere in between; every other real trace at hand (HTA's, the H200 runs) stays at 0.38 % or less
+(HTA's MI250 step; simple_add, alexnet: 0 %) but a sampled one, which the rule does not read (below).
 
 Priced by replay with those waits gone (`remove_lags`): an upper bound, since what held the GPU is not in the trace
 and may not be removable (a second job the machine must run). Not read on a sampled or filtered trace
