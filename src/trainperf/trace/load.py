@@ -174,6 +174,11 @@ def _host_pid(t: EventTable) -> int | None:
     return int(values[np.argmax(counts)])
 
 
+def _time_span_ns(t: EventTable) -> tuple[int, int]:
+    """(first event's start, last event's end) of a trace with events, ns."""
+    return int(t.ts_ns.min()), int((t.ts_ns + t.dur_ns).max())
+
+
 def _same_trace(a: tuple[Path, EventTable], b: tuple[Path, EventTable]) -> bool:
     """Whether two files are one trace saved twice: a .json beside its .json.gz (`gzip -k`), the same events."""
     (fa, ta), (fb, tb) = a, b
@@ -207,10 +212,10 @@ def _latest_cycles(traces: list[tuple[Path, EventTable]]) -> list[tuple[Path, Ev
     for (rank, _), members in groups.items():
         if len(members) < 2:
             continue
-        members.sort(key=lambda i: int(traces[i][1].ts_ns.min()))
-        ends = [int((traces[i][1].ts_ns + traces[i][1].dur_ns).max()) for i in members]
-        starts = [int(traces[i][1].ts_ns.min()) for i in members]
-        if any(b < a for a, b in zip(ends, starts[1:])):  # overlapping: not successive cycles (load_trace says so)
+        spans = {i: _time_span_ns(traces[i][1]) for i in members}
+        members.sort(key=lambda i: spans[i][0])
+        # overlapping: not successive cycles (load_trace says so)
+        if any(spans[b][0] < spans[a][1] for a, b in zip(members, members[1:])):
             continue
         dropped += members[:-1]
         cycles[rank] = len(members)
@@ -253,7 +258,7 @@ def _number_ranks_in_file_order(files: tuple, tables: tuple) -> None:
         return
     # ranks of one job run together: files whose time spans do not overlap are successive profiles of one process
     # (a schedule's cycles, one file each under tensorboard_trace_handler), not ranks
-    spans = [(int(t.ts_ns.min()), int((t.ts_ns + t.dur_ns).max())) for t in tables if len(t)]
+    spans = [_time_span_ns(t) for t in tables if len(t)]
     if spans and max(a for a, _ in spans) >= min(b for _, b in spans):
         first, second = sorted(files, key=_natural_key)[:2]
         raise TrainperfError(f"{first.parent}: no file records its rank and their time spans do not overlap "
