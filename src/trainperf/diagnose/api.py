@@ -199,7 +199,9 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
         straggler = StragglerFacts(rank=hs.rank, caused_us=hs.gain_us * hs.steps, caused_per_other_us=hs.gain_us,
                                    imbalance_pct=0.0, events=[], host_gain_pct=hs.gain_pct, host_gain_us=hs.gain_us,
                                    host_p_value=hs.p_value, host_snr=hs.snr, host_testable=long_enough,
-                                   host_stalled_steps=hs.stalled_steps)
+                                   host_stalled_steps=hs.stalled_steps, host_unstalled_p_value=hs.unstalled_p_value,
+                                   host_unstalled_testable=testable(hs.judged_steps, hs.n_ranks),
+                                   host_unstalled_snr=hs.unstalled_snr)
     if not gpu_ranks:
         notes.append("no kernel/memcpy/memset events in the trace: GPU analyses (breakdown, idle, overlap, "
                      "launches, critical path) are skipped; host-side analyses only")
@@ -221,13 +223,15 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     described = [timing[r].p2p_group_size for r in gpu_ranks if timing[r].p2p_role == "pipeline"]
     stages = max(described) if described else stages_from_openings(openings) if untraced is None else 0
     job_caveats += [untraced] if untraced else []
-    if hs is not None and not long_enough:
+    if hs is not None and not testable(hs.judged_steps, hs.n_ranks):
         needed = straggler_steps_needed(hs.n_ranks, stragglers.STRAGGLER_HOST_ALPHA)
+        without = " without a DataLoader or checkpoint stall" if hs.stalled_steps else ""
         job_caveats.append(Caveat(
-            note=f"{hs.steps} common profiled steps are too few to test a slow rank against load noise (a rank slower "
-                 f"in every step would still have p = {straggler_min_p_value(hs.steps, hs.n_ranks):.3f} > "
+            note=f"{hs.judged_steps} common profiled steps{without} are too few to test a slow rank against load noise "
+                 f"(a rank slower in every step would still have p = "
+                 f"{straggler_min_p_value(hs.judged_steps, hs.n_ranks):.3f} > "
                  f"{stragglers.STRAGGLER_HOST_ALPHA}): a straggler is named from how far its extra work recurs, "
-                 f"unconfirmed; profile at least {needed} steps",
+                 f"unconfirmed; profile at least {needed} steps{' without one' if hs.stalled_steps else ''}",
             confidence="low", kinds=frozenset({"straggler"})))
     notes += [c.note for c in job_caveats]
     for r, t in tables.items():

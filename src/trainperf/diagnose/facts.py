@@ -50,6 +50,10 @@ class StragglerFacts:
     host_testable: bool = True  # CPU-only job: enough steps for host_p_value to pass (else host_snr decides)
     host_snr: float = float("inf")  # CPU-only job: the straggler's recurring extra work over the opposite excess
     host_stalled_steps: int = 0  # CPU-only job: steps with a DataLoader/checkpoint stall its gain left out
+    # CPU-only job: host_p_value / host_testable / host_snr over the steps its gain is priced on (those without a stall)
+    host_unstalled_p_value: float = 1.0
+    host_unstalled_testable: bool = True
+    host_unstalled_snr: float = float("inf")
     extra_compute_us: float = 0.0  # the straggler's compute beyond the other ranks' median, summed over steps
     # ranks whose collectives cannot be matched (crossrank.compute_straggler): the straggler and the ranks computing
     # alike with it (a slow pipeline stage's data- or tensor-parallel copies), each with its compute ratio

@@ -56,8 +56,11 @@ def straggler(f: RankFacts) -> F.Finding | None:
     if s is None:
         return None
     if s.host_gain_pct is not None:  # CPU-only job: priced from the other ranks' per-step wait, no replay
-        noise = extra_work_is_noise(s.host_p_value, s.host_testable, s.host_snr)
-        small = not s.host_testable and s.host_gain_pct < STRAGGLER_HOST_MIN_PCT
+        # its extra work recurs over the window, and again over the steps without a stall its gain is priced on
+        # (crossrank.host_straggler): extra work only beside the stalls is theirs
+        noise = extra_work_is_noise(s.host_p_value, s.host_testable, s.host_snr) or \
+            extra_work_is_noise(s.host_unstalled_p_value, s.host_unstalled_testable, s.host_unstalled_snr)
+        small = not s.host_unstalled_testable and s.host_gain_pct < STRAGGLER_HOST_MIN_PCT
         if f.rank != s.rank or noise or small:
             return None
         metrics = {"others_wait_per_step": (s.host_gain_us, "us"), "others_wait_share": (s.host_gain_pct, "%"),
@@ -65,6 +68,7 @@ def straggler(f: RankFacts) -> F.Finding | None:
         stalls = ""
         if s.host_stalled_steps:  # priced marginal to the DataLoader/checkpoint stalls' fixes (crossrank.host_straggler)
             metrics["steps_with_stall_left_out"] = (s.host_stalled_steps, "count")
+            metrics["p_value_load_noise_unstalled_steps"] = (s.host_unstalled_p_value, "")
             stalls = ", in the steps without a DataLoader or checkpoint stall"
         found = F.rank_finding(f, kind="straggler", metrics=metrics, gain_pct=s.host_gain_pct,
                                gain_us=s.host_gain_us, ranks=[s.rank], evidence_pct=s.host_gain_pct,
