@@ -41,7 +41,8 @@ class Chunk:
     with the first BASE_COLUMNS (the rest become -1);
     cats, names: list of str; colls, pgs: list of str or None ("Collective name", "Process Group
     Name" args); ts_float: some ts was a JSON float; skipped: entries dropped (not objects, or "X"
-    without ts/dur/cat or with unusable times); thread_names: {(pid, tid): name} of "M" events;
+    without ts/dur/cat or with unusable times); thread_names: {(pid, tid): name} of "M" events; begin_end: the
+    "B"/"E" events (dicts, file order), for the reader to pair into complete ones once all are read;
     args: list of bytes or None (the KEPT_ARGS of each event as a JSON object, any formatting: the
     builder makes it canonical), None for a chunk without any.
     """
@@ -55,6 +56,7 @@ class Chunk:
     skipped: int = 0
     thread_names: dict = field(default_factory=dict)
     args: list | None = None
+    begin_end: list = field(default_factory=list)  # "B"/"E" events as dicts, in file order (begin_end.py pairs them)
 
     def __post_init__(self) -> None:
         n, width = self.ints.shape
@@ -120,6 +122,7 @@ def chunk_from_dicts(events: list) -> Chunk:
     flat: list = []
     cats, names, colls, pgs, kept = [], [], [], [], []
     thread_names: dict = {}
+    begin_end: list = []
     ts_float = False
     skipped = 0
     for ev in events:
@@ -130,6 +133,8 @@ def chunk_from_dicts(events: list) -> Chunk:
         if ph != "X":
             if ph == "M":
                 add_thread_name(thread_names, ev.get("name"), ev.get("pid"), ev.get("tid"), ev.get("args"))
+            elif ph == "B" or ph == "E":
+                begin_end.append(ev)
             continue
         ts = ev.get("ts")
         dur = ev.get("dur")
@@ -173,4 +178,4 @@ def chunk_from_dicts(events: list) -> Chunk:
         cats.append(_text(cat))
         names.append(_text(ev.get("name", "")))
     ints = np.array(flat, dtype=np.int64).reshape(-1, len(INT_COLUMNS))
-    return Chunk(ints, cats, names, colls, pgs, ts_float, skipped, thread_names, kept)
+    return Chunk(ints, cats, names, colls, pgs, ts_float, skipped, thread_names, kept, begin_end)

@@ -23,6 +23,7 @@ import numpy as np
 
 from trainperf.errors import NotATraceError, TrainperfError
 from trainperf.trace.annotate import annotate
+from trainperf.trace.begin_end import pair_begin_end
 from trainperf.trace.chunk import INT_COLUMNS, Chunk, chunk_from_dicts, compact_json, to_int
 from trainperf.trace.events import CAT_TO_KIND, OTHER, EventTable
 
@@ -54,6 +55,9 @@ _CUT_RE = re.compile(rb"\}\s*,\s*\{")
 _SEP_BEFORE_RE = re.compile(rb"\}\s*,\s*\Z")
 _EVENTS_KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
 _SHAPES_KEY = b'"Input Dims"'
+# a number written as no JSON number: NaN, Infinity (Python's json.dump), inf, nan (C++ streams), after a value's
+# opening (":" "[" ","), before its end; inside a string only where a string holds such text, which stays a string
+_NON_FINITE_RE = re.compile(rb"([:\[,]\s*)-?(?:NaN|Infinity|inf|nan)(?=\s*[,\]}])")
 
 
 def _open(path: Path):
@@ -74,13 +78,27 @@ def _invalid(path: Path, err: Exception) -> TrainperfError:
     return TrainperfError(f"{path}: invalid JSON ({msg}); is the trace complete?")
 
 
+def _loads_lenient(data: bytes):
+    """data parsed as JSON, where a number is written as NaN, Infinity, inf or nan (Python's json.dump writes the
+    first two; Kineto wrote `"memory bandwidth (GB/s)": inf` for a copy of zero duration, pytorch/kineto#105)
+    read as null, as no JSON parser of the field takes the lowercase ones; raises one of _DecodeError otherwise."""
+    try:
+        return _loads(data)
+    except _DecodeError:
+        if not _NON_FINITE_RE.search(data):
+            raise
+    return _loads(_NON_FINITE_RE.sub(rb"\1null", data))
+
+
 def _decode_events(data: bytes) -> Chunk:
-    """The events of a JSON array as a Chunk; raises one of _DecodeError when data is not valid JSON."""
+    """The events of a JSON array as a Chunk; raises one of _DecodeError when data is not valid JSON. A batch with
+    begin/end ("B"/"E") events is read by the generic parser (the typed one leaves it), which keeps them for
+    begin_end.pair_begin_end."""
     if _typed_decode is not None:
         chunk = _typed_decode(data, _loads)
         if chunk is not None:
             return chunk
-    events = _loads(data)
+    events = _loads_lenient(data)
     return chunk_from_dicts(events if isinstance(events, list) else [])
 
 
@@ -96,10 +114,10 @@ def _decode_tail(tail: bytes) -> tuple[Chunk, dict]:
         if parts is not None:
             try:
                 chunk = _decode_events(bytes(parts.pop("traceEvents")))
-                return chunk, {k: _loads(bytes(v)) for k, v in parts.items()}
+                return chunk, {k: _loads_lenient(bytes(v)) for k, v in parts.items()}
             except _DecodeError:
                 pass  # the generic parser below says what is wrong
-    return _split_doc(_loads(tail))
+    return _split_doc(_loads_lenient(tail))
 
 
 def _split_doc(doc: dict) -> tuple[Chunk, dict]:
@@ -145,12 +163,12 @@ def iter_event_chunks(path: Path):
             header = None
             if m is not None:
                 try:
-                    header = _loads(buf[:m.start()].rstrip().rstrip(b",") + b"}")
+                    header = _loads_lenient(buf[:m.start()].rstrip().rstrip(b",") + b"}")
                 except _DecodeError:
                     pass
             if not isinstance(header, dict):  # no traceEvents array, or one inside another value: parse it all
                 try:
-                    doc = _loads(buf + _read_all(stream, path))  # m is None: buf already holds the whole file
+                    doc = _loads_lenient(buf + _read_all(stream, path))  # m is None: buf holds the whole file
                 except _DecodeError as e:
                     raise _invalid(path, e) from None
                 if not isinstance(doc, dict):
@@ -258,6 +276,7 @@ class ColumnBuilder:
         self.ts_float = False
         self.skipped = 0
         self.rows = 0
+        self.begin_end: list = []  # "B"/"E" events of every chunk, in file order (pair_begin_end pairs them)
 
     def intern(self, values: list, table: str = "names") -> np.ndarray:
         """int32 ids of the strings in values (None -> -1), adding new strings to self.names (or, with
@@ -286,6 +305,7 @@ class ColumnBuilder:
         self.ts_float |= chunk.ts_float
         self.skipped += chunk.skipped
         self.thread_names.update(chunk.thread_names)
+        self.begin_end += chunk.begin_end
         if not len(chunk):
             return
         self.rows += len(chunk)
@@ -354,11 +374,16 @@ def read_kineto(path: str | Path, rank: int | None = None) -> EventTable:
                 (profiler if item[0] == "profiler" else header).update(item[1])
             continue
         builder.add(item)
+    if builder.begin_end:  # spans written as begin/end pairs: complete events once all are read
+        spans, unpaired = pair_begin_end(builder.begin_end)
+        builder.begin_end = []
+        builder.add(chunk_from_dicts(spans))
+        builder.skipped += unpaired
     if not builder.rows:
         # no entry at all: some other JSON (labels, a config), not a trace; entries but none complete: a trace
         # without the events an analysis needs
         error = NotATraceError if not builder.skipped else TrainperfError
-        raise error(f"{path}: no complete ('ph': 'X') events among {builder.skipped} entries; "
+        raise error(f"{path}: no complete ('ph': 'X') or begin/end ('B'/'E') events among {builder.skipped} entries; "
                     "is this a Kineto trace (torch.profiler export_chrome_trace)?")
     cols = builder.columns()
     dist = header.get("distributedInfo")

@@ -102,9 +102,13 @@ class Metadata(msgspec.Struct, tag_field="ph", tag="M", gc=False):
 
 
 # every other phase of the Chrome trace event format: decoded to an empty struct (content skipped)
-_OTHER_PHASES = tuple("BEIiCbneSTpFstfPONDRcVv()")
+_OTHER_PHASES = tuple("IiCbneSTpFstfPONDRcVv()")
 _SKIPPED = tuple(msgspec.defstruct(f"Phase{i}", [], tag_field="ph", tag=p, gc=False)
                  for i, p in enumerate(_OTHER_PHASES))
+# a span's begin and end ("B", "E"): their content is kept only by the generic parser, so a batch holding one is
+# left to it (decode_chunk returns None), with no scan of the batch for them beforehand
+_BEGIN_END = tuple(msgspec.defstruct(f"Phase{p}", [], tag_field="ph", tag=p, gc=False) for p in "BE")
+_SKIPPED += _BEGIN_END
 _INT_DECODER = msgspec.json.Decoder(list[Union[(IntEvent, Metadata) + _SKIPPED]])  # type: ignore[misc]
 _LENIENT_DECODER = msgspec.json.Decoder(list[Union[(LenientEvent, Metadata) + _SKIPPED]])  # type: ignore[misc]
 
@@ -125,6 +129,8 @@ def decode_chunk(data: bytes, loads) -> Chunk | None:
     xs = [e for e in events if e.__class__ is cls]
     thread_names: dict = {}
     if len(xs) != len(events):
+        if any(e.__class__ in _BEGIN_END for e in events):
+            return None
         for e in [e for e in events if e.__class__ is Metadata]:
             try:
                 if loads(bytes(e.name)) == "thread_name":
