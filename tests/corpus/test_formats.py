@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from trainperf.corpus.formats import CLOCK_SKEW_US, VARIANTS, clock_skew, hip_runtime, no_flows, old_pytorch, rocm
+from trainperf.corpus.formats import (CLOCK_SKEW_US, VARIANTS, begin_end, clock_skew, hip_runtime, no_flows,
+                                     old_pytorch, rocm)
 from trainperf.corpus.kineto import read_events, write_events
 from trainperf.diagnose.api import diagnose
 
@@ -72,3 +73,17 @@ def test_diagnose_reads_the_run_not_the_format(tmp_path, case, variant):
         rank = int(f.name[4:f.name.index(".")])
         write_events(tmp_path / f.name, VARIANTS[variant](read_events(f), rank))
     assert _top(tmp_path) == _top(traces)
+
+
+def test_begin_end_writes_nested_spans_as_pairs_in_time_order_and_keeps_overlaps_complete():
+    x = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 20},
+         {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 90, "dur": 30},  # past the step
+         {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 1, "tid": 2, "ts": 5, "dur": 10},
+         {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 12, "dur": 3}]
+    out = begin_end({"traceEvents": x}, 0)["traceEvents"]
+    main = [(e["ph"], e.get("name"), e["ts"]) for e in out if e.get("tid") == 1]
+    assert main == [("B", "ProfilerStep#1", 0), ("B", "aten::mm", 10), ("E", None, 30),
+                    ("X", "aten::add", 90), ("E", None, 100)]
+    assert [(e["ph"], e["ts"]) for e in out if e.get("tid") == 2] == [("B", 5), ("E", 15)]
+    assert x[4] in out  # device work untouched

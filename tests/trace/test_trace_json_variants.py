@@ -1,7 +1,9 @@
 """Chrome trace JSON as other writers (and older Kineto) write it: spans as begin/end ("B"/"E") pairs, numbers
-written as inf/NaN. Reference: the same trace written as complete ("X") events with finite numbers, read by the
-same loader; the begin/end stream is made by an independent serialiser (a stack walk over the spans)."""
+written as inf/NaN, a file cut before its end. Reference: the same trace written as complete ("X") events with
+finite numbers (a cut file: its events before the cut, written whole), read by the same loader; the begin/end
+stream is made by an independent serialiser (a stack walk over the spans)."""
 
+import gzip
 import json
 
 import numpy as np
@@ -128,9 +130,75 @@ def test_numbers_written_as_inf_or_nan_read_as_absent(tmp_path, monkeypatch, tok
     assert _rows(read_kineto(odd)) == _rows(read_kineto(ref))
 
 
-def test_a_cut_trace_still_says_it_is_incomplete(tmp_path):
-    ref, odd = _with_non_finite(tmp_path, "inf")
-    text = odd.read_text()
-    (tmp_path / "cut.json").write_text(text[:len(text) * 2 // 3])
-    with pytest.raises(TrainperfError, match="cut.json: invalid JSON .*is the trace complete"):
-        read_kineto(tmp_path / "cut.json")
+def _events_text(events: list[dict], array: bool = False, closed: bool = True) -> str:
+    """A trace's text with one event per line: Kineto's object format, or Chrome's bare array of events."""
+    body = ",\n".join(json.dumps(e) for e in events)
+    if array:
+        return "[\n" + body + ("\n]" if closed else "\n")
+    return '{"schemaVersion": 1, "traceEvents": [\n' + body + '\n], "traceName": "x"}'
+
+
+@pytest.mark.parametrize("where", [0.3, 0.5, 0.9])  # inside a string, a number or a key of event k
+def test_a_cut_trace_reads_the_events_before_the_cut(tmp_path, where):
+    events = _job().events
+    k = len(events) * 2 // 3
+    text = _events_text(events)
+    line = json.dumps(events[k])
+    at = text.index(line) + int(len(line) * where)
+    (tmp_path / "cut.json").write_text(text[:at])
+    (tmp_path / "first_k.json").write_text(_events_text(events[:k]))
+    got, reference = read_kineto(tmp_path / "cut.json"), read_kineto(tmp_path / "first_k.json")
+    assert _rows(got) == _rows(reference)
+    assert got.metadata["truncated"] == {"events_read": k}
+    assert "truncated" not in reference.metadata
+
+
+def test_a_cut_gzip_reads_what_it_inflates(tmp_path):
+    events = _job().events
+    data = gzip.compress(_events_text(events).encode())
+    (tmp_path / "cut.json.gz").write_bytes(data[:len(data) * 3 // 4])
+    got = read_kineto(tmp_path / "cut.json.gz")
+    k = got.metadata["truncated"]["events_read"]
+    assert 0 < k < len(events)
+    (tmp_path / "first_k.json").write_text(_events_text(events[:k]))
+    assert _rows(got) == _rows(read_kineto(tmp_path / "first_k.json"))
+
+
+def test_a_chrome_array_without_its_closing_bracket_is_whole(tmp_path):
+    """Chrome's array format may leave out its "]" (a writer streaming its events): every event, nothing cut."""
+    events = _job().events
+    (tmp_path / "open.json").write_text(_events_text(events, array=True, closed=False))
+    (tmp_path / "closed.json").write_text(_events_text(events, array=True))
+    got = read_kineto(tmp_path / "open.json")
+    assert _rows(got) == _rows(read_kineto(tmp_path / "closed.json")) and "truncated" not in got.metadata
+
+
+@pytest.mark.parametrize("text, why", [
+    ('{"traceEvents": [{"ph": "X", "cat": "kernel"', "cut before any whole event"),
+    ('{"traceEvents": [{"ph": "X"}, ]}', "a trailing comma: written wrong, not cut"),
+])
+def test_what_is_not_a_cut_trace_stays_invalid(tmp_path, text, why):
+    (tmp_path / "bad.json").write_text(text)
+    with pytest.raises(TrainperfError, match="bad.json: invalid JSON .*is the trace complete"):
+        read_kineto(tmp_path / "bad.json")
+
+
+def test_damage_before_the_last_events_stays_invalid(tmp_path):
+    events = _job().events
+    text = _events_text(events)
+    first = json.dumps(events[3])
+    (tmp_path / "bad.json").write_text(text.replace(first, first[:-1] + ', "oops": }'))
+    with pytest.raises(TrainperfError, match="bad.json: invalid JSON"):
+        read_kineto(tmp_path / "bad.json")
+
+
+def test_a_cut_trace_says_so_and_its_findings_are_of_low_confidence(tmp_path):
+    from trainperf.diagnose.api import diagnose
+
+    events = _job().events
+    text = _events_text(events)
+    (tmp_path / "rank0.json").write_text(text[:text.index(json.dumps(events[-3])) + 10])
+    d = diagnose(tmp_path / "rank0.json")
+    assert any("the trace file ends inside its events" in n and f"{len(events) - 3} complete events read" in n
+               for n in d.notes)
+    assert all(f.confidence == "low" for f in d.findings)

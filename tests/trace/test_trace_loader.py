@@ -122,11 +122,16 @@ def test_bad_input_is_one_clear_line(tmp_path, content, message):
 
 
 def test_truncated_gzip(tmp_path):
+    # cut before any whole event: an error; cut later: the events before the cut, marked as cut
+    # (tests/trace/test_trace_json_variants.py)
     p = _small(tmp_path)
     data = p.read_bytes()
-    (tmp_path / "trunc.json.gz").write_bytes(data[: len(data) // 2])
+    (tmp_path / "trunc.json.gz").write_bytes(data[:12])
     with pytest.raises(TrainperfError, match="truncated or corrupt gzip"):
         read_kineto(tmp_path / "trunc.json.gz")
+    (tmp_path / "half.json.gz").write_bytes(data[: len(data) // 2])
+    half, whole = read_kineto(tmp_path / "half.json.gz"), read_kineto(p)
+    assert 0 < len(half) < len(whole) and half.metadata["truncated"]["events_read"] == len(half)
 
 
 def _tb(**kw) -> TraceBuilder:

@@ -100,6 +100,10 @@ def test_bad_gzip_is_one_clear_line_with_either_inflater(tmp_path, monkeypatch, 
             data[i] ^= 0x5A
     p = tmp_path / "bad.json.gz"
     p.write_bytes(bytes(data))
+    if damage == "truncate":  # a cut file: the events before the cut, marked as cut, whichever inflater
+        t = read_kineto(p)
+        assert 0 < t.metadata["truncated"]["events_read"] == len(t) < 600
+        return
     with pytest.raises(TrainperfError, match="gzip|invalid JSON") as e:
         read_kineto(p)
     assert "\n" not in str(e.value) and str(p) in str(e.value)

@@ -138,8 +138,55 @@ def no_profiler_steps(doc: dict, rank: int) -> dict:
     return _with_events(doc, [e for e in _events(doc) if not STEP_RE.match(str(e.get("name", "")))])
 
 
+HOST_SPAN_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "Operator"})
+
+
+def begin_end(doc: dict, rank: int) -> dict:
+    """As a tracer that writes spans as begin/end pairs writes them: each host thread's spans ("ph": "X" of
+    HOST_SPAN_CATS) as "B" at its start and "E" at its end, in time order, the inner span's end first. A span
+    that starts inside another and ends after it cannot be written so (an "E" ends the latest open "B") and stays
+    complete, as such a writer would have to leave it."""
+    spans: dict[tuple, list[dict]] = {}
+    out = []
+    for e in _events(doc):
+        if e.get("ph") == "X" and e.get("cat") in HOST_SPAN_CATS:
+            spans.setdefault((e.get("pid"), e.get("tid")), []).append(e)
+        else:
+            out.append(e)
+    for thread in spans.values():
+        open_spans: list[dict] = []
+
+        def close_until(t: float) -> None:
+            while open_spans and _end(open_spans[-1]) <= t:
+                done = open_spans.pop()
+                out.append({"ph": "E", "pid": done.get("pid"), "tid": done.get("tid"), "ts": _end(done)})
+
+        for e in sorted(thread, key=lambda e: (float(e["ts"]), -float(e["dur"]))):
+            close_until(float(e["ts"]))
+            if open_spans and _end(e) > _end(open_spans[-1]):
+                out.append(e)  # overlaps the open span without nesting in it: stays complete
+                continue
+            out.append({k: v for k, v in e.items() if k not in ("ph", "dur")} | {"ph": "B"})
+            open_spans.append(e)
+        close_until(float("inf"))
+    return _with_events(doc, out)
+
+
+def _end(e: dict) -> float:
+    return float(e["ts"]) + float(e["dur"])
+
+
+def non_finite_numbers(doc: dict, rank: int) -> dict:
+    """As Kineto wrote copies of zero duration (pytorch/kineto#105): a "memory bandwidth (GB/s)" arg of each copy
+    whose value is not a finite number (infinity; Python's json writes it Infinity)."""
+    return _with_events(doc, [{**e, "args": {**e["args"], "memory bandwidth (GB/s)": float("inf")}}
+                              if e.get("cat") in ("gpu_memcpy", "Memcpy") and isinstance(e.get("args"), dict) else e
+                              for e in _events(doc)])
+
+
 VARIANTS: dict[str, Callable[[dict, int], dict]] = {
     "rocm": rocm, "no_flows": no_flows, "no_operator_ids": no_operator_ids,
     "no_distributed_info": no_distributed_info, "clock_skew": clock_skew, "no_python_stack": no_python_stack,
-    "old_pytorch": old_pytorch, "no_profiler_steps": no_profiler_steps,
+    "old_pytorch": old_pytorch, "no_profiler_steps": no_profiler_steps, "begin_end": begin_end,
+    "non_finite_numbers": non_finite_numbers,
 }

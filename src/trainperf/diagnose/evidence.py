@@ -66,8 +66,8 @@ def rank_caveats(f: RankFacts) -> list[Caveat]:
     """The limits of one rank's evidence (see the module docstring)."""
     t, w = f.table, f.window
     out: list[Caveat] = []
-    for check in (steps_caveat, counter_mode_caveat, sampled_caveat, host_hole_caveat, warmup_caveat, devices_caveat,
-                  profiled_host_caveat):
+    for check in (truncated_caveat, steps_caveat, counter_mode_caveat, sampled_caveat, host_hole_caveat, warmup_caveat,
+                  devices_caveat, profiled_host_caveat):
         c = check(f)
         if c is not None:
             out.append(c)
@@ -311,6 +311,19 @@ def profiled_host_caveat(f: RankFacts) -> Caveat | None:
                        f"{verdict}; give the step time measured without the profiler (diagnose --unprofiled-step-ms) "
                        "to price them on the job's own host",
                   confidence="medium" if stands else "low", kinds=PROFILED_HOST_KINDS)
+
+
+def truncated_caveat(f: RankFacts) -> Caveat | None:
+    """The trace file ends inside its events (kineto.read_kineto: metadata "truncated"): what was written after the
+    cut is lost, and a writer's file order is not time order (Kineto writes each host thread's operators, then
+    the runtime calls and device work), so any part of the window may miss its launches or its kernels."""
+    cut = f.table.metadata.get("truncated")
+    if not cut:
+        return None
+    return Caveat(note=f"the trace file ends inside its events (cut: an export or a copy stopped early): "
+                       f"{cut.get('events_read', 0):,} complete events read, the rest lost, from any part of the "
+                       "window (the profiler does not write in time order): GPU idle time may be overstated and "
+                       "host calls or kernels missing; re-export the trace or copy the whole file", confidence="low")
 
 
 def steps_caveat(f: RankFacts) -> Caveat | None:

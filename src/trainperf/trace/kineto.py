@@ -63,13 +63,59 @@ _NON_FINITE_RE = re.compile(rb"([:\[,]\s*)-?(?:NaN|Infinity|inf|nan)(?=\s*[,\]}]
 def _open(path: Path):
     with open(path, "rb") as f:
         magic = f.read(2)
-    return _gzip_module.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+    return _GzipToItsCut(path) if magic == b"\x1f\x8b" else open(path, "rb")
+
+
+class _GzipToItsCut:
+    """A gzip file read through _gzip_module (igzip: fast) and, when it ends before gzip's end marker (a copy or
+    an export stopped early), through zlib from where that stopped to the cut: igzip's read drops what it
+    inflated in the call that meets the cut, zlib's decompressobj gives every byte before it. Then EOFError."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.fast = _gzip_module.open(path, "rb")
+        self.returned = 0  # bytes inflated and returned so far
+        self.to_cut = None  # the pieces after them, once the fast reader met the cut
+
+    def read(self, n: int) -> bytes:
+        """Up to n bytes (a cut file's last pieces: any size); b"" at a whole file's end."""
+        if self.to_cut is None:
+            try:
+                data = self.fast.read(n)
+                self.returned += len(data)
+                return data
+            except EOFError:
+                self.to_cut = self._inflate_to_cut()
+        piece = next(self.to_cut, None)
+        if piece is None:
+            raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+        return piece
+
+    def _inflate_to_cut(self):
+        inflater, skip = zlib.decompressobj(wbits=31), self.returned
+        with open(self.path, "rb") as f:
+            while raw := f.read(CHUNK_BYTES):
+                out = inflater.decompress(raw)
+                if skip:
+                    drop = min(skip, len(out))
+                    out, skip = out[drop:], skip - drop
+                if out:
+                    yield out
+
+    def close(self) -> None:
+        self.fast.close()
+
+
+class _CutGzip(TrainperfError):
+    """A gzip stream that ends before its end marker: the file was cut (a copy or an export stopped early)."""
 
 
 def _read(stream, path: Path, n: int) -> bytes:
     try:
         return stream.read(n)
-    except (EOFError, gzip.BadGzipFile, zlib.error, _IsalError, OSError) as e:
+    except EOFError as e:
+        raise _CutGzip(f"{path}: truncated or corrupt gzip file ({e or type(e).__name__})") from None
+    except (gzip.BadGzipFile, zlib.error, _IsalError, OSError) as e:
         raise TrainperfError(f"{path}: truncated or corrupt gzip file ({e or type(e).__name__})") from None
 
 
@@ -88,6 +134,19 @@ def _loads_lenient(data: bytes):
         if not _NON_FINITE_RE.search(data):
             raise
     return _loads(_NON_FINITE_RE.sub(rb"\1null", data))
+
+
+def _ends_inside(events: bytes) -> bool:
+    """Whether the text of a trace's last events, not valid JSON, is valid up to its end: the file was cut inside
+    a value, not damaged or written wrong before it. Python's json module, for the position of its error."""
+    import json
+
+    text = _NON_FINITE_RE.sub(rb"\1null", events).decode("utf-8", errors="replace").rstrip()
+    try:
+        json.loads("[" + text)
+    except json.JSONDecodeError as e:  # a string open at the end is reported where it starts
+        return e.msg.startswith("Unterminated string") or e.pos >= len(text) + 1
+    return False
 
 
 def _decode_events(data: bytes) -> Chunk:
@@ -186,8 +245,12 @@ def iter_event_chunks(path: Path):
         shapes = _SHAPES_KEY in buf  # record_shapes=True writes "Input Dims" on every op: profiler overhead
         if shapes:
             yield "profiler", {"record_shapes": True}
+        cut_gzip, any_events = None, False
         while True:
-            more = _read(stream, path, CHUNK_BYTES)
+            try:
+                more = _read(stream, path, CHUNK_BYTES)
+            except _CutGzip as e:  # the events inflated so far stand; the tail below finds where they stop
+                more, cut_gzip = b"", e
             if not more:
                 break
             if not shapes and _SHAPES_KEY in more:
@@ -196,17 +259,28 @@ def iter_event_chunks(path: Path):
             buf += more
             chunk, buf = _cut_batch(buf)
             if chunk is not None:
+                any_events = True
                 yield chunk
         # the tail: last events, the end of the array and (object format) the trailing keys
         try:
             if array_format:
-                yield _decode_events(b"[" + buf)
+                # Chrome's array format may leave out its closing "]" (a writer that streams its events)
+                tail = buf.rstrip()
+                yield _decode_events(b"[" + (tail if tail.endswith(b"]") else tail.rstrip(b",") + b"]"))
             else:
                 chunk, trailer = _decode_tail(b'{"traceEvents":[' + buf)
                 yield chunk
                 yield "trailer", trailer
         except _DecodeError as e:
-            raise _invalid(path, e) from None
+            # a file that ends inside its events (an export or a copy stopped early): the complete events before
+            # the cut are the trace, marked as cut, when they parse; text that is not JSON before its end (damage,
+            # or a file written wrong) still makes it invalid, and so does a cut before any whole event
+            chunk, _ = _cut_batch(buf)
+            if not _ends_inside(buf) or (chunk is None and not any_events):
+                raise (cut_gzip or _invalid(path, e)) from None
+            if chunk is not None:
+                yield chunk
+            yield "cut", {}
     finally:
         stream.close()
 
@@ -368,8 +442,10 @@ def read_kineto(path: str | Path, rank: int | None = None) -> EventTable:
     header: dict = {}
     profiler: dict = {}
     builder = ColumnBuilder()
+    cut = False
     for item in iter_event_chunks(path):
         if item.__class__ is tuple:
+            cut |= item[0] == "cut"
             if isinstance(item[1], dict):
                 (profiler if item[0] == "profiler" else header).update(item[1])
             continue
@@ -386,6 +462,8 @@ def read_kineto(path: str | Path, rank: int | None = None) -> EventTable:
         raise error(f"{path}: no complete ('ph': 'X') or begin/end ('B'/'E') events among {builder.skipped} entries; "
                     "is this a Kineto trace (torch.profiler export_chrome_trace)?")
     cols = builder.columns()
+    if cut:
+        header["truncated"] = {"events_read": builder.rows}
     dist = header.get("distributedInfo")
     if rank is None:
         rank = -1
@@ -393,7 +471,8 @@ def read_kineto(path: str | Path, rank: int | None = None) -> EventTable:
             r = to_int(dist.get("rank"), -1)
             rank = r if r >= 0 else -1
     meta = {k: v for k, v in header.items() if k in ("schemaVersion", "distributedInfo", "deviceProperties",
-                                                     "baseTimeNanoseconds", "displayTimeUnit", "traceName")}
+                                                     "baseTimeNanoseconds", "displayTimeUnit", "traceName",
+                                                     "truncated")}
     meta["profiler"] = {"record_shapes": bool(profiler.get("record_shapes"))}
     table = EventTable(rank=rank, source=str(path), names=builder.names, arg_texts=builder.arg_texts, metadata=meta,
                        thread_names=builder.thread_names, ts_was_float=builder.ts_float,
