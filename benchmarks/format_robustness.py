@@ -1,7 +1,8 @@
 """Do diagnose's findings depend on the trace's format? The labeled corpus rewritten as other set-ups write it.
 
 Each variant of trainperf.corpus.formats (ROCm names, no flow events, no operator ids, no distributedInfo, ranks'
-clocks apart, no Python stack, PyTorch 1.8 categories) rewrites every case's traces and changes no time stamp but
+clocks apart, no Python stack, PyTorch 1.8 categories, no ProfilerSteps, host spans as begin/end pairs, copies'
+bandwidth written as Infinity) rewrites every case's traces and changes no time stamp but
 by a constant per rank, so the right diagnosis is the same. The script scores `trainperf evaluate`'s figures on
 each rewritten corpus beside the untouched one, in the same run, and lists every case whose top finding changed.
 

@@ -202,3 +202,16 @@ def test_a_cut_trace_says_so_and_its_findings_are_of_low_confidence(tmp_path):
     assert any("the trace file ends inside its events" in n and f"{len(events) - 3} complete events read" in n
                for n in d.notes)
     assert all(f.confidence == "low" for f in d.findings)
+
+
+def test_a_file_cut_among_the_host_operators_blames_the_cut_not_the_profiler_set_up(tmp_path):
+    """Kineto writes the host's operators first, then the runtime calls and kernels: cut among the former, the file
+    holds no GPU event, and the advice is to re-export the file, not to profile CUDA activity."""
+    from trainperf.diagnose.api import diagnose
+
+    events = _job().events
+    host = [e for e in events if e["cat"] in HOST_CATS]
+    text = _events_text(host + [e for e in events if e["cat"] not in HOST_CATS])
+    (tmp_path / "rank0.json").write_text(text[:text.index(json.dumps(host[-2]))])
+    skipped = [f for f in diagnose(tmp_path / "rank0.json").findings if f.kind == "gpu_analyses_skipped"]
+    assert skipped and "cut before its end" in skipped[0].recommendation

@@ -300,6 +300,11 @@ def rank_list(ranks) -> str:
     return ", ".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs)
 
 
+# gpu_analyses_skipped in a file cut before its end: the profiler writes the device's events after the host's
+CUT_FILE_RECOMMENDATION = ("The trace file was cut before its end, and the profiler writes GPU events after the "
+                           "host's operators: they may be in the part lost. Re-export the trace, or copy the whole "
+                           "file, for the GPU analyses.")
+
 RECOMMENDATIONS = {
     "data_loader_stall": "Feed the GPU faster: raise DataLoader num_workers, set pin_memory=True and "
                          "persistent_workers=True, prefetch (prefetch_factor) or move decoding/augmentation off "

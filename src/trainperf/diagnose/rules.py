@@ -607,10 +607,14 @@ def idle_gpu(f: RankFacts, found: list[Finding]) -> Finding | None:
 
 
 def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
-    """The rank has no device events: only host-side rules ran."""
+    """The rank has no device events: only host-side rules ran. In a file cut before its end (kineto.read_kineto's
+    "truncated"), the device events may be in the part lost (Kineto writes them after the host's operators)."""
     if f.has_gpu:
         return None
-    return F.rank_finding(f, "gpu_analyses_skipped", {"device_events": (0, "count")}, severity="low")
+    x = F.rank_finding(f, "gpu_analyses_skipped", {"device_events": (0, "count")}, severity="low")
+    if f.table.metadata.get("truncated"):
+        x.recommendation = F.CUT_FILE_RECOMMENDATION
+    return x
 
 
 # misaligned_gemm (diagnose/gemm_shapes.py): 16-bit GEMMs whose row lengths break the tensor cores' alignment;
