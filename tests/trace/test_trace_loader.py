@@ -335,3 +335,18 @@ def test_a_folder_of_trace_folders_names_them(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(TrainperfError, match=r"its subfolders hold some \(iteration_2/, iteration_4/, iteration_10/\)"):
         load_trace(tmp_path)
+
+
+def test_a_folder_per_node_or_per_rank_is_the_job(tmp_path):
+    # a multi-node job's traces gathered a folder per node (node0/rank0.json, node1/rank2.json ...), or a folder per
+    # rank whose file names carry none (rank3/trace.json): read together, as one folder of the job's files would be
+    for node, ranks in (("node0", (0, 1)), ("node1", (2, 3))):
+        (tmp_path / "nodes" / node).mkdir(parents=True)
+        for r in ranks:
+            b = TraceBuilder(rank=r, world_size=4).cpu("aten::add", 0, 5)
+            b.write(tmp_path / "nodes" / node / f"rank{r}.json.gz")
+    assert sorted(load_trace(tmp_path / "nodes")) == [0, 1, 2, 3]
+    for r in (0, 1):
+        (tmp_path / "ranks" / f"rank_{r}").mkdir(parents=True)
+        TraceBuilder(rank=None).cpu("aten::add", 0, 5).write(tmp_path / "ranks" / f"rank_{r}" / "trace.json.gz")
+    assert sorted(load_trace(tmp_path / "ranks")) == [0, 1]

@@ -24,13 +24,17 @@ class NotATraceWarning(LoadWarning):
 
 RANK_IN_NAME_RE = re.compile(r"rank[-_ ]?(\d+)", re.I)
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz", ".xplane.pb", ".sqlite")
+# subfolders of one job's traces, one per rank or per node ("rank3", "rank_3", "node1", "worker-2"); other
+# subfolders (torchtitan's profile_trace/iteration_N/, one per profiled iteration or run) are diagnosed one at a time
+RANK_OR_NODE_FOLDER_RE = re.compile(r"(?:rank|node|worker)[-_ ]?\d+", re.I)
 
 
 def trace_files(path: str | Path) -> list[Path]:
     """The trace files at path: the file itself, or the .json/.json.gz/.xplane.pb/.sqlite files of a folder and one
     file (the kernel trace where there is one) per process of its rocprofv3 CSV files, the reader taking
     that process's other CSV files beside it; a process whose `<prefix>_results.json` is there too is read
-    from the JSON (sorted)."""
+    from the JSON (sorted). A folder with no trace file of its own whose subfolders are one a rank or a node
+    (RANK_OR_NODE_FOLDER_RE: rank0/, node1/): their files, subfolder by subfolder in natural order."""
     from trainperf.trace.rocprof_csv import csv_groups
 
     path = Path(path)
@@ -59,6 +63,9 @@ def trace_files(path: str | Path) -> list[Path]:
         below = sorted((p for p in path.iterdir() if p.is_dir()
                         and any(q.is_file() and q.name.endswith(TRACE_SUFFIXES) for q in p.iterdir())),
                        key=_natural_key)
+        if below and all(RANK_OR_NODE_FOLDER_RE.fullmatch(p.name) for p in below):
+            # a folder per rank or per node (rank0/, node1/ ...): the job's traces, read together
+            return [f for p in below for f in trace_files(p)]
         hint = (f"; its subfolders hold some ({', '.join(p.name + '/' for p in below[-3:])}"
                 f"{', ...' if len(below) > 3 else ''}): diagnose one of them" if below else "")
         raise TrainperfError(f"{path}: no trace files in this folder (.json, .json.gz, .xplane.pb, nsys's .sqlite "
@@ -78,8 +85,9 @@ def is_run_folder(path: Path, files: list[Path]) -> bool:
 
 
 def rank_from_name(path: Path) -> int | None:
-    """Rank number written in a file name ("rank3", "rank-3", "rank_3"), else None."""
-    m = RANK_IN_NAME_RE.search(path.name)
+    """Rank number written in a file name ("rank3", "rank-3", "rank_3"), else in its folder's name when that is a
+    rank's (trace_files: rank3/trace.json), else None."""
+    m = RANK_IN_NAME_RE.search(path.name) or RANK_IN_NAME_RE.fullmatch(path.parent.name)
     return int(m.group(1)) if m else None
 
 
