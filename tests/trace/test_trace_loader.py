@@ -350,3 +350,21 @@ def test_a_folder_per_node_or_per_rank_is_the_job(tmp_path):
         (tmp_path / "ranks" / f"rank_{r}").mkdir(parents=True)
         TraceBuilder(rank=None).cpu("aten::add", 0, 5).write(tmp_path / "ranks" / f"rank_{r}" / "trace.json.gz")
     assert sorted(load_trace(tmp_path / "ranks")) == [0, 1]
+
+
+@pytest.mark.parametrize("runtime_cat", ["xpu_runtime", "xpu_driver", "privateuse1_driver", "mlu_runtime"])
+def test_other_vendors_runtime_calls_are_runtime_calls(tmp_path, runtime_cat):
+    # Kineto's categories of Intel's XPU, Cambricon's MLU and out-of-tree backends (libkineto ActivityType.cpp): their
+    # launches link to their kernels as CUDA's do
+    from trainperf.trace.events import KERNEL, RUNTIME
+
+    b = TraceBuilder()
+    b.launch("gemm_kernel", 10, 20, 50, runtime="urEnqueueKernelLaunch")
+    doc = b.doc()
+    for e in doc["traceEvents"]:
+        if e["cat"] == "cuda_runtime":
+            e["cat"] = runtime_cat
+    (tmp_path / "t.json").write_text(json.dumps(doc))
+    t = read_kineto(tmp_path / "t.json")
+    assert sorted(t.kind.tolist()) == sorted([RUNTIME, KERNEL])
+    assert len(set(t.correlation.tolist())) == 1

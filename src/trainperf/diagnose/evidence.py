@@ -42,7 +42,9 @@ PROFILED_HOST_KINDS = frozenset({"launch_bound", "small_kernels", "host_work", "
 HOST_TIME_KINDS = frozenset({"launch_bound", "small_kernels", "idle_gpu", "data_loader_stall", "checkpoint_stall",
                              "compile_stall"}) | HOST_SPAN_KINDS
 CROSS_RANK_KINDS = frozenset({"straggler", "load_imbalance", "exposed_comm", "pipeline_bubble"})
-_LAUNCH_WORDS = ("LaunchKernel", "LaunchCooperativeKernel", "Memcpy", "Memset", "GraphLaunch")
+# runtime calls that put work on a device: CUDA's and HIP's, Level Zero's and SYCL's unified runtime's (XPU:
+# urEnqueueKernelLaunch, urEnqueueUSMMemcpy)
+_LAUNCH_WORDS = ("LaunchKernel", "KernelLaunch", "LaunchCooperativeKernel", "Memcpy", "Memset", "GraphLaunch")
 HOLE_KINDS = (CPU_OP, RUNTIME, PYTHON, USER_ANNOTATION, KERNEL, MEMCPY, MEMSET)  # what fills a stretch of the window
 
 

@@ -28,16 +28,19 @@ CATEGORY_NAMES = ("gemm", "attention", "communication", "elementwise", "reductio
                   "memcpy", "memset", "other")
 
 # raw Kineto `cat` strings (current and 2021 schema) -> kind
+# Kineto's activity types (libkineto ActivityType.cpp) by the category each writes, other vendors' devices included
+# (Intel's XPU, Cambricon's MLU, out-of-tree backends' privateuse1): their runtime calls launch work as CUDA's do
 CAT_TO_KIND = {
     "kernel": KERNEL, "Kernel": KERNEL, "mtia_ccp_events": KERNEL,
-    "gpu_memcpy": MEMCPY, "Memcpy": MEMCPY,
-    "gpu_memset": MEMSET, "Memset": MEMSET,
+    "gpu_memcpy": MEMCPY, "Memcpy": MEMCPY, "mlu_memcpy": MEMCPY,
+    "gpu_memset": MEMSET, "Memset": MEMSET, "mlu_memset": MEMSET,
     "cpu_op": CPU_OP, "Operator": CPU_OP, "operator": CPU_OP,
     "cuda_runtime": RUNTIME, "Runtime": RUNTIME, "cuda_driver": RUNTIME,
-    "privateuse1_runtime": RUNTIME, "mtia_runtime": RUNTIME,
+    "privateuse1_runtime": RUNTIME, "privateuse1_driver": RUNTIME, "mtia_runtime": RUNTIME,
+    "xpu_runtime": RUNTIME, "xpu_driver": RUNTIME, "mlu_runtime": RUNTIME,
     "python_function": PYTHON, "python": PYTHON,
     "user_annotation": USER_ANNOTATION,
-    "gpu_user_annotation": GPU_ANNOTATION,
+    "gpu_user_annotation": GPU_ANNOTATION, "mlu_user_annotation": GPU_ANNOTATION,
     "cuda_sync": GPU_SYNC,
 }
 DEVICE_KINDS = (KERNEL, MEMCPY, MEMSET)
