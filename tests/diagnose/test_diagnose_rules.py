@@ -374,3 +374,18 @@ def test_a_preconditioned_optimizer_is_told_to_precondition_less_often(tmp_path)
     d = diagnose(_host_bound_optimizer_phase(tmp_path, "Shampoo"))
     x = next(f for f in d.findings if f.kind == "optimizer_slow")
     assert "precondition_frequency" in x.recommendation and "foreach" not in x.recommendation
+
+
+def test_idle_a_dismissed_finding_had_explained_is_named_after_pricing(tmp_path):
+    # the steady 39.6 %-idle window above: a host sync found by its rule explains the idle (idle_gpu stays silent);
+    # dismissed by the pricing (its fix gains under MIN_GAIN_PCT: HTA's negative_queue trace, 0.03 %), it explains
+    # none of it, and idle_gpu names the idle over what is kept. Not when a kept finding explains it, when the
+    # dismissed kind never explained idle, or when idle_gpu was found already
+    steady = _gemm_steps_with_first_launch(tmp_path, 10.0)
+    sync = F.rank_finding(steady, "host_sync", {}, severity="low")
+    assert rules.idle_gpu(steady, [sync]) is None
+    late = rules.idle_left_by_dismissed(steady, [], ["host_sync"])
+    assert late is not None and late.kind == "idle_gpu" and late.evidence == rules.idle_gpu(steady, []).evidence
+    assert rules.idle_left_by_dismissed(steady, [sync], ["data_loader_stall"]) is None
+    assert rules.idle_left_by_dismissed(steady, [], ["fp32_matmul"]) is None
+    assert rules.idle_left_by_dismissed(steady, [late], ["host_sync"]) is None

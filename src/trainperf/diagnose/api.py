@@ -24,7 +24,7 @@ from trainperf.diagnose.facts import DeviceTiming, RankFacts, StragglerFacts, co
 from trainperf.diagnose.modules import module_breakdown
 from trainperf.diagnose.pipeline import later_stage, stages_from_openings
 from trainperf.diagnose.steps import gpu_step_periods_us, memcpy_bandwidth
-from trainperf.diagnose.rules import run_rules
+from trainperf.diagnose.rules import idle_left_by_dismissed, run_rules
 from trainperf.diagnose.unprofiled import host_calibration, run_unprofiled_step_ms
 from trainperf.diagnose.window import analysis_window, find_step_markers, one_profiling_cycle
 from trainperf.errors import TrainperfError
@@ -305,6 +305,8 @@ def analyse_rank(f: RankFacts, job_caveats: list[Caveat] = ()) -> tuple[RankSumm
     """One rank's summary, its findings ranked by marginal gain (evidence times from its first event,
     confidence lowered by the limits of the evidence, evidence.py), and its order of fixes."""
     ranked, plan = F.rank_by_marginal_gain(run_rules(f), f.gain)
+    late = idle_left_by_dismissed(f, ranked, plan.dismissed)
+    ranked += [late] if late else []
     own = rank_caveats(f)
     caveats = own + list(job_caveats)
     apply_caveats(ranked, caveats)
