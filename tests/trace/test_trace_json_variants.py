@@ -153,6 +153,17 @@ def test_a_cut_trace_reads_the_events_before_the_cut(tmp_path, where):
     assert "truncated" not in reference.metadata
 
 
+def test_a_file_cut_in_the_keys_after_its_events_reads_them_but_the_last(tmp_path):
+    # cut inside "traceName"'s value: the events are whole but the last, which the cut's batch leaves out
+    events = _job().events
+    text = _events_text(events)
+    (tmp_path / "cut.json").write_text(text[:text.index('"traceName": "x"') + 15])
+    (tmp_path / "first_k.json").write_text(_events_text(events[:-1]))
+    got = read_kineto(tmp_path / "cut.json")
+    assert _rows(got) == _rows(read_kineto(tmp_path / "first_k.json"))
+    assert got.metadata["truncated"] == {"events_read": len(events) - 1}
+
+
 def test_a_cut_gzip_reads_what_it_inflates(tmp_path):
     events = _job().events
     data = gzip.compress(_events_text(events).encode())

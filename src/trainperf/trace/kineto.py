@@ -10,6 +10,10 @@ peak memory stays near one chunk of events plus the 8-byte columns.
 
 A cut is only accepted when the batch ``[` + piece + `]`` parses: a boundary that falls inside a
 nested object or a string cannot parse, so any formatting (pretty-printed or one line) works.
+
+Chrome's format as writers other than Kineto use it is read too: spans as begin/end pairs (begin_end.py), numbers
+written inf/NaN (read as null), a bare array without its closing bracket; and a file cut before its end gives its
+whole events before the cut, marked "truncated" in the table's metadata (the diagnosis lowers its confidence).
 """
 
 from __future__ import annotations
@@ -133,19 +137,25 @@ def _loads_lenient(data: bytes):
     except _DecodeError:
         if not _NON_FINITE_RE.search(data):
             raise
-    return _loads(_NON_FINITE_RE.sub(rb"\1null", data))
+    return _loads(_finite(data))
 
 
-def _ends_inside(events: bytes) -> bool:
-    """Whether the text of a trace's last events, not valid JSON, is valid up to its end: the file was cut inside
-    a value, not damaged or written wrong before it. Python's json module, for the position of its error."""
+def _finite(data: bytes) -> bytes:
+    """data with every number written as no JSON number (_NON_FINITE_RE) written null."""
+    return _NON_FINITE_RE.sub(rb"\1null", data)
+
+
+def _ends_inside(text: bytes) -> bool:
+    """Whether a trace's text (from its start, or from its events array's as b'{"traceEvents":[' + the rest), not
+    valid JSON, is valid up to its end: the file was cut inside a value, not damaged or written wrong before it.
+    Python's json module, for the position of its error."""
     import json
 
-    text = _NON_FINITE_RE.sub(rb"\1null", events).decode("utf-8", errors="replace").rstrip()
+    doc = _finite(text).decode("utf-8", errors="replace").rstrip()
     try:
-        json.loads("[" + text)
+        json.loads(doc)
     except json.JSONDecodeError as e:  # a string open at the end is reported where it starts
-        return e.msg.startswith("Unterminated string") or e.pos >= len(text) + 1
+        return e.msg.startswith("Unterminated string") or e.pos >= len(doc)
     return False
 
 
@@ -262,21 +272,23 @@ def iter_event_chunks(path: Path):
                 any_events = True
                 yield chunk
         # the tail: last events, the end of the array and (object format) the trailing keys
+        opening = b"[" if array_format else b'{"traceEvents":['
         try:
             if array_format:
                 # Chrome's array format may leave out its closing "]" (a writer that streams its events)
                 tail = buf.rstrip()
                 yield _decode_events(b"[" + (tail if tail.endswith(b"]") else tail.rstrip(b",") + b"]"))
             else:
-                chunk, trailer = _decode_tail(b'{"traceEvents":[' + buf)
+                chunk, trailer = _decode_tail(opening + buf)
                 yield chunk
                 yield "trailer", trailer
         except _DecodeError as e:
-            # a file that ends inside its events (an export or a copy stopped early): the complete events before
-            # the cut are the trace, marked as cut, when they parse; text that is not JSON before its end (damage,
-            # or a file written wrong) still makes it invalid, and so does a cut before any whole event
+            # a file that ends inside its events or the keys after them (an export or a copy stopped early): the
+            # complete events before the cut are the trace, marked as cut, when they parse; text that is not JSON
+            # before its end (damage, or a file written wrong) still makes it invalid, and so does a cut before any
+            # whole event
             chunk, _ = _cut_batch(buf)
-            if not _ends_inside(buf) or (chunk is None and not any_events):
+            if not _ends_inside(opening + buf) or (chunk is None and not any_events):
                 raise (cut_gzip or _invalid(path, e)) from None
             if chunk is not None:
                 yield chunk
