@@ -121,12 +121,15 @@ def _launch_points(doc: dict, r: Rank, per_step: int, rng: random.Random) -> lis
     out = []
     for s in r.steps:
         inside = starts[(starts > s.ts) & (starts < s.end)]
-        if not inside.size:
-            continue
-        offset = rng.random()
-        pos = ((np.arange(per_step) + offset) * inside.size / per_step).astype(int)
-        out += [float(x) for x in inside[np.clip(pos, 0, inside.size - 1)]]
+        if inside.size:
+            out += [float(x) for x in _evenly(inside, per_step, rng)]
     return out
+
+
+def _evenly(items: np.ndarray, n: int, rng: random.Random) -> np.ndarray:
+    """n of items (non-empty) evenly spread over them from a random offset (one draw of rng)."""
+    pos = ((np.arange(n) + rng.random()) * items.size / n).astype(int)
+    return items[np.clip(pos, 0, items.size - 1)]
 
 
 def _host(ranks: dict, work_of) -> tuple[dict, list[int]]:
@@ -403,8 +406,7 @@ def inject_gpu_held(ranks: dict, size: float, rng: random.Random):
         for s in r.steps:
             inside = kernels[(starts >= s.ts) & (starts < s.end)]
             if inside.size:
-                pos = ((np.arange(GPU_HOLDS_PER_STEP) + rng.random()) * inside.size / GPU_HOLDS_PER_STEP).astype(int)
-                hold.update({int(inside[min(p, inside.size - 1)]): size for p in pos})
+                hold.update({int(k): size for k in _evenly(inside, GPU_HOLDS_PER_STEP, rng)})
         out[rank] = insert_device_delays(doc, hold=hold, latency_us=r.latency_us)
     return out, sorted(ranks)
 

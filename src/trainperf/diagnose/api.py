@@ -194,13 +194,14 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
         if not gpu_ranks and len(tables) >= 2 else {}
     sync_floor = buffer_sync_floor_us(broadcasts, windows)
     long_enough = hs is not None and testable(hs.steps, hs.n_ranks)
+    priced_long_enough = hs is not None and testable(hs.judged_steps, hs.n_ranks)  # the steps without a stall
     straggler = None
     if hs is not None:
         straggler = StragglerFacts(rank=hs.rank, caused_us=hs.gain_us * hs.steps, caused_per_other_us=hs.gain_us,
                                    imbalance_pct=0.0, events=[], host_gain_pct=hs.gain_pct, host_gain_us=hs.gain_us,
                                    host_p_value=hs.p_value, host_snr=hs.snr, host_testable=long_enough,
                                    host_stalled_steps=hs.stalled_steps, host_unstalled_p_value=hs.unstalled_p_value,
-                                   host_unstalled_testable=testable(hs.judged_steps, hs.n_ranks),
+                                   host_unstalled_testable=priced_long_enough,
                                    host_unstalled_snr=hs.unstalled_snr)
     if not gpu_ranks:
         notes.append("no kernel/memcpy/memset events in the trace: GPU analyses (breakdown, idle, overlap, "
@@ -223,7 +224,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     described = [timing[r].p2p_group_size for r in gpu_ranks if timing[r].p2p_role == "pipeline"]
     stages = max(described) if described else stages_from_openings(openings) if untraced is None else 0
     job_caveats += [untraced] if untraced else []
-    if hs is not None and not testable(hs.judged_steps, hs.n_ranks):
+    if hs is not None and not priced_long_enough:
         needed = straggler_steps_needed(hs.n_ranks, stragglers.STRAGGLER_HOST_ALPHA)
         without = " without a DataLoader or checkpoint stall" if hs.stalled_steps else ""
         job_caveats.append(Caveat(

@@ -18,9 +18,8 @@ and may not be removable (a second job the machine must run). Not read on a samp
 (evidence.is_sampled), whose missing events would read as such waits, nor for work queued behind what the GPU ran
 before the trace began (Window.queued_until_us), which the trace never recorded, nor for a stream's first event in
 the window (its stream may have been busy with such work: an H200 graph replay's first kernel, 3.4 ms after its
-launch as the profile opened), nor where a launch whose device
-work the trace lost (CUPTI drops records when its buffers fill) came before the waiting work's, whose lost work may
-have run in the wait.
+launch as the profile opened), nor where a launch whose device work the trace lost (CUPTI drops records when its
+buffers fill) came before the waiting work's, whose lost work may have run in the wait.
 """
 
 from __future__ import annotations
