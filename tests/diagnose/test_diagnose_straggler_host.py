@@ -135,7 +135,7 @@ def test_extra_work_only_in_the_steps_with_a_stall_goes_with_the_stall(tmp_path)
     hs = host_straggler(load_trace(_write(tmp_path, {k: 5.0 for k in fetch}, fetch_ms=fetch, steps=14)))
     assert hs.rank == 1 and hs.steps == 13 and hs.stalled_steps == 9
     assert hs.extra_us == pytest.approx([0.0] * 4 + [5e3] * 9, abs=5.0)
-    assert hs.p_value == pytest.approx(2 / 2**9)
+    assert hs.recurrence.p_value == pytest.approx(2 / 2**9)
     assert hs.gain_us == pytest.approx(0.0, abs=5.0)
     d = diagnose(tmp_path)
     assert not [f for f in d.findings if f.kind == "straggler"]
@@ -164,9 +164,9 @@ def test_a_small_straggler_is_confirmed_on_the_steps_it_is_priced_on(tmp_path):
     that says why (corpus checkpoint_stall-high-real: rank 1 late by a few ms beside each checkpoint's writes)."""
     fetch = {k: EXTRA_MS for k in range(2, 7)}
     hs = host_straggler(load_trace(_write(tmp_path, {k: 4.0 for k in range(STEPS)}, fetch_ms=fetch)))
-    assert hs.rank == 1 and hs.steps == STEPS - 1 and hs.stalled_steps == 5 and hs.judged_steps == 2
-    assert hs.p_value == pytest.approx(2 / 2**7)
-    assert hs.unstalled_p_value == pytest.approx(2 * 0.25)  # 1 of the 4 sign patterns of (+4, +4) reaches it
+    assert hs.rank == 1 and hs.steps == STEPS - 1 and hs.stalled_steps == 5 and hs.unstalled.steps == 2
+    assert hs.recurrence.p_value == pytest.approx(2 / 2**7)
+    assert hs.unstalled.p_value == pytest.approx(2 * 0.25)  # 1 of the 4 sign patterns of (+4, +4) reaches it
     assert hs.gain_pct == pytest.approx(4.0, abs=0.05)
     d = diagnose(tmp_path)
     assert not [f for f in d.findings if f.kind == "straggler"]
@@ -182,7 +182,7 @@ def test_a_one_off_wait_in_one_step_is_not_a_straggler(tmp_path):
     hs = host_straggler(load_trace(tmp_path))
     assert hs.rank == 1 and hs.steps == STEPS - 1
     assert hs.gain_pct == pytest.approx(100 * EXTRA_MS / ((STEPS - 1) * STEP_MS), abs=0.05)
-    assert hs.p_value == pytest.approx(1.0)
+    assert hs.recurrence.p_value == pytest.approx(1.0)
 
 
 def _p2p_rank(rank: int, late_ms: float) -> dict:
@@ -247,9 +247,9 @@ def test_a_rank_slower_only_in_some_steps_is_noise_not_a_straggler(tmp_path):
     hs = host_straggler(tables, keep)
     assert hs.rank == 1 and hs.gain_pct == pytest.approx(100 * 35.0 / (5 * STEP_MS), abs=0.05)
     assert hs.extra_us == pytest.approx([30e3, 45e3, 20e3, -25e3, -35e3], abs=1.0)
-    assert hs.p_value == pytest.approx(1.0)
+    assert hs.recurrence.p_value == pytest.approx(1.0)
     # 5 steps cannot pass the test (2 / 32 > 0.05): the heuristic decides, -10 / 60 < 1
-    assert hs.snr == pytest.approx(-10.0 / 60.0, abs=0.01)
+    assert hs.recurrence.snr == pytest.approx(-10.0 / 60.0, abs=0.01)
     assert not [f for f in diagnose(tmp_path).findings if f.kind == "straggler"]
 
 
@@ -261,7 +261,7 @@ def test_a_rank_late_in_some_steps_costs_its_share_of_the_window(tmp_path):
     hs = host_straggler(load_trace(_write(tmp_path, {k: EXTRA_MS for k in range(1, STEPS - 1)})))
     assert hs.rank == 1 and hs.steps == STEPS - 1
     assert hs.gain_pct == pytest.approx(100 * 6 * EXTRA_MS / ((STEPS - 1) * STEP_MS), abs=0.05)
-    assert hs.p_value == pytest.approx(2 * 2 / 128)
+    assert hs.recurrence.p_value == pytest.approx(2 * 2 / 128)
     found = [f for f in diagnose(tmp_path).findings if f.kind == "straggler"]
     assert len(found) == 1 and found[0].ranks == [1]
 

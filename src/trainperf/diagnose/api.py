@@ -15,7 +15,7 @@ from trainperf.diagnose.crossrank import (ComputeStraggler, CrossRank, MatchedCo
                                          compute_before_collectives, compute_straggler, cross_rank, host_straggler,
                                          laggards, lateness_by_step, lateness_share, persistent_laggard,
                                          slow_ranks, slowest_rank_min_p_value,
-                                         slowest_rank_p_value, straggler_min_p_value,
+                                         slowest_rank_p_value,
                                          straggler_p_value, straggler_steps_needed)
 from trainperf.diagnose.ddp import BUFFER_BROADCASTS, buffer_broadcasts, buffer_sync_floor_us
 from trainperf.diagnose.evidence import (Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes,
@@ -144,12 +144,6 @@ def _restrict_steps(t: EventTable, steps: tuple[int, int]) -> EventTable:
     return t.take(sel)
 
 
-def testable(steps: int, n_ranks: int) -> bool:
-    """Whether a window of `steps` steps of n_ranks ranks is long enough for the straggler's sign-flip test to pass
-    at all (crossrank.straggler_min_p_value at most stragglers.STRAGGLER_HOST_ALPHA)."""
-    return straggler_min_p_value(steps, n_ranks) <= stragglers.STRAGGLER_HOST_ALPHA
-
-
 def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None, top: int = 10,
              progress: bool = False, modules: str | None = None, unprofiled_step_ms: float | None = None) -> Diagnosis:
     """Diagnose the trace(s) at path (a Kineto file or a folder of ranks); return a Diagnosis.
@@ -193,16 +187,10 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     broadcasts = {r: buffer_broadcasts(t, windows[r]) for r, t in tables.items()} \
         if not gpu_ranks and len(tables) >= 2 else {}
     sync_floor = buffer_sync_floor_us(broadcasts, windows)
-    long_enough = hs is not None and testable(hs.steps, hs.n_ranks)
-    priced_long_enough = hs is not None and testable(hs.judged_steps, hs.n_ranks)  # the steps without a stall
     straggler = None
     if hs is not None:
         straggler = StragglerFacts(rank=hs.rank, caused_us=hs.gain_us * hs.steps, caused_per_other_us=hs.gain_us,
-                                   imbalance_pct=0.0, events=[], host_gain_pct=hs.gain_pct, host_gain_us=hs.gain_us,
-                                   host_p_value=hs.p_value, host_snr=hs.snr, host_testable=long_enough,
-                                   host_stalled_steps=hs.stalled_steps, host_unstalled_p_value=hs.unstalled_p_value,
-                                   host_unstalled_testable=priced_long_enough,
-                                   host_unstalled_snr=hs.unstalled_snr)
+                                   imbalance_pct=0.0, events=[], host=hs)
     if not gpu_ranks:
         notes.append("no kernel/memcpy/memset events in the trace: GPU analyses (breakdown, idle, overlap, "
                      "launches, critical path) are skipped; host-side analyses only")
@@ -224,13 +212,12 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     described = [timing[r].p2p_group_size for r in gpu_ranks if timing[r].p2p_role == "pipeline"]
     stages = max(described) if described else stages_from_openings(openings) if untraced is None else 0
     job_caveats += [untraced] if untraced else []
-    if hs is not None and not priced_long_enough:
+    if hs is not None and not stragglers.testable(hs.unstalled.steps, hs.n_ranks):  # the steps without a stall
         needed = straggler_steps_needed(hs.n_ranks, stragglers.STRAGGLER_HOST_ALPHA)
         without = " without a DataLoader or checkpoint stall" if hs.stalled_steps else ""
         job_caveats.append(Caveat(
-            note=f"{hs.judged_steps} common profiled steps{without} are too few to test a slow rank against load noise "
-                 f"(a rank slower in every step would still have p = "
-                 f"{straggler_min_p_value(hs.judged_steps, hs.n_ranks):.3f} > "
+            note=f"{hs.unstalled.steps} common profiled steps{without} are too few to test a slow rank against load "
+                 f"noise (a rank slower in every step would still have p = {hs.unstalled.min_p_value:.3f} > "
                  f"{stragglers.STRAGGLER_HOST_ALPHA}): a straggler is named from how far its extra work recurs, "
                  f"unconfirmed; profile at least {needed} steps{' without one' if hs.stalled_steps else ''}",
             confidence="low", kinds=frozenset({"straggler"})))
@@ -273,8 +260,9 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
                    "host_straggler_rank": hs.rank, "host_straggler_gain_pct": hs.gain_pct,
                    "host_own_work_us": hs.own_us, "host_wait_us": hs.wait_us, "host_steps": hs.steps,
                    "host_stalled_steps_left_out": hs.stalled_steps,
-                   "host_straggler_p_value": hs.p_value, "host_straggler_testable": long_enough,
-                   "host_straggler_within_noise": stragglers.extra_work_is_noise(hs.p_value, long_enough, hs.snr)}
+                   "host_straggler_p_value": hs.recurrence.p_value,
+                   "host_straggler_testable": stragglers.testable(hs.steps, hs.n_ranks),
+                   "host_straggler_within_noise": stragglers.extra_work_is_noise(hs.recurrence)}
     if xr is not None:
         st = xr.straggler
         xr_json = {"n_collectives_matched": len(xr.collectives), "wait_by_rank_us": xr.wait_by_rank_us,
@@ -396,7 +384,7 @@ def _compute_extra_is_noise(cs: ComputeStraggler) -> bool:
     n_ranks = cs.by_step_us.shape[1]
     if n_ranks >= 3 and slowest_rank_min_p_value(cs.steps, n_ranks) <= stragglers.STRAGGLER_HOST_ALPHA:
         return slowest_rank_p_value(cs.by_step_us) > stragglers.STRAGGLER_HOST_ALPHA
-    if n_ranks == 2 and testable(cs.steps, n_ranks):
+    if n_ranks == 2 and stragglers.testable(cs.steps, n_ranks):
         return straggler_p_value(cs.extra_by_step_us, n_ranks) > stragglers.STRAGGLER_HOST_ALPHA
     slowest = {cs.ranks[i] for i in np.argmax(cs.by_step_us, axis=1)}
     return not slowest <= set(cs.group_ratio or [cs.rank])

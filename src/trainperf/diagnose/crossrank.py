@@ -408,6 +408,30 @@ WAKE_NS = 2_000_000
 STALLED_STEP_MIN_PCT = 5.0
 
 
+@dataclass(frozen=True, kw_only=True)
+class Recurrence:
+    """How consistently the slowest rank's per-step extra work recurs over `steps` steps of n_ranks ranks:
+    p_value, straggler_p_value of it (the chance that load noise alone, as often one way as the other, makes some
+    rank's extra this consistent); snr, recurring_over_opposite of it (what is left to judge by when the steps are
+    too few for the test: straggler_min_p_value says how low p_value can go)."""
+
+    steps: int
+    n_ranks: int
+    p_value: float = 1.0
+    snr: float = float("inf")
+
+    @classmethod
+    def of(cls, extra_us: np.ndarray, n_ranks: int) -> "Recurrence":
+        """The recurrence of a per-step extra (µs) among n_ranks ranks."""
+        return cls(steps=int(np.asarray(extra_us).size), n_ranks=n_ranks,
+                   p_value=straggler_p_value(extra_us, n_ranks), snr=recurring_over_opposite(extra_us))
+
+    @property
+    def min_p_value(self) -> float:
+        """The smallest p_value these steps allow (every step's extra positive)."""
+        return straggler_min_p_value(self.steps, self.n_ranks)
+
+
 @dataclass(kw_only=True)
 class HostStraggler:
     """The straggler of a CPU-only job, from where each rank's training-loop thread spends its steps.
@@ -418,26 +442,33 @@ class HostStraggler:
     wait for the straggler, min(extra, their communication time) summed over the window's steps with its sign (a
     step in which the others are slower counts against it), per step (µs) and % of the steps' time: a straggler
     late in some steps costs its share of the window, and step-to-step noise, as often one way as the other,
-    cancels instead of adding up. p_value: straggler_p_value of the per-step extra (extra_us) among n_ranks ranks:
-    the chance that load noise alone, as often one way as the other, makes some rank's extra this consistent;
-    snr: recurring_over_opposite of it, what is left to judge by when the steps are too few for the test;
-    unstalled_p_value / unstalled_snr: the same over the judged_steps steps its gain is priced on (those without
-    a stall, host_straggler)."""
+    cancels instead of adding up. recurrence: how consistently its per-step extra (extra_us) recurs over every
+    common step; unstalled: the same over the steps its gain is priced on (those without a stall, host_straggler).
+    """
 
     rank: int
     gain_pct: float
     gain_us: float
     own_us: dict[int, float]
     wait_us: dict[int, float]
-    steps: int
-    p_value: float = 1.0
-    n_ranks: int = 2
-    snr: float = float("inf")
+    recurrence: Recurrence
+    unstalled: Recurrence
     extra_us: list[float] = field(default_factory=list)  # per common step: the straggler's extra own work (µs)
-    stalled_steps: int = 0  # common steps its gain left out: a DataLoader or checkpoint stall in them (host_straggler)
-    judged_steps: int = 0   # common steps its gain is priced on (steps - stalled_steps)
-    unstalled_p_value: float = 1.0
-    unstalled_snr: float = float("inf")
+
+    @property
+    def steps(self) -> int:
+        """The ranks' common profiled steps (count)."""
+        return self.recurrence.steps
+
+    @property
+    def n_ranks(self) -> int:
+        """The ranks compared (count)."""
+        return self.recurrence.n_ranks
+
+    @property
+    def stalled_steps(self) -> int:
+        """Common steps its gain left out: a DataLoader or checkpoint stall in them (count)."""
+        return self.recurrence.steps - self.unstalled.steps
 
 
 def _merge(iv: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -576,15 +607,14 @@ def host_straggler(tables: dict[int, EventTable], keep: dict[int, np.ndarray] | 
     step, only in the steps with a checkpoint's writes or a DataLoader's sleep). Where the window has at least 2
     steps without a stall, the others' wait per step is that of those steps, over every step of the window
     (stalled_steps: how many it left out): the rank's extra work only beside stalls gains nothing once they are
-    fixed. Which rank is late, and how consistently (p_value, snr), is judged on every step: a few steps before a
+    fixed. Which rank is late, and how consistently (recurrence), is judged on every step: a few steps before a
     stall's onset are too few to test, and the warm-up among them often late on one rank (corpus
     data_loader_stall-low-real: tested on its 2 unstalled steps alone, rank 1 would be a 30 % straggler). Its
-    recurrence is judged again on the priced steps alone (unstalled_p_value, unstalled_snr over judged_steps of
-    them), for the rule to ask both: extra work that recurs only beside the stalls is the stalls', and the fix of
-    the stall leaves none of it (corpus checkpoint_stall-high-real, 2026-12-06: rank 1 late in all 10 steps, p
-    0.01, by a few ms in the 6 with a checkpoint's writes; its 4 other steps are too few for the test, and their
-    4 % per step too little to name a straggler without it). With a stall in (nearly) every step, all steps are
-    priced and judged."""
+    recurrence is judged again on the priced steps alone (unstalled), for the rule to ask both: extra work that
+    recurs only beside the stalls is the stalls', and the fix of the stall leaves none of it (corpus
+    checkpoint_stall-high-real, 2026-12-06: rank 1 late in all 10 steps, p 0.01, by a few ms in the 6 with a
+    checkpoint's writes; its 4 other steps are too few for the test, and their 4 % per step too little to name a
+    straggler without it). With a stall in (nearly) every step, all steps are priced and judged."""
     if keep is None:
         keep = {r: analysis_window(t).keep for r, t in tables.items()}
     per = {r: host_step_waits(t, keep.get(r)) for r, t in tables.items()}
@@ -615,11 +645,9 @@ def host_straggler(tables: dict[int, EventTable], keep: dict[int, np.ndarray] | 
     total = float(step.sum())
     return HostStraggler(rank=srank, gain_pct=100.0 * gain_us * step.size / total if total > 0 else 0.0,
                          gain_us=gain_us, own_us={r: float(np.median(v)) for r, v in own.items()},
-                         wait_us={r: float(np.median(v)) for r, v in wait.items()}, steps=len(common),
-                         p_value=straggler_p_value(x, len(ranks)), n_ranks=len(ranks), snr=recurring_over_opposite(x),
-                         extra_us=[float(v) for v in x], stalled_steps=int((~priced).sum()), judged_steps=int(priced.sum()),
-                         unstalled_p_value=straggler_p_value(x[priced], len(ranks)),
-                         unstalled_snr=recurring_over_opposite(x[priced]))
+                         wait_us={r: float(np.median(v)) for r, v in wait.items()},
+                         recurrence=Recurrence.of(x, len(ranks)), unstalled=Recurrence.of(x[priced], len(ranks)),
+                         extra_us=[float(v) for v in x])
 
 
 def straggler_p_value(extra_us: np.ndarray, n_ranks: int) -> float:

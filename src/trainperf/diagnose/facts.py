@@ -13,7 +13,8 @@ import numpy as np
 from trainperf.diagnose.autograd_links import backward_node_mask
 from trainperf.diagnose.collectives import (BARRIER_RE, TransferRate, comm_args, scalar_collective_rows,
                                           transfer_rate)
-from trainperf.diagnose.crossrank import P2P_KIND, collective_rows, compute_per_step, group_kind, host_step_waits
+from trainperf.diagnose.crossrank import (P2P_KIND, HostStraggler, collective_rows, compute_per_step, group_kind,
+                                         host_step_waits)
 from trainperf.diagnose.gpu_time import (CategoryTime, IdleSplit, Overlap, TemporalBreakdown, comm_comp_overlap,
                                          idle_in_span_us, idle_split, kernel_breakdown, temporal_breakdown)
 from trainperf.diagnose.host import (COMPILE_RE, HostSpans, allocator_calls, checkpoint_spans, compile_spans,
@@ -44,16 +45,7 @@ class StragglerFacts:
     imbalance_pct: float
     events: list  # (name, start µs from the straggler's first event, dur µs)
     compute_ratio: float = 1.0  # the straggler's compute time / the median of the other ranks' (>= 1)
-    host_gain_pct: float | None = None  # CPU-only job (crossrank.host_straggler): step share the others wait
-    host_gain_us: float = 0.0
-    host_p_value: float = 1.0  # CPU-only job: chance that load noise alone makes its extra work this consistent
-    host_testable: bool = True  # CPU-only job: enough steps for host_p_value to pass (else host_snr decides)
-    host_snr: float = float("inf")  # CPU-only job: the straggler's recurring extra work over the opposite excess
-    host_stalled_steps: int = 0  # CPU-only job: steps with a DataLoader/checkpoint stall its gain left out
-    # CPU-only job: host_p_value / host_testable / host_snr over the steps its gain is priced on (those without a stall)
-    host_unstalled_p_value: float = 1.0
-    host_unstalled_testable: bool = True
-    host_unstalled_snr: float = float("inf")
+    host: HostStraggler | None = None  # CPU-only job: the straggler of the ranks' host steps (crossrank.host_straggler)
     extra_compute_us: float = 0.0  # the straggler's compute beyond the other ranks' median, summed over steps
     # ranks whose collectives cannot be matched (crossrank.compute_straggler): the straggler and the ranks computing
     # alike with it (a slow pipeline stage's data- or tensor-parallel copies), each with its compute ratio

@@ -7,6 +7,7 @@ name its what-if. Thresholds beside the rules that read them.
 from __future__ import annotations
 
 from trainperf.diagnose import findings as F
+from trainperf.diagnose.crossrank import Recurrence, straggler_min_p_value
 from trainperf.diagnose.facts import RankFacts, StragglerFacts
 from trainperf.diagnose.pipeline import schedule_names
 from trainperf.diagnose.replay import Change
@@ -40,12 +41,18 @@ STRAGGLER_HOST_MIN_SNR = 1.0
 STRAGGLER_MIN_COMPUTE_RATIO = 1.05
 
 
-def extra_work_is_noise(p_value: float, testable: bool, snr: float) -> bool:
+def testable(steps: int, n_ranks: int) -> bool:
+    """Whether `steps` steps of n_ranks ranks are enough for the straggler's sign-flip test to pass at all
+    (crossrank.straggler_min_p_value at most STRAGGLER_HOST_ALPHA)."""
+    return straggler_min_p_value(steps, n_ranks) <= STRAGGLER_HOST_ALPHA
+
+
+def extra_work_is_noise(r: Recurrence) -> bool:
     """Whether a CPU-only job's slowest rank's extra work per step is within load noise, so no straggler: the
-    sign-flip test (crossrank.straggler_p_value above STRAGGLER_HOST_ALPHA) when the window has the steps for it,
-    else the recurrence heuristic (crossrank.recurring_over_opposite below STRAGGLER_HOST_MIN_SNR). GPU ranks whose
-    collectives cannot be matched are judged by their computation per step (api._compute_extra_is_noise)."""
-    return p_value > STRAGGLER_HOST_ALPHA if testable else snr < STRAGGLER_HOST_MIN_SNR
+    sign-flip test (its p_value above STRAGGLER_HOST_ALPHA) when its steps are enough for it (testable), else the
+    recurrence heuristic (its snr below STRAGGLER_HOST_MIN_SNR). GPU ranks whose collectives cannot be matched are
+    judged by their computation per step (api._compute_extra_is_noise)."""
+    return r.p_value > STRAGGLER_HOST_ALPHA if testable(r.steps, r.n_ranks) else r.snr < STRAGGLER_HOST_MIN_SNR
 
 
 def straggler(f: RankFacts) -> F.Finding | None:
@@ -55,24 +62,25 @@ def straggler(f: RankFacts) -> F.Finding | None:
     s = f.straggler
     if s is None:
         return None
-    if s.host_gain_pct is not None:  # CPU-only job: priced from the other ranks' per-step wait, no replay
+    h = s.host
+    if h is not None:  # CPU-only job: priced from the other ranks' per-step wait, no replay
         # its extra work recurs over the window, and again over the steps without a stall its gain is priced on
         # (crossrank.host_straggler): extra work only beside the stalls is theirs
-        noise = extra_work_is_noise(s.host_p_value, s.host_testable, s.host_snr) or \
-            extra_work_is_noise(s.host_unstalled_p_value, s.host_unstalled_testable, s.host_unstalled_snr)
-        small = not s.host_unstalled_testable and s.host_gain_pct < STRAGGLER_HOST_MIN_PCT
-        if f.rank != s.rank or noise or small:
+        noise = extra_work_is_noise(h.recurrence) or extra_work_is_noise(h.unstalled)
+        small = not testable(h.unstalled.steps, h.n_ranks) and h.gain_pct < STRAGGLER_HOST_MIN_PCT
+        if f.rank != h.rank or noise or small:
             return None
-        metrics = {"others_wait_per_step": (s.host_gain_us, "us"), "others_wait_share": (s.host_gain_pct, "%"),
-                   "p_value_load_noise": (s.host_p_value, ""), "extra_work_over_opposite": (min(s.host_snr, 1e6), "x")}
+        metrics = {"others_wait_per_step": (h.gain_us, "us"), "others_wait_share": (h.gain_pct, "%"),
+                   "p_value_load_noise": (h.recurrence.p_value, ""),
+                   "extra_work_over_opposite": (min(h.recurrence.snr, 1e6), "x")}
         stalls = ""
-        if s.host_stalled_steps:  # priced marginal to the DataLoader/checkpoint stalls' fixes (crossrank.host_straggler)
-            metrics["steps_with_stall_left_out"] = (s.host_stalled_steps, "count")
-            metrics["p_value_load_noise_unstalled_steps"] = (s.host_unstalled_p_value, "")
+        if h.stalled_steps:  # priced marginal to the DataLoader/checkpoint stalls' fixes (crossrank.host_straggler)
+            metrics["steps_with_stall_left_out"] = (h.stalled_steps, "count")
+            metrics["p_value_load_noise_unstalled_steps"] = (h.unstalled.p_value, "")
             stalls = ", in the steps without a DataLoader or checkpoint stall"
-        found = F.rank_finding(f, kind="straggler", metrics=metrics, gain_pct=s.host_gain_pct,
-                               gain_us=s.host_gain_us, ranks=[s.rank], evidence_pct=s.host_gain_pct,
-                               what_if=f"no rank waits for rank {s.rank} (host only: the others' wait per "
+        found = F.rank_finding(f, kind="straggler", metrics=metrics, gain_pct=h.gain_pct,
+                               gain_us=h.gain_us, ranks=[h.rank], evidence_pct=h.gain_pct,
+                               what_if=f"no rank waits for rank {h.rank} (host only: the others' wait per "
                                        f"step{stalls})")
         if schedule_names(f.table, f.window).named:  # a pipeline stage: its schedule names itself (pipeline.py)
             found.recommendation = F.STRAGGLER_STAGE_RECOMMENDATION
@@ -249,7 +257,7 @@ def load_imbalance(f: RankFacts) -> F.Finding | None:
     no rank is slow, the ranks get unequal work per step (sequence lengths without packing, MoE routing, uneven
     shards). Priced, like a straggler's waiting ranks, as this rank's waits inside collectives removed."""
     s = f.straggler
-    if (s is None or s.persistent or s.slow_ranks or s.host_gain_pct is not None or not f.waits
+    if (s is None or s.persistent or s.slow_ranks or s.host is not None or not f.waits
             or paused_not_loaded(s) or _one_recurring_late_rank(s)):
         return None
     return _turn_waits(f, "load_imbalance", "every rank's work per step balanced: nobody waits in collectives")
