@@ -44,6 +44,21 @@ def test_marginal_gains_by_hand():
     assert fa.severity == "high" and fb.severity == "low" and fb.gain_is_upper_bound and not fa.gain_is_upper_bound
 
 
+def test_a_fix_worth_more_after_others_is_rated_by_what_it_gains_now():
+    # a host-bound step: removing a DataLoader wait gains 20 % alone; a blocking sync costs 2 % alone (the host is
+    # late anyway) but 15 % once the wait is gone (20 + 15 = 35 % together). The sync is priced second, its
+    # marginal gain 15 %; rated by the 2 % it gives whatever else is done: low, as rank_key ranks it, not medium
+    # from a gain that exists only after the other fix
+    a, b = Change("remove_data_wait"), Change("remove_syncs")
+    table = {(): 0.0, (a,): 20.0, (b,): 2.0, (a, b): 35.0}
+    fa, fb = _finding("data_loader_stall", a), _finding("host_sync", b)
+    ranked, plan = F.rank_by_marginal_gain([fb, fa], _gain_table(table, first=a))
+    assert [f.kind for f in ranked] == ["data_loader_stall", "host_sync"] and plan.fix_all_gain_pct == 35.0
+    assert (fb.gain_pct, fb.gain_alone_pct, fb.fix_order) == (15.0, 2.0, 2)
+    assert F.severity_of(15.0) != "low" and fb.severity == F.severity_of(2.0) == "low"
+    assert fa.severity == F.severity_of(20.0)
+
+
 def test_every_rule_is_a_function_of_the_facts(tmp_path):
     # one healthy step: no rule fires, and each rule is callable on the facts alone
     b = TraceBuilder()
