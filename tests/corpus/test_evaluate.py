@@ -41,6 +41,17 @@ def test_confusion_table_by_hand_all_severities():
     assert s["top1_misses"] == {"data_loader_stall": {"launch_bound": 1}}
 
 
+def test_whatif_error_of_the_fix_alone_by_hand():
+    # A: priced 20 % after the fixes before it, 18.5 % alone, truth 18 -> 2.0 and 0.5 pp; C: no gain alone given
+    # (a scorer's own findings): its gain_pct stands for it, |4 - 6| = 2 both ways
+    cases = [CaseResult(name="A", kind="data_loader_stall", ranks=[0], true_gain_pct=18.0, severity="high",
+                        findings=[{**_f("data_loader_stall", "high", 20.0), "gain_alone_pct": 18.5}]),
+             CASES[2]]
+    s = score(cases, "low")
+    assert (s["whatif_median_abs_error_pct"], s["whatif_max_abs_error_pct"]) == (2.0, 2.0)
+    assert (s["whatif_alone_median_abs_error_pct"], s["whatif_alone_max_abs_error_pct"]) == (1.25, 2.0)
+
+
 def test_confusion_table_by_hand_medium_and_up():
     s = score(CASES, "medium")
     assert s["kinds"]["data_loader_stall"]["precision"] == 1.0 and s["kinds"]["data_loader_stall"]["recall"] == 0.5

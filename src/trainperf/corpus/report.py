@@ -28,7 +28,9 @@ def print_scores(s: dict, console: Console) -> None:
     h = s["healthy_false_findings"]
     console.print(f"false findings on healthy cases: high {h['high']}, medium {h['medium']}, low {h['low']}")
     console.print(f"what-if |predicted - true gain| (pp, over {s['whatif_n']} detected cases): median "
-                  f"{_f(s['whatif_median_abs_error_pct'], True)}, max {_f(s['whatif_max_abs_error_pct'], True)}")
+                  f"{_f(s['whatif_median_abs_error_pct'], True)}, max {_f(s['whatif_max_abs_error_pct'], True)}; "
+                  f"the fix priced alone, as the truth is: median {_f(s.get('whatif_alone_median_abs_error_pct'), True)}"
+                  f", max {_f(s.get('whatif_alone_max_abs_error_pct'), True)}")
     if s["other_predicted_kinds"]:
         console.print("kinds found that no case is labeled with (cases): "
                       + ", ".join(f"{k} {n}" for k, n in s["other_predicted_kinds"].items()))
