@@ -32,6 +32,8 @@ step "diagnose: the traces the training run just wrote"
 "$TP" diagnose "$OUT/train/traces" --html "$OUT/diagnose_train.html" --json-out "$OUT/diagnose_train.json"
 step "diagnose: a real 2-rank GPU job (HTA's test traces, MIT, shipped in scripts/demo_data)"
 "$TP" diagnose scripts/demo_data/hta_trace_filter --top 5 --html "$OUT/diagnose_gpu.html" --json-out "$OUT/diagnose_gpu.json"
+step "evaluate: are the findings right? scored on the committed labeled cases (faults injected into HTA's traces)"
+"$TP" evaluate tests/corpus/data --html "$OUT/evaluate.html" --json-out "$OUT/evaluate.json"
 
 step "train again: the same run with a 20 ms data-loader stall per batch from step 16 on (a fault of known size)"
 "$TP" train --model tiny --steps 30 --profile-steps 20:22 --fault slow-data=20 --fault-steps 16:30 --out "$OUT/train_slow"

@@ -13,9 +13,9 @@ HTA = Path(__file__).resolve().parents[2] / "../shared/data/traces/hta"
 
 
 def test_evaluate_on_the_committed_subset(tmp_path, capsys):
-    out = tmp_path / "scores.json"
+    out, page = tmp_path / "scores.json", tmp_path / "eval.html"
     with pytest.raises(SystemExit) as e:
-        main(["evaluate", str(DATA), "--json", str(out)])
+        main(["evaluate", str(DATA), "--json", str(out), "--html", str(page)])
     assert e.value.code == 0
     s = json.loads(out.read_text())
     assert set(s["kinds"]) == {"data_loader_stall", "pageable_copy", "straggler"}
@@ -26,6 +26,10 @@ def test_evaluate_on_the_committed_subset(tmp_path, capsys):
     assert set(s["healthy_false_findings"]) == {"high", "medium", "low"}
     assert 0 <= s["top1_accuracy"] <= 1 and s["n_cases"] == 4 and s["n_healthy"] == 1
     assert len(s["cases"]) == 4
+    # each case says how it went: its top finding, and whether that is the labeled kind
+    right = {c["name"]: c["top1"] for c in s["cases"]}
+    assert right["healthy-trace_filter"] is None and right["data_loader_stall-high-trace_filter"] is True
+    assert page.read_text().startswith("<!doctype html>") and "data_loader_stall-high-trace_filter" in page.read_text()
     # a DataLoader fetch holding 20 % of every step, named as PyTorch names it, must be found
     assert s["kinds"]["data_loader_stall"]["recall"] == 1.0
     assert "top-1 accuracy" in capsys.readouterr().out

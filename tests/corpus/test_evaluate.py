@@ -164,3 +164,50 @@ def test_real_run_arguments_extend_the_base_layout():
     assert run_args(("--layout", "zero=3"), "grad_sync_per_microbatch") == ("--layout", "zero=3,ga=4")
     assert run_args((), "grad_sync_per_microbatch") == ("--layout", "ga=4")
     assert run_args(("--layout", "zero=3"), "straggler") == ("--layout", "zero=3")
+
+
+def test_each_case_outcome_by_hand():
+    from trainperf.corpus.evaluate import case_outcomes
+
+    def case(name, kind, base, found):
+        return CaseResult(name=name, kind=kind, ranks=[0], true_gain_pct=10.0, severity="high", base=base,
+                          findings=[{**_f(k, sev, g), "gain_alone_pct": alone} for k, sev, g, alone in found])
+    cases = [case("h", "healthy", "b", [("launch_bound", "medium", 8.0, 8.0)]),
+             case("x", "host_sync", "b", [("launch_bound", "medium", 8.0, 8.0), ("host_sync", "low", 2.0, 1.5)]),
+             case("y", "host_sync", "c", [("host_sync", "high", 12.0, None)]),
+             case("z", "host_sync", "b", [("small_kernels", "low", 3.0, 3.0)])]
+    o = case_outcomes(cases)
+    assert [(c.top_kind, c.top1, c.top1_vs_twin, c.found) for c in o] == [
+        ("launch_bound", None, None, False),   # healthy: no verdict
+        ("launch_bound", False, True, True),   # the twin's launch_bound first, then the labeled kind
+        ("host_sync", True, None, True),       # base c has no twin here
+        ("small_kernels", False, False, False)]
+    assert (o[1].gain_pct, o[1].gain_alone_pct) == (2.0, 1.5)
+    assert (o[2].gain_pct, o[2].gain_alone_pct) == (12.0, 12.0)  # no gain alone given: the reported gain stands
+    # at >= medium, x's low host_sync is no prediction: not found, its top finding still the twin's
+    assert [(c.top1_vs_twin, c.found) for c in case_outcomes(cases, "medium")][1] == (False, False)
+
+
+def test_evaluate_html_report_charts_what_the_scores_say(tmp_path):
+    import sys
+    from pathlib import Path
+
+    from trainperf.corpus.evaluate import case_outcomes
+    from trainperf.report.evaluate import write_report
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
+    from chart_checks import assert_charts
+
+    cases = [{"name": r.name, "kind": r.kind, "ranks": r.ranks, "true_gain_pct": r.true_gain_pct,
+              "severity": r.severity, "base": r.base, **o.to_json(), "findings": r.findings}
+             for r, o in zip(CASES, case_outcomes(CASES))]
+    page = write_report({**score(CASES), "cases": cases}, tmp_path / "eval.html").read_text()
+    figures = assert_charts(page, at_least=3)
+    if figures:  # plotly: precision / recall per kind, top-1 verdicts per kind, predicted against true gain
+        pr, verdicts, whatif = figures
+        assert pr["data"][0]["y"] == ["data_loader_stall", "host_sync"] and pr["data"][1]["x"] == [0.5, 1.0]
+        by_name = {t["name"]: t["x"] for t in verdicts["data"]}
+        assert by_name == {"right": [1, 1], "right vs twin": [0, 0], "wrong": [1, 0]}  # A, C right; B wrong
+        points = {t["name"]: (t["x"], t["y"]) for t in whatif["data"] if t["name"] != "y = x"}
+        assert points == {"data_loader_stall": ([18.0], [20.0]), "host_sync": ([6.0], [4.0])}
+    assert "B" in page and "launch_bound (high, 12.0 %)" in page  # B's wrong top finding, in the case table

@@ -113,7 +113,7 @@ def _make_reports(d: Path) -> dict[str, Path]:
     """Write one report of every type into ``d``; return {type: path}."""
     rng = np.random.default_rng(0)
     out = {k: d / f"{k}.html" for k in ("plan", "plan_compare", "plan_layout", "diagnose", "diff", "fleet",
-                                        "fleet_tree", "compare", "train", "bench", "bars", "index")}
+                                        "fleet_tree", "compare", "train", "bench", "bars", "evaluate", "index")}
     _cli("plan", "--model", "llama3-70b", "--gpus", "512", "--top", "8", "--json", "--html", str(out["plan"]))
     _cli("plan", "--model", "llama3-70b", "--gpus", "512", "--compare-hardware", "h100,h200,b200,mi300x",
          "--tokens", "15T", "--json", "--html", str(out["plan_compare"]))
@@ -125,6 +125,7 @@ def _make_reports(d: Path) -> dict[str, Path]:
             _trace(d / run / f"rank{rank}.json.gz", rank, slow=1.0 if run == "a" else 1.3)
     _cli("diagnose", str(d / "a"), "--html", str(out["diagnose"]))
     _cli("diff", str(d / "a"), str(d / "b"), "--html", str(out["diff"]))
+    _cli("evaluate", str(Path(__file__).resolve().parents[1] / "corpus" / "data"), "--html", str(out["evaluate"]))
     series = d / "series.csv"
     series.write_text("step_time_s\n" + "\n".join(f"{(1.0 if i < 40 else 1.1) + rng.normal(0, 0.01):.4f}"
                                                   for i in range(80)))

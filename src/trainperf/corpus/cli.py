@@ -24,25 +24,36 @@ def register(app: typer.Typer) -> None:
                                               "low, medium, high."),
         unprofiled: bool = typer.Option(False, "--unprofiled", help="Give diagnose each case's step time measured "
                                         "without the profiler (labels.json's faulty_step_ms) where it has one."),
+        html: Optional[Path] = typer.Option(None, "--html", help="Also write a self-contained HTML report: per-kind "
+                                            "precision and recall, predicted against true gains, every case's top "
+                                            "finding."),
     ) -> None:
         """Score diagnose's findings on a labeled corpus: per-kind precision/recall/F1, top-1, false
         findings on healthy cases, what-if error."""
         from rich.console import Console
 
-        from trainperf.atomic import atomic_write_text
+        from trainperf.atomic import atomic_write_text, check_output_file
         from trainperf.cli_options import dumps, print_json
-        from trainperf.corpus.evaluate import run_cases, score
+        from trainperf.corpus.evaluate import case_outcomes, run_cases, score
         from trainperf.corpus.report import print_scores
 
-        score([], min_severity)  # a bad --min-severity fails before the (long) diagnosing
+        score([], min_severity)  # a bad --min-severity or output path fails before the (long) diagnosing
+        for option, out in (("--json-out", json_out), ("--html", html)):
+            if out:
+                check_output_file(out, option)
         results = run_cases(corpus, progress=not as_json, unprofiled=unprofiled)
         scores = score(results, min_severity)
         cases = [{"name": r.name, "kind": r.kind, "ranks": r.ranks, "true_gain_pct": r.true_gain_pct,
-                  "severity": r.severity, "base": r.base, "findings": r.findings, "seconds": round(r.seconds, 2)}
-                 for r in results]
+                  "severity": r.severity, "base": r.base, **o.to_json(), "findings": r.findings,
+                  "seconds": round(r.seconds, 2)}
+                 for r, o in zip(results, case_outcomes(results, min_severity))]
         if as_json:
             print_json({**scores, "cases": cases})
         else:
             print_scores(scores, Console())
         if json_out:
             atomic_write_text(json_out, dumps({**scores, "cases": cases}))
+        if html:
+            from trainperf.report.evaluate import write_report
+
+            write_report({**scores, "cases": cases}, html)

@@ -78,6 +78,57 @@ def case_folders(corpus: str | Path) -> list[Path]:
     return cases
 
 
+@dataclass(frozen=True, kw_only=True)
+class CaseOutcome:
+    """How diagnose did on one case: its top finding (of at least the severity floor), whether that names the labeled
+    kind (top1; None on a healthy case) and does so among the kinds the untouched twin does not show (top1_vs_twin;
+    None without a twin), and the gains (% of step time) of the labeled kind's finding, where found."""
+
+    name: str
+    kind: str
+    base: str
+    severity: str
+    true_gain_pct: float
+    top_kind: str | None
+    top1: bool | None
+    top1_vs_twin: bool | None
+    found: bool
+    gain_pct: float | None
+    gain_alone_pct: float | None
+
+    def to_json(self) -> dict:
+        """The outcome's fields that the case's own entry does not already hold (for the JSON's cases): top_kind, top1,
+        top1_vs_twin, and the labeled kind's gains (null where it was not found)."""
+        return {"top_kind": self.top_kind, "top1": self.top1, "top1_vs_twin": self.top1_vs_twin,
+                "labeled_gain_pct": self.gain_pct, "labeled_gain_alone_pct": self.gain_alone_pct}
+
+
+def case_outcomes(results: list[CaseResult], min_severity: str = "low") -> list[CaseOutcome]:
+    """Each case's outcome (CaseOutcome), in the order of results: the one place a case is called right or wrong."""
+    twin = _twin_kinds(results, min_severity)
+    out = []
+    for r in results:
+        sick = r.kind != "healthy"
+        top = _first(r, min_severity)
+        f = next((f for f in r.findings if f["kind"] == r.kind and _at_least(f["severity"], min_severity)), None)
+        gain = float(f["gain_pct"]) if f is not None else None
+        alone = f.get("gain_alone_pct") if f is not None else None
+        out.append(CaseOutcome(
+            name=r.name, kind=r.kind, base=r.base, severity=r.severity, true_gain_pct=r.true_gain_pct, top_kind=top,
+            top1=(top == r.kind) if sick else None,
+            top1_vs_twin=(_first(r, min_severity, skip=twin[r.base] - {r.kind}) == r.kind)
+            if sick and r.base in twin else None,
+            found=sick and f is not None, gain_pct=gain if sick else None,
+            gain_alone_pct=(float(alone) if alone is not None else gain) if sick else None))
+    return out
+
+
+def _twin_kinds(results: list[CaseResult], min_severity: str) -> dict[str, set[str]]:
+    """base -> the kinds found (at least min_severity) on its untouched twin, the base's healthy case."""
+    return {r.base: {f["kind"] for f in r.findings if _at_least(f["severity"], min_severity)}
+            for r in results if r.kind == "healthy" and r.base}
+
+
 def _at_least(severity: str, floor: str) -> bool:
     return SEVERITIES.index(severity) >= SEVERITIES.index(floor) if severity in SEVERITIES else False
 
@@ -91,8 +142,7 @@ def score(results: list[CaseResult], min_severity: str = "low") -> dict:
     predicted = [{f["kind"] for f in r.findings if _at_least(f["severity"], min_severity)} for r in results]
     labeled = sorted({r.kind for r in results} - {"healthy"})
     healthy = [r for r in results if r.kind == "healthy"]
-    twin = {r.base: {f["kind"] for f in r.findings if _at_least(f["severity"], min_severity)}
-            for r in healthy if r.base}
+    twin = _twin_kinds(results, min_severity)
     kinds = {}
     for k in labeled:
         tp = sum(1 for r, p in zip(results, predicted) if r.kind == k and k in p)
@@ -108,18 +158,12 @@ def score(results: list[CaseResult], min_severity: str = "low") -> dict:
         kinds[k] = {"precision": _r(prec), "recall": _r(rec), "f1": _r(f1), "n": n, "tp": tp, "fp": fp, "fn": n - tp,
                     "precision_vs_twin": _r(tp / (tp + fp_twin)) if tp + fp_twin else None}
     sick = [(r, p) for r, p in zip(results, predicted) if r.kind != "healthy"]
-    top = [r for r, _ in sick if _first(r, min_severity) == r.kind]
+    seen = [o for o in case_outcomes(results, min_severity) if o.kind != "healthy"]
     false = {s: sum(1 for r in healthy for f in r.findings if f["severity"] == s) for s in ("high", "medium", "low")}
-    errs, rel, alone = [], [], []
-    for r, p in sick:
-        if r.kind in p:
-            f = next(f for f in r.findings if f["kind"] == r.kind)
-            errs.append(abs(float(f["gain_pct"]) - r.true_gain_pct))
-            alone.append(abs(float(f.get("gain_alone_pct", f["gain_pct"])) - r.true_gain_pct))
-            if r.true_gain_pct > 0:
-                rel.append(errs[-1] / r.true_gain_pct * 100)
-    vs_twin = [r for r, _ in sick if r.base in twin
-               and _first(r, min_severity, skip=twin[r.base] - {r.kind}) == r.kind]
+    errs = [abs(o.gain_pct - o.true_gain_pct) for o in seen if o.found]
+    alone = [abs(o.gain_alone_pct - o.true_gain_pct) for o in seen if o.found]
+    rel = [abs(o.gain_pct - o.true_gain_pct) / o.true_gain_pct * 100 for o in seen if o.found and o.true_gain_pct > 0]
+    twinned = [o for o in seen if o.top1_vs_twin is not None]
     other: dict[str, int] = {}
     for r, p in zip(results, predicted):
         for k in p - set(labeled):
@@ -130,10 +174,9 @@ def score(results: list[CaseResult], min_severity: str = "low") -> dict:
         by_sev[s] = {"n": len(sel), "recall": _r(sum(1 for r, p in sel if r.kind in p) / len(sel)) if sel else None}
     return {
         "kinds": kinds,
-        "top1_accuracy": _r(len(top) / len(sick)) if sick else None,
+        "top1_accuracy": _r(sum(o.top1 for o in seen) / len(seen)) if seen else None,
         # top-1 among the kinds its untouched twin (the base's healthy case) does not show
-        "top1_accuracy_vs_twin": _r(len(vs_twin) / sum(1 for r, _ in sick if r.base in twin))
-        if any(r.base in twin for r, _ in sick) else None,
+        "top1_accuracy_vs_twin": _r(sum(o.top1_vs_twin for o in twinned) / len(twinned)) if twinned else None,
         "healthy_false_findings": false,
         "whatif_median_abs_error_pct": _r(statistics.median(errs)) if errs else None,
         "whatif_max_abs_error_pct": _r(max(errs)) if errs else None,
@@ -145,7 +188,7 @@ def score(results: list[CaseResult], min_severity: str = "low") -> dict:
         "n_cases": len(results), "n_healthy": len(healthy), "min_severity": min_severity,
         "recall_by_true_severity": by_sev,
         "other_predicted_kinds": dict(sorted(other.items())),
-        "top1_misses": _misses(sick, min_severity),
+        "top1_misses": _misses(seen),
     }
 
 
@@ -153,14 +196,14 @@ def _first(r: CaseResult, floor: str, skip=frozenset()) -> str | None:
     return next((f["kind"] for f in r.findings if _at_least(f["severity"], floor) and f["kind"] not in skip), None)
 
 
-def _misses(sick, floor: str) -> dict:
+def _misses(seen: list[CaseOutcome]) -> dict:
     """labeled kind -> {top finding's kind (or 'none'): count} over cases whose top-1 was wrong."""
     out: dict = {}
-    for r, _ in sick:
-        got = _first(r, floor) or "none"
-        if got != r.kind:
-            out.setdefault(r.kind, {})
-            out[r.kind][got] = out[r.kind].get(got, 0) + 1
+    for o in seen:
+        if not o.top1:
+            got = o.top_kind or "none"
+            out.setdefault(o.kind, {})
+            out[o.kind][got] = out[o.kind].get(got, 0) + 1
     return out
 
 

@@ -270,6 +270,59 @@ def line_chart(series: dict[str, Sequence[float]], xs: Sequence[float] | None = 
     return _figure_div(fig, max(height, 200) + legend_px, legend_px if len(names) > 1 or markers else 0)
 
 
+def grouped_bar_chart(labels: Sequence[str], series: dict[str, Sequence[float | None]], axis_title: str,
+                      value_range: tuple[float, float] | None = None) -> str:
+    """Return horizontal bars side by side: one group per label (first at the top), one bar and colour per series,
+    legend above; ``axis_title`` names the value axis. Plotly only (as floating_bar_chart): without it, a note."""
+    go = _plotly()
+    names = list(series)
+    if go is None or len(labels) == 0 or not names:
+        return paragraph("(no data)" if go is not None else "(the chart needs plotly)", "note")
+    ys = [str(lab) for lab in labels]
+    fig = go.Figure([go.Bar(name=k, x=[_finite(v) if v is not None else None for v in series[k]], y=ys,
+                            orientation="h", marker_color=PALETTE[j % len(PALETTE)],
+                            hovertemplate=esc(k) + " %{y}: %{x:.3g}<extra></extra>")
+                     for j, k in enumerate(names)])
+    legend, legend_px = _legend_on_top(len(names))
+    fig.update_layout(barmode="group", legend=legend)
+    fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_xaxes(title_text=axis_title, range=list(value_range) if value_range else None, rangemode="tozero")
+    return _figure_div(fig, 100 + legend_px + 14 * len(names) * len(ys), legend_px)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Points:
+    """One named series of a scatter chart: x and y values and a hover text for each point."""
+
+    xs: Sequence[float]
+    ys: Sequence[float]
+    texts: Sequence[str]
+
+
+def scatter_chart(series: dict[str, Points], x_title: str, y_title: str, diagonal: bool = False,
+                  height: int = 480) -> str:
+    """Return a scatter chart, one colour per series (legend above), hover showing each point's text; ``diagonal``
+    draws the line y = x (a prediction against its truth). Plotly only (as floating_bar_chart): without it, a note."""
+    go = _plotly()
+    names = [k for k, p in series.items() if len(p.xs)]
+    if go is None or not names:
+        return paragraph("(no data)" if go is not None else "(the chart needs plotly)", "note")
+    fig = go.Figure([go.Scatter(name=k, x=[_finite(v) for v in series[k].xs], y=[_finite(v) for v in series[k].ys],
+                                text=list(series[k].texts), mode="markers",
+                                marker={"color": PALETTE[j % len(PALETTE)], "size": 7, "opacity": 0.8},
+                                hovertemplate="%{text}<br>%{x:.3g}, %{y:.3g}<extra></extra>")
+                     for j, k in enumerate(names)])
+    if diagonal:
+        top = max([0.0] + [v for k in names for v in (*series[k].xs, *series[k].ys) if _finite(v) is not None])
+        fig.add_trace(go.Scatter(name="y = x", x=[0.0, top], y=[0.0, top], mode="lines", hoverinfo="skip",
+                                 line={"color": "#888", "dash": "dash", "width": 1}))
+    legend, legend_px = _legend_on_top(len(names) + diagonal)
+    fig.update_layout(legend=legend)
+    fig.update_xaxes(title_text=x_title, rangemode="tozero")
+    fig.update_yaxes(title_text=y_title, rangemode="tozero")
+    return _figure_div(fig, height + legend_px, legend_px)
+
+
 def floating_bar_chart(labels: Sequence[str], lows: Sequence[float], highs: Sequence[float],
                        colors: Sequence[str], unit: str = "", height: int = 380) -> str:
     """Return vertical bars each spanning [low, high] (the steps of a waterfall), one colour per bar;
