@@ -294,14 +294,6 @@ class Scorer:
         return objective(self.results(names, values), self.judged)
 
 
-def severity_agreement(results: list[CaseResult]) -> float | None:
-    """Share of detected problem cases whose finding of the labeled kind has the labeled severity."""
-    hits = [next((f["severity"] for f in r.findings if f["kind"] == r.kind), None)
-            for r in results if r.kind != "healthy"]
-    pairs = [(h, r.severity) for h, r in zip(hits, [r for r in results if r.kind != "healthy"]) if h]
-    return sum(a == b for a, b in pairs) / len(pairs) if pairs else None
-
-
 def healthy_high_medium(results: list[CaseResult], judged=None) -> int:
     """High and medium findings on healthy cases, of the kinds in judged (None: every kind)."""
     return sum(1 for r in results if r.kind == "healthy" for f in r.findings
@@ -316,7 +308,7 @@ def objective(results: list[CaseResult], judged=None) -> float:
     n_h = s["n_healthy"]
     bad = healthy_high_medium(results, judged) / n_h if n_h else 0.0
     return ((s["top1_accuracy"] or 0.0) + (statistics.mean(f1) if f1 else 0.0)
-            + SEVERITY_WEIGHT * (severity_agreement(results) or 0.0) - HEALTHY_WEIGHT * bad)
+            + SEVERITY_WEIGHT * (s["severity_agreement"] or 0.0) - HEALTHY_WEIGHT * bad)
 
 
 # --- tuning ------------------------------------------------------------------------------------
@@ -413,8 +405,6 @@ def summary(results: list[CaseResult], judged=None) -> dict:
     s = score(results)
     f1 = [k["f1"] for k in s["kinds"].values()]
     s["mean_f1"] = round(statistics.mean(f1), 4) if f1 else None
-    sa = severity_agreement(results)
-    s["severity_agreement"] = None if sa is None else round(sa, 4)
     s["healthy_high_medium_judged_kinds"] = healthy_high_medium(results, judged)
     s["objective"] = round(objective(results, judged), 4)
     return s

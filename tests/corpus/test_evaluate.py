@@ -211,3 +211,14 @@ def test_evaluate_html_report_charts_what_the_scores_say(tmp_path):
         points = {t["name"]: (t["x"], t["y"]) for t in whatif["data"] if t["name"] != "y = x"}
         assert points == {"data_loader_stall": ([18.0], [20.0]), "host_sync": ([6.0], [4.0])}
     assert "B" in page and "launch_bound (high, 12.0 %)" in page  # B's wrong top finding, in the case table
+
+
+def test_severity_confusion_and_agreement_by_hand():
+    # A: labeled high, found high; B: labeled medium, not found; C: labeled medium, found medium
+    s = score(CASES)
+    assert s["severity_confusion"] == {"high": {"high": 1, "medium": 0, "low": 0, "none": 0},
+                                       "medium": {"high": 0, "medium": 1, "low": 0, "none": 1}}
+    assert s["severity_agreement"] == 1.0  # of the 2 found (A, C), both at their labeled severity
+    low_c = [CASES[0], CaseResult(name="C2", kind="host_sync", ranks=[0], true_gain_pct=6.0, severity="medium",
+                                  findings=[_f("host_sync", "low", 4.0)])]
+    assert score(low_c)["severity_agreement"] == 0.5

@@ -93,6 +93,7 @@ class CaseOutcome:
     top1: bool | None
     top1_vs_twin: bool | None
     found: bool
+    found_severity: str | None  # the labeled kind's finding's severity, where found
     gain_pct: float | None
     gain_alone_pct: float | None
 
@@ -118,7 +119,8 @@ def case_outcomes(results: list[CaseResult], min_severity: str = "low") -> list[
             top1=(top == r.kind) if sick else None,
             top1_vs_twin=(_first(r, min_severity, skip=twin[r.base] - {r.kind}) == r.kind)
             if sick and r.base in twin else None,
-            found=sick and f is not None, gain_pct=gain if sick else None,
+            found=sick and f is not None, found_severity=f["severity"] if sick and f is not None else None,
+            gain_pct=gain if sick else None,
             gain_alone_pct=(float(alone) if alone is not None else gain) if sick else None))
     return out
 
@@ -160,9 +162,10 @@ def score(results: list[CaseResult], min_severity: str = "low") -> dict:
     sick = [(r, p) for r, p in zip(results, predicted) if r.kind != "healthy"]
     seen = [o for o in case_outcomes(results, min_severity) if o.kind != "healthy"]
     false = {s: sum(1 for r in healthy for f in r.findings if f["severity"] == s) for s in ("high", "medium", "low")}
-    errs = [abs(o.gain_pct - o.true_gain_pct) for o in seen if o.found]
-    alone = [abs(o.gain_alone_pct - o.true_gain_pct) for o in seen if o.found]
-    rel = [abs(o.gain_pct - o.true_gain_pct) / o.true_gain_pct * 100 for o in seen if o.found and o.true_gain_pct > 0]
+    found = [o for o in seen if o.found]
+    errs = [abs(o.gain_pct - o.true_gain_pct) for o in found]
+    alone = [abs(o.gain_alone_pct - o.true_gain_pct) for o in found]
+    rel = [abs(o.gain_pct - o.true_gain_pct) / o.true_gain_pct * 100 for o in found if o.true_gain_pct > 0]
     twinned = [o for o in seen if o.top1_vs_twin is not None]
     other: dict[str, int] = {}
     for r, p in zip(results, predicted):
@@ -187,6 +190,11 @@ def score(results: list[CaseResult], min_severity: str = "low") -> dict:
         "whatif_alone_max_abs_error_pct": _r(max(alone)) if alone else None,
         "n_cases": len(results), "n_healthy": len(healthy), "min_severity": min_severity,
         "recall_by_true_severity": by_sev,
+        # labeled severity -> {severity of the labeled kind's finding, or "none": cases}
+        "severity_confusion": {s: {got: sum(1 for o in seen if o.severity == s and (o.found_severity or "none") == got)
+                                   for got in (*reversed(SEVERITIES), "none")}
+                               for s in reversed(SEVERITIES) if any(o.severity == s for o in seen)},
+        "severity_agreement": _r(sum(o.found_severity == o.severity for o in found) / len(found)) if found else None,
         "other_predicted_kinds": dict(sorted(other.items())),
         "top1_misses": _misses(seen),
     }

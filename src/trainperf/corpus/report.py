@@ -31,6 +31,7 @@ def print_scores(s: dict, console: Console) -> None:
                   f"{_f(s['whatif_median_abs_error_pct'], True)}, max {_f(s['whatif_max_abs_error_pct'], True)}; "
                   f"the fix priced alone, as the truth is: median {_f(s.get('whatif_alone_median_abs_error_pct'), True)}"
                   f", max {_f(s.get('whatif_alone_max_abs_error_pct'), True)}")
+    console.print(f"found at the labeled severity: {_f(s.get('severity_agreement'))} of the detected cases")
     if s["other_predicted_kinds"]:
         console.print("kinds found that no case is labeled with (cases): "
                       + ", ".join(f"{k} {n}" for k, n in s["other_predicted_kinds"].items()))

@@ -83,6 +83,15 @@ def write_report(doc: dict, path: str | Path) -> Path:
             paragraph("Each point is a case whose labeled kind was found: its truth is the step time of the untouched "
                       "trace, the fault alone; the prediction is the gain of that kind's fix priced alone. The "
                       "reported gain (in the hover) is what the fix adds after the fixes ranked before it.", "note"))
+    conf = doc.get("severity_confusion", {})
+    if conf:
+        got = list(next(iter(conf.values())))
+        rep.add("Severity: as labeled (rows) against as found (columns)",
+                table([[labeled, *(row[g] for g in got)] for labeled, row in conf.items()], ["labeled", *got]),
+                paragraph(f"the labeled kind's finding has the labeled severity in "
+                          f"{_share(doc.get('severity_agreement'))} of the cases it was found in; a finding whose gain "
+                          f"is only an upper bound is rated one level lower than its gain alone would rate it.",
+                          "note"))
     rep.add("Cases", table([[c["name"], c["kind"], c["severity"], _pct(c["true_gain_pct"]), _finding(_top(c)),
                              _pct(c["labeled_gain_pct"]), _pct(c["labeled_gain_alone_pct"]), _verdict(c)]
                             for c in sick],
