@@ -235,6 +235,27 @@ def test_one_off_checkpoint_priced_over_the_window(tmp_path):
     f = next(x for x in diagnose(b.write(tmp_path / "ck.json.gz")).findings if x.kind == "checkpoint_stall")
     assert f.gain_us == pytest.approx(S, abs=1)
     assert f.gain_pct == pytest.approx(100 * S / (2 * P + S), abs=0.05)
+    # saved in 1 of the 2 steps: how often the run saves the trace cannot tell, so for the run the 20 % is an upper
+    # bound (rate_unknown), rated one level lower than high; priced as measured for the window (the gain above)
+    assert f.rate_unknown and f.gain_is_upper_bound and f.severity == "medium"
+    assert f.evidence["metrics"]["steps_saving"]["value"] == 1 and "seen in 1 of 2 steps" in f.what_if
+
+
+def test_a_save_in_every_step_is_a_measured_cost(tmp_path):
+    # the same host-bound steps (P = 10 ms) with a 2-ms save at the end of every step: each analysed step pays it,
+    # 2 / 12 = 16.7 % of the window, measured, high
+    P, S = 10_000.0, 2_000.0
+    b = TraceBuilder()
+    for s in range(3):
+        T = s * (P + S)
+        b.step(s, T, P + S)
+        for i in range(10):
+            b.cpu("aten::mm", T + 1000 * i, 900)
+            b.launch("ampere_sgemm_128x64_tn", T + 1000 * i + 10, T + 1000 * i + 20, 50)
+        b.cpu("dcp.save", T + P, S, cat="user_annotation")
+    f = next(x for x in diagnose(b.write(tmp_path / "ck.json.gz")).findings if x.kind == "checkpoint_stall")
+    assert not f.rate_unknown and not f.gain_is_upper_bound and f.severity == "high"
+    assert f.gain_pct == pytest.approx(100 * S / (P + S), abs=0.05)
 
 
 def test_checkpoint_after_the_last_launch_of_a_step_counts(tmp_path):
@@ -375,3 +396,24 @@ def test_a_one_off_initialisation_call_is_not_allocator_time(tmp_path):
     f = next(x for x in diagnose(b.write(tmp_path / "init.json.gz")).findings if x.kind == "allocator_stall")
     m = f.evidence["metrics"]
     assert m["allocator_calls"]["value"] == 8 and m["allocator_time"]["value"] == pytest.approx(2000)
+
+
+def test_saves_in_several_steps_give_their_rate(tmp_path):
+    # host-bound steps of P = 10 ms; a 2-ms save in steps 1 and 3 of the 4 analysed (0-3): every other step, a rate
+    # the window measures: 2 x 2 / (4 x 10 + 2 x 2) = 9.1 %, measured (medium)
+    P, S = 10_000.0, 2_000.0
+    b = TraceBuilder()
+    T = 0.0
+    for s in range(5):
+        save = S if s in (1, 3) else 0.0
+        b.step(s, T, P + save)
+        for i in range(10):
+            b.cpu("aten::mm", T + 1000 * i, 900)
+            b.launch("ampere_sgemm_128x64_tn", T + 1000 * i + 10, T + 1000 * i + 20, 50)
+        if save:
+            b.cpu("dcp.save", T + P, S, cat="user_annotation")
+        T += P + save
+    f = next(x for x in diagnose(b.write(tmp_path / "ck.json.gz")).findings if x.kind == "checkpoint_stall")
+    assert f.evidence["metrics"]["steps_saving"]["value"] == 2
+    assert not f.rate_unknown and not f.gain_is_upper_bound and f.severity == "medium"
+    assert f.gain_pct == pytest.approx(100 * 2 * S / (4 * P + 2 * S), abs=0.05)

@@ -114,3 +114,26 @@ def test_a_finding_without_a_what_if_rated_medium_ranks_above_a_low_bound():
     small = _finding("small_kernels", Change("fuse_kernels", factor=2.0), 2.0)
     low = F.make("gpu_analyses_skipped", [0], [1], {"device_events": (0, "count")}, severity="low")
     assert [f.kind for f in F.in_rank_order([low, small])] == ["small_kernels", "gpu_analyses_skipped"]
+
+
+def test_a_one_off_save_ranks_by_its_size_among_bounds_and_is_priced_with_the_measured_fixes():
+    # a judged real ROCm DDP trace: an all-reduce exposed for two thirds of the GPU time (overlap: an upper bound,
+    # 21 % of the step) and a checkpoint saved once in the window (6 % of it). Rated as a measured wait the save
+    # (medium) ranked first; seen in 1 of the window's steps its rate in the run is unknown (rate_unknown): a bound,
+    # low, after the larger bound. Its pricing stays with the measured fixes: first in the order of fixes
+    alone = {"overlap_comm": 21.0, "remove_checkpoint_wait": 6.0}
+
+    def gain(changes):
+        return sum(alone[c.kind] for c in changes), 0.0
+
+    def findings(rate_unknown):
+        comm = F.make("exposed_comm", [0], [1, 2, 3, 4], {}, changes=(Change("overlap_comm"),), upper_bound=True)
+        save = F.make("checkpoint_stall", [0], [1, 2, 3, 4], {}, changes=(Change("remove_checkpoint_wait"),),
+                      rate_unknown=rate_unknown)
+        return comm, save
+
+    ranked, plan = F.rank_by_marginal_gain(list(findings(True)), gain)
+    assert [(f.kind, f.severity) for f in ranked] == [("exposed_comm", "medium"), ("checkpoint_stall", "low")]
+    assert plan.order == ["checkpoint_stall", "exposed_comm"] and ranked[1].gain_is_upper_bound
+    ranked, _ = F.rank_by_marginal_gain(list(findings(False)), gain)  # saved in every step: a measured wait, first
+    assert [(f.kind, f.severity) for f in ranked] == [("checkpoint_stall", "medium"), ("exposed_comm", "medium")]

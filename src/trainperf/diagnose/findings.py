@@ -484,6 +484,9 @@ class Finding:
     evidence_pct: float | None = None               # share of the step the evidence itself shows, %
     confidence: str = "high"                        # high / medium / low: how far the evidence can be trusted
     gain_is_upper_bound: bool = False               # the fix assumes what the trace cannot show (UPPER_BOUND_CHANGES)
+    # the gain is measured for the window, but the stall is seen once, in one of its steps (a one-off checkpoint save):
+    # how often the run pays it the trace cannot tell, so the gain is an upper bound (gain_is_upper_bound) for the run
+    rate_unknown: bool = False
     notes: list = field(default_factory=list)       # why the confidence is lowered
     changes: tuple = ()                             # what-if changes (replay.Change) of the fix; not in JSON
     priced: bool = True                             # its gain was computed (replay or host-only); not in JSON
@@ -516,33 +519,36 @@ UPPER_BOUND_CHANGES = frozenset({"graph_launches", "speedup", "host_speedup", "r
 
 def make(kind: str, ranks, steps, metrics: dict, events=(), gain_pct: float | None = None, gain_us: float = 0.0,
          what_if: str = "", severity: str | None = None, changes: tuple = (),
-         evidence_pct: float | None = None, upper_bound: bool = False) -> Finding:
+         evidence_pct: float | None = None, upper_bound: bool = False, rate_unknown: bool = False) -> Finding:
     """A Finding with severity from its gain and the standard recommendation of its kind.
 
     metrics: name -> (value, unit); events: (name, start µs, dur µs); changes: the replay changes
     of its fix (the gain is then filled in by rank_by_marginal_gain); gain_pct None with no changes: the gain
     is not priced; upper_bound: the gain is an upper bound whatever the changes (changes in
-    UPPER_BOUND_CHANGES make it one anyway)."""
+    UPPER_BOUND_CHANGES make it one anyway); rate_unknown: a stall seen once, in one of the window's steps (its gain
+    is then an upper bound for the run, Finding.rate_unknown)."""
     priced = bool(changes) or gain_pct is not None
     gain_pct = gain_pct or 0.0
     ev = {"metrics": {k: {"value": round(float(v[0]), 3), "unit": v[1]} for k, v in metrics.items()},
           "events": [{"name": n, "start_us": round(float(s), 1), "dur_us": round(float(d), 1)} for n, s, d in events]}
-    bound = upper_bound or any(c.kind in UPPER_BOUND_CHANGES for c in changes)
+    bound = upper_bound or rate_unknown or any(c.kind in UPPER_BOUND_CHANGES for c in changes)
     return Finding(kind=kind, severity=severity or capped_severity(gain_pct, None, bound),
                    ranks=sorted(int(r) for r in ranks), steps=[int(s) for s in steps], evidence=ev,
                    gain_pct=round(float(gain_pct), 2), gain_us=round(float(gain_us), 1), what_if=what_if,
                    recommendation=RECOMMENDATIONS[kind], gain_alone_pct=round(float(gain_pct), 2),
                    evidence_pct=None if evidence_pct is None else round(float(evidence_pct), 2), changes=changes,
-                   gain_is_upper_bound=bound, priced=priced)
+                   gain_is_upper_bound=bound, rate_unknown=rate_unknown, priced=priced)
 
 
 def rank_finding(f, kind: str, metrics: dict, events=(), changes: tuple = (), what_if: str = "",
                  evidence_pct: float | None = None, ranks=None, severity: str | None = None,
-                 gain_pct: float | None = None, gain_us: float = 0.0, upper_bound: bool = False) -> Finding:
+                 gain_pct: float | None = None, gain_us: float = 0.0, upper_bound: bool = False,
+                 rate_unknown: bool = False) -> Finding:
     """make() for a rule reading one rank's facts `f` (a RankFacts): the finding names that rank unless `ranks`
     names others, and the rank's analysed steps."""
     return make(kind, ranks if ranks is not None else [f.rank], f.steps, metrics, events, gain_pct, gain_us, what_if,
-                severity=severity, changes=changes, evidence_pct=evidence_pct, upper_bound=upper_bound)
+                severity=severity, changes=changes, evidence_pct=evidence_pct, upper_bound=upper_bound,
+                rate_unknown=rate_unknown)
 
 
 _SEVERITY_LEVEL = {"low": 0, "medium": 1, "high": 2}
@@ -621,7 +627,9 @@ def _fix_order_key(f: Finding, present: set) -> tuple:
     # 17.1 after it)
     broader = any(k in present for c in f.changes for k in BROADER_FIX.get(c.kind, ()))
     assumed = _assumes_a_speedup(f)
-    measured = not f.gain_is_upper_bound and not assumed
+    # a stall seen once in the window is measured for the window (priced with the measured fixes); how often the run
+    # pays it is what makes it a bound
+    measured = (not f.gain_is_upper_bound or f.rate_unknown) and not assumed
     group = 0 if measured and _removes_a_stall(f) else 1 if measured else 2
     return group, assumed, broader, -f.gain_alone_pct
 

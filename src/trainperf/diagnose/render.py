@@ -63,6 +63,9 @@ def gain_text(f) -> str:
     if not getattr(f, "priced", True):  # its what-if says why ("not priced: ...")
         return "gain not estimated"
     basis = gain_basis(f.steps)
+    if getattr(f, "rate_unknown", False):
+        return f"gain up to {f.gain_pct:.1f}% of {basis} (upper bound: seen once, in one step; how often the run " \
+               "pays it the trace cannot tell)"
     if getattr(f, "gain_is_upper_bound", False):
         return f"gain up to {f.gain_pct:.1f}% of {basis} (upper bound: the fix assumes what the trace cannot show)"
     return f"gain ≈ {f.gain_pct:.1f}% of {basis}"

@@ -62,17 +62,22 @@ def _stall_metrics(f: RankFacts, spans, what: str, extra: dict | None = None) ->
 
 
 def _host_stall(f: RankFacts, kind: str, spans, change: str, what: str, label: str = "",
-                extra: dict | None = None) -> Finding:
+                extra: dict | None = None, steps_with: list | None = None) -> Finding:
     """A named host stall (DataLoader, checkpoint): priced by replay over HTA's window (the complete steps; a
     one-off save is worth its cost over the steps the window holds, as the corpus truth counts it); the host
-    time itself without GPU (an upper bound)."""
+    time itself without GPU (an upper bound). steps_with: the analysed steps the stall is seen in, where that
+    decides how often the run pays it: seen in one step of two or more, once, it has no rate (Finding.rate_unknown);
+    seen in m of k steps, the window measures its rate, m in k."""
     share = f.pct(spans.time_us)
     metrics = _stall_metrics(f, spans, what, extra)
+    some = steps_with is not None and len(steps_with) == 1 and len(f.steps) >= 2
+    seen = f" (seen in 1 of {len(f.steps)} steps: a run paying it less often gains less)" if some else ""
     if not f.has_gpu:  # no replay: the host time itself is the upper bound
         return F.rank_finding(f, kind=kind, metrics=metrics, events=spans.longest, gain_pct=share,
-                              gain_us=spans.time_us, what_if=f"{change} (host only: upper bound)", evidence_pct=share)
-    return F.rank_finding(f, kind, metrics, spans.longest, (Change(change),), f"remove the {label or what} wait",
-                          evidence_pct=share)
+                              gain_us=spans.time_us, what_if=f"{change} (host only: upper bound){seen}",
+                              evidence_pct=share, rate_unknown=some)
+    return F.rank_finding(f, kind, metrics, spans.longest, (Change(change),), f"remove the {label or what} wait{seen}",
+                          evidence_pct=share, rate_unknown=some)
 
 
 def data_loader_stall(f: RankFacts) -> Finding | None:
@@ -86,10 +91,16 @@ CHECKPOINT_MIN_PCT = 1.0
 
 
 def checkpoint_stall(f: RankFacts) -> Finding | None:
-    """Checkpoint saving blocks the training loop."""
+    """Checkpoint saving blocks the training loop. A save in one of the window's steps is priced over the window's
+    steps, and its rate in the run is unknown (a run saving every N steps pays it once in N; that a profile window
+    holds one save says nothing of N): an upper bound (Finding.rate_unknown). Rated as measured, a one-off save ranked
+    above an all-reduce exposed for two thirds of a DDP rank's GPU time, a judged real trace's bottleneck. Saves in
+    several steps give their rate (a run saving every step from its 6th: 6 of the 10 steps)."""
     if f.pct(f.checkpoint.time_us) <= CHECKPOINT_MIN_PCT:
         return None
-    return _host_stall(f, "checkpoint_stall", f.checkpoint, "remove_checkpoint_wait", "checkpoint")
+    extra = {"steps_saving": (len(f.checkpoint_steps), f"of {len(f.steps)} steps")}
+    return _host_stall(f, "checkpoint_stall", f.checkpoint, "remove_checkpoint_wait", "checkpoint", extra=extra,
+                       steps_with=f.checkpoint_steps)
 
 
 COMPILE_MIN_PCT = 1.0  # compile spans, % of the span: the stall rules' one evidence threshold
