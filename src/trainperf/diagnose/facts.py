@@ -349,11 +349,11 @@ def _rows_of(groups: dict[str, np.ndarray], kinds) -> np.ndarray:
     return np.sort(np.concatenate(rows)) if rows else np.array([], dtype=np.int64)
 
 
-
 def _steps_holding(w, step_times: list, rows) -> list[int]:
     """The steps (of step_times, each a host step's start and length) in which one of the window rows starts."""
     return [x.step for x in step_times
             if ((w.ts_us[rows] >= x.start_us) & (w.ts_us[rows] < x.start_us + x.host_us)).any()]
+
 
 def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: DeviceTiming | None = None) -> RankFacts:
     """Run every analysis of one rank once. waits: crossrank.comm_waits of this rank, or None; timing: its

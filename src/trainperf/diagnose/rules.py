@@ -70,14 +70,14 @@ def _host_stall(f: RankFacts, kind: str, spans, change: str, what: str, label: s
     seen in m of k steps, the window measures its rate, m in k."""
     share = f.pct(spans.time_us)
     metrics = _stall_metrics(f, spans, what, extra)
-    some = steps_with is not None and len(steps_with) == 1 and len(f.steps) >= 2
-    seen = f" (seen in 1 of {len(f.steps)} steps: a run paying it less often gains less)" if some else ""
+    once = steps_with is not None and len(steps_with) == 1 and len(f.steps) >= 2
+    seen = f" (seen in 1 of {len(f.steps)} steps: a run paying it less often gains less)" if once else ""
     if not f.has_gpu:  # no replay: the host time itself is the upper bound
         return F.rank_finding(f, kind=kind, metrics=metrics, events=spans.longest, gain_pct=share,
                               gain_us=spans.time_us, what_if=f"{change} (host only: upper bound){seen}",
-                              evidence_pct=share, rate_unknown=some)
+                              evidence_pct=share, rate_unknown=once)
     return F.rank_finding(f, kind, metrics, spans.longest, (Change(change),), f"remove the {label or what} wait{seen}",
-                          evidence_pct=share, rate_unknown=some)
+                          evidence_pct=share, rate_unknown=once)
 
 
 def data_loader_stall(f: RankFacts) -> Finding | None:
