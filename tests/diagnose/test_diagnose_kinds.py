@@ -216,23 +216,34 @@ def test_exposed_collectives_slower_than_the_link_name_the_transport(tmp_path):
         assert f.recommendation.startswith("Overlap communication")
 
 
-def test_one_off_checkpoint_priced_over_the_window(tmp_path):
-    # host-bound steps of P = 10 ms (10 ops of 900 us at T + 1000 i, each launching a 50-us kernel). One
-    # synchronous checkpoint of S = 5 ms at the end of step 1 only: step 1 lasts P + S, step 2 starts at 2P + S.
-    # The window (HTA's: the last step's length may be cut by the profiler's stop, so it is left out) holds
-    # steps 0-1: replayed saving S of a 2P + S window: S / (2P + S) = 20 %, the share the corpus truth counts.
-    P, S = 10_000.0, 5_000.0
+def _saving(path: Path, P: float, S: float, saving_steps, n_steps: int) -> Path:
+    # host-bound steps of P us (10 ops of 900 us at T + 1000 i, each launching a 50-us kernel); in the saving steps a
+    # synchronous checkpoint of S us at the step's end (the step lasts P + S)
     b = TraceBuilder()
     T = 0.0
-    for s in range(3):
-        b.step(s, T, P + (S if s == 1 else 0))
+    for s in range(n_steps):
+        save = S if s in saving_steps else 0.0
+        b.step(s, T, P + save)
         for i in range(10):
             b.cpu("aten::mm", T + 1000 * i, 900)
             b.launch("ampere_sgemm_128x64_tn", T + 1000 * i + 10, T + 1000 * i + 20, 50)
-        if s == 1:
+        if save:
             b.cpu("dcp.save", T + P, S, cat="user_annotation")
-        T += P + (S if s == 1 else 0)
-    f = next(x for x in diagnose(b.write(tmp_path / "ck.json.gz")).findings if x.kind == "checkpoint_stall")
+        T += P + save
+    return b.write(path)
+
+
+def _checkpoint_finding(path: Path):
+    return next(x for x in diagnose(path).findings if x.kind == "checkpoint_stall")
+
+
+def test_one_off_checkpoint_priced_over_the_window(tmp_path):
+    # host-bound steps of P = 10 ms; one synchronous checkpoint of S = 5 ms at the end of step 1 only: step 1 lasts
+    # P + S, step 2 starts at 2P + S. The window (HTA's: the last step's length may be cut by the profiler's stop, so
+    # it is left out) holds steps 0-1: replayed saving S of a 2P + S window: S / (2P + S) = 20 %, the share the
+    # corpus truth counts.
+    P, S = 10_000.0, 5_000.0
+    f = _checkpoint_finding(_saving(tmp_path / "ck.json.gz", P, S, {1}, 3))
     assert f.gain_us == pytest.approx(S, abs=1)
     assert f.gain_pct == pytest.approx(100 * S / (2 * P + S), abs=0.05)
     # saved in 1 of the 2 steps: how often the run saves the trace cannot tell, so for the run the 20 % is an upper
@@ -245,15 +256,7 @@ def test_a_save_in_every_step_is_a_measured_cost(tmp_path):
     # the same host-bound steps (P = 10 ms) with a 2-ms save at the end of every step: each analysed step pays it,
     # 2 / 12 = 16.7 % of the window, measured, high
     P, S = 10_000.0, 2_000.0
-    b = TraceBuilder()
-    for s in range(3):
-        T = s * (P + S)
-        b.step(s, T, P + S)
-        for i in range(10):
-            b.cpu("aten::mm", T + 1000 * i, 900)
-            b.launch("ampere_sgemm_128x64_tn", T + 1000 * i + 10, T + 1000 * i + 20, 50)
-        b.cpu("dcp.save", T + P, S, cat="user_annotation")
-    f = next(x for x in diagnose(b.write(tmp_path / "ck.json.gz")).findings if x.kind == "checkpoint_stall")
+    f = _checkpoint_finding(_saving(tmp_path / "ck.json.gz", P, S, {0, 1, 2}, 3))
     assert not f.rate_unknown and not f.gain_is_upper_bound and f.severity == "high"
     assert f.gain_pct == pytest.approx(100 * S / (P + S), abs=0.05)
 
@@ -402,18 +405,7 @@ def test_saves_in_several_steps_give_their_rate(tmp_path):
     # host-bound steps of P = 10 ms; a 2-ms save in steps 1 and 3 of the 4 analysed (0-3): every other step, a rate
     # the window measures: 2 x 2 / (4 x 10 + 2 x 2) = 9.1 %, measured (medium)
     P, S = 10_000.0, 2_000.0
-    b = TraceBuilder()
-    T = 0.0
-    for s in range(5):
-        save = S if s in (1, 3) else 0.0
-        b.step(s, T, P + save)
-        for i in range(10):
-            b.cpu("aten::mm", T + 1000 * i, 900)
-            b.launch("ampere_sgemm_128x64_tn", T + 1000 * i + 10, T + 1000 * i + 20, 50)
-        if save:
-            b.cpu("dcp.save", T + P, S, cat="user_annotation")
-        T += P + save
-    f = next(x for x in diagnose(b.write(tmp_path / "ck.json.gz")).findings if x.kind == "checkpoint_stall")
+    f = _checkpoint_finding(_saving(tmp_path / "ck.json.gz", P, S, {1, 3}, 5))
     assert f.evidence["metrics"]["steps_saving"]["value"] == 2
     assert not f.rate_unknown and not f.gain_is_upper_bound and f.severity == "medium"
     assert f.gain_pct == pytest.approx(100 * 2 * S / (4 * P + 2 * S), abs=0.05)
