@@ -202,9 +202,10 @@ def test_evaluate_html_report_charts_what_the_scores_say(tmp_path):
               "severity": r.severity, "base": r.base, **o.to_json(), "findings": r.findings}
              for r, o in zip(CASES, case_outcomes(CASES))]
     page = write_report({**score(CASES), "cases": cases}, tmp_path / "eval.html").read_text()
-    figures = assert_charts(page, at_least=3)
-    if figures:  # plotly: precision / recall per kind, top-1 verdicts per kind, predicted against true gain
-        pr, verdicts, whatif = figures
+    figures = assert_charts(page, at_least=4)
+    if figures:  # plotly: precision / recall per kind, top-1 verdicts per kind and per base, predicted against true
+        pr, verdicts, by_base, whatif = figures
+        assert {t["name"]: t["x"] for t in by_base["data"]} == {"right": [2], "right vs twin": [0], "wrong": [1]}
         assert pr["data"][0]["y"] == ["data_loader_stall", "host_sync"] and pr["data"][1]["x"] == [0.5, 1.0]
         by_name = {t["name"]: t["x"] for t in verdicts["data"]}
         assert by_name == {"right": [1, 1], "right vs twin": [0, 0], "wrong": [1, 0]}  # A, C right; B wrong
@@ -222,3 +223,16 @@ def test_severity_confusion_and_agreement_by_hand():
     low_c = [CASES[0], CaseResult(name="C2", kind="host_sync", ranks=[0], true_gain_pct=6.0, severity="medium",
                                   findings=[_f("host_sync", "low", 4.0)])]
     assert score(low_c)["severity_agreement"] == 0.5
+
+
+def test_top1_by_base_by_hand():
+    def case(name, kind, base, kinds):
+        return CaseResult(name=name, kind=kind, ranks=[0], true_gain_pct=10.0, severity="high", base=base,
+                          findings=[_f(k, "high", 10.0) for k in kinds])
+    cases = [case("h", "healthy", "b", ["launch_bound"]),
+             case("x", "host_sync", "b", ["launch_bound", "host_sync"]),   # wrong; right against the twin
+             case("y", "host_sync", "b", ["host_sync"]),                   # right
+             case("z", "host_sync", "c", ["small_kernels"])]               # wrong; c has no twin
+    assert score(cases)["top1_by_base"] == {
+        "b": {"n": 2, "top1_accuracy": 0.5, "top1_accuracy_vs_twin": 1.0},
+        "c": {"n": 1, "top1_accuracy": 0.0, "top1_accuracy_vs_twin": None}}

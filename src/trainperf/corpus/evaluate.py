@@ -197,6 +197,7 @@ def score(results: list[CaseResult], min_severity: str = "low") -> dict:
         "severity_agreement": _r(sum(o.found_severity == o.severity for o in found) / len(found)) if found else None,
         "other_predicted_kinds": dict(sorted(other.items())),
         "top1_misses": _misses(seen),
+        "top1_by_base": _by_base(seen),
     }
 
 
@@ -212,6 +213,18 @@ def _misses(seen: list[CaseOutcome]) -> dict:
             got = o.top_kind or "none"
             out.setdefault(o.kind, {})
             out[o.kind][got] = out[o.kind].get(got, 0) + 1
+    return out
+
+
+def _by_base(seen: list[CaseOutcome]) -> dict:
+    """base -> {n, top1_accuracy, top1_accuracy_vs_twin} over its problem cases (null without a twin)."""
+    out = {}
+    for base in sorted({o.base for o in seen}):
+        mine = [o for o in seen if o.base == base]
+        twinned = [o for o in mine if o.top1_vs_twin is not None]
+        out[base] = {"n": len(mine), "top1_accuracy": _r(sum(o.top1 for o in mine) / len(mine)),
+                     "top1_accuracy_vs_twin": _r(sum(o.top1_vs_twin for o in twinned) / len(twinned))
+                     if twinned else None}
     return out
 
 

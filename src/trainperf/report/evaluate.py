@@ -72,6 +72,14 @@ def write_report(doc: dict, path: str | Path) -> Path:
                    for k in sorted(misses)], ["labeled kind", "ranked first instead (cases)"]),
             paragraph("right vs twin: a kind the untouched twin also shows (the base's own cost) ranked first; the "
                       "labeled kind is the first of the rest.", "note"))
+    by_base = doc.get("top1_by_base", {})
+    if by_base:
+        bases = list(by_base)
+        rep.add("Top finding per base trace (a base's own costs stay in every case injected into it)",
+                stacked_bar_chart(bases, {v: [sum(1 for c in sick if c["base"] == b and _verdict(c) == v)
+                                              for b in bases] for v in verdicts}, axis_title="cases"),
+                table([[b or "(none)", v["n"], _share(v["top1_accuracy"]), _share(v["top1_accuracy_vs_twin"])]
+                       for b, v in by_base.items()], ["base", "cases", "top-1", "top-1 vs twin"]))
     found = [c for c in sick if c["labeled_gain_pct"] is not None]
     by_kind = {k: [c for c in found if c["kind"] == k] for k in labeled}
     rep.add("What-if: predicted against true gain",
