@@ -357,7 +357,8 @@ RECOMMENDATIONS = {
     "idle_gpu": "The GPU is idle for a large share of the window with no single cause found: look at the "
                 "critical path in the report for the host work that gates it.",
     "checkpoint_stall": "Checkpoint saving blocks training: save asynchronously "
-                        "(torch.distributed.checkpoint.async_save) or less often.",
+                        "(torch.distributed.checkpoint.async_save) or less often. A save every N steps costs each "
+                        "step its time over N.",
     "compile_stall": "torch.compile compiles inside the profiled steps. In every step, a guard fails each time "
                      "and it recompiles (TORCH_LOGS=recompiles names the guard): mark the changing dimensions "
                      "dynamic (torch._dynamo.mark_dynamic, dynamic=True), pad or bucket shapes, and keep changing "

@@ -71,7 +71,7 @@ def _host_stall(f: RankFacts, kind: str, spans, change: str, what: str, label: s
     share = f.pct(spans.time_us)
     metrics = _stall_metrics(f, spans, what, extra)
     once = steps_with is not None and len(steps_with) == 1 and len(f.steps) >= 2
-    seen = f" (seen in 1 of {len(f.steps)} steps: a run paying it less often gains less)" if once else ""
+    seen = f" (seen in 1 of {len(f.steps)} steps)" if once else ""
     if not f.has_gpu:  # no replay: the host time itself is the upper bound
         return F.rank_finding(f, kind=kind, metrics=metrics, events=spans.longest, gain_pct=share,
                               gain_us=spans.time_us, what_if=f"{change} (host only: upper bound){seen}",
