@@ -159,7 +159,6 @@ def score(results: list[CaseResult], min_severity: str = "low") -> dict:
         f1 = 2 * prec * rec / (prec + rec) if prec and rec else 0.0
         kinds[k] = {"precision": _r(prec), "recall": _r(rec), "f1": _r(f1), "n": n, "tp": tp, "fp": fp, "fn": n - tp,
                     "precision_vs_twin": _r(tp / (tp + fp_twin)) if tp + fp_twin else None}
-    sick = [(r, p) for r, p in zip(results, predicted) if r.kind != "healthy"]
     seen = [o for o in case_outcomes(results, min_severity) if o.kind != "healthy"]
     false = {s: sum(1 for r in healthy for f in r.findings if f["severity"] == s) for s in ("high", "medium", "low")}
     found = [o for o in seen if o.found]
@@ -173,8 +172,8 @@ def score(results: list[CaseResult], min_severity: str = "low") -> dict:
             other[k] = other.get(k, 0) + 1
     by_sev = {}
     for s in SEVERITIES:
-        sel = [(r, p) for r, p in sick if r.severity == s]
-        by_sev[s] = {"n": len(sel), "recall": _r(sum(1 for r, p in sel if r.kind in p) / len(sel)) if sel else None}
+        sel = [o for o in seen if o.severity == s]
+        by_sev[s] = {"n": len(sel), "recall": _r(sum(o.found for o in sel) / len(sel)) if sel else None}
     return {
         "kinds": kinds,
         "top1_accuracy": _r(sum(o.top1 for o in seen) / len(seen)) if seen else None,

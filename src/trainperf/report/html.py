@@ -279,7 +279,7 @@ def grouped_bar_chart(labels: Sequence[str], series: dict[str, Sequence[float | 
     if go is None or len(labels) == 0 or not names:
         return paragraph("(no data)" if go is not None else "(the chart needs plotly)", "note")
     ys = [str(lab) for lab in labels]
-    fig = go.Figure([go.Bar(name=k, x=[_finite(v) if v is not None else None for v in series[k]], y=ys,
+    fig = go.Figure([go.Bar(name=k, x=[_finite(v) for v in series[k]], y=ys,
                             orientation="h", marker_color=PALETTE[j % len(PALETTE)],
                             hovertemplate=esc(k) + " %{y}: %{x:.3g}<extra></extra>")
                      for j, k in enumerate(names)])
