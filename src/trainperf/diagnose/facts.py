@@ -17,9 +17,9 @@ from trainperf.diagnose.crossrank import (P2P_KIND, HostStraggler, collective_ro
                                          host_step_waits)
 from trainperf.diagnose.gpu_time import (CategoryTime, IdleSplit, Overlap, TemporalBreakdown, comm_comp_overlap,
                                          idle_in_span_us, idle_split, kernel_breakdown, temporal_breakdown)
-from trainperf.diagnose.host import (CHECKPOINT_RE, COMPILE_RE, HostSpans, allocator_calls, checkpoint_spans,
-                                     compile_spans, compiled_frames, dataloader_spans, host_syncs, optimizer_spans,
-                                     span_rows, sync_op_counts, sync_ops)
+from trainperf.diagnose.host import (HostSpans, allocator_calls, checkpoint_spans, compile_spans, compiled_frames,
+                                     dataloader_spans, host_syncs, optimizer_spans, span_rows, sync_op_counts,
+                                     sync_ops)
 from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLength, launch_bound_stretches,
                                        launch_stats, launched_inside, launched_rows, queue_length)
 from trainperf.diagnose.pipeline import (ScheduleNames, later_stage, opens_on_receive_share, p2p_group_role,
@@ -31,7 +31,7 @@ from trainperf.diagnose.replay import (BLOCK_QUEUE, BLOCK_SYNC, Change, Graph, R
 from trainperf.diagnose.roofline import device_accelerator
 from trainperf.diagnose.steps import StepTime, step_times
 from trainperf.diagnose.window import Window, merge_intervals
-from trainperf.trace.events import CPU_OP, PYTHON, USER_ANNOTATION, EventTable
+from trainperf.trace.events import CPU_OP, USER_ANNOTATION, EventTable
 from trainperf.trace.nesting import enclosing_span, row_spans, thread_key
 
 
@@ -349,10 +349,10 @@ def _rows_of(groups: dict[str, np.ndarray], kinds) -> np.ndarray:
     return np.sort(np.concatenate(rows)) if rows else np.array([], dtype=np.int64)
 
 
-def _steps_holding(w, step_times: list, rows) -> list[int]:
-    """The steps (of step_times, each a host step's start and length) in which one of the window rows starts."""
+def _steps_holding(step_times: list, spans: HostSpans) -> list[int]:
+    """The steps (of step_times, each a host step's start and length) in which one of the spans starts."""
     return [x.step for x in step_times
-            if ((w.ts_us[rows] >= x.start_us) & (w.ts_us[rows] < x.start_us + x.host_us)).any()]
+            if ((spans.starts_us >= x.start_us) & (spans.starts_us < x.start_us + x.host_us)).any()]
 
 
 def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: DeviceTiming | None = None) -> RankFacts:
@@ -373,10 +373,10 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
                   checkpoint=checkpoint_spans(t, w), sync_calls=host_syncs(t, w), sync_ops=sync_ops(t, w),
                   allocator=allocator_calls(t, w), compile=compile_spans(t, w), waits=waits)
     if f.compile.count:
-        f.compile_steps = _steps_holding(w, st, span_rows(t, w, COMPILE_RE, (USER_ANNOTATION, CPU_OP, PYTHON)))
+        f.compile_steps = _steps_holding(st, f.compile)
         f.recompiles = compiled_frames(t, w)[1]
     if f.checkpoint.count:
-        f.checkpoint_steps = _steps_holding(w, st, span_rows(t, w, CHECKPOINT_RE, (USER_ANNOTATION, CPU_OP, PYTHON)))
+        f.checkpoint_steps = _steps_holding(st, f.checkpoint)
     f.sync_op_counts = sync_op_counts(t, w)  # host-side: the reads' CPU time is evidence without GPU events too
     ops = window_ops(t, w)
     f.loop = loop_kind(t, ops, f.optimizer)

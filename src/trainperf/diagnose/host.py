@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -61,18 +61,20 @@ def span_rows(t: EventTable, w: Window, pattern: re.Pattern, kinds) -> np.ndarra
 
 @dataclass
 class HostSpans:
-    """Named host spans of one kind: union time (µs), count and the longest ones (name, start µs, dur µs)."""
+    """Named host spans of one kind: union time (µs), count, the longest ones (name, start µs, dur µs) and every
+    span's start (µs)."""
 
     time_us: float
     count: int
     longest: list[tuple[str, float, float]]
+    starts_us: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 def _host_spans(t: EventTable, w: Window, pattern: re.Pattern, kinds) -> HostSpans:
     rows = span_rows(t, w, pattern, kinds)
     dur = w.end_us[rows] - w.ts_us[rows]
     o = np.argsort(-dur)[:5]
-    return HostSpans(union_us(w, rows), int(rows.size), row_events(t, w, rows[o]))
+    return HostSpans(union_us(w, rows), int(rows.size), row_events(t, w, rows[o]), starts_us=w.ts_us[rows])
 
 
 def dataloader_spans(t: EventTable, w: Window) -> HostSpans:
