@@ -1,7 +1,7 @@
 """Build the labeled diagnosis corpus (issue 9) from the HTA test traces: `make corpus`.
 
 Usage: python benchmarks/build_corpus.py [OUT] [--hta DIR] [--h200 DIR] [--bases a,b] [--kinds a,b] [--no-real]
-    [--seed-salt S] [--targets low=2.5,medium=8,high=30]
+    [--no-compound] [--seed-salt S] [--targets low=2.5,medium=8,high=30]
 --seed-salt and --targets draw a fresh corpus: every injection placed anew and sized to other gains, so that
 diagnose's thresholds (tuned on the default corpus) meet cases they were never chosen on.
 Writes OUT/<case>/{traces/rank<R>.json.gz, labels.json} and OUT/manifest.json. The injected cases are
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from trainperf.atomic import atomic_write_text
 from trainperf.corpus.build import TARGET_PCT, build_corpus, default_bases, h200_bases
+from trainperf.corpus.compound import build_compound
 from trainperf.corpus.inject import INJECTORS
 from trainperf.corpus.real import REAL_BASES, build_real
 
@@ -47,6 +48,8 @@ def main() -> None:
     ap.add_argument("--kinds", default="", help="comma-separated kinds (injected, real-run, healthy; default: all)")
     ap.add_argument("--severities", default="low,medium,high")
     ap.add_argument("--no-real", action="store_true", help="skip the real trainer runs (2 ranks, gloo, ~1 min each)")
+    ap.add_argument("--no-compound", action="store_true",
+                    help="skip the cases with two planted problems (corpus.compound; built unless --kinds is given)")
     ap.add_argument("--seed-salt", default="", help="prefix of every case's seed: another draw of the injections")
     ap.add_argument("--targets", default="", help="target gains per severity, e.g. low=2.5,medium=8,high=30 "
                     "(default: corpus.build.TARGET_PCT)")
@@ -71,6 +74,8 @@ def main() -> None:
     if bases and injected:
         labels += build_corpus(a.out, bases, kinds=injected, severities=tuple(a.severities.split(",")), log=log,
                                targets=targets, seed_salt=a.seed_salt)
+        if not kinds and not a.no_compound:
+            labels += build_compound(a.out, bases, log=log, seed_salt=a.seed_salt)
     if real:
         labels += build_real(a.out, Path(a.out) / "_runs", real, log=log, kinds=kinds)
     n_cases = sum(1 for _ in Path(a.out).glob("*/labels.json"))

@@ -217,7 +217,7 @@ def capture(folder: Path) -> Case:
                              "cv_diagnose cannot capture the per-rank facts")
     res = CaseResult(name=folder.name, kind=labels["kind"], ranks=list(labels["ranks"]),
                      true_gain_pct=float(labels["true_gain_pct"]), severity=str(labels["severity"]),
-                     base=str(labels.get("base", "")))
+                     base=str(labels.get("base", "")), also=[a["kind"] for a in labels.get("also", [])])
     return Case(result=res, facts=seen, straggler_args=gate.get("args"),
                 expected=[_row(x.to_json()) for x in d.findings], seconds=time.perf_counter() - t)
 
@@ -286,7 +286,8 @@ class Scorer:
         for n in names:
             r = self.cases[n].result
             out.append(CaseResult(name=r.name, kind=r.kind, ranks=r.ranks, true_gain_pct=r.true_gain_pct,
-                                  severity=r.severity, base=r.base, findings=self.findings(n, values)))
+                                  severity=r.severity, base=r.base, also=r.also,
+                                  findings=self.findings(n, values)))
         return out
 
     def objective(self, names: list[str], values: dict) -> float:

@@ -113,7 +113,8 @@ def _start_size(kind: str, t0: float, x_us: float, ranks: dict) -> float:
             "layout_transposes": x_us / 16, "idle_with_work_queued": x_us / GPU_HOLDS_PER_STEP}[kind]
 
 
-def _inject(kind: str, ranks: dict, size: float, seed: int, slow: int | None):
+def inject_sized(kind: str, ranks: dict, size: float, seed: int, slow: int | None = None):
+    """`kind` injected at `size` (the injector's unit) with the positions seed draws; returns (ranks, touched)."""
     rng = random.Random(seed)
     if kind == "straggler":
         return inject_straggler(ranks, size, rng, slow=slow)
@@ -135,7 +136,7 @@ def sized_case(kind: str, ranks: dict, target_pct: float, seed: int, slow: int |
             size = max(1.0, float(round(size)))
         if kind == "exposed_comm":
             size = min(max(size, 0.01), 1.0)
-        out, touched = _inject(kind, ranks, size, seed, slow)
+        out, touched = inject_sized(kind, ranks, size, seed, slow)
         t1 = step_time(out)
         gain = 100 * (t1 - t0) / t1
         if best is None or abs(gain - target_pct) < abs(best[4] - target_pct):
@@ -162,14 +163,15 @@ def sized_case(kind: str, ranks: dict, target_pct: float, seed: int, slow: int |
     return out, touched, size, t0, t1
 
 
-def _write_case(folder: Path, ranks: dict, labels: dict) -> None:
+def write_case(folder: Path, ranks: dict, labels: dict) -> None:
     ensure_dir(folder / "traces")
     for r, doc in ranks.items():
         K.write_events(folder / "traces" / f"rank{r}.json.gz", doc)
     atomic_write_text(folder / "labels.json", json.dumps(labels, indent=1))
 
 
-def _load(base: Base) -> dict:
+def load_base(base: Base) -> dict:
+    """rank -> Kineto object of a base's files (the rank its distributedInfo names, else its place)."""
     docs = [K.read_events(f) for f in base.files]
     return {int((d.get("distributedInfo") or {}).get("rank", i)): d for i, d in enumerate(docs)}
 
@@ -184,11 +186,11 @@ def build_corpus(out: str | Path, bases: list[Base], kinds=tuple(INJECTORS),
     out = ensure_dir(out)
     written = []
     for base in bases:
-        ranks = _load(base)
+        ranks = load_base(base)
         t0 = step_time(ranks)
         labels = {"kind": "healthy", "ranks": [], "true_gain_pct": 0.0, "severity": "none", "base": base.name,
                   "size": 0.0, "step_time_us_before": round(t0, 1), "step_time_us_after": round(t0, 1), "seed": 0}
-        _write_case(out / f"healthy-{base.name}", ranks, labels)
+        write_case(out / f"healthy-{base.name}", ranks, labels)
         written.append(labels)
         log(f"healthy-{base.name}")
         sizes_done: set = set()
@@ -215,7 +217,7 @@ def build_corpus(out: str | Path, bases: list[Base], kinds=tuple(INJECTORS),
                               "severity": severity_of(gain), "target_severity": sev, "base": base.name,
                               "size": round(size, 4), "step_time_us_before": round(before, 1),
                               "step_time_us_after": round(after, 1), "seed": seed}
-                    _write_case(out / name, mod, labels)
+                    write_case(out / name, mod, labels)
                     written.append(labels)
                     log(f"{name}: size {size:.4g}, true gain {gain:.2f} % ({labels['severity']})")
     if not written:

@@ -43,6 +43,7 @@ class CaseResult:
     findings: list[dict] = field(default_factory=list)
     seconds: float = 0.0
     base: str = ""  # the base trace set; its healthy case is the untouched twin
+    also: list[str] = field(default_factory=list)  # other planted problems (labels' `also`): not false findings
 
 
 def read_labels(case: Path) -> dict:
@@ -63,6 +64,9 @@ def read_labels(case: Path) -> dict:
         raise TrainperfError(f"{path}: unknown kind {labels['kind']!r}; known: {', '.join(LABEL_KINDS)}")
     if not isinstance(labels["true_gain_pct"], (int, float)) or not isinstance(labels["ranks"], list):
         raise TrainperfError(f"{path}: true_gain_pct must be a number and ranks a list")
+    also = labels.get("also", [])
+    if not isinstance(also, list) or not all(isinstance(a, dict) and a.get("kind") in LABEL_KINDS for a in also):
+        raise TrainperfError(f"{path}: also must be a list of {{kind, true_gain_pct, ranks}} with known kinds")
     return labels
 
 
@@ -148,10 +152,10 @@ def score(results: list[CaseResult], min_severity: str = "low") -> dict:
     kinds = {}
     for k in labeled:
         tp = sum(1 for r, p in zip(results, predicted) if r.kind == k and k in p)
-        fp = sum(1 for r, p in zip(results, predicted) if r.kind != k and k in p)
+        fp = sum(1 for r, p in zip(results, predicted) if r.kind != k and k in p and k not in r.also)
         # a base's own finding, which its untouched twin shows (a false finding there), counted there only, not
         # again on every case injected into that base
-        fp_twin = sum(1 for r, p in zip(results, predicted) if r.kind != k and k in p
+        fp_twin = sum(1 for r, p in zip(results, predicted) if r.kind != k and k in p and k not in r.also
                       and (r.kind == "healthy" or k not in twin.get(r.base, ())))
         n = sum(1 for r in results if r.kind == k)
         prec = tp / (tp + fp) if tp + fp else None
@@ -257,7 +261,8 @@ def run_cases(corpus: str | Path, progress: bool = True, unprofiled: bool = Fals
                                                                           "gain_alone_pct", "gain_is_upper_bound",
                                                                           "fix_order")}
                                                 for f in found],
-                                      seconds=time.perf_counter() - t, base=str(lab.get("base", ""))))
+                                      seconds=time.perf_counter() - t, base=str(lab.get("base", "")),
+                                      also=[a["kind"] for a in lab.get("also", [])]))
             bar.advance(task)
     return results
 
