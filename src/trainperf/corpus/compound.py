@@ -6,8 +6,8 @@ factor), every single-problem case whose injected stall ranks above them is labe
 happens when the bound is itself the larger problem: a DDP rank whose exposed all-reduce (an upper bound: only
 device work waits for it) costs two thirds of the step beside a DataLoader wait of 5 %. A compound case plants both:
 one fault whose fix diagnose prices as an upper bound (BOUND_KINDS) and one whose removal it measures
-(MEASURED_KINDS), every such pair into every base, one large and one medium, each way round, so that the label (the larger true gain) is a bound in
-half of them.
+(MEASURED_KINDS), every such pair into every base, one large and one medium, each way round, so that the label (the
+larger true gain) is a bound in about half of them.
 
 Truth, measured as for one fault (corpus.build): the smaller fault is injected first, sized on the base; the larger
 one is sized on that trace, so its true gain is what removing it gives back with the smaller still there,

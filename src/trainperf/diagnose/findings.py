@@ -11,8 +11,8 @@ a gain that is only an upper bound (`Finding.gain_is_upper_bound`, see UPPER_BOU
 one level below the level of its bound.
 A healthy trace therefore has no high finding: nothing in it can be fixed for a large gain.
 The ranking (rank_key) follows the order of fixes: stalls first, then cheaper work the trace measures, each by
-marginal gain (a stall's upper bound by the share of it a fix is sure to realise), then other bounds and findings without a what-if by severity; a stall rated low comes after the findings
-rated high (in_rank_order).
+marginal gain (a stall's upper bound by the share of it a fix is sure to realise), then other bounds and findings
+without a what-if by severity; a stall rated low comes after the findings rated high (in_rank_order).
 """
 
 from __future__ import annotations
