@@ -56,3 +56,15 @@ def test_diagnose_ranks_the_planted_bound_above_the_smaller_measured_stall(tmp_p
     s = score([res])
     assert s["top1_accuracy"] == 1.0 and s["kinds"]["host_work"]["precision"] == 1.0
     assert "data_loader_stall" in s["other_predicted_kinds"]  # seen, and not counted against a labeled kind
+
+
+@needs_hta
+def test_a_span_ending_where_work_is_inserted_is_not_stretched_across_it():
+    # the MI250 base's clock is epoch µs (~4.2e12): an allocator call inserted before a launch ends, as ts + dur,
+    # 0.0005 µs after that launch starts, and host work inserted at the launch then read as inside the call (a 74-us
+    # hipMalloc written 2.5 ms long). Every allocator call keeps the size it was injected at
+    (base,) = _mi250()
+    both, labels = compound_case(load_base(base), "host_work", "allocator_stall", seed=761713230)
+    size = labels["also"][0]["size"]
+    durs = [e["dur"] for e in both[0]["traceEvents"] if e.get("name") in ("hipMalloc", "cudaMalloc")]
+    assert durs and max(durs) == pytest.approx(size, abs=0.01)

@@ -185,8 +185,16 @@ def _previous_on_stream(ops: _Ops) -> np.ndarray:
     return prev
 
 
+# Two instants this close are one (µs): the finest a trace writes is Kineto's ns, and a span's end computed as ts + dur
+# on an epoch clock (~4e12 µs, float64's step there ~0.0005 µs) lands that far from the launch that began at it; read
+# as after an insertion point there, the span ended after the inserted work and was stretched across it (an allocator
+# call 2.5 ms long when host work was inserted at the launch that followed it)
+SAME_INSTANT_US = 1e-3
+
+
 class _Shift:
-    """Piecewise-constant host shift: shift(t) = value of the last breakpoint at or before t."""
+    """Piecewise-constant host shift: shift(t) = value of the last breakpoint at or before t (within
+    SAME_INSTANT_US)."""
 
     def __init__(self, points: list[tuple[float, float]]):
         points = sorted(points)
@@ -195,11 +203,11 @@ class _Shift:
 
     def at_start(self, t: np.ndarray) -> np.ndarray:
         """Shift of spans starting at t (a breakpoint at t applies)."""
-        return self.v[np.searchsorted(self.t, t, side="right")]
+        return self.v[np.searchsorted(self.t, np.asarray(t) + SAME_INSTANT_US, side="right")]
 
     def at_end(self, t: np.ndarray) -> np.ndarray:
         """Shift of spans ending at t (a breakpoint at t does not apply yet)."""
-        return self.v[np.searchsorted(self.t, t, side="left")]
+        return self.v[np.searchsorted(self.t, np.asarray(t) - SAME_INSTANT_US, side="left")]
 
 
 def insert_host_work(doc: dict, work: list[HostWork], *, main: tuple, stream: tuple, latency_us: float) -> dict:
