@@ -593,8 +593,8 @@ class FixPlan:
 # micro-batches, interleaving) shrinks by the schedule's own law, (p - 1) / (m + p - 1); and the device's waits for
 # what the trace does not show (remove_lags: the GPU held by another process), a wait whatever its cause; and host work
 # that launches nothing while the device waits (remove_host_work), the host's own waste, as a DataLoader fetch on the
-# main thread is (an upper bound: ranked by rank_key at the share of it BOUND_REALISED_SHARE credits; host work 20 %
-# beside a DataLoader wait of 4.8 % ranked below it as a restructuring, 11 of the corpus's 12 compound cases of it)
+# main thread is (an upper bound: ranked by rank_key at the share of it BOUND_REALISED_SHARE credits; ranked with the
+# restructurings, host work of 20 % came after a DataLoader wait of 4.8 %: the corpus's compound cases)
 STALL_CHANGES = frozenset({"remove_data_wait", "remove_checkpoint_wait", "remove_compile_wait", "remove_syncs",
                            "unblock_pageable_copies", "remove_allocator", "overlap_comm", "remove_straggler_wait",
                            "compute_speedup", "remove_wasted_rows", "shrink_bubble", "remove_lags", "remove_host_work"})
