@@ -19,7 +19,9 @@ after its last belongs to the step). Edges, all read from the trace:
 - unexplained delay before a start is kept as a fixed lag, so replaying with no change
   reproduces the trace; a communication kernel's cross-rank wait (crossrank.py) is part of its
   duration and can be removed.
-Replaying in observed time order is a topological order (every edge points forward in time).
+Nodes are replayed in observed time order, each moved after its predecessors where the trace writes it before them
+(processing_order: a device clock a few µs behind the host's writes a kernel before its launch call), so that every
+edge points forward in the order.
 """
 
 from __future__ import annotations
@@ -867,6 +869,41 @@ def work_beyond_dispatch_us(g: "Graph", cpu: np.ndarray) -> np.ndarray:
     return np.maximum(cpu - dispatch_taken(g, cpu, g.kernel_launch), 0.0)
 
 
+# passes of processing_order's raising: a trace whose clocks disagree can hold a cycle (a copy written before the
+# kernel launched ahead of it on its stream, whose launch follows a sync on that copy), which no order satisfies;
+# the passes stop there and the replay reads such a node's predecessor as the trace has it, as before
+ORDER_PASSES = 16
+
+
+def processing_order(start: np.ndarray, is_host: np.ndarray, chain: np.ndarray, after: Sequence[np.ndarray]
+                     ) -> np.ndarray:
+    """The replay's order of nodes (indices): by observed start, host calls first at equal times, each node moved
+    after its predecessors where the trace has it start before them. chain: a dense id per node of the thread or
+    stream it runs on in order (its earlier nodes there are predecessors); after: arrays of one more predecessor per
+    node (-1 none): a device event's launch call and the event it waits for, a host call's wait for another thread,
+    and the device work the sync before it waited for (the call after a sync needs that work's replayed end). A device
+    clock a few µs behind the host's writes a kernel starting before the call that launched it (HTA's V100
+    df_index_resolver: 12 µs); replayed in observed order it was timed before its launch and read the launch's
+    unchanged time, so a change that moved the launch moved neither the kernel nor a sync waiting for it (host work
+    of 20 % removed gained 0.2 % beside blocking syncs)."""
+    eff = start.astype(float) - (float(start.min()) if start.size else 0.0)  # relative: the offsets below stay exact
+    seg = np.lexsort((start, chain))  # each thread's and stream's nodes in order
+    span = float(eff.max()) + 1.0 if eff.size else 1.0
+    offset = chain[seg] * span
+    # a host call after device work it needs goes after it (at an equal time host calls come first)
+    after_device = [np.where((p >= 0) & ~is_host[np.clip(p, 0, None)] & is_host, 1e-6, 0.0) for p in after]
+    for _ in range(ORDER_PASSES):  # each pass only raises; a real trace settles in one or two
+        new = eff.copy()
+        for pred, bump in zip(after, after_device):
+            has = pred >= 0
+            new[has] = np.maximum(new[has], eff[pred[has]] + bump[has])
+        new[seg] = np.maximum.accumulate(new[seg] + offset) - offset  # a chain runs in order: a cumulative max
+        if np.array_equal(new, eff):
+            break
+        eff = new
+    return np.lexsort((~is_host, eff))
+
+
 def release_us(start: np.ndarray, end: np.ndarray, launch: np.ndarray, lat: np.ndarray,
                stream_prev: np.ndarray) -> np.ndarray:
     """Per node: when its launch (call start + launch latency) and its stream's previous op (its end) allow it to
@@ -1121,7 +1158,12 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
             if i is not None:
                 cw[i] = min(v, dur[i])
                 cw_rank[i] = other
-    order = np.lexsort((~is_host, start))  # host calls first at equal times
+    chain = np.empty(n, dtype=np.int64)  # the thread or stream each node runs on, dense
+    chain[:n_h] = np.unique(tids, return_inverse=True)[1]
+    chain[n_h:] = np.unique(streams, return_inverse=True)[1] + (int(chain[:n_h].max()) + 1 if n_h else 0)
+    before = np.clip(host_prev, 0, None)
+    sync_waits = [np.where((host_prev >= 0) & is_host, w[before], -1) for w in (sync_on, sync_on_nc)]
+    order = processing_order(start, is_host, chain, (launch, dep, host_dep, *sync_waits))
     host_tid = np.full(n, -1, dtype=np.int64)
     host_tid[:n_h] = tids
     return Graph(rows=rows, is_host=is_host, start=start, dur=dur, host_prev=host_prev, host_tid=host_tid,
