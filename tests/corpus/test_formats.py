@@ -87,3 +87,13 @@ def test_begin_end_writes_nested_spans_as_pairs_in_time_order_and_keeps_overlaps
                     ("X", "aten::add", 90), ("E", None, 100)]
     assert [(e["ph"], e["ts"]) for e in out if e.get("tid") == 2] == [("B", 5), ("E", 15)]
     assert x[4] in out  # device work untouched
+
+
+def test_device_clock_behind_moves_device_events_and_their_flow_ends_only():
+    from trainperf.corpus.formats import DEVICE_CLOCK_BEHIND_US, device_clock_behind
+    x = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 100.0, "dur": 5},
+         {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 110.0, "dur": 50},
+         {"ph": "s", "cat": "ac2g", "id": 1, "pid": 1, "tid": 1, "ts": 100.0},
+         {"ph": "f", "cat": "ac2g", "id": 1, "pid": 0, "tid": 7, "ts": 110.0}]
+    out = device_clock_behind({"traceEvents": x}, 0)["traceEvents"]
+    assert [e["ts"] for e in out] == [100.0, 110.0 - DEVICE_CLOCK_BEHIND_US, 100.0, 110.0 - DEVICE_CLOCK_BEHIND_US]

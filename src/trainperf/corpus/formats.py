@@ -3,8 +3,9 @@ have written it, for measuring whether diagnose's findings depend on the format 
 
 Third-party traces differ from ours in ways that carry no performance information: ROCm names its runtime calls
 hip* and does not say whether a host buffer was pinned, older PyTorch writes other categories, exporters drop the
-flow events or the operator ids, each host of a job has its own clock. Each variant below rewrites one such
-thing and leaves the timing untouched, so a diagnosis that changes under it reads the format, not the run.
+flow events or the operator ids, each host of a job has its own clock. Each variant below rewrites one such thing and
+leaves the timing untouched, so a diagnosis that changes under it reads the format, not the run; but for
+TIMING_VARIANTS, which write a GPU's clock behind its host's.
 
 Like the rest of trainperf.corpus, independent of trainperf.trace and trainperf.diagnose (plain Kineto field
 names): it feeds the measurement of diagnose and must not share its reading of the format. Times are µs.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from trainperf.corpus.kineto import STEP_RE
+from trainperf.corpus.kineto import GPU_CATS, STEP_RE
 
 # CUDA runtime/driver calls whose HIP name is not the plain cuda -> hip prefix swap (HIP API reference)
 HIP_NAMES = {
@@ -36,6 +37,9 @@ OLD_CATEGORIES = {"cpu_op": "Operator", "cuda_runtime": "Runtime", "cuda_driver"
 OPERATOR_ID_ARGS = ("External id", "Sequence number", "Fwd thread id", "Record function id", "Ev Idx")
 FLOW_PHASES = frozenset({"s", "t", "f"})
 CLOCK_SKEW_US = 37_000.0  # per rank: hosts of one job whose clocks disagree by tens of ms (NTP, no PTP)
+# the device's clock behind the host's, as CUPTI's conversion of GPU time stamps leaves it: HTA's V100
+# df_index_resolver writes kernels up to 12 us before the calls that launched them
+DEVICE_CLOCK_BEHIND_US = 20.0
 
 
 def _events(doc: dict) -> list[dict]:
@@ -113,6 +117,18 @@ def clock_skew(doc: dict, rank: int) -> dict:
     return {**_with_events(doc, out), **extra}
 
 
+def device_clock_behind(doc: dict, rank: int) -> dict:
+    """Every device event (and the flow arrow's end on it) DEVICE_CLOCK_BEHIND_US earlier: a GPU clock behind the
+    host's by that much, so a kernel that started within that time of its launch call is written before it."""
+    out = []
+    for e in _events(doc):
+        on_device = e.get("cat") in GPU_CATS or (e.get("ph") == "f" and e.get("cat") == "ac2g")
+        if on_device and isinstance(e.get("ts"), (int, float)):
+            e = {**e, "ts": e["ts"] - DEVICE_CLOCK_BEHIND_US}
+        out.append(e)
+    return _with_events(doc, out)
+
+
 def no_python_stack(doc: dict, rank: int) -> dict:
     """Profiled without with_stack: no python_function events."""
     return _with_events(doc, [e for e in _events(doc) if e.get("cat") != "python_function"])
@@ -188,5 +204,9 @@ VARIANTS: dict[str, Callable[[dict, int], dict]] = {
     "rocm": rocm, "no_flows": no_flows, "no_operator_ids": no_operator_ids,
     "no_distributed_info": no_distributed_info, "clock_skew": clock_skew, "no_python_stack": no_python_stack,
     "old_pytorch": old_pytorch, "no_profiler_steps": no_profiler_steps, "begin_end": begin_end,
-    "non_finite_numbers": non_finite_numbers,
+    "non_finite_numbers": non_finite_numbers, "device_clock_behind": device_clock_behind,
 }
+# variants that move the device against the host (the rest leave the timing untouched): a trace whose work starts
+# DEVICE_CLOCK_BEHIND_US after its calls reads, rewritten, as a clock that agrees (no launch starts early), so only
+# the corpus-wide measure (benchmarks/format_robustness.py) holds them to the untouched diagnosis, not each trace
+TIMING_VARIANTS = ("device_clock_behind",)

@@ -20,8 +20,8 @@ after its last belongs to the step). Edges, all read from the trace:
   reproduces the trace; a communication kernel's cross-rank wait (crossrank.py) is part of its
   duration and can be removed.
 Nodes are replayed in observed time order, each moved after its predecessors where the trace writes it before them
-(processing_order: a device clock a few µs behind the host's writes a kernel before its launch call), so that every
-edge points forward in the order.
+(processing_order: a trace can write a kernel before its launch call), so that every edge points forward in the
+order.
 """
 
 from __future__ import annotations
@@ -881,11 +881,12 @@ def processing_order(start: np.ndarray, is_host: np.ndarray, chain: np.ndarray, 
     after its predecessors where the trace has it start before them. chain: a dense id per node of the thread or
     stream it runs on in order (its earlier nodes there are predecessors); after: arrays of one more predecessor per
     node (-1 none): a device event's launch call and the event it waits for, a host call's wait for another thread,
-    and the device work the sync before it waited for (the call after a sync needs that work's replayed end). A device
-    clock a few µs behind the host's writes a kernel starting before the call that launched it (HTA's V100
-    df_index_resolver: 12 µs); replayed in observed order it was timed before its launch and read the launch's
-    unchanged time, so a change that moved the launch moved neither the kernel nor a sync waiting for it (host work
-    of 20 % removed gained 0.2 % beside blocking syncs)."""
+    and the device work the sync before it waited for (the call after a sync needs that work's replayed end). A trace
+    can write a kernel starting before the call that launched it (a device clock behind the host's, beyond what
+    device_clock.py undoes; the corpus's surgery wrote one 12 µs early beside injected syncs); replayed in observed
+    order it was timed before its launch and read the launch's unchanged time, so a change that moved the launch
+    moved neither the kernel nor a sync waiting for it (host work of 20 % removed gained 0.2 % beside blocking
+    syncs)."""
     eff = start.astype(float) - (float(start.min()) if start.size else 0.0)  # relative: the offsets below stay exact
     seg = np.lexsort((start, chain))  # each thread's and stream's nodes in order
     span = float(eff.max()) + 1.0 if eff.size else 1.0
