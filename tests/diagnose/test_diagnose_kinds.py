@@ -261,6 +261,30 @@ def test_a_save_in_every_step_is_a_measured_cost(tmp_path):
     assert f.gain_pct == pytest.approx(100 * S / (P + S), abs=0.05)
 
 
+def test_a_save_seen_once_in_a_window_without_steps_has_no_rate(tmp_path):
+    # the same host-bound iterations without ProfilerSteps (an unscheduled profile): nothing says how many iterations
+    # the window holds, so one save (a dcp.save span with a torch.save inside it: one stretch) is an upper bound for
+    # the run; saves in 3 separate stretches give the window's rate, measured
+    def unstepped(path, saving):
+        b = TraceBuilder()
+        T = 0.0
+        for s in range(3):
+            for i in range(10):
+                b.cpu("aten::mm", T + 1000 * i, 900)
+                b.launch("ampere_sgemm_128x64_tn", T + 1000 * i + 10, T + 1000 * i + 20, 50)
+            T += 10_000.0
+            if s in saving:
+                b.cpu("dcp.save", T, 3000, cat="user_annotation")
+                b.cpu("torch.save", T + 100, 2800, cat="user_annotation")
+                T += 3000
+        return b.write(path)
+
+    once = _checkpoint_finding(unstepped(tmp_path / "once.json.gz", {1}))
+    assert once.rate_unknown and once.gain_is_upper_bound and "seen once, in a window without steps" in once.what_if
+    every = _checkpoint_finding(unstepped(tmp_path / "every.json.gz", {0, 1, 2}))
+    assert not every.rate_unknown and not every.gain_is_upper_bound
+
+
 def test_checkpoint_after_the_last_launch_of_a_step_counts(tmp_path):
     # 3 steps of 2000 us: 5 launches at T+0..T+40 (100-us kernels T+10..T+510), then a synchronous checkpoint
     # [T+600, T+1800). Steps 0 and 1 are analysed: the replay runs from step 0's start to step 1's end (4000 us,

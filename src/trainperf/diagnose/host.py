@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainperf.diagnose.window import Window, row_events, union_us
+from trainperf.diagnose.window import Window, merge_intervals, row_events, union_us
 from trainperf.trace.nesting import enclosing_span, outermost, thread_key
 from trainperf.trace.events import CPU_OP, PYTHON, RUNTIME, USER_ANNOTATION, EventTable
 
@@ -62,19 +62,27 @@ def span_rows(t: EventTable, w: Window, pattern: re.Pattern, kinds) -> np.ndarra
 @dataclass
 class HostSpans:
     """Named host spans of one kind: union time (µs), count, the longest ones (name, start µs, dur µs) and every
-    span's start (µs)."""
+    span's start and end (µs)."""
 
     time_us: float
     count: int
     longest: list[tuple[str, float, float]]
     starts_us: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    ends_us: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    @property
+    def occurrences(self) -> int:
+        """Separate stretches the spans cover (nested or overlapping spans, a save's ops inside its own span, are
+        one)."""
+        return int(merge_intervals(self.starts_us, self.ends_us)[0].size)
 
 
 def _host_spans(t: EventTable, w: Window, pattern: re.Pattern, kinds) -> HostSpans:
     rows = span_rows(t, w, pattern, kinds)
     dur = w.end_us[rows] - w.ts_us[rows]
     o = np.argsort(-dur)[:5]
-    return HostSpans(union_us(w, rows), int(rows.size), row_events(t, w, rows[o]), starts_us=w.ts_us[rows])
+    return HostSpans(union_us(w, rows), int(rows.size), row_events(t, w, rows[o]), starts_us=w.ts_us[rows],
+                     ends_us=w.end_us[rows])
 
 
 def dataloader_spans(t: EventTable, w: Window) -> HostSpans:

@@ -64,7 +64,7 @@ def gain_text(f) -> str:
         return "gain not estimated"
     basis = gain_basis(f.steps)
     if getattr(f, "rate_unknown", False):
-        return f"gain up to {f.gain_pct:.1f}% of {basis} (upper bound: seen once, in one step; how often the run " \
+        return f"gain up to {f.gain_pct:.1f}% of {basis} (upper bound: seen once in the window; how often the run " \
                "pays it the trace cannot tell)"
     if getattr(f, "gain_is_upper_bound", False):
         return f"gain up to {f.gain_pct:.1f}% of {basis} (upper bound: the fix assumes what the trace cannot show)"

@@ -67,11 +67,14 @@ def _host_stall(f: RankFacts, kind: str, spans, change: str, what: str, label: s
     one-off save is worth its cost over the steps the window holds, as the corpus truth counts it); the host
     time itself without GPU (an upper bound). steps_with: the analysed steps the stall is seen in, where that
     decides how often the run pays it: seen in one step of two or more, once, it has no rate (Finding.rate_unknown);
-    seen in m of k steps, the window measures its rate, m in k."""
+    seen in m of k steps, the window measures its rate, m in k. In a window without steps (fewer than two) a stall
+    seen once has no rate either: nothing says how many iterations the window holds."""
     share = f.pct(spans.time_us)
     metrics = _stall_metrics(f, spans, what, extra)
-    once = steps_with is not None and len(steps_with) == 1 and len(f.steps) >= 2
-    seen = f" (seen in 1 of {len(f.steps)} steps)" if once else ""
+    stepped = len(f.steps) >= 2
+    once = steps_with is not None and (len(steps_with) == 1 if stepped else spans.occurrences == 1)
+    seen = (f" (seen in 1 of {len(f.steps)} steps)" if stepped else " (seen once, in a window without steps)") \
+        if once else ""
     if not f.has_gpu:  # no replay: the host time itself is the upper bound
         return F.rank_finding(f, kind=kind, metrics=metrics, events=spans.longest, gain_pct=share,
                               gain_us=spans.time_us, what_if=f"{change} (host only: upper bound){seen}",
