@@ -412,3 +412,38 @@ def test_a_held_gpu_starts_kernels_later_than_launch_and_stream_allow_the_device
     assert [e["ts"] for e in kernels] == [35.0, 155.0, 275.0]
     launches = sorted(e["ts"] for e in out[0]["traceEvents"] if e["name"] == "cudaLaunchKernel")
     assert launches == [10.0, 50.0, 90.0]  # the host does not wait for the device: its launches stay
+
+
+def test_a_launch_a_float_step_before_inserted_work_moves_with_its_kernel():
+    # on an epoch clock (~4.2e12 µs, float64's step there ~0.0005 µs) a launch written a step before the instant work
+    # is inserted at is at that instant: the host moves it by the work's 100 µs, and its kernel must move with it
+    # (timed before the work, the kernel stayed where it was: 95 µs before its own launch)
+    t0 = 4.2e12
+    launch = t0 + 10.0 - 0.0005
+    doc = {"traceEvents": [_x("ProfilerStep#1", "user_annotation", HOST, t0, 100.0),
+                           _x("cudaLaunchKernel", "cuda_runtime", HOST, launch, 5.0, corr=1),
+                           _x("gemm", "kernel", GPU, launch + 5.0, 50.0, corr=1)]}
+    out = insert_host_work(doc, [HostWork(at_us=t0 + 10.0, host_us=100.0, spans=(("log", "user_annotation"),))],
+                           main=HOST, stream=GPU, latency_us=5.0)
+    (new_launch,) = _by_name(out, "cudaLaunchKernel")
+    (kernel,) = _by_name(out, "gemm")
+    assert new_launch["ts"] == pytest.approx(launch + 100.0, abs=0.01)
+    assert kernel["ts"] == pytest.approx(launch + 105.0, abs=0.01)
+
+
+def test_work_inserted_where_a_blocking_copy_returns_runs_after_it_and_the_next_kernel_moves_with_its_launch():
+    # a pageable copy call [10, 40] blocked on its copy [20, 38]; 100 us of host work inserted at 40, where it returns;
+    # then a launch at 45 of a kernel at 55. Hand-worked: the call returns at 40 as before, the launch moves to 145 and
+    # its kernel to 150 (the device's 5-us latency after it; timed as inside the call, the work stretched the call to
+    # 112, and the kernel, timed with the smaller shift that left, was written at 122, 23 us before its launch)
+    ev = [_x("ProfilerStep#1", "user_annotation", HOST, 0.0, 200.0),
+          _x("cudaMemcpyAsync", "cuda_runtime", HOST, 10.0, 30.0, corr=1),
+          _x("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", GPU, 20.0, 18.0, corr=1),
+          _x("cudaLaunchKernel", "cuda_runtime", HOST, 45.0, 5.0, corr=2),
+          _x("gemm", "kernel", GPU, 55.0, 50.0, corr=2)]
+    out = insert_host_work({"traceEvents": ev}, [HostWork(at_us=40.0, host_us=100.0, spans=(("log", "cpu_op"),))],
+                           main=HOST, stream=GPU, latency_us=5.0)
+    (call,) = _by_name(out, "cudaMemcpyAsync")
+    assert (call["ts"], call["ts"] + call["dur"]) == (10.0, 40.0)
+    assert _by_name(out, "cudaLaunchKernel")[0]["ts"] == 145.0
+    assert _by_name(out, "gemm")[0]["ts"] == 150.0

@@ -192,13 +192,28 @@ def _previous_on_stream(ops: _Ops) -> np.ndarray:
 SAME_INSTANT_US = 1e-3
 
 
+def _in_instant_order(items: list[tuple]) -> list[tuple]:
+    """`items` (time µs, tie rank, ...) sorted by time, those within SAME_INSTANT_US of the first of their run taken
+    as one instant and ordered there by tie rank: the order `_Shift` reads them in."""
+    items = sorted(items, key=lambda x: (x[0], x[1]))
+    out, run = [], []
+    for item in items:
+        if run and item[0] - run[0][0] > SAME_INSTANT_US:
+            out += sorted(run, key=lambda x: x[1])
+            run = []
+        run.append(item)
+    return out + sorted(run, key=lambda x: x[1])
+
+
 class _Shift:
     """Piecewise-constant host shift: shift(t) = value of the last breakpoint at or before t (within
-    SAME_INSTANT_US)."""
+    SAME_INSTANT_US), last in the order the re-timing made them: `points` (orig time, shift from then on) come in that
+    order, time order but for an instant's own (_in_instant_order). Sorted by value instead, a wait ending where work
+    was inserted kept the work's whole shift on the host while the device ops after it were timed with the smaller one
+    the wait left (the GPU's slack absorbed part of it): calls written 100 us after the copies they launched."""
 
     def __init__(self, points: list[tuple[float, float]]):
-        points = sorted(points)
-        self.t = np.array([p[0] for p in points]) if points else np.zeros(0)
+        self.t = np.maximum.accumulate([p[0] for p in points]) if points else np.zeros(0)
         self.v = np.concatenate([[0.0], [p[1] for p in points]]) if points else np.zeros(1)
 
     def at_start(self, t: np.ndarray) -> np.ndarray:
@@ -216,10 +231,12 @@ def insert_host_work(doc: dict, work: list[HostWork], *, main: tuple, stream: tu
     events = doc["traceEvents"]
     base = _base(events)
     ops, waits = base.ops, base.waits
-    # the merged timeline: inserted work first at a tie, then launches, then the ends of waits
-    items = [(w.at_us, 0, n) for n, w in enumerate(work)] + [(float(t), 1, k) for k, t in enumerate(ops.launch)]
-    items += [(te, 2, n) for n, (te, _, _) in enumerate(waits)]
-    items.sort(key=lambda x: (x[0], x[1]))
+    # the merged timeline; at an instant, the ends of waits first (the host returns from a wait, then does what it does
+    # next), then inserted work, then launches (work inserted at a launch runs before it)
+    wait_ends, inserted, launches = 0, 1, 2
+    items = _in_instant_order([(te, wait_ends, n) for n, (te, _, _) in enumerate(waits)]
+                              + [(w.at_us, inserted, n) for n, w in enumerate(work)]
+                              + [(float(t), launches, k) for k, t in enumerate(ops.launch)])
     new_start = ops.start.copy()
     prev = _previous_on_stream(ops)
     done = np.zeros(len(ops.idx), dtype=bool)
@@ -231,7 +248,7 @@ def insert_host_work(doc: dict, work: list[HostWork], *, main: tuple, stream: tu
     wait_end: dict[int, float] = {}
     added: list[tuple[HostWork, float, float, float | None]] = []  # work, host start, host dur, op start
     for t, kind, n in items:
-        if kind == 1:
+        if kind == launches:
             own = min(max(ops.start[n] - ops.launch[n], 0.0), latency_us)
             p = prev[n]
             s = max(ops.start[n], ops.launch[n] + shift + own if shift else -np.inf,
@@ -242,7 +259,7 @@ def insert_host_work(doc: dict, work: list[HostWork], *, main: tuple, stream: tu
             done[n] = True
             drain = max(drain, s + ops.dur[n])
             busy_end[ops.stream[n]] = max(busy_end.get(ops.stream[n], -np.inf), s + ops.dur[n])
-        elif kind == 0:
+        elif kind == inserted:
             w = work[n]
             host0 = w.at_us + shift
             busy_until = max(host0, drain) if w.drains else host0
@@ -312,9 +329,9 @@ def insert_device_delays(doc: dict, *, extra: dict[int, float] | None = None,
         if i in pos:
             deps.setdefault(pos[i], []).extend((pos[j], 0.0) for j in js if j in pos)
     # at a tie an op is timed before a host wait (a sync waits for what started at its instant)
-    items = sorted([(float(ops.start[k]), 1, k) for k in range(len(ops.idx))]
-                   + [(te, 2, n) for n, (te, _, _) in enumerate(waits)]
-                   + [(w.at_us, 3, n) for n, w in enumerate(syncs)])
+    items = _in_instant_order([(float(ops.start[k]), 1, k) for k in range(len(ops.idx))]
+                              + [(te, 2, n) for n, (te, _, _) in enumerate(waits)]
+                              + [(w.at_us, 3, n) for n, w in enumerate(syncs)])
     new_start, done = ops.start.copy(), np.zeros(len(ops.idx), dtype=bool)
     points: list[tuple[float, float]] = []  # (orig time, host shift from then on), in time order
     pt = []
