@@ -268,3 +268,22 @@ def test_what_the_loop_does_is_read_from_its_ops(tmp_path, ops, loop):
     t = load_trace(b.write(tmp_path / "t.json.gz"))[0]
     w = analysis_window(t)
     assert loop_kind(t, window_ops(t, w), collect_facts(t, w).optimizer) == loop
+
+
+def test_host_work_after_a_call_added_with_an_id_of_its_own_is_read(tmp_path):
+    # a blocking copy just before the 6-ms block, its call and copy given correlation ids from 10^6 on (written into
+    # the trace afterwards, numbered past its largest id): the ids jump across the gap after it, but the launch after
+    # the gap is in sequence with the call before the copy, so no events were lost there. The block is read, as
+    # without the renumbering; ids that step by 73 throughout (a sampled trace) still hide it
+    path = _loop(tmp_path / "t.json.gz", gap_us=6_000.0, copies=1)
+    events = K.read_events(path)
+    calls = {K.correlation(e) for e in events["traceEvents"] if e.get("name") == "cudaMemcpyAsync"}
+    renumbered = {c: 1_000_000 + k for k, c in enumerate(sorted(calls))}
+    for e in events["traceEvents"]:
+        if K.correlation(e) in renumbered:
+            e["args"]["correlation"] = renumbered[K.correlation(e)]
+        if e.get("ph") in ("s", "f") and e.get("id") in renumbered:
+            e["id"] = renumbered[e["id"]]
+    found = _host_work(K.write_events(tmp_path / "added.json.gz", events))
+    assert found is not None and found.evidence["events"][0]["dur_us"] == pytest.approx(6_000.0, abs=20.0)
+    assert _host_work(_loop(tmp_path / "s.json.gz", gap_us=6_000.0, copies=1, sampled=True)) is None

@@ -201,6 +201,22 @@ def _call_correlation(f: RankFacts, g: Graph) -> np.ndarray:
     return corr
 
 
+def _skips_ids(g: Graph, corr: np.ndarray) -> np.ndarray:
+    """Per node: whether events were lost across the gap before it, as its thread's correlation ids (corr:
+    _call_correlation) tell. Ids are handed out as calls are made, so a step forward of more than SAMPLED_IDS_PER_CALL
+    from the call before is a hole. A step backward means a call was added out of sequence (written into the trace
+    afterwards, numbered past its largest id): compared with the call before that one instead, and a hole only if the
+    ids skip forward from there (host work after a blocking copy added so was not read at all)."""
+    def step(prev: np.ndarray) -> np.ndarray:
+        p = np.clip(prev, 0, None)
+        ok = (prev >= 0) & (corr >= 0) & (corr[p] >= 0)
+        return np.where(ok, corr - corr[p], 0)
+
+    before = np.where(g.host_prev >= 0, g.host_prev[np.clip(g.host_prev, 0, None)], -1)
+    back = step(g.host_prev) < -SAMPLED_IDS_PER_CALL
+    return (step(g.host_prev) > SAMPLED_IDS_PER_CALL) | (back & (np.abs(step(before)) > SAMPLED_IDS_PER_CALL))
+
+
 def _drained_at_us(g: Graph, at_us: np.ndarray) -> np.ndarray:
     """Per time in at_us: when the device work launched before it has all ended (µs; -inf when none was)."""
     dev = np.flatnonzero(~g.is_host & (g.launch >= 0))
@@ -238,8 +254,7 @@ def host_work(f: RankFacts) -> F.Finding | None:
     # in parts, calls added to a sampled one with ids of their own): missing events, not work (as
     # evidence.is_sampled says of a whole trace); ids run backwards only where calls were added
     corr = f.once("call_correlation", lambda: _call_correlation(f, g))  # a table scan: once per rank
-    prev = np.clip(g.host_prev, 0, None)
-    holed = (g.host_prev >= 0) & (corr >= 0) & (corr[prev] >= 0) & (np.abs(corr - corr[prev]) > SAMPLED_IDS_PER_CALL)
+    holed = _skips_ids(g, corr)
     long = np.flatnonzero(g.is_host & (work >= host_work_min_gap_us(f)) & ~holed)
     long = long[~_inside_first_call(f, g.rows[long], g.start[long] - work[long] / 2)]
     # what it costs is the time the GPU runs dry during it: a gap while long kernels run costs nothing, and neither
