@@ -50,11 +50,11 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from trainperf.corpus.evaluate import CaseResult, case_folders, read_labels, score
+from trainperf.corpus.evaluate import CaseResult, case_folders, labeled_result, read_labels, score
 from trainperf.diagnose import api
 from trainperf.diagnose import findings as F
 from trainperf.diagnose import rules as R
@@ -215,10 +215,7 @@ def capture(folder: Path) -> Case:
     if not seen:
         raise TrainperfError(f"{folder}: api.diagnose no longer calls api.analyse_rank(facts, ...): "
                              "cv_diagnose cannot capture the per-rank facts")
-    res = CaseResult(name=folder.name, kind=labels["kind"], ranks=list(labels["ranks"]),
-                     true_gain_pct=float(labels["true_gain_pct"]), severity=str(labels["severity"]),
-                     base=str(labels.get("base", "")), also=[a["kind"] for a in labels.get("also", [])])
-    return Case(result=res, facts=seen, straggler_args=gate.get("args"),
+    return Case(result=labeled_result(folder.name, labels), facts=seen, straggler_args=gate.get("args"),
                 expected=[_row(x.to_json()) for x in d.findings], seconds=time.perf_counter() - t)
 
 
@@ -282,13 +279,7 @@ class Scorer:
                 setattr(_MODULES[p.module], p.name, saved[p.name])
 
     def results(self, names: list[str], values: dict) -> list[CaseResult]:
-        out = []
-        for n in names:
-            r = self.cases[n].result
-            out.append(CaseResult(name=r.name, kind=r.kind, ranks=r.ranks, true_gain_pct=r.true_gain_pct,
-                                  severity=r.severity, base=r.base, also=r.also,
-                                  findings=self.findings(n, values)))
-        return out
+        return [replace(self.cases[n].result, findings=self.findings(n, values)) for n in names]
 
     def objective(self, names: list[str], values: dict) -> float:
         self.evaluations += 1

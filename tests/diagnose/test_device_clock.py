@@ -63,3 +63,28 @@ def test_a_sync_the_device_clock_hides_reads_as_blocking_once_aligned(tmp_path):
     assert "device clock reads 19.0 µs behind" in note  # 20 us early: latency floor 8 - 20 = -12, so 12 + 7
     assert np.all(np.diff(aligned.ts_ns) >= 0)
     assert blocking(untouched) == 3 and blocking(aligned) == 3 and blocking(behind) == 0
+
+
+def test_a_diff_against_the_same_steps_written_by_a_clock_behind_finds_them_the_same(tmp_path):
+    # trainperf diff reads the device clock as diagnose does. Each 1000-us step: 30 kernels back to back [T+18, T+618],
+    # then one launched at T+610 while the last runs and started at T+720 (queued: 102 us of "idle: other"). Written 20
+    # us behind, the device seems idle before that launch: read as is, the gap is "idle: host"; aligned, the same
+    # breakdown (µs per step) and step time, and the candidate's side says it was corrected
+    from trainperf.diagnose.diff import diff
+
+    b = TraceBuilder()
+    for s in range(4):
+        T = s * 1000.0
+        b.step(s, T, 1000.0)
+        for k in range(30):
+            b.launch("volta_sgemm_32x32_nn", T + 10 + 10 * k, T + 18 + 20 * k, 20.0)
+        b.launch("volta_sgemm_64x64_nn", T + 610, T + 720, 20.0)
+    src = b.write(tmp_path / "t.json.gz")
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    (tmp_path / "behind.json").write_text(json.dumps(device_clock_behind(doc, 0)))
+    d = diff(src, tmp_path / "behind.json")
+    assert d.candidate.median_us == pytest.approx(d.baseline.median_us, abs=0.5)
+    assert dict((n, b) for n, b, _ in d.decomposition).get("idle: other", 0.0) > 50.0
+    for name, before, after in d.decomposition:
+        assert after == pytest.approx(before, abs=1.5), name
+    assert any("device clock reads 19.0 µs behind" in n for n in d.notes)

@@ -26,6 +26,7 @@ from trainperf.errors import TrainperfError
 
 SEVERITIES = ("low", "medium", "high")
 LABEL_KEYS = ("kind", "ranks", "true_gain_pct", "severity")
+SCORED_FINDING_KEYS = ("kind", "severity", "ranks", "gain_pct", "gain_alone_pct", "gain_is_upper_bound", "fix_order")
 # a label names any kind diagnose can find (a corpus measured elsewhere labels launch_bound, idle_gpu...), not
 # only those `make corpus` plants
 LABEL_KINDS = tuple(dict.fromkeys(KIND_LABELS + tuple(RECOMMENDATIONS)))
@@ -44,6 +45,14 @@ class CaseResult:
     seconds: float = 0.0
     base: str = ""  # the base trace set; its healthy case is the untouched twin
     also: list[str] = field(default_factory=list)  # other planted problems (labels' `also`): not false findings
+
+
+def labeled_result(name: str, labels: dict, **measured) -> CaseResult:
+    """A case's result: its truths read from its (checked) `labels`, with what was measured of it (`findings`,
+    `seconds`)."""
+    return CaseResult(name=name, kind=labels["kind"], ranks=list(labels["ranks"]),
+                      true_gain_pct=float(labels["true_gain_pct"]), severity=str(labels["severity"]),
+                      base=str(labels.get("base", "")), also=[a["kind"] for a in labels.get("also", [])], **measured)
 
 
 def read_labels(case: Path) -> dict:
@@ -255,14 +264,8 @@ def run_cases(corpus: str | Path, progress: bool = True, unprofiled: bool = Fals
             lab = labels[c]
             step_ms = lab.get("faulty_step_ms") if unprofiled else None
             found = diagnose(c / "traces", top=10_000, unprofiled_step_ms=step_ms).to_json()["findings"]
-            results.append(CaseResult(name=c.name, kind=lab["kind"], ranks=list(lab["ranks"]),
-                                      true_gain_pct=float(lab["true_gain_pct"]), severity=str(lab["severity"]),
-                                      findings=[{k: f.get(k) for k in ("kind", "severity", "ranks", "gain_pct",
-                                                                          "gain_alone_pct", "gain_is_upper_bound",
-                                                                          "fix_order")}
-                                                for f in found],
-                                      seconds=time.perf_counter() - t, base=str(lab.get("base", "")),
-                                      also=[a["kind"] for a in lab.get("also", [])]))
+            kept = [{k: f.get(k) for k in SCORED_FINDING_KEYS} for f in found]
+            results.append(labeled_result(c.name, lab, findings=kept, seconds=time.perf_counter() - t))
             bar.advance(task)
     return results
 

@@ -18,7 +18,7 @@ from trainperf.diagnose.crossrank import (ComputeStraggler, CrossRank, MatchedCo
                                          slowest_rank_p_value,
                                          straggler_p_value, straggler_steps_needed)
 from trainperf.diagnose.ddp import BUFFER_BROADCASTS, buffer_broadcasts, buffer_sync_floor_us
-from trainperf.diagnose.device_clock import with_device_clock_aligned
+from trainperf.diagnose.device_clock import with_device_clocks_aligned
 from trainperf.diagnose.evidence import (Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes,
                                         untraced_ranks_caveat)
 from trainperf.diagnose.facts import DeviceTiming, RankFacts, StragglerFacts, collect_facts, device_timing
@@ -165,9 +165,8 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     # the files loading did not read (not traces, copies, earlier cycles): notes, in the terminal, JSON and HTML
     notes: list[str] = [str(w.message) for w in said if issubclass(w.category, LoadWarning)]
     notes += [n for n in (ranks_in_file_order_note(tables),) if n]
-    for r, t in tables.items():  # before anything reads a device time (device_clock.py)
-        tables[r], note = with_device_clock_aligned(t)
-        notes += [note] if note else []
+    tables, clock_notes = with_device_clocks_aligned(tables)  # before anything reads a device time
+    notes += clock_notes
     if step_range:
         tables = {r: _restrict_steps(t, step_range) for r, t in tables.items()}
     else:  # several profiling cycles in one trace: one of them (each rank's own, the same where they share a schedule)

@@ -57,3 +57,12 @@ def with_device_clock_aligned(t: EventTable) -> tuple[EventTable, str]:
     note = (f"rank {t.rank}: the device clock reads {behind_us:.1f} µs behind the host's (launched work written as "
             "starting before the calls that launched it): the device events are moved that much later")
     return moved.take(np.argsort(ts, kind="stable")), note
+
+
+def with_device_clocks_aligned(tables: dict[int, EventTable]) -> tuple[dict[int, EventTable], list[str]]:
+    """Every rank's table through with_device_clock_aligned, and the notes of those corrected."""
+    out, notes = {}, []
+    for r, t in tables.items():
+        out[r], note = with_device_clock_aligned(t)
+        notes += [note] if note else []
+    return out, notes

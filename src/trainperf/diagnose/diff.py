@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trainperf.diagnose.device_clock import with_device_clocks_aligned
 from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, COMPILE_RE,
                                      DATALOADER_RE, OPTIMIZER_RE, SYNC_OP_RE, SYNC_RUNTIME_RE)
 from trainperf.errors import TrainperfError
@@ -707,8 +708,12 @@ def diff_profiles(baseline: StepProfile, candidate: StepProfile) -> TraceDiff:
 def diff(baseline: str | Path, candidate: str | Path, progress: bool = False, findings: bool = False) -> TraceDiff:
     """Load two traces (a Kineto file or a folder of ranks each) and diff them; with findings, also
     run `trainperf diagnose` on both and list the findings that appear, disappear or change severity."""
-    a, b = step_profiles(load_trace(baseline, progress=progress), load_trace(candidate, progress=progress),
-                         str(baseline), str(candidate))
+    # a device clock behind the host's read and undone as diagnose does (device_clock.py)
+    (ta, clock_a), (tb, clock_b) = (with_device_clocks_aligned(load_trace(p, progress=progress))
+                                    for p in (baseline, candidate))
+    a, b = step_profiles(ta, tb, str(baseline), str(candidate))
+    a.notes += [f"{baseline}: {n}" for n in clock_a]
+    b.notes += [f"{candidate}: {n}" for n in clock_b]
     d = diff_profiles(a, b)
     if findings:
         from trainperf.diagnose.api import diagnose

@@ -727,9 +727,10 @@ def _bounds_after_larger_measured_fixes(ranked: list[Finding]) -> list[Finding]:
     trace measures them, but a bound ranks by what its fix is sure to realise (host work priced at 30 %, credited 15 %,
     after DDP's buffer broadcast measured at 15.5 %)."""
     out = list(ranked)
-    for b in [f for f in ranked if rank_key(f)[0] == 0 and f.gain_is_upper_bound]:
-        credited = -rank_key(b)[1]
-        larger = [k for k, f in enumerate(out) if rank_key(f)[0] == 1 and -rank_key(f)[1] > credited]
+    keys = {id(f): rank_key(f) for f in ranked}
+    for b in [f for f in ranked if keys[id(f)][0] == 0 and f.gain_is_upper_bound]:
+        credited = -keys[id(b)][1]
+        larger = [k for k, f in enumerate(out) if keys[id(f)][0] == 1 and -keys[id(f)][1] > credited]
         if larger and larger[-1] > out.index(b):
             out.remove(b)
             out.insert(larger[-1], b)  # after it: the list is one shorter before it
