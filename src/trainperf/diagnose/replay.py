@@ -883,10 +883,10 @@ def processing_order(start: np.ndarray, is_host: np.ndarray, chain: np.ndarray, 
     node (-1 none): a device event's launch call and the event it waits for, a host call's wait for another thread,
     and the device work the sync before it waited for (the call after a sync needs that work's replayed end). A trace
     can write a kernel starting before the call that launched it (a device clock behind the host's, beyond what
-    device_clock.py undoes; the corpus's surgery wrote one 12 µs early beside injected syncs); replayed in observed
-    order it was timed before its launch and read the launch's unchanged time, so a change that moved the launch
-    moved neither the kernel nor a sync waiting for it (host work of 20 % removed gained 0.2 % beside blocking
-    syncs)."""
+    device_clock.py undoes; the corpus's surgery, until its fix, wrote one 12 µs early beside injected syncs);
+    replayed in observed order it was timed before its launch and read the launch's unchanged time, so a change that
+    moved the launch moved neither the kernel nor a sync waiting for it (host work of 20 % removed gained 0.2 % beside
+    blocking syncs)."""
     eff = start.astype(float) - (float(start.min()) if start.size else 0.0)  # relative: the offsets below stay exact
     seg = np.lexsort((start, chain))  # each thread's and stream's nodes in order
     span = float(eff.max()) + 1.0 if eff.size else 1.0
