@@ -447,3 +447,22 @@ def test_work_inserted_where_a_blocking_copy_returns_runs_after_it_and_the_next_
     assert (call["ts"], call["ts"] + call["dur"]) == (10.0, 40.0)
     assert _by_name(out, "cudaLaunchKernel")[0]["ts"] == 145.0
     assert _by_name(out, "gemm")[0]["ts"] == 150.0
+
+
+def test_a_long_call_that_enqueues_nothing_does_not_wait_for_the_kernel_it_ends_with():
+    # kernel A [15, 215] launched at 10; a 195-us cudaMalloc on the host [20, 215] (no correlation id: it enqueues
+    # nothing) that ends as A does; kernel B launched at 220. A made 100 us longer: B runs after it on its stream
+    # (315), but the malloc, which waits for no slot in the launch queue, keeps its length and B's launch stays at 220
+    # (read as waiting for A, the malloc was stretched to 295 us and the launch moved to 320)
+    ev = [_x("ProfilerStep#1", "user_annotation", HOST, 0.0, 400.0),
+          _x("cudaLaunchKernel", "cuda_runtime", HOST, 10.0, 5.0, corr=1),
+          _x("gemm", "kernel", GPU, 15.0, 200.0, corr=1),
+          _x("cudaMalloc", "cuda_runtime", HOST, 20.0, 195.0),
+          _x("cudaLaunchKernel", "cuda_runtime", HOST, 220.0, 5.0, corr=2),
+          _x("add", "kernel", GPU, 225.0, 50.0, corr=2)]
+    a = next(i for i, e in enumerate(ev) if e["name"] == "gemm")
+    out = insert_device_delays({"traceEvents": ev}, extra={a: 100.0}, latency_us=5.0)
+    (malloc,) = _by_name(out, "cudaMalloc")
+    assert (malloc["ts"], malloc["dur"]) == (20.0, 195.0)
+    assert [e["ts"] for e in _by_name(out, "cudaLaunchKernel")] == [10.0, 220.0]
+    assert _by_name(out, "add")[0]["ts"] == 315.0

@@ -36,7 +36,10 @@ from trainperf.corpus import kineto as K
 # A launch or copy call blocks when the device's launch queue is full and returns as soon as an
 # earlier op completes. In ns_resolution_trace (CPU ~90 ms ahead of the GPU) 99.7 % of the 701
 # runtime calls longer than 100 µs return within 20 µs of a device op's end; in nccl_parser_config
-# (host-bound) the one such call does not (2.6 ms after): it is host work.
+# (host-bound) the one such call does not (2.6 ms after): it is host work. Only a call that enqueues device work
+# (its correlation id names a device op: launches, copies, fills, graph launches, every such wait of the bases) waits
+# for a slot; on a busy GPU some op ends within 20 us of any instant, and a 6-ms cudaMalloc was read as waiting for
+# the kernel that ended as it returned, stretched to 45 ms by a delay planted on that kernel.
 BLOCKED_CALL_MIN_US = 100.0
 BLOCKED_RETURN_US = 20.0
 # An op whose stream was idle before it, launched long before, that started within this long after
@@ -124,6 +127,12 @@ def _device_ops(events: list[dict]) -> _Ops:
                 np.array([r[2] for r in rows]), np.array([r[3] for r in rows]), [r[4] for r in rows])
 
 
+def _enqueues(call: dict, by_corr: dict) -> bool:
+    """Whether a runtime call put work on the device: its correlation id names a device op of the trace."""
+    c = K.correlation(call)
+    return c is not None and c in by_corr
+
+
 def _waits(events: list[dict], ops: _Ops) -> list[tuple[float, int, int]]:
     """Host calls that waited for the device: (orig end, event index, position in ops of the awaited op)."""
     by_corr = {K.correlation(events[i]): k for k, i in enumerate(ops.idx)}
@@ -137,7 +146,7 @@ def _waits(events: list[dict], ops: _Ops) -> list[tuple[float, int, int]]:
             k = by_corr.get(K.correlation(e))
             if k is None or "Pageable" not in str(events[ops.idx[k]].get("name", "")):
                 continue  # an async copy between device and pinned memory does not block the host
-        elif K.SYNC_CALL_RE.match(name) or te - ts > BLOCKED_CALL_MIN_US:
+        elif K.SYNC_CALL_RE.match(name) or (te - ts > BLOCKED_CALL_MIN_US and _enqueues(e, by_corr)):
             cand = np.nonzero((ops.launch < ts) & (ends <= te + 1.0))[0]
             if not cand.size:
                 continue
