@@ -250,9 +250,9 @@ def host_work(f: RankFacts) -> F.Finding | None:
         return None
     g = f.graph
     work = host_work_us(g)
-    # a gap across which the thread's calls skip many correlation ids lost its events (a trace filtered or sampled
-    # in parts, calls added to a sampled one with ids of their own): missing events, not work (as
-    # evidence.is_sampled says of a whole trace); ids run backwards only where calls were added
+    # a gap across which the thread's calls skip many correlation ids forward lost its events (a trace filtered or
+    # sampled in parts): missing events, not work (as evidence.is_sampled says of a whole trace); ids run backwards
+    # only where calls were added, and such a gap is judged from the call before the added one (_skips_ids)
     corr = f.once("call_correlation", lambda: _call_correlation(f, g))  # a table scan: once per rank
     holed = _skips_ids(g, corr)
     long = np.flatnonzero(g.is_host & (work >= host_work_min_gap_us(f)) & ~holed)
