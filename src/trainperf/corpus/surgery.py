@@ -338,9 +338,10 @@ def insert_device_delays(doc: dict, *, extra: dict[int, float] | None = None,
         if i in pos:
             deps.setdefault(pos[i], []).extend((pos[j], 0.0) for j in js if j in pos)
     # at a tie an op is timed before a host wait (a sync waits for what started at its instant)
-    items = _in_instant_order([(float(ops.start[k]), 1, k) for k in range(len(ops.idx))]
-                              + [(te, 2, n) for n, (te, _, _) in enumerate(waits)]
-                              + [(w.at_us, 3, n) for n, w in enumerate(syncs)])
+    op_starts, wait_ends, inserted_syncs = 1, 2, 3
+    items = _in_instant_order([(float(ops.start[k]), op_starts, k) for k in range(len(ops.idx))]
+                              + [(te, wait_ends, n) for n, (te, _, _) in enumerate(waits)]
+                              + [(w.at_us, inserted_syncs, n) for n, w in enumerate(syncs)])
     new_start, done = ops.start.copy(), np.zeros(len(ops.idx), dtype=bool)
     points: list[tuple[float, float]] = []  # (orig time, host shift from then on), in time order
     pt = []
@@ -352,7 +353,7 @@ def insert_device_delays(doc: dict, *, extra: dict[int, float] | None = None,
         return points[j][1] if j >= 0 else 0.0
 
     for t, kind, n in items:
-        if kind == 1:
+        if kind == op_starts:
             shift = shift_at(float(ops.launch[n]))
             own = min(max(ops.start[n] - ops.launch[n], 0.0), latency_us)
             cands = [ops.start[n], ops.launch[n] + shift + own if shift else -np.inf]
@@ -362,7 +363,7 @@ def insert_device_delays(doc: dict, *, extra: dict[int, float] | None = None,
             new_start[n] = max(cands) + hold.get(int(ops.idx[n]), 0.0)
             done[n] = True
             continue
-        if kind == 2:
+        if kind == wait_ends:
             te, i, k = waits[n]
             ts = float(events[i]["ts"])
             new_end = max(ts + shift_at(ts) + min(te - ts, 2.0), new_start[k] + dur[k] + max(te - ends[k], 0.0))
