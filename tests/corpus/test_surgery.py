@@ -466,3 +466,22 @@ def test_a_long_call_that_enqueues_nothing_does_not_wait_for_the_kernel_it_ends_
     assert (malloc["ts"], malloc["dur"]) == (20.0, 195.0)
     assert [e["ts"] for e in _by_name(out, "cudaLaunchKernel")] == [10.0, 220.0]
     assert _by_name(out, "add")[0]["ts"] == 315.0
+
+
+def test_a_launch_a_float_step_before_a_delayed_sync_returns_moves_with_its_kernel():
+    # epoch clock: kernel A [15, 95] launched at 10, a sync [20, 96] returning with it, kernel B launched a float step
+    # (0.0005 us) before the sync returns, at 96, and started at 101. A made 100 us longer: the sync returns at 196, B's
+    # launch (at that instant) moves to 196 and B to 201, 5 us after it (timed as before the return, B started at 195,
+    # when A ended: before its own launch)
+    t0 = 4.2e12
+    launch_b = t0 + 96.0 - 0.0005
+    ev = [_x("ProfilerStep#1", "user_annotation", HOST, t0, 200.0),
+          _x("cudaLaunchKernel", "cuda_runtime", HOST, t0 + 10.0, 5.0, corr=1),
+          _x("gemm", "kernel", GPU, t0 + 15.0, 80.0, corr=1),
+          _x("cudaStreamSynchronize", "cuda_runtime", HOST, t0 + 20.0, 76.0),
+          _x("cudaLaunchKernel", "cuda_runtime", HOST, launch_b, 3.0, corr=2),
+          _x("add", "kernel", GPU, t0 + 101.0, 20.0, corr=2)]
+    a = next(i for i, e in enumerate(ev) if e["name"] == "gemm")
+    out = insert_device_delays({"traceEvents": ev}, extra={a: 100.0}, latency_us=5.0)
+    assert _by_name(out, "cudaLaunchKernel")[1]["ts"] == pytest.approx(launch_b + 100.0, abs=0.01)
+    assert _by_name(out, "add")[0]["ts"] == pytest.approx(t0 + 201.0, abs=0.01)

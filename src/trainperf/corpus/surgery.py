@@ -348,8 +348,8 @@ def insert_device_delays(doc: dict, *, extra: dict[int, float] | None = None,
     wait_end: dict[int, float] = {}
     added: list[dict] = []
 
-    def shift_at(t: float) -> float:
-        j = bisect.bisect_right(pt, t) - 1
+    def shift_at(t: float) -> float:  # _Shift.at_start of the points made so far: the same instants
+        j = bisect.bisect_right(pt, t + SAME_INSTANT_US) - 1
         return points[j][1] if j >= 0 else 0.0
 
     for t, kind, n in items:
@@ -376,7 +376,7 @@ def insert_device_delays(doc: dict, *, extra: dict[int, float] | None = None,
             added.append({"ph": "X", "cat": "cuda_runtime", "name": w.name, "pid": w.thread[0], "tid": w.thread[1],
                           "ts": host0, "dur": new_end - host0, "args": {}})
         points.append((t, new_end - t))
-        pt.append(t)
+        pt.append(max(t, pt[-1]) if pt else t)  # as _Shift reads them: a running maximum
     out = _apply(doc, _Shift(points), ops, new_start, wait_end, [], (None, None), (None, None), new_dur=dur)
     out["traceEvents"] += added
     return out
