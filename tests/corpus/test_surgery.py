@@ -8,7 +8,7 @@ from trainperf.corpus import kineto as K
 from trainperf.corpus.build import Base, build_corpus
 from trainperf.corpus.inject import (LAYOUT_TRANSPOSE_KERNELS, LAYOUT_TRANSPOSES_PER_STEP, NotApplicable,
                                      inject_checkpoint_stall, inject_exposed_comm, inject_gpu_held, inject_layout_transposes,
-                                     inject_pageable_copy, inject_straggler)
+                                     inject_launch_bound, inject_pageable_copy, inject_straggler)
 from trainperf.corpus.surgery import DeviceWait, HostWork, insert_device_delays, insert_host_work
 
 HOST, GPU = (1, 1), (0, 7)
@@ -485,3 +485,25 @@ def test_a_launch_a_float_step_before_a_delayed_sync_returns_moves_with_its_kern
     out = insert_device_delays({"traceEvents": ev}, extra={a: 100.0}, latency_us=5.0)
     assert _by_name(out, "cudaLaunchKernel")[1]["ts"] == pytest.approx(launch_b + 100.0, abs=0.01)
     assert _by_name(out, "add")[0]["ts"] == pytest.approx(t0 + 201.0, abs=0.01)
+
+
+def test_slower_launches_lengthen_every_launch_call_and_shift_what_follows():
+    # each step's one launch (5 us at +10) takes 20 us more, inside the call: step k's call starts 20 k us later and
+    # lasts 25 us, its kernel (launched at the call's start, +5 us) starts 20 k us later too, and every step lasts
+    # 120 us: the window's steady step (its first two steps) 100 -> 120 us
+    out, touched = inject_launch_bound({0: three_steps()}, 20.0, random.Random(0))
+    calls, kernels = _by_name(out[0], "cudaLaunchKernel"), _by_name(out[0], "gemm")
+    assert touched == [0]
+    assert [(c["ts"], c["dur"]) for c in calls] == [(10.0, 25.0), (130.0, 25.0), (250.0, 25.0)]
+    assert [k["ts"] for k in kernels] == [15.0, 135.0, 255.0]
+    assert [e["dur"] for e in _by_name(out[0], "ProfilerStep#1") + _by_name(out[0], "ProfilerStep#2")] == [120.0, 120.0]
+    assert K.step_time_us(out[0]["traceEvents"]) == pytest.approx(120.0)
+
+
+def test_slower_launches_need_kernels_launched_one_at_a_time():
+    doc = three_steps()
+    for e in doc["traceEvents"]:
+        if e["name"] == "cudaLaunchKernel":
+            e["name"] = "cudaGraphLaunch"
+    with pytest.raises(NotApplicable, match="CUDA graph"):
+        inject_launch_bound({0: doc}, 20.0, random.Random(0))

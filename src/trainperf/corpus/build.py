@@ -17,7 +17,7 @@ from pathlib import Path
 
 from trainperf.atomic import atomic_write_text, ensure_dir
 from trainperf.corpus import kineto as K
-from trainperf.corpus.inject import GPU_HOLDS_PER_STEP, INJECTORS, NotApplicable, inject_straggler
+from trainperf.corpus.inject import GPU_HOLDS_PER_STEP, INJECTORS, NotApplicable, inject_straggler, launches_per_step
 from trainperf.errors import TrainperfError
 
 HIGH_PCT = 10.0       # severity bands of the true gain (% of step time), as diagnose's findings use
@@ -110,7 +110,8 @@ def _start_size(kind: str, t0: float, x_us: float, ranks: dict) -> float:
     return {"data_loader_stall": x_us, "checkpoint_stall": x_us * n, "host_sync": 8.0,
             "allocator_stall": x_us / 8, "pageable_copy": x_us, "small_kernels": x_us / 12.0,
             "straggler": 0.5 * x_us / t0 + 0.05, "exposed_comm": 0.5, "host_work": x_us,
-            "layout_transposes": x_us / 16, "idle_with_work_queued": x_us / GPU_HOLDS_PER_STEP}[kind]
+            "layout_transposes": x_us / 16, "idle_with_work_queued": x_us / GPU_HOLDS_PER_STEP,
+            "launch_bound": x_us / max(launches_per_step(ranks), 1.0)}[kind]
 
 
 def inject_sized(kind: str, ranks: dict, size: float, seed: int, slow: int | None = None):

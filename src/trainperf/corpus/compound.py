@@ -26,8 +26,9 @@ from trainperf.corpus import build as B
 from trainperf.corpus.inject import NotApplicable
 
 # faults whose fix diagnose prices as an upper bound (host work launching nothing: removing it all; the GPU idle with
-# work queued: no wait left), and faults whose removal it measures (a wait taken out of the trace and replayed)
-BOUND_KINDS = ("host_work", "idle_with_work_queued")
+# work queued: no wait left; slower launches: every launch graphed), and faults whose removal it measures (a wait
+# taken out of the trace and replayed)
+BOUND_KINDS = ("host_work", "idle_with_work_queued", "launch_bound")
 MEASURED_KINDS = ("data_loader_stall", "host_sync", "pageable_copy", "allocator_stall")
 # (larger, smaller) target gains, % of the step: a bottleneck beside a stall a third of its size
 LARGER_PCT, SMALLER_PCT = 20.0, 6.0
@@ -61,14 +62,15 @@ def compound_case(ranks: dict, larger: str, smaller: str, seed: int) -> tuple[di
     return both, labels
 
 
-def build_compound(out: str | Path, bases: list[B.Base], log=print, seed_salt: str = "") -> list[dict]:
-    """Write the compound cases of every base under out (`compound-<larger>+<smaller>-<base>`, each pair both ways
-    round); return their labels."""
+def build_compound(out: str | Path, bases: list[B.Base], log=print, seed_salt: str = "",
+                   bound_kinds: tuple[str, ...] = BOUND_KINDS) -> list[dict]:
+    """Write the compound cases of every base under out (`compound-<larger>+<smaller>-<base>`, each pair of one of
+    bound_kinds and one of MEASURED_KINDS both ways round); return their labels."""
     out = Path(out)
     written = []
     for base in bases:
         ranks = B.load_base(base)
-        for bound, measured in ((b, m) for b in BOUND_KINDS for m in MEASURED_KINDS):
+        for bound, measured in ((b, m) for b in bound_kinds for m in MEASURED_KINDS):
             if base.kinds is not None and not {bound, measured} <= set(base.kinds):
                 continue
             for larger, smaller in ((bound, measured), (measured, bound)):

@@ -198,6 +198,35 @@ def inject_small_kernels(ranks: dict, size: float, rng: random.Random):
         for t in _launch_points(doc, r, per_step, rng)])
 
 
+# the runtime calls that launch one kernel, as CUDA (cudaLaunchKernel, cudaLaunchKernelExC; Triton's cuLaunchKernel)
+# and HIP (hipLaunchKernel, hipExtModuleLaunchKernel, hipModuleLaunchKernel) name them
+KERNEL_LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "hipLaunchKernel", "hipExtModuleLaunchKernel",
+                       "hipModuleLaunchKernel")
+
+
+def _launches_in_steps(doc: dict, r: Rank) -> list[dict]:
+    """The kernel launch calls (KERNEL_LAUNCH_CALLS), of every host thread (a backward on the autograd thread launches
+    too), that start inside one of the rank's steps."""
+    return [e for e in doc["traceEvents"] if K.is_runtime(e) and str(e.get("name", "")).startswith(KERNEL_LAUNCH_CALLS)
+            and any(s.ts < float(e["ts"]) < s.end for s in r.steps)]
+
+
+def launches_per_step(ranks: dict) -> float:
+    """Kernel launch calls a step (_launches_in_steps), the largest over the ranks."""
+    return max(len(_launches_in_steps(doc, r := rank_facts(doc))) / max(len(r.steps), 1) for doc in ranks.values())
+
+
+def inject_launch_bound(ranks: dict, size: float, rng: random.Random):
+    """size: µs added to every kernel launch call inside the steps, on every host thread (the host's launch path
+    slower: a slower or contended CPU, a heavier driver call), inside the call, so the call itself is longer. Not
+    into a trace whose steps launch nothing one kernel at a time (a CUDA graph replay a step)."""
+    if launches_per_step(ranks) < 1:
+        raise NotApplicable("the steps launch no kernel one at a time (a CUDA graph replays them)")
+    return _host(ranks, lambda doc, r: [
+        HostWork(at_us=float(e["ts"]) + 0.5 * float(e.get("dur", 0.0)), host_us=size, spans=())
+        for e in _launches_in_steps(doc, r)])
+
+
 def inject_layout_transposes(ranks: dict, size: float, rng: random.Random):
     """size: µs of each of LAYOUT_TRANSPOSES_PER_STEP NCHW -> NHWC conversion kernels per step, each one launch call
     on the main thread (no operator of its own: the convolution's library launches it inside the convolution's)."""
@@ -423,4 +452,5 @@ INJECTORS = {
     "exposed_comm": inject_exposed_comm,
     "host_work": inject_host_work,
     "idle_with_work_queued": inject_gpu_held,
+    "launch_bound": inject_launch_bound,
 }
