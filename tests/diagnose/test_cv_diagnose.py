@@ -68,9 +68,9 @@ def test_rerun_equals_diagnose_and_thresholds_reach_the_rules():
     current = {p.name: p.default for p in params}
     scorer = cv.Scorer([case], params)
     assert scorer.findings(case.result.name, current) == case.expected
-    # GPU idle is a share of the window: above 100 % the launch-bound rule cannot fire
+    # the GPU idle the host causes is a share of the span: above 100 % the launch-bound rule cannot fire
     assert any(f["kind"] == "launch_bound" for f in case.expected)
-    off = scorer.findings(case.result.name, {**current, "LAUNCH_BOUND_IDLE_PCT": 100.0})
+    off = scorer.findings(case.result.name, {**current, "LAUNCH_BOUND_HOST_IDLE_MIN_PCT": 100.0})
     assert not any(f["kind"] == "launch_bound" for f in off)
     assert all(getattr(cv._MODULES[p.module], p.name) == p.default for p in params)
 

@@ -9,6 +9,7 @@ ends where the last analysed step ends (its host thread's, after the 350 us of P
 every kernel has ended by then): n x 600 us sooner.
 """
 
+import random
 import sys
 from pathlib import Path
 
@@ -19,7 +20,11 @@ from kineto_builder import TraceBuilder  # noqa: E402
 
 from host_bound import K_US, N, P, STEPS, host_bound_trace  # noqa: E402
 
+from trainperf.corpus import kineto as K  # noqa: E402
+from trainperf.corpus.inject import inject_launch_bound  # noqa: E402
 from trainperf.diagnose.api import diagnose  # noqa: E402
+
+H200_GPU_BOUND = Path(__file__).resolve().parents[1] / "data" / "h200_faults" / "healthy-h200-gpu_bound" / "traces"
 
 
 def _trace(path: Path) -> Path:
@@ -82,23 +87,26 @@ def test_short_collectives_are_not_small_kernels(tmp_path):
     assert "small_kernels" not in {x.kind for x in d.findings}
 
 
-def _outlier_launch_trace(path: Path, steps: int = 4) -> Path:
+def _outlier_launch_trace(path: Path, steps: int = 4, call_us: float = 10.0, outlier_us: float = 1000.0,
+                          step_us: float = 4000.0) -> Path:
     # host-bound, 4000-us steps: 2000 us of Python, then 10 launches 60 us apart as in _trace (50 us of op
     # dispatch, a 10-us call, a 20-us kernel 5 us after the call starts), except the 10th call: it takes
     # 1000 us (a launch that loads its kernel's code on first use, as one hipLaunchKernel in HTA's MI250
-    # trace) and its kernel starts 5 us after the call returns; then Python until the next step
+    # trace) and its kernel starts 5 us after the call returns; then Python until the next step. call_us,
+    # outlier_us and step_us change the calls' durations (launches then 50 + call_us apart) and the step's
     b = TraceBuilder()
     for s in range(steps):
-        T = s * 4000.0
-        b.step(s, T, 4000.0)
+        T = s * step_us
+        b.step(s, T, step_us)
         b.cpu("python_work", T, 2000.0)
         for k in range(N):
-            at = T + 2000.0 + 60.0 * k
-            long_call = k == N - 1
-            b.cpu("aten::add", at, 1050.0 if long_call else 60.0)
-            b.launch("elementwise_add_kernel", at + 50.0, at + (1055.0 if long_call else 55.0), K_US,
-                     launch_dur=1000.0 if long_call else 10.0)
-        b.cpu("python_work", T + 3600.0, 399.0)
+            at = T + 2000.0 + (50.0 + call_us) * k
+            call = outlier_us if k == N - 1 else call_us
+            b.cpu("aten::add", at, 50.0 + call)
+            b.launch("elementwise_add_kernel", at + 50.0, at + 5.0 + (50.0 + call if k == N - 1 else 50.0), K_US,
+                     launch_dur=call)
+        after = T + 2000.0 + (50.0 + call_us) * (N - 1) + 50.0 + outlier_us + 10.0
+        b.cpu("python_work", after, T + step_us - after - 1.0)
     return b.write(path / "o.json.gz")
 
 
@@ -114,3 +122,36 @@ def test_an_outlier_launch_call_is_not_launch_overhead(tmp_path):
     assert n == 3
     assert f.evidence["metrics"]["launch_cost"]["value"] == pytest.approx(590.0 * n)
     assert f.gain_alone_pct == pytest.approx(100.0 * 590.0 * n / (n * 4000.0), abs=0.01)
+
+
+def test_a_host_whose_every_launch_is_slow_pays_it_on_every_launch(tmp_path):
+    # launch.launch_call_cutoff_us: every call takes 100 us (a contended or slower CPU), so the usual launch call is
+    # 100 us and an outlier one over 10 x 100 us: the 9 100-us calls are launch overhead (an absolute 50-us cutoff
+    # read them all as outliers: 10 x 50 = 500 us a step), the 2000-us one is still a wait a CUDA graph keeps. Each
+    # step's launches cost 10 x 50 us of dispatch + 9 x 100 us of calls = 1400 us, and the window (3 steps of
+    # 6000 us, to the last analysed step's end, after its Python) ends 3 x 1400 us sooner graphed.
+    d = diagnose(_outlier_launch_trace(tmp_path, call_us=100.0, outlier_us=2000.0, step_us=6000.0))
+    f = next(x for x in d.findings if x.kind == "launch_bound")
+    n = len(f.steps)
+    assert n == 3
+    assert f.evidence["metrics"]["launch_cost"]["value"] == pytest.approx(1400.0 * n)
+    assert f.gain_alone_pct == pytest.approx(100.0 * 1400.0 * n / (n * 6000.0), abs=0.01)
+
+
+def test_a_host_slowed_past_a_gpu_bound_loops_pace_is_launch_bound_though_the_queue_hid_it(tmp_path):
+    # The H200's GPU-bound loop (its host ~28 ms ahead: 13 ms of earlier steps' work queued as the window opens) with
+    # every launch call 125 us longer (the corpus's surgery): its host now sets the pace (8.4 % slower a step), but the
+    # queue keeps the GPU busy through the profiled steps, off the host, so only the host step's excess over the
+    # device's (RankFacts.host_excess_us) shows the launches' cost. The truth is the surgery's: the steady step's
+    # growth.
+    base = K.read_events(H200_GPU_BOUND / "rank0.json.gz")
+    out, _ = inject_launch_bound({0: base}, 125.0, random.Random(0))
+    before, after = K.step_time_us(base["traceEvents"]), K.step_time_us(out[0]["traceEvents"])
+    truth = 100.0 * (after - before) / after
+    assert truth > 5.0
+    (tmp_path / "traces").mkdir()
+    K.write_events(tmp_path / "traces" / "rank0.json.gz", out[0])
+    top = diagnose(tmp_path / "traces").findings[0]
+    assert top.kind == "launch_bound"
+    assert top.gain_pct == pytest.approx(truth, abs=2.0)
+    assert "host_step_over_device_step" in top.evidence["metrics"]

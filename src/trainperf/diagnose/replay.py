@@ -35,7 +35,7 @@ import numpy as np
 from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, COMPILE_RE,
                                      DATALOADER_RE, MEMCPY_RUNTIME_RE, SYNC_OP_RE, SYNC_RUNTIME_RE, call_sites,
                                      span_rows)
-from trainperf.diagnose.launch import LAUNCH_CALL_OUTLIER_US, graph_launched, small_kernel_mask
+from trainperf.diagnose.launch import graph_launched, launch_call_cutoff_us, small_kernel_mask
 from trainperf.diagnose.window import (Window, covered_length, iteration_hint_rows, launched_before_trace,
                                        merge_intervals)
 from trainperf.trace.annotate import STEP_RE, correlated_host_row
@@ -202,8 +202,8 @@ class Graph:
     small_launch: np.ndarray    # host node launched a small kernel (launch.small_kernel_mask)
     kernel_launch: np.ndarray   # host node launched a kernel
     own_launch: np.ndarray      # device node launched by a call of its own, not a graph's replay (graph_launched)
-    launch_call_us: np.ndarray  # the launch overhead in a host call: its duration, 0 for an outlier call longer
-    #                             than launch.LAUNCH_CALL_OUTLIER_US (a wait a CUDA graph or fusion keeps) (µs)
+    launch_call_us: np.ndarray  # the launch overhead in a host call: its duration (its unblocked cost for a call that
+    #                             blocked), 0 for an outlier (launch.launch_call_cutoff_us: a wait a graph keeps) (µs)
     kernel_floor_us: float      # a kernel's fixed device cost: 1st percentile of the window's kernel durations (µs)
     before_window: np.ndarray   # device node launched before the trace began, queued_before_window (the rules'
     #                             evidence is the window's own work: they leave these out)
@@ -1138,7 +1138,13 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     kernel_launch[launch[dev_idx[(t.kind[dev_rows] == KERNEL) & has_launch[n_h:]]]] = True
     own_launch = np.zeros(n, bool)
     own_launch[dev_idx] = has_launch[n_h:] & ~replayed
-    launch_call = np.where(is_host & (dur <= LAUNCH_CALL_OUTLIER_US), dur, 0.0)
+    # a launch call's own cost, what graphing or fusing it removes: a call that blocked (for a slot in the full queue,
+    # on its own kernel) what it costs unblocked (sync_base); any other its duration, unless it is an outlier
+    # (launch.launch_call_cutoff_us: code loaded on first use, a wait a CUDA graph keeps)
+    unblocked_launches = np.flatnonzero(kernel_launch & ~is_sync)
+    usual_launch = float(np.median(dur[unblocked_launches])) if unblocked_launches.size else typical
+    launch_call = np.where(is_sync, sync_base, np.where(dur <= launch_call_cutoff_us(usual_launch), dur, 0.0))
+    launch_call[~is_host] = 0.0
     launch_group = _launch_groups(thread_orders, kernel_launch, n)
     op_start = np.full(n, -np.inf)
     ops = op_rows(t, w)
