@@ -20,23 +20,27 @@ def test_measured_removal_outranks_a_larger_assumed_speed_up():
     assert [f.kind for f in ranked] == ["data_loader_stall", "launch_bound", "memory_bound_unfused"]
 
 
-def test_a_stall_ranks_before_a_larger_restructuring():
-    # a 1.8 % DataLoader wait on a trace whose launches cost 5 %: the wait is fixed first (num_workers)
-    launch = _finding("launch_bound", Change("graph_launches"), 5.0)
+def test_a_stall_ranks_before_a_restructuring_unless_the_share_sure_of_that_is_more():
+    # a 1.8 % DataLoader wait on a trace whose launches cost up to 3 %: the wait is fixed first (num_workers). The
+    # launches' host cost is measured, that a CUDA graph removes all of it is not: ranked with the stalls at the share
+    # a fix is sure to realise (findings.BOUND_REALISED_SHARE, 0.5): 1.5 % < 1.8 %. Launches costing up to 5 % (2.5 %
+    # sure) rank first
     loader = _finding("data_loader_stall", Change("remove_data_wait"), 1.8)
-    ranked = F.merge_across_ranks([launch, loader])
-    assert [f.kind for f in ranked] == ["data_loader_stall", "launch_bound"]
+    for launch_pct, order in ((3.0, ["data_loader_stall", "launch_bound"]),
+                              (5.0, ["launch_bound", "data_loader_stall"])):
+        launch = _finding("launch_bound", Change("graph_launches"), launch_pct)
+        assert [f.kind for f in F.merge_across_ranks([launch, loader])] == order
 
 
 def test_a_low_stall_comes_after_a_high_finding():
     # a blocking sync worth 1.05 % of a GPU-bound step (low) is not its bottleneck beside unfused attention worth
     # 22 % (high): the attention first, then the sync, then the rest in their order; beside a low bound the same
-    # sync stays first (test_a_stall_ranks_before_a_larger_restructuring)
+    # sync stays first (test_a_stall_ranks_before_a_restructuring_unless_the_share_sure_of_that_is_more)
     sync = _finding("host_sync", Change("remove_syncs"), 1.05)
     attention = _finding("unfused_attention", Change("speedup_rows", factor=3.0), 22.0)
-    launch = _finding("launch_bound", Change("graph_launches"), 5.0)
-    ranked = F.merge_across_ranks([launch, attention, sync])
-    assert [f.kind for f in ranked] == ["unfused_attention", "host_sync", "launch_bound"]
+    optimizer = _finding("optimizer_slow", Change("speedup", factor=3.0), 5.0)
+    ranked = F.merge_across_ranks([optimizer, attention, sync])
+    assert [f.kind for f in ranked] == ["unfused_attention", "host_sync", "optimizer_slow"]
     assert F.rank_key(sync) < F.rank_key(attention)  # the sort key alone would put the stall first
 
 
@@ -55,13 +59,17 @@ def test_a_low_stall_comes_after_a_medium_bound():
 
 
 def test_a_stall_below_the_floor_does_not_jump_the_queue():
-    # two upper bounds (a CUDA graph of the whole step, kernels at the HBM roof) rank by their gains; the stall
-    # too small to be priced first ranks by its gain with them
-    launch = _finding("launch_bound", Change("graph_launches"), 30.0)
+    # two assumed speed-ups (kernels at the HBM roof, unfused optimizer kernels 3x faster) rank by their gains; the
+    # stall too small to be priced first ranks by its gain with them. The launches' host cost (an upper bound of a cost
+    # the trace measures) ranks with the stalls, before any assumed speed-up, as host work that launches nothing does
+    optimizer = _finding("optimizer_slow", Change("speedup", factor=3.0), 30.0)
     sync = _finding("host_sync", Change("remove_syncs"), F.STALL_FIRST_MIN_GAIN_PCT / 2)
     fused = _finding("memory_bound_unfused", Change("speedup", factor=2.0), 40.0)
+    ranked = F.merge_across_ranks([sync, fused, optimizer])
+    assert [f.kind for f in ranked] == ["memory_bound_unfused", "optimizer_slow", "host_sync"]
+    launch = _finding("launch_bound", Change("graph_launches"), 30.0)
     ranked = F.merge_across_ranks([sync, fused, launch])
-    assert [f.kind for f in ranked] == ["memory_bound_unfused", "launch_bound", "host_sync"]
+    assert [f.kind for f in ranked] == ["launch_bound", "memory_bound_unfused", "host_sync"]
 
 
 def test_an_upper_bound_does_not_outrank_a_fix_the_trace_confirms():

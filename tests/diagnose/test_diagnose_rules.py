@@ -176,6 +176,19 @@ def test_a_gain_that_needs_the_other_fixes_first_does_not_rank_it_above_them():
     assert [(f.kind, f.gain_pct) for f in ranked] == [("host_work", 22.0), ("fp32_matmul", 38.0)]
 
 
+def test_of_two_bounds_that_each_give_the_whole_gain_the_waste_is_fixed_first():
+    # a GPU-bound loop made host-paced by 1.5 ms of host work a step: the host work gone gives the step back (6.1 %),
+    # and so does every launch graphed (the launches cost more than the excess), both upper bounds, alone and together
+    # 6.1 %. The waste (remove_host_work) is priced first, whatever order the rules found them in: the CUDA graph adds
+    # nothing after it and is dismissed (H200's GPU-bound loop with host work injected read launch_bound before)
+    g, hw = Change("graph_launches"), Change("remove_host_work")
+    table = {(hw,): 6.1, (g,): 6.1, (hw, g): 6.1}
+    ranked, plan = F.rank_by_marginal_gain([_finding("launch_bound", g, upper_bound=True),
+                                            _finding("host_work", hw, upper_bound=True)], _gain_table(table, first=hw))
+    assert plan.order == ["host_work"] and plan.dismissed == ["launch_bound"]
+    assert [(f.kind, f.gain_pct) for f in ranked] == [("host_work", 6.1)]
+
+
 def test_waits_for_a_late_rank_are_the_stragglers_not_the_collectives():
     # 64 ranks, rank 17 computes 1.3x: each other rank's step-end all-reduce is 2900 us of which 2400 wait for rank 17
     # (the 64-rank trace of docs/benchmarks.md, "Diagnose: pipeline stages and expert parallelism, ..."). Overlapping
