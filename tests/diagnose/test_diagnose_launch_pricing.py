@@ -110,32 +110,23 @@ def _outlier_launch_trace(path: Path, steps: int = 4, call_us: float = 10.0, out
     return b.write(path / "o.json.gz")
 
 
-def test_an_outlier_launch_call_is_not_launch_overhead(tmp_path):
-    # launch.LAUNCH_CALL_OUTLIER_US (HTA's runtime_cutoff, 50 us): the 1000-us call is a wait a CUDA graph
-    # keeps. Its dispatch (50 us) goes, its call does not: each step's launches cost 10 x 50 + 9 x 10 = 590 us
-    # (not 1590). Graphed, every step's host work is 590 us shorter: the span, to the last analysed step's end
-    # (3 x 4000 us, after its Python; its kernels end before), ends 3 x 590 us sooner (3 x 1590 when the outlier
-    # call was removed as launch overhead).
-    d = diagnose(_outlier_launch_trace(tmp_path))
+# launch.launch_call_cutoff_us: a call over 50 us (HTA's runtime_cutoff) and over 10x the trace's usual launch call is a
+# wait a CUDA graph keeps (code loaded on first use), not launch overhead. Each step's launches cost 10 x 50 us of
+# dispatch and the calls under the cutoff; graphed, every step's host work is that much shorter, and the window (3
+# steps, to the last analysed step's end, after its Python; its kernels end before) ends 3 x that sooner.
+# - 10-us calls and one of 1000 us: 10 x 50 + 9 x 10 = 590 us a step (1590 when the outlier was removed as overhead)
+# - every call 100 us (a contended or slower CPU) and one of 2000 us: the usual call is 100 us, so the 9 100-us calls
+#   are overhead (an absolute 50-us cutoff read them all as outliers: 500 us a step) and the 2000-us one is not:
+#   10 x 50 + 9 x 100 = 1400 us a step
+@pytest.mark.parametrize("call_us, outlier_us, step_us, per_step_us", [(10.0, 1000.0, 4000.0, 590.0),
+                                                                        (100.0, 2000.0, 6000.0, 1400.0)])
+def test_an_outlier_launch_call_is_not_launch_overhead(tmp_path, call_us, outlier_us, step_us, per_step_us):
+    d = diagnose(_outlier_launch_trace(tmp_path, call_us=call_us, outlier_us=outlier_us, step_us=step_us))
     f = next(x for x in d.findings if x.kind == "launch_bound")
     n = len(f.steps)
     assert n == 3
-    assert f.evidence["metrics"]["launch_cost"]["value"] == pytest.approx(590.0 * n)
-    assert f.gain_alone_pct == pytest.approx(100.0 * 590.0 * n / (n * 4000.0), abs=0.01)
-
-
-def test_a_host_whose_every_launch_is_slow_pays_it_on_every_launch(tmp_path):
-    # launch.launch_call_cutoff_us: every call takes 100 us (a contended or slower CPU), so the usual launch call is
-    # 100 us and an outlier one over 10 x 100 us: the 9 100-us calls are launch overhead (an absolute 50-us cutoff
-    # read them all as outliers: 10 x 50 = 500 us a step), the 2000-us one is still a wait a CUDA graph keeps. Each
-    # step's launches cost 10 x 50 us of dispatch + 9 x 100 us of calls = 1400 us, and the window (3 steps of
-    # 6000 us, to the last analysed step's end, after its Python) ends 3 x 1400 us sooner graphed.
-    d = diagnose(_outlier_launch_trace(tmp_path, call_us=100.0, outlier_us=2000.0, step_us=6000.0))
-    f = next(x for x in d.findings if x.kind == "launch_bound")
-    n = len(f.steps)
-    assert n == 3
-    assert f.evidence["metrics"]["launch_cost"]["value"] == pytest.approx(1400.0 * n)
-    assert f.gain_alone_pct == pytest.approx(100.0 * 1400.0 * n / (n * 6000.0), abs=0.01)
+    assert f.evidence["metrics"]["launch_cost"]["value"] == pytest.approx(per_step_us * n)
+    assert f.gain_alone_pct == pytest.approx(100.0 * per_step_us * n / (n * step_us), abs=0.01)
 
 
 def test_a_host_slowed_past_a_gpu_bound_loops_pace_is_launch_bound_though_the_queue_hid_it(tmp_path):
