@@ -52,6 +52,23 @@ def test_whatif_error_of_the_fix_alone_by_hand():
     assert (s["whatif_alone_median_abs_error_pct"], s["whatif_alone_max_abs_error_pct"]) == (1.25, 2.0)
 
 
+def test_whatif_error_beyond_the_twins_own_cost_by_hand():
+    # base "b" is launch-bound of its own: its twin's launch_bound gains 30 % alone. A case planting 5 % more launch
+    # cost is priced 36 % alone (|36 - 5| = 31 pp), 6 % beyond the twin's (|36 - 30 - 5| = 1 pp); a DataLoader case on
+    # the same base has no such finding on the twin: |9 - 8| = 1 both ways. A case without a twin is not counted there.
+    cases = [CaseResult(name="t", kind="healthy", ranks=[], true_gain_pct=0.0, severity="none", base="b",
+                        findings=[{**_f("launch_bound", "medium", 30.0), "gain_alone_pct": 30.0}]),
+             CaseResult(name="l", kind="launch_bound", ranks=[0], true_gain_pct=5.0, severity="medium", base="b",
+                        findings=[{**_f("launch_bound", "medium", 36.0), "gain_alone_pct": 36.0}]),
+             CaseResult(name="d", kind="data_loader_stall", ranks=[0], true_gain_pct=8.0, severity="medium", base="b",
+                        findings=[{**_f("data_loader_stall", "medium", 9.0), "gain_alone_pct": 9.0}]),
+             CaseResult(name="x", kind="data_loader_stall", ranks=[0], true_gain_pct=8.0, severity="medium",
+                        findings=[{**_f("data_loader_stall", "medium", 20.0), "gain_alone_pct": 20.0}])]
+    s = score(cases, "low")
+    assert (s["whatif_alone_median_abs_error_pct"], s["whatif_alone_max_abs_error_pct"]) == (12.0, 31.0)
+    assert (s["whatif_beyond_twin_median_abs_error_pct"], s["whatif_beyond_twin_max_abs_error_pct"]) == (1.0, 1.0)
+
+
 def test_confusion_table_by_hand_medium_and_up():
     s = score(CASES, "medium")
     assert s["kinds"]["data_loader_stall"]["precision"] == 1.0 and s["kinds"]["data_loader_stall"]["recall"] == 0.5

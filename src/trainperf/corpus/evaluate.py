@@ -144,6 +144,13 @@ def _twin_kinds(results: list[CaseResult], min_severity: str) -> dict[str, set[s
             for r in results if r.kind == "healthy" and r.base}
 
 
+def _twin_gains(results: list[CaseResult], min_severity: str) -> dict[str, dict[str, float]]:
+    """base -> {kind: its fix's gain alone (%)} of the findings (at least min_severity) on the base's untouched twin."""
+    return {r.base: {f["kind"]: float(f.get("gain_alone_pct") if f.get("gain_alone_pct") is not None else f["gain_pct"])
+                     for f in r.findings if _at_least(f["severity"], min_severity)}
+            for r in results if r.kind == "healthy" and r.base}
+
+
 def _at_least(severity: str, floor: str) -> bool:
     return SEVERITIES.index(severity) >= SEVERITIES.index(floor) if severity in SEVERITIES else False
 
@@ -177,6 +184,11 @@ def score(results: list[CaseResult], min_severity: str = "low") -> dict:
     found = [o for o in seen if o.found]
     errs = [abs(o.gain_pct - o.true_gain_pct) for o in found]
     alone = [abs(o.gain_alone_pct - o.true_gain_pct) for o in found]
+    # a base with a cost of the labeled kind of its own (its twin shows it: a launch-bound base's launches) is priced
+    # with it, while the truth is the planted part alone: that part is what the fix alone gains beyond the twin's
+    twin_gain = _twin_gains(results, min_severity)
+    beyond = [abs(o.gain_alone_pct - twin_gain[o.base].get(o.kind, 0.0) - o.true_gain_pct)
+              for o in found if o.base in twin_gain]
     rel = [abs(o.gain_pct - o.true_gain_pct) / o.true_gain_pct * 100 for o in found if o.true_gain_pct > 0]
     twinned = [o for o in seen if o.top1_vs_twin is not None]
     other: dict[str, int] = {}
@@ -200,6 +212,9 @@ def score(results: list[CaseResult], min_severity: str = "low") -> dict:
         # the labeled kind's fix priced alone, as its truth is
         "whatif_alone_median_abs_error_pct": _r(statistics.median(alone)) if alone else None,
         "whatif_alone_max_abs_error_pct": _r(max(alone)) if alone else None,
+        # ... less what the same kind's fix gains on the base's untouched twin, over the cases with a twin
+        "whatif_beyond_twin_median_abs_error_pct": _r(statistics.median(beyond)) if beyond else None,
+        "whatif_beyond_twin_max_abs_error_pct": _r(max(beyond)) if beyond else None,
         "n_cases": len(results), "n_healthy": len(healthy), "min_severity": min_severity,
         "recall_by_true_severity": by_sev,
         # labeled severity -> {severity of the labeled kind's finding, or "none": cases}

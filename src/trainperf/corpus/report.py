@@ -30,7 +30,9 @@ def print_scores(s: dict, console: Console) -> None:
     console.print(f"what-if |predicted - true gain| (pp, over {s['whatif_n']} detected cases): median "
                   f"{_f(s['whatif_median_abs_error_pct'], True)}, max {_f(s['whatif_max_abs_error_pct'], True)}; "
                   f"the fix priced alone, as the truth is: median {_f(s.get('whatif_alone_median_abs_error_pct'), True)}"
-                  f", max {_f(s.get('whatif_alone_max_abs_error_pct'), True)}")
+                  f", max {_f(s.get('whatif_alone_max_abs_error_pct'), True)}; less the twin's own gain of the kind: "
+                  f"median {_f(s.get('whatif_beyond_twin_median_abs_error_pct'), True)}, "
+                  f"max {_f(s.get('whatif_beyond_twin_max_abs_error_pct'), True)}")
     console.print(f"found at the labeled severity: {_f(s.get('severity_agreement'))} of the detected cases")
     if s["other_predicted_kinds"]:
         console.print("kinds found that no case is labeled with (cases): "
