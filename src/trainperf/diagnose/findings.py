@@ -700,7 +700,7 @@ def rank_key(f: Finding) -> tuple:
     elif _removes_a_stall(f) and f.gain_pct >= STALL_FIRST_MIN_GAIN_PCT:
         tier = 0
     elif _removes_a_host_cost(f) and sure * BOUND_REALISED_SHARE >= STALL_FIRST_MIN_GAIN_PCT:
-        tier = 0  # with the stalls where the share of it sure to be realised is a stall's size (HOST_COST_BOUND_CHANGES)
+        tier = 0  # with the stalls where the share sure to be realised is a stall's size (HOST_COST_BOUND_CHANGES)
     elif not assumed and f.gain_pct >= MEDIUM_GAIN_PCT:
         tier = 1
     else:

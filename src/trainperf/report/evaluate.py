@@ -72,8 +72,9 @@ def _add_scores(rep: Report, doc: dict, n_sick: int) -> None:
                       f"{_pct(doc['whatif_max_abs_error_pct'])} pp; the fix priced alone, as the truth is: median "
                       f"{_pct(doc.get('whatif_alone_median_abs_error_pct'))} pp, max "
                       f"{_pct(doc.get('whatif_alone_max_abs_error_pct'))} pp; less what the same kind's fix gains on "
-                      f"the base's untouched twin: median {_pct(doc.get('whatif_beyond_twin_median_abs_error_pct'))} pp, "
-                      f"max {_pct(doc.get('whatif_beyond_twin_max_abs_error_pct'))} pp."),
+                      f"the base's untouched twin: median "
+                      f"{_pct(doc.get('whatif_beyond_twin_median_abs_error_pct'))} pp, max "
+                      f"{_pct(doc.get('whatif_beyond_twin_max_abs_error_pct'))} pp."),
             grouped_bar_chart(list(kinds), {"precision": [v["precision"] for v in kinds.values()],
                                             "recall": [v["recall"] for v in kinds.values()],
                                             "precision vs twin": [v.get("precision_vs_twin") for v in kinds.values()]},
