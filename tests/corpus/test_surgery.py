@@ -6,9 +6,9 @@ import pytest
 
 from trainperf.corpus import kineto as K
 from trainperf.corpus.build import Base, build_corpus
-from trainperf.corpus.inject import (LAYOUT_TRANSPOSE_KERNELS, LAYOUT_TRANSPOSES_PER_STEP, NotApplicable,
+from trainperf.corpus.inject import (LAYOUT_TRANSPOSE_KERNELS, LAYOUT_TRANSPOSES_PER_STEP, TINY_KERNEL, NotApplicable,
                                      inject_checkpoint_stall, inject_exposed_comm, inject_gpu_held, inject_layout_transposes,
-                                     inject_launch_bound, inject_pageable_copy, inject_straggler)
+                                     inject_launch_bound, inject_pageable_copy, inject_small_kernels, inject_straggler)
 from trainperf.corpus.surgery import DeviceWait, HostWork, insert_device_delays, insert_host_work
 
 HOST, GPU = (1, 1), (0, 7)
@@ -507,3 +507,14 @@ def test_slower_launches_need_kernels_launched_one_at_a_time():
             e["name"] = "cudaGraphLaunch"
     with pytest.raises(NotApplicable, match="CUDA graph"):
         inject_launch_bound({0: doc}, 20.0, random.Random(0))
+
+
+def test_small_kernels_go_into_the_models_work_not_the_optimizers_step():
+    # tiny kernels launched inside the optimizer's step are a per-parameter optimizer's (their own kind): with step 2's
+    # one launch inside an Optimizer.step span, one tiny kernel a step lands in steps 1 and 3 only
+    doc = three_steps()
+    doc["traceEvents"].append(_x("Optimizer.step#SGD.step", "user_annotation", HOST, 105.0, 15.0))
+    out, _ = inject_small_kernels({0: doc}, 1.0, random.Random(0))
+    assert len(_by_name(out[0], TINY_KERNEL)) == 2
+    out, _ = inject_small_kernels({0: three_steps()}, 1.0, random.Random(0))
+    assert len(_by_name(out[0], TINY_KERNEL)) == 3

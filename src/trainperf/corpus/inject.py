@@ -9,6 +9,7 @@ are the ones PyTorch, the CUDA runtime and common training code write into real 
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -113,11 +114,22 @@ def _vendor_work(w: HostWork, hip: bool) -> HostWork:
     return replace(w, spans=tuple((vendor_name(n, hip), c) for n, c in w.spans), gpu_op=op)
 
 
-def _launch_points(doc: dict, r: Rank, per_step: int, rng: random.Random) -> list[float]:
-    """per_step host instants per step: starts of kernel launches on the main thread, evenly spread."""
+# the optimizer's spans as PyTorch names them (torch.optim's record_function around step and zero_grad) and as Meta's
+# training loops annotate the phase (HTA's traces: "## optimizer ##")
+OPTIMIZER_SPAN_RE = re.compile(r"^(Optimizer\.(step|zero_grad)#|## optimizer ##)")
+
+
+def _launch_points(doc: dict, r: Rank, per_step: int, rng: random.Random,
+                   outside_optimizer: bool = False) -> list[float]:
+    """per_step host instants per step: starts of kernel launches on the main thread, evenly spread; outside the
+    optimizer's spans (OPTIMIZER_SPAN_RE) where outside_optimizer."""
     ev = doc["traceEvents"]
     starts = np.sort(np.array([float(e["ts"]) for e in ev if K.is_runtime(e) and (e.get("pid"), e.get("tid")) == r.main
                                and str(e.get("name", "")).startswith(("cudaLaunchKernel", "hipLaunchKernel"))]))
+    if outside_optimizer:
+        for e in ev:
+            if e.get("ph") == "X" and OPTIMIZER_SPAN_RE.match(str(e.get("name", ""))) and not K.is_gpu(e):
+                starts = starts[(starts < float(e["ts"])) | (starts >= K.end(e))]
     out = []
     for s in r.steps:
         inside = starts[(starts > s.ts) & (starts < s.end)]
@@ -189,13 +201,14 @@ def inject_pageable_copy(ranks: dict, size: float, rng: random.Random):
 
 
 def inject_small_kernels(ranks: dict, size: float, rng: random.Random):
-    """size: extra tiny elementwise kernels per step (each a launch on the host and ~2 µs on the device)."""
+    """size: extra tiny elementwise kernels per step (each a launch on the host and ~2 µs on the device), in the
+    model's work: tiny kernels inside the optimizer's step are a per-parameter optimizer's (its own kind)."""
     per_step = max(int(round(size)), 1)
     return _host(ranks, lambda doc, r: [
         HostWork(at_us=t, host_us=r.launch_us + 4.0, spans=LAUNCH_SPANS,
                  gpu_op=(TINY_KERNEL, "kernel", TINY_KERNEL_US),
                  gpu_args={"grid": [4, 1, 1], "block": [128, 1, 1]})
-        for t in _launch_points(doc, r, per_step, rng)])
+        for t in _launch_points(doc, r, per_step, rng, outside_optimizer=True)])
 
 
 # the runtime calls that launch one kernel, as CUDA (cudaLaunchKernel, cudaLaunchKernelExC; Triton's cuLaunchKernel)
