@@ -200,15 +200,16 @@ def inject_pageable_copy(ranks: dict, size: float, rng: random.Random):
         for s in r.steps])
 
 
-def inject_small_kernels(ranks: dict, size: float, rng: random.Random):
+def inject_small_kernels(ranks: dict, size: float, rng: random.Random, outside_optimizer: bool = True):
     """size: extra tiny elementwise kernels per step (each a launch on the host and ~2 µs on the device), in the
-    model's work: tiny kernels inside the optimizer's step are a per-parameter optimizer's (its own kind)."""
+    model's work: tiny kernels inside the optimizer's step are a per-parameter optimizer's (its own kind); anywhere in
+    the step where not outside_optimizer."""
     per_step = max(int(round(size)), 1)
     return _host(ranks, lambda doc, r: [
         HostWork(at_us=t, host_us=r.launch_us + 4.0, spans=LAUNCH_SPANS,
                  gpu_op=(TINY_KERNEL, "kernel", TINY_KERNEL_US),
                  gpu_args={"grid": [4, 1, 1], "block": [128, 1, 1]})
-        for t in _launch_points(doc, r, per_step, rng, outside_optimizer=True)])
+        for t in _launch_points(doc, r, per_step, rng, outside_optimizer)])
 
 
 # the runtime calls that launch one kernel, as CUDA (cudaLaunchKernel, cudaLaunchKernelExC; Triton's cuLaunchKernel)
