@@ -126,7 +126,6 @@ def case_outcomes(results: list[CaseResult], min_severity: str = "low") -> list[
         top = _first(r, min_severity)
         f = next((f for f in r.findings if f["kind"] == r.kind and _at_least(f["severity"], min_severity)), None)
         gain = float(f["gain_pct"]) if f is not None else None
-        alone = f.get("gain_alone_pct") if f is not None else None
         out.append(CaseOutcome(
             name=r.name, kind=r.kind, base=r.base, severity=r.severity, true_gain_pct=r.true_gain_pct, top_kind=top,
             top1=(top == r.kind) if sick else None,
@@ -134,21 +133,26 @@ def case_outcomes(results: list[CaseResult], min_severity: str = "low") -> list[
             if sick and r.base in twin else None,
             found=sick and f is not None, found_severity=f["severity"] if sick and f is not None else None,
             gain_pct=gain if sick else None,
-            gain_alone_pct=(float(alone) if alone is not None else gain) if sick else None))
+            gain_alone_pct=_gain_alone_pct(f) if sick and f is not None else None))
     return out
 
 
-def _twin_kinds(results: list[CaseResult], min_severity: str) -> dict[str, set[str]]:
-    """base -> the kinds found (at least min_severity) on its untouched twin, the base's healthy case."""
-    return {r.base: {f["kind"] for f in r.findings if _at_least(f["severity"], min_severity)}
-            for r in results if r.kind == "healthy" and r.base}
+def _gain_alone_pct(f: dict) -> float:
+    """A finding's fix priced alone (%): its gain_alone_pct, or its gain where it has none (a scorer's own findings)."""
+    alone = f.get("gain_alone_pct")
+    return float(alone if alone is not None else f["gain_pct"])
 
 
 def _twin_gains(results: list[CaseResult], min_severity: str) -> dict[str, dict[str, float]]:
-    """base -> {kind: its fix's gain alone (%)} of the findings (at least min_severity) on the base's untouched twin."""
-    return {r.base: {f["kind"]: float(f.get("gain_alone_pct") if f.get("gain_alone_pct") is not None else f["gain_pct"])
-                     for f in r.findings if _at_least(f["severity"], min_severity)}
+    """base -> {kind: its fix's gain alone (%)} of the findings (at least min_severity) on its untouched twin, the
+    base's healthy case."""
+    return {r.base: {f["kind"]: _gain_alone_pct(f) for f in r.findings if _at_least(f["severity"], min_severity)}
             for r in results if r.kind == "healthy" and r.base}
+
+
+def _twin_kinds(results: list[CaseResult], min_severity: str) -> dict[str, set[str]]:
+    """base -> the kinds found (at least min_severity) on its untouched twin (_twin_gains' kinds)."""
+    return {base: set(gains) for base, gains in _twin_gains(results, min_severity).items()}
 
 
 def _at_least(severity: str, floor: str) -> bool:
@@ -164,7 +168,7 @@ def score(results: list[CaseResult], min_severity: str = "low") -> dict:
     predicted = [{f["kind"] for f in r.findings if _at_least(f["severity"], min_severity)} for r in results]
     labeled = sorted({r.kind for r in results} - {"healthy"})
     healthy = [r for r in results if r.kind == "healthy"]
-    twin = _twin_kinds(results, min_severity)
+    twin_gain = _twin_gains(results, min_severity)
     kinds = {}
     for k in labeled:
         tp = sum(1 for r, p in zip(results, predicted) if r.kind == k and k in p)
@@ -172,7 +176,7 @@ def score(results: list[CaseResult], min_severity: str = "low") -> dict:
         # a base's own finding, which its untouched twin shows (a false finding there), counted there only, not
         # again on every case injected into that base
         fp_twin = sum(1 for r, p in zip(results, predicted) if r.kind != k and k in p and k not in r.also
-                      and (r.kind == "healthy" or k not in twin.get(r.base, ())))
+                      and (r.kind == "healthy" or k not in twin_gain.get(r.base, {})))
         n = sum(1 for r in results if r.kind == k)
         prec = tp / (tp + fp) if tp + fp else None
         rec = tp / n
@@ -186,7 +190,6 @@ def score(results: list[CaseResult], min_severity: str = "low") -> dict:
     alone = [abs(o.gain_alone_pct - o.true_gain_pct) for o in found]
     # a base with a cost of the labeled kind of its own (its twin shows it: a launch-bound base's launches) is priced
     # with it, while the truth is the planted part alone: that part is what the fix alone gains beyond the twin's
-    twin_gain = _twin_gains(results, min_severity)
     beyond = [abs(o.gain_alone_pct - twin_gain[o.base].get(o.kind, 0.0) - o.true_gain_pct)
               for o in found if o.base in twin_gain]
     rel = [abs(o.gain_pct - o.true_gain_pct) / o.true_gain_pct * 100 for o in found if o.true_gain_pct > 0]

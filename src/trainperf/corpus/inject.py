@@ -218,16 +218,19 @@ KERNEL_LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "hipLaunchKernel", 
                        "hipModuleLaunchKernel")
 
 
-def _launches_in_steps(doc: dict, r: Rank) -> list[dict]:
+# read once per untouched base: the size search asks for them on every try, and launches_per_step before it
+@K.cached_by_identity()
+def _launches_in_steps(doc: dict) -> list[dict]:
     """The kernel launch calls (KERNEL_LAUNCH_CALLS), of every host thread (a backward on the autograd thread launches
-    too), that start inside one of the rank's steps."""
+    too), that start inside one of the rank's steps (rank_facts)."""
+    steps = rank_facts(doc).steps
     return [e for e in doc["traceEvents"] if K.is_runtime(e) and str(e.get("name", "")).startswith(KERNEL_LAUNCH_CALLS)
-            and any(s.ts < float(e["ts"]) < s.end for s in r.steps)]
+            and any(s.ts < float(e["ts"]) < s.end for s in steps)]
 
 
 def launches_per_step(ranks: dict) -> float:
     """Kernel launch calls a step (_launches_in_steps), the largest over the ranks."""
-    return max(len(_launches_in_steps(doc, r := rank_facts(doc))) / max(len(r.steps), 1) for doc in ranks.values())
+    return max(len(_launches_in_steps(doc)) / max(len(rank_facts(doc).steps), 1) for doc in ranks.values())
 
 
 def inject_launch_bound(ranks: dict, size: float, rng: random.Random):
@@ -238,7 +241,7 @@ def inject_launch_bound(ranks: dict, size: float, rng: random.Random):
         raise NotApplicable("the steps launch no kernel one at a time (a CUDA graph replays them)")
     return _host(ranks, lambda doc, r: [
         HostWork(at_us=float(e["ts"]) + 0.5 * float(e.get("dur", 0.0)), host_us=size, spans=())
-        for e in _launches_in_steps(doc, r)])
+        for e in _launches_in_steps(doc)])
 
 
 def inject_layout_transposes(ranks: dict, size: float, rng: random.Random):

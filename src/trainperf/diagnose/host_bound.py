@@ -65,7 +65,8 @@ def launch_bound(f: RankFacts) -> F.Finding | None:
                and host_cp > LAUNCH_BOUND_HOST_CP_SHARE * f.span_us)
     # (idle's categories are over every stream's gaps: their shares, not their µs, are of the window)
     idle_in_window_pct = gpu_idle_pct(f) * idle.host_wait_us / idle.total_us if on_host and idle.total_us > 0 else 0.0
-    if max(idle_in_window_pct, f.pct(f.host_excess_us)) <= LAUNCH_BOUND_HOST_IDLE_MIN_PCT:
+    idle_in_run_pct = f.pct(f.host_excess_us)
+    if max(idle_in_window_pct, idle_in_run_pct) <= LAUNCH_BOUND_HOST_IDLE_MIN_PCT:
         return None
     g = f.graph
     n = int(g.kernel_launch.sum())
@@ -73,7 +74,7 @@ def launch_bound(f: RankFacts) -> F.Finding | None:
     # what the step cannot go under however fast the host: the profiler slows the host (2x on an H200's launch-bound
     # loop), so a loop whose unprofiled step is no longer than this is not launch-bound without the profiler
     busy_per_step = {"gpu_busy_per_step": (tb.busy_us / len(f.steps) / 1e3, "ms")} if f.steps else {}
-    if f.pct(f.host_excess_us) > idle_in_window_pct:  # the window's queue hid it
+    if idle_in_run_pct > idle_in_window_pct:  # the window's queue hid it
         busy_per_step["host_step_over_device_step"] = (f.host_step_excess_us, "us")
     return F.rank_finding(f, "launch_bound", {
         "gpu_idle": (tb.idle_pct, "%"), "gpu_idle_over_steps": (f.step_idle_pct or 0.0, "%"),
@@ -228,8 +229,9 @@ def _skips_ids(g: Graph, corr: np.ndarray) -> np.ndarray:
         return np.where(ok, corr - corr[p], 0)
 
     before = np.where(g.host_prev >= 0, g.host_prev[np.clip(g.host_prev, 0, None)], -1)
-    back = step(g.host_prev) < -SAMPLED_IDS_PER_CALL
-    return (step(g.host_prev) > SAMPLED_IDS_PER_CALL) | (back & (np.abs(step(before)) > SAMPLED_IDS_PER_CALL))
+    from_prev = step(g.host_prev)
+    back = from_prev < -SAMPLED_IDS_PER_CALL
+    return (from_prev > SAMPLED_IDS_PER_CALL) | (back & (np.abs(step(before)) > SAMPLED_IDS_PER_CALL))
 
 
 def _drained_at_us(g: Graph, at_us: np.ndarray) -> np.ndarray:
