@@ -205,3 +205,43 @@ def test_a_host_waiting_for_its_input_copy_is_told_to_copy_asynchronously(tmp_pa
     assert "non_blocking=True" in f.recommendation and "side stream" in f.recommendation
     rest = RECOMMENDATIONS["host_sync"] if training else INFERENCE_RECOMMENDATIONS["host_sync"]
     assert f.recommendation.endswith(" " + rest)
+
+
+def _reads_behind_slow_launches(path: Path, runtime: str, launch_runtime: str, copy: str) -> Path:
+    # an idle GPU, 1000-us steps (3): Python until T+100; five launches 70 us apart from T+100 whose calls take 60 us
+    # each (a slow host: the usual call is 60 us), 5-us kernels; two .item() reads at T+500 and T+550, aten::item of
+    # 30 us around a 24-us copy call from +3 whose 2-us copy runs 10 us after the call starts; Python until the next
+    # step. The reads block for nothing (nothing is queued) and are shorter than the usual call.
+    b = TraceBuilder()
+    for s in range(3):
+        T = 1000.0 * s
+        b.step(s, T, 1000.0)
+        b.cpu("python_work", T, 100.0)
+        for k in range(5):
+            b.launch("vectorized_elementwise_kernel", T + 100 + 70 * k, T + 110 + 70 * k, 5, launch_dur=60,
+                     runtime=launch_runtime)
+        for j in range(2):
+            b.cpu("aten::item", T + 500 + 50 * j, 30.0)
+            b.launch(copy, T + 503 + 50 * j, T + 513 + 50 * j, 2, cat="gpu_memcpy", launch_dur=24, runtime=runtime)
+        b.cpu("python_work", T + 600, 399.0)
+    return b.write(path)
+
+
+@pytest.mark.parametrize("runtime,launch_runtime,copy,syncs", [
+    ("hipMemcpyWithStream", "hipLaunchKernel", "Memcpy DtoH (Device -> Host)", True),  # ROCm's blocking copy_
+    ("cudaMemcpyAsync", "cudaLaunchKernel", "Memcpy DtoH (Device -> Pageable)", True),  # CUDA returns once copied
+    ("cudaMemcpyAsync", "cudaLaunchKernel", "Memcpy DtoH (Device -> Pinned)", False)])  # may end inside its call
+def test_a_synchronous_read_is_a_sync_even_when_nothing_is_queued(tmp_path, runtime, launch_runtime, copy, syncs):
+    # A synchronous copy call (ROCm's hipMemcpyWithStream: c10's memcpy_and_sync) or a copy into pageable memory
+    # returns only once its copy is done: a sync whatever its length (before: only when longer than the usual call,
+    # 60 us here, so none). Blocking nothing, its cost to this host-bound step is the read: aten::item's 30 us, the
+    # call in it, 2 a step; the window (steps 0 and 1) is 2000 us: 4 x 30 = 120 us, 6 %, what removing them gains.
+    d = diagnose(_reads_behind_slow_launches(tmp_path / "r.json.gz", runtime, launch_runtime, copy))
+    f = next((x for x in d.findings if x.kind == "host_sync"), None)
+    if not syncs:
+        assert f is None
+        return
+    m = f.evidence["metrics"]
+    assert m["sync_calls"]["value"] == 4 and m["sync_blocking_time"]["value"] == 0.0
+    assert m["reading_ops_cpu_time"]["value"] == pytest.approx(120.0)
+    assert f.gain_us == pytest.approx(120.0) and f.gain_pct == pytest.approx(6.0, abs=0.01)

@@ -333,10 +333,14 @@ def _state_copied_to_host(f: RankFacts, step: int) -> tuple[int, int] | None:
 
 
 SMALL_KERNEL_COUNT_PCT = 50.0  # small kernels (launch.small_kernel_mask), % of kernels
+# where the host never makes the device wait, the tiny kernels still cost the device their fixed cost each (start-up
+# and tail, Graph.kernel_floor_us): worth a finding from the stall rules' evidence threshold on (1 % of the window)
+SMALL_KERNEL_DEVICE_MIN_PCT = 1.0
 
 
 def small_kernels(f: RankFacts) -> F.Finding | None:
-    """Most kernels are tiny, so launching them costs more than running them."""
+    """Most kernels are tiny, so launching them costs more than running them, or, on a device that sets the pace,
+    their fixed device cost adds up."""
     if not f.has_gpu:
         return None
     ls, g = f.launch, f.graph
@@ -346,11 +350,12 @@ def small_kernels(f: RankFacts) -> F.Finding | None:
     # the GPU idled before them; or, where the host sets the steady pace, it will in a long run by the host step's
     # excess over the device's, which a queue launched before the window hid (as host_work reads it)
     waited_us = max(ls.small_kernel_host_wait_us, min(launch_cost, f.host_excess_us))
-    if waited_us <= 0:
-        return None
     small_dev = ~g.is_host & (g.launch >= 0) & g.small_launch[np.clip(g.launch, 0, None)]
-    # fused into their neighbours, they stop paying a kernel's fixed device cost (Graph.kernel_floor_us)
+    # fused into their neighbours, they stop paying a kernel's fixed device cost (Graph.kernel_floor_us): in a
+    # device-bound loop that is all they cost, hundreds a step adding to the step the host runs ahead of
     device_us = float(np.minimum(g.dur[small_dev], g.kernel_floor_us).sum())
+    if waited_us <= 0 and f.pct(device_us) < SMALL_KERNEL_DEVICE_MIN_PCT:
+        return None
     evidence_us = min(launch_cost, waited_us) + device_us
     metrics = {"small_kernels": (ls.small_kernel_count_pct, "% of kernels"),
                "their_time": (ls.small_kernel_time_pct, "% of kernel time"),

@@ -1053,9 +1053,17 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
         # the call waited for its copy: it returned right after the copy ended, and took longer than a call does.
         # An asynchronous device-to-device copy never blocks the host (a tiny one may end inside its call).
         cname = t.names[int(t.name[rows[i]])]
-        async_dtod = copy_direction(cname) in ("DtoD", "PtoP") and "Async" in t.names[int(t.name[rows[L]])]
+        asynchronous = "Async" in t.names[int(t.name[rows[L]])]
+        async_dtod = copy_direction(cname) in ("DtoD", "PtoP") and asynchronous
         returned_soon = bool(returned_with(start[L], end[L], start[i], end[i]))
-        if is_copy_call[L] and not async_dtod and returned_soon and dur[L] > typical + TOL_US:
+        # a synchronous copy waits for itself whatever its length: a synchronous call (hipMemcpyWithStream, ROCm's
+        # cudaMemcpyAsync + cudaStreamSynchronize in c10's memcpy_and_sync, whose sync counts as one wherever a
+        # device event ends inside it; cudaMemcpy, cuMemcpyDtoH) or any copy into pageable host memory (CUDA
+        # returns from those only once the copy has completed); another asynchronous call only when it took longer
+        # than a call does (a tiny copy may end inside it). Where the slower launches of a host-bound step set the
+        # typical call at 50 us, 103 .item() reads of 24 us a step on an MI250 read as no sync at all
+        synchronous = not asynchronous or (copy_direction(cname) == "DtoH" and "Pageable" in cname)
+        if is_copy_call[L] and not async_dtod and returned_soon and (synchronous or dur[L] > typical + TOL_US):
             sync_on[L] = i
             sync_on_nc[L] = i
             sync_base[L] = min(dur[L], typical)

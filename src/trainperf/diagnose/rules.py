@@ -139,10 +139,11 @@ def host_sync(f: RankFacts) -> Finding | None:
     n_calls = int(blocked.sum())
     time_us = f.sync_blocking_us  # the summary's host_sync_pct reads the same number
     wait_cp = f.critical_path.get("sync_wait", 0.0)
-    if not n_calls or max(f.pct(time_us), f.pct(wait_cp)) <= HOST_SYNC_MIN_PCT:
-        return None
-    # the CPU time of the ops that made the blocking reads (aten::item, .cpu(), ...): it goes with the syncs
+    # the CPU time of the ops that made the blocking reads (aten::item, .cpu(), ...): it goes with the syncs. Where the
+    # device is idle when they read, they block for nothing, and this is their whole cost to a host-bound step
     read_us = float(g.gap_syncop[g.syncop_site >= 0].sum() + g.sync_base[blocked & g.in_syncop].sum())
+    if not n_calls or f.pct(max(time_us, wait_cp) + read_us) <= HOST_SYNC_MIN_PCT:
+        return None
     metrics = {"sync_calls": (n_calls, "count"), "sync_blocking_time": (time_us, "us"),
                "reading_ops_cpu_time": (read_us, "us"),
                "gpu_idle_after_syncs": (sum(x.gpu_idle_after_us for x in f.sync_sites), "us"),
