@@ -127,22 +127,30 @@ def test_removing_a_sync_removes_the_read_that_made_it(tmp_path):
     assert f.evidence["metrics"]["reading_ops_cpu_time"]["value"] == pytest.approx(5 * 20 + 3 * 4)
 
 
-def _many_reads_trace(path: Path) -> Path:
-    # an idle GPU, 1000-us steps (3): Python until T+100, three 4-us launches T+100, +110, +120 (5-us kernels),
-    # then ten blocking reads 30 us apart from T+200: a 24-us cudaMemcpyAsync whose 2-us "Device -> Pageable"
-    # copy runs 10 us after the call starts, the call returning 12 us after the copy ends (the round trip of a
-    # .item() with nothing queued); Python until the next step. The reads outnumber the launches.
+def _idle_gpu_reads(path: Path, *, launches: int = 3, launch_every: float = 10.0, launch_us: float = 4.0,
+                    reads: int = 10, read_at: float = 200.0, read_every: float = 30.0, item_us: float | None = None,
+                    runtime: str = "cudaMemcpyAsync", launch_runtime: str = "cudaLaunchKernel",
+                    copy: str = "Memcpy DtoH (Device -> Pageable)") -> Path:
+    """An idle GPU, 1000-us steps (3): Python until T+100; `launches` launches `launch_every` us apart from T+100
+    (calls of launch_us, 5-us kernels 5 us after each call starts); then `reads` blocking reads `read_every` us apart
+    from T+read_at: a 24-us copy call (`runtime`) whose 2-us `copy` runs 10 us after the call starts, the call
+    returning 12 us after the copy ends (the round trip of a .item() with nothing queued), inside an aten::item of
+    item_us that starts 3 us before the call where item_us is given; Python until the next step."""
     b = TraceBuilder()
     for s in range(3):
         T = 1000.0 * s
         b.step(s, T, 1000.0)
         b.cpu("python_work", T, 100.0)
-        for k in range(3):
-            b.launch("vectorized_elementwise_kernel", T + 100 + 10 * k, T + 105 + 10 * k, 5)
-        for j in range(10):
-            b.launch("Memcpy DtoH (Device -> Pageable)", T + 200 + 30 * j, T + 210 + 30 * j, 2, cat="gpu_memcpy",
-                     launch_dur=24, runtime="cudaMemcpyAsync")
-        b.cpu("python_work", T + 500, 499.0)
+        for k in range(launches):
+            b.launch("vectorized_elementwise_kernel", T + 100 + launch_every * k, T + 105 + launch_every * k, 5,
+                     launch_dur=launch_us, runtime=launch_runtime)
+        for j in range(reads):
+            at = T + read_at + read_every * j
+            if item_us is not None:
+                b.cpu("aten::item", at, item_us)
+                at += 3.0
+            b.launch(copy, at, at + 10, 2, cat="gpu_memcpy", launch_dur=24, runtime=runtime)
+        b.cpu("python_work", T + read_at + read_every * reads, 1000.0 - read_at - read_every * reads - 1.0)
     return b.write(path)
 
 
@@ -151,7 +159,7 @@ def test_reads_are_syncs_even_when_they_are_most_of_the_calls(tmp_path):
     # median of all calls, 24 us, is the reads' own duration and made none of them look blocked). The window
     # (steps 0 and 1) ends with step 1, at 2000 us. Removed, each read returns after 4 us: 20 x 20 us sooner, and
     # the Python after the last one with them: 400 us sooner.
-    d = diagnose(_many_reads_trace(tmp_path / "r.json.gz"))
+    d = diagnose(_idle_gpu_reads(tmp_path / "r.json.gz"))  # the reads outnumber the launches
     f = next(x for x in d.findings if x.kind == "host_sync")
     assert f.evidence["metrics"]["sync_calls"]["value"] == 20
     assert f.evidence["metrics"]["sync_blocking_time"]["value"] == pytest.approx(20 * 20)
@@ -207,26 +215,6 @@ def test_a_host_waiting_for_its_input_copy_is_told_to_copy_asynchronously(tmp_pa
     assert f.recommendation.endswith(" " + rest)
 
 
-def _reads_behind_slow_launches(path: Path, runtime: str, launch_runtime: str, copy: str) -> Path:
-    # an idle GPU, 1000-us steps (3): Python until T+100; five launches 70 us apart from T+100 whose calls take 60 us
-    # each (a slow host: the usual call is 60 us), 5-us kernels; two .item() reads at T+500 and T+550, aten::item of
-    # 30 us around a 24-us copy call from +3 whose 2-us copy runs 10 us after the call starts; Python until the next
-    # step. The reads block for nothing (nothing is queued) and are shorter than the usual call.
-    b = TraceBuilder()
-    for s in range(3):
-        T = 1000.0 * s
-        b.step(s, T, 1000.0)
-        b.cpu("python_work", T, 100.0)
-        for k in range(5):
-            b.launch("vectorized_elementwise_kernel", T + 100 + 70 * k, T + 110 + 70 * k, 5, launch_dur=60,
-                     runtime=launch_runtime)
-        for j in range(2):
-            b.cpu("aten::item", T + 500 + 50 * j, 30.0)
-            b.launch(copy, T + 503 + 50 * j, T + 513 + 50 * j, 2, cat="gpu_memcpy", launch_dur=24, runtime=runtime)
-        b.cpu("python_work", T + 600, 399.0)
-    return b.write(path)
-
-
 @pytest.mark.parametrize("runtime,launch_runtime,copy,syncs", [
     ("hipMemcpyWithStream", "hipLaunchKernel", "Memcpy DtoH (Device -> Host)", True),  # ROCm's blocking copy_
     ("cudaMemcpyAsync", "cudaLaunchKernel", "Memcpy DtoH (Device -> Pageable)", True),  # CUDA returns once copied
@@ -236,7 +224,12 @@ def test_a_synchronous_read_is_a_sync_even_when_nothing_is_queued(tmp_path, runt
     # returns only once its copy is done: a sync whatever its length (before: only when longer than the usual call,
     # 60 us here, so none). Blocking nothing, its cost to this host-bound step is the read: aten::item's 30 us, the
     # call in it, 2 a step; the window (steps 0 and 1) is 2000 us: 4 x 30 = 120 us, 6 %, what removing them gains.
-    d = diagnose(_reads_behind_slow_launches(tmp_path / "r.json.gz", runtime, launch_runtime, copy))
+    # five launches 70 us apart whose calls take 60 us (a slow host: the usual call is 60 us); two .item() reads of
+    # 30 us from T+500, 50 us apart, each around its 24-us copy call: they block for nothing (nothing is queued) and
+    # are shorter than the usual call
+    d = diagnose(_idle_gpu_reads(tmp_path / "r.json.gz", launches=5, launch_every=70.0, launch_us=60.0, reads=2,
+                                 read_at=500.0, read_every=50.0, item_us=30.0, runtime=runtime,
+                                 launch_runtime=launch_runtime, copy=copy))
     f = next((x for x in d.findings if x.kind == "host_sync"), None)
     if not syncs:
         assert f is None
