@@ -80,36 +80,41 @@ def test_fused_small_kernels_stop_costing_device_time(tmp_path):
     assert f.gain_alone_pct == pytest.approx(100.0 * 4 * 64.0 / (4 * P), abs=0.01)
 
 
-def _device_bound_small_kernels(path: Path, gemm_us: float) -> Path:
+def _device_bound_small_kernels(path: Path, gemm_us: float, gap_us: float = 0.0) -> Path:
     # the host runs ahead: each 2500-us host step launches 40 kernels 5 us apart (calls of 4 us), then Python; kernel
     # k is a GEMM of gemm_us when k % 4 == 0, else a 2-us add (30 of 40); the device runs them back to back from 5 us
-    # on, 10 gemm_us + 60 us a step, more than the host's 2500: the GPU never waits for the host
+    # on, gap_us apart, 10 gemm_us + 60 + 40 gap_us a step, more than the host's 2500: the GPU never waits for the host
     b = TraceBuilder()
-    device_end = 5.0
+    device_end = 5.0 - gap_us
     for s in range(6):
         T = s * 2500.0
         b.step(s, T, 2500.0)
         for k in range(40):
             dur = gemm_us if k % 4 == 0 else 2.0
-            start = max(T + 5.0 * k + 5.0, device_end)
+            start = max(T + 5.0 * k + 5.0, device_end + gap_us)
             b.launch("ampere_sgemm_128x64_tn" if dur > 10 else "elementwise_add_kernel", T + 5.0 * k, start, dur)
             device_end = start + dur
         b.cpu("python_work", T + 200.0, 2500.0 - 201.0)
     return b.write(path / "d.json.gz")
 
 
-@pytest.mark.parametrize("gemm_us,gain_pct", [(294.0, 2.0), (2940.0, None)])
-def test_small_kernels_on_a_device_that_sets_the_pace_cost_their_fixed_device_time(tmp_path, gemm_us, gain_pct):
+@pytest.mark.parametrize("gemm_us,gap_us,gain_pct",
+                         [(294.0, 0.0, 2.0), (294.0, 1.0, 100 * 90 / 3040), (2940.0, 0.0, None)])
+def test_small_kernels_on_a_device_that_sets_the_pace_cost_their_fixed_device_time(tmp_path, gemm_us, gap_us,
+                                                                                   gain_pct):
     # no launch makes the GPU wait, yet each tiny add costs the device its fixed cost (the 1st percentile of the
-    # kernel durations, 2 us: all of it): 30 x 2 = 60 us of each device step, fused away. With 294-us GEMMs a device
-    # step is 3000 us: 2.0 % of each of the 5 analysed steps (the device still sets the pace, 2940 us against the
-    # host's 2500); with 2940-us GEMMs 60 of 29460 us, 0.2 %, under SMALL_KERNEL_DEVICE_MIN_PCT: no finding
-    d = diagnose(_device_bound_small_kernels(tmp_path, gemm_us))
+    # kernel durations, 2 us: all of it) and the gap the device leaves before each kernel queued behind another (the
+    # median lag of those, gap_us): 30 x (2 + gap_us) us of each device step, fused away. With 294-us GEMMs and no
+    # gap a device step is 3000 us: 2.0 % of each of the 5 analysed steps (the device still sets the pace, 2940 us
+    # against the host's 2500); with a 1-us gap 90 of 3040 us, 2.96 %; with 2940-us GEMMs 60 of 29460 us, 0.2 %,
+    # under SMALL_KERNEL_DEVICE_MIN_PCT: no finding
+    d = diagnose(_device_bound_small_kernels(tmp_path, gemm_us, gap_us))
     f = next((x for x in d.findings if x.kind == "small_kernels"), None)
     if gain_pct is None:
         assert f is None
         return
     assert f.evidence["metrics"]["gpu_idle_before_them"]["value"] == 0.0
+    assert f.evidence["metrics"]["their_fixed_device_cost"]["value"] == pytest.approx(5 * 30 * (2.0 + gap_us))
     assert f.gain_alone_pct == pytest.approx(gain_pct, abs=0.01)
 
 

@@ -351,16 +351,19 @@ def small_kernels(f: RankFacts) -> F.Finding | None:
     # excess over the device's, which a queue launched before the window hid (as host_work reads it)
     waited_us = max(ls.small_kernel_host_wait_us, min(launch_cost, f.host_excess_us))
     small_dev = ~g.is_host & (g.launch >= 0) & g.small_launch[np.clip(g.launch, 0, None)]
-    # fused into their neighbours, they stop paying a kernel's fixed device cost (Graph.kernel_floor_us): in a
-    # device-bound loop that is all they cost, hundreds a step adding to the step the host runs ahead of
-    device_us = float(np.minimum(g.dur[small_dev], g.kernel_floor_us).sum())
+    # fused into their neighbours, they stop paying a kernel's fixed device cost (Graph.kernel_floor_us) and the
+    # device's gap before each (Graph.kernel_gap_us, up to its lag), as the replay prices it: in a device-bound loop
+    # that is all they cost, hundreds a step adding to the step the host runs ahead of
+    device_us = float(np.minimum(g.dur[small_dev], g.kernel_floor_us).sum()
+                      + np.minimum(g.lag[small_dev], g.kernel_gap_us).sum())
     if waited_us <= 0 and f.pct(device_us) < SMALL_KERNEL_DEVICE_MIN_PCT:
         return None
     evidence_us = min(launch_cost, waited_us) + device_us
     metrics = {"small_kernels": (ls.small_kernel_count_pct, "% of kernels"),
                "their_time": (ls.small_kernel_time_pct, "% of kernel time"),
                "gpu_idle_before_them": (ls.small_kernel_host_wait_us, "us"),
-               "host_cost_of_their_launches": (launch_cost, "us"), "threshold": (SMALL_KERNEL_US, "us")}
+               "host_cost_of_their_launches": (launch_cost, "us"), "their_fixed_device_cost": (device_us, "us"),
+               "threshold": (SMALL_KERNEL_US, "us")}
     if waited_us > ls.small_kernel_host_wait_us:  # the window's queue hid it
         metrics["host_step_over_device_step"] = (f.host_step_excess_us, "us")
     return F.rank_finding(f, "small_kernels", metrics,

@@ -205,6 +205,8 @@ class Graph:
     launch_call_us: np.ndarray  # the launch overhead in a host call: its duration (its unblocked cost for a call that
     #                             blocked), 0 for an outlier (launch.launch_call_cutoff_us: a wait a graph keeps) (µs)
     kernel_floor_us: float      # a kernel's fixed device cost: 1st percentile of the window's kernel durations (µs)
+    kernel_gap_us: float        # the device's gap before a kernel queued behind another on its stream: their median
+    #                             lag (µs; 0 where no kernel queued: queued_kernel_gap_us)
     before_window: np.ndarray   # device node launched before the trace began, queued_before_window (the rules'
     #                             evidence is the window's own work: they leave these out)
     dispatch_us: float          # typical op dispatch per kernel launch: median CPU work since the previous launch on
@@ -918,6 +920,21 @@ def release_us(start: np.ndarray, end: np.ndarray, launch: np.ndarray, lat: np.n
     return out
 
 
+def queued_kernel_gap_us(t: EventTable, rows: np.ndarray, end: np.ndarray, released: np.ndarray,
+                         stream_prev: np.ndarray, dep: np.ndarray, lag: np.ndarray, n_h: int,
+                         before_window: np.ndarray) -> float:
+    """The gap the device leaves before a kernel queued right behind another kernel on its stream (µs): the median lag
+    of the window's kernels whose start waited for their stream's previous op (released at its end) and for no other
+    stream's; 0 where none did. A fused kernel stops paying it (the front end's start of each kernel; 1-3 us between
+    back-to-back kernels on HTA's V100 and the H200 loops)."""
+    dev = np.arange(n_h, end.size)
+    prev = np.clip(stream_prev[dev], 0, None)
+    kernel = t.kind[rows] == KERNEL
+    queued = (kernel[dev] & kernel[prev] & (stream_prev[dev] >= 0) & (dep[dev] < 0) & ~before_window[dev]
+              & (released[dev] == end[prev]))
+    return float(np.median(lag[dev[queued]])) if queued.any() else 0.0
+
+
 def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, int]] | None = None) -> Graph:
     """Dependency graph of the window (see the module docstring).
 
@@ -1142,6 +1159,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     before_window[n - earlier_rows.size:] = True  # the earlier work's nodes come last (empty without any)
     kdur = dur[n_h:][(t.kind[dev_rows] == KERNEL) & (dur[n_h:] > 0) & ~before_window[n_h:]]
     kernel_floor = float(np.percentile(kdur, KERNEL_FLOOR_PERCENTILE)) if kdur.size else 0.0
+    kernel_gap = queued_kernel_gap_us(t, rows, end, released, stream_prev, dep, lag, n_h, before_window)
     kernel_launch = np.zeros(n, bool)
     kernel_launch[launch[dev_idx[(t.kind[dev_rows] == KERNEL) & has_launch[n_h:]]]] = True
     own_launch = np.zeros(n, bool)
@@ -1190,7 +1208,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
                  site_names=site_names, is_alloc=is_alloc,
                  small_launch=small_launch, kernel_launch=kernel_launch, own_launch=own_launch,
                  launch_call_us=launch_call,
-                 kernel_floor_us=kernel_floor, before_window=before_window, dispatch_us=dispatch, launch_group=launch_group, launch=launch, lat=lat, stream_prev=stream_prev,
+                 kernel_floor_us=kernel_floor, kernel_gap_us=kernel_gap, before_window=before_window, dispatch_us=dispatch, launch_group=launch_group, launch=launch, lat=lat, stream_prev=stream_prev,
                  stream_prev_nc=stream_prev_nc, stream_prev_np=stream_prev_np, pageable_copy=pageable_copies, dep=dep, lag=lag, category=cat, comm_wait=cw, comm_wait_rank=cw_rank,
                  order=order, names=t.names)
 
@@ -1270,12 +1288,11 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
         cpu = cpu - dispatch_taken(g, cpu, graphed)
         dur[graphed & ~launch_gone] -= g.launch_call_us[graphed & ~launch_gone]
     dur[launch_gone] = np.maximum(dur[launch_gone] - g.launch_call_us[launch_gone], 0.0)
-    if fused_launch.any():
-        # fused into their neighbours, tiny kernels also stop paying a kernel's fixed device cost (start-up and
-        # tail: the shortest kernels of the trace, Graph.kernel_floor_us); their work stays
-        launched = np.clip(g.launch, 0, None)
-        fused = ~g.is_host & (g.launch >= 0) & fused_launch[launched]
-        dur[fused] = np.maximum(dur[fused] - g.kernel_floor_us, 0.0)
+    fused = ~g.is_host & (g.launch >= 0) & fused_launch[np.clip(g.launch, 0, None)]
+    # fused into their neighbours, tiny kernels also stop paying a kernel's fixed device cost (start-up and tail: the
+    # shortest kernels of the trace, Graph.kernel_floor_us) and the device's gap before each (Graph.kernel_gap_us, up
+    # to the lag each showed); their work stays
+    dur[fused] = np.maximum(dur[fused] - g.kernel_floor_us, 0.0)
     unread = np.zeros(n, bool)  # removed syncs whose read goes with them (made inside aten::item, .cpu(), ...)
     for c in changes:
         if c.kind == "remove_syncs":
@@ -1350,8 +1367,8 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     # plain Python lists: element access in the loop below is ~3x faster than on NumPy arrays
     S_, E_, bind_ = S.tolist(), E.tolist(), bind.tolist()
     gone = [np.asarray(c.rows, dtype=np.int64) for c in changes if c.kind == "remove_lags"]
-    lag_ = (np.where(~g.is_host & np.isin(g.rows, np.concatenate(gone)), 0.0, g.lag).tolist() if gone
-            else g.as_list("lag"))
+    lag = g.lag - np.where(fused, np.minimum(g.lag, g.kernel_gap_us), 0.0)
+    lag_ = (np.where(~g.is_host & np.isin(g.rows, np.concatenate(gone)), 0.0, lag) if gone else lag).tolist()
     dur_, gap_, lat_ = dur.tolist(), gap.tolist(), g.as_list("lat")
     host_, hprev_, sprev_ = g.as_list("is_host"), g.as_list("host_prev"), stream_prev.tolist()
     launch_, dep_, is_sync_ = g.as_list("launch"), dep.tolist(), g.as_list("is_sync")
