@@ -1067,8 +1067,9 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     typical = _typical_call_us(dur, anchors.size, n_h, may_wait, unqueued_us if (queued_on >= 0).any() else None)
     for i in dev_idx[(t.kind[dev_rows] == MEMCPY) & has_launch[n_h:]]:
         L = launch[i]
-        # the call waited for its copy: it returned right after the copy ended, and took longer than a call does.
-        # An asynchronous device-to-device copy never blocks the host (a tiny one may end inside its call).
+        # the call waited for its copy: it returned right after the copy ended (and, unless synchronous, took longer
+        # than a call does). An asynchronous device-to-device copy never blocks the host (a tiny one may end inside
+        # its call).
         cname = t.names[int(t.name[rows[i]])]
         asynchronous = "Async" in t.names[int(t.name[rows[L]])]
         async_dtod = copy_direction(cname) in ("DtoD", "PtoP") and asynchronous
@@ -1367,8 +1368,11 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     # plain Python lists: element access in the loop below is ~3x faster than on NumPy arrays
     S_, E_, bind_ = S.tolist(), E.tolist(), bind.tolist()
     gone = [np.asarray(c.rows, dtype=np.int64) for c in changes if c.kind == "remove_lags"]
-    lag = g.lag - np.where(fused, np.minimum(g.lag, g.kernel_gap_us), 0.0)
-    lag_ = (np.where(~g.is_host & np.isin(g.rows, np.concatenate(gone)), 0.0, lag) if gone else lag).tolist()
+    if gone or fused.any():
+        lag = g.lag - np.where(fused, np.minimum(g.lag, g.kernel_gap_us), 0.0)
+        lag_ = (np.where(~g.is_host & np.isin(g.rows, np.concatenate(gone)), 0.0, lag) if gone else lag).tolist()
+    else:
+        lag_ = g.as_list("lag")
     dur_, gap_, lat_ = dur.tolist(), gap.tolist(), g.as_list("lat")
     host_, hprev_, sprev_ = g.as_list("is_host"), g.as_list("host_prev"), stream_prev.tolist()
     launch_, dep_, is_sync_ = g.as_list("launch"), dep.tolist(), g.as_list("is_sync")
