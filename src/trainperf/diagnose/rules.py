@@ -126,7 +126,8 @@ def compile_stall(f: RankFacts) -> Finding | None:
     return _host_stall(f, "compile_stall", f.compile, "remove_compile_wait", "compile", "torch.compile", extra=extra)
 
 
-HOST_SYNC_MIN_PCT = 1.0  # time blocked in syncs, or sync wait on the critical path, % of the span
+# time blocked in syncs (or their wait on the critical path) and the reads that made them, % of the span
+HOST_SYNC_MIN_PCT = 1.0
 
 
 def host_sync(f: RankFacts) -> Finding | None:
