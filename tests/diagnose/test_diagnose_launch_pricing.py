@@ -23,6 +23,7 @@ from host_bound import K_US, N, P, STEPS, host_bound_trace  # noqa: E402
 from trainperf.corpus import kineto as K  # noqa: E402
 from trainperf.corpus.inject import inject_launch_bound  # noqa: E402
 from trainperf.diagnose.api import diagnose  # noqa: E402
+from trainperf.diagnose.findings import DEVICE_PACED_SMALL_KERNELS_RECOMMENDATION  # noqa: E402
 
 H200_GPU_BOUND = Path(__file__).resolve().parents[1] / "data" / "h200_faults" / "healthy-h200-gpu_bound" / "traces"
 
@@ -114,6 +115,7 @@ def test_small_kernels_on_a_device_that_sets_the_pace_cost_their_fixed_device_ti
         assert f is None
         return
     assert f.evidence["metrics"]["gpu_idle_before_them"]["value"] == 0.0
+    assert f.recommendation == DEVICE_PACED_SMALL_KERNELS_RECOMMENDATION  # fusion, not a CUDA graph
     assert f.evidence["metrics"]["their_fixed_device_cost"]["value"] == pytest.approx(5 * 30 * (2.0 + gap_us))
     assert f.gain_alone_pct == pytest.approx(gain_pct, abs=0.01)
 

@@ -200,6 +200,13 @@ ONE_OFF_HOST_WORK_RECOMMENDATION = (
     "(torch.distributed.checkpoint.async_save, a background thread) or less frequent; profile with "
     "with_stack=True to name it. Its cost per step is its time over the steps between two of them.")
 
+# small_kernels where the GPU never waits for their launches (host_bound.small_kernels): their cost is on the device
+DEVICE_PACED_SMALL_KERNELS_RECOMMENDATION = (
+    "The GPU sets the pace and never waits for these tiny kernels' launches, yet each costs the device its start-up, "
+    "its tail and the gap before it. Fuse them into their neighbours (torch.compile; fused norm, activation, RoPE and "
+    "loss kernels: trainperf.kernels.apply(model); a fused or foreach optimizer). A CUDA graph alone would not help: "
+    "it takes the launches off the host, not the kernels off the device.")
+
 UNNAMED_CHECKPOINT_RECOMMENDATION = (
     "A synchronous checkpoint save, by what the trace shows of it: host work that launches nothing in one of the {n} "
     "analysed steps, after {copies} device-to-host copies ({mib:.0f} MiB) in that step, as a save copies the model's "

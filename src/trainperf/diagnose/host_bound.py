@@ -366,7 +366,10 @@ def small_kernels(f: RankFacts) -> F.Finding | None:
                "threshold": (SMALL_KERNEL_US, "us")}
     if waited_us > ls.small_kernel_host_wait_us:  # the window's queue hid it
         metrics["host_step_over_device_step"] = (f.host_step_excess_us, "us")
-    return F.rank_finding(f, "small_kernels", metrics,
-                          (), (Change("graph_small_kernels"),),
-                          "small kernels fused: their launches cost the host nothing and their own device time goes",
-                          evidence_pct=f.pct(evidence_us))
+    found = F.rank_finding(f, "small_kernels", metrics,
+                           (), (Change("graph_small_kernels"),),
+                           "small kernels fused: their launches cost the host nothing and their own device time goes",
+                           evidence_pct=f.pct(evidence_us))
+    if waited_us <= 0:
+        found.recommendation = F.DEVICE_PACED_SMALL_KERNELS_RECOMMENDATION
+    return found
