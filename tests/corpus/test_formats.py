@@ -38,7 +38,9 @@ def test_hip_names_follow_the_hip_api():
 
 def test_rocm_names_copies_by_direction_only_and_keeps_times():
     out = rocm(DOC, 0)["traceEvents"]
-    assert out[1]["name"] == "hipMemcpyAsync"
+    assert out[1]["name"] == "hipMemcpyWithStream"  # a pageable copy: PyTorch's blocking copy_ on ROCm
+    other = {**DOC, "traceEvents": [{**DOC["traceEvents"][1], "args": {"correlation": 8}}]}  # the pinned copy's
+    assert rocm(other, 0)["traceEvents"][0]["name"] == "hipMemcpyAsync"
     assert out[2]["name"] == "Memcpy HtoD (Host -> Device)"
     assert out[3]["name"] == "Memcpy DtoH (Device -> Host)"
     assert [e["ts"] for e in out] == [e["ts"] for e in DOC["traceEvents"]]

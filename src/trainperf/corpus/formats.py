@@ -64,12 +64,16 @@ def hip_runtime(name: str) -> str:
 def rocm(doc: dict, rank: int) -> dict:
     """The trace as ROCm's Kineto writes it: hip* runtime calls, copies named by direction only (Host -> Device,
     so a pageable copy is told from a pinned one only by its blocking host call), RCCL's collective kernels
-    keep NCCL's names (as RCCL does)."""
+    keep NCCL's names (as RCCL does). A cudaMemcpyAsync of a pageable copy is PyTorch's blocking copy_, which on ROCm
+    is one synchronous hipMemcpyWithStream (c10's memcpy_and_sync; HTA's MI250 trace reads so)."""
+    pageable = {e.get("args", {}).get("correlation") for e in _events(doc)
+                if e.get("cat") in ("gpu_memcpy", "Memcpy") and "Pageable" in str(e.get("name"))} - {None}
     out = []
     for e in _events(doc):
         cat, name = e.get("cat"), e.get("name")
         if isinstance(name, str) and cat in RUNTIME_CATS:
-            e = {**e, "name": hip_runtime(name)}
+            blocking = name == "cudaMemcpyAsync" and (e.get("args") or {}).get("correlation") in pageable
+            e = {**e, "name": "hipMemcpyWithStream" if blocking else hip_runtime(name)}
         elif isinstance(name, str) and cat in ("gpu_memcpy", "Memcpy"):
             e = {**e, "name": _MEMORY_KIND.sub(lambda m: "(Host -> Device)" if m.group(0).endswith("Device)")
                                                else "(Device -> Host)", name)}
