@@ -71,6 +71,23 @@ def test_gpu_slack_absorbs_host_delay_at_a_sync():
     assert _by_name(out, "ProfilerStep#1")[0]["dur"] == 100.0
 
 
+def test_the_op_around_a_sync_returns_with_it_when_slack_absorbs_host_delay():
+    # as above, with the sync inside an aten::item [58, 96) that ends at its very instant (a whole-us trace, or a read
+    # the surgery planted): 10 us inserted at 50 move the item's start to 68 and the sync still returns at 96, so the
+    # item ends there too (before: 96 + 10, over the aten::add the host runs at 97)
+    ev = [_x("ProfilerStep#1", "user_annotation", HOST, 0.0, 100.0),
+          _x("cudaLaunchKernel", "cuda_runtime", HOST, 10.0, 5.0, corr=1),
+          _x("gemm", "kernel", GPU, 15.0, 80.0, corr=1),
+          _x("aten::item", "cpu_op", HOST, 58.0, 38.0),
+          _x("cudaStreamSynchronize", "cuda_runtime", HOST, 60.0, 36.0),
+          _x("aten::add", "cpu_op", HOST, 97.0, 2.0)]
+    out = insert_host_work({"traceEvents": ev}, [HostWork(at_us=50.0, host_us=10.0, spans=(("x", "cpu_op"),))],
+                           main=HOST, stream=GPU, latency_us=5.0)
+    item = _by_name(out, "aten::item")[0]
+    assert (item["ts"], item["ts"] + item["dur"]) == (68.0, 96.0)
+    assert _by_name(out, "aten::add")[0]["ts"] == 97.0
+
+
 def test_a_blocking_read_waits_for_the_queue_then_its_copy():
     ev = [_x("ProfilerStep#1", "user_annotation", HOST, 0.0, 200.0),
           _x("cudaLaunchKernel", "cuda_runtime", HOST, 10.0, 5.0, corr=1),

@@ -397,6 +397,12 @@ def _apply(doc: dict, sh: _Shift, ops: _Ops, new_start: np.ndarray, wait_end: di
     new_ts = np.where(base.gpu, gpu_ts, ts + sh.at_start(ts)).tolist()
     new_te = (base.te + sh.at_end(np.nan_to_num(base.te))).tolist()
     timed, gpu = (~np.isnan(base.ts)).tolist(), base.gpu.tolist()
+    # the ops around a wait that end at its very instant (aten::item > _local_scalar_dense around a read, as a trace
+    # with whole-us stamps or an inserted read writes them) return with it: their end follows the wait's new end, not
+    # the shift from before it (which left an .item() stretched over 16 ms of later launches where slower launches
+    # were planted after a read: the GPU's slack had absorbed the delay, the read waited less)
+    returned_with_wait = {(events[i].get("pid"), events[i].get("tid"), round(float(base.te[i]), 3)):
+                          (float(base.ts[i]), end) for i, end in wait_end.items()}
     corr_start: dict = {}
     new_events = []
     for i, e in enumerate(events):
@@ -412,7 +418,9 @@ def _apply(doc: dict, sh: _Shift, ops: _Ops, new_start: np.ndarray, wait_end: di
         else:
             e["ts"] = new_ts[i]
             if "dur" in e and not gpu[i]:
-                e["dur"] = (wait_end[i] if i in wait_end else new_te[i]) - e["ts"]
+                wait = returned_with_wait.get((e.get("pid"), e.get("tid"), round(float(base.te[i]), 3)))
+                around = wait is not None and float(base.ts[i]) <= wait[0]
+                e["dur"] = (wait_end[i] if i in wait_end else wait[1] if around else new_te[i]) - e["ts"]
         new_events.append(e)
     for e in new_events:
         if e.get("ph") == "f" and e.get("cat") == "ac2g" and e.get("id") in corr_start:
