@@ -401,8 +401,8 @@ def _apply(doc: dict, sh: _Shift, ops: _Ops, new_start: np.ndarray, wait_end: di
     # with whole-us stamps or an inserted read writes them) return with it: their end follows the wait's new end, not
     # the shift from before it (which left an .item() stretched over 16 ms of later launches where slower launches
     # were planted after a read: the GPU's slack had absorbed the delay, the read waited less)
-    returned_with_wait = {(events[i].get("pid"), events[i].get("tid"), round(float(base.te[i]), 3)):
-                          (float(base.ts[i]), end) for i, end in wait_end.items()}
+    returned_with_wait = {_thread_instant(events[i], base.te[i]): (float(base.ts[i]), end)
+                          for i, end in wait_end.items()}
     corr_start: dict = {}
     new_events = []
     for i, e in enumerate(events):
@@ -418,7 +418,7 @@ def _apply(doc: dict, sh: _Shift, ops: _Ops, new_start: np.ndarray, wait_end: di
         else:
             e["ts"] = new_ts[i]
             if "dur" in e and not gpu[i]:
-                wait = returned_with_wait.get((e.get("pid"), e.get("tid"), round(float(base.te[i]), 3)))
+                wait = returned_with_wait.get(_thread_instant(e, base.te[i]))
                 around = wait is not None and float(base.ts[i]) <= wait[0]
                 e["dur"] = (wait_end[i] if i in wait_end else wait[1] if around else new_te[i]) - e["ts"]
         new_events.append(e)
@@ -429,6 +429,12 @@ def _apply(doc: dict, sh: _Shift, ops: _Ops, new_start: np.ndarray, wait_end: di
     out = copy.copy(doc)
     out["traceEvents"] = new_events
     return out
+
+
+def _thread_instant(e: dict, t: float) -> tuple:
+    """(pid, tid, instant) of an event's time t (µs), instants SAME_INSTANT_US apart: what a wait and the ops that
+    return with it share."""
+    return e.get("pid"), e.get("tid"), round(float(t) / SAME_INSTANT_US)
 
 
 def _added_events(base: _Base, added: list, main: tuple, stream: tuple) -> list[dict]:

@@ -13,7 +13,8 @@ from trainperf.diagnose.evidence import SAMPLED_IDS_PER_CALL, is_sampled
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.gpu_time import idle_in_spans_us
 from trainperf.diagnose.launch import SMALL_KERNEL_US
-from trainperf.diagnose.replay import Change, Graph, dispatch_taken, host_work_us, one_off_first_calls
+from trainperf.diagnose.replay import (Change, Graph, dispatch_taken, fused_fixed_cost_us, host_work_us,
+                                       one_off_first_calls)
 from trainperf.diagnose.window import covered_length
 from trainperf.trace.annotate import STEP_RE
 from trainperf.trace.categories import copy_direction
@@ -351,11 +352,10 @@ def small_kernels(f: RankFacts) -> F.Finding | None:
     # excess over the device's, which a queue launched before the window hid (as host_work reads it)
     waited_us = max(ls.small_kernel_host_wait_us, min(launch_cost, f.host_excess_us))
     small_dev = ~g.is_host & (g.launch >= 0) & g.small_launch[np.clip(g.launch, 0, None)]
-    # fused into their neighbours, they stop paying a kernel's fixed device cost (Graph.kernel_floor_us) and the
-    # device's gap before each (Graph.kernel_gap_us, up to its lag), as the replay prices it: in a device-bound loop
-    # that is all they cost, hundreds a step adding to the step the host runs ahead of
-    device_us = float(np.minimum(g.dur[small_dev], g.kernel_floor_us).sum()
-                      + np.minimum(g.lag[small_dev], g.kernel_gap_us).sum())
+    # fused into their neighbours, they stop paying a kernel's fixed device cost and the device's gap before each, as
+    # the replay prices it: in a device-bound loop that is all they cost, hundreds a step adding to the step the host
+    # runs ahead of
+    device_us = float(sum(part.sum() for part in fused_fixed_cost_us(g, g.dur, g.lag, small_dev)))
     if waited_us <= 0 and f.pct(device_us) < SMALL_KERNEL_DEVICE_MIN_PCT:
         return None
     evidence_us = min(launch_cost, waited_us) + device_us

@@ -920,19 +920,24 @@ def release_us(start: np.ndarray, end: np.ndarray, launch: np.ndarray, lat: np.n
     return out
 
 
-def queued_kernel_gap_us(t: EventTable, rows: np.ndarray, end: np.ndarray, released: np.ndarray,
-                         stream_prev: np.ndarray, dep: np.ndarray, lag: np.ndarray, n_h: int,
-                         before_window: np.ndarray) -> float:
+def queued_kernel_gap_us(is_kernel: np.ndarray, *, end: np.ndarray, released: np.ndarray, stream_prev: np.ndarray,
+                         dep: np.ndarray, lag: np.ndarray, in_window: np.ndarray) -> float:
     """The gap the device leaves before a kernel queued right behind another kernel on its stream (µs): the median lag
-    of the window's kernels whose start waited for their stream's previous op (released at its end) and for no other
-    stream's; 0 where none did. A fused kernel stops paying it (the front end's start of each kernel; 1-3 us between
-    back-to-back kernels on HTA's V100 and the H200 loops)."""
-    dev = np.arange(n_h, end.size)
-    prev = np.clip(stream_prev[dev], 0, None)
-    kernel = t.kind[rows] == KERNEL
-    queued = (kernel[dev] & kernel[prev] & (stream_prev[dev] >= 0) & (dep[dev] < 0) & ~before_window[dev]
-              & (released[dev] == end[prev]))
-    return float(np.median(lag[dev[queued]])) if queued.any() else 0.0
+    of the window's kernels (per node: is_kernel, in_window) whose start waited for their stream's previous op
+    (released at its end) and for no other stream's; 0 where none did. A fused kernel stops paying it (the front end's
+    start of each kernel; 1-3 us between back-to-back kernels on HTA's V100 and the H200 loops)."""
+    prev = np.clip(stream_prev, 0, None)
+    queued = (is_kernel & is_kernel[prev] & (stream_prev >= 0) & (dep < 0) & in_window & (released == end[prev]))
+    return float(np.median(lag[queued])) if queued.any() else 0.0
+
+
+def fused_fixed_cost_us(g: "Graph", dur: np.ndarray, lag: np.ndarray,
+                        fused: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What each kernel fused into its neighbours (fused, per node) stops paying on the device, µs, 0 elsewhere: of its
+    duration `dur` a kernel's fixed cost (start-up and tail: Graph.kernel_floor_us), of its lag `lag` the device's gap
+    before a queued kernel (Graph.kernel_gap_us). Its work stays."""
+    return (np.where(fused, np.minimum(dur, g.kernel_floor_us), 0.0),
+            np.where(fused, np.minimum(lag, g.kernel_gap_us), 0.0))
 
 
 def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, int]] | None = None) -> Graph:
@@ -1160,7 +1165,10 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     before_window[n - earlier_rows.size:] = True  # the earlier work's nodes come last (empty without any)
     kdur = dur[n_h:][(t.kind[dev_rows] == KERNEL) & (dur[n_h:] > 0) & ~before_window[n_h:]]
     kernel_floor = float(np.percentile(kdur, KERNEL_FLOOR_PERCENTILE)) if kdur.size else 0.0
-    kernel_gap = queued_kernel_gap_us(t, rows, end, released, stream_prev, dep, lag, n_h, before_window)
+    is_kernel = np.zeros(n, bool)
+    is_kernel[kernel_nodes] = True
+    kernel_gap = queued_kernel_gap_us(is_kernel, end=end, released=released, stream_prev=stream_prev, dep=dep, lag=lag,
+                                      in_window=~before_window)
     kernel_launch = np.zeros(n, bool)
     kernel_launch[launch[dev_idx[(t.kind[dev_rows] == KERNEL) & has_launch[n_h:]]]] = True
     own_launch = np.zeros(n, bool)
@@ -1290,10 +1298,11 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
         dur[graphed & ~launch_gone] -= g.launch_call_us[graphed & ~launch_gone]
     dur[launch_gone] = np.maximum(dur[launch_gone] - g.launch_call_us[launch_gone], 0.0)
     fused = ~g.is_host & (g.launch >= 0) & fused_launch[np.clip(g.launch, 0, None)]
-    # fused into their neighbours, tiny kernels also stop paying a kernel's fixed device cost (start-up and tail: the
-    # shortest kernels of the trace, Graph.kernel_floor_us) and the device's gap before each (Graph.kernel_gap_us, up
-    # to the lag each showed); their work stays
-    dur[fused] = np.maximum(dur[fused] - g.kernel_floor_us, 0.0)
+    any_fused = bool(fused.any())
+    lag = g.lag
+    if any_fused:  # fused into their neighbours, tiny kernels also stop paying their fixed device cost
+        floor_part, gap_part = fused_fixed_cost_us(g, dur, g.lag, fused)
+        dur, lag = dur - floor_part, g.lag - gap_part
     unread = np.zeros(n, bool)  # removed syncs whose read goes with them (made inside aten::item, .cpu(), ...)
     for c in changes:
         if c.kind == "remove_syncs":
@@ -1368,8 +1377,7 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     # plain Python lists: element access in the loop below is ~3x faster than on NumPy arrays
     S_, E_, bind_ = S.tolist(), E.tolist(), bind.tolist()
     gone = [np.asarray(c.rows, dtype=np.int64) for c in changes if c.kind == "remove_lags"]
-    if gone or fused.any():
-        lag = g.lag - np.where(fused, np.minimum(g.lag, g.kernel_gap_us), 0.0)
+    if gone or any_fused:
         lag_ = (np.where(~g.is_host & np.isin(g.rows, np.concatenate(gone)), 0.0, lag) if gone else lag).tolist()
     else:
         lag_ = g.as_list("lag")
