@@ -485,6 +485,51 @@ def test_a_long_call_that_enqueues_nothing_does_not_wait_for_the_kernel_it_ends_
     assert _by_name(out, "add")[0]["ts"] == 315.0
 
 
+def _launches_behind(n_ahead: int) -> list[dict]:
+    """n_ahead kernels of 10 us launched in the first ~100 us and run back to back from 600 (kernel j [600 + 10 j,
+    610 + 10 j)); then a 150-us launch call [460, 610) that returns as the first kernel ends, its kernel last."""
+    ev = [_x("ProfilerStep#1", "user_annotation", HOST, 0.0, 700.0)]
+    for j in range(n_ahead):
+        ev += [_x("cudaLaunchKernel", "cuda_runtime", HOST, 1.0 + 0.2 * j, 0.1, corr=j + 1),
+               _x("k", "kernel", GPU, 600.0 + 10 * j, 10.0, corr=j + 1)]
+    return ev + [_x("cudaLaunchKernel", "cuda_runtime", HOST, 460.0, 150.0, corr=n_ahead + 1),
+                 _x("last", "kernel", GPU, 600.0 + 10 * n_ahead, 10.0, corr=n_ahead + 1)]
+
+
+@pytest.mark.parametrize("n_ahead, call_end", [(520, 710.0), (100, 610.0)])
+def test_a_long_launch_waits_for_a_slot_only_when_its_queue_is_full(n_ahead, call_end):
+    # the first kernel made 100 us longer: with 520 launches ahead (half of CUDA's 1,024-entry queue or more) the call
+    # waited for a slot and returns as that kernel now ends (710); with 100 ahead its 150 us were the host's own work
+    # and stay (it ended with a kernel by chance). The last kernel runs behind all of them either way
+    ev = _launches_behind(n_ahead)
+    first = next(i for i, e in enumerate(ev) if e["name"] == "k")
+    out = insert_device_delays({"traceEvents": ev}, extra={first: 100.0}, latency_us=5.0)
+    call = _by_name(out, "cudaLaunchKernel")[-1]
+    assert (call["ts"], call["ts"] + call["dur"]) == (460.0, call_end)
+    assert _by_name(out, "last")[0]["ts"] == 700.0 + 10 * n_ahead
+
+
+def test_a_slow_launch_with_a_free_slot_keeps_its_time_after_a_planted_drain():
+    # kernel gemm [15, 215]; a 150-us launch [65, 215) that ends as gemm does, its add queued behind it. A read at 30
+    # drains the queue (gemm ends 215, its copy [215, 217]) and holds the host 12 us more: 229, every later host
+    # event 199 us later. The launch had one kernel ahead: its 150 us are the host's and stay, [264, 414), and the
+    # aten::mul after it comes at 419 (read as a wait for gemm's slot, it returned at once: 264 + 2, mul at 271)
+    ev = [_x("ProfilerStep#1", "user_annotation", HOST, 0.0, 300.0),
+          _x("cudaLaunchKernel", "cuda_runtime", HOST, 10.0, 5.0, corr=1),
+          _x("gemm", "kernel", GPU, 15.0, 200.0, corr=1),
+          _x("cudaLaunchKernel", "cuda_runtime", HOST, 65.0, 150.0, corr=2),
+          _x("add", "kernel", GPU, 215.0, 50.0, corr=2),
+          _x("aten::mul", "cpu_op", HOST, 220.0, 5.0)]
+    w = HostWork(at_us=30.0, host_us=12.0, spans=(("aten::item", "cpu_op"), ("cudaMemcpyAsync", "cuda_runtime")),
+                 drains=True, gpu_op=("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 2.0))
+    out = insert_host_work({"traceEvents": ev}, [w], main=HOST, stream=GPU, latency_us=5.0)
+    launch = _by_name(out, "cudaLaunchKernel")[1]
+    assert (launch["ts"], launch["dur"]) == (264.0, 150.0)
+    assert _by_name(out, "add")[0]["ts"] == 269.0
+    assert _by_name(out, "aten::mul")[0]["ts"] == 419.0
+    assert _by_name(out, "ProfilerStep#1")[0]["dur"] == 499.0
+
+
 def test_a_launch_a_float_step_before_a_delayed_sync_returns_moves_with_its_kernel():
     # epoch clock: kernel A [15, 95] launched at 10, a sync [20, 96] returning with it, kernel B launched a float step
     # (0.0005 us) before the sync returns, at 96, and started at 101. A made 100 us longer: the sync returns at 196, B's

@@ -42,6 +42,13 @@ from trainperf.corpus import kineto as K
 # the kernel that ended as it returned, stretched to 45 ms by a delay planted on that kernel.
 BLOCKED_CALL_MIN_US = 100.0
 BLOCKED_RETURN_US = 20.0
+# ... and only while its stream's launch queue is full: CUDA queues 1,024 launches, HIP 16,384 AQL packets a hardware
+# queue; a call with fewer ahead of its own work takes a free slot at once. The bases' waiting calls had 959-1,021
+# launches ahead (ns_resolution 550 calls, negative_queue 73); launches the host itself made slower (150 us each on an
+# H200 GPU-bound loop) had 0-194 ahead and returned within 20 us of some kernel's end by chance on a busy GPU (read
+# as waits, a sync planted after them drained the queue and took their planted cost away: 21.7 % planted read 27.2);
+# the H200 loop's 400-us cudaGraphLaunch calls, 1-4. Half the queue: a margin for the work a profile holds no trace of.
+QUEUE_FULL_MIN_ENTRIES = {"cuda": 512, "hip": 8192}
 # An op whose stream was idle before it, launched long before, that started within this long after
 # an op of another stream ended was waiting for it (an event wait: a collective waiting for the
 # gradients it reduces, compute waiting for the collective's result). Measured with this rule's own
@@ -133,9 +140,19 @@ def _enqueues(call: dict, by_corr: dict) -> bool:
     return c is not None and c in by_corr
 
 
+def _entries_ahead(ops: _Ops, corr: np.ndarray, stream_id: np.ndarray, own: int, launched_before: float,
+                   returned: float) -> int:
+    """Launches (count; a launch's several ops, one correlation id, count once) queued on the stream of ops[own] that
+    were launched before `launched_before` and had not ended by `returned` (µs): the queue in front of its work."""
+    ahead = (stream_id == stream_id[own]) & (ops.launch < launched_before) & (ops.start + ops.dur > returned)
+    return int(np.unique(corr[ahead]).size)
+
+
 def _waits(events: list[dict], ops: _Ops) -> list[tuple[float, int, int]]:
     """Host calls that waited for the device: (orig end, event index, position in ops of the awaited op)."""
     by_corr = {K.correlation(events[i]): k for k, i in enumerate(ops.idx)}
+    corr = np.array([c if isinstance(c := K.correlation(events[i]), int) else -1 - k for k, i in enumerate(ops.idx)])
+    stream_id = np.unique([str(s) for s in ops.stream], return_inverse=True)[1]
     ends = ops.start + ops.dur
     out = []
     for i, e in enumerate(events):
@@ -151,8 +168,12 @@ def _waits(events: list[dict], ops: _Ops) -> list[tuple[float, int, int]]:
             if not cand.size:
                 continue
             k = int(cand[np.argmax(ends[cand])])
-            if not K.SYNC_CALL_RE.match(name) and te - ends[k] > BLOCKED_RETURN_US:
-                continue  # a long call that did not return with a device op: host work, not a wait
+            if not K.SYNC_CALL_RE.match(name):
+                if te - ends[k] > BLOCKED_RETURN_US:
+                    continue  # a long call that did not return with a device op: host work, not a wait
+                full = QUEUE_FULL_MIN_ENTRIES["hip" if name.startswith("hip") else "cuda"]
+                if _entries_ahead(ops, corr, stream_id, by_corr[K.correlation(e)], ts, te) < full:
+                    continue  # a free slot: the call's own time is host work
         else:
             continue
         if ts < ends[k] <= te + 1.0:  # it really waited for that op (ended with it)
