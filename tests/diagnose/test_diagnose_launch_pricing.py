@@ -24,6 +24,7 @@ from trainperf.corpus import kineto as K  # noqa: E402
 from trainperf.corpus.inject import inject_launch_bound  # noqa: E402
 from trainperf.diagnose.api import diagnose  # noqa: E402
 from trainperf.diagnose.findings import DEVICE_PACED_SMALL_KERNELS_RECOMMENDATION  # noqa: E402
+from trainperf.diagnose.host_bound import KERNEL_LAUNCH_CALL_RE  # noqa: E402
 
 H200_GPU_BOUND = Path(__file__).resolve().parents[1] / "data" / "h200_faults" / "healthy-h200-gpu_bound" / "traces"
 
@@ -157,16 +158,25 @@ def _outlier_launch_trace(path: Path, steps: int = 4, call_us: float = 10.0, out
 # - 10-us calls and one of 1000 us: 10 x 50 + 9 x 10 = 590 us a step (1590 when the outlier was removed as overhead)
 # - every call 100 us (a contended or slower CPU) and one of 2000 us: the usual call is 100 us, so the 9 100-us calls
 #   are overhead (an absolute 50-us cutoff read them all as outliers: 500 us a step) and the 2000-us one is not:
-#   10 x 50 + 9 x 100 = 1400 us a step
-@pytest.mark.parametrize("call_us, outlier_us, step_us, per_step_us", [(10.0, 1000.0, 4000.0, 590.0),
-                                                                        (100.0, 2000.0, 6000.0, 1400.0)])
-def test_an_outlier_launch_call_is_not_launch_overhead(tmp_path, call_us, outlier_us, step_us, per_step_us):
+#   10 x 50 + 9 x 100 = 1400 us a step. A median call of 100 us is past host_bound.SLOW_LAUNCH_CALL_US (40): the
+#   host's launch path is slow itself, and the fix priced is each call at the top of a call's usual range (20 us),
+#   9 x 80 = 720 us a step (the outlier, a wait, keeps its time)
+@pytest.mark.parametrize("call_us, outlier_us, step_us, per_step_us, gain_per_step_us, what_if", [
+    (10.0, 1000.0, 4000.0, 590.0, 590.0, "kernel launches cost the host nothing"),
+    (100.0, 2000.0, 6000.0, 1400.0, 720.0, "every kernel launch call takes at most 20 us")])
+def test_an_outlier_launch_call_is_not_launch_overhead(tmp_path, call_us, outlier_us, step_us, per_step_us,
+                                                       gain_per_step_us, what_if):
     d = diagnose(_outlier_launch_trace(tmp_path, call_us=call_us, outlier_us=outlier_us, step_us=step_us))
     f = next(x for x in d.findings if x.kind == "launch_bound")
     n = len(f.steps)
     assert n == 3
     assert f.evidence["metrics"]["launch_cost"]["value"] == pytest.approx(per_step_us * n)
-    assert f.gain_alone_pct == pytest.approx(100.0 * per_step_us * n / (n * step_us), abs=0.01)
+    assert f.evidence["metrics"]["launch_call_median"]["value"] == pytest.approx(call_us)
+    assert f.gain_alone_pct == pytest.approx(100.0 * gain_per_step_us * n / (n * step_us), abs=0.01)
+    assert f.what_if.startswith(what_if)
+    slow = call_us >= 40.0
+    assert f.gain_is_upper_bound is not slow  # the usual call is measured against its range, a graph is a bound
+    assert f.recommendation.startswith("Each kernel launch call takes 100 us") is slow
 
 
 def test_a_host_slowed_past_a_gpu_bound_loops_pace_is_launch_bound_though_the_queue_hid_it(tmp_path):
@@ -186,3 +196,46 @@ def test_a_host_slowed_past_a_gpu_bound_loops_pace_is_launch_bound_though_the_qu
     assert top.kind == "launch_bound"
     assert top.gain_pct == pytest.approx(truth, abs=2.0)
     assert "host_step_over_device_step" in top.evidence["metrics"]
+
+
+def _tiny_kernels_slow_or_usual_calls(path: Path, call_us: float) -> Path:
+    # host-bound: each step runs 20 ops of 50 us of dispatch, each ending in a launch call of call_us whose 2-us add
+    # starts 5 us into the call (the GPU idles between them), then 20 us of Python: 20 (50 + call_us) + 20 us a step
+    step_us = 20 * (50.0 + call_us) + 20.0
+    b = TraceBuilder()
+    for s in range(STEPS):
+        T = s * step_us
+        b.step(s, T, step_us)
+        for k in range(20):
+            at = T + (50.0 + call_us) * k
+            b.cpu("aten::add", at, 50.0 + call_us)
+            b.launch("elementwise_add_kernel", at + 50.0, at + 55.0, 2.0, launch_dur=call_us)
+        b.cpu("python_work", T + step_us - 20.0, 19.0)
+    return b.write(path / "t.json.gz")
+
+
+@pytest.mark.parametrize("call_us", [100.0, 10.0])
+def test_a_slow_launch_path_is_named_before_the_tiny_kernels_it_slows(tmp_path, call_us):
+    # every kernel is a tiny add, so fusing them (small_kernels) and graphing every launch (launch_bound) remove the
+    # same launches. With 100-us calls the host's launch path is slow itself (host_bound.SLOW_LAUNCH_CALL_US): its fix,
+    # each call at the top of a call's usual range (20 us), is measured, 20 x 80 us of each 3020-us step, 52.98 %,
+    # and ranks first; the tiny kernels get what fusing them adds after it. With usual 10-us calls the tiny kernels
+    # are the cause: their fusion is priced first and ranks first (a graph of every launch adds nothing after it)
+    d = diagnose(_tiny_kernels_slow_or_usual_calls(tmp_path, call_us))
+    kinds = [x.kind for x in d.findings]
+    if call_us == 100.0:
+        top = d.findings[0]
+        assert top.kind == "launch_bound" and top.fix_order == 1
+        assert top.gain_alone_pct == pytest.approx(100.0 * 20 * 80.0 / 3020.0, abs=0.01)
+        assert "small_kernels" in kinds[1:]
+    else:
+        assert kinds[0] == "small_kernels"
+
+
+@pytest.mark.parametrize("name, per_kernel", [
+    ("cudaLaunchKernel", True), ("cuLaunchKernelEx", True), ("cudaLaunchKernelExC_v11060", True),
+    ("hipLaunchKernel", True), ("hipExtModuleLaunchKernel", True), ("cudaLaunchCooperativeKernel", True),
+    ("cudaGraphLaunch", False), ("hipGraphLaunch", False), ("cudaMemcpyAsync", False), ("mtiaLaunchKernel", False)])
+def test_the_slow_launch_check_reads_cuda_and_hip_per_kernel_launches_only(name, per_kernel):
+    # a graph's launch starts a whole graph (400 us on the H200 loop), another device's runtime has its own costs
+    assert bool(KERNEL_LAUNCH_CALL_RE.match(name)) is per_kernel

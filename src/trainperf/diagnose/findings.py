@@ -207,6 +207,13 @@ DEVICE_PACED_SMALL_KERNELS_RECOMMENDATION = (
     "loss kernels: trainperf.kernels.apply(model); a fused or foreach optimizer). A CUDA graph alone would not help: "
     "it takes the launches off the host, not the kernels off the device.")
 
+# launch_bound where the host's launch calls are themselves slow (host_bound.SLOW_LAUNCH_CALL_US)
+SLOW_LAUNCH_CALLS_RECOMMENDATION = (
+    "Each kernel launch call takes {us:.0f} us on the host where 5-20 us is usual: the launch path itself is slow. "
+    "Find what slows it first: a contended or throttled CPU (other processes or threads on the launching core, "
+    "power saving: pin the process to its own cores), a tracing or debug layer (CUDA_LAUNCH_BLOCKING, "
+    "compute-sanitizer, an API interposer), an old driver or runtime. Beyond that:")
+
 UNNAMED_CHECKPOINT_RECOMMENDATION = (
     "A synchronous checkpoint save, by what the trace shows of it: host work that launches nothing in one of the {n} "
     "analysed steps, after {copies} device-to-host copies ({mib:.0f} MiB) in that step, as a save copies the model's "
@@ -602,10 +609,12 @@ class FixPlan:
 # what the trace does not show (remove_lags: the GPU held by another process), a wait whatever its cause; and host work
 # that launches nothing while the device waits (remove_host_work), the host's own waste, as a DataLoader fetch on the
 # main thread is (an upper bound: ranked by rank_key at the share of it BOUND_REALISED_SHARE credits; ranked with the
-# restructurings, host work of 20 % came after a DataLoader wait of 4.8 %: the corpus's compound cases)
+# restructurings, host work of 20 % came after a DataLoader wait of 4.8 %: the corpus's compound cases); and launch
+# calls slower than a launch's usual range made usual (usual_launch_calls: time the host's launch path wastes on each)
 STALL_CHANGES = frozenset({"remove_data_wait", "remove_checkpoint_wait", "remove_compile_wait", "remove_syncs",
                            "unblock_pageable_copies", "remove_allocator", "overlap_comm", "remove_straggler_wait",
-                           "compute_speedup", "remove_wasted_rows", "shrink_bubble", "remove_lags", "remove_host_work"})
+                           "compute_speedup", "remove_wasted_rows", "shrink_bubble", "remove_lags", "remove_host_work",
+                           "usual_launch_calls"})
 
 
 def _removes_a_stall(f: Finding) -> bool:

@@ -92,7 +92,7 @@ CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_co
                 "unblock_pageable_copies", "remove_allocator", "overlap_comm", "remove_straggler_wait", "speedup",
                 "host_speedup", "graph_small_kernels", "graph_launches", "compute_speedup", "speedup_rows",
                 "drop_rows", "remove_wasted_rows", "remove_host_work", "fuse_optimizer", "unprofiled_host",
-                "shrink_bubble", "remove_kernels", "fuse_kernels", "remove_spans", "remove_lags")
+                "shrink_bubble", "remove_kernels", "fuse_kernels", "remove_spans", "remove_lags", "usual_launch_calls")
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,9 @@ class Change:
     for a collective's measured wait for a late rank: work a setting makes unneeded, ddp.py, or a compiler's own
     wrappers that one graph would not run, graph_breaks.py) | remove_lags (the device events of trace rows `rows` start
     as soon as their launch and their stream allow: the waits the trace shows no cause for, Graph.lag, gone;
-    rules.idle_with_work_queued). Several changes replay together (`replay(g, [a, b])`)."""
+    rules.idle_with_work_queued) | usual_launch_calls (the launch calls of trace rows `rows` take at most `factor` µs
+    of their own, the top of a launch call's usual range: a host whose every launch is slow made as fast as a usual
+    one, host_bound.launch_bound). Several changes replay together (`replay(g, [a, b])`)."""
 
     kind: str = "none"
     category: int = -1
@@ -164,6 +166,8 @@ class Change:
             return f"{len(self.spans)} host spans not run"
         if self.kind == "remove_lags":
             return f"{len(self.rows)} waits the trace shows no cause for gone"
+        if self.kind == "usual_launch_calls":
+            return f"{len(self.rows)} launch calls at most {self.factor:g} us each"
         return self.kind.replace("_", " ")
 
 
@@ -1297,6 +1301,11 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
         cpu = cpu - dispatch_taken(g, cpu, graphed)
         dur[graphed & ~launch_gone] -= g.launch_call_us[graphed & ~launch_gone]
     dur[launch_gone] = np.maximum(dur[launch_gone] - g.launch_call_us[launch_gone], 0.0)
+    for c in changes:
+        if c.kind == "usual_launch_calls":  # (a graphed or removed launch has no call left to make faster)
+            slow = (g.is_host & np.isin(g.rows, np.asarray(c.rows, dtype=np.int64)) & ~launch_gone
+                    & (g.launch_call_us > c.factor) & (~graphed if graphed is not None else True))
+            dur[slow] -= g.launch_call_us[slow] - c.factor
     fused = ~g.is_host & (g.launch >= 0) & fused_launch[np.clip(g.launch, 0, None)]
     any_fused = bool(fused.any())
     lag = g.lag
