@@ -88,14 +88,18 @@ def test_the_op_around_a_sync_returns_with_it_when_slack_absorbs_host_delay():
     assert _by_name(out, "aten::add")[0]["ts"] == 97.0
 
 
+# an .item() at 30 us: it drains the queue, copies 2 us to pageable memory, then holds the host 12 us more
+BLOCKING_READ_AT_30 = HostWork(at_us=30.0, host_us=12.0, drains=True,
+                               spans=(("aten::item", "cpu_op"), ("cudaMemcpyAsync", "cuda_runtime")),
+                               gpu_op=("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 2.0))
+
+
 def test_a_blocking_read_waits_for_the_queue_then_its_copy():
     ev = [_x("ProfilerStep#1", "user_annotation", HOST, 0.0, 200.0),
           _x("cudaLaunchKernel", "cuda_runtime", HOST, 10.0, 5.0, corr=1),
           _x("gemm", "kernel", GPU, 15.0, 80.0, corr=1),
           _x("aten::add", "cpu_op", HOST, 40.0, 2.0)]
-    w = HostWork(at_us=30.0, host_us=12.0, spans=(("aten::item", "cpu_op"), ("cudaMemcpyAsync", "cuda_runtime")),
-                 drains=True, gpu_op=("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 2.0))
-    out = insert_host_work({"traceEvents": ev}, [w], main=HOST, stream=GPU, latency_us=5.0)
+    out = insert_host_work({"traceEvents": ev}, [BLOCKING_READ_AT_30], main=HOST, stream=GPU, latency_us=5.0)
     item = _by_name(out, "aten::item")[0]
     copy = _by_name(out, "Memcpy DtoH (Device -> Pageable)")[0]
     # hand-worked: the copy queues behind gemm (ends 95) -> [95, 97]; the host is blocked 30..97, +12
@@ -520,9 +524,7 @@ def test_a_slow_launch_with_a_free_slot_keeps_its_time_after_a_planted_drain():
           _x("cudaLaunchKernel", "cuda_runtime", HOST, 65.0, 150.0, corr=2),
           _x("add", "kernel", GPU, 215.0, 50.0, corr=2),
           _x("aten::mul", "cpu_op", HOST, 220.0, 5.0)]
-    w = HostWork(at_us=30.0, host_us=12.0, spans=(("aten::item", "cpu_op"), ("cudaMemcpyAsync", "cuda_runtime")),
-                 drains=True, gpu_op=("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 2.0))
-    out = insert_host_work({"traceEvents": ev}, [w], main=HOST, stream=GPU, latency_us=5.0)
+    out = insert_host_work({"traceEvents": ev}, [BLOCKING_READ_AT_30], main=HOST, stream=GPU, latency_us=5.0)
     launch = _by_name(out, "cudaLaunchKernel")[1]
     assert (launch["ts"], launch["dur"]) == (264.0, 150.0)
     assert _by_name(out, "add")[0]["ts"] == 269.0
