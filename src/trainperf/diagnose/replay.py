@@ -843,23 +843,21 @@ def blocked_us(g: "Graph", block_class: int) -> float:
     return float(g.blocking_us[g.block_class == block_class].sum())
 
 
-def dispatch_taken(g: "Graph", cpu: np.ndarray, graphed: np.ndarray, host_factor: float = 1.0) -> np.ndarray:
+def dispatch_taken(g: "Graph", cpu: np.ndarray, graphed: np.ndarray) -> np.ndarray:
     """CPU time (µs) per node that the launches in `graphed` stop costing the host: up to Graph.dispatch_us per
-    launch (divided by host_factor where the replay made the host's work that many times faster: cpu is then
-    divided so too), taken from the CPU gaps of its stretch (Graph.launch_group) latest first, so a copy or read
+    launch, taken from the CPU gaps of its stretch (Graph.launch_group) latest first, so a copy or read
     between an op's dispatch and its launch does not hide the dispatch. cpu: each node's CPU gap (µs)."""
     out = np.zeros(cpu.size)
     grp = g.launch_group
     sel = np.flatnonzero((grp >= 0) & graphed[np.clip(grp, 0, None)])
-    dispatch_us = g.dispatch_us / host_factor
-    if not sel.size or dispatch_us <= 0:
+    if not sel.size or g.dispatch_us <= 0:
         return out
     o = sel[np.lexsort((-g.start[sel], grp[sel]))]  # by stretch, latest call first
     c = np.maximum(cpu[o], 0.0)
     before = np.cumsum(c) - c  # work of the later calls, within the stretch after the subtraction below
     starts = np.flatnonzero(np.r_[True, grp[o][1:] != grp[o][:-1]])
     before -= np.repeat(before[starts], np.diff(np.r_[starts, o.size]))
-    out[o] = np.minimum(c, np.maximum(dispatch_us - before, 0.0))
+    out[o] = np.minimum(c, np.maximum(g.dispatch_us - before, 0.0))
     return out
 
 
@@ -871,10 +869,10 @@ def host_work_us(g: "Graph") -> np.ndarray:
     return work_beyond_dispatch_us(g, g.cpu_work_us) + g.gap_idle * (g.host_dep < 0)
 
 
-def work_beyond_dispatch_us(g: "Graph", cpu: np.ndarray, host_factor: float = 1.0) -> np.ndarray:
+def work_beyond_dispatch_us(g: "Graph", cpu: np.ndarray) -> np.ndarray:
     """Per host node: the part of its CPU gap (cpu, µs) beyond the usual op dispatch that the kernel launches of
-    its stretch take from it (dispatch_taken over every launch, host_factor as there), µs >= 0."""
-    return np.maximum(cpu - dispatch_taken(g, cpu, g.kernel_launch, host_factor), 0.0)
+    its stretch take from it (dispatch_taken over every launch), µs >= 0."""
+    return np.maximum(cpu - dispatch_taken(g, cpu, g.kernel_launch), 0.0)
 
 
 # passes of processing_order's raising: a trace whose clocks disagree can hold a cycle (a copy written before the
@@ -1277,19 +1275,17 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     cpu = g.cpu_work_us
     # the profiler's own cost taken off the host: its work, its calls' own time and a blocking call's own cost
     unprofiled = float(np.prod([c.factor for c in changes if c.kind == "unprofiled_host"]))
-    # only work gets faster; a wait for another thread moves with that thread. The usual dispatch is work too
-    host_factor = float(np.prod([c.factor for c in changes if c.kind in ("host_speedup", "unprofiled_host")]))
-    cpu = cpu / host_factor
-    call_us = g.launch_call_us  # a launch call's own time now: the profiler's share taken off it too
+    for c in changes:  # only work gets faster; a wait for another thread moves with that thread
+        if c.kind in ("host_speedup", "unprofiled_host"):
+            cpu = cpu / c.factor
     if unprofiled != 1.0:
         calls = g.is_host & ~g.is_alloc & (g.block_class == NOT_BLOCKING)
         dur[calls] = dur[calls] / unprofiled
-        call_us = np.where(calls, call_us / unprofiled, call_us)
     untraced_gone = np.zeros(n, bool)  # remove_host_work: gaps whose untraced time (no op, no wait) goes too
     for c in changes:
         if c.kind == "remove_host_work":
             sel = g.is_host & np.isin(g.rows, np.asarray(c.rows, dtype=np.int64))
-            cpu = cpu - np.where(sel, work_beyond_dispatch_us(g, cpu, host_factor), 0.0)
+            cpu = cpu - np.where(sel, work_beyond_dispatch_us(g, cpu), 0.0)
             untraced_gone |= sel
     fused_launch = g.small_launch if "graph_small_kernels" in kinds else np.zeros(n, bool)
     for c in changes:
@@ -1302,14 +1298,14 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     if graphed is not None:
         # a graphed launch costs neither the call nor the op's usual dispatch before it (other host work stays, and
         # so does an outlier call's wait: Graph.launch_call_us)
-        cpu = cpu - dispatch_taken(g, cpu, graphed, host_factor)
-        dur[graphed & ~launch_gone] -= call_us[graphed & ~launch_gone]
-    dur[launch_gone] = np.maximum(dur[launch_gone] - call_us[launch_gone], 0.0)
+        cpu = cpu - dispatch_taken(g, cpu, graphed)
+        dur[graphed & ~launch_gone] -= g.launch_call_us[graphed & ~launch_gone]
+    dur[launch_gone] = np.maximum(dur[launch_gone] - g.launch_call_us[launch_gone], 0.0)
     for c in changes:
         if c.kind == "usual_launch_calls":  # (a graphed or removed launch has no call left to make faster)
             slow = (g.is_host & np.isin(g.rows, np.asarray(c.rows, dtype=np.int64)) & ~launch_gone
-                    & (call_us > c.factor) & (~graphed if graphed is not None else True))
-            dur[slow] -= call_us[slow] - c.factor
+                    & (g.launch_call_us > c.factor) & (~graphed if graphed is not None else True))
+            dur[slow] -= g.launch_call_us[slow] - c.factor
     fused = ~g.is_host & (g.launch >= 0) & fused_launch[np.clip(g.launch, 0, None)]
     any_fused = bool(fused.any())
     lag = g.lag
