@@ -48,7 +48,7 @@ def test_profiler_overhead_lowers_host_findings_only(tmp_path):
     for s in range(3):
         T = 2000.0 * s + 1600
         b.launch("Memcpy HtoD (Pageable -> Device)", T, T + 5, 300, cat="gpu_memcpy", launch_dur=310,
-                 runtime="cudaMemcpyAsync")
+                 runtime="cudaMemcpyAsync", bytes=1_000_000)
     d = diagnose(b.write(tmp_path / "p.json.gz"))
     by = {f.kind: f for f in d.findings}
     dl = by["data_loader_stall"]

@@ -40,30 +40,34 @@ def test_allocator_stall_by_hand(tmp_path):
 
 
 def _pageable_trace(path: Path) -> Path:
-    # each 1000-us step T: cudaMemcpyAsync [T, T+600) blocks on its copy "Pageable -> Device" [T+10, T+590);
-    # then three launches at T+600, +605, +610 of 100-us kernels running T+610 .. T+910. Span 0..1910 us.
+    # each 1000-us step T: cudaMemcpyAsync [T, T+600) blocks on its copy "Pageable -> Device" of 2.56 MB [T+10, T+590)
+    # (4.4 GB/s); then three launches at T+600, +605, +610 of 100-us kernels running T+610 .. T+910. Span 0..1910 us.
     b = TraceBuilder()
     for s in range(2):
         T = 1000.0 * s
         b.launch("Memcpy HtoD (Pageable -> Device)", T, T + 10, 580, cat="gpu_memcpy", launch_dur=600,
-                 runtime="cudaMemcpyAsync", bytes=64 << 20)
+                 runtime="cudaMemcpyAsync", bytes=2_560_000)
         for i in range(3):
             b.launch("ampere_sgemm_128x64_tn", T + 600 + 5 * i, T + 610 + 100 * i, 100)
     return b.write(path)
 
 
 def test_pageable_copy_by_hand(tmp_path):
-    # unblocked (pinned, non_blocking, prefetched): each copy call costs the typical 4 us; launch latency 10 us.
-    # host: copy 0..4, launches 4, 9, 14 | copy at 18 + 386 = 404, launches 408, 413, 418.
-    # device: copy0 10..590; kernels no longer queue behind it: 14..114, 114..214, 214..314; copy1 414..994;
-    # kernels 418..518, 518..618, 618..718 -> span 994 us, gain 1910 - 994 = 916 us.
+    # the fix, pinned and non_blocking: each copy call costs the typical 4 us (launch latency 10 us) and its copy runs
+    # on its stream at the pinned rate: no device named, 0.8 of PCIe Gen4 x16's 32 GB/s = 25.6 GB/s, 2.56 MB in
+    # 100 us. host: copy 0..4, launches 4, 9, 14 | copy at 18 + 386 = 404, launches 408, 413, 418.
+    # device: copy0 10..110; the kernels queue behind it on its stream: 110..210, 210..310, 310..410; copy1 414..514;
+    # kernels 514..614, 614..714, 714..814 -> span 814 us, gain 1910 - 814 = 1096 us (prefetched on a side stream,
+    # the copies hidden, it would be 916 more: the kernels at 14.., 418..)
     # blocked host time: 2 x (600 - 4) = 1192 us; on the critical path 2 x 590 us
     d = diagnose(_pageable_trace(tmp_path / "p.json.gz"))
     f = d.findings[0]
     assert f.kind == "pageable_copy" and f.severity == "high"
-    assert f.gain_us == pytest.approx(916)
+    assert f.gain_us == pytest.approx(1096)
     m = f.evidence["metrics"]
     assert m["host_blocked"]["value"] == pytest.approx(1192) and m["blocking_copies"]["value"] == 2
+    assert m["pinned_rate"]["value"] == pytest.approx(25.6) and m["copy_time_pinned"]["value"] == pytest.approx(200)
+    assert m["copy_rate"]["value"] == pytest.approx(2.56e6 / 580e3, abs=1e-3)
     assert d.ranks[0].critical_path_pct["pageable_copy"] == pytest.approx(100 * 1180 / 1910)
     assert "pin_memory=True" in f.recommendation
     assert not any(x.kind == "host_sync" for x in d.findings)
@@ -74,23 +78,50 @@ def test_pytorch_pageable_copy_is_a_call_then_a_stream_sync_on_a_skewed_clock(tm
     # [T+1990, T+2010), both waiting for the copy [T+10, T+2000); the device clock reads 10 us late, so the copy call
     # "returns" 10 us (0.5 % of it) before its copy ends (as on an H200: 10-11 us on every 16-ms pageable copy). Both
     # calls are the copy's: unblocked, each costs the typical 4-us call. 3000-us steps; host: copy 0..4, sync 4..8,
-    # launches 8, 13, 18 | copy 22 + 976 = 998, sync 1002, launches 1006, 1011, 1016. Device: copy0 10..2000,
-    # kernels 18..318 (10-us launch latency, no longer queued behind the copy); copy1 1008..2998, kernels
-    # 1026..1326 -> span 2998 us, gain 5320 - 2998
+    # launches 8, 13, 18 | copy 22 + 976 = 998, sync 1002, launches 1006, 1011, 1016. Device: copy0 of 12.8 MB at the
+    # pinned 25.6 GB/s 10..510, kernels queued behind it 510..810; copy1 1008..1508, kernels 1508..1808 -> span
+    # 1808 us, gain 5320 - 1808
     b = TraceBuilder()
     for s in range(2):
         T = 3000.0 * s
         c = b.launch("Memcpy HtoD (Pageable -> Device)", T, T + 10, 1990, cat="gpu_memcpy", launch_dur=1990,
-                     runtime="cudaMemcpyAsync", bytes=64 << 20)
+                     runtime="cudaMemcpyAsync", bytes=12_800_000)
         b.cpu("cudaStreamSynchronize", T + 1990, 20, cat="cuda_runtime", correlation=c + 100000)
         for i in range(3):
             b.launch("ampere_sgemm_128x64_tn", T + 2010 + 5 * i, T + 2020 + 100 * i, 100)
     d = diagnose(b.write(tmp_path / "pt.json.gz"))
     f = d.findings[0]
     assert f.kind == "pageable_copy" and f.severity == "high"
-    assert f.gain_us == pytest.approx(5320 - 2998)
+    assert f.gain_us == pytest.approx(5320 - 1808)
     assert f.evidence["metrics"]["blocking_copies"]["value"] == 2  # each copy once, not its sync again
     assert not any(x.kind == "host_sync" for x in d.findings)
+
+
+def test_the_pinned_rate_is_the_traces_own_then_the_devices_host_link_then_pcie_gen4(tmp_path):
+    # the rate the fix of a pageable copy is priced at: pinned copies of >= 1 MiB in the trace (bytes over time: 8 MiB
+    # in 400 us = 20.97 GB/s; a 64-KiB one is left out, its latency not its rate), else 0.8 of the device's host link
+    # (an H200's PCIe Gen5 x16, 64 GB/s: 51.2), else 0.8 of PCIe Gen4 x16's 32 GB/s
+    from trainperf.diagnose.host_link import pinned_copy_rate
+    from trainperf.trace.load import load_trace
+
+    def rate(doc_of) -> float:
+        b = TraceBuilder()
+        b.launch("Memcpy HtoD (Pageable -> Device)", 0, 10, 580, cat="gpu_memcpy", runtime="cudaMemcpyAsync",
+                 bytes=2_560_000)
+        doc = doc_of(b)
+        path = tmp_path / f"r{len(list(tmp_path.iterdir()))}.json"
+        path.write_text(json.dumps(doc))
+        return pinned_copy_rate(next(iter(load_trace(path).values()))).gbps
+
+    def with_pinned(b):
+        b.launch("Memcpy HtoD (Pinned -> Device)", 600, 610, 400, cat="gpu_memcpy", bytes=8 << 20)
+        b.launch("Memcpy DtoH (Device -> Pinned)", 1100, 1110, 100, cat="gpu_memcpy", bytes=64 << 10)
+        return b.doc()
+
+    assert rate(with_pinned) == pytest.approx((8 << 20) / 400e3)
+    assert rate(lambda b: dict(b.doc(), deviceProperties=[{"name": "NVIDIA H200", "numSms": 132}])) == \
+        pytest.approx(51.2)
+    assert rate(lambda b: b.doc()) == pytest.approx(25.6)
 
 
 def test_gpu_step_windows_follow_launches_not_host_spans(tmp_path):

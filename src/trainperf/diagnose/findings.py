@@ -390,7 +390,8 @@ RECOMMENDATIONS = {
                        "(pad or bucket sequence lengths).",
     "pageable_copy": "Copies between the device and pageable (unpinned) host memory block the host: pin the "
                      "host buffers (DataLoader(pin_memory=True) or tensor.pin_memory()), copy with "
-                     ".to(device, non_blocking=True), and prefetch the next batch on a side stream.",
+                     ".to(device, non_blocking=True): the gain is priced so, each copy still on its stream at the "
+                     "pinned rate (copy_time_pinned). Prefetching the next batch on a side stream can hide that too.",
     "fp32_matmul": "fp32 GEMMs/convolutions run without tensor cores: train in bf16 with "
                   "torch.autocast(device_type='cuda', dtype=torch.bfloat16) (fp16 + GradScaler where bf16 is absent, "
                   "e.g. V100), or keep fp32 weights and allow TF32: torch.backends.cuda.matmul.allow_tf32 = True / "

@@ -35,6 +35,7 @@ import numpy as np
 from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, COMPILE_RE,
                                      DATALOADER_RE, MEMCPY_RUNTIME_RE, SYNC_OP_RE, SYNC_RUNTIME_RE, call_sites,
                                      span_rows)
+from trainperf.diagnose.host_link import pinned_copy_us
 from trainperf.diagnose.launch import graph_launched, launch_call_cutoff_us, small_kernel_mask
 from trainperf.diagnose.window import (Window, covered_length, iteration_hint_rows, launched_before_trace,
                                        merge_intervals)
@@ -98,8 +99,10 @@ CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_co
 @dataclass(frozen=True)
 class Change:
     """One what-if change. kind: none | remove_data_wait | remove_checkpoint_wait | remove_compile_wait
-    (torch.compile compiles nothing inside the steps) | remove_syncs (sync calls return at once) | unblock_pageable_copies (host-to-device copies stop blocking the host and the work
-    after them stops queueing behind them: pinned memory, non_blocking, prefetched on a side stream) |
+    (torch.compile compiles nothing inside the steps) | remove_syncs (sync calls return at once) |
+    unblock_pageable_copies (host-to-device copies stop blocking the host and run on their stream at `factor` GB/s, the
+    rate of a copy from pinned memory, where the trace gives their size and they took longer: pinned memory,
+    non_blocking; the work after them still queues behind them on their stream, host_link.py) |
     remove_allocator (allocator calls and spans cost nothing: caching allocator) |
     overlap_comm (computation and host syncs stop waiting for collectives: fully overlapped; a collective's
     measured wait for a late rank stays, as the late rank's data arrives no sooner; with `rows`, only the collectives
@@ -221,7 +224,7 @@ class Graph:
     lat: np.ndarray             # launch latency used (µs)
     stream_prev: np.ndarray     # previous device node on the same stream, or -1
     stream_prev_nc: np.ndarray  # previous non-communication device node on the same stream, or -1
-    stream_prev_np: np.ndarray  # previous device node on the same stream that is not a pageable copy, or -1
+    copy_bytes: np.ndarray      # bytes a device copy node moved (the trace's "bytes"), -1 unknown or not a copy
     pageable_copy: np.ndarray   # device node is a copy its host call blocked on (BLOCK_PAGEABLE)
     dep: np.ndarray             # inferred cross-stream predecessor, or -1
     lag: np.ndarray             # unexplained delay kept fixed (µs)
@@ -1156,7 +1159,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     gap_so = np.minimum(gap_so, work)
     pageable_copies = np.zeros(n, bool)
     pageable_copies[sync_on[block == BLOCK_PAGEABLE]] = True
-    stream_prev_np = _previous_kept(stream_prev, pageable_copies)
+    copy_bytes = np.where(~is_host & (t.kind[rows] == MEMCPY), t.nbytes[rows], -1)
 
     # allocator calls, and launches of small kernels
     is_alloc = np.zeros(n, bool)
@@ -1222,7 +1225,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
                  small_launch=small_launch, kernel_launch=kernel_launch, own_launch=own_launch,
                  launch_call_us=launch_call,
                  kernel_floor_us=kernel_floor, kernel_gap_us=kernel_gap, before_window=before_window, dispatch_us=dispatch, launch_group=launch_group, launch=launch, lat=lat, stream_prev=stream_prev,
-                 stream_prev_nc=stream_prev_nc, stream_prev_np=stream_prev_np, pageable_copy=pageable_copies, dep=dep, lag=lag, category=cat, comm_wait=cw, comm_wait_rank=cw_rank,
+                 stream_prev_nc=stream_prev_nc, copy_bytes=copy_bytes, pageable_copy=pageable_copies, dep=dep, lag=lag, category=cat, comm_wait=cw, comm_wait_rank=cw_rank,
                  order=order, names=t.names)
 
 
@@ -1348,8 +1351,13 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     for c in changes:
         if c.kind == "remove_syncs":
             unblocked |= (g.block_class == BLOCK_SYNC) & ((g.sync_site == c.site) if c.site >= 0 else True)
-    if "unblock_pageable_copies" in kinds:
-        unblocked |= g.block_class == BLOCK_PAGEABLE
+    for c in changes:
+        if c.kind == "unblock_pageable_copies":
+            unblocked |= g.block_class == BLOCK_PAGEABLE
+            # from pinned memory the copy runs at the link's rate (a copy already faster keeps its time, one of
+            # unknown size too)
+            sel = g.pageable_copy
+            dur[sel] = pinned_copy_us(dur[sel], g.copy_bytes[sel], c.factor)
     overlap = "overlap_comm" in kinds
     comm = g.category == COMMUNICATION
     # overlap_comm with rows: only those collectives are overlapped (a pipeline stage's other collectives beside its
@@ -1371,18 +1379,13 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
         stream_prev = np.where(~moved, _previous_kept(g.stream_prev, moved), g.stream_prev)
     else:
         stream_prev = np.where(~comm, g.stream_prev_nc, g.stream_prev) if overlap else g.stream_prev
-    if "unblock_pageable_copies" in kinds:
-        # the copy is prefetched on a side stream from pinned memory: the work after it no longer queues behind it
-        after_copy = (stream_prev >= 0) & g.pageable_copy[np.clip(stream_prev, 0, None)]
-        stream_prev = np.where(after_copy, g.stream_prev_np, stream_prev)
     sync_on = g.sync_on_nc if overlap else g.sync_on
     if restricted:  # only a sync that waited for an overlapped collective stops waiting for it
         sync_on = np.where((g.sync_on >= 0) & moved[np.clip(g.sync_on, 0, None)], g.sync_on_nc, g.sync_on)
     # a sync that waited for a collective that keeps its wait waits for that too (besides the other work it waited for)
     also_on = np.where((g.sync_on >= 0) & waited[np.clip(g.sync_on, 0, None)], g.sync_on, -1)
     dep_on = np.clip(g.dep, 0, None)
-    dropped = (overlap & moved[dep_on]) | (("unblock_pageable_copies" in kinds) & g.pageable_copy[dep_on])
-    dep = np.where((g.dep >= 0) & dropped, -1, g.dep)
+    dep = np.where((g.dep >= 0) & overlap & moved[dep_on], -1, g.dep)
     # plain Python lists: element access in the loop below is ~3x faster than on NumPy arrays
     S_, E_, bind_ = S.tolist(), E.tolist(), bind.tolist()
     gone = [np.asarray(c.rows, dtype=np.int64) for c in changes if c.kind == "remove_lags"]

@@ -54,6 +54,10 @@ class Accelerator:
     # numSms): with the memory size it names the part where the driver's name does not (ROCm 6.2 calls an MI250 GCD
     # "AMD Radeon Graphics"); None where not recorded.
     compute_units: int | None = None
+    # The device's link to its host CPU, one direction (GB/s, peak): PCIe Gen3/4/5 x16 (16/32/64), NVLink-C2C on
+    # Grace parts (450); what a copy from pinned host memory runs at, less its efficiency (diagnose/host_link.py).
+    # None where no such copy applies (TPUs, the MI300A's shared memory).
+    host_link_gbps: float | None = None
 
     @property
     def runtime_reserved_bytes(self) -> float:
