@@ -337,6 +337,17 @@ def test_a_folder_of_trace_folders_names_them(tmp_path):
         load_trace(tmp_path)
 
 
+def test_a_folder_whose_traces_are_deeper_names_where(tmp_path):
+    # HTA's critical-path example keeps its traces at end_to_end/simple_add/input/ and .../output/: pointed at
+    # end_to_end/, the error names those folders (up to 3 levels down; run10 after run9), not one found deeper
+    for sub in ("simple_add/input", "simple_add/output", "run10/x", "run9/x", "a/b/c/too_deep"):
+        (tmp_path / sub).mkdir(parents=True)
+        _tb().write(tmp_path / sub / "trace.json.gz")
+    with pytest.raises(TrainperfError, match=r"its subfolders hold some \(run10/x/, simple_add/input/, "
+                                             r"simple_add/output/, \.\.\.\): diagnose one of them"):
+        load_trace(tmp_path)
+
+
 def test_a_folder_per_node_or_per_rank_is_the_job(tmp_path):
     # a multi-node job's traces gathered a folder per node (node0/rank0.json, node1/rank2.json ...), or a folder per
     # rank whose file names carry none (rank3/trace.json): read together, as one folder of the job's files would be

@@ -66,8 +66,9 @@ def trace_files(path: str | Path) -> list[Path]:
         if below and all(RANK_OR_NODE_FOLDER_RE.fullmatch(p.name) for p in below):
             # a folder per rank or per node (rank0/, node1/ ...): the job's traces, read together
             return [f for p in below for f in trace_files(p)]
-        hint = (f"; its subfolders hold some ({', '.join(p.name + '/' for p in below[-3:])}"
-                f"{', ...' if len(below) > 3 else ''}): diagnose one of them" if below else "")
+        shown = [p.name for p in below] or _trace_folders_deeper(path)
+        hint = (f"; its subfolders hold some ({', '.join(p + '/' for p in shown[-3:])}"
+                f"{', ...' if len(shown) > 3 else ''}): diagnose one of them" if shown else "")
         raise TrainperfError(f"{path}: no trace files in this folder (.json, .json.gz, .xplane.pb, nsys's .sqlite "
                              f"export, or rocprofv3's <pid>_kernel_trace.csv ...){hint}")
     return sorted(files)
@@ -250,9 +251,32 @@ def _latest_cycles(traces: list[tuple[Path, EventTable]]) -> list[tuple[Path, Ev
 RANK_FROM_FILE_ORDER = "rank_from_file_order"
 
 
+# how deep below a folder without traces the error looks for folders that hold some (HTA's critical-path examples
+# keep theirs at end_to_end/simple_add/input/)
+TRACE_FOLDER_SEARCH_DEPTH = 3
+
+
+def _trace_folders_deeper(path: Path) -> list[str]:
+    """The folders two to TRACE_FOLDER_SEARCH_DEPTH levels below path that hold a trace file, as paths relative to
+    it ("simple_add/input"), in natural order; for the error that names where a folder's traces are."""
+    found = []
+    for root, dirs, names in os.walk(path):
+        depth = len(Path(root).relative_to(path).parts)
+        if depth >= TRACE_FOLDER_SEARCH_DEPTH:
+            dirs.clear()
+        if depth >= 2 and any(n.endswith(TRACE_SUFFIXES) for n in names):
+            found.append(Path(root).relative_to(path))
+    return sorted((p.as_posix() for p in found), key=_natural_text_key)
+
+
 def _natural_key(path: Path) -> list:
     """Sort key of a file name with its numbers compared as numbers (host2 before host10)."""
-    return [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", path.name)]
+    return _natural_text_key(path.name)
+
+
+def _natural_text_key(text: str) -> list:
+    """Sort key of a text with its numbers compared as numbers."""
+    return [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", text)]
 
 
 def _number_ranks_in_file_order(files: tuple, tables: tuple) -> None:
