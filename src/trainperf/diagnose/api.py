@@ -19,8 +19,8 @@ from trainperf.diagnose.crossrank import (ComputeStraggler, CrossRank, MatchedCo
                                          straggler_p_value, straggler_steps_needed)
 from trainperf.diagnose.ddp import BUFFER_BROADCASTS, buffer_broadcasts, buffer_sync_floor_us
 from trainperf.diagnose.device_clock import with_device_clocks_aligned
-from trainperf.diagnose.evidence import (Caveat, apply_caveats, cross_rank_caveats, rank_caveats, rank_notes,
-                                        untraced_ranks_caveat)
+from trainperf.diagnose.evidence import (Caveat, apply_caveats, cross_rank_caveats, profiled_wait_notes,
+                                         rank_caveats, rank_notes, untraced_ranks_caveat)
 from trainperf.diagnose.facts import DeviceTiming, RankFacts, StragglerFacts, collect_facts, device_timing
 from trainperf.diagnose.modules import module_breakdown
 from trainperf.diagnose.pipeline import later_stage, stages_from_openings
@@ -302,6 +302,7 @@ def analyse_rank(f: RankFacts, job_caveats: list[Caveat] = ()) -> tuple[RankSumm
     own = rank_caveats(f)
     caveats = own + list(job_caveats)
     apply_caveats(ranked, caveats)
+    profiled_wait_notes(f, ranked)
     s = _summary(f, plan)
     s.confidence = min((c.confidence for c in caveats), key=("low", "medium", "high").index, default="high")
     s.evidence_notes = [c.note for c in own] + rank_notes(f)

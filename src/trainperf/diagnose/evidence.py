@@ -284,11 +284,22 @@ def warmup_caveat(f: RankFacts) -> Caveat | None:
                        "(torch.profiler.schedule(wait=1, warmup=1, active=3))", confidence="medium")
 
 
-def profiled_host_caveat(f: RankFacts) -> Caveat | None:
-    """A host-paced window whose recorded ops cost the profiler PROFILER_US_PER_OP each, PROFILER_OVERHEAD_NOTE_SHARE
-    of the host's step or more: the host's own findings may be the profiler's (an H200 loop that ran GPU-bound
-    without the profiler read launch-bound with it). None with an unprofiled step time (the host is calibrated to
-    it or shown not to need it), without steps or GPU, or where the device sets the pace."""
+@dataclass(frozen=True, kw_only=True)
+class ProfiledHost:
+    """A host-paced profiled window's step (µs): the host's, the GPU's busy time in it, the recorded ops and their
+    estimated cost to the profiler (PROFILER_US_PER_OP each)."""
+
+    host_us: float
+    busy_us: float
+    ops: float
+    cost_us: float
+
+
+def profiled_host(f: RankFacts) -> ProfiledHost | None:
+    """The window's step as profiled_host_caveat reads it, where the host sets the pace and its recorded ops would cost
+    the profiler PROFILER_OVERHEAD_NOTE_SHARE of its step or more; None with an unprofiled step time (the host is
+    calibrated to it or shown not to need it), without steps or GPU, where the device sets the pace or the cost is
+    less."""
     if f.unprofiled_step_us is not None or not f.profiled_step_sides_us:
         return None
     host_us, device_us = f.profiled_step_sides_us
@@ -300,7 +311,17 @@ def profiled_host_caveat(f: RankFacts) -> Caveat | None:
     cost_us = PROFILER_US_PER_OP * ops
     if cost_us < PROFILER_OVERHEAD_NOTE_SHARE * host_us:
         return None
-    busy_us = f.breakdown.busy_us / len(f.step_times)
+    return ProfiledHost(host_us=host_us, busy_us=f.breakdown.busy_us / len(f.step_times), ops=ops, cost_us=cost_us)
+
+
+def profiled_host_caveat(f: RankFacts) -> Caveat | None:
+    """A host-paced window whose recorded ops cost the profiler PROFILER_US_PER_OP each, PROFILER_OVERHEAD_NOTE_SHARE
+    of the host's step or more (profiled_host): the host's own findings may be the profiler's (an H200 loop that ran
+    GPU-bound without the profiler read launch-bound with it). None where profiled_host is."""
+    p = profiled_host(f)
+    if p is None:
+        return None
+    host_us, busy_us, ops, cost_us = p.host_us, p.busy_us, p.ops, p.cost_us
     without_us = host_us - cost_us
     stands = without_us > busy_us
     verdict = (f"without it the host would still take ~{without_us / 1e3:.2f} ms, above the GPU's work: host-bound "
@@ -313,6 +334,33 @@ def profiled_host_caveat(f: RankFacts) -> Caveat | None:
                        f"{verdict}; give the step time measured without the profiler (diagnose --unprofiled-step-ms) "
                        "to price them on the job's own host",
                   confidence="medium" if stands else "low", kinds=PROFILED_HOST_KINDS)
+
+
+# fixes that remove a wait for the device or the driver, whose length the profiler does not set (a sync's wait for
+# the GPU's work, a pageable copy's transfer, the allocator's driver calls): on a host-paced profiled step the
+# profiler's own cost is in the step before and after such a fix
+WAIT_CHANGES = frozenset({"remove_syncs", "unblock_pageable_copies", "remove_allocator"})
+
+
+def profiled_wait_notes(f: RankFacts, found: list[F.Finding]) -> None:
+    """On a host-paced window the profiler slows (profiled_host), a note on each finding whose fix removes a wait
+    (WAIT_CHANGES) and leaves the step still paced by the host without the profiler's cost: that cost stays in the
+    step the fix leaves, so the fix's share of the job's own, shorter step is larger than the one priced here. The
+    real H200 loops: CUDA_LAUNCH_BLOCKING priced 29.3 % for 55.6 measured without the profiler, the allocator off
+    56.3 % for 78.0 (empty_cache 30.9 for 30.1)."""
+    p = profiled_host(f)
+    if p is None:
+        return
+    for x in found:
+        if not x.changes or not all(c.kind in WAIT_CHANGES for c in x.changes) or x.gain_alone_pct is None:
+            continue
+        left_us = p.host_us * (1.0 - x.gain_alone_pct / 100.0) - p.cost_us  # the fixed step, the profiler's cost off
+        if left_us > p.busy_us:
+            x.notes.append(f"the profiler's own cost (~{p.cost_us / 1e3:.2f} ms a step, {p.ops:.0f} recorded ops at "
+                           f"~{PROFILER_US_PER_OP:g} us) stays in the step this fix leaves, still paced by the host "
+                           f"(~{left_us / 1e3:.2f} ms without it, the GPU busy {p.busy_us / 1e3:.2f}): on the job's own "
+                           "host the fix is likely worth a larger share of a step than priced here; give the step "
+                           "time measured without the profiler (diagnose --unprofiled-step-ms) to price it there")
 
 
 def truncated_caveat(f: RankFacts) -> Caveat | None:
