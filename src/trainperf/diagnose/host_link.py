@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainperf.diagnose.roofline import device_accelerator
+from trainperf.trace.annotate import correlated_host_row
 from trainperf.trace.categories import copy_direction
 from trainperf.trace.events import MEMCPY, EventTable
 
@@ -38,16 +39,30 @@ class PinnedRate:
     source: str
 
 
+def pinned_copies(t: EventTable) -> np.ndarray:
+    """Rows of the host-device copies of at least PINNED_MEASURE_MIN_BYTES from or to pinned memory: named so (CUPTI,
+    nsys: "Pinned -> Device"), or, where the name does not say (roctracer's "Host -> Device"), whose launching call
+    returned before half the copy had run: a copy from pageable memory is staged by the call itself, which returns only
+    once it is done."""
+    copies = np.flatnonzero((t.kind == MEMCPY) & (t.nbytes >= PINNED_MEASURE_MIN_BYTES) & (t.dur_ns > 0))
+    names = [t.names[int(t.name[r])] for r in copies]
+    host_device = np.array([copy_direction(n) in ("HtoD", "DtoH") for n in names], dtype=bool)
+    named = np.array(["Pinned" in n for n in names], dtype=bool)
+    unnamed = np.array(["Pinned" not in n and "Pageable" not in n for n in names], dtype=bool)
+    call = correlated_host_row(t)[copies]
+    call_end = np.where(call >= 0, t.ts_ns[call] + t.dur_ns[call], np.iinfo(np.int64).max)
+    returned_early = (call >= 0) & (call_end < t.ts_ns[copies] + t.dur_ns[copies] // 2)
+    return copies[host_device & (named | (unnamed & returned_early))]
+
+
 def pinned_copy_rate(t: EventTable) -> PinnedRate:
     """The rate (GB/s) a host-device copy runs at from pinned memory on this trace's machine: the trace's own pinned
-    copies of at least PINNED_MEASURE_MIN_BYTES (their bytes over their time), else the device's host link times
-    PINNED_COPY_EFFICIENCY, else DEFAULT_HOST_LINK_GBPS times it."""
-    copies = np.flatnonzero((t.kind == MEMCPY) & (t.nbytes >= PINNED_MEASURE_MIN_BYTES) & (t.dur_ns > 0))
-    pinned = [r for r in copies if "Pinned" in (name := t.names[int(t.name[r])]) and copy_direction(name) in
-              ("HtoD", "DtoH")]
-    if pinned:
+    copies (pinned_copies: their bytes over their time), else the device's host link times PINNED_COPY_EFFICIENCY,
+    else DEFAULT_HOST_LINK_GBPS times it."""
+    pinned = pinned_copies(t)
+    if pinned.size:
         gbps = float(t.nbytes[pinned].sum() / t.dur_ns[pinned].sum())  # bytes per ns = GB/s
-        return PinnedRate(gbps=gbps, source=f"measured on the trace's {len(pinned)} pinned copies")
+        return PinnedRate(gbps=gbps, source=f"measured on the trace's {pinned.size} pinned copies")
     acc = device_accelerator(t)
     link = getattr(acc, "host_link_gbps", None) if acc is not None else None
     if link:
