@@ -57,8 +57,8 @@ def test_pageable_copy_by_hand(tmp_path):
     # on its stream at the pinned rate: no device named, 0.8 of PCIe Gen4 x16's 32 GB/s = 25.6 GB/s, 2.56 MB in
     # 100 us. host: copy 0..4, launches 4, 9, 14 | copy at 18 + 386 = 404, launches 408, 413, 418.
     # device: copy0 10..110; the kernels queue behind it on its stream: 110..210, 210..310, 310..410; copy1 414..514;
-    # kernels 514..614, 614..714, 714..814 -> span 814 us, gain 1910 - 814 = 1096 us (prefetched on a side stream,
-    # the copies hidden, it would be 916 more: the kernels at 14.., 418..)
+    # kernels 514..614, 614..714, 714..814 -> span 814 us, gain 1910 - 814 = 1096 us (priced before as a side-stream
+    # prefetch that kept each copy's own 580 us: 916 us, the second copy ending the span at 994)
     # blocked host time: 2 x (600 - 4) = 1192 us; on the critical path 2 x 590 us
     d = diagnose(_pageable_trace(tmp_path / "p.json.gz"))
     f = d.findings[0]
