@@ -299,7 +299,11 @@ def profiled_host(f: RankFacts) -> ProfiledHost | None:
     """The window's step as profiled_host_caveat reads it, where the host sets the pace and its recorded ops would cost
     the profiler PROFILER_OVERHEAD_NOTE_SHARE of its step or more; None with an unprofiled step time (the host is
     calibrated to it or shown not to need it), without steps or GPU, where the device sets the pace or the cost is
-    less."""
+    less. Once per rank: the caveat and profiled_wait_notes both read it."""
+    return f.once("profiled_host", lambda: _profiled_host(f))
+
+
+def _profiled_host(f: RankFacts) -> ProfiledHost | None:
     if f.unprofiled_step_us is not None or not f.profiled_step_sides_us:
         return None
     host_us, device_us = f.profiled_step_sides_us

@@ -64,7 +64,7 @@ def pinned_copy_rate(t: EventTable) -> PinnedRate:
         gbps = float(t.nbytes[pinned].sum() / t.dur_ns[pinned].sum())  # bytes per ns = GB/s
         return PinnedRate(gbps=gbps, source=f"measured on the trace's {pinned.size} pinned copies")
     acc = device_accelerator(t)
-    link = getattr(acc, "host_link_gbps", None) if acc is not None else None
+    link = acc.host_link_gbps if acc is not None else None
     if link:
         return PinnedRate(gbps=link * PINNED_COPY_EFFICIENCY,
                           source=f"{PINNED_COPY_EFFICIENCY:g} of the {acc.name}'s {link:g} GB/s host link")

@@ -207,11 +207,11 @@ def pageable_copy(f: RankFacts) -> Finding | None:
     time_us = blocked_us(g, BLOCK_PAGEABLE)
     if not blocked.any() or f.pct(time_us) <= PAGEABLE_MIN_PCT:
         return None
-    dev = np.unique(g.sync_on[blocked])  # each copy once: its call and the synchronize after it both wait for it
+    dev = np.flatnonzero(g.pageable_copy)  # each copy once: its call and the synchronize after it both wait for it
     copy_us = float(g.dur[dev].sum())
     events = sorted(((g.names[int(f.table.name[g.rows[i]])], g.start[i], g.dur[i]) for i in np.flatnonzero(blocked)),
                     key=lambda e: -e[2])[:3]
-    pinned = pinned_copy_rate(f.table)
+    pinned = f.once("pinned_copy_rate", lambda: pinned_copy_rate(f.table))
     metrics = {"blocking_copies": (int(dev.size), "count"), "host_blocked": (time_us, "us"),
                "copy_time": (copy_us, "us"), "on_critical_path": (f.critical_path.get("pageable_copy", 0.0), "us")}
     sized = dev[(g.copy_bytes[dev] >= 0) & (g.dur[dev] > 0)]
