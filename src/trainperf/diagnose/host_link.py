@@ -39,27 +39,32 @@ class PinnedRate:
     source: str
 
 
-def pinned_copies(t: EventTable) -> np.ndarray:
+def pinned_copies(t: EventTable, pageable: np.ndarray = np.array([], dtype=np.int64)) -> np.ndarray:
     """Rows of the host-device copies of at least PINNED_MEASURE_MIN_BYTES from or to pinned memory: named so (CUPTI,
-    nsys: "Pinned -> Device"), or, where the name does not say (roctracer's "Host -> Device"), whose launching call
-    returned before half the copy had run: a copy from pageable memory is staged by the call itself, which returns only
-    once it is done."""
+    nsys: "Pinned -> Device"), or, where the name does not say (roctracer's "Host -> Device"), whose asynchronous
+    launching call (hip/cudaMemcpy*Async*) returned before half the copy had run: a copy from pageable memory is staged
+    by the call itself, which returns only once it is done (a synchronous call, hipMemcpyWithStream, is not read so:
+    one that "returns" before its copy ran is a clock's artefact, not a pinned copy). `pageable`: rows of copies known
+    to be from pageable memory (the host blocked on them after a call that returned early: hipMemcpyAsync, then a
+    synchronize), never taken."""
     copies = np.flatnonzero((t.kind == MEMCPY) & (t.nbytes >= PINNED_MEASURE_MIN_BYTES) & (t.dur_ns > 0))
+    copies = copies[~np.isin(copies, pageable)]
     names = [t.names[int(t.name[r])] for r in copies]
     host_device = np.array([copy_direction(n) in ("HtoD", "DtoH") for n in names], dtype=bool)
     named = np.array(["Pinned" in n for n in names], dtype=bool)
     unnamed = np.array(["Pinned" not in n and "Pageable" not in n for n in names], dtype=bool)
     call = correlated_host_row(t)[copies]
     call_end = np.where(call >= 0, t.ts_ns[call] + t.dur_ns[call], np.iinfo(np.int64).max)
-    returned_early = (call >= 0) & (call_end < t.ts_ns[copies] + t.dur_ns[copies] // 2)
+    asynchronous = np.isin(t.name[call], t.ids_matching(lambda n: "Async" in n)) & (call >= 0)
+    returned_early = asynchronous & (call_end < t.ts_ns[copies] + t.dur_ns[copies] // 2)
     return copies[host_device & (named | (unnamed & returned_early))]
 
 
-def pinned_copy_rate(t: EventTable) -> PinnedRate:
+def pinned_copy_rate(t: EventTable, pageable: np.ndarray = np.array([], dtype=np.int64)) -> PinnedRate:
     """The rate (GB/s) a host-device copy runs at from pinned memory on this trace's machine: the trace's own pinned
-    copies (pinned_copies: their bytes over their time), else the device's host link times PINNED_COPY_EFFICIENCY,
-    else DEFAULT_HOST_LINK_GBPS times it."""
-    pinned = pinned_copies(t)
+    copies (pinned_copies, `pageable` left out: their bytes over their time), else the device's host link times
+    PINNED_COPY_EFFICIENCY, else DEFAULT_HOST_LINK_GBPS times it."""
+    pinned = pinned_copies(t, pageable)
     if pinned.size:
         gbps = float(t.nbytes[pinned].sum() / t.dur_ns[pinned].sum())  # bytes per ns = GB/s
         return PinnedRate(gbps=gbps, source=f"measured on the trace's {pinned.size} pinned copies")

@@ -211,7 +211,7 @@ def pageable_copy(f: RankFacts) -> Finding | None:
     copy_us = float(g.dur[dev].sum())
     events = sorted(((g.names[int(f.table.name[g.rows[i]])], g.start[i], g.dur[i]) for i in np.flatnonzero(blocked)),
                     key=lambda e: -e[2])[:3]
-    pinned = f.once("pinned_copy_rate", lambda: pinned_copy_rate(f.table))
+    pinned = f.once("pinned_copy_rate", lambda: pinned_copy_rate(f.table, g.rows[dev]))
     metrics = {"blocking_copies": (int(dev.size), "count"), "host_blocked": (time_us, "us"),
                "copy_time": (copy_us, "us"), "on_critical_path": (f.critical_path.get("pageable_copy", 0.0), "us")}
     sized = dev[(g.copy_bytes[dev] >= 0) & (g.dur[dev] > 0)]
