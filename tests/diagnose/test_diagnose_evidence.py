@@ -150,3 +150,28 @@ def test_several_gpus_in_one_process_are_named_with_their_own_busy_share(tmp_pat
     x = next(x for x in in_turn.findings if x.kind == "devices_take_turns")
     assert x.gain_alone_pct == pytest.approx(100 / 3, abs=0.05) and "one after another" in x.recommendation
     assert "drove" not in " ".join(diagnose(_stall(TraceBuilder()).write(tmp_path / "one.json.gz")).notes)
+
+
+def _one_step_past_session(session_us: float) -> TraceBuilder:
+    # one 2000-us step (DataLoader 1500 us, then 5 GEMMs) whose ProfilerStep span closes 200 ms later, after the
+    # profiling session (Kineto's "PyTorch Profiler (0)" span, 0-2100 us) stopped recording: HTA's triton_example
+    b = _stall(TraceBuilder(), steps=1)
+    b.events = [e for e in b.events if not e["name"].startswith("ProfilerStep")]
+    b.step(0, 0.0, 200_000)
+    if session_us:
+        b.cpu("PyTorch Profiler (0)", 0.0, session_us, cat="Trace")
+    return b
+
+
+def test_a_step_running_past_the_profiling_session_is_cut_at_its_end(tmp_path):
+    cut = diagnose(_one_step_past_session(2100).write(tmp_path / "cut.json.gz"))
+    # the step is read up to the session's end: 2100 us, not the 200,000 its span claims
+    assert cut.ranks[0].step_time_median_us == pytest.approx(2100.0)
+    assert any("ProfilerStep#0 ends 197.9 ms after the profiling session" in n for n in cut.notes)
+    assert any("no complete profiler step" in n for n in cut.notes)
+    assert cut.findings[0].kind == "data_loader_stall" and cut.findings[0].confidence == "medium"
+    # without the session span nothing says where recording stopped, and a step inside it is whole: taken as it is
+    for session_us in (0, 300_000):
+        whole = diagnose(_one_step_past_session(session_us).write(tmp_path / f"whole{session_us}.json.gz"))
+        assert whole.ranks[0].step_time_median_us == pytest.approx(200_000.0)
+        assert not any("profiling session" in n for n in whole.notes)

@@ -68,8 +68,8 @@ def rank_caveats(f: RankFacts) -> list[Caveat]:
     """The limits of one rank's evidence (see the module docstring)."""
     t, w = f.table, f.window
     out: list[Caveat] = []
-    for check in (truncated_caveat, steps_caveat, counter_mode_caveat, sampled_caveat, host_hole_caveat, warmup_caveat,
-                  devices_caveat, profiled_host_caveat):
+    for check in (truncated_caveat, session_cut_caveat, steps_caveat, counter_mode_caveat, sampled_caveat,
+                  host_hole_caveat, warmup_caveat, devices_caveat, profiled_host_caveat):
         c = check(f)
         if c is not None:
             out.append(c)
@@ -380,10 +380,32 @@ def truncated_caveat(f: RankFacts) -> Caveat | None:
                        "host calls or kernels missing; re-export the trace or copy the whole file", confidence="low")
 
 
+def cut_steps(f: RankFacts) -> dict[int, int]:
+    """{step: ns cut} of the rank's analysed steps that ran past the end of the profiling session and were cut there
+    (trace.annotate.clip_steps_to_session)."""
+    cut = f.table.metadata.get("steps_cut_at_session_end") or {}
+    return {n: ns for n, ns in cut.items() if n in f.steps}
+
+
+def session_cut_caveat(f: RankFacts) -> Caveat | None:
+    """An analysed step ran past the end of the profiling session (cut there at load): the part after the session's
+    end was not recorded, so the step is incomplete and its share of the window only what the session holds."""
+    cut = cut_steps(f)
+    if not cut:
+        return None
+    n, ns = max(cut.items(), key=lambda x: x[1])
+    more = f" (and {len(cut) - 1} more)" if len(cut) > 1 else ""
+    return Caveat(note=f"ProfilerStep#{n}{more} ends {ns / 1e6:,.1f} ms after the profiling session (\"PyTorch "
+                       "Profiler\" span) ends: nothing after the session was recorded, so the step is cut at its end "
+                       "and is incomplete; profile whole steps (torch.profiler schedule, prof.step() once per "
+                       "iteration)", confidence="medium")
+
+
 def steps_caveat(f: RankFacts) -> Caveat | None:
     """Fewer than MIN_STEPS complete steps analysed: with none, every finding and gain is over the whole trace
-    (the step finder's note says why there are no steps); with one, that step may not be typical."""
-    n_steps, w = len(f.step_times), f.window
+    (the step finder's note says why there are no steps); with one, that step may not be typical. A step cut at
+    the profiling session's end (cut_steps) is not complete."""
+    n_steps, w = len(f.step_times) - len(cut_steps(f)), f.window
     if n_steps >= MIN_STEPS:
         return None
     if n_steps == 0:

@@ -18,15 +18,17 @@ import numpy as np
 
 from trainperf.trace.categories import COMM_OP_RE, kernel_category
 from trainperf.trace.events import (CAT_OTHER, COMMUNICATION, CPU_OP, DEVICE_KINDS, GPU_ANNOTATION, GPU_SYNC, KERNEL,
-                                    USER_ANNOTATION, EventTable)
+                                    OTHER, USER_ANNOTATION, EventTable)
 from trainperf.trace.nesting import enclosing_span, thread_key
 
-__all__ = ["annotate", "correlated_host_row", "step_numbers", "step_rows", "step_spans"]
+__all__ = ["annotate", "clip_steps_to_session", "correlated_host_row", "step_numbers", "step_rows", "step_spans"]
 
 COMM_STREAM_SHARE = 0.9  # a stream whose kernels are at least this share communication is a communication stream
 COMM_STREAM_MIN_KERNELS = 2
 
 STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+# Kineto's span of the profiling session itself (cat "Trace"): what the trace recorded lies inside it
+SESSION_RE = re.compile(r"^PyTorch Profiler \(\d+\)$")
 
 
 HOST_STEP_KINDS = (USER_ANNOTATION, CPU_OP)  # "user_annotation" since PyTorch 2.0, "cpu_op" before (kineto PR 709)
@@ -92,8 +94,38 @@ def correlated_host_row(t: EventTable) -> np.ndarray:
     return out
 
 
+def clip_steps_to_session(t: EventTable) -> dict[int, int]:
+    """Cut each step (step_rows) that ends after the end of the profiling session it started in (Kineto's "PyTorch
+    Profiler (N)" span) at that end, in t.dur_ns; returns {step number: ns cut}, also kept in
+    t.metadata["steps_cut_at_session_end"] when not empty.
+
+    Why: the profiler records nothing after its session ends, yet a step's span can end there much later (the
+    step's record function closed after the profile was stopped: HTA's triton_example records a ProfilerStep of
+    13.3 s in a 355-ms session holding one 1.8-us kernel). Read as it is, that step is 100 % idle GPU and sets every
+    share of step time; what the trace holds is the part inside the session."""
+    sessions = np.flatnonzero(np.isin(t.name, t.ids_matching(SESSION_RE.match)) & (t.kind == OTHER))
+    rows, _ = step_rows(t)
+    if not sessions.size or not rows.size:
+        return {}
+    start, end = t.ts_ns[sessions], t.ts_ns[sessions] + t.dur_ns[sessions]
+    cut = {}
+    for r, n in zip(rows, step_numbers(t, rows)):
+        inside = (start <= t.ts_ns[r]) & (t.ts_ns[r] < end)
+        if not inside.any():
+            continue
+        over = int(t.ts_ns[r] + t.dur_ns[r] - end[inside].max())
+        if over > 0:
+            t.dur_ns[r] -= over
+            cut[int(n)] = over
+    if cut:
+        t.metadata["steps_cut_at_session_end"] = cut
+    return cut
+
+
 def annotate(t: EventTable) -> None:
-    """Fill t.category (per device event) and t.step (host: enclosing step; device: its launch's)."""
+    """Fill t.category (per device event) and t.step (host: enclosing step; device: its launch's), the steps cut at
+    the profiling session's end first (clip_steps_to_session)."""
+    clip_steps_to_session(t)
     device = np.isin(t.kind, DEVICE_KINDS + (GPU_SYNC, GPU_ANNOTATION))
     cat = np.full(len(t), -1, dtype=np.int8)
     if device.any():
