@@ -6,6 +6,8 @@ h10's table, P13), HTA's real A100 trace nccl_parser_config (TF32 cutlass tensor
 and a hand-built GPU-bound trace whose what-if is worked by hand (below).
 """
 
+import gzip
+import json
 import sys
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from gpu_bound import P as PERIOD  # noqa: E402
 from gpu_bound import gpu_bound_trace  # noqa: E402
 
 from trainperf.diagnose import precision as P  # noqa: E402
+from trainperf.diagnose.api import diagnose  # noqa: E402
 from trainperf.diagnose.facts import collect_facts  # noqa: E402
 from trainperf.diagnose.window import analysis_window  # noqa: E402
 from trainperf.hardware import get_accelerator  # noqa: E402
@@ -132,6 +135,39 @@ def test_fp32_gemms_on_a100_are_priced_at_the_ratio_of_peaks(tmp_path):
     assert "torch.autocast" in x.recommendation and "allow_tf32" in x.recommendation
 
 
+def test_fp32_gemms_with_recorded_shapes_are_priced_by_their_shapes(tmp_path):
+    # the same trace with record_shapes: each aten::mm is 1024 x 1024 x 1024 in fp32. In bf16 on an A100-40GB the
+    # planner's time (plan.compute.gemm_rate_flops) is 2 x 1024^3 FLOPs at 312 TFLOP/s x 0.83 (gemm_eff_max) x
+    # (1024 / (1024 + 96))^3 (gemm_dim_half 96) = 10.851 us, compute-bound (half the fp32 bytes, 6.29 MB at
+    # 1.555 TB/s x 0.7, take 5.78 us), plus the kernel's fixed cost: the trace's shortest kernel (80 us) capped at
+    # 5 us. 15.851 us per kernel, so an estimate, not an upper bound, and no faster than that.
+    path = _trace(tmp_path, "ampere_sgemm_128x64_nn", dtype="float")
+    f = _facts(path)
+    x = P.fp32_matmul(f)
+    assert x is not None and not x.gain_is_upper_bound
+    model_us = 2 * 1024 ** 3 / (312e12 * 0.83 * (1024 / 1120) ** 3) * 1e6 + 5.0
+    n = len(f.steps)
+    m = x.evidence["metrics"]
+    assert m["model_time"]["value"] == pytest.approx(n * N * model_us, rel=1e-4)
+    assert m["speedup"]["value"] == pytest.approx(K_US / model_us, rel=1e-4)
+    assert m["priced_by_shapes"]["value"] == pytest.approx(100.0)
+    # fixed: 15.85-us kernels, launched 10 us apart, run back to back from +7 us; the sync returns 5 us after the
+    # last ends
+    gain = n * ((7.0 + K_US * N + 5.0) - (7.0 + N * model_us + 5.0))
+    assert f.gain(x.changes)[0] == pytest.approx(100.0 * gain / (n * PERIOD), abs=0.01)
+    assert any("recorded shapes" in note for note in x.notes)
+    # measured, not a bound: its severity is its gain's (32 % here: high), not a level lower
+    found = next(y for y in diagnose(path).findings if y.kind == "fp32_matmul")
+    assert found.severity == "high" and found.gain_pct == pytest.approx(100.0 * gain / (n * PERIOD), abs=0.01)
+
+
+def test_fp32_gemms_whose_shapes_are_mostly_unrecorded_keep_the_upper_bound(tmp_path):
+    # shapes on none of the fp32 time (a bf16 dtype recorded for sgemm kernels: no fp32 call): the ratio of peaks
+    f = _facts(_trace(tmp_path, "ampere_sgemm_128x64_nn", dtype="c10::BFloat16"))
+    x = P.fp32_matmul(f)
+    assert x is not None and x.gain_is_upper_bound and "priced_by_shapes" not in x.evidence["metrics"]
+
+
 @pytest.mark.parametrize("kernel", ["ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_tn",
                                     "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4>()"])
 def test_bf16_and_tf32_gemms_give_no_finding(tmp_path, kernel):
@@ -204,3 +240,25 @@ def test_a_catalog_part_is_priced_by_its_datasheet(tmp_path):
                            device={"id": 0, "name": "Tesla V100-SXM2-32GB", "computeMajor": 7, "computeMinor": 0})
     lever = P.precision_lever(_facts(path).table)
     assert lever.accelerator == "v100-sxm2" and lever.speedup == pytest.approx(125 / 15.7 * 0.72)
+
+
+H200_FP32 = Path(__file__).resolve().parents[1] / "data" / "h200_faults" / "fp32_matmul-high-h200"
+
+
+def test_real_h200_fp32_loop_priced_by_its_shapes_lands_between_the_measured_fixes(tmp_path):
+    # the run's GEMMs are all 8192 x 8192 x 8192 (benchmarks/gpu_diagnose_faults.py: 4 Linear(8192, 8192) blocks over
+    # 8192 tokens in fp32), written on its operators as record_shapes would have (the run profiled without it).
+    # Measured in the same run: TF32 matmuls 80.1 % faster, the loop in bf16 90.4 % (labels.json)
+    w = 8192
+    shapes = {"aten::addmm": ([[w], [w, w], [w, w], [], []], ["float", "float", "float", "Scalar", "Scalar"]),
+              "aten::mm": ([[w, w], [w, w]], ["float", "float"]),
+              "aten::linear": ([[w, w], [w, w], [w]], ["float", "float", "float"])}
+    doc = json.loads(gzip.decompress((H200_FP32 / "traces" / "rank0.json.gz").read_bytes()))
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "cpu_op" and e["name"] in shapes:
+            e.setdefault("args", {}).update({"Input Dims": shapes[e["name"]][0], "Input type": shapes[e["name"]][1]})
+    (tmp_path / "rank0.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+    labels = json.loads((H200_FP32 / "labels.json").read_text())
+    top = diagnose(tmp_path).findings[0]
+    assert top.kind == "fp32_matmul" and not top.gain_is_upper_bound and top.severity == "high"
+    assert labels["true_gain_pct"] < top.gain_pct < max(labels["other_fixes"].values())

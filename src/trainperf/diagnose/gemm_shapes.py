@@ -59,7 +59,7 @@ class GemmCall:
     n: int
     flops: float
     bytes: float
-    precision: str          # bf16 / fp16 / fp8
+    precision: str          # bf16 / fp16 / fp8 / fp32 (roofline.PRECISION of its dtype)
     elem_bytes: int
     kernels: tuple          # trace rows of the kernels it launched
     time_us: float
@@ -102,14 +102,18 @@ def misaligned_stride(s: OpShape, elem_bytes: int) -> int:
     return 0
 
 
-def gemm_calls(f: RankFacts) -> list[GemmCall]:
-    """The window's 16-bit and fp8 GEMM operator calls that carry shapes and launched kernels, with their kernels'
-    device time and the part of it beside another stream's computation (µs); [] without recorded shapes. Once per
-    rank (RankFacts.once), not on every re-run of the rules (cv_diagnose re-runs them per threshold value)."""
-    return f.once("gemm_calls", lambda: _gemm_calls(f))
+REDUCED_PRECISIONS = ("bf16", "fp16", "fp8")
 
 
-def _gemm_calls(f: RankFacts) -> list[GemmCall]:
+def gemm_calls(f: RankFacts, precisions: tuple[str, ...] = REDUCED_PRECISIONS) -> list[GemmCall]:
+    """The window's GEMM operator calls of the given precisions (roofline.PRECISION of their dtype: 16-bit and fp8
+    unless told) that carry shapes and launched kernels, with their kernels' device time and the part of it beside
+    another stream's computation (µs); [] without recorded shapes. Once per rank (RankFacts.once), not on every
+    re-run of the rules (cv_diagnose re-runs them per threshold value)."""
+    return f.once(f"gemm_calls:{','.join(precisions)}", lambda: _gemm_calls(f, precisions))
+
+
+def _gemm_calls(f: RankFacts, precisions: tuple[str, ...]) -> list[GemmCall]:
     t, w = f.table, f.window
     op = f.launching_op()
     kernels = w.device[(t.kind[w.device] == KERNEL) & (op[w.device] >= 0)]
@@ -124,7 +128,7 @@ def _gemm_calls(f: RankFacts) -> list[GemmCall]:
             continue
         c = op_cost(s.name, s.dims, s.types, s.concrete)
         dtype = next((x for x in s.types if x in DTYPE_BYTES), "")
-        if c is None or c.mkn is None or PRECISION.get(dtype) not in ("bf16", "fp16", "fp8"):
+        if c is None or c.mkn is None or PRECISION.get(dtype) not in precisions:
             continue
         (m, k, n) = c.mkn
         out.append(GemmCall(row=int(r), name=s.name, m=m, k=k, n=n, flops=c.flops, bytes=c.bytes,

@@ -46,7 +46,7 @@ launching operator's dtype decides.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import numpy as np
@@ -335,6 +335,8 @@ def fp32_matmul(f: RankFacts) -> F.Finding | None:
         x = F.make("fp32_matmul", [f.rank], f.steps, metrics, events, None, 0.0,
                    "not priced: the accelerator's peaks are not in the catalog (hardware/catalog.yaml)",
                    severity="low", evidence_pct=share)
+    elif (shaped := shaped_fp32_fix(f, split.fp32_us)) is not None:
+        x = _priced_by_shapes(f, shaped, metrics, events)
     else:
         s = lever.speedup
         metrics.update({"peak_ratio": (lever.peak_ratio, "x"), "assumed_efficiency": (lever.efficiency, "x"),
@@ -347,9 +349,89 @@ def fp32_matmul(f: RankFacts) -> F.Finding | None:
             f"{lever.peak_ratio:.3g}x fp32 x {lever.efficiency:.2g} efficiency; upper bound)"),
             changes=(Change("speedup", GEMM, factor),), evidence_pct=share * (1.0 - 1.0 / s), upper_bound=True)
     x.confidence = "medium" if lever.speedup > 0 else "low"
-    x.notes.append("precision read from kernel names (cuBLAS/cuDNN/CUTLASS/Tensile naming); "
-                   + ("the speed-up assumes compute-bound kernels: an upper bound" if lever.speedup > 0 else
-                      "the device has tensor cores (computeMajor >= 7) but no catalog entry: not priced"))
+    if x.gain_is_upper_bound or lever.speedup <= 0:
+        x.notes.append("precision read from kernel names (cuBLAS/cuDNN/CUTLASS/Tensile naming); "
+                       + ("the speed-up assumes compute-bound kernels: an upper bound" if lever.speedup > 0 else
+                          "the device has tensor cores (computeMajor >= 7) but no catalog entry: not priced"))
+    return x
+
+
+# the share of the fp32 GEMM/conv time whose calls carry shapes (record_shapes) for the shapes to price the fix: the
+# rest would go unpriced. 0.9: a tenth left out moves a gain by under a tenth of itself. Stated, not fitted (no
+# labeled trace has fp32 GEMMs with shapes)
+FP32_SHAPED_MIN_SHARE = 0.9
+DTYPE_BYTES_16 = 2  # bytes of a bf16/fp16 element
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShapedFix:
+    """The fp32 GEMM calls with shapes, grouped by shape, each at the planner's time for it in 16-bit math."""
+
+    accelerator: str
+    precision: str                  # bf16, or fp16 on a part without bf16 (V100)
+    shapes: list                    # (shape text, kernel rows, their time µs, the model's time µs), longest first
+    time_us: float                  # the calls' kernel time (µs)
+    model_us: float                 # the model's time for them (µs)
+    covered: float                  # their share (0-1) of the window's fp32 GEMM/conv time
+
+
+def shaped_fp32_fix(f: RankFacts, fp32_us: float) -> ShapedFix | None:
+    """The fp32 GEMM calls priced by their recorded shapes (ShapedFix) when those cover FP32_SHAPED_MIN_SHARE of the
+    window's fp32 GEMM/conv time `fp32_us` and the part is in the catalog; None otherwise.
+
+    Each call's kernels at the time slow_gemm.expected_us gives its shape in 16-bit math on the part (its FLOPs at the
+    bf16/fp16 peak x the catalog's GEMM efficiency x the shape's saturation, never faster than half its fp32 bytes at
+    the achieved HBM bandwidth, plus each kernel's fixed cost), and never slower than it ran: a compute-bound GEMM
+    gains the ratio of peaks, a small or bandwidth-bound one the ~2x of halved bytes or nothing. What the upper bound
+    assumed (every fp32 GEMM compute-bound) is then read from the shapes."""
+    from trainperf.diagnose.gemm_shapes import gemm_calls
+    from trainperf.diagnose.roofline import device_accelerator
+    from trainperf.diagnose.slow_gemm import KERNEL_FIXED_COST_MAX_US, expected_us
+    from trainperf.plan.efficiency import Efficiency, resolve
+
+    acc = device_accelerator(f.table)
+    if acc is None or not acc.hbm_tbps or fp32_us <= 0:
+        return None
+    tf32 = tf32_possible(f.table)
+    t = f.table
+
+    def fp32_math(row: int) -> bool:  # as gemm_precision reads it: the name, else the dtype (float: fp32 without TF32)
+        p = classify_kernel(t.names[int(t.name[row])])
+        return p == FP32 or (p == UNKNOWN and not tf32)
+
+    calls = [c for c in gemm_calls(f, ("fp32",)) if c.time_us > 0 and all(fp32_math(k) for k in c.kernels)]
+    time_us = sum(c.time_us for c in calls)
+    if time_us < FP32_SHAPED_MIN_SHARE * fp32_us:
+        return None
+    precision = "bf16" if acc.bf16_tflops else "fp16"
+    eff, floor = resolve(Efficiency(), acc), min(f.graph.kernel_floor_us, KERNEL_FIXED_COST_MAX_US)
+    by_shape: dict[str, list] = {}
+    for c in calls:
+        fixed = replace(c, precision=precision, bytes=c.bytes * DTYPE_BYTES_16 / c.elem_bytes)
+        e = by_shape.setdefault(f"{c.name} m={c.m} k={c.k} n={c.n}", [[], 0.0, 0.0])
+        e[0].extend(c.kernels)
+        e[1] += c.time_us
+        e[2] += min(expected_us(fixed, acc, eff, floor), c.time_us)
+    shapes = sorted(((k, tuple(v[0]), v[1], v[2]) for k, v in by_shape.items()), key=lambda x: -x[2])
+    return ShapedFix(accelerator=acc.name, precision=precision, shapes=shapes, time_us=time_us,
+                     model_us=sum(x[3] for x in shapes), covered=min(time_us / fp32_us, 1.0))
+
+
+def _priced_by_shapes(f: RankFacts, fix: ShapedFix, metrics: dict, events: list) -> F.Finding:
+    """fp32_matmul priced from the calls' shapes (shaped_fp32_fix): each shape's kernels at the model's time
+    (speedup_rows), an estimate, not an upper bound."""
+    s = fix.time_us / fix.model_us if fix.model_us > 0 else 1.0
+    metrics.update({"priced_by_shapes": (100.0 * fix.covered, "% of fp32 time"), "their_time": (fix.time_us, "us"),
+                    "model_time": (fix.model_us, "us"), "speedup": (s, "x")})
+    changes = tuple(Change("speedup_rows", factor=t_us / m_us, rows=rows)
+                    for _, rows, t_us, m_us in fix.shapes if m_us > 0 and t_us > m_us)
+    what_if = (f"the fp32 GEMMs in {fix.precision} on tensor cores at the planner's time for their recorded shapes on "
+               f"{fix.accelerator} ({s:.3g}x faster)")
+    x = F.make("fp32_matmul", [f.rank], f.steps, metrics, events, gain_pct=None if changes else 0.0, changes=changes,
+               what_if=what_if, evidence_pct=f.pct(fix.time_us - fix.model_us))
+    x.notes.append(f"priced from the recorded shapes of {100.0 * fix.covered:.0f} % of the fp32 GEMM time (each shape "
+                   f"at the planner's {fix.precision} time on the part); autocast's casts of the weights and "
+                   "activations are not priced")
     return x
 
 
