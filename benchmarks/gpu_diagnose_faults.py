@@ -38,7 +38,7 @@ Scenarios, each in a subprocess of its own (CUDA_LAUNCH_BLOCKING must be set bef
             device): the GPU time-slices between the two contexts, and the loop's work waits for it with nothing in
             its own trace to say why (idle_with_work_queued's to find, or kernels stretched by preemption; fixed:
             big). Last: the one cut when the faults' time limit is reached.
-big, strided, the conv loops and celoss are profiled with record_shapes=True (SHAPES_RECORDED).
+big, strided, fp32, the conv loops and celoss are profiled with record_shapes=True (SHAPES_RECORDED).
 Each: the step time (ms) without the profiler, as the profiled loop runs (steps queued ahead, the median of 5
 chunks' mean step; and a synchronize after every step, as a loop that reads its loss each step runs), then a
 profile of 4 active steps
@@ -87,8 +87,9 @@ FIXED_BY = {"blocking": ("async", "unset CUDA_LAUNCH_BLOCKING"),
 BIG = ("big", "dataload", "pageable", "pinned", "fp32", "tf32", "strided", "shared")  # the GPU-bound loop's scenarios
 # scenarios profiled with record_shapes=True: the healthy GPU-bound loop, on which the shape-priced findings
 # (slow_gemm, misaligned_gemm, memory_bound_unfused) must find no fault, its fault whose shapes look aligned while the
-# GEMMs' row strides are not (misaligned_gemm's to find), and the convolution loops
-SHAPES_RECORDED = ("big", "strided", "conv", "conv_cl", "celoss")
+# GEMMs' row strides are not (misaligned_gemm's to find), the fp32 loop (fp32_matmul priced by its shapes: a GPU-bound
+# 240-ms step, which the profiler's host cost does not move), and the convolution loops
+SHAPES_RECORDED = ("big", "strided", "fp32", "conv", "conv_cl", "celoss")
 CONV_SHAPE = {"cuda": (32, 64, 56), "cpu": (2, 8, 16)}  # batch, channels, height = width of the convolution loops
 SHAPES = {"small": (2048, 12, 4096), "big": (8192, 4, 8192), "deep": (1024, 96, 8192), "llama": (2048, 4, 16384),
           "lm": (2048, 2, 4096), "cpu": (256, 2, 256)}  # width, blocks, tokens
