@@ -369,10 +369,18 @@ class ShapedFix:
 
     accelerator: str
     precision: str                  # bf16, or fp16 on a part without bf16 (V100)
-    shapes: list                    # (shape text, kernel rows, their time µs, the model's time µs), longest first
-    time_us: float                  # the calls' kernel time (µs)
-    model_us: float                 # the model's time for them (µs)
+    shapes: list                    # slow_gemm.ShapeTime of each shape (model_us: in 16-bit math), longest first
     covered: float                  # their share (0-1) of the window's fp32 GEMM/conv time
+
+    @property
+    def time_us(self) -> float:
+        """The calls' kernel time (µs)."""
+        return sum(x.time_us for x in self.shapes)
+
+    @property
+    def model_us(self) -> float:
+        """The model's time for them (µs)."""
+        return sum(x.model_us for x in self.shapes)
 
 
 def shaped_fp32_fix(f: RankFacts, fp32_us: float) -> ShapedFix | None:
@@ -386,14 +394,13 @@ def shaped_fp32_fix(f: RankFacts, fp32_us: float) -> ShapedFix | None:
     assumed (every fp32 GEMM compute-bound) is then read from the shapes."""
     from trainperf.diagnose.gemm_shapes import gemm_calls
     from trainperf.diagnose.roofline import device_accelerator
-    from trainperf.diagnose.slow_gemm import KERNEL_FIXED_COST_MAX_US, expected_us
+    from trainperf.diagnose.slow_gemm import KERNEL_FIXED_COST_MAX_US, ShapeTime, expected_us
     from trainperf.plan.efficiency import Efficiency, resolve
 
     acc = device_accelerator(f.table)
     if acc is None or not acc.hbm_tbps or fp32_us <= 0:
         return None
-    tf32 = tf32_possible(f.table)
-    t = f.table
+    t, tf32 = f.table, tf32_possible(f.table)
 
     def fp32_math(row: int) -> bool:  # as gemm_precision reads it: the name, else the dtype (float: fp32 without TF32)
         p = classify_kernel(t.names[int(t.name[row])])
@@ -405,16 +412,14 @@ def shaped_fp32_fix(f: RankFacts, fp32_us: float) -> ShapedFix | None:
         return None
     precision = "bf16" if acc.bf16_tflops else "fp16"
     eff, floor = resolve(Efficiency(), acc), min(f.graph.kernel_floor_us, KERNEL_FIXED_COST_MAX_US)
-    by_shape: dict[str, list] = {}
+    by_shape: dict[tuple, list] = {}
     for c in calls:
-        fixed = replace(c, precision=precision, bytes=c.bytes * DTYPE_BYTES_16 / c.elem_bytes)
-        e = by_shape.setdefault(f"{c.name} m={c.m} k={c.k} n={c.n}", [[], 0.0, 0.0])
-        e[0].extend(c.kernels)
-        e[1] += c.time_us
-        e[2] += min(expected_us(fixed, acc, eff, floor), c.time_us)
-    shapes = sorted(((k, tuple(v[0]), v[1], v[2]) for k, v in by_shape.items()), key=lambda x: -x[2])
-    return ShapedFix(accelerator=acc.name, precision=precision, shapes=shapes, time_us=time_us,
-                     model_us=sum(x[3] for x in shapes), covered=min(time_us / fp32_us, 1.0))
+        by_shape.setdefault((c.name, c.m, c.k, c.n), []).append(c)
+    shapes = [ShapeTime(calls=cs, time_us=sum(c.time_us for c in cs), model_us=sum(
+        min(expected_us(replace(c, precision=precision, bytes=c.bytes * DTYPE_BYTES_16 / c.elem_bytes), acc, eff,
+                        floor), c.time_us) for c in cs)) for cs in by_shape.values()]
+    return ShapedFix(accelerator=acc.name, precision=precision, shapes=sorted(shapes, key=lambda x: -x.time_us),
+                     covered=min(time_us / fp32_us, 1.0))
 
 
 def _priced_by_shapes(f: RankFacts, fix: ShapedFix, metrics: dict, events: list) -> F.Finding:
@@ -423,8 +428,8 @@ def _priced_by_shapes(f: RankFacts, fix: ShapedFix, metrics: dict, events: list)
     s = fix.time_us / fix.model_us if fix.model_us > 0 else 1.0
     metrics.update({"priced_by_shapes": (100.0 * fix.covered, "% of fp32 time"), "their_time": (fix.time_us, "us"),
                     "model_time": (fix.model_us, "us"), "speedup": (s, "x")})
-    changes = tuple(Change("speedup_rows", factor=t_us / m_us, rows=rows)
-                    for _, rows, t_us, m_us in fix.shapes if m_us > 0 and t_us > m_us)
+    changes = tuple(Change("speedup_rows", factor=x.ratio, rows=tuple(k for c in x.calls for k in c.kernels))
+                    for x in fix.shapes if x.model_us > 0 and x.ratio > 1.0)
     what_if = (f"the fp32 GEMMs in {fix.precision} on tensor cores at the planner's time for their recorded shapes on "
                f"{fix.accelerator} ({s:.3g}x faster)")
     x = F.make("fp32_matmul", [f.rank], f.steps, metrics, events, gain_pct=None if changes else 0.0, changes=changes,
