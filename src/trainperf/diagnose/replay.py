@@ -1351,8 +1351,7 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     for c in changes:
         if c.kind == "remove_syncs":
             unblocked |= (g.block_class == BLOCK_SYNC) & ((g.sync_site == c.site) if c.site >= 0 else True)
-    for c in changes:
-        if c.kind == "unblock_pageable_copies":
+        elif c.kind == "unblock_pageable_copies":
             unblocked |= g.block_class == BLOCK_PAGEABLE
             # from pinned memory the copy runs at the link's rate (a copy already faster keeps its time, one of
             # unknown size too)
