@@ -59,6 +59,26 @@ def test_step_buckets_by_hand(tmp_path):
     assert got == want
 
 
+def test_work_launched_before_the_trace_is_no_steps_work(tmp_path):
+    # A GPU-bound loop profiled after its warm-up: the host runs ahead, so as the trace opens the device still runs
+    # a warm-up step's 100-us GEMM (launched before the trace: a correlation id below every recorded launch, no launch
+    # of its own), [0, 100). Steps 1-3 start on the host at 0, 5, 10 and each launches one 100-us GEMM, which runs
+    # after the one before: [100, 200), [200, 300), [300, 400). Step 1 starts when the device is done with the
+    # warm-up's work (100), not at its host span (0): each step then holds its own GEMM, 100 us, as steps 2 and 3.
+    b = TraceBuilder()
+    b._corr = 10
+    b.events.append({"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_tn", "pid": 0, "tid": 7, "ts": 0.0,
+                     "dur": 100.0, "args": {"correlation": 3, "stream": 7, "device": 0}})
+    for n in range(3):
+        b.step(n + 1, 5.0 * n, 5.0)
+        b.launch("ampere_sgemm_128x64_tn", 5.0 * n + 1, 100.0 * (n + 1), 100.0)
+    b.step(4, 15.0, 1.0)  # the last step, cut short by the profiler (dropped)
+    t = read_kineto(b.write(tmp_path / "t.json.gz"))
+    steps, span, parts = rank_breakdown(t)
+    assert list(steps) == [1, 2, 3] and list(span) == [100.0, 100.0, 100.0]
+    assert list(parts["compute: gemm"]) == [100.0, 100.0, 100.0]
+
+
 def test_queued_gaps_by_hand(tmp_path):
     # one step [0,200): gemm k1 [0,10); k2 launched at 1 starts at 15 -> 5 µs gap with work queued:
     # kernel gaps; k3 launched at 2 starts at 105 -> 85 µs: other; [110,200) nothing launched: host.

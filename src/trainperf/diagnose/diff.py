@@ -1,7 +1,8 @@
 """Trace diff: what changed between a baseline and a candidate run, per training step.
 
 Each side's step is decomposed by a sweep over its wall clock. Every instant of a step
-(ProfilerStep#N span; a last step cut short is dropped) goes to exactly one bucket, by tier:
+(ProfilerStep#N span until the device has run the work launched in it; a last step cut short is dropped; the first
+starts once the device is done with work launched before it, a warm-up's queue) goes to exactly one bucket, by tier:
 1. compute, by kernel class (gemm, attention, elementwise, ...): time when a compute kernel runs,
    split evenly among the classes running at that instant;
 2. communication: collectives running with no compute under them (exposed);
@@ -42,6 +43,7 @@ import numpy as np
 from trainperf.diagnose.device_clock import with_device_clocks_aligned
 from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, COMPILE_RE,
                                      DATALOADER_RE, OPTIMIZER_RE, SYNC_OP_RE, SYNC_RUNTIME_RE)
+from trainperf.diagnose.window import launched_before_trace
 from trainperf.errors import TrainperfError
 from trainperf.trace.annotate import STEP_RE, correlated_host_row, step_rows, step_spans
 from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMMUNICATION, CPU_OP, PYTHON,
@@ -225,10 +227,25 @@ def _kept_steps(t: EventTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     np.maximum.at(tail, order[pos[ok]], t.end_ns[dev][ok].astype(float))
     ends = np.maximum(b, tail)  # ns
     starts = a.astype(float).copy()
+    starts[0] = min(max(starts[0], _busy_before_ns(t, a[0])), ends[0])
     starts[1:] = np.maximum(a[1:], ends[:-1])
     starts = np.maximum.accumulate(starts)
     ends[:-1] = starts[1:]
     return steps, starts / 1e3, ends / 1e3
+
+
+def _busy_before_ns(t: EventTable, first_step_ns: int) -> float:
+    """When the device finishes the work launched before the first kept step began (ns; -inf when none): work of
+    earlier steps, or launched before the trace did (window.launched_before_trace). A GPU-bound loop profiled after
+    its warm-up steps finds the device still running their queue: the first step starts when that work ends, as each
+    later step starts when the one before it ends, or it holds an extra step's work (an H200 fp32 loop's first step
+    read 477 ms, two steps' GEMMs, beside 244-ms steps)."""
+    dev = np.flatnonzero(t.on_device)
+    if not dev.size:
+        return float("-inf")
+    link = correlated_host_row(t)[dev]
+    earlier = ((link >= 0) & (t.ts_ns[np.clip(link, 0, None)] < first_step_ns)) | launched_before_trace(t, dev)
+    return float(t.end_ns[dev[earlier]].max()) if earlier.any() else float("-inf")
 
 
 @dataclass(kw_only=True)
