@@ -170,6 +170,12 @@ def test_a_step_running_past_the_profiling_session_is_cut_at_its_end(tmp_path):
     assert any("ProfilerStep#0 ends 197.9 ms after the profiling session" in n for n in cut.notes)
     assert any("no complete profiler step" in n for n in cut.notes)
     assert cut.findings[0].kind == "data_loader_stall" and cut.findings[0].confidence == "medium"
+    # a session that ends a hair before the step (a clock's rounding: 0.5 % of the step) cuts it, without a note
+    hair = _one_step_past_session(2100)
+    next(e for e in hair.events if e["name"] == "ProfilerStep#0")["dur"] = 2110.0
+    near = diagnose(hair.write(tmp_path / "hair.json.gz"))
+    assert near.ranks[0].step_time_median_us == pytest.approx(2100.0)
+    assert not any("profiling session" in n for n in near.notes)
     # without the session span nothing says where recording stopped, and a step inside it is whole: taken as it is
     for session_us in (0, 300_000):
         whole = diagnose(_one_step_past_session(session_us).write(tmp_path / f"whole{session_us}.json.gz"))

@@ -26,6 +26,7 @@ PY_FRAMES_PER_LAUNCH = 1.0     # with_stack: Python frames per launch call above
 CLOCK_SPREAD_US = 50.0         # rank clocks aligned on collective ends disagree by more than this (IQR)
 GPU_LAG_NOTE_SHARE = 0.5       # a step's GPU work ends after its ProfilerStep by more than this share of a step
 QUEUE_NOTE_SHARE = 0.10        # the host waited for launch-queue slots this share of the window (stated): a note
+SESSION_CUT_NOTE_SHARE = 0.05  # a step cut at the profiling session's end by this share of its recorded length: cut
 # the profiler's own host cost per recorded op: "4 us per op on CUDA" (pytorch/pytorch#82793, A100, PyTorch 1.12);
 # 4.0-6.0 us per op on an H200 with torch 2.11 (4 loops of run 4, profiled host step against the unprofiled one)
 PROFILER_US_PER_OP = 4.0
@@ -382,9 +383,11 @@ def truncated_caveat(f: RankFacts) -> Caveat | None:
 
 def cut_steps(f: RankFacts) -> dict[int, int]:
     """{step: ns cut} of the rank's analysed steps that ran past the end of the profiling session and were cut there
-    (trace.annotate.clip_steps_to_session)."""
+    (trace.annotate.clip_steps_to_session) by at least SESSION_CUT_NOTE_SHARE of what the session recorded of them:
+    a clock's rounding at the session's end leaves a step as good as whole."""
     cut = f.table.metadata.get("steps_cut_at_session_end") or {}
-    return {n: ns for n, ns in cut.items() if n in f.steps}
+    kept_us = {x.step: x.host_us for x in f.step_times}
+    return {n: ns for n, ns in cut.items() if n in kept_us and ns / 1e3 >= SESSION_CUT_NOTE_SHARE * kept_us[n]}
 
 
 def session_cut_caveat(f: RankFacts) -> Caveat | None:
