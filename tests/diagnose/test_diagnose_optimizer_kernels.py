@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from trainperf.diagnose.api import diagnose
+from trainperf.diagnose.findings import RECOMMENDATIONS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 from kineto_builder import TraceBuilder  # noqa: E402
@@ -94,6 +95,12 @@ def test_unfused_optimizer_kernels_are_priced_fused_and_a_fused_optimizer_has_no
     d = diagnose(_gpu_bound_with_optimizer_kernels(tmp_path / "foreach.json.gz", FOREACH_PASS))
     f = next(x for x in d.findings if x.kind == "optimizer_slow")
     assert f.gain_pct == pytest.approx(100 * 600 / 2900, abs=0.1) and f.gain_is_upper_bound and f.severity == "medium"
+    # already foreach: the fix named is the fused one, not "use foreach"
+    assert f.recommendation.startswith("The optimizer already runs foreach") and "fused=True" in f.recommendation
+    # an optimizer's own unfused kernel, not foreach's: the kind's usual advice, foreach or fused
+    d = diagnose(_gpu_bound_with_optimizer_kernels(tmp_path / "own.json.gz", "void adam_update_kernel<float>"))
+    f = next(x for x in d.findings if x.kind == "optimizer_slow")
+    assert f.recommendation == RECOMMENDATIONS["optimizer_slow"]
     # PyTorch's fused AdamW already does the whole update in one pass: no finding, however large its share
     d = diagnose(_gpu_bound_with_optimizer_kernels(tmp_path / "fused.json.gz", FUSED_ADAMW))
     assert not any(x.kind == "optimizer_slow" for x in d.findings)

@@ -88,6 +88,12 @@ EXPOSED_ALL_TO_ALL_RECOMMENDATION = (
 # optimizer_slow when the step span names an optimizer that preconditions with per-layer matrices
 # (rules.PRECONDITIONED_OPTIMIZER_RE): its cost is the preconditioners' matrix work, which fused elementwise kernels
 # (the default fix) do not touch
+FOREACH_OPTIMIZER_RECOMMENDATION = (
+    "The optimizer already runs foreach (multi_tensor_apply kernels), and its update is still several passes over "
+    "the parameters and their states a step (AdamW's: ~7 kernels, each reading and writing them): switch to the "
+    "fused implementation, one pass (torch.optim.AdamW(..., fused=True); Adam, SGD and Adagrad have it too), or "
+    "compile the optimizer step (torch.compile of opt.step); or shard the optimizer state (ZeRO/FSDP) so each rank "
+    "updates its share.")
 PRECONDITIONED_OPTIMIZER_RECOMMENDATION = (
     "The optimizer preconditions each layer's gradient with matrices (Shampoo and SOAP: roots or eigenvectors of "
     "second-moment statistics; K-FAC: factor inverses; Muon: Newton-Schulz orthogonalisation), and that matrix work "

@@ -472,6 +472,9 @@ OPTIMIZER_SPEEDUP = 3.0
 # compiled optimizer (triton_*fused* kernels)
 FUSED_OPTIMIZER_RE = re.compile(r"Fused\w*Functor|FusedOptimizer|multi_tensor_(adam|lamb|sgd|novograd)|AdamFunctor"
                                 r"|LAMBStage|triton_\w*fused", re.I)
+# PyTorch's foreach kernels (torch.optim's default on CUDA, foreach=True): one multi_tensor_apply launch per pass over
+# a chunk of tensors (multi_tensor_apply_kernel<...>), several passes a step
+FOREACH_OPTIMIZER_RE = re.compile(r"multi_tensor_apply_kernel", re.I)
 OPTIMIZER_PHASE_PCT = 10.0        # optimizer step / zero_grad spans, % of the span ...
 OPTIMIZER_PHASE_IDLE_SHARE = 0.5  # ... in which the device idles for most of the time: a host-bound optimizer
 
@@ -567,9 +570,14 @@ def _optimizer_slow(f: RankFacts) -> Finding | None:
                "optimizer_host_spans": (f.pct(f.optimizer.time_us), "%")}
     faster = Change("speedup_rows", factor=OPTIMIZER_SPEEDUP, rows=tuple(int(r) for r in g.rows[unfused]))
     # upper bound: a factor chosen, not measured (misaligned_gemm's speedup_rows is measured)
-    return F.rank_finding(f, "optimizer_slow", metrics, top, (faster,),
-                          f"unfused optimizer kernels {OPTIMIZER_SPEEDUP:g}x faster (fused)",
-                          evidence_pct=share * busy_pct / 100, upper_bound=True)
+    found = F.rank_finding(f, "optimizer_slow", metrics, top, (faster,),
+                           f"unfused optimizer kernels {OPTIMIZER_SPEEDUP:g}x faster (fused)",
+                           evidence_pct=share * busy_pct / 100, upper_bound=True)
+    names = f.table.name[g.rows[unfused]]
+    foreach = float(g.dur[unfused][np.isin(names, f.table.ids_matching(FOREACH_OPTIMIZER_RE.search))].sum())
+    if foreach > 0.5 * float(g.dur[unfused].sum()):  # mostly foreach already: "use foreach" is no fix
+        found.recommendation = F.FOREACH_OPTIMIZER_RECOMMENDATION
+    return found
 
 
 # --- what is left -----------------------------------------------------------------------------
