@@ -178,3 +178,15 @@ def test_a_wait_removed_from_a_host_paced_profiled_step_is_said_to_be_worth_more
     found = next(x for x in d.findings if x.kind == labels["kind"])
     assert any("stays in the step this fix leaves" in n for n in found.notes) == noted
     assert found.gain_pct < labels["true_gain_pct"] or not noted
+
+
+@pytest.mark.parametrize("case, says", [
+    # PYTORCH_NO_CUDA_MEMORY_CACHING=1: frees spread where tensors die (56 stretches a step)
+    ("allocator_stall-high-h200", "the caching allocator is off"),
+    # torch.cuda.empty_cache() after each step: 36 frees a step in one stretch, outside every operator
+    ("allocator_stall-high-h200-empty_cache", "torch.cuda.empty_cache() (or code calling it"),
+])
+def test_the_allocator_fix_named_is_the_runs_own(case, says):
+    d, labels = _diagnose(case)
+    found = next(x for x in d.findings if x.kind == "allocator_stall")
+    assert says in found.recommendation, labels["fixed_by"]

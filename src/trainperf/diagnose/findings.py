@@ -88,6 +88,19 @@ EXPOSED_ALL_TO_ALL_RECOMMENDATION = (
 # optimizer_slow when the step span names an optimizer that preconditions with per-layer matrices
 # (rules.PRECONDITIONED_OPTIMIZER_RE): its cost is the preconditioners' matrix work, which fused elementwise kernels
 # (the default fix) do not touch
+ALLOCATOR_OFF_RECOMMENDATION = (
+    "Every tensor freed reaches the driver ({stretches:.0f} separate stretches of cudaFree/hipFree a step, where "
+    "tensors die inside operators, autograd nodes and Python): the caching allocator is off, and each cudaFree/hipFree "
+    "synchronises the device. Unset PYTORCH_NO_CUDA_MEMORY_CACHING / PYTORCH_NO_HIP_MEMORY_CACHING (a debugging "
+    "setting, e.g. for compute-sanitizer); to fight fragmentation keep the allocator and set "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.")
+CACHE_EMPTIED_RECOMMENDATION = (
+    "The allocator's cache is handed back to the driver every step ({frees:.0f} cudaFree/hipFree calls a step outside "
+    "any operator, in {stretches:.0f} stretch(es) a step) and the next step's operators allocate it all again through "
+    "cudaMalloc/hipMalloc: torch.cuda.empty_cache() (or code calling it: a memory-logging callback, an out-of-memory "
+    "guard) runs inside the training loop. Remove it, or call it only where memory must go back to the device "
+    "(between training and evaluation); for fragmentation set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+    "instead.")
 FOREACH_OPTIMIZER_RECOMMENDATION = (
     "The optimizer already runs foreach (multi_tensor_apply kernels), and its update is still several passes over "
     "the parameters and their states a step (AdamW's: ~7 kernels, each reading and writing them): switch to the "

@@ -30,6 +30,7 @@ from trainperf.diagnose.fusion import fusion_chains, not_fusable
 from trainperf.diagnose.gemm_shapes import misaligned_gemm
 from trainperf.diagnose.graph_breaks import graph_breaks
 from trainperf.diagnose.gpu_time import Overlap, idle_gaps_us, idle_in_span_us
+from trainperf.diagnose.allocator import ALLOCATOR_OFF, CACHE_EMPTIED, allocator_pattern
 from trainperf.diagnose.grad_sync import grad_sync_per_microbatch
 from trainperf.diagnose.host_bound import gpu_idle_pct, host_work, launch_bound, launch_cost_us, small_kernels
 from trainperf.diagnose.host import OPTIMIZER_RE, span_rows
@@ -235,11 +236,21 @@ def allocator_stall(f: RankFacts) -> Finding | None:
     time_us = float(g.dur[g.is_alloc].sum() + g.gap_allocator.sum())
     if f.pct(time_us) <= ALLOCATOR_MIN_PCT:
         return None
-    return F.rank_finding(f, "allocator_stall", {"allocator_calls": (int(g.is_alloc.sum()), "count"),
-                                                 "allocator_time": (time_us, "us"),
-                                                 "on_critical_path": (f.critical_path.get("allocator", 0.0), "us")},
-                          f.allocator.longest[:3], (Change("remove_allocator"),),
-                          "allocator calls cost nothing (cached)", evidence_pct=f.pct(time_us))
+    pattern = f.once("allocator_pattern", lambda: allocator_pattern(f.table, f.window, len(f.steps)))
+    found = F.rank_finding(f, "allocator_stall", {"allocator_calls": (int(g.is_alloc.sum()), "count"),
+                                                  "allocator_time": (time_us, "us"),
+                                                  "on_critical_path": (f.critical_path.get("allocator", 0.0), "us"),
+                                                  "driver_frees": (pattern.frees, "count"),
+                                                  "frees_outside_operators": (100.0 * pattern.frees_outside, "%"),
+                                                  "free_stretches_per_step": (pattern.stretches_per_step, "count")},
+                           f.allocator.longest[:3], (Change("remove_allocator"),),
+                           "allocator calls cost nothing (cached)", evidence_pct=f.pct(time_us))
+    if pattern.kind == ALLOCATOR_OFF:
+        found.recommendation = F.ALLOCATOR_OFF_RECOMMENDATION.format(stretches=pattern.stretches_per_step)
+    elif pattern.kind == CACHE_EMPTIED:
+        found.recommendation = F.CACHE_EMPTIED_RECOMMENDATION.format(
+            frees=pattern.frees / max(len(f.steps), 1), stretches=pattern.stretches_per_step)
+    return found
 
 
 # --- communication ----------------------------------------------------------------------------
