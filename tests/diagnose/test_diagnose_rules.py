@@ -89,6 +89,21 @@ def test_data_loader_and_host_gains_are_not_counted_twice(tmp_path):
     assert all(f.gain_pct <= by["data_loader_stall"].gain_pct for f in d.findings)
 
 
+@pytest.mark.parametrize("iterator, says", [
+    ("_SingleProcessDataLoaderIter", "no worker processes (num_workers=0"),   # batches made on the training thread
+    ("_MultiProcessingDataLoaderIter", "worker processes do not keep up"),    # workers too slow
+    ("_MyLoaderIter", "Feed the GPU faster"),                                 # the loader does not say: the general fix
+])
+def test_the_data_loader_fix_follows_its_iterator(tmp_path, iterator, says):
+    b = TraceBuilder()
+    for s in range(4):
+        b.step(s, 2000.0 * s, 2000)
+        b.cpu(f"enumerate(DataLoader)#{iterator}.__next__", 2000.0 * s, 1500, cat="user_annotation")
+        b.launch("ampere_sgemm_128x64_tn", 2000.0 * s + 1500, 2000.0 * s + 1505, 400)
+    found = diagnose(b.write(tmp_path / "d.json.gz")).findings[0]
+    assert found.kind == "data_loader_stall" and says in found.recommendation
+
+
 def _dataloader_bound_with_small_kernels(path):
     # each 2000-us step: DataLoader 840 us (42 %), then 22 launches 10 us apart: 10 tiny 1-us kernels, a 400-us
     # GEMM, 10 tiny, a GEMM (tiny: 91 % of kernels, 20 / 820 = 2.4 % of kernel time), then 940 us of other host work

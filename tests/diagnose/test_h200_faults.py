@@ -185,8 +185,10 @@ def test_a_wait_removed_from_a_host_paced_profiled_step_is_said_to_be_worth_more
     ("allocator_stall-high-h200", "the caching allocator is off"),
     # torch.cuda.empty_cache() after each step: 36 frees a step in one stretch, outside every operator
     ("allocator_stall-high-h200-empty_cache", "torch.cuda.empty_cache() (or code calling it"),
+    # a DataLoader without workers: its iterator, _SingleProcessDataLoaderIter, says so
+    ("data_loader_stall-high-h200", "no worker processes (num_workers=0"),
 ])
-def test_the_allocator_fix_named_is_the_runs_own(case, says):
+def test_the_fix_named_is_the_runs_own(case, says):
     d, labels = _diagnose(case)
-    found = next(x for x in d.findings if x.kind == "allocator_stall")
+    found = next(x for x in d.findings if x.kind == labels["kind"])
     assert says in found.recommendation, labels["fixed_by"]

@@ -88,6 +88,16 @@ EXPOSED_ALL_TO_ALL_RECOMMENDATION = (
 # optimizer_slow when the step span names an optimizer that preconditions with per-layer matrices
 # (rules.PRECONDITIONED_OPTIMIZER_RE): its cost is the preconditioners' matrix work, which fused elementwise kernels
 # (the default fix) do not touch
+SINGLE_PROCESS_LOADER_RECOMMENDATION = (
+    "The DataLoader has no worker processes (num_workers=0: its iterator is _SingleProcessDataLoaderIter), so each "
+    "batch is read, decoded and collated on the training thread while the GPU waits: give it workers "
+    "(DataLoader(..., num_workers=4 or more, persistent_workers=True, pin_memory=True)) so that batches are made "
+    "ahead; if a sample is still slow to make, decode or augment on the GPU or preprocess offline.")
+WORKER_LOADER_RECOMMENDATION = (
+    "The DataLoader's worker processes do not keep up (its iterator is _MultiProcessingDataLoaderIter and the loop "
+    "still waits for batches): raise num_workers (up to the CPU cores a GPU has) and prefetch_factor, set "
+    "persistent_workers=True and pin_memory=True, make each sample cheaper (decode or augment on the GPU, preprocess "
+    "offline), and check the storage's read rate.")
 ALLOCATOR_OFF_RECOMMENDATION = (
     "Every tensor freed reaches the driver ({stretches:.0f} separate stretches of cudaFree/hipFree a step, where "
     "tensors die inside operators, autograd nodes and Python): the caching allocator is off, and each cudaFree/hipFree "

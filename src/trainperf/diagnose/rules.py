@@ -85,11 +85,23 @@ def _host_stall(f: RankFacts, kind: str, spans, change: str, what: str, label: s
                           evidence_pct=share, rate_unknown=once)
 
 
+# the iterator torch.utils.data.DataLoader names its __next__ span after: no worker processes (num_workers=0), or some
+SINGLE_PROCESS_LOADER, WORKER_LOADER = "_SingleProcessDataLoaderIter", "_MultiProcessingDataLoaderIter"
+
+
 def data_loader_stall(f: RankFacts) -> Finding | None:
-    """The training loop waits for batches (DataLoader spans on the host)."""
+    """The training loop waits for batches (DataLoader spans on the host). The fix named follows the loader's iterator
+    (its span's name): without workers the batches are made on the training thread, which workers move off it; with
+    workers, they do not keep up."""
     if f.pct(f.dataloader.time_us) <= DATALOADER_MIN_PCT:
         return None
-    return _host_stall(f, "data_loader_stall", f.dataloader, "remove_data_wait", "dataloader", "data-loader")
+    found = _host_stall(f, "data_loader_stall", f.dataloader, "remove_data_wait", "dataloader", "data-loader")
+    names = [n for n, _, _ in f.dataloader.longest]
+    if any(SINGLE_PROCESS_LOADER in n for n in names):
+        found.recommendation = F.SINGLE_PROCESS_LOADER_RECOMMENDATION
+    elif any(WORKER_LOADER in n for n in names):
+        found.recommendation = F.WORKER_LOADER_RECOMMENDATION
+    return found
 
 
 CHECKPOINT_MIN_PCT = 1.0
