@@ -85,9 +85,8 @@ EXPOSED_ALL_TO_ALL_RECOMMENDATION = (
     "it inside a node where the expert-parallel group fits; balance tokens across experts (auxiliary loss, "
     "capacity factor) so that no rank waits for the busiest.")
 
-# optimizer_slow when the step span names an optimizer that preconditions with per-layer matrices
-# (rules.PRECONDITIONED_OPTIMIZER_RE): its cost is the preconditioners' matrix work, which fused elementwise kernels
-# (the default fix) do not touch
+# data_loader_stall by the loader's iterator (rules.data_loader_stall): no workers, or workers that do not keep up;
+# allocator_stall by where the driver frees are made (diagnose/allocator.py); optimizer_slow on foreach kernels
 SINGLE_PROCESS_LOADER_RECOMMENDATION = (
     "The DataLoader has no worker processes (num_workers=0: its iterator is _SingleProcessDataLoaderIter), so each "
     "batch is read, decoded and collated on the training thread while the GPU waits: give it workers "
@@ -117,6 +116,9 @@ FOREACH_OPTIMIZER_RECOMMENDATION = (
     "fused implementation, one pass (torch.optim.AdamW(..., fused=True); Adam, SGD and Adagrad have it too), or "
     "compile the optimizer step (torch.compile of opt.step); or shard the optimizer state (ZeRO/FSDP) so each rank "
     "updates its share.")
+# optimizer_slow when the step span names an optimizer that preconditions with per-layer matrices
+# (rules.PRECONDITIONED_OPTIMIZER_RE): its cost is the preconditioners' matrix work, which fused elementwise kernels
+# (the default fix) do not touch
 PRECONDITIONED_OPTIMIZER_RECOMMENDATION = (
     "The optimizer preconditions each layer's gradient with matrices (Shampoo and SOAP: roots or eigenvectors of "
     "second-moment statistics; K-FAC: factor inverses; Muon: Newton-Schulz orthogonalisation), and that matrix work "

@@ -19,6 +19,7 @@ import re
 import numpy as np
 
 from trainperf.diagnose import findings as F
+from trainperf.diagnose.allocator import ALLOCATOR_OFF, CACHE_EMPTIED, allocator_pattern
 from trainperf.diagnose.attention import unfused_attention
 from trainperf.diagnose.copies import exposed_memcpy
 from trainperf.diagnose.ddp import ddp_buffer_broadcast, ddp_gradient_copies, ddp_unused_parameter_search
@@ -30,7 +31,6 @@ from trainperf.diagnose.fusion import fusion_chains, not_fusable
 from trainperf.diagnose.gemm_shapes import misaligned_gemm
 from trainperf.diagnose.graph_breaks import graph_breaks
 from trainperf.diagnose.gpu_time import Overlap, idle_gaps_us, idle_in_span_us
-from trainperf.diagnose.allocator import ALLOCATOR_OFF, CACHE_EMPTIED, allocator_pattern
 from trainperf.diagnose.grad_sync import grad_sync_per_microbatch
 from trainperf.diagnose.host_bound import gpu_idle_pct, host_work, launch_bound, launch_cost_us, small_kernels
 from trainperf.diagnose.host import OPTIMIZER_RE, span_rows
