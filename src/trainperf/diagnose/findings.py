@@ -110,6 +110,13 @@ CACHE_EMPTIED_RECOMMENDATION = (
     "guard) runs inside the training loop. Remove it, or call it only where memory must go back to the device "
     "(between training and evaluation); for fragmentation set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
     "instead.")
+MEMORY_PRESSURE_RECOMMENDATION = (
+    "The allocator runs out of device memory and hands its cache back to retry ({pct:.0f} % of the cudaFree/hipFree "
+    "calls are made inside an operator just before it allocates again: the caching allocator's retry after a failed "
+    "cudaMalloc), and each cudaFree/hipFree synchronises the device: the job runs at the edge of the device's memory. "
+    "Lower the peak (activation checkpointing, a smaller micro batch, sharding the model and optimizer state: "
+    "FSDP/ZeRO), set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation, and watch "
+    "torch.cuda.memory_stats()['num_alloc_retries'].")
 FOREACH_OPTIMIZER_RECOMMENDATION = (
     "The optimizer already runs foreach (multi_tensor_apply kernels), and its update is still several passes over "
     "the parameters and their states a step (AdamW's: ~7 kernels, each reading and writing them): switch to the "

@@ -19,7 +19,7 @@ import re
 import numpy as np
 
 from trainperf.diagnose import findings as F
-from trainperf.diagnose.allocator import ALLOCATOR_OFF, CACHE_EMPTIED, allocator_pattern
+from trainperf.diagnose.allocator import ALLOCATOR_OFF, CACHE_EMPTIED, MEMORY_PRESSURE, allocator_pattern
 from trainperf.diagnose.attention import unfused_attention
 from trainperf.diagnose.copies import exposed_memcpy
 from trainperf.diagnose.ddp import ddp_buffer_broadcast, ddp_gradient_copies, ddp_unused_parameter_search
@@ -254,10 +254,13 @@ def allocator_stall(f: RankFacts) -> Finding | None:
                                                   "on_critical_path": (f.critical_path.get("allocator", 0.0), "us"),
                                                   "driver_frees": (pattern.frees, "count"),
                                                   "frees_outside_operators": (100.0 * pattern.frees_outside, "%"),
-                                                  "free_stretches_per_step": (pattern.stretches_per_step, "count")},
+                                                  "free_stretches_per_step": (pattern.stretches_per_step, "count"),
+                                                  "frees_before_a_retry": (100.0 * pattern.frees_before_retry, "%")},
                            f.allocator.longest[:3], (Change("remove_allocator"),),
                            "allocator calls cost nothing (cached)", evidence_pct=f.pct(time_us))
-    if pattern.kind == ALLOCATOR_OFF:
+    if pattern.kind == MEMORY_PRESSURE:
+        found.recommendation = F.MEMORY_PRESSURE_RECOMMENDATION.format(pct=100.0 * pattern.frees_before_retry)
+    elif pattern.kind == ALLOCATOR_OFF:
         found.recommendation = F.ALLOCATOR_OFF_RECOMMENDATION.format(stretches=pattern.stretches_per_step)
     elif pattern.kind == CACHE_EMPTIED:
         found.recommendation = F.CACHE_EMPTIED_RECOMMENDATION.format(
