@@ -23,7 +23,7 @@ from host_bound import K_US, N, P, STEPS, host_bound_trace  # noqa: E402
 from trainperf.corpus import kineto as K  # noqa: E402
 from trainperf.corpus.inject import inject_launch_bound  # noqa: E402
 from trainperf.diagnose.api import diagnose  # noqa: E402
-from trainperf.diagnose.findings import DEVICE_PACED_SMALL_KERNELS_RECOMMENDATION  # noqa: E402
+from trainperf.diagnose.findings import DEVICE_PACED_SMALL_KERNELS_RECOMMENDATION, INFERENCE_RECOMMENDATIONS  # noqa: E402
 from trainperf.diagnose.host_bound import KERNEL_LAUNCH_CALL_RE  # noqa: E402
 
 H200_GPU_BOUND = Path(__file__).resolve().parents[1] / "data" / "h200_faults" / "healthy-h200-gpu_bound" / "traces"
@@ -239,3 +239,36 @@ def test_a_slow_launch_path_is_named_before_the_tiny_kernels_it_slows(tmp_path, 
 def test_the_slow_launch_check_reads_cuda_and_hip_per_kernel_launches_only(name, per_kernel):
     # a graph's launch starts a whole graph (400 us on the H200 loop), another device's runtime has its own costs
     assert bool(KERNEL_LAUNCH_CALL_RE.match(name)) is per_kernel
+
+
+def _with(path: Path, extra) -> Path:
+    """host_bound_trace with the events `extra(step start)` returns added to each step."""
+    import gzip
+    import json
+
+    host_bound_trace(path)
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    b = TraceBuilder()
+    b._corr = 10_000  # ids apart from the trace's own
+    for s in range(STEPS):
+        extra(b, s * P)
+    doc["traceEvents"] += b.events
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return path
+
+
+@pytest.mark.parametrize("extra, says", [
+    # torch.compile's region around the launches, no graph: compiled in the default mode
+    (lambda b, T: b.cpu("Torch-Compiled Region: 0/0", T + 1990.0, 620.0, cat="user_annotation"),
+     "compiled in the default mode"),
+    # a CUDA graph replaying 4 kernels in the Python before the launches: part of the step is graphed already
+    (lambda b, T: b.graph_launch(T + 100.0, [("graphed_kernel", T + 120.0 + 10 * i, 5.0) for i in range(4)]),
+     "already replays as CUDA graphs (4 kernels a step)"),
+])
+def test_launch_bound_names_what_the_step_already_does(tmp_path, extra, says):
+    d = diagnose(_with(tmp_path / "t.json.gz", extra))
+    f = next(x for x in d.findings if x.kind == "launch_bound")
+    assert says in f.recommendation and "gpu_busy_per_step" in f.recommendation
+    # without either, the kind's own fix (this loop has no backward: the forward-only loop's)
+    plain = next(x for x in diagnose(_trace(tmp_path)).findings if x.kind == "launch_bound")
+    assert plain.recommendation == INFERENCE_RECOMMENDATIONS["launch_bound"]

@@ -110,6 +110,21 @@ CACHE_EMPTIED_RECOMMENDATION = (
     "guard) runs inside the training loop. Remove it, or call it only where memory must go back to the device "
     "(between training and evaluation); for fragmentation set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
     "instead.")
+# launch_bound's last word, whichever fix it names
+LAUNCH_BOUND_PROFILER_CHECK = ("The profiler slows the host too: first check that the step time measured without it "
+                               "exceeds the GPU's busy time per step (gpu_busy_per_step); if not, the loop is "
+                               "GPU-bound.")
+# launch_bound where the trace shows CUDA graph replays already, or torch.compile's regions without them
+PARTLY_GRAPHED_RECOMMENDATION = (
+    "Part of the step already replays as CUDA graphs ({graphed:.0f} kernels a step) and the GPU still waits for the "
+    "CPU to launch the rest one by one ({launches:.0f} launches a step): capture those too (the ops around the "
+    "longest launch-bound stretches named above: often the optimizer step, the loss, or code a graph break left out "
+    "of the captured region), or fuse them (torch.compile). " + LAUNCH_BOUND_PROFILER_CHECK)
+COMPILED_WITHOUT_GRAPHS_RECOMMENDATION = (
+    "The step runs torch.compile's code, yet the GPU waits for the CPU to launch its {launches:.0f} kernels a step one "
+    "by one: compiled in the default mode, the kernels are not captured as CUDA graphs. Compile with "
+    "mode='reduce-overhead' (CUDA graphs; static shapes, no CPU work or sync inside the region), or raise the per-GPU "
+    "batch size so each kernel does more work. " + LAUNCH_BOUND_PROFILER_CHECK)
 MEMORY_PRESSURE_RECOMMENDATION = (
     "The allocator runs out of device memory and hands its cache back to retry ({pct:.0f} % of the cudaFree/hipFree "
     "calls are made inside an operator just before it allocates again: the caching allocator's retry after a failed "
@@ -384,9 +399,8 @@ RECOMMENDATIONS = {
                       "per micro-batch (or group them by length), balance tokens across data-parallel ranks; in MoE, "
                       "an auxiliary load-balancing loss or a capacity factor; equal shards per rank.",
     "launch_bound": "The GPU waits for the CPU to launch kernels: capture the step with CUDA graphs, "
-                    "torch.compile (mode='reduce-overhead') to fuse kernels, or raise the per-GPU batch size. The "
-                    "profiler slows the host too: first check that the step time measured without it exceeds the "
-                    "GPU's busy time per step (gpu_busy_per_step); if not, the loop is GPU-bound.",
+                    "torch.compile (mode='reduce-overhead') to fuse kernels, or raise the per-GPU batch size. "
+                    + LAUNCH_BOUND_PROFILER_CHECK,
     "host_work": "The thread that launches the GPU's work spends milliseconds at a time on work that launches "
                  "nothing while the GPU idles (the longest gaps name the op around them): move it off the training "
                  "loop or do it less often. Metrics and logging every N steps or on a background thread; "

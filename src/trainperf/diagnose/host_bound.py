@@ -14,13 +14,14 @@ from trainperf.diagnose import findings as F
 from trainperf.diagnose.evidence import SAMPLED_IDS_PER_CALL, is_sampled
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.gpu_time import idle_in_spans_us
-from trainperf.diagnose.launch import SMALL_KERNEL_US
+from trainperf.diagnose.host import compiled_frames
+from trainperf.diagnose.launch import SMALL_KERNEL_US, graph_launched
 from trainperf.diagnose.replay import (Change, Graph, dispatch_taken, fused_fixed_cost_us, host_work_us,
                                        one_off_first_calls)
 from trainperf.diagnose.window import covered_length
 from trainperf.trace.annotate import STEP_RE
 from trainperf.trace.categories import copy_direction
-from trainperf.trace.events import CPU_OP, MEMCPY, PYTHON, RUNTIME, USER_ANNOTATION
+from trainperf.trace.events import CPU_OP, KERNEL, MEMCPY, PYTHON, RUNTIME, USER_ANNOTATION
 from trainperf.trace.nesting import outermost, thread_key
 
 
@@ -120,9 +121,23 @@ def launch_bound(f: RankFacts) -> F.Finding | None:
         [("launch-bound stretch (stream %d, %d kernels)" % (x.stream, x.n_kernels), x.start_us, x.end_us - x.start_us)
          for x in f.stretches[:3]], fix, what_if,
         evidence_pct=f.pct(min(cost, max(host_cp, f.host_excess_us))))
+    graphed, compiled = _graphs_and_compiled_regions(f)
+    per_step = max(len(f.steps), 1)
+    if graphed:  # part of the step replays as CUDA graphs already: what is left is launched one by one
+        found.recommendation = F.PARTLY_GRAPHED_RECOMMENDATION.format(graphed=graphed / per_step, launches=n / per_step)
+    elif compiled:  # compiled, but without CUDA graphs
+        found.recommendation = F.COMPILED_WITHOUT_GRAPHS_RECOMMENDATION.format(launches=n / per_step)
     if slow:
         found.recommendation = F.SLOW_LAUNCH_CALLS_RECOMMENDATION.format(us=call_median) + " " + found.recommendation
     return found
+
+
+def _graphs_and_compiled_regions(f: RankFacts) -> tuple[int, int]:
+    """(kernels the window's CUDA/HIP graph replays launched, the compiled frames it ran: torch.compile's
+    "Torch-Compiled Region" spans, host.compiled_frames)."""
+    t, w = f.table, f.window
+    kernels = w.device[t.kind[w.device] == KERNEL]
+    return int(graph_launched(t, kernels).sum()), compiled_frames(t, w)[0]
 
 
 # host_work: a gap in which the launching thread works this much beyond the usual dispatch before a launch is work
