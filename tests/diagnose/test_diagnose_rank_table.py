@@ -88,3 +88,34 @@ def test_gpu_rank_cells_equal_in_terminal_and_html_and_headers_whole_at_80_colum
     term_cells = [c.strip() for c in row.strip("│").split("│")][:7]
     html_cells = _html_rank_row(write_report(d, tmp_path / "r.html").read_text())[:7]
     assert term_cells == html_cells, (term_cells, html_cells)
+
+
+def test_a_note_every_rank_shares_is_said_once():
+    from trainperf.diagnose.render import notes_by_rank
+
+    notes = ["1 of the job's 16 ranks traced", *[f"rank {r}: 17 % of the GPU events ran earlier work" for r in range(4)],
+             "rank 0: 1 complete profiler step", "rank 5: 2.5 ms of work", "rank 6: 3.1 ms of work",
+             "rank 8: 4.0 ms of work"]
+    assert notes_by_rank(notes) == [
+        "1 of the job's 16 ranks traced",
+        "ranks 0-3: 17 % of the GPU events ran earlier work",
+        "rank 0: 1 complete profiler step",
+        "ranks 5-6, 8: 2.5 ms of work (rank 5's figures; the others' alike, each in the JSON)"]
+
+
+def test_sixteen_ranks_print_one_line_of_a_shared_note(tmp_path):
+    # the same trace as 16 ranks: each rank's one-step note said once, and the finding's ranks as a range
+    for r in range(16):
+        b = TraceBuilder(rank=r, world_size=16)
+        b.step(0, 0.0, 1000)
+        b.step(1, 1000.0, 1000)
+        b.cpu("aten::mm", 10, 400)
+        b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 20, 30, 600)
+        b.write(tmp_path / f"rank{r}.json.gz")
+    console = Console(record=True, width=200)
+    print_summary(diagnose(tmp_path), console)
+    text = console.export_text()
+    top_notes = [line for line in text.splitlines() if line.startswith("note:")]
+    assert sum("complete profiler step" in line for line in top_notes) == 1
+    assert re.search(r"^note: ranks 0-15: 1 complete profiler step", text, re.M)
+    assert "ranks [0-15]" in text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -102,6 +104,33 @@ def host_rank_cells(r) -> list[str]:
     return [f"{r.window_us / 1e3:.1f}", step, f"{comm:.1f}", f"{r.dataloader_pct:.1f}", f"{r.optimizer_pct:.1f}"]
 
 
+_RANK_NOTE = re.compile(r"^rank (\d+): (.*)$", re.S)
+
+
+def notes_by_rank(notes: list[str]) -> list[str]:
+    """The notes with those that say the same of several ranks ("rank N: text", the same text but for its figures)
+    said once: "ranks 0-15: text" (the first rank's figures, said so where the others' differ), in the order each
+    first came; a 64-rank job printed 64 lines of one note before its findings. Other notes as they are."""
+    groups: dict[str, list[tuple[int, str]]] = {}
+    order: list[str] = []
+    for n in notes:
+        m = _RANK_NOTE.match(n)
+        key = re.sub(r"\d+(\.\d+)?", "#", m.group(2)) if m else "\0" + n
+        if key not in groups:
+            order.append(key)
+        groups.setdefault(key, []).append((int(m.group(1)), m.group(2)) if m else (-1, n))
+    out = []
+    for key in order:
+        items = groups[key]
+        if items[0][0] < 0 or len(items) == 1:
+            out += [n if r < 0 else f"rank {r}: {n}" for r, n in items]
+            continue
+        same = len({n for _, n in items}) == 1
+        out.append(f"ranks {rank_list(r for r, _ in items)}: {items[0][1]}"
+                   + ("" if same else f" (rank {items[0][0]}'s figures; the others' alike, each in the JSON)"))
+    return out
+
+
 def print_summary(d: Diagnosis, console: Console, top: int = 5) -> None:
     """Per-rank table, then the top findings with evidence, gain and recommendation."""
     t = Table(title=f"trainperf diagnose: {d.path}", title_justify="left")
@@ -120,7 +149,7 @@ def print_summary(d: Diagnosis, console: Console, top: int = 5) -> None:
               if r.gpu_analyses == "ok" else "skipped")
         t.add_row(str(r.rank), *rank_cells(r), cp)
     console.print(t)
-    for n in d.notes:
+    for n in notes_by_rank(d.notes):
         console.print(f"[yellow]note:[/] {escape(n)}", highlight=False)
     if d.cross_rank:
         x = d.cross_rank
@@ -136,7 +165,7 @@ def print_summary(d: Diagnosis, console: Console, top: int = 5) -> None:
         alone = f" (alone {f.gain_alone_pct:.1f}%)" if f.fix_order and f.gain_alone_pct != f.gain_pct else ""
         conf = f", confidence {f.confidence}" if f.confidence != "high" else ""
         # the what-if in brackets, escaped: rich took "[kernel launches cost ...]" for a style tag and printed nothing
-        console.print(f"\n[{style}]{i}. {f.kind}[/] ({f.severity}{conf}) ranks {f.ranks}  "
+        console.print(f"\n[{style}]{i}. {f.kind}[/] ({f.severity}{conf}) ranks [{rank_list(f.ranks)}]  "
                       f"{gain_text(f)}{alone}" + (escape(f" [{f.what_if}]") if f.what_if else ""),
                       highlight=False)
         metrics = ", ".join(f"{k} {v['value']:g} {v['unit']}" for k, v in f.evidence.get("metrics", {}).items())

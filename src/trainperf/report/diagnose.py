@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainperf.diagnose.render import (analysed_steps, gain_basis, gain_text, host_only, host_rank_cells, rank_cells,
-                                      straggler_text, straggler_wait_ms)
+from trainperf.diagnose.render import (analysed_steps, gain_basis, gain_text, host_only, host_rank_cells, notes_by_rank,
+                                      rank_cells, straggler_text, straggler_wait_ms)
 from trainperf.report.html import Report, bar_chart, esc, paragraph, stacked_bar_chart, table
 
 
@@ -17,7 +17,7 @@ def write_report(d, path: str | Path) -> Path:
         rows = [[r.rank, *host_rank_cells(r), r.confidence] for r in d.ranks]
         rep.add("Per rank (host only: no GPU activity in the traces)",
                 table(rows, ["rank", "window ms", "median step ms", "collectives %", "DataLoader %", "optimizer %",
-                             "confidence"]), *[paragraph(n, "note") for n in d.notes])
+                             "confidence"]), *[paragraph(n, "note") for n in notes_by_rank(d.notes)])
         rep.add("Where the host's window goes (ms)", stacked_bar_chart([f"rank {r.rank}" for r in d.ranks], {
             "collectives (their wait included)": [r.exposed_comm_us / 1e3 for r in d.ranks],
             "DataLoader": [r.dataloader_pct * r.window_us / 1e5 for r in d.ranks],
@@ -29,7 +29,7 @@ def write_report(d, path: str | Path) -> Path:
         rep.add("Per rank", table(rows, ["rank", "window ms", "idle %", "compute %", "non-compute %",
                                          "comm/comp overlap %", "idle host / kernel / other %", "GPU analyses",
                                          "confidence"]),
-                *[paragraph(n, "note") for n in d.notes])
+                *[paragraph(n, "note") for n in notes_by_rank(d.notes)])
     if gpu:
         labels = [f"rank {r.rank}" for r in gpu]
         rep.add("Where the window goes (ms)", stacked_bar_chart(labels, {
