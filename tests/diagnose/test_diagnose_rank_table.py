@@ -93,7 +93,8 @@ def test_gpu_rank_cells_equal_in_terminal_and_html_and_headers_whole_at_80_colum
 def test_a_note_every_rank_shares_is_said_once():
     from trainperf.diagnose.render import notes_by_rank
 
-    notes = ["1 of the job's 16 ranks traced", *[f"rank {r}: 17 % of the GPU events ran earlier work" for r in range(4)],
+    notes = ["1 of the job's 16 ranks traced",
+             *[f"rank {r}: 17 % of the GPU events ran earlier work" for r in range(4)],
              "rank 0: 1 complete profiler step", "rank 5: 2.5 ms of work", "rank 6: 3.1 ms of work",
              "rank 8: 4.0 ms of work"]
     assert notes_by_rank(notes) == [
