@@ -121,7 +121,7 @@ def launch_bound(f: RankFacts) -> F.Finding | None:
         [("launch-bound stretch (stream %d, %d kernels)" % (x.stream, x.n_kernels), x.start_us, x.end_us - x.start_us)
          for x in f.stretches[:3]], fix, what_if,
         evidence_pct=f.pct(min(cost, max(host_cp, f.host_excess_us))))
-    graphed, compiled = _graphs_and_compiled_regions(f)
+    graphed, compiled = f.once("graphs_and_compiled_regions", lambda: _graphs_and_compiled_regions(f))
     per_step = max(len(f.steps), 1)
     if graphed:  # part of the step replays as CUDA graphs already: what is left is launched one by one
         found.recommendation = F.PARTLY_GRAPHED_RECOMMENDATION.format(graphed=graphed / per_step, launches=n / per_step)

@@ -335,7 +335,7 @@ def fp32_matmul(f: RankFacts) -> F.Finding | None:
         x = F.make("fp32_matmul", [f.rank], f.steps, metrics, events, None, 0.0,
                    "not priced: the accelerator's peaks are not in the catalog (hardware/catalog.yaml)",
                    severity="low", evidence_pct=share)
-    elif (shaped := shaped_fp32_fix(f, split.fp32_us)) is not None:
+    elif (shaped := f.once("shaped_fp32_fix", lambda: shaped_fp32_fix(f, split.fp32_us))) is not None:
         x = _priced_by_shapes(f, shaped, metrics, events)
     else:
         s = lever.speedup
