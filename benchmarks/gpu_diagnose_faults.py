@@ -90,6 +90,10 @@ BIG = ("big", "dataload", "pageable", "pinned", "fp32", "tf32", "strided", "shar
 # GEMMs' row strides are not (misaligned_gemm's to find), the fp32 loop (fp32_matmul priced by its shapes: a GPU-bound
 # 240-ms step, which the profiler's host cost does not move), and the convolution loops
 SHAPES_RECORDED = ("big", "strided", "fp32", "conv", "conv_cl", "celoss")
+# scenarios profiled with profile_memory=True (the allocator's "[memory]" samples, diagnose/memory.py): the healthy
+# GPU-bound loop, whose step the profiler's host cost does not move; its steps.json records the allocator's own peaks
+# over the profiled steps (torch.cuda.max_memory_allocated / max_memory_reserved) for the trace's figures to match
+MEMORY_RECORDED = ("big",)
 CONV_SHAPE = {"cuda": (32, 64, 56), "cpu": (2, 8, 16)}  # batch, channels, height = width of the convolution loops
 SHAPES = {"small": (2048, 12, 4096), "big": (8192, 4, 8192), "deep": (1024, 96, 8192), "llama": (2048, 4, 16384),
           "lm": (2048, 2, 4096), "cpu": (256, 2, 256)}  # width, blocks, tokens
@@ -325,20 +329,24 @@ def _scenario(name: str, out: Path, device: str, steps: int) -> None:
         synced.append(1e3 * (time.perf_counter() - t0))
     raw = out / f"{name}.json"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     with profile(activities=activities, schedule=schedule(wait=1, warmup=1, active=4),
-                 record_shapes=name in SHAPES_RECORDED,
+                 record_shapes=name in SHAPES_RECORDED, profile_memory=name in MEMORY_RECORDED,
                  on_trace_ready=lambda p: p.export_chrome_trace(str(raw))) as prof:
         for _ in range(6):
             step()
             prof.step()
     sync()
+    peaks = {"max_memory_allocated": torch.cuda.max_memory_allocated(),
+             "max_memory_reserved": torch.cuda.max_memory_reserved()} if device == "cuda" else {}
     if hog is not None:
         hog.kill()
         hog.wait()
     with open(raw, "rb") as f, gzip.open(out / f"{name}.json.gz", "wb") as g:
         shutil.copyfileobj(f, g)
     raw.unlink()
-    (out / f"{name}.steps.json").write_text(json.dumps({"step_ms": times, "synced_step_ms": synced}))
+    (out / f"{name}.steps.json").write_text(json.dumps({"step_ms": times, "synced_step_ms": synced, **peaks}))
     if dist.is_initialized():
         dist.destroy_process_group()
 

@@ -17,6 +17,17 @@ class TraceBuilder:
         self.world_size = world_size
         self.ns = ns
         self._corr = 1000
+        self.device_properties: list[dict] | None = None  # Kineto's deviceProperties, written when set
+
+    def memory(self, ts: float, allocated: int, reserved: int, device: int = 0, device_type: int = 1,
+               nbytes: int = 512) -> "TraceBuilder":
+        """Add an allocator sample ("[memory]", as profile_memory=True writes one per allocation and free): the
+        device and its allocator's totals after it (bytes)."""
+        self.events.append({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 10, "tid": 1,
+                            "ts": self._t(ts), "args": {"Device Type": device_type, "Device Id": device,
+                                                        "Addr": 1 << 40, "Bytes": nbytes, "Total Allocated": allocated,
+                                                        "Total Reserved": reserved}})
+        return self
 
     def _t(self, v: float):
         return round(v, 3) if self.ns else v
@@ -58,6 +69,8 @@ class TraceBuilder:
 
     def doc(self) -> dict:
         d = {"schemaVersion": 1, "traceEvents": self.events}
+        if self.device_properties is not None:
+            d["deviceProperties"] = self.device_properties
         if self.rank is not None:
             d["distributedInfo"] = {"backend": "nccl", "rank": self.rank, "world_size": self.world_size}
         return d

@@ -28,6 +28,7 @@ def _as_comparable(t) -> dict:
         d[c] = [t.names[i] if i >= 0 else None for i in d[c]]
     d["args"] = [t.arg_texts[i] if i >= 0 else None for i in d["args"]]
     d["meta"] = (t.rank, t.metadata, t.thread_names, t.ts_was_float, t.n_skipped)
+    d["memory"] = np.zeros((0, 5), dtype=np.int64) if t.memory is None else t.memory
     return d
 
 
@@ -110,9 +111,11 @@ def test_bad_gzip_is_one_clear_line_with_either_inflater(tmp_path, monkeypatch, 
 
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data/traces/hta not present")
-@pytest.mark.parametrize("trace", ["ns_resolution_trace", "amd_trace", "trace_filter", "nccl_parser_config"])
+@pytest.mark.parametrize("trace", ["ns_resolution_trace", "amd_trace", "trace_filter", "nccl_parser_config",
+                                   "df_index_resolver"])
 def test_real_traces_same_on_both_paths(trace, monkeypatch):
-    # float (ns) times, a ROCm trace with string streams ("0x0"), float durations, NCCL args
+    # float (ns) times, a ROCm trace with string streams ("0x0"), float durations, NCCL args, the allocator's samples
+    # (df_index_resolver: profile_memory=True)
     for f in sorted((DATA / trace).glob("*.gz"))[:1]:
         fast, slow = _read_both(f, monkeypatch, chunk=1 << 16)
         _assert_same(fast, slow)
@@ -148,9 +151,13 @@ def _event(dirty: bool):
         "Input type": f(st.lists(st.sampled_from(["float", "c10::BFloat16", "", "Scalar"]), max_size=3)),
         "Input Strides": f(st.lists(st.lists(st.integers(0, 1 << 20), max_size=3), max_size=3)),
         "In msg nelems": f(_big), "dtype": f(st.sampled_from(["Float", "BFloat16"])),
-        "Process Group Ranks": f(st.sampled_from(["[0, 1]", "[0,1,2,3]"]))})
+        "Process Group Ranks": f(st.sampled_from(["[0, 1]", "[0,1,2,3]"])),
+        # an allocator sample's ("[memory]", an instant event)
+        "Device Type": f(st.sampled_from([0, 1])), "Device Id": f(st.sampled_from([-1, 0, 3])),
+        "Total Allocated": f(_big), "Total Reserved": f(_big)})
     required = {"ph": f(st.sampled_from(["X", "X", "X", "M", "i", "f", "s"])), "ts": f(_time)}
-    optional = {"name": f(st.sampled_from(["thread_name", "aten::mm", "ncclDevKernel_AllReduce_Sum_f32_RING_LL"])),
+    optional = {"name": f(st.sampled_from(["thread_name", "aten::mm", "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                                           "[memory]"])),
                 "pid": f(_id), "tid": f(_id), "args": f(args)}
     if dirty:
         optional.update(cat=f(st.sampled_from(["kernel", "Trace"])), dur=f(_time))

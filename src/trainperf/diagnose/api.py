@@ -83,6 +83,13 @@ class RankSummary:
     steady_step_device_us: float | None = None
     host_paced_by_device: bool = False
     loop: str = "unknown"                           # training | inference (forward-only) | unknown (facts.loop_kind)
+    # the device's memory over the window from the allocator's samples (profile_memory=True; diagnose/memory.py):
+    # peak allocated and reserved, the fewest bytes allocated (kept between steps), the device's capacity (bytes);
+    # None where the trace has no samples (the capacity: where it records none)
+    memory_peak_allocated_bytes: int | None = None
+    memory_peak_reserved_bytes: int | None = None
+    memory_kept_bytes: int | None = None
+    device_memory_bytes: int | None = None
 
 
 @dataclass(kw_only=True)
@@ -342,6 +349,11 @@ def _summary(f: RankFacts, plan: F.FixPlan) -> RankSummary:
                            allocator_pct=_pct(f.allocator.time_us, hw), **common)
     tb, ov, ls = f.breakdown, f.overlap, f.launch
     hp, kp, op = f.idle.pct()
+    mem = f.device_memory
+    if mem is not None:
+        common.update(memory_peak_allocated_bytes=mem.peak_allocated_bytes,
+                      memory_peak_reserved_bytes=mem.peak_reserved_bytes, memory_kept_bytes=mem.floor_allocated_bytes,
+                      device_memory_bytes=mem.capacity_bytes)
     span = f.span_us
     return RankSummary(
         rank=t.rank, source=t.source, window_us=tb.window_us, idle_pct=tb.idle_pct, compute_pct=tb.compute_pct,

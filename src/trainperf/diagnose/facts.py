@@ -22,6 +22,7 @@ from trainperf.diagnose.host import (HostSpans, allocator_calls, checkpoint_span
                                      sync_ops)
 from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLength, launch_bound_stretches,
                                        launch_stats, launched_inside, launched_rows, queue_length)
+from trainperf.diagnose.memory import DeviceMemory, device_memory
 from trainperf.diagnose.pipeline import (ScheduleNames, later_stage, opens_on_receive_share, p2p_group_role,
                                         schedule_names)
 from trainperf.diagnose.period import (paced_by_device, period_of_sides_us, steady_period_us, step_nodes,
@@ -250,6 +251,12 @@ class RankFacts:
             time = sum(v["time_us"] for v in kinds)
             self._gains["hbm_pct"] = sum(v["hbm_pct"] * v["time_us"] for v in kinds) / time if time > 0 else None
         return self._gains["hbm_pct"]
+
+    @property
+    def device_memory(self) -> DeviceMemory | None:
+        """The rank's device memory over the window as the allocator's samples record it (memory.device_memory);
+        None where the trace has none (profiled without profile_memory=True). Once per rank."""
+        return self.once("device_memory", lambda: device_memory(self.table, self.window))
 
     def launching_op(self) -> np.ndarray:
         """roofline.launching_op of the rank's table (per row: the operator that launched it, or -1), once per rank:

@@ -125,13 +125,21 @@ COMPILED_WITHOUT_GRAPHS_RECOMMENDATION = (
     "by one: compiled in the default mode, the kernels are not captured as CUDA graphs. Compile with "
     "mode='reduce-overhead' (CUDA graphs; static shapes, no CPU work or sync inside the region), or raise the per-GPU "
     "batch size so each kernel does more work. " + LAUNCH_BOUND_PROFILER_CHECK)
+# what a job at the edge of its device's memory does about it (memory pressure, however it was read)
+LOWER_THE_PEAK = ("Lower the peak (activation checkpointing, a smaller micro batch, sharding the model and optimizer "
+                  "state: FSDP/ZeRO), set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation, and "
+                  "watch torch.cuda.memory_stats()['num_alloc_retries'].")
 MEMORY_PRESSURE_RECOMMENDATION = (
     "The allocator runs out of device memory and hands its cache back to retry ({pct:.0f} % of the cudaFree/hipFree "
     "calls are made inside an operator just before it allocates again: the caching allocator's retry after a failed "
     "cudaMalloc), and each cudaFree/hipFree synchronises the device: the job runs at the edge of the device's memory. "
-    "Lower the peak (activation checkpointing, a smaller micro batch, sharding the model and optimizer state: "
-    "FSDP/ZeRO), set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation, and watch "
-    "torch.cuda.memory_stats()['num_alloc_retries'].")
+    + LOWER_THE_PEAK)
+# the allocator reached inside the step with no retry pattern, while its samples (profile_memory=True) put the
+# reserved peak at the device's edge (memory.DeviceMemory.near_full)
+NEAR_FULL_RECOMMENDATION = (
+    "The allocator reaches the driver inside the step while its reserved memory is at the device's edge ({memory}): "
+    "the cache cannot grow, so blocks are handed back and allocated again, and each cudaFree/hipFree synchronises the "
+    "device. " + LOWER_THE_PEAK)
 FOREACH_OPTIMIZER_RECOMMENDATION = (
     "The optimizer already runs foreach (multi_tensor_apply kernels), and its update is still several passes over "
     "the parameters and their states a step (AdamW's: ~7 kernels, each reading and writing them): switch to the "

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from trainperf.diagnose.api import Diagnosis
 from trainperf.diagnose.findings import rank_list
+from trainperf.diagnose.memory import memory_text
 
 _SEV_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
 
@@ -151,6 +152,9 @@ def print_summary(d: Diagnosis, console: Console, top: int = 5) -> None:
     console.print(t)
     for n in notes_by_rank(d.notes):
         console.print(f"[yellow]note:[/] {escape(n)}", highlight=False)
+    memory = memory_line(d)
+    if memory:
+        console.print(memory, highlight=False)
     if d.cross_rank:
         x = d.cross_rank
         console.print(f"cross-rank: {x['n_collectives_matched']} collectives matched; {straggler_text(x)}; "
@@ -180,6 +184,19 @@ def print_summary(d: Diagnosis, console: Console, top: int = 5) -> None:
         for n in f.notes:
             console.print(f"   [yellow]note:[/] {escape(n)}", highlight=False)
         console.print(f"   fix: {escape(f.recommendation)}", highlight=False)
+
+
+def memory_line(d: Diagnosis) -> str:
+    """'device memory (rank R, the highest reserved peak of N): peak ...' from the ranks' allocator samples
+    (profile_memory=True), or "" where no rank has them."""
+    ranks = [r for r in d.ranks if r.memory_peak_reserved_bytes is not None]
+    if not ranks:
+        return ""
+    r = max(ranks, key=lambda x: x.memory_peak_reserved_bytes)
+    which = f"rank {r.rank}, the highest reserved peak of {len(ranks)}" if len(ranks) > 1 else f"rank {r.rank}"
+    return f"device memory ({which}): " + memory_text(
+        allocated=r.memory_peak_allocated_bytes, reserved=r.memory_peak_reserved_bytes, kept=r.memory_kept_bytes,
+        capacity=r.device_memory_bytes)
 
 
 def analysed_steps(d: Diagnosis) -> list[int]:

@@ -258,8 +258,18 @@ def allocator_stall(f: RankFacts) -> Finding | None:
                                                   "frees_before_a_retry": (100.0 * pattern.frees_before_retry, "%")},
                            f.allocator.longest[:3], (Change("remove_allocator"),),
                            "allocator calls cost nothing (cached)", evidence_pct=f.pct(time_us))
+    mem = f.device_memory
+    if mem is not None and mem.usable_bytes:
+        found.evidence["metrics"]["peak_reserved_of_usable_memory"] = {
+            "value": round(100.0 * mem.peak_reserved_bytes / mem.usable_bytes, 3), "unit": "%"}
     if pattern.kind == MEMORY_PRESSURE:
         found.recommendation = F.MEMORY_PRESSURE_RECOMMENDATION.format(pct=100.0 * pattern.frees_before_retry)
+        if mem is not None:
+            found.recommendation += f" The allocator's samples: {mem.text()}."
+    elif not pattern.kind and mem is not None and mem.near_full:
+        # no retry pattern in where the frees are made, but the reserved peak at the device's edge: the driver is
+        # reached because the cache cannot grow (profile_memory=True shows it)
+        found.recommendation = F.NEAR_FULL_RECOMMENDATION.format(memory=mem.text())
     elif pattern.kind == ALLOCATOR_OFF:
         found.recommendation = F.ALLOCATOR_OFF_RECOMMENDATION.format(stretches=pattern.stretches_per_step)
     elif pattern.kind == CACHE_EMPTIED:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainperf.diagnose.render import (analysed_steps, gain_basis, gain_text, host_only, host_rank_cells, notes_by_rank,
-                                      rank_cells, straggler_text, straggler_wait_ms)
+from trainperf.diagnose.render import (analysed_steps, gain_basis, gain_text, host_only, host_rank_cells,
+                                       memory_line, notes_by_rank, rank_cells, straggler_text, straggler_wait_ms)
 from trainperf.report.html import Report, bar_chart, esc, paragraph, stacked_bar_chart, table
 
 
@@ -29,7 +29,8 @@ def write_report(d, path: str | Path) -> Path:
         rep.add("Per rank", table(rows, ["rank", "window ms", "idle %", "compute %", "non-compute %",
                                          "comm/comp overlap %", "idle host / kernel / other %", "GPU analyses",
                                          "confidence"]),
-                *[paragraph(n, "note") for n in notes_by_rank(d.notes)])
+                *[paragraph(n, "note") for n in notes_by_rank(d.notes)],
+                *([paragraph(memory_line(d))] if memory_line(d) else []))
     if gpu:
         labels = [f"rank {r.rank}" for r in gpu]
         rep.add("Where the window goes (ms)", stacked_bar_chart(labels, {

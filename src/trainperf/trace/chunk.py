@@ -31,6 +31,11 @@ BASE_COLUMNS = 8
 SHAPE_ARGS = ("Input Dims", "Input type", "Concrete Inputs", "Input Strides")
 COMM_ARGS = ("In msg nelems", "Out msg nelems", "dtype", "Group size", "Process Group Ranks")
 KEPT_ARGS = SHAPE_ARGS + COMM_ARGS
+# the caching allocator's samples (profile_memory=True): instant events named "[memory]", one per allocation and
+# free, whose args give the device and its allocator's totals after it; kept as rows of MEMORY_COLUMNS
+MEMORY_EVENT = "[memory]"
+MEMORY_ARGS = ("Device Type", "Device Id", "Total Allocated", "Total Reserved")
+MEMORY_COLUMNS = ("ts_ns", "device_type", "device_id", "allocated", "reserved")
 
 
 @dataclass
@@ -57,6 +62,8 @@ class Chunk:
     thread_names: dict = field(default_factory=dict)
     args: list | None = None
     begin_end: list = field(default_factory=list)  # "B"/"E" events as dicts, in file order (begin_end.py pairs them)
+    # the allocator's samples: rows of MEMORY_COLUMNS (memory_row; an (n, 5) int64 array from the typed path)
+    memory: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         n, width = self.ints.shape
@@ -95,6 +102,20 @@ def add_thread_name(out: dict, name, pid, tid, args) -> None:
         out[(to_int(pid), to_int(tid))] = str(args.get("name", ""))
 
 
+def memory_row(ts, args) -> tuple | None:
+    """A "[memory]" event's row of MEMORY_COLUMNS (ts in ns), or None when its time or an arg is not a number."""
+    if args.__class__ is not dict:
+        return None
+    vals = [to_int(args.get(k), None) for k in MEMORY_ARGS]
+    if None in vals or ts is None or ts.__class__ is bool:
+        return None
+    try:
+        ts_ns = ts * 1000 if ts.__class__ is int else round(float(ts) * 1000)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return (ts_ns, *vals) if -INT64_MAX <= ts_ns <= INT64_MAX else None
+
+
 def kept_args_json(a: dict) -> bytes | None:
     """The KEPT_ARGS of one event's args as a JSON object, UTF-8 (None when it has neither "Input Dims"
     nor "In msg nelems")."""
@@ -123,6 +144,7 @@ def chunk_from_dicts(events: list) -> Chunk:
     cats, names, colls, pgs, kept = [], [], [], [], []
     thread_names: dict = {}
     begin_end: list = []
+    memory: list = []
     ts_float = False
     skipped = 0
     for ev in events:
@@ -135,6 +157,10 @@ def chunk_from_dicts(events: list) -> Chunk:
                 add_thread_name(thread_names, ev.get("name"), ev.get("pid"), ev.get("tid"), ev.get("args"))
             elif ph == "B" or ph == "E":
                 begin_end.append(ev)
+            elif ph == "i" and ev.get("name") == MEMORY_EVENT:
+                row = memory_row(ev.get("ts"), ev.get("args"))
+                if row is not None:
+                    memory.append(row)
             continue
         ts = ev.get("ts")
         dur = ev.get("dur")
@@ -178,4 +204,4 @@ def chunk_from_dicts(events: list) -> Chunk:
         cats.append(_text(cat))
         names.append(_text(ev.get("name", "")))
     ints = np.array(flat, dtype=np.int64).reshape(-1, len(INT_COLUMNS))
-    return Chunk(ints, cats, names, colls, pgs, ts_float, skipped, thread_names, kept, begin_end)
+    return Chunk(ints, cats, names, colls, pgs, ts_float, skipped, thread_names, kept, begin_end, memory)

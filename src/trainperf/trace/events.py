@@ -90,6 +90,9 @@ class EventTable:
     n_skipped: int = 0
     seq: np.ndarray = field(default=None)  # type: ignore[assignment]
     fwd_tid: np.ndarray = field(default=None)  # type: ignore[assignment]
+    # the caching allocator's samples (profile_memory=True): (n, 5) int64 rows of trace.chunk.MEMORY_COLUMNS (ts ns,
+    # device type and index, the allocator's allocated and reserved bytes after the sample), by time; None: none
+    memory: np.ndarray | None = None
     _kept_args: list | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -139,7 +142,7 @@ class EventTable:
         return EventTable(rank=self.rank, source=self.source, names=self.names, arg_texts=self.arg_texts,
                           metadata=self.metadata,
                           thread_names=self.thread_names, ts_was_float=self.ts_was_float,
-                          n_skipped=self.n_skipped, **cols)
+                          n_skipped=self.n_skipped, memory=self.memory, **cols)
 
     def kept_args(self) -> list[dict]:
         """The parsed `arg_texts` (index = the `args` column's id), parsed once per table."""

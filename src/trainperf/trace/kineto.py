@@ -28,7 +28,7 @@ import numpy as np
 from trainperf.errors import NotATraceError, TrainperfError
 from trainperf.trace.annotate import annotate
 from trainperf.trace.begin_end import pair_begin_end
-from trainperf.trace.chunk import INT_COLUMNS, Chunk, chunk_from_dicts, compact_json, to_int
+from trainperf.trace.chunk import INT_COLUMNS, MEMORY_COLUMNS, Chunk, chunk_from_dicts, compact_json, to_int
 from trainperf.trace.events import CAT_TO_KIND, OTHER, EventTable
 
 try:  # msgspec: typed decoding, several times faster than orjson + a Python loop; optional
@@ -363,6 +363,7 @@ class ColumnBuilder:
         self.skipped = 0
         self.rows = 0
         self.begin_end: list = []  # "B"/"E" events of every chunk, in file order (pair_begin_end pairs them)
+        self.memory: list = []  # each chunk's allocator samples (chunk.MEMORY_COLUMNS rows, or an array of them)
 
     def intern(self, values: list, table: str = "names") -> np.ndarray:
         """int32 ids of the strings in values (None -> -1), adding new strings to self.names (or, with
@@ -392,6 +393,7 @@ class ColumnBuilder:
         self.skipped += chunk.skipped
         self.thread_names.update(chunk.thread_names)
         self.begin_end += chunk.begin_end
+        self.memory.append(chunk.memory)
         if not len(chunk):
             return
         self.rows += len(chunk)
@@ -424,6 +426,14 @@ class ColumnBuilder:
         cols["kind"] = kind_of[cols["cat"]]
         return cols
 
+    def memory_samples(self) -> np.ndarray | None:
+        """The allocator's samples as an (n, 5) int64 array of chunk.MEMORY_COLUMNS sorted by time (stable), or
+        None when the trace has none (profiled without profile_memory=True)."""
+        parts = [np.asarray(m, dtype=np.int64).reshape(-1, len(MEMORY_COLUMNS)) for m in self.memory if len(m)]
+        if not parts:
+            return None
+        rows = np.concatenate(parts)
+        return rows[np.argsort(rows[:, 0], kind="stable")]
 
     def _canonical_args(self) -> np.ndarray:
         """Make self.arg_texts canonical (compact JSON, sorted, unique: the same texts whatever parser or
@@ -488,6 +498,6 @@ def read_kineto(path: str | Path, rank: int | None = None) -> EventTable:
     meta["profiler"] = {"record_shapes": bool(profiler.get("record_shapes"))}
     table = EventTable(rank=rank, source=str(path), names=builder.names, arg_texts=builder.arg_texts, metadata=meta,
                        thread_names=builder.thread_names, ts_was_float=builder.ts_float,
-                       n_skipped=builder.skipped, **cols)
+                       n_skipped=builder.skipped, memory=builder.memory_samples(), **cols)
     annotate(table)
     return table

@@ -1,0 +1,133 @@
+"""The device's memory as the caching allocator recorded it: the step's peak against the device's capacity.
+
+A trace profiled with profile_memory=True holds one "[memory]" sample per allocation and free
+(trace.chunk.MEMORY_COLUMNS: the device, and the allocator's allocated and reserved bytes after it), and Kineto writes
+each device's capacity in deviceProperties (totalGlobalMem). Over the analysed window they give the step's peak
+(allocated: live tensors; reserved: what the allocator holds from the driver, fragmentation included) and its floor,
+the allocated bytes the step never goes under: what it keeps between steps (weights, optimizer state, gradients
+kept). The step's transient bytes (peak minus floor: activations, gradients made in the backward, workspaces) are
+what a larger micro batch multiplies, so the free memory at the peak says whether "raise the per-GPU batch size"
+(a launch-bound loop's fix) fits, and a peak at the device's edge backs the allocator's retries (memory pressure).
+
+The device's usable memory leaves the planner's runtime reserve (plan.memory.RESERVED_BYTES: CUDA context, NCCL
+buffers, library workspaces, none of it in the allocator's figures), and transient bytes grown by a larger batch
+fragment as the planner assumes (plan.memory.FRAGMENTATION): one place states both numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainperf.diagnose.window import Window
+from trainperf.plan.memory import FRAGMENTATION, RESERVED_BYTES
+from trainperf.trace.events import EventTable
+
+CPU_DEVICE_TYPE = 0  # c10::DeviceType::CPU: host tensors' samples; every other type is an accelerator's
+GIB = float(1 << 30)
+# a reserved peak within this share of the usable memory is the device's edge: the allocator's next cudaMalloc for a
+# new block may fail, and it then frees its cache to retry. 0.9: the planner's fragmentation margin (8 %) and a little;
+# stated, not fitted (no labeled trace records an out-of-memory retry with its samples)
+NEAR_FULL_SHARE = 0.9
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceMemory:
+    """One rank's device memory over the analysed window (bytes)."""
+
+    device: int                   # the device index the samples are of: the rank's GPU
+    capacity_bytes: int | None    # its deviceProperties totalGlobalMem; None where the trace does not record it
+    peak_allocated_bytes: int     # live tensors at the window's peak
+    peak_reserved_bytes: int      # what the allocator held from the driver at its peak
+    floor_allocated_bytes: int    # the fewest bytes allocated in the window: what the step keeps between steps
+    samples: int                  # allocator samples in the window
+
+    @property
+    def transient_bytes(self) -> int:
+        """What the step allocates beyond what it keeps between steps (bytes): activations, fresh gradients."""
+        return self.peak_allocated_bytes - self.floor_allocated_bytes
+
+    @property
+    def usable_bytes(self) -> float | None:
+        """The device's capacity less the runtime's reserve (bytes); None without the capacity."""
+        return None if self.capacity_bytes is None else max(self.capacity_bytes - RESERVED_BYTES, 0.0)
+
+    @property
+    def near_full(self) -> bool:
+        """The reserved peak is within NEAR_FULL_SHARE of the usable memory (False without the capacity)."""
+        usable = self.usable_bytes
+        return usable is not None and self.peak_reserved_bytes >= NEAR_FULL_SHARE * usable
+
+    @property
+    def transient_growth(self) -> float | None:
+        """How many times the step's transient bytes fit in the usable memory above the floor, fragmented as the
+        planner assumes: about how much larger a micro batch could be on memory alone (None without the capacity or
+        without transient bytes; under 1 where even this step's peak would not fit again)."""
+        usable = self.usable_bytes
+        if usable is None or self.transient_bytes <= 0:
+            return None
+        return (usable - self.floor_allocated_bytes) / (self.transient_bytes * (1.0 + FRAGMENTATION))
+
+    def text(self) -> str:
+        """The figures as memory_text says them."""
+        return memory_text(allocated=self.peak_allocated_bytes, reserved=self.peak_reserved_bytes,
+                           kept=self.floor_allocated_bytes, capacity=self.capacity_bytes)
+
+
+def memory_text(*, allocated: int, reserved: int, kept: int, capacity: int | None) -> str:
+    """'peak 6.17 GiB allocated, 11.90 GiB reserved of the device's 31.75 GiB (3.82 GiB kept between steps)' from
+    a DeviceMemory's bytes (the terminal and the HTML say a rank's memory so too)."""
+    cap = f" of the device's {capacity / GIB:.2f} GiB" if capacity else ""
+    return (f"peak {allocated / GIB:.2f} GiB allocated, {reserved / GIB:.2f} GiB reserved{cap} ({kept / GIB:.2f} GiB "
+            "kept between steps)")
+
+
+def device_memory(t: EventTable, w: Window) -> DeviceMemory | None:
+    """The DeviceMemory of the rank's GPU over the window's time span (host clock, as the samples), or None when the
+    trace has no allocator sample of an accelerator there. The rank's GPU: the device its device events ran on (Kineto
+    writes the device index as their pid), else the accelerator with the most samples."""
+    m = t.memory
+    if m is None or not m.size or not w.keep.any():
+        return None
+    lo, hi = float(w.ts_us[w.keep].min()), float(w.end_us[w.keep].max())
+    ts_us = m[:, 0] / 1e3
+    inside = m[(m[:, 1] != CPU_DEVICE_TYPE) & (ts_us >= lo) & (ts_us <= hi)]
+    if not inside.size:
+        return None
+    ids, counts = np.unique(inside[:, 2], return_counts=True)
+    own = np.unique(t.pid[w.device], return_counts=True) if w.device.size else (np.zeros(0), np.zeros(0))
+    ran_on = [int(d) for d in own[0][np.argsort(-own[1], kind="stable")] if d in ids]
+    device = ran_on[0] if ran_on else int(ids[np.argmax(counts)])
+    s = inside[inside[:, 2] == device]
+    return DeviceMemory(device=device, capacity_bytes=_capacity(t, device),
+                        peak_allocated_bytes=int(s[:, 3].max()), peak_reserved_bytes=int(s[:, 4].max()),
+                        floor_allocated_bytes=int(s[:, 3].min()), samples=int(s.shape[0]))
+
+
+def _capacity(t: EventTable, device: int) -> int | None:
+    """The device's totalGlobalMem from the trace's deviceProperties (bytes), or None."""
+    props = t.metadata.get("deviceProperties")
+    for p in props if isinstance(props, list) else []:
+        if isinstance(p, dict) and p.get("id") == device:
+            cap = p.get("totalGlobalMem")
+            return int(cap) if isinstance(cap, (int, float)) and cap > 0 else None
+    return None
+
+
+# a micro batch at least this many times larger fitting on memory: room to raise it (twice the batch, the smallest
+# step worth proposing); under it, memory leaves the batch where it is
+BATCH_ROOM_MIN_GROWTH = 2.0
+
+
+def batch_room_text(m: DeviceMemory) -> str | None:
+    """What the samples say of raising the per-GPU batch size (a sentence), or None when they cannot say (no
+    capacity, no transient bytes)."""
+    growth = m.transient_growth
+    if growth is None:
+        return None
+    if growth >= BATCH_ROOM_MIN_GROWTH and not m.near_full:
+        return (f"Memory has room for a larger micro batch: {m.text()}; the {m.transient_bytes / GIB:.2f} GiB the "
+                f"step allocates beyond what it keeps could grow ~{growth:.1f}x before the device is full.")
+    return (f"Memory leaves little room for a larger micro batch: {m.text()}; the {m.transient_bytes / GIB:.2f} GiB "
+            f"the step allocates beyond what it keeps could grow {growth:.1f}x at most: prefer CUDA graphs or fusion.")

@@ -1,0 +1,112 @@
+"""The device's memory from the allocator's samples (profile_memory=True; diagnose/memory.py): the window's peak and
+floor against the device's capacity, worked by hand on built traces and read independently from HTA's
+df_index_resolver trace (a V100, 28,010 samples), and the fixes it changes (launch_bound's larger batch, the
+allocator at the device's edge)."""
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from kineto_builder import TraceBuilder  # noqa: E402
+
+from trainperf.diagnose.api import diagnose  # noqa: E402
+from trainperf.diagnose.memory import DeviceMemory, batch_room_text, device_memory  # noqa: E402
+from trainperf.diagnose.window import analysis_window  # noqa: E402
+from trainperf.trace import read_kineto  # noqa: E402
+
+GIB = 1 << 30
+DF_INDEX = Path(__file__).resolve().parents[2] / "../shared/data/traces/hta/df_index_resolver/df_index_resolver.json.gz"
+
+
+def _steps(b: TraceBuilder, device: int = 0, n: int = 4) -> None:
+    for s in range(n):
+        b.step(s, 1000.0 * s, 1000)
+        b.launch("ampere_sgemm_128x64_tn", 1000.0 * s + 10, 1000.0 * s + 20, 500, device=device)
+
+
+def test_peak_floor_and_capacity_of_the_ranks_own_device(tmp_path):
+    b = TraceBuilder()
+    b.device_properties = [{"id": 0, "name": "other", "totalGlobalMem": 80 * GIB},
+                           {"id": 1, "name": "A100-SXM4-16GB", "totalGlobalMem": 16 * GIB}]
+    _steps(b, device=1)
+    b.memory(-5000, 15 * GIB, 15 * GIB, device=1)                # before the trace's events: outside the window
+    for s in range(3):                                            # steps 0-2 analysed (the last is cut)
+        b.memory(1000 * s + 100, 4 * GIB, 8 * GIB, device=1)      # the step's floor
+        b.memory(1000 * s + 400, 6 * GIB, 8 * GIB, device=1)      # its peak
+    b.memory(500, 9 * GIB, 9 * GIB, device=0)                     # another device's samples
+    b.memory(600, 1 << 20, 0, device=-1, device_type=0)           # a host tensor's (CPU) sample
+    t = read_kineto(b.write(tmp_path / "t.json.gz"))
+    assert t.memory.shape == (9, 5)
+    m = device_memory(t, analysis_window(t))
+    assert (m.device, m.capacity_bytes, m.samples) == (1, 16 * GIB, 6)
+    assert (m.peak_allocated_bytes, m.peak_reserved_bytes, m.floor_allocated_bytes) == (6 * GIB, 8 * GIB, 4 * GIB)
+    # by hand: 16 GiB less the 2-GiB runtime reserve = 14 usable; (14 - 4) / (2 x 1.08 fragmentation) = 4.63x
+    assert m.usable_bytes == 14 * GIB and m.transient_growth == pytest.approx(10 / (2 * 1.08))
+    assert not m.near_full and "~4.6x" in batch_room_text(m)
+
+
+def test_no_samples_no_memory(tmp_path):
+    b = TraceBuilder()
+    _steps(b)
+    t = read_kineto(b.write(tmp_path / "t.json.gz"))
+    assert t.memory is None and device_memory(t, analysis_window(t)) is None
+    assert diagnose(tmp_path / "t.json.gz").ranks[0].memory_peak_reserved_bytes is None
+
+
+def test_what_the_samples_say_of_a_larger_batch():
+    def mem(capacity, floor, peak, reserved):
+        return DeviceMemory(device=0, capacity_bytes=capacity, peak_allocated_bytes=peak, peak_reserved_bytes=reserved,
+                            floor_allocated_bytes=floor, samples=2)
+    assert "has room" in batch_room_text(mem(80 * GIB, 20 * GIB, 30 * GIB, 32 * GIB))       # (78-20)/10.8 = 5.4x
+    full = mem(80 * GIB, 20 * GIB, 70 * GIB, 76 * GIB)                                      # (78-20)/54 = 1.07x
+    assert full.near_full and "little room" in batch_room_text(full)
+    assert batch_room_text(mem(None, 20 * GIB, 30 * GIB, 32 * GIB)) is None                 # no capacity recorded
+    assert batch_room_text(mem(80 * GIB, 20 * GIB, 20 * GIB, 20 * GIB)) is None              # nothing transient
+
+
+@pytest.mark.skipif(not DF_INDEX.is_file(), reason="../shared/data/traces/hta not present")
+def test_a_real_trace_s_memory_and_its_launch_bound_fix():
+    raw = json.load(gzip.open(DF_INDEX))
+    cuda = [e["args"] for e in raw["traceEvents"] if e.get("name") == "[memory]" and e["args"]["Device Type"] == 1]
+    capacity = next(p["totalGlobalMem"] for p in raw["deviceProperties"] if p["id"] == cuda[0]["Device Id"])
+    d = diagnose(DF_INDEX.parent)
+    r = d.ranks[0]
+    # the window holds the trace's extremes: its figures are the samples' own
+    assert r.memory_peak_allocated_bytes == max(a["Total Allocated"] for a in cuda)
+    assert r.memory_peak_reserved_bytes == max(a["Total Reserved"] for a in cuda)
+    assert r.memory_kept_bytes == min(a["Total Allocated"] for a in cuda)
+    assert r.device_memory_bytes == capacity == 34089730048  # a V100-SXM2-32GB
+    lb = next(f for f in d.findings if f.kind == "launch_bound")
+    # (31.75 - 2 GiB reserve - 3.82 kept) / (2.36 transient x 1.08) = 10.2x: a larger micro batch fits
+    assert "Memory has room for a larger micro batch" in lb.recommendation and "~10.2x" in lb.recommendation
+
+
+def _allocating_loop(tmp_path: Path, reserved: int) -> Path:
+    """3 analysed steps of 12 operators each allocating through cudaMalloc (no frees: no pattern of its own) and
+    launching a kernel, on a 16-GiB device whose reserved peak is `reserved`."""
+    b = TraceBuilder()
+    b.device_properties = [{"id": 0, "name": "gpu", "totalGlobalMem": 16 * GIB}]
+    for s in range(4):
+        T = 1000.0 * s
+        b.step(s, T, 1000)
+        for i in range(12):
+            at = T + 50.0 * i
+            b.cpu("aten::empty", at, 40)
+            b.cpu("cudaMalloc", at + 5, 10, cat="cuda_runtime")
+            b.launch("ampere_sgemm_128x64_tn", at + 30, at + 35, 10)
+        b.memory(T + 100, 10 * GIB, reserved)
+        b.memory(T + 600, 12 * GIB, reserved)
+    return b.write(tmp_path / "alloc.json.gz")
+
+
+@pytest.mark.parametrize("reserved, says", [(13 * GIB, "at the device's edge"),        # 13 of 14 usable: near full
+                                            (12 * GIB + (1 << 28), "the caching allocator")])  # 12.25 of 14: not
+def test_the_allocator_at_the_devices_edge(tmp_path, reserved, says):
+    found = next(f for f in diagnose(_allocating_loop(tmp_path, reserved)).findings if f.kind == "allocator_stall")
+    assert says in found.recommendation
+    share = found.evidence["metrics"]["peak_reserved_of_usable_memory"]["value"]
+    assert share == pytest.approx(100 * reserved / (14 * GIB), abs=1e-3)
