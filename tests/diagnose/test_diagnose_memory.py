@@ -110,3 +110,27 @@ def test_the_allocator_at_the_devices_edge(tmp_path, reserved, says):
     assert says in found.recommendation
     share = found.evidence["metrics"]["peak_reserved_of_usable_memory"]["value"]
     assert share == pytest.approx(100 * reserved / (14 * GIB), abs=1e-3)
+
+
+def test_diff_says_how_the_memory_moved(tmp_path):
+    from trainperf.diagnose.diff import diff, memory_change_text
+
+    def side(name: str, peak: int, reserved: int) -> Path:
+        b = TraceBuilder()
+        b.device_properties = [{"id": 0, "name": "gpu", "totalGlobalMem": 16 * GIB}]
+        _steps(b)
+        for s in range(4):
+            b.memory(1000 * s + 100, 4 * GIB, reserved)
+            b.memory(1000 * s + 300, peak, reserved)
+        b.memory(9000, 15 * GIB, 15 * GIB)  # after the steps: not theirs
+        (tmp_path / name).mkdir()
+        b.write(tmp_path / name / "rank0.json.gz")
+        return tmp_path / name
+
+    d = diff(side("base", 8 * GIB, 10 * GIB), side("recompute", 5 * GIB, 6 * GIB))
+    assert memory_change_text(d.baseline.memory, d.candidate.memory) == (
+        "peak reserved 10.00 -> 6.00 GiB (-4.00), allocated 8.00 -> 5.00 GiB (-3.00), kept 4.00 -> 4.00 GiB (+0.00)")
+    j = d.to_json()
+    assert j["candidate"]["memory"] == {"peak_allocated_bytes": 5 * GIB, "peak_reserved_bytes": 6 * GIB,
+                                        "kept_bytes": 4 * GIB, "device_bytes": 16 * GIB}
+    assert memory_change_text(None, d.candidate.memory) == ""

@@ -43,7 +43,8 @@ import numpy as np
 from trainperf.diagnose.device_clock import with_device_clocks_aligned
 from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, COMPILE_RE,
                                      DATALOADER_RE, OPTIMIZER_RE, SYNC_OP_RE, SYNC_RUNTIME_RE)
-from trainperf.diagnose.window import launched_before_trace
+from trainperf.diagnose.memory import GIB, DeviceMemory, memory_between
+from trainperf.diagnose.window import device_mask, launched_before_trace
 from trainperf.errors import TrainperfError
 from trainperf.trace.annotate import STEP_RE, correlated_host_row, step_rows, step_spans
 from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMMUNICATION, CPU_OP, PYTHON,
@@ -89,6 +90,9 @@ class StepProfile:
     kernels: dict[str, NameStat]              # device events (kernels, memcpy, memset) by name
     operators: dict[str, NameStat]            # host events (cpu_op, annotations, runtime calls) by name
     notes: list[str] = field(default_factory=list)
+    # the device memory over the kept steps from the allocator's samples (profile_memory=True; diagnose/memory.py):
+    # the rank with the highest reserved peak; None where no rank has samples
+    memory: DeviceMemory | None = None
 
     @property
     def mean_us(self) -> float:
@@ -509,7 +513,22 @@ def step_profile(tables: dict[int, EventTable], source: str = "",
             s.time_us /= n_rank_steps
             s.count /= n_rank_steps
     return StepProfile(source=source, ranks=sorted(tables), steps=sorted(kept), step_times_us=step_times,
-                       breakdown_us=breakdown, kernels=kernels, operators=ops, notes=notes)
+                       breakdown_us=breakdown, kernels=kernels, operators=ops, notes=notes,
+                       memory=_peak_memory(tables, sweeps))
+
+
+def _peak_memory(tables: dict[int, EventTable], sweeps: dict[int, RankSweep]) -> DeviceMemory | None:
+    """The DeviceMemory over each rank's kept steps (its sweep's instants, first to last) with the highest reserved
+    peak, or None where no rank has allocator samples there."""
+    found = []
+    for r, t in tables.items():
+        sw = sweeps[r]
+        if t.memory is None or not sw.mids.size:
+            continue
+        lo, hi = float(sw.mids[0] - sw.dt[0] / 2), float(sw.mids[-1] + sw.dt[-1] / 2)
+        m = memory_between(t, lo, hi, t.pid[device_mask(t)])
+        found += [m] if m is not None else []
+    return max(found, key=lambda m: m.peak_reserved_bytes, default=None)
 
 
 def step_profiles(baseline: dict[int, EventTable], candidate: dict[int, EventTable], baseline_source: str = "",
@@ -671,7 +690,11 @@ class TraceDiff:
             return {"source": p.source, "ranks": p.ranks, "steps": p.steps, "step_time_us": round(p.median_us, 3),
                     "step_time_interval_us": [round(lo, 3), round(hi, 3)], "step_time_mean_us": round(p.mean_us, 3),
                     "step_times_us": [round(float(x), 3) for x in p.step_times_us],
-                    "breakdown_us": {k: round(v, 3) for k, v in sorted(p.breakdown_us.items())}}
+                    "breakdown_us": {k: round(v, 3) for k, v in sorted(p.breakdown_us.items())},
+                    "memory": None if p.memory is None else {
+                        "peak_allocated_bytes": p.memory.peak_allocated_bytes,
+                        "peak_reserved_bytes": p.memory.peak_reserved_bytes,
+                        "kept_bytes": p.memory.floor_allocated_bytes, "device_bytes": p.memory.capacity_bytes}}
         contribs = sorted(self.kernels + self.operators, key=lambda c: -abs(c.delta_us_per_step))
         return {"baseline": side(self.baseline), "candidate": side(self.candidate),
                 "step_time_delta_us": round(self.candidate.median_us - self.baseline.median_us, 3),
@@ -687,6 +710,17 @@ class TraceDiff:
                 "contributions": [c.to_json() for c in contribs[:top]],
                 "new": [c.to_json() for c in self.new], "gone": [c.to_json() for c in self.gone],
                 "findings": [f.to_json() for f in self.findings], "notes": self.notes}
+
+
+def memory_change_text(baseline: DeviceMemory | None, candidate: DeviceMemory | None) -> str:
+    """'peak reserved 11.90 -> 9.20 GiB (-2.70), allocated 6.17 -> 4.00 GiB (-2.17), kept 3.82 -> 3.82 GiB' where both
+    sides have allocator samples, else ""."""
+    if baseline is None or candidate is None:
+        return ""
+    parts = [(name, getattr(baseline, a) / GIB, getattr(candidate, a) / GIB)
+             for name, a in (("peak reserved", "peak_reserved_bytes"), ("allocated", "peak_allocated_bytes"),
+                             ("kept", "floor_allocated_bytes"))]
+    return ", ".join(f"{n} {b:.2f} -> {c:.2f} GiB ({c - b:+.2f})" for n, b, c in parts)
 
 
 def _short(name: str, n: int = 60) -> str:

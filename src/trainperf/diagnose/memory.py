@@ -85,19 +85,26 @@ def memory_text(*, allocated: int, reserved: int, kept: int, capacity: int | Non
 
 def device_memory(t: EventTable, w: Window) -> DeviceMemory | None:
     """The DeviceMemory of the rank's GPU over the window's time span (host clock, as the samples), or None when the
-    trace has no allocator sample of an accelerator there. The rank's GPU: the device its device events ran on (Kineto
-    writes the device index as their pid), else the accelerator with the most samples."""
-    m = t.memory
-    if m is None or not m.size or not w.keep.any():
+    trace has no allocator sample of an accelerator there (memory_between)."""
+    if not w.keep.any():
         return None
-    lo, hi = float(w.ts_us[w.keep].min()), float(w.end_us[w.keep].max())
+    return memory_between(t, float(w.ts_us[w.keep].min()), float(w.end_us[w.keep].max()), t.pid[w.device])
+
+
+def memory_between(t: EventTable, lo_us: float, hi_us: float, device_pids: np.ndarray) -> DeviceMemory | None:
+    """The DeviceMemory of the rank's GPU from its allocator samples in [lo_us, hi_us] (µs, the trace's clock), or None
+    without a sample of an accelerator there. The rank's GPU: the device its device events ran on (device_pids: their
+    pids, Kineto's device index), the most frequent one first; else the accelerator with the most samples."""
+    m = t.memory
+    if m is None or not m.size:
+        return None
     ts_us = m[:, 0] / 1e3
-    inside = m[(m[:, 1] != CPU_DEVICE_TYPE) & (ts_us >= lo) & (ts_us <= hi)]
+    inside = m[(m[:, 1] != CPU_DEVICE_TYPE) & (ts_us >= lo_us) & (ts_us <= hi_us)]
     if not inside.size:
         return None
     ids, counts = np.unique(inside[:, 2], return_counts=True)
-    own = np.unique(t.pid[w.device], return_counts=True) if w.device.size else (np.zeros(0), np.zeros(0))
-    ran_on = [int(d) for d in own[0][np.argsort(-own[1], kind="stable")] if d in ids]
+    own, n = np.unique(device_pids, return_counts=True)
+    ran_on = [int(d) for d in own[np.argsort(-n, kind="stable")] if d in ids]
     device = ran_on[0] if ran_on else int(ids[np.argmax(counts)])
     s = inside[inside[:, 2] == device]
     return DeviceMemory(device=device, capacity_bytes=_capacity(t, device),
