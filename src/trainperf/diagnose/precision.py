@@ -112,6 +112,7 @@ def classify_kernel(name: str) -> str:
 _DTYPE_PRECISION = {"float": FP32, "double": FP64, "c10::Half": REDUCED, "c10::BFloat16": REDUCED,
                     "c10::Float8_e4m3fn": REDUCED, "c10::Float8_e5m2": REDUCED, "c10::Float8_e4m3fnuz": REDUCED,
                     "c10::Float8_e5m2fnuz": REDUCED, "signed char": REDUCED}
+FP32_DATA = ["float"]  # the recorded input types of an operator on fp32 tensors
 
 
 def dtype_precision(types: list, tf32_possible: bool = True) -> str:
@@ -126,6 +127,16 @@ def dtype_precision(types: list, tf32_possible: bool = True) -> str:
             return UNKNOWN
         return p
     return UNKNOWN
+
+
+def kernel_precision(name: str, dtypes: list | None = None, tf32_possible: bool = True) -> tuple[str, bool]:
+    """(a GEMM/conv kernel's math precision, whether its dtype decided it): its name's (classify_kernel), else, where
+    the name says nothing, its launching operator's recorded input types' (dtype_precision), else UNKNOWN."""
+    p = classify_kernel(name)
+    if p != UNKNOWN or not dtypes:
+        return p, False
+    p = dtype_precision(dtypes, tf32_possible)
+    return p, p != UNKNOWN
 
 
 @dataclass(kw_only=True)
@@ -158,11 +169,8 @@ def precision_split(names: list[str], dur_us, start_us=None, dtypes: list | None
     fp32: dict[str, list] = {}
     starts = start_us if start_us is not None else np.zeros(len(names))
     for i, (n, d) in enumerate(zip(names, dur_us)):
-        p = classify_kernel(n)
-        if p == UNKNOWN and dtypes is not None and dtypes[i]:
-            p = dtype_precision(dtypes[i], tf32_possible)
-            if p != UNKNOWN:
-                out.by_dtype_us += float(d)
+        p, by_dtype = kernel_precision(n, dtypes[i] if dtypes is not None else None, tf32_possible)
+        out.by_dtype_us += float(d) if by_dtype else 0.0
         out.time_us[p] += float(d)
         if p == FP32:
             e = fp32.setdefault(n, [float(starts[i]), 0.0])
@@ -402,9 +410,8 @@ def shaped_fp32_fix(f: RankFacts, fp32_us: float) -> ShapedFix | None:
         return None
     t, tf32 = f.table, tf32_possible(f.table)
 
-    def fp32_math(row: int) -> bool:  # as gemm_precision reads it: the name, else the dtype (float: fp32 without TF32)
-        p = classify_kernel(t.names[int(t.name[row])])
-        return p == FP32 or (p == UNKNOWN and not tf32)
+    def fp32_math(row: int) -> bool:  # as gemm_precision reads it: the name, else the call's dtype (fp32 data)
+        return kernel_precision(t.names[int(t.name[row])], FP32_DATA, tf32)[0] == FP32
 
     calls = [c for c in gemm_calls(f, ("fp32",)) if c.time_us > 0 and all(fp32_math(k) for k in c.kernels)]
     time_us = sum(c.time_us for c in calls)
