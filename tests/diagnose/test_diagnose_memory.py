@@ -134,3 +134,23 @@ def test_diff_says_how_the_memory_moved(tmp_path):
     assert j["candidate"]["memory"] == {"peak_allocated_bytes": 5 * GIB, "peak_reserved_bytes": 6 * GIB,
                                         "kept_bytes": 4 * GIB, "device_bytes": 16 * GIB}
     assert memory_change_text(None, d.candidate.memory) == ""
+
+
+def test_a_forward_only_loop_keeps_its_own_fix(tmp_path):
+    """A serving loop preallocates most of the device (vLLM's KV cache at gpu_memory_utilization=0.9): its launch-bound
+    fix is the serving engines' (CUDA graphs of the decode batch sizes, continuous batching), not a training batch
+    the samples would say does not fit."""
+    b = TraceBuilder()
+    b.device_properties = [{"id": 0, "name": "gpu", "totalGlobalMem": 80 * GIB}]
+    for s in range(4):  # forward only: 50 kernels of 12 us a step, each launched 28 us after the last one ended
+        T = 2000.0 * s
+        b.step(s, T, 2000)
+        for i in range(50):
+            b.cpu("aten::linear", T + 40.0 * i, 35)
+            b.launch("ampere_sgemm_32x32_tn", T + 40.0 * i + 20, T + 40.0 * i + 28, 12)
+        b.memory(T + 10, 70 * GIB, 72 * GIB)
+        b.memory(T + 900, 71 * GIB, 72 * GIB)
+    d = diagnose(b.write(tmp_path / "serve.json.gz"))
+    lb = next(f for f in d.findings if f.kind == "launch_bound")
+    assert "forward-only" in lb.recommendation and "Memory" not in lb.recommendation
+    assert d.ranks[0].memory_peak_reserved_bytes == 72 * GIB

@@ -16,7 +16,6 @@ from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.gpu_time import idle_in_spans_us
 from trainperf.diagnose.host import compiled_frames
 from trainperf.diagnose.launch import SMALL_KERNEL_US, graph_launched
-from trainperf.diagnose.memory import batch_room_text
 from trainperf.diagnose.replay import (Change, Graph, dispatch_taken, fused_fixed_cost_us, host_work_us,
                                        one_off_first_calls)
 from trainperf.diagnose.window import covered_length
@@ -130,9 +129,6 @@ def launch_bound(f: RankFacts) -> F.Finding | None:
         found.recommendation = F.COMPILED_WITHOUT_GRAPHS_RECOMMENDATION.format(launches=n / per_step)
     if slow:
         found.recommendation = F.SLOW_LAUNCH_CALLS_RECOMMENDATION.format(us=call_median) + " " + found.recommendation
-    room = batch_room_text(f.device_memory) if f.device_memory is not None and not slow else None
-    if room:  # whether "raise the per-GPU batch size" fits: the allocator's samples say (profile_memory=True)
-        found.recommendation += " " + room
     return found
 
 
