@@ -48,14 +48,19 @@ ELEM = "void at::native::vectorized_elementwise_kernel<4, at::native::GeluFuncto
 P, STEPS = 9100.0, 4  # the device's 8,900 us from +50 us, the synchronize, ~140 us of Python
 
 
-def _checkpointed_trace(folder: Path) -> Path:
+def _checkpointed_trace(folder: Path, reserved_gib: int | None = None) -> Path:
     """STEPS steps: forward linear (GEMM 2000 us) and gelu (300) on thread 1; on thread 2 a reentrant checkpoint's
     backward node re-runs them (forward ops: sequence numbers, Fwd thread id 0; 2000 + 300 us), then the gelu's
-    and the linear's backward nodes (their ops carry Fwd thread id 1: 300, 2 x 2000 us)."""
+    and the linear's backward nodes (their ops carry Fwd thread id 1: 300, 2 x 2000 us). reserved_gib: allocator
+    samples, 30 GiB kept and 40 at the peak, reserved_gib reserved (the device: the H100 80GB write_trace names,
+    without its capacity: the catalog's 80 GiB)."""
     b = TraceBuilder()
     for s in range(STEPS):
         T, q = s * P, 100 * s
         b.step(s, T, P)
+        if reserved_gib is not None:
+            b.memory(T + 20, 30 << 30, reserved_gib << 30)
+            b.memory(T + 3000, 40 << 30, reserved_gib << 30)
         at = T + 50.0
         for i, (name, kernel, us) in enumerate([("aten::linear", GEMM, 2000.0), ("aten::gelu", ELEM, 300.0)]):
             b.cpu(name, T + 10.0 * i, 8.0, **{"Sequence number": q + 10 + i, "Fwd thread id": 0})
@@ -87,6 +92,14 @@ def test_selective_recompute_priced_as_the_recomputed_gemms(tmp_path):
     assert m["recomputed_gemm_attention_time"]["value"] == pytest.approx(2000.0 * n, rel=1e-6)
     assert x.gain_us / n == pytest.approx(2000.0, rel=0.01)
     assert any("reentrant" in note for note in x.notes)
+
+
+@pytest.mark.parametrize("reserved, says", [(44, "34.00 GiB free at the peak"), (75, "no headroom")])
+def test_the_headroom_recompute_trades_is_read_from_the_samples(tmp_path, reserved, says):
+    # the catalog's H100: 80 GiB less its 2-GiB runtime reserve = 78 usable; 44 reserved: 34 free; 75 reserved is
+    # within 90 % of 78 (70.2): no headroom
+    x = _finding(diagnose(_checkpointed_trace(tmp_path, reserved)))
+    assert x is not None and says in x.recommendation
 
 
 def test_a_double_backward_is_not_recompute():

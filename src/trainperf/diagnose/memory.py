@@ -9,9 +9,11 @@ kept). The step's transient bytes (peak minus floor: activations, gradients made
 what a larger micro batch multiplies, so the free memory at the peak says whether "raise the per-GPU batch size"
 (a launch-bound loop's fix) fits, and a peak at the device's edge backs the allocator's retries (memory pressure).
 
-The device's usable memory leaves the planner's runtime reserve (plan.memory.RESERVED_BYTES: CUDA context, NCCL
-buffers, library workspaces, none of it in the allocator's figures), and transient bytes grown by a larger batch
-fragment as the planner assumes (plan.memory.FRAGMENTATION): one place states both numbers.
+The device's capacity is its deviceProperties' totalGlobalMem, else the catalog's (hardware: an "80 GB" part's
+80 GiB); its usable memory leaves the runtime's reserve as the planner does (the catalog part's
+runtime_reserved_gib, else plan.memory.RESERVED_BYTES: CUDA context, NCCL buffers, library workspaces, none of it in
+the allocator's figures), and transient bytes grown by a larger batch fragment as the planner assumes
+(plan.memory.FRAGMENTATION): one place states each number.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainperf.diagnose.roofline import device_accelerator
 from trainperf.diagnose.window import Window
 from trainperf.plan.memory import FRAGMENTATION, RESERVED_BYTES
 from trainperf.trace.events import EventTable
@@ -42,6 +45,7 @@ class DeviceMemory:
     peak_reserved_bytes: int      # what the allocator held from the driver at its peak
     floor_allocated_bytes: int    # the fewest bytes allocated in the window: what the step keeps between steps
     samples: int                  # allocator samples in the window
+    runtime_reserve_bytes: float = RESERVED_BYTES  # what the runtime holds outside the allocator (the planner's)
 
     @property
     def transient_bytes(self) -> int:
@@ -51,7 +55,7 @@ class DeviceMemory:
     @property
     def usable_bytes(self) -> float | None:
         """The device's capacity less the runtime's reserve (bytes); None without the capacity."""
-        return None if self.capacity_bytes is None else max(self.capacity_bytes - RESERVED_BYTES, 0.0)
+        return None if self.capacity_bytes is None else max(self.capacity_bytes - self.runtime_reserve_bytes, 0.0)
 
     @property
     def near_full(self) -> bool:
@@ -107,9 +111,12 @@ def memory_between(t: EventTable, lo_us: float, hi_us: float, device_pids: np.nd
     ran_on = [int(d) for d in own[np.argsort(-n, kind="stable")] if d in ids]
     device = ran_on[0] if ran_on else int(ids[np.argmax(counts)])
     s = inside[inside[:, 2] == device]
-    return DeviceMemory(device=device, capacity_bytes=_capacity(t, device),
+    acc = device_accelerator(t)  # the catalog's part: its capacity where the trace gives none, and its runtime reserve
+    capacity = _capacity(t, device) or (int(acc.hbm_bytes) if acc is not None else None)
+    return DeviceMemory(device=device, capacity_bytes=capacity,
                         peak_allocated_bytes=int(s[:, 3].max()), peak_reserved_bytes=int(s[:, 4].max()),
-                        floor_allocated_bytes=int(s[:, 3].min()), samples=int(s.shape[0]))
+                        floor_allocated_bytes=int(s[:, 3].min()), samples=int(s.shape[0]),
+                        runtime_reserve_bytes=RESERVED_BYTES if acc is None else acc.runtime_reserved_bytes)
 
 
 def _capacity(t: EventTable, device: int) -> int | None:
@@ -118,7 +125,7 @@ def _capacity(t: EventTable, device: int) -> int | None:
     for p in props if isinstance(props, list) else []:
         if isinstance(p, dict) and p.get("id") == device:
             cap = p.get("totalGlobalMem")
-            return int(cap) if isinstance(cap, (int, float)) and cap > 0 else None
+            return int(cap) if isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap > 0 else None
     return None
 
 
@@ -138,3 +145,17 @@ def batch_room_text(m: DeviceMemory) -> str | None:
                 f"step allocates beyond what it keeps could grow ~{growth:.1f}x before the device is full.")
     return (f"Memory leaves little room for a larger micro batch: {m.text()}; the {m.transient_bytes / GIB:.2f} GiB "
             f"the step allocates beyond what it keeps could grow {growth:.1f}x at most: prefer CUDA graphs or fusion.")
+
+
+def headroom_text(m: DeviceMemory) -> str | None:
+    """What the samples say of the memory headroom activation checkpointing trades for time (a sentence), or None
+    without the device's capacity."""
+    usable = m.usable_bytes
+    if usable is None:
+        return None
+    if m.near_full:
+        return (f"The allocator's samples answer it: {m.text()}: no headroom, recomputing is what lets this step fit; "
+                "a cheaper recompute (selective) must keep the peak where it is.")
+    free = max(usable - m.peak_reserved_bytes, 0.0)
+    return (f"The allocator's samples answer it: {m.text()}: {free / GIB:.2f} GiB free at the peak (the runtime's "
+            f"{m.runtime_reserve_bytes / GIB:.1f}-GiB reserve aside) for the activations kept instead of recomputed.")

@@ -37,7 +37,7 @@ from trainperf.diagnose.host import OPTIMIZER_RE, span_rows
 from trainperf.diagnose.host_link import pinned_copy_rate, pinned_copy_us
 from trainperf.diagnose.layout import layout_transposes
 from trainperf.diagnose.loss import unfused_cross_entropy
-from trainperf.diagnose.memory import batch_room_text
+from trainperf.diagnose.memory import batch_room_text, headroom_text
 from trainperf.diagnose.precision import fp32_matmul
 from trainperf.diagnose.queued_idle import idle_with_work_queued
 from trainperf.diagnose.pipeline import implied_micro_batches, schedule_bubble_pct
@@ -746,11 +746,11 @@ def _adapted(f: RankFacts, found: list[Finding]) -> list[Finding]:
         for x in found:
             if x.kind in F.HOST_BOUND_KINDS:
                 x.recommendation = F.ONE_HOST_FOR_SEVERAL_GPUS + " " + x.recommendation
-    room = batch_room_text(f.device_memory) if f.loop != "inference" and f.device_memory is not None else None
-    if room:  # whether a training loop's "raise the per-GPU batch size" fits: its allocator's samples say
-        for x in found:
-            if x.kind in F.HOST_BOUND_KINDS and "batch size" in x.recommendation:
-                x.recommendation += " " + room
+    mem = f.device_memory if f.loop != "inference" else None
+    for x in found if mem is not None else ():  # a training loop's memory headroom, where its fix asks for it
+        said = (batch_room_text(mem) if x.kind in F.HOST_BOUND_KINDS and "batch size" in x.recommendation
+                else headroom_text(mem) if x.kind == "recompute_overhead" else None)
+        x.recommendation += " " + said if said else ""
     advice = F.NAMING_ADVICE.get(f.table.metadata.get("producer", ""))
     if advice:  # the way to name unnamed host work in this profiler
         for x in found:
