@@ -95,3 +95,23 @@ def test_real_rocpd_hip_api_trace_reads_as_its_rows():
     # = 7500, 3719662418667169 - 3719662417327973 = 1339196 ns
     memcpy = np.array([t.name_of(i) == "hipMemcpy" for i in range(len(t))])
     assert int(t.dur_ns[memcpy].sum()) == 115480837 + 7500 + 1339196
+
+
+def test_a_folder_of_rocpd_databases_says_how_to_convert_them(tmp_path):
+    """A folder holding only rocprofv3's default output (ROCm >= 7: <pid>_results.db) names the databases and the
+    converter, in one line, as a database given alone does."""
+    import sqlite3
+
+    from trainperf.errors import TrainperfError
+    from trainperf.trace.load import load_trace
+
+    db = sqlite3.connect(tmp_path / "714789_results.db")
+    db.execute("CREATE TABLE rocpd_info_node (id INTEGER)")  # rocpd's schema opens with its rocpd_* tables
+    db.commit()
+    db.close()
+    for path, named in ((tmp_path, "rocpd databases (714789_results.db)"), (tmp_path / "714789_results.db",
+                                                                           "a rocpd database")):
+        with pytest.raises(TrainperfError) as e:
+            load_trace(path)
+        assert named in str(e.value) and "rocpd convert --output-format csv" in str(e.value)
+        assert "\n" not in str(e.value)

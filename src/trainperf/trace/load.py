@@ -24,6 +24,7 @@ class NotATraceWarning(LoadWarning):
 
 RANK_IN_NAME_RE = re.compile(r"rank[-_ ]?(\d+)", re.I)
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz", ".xplane.pb", ".sqlite")
+ROCPD_SUFFIX = "_results.db"  # rocprofv3's rocpd database, <pid>_results.db
 # subfolders of one job's traces, one per rank or per node ("rank3", "rank_3", "node1", "worker-2"); other
 # subfolders (torchtitan's profile_trace/iteration_N/, one per profiled iteration or run) are diagnosed one at a time
 RANK_OR_NODE_FOLDER_RE = re.compile(r"(?:rank|node|worker)[-_ ]?\d+", re.I)
@@ -58,6 +59,11 @@ def trace_files(path: str | Path) -> list[Path]:
     if not files and reports:
         raise TrainperfError(f"{path}: Nsight Systems reports ({', '.join(reports[:3])}) only nsys reads: export each "
                              "with `nsys export --type sqlite -o <name>.sqlite <name>.nsys-rep`")
+    databases = sorted(p.name for p in path.iterdir() if p.is_file() and p.name.endswith(ROCPD_SUFFIX))
+    if not files and databases:  # rocprofv3's default output since ROCm 7 (docs/diagnose.md, "Trace formats")
+        raise TrainperfError(f"{path}: rocpd databases ({', '.join(databases[:3])}), rocprofv3's SQLite output, are "
+                             "not read directly: convert each with `rocpd convert --output-format csv -i <name>.db` "
+                             "and pass the folder it writes")
     if not files:
         # traces one level down: a folder per profiled iteration (torchtitan's profile_trace/iteration_N/) or per run
         below = sorted((p for p in path.iterdir() if p.is_dir()
