@@ -18,14 +18,22 @@ from trainperf.diagnose.window import analysis_window  # noqa: E402
 from trainperf.trace import read_kineto  # noqa: E402
 
 STEPS, OPS = 4, 12  # the last step is left out of the window: 3 analysed
+GIB = 1 << 30
 
 
-def _trace(tmp_path: Path, where: str, kernels: bool = False) -> Path:
-    """The trace of case `where`; kernels: each operator also launches a 10-us kernel (a GPU trace)."""
+def _trace(tmp_path: Path, where: str, kernels: bool = False, reserved: int | None = None) -> Path:
+    """The trace of case `where` ("none": no frees, the allocations alone); kernels: each operator also launches a
+    10-us kernel (a GPU trace); reserved: allocator samples (profile_memory=True) on a 16-GiB device, 10 then 12 GiB
+    allocated a step, `reserved` bytes reserved."""
     b = TraceBuilder()
+    if reserved is not None:
+        b.device_properties = [{"id": 0, "name": "gpu", "totalGlobalMem": 16 * GIB}]
     for s in range(STEPS):
         T = 1000.0 * s
         b.step(s, T, 1000)
+        if reserved is not None:
+            b.memory(T + 100, 10 * GIB, reserved)
+            b.memory(T + 600, 12 * GIB, reserved)
         for i in range(OPS):
             at = T + 50.0 * i
             b.cpu("aten::empty", at, 40)
@@ -67,3 +75,15 @@ def test_allocator_stall_names_the_fix_of_its_pattern(tmp_path, where, says):
     path = _trace(tmp_path, where, kernels=True)
     found = next(f for f in diagnose(path).findings if f.kind == "allocator_stall")
     assert says in found.recommendation
+
+
+@pytest.mark.parametrize("reserved, says", [(13 * GIB, "at the device's edge"),             # 13 of 14 usable: near full
+                                            (12 * GIB + (1 << 28), "the caching allocator")])  # 12.25 of 14: not
+def test_the_allocator_at_the_devices_edge(tmp_path, reserved, says):
+    """Allocations alone (no pattern in the frees) with the allocator's samples: the device's edge is named where the
+    reserved peak is within 90 % of the usable memory (16 GiB less the runtime's 2: 14), the general advice else."""
+    path = _trace(tmp_path, "none", kernels=True, reserved=reserved)
+    found = next(f for f in diagnose(path).findings if f.kind == "allocator_stall")
+    assert says in found.recommendation
+    share = found.evidence["metrics"]["peak_reserved_of_usable_memory"]["value"]
+    assert share == pytest.approx(100 * reserved / (14 * GIB), abs=1e-3)

@@ -1,7 +1,7 @@
 """The device's memory from the allocator's samples (profile_memory=True; diagnose/memory.py): the window's peak and
 floor against the device's capacity, worked by hand on built traces and read independently from HTA's
-df_index_resolver trace (a V100, 28,010 samples), and the fixes it changes (launch_bound's larger batch, the
-allocator at the device's edge)."""
+df_index_resolver trace (a V100, 28,010 samples), and the fixes it changes (launch_bound's larger batch; the
+allocator at the device's edge: test_diagnose_allocator_pattern.py)."""
 
 import gzip
 import json
@@ -83,33 +83,6 @@ def test_a_real_trace_s_memory_and_its_launch_bound_fix():
     lb = next(f for f in d.findings if f.kind == "launch_bound")
     # (31.75 - 2 GiB reserve - 3.82 kept) / (2.36 transient x 1.08) = 10.2x: a larger micro batch fits
     assert "Memory has room for a larger micro batch" in lb.recommendation and "~10.2x" in lb.recommendation
-
-
-def _allocating_loop(tmp_path: Path, reserved: int) -> Path:
-    """3 analysed steps of 12 operators each allocating through cudaMalloc (no frees: no pattern of its own) and
-    launching a kernel, on a 16-GiB device whose reserved peak is `reserved`."""
-    b = TraceBuilder()
-    b.device_properties = [{"id": 0, "name": "gpu", "totalGlobalMem": 16 * GIB}]
-    for s in range(4):
-        T = 1000.0 * s
-        b.step(s, T, 1000)
-        for i in range(12):
-            at = T + 50.0 * i
-            b.cpu("aten::empty", at, 40)
-            b.cpu("cudaMalloc", at + 5, 10, cat="cuda_runtime")
-            b.launch("ampere_sgemm_128x64_tn", at + 30, at + 35, 10)
-        b.memory(T + 100, 10 * GIB, reserved)
-        b.memory(T + 600, 12 * GIB, reserved)
-    return b.write(tmp_path / "alloc.json.gz")
-
-
-@pytest.mark.parametrize("reserved, says", [(13 * GIB, "at the device's edge"),        # 13 of 14 usable: near full
-                                            (12 * GIB + (1 << 28), "the caching allocator")])  # 12.25 of 14: not
-def test_the_allocator_at_the_devices_edge(tmp_path, reserved, says):
-    found = next(f for f in diagnose(_allocating_loop(tmp_path, reserved)).findings if f.kind == "allocator_stall")
-    assert says in found.recommendation
-    share = found.evidence["metrics"]["peak_reserved_of_usable_memory"]["value"]
-    assert share == pytest.approx(100 * reserved / (14 * GIB), abs=1e-3)
 
 
 def test_diff_says_how_the_memory_moved(tmp_path):
