@@ -384,7 +384,10 @@ def main() -> None:
         figures[name] = {"median_step_ms": statistics.median(timed["step_ms"]),
                          "median_synced_step_ms": statistics.median(timed["synced_step_ms"]),
                          "steps": len(timed["synced_step_ms"]),
-                         "seconds": round(time.perf_counter() - t0, 1)}
+                         "seconds": round(time.perf_counter() - t0, 1),
+                         # the allocator's own peaks over the profiled steps (bytes): what the trace's samples of a
+                         # MEMORY_RECORDED scenario must read (diagnose's memory_peak_*_bytes)
+                         **{k: timed[k] for k in ("max_memory_allocated", "max_memory_reserved") if k in timed}}
         print(name, figures[name], flush=True)
     for name, (fixed_name, fix) in FIXED_BY.items():
         faulty = figures.get(name, {}).get("median_step_ms")
