@@ -127,3 +127,23 @@ def test_a_forward_only_loop_keeps_its_own_fix(tmp_path):
     lb = next(f for f in d.findings if f.kind == "launch_bound")
     assert "forward-only" in lb.recommendation and "Memory" not in lb.recommendation
     assert d.ranks[0].memory_peak_reserved_bytes == 72 * GIB
+
+
+def test_the_chart_keeps_every_peak_and_the_html_draws_it(tmp_path):
+    # 5,000 samples in the window, one spike among them: the chart's 2,000 points still reach it
+    from trainperf.diagnose.memory import TIMELINE_POINTS
+    from trainperf.report.diagnose import write_report
+
+    b = TraceBuilder()
+    b.device_properties = [{"id": 0, "name": "gpu", "totalGlobalMem": 16 * GIB}]
+    _steps(b)
+    for i in range(5000):
+        b.memory(0.5 * i + 1, (9 if i == 3333 else 4) * GIB, 10 * GIB)
+    path = b.write(tmp_path / "t.json.gz")
+    d = diagnose(path)
+    m = d.memory[0]
+    assert m.samples == 5000 and m.timeline.shape == (TIMELINE_POINTS, 3)
+    assert m.timeline[:, 1].max() == 9 * GIB == m.peak_allocated_bytes
+    assert (m.timeline[:, 1] == 4 * GIB).sum() == TIMELINE_POINTS - 1  # the spike's chunk alone reads it
+    html = write_report(d, tmp_path / "r.html").read_text()
+    assert "Device memory over the window (rank 0)" in html and "peak 9.00 GiB allocated" in html

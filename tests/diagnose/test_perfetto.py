@@ -27,7 +27,9 @@ DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 def two_rank_job(tmp_path: Path) -> Path:
     """4 steps of 3000 µs. Rank 0: GEMM, then an all-reduce it enters at +540 µs; rank 1: DataLoader
     1500 µs, GEMM, all-reduce entered at +2040 µs. Both all-reduces end at +2600 µs of the step on
-    their own clock; rank 1's clock reads OFFSET_US more than rank 0's."""
+    their own clock; rank 1's clock reads OFFSET_US more than rank 0's. Each rank's allocator samples
+    (profile_memory=True): at +5 µs (2 + rank GiB allocated) and +600 µs (3 + rank) of each step, 4 GiB
+    reserved, and one before the trace's first event (not drawn)."""
     d = tmp_path / "job"
     d.mkdir()
     for rank in range(2):
@@ -41,6 +43,9 @@ def two_rank_job(tmp_path: Path) -> Path:
                 b.cpu(DL, T, 1500, cat="user_annotation")
             b.launch("ampere_sgemm_128x64_tn", T + g + 10, T + g + 20, 500)
             b.launch(AR, T + g + 530, T + g + 540, 2600 - (g + 540), stream=20)
+            b.memory(T + 5, (2 + rank) << 30, 4 << 30)
+            b.memory(T + 600, (3 + rank) << 30, 4 << 30)
+        b.memory(off - 100, 1 << 30, 1 << 30)
         b.write(d / f"rank{rank}.json.gz")
     return d
 
@@ -51,13 +56,16 @@ def check_trace_event_rules(doc: dict) -> dict:
     slices = defaultdict(list)
     flows = defaultdict(dict)
     for e in doc["traceEvents"]:
-        assert e["ph"] in ("X", "M", "s", "f"), e
+        assert e["ph"] in ("X", "M", "s", "f", "C"), e
         assert isinstance(e["pid"], int) and isinstance(e["tid"], int), e
         if e["ph"] == "M":
             assert e["name"] in ("process_name", "process_sort_index", "process_labels", "thread_name",
                                  "thread_sort_index") and isinstance(e["args"], dict)
             continue
         assert isinstance(e["ts"], (int, float)) and e["ts"] >= 0, e
+        if e["ph"] == "C":  # a counter: its values by name
+            assert e["args"] and all(isinstance(v, (int, float)) for v in e["args"].values()), e
+            continue
         if e["ph"] == "X":
             assert isinstance(e["dur"], (int, float)) and e["dur"] >= 0, e
             assert isinstance(e["name"], str) and isinstance(e["cat"], str)
@@ -122,6 +130,24 @@ def test_clocks_aligned_on_collectives(written):
     for a, b in zip(sorted(ends[0]), sorted(ends[1])):
         assert a == pytest.approx(b, abs=1e-3)
     assert sorted(ends[0])[1] - sorted(ends[0])[0] == pytest.approx(3000.0)
+
+
+def test_memory_samples_are_counter_tracks_on_the_aligned_clock(written):
+    # each rank's 8 samples inside its events' span (the one before them left out), by hand: rank 1's sample at
+    # +5 µs of its step lands where rank 0's does once its clock's 5000 µs are taken off
+    _, _, doc = written
+    counters = defaultdict(list)
+    for e in doc["traceEvents"]:
+        if e["ph"] == "C":
+            counters[e["pid"]].append(e)
+    assert sorted(counters) == [0, 1] and len(counters[0]) == len(counters[1]) == 8
+    for r in (0, 1):
+        assert {e["name"] for e in counters[r]} == {"device 0 memory (GiB)"}
+        assert sorted(e["args"]["allocated"] for e in counters[r]) == [2.0 + r] * 4 + [3.0 + r] * 4
+        assert {e["args"]["reserved"] for e in counters[r]} == {4.0}
+    t0 = sorted(e["ts"] for e in counters[0])
+    t1 = sorted(e["ts"] for e in counters[1])
+    assert t0 == pytest.approx(t1, abs=1e-3) and t0[2] - t0[0] == pytest.approx(3000.0)
 
 
 def test_findings_are_annotated_with_flows_to_their_evidence(written):

@@ -106,6 +106,8 @@ class Diagnosis:
     modules: list = field(default_factory=list)  # modules.ModuleBreakdown per rank, when asked for (--modules)
     # the event tables (per rank, restricted to --steps) the diagnosis was made from; not in the JSON
     tables: dict = field(default_factory=dict, repr=False)
+    # rank -> memory.DeviceMemory where the rank's trace has allocator samples (the HTML's chart); not in the JSON
+    memory: dict = field(default_factory=dict, repr=False)
 
     def to_json(self) -> dict:
         """The documented JSON object: {path, ranks: [...], findings: [...], cross_rank, notes,
@@ -214,6 +216,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     later_stages = any(later_stage(timing[r].p2p_role, timing[r].opens_on_receive) for r in gpu_ranks)
     openings = [timing[r].opens_on_receive for r in gpu_ranks if timing[r].p2p_rows.size]
     summaries: dict[int, RankSummary] = {}
+    memory: dict = {}
     found: list[F.Finding] = []
     plans: dict[int, F.FixPlan] = {}
     job_caveats = cross_rank_caveats(xr.clock_offset_us, xr.clock_spread_us) if xr is not None else []
@@ -253,6 +256,8 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
                 f" (the unprofiled step, {step_ms:.2f} ms: the run's median over {from_run[1]} steps outside the profiled ones)"
             notes.append(f"rank {r}: {calibration.note}{source}")
         summaries[r], ranked, plans[r] = analyse_rank(f, job_caveats)
+        if f.device_memory is not None:
+            memory[r] = f.device_memory
         found += ranked
         notes += [f"rank {r}: {n}" for n in summaries[r].evidence_notes]
     merged = F.merge_across_ranks(found)
@@ -297,7 +302,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     return Diagnosis(path=str(path), ranks=list(summaries.values()), findings=merged[:top], cross_rank=xr_json,
                      notes=notes,
                      fix_all_gain_pct=best.fix_all_gain_pct if best else 0.0, fix_order=best.order if best else [],
-                     modules=mods, tables=tables)
+                     modules=mods, tables=tables, memory={r: m for r, m in memory.items() if r in summaries})
 
 
 def analyse_rank(f: RankFacts, job_caveats: list[Caveat] = ()) -> tuple[RankSummary, list[F.Finding], F.FixPlan]:

@@ -18,7 +18,7 @@ the allocator's figures), and transient bytes grown by a larger batch fragment a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -33,6 +33,7 @@ GIB = float(1 << 30)
 # new block may fail, and it then frees its cache to retry. 0.9: the planner's fragmentation margin (8 %) and a little;
 # stated, not fitted (no labeled trace records an out-of-memory retry with its samples)
 NEAR_FULL_SHARE = 0.9
+TIMELINE_POINTS = 2000  # the samples a rank's memory chart draws at most
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +47,9 @@ class DeviceMemory:
     floor_allocated_bytes: int    # the fewest bytes allocated in the window: what the step keeps between steps
     samples: int                  # allocator samples in the window
     runtime_reserve_bytes: float = RESERVED_BYTES  # what the runtime holds outside the allocator (the planner's)
+    # the samples over the window, at most TIMELINE_POINTS rows of (µs, allocated, reserved bytes) for a chart (each
+    # row the largest of its share of the samples, so no peak is lost); not in the JSON
+    timeline: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
     def transient_bytes(self) -> int:
@@ -111,12 +115,20 @@ def memory_between(t: EventTable, lo_us: float, hi_us: float, device_pids: np.nd
     ran_on = [int(d) for d in own[np.argsort(-n, kind="stable")] if d in ids]
     device = ran_on[0] if ran_on else int(ids[np.argmax(counts)])
     s = inside[inside[:, 2] == device]
+    ts = s[:, 0] / 1e3
+    timeline = np.column_stack([ts, s[:, 3], s[:, 4]]).astype(float)
+    if timeline.shape[0] > TIMELINE_POINTS:  # each chunk's last time and its largest figures: the peaks stay
+        cuts = np.linspace(0, timeline.shape[0], TIMELINE_POINTS + 1).astype(int)[:-1]
+        timeline = np.column_stack([np.maximum.reduceat(timeline[:, 0], cuts),
+                                    np.maximum.reduceat(timeline[:, 1], cuts),
+                                    np.maximum.reduceat(timeline[:, 2], cuts)])
     acc = device_accelerator(t)  # the catalog's part: its capacity where the trace gives none, and its runtime reserve
     capacity = _capacity(t, device) or (int(acc.hbm_bytes) if acc is not None else None)
     return DeviceMemory(device=device, capacity_bytes=capacity,
                         peak_allocated_bytes=int(s[:, 3].max()), peak_reserved_bytes=int(s[:, 4].max()),
                         floor_allocated_bytes=int(s[:, 3].min()), samples=int(s.shape[0]),
-                        runtime_reserve_bytes=RESERVED_BYTES if acc is None else acc.runtime_reserved_bytes)
+                        runtime_reserve_bytes=RESERVED_BYTES if acc is None else acc.runtime_reserved_bytes,
+                        timeline=timeline)
 
 
 def _capacity(t: EventTable, device: int) -> int | None:

@@ -15,7 +15,8 @@ finding to the kernel, copy or host span that shows it.
 Format rules followed (Chrome trace-event format as Perfetto's JSON importer reads it): every
 event has ph, pid, tid and ts (µs); "X" slices have dur >= 0 and nest properly on their thread
 (an evidence slice that would overlap another goes to a further "finding: <kind> (2)" thread);
-flows are "s"/"f" pairs with one id, the "f" bound to the enclosing slice ("bp": "e").
+flows are "s"/"f" pairs with one id, the "f" bound to the enclosing slice ("bp": "e"); the allocator's samples of a
+trace profiled with profile_memory=True are counter events ("C": a track a device, its allocated and reserved GiB).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from trainperf.atomic import atomic_path
+from trainperf.diagnose.memory import CPU_DEVICE_TYPE, GIB
 from trainperf.diagnose.window import times_us
 from trainperf.trace.annotate import correlated_host_row
 from trainperf.trace.events import CATEGORY_NAMES, DEVICE_KINDS, KIND_NAMES, EventTable
@@ -110,6 +112,7 @@ def merged_events(tables: dict[int, EventTable], findings: list,
         flows = _launch_flows(t, r, ts - shift, tid, flow_ids)
         n_launch += len(flows) // 2
         events += flows
+        events += _memory_counters(t, r, ts, end, shift)
         lanes[r] = _Lanes(rank=r, first_us=float(ts.min()) - shift if ts.size else 0.0,
                           last_us=float(end.max()) - shift if end.size else 0.0)
     n_slices = n_flows = 0
@@ -145,6 +148,20 @@ def merged_events(tables: dict[int, EventTable], findings: list,
     summary = PerfettoSummary(path="", n_events=len(events), n_finding_slices=n_slices, n_finding_flows=n_flows,
                               n_launch_flows=n_launch, clock_offset_us=offsets)
     return events, summary
+
+
+def _memory_counters(t: EventTable, rank: int, ts: np.ndarray, end: np.ndarray, shift: float) -> list[dict]:
+    """The allocator's samples (profile_memory=True) of each of the rank's accelerators inside its events' span, as
+    one counter track a device ("device N memory (GiB)": allocated and reserved, Perfetto's "C" events)."""
+    m = t.memory
+    if m is None or not ts.size:
+        return []
+    at = m[:, 0] / 1e3
+    keep = m[(m[:, 1] != CPU_DEVICE_TYPE) & (at >= ts.min()) & (at <= end.max())]
+    return [{"ph": "C", "name": f"device {int(dev)} memory (GiB)", "pid": rank, "tid": 0,
+             "ts": round(float(ns) / 1e3 - shift, 3),
+             "args": {"allocated": round(float(alloc) / GIB, 4), "reserved": round(float(res) / GIB, 4)}}
+            for ns, _, dev, alloc, res in keep.tolist()]
 
 
 def _thread_ids(t: EventTable, rank: int, ts: np.ndarray, end: np.ndarray) -> np.ndarray:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trainperf.diagnose.memory import GIB
 from trainperf.diagnose.render import (analysed_steps, gain_basis, gain_text, host_only, host_rank_cells,
                                        memory_line, notes_by_rank, rank_cells, straggler_text, straggler_wait_ms)
-from trainperf.report.html import Report, bar_chart, esc, paragraph, stacked_bar_chart, table
+from trainperf.report.html import Report, bar_chart, esc, line_chart, paragraph, stacked_bar_chart, table
 
 
 def write_report(d, path: str | Path) -> Path:
@@ -29,8 +30,7 @@ def write_report(d, path: str | Path) -> Path:
         rep.add("Per rank", table(rows, ["rank", "window ms", "idle %", "compute %", "non-compute %",
                                          "comm/comp overlap %", "idle host / kernel / other %", "GPU analyses",
                                          "confidence"]),
-                *[paragraph(n, "note") for n in notes_by_rank(d.notes)],
-                *([paragraph(memory_line(d))] if memory_line(d) else []))
+                *[paragraph(n, "note") for n in notes_by_rank(d.notes)])
     if gpu:
         labels = [f"rank {r.rank}" for r in gpu]
         rep.add("Where the window goes (ms)", stacked_bar_chart(labels, {
@@ -47,6 +47,8 @@ def write_report(d, path: str | Path) -> Path:
                       "cross-rank waits; 'cpu' is host work between runtime calls; 'lag' is device work waiting, "
                       "after its launch and its stream allowed it to start, for what the trace does not show.",
                       "note"))
+    if getattr(d, "memory", None):  # a Diagnosis (a hand-made one in tests may have none)
+        _add_memory(rep, d)
     if d.cross_rank:
         x = d.cross_rank
         caused = x.get("caused_by_rank_us", {})  # per rank when collectives were matched (GPU ranks)
@@ -104,3 +106,15 @@ def _add_modules(rep: Report, b) -> None:
                       f"is inside module forwards.", "note"),
             *[paragraph(n, "note") for n in b.notes])
 
+
+def _add_memory(rep: Report, d) -> None:
+    """The device memory over the window of the rank with the highest reserved peak (allocator samples), as GiB
+    against ms from its first sample, with the usable memory where the device's capacity is known."""
+    r, m = max(d.memory.items(), key=lambda kv: kv[1].peak_reserved_bytes)
+    tl = m.timeline
+    ms = [(x - tl[0, 0]) / 1e3 for x in tl[:, 0]]
+    series = {"allocated": list(tl[:, 1] / GIB), "reserved": list(tl[:, 2] / GIB)}
+    if m.usable_bytes:
+        series["usable (capacity less the runtime's reserve)"] = [m.usable_bytes / GIB] * len(ms)
+    rep.add(f"Device memory over the window (rank {r}{', the highest reserved peak' if len(d.memory) > 1 else ''})",
+            line_chart(series, ms, "GiB", x_title="ms from the first sample"), paragraph(memory_line(d)))
