@@ -41,7 +41,7 @@ class DeviceMemory:
     """One rank's device memory over the analysed window (bytes)."""
 
     device: int                   # the device index the samples are of: the rank's GPU
-    capacity_bytes: int | None    # its deviceProperties totalGlobalMem; None where the trace does not record it
+    capacity_bytes: int | None    # its deviceProperties totalGlobalMem, else the catalog part's; None: neither known
     peak_allocated_bytes: int     # live tensors at the window's peak
     peak_reserved_bytes: int      # what the allocator held from the driver at its peak
     floor_allocated_bytes: int    # the fewest bytes allocated in the window: what the step keeps between steps
