@@ -85,7 +85,7 @@ class RankSummary:
     loop: str = "unknown"                           # training | inference (forward-only) | unknown (facts.loop_kind)
     # the device's memory over the window from the allocator's samples (profile_memory=True; diagnose/memory.py):
     # peak allocated and reserved, the fewest bytes allocated (kept between steps), the device's capacity (bytes);
-    # None where the trace has no samples (the capacity: where it records none)
+    # None where the trace has no samples (the capacity: where neither the trace nor the catalog gives it)
     memory_peak_allocated_bytes: int | None = None
     memory_peak_reserved_bytes: int | None = None
     memory_kept_bytes: int | None = None
