@@ -140,6 +140,15 @@ NEAR_FULL_RECOMMENDATION = (
     "The allocator reaches the driver inside the step while its reserved memory is at the device's edge ({memory}): "
     "the cache cannot grow, so blocks are handed back and allocated again, and each cudaFree/hipFree synchronises the "
     "device. " + LOWER_THE_PEAK)
+# NEAR_FULL_RECOMMENDATION of a forward-only loop: a serving engine fills the device on purpose (its KV cache), so
+# what is squeezed is the memory left for the step's activations and workspaces
+INFERENCE_NEAR_FULL_RECOMMENDATION = (
+    "The allocator reaches the driver inside the forward-only step while its reserved memory is at the device's edge "
+    "({memory}): a serving engine's KV cache takes most of the device by design (vLLM's gpu_memory_utilization, "
+    "SGLang's mem_fraction_static), and what it leaves is too little for the step's activations and workspaces, so "
+    "blocks are handed back and allocated again, each cudaFree/hipFree synchronising the device. Leave the step more: "
+    "a lower memory fraction for the cache, fewer tokens a batch (max_num_batched_tokens, chunked prefill), or CUDA "
+    "graphs, whose private memory pool is allocated once.")
 FOREACH_OPTIMIZER_RECOMMENDATION = (
     "The optimizer already runs foreach (multi_tensor_apply kernels), and its update is still several passes over "
     "the parameters and their states a step (AdamW's: ~7 kernels, each reading and writing them): switch to the "

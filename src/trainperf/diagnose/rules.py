@@ -270,7 +270,8 @@ def allocator_stall(f: RankFacts) -> Finding | None:
     elif not pattern.kind and mem is not None and mem.near_full:
         # no retry pattern in where the frees are made, but the reserved peak at the device's edge: the driver is
         # reached because the cache cannot grow (profile_memory=True shows it)
-        found.recommendation = F.NEAR_FULL_RECOMMENDATION.format(memory=mem.text())
+        text = F.INFERENCE_NEAR_FULL_RECOMMENDATION if f.loop == "inference" else F.NEAR_FULL_RECOMMENDATION
+        found.recommendation = text.format(memory=mem.text())
     elif pattern.kind == ALLOCATOR_OFF:
         found.recommendation = F.ALLOCATOR_OFF_RECOMMENDATION.format(stretches=pattern.stretches_per_step)
     elif pattern.kind == CACHE_EMPTIED:
