@@ -74,8 +74,11 @@ class StepProfiler:
         with warnings.catch_warnings():  # no warm-up step exists when a resume lands on the window
             warnings.simplefilter("ignore", UserWarning)
             sched = tp.schedule(skip_first=first - warmup, wait=0, warmup=warmup, active=last - first + 1, repeat=1)
+        # on a GPU the allocator's samples too (profile_memory: one "[memory]" event per allocation and free), from
+        # which diagnose reads the step's peak against the device and whether a larger batch fits
+        # (diagnose/memory.py); not on CPU runs, whose host tensors' samples say nothing about a device
         self.prof = tp.profile(activities=activities, schedule=sched, on_trace_ready=self._write,
-                               record_shapes=True, with_stack=record_modules)
+                               record_shapes=True, with_stack=record_modules, profile_memory=device_type == "cuda")
         # Number the profiler's steps like the optimizer steps (it counts from 0), so that the
         # trace's ProfilerStep#N is step N: the same state profile.__init__ sets up for step 0.
         self.prof.step_num = next_step
