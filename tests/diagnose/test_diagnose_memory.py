@@ -147,3 +147,18 @@ def test_the_chart_keeps_every_peak_and_the_html_draws_it(tmp_path):
     assert (m.timeline[:, 1] == 4 * GIB).sum() == TIMELINE_POINTS - 1  # the spike's chunk alone reads it
     html = write_report(d, tmp_path / "r.html").read_text()
     assert "Device memory over the window (rank 0)" in html and "peak 9.00 GiB allocated" in html
+
+
+def test_the_memory_line_of_a_job_names_its_highest_and_lowest_peaks(tmp_path):
+    from trainperf.diagnose.render import memory_line
+
+    for rank, reserved in ((0, 6), (1, 9), (2, 7)):
+        b = TraceBuilder(rank=rank, world_size=3)
+        b.device_properties = [{"id": 0, "name": "gpu", "totalGlobalMem": 16 * GIB}]
+        _steps(b)
+        b.memory(100, 4 * GIB, reserved * GIB)
+        b.memory(400, 5 * GIB, reserved * GIB)
+        b.write(tmp_path / f"rank{rank}.json.gz")
+    line = memory_line(diagnose(tmp_path))
+    assert line.startswith("device memory (rank 1, the highest reserved peak of 3, the lowest 6.00 GiB): peak 5.00 "
+                           "GiB allocated, 9.00 GiB reserved of the device's 16.00 GiB")
