@@ -162,3 +162,26 @@ def test_the_memory_line_of_a_job_names_its_highest_and_lowest_peaks(tmp_path):
     line = memory_line(diagnose(tmp_path))
     assert line.startswith("device memory (rank 1, the highest reserved peak of 3, the lowest 6.00 GiB): peak 5.00 "
                            "GiB allocated, 9.00 GiB reserved of the device's 16.00 GiB")
+
+
+@pytest.mark.parametrize("floors_mib, grows", [
+    ((4096, 4160, 4224, 4288), True),   # 64 MiB more kept every step: the note, 64.0 MiB a step
+    ((4096, 4096, 4096, 4096), False),  # the same floor step after step (HTA's df_index_resolver: to the byte)
+    ((4096, 4608, 4608, 4608), False),  # one rise (an optimizer's state made in the first step), then flat
+])
+def test_memory_kept_from_every_step_is_noted(tmp_path, floors_mib, grows):
+    # steps 0-2 analysed (the last is cut); in each, the floor then 2 GiB more; 16-GiB device, 14 usable
+    b = TraceBuilder()
+    b.device_properties = [{"id": 0, "name": "gpu", "totalGlobalMem": 16 * GIB}]
+    _steps(b)
+    for s, floor in enumerate(floors_mib):
+        b.memory(1000 * s + 100, floor << 20, 8 * GIB)
+        b.memory(1000 * s + 400, (floor << 20) + 2 * GIB, 8 * GIB)
+    d = diagnose(b.write(tmp_path / "t.json.gz"))
+    notes = [n for n in d.notes if "memory kept between steps grows" in n]
+    if not grows:
+        assert not notes
+        return
+    # by hand: (4224 - 4096) / 2 = 64 MiB a step over steps 0-2; free at the peak 14 - 8 = 6 GiB: 6144 / 64 = 96 steps
+    assert len(notes) == 1 and "grows 64.0 MiB a step over 3 steps (4.00 -> 4.12 GiB" in notes[0]
+    assert "used in ~96 steps" in notes[0]

@@ -14,6 +14,7 @@ import numpy as np
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.devices import device_busy, pytorch_process_side_by_side
 from trainperf.diagnose.facts import RankFacts
+from trainperf.diagnose.memory import growth_note
 from trainperf.diagnose.replay import NOT_BLOCKING, one_off_first_calls
 from trainperf.diagnose.window import NSYS_PER_STEP_FIX, PER_STEP_FIX, launched_before_trace, merge_intervals
 from trainperf.trace.annotate import STEP_RE, correlated_host_row
@@ -444,6 +445,9 @@ def rank_notes(f: RankFacts) -> list[str]:
         out.append(f"{100.0 * earlier.size / dev.size:.0f} % of the GPU events ran work launched before the trace began "
                    f"for {(w.end_us[earlier].max() - f.host_window_start_us) / 1e3:.1f} ms into the analysed steps (the GPU "
                    "was still running the steps before the profile): not the window's steps' work, left out of them")
+    mem = f.device_memory
+    grows = growth_note(t, mem, [(x.start_us, x.start_us + x.host_us) for x in f.step_times]) if mem else None
+    out += [grows] if grows else []
     st = [x for x in f.step_times if x.gpu_end_us == x.gpu_end_us]
     if not st:
         return out
