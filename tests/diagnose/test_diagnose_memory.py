@@ -185,3 +185,19 @@ def test_memory_kept_from_every_step_is_noted(tmp_path, floors_mib, grows):
     # by hand: (4224 - 4096) / 2 = 64 MiB a step over steps 0-2; free at the peak 14 - 8 = 6 GiB: 6144 / 64 = 96 steps
     assert len(notes) == 1 and "grows 64.0 MiB a step over 3 steps (4.00 -> 4.12 GiB" in notes[0]
     assert "used in ~96 steps" in notes[0]
+
+
+def test_failed_allocations_are_noted(tmp_path):
+    # two [OutOfMemory] events of the GPU (and one of the host's CPU, not the device's) in a trace that goes on
+    b = TraceBuilder()
+    b.device_properties = [{"id": 0, "name": "gpu", "totalGlobalMem": 16 * GIB}]
+    _steps(b)
+    b.memory(100, 4 * GIB, 15 * GIB)
+    b.memory(150, 4 * GIB, 15 * GIB, name="[OutOfMemory]", nbytes=2 * GIB)
+    b.memory(1150, 4 * GIB, 15 * GIB, name="[OutOfMemory]", nbytes=2 * GIB)
+    b.memory(1160, 1 << 20, 0, device=-1, device_type=0, name="[OutOfMemory]")
+    path = b.write(tmp_path / "t.json.gz")
+    assert read_kineto(path).metadata["out_of_memory_events"] == 2
+    notes = [n for n in diagnose(path).notes if "[OutOfMemory]" in n]
+    assert len(notes) == 1 and notes[0].startswith("rank 0: 2 device allocation(s) failed in the trace")
+    assert "15.00 GiB reserved of the device's 16.00 GiB" in notes[0]

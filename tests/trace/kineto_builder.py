@@ -20,10 +20,10 @@ class TraceBuilder:
         self.device_properties: list[dict] | None = None  # Kineto's deviceProperties, written when set
 
     def memory(self, ts: float, allocated: int, reserved: int, device: int = 0, device_type: int = 1,
-               nbytes: int = 512) -> "TraceBuilder":
-        """Add an allocator sample ("[memory]", as profile_memory=True writes one per allocation and free): the
-        device and its allocator's totals after it (bytes)."""
-        self.events.append({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 10, "tid": 1,
+               nbytes: int = 512, name: str = "[memory]") -> "TraceBuilder":
+        """Add an allocator sample ("[memory]", as profile_memory=True writes one per allocation and free; name
+        "[OutOfMemory]": an allocation that failed): the device and its allocator's totals after it (bytes)."""
+        self.events.append({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": name, "pid": 10, "tid": 1,
                             "ts": self._t(ts), "args": {"Device Type": device_type, "Device Id": device,
                                                         "Addr": 1 << 40, "Bytes": nbytes, "Total Allocated": allocated,
                                                         "Total Reserved": reserved}})

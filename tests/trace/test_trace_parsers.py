@@ -157,7 +157,7 @@ def _event(dirty: bool):
         "Total Allocated": f(_big), "Total Reserved": f(_big)})
     required = {"ph": f(st.sampled_from(["X", "X", "X", "M", "i", "f", "s"])), "ts": f(_time)}
     optional = {"name": f(st.sampled_from(["thread_name", "aten::mm", "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
-                                           "[memory]"])),
+                                           "[memory]", "[OutOfMemory]"])),
                 "pid": f(_id), "tid": f(_id), "args": f(args)}
     if dirty:
         optional.update(cat=f(st.sampled_from(["kernel", "Trace"])), dur=f(_time))

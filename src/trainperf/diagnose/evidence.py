@@ -448,6 +448,12 @@ def rank_notes(f: RankFacts) -> list[str]:
     mem = f.device_memory
     grows = growth_note(t, mem, [(x.start_us, x.start_us + x.host_us) for x in f.step_times]) if mem else None
     out += [grows] if grows else []
+    failed = t.metadata.get("out_of_memory_events")
+    if failed:  # a failed allocation raises torch.OutOfMemoryError: a trace that goes on had the job catch it
+        out.append(f"{failed} device allocation(s) failed in the trace ([OutOfMemory] events: torch.OutOfMemoryError "
+                   "raised and caught by the job, which went on)" + (f"; {mem.text()}" if mem else "")
+                   + ": the job runs at the device's edge, and a step that hits it does its work again (a batch "
+                   "retried smaller, or skipped)")
     st = [x for x in f.step_times if x.gpu_end_us == x.gpu_end_us]
     if not st:
         return out

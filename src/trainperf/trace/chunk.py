@@ -34,6 +34,9 @@ KEPT_ARGS = SHAPE_ARGS + COMM_ARGS
 # the caching allocator's samples (profile_memory=True): instant events named "[memory]", one per allocation and
 # free, whose args give the device and its allocator's totals after it; kept as rows of MEMORY_COLUMNS
 MEMORY_EVENT = "[memory]"
+# an allocation the device's allocator could not make even after freeing its cache: torch.OutOfMemoryError was raised
+# (and, where the trace goes on, caught); PyTorch records it as this instant event with profile_memory=True
+OUT_OF_MEMORY_EVENT = "[OutOfMemory]"
 MEMORY_ARGS = ("Device Type", "Device Id", "Total Allocated", "Total Reserved")
 MEMORY_COLUMNS = ("ts_ns", "device_type", "device_id", "allocated", "reserved")
 
@@ -64,6 +67,7 @@ class Chunk:
     begin_end: list = field(default_factory=list)  # "B"/"E" events as dicts, in file order (begin_end.py pairs them)
     # the allocator's samples: rows of MEMORY_COLUMNS (memory_row; an (n, 5) int64 array from the typed path)
     memory: list = field(default_factory=list)
+    out_of_memory: int = 0  # OUT_OF_MEMORY_EVENT instants of an accelerator (Device Type not CPU's, 0)
 
     def __post_init__(self) -> None:
         n, width = self.ints.shape
@@ -116,6 +120,11 @@ def memory_row(ts, args) -> tuple | None:
     return (ts_ns, *vals) if -INT64_MAX <= ts_ns <= INT64_MAX else None
 
 
+def accelerator_event(args) -> bool:
+    """Whether an allocator event's args name an accelerator: a "Device Type" that is a number other than the CPU's."""
+    return args.__class__ is dict and to_int(args.get("Device Type"), 0) != 0
+
+
 def kept_args_json(a: dict) -> bytes | None:
     """The KEPT_ARGS of one event's args as a JSON object, UTF-8 (None when it has neither "Input Dims"
     nor "In msg nelems")."""
@@ -145,6 +154,7 @@ def chunk_from_dicts(events: list) -> Chunk:
     thread_names: dict = {}
     begin_end: list = []
     memory: list = []
+    out_of_memory = 0
     ts_float = False
     skipped = 0
     for ev in events:
@@ -161,6 +171,8 @@ def chunk_from_dicts(events: list) -> Chunk:
                 row = memory_row(ev.get("ts"), ev.get("args"))
                 if row is not None:
                     memory.append(row)
+            elif ph == "i" and ev.get("name") == OUT_OF_MEMORY_EVENT:
+                out_of_memory += accelerator_event(ev.get("args"))
             continue
         ts = ev.get("ts")
         dur = ev.get("dur")
@@ -204,4 +216,5 @@ def chunk_from_dicts(events: list) -> Chunk:
         cats.append(_text(cat))
         names.append(_text(ev.get("name", "")))
     ints = np.array(flat, dtype=np.int64).reshape(-1, len(INT_COLUMNS))
-    return Chunk(ints, cats, names, colls, pgs, ts_float, skipped, thread_names, kept, begin_end, memory)
+    return Chunk(ints, cats, names, colls, pgs, ts_float, skipped, thread_names, kept, begin_end, memory,
+                 out_of_memory)

@@ -364,6 +364,7 @@ class ColumnBuilder:
         self.rows = 0
         self.begin_end: list = []  # "B"/"E" events of every chunk, in file order (pair_begin_end pairs them)
         self.memory: list = []  # each chunk's allocator samples (chunk.MEMORY_COLUMNS rows, or an array of them)
+        self.out_of_memory = 0  # the accelerators' failed allocations (chunk.OUT_OF_MEMORY_EVENT)
 
     def intern(self, values: list, table: str = "names") -> np.ndarray:
         """int32 ids of the strings in values (None -> -1), adding new strings to self.names (or, with
@@ -394,6 +395,7 @@ class ColumnBuilder:
         self.thread_names.update(chunk.thread_names)
         self.begin_end += chunk.begin_end
         self.memory.append(chunk.memory)
+        self.out_of_memory += chunk.out_of_memory
         if not len(chunk):
             return
         self.rows += len(chunk)
@@ -496,6 +498,8 @@ def read_kineto(path: str | Path, rank: int | None = None) -> EventTable:
                                                      "baseTimeNanoseconds", "displayTimeUnit", "traceName",
                                                      "truncated")}
     meta["profiler"] = {"record_shapes": bool(profiler.get("record_shapes"))}
+    if builder.out_of_memory:
+        meta["out_of_memory_events"] = builder.out_of_memory
     table = EventTable(rank=rank, source=str(path), names=builder.names, arg_texts=builder.arg_texts, metadata=meta,
                        thread_names=builder.thread_names, ts_was_float=builder.ts_float,
                        n_skipped=builder.skipped, memory=builder.memory_samples(), **cols)

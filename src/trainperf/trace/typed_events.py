@@ -19,8 +19,8 @@ from typing import Optional, Union
 import msgspec
 import numpy as np
 
-from trainperf.trace.chunk import (INT64_MAX, INT_COLUMNS, KEPT_ARGS, MEMORY_ARGS, MEMORY_EVENT, Chunk, add_thread_name,
-                                   memory_row, to_int)
+from trainperf.trace.chunk import (INT64_MAX, INT_COLUMNS, KEPT_ARGS, MEMORY_ARGS, MEMORY_EVENT, OUT_OF_MEMORY_EVENT,
+                                   Chunk, add_thread_name, memory_row, to_int)
 
 _TS_LIMIT = (1 << 63) // 1000 - 1  # |ts| or |dur| in µs whose ns still fit in int64
 _EXACT_FLOAT = float(1 << 53)  # ints below this convert to float64 exactly
@@ -150,6 +150,7 @@ def decode_chunk(data: bytes, loads) -> Chunk | None:
     xs = [e for e in events if e.__class__ is cls]
     thread_names: dict = {}
     memory: list = []
+    out_of_memory = 0
     if len(xs) != len(events):
         if any(e.__class__ in _BEGIN_END for e in events):
             return None
@@ -162,6 +163,9 @@ def decode_chunk(data: bytes, loads) -> Chunk | None:
                 return None
         memory = _memory_rows([(e.ts, a.device_type, a.device_id, a.allocated, a.reserved) for e in events
                                if e.__class__ is InstantEvent and e.name == MEMORY_EVENT and (a := e.args) is not None])
+        out_of_memory = sum(1 for e in events if e.__class__ is InstantEvent and e.name == OUT_OF_MEMORY_EVENT
+                            and e.args is not None and e.args.device_type not in (None, 0)
+                            and -INT64_MAX <= e.args.device_type <= INT64_MAX)  # as chunk.to_int reads it
     got = _columns(xs, cls)
     skipped = 0
     if got is None:  # maybe events without ts, dur or cat: drop them as the dict path (and HTA) does
@@ -175,7 +179,8 @@ def decode_chunk(data: bytes, loads) -> Chunk | None:
     ints, cats, ts_float = got
     kept = [None if (a := e.args).input_dims is ABSENT and a.in_nelems is ABSENT else _kept_json(a) for e in xs]
     return Chunk(ints, cats, [e.name for e in xs], [e.args.collective for e in xs],
-                 [e.args.process_group for e in xs], ts_float, skipped, thread_names, kept, memory=memory)
+                 [e.args.process_group for e in xs], ts_float, skipped, thread_names, kept, memory=memory,
+                 out_of_memory=out_of_memory)
 
 
 def _memory_rows(raw: list) -> list | np.ndarray:
