@@ -43,7 +43,7 @@ import numpy as np
 from trainperf.diagnose.device_clock import with_device_clocks_aligned
 from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, COMPILE_RE,
                                      DATALOADER_RE, OPTIMIZER_RE, SYNC_OP_RE, SYNC_RUNTIME_RE)
-from trainperf.diagnose.memory import GIB, DeviceMemory, memory_between
+from trainperf.diagnose.memory import GIB, DeviceMemory, highest_peak, memory_between
 from trainperf.diagnose.window import device_mask, launched_before_trace
 from trainperf.errors import TrainperfError
 from trainperf.trace.annotate import STEP_RE, correlated_host_row, step_rows, step_spans
@@ -520,15 +520,17 @@ def step_profile(tables: dict[int, EventTable], source: str = "",
 def _peak_memory(tables: dict[int, EventTable], sweeps: dict[int, RankSweep]) -> DeviceMemory | None:
     """The DeviceMemory over each rank's kept steps (its sweep's instants, first to last) with the highest reserved
     peak, or None where no rank has allocator samples there."""
-    found = []
+    found = {}
     for r, t in tables.items():
         sw = sweeps[r]
         if t.memory is None or not sw.mids.size:
             continue
         lo, hi = float(sw.mids[0] - sw.dt[0] / 2), float(sw.mids[-1] + sw.dt[-1] / 2)
         m = memory_between(t, lo, hi, t.pid[device_mask(t)])
-        found += [m] if m is not None else []
-    return max(found, key=lambda m: m.peak_reserved_bytes, default=None)
+        if m is not None:
+            found[r] = m
+    highest = highest_peak(found)
+    return highest[1] if highest else None
 
 
 def step_profiles(baseline: dict[int, EventTable], candidate: dict[int, EventTable], baseline_source: str = "",

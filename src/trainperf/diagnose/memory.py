@@ -78,17 +78,22 @@ class DeviceMemory:
         return (usable - self.floor_allocated_bytes) / (self.transient_bytes * (1.0 + FRAGMENTATION))
 
     def text(self) -> str:
-        """The figures as memory_text says them."""
-        return memory_text(allocated=self.peak_allocated_bytes, reserved=self.peak_reserved_bytes,
-                           kept=self.floor_allocated_bytes, capacity=self.capacity_bytes)
+        """'peak 6.17 GiB allocated, 11.90 GiB reserved of the device's 31.75 GiB (3.82 GiB kept between steps)'."""
+        cap = f" of the device's {self.capacity_bytes / GIB:.2f} GiB" if self.capacity_bytes else ""
+        return (f"peak {self.peak_allocated_bytes / GIB:.2f} GiB allocated, {self.peak_reserved_bytes / GIB:.2f} GiB "
+                f"reserved{cap} ({self.floor_allocated_bytes / GIB:.2f} GiB kept between steps)")
 
 
-def memory_text(*, allocated: int, reserved: int, kept: int, capacity: int | None) -> str:
-    """'peak 6.17 GiB allocated, 11.90 GiB reserved of the device's 31.75 GiB (3.82 GiB kept between steps)' from
-    a DeviceMemory's bytes (the terminal and the HTML say a rank's memory so too)."""
-    cap = f" of the device's {capacity / GIB:.2f} GiB" if capacity else ""
-    return (f"peak {allocated / GIB:.2f} GiB allocated, {reserved / GIB:.2f} GiB reserved{cap} ({kept / GIB:.2f} GiB "
-            "kept between steps)")
+def highest_peak(memories: dict[int, DeviceMemory]) -> tuple[int, DeviceMemory] | None:
+    """(rank, DeviceMemory) of the rank with the highest reserved peak (the first such rank), or None without any:
+    the one a job's memory is shown by (the terminal's line, the HTML's chart, each side of a diff)."""
+    return max(memories.items(), key=lambda kv: kv[1].peak_reserved_bytes, default=None)
+
+
+def accelerator_samples(t: EventTable) -> np.ndarray:
+    """The table's allocator samples (rows of trace.chunk.MEMORY_COLUMNS) of accelerators, not the host's CPU."""
+    m = t.memory if t.memory is not None else np.zeros((0, 5), dtype=np.int64)
+    return m[m[:, 1] != CPU_DEVICE_TYPE]
 
 
 def device_memory(t: EventTable, w: Window) -> DeviceMemory | None:
@@ -103,11 +108,9 @@ def memory_between(t: EventTable, lo_us: float, hi_us: float, device_pids: np.nd
     """The DeviceMemory of the rank's GPU from its allocator samples in [lo_us, hi_us] (µs, the trace's clock), or None
     without a sample of an accelerator there. The rank's GPU: the device its device events ran on (device_pids: their
     pids, Kineto's device index), the most frequent one first; else the accelerator with the most samples."""
-    m = t.memory
-    if m is None or not m.size:
-        return None
+    m = accelerator_samples(t)
     ts_us = m[:, 0] / 1e3
-    inside = m[(m[:, 1] != CPU_DEVICE_TYPE) & (ts_us >= lo_us) & (ts_us <= hi_us)]
+    inside = m[(ts_us >= lo_us) & (ts_us <= hi_us)]
     if not inside.size:
         return None
     ids, counts = np.unique(inside[:, 2], return_counts=True)
@@ -186,9 +189,10 @@ def growth_note(t: EventTable, m: DeviceMemory, spans: list[tuple[float, float]]
     """A note where the memory kept between steps grows step after step (GROWTH_MIN_*): the allocated floor of each
     analysed step (spans: (start, end) µs, in order) on m's device, its rise a step and, with the capacity, the steps
     left before the free memory at the peak is used; None otherwise."""
-    if len(spans) < GROWTH_MIN_STEPS or t.memory is None:
+    if len(spans) < GROWTH_MIN_STEPS:
         return None
-    s = t.memory[(t.memory[:, 1] != CPU_DEVICE_TYPE) & (t.memory[:, 2] == m.device)]
+    s = accelerator_samples(t)
+    s = s[s[:, 2] == m.device]
     at = s[:, 0] / 1e3
     floors = [s[(at >= a) & (at <= b), 3] for a, b in spans]
     if any(not x.size for x in floors):

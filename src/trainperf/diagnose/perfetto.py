@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from trainperf.atomic import atomic_path
-from trainperf.diagnose.memory import CPU_DEVICE_TYPE, GIB
+from trainperf.diagnose.memory import GIB, accelerator_samples
 from trainperf.diagnose.window import times_us
 from trainperf.trace.annotate import correlated_host_row
 from trainperf.trace.events import CATEGORY_NAMES, DEVICE_KINDS, KIND_NAMES, EventTable
@@ -153,11 +153,11 @@ def merged_events(tables: dict[int, EventTable], findings: list,
 def _memory_counters(t: EventTable, rank: int, ts: np.ndarray, end: np.ndarray, shift: float) -> list[dict]:
     """The allocator's samples (profile_memory=True) of each of the rank's accelerators inside its events' span, as
     one counter track a device ("device N memory (GiB)": allocated and reserved, Perfetto's "C" events)."""
-    m = t.memory
-    if m is None or not ts.size:
+    m = accelerator_samples(t)
+    if not ts.size:
         return []
     at = m[:, 0] / 1e3
-    keep = m[(m[:, 1] != CPU_DEVICE_TYPE) & (at >= ts.min()) & (at <= end.max())]
+    keep = m[(at >= ts.min()) & (at <= end.max())]
     return [{"ph": "C", "name": f"device {int(dev)} memory (GiB)", "pid": rank, "tid": 0,
              "ts": round(float(ns) / 1e3 - shift, 3),
              "args": {"allocated": round(float(alloc) / GIB, 4), "reserved": round(float(res) / GIB, 4)}}

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from trainperf.diagnose.api import Diagnosis
 from trainperf.diagnose.findings import rank_list
-from trainperf.diagnose.memory import GIB, memory_text
+from trainperf.diagnose.memory import GIB, highest_peak
 
 _SEV_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
 
@@ -188,18 +188,16 @@ def print_summary(d: Diagnosis, console: Console, top: int = 5) -> None:
 
 def memory_line(d: Diagnosis) -> str:
     """'device memory (rank R, the highest reserved peak of N, the lowest L GiB): peak ...' from the ranks' allocator
-    samples (profile_memory=True): ranks whose peaks differ hold uneven memory (pipeline stages, uneven shards); ""
-    where no rank has them."""
-    ranks = [r for r in d.ranks if r.memory_peak_reserved_bytes is not None]
-    if not ranks:
+    samples (profile_memory=True, Diagnosis.memory): ranks whose peaks differ hold uneven memory (pipeline stages,
+    uneven shards); "" where no rank has them."""
+    memories = getattr(d, "memory", None) or {}  # a hand-made Diagnosis (tests) may have none
+    if not memories:
         return ""
-    r = max(ranks, key=lambda x: x.memory_peak_reserved_bytes)
-    low = min(x.memory_peak_reserved_bytes for x in ranks) / GIB
-    which = (f"rank {r.rank}, the highest reserved peak of {len(ranks)}, the lowest {low:.2f} GiB"
-             if len(ranks) > 1 else f"rank {r.rank}")
-    return f"device memory ({which}): " + memory_text(
-        allocated=r.memory_peak_allocated_bytes, reserved=r.memory_peak_reserved_bytes, kept=r.memory_kept_bytes,
-        capacity=r.device_memory_bytes)
+    r, m = highest_peak(memories)
+    low = min(x.peak_reserved_bytes for x in memories.values()) / GIB
+    which = f"rank {r}, the highest reserved peak of {len(memories)}, the lowest {low:.2f} GiB" \
+        if len(memories) > 1 else f"rank {r}"
+    return f"device memory ({which}): {m.text()}"
 
 
 def analysed_steps(d: Diagnosis) -> list[int]:

@@ -747,11 +747,12 @@ def _adapted(f: RankFacts, found: list[Finding]) -> list[Finding]:
         for x in found:
             if x.kind in F.HOST_BOUND_KINDS:
                 x.recommendation = F.ONE_HOST_FOR_SEVERAL_GPUS + " " + x.recommendation
-    mem = f.device_memory if f.loop != "inference" else None
-    for x in found if mem is not None else ():  # a training loop's memory headroom, where its fix asks for it
-        said = (batch_room_text(mem) if x.kind in F.HOST_BOUND_KINDS and "batch size" in x.recommendation
-                else headroom_text(mem) if x.kind == "recompute_overhead" else None)
-        x.recommendation += " " + said if said else ""
+    mem = f.device_memory
+    if mem is not None and f.loop != "inference":  # a training loop's memory headroom, where its fix asks for it
+        for x in found:
+            said = (batch_room_text(mem) if x.kind in F.HOST_BOUND_KINDS and "batch size" in x.recommendation
+                    else headroom_text(mem) if x.kind == "recompute_overhead" else None)
+            x.recommendation += " " + said if said else ""
     advice = F.NAMING_ADVICE.get(f.table.metadata.get("producer", ""))
     if advice:  # the way to name unnamed host work in this profiler
         for x in found:

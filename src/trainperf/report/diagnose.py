@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainperf.diagnose.memory import GIB
+from trainperf.diagnose.memory import GIB, highest_peak
 from trainperf.diagnose.render import (analysed_steps, gain_basis, gain_text, host_only, host_rank_cells,
                                        memory_line, notes_by_rank, rank_cells, straggler_text, straggler_wait_ms)
 from trainperf.report.html import Report, bar_chart, esc, line_chart, paragraph, stacked_bar_chart, table
@@ -110,7 +110,7 @@ def _add_modules(rep: Report, b) -> None:
 def _add_memory(rep: Report, d) -> None:
     """The device memory over the window of the rank with the highest reserved peak (allocator samples), as GiB
     against ms from its first sample, with the usable memory where the device's capacity is known."""
-    r, m = max(d.memory.items(), key=lambda kv: kv[1].peak_reserved_bytes)
+    r, m = highest_peak(d.memory)
     tl = m.timeline
     ms = [(x - tl[0, 0]) / 1e3 for x in tl[:, 0]]
     series = {"allocated": list(tl[:, 1] / GIB), "reserved": list(tl[:, 2] / GIB)}
