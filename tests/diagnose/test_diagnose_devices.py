@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_bound import end_gpu_bound_step, write_trace  # noqa: E402
 from kineto_builder import TraceBuilder  # noqa: E402
 
+from trainperf.diagnose import advice  # noqa: E402
 from trainperf.diagnose import findings as F  # noqa: E402
 from trainperf.diagnose.api import diagnose  # noqa: E402
 
@@ -134,7 +135,7 @@ def test_host_bound_fixes_of_one_process_driving_gpus_side_by_side_start_with_a_
     (tmp_path / "one").mkdir()
     two = [x for x in diagnose(loop(tmp_path / "two", 2)).findings if x.kind in F.HOST_BOUND_KINDS]
     one = [x for x in diagnose(loop(tmp_path / "one", 1)).findings if x.kind in F.HOST_BOUND_KINDS]
-    assert two and all(x.recommendation.startswith(F.ONE_HOST_FOR_SEVERAL_GPUS) for x in two)
+    assert two and all(x.recommendation.startswith(advice.ONE_HOST_FOR_SEVERAL_GPUS) for x in two)
     assert one and not any("one process per GPU" in x.recommendation for x in one)
 
 

@@ -23,7 +23,7 @@ from host_bound import K_US, N, P, STEPS, host_bound_trace  # noqa: E402
 from trainperf.corpus import kineto as K  # noqa: E402
 from trainperf.corpus.inject import inject_launch_bound  # noqa: E402
 from trainperf.diagnose.api import diagnose  # noqa: E402
-from trainperf.diagnose.findings import DEVICE_PACED_SMALL_KERNELS_RECOMMENDATION, INFERENCE_RECOMMENDATIONS  # noqa: E402
+from trainperf.diagnose.advice import DEVICE_PACED_SMALL_KERNELS_RECOMMENDATION, INFERENCE_RECOMMENDATIONS  # noqa: E402
 from trainperf.diagnose.host_bound import KERNEL_LAUNCH_CALL_RE  # noqa: E402
 
 H200_GPU_BOUND = Path(__file__).resolve().parents[1] / "data" / "h200_faults" / "healthy-h200-gpu_bound" / "traces"

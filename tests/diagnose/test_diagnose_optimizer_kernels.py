@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from trainperf.diagnose.api import diagnose
-from trainperf.diagnose.findings import RECOMMENDATIONS
+from trainperf.diagnose.advice import RECOMMENDATIONS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 from kineto_builder import TraceBuilder  # noqa: E402

@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
 from kineto_builder import TraceBuilder  # noqa: E402
 
 from trainperf.diagnose.api import diagnose  # noqa: E402
-from trainperf.diagnose.findings import INFERENCE_RECOMMENDATIONS, RECOMMENDATIONS  # noqa: E402
+from trainperf.diagnose.advice import INFERENCE_RECOMMENDATIONS, RECOMMENDATIONS  # noqa: E402
 
 
 def _item_trace(path: Path) -> Path:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainperf.corpus.build import KIND_LABELS
-from trainperf.diagnose.findings import RECOMMENDATIONS
+from trainperf.diagnose.advice import RECOMMENDATIONS
 from trainperf.errors import TrainperfError
 
 SEVERITIES = ("low", "medium", "high")

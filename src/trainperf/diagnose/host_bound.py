@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 
+from trainperf.diagnose import advice
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.evidence import SAMPLED_IDS_PER_CALL, is_sampled
 from trainperf.diagnose.facts import RankFacts
@@ -124,11 +125,13 @@ def launch_bound(f: RankFacts) -> F.Finding | None:
     graphed, compiled = f.once("graphs_and_compiled_regions", lambda: _graphs_and_compiled_regions(f))
     per_step = max(len(f.steps), 1)
     if graphed:  # part of the step replays as CUDA graphs already: what is left is launched one by one
-        found.recommendation = F.PARTLY_GRAPHED_RECOMMENDATION.format(graphed=graphed / per_step, launches=n / per_step)
+        found.recommendation = advice.PARTLY_GRAPHED_RECOMMENDATION.format(graphed=graphed / per_step,
+                                                                           launches=n / per_step)
     elif compiled:  # compiled, but without CUDA graphs
-        found.recommendation = F.COMPILED_WITHOUT_GRAPHS_RECOMMENDATION.format(launches=n / per_step)
+        found.recommendation = advice.COMPILED_WITHOUT_GRAPHS_RECOMMENDATION.format(launches=n / per_step)
     if slow:
-        found.recommendation = F.SLOW_LAUNCH_CALLS_RECOMMENDATION.format(us=call_median) + " " + found.recommendation
+        found.recommendation = (advice.SLOW_LAUNCH_CALLS_RECOMMENDATION.format(us=call_median) + " "
+                                + found.recommendation)
     return found
 
 
@@ -360,10 +363,10 @@ def host_work(f: RankFacts) -> F.Finding | None:
                            "the host work that launches nothing gone from the loop",
                            evidence_pct=f.pct(cost_us), upper_bound=True)
     if saved is not None:
-        found.recommendation = F.UNNAMED_CHECKPOINT_RECOMMENDATION.format(n=len(f.step_times), copies=saved[0],
-                                                                          mib=saved[1] / 2**20)
+        found.recommendation = advice.UNNAMED_CHECKPOINT_RECOMMENDATION.format(n=len(f.step_times), copies=saved[0],
+                                                                               mib=saved[1] / 2**20)
     elif one_off:
-        found.recommendation = F.ONE_OFF_HOST_WORK_RECOMMENDATION.format(n=len(f.step_times))
+        found.recommendation = advice.ONE_OFF_HOST_WORK_RECOMMENDATION.format(n=len(f.step_times))
     return found
 
 
@@ -422,5 +425,5 @@ def small_kernels(f: RankFacts) -> F.Finding | None:
                            "small kernels fused: their launches cost the host nothing and their own device time goes",
                            evidence_pct=f.pct(evidence_us))
     if waited_us <= 0:
-        found.recommendation = F.DEVICE_PACED_SMALL_KERNELS_RECOMMENDATION
+        found.recommendation = advice.DEVICE_PACED_SMALL_KERNELS_RECOMMENDATION
     return found

@@ -18,6 +18,7 @@ import re
 
 import numpy as np
 
+from trainperf.diagnose import advice
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.allocator import ALLOCATOR_OFF, CACHE_EMPTIED, MEMORY_PRESSURE, allocator_pattern
 from trainperf.diagnose.attention import unfused_attention
@@ -99,9 +100,9 @@ def data_loader_stall(f: RankFacts) -> Finding | None:
     found = _host_stall(f, "data_loader_stall", f.dataloader, "remove_data_wait", "dataloader", "data-loader")
     names = [n for n, _, _ in f.dataloader.longest]
     if any(SINGLE_PROCESS_LOADER in n for n in names):
-        found.recommendation = F.SINGLE_PROCESS_LOADER_RECOMMENDATION
+        found.recommendation = advice.SINGLE_PROCESS_LOADER_RECOMMENDATION
     elif any(WORKER_LOADER in n for n in names):
-        found.recommendation = F.WORKER_LOADER_RECOMMENDATION
+        found.recommendation = advice.WORKER_LOADER_RECOMMENDATION
     return found
 
 
@@ -181,15 +182,17 @@ def host_sync(f: RankFacts) -> Finding | None:
     if in_launches >= SYNCHRONOUS_LAUNCH_SHARE:
         names = sorted({g.names[int(f.table.name[r])] for r in g.rows[launches]})
         runtime = next((p for p in ("hip", "cu") if all(n.startswith(p) for n in names)), "")
-        x.recommendation = F.SYNCHRONOUS_LAUNCH_RECOMMENDATION.format(
-            pct=100.0 * in_launches, calls=", ".join(names[:3]), setting=F.SYNCHRONOUS_LAUNCH_SETTINGS[runtime])
+        x.recommendation = advice.SYNCHRONOUS_LAUNCH_RECOMMENDATION.format(
+            pct=100.0 * in_launches, calls=", ".join(names[:3]), setting=advice.SYNCHRONOUS_LAUNCH_SETTINGS[runtime])
     elif to_device >= HOST_TO_DEVICE_SYNC_SHARE:
-        x.recommendation = F.HOST_TO_DEVICE_SYNC_RECOMMENDATION.format(pct=100.0 * to_device) + " " + x.recommendation
+        x.recommendation = (advice.HOST_TO_DEVICE_SYNC_RECOMMENDATION.format(pct=100.0 * to_device) + " "
+                            + x.recommendation)
     return x
 
 
 # the share of the host's blocking in launches that waited for their own kernel from which the fix is to make launches
-# asynchronous again (F.SYNCHRONOUS_LAUNCH_RECOMMENDATION) instead of removing reads: a majority, stated, not fitted
+# asynchronous again (advice.SYNCHRONOUS_LAUNCH_RECOMMENDATION) instead of removing reads: a majority, stated, not
+# fitted
 SYNCHRONOUS_LAUNCH_SHARE = 0.5
 # the share of the host's blocking in waits for its own host-to-device copies from which the fix names them first: a
 # quarter, stated, not fitted (no labeled case has them; the corpus's syncs are reads back to the host). Below it the
@@ -264,18 +267,18 @@ def allocator_stall(f: RankFacts) -> Finding | None:
         found.evidence["metrics"]["peak_reserved_of_usable_memory"] = {
             "value": round(100.0 * mem.peak_reserved_bytes / mem.usable_bytes, 3), "unit": "%"}
     if pattern.kind == MEMORY_PRESSURE:
-        found.recommendation = F.MEMORY_PRESSURE_RECOMMENDATION.format(pct=100.0 * pattern.frees_before_retry)
+        found.recommendation = advice.MEMORY_PRESSURE_RECOMMENDATION.format(pct=100.0 * pattern.frees_before_retry)
         if mem is not None:
             found.recommendation += f" The allocator's samples: {mem.text()}."
     elif not pattern.kind and mem is not None and mem.near_full:
         # no retry pattern in where the frees are made, but the reserved peak at the device's edge: the driver is
         # reached because the cache cannot grow (profile_memory=True shows it)
-        text = F.INFERENCE_NEAR_FULL_RECOMMENDATION if f.loop == "inference" else F.NEAR_FULL_RECOMMENDATION
+        text = advice.INFERENCE_NEAR_FULL_RECOMMENDATION if f.loop == "inference" else advice.NEAR_FULL_RECOMMENDATION
         found.recommendation = text.format(memory=mem.text())
     elif pattern.kind == ALLOCATOR_OFF:
-        found.recommendation = F.ALLOCATOR_OFF_RECOMMENDATION.format(stretches=pattern.stretches_per_step)
+        found.recommendation = advice.ALLOCATOR_OFF_RECOMMENDATION.format(stretches=pattern.stretches_per_step)
     elif pattern.kind == CACHE_EMPTIED:
-        found.recommendation = F.CACHE_EMPTIED_RECOMMENDATION.format(
+        found.recommendation = advice.CACHE_EMPTIED_RECOMMENDATION.format(
             frees=pattern.frees / max(len(f.steps), 1), stretches=pattern.stretches_per_step)
     return found
 
@@ -330,18 +333,18 @@ def exposed_comm(f: RankFacts) -> Finding | None:
                               " (only device work waits for them: upper bound)" if bound else ""),
                            evidence_pct=share, upper_bound=bound)
     if data_parallel:
-        found.recommendation = F.EXPOSED_DATA_PARALLEL_RECOMMENDATION
+        found.recommendation = advice.EXPOSED_DATA_PARALLEL_RECOMMENDATION
     elif scalar > 0.5:  # a majority, as the other kinds'
-        found.recommendation = F.EXPOSED_SCALAR_RECOMMENDATION
+        found.recommendation = advice.EXPOSED_SCALAR_RECOMMENDATION
     elif p2p:
-        found.recommendation = F.EXPOSED_RING_RECOMMENDATION if f.p2p_role == "context" else \
-            F.EXPOSED_P2P_RECOMMENDATION
+        found.recommendation = advice.EXPOSED_RING_RECOMMENDATION if f.p2p_role == "context" else \
+            advice.EXPOSED_P2P_RECOMMENDATION
     elif all_to_all > 0.5:
-        found.recommendation = F.EXPOSED_ALL_TO_ALL_RECOMMENDATION
+        found.recommendation = advice.EXPOSED_ALL_TO_ALL_RECOMMENDATION
     elif forward_all_reduce > 0.5:
-        found.recommendation = F.EXPOSED_TP_RECOMMENDATION
+        found.recommendation = advice.EXPOSED_TP_RECOMMENDATION
     elif sharded > 0.5:
-        found.recommendation = F.EXPOSED_SHARDED_RECOMMENDATION
+        found.recommendation = advice.EXPOSED_SHARDED_RECOMMENDATION
     found.recommendation = _slow_transfer_prefix(rate) + found.recommendation
     return found
 
@@ -360,10 +363,10 @@ def _slow_transfer_prefix(rate: TransferRate | None) -> str:
     SLOW_TRANSFER_SHARE of the link's rate; "" otherwise."""
     if rate is None or rate.link_share >= SLOW_TRANSFER_SHARE:
         return ""
-    return F.EXPOSED_SLOW_TRANSFER_RECOMMENDATION.format(
+    return advice.EXPOSED_SLOW_TRANSFER_RECOMMENDATION.format(
         pct=100.0 * rate.link_share, link=rate.link, busbw=rate.busbw_gbps, link_gbps=rate.link_gbps,
-        ll=F.SLOW_TRANSFER_LL.format(pct=100.0 * rate.ll_share) if rate.ll_share > 0.5 else "",
-        alone="" if rate.partners_seen else F.SLOW_TRANSFER_ONE_RANK) + " "
+        ll=advice.SLOW_TRANSFER_LL.format(pct=100.0 * rate.ll_share) if rate.ll_share > 0.5 else "",
+        alone="" if rate.partners_seen else advice.SLOW_TRANSFER_ONE_RANK) + " "
 
 
 def _exposed_comm_pct(f: RankFacts, overlap: Overlap | None = None) -> float:
@@ -411,12 +414,12 @@ def pipeline_bubble(f: RankFacts) -> Finding | None:
         if sc.micro_batches:
             law_pct = schedule_bubble_pct(f.pipeline_stages, sc.micro_batches, sc.chunks)
             metrics["schedule_bubble"] = (law_pct, "% of step")
-            law = F.BUBBLE_LAW.format(p=f.pipeline_stages, m=sc.micro_batches, law=law_pct, share=share,
-                                      chunks=F.BUBBLE_CHUNKS.format(v=sc.chunks) if sc.chunks > 1 else "")
+            law = advice.BUBBLE_LAW.format(p=f.pipeline_stages, m=sc.micro_batches, law=law_pct, share=share,
+                                           chunks=advice.BUBBLE_CHUNKS.format(v=sc.chunks) if sc.chunks > 1 else "")
         else:
             implied = implied_micro_batches(f.pipeline_stages, share)
             metrics["implied_micro_batches"] = (implied, "count")
-            law = F.BUBBLE_IMPLIED.format(p=f.pipeline_stages, m=implied, share=share, p4=4 * f.pipeline_stages)
+            law = advice.BUBBLE_IMPLIED.format(p=f.pipeline_stages, m=implied, share=share, p4=4 * f.pipeline_stages)
     metrics.update(_rate_metrics(f.p2p_transfer))  # the send/recv's own rate: a stage's transfers between nodes
     s = f.straggler
     slow_stage = s is not None and any(r >= STRAGGLER_MIN_COMPUTE_RATIO for r in s.compute_group_ratio.values())
@@ -556,7 +559,7 @@ def optimizer_slow(f: RankFacts) -> Finding | None:
     kernels)."""
     found = _optimizer_slow(f)
     if found is not None and _preconditioned_optimizer(f):
-        found.recommendation = F.PRECONDITIONED_OPTIMIZER_RECOMMENDATION
+        found.recommendation = advice.PRECONDITIONED_OPTIMIZER_RECOMMENDATION
     return found
 
 
@@ -614,7 +617,7 @@ def _optimizer_slow(f: RankFacts) -> Finding | None:
     names = f.table.name[g.rows[unfused]]
     foreach = float(g.dur[unfused][np.isin(names, f.table.ids_matching(FOREACH_OPTIMIZER_RE.search))].sum())
     if foreach > 0.5 * float(g.dur[unfused].sum()):  # mostly foreach already: "use foreach" is no fix
-        found.recommendation = F.FOREACH_OPTIMIZER_RECOMMENDATION
+        found.recommendation = advice.FOREACH_OPTIMIZER_RECOMMENDATION
     return found
 
 
@@ -672,8 +675,8 @@ def idle_gpu(f: RankFacts, found: list[Finding]) -> Finding | None:
         metrics["warm_up_calls"] = (warm_pct, "% of window")
     x = F.rank_finding(f, "idle_gpu", metrics, severity="medium")
     n = "one gap" if long.size == 1 else f"{long.size} gaps"
-    x.recommendation = (F.IDLE_LONG_GAPS.format(n=n, where=where, share=long_share) if long_share >= 50.0
-                        else F.IDLE_SHORT_GAPS.format(share=100.0 - long_share)) + x.recommendation
+    x.recommendation = (advice.IDLE_LONG_GAPS.format(n=n, where=where, share=long_share) if long_share >= 50.0
+                        else advice.IDLE_SHORT_GAPS.format(share=100.0 - long_share)) + x.recommendation
     return x
 
 
@@ -684,7 +687,7 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
         return None
     x = F.rank_finding(f, "gpu_analyses_skipped", {"device_events": (0, "count")}, severity="low")
     if f.table.metadata.get("truncated"):
-        x.recommendation = F.CUT_FILE_RECOMMENDATION
+        x.recommendation = advice.CUT_FILE_RECOMMENDATION
     return x
 
 
@@ -716,10 +719,10 @@ RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable
 
 def run_rules(f: RankFacts) -> list[Finding]:
     """Every rule on one rank's facts (idle_gpu last: it names idle time no other finding explains); in a
-    forward-only loop a kind's default fix is the inference one (F.INFERENCE_RECOMMENDATIONS), also after a prefix a
-    rule put before it (HOST_TO_DEVICE_SYNC_RECOMMENDATION); a host-bound kind's fix in one PyTorch process driving
-    several GPUs side by side starts with a process per GPU (F.ONE_HOST_FOR_SEVERAL_GPUS); the advice to name unnamed
-    host work is the trace's profiler's (F.NAMING_ADVICE)."""
+    forward-only loop a kind's default fix is the inference one (advice.INFERENCE_RECOMMENDATIONS), also after a
+    prefix a rule put before it (HOST_TO_DEVICE_SYNC_RECOMMENDATION); a host-bound kind's fix in one PyTorch process
+    driving several GPUs side by side starts with a process per GPU (advice.ONE_HOST_FOR_SEVERAL_GPUS); the advice to
+    name unnamed host work is the trace's profiler's (advice.NAMING_ADVICE)."""
     found = [x for x in (rule(f) for rule in RULES) if x is not None]
     rest = idle_gpu(f, found)
     found += [rest] if rest else []
@@ -740,21 +743,22 @@ def _adapted(f: RankFacts, found: list[Finding]) -> list[Finding]:
     """found with each fix told for this loop and trace (run_rules' docstring says how)."""
     if f.loop == "inference":
         for x in found:
-            default = F.RECOMMENDATIONS.get(x.kind, "")
-            if x.kind in F.INFERENCE_RECOMMENDATIONS and x.recommendation.endswith(default):  # after a rule's prefix
-                x.recommendation = x.recommendation[:-len(default)] + F.INFERENCE_RECOMMENDATIONS[x.kind]
+            default = advice.RECOMMENDATIONS.get(x.kind, "")
+            # after a rule's prefix too
+            if x.kind in advice.INFERENCE_RECOMMENDATIONS and x.recommendation.endswith(default):
+                x.recommendation = x.recommendation[:-len(default)] + advice.INFERENCE_RECOMMENDATIONS[x.kind]
     if pytorch_process_side_by_side(f):  # one host for every GPU: the host-bound fixes start with a host per GPU
         for x in found:
             if x.kind in F.HOST_BOUND_KINDS:
-                x.recommendation = F.ONE_HOST_FOR_SEVERAL_GPUS + " " + x.recommendation
+                x.recommendation = advice.ONE_HOST_FOR_SEVERAL_GPUS + " " + x.recommendation
     mem = f.device_memory
     if mem is not None and f.loop != "inference":  # a training loop's memory headroom, where its fix asks for it
         for x in found:
             said = (batch_room_text(mem) if x.kind in F.HOST_BOUND_KINDS and "batch size" in x.recommendation
                     else headroom_text(mem) if x.kind == "recompute_overhead" else None)
             x.recommendation += " " + said if said else ""
-    advice = F.NAMING_ADVICE.get(f.table.metadata.get("producer", ""))
-    if advice:  # the way to name unnamed host work in this profiler
+    naming = advice.NAMING_ADVICE.get(f.table.metadata.get("producer", ""))
+    if naming:  # the way to name unnamed host work in this profiler
         for x in found:
-            x.recommendation = x.recommendation.replace(F.DEFAULT_NAMING_ADVICE, advice)
+            x.recommendation = x.recommendation.replace(advice.DEFAULT_NAMING_ADVICE, naming)
     return found

@@ -6,6 +6,7 @@ name its what-if. Thresholds beside the rules that read them.
 
 from __future__ import annotations
 
+from trainperf.diagnose import advice
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.crossrank import Recurrence, straggler_min_p_value
 from trainperf.diagnose.facts import RankFacts, StragglerFacts
@@ -83,7 +84,7 @@ def straggler(f: RankFacts) -> F.Finding | None:
                                what_if=f"no rank waits for rank {h.rank} (host only: the others' wait per "
                                        f"step{stalls})")
         if schedule_names(f.table, f.window).named:  # a pipeline stage: its schedule names itself (pipeline.py)
-            found.recommendation = F.STRAGGLER_STAGE_RECOMMENDATION
+            found.recommendation = advice.STRAGGLER_STAGE_RECOMMENDATION
         return found
     if s.compute_group_ratio and not s.persistent:
         # a slow pipeline stage beside matched waits that name no one rank: its ranks are the straggler (below), the
@@ -126,10 +127,10 @@ def straggler(f: RankFacts) -> F.Finding | None:
                                f"no rank waits for rank {s.rank} inside collectives",
                                evidence_pct=f.pct(s.caused_per_other_us), ranks=[s.rank])
     if f.p2p_comm_share > 0.5:  # pipeline stages (a majority, as exposed_comm's)
-        found.recommendation = F.STRAGGLER_STAGE_RECOMMENDATION
+        found.recommendation = advice.STRAGGLER_STAGE_RECOMMENDATION
     elif late_without_more_work(s):  # the same computation started late: by its host, or by work queued ahead
-        found.recommendation = (F.LATE_HOST_STRAGGLER_RECOMMENDATION if paused_not_loaded(s)
-                                else F.QUEUED_WORK_STRAGGLER_RECOMMENDATION).format(rank=s.rank)
+        found.recommendation = (advice.LATE_HOST_STRAGGLER_RECOMMENDATION if paused_not_loaded(s)
+                                else advice.QUEUED_WORK_STRAGGLER_RECOMMENDATION).format(rank=s.rank)
     return found
 
 
@@ -217,8 +218,8 @@ def _paused_hosts(f: RankFacts) -> F.Finding | None:
         return None
     found = _turn_waits(f, "straggler", "no rank's host pauses before its work: nobody waits in collectives")
     # one rank's pauses hold the waiting (a rank-0 evaluation or log write in one step): what only it does
-    found.recommendation = (F.LATE_HOST_STRAGGLER_RECOMMENDATION.format(rank=found.ranks[0]) if len(found.ranks) == 1
-                            else F.PAUSED_HOSTS_RECOMMENDATION)
+    found.recommendation = (advice.LATE_HOST_STRAGGLER_RECOMMENDATION.format(rank=found.ranks[0])
+                            if len(found.ranks) == 1 else advice.PAUSED_HOSTS_RECOMMENDATION)
     return found
 
 
@@ -233,9 +234,9 @@ def _slow_ranks(f: RankFacts) -> F.Finding | None:
     found = _turn_waits(f, "straggler", f"rank(s) {F.rank_list(group)} as fast as the others: nobody waits in "
                         "collectives",
                         ranks=list(group), extra={"p_value_arrival_order_random": (s.slow_ranks_p_value, "")})
-    cause = F.SLOW_RANKS_HOST_CAUSE if paused_not_loaded(s) else F.SLOW_RANKS_DEVICE_CAUSE
+    cause = advice.SLOW_RANKS_HOST_CAUSE if paused_not_loaded(s) else advice.SLOW_RANKS_DEVICE_CAUSE
     who = f"Ranks {F.rank_list(group)}" if len(group) > 1 else f"Rank {group[0]}"
-    found.recommendation = F.SLOW_RANKS_RECOMMENDATION.format(who=who, cause=cause)
+    found.recommendation = advice.SLOW_RANKS_RECOMMENDATION.format(who=who, cause=cause)
     return found
 
 
@@ -247,7 +248,7 @@ def _extra_work_rank(f: RankFacts) -> F.Finding | None:
         return None
     found = _turn_waits(f, "straggler", "no rank does more work than the others in a step: nobody waits in "
                         "collectives")
-    found.recommendation = F.EXTRA_WORK_STRAGGLER_RECOMMENDATION.format(rank=found.ranks[0])
+    found.recommendation = advice.EXTRA_WORK_STRAGGLER_RECOMMENDATION.format(rank=found.ranks[0])
     return found
 
 
