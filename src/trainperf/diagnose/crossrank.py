@@ -592,6 +592,15 @@ def host_step_waits(t: EventTable, keep: np.ndarray | None = None) -> dict[int, 
     return out
 
 
+def _steps_in_common(per_step: dict[int, dict]) -> tuple[dict[int, dict], list[int], list[int]]:
+    """({rank: its steps' values} of the ranks with any step, those ranks sorted, the steps every one of them has,
+    sorted); no common step (empty list) with fewer than 2 such ranks."""
+    per = {r: v for r, v in per_step.items() if v}
+    if len(per) < 2:
+        return per, sorted(per), []
+    return per, sorted(per), sorted(set.intersection(*[set(v) for v in per.values()]))
+
+
 def host_straggler(tables: dict[int, EventTable], keep: dict[int, np.ndarray] | None = None) -> HostStraggler | None:
     """The straggler of a job whose ranks have no GPU activity (gloo), over the steps in keep ({rank: bool per
     row}: the analysis windows' keep; default each rank's window.analysis_window, which leaves out the last
@@ -618,13 +627,9 @@ def host_straggler(tables: dict[int, EventTable], keep: dict[int, np.ndarray] | 
     if keep is None:
         keep = {r: analysis_window(t).keep for r, t in tables.items()}
     per = {r: host_step_waits(t, keep.get(r)) for r, t in tables.items()}
-    per = {r: v for r, v in per.items() if v}
-    if len(per) < 2:
-        return None
-    common = sorted(set.intersection(*[set(v) for v in per.values()]))
+    per, ranks, common = _steps_in_common(per)
     if not common:
         return None
-    ranks = sorted(per)
     own = {r: np.array([per[r][s][0] - per[r][s][1] - per[r][s][2] for s in common]) for r in ranks}
     wait = {r: np.array([per[r][s][1] for s in common]) for r in ranks}
     step = np.median(np.array([[per[r][s][0] for s in common] for r in ranks]), axis=0)
@@ -851,13 +856,9 @@ class ComputeStraggler:
 def compute_straggler(per_step: dict[int, dict[int, float]]) -> ComputeStraggler | None:
     """From {rank: compute_per_step(...)}: the rank whose per-step compute exceeds the other ranks' median
     most (median ratio over the steps every rank has). None with fewer than 2 ranks or no common step."""
-    per = {r: v for r, v in per_step.items() if v}
-    if len(per) < 2:
-        return None
-    common = sorted(set.intersection(*[set(v) for v in per.values()]))
+    per, ranks, common = _steps_in_common(per_step)
     if not common:
         return None
-    ranks = sorted(per)
     c = np.array([[per[r][s] for s in common] for r in ranks])  # ranks x steps
 
     def ratio(i: int, ref: np.ndarray) -> float:  # rank i's compute over a reference, step by step, the median
