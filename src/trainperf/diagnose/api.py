@@ -24,6 +24,7 @@ from trainperf.diagnose.evidence import (Caveat, apply_caveats, cross_rank_cavea
 from trainperf.diagnose.facts import DeviceTiming, RankFacts, StragglerFacts, collect_facts, device_timing
 from trainperf.diagnose.modules import module_breakdown
 from trainperf.diagnose.pipeline import later_stage, stages_from_openings
+from trainperf.diagnose.step_flops import step_flops
 from trainperf.diagnose.steps import gpu_step_periods_us, memcpy_bandwidth
 from trainperf.diagnose.rules import idle_left_by_dismissed, run_rules
 from trainperf.diagnose.unprofiled import host_calibration, run_unprofiled_step_ms
@@ -90,6 +91,15 @@ class RankSummary:
     memory_peak_reserved_bytes: int | None = None
     memory_kept_bytes: int | None = None
     device_memory_bytes: int | None = None
+    # the matrix products' and attention's FLOPs from the recorded shapes (record_shapes=True; diagnose/step_flops.py):
+    # FLOP a step, TFLOP/s over the window, their time at the peak as % of it (hardware FLOPs utilisation; None
+    # without the device's peaks), % of the GEMM and attention kernel time they cover (None on a CPU run), the
+    # precision of most of them; None where no such operator's shapes are recorded
+    flops_per_step: float | None = None
+    achieved_tflops: float | None = None
+    flops_utilisation_pct: float | None = None
+    flops_covered_pct: float | None = None
+    flops_precision: str = ""
 
 
 @dataclass(kw_only=True)
@@ -341,6 +351,11 @@ def _summary(f: RankFacts, plan: F.FixPlan) -> RankSummary:
                   fix_order=plan.order, fix_all_gain_pct=plan.fix_all_gain_pct, dismissed=plan.dismissed,
                   gpu_step_time_median_us=float(np.median(periods)) if periods else None,
                   gpu_lag_median_us=float(np.nanmedian(lags)) if lags else None, loop=f.loop)
+    flops = step_flops(f)
+    if flops is not None:
+        common.update(flops_per_step=flops.flops_per_step, achieved_tflops=flops.achieved_tflops,
+                      flops_utilisation_pct=flops.utilisation_pct, flops_covered_pct=flops.covered_pct,
+                      flops_precision=flops.precision)
     if not f.has_gpu:
         hw = f.host_window_us
         # the loop thread computes nothing while it is in or blocked on a collective: all of it is exposed

@@ -260,7 +260,7 @@ class RankFacts:
 
     def launching_op(self) -> np.ndarray:
         """roofline.launching_op of the rank's table (per row: the operator that launched it, or -1), once per rank:
-        the GEMM and fusion findings both read it."""
+        the GEMM and fusion findings and the step's FLOPs read it."""
         from trainperf.diagnose.roofline import launching_op
 
         return self.once("launching_op", lambda: launching_op(self.table))

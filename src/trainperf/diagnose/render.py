@@ -11,6 +11,7 @@ from rich.table import Table
 from trainperf.diagnose.api import Diagnosis
 from trainperf.diagnose.findings import rank_list
 from trainperf.diagnose.memory import GIB, highest_peak
+from trainperf.diagnose.step_flops import COVERED_MIN_PCT
 
 _SEV_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
 
@@ -152,9 +153,9 @@ def print_summary(d: Diagnosis, console: Console, top: int = 5) -> None:
     console.print(t)
     for n in notes_by_rank(d.notes):
         console.print(f"[yellow]note:[/] {escape(n)}", highlight=False)
-    memory = memory_line(d)
-    if memory:
-        console.print(memory, highlight=False)
+    for line in (memory_line(d), flops_line(d)):
+        if line:
+            console.print(line, highlight=False)
     if d.cross_rank:
         x = d.cross_rank
         console.print(f"cross-rank: {x['n_collectives_matched']} collectives matched; {straggler_text(x)}; "
@@ -198,6 +199,40 @@ def memory_line(d: Diagnosis) -> str:
     which = f"rank {r}, the highest reserved peak of {len(memories)}, the lowest {low:.2f} GiB" \
         if len(memories) > 1 else f"rank {r}"
     return f"device memory ({which}): {m.text()}"
+
+
+def _flop_text(flop: float) -> str:
+    """A FLOP count with its prefix: "641.7 MFLOP", "1.23 PFLOP"."""
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if flop >= scale:
+            return f"{flop / scale:.4g} {prefix}FLOP"
+    return f"{flop:.4g} FLOP"
+
+
+def flops_line(d: Diagnosis) -> str:
+    """'FLOPs (matrix products and attention, from the recorded shapes; rank R): X a step, Y TFLOP/s, Z % of the
+    bf16 peak ...' of the rank with the lowest utilisation (else the lowest rate), with the range over the ranks;
+    "" where no rank's trace records their shapes (diagnose/step_flops.py)."""
+    ranks = [r for r in d.ranks if r.achieved_tflops is not None]
+    if not ranks:
+        return ""
+    rated = [r for r in ranks if r.flops_utilisation_pct is not None]
+    low = min(rated, key=lambda r: r.flops_utilisation_pct) if rated else min(ranks, key=lambda r: r.achieved_tflops)
+    parts = [f"{_flop_text(low.flops_per_step)} a step"] if low.flops_per_step is not None else []
+    parts.append(f"{low.achieved_tflops:.3g} TFLOP/s")
+    if low.flops_utilisation_pct is not None:
+        prec = f" {low.flops_precision}" if low.flops_precision else ""
+        parts.append(f"{low.flops_utilisation_pct:.1f} % of the{prec} peak (hardware FLOPs utilisation: what ran, "
+                     "recomputation included; MFU where nothing is recomputed)")
+    if len(rated) > 1:
+        top = max(r.flops_utilisation_pct for r in rated)
+        parts.append(f"ranks {low.flops_utilisation_pct:.1f}-{top:.1f} %")
+    which = f"rank {low.rank}, the lowest of {len(ranks)}" if len(ranks) > 1 else f"rank {low.rank}"
+    text = f"FLOPs (matrix products and attention, from the recorded shapes; {which}): " + ", ".join(parts)
+    if low.flops_covered_pct is not None and low.flops_covered_pct < COVERED_MIN_PCT:
+        text += (f"; a lower bound: the operators whose shapes are recorded launched {low.flops_covered_pct:.0f} % "
+                 "of the GEMM and attention kernel time (compiled or graphed kernels carry no shapes)")
+    return text
 
 
 def analysed_steps(d: Diagnosis) -> list[int]:

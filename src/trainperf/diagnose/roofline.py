@@ -455,13 +455,16 @@ def host_owned_ops(t: EventTable, price) -> np.ndarray:
     return np.sort(rows[counted])
 
 
-def roofline(t: EventTable, accelerator=None) -> list[RooflineRow]:
+def roofline(t: EventTable, accelerator=None, keep: np.ndarray | None = None,
+             op: np.ndarray | None = None) -> list[RooflineRow]:
     """Roofline rows of one rank, sorted by time lost to the roofline (then by time), from its event
     table (shapes: the args the loader kept). accelerator: a hardware.Accelerator (default: the trace's).
     Time: the device time of the kernels each operator launched; in a CPU run's trace (cpu_run), the host
     span of each operator that did its own work (host_owned_ops); none in a GPU run's trace without its
-    device events."""
+    device events. keep: bool per row, the rows counted (the analysis window's: its device events, or on a CPU
+    run its operators); default every row. op: launching_op(t), where the caller has it already."""
     acc = accelerator if accelerator is not None else device_accelerator(t)
+    counted = np.ones(len(t), dtype=bool) if keep is None else keep
     costs: dict[tuple[int, int], tuple] = {}  # (name id, args id) -> (OpShape, OpCost): each shape priced once
 
     def priced(r: int) -> tuple:
@@ -473,14 +476,15 @@ def roofline(t: EventTable, accelerator=None) -> list[RooflineRow]:
         return got
 
     if np.isin(t.kind, DEVICE_KINDS).any():
-        op = launching_op(t)
+        op = launching_op(t) if op is None else op
         # copies to or from the host or another device run at the link's speed, not HBM's: left out
         host_link = t.ids_matching(lambda n: copy_direction(n) in OFF_DEVICE_DIRECTIONS)
-        dev = np.flatnonzero((op >= 0) & ~((t.kind == MEMCPY) & np.isin(t.name, host_link)))
+        dev = np.flatnonzero((op >= 0) & counted & ~((t.kind == MEMCPY) & np.isin(t.name, host_link)))
         op_rows, inv = np.unique(op[dev], return_inverse=True)
         time_by_op = np.bincount(inv.reshape(-1), weights=t.dur_ns[dev] / 1e3, minlength=op_rows.size)
     elif cpu_run(t):
         op_rows = host_owned_ops(t, lambda r: priced(r)[1])
+        op_rows = op_rows[counted[op_rows]]
         time_by_op = t.dur_ns[op_rows] / 1e3
     else:  # a GPU run profiled without its device activity: host spans would time launches, not work
         op_rows, time_by_op = np.zeros(0, dtype=np.int64), np.zeros(0)
@@ -500,7 +504,7 @@ def roofline(t: EventTable, accelerator=None) -> list[RooflineRow]:
                                             peak_tbps=tbps)
         row.count += 1
         row.time_us += float(us)
-    _add_hlo_rows(t, acc, groups)
+    _add_hlo_rows(t, acc, groups, counted)
     return sorted(groups.values(), key=lambda r: (-r.lost_us, -r.time_us))
 
 
@@ -517,10 +521,10 @@ def _peaks(acc, precision: str) -> tuple[float | None, float | None]:
     return peak, acc.hbm_tbps
 
 
-def _add_hlo_rows(t: EventTable, acc, groups: dict) -> None:
-    """Rows for device events that carry their own cost: XLA kernels whose HLO instruction the JAX
+def _add_hlo_rows(t: EventTable, acc, groups: dict, counted: np.ndarray) -> None:
+    """Rows for the kept device events that carry their own cost: XLA kernels whose HLO instruction the JAX
     reader priced (EventTable.args hlo_flops / hlo_bytes, trace.hlo), one call per kernel."""
-    dev = np.flatnonzero(np.isin(t.kind, DEVICE_KINDS) & (t.args >= 0))
+    dev = np.flatnonzero(np.isin(t.kind, DEVICE_KINDS) & (t.args >= 0) & counted)
     if dev.size == 0:
         return
     kept = t.kept_args()

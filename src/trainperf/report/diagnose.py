@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainperf.diagnose.memory import GIB, highest_peak
-from trainperf.diagnose.render import (analysed_steps, gain_basis, gain_text, host_only, host_rank_cells,
+from trainperf.diagnose.render import (analysed_steps, flops_line, gain_basis, gain_text, host_only, host_rank_cells,
                                        memory_line, notes_by_rank, rank_cells, straggler_text, straggler_wait_ms)
 from trainperf.report.html import Report, bar_chart, esc, line_chart, paragraph, stacked_bar_chart, table
 
@@ -49,6 +49,9 @@ def write_report(d, path: str | Path) -> Path:
                       "note"))
     if getattr(d, "memory", None):  # a Diagnosis (a hand-made one in tests may have none)
         _add_memory(rep, d)
+    flops = flops_line(d)
+    if flops:
+        _add_flops(rep, d, flops)
     if d.cross_rank:
         x = d.cross_rank
         caused = x.get("caused_by_rank_us", {})  # per rank when collectives were matched (GPU ranks)
@@ -118,3 +121,14 @@ def _add_memory(rep: Report, d) -> None:
         series["usable (capacity less the runtime's reserve)"] = [m.usable_bytes / GIB] * len(ms)
     rep.add(f"Device memory over the window (rank {r}{', the highest reserved peak' if len(d.memory) > 1 else ''})",
             line_chart(series, ms, "GiB", x_title="ms from the first sample"), paragraph(memory_line(d)))
+
+
+def _add_flops(rep: Report, d, line: str) -> None:
+    """The matrix products' and attention's FLOPs from the recorded shapes (render.flops_line), with each rank's
+    share of the peak (else its TFLOP/s) where the job has several ranks: a rank that computes slower stands out."""
+    ranks = [r for r in d.ranks if r.achieved_tflops is not None]
+    rated = all(r.flops_utilisation_pct is not None for r in ranks)
+    parts = [bar_chart([f"rank {r.rank}" for r in ranks],
+                       [r.flops_utilisation_pct if rated else r.achieved_tflops for r in ranks],
+                       "% of peak" if rated else "TFLOP/s")] if len(ranks) > 1 else []
+    rep.add("FLOPs of matrix products and attention (from the recorded shapes)", *parts, paragraph(line))
