@@ -17,6 +17,7 @@ from gpu_bound import K_US, N, P, STEPS, end_gpu_bound_step, gpu_bound_trace, qu
 from kineto_builder import TraceBuilder  # noqa: E402
 
 from trainperf.diagnose.api import diagnose  # noqa: E402
+from trainperf.diagnose.diff import diff, work_change_text  # noqa: E402
 from trainperf.diagnose.render import flops_line  # noqa: E402
 from trainperf.hardware import get_accelerator  # noqa: E402
 from trainperf.report.diagnose import write_report  # noqa: E402
@@ -33,22 +34,49 @@ def _diagnose(path):
         return diagnose(path)
 
 
-@pytest.mark.slow  # one 4-step run of the tiny model with its profile: ~5 CPU-s
-def test_a_real_runs_flops_per_step_are_the_models_recompute_included(tmp_path):
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two profiled runs of the tiny model on this CPU (~5 CPU-s each): "big", 2 micro-batches of 2 sequences a
+    step with every layer recomputed in the backward; "small", one sequence a step."""
     from trainperf.train.trainer import TrainConfig, train
 
-    # 2 micro-batches of 2 sequences a step, every layer recomputed in the backward: what ran is the model's 6ND
-    # and attention plus a second forward of each layer (the output head is not recomputed)
-    train(TrainConfig(model="tiny", steps=4, out=str(tmp_path / "run"), progress=False, record=False,
-                      peak_tflops=1.0, layout="recompute=full,mbs=2,ga=2", profile_steps="2:4", device="cpu"))
-    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    tmp = tmp_path_factory.mktemp("flops")
+    for name, layout in (("big", "recompute=full,mbs=2,ga=2"), ("small", "mbs=1")):
+        train(TrainConfig(model="tiny", steps=4, out=str(tmp / name), progress=False, record=False,
+                          peak_tflops=1.0, layout=layout, profile_steps="2:4", device="cpu"))
+    return tmp
+
+
+@pytest.mark.slow
+def test_a_real_runs_flops_per_step_are_the_models_recompute_included(runs):
+    # what ran is the model's 6ND and attention plus a second forward of each layer (the output head is not
+    # recomputed)
+    run = json.loads((runs / "big" / "run.json").read_text())
     m, tokens = load_model("tiny"), run["tokens_per_step"]
     assert tokens == 2 * 2 * m.seq_len
-    r = _diagnose(tmp_path / "run" / "traces").ranks[0]
+    r = _diagnose(runs / "big" / "traces").ranks[0]
     assert r.flops_per_step == pytest.approx(hardware_flops_per_token(m, "full") * tokens, rel=1e-9)
     assert r.flops_per_step > 1.3 * model_flops_per_token(m) * tokens  # the recomputed forwards are in it
     assert r.flops_covered_pct is None and r.flops_utilisation_pct is None  # a CPU run: no kernels, no catalog peak
     assert r.achieved_tflops > 0 and r.flops_precision == "fp32"
+
+
+@pytest.mark.slow
+def test_diff_says_when_the_two_sides_do_different_work(runs):
+    m = load_model("tiny")
+    small, big = model_flops_per_token(m) * m.seq_len, hardware_flops_per_token(m, "full") * 4 * m.seq_len
+    d = diff(runs / "small" / "traces", runs / "big" / "traces")
+    j = d.to_json()
+    assert j["baseline"]["flops_per_step"] == pytest.approx(small, rel=1e-9)
+    assert j["candidate"]["flops_per_step"] == pytest.approx(big, rel=1e-9)
+    note = next(n for n in j["notes"] if "different work" in n)
+    per_flop = 100 * (small / big * d.candidate.median_us / d.baseline.median_us - 1)  # time per FLOP, candidate's
+    assert f"{100 * (big / small - 1):+.1f} %" in note
+    assert f"{abs(per_flop):.1f} % {'slower' if per_flop > 0 else 'faster'}" in note
+    assert f"({100 * (big / small - 1):+.1f} %)" in work_change_text(d.baseline, d.candidate)
+    same = diff(runs / "small" / "traces", runs / "small" / "traces")
+    assert not any("different work" in n for n in same.notes)
+    assert "(+0.0 %)" in work_change_text(same.baseline, same.candidate)
 
 
 def test_utilisation_of_a_gpu_bound_loop_by_hand(tmp_path):

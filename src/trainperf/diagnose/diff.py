@@ -44,6 +44,8 @@ from trainperf.diagnose.device_clock import with_device_clocks_aligned
 from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, COMPILE_RE,
                                      DATALOADER_RE, OPTIMIZER_RE, SYNC_OP_RE, SYNC_RUNTIME_RE)
 from trainperf.diagnose.memory import GIB, DeviceMemory, highest_peak, memory_between
+from trainperf.diagnose.roofline import roofline
+from trainperf.diagnose.step_flops import model_flop_rows
 from trainperf.diagnose.window import device_mask, launched_before_trace
 from trainperf.errors import TrainperfError
 from trainperf.trace.annotate import STEP_RE, correlated_host_row, step_rows, step_spans
@@ -93,6 +95,9 @@ class StepProfile:
     # the device memory over the kept steps from the allocator's samples (profile_memory=True; diagnose/memory.py):
     # the rank with the highest reserved peak; None where no rank has samples
     memory: DeviceMemory | None = None
+    # the matrix products' and attention's FLOPs a step from the recorded shapes (diagnose/step_flops.py), mean over
+    # the ranks that have them; None where none does (profiled without record_shapes)
+    flops_per_step: float | None = None
 
     @property
     def mean_us(self) -> float:
@@ -485,9 +490,14 @@ def step_profile(tables: dict[int, EventTable], source: str = "",
     kernels: dict[str, NameStat] = {}
     ops: dict[str, NameStat] = {}
     kept: set[int] = set()
+    flops = []
     for r, (steps, span, parts) in per_rank.items():
         keep = np.isin(steps, sorted(common)) if common else np.ones(steps.size, dtype=bool)
         kept |= set(map(int, steps[keep]))
+        rows = model_flop_rows(roofline(tables[r], keep=np.isin(tables[r].step, steps[keep])
+                                        if steps[0] >= 0 else None))
+        if rows:
+            flops.append(sum(x.flops * x.count for x in rows) / max(int(keep.sum()), 1))
         times.append(span[keep])
         for l, v in parts.items():
             buckets.setdefault(l, []).append(v[keep])
@@ -514,7 +524,7 @@ def step_profile(tables: dict[int, EventTable], source: str = "",
             s.count /= n_rank_steps
     return StepProfile(source=source, ranks=sorted(tables), steps=sorted(kept), step_times_us=step_times,
                        breakdown_us=breakdown, kernels=kernels, operators=ops, notes=notes,
-                       memory=_peak_memory(tables, sweeps))
+                       memory=_peak_memory(tables, sweeps), flops_per_step=float(np.mean(flops)) if flops else None)
 
 
 def _peak_memory(tables: dict[int, EventTable], sweeps: dict[int, RankSweep]) -> DeviceMemory | None:
@@ -696,7 +706,8 @@ class TraceDiff:
                     "memory": None if p.memory is None else {
                         "peak_allocated_bytes": p.memory.peak_allocated_bytes,
                         "peak_reserved_bytes": p.memory.peak_reserved_bytes,
-                        "kept_bytes": p.memory.floor_allocated_bytes, "device_bytes": p.memory.capacity_bytes}}
+                        "kept_bytes": p.memory.floor_allocated_bytes, "device_bytes": p.memory.capacity_bytes},
+                    "flops_per_step": p.flops_per_step}
         contribs = sorted(self.kernels + self.operators, key=lambda c: -abs(c.delta_us_per_step))
         return {"baseline": side(self.baseline), "candidate": side(self.candidate),
                 "step_time_delta_us": round(self.candidate.median_us - self.baseline.median_us, 3),
@@ -712,6 +723,34 @@ class TraceDiff:
                 "contributions": [c.to_json() for c in contribs[:top]],
                 "new": [c.to_json() for c in self.new], "gone": [c.to_json() for c in self.gone],
                 "findings": [f.to_json() for f in self.findings], "notes": self.notes}
+
+
+# the change of the work a step (FLOPs from the recorded shapes) above which the two sides are said not to do the same
+# work: a tenth of a percent is what a different sequence length or batch moves first, below rounding of the shapes
+WORK_CHANGE_MIN_PCT = 0.1
+
+
+def work_change_note(baseline: StepProfile, candidate: StepProfile) -> str:
+    """A note where both sides record their shapes and the candidate's matrix products and attention do more or less
+    work a step (> WORK_CHANGE_MIN_PCT): its step time is then not the same work's, and the comparison is per FLOP;
+    "" otherwise."""
+    a, b = baseline.flops_per_step, candidate.flops_per_step
+    if not a or b is None or abs(100.0 * (b / a - 1.0)) <= WORK_CHANGE_MIN_PCT:
+        return ""
+    per_flop = 100.0 * (a / b * candidate.median_us / baseline.median_us - 1.0) if b and baseline.median_us else 0.0
+    return (f"the two sides do different work: the candidate's matrix products and attention take {a / 1e9:.4g} -> "
+            f"{b / 1e9:.4g} GFLOP a step ({100.0 * (b / a - 1.0):+.1f} %; another batch, sequence length or model); "
+            f"per FLOP the candidate is {abs(per_flop):.1f} % {'slower' if per_flop > 0 else 'faster'}")
+
+
+def work_change_text(baseline: StepProfile, candidate: StepProfile) -> str:
+    """'171.8 -> 171.8 GFLOP a step of matrix products and attention (+0.0 %)' where both sides record their shapes,
+    else ""."""
+    a, b = baseline.flops_per_step, candidate.flops_per_step
+    if not a or b is None:
+        return ""
+    return (f"{a / 1e9:.4g} -> {b / 1e9:.4g} GFLOP a step of matrix products and attention "
+            f"({100.0 * (b / a - 1.0):+.1f} %)")
 
 
 def memory_change_text(baseline: DeviceMemory | None, candidate: DeviceMemory | None) -> str:
@@ -750,7 +789,7 @@ def diff_profiles(baseline: StepProfile, candidate: StepProfile) -> TraceDiff:
     dec = [(n, baseline.breakdown_us.get(n, 0.0), candidate.breakdown_us.get(n, 0.0)) for n in names]
     dec = [x for x in dec if x[1] or x[2]]
     dec.sort(key=lambda x: -abs(x[2] - x[1]))
-    notes = baseline.notes + candidate.notes
+    notes = baseline.notes + candidate.notes + [n for n in (work_change_note(baseline, candidate),) if n]
     if min(a.size, b.size) < 3:
         notes.append(f"few steps ({a.size} baseline, {b.size} candidate): the intervals are wide or min-max")
     return TraceDiff(baseline=baseline, candidate=candidate, delta_median_us=shift, delta_interval_us=(lo, hi),

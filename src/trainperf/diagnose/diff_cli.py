@@ -52,7 +52,7 @@ def print_diff(d, console, top: int = 10) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from trainperf.diagnose.diff import memory_change_text
+    from trainperf.diagnose.diff import memory_change_text, work_change_text
     from trainperf.diagnose.units import fmt_us
 
     j = d.to_json(top=top)
@@ -62,9 +62,10 @@ def print_diff(d, console, top: int = 10) -> None:
         lo, hi = s["step_time_interval_us"]
         console.print(f"{side:9s} {fmt_us(s['step_time_us']):>10s}/step (95% interval {fmt_us(lo)} - {fmt_us(hi)}; "
                       f"{len(s['step_times_us'])} steps, {len(s['ranks'])} rank(s))  {s['source']}", highlight=False)
-    memory = memory_change_text(d.baseline.memory, d.candidate.memory)
-    if memory:
-        console.print(f"memory    {memory}", highlight=False)
+    for label, text in (("memory", memory_change_text(d.baseline.memory, d.candidate.memory)),
+                        ("work", work_change_text(d.baseline, d.candidate))):
+        if text:
+            console.print(f"{label:9s} {text}", highlight=False)
     lo, hi = j["step_time_delta_interval_us"]
     console.print(f"change    {j['step_time_delta_pct']:+.2f}% (shift {fmt_us(j['step_time_delta_hl_us'], True)}, "
                   f"95% interval {fmt_us(lo, True)} to {fmt_us(hi, True)}); decomposition explains "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainperf.diagnose.diff import memory_change_text
+from trainperf.diagnose.diff import memory_change_text, work_change_text
 from trainperf.diagnose.units import fmt_us
 from trainperf.report.html import Report, bar_chart, paragraph, stacked_bar_chart, table
 
@@ -14,6 +14,7 @@ def write_report(d, path: str | Path, top: int = 25) -> Path:
     j = d.to_json(top=top)
     a, b = j["baseline"], j["candidate"]
     memory = memory_change_text(d.baseline.memory, d.candidate.memory)
+    work = work_change_text(d.baseline, d.candidate)
     rep = Report("trainperf diff", f"{a['source']} → {b['source']}")
     rep.add("Step time (per step, per rank)", paragraph(j["headline"]), table([
         [side, fmt_us(s["step_time_us"]), f"{fmt_us(s['step_time_interval_us'][0])} – "
@@ -26,6 +27,7 @@ def write_report(d, path: str | Path, top: int = 25) -> Path:
                   f"{fmt_us(j['step_time_delta_interval_us'][1], True)}); the decomposition explains "
                   f"{j['explained_pct']:.1f}% of the change of the mean ({fmt_us(j['step_time_mean_delta_us'], True)})."),
         *([paragraph(f"device memory: {memory}")] if memory else []),
+        *([paragraph(f"work: {work}")] if work else []),
         *[paragraph(n, "note") for n in j["notes"]])
     dec = j["decomposition"]
     rep.add("Where the change went (per step)",
