@@ -125,3 +125,20 @@ def test_no_line_without_recorded_shapes(tmp_path):
     d = _diagnose(gpu_bound_trace(tmp_path, op="aten::mm", kernel=GEMM_KERNEL, device=H100))
     assert d.ranks[0].flops_per_step is None and d.ranks[0].achieved_tflops is None and flops_line(d) == ""
     assert d.to_json()["ranks"][0]["flops_utilisation_pct"] is None
+
+
+@pytest.mark.parametrize("kernel,precision,peak", [
+    # cuBLAS's fp32 SIMT kernel: the A100's fp32 peak, 19.5 TFLOP/s (NVIDIA's A100 datasheet)
+    ("ampere_sgemm_128x64_nn", "fp32", 19.5e12),
+    # CUTLASS's fp32 operands on tensor cores (1688: the TF32 mma): the A100's dense TF32 peak, 156 TFLOP/s
+    ("cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4", "tf32", 156e12),
+])
+def test_fp32_products_on_tensor_cores_are_measured_against_tf32s_peak(tmp_path, kernel, precision, peak):
+    n = 1024
+    shapes = {"Input Dims": [[n, n], [n, n]], "Input type": ["float", "float"]}
+    a100 = {"id": 0, "name": "NVIDIA A100-SXM4-80GB", "numSms": 108, "totalGlobalMem": 85899345920}
+    r = _diagnose(gpu_bound_trace(tmp_path, op="aten::mm", kernel=kernel, device=a100, op_args=shapes)).ranks[0]
+    steps, window_us = STEPS - 1, (STEPS - 2) * P + N * K_US
+    assert r.flops_precision == precision
+    assert r.flops_utilisation_pct == pytest.approx(100 * steps * N * 2.0 * n ** 3 / peak / (window_us / 1e6),
+                                                    rel=0.01)

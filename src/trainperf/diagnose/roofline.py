@@ -10,7 +10,8 @@ the roofline (measured - max(FLOPs/peak, bytes/bandwidth)). Grouped by operator 
 
 Counting conventions (stated, so a reader can check a row by hand):
 - GEMMs: 2·m·n·k per product (PyTorch's torch.utils.flop_counter; bias adds not counted); bytes:
-  each operand read once, the output written once.
+  each operand read once, the output written once. On fp32 operands whose kernel's name says TF32
+  (precision.classify_kernel: fp32 on tensor cores, allow_tf32) against TF32's peak, half bf16's.
 - attention: forward 4·b·h·s_q·s_k·d (QKᵀ and PV), backward twice that (torch.utils.flop_counter's
   convention, no recompute); halved when causal (the kernels skip the masked half). Bytes: q, k, v
   read and the output written (forward); q, k, v, out, dout read and dq, dk, dv written (backward).
@@ -475,6 +476,7 @@ def roofline(t: EventTable, accelerator=None, keep: np.ndarray | None = None,
             got = costs[pair] = (s, op_cost(s.name, s.dims, s.types, s.concrete) if s is not None else None)
         return got
 
+    on_tf32: set[int] = set()  # GEMM operators whose kernels ran TF32
     if np.isin(t.kind, DEVICE_KINDS).any():
         op = launching_op(t) if op is None else op
         # copies to or from the host or another device run at the link's speed, not HBM's: left out
@@ -482,6 +484,7 @@ def roofline(t: EventTable, accelerator=None, keep: np.ndarray | None = None,
         dev = np.flatnonzero((op >= 0) & counted & ~((t.kind == MEMCPY) & np.isin(t.name, host_link)))
         op_rows, inv = np.unique(op[dev], return_inverse=True)
         time_by_op = np.bincount(inv.reshape(-1), weights=t.dur_ns[dev] / 1e3, minlength=op_rows.size)
+        on_tf32 = _ops_on_tf32(t, dev, op)
     elif cpu_run(t):
         op_rows = host_owned_ops(t, lambda r: priced(r)[1])
         op_rows = op_rows[counted[op_rows]]
@@ -493,14 +496,16 @@ def roofline(t: EventTable, accelerator=None, keep: np.ndarray | None = None,
         s, c = priced(int(r))
         if c is None:
             continue
+        # fp32 operands on tensor cores (allow_tf32, set_float32_matmul_precision("high")) run at TF32's peak
+        prec = TF32 if c.kind == "gemm" and c.precision == "fp32" and int(r) in on_tf32 else c.precision
         # the cost too: the same shapes may cost differently by their concrete inputs (the dims a sum
         # reduces, a causal flag), each such variant its own row
-        key = (s.name, shape_key(s), c.flops, c.bytes)
+        key = (s.name, shape_key(s), c.flops, c.bytes, prec)
         row = groups.get(key)
         if row is None:
-            peak, tbps = _peaks(acc, c.precision)
+            peak, tbps = _peaks(acc, prec)
             row = groups[key] = RooflineRow(op=s.name, shapes=key[1], kind=c.kind, count=0, time_us=0.0,
-                                            flops=c.flops, bytes=c.bytes, precision=c.precision, peak_tflops=peak,
+                                            flops=c.flops, bytes=c.bytes, precision=prec, peak_tflops=peak,
                                             peak_tbps=tbps)
         row.count += 1
         row.time_us += float(us)
@@ -511,6 +516,13 @@ def roofline(t: EventTable, accelerator=None, keep: np.ndarray | None = None,
 _KIND_OF_CATEGORY = {ev.GEMM: "gemm", ev.ATTENTION: "attention", ev.ELEMENTWISE: "elementwise", ev.REDUCTION: "norm"}
 
 
+TF32 = "tf32"  # a GEMM's precision where its fp32 operands ran on tensor cores (precision.classify_kernel's TF32)
+# TF32's dense peak as a share of bf16's: half on every part whose kernels run it (NVIDIA's datasheets: A100 156 of
+# 312, H100 SXM 494.7 of 989.4, L40S 183 of 362, A10 62.5 of 125 TFLOP/s; AMD's xf32 on MI300X 653.7 of 1307.4): a
+# kernel named TF32 only runs on such a part, so the catalog needs no figure of its own
+TF32_SHARE_OF_BF16 = 0.5
+
+
 def _peaks(acc, precision: str) -> tuple[float | None, float | None]:
     """(peak TFLOP/s at this precision, HBM TB/s) of an accelerator; None where unknown."""
     if acc is None:
@@ -518,7 +530,21 @@ def _peaks(acc, precision: str) -> tuple[float | None, float | None]:
     peak = None
     if precision in ("bf16", "fp16", "fp8") or (precision == "fp32" and acc.fp32_tflops is not None):
         peak = acc.peak_flops(precision) / 1e12  # (no fp32 figure: peak_flops would give bf16's)
+    elif precision == TF32:
+        peak = TF32_SHARE_OF_BF16 * acc.peak_flops("bf16") / 1e12
     return peak, acc.hbm_tbps
+
+
+def _ops_on_tf32(t: EventTable, dev: np.ndarray, op: np.ndarray) -> set[int]:
+    """The operator rows (op: launching_op) among whose device events `dev` a GEMM kernel's name says TF32 (fp32
+    operands on tensor cores; precision.classify_kernel)."""
+    from trainperf.diagnose.precision import TF32 as KERNEL_TF32, classify_kernel  # (precision imports facts,
+    # which imports this module)
+
+    gemm = dev[t.category[dev] == ev.GEMM]
+    names = np.unique(t.name[gemm])
+    tf32 = [i for i in names if classify_kernel(t.names[int(i)]) == KERNEL_TF32]
+    return set(op[gemm[np.isin(t.name[gemm], tf32)]].tolist()) if tf32 else set()
 
 
 def _add_hlo_rows(t: EventTable, acc, groups: dict, counted: np.ndarray) -> None:
