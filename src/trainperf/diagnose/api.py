@@ -100,6 +100,7 @@ class RankSummary:
     flops_utilisation_pct: float | None = None
     flops_covered_pct: float | None = None
     flops_precision: str = ""
+    flops_lower_bound: str = ""  # why the figures are a lower bound (step_flops.StepFlops.lower_bound_note); ""
 
 
 @dataclass(kw_only=True)
@@ -355,7 +356,7 @@ def _summary(f: RankFacts, plan: F.FixPlan) -> RankSummary:
     if flops is not None:
         common.update(flops_per_step=flops.flops_per_step, achieved_tflops=flops.achieved_tflops,
                       flops_utilisation_pct=flops.utilisation_pct, flops_covered_pct=flops.covered_pct,
-                      flops_precision=flops.precision)
+                      flops_precision=flops.precision, flops_lower_bound=flops.lower_bound_note)
     if not f.has_gpu:
         hw = f.host_window_us
         # the loop thread computes nothing while it is in or blocked on a collective: all of it is exposed

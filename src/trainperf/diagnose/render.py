@@ -11,7 +11,6 @@ from rich.table import Table
 from trainperf.diagnose.api import Diagnosis
 from trainperf.diagnose.findings import rank_list
 from trainperf.diagnose.memory import GIB, highest_peak
-from trainperf.diagnose.step_flops import COVERED_MIN_PCT
 
 _SEV_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
 
@@ -229,10 +228,7 @@ def flops_line(d: Diagnosis) -> str:
         parts.append(f"ranks {low.flops_utilisation_pct:.1f}-{top:.1f} %")
     which = f"rank {low.rank}, the lowest of {len(ranks)}" if len(ranks) > 1 else f"rank {low.rank}"
     text = f"FLOPs (matrix products and attention, from the recorded shapes; {which}): " + ", ".join(parts)
-    if low.flops_covered_pct is not None and low.flops_covered_pct < COVERED_MIN_PCT:
-        text += (f"; a lower bound: the operators whose shapes are recorded launched {low.flops_covered_pct:.0f} % "
-                 "of the GEMM and attention kernel time (compiled or graphed kernels carry no shapes)")
-    return text
+    return text + (f"; {low.flops_lower_bound}" if low.flops_lower_bound else "")
 
 
 def analysed_steps(d: Diagnosis) -> list[int]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainperf.diagnose.evidence import is_sampled
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.roofline import RooflineRow, roofline
 from trainperf.trace.events import ATTENTION, GEMM
@@ -42,6 +43,7 @@ class StepFlops:
     at_peak_us: float | None          # their time at their precision's peak (µs); None: a peak unknown
     covered_pct: float | None         # % of the window's GEMM and attention kernel time counted; None on a CPU run
     precision: str                    # the precision of most of the FLOPs ("" when not recorded)
+    sampled: bool = False             # the trace lost most of its events (evidence.is_sampled): so did the count
 
     @property
     def flops_per_step(self) -> float | None:
@@ -52,6 +54,16 @@ class StepFlops:
     def achieved_tflops(self) -> float:
         """Their rate over the window (TFLOP/s)."""
         return self.flops / (self.window_us * 1e6) if self.window_us > 0 else 0.0
+
+    @property
+    def lower_bound_note(self) -> str:
+        """Why the figures are a lower bound: operators without shapes, or a sampled trace; "" where they stand."""
+        if self.sampled:
+            return "a lower bound: the trace is sampled or filtered, and the operators it lost did work too"
+        if self.covered_pct is not None and self.covered_pct < COVERED_MIN_PCT:
+            return (f"a lower bound: the operators whose shapes are recorded launched {self.covered_pct:.0f} % of the "
+                    "GEMM and attention kernel time (compiled or graphed kernels carry no shapes)")
+        return ""
 
     @property
     def utilisation_pct(self) -> float | None:
@@ -88,4 +100,4 @@ def _step_flops(f: RankFacts) -> StepFlops | None:
         covered = min(100.0, 100.0 * sum(r.time_us for r in rows) / kernel_us) if kernel_us > 0 else None
     return StepFlops(flops=float(flops.sum()), window_us=f.breakdown.window_us if f.has_gpu else f.host_window_us,
                      steps=len(f.steps), at_peak_us=at_peak, covered_pct=covered,
-                     precision=max(by_precision, key=by_precision.get))
+                     precision=max(by_precision, key=by_precision.get), sampled=f.has_gpu and is_sampled(f))
