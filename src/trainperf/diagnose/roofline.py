@@ -62,6 +62,14 @@ ATTENTION = {
     "aten::_efficient_attention_backward": (1, 2, "bshd", 14, True),
     "aten::_scaled_dot_product_cudnn_attention_backward": (1, 2, "bhsd", 14, True),
     "aten::_scaled_dot_product_flash_attention_for_cpu_backward": (1, 2, "bhsd", 7, True),
+    # the flash-attn package (HF transformers' attn_implementation="flash_attention_2"): its custom ops since 2.6
+    # (flash_attn_interface.py: _flash_attn_forward(q, k, v, dropout_p, softmax_scale, causal, ...),
+    # _flash_attn_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p, softmax_scale, causal, ...)),
+    # and before them its autograd Function's record (FlashAttnFunc.apply(q, k, v, dropout_p, softmax_scale, causal,
+    # ...)); the variable-length variants' sequence lengths are tensor values the shapes do not give
+    "flash_attn::_flash_attn_forward": (0, 1, "bshd", 5, False),
+    "flash_attn::_flash_attn_backward": (1, 2, "bshd", 11, True),
+    "FlashAttnFunc": (0, 1, "bshd", 5, False),
 }
 # elementwise ops by number of tensor operands; a tensor beyond them is an out= argument (written, not read)
 _UNARY = {"relu", "gelu", "silu", "sigmoid", "tanh", "exp", "neg", "clamp", "clamp_min", "clamp_max", "rsqrt", "sqrt",
