@@ -90,6 +90,87 @@ def test_causal_argument_positions_follow_the_aten_schemas():
         assert args[qi] == "query" and args[ki] == "key", name
 
 
+@pytest.mark.parametrize("name,x,w,stride,padding,dilation,groups", [
+    ("aten::conv2d", [2, 8, 16, 16], [16, 8, 3, 3], [2, 2], [1, 1], [1, 1], 1),
+    ("aten::conv2d", [2, 8, 17, 15], [16, 4, 3, 5], [1, 2], [0, 2], [2, 1], 2),
+    ("aten::conv1d", [4, 3, 50], [6, 3, 7], [3], [0], [1], 1),
+    ("aten::conv3d", [1, 2, 6, 7, 8], [4, 2, 3, 3, 3], [1, 1, 1], [1, 0, 1], [1, 1, 1], 1),
+])
+def test_convolution_flops_match_torch_flop_counter(name, x, w, stride, padding, dilation, groups):
+    # reference: FlopCounterMode on meta tensors; the recorded args as the profiler writes them (int lists as
+    # concrete inputs "[2, 2]"; conv2d(input, weight, bias, stride, padding, dilation, groups))
+    fn = {"aten::conv1d": "conv1d", "aten::conv2d": "conv2d", "aten::conv3d": "conv3d"}[name]
+    ref = _torch_flops(lambda T: getattr(T.nn.functional, fn)(_meta(T, *x), _meta(T, *w), None, stride, padding,
+                                                              dilation, groups))
+    dims = [x, w, [], [], [], [], []]
+    types = [BF, BF, "", "ScalarList", "ScalarList", "ScalarList", "Scalar"]
+    concrete = ["", "", "", str(stride), str(padding), str(dilation), str(groups)]
+    c = op_cost(name, dims, types, concrete)
+    assert c.kind == "conv" and c.flops == ref and c.precision == "bf16"
+    # cuDNN's op takes padding before stride: the same call's args in its order
+    cud = op_cost("aten::cudnn_convolution", [x, w, [], [], [], [], [], [], []], [BF, BF] + [""] * 7,
+                  ["", "", str(padding), str(stride), str(dilation), str(groups), "False", "False", "True"])
+    assert cud.flops == ref
+
+
+@pytest.mark.parametrize("mask", [[True, True, True], [False, True, True], [True, False, False]])
+def test_convolution_backward_flops_match_torch_flop_counter(mask):
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    x, w, gy = [2, 8, 16, 16], [16, 8, 3, 3], [2, 16, 8, 8]
+    with FlopCounterMode(display=False) as fc:
+        torch.ops.aten.convolution_backward(_meta(torch, *gy), _meta(torch, *x), _meta(torch, *w), [16], [2, 2],
+                                            [1, 1], [1, 1], False, [0, 0], 1, mask)
+    dims = [gy, x, w] + [[]] * 8
+    concrete = ["", "", "", "[16]", "[2, 2]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1", str(mask)]
+    assert op_cost("aten::convolution_backward", dims, [BF] * 3 + [""] * 8, concrete).flops == fc.get_total_flops()
+
+
+def test_grouped_convolution_backward_by_hand():
+    # each of the g groups computes its slice of both gradients: each gradient costs the forward's FLOPs, 2 x N x
+    # Cout x Cin/g x k x output positions (FlopCounterMode's grad_weight count leaves the groups out: g times this)
+    n, cin, cout, g, k, o = 4, 8, 16, 2, 3, 10
+    fwd = 2 * n * cout * (cin // g) * k * k * o * o
+    dims = [[n, cout, o, o], [n, cin, 20, 20], [cout, cin // g, k, k]] + [[]] * 8
+    concrete = ["", "", "", "[16]", "[2, 2]", "[1, 1]", "[1, 1]", "False", "[0, 0]", str(g), "[True, True, True]"]
+    assert op_cost("aten::convolution_backward", dims, [BF] * 3 + [""] * 8, concrete).flops == 2 * fwd
+    # transposed convolutions are not modelled
+    assert op_cost("aten::convolution_backward", dims, [BF] * 3 + [""] * 8,
+                   concrete[:7] + ["True"] + concrete[8:]) is None
+
+
+def test_convolution_argument_positions_follow_the_aten_schemas():
+    import torch
+
+    from trainperf.diagnose.roofline import CONV_BACKWARD_MASK, CONV_BACKWARD_TRANSPOSED, CONVOLUTION
+
+    for name, (xi, wi, si, pi, di, gi, ti) in CONVOLUTION.items():
+        args = [a.name for a in getattr(torch.ops.aten, name.split("::")[1]).default._schema.arguments]
+        assert (args[xi] in ("input", "self"), args[wi], args[si], args[pi], args[di], args[gi]) == \
+            (True, "weight", "stride", "padding", "dilation", "groups"), name
+        assert ti < 0 or args[ti] == "transposed", name
+    args = [a.name for a in torch.ops.aten.convolution_backward.default._schema.arguments]
+    assert (args[CONV_BACKWARD_TRANSPOSED], args[CONV_BACKWARD_MASK]) == ("transposed", "output_mask")
+
+
+def test_a_real_cpu_convolutions_trace_counts_torchs_flops(tmp_path):
+    # a real profile of a strided, padded conv2d forward and backward on this CPU: the counted operators' FLOPs
+    # (roofline's rows: what did the work, mkldnn_convolution and convolution_backward) are FlopCounterMode's
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    conv = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1)
+    x = torch.randn(4, 8, 20, 20, requires_grad=True)
+    with FlopCounterMode(display=False) as fc:
+        conv(x).sum().backward()
+    with torch.profiler.profile(record_shapes=True) as prof:
+        conv(x).sum().backward()
+    prof.export_chrome_trace(str(tmp_path / "conv.json"))
+    rows = [r for r in roofline(read_kineto(tmp_path / "conv.json")) if r.kind == "conv"]
+    assert sum(r.flops * r.count for r in rows) == fc.get_total_flops()
+
+
 def test_memory_ops_by_hand():
     # add of two bf16 [4096, 4096]: read 2 x 32 MiB, write 32 MiB; 1 FLOP per element
     n = 4096 * 4096

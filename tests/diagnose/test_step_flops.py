@@ -100,7 +100,7 @@ def test_utilisation_of_a_gpu_bound_loop_by_hand(tmp_path):
     assert f"{r.flops_utilisation_pct:.1f} % of the bf16 peak" in line and "lower bound" not in line
     assert "17.18 GFLOP" not in line and "171.8 GFLOP a step" in line  # N x 17.18 GFLOP
     html = write_report(d, tmp_path / "r.html").read_text()
-    assert "FLOPs of matrix products and attention" in html
+    assert "FLOPs of matrix products, convolutions and attention" in html
 
 
 def test_products_without_shapes_make_the_figures_a_lower_bound(tmp_path):

@@ -91,10 +91,10 @@ class RankSummary:
     memory_peak_reserved_bytes: int | None = None
     memory_kept_bytes: int | None = None
     device_memory_bytes: int | None = None
-    # the matrix products' and attention's FLOPs from the recorded shapes (record_shapes=True; diagnose/step_flops.py):
-    # FLOP a step, TFLOP/s over the window, their time at the peak as % of it (hardware FLOPs utilisation; None
-    # without the device's peaks), % of the GEMM and attention kernel time they cover (None on a CPU run), the
-    # precision of most of them; None where no such operator's shapes are recorded
+    # the matrix products', convolutions' and attention's FLOPs from the recorded shapes (record_shapes=True;
+    # diagnose/step_flops.py): FLOP a step, TFLOP/s over the window, their time at the peak as % of it (hardware FLOPs
+    # utilisation; None without the device's peaks), % of the GEMM and attention kernel time they cover (None on a CPU
+    # run), the precision of most of them; None where no such operator's shapes are recorded
     flops_per_step: float | None = None
     achieved_tflops: float | None = None
     flops_utilisation_pct: float | None = None

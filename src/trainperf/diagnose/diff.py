@@ -95,8 +95,8 @@ class StepProfile:
     # the device memory over the kept steps from the allocator's samples (profile_memory=True; diagnose/memory.py):
     # the rank with the highest reserved peak; None where no rank has samples
     memory: DeviceMemory | None = None
-    # the matrix products' and attention's FLOPs a step from the recorded shapes (diagnose/step_flops.py), mean over
-    # the ranks that have them; None where none does (profiled without record_shapes)
+    # the matrix products', convolutions' and attention's FLOPs a step from the recorded shapes
+    # (diagnose/step_flops.py), mean over the ranks that have them; None where none does (no record_shapes)
     flops_per_step: float | None = None
 
     @property
@@ -731,25 +731,26 @@ WORK_CHANGE_MIN_PCT = 0.1
 
 
 def work_change_note(baseline: StepProfile, candidate: StepProfile) -> str:
-    """A note where both sides record their shapes and the candidate's matrix products and attention do more or less
-    work a step (> WORK_CHANGE_MIN_PCT): its step time is then not the same work's, and the comparison is per FLOP;
-    "" otherwise."""
+    """A note where both sides record their shapes and the candidate's matrix products, convolutions and attention
+    do more or less work a step (> WORK_CHANGE_MIN_PCT): its step time is then not the same work's, and the
+    comparison is per FLOP; "" otherwise."""
     a, b = baseline.flops_per_step, candidate.flops_per_step
     if not a or b is None or abs(100.0 * (b / a - 1.0)) <= WORK_CHANGE_MIN_PCT:
         return ""
     per_flop = 100.0 * (a / b * candidate.median_us / baseline.median_us - 1.0) if b and baseline.median_us else 0.0
-    return (f"the two sides do different work: the candidate's matrix products and attention take {a / 1e9:.4g} -> "
-            f"{b / 1e9:.4g} GFLOP a step ({100.0 * (b / a - 1.0):+.1f} %; another batch, sequence length or model); "
+    return (f"the two sides do different work: the candidate's matrix products, convolutions and attention take "
+            f"{a / 1e9:.4g} -> {b / 1e9:.4g} GFLOP a step ({100.0 * (b / a - 1.0):+.1f} %; another batch, sequence "
+            "length or model); "
             f"per FLOP the candidate is {abs(per_flop):.1f} % {'slower' if per_flop > 0 else 'faster'}")
 
 
 def work_change_text(baseline: StepProfile, candidate: StepProfile) -> str:
-    """'171.8 -> 171.8 GFLOP a step of matrix products and attention (+0.0 %)' where both sides record their shapes,
-    else ""."""
+    """'171.8 -> 171.8 GFLOP a step of matrix products, convolutions and attention (+0.0 %)' where both sides
+    record their shapes, else ""."""
     a, b = baseline.flops_per_step, candidate.flops_per_step
     if not a or b is None:
         return ""
-    return (f"{a / 1e9:.4g} -> {b / 1e9:.4g} GFLOP a step of matrix products and attention "
+    return (f"{a / 1e9:.4g} -> {b / 1e9:.4g} GFLOP a step of matrix products, convolutions and attention "
             f"({100.0 * (b / a - 1.0):+.1f} %)")
 
 

@@ -209,9 +209,9 @@ def _flop_text(flop: float) -> str:
 
 
 def flops_line(d: Diagnosis) -> str:
-    """'FLOPs (matrix products and attention, from the recorded shapes; rank R): X a step, Y TFLOP/s, Z % of the
-    bf16 peak ...' of the rank with the lowest utilisation (else the lowest rate), with the range over the ranks;
-    "" where no rank's trace records their shapes (diagnose/step_flops.py)."""
+    """'FLOPs (matrix products, convolutions and attention, from the recorded shapes; rank R): X a step, Y TFLOP/s,
+    Z % of the bf16 peak ...' of the rank with the lowest utilisation (else the lowest rate), with the range over
+    the ranks; "" where no rank's trace records their shapes (diagnose/step_flops.py)."""
     ranks = [r for r in d.ranks if r.achieved_tflops is not None]
     if not ranks:
         return ""
@@ -227,7 +227,8 @@ def flops_line(d: Diagnosis) -> str:
         top = max(r.flops_utilisation_pct for r in rated)
         parts.append(f"ranks {low.flops_utilisation_pct:.1f}-{top:.1f} %")
     which = f"rank {low.rank}, the lowest of {len(ranks)}" if len(ranks) > 1 else f"rank {low.rank}"
-    text = f"FLOPs (matrix products and attention, from the recorded shapes; {which}): " + ", ".join(parts)
+    text = (f"FLOPs (matrix products, convolutions and attention, from the recorded shapes; {which}): "
+            + ", ".join(parts))
     return text + (f"; {low.flops_lower_bound}" if low.flops_lower_bound else "")
 
 

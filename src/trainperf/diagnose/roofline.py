@@ -12,6 +12,9 @@ Counting conventions (stated, so a reader can check a row by hand):
 - GEMMs: 2·m·n·k per product (PyTorch's torch.utils.flop_counter; bias adds not counted); bytes:
   each operand read once, the output written once. On fp32 operands whose kernel's name says TF32
   (precision.classify_kernel: fp32 on tensor cores, allow_tf32) against TF32's peak, half bf16's.
+- convolutions: 2·N·C_out·(C_in/groups)·kernel·output positions (torch.utils.flop_counter's count; the output
+  positions from the recorded stride, padding and dilation); the backward one forward's worth for each gradient its
+  output_mask computes (flop_counter leaves the groups out of the weight's); transposed ones not modelled.
 - attention: forward 4·b·h·s_q·s_k·d (QKᵀ and PV), backward twice that (torch.utils.flop_counter's
   convention, no recompute); halved when causal (the kernels skip the masked half). Bytes: q, k, v
   read and the output written (forward); q, k, v, out, dout read and dq, dk, dv written (backward).
@@ -71,6 +74,21 @@ ATTENTION = {
     "flash_attn::_flash_attn_backward": (1, 2, "bshd", 11, True),
     "FlashAttnFunc": (0, 1, "bshd", 5, False),
 }
+# convolutions (torch.nn.functional.conv*d and what it dispatches to): index of the input, the weight, and of the
+# stride, padding, dilation and groups arguments, and of `transposed` (-1: never), from the ATen schemas (checked
+# against the installed PyTorch's in tests/diagnose/test_roofline.py). The profiler records the int lists as
+# concrete inputs ("[2, 2]")
+CONVOLUTION = {
+    "aten::conv1d": (0, 1, 3, 4, 5, 6, -1), "aten::conv2d": (0, 1, 3, 4, 5, 6, -1),
+    "aten::conv3d": (0, 1, 3, 4, 5, 6, -1),
+    "aten::convolution": (0, 1, 3, 4, 5, 8, 6), "aten::_convolution": (0, 1, 3, 4, 5, 8, 6),
+    "aten::cudnn_convolution": (0, 1, 3, 2, 4, 5, -1), "aten::miopen_convolution": (0, 1, 4, 3, 5, 6, -1),
+    "aten::mkldnn_convolution": (0, 1, 4, 3, 5, 6, -1),
+}
+# aten::convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+# output_padding, groups, output_mask): the transposed flag's and the output mask's index
+CONV_BACKWARD, CONV_BACKWARD_TRANSPOSED, CONV_BACKWARD_MASK = "aten::convolution_backward", 7, 10
+
 # elementwise ops by number of tensor operands; a tensor beyond them is an out= argument (written, not read)
 _UNARY = {"relu", "gelu", "silu", "sigmoid", "tanh", "exp", "neg", "clamp", "clamp_min", "clamp_max", "rsqrt", "sqrt",
           "abs", "log", "sin", "cos", "reciprocal", "square", "leaky_relu", "hardtanh"}
@@ -182,6 +200,58 @@ def _attention(name: str, dims: list, types: list, concrete: list) -> OpCost | N
     return OpCost(kind="attention", flops=flops, bytes=float(nbytes), precision=PRECISION.get(types[qi], ""))
 
 
+def _conv_output(x: list, w: list, stride: list, padding: list, dilation: list) -> list[int] | None:
+    """The output spatial dims of a convolution (PyTorch's: (i + 2p - d (k - 1) - 1) // s + 1), None where the
+    lists do not fit the shapes."""
+    spatial, kernel = x[2:], w[2:]
+    if not (len(spatial) == len(kernel) == len(stride) == len(padding) == len(dilation)) or min(stride, default=1) < 1:
+        return None
+    out = [(i + 2 * p - d * (k - 1) - 1) // s + 1 for i, k, s, p, d in zip(spatial, kernel, stride, padding, dilation)]
+    return out if min(out, default=1) >= 1 else None
+
+
+def _conv_flops(batch: int, w: list, out_spatial: list) -> float:
+    """One convolution pass's FLOPs: 2 x batch x out channels x in channels a group x kernel x output positions
+    (torch.utils.flop_counter's conv_flop_count; bias adds not counted)."""
+    return 2.0 * batch * w[0] * w[1] * math.prod(w[2:]) * math.prod(out_spatial)
+
+
+def _convolution(name: str, dims: list, types: list, concrete: list) -> OpCost | None:
+    """A forward convolution's cost from its input and weight shapes and its stride, padding and dilation; None
+    for a transposed one or one whose lists were not recorded."""
+    xi, wi, si, pi, di, _, ti = CONVOLUTION[name]
+    if max(xi, wi) >= len(dims) or types[xi] not in DTYPE_BYTES or (ti >= 0 and _flag(concrete, ti)):
+        return None
+    x, w = dims[xi], dims[wi]
+    lists = [_int_list(concrete, i) for i in (si, pi, di)]
+    if not (is_shape(x) and is_shape(w) and len(x) == len(w) >= 3) or any(v is None for v in lists):
+        return None
+    out = _conv_output(x, w, *lists)
+    if out is None:
+        return None
+    e = DTYPE_BYTES[types[xi]]
+    nbytes = e * (_numel(x) + _numel(w) + x[0] * w[0] * math.prod(out))
+    return OpCost(kind="conv", flops=_conv_flops(x[0], w, out), bytes=float(nbytes),
+                  precision=PRECISION.get(types[xi], ""))
+
+
+def _convolution_backward(dims: list, types: list, concrete: list) -> OpCost | None:
+    """convolution_backward's cost: a forward pass's FLOPs for each gradient it computes (the input's, the
+    weight's: output_mask), the output positions from the gradient's own shape; None for a transposed one."""
+    if len(dims) < 3 or types[0] not in DTYPE_BYTES or _flag(concrete, CONV_BACKWARD_TRANSPOSED):
+        return None
+    gy, x, w = dims[:3]
+    if not (is_shape(gy) and is_shape(x) and is_shape(w) and len(gy) == len(x) == len(w) >= 3):
+        return None
+    mask = concrete[CONV_BACKWARD_MASK] if CONV_BACKWARD_MASK < len(concrete) else ""
+    flags = [s.strip() == "True" for s in mask.strip("[]").split(",")] if isinstance(mask, str) else []
+    grad_x, grad_w = flags[:2] if len(flags) >= 2 else (True, True)  # unrecorded: both, as training computes
+    e = DTYPE_BYTES[types[0]]
+    nbytes = e * (_numel(gy) + _numel(x) + _numel(w) + grad_x * _numel(x) + grad_w * _numel(w))
+    return OpCost(kind="conv", flops=(grad_x + grad_w) * _conv_flops(gy[0], w, gy[2:]), bytes=float(nbytes),
+                  precision=PRECISION.get(types[0], ""))
+
+
 def _memory_op(base: str, dims: list, types: list, concrete: list) -> OpCost | None:
     ts = _tensors(dims, types)
     if not ts:
@@ -272,6 +342,10 @@ def op_cost(name: str, dims: list, types: list, concrete: list | None = None) ->
         return _gemm(name, dims, types)
     if name in ATTENTION:
         return _attention(name, dims, types, concrete or [])
+    if name in CONVOLUTION:
+        return _convolution(name, dims, types, concrete or [])
+    if name == CONV_BACKWARD:
+        return _convolution_backward(dims, types, concrete or [])
     if name.startswith("aten::"):
         return _memory_op(name[len("aten::"):], dims, types, concrete or [])
     return None
@@ -438,22 +512,27 @@ def host_owned_ops(t: EventTable, price) -> np.ndarray:
     """The cpu_op rows that did their priced work themselves, in a trace without device events (a CPU
     run, where an operator's work is its own host span). Among the operators this roofline prices
     (price(row) -> OpCost or None), nested as the host called them: an operator whose directly nested
-    priced operators move at least its own bytes only dispatched to them (aten::linear -> aten::addmm,
-    aten::mean -> aten::sum + aten::div_, a pow by 1 that is a copy_): they are counted instead. Any
+    priced operators move at least its own bytes and do at least its own FLOPs only dispatched to them
+    (aten::linear -> aten::addmm, aten::mean -> aten::sum + aten::div_): they are counted instead. Any
     other operator did its work itself, around helpers that move less (add of a Python scalar wrapping
-    it in a 0-dim tensor, norm backward zeroing a small buffer): it is counted with its whole span, its
-    nested operators not. Each priced byte and host µs is so counted once."""
+    it in a 0-dim tensor, norm backward zeroing a small buffer) or compute less (a convolution's backward
+    copying its inputs contiguous first: its copies move more bytes than its own minimum, and no FLOP): it is
+    counted with its whole span, its nested operators not. Each priced byte, FLOP and host µs is so counted
+    once."""
     ops = np.flatnonzero((t.kind == CPU_OP) & (t.args >= 0))
     priced = np.array([r for r in ops if price(int(r)) is not None], dtype=np.int64)
     if priced.size == 0:
         return priced
     n = nest(*row_spans(t, priced))
     rows = priced[n.order]  # table rows in nesting order
-    nested_bytes = np.zeros(len(n))
+    nested_bytes, nested_flops = np.zeros(len(n)), np.zeros(len(n))
     has_parent = n.parent >= 0
     np.add.at(nested_bytes, n.parent[has_parent], [price(int(r)).bytes for r in rows[has_parent]])
+    np.add.at(nested_flops, n.parent[has_parent], [price(int(r)).flops for r in rows[has_parent]])
     own = np.array([price(int(r)).bytes for r in rows])
-    dispatcher = (np.bincount(n.parent[has_parent], minlength=len(n)) > 0) & (nested_bytes >= own)
+    own_flops = np.array([price(int(r)).flops for r in rows])
+    dispatcher = ((np.bincount(n.parent[has_parent], minlength=len(n)) > 0) & (nested_bytes >= own)
+                  & (nested_flops >= own_flops))
     # counted: not a dispatcher, and every priced operator around it is a dispatcher (top-down, parents first)
     counted = np.zeros(len(n), dtype=bool)
     open_path = np.zeros(len(n), dtype=bool)  # all enclosing priced operators are dispatchers
@@ -505,7 +584,7 @@ def roofline(t: EventTable, accelerator=None, keep: np.ndarray | None = None,
         if c is None:
             continue
         # fp32 operands on tensor cores (allow_tf32, set_float32_matmul_precision("high")) run at TF32's peak
-        prec = TF32 if c.kind == "gemm" and c.precision == "fp32" and int(r) in on_tf32 else c.precision
+        prec = TF32 if c.kind in ("gemm", "conv") and c.precision == "fp32" and int(r) in on_tf32 else c.precision
         # the cost too: the same shapes may cost differently by their concrete inputs (the dims a sum
         # reduces, a causal flag), each such variant its own row
         key = (s.name, shape_key(s), c.flops, c.bytes, prec)

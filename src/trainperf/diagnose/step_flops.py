@@ -1,19 +1,20 @@
 """The FLOPs a rank's steps do and the share of its device's peak they reach, read from the trace's own operators.
 
 A training-performance engineer's first figure of a job is its FLOPs utilisation. The trace holds what it needs
-where it was profiled with record_shapes=True: each matrix product's and attention's FLOPs follow from its operator's
-recorded input shapes (roofline.op_cost: 2mnk a product, the score and value products of attention halved where
-causal, as the planner and the trainer count them), each over the device time of the kernels it launched. Summed
-over the analysis window's work (a CPU run: its operators' own spans), they give the FLOPs of a step and the rate;
-the same FLOPs at the peak of their precision (the catalog entry of the trace's device) over the window's time give
-the utilisation. What ran is counted, recomputation included: this is the hardware FLOPs utilisation, equal to the
-model FLOPs utilisation (MFU) where no activation is recomputed. Only matrix products and attention count, as the
-model FLOPs of MFU do; elementwise and normalisation FLOPs are a rounding error of them.
+where it was profiled with record_shapes=True: each matrix product's, convolution's and attention's FLOPs follow
+from its operator's recorded input shapes (roofline.op_cost: 2mnk a product, torch.utils.flop_counter's count of a
+convolution, the score and value products of attention halved where causal, as the planner and the trainer count
+them), each over the device time of the kernels it launched. Summed over the analysis window's work (a CPU run: its
+operators' own spans), they give the FLOPs of a step and the rate; the same FLOPs at the peak of their precision
+(the catalog entry of the trace's device) over the window's time give the utilisation. What ran is counted,
+recomputation included: this is the hardware FLOPs utilisation, equal to the model FLOPs utilisation (MFU) where
+no activation is recomputed. Only these count, as the model FLOPs of MFU do; elementwise and normalisation FLOPs
+are a rounding error of them.
 
-The matrix products and attention whose operator's shapes are not recorded (a torch.compile'd region's Triton
-kernels, a CUDA graph's replay, a library's own kernels) are not counted: `covered_pct` is the share of the window's
-GEMM and attention kernel time the counted operators' kernels take, and under COVERED_MIN_PCT the figures are a
-lower bound and say so.
+Products whose operator's shapes are not recorded (a torch.compile'd region's Triton kernels, a CUDA graph's
+replay, a library's own kernels) are not counted: `covered_pct` is the share of the window's GEMM-class kernel
+time (cuDNN's convolutions are GEMMs, implicit ones) and attention kernel time the counted operators' kernels take,
+and under COVERED_MIN_PCT the figures are a lower bound and say so.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.roofline import RooflineRow, roofline
 from trainperf.trace.events import ATTENTION, GEMM
 
-MODEL_FLOP_KINDS = ("gemm", "attention")  # roofline.OpCost kinds whose FLOPs make a model's FLOPs
+MODEL_FLOP_KINDS = ("gemm", "attention", "conv")  # roofline.OpCost kinds whose FLOPs make a model's FLOPs
 # the share of the GEMM and attention kernel time the counted operators must cover for the figures to stand as the
 # step's (stated, not fitted: a tenth left uncounted moves a utilisation of 40 % by at most 4 points)
 COVERED_MIN_PCT = 90.0
@@ -35,7 +36,7 @@ COVERED_MIN_PCT = 90.0
 
 @dataclass(kw_only=True, frozen=True)
 class StepFlops:
-    """The window's matrix-product and attention FLOPs (from recorded shapes) and what they reach."""
+    """The window's matrix-product, convolution and attention FLOPs (from recorded shapes) and what they reach."""
 
     flops: float                      # in the window (FLOP)
     window_us: float                  # the window they ran in (µs)
@@ -72,12 +73,12 @@ class StepFlops:
 
 
 def model_flop_rows(rows: list[RooflineRow]) -> list[RooflineRow]:
-    """The roofline rows of matrix products and attention that carry FLOPs."""
+    """The roofline rows of matrix products, convolutions and attention that carry FLOPs."""
     return [r for r in rows if r.kind in MODEL_FLOP_KINDS and r.flops > 0]
 
 
 def step_flops(f: RankFacts) -> StepFlops | None:
-    """The rank's StepFlops over its analysis window; None where no matrix product or attention was priced (a
+    """The rank's StepFlops over its analysis window; None where no product or attention was priced (a
     trace recorded without record_shapes, or with none of them). Once per rank."""
     return f.once("step_flops", lambda: _step_flops(f))
 

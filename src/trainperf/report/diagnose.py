@@ -124,11 +124,12 @@ def _add_memory(rep: Report, d) -> None:
 
 
 def _add_flops(rep: Report, d, line: str) -> None:
-    """The matrix products' and attention's FLOPs from the recorded shapes (render.flops_line), with each rank's
-    share of the peak (else its TFLOP/s) where the job has several ranks: a rank that computes slower stands out."""
+    """The matrix products', convolutions' and attention's FLOPs from the recorded shapes (render.flops_line), with
+    each rank's share of the peak (else its TFLOP/s) where the job has several ranks: a rank that computes slower
+    stands out."""
     ranks = [r for r in d.ranks if r.achieved_tflops is not None]
     rated = all(r.flops_utilisation_pct is not None for r in ranks)
     parts = [bar_chart([f"rank {r.rank}" for r in ranks],
                        [r.flops_utilisation_pct if rated else r.achieved_tflops for r in ranks],
                        "% of peak" if rated else "TFLOP/s")] if len(ranks) > 1 else []
-    rep.add("FLOPs of matrix products and attention (from the recorded shapes)", *parts, paragraph(line))
+    rep.add("FLOPs of matrix products, convolutions and attention (from the recorded shapes)", *parts, paragraph(line))
