@@ -340,6 +340,14 @@ def _scenario(name: str, out: Path, device: str, steps: int) -> None:
     sync()
     peaks = {"max_memory_allocated": torch.cuda.max_memory_allocated(),
              "max_memory_reserved": torch.cuda.max_memory_reserved()} if device == "cuda" else {}
+    if name in SHAPES_RECORDED:  # PyTorch's own count of one step's matrix products and convolutions: what the
+        # trace's recorded shapes must give (diagnose's flops_per_step)
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with FlopCounterMode(display=False) as counter:
+            step()
+        sync()
+        peaks["flop_counter_flops_per_step"] = counter.get_total_flops()
     if hog is not None:
         hog.kill()
         hog.wait()
@@ -386,8 +394,10 @@ def main() -> None:
                          "steps": len(timed["synced_step_ms"]),
                          "seconds": round(time.perf_counter() - t0, 1),
                          # the allocator's own peaks over the profiled steps (bytes): what the trace's samples of a
-                         # MEMORY_RECORDED scenario must read (diagnose's memory_peak_*_bytes)
-                         **{k: timed[k] for k in ("max_memory_allocated", "max_memory_reserved") if k in timed}}
+                         # MEMORY_RECORDED scenario must read (diagnose's memory_peak_*_bytes); PyTorch's count of a
+                         # SHAPES_RECORDED scenario's FLOPs a step (diagnose's flops_per_step)
+                         **{k: timed[k] for k in ("max_memory_allocated", "max_memory_reserved",
+                                                  "flop_counter_flops_per_step") if k in timed}}
         print(name, figures[name], flush=True)
     for name, (fixed_name, fix) in FIXED_BY.items():
         faulty = figures.get(name, {}).get("median_step_ms")
