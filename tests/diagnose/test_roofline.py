@@ -171,6 +171,31 @@ def test_a_real_cpu_convolutions_trace_counts_torchs_flops(tmp_path):
     assert sum(r.flops * r.count for r in rows) == fc.get_total_flops()
 
 
+def test_grouped_products_by_hand_and_on_a_real_cpu_profile(tmp_path):
+    # torch._grouped_mm's four layouts (the output shapes as torch gives them on this CPU), 2 x M x K x N summed
+    # over the groups: the experts' forward [M, K] rows split among [G, K, N], their weight gradients with K split
+    import torch
+
+    bf, i32 = torch.bfloat16, torch.int32
+    offs = torch.tensor([16, 32, 48], dtype=i32)
+    cases = [((48, 16), (3, 16, 24), offs, 2 * 48 * 16 * 24),      # [M, K] x [G, K, N] -> [M, N]
+             ((16, 48), (48, 24), offs, 2 * 16 * 48 * 24),          # [M, K] x [K, N] -> [G, M, N]
+             ((3, 16, 8), (3, 8, 24), None, 2 * 3 * 16 * 8 * 24),  # [G, M, K] x [G, K, N] -> [G, M, N]
+             ((3, 16, 8), (8, 48), offs, 2 * 16 * 8 * 48)]          # [G, M, K] x [K, N] -> [M, N]
+    for a, b, o, flops in cases:
+        dims = [list(a), list(b)] + ([[3]] if o is not None else [[]]) + [[], []]
+        types = [BF, BF] + (["int"] if o is not None else [""]) + ["", ""]
+        assert op_cost("aten::_grouped_mm", dims, types).flops == flops, (a, b)
+    a, b, _, flops = cases[0]
+    x, w = torch.randn(*a, dtype=bf), torch.randn(*b, dtype=bf)
+    with torch.profiler.profile(record_shapes=True) as prof:
+        torch._grouped_mm(x, w, offs)
+    prof.export_chrome_trace(str(tmp_path / "g.json"))
+    # on the CPU the grouped product runs one aten::mm a group inside it: counted once, either way
+    rows = [r for r in roofline(read_kineto(tmp_path / "g.json")) if r.kind == "gemm"]
+    assert sum(r.flops * r.count for r in rows) == flops
+
+
 def test_memory_ops_by_hand():
     # add of two bf16 [4096, 4096]: read 2 x 32 MiB, write 32 MiB; 1 FLOP per element
     n = 4096 * 4096

@@ -11,7 +11,8 @@ the roofline (measured - max(FLOPs/peak, bytes/bandwidth)). Grouped by operator 
 Counting conventions (stated, so a reader can check a row by hand):
 - GEMMs: 2·m·n·k per product (PyTorch's torch.utils.flop_counter; bias adds not counted); bytes:
   each operand read once, the output written once. On fp32 operands whose kernel's name says TF32
-  (precision.classify_kernel: fp32 on tensor cores, allow_tf32) against TF32's peak, half bf16's.
+  (precision.classify_kernel: fp32 on tensor cores, allow_tf32) against TF32's peak, half bf16's. Grouped
+  products (torch._grouped_mm, MoE experts): 2·M·K·N summed over the groups, in each of its four layouts.
 - convolutions: 2·N·C_out·(C_in/groups)·kernel·output positions (torch.utils.flop_counter's count; the output
   positions from the recorded stride, padding and dilation); the backward one forward's worth for each gradient its
   output_mask computes (flop_counter leaves the groups out of the weight's); transposed ones not modelled.
@@ -180,6 +181,36 @@ def _gemm(name: str, dims: list, types: list) -> OpCost | None:
                   mkn=(batch * m, k, n))
 
 
+GROUPED_GEMMS = ("aten::_grouped_mm", "aten::_scaled_grouped_mm")  # MoE experts' products (torch._grouped_mm)
+
+
+def _grouped_gemm(dims: list, types: list) -> OpCost | None:
+    """A grouped product's cost (torch._grouped_mm(a, b, offs): a [M, K] rows split among b [G, K, N]'s groups;
+    [M, K] x [K, N] with K split, a [G, M, N] out, the experts' weight gradients; [G, M, K] x [G, K, N]; [G, M, K] x
+    [K, N] with N split): 2 x M x K x N over every group's share, as the output's elements times the depth each
+    summed. Rows of a 2-D operand past the offsets' end are counted, as the shapes cannot tell them."""
+    ts = _tensors(dims, types)
+    if len(ts) < 2:
+        return None
+    (a, s, dt), (b, sb, _) = ts[:2]
+    if len(a) == 2 and len(b) == 3 and a[1] == b[1]:
+        out, depth = a[0] * b[2], a[1]
+    elif len(a) == 2 and len(b) == 2 and a[1] == b[0]:
+        out, depth = a[0] * b[1], a[1]  # each group's out sums its share of K: all groups together sum all of it
+    elif len(a) == 3 and len(b) == 3 and a[0] == b[0] and a[2] == b[1]:
+        out, depth = a[0] * a[1] * b[2], a[2]
+    elif len(a) == 3 and len(b) == 2 and a[2] == b[0]:
+        out, depth = a[1] * b[1], a[2]
+    else:
+        return None
+    prec = PRECISION.get(dt, "")
+    out_e = 2 if prec == "fp8" else s
+    # [M, K] x [K, N] writes one [M, N] a group: as many as the offsets (the third tensor, 1-D) hold
+    groups = _numel(ts[2][0]) if len(a) == len(b) == 2 and len(ts) > 2 and len(ts[2][0]) == 1 else 1
+    nbytes = _numel(a) * s + _numel(b) * sb + groups * out * out_e
+    return OpCost(kind="gemm", flops=2.0 * out * depth, bytes=float(nbytes), precision=prec)
+
+
 def _flag(concrete: list, i: int) -> bool:
     v = concrete[i] if concrete and i < len(concrete) else ""
     return v in ("True", "1", "2")  # is_causal=True, or custom_mask_type 1/2 (causal top-left/bottom-right)
@@ -340,6 +371,8 @@ def op_cost(name: str, dims: list, types: list, concrete: list | None = None) ->
     if name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
                 "aten::_scaled_mm"):
         return _gemm(name, dims, types)
+    if name in GROUPED_GEMMS:
+        return _grouped_gemm(dims, types)
     if name in ATTENTION:
         return _attention(name, dims, types, concrete or [])
     if name in CONVOLUTION:
