@@ -74,9 +74,11 @@ def test_diff_says_when_the_two_sides_do_different_work(runs):
     assert f"{100 * (big / small - 1):+.1f} %" in note
     assert f"{abs(per_flop):.1f} % {'slower' if per_flop > 0 else 'faster'}" in note
     assert f"({100 * (big / small - 1):+.1f} %)" in work_change_text(d.baseline, d.candidate)
+    # the headline says it too: a step that does 5.3x the work is compared per FLOP beside per step
+    assert f"per step but {abs(per_flop):.1f}% {'slower' if per_flop > 0 else 'faster'} per FLOP" in d.headline()
     same = diff(runs / "small" / "traces", runs / "small" / "traces")
     assert not any("different work" in n for n in same.notes)
-    assert "(+0.0 %)" in work_change_text(same.baseline, same.candidate)
+    assert "(+0.0 %)" in work_change_text(same.baseline, same.candidate) and "per FLOP" not in same.headline()
 
 
 def test_utilisation_of_a_gpu_bound_loop_by_hand(tmp_path):

@@ -692,7 +692,11 @@ class TraceDiff:
         dm = self.candidate.median_us - self.baseline.median_us
         mean = "" if dm * d > 0 else f", mean {fmt_us(d, True)}"
         verb = verb if dm * d > 0 else ("slower" if dm > 0 else "faster" if dm < 0 else "unchanged")
-        return (f"candidate {abs(pct):.1f}% {verb} per step (median {fmt_us(self.baseline.median_us)} -> "
+        # a step of different work (another batch or model) is compared per FLOP too: the step alone misleads
+        per_flop = per_flop_change_pct(self.baseline, self.candidate)
+        work = "" if per_flop is None else \
+            f" but {abs(per_flop):.1f}% {'slower' if per_flop > 0 else 'faster'} per FLOP (different work a step)"
+        return (f"candidate {abs(pct):.1f}% {verb} per step{work} (median {fmt_us(self.baseline.median_us)} -> "
                 f"{fmt_us(self.candidate.median_us)}{mean}); largest change: {n} {fmt_us(c - b, True)}/step{top}")
 
     def to_json(self, top: int = 30) -> dict:
@@ -730,14 +734,22 @@ class TraceDiff:
 WORK_CHANGE_MIN_PCT = 0.1
 
 
-def work_change_note(baseline: StepProfile, candidate: StepProfile) -> str:
-    """A note where both sides record their shapes and the candidate's matrix products, convolutions and attention
-    do more or less work a step (> WORK_CHANGE_MIN_PCT): its step time is then not the same work's, and the
-    comparison is per FLOP; "" otherwise."""
+def per_flop_change_pct(baseline: StepProfile, candidate: StepProfile) -> float | None:
+    """The candidate's change of time per FLOP (%, + slower) where both sides record their shapes and the
+    candidate's matrix products, convolutions and attention do more or less work a step (> WORK_CHANGE_MIN_PCT):
+    its step time is then not the same work's; None otherwise."""
     a, b = baseline.flops_per_step, candidate.flops_per_step
-    if not a or b is None or abs(100.0 * (b / a - 1.0)) <= WORK_CHANGE_MIN_PCT:
+    if not a or not b or not baseline.median_us or abs(100.0 * (b / a - 1.0)) <= WORK_CHANGE_MIN_PCT:
+        return None
+    return 100.0 * (a / b * candidate.median_us / baseline.median_us - 1.0)
+
+
+def work_change_note(baseline: StepProfile, candidate: StepProfile) -> str:
+    """A note where the two sides do different work (per_flop_change_pct), with the change per FLOP; "" otherwise."""
+    per_flop = per_flop_change_pct(baseline, candidate)
+    if per_flop is None:
         return ""
-    per_flop = 100.0 * (a / b * candidate.median_us / baseline.median_us - 1.0) if b and baseline.median_us else 0.0
+    a, b = baseline.flops_per_step, candidate.flops_per_step
     return (f"the two sides do different work: the candidate's matrix products, convolutions and attention take "
             f"{a / 1e9:.4g} -> {b / 1e9:.4g} GFLOP a step ({100.0 * (b / a - 1.0):+.1f} %; another batch, sequence "
             "length or model); "
