@@ -196,6 +196,28 @@ def test_grouped_products_by_hand_and_on_a_real_cpu_profile(tmp_path):
     assert sum(r.flops * r.count for r in rows) == flops
 
 
+def test_odd_recorded_args_never_give_a_negative_or_infinite_cost():
+    # seeded random "Input Dims" / types / concrete inputs for every modelled product and attention: a size below 0 is
+    # no tensor's shape (is_shape), so nothing priced from it; a cost is None or finite and >= 0 (before, a -1 size
+    # gave negative FLOPs and bytes that a sum over operators would subtract)
+    import math
+    import random
+
+    from trainperf.diagnose.roofline import CONVOLUTION, GROUPED_GEMMS
+
+    names = [*CONVOLUTION, "aten::convolution_backward", *GROUPED_GEMMS, *ATTENTION, "aten::mm", "aten::addmm",
+             "aten::linear", "aten::bmm", "aten::add", "aten::sum", "aten::native_layer_norm"]
+    rnd = random.Random(0)
+    sizes, kinds = [0, 1, 3, 16, -1, -8, 10**9], [BF, "float", "int", "", "Scalar", "ScalarList", "c10::Float8_e4m3fn"]
+    concretes = ["", "[1, 1]", "[2, 2]", "[0, 0]", "[-1, 1]", "[1]", "True", "False", "1", "2", "[a]", "[]", "nan"]
+    for _ in range(20000):
+        k = rnd.randint(0, 12)
+        dims = [[rnd.choice(sizes) for _ in range(rnd.randint(0, 5))] if rnd.random() < 0.6 else [] for _ in range(k)]
+        c = op_cost(rnd.choice(names), dims, [rnd.choice(kinds) for _ in range(k)],
+                    [rnd.choice(concretes) for _ in range(k)])
+        assert c is None or (math.isfinite(c.flops) and c.flops >= 0 and math.isfinite(c.bytes) and c.bytes >= 0)
+
+
 def test_memory_ops_by_hand():
     # add of two bf16 [4096, 4096]: read 2 x 32 MiB, write 32 MiB; 1 FLOP per element
     n = 4096 * 4096

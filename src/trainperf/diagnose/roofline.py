@@ -122,8 +122,8 @@ class OpCost:
 
 
 def is_shape(d) -> bool:
-    """Whether a recorded "Input Dims" entry is one tensor's shape (a list of ints; a scalar's is [])."""
-    return isinstance(d, list) and all(isinstance(x, int) for x in d)
+    """Whether a recorded "Input Dims" entry is one tensor's shape (a list of sizes, ints >= 0; a scalar's is [])."""
+    return isinstance(d, list) and all(isinstance(x, int) and x >= 0 for x in d)
 
 
 def _numel(dims) -> int:
@@ -221,7 +221,7 @@ def _attention(name: str, dims: list, types: list, concrete: list) -> OpCost | N
     if max(qi, ki) >= len(dims) or types[qi] not in DTYPE_BYTES:
         return None
     q, k = dims[qi], dims[ki]
-    if len(q) != 4 or len(k) != 4:
+    if not (is_shape(q) and is_shape(k) and len(q) == len(k) == 4):
         return None
     s_k = k[1] if layout == "bshd" else k[2]
     flops = 4.0 * _numel(q) * s_k * (2 if backward else 1) * (0.5 if _flag(concrete, ci) else 1)
