@@ -749,11 +749,9 @@ def work_change_note(baseline: StepProfile, candidate: StepProfile) -> str:
     per_flop = per_flop_change_pct(baseline, candidate)
     if per_flop is None:
         return ""
-    a, b = baseline.flops_per_step, candidate.flops_per_step
-    return (f"the two sides do different work: the candidate's matrix products, convolutions and attention take "
-            f"{a / 1e9:.4g} -> {b / 1e9:.4g} GFLOP a step ({100.0 * (b / a - 1.0):+.1f} %; another batch, sequence "
-            "length or model); "
-            f"per FLOP the candidate is {abs(per_flop):.1f} % {'slower' if per_flop > 0 else 'faster'}")
+    way = "slower" if per_flop > 0 else "faster"
+    return (f"the two sides do different work: {work_change_text(baseline, candidate)} (another batch, sequence "
+            f"length or model); per FLOP the candidate is {abs(per_flop):.1f} % {way}")
 
 
 def work_change_text(baseline: StepProfile, candidate: StepProfile) -> str:
