@@ -25,9 +25,9 @@ import numpy as np
 from trainperf.diagnose.roofline import device_accelerator
 from trainperf.diagnose.window import Window
 from trainperf.plan.memory import FRAGMENTATION, RESERVED_BYTES
+from trainperf.trace.chunk import CPU_DEVICE_TYPE
 from trainperf.trace.events import EventTable
 
-CPU_DEVICE_TYPE = 0  # c10::DeviceType::CPU: host tensors' samples; every other type is an accelerator's
 GIB = float(1 << 30)
 # a reserved peak within this share of the usable memory is the device's edge: the allocator's next cudaMalloc for a
 # new block may fail, and it then frees its cache to retry. 0.9: the planner's fragmentation margin (8 %) and a little;

@@ -38,6 +38,7 @@ MEMORY_EVENT = "[memory]"
 # (and, where the trace goes on, caught); PyTorch records it as this instant event with profile_memory=True
 OUT_OF_MEMORY_EVENT = "[OutOfMemory]"
 MEMORY_ARGS = ("Device Type", "Device Id", "Total Allocated", "Total Reserved")
+CPU_DEVICE_TYPE = 0  # c10::DeviceType::CPU, an allocator event's "Device Type" for host tensors; any other: a device's
 MEMORY_COLUMNS = ("ts_ns", "device_type", "device_id", "allocated", "reserved")
 
 
@@ -122,7 +123,7 @@ def memory_row(ts, args) -> tuple | None:
 
 def accelerator_event(args) -> bool:
     """Whether an allocator event's args name an accelerator: a "Device Type" that is a number other than the CPU's."""
-    return args.__class__ is dict and to_int(args.get("Device Type"), 0) != 0
+    return args.__class__ is dict and to_int(args.get("Device Type"), CPU_DEVICE_TYPE) != CPU_DEVICE_TYPE
 
 
 def kept_args_json(a: dict) -> bytes | None:
