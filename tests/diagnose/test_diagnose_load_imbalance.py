@@ -27,9 +27,10 @@ JITTER = 100.0
 
 
 def _job(path: Path, rotating: bool, ranks: int = RANKS, extra: float = EXTRA, paused: bool = False,
-         queued: bool = False, group: tuple[int, ...] = ()) -> Path:
+         queued: bool = False, group: tuple[int, ...] = (), collected: bool = False) -> Path:
     # paused: the late rank of a step computes C like the others but its host launches the GEMM `extra` later
-    # (a pause with no op recorded, as Python's garbage collector leaves it); queued: it launches on time, but a
+    # (a pause with no op recorded, as Python's garbage collector leaves it; collected: recorded as a "Python GC"
+    # span of the pause, as PyTorch's record_python_gc_info does); queued: it launches on time, but a
     # copy of `extra` us launched just before runs first on its stream; group: every rank of it is late by `extra`
     # in every step, and one of them (in turn) by JITTER more, the last of that step
     def late(r: int, s: int) -> float:
@@ -54,6 +55,8 @@ def _job(path: Path, rotating: bool, ranks: int = RANKS, extra: float = EXTRA, p
             if queued and late(r, s):
                 b.launch("Memcpy DtoH (Device -> Pinned)", T + 90, T + 110, late(r, s), cat="gpu_memcpy",
                          runtime="cudaMemcpyAsync")
+            if collected and host(r, s):
+                b.cpu("Python GC", T + 100, host(r, s) - 1, cat="python_function")
             b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", T + 100 + host(r, s), T + 110 + start(r, s),
                      compute(r, s))
             last = T + 110 + max(start(q, s) + compute(q, s) for q in range(ranks))
@@ -102,6 +105,32 @@ def test_ranks_late_in_turn_without_more_work_are_paused_hosts_not_load_imbalanc
     d = diagnose(_job(tmp_path / "work", rotating=True))
     f = _find(d, "load_imbalance")
     assert f is not None and f.evidence["metrics"]["lateness_from_extra_compute"]["value"] == pytest.approx(100.0)
+
+
+def test_ranks_late_in_turn_because_of_their_own_collections_are_told_the_collectors_fix(tmp_path):
+    # the paused job with each pause recorded as the late rank's garbage collection (3 ms less 1 us): its collection
+    # accounts for all of its lateness in each step, (EXTRA - 1) / EXTRA; the fix named is the collector's, the share
+    # stated; without the collector's spans the lateness has no named cause (the job above)
+    d = diagnose(_job(tmp_path, rotating=True, paused=True, collected=True))
+    f = _find(d, "straggler")
+    assert f is not None and f.ranks == [0, 1, 2, 3]
+    m = f.evidence["metrics"]
+    assert m["lateness_from_gc"]["value"] == pytest.approx(100.0 * (EXTRA - 1) / EXTRA, abs=1e-3)
+    assert m["lateness_from_extra_compute"]["value"] == pytest.approx(0.0)
+    assert f.recommendation.startswith("The late ranks' own garbage collections in the steps they were late "
+                                       "account for 100 % of their lateness") and "gc.freeze()" in f.recommendation
+    (tmp_path / "plain").mkdir()
+    f = _find(diagnose(_job(tmp_path / "plain", rotating=True, paused=True)), "straggler")
+    assert "lateness_from_gc" not in f.evidence["metrics"] and not f.recommendation.startswith("The late ranks' own")
+
+
+def test_the_same_rank_late_every_step_with_its_collections_recorded_is_told_the_collectors_fix(tmp_path):
+    # rank 1 pauses 3 ms in its collector every step; the other ranks' traces have no collection: 0 in each step
+    d = diagnose(_job(tmp_path, rotating=False, paused=True, collected=True))
+    f = _find(d, "straggler")
+    assert f is not None and f.ranks == [1]
+    assert f.evidence["metrics"]["lateness_from_gc"]["value"] == pytest.approx(100.0 * (EXTRA - 1) / EXTRA, abs=1e-3)
+    assert f.recommendation.startswith("The late ranks' own garbage collections")
 
 
 def test_the_same_rank_late_every_step_is_a_straggler(tmp_path):

@@ -278,6 +278,11 @@ DEFAULT_NAMING_ADVICE = "with_stack=True"
 # (log every N steps, fused optimizers, DataLoader workers) does not apply; rules.run_rules puts it in place of the
 # kind's default (a rule's own, more specific fix stays)
 INFERENCE_RECOMMENDATIONS = {
+    "gc_stall": "A forward-only loop (generation or serving) pauses for Python's garbage collector inside its steps "
+                "(a full collection scans every live Python object: requests' state, a large module tree). Call "
+                "gc.freeze() once the model, the engine and its CUDA graphs are built, so that the objects of the "
+                "start-up leave the collector's scans, and raise the collector's thresholds (gc.set_threshold) or "
+                "collect between batches, where no step waits for it.",
     "host_sync": "A forward-only loop (no backward pass, no optimizer step: generation or serving) reads results "
                  "back every step, which drains the GPU queue: the GPU idles while the host prepares the next step. "
                  "Overlap the host's scheduling and input preparation for step N+1 with the GPU's step N (vLLM's "
@@ -418,6 +423,13 @@ RECOMMENDATIONS = {
                      "Python values out of the compiled function. Only in the first steps, it is warm-up: "
                      "profile after it (a longer profiler schedule wait) and reuse compiled code across runs "
                      "(Inductor's FX graph cache).",
+    "gc_stall": "Python's garbage collector pauses the training loop inside the steps (a full collection scans every "
+                "live Python object: long with many of them, a dataset kept as Python lists or dicts, a large module "
+                "tree). Call gc.freeze() once the model, optimizer and data are built, so that the objects of the "
+                "start-up leave the collector's scans, and switch automatic collection off during training with a "
+                "collection every N steps at the same point on every rank (gc.disable(); gc.collect(1) every N steps: "
+                "torchtitan's training.gc_freq, Megatron-LM's --manual-gc --manual-gc-interval), so that no rank "
+                "pauses in the middle of a step while the others wait for it at a collective.",
     "gpu_analyses_skipped": "Profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] to record "
                             "GPU kernels.",
     "allocator_stall": "Device memory is allocated and freed through the driver (cudaMalloc/cudaFree, "
@@ -518,3 +530,10 @@ RECOMMENDATIONS = {
                      "ZeRO-Offload), offload less or overlap it (DeepSpeed overlap_comm, FSDP prefetch) where memory "
                      "allows.",
 }
+
+# late ranks (straggler) whose host paused, where their own garbage collections in the steps they were late account
+# for most of it (traces with the collector's spans: stragglers.paused_by_gc): the collector's fix, measured
+GC_STRAGGLER_RECOMMENDATION = (
+    "The late ranks' own garbage collections in the steps they were late account for {share:.0f} % of their "
+    "lateness: Python's garbage collector pauses each rank at its own moment, and the others wait for it at the next "
+    "collective. " + RECOMMENDATIONS["gc_stall"])

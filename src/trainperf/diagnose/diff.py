@@ -42,7 +42,7 @@ import numpy as np
 
 from trainperf.diagnose.device_clock import with_device_clocks_aligned
 from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, COMPILE_RE,
-                                     DATALOADER_RE, OPTIMIZER_RE, SYNC_OP_RE, SYNC_RUNTIME_RE)
+                                     DATALOADER_RE, GC_RE, OPTIMIZER_RE, SYNC_OP_RE, SYNC_RUNTIME_RE)
 from trainperf.diagnose.memory import GIB, DeviceMemory, highest_peak, memory_between
 from trainperf.diagnose.roofline import roofline
 from trainperf.diagnose.step_flops import model_flop_rows
@@ -326,9 +326,10 @@ def rank_sweep(t: EventTable) -> RankSweep:
     sync = _host_rows(t, [(SYNC_RUNTIME_RE, (RUNTIME,)), (SYNC_OP_RE, (CPU_OP,))])
     ckpt = _host_rows(t, [(CHECKPOINT_RE, (USER_ANNOTATION, CPU_OP, PYTHON))])
     comp = _host_rows(t, [(COMPILE_RE, (USER_ANNOTATION, CPU_OP, PYTHON))])
+    gc = _host_rows(t, [(GC_RE, (PYTHON,))])
     lo, hi = s0.min(), s1.max()
     optim = _host_rows(t, [(OPTIMIZER_RE, (USER_ANNOTATION, CPU_OP, PYTHON))])
-    host_causes = (("host: dataloader", dl), ("host: checkpoint", ckpt), ("host: compile", comp),
+    host_causes = (("host: dataloader", dl), ("host: checkpoint", ckpt), ("host: compile", comp), ("host: gc", gc),
                    ("host: allocator", alloc), ("host: sync", sync), ("host: optimizer", optim))
     cuts = [s0, s1, ts[dev], end[dev], launch[np.isfinite(launch)]]
     if dev.size == 0:  # a host-only trace (CPU training): the step is split by what the host does
@@ -391,7 +392,7 @@ def rank_sweep(t: EventTable) -> RankSweep:
     covered_before = 0.0
     rows = np.zeros(0, dtype=np.int64)
     for label, more in (("idle: dataloader", dl), ("idle: checkpoint", ckpt), ("idle: compile", comp),
-                        ("idle: allocator", alloc), ("idle: sync", sync)):
+                        ("idle: gc", gc), ("idle: allocator", alloc), ("idle: sync", sync)):
         rows = np.concatenate([rows, more])  # this cause and the ones ranked before it
         cov = _union_length(ts[rows], end[rows], prev_launch, lau)
         amount = np.minimum(np.maximum(cov - covered_before, 0.0), left)

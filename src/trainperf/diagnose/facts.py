@@ -18,8 +18,8 @@ from trainperf.diagnose.crossrank import (P2P_KIND, HostStraggler, collective_ro
 from trainperf.diagnose.gpu_time import (CategoryTime, IdleSplit, Overlap, TemporalBreakdown, comm_comp_overlap,
                                          idle_in_span_us, idle_split, kernel_breakdown, temporal_breakdown)
 from trainperf.diagnose.host import (HostSpans, allocator_calls, checkpoint_spans, compile_spans, compiled_frames,
-                                     dataloader_spans, host_syncs, optimizer_spans, span_rows, sync_op_counts,
-                                     sync_ops)
+                                     dataloader_spans, gc_spans, host_syncs, optimizer_spans, span_rows,
+                                     sync_op_counts, sync_ops)
 from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLength, launch_bound_stretches,
                                        launch_stats, launched_inside, launched_rows, queue_length)
 from trainperf.diagnose.memory import DeviceMemory, device_memory
@@ -65,6 +65,9 @@ class StragglerFacts:
     # GPU's extra idle (waiting for its host) does (0-1 each, crossrank.lateness_share); None where not comparable
     late_work_share: float | None = None
     late_idle_share: float | None = None
+    # ... and how much their own garbage collections in those steps do (0-1; None where no rank's trace has the
+    # collector's spans, host.GC_RE)
+    late_gc_share: float | None = None
 
 
 @dataclass(kw_only=True)
@@ -101,8 +104,10 @@ class RankFacts:
     sync_ops: HostSpans
     allocator: HostSpans
     compile: HostSpans                # torch.compile's compile phases (host.COMPILE_RE)
+    gc: HostSpans                     # Python's garbage collections ("Python GC" spans: host.GC_RE)
     compile_steps: list = field(default_factory=list)  # the analysed steps with a compile span in them
     checkpoint_steps: list = field(default_factory=list)  # the analysed steps with a checkpoint span in them
+    gc_steps: list = field(default_factory=list)  # the analysed steps with a collection in them
     recompiles: int = 0               # compiled regions the steps ran with a compile id above 0 (host.compiled_frames)
     waits: dict | None = None
     straggler: StragglerFacts | None = None
@@ -328,6 +333,7 @@ class DeviceTiming:
     # "context" (ring attention's: no pipeline, whatever the steps open on) or "", and its size
     p2p_role: str = ""
     p2p_group_size: int = 0
+    gc_by_step: dict = field(default_factory=dict)  # step -> µs of Python's garbage collections in its host span
 
     @property
     def idle_by_step(self) -> dict:
@@ -345,15 +351,26 @@ def device_timing(t: EventTable, w: Window) -> DeviceTiming:
     groups = collective_rows(t, w)
     p2p = _rows_of(groups, lambda kind: kind == P2P_KIND)
     role, size = p2p_group_role(t, p2p)
+    st = step_times(t, w)
     return DeviceTiming(table=t, window=w, breakdown=temporal_breakdown(t, w), compute_by_step=compute_per_step(t, w),
-                        step_times=step_times(t, w), opens_on_receive=opens_on_receive_share(t, w, p2p),
-                        collective_groups=groups, p2p_rows=p2p, p2p_role=role, p2p_group_size=size)
+                        step_times=st, opens_on_receive=opens_on_receive_share(t, w, p2p),
+                        collective_groups=groups, p2p_rows=p2p, p2p_role=role, p2p_group_size=size,
+                        gc_by_step=_time_by_step(st, gc_spans(t, w)))
 
 
 def _rows_of(groups: dict[str, np.ndarray], kinds) -> np.ndarray:
     """The sorted kernel rows of the collective groups whose collective `kinds` accepts (a predicate on it)."""
     rows = [r for k, r in groups.items() if kinds(group_kind(k))]
     return np.sort(np.concatenate(rows)) if rows else np.array([], dtype=np.int64)
+
+
+def _time_by_step(step_times: list, spans: HostSpans) -> dict:
+    """step -> µs the spans cover inside the step's host span (of step_times; summed: spans of one kind that do not
+    nest, as Python's collections on one thread); {} without spans."""
+    if not spans.count:
+        return {}
+    return {x.step: float(np.clip(np.minimum(spans.ends_us, x.start_us + x.host_us) -
+                                  np.maximum(spans.starts_us, x.start_us), 0.0, None).sum()) for x in step_times}
 
 
 def _steps_holding(step_times: list, spans: HostSpans) -> list[int]:
@@ -378,12 +395,15 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
     f = RankFacts(table=t, window=w, steps=steps, step_times=st, host_window_us=host_window, host_window_start_us=start,
                   dataloader=dataloader_spans(t, w), optimizer=optimizer_spans(t, w),
                   checkpoint=checkpoint_spans(t, w), sync_calls=host_syncs(t, w), sync_ops=sync_ops(t, w),
-                  allocator=allocator_calls(t, w), compile=compile_spans(t, w), waits=waits)
+                  allocator=allocator_calls(t, w), compile=compile_spans(t, w), gc=gc_spans(t, w),
+                  waits=waits)
     if f.compile.count:
         f.compile_steps = _steps_holding(st, f.compile)
         f.recompiles = compiled_frames(t, w)[1]
     if f.checkpoint.count:
         f.checkpoint_steps = _steps_holding(st, f.checkpoint)
+    if f.gc.count:
+        f.gc_steps = _steps_holding(st, f.gc)
     f.sync_op_counts = sync_op_counts(t, w)  # host-side: the reads' CPU time is evidence without GPU events too
     ops = window_ops(t, w)
     f.loop = loop_kind(t, ops, f.optimizer)

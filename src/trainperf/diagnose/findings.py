@@ -170,8 +170,9 @@ class FixPlan:
 # main thread is (an upper bound: ranked by rank_key at the share of it BOUND_REALISED_SHARE credits; ranked with the
 # restructurings, host work of 20 % came after a DataLoader wait of 4.8 %: the corpus's compound cases); and launch
 # calls slower than a launch's usual range made usual (usual_launch_calls: time the host's launch path wastes on each)
-STALL_CHANGES = frozenset({"remove_data_wait", "remove_checkpoint_wait", "remove_compile_wait", "remove_syncs",
-                           "unblock_pageable_copies", "remove_allocator", "overlap_comm", "remove_straggler_wait",
+STALL_CHANGES = frozenset({"remove_data_wait", "remove_checkpoint_wait", "remove_compile_wait", "remove_gc_wait",
+                           "remove_syncs", "unblock_pageable_copies", "remove_allocator", "overlap_comm",
+                           "remove_straggler_wait",
                            "compute_speedup", "remove_wasted_rows", "shrink_bubble", "remove_lags", "remove_host_work",
                            "usual_launch_calls"})
 

@@ -1,4 +1,5 @@
-"""Host side of a step: data-loader waits, host syncs, optimizer phase, checkpoint saves, torch.compile."""
+"""Host side of a step: data-loader waits, host syncs, optimizer phase, checkpoint saves, torch.compile, Python's
+garbage collector."""
 
 from __future__ import annotations
 
@@ -49,6 +50,10 @@ CHECKPOINT_RE = re.compile(rf"^(?!.*(?:{ACTIVATION_CHECKPOINT_RE}))"
 # (torch/_dynamo/utils.py dynamo_timed, since 2.1); the outer names stand in case that suffix changes.
 COMPILE_RE = re.compile(r"\(dynamo_timed\)$|^(entire_frame_compile|_compile\.compile_inner|compile_fx_inner"
                         r"|GraphLowering\.compile|Scheduler\.codegen)$|^CachingAutotuner")
+# Python's garbage collector pausing the thread: PyTorch's Python tracer records each collection as a "Python GC"
+# span (python_function) where the profile has with_stack=True and
+# experimental_config=_ExperimentalConfig(record_python_gc_info=True) (PyTorch 2.9+, pytorch/pytorch#161209)
+GC_RE = re.compile(r"^Python GC$")
 # the compiled frame a step runs: "Torch-Compiled Region: <frame>/<compile>"; a compile id above 0 is a recompile
 COMPILED_REGION_RE = re.compile(r"^Torch-Compiled Region: (\d+)/(\d+)")
 
@@ -113,6 +118,11 @@ def optimizer_spans(t: EventTable, w: Window) -> HostSpans:
 def compile_spans(t: EventTable, w: Window) -> HostSpans:
     """Host time inside torch.compile's compile phases (Dynamo, AOTAutograd, Inductor; µs)."""
     return _host_spans(t, w, COMPILE_RE, (USER_ANNOTATION, CPU_OP, PYTHON))
+
+
+def gc_spans(t: EventTable, w: Window) -> HostSpans:
+    """Host time Python's garbage collector held the threads (its "Python GC" spans, µs)."""
+    return _host_spans(t, w, GC_RE, (PYTHON,))
 
 
 def compiled_frames(t: EventTable, w: Window) -> tuple[int, int]:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, COMPILE_RE,
-                                     DATALOADER_RE, MEMCPY_RUNTIME_RE, SYNC_OP_RE, SYNC_RUNTIME_RE, call_sites,
+                                     DATALOADER_RE, GC_RE, MEMCPY_RUNTIME_RE, SYNC_OP_RE, SYNC_RUNTIME_RE, call_sites,
                                      span_rows)
 from trainperf.diagnose.host_link import pinned_copy_us
 from trainperf.diagnose.launch import graph_launched, launch_call_cutoff_us, small_kernel_mask
@@ -87,9 +87,10 @@ ONE_STREAM_SYNC_RE = re.compile(r"(Stream|Event)Synchronize")
 NOT_BLOCKING, BLOCK_SYNC, BLOCK_PAGEABLE, BLOCK_COMM, BLOCK_QUEUE = 0, 1, 2, 3, 4
 
 # named host stalls: spans whose time in a host gap is a wait of its own kind, not the thread's CPU work
-NAMED_STALLS = (DATALOADER_RE, CHECKPOINT_RE, COMPILE_RE, ALLOCATOR_SPAN_RE)
+NAMED_STALLS = (DATALOADER_RE, CHECKPOINT_RE, COMPILE_RE, GC_RE, ALLOCATOR_SPAN_RE)
 
-CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_compile_wait", "remove_syncs",
+CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_compile_wait", "remove_gc_wait",
+                "remove_syncs",
                 "unblock_pageable_copies", "remove_allocator", "overlap_comm", "remove_straggler_wait", "speedup",
                 "host_speedup", "graph_small_kernels", "graph_launches", "compute_speedup", "speedup_rows",
                 "drop_rows", "remove_wasted_rows", "remove_host_work", "fuse_optimizer", "unprofiled_host",
@@ -99,7 +100,8 @@ CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_co
 @dataclass(frozen=True)
 class Change:
     """One what-if change. kind: none | remove_data_wait | remove_checkpoint_wait | remove_compile_wait
-    (torch.compile compiles nothing inside the steps) | remove_syncs (sync calls return at once) |
+    (torch.compile compiles nothing inside the steps) | remove_gc_wait (Python's garbage collector pauses no thread
+    inside the steps) | remove_syncs (sync calls return at once) |
     unblock_pageable_copies (host-to-device copies stop blocking the host and run on their stream at `factor` GB/s, the
     rate of a copy from pinned memory, where the trace gives their size and they took longer: pinned memory,
     non_blocking; the work after them still queues behind them on their stream, host_link.py) |
@@ -188,6 +190,7 @@ class Graph:
     gap_dataloader: np.ndarray  # part of host_gap inside data-loader spans (µs)
     gap_checkpoint: np.ndarray  # part of host_gap inside checkpoint-saving spans (µs)
     gap_compile: np.ndarray     # part of host_gap inside torch.compile's compile phases (µs)
+    gap_gc: np.ndarray          # part of host_gap inside Python's garbage collections (µs)
     gap_allocator: np.ndarray   # part of host_gap inside allocator spans (µs)
     gap_idle: np.ndarray        # part of host_gap in which the thread ran nothing of its own: a wait (µs)
     host_dep: np.ndarray        # host call on another thread a call with an idle gap waited for, or -1
@@ -238,7 +241,7 @@ class Graph:
     @property
     def cpu_work_us(self) -> np.ndarray:
         """Each host node's own CPU work in its gap (µs): replay.cpu_work_us of this graph's gap columns."""
-        return cpu_work_us(self.host_gap, self.gap_dataloader, self.gap_checkpoint, self.gap_compile,
+        return cpu_work_us(self.host_gap, self.gap_dataloader, self.gap_checkpoint, self.gap_compile, self.gap_gc,
                            self.gap_allocator, self.gap_idle)
 
     @property
@@ -832,11 +835,13 @@ def launch_dispatch_us(cpu: np.ndarray, idle: np.ndarray, group: np.ndarray, hos
 
 
 def cpu_work_us(host_gap: np.ndarray, gap_dataloader: np.ndarray, gap_checkpoint: np.ndarray, gap_compile: np.ndarray,
-                gap_allocator: np.ndarray, gap_idle: np.ndarray) -> np.ndarray:
+                gap_gc: np.ndarray, gap_allocator: np.ndarray, gap_idle: np.ndarray) -> np.ndarray:
     """The thread's own CPU work in each host node's gap (µs, >= 0): the gap less the time inside DataLoader,
-    checkpoint, compile and allocator spans and the time it ran nothing (a wait for another thread). This is the
-    work the op dispatch, a graphed launch and a blocking read's op take their time from (Graph.cpu_work_us)."""
-    return np.maximum(host_gap - gap_dataloader - gap_checkpoint - gap_compile - gap_allocator - gap_idle, 0.0)
+    checkpoint, compile, garbage-collection and allocator spans and the time it ran nothing (a wait for another
+    thread). This is the work the op dispatch, a graphed launch and a blocking read's op take their time from
+    (Graph.cpu_work_us)."""
+    return np.maximum(host_gap - gap_dataloader - gap_checkpoint - gap_compile - gap_gc - gap_allocator - gap_idle,
+                      0.0)
 
 
 def blocked_us(g: "Graph", block_class: int) -> float:
@@ -985,7 +990,8 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
         host_gap[idx[1:]] = np.maximum(start[idx[1:]] - end[idx[:-1]], 0.0)
     has_prev = host_prev >= 0
     # each named stall's part of the gap, exclusive in NAMED_STALLS' order: a gap counted as data loading is not
-    # also counted as checkpoint, compile or allocator time. The thread's own spans only, as its idle time
+    # also counted as checkpoint, compile, garbage-collection or allocator time (a collection inside a DataLoader
+    # fetch goes with the fetch, which workers move off the thread). The thread's own spans only, as its idle time
     # (_thread_waits) counts them: another thread's DataLoader wait counted in this thread's gap besides that idle
     # time (a loop that steps on one thread and launches from another) made the replay of the trace unchanged
     # longer than the trace
@@ -1000,7 +1006,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
         part = np.minimum(part, host_gap - taken)
         taken += part
         named_gaps.append(part)
-    gap_dl, gap_ck, gap_co, gap_al = named_gaps
+    gap_dl, gap_ck, gap_co, gap_gc, gap_al = named_gaps
     gap_idle, host_dep, host_dep_lag, host_dep_work = _thread_waits(t, w, rows, start, end, host_prev, host_gap, n_h,
                                                                     anchors.size, np.concatenate(stall_rows))
 
@@ -1155,7 +1161,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     site_names = sorted(set(sites))
     sync_site[blocking] = [site_names.index(x) for x in sites]
     gap_so, so_site, in_so = _sync_op_gaps(t, w, rows, start, end, host_prev, blocking, sync_site, n_h)
-    work = cpu_work_us(host_gap, gap_dl, gap_ck, gap_co, gap_al, gap_idle)
+    work = cpu_work_us(host_gap, gap_dl, gap_ck, gap_co, gap_gc, gap_al, gap_idle)
     gap_so = np.minimum(gap_so, work)
     pageable_copies = np.zeros(n, bool)
     pageable_copies[sync_on[block == BLOCK_PAGEABLE]] = True
@@ -1217,7 +1223,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     host_tid[:n_h] = tids
     return Graph(rows=rows, is_host=is_host, start=start, dur=dur, host_prev=host_prev, host_tid=host_tid,
                  host_gap=host_gap,
-                 gap_dataloader=gap_dl, gap_checkpoint=gap_ck, gap_compile=gap_co, gap_allocator=gap_al,
+                 gap_dataloader=gap_dl, gap_checkpoint=gap_ck, gap_compile=gap_co, gap_gc=gap_gc, gap_allocator=gap_al,
                  gap_idle=gap_idle,
                  host_dep=host_dep, host_dep_lag=host_dep_lag, host_dep_work=host_dep_work, is_sync=is_sync,
                  block_class=block, sync_on=sync_on, sync_on_nc=sync_on_nc, sync_base=sync_base, sync_tail=sync_tail, sync_site=sync_site, gap_syncop=gap_so, syncop_site=so_site, in_syncop=in_so,
@@ -1334,6 +1340,7 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     gap = cpu + (0.0 if "remove_data_wait" in kinds else g.gap_dataloader) + \
         (0.0 if "remove_checkpoint_wait" in kinds else g.gap_checkpoint) + \
         (0.0 if "remove_compile_wait" in kinds else g.gap_compile) + \
+        (0.0 if "remove_gc_wait" in kinds else g.gap_gc) + \
         (0.0 if "remove_allocator" in kinds else g.gap_allocator)
     if "remove_allocator" in kinds:
         dur[g.is_alloc] = 0.0
@@ -1456,11 +1463,12 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
 def critical_path(g: Graph, r: Replay) -> dict[str, float]:
     """Time on the critical path (walked back from the last end) by kind of work, µs.
 
-    Buckets: cpu (host work between calls), dataloader, checkpoint, allocator (allocator calls and
-    spans), runtime (other launch/API calls), sync_wait (host blocked in a sync), comm_wait (in a sync
-    that waited for a collective), pageable_copy (host blocked in a host-to-device copy), queue_wait (in a call that
-    waited for a slot in the full launch queue), launch_latency, kernel:<category>, wait_for_rank_<r> (inside
-    a collective, waiting for rank r), lag (start delays the trace shows but no dependency explains)."""
+    Buckets: cpu (host work between calls), dataloader, checkpoint, compile, gc (Python's garbage collector),
+    allocator (allocator calls and spans), runtime (other launch/API calls), sync_wait (host blocked in a sync),
+    comm_wait (in a sync that waited for a collective), pageable_copy (host blocked in a host-to-device copy),
+    queue_wait (in a call that waited for a slot in the full launch queue), launch_latency, kernel:<category>,
+    wait_for_rank_<r> (inside a collective, waiting for rank r), lag (start delays the trace shows but no dependency
+    explains)."""
     out: dict[str, float] = {}
 
     def add(k, v):
@@ -1475,7 +1483,8 @@ def critical_path(g: Graph, r: Replay) -> dict[str, float]:
         elif p >= 0:
             left = r.start[j] - r.end[p]
             for bucket, part in (("dataloader", g.gap_dataloader[j]), ("checkpoint", g.gap_checkpoint[j]),
-                                 ("compile", g.gap_compile[j]), ("allocator", g.gap_allocator[j])):
+                                 ("compile", g.gap_compile[j]), ("gc", g.gap_gc[j]),
+                                 ("allocator", g.gap_allocator[j])):
                 v = min(part, left)
                 add(bucket, v)
                 left -= v

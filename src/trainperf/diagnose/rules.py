@@ -7,9 +7,9 @@ credits each finding with its marginal gain. Thresholds are shares of the rank's
 them on the labeled corpus.
 
 RULES, run in that order by run_rules, lists every rule. Here: the host's named waits (DataLoader, checkpoint,
-compile, syncs, pageable copies, the allocator), communication (exposed collectives, a pipeline's bubble), the kernels
-(memory-bound unfused operators, the optimizer) and what is left (idle GPU). The others, in modules of their own, are
-named in the comment above RULES.
+compile, Python's garbage collector, syncs, pageable copies, the allocator), communication (exposed collectives, a
+pipeline's bubble), the kernels (memory-bound unfused operators, the optimizer) and what is left (idle GPU). The
+others, in modules of their own, are named in the comment above RULES.
 """
 
 from __future__ import annotations
@@ -140,6 +140,22 @@ def compile_stall(f: RankFacts) -> Finding | None:
                               what_if=f"warm-up: compilation in the first analysed step ({f.steps[0]}) only, which a "
                                       "steady-state step does not pay; profile after it")
     return _host_stall(f, "compile_stall", f.compile, "remove_compile_wait", "compile", "torch.compile", extra=extra)
+
+
+GC_MIN_PCT = 1.0  # Python GC spans, % of the span: the stall rules' one evidence threshold
+
+
+def gc_stall(f: RankFacts) -> Finding | None:
+    """Python's garbage collector pauses the loop inside the steps (its "Python GC" spans, in a trace profiled with
+    with_stack and record_python_gc_info): a named host stall, priced by taking the collections out of the host's
+    gaps. The fix (objects of the start-up frozen, automatic collection off, a collection every N steps at one point
+    on every rank) keeps one collection in N steps. Evidence: the collections, the longest, the steps holding one."""
+    if f.pct(f.gc.time_us) <= GC_MIN_PCT:
+        return None
+    extra = {"collections": (f.gc.count, "count"), "longest_collection": (f.gc.longest[0][2], "us"),
+             "steps_collecting": (len(f.gc_steps), f"of {len(f.steps)} steps")}
+    return _host_stall(f, "gc_stall", f.gc, "remove_gc_wait", "gc", "garbage-collection", extra=extra,
+                       steps_with=f.gc_steps)
 
 
 # time blocked in syncs (or their wait on the critical path) and the reads that made them, % of the span
@@ -631,7 +647,7 @@ LONG_IDLE_GAP_US = 1000.0
 # the host causes of a GPU's idle: the host-bound kinds (small_kernels' launches among them: the host launching tiny
 # kernels one after another is what leaves the GPU idle) and the stalls that block the host
 _IDLE_EXPLAINED_BY = ("launch_bound", "host_work", "small_kernels", "data_loader_stall", "host_sync", "allocator_stall",
-                      "pageable_copy", "checkpoint_stall", "compile_stall")
+                      "pageable_copy", "checkpoint_stall", "compile_stall", "gc_stall")
 
 
 def _explains_idle(x: Finding) -> bool:
@@ -708,10 +724,10 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
 # graph_breaks (diagnose/graph_breaks.py): torch.compile's graph broken inside the step;
 # devices_take_turns (diagnose/devices.py): the GPUs one process drives running one after another;
 # idle_with_work_queued (diagnose/queued_idle.py): the GPU idle while launched work waits for what the trace lacks
-RULES = (data_loader_stall, checkpoint_stall, compile_stall, host_sync, pageable_copy, allocator_stall, exposed_memcpy,
-         grad_sync_per_microbatch, ddp_buffer_broadcast, ddp_gradient_copies, ddp_unused_parameter_search,
-         unbucketed_gradients, exposed_comm, pipeline_bubble, devices_take_turns, straggler, load_imbalance,
-         idle_with_work_queued,
+RULES = (data_loader_stall, checkpoint_stall, compile_stall, gc_stall, host_sync, pageable_copy, allocator_stall,
+         exposed_memcpy, grad_sync_per_microbatch, ddp_buffer_broadcast, ddp_gradient_copies,
+         ddp_unused_parameter_search, unbucketed_gradients, exposed_comm, pipeline_bubble, devices_take_turns,
+         straggler, load_imbalance, idle_with_work_queued,
          launch_bound, host_work, small_kernels, graph_breaks, fp32_matmul, misaligned_gemm, slow_gemm,
          layout_transposes, unfused_attention, unfused_cross_entropy, memory_bound_unfused, recompute_overhead,
          optimizer_slow, gpu_analyses_skipped)

@@ -129,8 +129,8 @@ def straggler(f: RankFacts) -> F.Finding | None:
     if f.p2p_comm_share > 0.5:  # pipeline stages (a majority, as exposed_comm's)
         found.recommendation = advice.STRAGGLER_STAGE_RECOMMENDATION
     elif late_without_more_work(s):  # the same computation started late: by its host, or by work queued ahead
-        found.recommendation = (advice.LATE_HOST_STRAGGLER_RECOMMENDATION if paused_not_loaded(s)
-                                else advice.QUEUED_WORK_STRAGGLER_RECOMMENDATION).format(rank=s.rank)
+        found.recommendation = (_paused_host_recommendation(s, [s.rank]) if paused_not_loaded(s)
+                                else advice.QUEUED_WORK_STRAGGLER_RECOMMENDATION.format(rank=s.rank))
     return found
 
 
@@ -152,13 +152,32 @@ def paused_not_loaded(s: StragglerFacts) -> bool:
     return late_without_more_work(s) and (s.late_idle_share is None or s.late_idle_share >= LATE_WORK_MIN_SHARE)
 
 
+def paused_by_gc(s: StragglerFacts) -> bool:
+    """Whether the late ranks' hosts paused in Python's garbage collector: they started the same work late
+    (paused_not_loaded) and their own collections in the steps they were late account for at least half the
+    lateness (StragglerFacts.late_gc_share: traces with the collector's spans)."""
+    return paused_not_loaded(s) and s.late_gc_share is not None and s.late_gc_share >= LATE_WORK_MIN_SHARE
+
+
+def _paused_host_recommendation(s: StragglerFacts, ranks: list[int]) -> str:
+    """The fix for late ranks whose host paused: the collector's, where their collections account for the lateness
+    (paused_by_gc); else what one late rank does alone, or what pauses ranks in turn."""
+    if paused_by_gc(s):
+        return advice.GC_STRAGGLER_RECOMMENDATION.format(share=100.0 * s.late_gc_share)
+    return (advice.LATE_HOST_STRAGGLER_RECOMMENDATION.format(rank=ranks[0]) if len(ranks) == 1
+            else advice.PAUSED_HOSTS_RECOMMENDATION)
+
+
 def _lateness_metrics(s: StragglerFacts) -> dict:
-    """How much of the late ranks' lateness their extra computation and their GPU's extra idle account for (%)."""
+    """How much of the late ranks' lateness their extra computation, their GPU's extra idle and their own garbage
+    collections account for (%)."""
     out = {}
     if s.late_work_share is not None:
         out["lateness_from_extra_compute"] = (100.0 * s.late_work_share, "%")
     if s.late_idle_share is not None:
         out["lateness_from_gpu_idle"] = (100.0 * s.late_idle_share, "%")
+    if s.late_gc_share is not None:
+        out["lateness_from_gc"] = (100.0 * s.late_gc_share, "%")
     return out
 
 
@@ -218,8 +237,7 @@ def _paused_hosts(f: RankFacts) -> F.Finding | None:
         return None
     found = _turn_waits(f, "straggler", "no rank's host pauses before its work: nobody waits in collectives")
     # one rank's pauses hold the waiting (a rank-0 evaluation or log write in one step): what only it does
-    found.recommendation = (advice.LATE_HOST_STRAGGLER_RECOMMENDATION.format(rank=found.ranks[0])
-                            if len(found.ranks) == 1 else advice.PAUSED_HOSTS_RECOMMENDATION)
+    found.recommendation = _paused_host_recommendation(f.straggler, found.ranks)
     return found
 
 

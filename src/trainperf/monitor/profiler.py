@@ -41,14 +41,25 @@ def trace_path(out_dir: str | Path, rank: int, first: int, last: int) -> Path:
     return Path(out_dir) / "traces" / f"rank{rank}.step{first}-{last}.json"
 
 
+def gc_events_config(tp):
+    """torch.profiler's experimental config that records Python's garbage collections as "Python GC" spans beside
+    the Python frames (record_python_gc_info: PyTorch 2.9+, pytorch/pytorch#161209), or None where this torch has
+    no such option. tp: the torch.profiler module."""
+    try:
+        return tp._ExperimentalConfig(record_python_gc_info=True)
+    except (AttributeError, TypeError):  # no _ExperimentalConfig, or one without the option
+        return None
+
+
 class StepProfiler:
     """torch.profiler driven by a schedule; call ``step()`` once after every optimizer step.
 
     ``next_step`` is the number of the first step this process will run (after a resume it
     is not 1). A window that starts in the past, or None, profiles nothing. ``record_modules``
     records every nn.Module forward as a span (torch's with_stack=True; its with_modules=True
-    records none in eager mode), which `trainperf diagnose --modules` attributes time to; off by
-    default for its cost (docs/benchmarks.md, "GPU time per nn.Module").
+    records none in eager mode), which `trainperf diagnose --modules` attributes time to, and, where
+    torch can (2.9+), each collection of Python's garbage collector (a "Python GC" span:
+    diagnose's gc_stall); off by default for its cost (docs/benchmarks.md, "GPU time per nn.Module").
     """
 
     def __init__(self, out_dir: str | Path, steps: tuple[int, int] | None, rank: int, next_step: int = 1,
@@ -77,8 +88,9 @@ class StepProfiler:
         # on a GPU the allocator's samples too (profile_memory: one "[memory]" event per allocation and free), from
         # which diagnose reads the step's peak against the device and whether a larger batch fits
         # (diagnose/memory.py); not on CPU runs, whose host tensors' samples say nothing about a device
+        stack = {"with_stack": True, "experimental_config": gc_events_config(tp)} if record_modules else {}
         self.prof = tp.profile(activities=activities, schedule=sched, on_trace_ready=self._write,
-                               record_shapes=True, with_stack=record_modules, profile_memory=device_type == "cuda")
+                               record_shapes=True, profile_memory=device_type == "cuda", **stack)
         # Number the profiler's steps like the optimizer steps (it counts from 0), so that the
         # trace's ProfilerStep#N is step N: the same state profile.__init__ sets up for step 0.
         self.prof.step_num = next_step

@@ -31,7 +31,8 @@ def register(app: typer.Typer) -> None:
         profile_steps: Optional[str] = typer.Option(None, help="Trace steps A to B (inclusive) of every rank into OUT/traces/."),
         profile_modules: bool = typer.Option(False, "--profile-modules",
                                              help="Record nn.Module spans in the traces (with_stack: costs host "
-                                                  "time) for `diagnose --modules`."),
+                                                  "time) for `diagnose --modules`, and Python's garbage "
+                                                  "collections (torch 2.9+) for its gc_stall."),
         out: str = typer.Option("train_out", help="Run folder (metrics.jsonl, traces/, checkpoints/, report.html)."),
         text: Optional[List[str]] = typer.Option(None, help="Text files or folders to train on (default: shipped sample)."),
         synthetic: bool = typer.Option(False, "--synthetic", help="Random tokens instead of text (no I/O)."),
