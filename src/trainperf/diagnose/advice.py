@@ -131,6 +131,15 @@ FOREACH_OPTIMIZER_RECOMMENDATION = (
     "fused implementation, one pass (torch.optim.AdamW(..., fused=True); Adam, SGD and Adagrad have it too), or "
     "compile the optimizer step (torch.compile of opt.step); or shard the optimizer state (ZeRO/FSDP) so each rank "
     "updates its share.")
+# optimizer_slow when the optimizer's phase launches no kernel while the GPU idles through it (rules._optimizer_slow):
+# the update runs on the CPU, its states offloaded there
+HOST_OPTIMIZER_RECOMMENDATION = (
+    "The optimizer step runs on the CPU (it launches no GPU kernel: its states are offloaded to host memory, as "
+    "DeepSpeed ZeRO-Offload's DeepSpeedCPUAdam or FSDP's CPU offload keep them) and the GPU idles through it. Where "
+    "the states fit on the GPUs, keep them there (no offload, or sharded over more ranks: ZeRO-2/3, FSDP); else "
+    "offload only part of them (DeepSpeed's offload ratio), overlap the CPU step with the GPU's next work (DeepSpeed's "
+    "ZenFlow, overlap_comm), use the vectorised CPU Adam (DeepSpeedCPUAdam rather than torch's CPU AdamW) with a core "
+    "per thread, and accumulate more micro-batches per step so that the step is paid less often.")
 # optimizer_slow when the step span names an optimizer that preconditions with per-layer matrices
 # (rules.PRECONDITIONED_OPTIMIZER_RE): its cost is the preconditioners' matrix work, which fused elementwise kernels
 # (the default fix) do not touch

@@ -15,15 +15,15 @@ from trainperf.diagnose import findings as F
 from trainperf.diagnose.evidence import SAMPLED_IDS_PER_CALL, is_sampled
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.gpu_time import idle_in_spans_us
-from trainperf.diagnose.host import compiled_frames
+from trainperf.diagnose.host import OPTIMIZER_RE, compiled_frames, span_rows
 from trainperf.diagnose.launch import SMALL_KERNEL_US, graph_launched
 from trainperf.diagnose.replay import (Change, Graph, dispatch_taken, fused_fixed_cost_us, host_work_us,
                                        one_off_first_calls)
-from trainperf.diagnose.window import covered_length
+from trainperf.diagnose.window import covered_each, covered_length, merge_intervals
 from trainperf.trace.annotate import STEP_RE
 from trainperf.trace.categories import copy_direction
 from trainperf.trace.events import CPU_OP, KERNEL, MEMCPY, PYTHON, RUNTIME, USER_ANNOTATION
-from trainperf.trace.nesting import outermost, thread_key
+from trainperf.trace.nesting import outermost, starts_inside, thread_key
 
 
 # the GPU idle the host causes (waiting for it in the window, or the host step's excess over the device's), % of the
@@ -236,6 +236,10 @@ def _inside_first_call(f: RankFacts, rows: np.ndarray, at_us: np.ndarray) -> np.
 # cases are named by their spans)
 ONE_OFF_MIN_STEPS = 3
 ONE_OFF_SHARE = 0.9
+# host work at least this share of which (by what it costs) lies inside optimizer steps that launch no kernel is the
+# optimizer's update on the CPU (_host_side_optimizer_share): optimizer_slow with the offload's fix. Half: most of it,
+# the midpoint the other "which cause holds most" tests use; stated, not fitted (no labeled offload case)
+HOST_OPTIMIZER_MIN_SHARE = 0.5
 # ... and a checkpoint save when that step also copied the model's state to the host, as a synchronous save of device
 # tensors does before it writes (torch.save moves each storage to the CPU; DCP stages each shard): at least this many
 # device-to-host copies more than any other analysed step makes (a state dict holds several tensors per layer; a
@@ -317,7 +321,9 @@ def host_work(f: RankFacts) -> F.Finding | None:
     beyond that dispatch (replay.host_work_us). Priced as that work gone from the training loop (moved
     to another thread or process, done less often, or onto the device): an upper bound. Not on a sampled or filtered
     trace, whose host gaps are missing events (evidence.is_sampled). Work in one step of several after that step
-    copied a model's state to the host (_state_copied_to_host) is a checkpoint save no span names: checkpoint_stall."""
+    copied a model's state to the host (_state_copied_to_host) is a checkpoint save no span names: checkpoint_stall.
+    Work mostly inside optimizer steps that launch no kernel (optimizer_on_host) is the optimizer's update on the
+    CPU: optimizer_slow, with the offload's fix."""
     if not f.has_gpu or is_sampled(f):
         return None
     g = f.graph
@@ -358,16 +364,45 @@ def host_work(f: RankFacts) -> F.Finding | None:
     if saved is not None:
         metrics["copies_to_host_in_that_step"] = (saved[0], "count")
         metrics["bytes_to_host_in_that_step"] = (saved[1], "bytes")
-    found = F.rank_finding(f, "checkpoint_stall" if saved else "host_work", metrics, events,
+    # most of it inside an optimizer step that launches no kernel: the optimizer's update on the CPU
+    on_host = _host_side_optimizer_share(f, g.start[long] - work[long], g.start[long], weight) if saved is None else 0.0
+    if on_host >= HOST_OPTIMIZER_MIN_SHARE:
+        metrics["inside_optimizer_steps_launching_no_kernel"] = (100.0 * on_host, "%")
+    kind = "checkpoint_stall" if saved else "optimizer_slow" if on_host >= HOST_OPTIMIZER_MIN_SHARE else "host_work"
+    found = F.rank_finding(f, kind, metrics, events,
                            (Change("remove_host_work", rows=tuple(int(r) for r in g.rows[long])),),
-                           "the host work that launches nothing gone from the loop",
+                           "the optimizer's update on the CPU gone from the loop (on the GPU, its states there)"
+                           if kind == "optimizer_slow" else "the host work that launches nothing gone from the loop",
                            evidence_pct=f.pct(cost_us), upper_bound=True)
     if saved is not None:
         found.recommendation = advice.UNNAMED_CHECKPOINT_RECOMMENDATION.format(n=len(f.step_times), copies=saved[0],
                                                                                mib=saved[1] / 2**20)
+    elif kind == "optimizer_slow":
+        found.recommendation = advice.HOST_OPTIMIZER_RECOMMENDATION
     elif one_off:
         found.recommendation = advice.ONE_OFF_HOST_WORK_RECOMMENDATION.format(n=len(f.step_times))
     return found
+
+
+def optimizer_on_host(f: RankFacts) -> bool:
+    """Whether the window has optimizer step / zero_grad spans and they launch no kernel at all: an optimizer whose
+    update runs on the CPU, its states offloaded to host memory (ZeRO-Offload's DeepSpeedCPUAdam, FSDP's CPU
+    offload). Copies and memsets made inside them do not count."""
+    spans = span_rows(f.table, f.window, OPTIMIZER_RE, (USER_ANNOTATION, CPU_OP, PYTHON))
+    launches = f.graph.rows[f.graph.is_host & f.graph.kernel_launch]
+    return bool(spans.size) and not (launches.size and starts_inside(f.table, spans, launches).any())
+
+
+def _host_side_optimizer_share(f: RankFacts, starts_us: np.ndarray, ends_us: np.ndarray, weight: np.ndarray) -> float:
+    """The share (0-1) of the host work's weight inside the optimizer's step / zero_grad spans (each block [starts_us,
+    ends_us) weighs its weight times the part of it inside them) where the optimizer runs on the host
+    (optimizer_on_host); else 0."""
+    if weight.sum() <= 0 or not optimizer_on_host(f):
+        return 0.0
+    w = f.window
+    spans = span_rows(f.table, w, OPTIMIZER_RE, (USER_ANNOTATION, CPU_OP, PYTHON))
+    part = covered_each(starts_us, ends_us, merge_intervals(w.ts_us[spans], w.end_us[spans]))
+    return float((weight * part / np.maximum(ends_us - starts_us, 1e-9)).sum() / weight.sum())
 
 
 def _state_copied_to_host(f: RankFacts, step: int) -> tuple[int, int] | None:

@@ -37,8 +37,8 @@ from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CH
                                      span_rows)
 from trainperf.diagnose.host_link import pinned_copy_us
 from trainperf.diagnose.launch import graph_launched, launch_call_cutoff_us, small_kernel_mask
-from trainperf.diagnose.window import (Window, covered_length, iteration_hint_rows, launched_before_trace,
-                                       merge_intervals)
+from trainperf.diagnose.window import (Window, covered_each, covered_length, iteration_hint_rows,
+                                       launched_before_trace, merge_intervals)
 from trainperf.trace.annotate import STEP_RE, correlated_host_row
 from trainperf.trace.categories import copy_direction, from_pageable_to_device
 from trainperf.trace.nesting import enclosing_span, thread_key
@@ -285,25 +285,8 @@ def spans_cut(g: Graph, spans: Sequence[tuple[int, float, float]]) -> tuple[np.n
         inside[mine[held]] = True
         after = mine[g.host_prev[mine] >= 0]
         prev = g.host_prev[after]
-        cut[after] = _covered(g.start[prev] + g.dur[prev], g.start[after], (s, e))
+        cut[after] = covered_each(g.start[prev] + g.dur[prev], g.start[after], (s, e))
     return cut, inside
-
-
-def _covered(starts: np.ndarray, ends: np.ndarray, spans: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """Length of each [start, end) covered by the merged spans (µs)."""
-    s, e = spans
-    out = np.zeros(starts.size)
-    if s.size == 0:
-        return out
-    cum = np.r_[0.0, np.cumsum(e - s)]
-
-    def covered_upto(x):  # total span length before x
-        i = np.searchsorted(s, x, side="right")
-        prev_end = np.where(i > 0, e[np.clip(i - 1, 0, None)], -np.inf)
-        partial = np.where(i > 0, np.clip(np.minimum(x, prev_end) - s[np.clip(i - 1, 0, None)], 0, None), 0.0)
-        return cum[np.clip(i - 1, 0, None)] * (i > 0) + partial
-
-    return np.maximum(covered_upto(ends) - covered_upto(starts), 0.0)
 
 
 def _previous_kept(stream_prev: np.ndarray, skipped: np.ndarray) -> np.ndarray:
@@ -508,7 +491,7 @@ def _thread_waits(t: EventTable, w: Window, rows: np.ndarray, start: np.ndarray,
         mine = has_prev[tids[has_prev] == tid]
         r = np.r_[own[t.tid[own] == tid], named[t.tid[named] == tid]]
         spans_of[int(tid)] = spans = merge_intervals(w.ts_us[r], w.end_us[r])
-        busy = _covered(end[host_prev[mine]], start[mine], spans)
+        busy = covered_each(end[host_prev[mine]], start[mine], spans)
         idle[mine] = np.maximum(host_gap[mine] - busy, 0.0)
     first = np.flatnonzero(host_prev[:n_h] < 0)
     waiting = np.r_[np.flatnonzero(idle > TOL_US), first[first >= n_anchors]]
@@ -532,7 +515,7 @@ def _thread_waits(t: EventTable, w: Window, rows: np.ndarray, start: np.ndarray,
     for tid in np.unique(tids[woken]):  # the thread's own ops between the wake and the call, one pass per thread
         mine = woken[tids[woken] == tid]
         if int(tid) in spans_of:
-            work[mine] = _covered(start[mine] - lag[mine], start[mine], spans_of[int(tid)])
+            work[mine] = covered_each(start[mine] - lag[mine], start[mine], spans_of[int(tid)])
     return idle, dep, lag, work
 
 
@@ -566,7 +549,7 @@ def _sync_op_gaps(t: EventTable, w: Window, rows: np.ndarray, start: np.ndarray,
         span_site = {int(j): int(sync_site[b[hit][k[hit] == j][0]]) for j in used}
         spans = (s0[used], e0[used])
         nodes = np.flatnonzero((tids == tid) & (host_prev[:n_h] >= 0))
-        cov = _covered(end[host_prev[nodes]], start[nodes], spans)
+        cov = covered_each(end[host_prev[nodes]], start[nodes], spans)
         gap[nodes] = cov
         # the span a covered gap falls in: the last one starting before the gap ends
         j = np.searchsorted(s0[used], start[nodes], side="right") - 1
@@ -1002,7 +985,7 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
         for tid in np.unique(tids[has_prev[:n_h]]):
             mine = np.flatnonzero(has_prev[:n_h] & (tids == tid))
             own = rows_p[t.tid[rows_p] == tid]
-            part[mine] = _covered(end[host_prev[mine]], start[mine], merge_intervals(w.ts_us[own], w.end_us[own]))
+            part[mine] = covered_each(end[host_prev[mine]], start[mine], merge_intervals(w.ts_us[own], w.end_us[own]))
         part = np.minimum(part, host_gap - taken)
         taken += part
         named_gaps.append(part)

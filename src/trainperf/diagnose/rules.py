@@ -33,7 +33,8 @@ from trainperf.diagnose.gemm_shapes import misaligned_gemm
 from trainperf.diagnose.graph_breaks import graph_breaks
 from trainperf.diagnose.gpu_time import Overlap, idle_gaps_us, idle_in_span_us
 from trainperf.diagnose.grad_sync import grad_sync_per_microbatch
-from trainperf.diagnose.host_bound import gpu_idle_pct, host_work, launch_bound, launch_cost_us, small_kernels
+from trainperf.diagnose.host_bound import (gpu_idle_pct, host_work, launch_bound, launch_cost_us, optimizer_on_host,
+                                           small_kernels)
 from trainperf.diagnose.host import OPTIMIZER_RE, span_rows
 from trainperf.diagnose.host_link import pinned_copy_rate, pinned_copy_us
 from trainperf.diagnose.layout import layout_transposes
@@ -615,10 +616,15 @@ def _optimizer_slow(f: RankFacts) -> Finding | None:
         metrics = {"optimizer_phase": (f.pct(phase_us), "%"),
                    "optimizer_phase_gpu_idle": (100.0 * idle_us / phase_us, "% of it"),
                    "optimizer_kernels": (share, "% of busy")}
-        return F.rank_finding(f, "optimizer_slow", metrics, f.optimizer.longest[:3],
-                              what_if="not priced: the optimizer's host work paces the step (the device idles through "
-                                      "most of its phase); a fused or foreach optimizer cuts it",
-                              evidence_pct=f.pct(idle_us))
+        found = F.rank_finding(f, "optimizer_slow", metrics, f.optimizer.longest[:3],
+                               what_if="not priced: the optimizer's host work paces the step (the device idles "
+                                       "through most of its phase); a fused or foreach optimizer cuts it",
+                               evidence_pct=f.pct(idle_us))
+        if optimizer_on_host(f):  # its update on the CPU: fusing GPU kernels is no fix
+            found.what_if = "not priced: the optimizer's update runs on the CPU (its step launches no kernel) while " \
+                            "the device idles through most of its phase"
+            found.recommendation = advice.HOST_OPTIMIZER_RECOMMENDATION
+        return found
     top = [(f"[{k} launches] {n}", t0, d) for c in f.categories if c.category == "optimizer"
            for n, d, k, t0 in c.top_kernels if not FUSED_OPTIMIZER_RE.search(n)]
     busy_pct = 100.0 - f.breakdown.idle_pct

@@ -276,6 +276,23 @@ def uncovered(start: float, end: float, cut_start: np.ndarray, cut_end: np.ndarr
     return a[keep], b[keep]
 
 
+def covered_each(starts: np.ndarray, ends: np.ndarray, spans: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Length of each [start, end) covered by the merged spans (merge_intervals' (starts, ends); the inputs' unit)."""
+    s, e = spans
+    out = np.zeros(starts.size)
+    if s.size == 0:
+        return out
+    cum = np.r_[0.0, np.cumsum(e - s)]
+
+    def covered_upto(x):  # total span length before x
+        i = np.searchsorted(s, x, side="right")
+        prev_end = np.where(i > 0, e[np.clip(i - 1, 0, None)], -np.inf)
+        partial = np.where(i > 0, np.clip(np.minimum(x, prev_end) - s[np.clip(i - 1, 0, None)], 0, None), 0.0)
+        return cum[np.clip(i - 1, 0, None)] * (i > 0) + partial
+
+    return np.maximum(covered_upto(ends) - covered_upto(starts), 0.0)
+
+
 def covered_length(start: np.ndarray, end: np.ndarray) -> float:
     """Length of the union of the intervals (same unit as the inputs): time covered by at least one of them."""
     s, e = merge_intervals(start, end)
