@@ -7,10 +7,12 @@
 # more: the kernels' budget 45 -> 20 s, whose figures earlier sessions recorded, the faults' limit 270 -> 295 s; the
 # language-model loss, eager and fused, celoss and celoss_fused, by 30 s more: the faults' limit 295 -> 325 s, the
 # kernels' 35 -> 25 s (budget 20 -> 12), roofline_vs_bench's 40 -> 30 s, train's 70 -> 60 s; DDP's own per-step work,
-# ddp, 20 s: the faults' limit 325 -> 315 s, calibrate's 40 -> 35 s, roofline_vs_bench's 30 -> 25 s).
+# ddp, 20 s: the faults' limit 325 -> 315 s, calibrate's 40 -> 35 s, roofline_vs_bench's 30 -> 25 s; the gc pair,
+# ~20 s on CPU, run last inside the faults' limit: the first cut when it is reached).
 # Run on the device machine from the repository root; results go under $OUT (default ./gpu_out).
 #   - faults:    real traces of planted faults (CUDA_LAUNCH_BLOCKING, no caching allocator, empty_cache, synchronize
-#                calls, pageable input, fp32 GEMMs, a slow DataLoader, graph breaks...) beside each fix's measured gain
+#                calls, pageable input, fp32 GEMMs, a slow DataLoader, graph breaks, Python's garbage collector...)
+#                beside each fix's measured gain
 #                (issue 9; the graph-break pair and then `shared`, the big loop beside another process's GEMMs on the
 #                same GPU, run last: cut first when the limit is reached)
 #   - calibrate: GEMM TFLOP/s over shapes, device copy bandwidth (planner calibration profile)

@@ -37,7 +37,11 @@ Scenarios, each in a subprocess of its own (CUDA_LAUNCH_BLOCKING must be set bef
   shared    the big loop while another process runs bf16 GEMMs on the same GPU without pause (a second job on the
             device): the GPU time-slices between the two contexts, and the loop's work waits for it with nothing in
             its own trace to say why (idle_with_work_queued's to find, or kernels stretched by preemption; fixed:
-            big). Last: the one cut when the faults' time limit is reached.
+            big). The one cut when the faults' time limit is reached, but for the gc pair after it;
+  gc        the small loop in a process holding 100k Python objects from its start-up, each step keeping 40k more
+            for 3 steps: the garbage collector's full collections walk them all every few steps (gc_stall's to
+            find, from the "Python GC" spans the Python frames and record_python_gc_info record; fixed: gc_frozen,
+            gc.freeze() after the start-up and automatic collection off). Last: cut first.
 big, strided, fp32, the conv loops and celoss are profiled with record_shapes=True (SHAPES_RECORDED).
 Each: the step time (ms) without the profiler, as the profiled loop runs (steps queued ahead, the median of 5
 chunks' mean step; and a synchronize after every step, as a loop that reads its loss each step runs), then a
@@ -67,7 +71,7 @@ SCENARIOS = {"async": {}, "blocking": {"CUDA_LAUNCH_BLOCKING": "1"}, "scalar": {
              "nocache": {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, "graphed": {}, "big": {}, "dataload": {},
              "syncs": {}, "empty_cache": {}, "pageable": {}, "pinned": {}, "fp32": {}, "tf32": {}, "deep": {},
              "deep_tf32": {}, "strided": {}, "conv": {}, "conv_cl": {}, "unfused": {}, "fused": {}, "celoss": {},
-             "celoss_fused": {}, "breaks": {}, "compiled": {}, "shared": {}}
+             "celoss_fused": {}, "breaks": {}, "compiled": {}, "shared": {}, "gc": {}, "gc_frozen": {}}
 # the scenario each fault's fix turns it into, and the fix: true gain = 1 - fixed / faulty
 FIXED_BY = {"blocking": ("async", "unset CUDA_LAUNCH_BLOCKING"),
             "nocache": ("async", "the caching allocator"),
@@ -83,7 +87,8 @@ FIXED_BY = {"blocking": ("async", "unset CUDA_LAUNCH_BLOCKING"),
             "unfused": ("fused", "fused RMSNorm and SwiGLU kernels (trainperf.kernels.apply)"),
             "celoss": ("celoss_fused", "a fused cross-entropy (trainperf.kernels.CrossEntropyLoss)"),
             "breaks": ("compiled", "no graph breaks (one compiled graph)"),
-            "shared": ("big", "no other process on the GPU")}
+            "shared": ("big", "no other process on the GPU"),
+            "gc": ("gc_frozen", "gc.freeze() after the start-up, automatic collection off")}
 BIG = ("big", "dataload", "pageable", "pinned", "fp32", "tf32", "strided", "shared")  # the GPU-bound loop's scenarios
 # scenarios profiled with record_shapes=True: the healthy GPU-bound loop, on which the shape-priced findings
 # (slow_gemm, misaligned_gemm, memory_bound_unfused) must find no fault, its fault whose shapes look aligned while the
@@ -97,6 +102,11 @@ MEMORY_RECORDED = ("big",)
 CONV_SHAPE = {"cuda": (32, 64, 56), "cpu": (2, 8, 16)}  # batch, channels, height = width of the convolution loops
 SHAPES = {"small": (2048, 12, 4096), "big": (8192, 4, 8192), "deep": (1024, 96, 8192), "llama": (2048, 4, 16384),
           "lm": (2048, 2, 4096), "cpu": (256, 2, 256)}  # width, blocks, tokens
+# the gc loops: the small loop in a process holding LIVE Python objects from its start-up, each step keeping KEPT more
+# for GC_KEPT_STEPS steps (per-sample bookkeeping): the collector's full collections walk them all, every few steps;
+# gc_frozen, the fix: gc.freeze() after the start-up and automatic collection off. Profiled with the Python frames and
+# record_python_gc_info (PyTorch 2.9+), which records each collection as a "Python GC" span (diagnose's gc_stall)
+GC_LIVE, GC_KEPT, GC_KEPT_STEPS = 100_000, 40_000, 3
 VOCABULARY = {"cuda": 128256, "cpu": 512}  # the celoss loops' projection: Llama 3's vocabulary on the GPU
 BATCH_MAKING_S = 0.030
 
@@ -228,6 +238,15 @@ def _step_fn(name: str, device: str):
         fused_loss = CrossEntropyLoss()
     if name in ("pageable", "pinned"):  # each step's input comes from host memory, pageable or pinned
         host_x = x.cpu().pin_memory() if name == "pinned" and cuda else x.cpu()
+    if name.startswith("gc"):
+        import gc
+
+        index = [[i] for i in range(GC_LIVE)]
+        kept: list = []
+        if name == "gc_frozen":
+            gc.collect()
+            gc.freeze()
+            gc.disable()
     if name == "syncs" and cuda:  # a synchronize after every Linear (timing layers, a debugging habit)
         for m in model:
             if isinstance(m, torch.nn.Linear):
@@ -250,6 +269,9 @@ def _step_fn(name: str, device: str):
             dist.barrier(device_ids=[0]) if cuda else dist.barrier()
         if name == "empty_cache" and cuda:
             torch.cuda.empty_cache()
+        if name.startswith("gc"):  # this step's bookkeeping, kept GC_KEPT_STEPS steps beside the start-up's index
+            kept.append([[len(index), j] for j in range(GC_KEPT)])
+            del kept[:-GC_KEPT_STEPS]
 
     if name == "scalar":
         dist.init_process_group("nccl" if device == "cuda" else "gloo", init_method="tcp://127.0.0.1:29517",
@@ -301,6 +323,8 @@ def _scenario(name: str, out: Path, device: str, steps: int) -> None:
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, schedule
 
+    from trainperf.monitor.profiler import gc_events_config
+
     step = _step_fn(name, device)
     hog = _other_process_on_the_gpu() if name == "shared" and device == "cuda" else None
 
@@ -331,8 +355,10 @@ def _scenario(name: str, out: Path, device: str, steps: int) -> None:
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
+    gc_events = {"with_stack": True, "experimental_config": gc_events_config(torch.profiler)} \
+        if name.startswith("gc") else {}
     with profile(activities=activities, schedule=schedule(wait=1, warmup=1, active=4),
-                 record_shapes=name in SHAPES_RECORDED, profile_memory=name in MEMORY_RECORDED,
+                 record_shapes=name in SHAPES_RECORDED, profile_memory=name in MEMORY_RECORDED, **gc_events,
                  on_trace_ready=lambda p: p.export_chrome_trace(str(raw))) as prof:
         for _ in range(6):
             step()

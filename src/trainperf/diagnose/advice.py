@@ -406,7 +406,9 @@ RECOMMENDATIONS = {
                  "loop or do it less often. Metrics and logging every N steps or on a background thread; "
                  "preprocessing in DataLoader workers; a CPU-offloaded optimizer (ZeRO-Offload) overlapped with the "
                  "backward or kept on the GPU where memory allows; gc.freeze() after start-up and gc.collect() every "
-                 "N steps for the garbage collector; profile with with_stack=True where no op holds the time.",
+                 "N steps for the garbage collector (the profiler's _ExperimentalConfig(record_python_gc_info=True), "
+                 "PyTorch 2.9+, records its pauses beside the Python frames: gc_stall); profile with "
+                 "with_stack=True where no op holds the time.",
     "small_kernels": "Many kernels are tiny: fuse them (torch.compile, fused optimizers, foreach ops) or use "
                      "CUDA graphs to cut per-launch overhead.",
     "memory_bound_unfused": "Elementwise and reduction kernels take a large share: fuse them (torch.compile, "
