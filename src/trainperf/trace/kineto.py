@@ -61,6 +61,10 @@ _EVENTS_KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
 _SHAPES_KEY = b'"Input Dims"'
 # a number written as no JSON number: NaN, Infinity (Python's json.dump), inf, nan (C++ streams), after a value's
 # opening (":" "[" ","), before its end; inside a string only where a string holds such text, which stays a string
+# an operator named with its overload, "aten::add.Tensor", as PyTorch names them where the profile has
+# experimental_config=_ExperimentalConfig(capture_overload_names=True) (2.6+); by default "aten::add". One namespace,
+# one operator, one overload, identifiers only: kernels' C++ names, annotations and Python frames never take that form
+OVERLOADED_OP_RE = re.compile(r"^([A-Za-z_]\w*::[A-Za-z_]\w*)\.[A-Za-z_]\w*$")
 _NON_FINITE_RE = re.compile(rb"([:\[,]\s*)-?(?:NaN|Infinity|inf|nan)(?=\s*[,\]}])")
 
 
@@ -408,8 +412,22 @@ class ColumnBuilder:
         self.parts["args"].append(self.intern(chunk.args, "args") if chunk.args is not None
                                   else np.full(len(chunk), -1, dtype=np.int32))
 
+    def _without_overloads(self) -> None:
+        """Name each operator without its overload (OVERLOADED_OP_RE: "aten::add.Tensor" -> "aten::add"), as a
+        default profile names it: every rule and price looks operators up by that name."""
+        base = {i: m.group(1) for i, s in enumerate(self.names) if (m := OVERLOADED_OP_RE.match(s))}
+        if not base:
+            return
+        to = np.arange(len(self.names) + 1, dtype=np.int32)
+        to[-1] = -1
+        for i, name in base.items():
+            to[i] = self.intern([name])[0]
+        self.parts["name"] = [to[ids] for ids in self.parts["name"]]
+
     def columns(self) -> dict[str, np.ndarray]:
-        """The EventTable columns, sorted by start time (stable: file order among equal starts)."""
+        """The EventTable columns, sorted by start time (stable: file order among equal starts); operators named
+        without their overload (_without_overloads)."""
+        self._without_overloads()
         ts = np.concatenate(self.parts.pop("ts_ns"))
         order = np.argsort(ts, kind="stable")
         cols = {"ts_ns": ts[order]}
