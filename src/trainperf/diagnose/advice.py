@@ -131,8 +131,8 @@ FOREACH_OPTIMIZER_RECOMMENDATION = (
     "fused implementation, one pass (torch.optim.AdamW(..., fused=True); Adam, SGD and Adagrad have it too), or "
     "compile the optimizer step (torch.compile of opt.step); or shard the optimizer state (ZeRO/FSDP) so each rank "
     "updates its share.")
-# optimizer_slow when the optimizer's phase launches no kernel while the GPU idles through it (rules._optimizer_slow):
-# the update runs on the CPU, its states offloaded there
+# optimizer_slow when the optimizer's spans launch no kernel while the GPU idles through them (host_bound.host_work's
+# host work inside them, rules._optimizer_slow's host-bound phase): the update runs on the CPU, its states offloaded
 HOST_OPTIMIZER_RECOMMENDATION = (
     "The optimizer step runs on the CPU (it launches no GPU kernel: its states are offloaded to host memory, as "
     "DeepSpeed ZeRO-Offload's DeepSpeedCPUAdam or FSDP's CPU offload keep them) and the GPU idles through it. Where "

@@ -172,9 +172,8 @@ class FixPlan:
 # calls slower than a launch's usual range made usual (usual_launch_calls: time the host's launch path wastes on each)
 STALL_CHANGES = frozenset({"remove_data_wait", "remove_checkpoint_wait", "remove_compile_wait", "remove_gc_wait",
                            "remove_syncs", "unblock_pageable_copies", "remove_allocator", "overlap_comm",
-                           "remove_straggler_wait",
-                           "compute_speedup", "remove_wasted_rows", "shrink_bubble", "remove_lags", "remove_host_work",
-                           "usual_launch_calls"})
+                           "remove_straggler_wait", "compute_speedup", "remove_wasted_rows", "shrink_bubble",
+                           "remove_lags", "remove_host_work", "usual_launch_calls"})
 
 
 def _removes_a_stall(f: Finding) -> bool:

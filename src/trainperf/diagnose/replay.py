@@ -90,9 +90,8 @@ NOT_BLOCKING, BLOCK_SYNC, BLOCK_PAGEABLE, BLOCK_COMM, BLOCK_QUEUE = 0, 1, 2, 3, 
 NAMED_STALLS = (DATALOADER_RE, CHECKPOINT_RE, COMPILE_RE, GC_RE, ALLOCATOR_SPAN_RE)
 
 CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_compile_wait", "remove_gc_wait",
-                "remove_syncs",
-                "unblock_pageable_copies", "remove_allocator", "overlap_comm", "remove_straggler_wait", "speedup",
-                "host_speedup", "graph_small_kernels", "graph_launches", "compute_speedup", "speedup_rows",
+                "remove_syncs", "unblock_pageable_copies", "remove_allocator", "overlap_comm", "remove_straggler_wait",
+                "speedup", "host_speedup", "graph_small_kernels", "graph_launches", "compute_speedup", "speedup_rows",
                 "drop_rows", "remove_wasted_rows", "remove_host_work", "fuse_optimizer", "unprofiled_host",
                 "shrink_bubble", "remove_kernels", "fuse_kernels", "remove_spans", "remove_lags", "usual_launch_calls")
 
@@ -1206,8 +1205,8 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
     host_tid[:n_h] = tids
     return Graph(rows=rows, is_host=is_host, start=start, dur=dur, host_prev=host_prev, host_tid=host_tid,
                  host_gap=host_gap,
-                 gap_dataloader=gap_dl, gap_checkpoint=gap_ck, gap_compile=gap_co, gap_gc=gap_gc, gap_allocator=gap_al,
-                 gap_idle=gap_idle,
+                 gap_dataloader=gap_dl, gap_checkpoint=gap_ck, gap_compile=gap_co, gap_gc=gap_gc,
+                 gap_allocator=gap_al, gap_idle=gap_idle,
                  host_dep=host_dep, host_dep_lag=host_dep_lag, host_dep_work=host_dep_work, is_sync=is_sync,
                  block_class=block, sync_on=sync_on, sync_on_nc=sync_on_nc, sync_base=sync_base, sync_tail=sync_tail, sync_site=sync_site, gap_syncop=gap_so, syncop_site=so_site, in_syncop=in_so,
                  site_names=site_names, is_alloc=is_alloc,
