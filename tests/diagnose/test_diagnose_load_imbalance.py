@@ -24,13 +24,16 @@ from kineto_builder import TraceBuilder  # noqa: E402
 RANKS, STEPS, P, C, EXTRA, AR = 4, 8, 14_000.0, 8_000.0, 3_000.0, 300.0
 NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 JITTER = 100.0
+# the span a late host's pause is recorded as, by named stall (facts.STALL_CAUSES): name, category
+PAUSES = {"gc": ("Python GC", "python_function"),
+          "dataloader": ("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", "user_annotation")}
 
 
 def _job(path: Path, rotating: bool, ranks: int = RANKS, extra: float = EXTRA, paused: bool = False,
-         queued: bool = False, group: tuple[int, ...] = (), collected: bool = False) -> Path:
+         queued: bool = False, group: tuple[int, ...] = (), paused_in: str = "") -> Path:
     # paused: the late rank of a step computes C like the others but its host launches the GEMM `extra` later
-    # (a pause with no op recorded, as Python's garbage collector leaves it; collected: recorded as a "Python GC"
-    # span of the pause, as PyTorch's record_python_gc_info does); queued: it launches on time, but a
+    # (a pause with no op recorded, as Python's garbage collector leaves it; paused_in: recorded as a span of that
+    # named stall, PAUSES, e.g. a "Python GC" span as PyTorch's record_python_gc_info records one); queued: it launches on time, but a
     # copy of `extra` us launched just before runs first on its stream; group: every rank of it is late by `extra`
     # in every step, and one of them (in turn) by JITTER more, the last of that step
     def late(r: int, s: int) -> float:
@@ -55,8 +58,8 @@ def _job(path: Path, rotating: bool, ranks: int = RANKS, extra: float = EXTRA, p
             if queued and late(r, s):
                 b.launch("Memcpy DtoH (Device -> Pinned)", T + 90, T + 110, late(r, s), cat="gpu_memcpy",
                          runtime="cudaMemcpyAsync")
-            if collected and host(r, s):
-                b.cpu("Python GC", T + 100, host(r, s) - 1, cat="python_function")
+            if paused_in and host(r, s):
+                b.cpu(PAUSES[paused_in][0], T + 100, host(r, s) - 1, cat=PAUSES[paused_in][1])
             b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", T + 100 + host(r, s), T + 110 + start(r, s),
                      compute(r, s))
             last = T + 110 + max(start(q, s) + compute(q, s) for q in range(ranks))
@@ -111,7 +114,7 @@ def test_ranks_late_in_turn_because_of_their_own_collections_are_told_the_collec
     # the paused job with each pause recorded as the late rank's garbage collection (3 ms less 1 us): its collection
     # accounts for all of its lateness in each step, (EXTRA - 1) / EXTRA; the fix named is the collector's, the share
     # stated; without the collector's spans the lateness has no named cause (the job above)
-    d = diagnose(_job(tmp_path, rotating=True, paused=True, collected=True))
+    d = diagnose(_job(tmp_path, rotating=True, paused=True, paused_in="gc"))
     f = _find(d, "straggler")
     assert f is not None and f.ranks == [0, 1, 2, 3]
     m = f.evidence["metrics"]
@@ -126,11 +129,24 @@ def test_ranks_late_in_turn_because_of_their_own_collections_are_told_the_collec
 
 def test_the_same_rank_late_every_step_with_its_collections_recorded_is_told_the_collectors_fix(tmp_path):
     # rank 1 pauses 3 ms in its collector every step; the other ranks' traces have no collection: 0 in each step
-    d = diagnose(_job(tmp_path, rotating=False, paused=True, collected=True))
+    d = diagnose(_job(tmp_path, rotating=False, paused=True, paused_in="gc"))
     f = _find(d, "straggler")
     assert f is not None and f.ranks == [1]
     assert f.evidence["metrics"]["lateness_from_gc"]["value"] == pytest.approx(100.0 * (EXTRA - 1) / EXTRA, abs=1e-3)
     assert f.recommendation.startswith("The late ranks' own garbage collections")
+
+
+def test_ranks_late_in_turn_because_of_their_own_data_loading_are_told_the_loaders_fix(tmp_path):
+    # the same pauses recorded as the late rank's DataLoader waits: the loaders' fix with the share, the stall's
+    # own finding on each late rank beside it; the collector's spans absent, no GC share is said
+    d = diagnose(_job(tmp_path, rotating=True, paused=True, paused_in="dataloader"))
+    f = _find(d, "straggler")
+    m = f.evidence["metrics"]
+    assert m["lateness_from_dataloader"]["value"] == pytest.approx(100.0 * (EXTRA - 1) / EXTRA, abs=1e-3)
+    assert "lateness_from_gc" not in m
+    assert f.recommendation.startswith("The late ranks' own DataLoader waits in the steps they were late account "
+                                       "for 100 % of their lateness") and "num_workers" in f.recommendation
+    assert _find(d, "data_loader_stall") is not None
 
 
 def test_the_same_rank_late_every_step_is_a_straggler(tmp_path):

@@ -542,9 +542,22 @@ RECOMMENDATIONS = {
                      "allows.",
 }
 
-# late ranks (straggler) whose host paused, where their own garbage collections in the steps they were late account
-# for most of it (traces with the collector's spans: stragglers.paused_by_gc): the collector's fix, measured
-GC_STRAGGLER_RECOMMENDATION = (
-    "The late ranks' own garbage collections in the steps they were late account for {share:.0f} % of their "
-    "lateness: Python's garbage collector pauses each rank at its own moment, and the others wait for it at the next "
-    "collective. " + RECOMMENDATIONS["gc_stall"])
+# late ranks (straggler) whose host paused, where their own named stalls of one cause in the steps they were late
+# account for most of it (stragglers.paused_by): that stall's fix, with the share measured
+_LATE_STALL = "The late ranks' own {what} in the steps they were late account for {{share:.0f}} % of their lateness: "
+STALL_STRAGGLER_RECOMMENDATIONS = {
+    "gc": _LATE_STALL.format(what="garbage collections") + "Python's garbage collector pauses each rank at its own "
+          "moment, and the others wait for it at the next collective. " + RECOMMENDATIONS["gc_stall"],
+    "dataloader": _LATE_STALL.format(what="DataLoader waits") + "their batches come slower than the other ranks' "
+                  "(a slower disk or network share on their node, fewer CPU cores for their workers, larger or "
+                  "costlier samples in their shard), and the others wait for them at the next collective. Give "
+                  "their loaders more workers and prefetch (num_workers, prefetch_factor, persistent_workers), "
+                  "stage the data on each node's local disk, and balance the shards' cost.",
+    "checkpoint": _LATE_STALL.format(what="checkpoint saves") + "the ranks that save (rank 0 writing alone, or "
+                  "ranks whose shards are larger) hold the others at the next collective. Save asynchronously "
+                  "(torch.distributed.checkpoint.async_save) with every rank writing its shard, or less often.",
+    "compile": _LATE_STALL.format(what="torch.compile compiles") + "ranks that recompile (a guard failing on a shape "
+               "only their data has) hold the others at the next collective. Mark the changing dimensions dynamic "
+               "(torch._dynamo.mark_dynamic), pad or bucket the shapes alike on every rank, and warm the compile "
+               "cache before the profiled steps.",
+}

@@ -467,12 +467,12 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     # and how much the GPU's extra idle (waiting for its host) does, per step (without steps: not measured)
     idle_share = lateness_share(last, {r: f.idle_by_step for r, f in facts.items() if f.has_gpu},
                                 len(xr.wait_by_rank_us)) if stepped else None
-    # and how much their own garbage collections do, where a rank's trace has the collector's spans (a rank without
-    # any collected nothing: 0 in each step)
-    gc_share = None
-    if stepped and any(f.gc_by_step for f in facts.values()):
-        gc_share = lateness_share(last, {r: f.gc_by_step or {x.step: 0.0 for x in f.step_times}
-                                         for r, f in facts.items() if f.has_gpu}, len(xr.wait_by_rank_us))
+    # and how much each named host stall of their own does (a DataLoader fetch, a save, a compile, a garbage
+    # collection), where some rank's trace has its spans (a rank without any stalled none: 0 in each step)
+    causes = sorted({c for f in facts.values() for c in f.stalls_by_step}) if stepped else []
+    stall_shares = {c: lateness_share(last, {r: f.stalls_by_step.get(c) or {x.step: 0.0 for x in f.step_times}
+                                             for r, f in facts.items() if f.has_gpu}, len(xr.wait_by_rank_us))
+                    for c in causes}
     mean_wait = sum(xr.wait_by_rank_us.values()) / max(len(xr.wait_by_rank_us), 1)
     straggling = st is not None and st[1] >= floor * others
     matched_waits = straggling or (not persistent and mean_wait >= floor)
@@ -480,7 +480,7 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     # matched straggler's facts, and beside a compute straggler whose waits are load_imbalance's
     waits_seen = {"last_in_steps": last_in_steps, "laggard_waits": list(last.values()),
                   "late_work_share": work_share, "late_idle_share": idle_share,
-                  "late_gc_share": gc_share} if matched_waits else {}
+                  "late_stall_shares": {c: v for c, v in stall_shares.items() if v is not None}} if matched_waits else {}
     # the rank computing longest per step, where matched collectives cannot show it: there are none with waits, or
     # (pipeline stages) the slow stage's copies wait for each other in none of them, equally slow, while the other
     # stages wait for it in send/recv; beside matched waits that name no one rank (the copies' jitter:

@@ -31,7 +31,7 @@ from trainperf.diagnose.replay import (BLOCK_QUEUE, BLOCK_SYNC, Change, Graph, R
                                       critical_path, replay)
 from trainperf.diagnose.roofline import device_accelerator
 from trainperf.diagnose.steps import StepTime, step_times
-from trainperf.diagnose.window import Window, merge_intervals
+from trainperf.diagnose.window import Window, covered_length, merge_intervals
 from trainperf.trace.events import CPU_OP, USER_ANNOTATION, EventTable
 from trainperf.trace.nesting import enclosing_span, row_spans, thread_key
 
@@ -65,9 +65,9 @@ class StragglerFacts:
     # GPU's extra idle (waiting for its host) does (0-1 each, crossrank.lateness_share); None where not comparable
     late_work_share: float | None = None
     late_idle_share: float | None = None
-    # ... and how much their own garbage collections in those steps do (0-1; None where no rank's trace has the
-    # collector's spans, host.GC_RE)
-    late_gc_share: float | None = None
+    # ... and how much each named host stall of their own in those steps does ({cause: 0-1}: DeviceTiming.
+    # stalls_by_step's causes that some rank's trace has; none where no rank's has any)
+    late_stall_shares: dict = field(default_factory=dict)
 
 
 @dataclass(kw_only=True)
@@ -333,7 +333,9 @@ class DeviceTiming:
     # "context" (ring attention's: no pipeline, whatever the steps open on) or "", and its size
     p2p_role: str = ""
     p2p_group_size: int = 0
-    gc_by_step: dict = field(default_factory=dict)  # step -> µs of Python's garbage collections in its host span
+    # the named host stalls of each step: {cause: {step: µs inside the step's host span}} for the causes whose spans
+    # the rank's trace has (STALL_CAUSES: a DataLoader fetch, a checkpoint save, a compile, a garbage collection)
+    stalls_by_step: dict = field(default_factory=dict)
 
     @property
     def idle_by_step(self) -> dict:
@@ -355,7 +357,7 @@ def device_timing(t: EventTable, w: Window) -> DeviceTiming:
     return DeviceTiming(table=t, window=w, breakdown=temporal_breakdown(t, w), compute_by_step=compute_per_step(t, w),
                         step_times=st, opens_on_receive=opens_on_receive_share(t, w, p2p),
                         collective_groups=groups, p2p_rows=p2p, p2p_role=role, p2p_group_size=size,
-                        gc_by_step=_time_by_step(st, gc_spans(t, w)))
+                        stalls_by_step=_stalls_by_step(t, w, st))
 
 
 def _rows_of(groups: dict[str, np.ndarray], kinds) -> np.ndarray:
@@ -364,13 +366,22 @@ def _rows_of(groups: dict[str, np.ndarray], kinds) -> np.ndarray:
     return np.sort(np.concatenate(rows)) if rows else np.array([], dtype=np.int64)
 
 
-def _time_by_step(step_times: list, spans: HostSpans) -> dict:
-    """step -> µs the spans cover inside the step's host span (of step_times; summed: spans of one kind that do not
-    nest, as Python's collections on one thread); {} without spans."""
-    if not spans.count:
-        return {}
-    return {x.step: float(np.clip(np.minimum(spans.ends_us, x.start_us + x.host_us) -
-                                  np.maximum(spans.starts_us, x.start_us), 0.0, None).sum()) for x in step_times}
+# the named host stalls a late rank's lateness is measured against (crossrank.lateness_share, per step), by cause
+STALL_CAUSES = {"dataloader": dataloader_spans, "checkpoint": checkpoint_spans, "compile": compile_spans,
+                "gc": gc_spans}
+
+
+def _stalls_by_step(t: EventTable, w: Window, step_times: list) -> dict:
+    """{cause: {step: µs its spans cover inside the step's host span}} for the STALL_CAUSES with spans in the
+    window (nested spans counted once)."""
+    out = {}
+    for cause, spans_of in STALL_CAUSES.items():
+        spans = spans_of(t, w)
+        if spans.count:
+            out[cause] = {x.step: covered_length(np.clip(spans.starts_us, x.start_us, x.start_us + x.host_us),
+                                                 np.clip(spans.ends_us, x.start_us, x.start_us + x.host_us))
+                          for x in step_times}
+    return out
 
 
 def _steps_holding(step_times: list, spans: HostSpans) -> list[int]:

@@ -152,32 +152,36 @@ def paused_not_loaded(s: StragglerFacts) -> bool:
     return late_without_more_work(s) and (s.late_idle_share is None or s.late_idle_share >= LATE_WORK_MIN_SHARE)
 
 
-def paused_by_gc(s: StragglerFacts) -> bool:
-    """Whether the late ranks' hosts paused in Python's garbage collector: they started the same work late
-    (paused_not_loaded) and their own collections in the steps they were late account for at least half the
-    lateness (StragglerFacts.late_gc_share: traces with the collector's spans)."""
-    return paused_not_loaded(s) and s.late_gc_share is not None and s.late_gc_share >= LATE_WORK_MIN_SHARE
+def paused_by(s: StragglerFacts) -> str | None:
+    """The named host stall the late ranks' hosts paused in (a cause of facts.STALL_CAUSES: a DataLoader fetch, a
+    save, a compile, a garbage collection), where they started the same work late (paused_not_loaded) and their own
+    stalls of that cause in the steps they were late account for at least half the lateness
+    (StragglerFacts.late_stall_shares; the largest such); else None."""
+    if not paused_not_loaded(s) or not s.late_stall_shares:
+        return None
+    cause, share = max(s.late_stall_shares.items(), key=lambda kv: kv[1])
+    return cause if share >= LATE_WORK_MIN_SHARE else None
 
 
 def _paused_host_recommendation(s: StragglerFacts, ranks: list[int]) -> str:
-    """The fix for late ranks whose host paused: the collector's, where their collections account for the lateness
-    (paused_by_gc); else what one late rank does alone, or what pauses ranks in turn."""
-    if paused_by_gc(s):
-        return advice.GC_STRAGGLER_RECOMMENDATION.format(share=100.0 * s.late_gc_share)
+    """The fix for late ranks whose host paused: that stall's, with its share, where their own stalls of one cause
+    account for the lateness (paused_by); else what one late rank does alone, or what pauses ranks in turn."""
+    cause = paused_by(s)
+    if cause is not None:
+        return advice.STALL_STRAGGLER_RECOMMENDATIONS[cause].format(share=100.0 * s.late_stall_shares[cause])
     return (advice.LATE_HOST_STRAGGLER_RECOMMENDATION.format(rank=ranks[0]) if len(ranks) == 1
             else advice.PAUSED_HOSTS_RECOMMENDATION)
 
 
 def _lateness_metrics(s: StragglerFacts) -> dict:
-    """How much of the late ranks' lateness their extra computation, their GPU's extra idle and their own garbage
-    collections account for (%)."""
+    """How much of the late ranks' lateness their extra computation, their GPU's extra idle and their own named host
+    stalls, by cause, account for (%)."""
     out = {}
     if s.late_work_share is not None:
         out["lateness_from_extra_compute"] = (100.0 * s.late_work_share, "%")
     if s.late_idle_share is not None:
         out["lateness_from_gpu_idle"] = (100.0 * s.late_idle_share, "%")
-    if s.late_gc_share is not None:
-        out["lateness_from_gc"] = (100.0 * s.late_gc_share, "%")
+    out |= {f"lateness_from_{cause}": (100.0 * share, "%") for cause, share in sorted(s.late_stall_shares.items())}
     return out
 
 
