@@ -33,9 +33,9 @@ def _job(path: Path, rotating: bool, ranks: int = RANKS, extra: float = EXTRA, p
          queued: bool = False, group: tuple[int, ...] = (), paused_in: str = "") -> Path:
     # paused: the late rank of a step computes C like the others but its host launches the GEMM `extra` later
     # (a pause with no op recorded, as Python's garbage collector leaves it; paused_in: recorded as a span of that
-    # named stall, PAUSES, e.g. a "Python GC" span as PyTorch's record_python_gc_info records one); queued: it launches on time, but a
-    # copy of `extra` us launched just before runs first on its stream; group: every rank of it is late by `extra`
-    # in every step, and one of them (in turn) by JITTER more, the last of that step
+    # named stall, PAUSES, e.g. a "Python GC" span as PyTorch's record_python_gc_info records one); queued: it
+    # launches on time, but a copy of `extra` us launched just before runs first on its stream; group: every rank of
+    # it is late by `extra` in every step, and one of them (in turn) by JITTER more, the last of that step
     def late(r: int, s: int) -> float:
         if group:
             return extra + (JITTER if r == group[s % len(group)] else 0.0) if r in group else 0.0

@@ -480,7 +480,8 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     # matched straggler's facts, and beside a compute straggler whose waits are load_imbalance's
     waits_seen = {"last_in_steps": last_in_steps, "laggard_waits": list(last.values()),
                   "late_work_share": work_share, "late_idle_share": idle_share,
-                  "late_stall_shares": {c: v for c, v in stall_shares.items() if v is not None}} if matched_waits else {}
+                  "late_stall_shares": {c: v for c, v in stall_shares.items() if v is not None}
+                  } if matched_waits else {}
     # the rank computing longest per step, where matched collectives cannot show it: there are none with waits, or
     # (pipeline stages) the slow stage's copies wait for each other in none of them, equally slow, while the other
     # stages wait for it in send/recv; beside matched waits that name no one rank (the copies' jitter:
