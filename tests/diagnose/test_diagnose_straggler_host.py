@@ -24,11 +24,15 @@ def _x(name, ts_ms, dur_ms, tid, cat="cpu_op"):
             "args": {}}
 
 
+LOADER = ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "user_annotation")
+
+
 def _rank_events(rank: int, extra_ms: dict[int, float], fetching: bool = False,
-                 fetch_ms: dict[int, float] | None = None, steps: int = STEPS) -> list[dict]:
+                 fetch_ms: dict[int, float] | None = None, steps: int = STEPS, stall: tuple = LOADER) -> list[dict]:
     """One rank's steps; extra_ms[step]: how much longer rank 1 computes in that step (fetching: rank 1
-    spends that time fetching its batch, inside a DataLoader span, instead of computing; fetch_ms[step]: rank 1
-    fetches that long before it computes extra_ms[step] longer, and rank 0 waits for both)."""
+    spends that time fetching its batch, inside a DataLoader span, instead of computing; stall: that span's name
+    and category, another named stall's; fetch_ms[step]: rank 1 fetches that long before it computes
+    extra_ms[step] longer, and rank 0 waits for both)."""
     ev = []
     for k in range(steps):
         s = 1000.0 + k * STEP_MS
@@ -48,8 +52,7 @@ def _rank_events(rank: int, extra_ms: dict[int, float], fetching: bool = False,
         else:           # computes x ms longer (a sleep: no op on the loop thread), then forward at once
             fwd = s + 1.0 + x
             if fetching and x:
-                ev.append(_x("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", s + 1.0, x, 10,
-                             "user_annotation"))
+                ev.append(_x(stall[0], s + 1.0, x, 10, stall[1]))
             ev += [_x("DistributedDataParallel.forward", fwd, 59.0 - x, 10, "user_annotation"),
                    _x("c10d::broadcast_", fwd + 0.5, 0.2, 10),
                    _x("gloo:broadcast", fwd + 0.6, 0.4, 20),
@@ -59,9 +62,9 @@ def _rank_events(rank: int, extra_ms: dict[int, float], fetching: bool = False,
 
 
 def _write(tmp_path, extra_ms, fetching: bool = False, fetch_ms: dict[int, float] | None = None,
-           steps: int = STEPS):
+           steps: int = STEPS, stall: tuple = LOADER):
     for r in (0, 1):
-        doc = {"traceEvents": _rank_events(r, extra_ms, fetching, fetch_ms, steps),
+        doc = {"traceEvents": _rank_events(r, extra_ms, fetching, fetch_ms, steps, stall),
                "distributedInfo": {"backend": "gloo", "rank": r, "world_size": 2}}
         (tmp_path / f"rank{r}.json").write_text(json.dumps(doc))
     return tmp_path
@@ -109,18 +112,21 @@ def test_without_profiler_steps_the_optimizer_iterations_are_the_steps(tmp_path)
     assert [f.ranks for f in diagnose(tmp_path).findings if f.kind == "straggler"] == [[1]]
 
 
-def test_a_rank_late_because_it_fetches_its_batch_is_a_data_loader_stall_not_a_straggler(tmp_path):
+@pytest.mark.parametrize("stall, kind", [(LOADER, "data_loader_stall"), (("Python GC", "python_function"), "gc_stall")])
+def test_a_rank_late_because_it_fetches_its_batch_is_a_data_loader_stall_not_a_straggler(tmp_path, stall, kind):
     """Rank 1 spends the same 30 ms per step inside its DataLoader instead of computing: rank 0 waits for
     it just as much, but the fix is the data loader's (the others' wait goes when the fetch does), so own
     work = step - wait - stall is alike on both ranks: no straggler, a data-loader stall on rank 1 of
-    30 ms per 100-ms step (its what-if removes the fetch: 30 %)."""
-    w1 = host_step_waits(load_trace(_write(tmp_path, {k: EXTRA_MS for k in range(STEPS)}, fetching=True))[1])
+    30 ms per 100-ms step (its what-if removes the fetch: 30 %). The same for another named stall of its own (its
+    garbage collector's pauses)."""
+    w1 = host_step_waits(load_trace(_write(tmp_path, {k: EXTRA_MS for k in range(STEPS)}, fetching=True,
+                                           stall=stall))[1])
     assert w1[2] == pytest.approx((STEP_MS * 1e3 - 10.0, 0.5e3, EXTRA_MS * 1e3), abs=1.0)
     hs = host_straggler(load_trace(tmp_path))
     assert hs.gain_pct == pytest.approx(0.0, abs=0.5)   # own work 100 - 0.5 - 30 vs 100 - 30.5
     d = diagnose(tmp_path)
     assert not [f for f in d.findings if f.kind == "straggler"]
-    assert d.findings[0].kind == "data_loader_stall" and d.findings[0].ranks == [1]
+    assert d.findings[0].kind == kind and d.findings[0].ranks == [1]
 
 
 def test_extra_work_only_in_the_steps_with_a_stall_goes_with_the_stall(tmp_path):

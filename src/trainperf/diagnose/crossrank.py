@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainperf.diagnose.host import CHECKPOINT_RE, DATALOADER_RE
+from trainperf.diagnose.host import STALL_SPAN_RES
 from trainperf.diagnose.window import Window, analysis_window, iteration_hint_rows, union_us
 from trainperf.trace.annotate import STEP_RE, correlated_host_row, step_numbers, step_rows
 from trainperf.trace.categories import COMM_OP_RE, collective_type
@@ -541,8 +541,9 @@ def host_step_waits(t: EventTable, keep: np.ndarray | None = None) -> dict[int, 
     at a collective when it calls it (TraceLens: arrival = the collective's start on that rank): what happens
     inside the call is the collective's time, not the rank's own work, so a rank whose calls are slow (its
     gloo worker scheduled late on a loaded machine) is not taken for a rank that computes slowly.
-    Stall: the rest of its time inside DataLoader and checkpoint spans, host stalls with findings of their own
-    (``host.DATALOADER_RE``, ``CHECKPOINT_RE``). Empty when the trace has neither steps nor optimizer iterations."""
+    Stall: the rest of its time inside DataLoader, checkpoint, compile and garbage-collection spans, host stalls
+    with findings of their own (``host.STALL_SPAN_RES``). Empty when the trace has neither steps nor optimizer
+    iterations."""
     names = t.names
     loop, steps = loop_steps(t, keep)
     if not steps:
@@ -582,7 +583,7 @@ def host_step_waits(t: EventTable, keep: np.ndarray | None = None) -> dict[int, 
     gloo_ends = np.sort(end[g])
     woken = [(a, z) for a, z in _merge(loose) if gloo_ends.size and _nearest_gap(gloo_ends, z) <= WAKE_NS]
     comm = _merge(calls + _intersect(_merge(gaps + woken), gloo))
-    stall_ids = [i for i, n in enumerate(names) if DATALOADER_RE.search(n) or CHECKPOINT_RE.search(n)]
+    stall_ids = [i for i, n in enumerate(names) if any(p.search(n) for p in STALL_SPAN_RES)]
     stalls = _merge([(int(t.ts_ns[r]), int(end[r])) for r in on_loop[np.isin(t.name[on_loop], stall_ids)]])
     out = {}
     for number, s, e in steps:

@@ -54,6 +54,9 @@ COMPILE_RE = re.compile(r"\(dynamo_timed\)$|^(entire_frame_compile|_compile\.com
 # span (python_function) where the profile has with_stack=True and
 # experimental_config=_ExperimentalConfig(record_python_gc_info=True) (PyTorch 2.9+, pytorch/pytorch#161209)
 GC_RE = re.compile(r"^Python GC$")
+# the host stalls with findings of their own, whose spans a rank's own work per step leaves out (a rank late because it
+# fetched a batch, saved, compiled or collected garbage is that stall's, which its fix removes on every rank)
+STALL_SPAN_RES = (DATALOADER_RE, CHECKPOINT_RE, COMPILE_RE, GC_RE)
 # the compiled frame a step runs: "Torch-Compiled Region: <frame>/<compile>"; a compile id above 0 is a recompile
 COMPILED_REGION_RE = re.compile(r"^Torch-Compiled Region: (\d+)/(\d+)")
 

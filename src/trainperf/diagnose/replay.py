@@ -32,9 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, COMPILE_RE,
-                                     DATALOADER_RE, GC_RE, MEMCPY_RUNTIME_RE, SYNC_OP_RE, SYNC_RUNTIME_RE, call_sites,
-                                     span_rows)
+from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, MEMCPY_RUNTIME_RE, STALL_SPAN_RES,
+                                     SYNC_OP_RE, SYNC_RUNTIME_RE, call_sites, span_rows)
 from trainperf.diagnose.host_link import pinned_copy_us
 from trainperf.diagnose.launch import graph_launched, launch_call_cutoff_us, small_kernel_mask
 from trainperf.diagnose.window import (Window, covered_each, covered_length, iteration_hint_rows,
@@ -87,7 +86,7 @@ ONE_STREAM_SYNC_RE = re.compile(r"(Stream|Event)Synchronize")
 NOT_BLOCKING, BLOCK_SYNC, BLOCK_PAGEABLE, BLOCK_COMM, BLOCK_QUEUE = 0, 1, 2, 3, 4
 
 # named host stalls: spans whose time in a host gap is a wait of its own kind, not the thread's CPU work
-NAMED_STALLS = (DATALOADER_RE, CHECKPOINT_RE, COMPILE_RE, GC_RE, ALLOCATOR_SPAN_RE)
+NAMED_STALLS = (*STALL_SPAN_RES, ALLOCATOR_SPAN_RE)
 
 CHANGE_KINDS = ("none", "remove_data_wait", "remove_checkpoint_wait", "remove_compile_wait", "remove_gc_wait",
                 "remove_syncs", "unblock_pageable_copies", "remove_allocator", "overlap_comm", "remove_straggler_wait",
