@@ -41,6 +41,10 @@ def test_a_real_loop_paused_by_full_collections_is_found_at_their_share_of_the_w
     assert m["collections"]["value"] == len(spans)
     assert m["longest_collection"]["value"] == pytest.approx(max(e - s for s, e in spans), rel=1e-3)
     assert f.gain_pct == pytest.approx(100 * gc_us / (hi - lo), abs=0.1)  # host only: the share is the bound
+    # the steps that pay it: those whose collections take at least half their mean per step (the two full ones)
+    per_step = [sum(e - s for s, e in spans if a <= s < b) for a, b in steps[:-1]]
+    paying = sum(us >= 0.5 * sum(per_step) / len(per_step) for us in per_step)
+    assert m["steps_collecting"]["value"] == paying == 2
     # the same loop unprofiled (make_traces.py, interleaved): 12.1 ms a step with automatic collection, 2.6 ms with
     # the fix, 79 % less; the bound read from the trace is of that order, and the finding comes first
     assert 70 < f.gain_pct < 95 and f.severity == "high"
@@ -52,9 +56,11 @@ def test_the_fixed_twin_has_no_collection_and_no_gc_finding():
     assert "gc_stall" not in {x.kind for x in diagnose(DATA / "gc_off.json.gz").findings}
 
 
-def _gpu_loop(tmp_path, collect_in_steps: tuple[int, ...], G: float = 2_000.0, P: float = 10_000.0) -> Path:
+def _gpu_loop(tmp_path, collect_in_steps: tuple[int, ...], G: float = 2_000.0, P: float = 10_000.0,
+              young_us: float = 0.0) -> Path:
     # a step of P us: 10 ops at T + g + 1000 i (900 us of host time each) launching a 50-us kernel, after a
-    # collection of g = G - 1 us at the step's start in the steps listed (g = 0 in the others)
+    # collection of g = G - 1 us at the step's start in the steps listed (g = 0 in the others); young_us: a short
+    # collection of the young generation inside each op's host time of every step besides
     b = TraceBuilder()
     T = 0.0
     for s in range(3):
@@ -62,6 +68,8 @@ def _gpu_loop(tmp_path, collect_in_steps: tuple[int, ...], G: float = 2_000.0, P
         b.step(s, T, P + g)
         if g:
             b.cpu("Python GC", T + 1, g - 1, cat="python_function")
+        if young_us:
+            b.cpu("Python GC", T + g + 500, young_us, cat="python_function")
         for i in range(10):
             b.cpu("aten::mm", T + g + 1000 * i, 900)
             b.launch("ampere_sgemm_128x64_tn", T + g + 1000 * i + 10, T + g + 1000 * i + 20, 50)
@@ -89,6 +97,10 @@ def test_a_collection_in_one_step_of_the_window_has_no_known_rate(tmp_path):
     f = {x.kind: x for x in d.findings}["gc_stall"]
     assert f.evidence["metrics"]["steps_collecting"]["value"] == 1
     assert "seen in 1 of 2 steps" in f.what_if
+    # the same with short collections in every step besides: the one long collection still has no known rate
+    (tmp_path / "young").mkdir()
+    f = {x.kind: x for x in diagnose(_gpu_loop(tmp_path / "young", (1,), young_us=20.0)).findings}["gc_stall"]
+    assert f.evidence["metrics"]["steps_collecting"]["value"] == 1 and "seen in 1 of 2 steps" in f.what_if
 
 
 def test_diff_puts_the_collections_in_their_own_bucket():
