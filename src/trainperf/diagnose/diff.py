@@ -498,7 +498,7 @@ def step_profile(tables: dict[int, EventTable], source: str = "",
         rows = model_flop_rows(roofline(tables[r], keep=np.isin(tables[r].step, steps[keep])
                                         if steps[0] >= 0 else None))
         if rows:
-            flops.append(sum(x.flops * x.count for x in rows) / max(int(keep.sum()), 1))
+            flops.append(sum(x.total_flops for x in rows) / max(int(keep.sum()), 1))
         times.append(span[keep])
         for l, v in parts.items():
             buckets.setdefault(l, []).append(v[keep])

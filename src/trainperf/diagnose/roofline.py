@@ -429,12 +429,22 @@ class RooflineRow:
     peak_tbps: float | None
 
     @property
+    def total_flops(self) -> float:
+        """FLOPs of all its calls."""
+        return self.flops * self.count
+
+    @property
+    def total_bytes(self) -> float:
+        """Minimum bytes of all its calls."""
+        return self.bytes * self.count
+
+    @property
     def achieved_tflops(self) -> float:
-        return self.flops * self.count / (self.time_us * 1e6) if self.time_us > 0 else 0.0
+        return self.total_flops / (self.time_us * 1e6) if self.time_us > 0 else 0.0
 
     @property
     def achieved_tbps(self) -> float:
-        return self.bytes * self.count / (self.time_us * 1e6) if self.time_us > 0 else 0.0
+        return self.total_bytes / (self.time_us * 1e6) if self.time_us > 0 else 0.0
 
     @property
     def intensity(self) -> float:
@@ -779,8 +789,8 @@ def summarize(rows: list[RooflineRow], accelerator: str = "") -> RooflineSummary
             "time_us": round(time, 3), "count": sum(r.count for r in rs),
             "lost_us": round(sum(r.lost_us for r in rs), 3),
             "roofline_pct": pct(at_roof, roofed_time),
-            "hbm_pct": pct(sum(r.bytes * r.count / (r.peak_tbps * 1e6) for r in bw), sum(r.time_us for r in bw)),
-            "tflops_pct": pct(sum(r.flops * r.count / (r.peak_tflops * 1e6) for r in fl), sum(r.time_us for r in fl))}
+            "hbm_pct": pct(sum(r.total_bytes / (r.peak_tbps * 1e6) for r in bw), sum(r.time_us for r in bw)),
+            "tflops_pct": pct(sum(r.total_flops / (r.peak_tflops * 1e6) for r in fl), sum(r.time_us for r in fl))}
     return RooflineSummary(accelerator=accelerator, rows=rows, by_kind=by_kind)
 
 

@@ -88,7 +88,7 @@ def _step_flops(f: RankFacts) -> StepFlops | None:
     rows = model_flop_rows(roofline(t, keep=w.keep, op=f.launching_op() if f.has_gpu else None))
     if not rows:
         return None
-    flops = np.array([r.flops * r.count for r in rows])
+    flops = np.array([r.total_flops for r in rows])
     peaks = [r.peak_tflops for r in rows]
     at_peak = float(sum(x / (p * 1e6) for x, p in zip(flops, peaks))) if all(peaks) else None
     by_precision: dict[str, float] = {}

@@ -19,8 +19,8 @@ from typing import Optional, Union
 import msgspec
 import numpy as np
 
-from trainperf.trace.chunk import (INT64_MAX, INT_COLUMNS, KEPT_ARGS, MEMORY_ARGS, MEMORY_EVENT, OUT_OF_MEMORY_EVENT,
-                                   Chunk, add_thread_name, memory_row, to_int)
+from trainperf.trace.chunk import (CPU_DEVICE_TYPE, INT64_MAX, INT_COLUMNS, KEPT_ARGS, MEMORY_ARGS, MEMORY_EVENT,
+                                   OUT_OF_MEMORY_EVENT, Chunk, add_thread_name, memory_row, to_int)
 
 _TS_LIMIT = (1 << 63) // 1000 - 1  # |ts| or |dur| in µs whose ns still fit in int64
 _EXACT_FLOAT = float(1 << 53)  # ints below this convert to float64 exactly
@@ -164,7 +164,7 @@ def decode_chunk(data: bytes, loads) -> Chunk | None:
         memory = _memory_rows([(e.ts, a.device_type, a.device_id, a.allocated, a.reserved) for e in events
                                if e.__class__ is InstantEvent and e.name == MEMORY_EVENT and (a := e.args) is not None])
         out_of_memory = sum(1 for e in events if e.__class__ is InstantEvent and e.name == OUT_OF_MEMORY_EVENT
-                            and e.args is not None and e.args.device_type not in (None, 0)
+                            and e.args is not None and e.args.device_type not in (None, CPU_DEVICE_TYPE)
                             and -INT64_MAX <= e.args.device_type <= INT64_MAX)  # as chunk.to_int reads it
     got = _columns(xs, cls)
     skipped = 0
