@@ -14,8 +14,8 @@ import pytest
 from kineto_builder import TraceBuilder
 from trainperf.errors import TrainperfError
 from trainperf.trace import kineto, load_trace, read_kineto
-from trainperf.trace.events import (ATTENTION, COMMUNICATION, CPU_OP, ELEMENTWISE, GEMM, KERNEL, MEMCPY, OPTIMIZER,
-                                    REDUCTION, RUNTIME)
+from trainperf.trace.events import (ATTENTION, CAT_OTHER, COMMUNICATION, CPU_OP, ELEMENTWISE, GEMM, KERNEL, MEMCPY,
+                                    OPTIMIZER, REDUCTION, RUNTIME)
 from trainperf.trace.categories import collective_type, copy_direction, from_pageable_to_device, kernel_category
 
 DATA = Path(__file__).resolve().parents[2] / "../shared/data/traces/hta"
@@ -246,6 +246,16 @@ def test_kernel_categories_old_and_new_nccl_names():
         "void split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_cta_per_row<float>": (ELEMENTWISE, None),
         "cudnn_infer_volta_scudnn_128x64_relu_medium_nn_v1": (GEMM, None),
         "void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernel<float, float>(long)": (REDUCTION, None),
+        # products under other names: vLLM/SGLang's Triton MoE GEMM, AITER's, vLLM's ROCm skinny GEMMs, MIOpen's
+        # convolutions (their sources: trace.categories.GEMM_RE), not their neighbours' routing or sums
+        "fused_moe_kernel": (GEMM, None),
+        "_ZN5aiter23fmoe_bf16_g1u1_subGU_256E": (GEMM, None),
+        "void wvSplitK_hf_sml_<__hip_bfloat16, 64, 2, 16, 8, 2, 1>(int, int)": (GEMM, None),
+        "void LLGemm1_kernel<__hip_bfloat16, 4>(int, int)": (GEMM, None),
+        "MIOpenConv1x1": (GEMM, None),
+        "miopenSp3AsmConv_v21_1_3_gfx9_fp32_stride1": (GEMM, None),
+        "void vllm::moe::moe_align_block_size_kernel<int>(int)": (CAT_OTHER, None),
+        "void vllm::moe::moe_sum_kernel<float, 2>(float*)": (REDUCTION, None),
     }
     for name, (cat, coll) in cases.items():
         assert kernel_category(name, KERNEL) == cat, name

@@ -49,9 +49,13 @@ _COLLECTIVES = (
     ("send", "send_recv"), ("recv", "send_recv"), ("reduce", "reduce"),
 )
 ATTENTION_RE = re.compile(r"flash|fmha|attention|attn|_mha|mha_|xformers|sdpa|paged_att|decode_att", re.I)
+# beside the libraries' GEMMs, products named otherwise: the mixture-of-experts GEMM of vLLM and SGLang (the Triton
+# kernel fused_moe_kernel) and AITER's (fmoe_*, ROCm), vLLM's skinny GEMMs for ROCm decode (wvSplitK*, LLGemm1:
+# csrc/rocm/skinny_gemms.cu), MIOpen's convolutions (MIOpenConv1x1, MIOpenCvD3x3_WSR0, miopenSp3AsmConv*)
 GEMM_RE = re.compile(r"(?<!fb)gemm|cutlass|cublas|matmul|xmma|wgmma|nvjet|^Cijk_|hipblaslt|_mm_|addmm|bmm|triton_tem_"
                      r"|convolution|conv[123]d|_conv_|convolve|implicit_?gemm|winograd|(?<![a-z])(dgrad|wgrad|fprop)|s884|s1688"
-                     r"|h884|h1688|sm\d\d_xmma|scudnn|hcudnn|cudnn_(infer|train)|fft", re.I)
+                     r"|h884|h1688|sm\d\d_xmma|scudnn|hcudnn|cudnn_(infer|train)|fft"
+                     r"|fused_moe_kernel|(?<![a-z])fmoe|wvSplitK|LLGemm|MIOpenConv|MIOpenCvD|AsmConv", re.I)
 OPTIMIZER_RE = re.compile(r"multi_tensor_apply|adam|sgd|lamb(?!da)|(?<![a-z])lion|adagrad|rmsprop|optimizer"
                           r"|fused_.*_step", re.I)  # not "lambda" (in most ATen kernel names)
 REDUCTION_RE = re.compile(r"reduce|norm(?!al)|gammabeta|moments|pool|bn_fw|bn_bw|batchnorm|softmax|welford|triton_red_|triton_per_"
