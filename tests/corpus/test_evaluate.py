@@ -181,6 +181,8 @@ def test_real_run_arguments_extend_the_base_layout():
     assert run_args(("--layout", "zero=3"), "grad_sync_per_microbatch") == ("--layout", "zero=3,ga=4")
     assert run_args((), "grad_sync_per_microbatch") == ("--layout", "ga=4")
     assert run_args(("--layout", "zero=3"), "straggler") == ("--layout", "zero=3")
+    # the collections are in a trace only with --profile-modules (with_stack, record_python_gc_info)
+    assert run_args(("--layout", "zero=3"), "gc_stall") == ("--layout", "zero=3", "--profile-modules")
 
 
 def test_each_case_outcome_by_hand():

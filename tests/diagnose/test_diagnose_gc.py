@@ -3,7 +3,8 @@
 References: two real CPU profiles of the same training loop (tests/data/gc, torch 2.13, with_stack and
 record_python_gc_info), automatic collection on and the fix (gc.freeze() after the start-up, collection off); the
 collections' share summed from the raw JSON; the loop's unprofiled steps timed both ways by the script that made
-them; and a hand-built GPU trace whose replayed gain is worked by hand.
+them; a hand-built GPU trace whose replayed gain is worked by hand; and a real run of the reference trainer calling
+gc.collect() every step (--fault gc-collect).
 """
 
 import gzip
@@ -49,6 +50,8 @@ def test_a_real_loop_paused_by_full_collections_is_found_at_their_share_of_the_w
     # the fix, 79 % less; the bound read from the trace is of that order, and the finding comes first
     assert 70 < f.gain_pct < 95 and f.severity == "high"
     assert diagnose(DATA / "gc_on.json.gz").findings[0].kind == "gc_stall"
+    # automatic collections, not the program's gc.collect() calls: the collector's schedule is the fix named
+    assert "gc_collect_calls" not in m and "gc.freeze()" in f.recommendation
 
 
 def test_the_fixed_twin_has_no_collection_and_no_gc_finding():
@@ -116,3 +119,19 @@ def test_diff_puts_the_collections_in_their_own_bucket():
     assert max(delta, key=delta.get) == "host: gc"
     assert delta["host: gc"] == pytest.approx(sum(per_step) / len(per_step), rel=0.02)
     assert "host: gc" in d.headline()
+
+
+def test_diagnose_names_the_calls_of_a_real_run_with_the_fault(tmp_path):
+    # a real run's traces (torch >= 2.9 records the collections with --profile-modules): the trainer's own gc.collect()
+    # call (--fault gc-collect, every step) is the cause named, at its line
+    from trainperf.train.trainer import TrainConfig, train
+
+    out = tmp_path / "run"
+    train(TrainConfig(model="tiny", steps=6, out=str(out), progress=False, record=False, peak_tflops=1.0,
+                      synthetic=True, faults=["gc-collect"], profile_steps="2:5", profile_modules=True))
+    f = diagnose(out / "traces").findings[0]
+    assert f.kind == "gc_stall"
+    m = f.evidence["metrics"]
+    assert m["in_gc_collect_calls"]["value"] == pytest.approx(100.0, abs=1.0)
+    assert m["gc_collect_calls"]["value"] == len(f.steps) == 3  # one a step in the window (steps 2-4; 5 is cut)
+    assert "trainer.py" in f.recommendation and "gc.collect() itself" in f.recommendation

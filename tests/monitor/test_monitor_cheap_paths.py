@@ -110,7 +110,8 @@ def test_record_fields_and_their_order(tmp_path):
     (rec,) = _lines(tmp_path / "metrics.jsonl")
     # the field order of metrics.jsonl as documented in docs/train.md
     assert list(rec) == ["step", "attempt", "loss", "step_time_s", "data_wait_s", "tokens", "tokens_per_s", "mfu",
-                         "hfu", "mem_peak_bytes", "forward_s", "backward_s", "optimizer_s", "lr", "grad_norm", "t_end"]
+                         "hfu", "mem_peak_bytes", "gc_pause_s", "gc_collections", "gc_full_collections", "forward_s",
+                         "backward_s", "optimizer_s", "lr", "grad_norm", "t_end"]
     assert rec["loss"] == 2.0 and rec["grad_norm"] == 0.5
     assert rec["forward_s"] >= 0.010 and rec["backward_s"] >= 0.005
     assert rec["forward_s"] + rec["backward_s"] + rec["optimizer_s"] + rec["data_wait_s"] <= rec["step_time_s"]

@@ -13,6 +13,8 @@ two steps):
 - where the fault has a known size (a dataset that sleeps MS ms per micro-batch with grad_accum 1
   and no workers; a rank that sleeps MS ms a step while the others wait in the next collective):
   true_gain_pct = 100 * MS * faulty steps / sum of the profiled steps;
+- where the run measures the fault's time itself (gc-collect's collections: the monitor's gc_pause_s of each faulty
+  step, MEASURED_FAULTS): 100 * their sum over the window's faulty steps / sum of the profiled steps;
 - otherwise (synchronous checkpoint) the twin difference: 100 * sum over faulty steps of
   (step - clean) / sum of the profiled steps, clean = mean of the clean profiled steps, >= 0.
 Both are in labels.json (twin_gain_pct always): on a shared 2-core machine the twin difference
@@ -57,9 +59,15 @@ REAL_FAULTS = {
     "checkpoint_stall": [("high", "sync-ckpt=1", None)],
     # 4 micro-batches a step (REAL_LAYOUTS), synchronised after each from FAULT_FROM on
     "grad_sync_per_microbatch": [("high", "sync-every-micro", None)],
+    # a full collection (gc.collect()) in 1 (step 7), 3 (6, 9, 12) and all 7 of the window's faulty steps; each walks
+    # every live Python object: ~0.1-0.2 s here once torch is imported, on every rank at the same step
+    "gc_stall": [("low", "gc-collect=7", None), ("medium", "gc-collect=3", None), ("high", "gc-collect", None)],
 }
 # kind -> layout items its runs need on top of the base's (--layout), e.g. gradient accumulation
 REAL_LAYOUTS = {"grad_sync_per_microbatch": "ga=4"}
+# kind -> other `trainperf train` arguments its runs need: the collections are in the traces with --profile-modules
+# (with_stack and record_python_gc_info, torch 2.9+)
+REAL_ARGS = {"gc_stall": ("--profile-modules",)}
 
 
 # runs of a case whose truth is the twin difference (the median kept): 3, the fewest with a median that one loaded
@@ -74,18 +82,16 @@ def median_run(gains: list[float]) -> int:
 
 
 def run_args(base_args: tuple[str, ...], kind: str) -> tuple[str, ...]:
-    """`trainperf train` arguments of a base's run of `kind`: the base's, its --layout extended by REAL_LAYOUTS."""
+    """`trainperf train` arguments of a base's run of `kind`: the base's, its --layout extended by REAL_LAYOUTS, then
+    REAL_ARGS'."""
+    args = [*base_args, *REAL_ARGS.get(kind, ())]
     extra = REAL_LAYOUTS.get(kind)
-    if not extra:
-        return base_args
-    args = list(base_args)
-    if "--layout" in args:
+    if extra and "--layout" in args:
         i = args.index("--layout") + 1
         args[i] = f"{args[i]},{extra}"
-        return tuple(args)
-    return (*args, "--layout", extra)
-
-
+    elif extra:
+        args += ["--layout", extra]
+    return tuple(args)
 
 
 @dataclass(frozen=True)
@@ -148,15 +154,31 @@ def step_seconds(trace: Path) -> dict[int, float]:
     return {st.number: (st.end - st.ts) / 1e6 for st in K.window_steps(K.read_events(trace)["traceEvents"])}
 
 
-def _gain_pct(rows: dict[int, float], faulty: bool, added_s: float | None = None) -> tuple[float, float, float]:
+MEASURED_FAULTS = ("gc-collect",)  # faults whose cost the monitor measures in each step (metrics.jsonl's gc_pause_s)
+
+
+def measured_added_s(run: Path, fault: str | None) -> dict[int, float] | None:
+    """step -> seconds a MEASURED_FAULTS fault added to it, as the run's monitor measured it (rank 0's metrics.jsonl:
+    gc-collect's collections are gc_pause_s, every rank collecting at the same step); None for other faults."""
+    if not fault or fault.partition("=")[0] not in MEASURED_FAULTS:
+        return None
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r.get("gc_pause_s") or 0.0 for r in map(json.loads, lines) if r.get("fault")}
+
+
+def _gain_pct(rows: dict[int, float], faulty: bool, added_s: float | dict | None = None) -> tuple[float, float, float]:
     """(gain %, clean step s, faulty step s) of the profiled steps (rows: step -> s): from the known
-    added seconds per faulty step when given, else from the clean twin."""
+    added seconds per faulty step when given (a number for every faulty step alike, or step -> seconds), else from
+    the clean twin."""
     prof = [rows[s] for s in sorted(rows) if PROFILE[0] <= s <= PROFILE[1]]
     clean_steps = [rows[s] for s in sorted(rows) if PROFILE[0] <= s < FAULT_FROM]
     clean = sum(clean_steps) / len(clean_steps)
     bad = [rows[s] for s in sorted(rows) if FAULT_FROM <= s <= PROFILE[1]]
     if not faulty:
         return 0.0, clean, sum(bad) / len(bad)
+    if isinstance(added_s, dict):
+        added = sum(added_s.get(s, 0.0) for s in rows if FAULT_FROM <= s <= PROFILE[1])
+        return 100 * added / sum(prof), clean, sum(bad) / len(bad)
     if added_s is not None:
         return 100 * added_s * len(bad) / sum(prof), clean, sum(bad) / len(bad)
     return max(0.0, 100 * sum(b - clean for b in bad) / sum(prof)), clean, sum(bad) / len(bad)
@@ -190,7 +212,7 @@ def _build_base(out: str | Path, work: str | Path, base: RealBase, log, kinds: t
         if kinds and kind not in kinds:
             continue
         name = f"{kind}-{sev}-{base.suffix}" if kind != "healthy" else f"healthy-{base.suffix}"
-        by_twin = fault is not None and known_added_s(fault) is None
+        by_twin = fault is not None and known_added_s(fault) is None and fault.partition("=")[0] not in MEASURED_FAULTS
         runs = []
         for i in range(TWIN_RUNS if by_twin else 1):
             run = work / (name if i == 0 else f"{name}.run{i}")
@@ -201,11 +223,13 @@ def _build_base(out: str | Path, work: str | Path, base: RealBase, log, kinds: t
         twins = [_gain_pct(rows, fault is not None)[0] for _, rows in runs]
         kept = median_run(twins)
         (run, rows), twin = runs[kept], twins[kept]
-        gain, clean, bad = _gain_pct(rows, fault is not None, known_added_s(fault))
+        measured = measured_added_s(run, fault)
+        gain, clean, bad = _gain_pct(rows, fault is not None, known_added_s(fault) if measured is None else measured)
         sev_measured = "none" if fault is None else severity_of(gain)
         labels = {"kind": kind, "ranks": ranks if ranks is not None else ([] if fault is None else [0, 1]),
                   "true_gain_pct": round(gain, 3), "twin_gain_pct": round(twin, 3),
-                  "truth": "known size" if known_added_s(fault) is not None else "clean twin",
+                  "truth": "known size" if known_added_s(fault) is not None else
+                  "measured pauses" if measured is not None else "clean twin",
                   "severity": sev_measured, "target_severity": sev,
                   "base": base.name, "fault": fault, "clean_step_s": round(clean, 4),
                   "faulty_step_s": round(bad, 4), "seed": seed}

@@ -140,6 +140,17 @@ HOST_OPTIMIZER_RECOMMENDATION = (
     "offload only part of them (DeepSpeed's offload ratio), overlap the CPU step with the GPU's next work (DeepSpeed's "
     "ZenFlow, overlap_comm), use the vectorised CPU Adam (DeepSpeedCPUAdam rather than torch's CPU AdamW) with a core "
     "per thread, and accumulate more micro-batches per step so that the step is paid less often.")
+# gc_stall when most of the collections' time is inside gc.collect() calls of the program (rules.GC_CALLED_MIN_SHARE):
+# the collector runs because the code asks it to, a full collection each call
+GC_CALLED_RECOMMENDATION = (
+    "The program calls gc.collect() itself ({calls} calls in {steps} steps, most at {site}), and each call without "
+    "an argument is a full collection, which walks every live Python object (a process that imported torch holds "
+    "hundreds of thousands): it costs that on every call, freed memory or not. Call it rarely (every few hundred "
+    "steps, at the same step on every rank, or only before a checkpoint or an evaluation) or not at all: tensors are "
+    "freed by reference counting, and the collector only finds cycles. A torch.cuda.empty_cache() beside it returns "
+    "the cached blocks to the driver, which then allocates them again (allocator_stall): drop it too. To bound the "
+    "collector's pauses in a long run, gc.freeze() after start-up and a gc.collect(1) every N steps (torchtitan's "
+    "training.gc_freq, trainperf train --gc-every N).")
 # optimizer_slow when the step span names an optimizer that preconditions with per-layer matrices
 # (rules.PRECONDITIONED_OPTIMIZER_RE): its cost is the preconditioners' matrix work, which fused elementwise kernels
 # (the default fix) do not touch

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainperf.diagnose.window import Window, merge_intervals, row_events, union_us
-from trainperf.trace.nesting import enclosing_span, outermost, thread_key
+from trainperf.trace.nesting import enclosing_span, outermost, starts_inside, thread_key
 from trainperf.trace.events import CPU_OP, PYTHON, RUNTIME, USER_ANNOTATION, EventTable
 
 # Python frames of the framework itself: a call site is the innermost frame of the user's code
@@ -54,6 +54,9 @@ COMPILE_RE = re.compile(r"\(dynamo_timed\)$|^(entire_frame_compile|_compile\.com
 # span (python_function) where the profile has with_stack=True and
 # experimental_config=_ExperimentalConfig(record_python_gc_info=True) (PyTorch 2.9+, pytorch/pytorch#161209)
 GC_RE = re.compile(r"^Python GC$")
+# gc.collect() called by the program: the Python tracer names the C function it enters "<built-in function collect>",
+# and the collection it runs is a "Python GC" span inside it
+GC_CALL_RE = re.compile(r"^<built-in function collect>$")
 # the host stalls with findings of their own, whose spans a rank's own work per step leaves out (a rank late because it
 # fetched a batch, saved, compiled or collected garbage is that stall's, which its fix removes on every rank)
 STALL_SPAN_RES = (DATALOADER_RE, CHECKPOINT_RE, COMPILE_RE, GC_RE)
@@ -126,6 +129,28 @@ def compile_spans(t: EventTable, w: Window) -> HostSpans:
 def gc_spans(t: EventTable, w: Window) -> HostSpans:
     """Host time Python's garbage collector held the threads (its "Python GC" spans, µs)."""
     return _host_spans(t, w, GC_RE, (PYTHON,))
+
+
+@dataclass(frozen=True, kw_only=True)
+class GcCalls:
+    """The collections the program asked for (gc.collect() calls): their time (µs), the calls, where they were made."""
+
+    time_us: float
+    calls: int
+    sites: list[str]
+
+
+def gc_calls(t: EventTable, w: Window) -> GcCalls:
+    """The window's gc.collect() calls (GC_CALL_RE) and the time of the collections inside them (µs, "Python GC"
+    spans starting in a call); their call sites (call_sites), most frequent first."""
+    calls = span_rows(t, w, GC_CALL_RE, (PYTHON,))
+    collections = span_rows(t, w, GC_RE, (PYTHON,)) if calls.size else calls
+    inside = starts_inside(t, calls, collections)
+    if not inside.any():
+        return GcCalls(time_us=0.0, calls=int(calls.size), sites=[])
+    sites = call_sites(t, calls)
+    by_count = sorted(set(sites), key=lambda s: (-sites.count(s), s))
+    return GcCalls(time_us=union_us(w, collections[inside]), calls=int(calls.size), sites=by_count)
 
 
 def compiled_frames(t: EventTable, w: Window) -> tuple[int, int]:

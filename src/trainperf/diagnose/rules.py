@@ -35,7 +35,7 @@ from trainperf.diagnose.gpu_time import Overlap, idle_gaps_us, idle_in_span_us
 from trainperf.diagnose.grad_sync import grad_sync_per_microbatch
 from trainperf.diagnose.host_bound import (gpu_idle_pct, host_work, launch_bound, launch_cost_us, optimizer_on_host,
                                            small_kernels)
-from trainperf.diagnose.host import OPTIMIZER_RE, span_rows
+from trainperf.diagnose.host import OPTIMIZER_RE, gc_calls, span_rows
 from trainperf.diagnose.host_link import pinned_copy_rate, pinned_copy_us
 from trainperf.diagnose.layout import layout_transposes
 from trainperf.diagnose.loss import unfused_cross_entropy
@@ -144,6 +144,9 @@ def compile_stall(f: RankFacts) -> Finding | None:
 
 
 GC_MIN_PCT = 1.0  # Python GC spans, % of the span: the stall rules' one evidence threshold
+# the share of the collections' time inside gc.collect() calls from which the program's own calls are the cause named
+# (stated, not fitted: the larger part, as the stragglers' LATE_WORK_MIN_SHARE)
+GC_CALLED_MIN_SHARE = 0.5
 
 
 def gc_stall(f: RankFacts) -> Finding | None:
@@ -155,8 +158,17 @@ def gc_stall(f: RankFacts) -> Finding | None:
         return None
     extra = {"collections": (f.gc.count, "count"), "longest_collection": (f.gc.longest[0][2], "us"),
              "steps_collecting": (len(f.gc_steps), f"of {len(f.steps)} steps")}
-    return _host_stall(f, "gc_stall", f.gc, "remove_gc_wait", "gc", "garbage-collection", extra=extra,
-                       steps_with=f.gc_steps)
+    called = f.once("gc_calls", lambda: gc_calls(f.table, f.window))
+    asked = called.time_us >= GC_CALLED_MIN_SHARE * f.gc.time_us > 0
+    if asked:
+        extra.update({"gc_collect_calls": (called.calls, "count"),
+                      "in_gc_collect_calls": (100 * called.time_us / f.gc.time_us, "%")})
+    found = _host_stall(f, "gc_stall", f.gc, "remove_gc_wait", "gc", "garbage-collection", extra=extra,
+                        steps_with=f.gc_steps)
+    if asked:
+        found.recommendation = advice.GC_CALLED_RECOMMENDATION.format(
+            calls=called.calls, steps=len(f.steps), site=called.sites[0] if called.sites else "gc.collect()")
+    return found
 
 
 # time blocked in syncs (or their wait on the critical path) and the reads that made them, % of the span

@@ -1,4 +1,5 @@
-"""The in-loop monitor: per-step time, data wait, phases, tokens/s, MFU/HFU, memory, goodput.
+"""The in-loop monitor: per-step time, data wait, phases, tokens/s, MFU/HFU, memory, garbage-collector pauses,
+goodput.
 
 Usable from any training loop::
 
@@ -52,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from trainperf.monitor.gc_pauses import GcClock
 from trainperf.monitor.goodput import Goodput, compute_goodput
 from trainperf.monitor.memory import peak_reader, peak_resetter
 from trainperf.monitor.metadata import process_start_time
@@ -229,9 +231,11 @@ class StepTimer:
         self._cpu_phases: dict[str, float] = {}
         self._events: list[tuple[str, object, object]] = []
         self._aside: dict[str, float] = {}
+        self.gc_pauses = (0.0, 0, 0)  # the collector's (seconds, collections, full collections) in the step
 
     def __enter__(self) -> "StepTimer":
         self.mon._reset_peak()
+        self.mon._gc.take()  # collections before the step are not the step's
         self.t0 = _perf_counter()
         return self
 
@@ -276,6 +280,7 @@ class StepTimer:
 
             torch.cuda.synchronize()
         step_time = _perf_counter() - self.t0
+        self.gc_pauses = self.mon._gc.take()
         if self._aside:
             step_time -= sum(self._aside.values())
             self.extra = {**self.extra, **{f"{k}_s": v for k, v in self._aside.items()}}
@@ -295,6 +300,10 @@ class MonitorSummary:
     data_wait_s: float | None
     final_loss: float | None
     goodput: Goodput
+    # Python's garbage collector in the measured steps: its mean pause a step and the longest step's (s). A mean, not
+    # a median: a full collection every few hundred steps is a cost every step pays a share of, and a median is 0
+    gc_pause_s: float | None = None
+    gc_pause_max_s: float | None = None
     phases_s: dict = field(default_factory=dict)
     # one {"rank", "host", "busy_s"} per rank (Monitor.gather_ranks; this rank alone without it)
     ranks: list = field(default_factory=list)
@@ -302,7 +311,7 @@ class MonitorSummary:
     def to_dict(self) -> dict:
         """Return the summary as a plain dict (goodput split and per-rank busy times included)."""
         d = {k: getattr(self, k) for k in ("steps", "step_time_s", "tokens_per_s", "mfu", "hfu", "mem_peak_bytes",
-                                           "data_wait_s", "final_loss")}
+                                           "data_wait_s", "final_loss", "gc_pause_s", "gc_pause_max_s")}
         d["phases_s"] = self.phases_s
         d["goodput"] = self.goodput.to_dict()
         d["ranks"] = self.ranks
@@ -315,6 +324,11 @@ def _median(xs: list[float]) -> float | None:
         return None
     n = len(xs)
     return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def _mean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
 
 
 def step_busy_s(rec: dict, phase_keys) -> float:
@@ -352,6 +366,7 @@ class Monitor:
         self._cuda = device_type == "cuda"
         self._reset_peak = peak_resetter(device_type)
         self._peak_bytes = peak_reader(device_type)
+        self._gc = GcClock()
         self.peak_flops = peak_flops
         self.skip_first = skip_first
         self.echo = echo  # callable(dict) for live display, rank 0 only
@@ -412,7 +427,8 @@ class Monitor:
         rec = {
             "step": st.step, "attempt": self.attempt, "loss": loss, "step_time_s": step_time,
             "data_wait_s": st.data_wait_s, "tokens": st.tokens, "tokens_per_s": tps, "mfu": mfu, "hfu": hfu,
-            "mem_peak_bytes": mem,
+            "mem_peak_bytes": mem, "gc_pause_s": st.gc_pauses[0], "gc_collections": st.gc_pauses[1],
+            "gc_full_collections": st.gc_pauses[2],
         }
         if phases:
             keys = self._phase_keys
@@ -486,6 +502,8 @@ class Monitor:
             hfu=_median([r["hfu"] for r in measured]),
             mem_peak_bytes=max((r["mem_peak_bytes"] for r in self.records), default=None),
             data_wait_s=_median([r["data_wait_s"] for r in measured]),
+            gc_pause_s=_mean([r.get("gc_pause_s") for r in measured]),
+            gc_pause_max_s=max((r["gc_pause_s"] for r in measured if r.get("gc_pause_s") is not None), default=None),
             final_loss=self.records[-1]["loss"] if self.records else None,
             goodput=gp,
             phases_s={k: _median([r.get(k) for r in measured]) for k in phase_keys},

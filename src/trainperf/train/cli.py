@@ -33,6 +33,11 @@ def register(app: typer.Typer) -> None:
                                              help="Record nn.Module spans in the traces (with_stack: costs host "
                                                   "time) for `diagnose --modules`, and Python's garbage "
                                                   "collections (torch 2.9+) for its gc_stall."),
+        gc_every: int = typer.Option(0, "--gc-every", min=0,
+                                     help="Python's automatic garbage collection off after start-up (what it made "
+                                          "frozen: gc.freeze), the young generations collected every N steps on "
+                                          "every rank at once, as torchtitan does (0: automatic, the default). "
+                                          "Each step's collector pauses are recorded either way (gc_pause_s)."),
         out: str = typer.Option("train_out", help="Run folder (metrics.jsonl, traces/, checkpoints/, report.html)."),
         text: Optional[List[str]] = typer.Option(None, help="Text files or folders to train on (default: shipped sample)."),
         synthetic: bool = typer.Option(False, "--synthetic", help="Random tokens instead of text (no I/O)."),
@@ -60,6 +65,7 @@ def register(app: typer.Typer) -> None:
                  "sync-ckpt=N (a synchronous checkpoint every N steps); "
                  "tiny-batch[=M] (micro batch M, default 1, grad accumulation raised to keep the global batch); "
                  "sync-every-micro (gradients synchronised after every accumulation micro-step: no no_sync); "
+                 "gc-collect[=N] (gc.collect() every N steps, default 1: a full garbage collection); "
                  "numerics bugs for `trainperf compare`: norm-eps=EPS (every RMSNorm uses EPS), "
                  "no-ga-scale (micro-step losses not divided by grad accumulation before backward)."),
         fault_steps: Optional[str] = typer.Option(
@@ -85,7 +91,7 @@ def register(app: typer.Typer) -> None:
                           compile=compile, compile_backend=compile_backend, kernels=given(kernels, kernels_older),
                           ckpt_every=ckpt_every,
                           ckpt_keep=ckpt_keep, ckpt_async=not sync_ckpt, resume=resume, profile_steps=profile_steps,
-                          profile_modules=profile_modules,
+                          profile_modules=profile_modules, gc_every=gc_every,
                           out=out, text=list(text) if text else None, synthetic=synthetic, num_workers=num_workers,
                           device=device, gpu=gpu, peak_tflops=peak_tflops, seed=seed, job=job, store=store,
                           faults=list(fault) if fault else None, fault_steps=fault_steps,
@@ -137,6 +143,9 @@ def print_summary(console, result: dict) -> None:
     t.add_row("final loss", f"{result['final_loss']:.4f}" if result.get("final_loss") is not None else "-")
     if result.get("final_eval_loss") is not None:
         t.add_row("final held-out loss", f"{result['final_eval_loss']:.4f}")
+    if result.get("gc_pause_s"):
+        t.add_row("Python GC pauses", f"{result['gc_pause_s'] * 1e3:.2f} ms a step (longest step "
+                                      f"{(result.get('gc_pause_max_s') or 0) * 1e3:.1f} ms)")
     t.add_row("goodput", pct(gp.get("goodput")))
     for k in ("startup_s", "data_wait_s", "checkpoint_s", "restart_s", "lost_work_s", "other_s"):
         t.add_row(f"  badput: {k[:-2].replace('_', ' ')}", f"{gp.get(k, 0.0):.2f} s")

@@ -16,6 +16,10 @@ Each fault is a real cause of lost time, put where it happens in real jobs, so t
 - ``sync-every-micro``: the gradients are synchronised after every micro-step of gradient
   accumulation (DDP without ``no_sync``, FSDP2 without ``set_requires_gradient_sync(False)``):
   grad_accum - 1 wasted all-reduces or reduce-scatters a step. Needs grad_accum > 1.
+- ``gc-collect[=N]``: ``gc.collect()`` at the end of every N-th step (default every step) on every rank, the
+  cleanup some training scripts call each step: a full collection of Python's garbage collector, which walks every
+  live Python object (hundreds of thousands once torch is imported). Recorded in the traces as "Python GC" spans
+  with ``--profile-modules`` (torch 2.9+).
 
 Two numerics faults are the broken changes ``trainperf compare`` must catch (they cost no
 time, they change the training):
@@ -37,8 +41,8 @@ from dataclasses import dataclass
 
 from trainperf.errors import TrainperfError
 
-FAULT_KINDS = ("slow-data", "item-sync", "slow-rank", "sync-ckpt", "tiny-batch", "sync-every-micro", "norm-eps",
-               "no-ga-scale")
+FAULT_KINDS = ("slow-data", "item-sync", "slow-rank", "sync-ckpt", "tiny-batch", "sync-every-micro", "gc-collect",
+               "norm-eps", "no-ga-scale")
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -53,6 +57,7 @@ class Faults:
     sync_ckpt_every: int = 0
     tiny_mbs: int = 0  # 0: off
     sync_every_micro: bool = False
+    gc_collect_every: int = 0  # 0: off
     norm_eps: float | None = None
     no_ga_scale: bool = False
     first_step: int = 1
@@ -62,7 +67,8 @@ class Faults:
     def any(self) -> bool:
         """True when at least one fault is switched on."""
         return bool(self.slow_data_ms or self.item_sync or self.slow_rank is not None or self.sync_ckpt_every
-                    or self.tiny_mbs or self.sync_every_micro or self.norm_eps is not None or self.no_ga_scale)
+                    or self.tiny_mbs or self.sync_every_micro or self.gc_collect_every or self.norm_eps is not None
+                    or self.no_ga_scale)
 
     def active(self, step: int) -> bool:
         """True when the step-windowed faults hold at optimizer step ``step`` (from 1)."""
@@ -102,6 +108,8 @@ def parse_faults(specs: list[str] | None, steps: str | None = None) -> Faults:
             kw["slow_rank_sleep"] = len(parts) == 3 and parts[2] == "sleep"
         elif kind == "sync-ckpt":
             kw["sync_ckpt_every"] = _number(kind, value, "every N steps", int, 1)
+        elif kind == "gc-collect":
+            kw["gc_collect_every"] = _number(kind, value, "every N steps", int, 1) if value else 1
         elif kind == "tiny-batch":
             kw["tiny_mbs"] = _number(kind, value, "micro batch", int, 1) if value else 1
         else:

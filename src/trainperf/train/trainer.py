@@ -8,11 +8,14 @@ runs ``train``; rank 0 writes the run folder's shared files.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from trainperf.atomic import atomic_write_text
 from trainperf.errors import TrainperfError
@@ -41,6 +44,7 @@ class TrainConfig:
     resume: bool = True  # auto-resume from the newest complete checkpoint in the run folder
     profile_steps: str | None = None
     profile_modules: bool = False  # traces record nn.Module spans (with_stack) for `diagnose --modules`
+    gc_every: int = 0  # Python's automatic garbage collection off, a young-generation collection every N steps (0: on)
     out: str = "train_out"
     text: list[str] | None = None
     synthetic: bool = False
@@ -459,6 +463,10 @@ def train_step(run: TrainRun, step: int) -> dict:
             loss_sum /= run.world
         st.loss = loss_sum
         st.extra = {"lr": lr, "grad_norm": float(grad_norm), **({"fault": 1} if run.faults.active(step) else {})}
+        if cfg.gc_every and step % cfg.gc_every == 0:
+            gc.collect(1)  # the same step on every rank: they pause together, none waits for another's collection
+        if run.faults.gc_collect_every and run.faults.active(step) and step % run.faults.gc_collect_every == 0:
+            gc.collect()  # --fault gc-collect: a full collection, as a script's per-step cleanup does
         if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
             with st.aside("eval"):
                 st.extra["eval_loss"] = evaluate(run)
@@ -542,6 +550,27 @@ def finish(run: TrainRun) -> dict:
     return result
 
 
+@contextmanager
+def scheduled_collection(every: int) -> Iterator[None]:
+    """With ``every`` > 0, Python's garbage collector as torchtitan runs it (tools/utils.py GarbageCollection):
+    automatic collection off inside the block, what start-up made collected once and frozen out of every later
+    collection (gc.freeze), the loop collecting the young generations itself every ``every`` steps (train_step).
+    Automatic collection starts on whichever rank crosses an allocation threshold first, and a full one walks every
+    object start-up left: a pause on one rank the others wait for at the next collective (diagnose's gc_stall).
+    Restored after the block; nothing changes with ``every`` 0."""
+    if not every:
+        yield
+        return
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.unfreeze()
+
+
 def train(cfg: TrainConfig) -> dict:
     """Train ``cfg.model`` for ``cfg.steps`` optimizer steps; return the run summary (rank 0's view).
 
@@ -553,7 +582,7 @@ def train(cfg: TrainConfig) -> dict:
 
     try:
         run = setup(cfg)
-        with run.profiler:
+        with run.profiler, scheduled_collection(cfg.gc_every):
             for step in range(run.start_step + 1, cfg.steps + 1):
                 after_step(run, step, train_step(run, step))
         return finish(run)
