@@ -83,6 +83,7 @@ def test_the_trainer_collects_every_n_steps_and_no_other_time(tmp_path):
     assert by_step == {1: (0, 0), 2: (0, 0), 3: (1, 0), 4: (0, 0), 5: (0, 0), 6: (1, 0)}
     assert result["gc_pause_s"] > 0
     assert gc.isenabled()
+    assert "Python GC pauses" in (tmp_path / "run" / "report.html").read_text()  # charted beside the step time
 
 
 def test_the_gc_collect_fault_is_one_full_collection_in_each_of_its_steps(tmp_path):
@@ -95,3 +96,15 @@ def test_the_gc_collect_fault_is_one_full_collection_in_each_of_its_steps(tmp_pa
     assert {r["step"]: r["gc_full_collections"] for r in recs} == {1: 0, 2: 0, 3: 0, 4: 1, 5: 0, 6: 1}
     assert all(r["gc_pause_s"] > 0 for r in recs if r["step"] in (4, 6))
 
+
+
+def test_the_summary_line_gives_each_ranks_pauses():
+    from rich.console import Console
+
+    from trainperf.train.cli import print_summary
+
+    con = Console(record=True, width=200)
+    print_summary(con, {"layout": "dp=2", "run_dir": "r", "step_time_s": 0.1, "gc_pause_s": 0.002,
+                        "gc_pause_max_s": 0.03, "ranks": [{"rank": 0, "gc_pause_s": 0.002},
+                                                          {"rank": 1, "gc_pause_s": 0.0125}]})
+    assert "2.00 ms a step (longest step 30.0 ms; ranks 2.00-12.50 ms)" in con.export_text()

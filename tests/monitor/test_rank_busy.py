@@ -37,5 +37,7 @@ def test_one_process_summary_has_one_rank_with_the_median_busy_time(monkeypatch)
     assert [r.get("comm_wait_s", 0.0) for r in mon.records] == comm
     assert mon.busy_s() == pytest.approx(1.5)
     s = mon.summary()
-    assert s.ranks == [{"rank": 0, "host": socket.gethostname(), "busy_s": pytest.approx(1.5)}]
+    assert s.ranks == [{"rank": 0, "host": socket.gethostname(), "busy_s": pytest.approx(1.5),
+                        "gc_pause_s": mon.gc_pauses()[0]}]
+    assert mon.gc_pauses()[0] == s.gc_pause_s  # the summary's figure is this rank's
     assert mon.gather_ranks() == s.ranks and s.to_dict()["ranks"] == s.ranks

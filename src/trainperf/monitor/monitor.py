@@ -326,11 +326,6 @@ def _median(xs: list[float]) -> float | None:
     return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
 
 
-def _mean(xs: list[float]) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return sum(xs) / len(xs) if xs else None
-
-
 def step_busy_s(rec: dict, phase_keys) -> float:
     """Return a step's busy time in seconds: the rank's own compute in the step, collective waits
     excluded. With phases recorded it is their sum (the trainer's forward_s + backward_s +
@@ -494,6 +489,7 @@ class Monitor:
             steps = self.records
             events = [{"kind": "attempt_start", "attempt": self.attempt, "t": self.t_start}, *self.checkpoint_events]
         gp = compute_goodput(steps, events, end_time=end_time if end_time is not None else time.time())
+        gc_mean_s, gc_max_s = self.gc_pauses()
         return MonitorSummary(
             steps=len(self.records),
             step_time_s=_median([r["step_time_s"] for r in measured]),
@@ -502,8 +498,8 @@ class Monitor:
             hfu=_median([r["hfu"] for r in measured]),
             mem_peak_bytes=max((r["mem_peak_bytes"] for r in self.records), default=None),
             data_wait_s=_median([r["data_wait_s"] for r in measured]),
-            gc_pause_s=_mean([r.get("gc_pause_s") for r in measured]),
-            gc_pause_max_s=max((r["gc_pause_s"] for r in measured if r.get("gc_pause_s") is not None), default=None),
+            gc_pause_s=gc_mean_s,
+            gc_pause_max_s=gc_max_s,
             final_loss=self.records[-1]["loss"] if self.records else None,
             goodput=gp,
             phases_s={k: _median([r.get(k) for r in measured]) for k in phase_keys},
@@ -517,11 +513,20 @@ class Monitor:
         keys = sorted(self.phase_names)
         return _median([step_busy_s(r, keys) for r in measured])
 
+    def gc_pauses(self) -> tuple[float | None, float | None]:
+        """This rank's garbage-collector pauses over the measured steps (s): the mean a step and the longest step's;
+        (None, None) before any step."""
+        measured = self.records[self.skip_first:] or self.records
+        pauses = [r["gc_pause_s"] for r in measured if r.get("gc_pause_s") is not None]
+        return (sum(pauses) / len(pauses), max(pauses)) if pauses else (None, None)
+
     def rank_entry(self) -> dict:
-        """Return this rank's entry of the run summary's ``ranks``: rank, host name, median busy s."""
+        """Return this rank's entry of the run summary's ``ranks``: rank, host name, median busy s, mean collector
+        pause a step (s: a rank that collects more holds the others at every collective)."""
         import socket
 
-        return {"rank": self.rank, "host": socket.gethostname(), "busy_s": self.busy_s()}
+        return {"rank": self.rank, "host": socket.gethostname(), "busy_s": self.busy_s(),
+                "gc_pause_s": self.gc_pauses()[0]}
 
     def gather_ranks(self) -> list[dict]:
         """Collect every rank's ``rank_entry`` (a collective: call it on every rank, after the last

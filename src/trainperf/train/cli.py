@@ -144,8 +144,10 @@ def print_summary(console, result: dict) -> None:
     if result.get("final_eval_loss") is not None:
         t.add_row("final held-out loss", f"{result['final_eval_loss']:.4f}")
     if result.get("gc_pause_s"):
+        by_rank = [r["gc_pause_s"] for r in result.get("ranks") or [] if r.get("gc_pause_s") is not None]
+        spread = (f"; ranks {min(by_rank) * 1e3:.2f}-{max(by_rank) * 1e3:.2f} ms" if len(by_rank) > 1 else "")
         t.add_row("Python GC pauses", f"{result['gc_pause_s'] * 1e3:.2f} ms a step (longest step "
-                                      f"{(result.get('gc_pause_max_s') or 0) * 1e3:.1f} ms)")
+                                      f"{(result.get('gc_pause_max_s') or 0) * 1e3:.1f} ms{spread})")
     t.add_row("goodput", pct(gp.get("goodput")))
     for k in ("startup_s", "data_wait_s", "checkpoint_s", "restart_s", "lost_work_s", "other_s"):
         t.add_row(f"  badput: {k[:-2].replace('_', ' ')}", f"{gp.get(k, 0.0):.2f} s")

@@ -40,6 +40,7 @@ def write_report(run_dir: str | Path, result: dict) -> Path:
         ["tokens/s (all ranks)", result.get("tokens_per_s")],
         ["MFU", pct(result.get("mfu"))], ["HFU", pct(result.get("hfu"))],
         ["peak memory per rank (GiB)", (result.get("mem_peak_bytes") or 0) / 2**30],
+        ["Python GC pause a step, mean (ms)", None if result.get("gc_pause_s") is None else result["gc_pause_s"] * 1e3],
         ["goodput", pct(gp.get("goodput"))], ["final loss", result.get("final_loss")],
     ], ["metric", "value"]), *notes)
     if kept:
@@ -49,9 +50,10 @@ def write_report(run_dir: str | Path, result: dict) -> Path:
             rep.add("Held-out loss (--eval-every)", line_chart({"held-out loss": [s["eval_loss"] for s in evals]},
                                                               xs=[s["step"] for s in evals], unit="loss (nats)",
                                                               x_title="step"))
-        rep.add("Step time", line_chart({"step time": [s["step_time_s"] for s in kept],
-                                         "data wait": [s["data_wait_s"] for s in kept]}, xs=xs, unit="s",
-                                        x_title="step"))
+        lines = {"step time": [s["step_time_s"] for s in kept], "data wait": [s["data_wait_s"] for s in kept]}
+        if any(s.get("gc_collections") for s in kept):  # the collector's pauses, where it ran inside the steps
+            lines["Python GC pauses"] = [s.get("gc_pause_s") for s in kept]
+        rep.add("Step time", line_chart(lines, xs=xs, unit="s", x_title="step"))
     parts = ["productive_s", "startup_s", "data_wait_s", "checkpoint_s", "restart_s", "lost_work_s", "other_s"]
     rep.add("Goodput: where the wall time went", bar_chart([p[:-2] for p in parts], [gp.get(p, 0.0) for p in parts],
                                                            unit="s"))
