@@ -135,3 +135,21 @@ def test_diagnose_names_the_calls_of_a_real_run_with_the_fault(tmp_path):
     assert m["in_gc_collect_calls"]["value"] == pytest.approx(100.0, abs=1.0)
     assert m["gc_collect_calls"]["value"] == len(f.steps) == 3  # one a step in the window (steps 2-4; 5 is cut)
     assert "trainer.py" in f.recommendation and "gc.collect() itself" in f.recommendation
+
+
+def test_a_librarys_collect_call_names_the_user_frame_and_the_library_function(tmp_path):
+    # hand-built: each step's user frame calls a library cleanup (Accelerate's release_memory), which calls
+    # gc.collect(); the user's own frame alone would hide who collects, the library's alone where it is called from
+    b = TraceBuilder()
+    for s in range(3):
+        T = 10_000.0 * s
+        b.step(s, T, 10_000)
+        b.cpu("train.py(42): train_step", T + 10, 9_000, cat="python_function")
+        b.cpu("site-packages/accelerate/utils/memory.py(70): release_memory", T + 20, 5_000, cat="python_function")
+        b.cpu("<built-in function collect>", T + 30, 4_000, cat="python_function")
+        b.cpu("Python GC", T + 40, 3_900, cat="python_function")
+        b.cpu("aten::mm", T + 6_000, 2_000)
+    f = {x.kind: x for x in diagnose(b.write(tmp_path / "lib.json.gz")).findings}["gc_stall"]
+    assert f.evidence["metrics"]["gc_collect_calls"]["value"] == 2  # the window's complete steps: 0 and 1
+    assert ("most at train.py(42): train_step > site-packages/accelerate/utils/memory.py(70): release_memory"
+            in f.recommendation)

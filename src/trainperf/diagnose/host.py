@@ -148,9 +148,27 @@ def gc_calls(t: EventTable, w: Window) -> GcCalls:
     inside = starts_inside(t, calls, collections)
     if not inside.any():
         return GcCalls(time_us=0.0, calls=int(calls.size), sites=[])
-    sites = call_sites(t, calls)
+    sites = []
+    for site, caller in zip(call_sites(t, calls), _caller_frames(t, calls)):
+        if GC_CALL_RE.match(site):  # no frame of the user's code around the call: the library's that made it
+            site = caller or site
+        elif caller and caller not in site:
+            site = f"{site} > {caller}"
+        sites.append(site)
     by_count = sorted(set(sites), key=lambda s: (-sites.count(s), s))
     return GcCalls(time_us=union_us(w, collections[inside]), calls=int(calls.size), sites=by_count)
+
+
+def _caller_frames(t: EventTable, rows: np.ndarray) -> list[str]:
+    """The Python frame each row was made from, library code's included (a library's cleanup that calls gc.collect()
+    for the user, e.g. Accelerate's release_memory): the innermost Python span around the row's start, the rows
+    themselves left out; "" where there is none. call_sites names the user's own frame only."""
+    key = thread_key(t.pid, t.tid)
+    py = np.setdiff1d(np.flatnonzero(t.kind == PYTHON), rows)
+    if not py.size:
+        return [""] * rows.size
+    hit = enclosing_span(key[py], t.ts_ns[py], t.ts_ns[py] + t.dur_ns[py], key[rows], t.ts_ns[rows])
+    return [t.names[int(t.name[py[h]])] if h >= 0 else "" for h in hit]
 
 
 def compiled_frames(t: EventTable, w: Window) -> tuple[int, int]:
