@@ -194,6 +194,27 @@ def test_one_profiling_cycle_is_analysed(tmp_path):
     assert not any("profiling cycles" in n for n in d.notes) and d.ranks[0].window_us == pytest.approx(5920.0)
 
 
+def test_cycles_of_steps_without_length_do_not_refuse_the_trace(tmp_path):
+    # the step spans damaged (negative durations: no event inside any of them) and their numbers in two stretches: the
+    # automatic choice of a cycle holds nothing, so the whole trace is analysed with a note (it was an error naming
+    # steps the user never asked for); --step-window, the user's own choice, still refuses such steps
+    from trainperf.diagnose.api import diagnose
+    from trainperf.errors import TrainperfError
+
+    b = TraceBuilder()
+    for s in (0, 1, 2, 10, 11, 12):
+        T = 2000.0 * s
+        b.step(s, T + 2000, -2000)
+        for i in range(8):
+            b.cpu("aten::mm", T + 10 + 20 * i, 15)
+            b.launch("ampere_bf16_s16816gemm_bf16_128x128_tn", T + 12 + 20 * i, T + 20 + 240 * i, 240)
+    path = b.write(tmp_path / "c.json.gz")
+    d = diagnose(path)
+    assert any("hold no event" in n and "the whole trace is analysed" in n for n in d.notes)
+    with pytest.raises(TrainperfError, match="no events in steps 0:2"):
+        diagnose(path, steps="0:2")
+
+
 def test_each_rank_keeps_its_own_cycle(tmp_path):
     # rank 0 holds two cycles, rank 1 one (its schedule differs): each rank analyses its own, no rank is cut to steps
     # it does not have

@@ -192,9 +192,13 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     else:  # several profiling cycles in one trace: one of them (each rank's own, the same where they share a schedule)
         for r, t in tables.items():
             cycle, note = one_profiling_cycle(find_step_markers(t).numbers)
-            if cycle:
+            if cycle and ((t.step >= cycle[0]) & (t.step <= cycle[1])).any():
                 tables[r] = _restrict_steps(t, cycle)
                 notes += [note] if note not in notes else []
+            elif cycle:  # a choice made for the user never refuses a trace: steps that hold nothing are no cycle
+                notes.append(f"rank {r}: its ProfilerStep numbers run in stretches, but the steps chosen "
+                             f"({cycle[0]}-{cycle[1]}) hold no event (steps without length?): the whole trace is "
+                             "analysed")
     windows = {r: analysis_window(t, include_last_step=bool(step_range)) for r, t in tables.items()}
     gpu_ranks = [r for r, t in tables.items() if windows[r].device.size]
     xr = None
