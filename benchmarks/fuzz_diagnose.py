@@ -5,7 +5,8 @@ Each case takes one real trace folder (HTA's test traces, the H200 fault traces)
 events (or all but one rank's) with one mutation a round, writes the ranks to a temporary folder and diagnoses it.
 The mutations are what broken exporters, copies and hand edits leave: events dropped, shuffled or duplicated, args
 removed, durations zero, negative, NaN or missing, timestamps as strings, shifted, far in the future or fractional,
-correlation ids removed, a stream id as text, names null, a whole category dropped, the file's metadata
+correlation ids removed, a stream id as text, names null or odd (accents, CJK, NUL, 50 times long), spans turned
+into instants or other phases, flow arrows with no other end, a whole category dropped, the file's metadata
 (distributedInfo, deviceProperties) removed. Deterministic for a seed; a case that fails keeps its folder and prints
 its traceback.
 
@@ -36,7 +37,8 @@ HTA_FOLDERS = ("amd_trace", "df_index_resolver", "nccl_parser_config", "negative
                "ns_resolution_trace", "trace_filter", "triton_example", "with_gpu_user_annotation",
                "mtia_trace_single_rank", "critical_path/cuda_event_sync")
 MUTATIONS = ("drop", "shuffle", "dup", "noargs", "zero_dur", "neg_dur", "str_ts", "drop_category", "shift",
-             "drop_corr", "far_ts", "float_ts", "no_dur", "drop_meta", "nan_dur", "stream_text", "name_null")
+             "drop_corr", "far_ts", "float_ts", "no_dur", "drop_meta", "nan_dur", "stream_text", "name_null",
+             "instant", "stray_flow", "odd_name", "odd_phase")
 
 
 def _events(path: Path) -> dict | list:
@@ -70,6 +72,13 @@ def _one_event(op: str, e: dict, rng: random.Random) -> None:
         args["stream"] = "x"
     elif op == "name_null":
         e["name"] = None
+    elif op == "instant":  # a span written as an instant event (no duration)
+        e["ph"] = "i"
+        e.pop("dur", None)
+    elif op == "odd_name":
+        e["name"] = f"{e.get('name')}\u00e9\u4e2d\x00 " * rng.choice([1, 50])
+    elif op == "odd_phase":
+        e["ph"] = rng.choice(["B", "E", "C", "M", "?", None])
 
 
 def mutate(doc: dict | list, rng: random.Random) -> str:
@@ -88,6 +97,13 @@ def mutate(doc: dict | list, rng: random.Random) -> str:
         cat = rng.choice(sorted({str(e.get("cat")) for e in evs if isinstance(e, dict)}) or ["none"])
         evs[:] = [e for e in evs if str(e.get("cat")) != cat]
         op += f":{cat}"
+    elif op == "stray_flow":  # flow arrows whose other end is missing or points at no event
+        for i in picked[:50]:
+            e = evs[i]
+            if isinstance(e, dict) and isinstance(e.get("ts"), (int, float)):
+                evs.append({"ph": rng.choice(["s", "f", "t"]), "id": rng.randrange(1 << 40), "pid": e.get("pid"),
+                            "tid": e.get("tid"), "ts": e["ts"] + rng.uniform(-10, 10),
+                            "cat": rng.choice(["ac2g", "fwdbwd", "forward_backward"]), "name": "", "bp": "e"})
     elif op == "drop_meta":
         if isinstance(doc, dict):
             for key in ("distributedInfo", "deviceProperties"):
