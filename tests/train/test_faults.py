@@ -220,3 +220,22 @@ def test_sync_every_micro_skips_no_sync_only_in_its_steps(tmp_path, monkeypatch)
     monkeypatch.setattr(parallel, "no_grad_sync", lambda model, enabled: asked.append(enabled) or real(model, enabled))
     train(_cfg(tmp_path, steps=4, layout="mbs=2,ga=2", fault_steps="3:4", faults=["sync-every-micro"]))
     assert asked == [True, False, True, False, False, False, False, False]
+
+
+def test_gc_collect_every_n_steps_on_one_rank_or_all():
+    from trainperf.specs import parse_layout
+    from trainperf.train.faults import fault_layout
+    from trainperf.train.trainer import _collects
+
+    f = parse_faults(["gc-collect=3:1"], "4:9")
+    assert (f.gc_collect_every, f.gc_collect_rank) == (3, 1)
+    # steps 6 and 9 (multiples of 3 inside 4..9), on rank 1 only
+    assert [s for s in range(1, 12) if _collects(f, s, 1)] == [6, 9]
+    assert not any(_collects(f, s, 0) for s in range(1, 12))
+    every = parse_faults(["gc-collect"])
+    assert (every.gc_collect_every, every.gc_collect_rank) == (1, None)
+    assert all(_collects(every, s, r) for s in (1, 2) for r in (0, 3))
+    with pytest.raises(TrainperfError, match="the job has ranks 0..1"):
+        fault_layout(parse_layout("mbs=2"), parse_faults(["gc-collect=1:2"]), 2)
+    with pytest.raises(TrainperfError, match="every N steps '0'"):
+        parse_faults(["gc-collect=0"])

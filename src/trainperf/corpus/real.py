@@ -60,8 +60,11 @@ REAL_FAULTS = {
     # 4 micro-batches a step (REAL_LAYOUTS), synchronised after each from FAULT_FROM on
     "grad_sync_per_microbatch": [("high", "sync-every-micro", None)],
     # a full collection (gc.collect()) in 1 (step 7), 3 (6, 9, 12) and all 7 of the window's faulty steps; each walks
-    # every live Python object: ~0.1-0.2 s here once torch is imported, on every rank at the same step
-    "gc_stall": [("low", "gc-collect=7", None), ("medium", "gc-collect=3", None), ("high", "gc-collect", None)],
+    # every live Python object: ~0.1-0.2 s here once torch is imported, on every rank at the same step; or on rank 0
+    # alone (3 of the steps), rank 1 waiting for it at the next collective (rank 0: its pauses are the ones its
+    # metrics.jsonl measures)
+    "gc_stall": [("low", "gc-collect=7", None), ("medium", "gc-collect=3", None), ("high", "gc-collect", None),
+                 ("rank0", "gc-collect=3:0", [0])],
 }
 # kind -> layout items its runs need on top of the base's (--layout), e.g. gradient accumulation
 REAL_LAYOUTS = {"grad_sync_per_microbatch": "ga=4"}

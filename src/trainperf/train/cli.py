@@ -65,7 +65,8 @@ def register(app: typer.Typer) -> None:
                  "sync-ckpt=N (a synchronous checkpoint every N steps); "
                  "tiny-batch[=M] (micro batch M, default 1, grad accumulation raised to keep the global batch); "
                  "sync-every-micro (gradients synchronised after every accumulation micro-step: no no_sync); "
-                 "gc-collect[=N] (gc.collect() every N steps, default 1: a full garbage collection); "
+                 "gc-collect[=N[:R]] (gc.collect() every N steps, default 1, on every rank or rank R only: a full "
+                 "garbage collection); "
                  "numerics bugs for `trainperf compare`: norm-eps=EPS (every RMSNorm uses EPS), "
                  "no-ga-scale (micro-step losses not divided by grad accumulation before backward)."),
         fault_steps: Optional[str] = typer.Option(

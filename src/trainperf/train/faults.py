@@ -16,10 +16,10 @@ Each fault is a real cause of lost time, put where it happens in real jobs, so t
 - ``sync-every-micro``: the gradients are synchronised after every micro-step of gradient
   accumulation (DDP without ``no_sync``, FSDP2 without ``set_requires_gradient_sync(False)``):
   grad_accum - 1 wasted all-reduces or reduce-scatters a step. Needs grad_accum > 1.
-- ``gc-collect[=N]``: ``gc.collect()`` at the end of every N-th step (default every step) on every rank, the
-  cleanup some training scripts call each step: a full collection of Python's garbage collector, which walks every
-  live Python object (hundreds of thousands once torch is imported). Recorded in the traces as "Python GC" spans
-  with ``--profile-modules`` (torch 2.9+).
+- ``gc-collect[=N[:R]]``: ``gc.collect()`` at the end of every N-th step (default every step) on every rank, or on
+  rank R only, the cleanup some training scripts call each step: a full collection of Python's garbage collector,
+  which walks every live Python object (hundreds of thousands once torch is imported); on one rank, the others wait
+  for it at the next collective. Recorded in the traces as "Python GC" spans with ``--profile-modules`` (torch 2.9+).
 
 Two numerics faults are the broken changes ``trainperf compare`` must catch (they cost no
 time, they change the training):
@@ -58,6 +58,7 @@ class Faults:
     tiny_mbs: int = 0  # 0: off
     sync_every_micro: bool = False
     gc_collect_every: int = 0  # 0: off
+    gc_collect_rank: int | None = None  # None: every rank
     norm_eps: float | None = None
     no_ga_scale: bool = False
     first_step: int = 1
@@ -109,7 +110,10 @@ def parse_faults(specs: list[str] | None, steps: str | None = None) -> Faults:
         elif kind == "sync-ckpt":
             kw["sync_ckpt_every"] = _number(kind, value, "every N steps", int, 1)
         elif kind == "gc-collect":
-            kw["gc_collect_every"] = _number(kind, value, "every N steps", int, 1) if value else 1
+            every, _, rank = value.partition(":")
+            kw["gc_collect_every"] = _number(kind, every, "every N steps", int, 1) if every else 1
+            if rank:
+                kw["gc_collect_rank"] = _number(kind, rank, "rank", int)
         elif kind == "tiny-batch":
             kw["tiny_mbs"] = _number(kind, value, "micro batch", int, 1) if value else 1
         else:
@@ -129,6 +133,8 @@ def fault_layout(layout, faults: Faults, world_size: int):
     raised to keep the global batch), after checking the faults against the job's ``world_size``."""
     if faults.slow_rank is not None and faults.slow_rank >= world_size:
         raise TrainperfError(f"--fault slow-rank={faults.slow_rank}:...: the job has ranks 0..{world_size - 1}")
+    if faults.gc_collect_rank is not None and faults.gc_collect_rank >= world_size:
+        raise TrainperfError(f"--fault gc-collect=...:{faults.gc_collect_rank}: the job has ranks 0..{world_size - 1}")
     out = layout
     if faults.tiny_mbs:
         m = faults.tiny_mbs

@@ -465,12 +465,18 @@ def train_step(run: TrainRun, step: int) -> dict:
         st.extra = {"lr": lr, "grad_norm": float(grad_norm), **({"fault": 1} if run.faults.active(step) else {})}
         if cfg.gc_every and step % cfg.gc_every == 0:
             gc.collect(1)  # the same step on every rank: they pause together, none waits for another's collection
-        if run.faults.gc_collect_every and run.faults.active(step) and step % run.faults.gc_collect_every == 0:
+        if _collects(run.faults, step, run.rank):
             gc.collect()  # --fault gc-collect: a full collection, as a script's per-step cleanup does
         if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
             with st.aside("eval"):
                 st.extra["eval_loss"] = evaluate(run)
     return run.mon.records[-1]
+
+
+def _collects(faults, step: int, rank: int) -> bool:
+    """Whether --fault gc-collect calls gc.collect() on this rank at the end of optimizer step ``step``."""
+    return (bool(faults.gc_collect_every) and faults.active(step) and step % faults.gc_collect_every == 0
+            and faults.gc_collect_rank in (None, rank))
 
 
 def evaluate(run: TrainRun) -> float:
