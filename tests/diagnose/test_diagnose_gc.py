@@ -153,3 +153,23 @@ def test_a_librarys_collect_call_names_the_user_frame_and_the_library_function(t
     assert f.evidence["metrics"]["gc_collect_calls"]["value"] == 2  # the window's complete steps: 0 and 1
     assert ("most at train.py(42): train_step > site-packages/accelerate/utils/memory.py(70): release_memory"
             in f.recommendation)
+
+
+def test_a_run_whose_monitor_measured_collections_the_traces_lack_says_so(tmp_path):
+    # a real run collecting every step, profiled without --profile-modules: no Python GC span in its traces, and the
+    # run's own metrics.jsonl measured the pauses in the profiled steps (its mean there, ms, worked from the file);
+    # with the collections recorded, no such note
+    from trainperf.train.trainer import TrainConfig, train
+
+    def run(out, modules):
+        train(TrainConfig(model="tiny", steps=6, out=str(out), progress=False, record=False, peak_tflops=1.0,
+                          synthetic=True, faults=["gc-collect"], profile_steps="2:5", profile_modules=modules))
+        return diagnose(out / "traces")
+
+    d = run(tmp_path / "plain", False)
+    recs = [json.loads(line) for line in (tmp_path / "plain" / "metrics.jsonl").read_text().splitlines()]
+    pauses = [r["gc_pause_s"] * 1e3 for r in recs if 2 <= r["step"] <= 5]
+    (note,) = [n for n in d.notes if "garbage collector pausing its profiled steps" in n]
+    assert f"{sum(pauses) / len(pauses):.2f} ms a step" in note and "--profile-modules" in note
+    assert "gc_stall" not in {f.kind for f in d.findings}
+    assert not any("garbage collector pausing" in n for n in run(tmp_path / "modules", True).notes)

@@ -27,7 +27,7 @@ from trainperf.diagnose.pipeline import later_stage, stages_from_openings
 from trainperf.diagnose.step_flops import step_flops
 from trainperf.diagnose.steps import gpu_step_periods_us, memcpy_bandwidth
 from trainperf.diagnose.rules import idle_left_by_dismissed, run_rules
-from trainperf.diagnose.unprofiled import host_calibration, run_unprofiled_step_ms
+from trainperf.diagnose.unprofiled import host_calibration, run_gc_pause_ms, run_unprofiled_step_ms
 from trainperf.diagnose.window import analysis_window, find_step_markers, one_profiling_cycle
 from trainperf.errors import TrainperfError
 from trainperf.trace.events import EventTable
@@ -157,6 +157,22 @@ def parse_steps(text: str | None) -> tuple[int, int] | None:
         raise TrainperfError(f"--steps {text!r}: expected A:B with step numbers, e.g. 3:5") from None
 
 
+def _unrecorded_gc_note(path) -> str:
+    """A note where the trainperf run the traces belong to measured Python's garbage collector pausing its profiled
+    steps (monitor: gc_pause_s) for at least rules.GC_MIN_PCT of them, which the traces do not record (asked only
+    when no rank's window holds a collection); "" otherwise."""
+    from trainperf.diagnose.rules import GC_MIN_PCT
+
+    measured = run_gc_pause_ms(path)
+    if measured is None or measured[0] < GC_MIN_PCT / 100 * measured[1]:
+        return ""
+    pause_ms, step_ms = measured
+    return (f"the run's monitor measured Python's garbage collector pausing its profiled steps {pause_ms:.2f} ms a "
+            f"step ({100 * pause_ms / step_ms:.1f} % of rank 0's {step_ms:.2f} ms, metrics.jsonl's gc_pause_s), which "
+            "the traces do not record: host time with no op in them may be the collector's; profile with "
+            "--profile-modules (torch 2.9+) to see its collections (gc_stall)")
+
+
 def _restrict_steps(t: EventTable, steps: tuple[int, int]) -> EventTable:
     sel = (t.step >= steps[0]) & (t.step <= steps[1])
     if not sel.any():
@@ -233,6 +249,7 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     summaries: dict[int, RankSummary] = {}
     memory: dict = {}
     found: list[F.Finding] = []
+    collections_seen = False  # Python GC spans in any rank's window
     plans: dict[int, F.FixPlan] = {}
     job_caveats = cross_rank_caveats(xr.clock_offset_us, xr.clock_spread_us) if xr is not None else []
     untraced = untraced_ranks_caveat(tables)
@@ -270,11 +287,13 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
             source = "" if unprofiled_step_ms is not None else \
                 f" (the unprofiled step, {step_ms:.2f} ms: the run's median over {from_run[1]} steps outside the profiled ones)"
             notes.append(f"rank {r}: {calibration.note}{source}")
+        collections_seen = collections_seen or f.gc.count > 0
         summaries[r], ranked, plans[r] = analyse_rank(f, job_caveats)
         if f.device_memory is not None:
             memory[r] = f.device_memory
         found += ranked
         notes += [f"rank {r}: {n}" for n in summaries[r].evidence_notes]
+    notes += [n for n in (_unrecorded_gc_note(path),) if n and not collections_seen]
     merged = F.merge_across_ranks(found)
     if rank is not None:
         if rank not in summaries:

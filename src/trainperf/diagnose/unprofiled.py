@@ -103,10 +103,9 @@ def host_calibration(f: RankFacts, unprofiled_step_us: float) -> HostCalibration
                       "is priced on that host")
 
 
-def run_unprofiled_step_ms(path: str | Path) -> tuple[float, int] | None:
-    """(median step time in ms, steps it is over) of the trainperf run whose traces/ folder holds `path`, over the
-    steps its profiler did not touch (neither recorded nor warming up, the step before each window) after the
-    monitor's first RUN_SKIP_FIRST; None when `path` is not in such a run or fewer than RUN_MIN_STEPS are left."""
+def _run_steps(path: str | Path) -> tuple[list[dict], set[int]] | None:
+    """(the metrics.jsonl records of the trainperf run whose traces/ folder holds `path`, the steps its traces
+    recorded); None when `path` is not in such a run or its metrics cannot be read (being written, damaged)."""
     p = Path(path)
     traces = p if p.is_dir() else p.parent
     metrics = traces.parent / "metrics.jsonl"
@@ -115,14 +114,38 @@ def run_unprofiled_step_ms(path: str | Path) -> tuple[float, int] | None:
     windows = [m for m in (RUN_TRACE_RE.match(x.name) for x in traces.iterdir()) if m]
     if not windows:
         return None
-    touched = {s for m in windows for s in range(int(m.group(1)) - 1, int(m.group(2)) + 1)}
-    times = []
     try:
-        for line in metrics.read_text().splitlines():
-            rec = json.loads(line) if line.strip() else {}
-            if isinstance(rec.get("step"), int) and isinstance(rec.get("step_time_s"), (int, float)):
-                times.append((rec["step"], float(rec["step_time_s"])))
+        records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
     except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         return None  # a metrics file being written or damaged: diagnose goes on without it
+    return [r for r in records if isinstance(r, dict) and isinstance(r.get("step"), int)], \
+        {s for m in windows for s in range(int(m.group(1)), int(m.group(2)) + 1)}
+
+
+def run_unprofiled_step_ms(path: str | Path) -> tuple[float, int] | None:
+    """(median step time in ms, steps it is over) of the trainperf run whose traces/ folder holds `path`, over the
+    steps its profiler did not touch (neither recorded nor warming up, the step before each window) after the
+    monitor's first RUN_SKIP_FIRST; None when `path` is not in such a run or fewer than RUN_MIN_STEPS are left."""
+    run = _run_steps(path)
+    if run is None:
+        return None
+    records, recorded = run
+    touched = recorded | {s - 1 for s in recorded}
+    times = [(r["step"], float(r["step_time_s"])) for r in records if isinstance(r.get("step_time_s"), (int, float))]
     kept = [t for step, t in times[RUN_SKIP_FIRST:] if step not in touched]
     return (1e3 * statistics.median(kept), len(kept)) if len(kept) >= RUN_MIN_STEPS else None
+
+
+def run_gc_pause_ms(path: str | Path) -> tuple[float, float] | None:
+    """(mean garbage-collector pause a step, mean step time; ms) of the trainperf run whose traces/ folder holds
+    `path`, over the steps its traces recorded, as its monitor measured them (rank 0's metrics.jsonl: gc_pause_s,
+    step_time_s); None when `path` is not in such a run or its records have no collector pauses."""
+    run = _run_steps(path)
+    if run is None:
+        return None
+    records, recorded = run
+    pairs = [(float(r["gc_pause_s"]), float(r["step_time_s"])) for r in records if r["step"] in recorded
+             and isinstance(r.get("gc_pause_s"), (int, float)) and isinstance(r.get("step_time_s"), (int, float))]
+    if not pairs:
+        return None
+    return 1e3 * sum(g for g, _ in pairs) / len(pairs), 1e3 * sum(t for _, t in pairs) / len(pairs)
