@@ -27,7 +27,8 @@ from trainperf.diagnose.pipeline import later_stage, stages_from_openings
 from trainperf.diagnose.step_flops import step_flops
 from trainperf.diagnose.steps import gpu_step_periods_us, memcpy_bandwidth
 from trainperf.diagnose.rules import idle_left_by_dismissed, run_rules
-from trainperf.diagnose.unprofiled import host_calibration, run_gc_pause_ms, run_unprofiled_step_ms
+from trainperf.diagnose.unprofiled import (RunSteps, host_calibration, run_gc_pause_ms, run_steps,
+                                          run_unprofiled_step_ms)
 from trainperf.diagnose.window import analysis_window, find_step_markers, one_profiling_cycle
 from trainperf.errors import TrainperfError
 from trainperf.trace.events import EventTable
@@ -157,13 +158,13 @@ def parse_steps(text: str | None) -> tuple[int, int] | None:
         raise TrainperfError(f"--steps {text!r}: expected A:B with step numbers, e.g. 3:5") from None
 
 
-def _unrecorded_gc_note(path) -> str:
-    """A note where the trainperf run the traces belong to measured Python's garbage collector pausing its profiled
-    steps (monitor: gc_pause_s) for at least rules.GC_MIN_PCT of them, which the traces do not record (asked only
-    when no rank's window holds a collection); "" otherwise."""
+def _unrecorded_gc_note(run: RunSteps | None) -> str:
+    """A note where the trainperf run the traces belong to (unprofiled.run_steps) measured Python's garbage collector
+    pausing its profiled steps (monitor: gc_pause_s) for at least rules.GC_MIN_PCT of them, which the traces do not
+    record (asked only when no rank's window holds a collection); "" otherwise."""
     from trainperf.diagnose.rules import GC_MIN_PCT
 
-    measured = run_gc_pause_ms(path)
+    measured = run_gc_pause_ms(run)
     if measured is None or measured[0] < GC_MIN_PCT / 100 * measured[1]:
         return ""
     pause_ms, step_ms = measured
@@ -190,7 +191,8 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     run the traces belong to, over its steps outside the profiled ones (unprofiled.run_unprofiled_step_ms)."""
     if unprofiled_step_ms is not None and not unprofiled_step_ms > 0:
         raise TrainperfError(f"unprofiled step time {unprofiled_step_ms!r} ms: expected a positive number")
-    from_run = run_unprofiled_step_ms(path) if unprofiled_step_ms is None else None
+    run = run_steps(path)  # the trainperf run the traces belong to, if any: its metrics read once
+    from_run = run_unprofiled_step_ms(run) if unprofiled_step_ms is None else None
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always", LoadWarning)
         tables = load_trace(path, ranks=None, progress=progress)
@@ -293,7 +295,8 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
             memory[r] = f.device_memory
         found += ranked
         notes += [f"rank {r}: {n}" for n in summaries[r].evidence_notes]
-    notes += [n for n in (_unrecorded_gc_note(path),) if n and not collections_seen]
+    if not collections_seen:
+        notes += [n for n in (_unrecorded_gc_note(run),) if n]
     merged = F.merge_across_ranks(found)
     if rank is not None:
         if rank not in summaries:

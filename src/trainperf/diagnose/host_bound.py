@@ -387,7 +387,12 @@ def host_work(f: RankFacts) -> F.Finding | None:
 def optimizer_on_host(f: RankFacts) -> bool:
     """Whether the window has optimizer step / zero_grad spans and they launch no kernel at all: an optimizer whose
     update runs on the CPU, its states offloaded to host memory (ZeRO-Offload's DeepSpeedCPUAdam, FSDP's CPU
-    offload). Copies and memsets made inside them do not count."""
+    offload). Copies and memsets made inside them do not count. Once per rank (host_work and optimizer_slow ask)."""
+    return f.once("optimizer_on_host", lambda: _optimizer_launches_nothing(f))
+
+
+def _optimizer_launches_nothing(f: RankFacts) -> bool:
+    """optimizer_on_host, computed."""
     spans = span_rows(f.table, f.window, OPTIMIZER_RE, (USER_ANNOTATION, CPU_OP, PYTHON))
     launches = f.graph.rows[f.graph.is_host & f.graph.kernel_launch]
     return bool(spans.size) and not (launches.size and starts_inside(f.table, spans, launches).any())
@@ -399,9 +404,7 @@ def _host_side_optimizer_share(f: RankFacts, starts_us: np.ndarray, ends_us: np.
     (optimizer_on_host); else 0."""
     if weight.sum() <= 0 or not optimizer_on_host(f):
         return 0.0
-    w = f.window
-    spans = span_rows(f.table, w, OPTIMIZER_RE, (USER_ANNOTATION, CPU_OP, PYTHON))
-    part = covered_each(starts_us, ends_us, merge_intervals(w.ts_us[spans], w.end_us[spans]))
+    part = covered_each(starts_us, ends_us, merge_intervals(f.optimizer.starts_us, f.optimizer.ends_us))
     return float((weight * part / np.maximum(ends_us - starts_us, 1e-9)).sum() / weight.sum())
 
 

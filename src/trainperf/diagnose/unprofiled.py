@@ -103,9 +103,13 @@ def host_calibration(f: RankFacts, unprofiled_step_us: float) -> HostCalibration
                       "is priced on that host")
 
 
-def _run_steps(path: str | Path) -> tuple[list[dict], set[int]] | None:
+RunSteps = tuple[list[dict], set[int]]  # a trainperf run's metrics.jsonl records, the steps its traces recorded
+
+
+def run_steps(path: str | Path) -> RunSteps | None:
     """(the metrics.jsonl records of the trainperf run whose traces/ folder holds `path`, the steps its traces
-    recorded); None when `path` is not in such a run or its metrics cannot be read (being written, damaged)."""
+    recorded), read once for run_unprofiled_step_ms and run_gc_pause_ms; None when `path` is not in such a run or its
+    metrics cannot be read (being written, damaged)."""
     p = Path(path)
     traces = p if p.is_dir() else p.parent
     metrics = traces.parent / "metrics.jsonl"
@@ -122,11 +126,10 @@ def _run_steps(path: str | Path) -> tuple[list[dict], set[int]] | None:
         {s for m in windows for s in range(int(m.group(1)), int(m.group(2)) + 1)}
 
 
-def run_unprofiled_step_ms(path: str | Path) -> tuple[float, int] | None:
-    """(median step time in ms, steps it is over) of the trainperf run whose traces/ folder holds `path`, over the
-    steps its profiler did not touch (neither recorded nor warming up, the step before each window) after the
-    monitor's first RUN_SKIP_FIRST; None when `path` is not in such a run or fewer than RUN_MIN_STEPS are left."""
-    run = _run_steps(path)
+def run_unprofiled_step_ms(run: RunSteps | None) -> tuple[float, int] | None:
+    """(median step time in ms, steps it is over) of a trainperf run (run_steps), over the steps its profiler did not
+    touch (neither recorded nor warming up, the step before each window) after the monitor's first RUN_SKIP_FIRST;
+    None without a run or when fewer than RUN_MIN_STEPS are left."""
     if run is None:
         return None
     records, recorded = run
@@ -136,11 +139,10 @@ def run_unprofiled_step_ms(path: str | Path) -> tuple[float, int] | None:
     return (1e3 * statistics.median(kept), len(kept)) if len(kept) >= RUN_MIN_STEPS else None
 
 
-def run_gc_pause_ms(path: str | Path) -> tuple[float, float] | None:
-    """(mean garbage-collector pause a step, mean step time; ms) of the trainperf run whose traces/ folder holds
-    `path`, over the steps its traces recorded, as its monitor measured them (rank 0's metrics.jsonl: gc_pause_s,
-    step_time_s); None when `path` is not in such a run or its records have no collector pauses."""
-    run = _run_steps(path)
+def run_gc_pause_ms(run: RunSteps | None) -> tuple[float, float] | None:
+    """(mean garbage-collector pause a step, mean step time; ms) of a trainperf run (run_steps), over the steps its
+    traces recorded, as its monitor measured them (rank 0's metrics.jsonl: gc_pause_s, step_time_s); None without a
+    run or when its records have no collector pauses."""
     if run is None:
         return None
     records, recorded = run
