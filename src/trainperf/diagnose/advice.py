@@ -374,6 +374,21 @@ SLOW_RANKS_DEVICE_CAUSE = (
     "-q -d PERFORMANCE,CLOCK,POWER,TEMPERATURE; rocm-smi), their links (PCIe/NVLink width and speed, the NIC) and "
     "ECC errors; or they get more work every step the same way (experts that stay hot, an uneven layer or data "
     "split): balance it.")
+# ... and the cause a straggler's (or a slow group's) extra computation names, operation by operation against the
+# other ranks (slow_work.WorkComparison.cause): the same operations on the same shapes slower ("device"), or work the
+# others do less of ("work"); {who}: "rank 3", "ranks 4-7"
+SAME_WORK_SLOWER_CAUSE = (
+    "The same operations on the same shapes ran {slowdown:.2f}x slower on {who} than on the other ranks ({share:.0f} % "
+    "of the extra computation): the GPU itself is slower. Compare its clocks and throttle reasons with the others' "
+    "(nvidia-smi -q -d PERFORMANCE,CLOCK,POWER,TEMPERATURE; rocm-smi --showperflevel --showpower --showtemp), its "
+    "power cap and cooling, ECC and XID errors, and other processes on it; if it stays slow, exclude its node.")
+MORE_WORK_CAUSE = (
+    "{who} computed more than the other ranks: {share:.0f} % of the extra computation is work they do less of "
+    "(most in {largest}). Balance it: pack sequences to the same number of tokens per rank (or bucket them by "
+    "length), a load-balancing loss or capacity factor for experts that stay hot, equal layers per pipeline stage "
+    "(the first holds the embedding, the last the output layer and the loss), equal shards.")
+# a straggler late at the collectives step after step whose extra computation names its cause (above)
+STRAGGLER_CAUSE_RECOMMENDATION = "Rank {rank} holds the other ranks at the collectives step after step. {cause}"
 SLOW_RANKS_HOST_CAUSE = (
     "They compute no more than the others but start late: their hosts are slower (CPU contention, other processes "
     "on the node, NUMA placement, fewer cores per GPU, a slower disk for their data).")

@@ -27,6 +27,7 @@ from trainperf.diagnose.pipeline import later_stage, stages_from_openings
 from trainperf.diagnose.step_flops import step_flops
 from trainperf.diagnose.steps import gpu_step_periods_us, memcpy_bandwidth
 from trainperf.diagnose.rules import idle_left_by_dismissed, run_rules
+from trainperf.diagnose.slow_work import WorkComparison, compare_work, rank_work
 from trainperf.diagnose.unprofiled import (RunSteps, host_calibration, run_gc_pause_ms, run_steps,
                                           run_unprofiled_step_ms)
 from trainperf.diagnose.window import analysis_window, find_step_markers, one_profiling_cycle
@@ -522,7 +523,8 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     if cs is not None:
         return StragglerFacts(rank=cs.rank, caused_us=0.0, caused_per_other_us=0.0, imbalance_pct=xr.imbalance_pct,
                               events=[], compute_ratio=cs.ratio, extra_compute_us=cs.extra_us,
-                              compute_group_ratio=cs.group_ratio, persistent=not matched_waits, **waits_seen)
+                              compute_group_ratio=cs.group_ratio, persistent=not matched_waits,
+                              work=_work_comparison(sorted(cs.group_ratio) or [cs.rank], facts), **waits_seen)
     if not matched_waits:
         return None
     srank, caused = st
@@ -537,10 +539,33 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     # its computation beyond the other ranks' median is evidence too (as in the unmatched case): a rank that
     # arrives last at one collective a step causes one wait, however much longer it computed before it
     extra = max(mine - float(np.median(rest)), 0.0) if rest else 0.0
+    slow = group or ([srank] if persistent else [])  # ranks taking turns: no rank is slow to compare
     return StragglerFacts(rank=srank, caused_us=caused, caused_per_other_us=caused / others,
                           imbalance_pct=xr.imbalance_pct, events=events, compute_ratio=max(ratio, 1.0),
                           extra_compute_us=extra, persistent=persistent, slow_ranks=group, slow_ranks_p_value=group_p,
-                          **waits_seen)
+                          work=_work_comparison(slow, facts) if slow else None, **waits_seen)
+
+
+# the other ranks a slow rank is compared with, operation by operation: at most this many, evenly spaced over them
+# (keying a rank's kernels by their operators' shapes costs ~0.1 s a rank of 20k kernels; the median of 8 ranks is
+# the typical rank as well as that of 63). Stated, not fitted
+WORK_REFERENCE_RANKS = 8
+
+
+def _work_comparison(slow: list[int], facts: dict[int, DeviceTiming]) -> WorkComparison | None:
+    """The slow ranks' computation against the other GPU ranks' (up to WORK_REFERENCE_RANKS of them), operation by
+    operation (slow_work.compare_work); None where it is no more than theirs."""
+    others = [r for r, f in facts.items() if f.has_gpu and r not in slow]
+    others = [others[int(i)] for i in np.unique(np.linspace(0, len(others) - 1, WORK_REFERENCE_RANKS).round())] \
+        if len(others) > WORK_REFERENCE_RANKS else others
+    cmp = compare_work([_rank_work(facts[r]) for r in slow if r in facts and facts[r].has_gpu],
+                       [_rank_work(facts[r]) for r in others])
+    return cmp if cmp is not None and cmp.extra_us > 0 else None
+
+
+def _rank_work(f: DeviceTiming):
+    """slow_work.rank_work of a rank's window, over the steps that launched computation."""
+    return rank_work(f.table, f.window, len(f.compute_by_step))
 
 
 def _collective_step(c: MatchedCollective, facts: dict[int, DeviceTiming]):

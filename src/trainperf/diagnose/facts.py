@@ -7,6 +7,7 @@ the what-if gain of a set of changes (replayed once per distinct set and cached)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -30,6 +31,7 @@ from trainperf.diagnose.period import (paced_by_device, period_of_sides_us, stea
 from trainperf.diagnose.replay import (BLOCK_QUEUE, BLOCK_SYNC, Change, Graph, Replay, blocked_us, build_graph,
                                       critical_path, replay)
 from trainperf.diagnose.roofline import device_accelerator
+from trainperf.diagnose.slow_work import WorkComparison
 from trainperf.diagnose.steps import StepTime, step_times
 from trainperf.diagnose.window import Window, covered_length, merge_intervals
 from trainperf.trace.events import CPU_OP, USER_ANNOTATION, EventTable
@@ -68,6 +70,9 @@ class StragglerFacts:
     # ... and how much each named host stall of their own in those steps does ({cause: 0-1}: DeviceTiming.
     # stalls_by_step's causes that some rank's trace has; none where no rank's has any)
     late_stall_shares: dict = field(default_factory=dict)
+    # the slow ranks' extra computation operation by operation against the others' (slow_work.compare_work): the same
+    # work slower (their device) or more work; None where no rank is slow step after step, or no computation differs
+    work: WorkComparison | None = None
 
 
 @dataclass(kw_only=True)
@@ -333,9 +338,15 @@ class DeviceTiming:
     # "context" (ring attention's: no pipeline, whatever the steps open on) or "", and its size
     p2p_role: str = ""
     p2p_group_size: int = 0
-    # the named host stalls of each step: {cause: {step: µs inside the step's host span}} for the causes whose spans
-    # the rank's trace has (STALL_CAUSES: a DataLoader fetch, a checkpoint save, a compile, a garbage collection)
-    stalls_by_step: dict = field(default_factory=dict)
+    # the named host stalls' spans in the window, by cause (STALL_CAUSES: a DataLoader fetch, a checkpoint save, a
+    # compile, a garbage collection), found once for the job's straggler and the rank's own facts
+    stall_spans: dict = field(default_factory=dict)
+
+    @cached_property
+    def stalls_by_step(self) -> dict:
+        """{cause: {step: µs inside the step's host span}} for the causes whose spans the rank's trace has."""
+        return {cause: _time_in_steps(self.step_times, spans) for cause, spans in self.stall_spans.items()
+                if spans.count}
 
     @property
     def idle_by_step(self) -> dict:
@@ -357,7 +368,7 @@ def device_timing(t: EventTable, w: Window) -> DeviceTiming:
     return DeviceTiming(table=t, window=w, breakdown=temporal_breakdown(t, w), compute_by_step=compute_per_step(t, w),
                         step_times=st, opens_on_receive=opens_on_receive_share(t, w, p2p),
                         collective_groups=groups, p2p_rows=p2p, p2p_role=role, p2p_group_size=size,
-                        stalls_by_step=_stalls_by_step(t, w, st))
+                        stall_spans=stall_spans(t, w))
 
 
 def _rows_of(groups: dict[str, np.ndarray], kinds) -> np.ndarray:
@@ -377,14 +388,9 @@ def _time_in_steps(step_times: list, spans: HostSpans) -> dict:
                                    np.clip(spans.ends_us, x.start_us, x.start_us + x.host_us)) for x in step_times}
 
 
-def _stalls_by_step(t: EventTable, w: Window, step_times: list) -> dict:
-    """{cause: _time_in_steps of its spans} for the STALL_CAUSES with spans in the window."""
-    out = {}
-    for cause, spans_of in STALL_CAUSES.items():
-        spans = spans_of(t, w)
-        if spans.count:
-            out[cause] = _time_in_steps(step_times, spans)
-    return out
+def stall_spans(t: EventTable, w: Window) -> dict[str, HostSpans]:
+    """{cause: its spans in the window} for every cause of STALL_CAUSES (µs)."""
+    return {cause: spans_of(t, w) for cause, spans_of in STALL_CAUSES.items()}
 
 
 # a step pays the garbage collector when its collections take at least this share of their mean per analysed step:
@@ -420,11 +426,11 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
     else:
         start = float(w.ts_us[w.keep].min()) if w.keep.any() else 0.0
         host_window = float(w.end_us[w.keep].max()) - start if w.keep.any() else 0.0
+    stalls = timing.stall_spans if timing is not None else stall_spans(t, w)  # the pre-pass's, where it ran
     f = RankFacts(table=t, window=w, steps=steps, step_times=st, host_window_us=host_window, host_window_start_us=start,
-                  dataloader=dataloader_spans(t, w), optimizer=optimizer_spans(t, w),
-                  checkpoint=checkpoint_spans(t, w), sync_calls=host_syncs(t, w), sync_ops=sync_ops(t, w),
-                  allocator=allocator_calls(t, w), compile=compile_spans(t, w), gc=gc_spans(t, w),
-                  waits=waits)
+                  dataloader=stalls["dataloader"], optimizer=optimizer_spans(t, w),
+                  checkpoint=stalls["checkpoint"], sync_calls=host_syncs(t, w), sync_ops=sync_ops(t, w),
+                  allocator=allocator_calls(t, w), compile=stalls["compile"], gc=stalls["gc"], waits=waits)
     if f.compile.count:
         f.compile_steps = _steps_holding(st, f.compile)
         f.recompiles = compiled_frames(t, w)[1]

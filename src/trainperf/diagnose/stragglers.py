@@ -12,6 +12,7 @@ from trainperf.diagnose.crossrank import Recurrence, straggler_min_p_value
 from trainperf.diagnose.facts import RankFacts, StragglerFacts
 from trainperf.diagnose.pipeline import schedule_names
 from trainperf.diagnose.replay import Change
+from trainperf.diagnose.slow_work import WorkComparison
 
 
 STRAGGLER_MIN_WAIT_PCT = 2.0  # wait the straggler causes each other rank, % of the window (crossrank decides)
@@ -107,6 +108,7 @@ def straggler(f: RankFacts) -> F.Finding | None:
             metrics["steps_it_was_waited_for"] = (s.last_in_steps.get(s.rank, 0), "count")
             metrics["steps_with_waits"] = (sum(s.last_in_steps.values()), "count")
         metrics |= _lateness_metrics(s)
+    metrics |= _work_metrics(s.work)
     # the straggler computes longer; where collectives cannot be matched, so may the ranks computing alike with it
     # (a slow stage's copies), each priced as its own computation at the other ranks' pace
     ratio = s.compute_group_ratio.get(f.rank, s.compute_ratio if f.rank == s.rank else None)
@@ -131,7 +133,35 @@ def straggler(f: RankFacts) -> F.Finding | None:
     elif late_without_more_work(s):  # the same computation started late: by its host, or by work queued ahead
         found.recommendation = (_paused_host_recommendation(s, [s.rank]) if paused_not_loaded(s)
                                 else advice.QUEUED_WORK_STRAGGLER_RECOMMENDATION.format(rank=s.rank))
+    elif s.work is not None and s.work.cause:  # its extra computation: the same work slower, or more work
+        found.recommendation = advice.STRAGGLER_CAUSE_RECOMMENDATION.format(
+            rank=found.ranks[0], cause=_work_cause(s.work, found.ranks))
     return found
+
+
+def _work_metrics(work: WorkComparison | None) -> dict:
+    """The slow ranks' extra computation a step and where it sits (slow_work.WorkComparison), as finding metrics;
+    none without the comparison."""
+    if work is None:
+        return {}
+    out = {"extra_compute_per_step": (work.extra_us, "us"),
+           "extra_from_slower_same_work": (work.share(work.slower_extra_us), "%"),
+           "extra_from_more_work": (work.share(work.more_work_extra_us), "%")}
+    if work.shaped:  # the same operator on the same shapes: the slowdown of the same work
+        out["same_work_slowdown"] = (work.same_work_slowdown, "x")
+    return out
+
+
+def _work_cause(work: WorkComparison, ranks: list[int]) -> str:
+    """The cause the slow ranks' extra computation names (advice.SAME_WORK_SLOWER_CAUSE or MORE_WORK_CAUSE)."""
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {F.rank_list(ranks)}"
+    if work.cause == "device":
+        return advice.SAME_WORK_SLOWER_CAUSE.format(slowdown=work.same_work_slowdown, who=who,
+                                                    share=work.share(work.slower_extra_us))
+    largest = "; ".join(f"{key[:90]}: {mine / 1e3:.2f} ms a step there, {theirs / 1e3:.2f} on the others"
+                        for key, mine, theirs in work.largest_extra[:2])
+    return advice.MORE_WORK_CAUSE.format(who=who[0].upper() + who[1:], share=work.share(work.more_work_extra_us),
+                                         largest=largest)
 
 
 # the late ranks' extra computation accounts for less than this share of their lateness (crossrank.lateness_share):
@@ -254,9 +284,11 @@ def _slow_ranks(f: RankFacts) -> F.Finding | None:
     s = f.straggler
     group = s.slow_ranks
     found = _turn_waits(f, "straggler", f"rank(s) {F.rank_list(group)} as fast as the others: nobody waits in "
-                        "collectives",
-                        ranks=list(group), extra={"p_value_arrival_order_random": (s.slow_ranks_p_value, "")})
-    cause = advice.SLOW_RANKS_HOST_CAUSE if paused_not_loaded(s) else advice.SLOW_RANKS_DEVICE_CAUSE
+                        "collectives", ranks=list(group),
+                        extra={"p_value_arrival_order_random": (s.slow_ranks_p_value, "")} | _work_metrics(s.work))
+    cause = (advice.SLOW_RANKS_HOST_CAUSE if paused_not_loaded(s)
+             else _work_cause(s.work, list(group)) if s.work is not None and s.work.cause
+             else advice.SLOW_RANKS_DEVICE_CAUSE)
     who = f"Ranks {F.rank_list(group)}" if len(group) > 1 else f"Rank {group[0]}"
     found.recommendation = advice.SLOW_RANKS_RECOMMENDATION.format(who=who, cause=cause)
     return found

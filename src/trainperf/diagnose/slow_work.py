@@ -1,0 +1,150 @@
+"""Whether a slow rank's extra computation is the same work run slower or more work, operation by operation against
+the other ranks.
+
+A computation kernel is keyed by the operator that launched it and that operator's recorded input shapes
+(record_shapes=True): the same operator on the same shapes, as many times a step, is the same work. Its time on the
+slow rank over the others' is the slow rank's pace; its whole computation at that pace is split into what the pace
+costs ("device": its clocks held down by power or temperature, a slower or faulty part, another process on the GPU)
+and the work the others do less of ("work": longer sequences, experts that draw more tokens, more micro-batches, a
+pipeline stage with more layers), whichever is the larger part (WorkComparison says how). A kernel of the same name
+can be the same work or the same kernel on larger inputs, so without the shapes only more work at the same pace
+(more launches) is named, and a slower kernel says nothing: the cause is left open and the figures stated.
+
+Hand-written: no profiler tool compares ranks operation by operation (HTA compares two traces' kernel totals,
+TraceLens two runs' operator tables); this is the straggler finding's own evidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainperf.diagnose.gpu_time import compute_mask
+from trainperf.diagnose.roofline import launching_op, op_shape, shape_key
+from trainperf.diagnose.window import Window
+from trainperf.trace.events import EventTable
+
+# a part of the slow ranks' extra computation at least this share of it names its cause (device: in the same work;
+# work: in work the others do less of). Half: the larger part decides; stated, not fitted (no labeled trace of a
+# throttled GPU is at hand)
+CAUSE_MIN_SHARE = 0.5
+# at least this share of the slow ranks' computation must be launched by operators with recorded shapes for "the
+# same work" to be judged at all (else kernels are keyed by name alone); stated, not fitted
+SHAPED_MIN_SHARE = 0.5
+# a key runs as many times a step on two ranks when their calls a step differ by less than this (a whole call more
+# in some steps of a window reads as a fraction)
+SAME_CALLS_TOLERANCE = 0.5
+
+
+@dataclass(kw_only=True, frozen=True)
+class RankWork:
+    """One rank's computation kernels in its window, a step: {key: (calls, µs)}, the key "operator | shapes" (or
+    the kernel's name where the launching operator recorded no shapes), and the share (0-1) of its computation time
+    keyed by shapes."""
+
+    per_step: dict[str, tuple[float, float]]
+    shaped_share: float
+
+    @property
+    def total_us(self) -> float:
+        """Computation a step (µs; kernels summed, not their union)."""
+        return sum(us for _, us in self.per_step.values())
+
+
+@dataclass(kw_only=True, frozen=True)
+class WorkComparison:
+    """The slow ranks' extra computation a step against the other ranks' (µs), split into the two causes.
+
+    The same work's slowdown r is read on the keys both run as many times a step (their time-weighted median ratio);
+    the slow ranks' whole computation at the others' pace is then theirs / r: extra = slow - others =
+    slow (1 - 1/r), the same pace lost on all of it, + (slow / r - others), the work the others do less of. Ranks
+    that run different shapes anyway (embedding tables sharded unequally) keep their difference in work, not in
+    pace; a rank whose every kernel is stretched keeps it in pace, whatever its own shapes."""
+
+    extra_us: float            # their computation a step (their mean) minus the others' (the median rank's)
+    slower_extra_us: float     # ... of it from running at the same work's slowdown: slow (1 - 1/r)
+    more_work_extra_us: float  # ... the rest: more work, timed at the others' pace (slow / r - others)
+    same_work_slowdown: float  # r: time-weighted median over the keys run as often on both of their time / the others'
+    shaped: bool               # keys carry shapes (SHAPED_MIN_SHARE), so "the same work" is the same work
+    # the keys holding most of the extra, largest first: (key, µs a step on the slow ranks, on the others)
+    largest_extra: list[tuple[str, float, float]]
+
+    @property
+    def cause(self) -> str:
+        """"device" (the same work slower), "work" (more work) or "" (open: mixed, or no shapes to tell the same
+        work from larger inputs of the same kernel)."""
+        if self.extra_us <= 0:
+            return ""
+        if self.more_work_extra_us >= CAUSE_MIN_SHARE * self.extra_us:
+            return "work"
+        if self.shaped and self.slower_extra_us >= CAUSE_MIN_SHARE * self.extra_us:
+            return "device"
+        return ""
+
+    def share(self, part_us: float) -> float:
+        """part_us as % of the extra computation, within 0-100 (a rank that runs a little less of other work has
+        more pace lost than extra computation)."""
+        return min(max(100.0 * part_us / self.extra_us, 0.0), 100.0) if self.extra_us > 0 else 0.0
+
+
+def rank_work(t: EventTable, w: Window, steps: int) -> RankWork:
+    """The rank's computation kernels in its window keyed as the module says, divided over `steps` steps."""
+    rows = w.device[compute_mask(t, w.device)] if w.device.size else w.device
+    ops = launching_op(t)[rows] if rows.size else rows
+    durs = w.end_us[rows] - w.ts_us[rows]
+    keys: list[str] = []
+    shaped = np.zeros(rows.size, dtype=bool)
+    shapes: dict[int, str | None] = {}  # one operator row launches several kernels: its shapes read once
+    for i, (row, op) in enumerate(zip(rows.tolist(), ops.tolist())):
+        if op >= 0 and op not in shapes:
+            s = op_shape(t, op)
+            shapes[op] = f"{s.name} | {shape_key(s)}" if s is not None else None
+        key = shapes.get(op) if op >= 0 else None
+        shaped[i] = key is not None
+        # the kernel's own name beside its operator's: one operator may launch several kernels of a step
+        keys.append(f"{key} | {t.names[int(t.name[row])]}" if key is not None else t.names[int(t.name[row])])
+    n = max(steps, 1)
+    per_step: dict[str, tuple[float, float]] = {}
+    for key, us in zip(keys, durs.tolist()):
+        calls, total = per_step.get(key, (0.0, 0.0))
+        per_step[key] = (calls + 1.0 / n, total + us / n)
+    total_us = float(durs.sum())
+    return RankWork(per_step=per_step,
+                    shaped_share=float(durs[shaped].sum()) / total_us if total_us > 0 else 0.0)
+
+
+def compare_work(slow: list[RankWork], others: list[RankWork], top: int = 3) -> WorkComparison | None:
+    """The slow ranks' computation (their mean, key by key) against the other ranks' (their median, key by key);
+    None without both."""
+    if not slow or not others:
+        return None
+    keys = sorted({k for w in slow + others for k in w.per_step})
+
+    def typical(works: list[RankWork], pick) -> dict[str, tuple[float, float]]:
+        return {k: (float(pick([w.per_step.get(k, (0.0, 0.0))[0] for w in works])),
+                    float(pick([w.per_step.get(k, (0.0, 0.0))[1] for w in works]))) for k in keys}
+
+    mine, theirs = typical(slow, np.mean), typical(others, np.median)
+    extra = {k: mine[k][1] - theirs[k][1] for k in keys}
+    same = [k for k in keys if theirs[k][1] > 0 and abs(mine[k][0] - theirs[k][0]) < SAME_CALLS_TOLERANCE]
+    ratios = np.array([mine[k][1] / theirs[k][1] for k in same])
+    slowdown = _weighted_median(ratios, np.array([theirs[k][1] for k in same])) if same else 1.0
+    pace = max(slowdown, 1.0)  # a faster same work is no device's slowness: all of the extra is then work
+    # totals rank by rank: ranks whose shapes differ anyway (shards) have keys of their own, so a sum of per-key
+    # medians would leave out the others' own work
+    slow_us = float(np.mean([w.total_us for w in slow]))
+    others_us = float(np.median([w.total_us for w in others]))
+    largest = sorted((k for k in keys if extra[k] > 0), key=lambda k: -extra[k])[:top]
+    return WorkComparison(extra_us=slow_us - others_us, slower_extra_us=slow_us * (1.0 - 1.0 / pace),
+                          more_work_extra_us=slow_us / pace - others_us, same_work_slowdown=slowdown,
+                          shaped=min(w.shaped_share for w in slow) >= SHAPED_MIN_SHARE,
+                          largest_extra=[(k, mine[k][1], theirs[k][1]) for k in largest])
+
+
+def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
+    """The first value, in sorted order, at which the weights reach half their total (NumPy's quantile takes weights
+    from 2.0 on only; numpy>=1.24 is declared)."""
+    order = np.argsort(values)
+    cum = np.cumsum(weights[order])
+    return float(values[order][np.searchsorted(cum, 0.5 * cum[-1])])

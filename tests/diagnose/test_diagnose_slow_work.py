@@ -1,0 +1,154 @@
+"""A straggler's extra computation, operation by operation against the other ranks (diagnose/slow_work.py): the same
+operations on the same shapes slower (its GPU), or more work (more calls, larger shapes).
+
+Hand-built 4-rank jobs (answers worked by hand): every 16-ms step each rank runs aten::mm on [4096, 4096] x
+[4096, 4096] (one 4-ms GEMM kernel) and aten::add on [4096, 4096] (one 1-ms kernel), then an all-reduce that ends
+300 us after its last rank arrives. Rank 3 is the slow one, three ways:
+- throttled: both its kernels 1.25x longer (5 ms and 1.25 ms): 1.25 ms a step more, all of it in the same work,
+  slowdown 1.25;
+- more work: a second aten::mm of its own, on [4096, 2048] x [2048, 4096] (2 ms): 2 ms a step more, all of it in
+  work the others do not do;
+- longer inputs: its aten::mm on [6144, 4096] x [4096, 4096] (6 ms; a longer sequence): 2 ms more, in a shape the
+  others do not run.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from kineto_builder import TraceBuilder  # noqa: E402
+
+from trainperf.diagnose import advice  # noqa: E402
+from trainperf.diagnose.api import diagnose  # noqa: E402
+from trainperf.diagnose.slow_work import RankWork, compare_work  # noqa: E402
+
+P, STEPS, RANKS, AR = 16_000.0, 8, 4, 300.0
+NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n"
+ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>"
+SQUARE = [[4096, 4096], [4096, 4096]]
+
+
+def _ops(rank: int, scenario: str) -> list[tuple[str, list, str, float]]:
+    """(operator, input dims, kernel, kernel µs) a step on `rank`."""
+    slow = rank == RANKS - 1
+    ops = [("aten::mm", SQUARE, GEMM, 4000.0), ("aten::add", [[4096, 4096], [4096, 4096]], ADD, 1000.0)]
+    if slow and scenario == "throttled":
+        ops = [(o, d, k, us * 1.25) for o, d, k, us in ops]
+    if slow and scenario == "more_work":
+        ops.append(("aten::mm", [[4096, 2048], [2048, 4096]], GEMM, 2000.0))
+    if slow and scenario == "longer_inputs":
+        ops[0] = ("aten::mm", [[6144, 4096], [4096, 4096]], GEMM, 6000.0)
+    return ops
+
+
+def _job(tmp_path: Path, scenario: str, shapes: bool = True) -> Path:
+    ends = {}
+    for r in range(RANKS):
+        ends[r] = 110.0 + sum(us for *_, us in _ops(r, scenario))
+    last = max(ends.values())
+    for r in range(RANKS):
+        b = TraceBuilder(rank=r, world_size=RANKS)
+        for s in range(STEPS):
+            T = s * P
+            b.step(s, T, P)
+            at, host = T + 110.0, T + 10.0
+            for op, dims, kernel, us in _ops(r, scenario):
+                args = {"Input Dims": dims, "Input type": ["c10::BFloat16"] * len(dims)} if shapes else {}
+                b.cpu(op, host, 8.0, **args)
+                b.launch(kernel, host + 2.0, at, us)
+                at += us
+                host += 10.0
+            b.launch(NCCL, host, at, T + last + AR - at, **{"Collective name": "allreduce", "Process Group Name": "0"})
+            b.cpu("cudaDeviceSynchronize", host + 10.0, T + last + AR + 5.0 - (host + 10.0), cat="cuda_runtime")
+        b.write(tmp_path / f"rank{r}.json.gz")
+    return tmp_path
+
+
+def _straggler(tmp_path: Path, scenario: str, shapes: bool = True):
+    d = diagnose(_job(tmp_path, scenario, shapes))
+    found = [x for x in d.findings if x.kind == "straggler"]
+    assert found and found[0].ranks == [RANKS - 1]
+    return found[0]
+
+
+def _metric(f, name: str) -> float:
+    return f.evidence["metrics"][name]["value"]
+
+
+def test_the_same_work_slower_names_the_device(tmp_path):
+    f = _straggler(tmp_path, "throttled")
+    assert _metric(f, "extra_compute_per_step") == pytest.approx(1250.0, rel=1e-3)
+    assert _metric(f, "extra_from_slower_same_work") == pytest.approx(100.0)
+    assert _metric(f, "extra_from_more_work") == pytest.approx(0.0, abs=1e-6)
+    assert _metric(f, "same_work_slowdown") == pytest.approx(1.25)
+    assert "ran 1.25x slower on rank 3" in f.recommendation and "throttle reasons" in f.recommendation
+    assert f.recommendation.startswith(advice.STRAGGLER_CAUSE_RECOMMENDATION.format(rank=3, cause="")[:30])
+
+
+def test_work_the_others_do_not_do_names_the_work(tmp_path):
+    f = _straggler(tmp_path, "more_work")
+    assert _metric(f, "extra_compute_per_step") == pytest.approx(2000.0, rel=1e-3)
+    assert _metric(f, "extra_from_more_work") == pytest.approx(100.0)
+    assert "Rank 3 computed more than the other ranks" in f.recommendation
+    assert "aten::mm | [4096, 2048] x [2048, 4096] bf16" in f.recommendation  # the work the others do not do
+    assert "throttle" not in f.recommendation
+
+
+def test_larger_inputs_of_the_same_operator_are_more_work_not_a_slower_device(tmp_path):
+    # the same operator and kernel, 1.5x longer: by kernel name alone it would read as the same work slower
+    f = _straggler(tmp_path, "longer_inputs")
+    assert _metric(f, "extra_from_more_work") == pytest.approx(100.0)
+    assert "[6144, 4096] x [4096, 4096] bf16 | " + GEMM + ": 6.00 ms a step there, 0.00 on the others" in \
+        f.recommendation and "throttle" not in f.recommendation
+
+
+def test_without_shapes_a_slower_kernel_is_left_open(tmp_path):
+    # kernels keyed by name alone: the same kernel slower may be larger inputs, so neither cause is named
+    f = _straggler(tmp_path, "throttled", shapes=False)
+    assert _metric(f, "extra_from_slower_same_work") == pytest.approx(100.0)
+    assert "same_work_slowdown" not in f.evidence["metrics"]
+    assert f.recommendation == advice.RECOMMENDATIONS["straggler"]
+
+
+def test_more_launches_say_more_work_without_shapes_too(tmp_path):
+    f = _straggler(tmp_path, "more_work", shapes=False)
+    assert _metric(f, "extra_from_more_work") == pytest.approx(100.0)
+    assert "computed more than the other ranks" in f.recommendation
+
+
+def test_the_median_rank_is_the_reference_and_the_weighted_median_the_slowdown():
+    # others: 2 ranks at 1000 / 1200 us of key a (median 1100) and 100 us of b, totals 1100 and 1300 (median 1200);
+    # the slow rank: a 1.5x (1650), b 3x (300), total 1950: extra 750. The time-weighted median ratio is a's (weight
+    # 1100 vs 100): r 1.5, so 1950 (1 - 1/1.5) = 650 of the extra is pace and 1950 / 1.5 - 1200 = 100 work
+    def work(a, b, b_calls=1.0):
+        return RankWork(per_step={"a": (1.0, a), "b": (b_calls, b)}, shaped_share=1.0)
+
+    others = [work(1000.0, 100.0), work(1200.0, 100.0)]
+    c = compare_work([work(1650.0, 300.0)], others)
+    assert c.extra_us == pytest.approx(750.0) and c.same_work_slowdown == pytest.approx(1.5)
+    assert c.slower_extra_us == pytest.approx(650.0) and c.more_work_extra_us == pytest.approx(100.0)
+    assert c.cause == "device"
+    assert c.largest_extra[0] == ("a", pytest.approx(1650.0), pytest.approx(1100.0))
+    # b run twice a step on the slow rank: no longer the same work, a alone sets the pace (1.5), the split unchanged
+    c = compare_work([work(1650.0, 300.0, b_calls=2.0)], others)
+    assert c.same_work_slowdown == pytest.approx(1.5) and c.more_work_extra_us == pytest.approx(100.0)
+    # the same shapes no faster and 3x the calls of b: the extra is work
+    c = compare_work([work(1100.0, 300.0, b_calls=3.0)], others)
+    assert c.same_work_slowdown == pytest.approx(1.0) and c.cause == "work"
+    assert c.slower_extra_us == pytest.approx(0.0) and c.more_work_extra_us == pytest.approx(200.0)
+    assert compare_work([], [work(1.0, 1.0)]) is None
+
+
+def test_shards_of_other_shapes_are_no_extra_work_when_the_shared_work_is_slower():
+    # every rank runs a shard of its own shape (x, y, z) beside the shared work a; the slow rank's a is 1.5x and so
+    # is its shard: by keys, all of x (3000 us, nobody else's) would read as more work; at the shared work's pace
+    # (1.5) its 4500 us are 3000, the others' median total: the extra (1500) is all pace
+    slow = RankWork(per_step={"a": (1.0, 1500.0), "x": (1.0, 3000.0)}, shaped_share=1.0)
+    others = [RankWork(per_step={"a": (1.0, 1000.0), "y": (1.0, 1800.0)}, shaped_share=1.0),
+              RankWork(per_step={"a": (1.0, 1000.0), "z": (1.0, 2200.0)}, shaped_share=1.0)]
+    c = compare_work([slow], others)
+    assert c.extra_us == pytest.approx(1500.0) and c.slower_extra_us == pytest.approx(1500.0)
+    assert c.more_work_extra_us == pytest.approx(0.0, abs=1e-9) and c.cause == "device"
