@@ -384,9 +384,36 @@ SAME_WORK_SLOWER_CAUSE = (
     "power cap and cooling, ECC and XID errors, and other processes on it; if it stays slow, exclude its node.")
 MORE_WORK_CAUSE = (
     "{who} computed more than the other ranks: {share:.0f} % of the extra computation is work they do less of "
-    "(most in {largest}). Balance it: pack sequences to the same number of tokens per rank (or bucket them by "
-    "length), a load-balancing loss or capacity factor for experts that stay hot, equal layers per pipeline stage "
-    "(the first holds the embedding, the last the output layer and the loss), equal shards.")
+    "(most in {largest}). {fix}")
+# load_imbalance whose late ranks' extra computation in the steps they were late (StragglerFacts.late_work) is work
+# the others did less of ("work"): the work named, and its balancing by what it is (slow_work.work_kind)
+LOAD_IMBALANCE_WORK_RECOMMENDATION = (
+    "Ranks wait for each other at collectives, and the one they wait for changes from step to step: in the steps a "
+    "rank was late, {share:.0f} % of its extra computation was work the others did less of (most in {largest}). "
+    "{fix}")
+# the {fix} of MORE_WORK_CAUSE and LOAD_IMBALANCE_WORK_RECOMMENDATION: balancing what the extra work is
+# (slow_work.work_kind; "" where no one kind holds most of it)
+BALANCE_BY_WORK_KIND = {
+    "attention": "It is attention, whose cost grows with the square of each sequence's length: equal token counts "
+                 "still leave unequal work. Balance the ranks' attention cost too (bucket sequences by length, a "
+                 "sampler that balances the summed squared lengths), or cap the sequence length.",
+    "experts": "It is the experts' products: the tokens routed to each rank's experts are unequal. Balance the "
+               "routing (a load-balancing loss or a bias-based, aux-loss-free balancing), cap it (a capacity "
+               "factor), or replicate the hot experts (EPLB).",
+    "embeddings": "It is the embedding lookups: the tables' shards are unequal in the lookups they serve. Balance "
+                  "the sharding plan by cost (lookups and pooling), not by rows (TorchRec's planner, row-wise or "
+                  "column-wise sharding of the hot tables).",
+    "": "Balance it: pack sequences to the same number of tokens per rank (or bucket them by length), a "
+        "load-balancing loss or capacity factor for experts that stay hot, equal layers per pipeline stage (the "
+        "first holds the embedding, the last the output layer and the loss), equal shards.",
+}
+# ... whose late ranks ran the same work slower in the steps they were late ("device"): the GPUs' speed varies
+LOAD_IMBALANCE_DEVICE_RECOMMENDATION = (
+    "Ranks wait for each other at collectives, and the one they wait for changes from step to step, yet in the steps "
+    "a rank was late it ran the same operations on the same shapes {slowdown:.2f}x slower than the others ({share:.0f} "
+    "% of its extra computation): not more work, the GPUs' speed varies from step to step. Look at their clocks and "
+    "throttle reasons over time (nvidia-smi -q -d PERFORMANCE,CLOCK,POWER; a power or thermal cap shared by a node's "
+    "GPUs, clocks that boost unevenly); locked clocks (nvidia-smi -lgc) trade a little peak for equal ranks.")
 # a straggler late at the collectives step after step whose extra computation names its cause (above)
 STRAGGLER_CAUSE_RECOMMENDATION = "Rank {rank} holds the other ranks at the collectives step after step. {cause}"
 SLOW_RANKS_HOST_CAUSE = (

@@ -27,7 +27,7 @@ from trainperf.diagnose.pipeline import later_stage, stages_from_openings
 from trainperf.diagnose.step_flops import step_flops
 from trainperf.diagnose.steps import gpu_step_periods_us, memcpy_bandwidth
 from trainperf.diagnose.rules import idle_left_by_dismissed, run_rules
-from trainperf.diagnose.slow_work import WorkComparison, compare_work, rank_work
+from trainperf.diagnose.slow_work import WorkComparison, compare_work, merge_comparisons, rank_work, step_work
 from trainperf.diagnose.unprofiled import (RunSteps, host_calibration, run_gc_pause_ms, run_steps,
                                           run_unprofiled_step_ms)
 from trainperf.diagnose.window import analysis_window, find_step_markers, one_profiling_cycle
@@ -507,7 +507,9 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     # matched straggler's facts, and beside a compute straggler whose waits are load_imbalance's
     waits_seen = {"last_in_steps": last_in_steps, "laggard_waits": list(last.values()),
                   "late_work_share": work_share, "late_idle_share": idle_share,
-                  "late_stall_shares": {c: v for c, v in stall_shares.items() if v is not None}
+                  "late_stall_shares": {c: v for c, v in stall_shares.items() if v is not None},
+                  # ranks taking turns: what each step's late rank had more of (a persistent straggler's is `work`)
+                  "late_work": _late_work(last, facts) if stepped and not persistent and not group else None,
                   } if matched_waits else {}
     # the rank computing longest per step, where matched collectives cannot show it: there are none with waits, or
     # (pipeline stages) the slow stage's copies wait for each other in none of them, equally slow, while the other
@@ -552,15 +554,37 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
 WORK_REFERENCE_RANKS = 8
 
 
+def _reference_ranks(ranks: list[int]) -> list[int]:
+    """At most WORK_REFERENCE_RANKS of `ranks`, evenly spaced over them."""
+    if len(ranks) <= WORK_REFERENCE_RANKS:
+        return ranks
+    return [ranks[int(i)] for i in np.unique(np.linspace(0, len(ranks) - 1, WORK_REFERENCE_RANKS).round())]
+
+
 def _work_comparison(slow: list[int], facts: dict[int, DeviceTiming]) -> WorkComparison | None:
-    """The slow ranks' computation against the other GPU ranks' (up to WORK_REFERENCE_RANKS of them), operation by
-    operation (slow_work.compare_work); None where it is no more than theirs."""
-    others = [r for r, f in facts.items() if f.has_gpu and r not in slow]
-    others = [others[int(i)] for i in np.unique(np.linspace(0, len(others) - 1, WORK_REFERENCE_RANKS).round())] \
-        if len(others) > WORK_REFERENCE_RANKS else others
+    """The slow ranks' computation against the other GPU ranks' (_reference_ranks of them), operation by operation
+    (slow_work.compare_work); None where it is no more than theirs."""
+    others = _reference_ranks([r for r, f in facts.items() if f.has_gpu and r not in slow])
     cmp = compare_work([_rank_work(facts[r]) for r in slow if r in facts and facts[r].has_gpu],
                        [_rank_work(facts[r]) for r in others])
     return cmp if cmp is not None and cmp.extra_us > 0 else None
+
+
+def _late_work(last: dict, facts: dict[int, DeviceTiming]) -> WorkComparison | None:
+    """Each step's late rank (last: step -> (rank, wait it caused), crossrank.laggards) against the other ranks
+    (_reference_ranks of every GPU rank, the late one left out) in that step, operation by operation, a late step
+    on average (slow_work.merge_comparisons); None where the late ranks computed no more."""
+    gpu = [r for r, f in facts.items() if f.has_gpu]
+    sample = _reference_ranks(gpu)
+    work = {r: step_work(facts[r].table, facts[r].window)
+            for r in sorted(set(sample) | {rank for rank, _ in last.values()}) if r in gpu}
+    parts = []
+    for step, (rank, _) in last.items():
+        if rank in work and step in work[rank]:
+            c = compare_work([work[rank][step]], [work[r][step] for r in sample if r != rank and step in work[r]])
+            parts += [c] if c is not None else []
+    merged = merge_comparisons(parts)
+    return merged if merged is not None and merged.extra_us > 0 else None
 
 
 def _rank_work(f: DeviceTiming):

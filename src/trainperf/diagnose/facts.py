@@ -73,6 +73,9 @@ class StragglerFacts:
     # the slow ranks' extra computation operation by operation against the others' (slow_work.compare_work): the same
     # work slower (their device) or more work; None where no rank is slow step after step, or no computation differs
     work: WorkComparison | None = None
+    # ... and for ranks taking turns, each step's late rank against the other ranks in that step, a late step on
+    # average (slow_work.merge_comparisons): which work the late ones had more of; None where no rank took turns
+    late_work: WorkComparison | None = None
 
 
 @dataclass(kw_only=True)

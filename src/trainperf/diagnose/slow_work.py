@@ -16,6 +16,7 @@ TraceLens two runs' operator tables); this is the straggler finding's own eviden
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +24,7 @@ import numpy as np
 from trainperf.diagnose.gpu_time import compute_mask
 from trainperf.diagnose.roofline import launching_op, op_shape, shape_key
 from trainperf.diagnose.window import Window
+from trainperf.trace.categories import ATTENTION_RE
 from trainperf.trace.events import EventTable
 
 # a part of the slow ranks' extra computation at least this share of it names its cause (device: in the same work;
@@ -67,8 +69,28 @@ class WorkComparison:
     more_work_extra_us: float  # ... the rest: more work, timed at the others' pace (slow / r - others)
     same_work_slowdown: float  # r: time-weighted median over the keys run as often on both of their time / the others'
     shaped: bool               # keys carry shapes (SHAPED_MIN_SHARE), so "the same work" is the same work
-    # the keys holding most of the extra, largest first: (key, µs a step on the slow ranks, on the others)
-    largest_extra: list[tuple[str, float, float]]
+    by_key: dict[str, tuple[float, float]]  # key -> (µs a step on the slow ranks, on the others)
+
+    def by_operator(self) -> dict[str, tuple[float, float, str]]:
+        """The keys summed by operator (by kernel where no shapes key it): operator -> (µs a step on the slow ranks, on
+        the others, the shapes of its key holding most of the extra, "" where none or not shaped). Net of shapes:
+        ranks running an operator on other shapes (their own shards) differ by the operator's totals."""
+        out: dict[str, tuple[float, float, str, float]] = {}
+        for key, (m, o) in self.by_key.items():
+            parts = key.split(" | ")
+            op, shapes = (parts[0], parts[1]) if len(parts) == 3 else (key, "")
+            a, b, top, top_extra = out.get(op, (0.0, 0.0, "", 0.0))
+            if shapes and m - o > top_extra:
+                top, top_extra = shapes, m - o
+            out[op] = (a + m, b + o, top, top_extra)
+        return {op: (a, b, top) for op, (a, b, top, _) in out.items()}
+
+    def largest_extra(self, top: int = 3) -> list[tuple[str, float, float, str]]:
+        """The operators holding most of the extra, largest first: (operator, µs a step on the slow ranks, on the
+        others, the shapes holding most of its extra) (by_operator)."""
+        ops = self.by_operator()
+        return [(op, *ops[op]) for op in sorted((op for op, (m, o, _) in ops.items() if m > o),
+                                                key=lambda op: ops[op][1] - ops[op][0])[:top]]
 
     @property
     def cause(self) -> str:
@@ -88,11 +110,10 @@ class WorkComparison:
         return min(max(100.0 * part_us / self.extra_us, 0.0), 100.0) if self.extra_us > 0 else 0.0
 
 
-def rank_work(t: EventTable, w: Window, steps: int) -> RankWork:
-    """The rank's computation kernels in its window keyed as the module says, divided over `steps` steps."""
+def _kernel_keys(t: EventTable, w: Window) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
+    """The window's computation kernels: (rows, their keys as the module says, their µs, whether keyed by shapes)."""
     rows = w.device[compute_mask(t, w.device)] if w.device.size else w.device
     ops = launching_op(t)[rows] if rows.size else rows
-    durs = w.end_us[rows] - w.ts_us[rows]
     keys: list[str] = []
     shaped = np.zeros(rows.size, dtype=bool)
     shapes: dict[int, str | None] = {}  # one operator row launches several kernels: its shapes read once
@@ -104,17 +125,39 @@ def rank_work(t: EventTable, w: Window, steps: int) -> RankWork:
         shaped[i] = key is not None
         # the kernel's own name beside its operator's: one operator may launch several kernels of a step
         keys.append(f"{key} | {t.names[int(t.name[row])]}" if key is not None else t.names[int(t.name[row])])
+    return rows, keys, w.end_us[rows] - w.ts_us[rows], shaped
+
+
+def _work(keys: list[str], durs: np.ndarray, shaped: np.ndarray, steps: int) -> RankWork:
+    """RankWork of the kernels given (their keys, µs, shapes known), divided over `steps` steps."""
     n = max(steps, 1)
     per_step: dict[str, tuple[float, float]] = {}
     for key, us in zip(keys, durs.tolist()):
         calls, total = per_step.get(key, (0.0, 0.0))
         per_step[key] = (calls + 1.0 / n, total + us / n)
     total_us = float(durs.sum())
-    return RankWork(per_step=per_step,
-                    shaped_share=float(durs[shaped].sum()) / total_us if total_us > 0 else 0.0)
+    return RankWork(per_step=per_step, shaped_share=float(durs[shaped].sum()) / total_us if total_us > 0 else 0.0)
 
 
-def compare_work(slow: list[RankWork], others: list[RankWork], top: int = 3) -> WorkComparison | None:
+def rank_work(t: EventTable, w: Window, steps: int) -> RankWork:
+    """The rank's computation kernels in its window keyed as the module says, divided over `steps` steps."""
+    _, keys, durs, shaped = _kernel_keys(t, w)
+    return _work(keys, durs, shaped, steps)
+
+
+def step_work(t: EventTable, w: Window) -> dict[int, RankWork]:
+    """The rank's computation kernels in its window, keyed as the module says, per step that launched them (step ->
+    RankWork of that one step; kernels launched outside every step left out)."""
+    rows, keys, durs, shaped = _kernel_keys(t, w)
+    step = t.step[rows]
+    out = {}
+    for s in np.unique(step[step >= 0]).tolist():
+        sel = np.flatnonzero(step == s)
+        out[int(s)] = _work([keys[i] for i in sel.tolist()], durs[sel], shaped[sel], 1)
+    return out
+
+
+def compare_work(slow: list[RankWork], others: list[RankWork]) -> WorkComparison | None:
     """The slow ranks' computation (their mean, key by key) against the other ranks' (their median, key by key);
     None without both."""
     if not slow or not others:
@@ -126,7 +169,6 @@ def compare_work(slow: list[RankWork], others: list[RankWork], top: int = 3) -> 
                     float(pick([w.per_step.get(k, (0.0, 0.0))[1] for w in works]))) for k in keys}
 
     mine, theirs = typical(slow, np.mean), typical(others, np.median)
-    extra = {k: mine[k][1] - theirs[k][1] for k in keys}
     same = [k for k in keys if theirs[k][1] > 0 and abs(mine[k][0] - theirs[k][0]) < SAME_CALLS_TOLERANCE]
     ratios = np.array([mine[k][1] / theirs[k][1] for k in same])
     slowdown = _weighted_median(ratios, np.array([theirs[k][1] for k in same])) if same else 1.0
@@ -135,11 +177,51 @@ def compare_work(slow: list[RankWork], others: list[RankWork], top: int = 3) -> 
     # medians would leave out the others' own work
     slow_us = float(np.mean([w.total_us for w in slow]))
     others_us = float(np.median([w.total_us for w in others]))
-    largest = sorted((k for k in keys if extra[k] > 0), key=lambda k: -extra[k])[:top]
     return WorkComparison(extra_us=slow_us - others_us, slower_extra_us=slow_us * (1.0 - 1.0 / pace),
                           more_work_extra_us=slow_us / pace - others_us, same_work_slowdown=slowdown,
                           shaped=min(w.shaped_share for w in slow) >= SHAPED_MIN_SHARE,
-                          largest_extra=[(k, mine[k][1], theirs[k][1]) for k in largest])
+                          by_key={k: (mine[k][1], theirs[k][1]) for k in keys})
+
+
+def merge_comparisons(parts: list[WorkComparison]) -> WorkComparison | None:
+    """Comparisons of separate steps (each a step's late rank against the others in that step) as one, a step of
+    them on average: the extra, its parts and the keys' time their mean, the pace the steps' own weighted by the
+    others' work in them; None without any."""
+    if not parts:
+        return None
+    n = len(parts)
+    by_key: dict[str, tuple[float, float]] = {}
+    for c in parts:
+        for k, (m, o) in c.by_key.items():
+            a, b = by_key.get(k, (0.0, 0.0))
+            by_key[k] = (a + m / n, b + o / n)
+    weights = np.array([sum(o for _, o in c.by_key.values()) for c in parts])
+    paces = np.array([c.same_work_slowdown for c in parts])
+    return WorkComparison(extra_us=sum(c.extra_us for c in parts) / n,
+                          slower_extra_us=sum(c.slower_extra_us for c in parts) / n,
+                          more_work_extra_us=sum(c.more_work_extra_us for c in parts) / n,
+                          same_work_slowdown=float(np.average(paces, weights=weights)) if weights.sum() > 0 else 1.0,
+                          shaped=all(c.shaped for c in parts), by_key=by_key)
+
+
+# what the work a slow rank has more of is, by its operators: an attention's cost grows with the square of each
+# sequence's length, the experts' products with the tokens routed to them, a table's lookups with its shard's traffic
+WORK_KINDS = {"attention": ATTENTION_RE,
+              "experts": re.compile(r"grouped_mm|grouped_gemm|moe|expert|(?<![a-z])fmoe|megablocks"
+                                    r"|(?<![a-z])gmm(?![a-z])", re.I),
+              # sharded embedding tables (TorchRec / FBGEMM's table-batched lookups)
+              "embeddings": re.compile(r"embedding|SplitLookup|split_embedding|table_batched", re.I)}
+
+
+def work_kind(c: WorkComparison) -> str:
+    """"attention", "experts" or "embeddings" where operators of that kind (their extra net of shapes: by_operator) hold most of
+    the extra computation (CAUSE_MIN_SHARE of it), else ""."""
+    ops = c.by_operator()
+    for kind, pattern in WORK_KINDS.items():
+        extra = sum(m - o for op, (m, o, _) in ops.items() if m > o and pattern.search(op))
+        if c.extra_us > 0 and extra >= CAUSE_MIN_SHARE * c.extra_us:
+            return kind
+    return ""
 
 
 def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:

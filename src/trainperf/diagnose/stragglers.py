@@ -12,7 +12,7 @@ from trainperf.diagnose.crossrank import Recurrence, straggler_min_p_value
 from trainperf.diagnose.facts import RankFacts, StragglerFacts
 from trainperf.diagnose.pipeline import schedule_names
 from trainperf.diagnose.replay import Change
-from trainperf.diagnose.slow_work import WorkComparison
+from trainperf.diagnose.slow_work import WorkComparison, work_kind
 
 
 STRAGGLER_MIN_WAIT_PCT = 2.0  # wait the straggler causes each other rank, % of the window (crossrank decides)
@@ -158,10 +158,20 @@ def _work_cause(work: WorkComparison, ranks: list[int]) -> str:
     if work.cause == "device":
         return advice.SAME_WORK_SLOWER_CAUSE.format(slowdown=work.same_work_slowdown, who=who,
                                                     share=work.share(work.slower_extra_us))
-    largest = "; ".join(f"{key[:90]}: {mine / 1e3:.2f} ms a step there, {theirs / 1e3:.2f} on the others"
-                        for key, mine, theirs in work.largest_extra[:2])
     return advice.MORE_WORK_CAUSE.format(who=who[0].upper() + who[1:], share=work.share(work.more_work_extra_us),
-                                         largest=largest)
+                                         largest=_largest_text(work), fix=advice.BALANCE_BY_WORK_KIND[work_kind(work)])
+
+
+def _largest_text(work: WorkComparison) -> str:
+    """The two operators holding most of the extra computation, with the shapes holding most of theirs and their time
+    a step on the slow ranks and the others."""
+    return "; ".join(f"{_cut(op + (f' (most on {shapes})' if shapes else ''))}: {mine / 1e3:.2f} ms a step there, "
+                     f"{theirs / 1e3:.2f} on the others" for op, mine, theirs, shapes in work.largest_extra(2))
+
+
+def _cut(text: str, width: int = 100) -> str:
+    """text cut to `width` characters."""
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 # the late ranks' extra computation accounts for less than this share of their lateness (crossrank.lateness_share):
@@ -315,4 +325,14 @@ def load_imbalance(f: RankFacts) -> F.Finding | None:
     if (s is None or s.persistent or s.slow_ranks or s.host is not None or not f.waits
             or paused_not_loaded(s) or _one_recurring_late_rank(s)):
         return None
-    return _turn_waits(f, "load_imbalance", "every rank's work per step balanced: nobody waits in collectives")
+    found = _turn_waits(f, "load_imbalance", "every rank's work per step balanced: nobody waits in collectives",
+                        extra=_work_metrics(s.late_work))
+    work = s.late_work
+    if work is not None and work.cause == "work":
+        found.recommendation = advice.LOAD_IMBALANCE_WORK_RECOMMENDATION.format(
+            share=work.share(work.more_work_extra_us), largest=_largest_text(work),
+            fix=advice.BALANCE_BY_WORK_KIND[work_kind(work)])
+    elif work is not None and work.cause == "device":
+        found.recommendation = advice.LOAD_IMBALANCE_DEVICE_RECOMMENDATION.format(
+            slowdown=work.same_work_slowdown, share=work.share(work.slower_extra_us))
+    return found
