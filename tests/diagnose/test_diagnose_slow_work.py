@@ -243,3 +243,40 @@ def test_operators_are_compared_net_of_their_shapes():
                                  ("aten::_flash_attention_forward", 500.0, 400.0, "[1, 16, 4096, 128] bf16")]
     assert work_kind(c) == ""
     assert work_kind(WorkComparison(**{**c.__dict__, "extra_us": 150.0})) == "attention"  # 100 of 150: most
+
+
+def _late_host_job(tmp_path: Path) -> Path:
+    """Every rank's GEMM (4 ms) and add (1 ms) alike; rank 3's training thread first runs `log_metrics` for 3 ms a
+    step (a user_annotation holding an aten::item), so its launches and its GPU's work start 3 ms late."""
+    for r in range(RANKS):
+        b = TraceBuilder(rank=r, world_size=RANKS)
+        for s in range(STEPS):
+            T = s * P
+            b.step(s, T, P)
+            host = T + 10.0
+            if r == RANKS - 1:
+                b.cpu("log_metrics", host, 3000.0, cat="user_annotation")
+                b.cpu("aten::item", host + 100.0, 50.0)
+                host += 3000.0
+            at = max(T + 110.0, host + 100.0)
+            for op, dims, kernel, us in _ops(r, "none"):
+                b.cpu(op, host, 8.0, **{"Input Dims": dims, "Input type": ["c10::BFloat16"] * len(dims)})
+                b.launch(kernel, host + 2.0, at, us)
+                at += us
+                host += 10.0
+            last = T + 3000.0 + 10.0 + 100.0 + 5000.0
+            b.launch(NCCL, host, at, last + AR - at, **{"Collective name": "allreduce", "Process Group Name": "0"})
+            b.cpu("cudaDeviceSynchronize", host + 10.0, last + AR + 5.0 - (host + 10.0), cat="cuda_runtime")
+        b.write(tmp_path / f"rank{r}.json.gz")
+    return tmp_path
+
+
+def test_a_rank_late_for_host_work_names_that_work(tmp_path):
+    d = diagnose(_late_host_job(tmp_path))
+    f = next(x for x in d.findings if x.kind == "straggler")
+    assert f.ranks == [RANKS - 1]
+    # the same device work, started late by its host: the late host's fix, with what that host did beyond the
+    # others (its own time: log_metrics' 3000 us less the aten::item inside it); the others' sync waits left out
+    assert f.recommendation.startswith(advice.LATE_HOST_STRAGGLER_RECOMMENDATION.format(rank=3))
+    assert "most in log_metrics: 2.95 ms a step there, 0.00 on the others" in f.recommendation
+    assert "cudaDeviceSynchronize" not in f.recommendation

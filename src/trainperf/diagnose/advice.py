@@ -414,6 +414,11 @@ LOAD_IMBALANCE_DEVICE_RECOMMENDATION = (
     "% of its extra computation): not more work, the GPUs' speed varies from step to step. Look at their clocks and "
     "throttle reasons over time (nvidia-smi -q -d PERFORMANCE,CLOCK,POWER; a power or thermal cap shared by a node's "
     "GPUs, clocks that boost unevenly); locked clocks (nvidia-smi -lgc) trade a little peak for equal ranks.")
+# a straggler late without more device work (or a CPU-only job's): what its training thread does beyond the other
+# ranks' (stragglers._host_extra_text), appended to its fix
+HOST_EXTRA_WORK_TEXT = "Its training thread's own time beyond the other ranks' is most in {largest}."
+NAMING_UNTRACED = ("That is Python the profiler did not record: name it with torch.profiler.record_function, or "
+                   "profile with with_stack=True.")
 # a straggler late at the collectives step after step whose extra computation names its cause (above)
 STRAGGLER_CAUSE_RECOMMENDATION = "Rank {rank} holds the other ranks at the collectives step after step. {cause}"
 SLOW_RANKS_HOST_CAUSE = (

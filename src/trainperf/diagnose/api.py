@@ -27,7 +27,8 @@ from trainperf.diagnose.pipeline import later_stage, stages_from_openings
 from trainperf.diagnose.step_flops import step_flops
 from trainperf.diagnose.steps import gpu_step_periods_us, memcpy_bandwidth
 from trainperf.diagnose.rules import idle_left_by_dismissed, run_rules
-from trainperf.diagnose.slow_work import WorkComparison, compare_work, merge_comparisons, rank_work, step_work
+from trainperf.diagnose.slow_work import (WorkComparison, compare_work, host_work, merge_comparisons, rank_work,
+                                          step_work)
 from trainperf.diagnose.unprofiled import (RunSteps, host_calibration, run_gc_pause_ms, run_steps,
                                           run_unprofiled_step_ms)
 from trainperf.diagnose.window import analysis_window, find_step_markers, one_profiling_cycle
@@ -236,7 +237,8 @@ def diagnose(path: str | Path, rank: int | None = None, steps: str | None = None
     straggler = None
     if hs is not None:
         straggler = StragglerFacts(rank=hs.rank, caused_us=hs.gain_us * hs.steps, caused_per_other_us=hs.gain_us,
-                                   imbalance_pct=0.0, events=[], host=hs)
+                                   imbalance_pct=0.0, events=[], host=hs,
+                                   host_work=_host_work_comparison(hs.rank, tables, windows))
     if not gpu_ranks:
         notes.append("no kernel/memcpy/memset events in the trace: GPU analyses (breakdown, idle, overlap, "
                      "launches, critical path) are skipped; host-side analyses only")
@@ -542,10 +544,15 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     # arrives last at one collective a step causes one wait, however much longer it computed before it
     extra = max(mine - float(np.median(rest)), 0.0) if rest else 0.0
     slow = group or ([srank] if persistent else [])  # ranks taking turns: no rank is slow to compare
+    # one rank late step after step with no more device work: its host was late, what does it do more of
+    host_late = persistent and not group and work_share is not None and work_share < stragglers.LATE_WORK_MIN_SHARE
     return StragglerFacts(rank=srank, caused_us=caused, caused_per_other_us=caused / others,
                           imbalance_pct=xr.imbalance_pct, events=events, compute_ratio=max(ratio, 1.0),
                           extra_compute_us=extra, persistent=persistent, slow_ranks=group, slow_ranks_p_value=group_p,
-                          work=_work_comparison(slow, facts) if slow else None, **waits_seen)
+                          work=_work_comparison(slow, facts) if slow else None,
+                          host_work=_host_work_comparison(srank, {r: f.table for r, f in facts.items()},
+                                                          {r: f.window for r, f in facts.items()})
+                          if host_late else None, **waits_seen)
 
 
 # the other ranks a slow rank is compared with, operation by operation: at most this many, evenly spaced over them
@@ -568,6 +575,15 @@ def _work_comparison(slow: list[int], facts: dict[int, DeviceTiming]) -> WorkCom
     cmp = compare_work([_rank_work(facts[r]) for r in slow if r in facts and facts[r].has_gpu],
                        [_rank_work(facts[r]) for r in others])
     return cmp if cmp is not None and cmp.extra_us > 0 else None
+
+
+def _host_work_comparison(rank: int, tables: dict[int, EventTable], windows: dict) -> WorkComparison | None:
+    """The training thread of `rank` against the other ranks' (_reference_ranks of them), operator by operator
+    (slow_work.host_work); None without steps on either side."""
+    mine = host_work(tables[rank], windows[rank])
+    others = [w for w in (host_work(tables[r], windows[r]) for r in _reference_ranks([r for r in tables if r != rank]))
+              if w is not None]
+    return compare_work([mine], others) if mine is not None else None
 
 
 def _late_work(last: dict, facts: dict[int, DeviceTiming]) -> WorkComparison | None:

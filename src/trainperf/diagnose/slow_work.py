@@ -22,10 +22,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainperf.diagnose.gpu_time import compute_mask
+from trainperf.diagnose.host import SYNC_RUNTIME_RE
 from trainperf.diagnose.roofline import launching_op, op_shape, shape_key
 from trainperf.diagnose.window import Window
-from trainperf.trace.categories import ATTENTION_RE
-from trainperf.trace.events import EventTable
+from trainperf.trace.categories import ATTENTION_RE, COMM_OP_RE
+from trainperf.trace.events import CPU_OP, HOST_KINDS, EventTable
+from trainperf.trace.nesting import nest, row_spans, thread_key
 
 # a part of the slow ranks' extra computation at least this share of it names its cause (device: in the same work;
 # work: in work the others do less of). Half: the larger part decides; stated, not fitted (no labeled trace of a
@@ -155,6 +157,51 @@ def step_work(t: EventTable, w: Window) -> dict[int, RankWork]:
         sel = np.flatnonzero(step == s)
         out[int(s)] = _work([keys[i] for i in sel.tolist()], durs[sel], shaped[sel], 1)
     return out
+
+
+# a rank's training thread, the host side of its work: its operators' own time (their nested calls' taken out), by
+# operator and shapes, in the analysed steps; the time the thread waits is left out: device syncs (the waiting ranks
+# block there for the late one's GPU) and collectives (there for the late rank itself)
+UNTRACED_KEY = "time between traced operators (Python the profiler does not record)"
+
+
+def _host_wait(name: str) -> bool:
+    """Whether a host call's time is waiting, not work: a device sync, or a collective's call or span."""
+    return bool(SYNC_RUNTIME_RE.match(name) or COMM_OP_RE.search(name))
+
+
+def host_work(t: EventTable, w: Window) -> RankWork | None:
+    """The training thread's own work in the window's analysed steps (the thread of the ProfilerStep spans), keyed
+    by operator and shapes (the operator's name where none are recorded; a step span's own time, between the traced
+    operators, as UNTRACED_KEY), a step; None without analysed steps."""
+    m, steps = w.markers, set(w.steps)
+    step_rows = np.array([r for r, n in zip(m.host_rows.tolist(), m.numbers.tolist()) if int(n) in steps],
+                         dtype=np.int64)
+    if not step_rows.size:
+        return None
+    loop = thread_key(t.pid[step_rows[:1]], t.tid[step_rows[:1]])[0]
+    lo, hi = int(t.ts_ns[step_rows].min()), int((t.ts_ns[step_rows] + t.dur_ns[step_rows]).max())
+    rows = np.flatnonzero(np.isin(t.kind, HOST_KINDS) & (thread_key(t.pid, t.tid) == loop) & (t.ts_ns >= lo)
+                          & (t.ts_ns < hi))
+    n = nest(*row_spans(t, rows))
+    rows = rows[n.order]
+    own = (n.end - n.start).astype(float)
+    inner = n.parent >= 0
+    np.subtract.at(own, n.parent[inner], (n.end - n.start)[inner].astype(float))  # its nested calls' time out
+    step_set = set(step_rows.tolist())
+    keys, durs, shaped = [], [], []
+    for row, us in zip(rows.tolist(), (np.maximum(own, 0.0) / 1e3).tolist()):
+        name = t.names[int(t.name[row])]
+        if row in step_set:
+            keys.append(UNTRACED_KEY)
+        elif _host_wait(name):
+            continue
+        else:
+            s = op_shape(t, row) if t.kind[row] == CPU_OP else None
+            keys.append(f"{name} | {shape_key(s)} | host" if s is not None else name)
+        durs.append(us)
+        shaped.append(keys[-1] != UNTRACED_KEY and keys[-1].endswith(" | host"))
+    return _work(keys, np.array(durs), np.array(shaped, dtype=bool), step_rows.size)
 
 
 def compare_work(slow: list[RankWork], others: list[RankWork]) -> WorkComparison | None:

@@ -12,7 +12,7 @@ from trainperf.diagnose.crossrank import Recurrence, straggler_min_p_value
 from trainperf.diagnose.facts import RankFacts, StragglerFacts
 from trainperf.diagnose.pipeline import schedule_names
 from trainperf.diagnose.replay import Change
-from trainperf.diagnose.slow_work import WorkComparison, work_kind
+from trainperf.diagnose.slow_work import UNTRACED_KEY, WorkComparison, work_kind
 
 
 STRAGGLER_MIN_WAIT_PCT = 2.0  # wait the straggler causes each other rank, % of the window (crossrank decides)
@@ -86,6 +86,8 @@ def straggler(f: RankFacts) -> F.Finding | None:
                                        f"step{stalls})")
         if schedule_names(f.table, f.window).named:  # a pipeline stage: its schedule names itself (pipeline.py)
             found.recommendation = advice.STRAGGLER_STAGE_RECOMMENDATION
+        else:  # what its training thread does more of than the others'
+            found.recommendation += _host_extra_text(s.host_work)
         return found
     if s.compute_group_ratio and not s.persistent:
         # a slow pipeline stage beside matched waits that name no one rank: its ranks are the straggler (below), the
@@ -209,8 +211,28 @@ def _paused_host_recommendation(s: StragglerFacts, ranks: list[int]) -> str:
     cause = paused_by(s)
     if cause is not None:
         return advice.STALL_STRAGGLER_RECOMMENDATIONS[cause].format(share=100.0 * s.late_stall_shares[cause])
-    return (advice.LATE_HOST_STRAGGLER_RECOMMENDATION.format(rank=ranks[0]) if len(ranks) == 1
-            else advice.PAUSED_HOSTS_RECOMMENDATION)
+    return (advice.LATE_HOST_STRAGGLER_RECOMMENDATION.format(rank=ranks[0]) + _host_extra_text(s.host_work)
+            if len(ranks) == 1 else advice.PAUSED_HOSTS_RECOMMENDATION)
+
+
+# a host operator is named as the straggler's extra host work when its own time beyond the other ranks' is at least
+# this share of the straggler's host work a step: the larger differences, not the jitter of a hundred small ones.
+# Stated, not fitted
+HOST_EXTRA_MIN_SHARE = 0.01
+
+
+def _host_extra_text(work: WorkComparison | None) -> str:
+    """" " + the straggler's training-thread operators with the most own time beyond the other ranks' (up to two,
+    each at least HOST_EXTRA_MIN_SHARE of its host work a step, advice.HOST_EXTRA_WORK_TEXT), or "" where none."""
+    if work is None:
+        return ""
+    floor = HOST_EXTRA_MIN_SHARE * sum(m for m, _ in work.by_key.values())
+    named = [(op, m, o) for op, m, o, _ in work.largest_extra(2) if m - o >= floor]
+    if not named:
+        return ""
+    text = "; ".join(f"{_cut(op)}: {m / 1e3:.2f} ms a step there, {o / 1e3:.2f} on the others" for op, m, o in named)
+    untraced = named[0][0] == UNTRACED_KEY
+    return " " + advice.HOST_EXTRA_WORK_TEXT.format(largest=text) + (f" {advice.NAMING_UNTRACED}" if untraced else "")
 
 
 def _lateness_metrics(s: StragglerFacts) -> dict:
