@@ -280,3 +280,33 @@ def test_a_rank_late_for_host_work_names_that_work(tmp_path):
     assert f.recommendation.startswith(advice.LATE_HOST_STRAGGLER_RECOMMENDATION.format(rank=3))
     assert "most in log_metrics: 2.95 ms a step there, 0.00 on the others" in f.recommendation
     assert "cudaDeviceSynchronize" not in f.recommendation
+
+
+def test_one_rank_late_in_some_steps_names_its_extra_work(tmp_path):
+    # rank 2 runs an evaluation GEMM (aten::addmm on [512, 4096] x [4096, 4096], 3 ms) in steps 0, 3 and 6; in the
+    # other steps rank 0 or 1 is last by 50 us: not the rank the others wait for in most steps
+    builders = {r: TraceBuilder(rank=r, world_size=RANKS) for r in range(RANKS)}
+    for s in range(STEPS):
+        T = s * P
+        jitter = s % 2 if s % 3 else -1  # rank 0 or 1 last by 50 us in the steps without the evaluation
+        ops = {r: [("aten::mm", SQUARE, GEMM, 4000.0 + (50.0 if r == jitter else 0.0))] for r in range(RANKS)}
+        if s % 3 == 0:
+            ops[2].append(("aten::addmm", [[512, 4096], [4096, 4096]], GEMM, 3000.0))
+        last = max(110.0 + sum(us for *_, us in ops[r]) for r in range(RANKS))
+        for r, b in builders.items():
+            b.step(s, T, P)
+            at, host = T + 110.0, T + 10.0
+            for op, dims, kernel, us in ops[r]:
+                b.cpu(op, host, 8.0, **{"Input Dims": dims, "Input type": ["c10::BFloat16"] * len(dims)})
+                b.launch(kernel, host + 2.0, at, us)
+                at += us
+                host += 10.0
+            b.launch(NCCL, host, at, T + last + AR - at, **{"Collective name": "allreduce", "Process Group Name": "0"})
+            b.cpu("cudaDeviceSynchronize", host + 10.0, T + last + AR + 5.0 - (host + 10.0), cat="cuda_runtime")
+    for r, b in builders.items():
+        b.write(tmp_path / f"rank{r}.json.gz")
+    f = next(x for x in diagnose(tmp_path).findings if x.kind == "straggler")
+    assert f.ranks == [2]
+    assert f.recommendation.startswith(advice.EXTRA_WORK_STRAGGLER_RECOMMENDATION.format(rank=2))
+    assert "In the steps it was late, its extra computation was most in aten::addmm (most on [512, 4096] x " \
+        "[4096, 4096] bf16)" in f.recommendation

@@ -362,6 +362,9 @@ EXTRA_WORK_STRAGGLER_RECOMMENDATION = (
     "bucket by length), or its GPU running the same work slower from some step on (clocks and throttle reasons: "
     "nvidia-smi -q -d PERFORMANCE,CLOCK).")
 
+# ... with what its extra computation in the steps it was late was (StragglerFacts.late_work), where that says
+LATE_STEPS_WORK_TEXT = "In the steps it was late, its extra computation was most in {largest}."
+
 # straggler when a group of ranks (or one) is late step after step, each the last in some steps
 # (stragglers._slow_ranks): cause is SLOW_RANKS_DEVICE_CAUSE when they compute more in the steps they are late,
 # else SLOW_RANKS_HOST_CAUSE

@@ -333,8 +333,13 @@ def _extra_work_rank(f: RankFacts) -> F.Finding | None:
     if not f.waits:
         return None
     found = _turn_waits(f, "straggler", "no rank does more work than the others in a step: nobody waits in "
-                        "collectives")
+                        "collectives", extra=_work_metrics(f.straggler.late_work))
     found.recommendation = advice.EXTRA_WORK_STRAGGLER_RECOMMENDATION.format(rank=found.ranks[0])
+    work = f.straggler.late_work
+    if work is not None and work.cause:  # what the late steps' extra computation was
+        found.recommendation += " " + advice.LATE_STEPS_WORK_TEXT.format(
+            largest=_largest_text(work) if work.cause == "work" else
+            f"the same operations on the same shapes, {work.same_work_slowdown:.2f}x slower")
     return found
 
 
