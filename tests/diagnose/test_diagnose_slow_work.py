@@ -44,18 +44,18 @@ def _ops(rank: int, scenario: str) -> list[tuple[str, list, str, float]]:
     return ops
 
 
-def _job(tmp_path: Path, scenario: str, shapes: bool = True) -> Path:
-    ends = {}
-    for r in range(RANKS):
-        ends[r] = 110.0 + sum(us for *_, us in _ops(r, scenario))
-    last = max(ends.values())
-    for r in range(RANKS):
-        b = TraceBuilder(rank=r, world_size=RANKS)
-        for s in range(STEPS):
-            T = s * P
+def _write_job(tmp_path: Path, ops_of, shapes: bool = True) -> Path:
+    """Every rank's steps: the operators ops_of(rank, step) gives, their kernels back to back from 110 us into the
+    step, then an all-reduce that ends AR after the last rank arrives, and a device sync; shapes recorded or not."""
+    builders = {r: TraceBuilder(rank=r, world_size=RANKS) for r in range(RANKS)}
+    for s in range(STEPS):
+        T = s * P
+        ops = {r: ops_of(r, s) for r in range(RANKS)}
+        last = max(110.0 + sum(us for *_, us in ops[r]) for r in range(RANKS))
+        for r, b in builders.items():
             b.step(s, T, P)
             at, host = T + 110.0, T + 10.0
-            for op, dims, kernel, us in _ops(r, scenario):
+            for op, dims, kernel, us in ops[r]:
                 args = {"Input Dims": dims, "Input type": ["c10::BFloat16"] * len(dims)} if shapes else {}
                 b.cpu(op, host, 8.0, **args)
                 b.launch(kernel, host + 2.0, at, us)
@@ -63,8 +63,13 @@ def _job(tmp_path: Path, scenario: str, shapes: bool = True) -> Path:
                 host += 10.0
             b.launch(NCCL, host, at, T + last + AR - at, **{"Collective name": "allreduce", "Process Group Name": "0"})
             b.cpu("cudaDeviceSynchronize", host + 10.0, T + last + AR + 5.0 - (host + 10.0), cat="cuda_runtime")
+    for r, b in builders.items():
         b.write(tmp_path / f"rank{r}.json.gz")
     return tmp_path
+
+
+def _job(tmp_path: Path, scenario: str, shapes: bool = True) -> Path:
+    return _write_job(tmp_path, lambda r, s: _ops(r, scenario), shapes)
 
 
 def _straggler(tmp_path: Path, scenario: str, shapes: bool = True):
@@ -179,24 +184,7 @@ def _turn_ops(late: bool, scenario: str) -> list[tuple[str, list, str, float]]:
 
 
 def _turns_job(tmp_path: Path, scenario: str) -> Path:
-    builders = {r: TraceBuilder(rank=r, world_size=RANKS) for r in range(RANKS)}
-    for s in range(STEPS):
-        T = s * P
-        ops = {r: _turn_ops(r == s % RANKS, scenario) for r in range(RANKS)}
-        last = max(110.0 + sum(us for *_, us in ops[r]) for r in range(RANKS))
-        for r, b in builders.items():
-            b.step(s, T, P)
-            at, host = T + 110.0, T + 10.0
-            for op, dims, kernel, us in ops[r]:
-                b.cpu(op, host, 8.0, **{"Input Dims": dims, "Input type": ["c10::BFloat16"] * len(dims)})
-                b.launch(kernel, host + 2.0, at, us)
-                at += us
-                host += 10.0
-            b.launch(NCCL, host, at, T + last + AR - at, **{"Collective name": "allreduce", "Process Group Name": "0"})
-            b.cpu("cudaDeviceSynchronize", host + 10.0, T + last + AR + 5.0 - (host + 10.0), cat="cuda_runtime")
-    for r, b in builders.items():
-        b.write(tmp_path / f"rank{r}.json.gz")
-    return tmp_path
+    return _write_job(tmp_path, lambda r, s: _turn_ops(r == s % RANKS, scenario))
 
 
 def _imbalance(tmp_path: Path, scenario: str):
@@ -285,26 +273,12 @@ def test_a_rank_late_for_host_work_names_that_work(tmp_path):
 def test_one_rank_late_in_some_steps_names_its_extra_work(tmp_path):
     # rank 2 runs an evaluation GEMM (aten::addmm on [512, 4096] x [4096, 4096], 3 ms) in steps 0, 3 and 6; in the
     # other steps rank 0 or 1 is last by 50 us: not the rank the others wait for in most steps
-    builders = {r: TraceBuilder(rank=r, world_size=RANKS) for r in range(RANKS)}
-    for s in range(STEPS):
-        T = s * P
+    def ops(r: int, s: int) -> list:
         jitter = s % 2 if s % 3 else -1  # rank 0 or 1 last by 50 us in the steps without the evaluation
-        ops = {r: [("aten::mm", SQUARE, GEMM, 4000.0 + (50.0 if r == jitter else 0.0))] for r in range(RANKS)}
-        if s % 3 == 0:
-            ops[2].append(("aten::addmm", [[512, 4096], [4096, 4096]], GEMM, 3000.0))
-        last = max(110.0 + sum(us for *_, us in ops[r]) for r in range(RANKS))
-        for r, b in builders.items():
-            b.step(s, T, P)
-            at, host = T + 110.0, T + 10.0
-            for op, dims, kernel, us in ops[r]:
-                b.cpu(op, host, 8.0, **{"Input Dims": dims, "Input type": ["c10::BFloat16"] * len(dims)})
-                b.launch(kernel, host + 2.0, at, us)
-                at += us
-                host += 10.0
-            b.launch(NCCL, host, at, T + last + AR - at, **{"Collective name": "allreduce", "Process Group Name": "0"})
-            b.cpu("cudaDeviceSynchronize", host + 10.0, T + last + AR + 5.0 - (host + 10.0), cat="cuda_runtime")
-    for r, b in builders.items():
-        b.write(tmp_path / f"rank{r}.json.gz")
+        out = [("aten::mm", SQUARE, GEMM, 4000.0 + (50.0 if r == jitter else 0.0))]
+        return out + ([("aten::addmm", [[512, 4096], [4096, 4096]], GEMM, 3000.0)] if r == 2 and s % 3 == 0 else [])
+
+    _write_job(tmp_path, ops)
     f = next(x for x in diagnose(tmp_path).findings if x.kind == "straggler")
     assert f.ranks == [2]
     assert f.recommendation.startswith(advice.EXTRA_WORK_STRAGGLER_RECOMMENDATION.format(rank=2))
