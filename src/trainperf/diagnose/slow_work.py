@@ -10,6 +10,10 @@ pipeline stage with more layers), whichever is the larger part (WorkComparison s
 can be the same work or the same kernel on larger inputs, so without the shapes only more work at the same pace
 (more launches) is named, and a slower kernel says nothing: the cause is left open and the figures stated.
 
+A rank whose host starts the same device work late is compared on its training thread instead (host_work): each
+operator's own time, its nested calls' taken out, keyed alike; the calls in which a thread waits (device syncs,
+collectives) are left out, as they hold the time the slow rank costs the others.
+
 Hand-written: no profiler tool compares ranks operation by operation (HTA compares two traces' kernel totals,
 TraceLens two runs' operator tables); this is the straggler finding's own evidence.
 """
@@ -192,15 +196,13 @@ def host_work(t: EventTable, w: Window) -> RankWork | None:
     keys, durs, shaped = [], [], []
     for row, us in zip(rows.tolist(), (np.maximum(own, 0.0) / 1e3).tolist()):
         name = t.names[int(t.name[row])]
-        if row in step_set:
-            keys.append(UNTRACED_KEY)
-        elif _host_wait(name):
+        if row not in step_set and _host_wait(name):
             continue
-        else:
-            s = op_shape(t, row) if t.kind[row] == CPU_OP else None
-            keys.append(f"{name} | {shape_key(s)} | host" if s is not None else name)
+        s = op_shape(t, row) if t.kind[row] == CPU_OP else None
+        # keyed as a kernel is ("operator | shapes | what ran it"), or by name alone
+        keys.append(UNTRACED_KEY if row in step_set else f"{name} | {shape_key(s)} | host" if s is not None else name)
         durs.append(us)
-        shaped.append(keys[-1] != UNTRACED_KEY and keys[-1].endswith(" | host"))
+        shaped.append(s is not None and row not in step_set)
     return _work(keys, np.array(durs), np.array(shaped, dtype=bool), step_rows.size)
 
 
@@ -261,8 +263,8 @@ WORK_KINDS = {"attention": ATTENTION_RE,
 
 
 def work_kind(c: WorkComparison) -> str:
-    """"attention", "experts" or "embeddings" where operators of that kind (their extra net of shapes: by_operator) hold most of
-    the extra computation (CAUSE_MIN_SHARE of it), else ""."""
+    """"attention", "experts" or "embeddings" where operators of that kind (their extra net of shapes: by_operator)
+    hold most of the extra computation (CAUSE_MIN_SHARE of it), else ""."""
     ops = c.by_operator()
     for kind, pattern in WORK_KINDS.items():
         extra = sum(m - o for op, (m, o, _) in ops.items() if m > o and pattern.search(op))
