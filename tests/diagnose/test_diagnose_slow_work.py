@@ -284,3 +284,19 @@ def test_one_rank_late_in_some_steps_names_its_extra_work(tmp_path):
     assert f.recommendation.startswith(advice.EXTRA_WORK_STRAGGLER_RECOMMENDATION.format(rank=2))
     assert "In the steps it was late, its extra computation was most in aten::addmm (most on [512, 4096] x " \
         "[4096, 4096] bf16)" in f.recommendation
+
+
+def test_a_slow_group_running_the_same_work_slower_names_their_gpus(tmp_path):
+    # ranks 2 and 3 (one node's) run the same kernels 1.25x longer, each the last in some steps by +-100 us of jitter
+    import random
+    rng = random.Random(7)
+    jitter = {(r, s): rng.uniform(-100.0, 100.0) for r in range(RANKS) for s in range(STEPS)}
+
+    def ops(r: int, s: int) -> list:
+        return [(o, d, k, us * (1.25 if r >= 2 else 1.0) + jitter[r, s]) for o, d, k, us in _ops(r, "none")]
+
+    f = next(x for x in diagnose(_write_job(tmp_path, ops)).findings if x.kind == "straggler")
+    assert f.ranks == [2, 3]
+    assert "x slower on ranks 2-3 than on the other ranks" in f.recommendation and "GPU itself" in f.recommendation
+    assert f.recommendation.count("exclude") == 1  # the group's own advice, said once
+    assert _metric(f, "same_work_slowdown") == pytest.approx(1.25, abs=0.02)

@@ -382,9 +382,9 @@ SLOW_RANKS_DEVICE_CAUSE = (
 # others do less of ("work"); {who}: "rank 3", "ranks 4-7"
 SAME_WORK_SLOWER_CAUSE = (
     "The same operations on the same shapes ran {slowdown:.2f}x slower on {who} than on the other ranks ({share:.0f} % "
-    "of the extra computation): the GPU itself is slower. Compare its clocks and throttle reasons with the others' "
-    "(nvidia-smi -q -d PERFORMANCE,CLOCK,POWER,TEMPERATURE; rocm-smi --showperflevel --showpower --showtemp), its "
-    "power cap and cooling, ECC and XID errors, and other processes on it; if it stays slow, exclude its node.")
+    "of the extra computation): the GPU itself is slower there. Compare the clocks and throttle reasons there with "
+    "the other ranks' (nvidia-smi -q -d PERFORMANCE,CLOCK,POWER,TEMPERATURE; rocm-smi --showperflevel --showpower "
+    "--showtemp), the power cap and cooling, ECC and XID errors, and other processes on the GPU.")
 MORE_WORK_CAUSE = (
     "{who} computed more than the other ranks: {share:.0f} % of the extra computation is work they do less of "
     "(most in {largest}). {fix}")
@@ -424,6 +424,7 @@ NAMING_UNTRACED = ("That is Python the profiler did not record: name it with tor
                    "profile with with_stack=True.")
 # a straggler late at the collectives step after step whose extra computation names its cause (above)
 STRAGGLER_CAUSE_RECOMMENDATION = "Rank {rank} holds the other ranks at the collectives step after step. {cause}"
+SLOWER_GPU_EXCLUDE = "If it stays slow, exclude its node from the job."
 SLOW_RANKS_HOST_CAUSE = (
     "They compute no more than the others but start late: their hosts are slower (CPU contention, other processes "
     "on the node, NUMA placement, fewer cores per GPU, a slower disk for their data).")

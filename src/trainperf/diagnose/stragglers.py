@@ -138,6 +138,7 @@ def straggler(f: RankFacts) -> F.Finding | None:
     elif s.work is not None and s.work.cause:  # its extra computation: the same work slower, or more work
         found.recommendation = advice.STRAGGLER_CAUSE_RECOMMENDATION.format(
             rank=found.ranks[0], cause=_work_cause(s.work, found.ranks))
+        found.recommendation += " " + advice.SLOWER_GPU_EXCLUDE if s.work.cause == "device" else ""
     return found
 
 
