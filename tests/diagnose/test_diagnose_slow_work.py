@@ -233,17 +233,17 @@ def test_operators_are_compared_net_of_their_shapes():
     assert work_kind(WorkComparison(**{**c.__dict__, "extra_us": 150.0})) == "attention"  # 100 of 150: most
 
 
-def _late_host_job(tmp_path: Path) -> Path:
-    """Every rank's GEMM (4 ms) and add (1 ms) alike; rank 3's training thread first runs `log_metrics` for 3 ms a
-    step (a user_annotation holding an aten::item), so its launches and its GPU's work start 3 ms late."""
+def _late_host_job(tmp_path: Path, late, work: str) -> Path:
+    """Every rank's GEMM (4 ms) and add (1 ms) alike; where late(rank, step), the rank's training thread first runs
+    `work` for 3 ms (a user_annotation holding an aten::item), so its launches and its GPU's work start 3 ms late."""
     for r in range(RANKS):
         b = TraceBuilder(rank=r, world_size=RANKS)
         for s in range(STEPS):
             T = s * P
             b.step(s, T, P)
             host = T + 10.0
-            if r == RANKS - 1:
-                b.cpu("log_metrics", host, 3000.0, cat="user_annotation")
+            if late(r, s):
+                b.cpu(work, host, 3000.0, cat="user_annotation")
                 b.cpu("aten::item", host + 100.0, 50.0)
                 host += 3000.0
             at = max(T + 110.0, host + 100.0)
@@ -260,7 +260,7 @@ def _late_host_job(tmp_path: Path) -> Path:
 
 
 def test_a_rank_late_for_host_work_names_that_work(tmp_path):
-    d = diagnose(_late_host_job(tmp_path))
+    d = diagnose(_late_host_job(tmp_path, lambda r, s: r == RANKS - 1, "log_metrics"))  # rank 3, every step
     f = next(x for x in d.findings if x.kind == "straggler")
     assert f.ranks == [RANKS - 1]
     # the same device work, started late by its host: the late host's fix, with what that host did beyond the
@@ -300,3 +300,13 @@ def test_a_slow_group_running_the_same_work_slower_names_their_gpus(tmp_path):
     assert "x slower on ranks 2-3 than on the other ranks" in f.recommendation and "GPU itself" in f.recommendation
     assert f.recommendation.count("exclude") == 1  # the group's own advice, said once
     assert _metric(f, "same_work_slowdown") == pytest.approx(1.25, abs=0.02)
+
+
+def test_ranks_late_in_turn_for_host_work_name_it(tmp_path):
+    # in step s, rank s % 4's thread serialises its metrics for 3 ms before launching (json_dump): the same device
+    # work started late, a different rank each step
+    _late_host_job(tmp_path, lambda r, s: r == s % RANKS, "json_dump")
+    f = next(x for x in diagnose(tmp_path).findings if x.kind == "straggler")
+    assert f.recommendation.startswith(advice.PAUSED_HOSTS_RECOMMENDATION)
+    assert "In the steps a rank was late, its training thread's own time beyond the other ranks' was most in " \
+        "json_dump: 2.95 ms a step there, 0.00 on the others" in f.recommendation

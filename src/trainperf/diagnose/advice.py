@@ -420,6 +420,8 @@ LOAD_IMBALANCE_DEVICE_RECOMMENDATION = (
 # a straggler late without more device work (or a CPU-only job's): what its training thread does beyond the other
 # ranks' (stragglers._host_extra_text), appended to its fix
 HOST_EXTRA_WORK_TEXT = "Its training thread's own time beyond the other ranks' is most in {largest}."
+LATE_STEPS_HOST_WORK_TEXT = ("In the steps a rank was late, its training thread's own time beyond the other ranks' "
+                             "was most in {largest}.")
 NAMING_UNTRACED = ("That is Python the profiler did not record: name it with torch.profiler.record_function, or "
                    "profile with with_stack=True.")
 # a straggler late at the collectives step after step whose extra computation names its cause (above)

@@ -27,8 +27,8 @@ from trainperf.diagnose.pipeline import later_stage, stages_from_openings
 from trainperf.diagnose.step_flops import step_flops
 from trainperf.diagnose.steps import gpu_step_periods_us, memcpy_bandwidth
 from trainperf.diagnose.rules import idle_left_by_dismissed, run_rules
-from trainperf.diagnose.slow_work import (WorkComparison, compare_work, host_work, merge_comparisons, rank_work,
-                                          step_work)
+from trainperf.diagnose.slow_work import (WorkComparison, compare_work, host_step_work, host_work, merge_comparisons,
+                                          rank_work, step_work)
 from trainperf.diagnose.unprofiled import (RunSteps, host_calibration, run_gc_pause_ms, run_steps,
                                           run_unprofiled_step_ms)
 from trainperf.diagnose.window import analysis_window, find_step_markers, one_profiling_cycle
@@ -544,15 +544,17 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     # arrives last at one collective a step causes one wait, however much longer it computed before it
     extra = max(mine - float(np.median(rest)), 0.0) if rest else 0.0
     slow = group or ([srank] if persistent else [])  # ranks taking turns: no rank is slow to compare
-    # one rank late step after step with no more device work: its host was late, what does it do more of
-    host_late = persistent and not group and work_share is not None and work_share < stragglers.LATE_WORK_MIN_SHARE
+    # late with no more device work: the host was late, what does it do more of (one rank step after step, or each
+    # step's late rank in that step)
+    host_late = not group and work_share is not None and work_share < stragglers.LATE_WORK_MIN_SHARE
+    tables, windows = {r: f.table for r, f in facts.items()}, {r: f.window for r, f in facts.items()}
     return StragglerFacts(rank=srank, caused_us=caused, caused_per_other_us=caused / others,
                           imbalance_pct=xr.imbalance_pct, events=events, compute_ratio=max(ratio, 1.0),
                           extra_compute_us=extra, persistent=persistent, slow_ranks=group, slow_ranks_p_value=group_p,
                           work=_work_comparison(slow, facts) if slow else None,
-                          host_work=_host_work_comparison(srank, {r: f.table for r, f in facts.items()},
-                                                          {r: f.window for r, f in facts.items()})
-                          if host_late else None, **waits_seen)
+                          host_work=(None if not host_late else _host_work_comparison(srank, tables, windows)
+                                     if persistent else _late_host_work(last, tables, windows) if stepped else None),
+                          **waits_seen)
 
 
 # the other ranks a slow rank is compared with, operation by operation: at most this many, evenly spaced over them
@@ -584,6 +586,16 @@ def _host_work_comparison(rank: int, tables: dict[int, EventTable], windows: dic
     others = [w for w in (host_work(tables[r], windows[r]) for r in _reference_ranks([r for r in tables if r != rank]))
               if w is not None]
     return compare_work([mine], others) if mine is not None else None
+
+
+def _late_host_work(last: dict, tables: dict[int, EventTable], windows: dict) -> WorkComparison | None:
+    """Each step's late rank's training thread (last: step -> (rank, wait it caused)) against the other ranks' in
+    that step (_reference_ranks of them; slow_work.host_step_work), a late step on average."""
+    sample = _reference_ranks(sorted(tables))
+    work = {r: host_step_work(tables[r], windows[r]) for r in sorted(set(sample) | {x for x, _ in last.values()})}
+    parts = [compare_work([work[rank][step]], [work[r][step] for r in sample if r != rank and step in work[r]])
+             for step, (rank, _) in last.items() if step in work.get(rank, {})]
+    return merge_comparisons([c for c in parts if c is not None])
 
 
 def _late_work(last: dict, facts: dict[int, DeviceTiming]) -> WorkComparison | None:

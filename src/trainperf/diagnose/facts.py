@@ -77,7 +77,8 @@ class StragglerFacts:
     # average (slow_work.merge_comparisons): which work the late ones had more of; None where no rank took turns
     late_work: WorkComparison | None = None
     # the straggler's training thread against the other ranks' (slow_work.host_work), where it was late without more
-    # device work (or the job has no GPU): what its host does more of; None otherwise
+    # device work (or the job has no GPU): what its host does more of; for ranks late in turn, each step's late rank
+    # against the others in that step, a late step on average; None otherwise
     host_work: WorkComparison | None = None
 
 

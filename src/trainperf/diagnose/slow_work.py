@@ -174,13 +174,12 @@ def _host_wait(name: str) -> bool:
     return bool(SYNC_RUNTIME_RE.match(name) or COMM_OP_RE.search(name))
 
 
-def host_work(t: EventTable, w: Window) -> RankWork | None:
-    """The training thread's own work in the window's analysed steps (the thread of the ProfilerStep spans), keyed
-    by operator and shapes (the operator's name where none are recorded; a step span's own time, between the traced
-    operators, as UNTRACED_KEY), a step; None without analysed steps."""
+def _host_keys(t: EventTable, w: Window):
+    """The training thread's own time in the window's analysed steps (module docstring): (keys, µs, shaped, the step
+    of each, the analysed steps), or None without analysed steps."""
     m, steps = w.markers, set(w.steps)
-    step_rows = np.array([r for r, n in zip(m.host_rows.tolist(), m.numbers.tolist()) if int(n) in steps],
-                         dtype=np.int64)
+    analysed = np.isin(m.numbers, list(steps))
+    step_rows, numbers = m.host_rows[analysed].astype(np.int64), m.numbers[analysed]
     if not step_rows.size:
         return None
     loop = thread_key(t.pid[step_rows[:1]], t.tid[step_rows[:1]])[0]
@@ -192,9 +191,13 @@ def host_work(t: EventTable, w: Window) -> RankWork | None:
     own = (n.end - n.start).astype(float)
     inner = n.parent >= 0
     np.subtract.at(own, n.parent[inner], (n.end - n.start)[inner].astype(float))  # its nested calls' time out
+    # each row's step: the last step span started at or before it (the analysed steps follow one another)
+    order = np.argsort(t.ts_ns[step_rows], kind="stable")
+    starts, in_order = t.ts_ns[step_rows][order], numbers[order]
+    step_at = in_order[np.maximum(np.searchsorted(starts, t.ts_ns[rows], side="right") - 1, 0)].tolist()
     step_set = set(step_rows.tolist())
-    keys, durs, shaped = [], [], []
-    for row, us in zip(rows.tolist(), (np.maximum(own, 0.0) / 1e3).tolist()):
+    keys, durs, shaped, of_step = [], [], [], []
+    for row, us, step in zip(rows.tolist(), (np.maximum(own, 0.0) / 1e3).tolist(), step_at):
         name = t.names[int(t.name[row])]
         if row not in step_set and _host_wait(name):
             continue
@@ -203,7 +206,32 @@ def host_work(t: EventTable, w: Window) -> RankWork | None:
         keys.append(UNTRACED_KEY if row in step_set else f"{name} | {shape_key(s)} | host" if s is not None else name)
         durs.append(us)
         shaped.append(s is not None and row not in step_set)
-    return _work(keys, np.array(durs), np.array(shaped, dtype=bool), step_rows.size)
+        of_step.append(int(step))
+    return keys, np.array(durs), np.array(shaped, dtype=bool), np.array(of_step, dtype=np.int64), step_rows.size
+
+
+def host_work(t: EventTable, w: Window) -> RankWork | None:
+    """The training thread's own work in the window's analysed steps (the thread of the ProfilerStep spans), keyed
+    by operator and shapes (the operator's name where none are recorded; a step span's own time, between the traced
+    operators, as UNTRACED_KEY), a step; None without analysed steps."""
+    got = _host_keys(t, w)
+    if got is None:
+        return None
+    keys, durs, shaped, _, steps = got
+    return _work(keys, durs, shaped, steps)
+
+
+def host_step_work(t: EventTable, w: Window) -> dict[int, RankWork]:
+    """host_work per analysed step (step -> RankWork of that one step); {} without analysed steps."""
+    got = _host_keys(t, w)
+    if got is None:
+        return {}
+    keys, durs, shaped, of_step, _ = got
+    out = {}
+    for s in np.unique(of_step).tolist():
+        sel = np.flatnonzero(of_step == s)
+        out[int(s)] = _work([keys[i] for i in sel.tolist()], durs[sel], shaped[sel], 1)
+    return out
 
 
 def compare_work(slow: list[RankWork], others: list[RankWork]) -> WorkComparison | None:

@@ -212,8 +212,8 @@ def _paused_host_recommendation(s: StragglerFacts, ranks: list[int]) -> str:
     cause = paused_by(s)
     if cause is not None:
         return advice.STALL_STRAGGLER_RECOMMENDATIONS[cause].format(share=100.0 * s.late_stall_shares[cause])
-    return (advice.LATE_HOST_STRAGGLER_RECOMMENDATION.format(rank=ranks[0]) + _host_extra_text(s.host_work)
-            if len(ranks) == 1 else advice.PAUSED_HOSTS_RECOMMENDATION)
+    return (advice.LATE_HOST_STRAGGLER_RECOMMENDATION.format(rank=ranks[0]) if len(ranks) == 1
+            else advice.PAUSED_HOSTS_RECOMMENDATION) + _host_extra_text(s.host_work, late_steps=not s.persistent)
 
 
 # a host operator is named as the straggler's extra host work when its own time beyond the other ranks' is at least
@@ -222,9 +222,10 @@ def _paused_host_recommendation(s: StragglerFacts, ranks: list[int]) -> str:
 HOST_EXTRA_MIN_SHARE = 0.01
 
 
-def _host_extra_text(work: WorkComparison | None) -> str:
+def _host_extra_text(work: WorkComparison | None, late_steps: bool = False) -> str:
     """" " + the straggler's training-thread operators with the most own time beyond the other ranks' (up to two,
-    each at least HOST_EXTRA_MIN_SHARE of its host work a step, advice.HOST_EXTRA_WORK_TEXT), or "" where none."""
+    each at least HOST_EXTRA_MIN_SHARE of its host work a step, advice.HOST_EXTRA_WORK_TEXT; in the steps each rank
+    was late, LATE_STEPS_HOST_WORK_TEXT, for ranks late in turn), or "" where none."""
     if work is None:
         return ""
     floor = HOST_EXTRA_MIN_SHARE * sum(m for m, _ in work.by_key.values())
@@ -233,7 +234,8 @@ def _host_extra_text(work: WorkComparison | None) -> str:
         return ""
     text = "; ".join(f"{_cut(op)}: {m / 1e3:.2f} ms a step there, {o / 1e3:.2f} on the others" for op, m, o in named)
     untraced = named[0][0] == UNTRACED_KEY
-    return " " + advice.HOST_EXTRA_WORK_TEXT.format(largest=text) + (f" {advice.NAMING_UNTRACED}" if untraced else "")
+    said = (advice.LATE_STEPS_HOST_WORK_TEXT if late_steps else advice.HOST_EXTRA_WORK_TEXT).format(largest=text)
+    return " " + said + (f" {advice.NAMING_UNTRACED}" if untraced else "")
 
 
 def _lateness_metrics(s: StragglerFacts) -> dict:
