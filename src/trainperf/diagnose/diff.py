@@ -45,6 +45,7 @@ from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CH
                                      DATALOADER_RE, GC_RE, OPTIMIZER_RE, SYNC_OP_RE, SYNC_RUNTIME_RE)
 from trainperf.diagnose.memory import GIB, DeviceMemory, highest_peak, memory_between
 from trainperf.diagnose.roofline import roofline
+from trainperf.diagnose.slow_work import RankWork, WorkComparison, compare_work, steps_work
 from trainperf.diagnose.step_flops import model_flop_rows
 from trainperf.diagnose.window import device_mask, launched_before_trace
 from trainperf.errors import TrainperfError
@@ -98,6 +99,9 @@ class StepProfile:
     # the matrix products', convolutions' and attention's FLOPs a step from the recorded shapes
     # (diagnose/step_flops.py), mean over the ranks that have them; None where none does (no record_shapes)
     flops_per_step: float | None = None
+    # each rank's computation kernels over the kept steps, keyed by operator and shapes (slow_work.steps_work): what
+    # the two sides' computation is compared on, operation by operation
+    work: list[RankWork] = field(default_factory=list)
 
     @property
     def mean_us(self) -> float:
@@ -492,6 +496,7 @@ def step_profile(tables: dict[int, EventTable], source: str = "",
     ops: dict[str, NameStat] = {}
     kept: set[int] = set()
     flops = []
+    work: list[RankWork] = []
     for r, (steps, span, parts) in per_rank.items():
         keep = np.isin(steps, sorted(common)) if common else np.ones(steps.size, dtype=bool)
         kept |= set(map(int, steps[keep]))
@@ -502,6 +507,7 @@ def step_profile(tables: dict[int, EventTable], source: str = "",
         times.append(span[keep])
         for l, v in parts.items():
             buckets.setdefault(l, []).append(v[keep])
+        work.append(steps_work(tables[r], steps[keep]))
         ks, os_ = name_stats(tables[r], steps[keep])
         for acc, got in ((kernels, ks), (ops, os_)):
             for n, s in got.items():
@@ -525,7 +531,8 @@ def step_profile(tables: dict[int, EventTable], source: str = "",
             s.count /= n_rank_steps
     return StepProfile(source=source, ranks=sorted(tables), steps=sorted(kept), step_times_us=step_times,
                        breakdown_us=breakdown, kernels=kernels, operators=ops, notes=notes,
-                       memory=_peak_memory(tables, sweeps), flops_per_step=float(np.mean(flops)) if flops else None)
+                       memory=_peak_memory(tables, sweeps), flops_per_step=float(np.mean(flops)) if flops else None,
+                       work=work)
 
 
 def _peak_memory(tables: dict[int, EventTable], sweeps: dict[int, RankSweep]) -> DeviceMemory | None:
@@ -642,6 +649,10 @@ class TraceDiff:
     operators: list[Contribution]                  # host names, by |delta| descending
     findings: list[FindingChange] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # the side computing more a step against the other, operation by operation (compute_change): the same work
+    # slower or faster, or more or less work; None where neither computes more
+    compute_change: WorkComparison | None = None
+    compute_change_side: str = ""  # "candidate" (it computes more) or "baseline"
 
     @property
     def delta_mean_us(self) -> float:
@@ -727,7 +738,8 @@ class TraceDiff:
                                    "delta_us": round(c - b, 3)} for n, b, c in self.decomposition],
                 "contributions": [c.to_json() for c in contribs[:top]],
                 "new": [c.to_json() for c in self.new], "gone": [c.to_json() for c in self.gone],
-                "findings": [f.to_json() for f in self.findings], "notes": self.notes}
+                "findings": [f.to_json() for f in self.findings], "notes": self.notes,
+                "compute_change": _compute_change_json(self.compute_change, self.compute_change_side)}
 
 
 # the change of the work a step (FLOPs from the recorded shapes) above which the two sides are said not to do the same
@@ -791,6 +803,51 @@ def _contributions(a: dict[str, NameStat], b: dict[str, NameStat]) -> list[Contr
     return sorted(out, key=lambda c: (-abs(c.delta_us_per_step), c.name))
 
 
+def compute_change(baseline: StepProfile, candidate: StepProfile) -> tuple[WorkComparison | None, str]:
+    """(the comparison, the side that computes more: "candidate" or "baseline") of the two sides' computation a step,
+    operation by operation (slow_work.compare_work: the more-computing side's ranks against the other's); (None, "")
+    where neither computes more or a side has no computation."""
+    for more, less, side in ((candidate, baseline, "candidate"), (baseline, candidate, "baseline")):
+        c = compare_work(more.work, less.work) if more.work and less.work else None
+        if c is not None and c.extra_us > 0:
+            return c, side
+    return None, ""
+
+
+def compute_change_note(c: WorkComparison | None, side: str) -> str:
+    """The compute change in words: how much more the side computes a step, how much of it is the same operations on
+    the same shapes run slower (by kernel name alone where no shapes are recorded: then larger inputs read alike),
+    and how much is in operations or kernels the other side runs less (more work, or the same work by other kernels:
+    another precision, fusion or library), with the largest of those; "" where there is none."""
+    if c is None:
+        return ""
+    other = "baseline" if side == "candidate" else "candidate"
+    same = ("the same operations on the same shapes" if c.shaped else
+            "the same kernels by name (no shapes recorded: larger inputs read alike)")
+    text = (f"computation a step: the {side}'s is {fmt_us(c.extra_us)} more than the {other}'s; "
+            f"{c.share(c.slower_extra_us):.0f} % of it {same} run {c.same_work_slowdown:.2f}x longer, "
+            f"{c.share(c.more_work_extra_us):.0f} % in operations or kernels the {other} runs less (more work, or "
+            f"the same work by other kernels: precision, fusion, library)")
+    if c.cause == "device":
+        text += ": the same work runs slower there (device clocks or power, driver or library versions, kernel choice)"
+    elif c.cause == "work":
+        text += "; most in " + "; ".join(f"{_short(op)}{f' on {shapes}' if shapes else ''} {fmt_us(m)} vs {fmt_us(o)}"
+                                          for op, m, o, shapes in c.largest_extra(2))
+    return text
+
+
+def _compute_change_json(c: WorkComparison | None, side: str) -> dict | None:
+    """compute_change as JSON (µs a step; shares %), or None."""
+    if c is None:
+        return None
+    return {"side_computing_more": side, "extra_us": round(c.extra_us, 3),
+            "from_slower_same_work_pct": round(c.share(c.slower_extra_us), 3),
+            "from_more_work_pct": round(c.share(c.more_work_extra_us), 3),
+            "same_work_slowdown": round(c.same_work_slowdown, 4), "shapes_recorded": c.shaped, "cause": c.cause,
+            "largest": [{"operator": op, "shapes": shapes, "us": round(m, 3), "other_side_us": round(o, 3)}
+                        for op, m, o, shapes in c.largest_extra(3)]}
+
+
 def diff_profiles(baseline: StepProfile, candidate: StepProfile) -> TraceDiff:
     """Compare two step profiles: step-time shift with its interval, buckets, names."""
     from trainperf.fleet.changepoints import hodges_lehmann_interval
@@ -804,9 +861,12 @@ def diff_profiles(baseline: StepProfile, candidate: StepProfile) -> TraceDiff:
     notes = baseline.notes + candidate.notes + [n for n in (work_change_note(baseline, candidate),) if n]
     if min(a.size, b.size) < 3:
         notes.append(f"few steps ({a.size} baseline, {b.size} candidate): the intervals are wide or min-max")
+    change, side = compute_change(baseline, candidate)
+    notes += [n for n in (compute_change_note(change, side),) if n]
     return TraceDiff(baseline=baseline, candidate=candidate, delta_median_us=shift, delta_interval_us=(lo, hi),
                      decomposition=dec, kernels=_contributions(baseline.kernels, candidate.kernels),
-                     operators=_contributions(baseline.operators, candidate.operators), notes=notes)
+                     operators=_contributions(baseline.operators, candidate.operators), notes=notes,
+                     compute_change=change, compute_change_side=side)
 
 
 def diff(baseline: str | Path, candidate: str | Path, progress: bool = False, findings: bool = False) -> TraceDiff:

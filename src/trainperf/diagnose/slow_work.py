@@ -30,7 +30,7 @@ from trainperf.diagnose.host import SYNC_RUNTIME_RE
 from trainperf.diagnose.roofline import launching_op, op_shape, shape_key
 from trainperf.diagnose.window import Window
 from trainperf.trace.categories import ATTENTION_RE, COMM_OP_RE
-from trainperf.trace.events import CPU_OP, HOST_KINDS, EventTable
+from trainperf.trace.events import CPU_OP, DEVICE_KINDS, HOST_KINDS, EventTable
 from trainperf.trace.nesting import nest, row_spans, thread_key
 
 # a part of the slow ranks' extra computation at least this share of it names its cause (device: in the same work;
@@ -119,6 +119,12 @@ class WorkComparison:
 def _kernel_keys(t: EventTable, w: Window) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
     """The window's computation kernels: (rows, their keys as the module says, their µs, whether keyed by shapes)."""
     rows = w.device[compute_mask(t, w.device)] if w.device.size else w.device
+    keys, shaped = _keys_of(t, rows)
+    return rows, keys, w.end_us[rows] - w.ts_us[rows], shaped
+
+
+def _keys_of(t: EventTable, rows: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """The keys of these kernel rows (module docstring) and whether each is keyed by shapes."""
     ops = launching_op(t)[rows] if rows.size else rows
     keys: list[str] = []
     shaped = np.zeros(rows.size, dtype=bool)
@@ -131,7 +137,16 @@ def _kernel_keys(t: EventTable, w: Window) -> tuple[np.ndarray, list[str], np.nd
         shaped[i] = key is not None
         # the kernel's own name beside its operator's: one operator may launch several kernels of a step
         keys.append(f"{key} | {t.names[int(t.name[row])]}" if key is not None else t.names[int(t.name[row])])
-    return rows, keys, w.end_us[rows] - w.ts_us[rows], shaped
+    return keys, shaped
+
+
+def steps_work(t: EventTable, steps: np.ndarray) -> RankWork:
+    """The computation kernels the given steps launched (EventTable.step), keyed as the module says, a step (their
+    recorded durations; `trainperf diff`'s kept steps)."""
+    dev = np.flatnonzero(np.isin(t.kind, DEVICE_KINDS) & np.isin(t.step, steps))
+    rows = dev[compute_mask(t, dev)] if dev.size else dev
+    keys, shaped = _keys_of(t, rows)
+    return _work(keys, t.dur_ns[rows] / 1e3, shaped, len(steps))
 
 
 def _work(keys: list[str], durs: np.ndarray, shaped: np.ndarray, steps: int) -> RankWork:

@@ -1,0 +1,77 @@
+"""`trainperf diff`'s compute change (diff.compute_change): the side computing more a step against the other,
+operation by operation (diagnose/slow_work.py), on hand-built one-rank traces worked by hand.
+
+Baseline: every 10-ms step runs aten::mm on [4096, 4096] x [4096, 4096] (4 ms) and aten::add on [4096, 4096]
+(1 ms). Candidates: the same kernels 1.25x longer (a slower device, driver or library: 1.25 ms more, all the
+same work); the same plus an aten::mm on [4096, 2048] x [2048, 4096] (2 ms more, all other work); the same
+without shapes recorded (1.25x longer kernels: by name alone, no cause).
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trace"))
+from kineto_builder import TraceBuilder  # noqa: E402
+
+from trainperf.diagnose.diff import diff  # noqa: E402
+
+P, STEPS = 10_000.0, 6
+GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n"
+ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>"
+OPS = [("aten::mm", [[4096, 4096], [4096, 4096]], GEMM, 4000.0),
+       ("aten::add", [[4096, 4096], [4096, 4096]], ADD, 1000.0)]
+
+
+def _trace(path: Path, ops: list, shapes: bool = True) -> Path:
+    path.mkdir()
+    b = TraceBuilder(rank=0, world_size=1)
+    for s in range(STEPS):
+        T = s * P
+        b.step(s, T, P)
+        at, host = T + 110.0, T + 10.0
+        for op, dims, kernel, us in ops:
+            args = {"Input Dims": dims, "Input type": ["c10::BFloat16"] * len(dims)} if shapes else {}
+            b.cpu(op, host, 8.0, **args)
+            b.launch(kernel, host + 2.0, at, us)
+            at += us
+            host += 10.0
+        b.cpu("cudaDeviceSynchronize", host, at + 5.0 - host, cat="cuda_runtime")
+    b.write(path / "rank0.json.gz")
+    return path
+
+
+def test_the_same_work_slower_is_named_as_such(tmp_path):
+    d = diff(_trace(tmp_path / "a", OPS), _trace(tmp_path / "b", [(o, s, k, us * 1.25) for o, s, k, us in OPS]))
+    c = d.to_json()["compute_change"]
+    assert c["side_computing_more"] == "candidate" and c["cause"] == "device"
+    assert c["extra_us"] == pytest.approx(1250.0) and c["same_work_slowdown"] == pytest.approx(1.25)
+    assert c["from_slower_same_work_pct"] == pytest.approx(100.0)
+    assert any("the same operations on the same shapes run 1.25x longer" in n and "the same work runs slower" in n
+               for n in d.notes)
+
+
+def test_other_work_is_named_with_its_operator(tmp_path):
+    more = OPS + [("aten::mm", [[4096, 2048], [2048, 4096]], GEMM, 2000.0)]
+    d = diff(_trace(tmp_path / "a", OPS), _trace(tmp_path / "b", more))
+    c = d.to_json()["compute_change"]
+    assert c["cause"] == "work" and c["extra_us"] == pytest.approx(2000.0)
+    assert c["largest"][0] == {"operator": "aten::mm", "shapes": "[4096, 2048] x [2048, 4096] bf16",
+                               "us": pytest.approx(6000.0), "other_side_us": pytest.approx(4000.0)}
+    # the other way round: the baseline computes more
+    d = diff(_trace(tmp_path / "c", more), _trace(tmp_path / "d", OPS))
+    assert d.to_json()["compute_change"]["side_computing_more"] == "baseline"
+
+
+def test_without_shapes_the_same_kernels_longer_name_no_cause(tmp_path):
+    d = diff(_trace(tmp_path / "a", OPS, shapes=False),
+             _trace(tmp_path / "b", [(o, s, k, us * 1.25) for o, s, k, us in OPS], shapes=False))
+    c = d.to_json()["compute_change"]
+    assert c["cause"] == "" and not c["shapes_recorded"]
+    assert any("the same kernels by name (no shapes recorded" in n for n in d.notes)
+
+
+def test_the_same_computation_has_no_compute_change(tmp_path):
+    d = diff(_trace(tmp_path / "a", OPS), _trace(tmp_path / "b", OPS))
+    assert d.to_json()["compute_change"] is None
