@@ -310,3 +310,19 @@ def test_ranks_late_in_turn_for_host_work_name_it(tmp_path):
     assert f.recommendation.startswith(advice.PAUSED_HOSTS_RECOMMENDATION)
     assert "In the steps a rank was late, its training thread's own time beyond the other ranks' was most in " \
         "json_dump: 2.95 ms a step there, 0.00 on the others" in f.recommendation
+
+
+def test_a_lookup_slower_on_the_same_shapes_is_more_work_not_a_slower_gpu(tmp_path):
+    # rank 3's embedding lookup (aten::embedding_dense_backward on the same shapes) takes 3 ms where the others' take
+    # 1 ms (hot rows): its time is set by the indices' values, so it sets no pace; the GEMM alike: all more work
+    lookup = ("aten::embedding_dense_backward", [[8192, 4096], [8192]], "void at::native::embedding_backward_kernel",
+              1000.0)
+
+    def ops(r: int, s: int) -> list:
+        o, d, k, us = lookup
+        return [("aten::mm", SQUARE, GEMM, 4000.0), (o, d, k, us * (3.0 if r == RANKS - 1 else 1.0))]
+
+    f = next(x for x in diagnose(_write_job(tmp_path, ops)).findings if x.kind == "straggler")
+    assert f.ranks == [RANKS - 1] and _metric(f, "extra_from_more_work") == pytest.approx(100.0)
+    assert "GPU itself" not in f.recommendation
+    assert f.recommendation.endswith(advice.BALANCE_BY_WORK_KIND["embeddings"])

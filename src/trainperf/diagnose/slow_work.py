@@ -43,6 +43,11 @@ SHAPED_MIN_SHARE = 0.5
 # a key runs as many times a step on two ranks when their calls a step differ by less than this (a whole call more
 # in some steps of a window reads as a fraction)
 SAME_CALLS_TOLERANCE = 0.5
+# operators whose work is set by their inputs' values, not their shapes: an embedding lookup's rows hit (hot rows,
+# duplicates), an index or scatter's collisions, a sort's or a routing's data. The same shapes are not the same work
+# there, so they never set the pace; their extra time is work the others had less of
+DATA_DEPENDENT_RE = re.compile(r"embedding|lookup|index|scatter|gather|sort|topk|unique|nonzero|bincount|histc"
+                               r"|masked_select|segment_reduce", re.I)
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -261,7 +266,8 @@ def compare_work(slow: list[RankWork], others: list[RankWork]) -> WorkComparison
                     float(pick([w.per_step.get(k, (0.0, 0.0))[1] for w in works]))) for k in keys}
 
     mine, theirs = typical(slow, np.mean), typical(others, np.median)
-    same = [k for k in keys if theirs[k][1] > 0 and abs(mine[k][0] - theirs[k][0]) < SAME_CALLS_TOLERANCE]
+    same = [k for k in keys if theirs[k][1] > 0 and abs(mine[k][0] - theirs[k][0]) < SAME_CALLS_TOLERANCE
+            and not DATA_DEPENDENT_RE.search(k.split(" | ")[0])]
     ratios = np.array([mine[k][1] / theirs[k][1] for k in same])
     slowdown = _weighted_median(ratios, np.array([theirs[k][1] for k in same])) if same else 1.0
     pace = max(slowdown, 1.0)  # a faster same work is no device's slowness: all of the extra is then work
