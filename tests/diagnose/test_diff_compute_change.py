@@ -24,15 +24,18 @@ OPS = [("aten::mm", [[4096, 4096], [4096, 4096]], GEMM, 4000.0),
        ("aten::add", [[4096, 4096], [4096, 4096]], ADD, 1000.0)]
 
 
-def _trace(path: Path, ops: list, shapes: bool = True) -> Path:
+def _trace(path: Path, ops: list, shapes: bool = True, dtype: dict | None = None, period: float = P) -> Path:
+    """One rank's steps of `period` us running `ops` (operator, dims, kernel, us) back to back; each operator's
+    inputs typed bf16 unless dtype names another for it."""
     path.mkdir()
     b = TraceBuilder(rank=0, world_size=1)
     for s in range(STEPS):
-        T = s * P
-        b.step(s, T, P)
+        T = s * period
+        b.step(s, T, period)
         at, host = T + 110.0, T + 10.0
         for op, dims, kernel, us in ops:
-            args = {"Input Dims": dims, "Input type": ["c10::BFloat16"] * len(dims)} if shapes else {}
+            typed = (dtype or {}).get(op, "c10::BFloat16")
+            args = {"Input Dims": dims, "Input type": [typed] * len(dims)} if shapes else {}
             b.cpu(op, host, 8.0, **args)
             b.launch(kernel, host + 2.0, at, us)
             at += us
@@ -75,3 +78,14 @@ def test_without_shapes_the_same_kernels_longer_name_no_cause(tmp_path):
 def test_the_same_computation_has_no_compute_change(tmp_path):
     d = diff(_trace(tmp_path / "a", OPS), _trace(tmp_path / "b", OPS))
     assert d.to_json()["compute_change"] is None
+
+
+def test_the_same_operations_at_another_precision_are_named(tmp_path):
+    # the candidate runs the product in fp32 (autocast off): the same dims, 3x longer, another kernel
+    fp32 = [("aten::mm", [[4096, 4096], [4096, 4096]], "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n", 12000.0), OPS[1]]
+
+    d = diff(_trace(tmp_path / "a", OPS, period=20_000.0),
+             _trace(tmp_path / "b", fp32, dtype={"aten::mm": "float"}, period=20_000.0))
+    note = next(n for n in d.notes if n.startswith("computation a step"))
+    assert "the same operations at another precision: aten::mm on [4096, 4096] x [4096, 4096] in fp32 where the " \
+        "baseline runs bf16 (8.00 ms a step)" in note

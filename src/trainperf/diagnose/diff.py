@@ -45,7 +45,7 @@ from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CH
                                      DATALOADER_RE, GC_RE, OPTIMIZER_RE, SYNC_OP_RE, SYNC_RUNTIME_RE)
 from trainperf.diagnose.memory import GIB, DeviceMemory, highest_peak, memory_between
 from trainperf.diagnose.roofline import roofline
-from trainperf.diagnose.slow_work import RankWork, WorkComparison, compare_work, steps_work
+from trainperf.diagnose.slow_work import CAUSE_MIN_SHARE, RankWork, WorkComparison, compare_work, steps_work
 from trainperf.diagnose.step_flops import model_flop_rows
 from trainperf.diagnose.window import device_mask, launched_before_trace
 from trainperf.errors import TrainperfError
@@ -831,6 +831,11 @@ def compute_change_note(c: WorkComparison | None, side: str) -> str:
     if c.cause == "device":
         text += ": the same work runs slower there (device clocks or power, driver or library versions, kernel choice)"
     elif c.cause == "work":
+        moved_us, moves = c.precision_moves()
+        if moves and moved_us >= CAUSE_MIN_SHARE * c.extra_us:  # the same operations, another precision
+            op, dims, prec, theirs = moves[0]
+            return text + (f"; most of it the same operations at another precision: {_short(op)} on {dims} in {prec} "
+                           f"where the {other} runs {theirs} ({fmt_us(moved_us)} a step)")
         text += "; most in " + "; ".join(f"{_short(op)}{f' on {shapes}' if shapes else ''} {fmt_us(m)} vs {fmt_us(o)}"
                                           for op, m, o, shapes in c.largest_extra(2))
     return text

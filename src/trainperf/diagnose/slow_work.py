@@ -103,6 +103,28 @@ class WorkComparison:
         return [(op, *ops[op]) for op in sorted((op for op, (m, o, _) in ops.items() if m > o),
                                                 key=lambda op: ops[op][1] - ops[op][0])[:top]]
 
+    def precision_moves(self) -> tuple[float, list[tuple[str, str, str, str]]]:
+        """The same operators on the same dims at another precision: (the µs a step the more-computing side spends on
+        them beyond the other side's time on their other-precision twins, [(operator, dims, its precision, the other
+        side's)] largest first). Keys carry their precision after the dims (roofline.shape_key: "[m, k] x [k, n]
+        bf16"); kernels keyed by name alone have none, and give (0, [])."""
+        split = {}
+        for key, (m, o) in self.by_key.items():
+            parts = key.split(" | ")
+            if len(parts) == 3 and " " in parts[1] and not parts[1].endswith("]"):
+                dims, prec = parts[1].rsplit(" ", 1)
+                a, b = split.get((parts[0], dims, prec), (0.0, 0.0))
+                split[(parts[0], dims, prec)] = (a + m, b + o)
+        moves = []
+        for (op, dims, prec), (m, o) in split.items():
+            twins = [(p, b) for (op2, dims2, p), (_, b) in split.items() if (op2, dims2) == (op, dims) and p != prec]
+            if m > o and twins:
+                other, theirs = max(twins, key=lambda x: x[1])
+                if theirs > 0:
+                    moves.append((m - theirs, op, dims, prec, other))
+        moves.sort(key=lambda x: -x[0])
+        return sum(x[0] for x in moves), [(op, dims, prec, other) for _, op, dims, prec, other in moves]
+
     @property
     def cause(self) -> str:
         """"device" (the same work slower), "work" (more work) or "" (open: mixed, or no shapes to tell the same
