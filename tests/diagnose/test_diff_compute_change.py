@@ -89,3 +89,27 @@ def test_the_same_operations_at_another_precision_are_named(tmp_path):
     note = next(n for n in d.notes if n.startswith("computation a step"))
     assert "the same operations at another precision: aten::mm on [4096, 4096] x [4096, 4096] in fp32 where the " \
         "baseline runs bf16 (8.00 ms a step)" in note
+
+
+def test_cpu_runs_compare_their_training_threads_own_time(tmp_path):
+    # no device events: each step's host ops are the work. The candidate's thread adds a 3-ms `log_metrics` (holding a
+    # 1-ms aten::item) beside the same aten::mm (4 ms): 3 ms more a step, all other work, log_metrics' own 2 ms first
+    def cpu_trace(path: Path, log: bool) -> Path:
+        path.mkdir()
+        b = TraceBuilder(rank=0, world_size=1)
+        for s in range(STEPS):
+            T = s * P
+            b.step(s, T, 4200.0 + (3000.0 if log else 0.0))  # the step span holds its work and 200 us of Python
+            b.cpu("aten::mm", T + 10.0, 4000.0, **{"Input Dims": [[512, 512], [512, 512]], "Input type": ["float"] * 2})
+            if log:
+                b.cpu("log_metrics", T + 4100.0, 3000.0, cat="user_annotation")
+                b.cpu("aten::item", T + 4200.0, 1000.0)
+        b.write(path / "rank0.json.gz")
+        return path
+
+    d = diff(cpu_trace(tmp_path / "a", False), cpu_trace(tmp_path / "b", True))
+    c = d.to_json()["compute_change"]
+    assert c["on_host"] and c["side_computing_more"] == "candidate" and c["cause"] == "work"
+    assert c["extra_us"] == pytest.approx(3000.0) and c["from_more_work_pct"] == pytest.approx(100.0)
+    assert c["largest"][0]["operator"] == "log_metrics" and c["largest"][0]["us"] == pytest.approx(2000.0)
+    assert any(n.startswith("the training thread's own time a step (no device events)") for n in d.notes)

@@ -45,7 +45,8 @@ from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CH
                                      DATALOADER_RE, GC_RE, OPTIMIZER_RE, SYNC_OP_RE, SYNC_RUNTIME_RE)
 from trainperf.diagnose.memory import GIB, DeviceMemory, highest_peak, memory_between
 from trainperf.diagnose.roofline import roofline
-from trainperf.diagnose.slow_work import CAUSE_MIN_SHARE, RankWork, WorkComparison, compare_work, steps_work
+from trainperf.diagnose.slow_work import (CAUSE_MIN_SHARE, RankWork, WorkComparison, compare_work, host_steps_work,
+                                          steps_work)
 from trainperf.diagnose.step_flops import model_flop_rows
 from trainperf.diagnose.window import device_mask, launched_before_trace
 from trainperf.errors import TrainperfError
@@ -100,8 +101,10 @@ class StepProfile:
     # (diagnose/step_flops.py), mean over the ranks that have them; None where none does (no record_shapes)
     flops_per_step: float | None = None
     # each rank's computation kernels over the kept steps, keyed by operator and shapes (slow_work.steps_work): what
-    # the two sides' computation is compared on, operation by operation
+    # the two sides' computation is compared on, operation by operation; without device events, its training thread's
+    # own time instead (slow_work.host_steps_work; work_on_host)
     work: list[RankWork] = field(default_factory=list)
+    work_on_host: bool = False
 
     @property
     def mean_us(self) -> float:
@@ -507,7 +510,8 @@ def step_profile(tables: dict[int, EventTable], source: str = "",
         times.append(span[keep])
         for l, v in parts.items():
             buckets.setdefault(l, []).append(v[keep])
-        work.append(steps_work(tables[r], steps[keep]))
+        got = steps_work(tables[r], steps[keep]) if tables[r].has_gpu else host_steps_work(tables[r], steps[keep])
+        work += [got] if got is not None else []
         ks, os_ = name_stats(tables[r], steps[keep])
         for acc, got in ((kernels, ks), (ops, os_)):
             for n, s in got.items():
@@ -532,7 +536,7 @@ def step_profile(tables: dict[int, EventTable], source: str = "",
     return StepProfile(source=source, ranks=sorted(tables), steps=sorted(kept), step_times_us=step_times,
                        breakdown_us=breakdown, kernels=kernels, operators=ops, notes=notes,
                        memory=_peak_memory(tables, sweeps), flops_per_step=float(np.mean(flops)) if flops else None,
-                       work=work)
+                       work=work, work_on_host=not any(t.has_gpu for t in tables.values()))
 
 
 def _peak_memory(tables: dict[int, EventTable], sweeps: dict[int, RankSweep]) -> DeviceMemory | None:
@@ -739,7 +743,8 @@ class TraceDiff:
                 "contributions": [c.to_json() for c in contribs[:top]],
                 "new": [c.to_json() for c in self.new], "gone": [c.to_json() for c in self.gone],
                 "findings": [f.to_json() for f in self.findings], "notes": self.notes,
-                "compute_change": _compute_change_json(self.compute_change, self.compute_change_side)}
+                "compute_change": _compute_change_json(self.compute_change, self.compute_change_side,
+                                                       self.candidate.work_on_host)}
 
 
 # the change of the work a step (FLOPs from the recorded shapes) above which the two sides are said not to do the same
@@ -807,6 +812,8 @@ def compute_change(baseline: StepProfile, candidate: StepProfile) -> tuple[WorkC
     """(the comparison, the side that computes more: "candidate" or "baseline") of the two sides' computation a step,
     operation by operation (slow_work.compare_work: the more-computing side's ranks against the other's); (None, "")
     where neither computes more or a side has no computation."""
+    if baseline.work_on_host != candidate.work_on_host:  # a GPU run against a CPU one: nothing alike to compare
+        return None, ""
     for more, less, side in ((candidate, baseline, "candidate"), (baseline, candidate, "baseline")):
         c = compare_work(more.work, less.work) if more.work and less.work else None
         if c is not None and c.extra_us > 0:
@@ -814,22 +821,26 @@ def compute_change(baseline: StepProfile, candidate: StepProfile) -> tuple[WorkC
     return None, ""
 
 
-def compute_change_note(c: WorkComparison | None, side: str) -> str:
+def compute_change_note(c: WorkComparison | None, side: str, host: bool = False) -> str:
     """The compute change in words: how much more the side computes a step, how much of it is the same operations on
     the same shapes run slower (by kernel name alone where no shapes are recorded: then larger inputs read alike),
     and how much is in operations or kernels the other side runs less (more work, or the same work by other kernels:
-    another precision, fusion or library), with the largest of those; "" where there is none."""
+    another precision, fusion or library), with the largest of those; host: the sides' training threads' own time
+    (CPU runs) instead of their computation kernels; "" where there is none."""
     if c is None:
         return ""
     other = "baseline" if side == "candidate" else "candidate"
+    unit = "operators" if host else "kernels"
     same = ("the same operations on the same shapes" if c.shaped else
-            "the same kernels by name (no shapes recorded: larger inputs read alike)")
-    text = (f"computation a step: the {side}'s is {fmt_us(c.extra_us)} more than the {other}'s; "
+            f"the same {unit} by name (no shapes recorded: larger inputs read alike)")
+    what = "the training thread's own time a step (no device events)" if host else "computation a step"
+    other_work = "more work" if host else "more work, or the same work by other kernels: precision, fusion, library"
+    text = (f"{what}: the {side}'s is {fmt_us(c.extra_us)} more than the {other}'s; "
             f"{c.share(c.slower_extra_us):.0f} % of it {same} run {c.same_work_slowdown:.2f}x longer, "
-            f"{c.share(c.more_work_extra_us):.0f} % in operations or kernels the {other} runs less (more work, or "
-            f"the same work by other kernels: precision, fusion, library)")
+            f"{c.share(c.more_work_extra_us):.0f} % in operations or {unit} the {other} runs less ({other_work})")
     if c.cause == "device":
-        text += ": the same work runs slower there (device clocks or power, driver or library versions, kernel choice)"
+        text += (": the same work runs slower there (" + ("the CPU: other processes, threads per process, library "
+                 "versions" if host else "device clocks or power, driver or library versions, kernel choice") + ")")
     elif c.cause == "work":
         moved_us, moves = c.precision_moves()
         if moves and moved_us >= CAUSE_MIN_SHARE * c.extra_us:  # the same operations, another precision
@@ -841,11 +852,12 @@ def compute_change_note(c: WorkComparison | None, side: str) -> str:
     return text
 
 
-def _compute_change_json(c: WorkComparison | None, side: str) -> dict | None:
-    """compute_change as JSON (µs a step; shares %), or None."""
+def _compute_change_json(c: WorkComparison | None, side: str, host: bool) -> dict | None:
+    """compute_change as JSON (µs a step; shares %; on_host: the training threads' own time compared, CPU runs), or
+    None."""
     if c is None:
         return None
-    return {"side_computing_more": side, "extra_us": round(c.extra_us, 3),
+    return {"side_computing_more": side, "on_host": host, "extra_us": round(c.extra_us, 3),
             "from_slower_same_work_pct": round(c.share(c.slower_extra_us), 3),
             "from_more_work_pct": round(c.share(c.more_work_extra_us), 3),
             "same_work_slowdown": round(c.same_work_slowdown, 4), "shapes_recorded": c.shaped, "cause": c.cause,
@@ -867,7 +879,7 @@ def diff_profiles(baseline: StepProfile, candidate: StepProfile) -> TraceDiff:
     if min(a.size, b.size) < 3:
         notes.append(f"few steps ({a.size} baseline, {b.size} candidate): the intervals are wide or min-max")
     change, side = compute_change(baseline, candidate)
-    notes += [n for n in (compute_change_note(change, side),) if n]
+    notes += [n for n in (compute_change_note(change, side, host=candidate.work_on_host),) if n]
     return TraceDiff(baseline=baseline, candidate=candidate, delta_median_us=shift, delta_interval_us=(lo, hi),
                      decomposition=dec, kernels=_contributions(baseline.kernels, candidate.kernels),
                      operators=_contributions(baseline.operators, candidate.operators), notes=notes,

@@ -28,7 +28,7 @@ import numpy as np
 from trainperf.diagnose.gpu_time import compute_mask
 from trainperf.diagnose.host import SYNC_RUNTIME_RE
 from trainperf.diagnose.roofline import launching_op, op_shape, shape_key
-from trainperf.diagnose.window import Window
+from trainperf.diagnose.window import StepMarkers, Window, find_step_markers
 from trainperf.trace.categories import ATTENTION_RE, COMM_OP_RE
 from trainperf.trace.events import CPU_OP, DEVICE_KINDS, HOST_KINDS, EventTable
 from trainperf.trace.nesting import nest, row_spans, thread_key
@@ -216,12 +216,11 @@ def _host_wait(name: str) -> bool:
     return bool(SYNC_RUNTIME_RE.match(name) or COMM_OP_RE.search(name))
 
 
-def _host_keys(t: EventTable, w: Window):
-    """The training thread's own time in the window's analysed steps (module docstring): (keys, µs, shaped, the step
-    of each, the analysed steps), or None without analysed steps."""
-    m, steps = w.markers, set(w.steps)
-    analysed = np.isin(m.numbers, list(steps))
-    step_rows, numbers = m.host_rows[analysed].astype(np.int64), m.numbers[analysed]
+def _host_keys(t: EventTable, markers: StepMarkers, steps):
+    """The training thread's own time in the given steps (their numbers; the markers' host ProfilerStep spans):
+    (keys as the module says, µs, shaped, the step of each, the steps found), or None without any of them."""
+    analysed = np.isin(markers.numbers, list(steps))
+    step_rows, numbers = markers.host_rows[analysed].astype(np.int64), markers.numbers[analysed]
     if not step_rows.size:
         return None
     loop = thread_key(t.pid[step_rows[:1]], t.tid[step_rows[:1]])[0]
@@ -256,16 +255,22 @@ def host_work(t: EventTable, w: Window) -> RankWork | None:
     """The training thread's own work in the window's analysed steps (the thread of the ProfilerStep spans), keyed
     by operator and shapes (the operator's name where none are recorded; a step span's own time, between the traced
     operators, as UNTRACED_KEY), a step; None without analysed steps."""
-    got = _host_keys(t, w)
+    return host_steps_work(t, w.steps, w.markers)
+
+
+def host_steps_work(t: EventTable, steps, markers: StepMarkers | None = None) -> RankWork | None:
+    """host_work over the given steps (their ProfilerStep numbers; markers: the rank's, found when not given: `trainperf
+    diff`'s kept steps), a step; None without any of them."""
+    got = _host_keys(t, markers if markers is not None else find_step_markers(t), steps)
     if got is None:
         return None
-    keys, durs, shaped, _, steps = got
-    return _work(keys, durs, shaped, steps)
+    keys, durs, shaped, _, found = got
+    return _work(keys, durs, shaped, found)
 
 
 def host_step_work(t: EventTable, w: Window) -> dict[int, RankWork]:
     """host_work per analysed step (step -> RankWork of that one step); {} without analysed steps."""
-    got = _host_keys(t, w)
+    got = _host_keys(t, w.markers, w.steps)
     if got is None:
         return {}
     keys, durs, shaped, of_step, _ = got
