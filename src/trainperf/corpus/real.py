@@ -160,10 +160,15 @@ def step_seconds(trace: Path) -> dict[int, float]:
 MEASURED_FAULTS = ("gc-collect",)  # faults whose cost the monitor measures in each step (metrics.jsonl's gc_pause_s)
 
 
+def measured_fault(fault: str | None) -> bool:
+    """Whether the fault ("name[=args]") is one of MEASURED_FAULTS."""
+    return bool(fault) and fault.partition("=")[0] in MEASURED_FAULTS
+
+
 def measured_added_s(run: Path, fault: str | None) -> dict[int, float] | None:
     """step -> seconds a MEASURED_FAULTS fault added to it, as the run's monitor measured it (rank 0's metrics.jsonl:
     gc-collect's collections are gc_pause_s, every rank collecting at the same step); None for other faults."""
-    if not fault or fault.partition("=")[0] not in MEASURED_FAULTS:
+    if not measured_fault(fault):
         return None
     lines = (run / "metrics.jsonl").read_text().splitlines()
     return {r["step"]: r.get("gc_pause_s") or 0.0 for r in map(json.loads, lines) if r.get("fault")}
@@ -215,7 +220,7 @@ def _build_base(out: str | Path, work: str | Path, base: RealBase, log, kinds: t
         if kinds and kind not in kinds:
             continue
         name = f"{kind}-{sev}-{base.suffix}" if kind != "healthy" else f"healthy-{base.suffix}"
-        by_twin = fault is not None and known_added_s(fault) is None and fault.partition("=")[0] not in MEASURED_FAULTS
+        by_twin = fault is not None and known_added_s(fault) is None and not measured_fault(fault)
         runs = []
         for i in range(TWIN_RUNS if by_twin else 1):
             run = work / (name if i == 0 else f"{name}.run{i}")

@@ -546,15 +546,16 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     slow = group or ([srank] if persistent else [])  # ranks taking turns: no rank is slow to compare
     # late with no more device work: the host was late, what does it do more of (one rank step after step, or each
     # step's late rank in that step)
-    host_late = not group and work_share is not None and work_share < stragglers.LATE_WORK_MIN_SHARE
-    tables, windows = {r: f.table for r, f in facts.items()}, {r: f.window for r, f in facts.items()}
+    host_work = None
+    if not group and work_share is not None and work_share < stragglers.LATE_WORK_MIN_SHARE and (persistent or stepped):
+        tables, windows = {r: f.table for r, f in facts.items()}, {r: f.window for r, f in facts.items()}
+        host_work = (_host_work_comparison(srank, tables, windows) if persistent else
+                     _late_comparison(last, sorted(tables), lambda r: host_step_work(tables[r], windows[r])))
     return StragglerFacts(rank=srank, caused_us=caused, caused_per_other_us=caused / others,
                           imbalance_pct=xr.imbalance_pct, events=events, compute_ratio=max(ratio, 1.0),
                           extra_compute_us=extra, persistent=persistent, slow_ranks=group, slow_ranks_p_value=group_p,
                           work=_work_comparison(slow, facts) if slow else None,
-                          host_work=(None if not host_late else _host_work_comparison(srank, tables, windows)
-                                     if persistent else _late_host_work(last, tables, windows) if stepped else None),
-                          **waits_seen)
+                          host_work=host_work, **waits_seen)
 
 
 # the other ranks a slow rank is compared with, operation by operation: at most this many, evenly spaced over them
@@ -588,30 +589,23 @@ def _host_work_comparison(rank: int, tables: dict[int, EventTable], windows: dic
     return compare_work([mine], others) if mine is not None else None
 
 
-def _late_host_work(last: dict, tables: dict[int, EventTable], windows: dict) -> WorkComparison | None:
-    """Each step's late rank's training thread (last: step -> (rank, wait it caused)) against the other ranks' in
-    that step (_reference_ranks of them; slow_work.host_step_work), a late step on average."""
-    sample = _reference_ranks(sorted(tables))
-    work = {r: host_step_work(tables[r], windows[r]) for r in sorted(set(sample) | {x for x, _ in last.values()})}
+def _late_comparison(last: dict, ranks: list[int], step_work_of) -> WorkComparison | None:
+    """Each step's late rank (last: step -> (rank, wait it caused), crossrank.laggards) against the other ranks
+    (_reference_ranks of `ranks`, the late one left out) in that step, their work a step as step_work_of(rank) gives
+    it (step -> RankWork: slow_work.step_work, host_step_work), operation by operation, a late step on average
+    (slow_work.merge_comparisons); None without any step to compare."""
+    sample = _reference_ranks(ranks)
+    work = {r: step_work_of(r) for r in sorted(set(sample) | {rank for rank, _ in last.values()}) if r in ranks}
     parts = [compare_work([work[rank][step]], [work[r][step] for r in sample if r != rank and step in work[r]])
              for step, (rank, _) in last.items() if step in work.get(rank, {})]
     return merge_comparisons([c for c in parts if c is not None])
 
 
 def _late_work(last: dict, facts: dict[int, DeviceTiming]) -> WorkComparison | None:
-    """Each step's late rank (last: step -> (rank, wait it caused), crossrank.laggards) against the other ranks
-    (_reference_ranks of every GPU rank, the late one left out) in that step, operation by operation, a late step
-    on average (slow_work.merge_comparisons); None where the late ranks computed no more."""
-    gpu = [r for r, f in facts.items() if f.has_gpu]
-    sample = _reference_ranks(gpu)
-    work = {r: step_work(facts[r].table, facts[r].window)
-            for r in sorted(set(sample) | {rank for rank, _ in last.values()}) if r in gpu}
-    parts = []
-    for step, (rank, _) in last.items():
-        if rank in work and step in work[rank]:
-            c = compare_work([work[rank][step]], [work[r][step] for r in sample if r != rank and step in work[r]])
-            parts += [c] if c is not None else []
-    merged = merge_comparisons(parts)
+    """The late ranks' computation kernels in the steps they were late (_late_comparison over the GPU ranks); None
+    where they computed no more."""
+    merged = _late_comparison(last, [r for r, f in facts.items() if f.has_gpu],
+                              lambda r: step_work(facts[r].table, facts[r].window))
     return merged if merged is not None and merged.extra_us > 0 else None
 
 

@@ -53,7 +53,7 @@ from trainperf.errors import TrainperfError
 from trainperf.trace.annotate import STEP_RE, correlated_host_row, step_rows, step_spans
 from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMMUNICATION, CPU_OP, PYTHON,
                                     RUNTIME, USER_ANNOTATION, EventTable)
-from trainperf.diagnose.units import fmt_us
+from trainperf.diagnose.units import fmt_us, short_name
 from trainperf.trace.load import load_trace
 
 # HTA drops the last ProfilerStep as possibly cut short. In the multi-step traces of ../shared (trace_filter,
@@ -698,12 +698,13 @@ class TraceDiff:
             return f"step time unchanged ({pct:+.1f}%)"
         n, b, c = max(self.decomposition, key=lambda x: (x[2] - x[1]) * math.copysign(1, d))
         same_way = [k for k in self.kernels if k.delta_us_per_step * d > 0]
-        top = f"; top kernel {_short(same_way[0].name)} {fmt_us(same_way[0].delta_us_per_step, True)}/step" if same_way else ""
+        top = (f"; top kernel {short_name(same_way[0].name)} {fmt_us(same_way[0].delta_us_per_step, True)}/step"
+               if same_way else "")
         # a name that appears or vanishes and carries a tenth of the change is usually the story
         moved = [x for x in (self.new if d > 0 else self.gone) if abs(x.delta_us_per_step) >= HEADLINE_NAME_SHARE * abs(d)]
         if moved:
             x = max(moved, key=lambda x: abs(x.delta_us_per_step))
-            top += f"; {'new' if d > 0 else 'gone'}: {_short(x.name)} {fmt_us(x.delta_us_per_step, True)}/step"
+            top += f"; {'new' if d > 0 else 'gone'}: {short_name(x.name)} {fmt_us(x.delta_us_per_step, True)}/step"
         # the % is the median's, the decomposition the mean's: where they move apart (a few noisy steps) say both
         dm = self.candidate.median_us - self.baseline.median_us
         mean = "" if dm * d > 0 else f", mean {fmt_us(d, True)}"
@@ -793,10 +794,6 @@ def memory_change_text(baseline: DeviceMemory | None, candidate: DeviceMemory | 
     return ", ".join(f"{n} {b:.2f} -> {c:.2f} GiB ({c - b:+.2f})" for n, b, c in parts)
 
 
-def _short(name: str, n: int = 60) -> str:
-    return name if len(name) <= n else name[:n - 1] + "…"
-
-
 def _contributions(a: dict[str, NameStat], b: dict[str, NameStat]) -> list[Contribution]:
     zero = NameStat(category="", time_us=0.0, count=0.0)
     out = []
@@ -845,10 +842,10 @@ def compute_change_note(c: WorkComparison | None, side: str, host: bool = False)
         moved_us, moves = c.precision_moves()
         if moves and moved_us >= CAUSE_MIN_SHARE * c.extra_us:  # the same operations, another precision
             op, dims, prec, theirs = moves[0]
-            return text + (f"; most of it the same operations at another precision: {_short(op)} on {dims} in {prec} "
-                           f"where the {other} runs {theirs} ({fmt_us(moved_us)} a step)")
-        text += "; most in " + "; ".join(f"{_short(op)}{f' on {shapes}' if shapes else ''} {fmt_us(m)} vs {fmt_us(o)}"
-                                          for op, m, o, shapes in c.largest_extra(2))
+            return text + (f"; most of it the same operations at another precision: {short_name(op)} on {dims} in "
+                           f"{prec} where the {other} runs {theirs} ({fmt_us(moved_us)} a step)")
+        text += "; most in " + "; ".join(f"{short_name(op)}{f' on {shapes}' if shapes else ''} {fmt_us(m)} vs "
+                                          f"{fmt_us(o)}" for op, m, o, shapes in c.largest_extra(2))
     return text
 
 

@@ -13,6 +13,7 @@ from trainperf.diagnose.facts import RankFacts, StragglerFacts
 from trainperf.diagnose.pipeline import schedule_names
 from trainperf.diagnose.replay import Change
 from trainperf.diagnose.slow_work import UNTRACED_KEY, WorkComparison, work_kind
+from trainperf.diagnose.units import short_name
 
 
 STRAGGLER_MIN_WAIT_PCT = 2.0  # wait the straggler causes each other rank, % of the window (crossrank decides)
@@ -168,13 +169,15 @@ def _work_cause(work: WorkComparison, ranks: list[int]) -> str:
 def _largest_text(work: WorkComparison) -> str:
     """The two operators holding most of the extra computation, with the shapes holding most of theirs and their time
     a step on the slow ranks and the others."""
-    return "; ".join(f"{_cut(op + (f' (most on {shapes})' if shapes else ''))}: {mine / 1e3:.2f} ms a step there, "
-                     f"{theirs / 1e3:.2f} on the others" for op, mine, theirs, shapes in work.largest_extra(2))
+    return _extra_text(work.largest_extra(2))
 
 
-def _cut(text: str, width: int = 100) -> str:
-    """text cut to `width` characters."""
-    return text if len(text) <= width else text[:width - 3] + "..."
+def _extra_text(largest: list[tuple[str, float, float, str]], shapes: bool = True) -> str:
+    """WorkComparison.largest_extra rows as text: "op (most on shapes): 2.95 ms a step there, 0.00 on the others";
+    shapes: name the shapes holding most of each operator's extra."""
+    return "; ".join(f"{short_name(op + (f' (most on {where})' if shapes and where else ''), 100)}: "
+                     f"{mine / 1e3:.2f} ms a step there, {theirs / 1e3:.2f} on the others"
+                     for op, mine, theirs, where in largest)
 
 
 # the late ranks' extra computation accounts for less than this share of their lateness (crossrank.lateness_share):
@@ -229,10 +232,10 @@ def _host_extra_text(work: WorkComparison | None, late_steps: bool = False) -> s
     if work is None:
         return ""
     floor = HOST_EXTRA_MIN_SHARE * sum(m for m, _ in work.by_key.values())
-    named = [(op, m, o) for op, m, o, _ in work.largest_extra(2) if m - o >= floor]
+    named = [x for x in work.largest_extra(2) if x[1] - x[2] >= floor]
     if not named:
         return ""
-    text = "; ".join(f"{_cut(op)}: {m / 1e3:.2f} ms a step there, {o / 1e3:.2f} on the others" for op, m, o in named)
+    text = _extra_text(named, shapes=False)
     untraced = named[0][0] == UNTRACED_KEY
     said = (advice.LATE_STEPS_HOST_WORK_TEXT if late_steps else advice.HOST_EXTRA_WORK_TEXT).format(largest=text)
     return " " + said + (f" {advice.NAMING_UNTRACED}" if untraced else "")
