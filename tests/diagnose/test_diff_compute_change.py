@@ -4,7 +4,8 @@ operation by operation (diagnose/slow_work.py), on hand-built one-rank traces wo
 Baseline: every 10-ms step runs aten::mm on [4096, 4096] x [4096, 4096] (4 ms) and aten::add on [4096, 4096]
 (1 ms). Candidates: the same kernels 1.25x longer (a slower device, driver or library: 1.25 ms more, all the
 same work); the same plus an aten::mm on [4096, 2048] x [2048, 4096] (2 ms more, all other work); the same
-without shapes recorded (1.25x longer kernels: by name alone, no cause).
+without shapes recorded (1.25x longer kernels: by name alone, no cause); the product in fp32 (12 ms) with and without
+shapes (8 ms more, named by its dims, or by the GEMM kernels' names: 12 ms of fp32 against the baseline's 4 of bf16).
 """
 
 import sys
@@ -89,6 +90,37 @@ def test_the_same_operations_at_another_precision_are_named(tmp_path):
     note = next(n for n in d.notes if n.startswith("computation a step"))
     assert "the same operations at another precision: aten::mm on [4096, 4096] x [4096, 4096] in fp32 where the " \
         "baseline runs bf16 (8.00 ms a step)" in note
+
+
+def test_without_shapes_the_gemm_kernels_names_tell_another_precision(tmp_path):
+    # no shapes recorded: the candidate's product runs as an fp32 cuBLAS kernel (12 ms) where the baseline's is bf16
+    # (4 ms): 8 ms more a step, all in kernels the baseline does not run; the names give 12 ms of fp32 GEMM time
+    # against 0, and the baseline's 4 ms of bf16 GEMMs the candidate does not run
+    fp32 = [("aten::mm", [[4096, 4096], [4096, 4096]], "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n", 12000.0), OPS[1]]
+    d = diff(_trace(tmp_path / "a", OPS, shapes=False, period=20_000.0),
+             _trace(tmp_path / "b", fp32, shapes=False, period=20_000.0))
+    c = d.to_json()["compute_change"]
+    assert c["cause"] == "work" and c["extra_us"] == pytest.approx(8000.0)
+    assert c["precision_move"] == {"by": "kernel names", "precision": "fp32", "us": pytest.approx(12000.0),
+                                   "other_side_us_by_precision": {"reduced": pytest.approx(4000.0)}}
+    note = next(n for n in d.notes if n.startswith("computation a step"))
+    assert "most of it GEMM kernels in fp32 by their names (12.0 ms a step more than the baseline's), where the " \
+        "baseline runs its GEMMs in other kernels (4.00 ms a step in bf16/fp16/fp8)" in note
+    # with shapes the same move is named by the operator and its dims
+    d = diff(_trace(tmp_path / "c", OPS, period=20_000.0),
+             _trace(tmp_path / "d", fp32, dtype={"aten::mm": "float"}, period=20_000.0))
+    assert d.to_json()["compute_change"]["precision_move"] == {
+        "by": "shapes", "operator": "aten::mm", "dims": "[4096, 4096] x [4096, 4096]", "precision": "fp32",
+        "other_side_precision": "bf16", "us": pytest.approx(8000.0)}
+
+
+def test_without_shapes_more_products_at_the_same_precision_are_no_precision_move(tmp_path):
+    # the candidate adds a second bf16 product (2 ms): more bf16 GEMM time, none of another precision given up
+    more = OPS + [("aten::mm", [[4096, 2048], [2048, 4096]], GEMM, 2000.0)]
+    d = diff(_trace(tmp_path / "a", OPS, shapes=False), _trace(tmp_path / "b", more, shapes=False))
+    c = d.to_json()["compute_change"]
+    assert c["cause"] == "work" and c["precision_move"] is None
+    assert not any("another precision" in n for n in d.notes)
 
 
 def test_cpu_runs_compare_their_training_threads_own_time(tmp_path):

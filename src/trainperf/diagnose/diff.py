@@ -44,6 +44,7 @@ from trainperf.diagnose.device_clock import with_device_clocks_aligned
 from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, COMPILE_RE,
                                      DATALOADER_RE, GC_RE, OPTIMIZER_RE, SYNC_OP_RE, SYNC_RUNTIME_RE)
 from trainperf.diagnose.memory import GIB, DeviceMemory, highest_peak, memory_between
+from trainperf.diagnose.precision import PRECISIONS, REDUCED, UNKNOWN, precision_split
 from trainperf.diagnose.roofline import roofline
 from trainperf.diagnose.slow_work import (CAUSE_MIN_SHARE, RankWork, WorkComparison, compare_work, host_steps_work,
                                           steps_work)
@@ -51,8 +52,9 @@ from trainperf.diagnose.step_flops import model_flop_rows
 from trainperf.diagnose.window import device_mask, launched_before_trace
 from trainperf.errors import TrainperfError
 from trainperf.trace.annotate import STEP_RE, correlated_host_row, step_rows, step_spans
-from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMMUNICATION, CPU_OP, PYTHON,
-                                    RUNTIME, USER_ANNOTATION, EventTable)
+from trainperf.trace.categories import kernel_category
+from trainperf.trace.events import (CAT_MEMCPY, CAT_MEMSET, CATEGORY_NAMES, COMMUNICATION, CPU_OP, GEMM, KERNEL,
+                                    PYTHON, RUNTIME, USER_ANNOTATION, EventTable)
 from trainperf.diagnose.units import fmt_us, short_name
 from trainperf.trace.load import load_trace
 
@@ -839,14 +841,42 @@ def compute_change_note(c: WorkComparison | None, side: str, host: bool = False)
         text += (": the same work runs slower there (" + ("the CPU: other processes, threads per process, library "
                  "versions" if host else "device clocks or power, driver or library versions, kernel choice") + ")")
     elif c.cause == "work":
-        moved_us, moves = c.precision_moves()
-        if moves and moved_us >= CAUSE_MIN_SHARE * c.extra_us:  # the same operations, another precision
-            op, dims, prec, theirs = moves[0]
-            return text + (f"; most of it the same operations at another precision: {short_name(op)} on {dims} in "
-                           f"{prec} where the {other} runs {theirs} ({fmt_us(moved_us)} a step)")
+        move = precision_move(c)
+        if move is not None and move["by"] == "shapes":  # the same operations, another precision
+            return text + (f"; most of it the same operations at another precision: {short_name(move['operator'])} "
+                           f"on {move['dims']} in {move['precision']} where the {other} runs "
+                           f"{move['other_side_precision']} ({fmt_us(move['us'])} a step)")
+        if move is not None:  # no shapes to match operations, but the GEMM kernels' names state their precision
+            theirs = ", ".join(f"{fmt_us(us)} a step in {_PRECISION_WORDS.get(q, q)}"
+                               for q, us in move["other_side_us_by_precision"].items())
+            return text + (f"; most of it GEMM kernels in {_PRECISION_WORDS.get(move['precision'], move['precision'])}"
+                           f" by their names ({fmt_us(move['us'])} a step more than the {other}'s), where the {other} "
+                           f"runs its GEMMs in other kernels ({theirs}): the same products at another precision, "
+                           f"likely")
         text += "; most in " + "; ".join(f"{short_name(op)}{f' on {shapes}' if shapes else ''} {fmt_us(m)} vs "
                                           f"{fmt_us(o)}" for op, m, o, shapes in c.largest_extra(2))
     return text
+
+
+_PRECISION_WORDS = {REDUCED: "bf16/fp16/fp8", UNKNOWN: "kernels whose names state no precision"}  # else its name
+
+
+def gemm_precision_move(c: WorkComparison) -> tuple[str, float, dict[str, float]] | None:
+    """Where the more-computing side's extra is mostly GEMM/convolution kernels of one precision by their names
+    (precision.classify_kernel) and the other side runs GEMMs of other precisions it does not: (that precision, the
+    µs a step it runs in it beyond the other side, {precision: µs a step the other side runs in it beyond this side});
+    None otherwise. What a diff without recorded shapes has to tell fp32 products from the bf16 ones they replace:
+    the kernels' names, not their operators' dims."""
+    names = [key.rsplit(" | ", 1)[-1] for key in c.by_key]
+    gemm = [kernel_category(n, KERNEL) == GEMM for n in names]
+    sides = [precision_split([n for n, g in zip(names, gemm) if g],
+                             [us[i] for us, g in zip(c.by_key.values(), gemm) if g]).time_us for i in (0, 1)]
+    gained = {p: sides[0][p] - sides[1][p] for p in PRECISIONS}
+    prec = max(gained, key=lambda p: gained[p])
+    lost = {q: sides[1][q] - sides[0][q] for q in PRECISIONS if q != prec and sides[1][q] > sides[0][q]}
+    if prec == UNKNOWN or gained[prec] < CAUSE_MIN_SHARE * c.extra_us or not lost:
+        return None
+    return prec, gained[prec], lost
 
 
 def _compute_change_json(c: WorkComparison | None, side: str, host: bool) -> dict | None:
@@ -859,7 +889,27 @@ def _compute_change_json(c: WorkComparison | None, side: str, host: bool) -> dic
             "from_more_work_pct": round(c.share(c.more_work_extra_us), 3),
             "same_work_slowdown": round(c.same_work_slowdown, 4), "shapes_recorded": c.shaped, "cause": c.cause,
             "largest": [{"operator": op, "shapes": shapes, "us": round(m, 3), "other_side_us": round(o, 3)}
-                        for op, m, o, shapes in c.largest_extra(3)]}
+                        for op, m, o, shapes in c.largest_extra(3)],
+            "precision_move": precision_move(c)}
+
+
+def precision_move(c: WorkComparison) -> dict | None:
+    """The extra computation's move to another precision (µs a step; as JSON): by the operators' recorded dims and
+    dtypes ("by": "shapes", WorkComparison.precision_moves), else by the GEMM kernels' names ("kernel names",
+    gemm_precision_move); None where the cause is not more work or neither holds CAUSE_MIN_SHARE of the extra."""
+    if c.cause != "work":
+        return None
+    moved_us, moves = c.precision_moves()
+    if moves and moved_us >= CAUSE_MIN_SHARE * c.extra_us:
+        op, dims, prec, theirs = moves[0]
+        return {"by": "shapes", "operator": op, "dims": dims, "precision": prec, "other_side_precision": theirs,
+                "us": round(moved_us, 3)}
+    by_name = gemm_precision_move(c)
+    if by_name is None:
+        return None
+    prec, gained_us, lost = by_name
+    return {"by": "kernel names", "precision": prec, "us": round(gained_us, 3),
+            "other_side_us_by_precision": {q: round(us, 3) for q, us in lost.items()}}
 
 
 def diff_profiles(baseline: StepProfile, candidate: StepProfile) -> TraceDiff:
