@@ -77,17 +77,69 @@ def test_attention_backward_causal_and_layouts_by_hand():
     assert gqa.flops == fwd and gqa.bytes == 2 * (2 * b * h * s * d + 2 * b * 2 * s * d)  # k, v read once
 
 
+@pytest.mark.parametrize("lengths", [[64, 64, 64, 64], [200, 20, 20, 16]])
+def test_variable_length_attention_counts_its_packed_sequences_as_equal_ones(lengths):
+    # reference: torch.utils.flop_counter's formulas for the packed (nested/jagged) calls, given the offsets' values
+    # (which the profiler never records): equal lengths match exactly; others are at least the equal-length count,
+    # at most the count at the longest length (what flop_counter assumes where the offsets are not real values)
+    import torch
+    from torch.utils import flop_counter as fc
+
+    h, d, n, total = 4, 32, len(lengths), sum(lengths)
+    offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    longest = max(lengths)
+    packed = torch.empty(total, h, d)
+    exact = fc._flash_attention_forward_flop(packed, packed, packed, offsets, offsets, longest, longest)
+    at_longest = n * 4 * h * longest * longest * d
+    cu = [n + 1]
+    # aten::_flash_attention_forward(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, ...)
+    fwd = op_cost("aten::_flash_attention_forward", [[total, h, d]] * 3 + [cu, cu, [], [], [], []],
+                  [BF] * 3 + ["int", "int", "Scalar", "Scalar", "Scalar", "Scalar"],
+                  ["", "", "", "", "", str(longest), str(longest), "0.", "False", "False"]).flops
+    assert fwd == 4 * h * d * total * total / n
+    assert fwd == exact if len(set(lengths)) == 1 else fwd < exact < at_longest
+    # the backward twice the forward, causal half of it (flop_counter's backward counts 2.5x: the scores' recomputation
+    # too, which a model's FLOPs leave out)
+    grad = 0.8 * fc._flash_attention_backward_flop(packed, packed, packed, packed, packed, None, offsets, offsets,
+                                                   longest, longest)
+    bwd_dims = [[total, h, d]] * 5 + [[h, total], cu, cu] + [[]] * 4
+    bwd_types = [BF] * 5 + ["float", "int", "int"] + ["Scalar"] * 4
+    bwd = op_cost("aten::_flash_attention_backward", bwd_dims, bwd_types, [""] * 11 + ["False"]).flops
+    assert bwd == 2 * fwd and (bwd == grad if len(set(lengths)) == 1 else bwd < grad)
+    assert op_cost("aten::_flash_attention_backward", bwd_dims, bwd_types, [""] * 11 + ["True"]).flops == fwd
+    # efficient attention packs into batch 1 of (1, total, heads, dim), its offsets after the bias
+    eff = fc._efficient_attention_forward_flop(packed[None], packed[None], packed[None], None, offsets, offsets,
+                                               longest, longest)
+    e = op_cost("aten::_efficient_attention_forward", [[1, total, h, d]] * 3 + [[], cu, cu],
+                [BF] * 3 + ["", "int", "int"]).flops
+    assert e == fwd and (e == eff if len(set(lengths)) == 1 else e < eff)
+    # the flash-attn package's varlen ops: (total, heads, dim), the offsets after v; causal the 10th input of the
+    # forward, the 16th of the backward (after dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q,
+    # cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale)
+    fa = op_cost("flash_attn::_flash_attn_varlen_forward", [[total, h, d]] * 3 + [cu, cu] + [[]] * 5,
+                 [BF] * 3 + ["int", "int"] + ["Scalar"] * 5, [""] * 9 + ["True"]).flops
+    assert fa == fwd / 2
+    fa_bwd = op_cost("flash_attn::_flash_attn_varlen_backward", [[total, h, d]] * 5 + [[h, total]] +
+                     [[total, h, d]] * 3 + [cu, cu] + [[]] * 5, [BF] * 5 + ["float"] + [BF] * 3 + ["int"] * 2 +
+                     ["Scalar"] * 5, [""] * 15 + ["False"]).flops
+    assert fa_bwd == 2 * fwd
+    # a dense call keeps its count: no offsets recorded ([] for None), or a batch of more than one
+    dense = op_cost("aten::_efficient_attention_forward", [[2, 64, h, d]] * 3 + [[], [], []], [BF] * 3 + [""] * 3)
+    assert dense.flops == 4 * 2 * 64 * h * 64 * d
+
+
 def test_causal_argument_positions_follow_the_aten_schemas():
     # reference: the operator schemas of the installed PyTorch (is_causal / custom_mask_type positions)
     import torch
 
-    for name, (qi, ki, _, ci, _) in ATTENTION.items():
+    for name, (qi, ki, _, ci, _, cu) in ATTENTION.items():
         if not name.startswith("aten::"):  # the flash-attn package's (not installed here): by hand below
             continue
         op = getattr(torch.ops.aten, name.split("::")[1]).default
         args = [a.name for a in op._schema.arguments]
         assert args[ci] in ("is_causal", "custom_mask_type"), name
         assert args[qi] == "query" and args[ki] == "key", name
+        assert cu < 0 or args[cu] in ("cum_seq_q", "cu_seqlens_q"), name
 
 
 @pytest.mark.parametrize("name,x,w,stride,padding,dilation,groups", [

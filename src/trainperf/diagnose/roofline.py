@@ -16,8 +16,11 @@ Counting conventions (stated, so a reader can check a row by hand):
 - convolutions: 2·N·C_out·(C_in/groups)·kernel·output positions (torch.utils.flop_counter's count; the output
   positions from the recorded stride, padding and dilation); the backward one forward's worth for each gradient its
   output_mask computes (flop_counter leaves the groups out of the weight's); transposed ones not modelled.
-- attention: forward 4·b·h·s_q·s_k·d (QKᵀ and PV), backward twice that (torch.utils.flop_counter's
-  convention, no recompute); halved when causal (the kernels skip the masked half). Bytes: q, k, v
+- attention: forward 4·b·h·s_q·s_k·d (QKᵀ and PV), backward twice that (the model's FLOPs:
+  torch.utils.flop_counter's backward counts 2.5x, the scores' recomputation included); halved when causal (the
+  kernels skip the masked half). A variable-length call (n sequences packed, their cumulative lengths an input:
+  flash-attn's *_varlen_*, nested/jagged SDPA) as n sequences of equal length, 4·h·d·T_q·T_k / n: exact for equal
+  lengths, a lower bound otherwise (the lengths are tensor values). Bytes: q, k, v
   read and the output written (forward); q, k, v, out, dout read and dq, dk, dv written (backward).
 - elementwise: 1 FLOP per output element; norms, softmax and reductions: 5 per input element (the
   bound of these is bytes: their intensity is far under any ridge point). Bytes: every tensor
@@ -52,28 +55,35 @@ PRECISION = {"c10::BFloat16": "bf16", "c10::Half": "fp16", "float": "fp32", "c10
 NORM_FLOPS_PER_ELEMENT = 5
 
 # attention operators: (index of query, index of key, layout of q/k, index of is_causal or of
-# custom_mask_type (efficient attention: 1 and 2 are causal), backward?) - indices from the ATen schemas
+# custom_mask_type (efficient attention: 1 and 2 are causal), backward?, index of the cumulative sequence lengths of a
+# variable-length call (cum_seq_q / cu_seqlens_q; -1: none)) - indices from the ATen schemas
 ATTENTION = {
-    "aten::_flash_attention_forward": (0, 1, "bshd", 8, False),
-    "aten::_scaled_dot_product_flash_attention": (0, 1, "bhsd", 4, False),
-    "aten::_scaled_dot_product_efficient_attention": (0, 1, "bhsd", 6, False),
-    "aten::_efficient_attention_forward": (0, 1, "bshd", 9, False),
-    "aten::_scaled_dot_product_cudnn_attention": (0, 1, "bhsd", 6, False),
-    "aten::_scaled_dot_product_flash_attention_for_cpu": (0, 1, "bhsd", 4, False),
-    "aten::_flash_attention_backward": (1, 2, "bshd", 11, True),
-    "aten::_scaled_dot_product_flash_attention_backward": (1, 2, "bhsd", 11, True),
-    "aten::_scaled_dot_product_efficient_attention_backward": (1, 2, "bhsd", 11, True),
-    "aten::_efficient_attention_backward": (1, 2, "bshd", 14, True),
-    "aten::_scaled_dot_product_cudnn_attention_backward": (1, 2, "bhsd", 14, True),
-    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": (1, 2, "bhsd", 7, True),
+    "aten::_flash_attention_forward": (0, 1, "bshd", 8, False, 3),
+    "aten::_scaled_dot_product_flash_attention": (0, 1, "bhsd", 4, False, -1),
+    "aten::_scaled_dot_product_efficient_attention": (0, 1, "bhsd", 6, False, -1),
+    "aten::_efficient_attention_forward": (0, 1, "bshd", 9, False, 4),
+    "aten::_scaled_dot_product_cudnn_attention": (0, 1, "bhsd", 6, False, -1),
+    "aten::_scaled_dot_product_flash_attention_for_cpu": (0, 1, "bhsd", 4, False, -1),
+    "aten::_flash_attention_backward": (1, 2, "bshd", 11, True, 6),
+    "aten::_scaled_dot_product_flash_attention_backward": (1, 2, "bhsd", 11, True, -1),
+    "aten::_scaled_dot_product_efficient_attention_backward": (1, 2, "bhsd", 11, True, -1),
+    "aten::_efficient_attention_backward": (1, 2, "bshd", 14, True, 6),
+    "aten::_scaled_dot_product_cudnn_attention_backward": (1, 2, "bhsd", 14, True, -1),
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": (1, 2, "bhsd", 7, True, -1),
     # the flash-attn package (HF transformers' attn_implementation="flash_attention_2"): its custom ops since 2.6
     # (flash_attn_interface.py: _flash_attn_forward(q, k, v, dropout_p, softmax_scale, causal, ...),
     # _flash_attn_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p, softmax_scale, causal, ...)),
     # and before them its autograd Function's record (FlashAttnFunc.apply(q, k, v, dropout_p, softmax_scale, causal,
-    # ...)); the variable-length variants' sequence lengths are tensor values the shapes do not give
-    "flash_attn::_flash_attn_forward": (0, 1, "bshd", 5, False),
-    "flash_attn::_flash_attn_backward": (1, 2, "bshd", 11, True),
-    "FlashAttnFunc": (0, 1, "bshd", 5, False),
+    # ...)); the variable-length variants take (total tokens, heads, dim) and the cumulative lengths after v:
+    # _flash_attn_varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+    # softmax_scale, causal, ...), _flash_attn_varlen_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv,
+    # cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, ...)
+    "flash_attn::_flash_attn_forward": (0, 1, "bshd", 5, False, -1),
+    "flash_attn::_flash_attn_backward": (1, 2, "bshd", 11, True, -1),
+    "FlashAttnFunc": (0, 1, "bshd", 5, False, -1),
+    "flash_attn::_flash_attn_varlen_forward": (0, 1, "bshd", 9, False, 3),
+    "flash_attn::_flash_attn_varlen_backward": (1, 2, "bshd", 15, True, 9),
+    "FlashAttnVarlenFunc": (0, 1, "bshd", 9, False, 3),
 }
 # convolutions (torch.nn.functional.conv*d and what it dispatches to): index of the input, the weight, and of the
 # stride, padding, dilation and groups arguments, and of `transposed` (-1: never), from the ATen schemas (checked
@@ -216,15 +226,29 @@ def _flag(concrete: list, i: int) -> bool:
     return v in ("True", "1", "2")  # is_causal=True, or custom_mask_type 1/2 (causal top-left/bottom-right)
 
 
+def _packed_sequences(dims: list, i: int) -> int:
+    """How many sequences a variable-length attention call packs (its cumulative lengths' size, less one); 0 where
+    the call is not variable-length (no such input, or none recorded)."""
+    d = dims[i] if 0 <= i < len(dims) else None
+    return max(d[0] - 1, 0) if is_shape(d) and len(d) == 1 else 0
+
+
 def _attention(name: str, dims: list, types: list, concrete: list) -> OpCost | None:
-    qi, ki, layout, ci, backward = ATTENTION[name]
+    qi, ki, layout, ci, backward, cu = ATTENTION[name]
     if max(qi, ki) >= len(dims) or types[qi] not in DTYPE_BYTES:
         return None
     q, k = dims[qi], dims[ki]
+    n = _packed_sequences(dims, cu)
+    if n and is_shape(q) and is_shape(k) and len(q) == len(k) == 3:  # flash's packed (total tokens, heads, dim)
+        q, k = [1, *q], [1, *k]
     if not (is_shape(q) and is_shape(k) and len(q) == len(k) == 4):
         return None
     s_k = k[1] if layout == "bshd" else k[2]
-    flops = 4.0 * _numel(q) * s_k * (2 if backward else 1) * (0.5 if _flag(concrete, ci) else 1)
+    # n sequences packed in one (batch 1): their lengths are tensor values no shape gives; counted as n equal ones,
+    # T_q T_k / n of the score matrix, exact for equal lengths and for self-attention the least any lengths summing
+    # to the totals give (Cauchy-Schwarz), so the step's FLOPs stay a lower bound
+    packed = n if n and q[0] == k[0] == 1 else 1
+    flops = 4.0 * _numel(q) * s_k * (2 if backward else 1) * (0.5 if _flag(concrete, ci) else 1) / packed
     e = DTYPE_BYTES[types[qi]]
     nq, nk = _numel(q), _numel(k)
     nbytes = e * ((4 * nq + 4 * nk) if backward else (2 * nq + 2 * nk))
