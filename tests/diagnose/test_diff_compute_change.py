@@ -1,4 +1,4 @@
-"""`trainperf diff`'s compute change (diff.compute_change): the side computing more a step against the other,
+"""`trainperf diff`'s compute change (diagnose/diff_compute.py): the side computing more a step against the other,
 operation by operation (diagnose/slow_work.py), on hand-built one-rank traces worked by hand.
 
 Baseline: every 10-ms step runs aten::mm on [4096, 4096] x [4096, 4096] (4 ms) and aten::add on [4096, 4096]
