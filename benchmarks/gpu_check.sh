@@ -8,7 +8,8 @@
 # language-model loss, eager and fused, celoss and celoss_fused, by 30 s more: the faults' limit 295 -> 325 s, the
 # kernels' 35 -> 25 s (budget 20 -> 12), roofline_vs_bench's 40 -> 30 s, train's 70 -> 60 s; DDP's own per-step work,
 # ddp, 20 s: the faults' limit 325 -> 315 s, calibrate's 40 -> 35 s, roofline_vs_bench's 30 -> 25 s; the gc pair,
-# ~20 s on CPU, run last inside the faults' limit: the first cut when it is reached).
+# ~20 s on CPU, run last inside the faults' limit: the first cut when it is reached; variable-length attention's FLOPs,
+# varlen, 20 s: the faults' limit 315 -> 295 s, its last scenarios cut first).
 # Run on the device machine from the repository root; results go under $OUT (default ./gpu_out).
 #   - faults:    real traces of planted faults (CUDA_LAUNCH_BLOCKING, no caching allocator, empty_cache, synchronize
 #                calls, pageable input, fp32 GEMMs, a slow DataLoader, graph breaks, Python's garbage collector...)
@@ -20,6 +21,8 @@
 #   - train:     ~1B Llama-style model, ~30 steps, bf16 + compile: tokens/s, MFU, memory
 #   - roofline_vs_bench: diagnose's per-operator roofline vs `bench kernels` on the same eager calls
 #   - ddp:       DDP's buffer broadcast and gradient copies on one GPU, each fix's measured gain beside diagnose's
+#   - varlen:    packed (variable-length) attention's FLOPs as the trace gives them against flop_counter's and the
+#                true lengths' (nested jagged SDPA; flash-attn's varlen ops where installed)
 # The device tool returns at most 8 files from $OUT: every result is written under a raw folder and packed
 # into $OUT/gpu_results.tar.gz after each measurement (so a run cut short still returns what finished).
 # The GPU machine has torch/Triton/typer/rich/pyarrow/scipy but no package registry: wheels
@@ -48,12 +51,13 @@ run() {  # run NAME TIMEOUT_S CMD...: one measurement, its log kept even when it
   echo "== $name exit ${PIPESTATUS[0]} $(date -u +%T)"
   pack
 }
-run faults    315 python3 benchmarks/gpu_diagnose_faults.py --out "$RAW/faults" --scenario-timeout-s 35
+run faults    295 python3 benchmarks/gpu_diagnose_faults.py --out "$RAW/faults" --scenario-timeout-s 35
 run calibrate 35  python3 -m trainperf.cli calibrate --device cuda --out "$RAW/calibration.json"
 run kernels   25  python3 benchmarks/gpu_kernels.py --out "$RAW/kernels" --budget-s 12
 run train     60  python3 benchmarks/gpu_train.py --out "$RAW/train" --run-dir "$RAW/train/run" --steps 20
 run roofline_vs_bench 25 python3 benchmarks/roofline_vs_bench.py --device cuda --json "$RAW/roofline_vs_bench.json"
 run ddp       20  python3 -m torch.distributed.run --nproc-per-node 1 benchmarks/bench_ddp_own_work.py "$RAW/ddp" \
   --device cuda --steps 30 --rounds 5 --width 32 --image 16 --batch 16
+run varlen    20  python3 benchmarks/gpu_varlen_flops.py --json "$RAW/varlen_flops.json"
 cp "$RAW/faults/faults.json" "$OUT/" 2>/dev/null
 ls -laR "$RAW" | head -60
