@@ -427,6 +427,14 @@ NAMING_UNTRACED = ("That is Python the profiler did not record: name it with tor
 # a straggler late at the collectives step after step whose extra computation names its cause (above)
 STRAGGLER_CAUSE_RECOMMENDATION = "Rank {rank} holds the other ranks at the collectives step after step. {cause}"
 SLOWER_GPU_EXCLUDE = "If it stays slow, exclude its node from the job."
+# a CPU-only job's straggler whose training thread runs the same operators on the same shapes slower than the other
+# ranks' (slow_work.host_work, cause "device"): its CPU, not its work
+SAME_HOST_WORK_SLOWER_CAUSE = (
+    "The same operators on the same shapes ran {slowdown:.2f}x slower on rank {rank}'s training thread than on the "
+    "other ranks' ({share:.0f} % of its extra time): its CPU is slower there. Look for other processes or threads on "
+    "its cores, ranks sharing a host with more threads between them than it has cores (torch.set_num_threads or "
+    "OMP_NUM_THREADS at the cores per rank, each rank pinned to its own: taskset, numactl), its NUMA placement and "
+    "the cores' frequency.")
 SLOW_RANKS_HOST_CAUSE = (
     "They compute no more than the others but start late: their hosts are slower (CPU contention, other processes "
     "on the node, NUMA placement, fewer cores per GPU, a slower disk for their data).")

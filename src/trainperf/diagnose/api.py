@@ -550,7 +550,8 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     if not group and work_share is not None and work_share < stragglers.LATE_WORK_MIN_SHARE and (persistent or stepped):
         tables, windows = {r: f.table for r, f in facts.items()}, {r: f.window for r, f in facts.items()}
         host_work = (_host_work_comparison(srank, tables, windows) if persistent else
-                     _late_comparison(last, sorted(tables), lambda r: host_step_work(tables[r], windows[r])))
+                     _late_comparison(last, sorted(tables), lambda r: host_step_work(tables[r], windows[r]),
+                                      waits_untraced=True))
     return StragglerFacts(rank=srank, caused_us=caused, caused_per_other_us=caused / others,
                           imbalance_pct=xr.imbalance_pct, events=events, compute_ratio=max(ratio, 1.0),
                           extra_compute_us=extra, persistent=persistent, slow_ranks=group, slow_ranks_p_value=group_p,
@@ -586,17 +587,19 @@ def _host_work_comparison(rank: int, tables: dict[int, EventTable], windows: dic
     mine = host_work(tables[rank], windows[rank])
     others = [w for w in (host_work(tables[r], windows[r]) for r in _reference_ranks([r for r in tables if r != rank]))
               if w is not None]
-    return compare_work([mine], others) if mine is not None else None
+    return compare_work([mine], others, waits_untraced=True) if mine is not None else None
 
 
-def _late_comparison(last: dict, ranks: list[int], step_work_of) -> WorkComparison | None:
+def _late_comparison(last: dict, ranks: list[int], step_work_of, waits_untraced: bool = False) -> WorkComparison | None:
     """Each step's late rank (last: step -> (rank, wait it caused), crossrank.laggards) against the other ranks
     (_reference_ranks of `ranks`, the late one left out) in that step, their work a step as step_work_of(rank) gives
     it (step -> RankWork: slow_work.step_work, host_step_work), operation by operation, a late step on average
-    (slow_work.merge_comparisons); None without any step to compare."""
+    (slow_work.merge_comparisons; waits_untraced: training threads, as compare_work says); None without any step to
+    compare."""
     sample = _reference_ranks(ranks)
     work = {r: step_work_of(r) for r in sorted(set(sample) | {rank for rank, _ in last.values()}) if r in ranks}
-    parts = [compare_work([work[rank][step]], [work[r][step] for r in sample if r != rank and step in work[r]])
+    parts = [compare_work([work[rank][step]], [work[r][step] for r in sample if r != rank and step in work[r]],
+                          waits_untraced=waits_untraced)
              for step, (rank, _) in last.items() if step in work.get(rank, {})]
     return merge_comparisons([c for c in parts if c is not None])
 

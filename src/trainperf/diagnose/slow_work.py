@@ -47,7 +47,9 @@ SAME_CALLS_TOLERANCE = 0.5
 # duplicates), an index or scatter's collisions, a sort's or a routing's data. The same shapes are not the same work
 # there, so they never set the pace; their extra time is work the others had less of
 DATA_DEPENDENT_RE = re.compile(r"embedding|lookup|index|scatter|gather|sort|topk|unique|nonzero|bincount|histc"
-                               r"|masked_select|segment_reduce", re.I)
+                               r"|masked_select|segment_reduce|grouped_mm|grouped_gemm|varlen", re.I)
+# (grouped products: the tokens each expert gets are offsets' values; variable-length attention: each sequence's
+# length is; the shapes are the totals)
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -69,7 +71,7 @@ class RankWork:
 class WorkComparison:
     """The slow ranks' extra computation a step against the other ranks' (µs), split into the two causes.
 
-    The same work's slowdown r is read on the keys both run as many times a step (their time-weighted median ratio);
+    The same work's slowdown r is read on the keys both run as many times a step (their summed time over the others');
     the slow ranks' whole computation at the others' pace is then theirs / r: extra = slow - others =
     slow (1 - 1/r), the same pace lost on all of it, + (slow / r - others), the work the others do less of. Ranks
     that run different shapes anyway (embedding tables sharded unequally) keep their difference in work, not in
@@ -78,7 +80,7 @@ class WorkComparison:
     extra_us: float            # their computation a step (their mean) minus the others' (the median rank's)
     slower_extra_us: float     # ... of it from running at the same work's slowdown: slow (1 - 1/r)
     more_work_extra_us: float  # ... the rest: more work, timed at the others' pace (slow / r - others)
-    same_work_slowdown: float  # r: time-weighted median over the keys run as often on both of their time / the others'
+    same_work_slowdown: float  # r: over the keys run as often on both, their summed time / the others'
     shaped: bool               # keys carry shapes (SHAPED_MIN_SHARE), so "the same work" is the same work
     by_key: dict[str, tuple[float, float]]  # key -> (µs a step on the slow ranks, on the others)
 
@@ -281,11 +283,16 @@ def host_step_work(t: EventTable, w: Window) -> dict[int, RankWork]:
     return out
 
 
-def compare_work(slow: list[RankWork], others: list[RankWork]) -> WorkComparison | None:
+def compare_work(slow: list[RankWork], others: list[RankWork], waits_untraced: bool = False) -> WorkComparison | None:
     """The slow ranks' computation (their mean, key by key) against the other ranks' (their median, key by key);
-    None without both."""
+    None without both. waits_untraced: training threads compared (host_work) whose waits for the slow ranks may fall
+    between traced operators (a CPU job's gloo waits inside DDP's hooks): the other ranks' untraced time beyond the
+    slow ranks' is their waiting, not work, and is left out (capped at the slow ranks')."""
     if not slow or not others:
         return None
+    if waits_untraced:
+        cap = float(np.mean([w.per_step.get(UNTRACED_KEY, (0.0, 0.0))[1] for w in slow]))
+        others = [_untraced_capped(w, cap) for w in others]
     keys = sorted({k for w in slow + others for k in w.per_step})
 
     def typical(works: list[RankWork], pick) -> dict[str, tuple[float, float]]:
@@ -294,9 +301,12 @@ def compare_work(slow: list[RankWork], others: list[RankWork]) -> WorkComparison
 
     mine, theirs = typical(slow, np.mean), typical(others, np.median)
     same = [k for k in keys if theirs[k][1] > 0 and abs(mine[k][0] - theirs[k][0]) < SAME_CALLS_TOLERANCE
-            and not DATA_DEPENDENT_RE.search(k.split(" | ")[0])]
-    ratios = np.array([mine[k][1] / theirs[k][1] for k in same])
-    slowdown = _weighted_median(ratios, np.array([theirs[k][1] for k in same])) if same else 1.0
+            and k != UNTRACED_KEY and not DATA_DEPENDENT_RE.search(k.split(" | ")[0])]
+    # the same work's time on the slow ranks over the others' (the ratios' mean weighted by the others' time): every
+    # key run alike counts at its own ratio, so ops slowed unequally (memory-bound ones more, on shared cores or a
+    # throttled GPU) add up, and the extra of those keys is all in the pace
+    theirs_same = sum(theirs[k][1] for k in same)
+    slowdown = sum(mine[k][1] for k in same) / theirs_same if theirs_same > 0 else 1.0
     pace = max(slowdown, 1.0)  # a faster same work is no device's slowness: all of the extra is then work
     # totals rank by rank: ranks whose shapes differ anyway (shards) have keys of their own, so a sum of per-key
     # medians would leave out the others' own work
@@ -349,9 +359,9 @@ def work_kind(c: WorkComparison) -> str:
     return ""
 
 
-def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
-    """The first value, in sorted order, at which the weights reach half their total (NumPy's quantile takes weights
-    from 2.0 on only; numpy>=1.24 is declared)."""
-    order = np.argsort(values)
-    cum = np.cumsum(weights[order])
-    return float(values[order][np.searchsorted(cum, 0.5 * cum[-1])])
+def _untraced_capped(w: RankWork, cap_us: float) -> RankWork:
+    """w with its untraced time a step (UNTRACED_KEY) at most cap_us."""
+    calls, us = w.per_step.get(UNTRACED_KEY, (0.0, 0.0))
+    if us <= cap_us:
+        return w
+    return RankWork(per_step={**w.per_step, UNTRACED_KEY: (calls, cap_us)}, shaped_share=w.shaped_share)

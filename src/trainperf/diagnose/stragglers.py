@@ -81,12 +81,19 @@ def straggler(f: RankFacts) -> F.Finding | None:
             metrics["steps_with_stall_left_out"] = (h.stalled_steps, "count")
             metrics["p_value_load_noise_unstalled_steps"] = (h.unstalled.p_value, "")
             stalls = ", in the steps without a DataLoader or checkpoint stall"
+        metrics |= _work_metrics(s.host_work, host=True)
         found = F.rank_finding(f, kind="straggler", metrics=metrics, gain_pct=h.gain_pct,
                                gain_us=h.gain_us, ranks=[h.rank], evidence_pct=h.gain_pct,
                                what_if=f"no rank waits for rank {h.rank} (host only: the others' wait per "
                                        f"step{stalls})")
         if schedule_names(f.table, f.window).named:  # a pipeline stage: its schedule names itself (pipeline.py)
             found.recommendation = advice.STRAGGLER_STAGE_RECOMMENDATION
+        elif s.host_work is not None and s.host_work.cause == "device":  # the same operators slower: its CPU
+            w = s.host_work
+            found.recommendation = advice.STRAGGLER_CAUSE_RECOMMENDATION.format(
+                rank=h.rank, cause=advice.SAME_HOST_WORK_SLOWER_CAUSE.format(
+                    slowdown=w.same_work_slowdown, rank=h.rank, share=w.share(w.slower_extra_us)))
+            found.recommendation += _host_extra_text(w)
         else:  # what its training thread does more of than the others'
             found.recommendation += _host_extra_text(s.host_work)
         return found
@@ -143,12 +150,12 @@ def straggler(f: RankFacts) -> F.Finding | None:
     return found
 
 
-def _work_metrics(work: WorkComparison | None) -> dict:
-    """The slow ranks' extra computation a step and where it sits (slow_work.WorkComparison), as finding metrics;
-    none without the comparison."""
+def _work_metrics(work: WorkComparison | None, host: bool = False) -> dict:
+    """The slow ranks' extra computation a step (host: their training thread's own time, a CPU-only job's) and where
+    it sits (slow_work.WorkComparison), as finding metrics; none without the comparison."""
     if work is None:
         return {}
-    out = {"extra_compute_per_step": (work.extra_us, "us"),
+    out = {("extra_host_time_per_step" if host else "extra_compute_per_step"): (work.extra_us, "us"),
            "extra_from_slower_same_work": (work.share(work.slower_extra_us), "%"),
            "extra_from_more_work": (work.share(work.more_work_extra_us), "%")}
     if work.shaped:  # the same operator on the same shapes: the slowdown of the same work
