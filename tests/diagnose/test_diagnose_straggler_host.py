@@ -504,3 +504,33 @@ def test_a_pipeline_stage_waiting_inside_its_own_gloo_send_recv_is_waiting(tmp_p
     d = diagnose(folder)
     s = next(x for x in d.findings if x.kind == "straggler")
     assert s.ranks == [1] and "pipeline stage" in s.recommendation
+
+
+def test_a_rank_running_the_same_operators_slower_on_its_cpu_is_named_so(tmp_path):
+    # both ranks run aten::mm on [256, 256] x [256, 256] (rank 1: 40 ms, rank 0: 30) and on [256, 512] x [512, 256]
+    # (38 ms each) a step, an all-reduce between them; rank 0 waits 10 ms for rank 1 inside no op (gloo:allreduce
+    # open on its worker thread: DDP's reducer). Its thread against rank 0's, the wait left out: 10 ms more a step,
+    # the same operators on the same shapes (40 + 38) / (30 + 38) = 1.147x as long: its CPU, named
+    def events(rank: int) -> list[dict]:
+        slow = rank == 1
+        ev = []
+        for k in range(STEPS):
+            s = 1000.0 + k * STEP_MS
+            a = 40.0 if slow else 30.0
+            ev += [_x(f"ProfilerStep#{k + 1}", s, STEP_MS - 0.01, 10, "user_annotation"),
+                   _x("aten::mm", s + 1.0, a, 10), _x("c10d::allreduce_", s + 1.0 + a, 0.2, 10),
+                   _x("gloo:allreduce", s + 1.1 + a, 40.4 - a, 20), _x("aten::mm", s + 42.0, 38.0, 10)]
+            ev[-4]["args"] = {"Input Dims": [[256, 256], [256, 256]], "Input type": ["float", "float"]}
+            ev[-1]["args"] = {"Input Dims": [[256, 512], [512, 256]], "Input type": ["float", "float"]}
+        return ev
+
+    for r in (0, 1):
+        doc = {"traceEvents": events(r), "distributedInfo": {"backend": "gloo", "rank": r, "world_size": 2}}
+        (tmp_path / f"rank{r}.json").write_text(json.dumps(doc))
+    f = next(x for x in diagnose(tmp_path).findings if x.kind == "straggler")
+    metrics = {k: v["value"] for k, v in f.evidence["metrics"].items()}
+    assert f.ranks == [1] and f.gain_pct == pytest.approx(10.0, abs=0.5)
+    assert metrics["extra_host_time_per_step"] == pytest.approx(10e3, abs=50.0)
+    assert metrics["same_work_slowdown"] == pytest.approx(78.0 / 68.0, abs=1e-3)
+    assert metrics["extra_from_slower_same_work"] == pytest.approx(100.0)
+    assert "ran 1.15x slower on rank 1's training thread" in f.recommendation and "its CPU" in f.recommendation
