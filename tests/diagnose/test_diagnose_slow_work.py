@@ -22,7 +22,8 @@ from kineto_builder import TraceBuilder  # noqa: E402
 
 from trainperf.diagnose import advice  # noqa: E402
 from trainperf.diagnose.api import diagnose  # noqa: E402
-from trainperf.diagnose.slow_work import UNTRACED_KEY, RankWork, WorkComparison, compare_work, work_kind  # noqa: E402
+from trainperf.diagnose.slow_work import (UNTRACED_KEY, RankWork, WorkComparison, compare_work,  # noqa: E402
+                                          waits_left_out, work_kind)
 
 P, STEPS, RANKS, AR = 16_000.0, 8, 4, 300.0
 NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
@@ -166,6 +167,12 @@ def test_training_threads_compared_leave_the_waiting_ranks_untraced_time_out():
     assert c.extra_us == pytest.approx(200.0) and c.same_work_slowdown == pytest.approx(1.2)
     assert c.cause == "device" and c.slower_extra_us == pytest.approx(1500.0 * (1 - 1 / 1.2))
     assert compare_work(slow, others).extra_us == pytest.approx(-1300.0)
+    # one job's threads side by side (`trainperf diff` of CPU runs): each rank's untraced time capped at the least of
+    # theirs, the slow rank's, which waits for no one: the others' 1500-us waits go, their 300 us of Python stays
+    left = waits_left_out(slow + others)
+    assert [w.per_step[UNTRACED_KEY][1] for w in left] == [300.0, 300.0, 300.0]
+    assert [w.total_us for w in left] == [1500.0, 1300.0, 1300.0]
+    assert waits_left_out(others[:1]) == others[:1]  # one rank waits for no one
 
 
 def test_shards_of_other_shapes_are_no_extra_work_when_the_shared_work_is_slower():

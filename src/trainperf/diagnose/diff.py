@@ -46,7 +46,7 @@ from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CH
 from trainperf.diagnose.memory import GIB, DeviceMemory, highest_peak, memory_between
 from trainperf.diagnose.roofline import roofline
 from trainperf.diagnose.diff_compute import compute_change, compute_change_json, compute_change_note
-from trainperf.diagnose.slow_work import RankWork, WorkComparison, host_steps_work, steps_work
+from trainperf.diagnose.slow_work import RankWork, WorkComparison, host_steps_work, steps_work, waits_left_out
 from trainperf.diagnose.step_flops import model_flop_rows
 from trainperf.diagnose.window import device_mask, launched_before_trace
 from trainperf.errors import TrainperfError
@@ -533,10 +533,11 @@ def step_profile(tables: dict[int, EventTable], source: str = "",
         for s in acc.values():
             s.time_us /= n_rank_steps
             s.count /= n_rank_steps
+    on_host = not any(t.has_gpu for t in tables.values())
     return StepProfile(source=source, ranks=sorted(tables), steps=sorted(kept), step_times_us=step_times,
                        breakdown_us=breakdown, kernels=kernels, operators=ops, notes=notes,
                        memory=_peak_memory(tables, sweeps), flops_per_step=float(np.mean(flops)) if flops else None,
-                       work=work, work_on_host=not any(t.has_gpu for t in tables.values()))
+                       work=waits_left_out(work) if on_host else work, work_on_host=on_host)
 
 
 def _peak_memory(tables: dict[int, EventTable], sweeps: dict[int, RankSweep]) -> DeviceMemory | None:

@@ -35,7 +35,7 @@ def compute_change_note(c: WorkComparison | None, side: str, host: bool = False)
     """The compute change in words: how much more the side computes a step, how much of it is the same operations on
     the same shapes run slower (by kernel name alone where no shapes are recorded: then larger inputs read alike),
     and how much is in operations or kernels the other side runs less (more work, or the same work by other kernels:
-    another precision, fusion or library), with the largest of those; host: the sides' training threads' own time
+    another precision, fusion or library), and the operators holding most of it (or the precision it moved to); host: the sides' training threads' own time
     (CPU runs) instead of their computation kernels; "" where there is none."""
     if c is None:
         return ""
@@ -64,8 +64,10 @@ def compute_change_note(c: WorkComparison | None, side: str, host: bool = False)
                            f" by their names ({fmt_us(move['us'])} a step more than the {other}'s), where the {other} "
                            f"runs its GEMMs in other kernels ({theirs}): the same products at another precision, "
                            f"likely")
+    largest = c.largest_extra(2)  # where the extra sits, whatever its cause: the slowed work or the added
+    if largest:
         text += "; most in " + "; ".join(f"{short_name(op)}{f' on {shapes}' if shapes else ''} {fmt_us(m)} vs "
-                                          f"{fmt_us(o)}" for op, m, o, shapes in c.largest_extra(2))
+                                          f"{fmt_us(o)}" for op, m, o, shapes in largest)
     return text
 
 

@@ -359,6 +359,16 @@ def work_kind(c: WorkComparison) -> str:
     return ""
 
 
+def waits_left_out(works: list[RankWork]) -> list[RankWork]:
+    """One job's training threads (host_work, a rank each) with each one's untraced time a step capped at the least of
+    theirs: the ranks wait for the slowest between traced operators too (a CPU job's gloo waits inside DDP's hooks),
+    and the slowest, waited for, waits least; what the others spend there beyond it is their waiting, not work."""
+    if len(works) < 2:
+        return works
+    cap = min(w.per_step.get(UNTRACED_KEY, (0.0, 0.0))[1] for w in works)
+    return [_untraced_capped(w, cap) for w in works]
+
+
 def _untraced_capped(w: RankWork, cap_us: float) -> RankWork:
     """w with its untraced time a step (UNTRACED_KEY) at most cap_us."""
     calls, us = w.per_step.get(UNTRACED_KEY, (0.0, 0.0))
