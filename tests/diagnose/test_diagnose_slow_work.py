@@ -353,3 +353,20 @@ def test_a_lookup_slower_on_the_same_shapes_is_more_work_not_a_slower_gpu(tmp_pa
     assert f.ranks == [RANKS - 1] and _metric(f, "extra_from_more_work") == pytest.approx(100.0)
     assert "GPU itself" not in f.recommendation
     assert f.recommendation.endswith(advice.BALANCE_BY_WORK_KIND["embeddings"])
+
+
+@pytest.mark.parametrize("name,waiting", [
+    ("FSDP::all_gather (layers.1)", True),        # FSDP2's record function around its all-gather and its wait
+    ("FSDP::all_gather", True),
+    ("megatron.all_reduce", True), ("dist.barrier", True), ("DDP broadcast", True),
+    ("c10d::allreduce_", True), ("gloo:all_reduce", True), ("cudaStreamSynchronize", True),
+    ("FSDP::all_gather_copy_out", False),         # copying the gathered parameters out: work, alike on every rank
+    ("FSDP::post_backward_reduce", False),        # holds the reduce-scatter's call (c10d::) beside its own work
+    ("aten::mm", False), ("DistributedDataParallel.forward", False), ("reduce_grads", False),
+])
+def test_the_host_calls_in_which_a_thread_waits_for_the_others(name, waiting):
+    # a CPU job's ranks wait for the slow one inside collectives' calls and the record functions named for them;
+    # host_work leaves that time out of the comparison (slow_work._host_wait)
+    from trainperf.diagnose.slow_work import _host_wait
+
+    assert _host_wait(name) == waiting

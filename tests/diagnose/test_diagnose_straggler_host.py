@@ -506,19 +506,21 @@ def test_a_pipeline_stage_waiting_inside_its_own_gloo_send_recv_is_waiting(tmp_p
     assert s.ranks == [1] and "pipeline stage" in s.recommendation
 
 
-def test_a_rank_running_the_same_operators_slower_on_its_cpu_is_named_so(tmp_path):
-    # both ranks run aten::mm on [256, 256] x [256, 256] (rank 1: 40 ms, rank 0: 30) and on [256, 512] x [512, 256]
-    # (38 ms each) a step, an all-reduce between them; rank 0 waits 10 ms for rank 1 inside no op (gloo:allreduce
-    # open on its worker thread: DDP's reducer). Its thread against rank 0's, the wait left out: 10 ms more a step,
-    # the same operators on the same shapes (40 + 38) / (30 + 38) = 1.147x as long: its CPU, named
+def _slow_thread_job(tmp_path, logging_ms: float = 0.0):
+    """2 ranks: aten::mm on [256, 256] x [256, 256] (rank 1: 40 ms, rank 0: 30; with logging_ms, 30 on both and rank 1
+    logging that long first) and on [256, 512] x [512, 256] (38 ms each) a step, an all-reduce between them; rank 0
+    waits for rank 1 inside no op (gloo:allreduce open on its worker thread: DDP's reducer)."""
     def events(rank: int) -> list[dict]:
         slow = rank == 1
         ev = []
         for k in range(STEPS):
             s = 1000.0 + k * STEP_MS
-            a = 40.0 if slow else 30.0
-            ev += [_x(f"ProfilerStep#{k + 1}", s, STEP_MS - 0.01, 10, "user_annotation"),
-                   _x("aten::mm", s + 1.0, a, 10), _x("c10d::allreduce_", s + 1.0 + a, 0.2, 10),
+            log = logging_ms if slow else 0.0
+            a = (40.0 if slow and not logging_ms else 30.0) + log
+            ev.append(_x(f"ProfilerStep#{k + 1}", s, STEP_MS - 0.01, 10, "user_annotation"))
+            if log:
+                ev.append(_x("log_metrics", s + 1.0, log, 10, "user_annotation"))
+            ev += [_x("aten::mm", s + 1.0 + log, a - log, 10), _x("c10d::allreduce_", s + 1.0 + a, 0.2, 10),
                    _x("gloo:allreduce", s + 1.1 + a, 40.4 - a, 20), _x("aten::mm", s + 42.0, 38.0, 10)]
             ev[-4]["args"] = {"Input Dims": [[256, 256], [256, 256]], "Input type": ["float", "float"]}
             ev[-1]["args"] = {"Input Dims": [[256, 512], [512, 256]], "Input type": ["float", "float"]}
@@ -527,7 +529,22 @@ def test_a_rank_running_the_same_operators_slower_on_its_cpu_is_named_so(tmp_pat
     for r in (0, 1):
         doc = {"traceEvents": events(r), "distributedInfo": {"backend": "gloo", "rank": r, "world_size": 2}}
         (tmp_path / f"rank{r}.json").write_text(json.dumps(doc))
-    f = next(x for x in diagnose(tmp_path).findings if x.kind == "straggler")
+    return next(x for x in diagnose(tmp_path).findings if x.kind == "straggler")
+
+
+def test_a_rank_doing_more_on_its_thread_is_named_so(tmp_path):
+    # rank 1 logs 10 ms a step before the same products: all of its extra time is work rank 0 does not do
+    f = _slow_thread_job(tmp_path, logging_ms=10.0)
+    assert f.ranks == [1] and f.gain_pct == pytest.approx(10.0, abs=0.5)
+    assert "Its training thread does more than the other ranks' (100 % of its extra time" in f.recommendation
+    assert "most in log_metrics: 10.00 ms a step there, 0.00 on the others" in f.recommendation
+
+
+def test_a_rank_running_the_same_operators_slower_on_its_cpu_is_named_so(tmp_path):
+    # rank 1's first product takes 40 ms to rank 0's 30; rank 0 waits 10 ms for it inside no op. Its thread against
+    # rank 0's, the wait left out: 10 ms more a step, the same operators on the same shapes (40 + 38) / (30 + 38) =
+    # 1.147x as long: its CPU, named
+    f = _slow_thread_job(tmp_path)
     metrics = {k: v["value"] for k, v in f.evidence["metrics"].items()}
     assert f.ranks == [1] and f.gain_pct == pytest.approx(10.0, abs=0.5)
     assert metrics["extra_host_time_per_step"] == pytest.approx(10e3, abs=50.0)

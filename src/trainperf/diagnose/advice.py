@@ -435,6 +435,12 @@ SAME_HOST_WORK_SLOWER_CAUSE = (
     "its cores, ranks sharing a host with more threads between them than it has cores (torch.set_num_threads or "
     "OMP_NUM_THREADS at the cores per rank, each rank pinned to its own: taskset, numactl), its NUMA placement and "
     "the cores' frequency.")
+# ... whose extra time is mostly work the other ranks do less of (cause "work")
+HOST_MORE_WORK_CAUSE = (
+    "Its training thread does more than the other ranks' ({share:.0f} % of its extra time is work they do less of): "
+    "work only it does (rank-0 logging, metrics, evaluation or checkpoint bookkeeping: move it off the training "
+    "thread, or do it every N steps on all ranks at once), or more data than the others (pack sequences to the same "
+    "number of tokens per rank).")
 SLOW_RANKS_HOST_CAUSE = (
     "They compute no more than the others but start late: their hosts are slower (CPU contention, other processes "
     "on the node, NUMA placement, fewer cores per GPU, a slower disk for their data).")

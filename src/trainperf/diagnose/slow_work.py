@@ -213,9 +213,16 @@ def step_work(t: EventTable, w: Window) -> dict[int, RankWork]:
 UNTRACED_KEY = "time between traced operators (Python the profiler does not record)"
 
 
+# a framework's record function named for the collective it wraps (FSDP2's "FSDP::all_gather (layers.1)"): the
+# collective's wait for the other ranks is in its own time (not its copy-out, "FSDP::all_gather_copy_out", work)
+COLLECTIVE_SPAN_RE = re.compile(r"(?<![a-z])(all_?gather|reduce_?scatter|all_?reduce|all_?to_?all|broadcast|barrier)"
+                                r"(?![a-z_])", re.I)
+
+
 def _host_wait(name: str) -> bool:
-    """Whether a host call's time is waiting, not work: a device sync, or a collective's call or span."""
-    return bool(SYNC_RUNTIME_RE.match(name) or COMM_OP_RE.search(name))
+    """Whether a host call's time is waiting, not work: a device sync, or a collective's call or span (COMM_OP_RE,
+    COLLECTIVE_SPAN_RE)."""
+    return bool(SYNC_RUNTIME_RE.match(name) or COMM_OP_RE.search(name) or COLLECTIVE_SPAN_RE.search(name))
 
 
 def _host_keys(t: EventTable, markers: StepMarkers, steps):

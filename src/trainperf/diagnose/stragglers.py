@@ -88,11 +88,13 @@ def straggler(f: RankFacts) -> F.Finding | None:
                                        f"step{stalls})")
         if schedule_names(f.table, f.window).named:  # a pipeline stage: its schedule names itself (pipeline.py)
             found.recommendation = advice.STRAGGLER_STAGE_RECOMMENDATION
-        elif s.host_work is not None and s.host_work.cause == "device":  # the same operators slower: its CPU
+        elif s.host_work is not None and s.host_work.cause:  # the same operators slower (its CPU), or more work
             w = s.host_work
-            found.recommendation = advice.STRAGGLER_CAUSE_RECOMMENDATION.format(
-                rank=h.rank, cause=advice.SAME_HOST_WORK_SLOWER_CAUSE.format(
-                    slowdown=w.same_work_slowdown, rank=h.rank, share=w.share(w.slower_extra_us)))
+            cause = (advice.SAME_HOST_WORK_SLOWER_CAUSE.format(slowdown=w.same_work_slowdown, rank=h.rank,
+                                                               share=w.share(w.slower_extra_us))
+                     if w.cause == "device" else
+                     advice.HOST_MORE_WORK_CAUSE.format(share=w.share(w.more_work_extra_us)))
+            found.recommendation = advice.STRAGGLER_CAUSE_RECOMMENDATION.format(rank=h.rank, cause=cause)
             found.recommendation += _host_extra_text(w)
         else:  # what its training thread does more of than the others'
             found.recommendation += _host_extra_text(s.host_work)
