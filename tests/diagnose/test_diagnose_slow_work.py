@@ -370,3 +370,19 @@ def test_the_host_calls_in_which_a_thread_waits_for_the_others(name, waiting):
     from trainperf.diagnose.slow_work import _host_wait
 
     assert _host_wait(name) == waiting
+
+
+def test_one_operator_slowed_alone_is_not_the_devices_pace():
+    # four keys of 1000 us on the others, run as often on the slow rank: all four 1.25x (a slower device: broad) ->
+    # 1000 us of pace; one of them 2x, the rest as fast (its inputs' values, which its shapes do not show) -> the same
+    # summed slowdown, 1.25x, but in 25 % of the same work: work, named, not the device
+    def work(*us):
+        return RankWork(per_step={f"op{i}": (1.0, x) for i, x in enumerate(us)}, shaped_share=1.0)
+
+    others = [work(1000.0, 1000.0, 1000.0, 1000.0)]
+    broad = compare_work([work(1250.0, 1250.0, 1250.0, 1250.0)], others)
+    assert broad.cause == "device" and broad.slower_extra_us == pytest.approx(1000.0)
+    alone = compare_work([work(2000.0, 1000.0, 1000.0, 1000.0)], others)
+    assert alone.same_work_slowdown == pytest.approx(1.25) and alone.extra_us == pytest.approx(1000.0)
+    assert alone.cause == "work" and alone.slower_extra_us == pytest.approx(0.0)
+    assert alone.largest_extra(1)[0][0] == "op0"

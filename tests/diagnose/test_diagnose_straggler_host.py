@@ -507,9 +507,10 @@ def test_a_pipeline_stage_waiting_inside_its_own_gloo_send_recv_is_waiting(tmp_p
 
 
 def _slow_thread_job(tmp_path, logging_ms: float = 0.0):
-    """2 ranks: aten::mm on [256, 256] x [256, 256] (rank 1: 40 ms, rank 0: 30; with logging_ms, 30 on both and rank 1
-    logging that long first) and on [256, 512] x [512, 256] (38 ms each) a step, an all-reduce between them; rank 0
-    waits for rank 1 inside no op (gloo:allreduce open on its worker thread: DDP's reducer)."""
+    """2 ranks: aten::mm on [256, 256] x [256, 256] (rank 1: 40 ms, rank 0: 30) and on [256, 512] x [512, 256]
+    (rank 1: 44 ms, rank 0: 38) a step, an all-reduce between them; with logging_ms, 30 and 38 on both and rank 1
+    logging that long first. Rank 0 waits for rank 1 inside no op (gloo:allreduce open on its worker thread: DDP's
+    reducer)."""
     def events(rank: int) -> list[dict]:
         slow = rank == 1
         ev = []
@@ -517,11 +518,12 @@ def _slow_thread_job(tmp_path, logging_ms: float = 0.0):
             s = 1000.0 + k * STEP_MS
             log = logging_ms if slow else 0.0
             a = (40.0 if slow and not logging_ms else 30.0) + log
+            b = 44.0 if slow and not logging_ms else 38.0
             ev.append(_x(f"ProfilerStep#{k + 1}", s, STEP_MS - 0.01, 10, "user_annotation"))
             if log:
                 ev.append(_x("log_metrics", s + 1.0, log, 10, "user_annotation"))
             ev += [_x("aten::mm", s + 1.0 + log, a - log, 10), _x("c10d::allreduce_", s + 1.0 + a, 0.2, 10),
-                   _x("gloo:allreduce", s + 1.1 + a, 40.4 - a, 20), _x("aten::mm", s + 42.0, 38.0, 10)]
+                   _x("gloo:allreduce", s + 1.1 + a, 40.4 - a, 20), _x("aten::mm", s + 42.0, b, 10)]
             ev[-4]["args"] = {"Input Dims": [[256, 256], [256, 256]], "Input type": ["float", "float"]}
             ev[-1]["args"] = {"Input Dims": [[256, 512], [512, 256]], "Input type": ["float", "float"]}
         return ev
@@ -541,13 +543,13 @@ def test_a_rank_doing_more_on_its_thread_is_named_so(tmp_path):
 
 
 def test_a_rank_running_the_same_operators_slower_on_its_cpu_is_named_so(tmp_path):
-    # rank 1's first product takes 40 ms to rank 0's 30; rank 0 waits 10 ms for it inside no op. Its thread against
-    # rank 0's, the wait left out: 10 ms more a step, the same operators on the same shapes (40 + 38) / (30 + 38) =
-    # 1.147x as long: its CPU, named
+    # rank 1's products take 40 and 44 ms to rank 0's 30 and 38; rank 0 waits 10 ms for the first inside no op (the
+    # second ends before the next step's). Its thread against rank 0's, the wait left out: 16 ms more a step, the
+    # same operators on the same shapes (40 + 44) / (30 + 38) = 1.235x as long, both slowed: its CPU, named
     f = _slow_thread_job(tmp_path)
     metrics = {k: v["value"] for k, v in f.evidence["metrics"].items()}
     assert f.ranks == [1] and f.gain_pct == pytest.approx(10.0, abs=0.5)
-    assert metrics["extra_host_time_per_step"] == pytest.approx(10e3, abs=50.0)
-    assert metrics["same_work_slowdown"] == pytest.approx(78.0 / 68.0, abs=1e-3)
+    assert metrics["extra_host_time_per_step"] == pytest.approx(16e3, abs=50.0)
+    assert metrics["same_work_slowdown"] == pytest.approx(84.0 / 68.0, abs=1e-3)
     assert metrics["extra_from_slower_same_work"] == pytest.approx(100.0)
-    assert "ran 1.15x slower on rank 1's training thread" in f.recommendation and "its CPU" in f.recommendation
+    assert "ran 1.24x slower on rank 1's training thread" in f.recommendation and "its CPU" in f.recommendation

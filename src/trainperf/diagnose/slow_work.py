@@ -43,6 +43,9 @@ SHAPED_MIN_SHARE = 0.5
 # a key runs as many times a step on two ranks when their calls a step differ by less than this (a whole call more
 # in some steps of a window reads as a fraction)
 SAME_CALLS_TOLERANCE = 0.5
+# the part of the same work's slowdown a key must show to count as slowed with it (the breadth test of compare_work):
+# half, as the larger part decides elsewhere (CAUSE_MIN_SHARE); stated, not fitted
+BROAD_SLOWDOWN_PART = 0.5
 # operators whose work is set by their inputs' values, not their shapes: an embedding lookup's rows hit (hot rows,
 # duplicates), an index or scatter's collisions, a sort's or a routing's data. The same shapes are not the same work
 # there, so they never set the pace; their extra time is work the others had less of
@@ -314,7 +317,12 @@ def compare_work(slow: list[RankWork], others: list[RankWork], waits_untraced: b
     # throttled GPU) add up, and the extra of those keys is all in the pace
     theirs_same = sum(theirs[k][1] for k in same)
     slowdown = sum(mine[k][1] for k in same) / theirs_same if theirs_same > 0 else 1.0
-    pace = max(slowdown, 1.0)  # a faster same work is no device's slowness: all of the extra is then work
+    # a slower device or CPU slows its work broadly: at least CAUSE_MIN_SHARE of the same work's time (the others')
+    # in keys slowed at least BROAD_SLOWDOWN_PART of the whole slowdown; one operator slowed alone is slowed by its
+    # inputs' values, which its shapes do not show (a kind DATA_DEPENDENT_RE does not know): work, not pace
+    bar = 1.0 + BROAD_SLOWDOWN_PART * (slowdown - 1.0)
+    broad = sum(theirs[k][1] for k in same if mine[k][1] >= bar * theirs[k][1]) >= CAUSE_MIN_SHARE * theirs_same
+    pace = max(slowdown, 1.0) if broad else 1.0  # a faster same work is no device's slowness: the extra is work
     # totals rank by rank: ranks whose shapes differ anyway (shards) have keys of their own, so a sum of per-key
     # medians would leave out the others' own work
     slow_us = float(np.mean([w.total_us for w in slow]))
