@@ -69,6 +69,11 @@ class RankWork:
         """Computation a step (µs; kernels summed, not their union)."""
         return sum(us for _, us in self.per_step.values())
 
+    @property
+    def untraced_us(self) -> float:
+        """A training thread's time between traced operators a step (µs; UNTRACED_KEY), 0 for kernels."""
+        return self.per_step.get(UNTRACED_KEY, (0.0, 0.0))[1]
+
 
 @dataclass(kw_only=True, frozen=True)
 class WorkComparison:
@@ -301,7 +306,7 @@ def compare_work(slow: list[RankWork], others: list[RankWork], waits_untraced: b
     if not slow or not others:
         return None
     if waits_untraced:
-        cap = float(np.mean([w.per_step.get(UNTRACED_KEY, (0.0, 0.0))[1] for w in slow]))
+        cap = float(np.mean([w.untraced_us for w in slow]))
         others = [_untraced_capped(w, cap) for w in others]
     keys = sorted({k for w in slow + others for k in w.per_step})
 
@@ -380,13 +385,13 @@ def waits_left_out(works: list[RankWork]) -> list[RankWork]:
     and the slowest, waited for, waits least; what the others spend there beyond it is their waiting, not work."""
     if len(works) < 2:
         return works
-    cap = min(w.per_step.get(UNTRACED_KEY, (0.0, 0.0))[1] for w in works)
+    cap = min(w.untraced_us for w in works)
     return [_untraced_capped(w, cap) for w in works]
 
 
 def _untraced_capped(w: RankWork, cap_us: float) -> RankWork:
     """w with its untraced time a step (UNTRACED_KEY) at most cap_us."""
-    calls, us = w.per_step.get(UNTRACED_KEY, (0.0, 0.0))
-    if us <= cap_us:
+    if w.untraced_us <= cap_us:
         return w
-    return RankWork(per_step={**w.per_step, UNTRACED_KEY: (calls, cap_us)}, shaped_share=w.shaped_share)
+    return RankWork(per_step={**w.per_step, UNTRACED_KEY: (w.per_step[UNTRACED_KEY][0], cap_us)},
+                    shaped_share=w.shaped_share)
