@@ -35,8 +35,9 @@ def compute_change_note(c: WorkComparison | None, side: str, host: bool = False)
     """The compute change in words: how much more the side computes a step, how much of it is the same operations on
     the same shapes run slower (by kernel name alone where no shapes are recorded: then larger inputs read alike),
     and how much is in operations or kernels the other side runs less (more work, or the same work by other kernels:
-    another precision, fusion or library), and the operators holding most of it (or the precision it moved to); host: the sides' training threads' own time
-    (CPU runs) instead of their computation kernels; "" where there is none."""
+    another precision, fusion or library), and the operators holding most of it (or the precision it moved to);
+    host: the sides' training threads' own time (CPU runs) instead of their computation kernels; "" where there is
+    none."""
     if c is None:
         return ""
     other = "baseline" if side == "candidate" else "candidate"

@@ -208,9 +208,15 @@ def step_work(t: EventTable, w: Window) -> dict[int, RankWork]:
     RankWork of that one step; kernels launched outside every step left out)."""
     rows, keys, durs, shaped = _kernel_keys(t, w)
     step = t.step[rows]
+    keep = np.flatnonzero(step >= 0)
+    return _work_by_step([keys[i] for i in keep.tolist()], durs[keep], shaped[keep], step[keep])
+
+
+def _work_by_step(keys: list[str], durs: np.ndarray, shaped: np.ndarray, of_step: np.ndarray) -> dict[int, RankWork]:
+    """{step: RankWork of that one step} of the keyed rows given (their keys, µs, shapes known, step of each)."""
     out = {}
-    for s in np.unique(step[step >= 0]).tolist():
-        sel = np.flatnonzero(step == s)
+    for s in np.unique(of_step).tolist():
+        sel = np.flatnonzero(of_step == s)
         out[int(s)] = _work([keys[i] for i in sel.tolist()], durs[sel], shaped[sel], 1)
     return out
 
@@ -291,11 +297,7 @@ def host_step_work(t: EventTable, w: Window) -> dict[int, RankWork]:
     if got is None:
         return {}
     keys, durs, shaped, of_step, _ = got
-    out = {}
-    for s in np.unique(of_step).tolist():
-        sel = np.flatnonzero(of_step == s)
-        out[int(s)] = _work([keys[i] for i in sel.tolist()], durs[sel], shaped[sel], 1)
-    return out
+    return _work_by_step(keys, durs, shaped, of_step)
 
 
 def compare_work(slow: list[RankWork], others: list[RankWork], waits_untraced: bool = False) -> WorkComparison | None:

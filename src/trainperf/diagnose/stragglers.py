@@ -88,16 +88,11 @@ def straggler(f: RankFacts) -> F.Finding | None:
                                        f"step{stalls})")
         if schedule_names(f.table, f.window).named:  # a pipeline stage: its schedule names itself (pipeline.py)
             found.recommendation = advice.STRAGGLER_STAGE_RECOMMENDATION
-        elif s.host_work is not None and s.host_work.cause:  # the same operators slower (its CPU), or more work
-            w = s.host_work
-            cause = (advice.SAME_HOST_WORK_SLOWER_CAUSE.format(slowdown=w.same_work_slowdown, rank=h.rank,
-                                                               share=w.share(w.slower_extra_us))
-                     if w.cause == "device" else
-                     advice.HOST_MORE_WORK_CAUSE.format(share=w.share(w.more_work_extra_us)))
-            found.recommendation = advice.STRAGGLER_CAUSE_RECOMMENDATION.format(rank=h.rank, cause=cause)
-            found.recommendation += _host_extra_text(w)
-        else:  # what its training thread does more of than the others'
-            found.recommendation += _host_extra_text(s.host_work)
+        else:
+            if s.host_work is not None and s.host_work.cause:  # the same operators slower (its CPU), or more work
+                found.recommendation = advice.STRAGGLER_CAUSE_RECOMMENDATION.format(
+                    rank=h.rank, cause=_work_cause(s.host_work, [h.rank], host=True))
+            found.recommendation += _host_extra_text(s.host_work)  # what its training thread does more of
         return found
     if s.compute_group_ratio and not s.persistent:
         # a slow pipeline stage beside matched waits that name no one rank: its ranks are the straggler (below), the
@@ -165,8 +160,14 @@ def _work_metrics(work: WorkComparison | None, host: bool = False) -> dict:
     return out
 
 
-def _work_cause(work: WorkComparison, ranks: list[int]) -> str:
-    """The cause the slow ranks' extra computation names (advice.SAME_WORK_SLOWER_CAUSE or MORE_WORK_CAUSE)."""
+def _work_cause(work: WorkComparison, ranks: list[int], host: bool = False) -> str:
+    """The cause the slow ranks' extra computation names (advice.SAME_WORK_SLOWER_CAUSE or MORE_WORK_CAUSE); host: a
+    CPU-only job's straggler's training thread (SAME_HOST_WORK_SLOWER_CAUSE or HOST_MORE_WORK_CAUSE)."""
+    if host:
+        return (advice.SAME_HOST_WORK_SLOWER_CAUSE.format(slowdown=work.same_work_slowdown, rank=ranks[0],
+                                                          share=work.share(work.slower_extra_us))
+                if work.cause == "device" else advice.HOST_MORE_WORK_CAUSE.format(
+                    share=work.share(work.more_work_extra_us)))
     who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {F.rank_list(ranks)}"
     if work.cause == "device":
         return advice.SAME_WORK_SLOWER_CAUSE.format(slowdown=work.same_work_slowdown, who=who,
