@@ -420,6 +420,19 @@ def test_an_interleaved_pipeline_is_a_pipeline_whose_bubble_its_chunks_divide(tm
     assert diagnose(unnamed).findings[0].kind == "pipeline_bubble"
 
 
+def test_the_first_stage_last_at_the_closing_all_reduce_by_its_schedule_is_no_straggler(tmp_path):
+    # 1F1B's first stage runs the last backward, so at the step's closing all-reduce over the stages (Megatron's
+    # gradient norm) the other stages wait for it in every step: 3 x 3 ms of drain. It computes what they compute
+    # and its GPU idles no longer: its lateness is the bubble's, not a slow rank's (it was named a straggler, 18 %,
+    # first). A first stage at 1.5x is still named, by its computation
+    d = diagnose(pipeline_job(tmp_path / "equal", [1000.0] * 4, micro=8, schedule="1f1b", norm_all_reduce_us=50.0))
+    assert [f.kind for f in d.findings] == ["pipeline_bubble"]
+    assert d.findings[0].gain_pct == pytest.approx(100 * (1 - 28.5 / 33), abs=1.0)  # as without the all-reduce
+    slow = pipeline_job(tmp_path / "slow", [1500.0] + [1000.0] * 3, micro=8, schedule="1f1b", norm_all_reduce_us=50.0)
+    top = diagnose(slow).findings[0]
+    assert (top.kind, top.ranks) == ("straggler", [0])
+
+
 def test_a_slow_first_stage_is_priced_before_overlapping_its_send_recv(tmp_path):
     # 8 stages, the first 1.3x slower: the schedule gives 8 x 3900 + 7 x 3000 -> 15 x 3000 us a step, 13.8 %. On the
     # first stage's own replay, hiding its send/recv first (the gradients it waits for) left its computation at the

@@ -69,7 +69,8 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
               rng: random.Random | None = None, replicas: int = 1, schedule_names: bool = False,
               schedule: str = "gpipe", all_reduce_us: float = ALL_REDUCE_US, aten_ops: bool = False,
               receive_syncs: bool = False, tp_all_reduce_us: float = 0.0, transfer_us: float = TRANSFER_US,
-              receive_floor_us: float = 10.0, transfer_args: dict | None = None, chunks: int = 1) -> Path:
+              receive_floor_us: float = 10.0, transfer_args: dict | None = None, chunks: int = 1,
+              norm_all_reduce_us: float = 0.0) -> Path:
     """Write rank<k>.json.gz for each rank k into out; return out. forward_us[s]: stage s's forward of a micro-batch
     (us), or a list of one per step; every compute kernel +-noise_us, uniform. replicas: data-parallel copies of the
     pipeline (rank d * stages + s is stage s of copy d, each copy's send/recv its own); with more than one, each stage's
@@ -86,7 +87,9 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
     "Collective name" allreduce in process group "tp") that the stage's next work waits for. transfer_us: each
     activation's or gradient's transfer; receive_floor_us: the shortest a receive lasts (10 us: its data already in
     flight when it starts; transfer_us where the data moves only while it runs, as NCCL's kernels move it);
-    transfer_args: the send/recv kernels' args (message sizes, group: PyTorch >= 2.1's record_param_comms)."""
+    transfer_args: the send/recv kernels' args (message sizes, group: PyTorch >= 2.1's record_param_comms).
+    norm_all_reduce_us: each copy's stages all-reduce together at the end of the step, this long after the last of
+    them arrives (Megatron's gradient-norm all-reduce over the model-parallel group before the optimizer)."""
     rng = rng or random.Random(0)
     p2p_args = transfer_args or {}
     stages = len(forward_us)
@@ -169,6 +172,13 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
                 launch(k, ALL_REDUCE, free[k], last + all_reduce_us - free[k], stream=22,
                        **{"Collective name": "allreduce", "Process Group Name": f"dp{s}"})
                 free[k] = last + all_reduce_us
+        for d in range(replicas if norm_all_reduce_us else 0):  # each copy's stages reduce the gradients' norm
+            members = range(d * stages, (d + 1) * stages)
+            last = max(free[k] for k in members)
+            for k in members:
+                launch(k, ALL_REDUCE, free[k], last + norm_all_reduce_us - free[k], stream=22,
+                       **{"Collective name": "allreduce", "Process Group Name": f"mp{d}"})
+                free[k] = last + norm_all_reduce_us
         for k in range(ranks):
             sync_at = host[k] + 5.0
             end = max(free[k], done.get(("f", k, micro - 1, 0), 0.0)) + 100

@@ -126,7 +126,7 @@ def straggler(f: RankFacts) -> F.Finding | None:
         found = F.rank_finding(f, "straggler", metrics, [], (Change("compute_speedup", factor=ratio),),
                                f"rank {f.rank} computes as fast as the other ranks ({ratio:.2f}x faster)",
                                evidence_pct=f.pct(max(s.caused_per_other_us, s.extra_compute_us)), ranks=[f.rank])
-    elif not f.waits:
+    elif not f.waits or schedule_drain(f, s):
         return None
     else:
         found = F.rank_finding(f, "straggler", metrics,
@@ -199,6 +199,16 @@ LATE_WORK_MIN_SHARE = 0.5
 def late_without_more_work(s: StragglerFacts) -> bool:
     """Whether the late ranks had no more computation than the others in the steps they were late."""
     return s.late_work_share is not None and s.late_work_share < LATE_WORK_MIN_SHARE
+
+
+def schedule_drain(f: RankFacts, s: StragglerFacts) -> bool:
+    """Whether the rank the others wait for in a pipeline job is late by its place in the schedule, not slow: no
+    more computation than the others in the steps it was late and no more host pause (its GPU idled no longer), so
+    the work queued ahead of it, a stage's receives waiting for its neighbours, made it late. In 1F1B the first stage
+    runs the last backward and reaches the step's closing collectives (gradient-norm all-reduce, DP gradient sync)
+    last by design, its waits the drain of the bubble that pipeline_bubble prices; a slow stage computes more and is
+    named by its computation (crossrank's compute straggler)."""
+    return f.pipeline_stage and late_without_more_work(s) and not paused_not_loaded(s)
 
 
 def paused_not_loaded(s: StragglerFacts) -> bool:
