@@ -231,6 +231,29 @@ HOST_TO_DEVICE_SYNC_RECOMMENDATION = (
     "memory (DataLoader(pin_memory=True)) with .to(device, non_blocking=True), and prefetch the next batch on a side "
     "stream (a CUDA stream and an event per batch) so that the copy overlaps the step before. For the other syncs:")
 
+# host_sync by what made most of the blocking (rules.host_sync, diagnose/sync_causes.py): operators whose output size
+# depends on the data; value reads followed by an all-to-all (its split sizes: dropless MoE's token counts per expert);
+# synchronize calls inside no operator
+SHAPE_SYNC_RECOMMENDATION = (
+    "{pct:.0f} % of the host's blocking is in operators whose output size depends on the data ({ops}): each waits for "
+    "the GPU to finish before the host can size its output. Keep shapes static: torch.where, or multiplying by the mask, "
+    "instead of boolean-mask indexing and masked_select; nonzero_static(size=...) or a fixed capacity instead of "
+    "nonzero; repeat_interleave(..., output_size=n) and bincount(..., minlength=n) with the sizes known ahead; unique "
+    "on the host once, outside the loop.")
+SPLIT_SIZES_SYNC_RECOMMENDATION = (
+    "{pct:.0f} % of the host's blocking is in values read back right before an all-to-all: its split sizes, an "
+    "expert-parallel layer's token counts per expert (dropless MoE), which the host needs to size the exchange. Avoid "
+    "the read: a fixed capacity per expert, whose all-to-all has fixed sizes (tokens beyond it dropped or padded: "
+    "Megatron's --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity); or a dispatcher whose buffers "
+    "are sized for the worst case, so that the counts stay on the GPU (DeepEP's low-latency kernels); at least "
+    "exchange the counts for the next layer while this one computes.")
+BARE_SYNC_RECOMMENDATION = (
+    "{pct:.0f} % of the host's blocking is in synchronize calls made in no operator ({calls}): "
+    "torch.cuda.synchronize() or a stream or event synchronize in the loop, waiting for nothing the host "
+    "uses (timing code, ordering between streams). Drop them: time with CUDA events read after the step "
+    "(torch.cuda.Event(enable_timing=True)), and order streams on the device (stream.wait_stream, wait_event) instead "
+    "of on the host.")
+
 # host_sync when most of the host's blocking is in kernel launches that each waited for their own kernel
 # (replay.synchronous_launches)
 SYNCHRONOUS_LAUNCH_RECOMMENDATION = (

@@ -33,6 +33,7 @@ from trainperf.diagnose.replay import (BLOCK_QUEUE, BLOCK_SYNC, Change, Graph, R
 from trainperf.diagnose.roofline import device_accelerator
 from trainperf.diagnose.slow_work import WorkComparison
 from trainperf.diagnose.steps import StepTime, step_times
+from trainperf.diagnose.sync_causes import SyncCauses, sync_causes
 from trainperf.diagnose.window import Window, covered_length, merge_intervals
 from trainperf.trace.events import CPU_OP, USER_ANNOTATION, EventTable
 from trainperf.trace.nesting import enclosing_span, row_spans, thread_key
@@ -149,6 +150,7 @@ class RankFacts:
     unprofiled_step_us: float | None = None  # the step time measured without the profiler, when one is given (µs)
     sync_sites: list[SyncSite] = field(default_factory=list)
     sync_op_counts: dict = field(default_factory=dict)  # op name -> (count, CPU µs): aten::item, nonzero, ...
+    sync_causes: SyncCauses = field(default_factory=SyncCauses)  # the blocking syncs by what made them
     compute_by_step: dict = field(default_factory=dict)  # step -> µs of computation it launched (crossrank)
     # collective type ("all_reduce", "all_to_all", "send_recv", ...) -> its share of communication kernel time
     comm_share_by_collective: dict = field(default_factory=dict)
@@ -477,6 +479,8 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
     for k, r in groups.items():  # keys "<process group>/<collective>": summed over groups
         comm[group_kind(k)] = comm.get(group_kind(k), 0.0) + float((w.end_us[r] - w.ts_us[r]).sum())
     f.p2p_rows, f.p2p_role = timing.p2p_rows, timing.p2p_role
+    f.sync_causes = sync_causes(t, w, f.graph, _rows_of(groups, lambda kind: kind == "all_to_all"),
+                                _rows_of(groups, lambda kind: True))
     f.p2p_overlap = comm_comp_overlap(t, w, f.p2p_rows)
     f.other_comm_rows = _rows_of(groups, lambda kind: kind != P2P_KIND)
     f.other_comm_overlap = comm_comp_overlap(t, w, f.other_comm_rows)

@@ -47,6 +47,7 @@ from trainperf.diagnose.recompute import recompute_overhead
 from trainperf.diagnose.replay import BLOCK_COMM, BLOCK_PAGEABLE, BLOCK_SYNC, Change, blocked_us
 from trainperf.diagnose.slow_gemm import slow_gemm
 from trainperf.diagnose.stragglers import STRAGGLER_MIN_COMPUTE_RATIO, load_imbalance, straggler
+from trainperf.diagnose.sync_causes import SyncCauses
 from trainperf.diagnose.unbucketed import unbucketed_gradients
 from trainperf.diagnose.window import merge_intervals
 from trainperf.trace.categories import copy_direction
@@ -216,7 +217,28 @@ def host_sync(f: RankFacts) -> Finding | None:
     elif to_device >= HOST_TO_DEVICE_SYNC_SHARE:
         x.recommendation = (advice.HOST_TO_DEVICE_SYNC_RECOMMENDATION.format(pct=100.0 * to_device) + " "
                             + x.recommendation)
+    else:
+        x.recommendation = _sync_cause_recommendation(f.sync_causes) or x.recommendation
+    causes = f.sync_causes
+    for name, us in (("blocking_in_data_dependent_shapes", causes.shape_us),
+                     ("blocking_in_reads_before_all_to_all", causes.split_read_us),
+                     ("blocking_in_bare_synchronize", causes.bare_us)):
+        x.evidence["metrics"][name] = {"value": round(100.0 * causes.share(us), 3), "unit": "%"}
     return x
+
+
+def _sync_cause_recommendation(causes: SyncCauses) -> str:
+    """host_sync's fix for what made most of the blocking (sync_causes.py: a majority, as the other kinds'), or ""
+    where nothing holds a majority (the default fix: reads to drop or defer)."""
+    if causes.share(causes.split_read_us) > 0.5:
+        return advice.SPLIT_SIZES_SYNC_RECOMMENDATION.format(pct=100.0 * causes.share(causes.split_read_us))
+    if causes.share(causes.shape_us) > 0.5:
+        return advice.SHAPE_SYNC_RECOMMENDATION.format(pct=100.0 * causes.share(causes.shape_us),
+                                                       ops=", ".join(causes.shape_ops[:3]))
+    if causes.share(causes.bare_us) > 0.5:
+        return advice.BARE_SYNC_RECOMMENDATION.format(pct=100.0 * causes.share(causes.bare_us),
+                                                      calls=", ".join(causes.bare_calls[:3]))
+    return ""
 
 
 # the share of the host's blocking in launches that waited for their own kernel from which the fix is to make launches
