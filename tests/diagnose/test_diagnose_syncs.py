@@ -62,6 +62,25 @@ def test_item_sync_priced_by_the_idle_it_causes(tmp_path):
     assert not any(x.kind == "pageable_copy" for x in d.findings)
 
 
+def test_a_blocking_copy_whose_copy_the_trace_lacks_is_still_a_sync(tmp_path):
+    # _item_trace with the copies' device events dropped (a CUPTI buffer overflow): each cudaMemcpyAsync [T+32,
+    # T+1020) returns 10 us after the last GEMM ends (T+1010), as a synchronize call would. Read as host time, it
+    # held both steps to its length: no host_sync, nothing to gain. As a sync: without it the kernels run back to
+    # back, step 0 ends at 1310 (no 2-us copy now), step 1 at 1310 + 1000 + 300 = 2610, the trace at 2740: 130 us
+    b = TraceBuilder()
+    for s in range(2):
+        T = 1400.0 * s
+        for i in range(5):
+            b.launch("ampere_sgemm_128x64_tn", T + 5 * i, T + 10 + 200 * i, 200)
+        b.cpu("aten::item", T + 30, 995)
+        b.cpu("aten::_local_scalar_dense", T + 31, 993)
+        b.cpu("cudaMemcpyAsync", T + 32, 988, cat="cuda_runtime")
+        for i in range(3):
+            b.launch("vectorized_elementwise_kernel", T + 1030 + 5 * i, T + 1040 + 100 * i, 100)
+    f = next(x for x in diagnose(b.write(tmp_path / "n.json.gz")).findings if x.kind == "host_sync")
+    assert f.gain_us == pytest.approx(130) and f.evidence["metrics"]["sync_calls"]["value"] == 2
+
+
 def test_call_site_from_python_stack(tmp_path):
     # with_stack=True: user frame train.py(42) encloses the aten::item; a torch frame inside it is skipped
     b = TraceBuilder()

@@ -1112,7 +1112,11 @@ def build_graph(t: EventTable, w: Window, comm_wait_us: dict[int, tuple[float, i
 
         one_stream = np.zeros(n, bool)
         one_stream[:n_h] = np.isin(host_names, t.ids_matching(ONE_STREAM_SYNC_RE.search))
-        for i in np.flatnonzero(is_sync_api & (block == NOT_BLOCKING)):
+        # a copy call whose own copy the trace lacks (its device activity dropped, or never recorded) shows its wait
+        # as a synchronize call does: the device work that ended as it returned. Kept as host time, a 9-ms blocking
+        # cudaMemcpyAsync that ended with the queue's last kernel held every replayed step to its length
+        copy_unseen = is_copy_call & (own_first < 0) & (dur > typical + TOL_US)
+        for i in np.flatnonzero((is_sync_api | copy_unseen) & (block == NOT_BLOCKING)):
             k = waited_for(i, False)
             if k >= 0:
                 sync_on[i] = k
