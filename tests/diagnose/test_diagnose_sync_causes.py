@@ -21,7 +21,8 @@ def _steps(path: Path, blocking: str, collective: str = "") -> Path:
     the host blocks from T+30 until the queue drains (T+1012) in `blocking`: "nonzero" (aten::nonzero >
     cudaMemcpyAsync of its 2-us count), "repeat_interleave" (> aten::item > cudaMemcpyAsync), "tolist"
     (aten::tolist > aten::_local_scalar_dense > cudaMemcpyAsync), "copy_" (aten::copy_ > an asynchronous copy, then
-    cudaStreamSynchronize) or "synchronize" (cudaDeviceSynchronize in no operator); then, with `collective` ("all_to_allv" or "allreduce"),
+    cudaStreamSynchronize), "synchronize" (cudaDeviceSynchronize in no operator) or "rate_limiter" (cudaEventSynchronize
+    in FSDP1's "FullyShardedDataParallel.rate_limiter" span); then, with `collective` ("all_to_allv" or "allreduce"),
     the rank launches a 100-us collective of that name at T+1030, and three 100-us kernels from T+1040; an optimizer
     step's span at T+1060 (a training loop)."""
     b = TraceBuilder(rank=0, world_size=2)
@@ -31,6 +32,9 @@ def _steps(path: Path, blocking: str, collective: str = "") -> Path:
             b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", T + 5 * i, T + 10 + 200 * i, 200)
         if blocking == "synchronize":
             b.cpu("cudaDeviceSynchronize", T + 30, 985, cat="cuda_runtime")
+        elif blocking == "rate_limiter":  # FSDP1's limit_all_gathers: event.synchronize() in its own span
+            b.cpu("FullyShardedDataParallel.rate_limiter", T + 29, 988, cat="user_annotation")
+            b.cpu("cudaEventSynchronize", T + 30, 985, cat="cuda_runtime")
         elif blocking == "copy_":  # .to("cpu"): the copy, then its stream synchronized inside aten::copy_
             b.cpu("aten::copy_", T + 30, 990)
             b.launch("Memcpy DtoH (Device -> Pinned)", T + 32, T + 1010, 2, cat="gpu_memcpy", launch_dur=4,
@@ -89,3 +93,10 @@ def test_a_synchronize_call_in_no_operator_is_named(tmp_path):
     f = _host_sync(_steps(tmp_path / "c.json.gz", "copy_"))
     assert _share(f, "blocking_in_bare_synchronize") == 0.0
     assert f.recommendation == advice.RECOMMENDATIONS["host_sync"]
+
+
+def test_fsdps_rate_limiter_is_told_as_fsdps(tmp_path):
+    f = _host_sync(_steps(tmp_path / "l.json.gz", "rate_limiter"))
+    assert _share(f, "blocking_in_fsdp_rate_limiter") == pytest.approx(100.0)
+    assert _share(f, "blocking_in_bare_synchronize") == pytest.approx(100.0)  # it is one, in no operator
+    assert f.recommendation == advice.RATE_LIMITER_SYNC_RECOMMENDATION.format(pct=100.0)

@@ -233,20 +233,27 @@ HOST_TO_DEVICE_SYNC_RECOMMENDATION = (
 
 # host_sync by what made most of the blocking (rules.host_sync, diagnose/sync_causes.py): operators whose output size
 # depends on the data; value reads followed by an all-to-all (its split sizes: dropless MoE's token counts per expert);
-# synchronize calls inside no operator
+# synchronize calls inside no operator, FSDP1's rate limiter among them
 SHAPE_SYNC_RECOMMENDATION = (
     "{pct:.0f} % of the host's blocking is in operators whose output size depends on the data ({ops}): each waits for "
-    "the GPU to finish before the host can size its output. Keep shapes static: torch.where, or multiplying by the mask, "
-    "instead of boolean-mask indexing and masked_select; nonzero_static(size=...) or a fixed capacity instead of "
+    "the GPU to finish before the host can size its output. Keep shapes static: torch.where, or multiplying by the "
+    "mask, instead of boolean-mask indexing and masked_select; nonzero_static(size=...) or a fixed capacity instead of "
     "nonzero; repeat_interleave(..., output_size=n) and bincount(..., minlength=n) with the sizes known ahead; unique "
     "on the host once, outside the loop.")
 SPLIT_SIZES_SYNC_RECOMMENDATION = (
-    "{pct:.0f} % of the host's blocking is in values read back right before an all-to-all: its split sizes, an "
-    "expert-parallel layer's token counts per expert (dropless MoE), which the host needs to size the exchange. Avoid "
-    "the read: a fixed capacity per expert, whose all-to-all has fixed sizes (tokens beyond it dropped or padded: "
-    "Megatron's --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity); or a dispatcher whose buffers "
-    "are sized for the worst case, so that the counts stay on the GPU (DeepEP's low-latency kernels); at least "
-    "exchange the counts for the next layer while this one computes.")
+    "{pct:.0f} % of the host's blocking is in values read back right before an all-to-all: its split sizes, which the "
+    "host needs to size the exchange (an expert-parallel layer's token counts per expert in a dropless MoE, sharded "
+    "embeddings' feature lengths). Avoid the read or take it off the critical path: a fixed capacity per expert, "
+    "whose all-to-all has fixed sizes (tokens beyond it dropped or padded: Megatron's --moe-expert-capacity-factor "
+    "with --moe-pad-expert-input-to-capacity); a dispatcher whose buffers are sized for the worst case, so that the "
+    "counts stay on the GPU (DeepEP's low-latency kernels); for sharded embeddings the next batch's input "
+    "distribution started during this batch's compute (TorchRec's TrainPipelineSparseDist); at least exchange the "
+    "sizes for the next layer while this one computes.")
+RATE_LIMITER_SYNC_RECOMMENDATION = (
+    "{pct:.0f} % of the host's blocking is in FSDP's rate limiter (FullyShardedDataParallel.rate_limiter, "
+    "limit_all_gathers=True): the host waits for an earlier layer's unsharded parameters to be freed before it "
+    "all-gathers the next, which caps memory but stalls the launches. With memory to spare, limit_all_gathers=False; "
+    "or FSDP2 (fully_shard), which orders the all-gathers with stream waits on the device and never blocks the host.")
 BARE_SYNC_RECOMMENDATION = (
     "{pct:.0f} % of the host's blocking is in synchronize calls made in no operator ({calls}): "
     "torch.cuda.synchronize() or a stream or event synchronize in the loop, waiting for nothing the host "

@@ -222,7 +222,8 @@ def host_sync(f: RankFacts) -> Finding | None:
     causes = f.sync_causes
     for name, us in (("blocking_in_data_dependent_shapes", causes.shape_us),
                      ("blocking_in_reads_before_all_to_all", causes.split_read_us),
-                     ("blocking_in_bare_synchronize", causes.bare_us)):
+                     ("blocking_in_bare_synchronize", causes.bare_us),
+                     ("blocking_in_fsdp_rate_limiter", causes.rate_limiter_us)):
         x.evidence["metrics"][name] = {"value": round(100.0 * causes.share(us), 3), "unit": "%"}
     return x
 
@@ -235,6 +236,8 @@ def _sync_cause_recommendation(causes: SyncCauses) -> str:
     if causes.share(causes.shape_us) > 0.5:
         return advice.SHAPE_SYNC_RECOMMENDATION.format(pct=100.0 * causes.share(causes.shape_us),
                                                        ops=", ".join(causes.shape_ops[:3]))
+    if causes.share(causes.rate_limiter_us) > 0.5:
+        return advice.RATE_LIMITER_SYNC_RECOMMENDATION.format(pct=100.0 * causes.share(causes.rate_limiter_us))
     if causes.share(causes.bare_us) > 0.5:
         return advice.BARE_SYNC_RECOMMENDATION.format(pct=100.0 * causes.share(causes.bare_us),
                                                       calls=", ".join(causes.bare_calls[:3]))

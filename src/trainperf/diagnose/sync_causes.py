@@ -9,7 +9,9 @@ A host sync's fix depends on why the host needed the device's result:
   counts per expert, dropless MoE): the fix is a fixed capacity or a dispatch that does not read them;
 - a synchronize call made in no operator (torch.cuda.synchronize(), stream or event synchronize: timing code,
   ordering between streams) waits for nothing the host uses: the fix drops it or waits on the device. One inside an
-  operator reads for it (aten::copy_ of .cpu() or .to("cpu") synchronizes its stream).
+  operator reads for it (aten::copy_ of .cpu() or .to("cpu") synchronizes its stream). One inside FSDP1's rate
+  limiter (its "FullyShardedDataParallel.rate_limiter" span: limit_all_gathers=True) waits for an earlier layer's
+  unsharded parameters to be freed, capping memory: its fix is FSDP's, not the user's loop.
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ from trainperf.diagnose.host import MEMCPY_RUNTIME_RE
 from trainperf.diagnose.launch import launched_rows
 from trainperf.diagnose.replay import BLOCK_SYNC, Graph
 from trainperf.diagnose.window import Window
-from trainperf.trace.events import CPU_OP, EventTable
+from trainperf.trace.events import CPU_OP, USER_ANNOTATION, EventTable
 from trainperf.trace.nesting import enclosing_span, thread_key
 
 # operators whose output size depends on the values of their input: the device must finish before the host knows it
 # (ATen's nonzero, masked_select, unique, repeat_interleave(repeats) and bincount each read a size back on CUDA/ROCm)
+# the span FSDP1 wraps its rate limiter's event.synchronize() in (torch.distributed.fsdp._runtime_utils._unshard)
+RATE_LIMITER_RE = re.compile(r"FullyShardedDataParallel\.rate_limiter")
 SHAPE_OP_RE = re.compile(r"^aten::(nonzero|masked_select|unique|_unique2?|unique_dim|unique_consecutive"
                          r"|repeat_interleave|bincount|argwhere)$")
 
@@ -41,6 +45,7 @@ class SyncCauses:
     read_us: float = 0.0         # inside any other operator (a read for it), or copies back to the host
     split_read_us: float = 0.0   # of read_us: reads whose next collective launched is an all-to-all
     bare_us: float = 0.0         # synchronize calls inside no operator
+    rate_limiter_us: float = 0.0  # of bare_us: inside FSDP1's rate limiter (RATE_LIMITER_RE)
     shape_ops: list[str] = field(default_factory=list)  # the shape operators, most blocking first
     bare_calls: list[str] = field(default_factory=list)  # the bare synchronize calls, most blocking first
 
@@ -57,10 +62,10 @@ def _by_time(names: list[str], us: np.ndarray) -> list[str]:
     return sorted(held, key=lambda n: -held[n])
 
 
-def _innermost(t: EventTable, key: np.ndarray, rows: np.ndarray, among: np.ndarray) -> np.ndarray:
-    """Per host row, the innermost CPU operator among `among` (a row mask) on its thread enclosing its start, as a
-    trace row, else -1."""
-    ops = np.flatnonzero((t.kind == CPU_OP) & among)
+def _innermost(t: EventTable, key: np.ndarray, rows: np.ndarray, among: np.ndarray, kinds=(CPU_OP,)) -> np.ndarray:
+    """Per host row, the innermost span of `kinds` among `among` (a row mask) on its thread enclosing its start, as
+    a trace row, else -1."""
+    ops = np.flatnonzero(np.isin(t.kind, kinds) & among)
     if not ops.size:
         return np.full(rows.size, -1)
     hit = enclosing_span(key[ops], t.ts_ns[ops], t.ts_ns[ops] + t.dur_ns[ops], key[rows], t.ts_ns[rows])
@@ -86,6 +91,8 @@ def sync_causes(t: EventTable, w: Window, g: Graph, all_to_all_rows: np.ndarray,
     # a call inside any operator reads for it (aten::item, aten::copy_ of .cpu() / .to("cpu"), a GradScaler's check)
     read = ~shape & ((any_op >= 0) | copy)
     bare = ~shape & ~read
+    limiter = bare & (_innermost(t, key, rows, np.isin(t.name, t.ids_matching(RATE_LIMITER_RE.search)),
+                                 (CPU_OP, USER_ANNOTATION)) >= 0)
     # the next collective each read is followed by: the first communication kernel launched after the read returned
     split = np.zeros(rows.size, bool)
     kernels, link = launched_rows(t, w)
@@ -99,6 +106,6 @@ def sync_causes(t: EventTable, w: Window, g: Graph, all_to_all_rows: np.ndarray,
         split = read & (nxt < launch_ns.size) & is_a2a[np.clip(nxt, 0, launch_ns.size - 1)]
     return SyncCauses(total_us=float(blocking.sum()), shape_us=float(blocking[shape].sum()),
                       read_us=float(blocking[read].sum()), split_read_us=float(blocking[split].sum()),
-                      bare_us=float(blocking[bare].sum()),
+                      bare_us=float(blocking[bare].sum()), rate_limiter_us=float(blocking[limiter].sum()),
                       shape_ops=_by_time([t.names[int(t.name[r])] for r in shape_op[shape].tolist()], blocking[shape]),
                       bare_calls=_by_time([c for c, b in zip(call, bare) if b], blocking[bare]))
