@@ -24,8 +24,8 @@ from trainperf.diagnose.host import (HostSpans, allocator_calls, checkpoint_span
 from trainperf.diagnose.launch import (LaunchBoundStretch, LaunchStats, QueueLength, launch_bound_stretches,
                                        launch_stats, launched_inside, launched_rows, queue_length)
 from trainperf.diagnose.memory import DeviceMemory, device_memory
-from trainperf.diagnose.pipeline import (ScheduleNames, later_stage, opens_on_receive_share, p2p_group_role,
-                                        schedule_names)
+from trainperf.diagnose.pipeline import (ScheduleNames, later_stage, opening_receives, opens_on_receive_share,
+                                         p2p_group_role, schedule_names)
 from trainperf.diagnose.period import (paced_by_device, period_of_sides_us, steady_period_us, step_nodes,
                                        step_sides_us)
 from trainperf.diagnose.replay import (BLOCK_QUEUE, BLOCK_SYNC, Change, Graph, Replay, blocked_us, build_graph,
@@ -380,6 +380,14 @@ def device_timing(t: EventTable, w: Window) -> DeviceTiming:
                         stall_spans=stall_spans(t, w))
 
 
+def _arrival_floor(g: Graph, base: Replay, rows: np.ndarray) -> np.ndarray:
+    """Graph.arrival_floor: the base replay's end of the nodes of trace rows `rows`, -inf for the others (µs)."""
+    floor = np.full(g.rows.size, -np.inf)
+    at = np.flatnonzero(~g.is_host & np.isin(g.rows, rows))
+    floor[at] = base.end[at]
+    return floor
+
+
 def _rows_of(groups: dict[str, np.ndarray], kinds) -> np.ndarray:
     """The sorted kernel rows of the collective groups whose collective `kinds` accepts (a predicate on it)."""
     rows = [r for k, r in groups.items() if kinds(group_kind(k))]
@@ -466,6 +474,10 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
     f.stretches = launch_bound_stretches(t, w)
     f.graph = build_graph(t, w, waits)
     base = replay(f.graph)
+    if later_stage(timing.p2p_role, timing.opens_on_receive):
+        # a later pipeline stage's steps open on data from the stage before: whatever this rank changes, it arrives
+        # when it did (that stage's own replay prices what the change does there; replay.FLOOR_EXEMPT)
+        f.graph.arrival_floor = _arrival_floor(f.graph, base, opening_receives(t, w, timing.p2p_rows)[0])
     f.period_nodes = step_nodes(f.graph, st, behind_earlier_work=w.queued_until_us > float("-inf"))
     f._set_base(base)
     f.critical_path = critical_path(f.graph, base)

@@ -82,16 +82,16 @@ def p2p_group_role(t: EventTable, p2p_rows: np.ndarray) -> tuple[str, int]:
     return role, size
 
 
-def opens_on_receive_share(t: EventTable, w: Window, p2p_rows: np.ndarray) -> float:
-    """Share (0-1) of the rank's analysed steps that have send/recv kernels and open on a receive: by the end of the
-    first of them (by start) the step had run at most RECEIVE_FIRST_SHARE of its time and OPENING_COMPUTE_SHARE of
-    the step's computation (union of kernel intervals). A trace without steps is one step. 0.0 without send/recv
-    kernels. A kernel's step is its launch's (t.step)."""
+def opening_receives(t: EventTable, w: Window, p2p_rows: np.ndarray) -> tuple[np.ndarray, int]:
+    """(the send/recv kernels that open their steps, as rows; the analysed steps with send/recv kernels): a step opens
+    on its first send/recv kernel (by start) when by its end the step had run at most RECEIVE_FIRST_SHARE of its time
+    and OPENING_COMPUTE_SHARE of the step's computation (union of kernel intervals). A trace without steps is one
+    step. A kernel's step is its launch's (t.step)."""
     if not p2p_rows.size:
-        return 0.0
+        return p2p_rows[:0], 0
     comp = w.device[compute_mask(t, w.device)] if w.device.size else w.device
     steps = [int(s) for s in w.steps] if (t.step >= 0).any() else [None]
-    opened = seen = 0
+    opening, seen = [], 0
     for s in steps:
         mine = p2p_rows if s is None else p2p_rows[t.step[p2p_rows] == s]
         if not mine.size:
@@ -102,8 +102,16 @@ def opens_on_receive_share(t: EventTable, w: Window, p2p_rows: np.ndarray) -> fl
         step = comp if s is None else comp[t.step[comp] == s]
         before = step[w.ts_us[step] < end]
         ran = covered_length(w.ts_us[before], np.minimum(w.end_us[before], end))
-        opened += ran <= RECEIVE_FIRST_SHARE * (end - start) and ran <= OPENING_COMPUTE_SHARE * union_us(w, step)
-    return opened / seen if seen else 0.0
+        if ran <= RECEIVE_FIRST_SHARE * (end - start) and ran <= OPENING_COMPUTE_SHARE * union_us(w, step):
+            opening.append(int(first))
+    return np.array(opening, dtype=np.int64), seen
+
+
+def opens_on_receive_share(t: EventTable, w: Window, p2p_rows: np.ndarray) -> float:
+    """Share (0-1) of the rank's analysed steps that have send/recv kernels and open on a receive (opening_receives);
+    0.0 without send/recv kernels."""
+    opening, seen = opening_receives(t, w, p2p_rows)
+    return opening.size / seen if seen else 0.0
 
 
 @dataclass(frozen=True, kw_only=True)

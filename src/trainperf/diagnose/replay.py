@@ -234,6 +234,9 @@ class Graph:
     comm_wait_rank: np.ndarray  # the rank that wait was for (-1 none)
     order: np.ndarray           # processing order (observed start)
     names: list = field(default_factory=list)
+    # per node, the earliest its work can end whatever this rank changes (µs; -inf: none): a later pipeline stage's
+    # receives that open its steps end when the stage before sends (facts.collect_facts sets them; _arrival_floor)
+    arrival_floor: np.ndarray | None = None
     _lists: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -1237,6 +1240,28 @@ def _as_changes(change: Change | Sequence[Change]) -> tuple[Change, ...]:
     return (change,) if isinstance(change, Change) else tuple(change)
 
 
+# the changes under which a later stage's opening receives (Graph.arrival_floor) may end at any time: a straggler at
+# the others' pace (compute_speedup: a slow stage's steps end later on every stage, the stage before included, so its
+# sends come sooner too) or the waits for one gone, the profiler's host overhead taken off every rank alike. The
+# other changes are each rank's alike: the first stage's own replay, which has no floor, prices the job's step
+FLOOR_EXEMPT = frozenset({"compute_speedup", "remove_straggler_wait", "unprofiled_host"})
+
+
+def _arrival_floor(g: Graph, changes: tuple[Change, ...]) -> list | None:
+    """Graph.arrival_floor for a replay with these changes, as a list (None: no floor). The stage before sends when it
+    did under any change of this rank's own, since its own replay prices what the change does there; the schedule's
+    bubble shrunk (shrink_bubble) moves every stage, so its receives end when the bubble's fix alone has them end, and
+    the other changes beside it are priced from there. With the bubble's fix alone, or a FLOOR_EXEMPT change, none."""
+    kinds = {c.kind for c in changes}
+    if g.arrival_floor is None or kinds & FLOOR_EXEMPT or kinds == {"shrink_bubble"}:
+        return None
+    shrink = [c for c in changes if c.kind == "shrink_bubble"]
+    if not shrink:
+        return g.arrival_floor.tolist()
+    moved = replay(g, shrink).end  # the arrivals under the bubble's fix alone
+    return np.where(np.isfinite(g.arrival_floor), moved, -np.inf).tolist()
+
+
 def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     """Replay the graph with one change, or several together, applied; return the new timing."""
     changes = _as_changes(change)
@@ -1392,6 +1417,7 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
     base_ = (np.where(unread, 0.0, g.sync_base) / unprofiled).tolist()
     unblocked_ = unblocked.tolist()
     pending = [False] * n  # syncs whose end waits for device work not yet replayed
+    floor_ = _arrival_floor(g, changes)
 
     def finish_sync(i: int) -> None:
         # a sync ends when the device work it waited for ends; by the time anything needs its end
@@ -1439,6 +1465,8 @@ def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:
                 S_[i] = c + lag_[i]
                 bind_[i] = b
             E_[i] = S_[i] + dur_[i]
+            if floor_ is not None and floor_[i] > E_[i]:  # the data arrives when the stage before sends it
+                E_[i] = floor_[i]
     for i in [j for j in range(n) if pending[j]]:
         finish_sync(i)
     S, E, bind = np.array(S_, dtype=float), np.array(E_, dtype=float), np.array(bind_, dtype=np.int64)
