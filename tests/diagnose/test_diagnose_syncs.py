@@ -25,17 +25,20 @@ def _item_trace(path: Path) -> Path:
 
 
 def _gemms_then_read(b: TraceBuilder, T: float, *, gemm_us: float, copy_at: float, item_us: float,
-                     scalar_us: float, call_us: float, next_at: float) -> None:
+                     scalar_us: float, call_us: float, next_at: float, copy_event: bool = True) -> None:
     """One step from T (µs): five gemm_us GEMMs launched at T+0..T+20 run back to back from T+10; aten::item
     [T+30, +item_us) > aten::_local_scalar_dense [T+31, +scalar_us) > cudaMemcpyAsync [T+32, +call_us) whose
-    2-us "Device -> Pageable" copy runs from T+copy_at; then three 100-us kernels launched at T+next_at.. run
-    from T+next_at+10, back to back."""
+    2-us "Device -> Pageable" copy runs from T+copy_at (copy_event False: the call alone, its copy not in the
+    trace); then three 100-us kernels launched at T+next_at.. run from T+next_at+10, back to back."""
     for i in range(5):
         b.launch("ampere_sgemm_128x64_tn", T + 5 * i, T + 10 + gemm_us * i, gemm_us)
     b.cpu("aten::item", T + 30, item_us)
     b.cpu("aten::_local_scalar_dense", T + 31, scalar_us)
-    b.launch("Memcpy DtoH (Device -> Pageable)", T + 32, T + copy_at, 2, cat="gpu_memcpy", launch_dur=call_us,
-             runtime="cudaMemcpyAsync")
+    if not copy_event:
+        b.cpu("cudaMemcpyAsync", T + 32, call_us, cat="cuda_runtime")
+    else:
+        b.launch("Memcpy DtoH (Device -> Pageable)", T + 32, T + copy_at, 2, cat="gpu_memcpy", launch_dur=call_us,
+                 runtime="cudaMemcpyAsync")
     for i in range(3):
         b.launch("vectorized_elementwise_kernel", T + next_at + 5 * i, T + next_at + 10 + 100 * i, 100)
 
@@ -69,14 +72,8 @@ def test_a_blocking_copy_whose_copy_the_trace_lacks_is_still_a_sync(tmp_path):
     # back, step 0 ends at 1310 (no 2-us copy now), step 1 at 1310 + 1000 + 300 = 2610, the trace at 2740: 130 us
     b = TraceBuilder()
     for s in range(2):
-        T = 1400.0 * s
-        for i in range(5):
-            b.launch("ampere_sgemm_128x64_tn", T + 5 * i, T + 10 + 200 * i, 200)
-        b.cpu("aten::item", T + 30, 995)
-        b.cpu("aten::_local_scalar_dense", T + 31, 993)
-        b.cpu("cudaMemcpyAsync", T + 32, 988, cat="cuda_runtime")
-        for i in range(3):
-            b.launch("vectorized_elementwise_kernel", T + 1030 + 5 * i, T + 1040 + 100 * i, 100)
+        _gemms_then_read(b, 1400.0 * s, gemm_us=200, copy_at=1010, item_us=995, scalar_us=993, call_us=988,
+                         next_at=1030, copy_event=False)
     f = next(x for x in diagnose(b.write(tmp_path / "n.json.gz")).findings if x.kind == "host_sync")
     assert f.gain_us == pytest.approx(130) and f.evidence["metrics"]["sync_calls"]["value"] == 2
 
