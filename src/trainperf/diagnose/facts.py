@@ -338,8 +338,9 @@ class DeviceTiming:
     compute_by_step: dict  # step -> µs of computation it launched (crossrank.compute_per_step)
     step_times: list       # steps.step_times of the window (every ProfilerStep of the rank)
     # share (0-1) of its steps the rank opens waiting for a receive (pipeline.opens_on_receive_share): a later
-    # pipeline stage's, which makes the job a pipeline for every rank's rules
+    # pipeline stage's, which makes the job a pipeline for every rank's rules; and those receives, as trace rows
     opens_on_receive: float = 0.0
+    opening_rows: np.ndarray = field(default_factory=lambda: np.array([], dtype=np.int64))
     # its communication kernel rows by "<process group>/<collective>" (crossrank.collective_rows), and the send/recv's
     collective_groups: dict = field(default_factory=dict)
     p2p_rows: np.ndarray = field(default_factory=lambda: np.array([], dtype=np.int64))
@@ -374,8 +375,9 @@ def device_timing(t: EventTable, w: Window) -> DeviceTiming:
     p2p = _rows_of(groups, lambda kind: kind == P2P_KIND)
     role, size = p2p_group_role(t, p2p)
     st = step_times(t, w)
+    opening, with_p2p = opening_receives(t, w, p2p)
     return DeviceTiming(table=t, window=w, breakdown=temporal_breakdown(t, w), compute_by_step=compute_per_step(t, w),
-                        step_times=st, opens_on_receive=opens_on_receive_share(t, w, p2p),
+                        step_times=st, opens_on_receive=opens_on_receive_share(opening, with_p2p), opening_rows=opening,
                         collective_groups=groups, p2p_rows=p2p, p2p_role=role, p2p_group_size=size,
                         stall_spans=stall_spans(t, w))
 
@@ -477,7 +479,7 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
     if later_stage(timing.p2p_role, timing.opens_on_receive):
         # a later pipeline stage's steps open on data from the stage before: whatever this rank changes, it arrives
         # when it did (that stage's own replay prices what the change does there; replay.FLOOR_EXEMPT)
-        f.graph.arrival_floor = _arrival_floor(f.graph, base, opening_receives(t, w, timing.p2p_rows)[0])
+        f.graph.arrival_floor = _arrival_floor(f.graph, base, timing.opening_rows)
     f.period_nodes = step_nodes(f.graph, st, behind_earlier_work=w.queued_until_us > float("-inf"))
     f._set_base(base)
     f.critical_path = critical_path(f.graph, base)

@@ -107,11 +107,10 @@ def opening_receives(t: EventTable, w: Window, p2p_rows: np.ndarray) -> tuple[np
     return np.array(opening, dtype=np.int64), seen
 
 
-def opens_on_receive_share(t: EventTable, w: Window, p2p_rows: np.ndarray) -> float:
-    """Share (0-1) of the rank's analysed steps that have send/recv kernels and open on a receive (opening_receives);
-    0.0 without send/recv kernels."""
-    opening, seen = opening_receives(t, w, p2p_rows)
-    return opening.size / seen if seen else 0.0
+def opens_on_receive_share(opening: np.ndarray, with_p2p: int) -> float:
+    """Share (0-1) of the rank's analysed steps with send/recv kernels (with_p2p) that open on a receive (opening:
+    opening_receives' rows); 0.0 without send/recv kernels."""
+    return opening.size / with_p2p if with_p2p else 0.0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,7 +6,8 @@ A host sync's fix depends on why the host needed the device's result:
   the output: the fix keeps shapes static;
 - a value read back (.item(), .tolist(), .cpu(), `if tensor:`) feeds the host's own logic; where the next collective
   the rank launches after it is an all-to-all, the values are its split sizes (an expert-parallel layer's token
-  counts per expert, dropless MoE): the fix is a fixed capacity or a dispatch that does not read them;
+  counts per expert in a dropless MoE, sharded embeddings' feature lengths): the fix is a fixed capacity, a dispatch
+  that does not read them, or the exchange overlapped with other work;
 - a synchronize call made in no operator (torch.cuda.synchronize(), stream or event synchronize: timing code,
   ordering between streams) waits for nothing the host uses: the fix drops it or waits on the device. One inside an
   operator reads for it (aten::copy_ of .cpu() or .to("cpu") synchronizes its stream). One inside FSDP1's rate
@@ -28,10 +29,10 @@ from trainperf.diagnose.window import Window
 from trainperf.trace.events import CPU_OP, USER_ANNOTATION, EventTable
 from trainperf.trace.nesting import enclosing_span, thread_key
 
-# operators whose output size depends on the values of their input: the device must finish before the host knows it
-# (ATen's nonzero, masked_select, unique, repeat_interleave(repeats) and bincount each read a size back on CUDA/ROCm)
 # the span FSDP1 wraps its rate limiter's event.synchronize() in (torch.distributed.fsdp._runtime_utils._unshard)
 RATE_LIMITER_RE = re.compile(r"FullyShardedDataParallel\.rate_limiter")
+# operators whose output size depends on the values of their input: the device must finish before the host knows it
+# (ATen's nonzero, masked_select, unique, repeat_interleave(repeats) and bincount each read a size back on CUDA/ROCm)
 SHAPE_OP_RE = re.compile(r"^aten::(nonzero|masked_select|unique|_unique2?|unique_dim|unique_consecutive"
                          r"|repeat_interleave|bincount|argwhere)$")
 
