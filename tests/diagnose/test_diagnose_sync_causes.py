@@ -16,7 +16,7 @@ A2A = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
 ALL_REDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 
 
-def _steps(path: Path, blocking: str, collective: str = "") -> Path:
+def _steps(path: Path, blocking: str, collective: str = "", operator: bool = False) -> Path:
     """Three 1600-us steps from T = 1600 s: five 200-us GEMMs launched at T+0..T+20 run back to back T+10..T+1010;
     the host blocks from T+30 until the queue drains (T+1012) in `blocking`: "nonzero" (aten::nonzero >
     cudaMemcpyAsync of its 2-us count), "repeat_interleave" (> aten::item > cudaMemcpyAsync), "tolist"
@@ -24,7 +24,8 @@ def _steps(path: Path, blocking: str, collective: str = "") -> Path:
     cudaStreamSynchronize), "synchronize" (cudaDeviceSynchronize in no operator) or "rate_limiter" (cudaEventSynchronize
     in FSDP1's "FullyShardedDataParallel.rate_limiter" span); then, with `collective` ("all_to_allv" or "allreduce"),
     the rank launches a 100-us collective of that name at T+1030, and three 100-us kernels from T+1040; an optimizer
-    step's span at T+1060 (a training loop)."""
+    step's span at T+1060 (a training loop). operator: the kernels after the read launched inside aten::add (the
+    thread's operators recorded)."""
     b = TraceBuilder(rank=0, world_size=2)
     for s in range(3):
         T = 1600.0 * s
@@ -52,6 +53,8 @@ def _steps(path: Path, blocking: str, collective: str = "") -> Path:
             b.cpu("record_param_comms", T + 1029, 4, **args)
             b.launch(A2A if collective == "all_to_allv" else ALL_REDUCE, T + 1030, T + 1040, 100, stream=20, **args)
         for i in range(3):
+            if operator:
+                b.cpu("aten::add", T + 1039 + 5 * i, 3)
             b.launch("void at::native::vectorized_elementwise_kernel<4>", T + 1040 + 5 * i, T + 1150 + 100 * i, 100)
         b.cpu("Optimizer.step#AdamW.step", T + 1060, 10, cat="user_annotation")  # a training loop's step
         b.step(s, T, 1600.0)
@@ -85,10 +88,13 @@ def test_reads_right_before_an_all_to_all_are_its_split_sizes(tmp_path):
 
 
 def test_a_synchronize_call_in_no_operator_is_named(tmp_path):
-    f = _host_sync(_steps(tmp_path / "s.json.gz", "synchronize"))
+    f = _host_sync(_steps(tmp_path / "s.json.gz", "synchronize", operator=True))
     assert _share(f, "blocking_in_bare_synchronize") == pytest.approx(100.0)
     assert f.recommendation == advice.BARE_SYNC_RECOMMENDATION.format(pct=100.0, calls="cudaDeviceSynchronize")
     assert _share(f, "blocking_in_data_dependent_shapes") == 0.0
+    # without any operator on the thread (an nsys export without PyTorch's NVTX ranges) it cannot be told from a read
+    f = _host_sync(_steps(tmp_path / "u.json.gz", "synchronize"))
+    assert _share(f, "blocking_in_bare_synchronize") == 0.0 and f.recommendation == advice.RECOMMENDATIONS["host_sync"]
     # a stream synchronized inside aten::copy_ (.to("cpu")) reads for the copy: the default fix
     f = _host_sync(_steps(tmp_path / "c.json.gz", "copy_"))
     assert _share(f, "blocking_in_bare_synchronize") == 0.0
@@ -96,7 +102,7 @@ def test_a_synchronize_call_in_no_operator_is_named(tmp_path):
 
 
 def test_fsdps_rate_limiter_is_told_as_fsdps(tmp_path):
-    f = _host_sync(_steps(tmp_path / "l.json.gz", "rate_limiter"))
+    f = _host_sync(_steps(tmp_path / "l.json.gz", "rate_limiter", operator=True))
     assert _share(f, "blocking_in_fsdp_rate_limiter") == pytest.approx(100.0)
     assert _share(f, "blocking_in_bare_synchronize") == pytest.approx(100.0)  # it is one, in no operator
     assert f.recommendation == advice.RATE_LIMITER_SYNC_RECOMMENDATION.format(pct=100.0)

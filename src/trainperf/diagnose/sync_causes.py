@@ -45,7 +45,7 @@ class SyncCauses:
     shape_us: float = 0.0        # inside operators whose output size depends on the data (SHAPE_OP_RE)
     read_us: float = 0.0         # inside any other operator (a read for it), or copies back to the host
     split_read_us: float = 0.0   # of read_us: reads whose next collective launched is an all-to-all
-    bare_us: float = 0.0         # synchronize calls inside no operator
+    bare_us: float = 0.0         # synchronize calls inside no operator, on a thread whose operators are recorded
     rate_limiter_us: float = 0.0  # of bare_us: inside FSDP1's rate limiter (RATE_LIMITER_RE)
     shape_ops: list[str] = field(default_factory=list)  # the shape operators, most blocking first
     bare_calls: list[str] = field(default_factory=list)  # the bare synchronize calls, most blocking first
@@ -89,9 +89,12 @@ def sync_causes(t: EventTable, w: Window, g: Graph, all_to_all_rows: np.ndarray,
     call = [t.names[int(t.name[r])] for r in rows.tolist()]
     shape = shape_op >= 0
     copy = np.array([bool(MEMCPY_RUNTIME_RE.search(c)) for c in call], dtype=bool)
-    # a call inside any operator reads for it (aten::item, aten::copy_ of .cpu() / .to("cpu"), a GradScaler's check)
+    # a call inside any operator reads for it (aten::item, aten::copy_ of .cpu() / .to("cpu"), a GradScaler's check);
+    # one in no operator is bare only where the thread's operators are recorded: an Nsight Systems export without
+    # PyTorch's NVTX ranges, or a rocprofv3 trace, holds none, and every read there is in no operator
+    recorded = np.isin(key[rows], key[t.kind == CPU_OP])
     read = ~shape & ((any_op >= 0) | copy)
-    bare = ~shape & ~read
+    bare = ~shape & ~read & recorded
     limiter = bare & (_innermost(t, key, rows, np.isin(t.name, t.ids_matching(RATE_LIMITER_RE.search)),
                                  (CPU_OP, USER_ANNOTATION)) >= 0)
     # the next collective each read is followed by: the first communication kernel launched after the read returned
