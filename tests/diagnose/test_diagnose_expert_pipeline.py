@@ -102,6 +102,35 @@ def test_exposed_all_reduce_in_the_forward_gets_tensor_parallel_fixes(tmp_path):
     assert f.evidence["metrics"]["forward_all_reduce_share"]["value"] == 0.0 and "bucket" in f.recommendation
 
 
+def _in_group(path: Path, desc: str) -> Path:
+    # the trace's communication kernels in process group "5", described in distributedInfo.pg_config as PyTorch >= 2.3
+    # writes it
+    doc = read_events(path)
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel"):
+            e["args"]["Process Group Name"] = "5"
+    doc["distributedInfo"]["pg_config"] = [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 8},
+                                           {"pg_name": "5", "pg_desc": desc, "pg_size": 8}]
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return path
+
+
+@pytest.mark.parametrize("desc, backward, tensor", [
+    ("DATA_PARALLEL_GROUP", False, False),  # Megatron's gradient all-reduce, launched outside any node (compiled)
+    ("mesh_dp_shard_cp", False, False),     # a mesh's data x context dimension reduces gradients too
+    ("TENSOR_MODEL_PARALLEL_GROUP", True, True),  # tensor parallelism's backward all-reduce, inside a node
+    ("mesh_tp", True, True),
+    ("default_pg", False, True),            # undescribed: by where it is launched, as without pg_config
+    ("TENSOR_AND_DATA_PARALLEL_GROUP", True, False),  # two roles: undescribed, and inside a node
+])
+def test_all_reduces_of_a_described_group_take_its_role(tmp_path, desc, backward, tensor):
+    ar = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)"
+    f = diagnose(_in_group(_moe_trace(tmp_path / "g.json.gz", ar, ar, backward=backward), desc)).findings[0]
+    assert f.kind == "exposed_comm"
+    assert f.evidence["metrics"]["forward_all_reduce_share"]["value"] == pytest.approx(100.0 if tensor else 0.0)
+    assert ("tensor parallel" in f.recommendation) == tensor
+
+
 def test_all_reduces_of_a_handful_of_values_are_not_tensor_parallelism(tmp_path):
     # the forward's all-reduces of one float (a barrier, a loss or metric average, a gradient norm): no layer's
     # activations are 4 bytes. Same gain; the fix is about waiting for the slowest rank, not tensor parallelism's

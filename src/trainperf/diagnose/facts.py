@@ -28,6 +28,7 @@ from trainperf.diagnose.pipeline import (ScheduleNames, later_stage, opening_rec
                                          p2p_group_role, schedule_names)
 from trainperf.diagnose.period import (paced_by_device, period_of_sides_us, steady_period_us, step_nodes,
                                        step_sides_us)
+from trainperf.diagnose.process_groups import row_roles
 from trainperf.diagnose.replay import (BLOCK_QUEUE, BLOCK_SYNC, Change, Graph, Replay, blocked_us, build_graph,
                                       critical_path, replay)
 from trainperf.diagnose.roofline import device_accelerator
@@ -541,22 +542,28 @@ def loop_kind(t: EventTable, ops: WindowOps, optimizer: HostSpans) -> str:
 
 def forward_all_reduce_us(t: EventTable, w: Window, groups: dict[str, np.ndarray], operators: WindowOps,
                           scalar: np.ndarray) -> float:
-    """µs of all-reduce kernels (groups: collective_rows) whose launch the trace shows outside every autograd backward
-    node (operators: window_ops): issued by the forward pass (or an inference step). Data parallelism reduces
+    """µs of tensor parallelism's all-reduce kernels (groups: collective_rows): those of a process group the trace
+    describes as tensor-parallel (process_groups.row_roles: Megatron's TENSOR_MODEL_PARALLEL_GROUP, a mesh's "tp"),
+    wherever issued; none of a group described otherwise (a data-parallel group's, launched outside the nodes by
+    compiled autograd as well); and of undescribed groups, those whose launch the trace shows outside every autograd
+    backward node (operators: window_ops): issued by the forward pass (or an inference step). Data parallelism reduces
     gradients in the backward (DDP's reducer launches its buckets from hooks inside the nodes: HTA's nccl_parser,
     negative_queue, trace_filter and df_index_resolver traces, 1,636 of 1,636 all-reduces), FSDP reduce-scatters them
     there; an all-reduce in the forward is tensor parallelism's (the row-parallel layers' outputs), whose next layer
     needs its result. Not the all-reduces of a handful of values (scalar: collectives.scalar_collective_rows), which a
-    barrier, a loss or metric average or a gradient norm makes outside the backward too. 0 when the window records
-    no operator (a profile of CUDA activity only): then no node is seen because none is recorded."""
+    barrier, a loss or metric average or a gradient norm makes outside the backward too. Undescribed, 0 when the
+    window records no operator (a profile of CUDA activity only): then no node is seen because none is recorded."""
     rows = _rows_of(groups, lambda kind: kind == "all_reduce")
     rows = np.setdiff1d(rows, scalar)
+    roles = row_roles(t, rows)
+    described = float((w.end_us[rows] - w.ts_us[rows])[roles == "tensor"].sum())
+    rows = rows[roles == ""]
     launched, link = launched_rows(t, w)
     keep = np.isin(launched, rows)
     rows, link = launched[keep], link[keep]
     ops, is_node = operators.rows, operators.is_backward_node
     if not rows.size or not ops.size:
-        return 0.0
+        return described
     nodes = ops[is_node]
     launcher = thread_key(t.pid[link], t.tid[link])
     backward = enclosing_span(*row_spans(t, nodes), launcher, t.ts_ns[link]) >= 0
@@ -569,7 +576,7 @@ def forward_all_reduce_us(t: EventTable, w: Window, groups: dict[str, np.ndarray
         engine = np.setdiff1d(np.unique(keys[is_node]), threads[np.argmax(counts)])
         backward |= np.isin(launcher, engine)
     rows = rows[~backward]
-    return float((w.end_us[rows] - w.ts_us[rows]).sum())
+    return described + float((w.end_us[rows] - w.ts_us[rows]).sum())
 
 
 def _sync_sites(f: RankFacts) -> list[SyncSite]:

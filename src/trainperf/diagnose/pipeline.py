@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainperf.diagnose.gpu_time import compute_mask
+from trainperf.diagnose.process_groups import described_role, group_config
 from trainperf.diagnose.window import Window, covered_length, union_us
 from trainperf.trace.events import CPU_OP, PYTHON, USER_ANNOTATION, EventTable
 
@@ -53,33 +54,23 @@ SCHEDULE_ANY_ACTION_RE = re.compile(r"^PP:[\d(]")
 SCHEDULE_FRAME_RE = re.compile(r"forward_backward_pipelining|pipe/engine\.py.*_exec_(?:forward|backward)_pass")
 
 
-# process groups' descriptions (distributedInfo.pg_config[].pg_desc, PyTorch >= 2.3): Megatron-LM's
-# PIPELINE_MODEL_PARALLEL_GROUP and CONTEXT_PARALLEL_GROUP, DeviceMesh's mesh_<dim> (torchtitan's "pp", "cp")
-PIPELINE_GROUP_RE = re.compile(r"pipe|(?<![a-z])pp(?![a-z])", re.IGNORECASE)
-CONTEXT_GROUP_RE = re.compile(r"context|(?<![a-z])cp(?![a-z])", re.IGNORECASE)
-
-
 def p2p_group_role(t: EventTable, p2p_rows: np.ndarray) -> tuple[str, int]:
     """(role, size) of the process group holding most of the rank's send/recv kernel time, as the trace's
-    distributedInfo describes it (pg_config: pg_name -> pg_desc, pg_size): "pipeline" or "context" (context
-    parallelism's ring) by the description, else "" (not described: "default_pg", "undefined", or no pg_config), and
-    the group's size (0 when unknown)."""
-    info = t.metadata.get("distributedInfo")
-    config = info.get("pg_config") if isinstance(info, dict) else None
+    distributedInfo describes it (process_groups.group_config): "pipeline" or "context" (context parallelism's ring)
+    by the description, else "" (not described: "default_pg", "undefined", or no pg_config), and the group's size (0
+    when unknown)."""
+    config = group_config(t)
     rows = p2p_rows[t.process_group[p2p_rows] >= 0] if p2p_rows.size else p2p_rows
-    if not isinstance(config, list) or not rows.size:
+    if not config or not rows.size:
         return "", 0
     time_by_group: dict[int, float] = {}
     for g, ns in zip(t.process_group[rows].tolist(), t.dur_ns[rows].tolist()):
         time_by_group[g] = time_by_group.get(g, 0.0) + ns
-    name = t.names[max(time_by_group, key=time_by_group.get)]
-    entry = next((c for c in config if isinstance(c, dict) and str(c.get("pg_name")) == name), None)
+    entry = config.get(t.names[max(time_by_group, key=time_by_group.get)])
     if entry is None:
         return "", 0
-    desc, size = str(entry.get("pg_desc", "")), entry.get("pg_size")
-    size = int(size) if isinstance(size, (int, float)) and size > 0 else 0
-    role = "pipeline" if PIPELINE_GROUP_RE.search(desc) else "context" if CONTEXT_GROUP_RE.search(desc) else ""
-    return role, size
+    role = described_role(entry[0])
+    return role if role in ("pipeline", "context") else "", entry[1]
 
 
 def opening_receives(t: EventTable, w: Window, p2p_rows: np.ndarray) -> tuple[np.ndarray, int]:
