@@ -460,6 +460,26 @@ def test_the_first_stage_last_at_the_closing_all_reduce_by_its_schedule_is_no_st
     slow = pipeline_job(tmp_path / "slow", [1500.0] + [1000.0] * 3, micro=8, schedule="1f1b", norm_all_reduce_us=50.0)
     top = diagnose(slow).findings[0]
     assert (top.kind, top.ranks) == ("straggler", [0])
+    # a slow middle stage: the first stage is still last at the all-reduce, by the schedule, and the stage that
+    # computes longest is sought as where no collective is matched (it was lost: no straggler at all)
+    slow = pipeline_job(tmp_path / "mid", [1000.0, 1000.0, 1400.0, 1000.0], micro=8, norm_all_reduce_us=50.0)
+    top = diagnose(slow).findings[0]
+    assert (top.kind, top.ranks) == ("straggler", [2])
+
+
+def test_a_slow_one_forward_one_backward_stage_is_priced_near_the_schedule(tmp_path):
+    # 1F1B, 4 stages x 16 micro-batches, stage 2 at 1.4x: the schedule's steps are 75.75 ms against 58.75 ms for
+    # equal stages, 22.4 % to gain. Every micro-batch passes through the slow stage, so its receives start when it
+    # is free: priced from its own replay, 25.7 % (the bubble it leaves behind at 18.1 % ranks below it). With the
+    # receives starting before their stage was free (the builder until 2026-12-07), 7.4 %, under the bubble
+    steps = {}
+    for name, forward in (("equal", [1000.0] * 4), ("slow", [1000.0, 1000.0, 1400.0, 1000.0])):
+        d = diagnose(pipeline_job(tmp_path / name, forward, micro=16, schedule="1f1b"))
+        steps[name] = d.ranks[0].steady_step_us
+    top = d.findings[0]
+    assert (top.kind, top.ranks) == ("straggler", [2])
+    truth = 100 * (1 - steps["equal"] / steps["slow"])
+    assert truth == pytest.approx(22.4, abs=0.1) and truth - 1.0 < top.gain_pct < truth + 4.0
 
 
 def test_a_slow_first_stage_is_priced_before_overlapping_its_send_recv(tmp_path):

@@ -85,8 +85,12 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
     it launches what follows only once the data has arrived (and each kernel starts >= 5 us after its launch).
     tp_all_reduce_us: each forward and backward ends with a tensor-parallel all-reduce of this long (stream 23,
     "Collective name" allreduce in process group "tp") that the stage's next work waits for. transfer_us: each
-    activation's or gradient's transfer; receive_floor_us: the shortest a receive lasts (10 us: its data already in
-    flight when it starts; transfer_us where the data moves only while it runs, as NCCL's kernels move it);
+    activation's or gradient's transfer. A receive starts when its stage is free (PyTorch's send/recv run on NCCL's
+    stream, which waits for the compute stream's work queued before the call) and lasts until its data has arrived,
+    at least receive_floor_us (10 us: its data already in flight when it starts; transfer_us where the data moves
+    only while it runs, as NCCL's kernels move it). Before 2026-12-07 a receive whose data had arrived early started
+    then, before its stage was free, with no dependency a trace could show: a replay kept that start as a fixed delay
+    and priced a slow 1F1B stage at 7.4 % where the schedule gives 22.4 %;
     transfer_args: the send/recv kernels' args (message sizes, group: PyTorch >= 2.1's record_param_comms).
     norm_all_reduce_us: each copy's stages all-reduce together at the end of the step, this long after the last of
     them arrives (Megatron's gradient-norm all-reduce over the model-parallel group before the optimizer)."""
@@ -134,7 +138,7 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
                     start = free[at + s]
                     if src is not None:
                         arrive = done[phase, at + src[0], m, src[1]] + transfer_us
-                        got = launch(at + s, SEND_RECV, min(free[at + s], arrive - receive_floor_us),
+                        got = launch(at + s, SEND_RECV, free[at + s],
                                      max(arrive - free[at + s], receive_floor_us), stream=20, **p2p_args)
                         start = max(start, arrive)
                         if receive_syncs:  # the host waits for the receive before it launches anything else
@@ -162,8 +166,7 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
                 last = at + stages - 1
                 launch(last, SEND_RECV, done["f", last, micro - 1, 0], transfer_us, stream=21, **p2p_args)
                 arrive = done["f", last, micro - 1, 0] + transfer_us
-                launch(at, SEND_RECV, min(free[at], arrive - receive_floor_us),
-                       max(arrive - free[at], receive_floor_us), stream=20, **p2p_args)
+                launch(at, SEND_RECV, free[at], max(arrive - free[at], receive_floor_us), stream=20, **p2p_args)
                 free[at] = max(free[at], arrive)
         for s in range(stages) if replicas > 1 else ():  # each stage's copies reduce their gradients together
             copies = [d * stages + s for d in range(replicas)]

@@ -518,7 +518,10 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     # stages wait for it in send/recv; beside matched waits that name no one rank (the copies' jitter:
     # load_imbalance's), the slow stage is a straggler of its own
     cs = None
-    if not matched_waits or (xr.point_to_point and not persistent):
+    # ... and where the late rank of a job with send/recv (a pipeline) did no more work and paused no longer: late by
+    # its place in the schedule (stragglers.schedule_drain), not the slow stage, which computes longest
+    drain = persistent and stragglers.late_by_queued_work(work_share, idle_share)
+    if not matched_waits or (xr.point_to_point and (not persistent or drain)):
         cs = compute_straggler({r: f.compute_by_step for r, f in facts.items() if f.has_gpu})
         # under the ratio's bar it is no straggler whatever the noise (stragglers.straggler says so too): the test,
         # whose draws cost ~1 s on 64 ranks x 20 steps, is run only for a candidate

@@ -201,14 +201,22 @@ def late_without_more_work(s: StragglerFacts) -> bool:
     return s.late_work_share is not None and s.late_work_share < LATE_WORK_MIN_SHARE
 
 
+def late_by_queued_work(work_share: float | None, idle_share: float | None) -> bool:
+    """Whether late ranks were late with no more computation than the others (work_share, crossrank.lateness_share of
+    their computation) and no longer GPU idle waiting for their host (idle_share): device work queued ahead of the
+    collectives made them late (LATE_WORK_MIN_SHARE each)."""
+    return (work_share is not None and work_share < LATE_WORK_MIN_SHARE
+            and idle_share is not None and idle_share < LATE_WORK_MIN_SHARE)
+
+
 def schedule_drain(f: RankFacts, s: StragglerFacts) -> bool:
     """Whether the rank the others wait for in a pipeline job is late by its place in the schedule, not slow: no
-    more computation than the others in the steps it was late and no more host pause (its GPU idled no longer), so
-    the work queued ahead of it, a stage's receives waiting for its neighbours, made it late. In 1F1B the first stage
-    runs the last backward and reaches the step's closing collectives (gradient-norm all-reduce, DP gradient sync)
-    last by design, its waits the drain of the bubble that pipeline_bubble prices; a slow stage computes more and is
-    named by its computation (crossrank's compute straggler)."""
-    return f.pipeline_stage and late_without_more_work(s) and not paused_not_loaded(s)
+    more computation than the others in the steps it was late and no more host pause (late_by_queued_work), so the
+    work queued ahead of it, a stage's receives waiting for its neighbours, made it late. In 1F1B and GPipe the first
+    stage runs the last backward and reaches the step's closing collectives (gradient-norm all-reduce, DP gradient
+    sync) last by design, its waits the drain of the bubble that pipeline_bubble prices; a slow stage computes more
+    and is named by its computation (api: the compute straggler is sought then, as where no collective is matched)."""
+    return f.pipeline_stage and late_by_queued_work(s.late_work_share, s.late_idle_share)
 
 
 def paused_not_loaded(s: StragglerFacts) -> bool:
