@@ -383,8 +383,9 @@ def device_timing(t: EventTable, w: Window) -> DeviceTiming:
                         stall_spans=stall_spans(t, w))
 
 
-def _arrival_floor(g: Graph, base: Replay, rows: np.ndarray) -> np.ndarray:
-    """Graph.arrival_floor: the base replay's end of the nodes of trace rows `rows`, -inf for the others (µs)."""
+def _base_ends(g: Graph, base: Replay, rows: np.ndarray) -> np.ndarray:
+    """Per node, the base replay's end of the nodes of trace rows `rows`, -inf for the others (µs): a
+    Graph.arrival_floor."""
     floor = np.full(g.rows.size, -np.inf)
     at = np.flatnonzero(~g.is_host & np.isin(g.rows, rows))
     floor[at] = base.end[at]
@@ -480,7 +481,7 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
     if later_stage(timing.p2p_role, timing.opens_on_receive):
         # a later pipeline stage's steps open on data from the stage before: whatever this rank changes, it arrives
         # when it did (that stage's own replay prices what the change does there; replay.FLOOR_EXEMPT)
-        f.graph.arrival_floor = _arrival_floor(f.graph, base, timing.opening_rows)
+        f.graph.arrival_floor = _base_ends(f.graph, base, timing.opening_rows)
     f.period_nodes = step_nodes(f.graph, st, behind_earlier_work=w.queued_until_us > float("-inf"))
     f._set_base(base)
     f.critical_path = critical_path(f.graph, base)

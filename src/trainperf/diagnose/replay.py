@@ -238,6 +238,7 @@ class Graph:
     # receives that open its steps end when the stage before sends (facts.collect_facts sets them; _arrival_floor)
     arrival_floor: np.ndarray | None = None
     _lists: dict = field(default_factory=dict, repr=False)
+    _moved_floors: dict = field(default_factory=dict, repr=False)  # _arrival_floor's, by the bubble's changes
 
     @property
     def cpu_work_us(self) -> np.ndarray:
@@ -1255,11 +1256,13 @@ def _arrival_floor(g: Graph, changes: tuple[Change, ...]) -> list | None:
     kinds = {c.kind for c in changes}
     if g.arrival_floor is None or kinds & FLOOR_EXEMPT or kinds == {"shrink_bubble"}:
         return None
-    shrink = [c for c in changes if c.kind == "shrink_bubble"]
+    shrink = tuple(c for c in changes if c.kind == "shrink_bubble")
     if not shrink:
-        return g.arrival_floor.tolist()
-    moved = replay(g, shrink).end  # the arrivals under the bubble's fix alone
-    return np.where(np.isfinite(g.arrival_floor), moved, -np.inf).tolist()
+        return g.as_list("arrival_floor")
+    if shrink not in g._moved_floors:  # the arrivals under the bubble's fix alone, once for every change beside it
+        moved = replay(g, shrink).end
+        g._moved_floors[shrink] = np.where(np.isfinite(g.arrival_floor), moved, -np.inf).tolist()
+    return g._moved_floors[shrink]
 
 
 def replay(g: Graph, change: Change | Sequence[Change] = Change()) -> Replay:

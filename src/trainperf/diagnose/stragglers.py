@@ -196,17 +196,21 @@ def _extra_text(largest: list[tuple[str, float, float, str]], shapes: bool = Tru
 LATE_WORK_MIN_SHARE = 0.5
 
 
+def _under_half(share: float | None) -> bool:
+    """Whether a measured share of the lateness (crossrank.lateness_share) is under LATE_WORK_MIN_SHARE."""
+    return share is not None and share < LATE_WORK_MIN_SHARE
+
+
 def late_without_more_work(s: StragglerFacts) -> bool:
     """Whether the late ranks had no more computation than the others in the steps they were late."""
-    return s.late_work_share is not None and s.late_work_share < LATE_WORK_MIN_SHARE
+    return _under_half(s.late_work_share)
 
 
 def late_by_queued_work(work_share: float | None, idle_share: float | None) -> bool:
     """Whether late ranks were late with no more computation than the others (work_share, crossrank.lateness_share of
     their computation) and no longer GPU idle waiting for their host (idle_share): device work queued ahead of the
     collectives made them late (LATE_WORK_MIN_SHARE each)."""
-    return (work_share is not None and work_share < LATE_WORK_MIN_SHARE
-            and idle_share is not None and idle_share < LATE_WORK_MIN_SHARE)
+    return _under_half(work_share) and _under_half(idle_share)
 
 
 def schedule_drain(f: RankFacts, s: StragglerFacts) -> bool:
