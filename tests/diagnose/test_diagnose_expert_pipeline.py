@@ -17,8 +17,8 @@ from pipeline_builder import SEND_RECV, pipeline_job  # noqa: E402
 from trainperf.corpus.kineto import read_events  # noqa: E402
 from trainperf.diagnose.api import diagnose  # noqa: E402
 from trainperf.diagnose.facts import device_timing  # noqa: E402
-from trainperf.diagnose.pipeline import (ScheduleNames, p2p_group_role, schedule_bubble_pct,  # noqa: E402
-                                         schedule_names, stages_from_openings)
+from trainperf.diagnose.pipeline import (PeerExchange, ScheduleNames, p2p_group_role, peer_exchange,  # noqa: E402
+                                         pipeline_end, schedule_bubble_pct, schedule_names, stages_from_openings)
 from trainperf.diagnose.window import analysis_window  # noqa: E402
 from trainperf.trace.load import load_trace  # noqa: E402
 
@@ -300,6 +300,42 @@ def test_a_pipeline_is_told_by_its_process_groups_description(tmp_path):
     timing = device_timing(t, analysis_window(t))
     assert (timing.p2p_role, timing.p2p_group_size) == ("context", 4) and timing.opens_on_receive == 1.0
     assert p2p_group_role(t, np.array([], dtype=np.int64)) == ("", 0)  # no send/recv, no group
+
+
+def test_a_first_or_last_stage_is_told_by_its_send_recv_partners(tmp_path):
+    # PyTorch >= 2.5 names each send's and recv's partner ("Dst Rank" / "Src Rank") and its group's ranks in order: the
+    # first stage's trace alone, which opens its steps on its own forward and whose group is not described, sends to
+    # and receives from rank 1 alone, the end of a chain of 4: a pipeline of 4 stages, its waits the bubble (without
+    # the partners: exposed communication, test_a_pipeline_is_told_from_other_send_recv_by_its_later_stages_...)
+    import shutil
+
+    job = pipeline_job(tmp_path / "job", [1000.0] * 4, micro=8, schedule="1f1b", partners=True)
+    for rank in (0, 3):
+        alone = tmp_path / f"alone{rank}"
+        alone.mkdir()
+        shutil.copy(job / f"rank{rank}.json.gz", alone / f"rank{rank}.json.gz")
+        t = load_trace(alone / f"rank{rank}.json.gz")[rank]
+        exchange = peer_exchange(t)
+        neighbour = 1 if rank == 0 else 2
+        assert exchange == PeerExchange(group=(0, 1, 2, 3), sent_to=frozenset({neighbour}),
+                                        received_from=frozenset({neighbour}))
+        top = diagnose(alone).findings[0]
+        assert top.kind == "pipeline_bubble" and top.evidence["metrics"]["pipeline_stages"]["value"] == 4
+    middle = load_trace(job / "rank1.json.gz")[1]
+    assert peer_exchange(middle).sent_to == {0, 2} and not pipeline_end(1, peer_exchange(middle))
+    # what the partners do not tell: a ring's first rank takes from the last (context parallelism, one way or both);
+    # a group of two; a stage that only sends, or takes its input back from the last (a generation pipeline)
+    ring = PeerExchange(group=(0, 1, 2, 3), sent_to=frozenset({1}), received_from=frozenset({3}))
+    both_ways = PeerExchange(group=(0, 1, 2, 3), sent_to=frozenset({1, 3}), received_from=frozenset({1, 3}))
+    pair = PeerExchange(group=(4, 5), sent_to=frozenset({5}), received_from=frozenset({5}))
+    sends = PeerExchange(group=(0, 1, 2, 3), sent_to=frozenset({1}), received_from=frozenset())
+    assert not any(pipeline_end(r, x) for r, x in ((0, ring), (0, both_ways), (4, pair), (0, sends)))
+    assert pipeline_end(8, PeerExchange(group=(0, 8, 16), sent_to=frozenset({16}), received_from=frozenset({16}))) \
+        is False and pipeline_end(16, PeerExchange(group=(0, 8, 16), sent_to=frozenset({8}),
+                                                   received_from=frozenset({8})))
+    generation = pipeline_job(tmp_path / "generation", [1000.0] * 4, micro=4, schedule="forward", partners=True)
+    first = load_trace(generation / "rank0.json.gz")[0]
+    assert peer_exchange(first).received_from == {3} and not pipeline_end(0, peer_exchange(first))
 
 
 def _named_actions(path: Path, actions: list[str]) -> ScheduleNames:

@@ -151,7 +151,8 @@ def _event(dirty: bool):
         "Input type": f(st.lists(st.sampled_from(["float", "c10::BFloat16", "", "Scalar"]), max_size=3)),
         "Input Strides": f(st.lists(st.lists(st.integers(0, 1 << 20), max_size=3), max_size=3)),
         "In msg nelems": f(_big), "dtype": f(st.sampled_from(["Float", "BFloat16"])),
-        "Process Group Ranks": f(st.sampled_from(["[0, 1]", "[0,1,2,3]"])),
+        "Process Group Ranks": f(st.sampled_from(["[0, 1]", "[0,1,2,3]"])), "Src Rank": f(st.sampled_from([0, 3])),
+        "Dst Rank": f(st.sampled_from([1, "2"])),
         # an allocator sample's ("[memory]", an instant event)
         "Device Type": f(st.sampled_from([0, 1])), "Device Id": f(st.sampled_from([-1, 0, 3])),
         "Total Allocated": f(_big), "Total Reserved": f(_big)})

@@ -10,6 +10,10 @@ send/recv, so send/recv alone does not make a pipeline. Three things do:
 
 * the trace describes the send/recv's process group as the pipeline's (distributedInfo.pg_config, p2p_group_role),
   which also gives the stages (the group's size); described as context parallelism's, it rules a pipeline out;
+* the send/recv's partners make the rank an end of a chain (pipeline_end, PyTorch >= 2.5's "Src Rank" / "Dst Rank"):
+  in a group of more than two ranks, the first or last in the group's order exchanges both ways with its one
+  neighbour and no one else (a first stage sends activations to the second and takes its gradients back); a ring,
+  context parallelism's, has no end (its first rank takes from, or gives to, the last);
 * the schedule names itself: torch.distributed.pipelining records "Forward i" / "Backward i" (single-stage
   schedules) or "PP:<stage><F|B|I|W><micro-batch>" (multi-stage ones) around each micro-batch; Megatron-LM's and
   DeepSpeed's schedules appear as Python frames when the trace has its stacks (with_stack=True);
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainperf.diagnose.gpu_time import compute_mask
-from trainperf.diagnose.process_groups import described_role, group_config
+from trainperf.diagnose.process_groups import described_role, group_config, group_ranks
 from trainperf.diagnose.window import Window, covered_length, union_us
 from trainperf.trace.events import CPU_OP, PYTHON, USER_ANNOTATION, EventTable
 
@@ -57,8 +61,18 @@ SCHEDULE_FRAME_RE = re.compile(r"forward_backward_pipelining|pipe/engine\.py.*_e
 def p2p_group_role(t: EventTable, p2p_rows: np.ndarray) -> tuple[str, int]:
     """(role, size) of the process group holding most of the rank's send/recv kernel time, as the trace's
     distributedInfo describes it (process_groups.group_config): "pipeline" or "context" (context parallelism's ring)
-    by the description, else "" (not described: "default_pg", "undefined", or no pg_config), and the group's size (0
-    when unknown)."""
+    by the description; where the trace describes none ("default_pg", "undefined", or no pg_config), "pipeline" when
+    the send/recv's partners make the rank an end of a pipeline (pipeline_end), else ""; and the group's size (0 when
+    unknown)."""
+    role, size = _described_p2p_role(t, p2p_rows)
+    if role or not p2p_rows.size:
+        return role, size
+    exchange = peer_exchange(t)
+    return ("pipeline", len(exchange.group)) if exchange is not None and pipeline_end(t.rank, exchange) else ("", size)
+
+
+def _described_p2p_role(t: EventTable, p2p_rows: np.ndarray) -> tuple[str, int]:
+    """p2p_group_role by the group's description alone."""
     config = group_config(t)
     rows = p2p_rows[t.process_group[p2p_rows] >= 0] if p2p_rows.size else p2p_rows
     if not config or not rows.size:
@@ -71,6 +85,63 @@ def p2p_group_role(t: EventTable, p2p_rows: np.ndarray) -> tuple[str, int]:
         return "", 0
     role = described_role(entry[0])
     return role if role in ("pipeline", "context") else "", entry[1]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PeerExchange:
+    """Whom a rank's send and recv calls name as their partners (global ranks), in the process group they share."""
+
+    group: tuple[int, ...]          # the group's ranks in its order ("Process Group Ranks")
+    sent_to: frozenset[int]
+    received_from: frozenset[int]
+
+
+P2P_CALLS = ("send", "recv")  # the "Collective name" of torch.distributed's send/isend and recv/irecv
+
+
+def peer_exchange(t: EventTable) -> PeerExchange | None:
+    """The partners of the trace's send and recv calls and their process group (the group most of them name), from
+    the args PyTorch writes on each call's record_param_comms (and copies onto its kernel): "Dst Rank" / "Src Rank"
+    (the partner's global rank, PyTorch >= 2.5) and "Process Group Ranks". None where no call records them."""
+    names = t.ids_matching(lambda s: s.lower() in P2P_CALLS)
+    rows = np.flatnonzero(np.isin(t.collective, names) & (t.args >= 0)) if names.size else np.empty(0, dtype=int)
+    kept = t.kept_args() if rows.size else []
+    calls: dict[tuple[int, ...], tuple[set, set]] = {}
+    for row in rows.tolist():
+        a = kept[int(t.args[row])]
+        group = group_ranks(a.get("Process Group Ranks"))
+        sent, received = calls.setdefault(group, (set(), set()))
+        for key, into in (("Dst Rank", sent), ("Src Rank", received)):
+            peer = _rank(a.get(key))
+            if peer is not None:
+                into.add(peer)
+    calls = {g: c for g, c in calls.items() if g and (c[0] or c[1])}
+    if not calls:
+        return None
+    group = max(calls, key=lambda g: len(calls[g][0]) + len(calls[g][1]))
+    return PeerExchange(group=group, sent_to=frozenset(calls[group][0]), received_from=frozenset(calls[group][1]))
+
+
+def _rank(value) -> int | None:
+    """A "Src Rank" / "Dst Rank" arg (an integer, or its text) as an int; None where absent or unreadable."""
+    try:
+        return int(value) if value is not None and not isinstance(value, bool) else None
+    except (ValueError, TypeError):
+        return None
+
+
+def pipeline_end(rank: int, exchange: PeerExchange) -> bool:
+    """Whether the rank is the first or last stage of a pipeline by its partners (module docstring): its group has
+    more than two ranks, it stands at one end of the group's order, and it sends to and receives from its one
+    neighbour there and no one else. False for a ring's ranks (the first also takes from or gives to the last; a ring
+    that sends both ways, Transformer Engine's context parallelism in its backward, the same), for a middle rank (a
+    pipeline's middle stage and a two-way ring's rank exchange alike), for a group of two (a pipeline of two stages
+    and a ring of two exchange alike) and for a stage that only sends or only receives (a generation pipeline's)."""
+    group = exchange.group
+    if len(group) <= 2 or rank not in group or group.index(rank) not in (0, len(group) - 1):
+        return False
+    neighbour = group[1] if group.index(rank) == 0 else group[-2]
+    return exchange.sent_to == exchange.received_from == {neighbour}
 
 
 def opening_receives(t: EventTable, w: Window, p2p_rows: np.ndarray) -> tuple[np.ndarray, int]:
@@ -166,4 +237,3 @@ def implied_micro_batches(stages: int, bubble_pct: float) -> float:
     (the law above solved for m); inf for no bubble."""
     b = bubble_pct / 100.0
     return (stages - 1) * (1.0 - b) / b if b > 0 else float("inf")
-

@@ -11,6 +11,7 @@ parallelism (DATA_PARALLEL_GROUP_WITH_CP, "dp_shard_cp") reduces gradients: data
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -47,6 +48,16 @@ def group_config(t: EventTable) -> dict[str, tuple[str, int]]:
             out[str(c["pg_name"])] = (str(c.get("pg_desc", "")),
                                       int(size) if isinstance(size, (int, float)) and size > 0 else 0)
     return out
+
+
+def group_ranks(value) -> tuple[int, ...]:
+    """A collective's "Process Group Ranks" arg (a JSON list of global ranks, as text or parsed) as a tuple in the
+    group's order; () where absent or unreadable."""
+    try:
+        ranks = json.loads(value) if isinstance(value, str) else value
+        return tuple(int(r) for r in ranks) if isinstance(ranks, (list, tuple)) else ()
+    except (ValueError, TypeError):
+        return ()
 
 
 def row_roles(t: EventTable, rows: np.ndarray) -> np.ndarray:
