@@ -330,9 +330,14 @@ def test_a_first_or_last_stage_is_told_by_its_send_recv_partners(tmp_path):
     pair = PeerExchange(group=(4, 5), sent_to=frozenset({5}), received_from=frozenset({5}))
     sends = PeerExchange(group=(0, 1, 2, 3), sent_to=frozenset({1}), received_from=frozenset())
     assert not any(pipeline_end(r, x) for r, x in ((0, ring), (0, both_ways), (4, pair), (0, sends)))
-    assert pipeline_end(8, PeerExchange(group=(0, 8, 16), sent_to=frozenset({16}), received_from=frozenset({16}))) \
-        is False and pipeline_end(16, PeerExchange(group=(0, 8, 16), sent_to=frozenset({8}),
-                                                   received_from=frozenset({8})))
+    chain = (0, 8, 16)  # global ranks 8 apart: one stage a node
+    assert not pipeline_end(8, PeerExchange(group=chain, sent_to=frozenset({16}), received_from=frozenset({16})))
+    assert pipeline_end(16, PeerExchange(group=chain, sent_to=frozenset({8}), received_from=frozenset({8})))
+    # a group the trace describes keeps its description's role: the same chain described as context parallelism's
+    chain_job = pipeline_job(tmp_path / "cp", [1000.0] * 4, micro=8, schedule="1f1b", partners=True)
+    described = _described_groups(chain_job, "mesh_cp")
+    t = load_trace(described / "rank0.json.gz")[0]
+    assert pipeline_end(0, peer_exchange(t)) and device_timing(t, analysis_window(t)).p2p_role == "context"
     generation = pipeline_job(tmp_path / "generation", [1000.0] * 4, micro=4, schedule="forward", partners=True)
     first = load_trace(generation / "rank0.json.gz")[0]
     assert peer_exchange(first).received_from == {3} and not pipeline_end(0, peer_exchange(first))

@@ -64,27 +64,27 @@ def p2p_group_role(t: EventTable, p2p_rows: np.ndarray) -> tuple[str, int]:
     by the description; where the trace describes none ("default_pg", "undefined", or no pg_config), "pipeline" when
     the send/recv's partners make the rank an end of a pipeline (pipeline_end), else ""; and the group's size (0 when
     unknown)."""
-    role, size = _described_p2p_role(t, p2p_rows)
-    if role or not p2p_rows.size:
-        return role, size
-    exchange = peer_exchange(t)
-    return ("pipeline", len(exchange.group)) if exchange is not None and pipeline_end(t.rank, exchange) else ("", size)
-
-
-def _described_p2p_role(t: EventTable, p2p_rows: np.ndarray) -> tuple[str, int]:
-    """p2p_group_role by the group's description alone."""
+    group = _main_group(t, p2p_rows)
     config = group_config(t)
+    entry = config.get(t.names[group]) if group >= 0 else None
+    role = described_role(entry[0]) if entry is not None else ""
+    if role:  # described: its role, whatever the partners (a data or tensor group's send/recv is no pipeline's)
+        return role if role in ("pipeline", "context") else "", entry[1]
+    exchange = peer_exchange(t, group) if p2p_rows.size else None
+    if exchange is not None and pipeline_end(t.rank, exchange):
+        return "pipeline", len(exchange.group)
+    return "", entry[1] if entry is not None else 0
+
+
+def _main_group(t: EventTable, p2p_rows: np.ndarray) -> int:
+    """The process group (its name's id) holding most of the send/recv kernels' time; -1 where they name none."""
     rows = p2p_rows[t.process_group[p2p_rows] >= 0] if p2p_rows.size else p2p_rows
-    if not config or not rows.size:
-        return "", 0
+    if not rows.size:
+        return -1
     time_by_group: dict[int, float] = {}
     for g, ns in zip(t.process_group[rows].tolist(), t.dur_ns[rows].tolist()):
         time_by_group[g] = time_by_group.get(g, 0.0) + ns
-    entry = config.get(t.names[max(time_by_group, key=time_by_group.get)])
-    if entry is None:
-        return "", 0
-    role = described_role(entry[0])
-    return role if role in ("pipeline", "context") else "", entry[1]
+    return max(time_by_group, key=time_by_group.get)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,26 +99,29 @@ class PeerExchange:
 P2P_CALLS = ("send", "recv")  # the "Collective name" of torch.distributed's send/isend and recv/irecv
 
 
-def peer_exchange(t: EventTable) -> PeerExchange | None:
-    """The partners of the trace's send and recv calls and their process group (the group most of them name), from
-    the args PyTorch writes on each call's record_param_comms (and copies onto its kernel): "Dst Rank" / "Src Rank"
-    (the partner's global rank, PyTorch >= 2.5) and "Process Group Ranks". None where no call records them."""
+def peer_exchange(t: EventTable, process_group: int = -1) -> PeerExchange | None:
+    """The partners of the trace's send and recv calls in one process group (`process_group`, a name id, where its
+    calls name it; else the group the most calls name), from the args PyTorch writes on each call's
+    record_param_comms (and copies onto its kernel): "Dst Rank" / "Src Rank" (the partner's global rank, PyTorch >=
+    2.5) and "Process Group Ranks". None where no call records them."""
     names = t.ids_matching(lambda s: s.lower() in P2P_CALLS)
     rows = np.flatnonzero(np.isin(t.collective, names) & (t.args >= 0)) if names.size else np.empty(0, dtype=int)
+    if process_group >= 0 and (t.process_group[rows] == process_group).any():
+        rows = rows[t.process_group[rows] == process_group]
     kept = t.kept_args() if rows.size else []
-    calls: dict[tuple[int, ...], tuple[set, set]] = {}
+    calls: dict[tuple[int, ...], tuple[set, set, list]] = {}
     for row in rows.tolist():
         a = kept[int(t.args[row])]
-        group = group_ranks(a.get("Process Group Ranks"))
-        sent, received = calls.setdefault(group, (set(), set()))
+        sent, received, named = calls.setdefault(group_ranks(a.get("Process Group Ranks")), (set(), set(), []))
         for key, into in (("Dst Rank", sent), ("Src Rank", received)):
             peer = _rank(a.get(key))
             if peer is not None:
                 into.add(peer)
-    calls = {g: c for g, c in calls.items() if g and (c[0] or c[1])}
+                named.append(row)
+    calls = {g: c for g, c in calls.items() if g and c[2]}
     if not calls:
         return None
-    group = max(calls, key=lambda g: len(calls[g][0]) + len(calls[g][1]))
+    group = max(calls, key=lambda g: len(calls[g][2]))
     return PeerExchange(group=group, sent_to=frozenset(calls[group][0]), received_from=frozenset(calls[group][1]))
 
 
