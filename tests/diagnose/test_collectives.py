@@ -134,10 +134,15 @@ def test_the_collective_of_a_sendrecv_kernel_is_the_op_that_launched_it(tmp_path
                          ("ReduceScatterBase_WaitBackward", "nccl:_all_gather_base", "c10d::_allgather_base_"),
                          ("c10d::send", "record_param_comms"),
                          ()])
+    # batch_isend_irecv's kernel, launched as its coalesced group ends, named by the group, not by a collective
+    b.cpu("nccl:coalesced", 640.0, 60.0)
+    b.launch("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", 660.0, 670.0, 10.0, stream=20,
+             **{"Collective name": "coalesced"})
     t = read_kineto(b.write(tmp_path / "r.json.gz"))
     rows = np.flatnonzero((t.category == COMMUNICATION) & (t.kind == KERNEL))
     rows = rows[np.argsort(t.ts_ns[rows])]
-    assert launch_collectives(t, rows) == ["all_to_all", "reduce_scatter", "all_gather", "send_recv", "send_recv"]
+    assert launch_collectives(t, rows) == ["all_to_all", "reduce_scatter", "all_gather", "send_recv", "send_recv",
+                                           "send_recv"]
 
 
 def test_negative_queue_collectives_are_not_point_to_point():

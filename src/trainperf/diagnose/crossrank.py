@@ -39,8 +39,11 @@ def launch_collectives(t: EventTable, rows: np.ndarray) -> list[str]:
     and in some versions all-reduce, reduce-scatter and all-gather, as ncclKernel_SendRecv_* kernels, which
     are point-to-point only by name (HTA's negative_queue trace: 65 of 80 SendRecv kernels are launched inside
     c10d::alltoall_base_, _reduce_scatter_base_, allreduce_ or _allgather_base_); record_param_comms without
-    args names none. Else from the kernel's name."""
+    args names none. Else from the kernel's name. A kernel's own arg naming only a coalesced group reads as absent:
+    the kernel of a coalesced group (batch_isend_irecv's send/recv, a coalesced all-gather), launched as the group
+    ends inside "nccl:coalesced", may carry the group's name, not its collective's."""
     own = [int(t.collective[r]) for r in rows]
+    own = [-1 if c >= 0 and _coalesced_only(t.names[c]) else c for c in own]
     out = [t.names[c] if c >= 0 else "" for c in own]
     todo = [i for i, c in enumerate(own) if c < 0]
     if todo:
@@ -58,6 +61,12 @@ def launch_collectives(t: EventTable, rows: np.ndarray) -> list[str]:
         for i, h in zip(todo, hit):
             out[i] = t.names[int(op_named[ops[h]])] if h >= 0 else t.names[int(t.name[rows[i]])]
     return [collective_type(n) for n in out]
+
+
+def _coalesced_only(name: str) -> bool:
+    """Whether a collective's name is a coalesced group's that names no collective ("coalesced", "nccl:coalesced";
+    not "allreduce_coalesced")."""
+    return "coalesced" in name.lower() and collective_type(name) == "unknown"
 
 
 def group_collective_rows(t: EventTable, rows: np.ndarray) -> dict[str, np.ndarray]:
