@@ -303,44 +303,45 @@ def test_a_pipeline_is_told_by_its_process_groups_description(tmp_path):
 
 
 def test_a_first_or_last_stage_is_told_by_its_send_recv_partners(tmp_path):
-    # PyTorch >= 2.5 names each send's and recv's partner ("Dst Rank" / "Src Rank") and its group's ranks in order: the
-    # first stage's trace alone, which opens its steps on its own forward and whose group is not described, sends to
-    # and receives from rank 1 alone, the end of a chain of 4: a pipeline of 4 stages, its waits the bubble (without
-    # the partners: exposed communication, test_a_pipeline_is_told_from_other_send_recv_by_its_later_stages_...)
+    # PyTorch >= 2.5 names each send's and recv's partner ("Dst Rank" / "Src Rank") and its group's ranks in order;
+    # PyTorch 2.1-2.4 its group's size, and ProcessGroupNCCL's span around each call the ranks within the group
+    # ("nccl:send 0->1"). The first stage's trace alone, which opens its steps on its own forward and whose group is
+    # not described, sends to and receives from rank 1 alone, the end of a chain of 4: a pipeline of 4 stages, its
+    # waits the bubble (without the partners: exposed communication, test_a_pipeline_is_told_from_other_send_recv_...)
     import shutil
 
-    job = pipeline_job(tmp_path / "job", [1000.0] * 4, micro=8, schedule="1f1b", partners=True)
-    for rank in (0, 3):
-        alone = tmp_path / f"alone{rank}"
-        alone.mkdir()
-        shutil.copy(job / f"rank{rank}.json.gz", alone / f"rank{rank}.json.gz")
-        t = load_trace(alone / f"rank{rank}.json.gz")[rank]
-        exchange = peer_exchange(t)
-        neighbour = 1 if rank == 0 else 2
-        assert exchange == PeerExchange(group=(0, 1, 2, 3), sent_to=frozenset({neighbour}),
-                                        received_from=frozenset({neighbour}))
-        top = diagnose(alone).findings[0]
-        assert top.kind == "pipeline_bubble" and top.evidence["metrics"]["pipeline_stages"]["value"] == 4
-    middle = load_trace(job / "rank1.json.gz")[1]
-    assert peer_exchange(middle).sent_to == {0, 2} and not pipeline_end(1, peer_exchange(middle))
+    for partners in ("args", "spans"):
+        job = pipeline_job(tmp_path / partners, [1000.0] * 4, micro=8, schedule="1f1b", partners=partners)
+        for rank in (0, 3):
+            alone = tmp_path / f"{partners}{rank}"
+            alone.mkdir()
+            shutil.copy(job / f"rank{rank}.json.gz", alone / f"rank{rank}.json.gz")
+            t = load_trace(alone / f"rank{rank}.json.gz")[rank]
+            neighbour = 1 if rank == 0 else 2
+            assert peer_exchange(t) == PeerExchange(group=(0, 1, 2, 3), own=rank, sent_to=frozenset({neighbour}),
+                                                    received_from=frozenset({neighbour}))
+            top = diagnose(alone).findings[0]
+            assert top.kind == "pipeline_bubble" and top.evidence["metrics"]["pipeline_stages"]["value"] == 4
+        middle = peer_exchange(load_trace(job / "rank1.json.gz")[1])
+        assert middle.sent_to == {0, 2} and not pipeline_end(middle)
     # what the partners do not tell: a ring's first rank takes from the last (context parallelism, one way or both);
     # a group of two; a stage that only sends, or takes its input back from the last (a generation pipeline)
-    ring = PeerExchange(group=(0, 1, 2, 3), sent_to=frozenset({1}), received_from=frozenset({3}))
-    both_ways = PeerExchange(group=(0, 1, 2, 3), sent_to=frozenset({1, 3}), received_from=frozenset({1, 3}))
-    pair = PeerExchange(group=(4, 5), sent_to=frozenset({5}), received_from=frozenset({5}))
-    sends = PeerExchange(group=(0, 1, 2, 3), sent_to=frozenset({1}), received_from=frozenset())
-    assert not any(pipeline_end(r, x) for r, x in ((0, ring), (0, both_ways), (4, pair), (0, sends)))
+    four = (0, 1, 2, 3)
+    ring = PeerExchange(group=four, own=0, sent_to=frozenset({1}), received_from=frozenset({3}))
+    both_ways = PeerExchange(group=four, own=0, sent_to=frozenset({1, 3}), received_from=frozenset({1, 3}))
+    pair = PeerExchange(group=(4, 5), own=4, sent_to=frozenset({5}), received_from=frozenset({5}))
+    sends = PeerExchange(group=four, own=0, sent_to=frozenset({1}), received_from=frozenset())
+    assert not any(pipeline_end(x) for x in (ring, both_ways, pair, sends))
     chain = (0, 8, 16)  # global ranks 8 apart: one stage a node
-    assert not pipeline_end(8, PeerExchange(group=chain, sent_to=frozenset({16}), received_from=frozenset({16})))
-    assert pipeline_end(16, PeerExchange(group=chain, sent_to=frozenset({8}), received_from=frozenset({8})))
+    assert not pipeline_end(PeerExchange(group=chain, own=8, sent_to=frozenset({16}), received_from=frozenset({16})))
+    assert pipeline_end(PeerExchange(group=chain, own=16, sent_to=frozenset({8}), received_from=frozenset({8})))
     # a group the trace describes keeps its description's role: the same chain described as context parallelism's
-    chain_job = pipeline_job(tmp_path / "cp", [1000.0] * 4, micro=8, schedule="1f1b", partners=True)
-    described = _described_groups(chain_job, "mesh_cp")
+    described = _described_groups(tmp_path / "args", "mesh_cp")
     t = load_trace(described / "rank0.json.gz")[0]
-    assert pipeline_end(0, peer_exchange(t)) and device_timing(t, analysis_window(t)).p2p_role == "context"
-    generation = pipeline_job(tmp_path / "generation", [1000.0] * 4, micro=4, schedule="forward", partners=True)
-    first = load_trace(generation / "rank0.json.gz")[0]
-    assert peer_exchange(first).received_from == {3} and not pipeline_end(0, peer_exchange(first))
+    assert pipeline_end(peer_exchange(t)) and device_timing(t, analysis_window(t)).p2p_role == "context"
+    generation = pipeline_job(tmp_path / "generation", [1000.0] * 4, micro=4, schedule="forward", partners="args")
+    first = peer_exchange(load_trace(generation / "rank0.json.gz")[0])
+    assert first.received_from == {3} and not pipeline_end(first)
 
 
 def _named_actions(path: Path, actions: list[str]) -> ScheduleNames:

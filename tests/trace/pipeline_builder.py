@@ -70,7 +70,7 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
               schedule: str = "gpipe", all_reduce_us: float = ALL_REDUCE_US, aten_ops: bool = False,
               receive_syncs: bool = False, tp_all_reduce_us: float = 0.0, transfer_us: float = TRANSFER_US,
               receive_floor_us: float = 10.0, transfer_args: dict | None = None, chunks: int = 1,
-              norm_all_reduce_us: float = 0.0, partners: bool = False) -> Path:
+              norm_all_reduce_us: float = 0.0, partners: str = "") -> Path:
     """Write rank<k>.json.gz for each rank k into out; return out. forward_us[s]: stage s's forward of a micro-batch
     (us), or a list of one per step; every compute kernel +-noise_us, uniform. replicas: data-parallel copies of the
     pipeline (rank d * stages + s is stage s of copy d, each copy's send/recv its own); with more than one, each stage's
@@ -94,19 +94,28 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
     transfer_args: the send/recv kernels' args (message sizes, group: PyTorch >= 2.1's record_param_comms).
     norm_all_reduce_us: each copy's stages all-reduce together at the end of the step, this long after the last of
     them arrives (Megatron's gradient-norm all-reduce over the model-parallel group before the optimizer).
-    partners: each send/recv kernel names its call and partner as PyTorch >= 2.5 writes them ("Collective name" send
-    or recv, "Dst Rank" / "Src Rank", "Process Group Ranks": its pipeline copy's ranks in stage order, and a message
-    size), over transfer_args."""
+    partners: "args", each send/recv kernel names its call and partner as PyTorch >= 2.5 writes them ("Collective
+    name" send or recv, "Dst Rank" / "Src Rank", "Process Group Ranks": its pipeline copy's ranks in stage order, and
+    a message size), over transfer_args; "spans", as PyTorch 2.1-2.4 does: each launch inside ProcessGroupNCCL's
+    "nccl:send 0->1" / "nccl:recv 1<-0" span (ranks within the copy's group), the kernel's args a message size and
+    "Group size" alone."""
     rng = rng or random.Random(0)
     p2p_args = transfer_args or {}
 
-    def call_args(call: str, first: int, partner: int) -> dict:
-        """A send's or recv's kernel args: transfer_args, and with partners its call, partner and group."""
+    def call_args(call: str, rank: int, first: int, partner: int) -> dict:
+        """The args of a send's or recv's kernel that `rank` launches next: transfer_args, and with partners its call,
+        partner and group (with "spans", the span around the launch is written here)."""
         if not partners:
             return p2p_args
-        return {"Collective name": call, "In msg nelems": 4096, "Out msg nelems": 4096, "dtype": "BFloat16",
-                "Process Group Ranks": str(list(range(first, first + stages))),
+        size = {"Collective name": call, "In msg nelems": 4096, "Out msg nelems": 4096, "dtype": "BFloat16"}
+        if partners == "spans":  # the next launch call is 2 us after host[rank]
+            arrow = "->" if call == "send" else "<-"
+            b[rank].cpu(f"nccl:{call} {rank - first}{arrow}{partner - first}", host[rank] + 1.0, 2.0,
+                        cat="user_annotation")
+            return {**size, "Group size": stages, **p2p_args}
+        return {**size, "Process Group Ranks": str(list(range(first, first + stages))),
                 ("Dst Rank" if call == "send" else "Src Rank"): partner, **p2p_args}
+
     stages = len(forward_us)
     ranks = stages * replicas
     b = [TraceBuilder(rank=k, world_size=ranks) for k in range(ranks)]
@@ -151,7 +160,7 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
                         arrive = done[phase, at + src[0], m, src[1]] + transfer_us
                         got = launch(at + s, SEND_RECV, free[at + s],
                                      max(arrive - free[at + s], receive_floor_us), stream=20,
-                                     **call_args("recv", at, at + src[0]))
+                                     **call_args("recv", at + s, at, at + src[0]))
                         start = max(start, arrive)
                         if receive_syncs:  # the host waits for the receive before it launches anything else
                             b[at + s].cpu("cudaDeviceSynchronize", host[at + s] + 1.0, got + 5.0 - host[at + s] - 1.0,
@@ -173,16 +182,16 @@ def pipeline_job(out: Path, forward_us: list, micro: int, *, steps: int = 5, noi
                               if source(phase, d, e, stages, chunks) == (s, c)]
                     if takers:  # its output leaves for the stage that takes it
                         launch(at + s, SEND_RECV, done[phase, at + s, m, c], transfer_us, stream=21,
-                               **call_args("send", at, at + takers[0]))
+                               **call_args("send", at + s, at, at + takers[0]))
                 if not ran:
                     raise ValueError(f"the {schedule} schedule deadlocks with {stages} stages, {micro} micro-batches")
             if schedule == "forward" and stages > 1:  # the last stage's output (the next token) returns to the first
                 last = at + stages - 1
                 launch(last, SEND_RECV, done["f", last, micro - 1, 0], transfer_us, stream=21,
-                       **call_args("send", at, at))
+                       **call_args("send", last, at, at))
                 arrive = done["f", last, micro - 1, 0] + transfer_us
                 launch(at, SEND_RECV, free[at], max(arrive - free[at], receive_floor_us), stream=20,
-                       **call_args("recv", at, last))
+                       **call_args("recv", at, at, last))
                 free[at] = max(free[at], arrive)
         for s in range(stages) if replicas > 1 else ():  # each stage's copies reduce their gradients together
             copies = [d * stages + s for d in range(replicas)]

@@ -71,7 +71,7 @@ def p2p_group_role(t: EventTable, p2p_rows: np.ndarray) -> tuple[str, int]:
     if role:  # described: its role, whatever the partners (a data or tensor group's send/recv is no pipeline's)
         return role if role in ("pipeline", "context") else "", entry[1]
     exchange = peer_exchange(t, group) if p2p_rows.size else None
-    if exchange is not None and pipeline_end(t.rank, exchange):
+    if exchange is not None and pipeline_end(exchange):
         return "pipeline", len(exchange.group)
     return "", entry[1] if entry is not None else 0
 
@@ -89,61 +89,87 @@ def _main_group(t: EventTable, p2p_rows: np.ndarray) -> int:
 
 @dataclass(frozen=True, kw_only=True)
 class PeerExchange:
-    """Whom a rank's send and recv calls name as their partners (global ranks), in the process group they share."""
+    """Whom a rank's send and recv calls name as their partners, in the process group they share: global ranks (the
+    group's ranks in its order) or ranks within the group (group = 0 .. size - 1), own in the same numbering."""
 
-    group: tuple[int, ...]          # the group's ranks in its order ("Process Group Ranks")
+    group: tuple[int, ...]
+    own: int
     sent_to: frozenset[int]
     received_from: frozenset[int]
 
 
 P2P_CALLS = ("send", "recv")  # the "Collective name" of torch.distributed's send/isend and recv/irecv
+# ProcessGroupNCCL's record function around each send and recv: "nccl:send <rank>-><peer>", "nccl:recv <rank><-<peer>",
+# ranks within the group (every PyTorch with the profiler's NCCL support; RCCL's builds alike)
+P2P_SPAN_RE = re.compile(r"^nccl:(send|recv) (\d+)(?:->|<-)(\d+)$")
 
 
 def peer_exchange(t: EventTable, process_group: int = -1) -> PeerExchange | None:
     """The partners of the trace's send and recv calls in one process group (`process_group`, a name id, where its
-    calls name it; else the group the most calls name), from the args PyTorch writes on each call's
-    record_param_comms (and copies onto its kernel): "Dst Rank" / "Src Rank" (the partner's global rank, PyTorch >=
-    2.5) and "Process Group Ranks". None where no call records them."""
+    calls name it; else the group the most calls name): from the args PyTorch writes on each call's
+    record_param_comms (and copies onto its kernel), "Dst Rank" / "Src Rank" (the partner's global rank, PyTorch >=
+    2.5) and "Process Group Ranks"; else from ProcessGroupNCCL's "nccl:send 0->1" / "nccl:recv 0<-1" spans (ranks
+    within the group) and the group's size ("Group size", PyTorch >= 2.1, or distributedInfo.pg_config). None where
+    neither records them."""
     names = t.ids_matching(lambda s: s.lower() in P2P_CALLS)
     rows = np.flatnonzero(np.isin(t.collective, names) & (t.args >= 0)) if names.size else np.empty(0, dtype=int)
     if process_group >= 0 and (t.process_group[rows] == process_group).any():
         rows = rows[t.process_group[rows] == process_group]
     kept = t.kept_args() if rows.size else []
     calls: dict[tuple[int, ...], tuple[set, set, list]] = {}
+    sizes: list[int] = []
     for row in rows.tolist():
         a = kept[int(t.args[row])]
         sent, received, named = calls.setdefault(group_ranks(a.get("Process Group Ranks")), (set(), set(), []))
+        size = _rank(a.get("Group size"))
+        sizes += [size] if size else []
         for key, into in (("Dst Rank", sent), ("Src Rank", received)):
             peer = _rank(a.get(key))
             if peer is not None:
                 into.add(peer)
                 named.append(row)
     calls = {g: c for g, c in calls.items() if g and c[2]}
-    if not calls:
+    if calls:
+        group = max(calls, key=lambda g: len(calls[g][2]))
+        return PeerExchange(group=group, own=t.rank, sent_to=frozenset(calls[group][0]),
+                            received_from=frozenset(calls[group][1]))
+    entry = group_config(t).get(t.names[process_group]) if process_group >= 0 else None
+    size = max(set(sizes), key=sizes.count) if sizes else entry[1] if entry is not None else 0
+    return _exchange_by_span_names(t, size)
+
+
+def _exchange_by_span_names(t: EventTable, size: int) -> PeerExchange | None:
+    """peer_exchange from the "nccl:send a->b" / "nccl:recv a<-b" spans of a group of `size` ranks (None where the
+    size is unknown, 0, or the spans name more than one rank of their own: several groups)."""
+    spans = [P2P_SPAN_RE.match(t.names[i]) for i in t.ids_matching(P2P_SPAN_RE.match).tolist()]
+    own = {int(m.group(2)) for m in spans}
+    if size <= 0 or len(own) != 1:
         return None
-    group = max(calls, key=lambda g: len(calls[g][2]))
-    return PeerExchange(group=group, sent_to=frozenset(calls[group][0]), received_from=frozenset(calls[group][1]))
+    return PeerExchange(group=tuple(range(size)), own=own.pop(),
+                        sent_to=frozenset(int(m.group(3)) for m in spans if m.group(1) == "send"),
+                        received_from=frozenset(int(m.group(3)) for m in spans if m.group(1) == "recv"))
 
 
 def _rank(value) -> int | None:
-    """A "Src Rank" / "Dst Rank" arg (an integer, or its text) as an int; None where absent or unreadable."""
+    """A rank or size arg ("Src Rank", "Dst Rank", "Group size": an integer, or its text) as an int; None where absent
+    or unreadable."""
     try:
         return int(value) if value is not None and not isinstance(value, bool) else None
     except (ValueError, TypeError):
         return None
 
 
-def pipeline_end(rank: int, exchange: PeerExchange) -> bool:
+def pipeline_end(exchange: PeerExchange) -> bool:
     """Whether the rank is the first or last stage of a pipeline by its partners (module docstring): its group has
     more than two ranks, it stands at one end of the group's order, and it sends to and receives from its one
     neighbour there and no one else. False for a ring's ranks (the first also takes from or gives to the last; a ring
     that sends both ways, Transformer Engine's context parallelism in its backward, the same), for a middle rank (a
     pipeline's middle stage and a two-way ring's rank exchange alike), for a group of two (a pipeline of two stages
     and a ring of two exchange alike) and for a stage that only sends or only receives (a generation pipeline's)."""
-    group = exchange.group
-    if len(group) <= 2 or rank not in group or group.index(rank) not in (0, len(group) - 1):
+    group, own = exchange.group, exchange.own
+    if len(group) <= 2 or own not in group or group.index(own) not in (0, len(group) - 1):
         return False
-    neighbour = group[1] if group.index(rank) == 0 else group[-2]
+    neighbour = group[1] if group.index(own) == 0 else group[-2]
     return exchange.sent_to == exchange.received_from == {neighbour}
 
 
