@@ -29,13 +29,20 @@ PAUSES = {"gc": ("Python GC", "python_function"),
           "dataloader": ("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", "user_annotation")}
 
 
+ALL_TO_ALL = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
+TOKENS = 1_000_000  # elements a rank receives in an all-to-all with its fair share of the tokens
+
+
 def _job(path: Path, rotating: bool, ranks: int = RANKS, extra: float = EXTRA, paused: bool = False,
-         queued: bool = False, group: tuple[int, ...] = (), paused_in: str = "") -> Path:
+         queued: bool = False, group: tuple[int, ...] = (), paused_in: str = "", routed: str = "") -> Path:
     # paused: the late rank of a step computes C like the others but its host launches the GEMM `extra` later
     # (a pause with no op recorded, as Python's garbage collector leaves it; paused_in: recorded as a span of that
     # named stall, PAUSES, e.g. a "Python GC" span as PyTorch's record_python_gc_info records one); queued: it
     # launches on time, but a copy of `extra` us launched just before runs first on its stream; group: every rank of
-    # it is late by `extra` in every step, and one of them (in turn) by JITTER more, the last of that step
+    # it is late by `extra` in every step, and one of them (in turn) by JITTER more, the last of that step. routed:
+    # the step is an expert-parallel layer, an all-to-all dispatch before the GEMM (the ranks arrive together) and a
+    # combine after it in place of the all-reduce; "tokens": the dispatch delivers each rank tokens in proportion to
+    # its GEMM's time (the late rank's experts drew more), "equal": every rank the same (its GPU is slower)
     def late(r: int, s: int) -> float:
         if group:
             return extra + (JITTER if r == group[s % len(group)] else 0.0) if r in group else 0.0
@@ -60,16 +67,26 @@ def _job(path: Path, rotating: bool, ranks: int = RANKS, extra: float = EXTRA, p
                          runtime="cudaMemcpyAsync")
             if paused_in and host(r, s):
                 b.cpu(PAUSES[paused_in][0], T + 100, host(r, s) - 1, cat=PAUSES[paused_in][1])
+            if routed:
+                tokens = TOKENS * (compute(r, s) / C if routed == "tokens" else 1.0)
+                b.launch(ALL_TO_ALL, T + 95, T + 100, 5.0, **_all_to_all_args(tokens))
             b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", T + 100 + host(r, s), T + 110 + start(r, s),
                      compute(r, s))
             last = T + 110 + max(start(q, s) + compute(q, s) for q in range(ranks))
             arrive = T + 110 + start(r, s) + compute(r, s)
-            b.launch(NCCL, T + 140 + host(r, s), arrive, last + AR - arrive, **{"Collective name": "allreduce",
-                                                                  "Process Group Name": "0"})
+            b.launch(ALL_TO_ALL if routed else NCCL, T + 140 + host(r, s), arrive, last + AR - arrive,
+                     **(_all_to_all_args(TOKENS) if routed else {"Collective name": "allreduce",
+                                                                 "Process Group Name": "0"}))
             b.cpu("cudaDeviceSynchronize", T + 300 + host(r, s), last + AR + 5 - (T + 300 + host(r, s)),
                   cat="cuda_runtime")
         b.write(path / f"rank{r}.json.gz")
     return path
+
+
+def _all_to_all_args(received: float) -> dict:
+    # an expert-parallel all-to-all's args as PyTorch >= 2.1 records them: it sends a fair share, receives `received`
+    return {"Collective name": "all_to_all", "Process Group Name": "ep", "In msg nelems": TOKENS,
+            "Out msg nelems": int(received), "dtype": "BFloat16", "Group size": RANKS}
 
 
 def _find(d, kind):
@@ -413,3 +430,24 @@ def test_overlapping_hides_a_collectives_transfer_not_its_wait_for_a_late_rank(t
     exposed = next(f for f in d.findings if f.kind == "exposed_comm")
     assert exposed.gain_pct == pytest.approx(100 * AR / P, abs=0.05)
     assert exposed.severity == "low" and kinds.index("exposed_comm") > kinds.index("host_work")
+
+
+def test_late_ranks_that_receive_more_of_the_all_to_all_are_told_their_experts_draw_more_tokens(tmp_path):
+    # an expert-parallel layer a step, no shapes recorded: the late rank's GEMM runs 11 ms where the others' run 8,
+    # and its dispatch delivered it 11/8 of the others' tokens; with the combine's equal share, (11/8 + 1) / 2 = 1.1875x
+    # the others' all-to-all data (routing.late_received_ratio). Turn by turn: load_imbalance with the experts'
+    # balancing; one rank every step: a straggler, the same. A slower GPU receives what the others do: 1.00x, not named
+    for name in ("turns", "hot", "slow_gpu"):
+        (tmp_path / name).mkdir()
+    d = diagnose(_job(tmp_path / "turns", rotating=True, routed="tokens"))
+    f = _find(d, "load_imbalance")
+    assert f is not None and f.evidence["metrics"]["all_to_all_received_vs_others"]["value"] == pytest.approx(1.1875, abs=1e-3)
+    assert "received 1.19x the other ranks' all-to-all data" in f.recommendation and "EPLB" in f.recommendation
+    d = diagnose(_job(tmp_path / "hot", rotating=False, routed="tokens"))
+    f = _find(d, "straggler")
+    assert f is not None and f.ranks == [1] and "Rank 1 received 1.19x" in f.recommendation
+    d = diagnose(_job(tmp_path / "slow_gpu", rotating=False, routed="equal"))
+    f = _find(d, "straggler")
+    assert f is not None and f.ranks == [1]
+    assert f.evidence["metrics"]["all_to_all_received_vs_others"]["value"] == pytest.approx(1.0, abs=1e-3)
+    assert "all-to-all data" not in f.recommendation

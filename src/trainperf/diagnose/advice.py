@@ -440,6 +440,15 @@ BALANCE_BY_WORK_KIND = {
         "load-balancing loss or capacity factor for experts that stay hot, equal layers per pipeline stage (the "
         "first holds the embedding, the last the output layer and the loss), equal shards.",
 }
+# slow or late ranks that received more of the all-to-alls' data than the others in the steps they were late
+# (routing.late_received_ratio >= ROUTED_MIN_RATIO), where no recorded shapes compare their products: the tokens
+# routed to their experts; {who}: "Rank 3", "Ranks 4-7"; followed by BALANCE_BY_WORK_KIND["experts"]
+ROUTED_TOKENS_CAUSE = (
+    "{who} received {ratio:.2f}x the other ranks' all-to-all data when late: more tokens are routed to the experts "
+    "there (the dispatch's receive; the combine's is the same on every rank).")
+LOAD_IMBALANCE_ROUTED_RECOMMENDATION = (
+    "Ranks wait for each other at collectives, and the one they wait for changes from step to step: in the steps a "
+    "rank was late it received {ratio:.2f}x the other ranks' all-to-all data, the tokens routed to its experts. {fix}")
 # ... whose late ranks ran the same work slower in the steps they were late ("device"): the GPUs' speed varies
 LOAD_IMBALANCE_DEVICE_RECOMMENDATION = (
     "Ranks wait for each other at collectives, and the one they wait for changes from step to step, yet in the steps "

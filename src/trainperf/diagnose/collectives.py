@@ -55,6 +55,7 @@ class CommArgs:
     nbytes: int             # largest of the send and receive buffers (bytes)
     group_size: int
     group_ranks: tuple      # global ranks of the group, () when the trace does not say
+    received_bytes: int = 0  # the receive buffer ("Out msg nelems" x the dtype's size; 0 where not recorded)
 
 
 def comm_args(t: EventTable | str | Path) -> dict[int, CommArgs]:
@@ -75,9 +76,10 @@ def comm_args(t: EventTable | str | Path) -> dict[int, CommArgs]:
             continue
         ranks = group_ranks(a.get("Process Group Ranks"))
         group = a.get("Group size")
-        out[int(t.correlation[row])] = CommArgs(nbytes=size * max(n_in, n_out if isinstance(n_out, int) else 0),
+        n_out = n_out if isinstance(n_out, int) else 0
+        out[int(t.correlation[row])] = CommArgs(nbytes=size * max(n_in, n_out),
                                                 group_size=int(group) if isinstance(group, int) else len(ranks),
-                                                group_ranks=ranks)
+                                                group_ranks=ranks, received_bytes=size * n_out)
     return out
 
 

@@ -32,6 +32,7 @@ from trainperf.diagnose.process_groups import row_roles
 from trainperf.diagnose.replay import (BLOCK_QUEUE, BLOCK_SYNC, Change, Graph, Replay, blocked_us, build_graph,
                                       critical_path, replay)
 from trainperf.diagnose.roofline import device_accelerator
+from trainperf.diagnose.routing import received_by_step
 from trainperf.diagnose.slow_work import WorkComparison
 from trainperf.diagnose.steps import StepTime, step_times
 from trainperf.diagnose.sync_causes import SyncCauses, sync_causes
@@ -72,6 +73,9 @@ class StragglerFacts:
     # ... and how much each named host stall of their own in those steps does ({cause: 0-1}: DeviceTiming.
     # stalls_by_step's causes that some rank's trace has; none where no rank's has any)
     late_stall_shares: dict = field(default_factory=dict)
+    # ... and how many times the other ranks' all-to-all data they received in those steps (routing.
+    # late_received_ratio: the tokens routed to their experts); None where no all-to-all records its size
+    late_received_ratio: float | None = None
     # the slow ranks' extra computation operation by operation against the others' (slow_work.compare_work): the same
     # work slower (their device) or more work; None where no rank is slow step after step, or no computation differs
     work: WorkComparison | None = None
@@ -358,6 +362,12 @@ class DeviceTiming:
         """{cause: {step: µs inside the step's host span}} for the causes whose spans the rank's trace has."""
         return {cause: _time_in_steps(self.step_times, spans) for cause, spans in self.stall_spans.items()
                 if spans.count}
+
+    @cached_property
+    def received_by_step(self) -> dict:
+        """step -> bytes its all-to-all collectives received in it (routing.received_by_step: the tokens routed to its
+        experts); empty where none records its size."""
+        return received_by_step(self.table, self.window, self.collective_groups)
 
     @property
     def idle_by_step(self) -> dict:

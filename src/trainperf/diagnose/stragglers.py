@@ -12,6 +12,7 @@ from trainperf.diagnose.crossrank import Recurrence, straggler_min_p_value
 from trainperf.diagnose.facts import RankFacts, StragglerFacts
 from trainperf.diagnose.pipeline import schedule_names
 from trainperf.diagnose.replay import Change
+from trainperf.diagnose.routing import ROUTED_MIN_RATIO
 from trainperf.diagnose.slow_work import UNTRACED_KEY, WorkComparison, work_kind
 from trainperf.diagnose.units import short_name
 
@@ -140,6 +141,9 @@ def straggler(f: RankFacts) -> F.Finding | None:
     elif late_without_more_work(s):  # the same computation started late: by its host, or by work queued ahead
         found.recommendation = (_paused_host_recommendation(s, [s.rank]) if paused_not_loaded(s)
                                 else advice.QUEUED_WORK_STRAGGLER_RECOMMENDATION.format(rank=s.rank))
+    elif routed(s):  # more tokens routed to its experts
+        found.recommendation = advice.STRAGGLER_CAUSE_RECOMMENDATION.format(
+            rank=found.ranks[0], cause=_routed_cause(s, found.ranks))
     elif s.work is not None and s.work.cause:  # its extra computation: the same work slower, or more work
         found.recommendation = advice.STRAGGLER_CAUSE_RECOMMENDATION.format(
             rank=found.ranks[0], cause=_work_cause(s.work, found.ranks))
@@ -158,6 +162,21 @@ def _work_metrics(work: WorkComparison | None, host: bool = False) -> dict:
     if work.shaped:  # the same operator on the same shapes: the slowdown of the same work
         out["same_work_slowdown"] = (work.same_work_slowdown, "x")
     return out
+
+
+def routed(s: StragglerFacts) -> bool:
+    """Whether the late ranks' extra computation is read as routing's: they received at least ROUTED_MIN_RATIO times
+    the other ranks' all-to-all data in the steps they were late (routing.late_received_ratio), and no recorded
+    shapes compare their products (a comparison by shapes says what the work is, or that it ran slower, itself)."""
+    shaped = any(w is not None and w.shaped and w.cause for w in (s.work, s.late_work))
+    return s.late_received_ratio is not None and s.late_received_ratio >= ROUTED_MIN_RATIO and not shaped
+
+
+def _routed_cause(s: StragglerFacts, ranks: list[int]) -> str:
+    """advice.ROUTED_TOKENS_CAUSE for `ranks`, with the experts' balancing."""
+    who = f"Rank {ranks[0]}" if len(ranks) == 1 else f"Ranks {F.rank_list(ranks)}"
+    return (advice.ROUTED_TOKENS_CAUSE.format(who=who, ratio=s.late_received_ratio) + " "
+            + advice.BALANCE_BY_WORK_KIND["experts"])
 
 
 def _work_cause(work: WorkComparison, ranks: list[int], host: bool = False) -> str:
@@ -282,6 +301,8 @@ def _lateness_metrics(s: StragglerFacts) -> dict:
     if s.late_idle_share is not None:
         out["lateness_from_gpu_idle"] = (100.0 * s.late_idle_share, "%")
     out |= {f"lateness_from_{cause}": (100.0 * share, "%") for cause, share in sorted(s.late_stall_shares.items())}
+    if s.late_received_ratio is not None:
+        out["all_to_all_received_vs_others"] = (s.late_received_ratio, "x")
     return out
 
 
@@ -357,6 +378,7 @@ def _slow_ranks(f: RankFacts) -> F.Finding | None:
                         "collectives", ranks=list(group),
                         extra={"p_value_arrival_order_random": (s.slow_ranks_p_value, "")} | _work_metrics(s.work))
     cause = (advice.SLOW_RANKS_HOST_CAUSE if paused_not_loaded(s)
+             else _routed_cause(s, list(group)) if routed(s)
              else _work_cause(s.work, list(group)) if s.work is not None and s.work.cause
              else advice.SLOW_RANKS_DEVICE_CAUSE)
     who = f"Ranks {F.rank_list(group)}" if len(group) > 1 else f"Rank {group[0]}"
@@ -393,7 +415,10 @@ def load_imbalance(f: RankFacts) -> F.Finding | None:
     found = _turn_waits(f, "load_imbalance", "every rank's work per step balanced: nobody waits in collectives",
                         extra=_work_metrics(s.late_work))
     work = s.late_work
-    if work is not None and work.cause == "work":
+    if routed(s):
+        found.recommendation = advice.LOAD_IMBALANCE_ROUTED_RECOMMENDATION.format(
+            ratio=s.late_received_ratio, fix=advice.BALANCE_BY_WORK_KIND["experts"])
+    elif work is not None and work.cause == "work":
         found.recommendation = advice.LOAD_IMBALANCE_WORK_RECOMMENDATION.format(
             share=work.share(work.more_work_extra_us), largest=_largest_text(work),
             fix=advice.BALANCE_BY_WORK_KIND[work_kind(work)])
