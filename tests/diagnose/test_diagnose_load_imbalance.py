@@ -34,7 +34,8 @@ TOKENS = 1_000_000  # elements a rank receives in an all-to-all with its fair sh
 
 
 def _job(path: Path, rotating: bool, ranks: int = RANKS, extra: float = EXTRA, paused: bool = False,
-         queued: bool = False, group: tuple[int, ...] = (), paused_in: str = "", routed: str = "") -> Path:
+         queued: bool = False, group: tuple[int, ...] = (), paused_in: str = "", routed: str = "",
+         kernel: str = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n") -> Path:
     # paused: the late rank of a step computes C like the others but its host launches the GEMM `extra` later
     # (a pause with no op recorded, as Python's garbage collector leaves it; paused_in: recorded as a span of that
     # named stall, PAUSES, e.g. a "Python GC" span as PyTorch's record_python_gc_info records one); queued: it
@@ -70,8 +71,7 @@ def _job(path: Path, rotating: bool, ranks: int = RANKS, extra: float = EXTRA, p
             if routed:
                 tokens = TOKENS * (compute(r, s) / C if routed == "tokens" else 1.0)
                 b.launch(ALL_TO_ALL, T + 95, T + 100, 5.0, **_all_to_all_args(tokens))
-            b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", T + 100 + host(r, s), T + 110 + start(r, s),
-                     compute(r, s))
+            b.launch(kernel, T + 100 + host(r, s), T + 110 + start(r, s), compute(r, s))
             last = T + 110 + max(start(q, s) + compute(q, s) for q in range(ranks))
             arrive = T + 110 + start(r, s) + compute(r, s)
             b.launch(ALL_TO_ALL if routed else NCCL, T + 140 + host(r, s), arrive, last + AR - arrive,
@@ -437,7 +437,7 @@ def test_late_ranks_that_receive_more_of_the_all_to_all_are_told_their_experts_d
     # and its dispatch delivered it 11/8 of the others' tokens; with the combine's equal share, (11/8 + 1) / 2 = 1.1875x
     # the others' all-to-all data (routing.late_received_ratio). Turn by turn: load_imbalance with the experts'
     # balancing; one rank every step: a straggler, the same. A slower GPU receives what the others do: 1.00x, not named
-    for name in ("turns", "hot", "slow_gpu"):
+    for name in ("turns", "hot", "tables", "slow_gpu"):
         (tmp_path / name).mkdir()
     d = diagnose(_job(tmp_path / "turns", rotating=True, routed="tokens"))
     f = _find(d, "load_imbalance")
@@ -446,6 +446,11 @@ def test_late_ranks_that_receive_more_of_the_all_to_all_are_told_their_experts_d
     d = diagnose(_job(tmp_path / "hot", rotating=False, routed="tokens"))
     f = _find(d, "straggler")
     assert f is not None and f.ranks == [1] and "Rank 1 received 1.19x" in f.recommendation
+    # the same with the lookups of sharded embedding tables (FBGEMM's kernels) as the work: the shards' balancing
+    d = diagnose(_job(tmp_path / "tables", rotating=False, routed="tokens",
+                      kernel="split_embedding_codegen_forward_unweighted_kernel"))
+    f = _find(d, "straggler")
+    assert "more lookups are sent to the embedding shards" in f.recommendation and "sharding" in f.recommendation
     d = diagnose(_job(tmp_path / "slow_gpu", rotating=False, routed="equal"))
     f = _find(d, "straggler")
     assert f is not None and f.ranks == [1]

@@ -172,11 +172,20 @@ def routed(s: StragglerFacts) -> bool:
     return s.late_received_ratio is not None and s.late_received_ratio >= ROUTED_MIN_RATIO and not shaped
 
 
+def _routed_kind(s: StragglerFacts) -> str:
+    """What the late ranks' all-to-all carries: "embeddings" where their extra computation is the lookups' (slow_work.
+    work_kind, by the operators' names), else "experts"."""
+    works = [w for w in (s.work, s.late_work) if w is not None]
+    return "embeddings" if any(work_kind(w) == "embeddings" for w in works) else "experts"
+
+
 def _routed_cause(s: StragglerFacts, ranks: list[int]) -> str:
-    """advice.ROUTED_TOKENS_CAUSE for `ranks`, with the experts' balancing."""
+    """advice.ROUTED_TOKENS_CAUSE for `ranks`, with the balancing of what the all-to-all carries (_routed_kind)."""
     who = f"Rank {ranks[0]}" if len(ranks) == 1 else f"Ranks {F.rank_list(ranks)}"
-    return (advice.ROUTED_TOKENS_CAUSE.format(who=who, ratio=s.late_received_ratio) + " "
-            + advice.BALANCE_BY_WORK_KIND["experts"])
+    kind = _routed_kind(s)
+    return (advice.ROUTED_TOKENS_CAUSE.format(who=who, ratio=s.late_received_ratio,
+                                              what=advice.ROUTED_WHAT[kind])
+            + " " + advice.BALANCE_BY_WORK_KIND[kind])
 
 
 def _work_cause(work: WorkComparison, ranks: list[int], host: bool = False) -> str:
@@ -416,8 +425,10 @@ def load_imbalance(f: RankFacts) -> F.Finding | None:
                         extra=_work_metrics(s.late_work))
     work = s.late_work
     if routed(s):
+        kind = _routed_kind(s)
         found.recommendation = advice.LOAD_IMBALANCE_ROUTED_RECOMMENDATION.format(
-            ratio=s.late_received_ratio, fix=advice.BALANCE_BY_WORK_KIND["experts"])
+            ratio=s.late_received_ratio, what=advice.ROUTED_WHAT[kind],
+            fix=advice.BALANCE_BY_WORK_KIND[kind])
     elif work is not None and work.cause == "work":
         found.recommendation = advice.LOAD_IMBALANCE_WORK_RECOMMENDATION.format(
             share=work.share(work.more_work_extra_us), largest=_largest_text(work),
