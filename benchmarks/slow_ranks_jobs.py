@@ -26,10 +26,13 @@ written as Kineto traces (tests/trace/kineto_builder.py). Scenarios:
   load_imbalance where the copies' waits for each other at that all-reduce (read back from the written kernels)
   average >= 2 % of the step, as for the equal ranks; never a straggler.
 Printed per job: the finding naming the waits (straggler / load_imbalance), its ranks, its gain, the truth, and the
-diagnose time.
+diagnose time. With --collective all_to_all --routed tokens, each rank's all-to-all records receiving tokens in
+proportion to its GEMM (its experts drew them: the slow and late ranks' work is routing's), --routed equal the same
+on every rank (the GPU is slower): the tally says in how many jobs named right the fix names routing (stragglers.routed)
+as the truth says.
 
     .venv/bin/python benchmarks/slow_ranks_jobs.py [--seeds 3] [--noise 100] [--only pipeline] [--collective all_to_all]
-        [--pipeline-steps 5]
+        [--pipeline-steps 5] [--routed tokens|equal]
 """
 
 from __future__ import annotations
@@ -58,11 +61,17 @@ NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, nc
 # in the kernel's args, as PyTorch >= 2.1 records it)
 COLLECTIVE_KERNELS = {"allreduce": NCCL, "all_to_all": "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"}
 STEPS, P, C, AR = 8, 16_000.0, 8_000.0, 300.0
+TOKENS = 1_000_000  # elements of a fair share of the tokens in an all-to-all (--routed)
 
 
 def write_job(path: Path, compute_us: dict[tuple[int, int], float], ranks: int,
-              collective: str = "allreduce") -> None:
-    """compute_us[(rank, step)]: that rank's GEMM in that step (µs); then one `collective` (COLLECTIVE_KERNELS)."""
+              collective: str = "allreduce", routed: str = "", routing_noise: float = 0.0, seed: int = 0) -> None:
+    """compute_us[(rank, step)]: that rank's GEMM in that step (µs); then one `collective` (COLLECTIVE_KERNELS).
+    routed (all_to_all): each rank's all-to-all records what it received as PyTorch >= 2.1 does, in proportion to its
+    GEMM ("tokens": its experts drew that many tokens) or the same on every rank ("equal": the GEMM is slower for
+    another reason), beside an equal combine's worth (the combine returns each rank its own tokens); routing_noise: each
+    rank's dispatch +- that share of a fair share, uniform, drawn apart from its GEMM (the router's own noise)."""
+    rng = random.Random(seed)
     for r in range(ranks):
         b = TraceBuilder(rank=r, world_size=ranks)
         for s in range(STEPS):
@@ -71,8 +80,14 @@ def write_job(path: Path, compute_us: dict[tuple[int, int], float], ranks: int,
             b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", T + 100, T + 110, compute_us[r, s])
             last = T + 110 + max(compute_us[q, s] for q in range(ranks))
             arrive = T + 110 + compute_us[r, s]
+            sizes = {}
+            if routed:
+                share = compute_us[r, s] / C if routed == "tokens" else 1.0
+                share += rng.uniform(-routing_noise, routing_noise)
+                sizes = {"In msg nelems": 2 * TOKENS, "Out msg nelems": int(TOKENS * (1.0 + share)),
+                         "dtype": "BFloat16", "Group size": ranks}
             b.launch(COLLECTIVE_KERNELS[collective], T + 140, arrive, last + AR - arrive,
-                     **{"Collective name": collective, "Process Group Name": "0"})
+                     **{"Collective name": collective, "Process Group Name": "0", **sizes})
             b.cpu("cudaDeviceSynchronize", T + 300, last + AR + 5 - (T + 300), cat="cuda_runtime")
         b.write(path / f"rank{r}.json.gz")
 
@@ -168,6 +183,11 @@ def main() -> None:
                     help="the pipeline jobs' schedule (tests/trace/pipeline_builder.stage_order)")
     ap.add_argument("--collective", default="allreduce", choices=sorted(COLLECTIVE_KERNELS),
                     help="the one collective a step of the all-reduce and onset jobs ends with")
+    ap.add_argument("--routed", default="", choices=("", "tokens", "equal"),
+                    help="with --collective all_to_all: what each rank receives (write_job); the named finding's fix "
+                         "is then checked for routing's (named with tokens, not with equal)")
+    ap.add_argument("--routing-noise", type=float, default=0.0,
+                    help="with --routed: each rank's dispatch +- this share of a fair share, apart from its GEMM")
     a = ap.parse_args()
     jobs = [(n, sc, seed) for n in (16, 64) for sc in ("slow 1", "slow 4", "slow 8", "rotating", "random")
             for seed in range(a.seeds)]
@@ -186,6 +206,7 @@ def main() -> None:
     print("| ranks | scenario | seed | truth | named | ranks named | gain % | diagnose s |")
     print("|---|---|---|---|---|---|---|---|")
     right: dict[str, list[int]] = {}  # family -> [named right, jobs]
+    routed_fix: dict[str, list[int]] = {}  # --routed: scenario -> [fix names the routing as the truth says, jobs]
     for n, sc, seed in track(jobs, description="jobs", transient=True):
         with tempfile.TemporaryDirectory() as tmp:
             if sc.startswith(("pipeline", "pp+dp")):
@@ -207,7 +228,8 @@ def main() -> None:
             else:
                 comp, slow, kind = scenario(sc, n, random.Random(seed), a.noise)
                 kind = equal_truth(comp, n) if sc == "equal" else kind
-                write_job(Path(tmp), comp, n, a.collective)
+                write_job(Path(tmp), comp, n, a.collective, a.routed if a.collective == "all_to_all" else "",
+                          a.routing_noise, seed)
             t0 = time.perf_counter()
             d = diagnose(tmp)
             secs = time.perf_counter() - t0
@@ -232,11 +254,21 @@ def main() -> None:
         tally[0] += ok
         tally[1] += 1
         truth = f"straggler {rank_list(slow)}" if slow else kind
-        print(f"| {n} | {sc} | {seed} | {truth} | {named.kind if named else '-'} | "
+        routing = ""
+        if a.routed and a.collective == "all_to_all" and not piped and not sc.startswith("tp+dp") and ok and named:
+            said = "all-to-all data" in named.recommendation  # stragglers.routed: the fix names the routing
+            routing = " (routing named)" if said else ""
+            if kind in ("straggler", "load_imbalance"):
+                fix = routed_fix.setdefault(sc.split()[0], [0, 0])
+                fix[0] += said == (a.routed == "tokens")
+                fix[1] += 1
+        print(f"| {n} | {sc} | {seed} | {truth} | {named.kind if named else '-'}{routing} | "
               f"{(named.ranks if len(named.ranks) <= 8 else f'{len(named.ranks)} ranks') if named else '-'} | "
               f"{named.gain_pct if named else 0:.1f} | {secs:.1f} |")
     for family, (ok, n) in right.items():
         print(f"{family}: {ok} of {n}")
+    for sc, (ok, n) in routed_fix.items():
+        print(f"routing {'named' if a.routed == 'tokens' else 'not named'} in the fix, {sc} jobs: {ok} of {n}")
     print(f"\n{sum(v[0] for v in right.values())} of {len(jobs)} named as the truth (kind, and the slow ranks exactly)")
 
 

@@ -435,13 +435,16 @@ def test_overlapping_hides_a_collectives_transfer_not_its_wait_for_a_late_rank(t
 def test_late_ranks_that_receive_more_of_the_all_to_all_are_told_their_experts_draw_more_tokens(tmp_path):
     # an expert-parallel layer a step, no shapes recorded: the late rank's GEMM runs 11 ms where the others' run 8,
     # and its dispatch delivered it 11/8 of the others' tokens; with the combine's equal share, (11/8 + 1) / 2 = 1.1875x
-    # the others' all-to-all data (routing.late_received_ratio). Turn by turn: load_imbalance with the experts'
+    # the others' all-to-all data (routing.late_received), whose excess, doubled (the combine's half), is all of its
+    # 3/8 extra computation. Turn by turn: load_imbalance with the experts'
     # balancing; one rank every step: a straggler, the same. A slower GPU receives what the others do: 1.00x, not named
     for name in ("turns", "hot", "tables", "slow_gpu"):
         (tmp_path / name).mkdir()
     d = diagnose(_job(tmp_path / "turns", rotating=True, routed="tokens"))
     f = _find(d, "load_imbalance")
-    assert f is not None and f.evidence["metrics"]["all_to_all_received_vs_others"]["value"] == pytest.approx(1.1875, abs=1e-3)
+    m = f.evidence["metrics"]
+    assert m["all_to_all_received_vs_others"]["value"] == pytest.approx(1.1875, abs=1e-3)
+    assert m["extra_compute_from_routed_tokens"]["value"] == pytest.approx(100.0)
     assert "received 1.19x the other ranks' all-to-all data" in f.recommendation and "EPLB" in f.recommendation
     d = diagnose(_job(tmp_path / "hot", rotating=False, routed="tokens"))
     f = _find(d, "straggler")
@@ -455,4 +458,5 @@ def test_late_ranks_that_receive_more_of_the_all_to_all_are_told_their_experts_d
     f = _find(d, "straggler")
     assert f is not None and f.ranks == [1]
     assert f.evidence["metrics"]["all_to_all_received_vs_others"]["value"] == pytest.approx(1.0, abs=1e-3)
+    assert f.evidence["metrics"]["extra_compute_from_routed_tokens"]["value"] == pytest.approx(0.0)
     assert "all-to-all data" not in f.recommendation

@@ -391,6 +391,9 @@ EXTRA_WORK_STRAGGLER_RECOMMENDATION = (
     "steps on all ranks at once, or off the training step), more data than the others (a long sequence: pack or "
     "bucket by length), or its GPU running the same work slower from some step on (clocks and throttle reasons: "
     "nvidia-smi -q -d PERFORMANCE,CLOCK).")
+# ... whose extra computation in those steps is its experts' extra tokens (stragglers.routed); {cause}: _routed_cause
+LATE_STEPS_ROUTED_RECOMMENDATION = (
+    "Rank {rank} holds the others at the collectives in the steps it is late, computing more than them there. {cause}")
 
 # ... with what its extra computation in the steps it was late was (StragglerFacts.late_work), where that says
 LATE_STEPS_WORK_TEXT = "In the steps it was late, its extra computation was most in {largest}."
@@ -441,7 +444,8 @@ BALANCE_BY_WORK_KIND = {
         "first holds the embedding, the last the output layer and the loss), equal shards.",
 }
 # slow or late ranks that received more of the all-to-alls' data than the others in the steps they were late
-# (routing.late_received_ratio >= ROUTED_MIN_RATIO), where no recorded shapes compare their products: the tokens
+# (routing.late_received: their extra tokens account for ROUTED_MIN_SHARE of their extra computation), where no
+# recorded shapes compare their products: the tokens
 # routed to their experts; {who}: "Rank 3", "Ranks 4-7"; followed by BALANCE_BY_WORK_KIND["experts"]
 ROUTED_TOKENS_CAUSE = "{who} received {ratio:.2f}x the other ranks' all-to-all data when late: {what}."
 LOAD_IMBALANCE_ROUTED_RECOMMENDATION = (

@@ -5,14 +5,16 @@ Expert parallelism moves each token to the ranks holding the experts its router 
 tokens routed to its experts: PyTorch >= 2.1 writes each collective's receive buffer ("Out msg nelems", "dtype") on
 its record_param_comms and kernel, so a rank's trace says how much it received in each step without recorded shapes.
 A rank that receives more than the others in the steps it is late computes more because its experts draw more tokens
-(routing imbalance), not because its GPU is slower. The combine's receive (each rank's own tokens back) is the same on
-every rank, so the ratio understates the dispatch's.
+(routing imbalance), not because its GPU is slower: its extra tokens account for its extra computation. The combine's
+receive (each rank's own tokens back) is the same on every rank, so its all-to-all data grows by half its dispatch's.
 
 Hand-written: no profiler tool reads the tokens routed per rank from a trace (HTA and TraceLens report collectives'
 sizes and bandwidth, not who receives more); this is the straggler and load-imbalance findings' own evidence.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,10 +23,14 @@ from trainperf.diagnose.crossrank import WHOLE_WINDOW_STEP, group_kind
 from trainperf.diagnose.window import Window
 from trainperf.trace.events import EventTable
 
-# a late rank received at least this many times the other ranks' all-to-all data, on average over the steps it was
-# late, for its lateness to be named routing's: a tenth more. Stated, not fitted (no labeled MoE trace at hand): the
-# combine's equal share halves the dispatch's excess, and a slow GPU beside routing noise reads ~1.0 over the steps
-ROUTED_MIN_RATIO = 1.1
+# the late ranks' extra tokens account for at least this share of their extra computation for their lateness to be
+# named routing's (routed_share): half, the larger part, as slow_work.CAUSE_MIN_SHARE. Stated, not fitted (no labeled
+# MoE trace at hand); on simulated jobs (benchmarks/slow_ranks_jobs.py --collective all_to_all --routed) ranks whose
+# work follows their tokens read ~1.0, a slower GPU receiving its fair share 0.0
+ROUTED_MIN_SHARE = 0.5
+# a dispatch's receive beside the combine's, which returns each rank its own tokens (the same on every rank): a rank's
+# all-to-all data grows by half its dispatch's excess
+DISPATCH_SHARE = 0.5
 
 
 def received_by_step(t: EventTable, w: Window, groups: dict[str, np.ndarray]) -> dict[int, float]:
@@ -48,17 +54,45 @@ def received_by_step(t: EventTable, w: Window, groups: dict[str, np.ndarray]) ->
     return out
 
 
-def late_received_ratio(last: dict, per_step: dict[int, dict]) -> float | None:
-    """How many times the other ranks' all-to-all data the late ranks received in the steps they were late: the mean,
-    over the steps of `last` (laggards: step -> (rank, wait)) in which every rank of per_step ({rank: received_by_step})
-    has a figure, of the laggard's received bytes over the other ranks' median. None where no such step, or the others
-    received nothing."""
-    per = {r: v for r, v in per_step.items() if v}
-    ratios = []
+@dataclass(frozen=True, kw_only=True)
+class Routed:
+    """What late ranks received in their all-to-alls in the steps they were late, against the other ranks."""
+
+    ratio: float           # their received bytes over the others' median, the mean over those steps (x)
+    routed_share: float    # the share (0-1, capped) of their extra computation their extra tokens account for
+
+
+@dataclass(frozen=True, kw_only=True)
+class LateReceived:
+    """Per step with a laggard: (the laggard, its received bytes over the other ranks' median, its computation over
+    theirs less 1)."""
+
+    steps: tuple
+
+    def of(self, ranks=None) -> Routed | None:
+        """The steps whose laggard is one of `ranks` (None: every step) as a Routed: routed_share is the mean received
+        excess, over DISPATCH_SHARE (the dispatch's part), against the mean computation excess; near 1 where the late
+        ranks' work grew with their tokens, 0 where they received their fair share. None where no such step, or no
+        extra computation to explain."""
+        picked = [(ratio, excess) for rank, ratio, excess in self.steps if ranks is None or rank in ranks]
+        if not picked or float(np.mean([e for _, e in picked])) <= 0:
+            return None
+        ratio = float(np.mean([r for r, _ in picked]))
+        share = (ratio - 1.0) / DISPATCH_SHARE / float(np.mean([e for _, e in picked]))
+        return Routed(ratio=ratio, routed_share=float(min(max(share, 0.0), 1.0)))
+
+
+def late_received(last: dict, received: dict[int, dict], compute: dict[int, dict]) -> LateReceived | None:
+    """LateReceived over the steps of `last` (laggards: step -> (rank, wait)) in which every rank of `received` ({rank:
+    received_by_step}) and `compute` ({rank: step -> µs of computation}) has a figure. None where there is no such
+    step."""
+    per = {r: v for r, v in received.items() if v and compute.get(r)}
+    steps = []
     for step, (rank, _) in last.items():
-        if len(per) < 2 or rank not in per or not all(step in v for v in per.values()):
+        if len(per) < 2 or rank not in per or not all(step in v and step in compute[r] for r, v in per.items()):
             continue
-        others = float(np.median([v[step] for r, v in per.items() if r != rank]))
-        if others > 0:
-            ratios.append(per[rank][step] / others)
-    return float(np.mean(ratios)) if ratios else None
+        others = [r for r in per if r != rank]
+        got, work = (float(np.median([src[r][step] for r in others])) for src in (per, compute))
+        if got > 0 and work > 0:
+            steps.append((rank, per[rank][step] / got, compute[rank][step] / work - 1.0))
+    return LateReceived(steps=tuple(steps)) if steps else None

@@ -12,7 +12,7 @@ from trainperf.diagnose.crossrank import Recurrence, straggler_min_p_value
 from trainperf.diagnose.facts import RankFacts, StragglerFacts
 from trainperf.diagnose.pipeline import schedule_names
 from trainperf.diagnose.replay import Change
-from trainperf.diagnose.routing import ROUTED_MIN_RATIO
+from trainperf.diagnose.routing import ROUTED_MIN_SHARE, Routed
 from trainperf.diagnose.slow_work import UNTRACED_KEY, WorkComparison, work_kind
 from trainperf.diagnose.units import short_name
 
@@ -117,6 +117,7 @@ def straggler(f: RankFacts) -> F.Finding | None:
             metrics["steps_with_waits"] = (sum(s.last_in_steps.values()), "count")
         metrics |= _lateness_metrics(s)
     metrics |= _work_metrics(s.work)
+    metrics |= _routed_metrics(s, sorted(s.compute_group_ratio) or [s.rank])
     # the straggler computes longer; where collectives cannot be matched, so may the ranks computing alike with it
     # (a slow stage's copies), each priced as its own computation at the other ranks' pace
     ratio = s.compute_group_ratio.get(f.rank, s.compute_ratio if f.rank == s.rank else None)
@@ -141,7 +142,7 @@ def straggler(f: RankFacts) -> F.Finding | None:
     elif late_without_more_work(s):  # the same computation started late: by its host, or by work queued ahead
         found.recommendation = (_paused_host_recommendation(s, [s.rank]) if paused_not_loaded(s)
                                 else advice.QUEUED_WORK_STRAGGLER_RECOMMENDATION.format(rank=s.rank))
-    elif routed(s):  # more tokens routed to its experts
+    elif routed(s, found.ranks):  # more tokens routed to its experts
         found.recommendation = advice.STRAGGLER_CAUSE_RECOMMENDATION.format(
             rank=found.ranks[0], cause=_routed_cause(s, found.ranks))
     elif s.work is not None and s.work.cause:  # its extra computation: the same work slower, or more work
@@ -164,12 +165,20 @@ def _work_metrics(work: WorkComparison | None, host: bool = False) -> dict:
     return out
 
 
-def routed(s: StragglerFacts) -> bool:
-    """Whether the late ranks' extra computation is read as routing's: they received at least ROUTED_MIN_RATIO times
-    the other ranks' all-to-all data in the steps they were late (routing.late_received_ratio), and no recorded
-    shapes compare their products (a comparison by shapes says what the work is, or that it ran slower, itself)."""
+def _routed(s: StragglerFacts, ranks: list[int] | None) -> Routed | None:
+    """What the late ranks among `ranks` (None: every late rank) received in their all-to-alls in the steps they were
+    late (routing.LateReceived.of), or None."""
+    return s.late_received.of(ranks) if s.late_received is not None else None
+
+
+def routed(s: StragglerFacts, ranks: list[int] | None = None) -> bool:
+    """Whether the extra computation of the late ranks among `ranks` (None: every late rank) is read as routing's: in
+    the steps they were late, their extra all-to-all data (the tokens routed to their experts) accounts for at least
+    ROUTED_MIN_SHARE of it (_routed), and no recorded shapes compare their products (a comparison by shapes says what
+    the work is, or that it ran slower, itself)."""
     shaped = any(w is not None and w.shaped and w.cause for w in (s.work, s.late_work))
-    return s.late_received_ratio is not None and s.late_received_ratio >= ROUTED_MIN_RATIO and not shaped
+    seen = _routed(s, ranks)
+    return seen is not None and seen.routed_share >= ROUTED_MIN_SHARE and not shaped
 
 
 def _routed_kind(s: StragglerFacts) -> str:
@@ -183,9 +192,17 @@ def _routed_cause(s: StragglerFacts, ranks: list[int]) -> str:
     """advice.ROUTED_TOKENS_CAUSE for `ranks`, with the balancing of what the all-to-all carries (_routed_kind)."""
     who = f"Rank {ranks[0]}" if len(ranks) == 1 else f"Ranks {F.rank_list(ranks)}"
     kind = _routed_kind(s)
-    return (advice.ROUTED_TOKENS_CAUSE.format(who=who, ratio=s.late_received_ratio,
-                                              what=advice.ROUTED_WHAT[kind])
+    return (advice.ROUTED_TOKENS_CAUSE.format(who=who, ratio=_routed(s, ranks).ratio, what=advice.ROUTED_WHAT[kind])
             + " " + advice.BALANCE_BY_WORK_KIND[kind])
+
+
+def _routed_metrics(s: StragglerFacts, ranks: list[int] | None) -> dict:
+    """_routed of `ranks` as finding metrics; none where no all-to-all records its size."""
+    seen = _routed(s, ranks)
+    if seen is None:
+        return {}
+    return {"all_to_all_received_vs_others": (seen.ratio, "x"),
+            "extra_compute_from_routed_tokens": (100.0 * seen.routed_share, "%")}
 
 
 def _work_cause(work: WorkComparison, ranks: list[int], host: bool = False) -> str:
@@ -310,8 +327,6 @@ def _lateness_metrics(s: StragglerFacts) -> dict:
     if s.late_idle_share is not None:
         out["lateness_from_gpu_idle"] = (100.0 * s.late_idle_share, "%")
     out |= {f"lateness_from_{cause}": (100.0 * share, "%") for cause, share in sorted(s.late_stall_shares.items())}
-    if s.late_received_ratio is not None:
-        out["all_to_all_received_vs_others"] = (s.late_received_ratio, "x")
     return out
 
 
@@ -347,19 +362,19 @@ def _turn_waits(f: RankFacts, kind: str, what_if: str, ranks: list[int] | None =
     `kind` naming `ranks` (default: the late ranks whose waits cost, late_ranks_that_cost), with `extra` metrics:
     priced as those waits removed (every rank at the step's mean pace instead of its slowest)."""
     s = f.straggler
+    ranks = late_ranks_that_cost(s) if ranks is None else ranks
     waited = float(sum(v for v, _ in f.waits.values()))
     metrics = {"waited_in_collectives": (waited, "us"), "waited_share": (f.pct(waited), "%"),
                "steps_with_waits": (sum(s.last_in_steps.values()), "count"),
                "compute_imbalance": (s.imbalance_pct, "%")}
-    metrics |= _lateness_metrics(s)
+    metrics |= _lateness_metrics(s) | _routed_metrics(s, ranks)
     metrics |= {f"steps_rank_{r}_was_waited_for": (n, "count") for r, n in sorted(s.last_in_steps.items())}
     metrics |= extra or {}
     longest = sorted(f.waits.items(), key=lambda kv: -kv[1][0])[:3]
     return F.rank_finding(f, kind, metrics,
                           [(f"{f.table.names[int(f.table.name[row])][:60]} (waited for rank {other})",
                             float(f.window.ts_us[row]), us) for row, (us, other) in longest],
-                          (Change("remove_straggler_wait"),), what_if, evidence_pct=f.pct(waited),
-                          ranks=late_ranks_that_cost(s) if ranks is None else ranks)
+                          (Change("remove_straggler_wait"),), what_if, evidence_pct=f.pct(waited), ranks=ranks)
 
 
 def _paused_hosts(f: RankFacts) -> F.Finding | None:
@@ -387,7 +402,7 @@ def _slow_ranks(f: RankFacts) -> F.Finding | None:
                         "collectives", ranks=list(group),
                         extra={"p_value_arrival_order_random": (s.slow_ranks_p_value, "")} | _work_metrics(s.work))
     cause = (advice.SLOW_RANKS_HOST_CAUSE if paused_not_loaded(s)
-             else _routed_cause(s, list(group)) if routed(s)
+             else _routed_cause(s, list(group)) if routed(s, list(group))
              else _work_cause(s.work, list(group)) if s.work is not None and s.work.cause
              else advice.SLOW_RANKS_DEVICE_CAUSE)
     who = f"Ranks {F.rank_list(group)}" if len(group) > 1 else f"Rank {group[0]}"
@@ -403,6 +418,10 @@ def _extra_work_rank(f: RankFacts) -> F.Finding | None:
         return None
     found = _turn_waits(f, "straggler", "no rank does more work than the others in a step: nobody waits in "
                         "collectives", extra=_work_metrics(f.straggler.late_work))
+    if routed(f.straggler, found.ranks):  # more tokens routed to its experts in those steps
+        found.recommendation = advice.LATE_STEPS_ROUTED_RECOMMENDATION.format(
+            rank=found.ranks[0], cause=_routed_cause(f.straggler, found.ranks))
+        return found
     found.recommendation = advice.EXTRA_WORK_STRAGGLER_RECOMMENDATION.format(rank=found.ranks[0])
     work = f.straggler.late_work
     if work is not None and work.cause:  # what the late steps' extra computation was
@@ -424,10 +443,10 @@ def load_imbalance(f: RankFacts) -> F.Finding | None:
     found = _turn_waits(f, "load_imbalance", "every rank's work per step balanced: nobody waits in collectives",
                         extra=_work_metrics(s.late_work))
     work = s.late_work
-    if routed(s):
+    if routed(s, found.ranks):
         kind = _routed_kind(s)
         found.recommendation = advice.LOAD_IMBALANCE_ROUTED_RECOMMENDATION.format(
-            ratio=s.late_received_ratio, what=advice.ROUTED_WHAT[kind],
+            ratio=_routed(s, found.ranks).ratio, what=advice.ROUTED_WHAT[kind],
             fix=advice.BALANCE_BY_WORK_KIND[kind])
     elif work is not None and work.cause == "work":
         found.recommendation = advice.LOAD_IMBALANCE_WORK_RECOMMENDATION.format(
