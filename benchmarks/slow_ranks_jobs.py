@@ -70,20 +70,24 @@ def write_job(path: Path, compute_us: dict[tuple[int, int], float], ranks: int,
     routed (all_to_all): each rank's all-to-all records what it received as PyTorch >= 2.1 does, in proportion to its
     GEMM ("tokens": its experts drew that many tokens) or the same on every rank ("equal": the GEMM is slower for
     another reason), beside an equal combine's worth (the combine returns each rank its own tokens); routing_noise: each
-    rank's dispatch +- that share of a fair share, uniform, drawn apart from its GEMM (the router's own noise)."""
-    rng = random.Random(seed)
+    rank's dispatch +- that share of a fair share a step, uniform, drawn apart from the scenario, its GEMM that share of
+    C longer or shorter with it (the router's own noise, which the experts' work follows: among equally slow ranks the
+    step's last is the one that drew the most)."""
+    rng = random.Random(7919 + seed)  # apart from the scenario's draws (scenario() seeds with `seed`)
+    drawn = {(r, s): rng.uniform(-routing_noise, routing_noise) if routed else 0.0
+             for r in range(ranks) for s in range(STEPS)}
+    gemm = {k: us + C * drawn[k] for k, us in compute_us.items()}
     for r in range(ranks):
         b = TraceBuilder(rank=r, world_size=ranks)
         for s in range(STEPS):
             T = s * P
             b.step(s, T, P)
-            b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", T + 100, T + 110, compute_us[r, s])
-            last = T + 110 + max(compute_us[q, s] for q in range(ranks))
-            arrive = T + 110 + compute_us[r, s]
+            b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", T + 100, T + 110, gemm[r, s])
+            last = T + 110 + max(gemm[q, s] for q in range(ranks))
+            arrive = T + 110 + gemm[r, s]
             sizes = {}
             if routed:
-                share = compute_us[r, s] / C if routed == "tokens" else 1.0
-                share += rng.uniform(-routing_noise, routing_noise)
+                share = (compute_us[r, s] / C if routed == "tokens" else 1.0) + drawn[r, s]
                 sizes = {"In msg nelems": 2 * TOKENS, "Out msg nelems": int(TOKENS * (1.0 + share)),
                          "dtype": "BFloat16", "Group size": ranks}
             b.launch(COLLECTIVE_KERNELS[collective], T + 140, arrive, last + AR - arrive,

@@ -435,7 +435,7 @@ def test_overlapping_hides_a_collectives_transfer_not_its_wait_for_a_late_rank(t
 def test_late_ranks_that_receive_more_of_the_all_to_all_are_told_their_experts_draw_more_tokens(tmp_path):
     # an expert-parallel layer a step, no shapes recorded: the late rank's GEMM runs 11 ms where the others' run 8,
     # and its dispatch delivered it 11/8 of the others' tokens; with the combine's equal share, (11/8 + 1) / 2 = 1.1875x
-    # the others' all-to-all data (routing.late_received), whose excess, doubled (the combine's half), is all of its
+    # the others' all-to-all data (routing.RoutingEvidence), whose excess, doubled (the combine's half), is all of its
     # 3/8 extra computation. Turn by turn: load_imbalance with the experts'
     # balancing; one rank every step: a straggler, the same. A slower GPU receives what the others do: 1.00x, not named
     for name in ("turns", "hot", "tables", "slow_gpu"):

@@ -444,7 +444,7 @@ BALANCE_BY_WORK_KIND = {
         "first holds the embedding, the last the output layer and the loss), equal shards.",
 }
 # slow or late ranks that received more of the all-to-alls' data than the others in the steps they were late
-# (routing.late_received: their extra tokens account for ROUTED_MIN_SHARE of their extra computation), where no
+# (routing.RoutingEvidence: their extra tokens account for ROUTED_MIN_SHARE of their extra computation), where no
 # recorded shapes compare their products: the tokens
 # routed to their experts; {who}: "Rank 3", "Ranks 4-7"; followed by BALANCE_BY_WORK_KIND["experts"]
 ROUTED_TOKENS_CAUSE = "{who} received {ratio:.2f}x the other ranks' all-to-all data when late: {what}."

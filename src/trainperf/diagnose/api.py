@@ -26,7 +26,7 @@ from trainperf.diagnose.modules import module_breakdown
 from trainperf.diagnose.pipeline import later_stage, stages_from_openings
 from trainperf.diagnose.step_flops import step_flops
 from trainperf.diagnose.steps import gpu_step_periods_us, memcpy_bandwidth
-from trainperf.diagnose.routing import late_received
+from trainperf.diagnose.routing import routing_evidence
 from trainperf.diagnose.rules import idle_left_by_dismissed, run_rules
 from trainperf.diagnose.slow_work import (WorkComparison, compare_work, host_step_work, host_work, merge_comparisons,
                                           rank_work, step_work)
@@ -511,8 +511,8 @@ def _straggler_facts(xr: CrossRank, facts: dict[int, DeviceTiming]) -> Straggler
     waits_seen = {"last_in_steps": last_in_steps, "laggard_waits": list(last.values()),
                   "late_work_share": work_share, "late_idle_share": idle_share,
                   "late_stall_shares": {c: v for c, v in stall_shares.items() if v is not None},
-                  "late_received": late_received(last, {r: f.received_by_step for r, f in facts.items() if f.has_gpu},
-                                                 per_step) if stepped else None,
+                  "routing": routing_evidence(last, {r: f.received_by_step for r, f in facts.items() if f.has_gpu},
+                                              per_step) if stepped else None,
                   # ranks taking turns: what each step's late rank had more of (a persistent straggler's is `work`)
                   "late_work": _late_work(last, facts) if stepped and not persistent and not group else None,
                   } if matched_waits else {}

@@ -32,7 +32,7 @@ from trainperf.diagnose.process_groups import row_roles
 from trainperf.diagnose.replay import (BLOCK_QUEUE, BLOCK_SYNC, Change, Graph, Replay, blocked_us, build_graph,
                                       critical_path, replay)
 from trainperf.diagnose.roofline import device_accelerator
-from trainperf.diagnose.routing import LateReceived, received_by_step
+from trainperf.diagnose.routing import RoutingEvidence, received_by_step
 from trainperf.diagnose.slow_work import WorkComparison
 from trainperf.diagnose.steps import StepTime, step_times
 from trainperf.diagnose.sync_causes import SyncCauses, sync_causes
@@ -73,10 +73,10 @@ class StragglerFacts:
     # ... and how much each named host stall of their own in those steps does ({cause: 0-1}: DeviceTiming.
     # stalls_by_step's causes that some rank's trace has; none where no rank's has any)
     late_stall_shares: dict = field(default_factory=dict)
-    # ... and what they received in their all-to-alls in those steps against the others (routing.late_received: the
-    # tokens routed to their experts, and how much of their extra computation those account for); None where no
-    # all-to-all records its size
-    late_received: LateReceived | None = None
+    # ... and what each rank received in its all-to-alls, step by step, with its computation (routing.RoutingEvidence:
+    # the tokens routed to its experts, and how much of a late or slow rank's extra computation those account for);
+    # None where no all-to-all records its size
+    routing: RoutingEvidence | None = None
     # the slow ranks' extra computation operation by operation against the others' (slow_work.compare_work): the same
     # work slower (their device) or more work; None where no rank is slow step after step, or no computation differs
     work: WorkComparison | None = None

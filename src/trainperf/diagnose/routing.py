@@ -63,36 +63,57 @@ class Routed:
 
 
 @dataclass(frozen=True, kw_only=True)
-class LateReceived:
-    """Per step with a laggard: (the laggard, its received bytes over the other ranks' median, its computation over
-    theirs less 1)."""
+class RoutingEvidence:
+    """Each rank's all-to-all receive and computation per step, and each step's laggard, to compare late or slow ranks'
+    received tokens against the other ranks' (received: {rank: received_by_step}; compute: {rank: step -> µs};
+    last: step -> (laggard, wait))."""
 
-    steps: tuple
+    received: dict
+    compute: dict
+    last: dict
 
-    def of(self, ranks=None) -> Routed | None:
-        """The steps whose laggard is one of `ranks` (None: every step) as a Routed: routed_share is the mean received
-        excess, over DISPATCH_SHARE (the dispatch's part), against the mean computation excess; near 1 where the late
-        ranks' work grew with their tokens, 0 where they received their fair share. None where no such step, or no
-        extra computation to explain."""
-        picked = [(ratio, excess) for rank, ratio, excess in self.steps if ranks is None or rank in ranks]
-        if not picked or float(np.mean([e for _, e in picked])) <= 0:
+    def in_late_steps(self, ranks=None) -> Routed | None:
+        """Over the steps whose laggard is one of `ranks` (None: every laggard), the laggard against the others in
+        that step: for ranks late in turn, each late because of what it drew in its step."""
+        pairs = [self._step(step, [rank]) for step, (rank, _) in self.last.items() if ranks is None or rank in ranks]
+        return _routed([p for p in pairs if p is not None])
+
+    def across_steps(self, ranks) -> Routed | None:
+        """Over every step all ranks have, `ranks` (their mean) against the others: for ranks slow step after step, a
+        comparison that each step's laggard among them, the one that drew the most in that step, would bias."""
+        steps = set.intersection(*(set(v) for v in self.received.values())) if self.received else set()
+        return _routed([p for p in (self._step(step, list(ranks)) for step in sorted(steps)) if p is not None])
+
+    def _step(self, step, ranks: list[int]) -> tuple[float, float] | None:
+        """(`ranks`' mean received over the other ranks' median, their mean computation over the others' median less
+        1) in one step; None where some rank lacks the step or the others received or computed nothing."""
+        everyone = list(self.received)
+        if (len(everyone) < 2 or not set(ranks) <= set(everyone) or len(ranks) >= len(everyone)
+                or not all(step in self.received[r] and step in self.compute.get(r, {}) for r in everyone)):
             return None
-        ratio = float(np.mean([r for r, _ in picked]))
-        share = (ratio - 1.0) / DISPATCH_SHARE / float(np.mean([e for _, e in picked]))
-        return Routed(ratio=ratio, routed_share=float(min(max(share, 0.0), 1.0)))
+        others = [r for r in everyone if r not in ranks]
+        got, work = (float(np.median([src[r][step] for r in others])) for src in (self.received, self.compute))
+        if got <= 0 or work <= 0:
+            return None
+        mine = [float(np.mean([src[r][step] for r in ranks])) for src in (self.received, self.compute)]
+        return mine[0] / got, mine[1] / work - 1.0
 
 
-def late_received(last: dict, received: dict[int, dict], compute: dict[int, dict]) -> LateReceived | None:
-    """LateReceived over the steps of `last` (laggards: step -> (rank, wait)) in which every rank of `received` ({rank:
-    received_by_step}) and `compute` ({rank: step -> µs of computation}) has a figure. None where there is no such
-    step."""
-    per = {r: v for r, v in received.items() if v and compute.get(r)}
-    steps = []
-    for step, (rank, _) in last.items():
-        if len(per) < 2 or rank not in per or not all(step in v and step in compute[r] for r, v in per.items()):
-            continue
-        others = [r for r in per if r != rank]
-        got, work = (float(np.median([src[r][step] for r in others])) for src in (per, compute))
-        if got > 0 and work > 0:
-            steps.append((rank, per[rank][step] / got, compute[rank][step] / work - 1.0))
-    return LateReceived(steps=tuple(steps)) if steps else None
+def _routed(pairs: list[tuple[float, float]]) -> Routed | None:
+    """(received ratio, computation excess) pairs as a Routed: routed_share is the mean received excess, over
+    DISPATCH_SHARE (the dispatch's part), against the mean computation excess; near 1 where the ranks' work grew with
+    their tokens, 0 where they received their fair share. None without pairs or extra computation to explain."""
+    if not pairs or float(np.mean([e for _, e in pairs])) <= 0:
+        return None
+    ratio = float(np.mean([r for r, _ in pairs]))
+    share = (ratio - 1.0) / DISPATCH_SHARE / float(np.mean([e for _, e in pairs]))
+    return Routed(ratio=ratio, routed_share=float(min(max(share, 0.0), 1.0)))
+
+
+def routing_evidence(last: dict, received: dict[int, dict], compute: dict[int, dict]) -> RoutingEvidence | None:
+    """RoutingEvidence of the ranks whose all-to-alls record what they received and that computed in some step; None
+    where fewer than two do."""
+    ranks = [r for r, v in received.items() if v and compute.get(r)]
+    if len(ranks) < 2:
+        return None
+    return RoutingEvidence(received={r: received[r] for r in ranks}, compute={r: compute[r] for r in ranks}, last=last)

@@ -165,19 +165,22 @@ def _work_metrics(work: WorkComparison | None, host: bool = False) -> dict:
     return out
 
 
-def _routed(s: StragglerFacts, ranks: list[int] | None) -> Routed | None:
-    """What the late ranks among `ranks` (None: every late rank) received in their all-to-alls in the steps they were
-    late (routing.LateReceived.of), or None."""
-    return s.late_received.of(ranks) if s.late_received is not None else None
+def _routed(s: StragglerFacts, ranks: list[int] | None, late_steps: bool) -> Routed | None:
+    """What `ranks` (None: every late rank) received in their all-to-alls against the other ranks: in the steps each
+    was the late one (late_steps: ranks late in turn, or one rank late in some steps), else across every step (ranks
+    slow step after step, among whom each step's laggard is the one that drew the most; routing.RoutingEvidence)."""
+    if s.routing is None:
+        return None
+    return s.routing.in_late_steps(ranks) if late_steps or ranks is None else s.routing.across_steps(ranks)
 
 
-def routed(s: StragglerFacts, ranks: list[int] | None = None) -> bool:
-    """Whether the extra computation of the late ranks among `ranks` (None: every late rank) is read as routing's: in
-    the steps they were late, their extra all-to-all data (the tokens routed to their experts) accounts for at least
-    ROUTED_MIN_SHARE of it (_routed), and no recorded shapes compare their products (a comparison by shapes says what
-    the work is, or that it ran slower, itself)."""
+def routed(s: StragglerFacts, ranks: list[int] | None = None, late_steps: bool = False) -> bool:
+    """Whether the extra computation of `ranks` (None: every late rank; late_steps: as _routed) is read as routing's:
+    their extra all-to-all data (the tokens routed to their experts) accounts for at least ROUTED_MIN_SHARE of it
+    (_routed), and no recorded shapes compare their products (a comparison by shapes says what the work is, or that
+    it ran slower, itself)."""
     shaped = any(w is not None and w.shaped and w.cause for w in (s.work, s.late_work))
-    seen = _routed(s, ranks)
+    seen = _routed(s, ranks, late_steps)
     return seen is not None and seen.routed_share >= ROUTED_MIN_SHARE and not shaped
 
 
@@ -188,17 +191,19 @@ def _routed_kind(s: StragglerFacts) -> str:
     return "embeddings" if any(work_kind(w) == "embeddings" for w in works) else "experts"
 
 
-def _routed_cause(s: StragglerFacts, ranks: list[int]) -> str:
-    """advice.ROUTED_TOKENS_CAUSE for `ranks`, with the balancing of what the all-to-all carries (_routed_kind)."""
+def _routed_cause(s: StragglerFacts, ranks: list[int], late_steps: bool = False) -> str:
+    """advice.ROUTED_TOKENS_CAUSE for `ranks` (late_steps: as _routed), with the balancing of what the all-to-all
+    carries (_routed_kind)."""
     who = f"Rank {ranks[0]}" if len(ranks) == 1 else f"Ranks {F.rank_list(ranks)}"
     kind = _routed_kind(s)
-    return (advice.ROUTED_TOKENS_CAUSE.format(who=who, ratio=_routed(s, ranks).ratio, what=advice.ROUTED_WHAT[kind])
+    ratio = _routed(s, ranks, late_steps).ratio
+    return (advice.ROUTED_TOKENS_CAUSE.format(who=who, ratio=ratio, what=advice.ROUTED_WHAT[kind])
             + " " + advice.BALANCE_BY_WORK_KIND[kind])
 
 
-def _routed_metrics(s: StragglerFacts, ranks: list[int] | None) -> dict:
+def _routed_metrics(s: StragglerFacts, ranks: list[int] | None, late_steps: bool = False) -> dict:
     """_routed of `ranks` as finding metrics; none where no all-to-all records its size."""
-    seen = _routed(s, ranks)
+    seen = _routed(s, ranks, late_steps)
     if seen is None:
         return {}
     return {"all_to_all_received_vs_others": (seen.ratio, "x"),
@@ -367,7 +372,7 @@ def _turn_waits(f: RankFacts, kind: str, what_if: str, ranks: list[int] | None =
     metrics = {"waited_in_collectives": (waited, "us"), "waited_share": (f.pct(waited), "%"),
                "steps_with_waits": (sum(s.last_in_steps.values()), "count"),
                "compute_imbalance": (s.imbalance_pct, "%")}
-    metrics |= _lateness_metrics(s) | _routed_metrics(s, ranks)
+    metrics |= _lateness_metrics(s) | _routed_metrics(s, ranks, late_steps=not s.slow_ranks)
     metrics |= {f"steps_rank_{r}_was_waited_for": (n, "count") for r, n in sorted(s.last_in_steps.items())}
     metrics |= extra or {}
     longest = sorted(f.waits.items(), key=lambda kv: -kv[1][0])[:3]
@@ -418,9 +423,9 @@ def _extra_work_rank(f: RankFacts) -> F.Finding | None:
         return None
     found = _turn_waits(f, "straggler", "no rank does more work than the others in a step: nobody waits in "
                         "collectives", extra=_work_metrics(f.straggler.late_work))
-    if routed(f.straggler, found.ranks):  # more tokens routed to its experts in those steps
+    if routed(f.straggler, found.ranks, late_steps=True):  # more tokens routed to its experts in those steps
         found.recommendation = advice.LATE_STEPS_ROUTED_RECOMMENDATION.format(
-            rank=found.ranks[0], cause=_routed_cause(f.straggler, found.ranks))
+            rank=found.ranks[0], cause=_routed_cause(f.straggler, found.ranks, late_steps=True))
         return found
     found.recommendation = advice.EXTRA_WORK_STRAGGLER_RECOMMENDATION.format(rank=found.ranks[0])
     work = f.straggler.late_work
@@ -443,10 +448,10 @@ def load_imbalance(f: RankFacts) -> F.Finding | None:
     found = _turn_waits(f, "load_imbalance", "every rank's work per step balanced: nobody waits in collectives",
                         extra=_work_metrics(s.late_work))
     work = s.late_work
-    if routed(s, found.ranks):
+    if routed(s, found.ranks, late_steps=True):
         kind = _routed_kind(s)
         found.recommendation = advice.LOAD_IMBALANCE_ROUTED_RECOMMENDATION.format(
-            ratio=_routed(s, found.ranks).ratio, what=advice.ROUTED_WHAT[kind],
+            ratio=_routed(s, found.ranks, late_steps=True).ratio, what=advice.ROUTED_WHAT[kind],
             fix=advice.BALANCE_BY_WORK_KIND[kind])
     elif work is not None and work.cause == "work":
         found.recommendation = advice.LOAD_IMBALANCE_WORK_RECOMMENDATION.format(
