@@ -443,19 +443,20 @@ BALANCE_BY_WORK_KIND = {
         "load-balancing loss or capacity factor for experts that stay hot, equal layers per pipeline stage (the "
         "first holds the embedding, the last the output layer and the loss), equal shards.",
 }
-# slow or late ranks that received more of the all-to-alls' data than the others in the steps they were late
-# (routing.RoutingEvidence: their extra tokens account for ROUTED_MIN_SHARE of their extra computation), where no
-# recorded shapes compare their products: the tokens
-# routed to their experts; {who}: "Rank 3", "Ranks 4-7"; followed by BALANCE_BY_WORK_KIND["experts"]
-ROUTED_TOKENS_CAUSE = "{who} received {ratio:.2f}x the other ranks' all-to-all data when late: {what}."
+# slow or late ranks that received more of the all-to-alls' data than the others (routing.RoutingEvidence: their extra
+# tokens account for ROUTED_MIN_SHARE of their extra computation), where no recorded shapes compare their products:
+# {who}: "Rank 3", "Ranks 4-7"; {when}: "a step" (slow step after step) or "in the steps it was late"; {what}:
+# ROUTED_WHAT; followed by the BALANCE_BY_WORK_KIND of what the all-to-all carries
+ROUTED_TOKENS_CAUSE = "{who} received {ratio:.2f}x the other ranks' all-to-all data {when}: {what}."
 LOAD_IMBALANCE_ROUTED_RECOMMENDATION = (
     "Ranks wait for each other at collectives, and the one they wait for changes from step to step: in the steps a "
     "rank was late it received {ratio:.2f}x the other ranks' all-to-all data: {what}. {fix}")
 # {what} of the two above, by what the extra computation is (slow_work.work_kind): the lookups sent to a sharded
 # embedding table's rank (TorchRec's input distribution), else the tokens sent to an expert-parallel rank
-ROUTED_WHAT = {"embeddings": "more lookups are sent to the embedding shards there (the input distribution's receive)",
-               "experts": "more tokens are routed to the experts there (the dispatch's receive; the combine's is the same on "
-                   "every rank)"}
+ROUTED_WHAT = {
+    "embeddings": "more lookups are sent to the embedding shards there (the input distribution's receive)",
+    "experts": "more tokens are routed to the experts there (the dispatch's receive; the combine's is the same on "
+               "every rank)"}
 # ... whose late ranks ran the same work slower in the steps they were late ("device"): the GPUs' speed varies
 LOAD_IMBALANCE_DEVICE_RECOMMENDATION = (
     "Ranks wait for each other at collectives, and the one they wait for changes from step to step, yet in the steps "

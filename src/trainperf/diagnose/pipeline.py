@@ -121,10 +121,10 @@ def peer_exchange(t: EventTable, process_group: int = -1) -> PeerExchange | None
     for row in rows.tolist():
         a = kept[int(t.args[row])]
         sent, received, named = calls.setdefault(group_ranks(a.get("Process Group Ranks")), (set(), set(), []))
-        size = _rank(a.get("Group size"))
+        size = _int_arg(a.get("Group size"))
         sizes += [size] if size else []
         for key, into in (("Dst Rank", sent), ("Src Rank", received)):
-            peer = _rank(a.get(key))
+            peer = _int_arg(a.get(key))
             if peer is not None:
                 into.add(peer)
                 named.append(row)
@@ -150,7 +150,7 @@ def _exchange_by_span_names(t: EventTable, size: int) -> PeerExchange | None:
                         received_from=frozenset(int(m.group(3)) for m in spans if m.group(1) == "recv"))
 
 
-def _rank(value) -> int | None:
+def _int_arg(value) -> int | None:
     """A rank or size arg ("Src Rank", "Dst Rank", "Group size": an integer, or its text) as an int; None where absent
     or unreadable."""
     try:

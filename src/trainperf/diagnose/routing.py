@@ -56,7 +56,7 @@ def received_by_step(t: EventTable, w: Window, groups: dict[str, np.ndarray]) ->
 
 @dataclass(frozen=True, kw_only=True)
 class Routed:
-    """What late ranks received in their all-to-alls in the steps they were late, against the other ranks."""
+    """What slow or late ranks received in their all-to-alls against the other ranks, over the steps compared."""
 
     ratio: float           # their received bytes over the others' median, the mean over those steps (x)
     routed_share: float    # the share (0-1, capped) of their extra computation their extra tokens account for
@@ -76,13 +76,13 @@ class RoutingEvidence:
         """Over the steps whose laggard is one of `ranks` (None: every laggard), the laggard against the others in
         that step: for ranks late in turn, each late because of what it drew in its step."""
         pairs = [self._step(step, [rank]) for step, (rank, _) in self.last.items() if ranks is None or rank in ranks]
-        return _routed([p for p in pairs if p is not None])
+        return _as_routed([p for p in pairs if p is not None])
 
     def across_steps(self, ranks) -> Routed | None:
         """Over every step all ranks have, `ranks` (their mean) against the others: for ranks slow step after step, a
         comparison that each step's laggard among them, the one that drew the most in that step, would bias."""
         steps = set.intersection(*(set(v) for v in self.received.values())) if self.received else set()
-        return _routed([p for p in (self._step(step, list(ranks)) for step in sorted(steps)) if p is not None])
+        return _as_routed([p for p in (self._step(step, list(ranks)) for step in sorted(steps)) if p is not None])
 
     def _step(self, step, ranks: list[int]) -> tuple[float, float] | None:
         """(`ranks`' mean received over the other ranks' median, their mean computation over the others' median less
@@ -99,7 +99,7 @@ class RoutingEvidence:
         return mine[0] / got, mine[1] / work - 1.0
 
 
-def _routed(pairs: list[tuple[float, float]]) -> Routed | None:
+def _as_routed(pairs: list[tuple[float, float]]) -> Routed | None:
     """(received ratio, computation excess) pairs as a Routed: routed_share is the mean received excess, over
     DISPATCH_SHARE (the dispatch's part), against the mean computation excess; near 1 where the ranks' work grew with
     their tokens, 0 where they received their fair share. None without pairs or extra computation to explain."""

@@ -196,8 +196,10 @@ def _routed_cause(s: StragglerFacts, ranks: list[int], late_steps: bool = False)
     carries (_routed_kind)."""
     who = f"Rank {ranks[0]}" if len(ranks) == 1 else f"Ranks {F.rank_list(ranks)}"
     kind = _routed_kind(s)
-    ratio = _routed(s, ranks, late_steps).ratio
-    return (advice.ROUTED_TOKENS_CAUSE.format(who=who, ratio=ratio, what=advice.ROUTED_WHAT[kind])
+    when = ("in the steps it was late" if len(ranks) == 1 else "in the steps they were late") if late_steps \
+        else "a step"
+    return (advice.ROUTED_TOKENS_CAUSE.format(who=who, ratio=_routed(s, ranks, late_steps).ratio, when=when,
+                                              what=advice.ROUTED_WHAT[kind])
             + " " + advice.BALANCE_BY_WORK_KIND[kind])
 
 
