@@ -19,6 +19,7 @@ from trainperf.diagnose.api import diagnose  # noqa: E402
 from trainperf.diagnose.facts import device_timing  # noqa: E402
 from trainperf.diagnose.pipeline import (PeerExchange, ScheduleNames, p2p_group_role, peer_exchange,  # noqa: E402
                                          pipeline_end, schedule_bubble_pct, schedule_names, stages_from_openings)
+from trainperf.diagnose.routing import SplitSkew, send_split_skew  # noqa: E402
 from trainperf.diagnose.window import analysis_window  # noqa: E402
 from trainperf.trace.load import load_trace  # noqa: E402
 
@@ -82,6 +83,39 @@ def test_exposed_expert_all_to_all_is_named_and_priced(tmp_path):
     m = f.evidence["metrics"]
     assert m["all_to_all_share"]["value"] == 0.0 and m["forward_all_reduce_share"]["value"] == 0.0
     assert "bucket" in f.recommendation
+
+
+def test_an_all_to_all_sending_one_rank_more_than_its_share_names_its_hot_experts(tmp_path):
+    # the MoE step above, its dispatch and combine recording their per-rank splits as PyTorch writes them ("In split
+    # size", the group's ranks): this rank sends 4000 of 8000 elements a call to global rank 8 (the second of 4), its
+    # mean share 2000: 2.0x, the experts there named hot before the overlap; equal splits (an empty list) or a list
+    # Kineto cut short ("...") name none
+    def args(split: str) -> dict:
+        return {"Collective name": "all_to_all", "In msg nelems": 8000, "Out msg nelems": 8000, "dtype": "BFloat16",
+                "Group size": 4, "Process Group Ranks": "[0, 8, 16, 24]", "In split size": split}
+
+    found = {}
+    for name, split in (("skewed", "[1000, 4000, 1000, 2000]"), ("equal", "[]"), ("cut", "[1000, 4000, ...]")):
+        d = diagnose(_moe_trace(tmp_path / f"{name}.json.gz", "ncclDevKernel_SendRecv(x)", "ncclDevKernel_SendRecv(x)",
+                                comm_args=args(split)))
+        found[name] = next(f for f in d.findings if f.kind == "exposed_comm")
+    m = found["skewed"].evidence["metrics"]
+    assert m["all_to_all_largest_send_share"]["value"] == pytest.approx(2.0)
+    assert m["all_to_all_largest_send_to_rank"]["value"] == 8
+    assert found["skewed"].recommendation.startswith("This rank sends 2.0x its mean share of its all-to-all data to "
+                                                     "rank 8 (of 4)")
+    assert "another micro-batch" in found["skewed"].recommendation
+    for name in ("equal", "cut"):
+        assert "all_to_all_largest_send_share" not in found[name].evidence["metrics"]
+        assert found[name].recommendation.startswith("Most of the exposed communication is all-to-all")
+    # beside FBGEMM's embedding lookups the all-to-all carries lookups to the tables' shards: the sharding plan's fix
+    b = TraceBuilder()
+    b.step(0, 0.0, 1000.0)
+    b.step(1, 1000.0, 1000.0)
+    b.launch("split_embedding_codegen_forward_unweighted_kernel", 5.0, 10.0, 300.0)
+    b.launch("ncclDevKernel_SendRecv(x)", 10.0, 310.0, 200.0, stream=30, **args("[1000, 4000, 1000, 2000]"))
+    t = load_trace(b.write(tmp_path / "tables.json.gz"))[0]
+    assert send_split_skew(t, analysis_window(t)) == SplitSkew(ratio=2.0, peer=8, peers=4, carries="embeddings")
 
 
 def test_exposed_all_reduce_in_the_forward_gets_tensor_parallel_fixes(tmp_path):

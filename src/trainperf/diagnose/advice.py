@@ -60,6 +60,16 @@ EXPOSED_ALL_TO_ALL_RECOMMENDATION = (
     "receive; TorchRec's pipelined sparse stage); send less (routing limited to few nodes, FP8 dispatch) and keep "
     "it inside a node where the expert-parallel group fits; balance tokens across experts (auxiliary loss, "
     "capacity factor) so that no rank waits for the busiest.")
+# ... where this rank sends one rank of the group >= SPLIT_SKEW_MIN times its mean share (routing.send_split_skew):
+# the experts (or the embedding shards) there are hot, and the all-to-all waits for them; put before the above
+HOT_RANK_PREFIX = {
+    "experts": "This rank sends {ratio:.1f}x its mean share of its all-to-all data to rank {peer} (of {peers}): the "
+               "experts there draw more tokens, and the all-to-all waits for that rank. Balance the routing first (a "
+               "load-balancing loss or aux-loss-free bias, a capacity factor, replicated hot experts: EPLB). ",
+    "embeddings": "This rank sends {ratio:.1f}x its mean share of its all-to-all data to rank {peer} (of {peers}): "
+                  "the embedding shards there serve more lookups, and the all-to-all waits for that rank. Balance the "
+                  "sharding plan by cost first (lookups and pooling, not rows: TorchRec's planner, row- or column-wise "
+                  "sharding of the hot tables). "}
 
 # data_loader_stall by the loader's iterator (rules.data_loader_stall): no workers, or workers that do not keep up;
 # allocator_stall by where the driver frees are made (diagnose/allocator.py); optimizer_slow on foreach kernels

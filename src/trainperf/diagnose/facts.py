@@ -32,7 +32,7 @@ from trainperf.diagnose.process_groups import row_roles
 from trainperf.diagnose.replay import (BLOCK_QUEUE, BLOCK_SYNC, Change, Graph, Replay, blocked_us, build_graph,
                                       critical_path, replay)
 from trainperf.diagnose.roofline import device_accelerator
-from trainperf.diagnose.routing import RoutingEvidence, received_by_step
+from trainperf.diagnose.routing import RoutingEvidence, SplitSkew, received_by_step, send_split_skew
 from trainperf.diagnose.slow_work import WorkComparison
 from trainperf.diagnose.steps import StepTime, step_times
 from trainperf.diagnose.sync_causes import SyncCauses, sync_causes
@@ -186,6 +186,8 @@ class RankFacts:
     p2p_transfer: TransferRate | None = None  # their own transfer rate (collectives.transfer_rate), when sized
     # the collective kernels' message sizes by correlation id (collectives.comm_args), read where the window has any
     comm_sizes: dict = field(default_factory=dict)
+    # where its all-to-all data goes (routing.send_split_skew: "In split size" summed per rank of the group)
+    all_to_all_split: SplitSkew | None = None
     # the other collectives' kernel rows and overlap: what exposed_comm prices beside a pipeline's bubble
     other_comm_rows: np.ndarray = field(default_factory=lambda: np.array([], dtype=np.int64))
     other_comm_overlap: Overlap | None = None
@@ -515,6 +517,7 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
     f.comm_share_by_collective = {k: v / total for k, v in comm.items()} if total > 0 else {}
     if total > 0:
         sizes = f.comm_sizes = comm_args(t)
+        f.all_to_all_split = send_split_skew(t, w) if "all_to_all" in comm else None
         barriers = launched_inside(t, w, *row_spans(t, span_rows(t, w, BARRIER_RE, (CPU_OP, USER_ANNOTATION))))
         scalar = scalar_collective_rows(t, groups, sizes, barriers)
         f.scalar_comm_share = float((w.end_us[scalar] - w.ts_us[scalar]).sum()) / total

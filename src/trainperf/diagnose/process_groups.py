@@ -50,14 +50,19 @@ def group_config(t: EventTable) -> dict[str, tuple[str, int]]:
     return out
 
 
-def group_ranks(value) -> tuple[int, ...]:
-    """A collective's "Process Group Ranks" arg (a JSON list of global ranks, as text or parsed) as a tuple in the
-    group's order; () where absent or unreadable."""
+def int_list(value) -> tuple[int, ...]:
+    """A collective's list arg ("Process Group Ranks", "In split size": a JSON list of integers, as text or parsed; a
+    list Kineto cut short ends in "..." and is unreadable) as a tuple; () where absent or unreadable."""
     try:
-        ranks = json.loads(value) if isinstance(value, str) else value
-        return tuple(int(r) for r in ranks) if isinstance(ranks, (list, tuple)) else ()
+        items = json.loads(value) if isinstance(value, str) else value
+        return tuple(int(r) for r in items) if isinstance(items, (list, tuple)) else ()
     except (ValueError, TypeError):
         return ()
+
+
+def group_ranks(value) -> tuple[int, ...]:
+    """A collective's "Process Group Ranks" arg as a tuple of global ranks in the group's order (int_list)."""
+    return int_list(value)
 
 
 def row_roles(t: EventTable, rows: np.ndarray) -> np.ndarray:

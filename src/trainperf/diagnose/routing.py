@@ -8,6 +8,10 @@ A rank that receives more than the others in the steps it is late computes more 
 (routing imbalance), not because its GPU is slower: its extra tokens account for its extra computation. The combine's
 receive (each rank's own tokens back) is the same on every rank, so its all-to-all data grows by half its dispatch's.
 
+One rank's trace alone says where its own tokens go: an all-to-all's "In split size" lists the elements it sends to
+each rank of its group (empty for equal splits), so the ranks whose experts draw more than their share stand out
+(send_split_skew).
+
 Hand-written: no profiler tool reads the tokens routed per rank from a trace (HTA and TraceLens report collectives'
 sizes and bandwidth, not who receives more); this is the straggler and load-imbalance findings' own evidence.
 """
@@ -20,7 +24,10 @@ import numpy as np
 
 from trainperf.diagnose.collectives import comm_args
 from trainperf.diagnose.crossrank import WHOLE_WINDOW_STEP, group_kind
+from trainperf.diagnose.process_groups import group_ranks, int_list
+from trainperf.diagnose.slow_work import WORK_KINDS
 from trainperf.diagnose.window import Window
+from trainperf.trace.categories import collective_type
 from trainperf.trace.events import EventTable
 
 # the late ranks' extra tokens account for at least this share of their extra computation for their lateness to be
@@ -31,6 +38,49 @@ ROUTED_MIN_SHARE = 0.5
 # a dispatch's receive beside the combine's, which returns each rank its own tokens (the same on every rank): a rank's
 # all-to-all data grows by half its dispatch's excess
 DISPATCH_SHARE = 0.5
+# one rank sends at least this many times its mean share of its all-to-all data to one rank of the group, over the
+# window (send_split_skew), for the experts there to be named hot: half again as much. Stated, not fitted (no labeled
+# MoE trace at hand); a router's noise over a window's thousands of tokens moves a share by a few percent
+SPLIT_SKEW_MIN = 1.5
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitSkew:
+    """Where one rank's all-to-all data goes over the window: the largest share over the mean, and to whom."""
+
+    ratio: float   # the largest per-rank total of "In split size" over their mean (x)
+    peer: int      # that rank (global where the group's ranks are recorded, else its place in the group)
+    peers: int     # the ranks of the group
+    carries: str   # "embeddings" where the window computes embedding lookups (slow_work.WORK_KINDS), else "experts"
+
+
+def send_split_skew(t: EventTable, w: Window) -> SplitSkew | None:
+    """The rank's all-to-all data to each rank of its group, summed over the window's all-to-all calls that record
+    their "In split size" (a call and its kernel may both carry the list: counted twice alike, the shares unchanged;
+    lists of the group's size only), as a SplitSkew; None where no call records uneven splits."""
+    names = t.ids_matching(lambda s: collective_type(s) == "all_to_all")
+    rows = np.flatnonzero(w.keep & np.isin(t.collective, names) & (t.args >= 0)) if names.size else []
+    kept = t.kept_args() if len(rows) else []
+    totals: dict[int, np.ndarray] = {}
+    ranks: dict[int, tuple] = {}
+    for row in rows:
+        a = kept[int(t.args[row])]
+        split = int_list(a.get("In split size"))
+        if len(split) >= 2:
+            totals[len(split)] = totals.get(len(split), 0) + np.asarray(split, dtype=float)
+            ranks.setdefault(len(split), group_ranks(a.get("Process Group Ranks")))
+    if not totals:
+        return None
+    n = max(totals, key=lambda k: float(totals[k].sum()))
+    sent = totals[n]
+    if sent.mean() <= 0:
+        return None
+    at = int(np.argmax(sent))
+    lookups = WORK_KINDS["embeddings"]
+    carries = "embeddings" if any(lookups.search(t.names[i]) for i in np.unique(t.name[w.device]).tolist()) \
+        else "experts"
+    return SplitSkew(ratio=float(sent[at] / sent.mean()), peer=ranks[n][at] if len(ranks[n]) == n else at, peers=n,
+                     carries=carries)
 
 
 def received_by_step(t: EventTable, w: Window, groups: dict[str, np.ndarray]) -> dict[int, float]:

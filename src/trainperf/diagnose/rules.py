@@ -45,6 +45,7 @@ from trainperf.diagnose.queued_idle import idle_with_work_queued
 from trainperf.diagnose.pipeline import implied_micro_batches, schedule_bubble_pct
 from trainperf.diagnose.recompute import recompute_overhead
 from trainperf.diagnose.replay import BLOCK_COMM, BLOCK_PAGEABLE, BLOCK_SYNC, Change, blocked_us
+from trainperf.diagnose.routing import SPLIT_SKEW_MIN
 from trainperf.diagnose.slow_gemm import slow_gemm
 from trainperf.diagnose.stragglers import STRAGGLER_MIN_COMPUTE_RATIO, load_imbalance, straggler
 from trainperf.diagnose.sync_causes import SyncCauses
@@ -380,6 +381,10 @@ def exposed_comm(f: RankFacts) -> Finding | None:
                "host_blocked_on_collectives": (blocked_us(g, BLOCK_COMM), "us")}
     rate = f.transfer
     metrics.update(_rate_metrics(rate))
+    split = f.all_to_all_split
+    if split is not None:
+        metrics["all_to_all_largest_send_share"] = (split.ratio, "x the mean")
+        metrics["all_to_all_largest_send_to_rank"] = (split.peer, "")
     overlap = Change("overlap_comm", rows=tuple(int(r) for r in f.other_comm_rows)) if beside_bubble else \
         Change("overlap_comm")
     found = F.rank_finding(f, "exposed_comm", metrics, (), (overlap,), "overlap exposed collectives with compute"
@@ -394,7 +399,10 @@ def exposed_comm(f: RankFacts) -> Finding | None:
         found.recommendation = advice.EXPOSED_RING_RECOMMENDATION if f.p2p_role == "context" else \
             advice.EXPOSED_P2P_RECOMMENDATION
     elif all_to_all > 0.5:
-        found.recommendation = advice.EXPOSED_ALL_TO_ALL_RECOMMENDATION
+        hot = split is not None and split.ratio >= SPLIT_SKEW_MIN
+        found.recommendation = (advice.HOT_RANK_PREFIX[split.carries].format(
+            ratio=split.ratio, peer=split.peer, peers=split.peers) if hot else "") + \
+            advice.EXPOSED_ALL_TO_ALL_RECOMMENDATION
     elif forward_all_reduce > 0.5:
         found.recommendation = advice.EXPOSED_TP_RECOMMENDATION
     elif sharded > 0.5:

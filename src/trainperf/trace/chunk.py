@@ -28,9 +28,11 @@ BASE_COLUMNS = 8
 # an operator call's recorded inputs (record_shapes=True), kept when it has "Input Dims" (their strides since
 # PyTorch 2.0: a view's row stride sets a GEMM operand's alignment), and a collective's message size and group,
 # kept when it has "In msg nelems" (PyTorch >= 2.1), with a send's or receive's partner (its global rank: "Dst Rank",
-# "Src Rank", written by torch/csrc/profiler/util.cpp saveNcclMeta since PyTorch 2.5)
+# "Src Rank", written by torch/csrc/profiler/util.cpp saveNcclMeta since PyTorch 2.5) and an all-to-all's elements
+# to and from each rank of its group ("In split size", "Out split size": lists, empty for equal splits)
 SHAPE_ARGS = ("Input Dims", "Input type", "Concrete Inputs", "Input Strides")
-COMM_ARGS = ("In msg nelems", "Out msg nelems", "dtype", "Group size", "Process Group Ranks", "Src Rank", "Dst Rank")
+COMM_ARGS = ("In msg nelems", "Out msg nelems", "dtype", "Group size", "Process Group Ranks", "Src Rank", "Dst Rank",
+             "In split size", "Out split size")
 KEPT_ARGS = SHAPE_ARGS + COMM_ARGS
 # the caching allocator's samples (profile_memory=True): instant events named "[memory]", one per allocation and
 # free, whose args give the device and its allocator's totals after it; kept as rows of MEMORY_COLUMNS

@@ -52,6 +52,8 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     group_ranks: msgspec.Raw = msgspec.field(default=ABSENT, name="Process Group Ranks")
     src_rank: msgspec.Raw = msgspec.field(default=ABSENT, name="Src Rank")
     dst_rank: msgspec.Raw = msgspec.field(default=ABSENT, name="Dst Rank")
+    in_split: msgspec.Raw = msgspec.field(default=ABSENT, name="In split size")
+    out_split: msgspec.Raw = msgspec.field(default=ABSENT, name="Out split size")
 
 
 NO_ARGS = Args()
@@ -208,7 +210,8 @@ def _kept_json(a) -> bytes:
     """chunk.kept_args_json of the typed path: the raw values joined into one object (text as written).
     Spelled out for an operator's shapes, the common case (twice as fast as the loop)."""
     if a.in_nelems is ABSENT and a.out_nelems is ABSENT and a.dtype is ABSENT and a.group_size is ABSENT and \
-            a.group_ranks is ABSENT and a.src_rank is ABSENT and a.dst_rank is ABSENT:
+            a.group_ranks is ABSENT and a.src_rank is ABSENT and a.dst_rank is ABSENT and a.in_split is ABSENT and \
+            a.out_split is ABSENT:
         s = b'{"Input Dims":' + a.input_dims
         if a.input_type is not ABSENT:
             s += b',"Input type":' + a.input_type
@@ -218,7 +221,7 @@ def _kept_json(a) -> bytes:
             s += b',"Input Strides":' + a.input_strides
         return s + b"}"
     vals = (a.input_dims, a.input_type, a.concrete_inputs, a.input_strides, a.in_nelems, a.out_nelems, a.dtype, a.group_size,
-            a.group_ranks, a.src_rank, a.dst_rank)
+            a.group_ranks, a.src_rank, a.dst_rank, a.in_split, a.out_split)
     return b"{" + b",".join([k + v for k, v in zip(_KEPT_KEYS, vals) if v is not ABSENT]) + b"}"
 
 
