@@ -152,7 +152,8 @@ def _event(dirty: bool):
         "Input Strides": f(st.lists(st.lists(st.integers(0, 1 << 20), max_size=3), max_size=3)),
         "In msg nelems": f(_big), "dtype": f(st.sampled_from(["Float", "BFloat16"])),
         "Process Group Ranks": f(st.sampled_from(["[0, 1]", "[0,1,2,3]"])), "Src Rank": f(st.sampled_from([0, 3])),
-        "Dst Rank": f(st.sampled_from([1, "2"])),
+        "Dst Rank": f(st.sampled_from([1, "2"])), "In split size": f(st.sampled_from(["[]", "[1, 2]", [3, 4]])),
+        "Out split size": f(st.sampled_from(["[5, 6]", "[7, ...]"])),
         # an allocator sample's ("[memory]", an instant event)
         "Device Type": f(st.sampled_from([0, 1])), "Device Id": f(st.sampled_from([-1, 0, 3])),
         "Total Allocated": f(_big), "Total Reserved": f(_big)})
