@@ -367,10 +367,16 @@ class DeviceTiming:
                 if spans.count}
 
     @cached_property
+    def comm_sizes(self) -> dict:
+        """Its collective kernels' message sizes by correlation id (collectives.comm_args), read once for the job's
+        straggler and the rank's own facts."""
+        return comm_args(self.table)
+
+    @cached_property
     def received_by_step(self) -> dict:
         """step -> bytes its all-to-all collectives received in it (routing.received_by_step: the tokens routed to its
         experts); empty where none records its size."""
-        return received_by_step(self.table, self.window, self.collective_groups)
+        return received_by_step(self.table, self.collective_groups, self.comm_sizes)
 
     @property
     def idle_by_step(self) -> dict:
@@ -516,7 +522,7 @@ def collect_facts(t: EventTable, w: Window, waits: dict | None = None, timing: D
     total = sum(comm.values())
     f.comm_share_by_collective = {k: v / total for k, v in comm.items()} if total > 0 else {}
     if total > 0:
-        sizes = f.comm_sizes = comm_args(t)
+        sizes = f.comm_sizes = timing.comm_sizes
         f.all_to_all_split = send_split_skew(t, w) if "all_to_all" in comm else None
         barriers = launched_inside(t, w, *row_spans(t, span_rows(t, w, BARRIER_RE, (CPU_OP, USER_ANNOTATION))))
         scalar = scalar_collective_rows(t, groups, sizes, barriers)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainperf.diagnose.collectives import comm_args
+from trainperf.diagnose.collectives import CommArgs
 from trainperf.diagnose.crossrank import WHOLE_WINDOW_STEP, group_kind
 from trainperf.diagnose.process_groups import group_ranks, int_list
 from trainperf.diagnose.slow_work import WORK_KINDS
@@ -83,15 +83,15 @@ def send_split_skew(t: EventTable, w: Window) -> SplitSkew | None:
                      carries=carries)
 
 
-def received_by_step(t: EventTable, w: Window, groups: dict[str, np.ndarray]) -> dict[int, float]:
-    """step -> bytes the rank's all-to-all kernels received in it (their "Out msg nelems" x the dtype's size; a
-    kernel's step is its launch's), over the collective groups' all-to-all rows (crossrank.collective_rows); a trace
-    without steps is one step, WHOLE_WINDOW_STEP. Empty where no all-to-all records its size."""
+def received_by_step(t: EventTable, groups: dict[str, np.ndarray], sizes: dict[int, CommArgs]) -> dict[int, float]:
+    """step -> bytes the rank's all-to-all kernels received in it (their "Out msg nelems" x the dtype's size, sizes:
+    collectives.comm_args; a kernel's step is its launch's), over the collective groups' all-to-all rows
+    (crossrank.collective_rows, the window's); a trace without steps is one step, WHOLE_WINDOW_STEP. Empty where no
+    all-to-all records its size."""
     rows = [r for key, r in groups.items() if group_kind(key) == "all_to_all"]
     rows = np.concatenate(rows) if rows else np.array([], dtype=np.int64)
     if not rows.size:
         return {}
-    sizes = comm_args(t)
     received = np.array([sizes[c].received_bytes if c in sizes else 0 for c in t.correlation[rows].tolist()],
                         dtype=float)
     if not received.any():
