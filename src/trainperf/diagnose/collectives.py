@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from trainperf.diagnose.crossrank import consensus_offset, ends_agree, group_collective_rows, group_kind
-from trainperf.diagnose.process_groups import group_ranks
+from trainperf.diagnose.process_groups import int_list
 from trainperf.trace.events import COMMUNICATION, KERNEL, EventTable
 
 DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
@@ -74,7 +74,7 @@ def comm_args(t: EventTable | str | Path) -> dict[int, CommArgs]:
         n_in, n_out = a.get("In msg nelems"), a.get("Out msg nelems")
         if not size or not isinstance(n_in, int):
             continue
-        ranks = group_ranks(a.get("Process Group Ranks"))
+        ranks = int_list(a.get("Process Group Ranks"))
         group = a.get("Group size")
         n_out = n_out if isinstance(n_out, int) else 0
         out[int(t.correlation[row])] = CommArgs(nbytes=size * max(n_in, n_out),

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainperf.diagnose.gpu_time import compute_mask
-from trainperf.diagnose.process_groups import described_role, group_config, group_ranks
+from trainperf.diagnose.process_groups import collective_calls, described_role, group_config, int_list
 from trainperf.diagnose.window import Window, covered_length, union_us
 from trainperf.trace.events import CPU_OP, PYTHON, USER_ANNOTATION, EventTable
 
@@ -70,7 +70,7 @@ def p2p_group_role(t: EventTable, p2p_rows: np.ndarray) -> tuple[str, int]:
     role = described_role(entry[0]) if entry is not None else ""
     if role:  # described: its role, whatever the partners (a data or tensor group's send/recv is no pipeline's)
         return role if role in ("pipeline", "context") else "", entry[1]
-    exchange = peer_exchange(t, group) if p2p_rows.size else None
+    exchange = peer_exchange(t, group, entry[1] if entry is not None else 0) if p2p_rows.size else None
     if exchange is not None and pipeline_end(exchange):
         return "pipeline", len(exchange.group)
     return "", entry[1] if entry is not None else 0
@@ -104,23 +104,20 @@ P2P_CALLS = ("send", "recv")  # the "Collective name" of torch.distributed's sen
 P2P_SPAN_RE = re.compile(r"^nccl:(send|recv) (\d+)(?:->|<-)(\d+)$")
 
 
-def peer_exchange(t: EventTable, process_group: int = -1) -> PeerExchange | None:
+def peer_exchange(t: EventTable, process_group: int = -1, group_size: int = 0) -> PeerExchange | None:
     """The partners of the trace's send and recv calls in one process group (`process_group`, a name id, where its
     calls name it; else the group the most calls name): from the args PyTorch writes on each call's
     record_param_comms (and copies onto its kernel), "Dst Rank" / "Src Rank" (the partner's global rank, PyTorch >=
     2.5) and "Process Group Ranks"; else from ProcessGroupNCCL's "nccl:send 0->1" / "nccl:recv 0<-1" spans (ranks
-    within the group) and the group's size ("Group size", PyTorch >= 2.1, or distributedInfo.pg_config). None where
-    neither records them."""
-    names = t.ids_matching(lambda s: s.lower() in P2P_CALLS)
-    rows = np.flatnonzero(np.isin(t.collective, names) & (t.args >= 0)) if names.size else np.empty(0, dtype=int)
-    if process_group >= 0 and (t.process_group[rows] == process_group).any():
-        rows = rows[t.process_group[rows] == process_group]
-    kept = t.kept_args() if rows.size else []
+    within the group) and the group's size ("Group size", PyTorch >= 2.1, else group_size: distributedInfo.pg_config's,
+    0 unknown). None where neither records them."""
+    found = collective_calls(t, lambda s: s.lower() in P2P_CALLS)
+    if process_group >= 0 and any(t.process_group[row] == process_group for row, _ in found):
+        found = [(row, a) for row, a in found if t.process_group[row] == process_group]
     calls: dict[tuple[int, ...], tuple[set, set, list]] = {}
     sizes: list[int] = []
-    for row in rows.tolist():
-        a = kept[int(t.args[row])]
-        sent, received, named = calls.setdefault(group_ranks(a.get("Process Group Ranks")), (set(), set(), []))
+    for row, a in found:
+        sent, received, named = calls.setdefault(int_list(a.get("Process Group Ranks")), (set(), set(), []))
         size = _int_arg(a.get("Group size"))
         sizes += [size] if size else []
         for key, into in (("Dst Rank", sent), ("Src Rank", received)):
@@ -133,9 +130,7 @@ def peer_exchange(t: EventTable, process_group: int = -1) -> PeerExchange | None
         group = max(calls, key=lambda g: len(calls[g][2]))
         return PeerExchange(group=group, own=t.rank, sent_to=frozenset(calls[group][0]),
                             received_from=frozenset(calls[group][1]))
-    entry = group_config(t).get(t.names[process_group]) if process_group >= 0 else None
-    size = max(set(sizes), key=sizes.count) if sizes else entry[1] if entry is not None else 0
-    return _exchange_by_span_names(t, size)
+    return _exchange_by_span_names(t, max(set(sizes), key=sizes.count) if sizes else group_size)
 
 
 def _exchange_by_span_names(t: EventTable, size: int) -> PeerExchange | None:

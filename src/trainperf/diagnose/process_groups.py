@@ -60,9 +60,17 @@ def int_list(value) -> tuple[int, ...]:
         return ()
 
 
-def group_ranks(value) -> tuple[int, ...]:
-    """A collective's "Process Group Ranks" arg as a tuple of global ranks in the group's order (int_list)."""
-    return int_list(value)
+def collective_calls(t: EventTable, which, keep: np.ndarray | None = None) -> list[tuple[int, dict]]:
+    """(row, its kept args: chunk.COMM_ARGS) of every event whose "Collective name" `which` accepts (a predicate on
+    the name), a call's record_param_comms and its kernel alike, among the rows of `keep` (a row mask; None: the
+    whole trace), in row order."""
+    names = t.ids_matching(which)
+    if not names.size:
+        return []
+    hit = np.isin(t.collective, names) & (t.args >= 0)
+    rows = np.flatnonzero(hit if keep is None else hit & keep)
+    kept = t.kept_args() if rows.size else []
+    return [(row, kept[int(t.args[row])]) for row in rows.tolist()]
 
 
 def row_roles(t: EventTable, rows: np.ndarray) -> np.ndarray:

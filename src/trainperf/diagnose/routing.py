@@ -24,7 +24,7 @@ import numpy as np
 
 from trainperf.diagnose.collectives import CommArgs
 from trainperf.diagnose.crossrank import WHOLE_WINDOW_STEP, group_kind
-from trainperf.diagnose.process_groups import group_ranks, int_list
+from trainperf.diagnose.process_groups import collective_calls, int_list
 from trainperf.diagnose.slow_work import WORK_KINDS
 from trainperf.diagnose.window import Window
 from trainperf.trace.categories import collective_type
@@ -58,17 +58,13 @@ def send_split_skew(t: EventTable, w: Window) -> SplitSkew | None:
     """The rank's all-to-all data to each rank of its group, summed over the window's all-to-all calls that record
     their "In split size" (a call and its kernel may both carry the list: counted twice alike, the shares unchanged;
     lists of the group's size only), as a SplitSkew; None where no call records uneven splits."""
-    names = t.ids_matching(lambda s: collective_type(s) == "all_to_all")
-    rows = np.flatnonzero(w.keep & np.isin(t.collective, names) & (t.args >= 0)) if names.size else []
-    kept = t.kept_args() if len(rows) else []
     totals: dict[int, np.ndarray] = {}
     ranks: dict[int, tuple] = {}
-    for row in rows:
-        a = kept[int(t.args[row])]
+    for _, a in collective_calls(t, lambda s: collective_type(s) == "all_to_all", w.keep):
         split = int_list(a.get("In split size"))
         if len(split) >= 2:
             totals[len(split)] = totals.get(len(split), 0) + np.asarray(split, dtype=float)
-            ranks.setdefault(len(split), group_ranks(a.get("Process Group Ranks")))
+            ranks.setdefault(len(split), int_list(a.get("Process Group Ranks")))
     if not totals:
         return None
     n = max(totals, key=lambda k: float(totals[k].sum()))
