@@ -518,6 +518,15 @@ RECOMMENDATIONS = {
     "exposed_comm": "Overlap communication with computation: enable bucketing/prefetch (DDP bucket_cap_mb, "
                     "FSDP forward/backward prefetch), launch collectives on a side stream, or reduce volume "
                     "(gradient compression, larger micro-batches per all-reduce).",
+    "comm_contention": "Computation runs slower while collectives run beside it: their kernels take SMs (NCCL's "
+                       "and RCCL's CTAs) and memory bandwidth from the computation they hide behind. Give "
+                       "communication fewer SMs where it stays hidden: cap its CTAs (NCCL_MAX_CTAS, or the "
+                       "communicator's maxCTAs and its CTA policy NCCL_CTA_POLICY_EFFICIENCY; on ROCm RCCL's "
+                       "NCCL_MAX_NCHANNELS), use collectives that need few or no SMs (NVLink SHARP or copy-engine "
+                       "collectives on registered buffers, PyTorch's symmetric memory), or send fewer, larger "
+                       "messages (larger DDP or FSDP buckets) so that less computation overlaps them; then profile "
+                       "again: with fewer SMs each collective takes longer, which costs nothing only while it "
+                       "stays hidden (the gain is an upper bound).",
     "pipeline_bubble": "The pipeline stage waits for its neighbours' activations and gradients: the schedule's "
                        "bubble, (p - 1) / (m + p - 1) of the step for GPipe and 1F1B with p stages and m "
                        "micro-batches per step. Run more micro-batches per step (smaller micro-batches, or more "

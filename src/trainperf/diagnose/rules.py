@@ -27,6 +27,7 @@ from trainperf.diagnose.ddp import ddp_buffer_broadcast, ddp_gradient_copies, dd
 from trainperf.diagnose.devices import devices_take_turns, pytorch_process_side_by_side
 from trainperf.diagnose.evidence import warmup_us
 from trainperf.diagnose.collectives import TransferRate
+from trainperf.diagnose.contention import comm_contention
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.fusion import fusion_chains, not_fusable
 from trainperf.diagnose.gemm_shapes import misaligned_gemm
@@ -774,10 +775,12 @@ def gpu_analyses_skipped(f: RankFacts) -> Finding | None:
 # launch_bound, host_work and small_kernels (diagnose/host_bound.py): the GPU waiting for the host;
 # graph_breaks (diagnose/graph_breaks.py): torch.compile's graph broken inside the step;
 # devices_take_turns (diagnose/devices.py): the GPUs one process drives running one after another;
-# idle_with_work_queued (diagnose/queued_idle.py): the GPU idle while launched work waits for what the trace lacks
+# idle_with_work_queued (diagnose/queued_idle.py): the GPU idle while launched work waits for what the trace lacks;
+# comm_contention (diagnose/contention.py): computation slowed by the communication beside it
 RULES = (data_loader_stall, checkpoint_stall, compile_stall, gc_stall, host_sync, pageable_copy, allocator_stall,
          exposed_memcpy, grad_sync_per_microbatch, ddp_buffer_broadcast, ddp_gradient_copies,
-         ddp_unused_parameter_search, unbucketed_gradients, exposed_comm, pipeline_bubble, devices_take_turns,
+         ddp_unused_parameter_search, unbucketed_gradients, exposed_comm, comm_contention, pipeline_bubble,
+         devices_take_turns,
          straggler, load_imbalance, idle_with_work_queued,
          launch_bound, host_work, small_kernels, graph_breaks, fp32_matmul, misaligned_gemm, slow_gemm,
          layout_transposes, unfused_attention, unfused_cross_entropy, memory_bound_unfused, recompute_overhead,

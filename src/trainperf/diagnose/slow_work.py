@@ -156,13 +156,14 @@ class WorkComparison:
 def _kernel_keys(t: EventTable, w: Window) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
     """The window's computation kernels: (rows, their keys as the module says, their µs, whether keyed by shapes)."""
     rows = w.device[compute_mask(t, w.device)] if w.device.size else w.device
-    keys, shaped = _keys_of(t, rows)
+    keys, shaped = work_keys(t, rows)
     return rows, keys, w.end_us[rows] - w.ts_us[rows], shaped
 
 
-def _keys_of(t: EventTable, rows: np.ndarray) -> tuple[list[str], np.ndarray]:
-    """The keys of these kernel rows (module docstring) and whether each is keyed by shapes."""
-    ops = launching_op(t)[rows] if rows.size else rows
+def work_keys(t: EventTable, rows: np.ndarray, launching: np.ndarray | None = None) -> tuple[list[str], np.ndarray]:
+    """The keys of these kernel rows (module docstring: the same key is the same work) and whether each is keyed by
+    shapes; launching: roofline.launching_op of t, where the caller has it."""
+    ops = (launching_op(t) if launching is None else launching)[rows] if rows.size else rows
     keys: list[str] = []
     shaped = np.zeros(rows.size, dtype=bool)
     shapes: dict[int, str | None] = {}  # one operator row launches several kernels: its shapes read once
@@ -182,7 +183,7 @@ def steps_work(t: EventTable, steps: np.ndarray) -> RankWork:
     recorded durations; `trainperf diff`'s kept steps)."""
     dev = np.flatnonzero(np.isin(t.kind, DEVICE_KINDS) & np.isin(t.step, steps))
     rows = dev[compute_mask(t, dev)] if dev.size else dev
-    keys, shaped = _keys_of(t, rows)
+    keys, shaped = work_keys(t, rows)
     return _work(keys, t.dur_ns[rows] / 1e3, shaped, len(steps))
 
 

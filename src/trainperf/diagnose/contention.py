@@ -1,0 +1,157 @@
+"""Computation slowed by the communication that runs beside it (`comm_contention`).
+
+A collective's kernels run on the device's SMs (NCCL's and RCCL's CTAs move and reduce the data) and use its memory
+bandwidth, so a computation kernel that overlaps them shares the device with them and runs slower than the same work
+run alone. Hiding a collective behind computation is then not free: the overlap lengthens the computation.
+
+The same work is the same operator on the same recorded shapes launching the same kernel (slow_work.work_keys; shapes
+needed, record_shapes=True: a kernel's name alone also runs on other inputs). Of each such work, the kernels that ran
+with communication over at least OVERLAP_MIN_SHARE of their time are compared with those that ran with none, neither
+beside another stream's computation (two computations side by side slow each other for another reason): a one-sided
+Mann-Whitney U test per work, Benjamini-Hochberg across the works tested (SciPy). Where the overlapped ones are slower,
+their median time over the alone ones' median is the slowdown, and the time it adds, the median difference times the
+overlapped calls, is what the overlap costs the computation.
+
+Priced by replay: the overlapped kernels of each slowed work at its alone time (speedup_rows, one factor per work).
+An upper bound: what a collective's SMs buy is its speed, and with fewer of them it takes longer, which costs nothing
+only while it stays hidden; overlapped work with no alone call to compare with is not priced.
+
+Hand-written: HTA reports how much communication overlaps computation (comm_comp_overlap), TraceLens the same and
+each kernel's own rate, neither what the overlap costs the computation it hides behind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import false_discovery_control, mannwhitneyu
+
+from trainperf.diagnose import findings as F
+from trainperf.diagnose.facts import RankFacts
+from trainperf.diagnose.gpu_time import compute_mask, concurrent_compute_us
+from trainperf.diagnose.replay import Change
+from trainperf.diagnose.slow_work import work_keys
+from trainperf.diagnose.window import Window, covered_each, merge_intervals
+from trainperf.trace.categories import COMMUNICATION
+from trainperf.trace.events import KERNEL, EventTable
+
+# a kernel with communication beside it over at least this share of its time ran overlapped (half: most of it); one
+# with none, alone. Stated, not fitted (no labeled trace of contention is at hand)
+OVERLAP_MIN_SHARE = 0.5
+# a kernel beside another stream's computation for more than this share of its time is compared in neither group
+CONCURRENT_MAX_SHARE = 0.05
+# calls of one work needed on each side for a comparison: the fewest with which the one-sided U test can reach 0.05
+MIN_CALLS = 3
+# the false discovery rate over the works compared (Benjamini-Hochberg)
+FALSE_DISCOVERY_RATE = 0.05
+# the time the overlap adds, % of the window, for a finding: the stall rules' own evidence floor (1 %)
+CONTENTION_MIN_PCT = 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlowedWork:
+    """One work (operator, shapes, kernel) that runs slower with communication beside it."""
+
+    key: str
+    overlapped_rows: tuple     # the trace rows of its overlapped kernels
+    alone_calls: int
+    overlapped_us: float       # median time of an overlapped call (µs)
+    alone_us: float            # median time of a call alone (µs)
+    p_value: float             # adjusted (Benjamini-Hochberg)
+
+    @property
+    def slowdown(self) -> float:
+        """Overlapped time over alone time (x)."""
+        return self.overlapped_us / self.alone_us
+
+    @property
+    def extra_us(self) -> float:
+        """The time the overlap adds to its overlapped calls (µs, over the window)."""
+        return (self.overlapped_us - self.alone_us) * len(self.overlapped_rows)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Contention:
+    """What communication beside the computation costs it, over the window."""
+
+    slowed: list               # SlowedWork, the most extra time first
+    overlapped_us: float       # computation kernels' time with communication beside them (µs)
+    compared_us: float         # of which the works with calls alone to compare with (µs)
+    works_compared: int
+
+    @property
+    def extra_us(self) -> float:
+        """The time the overlap adds to the slowed works' computation (µs)."""
+        return sum(s.extra_us for s in self.slowed)
+
+    @property
+    def slowdown(self) -> float:
+        """The slowed works' overlapped time over their time alone (x; 1 with none)."""
+        ov = sum(s.overlapped_us * len(s.overlapped_rows) for s in self.slowed)
+        return ov / (ov - self.extra_us) if self.slowed else 1.0
+
+
+def slowed_by_communication(t: EventTable, w: Window, launching: np.ndarray | None = None) -> Contention | None:
+    """The computation slowed by the communication beside it (module docstring), or None where the window has no
+    communication kernel, or no computation with recorded shapes beside one. launching: roofline.launching_op of t,
+    where the caller has it."""
+    rows = w.device
+    kernels = rows[t.kind[rows] == KERNEL]
+    comm = kernels[t.category[kernels] == COMMUNICATION]
+    comp = rows[compute_mask(t, rows)]
+    if not comm.size or not comp.size:
+        return None
+    dur = w.end_us[comp] - w.ts_us[comp]
+    positive = np.maximum(dur, 1e-9)
+    beside = covered_each(w.ts_us[comp], w.end_us[comp], merge_intervals(w.ts_us[comm], w.end_us[comm])) / positive
+    single = concurrent_compute_us(t, w, comp) / positive <= CONCURRENT_MAX_SHARE
+    overlapped, alone = single & (beside >= OVERLAP_MIN_SHARE), single & (beside <= 0.0)
+    if not overlapped.any():
+        return None
+    keys, shaped = work_keys(t, comp, launching)
+    keys = np.asarray(keys, dtype=object)
+    tested = []
+    for key in np.unique(keys[overlapped & shaped]):
+        same = keys == key
+        ov, al = same & overlapped, same & alone
+        if ov.sum() >= MIN_CALLS and al.sum() >= MIN_CALLS:
+            p = float(mannwhitneyu(dur[ov], dur[al], alternative="greater").pvalue)
+            tested.append((key, ov, al, p))
+    if not tested:
+        return None
+    adjusted = false_discovery_control([p for *_, p in tested])
+    slowed = []
+    for (key, ov, al, _), p in zip(tested, adjusted):
+        x = SlowedWork(key=str(key), overlapped_rows=tuple(int(r) for r in comp[ov]), alone_calls=int(al.sum()),
+                       overlapped_us=float(np.median(dur[ov])), alone_us=float(np.median(dur[al])),
+                       p_value=float(p))
+        if p <= FALSE_DISCOVERY_RATE and x.overlapped_us > x.alone_us:
+            slowed.append(x)
+    compared = np.zeros(comp.size, dtype=bool)
+    for _, ov, _, _ in tested:
+        compared |= ov
+    return Contention(slowed=sorted(slowed, key=lambda s: -s.extra_us), overlapped_us=float(dur[overlapped].sum()),
+                      compared_us=float(dur[compared].sum()), works_compared=len(tested))
+
+
+def comm_contention(f: RankFacts) -> F.Finding | None:
+    """Computation slowed by the communication beside it by at least CONTENTION_MIN_PCT of the window (the module
+    docstring says how it is found and priced), or None."""
+    if not f.has_gpu:
+        return None
+    c = f.once("contention", lambda: slowed_by_communication(f.table, f.window, f.launching_op()))
+    if c is None or not c.slowed or f.pct(c.extra_us) < CONTENTION_MIN_PCT:
+        return None
+    events = [(f"{s.key}: {s.slowdown:.2f}x beside communication ({len(s.overlapped_rows)} calls, "
+               f"{s.alone_us:.0f} us alone)", float(f.window.ts_us[s.overlapped_rows[0]]), s.overlapped_us)
+              for s in c.slowed[:3]]
+    metrics = {"contention_extra_time": (c.extra_us, "us"), "contention_extra_share": (f.pct(c.extra_us), "%"),
+               "slowdown_beside_communication": (c.slowdown, "x"),
+               "computation_beside_communication": (f.pct(c.overlapped_us), "%"),
+               "of_which_compared": (100.0 * c.compared_us / c.overlapped_us, "%"),
+               "works_slowed": (len(c.slowed), "count"), "works_compared": (c.works_compared, "count")}
+    changes = tuple(Change("speedup_rows", factor=s.slowdown, rows=s.overlapped_rows) for s in c.slowed)
+    return F.rank_finding(f, "comm_contention", metrics, events, changes=changes, evidence_pct=f.pct(c.extra_us),
+                          what_if=f"the computation beside communication as fast as alone ({c.slowdown:.3g}x faster)",
+                          upper_bound=True)
