@@ -27,7 +27,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "trace"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "diagnose"))
-from gpu_bound import write_trace  # noqa: E402
+from gpu_bound import recorded_shapes, write_trace  # noqa: E402
 from kineto_builder import TraceBuilder  # noqa: E402
 
 from trainperf.diagnose.api import diagnose  # noqa: E402
@@ -66,7 +66,7 @@ def _trace(folder: Path, seed: int, sigma: float, slowdown: float) -> tuple[Path
         kernels = _step_kernels(rng, sigma)
         at, twin_at, comm_end = T + 10.0, T + 10.0, []
         for i, (dims, us, beside, _) in enumerate(kernels):
-            b.cpu("aten::mm", T + 10.0 * i, 8.0, **{"Input Dims": dims, "Input type": [BF16 if d else "" for d in dims]})
+            b.cpu("aten::mm", T + 10.0 * i, 8.0, **recorded_shapes(dims, BF16))
             took = round(us * (slowdown if beside else 1.0))
             b.launch(GEMM, T + 10.0 * i + 2.0, at, took)
             at += took
