@@ -109,30 +109,30 @@ def slowed_by_communication(t: EventTable, w: Window, launching: np.ndarray | No
     overlapped, alone = single & (beside >= OVERLAP_MIN_SHARE), single & (beside <= 0.0)
     if not overlapped.any():
         return None
-    keys, shaped = work_keys(t, comp, launching)
-    keys = np.asarray(keys, dtype=object)
+    dur_of = dur[overlapped | alone]
+    kept = comp[overlapped | alone]  # only these are compared: the others' keys are not read
+    keys, shaped = work_keys(t, kept, launching)
+    codes = np.unique(np.asarray(keys, dtype=object), return_inverse=True)[1].ravel()
+    side = overlapped[overlapped | alone]
+    order = np.argsort(codes, kind="stable")
     tested = []
-    for key in np.unique(keys[overlapped & shaped]):
-        same = keys == key
-        ov, al = same & overlapped, same & alone
-        if ov.sum() >= MIN_CALLS and al.sum() >= MIN_CALLS:
-            p = float(mannwhitneyu(dur[ov], dur[al], alternative="greater").pvalue)
-            tested.append((key, ov, al, p))
+    for same in np.split(order, np.flatnonzero(np.diff(codes[order])) + 1):
+        ov, al = same[side[same]], same[~side[same]]
+        if shaped[same[0]] and ov.size >= MIN_CALLS and al.size >= MIN_CALLS:
+            p = float(mannwhitneyu(dur_of[ov], dur_of[al], alternative="greater").pvalue)
+            tested.append((keys[same[0]], ov, al, p))
     if not tested:
         return None
     adjusted = false_discovery_control([p for *_, p in tested])
     slowed = []
     for (key, ov, al, _), p in zip(tested, adjusted):
-        x = SlowedWork(key=str(key), overlapped_rows=tuple(int(r) for r in comp[ov]), alone_calls=int(al.sum()),
-                       overlapped_us=float(np.median(dur[ov])), alone_us=float(np.median(dur[al])),
+        x = SlowedWork(key=key, overlapped_rows=tuple(int(r) for r in kept[ov]), alone_calls=int(al.size),
+                       overlapped_us=float(np.median(dur_of[ov])), alone_us=float(np.median(dur_of[al])),
                        p_value=float(p))
         if p <= FALSE_DISCOVERY_RATE and x.overlapped_us > x.alone_us:
             slowed.append(x)
-    compared = np.zeros(comp.size, dtype=bool)
-    for _, ov, _, _ in tested:
-        compared |= ov
     return Contention(slowed=sorted(slowed, key=lambda s: -s.extra_us), overlapped_us=float(dur[overlapped].sum()),
-                      compared_us=float(dur[compared].sum()), works_compared=len(tested))
+                      compared_us=float(sum(dur_of[ov].sum() for _, ov, _, _ in tested)), works_compared=len(tested))
 
 
 def comm_contention(f: RankFacts) -> F.Finding | None:
