@@ -20,19 +20,25 @@ GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
 ALL_REDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
 
 
-def _trace(folder: Path, slow: float = 1.25, shapes: bool = True, wider_beside: bool = False) -> Path:
+def _trace(folder: Path, slow: float = 1.25, shapes: bool = True, wider_beside: bool = False,
+           backward: bool = False) -> Path:
     # each 4200-us step: 8 aten::mm [4096, 4096] x [4096, 4096] launched 10 us apart from T, their kernels back to
     # back from T+10; the 5th to 7th run `slow` x 228 us, an all-reduce beside them (stream 20, launched at T+915 on
     # the backward's thread inside c10d::allreduce_) from the 5th's start to the 7th's end; the others 228 us alone.
-    # wider_beside: the three beside it multiply [4096, 8192] instead (other work, nothing to compare them with)
+    # wider_beside: the three beside it multiply [4096, 8192] instead (other work, nothing to compare them with).
+    # backward: the 5th to 8th are a backward's, launched inside an autograd node, each `slow` x 228 us whether beside
+    # the all-reduce or not (the 8th, alone): the backward's own pace, not the collective's
     square = recorded_shapes([[4096, 4096], [4096, 4096]], BF16, shapes)
     wide = recorded_shapes([[4096, 8192], [8192, 4096]], BF16, shapes)
     b = TraceBuilder()
     for s in range(STEPS):
         T = s * P
         b.step(s, T, P)
+        last = 7 if backward else 6
         ops = [("aten::mm", wide if wider_beside and 4 <= i <= 6 else square, GEMM,
-                MM_US * slow if 4 <= i <= 6 else MM_US) for i in range(8)]
+                MM_US * slow if 4 <= i <= last else MM_US) for i in range(8)]
+        if backward:
+            b.cpu("autograd::engine::evaluate_function: MmBackward0", T + 39.0, 40.0, **{"Sequence number": s})
         end = queued_ops(b, T, ops, T + 10.0)
         start = T + 10.0 + 4 * MM_US
         b.cpu("c10d::allreduce_", T + 910.0, 20.0, tid=2)
@@ -66,6 +72,7 @@ def test_a_gemm_slower_beside_an_all_reduce_is_priced_at_its_time_alone(tmp_path
 
 @pytest.mark.parametrize("kw", [{"slow": 1.0},             # as fast beside it: no contention
                                 {"shapes": False},         # no recorded shapes: the same kernel may be other work
-                                {"wider_beside": True}])   # other shapes beside it: nothing alone to compare with
+                                {"wider_beside": True},    # other shapes beside it: nothing alone to compare with
+                                {"backward": True}])       # the backward as slow alone: its pace, compared in its pass
 def test_no_contention_without_the_same_work_slower_beside_communication(tmp_path, kw):
     assert _find(diagnose(_trace(tmp_path, **kw))) is None

@@ -5,7 +5,10 @@ bandwidth, so a computation kernel that overlaps them shares the device with the
 run alone. Hiding a collective behind computation is then not free: the overlap lengthens the computation.
 
 The same work is the same operator on the same recorded shapes launching the same kernel (slow_work.work_keys; shapes
-needed, record_shapes=True: a kernel's name alone also runs on other inputs). Of each such work, the kernels that ran
+needed, record_shapes=True: a kernel's name alone also runs on other inputs) in the same pass, forward or backward
+(launched inside an autograd node): a backward reads what the forward saved long before, from memory rather than the
+cache a forward's just-written inputs sit in, so the same kernel on the same shapes can be slower there for that
+alone, and data parallelism overlaps only the backward with its collectives. Of each such work, the kernels that ran
 with communication over at least OVERLAP_MIN_SHARE of their time are compared with those that ran with none, neither
 beside another stream's computation (two computations side by side slow each other for another reason): a one-sided
 Mann-Whitney U test per work, Benjamini-Hochberg across the works tested (SciPy). Where the overlapped ones are slower,
@@ -28,13 +31,16 @@ import numpy as np
 from scipy.stats import false_discovery_control, mannwhitneyu
 
 from trainperf.diagnose import findings as F
+from trainperf.diagnose.autograd_links import backward_node_mask
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.gpu_time import compute_mask, concurrent_compute_us
+from trainperf.diagnose.launch import launched_inside
 from trainperf.diagnose.replay import Change
 from trainperf.diagnose.slow_work import work_keys
 from trainperf.diagnose.window import Window, covered_each, merge_intervals
 from trainperf.trace.categories import COMMUNICATION
-from trainperf.trace.events import KERNEL, EventTable
+from trainperf.trace.events import CPU_OP, KERNEL, EventTable
+from trainperf.trace.nesting import thread_key
 
 # a kernel with communication beside it over at least this share of its time ran overlapped (half: most of it); one
 # with none, alone. Stated, not fitted (no labeled trace of contention is at hand)
@@ -112,6 +118,7 @@ def slowed_by_communication(t: EventTable, w: Window, launching: np.ndarray | No
     dur_of = dur[overlapped | alone]
     kept = comp[overlapped | alone]  # only these are compared: the others' keys are not read
     keys, shaped = work_keys(t, kept, launching)
+    keys = [k + " | backward" if b else k for k, b in zip(keys, np.isin(kept, backward_kernels(t, w)))]
     codes = np.unique(np.asarray(keys, dtype=object), return_inverse=True)[1].ravel()
     side = overlapped[overlapped | alone]
     order = np.argsort(codes, kind="stable")
@@ -133,6 +140,15 @@ def slowed_by_communication(t: EventTable, w: Window, launching: np.ndarray | No
             slowed.append(x)
     return Contention(slowed=sorted(slowed, key=lambda s: -s.extra_us), overlapped_us=float(dur[overlapped].sum()),
                       compared_us=float(sum(dur_of[ov].sum() for _, ov, _, _ in tested)), works_compared=len(tested))
+
+
+def backward_kernels(t: EventTable, w: Window) -> np.ndarray:
+    """The window's device rows launched inside an autograd node (the backward pass), as launch.launched_inside
+    reads them; none where the trace records no node."""
+    ops = np.flatnonzero(t.kind == CPU_OP)
+    nodes = ops[backward_node_mask(t, ops)]
+    return launched_inside(t, w, thread_key(t.pid[nodes], t.tid[nodes]), t.ts_ns[nodes],
+                           t.ts_ns[nodes] + t.dur_ns[nodes])
 
 
 def comm_contention(f: RankFacts) -> F.Finding | None:
