@@ -40,7 +40,7 @@ from trainperf.diagnose.slow_work import work_keys
 from trainperf.diagnose.window import Window, covered_each, merge_intervals
 from trainperf.trace.categories import COMMUNICATION
 from trainperf.trace.events import CPU_OP, KERNEL, EventTable
-from trainperf.trace.nesting import thread_key
+from trainperf.trace.nesting import row_spans
 
 # a kernel with communication beside it over at least this share of its time ran overlapped (half: most of it); one
 # with none, alone. Stated, not fitted (no labeled trace of contention is at hand)
@@ -147,8 +147,7 @@ def backward_kernels(t: EventTable, w: Window) -> np.ndarray:
     reads them; none where the trace records no node."""
     ops = np.flatnonzero(t.kind == CPU_OP)
     nodes = ops[backward_node_mask(t, ops)]
-    return launched_inside(t, w, thread_key(t.pid[nodes], t.tid[nodes]), t.ts_ns[nodes],
-                           t.ts_ns[nodes] + t.dur_ns[nodes])
+    return launched_inside(t, w, *row_spans(t, nodes))
 
 
 def comm_contention(f: RankFacts) -> F.Finding | None:
