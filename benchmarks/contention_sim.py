@@ -5,11 +5,14 @@ Each GPU-bound step (H100, one rank) runs LAYERS layers forward, then backward, 
 operators and shapes in every layer; the backward's other shapes than the forward's), back to back on one stream.
 Each layer's gradient bucket is all-reduced (stream 20) as its backward ends, beside two of the next layer's backward
 GEMMs (the first two after an even layer, the last two after an odd one, so each backward work runs both beside it
-and alone); the last bucket's runs after the computation. A kernel beside it takes `slowdown` x its time; every
-kernel's time is drawn around its base with lognormal noise (sigma). The truth is the twin: the same draws with no
-slowdown (the collectives as long), the step's device work that much shorter, as a share of the step.
+and alone); the last bucket's runs after the computation. With --layout fsdp, each layer's forward instead runs its
+first two works beside the next layer's all-gather and its backward its first two beside the layer above's
+reduce-scatter, every layer but the last: those works run alone only there. A kernel beside a collective takes
+`slowdown` x its time; every kernel's time is drawn around its base with lognormal noise (sigma). The truth is the
+twin: the same draws with no slowdown (the collectives as long), the step's device work that much shorter, as a share
+of the step.
 
-    .venv/bin/python benchmarks/contention_sim.py --seeds 20
+    .venv/bin/python benchmarks/contention_sim.py --seeds 20 [--layout fsdp]
 """
 
 from __future__ import annotations
@@ -43,19 +46,24 @@ BACKWARD = [([[4096, 4096], [4096, 4096], []], 228), ([[4096, 16384], [16384, 40
             ([[4096, 4096], [4096, 16384], []], 900), ([[4096, 12288], [12288, 4096], []], 680)]
 
 
-def _step_kernels(rng: np.random.Generator, sigma: float) -> list[tuple]:
-    """One step's GEMMs in order: (dims, drawn µs, beside a collective, the collective that starts with it: its
-    index among the buckets or -1)."""
-    out = [(dims, base * rng.lognormal(0.0, sigma), False, -1) for _ in range(LAYERS) for dims, base in FORWARD]
+def _step_kernels(rng: np.random.Generator, sigma: float, layout: str) -> list[tuple]:
+    """One step's GEMMs in order: (dims, drawn µs, beside a collective, whether a collective starts with it, to run
+    beside it and the next)."""
+    out = []
+    for layer in range(LAYERS):  # fsdp: the next layer's all-gather beside the first two works of each but the last
+        for k, (dims, base) in enumerate(FORWARD):
+            beside = layout == "fsdp" and layer < LAYERS - 1 and k < 2
+            out.append((dims, base * rng.lognormal(0.0, sigma), beside, beside and k == 0))
     for layer in range(LAYERS - 1, -1, -1):
-        covered = () if layer == LAYERS - 1 else (0, 1) if layer % 2 else (2, 3)  # the bucket after the layer above
+        # ddp: the bucket of the layer above beside two of this layer's works (the last two after an even layer, the
+        # first two after an odd one); fsdp: the layer above's reduce-scatter beside the first two
+        covered = () if layer == LAYERS - 1 else (0, 1) if layer % 2 or layout == "fsdp" else (2, 3)
         for k, (dims, base) in enumerate(BACKWARD):
-            starts = bool(covered) and k == covered[0]
-            out.append((dims, base * rng.lognormal(0.0, sigma), k in covered, layer + 1 if starts else -1))
+            out.append((dims, base * rng.lognormal(0.0, sigma), k in covered, bool(covered) and k == covered[0]))
     return out
 
 
-def _trace(folder: Path, seed: int, sigma: float, slowdown: float) -> tuple[Path, float]:
+def _trace(folder: Path, seed: int, sigma: float, slowdown: float, layout: str) -> tuple[Path, float]:
     """Write the job's trace; return its path and the step's device end beyond the twin's (µs, the mean per step)."""
     rng = np.random.default_rng(seed)
     b = TraceBuilder()
@@ -63,7 +71,7 @@ def _trace(folder: Path, seed: int, sigma: float, slowdown: float) -> tuple[Path
     for s in range(STEPS):
         T = s * STEP_US
         b.step(s, T, STEP_US)
-        kernels = _step_kernels(rng, sigma)
+        kernels = _step_kernels(rng, sigma, layout)
         at, twin_at, comm_end = T + 10.0, T + 10.0, []
         for i, (dims, us, beside, _) in enumerate(kernels):
             b.cpu("aten::mm", T + 10.0 * i, 8.0, **recorded_shapes(dims, BF16))
@@ -73,9 +81,9 @@ def _trace(folder: Path, seed: int, sigma: float, slowdown: float) -> tuple[Path
             twin_at += round(us)
         # the buckets: each beside the two kernels it covers (their slowed times), the last after the computation
         at = T + 10.0
-        for i, (dims, us, beside, bucket) in enumerate(kernels):
+        for i, (dims, us, beside, starts) in enumerate(kernels):
             took = round(us * (slowdown if beside else 1.0))
-            if bucket >= 0:
+            if starts:
                 length = took + round(kernels[i + 1][1] * slowdown)
                 b.cpu("c10d::allreduce_", at - 8.0, 6.0, tid=2)
                 b.launch(ALL_REDUCE, at - 5.0, at, length, stream=20, tid=2)
@@ -95,6 +103,9 @@ def main() -> None:
     """Print, per (noise, slowdown), how often comm_contention is found and its gain against the twin's."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--layout", choices=("ddp", "fsdp"), default="ddp",
+                    help="ddp: gradient buckets beside the backward; fsdp: all-gathers beside the forward and "
+                         "reduce-scatters beside the backward, the same works beside them in every layer but the last")
     args = ap.parse_args()
     table = Table("kernel noise (sigma)", "slowdown", "found", "slowdown read (median)", "gain (median) %",
                   "truth (median) %", "|gain - truth| median / max pp")
@@ -103,7 +114,7 @@ def main() -> None:
         found, read, errs, gains, truths = 0, [], [], [], []
         for seed in range(args.seeds):
             with tempfile.TemporaryDirectory() as tmp:
-                path, extra_us = _trace(Path(tmp), seed, sigma, slow)
+                path, extra_us = _trace(Path(tmp), seed, sigma, slow, args.layout)
                 d = diagnose(path)
             f = next((x for x in d.findings if x.kind == "comm_contention"), None)
             truth = 100.0 * extra_us / STEP_US
