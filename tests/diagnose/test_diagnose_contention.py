@@ -21,13 +21,15 @@ ALL_REDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
 
 
 def _trace(folder: Path, slow: float = 1.25, shapes: bool = True, wider_beside: bool = False,
-           backward: bool = False) -> Path:
+           backward: bool = False, exposed_us: float = 0.0) -> Path:
     # each 4200-us step: 8 aten::mm [4096, 4096] x [4096, 4096] launched 10 us apart from T, their kernels back to
     # back from T+10; the 5th to 7th run `slow` x 228 us, an all-reduce beside them (stream 20, launched at T+915 on
     # the backward's thread inside c10d::allreduce_) from the 5th's start to the 7th's end; the others 228 us alone.
     # wider_beside: the three beside it multiply [4096, 8192] instead (other work, nothing to compare them with).
     # backward: the 5th to 8th are a backward's, launched inside an autograd node, each `slow` x 228 us whether beside
-    # the all-reduce or not (the 8th, alone): the backward's own pace, not the collective's
+    # the all-reduce or not (the 8th, alone): the backward's own pace, not the collective's. exposed_us: another
+    # all-reduce that long on the computation's stream after it, before the sync: exposed, the next step's
+    # computation queued behind it
     square = recorded_shapes([[4096, 4096], [4096, 4096]], BF16, shapes)
     wide = recorded_shapes([[4096, 8192], [8192, 4096]], BF16, shapes)
     b = TraceBuilder()
@@ -43,6 +45,10 @@ def _trace(folder: Path, slow: float = 1.25, shapes: bool = True, wider_beside: 
         start = T + 10.0 + 4 * MM_US
         b.cpu("c10d::allreduce_", T + 910.0, 20.0, tid=2)
         b.launch(ALL_REDUCE, T + 915.0, start, 3 * MM_US * slow, stream=20, tid=2)
+        if exposed_us:
+            b.cpu("c10d::allreduce_", end - 10.0, 8.0, tid=2)
+            b.launch(ALL_REDUCE, end - 8.0, end, exposed_us, tid=2)
+            end += exposed_us
         end_gpu_bound_step(b, T, P, end, sync_at=100.0)
     return write_trace(b, folder)
 
@@ -76,3 +82,19 @@ def test_a_gemm_slower_beside_an_all_reduce_is_priced_at_its_time_alone(tmp_path
                                 {"backward": True}])       # the backward as slow alone: its pace, compared in its pass
 def test_no_contention_without_the_same_work_slower_beside_communication(tmp_path, kw):
     assert _find(diagnose(_trace(tmp_path, **kw))) is None
+
+
+def test_exposed_communication_says_hiding_it_slows_the_computation_measured_slower_beside_it(tmp_path):
+    # an 800-us all-reduce after the computation, exposed (19 % of the step): hidden behind computation that runs
+    # 1.25x slower beside a collective, it would gain about 800 / 1.25 = 640 us, not 800
+    def exposed(d):
+        return next(f for f in d.findings if f.kind == "exposed_comm")
+
+    (tmp_path / "slow").mkdir()
+    (tmp_path / "as_fast").mkdir()
+    x = exposed(diagnose(_trace(tmp_path / "slow", exposed_us=800.0)))
+    assert x.evidence["metrics"]["computation_slowdown_beside_communication"]["value"] == pytest.approx(1.25, abs=1e-3)
+    assert "1.25x slower than alone" in x.recommendation and "about 1/1.25 of their exposed time" in x.recommendation
+    y = exposed(diagnose(_trace(tmp_path / "as_fast", slow=1.0, exposed_us=800.0)))
+    assert "computation_slowdown_beside_communication" not in y.evidence["metrics"]
+    assert "slower than alone" not in y.recommendation

@@ -205,6 +205,13 @@ EXPOSED_TP_RECOMMENDATION = (
 # exposed_comm when most of it is all-gather and reduce-scatter: sharded data parallelism's (FSDP, ZeRO-3: each unit's
 # parameters gathered before its forward and backward, its gradients reduce-scattered after) or sequence
 # parallelism's; DDP's gradient bucketing does not apply, the units' prefetch and size do
+# exposed_comm where computation beside a collective is measured slower than alone (contention.measured_contention):
+# hidden behind computation C, exposed time E costs C + E (1 - 1/s) instead of C + E, so hiding it gains about E / s
+OVERLAP_SLOWS_COMPUTATION = (
+    "On this rank, computation beside a collective already runs {slowdown:.2f}x slower than alone (its SMs and memory "
+    "shared with the collective's kernels): the computation these collectives would hide behind slows as much, so "
+    "hiding them gains about 1/{slowdown:.2f} of their exposed time, less than the gain priced.")
+
 EXPOSED_SHARDED_RECOMMENDATION = (
     "Most of the exposed communication is all-gather and reduce-scatter: sharded data parallelism's (FSDP, ZeRO, "
     "Megatron's distributed optimizer) or sequence parallelism's. Gather the next unit's parameters while this one "

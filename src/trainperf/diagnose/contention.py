@@ -150,12 +150,18 @@ def backward_kernels(t: EventTable, w: Window) -> np.ndarray:
     return launched_inside(t, w, *row_spans(t, nodes))
 
 
+def measured_contention(f: RankFacts) -> Contention | None:
+    """slowed_by_communication of the rank (None without GPU activity), once per rank: comm_contention reads it, and
+    exposed_comm, whose fix puts more computation beside the collectives."""
+    if not f.has_gpu:
+        return None
+    return f.once("contention", lambda: slowed_by_communication(f.table, f.window, f.launching_op()))
+
+
 def comm_contention(f: RankFacts) -> F.Finding | None:
     """Computation slowed by the communication beside it by at least CONTENTION_MIN_PCT of the window (the module
     docstring says how it is found and priced), or None."""
-    if not f.has_gpu:
-        return None
-    c = f.once("contention", lambda: slowed_by_communication(f.table, f.window, f.launching_op()))
+    c = measured_contention(f)
     if c is None or not c.slowed or f.pct(c.extra_us) < CONTENTION_MIN_PCT:
         return None
     events = [(f"{s.key}: {s.slowdown:.2f}x beside communication ({len(s.overlapped_rows)} calls, "

@@ -27,7 +27,7 @@ from trainperf.diagnose.ddp import ddp_buffer_broadcast, ddp_gradient_copies, dd
 from trainperf.diagnose.devices import devices_take_turns, pytorch_process_side_by_side
 from trainperf.diagnose.evidence import warmup_us
 from trainperf.diagnose.collectives import TransferRate
-from trainperf.diagnose.contention import comm_contention
+from trainperf.diagnose.contention import comm_contention, measured_contention
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.fusion import fusion_chains, not_fusable
 from trainperf.diagnose.gemm_shapes import misaligned_gemm
@@ -388,6 +388,10 @@ def exposed_comm(f: RankFacts) -> Finding | None:
         metrics["all_to_all_largest_send_to_rank"] = (split.peer, "")
     overlap = Change("overlap_comm", rows=tuple(int(r) for r in f.other_comm_rows)) if beside_bubble else \
         Change("overlap_comm")
+    contention = measured_contention(f)
+    slowdown = contention.slowdown if contention is not None and contention.slowed else None
+    if slowdown is not None:  # the computation these collectives would hide behind, measured slower beside them
+        metrics["computation_slowdown_beside_communication"] = (slowdown, "x")
     found = F.rank_finding(f, "exposed_comm", metrics, (), (overlap,), "overlap exposed collectives with compute"
                            + (" (mostly send/recv: upper bound)" if p2p else
                               " (only device work waits for them: upper bound)" if bound else ""),
@@ -409,6 +413,8 @@ def exposed_comm(f: RankFacts) -> Finding | None:
     elif sharded > 0.5:
         found.recommendation = advice.EXPOSED_SHARDED_RECOMMENDATION
     found.recommendation = _slow_transfer_prefix(rate) + found.recommendation
+    if slowdown is not None:
+        found.recommendation += " " + advice.OVERLAP_SLOWS_COMPUTATION.format(slowdown=slowdown)
     return found
 
 
