@@ -529,8 +529,9 @@ RECOMMENDATIONS = {
                        "and RCCL's CTAs) and memory bandwidth from the computation they hide behind. Give "
                        "communication fewer SMs where it stays hidden: cap its CTAs (NCCL_MAX_CTAS, or the "
                        "communicator's maxCTAs and its CTA policy NCCL_CTA_POLICY_EFFICIENCY; on ROCm RCCL's "
-                       "NCCL_MAX_NCHANNELS), use collectives that need few or no SMs (NVLink SHARP or copy-engine "
-                       "collectives on registered buffers, PyTorch's symmetric memory), or send fewer, larger "
+                       "NCCL_MAX_NCHANNELS; DeepEP's Buffer.set_num_sms), use collectives that need few or no SMs "
+                       "(NVLink SHARP or copy-engine collectives on registered buffers, PyTorch's symmetric memory, "
+                       "DeepEP's low-latency kernels with their hook-based overlap), or send fewer, larger "
                        "messages (larger DDP or FSDP buckets) so that less computation overlaps them; then profile "
                        "again: with fewer SMs each collective takes longer, which costs nothing only while it "
                        "stays hidden (the gain is an upper bound).",
