@@ -21,7 +21,8 @@ ALL_REDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
 
 
 def _trace(folder: Path, slow: float = 1.25, shapes: bool = True, wider_beside: bool = False,
-           backward: bool = False, exposed_us: float = 0.0) -> Path:
+           backward: bool = False, exposed_us: float = 0.0,
+           collective: tuple = ("c10d::allreduce_", ALL_REDUCE)) -> Path:
     # each 4200-us step: 8 aten::mm [4096, 4096] x [4096, 4096] launched 10 us apart from T, their kernels back to
     # back from T+10; the 5th to 7th run `slow` x 228 us, an all-reduce beside them (stream 20, launched at T+915 on
     # the backward's thread inside c10d::allreduce_) from the 5th's start to the 7th's end; the others 228 us alone.
@@ -29,7 +30,7 @@ def _trace(folder: Path, slow: float = 1.25, shapes: bool = True, wider_beside: 
     # backward: the 5th to 8th are a backward's, launched inside an autograd node, each `slow` x 228 us whether beside
     # the all-reduce or not (the 8th, alone): the backward's own pace, not the collective's. exposed_us: another
     # all-reduce that long on the computation's stream after it, before the sync: exposed, the next step's
-    # computation queued behind it
+    # computation queued behind it. collective: the (host op, kernel) of the collective beside the GEMMs
     square = recorded_shapes([[4096, 4096], [4096, 4096]], BF16, shapes)
     wide = recorded_shapes([[4096, 8192], [8192, 4096]], BF16, shapes)
     b = TraceBuilder()
@@ -43,8 +44,8 @@ def _trace(folder: Path, slow: float = 1.25, shapes: bool = True, wider_beside: 
             b.cpu("autograd::engine::evaluate_function: MmBackward0", T + 39.0, 40.0, **{"Sequence number": s})
         end = queued_ops(b, T, ops, T + 10.0)
         start = T + 10.0 + 4 * MM_US
-        b.cpu("c10d::allreduce_", T + 910.0, 20.0, tid=2)
-        b.launch(ALL_REDUCE, T + 915.0, start, 3 * MM_US * slow, stream=20, tid=2)
+        b.cpu(collective[0], T + 910.0, 20.0, tid=2)
+        b.launch(collective[1], T + 915.0, start, 3 * MM_US * slow, stream=20, tid=2)
         if exposed_us:
             b.cpu("c10d::allreduce_", end - 10.0, 8.0, tid=2)
             b.launch(ALL_REDUCE, end - 8.0, end, exposed_us, tid=2)
@@ -74,6 +75,9 @@ def test_a_gemm_slower_beside_an_all_reduce_is_priced_at_its_time_alone(tmp_path
     assert f.evidence["events"][0]["name"].startswith("aten::mm | [4096, 4096] x [4096, 4096] bf16")
     assert "1.25x beside communication" in f.evidence["events"][0]["name"]
     assert "NCCL_MAX_CTAS" in f.recommendation
+    # all of the slowed time beside an all-reduce: the fix says which collective
+    assert m["beside_all_reduce"]["value"] == pytest.approx(100.0)
+    assert f.recommendation.startswith("Most of it runs beside all-reduces")
 
 
 @pytest.mark.parametrize("kw", [{"slow": 1.0},             # as fast beside it: no contention
@@ -98,3 +102,11 @@ def test_exposed_communication_says_hiding_it_slows_the_computation_measured_slo
     y = exposed(diagnose(_trace(tmp_path / "as_fast", slow=1.0, exposed_us=800.0)))
     assert "computation_slowdown_beside_communication" not in y.evidence["metrics"]
     assert "slower than alone" not in y.recommendation
+
+
+def test_the_fix_names_the_collective_beside_the_slowed_computation(tmp_path):
+    # the same GEMMs beside an all-to-all (NCCL runs it as send/recv kernels, inside c10d::alltoall_base_): expert
+    # parallelism's, whose SM knob is DeepEP's
+    f = _find(diagnose(_trace(tmp_path, collective=("c10d::alltoall_base_", "ncclDevKernel_SendRecv"))))
+    assert f.evidence["metrics"]["beside_all_to_all"]["value"] == pytest.approx(100.0)
+    assert f.recommendation.startswith("Most of it runs beside all-to-all")

@@ -205,6 +205,18 @@ EXPOSED_TP_RECOMMENDATION = (
 # exposed_comm when most of it is all-gather and reduce-scatter: sharded data parallelism's (FSDP, ZeRO-3: each unit's
 # parameters gathered before its forward and backward, its gradients reduce-scattered after) or sequence
 # parallelism's; DDP's gradient bucketing does not apply, the units' prefetch and size do
+# comm_contention's fix led by the collective most of the slowed computation ran beside (a majority)
+CONTENTION_BESIDE = {
+    "all_reduce": "Most of it runs beside all-reduces (data parallelism's gradient buckets, or tensor parallelism's "
+                  "activations). ",
+    "all_gather": "Most of it runs beside all-gathers (sharded data parallelism's parameter gathers, FSDP's or "
+                  "ZeRO-3's). ",
+    "reduce_scatter": "Most of it runs beside reduce-scatters (sharded data parallelism's gradient reduction). ",
+    "all_to_all": "Most of it runs beside all-to-all (expert parallelism's dispatch and combine: DeepEP's SMs, "
+                  "Buffer.set_num_sms, are the knob to turn first). ",
+    "send_recv": "Most of it runs beside send/recv (a pipeline's or context parallelism's transfers). ",
+}
+
 # exposed_comm where computation beside a collective is measured slower than alone (contention.measured_contention):
 # hidden behind computation C, exposed time E costs C + E (1 - 1/s) instead of C + E, so hiding it gains about E / s
 OVERLAP_SLOWS_COMPUTATION = (

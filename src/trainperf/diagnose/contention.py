@@ -25,13 +25,15 @@ each kernel's own rate, neither what the overlap costs the computation it hides 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.stats import false_discovery_control, mannwhitneyu
 
+from trainperf.diagnose import advice
 from trainperf.diagnose import findings as F
 from trainperf.diagnose.autograd_links import backward_node_mask
+from trainperf.diagnose.crossrank import launch_collectives
 from trainperf.diagnose.facts import RankFacts
 from trainperf.diagnose.gpu_time import compute_mask, concurrent_compute_us
 from trainperf.diagnose.launch import launched_inside
@@ -85,6 +87,13 @@ class Contention:
     overlapped_us: float       # computation kernels' time with communication beside them (µs)
     compared_us: float         # of which the works with calls alone to compare with (µs)
     works_compared: int
+    beside: dict = field(default_factory=dict)  # collective -> share of the slowed calls' time beside it (0-1)
+
+    @property
+    def mostly_beside(self) -> str | None:
+        """The collective most of the slowed calls' time ran beside (a majority), or None."""
+        kind, share = max(self.beside.items(), key=lambda kv: kv[1], default=(None, 0.0))
+        return kind if share > 0.5 else None
 
     @property
     def extra_us(self) -> float:
@@ -138,8 +147,23 @@ def slowed_by_communication(t: EventTable, w: Window, launching: np.ndarray | No
                        p_value=float(p))
         if p <= FALSE_DISCOVERY_RATE and x.overlapped_us > x.alone_us:
             slowed.append(x)
+    slowed_rows = np.array([r for x in slowed for r in x.overlapped_rows], dtype=np.int64)
     return Contention(slowed=sorted(slowed, key=lambda s: -s.extra_us), overlapped_us=float(dur[overlapped].sum()),
-                      compared_us=float(sum(dur_of[ov].sum() for _, ov, _, _ in tested)), works_compared=len(tested))
+                      compared_us=float(sum(dur_of[ov].sum() for _, ov, _, _ in tested)), works_compared=len(tested),
+                      beside=_beside(t, w, comm, slowed_rows))
+
+
+def _beside(t: EventTable, w: Window, comm: np.ndarray, slowed: np.ndarray) -> dict[str, float]:
+    """collective (crossrank.launch_collectives) -> share of the slowed calls' time (µs) each kind of communication
+    kernel ran beside (0-1, over the kinds; {} with no slowed call)."""
+    if not slowed.size:
+        return {}
+    covered = covered_each(w.ts_us[comm], w.end_us[comm], merge_intervals(w.ts_us[slowed], w.end_us[slowed]))
+    by_kind: dict[str, float] = {}
+    for kind, us in zip(launch_collectives(t, comm), covered):
+        by_kind[kind] = by_kind.get(kind, 0.0) + float(us)
+    total = sum(by_kind.values())
+    return {k: v / total for k, v in by_kind.items() if v > 0} if total > 0 else {}
 
 
 def backward_kernels(t: EventTable, w: Window) -> np.ndarray:
@@ -172,7 +196,10 @@ def comm_contention(f: RankFacts) -> F.Finding | None:
                "computation_beside_communication": (f.pct(c.overlapped_us), "%"),
                "of_which_compared": (100.0 * c.compared_us / c.overlapped_us, "%"),
                "works_slowed": (len(c.slowed), "count"), "works_compared": (c.works_compared, "count")}
+    metrics.update({f"beside_{kind}": (100.0 * share, "% of the slowed time") for kind, share in c.beside.items()})
     changes = tuple(Change("speedup_rows", factor=s.slowdown, rows=s.overlapped_rows) for s in c.slowed)
-    return F.rank_finding(f, "comm_contention", metrics, events, changes=changes, evidence_pct=f.pct(c.extra_us),
-                          what_if=f"the computation beside communication as fast as alone ({c.slowdown:.3g}x faster)",
-                          upper_bound=True)
+    found = F.rank_finding(f, "comm_contention", metrics, events, changes=changes, evidence_pct=f.pct(c.extra_us),
+                           what_if=f"the computation beside communication as fast as alone ({c.slowdown:.3g}x faster)",
+                           upper_bound=True)
+    found.recommendation = advice.CONTENTION_BESIDE.get(c.mostly_beside, "") + found.recommendation
+    return found
