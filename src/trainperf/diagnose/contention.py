@@ -17,7 +17,8 @@ overlapped calls, is what the overlap costs the computation.
 
 Priced by replay: the overlapped kernels of each slowed work at its alone time (speedup_rows, one factor per work).
 An upper bound: what a collective's SMs buy is its speed, and with fewer of them it takes longer, which costs nothing
-only while it stays hidden; overlapped work with no alone call to compare with is not priced.
+only while it stays hidden; overlapped work with no alone call to compare with is not priced. The fix names the
+collective most of the slowed time ran beside (crossrank.launch_collectives' reading), whose knob differs.
 
 Hand-written: HTA reports how much communication overlaps computation (comm_comp_overlap), TraceLens the same and
 each kernel's own rate, neither what the overlap costs the computation it hides behind.
