@@ -22,7 +22,7 @@ ALL_REDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
 
 def _trace(folder: Path, slow: float = 1.25, shapes: bool = True, wider_beside: bool = False,
            backward: bool = False, exposed_us: float = 0.0,
-           collective: tuple = ("c10d::allreduce_", ALL_REDUCE)) -> Path:
+           collective: tuple = ("c10d::allreduce_", ALL_REDUCE), comm_device: int = 0) -> Path:
     # each 4200-us step: 8 aten::mm [4096, 4096] x [4096, 4096] launched 10 us apart from T, their kernels back to
     # back from T+10; the 5th to 7th run `slow` x 228 us, an all-reduce beside them (stream 20, launched at T+915 on
     # the backward's thread inside c10d::allreduce_) from the 5th's start to the 7th's end; the others 228 us alone.
@@ -30,7 +30,8 @@ def _trace(folder: Path, slow: float = 1.25, shapes: bool = True, wider_beside: 
     # backward: the 5th to 8th are a backward's, launched inside an autograd node, each `slow` x 228 us whether beside
     # the all-reduce or not (the 8th, alone): the backward's own pace, not the collective's. exposed_us: another
     # all-reduce that long on the computation's stream after it, before the sync: exposed, the next step's
-    # computation queued behind it. collective: the (host op, kernel) of the collective beside the GEMMs
+    # computation queued behind it. collective: the (host op, kernel) of the collective beside the GEMMs;
+    # comm_device: the GPU it runs on (one process driving two)
     square = recorded_shapes([[4096, 4096], [4096, 4096]], BF16, shapes)
     wide = recorded_shapes([[4096, 8192], [8192, 4096]], BF16, shapes)
     b = TraceBuilder()
@@ -45,7 +46,7 @@ def _trace(folder: Path, slow: float = 1.25, shapes: bool = True, wider_beside: 
         end = queued_ops(b, T, ops, T + 10.0)
         start = T + 10.0 + 4 * MM_US
         b.cpu(collective[0], T + 910.0, 20.0, tid=2)
-        b.launch(collective[1], T + 915.0, start, 3 * MM_US * slow, stream=20, tid=2)
+        b.launch(collective[1], T + 915.0, start, 3 * MM_US * slow, stream=20, tid=2, device=comm_device)
         if exposed_us:
             b.cpu("c10d::allreduce_", end - 10.0, 8.0, tid=2)
             b.launch(ALL_REDUCE, end - 8.0, end, exposed_us, tid=2)
@@ -83,7 +84,8 @@ def test_a_gemm_slower_beside_an_all_reduce_is_priced_at_its_time_alone(tmp_path
 @pytest.mark.parametrize("kw", [{"slow": 1.0},             # as fast beside it: no contention
                                 {"shapes": False},         # no recorded shapes: the same kernel may be other work
                                 {"wider_beside": True},    # other shapes beside it: nothing alone to compare with
-                                {"backward": True}])       # the backward as slow alone: its pace, compared in its pass
+                                {"backward": True},        # the backward as slow alone: its pace, compared in its pass
+                                {"comm_device": 1}])       # the collective on another GPU: no SM shared
 def test_no_contention_without_the_same_work_slower_beside_communication(tmp_path, kw):
     assert _find(diagnose(_trace(tmp_path, **kw))) is None
 

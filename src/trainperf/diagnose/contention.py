@@ -120,7 +120,7 @@ def slowed_by_communication(t: EventTable, w: Window, launching: np.ndarray | No
         return None
     dur = w.end_us[comp] - w.ts_us[comp]
     positive = np.maximum(dur, 1e-9)
-    beside = covered_each(w.ts_us[comp], w.end_us[comp], merge_intervals(w.ts_us[comm], w.end_us[comm])) / positive
+    beside = same_device_cover(t, w, comp, comm) / positive
     single = concurrent_compute_us(t, w, comp) / positive <= CONCURRENT_MAX_SHARE
     overlapped, alone = single & (beside >= OVERLAP_MIN_SHARE), single & (beside <= 0.0)
     if not overlapped.any():
@@ -154,12 +154,23 @@ def slowed_by_communication(t: EventTable, w: Window, launching: np.ndarray | No
                       beside=_beside(t, w, comm, slowed_rows))
 
 
+def same_device_cover(t: EventTable, w: Window, rows: np.ndarray, beside: np.ndarray) -> np.ndarray:
+    """For each device row of `rows`, how long (µs) the device rows `beside` of its own device (Kineto's pid of device
+    events) ran during it: one process may drive several GPUs, whose work shares no SM."""
+    out = np.zeros(rows.size)
+    for device in np.unique(t.pid[rows]):
+        mine, theirs = t.pid[rows] == device, beside[t.pid[beside] == device]
+        out[mine] = covered_each(w.ts_us[rows[mine]], w.end_us[rows[mine]],
+                                 merge_intervals(w.ts_us[theirs], w.end_us[theirs]))
+    return out
+
+
 def _beside(t: EventTable, w: Window, comm: np.ndarray, slowed: np.ndarray) -> dict[str, float]:
     """collective (crossrank.launch_collectives) -> share of the slowed calls' time (µs) each kind of communication
     kernel ran beside (0-1, over the kinds; {} with no slowed call)."""
     if not slowed.size:
         return {}
-    covered = covered_each(w.ts_us[comm], w.end_us[comm], merge_intervals(w.ts_us[slowed], w.end_us[slowed]))
+    covered = same_device_cover(t, w, comm, slowed)
     by_kind: dict[str, float] = {}
     for kind, us in zip(launch_collectives(t, comm), covered):
         by_kind[kind] = by_kind.get(kind, 0.0) + float(us)
