@@ -25,9 +25,11 @@ OPS = [("aten::mm", [[4096, 4096], [4096, 4096]], GEMM, 4000.0),
        ("aten::add", [[4096, 4096], [4096, 4096]], ADD, 1000.0)]
 
 
-def _trace(path: Path, ops: list, shapes: bool = True, dtype: dict | None = None, period: float = P) -> Path:
+def _trace(path: Path, ops: list, shapes: bool = True, dtype: dict | None = None, period: float = P,
+           beside: bool = False) -> Path:
     """One rank's steps of `period` us running `ops` (operator, dims, kernel, us) back to back; each operator's
-    inputs typed bf16 unless dtype names another for it."""
+    inputs typed bf16 unless dtype names another for it; beside: an all-reduce (stream 20) beside each kernel, as
+    long as it."""
     path.mkdir()
     b = TraceBuilder(rank=0, world_size=1)
     for s in range(STEPS):
@@ -39,6 +41,8 @@ def _trace(path: Path, ops: list, shapes: bool = True, dtype: dict | None = None
             args = {"Input Dims": dims, "Input type": [typed] * len(dims)} if shapes else {}
             b.cpu(op, host, 8.0, **args)
             b.launch(kernel, host + 2.0, at, us)
+            if beside:
+                b.launch("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", host + 4.0, at, us, stream=20, tid=2)
             at += us
             host += 10.0
         b.cpu("cudaDeviceSynchronize", host, at + 5.0 - host, cat="cuda_runtime")
@@ -54,6 +58,7 @@ def test_the_same_work_slower_is_named_as_such(tmp_path):
     assert c["from_slower_same_work_pct"] == pytest.approx(100.0)
     assert any("the same operations on the same shapes run 1.25x longer" in n and "the same work runs slower" in n
                for n in d.notes)
+    assert not any("beside collectives" in n for n in d.notes)  # neither side's computation ran beside one
     # where the extra sits, whatever its cause: the product's 1 ms first (5 vs 4 ms a step), the add's 0.25 ms next
     assert any("most in aten::mm on [4096, 4096] x [4096, 4096] bf16 5.00 ms vs 4.00 ms; aten::add" in n
                for n in d.notes)
@@ -148,3 +153,16 @@ def test_cpu_runs_compare_their_training_threads_own_time(tmp_path):
     assert c["extra_us"] == pytest.approx(3000.0) and c["from_more_work_pct"] == pytest.approx(100.0)
     assert c["largest"][0]["operator"] == "log_metrics" and c["largest"][0]["us"] == pytest.approx(2000.0)
     assert any(n.startswith("the training thread's own time a step (no device events)") for n in d.notes)
+
+
+def test_the_same_work_slower_beside_collectives_says_so(tmp_path):
+    # the candidate's kernels 1.25x longer with an all-reduce beside each (overlapped communication): all of its
+    # computation beside collectives, none of the baseline's
+    slow = [(o, s, k, us * 1.25) for o, s, k, us in OPS]
+    d = diff(_trace(tmp_path / "a", OPS), _trace(tmp_path / "b", slow, beside=True))
+    c = d.to_json()["compute_change"]
+    assert c["cause"] == "device"
+    assert c["computation_beside_communication_pct"] == {"side_computing_more": pytest.approx(100.0),
+                                                         "other_side": pytest.approx(0.0)}
+    assert any("100 % of its computation runs beside collectives against 0 % of the baseline's" in n
+               for n in d.notes)

@@ -40,9 +40,9 @@ from trainperf.diagnose.gpu_time import compute_mask, concurrent_compute_us
 from trainperf.diagnose.launch import launched_inside
 from trainperf.diagnose.replay import Change
 from trainperf.diagnose.slow_work import work_keys
-from trainperf.diagnose.window import Window, covered_each, merge_intervals
+from trainperf.diagnose.window import Window, covered_each, merge_intervals, times_us
 from trainperf.trace.categories import COMMUNICATION
-from trainperf.trace.events import CPU_OP, KERNEL, EventTable
+from trainperf.trace.events import CPU_OP, DEVICE_KINDS, KERNEL, EventTable
 from trainperf.trace.nesting import row_spans
 
 # a kernel with communication beside it over at least this share of its time ran overlapped (half: most of it); one
@@ -120,7 +120,7 @@ def slowed_by_communication(t: EventTable, w: Window, launching: np.ndarray | No
         return None
     dur = w.end_us[comp] - w.ts_us[comp]
     positive = np.maximum(dur, 1e-9)
-    beside = same_device_cover(t, w, comp, comm) / positive
+    beside = same_device_cover(t, w.ts_us, w.end_us, comp, comm) / positive
     single = concurrent_compute_us(t, w, comp) / positive <= CONCURRENT_MAX_SHARE
     overlapped, alone = single & (beside >= OVERLAP_MIN_SHARE), single & (beside <= 0.0)
     if not overlapped.any():
@@ -154,15 +154,30 @@ def slowed_by_communication(t: EventTable, w: Window, launching: np.ndarray | No
                       beside=_beside(t, w, comm, slowed_rows))
 
 
-def same_device_cover(t: EventTable, w: Window, rows: np.ndarray, beside: np.ndarray) -> np.ndarray:
+def same_device_cover(t: EventTable, starts_us: np.ndarray, ends_us: np.ndarray, rows: np.ndarray,
+                      beside: np.ndarray) -> np.ndarray:
     """For each device row of `rows`, how long (µs) the device rows `beside` of its own device (Kineto's pid of device
-    events) ran during it: one process may drive several GPUs, whose work shares no SM."""
+    events) ran during it, on the rows' times starts_us / ends_us (per table row): one process may drive several GPUs,
+    whose work shares no SM."""
     out = np.zeros(rows.size)
     for device in np.unique(t.pid[rows]):
         mine, theirs = t.pid[rows] == device, beside[t.pid[beside] == device]
-        out[mine] = covered_each(w.ts_us[rows[mine]], w.end_us[rows[mine]],
-                                 merge_intervals(w.ts_us[theirs], w.end_us[theirs]))
+        out[mine] = covered_each(starts_us[rows[mine]], ends_us[rows[mine]],
+                                 merge_intervals(starts_us[theirs], ends_us[theirs]))
     return out
+
+
+def computation_beside_communication(t: EventTable, steps: np.ndarray) -> tuple[float, float]:
+    """(the time of the computation kernels that ran with communication of their own device over at least
+    OVERLAP_MIN_SHARE of their time, all the computation kernels' time), µs over the given steps (device rows by their
+    step): how much of a run's computation the collectives beside it share the device with (`trainperf diff`)."""
+    dev = np.flatnonzero(np.isin(t.kind, DEVICE_KINDS) & np.isin(t.step, steps))
+    comp = dev[compute_mask(t, dev)]
+    comm = dev[(t.kind[dev] == KERNEL) & (t.category[dev] == COMMUNICATION)]
+    starts, ends = times_us(t)
+    dur = ends[comp] - starts[comp]
+    beside = same_device_cover(t, starts, ends, comp, comm) >= OVERLAP_MIN_SHARE * np.maximum(dur, 1e-9)
+    return float(dur[beside].sum()), float(dur.sum())
 
 
 def _beside(t: EventTable, w: Window, comm: np.ndarray, slowed: np.ndarray) -> dict[str, float]:
@@ -170,7 +185,7 @@ def _beside(t: EventTable, w: Window, comm: np.ndarray, slowed: np.ndarray) -> d
     kernel ran beside (0-1, over the kinds; {} with no slowed call)."""
     if not slowed.size:
         return {}
-    covered = same_device_cover(t, w, comm, slowed)
+    covered = same_device_cover(t, w.ts_us, w.end_us, comm, slowed)
     by_kind: dict[str, float] = {}
     for kind, us in zip(launch_collectives(t, comm), covered):
         by_kind[kind] = by_kind.get(kind, 0.0) + float(us)

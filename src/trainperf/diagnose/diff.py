@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trainperf.diagnose.contention import computation_beside_communication
 from trainperf.diagnose.device_clock import with_device_clocks_aligned
 from trainperf.diagnose.host import (ALLOCATOR_RUNTIME_RE, ALLOCATOR_SPAN_RE, CHECKPOINT_RE, COMPILE_RE,
                                      DATALOADER_RE, GC_RE, OPTIMIZER_RE, SYNC_OP_RE, SYNC_RUNTIME_RE)
@@ -105,6 +106,15 @@ class StepProfile:
     # own time instead (slow_work.host_steps_work; work_on_host)
     work: list[RankWork] = field(default_factory=list)
     work_on_host: bool = False
+    # the computation kernels' time over the kept steps, summed over ranks, and of it the part run beside a collective
+    # of their own device (contention.computation_beside_communication), µs
+    computation_us: float = 0.0
+    computation_beside_comm_us: float = 0.0
+
+    @property
+    def beside_comm_pct(self) -> float:
+        """The share of the computation run beside a collective (%; 0 without computation)."""
+        return 100.0 * self.computation_beside_comm_us / self.computation_us if self.computation_us > 0 else 0.0
 
     @property
     def mean_us(self) -> float:
@@ -500,6 +510,7 @@ def step_profile(tables: dict[int, EventTable], source: str = "",
     kept: set[int] = set()
     flops = []
     work: list[RankWork] = []
+    beside_us = computation_us = 0.0
     for r, (steps, span, parts) in per_rank.items():
         keep = np.isin(steps, sorted(common)) if common else np.ones(steps.size, dtype=bool)
         kept |= set(map(int, steps[keep]))
@@ -512,6 +523,9 @@ def step_profile(tables: dict[int, EventTable], source: str = "",
             buckets.setdefault(l, []).append(v[keep])
         got = steps_work(tables[r], steps[keep]) if tables[r].has_gpu else host_steps_work(tables[r], steps[keep])
         work += [got] if got is not None else []
+        if tables[r].has_gpu:
+            us = computation_beside_communication(tables[r], steps[keep])
+            beside_us, computation_us = beside_us + us[0], computation_us + us[1]
         ks, os_ = name_stats(tables[r], steps[keep])
         for acc, got in ((kernels, ks), (ops, os_)):
             for n, s in got.items():
@@ -537,7 +551,8 @@ def step_profile(tables: dict[int, EventTable], source: str = "",
     return StepProfile(source=source, ranks=sorted(tables), steps=sorted(kept), step_times_us=step_times,
                        breakdown_us=breakdown, kernels=kernels, operators=ops, notes=notes,
                        memory=_peak_memory(tables, sweeps), flops_per_step=float(np.mean(flops)) if flops else None,
-                       work=waits_left_out(work) if on_host else work, work_on_host=on_host)
+                       work=waits_left_out(work) if on_host else work, work_on_host=on_host,
+                       computation_us=computation_us, computation_beside_comm_us=beside_us)
 
 
 def _peak_memory(tables: dict[int, EventTable], sweeps: dict[int, RankSweep]) -> DeviceMemory | None:
@@ -746,7 +761,9 @@ class TraceDiff:
                 "new": [c.to_json() for c in self.new], "gone": [c.to_json() for c in self.gone],
                 "findings": [f.to_json() for f in self.findings], "notes": self.notes,
                 "compute_change": compute_change_json(self.compute_change, self.compute_change_side,
-                                                      self.candidate.work_on_host)}
+                                                      self.candidate.work_on_host,
+                                                      _beside_pct(self.baseline, self.candidate,
+                                                                  self.compute_change_side))}
 
 
 # the change of the work a step (FLOPs from the recorded shapes) above which the two sides are said not to do the same
@@ -820,11 +837,21 @@ def diff_profiles(baseline: StepProfile, candidate: StepProfile) -> TraceDiff:
     if min(a.size, b.size) < 3:
         notes.append(f"few steps ({a.size} baseline, {b.size} candidate): the intervals are wide or min-max")
     change, side = compute_change(baseline, candidate)
-    notes += [n for n in (compute_change_note(change, side, host=candidate.work_on_host),) if n]
+    notes += [n for n in (compute_change_note(change, side, host=candidate.work_on_host,
+                                              beside_pct=_beside_pct(baseline, candidate, side)),) if n]
     return TraceDiff(baseline=baseline, candidate=candidate, delta_median_us=shift, delta_interval_us=(lo, hi),
                      decomposition=dec, kernels=_contributions(baseline.kernels, candidate.kernels),
                      operators=_contributions(baseline.operators, candidate.operators), notes=notes,
                      compute_change=change, compute_change_side=side)
+
+
+def _beside_pct(baseline: StepProfile, candidate: StepProfile, side: str) -> tuple[float, float] | None:
+    """(the side computing more's share of its computation run beside a collective, the other side's), %; None where
+    no side computes more."""
+    if side not in ("baseline", "candidate"):
+        return None
+    more, other = (candidate, baseline) if side == "candidate" else (baseline, candidate)
+    return more.beside_comm_pct, other.beside_comm_pct
 
 
 def diff(baseline: str | Path, candidate: str | Path, progress: bool = False, findings: bool = False) -> TraceDiff:

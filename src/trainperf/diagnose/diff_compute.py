@@ -31,13 +31,20 @@ def compute_change(baseline: StepProfile, candidate: StepProfile) -> tuple[WorkC
     return None, ""
 
 
-def compute_change_note(c: WorkComparison | None, side: str, host: bool = False) -> str:
+# the side running the same work slower runs at least this much more of its computation beside collectives (pp) for
+# the note to say so: a tenth of the computation. Stated, not fitted (no labeled pair of runs)
+BESIDE_MORE_PP = 10.0
+
+
+def compute_change_note(c: WorkComparison | None, side: str, host: bool = False,
+                        beside_pct: tuple[float, float] | None = None) -> str:
     """The compute change in words: how much more the side computes a step, how much of it is the same operations on
     the same shapes run slower (by kernel name alone where no shapes are recorded: then larger inputs read alike),
     and how much is in operations or kernels the other side runs less (more work, or the same work by other kernels:
     another precision, fusion or library), and the operators holding most of it (or the precision it moved to);
-    host: the sides' training threads' own time (CPU runs) instead of their computation kernels; "" where there is
-    none."""
+    host: the sides' training threads' own time (CPU runs) instead of their computation kernels; beside_pct: (the
+    side's, the other's) share of their computation run beside a collective (%), named where the same work runs slower
+    and the side runs BESIDE_MORE_PP more of it beside one (their kernels take SMs from it); "" where there is none."""
     if c is None:
         return ""
     other = "baseline" if side == "candidate" else "candidate"
@@ -52,6 +59,10 @@ def compute_change_note(c: WorkComparison | None, side: str, host: bool = False)
     if c.cause == "device":
         text += (": the same work runs slower there (" + ("the CPU: other processes, threads per process, library "
                  "versions" if host else "device clocks or power, driver or library versions, kernel choice") + ")")
+        if not host and beside_pct is not None and beside_pct[0] - beside_pct[1] >= BESIDE_MORE_PP:
+            text += (f"; {beside_pct[0]:.0f} % of its computation runs beside collectives against "
+                     f"{beside_pct[1]:.0f} % of the {other}'s: their kernels take SMs and memory bandwidth from it "
+                     f"(diagnose's comm_contention measures how much)")
     elif c.cause == "work":
         move = precision_move(c)
         if move is not None and move["by"] == "shapes":  # the same operations, another precision
@@ -93,12 +104,16 @@ def gemm_precision_move(c: WorkComparison) -> tuple[str, float, dict[str, float]
     return prec, gained[prec], lost
 
 
-def compute_change_json(c: WorkComparison | None, side: str, host: bool) -> dict | None:
-    """compute_change as JSON (µs a step; shares %; on_host: the training threads' own time compared, CPU runs), or
-    None."""
+def compute_change_json(c: WorkComparison | None, side: str, host: bool,
+                        beside_pct: tuple[float, float] | None = None) -> dict | None:
+    """compute_change as JSON (µs a step; shares %; on_host: the training threads' own time compared, CPU runs;
+    beside_pct as compute_change_note takes it), or None."""
     if c is None:
         return None
+    beside = None if beside_pct is None else {"side_computing_more": round(beside_pct[0], 3),
+                                              "other_side": round(beside_pct[1], 3)}
     return {"side_computing_more": side, "on_host": host, "extra_us": round(c.extra_us, 3),
+            "computation_beside_communication_pct": beside,
             "from_slower_same_work_pct": round(c.share(c.slower_extra_us), 3),
             "from_more_work_pct": round(c.share(c.more_work_extra_us), 3),
             "same_work_slowdown": round(c.same_work_slowdown, 4), "shapes_recorded": c.shaped, "cause": c.cause,
