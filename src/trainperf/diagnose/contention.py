@@ -137,7 +137,7 @@ def slowed_by_communication(t: EventTable, w: Window, launching: np.ndarray | No
         ov, al = same[side[same]], same[~side[same]]
         if shaped[same[0]] and ov.size >= MIN_CALLS and al.size >= MIN_CALLS:
             p = float(mannwhitneyu(dur_of[ov], dur_of[al], alternative="greater").pvalue)
-            tested.append((keys[same[0]], ov, al, p))
+            tested.append((keys[same[0]], ov, al, p if 0.0 <= p <= 1.0 else 1.0))  # no test read as no evidence
     if not tested:
         return None
     adjusted = false_discovery_control([p for *_, p in tested])
