@@ -119,9 +119,8 @@ def slowed_by_communication(t: EventTable, w: Window, launching: np.ndarray | No
     if not comm.size or not comp.size:
         return None
     dur = w.end_us[comp] - w.ts_us[comp]
-    positive = np.maximum(dur, 1e-9)
-    beside = same_device_cover(t, w.ts_us, w.end_us, comp, comm) / positive
-    single = concurrent_compute_us(t, w, comp) / positive <= CONCURRENT_MAX_SHARE
+    beside = beside_share(t, w.ts_us, w.end_us, comp, comm)
+    single = concurrent_compute_us(t, w, comp) / np.maximum(dur, 1e-9) <= CONCURRENT_MAX_SHARE
     overlapped, alone = single & (beside >= OVERLAP_MIN_SHARE), single & (beside <= 0.0)
     if not overlapped.any():
         return None
@@ -167,6 +166,14 @@ def same_device_cover(t: EventTable, starts_us: np.ndarray, ends_us: np.ndarray,
     return out
 
 
+def beside_share(t: EventTable, starts_us: np.ndarray, ends_us: np.ndarray, comp: np.ndarray,
+                 comm: np.ndarray) -> np.ndarray:
+    """For each computation kernel of `comp`, the share (0-1) of its time the communication kernels `comm` of its own
+    device ran beside it (same_device_cover over its duration): OVERLAP_MIN_SHARE or more is overlapped, 0 alone."""
+    dur = ends_us[comp] - starts_us[comp]
+    return same_device_cover(t, starts_us, ends_us, comp, comm) / np.maximum(dur, 1e-9)
+
+
 def computation_beside_communication(t: EventTable, steps: np.ndarray) -> tuple[float, float]:
     """(the time of the computation kernels that ran with communication of their own device over at least
     OVERLAP_MIN_SHARE of their time, all the computation kernels' time), µs over the given steps (device rows by their
@@ -176,7 +183,7 @@ def computation_beside_communication(t: EventTable, steps: np.ndarray) -> tuple[
     comm = dev[(t.kind[dev] == KERNEL) & (t.category[dev] == COMMUNICATION)]
     starts, ends = times_us(t)
     dur = ends[comp] - starts[comp]
-    beside = same_device_cover(t, starts, ends, comp, comm) >= OVERLAP_MIN_SHARE * np.maximum(dur, 1e-9)
+    beside = beside_share(t, starts, ends, comp, comm) >= OVERLAP_MIN_SHARE
     return float(dur[beside].sum()), float(dur.sum())
 
 
@@ -186,8 +193,9 @@ def _beside(t: EventTable, w: Window, comm: np.ndarray, slowed: np.ndarray) -> d
     if not slowed.size:
         return {}
     covered = same_device_cover(t, w.ts_us, w.end_us, comm, slowed)
+    near = covered > 0  # the collectives beside no slowed call need no reading of what they run
     by_kind: dict[str, float] = {}
-    for kind, us in zip(launch_collectives(t, comm), covered):
+    for kind, us in zip(launch_collectives(t, comm[near]), covered[near]):
         by_kind[kind] = by_kind.get(kind, 0.0) + float(us)
     total = sum(by_kind.values())
     return {k: v / total for k, v in by_kind.items() if v > 0} if total > 0 else {}
